@@ -1,0 +1,82 @@
+// Command metaq-server runs a metaq-go broker.
+//
+//	metaq-server --config conf/server.toml [--port N] [--data-dir DIR] [--broker-id N] [--host ADDR]
+//
+// Flags override the file, so one file can start several brokers.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/broker"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("metaq-server", flag.ContinueOnError)
+	config := fs.String("config", "conf/server.toml", "server configuration `file` (TOML)")
+	port := fs.Int("port", -1, "listen port (overrides the file; 0 picks a free port)")
+	host := fs.String("host", "", "listen address (overrides the file)")
+	dataDir := fs.String("data-dir", "", "data `directory` (overrides the file)")
+	brokerID := fs.Int("broker-id", -1, "broker id 0..1023 (overrides the file)")
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *version {
+		fmt.Println(broker.Version)
+		return 0
+	}
+	logger := log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
+	cfg, err := conf.Load(*config)
+	if err != nil {
+		logger.Printf("config: %v", err)
+		return 1
+	}
+	if *port >= 0 {
+		cfg.Port = *port
+	}
+	if *host != "" {
+		cfg.Host = *host
+	}
+	if *dataDir != "" {
+		cfg.DataDir = *dataDir
+	}
+	if *brokerID >= 0 {
+		cfg.BrokerID = *brokerID
+	}
+	if err := cfg.Validate(); err != nil {
+		logger.Printf("config: %v", err)
+		return 1
+	}
+	b, err := broker.New(cfg, broker.Options{Logf: logger.Printf})
+	if err != nil {
+		logger.Printf("start: %v", err)
+		return 1
+	}
+	if err := b.Start(); err != nil {
+		logger.Printf("start: %v", err)
+		b.Close()
+		return 1
+	}
+	// Tests and scripts read the bound address from this line.
+	logger.Printf("metaq-server ready on %s data %s", b.Addr(), cfg.DataDir)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	s := <-sig
+	logger.Printf("received %v, shutting down", s)
+	if err := b.Close(); err != nil {
+		logger.Printf("close: %v", err)
+		return 1
+	}
+	return 0
+}

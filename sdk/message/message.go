@@ -1,0 +1,249 @@
+// Package message holds the value types and the on-disk record format shared
+// by the broker (core) and the client (sdk). It imports only the standard
+// library.
+//
+// A record, as stored in a segment file and as sent in a `value` reply, is
+//
+//	[int32 BE len][int32 BE crc(data)][int64 BE msgId][int32 BE flag][data: len bytes]
+//
+// where data is the put body and crc(x) = CRC32-IEEE(x) & 0x7FFFFFFF.
+// The put body is the payload, preceded by [int32 BE attrLen][attr] when
+// bit 0 of flag is set.
+package message
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"unicode/utf8"
+)
+
+// HeaderSize is the size in bytes of a record header.
+const HeaderSize = 20
+
+// FlagHasAttribute is flag bit 0: the data starts with a length-prefixed attribute.
+const FlagHasAttribute int32 = 1
+
+// DefaultMaxMessageSize is the default largest data length in bytes (MetaQ's
+// clients refuse records over 2 MiB).
+const DefaultMaxMessageSize = 2 << 20
+
+// NoChecksum is the checksum token value that tells the broker to skip the check.
+const NoChecksum int64 = -1
+
+var (
+	// ErrShortRecord means the buffer ends inside a record: more bytes are
+	// needed. It is the normal end of a get reply that stops mid-record.
+	ErrShortRecord = errors.New("message: partial record")
+	// ErrCorruptRecord means a record has a negative length or a checksum
+	// mismatch: the bytes are not a valid record at this position.
+	ErrCorruptRecord = errors.New("message: corrupt record")
+	// ErrBadAttribute means a body flagged with an attribute is too short
+	// for the attribute length it declares, or the attribute is not UTF-8.
+	ErrBadAttribute = errors.New("message: bad attribute")
+)
+
+var table = crc32.MakeTable(crc32.IEEE)
+
+// Checksum returns MetaQ's checksum of b: CRC32-IEEE masked to 31 bits.
+func Checksum(b []byte) uint32 {
+	return crc32.Checksum(b, table) & 0x7FFFFFFF
+}
+
+// Message is a message as a producer sends it and a consumer receives it.
+type Message struct {
+	Topic string
+	// Body is the payload.
+	Body []byte
+	// Attribute is an optional string carried with the message (MetaQ's
+	// attribute); the broker's filters may read it. HasAttribute tells an
+	// empty attribute from none.
+	Attribute    string
+	HasAttribute bool
+	// Key is used only on the client to choose a partition (hash selector);
+	// it is not sent to the broker.
+	Key []byte
+
+	// Set by the broker.
+	ID        int64
+	Partition int32
+	// Offset is the byte offset of the record's start in its partition.
+	Offset int64
+}
+
+// Flag returns the wire flag for m.
+func (m *Message) Flag() int32 {
+	if m.HasAttribute {
+		return FlagHasAttribute
+	}
+	return 0
+}
+
+// DataLen returns the length of the put body for m.
+func (m *Message) DataLen() int {
+	if m.HasAttribute {
+		return 4 + len(m.Attribute) + len(m.Body)
+	}
+	return len(m.Body)
+}
+
+// AppendData appends m's put body (attribute prefix and payload) to dst.
+func (m *Message) AppendData(dst []byte) []byte {
+	if m.HasAttribute {
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.Attribute)))
+		dst = append(dst, m.Attribute...)
+	}
+	return append(dst, m.Body...)
+}
+
+// SplitData splits a put body into attribute and payload according to flag.
+// The returned payload aliases data.
+func SplitData(flag int32, data []byte) (attr string, hasAttr bool, payload []byte, err error) {
+	if flag&FlagHasAttribute == 0 {
+		return "", false, data, nil
+	}
+	if len(data) < 4 {
+		return "", false, nil, ErrBadAttribute
+	}
+	n := binary.BigEndian.Uint32(data)
+	if uint64(n) > uint64(len(data)-4) {
+		return "", false, nil, ErrBadAttribute
+	}
+	a := data[4 : 4+n]
+	if !utf8.Valid(a) {
+		return "", false, nil, ErrBadAttribute
+	}
+	return string(a), true, data[4+n:], nil
+}
+
+// Record is one decoded record. Data aliases the buffer it was parsed from.
+type Record struct {
+	// Offset is the record's absolute start offset, when known.
+	Offset int64
+	ID     int64
+	Flag   int32
+	CRC    uint32
+	Data   []byte
+}
+
+// Size returns the encoded size of the record.
+func (r *Record) Size() int { return HeaderSize + len(r.Data) }
+
+// Message converts the record into a Message of topic and partition.
+// Body aliases r.Data.
+func (r *Record) Message(topic string, partition int32) (Message, error) {
+	attr, has, body, err := SplitData(r.Flag, r.Data)
+	if err != nil {
+		return Message{}, err
+	}
+	return Message{Topic: topic, Body: body, Attribute: attr, HasAttribute: has,
+		ID: r.ID, Partition: partition, Offset: r.Offset}, nil
+}
+
+// AppendRecord appends one encoded record to dst.
+func AppendRecord(dst []byte, id int64, flag int32, data []byte) []byte {
+	return AppendRecordCRC(dst, id, flag, Checksum(data), data)
+}
+
+// AppendRecordCRC is AppendRecord with a checksum the caller already has.
+func AppendRecordCRC(dst []byte, id int64, flag int32, crc uint32, data []byte) []byte {
+	var h [HeaderSize]byte
+	PutHeader(h[:], len(data), crc, id, flag)
+	dst = append(dst, h[:]...)
+	return append(dst, data...)
+}
+
+// PutHeader writes a record header into h, which must be HeaderSize long.
+func PutHeader(h []byte, dataLen int, crc uint32, id int64, flag int32) {
+	binary.BigEndian.PutUint32(h[0:], uint32(dataLen))
+	binary.BigEndian.PutUint32(h[4:], crc)
+	binary.BigEndian.PutUint64(h[8:], uint64(id))
+	binary.BigEndian.PutUint32(h[16:], uint32(flag))
+}
+
+// ParseRecord decodes the record at the start of b and returns it with its
+// encoded size. It returns ErrShortRecord when b ends inside the record (or
+// its header) and ErrCorruptRecord when the length is negative or larger
+// than maxLen (if maxLen > 0), or the checksum does not match.
+func ParseRecord(b []byte, maxLen int) (Record, int, error) {
+	if len(b) < HeaderSize {
+		return Record{}, 0, ErrShortRecord
+	}
+	l := int32(binary.BigEndian.Uint32(b))
+	if l < 0 || (maxLen > 0 && int(l) > maxLen) {
+		return Record{}, 0, fmt.Errorf("%w: length %d", ErrCorruptRecord, l)
+	}
+	n := HeaderSize + int(l)
+	if len(b) < n {
+		return Record{}, 0, ErrShortRecord
+	}
+	r := Record{
+		CRC:  binary.BigEndian.Uint32(b[4:]),
+		ID:   int64(binary.BigEndian.Uint64(b[8:])),
+		Flag: int32(binary.BigEndian.Uint32(b[16:])),
+		Data: b[HeaderSize:n:n],
+	}
+	if c := Checksum(r.Data); c != r.CRC {
+		return Record{}, 0, fmt.Errorf("%w: checksum %d, want %d", ErrCorruptRecord, c, r.CRC)
+	}
+	return r, n, nil
+}
+
+// Iterator walks the records of a get reply (or any run of records) that
+// starts at absolute offset base. A trailing partial record ends the walk
+// without an error; a corrupt record stops it with ErrCorruptRecord.
+type Iterator struct {
+	buf    []byte
+	base   int64
+	pos    int
+	maxLen int
+	err    error
+	rec    Record
+}
+
+// NewIterator returns an iterator over buf, whose first byte is at offset base.
+// maxLen bounds a record's data length (0: no bound beyond the buffer).
+func NewIterator(buf []byte, base int64, maxLen int) *Iterator {
+	return &Iterator{buf: buf, base: base, maxLen: maxLen}
+}
+
+// Next advances to the next whole record and reports whether there is one.
+func (it *Iterator) Next() bool {
+	if it.err != nil {
+		return false
+	}
+	r, n, err := ParseRecord(it.buf[it.pos:], it.maxLen)
+	if err != nil {
+		if !errors.Is(err, ErrShortRecord) {
+			it.err = err
+		}
+		return false
+	}
+	r.Offset = it.base + int64(it.pos)
+	it.rec = r
+	it.pos += n
+	return true
+}
+
+// Record returns the current record; its Data aliases the buffer.
+func (it *Iterator) Record() *Record { return &it.rec }
+
+// Consumed returns how many bytes of whole records have been walked.
+func (it *Iterator) Consumed() int { return it.pos }
+
+// NextOffset returns the offset after the last whole record walked.
+func (it *Iterator) NextOffset() int64 { return it.base + int64(it.pos) }
+
+// Err returns ErrCorruptRecord (wrapped) if the walk stopped at a bad record.
+func (it *Iterator) Err() error { return it.err }
+
+// ID helpers: MetaQ ids are ((ms - Epoch) << 22) | (brokerID << 12) | seq.
+
+// IDEpoch is MetaQ's id epoch in Unix milliseconds.
+const IDEpoch int64 = 1303895660503
+
+// IDParts splits a message id into its Unix millisecond time, broker id and sequence.
+func IDParts(id int64) (unixMs int64, brokerID int, seq int) {
+	return (id >> 22) + IDEpoch, int(id>>12) & 0x3FF, int(id & 0xFFF)
+}
