@@ -1,0 +1,531 @@
+// Package conf loads and validates the broker configuration.
+//
+// The file is TOML. Top-level keys are the snake_case forms of MetaQ's
+// server.ini [system] keys, and each [[topic]] table corresponds to a
+// [topic=<name>] section. There is no [system] or [zookeeper] table.
+//
+// A topic table may override num_partitions, unflush_threshold,
+// unflush_interval, data_dir, delete_policy, accept_publish,
+// accept_subscribe and stat; anything left unset inherits the top-level
+// value. Use [Config.TopicConfig] to get a topic's effective settings.
+//
+// Topic names match [A-Za-z0-9_.-]{1,200}. MetaQ's "*" wildcard topic is not
+// supported: set auto_create_topics = true instead, and the top-level
+// settings then apply to every topic that is not configured explicitly.
+//
+// Parse and Validate collect every problem they find and return them together
+// as an [*Error].
+package conf
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is the broker configuration loaded from TOML.
+type Config struct {
+	// BrokerID identifies the broker in the cluster and in message ids (0..1023).
+	BrokerID int `toml:"broker_id"`
+	// Host is the listen address.
+	Host string `toml:"host"`
+	// Port is the listen port (1..65535).
+	Port int `toml:"port"`
+	// DataDir is the root of the message stores, <data_dir>/<topic>-<partition>/.
+	DataDir string `toml:"data_dir"`
+	// NumPartitions is the default number of partitions per topic (1..1024).
+	NumPartitions int `toml:"num_partitions"`
+	// UnflushThreshold selects the flush mode: 0 is group commit (a put is
+	// acknowledged after fsync); N > 0 fsyncs once more than N messages are
+	// unflushed, and acknowledges after write().
+	UnflushThreshold int `toml:"unflush_threshold"`
+	// UnflushInterval is the longest time, in milliseconds, that data may stay
+	// unflushed in threshold mode.
+	UnflushInterval int `toml:"unflush_interval"`
+	// MaxSegmentSize is the size in bytes at which a segment file rolls.
+	MaxSegmentSize int64 `toml:"max_segment_size"`
+	// MaxTransferSize is the largest get reply body in bytes.
+	MaxTransferSize int `toml:"max_transfer_size"`
+	// MaxMessageSize is the largest put body in bytes; a record (20-byte
+	// header + body) must fit in MaxTransferSize.
+	MaxMessageSize int `toml:"max_message_size"`
+	// MaxLineLength is the longest protocol header line in bytes (64..65536).
+	MaxLineLength int `toml:"max_line_length"`
+	// DeletePolicy is the retention policy, "delete,N[s|m|h]" (no unit = hours).
+	DeletePolicy string `toml:"delete_policy"`
+	// DeleteCheckInterval is the time between retention runs, in seconds.
+	DeleteCheckInterval int `toml:"delete_check_interval"`
+	// AutoCreateTopics lets a put create an unconfigured topic; when false,
+	// a put to an unknown topic gets 500.
+	AutoCreateTopics bool `toml:"auto_create_topics"`
+	// AcceptPublish and AcceptSubscribe are the topic defaults for
+	// accepting puts and gets.
+	AcceptPublish   bool `toml:"accept_publish"`
+	AcceptSubscribe bool `toml:"accept_subscribe"`
+	// Stat enables realtime statistics per topic.
+	Stat bool `toml:"stat"`
+	// LogLevel is one of debug, info, warn, error.
+	LogLevel string `toml:"log_level"`
+	// Topics are the [[topic]] tables, in file order.
+	Topics []Topic `toml:"topic"`
+
+	path  string
+	raw   []byte
+	lines map[string]int // key ("port", "topic[1].name") -> line in raw
+	orig  *Config        // top-level values as parsed, to tell flag overrides apart
+}
+
+// Topic is one [[topic]] table. Nil pointer fields are unset and inherit the
+// top-level value.
+type Topic struct {
+	Name             string  `toml:"name"`
+	NumPartitions    *int    `toml:"num_partitions"`
+	UnflushThreshold *int    `toml:"unflush_threshold"`
+	UnflushInterval  *int    `toml:"unflush_interval"`
+	DataDir          *string `toml:"data_dir"`
+	DeletePolicy     *string `toml:"delete_policy"`
+	AcceptPublish    *bool   `toml:"accept_publish"`
+	AcceptSubscribe  *bool   `toml:"accept_subscribe"`
+	Stat             *bool   `toml:"stat"`
+}
+
+// TopicConfig is a topic's effective settings, with inheritance resolved and
+// the delete policy parsed.
+type TopicConfig struct {
+	Name             string
+	NumPartitions    int
+	UnflushThreshold int
+	UnflushInterval  time.Duration
+	DataDir          string
+	DeletePolicy     string
+	RetainFor        time.Duration
+	AcceptPublish    bool
+	AcceptSubscribe  bool
+	Stat             bool
+}
+
+// Default returns the built-in defaults. It has no topics, so it passes
+// Validate only once AutoCreateTopics is set or a topic is added.
+func Default() *Config {
+	return &Config{
+		BrokerID:            0,
+		Host:                "127.0.0.1",
+		Port:                8123,
+		DataDir:             "data",
+		NumPartitions:       1,
+		UnflushThreshold:    0,
+		UnflushInterval:     10000,
+		MaxSegmentSize:      1 << 30,
+		MaxTransferSize:     2 << 20,
+		MaxMessageSize:      1 << 20,
+		MaxLineLength:       1024,
+		DeletePolicy:        "delete,168",
+		DeleteCheckInterval: 300,
+		AutoCreateTopics:    false,
+		AcceptPublish:       true,
+		AcceptSubscribe:     true,
+		Stat:                true,
+		LogLevel:            "info",
+	}
+}
+
+// Load reads the file at path and parses it with Parse.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes and validates a TOML configuration. name is the file name
+// used in error messages and returned by Path. Any problem, including
+// syntax errors, wrong types and unknown keys, is reported in an *Error.
+func Parse(data []byte, name string) (*Config, error) {
+	c := Default()
+	c.path = name
+	c.raw = append([]byte(nil), data...)
+
+	var root map[string]any
+	if _, err := toml.Decode(string(data), &root); err != nil {
+		return nil, &Error{File: name, Problems: []Problem{syntaxProblem(err)}}
+	}
+	c.lines = keyLines(data)
+
+	d := decoder{lines: c.lines, bad: map[string]bool{}}
+	d.decodeTop(c, root)
+	orig := *c
+	orig.Topics, orig.orig, orig.lines, orig.raw = nil, nil, nil, nil
+	c.orig = &orig
+
+	probs := d.probs
+	for _, p := range c.check() {
+		if !d.bad[p.Key] {
+			probs = append(probs, p)
+		}
+	}
+	if len(probs) > 0 {
+		return nil, newError(name, probs)
+	}
+	return c, nil
+}
+
+// Validate checks every setting and reports all problems in an *Error. Parse
+// calls it; call it again after changing fields, e.g. from command-line flags.
+func (c *Config) Validate() error {
+	if probs := c.check(); len(probs) > 0 {
+		return newError(c.path, probs)
+	}
+	return nil
+}
+
+// TopicConfig returns the effective settings of a topic. A configured topic,
+// or any valid topic name when AutoCreateTopics is set (with the top-level
+// settings), gives ok = true; otherwise ok is false. It assumes the config
+// passed Validate and scans the topic list, so cache the result on hot paths.
+func (c *Config) TopicConfig(name string) (TopicConfig, bool) {
+	for i := range c.Topics {
+		if c.Topics[i].Name == name {
+			return c.resolve(&c.Topics[i]), true
+		}
+	}
+	if c.AutoCreateTopics && ValidTopicName(name) {
+		return c.resolve(&Topic{Name: name}), true
+	}
+	return TopicConfig{}, false
+}
+
+func (c *Config) resolve(t *Topic) TopicConfig {
+	tc := TopicConfig{
+		Name:             t.Name,
+		NumPartitions:    pick(t.NumPartitions, c.NumPartitions),
+		UnflushThreshold: pick(t.UnflushThreshold, c.UnflushThreshold),
+		UnflushInterval:  time.Duration(pick(t.UnflushInterval, c.UnflushInterval)) * time.Millisecond,
+		DataDir:          pick(t.DataDir, c.DataDir),
+		DeletePolicy:     pick(t.DeletePolicy, c.DeletePolicy),
+		AcceptPublish:    pick(t.AcceptPublish, c.AcceptPublish),
+		AcceptSubscribe:  pick(t.AcceptSubscribe, c.AcceptSubscribe),
+		Stat:             pick(t.Stat, c.Stat),
+	}
+	tc.RetainFor, _ = ParseDeletePolicy(tc.DeletePolicy)
+	return tc
+}
+
+func pick[T any](p *T, def T) T {
+	if p != nil {
+		return *p
+	}
+	return def
+}
+
+// TopicNames returns the configured topic names in file order.
+func (c *Config) TopicNames() []string {
+	names := make([]string, len(c.Topics))
+	for i := range c.Topics {
+		names[i] = c.Topics[i].Name
+	}
+	return names
+}
+
+// Raw returns the bytes the config was parsed from (for `stats config`).
+func (c *Config) Raw() []byte { return c.raw }
+
+// Path returns the file path or name given to Load or Parse.
+func (c *Config) Path() string { return c.path }
+
+// Addr returns Host and Port joined as a listen address.
+func (c *Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
+
+// line returns the file line of key, or 0 when unknown or when a top-level
+// value was changed after parsing (so a flag override is not blamed on the file).
+func (c *Config) line(key string) int {
+	l := c.lines[key]
+	if l == 0 || c.orig == nil {
+		return l
+	}
+	if i, ok := topFields[key]; ok {
+		cur := reflect.ValueOf(c).Elem().Field(i).Interface()
+		if cur != reflect.ValueOf(c.orig).Elem().Field(i).Interface() {
+			return 0
+		}
+	}
+	return l
+}
+
+// Field tables: toml key -> struct field index.
+var (
+	topFields   = tagIndex(reflect.TypeOf(Config{}))
+	topicFields = tagIndex(reflect.TypeOf(Topic{}))
+)
+
+func tagIndex(t reflect.Type) map[string]int {
+	m := map[string]int{}
+	for i := 0; i < t.NumField(); i++ {
+		if tag := t.Field(i).Tag.Get("toml"); tag != "" && tag != "topic" {
+			m[tag] = i
+		}
+	}
+	return m
+}
+
+// decoder copies a generic TOML tree into a Config, recording type errors
+// and unknown keys instead of stopping at the first one.
+type decoder struct {
+	lines map[string]int
+	probs []Problem
+	bad   map[string]bool // keys with a decode problem; validation skips them
+}
+
+func (d *decoder) add(key, format string, args ...any) {
+	d.bad[key] = true
+	d.probs = append(d.probs, Problem{Key: key, Line: d.lines[key], Msg: fmt.Sprintf(format, args...)})
+}
+
+func (d *decoder) decodeTop(c *Config, root map[string]any) {
+	rv := reflect.ValueOf(c).Elem()
+	for _, k := range d.sortedKeys("", root) {
+		v := root[k]
+		if k == "topic" {
+			d.decodeTopics(c, v)
+			continue
+		}
+		i, ok := topFields[k]
+		if !ok {
+			d.unknown(k, k, false)
+			continue
+		}
+		d.set(k, rv.Field(i), v)
+	}
+}
+
+func (d *decoder) decodeTopics(c *Config, v any) {
+	var tables []map[string]any
+	switch tv := v.(type) {
+	case []map[string]any:
+		tables = tv
+	case []any:
+		for _, e := range tv {
+			m, ok := e.(map[string]any)
+			if !ok {
+				d.add("topic", "must be an array of tables ([[topic]]), got an array of %s", tomlType(e))
+				return
+			}
+			tables = append(tables, m)
+		}
+	default:
+		d.add("topic", "must be an array of tables ([[topic]]), got %s", tomlType(v))
+		return
+	}
+	for i, m := range tables {
+		var t Topic
+		rv := reflect.ValueOf(&t).Elem()
+		prefix := fmt.Sprintf("topic[%d]", i)
+		for _, k := range d.sortedKeys(prefix+".", m) {
+			key := prefix + "." + k
+			if fi, ok := topicFields[k]; ok {
+				d.set(key, rv.Field(fi), m[k])
+			} else {
+				d.unknown(key, k, true)
+			}
+		}
+		c.Topics = append(c.Topics, t)
+	}
+}
+
+// sortedKeys orders the keys of m by their line in the file, then by name.
+func (d *decoder) sortedKeys(prefix string, m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		li, lj := d.lines[prefix+keys[i]], d.lines[prefix+keys[j]]
+		if li != lj {
+			return li < lj
+		}
+		return keys[i] < keys[j]
+	})
+	return keys
+}
+
+// set stores the TOML value v in the field f, checking its type.
+func (d *decoder) set(key string, f reflect.Value, v any) {
+	if f.Kind() == reflect.Pointer {
+		p := reflect.New(f.Type().Elem())
+		if d.set(key, p.Elem(), v); !d.bad[key] {
+			f.Set(p)
+		}
+		return
+	}
+	switch f.Kind() {
+	case reflect.Int, reflect.Int64:
+		n, ok := v.(int64)
+		if !ok {
+			d.add(key, "must be an integer, got %s", describe(v))
+			return
+		}
+		if f.OverflowInt(n) {
+			d.add(key, "integer %d is out of range", n)
+			return
+		}
+		f.SetInt(n)
+	case reflect.String:
+		s, ok := v.(string)
+		if !ok {
+			d.add(key, "must be a string, got %s", describe(v))
+			return
+		}
+		f.SetString(s)
+	case reflect.Bool:
+		b, ok := v.(bool)
+		if !ok {
+			d.add(key, "must be a boolean (true or false), got %s", describe(v))
+			return
+		}
+		f.SetBool(b)
+	default:
+		panic("conf: unsupported field kind " + f.Kind().String())
+	}
+}
+
+// metaqNames maps snake_cased MetaQ keys that were renamed to their new name.
+var metaqNames = map[string]string{
+	"server_port": "port",
+	"host_name":   "host",
+	"data_path":   "data_dir",
+}
+
+// unknown reports an unknown key, with a hint when it looks like a known one.
+func (d *decoder) unknown(full, k string, inTopic bool) {
+	known := topFields
+	if inTopic {
+		known = topicFields
+	}
+	msg := fmt.Sprintf("unknown key %q", full)
+	snake := snakeCase(k)
+	alias, isAlias := metaqNames[snake]
+	switch {
+	case !inTopic && (k == "system" || k == "zookeeper"):
+		msg += fmt.Sprintf(" (there is no [%s] table; set broker keys at the top level)", k)
+	case isAlias:
+		msg += fmt.Sprintf(" (MetaQ's %s is %q here)", k, alias)
+	case snake != k && hasKey(known, snake):
+		msg += fmt.Sprintf(" (did you mean %q?)", snake)
+	case inTopic && hasKey(topFields, k):
+		msg += " (cannot be set per topic)"
+	default:
+		if s := closest(k, known); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		} else if s := closest(snake, known); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+	}
+	d.add(full, "%s", msg)
+}
+
+func hasKey(m map[string]int, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// snakeCase turns MetaQ's camelCase ("unflushThreshold") into snake_case.
+func snakeCase(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// closest returns the known key within edit distance 2 of k, preferring the
+// nearest and then the alphabetically first; "" if none.
+func closest(k string, known map[string]int) string {
+	best, bestD := "", 3
+	for cand := range known {
+		if dd := editDistance(k, cand); dd < bestD || (dd == bestD && cand < best) {
+			best, bestD = cand, dd
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, giving up early
+// (returning 3) for long or very different strings.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 || len(a)-len(b) > 2 || len(b)-len(a) > 2 {
+		return 3
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// tomlType names the TOML type of a decoded value.
+func tomlType(v any) string {
+	switch v.(type) {
+	case int64:
+		return "integer"
+	case float64:
+		return "float"
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	case []any, []map[string]any:
+		return "array"
+	case map[string]any:
+		return "table"
+	default:
+		return "datetime"
+	}
+}
+
+// describe names the type of v, with the value when it is a short scalar.
+func describe(v any) string {
+	switch tv := v.(type) {
+	case string:
+		if len(tv) <= 40 {
+			return fmt.Sprintf("string %q", tv)
+		}
+	case int64, float64, bool:
+		return fmt.Sprintf("%s %v", tomlType(v), tv)
+	}
+	return tomlType(v)
+}
+
+func syntaxProblem(err error) Problem {
+	if pe, ok := err.(toml.ParseError); ok {
+		return Problem{
+			Line: pe.Position.Line,
+			Msg:  fmt.Sprintf("syntax error at column %d: %s", pe.Position.Col, pe.Message),
+		}
+	}
+	return Problem{Msg: "syntax error: " + err.Error()}
+}

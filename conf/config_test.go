@@ -1,0 +1,397 @@
+package conf
+
+import (
+	"errors"
+	"io/fs"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const oneTopic = "[[topic]]\nname = \"t\"\n"
+
+// parseErr parses src, requires an *Error and returns it.
+func parseErr(t *testing.T, src string) *Error {
+	t.Helper()
+	c, err := Parse([]byte(src), "server.toml")
+	require.Nil(t, c)
+	var ce *Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "server.toml", ce.File)
+	require.NotEmpty(t, ce.Problems)
+	return ce
+}
+
+func TestSampleFileIsValid(t *testing.T) {
+	c, err := Load("server.toml")
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, "server.toml", c.Path())
+	require.Equal(t, []string{"meta-test", "meta-fast"}, c.TopicNames())
+	require.Equal(t, "127.0.0.1:8123", c.Addr())
+	require.Equal(t, 4, c.NumPartitions)
+	require.Equal(t, 0, c.UnflushThreshold)
+	require.Contains(t, string(c.Raw()), `name = "meta-fast"`)
+
+	// Every key of Config and Topic is documented in the sample.
+	for k := range topFields {
+		require.Contains(t, string(c.Raw()), "\n"+k+" = ", "sample does not set %s", k)
+	}
+	for k := range topicFields {
+		require.Contains(t, string(c.Raw()), k, "sample does not mention %s", k)
+	}
+
+	fast, ok := c.TopicConfig("meta-fast")
+	require.True(t, ok)
+	require.Equal(t, TopicConfig{
+		Name: "meta-fast", NumPartitions: 8, UnflushThreshold: 1000, UnflushInterval: time.Second,
+		DataDir: "data", DeletePolicy: "delete,24", RetainFor: 24 * time.Hour,
+		AcceptPublish: true, AcceptSubscribe: true, Stat: true,
+	}, fast)
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]byte(oneTopic), "x.toml")
+	require.NoError(t, err)
+	want := Default()
+	want.Topics = []Topic{{Name: "t"}}
+	require.Equal(t, want.BrokerID, c.BrokerID)
+	require.Equal(t, "127.0.0.1", c.Host)
+	require.Equal(t, 8123, c.Port)
+	require.Equal(t, "data", c.DataDir)
+	require.Equal(t, 1, c.NumPartitions)
+	require.Equal(t, 0, c.UnflushThreshold)
+	require.Equal(t, 10000, c.UnflushInterval)
+	require.Equal(t, int64(1073741824), c.MaxSegmentSize)
+	require.Equal(t, 2097152, c.MaxTransferSize)
+	require.Equal(t, 1048576, c.MaxMessageSize)
+	require.Equal(t, 1024, c.MaxLineLength)
+	require.Equal(t, "delete,168", c.DeletePolicy)
+	require.Equal(t, 300, c.DeleteCheckInterval)
+	require.False(t, c.AutoCreateTopics)
+	require.True(t, c.AcceptPublish)
+	require.True(t, c.AcceptSubscribe)
+	require.True(t, c.Stat)
+	require.Equal(t, "info", c.LogLevel)
+	require.Equal(t, want.Topics, c.Topics)
+	require.Equal(t, "x.toml", c.Path())
+	require.Equal(t, oneTopic, string(c.Raw()))
+
+	tc, ok := c.TopicConfig("t")
+	require.True(t, ok)
+	require.Equal(t, TopicConfig{
+		Name: "t", NumPartitions: 1, UnflushInterval: 10 * time.Second, DataDir: "data",
+		DeletePolicy: "delete,168", RetainFor: 168 * time.Hour,
+		AcceptPublish: true, AcceptSubscribe: true, Stat: true,
+	}, tc)
+
+	_, ok = c.TopicConfig("other")
+	require.False(t, ok, "unknown topic without auto_create_topics")
+
+	// Default() alone has no topics.
+	require.ErrorContains(t, Default().Validate(), "at least one [[topic]]")
+	d := Default()
+	d.AutoCreateTopics = true
+	require.NoError(t, d.Validate())
+}
+
+func TestOverridesAndInheritance(t *testing.T) {
+	src := `
+broker_id = 7
+host = "0.0.0.0"
+port = 9000
+data_dir = "/var/lib/metaq"
+num_partitions = 3
+unflush_threshold = 100
+unflush_interval = 500
+delete_policy = "delete,30m"
+accept_publish = false
+stat = false
+auto_create_topics = true
+log_level = "debug"
+
+[[topic]]
+name = "inherit"
+
+[[topic]]
+name = "over.ride_1"
+num_partitions = 16
+unflush_threshold = 0
+unflush_interval = 0
+data_dir = "/ssd"
+delete_policy = "delete,2"
+accept_publish = true
+accept_subscribe = false
+stat = true
+`
+	c, err := Parse([]byte(src), "s.toml")
+	require.NoError(t, err)
+	require.Equal(t, []string{"inherit", "over.ride_1"}, c.TopicNames())
+	require.Equal(t, "0.0.0.0:9000", c.Addr())
+
+	inh, ok := c.TopicConfig("inherit")
+	require.True(t, ok)
+	require.Equal(t, TopicConfig{
+		Name: "inherit", NumPartitions: 3, UnflushThreshold: 100, UnflushInterval: 500 * time.Millisecond,
+		DataDir: "/var/lib/metaq", DeletePolicy: "delete,30m", RetainFor: 30 * time.Minute,
+		AcceptPublish: false, AcceptSubscribe: true, Stat: false,
+	}, inh)
+
+	ov, ok := c.TopicConfig("over.ride_1")
+	require.True(t, ok)
+	require.Equal(t, TopicConfig{
+		Name: "over.ride_1", NumPartitions: 16, UnflushThreshold: 0, UnflushInterval: 0,
+		DataDir: "/ssd", DeletePolicy: "delete,2", RetainFor: 2 * time.Hour,
+		AcceptPublish: true, AcceptSubscribe: false, Stat: true,
+	}, ov)
+
+	// Auto-created topics get the top-level settings, but only valid names.
+	auto, ok := c.TopicConfig("new-topic")
+	require.True(t, ok)
+	inh.Name = "new-topic"
+	require.Equal(t, inh, auto)
+	for _, bad := range []string{"", "../etc", "a/b", "*", "a b", strings.Repeat("x", MaxTopicNameLen+1)} {
+		_, ok := c.TopicConfig(bad)
+		require.False(t, ok, "%q", bad)
+	}
+}
+
+func TestAutoCreateWithoutTopics(t *testing.T) {
+	c, err := Parse([]byte("auto_create_topics = true\n"), "s.toml")
+	require.NoError(t, err)
+	require.Empty(t, c.TopicNames())
+	tc, ok := c.TopicConfig("x")
+	require.True(t, ok)
+	require.Equal(t, 1, tc.NumPartitions)
+}
+
+func TestValidationErrors(t *testing.T) {
+	cases := []struct {
+		name, src string
+		key, msg  string
+		line      int
+	}{
+		{"broker id high", "broker_id = 1024\n" + oneTopic, "broker_id", "must be between 0 and 1023, got 1024", 1},
+		{"broker id negative", "broker_id = -1\n" + oneTopic, "broker_id", "must be between 0 and 1023, got -1", 1},
+		{"host empty", "host = \"\"\n" + oneTopic, "host", "must not be empty", 1},
+		{"host with port", "host = \"localhost:8123\"\n" + oneTopic, "host", "must not include a port", 1},
+		{"host space", "host = \"a b\"\n" + oneTopic, "host", "must be a host name or IP address", 1},
+		{"port zero", "port = 0\n" + oneTopic, "port", "must be between 1 and 65535, got 0", 1},
+		{"port high", "\nport = 65536\n" + oneTopic, "port", "must be between 1 and 65535, got 65536", 2},
+		{"port type", "port = \"8123\"\n" + oneTopic, "port", `must be an integer, got string "8123"`, 1},
+		{"port float", "port = 8123.5\n" + oneTopic, "port", "must be an integer, got float 8123.5", 1},
+		{"data dir empty", "data_dir = \" \"\n" + oneTopic, "data_dir", "must not be empty", 1},
+		{"partitions zero", "num_partitions = 0\n" + oneTopic, "num_partitions", "must be between 1 and 1024, got 0", 1},
+		{"partitions high", "num_partitions = 1025\n" + oneTopic, "num_partitions", "must be between 1 and 1024, got 1025", 1},
+		{"threshold negative", "unflush_threshold = -1\n" + oneTopic, "unflush_threshold", "must be >= 0, got -1", 1},
+		{"interval negative", "unflush_interval = -5\n" + oneTopic, "unflush_interval", "must be between 0 and 86400000, got -5", 1},
+		{"segment small", "max_segment_size = 4095\n" + oneTopic, "max_segment_size", "must be >= 4096, got 4095", 1},
+		{"transfer huge", "max_transfer_size = 2000000000\n" + oneTopic, "max_transfer_size", "must be between 21 and 1073741824", 1},
+		{"message zero", "max_message_size = 0\n" + oneTopic, "max_message_size", "must be >= 1, got 0", 1},
+		{"message too big", "max_transfer_size = 1000\nmax_message_size = 981\n" + oneTopic, "max_message_size",
+			"plus the 20-byte record header must be <= max_transfer_size (1000), got 981", 2},
+		{"line short", "max_line_length = 63\n" + oneTopic, "max_line_length", "must be between 64 and 65536, got 63", 1},
+		{"line long", "max_line_length = 65537\n" + oneTopic, "max_line_length", "must be between 64 and 65536, got 65537", 1},
+		{"policy unit", "delete_policy = \"delete,3d\"\n" + oneTopic, "delete_policy", `invalid delete policy "delete,3d"`, 1},
+		{"policy archive", "delete_policy = \"archive,168,true\"\n" + oneTopic, "delete_policy", "not supported", 1},
+		{"check interval", "delete_check_interval = 0\n" + oneTopic, "delete_check_interval", "must be between 1 and 86400, got 0", 1},
+		{"log level", "log_level = \"INFO\"\n" + oneTopic, "log_level", `must be one of debug, info, warn, error, got "INFO"`, 1},
+		{"bool type", "stat = \"yes\"\n" + oneTopic, "stat", `must be a boolean (true or false), got string "yes"`, 1},
+		{"string type", "log_level = 1\n" + oneTopic, "log_level", "must be a string, got integer 1", 1},
+		{"no topics", "port = 1\n", "topic", "at least one [[topic]] is required unless auto_create_topics = true", 0},
+		{"topic not array", "topic = \"x\"\n", "topic", "must be an array of tables ([[topic]]), got string", 1},
+		{"topic table", "[topic]\nname = \"x\"\n", "topic", "must be an array of tables ([[topic]]), got table", 1},
+		{"topic name missing", "[[topic]]\nnum_partitions = 2\n", "topic[0].name", "is required", 0},
+		{"topic name bad", "[[topic]]\nname = \"a/b\"\n", "topic[0].name", `must be 1..200 characters from [A-Za-z0-9_.-], got "a/b"`, 2},
+		{"topic wildcard", "[[topic]]\nname = \"*\"\n", "topic[0].name", "auto_create_topics", 2},
+		{"topic name type", "[[topic]]\nname = 5\n", "topic[0].name", "must be a string, got integer 5", 2},
+		{"topic duplicate", oneTopic + "\n[[topic]]\n# again\nname = \"t\"\n", "topic[1].name",
+			`duplicate topic "t" (first declared as topic[0])`, 6},
+		{"topic partitions", oneTopic + "num_partitions = 0\n", "topic[0].num_partitions", "must be between 1 and 1024, got 0", 3},
+		{"topic threshold", oneTopic + "unflush_threshold = -2\n", "topic[0].unflush_threshold", "must be >= 0, got -2", 3},
+		{"topic interval", oneTopic + "unflush_interval = 86400001\n", "topic[0].unflush_interval", "must be between 0 and 86400000", 3},
+		{"topic data dir", oneTopic + "data_dir = \"\"\n", "topic[0].data_dir", "must not be empty", 3},
+		{"topic policy", oneTopic + "delete_policy = \"keep\"\n", "topic[0].delete_policy", `invalid delete policy "keep"`, 3},
+		{"topic bool", oneTopic + "accept_publish = 0\n", "topic[0].accept_publish", "must be a boolean", 3},
+		{"topic int overflow", oneTopic + "num_partitions = 9223372036854775807\n", "topic[0].num_partitions", "must be between 1 and 1024", 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := parseErr(t, tc.src)
+			require.Len(t, e.Problems, 1, e.Error())
+			p := e.Problems[0]
+			require.Equal(t, tc.key, p.Key)
+			require.Contains(t, p.Msg, tc.msg)
+			require.Equal(t, tc.line, p.Line, e.Error())
+			require.Contains(t, e.Error(), tc.key)
+			require.NotContains(t, e.Error(), "\n")
+		})
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	e := parseErr(t, "[[topic]]\nname = \"a\"\n\n[[topic]]\nname = \"b\"\nnum_partitions = 0\n")
+	require.Equal(t, "server.toml:6: topic[1].num_partitions: must be between 1 and 1024, got 0", e.Error())
+
+	e = &Error{File: "f.toml", Problems: []Problem{{Key: "topic[1].num_partitions", Msg: "must be >= 1, got 0"}}}
+	require.Equal(t, "f.toml: topic[1].num_partitions: must be >= 1, got 0", e.Error())
+	require.Equal(t, "f.toml: invalid configuration", (&Error{File: "f.toml"}).Error())
+}
+
+func TestManyProblemsAtOnce(t *testing.T) {
+	src := `port = 0
+unflush_treshold = 5
+num_partitions = "four"
+log_level = "loud"
+
+[[topic]]
+name = "a"
+num_partitions = 0
+
+[[topic]]
+name = "a"
+delete_policy = "archive,1"
+`
+	e := parseErr(t, src)
+	require.Equal(t, strings.Join([]string{
+		"server.toml:1: port: must be between 1 and 65535, got 0",
+		`server.toml:2: unknown key "unflush_treshold" (did you mean "unflush_threshold"?)`,
+		`server.toml:3: num_partitions: must be an integer, got string "four"`,
+		`server.toml:4: log_level: must be one of debug, info, warn, error, got "loud"`,
+		"server.toml:8: topic[0].num_partitions: must be between 1 and 1024, got 0",
+		`server.toml:11: topic[1].name: duplicate topic "a" (first declared as topic[0])`,
+		`server.toml:12: topic[1].delete_policy: archive policy "archive,1" is not supported; use "delete,N" with N in hours, or "delete,Ns", "delete,Nm", "delete,Nh"`,
+	}, "\n"), e.Error())
+}
+
+func TestUnknownKeys(t *testing.T) {
+	cases := []struct{ src, want string }{
+		{"unflush_treshold = 1\n" + oneTopic, `server.toml:1: unknown key "unflush_treshold" (did you mean "unflush_threshold"?)`},
+		{"prot = 1\n" + oneTopic, `server.toml:1: unknown key "prot" (did you mean "port"?)`},
+		{"unflushThreshold = 1\n" + oneTopic, `server.toml:1: unknown key "unflushThreshold" (did you mean "unflush_threshold"?)`},
+		{"serverPort = 1\n" + oneTopic, `server.toml:1: unknown key "serverPort" (MetaQ's serverPort is "port" here)`},
+		{"dataPath = \"x\"\n" + oneTopic, `server.toml:1: unknown key "dataPath" (MetaQ's dataPath is "data_dir" here)`},
+		{"completely_unrelated = 1\n" + oneTopic, `server.toml:1: unknown key "completely_unrelated"`},
+		{oneTopic + "[system]\nbrokerId = 1\n", `server.toml:3: unknown key "system" (there is no [system] table; set broker keys at the top level)`},
+		{oneTopic + "num_partiton = 2\n", `server.toml:3: unknown key "topic[0].num_partiton" (did you mean "num_partitions"?)`},
+		{oneTopic + "port = 2\n", `server.toml:3: unknown key "topic[0].port" (cannot be set per topic)`},
+		{oneTopic + "[topic.extra]\nx = 1\n", `server.toml:3: unknown key "topic[0].extra"`},
+		{"\"quoted key\" = 1\n" + oneTopic, `server.toml:1: unknown key "quoted key"`},
+	}
+	for _, tc := range cases {
+		require.Equal(t, tc.want, parseErr(t, tc.src).Error(), tc.src)
+	}
+}
+
+func TestSyntaxError(t *testing.T) {
+	e := parseErr(t, "port = 8123\nhost = \"x\"\nbroker_id = = 2\n")
+	require.Len(t, e.Problems, 1)
+	require.Equal(t, 3, e.Problems[0].Line)
+	require.Equal(t, "", e.Problems[0].Key)
+	require.Regexp(t, `^server.toml:3: syntax error at column \d+: `, e.Error())
+
+	e = parseErr(t, "port = 1\nport = 2\n")
+	require.Equal(t, 2, e.Problems[0].Line)
+	require.Contains(t, e.Error(), "syntax error")
+}
+
+func TestLinesSkipMultilineValues(t *testing.T) {
+	src := "data_dir = \"\"\"\nx\n\"\"\"\nlog_level = '''\n[[topic]]\n'''\n" +
+		"# [[topic]]\n[[topic]]\nname = \"a\" # c\n[[topic]]\n\"name\" = \"b\"\nnum_partitions = [\n1,\n]\n"
+	lines := keyLines([]byte(src))
+	require.Equal(t, map[string]int{
+		"data_dir": 1, "log_level": 4, "topic[0]": 8, "topic[0].name": 9,
+		"topic[1]": 10, "topic[1].name": 11, "topic[1].num_partitions": 12,
+	}, lines)
+	e := parseErr(t, src)
+	require.Contains(t, e.Error(), "server.toml:12: topic[1].num_partitions: must be an integer, got array")
+	require.Contains(t, e.Error(), "server.toml:4: log_level: must be one of")
+}
+
+func TestValidateAfterOverride(t *testing.T) {
+	c, err := Parse([]byte("port = 8123\n"+oneTopic), "s.toml")
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+
+	// A bad flag value is reported without blaming a line of the file.
+	c.Port = 0
+	c.BrokerID = 2000
+	c.DataDir = ""
+	err = c.Validate()
+	var ce *Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "s.toml: broker_id: must be between 0 and 1023, got 2000\n"+
+		"s.toml: port: must be between 1 and 65535, got 0\n"+
+		"s.toml: data_dir: must not be empty", err.Error())
+
+	c.Port, c.BrokerID, c.DataDir = 1, 3, "/tmp/x"
+	require.NoError(t, c.Validate())
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load("testdata/does-not-exist.toml")
+	require.True(t, errors.Is(err, fs.ErrNotExist))
+}
+
+func TestParseDeletePolicy(t *testing.T) {
+	cases := []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{"delete,168", 168 * time.Hour, ""},
+		{"delete,1", time.Hour, ""},
+		{"delete,30s", 30 * time.Second, ""},
+		{"delete,10m", 10 * time.Minute, ""},
+		{"delete,2h", 2 * time.Hour, ""},
+		{" delete , 5h ", 5 * time.Hour, ""},
+		{"delete,0", 0, "must be >= 1"},
+		{"delete,0s", 0, "must be >= 1"},
+		{"delete,-1", 0, "invalid delete policy"},
+		{"delete,+1", 0, "invalid delete policy"},
+		{"delete,1.5h", 0, "invalid delete policy"},
+		{"delete,5d", 0, "invalid delete policy"},
+		{"delete,5hm", 0, "invalid delete policy"},
+		{"delete,5H", 0, "invalid delete policy"},
+		{"delete,h", 0, "invalid delete policy"},
+		{"delete,", 0, "invalid delete policy"},
+		{"delete", 0, "invalid delete policy"},
+		{"delete,1,2", 0, "invalid delete policy"},
+		{"delete,5 h", 0, "invalid delete policy"},
+		{"", 0, "invalid delete policy"},
+		{"remove,5", 0, "invalid delete policy"},
+		{"archive,168", 0, "not supported"},
+		{"archive,168,true", 0, "not supported"},
+		{"delete,2562047h", 2562047 * time.Hour, ""},
+		{"delete,2562048h", 0, "out of range"},
+		{"delete,99999999999999999999", 0, "out of range"},
+	}
+	for _, tc := range cases {
+		got, err := ParseDeletePolicy(tc.in)
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err, "%q", tc.in)
+			continue
+		}
+		require.NoError(t, err, "%q", tc.in)
+		require.Equal(t, tc.want, got, "%q", tc.in)
+	}
+}
+
+func TestValidTopicName(t *testing.T) {
+	for _, s := range []string{"a", "meta-test", "A.b_c-9", strings.Repeat("x", MaxTopicNameLen)} {
+		require.True(t, ValidTopicName(s), s)
+	}
+	for _, s := range []string{"", "*", "a b", "a/b", `a\b`, "é", "a:b", strings.Repeat("x", MaxTopicNameLen+1)} {
+		require.False(t, ValidTopicName(s), s)
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	require.Equal(t, 0, editDistance("port", "port"))
+	require.Equal(t, 1, editDistance("prt", "port"))
+	require.Equal(t, 2, editDistance("prot", "port"))
+	require.Equal(t, 3, editDistance("p", "port"))
+	require.Equal(t, "", closest("xyzzy", topFields))
+}
