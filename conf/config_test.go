@@ -178,8 +178,8 @@ func TestValidationErrors(t *testing.T) {
 		{"host empty", "host = \"\"\n" + oneTopic, "host", "must not be empty", 1},
 		{"host with port", "host = \"localhost:8123\"\n" + oneTopic, "host", "must not include a port", 1},
 		{"host space", "host = \"a b\"\n" + oneTopic, "host", "must be a host name or IP address", 1},
-		{"port zero", "port = 0\n" + oneTopic, "port", "must be between 1 and 65535, got 0", 1},
-		{"port high", "\nport = 65536\n" + oneTopic, "port", "must be between 1 and 65535, got 65536", 2},
+		{"port negative", "port = -1\n" + oneTopic, "port", "must be between 0 and 65535, got -1", 1},
+		{"port high", "\nport = 65536\n" + oneTopic, "port", "must be between 0 and 65535, got 65536", 2},
 		{"port type", "port = \"8123\"\n" + oneTopic, "port", `must be an integer, got string "8123"`, 1},
 		{"port float", "port = 8123.5\n" + oneTopic, "port", "must be an integer, got float 8123.5", 1},
 		{"data dir empty", "data_dir = \" \"\n" + oneTopic, "data_dir", "must not be empty", 1},
@@ -241,7 +241,7 @@ func TestErrorFormat(t *testing.T) {
 }
 
 func TestManyProblemsAtOnce(t *testing.T) {
-	src := `port = 0
+	src := `port = -1
 unflush_treshold = 5
 num_partitions = "four"
 log_level = "loud"
@@ -256,7 +256,7 @@ delete_policy = "archive,1"
 `
 	e := parseErr(t, src)
 	require.Equal(t, strings.Join([]string{
-		"server.toml:1: port: must be between 1 and 65535, got 0",
+		"server.toml:1: port: must be between 0 and 65535, got -1",
 		`server.toml:2: unknown key "unflush_treshold" (did you mean "unflush_threshold"?)`,
 		`server.toml:3: num_partitions: must be an integer, got string "four"`,
 		`server.toml:4: log_level: must be one of debug, info, warn, error, got "loud"`,
@@ -316,14 +316,14 @@ func TestValidateAfterOverride(t *testing.T) {
 	require.NoError(t, c.Validate())
 
 	// A bad flag value is reported without blaming a line of the file.
-	c.Port = 0
+	c.Port = 70000
 	c.BrokerID = 2000
 	c.DataDir = ""
 	err = c.Validate()
 	var ce *Error
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, "s.toml: broker_id: must be between 0 and 1023, got 2000\n"+
-		"s.toml: port: must be between 1 and 65535, got 0\n"+
+		"s.toml: port: must be between 0 and 65535, got 70000\n"+
 		"s.toml: data_dir: must not be empty", err.Error())
 
 	c.Port, c.BrokerID, c.DataDir = 1, 3, "/tmp/x"

@@ -170,7 +170,7 @@ func (c *Config) check() []Problem {
 	k := &checker{c: c}
 	k.intRange("broker_id", int64(c.BrokerID), 0, MaxBrokerID)
 	k.host(c.Host)
-	k.intRange("port", int64(c.Port), 1, 65535)
+	k.intRange("port", int64(c.Port), 0, 65535)
 	k.dataDir("data_dir", c.DataDir)
 	k.intRange("num_partitions", int64(c.NumPartitions), 1, MaxPartitions)
 	k.min("unflush_threshold", int64(c.UnflushThreshold), 0)

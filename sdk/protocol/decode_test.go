@@ -274,4 +274,3 @@ func BenchmarkEncodePut(b *testing.B) {
 		buf = AppendPut(buf[:0], "meta-test", 0, 0, -1, 1, data)
 	}
 }
-

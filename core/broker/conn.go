@@ -1,0 +1,332 @@
+package broker
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+const (
+	// maxPendingOut is how many reply bytes may wait for a slow client before
+	// the connection stops reading requests.
+	maxPendingOut = 8 << 20
+	// maxConsecutiveErrors closes a connection that sends nothing but errors.
+	maxConsecutiveErrors = 32
+)
+
+// conn is one client connection. The read loop decodes and dispatches
+// requests in order; replies are queued in out (under omu) and written by the
+// flusher goroutine, or, for get, written directly under wmu so that a
+// sendfile reply is not interleaved with queued ones.
+type conn struct {
+	b  *Broker
+	nc net.Conn
+
+	wmu sync.Mutex // serializes socket writes
+	rf  *os.File   // cached read handle for sendfile (under wmu)
+	rfP string
+
+	omu     sync.Mutex
+	out     []byte
+	spare   []byte
+	kick    chan struct{}
+	drained *sync.Cond
+	dead    bool
+	pending int // appends whose completion has not arrived (under omu)
+
+	closeOnce sync.Once
+	closed    chan struct{}
+
+	entries []store.Entry
+	scratch []byte
+}
+
+func newConn(b *Broker, nc net.Conn) *conn {
+	c := &conn{b: b, nc: nc, kick: make(chan struct{}, 1), closed: make(chan struct{})}
+	c.drained = sync.NewCond(&c.omu)
+	return c
+}
+
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.nc.Close()
+		c.omu.Lock()
+		c.dead = true
+		c.drained.Broadcast()
+		c.omu.Unlock()
+	})
+}
+
+func (c *conn) serve() {
+	defer c.close()
+	var fw sync.WaitGroup
+	fw.Add(1)
+	go func() { defer fw.Done(); c.flusher() }()
+	defer fw.Wait()
+
+	cfg := c.b.cfg
+	maxBody := max(cfg.MaxMessageSize, cfg.MaxTransferSize)
+	dec := protocol.NewDecoder(c.nc, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody})
+	var req protocol.Request
+	errRun := 0
+	for {
+		if !c.waitOutRoom() {
+			return
+		}
+		err := dec.Decode(&req)
+		if err != nil {
+			var pe *protocol.Error
+			if errors.As(err, &pe) {
+				c.b.stats.protocolErrors.Add(1)
+				if pe.Op == protocol.OpPut || pe.Op == protocol.OpMPut {
+					c.b.stats.putFailed.Add(1)
+				}
+				c.reply(pe.Code, pe.Msg, pe.Opaque)
+				errRun++
+				if pe.Fatal || errRun >= maxConsecutiveErrors {
+					c.flushAndClose()
+					return
+				}
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				// The client half-closed: answer what it sent, then close.
+				c.waitPending()
+				c.flushAndClose()
+				return
+			}
+			if !errors.Is(err, net.ErrClosed) {
+				c.b.logf("conn %s: read: %v", c.nc.RemoteAddr(), err)
+			}
+			return
+		}
+		errRun = 0
+		if req.Op == protocol.OpQuit {
+			c.waitPending()
+			c.flushAndClose()
+			return
+		}
+		c.dispatch(&req)
+		if dec.Buffered() == 0 {
+			// Nothing more to read right now: write the replies from this
+			// goroutine rather than waking the flusher (saves a handoff on
+			// the synchronous request/reply path).
+			if c.wmu.TryLock() {
+				err := c.writeQueuedLocked()
+				c.wmu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
+// flushAndClose writes what is queued (best effort, bounded) and closes.
+func (c *conn) flushAndClose() {
+	c.wmu.Lock()
+	c.writeQueuedLocked()
+	c.wmu.Unlock()
+	c.close()
+}
+
+// waitPending waits (bounded) until every append this connection made has
+// its completion queued, so that a client that half-closes or quits still
+// gets its put replies.
+func (c *conn) waitPending() {
+	deadline := time.Now().Add(c.b.opts.WriteTimeout)
+	c.omu.Lock()
+	defer c.omu.Unlock()
+	for c.pending > 0 && !c.dead && time.Now().Before(deadline) {
+		c.omu.Unlock()
+		time.Sleep(time.Millisecond)
+		c.omu.Lock()
+	}
+}
+
+// addPending counts an append whose completion will come later.
+func (c *conn) addPending(n int) {
+	c.omu.Lock()
+	c.pending += n
+	c.omu.Unlock()
+}
+
+// waitOutRoom blocks while too many reply bytes wait for the client.
+func (c *conn) waitOutRoom() bool {
+	c.omu.Lock()
+	defer c.omu.Unlock()
+	for len(c.out) > maxPendingOut && !c.dead {
+		c.drained.Wait()
+	}
+	return !c.dead
+}
+
+// lockOut locks the reply queue and returns it for appending; unlockOut
+// stores it back and wakes the flusher. Neither blocks on the network, so
+// store completions may queue replies. ok is false on a closed connection.
+func (c *conn) lockOut() (buf []byte, ok bool) {
+	c.omu.Lock()
+	if c.dead {
+		c.omu.Unlock()
+		return nil, false
+	}
+	return c.out, true
+}
+
+func (c *conn) unlockOut(buf []byte) {
+	c.out = buf
+	c.omu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *conn) reply(code int, body string, opaque int32) {
+	if b, ok := c.lockOut(); ok {
+		c.unlockOut(protocol.AppendResult(b, code, body, opaque))
+	}
+}
+
+func (c *conn) replyBytes(code int, body []byte, opaque int32) {
+	if b, ok := c.lockOut(); ok {
+		b = protocol.AppendResultHeader(b, code, len(body), opaque)
+		c.unlockOut(append(b, body...))
+	}
+}
+
+func (c *conn) flusher() {
+	for {
+		select {
+		case <-c.closed:
+			return
+		case <-c.kick:
+		}
+		c.wmu.Lock()
+		err := c.writeQueuedLocked()
+		c.wmu.Unlock()
+		if err != nil {
+			c.close()
+			return
+		}
+	}
+}
+
+// writeQueuedLocked writes everything queued; the caller holds wmu.
+func (c *conn) writeQueuedLocked() error {
+	for {
+		c.omu.Lock()
+		buf := c.out
+		c.out = c.spare[:0]
+		c.spare = nil
+		c.drained.Broadcast()
+		c.omu.Unlock()
+		if len(buf) == 0 {
+			c.omu.Lock()
+			if c.spare == nil {
+				c.spare = buf
+			}
+			c.omu.Unlock()
+			return nil
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.WriteTimeout))
+		_, err := c.nc.Write(buf)
+		c.omu.Lock()
+		if c.spare == nil && cap(buf) <= 4*maxPendingOut {
+			c.spare = buf[:0]
+		}
+		c.omu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// sendValue writes a value reply from the store view: header then file
+// bytes with sendfile (io.Copy from *os.File to *net.TCPConn).
+func (c *conn) sendValue(v store.View, opaque int32) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if b, ok := c.lockOut(); ok {
+		c.unlockOut(protocol.AppendValueHeader(b, v.Len, opaque))
+	}
+	if err := c.writeQueuedLocked(); err != nil {
+		return err
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.WriteTimeout))
+	if f := c.readFile(v.Path); f != nil {
+		if _, err := f.Seek(v.Pos, io.SeekStart); err == nil {
+			n, err := io.Copy(c.nc, &io.LimitedReader{R: f, N: int64(v.Len)})
+			if err != nil || n != int64(v.Len) {
+				return errShortSend(err)
+			}
+			return nil
+		}
+	}
+	// The file is gone (retention) or unreadable by path: copy from the
+	// view's own descriptor.
+	c.scratch = c.scratch[:0]
+	buf, err := v.ReadAll(c.scratch)
+	if err != nil || len(buf) != v.Len {
+		return errShortSend(err)
+	}
+	c.scratch = buf[:0]
+	_, err = c.nc.Write(buf)
+	return err
+}
+
+func errShortSend(err error) error {
+	if err == nil {
+		return io.ErrShortWrite
+	}
+	return err
+}
+
+// readFile returns this connection's handle on a segment file, opening it
+// when the path changes. Each connection has its own handle so that its
+// file position (which sendfile uses) is private. The caller holds wmu.
+func (c *conn) readFile(path string) *os.File {
+	if c.rf != nil && c.rfP == path {
+		return c.rf
+	}
+	if c.rf != nil {
+		c.rf.Close()
+		c.rf = nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	c.rf, c.rfP = f, path
+	return f
+}
+
+// AppendDone implements store.Waiter: it queues the put reply.
+// token = opaque | partition << 32 | count << 48 (count 0: single put).
+func (c *conn) AppendDone(token uint64, firstID, firstOffset int64, err error) {
+	opaque := int32(uint32(token))
+	partition := int32(uint16(token >> 32))
+	count := int(token >> 48)
+	c.addPending(-1)
+	if err != nil {
+		c.b.stats.putFailed.Add(1)
+		c.b.logf("append: %v", err)
+		c.reply(protocol.StatusInternalError, "append failed: "+err.Error(), opaque)
+		return
+	}
+	var body [64]byte
+	bb := protocol.AppendPutResultBody(body[:0], firstID, partition, firstOffset)
+	if count > 0 {
+		bb = append(bb, ' ')
+		bb = strconv.AppendInt(bb, int64(count), 10)
+	}
+	c.replyBytes(protocol.StatusOK, bb, opaque)
+}

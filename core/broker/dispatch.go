@@ -1,0 +1,224 @@
+package broker
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+func (c *conn) dispatch(r *protocol.Request) {
+	switch r.Op {
+	case protocol.OpPut:
+		c.handlePut(r)
+	case protocol.OpMPut:
+		c.handleMPut(r)
+	case protocol.OpGet:
+		c.handleGet(r)
+	case protocol.OpOffset:
+		c.handleOffset(r)
+	case protocol.OpVersion:
+		c.reply(protocol.StatusOK, Version, r.Opaque)
+	case protocol.OpStats:
+		c.handleStats(r)
+	case protocol.OpTransaction:
+		c.reply(protocol.StatusInternalError, "transactions are not supported by this broker yet", r.Opaque)
+	case protocol.OpSync:
+		c.reply(protocol.StatusInternalError, "sync refused: this broker is not a slave", r.Opaque)
+	default:
+		c.reply(protocol.StatusBadRequest, "unexpected "+r.Op.String()+" frame", r.Opaque)
+	}
+}
+
+// putTarget resolves a put's topic and partition, replying with the error
+// when it cannot. p is the partition actually used (a -1 is resolved).
+func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, ok bool) {
+	t, err := c.b.lookup(r.Topic, true)
+	if err != nil {
+		c.putFail(r.Opaque, "The server do not accept topic "+string(r.Topic))
+		return nil, nil, 0, false
+	}
+	p = r.Partition
+	if p == -1 {
+		p = int32(rand.IntN(len(t.parts)))
+	}
+	l = t.partition(p)
+	if l == nil {
+		c.putFail(r.Opaque, "partition "+strconv.Itoa(int(r.Partition))+" out of range for topic "+t.name+
+			" (0.."+strconv.Itoa(len(t.parts)-1)+")")
+		return nil, nil, 0, false
+	}
+	return t, l, p, true
+}
+
+func (c *conn) putFail(opaque int32, msg string) {
+	c.b.stats.putFailed.Add(1)
+	c.reply(protocol.StatusInternalError, msg, opaque)
+}
+
+func (c *conn) handlePut(r *protocol.Request) {
+	b := c.b
+	b.stats.cmdPut.Add(1)
+	if len(r.TxKey) > 0 {
+		c.putFail(r.Opaque, "transactions are not supported by this broker yet")
+		return
+	}
+	if len(r.Body) > b.cfg.MaxMessageSize {
+		b.stats.putFailed.Add(1)
+		c.reply(protocol.StatusBadRequest, "message of "+strconv.Itoa(len(r.Body))+
+			" bytes exceeds max_message_size "+strconv.Itoa(b.cfg.MaxMessageSize), r.Opaque)
+		return
+	}
+	t, l, p, ok := c.putTarget(r)
+	if !ok {
+		return
+	}
+	crc := message.Checksum(r.Body)
+	if r.HasChecksum() && int64(crc) != r.Checksum {
+		c.putFail(r.Opaque, "checksum mismatch: body has "+strconv.FormatUint(uint64(crc), 10)+
+			", request says "+strconv.FormatInt(r.Checksum, 10))
+		return
+	}
+	if _, _, _, err := message.SplitData(r.Flag, r.Body); err != nil {
+		b.stats.putFailed.Add(1)
+		c.reply(protocol.StatusBadRequest, "flag says attribute but body has none: "+err.Error(), r.Opaque)
+		return
+	}
+	c.entries = append(c.entries[:0], store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})
+	token := uint64(uint32(r.Opaque)) | uint64(uint16(p))<<32
+	c.addPending(1)
+	if err := l.Append(c.entries, c, token); err != nil {
+		c.addPending(-1)
+		c.putFail(r.Opaque, "append failed: "+err.Error())
+		return
+	}
+	if t.cfg.Stat {
+		t.rt.put.add(1)
+		t.rt.size.add(int64(len(r.Body)))
+	}
+}
+
+func (c *conn) handleMPut(r *protocol.Request) {
+	b := c.b
+	b.stats.cmdPut.Add(1)
+	t, l, p, ok := c.putTarget(r)
+	if !ok {
+		return
+	}
+	c.entries = c.entries[:0]
+	body := r.Body
+	var size int64
+	for len(body) > 0 {
+		var e protocol.MPutEntry
+		e, body = protocol.NextMPutEntry(body)
+		if len(e.Data) > b.cfg.MaxMessageSize {
+			b.stats.putFailed.Add(1)
+			c.reply(protocol.StatusBadRequest, "mput: message "+strconv.Itoa(len(c.entries))+" of "+
+				strconv.Itoa(len(e.Data))+" bytes exceeds max_message_size "+strconv.Itoa(b.cfg.MaxMessageSize), r.Opaque)
+			return
+		}
+		crc := message.Checksum(e.Data)
+		if e.CRC != -1 && uint32(e.CRC) != crc {
+			c.putFail(r.Opaque, "mput: checksum mismatch in message "+strconv.Itoa(len(c.entries)))
+			return
+		}
+		if _, _, _, err := message.SplitData(e.Flag, e.Data); err != nil {
+			b.stats.putFailed.Add(1)
+			c.reply(protocol.StatusBadRequest, "mput: message "+strconv.Itoa(len(c.entries))+": "+err.Error(), r.Opaque)
+			return
+		}
+		c.entries = append(c.entries, store.Entry{Flag: e.Flag, CRC: crc, Data: e.Data})
+		size += int64(len(e.Data))
+	}
+	token := uint64(uint32(r.Opaque)) | uint64(uint16(p))<<32 | uint64(len(c.entries))<<48
+	c.addPending(1)
+	if err := l.Append(c.entries, c, token); err != nil {
+		c.addPending(-1)
+		c.putFail(r.Opaque, "append failed: "+err.Error())
+		return
+	}
+	if t.cfg.Stat {
+		t.rt.put.add(int64(len(c.entries)))
+		t.rt.size.add(size)
+	}
+}
+
+// readTarget resolves a get or offset's topic and partition.
+func (c *conn) readTarget(r *protocol.Request) (*topic, *store.Log, bool) {
+	t, err := c.b.lookup(r.Topic, false)
+	if err != nil {
+		c.reply(protocol.StatusInternalError, "unknown topic "+string(r.Topic), r.Opaque)
+		return nil, nil, false
+	}
+	l := t.partition(r.Partition)
+	if l == nil {
+		c.reply(protocol.StatusInternalError, "partition "+strconv.Itoa(int(r.Partition))+" out of range for topic "+
+			t.name+" (0.."+strconv.Itoa(len(t.parts)-1)+")", r.Opaque)
+		return nil, nil, false
+	}
+	return t, l, true
+}
+
+func (c *conn) handleGet(r *protocol.Request) {
+	b := c.b
+	b.stats.cmdGet.Add(1)
+	t, l, ok := c.readTarget(r)
+	if !ok {
+		return
+	}
+	if t.cfg.Stat {
+		t.rt.get.add(1)
+	}
+	if r.MaxSize <= 0 {
+		c.reply(protocol.StatusBadRequest, "maxSize must be positive", r.Opaque)
+		return
+	}
+	maxSize := min(int(r.MaxSize), b.cfg.MaxTransferSize)
+	v, err := l.Read(r.Offset, maxSize)
+	if err != nil {
+		var below *store.OffsetOutOfRangeError
+		switch {
+		case errors.As(err, &below):
+			c.replyInt(protocol.StatusMoved, below.Min, r.Opaque)
+		case errors.Is(err, store.ErrNoData):
+			if r.Offset == math.MaxInt64 {
+				c.replyInt(protocol.StatusMoved, l.MaxOffset(), r.Opaque)
+				return
+			}
+			b.stats.getMiss.Add(1)
+			if t.cfg.Stat {
+				t.rt.getMiss.add(1)
+			}
+			c.reply(protocol.StatusNotFound, "Could not find message at position "+strconv.FormatInt(r.Offset, 10), r.Opaque)
+		default:
+			c.reply(protocol.StatusInternalError, "read failed: "+err.Error(), r.Opaque)
+		}
+		return
+	}
+	err = c.sendValue(v, r.Opaque)
+	v.Release()
+	if err != nil {
+		c.close()
+	}
+}
+
+func (c *conn) handleOffset(r *protocol.Request) {
+	c.b.stats.cmdOffset.Add(1)
+	t, l, ok := c.readTarget(r)
+	if !ok {
+		return
+	}
+	if t.cfg.Stat {
+		t.rt.offset.add(1)
+	}
+	c.replyInt(protocol.StatusOK, l.NearestOffset(r.Offset), r.Opaque)
+}
+
+func (c *conn) replyInt(code int, v int64, opaque int32) {
+	var buf [24]byte
+	c.replyBytes(code, strconv.AppendInt(buf[:0], v, 10), opaque)
+}

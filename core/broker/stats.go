@@ -1,0 +1,208 @@
+package broker
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// counters are the broker-wide statistics of reference §12.
+type counters struct {
+	connections    atomic.Int64
+	cmdPut         atomic.Int64
+	cmdGet         atomic.Int64
+	cmdOffset      atomic.Int64
+	getMiss        atomic.Int64
+	putFailed      atomic.Int64
+	protocolErrors atomic.Int64
+	resetAt        atomic.Int64 // unix nanos of the last `stats reset`
+}
+
+// stat is one realtime statistic: how many events and the sum of their values.
+type stat struct{ count, value atomic.Int64 }
+
+func (s *stat) add(v int64) { s.count.Add(1); s.value.Add(v) }
+
+func (s *stat) reset() { s.count.Store(0); s.value.Store(0) }
+
+// format renders MetaQ's realtime line value.
+func (s *stat) format(since time.Duration) string {
+	c, v := s.count.Load(), s.value.Load()
+	if c == 0 {
+		return "null"
+	}
+	secs := max(int64(since/time.Second), 1)
+	return fmt.Sprintf("Count=%d,Value=%d,Value/Count=%d,Count/Duration=%d,Duration=%d", c, v, v/c, c/secs, secs)
+}
+
+type topicRealtime struct {
+	put, get, offset, getMiss, putFailed, size stat
+}
+
+func (r *topicRealtime) reset() {
+	for _, s := range []*stat{&r.put, &r.get, &r.offset, &r.getMiss, &r.putFailed, &r.size} {
+		s.reset()
+	}
+}
+
+const statsHelp = `STATS
+stats               broker summary (pid, broker_id, uptime, counters, ...)
+stats topics        one line per topic: partitions, message_count, message_bytes, accept flags
+stats offsets       one line per partition: min_offset and max_offset
+stats realtime      counters since the last reset, all topics with stat=true
+stats config        the server.toml this broker runs with
+stats reset         reset the realtime counters
+stats help          this text
+stats <topic>       one topic: result code (0 exists, 1 unknown, 2 configured but empty), partitions, counts
+END
+`
+
+func (c *conn) handleStats(r *protocol.Request) {
+	b := c.b
+	var sb strings.Builder
+	item := string(r.Item)
+	switch item {
+	case "":
+		b.writeSummary(&sb)
+	case "topics":
+		sb.WriteString("STATS\r\n")
+		for _, t := range b.topicList() {
+			var count, size int64
+			for _, l := range t.parts {
+				count += l.MessageCount()
+				size += l.SizeBytes()
+			}
+			fmt.Fprintf(&sb, "%s partitions %d message_count %d message_bytes %d accept_publish %t accept_subscribe %t\r\n",
+				t.name, len(t.parts), count, size, t.cfg.AcceptPublish, t.cfg.AcceptSubscribe)
+		}
+		sb.WriteString("END\r\n")
+	case "offsets":
+		sb.WriteString("STATS\r\n")
+		for _, t := range b.topicList() {
+			for p, l := range t.parts {
+				fmt.Fprintf(&sb, "%s part %d min_offset %d max_offset %d\r\n", t.name, p, l.MinOffset(), l.MaxOffset())
+			}
+		}
+		sb.WriteString("END\r\n")
+	case "realtime":
+		since := b.sinceReset()
+		var agg topicRealtime
+		for _, t := range b.topicList() {
+			for i, s := range t.rt.all() {
+				agg.all()[i].count.Add(s.count.Load())
+				agg.all()[i].value.Add(s.value.Load())
+			}
+		}
+		sb.WriteString("STATS\r\n")
+		for i, name := range realtimeNames {
+			fmt.Fprintf(&sb, "realtime_%s %s\r\n", name, agg.all()[i].format(since))
+		}
+		sb.WriteString("END\r\n")
+	case "config":
+		sb.Write(b.cfg.Raw())
+	case "reset":
+		for _, t := range b.topicList() {
+			t.rt.reset()
+		}
+		b.stats.resetAt.Store(time.Now().UnixNano())
+		sb.WriteString("reset ok")
+	case "help":
+		sb.WriteString(strings.ReplaceAll(statsHelp, "\n", "\r\n"))
+	default:
+		b.writeTopicStats(&sb, item)
+	}
+	c.reply(protocol.StatusOK, sb.String(), r.Opaque)
+}
+
+var realtimeNames = [...]string{"put", "get", "offset", "get_miss", "put_failed", "message_size"}
+
+func (r *topicRealtime) all() [6]*stat {
+	return [6]*stat{&r.put, &r.get, &r.offset, &r.getMiss, &r.putFailed, &r.size}
+}
+
+func (b *Broker) sinceReset() time.Duration {
+	at := b.stats.resetAt.Load()
+	if at == 0 {
+		return time.Since(b.start)
+	}
+	return time.Since(time.Unix(0, at))
+}
+
+func (b *Broker) writeSummary(sb *strings.Builder) {
+	var total int64
+	topics := b.topicList()
+	for _, t := range topics {
+		for _, l := range t.parts {
+			total += l.MessageCount()
+		}
+	}
+	kv := func(k string, v any) { fmt.Fprintf(sb, "%s %v\r\n", k, v) }
+	sb.WriteString("STATS\r\n")
+	kv("pid", os.Getpid())
+	kv("broker_id", b.cfg.BrokerID)
+	kv("port", b.cfg.Port)
+	kv("uptime", int64(time.Since(b.start)/time.Second))
+	kv("version", Version)
+	kv("slave", false)
+	kv("curr_connections", b.stats.connections.Load())
+	kv("threads", runtime.NumGoroutine())
+	kv("cmd_put", b.stats.cmdPut.Load())
+	kv("cmd_get", b.stats.cmdGet.Load())
+	kv("cmd_offset", b.stats.cmdOffset.Load())
+	kv("tx_begin", 0)
+	kv("tx_xa_begin", 0)
+	kv("tx_commit", 0)
+	kv("tx_rollback", 0)
+	kv("get_miss", b.stats.getMiss.Load())
+	kv("put_failed", b.stats.putFailed.Load())
+	kv("protocol_errors", b.stats.protocolErrors.Load())
+	kv("total_messages", total)
+	kv("topics", len(topics))
+	kv("config_checksum", b.configChecksum())
+	sb.WriteString("END\r\n")
+}
+
+// writeTopicStats answers `stats <topic>`.
+func (b *Broker) writeTopicStats(sb *strings.Builder, name string) {
+	sb.WriteString("STATS\r\n")
+	b.mu.RLock()
+	t := b.topics[name]
+	b.mu.RUnlock()
+	code := 0
+	var count, size int64
+	parts := 0
+	if t == nil {
+		code = 1
+		if tc, ok := b.cfg.TopicConfig(name); ok && !b.cfg.AutoCreateTopics {
+			code, parts = 2, tc.NumPartitions
+		}
+	} else {
+		parts = len(t.parts)
+		for _, l := range t.parts {
+			count += l.MessageCount()
+			size += l.SizeBytes()
+		}
+		if count == 0 {
+			code = 2
+		}
+	}
+	fmt.Fprintf(sb, "topic %s\r\n", name)
+	fmt.Fprintf(sb, "result_code %d\r\n", code)
+	fmt.Fprintf(sb, "partitions %d\r\n", parts)
+	fmt.Fprintf(sb, "message_count %d\r\n", count)
+	fmt.Fprintf(sb, "message_bytes %d\r\n", size)
+	since := b.sinceReset()
+	for i, n := range realtimeNames {
+		v := "null"
+		if t != nil {
+			v = t.rt.all()[i].format(since)
+		}
+		sb.WriteString("topic_realtime_" + n + " " + v + "\r\n")
+	}
+	sb.WriteString("END\r\n")
+}

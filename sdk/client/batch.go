@@ -1,0 +1,180 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+type batchConfig struct {
+	enabled     bool
+	maxMessages int
+	maxBytes    int // mput body bytes: entry headers plus data
+	linger      time.Duration
+}
+
+// pendingMsg is one accepted message on its way to the broker.
+type pendingMsg struct {
+	msg  *message.Message
+	part int32
+	crc  uint32
+	// Exactly one of cb (async) and done (sync) is set.
+	cb   func(SendResult, error)
+	done chan struct{}
+	res  SendResult
+	err  error
+}
+
+type tpKey struct {
+	topic string
+	part  int32
+}
+
+// batch is the messages for one topic-partition waiting to be sent.
+type batch struct {
+	key   tpKey
+	msgs  []*pendingMsg
+	bytes int
+	timer *time.Timer
+}
+
+// accumulator groups messages into mput batches per topic-partition.
+type accumulator struct {
+	p       *Producer
+	mu      sync.Mutex
+	batches map[tpKey]*batch
+}
+
+func newAccumulator(p *Producer) *accumulator {
+	return &accumulator{p: p, batches: make(map[tpKey]*batch)}
+}
+
+func (a *accumulator) add(pm *pendingMsg) {
+	cfg := &a.p.cfg.batch
+	pm.crc = dataChecksum(pm.msg)
+	size := protocol.MPutEntryHeader + pm.msg.DataLen()
+	key := tpKey{pm.msg.Topic, pm.part}
+	var ready []*batch
+	a.mu.Lock()
+	b := a.batches[key]
+	if b != nil && b.bytes+size > cfg.maxBytes {
+		ready = append(ready, a.detach(b))
+		b = nil
+	}
+	if b == nil {
+		b = &batch{key: key}
+		a.batches[key] = b
+	}
+	b.msgs = append(b.msgs, pm)
+	b.bytes += size
+	switch {
+	case len(b.msgs) >= cfg.maxMessages || b.bytes >= cfg.maxBytes || cfg.linger <= 0:
+		ready = append(ready, a.detach(b))
+	case len(b.msgs) == 1:
+		b.timer = time.AfterFunc(cfg.linger, func() { a.flushBatch(b) })
+	}
+	a.mu.Unlock()
+	for _, b := range ready {
+		a.send(b)
+	}
+}
+
+// detach removes b from the map; the caller sends it. Holds a.mu.
+func (a *accumulator) detach(b *batch) *batch {
+	delete(a.batches, b.key)
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	return b
+}
+
+func (a *accumulator) flushBatch(b *batch) {
+	a.mu.Lock()
+	if a.batches[b.key] != b {
+		a.mu.Unlock()
+		return // already sent
+	}
+	a.detach(b)
+	a.mu.Unlock()
+	a.send(b)
+}
+
+func (a *accumulator) flushAll() {
+	a.mu.Lock()
+	ready := make([]*batch, 0, len(a.batches))
+	for _, b := range a.batches {
+		ready = append(ready, a.detach(b))
+	}
+	a.mu.Unlock()
+	for _, b := range ready {
+		a.send(b)
+	}
+}
+
+func (a *accumulator) close() { a.flushAll() }
+
+// send writes b as one mput and completes its messages from the reply.
+func (a *accumulator) send(b *batch) {
+	p := a.p
+	bodyLen := b.bytes
+	deadline := time.Now().Add(p.cfg.sendTimeout)
+	p.cn.sendAsync(context.Background(), deadline, func(dst []byte, op int32) []byte {
+		dst = protocol.AppendMPutHeader(dst, b.key.topic, b.key.part, bodyLen, len(b.msgs), op)
+		for _, pm := range b.msgs {
+			m := pm.msg
+			dst = binary.BigEndian.AppendUint32(dst, uint32(m.Flag()))
+			dst = binary.BigEndian.AppendUint32(dst, uint32(m.DataLen()))
+			dst = binary.BigEndian.AppendUint32(dst, pm.crc)
+			dst = m.AppendData(dst)
+		}
+		return dst
+	}, func(c *call) {
+		a.complete(b, c)
+		putCall(c)
+	})
+}
+
+// complete hands each message of b its result: ids are consecutive and
+// each record starts where the previous one ends.
+func (a *accumulator) complete(b *batch, c *call) {
+	p := a.p
+	var err error
+	var id, off int64
+	var part int32
+	switch {
+	case c.err != nil:
+		err = c.err
+	case c.code != protocol.StatusOK:
+		err = resultError(c.code, c.body)
+		if isPartitionError(err) {
+			p.forgetTopic(b.key.topic)
+		}
+	default:
+		var n int
+		id, part, off, n, err = protocol.ParsePutResult(c.body)
+		if err == nil && n != len(b.msgs) {
+			err = fmt.Errorf("metaq: mput of %d messages acknowledged %d", len(b.msgs), n)
+		}
+	}
+	for i, pm := range b.msgs {
+		if err != nil {
+			pm.err = err
+		} else {
+			m := pm.msg
+			m.ID, m.Partition, m.Offset = id+int64(i), part, off
+			pm.res = SendResult{Topic: m.Topic, Partition: part, Offset: off, ID: m.ID}
+			off += int64(message.HeaderSize + m.DataLen())
+		}
+		if pm.cb != nil {
+			p.cbs.push(pm.cb, pm.res, pm.err, p.end)
+		} else {
+			close(pm.done)
+			p.end()
+		}
+	}
+}

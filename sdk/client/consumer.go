@@ -1,0 +1,603 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// Consumer defaults (reference §8 and §14).
+const (
+	// DefaultGroup is the consumer group sent with every get.
+	DefaultGroup = "metaq-go"
+	// DefaultMaxFetchSize is the initial get size in bytes.
+	DefaultMaxFetchSize = 1 << 20
+	// DefaultMaxFetchSizeLimit is how far the get size may grow, in bytes,
+	// when a record does not fit.
+	DefaultMaxFetchSizeLimit = 4 << 20
+	// DefaultMaxFetchDelay caps the pause between gets that return no data.
+	DefaultMaxFetchDelay = time.Second
+	// DefaultMaxRetries is how many times a failed message is retried
+	// before it is rejected, so it is handled at most 6 times.
+	DefaultMaxRetries = 5
+	// DefaultRetryBackoff is the first pause before retrying a failed
+	// message; it doubles with each retry.
+	DefaultRetryBackoff = 50 * time.Millisecond
+	// DefaultCommitInterval is how often positions go to the OffsetStore.
+	DefaultCommitInterval = 5 * time.Second
+)
+
+// StartFrom says where a partition with no stored offset starts.
+type StartFrom struct {
+	kind   int
+	offset int64
+}
+
+const (
+	startEarliest = iota
+	startLatest
+	startAt
+)
+
+var (
+	// Earliest starts at the oldest message still stored.
+	Earliest = StartFrom{kind: startEarliest}
+	// Latest starts after the newest message: only new messages are read.
+	Latest = StartFrom{kind: startLatest}
+)
+
+// AtOffset starts at byte offset n, which must be a record start (such as a
+// SendResult.Offset or a Position).
+func AtOffset(n int64) StartFrom { return StartFrom{kind: startAt, offset: n} }
+
+// OffsetStore keeps consumer positions between runs. Load reports
+// found=false when nothing is stored for the partition. Commit receives the
+// next offset to read per partition.
+type OffsetStore interface {
+	Load(ctx context.Context, group, topic string, partition int32) (offset int64, found bool, err error)
+	Commit(ctx context.Context, group, topic string, offsets map[int32]int64) error
+}
+
+// RejectFunc receives a message whose handler failed on every attempt,
+// with the last error. The consumer moves past the message after it returns.
+type RejectFunc func(ctx context.Context, m *message.Message, err error)
+
+// Handler processes one message. Returning an error retries the message.
+type Handler func(ctx context.Context, m *message.Message) error
+
+type consumerConfig struct {
+	conn           connOptions
+	logger         *slog.Logger
+	group          string
+	partitions     []int32
+	start          StartFrom
+	fetchSize      int
+	fetchLimit     int
+	maxDelay       time.Duration
+	store          OffsetStore
+	commitInterval time.Duration
+	maxRetries     int
+	retryBackoff   time.Duration
+	onReject       RejectFunc
+}
+
+// WithGroup sets the consumer group. Default DefaultGroup.
+func WithGroup(g string) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.group = g })
+}
+
+// WithPartitions restricts the consumer to these partitions. Default: every
+// partition of the topic, learned from `stats topics`.
+func WithPartitions(ps ...int32) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.partitions = append([]int32(nil), ps...) })
+}
+
+// WithStartFrom sets where partitions without a stored offset start.
+// Default Earliest.
+func WithStartFrom(s StartFrom) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.start = s })
+}
+
+// WithMaxFetchSize sets the initial get size in bytes. Default 1 MiB.
+func WithMaxFetchSize(n int) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) {
+		if n > 0 {
+			c.fetchSize = n
+		}
+	})
+}
+
+// WithMaxFetchSizeLimit sets how large the get size may grow when a record
+// does not fit (it doubles, then halves back when replies are less than
+// half full). Default 4 MiB.
+func WithMaxFetchSizeLimit(n int) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) {
+		if n > 0 {
+			c.fetchLimit = n
+		}
+	})
+}
+
+// WithMaxFetchDelay caps the pause between gets that find no new data: each
+// empty or failed get adds a tenth of it; data resets it. Default 1 s.
+func WithMaxFetchDelay(d time.Duration) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) {
+		if d > 0 {
+			c.maxDelay = d
+		}
+	})
+}
+
+// WithOffsetStore loads start positions from s and commits positions to it
+// every interval (<= 0: DefaultCommitInterval) and when consumption stops.
+func WithOffsetStore(s OffsetStore, interval time.Duration) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) {
+		c.store = s
+		if interval > 0 {
+			c.commitInterval = interval
+		}
+	})
+}
+
+// WithRetries sets how many times a failed message is retried (0: never)
+// and the first pause between attempts, which doubles up to 32 times it.
+func WithRetries(n int, backoff time.Duration) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) {
+		if n >= 0 {
+			c.maxRetries = n
+		}
+		if backoff > 0 {
+			c.retryBackoff = backoff
+		}
+	})
+}
+
+// WithOnReject sets the hook for messages that failed every attempt.
+// Default: log at Error level and skip the message.
+func WithOnReject(f RejectFunc) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.onReject = f })
+}
+
+// partState is one assigned partition.
+type partState struct {
+	p         int32
+	pos       atomic.Int64 // next offset after the last handled message
+	committed int64        // last committed position (commit goroutine only)
+	fetchSize int          // current get size, kept across runs (fetcher only)
+	unaligned bool         // pos came from AtOffset and no record was read yet (fetcher only)
+}
+
+// Consumer reads one topic's partitions from one broker. Assignment (which
+// partitions) is decided once, before fetching starts; each partition is
+// fetched by its own goroutine, with the next get in flight while the
+// handler runs.
+type Consumer struct {
+	cfg   consumerConfig
+	cn    *conn
+	topic string
+
+	mu       sync.Mutex
+	parts    []*partState // nil until the first run
+	byID     map[int32]*partState
+	running  bool
+	runDone  chan struct{}
+	closed   bool
+	closeCh  chan struct{}
+	commitMu sync.Mutex
+}
+
+// NewConsumer returns a consumer of topic at the broker at addr. It
+// connects lazily, when Consume or Messages first runs.
+func NewConsumer(addr, topic string, opts ...ConsumerOption) (*Consumer, error) {
+	cfg := consumerConfig{conn: defaultConnOptions(), logger: slog.Default(), group: DefaultGroup, start: Earliest,
+		fetchSize: DefaultMaxFetchSize, fetchLimit: DefaultMaxFetchSizeLimit, maxDelay: DefaultMaxFetchDelay,
+		commitInterval: DefaultCommitInterval, maxRetries: DefaultMaxRetries, retryBackoff: DefaultRetryBackoff}
+	for _, o := range opts {
+		o.applyConsumer(&cfg)
+	}
+	switch {
+	case checkAddr(addr) != nil:
+		return nil, checkAddr(addr)
+	case !validToken(topic):
+		return nil, fmt.Errorf("metaq: bad topic %q", topic)
+	case !validToken(cfg.group):
+		return nil, fmt.Errorf("metaq: bad group %q", cfg.group)
+	}
+	if cfg.fetchLimit < cfg.fetchSize {
+		cfg.fetchLimit = cfg.fetchSize
+	}
+	cfg.conn.maxReply = max(cfg.conn.maxReply, cfg.fetchLimit+64<<10)
+	if cfg.onReject == nil {
+		l := cfg.logger
+		cfg.onReject = func(_ context.Context, m *message.Message, err error) {
+			l.Error("metaq: message rejected after retries", "topic", m.Topic, "partition", m.Partition,
+				"offset", m.Offset, "id", m.ID, "err", err)
+		}
+	}
+	return &Consumer{cfg: cfg, cn: newConn(addr, cfg.conn), topic: topic, closeCh: make(chan struct{})}, nil
+}
+
+func validToken(s string) bool { return s != "" && !strings.ContainsAny(s, " \r\n\t") }
+
+// Position returns the next offset the consumer will deliver from
+// partition p: the offset after the last handled message. It is -1 for a
+// partition that is not assigned or before the first run started.
+func (c *Consumer) Position(p int32) int64 {
+	c.mu.Lock()
+	ps := c.byID[p]
+	c.mu.Unlock()
+	if ps == nil {
+		return -1
+	}
+	return ps.pos.Load()
+}
+
+// Assigned returns the partitions this consumer reads (nil before the first run).
+func (c *Consumer) Assigned() []int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]int32, len(c.parts))
+	for i, ps := range c.parts {
+		out[i] = ps.p
+	}
+	return out
+}
+
+// startRun marks the consumer running, assigns partitions and resolves
+// their start positions on the first run. The returned context ends when
+// ctx does or the consumer is closed. The caller cancels it, waits for its
+// goroutines, then calls finish.
+func (c *Consumer) startRun(ctx context.Context) (rctx context.Context, cancel, finish func(), err error) {
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return nil, nil, nil, ErrClosed
+	case c.running:
+		c.mu.Unlock()
+		return nil, nil, nil, ErrAlreadyConsuming
+	}
+	c.running = true
+	done := make(chan struct{})
+	c.runDone = done
+	closeCh := c.closeCh
+	c.mu.Unlock()
+	rctx, cancelCtx := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-closeCh:
+			cancelCtx()
+		case <-rctx.Done():
+		}
+	}()
+	finish = func() {
+		cancelCtx()
+		c.commit()
+		c.mu.Lock()
+		c.running = false
+		c.mu.Unlock()
+		close(done)
+	}
+	if err := c.init(rctx); err != nil {
+		finish()
+		return nil, nil, nil, err
+	}
+	return rctx, cancelCtx, finish, nil
+}
+
+// init assigns partitions and loads start positions, once.
+func (c *Consumer) init(ctx context.Context) error {
+	c.mu.Lock()
+	initialized := c.parts != nil
+	c.mu.Unlock()
+	if initialized {
+		return nil
+	}
+	ids := c.cfg.partitions
+	if len(ids) == 0 {
+		infos, err := statsTopics(ctx, c.cn)
+		if err != nil {
+			return fmt.Errorf("metaq: learn partitions of %s: %w", c.topic, err)
+		}
+		for _, ti := range infos {
+			if ti.Name == c.topic {
+				for p := 0; p < ti.Partitions; p++ {
+					ids = append(ids, int32(p))
+				}
+			}
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("%w: %q is not listed by the broker at %s", ErrUnknownTopic, c.topic, c.cn.addr)
+		}
+	}
+	parts := make([]*partState, len(ids))
+	byID := make(map[int32]*partState, len(ids))
+	for i, p := range ids {
+		off, unaligned, err := c.startOffset(ctx, p)
+		if err != nil {
+			return err
+		}
+		ps := &partState{p: p, committed: off, fetchSize: c.cfg.fetchSize, unaligned: unaligned}
+		ps.pos.Store(off)
+		parts[i], byID[p] = ps, ps
+	}
+	c.mu.Lock()
+	c.parts, c.byID = parts, byID
+	c.mu.Unlock()
+	return nil
+}
+
+// startOffset returns where p starts and whether that offset came from the
+// user (AtOffset), so may not be a record start.
+func (c *Consumer) startOffset(ctx context.Context, p int32) (int64, bool, error) {
+	if c.cfg.store != nil {
+		off, ok, err := c.cfg.store.Load(ctx, c.cfg.group, c.topic, p)
+		if err != nil {
+			return 0, false, fmt.Errorf("metaq: load offset of %s-%d: %w", c.topic, p, err)
+		}
+		if ok {
+			return off, false, nil
+		}
+	}
+	switch c.cfg.start.kind {
+	case startLatest:
+		off, err := nearestOffset(ctx, c.cn, c.topic, c.cfg.group, p, latestOffset)
+		if errors.Is(err, ErrNoData) {
+			return 0, false, nil // no store yet: everything is new
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("metaq: find latest offset of %s-%d: %w", c.topic, p, err)
+		}
+		return off, false, nil
+	case startAt:
+		return c.cfg.start.offset, true, nil
+	}
+	return 0, false, nil // a 301 moves it up to the oldest retained offset
+}
+
+// commit sends changed positions to the OffsetStore.
+func (c *Consumer) commit() {
+	if c.cfg.store == nil {
+		return
+	}
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
+	c.mu.Lock()
+	parts := c.parts
+	c.mu.Unlock()
+	offs := make(map[int32]int64)
+	for _, ps := range parts {
+		if pos := ps.pos.Load(); pos != ps.committed {
+			offs[ps.p] = pos
+		}
+	}
+	if len(offs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cn.opts.requestTimeout)
+	defer cancel()
+	if err := c.cfg.store.Commit(ctx, c.cfg.group, c.topic, offs); err != nil {
+		c.cfg.logger.Warn("metaq: commit offsets", "topic", c.topic, "group", c.cfg.group, "err", err)
+		return
+	}
+	for _, ps := range parts {
+		if pos, ok := offs[ps.p]; ok {
+			ps.committed = pos
+		}
+	}
+}
+
+func (c *Consumer) commitLoop(ctx context.Context) {
+	if c.cfg.store == nil {
+		return
+	}
+	t := time.NewTicker(c.cfg.commitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.commit()
+		}
+	}
+}
+
+// Consume fetches and hands every message to h until ctx is done, Close
+// is called, or a partition fails for good (a *CorruptRecordError, a record
+// over the fetch size limit). Messages of one partition are handled one at
+// a time, in order; different partitions are handled concurrently, so h
+// must be safe for concurrent use. A failing message is retried (see
+// WithRetries) and then passed to the reject hook. Consume returns ctx's
+// error, ErrClosed, or the partition's error.
+func (c *Consumer) Consume(ctx context.Context, h Handler) error {
+	rctx, cancel, finish, err := c.startRun(ctx)
+	if err != nil {
+		return err
+	}
+	defer finish()
+	errCh := make(chan error, 1)
+	var wg sync.WaitGroup
+	for _, ps := range c.parts {
+		ch := make(chan *fetched, 1)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			defer close(ch)
+			c.fetchLoop(rctx, ps, func(f *fetched) bool {
+				select {
+				case ch <- f:
+					return true
+				case <-rctx.Done():
+					return false
+				}
+			})
+		}()
+		go func() {
+			defer wg.Done()
+			for f := range ch {
+				if f.err != nil {
+					select {
+					case errCh <- f.err:
+					default:
+					}
+					return
+				}
+				for i := range f.msgs {
+					m := &f.msgs[i]
+					if !c.handle(rctx, m, h) {
+						return
+					}
+					ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
+				}
+				ps.pos.Store(f.next)
+			}
+		}()
+	}
+	go c.commitLoop(rctx)
+	select {
+	case <-rctx.Done():
+	case err = <-errCh:
+	}
+	cancel()
+	wg.Wait()
+	return c.runErr(ctx, err)
+}
+
+func (c *Consumer) runErr(ctx context.Context, err error) error {
+	switch {
+	case err != nil:
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return ErrClosed
+}
+
+// handle runs h on m with retries; false means ctx ended first and m was
+// not handled.
+func (c *Consumer) handle(ctx context.Context, m *message.Message, h Handler) bool {
+	for attempt := 0; ; attempt++ {
+		err := h(ctx, m)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if attempt >= c.cfg.maxRetries {
+			c.cfg.onReject(ctx, m, err)
+			return true
+		}
+		d := c.cfg.retryBackoff << min(attempt, 5)
+		if !sleepCtx(ctx, d) {
+			return false
+		}
+	}
+}
+
+// Messages returns an iterator over the messages of every assigned
+// partition, each partition in order. The iteration ends when ctx is done,
+// Close is called or the loop breaks; a partition that fails for good
+// yields (nil, err) and ends it. A message counts as handled (its Position
+// moves past it) when the loop body returns. Only one Consume or Messages
+// runs at a time.
+func (c *Consumer) Messages(ctx context.Context) iter.Seq2[*message.Message, error] {
+	return func(yield func(*message.Message, error) bool) {
+		rctx, cancel, finish, err := c.startRun(ctx)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		out := make(chan *fetched, len(c.parts))
+		var wg sync.WaitGroup
+		defer func() {
+			cancel()
+			wg.Wait()
+			finish()
+		}()
+		for _, ps := range c.parts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.fetchLoop(rctx, ps, func(f *fetched) bool {
+					select {
+					case out <- f:
+						return true
+					case <-rctx.Done():
+						return false
+					}
+				})
+			}()
+		}
+		go c.commitLoop(rctx)
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case f := <-out:
+				if f.err != nil {
+					yield(nil, f.err)
+					return
+				}
+				ps := f.part
+				for i := range f.msgs {
+					m := &f.msgs[i]
+					ok := yield(m, nil)
+					ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
+					if !ok {
+						return
+					}
+				}
+				ps.pos.Store(f.next)
+			}
+		}
+	}
+}
+
+// Close stops Consume or Messages, waits for them to return (until ctx is
+// done), commits positions and closes the connection. It is idempotent.
+func (c *Consumer) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.closeCh)
+	done := c.runDone
+	running := c.running
+	c.mu.Unlock()
+	var err error
+	if running && done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("metaq: consumer close: %w", ctx.Err())
+		}
+	}
+	c.cn.close()
+	return err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,469 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/broker"
+	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+const topic = "t1"
+
+var quiet = client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+
+type testBroker struct {
+	b    *broker.Broker
+	cfg  *conf.Config
+	addr string
+}
+
+// startBroker runs a real broker with topic t1 (4 partitions) on 127.0.0.1.
+func startBroker(tb testing.TB, mods ...func(*conf.Config)) *testBroker {
+	tb.Helper()
+	cfg := conf.Default()
+	// conf.Validate rejects port 0 although Broker.Start documents it, so
+	// the tests listen themselves and use Serve; Port only has to validate.
+	cfg.Port = 8123
+	cfg.DataDir = tb.TempDir()
+	cfg.Topics = []conf.Topic{{Name: topic}}
+	cfg.NumPartitions = 4
+	for _, m := range mods {
+		m(cfg)
+	}
+	return runBroker(tb, cfg)
+}
+
+func runBroker(tb testing.TB, cfg *conf.Config) *testBroker {
+	return runBrokerAt(tb, cfg, "127.0.0.1:0")
+}
+
+func runBrokerAt(tb testing.TB, cfg *conf.Config, addr string) *testBroker {
+	tb.Helper()
+	b, err := broker.New(cfg, broker.Options{Logf: func(string, ...any) {}})
+	require.NoError(tb, err)
+	ln, err := net.Listen("tcp", addr)
+	require.NoError(tb, err)
+	require.NoError(tb, b.Serve(ln))
+	tb.Cleanup(func() { _ = b.Close() })
+	return &testBroker{b: b, cfg: cfg, addr: b.Addr()}
+}
+
+func ctxT(tb testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+func newProducer(tb testing.TB, addr string, opts ...client.ProducerOption) *client.Producer {
+	tb.Helper()
+	p, err := client.NewProducer(addr, append([]client.ProducerOption{quiet}, opts...)...)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}
+
+func newConsumer(tb testing.TB, addr string, opts ...client.ConsumerOption) *client.Consumer {
+	tb.Helper()
+	c, err := client.NewConsumer(addr, topic, append([]client.ConsumerOption{quiet, client.WithMaxFetchDelay(100 * time.Millisecond)}, opts...)...)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+type pos struct {
+	part int32
+	off  int64
+}
+
+// readN reads n messages with the iterator and returns them by position.
+func readN(tb testing.TB, c *client.Consumer, n int) map[pos]*message.Message {
+	tb.Helper()
+	got := make(map[pos]*message.Message)
+	for m, err := range c.Messages(ctxT(tb, 20*time.Second)) {
+		require.NoError(tb, err)
+		k := pos{m.Partition, m.Offset}
+		require.NotContains(tb, got, k, "duplicate delivery")
+		got[k] = m
+		if len(got) == n {
+			break
+		}
+	}
+	require.Len(tb, got, n)
+	return got
+}
+
+func TestRoundTripSyncAsyncFuture(t *testing.T) {
+	br := startBroker(t)
+	p := newProducer(t, br.addr)
+	ctx := ctxT(t, 20*time.Second)
+	var mu sync.Mutex
+	sent := make(map[pos]*message.Message)
+	record := func(m *message.Message, r client.SendResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, topic, r.Topic)
+		sent[pos{r.Partition, r.Offset}] = &message.Message{Topic: topic, Body: m.Body, Attribute: m.Attribute,
+			HasAttribute: m.HasAttribute, ID: r.ID, Partition: r.Partition, Offset: r.Offset}
+	}
+	mk := func(kind string, i int) *message.Message {
+		m := &message.Message{Topic: topic, Body: []byte(fmt.Sprintf("%s-%d", kind, i))}
+		if i%3 == 0 {
+			m.Attribute, m.HasAttribute = "attr-"+strconv.Itoa(i), true
+		}
+		return m
+	}
+	for i := range 50 {
+		m := mk("sync", i)
+		r, err := p.Send(ctx, m)
+		require.NoError(t, err)
+		require.Equal(t, r.ID, m.ID)
+		record(m, r)
+	}
+	var wg sync.WaitGroup
+	for i := range 200 {
+		m := mk("async", i)
+		wg.Add(1)
+		p.SendAsync(ctx, m, func(r client.SendResult, err error) {
+			defer wg.Done()
+			require.NoError(t, err)
+			record(m, r)
+		})
+	}
+	futs := make([]*client.SendFuture, 50)
+	msgs := make([]*message.Message, 50)
+	for i := range futs {
+		msgs[i] = mk("future", i)
+		futs[i] = p.SendFuture(ctx, msgs[i])
+	}
+	for i, f := range futs {
+		r, err := f.Wait(ctx)
+		require.NoError(t, err)
+		record(msgs[i], r)
+	}
+	wg.Wait()
+	require.Len(t, sent, 300)
+
+	got := readN(t, newConsumer(t, br.addr), 300)
+	parts := make(map[int32]int)
+	for k, want := range sent {
+		m := got[k]
+		require.NotNil(t, m, "message at %v not consumed", k)
+		require.Equal(t, want, m)
+		parts[k.part]++
+	}
+	require.Len(t, parts, 4, "round robin reaches every partition")
+}
+
+// TestBatchOffsets checks that mput results (consecutive ids, offsets
+// computed from record sizes) match what the consumer reads back.
+func TestBatchOffsets(t *testing.T) {
+	br := startBroker(t)
+	p := newProducer(t, br.addr, client.WithBatching(64, 16<<10, 5*time.Millisecond), client.WithSelector(client.HashByKey()))
+	ctx := ctxT(t, 20*time.Second)
+	const n = 1000
+	results := make([]client.SendResult, n)
+	bodies := make([][]byte, n)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for i := range n {
+		bodies[i] = bytes.Repeat([]byte{byte('a' + i%26)}, 1+i%300)
+		m := &message.Message{Topic: topic, Body: bodies[i], Key: []byte(strconv.Itoa(i % 7))}
+		if i%5 == 0 {
+			m.Attribute, m.HasAttribute = "k"+strconv.Itoa(i), true
+		}
+		wg.Add(1)
+		p.SendAsync(ctx, m, func(r client.SendResult, err error) {
+			defer wg.Done()
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			results[i] = r
+		})
+	}
+	// A few sync sends through the same batches.
+	for i := range 5 {
+		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte("sync" + strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+	wg.Wait()
+	require.Zero(t, failed.Load())
+	got := readN(t, newConsumer(t, br.addr), n+5)
+	ids := make(map[int64]bool)
+	for i, r := range results {
+		m := got[pos{r.Partition, r.Offset}]
+		require.NotNil(t, m, "message %d at %+v not consumed", i, r)
+		require.Equal(t, r.ID, m.ID)
+		require.Equal(t, bodies[i], m.Body)
+		require.Equal(t, i%5 == 0, m.HasAttribute)
+		require.False(t, ids[r.ID], "duplicate id")
+		ids[r.ID] = true
+	}
+}
+
+func TestConsumerStartFrom(t *testing.T) {
+	br := startBroker(t)
+	p := newProducer(t, br.addr, client.WithSelector(client.Fixed(2)))
+	ctx := ctxT(t, 20*time.Second)
+	var res []client.SendResult
+	send := func(k int) {
+		for range k {
+			r, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte(strconv.Itoa(len(res)))})
+			require.NoError(t, err)
+			res = append(res, r)
+		}
+	}
+	send(10)
+
+	latest := newConsumer(t, br.addr, client.WithPartitions(2), client.WithStartFrom(client.Latest))
+	// Start the run (which resolves Latest) before sending more.
+	ch := make(chan *message.Message, 5)
+	go func() {
+		defer close(ch)
+		for m, err := range latest.Messages(ctx) {
+			if err != nil {
+				return
+			}
+			ch <- m
+			if len(ch) == cap(ch) {
+				return
+			}
+		}
+	}()
+	require.Eventually(t, func() bool { return latest.Position(2) == res[9].Offset+int64(message.HeaderSize+1) },
+		5*time.Second, 5*time.Millisecond)
+	send(5)
+	for i := 10; i < 15; i++ {
+		m := <-ch
+		require.NotNil(t, m)
+		require.Equal(t, strconv.Itoa(i), string(m.Body))
+		require.Equal(t, res[i].Offset, m.Offset)
+	}
+
+	at := newConsumer(t, br.addr, client.WithPartitions(2), client.WithStartFrom(client.AtOffset(res[3].Offset)))
+	i := 3
+	for m, err := range at.Messages(ctx) {
+		require.NoError(t, err)
+		require.Equal(t, strconv.Itoa(i), string(m.Body))
+		if i++; i == 15 {
+			break
+		}
+	}
+	require.Equal(t, res[14].Offset+int64(message.HeaderSize+2), at.Position(2))
+
+	early := newConsumer(t, br.addr, client.WithPartitions(2, 0))
+	require.Len(t, readN(t, early, 15), 15)
+	require.Equal(t, int64(0), early.Position(0))
+	require.Equal(t, int64(-1), early.Position(1))
+}
+
+// TestFetchGrowth: a message larger than the fetch size is read after the
+// size grows; one larger than the limit stops the consumer with a clear error.
+func TestFetchGrowth(t *testing.T) {
+	br := startBroker(t)
+	p := newProducer(t, br.addr, client.WithSelector(client.Fixed(1)))
+	ctx := ctxT(t, 20*time.Second)
+	big := bytes.Repeat([]byte("B"), 300<<10)
+	for _, b := range [][]byte{[]byte("small-1"), big, []byte("small-2")} {
+		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: b})
+		require.NoError(t, err)
+	}
+	c := newConsumer(t, br.addr, client.WithPartitions(1), client.WithMaxFetchSize(4096))
+	var got [][]byte
+	for m, err := range c.Messages(ctx) {
+		require.NoError(t, err)
+		got = append(got, m.Body)
+		if len(got) == 3 {
+			break
+		}
+	}
+	require.Equal(t, "small-1", string(got[0]))
+	require.Equal(t, big, got[1])
+	require.Equal(t, "small-2", string(got[2]))
+
+	small := newConsumer(t, br.addr, client.WithPartitions(1), client.WithMaxFetchSize(4096), client.WithMaxFetchSizeLimit(64<<10))
+	var seen int
+	err := small.Consume(ctx, func(context.Context, *message.Message) error { seen++; return nil })
+	require.ErrorIs(t, err, client.ErrRecordTooLarge)
+	require.Equal(t, 1, seen)
+}
+
+func TestProducerCloseWaitsForInFlight(t *testing.T) {
+	br := startBroker(t)
+	for _, batching := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
+			var opts []client.ProducerOption
+			if batching {
+				opts = append(opts, client.WithBatching(100, 0, 50*time.Millisecond))
+			}
+			p, err := client.NewProducer(br.addr, append(opts, quiet)...)
+			require.NoError(t, err)
+			var ok, failed atomic.Int32
+			for range 2000 {
+				p.SendAsync(context.Background(), &message.Message{Topic: topic, Body: []byte("x")}, func(_ client.SendResult, err error) {
+					if err != nil {
+						failed.Add(1)
+					} else {
+						ok.Add(1)
+					}
+				})
+			}
+			require.NoError(t, p.Close(ctxT(t, 20*time.Second)))
+			require.Equal(t, int32(2000), ok.Load())
+			require.Zero(t, failed.Load())
+		})
+	}
+}
+
+// TestBrokerRestart: the producer and a running consumer survive a broker
+// restart on the same address.
+func TestBrokerRestart(t *testing.T) {
+	br := startBroker(t)
+	p := newProducer(t, br.addr)
+	ctx := ctxT(t, 30*time.Second)
+	c := newConsumer(t, br.addr)
+	var got atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Consume(ctx, func(context.Context, *message.Message) error { got.Add(1); return nil })
+	}()
+	for range 20 {
+		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte("before")})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return got.Load() == 20 }, 10*time.Second, 5*time.Millisecond)
+
+	require.NoError(t, br.b.Close())
+	cfg := *br.cfg
+	runBrokerAt(t, &cfg, br.addr)
+
+	for range 20 {
+		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte("after")})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return got.Load() == 40 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, c.Close(ctx))
+	require.ErrorIs(t, <-done, client.ErrClosed)
+}
+
+func TestConsumeRetryAndReject(t *testing.T) {
+	br := startBroker(t)
+	p := newProducer(t, br.addr, client.WithSelector(client.Fixed(0)))
+	ctx := ctxT(t, 20*time.Second)
+	for i := range 5 {
+		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte(strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+	var rejected []string
+	attempts := make(map[string]int)
+	var handled []string
+	c := newConsumer(t, br.addr, client.WithPartitions(0), client.WithRetries(5, time.Millisecond),
+		client.WithOnReject(func(_ context.Context, m *message.Message, err error) {
+			rejected = append(rejected, string(m.Body)+":"+err.Error())
+		}))
+	cctx, cancel := context.WithCancel(ctx)
+	err := c.Consume(cctx, func(_ context.Context, m *message.Message) error {
+		b := string(m.Body)
+		attempts[b]++
+		if b == "2" || (b == "3" && attempts[b] < 3) {
+			return errors.New("boom")
+		}
+		handled = append(handled, b)
+		if b == "4" {
+			cancel()
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, []string{"0", "1", "3", "4"}, handled)
+	require.Equal(t, 6, attempts["2"])
+	require.Equal(t, 3, attempts["3"])
+	require.Equal(t, []string{"2:boom"}, rejected)
+	require.Equal(t, int64(5*(message.HeaderSize+1)), c.Position(0))
+}
+
+type memStore struct {
+	mu   sync.Mutex
+	offs map[string]int64
+}
+
+func (s *memStore) key(g, t string, p int32) string { return fmt.Sprintf("%s/%s/%d", g, t, p) }
+
+func (s *memStore) Load(_ context.Context, g, t string, p int32) (int64, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.offs[s.key(g, t, p)]
+	return v, ok, nil
+}
+
+func (s *memStore) Commit(_ context.Context, g, t string, offs map[int32]int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p, o := range offs {
+		s.offs[s.key(g, t, p)] = o
+	}
+	return nil
+}
+
+func TestOffsetStoreResume(t *testing.T) {
+	br := startBroker(t)
+	p := newProducer(t, br.addr)
+	ctx := ctxT(t, 20*time.Second)
+	for i := range 40 {
+		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte(strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+	store := &memStore{offs: make(map[string]int64)}
+	c1 := newConsumer(t, br.addr, client.WithOffsetStore(store, time.Hour), client.WithGroup("g1"))
+	first := readN(t, c1, 25)
+	require.NoError(t, c1.Close(ctx))
+	c2 := newConsumer(t, br.addr, client.WithOffsetStore(store, time.Hour), client.WithGroup("g1"))
+	second := readN(t, c2, 15)
+	for k := range second {
+		require.NotContains(t, first, k)
+	}
+}
+
+func TestAdminTopics(t *testing.T) {
+	br := startBroker(t, func(c *conf.Config) { c.Topics = append(c.Topics, conf.Topic{Name: "empty"}) })
+	p := newProducer(t, br.addr, client.WithSelector(client.Fixed(3)))
+	ctx := ctxT(t, 10*time.Second)
+	for range 3 {
+		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte("abc")})
+		require.NoError(t, err)
+	}
+	a, err := client.NewAdmin(br.addr)
+	require.NoError(t, err)
+	defer a.Close()
+	ts, err := a.Topics(ctx)
+	require.NoError(t, err)
+	require.Len(t, ts, 2)
+	require.Equal(t, "empty", ts[0].Name)
+	ti := ts[1]
+	require.Equal(t, topic, ti.Name)
+	require.Equal(t, 4, ti.Partitions)
+	require.Equal(t, int64(3), ti.MessageCount)
+	require.Len(t, ti.Offsets, 4)
+	require.Equal(t, client.PartitionOffsets{Partition: 3, Min: 0, Max: 3 * (message.HeaderSize + 3)}, ti.Offsets[3])
+	s, err := client.Stats(ctx, br.addr, "")
+	require.NoError(t, err)
+	require.Contains(t, s, "STATS\r\n")
+	off, err := a.Offset(ctx, topic, "g", 3, 1<<62)
+	require.NoError(t, err)
+	require.Equal(t, int64(3*(message.HeaderSize+3)), off)
+}

@@ -1,0 +1,209 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// fetched is what a partition's fetcher hands to delivery: whole messages,
+// then the position after them (which a 301 or resync may move without
+// messages), or a permanent error.
+type fetched struct {
+	part *partState
+	msgs []message.Message
+	next int64
+	err  error
+}
+
+// fetcher is the state of one partition's fetch loop.
+type fetcher struct {
+	c      *Consumer
+	ps     *partState
+	offset int64 // next offset to get
+	// aligned: offset is known to be a record start (not a user's AtOffset
+	// that no record has been read from yet).
+	aligned bool
+	delay   time.Duration // pause before the next get
+	buf     []byte
+	recs    []message.Record
+}
+
+// fetchLoop gets records from ps until ctx ends or a permanent error;
+// emit returns false when delivery has stopped.
+func (c *Consumer) fetchLoop(ctx context.Context, ps *partState, emit func(*fetched) bool) {
+	f := &fetcher{c: c, ps: ps, offset: ps.pos.Load(), aligned: !ps.unaligned}
+	for {
+		if f.delay > 0 && !sleepCtx(ctx, f.delay) {
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		out, err := f.fetchOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			emit(&fetched{part: ps, err: err})
+			return
+		}
+		if out != nil && !emit(out) {
+			return
+		}
+	}
+}
+
+// backoff adds a tenth of the maximum delay (MetaQ's rule).
+func (f *fetcher) backoff() {
+	maxD := f.c.cfg.maxDelay
+	f.delay = min(f.delay+maxD/10, maxD)
+}
+
+// fetchOnce runs one get (and a resync if needed). It returns something to
+// deliver, nothing (and sets the delay), or a permanent error.
+func (f *fetcher) fetchOnce(ctx context.Context) (*fetched, error) {
+	c, ps := f.c, f.ps
+	rctx, cancel := context.WithTimeout(ctx, c.cn.opts.requestTimeout)
+	offset, size := f.offset, ps.fetchSize
+	call, err := c.cn.roundTripBuf(rctx, f.buf, func(dst []byte, op int32) []byte {
+		return protocol.AppendGet(dst, c.topic, c.cfg.group, ps.p, offset, int32(size), op)
+	})
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			c.cfg.logger.Debug("metaq: get failed", "topic", c.topic, "partition", ps.p, "err", err)
+			f.backoff()
+		}
+		return nil, nil
+	}
+	// Keep the reply buffer for the next get; the pooled call must not keep it.
+	code, body := call.code, call.body
+	f.buf = body[:0]
+	call.body = nil
+	putCall(call)
+	switch code {
+	case protocol.StatusOK:
+		return f.parse(ctx, body)
+	case protocol.StatusMoved:
+		to, ok := protocol.ParseInt64(body)
+		if !ok || to == offset || to < 0 {
+			c.cfg.logger.Warn("metaq: bad 301 reply", "topic", c.topic, "partition", ps.p, "offset", offset, "body", string(body))
+			f.backoff()
+			return nil, nil
+		}
+		// The broker moves us to a segment start or its max offset: record starts.
+		f.offset, f.aligned, f.delay = to, true, 0
+		ps.unaligned = false
+		return &fetched{part: ps, next: to}, nil
+	case protocol.StatusNotFound:
+		f.backoff()
+		return nil, nil
+	case protocol.StatusBadRequest:
+		return nil, fmt.Errorf("metaq: get %s-%d at %d: %w", c.topic, ps.p, offset, resultError(code, body))
+	default:
+		c.cfg.logger.Warn("metaq: get refused", "topic", c.topic, "partition", ps.p, "offset", offset,
+			"err", resultError(code, body))
+		f.backoff()
+		return nil, nil
+	}
+}
+
+// parse walks a value reply: whole records become messages (bodies copied
+// into one new slab), a record larger than the get grows it, a bad record
+// triggers a resync.
+func (f *fetcher) parse(ctx context.Context, body []byte) (*fetched, error) {
+	c, ps := f.c, f.ps
+	it := message.NewIterator(body, f.offset, 0)
+	f.recs = f.recs[:0]
+	total := 0
+	for it.Next() {
+		r := *it.Record()
+		f.recs = append(f.recs, r)
+		total += len(r.Data)
+	}
+	if len(f.recs) == 0 {
+		if it.Err() != nil {
+			return f.resync(ctx, it.Err())
+		}
+		return f.tooSmall(ctx, body)
+	}
+	slab := make([]byte, total)
+	msgs := make([]message.Message, len(f.recs))
+	for i := range f.recs {
+		r := &f.recs[i]
+		n := copy(slab, r.Data)
+		r.Data, slab = slab[:n:n], slab[n:]
+		m, err := r.Message(c.topic, ps.p)
+		if err != nil {
+			// The broker validates attributes on put, so this is unexpected:
+			// deliver the raw data rather than lose the message.
+			c.cfg.logger.Warn("metaq: bad attribute", "topic", c.topic, "partition", ps.p, "offset", r.Offset, "err", err)
+			m = message.Message{Topic: c.topic, Body: r.Data, ID: r.ID, Partition: ps.p, Offset: r.Offset}
+		}
+		msgs[i] = m
+		r.Data = nil
+	}
+	f.offset, f.aligned, f.delay = it.NextOffset(), true, 0
+	ps.unaligned = false
+	if len(body) < ps.fetchSize/2 && ps.fetchSize > c.cfg.fetchSize {
+		ps.fetchSize = max(ps.fetchSize/2, c.cfg.fetchSize)
+	}
+	return &fetched{part: ps, msgs: msgs, next: f.offset}, nil
+}
+
+// tooSmall handles a reply with no whole record: grow the get if the first
+// record is larger than it, otherwise wait for more data.
+func (f *fetcher) tooSmall(ctx context.Context, body []byte) (*fetched, error) {
+	c, ps := f.c, f.ps
+	if len(body) < message.HeaderSize {
+		f.backoff()
+		return nil, nil
+	}
+	need := int64(message.HeaderSize) + int64(int32(binary.BigEndian.Uint32(body)))
+	if need <= int64(ps.fetchSize) {
+		f.backoff() // the record is still being written, or the reply was cut short
+		return nil, nil
+	}
+	if need > int64(c.cfg.fetchLimit) {
+		if !f.aligned {
+			// More likely garbage read from the middle of a record.
+			return f.resync(ctx, fmt.Errorf("%w: length %d at a user-given offset", message.ErrCorruptRecord, need-message.HeaderSize))
+		}
+		return nil, fmt.Errorf("%w: %s-%d offset %d holds a %d-byte record, limit %d",
+			ErrRecordTooLarge, c.topic, ps.p, f.offset, need, c.cfg.fetchLimit)
+	}
+	for int64(ps.fetchSize) < need {
+		ps.fetchSize = min(ps.fetchSize*2, c.cfg.fetchLimit)
+	}
+	f.delay = 0
+	return nil, nil
+}
+
+// resync asks the broker for the nearest valid offset after a bad record.
+// Moving forward skips the bad bytes. Moving back is allowed once when the
+// offset came from AtOffset and may not be a record start: reading forward
+// from the segment start re-aligns. Anything else would loop: report it.
+func (f *fetcher) resync(ctx context.Context, cause error) (*fetched, error) {
+	c, ps := f.c, f.ps
+	bad := f.offset
+	to, err := nearestOffset(ctx, c.cn, c.topic, c.cfg.group, ps.p, bad)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.cfg.logger.Warn("metaq: resync failed", "topic", c.topic, "partition", ps.p, "offset", bad, "err", err)
+			f.backoff()
+		}
+		return nil, nil
+	}
+	if to > bad || (to < bad && !f.aligned) {
+		c.cfg.logger.Warn("metaq: skipped a bad record", "topic", c.topic, "partition", ps.p, "from", bad, "to", to, "err", cause)
+		f.offset, f.aligned, f.delay = to, true, 0
+		ps.unaligned = false
+		return &fetched{part: ps, next: to}, nil
+	}
+	return nil, &CorruptRecordError{Topic: c.topic, Partition: ps.p, Offset: bad, Err: cause}
+}

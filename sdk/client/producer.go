@@ -1,0 +1,550 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// Producer defaults.
+const (
+	// DefaultSendTimeout is how long a send waits for the broker (MetaQ's 3000 ms).
+	DefaultSendTimeout = 3 * time.Second
+	// DefaultMaxInFlight is how many messages may be unacknowledged at once
+	// before Send and SendAsync block.
+	DefaultMaxInFlight = 1024
+	// DefaultBatchBytes is the mput body limit used when WithBatching is given
+	// maxBytes <= 0. The broker refuses bodies over its max transfer size
+	// (2 MiB by default).
+	DefaultBatchBytes = 512 << 10
+)
+
+type producerConfig struct {
+	conn           connOptions
+	logger         *slog.Logger
+	selector       PartitionSelector
+	sendTimeout    time.Duration
+	maxInFlight    int
+	batch          batchConfig
+	partitions     map[string]int
+	maxMessageSize int
+}
+
+// WithSelector sets the partition selector. Default RoundRobin().
+func WithSelector(s PartitionSelector) ProducerOption {
+	return producerOpt(func(c *producerConfig) {
+		if s != nil {
+			c.selector = s
+		}
+	})
+}
+
+// WithSendTimeout bounds each send from the moment it is written until the
+// broker's reply (the caller's context can shorten it). Default 3 s.
+func WithSendTimeout(d time.Duration) ProducerOption {
+	return producerOpt(func(c *producerConfig) {
+		if d > 0 {
+			c.sendTimeout = d
+		}
+	})
+}
+
+// WithMaxInFlight bounds the messages sent or buffered but not yet
+// acknowledged; beyond it Send and SendAsync block (respecting their
+// context). Default 1024, or 8 batches when batching is on.
+func WithMaxInFlight(n int) ProducerOption {
+	return producerOpt(func(c *producerConfig) {
+		if n > 0 {
+			c.maxInFlight = n
+		}
+	})
+}
+
+// WithBatching accumulates messages for the same topic-partition and sends
+// them as one mput when maxMessages (at most protocol.MaxMPutCount) or
+// maxBytes of message data are reached, or linger after the first message
+// of the batch. maxBytes must stay below the broker's max transfer size
+// (default 2 MiB); <= 0 means DefaultBatchBytes. A message over maxBytes is
+// sent on its own with put. Sync Send waits for its batch, so with batching
+// a lone Send takes up to linger.
+func WithBatching(maxMessages, maxBytes int, linger time.Duration) ProducerOption {
+	return producerOpt(func(c *producerConfig) {
+		if maxMessages <= 0 || maxMessages > protocol.MaxMPutCount {
+			maxMessages = protocol.MaxMPutCount
+		}
+		if maxBytes <= 0 {
+			maxBytes = DefaultBatchBytes
+		}
+		c.batch = batchConfig{enabled: true, maxMessages: maxMessages, maxBytes: maxBytes, linger: max(linger, 0)}
+	})
+}
+
+// WithTopicPartitions fixes the partition count of a topic instead of
+// learning it from `stats topics` (needed for topics the broker accepts by
+// wildcard but does not list).
+func WithTopicPartitions(topic string, n int) ProducerOption {
+	return producerOpt(func(c *producerConfig) {
+		if c.partitions == nil {
+			c.partitions = make(map[string]int)
+		}
+		c.partitions[topic] = n
+	})
+}
+
+// WithMaxMessageSize sets the largest put body the producer accepts
+// (payload plus attribute). Default message.DefaultMaxMessageSize (2 MiB).
+func WithMaxMessageSize(n int) ProducerOption {
+	return producerOpt(func(c *producerConfig) {
+		if n > 0 {
+			c.maxMessageSize = n
+		}
+	})
+}
+
+// SendResult is what the broker assigned to a stored message.
+type SendResult struct {
+	Topic     string
+	Partition int32
+	// Offset is the byte offset of the record's start in the partition.
+	Offset int64
+	// ID is the broker-assigned message id.
+	ID int64
+}
+
+// Producer sends messages to one broker. It is safe for concurrent use; all
+// sends share one pipelined connection.
+type Producer struct {
+	cfg producerConfig
+	cn  *conn
+	sem chan struct{}
+	cbs *callbackQueue
+	acc *accumulator // nil without batching
+
+	mu     sync.RWMutex // guards closed against inflight.Add
+	closed bool
+	// inflight counts messages from acceptance to completion (callback run).
+	inflight  sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+
+	pmu   sync.RWMutex
+	parts map[string]int
+}
+
+// NewProducer returns a producer for the broker at addr ("host:port"). It
+// connects lazily, on the first send.
+func NewProducer(addr string, opts ...ProducerOption) (*Producer, error) {
+	if err := checkAddr(addr); err != nil {
+		return nil, err
+	}
+	cfg := producerConfig{conn: defaultConnOptions(), logger: slog.Default(), selector: RoundRobin(),
+		sendTimeout: DefaultSendTimeout, maxMessageSize: message.DefaultMaxMessageSize}
+	for _, o := range opts {
+		o.applyProducer(&cfg)
+	}
+	if cfg.maxInFlight == 0 {
+		cfg.maxInFlight = DefaultMaxInFlight
+		if cfg.batch.enabled {
+			cfg.maxInFlight = max(DefaultMaxInFlight, 8*cfg.batch.maxMessages)
+		}
+	}
+	p := &Producer{cfg: cfg, cn: newConn(addr, cfg.conn), sem: make(chan struct{}, cfg.maxInFlight),
+		cbs: newCallbackQueue(), parts: make(map[string]int)}
+	for t, n := range cfg.partitions {
+		p.parts[t] = n
+	}
+	if cfg.batch.enabled {
+		p.acc = newAccumulator(p)
+	}
+	return p, nil
+}
+
+// begin admits one message: it waits for an in-flight slot.
+func (p *Producer) begin(ctx context.Context, m *message.Message) error {
+	if m == nil || m.Topic == "" {
+		return fmt.Errorf("%w: no topic", ErrInvalidMessage)
+	}
+	if n := m.DataLen(); n > p.cfg.maxMessageSize {
+		return fmt.Errorf("%w: %d bytes exceeds the maximum message size %d", ErrInvalidMessage, n, p.cfg.maxMessageSize)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		select {
+		case p.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		<-p.sem
+		return ErrClosed
+	}
+	p.inflight.Add(1)
+	p.mu.RUnlock()
+	return nil
+}
+
+func (p *Producer) end() {
+	<-p.sem
+	p.inflight.Done()
+}
+
+// Send sends m and waits for the broker to store it. On success m's ID,
+// Partition and Offset are set too. An error wrapping ErrTimeout or
+// ErrConnectionLost leaves it unknown whether m was stored. With batching,
+// a message whose ctx ends while it waits in a batch is still sent. m must
+// not be modified until Send returns (or SendAsync's callback runs).
+func (p *Producer) Send(ctx context.Context, m *message.Message) (SendResult, error) {
+	if err := p.begin(ctx, m); err != nil {
+		return SendResult{}, err
+	}
+	part, err := p.selectPartition(ctx, m)
+	if err != nil {
+		p.end()
+		return SendResult{}, err
+	}
+	if p.acc != nil && m.DataLen() <= p.cfg.batch.maxBytes {
+		// The batch completes pm (and releases its slot) even if we stop
+		// waiting for it.
+		pm := &pendingMsg{msg: m, part: part, done: make(chan struct{})}
+		p.acc.add(pm)
+		select {
+		case <-pm.done:
+			return pm.res, pm.err
+		case <-ctx.Done():
+			return SendResult{}, ctx.Err()
+		}
+	}
+	defer p.end()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
+	defer cancel()
+	res, err := p.put(ctx, m, part)
+	if isPartitionError(err) {
+		// The topic shrank or was misread: nothing was stored, so relearn
+		// the partition count and try once more.
+		p.forgetTopic(m.Topic)
+		if part, err2 := p.selectPartition(ctx, m); err2 == nil {
+			res, err = p.put(ctx, m, part)
+		}
+	}
+	return res, err
+}
+
+func (p *Producer) put(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
+	crc := int64(dataChecksum(m))
+	c, err := p.cn.roundTrip(ctx, func(dst []byte, op int32) []byte {
+		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
+		return m.AppendData(dst)
+	})
+	if err != nil {
+		return SendResult{}, err
+	}
+	res, err := putResult(m, c)
+	putCall(c)
+	return res, err
+}
+
+// putResult parses a put or mput reply for its first message.
+func putResult(m *message.Message, c *call) (SendResult, error) {
+	if c.err != nil {
+		return SendResult{}, c.err
+	}
+	if c.code != protocol.StatusOK {
+		return SendResult{}, resultError(c.code, c.body)
+	}
+	id, part, off, _, err := protocol.ParsePutResult(c.body)
+	if err != nil {
+		return SendResult{}, err
+	}
+	m.ID, m.Partition, m.Offset = id, part, off
+	return SendResult{Topic: m.Topic, Partition: part, Offset: off, ID: id}, nil
+}
+
+// SendAsync sends m without waiting; cb runs exactly once with the outcome,
+// on the producer's callback goroutine, in completion order. Callbacks
+// should be quick: the next one waits. If no in-flight slot frees up before
+// ctx is done, cb gets ctx's error. ctx bounds the send like Send's does.
+func (p *Producer) SendAsync(ctx context.Context, m *message.Message, cb func(SendResult, error)) {
+	if cb == nil {
+		cb = func(SendResult, error) {}
+	}
+	if err := p.begin(ctx, m); err != nil {
+		p.cbs.push(cb, SendResult{}, err, nil)
+		return
+	}
+	part, err := p.selectPartition(ctx, m)
+	if err != nil {
+		p.cbs.push(cb, SendResult{}, err, p.end)
+		return
+	}
+	if p.acc != nil && m.DataLen() <= p.cfg.batch.maxBytes {
+		p.acc.add(&pendingMsg{msg: m, part: part, cb: cb})
+		return
+	}
+	crc := int64(dataChecksum(m))
+	p.cn.sendAsync(ctx, time.Now().Add(p.cfg.sendTimeout), func(dst []byte, op int32) []byte {
+		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
+		return m.AppendData(dst)
+	}, func(c *call) {
+		res, err := putResult(m, c)
+		putCall(c)
+		if isPartitionError(err) {
+			p.forgetTopic(m.Topic)
+		}
+		p.cbs.push(cb, res, err, p.end)
+	})
+}
+
+// SendFuture is the result of SendAsyncFuture.
+type SendFuture struct {
+	done chan struct{}
+	res  SendResult
+	err  error
+}
+
+// Done is closed when the send has completed.
+func (f *SendFuture) Done() <-chan struct{} { return f.done }
+
+// Wait waits for the send to complete or ctx to be done.
+func (f *SendFuture) Wait(ctx context.Context) (SendResult, error) {
+	select {
+	case <-f.done:
+		return f.res, f.err
+	case <-ctx.Done():
+		return SendResult{}, ctx.Err()
+	}
+}
+
+// SendFuture sends m asynchronously and returns a future for the outcome.
+func (p *Producer) SendFuture(ctx context.Context, m *message.Message) *SendFuture {
+	f := &SendFuture{done: make(chan struct{})}
+	p.SendAsync(ctx, m, func(r SendResult, err error) {
+		f.res, f.err = r, err
+		close(f.done)
+	})
+	return f
+}
+
+// Flush sends every batched message now and waits until all messages
+// accepted so far are acknowledged, or ctx is done.
+func (p *Producer) Flush(ctx context.Context) error {
+	if p.acc != nil {
+		p.acc.flushAll()
+	}
+	done := make(chan struct{})
+	go func() {
+		// Waiting on the slots rather than the WaitGroup keeps Flush
+		// usable while other goroutines keep sending.
+		for i := 0; i < cap(p.sem); i++ {
+			p.sem <- struct{}{}
+		}
+		for i := 0; i < cap(p.sem); i++ {
+			<-p.sem
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting messages, sends any batched ones, waits for the
+// messages in flight until ctx is done, then closes the connection; sends
+// still in flight then fail with ErrClosed. All callbacks have run when
+// Close returns. Close is idempotent; later calls return the first result.
+func (p *Producer) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		if p.acc != nil {
+			p.acc.close()
+		}
+		done := make(chan struct{})
+		go func() { p.inflight.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			p.closeErr = fmt.Errorf("metaq: producer close: %w", ctx.Err())
+		}
+		p.cn.close()
+		<-done
+		p.cbs.close()
+	})
+	return p.closeErr
+}
+
+// selectPartition learns the topic's partition count and asks the selector.
+func (p *Producer) selectPartition(ctx context.Context, m *message.Message) (int32, error) {
+	n, err := p.partitionCount(ctx, m.Topic)
+	if err != nil {
+		return 0, err
+	}
+	i, err := p.cfg.selector.Select(m.Topic, n, m)
+	if err != nil {
+		return 0, err
+	}
+	if i < 0 || i >= n {
+		return 0, fmt.Errorf("metaq: selector chose partition %d of topic %s with %d partitions", i, m.Topic, n)
+	}
+	return int32(i), nil
+}
+
+// Partitions returns the number of partitions of topic, asking the broker
+// the first time.
+func (p *Producer) Partitions(ctx context.Context, topic string) (int, error) {
+	return p.partitionCount(ctx, topic)
+}
+
+func (p *Producer) partitionCount(ctx context.Context, topic string) (int, error) {
+	p.pmu.RLock()
+	n, ok := p.parts[topic]
+	p.pmu.RUnlock()
+	if ok {
+		return n, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.sendTimeout)
+	defer cancel()
+	infos, err := statsTopics(ctx, p.cn)
+	if err != nil {
+		return 0, fmt.Errorf("metaq: learn partitions of %s: %w", topic, err)
+	}
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	for _, ti := range infos {
+		if _, fixed := p.cfg.partitions[ti.Name]; !fixed && ti.Partitions > 0 {
+			p.parts[ti.Name] = ti.Partitions
+		}
+	}
+	if n, ok := p.parts[topic]; ok {
+		return n, nil
+	}
+	return 0, fmt.Errorf("%w: %q is not listed by the broker at %s", ErrUnknownTopic, topic, p.cn.addr)
+}
+
+func (p *Producer) forgetTopic(topic string) {
+	if _, fixed := p.cfg.partitions[topic]; fixed {
+		return
+	}
+	p.pmu.Lock()
+	delete(p.parts, topic)
+	p.pmu.Unlock()
+}
+
+// isPartitionError reports a 500 about a partition out of range.
+func isPartitionError(err error) bool {
+	var be *BrokerError
+	return errors.As(err, &be) && be.Code == protocol.StatusInternalError &&
+		strings.Contains(strings.ToLower(be.Msg), "partition")
+}
+
+var crcTable = crc32.MakeTable(crc32.IEEE)
+
+// dataChecksum is message.Checksum(m.AppendData(nil)) without building the data.
+func dataChecksum(m *message.Message) uint32 {
+	if !m.HasAttribute {
+		return message.Checksum(m.Body)
+	}
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(m.Attribute)))
+	c := crc32.Update(0, crcTable, n[:])
+	c = crc32.Update(c, crcTable, []byte(m.Attribute))
+	c = crc32.Update(c, crcTable, m.Body)
+	return c & 0x7FFFFFFF
+}
+
+// callbackQueue runs async callbacks in order on one goroutine, so that the
+// connection's reader never runs user code.
+type callbackQueue struct {
+	mu     sync.Mutex
+	q      []callbackItem
+	wake   chan struct{}
+	closed bool
+	done   chan struct{}
+}
+
+type callbackItem struct {
+	cb    func(SendResult, error)
+	res   SendResult
+	err   error
+	after func()
+}
+
+func newCallbackQueue() *callbackQueue {
+	q := &callbackQueue{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go q.run()
+	return q
+}
+
+func (q *callbackQueue) push(cb func(SendResult, error), res SendResult, err error, after func()) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		cb(res, err)
+		if after != nil {
+			after()
+		}
+		return
+	}
+	q.q = append(q.q, callbackItem{cb, res, err, after})
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *callbackQueue) run() {
+	defer close(q.done)
+	var batch []callbackItem
+	for {
+		q.mu.Lock()
+		batch, q.q = q.q, batch[:0]
+		closed := q.closed
+		q.mu.Unlock()
+		for i := range batch {
+			it := &batch[i]
+			it.cb(it.res, it.err)
+			if it.after != nil {
+				it.after()
+			}
+			*it = callbackItem{}
+		}
+		if len(batch) == 0 {
+			if closed {
+				return
+			}
+			<-q.wake
+		}
+	}
+}
+
+// close runs the remaining callbacks and stops the goroutine.
+func (q *callbackQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	<-q.done
+}
