@@ -1,0 +1,279 @@
+package store
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// Append assigns ids (one IDs.Next call) and offsets to entries, copies
+// them, and arranges that w.AppendDone(token, ...) is called exactly once
+// (w may be nil). In group-commit mode that happens on the log's writer
+// goroutine after an fsync covering the entries; in threshold mode after
+// the write (and the fsync, if this append triggered one), synchronously
+// before Append returns. A write or fsync failure is reported through
+// AppendDone and fails the log.
+//
+// Append returns an error, and then never calls AppendDone, for a closed
+// or failed log (ErrClosed, ErrFailed), an empty batch (ErrEmptyBatch) or
+// an entry longer than MaxMessageSize (ErrTooLarge). Entries is not
+// retained.
+func (l *Log) Append(entries []Entry, w Waiter, token uint64) error {
+	if len(entries) == 0 {
+		return ErrEmptyBatch
+	}
+	total := 0
+	for i := range entries {
+		if n := len(entries[i].Data); n > l.maxMsg {
+			return fmt.Errorf("%w: entry %d has %d bytes, limit %d", ErrTooLarge, i, n, l.maxMsg)
+		}
+		total += message.HeaderSize + len(entries[i].Data)
+	}
+	if l.groupCommit {
+		return l.appendGroup(entries, total, w, token)
+	}
+	return l.appendThreshold(entries, w, token)
+}
+
+// appendRecords frames entries with ids from firstID onwards onto dst.
+func appendRecords(dst []byte, entries []Entry, firstID int64) []byte {
+	for i := range entries {
+		e := &entries[i]
+		dst = message.AppendRecordCRC(dst, firstID+int64(i), e.Flag, e.CRC, e.Data)
+	}
+	return dst
+}
+
+// checkLocked returns why appends are refused, if they are. Callers hold mu.
+func (l *Log) checkLocked() error {
+	if l.closed {
+		return ErrClosed
+	}
+	return l.failErr
+}
+
+// appendGroup queues entries for the group-commit writer.
+func (l *Log) appendGroup(entries []Entry, total int, w Waiter, token uint64) error {
+	l.mu.Lock()
+	for {
+		if err := l.checkLocked(); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		if len(l.pend) < l.pendingCap {
+			break
+		}
+		l.spaceCond.Wait()
+	}
+	firstID := l.ids.Next(len(entries))
+	off := l.nextOffset
+	l.pend = appendRecords(l.pend, entries, firstID)
+	l.nextOffset += int64(total)
+	l.pendComps = append(l.pendComps, completion{
+		w: w, token: token, firstID: firstID, firstOffset: off, end: len(l.pend), n: len(entries),
+	})
+	if len(l.pendComps) == 1 {
+		l.workCond.Signal() // the writer only sleeps when nothing is pending
+	}
+	l.mu.Unlock()
+	l.nAppends.Add(1)
+	return nil
+}
+
+// appendThreshold writes entries under the append lock and fsyncs when the
+// unflushed count passes the threshold or the interval has elapsed.
+func (l *Log) appendThreshold(entries []Entry, w Waiter, token uint64) error {
+	l.mu.Lock()
+	if err := l.checkLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	l.nAppends.Add(1)
+	seg := l.active
+	if seg.size.Load() >= l.maxSeg {
+		if err := l.rollThresholdLocked(); err != nil {
+			l.mu.Unlock()
+			done(w, token, 0, 0, err)
+			return nil
+		}
+		seg = l.active
+	}
+	firstID := l.ids.Next(len(entries))
+	buf := appendRecords(l.wbuf[:0], entries, firstID)
+	if cap(buf) <= maxRetainedBuffer {
+		l.wbuf = buf
+	} else {
+		l.wbuf = nil
+	}
+	pos := seg.size.Load()
+	n, err := l.writeAt(seg.f, buf, pos)
+	l.nWrites.Add(1)
+	if err == nil && n < len(buf) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		err = l.failLocked(fmt.Errorf("write %s at %d: %w", filepath.Base(seg.path), pos, err))
+		l.mu.Unlock()
+		done(w, token, 0, 0, err)
+		return nil
+	}
+	seg.size.Store(pos + int64(n))
+	l.nBytes.Add(int64(n))
+	l.nMessages.Add(int64(len(entries)))
+	l.msgCount.Add(int64(len(entries)))
+	seg.count.Add(int64(len(entries)))
+	l.lastID.Store(firstID + int64(len(entries)) - 1)
+	l.unflushed += len(entries)
+	sync := l.unflushed > l.threshold || (l.interval > 0 && time.Since(l.lastFlush) >= l.interval)
+	l.mu.Unlock()
+
+	if sync {
+		if err := l.flush(); err != nil {
+			done(w, token, 0, 0, err)
+			return nil
+		}
+	}
+	done(w, token, firstID, seg.start+pos, nil)
+	return nil
+}
+
+func done(w Waiter, token uint64, firstID, firstOffset int64, err error) {
+	if w != nil {
+		w.AppendDone(token, firstID, firstOffset, err)
+	}
+}
+
+// rollThresholdLocked fsyncs the active segment, publishes it as readable
+// and starts a new one named after its end. Callers hold mu.
+func (l *Log) rollThresholdLocked() error {
+	old := l.active
+	if err := l.syncFile(old.f); err != nil {
+		l.nFsyncs.Add(1)
+		return l.failLocked(fmt.Errorf("fsync %s: %w", filepath.Base(old.path), err))
+	}
+	l.nFsyncs.Add(1)
+	if end := old.end(); end > l.readable.Load() {
+		l.readable.Store(end)
+	}
+	l.unflushed = 0
+	l.lastFlush = time.Now()
+	seg, err := l.createSegment(old.end())
+	if err != nil {
+		return l.failLocked(err)
+	}
+	l.publish(seg)
+	return nil
+}
+
+// publish makes seg the active segment.
+func (l *Log) publish(seg *segment) {
+	l.segMu.Lock()
+	l.segs = append(l.segs, seg)
+	l.segMu.Unlock()
+	l.active = seg
+	l.nRolls.Add(1)
+}
+
+// Flush fsyncs unflushed appends now and makes them readable (threshold
+// mode). In group-commit mode appends are fsynced before they complete and
+// Flush does nothing. It returns the log's failure, if any.
+func (l *Log) Flush() error {
+	if l.groupCommit {
+		return l.Err()
+	}
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	return l.flush()
+}
+
+// flush fsyncs the active segment outside the append lock and then raises
+// the readable mark to what was written before the fsync started.
+func (l *Log) flush() error {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	l.mu.Lock()
+	if l.failErr != nil || l.final {
+		err := l.failErr
+		l.mu.Unlock()
+		return err
+	}
+	seg := l.active
+	end := seg.end()
+	l.unflushed = 0
+	if end <= l.readable.Load() {
+		l.mu.Unlock()
+		return nil
+	}
+	l.lastFlush = time.Now()
+	seg.acquire() // active, so not deletable; keeps f open past a roll and retention
+	l.mu.Unlock()
+
+	err := l.syncFile(seg.f)
+	l.nFsyncs.Add(1)
+	seg.release()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		return l.failLocked(fmt.Errorf("fsync %s: %w", filepath.Base(seg.path), err))
+	}
+	if end > l.readable.Load() {
+		l.readable.Store(end)
+	}
+	return nil
+}
+
+// flusher is the threshold-mode ticker: it flushes every interval when
+// anything is unflushed.
+func (l *Log) flusher() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		need := l.failErr == nil && l.active.end() > l.readable.Load()
+		l.mu.Unlock()
+		if need {
+			_ = l.flush() // a failure is logged by failLocked and kept in failErr
+		}
+	}
+}
+
+// AppendSync appends entries and waits for the outcome.
+func (l *Log) AppendSync(entries []Entry) (firstID, firstOffset int64, err error) {
+	sw := syncWaiters.Get().(*syncWaiter)
+	if err := l.Append(entries, sw, 0); err != nil {
+		syncWaiters.Put(sw)
+		return 0, 0, err
+	}
+	r := <-sw.ch
+	syncWaiters.Put(sw)
+	return r.id, r.off, r.err
+}
+
+type syncResult struct {
+	id, off int64
+	err     error
+}
+
+// syncWaiter is a reusable Waiter that hands the result to AppendSync.
+type syncWaiter struct{ ch chan syncResult }
+
+func (s *syncWaiter) AppendDone(_ uint64, id, off int64, err error) {
+	s.ch <- syncResult{id, off, err}
+}
+
+var syncWaiters = sync.Pool{New: func() any { return &syncWaiter{ch: make(chan syncResult, 1)} }}

@@ -1,0 +1,435 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// DefaultMaxSegmentSize is the default segment roll threshold in bytes (1 GiB).
+const DefaultMaxSegmentSize int64 = 1 << 30
+
+const (
+	// maxWriteChunk bounds the bytes the group-commit writer hands to one
+	// write() and covers with one fsync (a single larger append still goes
+	// whole).
+	maxWriteChunk = 4 << 20
+	// defaultPendingCap is the pending-buffer size in bytes at which
+	// group-commit appenders start waiting for the writer.
+	defaultPendingCap = 64 << 20
+	// maxRetainedBuffer is the largest append buffer, in bytes, kept for
+	// reuse; a bigger one (after a burst) is dropped so idle logs stay small.
+	maxRetainedBuffer = 8 << 20
+)
+
+// IDSource hands out message ids. Next returns the first of n consecutive
+// ids. The log calls it under its append lock, so ids rise with offsets.
+type IDSource interface{ Next(n int) int64 }
+
+// Options configures a Log. The zero value is usable except for IDs.
+type Options struct {
+	// MaxSegmentSize is the size in bytes at which the active segment
+	// rolls; default DefaultMaxSegmentSize. A segment may overshoot it by
+	// up to one append (threshold mode) or one write batch (group commit).
+	MaxSegmentSize int64
+	// UnflushThreshold selects the flush mode. 0 (or negative) is group
+	// commit: appends complete after an fsync that covers them. N > 0 is
+	// threshold mode: appends complete after write(), and the log fsyncs
+	// when more than N messages are unflushed.
+	UnflushThreshold int
+	// UnflushInterval, in threshold mode, also fsyncs when an append comes
+	// this long after the last flush, and runs a ticker that flushes
+	// unflushed data this often. 0 disables both.
+	UnflushInterval time.Duration
+	// MaxMessageSize is the largest data length in bytes that Append
+	// accepts and recovery recognises; default message.DefaultMaxMessageSize.
+	// Lowering it below the size of records already in the last segment
+	// makes recovery cut them.
+	MaxMessageSize int
+	// IDs assigns message ids. Required.
+	IDs IDSource
+	// Logf, if set, receives recovery, retention and failure reports.
+	Logf func(format string, args ...any)
+
+	// hooks replaces file operations in tests (fault injection).
+	hooks *hooks
+}
+
+// hooks are the test seams of a Log.
+type hooks struct {
+	writeAt    func(f *os.File, b []byte, off int64) (int, error) // segment write
+	sync       func(f *os.File) error                             // segment data sync
+	pendingCap int                                                // group-commit pending cap
+}
+
+// Entry is one message to append. CRC must be message.Checksum(Data); the
+// caller has computed or verified it already.
+type Entry struct {
+	Flag int32
+	CRC  uint32
+	Data []byte
+}
+
+// Waiter receives the outcome of an Append. AppendDone is called exactly
+// once per successful Append call, possibly from another goroutine and
+// possibly before Append returns (threshold mode). It must not block and
+// must not call Close (in group-commit mode it runs on the writer
+// goroutine, which Close waits for). On error, firstID and firstOffset are
+// 0.
+type Waiter interface {
+	AppendDone(token uint64, firstID int64, firstOffset int64, err error)
+}
+
+// Stats are cumulative counters of a Log since Open.
+type Stats struct {
+	Appends  int64 // Append calls accepted
+	Messages int64 // records written
+	Writes   int64 // write() calls on segment files
+	Fsyncs   int64 // data syncs of segment files
+	Bytes    int64 // bytes written to segment files
+	Rolls    int64 // segments created by rolling
+}
+
+// completion is one accepted group-commit append waiting for its fsync.
+type completion struct {
+	w           Waiter
+	token       uint64
+	firstID     int64
+	firstOffset int64
+	end         int // end of its records in the pending buffer
+	n           int // number of records
+}
+
+// Log is the segmented message log of one topic partition. See the package
+// documentation for its modes, visibility rules and lock order.
+type Log struct {
+	dir         string
+	maxSeg      int64
+	maxMsg      int
+	threshold   int
+	interval    time.Duration
+	groupCommit bool
+	pendingCap  int
+	ids         IDSource
+	logf        func(format string, args ...any)
+	writeAt     func(f *os.File, b []byte, off int64) (int, error)
+	syncFile    func(f *os.File) error
+
+	// flushMu serialises threshold-mode fsyncs; taken before mu.
+	flushMu sync.Mutex
+
+	// mu is the append lock.
+	mu      sync.Mutex
+	closed  bool
+	final   bool  // Close has done its final flush
+	failErr error // non-nil once a write or fsync failed; wraps ErrFailed
+	// active is the last segment. Group commit: owned by the writer
+	// goroutine. Threshold mode: guarded by mu. Also published in segs.
+	active *segment
+	// group commit
+	pend       []byte       // framed records waiting for the writer
+	pendComps  []completion // their completions, in offset order
+	nextOffset int64        // offset of the next appended record
+	workCond   sync.Cond    // writer waits for pending work (on mu)
+	spaceCond  sync.Cond    // appenders wait for pending space (on mu)
+	// threshold mode
+	wbuf      []byte
+	unflushed int // messages written since the last flush
+	lastFlush time.Time
+
+	// segMu guards segs and the segments' count/deleted fields; it is a
+	// leaf lock.
+	segMu sync.RWMutex
+	segs  []*segment // ascending start; the last one is active
+
+	readable  atomic.Int64 // readable high-water mark
+	minOffset atomic.Int64
+	lastID    atomic.Int64
+	msgCount  atomic.Int64
+	counted   atomic.Bool // sealed segments present at Open have been counted
+	isClosed  atomic.Bool
+
+	nAppends, nMessages, nWrites, nFsyncs, nBytes, nRolls atomic.Int64
+
+	lock      *os.File // holds the directory lock; nil where unsupported
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (creating it if needed) the log in dir and recovers it: the
+// segment chain is checked, the last segment scanned and cut at its first
+// invalid record, and the result made durable before Open returns.
+func Open(dir string, opts Options) (*Log, error) {
+	if opts.IDs == nil {
+		return nil, errors.New("store: Options.IDs is required")
+	}
+	l := &Log{
+		dir:         dir,
+		maxSeg:      opts.MaxSegmentSize,
+		maxMsg:      opts.MaxMessageSize,
+		threshold:   opts.UnflushThreshold,
+		interval:    opts.UnflushInterval,
+		groupCommit: opts.UnflushThreshold <= 0,
+		pendingCap:  defaultPendingCap,
+		ids:         opts.IDs,
+		logf:        opts.Logf,
+		writeAt:     (*os.File).WriteAt,
+		syncFile:    fdatasync,
+		done:        make(chan struct{}),
+	}
+	if l.maxSeg <= 0 {
+		l.maxSeg = DefaultMaxSegmentSize
+	}
+	if l.maxMsg <= 0 {
+		l.maxMsg = message.DefaultMaxMessageSize
+	}
+	if l.maxMsg > 1<<31-1-message.HeaderSize {
+		return nil, fmt.Errorf("store: MaxMessageSize %d too large", l.maxMsg)
+	}
+	if l.logf == nil {
+		l.logf = func(string, ...any) {}
+	}
+	if h := opts.hooks; h != nil {
+		if h.writeAt != nil {
+			l.writeAt = h.writeAt
+		}
+		if h.sync != nil {
+			l.syncFile = h.sync
+		}
+		if h.pendingCap > 0 {
+			l.pendingCap = h.pendingCap
+		}
+	}
+	l.workCond.L = &l.mu
+	l.spaceCond.L = &l.mu
+
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("store: create %s: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	l.lock = lock
+	toCount, err := l.recover()
+	if err != nil {
+		l.unlockDir()
+		return nil, err
+	}
+	l.nextOffset = l.active.end()
+	l.lastFlush = time.Now()
+
+	if len(toCount) > 0 {
+		l.wg.Add(1)
+		go l.countSealed(toCount)
+	} else {
+		l.counted.Store(true)
+	}
+	if l.groupCommit {
+		l.wg.Add(1)
+		go l.writer()
+	} else if l.interval > 0 {
+		l.wg.Add(1)
+		go l.flusher()
+	}
+	return l, nil
+}
+
+// Dir returns the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Close stops the log's goroutines, completes (group commit) or flushes
+// (threshold mode) everything already appended, and releases the segment
+// files; open Views stay readable until released. It returns the log's
+// failure, if any. Close is idempotent.
+func (l *Log) Close() error {
+	l.closeOnce.Do(func() { l.closeErr = l.close() })
+	return l.closeErr
+}
+
+func (l *Log) close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.isClosed.Store(true)
+	l.workCond.Broadcast()
+	l.spaceCond.Broadcast()
+	l.mu.Unlock()
+
+	close(l.done)
+	l.wg.Wait() // the writer drains pending appends before it exits
+
+	var err error
+	if !l.groupCommit {
+		err = l.flush()
+	}
+	l.mu.Lock()
+	l.final = true
+	if err == nil {
+		err = l.failErr
+	}
+	l.mu.Unlock()
+
+	l.segMu.Lock()
+	segs := l.segs
+	l.segs = nil
+	l.segMu.Unlock()
+	for _, s := range segs {
+		s.release()
+	}
+	l.unlockDir()
+	return err
+}
+
+func (l *Log) unlockDir() {
+	if l.lock != nil {
+		_ = l.lock.Close()
+		l.lock = nil
+	}
+}
+
+// fail puts the log into the failed state (first error wins) and returns
+// the error to report. Callers hold mu.
+func (l *Log) failLocked(err error) error {
+	if l.failErr == nil {
+		l.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
+		l.logf("store: %s: log failed, refusing further appends: %v", l.dir, err)
+		l.spaceCond.Broadcast()
+	}
+	return l.failErr
+}
+
+func (l *Log) fail(err error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failLocked(err)
+}
+
+// Err returns the error that failed the log, or nil.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failErr
+}
+
+// Read returns a View of the bytes [offset, offset+maxSize) of the single
+// segment containing offset, clipped to the readable high-water mark. The
+// range may end inside a record; alignment is not checked. Errors: an
+// *OffsetOutOfRangeError (ErrBelowMin) for offset < MinOffset, ErrNoData
+// for offset >= MaxOffset, ErrBadSize, ErrClosed. The caller must Release
+// the View.
+func (l *Log) Read(offset int64, maxSize int) (View, error) {
+	if maxSize <= 0 {
+		return View{}, ErrBadSize
+	}
+	hwm := l.readable.Load()
+	l.segMu.RLock()
+	segs := l.segs
+	if len(segs) == 0 {
+		l.segMu.RUnlock()
+		return View{}, ErrClosed
+	}
+	if first := segs[0].start; offset < first {
+		l.segMu.RUnlock()
+		return View{}, &OffsetOutOfRangeError{Offset: offset, Min: first}
+	}
+	if offset >= hwm {
+		l.segMu.RUnlock()
+		return View{}, ErrNoData
+	}
+	seg := segs[findSegment(segs, offset)]
+	end := min(seg.end(), hwm)
+	if offset >= end { // cannot happen: sealed segments chain
+		l.segMu.RUnlock()
+		return View{}, ErrNoData
+	}
+	seg.acquire()
+	l.segMu.RUnlock()
+	n := min(end-offset, int64(maxSize))
+	return View{Path: seg.path, File: seg.f, Pos: offset - seg.start, Len: int(n), Offset: offset, seg: seg}, nil
+}
+
+// findSegment returns the index of the last segment starting at or before
+// offset; segs is non-empty and segs[0].start <= offset.
+func findSegment(segs []*segment, offset int64) int {
+	lo, hi := 0, len(segs) // invariant: segs[lo].start <= offset, segs[hi].start > offset
+	for hi-lo > 1 {
+		m := int(uint(lo+hi) >> 1)
+		if segs[m].start <= offset {
+			lo = m
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// NearestOffset answers MetaQ's offset command: the start of the segment
+// containing offset, MaxOffset if offset >= MaxOffset, MinOffset if offset
+// is below it.
+func (l *Log) NearestOffset(offset int64) int64 {
+	hwm := l.readable.Load()
+	if offset >= hwm {
+		return hwm
+	}
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	segs := l.segs
+	if len(segs) == 0 {
+		return hwm
+	}
+	if offset < segs[0].start {
+		return segs[0].start
+	}
+	return segs[findSegment(segs, offset)].start
+}
+
+// MinOffset returns the start of the first segment.
+func (l *Log) MinOffset() int64 { return l.minOffset.Load() }
+
+// MaxOffset returns the readable high-water mark: in group-commit mode the
+// end of the last fsynced batch, in threshold mode the end of the last
+// flush.
+func (l *Log) MaxOffset() int64 { return l.readable.Load() }
+
+// SizeBytes returns the readable bytes held: MaxOffset - MinOffset.
+func (l *Log) SizeBytes() int64 { return l.MaxOffset() - l.MinOffset() }
+
+// LastID returns the id of the last record written (in group-commit mode:
+// fsynced), or found by recovery; 0 if there is none. Ids rise with
+// offsets, so it is the highest id in the log.
+func (l *Log) LastID() int64 { return l.lastID.Load() }
+
+// MessageCount returns the number of records in the log. Records of sealed
+// segments present at Open are added by a background count; until it is
+// done (MessageCountComplete) the figure is low.
+func (l *Log) MessageCount() int64 { return l.msgCount.Load() }
+
+// MessageCountComplete reports whether the background count of the sealed
+// segments found at Open has finished.
+func (l *Log) MessageCountComplete() bool { return l.counted.Load() }
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	return Stats{
+		Appends:  l.nAppends.Load(),
+		Messages: l.nMessages.Load(),
+		Writes:   l.nWrites.Load(),
+		Fsyncs:   l.nFsyncs.Load(),
+		Bytes:    l.nBytes.Load(),
+		Rolls:    l.nRolls.Load(),
+	}
+}
+
+// SegmentCount returns the number of segment files.
+func (l *Log) SegmentCount() int {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	return len(l.segs)
+}

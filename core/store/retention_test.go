@@ -1,0 +1,121 @@
+package store
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseDeletePolicy(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"delete,168":   168 * time.Hour,
+		"delete,10s":   10 * time.Second,
+		"delete,5m":    5 * time.Minute,
+		"delete,2h":    2 * time.Hour,
+		" delete , 1 ": time.Hour,
+	} {
+		got, err := ParseDeletePolicy(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "delete", "delete,", "delete,0", "delete,-1", "delete,1d", "delete,h",
+		"delete,1,2", "keep,1", "delete,99999999999999999h"} {
+		_, err := ParseDeletePolicy(in)
+		require.ErrorIs(t, err, ErrBadPolicy, in)
+	}
+	_, err := ParseDeletePolicy("archive,168,true")
+	require.ErrorIs(t, err, ErrBadPolicy)
+	require.Contains(t, err.Error(), "archive policy is not supported")
+}
+
+// setAge sets the modification time of the segment starting at start.
+func setAge(t *testing.T, dir string, start int64, mtime time.Time) {
+	t.Helper()
+	require.NoError(t, os.Chtimes(filepath.Join(dir, segmentName(start)), mtime, mtime))
+}
+
+func TestDeleteOlderThan(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, Options{MaxSegmentSize: 100})
+	for range 10 {
+		mustAppend(t, l, make([]byte, 30)) // 50 bytes: 5 segments of 2 records
+	}
+	require.Equal(t, 5, l.SegmentCount())
+	now := time.Now()
+	old := now.Add(-2 * time.Hour)
+	for _, s := range []int64{0, 100, 300, 400} { // 200 is young: deletion must stop there
+		setAge(t, dir, s, old)
+	}
+
+	// A reader holds a View on the first segment while it is deleted.
+	v, err := l.Read(0, 100)
+	require.NoError(t, err)
+
+	n, err := l.DeleteOlderThan(time.Hour, now)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, int64(200), l.MinOffset())
+	require.Equal(t, int64(300), l.SizeBytes())
+	require.Equal(t, int64(6), l.MessageCount())
+	require.NoFileExists(t, filepath.Join(dir, segmentName(0)))
+	require.NoFileExists(t, filepath.Join(dir, segmentName(100)))
+	require.FileExists(t, filepath.Join(dir, segmentName(200)))
+
+	b, err := v.ReadAll(nil)
+	require.NoError(t, err, "a View outlives the deletion of its segment")
+	require.Len(t, b, 100)
+	v.Release()
+
+	_, err = l.Read(150, 10)
+	var oor *OffsetOutOfRangeError
+	require.ErrorAs(t, err, &oor)
+	require.Equal(t, int64(200), oor.Min)
+	require.Equal(t, int64(200), l.NearestOffset(0))
+	require.Len(t, readAllRecords(t, l, 1000), 6)
+
+	// Everything old, including the active segment: all sealed ones go,
+	// the active one stays.
+	for _, s := range []int64{200, 300, 400} {
+		setAge(t, dir, s, old)
+	}
+	n, err = l.DeleteOlderThan(time.Hour, now)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, int64(400), l.MinOffset())
+	require.Equal(t, 1, l.SegmentCount())
+	n, err = l.DeleteOlderThan(time.Hour, now)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	_, off := mustAppend(t, l, []byte("still writable"))
+	require.Equal(t, int64(500), off)
+	require.NoError(t, l.Close())
+	_, err = l.DeleteOlderThan(time.Hour, now)
+	require.ErrorIs(t, err, ErrClosed)
+
+	// Reopening starts at the new minimum.
+	l2 := openLog(t, dir, Options{MaxSegmentSize: 100})
+	require.Equal(t, int64(400), l2.MinOffset())
+	require.Equal(t, l.MaxOffset(), l2.MaxOffset())
+}
+
+func TestDeleteWhileCounting(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, Options{MaxSegmentSize: 100})
+	for range 10 {
+		mustAppend(t, l, make([]byte, 30))
+	}
+	require.NoError(t, l.Close())
+	for _, s := range []int64{0, 100, 200} {
+		setAge(t, dir, s, time.Now().Add(-2*time.Hour))
+	}
+	l2 := openLog(t, dir, Options{MaxSegmentSize: 100})
+	n, err := l2.DeleteOlderThan(time.Hour, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Eventually(t, l2.MessageCountComplete, 5*time.Second, time.Millisecond)
+	require.Equal(t, int64(4), l2.MessageCount(), "deleted segments are not counted, counted ones are subtracted")
+}

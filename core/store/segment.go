@@ -1,0 +1,137 @@
+package store
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// segmentSuffix is the file name suffix of a segment.
+const segmentSuffix = ".meta"
+
+// segmentNameDigits is the width of the zero-padded start offset in a
+// segment file name.
+const segmentNameDigits = 20
+
+// segmentName returns the file name of the segment starting at start.
+func segmentName(start int64) string {
+	return fmt.Sprintf("%0*d%s", segmentNameDigits, start, segmentSuffix)
+}
+
+// parseSegmentName returns the start offset encoded in name, and false if
+// name is not a segment file name (exactly 20 decimal digits then ".meta").
+func parseSegmentName(name string) (int64, bool) {
+	digits, ok := strings.CutSuffix(name, segmentSuffix)
+	if !ok || len(digits) != segmentNameDigits {
+		return 0, false
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, false
+		}
+	}
+	start, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return start, true
+}
+
+// segment is one file of the log. Its start never changes; size only grows,
+// and only while the segment is the active (last) one.
+type segment struct {
+	start int64
+	path  string
+	f     *os.File
+
+	// size is the number of bytes written to the file (not necessarily
+	// flushed). Written by the log's writer (group commit) or under Log.mu
+	// (threshold mode); read atomically by anyone.
+	size atomic.Int64
+
+	// refs counts the log's own reference (dropped when the segment is
+	// deleted or the log closes) plus one per live View and per internal
+	// user (counter, flush). The file is closed when it drops to zero.
+	refs atomic.Int32
+
+	// count is the number of records in the segment, -1 until known
+	// (sealed segments found at Open are counted in the background). It
+	// grows with appends while the segment is active.
+	count atomic.Int64
+
+	// deleted is set when retention removes the segment; guarded by
+	// Log.segMu, like the first setting of a sealed segment's count.
+	deleted bool
+}
+
+func newSegment(start int64, path string, f *os.File, size int64) *segment {
+	s := &segment{start: start, path: path, f: f}
+	s.count.Store(-1)
+	s.size.Store(size)
+	s.refs.Store(1)
+	return s
+}
+
+// acquire adds a reference. The caller must already know the segment is
+// alive: it found it in Log.segs under segMu, or it holds another reference.
+func (s *segment) acquire() { s.refs.Add(1) }
+
+// release drops a reference and closes the file with the last one.
+func (s *segment) release() {
+	switch n := s.refs.Add(-1); {
+	case n == 0:
+		_ = s.f.Close() // read side or already fsynced: nothing to report
+	case n < 0:
+		panic("store: segment reference released twice")
+	}
+}
+
+// end returns the offset just past the segment's written bytes.
+func (s *segment) end() int64 { return s.start + s.size.Load() }
+
+// View is a readable byte range of one segment: bytes [Pos, Pos+Len) of the
+// segment file at Path, whose first byte is at absolute offset Offset.
+//
+// File is the segment's shared descriptor; read it with ReadAt (or hand it
+// to sendfile with an explicit position), never Seek it or Close it. The
+// View holds a reference that keeps File open even if retention deletes the
+// segment: call Release exactly once when done with it (not once per copy).
+type View struct {
+	Path   string
+	File   *os.File
+	Pos    int64
+	Len    int
+	Offset int64
+
+	seg *segment
+}
+
+// Release drops the View's hold on the segment file. After Release the View
+// must not be used. Releasing the zero View is a no-op.
+func (v View) Release() {
+	if v.seg != nil {
+		v.seg.release()
+	}
+}
+
+// ReadAll appends the View's bytes to dst and returns the extended slice.
+func (v View) ReadAll(dst []byte) ([]byte, error) {
+	if v.Len == 0 {
+		return dst, nil
+	}
+	n0 := len(dst)
+	dst = slices.Grow(dst, v.Len)[:n0+v.Len]
+	n, err := v.File.ReadAt(dst[n0:n0+v.Len], v.Pos)
+	if n < v.Len {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return dst[:n0+n], fmt.Errorf("store: read %s at %d: %w", filepath.Base(v.Path), v.Pos, err)
+	}
+	return dst, nil
+}
