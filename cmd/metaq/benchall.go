@@ -1,0 +1,348 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+const benchAllHelp = `
+The whole benchmark matrix, each target next to its baseline measured in the
+same run:
+
+  1 raw append, 1 KiB records, fdatasync every 256, in --data-dir
+  2 group commit: 1 KiB single puts, 4 pipelined producers, topic meta-test
+    -> MB/s as a share of (1), target >= 60%
+  3 ack after write: 100 B, mput batches of 256, 4 producers, topic
+    meta-fast (threshold mode) -> msgs/s, target >= 500k
+  4 consume 1 KiB records from the page cache, one consumer -> msgs/s,
+    target >= 600k
+  5 synchronous put p50 (100 B, meta-fast) vs bare loopback RTT p50
+    -> ratio, target <= 2x
+
+Unless --addr (or $METAQ_ADDR) is given, bench all starts its own broker
+when it finds one (--server, else bin/metaq-server, else metaq-server next
+to this executable): metaq-server --config conf/server.toml --port 0
+--data-dir DIR/broker, killed and its data removed at the end (--keep keeps
+it). Targets are reported, never asserted.
+`
+
+type benchRow struct {
+	Name     string  `json:"name"`
+	Result   string  `json:"result"`
+	Baseline string  `json:"baseline,omitempty"`
+	Ratio    string  `json:"ratio,omitempty"`
+	Target   string  `json:"target,omitempty"`
+	Met      *bool   `json:"met,omitempty"`
+	Value    float64 `json:"value"`
+	Error    string  `json:"error,omitempty"`
+}
+
+func benchAllCmd(e *env, args []string) error {
+	fs := newFlagSet(e, "bench all", "bench all [--data-dir DIR] [--server BIN] [--config FILE] [--seconds S] [--json]", benchAllHelp)
+	dataDir := fs.String("data-dir", "", "directory for the raw baseline and the broker's data (default: a new temporary directory)")
+	server := fs.String("server", "", "metaq-server binary to start when --addr is not given")
+	config := fs.String("config", "conf/server.toml", "configuration for the started broker")
+	secs := fs.Float64("seconds", 3, "duration of each throughput run")
+	consumeN := fs.Int64("consume-messages", 300000, "records read by the consume benchmark")
+	rttN := fs.Int("rtt-n", 2000, "round trips for the latency comparison")
+	keep := fs.Bool("keep", false, "keep the started broker's data")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *secs <= 0 || *consumeN < 1 || *rttN < 1 {
+		return usagef("--seconds, --consume-messages and --rtt-n must be positive")
+	}
+	dur := time.Duration(*secs * float64(time.Second))
+	dir := *dataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "metaq-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if !e.addrSet {
+		bin := findServer(*server)
+		if bin != "" {
+			srv, err := startServer(e.ctx, bin, *config, filepath.Join(dir, "broker"), e.stderr)
+			if err != nil {
+				return err
+			}
+			defer srv.stop(*keep)
+			e.addr = srv.addr
+		} else {
+			fmt.Fprintf(e.stderr, "metaq bench all: no metaq-server binary found (build bin/ or pass --server); using %s\n", e.addr)
+		}
+	}
+	if err := checkBroker(e); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "metaq bench all: broker %s, data dir %s, %s per throughput run\n", e.addr, dir, dur)
+
+	var rows []benchRow
+	progress := func(s string) { fmt.Fprintf(e.stderr, "  running %s...\n", s) }
+	met := func(ok bool) *bool { return &ok }
+	fail := func(name string, err error) benchRow {
+		return benchRow{Name: name, Result: "error", Error: err.Error()}
+	}
+
+	// 1. Raw disk baseline.
+	progress("raw append")
+	raw, err := runRawBench(e.ctx, dir, 1024, 256, dur)
+	rawRow := benchRow{Name: "1 raw append 1 KiB, fdatasync/256", Value: raw.MBPerS,
+		Result: fmt.Sprintf("%.1f MB/s (%s rec/s)", raw.MBPerS, fmtRate(raw.RecsPerS))}
+	if err != nil {
+		rawRow = fail(rawRow.Name, err)
+	}
+	rows = append(rows, rawRow)
+
+	// 2. Group commit vs raw.
+	progress("group commit produce")
+	row := benchRow{Name: "2 group commit 1 KiB, 4 producers, pipelined put", Target: ">= 60% of (1)"}
+	if n, err := topicPartitions(e, "meta-test"); err != nil {
+		row = fail(row.Name, err)
+	} else {
+		r, err := runProduceBench(e.ctx, prodConfig{addr: e.addr, topic: "meta-test", size: 1024, producers: 4, batch: 1,
+			inflight: 256, duration: dur, partition: -1, partitions: n})
+		row = produceRow(row, r, err)
+		if err == nil && raw.MBPerS > 0 {
+			ratio := r.MBPerS / raw.MBPerS
+			row.Result = fmt.Sprintf("%.1f MB/s (p50 %s, p99 %s)", r.MBPerS, fmtDur(r.P50), fmtDur(r.P99))
+			row.Baseline = fmt.Sprintf("%.1f MB/s (1)", raw.MBPerS)
+			row.Ratio = fmt.Sprintf("%.0f%%", ratio*100)
+			row.Met = met(ratio >= 0.6)
+		}
+	}
+	rows = append(rows, row)
+
+	// 3. Threshold mode, batched.
+	progress("ack-after-write mput produce")
+	row = benchRow{Name: "3 ack after write 100 B, mput 256, 4 producers", Target: ">= 500k msgs/s"}
+	if n, err := topicPartitions(e, "meta-fast"); err != nil {
+		row = fail(row.Name, err)
+	} else {
+		r, err := runProduceBench(e.ctx, prodConfig{addr: e.addr, topic: "meta-fast", size: 100, producers: 4, batch: 256,
+			inflight: 32, duration: dur, partition: -1, partitions: n})
+		row = produceRow(row, r, err)
+		if err == nil {
+			row.Result = fmt.Sprintf("%s msgs/s (%.1f MB/s, p50 %s)", fmtRate(r.MsgsPerS), r.MBPerS, fmtDur(r.P50))
+			row.Met = met(r.MsgsPerS >= 500e3)
+		}
+	}
+	rows = append(rows, row)
+
+	// 4. Consume from the page cache.
+	progress("consume")
+	row = benchRow{Name: "4 consume 1 KiB, page cache, 1 consumer", Target: ">= 600k msgs/s"}
+	cr, err := benchConsume(e, consConfig{addr: e.addr, topic: "meta-test", group: "metaq-bench", partition: 0, size: 1024,
+		messages: *consumeN, depth: 4, fetch: 2 << 20})
+	if err != nil {
+		row = fail(row.Name, err)
+	} else {
+		row.Value = cr.MsgsPerS
+		row.Result = fmt.Sprintf("%s msgs/s (%.0f MB/s)", fmtRate(cr.MsgsPerS), cr.MBPerS)
+		row.Met = met(cr.MsgsPerS >= 600e3)
+	}
+	rows = append(rows, row)
+
+	// 5. Synchronous put latency vs loopback RTT.
+	progress("rtt and synchronous put")
+	row = benchRow{Name: "5 sync put p50 (100 B, meta-fast) vs loopback RTT", Target: "<= 2x"}
+	rtt, rttErr := runRTTBench(e.ctx, e.addr, *rttN, e.timeout)
+	var syncRows []benchRow
+	if rttErr != nil {
+		row = fail(row.Name, rttErr)
+	} else {
+		for _, topic := range []string{"meta-fast", "meta-test"} {
+			r, err := runProduceBench(e.ctx, prodConfig{addr: e.addr, topic: topic, size: 100, producers: 1, batch: 1,
+				sync: true, messages: int64(*rttN), partition: 0})
+			if topic == "meta-fast" {
+				if err == nil && r.Errors > 0 {
+					err = fmt.Errorf("%d puts failed: %s", r.Errors, r.FirstErr)
+				}
+				if err != nil {
+					row = fail(row.Name, err)
+					continue
+				}
+				ratio := float64(r.P50) / float64(rtt.EchoP50)
+				row.Value = ratio
+				row.Result = fmt.Sprintf("p50 %s (p99 %s)", fmtDur(r.P50), fmtDur(r.P99))
+				row.Baseline = fmt.Sprintf("rtt p50 %s (p99 %s)", fmtDur(rtt.EchoP50), fmtDur(rtt.EchoP99))
+				row.Ratio = fmt.Sprintf("%.2fx", ratio)
+				row.Met = met(ratio <= 2)
+			} else if err == nil {
+				syncRows = append(syncRows, benchRow{Name: "  info: sync put p50 (100 B, meta-test, fsync)",
+					Value: float64(r.P50), Result: fmt.Sprintf("p50 %s (p99 %s)", fmtDur(r.P50), fmtDur(r.P99))})
+			}
+		}
+		syncRows = append(syncRows, benchRow{Name: "  info: broker version RTT", Value: float64(rtt.BrokerP50),
+			Result: fmt.Sprintf("p50 %s (p99 %s)", fmtDur(rtt.BrokerP50), fmtDur(rtt.BrokerP99))})
+	}
+	rows = append(rows, row)
+	rows = append(rows, syncRows...)
+
+	if *asJSON {
+		return writeJSON(e.stdout, map[string]any{"broker": e.addr, "data_dir": dir, "seconds": *secs, "results": rows})
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BENCHMARK\tRESULT\tBASELINE\tRATIO\tTARGET\tMET")
+	for _, r := range rows {
+		m := ""
+		if r.Met != nil {
+			m = map[bool]string{true: "yes", false: "no"}[*r.Met]
+		}
+		res := r.Result
+		if r.Error != "" {
+			res = "error: " + r.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, dash(r.Baseline), dash(r.Ratio), dash(r.Target), dash(m))
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func produceRow(row benchRow, r prodResult, err error) benchRow {
+	if err == nil && r.Errors > 0 {
+		err = fmt.Errorf("%d messages failed: %s", r.Errors, r.FirstErr)
+	}
+	if err != nil {
+		return benchRow{Name: row.Name, Result: "error", Error: err.Error(), Target: row.Target}
+	}
+	row.Value = r.MsgsPerS
+	return row
+}
+
+// findServer returns the broker binary to start, or "".
+func findServer(flagVal string) string {
+	if flagVal != "" {
+		return flagVal
+	}
+	cands := []string{filepath.Join("bin", "metaq-server")}
+	if exe, err := os.Executable(); err == nil {
+		cands = append(cands, filepath.Join(filepath.Dir(exe), "metaq-server"))
+	}
+	for _, c := range cands {
+		if st, err := os.Stat(c); err == nil && !st.IsDir() {
+			return c
+		}
+	}
+	return ""
+}
+
+type childServer struct {
+	cmd     *exec.Cmd
+	addr    string
+	dataDir string
+	logDone chan struct{}
+}
+
+var readyRE = regexp.MustCompile(`metaq-server ready on (\S+) data `)
+
+// startServer starts a broker on a free port and waits for its ready line.
+// Its later output goes to dataDir/../broker.log.
+func startServer(ctx context.Context, bin, config, dataDir string, stderr io.Writer) (*childServer, error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, err
+	}
+	// --port 0 should pick a free port, but conf validation currently
+	// refuses 0: pick one here (the ready line still gives the real address).
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--config", config, "--port", strconv.Itoa(port), "--data-dir", dataDir)
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	s := &childServer{cmd: cmd, dataDir: dataDir, logDone: make(chan struct{})}
+	ready := make(chan string, 1)
+	var early strings.Builder
+	go func() {
+		defer close(s.logDone)
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			if m := readyRE.FindStringSubmatch(sc.Text()); m != nil {
+				ready <- m[1]
+				break
+			}
+			early.WriteString(sc.Text() + "\n")
+		}
+		close(ready)
+		log, err := os.Create(filepath.Join(filepath.Dir(dataDir), "broker.log"))
+		if err != nil {
+			io.Copy(io.Discard, pipe)
+			return
+		}
+		defer log.Close()
+		io.Copy(log, pipe)
+	}()
+	select {
+	case addr, ok := <-ready:
+		if ok {
+			s.addr = addr
+			fmt.Fprintf(stderr, "metaq bench all: started %s on %s (pid %d)\n", bin, addr, cmd.Process.Pid)
+			return s, nil
+		}
+		cmd.Wait()
+		return nil, fmt.Errorf("%s exited before it was ready:\n%s", bin, early.String())
+	case <-time.After(30 * time.Second):
+	case <-ctx.Done():
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	return nil, errors.New(bin + " was not ready within 30s")
+}
+
+// freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// stop terminates the broker (SIGTERM, then SIGKILL after 10 s) and removes
+// its data unless keep.
+func (s *childServer) stop(keep bool) {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+	if !keep {
+		os.RemoveAll(s.dataDir)
+	}
+}

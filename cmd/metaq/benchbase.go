@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+type rttResult struct {
+	N          int           `json:"n"`
+	EchoP50    time.Duration `json:"echo_p50_ns"`
+	EchoP99    time.Duration `json:"echo_p99_ns"`
+	BrokerP50  time.Duration `json:"broker_version_p50_ns,omitempty"`
+	BrokerP99  time.Duration `json:"broker_version_p99_ns,omitempty"`
+	BrokerErr  string        `json:"broker_error,omitempty"`
+	BrokerAddr string        `json:"broker_addr,omitempty"`
+}
+
+// echoRTT measures 1-line request/reply round trips against an in-process
+// echo server on 127.0.0.1: the floor for any broker round trip.
+func echoRTT(ctx context.Context, n int) (p50, p99 time.Duration, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			if _, err := c.Write(line); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	r := bufio.NewReader(c)
+	req := []byte("version 1\r\n")
+	rec := newLatRec(n)
+	warm := min(n/10+1, 100)
+	for i := range n + warm {
+		t0 := time.Now()
+		if _, err := c.Write(req); err != nil {
+			return 0, 0, err
+		}
+		if _, err := r.ReadSlice('\n'); err != nil {
+			return 0, 0, err
+		}
+		if i >= warm {
+			rec.add(int64(time.Since(t0)))
+		}
+	}
+	p50, p99, _ = percentiles(rec)
+	return p50, p99, nil
+}
+
+// brokerRTT measures the broker's `version` round trip on one connection.
+func brokerRTT(ctx context.Context, addr string, n int) (p50, p99 time.Duration, err error) {
+	rc, err := dialRaw(ctx, addr)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rc.Close()
+	stop := context.AfterFunc(ctx, func() { rc.Close() })
+	defer stop()
+	rec := newLatRec(n)
+	warm := min(n/10+1, 100)
+	for i := range n + warm {
+		t0 := time.Now()
+		code, body, err := rc.roundTrip(func(dst []byte, op int32) []byte { return protocol.AppendVersion(dst, op) })
+		if err != nil {
+			return 0, 0, err
+		}
+		if code != protocol.StatusOK {
+			return 0, 0, fmt.Errorf("version: broker replied %d %s", code, body)
+		}
+		if i >= warm {
+			rec.add(int64(time.Since(t0)))
+		}
+	}
+	p50, p99, _ = percentiles(rec)
+	return p50, p99, nil
+}
+
+func runRTTBench(ctx context.Context, addr string, n int, timeout time.Duration) (rttResult, error) {
+	res := rttResult{N: n, BrokerAddr: addr}
+	var err error
+	if res.EchoP50, res.EchoP99, err = echoRTT(ctx, n); err != nil {
+		return res, fmt.Errorf("loopback echo: %w", err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, timeout+time.Duration(n)*time.Millisecond)
+	defer cancel()
+	if res.BrokerP50, res.BrokerP99, err = brokerRTT(bctx, addr, n); err != nil {
+		res.BrokerErr = err.Error()
+		return res, fmt.Errorf("broker %s: %w", addr, err)
+	}
+	return res, nil
+}
+
+type rawResult struct {
+	Dir        string        `json:"dir"`
+	Size       int           `json:"size"`
+	Batch      int           `json:"batch"`
+	Records    int64         `json:"records"`
+	Fdatasyncs int64         `json:"fdatasyncs"`
+	Elapsed    time.Duration `json:"elapsed_ns"`
+	RecsPerS   float64       `json:"records_per_s"`
+	MBPerS     float64       `json:"mb_per_s"`
+}
+
+// runRawBench appends size-byte records (one write() each) to a new file in
+// dir and calls fdatasync every batch records, for d; the file is removed.
+func runRawBench(ctx context.Context, dir string, size, batch int, d time.Duration) (rawResult, error) {
+	res := rawResult{Dir: dir, Size: size, Batch: batch}
+	if size <= 0 || batch <= 0 || d <= 0 {
+		return res, errors.New("size, batch and duration must be positive")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return res, err
+	}
+	f, err := os.CreateTemp(dir, "metaq-raw-*.dat")
+	if err != nil {
+		return res, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	rec := make([]byte, size)
+	for i := range rec {
+		rec[i] = byte('a' + i%26)
+	}
+	t0 := time.Now()
+	deadline := t0.Add(d)
+	for {
+		for range batch {
+			if _, err := f.Write(rec); err != nil {
+				return res, err
+			}
+		}
+		if err := fdatasync(f); err != nil {
+			return res, err
+		}
+		res.Records += int64(batch)
+		res.Fdatasyncs++
+		if res.Fdatasyncs%8 == 0 || batch >= 8 {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	res.Elapsed = time.Since(t0)
+	if s := res.Elapsed.Seconds(); s > 0 {
+		res.RecsPerS = float64(res.Records) / s
+		res.MBPerS = float64(res.Records) * float64(size) / s / 1e6
+	}
+	return res, nil
+}

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testServer builds cmd/metaq-server and cmd/metaq into a temp dir, starts
+// the broker on a free 127.0.0.1 port with a temp data dir, and returns its
+// address and the CLI binary.
+func testServer(t *testing.T) (addr, cli string) {
+	t.Helper()
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../metaq-server", ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "metaq-server"), "--config", "../../conf/server.toml",
+		"--port", strconv.Itoa(port), "--data-dir", filepath.Join(t.TempDir(), "data"))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := readyRE.FindStringSubmatch(sc.Text()); m != nil {
+				ready <- m[1]
+			}
+		}
+	}()
+	select {
+	case addr = <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("broker not ready within 30s")
+	}
+	return addr, filepath.Join(bin, "metaq")
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// cli runs the CLI in-process (so -race covers it) with stdin.
+func cli(stdin string, args ...string) result {
+	var out, errb bytes.Buffer
+	code := run(args, strings.NewReader(stdin), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+func mustOK(t *testing.T, r result, what string) {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("%s: exit %d\nstdout: %s\nstderr: %s", what, r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts a broker")
+	}
+	addr, bin := testServer(t)
+	a := "--addr=" + addr
+
+	t.Run("binary", func(t *testing.T) {
+		out, err := exec.Command(bin, a, "version").Output()
+		if err != nil || !strings.Contains(string(out), "metaq "+version) || !strings.Contains(string(out), "broker "+addr) {
+			t.Fatalf("version: %v %q", err, out)
+		}
+		if err := exec.Command(bin, "nosuchcommand").Run(); err == nil {
+			t.Fatal("unknown command: want a non-zero exit")
+		}
+	})
+
+	var offsets []int64
+	t.Run("produce", func(t *testing.T) {
+		r := cli("first\nsecond\r\n\xff\xfe\nfourth\n", a, "produce", "--topic", "meta-test", "--partition", "1",
+			"--attribute", "tag-a", "--verbose")
+		mustOK(t, r, "produce")
+		if !strings.Contains(r.stderr, "sent 4 messages") {
+			t.Fatalf("stderr %q", r.stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if len(lines) != 4 {
+			t.Fatalf("--verbose: want 4 lines, got %q", r.stdout)
+		}
+		for _, l := range lines {
+			f := strings.Fields(l)
+			if len(f) != 3 || f[1] != "1" {
+				t.Fatalf("--verbose line %q: want msgId 1 offset", l)
+			}
+			off, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			offsets = append(offsets, off)
+		}
+		mustOK(t, cli("plain\n", a, "produce", "--topic", "meta-test", "--partition", "2"), "produce plain")
+	})
+
+	t.Run("consume-json", func(t *testing.T) {
+		r := cli("", a, "consume", "--topic", "meta-test", "--partition", "1", "--json")
+		mustOK(t, r, "consume")
+		var got []jsonMessage
+		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			var m jsonMessage
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("line %q: %v", l, err)
+			}
+			got = append(got, m)
+		}
+		if len(got) != 4 {
+			t.Fatalf("want 4 messages, got %d: %s", len(got), r.stdout)
+		}
+		want := []string{"first", "second", base64.StdEncoding.EncodeToString([]byte("\xff\xfe")), "fourth"}
+		for i, m := range got {
+			if m.Body != want[i] || m.Partition != 1 || m.Topic != "meta-test" || m.MsgID == 0 ||
+				m.Attribute == nil || *m.Attribute != "tag-a" || m.Offset != offsets[i] {
+				t.Fatalf("message %d: %+v", i, m)
+			}
+			if enc := map[bool]string{true: "base64", false: "utf8"}[i == 2]; m.Encoding != enc {
+				t.Fatalf("message %d: encoding %q, want %q", i, m.Encoding, enc)
+			}
+		}
+		// All partitions, plain bodies; stops by itself at the end.
+		r = cli("", a, "consume", "--topic", "meta-test")
+		mustOK(t, r, "consume all")
+		if !strings.Contains(r.stdout, "plain\n") || !strings.Contains(r.stdout, "fourth\n") {
+			t.Fatalf("consume all: %q", r.stdout)
+		}
+	})
+
+	t.Run("consume-from", func(t *testing.T) {
+		r := cli("", a, "consume", "--topic", "meta-test", "--partition", "1", "--from", strconv.FormatInt(offsets[1], 10))
+		mustOK(t, r, "consume --from")
+		if r.stdout != "second\n\xff\xfe\nfourth\n" {
+			t.Fatalf("consume --from: %q", r.stdout)
+		}
+		r = cli("", a, "consume", "--topic", "meta-test", "--partition", "1", "--max", "1")
+		if r.code != 0 || r.stdout != "first\n" {
+			t.Fatalf("--max 1: %+v", r)
+		}
+		r = cli("", a, "consume", "--topic", "meta-test", "--from", "latest")
+		if r.code != 0 || r.stdout != "" {
+			t.Fatalf("--from latest: %+v", r)
+		}
+	})
+
+	t.Run("stats", func(t *testing.T) {
+		r := cli("", a, "stats")
+		mustOK(t, r, "stats")
+		if !strings.HasPrefix(r.stdout, "STATS\r\n") || !strings.Contains(r.stdout, "END") || !strings.Contains(r.stdout, "cmd_put") {
+			t.Fatalf("stats: %q", r.stdout)
+		}
+		r = cli("", a, "stats", "topics")
+		mustOK(t, r, "stats topics")
+		if !strings.Contains(r.stdout, "meta-test partitions 4 message_count 5") {
+			t.Fatalf("stats topics: %q", r.stdout)
+		}
+	})
+
+	t.Run("topics", func(t *testing.T) {
+		r := cli("", a, "topics", "--json")
+		mustOK(t, r, "topics --json")
+		var ts []jsonTopic
+		if err := json.Unmarshal([]byte(r.stdout), &ts); err != nil {
+			t.Fatal(err)
+		}
+		var found bool
+		for _, tp := range ts {
+			if tp.Name == "meta-test" {
+				found = true
+				if tp.Partitions != 4 || tp.MessageCount != 5 || len(tp.Detail) != 4 || tp.Detail[1].MaxOffset <= tp.Detail[1].MinOffset {
+					t.Fatalf("meta-test: %+v", tp)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("no meta-test in %s", r.stdout)
+		}
+		r = cli("", a, "topics")
+		mustOK(t, r, "topics")
+		if !regexp.MustCompile(`(?m)^meta-test\s+4\s+5\s`).MatchString(r.stdout) {
+			t.Fatalf("topics table: %q", r.stdout)
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		for _, args := range [][]string{
+			{a, "produce", "--topic", "no-such-topic"},
+			{a, "consume", "--topic", "no-such-topic"},
+		} {
+			r := cli("x\n", args...)
+			if r.code != 1 || !strings.Contains(r.stderr, "unknown topic") || r.stdout != "" {
+				t.Fatalf("%v: %+v", args, r)
+			}
+		}
+		r := cli("", a, "produce", "--topic", "meta-test", "--partition", "9")
+		if r.code != 2 || !strings.Contains(r.stderr, "out of range") {
+			t.Fatalf("bad partition: %+v", r)
+		}
+		r = cli("", a, "produce")
+		if r.code != 2 {
+			t.Fatalf("missing --topic: %+v", r)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		down := ln.Addr().String()
+		ln.Close()
+		for _, args := range [][]string{{"stats"}, {"topics"}, {"produce", "--topic", "meta-test"}, {"consume", "--topic", "meta-test"}} {
+			r := cli("x\n", append([]string{"--addr", down, "--timeout", "2s"}, args...)...)
+			if r.code != 1 || !strings.Contains(r.stderr, "cannot reach the broker") {
+				t.Fatalf("broker down, %v: %+v", args, r)
+			}
+		}
+	})
+
+	t.Run("bench", func(t *testing.T) {
+		r := cli("", a, "bench", "produce", "--messages", "2000", "--producers", "2")
+		mustOK(t, r, "bench produce")
+		for _, re := range []string{`(?m)^bench produce: topic=meta-test size=1024 producers=2 batch=1 `,
+			`(?m)^msgs=2000 errors=0 elapsed=[0-9.]+s msgs/s=[0-9]+ MB/s=[0-9.]+$`,
+			`(?m)^latency per request: p50=\S+ p99=\S+ p99\.9=\S+ requests=2000$`} {
+			if !regexp.MustCompile(re).MatchString(r.stdout) {
+				t.Fatalf("bench produce output %q does not match %s", r.stdout, re)
+			}
+		}
+		r = cli("", a, "bench", "produce", "--messages", "1000", "--batch", "100", "--producers", "1", "--topic", "meta-fast", "--size", "100")
+		mustOK(t, r, "bench produce mput")
+		if !strings.Contains(r.stdout, "msgs=1000 errors=0") || !strings.Contains(r.stdout, "requests=10\n") {
+			t.Fatalf("bench produce mput: %q", r.stdout)
+		}
+		r = cli("", a, "bench", "produce", "--messages", "50", "--sync", "--producers", "1")
+		mustOK(t, r, "bench produce --sync")
+		r = cli("", a, "bench", "consume", "--messages", "2000", "--size", "512")
+		mustOK(t, r, "bench consume")
+		if !regexp.MustCompile(`(?m)^msgs=2000 elapsed=[0-9.]+s msgs/s=[0-9]+ MB/s=[0-9.]+ gets=[0-9]+$`).MatchString(r.stdout) ||
+			!strings.Contains(r.stdout, "filled=2000") {
+			t.Fatalf("bench consume: %q", r.stdout)
+		}
+		// The records are there now: no refill.
+		r = cli("", a, "bench", "consume", "--messages", "2000", "--size", "512")
+		if r.code != 0 || !strings.Contains(r.stdout, "filled=0") {
+			t.Fatalf("bench consume again: %+v", r)
+		}
+		r = cli("", a, "bench", "rtt", "--n", "200")
+		mustOK(t, r, "bench rtt")
+		if !regexp.MustCompile(`(?m)^loopback echo rtt: n=200 p50=\S+ p99=\S+\nbroker version rtt: n=200 p50=\S+ p99=\S+ addr=`).MatchString(r.stdout) {
+			t.Fatalf("bench rtt: %q", r.stdout)
+		}
+		dir := t.TempDir()
+		for _, batch := range []string{"256", "1"} {
+			r = cli("", "bench", "raw", "--dir", dir, "--seconds", "0.2", "--batch", batch)
+			mustOK(t, r, "bench raw")
+			if !regexp.MustCompile(`^bench raw: dir=\S+ size=1024 batch=` + batch + ` records=[0-9]+ fdatasyncs=[0-9]+ elapsed=[0-9.]+s records/s=[0-9]+ MB/s=[0-9.]+\n$`).MatchString(r.stdout) {
+				t.Fatalf("bench raw: %q", r.stdout)
+			}
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Fatalf("bench raw left %d files", len(ents))
+		}
+	})
+}
