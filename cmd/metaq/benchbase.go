@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -22,32 +24,32 @@ type rttResult struct {
 	BrokerAddr string        `json:"broker_addr,omitempty"`
 }
 
-// echoRTT measures 1-line request/reply round trips against an in-process
-// echo server on 127.0.0.1: the floor for any broker round trip.
+// echoRTT measures 1-line request/reply round trips against an echo server
+// on 127.0.0.1 running in its own process (this binary re-run as
+// with METAQ_BENCH_ECHO_SERVER=1), so that, like a broker round trip, each one
+// crosses between two processes: the floor for any broker round trip.
 func echoRTT(ctx context.Context, n int) (p50, p99 time.Duration, err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	self, err := os.Executable()
 	if err != nil {
 		return 0, 0, err
 	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		r := bufio.NewReader(c)
-		for {
-			line, err := r.ReadSlice('\n')
-			if err != nil {
-				return
-			}
-			if _, err := c.Write(line); err != nil {
-				return
-			}
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Env = append(os.Environ(), echoServerEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, 0, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	addrLine, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return 0, 0, fmt.Errorf("echo server: %w", err)
+	}
+	addr := strings.TrimSpace(addrLine)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -173,4 +175,44 @@ func runRawBench(ctx context.Context, dir string, size, batch int, d time.Durati
 		res.MBPerS = float64(res.Records) * float64(size) / s / 1e6
 	}
 	return res, nil
+}
+
+// echoServerEnv, set to 1, makes this binary (or its test binary) run as
+// the echo server of `bench rtt` instead of the CLI.
+const echoServerEnv = "METAQ_BENCH_ECHO_SERVER"
+
+// echoServerMain listens on a free 127.0.0.1 port, prints the address on
+// stdout, echoes lines on one connection, and exits when it closes (or
+// after a minute without one).
+func echoServerMain() int {
+	if err := runEchoServer(); err != nil {
+		fmt.Fprintln(os.Stderr, "echo server:", err)
+		return 1
+	}
+	return 0
+}
+
+func runEchoServer() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	fmt.Println(ln.Addr().String())
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(time.Minute))
+	c, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return nil
+		}
+		if _, err := c.Write(line); err != nil {
+			return nil
+		}
+	}
 }

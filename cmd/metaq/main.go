@@ -38,6 +38,9 @@ func (u *usageError) Error() string { return u.msg }
 var errUsage = &usageError{}
 
 func main() {
+	if os.Getenv(echoServerEnv) == "1" {
+		os.Exit(echoServerMain())
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

@@ -284,3 +284,12 @@ func TestCLI(t *testing.T) {
 		}
 	})
 }
+
+// TestMain lets `bench rtt` re-run the test binary as its echo server, as it
+// re-runs the metaq binary outside tests.
+func TestMain(m *testing.M) {
+	if os.Getenv(echoServerEnv) == "1" {
+		os.Exit(echoServerMain())
+	}
+	os.Exit(m.Run())
+}

@@ -19,6 +19,9 @@ const (
 	maxPendingOut = 8 << 20
 	// maxConsecutiveErrors closes a connection that sends nothing but errors.
 	maxConsecutiveErrors = 32
+	// inlineWriteThreshold is how many queued reply bytes make the read loop
+	// write them itself even though more requests are buffered.
+	inlineWriteThreshold = 64 << 10
 )
 
 // conn is one client connection. The read loop decodes and dispatches
@@ -39,7 +42,10 @@ type conn struct {
 	kick    chan struct{}
 	drained *sync.Cond
 	dead    bool
-	pending int // appends whose completion has not arrived (under omu)
+	// dispatching is true while the read loop runs a request; replies
+	// queued then are written by the read loop itself (under omu).
+	dispatching bool
+	pending     int // appends whose completion has not arrived (under omu)
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -66,11 +72,11 @@ func (c *conn) close() {
 }
 
 func (c *conn) serve() {
-	defer c.close()
 	var fw sync.WaitGroup
 	fw.Add(1)
 	go func() { defer fw.Done(); c.flusher() }()
-	defer fw.Wait()
+	// close first: the flusher exits only once the connection is closed.
+	defer func() { c.close(); fw.Wait() }()
 
 	cfg := c.b.cfg
 	maxBody := max(cfg.MaxMessageSize, cfg.MaxTransferSize)
@@ -92,6 +98,7 @@ func (c *conn) serve() {
 				c.reply(pe.Code, pe.Msg, pe.Opaque)
 				errRun++
 				if pe.Fatal || errRun >= maxConsecutiveErrors {
+					c.waitPending() // answer the puts that came before
 					c.flushAndClose()
 					return
 				}
@@ -114,19 +121,31 @@ func (c *conn) serve() {
 			c.flushAndClose()
 			return
 		}
+		c.omu.Lock()
+		c.dispatching = true
+		c.omu.Unlock()
 		c.dispatch(&req)
-		if dec.Buffered() == 0 {
-			// Nothing more to read right now: write the replies from this
-			// goroutine rather than waking the flusher (saves a handoff on
-			// the synchronous request/reply path).
+		c.omu.Lock()
+		c.dispatching = false
+		queued := len(c.out)
+		c.omu.Unlock()
+		if queued == 0 {
+			continue
+		}
+		if dec.Buffered() == 0 || queued > inlineWriteThreshold {
+			// Nothing more to read right now (or a lot to send): write the
+			// replies from this goroutine rather than waking the flusher,
+			// which saves a handoff on the request/reply path.
 			if c.wmu.TryLock() {
 				err := c.writeQueuedLocked()
 				c.wmu.Unlock()
 				if err != nil {
 					return
 				}
+				continue
 			}
 		}
+		c.wake()
 	}
 }
 
@@ -183,7 +202,15 @@ func (c *conn) lockOut() (buf []byte, ok bool) {
 
 func (c *conn) unlockOut(buf []byte) {
 	c.out = buf
+	inline := c.dispatching
 	c.omu.Unlock()
+	if !inline {
+		c.wake()
+	}
+}
+
+// wake asks the flusher goroutine to write what is queued.
+func (c *conn) wake() {
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -225,29 +252,31 @@ func (c *conn) writeQueuedLocked() error {
 	for {
 		c.omu.Lock()
 		buf := c.out
+		if len(buf) == 0 {
+			c.omu.Unlock()
+			return nil
+		}
 		c.out = c.spare[:0]
 		c.spare = nil
 		c.drained.Broadcast()
 		c.omu.Unlock()
-		if len(buf) == 0 {
-			c.omu.Lock()
-			if c.spare == nil {
-				c.spare = buf
-			}
-			c.omu.Unlock()
-			return nil
-		}
-		c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.WriteTimeout))
-		_, err := c.nc.Write(buf)
-		c.omu.Lock()
-		if c.spare == nil && cap(buf) <= 4*maxPendingOut {
-			c.spare = buf[:0]
-		}
-		c.omu.Unlock()
-		if err != nil {
+		if err := c.writeBuf(buf); err != nil {
 			return err
 		}
 	}
+}
+
+// writeBuf writes buf to the socket and keeps it as the spare reply buffer.
+// The caller holds wmu.
+func (c *conn) writeBuf(buf []byte) error {
+	c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.WriteTimeout))
+	_, err := c.nc.Write(buf)
+	c.omu.Lock()
+	if c.spare == nil && cap(buf) <= 4*maxPendingOut {
+		c.spare = buf[:0]
+	}
+	c.omu.Unlock()
+	return err
 }
 
 // sendValue writes a value reply from the store view: header then file
@@ -255,10 +284,16 @@ func (c *conn) writeQueuedLocked() error {
 func (c *conn) sendValue(v store.View, opaque int32) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if b, ok := c.lockOut(); ok {
-		c.unlockOut(protocol.AppendValueHeader(b, v.Len, opaque))
-	}
-	if err := c.writeQueuedLocked(); err != nil {
+	// The header goes out in the same write as what is queued, and the file
+	// bytes right after it while wmu is held: replies that store
+	// completions queue meanwhile wait in c.out and cannot land between.
+	c.omu.Lock()
+	buf := protocol.AppendValueHeader(c.out, v.Len, opaque)
+	c.out = c.spare[:0]
+	c.spare = nil
+	c.drained.Broadcast()
+	c.omu.Unlock()
+	if err := c.writeBuf(buf); err != nil {
 		return err
 	}
 	c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.WriteTimeout))

@@ -1,0 +1,365 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// msgKey names one message a producer sent: round, producer and a sequence
+// number that rises in send order within the producer.
+type msgKey struct {
+	Round, Prod, Seq int
+}
+
+// ---------------------------------------------------------------------------
+// Self-describing bodies
+// ---------------------------------------------------------------------------
+
+// A body is "e2e r=RR p=PP s=SSSSSSS n=NNNNN|<n padding letters>|<crc32 hex>",
+// where the crc covers everything before the last '|'. A body can therefore
+// be checked and attributed on its own.
+var bodyRE = regexp.MustCompile(`^e2e r=(\d{2}) p=(\d{2}) s=(\d{7}) n=(\d{5})\|([a-z]*)\|([0-9a-f]{8})$`)
+
+func makeBody(rng *rand.Rand, k msgKey, padLen int) []byte {
+	b := fmt.Appendf(nil, "e2e r=%02d p=%02d s=%07d n=%05d|", k.Round, k.Prod, k.Seq, padLen)
+	for i := 0; i < padLen; i++ {
+		b = append(b, byte('a'+rng.IntN(26)))
+	}
+	sum := crc32.ChecksumIEEE(b)
+	return fmt.Appendf(b, "|%08x", sum)
+}
+
+// parseBody checks a body's own checksum and returns its key.
+func parseBody(b []byte) (msgKey, error) {
+	m := bodyRE.FindSubmatch(b)
+	if m == nil {
+		return msgKey{}, fmt.Errorf("body %.80q is not an e2e body", b)
+	}
+	if n, _ := strconv.Atoi(string(m[4])); n != len(m[5]) {
+		return msgKey{}, fmt.Errorf("body %.80q: padding is %d bytes, header says %d", b, len(m[5]), n)
+	}
+	want, _ := strconv.ParseUint(string(m[6]), 16, 32)
+	if got := crc32.ChecksumIEEE(b[:len(b)-9]); uint64(got) != want {
+		return msgKey{}, fmt.Errorf("body %.80q: content checksum %08x, body says %08x", b, got, want)
+	}
+	r, _ := strconv.Atoi(string(m[1]))
+	p, _ := strconv.Atoi(string(m[2]))
+	s, _ := strconv.Atoi(string(m[3]))
+	return msgKey{r, p, s}, nil
+}
+
+// ---------------------------------------------------------------------------
+// Producers
+// ---------------------------------------------------------------------------
+
+// ack is an acknowledged message: what the broker promised.
+type ack struct {
+	Key       msgKey
+	ID        int64
+	Partition int32
+	Offset    int64
+	CRC       uint32 // crc32 of the whole body
+}
+
+// sent is a request waiting for its reply.
+type sent struct {
+	part   int32
+	keys   []msgKey
+	sizes  []int
+	crcs   []uint32
+	isMPut bool
+}
+
+type producerResult struct {
+	acks    []ack
+	sent    int      // messages written to the socket
+	badAcks []string // replies that were not a well-formed 200
+}
+
+// runProducer pipelines puts (and some mputs) to addr until stop is closed
+// or the connection dies, and returns what was acknowledged.
+func runProducer(addr, topic string, parts int, round, prod int, seq *int, seed uint64, stop <-chan struct{}) producerResult {
+	var res producerResult
+	c, err := dialClient(addr)
+	if err != nil {
+		return res
+	}
+	defer c.close()
+	rng := rand.New(rand.NewPCG(seed, uint64(round)<<8|uint64(prod)))
+
+	var mu sync.Mutex
+	pending := map[int32]sent{}
+	window := make(chan struct{}, 48)
+	readerDone := make(chan struct{})
+
+	go func() {
+		defer close(readerDone)
+		for {
+			r, err := c.read()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			s, ok := pending[r.Opaque]
+			delete(pending, r.Opaque)
+			mu.Unlock()
+			if !ok {
+				res.badAcks = append(res.badAcks, fmt.Sprintf("reply for unknown opaque: %v", r))
+				continue
+			}
+			<-window
+			if r.Op != protocol.OpResult || r.Code != protocol.StatusOK {
+				res.badAcks = append(res.badAcks, fmt.Sprintf("put failed: %v", r))
+				continue
+			}
+			id, p, off, n, err := protocol.ParsePutResult(r.Body)
+			switch {
+			case err != nil:
+				res.badAcks = append(res.badAcks, err.Error())
+				continue
+			case p != s.part:
+				res.badAcks = append(res.badAcks, fmt.Sprintf("ack for partition %d, sent to %d", p, s.part))
+				continue
+			case n != len(s.keys) || (!s.isMPut && bytes.Count(r.Body, []byte(" ")) != 2):
+				res.badAcks = append(res.badAcks, fmt.Sprintf("ack %q for %d messages", r.Body, len(s.keys)))
+				continue
+			}
+			for i, k := range s.keys {
+				res.acks = append(res.acks, ack{Key: k, ID: id + int64(i), Partition: p, Offset: off, CRC: s.crcs[i]})
+				off += int64(message.HeaderSize + s.sizes[i])
+			}
+		}
+	}()
+
+	var buf []byte
+	for op := int32(1); ; op++ {
+		select {
+		case <-stop:
+			// The broker is dead: let the reader drain what arrived.
+			<-readerDone
+			return res
+		case <-readerDone:
+			return res
+		case window <- struct{}{}:
+		}
+		s := sent{part: int32(rng.IntN(parts))}
+		buf = buf[:0]
+		n := 1
+		if rng.IntN(8) == 0 {
+			n = 2 + rng.IntN(6)
+			s.isMPut = true
+		}
+		var entries []byte
+		for i := 0; i < n; i++ {
+			*seq++
+			k := msgKey{round, prod, *seq}
+			body := makeBody(rng, k, 20+rng.IntN(1400))
+			s.keys = append(s.keys, k)
+			s.sizes = append(s.sizes, len(body))
+			s.crcs = append(s.crcs, crc32.ChecksumIEEE(body))
+			if s.isMPut {
+				entries = protocol.AppendMPutEntry(entries, 0, int32(message.Checksum(body)), body)
+			} else {
+				buf = putFrame(topic, s.part, body, op)
+			}
+		}
+		if s.isMPut {
+			buf = protocol.AppendMPutHeader(buf, topic, s.part, len(entries), n, op)
+			buf = append(buf, entries...)
+		}
+		mu.Lock()
+		pending[op] = s
+		mu.Unlock()
+		if err := c.write(buf); err != nil {
+			c.close()
+			<-readerDone
+			return res
+		}
+		res.sent += n
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Verification
+// ---------------------------------------------------------------------------
+
+// verifyLog reads every partition and checks it against the acks of all
+// rounds so far. It returns the number of records found.
+func verifyLog(t *testing.T, addr, topic string, parts int, acks []ack) int {
+	t.Helper()
+	c := dial(t, addr)
+	offs := partOffsets(t, c)
+
+	byPart := make([]map[int64]record, parts)
+	seen := map[msgKey]int64{}
+	ids := map[int64]string{}
+	total := 0
+	for p := 0; p < parts; p++ {
+		recs, end, err := readPartition(c, topic, int32(p), 100_000)
+		require.NoError(t, err, "reading partition %d", p)
+		o := offs[topic+"-"+strconv.Itoa(p)]
+		require.Equal(t, int64(0), o[0], "partition %d min_offset", p)
+		require.Equal(t, o[1], end, "partition %d: stats max_offset vs end of the last readable record", p)
+		byPart[p] = make(map[int64]record, len(recs))
+		lastSeq := map[[2]int]int{} // (round, prod) -> last seq in this partition
+		var lastID int64
+		for _, r := range recs {
+			k, err := parseBody(r.Data)
+			require.NoError(t, err, "partition %d offset %d: record body is not what any producer sent", p, r.Offset)
+			if prev, dup := seen[k]; dup {
+				t.Fatalf("message %+v stored twice: at %d and at partition %d offset %d", k, prev, p, r.Offset)
+			}
+			seen[k] = r.Offset
+			where := fmt.Sprintf("partition %d offset %d", p, r.Offset)
+			if other, dup := ids[r.ID]; dup {
+				t.Fatalf("message id %d used twice: %s and %s", r.ID, other, where)
+			}
+			ids[r.ID] = where
+			require.Greater(t, r.ID, lastID, "%s: ids must rise with offsets", where)
+			lastID = r.ID
+			pk := [2]int{k.Round, k.Prod}
+			require.Greater(t, k.Seq, lastSeq[pk], "%s: producer %d of round %d out of order", where, k.Prod, k.Round)
+			lastSeq[pk] = k.Seq
+			byPart[p][r.Offset] = r
+		}
+		total += len(recs)
+	}
+
+	ackIDs := make(map[int64]bool, len(acks))
+	for _, a := range acks {
+		require.False(t, ackIDs[a.ID], "message id %d acknowledged twice", a.ID)
+		ackIDs[a.ID] = true
+		r, ok := byPart[a.Partition][a.Offset]
+		if !ok {
+			t.Fatalf("acknowledged message %+v (id %d) missing at partition %d offset %d", a.Key, a.ID, a.Partition, a.Offset)
+		}
+		k, _ := parseBody(r.Data)
+		require.Equal(t, a.Key, k, "partition %d offset %d holds another message than acknowledged", a.Partition, a.Offset)
+		require.Equal(t, a.ID, r.ID, "message %+v: id in the log differs from the ack", a.Key)
+		require.Equal(t, a.CRC, crc32.ChecksumIEEE(r.Data), "message %+v: body differs from what was sent", a.Key)
+	}
+
+	// message_count counts sealed segments in the background after a
+	// restart: it must converge to the number of records.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := ok(t)(c.stats(""))
+		if parseStats(t, r.Body)["total_messages"] == strconv.Itoa(total) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats total_messages %s, log holds %d records", parseStats(t, r.Body)["total_messages"], total)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return total
+}
+
+// ---------------------------------------------------------------------------
+// The test
+// ---------------------------------------------------------------------------
+
+// TestCrashGroupCommit SIGKILLs a metaq-server process at random moments
+// while 4 producers pipeline puts and mputs, restarts it on the same data
+// directory, and checks that every acknowledged message is there exactly
+// once, where its ack said, intact, in producer order, with unique ids.
+func TestCrashGroupCommit(t *testing.T) {
+	const (
+		topic     = "crash"
+		parts     = 3
+		producers = 4
+	)
+	rounds := 5
+	if testing.Short() {
+		rounds = 2
+	}
+	dir := t.TempDir()
+	dataDir := filepath.Join(dir, "data")
+	config := filepath.Join(dir, "server.toml")
+	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`# e2e crash test
+broker_id = 7
+host = "127.0.0.1"
+port = 8123
+data_dir = %q
+unflush_threshold = 0
+max_segment_size = 65536
+max_message_size = 65536
+max_transfer_size = 131072
+
+[[topic]]
+name = %q
+num_partitions = %d
+`, dataDir, topic, parts)), 0o644))
+
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+
+	var acks []ack
+	seqs := make([]int, producers)
+	for round := 0; round <= rounds; round++ {
+		srv := startServer(t, config, dataDir)
+		if round > 0 {
+			n := verifyLog(t, srv.addr, topic, parts, acks)
+			t.Logf("after crash %d: %d records in the log, %d acknowledged so far", round, n, len(acks))
+		}
+		if round == rounds {
+			// Last start: a clean shutdown must work and keep everything.
+			require.NoError(t, srv.cmd.Process.Signal(os.Interrupt))
+			select {
+			case <-srv.exited:
+				require.NoError(t, srv.err, "clean shutdown exit status")
+			case <-time.After(20 * time.Second):
+				t.Fatal("metaq-server did not exit within 20s of SIGINT")
+			}
+			srv = startServer(t, config, dataDir)
+			verifyLog(t, srv.addr, topic, parts, acks)
+			break
+		}
+
+		stop := make(chan struct{})
+		results := make([]producerResult, producers)
+		var wg sync.WaitGroup
+		for p := 0; p < producers; p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[p] = runProducer(srv.addr, topic, parts, round, p, &seqs[p], seed, stop)
+			}()
+		}
+		delay := time.Duration(50+rng.IntN(351)) * time.Millisecond
+		time.Sleep(delay)
+		srv.kill()
+		close(stop)
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("producers did not stop within 30s of the kill")
+		}
+		sentN, ackN := 0, 0
+		for p, r := range results {
+			require.Empty(t, r.badAcks, "producer %d got bad replies", p)
+			sentN += r.sent
+			ackN += len(r.acks)
+			acks = append(acks, r.acks...)
+		}
+		t.Logf("round %d: killed after %v; %d messages sent, %d acknowledged", round, delay, sentN, ackN)
+	}
+	require.NotEmpty(t, acks, "no put was ever acknowledged")
+}

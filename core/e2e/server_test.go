@@ -1,0 +1,43 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/broker"
+)
+
+// TestServerPortZero checks that port 0 picks a free port, as
+// cmd/metaq-server's --port flag and Broker.Start document.
+func TestServerPortZero(t *testing.T) {
+	dir := t.TempDir()
+	toml := fmt.Sprintf("data_dir = %q\n[[topic]]\nname = \"z\"\n", filepath.Join(dir, "data"))
+
+	t.Run("metaq-server --port 0", func(t *testing.T) {
+		config := filepath.Join(dir, "server.toml")
+		require.NoError(t, os.WriteFile(config, []byte(toml), 0o644))
+		p, err := launchServer(serverBinary(t), "--config", config, "--port", "0", "--host", "127.0.0.1")
+		require.NoError(t, err)
+		defer p.kill()
+		c := dial(t, p.addr)
+		ok(t)(c.stats(""))
+	})
+
+	t.Run("broker.Start with port 0", func(t *testing.T) {
+		cfg, err := conf.Parse([]byte(toml), "server.toml")
+		require.NoError(t, err)
+		cfg.Port = 0
+		cfg.DataDir = filepath.Join(dir, "data2")
+		b, err := broker.New(cfg, broker.Options{Logf: (&logBuf{}).Logf})
+		require.NoError(t, err)
+		defer b.Close()
+		require.NoError(t, b.Start())
+		c := dial(t, b.Addr())
+		ok(t)(c.stats(""))
+	})
+}
