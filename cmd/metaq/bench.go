@@ -256,7 +256,7 @@ connection. Prints p50 and p99 of each.`)
 func benchRawCmd(e *env, args []string) error {
 	fs := newFlagSet(e, "bench raw", "bench raw --dir DIR [--size B] [--batch N] [--seconds S]", `
 The raw-disk baseline: append --size byte records to a new file in --dir
-(one write() per record) and fdatasync every --batch records, for
+in batches of --batch records, one write() and one fdatasync per batch, for
 --seconds. The file is removed afterwards.`)
 	dir := fs.String("dir", ".", "directory to write in (use the broker's data disk)")
 	size := fs.Int("size", 1024, "record size in bytes")
