@@ -70,6 +70,12 @@ func (d *Decoder) Decode(req *Request) error {
 		return d.decodeTransaction(req, t)
 	case "sync":
 		return d.decodeSync(req, t)
+	case "commit":
+		return d.decodeGroupBody(req, t, OpCommit)
+	case "fetch":
+		return d.decodeGroupBody(req, t, OpFetch)
+	case "fvalue":
+		return d.decodeFValue(req, t)
 	}
 	if len(cmd) == 0 && d.ntok == 1 {
 		// An empty line: tolerate (nc users press return).
@@ -450,6 +456,51 @@ func (d *Decoder) decodeSync(req *Request, t [][]byte) error {
 		return d.bad(OpSync, "sync: bad header")
 	}
 	return nil
+}
+
+// commit|fetch <group> <bodyLen> <opaque> + body of offset lines.
+func (d *Decoder) decodeGroupBody(req *Request, t [][]byte, op Op) error {
+	req.Op = op
+	if len(t) != 4 {
+		return d.fatal(op, op.String()+": want 4 tokens, got "+strconv.Itoa(len(t)))
+	}
+	n, ok := parseInt(t[2], 32)
+	if !ok || n < 0 {
+		return d.fatal(op, op.String()+": bad length "+quoteToken(t[2]))
+	}
+	v, okOp := parseInt(t[3], 32)
+	req.Opaque = int32(v)
+	req.Group = t[1]
+	body, err := d.readBody(op, n)
+	if err != nil {
+		return err
+	}
+	req.Body = body
+	switch {
+	case !okOp:
+		return d.bad(op, op.String()+": bad opaque "+quoteToken(t[3]))
+	case len(req.Group) == 0:
+		return d.bad(op, op.String()+": empty group")
+	}
+	return nil
+}
+
+// fvalue <totalLen> <opaque> <nextOffset> + body of [int64 BE offset][record].
+func (d *Decoder) decodeFValue(req *Request, t [][]byte) error {
+	req.Op = OpFValue
+	if len(t) != 4 {
+		return d.fatal(OpFValue, "fvalue: want 4 tokens, got "+strconv.Itoa(len(t)))
+	}
+	n, ok1 := parseInt(t[1], 32)
+	op, ok2 := parseInt(t[2], 32)
+	next, ok3 := parseInt(t[3], 64)
+	if !ok1 || !ok2 || !ok3 || n < 0 {
+		return d.fatal(OpFValue, "fvalue: bad header")
+	}
+	req.Code, req.Opaque, req.Offset = StatusOK, int32(op), next
+	body, err := d.readBody(OpFValue, n)
+	req.Body = body
+	return err
 }
 
 func isNumberStart(b []byte) bool {

@@ -274,3 +274,32 @@ func BenchmarkEncodePut(b *testing.B) {
 		buf = AppendPut(buf[:0], "meta-test", 0, 0, -1, 1, data)
 	}
 }
+
+func TestOffsetCommands(t *testing.T) {
+	entries := []OffsetEntry{{Topic: "t", Partition: 1, Offset: 100, MsgID: 7}, {Topic: "u", Partition: 0, Offset: -1, MsgID: -1}}
+	var buf []byte
+	buf = AppendCommit(buf, "g1", entries, 5)
+	buf = AppendFetch(buf, "g1", entries, 6)
+	buf = AppendFValueHeader(buf, 3, 7, 999)
+	buf = append(buf, "abc"...)
+	got, err := decodeAll(t, bytes.NewReader(buf), Limits{})
+	require.ErrorIs(t, err, io.EOF)
+	require.Len(t, got, 3)
+	require.Equal(t, OpCommit, got[0].Op)
+	require.Equal(t, "g1", string(got[0].Group))
+	require.Equal(t, int32(5), got[0].Opaque)
+	es, err := ParseOffsetLines(got[0].Body, true)
+	require.NoError(t, err)
+	require.Equal(t, entries, es)
+	require.Equal(t, OpFetch, got[1].Op)
+	es, err = ParseOffsetLines(got[1].Body, false)
+	require.NoError(t, err)
+	require.Equal(t, []OffsetEntry{{Topic: "t", Partition: 1, Offset: -1, MsgID: -1}, {Topic: "u", Offset: -1, MsgID: -1}}, es)
+	require.Equal(t, OpFValue, got[2].Op)
+	require.Equal(t, int64(999), got[2].Offset)
+	require.Equal(t, "abc", string(got[2].Body))
+	for _, bad := range []string{"t 1 2\r\n", "t x 1 1\r\n", "t 1 1 1", " 1 1 1\r\n"} {
+		_, err := ParseOffsetLines([]byte(bad), true)
+		require.Error(t, err, bad)
+	}
+}

@@ -17,6 +17,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("result 200 5 1\r\n1 2 3value 3 2\r\nabc"))
 	f.Add([]byte("transaction TX:1:2 sess BEGIN 5 9\r\nsync t 0 1 0 12 -1 4\r\nz"))
 	f.Add([]byte("put t 0 -1 0 1\r\n\x00\xff"))
+	f.Add([]byte("commit g 13 1\r\nt 0 100 -1\r\nfetch g 5 2\r\nt 0\r\n"))
+	f.Add([]byte("fvalue 4 1 99\r\nabcd"))
 	lim := Limits{MaxLine: 128, MaxBody: 64, MaxDiscard: 256}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d := NewDecoder(bytes.NewReader(data), lim)

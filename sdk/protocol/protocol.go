@@ -8,7 +8,9 @@
 // be pipelined and replies may come back in any order.
 //
 // Requests: put, get, offset, version, stats, quit (MetaQ 1.4) plus the
-// metaq-go extension mput (many messages to one partition in one request).
+// metaq-go extensions mput (many messages to one partition in one request),
+// commit and fetch (consumer offsets kept by the broker), and the fvalue reply
+// (a filtered get reply whose records carry their offsets).
 // transaction and sync are framed so that a broker can refuse them without
 // losing the connection. Replies: result and value. docs/protocol.md has the
 // full description.
@@ -33,9 +35,13 @@ const (
 	OpSync
 	OpResult
 	OpValue
+	OpCommit
+	OpFetch
+	OpFValue
 )
 
-var opNames = [...]string{"unknown", "put", "mput", "get", "offset", "version", "stats", "quit", "transaction", "sync", "result", "value"}
+var opNames = [...]string{"unknown", "put", "mput", "get", "offset", "version", "stats", "quit", "transaction", "sync", "result", "value",
+	"commit", "fetch", "fvalue"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) {
@@ -146,7 +152,7 @@ type Request struct {
 	// mput: the number of entries in Body.
 	Count int
 
-	// get, offset
+	// get, offset, commit, fetch; fvalue: Offset is the next offset to fetch.
 	Group   []byte
 	Offset  int64
 	MaxSize int32
