@@ -5,13 +5,36 @@ PKGS      := ./...
 TESTFLAGS ?= -race -timeout 12m
 CONFIG    ?= conf/server.toml
 
-.PHONY: all build run test vet fmt-check bench fuzz clean examples
+# Plugin binaries (shipped offset stores and the example plugins) are built
+# into bin/plugins, the folder the sample server.toml points at.
+PLUGIN_MAINS := $(wildcard cmd/metaq-offsetstore-* examples/*-plugin)
+PROTOS       := $(shell find . -name '*.proto' -not -path './bin/*' 2>/dev/null)
+GOBIN_DIR    := $(shell $(GO) env GOPATH)/bin
+
+.PHONY: all build run test vet fmt-check bench fuzz clean examples plugins generate protoc-tools
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/... ./examples/...
+	$(GO) build -o $(BIN)/ ./cmd/metaq ./cmd/metaq-server ./examples/producer ./examples/consumer
+	@$(MAKE) --no-print-directory plugins
+
+plugins:
+	@if [ -n "$(PLUGIN_MAINS)" ]; then mkdir -p $(BIN)/plugins && \
+		echo "$(GO) build -o $(BIN)/plugins/ $(addprefix ./,$(PLUGIN_MAINS))" && \
+		$(GO) build -o $(BIN)/plugins/ $(addprefix ./,$(PLUGIN_MAINS)); fi
+
+# Regenerate the committed protobuf code: protoc from Debian's
+# protobuf-compiler, the Go generators from the Go module proxy.
+protoc-tools:
+	@command -v protoc >/dev/null || (apt-get update && apt-get install -y protobuf-compiler)
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+
+generate: protoc-tools
+	PATH="$(GOBIN_DIR):$$PATH" protoc -I . --go_out=. --go_opt=module=github.com/metaq-go/metaq \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/metaq-go/metaq $(PROTOS)
 
 examples: build
 

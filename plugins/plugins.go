@@ -1,0 +1,80 @@
+// Package plugins holds what every metaq-go plugin kind shares: the
+// go-plugin handshake, the kinds and their protocol versions, the plugin-side
+// Serve helper, and the ErrUnavailable sentinel. The host side (launching,
+// checking, restarting and killing plugin processes) is plugins/host.
+//
+// A plugin is a separate program that speaks gRPC over hashicorp/go-plugin.
+// Each kind package (selectors, filters, offsetstore) gives plugin authors a
+// one-line Serve(impl) for their main and gives hosts an Open(spec) that
+// returns either a builtin (in-process) or a remote implementation behind
+// the same Go interface.
+package plugins
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/go-plugin"
+)
+
+// Kind is a plugin kind.
+type Kind string
+
+// The plugin kinds.
+const (
+	KindSelector    Kind = "selector"
+	KindFilter      Kind = "filter"
+	KindOffsetStore Kind = "offsetstore"
+	// KindCoordinator is reserved for XA transaction coordinators.
+	KindCoordinator Kind = "coordinator"
+)
+
+// Kinds lists the kinds a host can load today.
+var Kinds = []Kind{KindSelector, KindFilter, KindOffsetStore}
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool {
+	for _, x := range Kinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// ProtocolVersion returns the current protocol version of a kind: the
+// version a host asks for in the handshake. A kind's version changes when
+// its gRPC service changes incompatibly.
+func ProtocolVersion(k Kind) int {
+	switch k {
+	case KindSelector, KindFilter, KindOffsetStore, KindCoordinator:
+		return 1
+	}
+	return 0
+}
+
+// Handshake is the go-plugin handshake every metaq-go plugin and host share.
+// The magic cookie is a guard against running a plugin binary by hand, not
+// a security measure: use the sha256 in server.toml for that.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  1,
+	MagicCookieKey:   "METAQ_PLUGIN",
+	MagicCookieValue: "5d1c2e6a-metaq-go-plugin",
+}
+
+// ErrUnavailable is returned by remote implementations while their plugin
+// process is down (crashed, restarting or stopped). Callers apply their
+// kind's failure policy.
+var ErrUnavailable = errors.New("plugins: plugin unavailable")
+
+// ErrWrongKind means a binary does not serve the kind it was loaded as.
+var ErrWrongKind = errors.New("plugins: binary does not serve this plugin kind")
+
+// PluginName is the name under which a kind's gRPC plugin is registered in
+// a go-plugin PluginSet.
+func PluginName(k Kind) string { return "metaq-" + string(k) }
+
+// Unsupported wraps err with the kind for error messages.
+func Unsupported(k Kind, err error) error {
+	return fmt.Errorf("%s plugin: %w", k, err)
+}
