@@ -23,6 +23,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/plugins/host"
 )
 
 // Version is the broker's version string, answered to `version` and in stats.
@@ -56,6 +57,12 @@ type Broker struct {
 
 	start time.Time
 	stats counters
+
+	// plugins supervises the plugin processes named in server.toml.
+	plugins *host.Supervisor
+	// filters and offsets are set up by initFilters and initOffsetStore.
+	filters filterSet
+	offsets offsetState
 }
 
 type topic struct {
@@ -97,6 +104,14 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	}
 	for _, name := range names {
 		if _, err := b.openTopic(name); err != nil {
+			b.closeStores()
+			return nil, err
+		}
+	}
+	b.plugins = host.NewSupervisor(host.Options{Logger: newHCLogger(b.logf, cfg.LogLevel)})
+	for _, step := range []func() error{b.initFilters, b.initOffsetStore} {
+		if err := step(); err != nil {
+			b.plugins.Close()
 			b.closeStores()
 			return nil, err
 		}
@@ -357,7 +372,8 @@ func (b *Broker) Close() error {
 	}
 	b.connsMu.Unlock()
 	b.wg.Wait()
-	return b.closeStores()
+	errs := []error{b.closeFilters(), b.closeOffsetStore(), b.plugins.Close()}
+	return errors.Join(append(errs, b.closeStores())...)
 }
 
 func (b *Broker) closeStores() error {
