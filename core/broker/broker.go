@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
@@ -304,10 +305,15 @@ func (b *Broker) acceptLoop() {
 	}
 }
 
+// isTemporary reports accept errors to back off from rather than stop
+// accepting: out of file descriptors or memory, or an aborted connection.
 func isTemporary(err error) bool {
-	// EMFILE and friends: back off rather than stop accepting.
-	s := err.Error()
-	return strings.Contains(s, "too many open files") || strings.Contains(s, "resource temporarily unavailable")
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.EAGAIN, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // retentionLoop applies each topic's delete policy to sealed segments.
