@@ -80,7 +80,7 @@
 //
 // # Retention
 //
-// DeleteOlderThan applies MetaQ's delete policy (see ParseDeletePolicy) to
+// DeleteOlderThan applies MetaQ's delete policy (parsed by conf.ParseDeletePolicy) to
 // sealed segments by modification time, oldest first and only as a
 // prefix, so the minimum offset rises and the log never has a hole. The
 // active segment is never deleted.

@@ -31,8 +31,6 @@ var (
 	// ErrLocked means another open Log (in this process or another) holds
 	// the directory.
 	ErrLocked = errors.New("store: log directory in use")
-	// ErrBadPolicy is wrapped by ParseDeletePolicy's errors.
-	ErrBadPolicy = errors.New("store: bad delete policy")
 )
 
 // OffsetOutOfRangeError is returned by Read for an offset below the log's

@@ -5,47 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 )
-
-// DefaultDeletePolicy is MetaQ's default retention policy: delete sealed
-// segments a week (168 hours) after their last write.
-const DefaultDeletePolicy = "delete,168"
-
-// ParseDeletePolicy parses MetaQ's deletePolicy "delete,N[s|m|h]" (no unit
-// means hours) into the maximum age of a sealed segment. The archive
-// policy is not supported.
-func ParseDeletePolicy(s string) (time.Duration, error) {
-	kind, arg, ok := strings.Cut(strings.TrimSpace(s), ",")
-	kind = strings.TrimSpace(kind)
-	switch {
-	case kind == "archive":
-		return 0, fmt.Errorf("%w %q: the archive policy is not supported, use delete,N[s|m|h]", ErrBadPolicy, s)
-	case kind != "delete":
-		return 0, fmt.Errorf("%w %q: want delete,N[s|m|h]", ErrBadPolicy, s)
-	case !ok:
-		return 0, fmt.Errorf("%w %q: missing age, want delete,N[s|m|h]", ErrBadPolicy, s)
-	}
-	arg = strings.TrimSpace(arg)
-	unit := time.Hour
-	if n := len(arg); n > 0 {
-		switch arg[n-1] {
-		case 's':
-			unit, arg = time.Second, arg[:n-1]
-		case 'm':
-			unit, arg = time.Minute, arg[:n-1]
-		case 'h':
-			unit, arg = time.Hour, arg[:n-1]
-		}
-	}
-	n, err := strconv.ParseInt(arg, 10, 64)
-	if err != nil || n <= 0 || n > int64((1<<63-1)/unit) {
-		return 0, fmt.Errorf("%w %q: age must be a positive integer with an optional s, m or h unit", ErrBadPolicy, s)
-	}
-	return time.Duration(n) * unit, nil
-}
 
 // DeleteOlderThan deletes the sealed segments last modified more than
 // maxAge before now, oldest first, stopping at the first younger one so

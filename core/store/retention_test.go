@@ -9,29 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestParseDeletePolicy(t *testing.T) {
-	for in, want := range map[string]time.Duration{
-		"delete,168":   168 * time.Hour,
-		"delete,10s":   10 * time.Second,
-		"delete,5m":    5 * time.Minute,
-		"delete,2h":    2 * time.Hour,
-		" delete , 1 ": time.Hour,
-	} {
-		got, err := ParseDeletePolicy(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want, got, in)
-	}
-	for _, in := range []string{"", "delete", "delete,", "delete,0", "delete,-1", "delete,1d", "delete,h",
-		"delete,1,2", "keep,1", "delete,99999999999999999h"} {
-		_, err := ParseDeletePolicy(in)
-		require.ErrorIs(t, err, ErrBadPolicy, in)
-	}
-	_, err := ParseDeletePolicy("archive,168,true")
-	require.ErrorIs(t, err, ErrBadPolicy)
-	require.Contains(t, err.Error(), "archive policy is not supported")
-}
-
-// setAge sets the modification time of the segment starting at start.
 func setAge(t *testing.T, dir string, start int64, mtime time.Time) {
 	t.Helper()
 	require.NoError(t, os.Chtimes(filepath.Join(dir, segmentName(start)), mtime, mtime))
