@@ -11,13 +11,13 @@ PLUGIN_MAINS := $(wildcard cmd/metaq-offsetstore-* examples/*-plugin)
 PROTOS       := $(shell find . -name '*.proto' -not -path './bin/*' 2>/dev/null)
 GOBIN_DIR    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test vet fmt-check bench fuzz clean examples plugins generate protoc-tools
+.PHONY: all build run test vet fmt-check bench fuzz clean examples plugins generate protoc-tools services
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/metaq ./cmd/metaq-server ./examples/producer ./examples/consumer
+	$(GO) build -o $(BIN)/ ./cmd/metaq ./cmd/metaq-server ./examples/producer ./examples/consumer ./examples/selector
 	@$(MAKE) --no-print-directory plugins
 
 plugins:
@@ -48,7 +48,12 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go') 2>/dev/null | grep -v '\.pb\.go$$' || true); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: fmt-check vet build
+# Install the real servers the integration tests use (ZooKeeper, MariaDB)
+# when missing; the tests start their own instances on free 127.0.0.1 ports.
+services:
+	bash .ci/services.sh install
+
+test: fmt-check vet build services
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with

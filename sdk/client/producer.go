@@ -392,20 +392,167 @@ func (p *Producer) Close(ctx context.Context) error {
 	return p.closeErr
 }
 
-// selectPartition learns the topic's partition count and asks the selector.
-func (p *Producer) selectPartition(ctx context.Context, m *message.Message) (int32, error) {
-	n, err := p.partitionCount(ctx, m.Topic)
+// SendBatch sends msgs and waits until the broker has answered for all of
+// them, or ctx is done. It asks the selector once per topic in msgs
+// (SelectBatch, when the selector has it), then sends the messages bound
+// for one partition together, in order, as mput requests within the batch
+// limits (WithBatching's, else protocol.MaxMPutCount and
+// DefaultBatchBytes); a message over the byte limit goes alone with put.
+// It does not wait for WithBatching's linger.
+//
+// Nothing is sent when a message is invalid or the selector fails. The
+// results are in the order of msgs; on success each message's ID,
+// Partition and Offset are set too. If some messages fail, err wraps the
+// first failure and the results of the stored messages are still filled
+// in (a failed message's result is the zero SendResult). As with Send, an
+// error wrapping ErrTimeout or ErrConnectionLost leaves it unknown whether
+// a message was stored, and when ctx ends first, sending continues in the
+// background. msgs must not be modified until SendBatch returns.
+func (p *Producer) SendBatch(ctx context.Context, msgs []*message.Message) ([]SendResult, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	for i, m := range msgs {
+		if m == nil || m.Topic == "" {
+			return nil, fmt.Errorf("%w: message %d: no topic", ErrInvalidMessage, i)
+		}
+		if n := m.DataLen(); n > p.cfg.maxMessageSize {
+			return nil, fmt.Errorf("%w: message %d: %d bytes exceeds the maximum message size %d", ErrInvalidMessage, i, n, p.cfg.maxMessageSize)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p.mu.RLock()
+	closed := p.closed
+	p.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	parts, err := p.selectAll(ctx, msgs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	i, err := p.cfg.selector.Select(m.Topic, n, m)
-	if err != nil {
-		return 0, err
+	chunks, pms := p.chunk(msgs, parts)
+	var admitErr error
+	for _, b := range chunks {
+		if admitErr == nil {
+			admitErr = p.admit(ctx, b)
+			if admitErr == nil {
+				p.sendChunk(b)
+			}
+		}
+		if admitErr != nil {
+			for _, pm := range b.msgs {
+				pm.err = admitErr
+				close(pm.done)
+			}
+		}
 	}
-	if i < 0 || i >= n {
-		return 0, fmt.Errorf("metaq: selector chose partition %d of topic %s with %d partitions", i, m.Topic, n)
+	results := make([]SendResult, len(msgs))
+	var first error
+	failed := 0
+	for i, pm := range pms {
+		select {
+		case <-pm.done:
+		case <-ctx.Done():
+			return results, ctx.Err()
+		}
+		if pm.err != nil {
+			failed++
+			if first == nil {
+				first = pm.err
+			}
+			continue
+		}
+		results[i] = pm.res
 	}
-	return int32(i), nil
+	if first != nil {
+		return results, fmt.Errorf("metaq: %d of %d messages not sent: %w", failed, len(msgs), first)
+	}
+	return results, nil
+}
+
+// chunk groups msgs by topic-partition, in order, into mput-sized batches;
+// a message over the byte limit gets a batch of its own (bytes < 0: sent
+// with put). pms[i] is the pending message of msgs[i].
+func (p *Producer) chunk(msgs []*message.Message, parts []int32) (out []*batch, pms []*pendingMsg) {
+	maxCount, maxBytes := protocol.MaxMPutCount, DefaultBatchBytes
+	if p.cfg.batch.enabled {
+		maxCount, maxBytes = p.cfg.batch.maxMessages, p.cfg.batch.maxBytes
+	}
+	// A chunk takes its in-flight slots before it is sent: never more than
+	// there are.
+	maxCount = max(1, min(maxCount, cap(p.sem)))
+	pms = make([]*pendingMsg, len(msgs))
+	open := make(map[tpKey]*batch)
+	for i, m := range msgs {
+		pm := &pendingMsg{msg: m, part: parts[i], crc: dataChecksum(m), done: make(chan struct{})}
+		pms[i] = pm
+		key := tpKey{m.Topic, parts[i]}
+		size := protocol.MPutEntryHeader + m.DataLen()
+		if size > maxBytes {
+			// Later messages of this partition go after it.
+			delete(open, key)
+			out = append(out, &batch{key: key, msgs: []*pendingMsg{pm}, bytes: -1})
+			continue
+		}
+		b := open[key]
+		if b != nil && b.bytes+size > maxBytes {
+			b = nil
+		}
+		if b == nil {
+			b = &batch{key: key}
+			open[key] = b
+			out = append(out, b)
+		}
+		b.msgs = append(b.msgs, pm)
+		b.bytes += size
+		if len(b.msgs) >= maxCount {
+			delete(open, key)
+		}
+	}
+	return out, pms
+}
+
+// admit takes an in-flight slot for every message of b, or none.
+func (p *Producer) admit(ctx context.Context, b *batch) error {
+	for i, pm := range b.msgs {
+		if err := p.begin(ctx, pm.msg); err != nil {
+			for range i {
+				p.end()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// sendChunk sends an admitted chunk; each message's done closes (and its
+// slot is released) when the broker answers.
+func (p *Producer) sendChunk(b *batch) {
+	if b.bytes >= 0 {
+		a := p.acc
+		if a == nil {
+			a = &accumulator{p: p} // send and complete use only a.p
+		}
+		a.send(b)
+		return
+	}
+	pm := b.msgs[0]
+	m := pm.msg
+	p.cn.sendAsync(context.Background(), time.Now().Add(p.cfg.sendTimeout), func(dst []byte, op int32) []byte {
+		dst = protocol.AppendPutHeader(dst, m.Topic, pm.part, m.DataLen(), m.Flag(), int64(pm.crc), op)
+		return m.AppendData(dst)
+	}, func(c *call) {
+		pm.res, pm.err = putResult(m, c)
+		putCall(c)
+		if isPartitionError(pm.err) {
+			p.forgetTopic(m.Topic)
+		}
+		close(pm.done)
+		p.end()
+	})
 }
 
 // Partitions returns the number of partitions of topic, asking the broker

@@ -1,9 +1,12 @@
 package client
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/metaq-go/metaq/sdk/message"
@@ -18,10 +21,17 @@ type PartitionSelector interface {
 
 // BatchSelector is an optional interface for selectors that choose for many
 // messages at once (plugin selectors, where one call per message is too
-// expensive). SelectBatch sets out[i] to the partition of msgs[i].
+// expensive). SelectBatch sets out[i] to the partition of msgs[i], in
+// [0, partitions); len(out) >= len(msgs). It honours ctx: once ctx is done
+// it may return ctx's error instead of choosing.
+//
+// The producer prefers SelectBatch when a selector has it: Send and
+// SendAsync ask for a batch of one, SendBatch once per topic of its batch.
+// selectors.ForProducer adapts any selectors.Selector (builtin or plugin)
+// to this interface.
 type BatchSelector interface {
 	PartitionSelector
-	SelectBatch(topic string, partitions int, msgs []*message.Message, out []int) error
+	SelectBatch(ctx context.Context, topic string, partitions int, msgs []*message.Message, out []int) error
 }
 
 // ErrNoPartitions is returned by selectors asked to choose among zero
@@ -41,7 +51,7 @@ func (r *roundRobin) Select(_ string, partitions int, _ *message.Message) (int, 
 	return int((r.n.Add(1) - 1) % uint64(partitions)), nil
 }
 
-func (r *roundRobin) SelectBatch(_ string, partitions int, msgs []*message.Message, out []int) error {
+func (r *roundRobin) SelectBatch(_ context.Context, _ string, partitions int, msgs []*message.Message, out []int) error {
 	if partitions <= 0 {
 		return ErrNoPartitions
 	}
@@ -103,4 +113,112 @@ func fnv1a(b []byte) uint32 {
 		h *= 16777619
 	}
 	return h
+}
+
+// selectPartition learns the topic's partition count and asks the selector
+// for a batch of one.
+func (p *Producer) selectPartition(ctx context.Context, m *message.Message) (int32, error) {
+	n, err := p.partitionCount(ctx, m.Topic)
+	if err != nil {
+		return 0, err
+	}
+	var i int
+	if bs, ok := p.cfg.selector.(BatchSelector); ok {
+		sc := oneScratchPool.Get().(*oneScratch)
+		sc.msgs[0] = m
+		err = bs.SelectBatch(ctx, m.Topic, n, sc.msgs[:], sc.out[:])
+		i = sc.out[0]
+		*sc = oneScratch{}
+		oneScratchPool.Put(sc)
+	} else {
+		i, err = p.cfg.selector.Select(m.Topic, n, m)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if i < 0 || i >= n {
+		return 0, fmt.Errorf("metaq: selector chose partition %d of topic %s with %d partitions", i, m.Topic, n)
+	}
+	return int32(i), nil
+}
+
+// oneScratch carries a batch of one to a BatchSelector without allocating.
+type oneScratch struct {
+	msgs [1]*message.Message
+	out  [1]int
+}
+
+var oneScratchPool = sync.Pool{New: func() any { return new(oneScratch) }}
+
+// selectBatch chooses a partition for each of msgs, all of topic (which
+// has n partitions): one SelectBatch call when the selector has it.
+func (p *Producer) selectBatch(ctx context.Context, topic string, n int, msgs []*message.Message, out []int32) error {
+	choices := make([]int, len(msgs))
+	if bs, ok := p.cfg.selector.(BatchSelector); ok {
+		if err := bs.SelectBatch(ctx, topic, n, msgs, choices); err != nil {
+			return err
+		}
+	} else {
+		for i, m := range msgs {
+			c, err := p.cfg.selector.Select(topic, n, m)
+			if err != nil {
+				return err
+			}
+			choices[i] = c
+		}
+	}
+	for i, c := range choices {
+		if c < 0 || c >= n {
+			return fmt.Errorf("metaq: selector chose partition %d of topic %s with %d partitions", c, topic, n)
+		}
+		out[i] = int32(c)
+	}
+	return nil
+}
+
+// selectAll chooses the partitions of msgs: one selector call per topic.
+func (p *Producer) selectAll(ctx context.Context, msgs []*message.Message) ([]int32, error) {
+	parts := make([]int32, len(msgs))
+	topic := msgs[0].Topic
+	oneTopic := true
+	for _, m := range msgs[1:] {
+		if m.Topic != topic {
+			oneTopic = false
+			break
+		}
+	}
+	if oneTopic {
+		n, err := p.partitionCount(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
+		return parts, p.selectBatch(ctx, topic, n, msgs, parts)
+	}
+	var order []string
+	idx := make(map[string][]int)
+	for i, m := range msgs {
+		if _, ok := idx[m.Topic]; !ok {
+			order = append(order, m.Topic)
+		}
+		idx[m.Topic] = append(idx[m.Topic], i)
+	}
+	for _, t := range order {
+		n, err := p.partitionCount(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		is := idx[t]
+		sub := make([]*message.Message, len(is))
+		for j, i := range is {
+			sub[j] = msgs[i]
+		}
+		out := make([]int32, len(is))
+		if err := p.selectBatch(ctx, t, n, sub, out); err != nil {
+			return nil, err
+		}
+		for j, i := range is {
+			parts[i] = out[j]
+		}
+	}
+	return parts, nil
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"strconv"
 	"testing"
 
@@ -53,7 +54,7 @@ func TestSelectors(t *testing.T) {
 
 	bs := RoundRobin().(BatchSelector)
 	out := make([]int, 10)
-	require.NoError(t, bs.SelectBatch("t", 3, make([]*message.Message, 10), out))
+	require.NoError(t, bs.SelectBatch(context.Background(), "t", 3, make([]*message.Message, 10), out))
 	require.Equal(t, []int{0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, out)
 }
 

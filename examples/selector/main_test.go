@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/broker"
+)
+
+func startBroker(t *testing.T) string {
+	t.Helper()
+	cfg := conf.Default()
+	cfg.Port = 8123 // validated only; the test listens itself
+	cfg.DataDir = t.TempDir()
+	cfg.Topics = []conf.Topic{{Name: "meta-test"}}
+	cfg.NumPartitions = 4
+	b, err := broker.New(cfg, broker.Options{Logf: func(string, ...any) {}})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, b.Serve(ln))
+	t.Cleanup(func() { _ = b.Close() })
+	return b.Addr()
+}
+
+// partitionsOf maps each attribute to the partitions its messages landed on.
+func partitionsOf(out string) map[string]map[string]bool {
+	got := map[string]map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^(\S+)\s+-> partition (\d+)`).FindAllStringSubmatch(out, -1) {
+		if got[m[1]] == nil {
+			got[m[1]] = map[string]bool{}
+		}
+		got[m[1]][m[2]] = true
+	}
+	return got
+}
+
+func TestInProcess(t *testing.T) {
+	addr := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	require.NoError(t, run(ctx, &out, addr, "meta-test", 12, ""))
+	got := partitionsOf(out.String())
+	require.Equal(t, map[string]bool{"0": true}, got["urgent"], out.String())
+	for _, k := range []string{"orders.created", "payments.settled", "orders.paid"} {
+		require.NotEmpty(t, got[k], out.String())
+		require.NotContains(t, got[k], "0", "only urgent messages go to partition 0")
+	}
+}
+
+func TestPlugin(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "selector-plugin")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/metaq-go/metaq/examples/selector-plugin").CombinedOutput()
+	require.NoError(t, err, "%s", b)
+
+	addr := startBroker(t)
+	var out bytes.Buffer
+	require.NoError(t, run(ctx, &out, addr, "meta-test", 12, bin))
+	got := partitionsOf(out.String())
+	require.Len(t, got, 4, out.String())
+	for k, parts := range got {
+		require.Len(t, parts, 1, "%s: one partition per attribute prefix\n%s", k, out.String())
+	}
+	require.Equal(t, got["orders.created"], got["orders.paid"], "same prefix, same partition")
+}

@@ -1,0 +1,117 @@
+package selectors
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/metaq-go/metaq/plugins"
+)
+
+// fakePlugin stands in for a *host.Plugin.
+type fakePlugin struct {
+	mu          sync.Mutex
+	raw         any
+	err         error
+	calls, errs int
+}
+
+func (f *fakePlugin) Client() (any, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.raw, 1, f.err
+}
+
+func (f *fakePlugin) Observe(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if err != nil {
+		f.errs++
+	}
+}
+
+func (f *fakePlugin) set(raw any, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.raw, f.err = raw, err
+}
+
+// lastIndex always picks the last partition.
+type lastIndex struct{}
+
+func (lastIndex) Select(_ context.Context, req *SelectRequest) (*SelectResponse, error) {
+	out := make([]int, len(req.Messages))
+	for i := range out {
+		out[i] = len(req.Partitions) - 1
+	}
+	return &SelectResponse{Choices: out}, nil
+}
+
+func (lastIndex) Close() error { return nil }
+
+// TestMiddlewareBursts: fallbacks are counted on the plugin and logged once
+// per burst, with one line when the plugin recovers.
+func TestMiddlewareBursts(t *testing.T) {
+	var logs bytes.Buffer
+	fp := &fakePlugin{err: plugins.ErrUnavailable}
+	r := &remote{p: fp, name: "fake", timeout: time.Second,
+		log: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})}
+	req := &SelectRequest{Topic: "t", Partitions: make([]Partition, 4), Messages: make([]Meta, 4)}
+	sel := func() []int {
+		t.Helper()
+		resp, err := r.Select(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Choices
+	}
+	for burst := range 2 {
+		for range 3 {
+			if c := sel(); c[1] != (c[0]+1)%4 {
+				t.Fatalf("burst %d: not round robin: %v", burst, c)
+			}
+		}
+		fp.set(lastIndex{}, nil)
+		for range 2 {
+			if c := sel(); c[0] != 3 {
+				t.Fatalf("burst %d: the plugin's choice was not used: %v", burst, c)
+			}
+		}
+		fp.set(nil, plugins.ErrUnavailable)
+	}
+	if n := strings.Count(logs.String(), "choosing round robin"); n != 2 {
+		t.Fatalf("%d burst warnings, want 2:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), "fallback_batches=3"); n != 2 {
+		t.Fatalf("%d recovery lines with fallback_batches=3, want 2:\n%s", n, logs.String())
+	}
+	if fp.calls != 10 || fp.errs != 6 || r.fallbacks.Load() != 6 {
+		t.Fatalf("calls %d errors %d fallbacks %d, want 10, 6, 6", fp.calls, fp.errs, r.fallbacks.Load())
+	}
+
+	// The wrong adapter type is a failure too, not a panic.
+	fp.set("not a selector", nil)
+	if c := sel(); len(c) != 4 {
+		t.Fatal(c)
+	}
+	if r.fallbacks.Load() != 7 {
+		t.Fatal("wrong adapter type did not fall back")
+	}
+	// No partitions and empty batches never reach the plugin.
+	calls := fp.calls
+	if _, err := r.Select(context.Background(), &SelectRequest{Messages: make([]Meta, 1)}); err == nil {
+		t.Fatal("no partitions: no error")
+	}
+	if resp, err := r.Select(context.Background(), &SelectRequest{Partitions: make([]Partition, 1)}); err != nil || len(resp.Choices) != 0 {
+		t.Fatal(resp, err)
+	}
+	if fp.calls != calls {
+		t.Fatal("the plugin was called")
+	}
+}
