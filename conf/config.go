@@ -13,6 +13,11 @@
 // supported: set auto_create_topics = true instead, and the top-level
 // settings then apply to every topic that is not configured explicitly.
 //
+// Plugins (out-of-process selectors, filters and offset stores) are declared
+// in [[plugin]] tables; a topic's [[topic.filter]] tables name a builtin
+// filter or a filter plugin per consumer group, and offset_store names the
+// builtin "file" store or an offsetstore plugin. See docs/plugins.md.
+//
 // Parse and Validate collect every problem they find and return them together
 // as an [*Error].
 package conf
@@ -73,6 +78,20 @@ type Config struct {
 	Stat bool `toml:"stat"`
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string `toml:"log_level"`
+	// PluginDir is where plugin binaries are looked up (see PluginPath).
+	// Default "bin/plugins", where `make` builds them.
+	PluginDir string `toml:"plugin_dir"`
+	// PluginLogLevel is the level of plugin log lines (debug, info, warn,
+	// error); "" (the default) means LogLevel. Use EffectivePluginLogLevel.
+	PluginLogLevel string `toml:"plugin_log_level"`
+	// OffsetStore is where consumer offsets are stored: "file" (the builtin,
+	// default) or the name of an offsetstore [[plugin]].
+	OffsetStore string `toml:"offset_store"`
+	// OffsetStorePath is the builtin file store's path; "" (the default)
+	// means <data_dir>/consumer_offsets.json. Use OffsetStoreFilePath.
+	OffsetStorePath string `toml:"offset_store_path"`
+	// Plugins are the [[plugin]] tables, in file order.
+	Plugins []Plugin `toml:"plugin"`
 	// Topics are the [[topic]] tables, in file order.
 	Topics []Topic `toml:"topic"`
 
@@ -94,6 +113,9 @@ type Topic struct {
 	AcceptPublish    *bool   `toml:"accept_publish"`
 	AcceptSubscribe  *bool   `toml:"accept_subscribe"`
 	Stat             *bool   `toml:"stat"`
+	// Filters are the topic's [[topic.filter]] tables: the server-side
+	// filter per consumer group (MetaQ's group.<g>=<class>).
+	Filters []TopicFilter `toml:"filter"`
 }
 
 // TopicConfig is a topic's effective settings, with inheritance resolved and
@@ -109,6 +131,8 @@ type TopicConfig struct {
 	AcceptPublish    bool
 	AcceptSubscribe  bool
 	Stat             bool
+	// Filters is a copy of the topic's [[topic.filter]] tables (nil if none).
+	Filters []TopicFilter
 }
 
 // Default returns the built-in defaults. It has no topics, so it passes
@@ -133,6 +157,8 @@ func Default() *Config {
 		AcceptSubscribe:     true,
 		Stat:                true,
 		LogLevel:            "info",
+		PluginDir:           DefaultPluginDir,
+		OffsetStore:         OffsetStoreBuiltin,
 	}
 }
 
@@ -162,7 +188,7 @@ func Parse(data []byte, name string) (*Config, error) {
 	d := decoder{lines: c.lines, bad: map[string]bool{}}
 	d.decodeTop(c, root)
 	orig := *c
-	orig.Topics, orig.orig, orig.lines, orig.raw = nil, nil, nil, nil
+	orig.Topics, orig.Plugins, orig.orig, orig.lines, orig.raw = nil, nil, nil, nil, nil
 	c.orig = &orig
 
 	probs := d.probs
@@ -213,6 +239,7 @@ func (c *Config) resolve(t *Topic) TopicConfig {
 		AcceptPublish:    pick(t.AcceptPublish, c.AcceptPublish),
 		AcceptSubscribe:  pick(t.AcceptSubscribe, c.AcceptSubscribe),
 		Stat:             pick(t.Stat, c.Stat),
+		Filters:          copyFilters(t.Filters),
 	}
 	tc.RetainFor, _ = ParseDeletePolicy(tc.DeletePolicy)
 	return tc
@@ -243,10 +270,18 @@ func (c *Config) Path() string { return c.path }
 // Addr returns Host and Port joined as a listen address.
 func (c *Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
 
-// line returns the file line of key, or 0 when unknown or when a top-level
+// line returns the file line of key (for a key missing from a [[table]],
+// the table's header line), or 0 when unknown or when a top-level
 // value was changed after parsing (so a flag override is not blamed on the file).
 func (c *Config) line(key string) int {
 	l := c.lines[key]
+	if l == 0 {
+		// A key missing from an array table ("plugin[0].name"): point at
+		// the table's header.
+		if i := strings.LastIndexByte(key, '.'); i > 0 && key[i-1] == ']' {
+			return c.lines[key[:i]]
+		}
+	}
 	if l == 0 || c.orig == nil {
 		return l
 	}
@@ -259,16 +294,24 @@ func (c *Config) line(key string) int {
 	return l
 }
 
-// Field tables: toml key -> struct field index.
+// Field tables: toml key -> struct field index. Arrays of tables
+// ([[topic]], [[plugin]], [[topic.filter]]) are decoded separately and are
+// not in them.
 var (
-	topFields   = tagIndex(reflect.TypeOf(Config{}))
-	topicFields = tagIndex(reflect.TypeOf(Topic{}))
+	topFields    = tagIndex(reflect.TypeOf(Config{}))
+	topicFields  = tagIndex(reflect.TypeOf(Topic{}))
+	pluginFields = tagIndex(reflect.TypeOf(Plugin{}))
+	filterFields = tagIndex(reflect.TypeOf(TopicFilter{}))
 )
 
 func tagIndex(t reflect.Type) map[string]int {
 	m := map[string]int{}
 	for i := 0; i < t.NumField(); i++ {
-		if tag := t.Field(i).Tag.Get("toml"); tag != "" && tag != "topic" {
+		f := t.Field(i)
+		if f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct {
+			continue
+		}
+		if tag := f.Tag.Get("toml"); tag != "" {
 			m[tag] = i
 		}
 	}
@@ -292,20 +335,27 @@ func (d *decoder) decodeTop(c *Config, root map[string]any) {
 	rv := reflect.ValueOf(c).Elem()
 	for _, k := range d.sortedKeys("", root) {
 		v := root[k]
-		if k == "topic" {
+		switch k {
+		case "topic":
 			d.decodeTopics(c, v)
+			continue
+		case "plugin":
+			d.decodePlugins(c, v)
 			continue
 		}
 		i, ok := topFields[k]
 		if !ok {
-			d.unknown(k, k, false)
+			d.unknown(k, k, "")
 			continue
 		}
 		d.set(k, rv.Field(i), v)
 	}
 }
 
-func (d *decoder) decodeTopics(c *Config, v any) {
+// tables returns v as an array of tables, or reports that it is not one.
+// key is the problem key ("topic", "topic[0].filter"), header the table
+// header shown in the message ("topic", "topic.filter").
+func (d *decoder) tables(key, header string, v any) ([]map[string]any, bool) {
 	var tables []map[string]any
 	switch tv := v.(type) {
 	case []map[string]any:
@@ -314,29 +364,57 @@ func (d *decoder) decodeTopics(c *Config, v any) {
 		for _, e := range tv {
 			m, ok := e.(map[string]any)
 			if !ok {
-				d.add("topic", "must be an array of tables ([[topic]]), got an array of %s", tomlType(e))
-				return
+				d.add(key, "must be an array of tables ([[%s]]), got an array of %s", header, tomlType(e))
+				return nil, false
 			}
 			tables = append(tables, m)
 		}
 	default:
-		d.add("topic", "must be an array of tables ([[topic]]), got %s", tomlType(v))
+		d.add(key, "must be an array of tables ([[%s]]), got %s", header, tomlType(v))
+		return nil, false
+	}
+	return tables, true
+}
+
+// decodeTable copies the keys of m into the struct rv (whose fields are
+// known), reporting unknown keys as part of table kind tbl.
+func (d *decoder) decodeTable(prefix string, m map[string]any, rv reflect.Value, known map[string]int, tbl string) {
+	for _, k := range d.sortedKeys(prefix+".", m) {
+		key := prefix + "." + k
+		if fi, ok := known[k]; ok {
+			d.set(key, rv.Field(fi), m[k])
+		} else {
+			d.unknown(key, k, tbl)
+		}
+	}
+}
+
+func (d *decoder) decodeTopics(c *Config, v any) {
+	tables, ok := d.tables("topic", "topic", v)
+	if !ok {
 		return
 	}
 	for i, m := range tables {
 		var t Topic
-		rv := reflect.ValueOf(&t).Elem()
 		prefix := fmt.Sprintf("topic[%d]", i)
-		for _, k := range d.sortedKeys(prefix+".", m) {
-			key := prefix + "." + k
-			if fi, ok := topicFields[k]; ok {
-				d.set(key, rv.Field(fi), m[k])
-			} else {
-				d.unknown(key, k, true)
-			}
+		if fv, ok := m["filter"]; ok {
+			m = without(m, "filter")
+			t.Filters = d.decodeFilters(prefix+".filter", fv)
 		}
+		d.decodeTable(prefix, m, reflect.ValueOf(&t).Elem(), topicFields, "topic")
 		c.Topics = append(c.Topics, t)
 	}
+}
+
+// without returns a copy of m without key k.
+func without(m map[string]any, k string) map[string]any {
+	out := make(map[string]any, len(m))
+	for kk, v := range m {
+		if kk != k {
+			out[kk] = v
+		}
+	}
+	return out
 }
 
 // sortedKeys orders the keys of m by their line in the file, then by name.
@@ -390,6 +468,38 @@ func (d *decoder) set(key string, f reflect.Value, v any) {
 			return
 		}
 		f.SetBool(b)
+	case reflect.Slice: // []string
+		arr, ok := v.([]any)
+		if !ok {
+			d.add(key, "must be an array of strings, got %s", describe(v))
+			return
+		}
+		out := make([]string, 0, len(arr))
+		for i, e := range arr {
+			s, ok := e.(string)
+			if !ok {
+				d.add(key, "must be an array of strings, got %s at index %d", describe(e), i)
+				return
+			}
+			out = append(out, s)
+		}
+		f.Set(reflect.ValueOf(out))
+	case reflect.Map: // map[string]string
+		m, ok := v.(map[string]any)
+		if !ok {
+			d.add(key, "must be a table of strings, got %s", describe(v))
+			return
+		}
+		out := make(map[string]string, len(m))
+		for _, k := range d.sortedKeys(key+".", m) {
+			s, ok := m[k].(string)
+			if !ok {
+				d.add(key+"."+k, "must be a string, got %s", describe(m[k]))
+				continue
+			}
+			out[k] = s
+		}
+		f.Set(reflect.ValueOf(out))
 	default:
 		panic("conf: unsupported field kind " + f.Kind().String())
 	}
@@ -402,17 +512,21 @@ var metaqNames = map[string]string{
 	"data_path":   "data_dir",
 }
 
-// unknown reports an unknown key, with a hint when it looks like a known one.
-func (d *decoder) unknown(full, k string, inTopic bool) {
-	known := topFields
-	if inTopic {
-		known = topicFields
-	}
+// knownKeys are the keys of each kind of table ("" is the top level).
+var knownKeys = map[string]map[string]int{
+	"": topFields, "topic": topicFields, "plugin": pluginFields, "topic.filter": filterFields,
+}
+
+// unknown reports an unknown key of table tbl ("", "topic", "plugin",
+// "topic.filter"), with a hint when it looks like a known one.
+func (d *decoder) unknown(full, k string, tbl string) {
+	known := knownKeys[tbl]
+	inTopic := tbl == "topic"
 	msg := fmt.Sprintf("unknown key %q", full)
 	snake := snakeCase(k)
 	alias, isAlias := metaqNames[snake]
 	switch {
-	case !inTopic && (k == "system" || k == "zookeeper"):
+	case tbl == "" && (k == "system" || k == "zookeeper"):
 		msg += fmt.Sprintf(" (there is no [%s] table; set broker keys at the top level)", k)
 	case isAlias:
 		msg += fmt.Sprintf(" (MetaQ's %s is %q here)", k, alias)

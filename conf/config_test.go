@@ -203,7 +203,7 @@ func TestValidationErrors(t *testing.T) {
 		{"no topics", "port = 1\n", "topic", "at least one [[topic]] is required unless auto_create_topics = true", 0},
 		{"topic not array", "topic = \"x\"\n", "topic", "must be an array of tables ([[topic]]), got string", 1},
 		{"topic table", "[topic]\nname = \"x\"\n", "topic", "must be an array of tables ([[topic]]), got table", 1},
-		{"topic name missing", "[[topic]]\nnum_partitions = 2\n", "topic[0].name", "is required", 0},
+		{"topic name missing", "[[topic]]\nnum_partitions = 2\n", "topic[0].name", "is required", 1}, // the [[topic]] header
 		{"topic name bad", "[[topic]]\nname = \"a/b\"\n", "topic[0].name", `must be 1..200 characters from [A-Za-z0-9_.-], got "a/b"`, 2},
 		{"topic wildcard", "[[topic]]\nname = \"*\"\n", "topic[0].name", "auto_create_topics", 2},
 		{"topic name type", "[[topic]]\nname = 5\n", "topic[0].name", "must be a string, got integer 5", 2},

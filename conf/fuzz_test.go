@@ -31,6 +31,27 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("bad TopicConfig(%q) = %+v, %v", name, tc, ok)
 			}
 		}
+		for _, p := range c.Plugins {
+			if q, ok := c.PluginByName(p.Kind, p.Name); !ok || c.PluginPath(q) == "" {
+				t.Fatalf("PluginByName(%q, %q) = %+v, %v", p.Kind, p.Name, q, ok)
+			}
+		}
+		for _, name := range c.TopicNames() {
+			tc, _ := c.TopicConfig(name)
+			for _, f := range tc.Filters {
+				if _, ok := c.PluginByName(PluginKindFilter, f.Filter); !ok && !IsBuiltinFilter(f.Filter) {
+					t.Fatalf("topic %q: filter %q is neither builtin nor a filter plugin", name, f.Filter)
+				}
+				if p := c.FilterFailurePolicy(f); p != FailureOpen && p != FailureClosed {
+					t.Fatalf("topic %q: failure policy %q", name, p)
+				}
+			}
+		}
+		if c.OffsetStore != OffsetStoreBuiltin {
+			if _, ok := c.PluginByName(PluginKindOffsetStore, c.OffsetStore); !ok {
+				t.Fatalf("offset_store %q is not an offsetstore plugin", c.OffsetStore)
+			}
+		}
 		if string(c.Raw()) != string(data) {
 			t.Fatal("Raw() differs from the input")
 		}

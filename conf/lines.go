@@ -8,7 +8,9 @@ import (
 
 // keyLines maps each key defined in a TOML document to the 1-based line that
 // defines it, so problems can point at the file. Keys of the n-th [[topic]]
-// table are named "topic[n].key" (0-based); other keys are dot-joined paths.
+// table are named "topic[n].key" (0-based), those of the m-th [[topic.filter]]
+// in it "topic[n].filter[m].key", and likewise for every array of tables;
+// other keys are dot-joined paths.
 // BurntSushi/toml does not export key positions, hence this small scanner.
 // It runs only on input the TOML parser accepted, and on anything it does not
 // understand it stops and returns what it has (callers treat a missing line
@@ -24,7 +26,9 @@ func keyLines(data []byte) map[string]int {
 			out[k] = l
 		}
 	}
-	prefix, topics := "", -1
+	// arrays counts the tables of each array of tables, by resolved path
+	// ("topic", "topic[0].filter"): the index of the current one.
+	prefix, arrays := "", map[string]int{}
 	for {
 		s.skipBlank()
 		if s.eof() {
@@ -45,14 +49,24 @@ func keyLines(data []byte) map[string]int {
 			if arr {
 				s.i++
 			}
-			switch {
-			case arr && len(path) == 1 && path[0] == "topic":
-				topics++
-				prefix = fmt.Sprintf("topic[%d]", topics)
-			case len(path) > 1 && path[0] == "topic" && topics >= 0:
-				prefix = fmt.Sprintf("topic[%d].%s", topics, strings.Join(path[1:], "."))
-			default:
-				prefix = strings.Join(path, ".")
+			prefix = ""
+			for i, part := range path {
+				if prefix != "" {
+					prefix += "."
+				}
+				prefix += part
+				n, seen := arrays[prefix]
+				if arr && i == len(path)-1 {
+					if !seen {
+						n = -1
+					}
+					n++
+					arrays[prefix] = n
+					seen = true
+				}
+				if seen {
+					prefix = fmt.Sprintf("%s[%d]", prefix, n)
+				}
 			}
 			set(prefix, line)
 			continue

@@ -191,6 +191,8 @@ func (c *Config) check() []Problem {
 		k.add("log_level", "must be one of debug, info, warn, error, got %q", c.LogLevel)
 	}
 
+	k.checkPlugins(c)
+
 	if len(c.Topics) == 0 && !c.AutoCreateTopics {
 		k.add("topic", "at least one [[topic]] is required unless auto_create_topics = true")
 	}
@@ -243,4 +245,5 @@ func (k *checker) topic(i int, t *Topic, first map[string]int) {
 	if t.DeletePolicy != nil {
 		k.policy(p+"delete_policy", *t.DeletePolicy)
 	}
+	k.checkFilters(p, t.Filters)
 }

@@ -53,6 +53,41 @@ func ProtocolVersion(k Kind) int {
 	return 0
 }
 
+// kindCode numbers the kinds for HandshakeVersion.
+func kindCode(k Kind) int {
+	switch k {
+	case KindSelector:
+		return 1
+	case KindFilter:
+		return 2
+	case KindOffsetStore:
+		return 3
+	case KindCoordinator:
+		return 4
+	}
+	return 0
+}
+
+// HandshakeVersion is the go-plugin application protocol version that a
+// plugin of kind k announces and a host asks for: 100 × the kind's code
+// (selector 1, filter 2, offsetstore 3, coordinator 4) + ProtocolVersion(k).
+// Folding the kind in makes a binary of the wrong kind fail at the
+// handshake, with an error that names both kinds (see KindOfHandshakeVersion),
+// instead of at its first call.
+func HandshakeVersion(k Kind) int { return 100*kindCode(k) + ProtocolVersion(k) }
+
+// KindOfHandshakeVersion returns the kind and protocol version a plugin
+// announced with handshake version v; ok is false for a version no metaq
+// plugin kind uses.
+func KindOfHandshakeVersion(v int) (k Kind, version int, ok bool) {
+	for _, k := range append(Kinds, KindCoordinator) {
+		if v/100 == kindCode(k) && v%100 > 0 {
+			return k, v % 100, true
+		}
+	}
+	return "", 0, false
+}
+
 // Handshake is the go-plugin handshake every metaq-go plugin and host share.
 // The magic cookie is a guard against running a plugin binary by hand, not
 // a security measure: use the sha256 in server.toml for that.

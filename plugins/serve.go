@@ -57,7 +57,7 @@ func Serve(k Kind, p plugin.Plugin, opts ServeOptions) {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		VersionedPlugins: map[int]plugin.PluginSet{
-			ProtocolVersion(k): {PluginName(k): p},
+			HandshakeVersion(k): {PluginName(k): p},
 		},
 		Logger: logger,
 		GRPCServer: func(o []grpc.ServerOption) *grpc.Server {

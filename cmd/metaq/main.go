@@ -70,6 +70,7 @@ func init() {
 		{"consume", "print messages of a topic", cmdConsume},
 		{"stats", "print the broker's stats [item]", cmdStats},
 		{"topics", "list topics with partitions, offsets and message counts", cmdTopics},
+		{"plugins", "list the broker's plugin processes", cmdPlugins},
 		{"bench", "benchmarks: produce, consume, rtt, raw, all", cmdBench},
 		{"version", "print the client (and broker) version", cmdVersion},
 		{"help", "show help for a command", cmdHelp},

@@ -109,7 +109,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 			return nil, err
 		}
 	}
-	b.plugins = host.NewSupervisor(host.Options{Logger: newHCLogger(b.logf, cfg.LogLevel)})
+	b.plugins = host.NewSupervisor(host.Options{Logger: newHCLogger(b.logf, cfg.EffectivePluginLogLevel())})
 	for _, step := range []func() error{b.initFilters, b.initOffsetStore} {
 		if err := step(); err != nil {
 			b.plugins.Close()

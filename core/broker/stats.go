@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -56,6 +57,7 @@ stats topics        one line per topic: partitions, message_count, message_bytes
 stats offsets       one line per partition: min_offset and max_offset
 stats realtime      counters since the last reset, all topics with stat=true
 stats config        the server.toml this broker runs with
+stats plugins       one line per plugin process: kind, name, version, pid, state, restarts, calls, errors
 stats reset         reset the realtime counters
 stats help          this text
 stats <topic>       one topic: result code (0 exists, 1 unknown, 2 configured but empty), partitions, counts
@@ -105,6 +107,12 @@ func (c *conn) handleStats(r *protocol.Request) {
 		sb.WriteString("END\r\n")
 	case "config":
 		sb.Write(b.cfg.Raw())
+	case "plugins":
+		var infos []host.Info
+		if b.plugins != nil {
+			infos = b.plugins.List()
+		}
+		writePluginStats(&sb, infos)
 	case "reset":
 		for _, t := range b.topicList() {
 			t.rt.reset()
@@ -203,6 +211,18 @@ func (b *Broker) writeTopicStats(sb *strings.Builder, name string) {
 			v = t.rt.all()[i].format(since)
 		}
 		sb.WriteString("topic_realtime_" + n + " " + v + "\r\n")
+	}
+	sb.WriteString("END\r\n")
+}
+
+// writePluginStats answers `stats plugins`: one line per supervised plugin,
+// "<kind> <name> version <v> pid <pid> state <s> restarts <n> calls <n>
+// errors <n>" (pid 0 while the process is down).
+func writePluginStats(sb *strings.Builder, infos []host.Info) {
+	sb.WriteString("STATS\r\n")
+	for _, p := range infos {
+		fmt.Fprintf(sb, "%s %s version %d pid %d state %s restarts %d calls %d errors %d\r\n",
+			p.Kind, p.Name, p.Version, p.PID, p.State, p.Restarts, p.Calls, p.Errors)
 	}
 	sb.WriteString("END\r\n")
 }

@@ -1,16 +1,21 @@
 // Package host is the plugin supervisor used by the broker and the SDK: it
 // launches plugin binaries, checks them, keeps them running and stops them.
 // It is the only code that calls plugin.NewClient.
+//
+// Each launched plugin gets a logger named after it (its stderr, hclog JSON
+// from plugins.Serve, becomes log lines tagged with the name; what it writes
+// to os.Stdout/os.Stderr after serving is logged at Debug), AutoMTLS, an
+// optional sha256 check, and on Linux Pdeathsig. A monitor goroutine per
+// plugin notices within ~50 ms that the process is gone and pings it every
+// HealthInterval; a dead or unhealthy plugin is restarted with jittered
+// exponential backoff, always with a fresh go-plugin Client. While it is
+// down, Plugin.Client returns plugins.ErrUnavailable at once.
 package host
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"os/exec"
+	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -28,8 +33,11 @@ type Spec struct {
 	Path string
 	// SHA256 is the binary's expected hex sha256; empty skips the check.
 	SHA256 string
-	Args   []string
-	Env    []string
+	// Args are the binary's arguments.
+	Args []string
+	// Env are extra KEY=VALUE variables, added to the host's environment
+	// (and overriding it).
+	Env []string
 	// Config is handed to the plugin by its kind package (Init); the
 	// supervisor does not read it.
 	Config map[string]string
@@ -37,29 +45,49 @@ type Spec struct {
 
 // Options configure a Supervisor. The zero value is usable.
 type Options struct {
-	// Logger is the parent of every plugin's logger; default: hclog on
-	// stderr at Info.
+	// Logger is the parent of every plugin's logger (named after the
+	// plugin); its level is the level of plugin log lines. Default: hclog
+	// on stderr at Info, never go-plugin's Trace default.
 	Logger hclog.Logger
-	// RestartMin and RestartMax bound the jittered restart backoff;
-	// defaults 50 ms and 5 s.
+	// RestartMin and RestartMax bound the jittered exponential restart
+	// backoff; defaults 50 ms and 5 s. The first restart after a plugin
+	// that ran for a while exits is immediate.
 	RestartMin, RestartMax time.Duration
 	// HealthInterval is how often a running plugin is pinged; default 1 s.
 	HealthInterval time.Duration
-	// StartTimeout bounds one start (exec, handshake, dispense); default 10 s.
+	// HealthTimeout bounds one ping; a plugin that does not answer is
+	// killed and restarted. Default 2 s.
+	HealthTimeout time.Duration
+	// StartTimeout bounds one start (exec and handshake); default 10 s.
 	StartTimeout time.Duration
+	// KillTimeout bounds Close: plugins get go-plugin's 2 s to exit
+	// gracefully, then are SIGKILLed; whatever is left at KillTimeout is
+	// SIGKILLed directly. Default 5 s.
+	KillTimeout time.Duration
 }
+
+// Plugin states, as in Info.State.
+const (
+	StateRunning    = "running"
+	StateRestarting = "restarting"
+	StateStopped    = "stopped"
+)
 
 // Info describes a loaded plugin for `stats plugins` and `metaq plugins`.
 type Info struct {
 	Kind     plugins.Kind
 	Name     string
 	Path     string
-	Version  int
-	PID      int
+	Version  int // the kind's protocol version
+	PID      int // 0 while the process is down
 	Restarts int64
 	Calls    int64
 	Errors   int64
-	State    string // "running", "restarting", "stopped"
+	State    string // StateRunning, StateRestarting, StateStopped
+	// Generation counts successful starts (1 after Launch).
+	Generation uint64
+	// LastError is the last exit, health or restart failure ("" if none).
+	LastError string
 }
 
 // Supervisor owns plugin processes.
@@ -74,140 +102,68 @@ type Supervisor struct {
 // NewSupervisor returns a supervisor with opts.
 func NewSupervisor(opts Options) *Supervisor {
 	if opts.Logger == nil {
-		opts.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugins", Level: hclog.Info})
+		opts.Logger = hclog.New(&hclog.LoggerOptions{Name: "plugins", Level: hclog.Info, Output: os.Stderr})
 	}
 	if opts.RestartMin <= 0 {
 		opts.RestartMin = 50 * time.Millisecond
 	}
-	if opts.RestartMax <= 0 {
-		opts.RestartMax = 5 * time.Second
+	if opts.RestartMax < opts.RestartMin {
+		opts.RestartMax = max(5*time.Second, opts.RestartMin)
 	}
 	if opts.HealthInterval <= 0 {
 		opts.HealthInterval = time.Second
 	}
+	if opts.HealthTimeout <= 0 {
+		opts.HealthTimeout = 2 * time.Second
+	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 10 * time.Second
+	}
+	if opts.KillTimeout <= 0 {
+		opts.KillTimeout = 5 * time.Second
 	}
 	return &Supervisor{opts: opts}
 }
 
-// Plugin is one supervised plugin process.
-type Plugin struct {
-	s    *Supervisor
-	spec Spec
-	impl plugin.Plugin
-	log  hclog.Logger
-
-	mu     sync.Mutex
-	client *plugin.Client
-	raw    any
-	gen    uint64
-	state  string
-
-	restarts, calls, errs atomic.Int64
-}
-
-// ErrClosed is returned once the supervisor is closed.
-var ErrClosed = errors.New("host: supervisor closed")
-
 // Launch starts spec's binary, with impl the kind's gRPC plugin adapter
-// (its GRPCClient side is used), and keeps it running. It fails with a clear
-// error when the first start fails: binary missing, sha256 mismatch, not a
-// gRPC plugin, output on stdout before the handshake, or wrong kind.
+// (its GRPCClient side is used), and keeps it running until Close. It fails
+// with a *StartError when the first start fails: binary missing, sha256
+// mismatch, output on stdout before the handshake, not a gRPC plugin, or a
+// plugin of another kind.
 func (s *Supervisor) Launch(spec Spec, impl plugin.Plugin) (*Plugin, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !spec.Kind.Valid() {
+		return nil, fmt.Errorf("plugin %s: unknown kind %q", spec.Name, spec.Kind)
+	}
+	if s.isClosed() {
 		return nil, ErrClosed
 	}
-	s.mu.Unlock()
-	p := &Plugin{s: s, spec: spec, impl: impl, log: s.opts.Logger.Named(spec.Name)}
-	if err := p.start(); err != nil {
+	p := newPlugin(s, spec, impl)
+	pr, err := p.launch()
+	if err != nil {
+		p.log.Error("plugin failed to start", "error", err)
 		return nil, err
 	}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		pr.kill(false)
+		return nil, ErrClosed
+	}
+	p.running(pr)
 	s.plugins = append(s.plugins, p)
 	s.mu.Unlock()
+	p.log.Info("plugin started", "path", spec.Path, "pid", pr.pid)
+	go p.monitor(pr)
 	return p, nil
 }
 
-func (p *Plugin) start() error {
-	spec := p.spec
-	cmd := exec.Command(spec.Path, spec.Args...)
-	cmd.Env = append(cmd.Environ(), spec.Env...)
-	cfg := &plugin.ClientConfig{
-		HandshakeConfig:  plugins.Handshake,
-		VersionedPlugins: map[int]plugin.PluginSet{plugins.ProtocolVersion(spec.Kind): {plugins.PluginName(spec.Kind): p.impl}},
-		Cmd:              cmd,
-		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		Logger:           p.log,
-		StartTimeout:     p.s.opts.StartTimeout,
-	}
-	if spec.SHA256 != "" {
-		sum, err := hex.DecodeString(spec.SHA256)
-		if err != nil || len(sum) != sha256.Size {
-			return fmt.Errorf("plugin %s: sha256 %q is not 64 hex digits", spec.Name, spec.SHA256)
-		}
-		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
-	}
-	c := plugin.NewClient(cfg)
-	rpc, err := c.Client()
-	if err != nil {
-		c.Kill()
-		return fmt.Errorf("plugin %s (%s): start %s: %w", spec.Name, spec.Kind, spec.Path, err)
-	}
-	raw, err := rpc.Dispense(plugins.PluginName(spec.Kind))
-	if err != nil {
-		c.Kill()
-		return fmt.Errorf("plugin %s: %w: %v", spec.Name, plugins.ErrWrongKind, err)
-	}
-	p.mu.Lock()
-	p.client, p.raw, p.state = c, raw, "running"
-	p.gen++
-	p.mu.Unlock()
-	return nil
+func (s *Supervisor) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
-// Client returns the kind adapter's client for the running process and its
-// generation, which changes at every restart (kind packages re-initialise
-// their instances when it does). While the process is down it returns
-// plugins.ErrUnavailable.
-func (p *Plugin) Client() (any, uint64, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.client == nil || p.client.Exited() {
-		return nil, p.gen, plugins.ErrUnavailable
-	}
-	return p.raw, p.gen, nil
-}
-
-// Observe counts one call and its outcome.
-func (p *Plugin) Observe(err error) {
-	p.calls.Add(1)
-	if err != nil {
-		p.errs.Add(1)
-	}
-}
-
-// Spec returns the plugin's spec.
-func (p *Plugin) Spec() Spec { return p.spec }
-
-// Info describes the plugin.
-func (p *Plugin) Info() Info {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	inf := Info{Kind: p.spec.Kind, Name: p.spec.Name, Path: p.spec.Path, Version: plugins.ProtocolVersion(p.spec.Kind),
-		Restarts: p.restarts.Load(), Calls: p.calls.Load(), Errors: p.errs.Load(), State: p.state}
-	if p.client != nil {
-		if rc := p.client.ReattachConfig(); rc != nil {
-			inf.PID = rc.Pid
-		}
-	}
-	return inf
-}
-
-// List describes every plugin.
+// List describes every plugin, in launch order.
 func (s *Supervisor) List() []Info {
 	s.mu.Lock()
 	ps := append([]*Plugin(nil), s.plugins...)
@@ -219,7 +175,10 @@ func (s *Supervisor) List() []Info {
 	return out
 }
 
-// Close stops every plugin (in parallel) and waits for them. Idempotent.
+// Close stops every plugin in parallel and waits for them, at most about
+// KillTimeout: each gets go-plugin's graceful shutdown (2 s) and is then
+// SIGKILLed. Monitors stop, so nothing is restarted. It returns an error
+// if some process could not be confirmed gone. Idempotent.
 func (s *Supervisor) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -229,20 +188,31 @@ func (s *Supervisor) Close() error {
 	s.closed = true
 	ps := s.plugins
 	s.mu.Unlock()
+
+	deadline := time.Now().Add(s.opts.KillTimeout)
 	var wg sync.WaitGroup
+	errs := make(chan error, len(ps))
 	for _, p := range ps {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.mu.Lock()
-			c := p.client
-			p.state = "stopped"
-			p.mu.Unlock()
-			if c != nil {
-				c.Kill()
+			if err := p.stop(deadline); err != nil {
+				errs <- err
 			}
 		}()
 	}
 	wg.Wait()
-	return nil
+	close(errs)
+	var first error
+	n := 0
+	for err := range errs {
+		if first == nil {
+			first = err
+		}
+		n++
+	}
+	if n > 1 {
+		return fmt.Errorf("%w (and %d more)", first, n-1)
+	}
+	return first
 }

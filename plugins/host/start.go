@@ -1,0 +1,190 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/metaq-go/metaq/plugins"
+)
+
+// StartError is a plugin that could not be started. Its message is meant
+// for the operator (it names the plugin and the binary and says what to
+// do); Unwrap gives the sentinel: ErrNotFound, ErrChecksum, ErrStdout,
+// ErrNotGRPC, plugins.ErrWrongKind or ErrHandshake.
+type StartError struct {
+	Name, Path string
+	Err        error
+	msg        string
+}
+
+func (e *StartError) Error() string { return e.msg }
+
+// Unwrap returns the sentinel.
+func (e *StartError) Unwrap() error { return e.Err }
+
+func (p *Plugin) startErr(sentinel error, format string, args ...any) *StartError {
+	return &StartError{Name: p.spec.Name, Path: p.spec.Path, Err: sentinel, msg: fmt.Sprintf(format, args...)}
+}
+
+// proc is one started plugin process: one go-plugin Client, which can
+// never be started again once it has exited (go-plugin#306).
+type proc struct {
+	client  *plugin.Client
+	rpc     plugin.ClientProtocol
+	raw     any
+	pid     int
+	started time.Time
+}
+
+// kill stops the process: gracefully (go-plugin closes the connection,
+// waits up to 2 s for an exit, then force-kills) unless force, in which
+// case it is SIGKILLed first (a hung process would block the graceful
+// shutdown RPC).
+func (pr *proc) kill(force bool) {
+	if force && pr.pid > 0 {
+		if proc, err := os.FindProcess(pr.pid); err == nil && !pr.client.Exited() {
+			_ = proc.Kill()
+		}
+	}
+	pr.client.Kill()
+}
+
+// launch starts one process of the plugin with a fresh go-plugin Client,
+// completes the handshake and dispenses the kind's client.
+func (p *Plugin) launch() (*proc, error) {
+	spec := p.spec
+	st, err := os.Stat(spec.Path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, p.startErr(ErrNotFound, "plugin %s: binary %s not found (build it with make)", spec.Name, spec.Path)
+	case err != nil:
+		return nil, p.startErr(ErrNotFound, "plugin %s: binary %s: %v", spec.Name, spec.Path, err)
+	case st.IsDir() || st.Mode()&0o111 == 0:
+		return nil, p.startErr(ErrNotFound, "plugin %s: %s is not an executable file", spec.Name, spec.Path)
+	}
+	cmd := exec.Command(spec.Path, spec.Args...)
+	// SkipHostEnv below: go-plugin would otherwise append the host's
+	// environment after ours, and a duplicate key takes the last value.
+	cmd.Env = append(os.Environ(), spec.Env...)
+	setPdeathsig(cmd)
+	cfg := &plugin.ClientConfig{
+		HandshakeConfig: plugins.Handshake,
+		VersionedPlugins: map[int]plugin.PluginSet{
+			plugins.HandshakeVersion(spec.Kind): {plugins.PluginName(spec.Kind): p.impl},
+		},
+		Cmd:              cmd,
+		SkipHostEnv:      true,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		Logger:           p.log,
+		StartTimeout:     p.s.opts.StartTimeout,
+		Stderr:           io.Discard, // already turned into log lines
+		SyncStdout:       p.stdout,
+		SyncStderr:       p.stderr,
+	}
+	if spec.SHA256 != "" {
+		sum, err := hex.DecodeString(spec.SHA256)
+		if err != nil || len(sum) != sha256.Size {
+			return nil, p.startErr(ErrChecksum, "plugin %s: sha256 %q is not 64 hex digits", spec.Name, spec.SHA256)
+		}
+		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
+	}
+	c := plugin.NewClient(cfg)
+	rpc, err := c.Client()
+	if err != nil {
+		c.Kill()
+		return nil, p.classify(err)
+	}
+	raw, err := rpc.Dispense(plugins.PluginName(spec.Kind))
+	if err != nil {
+		c.Kill()
+		return nil, p.startErr(plugins.ErrWrongKind, "plugin %s: %s does not serve a %s plugin: %v", spec.Name, spec.Path, spec.Kind, err)
+	}
+	pr := &proc{client: c, rpc: rpc, raw: raw, started: time.Now()}
+	if rc := c.ReattachConfig(); rc != nil {
+		pr.pid = rc.Pid
+	}
+	return pr, nil
+}
+
+// go-plugin reports these start failures only as text; these patterns are
+// the one place that reads it.
+var (
+	reStdout      = regexp.MustCompile(`Unrecognized remote plugin message: ([^\n]*)`)
+	reProtocol    = regexp.MustCompile(`unsupported plugin protocol "([^"]*)"`)
+	reVersion     = regexp.MustCompile(`incompatible API version with plugin\. Plugin version: (\d+)`)
+	reNoHandshake = regexp.MustCompile(`plugin exited before we could connect|timeout while waiting for plugin to start`)
+)
+
+// classify turns go-plugin's start errors into StartErrors.
+func (p *Plugin) classify(err error) error {
+	spec, msg := p.spec, err.Error()
+	if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
+		return p.startErr(ErrChecksum, "plugin %s: sha256 mismatch: refusing to run %s (want %s, got %s)",
+			spec.Name, spec.Path, strings.ToLower(spec.SHA256), fileSHA256(spec.Path))
+	}
+	if m := reStdout.FindStringSubmatch(msg); m != nil {
+		if m[1] == "" {
+			return p.startErr(ErrHandshake, "plugin %s: %s exited before the handshake (is it a metaq plugin built with plugins.Serve? see its log lines)",
+				spec.Name, spec.Path)
+		}
+		return p.startErr(ErrStdout, "plugin %s wrote to stdout before serving: %q (plugins must not print to stdout)", spec.Name, m[1])
+	}
+	if m := reProtocol.FindStringSubmatch(msg); m != nil {
+		return p.startErr(ErrNotGRPC, "plugin %s: only gRPC plugins are supported: %s speaks %s", spec.Name, spec.Path, m[1])
+	}
+	if m := reVersion.FindStringSubmatch(msg); m != nil {
+		v, _ := strconv.Atoi(m[1])
+		if k, pv, ok := plugins.KindOfHandshakeVersion(v); ok && k != spec.Kind {
+			return p.startErr(plugins.ErrWrongKind, "plugin %s: %s is a %s plugin, not a %s plugin", spec.Name, spec.Path, k, spec.Kind)
+		} else if ok {
+			return p.startErr(ErrHandshake, "plugin %s: %s speaks %s protocol version %d, this broker version %d (rebuild the plugin)",
+				spec.Name, spec.Path, k, pv, plugins.ProtocolVersion(spec.Kind))
+		}
+		return p.startErr(ErrHandshake, "plugin %s: %s is not a metaq %s plugin (handshake version %d)", spec.Name, spec.Path, spec.Kind, v)
+	}
+	if reNoHandshake.MatchString(msg) {
+		return p.startErr(ErrHandshake, "plugin %s: %s did not complete the handshake: %s (is it a metaq plugin built with plugins.Serve? see its log lines)",
+			spec.Name, spec.Path, msg)
+	}
+	return &StartError{Name: spec.Name, Path: spec.Path, Err: err, msg: fmt.Sprintf("plugin %s: start %s: %v", spec.Name, spec.Path, err)}
+}
+
+func fileSHA256(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "unreadable: " + err.Error()
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "unreadable: " + err.Error()
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ping checks the plugin's gRPC health service with a deadline. go-plugin's
+// own Ping has none, so a hung (e.g. SIGSTOPped) plugin would block it.
+func (pr *proc) ping(timeout time.Duration) error {
+	gc, ok := pr.rpc.(*plugin.GRPCClient)
+	if !ok {
+		return pr.rpc.Ping()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_, err := grpc_health_v1.NewHealthClient(gc.Conn).Check(ctx, &grpc_health_v1.HealthCheckRequest{Service: plugin.GRPCServiceName})
+	return err
+}
