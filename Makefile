@@ -66,6 +66,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./sdk/protocol/
 	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime 30s ./sdk/message/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./conf/
+	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime 30s ./filters/expr/
 	$(GO) test -run '^$$' -fuzz FuzzRecover -fuzztime 30s ./core/store/
 
 clean:

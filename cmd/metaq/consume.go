@@ -164,8 +164,10 @@ func cmdConsume(e *env, args []string) error {
 	case startAt >= 0:
 		start = client.AtOffset(startAt)
 	}
+	// The CLI reads from where --from says and never commits: it is a
+	// viewer, and must not move a real group's stored offsets.
 	c, err := client.NewConsumer(e.addr, *topic, client.WithLogger(silentLogger), client.WithGroup(*group),
-		client.WithPartitions(todo...), client.WithStartFrom(start), client.WithDialTimeout(e.timeout),
+		client.WithOffsetStore(nil, 0), client.WithPartitions(todo...), client.WithStartFrom(start), client.WithDialTimeout(e.timeout),
 		client.WithRequestTimeout(e.timeout), client.WithMaxFetchDelay(500*time.Millisecond))
 	if err != nil {
 		return err

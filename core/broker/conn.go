@@ -52,6 +52,7 @@ type conn struct {
 
 	entries []store.Entry
 	scratch []byte
+	filt    filterScratch // filtered gets (filter.go)
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {

@@ -21,6 +21,10 @@ func (c *conn) dispatch(r *protocol.Request) {
 		c.handleGet(r)
 	case protocol.OpOffset:
 		c.handleOffset(r)
+	case protocol.OpCommit:
+		c.handleCommit(r)
+	case protocol.OpFetch:
+		c.handleFetch(r)
 	case protocol.OpVersion:
 		c.reply(protocol.StatusOK, Version, r.Opaque)
 	case protocol.OpStats:
@@ -197,6 +201,10 @@ func (c *conn) handleGet(r *protocol.Request) {
 		default:
 			c.reply(protocol.StatusInternalError, "read failed: "+err.Error(), r.Opaque)
 		}
+		return
+	}
+	if in := b.filters.lookup(t.name, r.Group); in != nil {
+		c.sendFiltered(in, r, v, maxSize)
 		return
 	}
 	err = c.sendValue(v, r.Opaque)

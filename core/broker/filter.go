@@ -1,8 +1,277 @@
 package broker
 
-// filterSet holds the server-side filters configured per topic and group
-// (issue 3). Until filters land it is empty and every get uses sendfile.
-type filterSet struct{}
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"sync/atomic"
+	"time"
+	"unsafe"
 
-func (b *Broker) initFilters() error  { return nil }
-func (b *Broker) closeFilters() error { return nil }
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/filters"
+	"github.com/metaq-go/metaq/filters/attr"
+	"github.com/metaq-go/metaq/filters/expr"
+	"github.com/metaq-go/metaq/plugins"
+	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// builtinFilters are the in-process filters a [[topic.filter]] may name,
+// listed here explicitly (conf.BuiltinFilters holds the same names).
+var builtinFilters = map[string]func() filters.Filter{
+	attr.Name: attr.New,
+	expr.Name: expr.New,
+}
+
+// filterOpenTimeout bounds opening every configured filter at New
+// (launching plugins and their Init).
+const filterOpenTimeout = 30 * time.Second
+
+// maxFilterScratch is the largest read buffer a connection keeps between
+// filtered gets, in bytes.
+const maxFilterScratch = 4 << 20
+
+// filterSet holds the server-side filters configured per topic and consumer
+// group (MetaQ's group.<g>=<class>, reference §11). It is built by New
+// before the broker serves and is read-only afterwards.
+type filterSet struct {
+	byTopic map[string]map[string]*filters.Instance // topic -> group -> instance
+	all     []*filters.Instance
+	// calls and errors count Accept calls made by gets, for every filter.
+	calls, errors atomic.Int64
+}
+
+// lookup returns the filter of a topic and group, or nil.
+func (fs *filterSet) lookup(topic string, group []byte) *filters.Instance {
+	if fs.byTopic == nil {
+		return nil
+	}
+	return fs.byTopic[topic][string(group)]
+}
+
+// filterScratch is a connection's reusable state for filtered gets (used by
+// the read loop only).
+type filterScratch struct {
+	buf  []byte
+	recs []filters.Record
+}
+
+// initFilters opens every [[topic.filter]]: a builtin in process, or a
+// filter plugin launched through the supervisor (once per plugin, shared by
+// all its topics and groups). A plugin's [plugin.config] is the base of
+// each instance's config; the topic filter's config overrides it.
+func (b *Broker) initFilters() error {
+	ctx, cancel := context.WithTimeout(context.Background(), filterOpenTimeout)
+	defer cancel()
+	launched := map[string]*host.Plugin{}
+	fs := &b.filters
+	for _, name := range b.cfg.TopicNames() {
+		tc, ok := b.cfg.TopicConfig(name)
+		if !ok {
+			continue
+		}
+		for _, tf := range tc.Filters {
+			in, err := b.openFilter(ctx, name, tf, launched)
+			if err != nil {
+				b.closeFilters()
+				return fmt.Errorf("topic %s group %s: %w", name, tf.Group, err)
+			}
+			if fs.byTopic == nil {
+				fs.byTopic = make(map[string]map[string]*filters.Instance)
+			}
+			if fs.byTopic[name] == nil {
+				fs.byTopic[name] = make(map[string]*filters.Instance)
+			}
+			if old := fs.byTopic[name][tf.Group]; old != nil {
+				old.Close() // conf rejects duplicates; keep the last one regardless
+			}
+			fs.byTopic[name][tf.Group] = in
+			fs.all = append(fs.all, in)
+		}
+	}
+	if len(fs.all) > 0 {
+		b.logf("filters: %d topic filter(s) loaded", len(fs.all))
+	}
+	return nil
+}
+
+func (b *Broker) openFilter(ctx context.Context, topic string, tf conf.TopicFilter, launched map[string]*host.Plugin) (*filters.Instance, error) {
+	policy, err := filters.ParseFailurePolicy(b.cfg.FilterFailurePolicy(tf))
+	if err != nil {
+		return nil, err
+	}
+	opts := filters.OpenOptions{
+		Name: tf.Filter, Topic: topic, Group: tf.Group, Config: tf.Config,
+		Builtins: builtinFilters, FailurePolicy: policy, Logf: b.logf,
+	}
+	if _, builtin := builtinFilters[tf.Filter]; !builtin {
+		pc, ok := b.cfg.PluginByName(conf.PluginKindFilter, tf.Filter)
+		if !ok {
+			return nil, fmt.Errorf("%w: %q is neither a builtin filter nor a filter [[plugin]]", filters.ErrUnknownFilter, tf.Filter)
+		}
+		p := launched[pc.Name]
+		if p == nil {
+			p, err = filters.LaunchPlugin(b.plugins, host.Spec{
+				Kind: plugins.KindFilter, Name: pc.Name, Path: b.cfg.PluginPath(pc), SHA256: pc.SHA256,
+				Args: pc.Args, Env: pc.Env, Config: pc.Config,
+			})
+			if err != nil {
+				return nil, err
+			}
+			launched[pc.Name] = p
+		}
+		opts.Launched = p
+		if len(pc.Config) > 0 {
+			cfg := maps.Clone(pc.Config)
+			maps.Copy(cfg, tf.Config)
+			opts.Config = cfg
+		}
+	}
+	return filters.Open(ctx, opts)
+}
+
+func (b *Broker) closeFilters() error {
+	fs := &b.filters
+	var errs []error
+	for _, in := range fs.all {
+		errs = append(errs, in.Close())
+	}
+	fs.all, fs.byTopic = nil, nil
+	return errors.Join(errs...)
+}
+
+// sendFiltered answers a get whose group has a filter. It reads the view,
+// walks its whole records (a record failing its checksum stops the walk),
+// asks the filter once for the whole batch and replies
+//
+//   - fvalue <len> <opaque> <next>, the kept records each prefixed by its
+//     int64 BE offset, where next = offset + bytes of whole records scanned
+//     (or, if the kept records would overflow maxSize+8 bytes, the offset
+//     of the first one left out);
+//   - 301 with next when nothing is kept (reference §1);
+//   - the raw bytes as a plain value when there is no whole record (one
+//     record larger than maxSize: the client grows its get; or a bad record
+//     at the offset: the client resyncs);
+//   - when the filter fails: the plain value, unfiltered (failure_policy
+//     open), or 503 (closed).
+//
+// It releases v.
+func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, v store.View, maxSize int) {
+	b := c.b
+	fsc := &c.filt
+	buf, err := v.ReadAll(fsc.buf[:0])
+	if err != nil {
+		v.Release()
+		c.reply(protocol.StatusInternalError, "read failed: "+err.Error(), r.Opaque)
+		return
+	}
+	if cap(buf) <= maxFilterScratch {
+		fsc.buf = buf[:0]
+	} else {
+		fsc.buf = nil
+	}
+	bodies := in.NeedBodies()
+	recs := fsc.recs[:0]
+	it := message.NewIterator(buf, v.Offset, 0)
+	for it.Next() {
+		rec := it.Record()
+		fr := filters.Record{Offset: rec.Offset, MsgID: rec.ID, Flag: rec.Flag, Size: len(rec.Data)}
+		a, has, payload := splitAttr(rec.Flag, rec.Data)
+		if has {
+			// Aliases buf: valid for the Accept call (filters.Filter's contract).
+			fr.Attribute, fr.HasAttribute = unsafe.String(unsafe.SliceData(a), len(a)), true
+		}
+		if bodies {
+			fr.Body = payload[:len(payload):len(payload)]
+		}
+		recs = append(recs, fr)
+	}
+	fsc.recs = recs
+	if len(recs) == 0 {
+		c.sendPlain(v, r.Opaque)
+		return
+	}
+	next := it.NextOffset()
+	keep, err := in.Accept(context.Background(), r.Partition, recs)
+	b.filters.calls.Add(1)
+	if err != nil {
+		b.filters.errors.Add(1)
+		if in.Policy() == filters.FailOpen {
+			c.sendPlain(v, r.Opaque)
+			return
+		}
+		v.Release()
+		c.reply(protocol.StatusBusy, "filter "+in.Name()+" unavailable", r.Opaque)
+		return
+	}
+	v.Release()
+	// The reply stays within the get's maxSize (plus one offset prefix), so
+	// that it fits the client's reply limit even for tiny records: kept
+	// records past that are left for the next get, which starts at them.
+	total, end := 0, len(keep)
+	for i, k := range keep {
+		if !k {
+			continue
+		}
+		n := 8 + message.HeaderSize + recs[i].Size
+		if total > 0 && total+n > maxSize+8 {
+			end, next = i, recs[i].Offset
+			break
+		}
+		total += n
+	}
+	if total == 0 {
+		c.replyInt(protocol.StatusMoved, next, r.Opaque)
+		return
+	}
+	out, ok := c.lockOut()
+	if !ok {
+		return
+	}
+	out = protocol.AppendFValueHeader(out, total, r.Opaque, next)
+	for i, k := range keep[:end] {
+		if !k {
+			continue
+		}
+		pos := int(recs[i].Offset - v.Offset)
+		out = binary.BigEndian.AppendUint64(out, uint64(recs[i].Offset))
+		out = append(out, buf[pos:pos+message.HeaderSize+recs[i].Size]...)
+	}
+	c.unlockOut(out)
+}
+
+// sendPlain sends v as a plain value reply (sendfile) and releases it.
+func (c *conn) sendPlain(v store.View, opaque int32) {
+	err := c.sendValue(v, opaque)
+	v.Release()
+	if err != nil {
+		c.close()
+	}
+}
+
+// splitAttr is message.SplitData without allocating the attribute string.
+// A malformed attribute (the broker validates them on put) reads as none.
+func splitAttr(flag int32, data []byte) (attr []byte, has bool, payload []byte) {
+	if flag&message.FlagHasAttribute == 0 {
+		return nil, false, data
+	}
+	if len(data) < 4 {
+		return nil, false, data
+	}
+	n := binary.BigEndian.Uint32(data)
+	if uint64(n) > uint64(len(data)-4) {
+		return nil, false, data
+	}
+	return data[4 : 4+n], true, data[4+n:]
+}
+
+// FilterStats returns how many gets were judged by a server-side filter
+// and how many of those the filter failed (served per its failure policy).
+func (b *Broker) FilterStats() (calls, errors int64) {
+	return b.filters.calls.Load(), b.filters.errors.Load()
+}

@@ -1,7 +1,215 @@
 package broker
 
-// offsetState is the broker's consumer-offset store (issue 3).
-type offsetState struct{}
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
 
-func (b *Broker) initOffsetStore() error  { return nil }
-func (b *Broker) closeOffsetStore() error { return nil }
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/offsetstore"
+	"github.com/metaq-go/metaq/offsetstore/file"
+	"github.com/metaq-go/metaq/plugins"
+	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+const (
+	// offsetStoreOpenTimeout bounds opening the offset store at startup
+	// (launching a plugin and its Init).
+	offsetStoreOpenTimeout = 30 * time.Second
+	// offsetCallTimeout bounds one store call made for a commit or fetch.
+	offsetCallTimeout = 10 * time.Second
+	// maxOffsetCalls is how many commit/fetch store calls may run at once,
+	// broker-wide; a connection that finds them all busy waits (backpressure).
+	maxOffsetCalls = 64
+)
+
+// offsetState is the broker's consumer-offset store: the builtin file
+// store or an offsetstore plugin, as server.toml's offset_store says.
+type offsetState struct {
+	store offsetstore.Store
+	name  string
+	sem   chan struct{}
+	// Counters (not yet in the stats summary, which another file owns).
+	commits, fetches, commitFailed atomic.Int64
+}
+
+// builtinOffsetStores are the in-process stores, listed explicitly.
+var builtinOffsetStores = map[string]func() offsetstore.Store{
+	file.Name: file.New,
+}
+
+func (b *Broker) initOffsetStore() error {
+	cfg := b.cfg
+	name := cfg.OffsetStore
+	if name == "" {
+		name = conf.OffsetStoreBuiltin
+	}
+	opts := offsetstore.OpenOptions{Name: name, Builtins: builtinOffsetStores, Timeout: offsetCallTimeout}
+	if name == conf.OffsetStoreBuiltin {
+		opts.Config = map[string]string{"path": cfg.OffsetStoreFilePath()}
+	} else {
+		p, ok := cfg.PluginByName(conf.PluginKindOffsetStore, name)
+		if !ok {
+			return fmt.Errorf("offset_store %q: no offsetstore [[plugin]] of that name", name)
+		}
+		opts.Config = p.Config
+		opts.Supervisor = b.plugins
+		opts.Plugin = &host.Spec{Kind: plugins.KindOffsetStore, Name: p.Name, Path: cfg.PluginPath(p),
+			SHA256: p.SHA256, Args: p.Args, Env: p.Env, Config: p.Config}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), offsetStoreOpenTimeout)
+	defer cancel()
+	s, err := offsetstore.Open(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("offset store: %w", err)
+	}
+	b.offsets.store, b.offsets.name, b.offsets.sem = s, name, make(chan struct{}, maxOffsetCalls)
+	return nil
+}
+
+func (b *Broker) closeOffsetStore() error {
+	if b.offsets.store == nil {
+		return nil
+	}
+	return b.offsets.store.Close()
+}
+
+// offsetKeys parses a commit or fetch body and checks that every topic and
+// partition exists here; it replies 400 itself and returns ok=false on a
+// bad body.
+func (c *conn) offsetKeys(r *protocol.Request, full bool) ([]offsetstore.Entry, bool) {
+	lines, err := protocol.ParseOffsetLines(r.Body, full)
+	if err != nil {
+		c.reply(protocol.StatusBadRequest, r.Op.String()+": "+err.Error(), r.Opaque)
+		return nil, false
+	}
+	group := string(r.Group)
+	out := make([]offsetstore.Entry, len(lines))
+	for i, l := range lines {
+		t, err := c.b.lookup([]byte(l.Topic), false)
+		if err != nil {
+			c.reply(protocol.StatusBadRequest, r.Op.String()+": unknown topic "+l.Topic, r.Opaque)
+			return nil, false
+		}
+		if l.Partition >= int32(len(t.parts)) {
+			c.reply(protocol.StatusBadRequest, r.Op.String()+": partition "+strconv.Itoa(int(l.Partition))+
+				" out of range for topic "+t.name+" (0.."+strconv.Itoa(len(t.parts)-1)+")", r.Opaque)
+			return nil, false
+		}
+		if full && l.Offset < 0 {
+			c.reply(protocol.StatusBadRequest, "commit: negative offset for "+l.Topic+" "+strconv.Itoa(int(l.Partition)), r.Opaque)
+			return nil, false
+		}
+		out[i] = offsetstore.Entry{
+			Key:    offsetstore.Key{Group: group, Topic: t.name, BrokerID: c.b.cfg.BrokerID, Partition: l.Partition},
+			Offset: l.Offset, MsgID: l.MsgID,
+		}
+	}
+	return out, true
+}
+
+// goOffsetCall runs a store call off the read loop, so a slow store does
+// not hold up the connection's gets; its reply is queued like a put's.
+func (c *conn) goOffsetCall(fn func(ctx context.Context)) {
+	b := c.b
+	select {
+	case b.offsets.sem <- struct{}{}:
+	case <-b.done:
+		return
+	}
+	c.addPending(1)
+	b.wg.Add(1) // the read loop's own count keeps wg above zero here
+	go func() {
+		defer b.wg.Done()
+		defer func() { <-b.offsets.sem }()
+		defer c.addPending(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), offsetCallTimeout)
+		defer cancel()
+		fn(ctx)
+	}()
+}
+
+// handleCommit stores a group's offsets: 200 once the store has them, 500
+// with the store's error otherwise (the client retries); never dropped.
+func (c *conn) handleCommit(r *protocol.Request) {
+	b := c.b
+	b.offsets.commits.Add(1)
+	entries, ok := c.offsetKeys(r, true)
+	if !ok {
+		return
+	}
+	opaque := r.Opaque
+	c.goOffsetCall(func(ctx context.Context) {
+		if err := b.offsets.store.Commit(ctx, entries); err != nil {
+			b.offsets.commitFailed.Add(1)
+			b.logf("commit offsets of group %s (%d entries) to %s: %v", entries0Group(entries), len(entries), b.offsets.name, err)
+			c.reply(protocol.StatusInternalError, "commit failed: "+offsetErrText(err), opaque)
+			return
+		}
+		c.reply(protocol.StatusOK, strconv.Itoa(len(entries)), opaque)
+	})
+}
+
+// handleFetch answers a group's stored offsets: one full line per
+// requested partition, offset and msgId -1 when nothing is stored.
+func (c *conn) handleFetch(r *protocol.Request) {
+	b := c.b
+	b.offsets.fetches.Add(1)
+	entries, ok := c.offsetKeys(r, false)
+	if !ok {
+		return
+	}
+	opaque := r.Opaque
+	c.goOffsetCall(func(ctx context.Context) {
+		keys := make([]offsetstore.Key, len(entries))
+		for i, e := range entries {
+			keys[i] = e.Key
+		}
+		res, err := b.offsets.store.Load(ctx, keys)
+		if err != nil {
+			b.logf("fetch offsets of group %s from %s: %v", entries0Group(entries), b.offsets.name, err)
+			c.reply(protocol.StatusInternalError, "fetch failed: "+offsetErrText(err), opaque)
+			return
+		}
+		lines := make([]protocol.OffsetEntry, len(res))
+		for i, x := range res {
+			lines[i] = protocol.OffsetEntry{Topic: x.Topic, Partition: x.Partition, Offset: -1, MsgID: -1}
+			if x.Found {
+				lines[i].Offset, lines[i].MsgID = x.Offset, x.MsgID
+			}
+		}
+		c.replyBytes(protocol.StatusOK, protocol.AppendOffsetLines(nil, lines, true), opaque)
+	})
+}
+
+func entries0Group(es []offsetstore.Entry) string {
+	if len(es) == 0 {
+		return ""
+	}
+	return es[0].Group
+}
+
+// offsetErrText is the one-line reason sent to the client.
+func offsetErrText(err error) string {
+	switch {
+	case errors.Is(err, plugins.ErrUnavailable):
+		return "offset store unavailable (plugin down): " + oneLine(err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return "offset store timed out: " + oneLine(err.Error())
+	}
+	return oneLine(err.Error())
+}
+
+func oneLine(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '\r' || c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}

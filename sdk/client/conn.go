@@ -29,6 +29,10 @@ type call struct {
 	stop func() bool
 	// borrowed: body is the caller's buffer and must not go back to the pool.
 	borrowed bool
+	// filtered: the reply was an fvalue (a filtered get); next is its next
+	// offset and body holds [int64 BE offset][record] entries.
+	filtered bool
+	next     int64
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -40,6 +44,7 @@ func putCall(c *call) {
 		c.body = nil
 	}
 	c.cb, c.err, c.stop, c.deadline, c.code, c.borrowed = nil, nil, nil, time.Time{}, 0, false
+	c.filtered, c.next = false, 0
 	c.body = c.body[:0]
 	callPool.Put(c)
 }
@@ -190,7 +195,7 @@ func (w *wire) readLoop() {
 		err := dec.Decode(&r)
 		if err != nil {
 			var pe *protocol.Error
-			if errors.As(err, &pe) && !pe.Fatal && (r.Op == protocol.OpResult || r.Op == protocol.OpValue) {
+			if errors.As(err, &pe) && !pe.Fatal && (r.Op == protocol.OpResult || r.Op == protocol.OpValue || r.Op == protocol.OpFValue) {
 				// An oversized reply was skipped: fail just that call.
 				if c := w.take(pe.Opaque); c != nil {
 					c.err = fmt.Errorf("metaq: reply from %s: %w", w.cn.addr, err)
@@ -201,7 +206,7 @@ func (w *wire) readLoop() {
 			w.fail(err)
 			return
 		}
-		if r.Op != protocol.OpResult && r.Op != protocol.OpValue {
+		if r.Op != protocol.OpResult && r.Op != protocol.OpValue && r.Op != protocol.OpFValue {
 			w.fail(fmt.Errorf("unexpected %s frame from broker", r.Op))
 			return
 		}
@@ -211,6 +216,7 @@ func (w *wire) readLoop() {
 		}
 		c.code = r.Code
 		c.body = append(c.body[:0], r.Body...)
+		c.filtered, c.next = r.Op == protocol.OpFValue, r.Offset
 		c.complete()
 	}
 }

@@ -31,7 +31,8 @@ const (
 	// DefaultRetryBackoff is the first pause before retrying a failed
 	// message; it doubles with each retry.
 	DefaultRetryBackoff = 50 * time.Millisecond
-	// DefaultCommitInterval is how often positions go to the OffsetStore.
+	// DefaultCommitInterval is how often positions go to the OffsetStore
+	// (MetaQ's commitOffsetPeriodInMills).
 	DefaultCommitInterval = 5 * time.Second
 )
 
@@ -83,15 +84,21 @@ type consumerConfig struct {
 	fetchLimit     int
 	maxDelay       time.Duration
 	store          OffsetStore
-	commitInterval time.Duration
+	storeSet       bool          // WithOffsetStore was given (nil: no store)
+	groupSet       bool          // WithGroup was given
+	commitInterval time.Duration // 0: no periodic commits
 	maxRetries     int
 	retryBackoff   time.Duration
 	onReject       RejectFunc
 }
 
-// WithGroup sets the consumer group. Default DefaultGroup.
+// WithGroup sets the consumer group. Default DefaultGroup. A consumer
+// with a group set here keeps its positions on the broker (a
+// BrokerOffsetStore) unless WithOffsetStore says otherwise: it resumes
+// where the group left off, commits every DefaultCommitInterval and when
+// consumption stops.
 func WithGroup(g string) ConsumerOption {
-	return consumerOpt(func(c *consumerConfig) { c.group = g })
+	return consumerOpt(func(c *consumerConfig) { c.group, c.groupSet = g, true })
 }
 
 // WithPartitions restricts the consumer to these partitions. Default: every
@@ -137,14 +144,24 @@ func WithMaxFetchDelay(d time.Duration) ConsumerOption {
 }
 
 // WithOffsetStore loads start positions from s and commits positions to it
-// every interval (<= 0: DefaultCommitInterval) and when consumption stops.
+// every interval (<= 0: keep the current interval, DefaultCommitInterval
+// unless WithCommitInterval changed it) and when consumption stops. A nil
+// s turns offset storage off, even with WithGroup.
 func WithOffsetStore(s OffsetStore, interval time.Duration) ConsumerOption {
 	return consumerOpt(func(c *consumerConfig) {
-		c.store = s
+		c.store, c.storeSet = s, true
 		if interval > 0 {
 			c.commitInterval = interval
 		}
 	})
+}
+
+// WithCommitInterval sets how often changed positions are committed to the
+// offset store. 0 turns periodic commits off: positions are then committed
+// only when consumption stops (Close, or Consume/Messages returning).
+// Default DefaultCommitInterval.
+func WithCommitInterval(d time.Duration) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.commitInterval = max(d, 0) })
 }
 
 // WithRetries sets how many times a failed message is retried (0: never)
@@ -170,6 +187,7 @@ func WithOnReject(f RejectFunc) ConsumerOption {
 type partState struct {
 	p         int32
 	pos       atomic.Int64 // next offset after the last handled message
+	lastID    atomic.Int64 // id of the last handled message, -1 if none
 	committed int64        // last committed position (commit goroutine only)
 	fetchSize int          // current get size, kept across runs (fetcher only)
 	unaligned bool         // pos came from AtOffset and no record was read yet (fetcher only)
@@ -222,7 +240,11 @@ func NewConsumer(addr, topic string, opts ...ConsumerOption) (*Consumer, error) 
 				"offset", m.Offset, "id", m.ID, "err", err)
 		}
 	}
-	return &Consumer{cfg: cfg, cn: newConn(addr, cfg.conn), topic: topic, closeCh: make(chan struct{})}, nil
+	c := &Consumer{cfg: cfg, cn: newConn(addr, cfg.conn), topic: topic, closeCh: make(chan struct{})}
+	if !cfg.storeSet && cfg.groupSet {
+		c.cfg.store = &BrokerOffsetStore{cn: c.cn}
+	}
+	return c, nil
 }
 
 func validToken(s string) bool { return s != "" && !strings.ContainsAny(s, " \r\n\t") }
@@ -280,7 +302,10 @@ func (c *Consumer) startRun(ctx context.Context) (rctx context.Context, cancel, 
 	}()
 	finish = func() {
 		cancelCtx()
-		c.commit()
+		if err := c.commit(context.Background()); err != nil {
+			// Close retries it and returns the error if it fails again.
+			c.cfg.logger.Error("metaq: final offset commit failed", "topic", c.topic, "group", c.cfg.group, "err", err)
+		}
 		c.mu.Lock()
 		c.running = false
 		c.mu.Unlock()
@@ -318,15 +343,20 @@ func (c *Consumer) init(ctx context.Context) error {
 			return fmt.Errorf("%w: %q is not listed by the broker at %s", ErrUnknownTopic, c.topic, c.cn.addr)
 		}
 	}
+	stored, err := c.loadStored(ctx, ids)
+	if err != nil {
+		return err
+	}
 	parts := make([]*partState, len(ids))
 	byID := make(map[int32]*partState, len(ids))
 	for i, p := range ids {
-		off, unaligned, err := c.startOffset(ctx, p)
+		off, unaligned, err := c.startOffset(ctx, p, stored)
 		if err != nil {
 			return err
 		}
 		ps := &partState{p: p, committed: off, fetchSize: c.cfg.fetchSize, unaligned: unaligned}
 		ps.pos.Store(off)
+		ps.lastID.Store(-1)
 		parts[i], byID[p] = ps, ps
 	}
 	c.mu.Lock()
@@ -335,17 +365,43 @@ func (c *Consumer) init(ctx context.Context) error {
 	return nil
 }
 
-// startOffset returns where p starts and whether that offset came from the
-// user (AtOffset), so may not be a record start.
-func (c *Consumer) startOffset(ctx context.Context, p int32) (int64, bool, error) {
-	if c.cfg.store != nil {
-		off, ok, err := c.cfg.store.Load(ctx, c.cfg.group, c.topic, p)
+// loadStored returns the stored positions of ids (absent: none stored),
+// in one call when the store batches. An error fails the start rather than
+// silently starting elsewhere.
+func (c *Consumer) loadStored(ctx context.Context, ids []int32) (map[int32]int64, error) {
+	out := make(map[int32]int64)
+	switch s := c.cfg.store.(type) {
+	case nil:
+	case batchOffsetStore:
+		res, err := s.FetchOffsets(ctx, c.cfg.group, c.topic, ids)
 		if err != nil {
-			return 0, false, fmt.Errorf("metaq: load offset of %s-%d: %w", c.topic, p, err)
+			return nil, fmt.Errorf("metaq: load offsets of %s for group %s: %w", c.topic, c.cfg.group, err)
 		}
-		if ok {
-			return off, false, nil
+		for _, r := range res {
+			if r.Offset >= 0 {
+				out[r.Partition] = r.Offset
+			}
 		}
+	default:
+		for _, p := range ids {
+			off, ok, err := s.Load(ctx, c.cfg.group, c.topic, p)
+			if err != nil {
+				return nil, fmt.Errorf("metaq: load offset of %s-%d: %w", c.topic, p, err)
+			}
+			if ok {
+				out[p] = off
+			}
+		}
+	}
+	return out, nil
+}
+
+// startOffset returns where p starts (its stored offset, else per
+// WithStartFrom) and whether that offset came from the user (AtOffset), so
+// may not be a record start.
+func (c *Consumer) startOffset(ctx context.Context, p int32, stored map[int32]int64) (int64, bool, error) {
+	if off, ok := stored[p]; ok {
+		return off, false, nil
 	}
 	switch c.cfg.start.kind {
 	case startLatest:
@@ -363,40 +419,59 @@ func (c *Consumer) startOffset(ctx context.Context, p int32) (int64, bool, error
 	return 0, false, nil // a 301 moves it up to the oldest retained offset
 }
 
-// commit sends changed positions to the OffsetStore.
-func (c *Consumer) commit() {
+// commit sends the positions that changed since the last successful
+// commit to the OffsetStore, in one call. On failure nothing is marked
+// committed, so the next commit sends them again; the error is returned
+// (and logged by the caller), never dropped.
+func (c *Consumer) commit(ctx context.Context) error {
 	if c.cfg.store == nil {
-		return
+		return nil
 	}
 	c.commitMu.Lock()
 	defer c.commitMu.Unlock()
 	c.mu.Lock()
 	parts := c.parts
 	c.mu.Unlock()
-	offs := make(map[int32]int64)
+	var offs []StoredOffset
 	for _, ps := range parts {
+		// lastID first: it is stored before pos, so it is never newer.
+		id := ps.lastID.Load()
 		if pos := ps.pos.Load(); pos != ps.committed {
-			offs[ps.p] = pos
+			offs = append(offs, StoredOffset{Partition: ps.p, Offset: pos, MsgID: id})
 		}
 	}
 	if len(offs) == 0 {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cn.opts.requestTimeout)
+	ctx, cancel := withDefaultTimeout(ctx, c.cn.opts.requestTimeout)
 	defer cancel()
-	if err := c.cfg.store.Commit(ctx, c.cfg.group, c.topic, offs); err != nil {
-		c.cfg.logger.Warn("metaq: commit offsets", "topic", c.topic, "group", c.cfg.group, "err", err)
-		return
+	var err error
+	if bs, ok := c.cfg.store.(batchOffsetStore); ok {
+		err = bs.CommitOffsets(ctx, c.cfg.group, c.topic, offs)
+	} else {
+		m := make(map[int32]int64, len(offs))
+		for _, o := range offs {
+			m[o.Partition] = o.Offset
+		}
+		err = c.cfg.store.Commit(ctx, c.cfg.group, c.topic, m)
+	}
+	if err != nil {
+		return err
+	}
+	byID := make(map[int32]int64, len(offs))
+	for _, o := range offs {
+		byID[o.Partition] = o.Offset
 	}
 	for _, ps := range parts {
-		if pos, ok := offs[ps.p]; ok {
+		if pos, ok := byID[ps.p]; ok {
 			ps.committed = pos
 		}
 	}
+	return nil
 }
 
 func (c *Consumer) commitLoop(ctx context.Context) {
-	if c.cfg.store == nil {
+	if c.cfg.store == nil || c.cfg.commitInterval <= 0 {
 		return
 	}
 	t := time.NewTicker(c.cfg.commitInterval)
@@ -406,7 +481,10 @@ func (c *Consumer) commitLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.commit()
+			if err := c.commit(ctx); err != nil && ctx.Err() == nil {
+				c.cfg.logger.Warn("metaq: offset commit failed; retrying next period", "topic", c.topic,
+					"group", c.cfg.group, "err", err)
+			}
 		}
 	}
 }
@@ -456,6 +534,7 @@ func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 					if !c.handle(rctx, m, h) {
 						return
 					}
+					ps.lastID.Store(m.ID)
 					ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
 				}
 				ps.pos.Store(f.next)
@@ -552,6 +631,7 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[*message.Message, err
 				for i := range f.msgs {
 					m := &f.msgs[i]
 					ok := yield(m, nil)
+					ps.lastID.Store(m.ID)
 					ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
 					if !ok {
 						return
@@ -564,7 +644,10 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[*message.Message, err
 }
 
 // Close stops Consume or Messages, waits for them to return (until ctx is
-// done), commits positions and closes the connection. It is idempotent.
+// done), commits positions and closes the connection. Positions of the
+// messages handled so far are committed (at-least-once: a message is
+// handled before its position is committed); if that commit fails, Close
+// returns the error. It is idempotent.
 func (c *Consumer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -582,6 +665,13 @@ func (c *Consumer) Close(ctx context.Context) error {
 		case <-done:
 		case <-ctx.Done():
 			err = fmt.Errorf("metaq: consumer close: %w", ctx.Err())
+		}
+	}
+	if err == nil {
+		// Retries a final commit that failed when the run ended (a no-op
+		// when nothing changed since the last successful commit).
+		if cerr := c.commit(ctx); cerr != nil {
+			err = fmt.Errorf("metaq: consumer close: commit offsets: %w", cerr)
 		}
 	}
 	c.cn.close()

@@ -82,12 +82,15 @@ func (f *fetcher) fetchOnce(ctx context.Context) (*fetched, error) {
 		return nil, nil
 	}
 	// Keep the reply buffer for the next get; the pooled call must not keep it.
-	code, body := call.code, call.body
+	code, body, filtered, next := call.code, call.body, call.filtered, call.next
 	f.buf = body[:0]
 	call.body = nil
 	putCall(call)
 	switch code {
 	case protocol.StatusOK:
+		if filtered {
+			return f.parseFiltered(body, next)
+		}
 		return f.parse(ctx, body)
 	case protocol.StatusMoved:
 		to, ok := protocol.ParseInt64(body)
@@ -117,7 +120,6 @@ func (f *fetcher) fetchOnce(ctx context.Context) (*fetched, error) {
 // into one new slab), a record larger than the get grows it, a bad record
 // triggers a resync.
 func (f *fetcher) parse(ctx context.Context, body []byte) (*fetched, error) {
-	c, ps := f.c, f.ps
 	it := message.NewIterator(body, f.offset, 0)
 	f.recs = f.recs[:0]
 	total := 0
@@ -132,6 +134,58 @@ func (f *fetcher) parse(ctx context.Context, body []byte) (*fetched, error) {
 		}
 		return f.tooSmall(ctx, body)
 	}
+	return f.deliver(total, it.NextOffset(), len(body)), nil
+}
+
+// parseFiltered walks an fvalue reply (a get the broker ran through the
+// group's server-side filter): [int64 BE offset][record] entries, only the
+// kept records, each with its own offset; next is where the next get
+// starts, past the records the filter skipped.
+func (f *fetcher) parseFiltered(body []byte, next int64) (*fetched, error) {
+	c, ps := f.c, f.ps
+	f.recs = f.recs[:0]
+	total := 0
+	last := f.offset - 1
+	for pos := 0; pos < len(body); {
+		var (
+			r   message.Record
+			n   int
+			err error
+		)
+		if len(body)-pos < 8 {
+			err = message.ErrShortRecord
+		} else {
+			r, n, err = message.ParseRecord(body[pos+8:], 0)
+			r.Offset = int64(binary.BigEndian.Uint64(body[pos:]))
+		}
+		if err == nil && (r.Offset <= last || r.Offset >= next) {
+			err = fmt.Errorf("offset %d out of order (previous %d, next %d)", r.Offset, last, next)
+		}
+		if err != nil {
+			// The broker checked every record before filtering, so this is a
+			// broken reply rather than bad data: try the same get again later.
+			c.cfg.logger.Warn("metaq: bad filtered reply", "topic", c.topic, "partition", ps.p, "offset", f.offset, "err", err)
+			f.backoff()
+			return nil, nil
+		}
+		f.recs = append(f.recs, r)
+		total += len(r.Data)
+		last = r.Offset
+		pos += 8 + n
+	}
+	if next <= f.offset {
+		c.cfg.logger.Warn("metaq: bad filtered reply", "topic", c.topic, "partition", ps.p, "offset", f.offset, "next", next)
+		f.backoff()
+		return nil, nil
+	}
+	return f.deliver(total, next, int(min(next-f.offset, int64(ps.fetchSize)))), nil
+}
+
+// deliver turns f.recs (total data bytes) into messages, copying their data
+// into one new slab, and moves the fetch position to next. scanned is how
+// many bytes of the partition the get covered, for the fetch-size shrink.
+func (f *fetcher) deliver(total int, next int64, scanned int) *fetched {
+	c, ps := f.c, f.ps
 	slab := make([]byte, total)
 	msgs := make([]message.Message, len(f.recs))
 	for i := range f.recs {
@@ -148,12 +202,12 @@ func (f *fetcher) parse(ctx context.Context, body []byte) (*fetched, error) {
 		msgs[i] = m
 		r.Data = nil
 	}
-	f.offset, f.aligned, f.delay = it.NextOffset(), true, 0
+	f.offset, f.aligned, f.delay = next, true, 0
 	ps.unaligned = false
-	if len(body) < ps.fetchSize/2 && ps.fetchSize > c.cfg.fetchSize {
+	if scanned < ps.fetchSize/2 && ps.fetchSize > c.cfg.fetchSize {
 		ps.fetchSize = max(ps.fetchSize/2, c.cfg.fetchSize)
 	}
-	return &fetched{part: ps, msgs: msgs, next: f.offset}, nil
+	return &fetched{part: ps, msgs: msgs, next: f.offset}
 }
 
 // tooSmall handles a reply with no whole record: grow the get if the first

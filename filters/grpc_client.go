@@ -1,0 +1,124 @@
+package filters
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	filterpb "github.com/metaq-go/metaq/filters/proto"
+	"github.com/metaq-go/metaq/plugins"
+)
+
+// grpcClient is the host side of one plugin process: a Filter whose calls
+// go over gRPC. It never panics; a gone process yields plugins.ErrUnavailable.
+type grpcClient struct {
+	client filterpb.FilterServiceClient
+	// done is closed (by go-plugin) when the plugin process has exited.
+	done context.Context
+}
+
+var _ Filter = (*grpcClient)(nil)
+
+func (c *grpcClient) Init(ctx context.Context, req *InitRequest) (*InitResponse, error) {
+	if c.gone() {
+		return nil, plugins.ErrUnavailable
+	}
+	resp, err := c.client.Init(ctx, &filterpb.InitRequest{
+		Instance: req.Instance, Topic: req.Topic, Group: req.Group, Config: req.Config,
+	})
+	if err != nil {
+		return nil, c.fromStatus(ctx, err)
+	}
+	return &InitResponse{NeedBodies: resp.GetNeedBodies()}, nil
+}
+
+func (c *grpcClient) Accept(ctx context.Context, req *AcceptRequest) (*AcceptResponse, error) {
+	if c.gone() {
+		return nil, plugins.ErrUnavailable
+	}
+	n := len(req.Records)
+	in := &filterpb.AcceptRequest{
+		Instance: req.Instance, Topic: req.Topic, Group: req.Group, Partition: req.Partition,
+		Offsets: make([]int64, n), MsgIds: make([]int64, n), Flags: make([]int32, n),
+		Attributes: make([]string, n), HasAttribute: make([]bool, n), Sizes: make([]int64, n),
+	}
+	bodies := false
+	for i := range req.Records {
+		if req.Records[i].Body != nil {
+			bodies = true
+			break
+		}
+	}
+	if bodies {
+		in.Bodies = make([][]byte, n)
+	}
+	for i := range req.Records {
+		r := &req.Records[i]
+		in.Offsets[i], in.MsgIds[i], in.Flags[i] = r.Offset, r.MsgID, r.Flag
+		in.Attributes[i], in.HasAttribute[i], in.Sizes[i] = r.Attribute, r.HasAttribute, int64(r.Size)
+		if bodies {
+			in.Bodies[i] = r.Body
+			if in.Bodies[i] == nil {
+				in.Bodies[i] = []byte{}
+			}
+		}
+	}
+	resp, err := c.client.Accept(ctx, in)
+	if err != nil {
+		return nil, c.fromStatus(ctx, err)
+	}
+	if len(resp.GetKeep()) != n {
+		return nil, fmt.Errorf("%w: %d for %d records", ErrBadResponse, len(resp.GetKeep()), n)
+	}
+	return &AcceptResponse{Keep: resp.Keep}, nil
+}
+
+// Close is a no-op: the supervisor owns the process.
+func (c *grpcClient) Close() error { return nil }
+
+func (c *grpcClient) gone() bool { return c.done != nil && c.done.Err() != nil }
+
+// fromStatus maps a gRPC error back to the kind's sentinels. A transport
+// failure (the process died or is dying) is plugins.ErrUnavailable.
+func (c *grpcClient) fromStatus(ctx context.Context, err error) error {
+	if c.gone() {
+		return fmt.Errorf("%w: %v", plugins.ErrUnavailable, err)
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%w: %v", plugins.ErrUnavailable, err)
+	}
+	msg := st.Message()
+	switch st.Code() {
+	case codes.InvalidArgument:
+		return wrapMsg(ErrBadConfig, msg)
+	case codes.NotFound:
+		return wrapMsg(ErrUnknownInstance, msg)
+	case codes.FailedPrecondition:
+		return wrapMsg(ErrClosed, msg)
+	case codes.Unavailable:
+		return fmt.Errorf("%w: %s", plugins.ErrUnavailable, msg)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("filter plugin: %w", context.DeadlineExceeded)
+	case codes.Canceled:
+		if ctx.Err() != nil {
+			return fmt.Errorf("filter plugin: %w", ctx.Err())
+		}
+		return fmt.Errorf("%w: %s", plugins.ErrUnavailable, msg)
+	}
+	return wrapMsg(ErrPlugin, msg)
+}
+
+// wrapMsg wraps sentinel with the plugin's message, without repeating the
+// sentinel's own text when the plugin already included it.
+func wrapMsg(sentinel error, msg string) error {
+	msg = strings.TrimPrefix(msg, sentinel.Error())
+	msg = strings.TrimPrefix(msg, ": ")
+	if msg == "" {
+		return sentinel
+	}
+	return fmt.Errorf("%w: %s", sentinel, msg)
+}

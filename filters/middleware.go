@@ -1,0 +1,143 @@
+package filters
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaq-go/metaq/plugins/host"
+)
+
+// FailurePolicy says what the broker does with a get when its filter fails
+// (the plugin is down, errs or times out).
+type FailurePolicy int
+
+const (
+	// FailOpen serves the get unfiltered (the default, MetaQ's behaviour
+	// when no filter class loads).
+	FailOpen FailurePolicy = iota
+	// FailClosed refuses the get with 503; the consumer backs off and
+	// retries, and nothing unfiltered reaches it.
+	FailClosed
+)
+
+// ParseFailurePolicy parses server.toml's failure_policy: "open" (or empty)
+// or "closed".
+func ParseFailurePolicy(s string) (FailurePolicy, error) {
+	switch s {
+	case "", "open":
+		return FailOpen, nil
+	case "closed":
+		return FailClosed, nil
+	}
+	return FailOpen, fmt.Errorf("%w: failure_policy %q (want open or closed)", ErrBadConfig, s)
+}
+
+func (p FailurePolicy) String() string {
+	if p == FailClosed {
+		return "closed"
+	}
+	return "open"
+}
+
+// DefaultTimeout bounds one Accept or Init call to a filter plugin.
+const DefaultTimeout = time.Second
+
+// Instance is one filter instance bound to a topic and a consumer group:
+// what the broker calls for every get of that group. It wraps a builtin or
+// a remote Filter in the same middleware: call and error counting (also
+// reported to the plugin's supervisor entry), a per-call timeout for
+// plugins, and the failure policy. It is safe for concurrent use.
+type Instance struct {
+	name, id, topic, group string
+	f                      Filter
+	remote                 *remote // nil for a builtin
+	plugin                 *host.Plugin
+	policy                 FailurePolicy
+	timeout                time.Duration
+	logf                   func(string, ...any)
+	needBodies             bool // builtins; a remote instance asks the adapter
+
+	calls, errs atomic.Int64
+	failing     atomic.Bool
+	closed      atomic.Bool
+}
+
+// Accept judges one get batch of partition: keep has one flag per record.
+// On error (the filter failed; the error says why) the caller applies
+// Policy. Accept never drops records on its own.
+func (in *Instance) Accept(ctx context.Context, partition int32, records []Record) (keep []bool, err error) {
+	if in.closed.Load() {
+		return nil, fmt.Errorf("filter %s: %w", in.name, ErrClosed)
+	}
+	req := &AcceptRequest{Instance: in.id, Topic: in.topic, Group: in.group, Partition: partition, Records: records}
+	var resp *AcceptResponse
+	if in.remote != nil {
+		cctx, cancel := context.WithTimeout(ctx, in.timeout)
+		resp, err = in.remote.Accept(cctx, req)
+		cancel()
+	} else {
+		resp, err = in.f.Accept(ctx, req)
+	}
+	if err == nil && (resp == nil || len(resp.Keep) != len(records)) {
+		n := -1
+		if resp != nil {
+			n = len(resp.Keep)
+		}
+		err = fmt.Errorf("%w: %d for %d records", ErrBadResponse, n, len(records))
+	}
+	in.observe(err)
+	if err != nil {
+		return nil, fmt.Errorf("filter %s (%s/%s): %w", in.name, in.topic, in.group, err)
+	}
+	return resp.Keep, nil
+}
+
+func (in *Instance) observe(err error) {
+	in.calls.Add(1)
+	if in.plugin != nil {
+		in.plugin.Observe(err)
+	}
+	if err != nil {
+		in.errs.Add(1)
+		if !in.failing.Swap(true) && in.logf != nil {
+			in.logf("filter %s for topic %s group %s failing (failure_policy %s): %v", in.name, in.topic, in.group, in.policy, err)
+		}
+	} else if in.failing.Load() && in.failing.Swap(false) && in.logf != nil {
+		in.logf("filter %s for topic %s group %s recovered", in.name, in.topic, in.group)
+	}
+}
+
+// NeedBodies reports whether the filter asked for message payloads.
+func (in *Instance) NeedBodies() bool {
+	if in.remote != nil {
+		return in.remote.needBodies(in.id)
+	}
+	return in.needBodies
+}
+
+// Policy is the instance's failure policy.
+func (in *Instance) Policy() FailurePolicy { return in.policy }
+
+// Name is the filter's name ("attribute", "expr" or a plugin's name).
+func (in *Instance) Name() string { return in.name }
+
+// ID is the instance name sent in every request.
+func (in *Instance) ID() string { return in.id }
+
+// Stats returns how many Accept calls the instance made and how many failed.
+func (in *Instance) Stats() (calls, errors int64) { return in.calls.Load(), in.errs.Load() }
+
+// Close releases the instance: a builtin is closed; a remote instance is
+// forgotten (the plugin process belongs to its supervisor). Idempotent.
+func (in *Instance) Close() error {
+	if in.closed.Swap(true) {
+		return nil
+	}
+	if in.remote != nil {
+		in.remote.forget(in.id)
+		return nil
+	}
+	return in.f.Close()
+}

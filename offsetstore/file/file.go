@@ -1,0 +1,273 @@
+// Package file is the builtin offset store: one JSON file, rewritten
+// atomically on every commit (write a temp file in the same directory,
+// fsync it, rename it over the old one, fsync the directory), so that a
+// crash at any point leaves either the old or the new file, never a torn
+// one. Loads are served from memory. It is safe for concurrent use, and
+// concurrent commits share one write (group commit).
+//
+// Config: "path", the file (its directory is created if missing).
+package file
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/metaq-go/metaq/offsetstore"
+)
+
+// Name is the builtin's name in server.toml (offset_store = "file").
+const Name = "file"
+
+// formatVersion is the "version" field of the file.
+const formatVersion = 1
+
+// Store is the file offset store. The zero value is not usable: call New.
+type Store struct {
+	path string
+
+	mu      sync.Mutex // guards the fields below
+	entries map[offsetstore.Key]offsetstore.Entry
+	version uint64 // bumped by every commit
+	inited  bool
+	closed  bool
+
+	wmu     sync.Mutex // serialises file writes; taken before mu
+	written uint64     // version the file holds (under wmu)
+}
+
+var _ offsetstore.Store = (*Store)(nil)
+
+// New returns an uninitialised file store (Init gives it its path).
+func New() offsetstore.Store { return &Store{entries: make(map[offsetstore.Key]offsetstore.Entry)} }
+
+// Open returns a file store at path, initialised.
+func Open(path string) (*Store, error) {
+	s := New().(*Store)
+	if err := s.Init(context.Background(), &offsetstore.InitRequest{Config: map[string]string{"path": path}}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// fileFormat is the JSON document, after MetaQ's LocalOffsetStorage:
+// {group: [{topic, brokerId, partition, offset, msgId}]}.
+type fileFormat struct {
+	Version int                    `json:"version"`
+	Groups  map[string][]fileEntry `json:"groups"`
+}
+
+type fileEntry struct {
+	Topic     string `json:"topic"`
+	BrokerID  int    `json:"brokerId"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	MsgID     int64  `json:"msgId"`
+}
+
+// Init reads the file named by config "path" (a missing file is an empty
+// store) and removes temp files a crash left behind.
+func (s *Store) Init(_ context.Context, req *offsetstore.InitRequest) error {
+	path := req.Config["path"]
+	if path == "" {
+		return fmt.Errorf("%w: file store needs a \"path\"", offsetstore.ErrBadConfig)
+	}
+	for k := range req.Config {
+		if k != "path" {
+			return fmt.Errorf("%w: file store: unknown key %q", offsetstore.ErrBadConfig, k)
+		}
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return offsetstore.ErrClosed
+	}
+	if s.inited {
+		if path != s.path {
+			return fmt.Errorf("%w: file store already open at %s", offsetstore.ErrBadConfig, s.path)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("offset file dir: %w", err)
+	}
+	entries, err := readFile(path)
+	if err != nil {
+		return err
+	}
+	removeTemps(path)
+	s.path, s.entries, s.inited = path, entries, true
+	return nil
+}
+
+func readFile(path string) (map[offsetstore.Key]offsetstore.Entry, error) {
+	out := make(map[offsetstore.Key]offsetstore.Entry)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read offset file: %w", err)
+	}
+	var f fileFormat
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("offset file %s is corrupt: %w", path, err)
+	}
+	if f.Version != formatVersion {
+		return nil, fmt.Errorf("offset file %s: unsupported version %d", path, f.Version)
+	}
+	for g, es := range f.Groups {
+		for _, e := range es {
+			k := offsetstore.Key{Group: g, Topic: e.Topic, BrokerID: e.BrokerID, Partition: e.Partition}
+			out[k] = offsetstore.Entry{Key: k, Offset: e.Offset, MsgID: e.MsgID}
+		}
+	}
+	return out, nil
+}
+
+// removeTemps deletes the temp files of writes a crash interrupted.
+func removeTemps(path string) {
+	matches, _ := filepath.Glob(path + ".tmp-*")
+	for _, m := range matches {
+		if strings.HasPrefix(filepath.Base(m), filepath.Base(path)+".tmp-") {
+			os.Remove(m)
+		}
+	}
+}
+
+func (s *Store) check() error {
+	switch {
+	case s.closed:
+		return offsetstore.ErrClosed
+	case !s.inited:
+		return offsetstore.ErrNotInitialized
+	}
+	return nil
+}
+
+// Commit merges entries and rewrites the file. It returns once a file
+// holding them is durable. If writing fails the error is returned and the
+// entries stay in memory (Load sees them); the next successful commit
+// writes them too.
+func (s *Store) Commit(_ context.Context, entries []offsetstore.Entry) error {
+	s.mu.Lock()
+	if err := s.check(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	for _, e := range entries {
+		s.entries[e.Key] = e
+	}
+	s.version++
+	mine := s.version
+	s.mu.Unlock()
+
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.written >= mine {
+		return nil // a write that started after our merge carried our entries
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return offsetstore.ErrClosed
+	}
+	doc, ver := s.snapshot(), s.version
+	s.mu.Unlock()
+	if err := writeAtomic(s.path, doc); err != nil {
+		return fmt.Errorf("offset file %s: %w", s.path, err)
+	}
+	s.written = ver
+	return nil
+}
+
+// snapshot encodes the entries, sorted; the caller holds mu.
+func (s *Store) snapshot() []byte {
+	f := fileFormat{Version: formatVersion, Groups: make(map[string][]fileEntry)}
+	for k, e := range s.entries {
+		f.Groups[k.Group] = append(f.Groups[k.Group], fileEntry{Topic: k.Topic, BrokerID: k.BrokerID, Partition: k.Partition, Offset: e.Offset, MsgID: e.MsgID})
+	}
+	for _, es := range f.Groups {
+		sort.Slice(es, func(i, j int) bool {
+			a, b := es[i], es[j]
+			if a.Topic != b.Topic {
+				return a.Topic < b.Topic
+			}
+			if a.BrokerID != b.BrokerID {
+				return a.BrokerID < b.BrokerID
+			}
+			return a.Partition < b.Partition
+		})
+	}
+	b, _ := json.MarshalIndent(f, "", " ") // plain types: cannot fail
+	return append(b, '\n')
+}
+
+// writeAtomic replaces path with data: temp file, fsync, rename, fsync dir.
+func writeAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return err
+	}
+	if err = tmp.Sync(); err != nil {
+		return err
+	}
+	if err = tmp.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Load answers from memory.
+func (s *Store) Load(_ context.Context, keys []offsetstore.Key) ([]offsetstore.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make([]offsetstore.Result, len(keys))
+	for i, k := range keys {
+		if e, ok := s.entries[k]; ok {
+			out[i] = offsetstore.Result{Entry: e, Found: true}
+		} else {
+			out[i] = offsetstore.Result{Entry: offsetstore.Entry{Key: k, Offset: -1, MsgID: -1}}
+		}
+	}
+	return out, nil
+}
+
+// Close waits for a write in progress and closes the store. Idempotent.
+func (s *Store) Close() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}

@@ -1,0 +1,107 @@
+package offsetstore
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/metaq-go/metaq/offsetstore/proto"
+	"github.com/metaq-go/metaq/plugins"
+)
+
+// grpcClient is the host side of one plugin process: a Store over gRPC.
+// It is what host.Plugin.Client returns for an offsetstore plugin; the
+// remote store in open.go picks the current one at every call.
+type grpcClient struct {
+	pb pb.OffsetStoreServiceClient
+	// done is cancelled by go-plugin when the plugin process is gone.
+	done context.Context
+}
+
+var _ Store = (*grpcClient)(nil)
+
+func (c *grpcClient) Init(ctx context.Context, req *InitRequest) error {
+	_, err := c.pb.Init(ctx, &pb.InitRequest{Config: req.Config})
+	return c.fromStatus("init", err)
+}
+
+func (c *grpcClient) Commit(ctx context.Context, entries []Entry) error {
+	req := &pb.CommitRequest{Entries: make([]*pb.Entry, len(entries))}
+	for i, e := range entries {
+		req.Entries[i] = entryToPB(e)
+	}
+	_, err := c.pb.Commit(ctx, req)
+	return c.fromStatus("commit", err)
+}
+
+func (c *grpcClient) Load(ctx context.Context, keys []Key) ([]Result, error) {
+	req := &pb.LoadRequest{Keys: make([]*pb.Key, len(keys))}
+	for i, k := range keys {
+		req.Keys[i] = keyToPB(k)
+	}
+	resp, err := c.pb.Load(ctx, req)
+	if err != nil {
+		return nil, c.fromStatus("load", err)
+	}
+	ents, found := resp.GetEntries(), resp.GetFound()
+	if len(ents) != len(keys) || len(found) != len(keys) {
+		return nil, fmt.Errorf("offsetstore plugin: load: %d results for %d keys", len(ents), len(keys))
+	}
+	out := make([]Result, len(keys))
+	for i, e := range ents {
+		out[i] = Result{Entry: Entry{Key: keys[i], Offset: e.GetOffset(), MsgID: e.GetMsgId()}, Found: found[i]}
+	}
+	return out, nil
+}
+
+// Close does nothing: the supervisor owns the process.
+func (c *grpcClient) Close() error { return nil }
+
+// remoteError is an error that came back from the plugin: its text is the
+// plugin's, and errors.Is finds the sentinel it carried.
+type remoteError struct {
+	op       string
+	msg      string
+	sentinel error
+}
+
+func (e *remoteError) Error() string { return "offsetstore plugin: " + e.op + ": " + e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+// fromStatus maps a gRPC error back: sentinels by ErrorInfo reason, a
+// plugin that is gone (or unreachable) to plugins.ErrUnavailable.
+func (c *grpcClient) fromStatus(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if c.done != nil && c.done.Err() != nil {
+		return fmt.Errorf("offsetstore plugin: %s: %w (process exited)", op, plugins.ErrUnavailable)
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("offsetstore plugin: %s: %w", op, err)
+	}
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.GetDomain() != errorDomain {
+			continue
+		}
+		for _, s := range sentinels {
+			if s.reason == info.GetReason() {
+				return &remoteError{op: op, msg: st.Message(), sentinel: s.err}
+			}
+		}
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return &remoteError{op: op, msg: st.Message(), sentinel: plugins.ErrUnavailable}
+	case codes.DeadlineExceeded:
+		return &remoteError{op: op, msg: st.Message(), sentinel: context.DeadlineExceeded}
+	case codes.Canceled:
+		return &remoteError{op: op, msg: st.Message(), sentinel: context.Canceled}
+	}
+	return &remoteError{op: op, msg: st.Code().String() + ": " + st.Message()}
+}

@@ -1,0 +1,156 @@
+package offsetstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/metaq-go/metaq/plugins"
+	"github.com/metaq-go/metaq/plugins/host"
+)
+
+// OpenOptions say which store to open.
+type OpenOptions struct {
+	// Name is the store's name: a key of Builtins (the broker lists "file"),
+	// or the name of an offsetstore plugin (then Plugin is set).
+	Name string
+	// Config is handed to the store's Init.
+	Config map[string]string
+	// Plugin, when set, runs the store out of process: the binary is
+	// launched through Supervisor and reached over gRPC.
+	Plugin *host.Spec
+	// Supervisor launches and keeps the plugin running; required with Plugin.
+	Supervisor *host.Supervisor
+	// Builtins are the in-process stores the caller offers by name. They
+	// are listed explicitly by the caller (core lists offsetstore/file);
+	// there is no self-registration.
+	Builtins map[string]func() Store
+	// Timeout bounds each call; default DefaultCallTimeout.
+	Timeout time.Duration
+}
+
+// Open returns the named store, initialised with opts.Config and wrapped in
+// the middleware (validation, timeouts, counting, ErrClosed after Close).
+// A remote store returns plugins.ErrUnavailable while its plugin is down,
+// and re-sends Init after each restart before the next call.
+func Open(ctx context.Context, opts OpenOptions) (Store, error) {
+	var (
+		s   Store
+		obs observer
+	)
+	switch {
+	case opts.Plugin != nil:
+		if opts.Supervisor == nil {
+			return nil, fmt.Errorf("offsetstore %q: a plugin needs a supervisor", opts.Name)
+		}
+		spec := *opts.Plugin
+		if spec.Kind == "" {
+			spec.Kind = plugins.KindOffsetStore
+		}
+		if spec.Kind != plugins.KindOffsetStore {
+			return nil, fmt.Errorf("offsetstore %q: plugin is of kind %q: %w", opts.Name, spec.Kind, plugins.ErrWrongKind)
+		}
+		if spec.Name == "" {
+			spec.Name = opts.Name
+		}
+		if opts.Config == nil {
+			opts.Config = spec.Config
+		}
+		p, err := opts.Supervisor.Launch(spec, &GRPCPlugin{})
+		if err != nil {
+			return nil, fmt.Errorf("offsetstore %q: %w", opts.Name, err)
+		}
+		r := &remote{p: p, config: opts.Config}
+		s, obs = r, p
+	default:
+		newStore := opts.Builtins[opts.Name]
+		if newStore == nil {
+			return nil, fmt.Errorf("%w: %q is neither a builtin nor a configured plugin", ErrUnknownStore, opts.Name)
+		}
+		s = newStore()
+	}
+	m := wrap(s, obs, opts.Timeout)
+	if err := m.Init(ctx, &InitRequest{Config: opts.Config}); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("offsetstore %q: init: %w", opts.Name, err)
+	}
+	return m, nil
+}
+
+// client is what host.Plugin gives the remote store; a seam for tests.
+type client interface {
+	Client() (any, uint64, error)
+}
+
+// remote is a Store served by a supervised plugin process. Each call takes
+// the current process's client; after a restart (a new generation) it
+// re-sends Init with the same config before the call.
+type remote struct {
+	p      client
+	config map[string]string
+
+	mu      sync.Mutex // serialises re-Init
+	inited  uint64     // generation Init last succeeded on (0: none)
+	hasInit bool       // Init was asked for at least once
+}
+
+func (r *remote) current(ctx context.Context) (Store, error) {
+	raw, gen, err := r.p.Client()
+	if err != nil {
+		return nil, fmt.Errorf("offsetstore plugin: %w", err)
+	}
+	s, ok := raw.(Store)
+	if !ok {
+		return nil, fmt.Errorf("offsetstore plugin: %w", plugins.ErrWrongKind)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hasInit && r.inited != gen {
+		if err := s.Init(ctx, &InitRequest{Config: r.config}); err != nil {
+			return nil, fmt.Errorf("offsetstore plugin: re-init after restart: %w", err)
+		}
+		r.inited = gen
+	}
+	return s, nil
+}
+
+func (r *remote) Init(ctx context.Context, req *InitRequest) error {
+	raw, gen, err := r.p.Client()
+	if err != nil {
+		return fmt.Errorf("offsetstore plugin: %w", err)
+	}
+	s, ok := raw.(Store)
+	if !ok {
+		return fmt.Errorf("offsetstore plugin: %w", plugins.ErrWrongKind)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.config = req.Config
+	r.hasInit = true
+	if err := s.Init(ctx, req); err != nil {
+		r.inited = 0
+		return err
+	}
+	r.inited = gen
+	return nil
+}
+
+func (r *remote) Commit(ctx context.Context, entries []Entry) error {
+	s, err := r.current(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Commit(ctx, entries)
+}
+
+func (r *remote) Load(ctx context.Context, keys []Key) ([]Result, error) {
+	s, err := r.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Load(ctx, keys)
+}
+
+// Close forgets the process; the supervisor stops it when it closes.
+func (r *remote) Close() error { return nil }

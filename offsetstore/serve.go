@@ -1,0 +1,18 @@
+package offsetstore
+
+import "github.com/metaq-go/metaq/plugins"
+
+// Serve runs impl as an offset-store plugin: the one line a plugin's main
+// calls. It returns (after closing impl) when the host stops the plugin.
+// Nothing may be written to stdout before it: stdout carries go-plugin's
+// handshake. Log to stderr (hclog JSON is turned into host log lines).
+func Serve(impl Store) {
+	ServeWithOptions(impl, plugins.ServeOptions{})
+}
+
+// ServeWithOptions is Serve with plugin-side options (logger, receive
+// limit, parent watch).
+func ServeWithOptions(impl Store, opts plugins.ServeOptions) {
+	plugins.Serve(plugins.KindOffsetStore, &GRPCPlugin{Impl: impl}, opts)
+	_ = impl.Close()
+}

@@ -1,0 +1,649 @@
+// Package zk is the ZooKeeper offset store, MetaQ's default (reference §5
+// and §7): each committed position is a persistent znode
+//
+//	<root>/consumers/<group>/offsets/<topic>/<brokerId>-<partition>
+//
+// holding "<msgId>-<offset>", so a MetaQ operator can read a group's
+// offsets with zkCli.sh. Load also reads the bare "<offset>" that MetaQ
+// wrote before 1.4 (its msgId is then -1). Parents are created persistent
+// on demand.
+//
+// The store ships as the plugin binary cmd/metaq-offsetstore-zk. Config
+// keys (strings, from [plugin.config] in server.toml):
+//
+//	connect             ZooKeeper servers, "host:port[,host:port...]" (required)
+//	root                MetaQ's zkRoot (default "/meta")
+//	session_timeout_ms  ZooKeeper session timeout (default 30000)
+//	timeout_ms          bound on one Init, Commit or Load when the caller
+//	                    gives no earlier deadline (default 10000)
+//
+// Commit writes a batch with ZooKeeper multi-ops: all entries of a batch of
+// up to MaxMultiOps distinct keys succeed or fail together. A Commit that
+// returns an error (connection loss, session expiry, timeout) may or may not
+// have reached ZooKeeper, but a Commit that returns nil has: it never
+// reports success for a write ZooKeeper did not acknowledge.
+package zk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/metaq-go/metaq/offsetstore"
+)
+
+// Defaults for the config keys.
+const (
+	// DefaultRoot is MetaQ's default zkRoot.
+	DefaultRoot = "/meta"
+	// DefaultSessionTimeout is MetaQ's default zkSessionTimeoutMs.
+	DefaultSessionTimeout = 30 * time.Second
+	// DefaultTimeout bounds one call whose context has no earlier deadline.
+	DefaultTimeout = 10 * time.Second
+	// MaxMultiOps is the most operations sent in one ZooKeeper multi-op; a
+	// larger batch is written in several (each atomic on its own). 500
+	// nodes keep a request well under ZooKeeper's 1 MiB jute.maxbuffer.
+	MaxMultiOps = 500
+	// loadParallelism is how many reads of one Load are in flight at once
+	// (they are pipelined on the session's single connection).
+	loadParallelism = 32
+	// commitAttempts bounds the retries of a commit that raced with another
+	// writer creating or deleting the same nodes.
+	commitAttempts = 5
+)
+
+// Store is the ZooKeeper offset store. Use New, then Init.
+type Store struct {
+	mu      sync.Mutex
+	conn    *zk.Conn
+	root    string // "" or "/x/y" (never a trailing slash)
+	servers string
+	timeout time.Duration
+	closed  bool
+
+	// writing holds one token while a commit's ZooKeeper requests are in
+	// flight, including a commit whose caller gave up on it (the client
+	// cannot cancel a request). Commits are serialised by it, so a late
+	// write can never land after, and overwrite, a newer one.
+	writing chan struct{}
+
+	// known caches paths that exist (offset nodes and their parents), so
+	// a steady-state commit is one multi-op of setData. A node deleted
+	// behind our back turns a set into NoNode, which drops the cache and
+	// retries through the create path.
+	known sync.Map // string -> struct{}
+}
+
+var _ offsetstore.Store = (*Store)(nil)
+
+// New returns an uninitialised store.
+func New() *Store { return &Store{writing: make(chan struct{}, 1)} }
+
+// config is the parsed Init configuration.
+type config struct {
+	servers        []string
+	root           string
+	sessionTimeout time.Duration
+	timeout        time.Duration
+}
+
+func parseConfig(c map[string]string) (config, error) {
+	cfg := config{root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, timeout: DefaultTimeout}
+	for k := range c {
+		switch k {
+		case "connect", "root", "session_timeout_ms", "timeout_ms":
+		default:
+			return cfg, fmt.Errorf("%w: zk: unknown config key %q (known: connect, root, session_timeout_ms, timeout_ms)", offsetstore.ErrBadConfig, k)
+		}
+	}
+	connect := strings.TrimSpace(c["connect"])
+	if connect == "" {
+		return cfg, fmt.Errorf("%w: zk: config key \"connect\" (host:port[,host:port...]) is required", offsetstore.ErrBadConfig)
+	}
+	if strings.Contains(connect, "/") {
+		return cfg, fmt.Errorf("%w: zk: connect %q has a chroot suffix; set \"root\" instead", offsetstore.ErrBadConfig, connect)
+	}
+	for _, s := range strings.Split(connect, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.servers = append(cfg.servers, s)
+		}
+	}
+	if r, ok := c["root"]; ok {
+		r = strings.TrimRight(strings.TrimSpace(r), "/")
+		if r != "" && !strings.HasPrefix(r, "/") {
+			return cfg, fmt.Errorf("%w: zk: root %q must start with /", offsetstore.ErrBadConfig, c["root"])
+		}
+		if r != "" {
+			for _, part := range strings.Split(r[1:], "/") {
+				if err := validName(part); err != nil {
+					return cfg, fmt.Errorf("%w: zk: root %q: %v", offsetstore.ErrBadConfig, c["root"], err)
+				}
+			}
+		}
+		cfg.root = r
+	}
+	ms := func(key string, into *time.Duration) error {
+		v, ok := c[key]
+		if !ok {
+			return nil
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%w: zk: %s %q is not a positive number of milliseconds", offsetstore.ErrBadConfig, key, v)
+		}
+		*into = time.Duration(n) * time.Millisecond
+		return nil
+	}
+	if err := ms("session_timeout_ms", &cfg.sessionTimeout); err != nil {
+		return cfg, err
+	}
+	if err := ms("timeout_ms", &cfg.timeout); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Init connects to ZooKeeper and waits (bounded by ctx and timeout_ms) for
+// a session. Calling it again replaces the connection.
+func (s *Store) Init(ctx context.Context, req *offsetstore.InitRequest) error {
+	var conf map[string]string
+	if req != nil {
+		conf = req.Config
+	}
+	cfg, err := parseConfig(conf)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return offsetstore.ErrClosed
+	}
+	conn, events, err := zk.Connect(cfg.servers, cfg.sessionTimeout,
+		zk.WithLogger(stderrLogger()), zk.WithLogInfo(false))
+	if err != nil {
+		return fmt.Errorf("offsetstore/zk: connect %s: %w", strings.Join(cfg.servers, ","), err)
+	}
+	ctx, cancel := withTimeout(ctx, cfg.timeout)
+	defer cancel()
+	if err := waitSession(ctx, conn, events); err != nil {
+		conn.Close()
+		return fmt.Errorf("offsetstore/zk: connect %s: %w", strings.Join(cfg.servers, ","), err)
+	}
+	// The events channel must keep being drained or the client blocks.
+	go func() {
+		for range events {
+		}
+	}()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		conn.Close()
+		return offsetstore.ErrClosed
+	}
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	s.conn, s.root, s.servers, s.timeout = conn, cfg.root, strings.Join(cfg.servers, ","), cfg.timeout
+	s.known.Clear()
+	return nil
+}
+
+// stderrLogger routes the client's log lines to stderr (a plugin must
+// never write to stdout; the host turns stderr into log lines).
+func stderrLogger() zk.Logger {
+	return log.New(os.Stderr, "zk: ", 0)
+}
+
+// waitSession waits until conn has a session.
+func waitSession(ctx context.Context, conn *zk.Conn, events <-chan zk.Event) error {
+	for {
+		if conn.State() == zk.StateHasSession {
+			return nil
+		}
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return zk.ErrClosing
+			}
+			if ev.State == zk.StateHasSession {
+				return nil
+			}
+			if ev.State == zk.StateAuthFailed {
+				return zk.ErrAuthFailed
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("no session (state %v): %w", conn.State(), ctx.Err())
+		}
+	}
+}
+
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// sess is what one call uses: a snapshot of the store's connection.
+type sess struct {
+	conn    *zk.Conn
+	root    string
+	servers string
+	timeout time.Duration
+}
+
+// session returns the connection for a call, or why there is none.
+func (s *Store) session() (sess, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return sess{}, offsetstore.ErrClosed
+	case s.conn == nil:
+		return sess{}, offsetstore.ErrNotInitialized
+	}
+	return sess{s.conn, s.root, s.servers, s.timeout}, nil
+}
+
+// run runs fn, bounded by ctx and the store's timeout. The client has no
+// contexts: a request queued while the connection is down waits for the
+// next connection. On timeout run returns an error at once and fn finishes
+// (or fails) in the background; the caller must then assume nothing was
+// stored, which is the Store contract for any error. A write (exclusive)
+// first waits for the previous write to finish, however it ended.
+func (s *Store) run(ctx context.Context, op string, exclusive bool, fn func(conn *zk.Conn, root string) error) error {
+	ss, err := s.session()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := withTimeout(ctx, ss.timeout)
+	defer cancel()
+	if exclusive {
+		select {
+		case s.writing <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("offsetstore/zk: %s: an earlier commit to ZooKeeper %s is still unanswered (state %v): %w", op, ss.servers, ss.conn.State(), ctx.Err())
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := fn(ss.conn, ss.root)
+		if exclusive {
+			<-s.writing
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return s.describe(op, ss, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("offsetstore/zk: %s: no answer from ZooKeeper %s within the deadline (state %v): %w", op, ss.servers, ss.conn.State(), ctx.Err())
+	}
+}
+
+// describe turns a client error into one that says what happened.
+func (s *Store) describe(op string, ss sess, err error) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed && (errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrConnectionClosed)) {
+		return fmt.Errorf("offsetstore/zk: %s: %w", op, offsetstore.ErrClosed)
+	}
+	switch {
+	case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer):
+		return fmt.Errorf("offsetstore/zk: %s: connection to ZooKeeper %s lost (state %v): %w", op, ss.servers, ss.conn.State(), err)
+	case errors.Is(err, zk.ErrSessionExpired):
+		return fmt.Errorf("offsetstore/zk: %s: ZooKeeper session expired; retry: %w", op, err)
+	}
+	return fmt.Errorf("offsetstore/zk: %s: %w", op, err)
+}
+
+// nodePath is MetaQ's offset node of k under root.
+func nodePath(root string, k offsetstore.Key) string {
+	return root + "/consumers/" + k.Group + "/offsets/" + k.Topic + "/" +
+		strconv.Itoa(k.BrokerID) + "-" + strconv.FormatInt(int64(k.Partition), 10)
+}
+
+// nodeData is MetaQ's "<msgId>-<offset>".
+func nodeData(e offsetstore.Entry) []byte {
+	b := strconv.AppendInt(nil, e.MsgID, 10)
+	b = append(b, '-')
+	return strconv.AppendInt(b, e.Offset, 10)
+}
+
+// parseData reads "<msgId>-<offset>", or the bare "<offset>" MetaQ wrote
+// before 1.4 (msgId -1), the way MetaQ's ZkOffsetStorage does: split at the
+// last '-' unless it is the first character.
+func parseData(data []byte) (offset, msgID int64, err error) {
+	s := strings.TrimSpace(string(data))
+	msgID = -1
+	if i := strings.LastIndexByte(s, '-'); i > 0 {
+		if msgID, err = strconv.ParseInt(s[:i], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("msgId %q: %w", s[:i], err)
+		}
+		s = s[i+1:]
+	}
+	if offset, err = strconv.ParseInt(s, 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("offset %q: %w", s, err)
+	}
+	return offset, msgID, nil
+}
+
+// validName reports whether s can be one znode path component.
+// ZooKeeper's PathUtils rejects ".", "..", and these characters.
+func validName(s string) error {
+	switch s {
+	case "":
+		return errors.New("empty path component")
+	case ".", "..":
+		return fmt.Errorf("%q is not a valid znode name", s)
+	}
+	for _, r := range s {
+		if r == '/' || r <= 0x1f || (r >= 0x7f && r <= 0x9f) ||
+			(r >= 0xd800 && r <= 0xf8ff) || (r >= 0xfff0 && r <= 0xffff) {
+			return fmt.Errorf("%q holds %q, which a znode name cannot", s, r)
+		}
+	}
+	return nil
+}
+
+func validKey(k offsetstore.Key) error {
+	if err := offsetstore.ValidateKey(k); err != nil {
+		return err
+	}
+	if err := validName(k.Group); err != nil {
+		return fmt.Errorf("%w: group: %v", offsetstore.ErrInvalidEntry, err)
+	}
+	if err := validName(k.Topic); err != nil {
+		return fmt.Errorf("%w: topic: %v", offsetstore.ErrInvalidEntry, err)
+	}
+	return nil
+}
+
+// Commit stores entries (see the package doc for atomicity).
+func (s *Store) Commit(ctx context.Context, entries []offsetstore.Entry) error {
+	for _, e := range entries {
+		if err := offsetstore.ValidateEntry(e); err != nil {
+			return err
+		}
+		if err := validKey(e.Key); err != nil {
+			return err
+		}
+	}
+	if _, err := s.session(); err != nil || len(entries) == 0 {
+		return err
+	}
+	// The later entry of a key wins: keep each key's last entry, in the
+	// order of first appearance (a multi-op cannot create a node twice).
+	idx := make(map[offsetstore.Key]int, len(entries))
+	batch := make([]offsetstore.Entry, 0, len(entries))
+	for _, e := range entries {
+		if i, ok := idx[e.Key]; ok {
+			batch[i] = e
+			continue
+		}
+		idx[e.Key] = len(batch)
+		batch = append(batch, e)
+	}
+	return s.run(ctx, "commit", true, func(conn *zk.Conn, root string) error {
+		for len(batch) > 0 {
+			n := min(len(batch), MaxMultiOps)
+			if err := s.commitChunk(conn, root, batch[:n]); err != nil {
+				return err
+			}
+			batch = batch[n:]
+		}
+		return nil
+	})
+}
+
+// commitChunk writes up to MaxMultiOps distinct entries in one multi-op:
+// setData for nodes known to exist, create for the others (after creating
+// their parents). A race with another writer (NodeExists, NoNode) drops the
+// cache for the chunk's paths and retries.
+func (s *Store) commitChunk(conn *zk.Conn, root string, chunk []offsetstore.Entry) error {
+	paths := make([]string, len(chunk))
+	for i, e := range chunk {
+		paths[i] = nodePath(root, e.Key)
+	}
+	var err error
+	for attempt := 0; attempt < commitAttempts; attempt++ {
+		var exists []bool
+		if exists, err = s.prepare(conn, paths); err != nil {
+			return err
+		}
+		ops := make([]any, len(chunk))
+		for i, e := range chunk {
+			if exists[i] {
+				ops[i] = &zk.SetDataRequest{Path: paths[i], Data: nodeData(e), Version: -1}
+			} else {
+				ops[i] = &zk.CreateRequest{Path: paths[i], Data: nodeData(e), Acl: zk.WorldACL(zk.PermAll), Flags: 0}
+			}
+		}
+		var res []zk.MultiResponse
+		res, err = conn.Multi(ops...)
+		if err == nil {
+			for _, p := range paths {
+				s.known.Store(p, struct{}{})
+			}
+			return nil
+		}
+		if !raced(err, res) {
+			if op := failedOp(res, err); op >= 0 {
+				return fmt.Errorf("%s: %w", paths[op], err)
+			}
+			return err
+		}
+		// Someone created or deleted nodes under us: look again.
+		for _, p := range paths {
+			s.known.Delete(p)
+			s.known.Delete(parentOf(p))
+		}
+	}
+	return fmt.Errorf("nodes kept changing under concurrent writers after %d attempts: %w", commitAttempts, err)
+}
+
+// raced reports whether a multi-op failed because a node it sets was
+// missing or a node it creates existed.
+func raced(err error, res []zk.MultiResponse) bool {
+	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNodeExists) {
+		return true
+	}
+	for _, r := range res {
+		if errors.Is(r.Error, zk.ErrNoNode) || errors.Is(r.Error, zk.ErrNodeExists) {
+			return true
+		}
+	}
+	return false
+}
+
+// failedOp is the index of the op whose error a failed multi-op
+// returned, or -1.
+func failedOp(res []zk.MultiResponse, err error) int {
+	for i, r := range res {
+		if r.Error != nil && errors.Is(r.Error, err) {
+			return i
+		}
+	}
+	return -1
+}
+
+// prepare says which of paths exist, creating the missing parents. Paths
+// in the cache are taken as existing without a round trip.
+func (s *Store) prepare(conn *zk.Conn, paths []string) ([]bool, error) {
+	exists := make([]bool, len(paths))
+	var unknown []int
+	for i, p := range paths {
+		if _, ok := s.known.Load(p); ok {
+			exists[i] = true
+		} else {
+			unknown = append(unknown, i)
+		}
+	}
+	if len(unknown) == 0 {
+		return exists, nil
+	}
+	errs := parallel(len(unknown), func(j int) error {
+		ok, _, err := conn.Exists(paths[unknown[j]])
+		exists[unknown[j]] = ok
+		return err
+	})
+	if err := firstErr(errs); err != nil {
+		return nil, err
+	}
+	parents := map[string]bool{}
+	for _, i := range unknown {
+		if !exists[i] {
+			parents[parentOf(paths[i])] = true
+		} else {
+			s.known.Store(paths[i], struct{}{})
+		}
+	}
+	for dir := range parents {
+		if err := s.ensureDir(conn, dir); err != nil {
+			return nil, err
+		}
+	}
+	return exists, nil
+}
+
+// ensureDir creates dir and its missing ancestors as persistent nodes with
+// empty data, the way MetaQ's ZkUtils.makeSurePersistentPathExists does.
+func (s *Store) ensureDir(conn *zk.Conn, dir string) error {
+	if _, ok := s.known.Load(dir); ok || dir == "" || dir == "/" {
+		return nil
+	}
+	ok, _, err := conn.Exists(dir)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := s.ensureDir(conn, parentOf(dir)); err != nil {
+			return err
+		}
+		if _, err := conn.Create(dir, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	s.known.Store(dir, struct{}{})
+	return nil
+}
+
+func parentOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i > 0 {
+		return p[:i]
+	}
+	return "/"
+}
+
+// Load reads keys' nodes; a missing node is Found false. A node holding
+// something other than "<msgId>-<offset>" or "<offset>" is an error (a
+// store never silently resets a group's position).
+func (s *Store) Load(ctx context.Context, keys []offsetstore.Key) ([]offsetstore.Result, error) {
+	for _, k := range keys {
+		if err := validKey(k); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := s.session(); err != nil {
+		return nil, err
+	}
+	out := make([]offsetstore.Result, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	err := s.run(ctx, "load", false, func(conn *zk.Conn, root string) error {
+		res := make([]offsetstore.Result, len(keys))
+		errs := parallel(len(keys), func(i int) error {
+			k := keys[i]
+			res[i] = offsetstore.Result{Entry: offsetstore.Entry{Key: k, Offset: -1, MsgID: -1}}
+			p := nodePath(root, k)
+			data, _, err := conn.Get(p)
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			off, id, err := parseData(data)
+			if err != nil {
+				return fmt.Errorf("node %s holds %q, not <msgId>-<offset>: %v", p, data, err)
+			}
+			res[i].Offset, res[i].MsgID, res[i].Found = off, id, true
+			return nil
+		})
+		if err := firstErr(errs); err != nil {
+			return err
+		}
+		copy(out, res)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Close closes the session. Idempotent; later calls fail with ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	return nil
+}
+
+// parallel runs fn(0..n-1) on up to loadParallelism goroutines (the
+// client pipelines their requests on one connection) and returns each
+// call's error.
+func parallel(n int, fn func(i int) error) []error {
+	errs := make([]error, n)
+	if n == 1 {
+		errs[0] = fn(0)
+		return errs
+	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < min(n, loadParallelism); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				errs[i] = fn(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return errs
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
