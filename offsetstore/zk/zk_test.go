@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/offsetstore"
-	"github.com/metaq-go/metaq/offsetstore/internal/testsvc"
+	"github.com/metaq-go/metaq/core/testsvc"
 	"github.com/metaq-go/metaq/offsetstore/offsetstoretest"
 	"github.com/metaq-go/metaq/offsetstore/zk"
 )

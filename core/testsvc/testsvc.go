@@ -1,4 +1,4 @@
-// Package testsvc starts the real servers that integration tests talk to:
+// Package testsvc (test helpers, not API) starts the real servers that integration tests talk to:
 // ZooKeeper (Debian's zookeeper package) and MariaDB (Debian's
 // mariadb-server). Each server runs as a child of the test binary on a free
 // 127.0.0.1 port with a scratch data directory, and is stopped when the
