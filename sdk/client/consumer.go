@@ -89,7 +89,9 @@ type consumerConfig struct {
 	commitInterval time.Duration // 0: no periodic commits
 	maxRetries     int
 	retryBackoff   time.Duration
-	onReject       RejectFunc
+
+	reject          RejectPolicy // nil: RecoverLocally("") with a group, else Drop()
+	recoverInterval time.Duration
 }
 
 // WithGroup sets the consumer group. Default DefaultGroup. A consumer
@@ -177,10 +179,15 @@ func WithRetries(n int, backoff time.Duration) ConsumerOption {
 	})
 }
 
-// WithOnReject sets the hook for messages that failed every attempt.
-// Default: log at Error level and skip the message.
+// WithOnReject sets the hook for messages that failed every attempt: the
+// same as WithRejectPolicy(f); nil restores the default policy.
 func WithOnReject(f RejectFunc) ConsumerOption {
-	return consumerOpt(func(c *consumerConfig) { c.onReject = f })
+	return consumerOpt(func(c *consumerConfig) {
+		c.reject = nil
+		if f != nil {
+			c.reject = f
+		}
+	})
 }
 
 // partState is one assigned partition.
@@ -210,6 +217,11 @@ type Consumer struct {
 	closed   bool
 	closeCh  chan struct{}
 	commitMu sync.Mutex
+
+	// Set by NewConsumer from the reject policy: rejectFn for every policy
+	// but RecoverLocally, which sets recoverDir instead.
+	rejectFn   func(context.Context, *message.Message, error) error
+	recoverDir string
 }
 
 // NewConsumer returns a consumer of topic at the broker at addr. It
@@ -217,7 +229,8 @@ type Consumer struct {
 func NewConsumer(addr, topic string, opts ...ConsumerOption) (*Consumer, error) {
 	cfg := consumerConfig{conn: defaultConnOptions(), logger: slog.Default(), group: DefaultGroup, start: Earliest,
 		fetchSize: DefaultMaxFetchSize, fetchLimit: DefaultMaxFetchSizeLimit, maxDelay: DefaultMaxFetchDelay,
-		commitInterval: DefaultCommitInterval, maxRetries: DefaultMaxRetries, retryBackoff: DefaultRetryBackoff}
+		commitInterval: DefaultCommitInterval, maxRetries: DefaultMaxRetries, retryBackoff: DefaultRetryBackoff,
+		recoverInterval: DefaultRecoverInterval}
 	for _, o := range opts {
 		o.applyConsumer(&cfg)
 	}
@@ -233,14 +246,8 @@ func NewConsumer(addr, topic string, opts ...ConsumerOption) (*Consumer, error) 
 		cfg.fetchLimit = cfg.fetchSize
 	}
 	cfg.conn.maxReply = max(cfg.conn.maxReply, cfg.fetchLimit+64<<10)
-	if cfg.onReject == nil {
-		l := cfg.logger
-		cfg.onReject = func(_ context.Context, m *message.Message, err error) {
-			l.Error("metaq: message rejected after retries", "topic", m.Topic, "partition", m.Partition,
-				"offset", m.Offset, "id", m.ID, "err", err)
-		}
-	}
 	c := &Consumer{cfg: cfg, cn: newConn(addr, cfg.conn), topic: topic, closeCh: make(chan struct{})}
+	c.resolveReject()
 	if !cfg.storeSet && cfg.groupSet {
 		c.cfg.store = &BrokerOffsetStore{cn: c.cn}
 	}
@@ -494,16 +501,29 @@ func (c *Consumer) commitLoop(ctx context.Context) {
 // over the fetch size limit). Messages of one partition are handled one at
 // a time, in order; different partitions are handled concurrently, so h
 // must be safe for concurrent use. A failing message is retried (see
-// WithRetries) and then passed to the reject hook. Consume returns ctx's
-// error, ErrClosed, or the partition's error.
+// WithRetries) and then passed to the reject policy (WithRejectPolicy),
+// which has it before the consumer moves past it; with RecoverLocally,
+// Consume also replays the recovery store to h in the background.
+// Consume returns ctx's error, ErrClosed, the partition's error, or an
+// error opening the recovery store.
 func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 	rctx, cancel, finish, err := c.startRun(ctx)
 	if err != nil {
 		return err
 	}
 	defer finish()
+	rej, rs, err := c.startRecover()
+	if err != nil {
+		return err
+	}
+	if rs != nil {
+		defer rs.release() // after the run's goroutines, before finish
+	}
 	errCh := make(chan error, 1)
 	var wg sync.WaitGroup
+	if rs != nil {
+		wg.Go(func() { c.replayLoop(rctx, rs, h) })
+	}
 	for _, ps := range c.parts {
 		ch := make(chan *fetched, 1)
 		wg.Add(2)
@@ -531,7 +551,7 @@ func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 				}
 				for i := range f.msgs {
 					m := &f.msgs[i]
-					if !c.handle(rctx, m, h) {
+					if !c.handle(rctx, m, h, rej) {
 						return
 					}
 					ps.lastID.Store(m.ID)
@@ -561,9 +581,10 @@ func (c *Consumer) runErr(ctx context.Context, err error) error {
 	return ErrClosed
 }
 
-// handle runs h on m with retries; false means ctx ended first and m was
-// not handled.
-func (c *Consumer) handle(ctx context.Context, m *message.Message, h Handler) bool {
+// handle runs h on m with retries, then hands it to rej; false means ctx
+// ended first and m was not handled (nor rejected).
+func (c *Consumer) handle(ctx context.Context, m *message.Message, h Handler,
+	rej func(context.Context, *message.Message, error) error) bool {
 	for attempt := 0; ; attempt++ {
 		err := h(ctx, m)
 		if err == nil {
@@ -573,8 +594,7 @@ func (c *Consumer) handle(ctx context.Context, m *message.Message, h Handler) bo
 			return false
 		}
 		if attempt >= c.cfg.maxRetries {
-			c.cfg.onReject(ctx, m, err)
-			return true
+			return c.reject(ctx, m, err, rej)
 		}
 		d := c.cfg.retryBackoff << min(attempt, 5)
 		if !sleepCtx(ctx, d) {
