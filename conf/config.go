@@ -2,7 +2,9 @@
 //
 // The file is TOML. Top-level keys are the snake_case forms of MetaQ's
 // server.ini [system] keys, and each [[topic]] table corresponds to a
-// [topic=<name>] section. There is no [system] or [zookeeper] table.
+// [topic=<name>] section. There is no [system] table; MetaQ's [zookeeper]
+// section is the [zookeeper] table (see [ZooKeeper]), whose empty connect
+// string (the default) means local mode.
 //
 // A topic table may override num_partitions, unflush_threshold,
 // unflush_interval, data_dir, delete_policy, accept_publish,
@@ -94,6 +96,8 @@ type Config struct {
 	Plugins []Plugin `toml:"plugin"`
 	// Topics are the [[topic]] tables, in file order.
 	Topics []Topic `toml:"topic"`
+	// ZooKeeper is the [zookeeper] table: cluster mode when Connect is set.
+	ZooKeeper ZooKeeper `toml:"zookeeper"`
 
 	path  string
 	raw   []byte
@@ -116,6 +120,37 @@ type Topic struct {
 	// Filters are the topic's [[topic.filter]] tables: the server-side
 	// filter per consumer group (MetaQ's group.<g>=<class>).
 	Filters []TopicFilter `toml:"filter"`
+}
+
+// ZooKeeper is the [zookeeper] table (MetaQ's [zookeeper] section, §4 of
+// the reference). An empty Connect (the default) is local mode: the broker
+// does not register anywhere.
+type ZooKeeper struct {
+	// Connect is the ZooKeeper connect string, "host:port[,host:port...]"
+	// (MetaQ's zk.zkConnect), without a chroot suffix: set Root instead.
+	Connect string `toml:"connect"`
+	// Root is the root of MetaQ's znodes (zk.zkRoot). Default "/meta".
+	Root string `toml:"root"`
+	// SessionTimeout is the session timeout in milliseconds
+	// (zk.zkSessionTimeoutMs), >= 1000. Default 30000.
+	SessionTimeout int `toml:"session_timeout"`
+	// ConnectionTimeout bounds one connection attempt, in milliseconds
+	// (zk.zkConnectionTimeoutMs), >= 1000. Default 30000.
+	ConnectionTimeout int `toml:"connection_timeout"`
+}
+
+// Enabled reports whether ZooKeeper is configured (cluster mode).
+func (z ZooKeeper) Enabled() bool { return z.Connect != "" }
+
+// Servers returns the connect string's host:port entries.
+func (z ZooKeeper) Servers() []string {
+	var out []string
+	for _, s := range strings.Split(z.Connect, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // TopicConfig is a topic's effective settings, with inheritance resolved and
@@ -159,6 +194,11 @@ func Default() *Config {
 		LogLevel:            "info",
 		PluginDir:           DefaultPluginDir,
 		OffsetStore:         OffsetStoreBuiltin,
+		ZooKeeper: ZooKeeper{
+			Root:              "/meta",
+			SessionTimeout:    30000,
+			ConnectionTimeout: 30000,
+		},
 	}
 }
 
@@ -295,20 +335,21 @@ func (c *Config) line(key string) int {
 }
 
 // Field tables: toml key -> struct field index. Arrays of tables
-// ([[topic]], [[plugin]], [[topic.filter]]) are decoded separately and are
-// not in them.
+// ([[topic]], [[plugin]], [[topic.filter]]) and tables ([zookeeper]) are
+// decoded separately and are not in them.
 var (
 	topFields    = tagIndex(reflect.TypeOf(Config{}))
 	topicFields  = tagIndex(reflect.TypeOf(Topic{}))
 	pluginFields = tagIndex(reflect.TypeOf(Plugin{}))
 	filterFields = tagIndex(reflect.TypeOf(TopicFilter{}))
+	zkFields     = tagIndex(reflect.TypeOf(ZooKeeper{}))
 )
 
 func tagIndex(t reflect.Type) map[string]int {
 	m := map[string]int{}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		if f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct {
+		if f.Type.Kind() == reflect.Struct || f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct {
 			continue
 		}
 		if tag := f.Tag.Get("toml"); tag != "" {
@@ -341,6 +382,13 @@ func (d *decoder) decodeTop(c *Config, root map[string]any) {
 			continue
 		case "plugin":
 			d.decodePlugins(c, v)
+			continue
+		case "zookeeper":
+			if m, ok := v.(map[string]any); ok {
+				d.decodeTable("zookeeper", m, reflect.ValueOf(&c.ZooKeeper).Elem(), zkFields, "zookeeper")
+			} else {
+				d.add(k, "must be a table ([zookeeper]), got %s", tomlType(v))
+			}
 			continue
 		}
 		i, ok := topFields[k]
@@ -510,11 +558,17 @@ var metaqNames = map[string]string{
 	"server_port": "port",
 	"host_name":   "host",
 	"data_path":   "data_dir",
+	// [zookeeper] keys (zk.zkConnect and so on).
+	"zk_connect":               "connect",
+	"zk_root":                  "root",
+	"zk_session_timeout_ms":    "session_timeout",
+	"zk_connection_timeout_ms": "connection_timeout",
 }
 
 // knownKeys are the keys of each kind of table ("" is the top level).
 var knownKeys = map[string]map[string]int{
 	"": topFields, "topic": topicFields, "plugin": pluginFields, "topic.filter": filterFields,
+	"zookeeper": zkFields,
 }
 
 // unknown reports an unknown key of table tbl ("", "topic", "plugin",
@@ -526,7 +580,7 @@ func (d *decoder) unknown(full, k string, tbl string) {
 	snake := snakeCase(k)
 	alias, isAlias := metaqNames[snake]
 	switch {
-	case tbl == "" && (k == "system" || k == "zookeeper"):
+	case tbl == "" && k == "system":
 		msg += fmt.Sprintf(" (there is no [%s] table; set broker keys at the top level)", k)
 	case isAlias:
 		msg += fmt.Sprintf(" (MetaQ's %s is %q here)", k, alias)

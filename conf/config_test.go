@@ -395,3 +395,50 @@ func TestEditDistance(t *testing.T) {
 	require.Equal(t, 3, editDistance("p", "port"))
 	require.Equal(t, "", closest("xyzzy", topFields))
 }
+
+func TestZooKeeperTable(t *testing.T) {
+	// Default: local mode.
+	c, err := Parse([]byte(oneTopic), "x.toml")
+	require.NoError(t, err)
+	require.Equal(t, ZooKeeper{Root: "/meta", SessionTimeout: 30000, ConnectionTimeout: 30000}, c.ZooKeeper)
+	require.False(t, c.ZooKeeper.Enabled())
+
+	// The sample documents every key and still starts without ZooKeeper.
+	s, err := Load("server.toml")
+	require.NoError(t, err)
+	require.False(t, s.ZooKeeper.Enabled())
+	for k := range zkFields {
+		require.Contains(t, string(s.Raw()), "\n# "+k+" = ", "sample does not show %s", k)
+	}
+
+	c, err = Parse([]byte("port = 1\n[zookeeper]\nconnect = \"a:1, b:2\"\nroot = \"/x/y\"\nsession_timeout = 4000\nconnection_timeout = 1000\n"+oneTopic), "x.toml")
+	require.NoError(t, err)
+	require.Equal(t, ZooKeeper{Connect: "a:1, b:2", Root: "/x/y", SessionTimeout: 4000, ConnectionTimeout: 1000}, c.ZooKeeper)
+	require.True(t, c.ZooKeeper.Enabled())
+	require.Equal(t, []string{"a:1", "b:2"}, c.ZooKeeper.Servers())
+	require.Equal(t, []string{"t"}, c.TopicNames())
+
+	// Problems are collected and positioned.
+	e := parseErr(t, oneTopic+"[zookeeper]\nconnect = \"h:1/chroot\"\nroot = \"meta\"\nsession_timeout = 999\nconnection_timeout = 0\n")
+	require.Equal(t, strings.Join([]string{
+		`server.toml:4: zookeeper.connect: must not have a chroot suffix (set zookeeper.root instead), got "h:1/chroot"`,
+		`server.toml:5: zookeeper.root: must start with "/", got "meta"`,
+		"server.toml:6: zookeeper.session_timeout: must be >= 1000, got 999",
+		"server.toml:7: zookeeper.connection_timeout: must be >= 1000, got 0",
+	}, "\n"), e.Error())
+	e = parseErr(t, oneTopic+"[zookeeper]\nroot = \"/meta/\"\nsession_timeout = \"x\"\nzkConnect = \"h:1\"\nconect = \"h:1\"\n")
+	require.Equal(t, strings.Join([]string{
+		`server.toml:4: zookeeper.root: must not end with "/", got "/meta/"`,
+		`server.toml:5: zookeeper.session_timeout: must be an integer, got string "x"`,
+		`server.toml:6: unknown key "zookeeper.zkConnect" (MetaQ's zkConnect is "connect" here)`,
+		`server.toml:7: unknown key "zookeeper.conect" (did you mean "connect"?)`,
+	}, "\n"), e.Error())
+	e = parseErr(t, "zookeeper = \"h:1\"\n"+oneTopic)
+	require.Equal(t, `server.toml:1: zookeeper: must be a table ([zookeeper]), got string`, e.Error())
+
+	// Validate sees flag overrides.
+	c, err = Parse([]byte(oneTopic), "x.toml")
+	require.NoError(t, err)
+	c.ZooKeeper.Root = ""
+	require.ErrorContains(t, c.Validate(), `zookeeper.root: must start with "/"`)
+}

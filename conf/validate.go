@@ -192,6 +192,7 @@ func (c *Config) check() []Problem {
 	}
 
 	k.checkPlugins(c)
+	k.zookeeper(&c.ZooKeeper)
 
 	if len(c.Topics) == 0 && !c.AutoCreateTopics {
 		k.add("topic", "at least one [[topic]] is required unless auto_create_topics = true")
@@ -246,4 +247,25 @@ func (k *checker) topic(i int, t *Topic, first map[string]int) {
 		k.policy(p+"delete_policy", *t.DeletePolicy)
 	}
 	k.checkFilters(p, t.Filters)
+}
+
+func (k *checker) zookeeper(z *ZooKeeper) {
+	if z.Connect != "" {
+		switch {
+		case strings.Contains(z.Connect, "/"):
+			k.add("zookeeper.connect", "must not have a chroot suffix (set zookeeper.root instead), got %q", z.Connect)
+		case len(z.Servers()) == 0:
+			k.add("zookeeper.connect", `must be "host:port[,host:port...]", got %q`, z.Connect)
+		}
+	}
+	switch {
+	case !strings.HasPrefix(z.Root, "/"):
+		k.add("zookeeper.root", `must start with "/", got %q`, z.Root)
+	case len(z.Root) > 1 && strings.HasSuffix(z.Root, "/"):
+		k.add("zookeeper.root", `must not end with "/", got %q`, z.Root)
+	case strings.Contains(z.Root, "//"):
+		k.add("zookeeper.root", `must not contain an empty path element, got %q`, z.Root)
+	}
+	k.min("zookeeper.session_timeout", int64(z.SessionTimeout), 1000)
+	k.min("zookeeper.connection_timeout", int64(z.ConnectionTimeout), 1000)
 }

@@ -1,8 +1,9 @@
 // Command metaq-server runs a metaq-go broker.
 //
-//	metaq-server --config conf/server.toml [--port N] [--data-dir DIR] [--broker-id N] [--host ADDR]
+//	metaq-server --config conf/server.toml [--port N] [--data-dir DIR] [--broker-id N] [--host ADDR] [--zk CONNECT]
 //
-// Flags override the file, so one file can start several brokers.
+// Flags override the file, so one file can start several brokers. --zk sets
+// [zookeeper] connect (cluster mode: the broker registers in ZooKeeper).
 package main
 
 import (
@@ -28,6 +29,7 @@ func run(args []string) int {
 	host := fs.String("host", "", "listen address (overrides the file)")
 	dataDir := fs.String("data-dir", "", "data `directory` (overrides the file)")
 	brokerID := fs.Int("broker-id", -1, "broker id 0..1023 (overrides the file)")
+	zkConnect := fs.String("zk", "", "ZooKeeper connect string `host:port[,host:port...]` (overrides [zookeeper] connect; enables cluster mode)")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -53,6 +55,9 @@ func run(args []string) int {
 	}
 	if *brokerID >= 0 {
 		cfg.BrokerID = *brokerID
+	}
+	if *zkConnect != "" {
+		cfg.ZooKeeper.Connect = *zkConnect
 	}
 	if err := cfg.Validate(); err != nil {
 		logger.Printf("config: %v", err)

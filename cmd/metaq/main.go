@@ -71,6 +71,7 @@ func init() {
 		{"stats", "print the broker's stats [item]", cmdStats},
 		{"topics", "list topics with partitions, offsets and message counts", cmdTopics},
 		{"plugins", "list the broker's plugin processes", cmdPlugins},
+		{"cluster", "show brokers and topics registered in ZooKeeper", cmdCluster},
 		{"bench", "benchmarks: produce, consume, rtt, raw, all", cmdBench},
 		{"version", "print the client (and broker) version", cmdVersion},
 		{"help", "show help for a command", cmdHelp},

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/plugins/host"
 )
@@ -64,6 +65,9 @@ type Broker struct {
 	// filters and offsets are set up by initFilters and initOffsetStore.
 	filters filterSet
 	offsets offsetState
+	// reg is the ZooKeeper registration (cluster mode), set by Serve
+	// under mu; nil in local mode.
+	reg *registry.Registry
 }
 
 type topic struct {
@@ -186,6 +190,9 @@ func (b *Broker) openTopic(name string) (*topic, error) {
 		t.parts = append(t.parts, l)
 	}
 	b.topics[name] = t
+	if b.reg != nil {
+		b.reg.AddTopic(registryTopic(tc))
+	}
 	b.names = append(b.names, name)
 	sort.Strings(b.names)
 	return t, nil
@@ -241,13 +248,22 @@ func (b *Broker) Start() error {
 	return b.Serve(ln)
 }
 
-// Serve serves connections from ln in the background.
+// Serve serves connections from ln in the background. In cluster mode
+// ([zookeeper] connect set) it also registers the broker in ZooKeeper with
+// ln's port, waiting at most zookeeper.connection_timeout for that (see
+// startRegistry).
 func (b *Broker) Serve(ln net.Listener) error {
 	b.ln = ln
+	if b.cfg.ZooKeeper.Enabled() {
+		if err := b.openRegistry(); err != nil {
+			return err
+		}
+	}
 	b.wg.Add(2)
 	go b.acceptLoop()
 	go b.retentionLoop()
 	b.logf("broker %d listening on %s (%s)", b.cfg.BrokerID, ln.Addr(), Version)
+	b.waitRegistered()
 	return nil
 }
 
@@ -367,6 +383,15 @@ func (b *Broker) topicList() []*topic {
 func (b *Broker) Close() error {
 	if b.closed.Swap(true) {
 		return nil
+	}
+	// Unregister first, so clients stop choosing this broker.
+	b.mu.RLock()
+	reg := b.reg
+	b.mu.RUnlock()
+	if reg != nil {
+		if err := reg.Close(); err != nil {
+			b.logf("%v", err)
+		}
 	}
 	close(b.done)
 	if b.ln != nil {

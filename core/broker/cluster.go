@@ -1,0 +1,111 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/registry"
+)
+
+// Cluster mode: the broker registers itself in ZooKeeper (core/registry)
+// once its listener is bound, so the registered URI carries the real port.
+//
+// A ZooKeeper that is down or slow at start does not stop the broker:
+// Serve waits at most zookeeper.connection_timeout for the first
+// registration (MetaQ waits that long and then fails to start); after that
+// the broker serves anyway, logs it, and the registry keeps trying in the
+// background, registering as soon as ZooKeeper answers.
+
+// openRegistry starts the registration (without waiting for it) with the
+// topics open now; topics created later are added by openTopic.
+func (b *Broker) openRegistry() error {
+	zc := b.cfg.ZooKeeper
+	port := 0
+	if a, ok := b.ln.Addr().(*net.TCPAddr); ok {
+		port = a.Port
+	}
+	host := advertiseHost(b.cfg.Host)
+	if host != b.cfg.Host {
+		b.logf("registry: host %q is not an address clients can use; advertising %s", b.cfg.Host, host)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Open must not wait: Serve waits after starting to accept
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var topics []registry.Topic
+	for _, n := range b.names {
+		topics = append(topics, registryTopic(b.topics[n].cfg))
+	}
+	r, err := registry.Open(ctx, registry.Options{
+		Connect:        zc.Connect,
+		Root:           zc.Root,
+		SessionTimeout: time.Duration(zc.SessionTimeout) * time.Millisecond,
+		BrokerID:       b.cfg.BrokerID,
+		URI:            "meta://" + net.JoinHostPort(host, strconv.Itoa(port)),
+		ConfigChecksum: b.configChecksum(),
+		Topics:         topics,
+		Logf:           b.logf,
+	})
+	if err != nil {
+		return fmt.Errorf("zookeeper: %w", err)
+	}
+	b.reg = r
+	return nil
+}
+
+// waitRegistered waits for the first registration, at most
+// zookeeper.connection_timeout.
+func (b *Broker) waitRegistered() {
+	b.mu.RLock()
+	r := b.reg
+	b.mu.RUnlock()
+	if r == nil {
+		return
+	}
+	d := time.Duration(b.cfg.ZooKeeper.ConnectionTimeout) * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := r.Wait(ctx); err != nil {
+		b.logf("registry: broker %d is not registered in ZooKeeper %s after %v; serving anyway and registering in the background",
+			b.cfg.BrokerID, b.cfg.ZooKeeper.Connect, d)
+	}
+}
+
+// Registered reports whether the broker is registered in ZooKeeper under
+// its current session (false in local mode).
+func (b *Broker) Registered() bool {
+	b.mu.RLock()
+	r := b.reg
+	b.mu.RUnlock()
+	return r != nil && r.Registered()
+}
+
+func registryTopic(tc conf.TopicConfig) registry.Topic {
+	return registry.Topic{
+		Name:            tc.Name,
+		NumPartitions:   tc.NumPartitions,
+		AcceptPublish:   tc.AcceptPublish,
+		AcceptSubscribe: tc.AcceptSubscribe,
+	}
+}
+
+// advertiseHost is the host put in the registered URI: the listen host,
+// or for a wildcard listen address the first non-loopback IPv4 address of
+// this machine (127.0.0.1 if there is none).
+func advertiseHost(h string) string {
+	ip := net.ParseIP(h)
+	if h != "" && (ip == nil || !ip.IsUnspecified()) {
+		return h
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return "127.0.0.1"
+}

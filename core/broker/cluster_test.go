@@ -1,0 +1,171 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/testsvc"
+)
+
+func TestMain(m *testing.M) { testsvc.Main(m) }
+
+func clusterBroker(t *testing.T, zkAddr, root string, id int) *Broker {
+	t.Helper()
+	cfg := conf.Default()
+	cfg.Port = 0
+	cfg.BrokerID = id
+	cfg.DataDir = t.TempDir()
+	cfg.NumPartitions = 2
+	cfg.AutoCreateTopics = true
+	pubOff := false
+	cfg.Topics = []conf.Topic{{Name: "t"}, {Name: "nopub", AcceptPublish: &pubOff}}
+	cfg.ZooKeeper.Connect = zkAddr
+	cfg.ZooKeeper.Root = root
+	cfg.ZooKeeper.SessionTimeout = 4000
+	cfg.ZooKeeper.ConnectionTimeout = 1000
+	b, err := New(cfg, Options{Logf: t.Logf})
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func zkGet(c *zk.Conn, p string) (string, error) {
+	v, _, err := c.Get(p)
+	return string(v), err
+}
+
+func waitFor(t *testing.T, d time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkBroker checks broker b's nodes (as the registry writes them) under root.
+func checkBroker(c *zk.Conn, root string, b *Broker) error {
+	_, port, _ := net.SplitHostPort(b.Addr())
+	id := strconv.Itoa(b.cfg.BrokerID)
+	want := map[string]string{
+		root + "/brokers/ids/" + id:                             "meta://127.0.0.1:" + port,
+		root + "/brokers/ids/" + id + "/master":                 "meta://127.0.0.1:" + port,
+		root + "/brokers/ids/" + id + "/master_config_checksum": fmt.Sprint(b.configChecksum()),
+		root + "/brokers/topics-pub/t/" + id + "-m":             `{"numParts":2,"broker":"` + id + `-m"}`,
+		root + "/brokers/topics-sub/t/" + id + "-m":             `{"numParts":2,"broker":"` + id + `-m"}`,
+		root + "/brokers/topics-sub/nopub/" + id + "-m":         `{"numParts":2,"broker":"` + id + `-m"}`,
+		root + "/brokers/topics/nopub/" + id + "-m":             "2",
+	}
+	for p, w := range want {
+		v, err := zkGet(c, p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		if v != w {
+			return fmt.Errorf("%s = %q, want %q", p, v, w)
+		}
+	}
+	if ok, _, _ := c.Exists(root + "/brokers/topics-pub/nopub/" + id + "-m"); ok {
+		return errors.New("topics-pub/nopub exists")
+	}
+	return nil
+}
+
+func zkClient(t *testing.T, addr string) *zk.Conn {
+	c, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogInfo(false))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// TestClusterTwoBrokers: brokers 1 and 2 (port 0) register side by side
+// with their real ports; an auto-created topic is added; Close unregisters.
+func TestClusterTwoBrokers(t *testing.T) {
+	addr := testsvc.ZooKeeper(t)
+	root := "/brokertest"
+	b1 := clusterBroker(t, addr, root, 1)
+	b2 := clusterBroker(t, addr, root, 2)
+	require.True(t, b1.Registered())
+	require.True(t, b2.Registered())
+	c := zkClient(t, addr)
+	require.NoError(t, checkBroker(c, root, b1))
+	require.NoError(t, checkBroker(c, root, b2))
+	ids, _, err := c.Children(root + "/brokers/ids")
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"1", "2"}, ids)
+
+	_, err = b1.lookup([]byte("auto"), true)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, func() error {
+		v, err := zkGet(c, root+"/brokers/topics-pub/auto/1-m")
+		if err == nil && v != `{"numParts":2,"broker":"1-m"}` {
+			err = fmt.Errorf("data %q", v)
+		}
+		return err
+	})
+
+	require.NoError(t, b1.Close())
+	ids, _, err = c.Children(root + "/brokers/ids")
+	require.NoError(t, err)
+	require.Equal(t, []string{"2"}, ids)
+	kids, _, err := c.Children(root + "/brokers/topics-sub/t")
+	require.NoError(t, err)
+	require.Equal(t, []string{"2-m"}, kids)
+}
+
+// TestClusterZooKeeperDownAtStart: the broker serves within the
+// connection timeout though ZooKeeper is down, and registers when it comes up.
+func TestClusterZooKeeperDownAtStart(t *testing.T) {
+	z := testsvc.NewZooKeeper(t)
+	z.Stop()
+	start := time.Now()
+	b := clusterBroker(t, z.Addr(), "/meta", 3)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.False(t, b.Registered())
+	nc, err := net.DialTimeout("tcp", b.Addr(), time.Second)
+	require.NoError(t, err, "the broker serves without ZooKeeper")
+	nc.Close()
+
+	require.NoError(t, z.Start())
+	up := time.Now()
+	waitFor(t, 20*time.Second, func() error {
+		if !b.Registered() {
+			return errors.New("not registered")
+		}
+		return nil
+	})
+	t.Logf("registered %v after ZooKeeper started", time.Since(up))
+	require.NoError(t, checkBroker(zkClient(t, z.Addr()), "/meta", b))
+}
+
+func TestLocalModeHasNoRegistry(t *testing.T) {
+	b := startBroker(t, 0)
+	require.Nil(t, b.reg)
+	require.False(t, b.Registered())
+}
+
+func TestAdvertiseHost(t *testing.T) {
+	require.Equal(t, "10.1.2.3", advertiseHost("10.1.2.3"))
+	require.Equal(t, "broker.example", advertiseHost("broker.example"))
+	for _, h := range []string{"0.0.0.0", "::", ""} {
+		got := advertiseHost(h)
+		ip := net.ParseIP(got)
+		require.NotNil(t, ip, got)
+		require.False(t, ip.IsUnspecified())
+	}
+}

@@ -1,0 +1,180 @@
+package registry
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Cluster is what the brokers registered under a root, as Read found it.
+type Cluster struct {
+	Root    string         `json:"root"`
+	Brokers []BrokerInfo   `json:"brokers"`
+	Topics  []TopicBrokers `json:"topics"`
+}
+
+// BrokerInfo is one R/brokers/ids/<id>.
+type BrokerInfo struct {
+	ID int `json:"id"`
+	// Master is ids/<id>/master ("" if the broker has no live master).
+	Master string `json:"master"`
+	// Slaves are the ids/<id>/slave<N> nodes by name.
+	Slaves map[string]string `json:"slaves,omitempty"`
+	// ConfigChecksum is ids/<id>/master_config_checksum.
+	ConfigChecksum string `json:"config_checksum,omitempty"`
+}
+
+// TopicBrokers is one topic: the brokers that registered it.
+type TopicBrokers struct {
+	Name    string           `json:"name"`
+	Brokers []TopicPartition `json:"brokers"`
+}
+
+// TopicPartition is one broker's registration of a topic, from
+// topics-pub/<t>/<broker> and topics-sub/<t>/<broker>.
+type TopicPartition struct {
+	// Broker is the node name, "<id>-m" or "<id>-s<N>".
+	Broker   string `json:"broker"`
+	BrokerID int    `json:"broker_id"`
+	// NumParts is the partition count registered (pub's if both differ).
+	NumParts  int  `json:"num_parts"`
+	Publish   bool `json:"publish"`
+	Subscribe bool `json:"subscribe"`
+}
+
+// Read reads the registered brokers and topics under root ("" means
+// DefaultRoot) with a connected client. Missing subtrees read as empty.
+func Read(c *zk.Conn, root string) (*Cluster, error) {
+	if root == "" {
+		root = DefaultRoot
+	}
+	root = strings.TrimRight(root, "/")
+	cl := &Cluster{Root: root, Brokers: []BrokerInfo{}, Topics: []TopicBrokers{}}
+	if cl.Root == "" {
+		cl.Root = "/"
+	}
+	ids, err := children(c, root+"/brokers/ids")
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range ids {
+		id, err := strconv.Atoi(s)
+		if err != nil {
+			continue
+		}
+		b := BrokerInfo{ID: id}
+		base := root + "/brokers/ids/" + s
+		kids, err := children(c, base)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range kids {
+			v, err := data(c, base+"/"+k)
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case k == "master":
+				b.Master = v
+			case k == "master_config_checksum":
+				b.ConfigChecksum = v
+			case strings.HasPrefix(k, "slave") && !strings.Contains(k, "config_checksum"):
+				if b.Slaves == nil {
+					b.Slaves = map[string]string{}
+				}
+				b.Slaves[k] = v
+			}
+		}
+		cl.Brokers = append(cl.Brokers, b)
+	}
+	sort.Slice(cl.Brokers, func(i, j int) bool { return cl.Brokers[i].ID < cl.Brokers[j].ID })
+
+	topics := map[string]map[string]*TopicPartition{}
+	for _, kind := range []string{"topics-pub", "topics-sub"} {
+		names, err := children(c, root+"/brokers/"+kind)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range names {
+			brokers, err := children(c, root+"/brokers/"+kind+"/"+t)
+			if err != nil {
+				return nil, err
+			}
+			for _, bn := range brokers {
+				v, err := data(c, root+"/brokers/"+kind+"/"+t+"/"+bn)
+				if err != nil {
+					return nil, err
+				}
+				if v == "" {
+					continue // vanished meanwhile
+				}
+				var tb struct {
+					NumParts int    `json:"numParts"`
+					Broker   string `json:"broker"`
+				}
+				if err := json.Unmarshal([]byte(v), &tb); err != nil {
+					return nil, fmt.Errorf("%s/brokers/%s/%s/%s: bad data %q: %v", root, kind, t, bn, v, err)
+				}
+				if topics[t] == nil {
+					topics[t] = map[string]*TopicPartition{}
+				}
+				tp := topics[t][bn]
+				if tp == nil {
+					id, _, _ := strings.Cut(bn, "-")
+					n, _ := strconv.Atoi(id)
+					tp = &TopicPartition{Broker: bn, BrokerID: n, NumParts: tb.NumParts}
+					topics[t][bn] = tp
+				}
+				if kind == "topics-pub" {
+					tp.Publish = true
+				} else {
+					tp.Subscribe = true
+				}
+			}
+		}
+	}
+	for name, m := range topics {
+		tb := TopicBrokers{Name: name}
+		for _, tp := range m {
+			tb.Brokers = append(tb.Brokers, *tp)
+		}
+		sort.Slice(tb.Brokers, func(i, j int) bool {
+			a, b := tb.Brokers[i], tb.Brokers[j]
+			if a.BrokerID != b.BrokerID {
+				return a.BrokerID < b.BrokerID
+			}
+			return a.Broker < b.Broker
+		})
+		cl.Topics = append(cl.Topics, tb)
+	}
+	sort.Slice(cl.Topics, func(i, j int) bool { return cl.Topics[i].Name < cl.Topics[j].Name })
+	return cl, nil
+}
+
+func children(c *zk.Conn, p string) ([]string, error) {
+	kids, _, err := c.Children(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	sort.Strings(kids)
+	return kids, nil
+}
+
+func data(c *zk.Conn, p string) (string, error) {
+	v, _, err := c.Get(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", p, err)
+	}
+	return string(v), nil
+}

@@ -1,0 +1,597 @@
+// Package registry registers a broker in ZooKeeper with MetaQ's znode
+// layout (reference §5), so MetaQ clients and metaq-go's sdk/cluster find
+// it. R is the root (default "/meta"), E ephemeral, P persistent:
+//
+//	R/brokers/ids/<id>/master                   E  meta://host:port
+//	R/brokers/ids/<id>                          P  meta://host:port
+//	R/brokers/ids/<id>/master_config_checksum   E  CRC32 of the config file, decimal
+//	R/brokers/topics/<t>/<id>-m                 E  numPartitions (deprecated, still written)
+//	R/brokers/topics-pub/<t>/<id>-m             E  {"numParts":N,"broker":"<id>-m"} if accept_publish
+//	R/brokers/topics-sub/<t>/<id>-m             E  {"numParts":N,"broker":"<id>-m"} if accept_subscribe
+//
+// Parents are created persistent, with empty data, on demand.
+//
+// One goroutine owns the registration. It registers whenever the client
+// holds a session that it has not registered under yet, so after a session
+// expiry (the client then gets a new session) everything is re-registered
+// with no restart. A node that fails is retried every RetryInterval; the
+// registry never gives up and never exits the process:
+//
+//   - An ephemeral node that already exists and is owned by the current
+//     session is kept (its data corrected); one owned by a session this
+//     registry held before (an expired one whose nodes the server has not
+//     removed yet), or a persistent node where an ephemeral one belongs, is
+//     deleted (version-checked) and created again.
+//   - One owned by another live session is not touched: for ids/<id>/master
+//     that is a second broker with the same id, or this broker's previous
+//     process whose session has not expired yet. It is logged as an error
+//     (again every 10 s while it lasts) and retried, so the broker registers
+//     once the other session ends, and never steals the node.
+//   - A ZooKeeper that is down or unreachable is retried in the background
+//     (the client reconnects by itself); Open does not fail because of it.
+//
+// Close deletes the ephemeral nodes this session owns, then deletes
+// ids/<id>, or sets it to "" if slave nodes remain under it, and closes the
+// session.
+package registry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Defaults for the zero Options fields.
+const (
+	DefaultRoot           = "/meta"
+	DefaultSessionTimeout = 30 * time.Second
+	DefaultRetryInterval  = time.Second
+	// closeTimeout bounds the clean-up in Close.
+	closeTimeout = 5 * time.Second
+	// dupLogEvery is how often a node held by another session is logged again.
+	dupLogEvery = 10 * time.Second
+)
+
+// Topic is one topic as registered.
+type Topic struct {
+	Name            string
+	NumPartitions   int
+	AcceptPublish   bool
+	AcceptSubscribe bool
+}
+
+// Options configure Open.
+type Options struct {
+	// Connect is the ZooKeeper connect string, "host:port[,host:port...]".
+	Connect string
+	// Root is MetaQ's zkRoot; "" means DefaultRoot.
+	Root string
+	// SessionTimeout is the requested session timeout; 0 means 30 s.
+	SessionTimeout time.Duration
+	// ConnectTimeout bounds one TCP connect to a server; 0 means 1 s.
+	ConnectTimeout time.Duration
+	// BrokerID is the broker's id, 0..1023.
+	BrokerID int
+	// URI is the broker's address for clients, "meta://host:port".
+	URI string
+	// ConfigChecksum is the CRC32 of the broker's config file.
+	ConfigChecksum uint32
+	// Topics are the topics to register (more can be added with AddTopic).
+	Topics []Topic
+	// Logf receives log lines; nil means the standard logger.
+	Logf func(format string, args ...any)
+	// RetryInterval is the time between attempts after a failure; 0 means 1 s.
+	RetryInterval time.Duration
+	// Dialer, if set, replaces net.DialTimeout for the ZooKeeper connections.
+	Dialer zk.Dialer
+}
+
+// Registry is a broker's registration. Its methods are safe for concurrent use.
+type Registry struct {
+	opts    Options
+	logf    func(format string, args ...any)
+	root    string // "" or "/x" (no trailing slash)
+	idPath  string // R/brokers/ids/<id>
+	conn    *zk.Conn
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	regSess atomic.Int64 // session everything is registered under, 0 = none
+	regGen  atomic.Int64 // topics generation registered under regSess
+	gen     atomic.Int64 // topics generation, bumped by AddTopic
+
+	mu     sync.Mutex
+	topics map[string]Topic
+	closed bool
+
+	// Owned by the loop goroutine (and by Close once the loop has exited).
+	sess     int64                // session the nodes in made belong to
+	made     map[string]bool      // ephemeral nodes made (or adopted) in sess
+	old      map[int64]bool       // sessions this registry held before
+	parents  map[string]bool      // persistent paths known to exist
+	lastLogs map[string]time.Time // node -> last "held by another session" log
+}
+
+// Open validates opts, connects to ZooKeeper and registers the broker in
+// the background. It waits for the first registration until ctx is done
+// (not at all if ctx is already done), then returns either way: an unreachable ZooKeeper is not an error (the
+// registry keeps trying; see Registered and Wait). It fails only on bad
+// options.
+func Open(ctx context.Context, opts Options) (*Registry, error) {
+	var servers []string
+	for _, s := range strings.Split(opts.Connect, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			servers = append(servers, s)
+		}
+	}
+	switch {
+	case len(servers) == 0:
+		return nil, errors.New("registry: no ZooKeeper servers in the connect string")
+	case strings.Contains(opts.Connect, "/"):
+		return nil, fmt.Errorf("registry: connect string %q has a chroot suffix; set Root instead", opts.Connect)
+	case opts.BrokerID < 0 || opts.BrokerID > 1023:
+		return nil, fmt.Errorf("registry: broker id %d is not in 0..1023", opts.BrokerID)
+	case !strings.HasPrefix(opts.URI, "meta://"):
+		return nil, fmt.Errorf("registry: broker URI %q does not start with meta://", opts.URI)
+	}
+	if opts.Root == "" {
+		opts.Root = DefaultRoot
+	}
+	if !strings.HasPrefix(opts.Root, "/") {
+		return nil, fmt.Errorf("registry: root %q does not start with /", opts.Root)
+	}
+	if opts.SessionTimeout <= 0 {
+		opts.SessionTimeout = DefaultSessionTimeout
+	}
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = DefaultRetryInterval
+	}
+	r := &Registry{
+		opts:     opts,
+		logf:     opts.Logf,
+		root:     strings.TrimRight(opts.Root, "/"),
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		topics:   map[string]Topic{},
+		made:     map[string]bool{},
+		old:      map[int64]bool{},
+		parents:  map[string]bool{},
+		lastLogs: map[string]time.Time{},
+	}
+	if r.logf == nil {
+		r.logf = log.Printf
+	}
+	for _, t := range opts.Topics {
+		r.topics[t.Name] = t
+	}
+	r.idPath = r.root + "/brokers/ids/" + strconv.Itoa(opts.BrokerID)
+	dial := opts.Dialer
+	if dial == nil {
+		dial = net.DialTimeout
+	}
+	if ct := opts.ConnectTimeout; ct > 0 {
+		d := dial
+		dial = func(network, addr string, _ time.Duration) (net.Conn, error) { return d(network, addr, ct) }
+	}
+	conn, _, err := zk.Connect(servers, opts.SessionTimeout,
+		zk.WithLogger(zkLogger{r.logf}),
+		zk.WithLogInfo(false),
+		zk.WithEventCallback(func(zk.Event) { r.nudge() }),
+		zk.WithDialer(dial))
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	r.conn = conn
+	if testHookOpen != nil {
+		testHookOpen(r)
+	}
+	go r.loop()
+	if ctx.Err() != nil {
+		return r, nil // the caller does not wait
+	}
+	if err := r.Wait(ctx); err != nil {
+		r.logf("registry: broker %d not registered yet (%v); ZooKeeper %s: retrying in the background",
+			opts.BrokerID, err, opts.Connect)
+	}
+	return r, nil
+}
+
+type zkLogger struct{ logf func(string, ...any) }
+
+func (l zkLogger) Printf(format string, args ...any) { l.logf("registry: zk: "+format, args...) }
+
+// SessionID is the client's current ZooKeeper session id (0 without one).
+func (r *Registry) SessionID() int64 { return r.conn.SessionID() }
+
+// Registered reports whether every node is registered under the client's
+// current session.
+func (r *Registry) Registered() bool {
+	s := r.regSess.Load()
+	return s != 0 && s == r.conn.SessionID() && r.regGen.Load() == r.gen.Load() &&
+		r.conn.State() == zk.StateHasSession
+}
+
+// Wait blocks until Registered or ctx is done (then it returns ctx.Err()).
+func (r *Registry) Wait(ctx context.Context) error {
+	tk := time.NewTicker(10 * time.Millisecond)
+	defer tk.Stop()
+	for !r.Registered() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.done:
+			return errors.New("registry: closed")
+		case <-tk.C:
+		}
+	}
+	return nil
+}
+
+// AddTopic registers one more topic (an auto-created one), or updates it.
+// It does not wait for ZooKeeper.
+func (r *Registry) AddTopic(t Topic) {
+	r.mu.Lock()
+	if cur, ok := r.topics[t.Name]; ok && cur == t {
+		r.mu.Unlock()
+		return
+	}
+	r.topics[t.Name] = t
+	r.gen.Add(1)
+	r.mu.Unlock()
+	r.nudge()
+}
+
+func (r *Registry) nudge() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// node is one znode the broker wants.
+type node struct {
+	path      string
+	data      []byte
+	ephemeral bool
+}
+
+// nodes lists the wanted nodes: the master node first (nothing else is
+// written unless it is ours: a duplicate broker id must not touch the
+// other broker's nodes), then the persistent ids/<id>, the checksum and the topic nodes in name order; and the
+// topics generation they reflect.
+func (r *Registry) nodes() ([]node, int64) {
+	id := strconv.Itoa(r.opts.BrokerID)
+	uri := []byte(r.opts.URI)
+	ns := []node{
+		{r.idPath + "/master", uri, true},
+		{r.idPath, uri, false},
+		{r.idPath + "/master_config_checksum", []byte(strconv.FormatUint(uint64(r.opts.ConfigChecksum), 10)), true},
+	}
+	r.mu.Lock()
+	gen := r.gen.Load()
+	names := make([]string, 0, len(r.topics))
+	for n := range r.topics {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	ts := make([]Topic, len(names))
+	for i, n := range names {
+		ts[i] = r.topics[n]
+	}
+	r.mu.Unlock()
+	for _, t := range ts {
+		leaf := "/" + t.Name + "/" + id + "-m"
+		tb := []byte(fmt.Sprintf(`{"numParts":%d,"broker":"%s-m"}`, t.NumPartitions, id))
+		ns = append(ns, node{r.root + "/brokers/topics" + leaf, []byte(strconv.Itoa(t.NumPartitions)), true})
+		if t.AcceptPublish {
+			ns = append(ns, node{r.root + "/brokers/topics-pub" + leaf, tb, true})
+		}
+		if t.AcceptSubscribe {
+			ns = append(ns, node{r.root + "/brokers/topics-sub" + leaf, tb, true})
+		}
+	}
+	return ns, gen
+}
+
+func (r *Registry) loop() {
+	defer close(r.done)
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.kick:
+		case <-retry.C:
+		}
+		if !retry.Stop() {
+			select {
+			case <-retry.C:
+			default:
+			}
+		}
+		if !r.registerOnce() {
+			retry.Reset(r.opts.RetryInterval)
+		} else {
+			// Check now and then even when all is well: session events can
+			// be dropped by the client when its event channel is full.
+			retry.Reset(5 * r.opts.RetryInterval)
+		}
+	}
+}
+
+// registerOnce registers every node not yet registered under the current
+// session. It reports whether everything is registered.
+func (r *Registry) registerOnce() bool {
+	sess := r.conn.SessionID()
+	if sess == 0 || r.conn.State() != zk.StateHasSession {
+		return false
+	}
+	if sess != r.sess {
+		if r.sess != 0 {
+			r.old[r.sess] = true
+			r.logf("registry: ZooKeeper session changed from %#x to %#x (the old one expired); re-registering broker %d",
+				r.sess, sess, r.opts.BrokerID)
+		}
+		r.sess = sess
+		r.made = map[string]bool{}
+	}
+	if r.regSess.Load() == sess && r.regGen.Load() == r.gen.Load() {
+		return true
+	}
+	ok := true
+	ns, gen := r.nodes()
+	for _, n := range ns {
+		select {
+		case <-r.stop:
+			return false
+		default:
+		}
+		if r.made[n.path] {
+			continue
+		}
+		if err := r.ensure(n, sess); err != nil {
+			ok = false
+			if !errors.Is(err, errHeld) {
+				r.logf("registry: %s: %v", n.path, err)
+			}
+			if isConnErr(err) || n.path == r.idPath+"/master" {
+				break
+			}
+			continue
+		}
+		r.made[n.path] = true
+	}
+	if ok && r.conn.SessionID() == sess {
+		r.regGen.Store(gen)
+		r.regSess.Store(sess)
+		r.logf("registry: broker %d registered as %s in ZooKeeper %s%s (session %#x)",
+			r.opts.BrokerID, r.opts.URI, r.opts.Connect, r.root, sess)
+		return true
+	}
+	return false
+}
+
+var errHeld = errors.New("held by another session")
+
+// testHookOpen, if set, runs in Open before the loop starts (tests).
+var testHookOpen func(*Registry)
+
+func isConnErr(err error) bool {
+	return errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrConnectionClosed) ||
+		errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// ensure makes node n exist with its data, owned by session sess if it is
+// ephemeral.
+func (r *Registry) ensure(n node, sess int64) error {
+	if err := r.ensureParents(n.path); err != nil {
+		return err
+	}
+	flags := int32(0)
+	if n.ephemeral {
+		flags = zk.FlagEphemeral
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		_, err := r.conn.Create(n.path, n.data, flags, zk.WorldACL(zk.PermAll))
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			delete(r.parents, parentOf(n.path)) // deleted behind our back
+			if err := r.ensureParents(n.path); err != nil {
+				return err
+			}
+			continue
+		case !errors.Is(err, zk.ErrNodeExists):
+			return err
+		}
+		data, st, err := r.conn.Get(n.path)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // vanished meanwhile: create again
+		} else if err != nil {
+			return err
+		}
+		owner := st.EphemeralOwner
+		switch {
+		case !n.ephemeral || owner == sess || owner == r.conn.SessionID():
+			if !bytes.Equal(data, n.data) {
+				if _, err := r.conn.Set(n.path, n.data, st.Version); err != nil {
+					return err
+				}
+			}
+			return nil
+		case owner == 0 || r.old[owner]:
+			what := "a persistent node"
+			if owner != 0 {
+				what = fmt.Sprintf("left by this broker's expired session %#x", owner)
+			}
+			r.logf("registry: %s exists, %s: deleting and creating it again", n.path, what)
+			if err := r.conn.Delete(n.path, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
+				return err
+			}
+			continue
+		default:
+			r.logHeld(n.path, owner, data)
+			return errHeld
+		}
+	}
+	return fmt.Errorf("create: gave up after 3 attempts (the node keeps changing)")
+}
+
+func (r *Registry) logHeld(path string, owner int64, data []byte) {
+	now := time.Now()
+	if last, ok := r.lastLogs[path]; ok && now.Sub(last) < dupLogEvery {
+		return
+	}
+	r.lastLogs[path] = now
+	if path == r.idPath+"/master" {
+		r.logf("registry: ERROR: duplicate broker id %d? %s is held by ZooKeeper session %#x (%q), not ours (%#x): "+
+			"another broker with this id is running, or this broker's previous process has not expired yet. "+
+			"Not registering until it goes; retrying every %v",
+			r.opts.BrokerID, path, owner, data, r.conn.SessionID(), r.opts.RetryInterval)
+		return
+	}
+	r.logf("registry: ERROR: %s is held by another ZooKeeper session %#x (%q); retrying every %v",
+		path, owner, data, r.opts.RetryInterval)
+}
+
+// ensureParents creates the persistent ancestors of path.
+func (r *Registry) ensureParents(path string) error {
+	p := parentOf(path)
+	if p == "" || r.parents[p] {
+		return nil
+	}
+	if err := r.ensureParents(p); err != nil {
+		return err
+	}
+	_, err := r.conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+	if errors.Is(err, zk.ErrNoNode) {
+		// An ancestor was deleted behind our back: forget them all.
+		r.parents = map[string]bool{}
+		return err
+	}
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return err
+	}
+	r.parents[p] = true
+	return nil
+}
+
+func parentOf(path string) string {
+	i := strings.LastIndexByte(path, '/')
+	if i <= 0 {
+		return ""
+	}
+	return path[:i]
+}
+
+// Close stops registering, deletes this session's ephemeral nodes and
+// ids/<id> (or empties it if slaves remain), and closes the session. It is
+// bounded: if ZooKeeper does not answer within 5 s it just closes the
+// session (the server then removes the ephemeral nodes itself when it
+// sees the close, or when the session times out).
+func (r *Registry) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	close(r.stop)
+	timer := time.NewTimer(closeTimeout)
+	defer timer.Stop()
+	select {
+	case <-r.done:
+	case <-timer.C:
+		r.conn.Close() // unblocks the loop's pending request
+		<-r.done
+		return errors.New("registry: close: ZooKeeper did not answer; session closed without clean-up")
+	}
+	cleaned := make(chan error, 1)
+	go func() { cleaned <- r.unregister() }()
+	var err error
+	select {
+	case err = <-cleaned:
+	case <-timer.C:
+		err = errors.New("registry: close: ZooKeeper did not answer in time")
+	}
+	r.conn.Close()
+	return err
+}
+
+// unregister deletes what Close deletes. Only nodes owned by the current
+// session are deleted, and ids/<id> only if this session registered the
+// master node.
+func (r *Registry) unregister() error {
+	sess := r.conn.SessionID()
+	if sess == 0 || sess != r.sess || r.conn.State() != zk.StateHasSession {
+		return nil
+	}
+	var errs []error
+	var paths []string
+	for p := range r.made {
+		paths = append(paths, p)
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(paths)))
+	master := false
+	for _, p := range paths {
+		ok, st, err := r.conn.Exists(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !ok || st.EphemeralOwner != sess {
+			continue
+		}
+		if p == r.idPath+"/master" {
+			master = true
+		}
+		if err := r.conn.Delete(p, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			errs = append(errs, err)
+		}
+	}
+	if master {
+		kids, _, err := r.conn.Children(r.idPath)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+		case err != nil:
+			errs = append(errs, err)
+		case hasSlave(kids):
+			if _, err := r.conn.Set(r.idPath, []byte{}, -1); err != nil {
+				errs = append(errs, err)
+			}
+		default:
+			if err := r.conn.Delete(r.idPath, -1); err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrNotEmpty) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	r.regSess.Store(0)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("registry: close: %w", err)
+	}
+	return nil
+}
+
+func hasSlave(kids []string) bool {
+	for _, k := range kids {
+		if strings.HasPrefix(k, "slave") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,477 @@
+package registry
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/core/testsvc"
+)
+
+func TestMain(m *testing.M) { testsvc.Main(m) }
+
+// logBuf collects log lines.
+type logBuf struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logBuf) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+func (l *logBuf) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// client is a plain ZooKeeper client for the test's own reads and writes.
+func client(t *testing.T, addr string) *zk.Conn {
+	t.Helper()
+	c, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
+
+func get(c *zk.Conn, path string) (string, *zk.Stat, error) {
+	b, st, err := c.Get(path)
+	return string(b), st, err
+}
+
+// eventually retries f until it returns nil or d has passed.
+func eventually(t *testing.T, d time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %v", d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func testOpts(addr, root string, id int, lb *logBuf) Options {
+	return Options{
+		Connect:        addr,
+		Root:           root,
+		SessionTimeout: 4 * time.Second,
+		BrokerID:       id,
+		URI:            fmt.Sprintf("meta://127.0.0.1:%d", 8120+id),
+		ConfigChecksum: 3735928559,
+		Topics: []Topic{
+			{Name: "both", NumPartitions: 4, AcceptPublish: true, AcceptSubscribe: true},
+			{Name: "subonly", NumPartitions: 2, AcceptPublish: false, AcceptSubscribe: true},
+		},
+		Logf:          lb.logf,
+		RetryInterval: 100 * time.Millisecond,
+	}
+}
+
+func open(t *testing.T, opts Options) *Registry {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := Open(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// wantLayout is every node broker id (URI meta://127.0.0.1:8120+id) of
+// testOpts should have under root, with its data.
+func wantLayout(root string, id int) map[string]string {
+	ids := fmt.Sprintf("%s/brokers/ids/%d", root, id)
+	uri := fmt.Sprintf("meta://127.0.0.1:%d", 8120+id)
+	m := fmt.Sprintf("%d-m", id)
+	return map[string]string{
+		ids:                                       uri,
+		ids + "/master":                           uri,
+		ids + "/master_config_checksum":           "3735928559",
+		root + "/brokers/topics/both/" + m:        "4",
+		root + "/brokers/topics-pub/both/" + m:    `{"numParts":4,"broker":"` + m + `"}`,
+		root + "/brokers/topics-sub/both/" + m:    `{"numParts":4,"broker":"` + m + `"}`,
+		root + "/brokers/topics/subonly/" + m:     "2",
+		root + "/brokers/topics-sub/subonly/" + m: `{"numParts":2,"broker":"` + m + `"}`,
+	}
+}
+
+// checkLayout checks the nodes and their data with the test's client, and
+// that all but ids/<id> are ephemeral nodes of session sess.
+func checkLayout(c *zk.Conn, root string, id int, sess int64) error {
+	for p, want := range wantLayout(root, id) {
+		got, st, err := get(c, p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		if got != want {
+			return fmt.Errorf("%s = %q, want %q", p, got, want)
+		}
+		wantOwner := sess
+		if strings.HasSuffix(p, fmt.Sprintf("/ids/%d", id)) {
+			wantOwner = 0
+		}
+		if st.EphemeralOwner != wantOwner {
+			return fmt.Errorf("%s owner %#x, want %#x", p, st.EphemeralOwner, wantOwner)
+		}
+	}
+	if ok, _, _ := c.Exists(fmt.Sprintf("%s/brokers/topics-pub/subonly/%d-m", root, id)); ok {
+		return errors.New("topics-pub/subonly exists though accept_publish is false")
+	}
+	return nil
+}
+
+func TestLayoutWithZkCli(t *testing.T) {
+	start := time.Now()
+	addr := testsvc.ZooKeeper(t)
+	root := "/layout/meta"
+	lb := &logBuf{}
+	r := open(t, testOpts(addr, root, 7, lb))
+	require.True(t, r.Registered())
+	t.Logf("registered in %v", time.Since(start))
+	c := client(t, addr)
+	require.NoError(t, checkLayout(c, root, 7, r.SessionID()))
+
+	// The real zkCli.sh reads the same data.
+	for p, want := range wantLayout(root, 7) {
+		lines, err := testsvc.ZkCliGet(t, addr, p)
+		require.NoError(t, err)
+		require.Equal(t, []string{want}, lines, p)
+	}
+	_, err := testsvc.ZkCli(t, addr, "get", root+"/brokers/topics-pub/subonly/7-m")
+	require.Error(t, err, "accept_publish = false must not write topics-pub")
+
+	// AddTopic (an auto-created topic).
+	r.AddTopic(Topic{Name: "auto", NumPartitions: 3, AcceptPublish: true, AcceptSubscribe: false})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, r.Wait(ctx))
+	v, _, err := get(c, root+"/brokers/topics-pub/auto/7-m")
+	require.NoError(t, err)
+	require.Equal(t, `{"numParts":3,"broker":"7-m"}`, v)
+	v, _, err = get(c, root+"/brokers/topics/auto/7-m")
+	require.NoError(t, err)
+	require.Equal(t, "3", v)
+	ok, _, err := c.Exists(root + "/brokers/topics-sub/auto/7-m")
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	// Close removes the ephemeral nodes and ids/<id>; parents stay.
+	require.NoError(t, r.Close())
+	for p := range wantLayout(root, 7) {
+		ok, _, err := c.Exists(p)
+		require.NoError(t, err)
+		require.False(t, ok, p)
+	}
+	ok, _, err = c.Exists(root + "/brokers/topics-pub/both")
+	require.NoError(t, err)
+	require.True(t, ok)
+	t.Logf("total %v", time.Since(start))
+}
+
+func TestCloseKeepsParentWithSlaves(t *testing.T) {
+	addr := testsvc.ZooKeeper(t)
+	root := "/slaves"
+	r := open(t, testOpts(addr, root, 3, &logBuf{}))
+	c := client(t, addr)
+	_, err := c.Create(root+"/brokers/ids/3/slave0", []byte("meta://127.0.0.1:9999"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	v, _, err := get(c, root+"/brokers/ids/3")
+	require.NoError(t, err)
+	require.Equal(t, "", v)
+	ok, _, _ := c.Exists(root + "/brokers/ids/3/master")
+	require.False(t, ok)
+}
+
+func TestTwoBrokersSideBySide(t *testing.T) {
+	addr := testsvc.ZooKeeper(t)
+	root := "/two"
+	r1 := open(t, testOpts(addr, root, 1, &logBuf{}))
+	r2 := open(t, testOpts(addr, root, 2, &logBuf{}))
+	c := client(t, addr)
+	require.NoError(t, checkLayout(c, root, 1, r1.SessionID()))
+	require.NoError(t, checkLayout(c, root, 2, r2.SessionID()))
+	kids, _, err := c.Children(root + "/brokers/topics-sub/both")
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"1-m", "2-m"}, kids)
+	require.NoError(t, r1.Close())
+	kids, _, err = c.Children(root + "/brokers/topics-sub/both")
+	require.NoError(t, err)
+	require.Equal(t, []string{"2-m"}, kids)
+	require.NoError(t, checkLayout(c, root, 2, r2.SessionID()))
+}
+
+// TestDuplicateBrokerID: a second registry with the same id does not steal
+// the master node; it logs an error, keeps retrying, and registers once
+// the first one is gone.
+func TestDuplicateBrokerID(t *testing.T) {
+	addr := testsvc.ZooKeeper(t)
+	root := "/dup"
+	r1 := open(t, testOpts(addr, root, 5, &logBuf{}))
+	lb := &logBuf{}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	opts := testOpts(addr, root, 5, lb)
+	opts.URI = "meta://127.0.0.1:1"
+	r2, err := Open(ctx, opts)
+	require.NoError(t, err)
+	defer r2.Close()
+	require.False(t, r2.Registered())
+	eventually(t, 5*time.Second, func() error {
+		if !lb.contains("ERROR: duplicate broker id 5?") {
+			return errors.New("no duplicate error logged")
+		}
+		return nil
+	})
+	c := client(t, addr)
+	require.NoError(t, checkLayout(c, root, 5, r1.SessionID()), "the first broker's nodes are untouched")
+
+	require.NoError(t, r1.Close())
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	require.NoError(t, r2.Wait(wctx))
+	v, st, err := get(c, root+"/brokers/ids/5/master")
+	require.NoError(t, err)
+	require.Equal(t, "meta://127.0.0.1:1", v)
+	require.Equal(t, r2.SessionID(), st.EphemeralOwner)
+}
+
+// TestOldSessionNodesReplaced: ephemeral nodes that still exist, owned by a
+// session this registry held before, are deleted and created again.
+// A real expired session's nodes are removed by the server together with
+// the session, so the lingering node is staged: a node of another live
+// session that the registry is told (through the test hook) was its own.
+func TestOldSessionNodesReplaced(t *testing.T) {
+	addr := testsvc.ZooKeeper(t)
+	root := "/oldsess"
+	old := client(t, addr)
+	eventually(t, 10*time.Second, func() error {
+		if old.State() != zk.StateHasSession {
+			return errors.New("no session")
+		}
+		return nil
+	})
+	for _, p := range []string{root + "/brokers/ids/4/master", root + "/brokers/topics-sub/both/4-m"} {
+		for _, anc := range []string{root, root + "/brokers", root + "/brokers/ids", root + "/brokers/ids/4", root + "/brokers/topics-sub", root + "/brokers/topics-sub/both"} {
+			if _, err := old.Create(anc, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				require.NoError(t, err)
+			}
+		}
+		_, err := old.Create(p, []byte("stale"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err)
+	}
+	oldSess := old.SessionID()
+	testHookOpen = func(r *Registry) { r.old[oldSess] = true }
+	defer func() { testHookOpen = nil }()
+	lb := &logBuf{}
+	r := open(t, testOpts(addr, root, 4, lb))
+	require.True(t, r.Registered())
+	require.NoError(t, checkLayout(client(t, addr), root, 4, r.SessionID()))
+	require.True(t, lb.contains("left by this broker's expired session"))
+}
+
+// sessionSniffer is a Dialer that records the session id and password of
+// each connect response the registry's client receives.
+type sessionSniffer struct {
+	mu     sync.Mutex
+	id     int64
+	passwd []byte
+}
+
+func (s *sessionSniffer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &sniffConn{Conn: c, s: s}, nil
+}
+
+func (s *sessionSniffer) get() (int64, []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id, append([]byte(nil), s.passwd...)
+}
+
+type sniffConn struct {
+	net.Conn
+	s    *sessionSniffer
+	buf  []byte
+	done bool
+}
+
+// Read passes data through, parsing the first packet: the connect
+// response (int32 len, int32 protocolVersion, int32 timeOut, int64
+// sessionId, int32 passwdLen, passwd).
+func (c *sniffConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.done && n > 0 {
+		c.buf = append(c.buf, p[:n]...)
+		if len(c.buf) >= 4 && len(c.buf) >= 4+int(binary.BigEndian.Uint32(c.buf)) {
+			b := c.buf[4:]
+			c.done = true
+			if len(b) >= 20 {
+				id := int64(binary.BigEndian.Uint64(b[8:16]))
+				pl := int(int32(binary.BigEndian.Uint32(b[16:20])))
+				if id != 0 && pl >= 0 && len(b) >= 20+pl {
+					c.s.mu.Lock()
+					c.s.id, c.s.passwd = id, append([]byte(nil), b[20:20+pl]...)
+					c.s.mu.Unlock()
+				}
+			}
+		}
+	}
+	return n, err
+}
+
+// expireSession joins session id with its password on a second connection
+// and closes it: ZooKeeper's standard way to expire a client's session. The
+// server ends the session (deleting its ephemeral nodes); the original
+// client learns it is expired when it reconnects.
+func expireSession(t *testing.T, addr string, id int64, passwd []byte) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	// ConnectRequest: protocolVersion, lastZxidSeen, timeOut, sessionId, passwd.
+	req := binary.BigEndian.AppendUint32(nil, 0)
+	req = binary.BigEndian.AppendUint64(req, 0)
+	req = binary.BigEndian.AppendUint32(req, 4000)
+	req = binary.BigEndian.AppendUint64(req, uint64(id))
+	req = binary.BigEndian.AppendUint32(req, uint32(len(passwd)))
+	req = append(req, passwd...)
+	writePacket(t, c, req)
+	resp := readPacket(t, c)
+	require.GreaterOrEqual(t, len(resp), 16)
+	require.Equal(t, id, int64(binary.BigEndian.Uint64(resp[8:16])), "the server did not accept the session's credentials")
+	// closeSession: RequestHeader{xid 1, type -11}.
+	hdr := binary.BigEndian.AppendUint32(nil, 1)
+	hdr = binary.BigEndian.AppendUint32(hdr, uint32(0xFFFFFFF5))
+	writePacket(t, c, hdr)
+	readPacket(t, c) // ReplyHeader
+}
+
+func writePacket(t *testing.T, c net.Conn, b []byte) {
+	t.Helper()
+	_, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	require.NoError(t, err)
+}
+
+func readPacket(t *testing.T, c net.Conn) []byte {
+	t.Helper()
+	var l [4]byte
+	_, err := io.ReadFull(c, l[:])
+	require.NoError(t, err)
+	b := make([]byte, binary.BigEndian.Uint32(l[:]))
+	_, err = io.ReadFull(c, b)
+	require.NoError(t, err)
+	return b
+}
+
+// TestSessionExpiryReregisters expires the registry's session with a
+// second client holding its session id and password, and checks that it
+// re-registers everything under a new session by itself, within the
+// session timeout plus a margin.
+func TestSessionExpiryReregisters(t *testing.T) {
+	addr := testsvc.ZooKeeper(t)
+	root := "/expiry"
+	sn := &sessionSniffer{}
+	lb := &logBuf{}
+	opts := testOpts(addr, root, 9, lb)
+	opts.Dialer = sn.dial
+	r := open(t, opts)
+	c := client(t, addr)
+	first := r.SessionID()
+	require.NoError(t, checkLayout(c, root, 9, first))
+
+	for round := 1; round <= 2; round++ {
+		id, pw := sn.get()
+		require.Equal(t, r.SessionID(), id)
+		start := time.Now()
+		expireSession(t, addr, id, pw)
+		eventually(t, opts.SessionTimeout+5*time.Second, func() error {
+			s := r.SessionID()
+			if s == id || s == 0 {
+				return errors.New("still on the old session")
+			}
+			return checkLayout(c, root, 9, s)
+		})
+		t.Logf("round %d: re-registered %v after the expiry (session %#x -> %#x)", round, time.Since(start), id, r.SessionID())
+		require.True(t, r.Registered())
+	}
+	require.True(t, lb.contains("re-registering broker 9"))
+}
+
+// TestZooKeeperDownAtStart: Open returns when its context ends though
+// ZooKeeper is down, and registers once ZooKeeper is up.
+func TestZooKeeperDownAtStart(t *testing.T) {
+	z := testsvc.NewZooKeeper(t)
+	z.Stop()
+	lb := &logBuf{}
+	opts := testOpts(z.Addr(), "/down", 1, lb)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r, err := Open(ctx, opts)
+	require.NoError(t, err)
+	defer r.Close()
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.False(t, r.Registered())
+	require.True(t, lb.contains("not registered yet"))
+
+	require.NoError(t, z.Start())
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	require.NoError(t, r.Wait(wctx))
+	require.NoError(t, checkLayout(client(t, z.Addr()), "/down", 1, r.SessionID()))
+}
+
+func TestOpenRejectsBadOptions(t *testing.T) {
+	for _, o := range []Options{
+		{Connect: "", URI: "meta://h:1"},
+		{Connect: "h:1/chroot", URI: "meta://h:1"},
+		{Connect: "h:1", URI: "meta://h:1", BrokerID: 1024},
+		{Connect: "h:1", URI: "h:1"},
+		{Connect: "h:1", URI: "meta://h:1", Root: "meta"},
+	} {
+		_, err := Open(context.Background(), o)
+		require.Error(t, err, "%+v", o)
+	}
+}
+
+// TestCloseWithZooKeeperDown is bounded.
+func TestCloseWithZooKeeperDown(t *testing.T) {
+	z := testsvc.NewZooKeeper(t)
+	r := open(t, testOpts(z.Addr(), "/closedown", 1, &logBuf{}))
+	z.Kill()
+	start := time.Now()
+	r.Close()
+	require.Less(t, time.Since(start), 7*time.Second)
+}
