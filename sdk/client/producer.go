@@ -37,6 +37,10 @@ type producerConfig struct {
 	batch          batchConfig
 	partitions     map[string]int
 	maxMessageSize int
+	// Cluster mode (NewClusterProducer).
+	zkRoot           string
+	zkSessionTimeout time.Duration
+	noRetry          bool // WithRetryOnFailure(false)
 }
 
 // WithSelector sets the partition selector. Default RoundRobin().
@@ -118,6 +122,9 @@ type SendResult struct {
 	Offset int64
 	// ID is the broker-assigned message id.
 	ID int64
+	// BrokerID is the id of the broker that stored the message, for a
+	// ClusterProducer; 0 for a Producer (which knows only an address).
+	BrokerID int
 }
 
 // Producer sends messages to one broker. It is safe for concurrent use; all
@@ -243,6 +250,16 @@ func (p *Producer) Send(ctx context.Context, m *message.Message) (SendResult, er
 		}
 	}
 	return res, err
+}
+
+// sendTo sends m to partition part, bounded by ctx alone: a
+// ClusterProducer's attempt on this broker.
+func (p *Producer) sendTo(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
+	if err := p.begin(ctx, m); err != nil {
+		return SendResult{}, err
+	}
+	defer p.end()
+	return p.put(ctx, m, part)
 }
 
 func (p *Producer) put(ctx context.Context, m *message.Message, part int32) (SendResult, error) {

@@ -1,0 +1,171 @@
+// Package cluster discovers brokers and partitions from ZooKeeper, for
+// clients in cluster mode. It reads MetaQ's znode layout (reference §5)
+// and never writes it:
+//
+//	R/brokers/ids/<id>/master        (E) meta://host:port
+//	R/brokers/topics-pub/<t>/<id>-m  (E) {"numParts":N,"broker":"<id>-m"}
+//
+// where R is Options.Root (default /meta). A TopicView watches one topic's
+// publish nodes the way MetaQ's producer does (§6): only the masters'
+// `-m` nodes count (slaves, `-s<N>`, are never written to), and the
+// partitions are listed sorted by (brokerId, partition), numerically.
+//
+// Watches are re-armed after every event; a ZooKeeper session expiry
+// invalidates them all, after which every view re-reads its nodes on the
+// new session by itself.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Defaults.
+const (
+	// DefaultRoot is MetaQ's zkRoot.
+	DefaultRoot = "/meta"
+	// DefaultSessionTimeout is MetaQ's zkSessionTimeoutMs (30 s).
+	DefaultSessionTimeout = 30 * time.Second
+)
+
+// Options configures Open.
+type Options struct {
+	// Connect is ZooKeeper's connect string: comma-separated host:port.
+	Connect string
+	// Root is the chroot of the MetaQ nodes. Default DefaultRoot.
+	Root string
+	// SessionTimeout is the ZooKeeper session timeout. Default
+	// DefaultSessionTimeout.
+	SessionTimeout time.Duration
+	// Dialer replaces the TCP dialer of the ZooKeeper client (tests).
+	Dialer zk.Dialer
+	// Logf receives diagnostics (unreadable nodes, retries). Default: none.
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a ZooKeeper session from which topic views are read. It is
+// safe for concurrent use.
+type Cluster struct {
+	opts Options
+	conn *zk.Conn
+
+	mu     sync.Mutex
+	views  map[string]*TopicView
+	closed bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+type quietLogger struct{ logf func(string, ...any) }
+
+func (l quietLogger) Printf(format string, args ...any) {
+	if l.logf != nil {
+		l.logf("zk: "+format, args...)
+	}
+}
+
+// Open connects to ZooKeeper and waits until a session is established or
+// ctx is done.
+func Open(ctx context.Context, o Options) (*Cluster, error) {
+	var servers []string
+	for s := range strings.SplitSeq(o.Connect, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			servers = append(servers, s)
+		}
+	}
+	if len(servers) == 0 {
+		return nil, errors.New("cluster: empty ZooKeeper connect string")
+	}
+	if o.Root == "" {
+		o.Root = DefaultRoot
+	}
+	o.Root = "/" + strings.Trim(o.Root, "/")
+	if o.SessionTimeout <= 0 {
+		o.SessionTimeout = DefaultSessionTimeout
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	session := make(chan struct{})
+	var once sync.Once
+	logOpt := zk.WithLogger(quietLogger{o.Logf})
+	cbOpt := zk.WithEventCallback(func(ev zk.Event) {
+		if ev.State == zk.StateHasSession {
+			once.Do(func() { close(session) })
+		}
+	})
+	var conn *zk.Conn
+	var err error
+	if o.Dialer != nil {
+		conn, _, err = zk.Connect(servers, o.SessionTimeout, logOpt, cbOpt, zk.WithDialer(o.Dialer))
+	} else {
+		conn, _, err = zk.Connect(servers, o.SessionTimeout, logOpt, cbOpt)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: connect %s: %w", o.Connect, err)
+	}
+	select {
+	case <-session:
+	case <-ctx.Done():
+		conn.Close()
+		return nil, fmt.Errorf("cluster: no ZooKeeper session with %s: %w", o.Connect, ctx.Err())
+	}
+	return &Cluster{opts: o, conn: conn, views: make(map[string]*TopicView), done: make(chan struct{})}, nil
+}
+
+// Root returns the chroot in use.
+func (c *Cluster) Root() string { return c.opts.Root }
+
+// SessionID returns the current ZooKeeper session id (0 between an expiry
+// and the next session).
+func (c *Cluster) SessionID() int64 { return c.conn.SessionID() }
+
+// WatchPublish returns the view of topic's publish partitions, starting to
+// watch it on first use; later calls return the same view. After Close it
+// returns a view that stays empty.
+func (c *Cluster) WatchPublish(topic string) *TopicView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.views[topic]; ok {
+		return v
+	}
+	v := newTopicView(c, topic)
+	c.views[topic] = v
+	if !c.closed {
+		c.wg.Add(1)
+		go v.run()
+	}
+	return v
+}
+
+// Close stops every view and closes the ZooKeeper session. It is
+// idempotent.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.done)
+	c.mu.Unlock()
+	// Closing the connection invalidates every watch, which ends the
+	// goroutines forwarding them.
+	c.conn.Close()
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Cluster) brokerMasterPath(id int) string {
+	return fmt.Sprintf("%s/brokers/ids/%d/master", c.opts.Root, id)
+}
+
+func (c *Cluster) topicPubPath(topic string) string {
+	return c.opts.Root + "/brokers/topics-pub/" + topic
+}
