@@ -37,6 +37,10 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// WriteTimeout bounds one write to a client; 0 means 30 s.
 	WriteTimeout time.Duration
+	// GroupSessionTimeout is how long a consumer group member (local mode)
+	// may go without a heartbeat, or without acknowledging a revoked
+	// partition, before it is removed; 0 means DefaultGroupSessionTimeout.
+	GroupSessionTimeout time.Duration
 }
 
 // Broker is one metaq-go broker.
@@ -65,6 +69,8 @@ type Broker struct {
 	// filters and offsets are set up by initFilters and initOffsetStore.
 	filters filterSet
 	offsets offsetState
+	// groups are the consumer groups coordinated here (groups.go).
+	groups groupSet
 	// reg is the ZooKeeper registration (cluster mode), set by Serve
 	// under mu; nil in local mode.
 	reg *registry.Registry
@@ -96,6 +102,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		done:   make(chan struct{}),
 		start:  time.Now(),
 	}
+	b.groups.timeout = opts.GroupSessionTimeout
 	if b.logf == nil {
 		b.logf = log.Printf
 	}

@@ -65,6 +65,7 @@ func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		c.nc.Close()
+		c.b.groups.connClosed(c) // membership is tied to the connection
 		c.omu.Lock()
 		c.dead = true
 		c.drained.Broadcast()

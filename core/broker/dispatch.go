@@ -25,6 +25,8 @@ func (c *conn) dispatch(r *protocol.Request) {
 		c.handleCommit(r)
 	case protocol.OpFetch:
 		c.handleFetch(r)
+	case protocol.OpJoin, protocol.OpHeartbeat, protocol.OpLeave:
+		c.handleGroup(r)
 	case protocol.OpVersion:
 		c.reply(protocol.StatusOK, Version, r.Opaque)
 	case protocol.OpStats:

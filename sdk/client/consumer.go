@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/sdk/balance"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -92,6 +93,12 @@ type consumerConfig struct {
 
 	reject          RejectPolicy // nil: RecoverLocally("") with a group, else Drop()
 	recoverInterval time.Duration
+
+	// Group membership (group.go): with WithGroup and no WithPartitions.
+	heartbeat  time.Duration
+	strategy   string
+	consumerID string
+	membership bool // WithGroupMembership
 }
 
 // WithGroup sets the consumer group. Default DefaultGroup. A consumer
@@ -104,7 +111,8 @@ func WithGroup(g string) ConsumerOption {
 }
 
 // WithPartitions restricts the consumer to these partitions. Default: every
-// partition of the topic, learned from `stats topics`.
+// partition of the topic, learned from `stats topics`, or, with WithGroup,
+// the partitions the group assigns this member (see WithHeartbeatInterval).
 func WithPartitions(ps ...int32) ConsumerOption {
 	return consumerOpt(func(c *consumerConfig) { c.partitions = append([]int32(nil), ps...) })
 }
@@ -217,6 +225,9 @@ type Consumer struct {
 	closed   bool
 	closeCh  chan struct{}
 	commitMu sync.Mutex
+	// onOwn, if set, is told when a partition's fetching starts (true)
+	// and has fully stopped (false) in group mode (tests).
+	onOwn func(p int32, owned bool)
 
 	// Set by NewConsumer from the reject policy: rejectFn for every policy
 	// but RecoverLocally, which sets recoverDir instead.
@@ -230,7 +241,7 @@ func NewConsumer(addr, topic string, opts ...ConsumerOption) (*Consumer, error) 
 	cfg := consumerConfig{conn: defaultConnOptions(), logger: slog.Default(), group: DefaultGroup, start: Earliest,
 		fetchSize: DefaultMaxFetchSize, fetchLimit: DefaultMaxFetchSizeLimit, maxDelay: DefaultMaxFetchDelay,
 		commitInterval: DefaultCommitInterval, maxRetries: DefaultMaxRetries, retryBackoff: DefaultRetryBackoff,
-		recoverInterval: DefaultRecoverInterval}
+		recoverInterval: DefaultRecoverInterval, heartbeat: DefaultHeartbeatInterval, strategy: balance.NameDefault}
 	for _, o := range opts {
 		o.applyConsumer(&cfg)
 	}
@@ -241,6 +252,9 @@ func NewConsumer(addr, topic string, opts ...ConsumerOption) (*Consumer, error) 
 		return nil, fmt.Errorf("metaq: bad topic %q", topic)
 	case !validToken(cfg.group):
 		return nil, fmt.Errorf("metaq: bad group %q", cfg.group)
+	}
+	if err := cfg.checkGroup(); err != nil {
+		return nil, err
 	}
 	if cfg.fetchLimit < cfg.fetchSize {
 		cfg.fetchLimit = cfg.fetchSize
@@ -331,6 +345,13 @@ func (c *Consumer) init(ctx context.Context) error {
 	initialized := c.parts != nil
 	c.mu.Unlock()
 	if initialized {
+		return nil
+	}
+	if c.groupMode() {
+		// The group assigns partitions as it goes (group.go).
+		c.mu.Lock()
+		c.parts, c.byID = []*partState{}, map[int32]*partState{}
+		c.mu.Unlock()
 		return nil
 	}
 	ids := c.cfg.partitions
@@ -507,6 +528,9 @@ func (c *Consumer) commitLoop(ctx context.Context) {
 // Consume returns ctx's error, ErrClosed, the partition's error, or an
 // error opening the recovery store.
 func (c *Consumer) Consume(ctx context.Context, h Handler) error {
+	if c.groupMode() {
+		return c.consumeGroup(ctx, h)
+	}
 	rctx, cancel, finish, err := c.startRun(ctx)
 	if err != nil {
 		return err
@@ -525,41 +549,7 @@ func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 		wg.Go(func() { c.replayLoop(rctx, rs, h) })
 	}
 	for _, ps := range c.parts {
-		ch := make(chan *fetched, 1)
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			defer close(ch)
-			c.fetchLoop(rctx, ps, func(f *fetched) bool {
-				select {
-				case ch <- f:
-					return true
-				case <-rctx.Done():
-					return false
-				}
-			})
-		}()
-		go func() {
-			defer wg.Done()
-			for f := range ch {
-				if f.err != nil {
-					select {
-					case errCh <- f.err:
-					default:
-					}
-					return
-				}
-				for i := range f.msgs {
-					m := &f.msgs[i]
-					if !c.handle(rctx, m, h, rej) {
-						return
-					}
-					ps.lastID.Store(m.ID)
-					ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
-				}
-				ps.pos.Store(f.next)
-			}
-		}()
+		c.runPartition(rctx, ps, h, rej, errCh, &wg)
 	}
 	go c.commitLoop(rctx)
 	select {
@@ -569,6 +559,48 @@ func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 	cancel()
 	wg.Wait()
 	return c.runErr(ctx, err)
+}
+
+// runPartition starts the fetcher and handler goroutines of one partition
+// (counted in wg); they stop when ctx ends. A partition that fails for good
+// sends its error to errCh.
+func (c *Consumer) runPartition(rctx context.Context, ps *partState, h Handler,
+	rej func(context.Context, *message.Message, error) error, errCh chan<- error, wg *sync.WaitGroup) {
+	ch := make(chan *fetched, 1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer close(ch)
+		c.fetchLoop(rctx, ps, func(f *fetched) bool {
+			select {
+			case ch <- f:
+				return true
+			case <-rctx.Done():
+				return false
+			}
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		for f := range ch {
+			if f.err != nil {
+				select {
+				case errCh <- f.err:
+				default:
+				}
+				return
+			}
+			for i := range f.msgs {
+				m := &f.msgs[i]
+				if !c.handle(rctx, m, h, rej) {
+					return
+				}
+				ps.lastID.Store(m.ID)
+				ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
+			}
+			ps.pos.Store(f.next)
+		}
+	}()
 }
 
 func (c *Consumer) runErr(ctx context.Context, err error) error {
@@ -611,6 +643,10 @@ func (c *Consumer) handle(ctx context.Context, m *message.Message, h Handler,
 // runs at a time.
 func (c *Consumer) Messages(ctx context.Context) iter.Seq2[*message.Message, error] {
 	return func(yield func(*message.Message, error) bool) {
+		if c.groupMode() {
+			yield(nil, errGroupMessages)
+			return
+		}
 		rctx, cancel, finish, err := c.startRun(ctx)
 		if err != nil {
 			yield(nil, err)

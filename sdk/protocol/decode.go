@@ -76,6 +76,12 @@ func (d *Decoder) Decode(req *Request) error {
 		return d.decodeGroupBody(req, t, OpFetch)
 	case "fvalue":
 		return d.decodeFValue(req, t)
+	case "join":
+		return d.decodeMember(req, t, OpJoin, 6)
+	case "heartbeat":
+		return d.decodeMember(req, t, OpHeartbeat, 6)
+	case "leave":
+		return d.decodeMember(req, t, OpLeave, 5)
 	}
 	if len(cmd) == 0 && d.ntok == 1 {
 		// An empty line: tolerate (nc users press return).
@@ -501,6 +507,46 @@ func (d *Decoder) decodeFValue(req *Request, t [][]byte) error {
 	body, err := d.readBody(OpFValue, n)
 	req.Body = body
 	return err
+}
+
+// join <group> <topic> <consumerId> <strategy> <opaque>
+// heartbeat <group> <topic> <consumerId> <generation> <opaque>
+// leave <group> <topic> <consumerId> <opaque>
+// No body, so every error keeps the framing.
+func (d *Decoder) decodeMember(req *Request, t [][]byte, op Op, want int) error {
+	req.Op = op
+	name := op.String()
+	if len(t) != want {
+		return d.bad(op, name+": want "+strconv.Itoa(want)+" tokens, got "+strconv.Itoa(len(t)))
+	}
+	v, ok := parseInt(t[len(t)-1], 32)
+	if !ok {
+		return d.bad(op, name+": bad opaque "+quoteToken(t[len(t)-1]))
+	}
+	req.Opaque = int32(v)
+	req.Group, req.Topic, req.Member = t[1], t[2], t[3]
+	switch {
+	case len(req.Group) == 0:
+		return d.bad(op, name+": empty group")
+	case len(req.Topic) == 0:
+		return d.bad(op, name+": empty topic")
+	case len(req.Member) == 0:
+		return d.bad(op, name+": empty consumer id")
+	}
+	switch op {
+	case OpJoin:
+		req.Strategy = t[4]
+		if len(req.Strategy) == 0 {
+			return d.bad(op, name+": empty strategy")
+		}
+	case OpHeartbeat:
+		g, ok := parseInt(t[4], 64)
+		if !ok || g < 0 {
+			return d.bad(op, name+": bad generation "+quoteToken(t[4]))
+		}
+		req.Generation = g
+	}
+	return nil
 }
 
 func isNumberStart(b []byte) bool {

@@ -9,7 +9,8 @@
 //
 // Requests: put, get, offset, version, stats, quit (MetaQ 1.4) plus the
 // metaq-go extensions mput (many messages to one partition in one request),
-// commit and fetch (consumer offsets kept by the broker), and the fvalue reply
+// commit and fetch (consumer offsets kept by the broker), join, heartbeat and
+// leave (consumer groups coordinated by the broker in local mode), and the fvalue reply
 // (a filtered get reply whose records carry their offsets).
 // transaction and sync are framed so that a broker can refuse them without
 // losing the connection. Replies: result and value. docs/protocol.md has the
@@ -38,10 +39,13 @@ const (
 	OpCommit
 	OpFetch
 	OpFValue
+	OpJoin
+	OpHeartbeat
+	OpLeave
 )
 
 var opNames = [...]string{"unknown", "put", "mput", "get", "offset", "version", "stats", "quit", "transaction", "sync", "result", "value",
-	"commit", "fetch", "fvalue"}
+	"commit", "fetch", "fvalue", "join", "heartbeat", "leave"}
 
 func (o Op) String() string {
 	if int(o) < len(opNames) {
@@ -156,6 +160,12 @@ type Request struct {
 	Group   []byte
 	Offset  int64
 	MaxSize int32
+
+	// join, heartbeat, leave (Group and Topic too): the member's id; join:
+	// the balancing strategy; heartbeat: the generation the member last saw.
+	Member     []byte
+	Strategy   []byte
+	Generation int64
 
 	// stats: the item, empty for none. transaction: the raw tokens after the command.
 	Item []byte

@@ -1,0 +1,381 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/balance"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// Group membership in local mode: a consumer created WithGroup and
+// WithGroupMembership, without WithPartitions, joins its group at the broker (`join`), which shares the
+// topic's partitions among the members with the group's balance strategy.
+// The consumer heartbeats every WithHeartbeatInterval; each reply is its
+// view, the partitions it owns now. A partition that leaves the view is
+// stopped and its position committed before the next heartbeat, which
+// acknowledges the view so that the broker can hand the partition to its
+// new owner; a partition that enters the view is fetched from the group's
+// committed offset. Close (or the end of Consume) stops every partition,
+// commits, and leaves the group. The membership lives as long as the
+// connection: when it breaks, the consumer stops fetching and joins again.
+
+// DefaultHeartbeatInterval is how often a group member heartbeats.
+const DefaultHeartbeatInterval = time.Second
+
+var errGroupMessages = errors.New("metaq: Messages does not support group membership yet; use Consume or WithPartitions")
+
+// WithHeartbeatInterval sets how often a group member heartbeats, which
+// bounds how fast it learns of rebalances. Default 1 s; the broker removes
+// a member silent for its group session timeout (default 3 s).
+func WithHeartbeatInterval(d time.Duration) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) {
+		if d > 0 {
+			c.heartbeat = d
+		}
+	})
+}
+
+// WithBalanceStrategy sets the group's balance strategy by name,
+// balance.NameDefault (the default) or balance.NameConsist. Every member
+// of a group must use the same one.
+func WithBalanceStrategy(name string) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.strategy = strings.ToLower(name) })
+}
+
+// WithConsumerID sets this member's id in its group. Default
+// `<hostname>-<pid>-<random>`. Ids order the members for balancing.
+func WithConsumerID(id string) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.consumerID = id })
+}
+
+func (cfg *consumerConfig) checkGroup() error {
+	if _, err := balance.ByName(cfg.strategy); err != nil {
+		return fmt.Errorf("metaq: %w", err)
+	}
+	if cfg.consumerID == "" {
+		cfg.consumerID = defaultConsumerID()
+	}
+	if !validToken(cfg.consumerID) {
+		return fmt.Errorf("metaq: bad consumer id %q", cfg.consumerID)
+	}
+	return nil
+}
+
+func defaultConsumerID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r <= ' ' || r > '~' || r == ',' {
+			return '_'
+		}
+		return r
+	}, host)
+	if host == "" {
+		host = "consumer"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// WithGroupMembership makes the consumer a member of its group (WithGroup)
+// coordinated by the broker: the group shares the topic's partitions among
+// its members instead of each consumer reading them all. Ignored with
+// WithPartitions (an explicit assignment). Only Consume supports it.
+//
+// It is opt-in for now because consumers that set WithGroup alone read
+// every partition today and existing code relies on that.
+func WithGroupMembership() ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.membership = true })
+}
+
+// groupMode reports whether the broker assigns this consumer's partitions.
+func (c *Consumer) groupMode() bool {
+	return c.cfg.groupSet && c.cfg.membership && len(c.cfg.partitions) == 0
+}
+
+// ConsumerID returns this consumer's member id in its group.
+func (c *Consumer) ConsumerID() string { return c.cfg.consumerID }
+
+// consumeGroup is Consume for a group member.
+func (c *Consumer) consumeGroup(ctx context.Context, h Handler) error {
+	rctx, cancel, finish, err := c.startRun(ctx)
+	if err != nil {
+		return err
+	}
+	defer finish()
+	rej, rs, err := c.startRecover()
+	if err != nil {
+		return err
+	}
+	if rs != nil {
+		defer rs.release()
+	}
+	var wg sync.WaitGroup
+	if rs != nil {
+		wg.Go(func() { c.replayLoop(rctx, rs, h) })
+	}
+	go c.commitLoop(rctx)
+	gm := &groupMember{c: c, h: h, rej: rej, errCh: make(chan error, 1), running: make(map[int32]*runningPart)}
+	err = gm.run(rctx)
+	cancel()
+	gm.releaseAll()
+	if gm.joined {
+		lctx, lcancel := context.WithTimeout(context.Background(), c.cn.opts.requestTimeout)
+		if call, lerr := c.cn.roundTrip(lctx, func(dst []byte, op int32) []byte {
+			return protocol.AppendLeave(dst, c.cfg.group, c.topic, c.cfg.consumerID, op)
+		}); lerr == nil {
+			putCall(call)
+		}
+		lcancel()
+	}
+	wg.Wait()
+	return c.runErr(ctx, err)
+}
+
+type runningPart struct {
+	ps     *partState
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// groupMember runs one Consume of a group member: membership, heartbeats
+// and the per-partition goroutines. Only its run goroutine uses it.
+type groupMember struct {
+	c       *Consumer
+	h       Handler
+	rej     func(context.Context, *message.Message, error) error
+	errCh   chan error
+	running map[int32]*runningPart
+	joined  bool
+	gen     int64
+	w       *wire // the connection the membership is tied to
+}
+
+// run joins, heartbeats and applies views until ctx ends or a partition
+// fails for good.
+func (g *groupMember) run(ctx context.Context) error {
+	c := g.c
+	hb := c.cfg.heartbeat
+	for {
+		var dead <-chan struct{}
+		if g.joined {
+			dead = g.w.dead
+		}
+		wait := hb
+		if !g.joined {
+			if err := g.join(ctx); err != nil {
+				var fatal *joinRefused
+				if errors.As(err, &fatal) {
+					return err
+				}
+				if ctx.Err() == nil {
+					c.cfg.logger.Warn("metaq: join group failed; retrying", "group", c.cfg.group, "topic", c.topic, "err", err)
+				}
+			} else {
+				continue
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case err := <-g.errCh:
+			t.Stop()
+			return err
+		case <-dead:
+			// The connection broke: the broker dropped the membership.
+			t.Stop()
+			g.releaseAll()
+			g.joined = false
+			continue
+		case <-t.C:
+		}
+		if !g.joined {
+			continue
+		}
+		for again := true; again && ctx.Err() == nil; {
+			again = g.heartbeat(ctx)
+		}
+	}
+}
+
+// joinRefused is a join the broker refused for good (400 or 500).
+type joinRefused struct{ err error }
+
+func (e *joinRefused) Error() string { return e.err.Error() }
+func (e *joinRefused) Unwrap() error { return e.err }
+
+func (g *groupMember) join(ctx context.Context) error {
+	c := g.c
+	call, err := c.cn.roundTrip(ctx, func(dst []byte, op int32) []byte {
+		return protocol.AppendJoin(dst, c.cfg.group, c.topic, c.cfg.consumerID, c.cfg.strategy, op)
+	})
+	if err != nil {
+		return err
+	}
+	defer putCall(call)
+	if call.code != protocol.StatusOK {
+		err := fmt.Errorf("metaq: join group %s for %s: %w", c.cfg.group, c.topic, resultError(call.code, call.body))
+		if call.code == protocol.StatusBadRequest || call.code == protocol.StatusInternalError {
+			return &joinRefused{err}
+		}
+		return err
+	}
+	gen, view, err := protocol.ParseGroupView(call.body)
+	if err != nil {
+		return err
+	}
+	g.w = c.cn.live()
+	if g.w == nil {
+		return errors.New("metaq: connection lost right after join")
+	}
+	g.joined, g.gen = true, gen
+	g.apply(ctx, view)
+	return nil
+}
+
+// heartbeat sends one heartbeat and applies the view it gets; true means
+// the view revoked partitions and the acknowledgement should go right away.
+func (g *groupMember) heartbeat(ctx context.Context) bool {
+	c := g.c
+	call, err := c.cn.roundTrip(ctx, func(dst []byte, op int32) []byte {
+		return protocol.AppendHeartbeat(dst, c.cfg.group, c.topic, c.cfg.consumerID, g.gen, op)
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			c.cfg.logger.Warn("metaq: group heartbeat failed", "group", c.cfg.group, "err", err)
+		}
+		return false
+	}
+	defer putCall(call)
+	switch call.code {
+	case protocol.StatusOK:
+	case protocol.StatusNotFound:
+		// The broker dropped us (timeout): stop everything, join again.
+		g.releaseAll()
+		g.joined = false
+		return false
+	default:
+		c.cfg.logger.Warn("metaq: group heartbeat refused", "group", c.cfg.group,
+			"err", resultError(call.code, call.body))
+		return false
+	}
+	gen, view, err := protocol.ParseGroupView(call.body)
+	if err != nil {
+		c.cfg.logger.Warn("metaq: bad heartbeat reply", "err", err)
+		return false
+	}
+	g.gen = gen
+	return g.apply(ctx, view) > 0
+}
+
+// apply makes the running partitions equal to view: it stops and commits
+// the ones that left it, then starts the new ones from their committed
+// offsets. It returns how many partitions it stopped.
+func (g *groupMember) apply(ctx context.Context, view []int32) int {
+	var gone []int32
+	for p := range g.running {
+		if _, ok := slices.BinarySearch(view, p); !ok {
+			gone = append(gone, p)
+		}
+	}
+	g.stop(gone)
+	var added []int32
+	for _, p := range view {
+		if g.running[p] == nil {
+			added = append(added, p)
+		}
+	}
+	if len(added) > 0 && ctx.Err() == nil {
+		g.start(ctx, added)
+	}
+	return len(gone)
+}
+
+func (g *groupMember) releaseAll() {
+	ps := make([]int32, 0, len(g.running))
+	for p := range g.running {
+		ps = append(ps, p)
+	}
+	g.stop(ps)
+}
+
+// stop ends the goroutines of ps, commits their positions and forgets them.
+func (g *groupMember) stop(ps []int32) {
+	if len(ps) == 0 {
+		return
+	}
+	c := g.c
+	for _, p := range ps {
+		g.running[p].cancel()
+	}
+	for _, p := range ps {
+		g.running[p].wg.Wait()
+		if c.onOwn != nil {
+			c.onOwn(p, false)
+		}
+	}
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		cctx, cancel := context.WithTimeout(context.Background(), c.cn.opts.requestTimeout)
+		err = c.commit(cctx)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		c.cfg.logger.Error("metaq: commit before releasing partitions failed; their new owner redelivers",
+			"group", c.cfg.group, "topic", c.topic, "partitions", ps, "err", err)
+	}
+	c.mu.Lock()
+	for _, p := range ps {
+		delete(g.running, p)
+		delete(c.byID, p)
+		c.parts = slices.DeleteFunc(c.parts, func(x *partState) bool { return x.p == p })
+	}
+	c.mu.Unlock()
+}
+
+// start begins fetching ps from their committed offsets; partitions whose
+// offset cannot be loaded now are tried again at the next view.
+func (g *groupMember) start(ctx context.Context, ps []int32) {
+	c := g.c
+	stored, err := c.loadStored(ctx, ps)
+	if err != nil {
+		c.cfg.logger.Warn("metaq: load offsets of assigned partitions failed; retrying", "err", err)
+		return
+	}
+	for _, p := range ps {
+		off, unaligned, err := c.startOffset(ctx, p, stored)
+		if err != nil {
+			c.cfg.logger.Warn("metaq: start offset failed; retrying", "partition", p, "err", err)
+			continue
+		}
+		st := &partState{p: p, committed: off, fetchSize: c.cfg.fetchSize, unaligned: unaligned}
+		st.pos.Store(off)
+		st.lastID.Store(-1)
+		c.mu.Lock()
+		c.parts = append(c.parts, st)
+		c.byID[p] = st
+		c.mu.Unlock()
+		pctx, cancel := context.WithCancel(ctx)
+		rp := &runningPart{ps: st, cancel: cancel}
+		g.running[p] = rp
+		if c.onOwn != nil {
+			c.onOwn(p, true)
+		}
+		c.runPartition(pctx, st, g.h, g.rej, g.errCh, &rp.wg)
+	}
+}

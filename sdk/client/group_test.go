@@ -1,0 +1,265 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/broker"
+	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+const (
+	groupHB      = 50 * time.Millisecond
+	groupSession = 600 * time.Millisecond
+	groupName    = "g1"
+)
+
+// startGroupBroker runs a broker with topic t1 of 6 partitions and a short
+// group session timeout.
+func startGroupBroker(t *testing.T) *testBroker {
+	t.Helper()
+	cfg := conf.Default()
+	cfg.Port = 8123
+	cfg.DataDir = t.TempDir()
+	cfg.Topics = []conf.Topic{{Name: topic}}
+	cfg.NumPartitions = 6
+	b, err := broker.New(cfg, broker.Options{Logf: func(string, ...any) {}, GroupSessionTimeout: groupSession})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, b.Serve(ln))
+	t.Cleanup(func() { _ = b.Close() })
+	return &testBroker{b: b, cfg: cfg, addr: b.Addr()}
+}
+
+// ownership checks, at the SDK, that no two members fetch one partition at
+// once, and, at the broker, that no partition is ever held by two members.
+type ownership struct {
+	mu         sync.Mutex
+	owner      map[int32]string
+	violations []string
+}
+
+func (o *ownership) hook(id string) func(int32, bool) {
+	return func(p int32, owned bool) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if owned {
+			if cur, ok := o.owner[p]; ok {
+				o.violations = append(o.violations, fmt.Sprintf("partition %d: %s starts while %s owns it", p, id, cur))
+			}
+			o.owner[p] = id
+		} else if o.owner[p] == id {
+			delete(o.owner, p)
+		}
+	}
+}
+
+func (o *ownership) sampleBroker(t *testing.T, b *broker.Broker, stop <-chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			for p, id := range b.GroupOwners(groupName, topic) {
+				if strings.Contains(id, "+") {
+					o.mu.Lock()
+					o.violations = append(o.violations, fmt.Sprintf("broker: partition %d held by %s", p, id))
+					o.mu.Unlock()
+				}
+			}
+		}
+	})
+	return &wg
+}
+
+type member struct {
+	c    *client.Consumer
+	nc   atomic.Pointer[net.Conn]
+	done chan error
+}
+
+func startMember(t *testing.T, addr, id string, own *ownership, h client.Handler, opts ...client.ConsumerOption) *member {
+	t.Helper()
+	m := &member{done: make(chan error, 1)}
+	dial := func(ctx context.Context, network, a string) (net.Conn, error) {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, network, a)
+		if err == nil {
+			m.nc.Store(&nc)
+		}
+		return nc, err
+	}
+	c, err := client.NewConsumer(addr, topic, append([]client.ConsumerOption{quiet, client.WithGroup(groupName), client.WithGroupMembership(),
+		client.WithConsumerID(id), client.WithHeartbeatInterval(groupHB), client.WithDialer(dial),
+		client.WithMaxFetchDelay(20 * time.Millisecond), client.WithCommitInterval(100 * time.Millisecond)}, opts...)...)
+	require.NoError(t, err)
+	client.SetOwnHook(c, own.hook(id))
+	m.c = c
+	if h == nil {
+		h = func(context.Context, *message.Message) error { return nil }
+	}
+	go func() { m.done <- c.Consume(context.Background(), h) }()
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return m
+}
+
+// waitAssignment waits until the members' Assigned lists have the wanted
+// sizes and together cover every partition exactly once.
+func waitAssignment(t *testing.T, nparts int, sizes map[*member]int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		seen := map[int32]int{}
+		ok := true
+		var desc []string
+		for m, want := range sizes {
+			a := m.c.Assigned()
+			desc = append(desc, m.c.ConsumerID()+"="+fmt.Sprint(a))
+			if want >= 0 && len(a) != want {
+				ok = false
+			}
+			for _, p := range a {
+				seen[p]++
+			}
+		}
+		for p := 0; p < nparts; p++ {
+			if seen[int32(p)] != 1 {
+				ok = false
+			}
+		}
+		if ok && len(seen) == nparts {
+			return
+		}
+		last = strings.Join(desc, " ")
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("assignment did not settle: %s", last)
+}
+
+func (o *ownership) check(t *testing.T) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	require.Empty(t, o.violations)
+}
+
+func TestGroupLocalBalanceLeaveAndKill(t *testing.T) {
+	tb := startGroupBroker(t)
+	own := &ownership{owner: map[int32]string{}}
+	stop := make(chan struct{})
+	wg := own.sampleBroker(t, tb.b, stop)
+	defer func() { close(stop); wg.Wait(); own.check(t) }()
+
+	a := startMember(t, tb.addr, "c-a", own, nil)
+	b := startMember(t, tb.addr, "c-b", own, nil)
+	c := startMember(t, tb.addr, "c-c", own, nil)
+	waitAssignment(t, 6, map[*member]int{a: 2, b: 2, c: 2})
+	stats, err := client.Stats(ctxT(t, 5*time.Second), tb.addr, "groups")
+	require.NoError(t, err)
+	require.Contains(t, stats, groupName+" "+topic+" members 3 generation ")
+
+	// A member leaves: its partitions move to the others.
+	require.NoError(t, c.c.Close(ctxT(t, 5*time.Second)))
+	waitAssignment(t, 6, map[*member]int{a: 3, b: 3})
+
+	// A member's connection is killed: it is dropped at once and the
+	// others take everything; it then joins again and gets its share back.
+	start := time.Now()
+	(*b.nc.Load()).Close()
+	require.Eventually(t, func() bool { return len(a.c.Assigned()) == 6 || len(b.c.Assigned()) > 0 && len(a.c.Assigned()) == 3 },
+		10*time.Second, 5*time.Millisecond)
+	waitAssignment(t, 6, map[*member]int{a: -1, b: -1})
+	require.Less(t, time.Since(start), 20*groupHB+groupSession)
+	waitAssignment(t, 6, map[*member]int{a: 3, b: 3})
+}
+
+func TestGroupLocalStrategyMismatch(t *testing.T) {
+	tb := startGroupBroker(t)
+	own := &ownership{owner: map[int32]string{}}
+	a := startMember(t, tb.addr, "c-a", own, nil)
+	waitAssignment(t, 6, map[*member]int{a: 6})
+	x := startMember(t, tb.addr, "c-x", own, nil, client.WithBalanceStrategy("consist"))
+	select {
+	case err := <-x.done:
+		require.ErrorContains(t, err, "strategy")
+	case <-time.After(5 * time.Second):
+		t.Fatal("a member with another strategy was not refused")
+	}
+}
+
+func TestGroupLocalEndToEndJoinsAndLeaves(t *testing.T) {
+	tb := startGroupBroker(t)
+	own := &ownership{owner: map[int32]string{}}
+	stop := make(chan struct{})
+	swg := own.sampleBroker(t, tb.b, stop)
+	defer func() { close(stop); swg.Wait(); own.check(t) }()
+
+	var mu sync.Mutex
+	got := map[string]int{}
+	h := func(_ context.Context, m *message.Message) error {
+		mu.Lock()
+		got[string(m.Body)]++
+		mu.Unlock()
+		return nil
+	}
+	const n = 3000
+	p := newProducer(t, tb.addr)
+	prodDone := make(chan struct{})
+	go func() {
+		defer close(prodDone)
+		for i := 0; i < n; i++ {
+			_, err := p.Send(context.Background(), &message.Message{Topic: topic, Body: []byte("m" + strconv.Itoa(i))})
+			if err != nil {
+				t.Errorf("send %d: %v", i, err)
+				return
+			}
+			if i%100 == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}()
+	var members []*member
+	for i := 0; i < 4; i++ {
+		members = append(members, startMember(t, tb.addr, "c-"+strconv.Itoa(i), own, h))
+		time.Sleep(150 * time.Millisecond)
+	}
+	require.NoError(t, members[1].c.Close(ctxT(t, 5*time.Second)))
+	time.Sleep(150 * time.Millisecond)
+	(*members[2].nc.Load()).Close()
+	time.Sleep(150 * time.Millisecond)
+	require.NoError(t, members[0].c.Close(ctxT(t, 5*time.Second)))
+	members = append(members, startMember(t, tb.addr, "c-9", own, h))
+	<-prodDone
+
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == n
+	}, 20*time.Second, 10*time.Millisecond, "every message delivered at least once")
+	mu.Lock()
+	dups := 0
+	for _, c := range got {
+		dups += c - 1
+	}
+	mu.Unlock()
+	t.Logf("%d messages, %d duplicates", n, dups)
+	require.Less(t, dups, n/2, "duplicates bounded")
+	slices.Reverse(members)
+}
