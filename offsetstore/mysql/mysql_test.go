@@ -10,8 +10,8 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/offsetstore"
 	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/offsetstore"
 	"github.com/metaq-go/metaq/offsetstore/mysql"
 	"github.com/metaq-go/metaq/offsetstore/offsetstoretest"
 )
