@@ -2,11 +2,8 @@ package registry
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -297,104 +294,6 @@ func TestOldSessionNodesReplaced(t *testing.T) {
 	require.True(t, lb.contains("left by this broker's expired session"))
 }
 
-// sessionSniffer is a Dialer that records the session id and password of
-// each connect response the registry's client receives.
-type sessionSniffer struct {
-	mu     sync.Mutex
-	id     int64
-	passwd []byte
-}
-
-func (s *sessionSniffer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &sniffConn{Conn: c, s: s}, nil
-}
-
-func (s *sessionSniffer) get() (int64, []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.id, append([]byte(nil), s.passwd...)
-}
-
-type sniffConn struct {
-	net.Conn
-	s    *sessionSniffer
-	buf  []byte
-	done bool
-}
-
-// Read passes data through, parsing the first packet: the connect
-// response (int32 len, int32 protocolVersion, int32 timeOut, int64
-// sessionId, int32 passwdLen, passwd).
-func (c *sniffConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if !c.done && n > 0 {
-		c.buf = append(c.buf, p[:n]...)
-		if len(c.buf) >= 4 && len(c.buf) >= 4+int(binary.BigEndian.Uint32(c.buf)) {
-			b := c.buf[4:]
-			c.done = true
-			if len(b) >= 20 {
-				id := int64(binary.BigEndian.Uint64(b[8:16]))
-				pl := int(int32(binary.BigEndian.Uint32(b[16:20])))
-				if id != 0 && pl >= 0 && len(b) >= 20+pl {
-					c.s.mu.Lock()
-					c.s.id, c.s.passwd = id, append([]byte(nil), b[20:20+pl]...)
-					c.s.mu.Unlock()
-				}
-			}
-		}
-	}
-	return n, err
-}
-
-// expireSession joins session id with its password on a second connection
-// and closes it: ZooKeeper's standard way to expire a client's session. The
-// server ends the session (deleting its ephemeral nodes); the original
-// client learns it is expired when it reconnects.
-func expireSession(t *testing.T, addr string, id int64, passwd []byte) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-	// ConnectRequest: protocolVersion, lastZxidSeen, timeOut, sessionId, passwd.
-	req := binary.BigEndian.AppendUint32(nil, 0)
-	req = binary.BigEndian.AppendUint64(req, 0)
-	req = binary.BigEndian.AppendUint32(req, 4000)
-	req = binary.BigEndian.AppendUint64(req, uint64(id))
-	req = binary.BigEndian.AppendUint32(req, uint32(len(passwd)))
-	req = append(req, passwd...)
-	writePacket(t, c, req)
-	resp := readPacket(t, c)
-	require.GreaterOrEqual(t, len(resp), 16)
-	require.Equal(t, id, int64(binary.BigEndian.Uint64(resp[8:16])), "the server did not accept the session's credentials")
-	// closeSession: RequestHeader{xid 1, type -11}.
-	hdr := binary.BigEndian.AppendUint32(nil, 1)
-	hdr = binary.BigEndian.AppendUint32(hdr, uint32(0xFFFFFFF5))
-	writePacket(t, c, hdr)
-	readPacket(t, c) // ReplyHeader
-}
-
-func writePacket(t *testing.T, c net.Conn, b []byte) {
-	t.Helper()
-	_, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
-	require.NoError(t, err)
-}
-
-func readPacket(t *testing.T, c net.Conn) []byte {
-	t.Helper()
-	var l [4]byte
-	_, err := io.ReadFull(c, l[:])
-	require.NoError(t, err)
-	b := make([]byte, binary.BigEndian.Uint32(l[:]))
-	_, err = io.ReadFull(c, b)
-	require.NoError(t, err)
-	return b
-}
-
 // TestSessionExpiryReregisters expires the registry's session with a
 // second client holding its session id and password, and checks that it
 // re-registers everything under a new session by itself, within the
@@ -402,20 +301,20 @@ func readPacket(t *testing.T, c net.Conn) []byte {
 func TestSessionExpiryReregisters(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
 	root := "/expiry"
-	sn := &sessionSniffer{}
+	sn := &testsvc.SessionSniffer{}
 	lb := &logBuf{}
 	opts := testOpts(addr, root, 9, lb)
-	opts.Dialer = sn.dial
+	opts.Dialer = sn.Dial
 	r := open(t, opts)
 	c := client(t, addr)
 	first := r.SessionID()
 	require.NoError(t, checkLayout(c, root, 9, first))
 
 	for round := 1; round <= 2; round++ {
-		id, pw := sn.get()
+		id, pw := sn.Session()
 		require.Equal(t, r.SessionID(), id)
 		start := time.Now()
-		expireSession(t, addr, id, pw)
+		testsvc.ExpireSession(t, addr, id, pw)
 		eventually(t, opts.SessionTimeout+5*time.Second, func() error {
 			s := r.SessionID()
 			if s == id || s == 0 {

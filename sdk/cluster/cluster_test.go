@@ -2,12 +2,8 @@ package cluster_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -158,14 +154,14 @@ func TestSessionExpiryRecovers(t *testing.T) {
 	root := "/expiry"
 	w := zkClient(t, addr)
 	register(t, w, root, 1, "m", "127.0.0.1:9001", "t", 2)
-	sn := &sessionSniffer{}
-	c := open(t, cluster.Options{Connect: addr, Root: root, SessionTimeout: 4 * time.Second, Dialer: sn.dial})
+	sn := &testsvc.SessionSniffer{}
+	c := open(t, cluster.Options{Connect: addr, Root: root, SessionTimeout: 4 * time.Second, Dialer: sn.Dial})
 	v := c.WatchPublish("t")
 	waitParts(t, v, parts(1, 2))
 	for round := range 2 {
-		id, pw := sn.get()
+		id, pw := sn.Session()
 		require.NotZero(t, id)
-		expireSession(t, addr, id, pw)
+		testsvc.ExpireSession(t, addr, id, pw)
 		require.Eventually(t, func() bool { s := c.SessionID(); return s != 0 && s != id }, 20*time.Second, 20*time.Millisecond)
 		// Changes made after the expiry are seen on the new session.
 		bid := 20 + round
@@ -178,97 +174,4 @@ func TestSessionExpiryRecovers(t *testing.T) {
 	}
 	unregister(t, w, root, 1, "t")
 	waitParts(t, v, []balance.Partition{{BrokerID: 20}, {BrokerID: 21}})
-}
-
-// sessionSniffer is a Dialer that records the session id and password of
-// each connect response the client receives.
-type sessionSniffer struct {
-	mu     sync.Mutex
-	id     int64
-	passwd []byte
-}
-
-func (s *sessionSniffer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &sniffConn{Conn: c, s: s}, nil
-}
-
-func (s *sessionSniffer) get() (int64, []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.id, append([]byte(nil), s.passwd...)
-}
-
-type sniffConn struct {
-	net.Conn
-	s    *sessionSniffer
-	buf  []byte
-	done bool
-}
-
-// Read parses the first packet: the connect response (int32 len, int32
-// protocolVersion, int32 timeOut, int64 sessionId, int32 passwdLen, passwd).
-func (c *sniffConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if !c.done && n > 0 {
-		c.buf = append(c.buf, p[:n]...)
-		if len(c.buf) >= 4 && len(c.buf) >= 4+int(binary.BigEndian.Uint32(c.buf)) {
-			b := c.buf[4:]
-			c.done = true
-			if len(b) >= 20 {
-				id := int64(binary.BigEndian.Uint64(b[8:16]))
-				pl := int(int32(binary.BigEndian.Uint32(b[16:20])))
-				if id != 0 && pl >= 0 && len(b) >= 20+pl {
-					c.s.mu.Lock()
-					c.s.id, c.s.passwd = id, append([]byte(nil), b[20:20+pl]...)
-					c.s.mu.Unlock()
-				}
-			}
-		}
-	}
-	return n, err
-}
-
-// expireSession joins session id with its password on a second connection
-// and closes it: ZooKeeper's standard way to expire a client's session.
-func expireSession(t *testing.T, addr string, id int64, passwd []byte) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-	req := binary.BigEndian.AppendUint32(nil, 0)
-	req = binary.BigEndian.AppendUint64(req, 0)
-	req = binary.BigEndian.AppendUint32(req, 4000)
-	req = binary.BigEndian.AppendUint64(req, uint64(id))
-	req = binary.BigEndian.AppendUint32(req, uint32(len(passwd)))
-	req = append(req, passwd...)
-	writePacket(t, c, req)
-	resp := readPacket(t, c)
-	require.GreaterOrEqual(t, len(resp), 16)
-	require.Equal(t, id, int64(binary.BigEndian.Uint64(resp[8:16])), "the server did not accept the session's credentials")
-	hdr := binary.BigEndian.AppendUint32(nil, 1)
-	hdr = binary.BigEndian.AppendUint32(hdr, uint32(0xFFFFFFF5)) // closeSession
-	writePacket(t, c, hdr)
-	readPacket(t, c)
-}
-
-func writePacket(t *testing.T, c net.Conn, b []byte) {
-	t.Helper()
-	_, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
-	require.NoError(t, err)
-}
-
-func readPacket(t *testing.T, c net.Conn) []byte {
-	t.Helper()
-	var l [4]byte
-	_, err := io.ReadFull(c, l[:])
-	require.NoError(t, err)
-	b := make([]byte, binary.BigEndian.Uint32(l[:]))
-	_, err = io.ReadFull(c, b)
-	require.NoError(t, err)
-	return b
 }
