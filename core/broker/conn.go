@@ -253,19 +253,26 @@ func (c *conn) flusher() {
 func (c *conn) writeQueuedLocked() error {
 	for {
 		c.omu.Lock()
-		buf := c.out
-		if len(buf) == 0 {
+		if len(c.out) == 0 {
 			c.omu.Unlock()
 			return nil
 		}
-		c.out = c.spare[:0]
-		c.spare = nil
-		c.drained.Broadcast()
+		buf := c.takeOutLocked()
 		c.omu.Unlock()
 		if err := c.writeBuf(buf); err != nil {
 			return err
 		}
 	}
+}
+
+// takeOutLocked takes the queued replies, leaving the spare buffer in their
+// place, and wakes a read loop waiting for room. The caller holds omu.
+func (c *conn) takeOutLocked() []byte {
+	buf := c.out
+	c.out = c.spare[:0]
+	c.spare = nil
+	c.drained.Broadcast()
+	return buf
 }
 
 // writeBuf writes buf to the socket and keeps it as the spare reply buffer.
@@ -290,10 +297,7 @@ func (c *conn) sendValue(v store.View, opaque int32) error {
 	// bytes right after it while wmu is held: replies that store
 	// completions queue meanwhile wait in c.out and cannot land between.
 	c.omu.Lock()
-	buf := protocol.AppendValueHeader(c.out, v.Len, opaque)
-	c.out = c.spare[:0]
-	c.spare = nil
-	c.drained.Broadcast()
+	buf := protocol.AppendValueHeader(c.takeOutLocked(), v.Len, opaque)
 	c.omu.Unlock()
 	if err := c.writeBuf(buf); err != nil {
 		return err

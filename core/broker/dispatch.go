@@ -54,11 +54,16 @@ func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, 
 	}
 	l = t.partition(p)
 	if l == nil {
-		c.putFail(r.Opaque, "partition "+strconv.Itoa(int(r.Partition))+" out of range for topic "+t.name+
-			" (0.."+strconv.Itoa(len(t.parts)-1)+")")
+		c.putFail(r.Opaque, t.outOfRange(r.Partition))
 		return nil, nil, 0, false
 	}
 	return t, l, p, true
+}
+
+// outOfRange is the error text for a partition the topic does not have.
+func (t *topic) outOfRange(p int32) string {
+	return "partition " + strconv.Itoa(int(p)) + " out of range for topic " + t.name +
+		" (0.." + strconv.Itoa(len(t.parts)-1) + ")"
 }
 
 func (c *conn) putFail(opaque int32, msg string) {
@@ -95,16 +100,26 @@ func (c *conn) handlePut(r *protocol.Request) {
 		return
 	}
 	c.entries = append(c.entries[:0], store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})
-	token := uint64(uint32(r.Opaque)) | uint64(uint16(p))<<32
+	c.appendEntries(t, l, p, r.Opaque, false, int64(len(r.Body)))
+}
+
+// appendEntries appends c.entries (a put's or an mput's, whose reply also
+// carries the count) to partition p's log; the reply is queued when the
+// store completes the append. size is the data bytes, for realtime stats.
+func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput bool, size int64) {
+	token := uint64(uint32(opaque)) | uint64(uint16(p))<<32
+	if mput {
+		token |= uint64(len(c.entries)) << 48
+	}
 	c.addPending(1)
 	if err := l.Append(c.entries, c, token); err != nil {
 		c.addPending(-1)
-		c.putFail(r.Opaque, "append failed: "+err.Error())
+		c.putFail(opaque, "append failed: "+err.Error())
 		return
 	}
 	if t.cfg.Stat {
-		t.rt.put.add(1)
-		t.rt.size.add(int64(len(r.Body)))
+		t.rt.put.add(int64(len(c.entries)))
+		t.rt.size.add(size)
 	}
 }
 
@@ -140,17 +155,7 @@ func (c *conn) handleMPut(r *protocol.Request) {
 		c.entries = append(c.entries, store.Entry{Flag: e.Flag, CRC: crc, Data: e.Data})
 		size += int64(len(e.Data))
 	}
-	token := uint64(uint32(r.Opaque)) | uint64(uint16(p))<<32 | uint64(len(c.entries))<<48
-	c.addPending(1)
-	if err := l.Append(c.entries, c, token); err != nil {
-		c.addPending(-1)
-		c.putFail(r.Opaque, "append failed: "+err.Error())
-		return
-	}
-	if t.cfg.Stat {
-		t.rt.put.add(int64(len(c.entries)))
-		t.rt.size.add(size)
-	}
+	c.appendEntries(t, l, p, r.Opaque, true, size)
 }
 
 // readTarget resolves a get or offset's topic and partition.
@@ -162,8 +167,7 @@ func (c *conn) readTarget(r *protocol.Request) (*topic, *store.Log, bool) {
 	}
 	l := t.partition(r.Partition)
 	if l == nil {
-		c.reply(protocol.StatusInternalError, "partition "+strconv.Itoa(int(r.Partition))+" out of range for topic "+
-			t.name+" (0.."+strconv.Itoa(len(t.parts)-1)+")", r.Opaque)
+		c.reply(protocol.StatusInternalError, t.outOfRange(r.Partition), r.Opaque)
 		return nil, nil, false
 	}
 	return t, l, true

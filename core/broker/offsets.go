@@ -96,8 +96,7 @@ func (c *conn) offsetKeys(r *protocol.Request, full bool) ([]offsetstore.Entry, 
 			return nil, false
 		}
 		if l.Partition >= int32(len(t.parts)) {
-			c.reply(protocol.StatusBadRequest, r.Op.String()+": partition "+strconv.Itoa(int(l.Partition))+
-				" out of range for topic "+t.name+" (0.."+strconv.Itoa(len(t.parts)-1)+")", r.Opaque)
+			c.reply(protocol.StatusBadRequest, r.Op.String()+": "+t.outOfRange(l.Partition), r.Opaque)
 			return nil, false
 		}
 		if full && l.Offset < 0 {
