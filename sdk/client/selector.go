@@ -88,7 +88,7 @@ func (h *hashByKey) Select(topic string, partitions int, m *message.Message) (in
 	if len(m.Key) == 0 {
 		return h.rr.Select(topic, partitions, m)
 	}
-	return int(fnv1a(m.Key) % uint32(partitions)), nil
+	return KeyPartition(m.Key, partitions), nil
 }
 
 // Fixed returns a selector that always picks partition p; sending fails if
@@ -103,6 +103,14 @@ func (f fixed) Select(topic string, partitions int, _ *message.Message) (int, er
 			topic + " with " + strconv.Itoa(partitions) + " partitions")
 	}
 	return int(f), nil
+}
+
+// KeyPartition is the hash-by-key choice for a non-empty key among
+// partitions (> 0) partitions: 32-bit FNV-1a of the key modulo the count.
+// Every hash-by-key selector (HashByKey, selectors/hash) uses it, so a key
+// lands on the same partition whichever one a producer uses.
+func KeyPartition(key []byte, partitions int) int {
+	return int(fnv1a(key) % uint32(partitions))
 }
 
 // fnv1a is 32-bit FNV-1a, inline so that hashing does not allocate.

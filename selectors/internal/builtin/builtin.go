@@ -54,8 +54,9 @@ func Random(out []int, partitions int) {
 	}
 }
 
-// Hash chooses FNV-1a(key) modulo the partition count, so equal keys land
-// on the same partition (client.HashByKey's function); messages without a
+// Hash chooses client.KeyPartition (FNV-1a of the key modulo the partition
+// count), so equal keys land on the same partition as with client.HashByKey;
+// messages without a
 // key are spread round robin. The zero value is ready.
 type Hash struct{ rr RoundRobin }
 
@@ -68,16 +69,6 @@ func (h *Hash) Choose(out []int, partitions int, key func(i int) []byte) {
 			h.rr.Choose(out[i:i+1], partitions)
 			continue
 		}
-		out[i] = int(FNV1a(k) % uint32(partitions))
+		out[i] = client.KeyPartition(k, partitions)
 	}
-}
-
-// FNV1a is 32-bit FNV-1a.
-func FNV1a(b []byte) uint32 {
-	h := uint32(2166136261)
-	for _, c := range b {
-		h ^= uint32(c)
-		h *= 16777619
-	}
-	return h
 }
