@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/sdk/cluster"
 )
 
 // defaultZK is ZooKeeper's default client port on the local host.
@@ -26,7 +26,7 @@ each broker with its address (<root>/brokers/ids/<id>/master), and per topic
 the brokers and their partition counts, from topics-pub (producers) and
 topics-sub (consumers). --timeout bounds connecting and reading.`)
 	zkc := fs.String("zk", "", "ZooKeeper connect string `host:port[,...]` (default "+defaultZK+", or $METAQ_ZK)")
-	root := fs.String("root", registry.DefaultRoot, "MetaQ's zkRoot")
+	root := fs.String("root", cluster.DefaultRoot, "MetaQ's zkRoot")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -58,7 +58,7 @@ topics-sub (consumers). --timeout bounds connecting and reading.`)
 }
 
 // readCluster connects, waits for a session and reads, all within timeout.
-func readCluster(ctx context.Context, connect, root string, timeout time.Duration) (*registry.Cluster, error) {
+func readCluster(ctx context.Context, connect, root string, timeout time.Duration) (*cluster.Layout, error) {
 	var servers []string
 	for _, s := range strings.Split(connect, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -83,12 +83,12 @@ func readCluster(ctx context.Context, connect, root string, timeout time.Duratio
 		}
 	}
 	type res struct {
-		cl  *registry.Cluster
+		cl  *cluster.Layout
 		err error
 	}
 	ch := make(chan res, 1)
 	go func() {
-		cl, err := registry.Read(c, root)
+		cl, err := cluster.ReadLayout(c, root)
 		ch <- res{cl, err}
 	}()
 	select {
@@ -103,7 +103,7 @@ type nopLogger struct{}
 
 func (nopLogger) Printf(string, ...any) {}
 
-func printCluster(e *env, cl *registry.Cluster) {
+func printCluster(e *env, cl *cluster.Layout) {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "brokers (%s/brokers/ids): %d\n", strings.TrimSuffix(cl.Root, "/"), len(cl.Brokers))
 	if len(cl.Brokers) > 0 {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/sdk/cluster"
 )
 
 // startZKServer starts the metaq-server binary in bin with the sample
@@ -93,7 +93,7 @@ func TestClusterCommand(t *testing.T) {
 
 	r = cli("", "cluster", "--zk", zkAddr, "--json")
 	mustOK(t, r, "cluster --json")
-	var cl registry.Cluster
+	var cl cluster.Layout
 	if err := json.Unmarshal([]byte(r.stdout), &cl); err != nil {
 		t.Fatalf("%v\n%s", err, r.stdout)
 	}
@@ -101,7 +101,7 @@ func TestClusterCommand(t *testing.T) {
 		t.Fatalf("brokers: %+v", cl.Brokers)
 	}
 	if len(cl.Topics) != 2 || cl.Topics[1].Name != "meta-test" || len(cl.Topics[1].Brokers) != 2 ||
-		cl.Topics[1].Brokers[0] != (registry.TopicPartition{Broker: "1-m", BrokerID: 1, NumParts: 4, Publish: true, Subscribe: true}) {
+		cl.Topics[1].Brokers[0] != (cluster.TopicPartition{Broker: "1-m", BrokerID: 1, NumParts: 4, Publish: true, Subscribe: true}) {
 		t.Fatalf("topics: %+v", cl.Topics)
 	}
 

@@ -1,4 +1,4 @@
-package registry
+package cluster
 
 import (
 	"encoding/json"
@@ -11,8 +11,10 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Cluster is what the brokers registered under a root, as Read found it.
-type Cluster struct {
+// Layout is what the brokers registered under a root, as ReadLayout found
+// it: a one-shot reading for tools (`metaq cluster`); clients that follow
+// changes use a TopicView.
+type Layout struct {
 	Root    string         `json:"root"`
 	Brokers []BrokerInfo   `json:"brokers"`
 	Topics  []TopicBrokers `json:"topics"`
@@ -47,18 +49,18 @@ type TopicPartition struct {
 	Subscribe bool `json:"subscribe"`
 }
 
-// Read reads the registered brokers and topics under root ("" means
+// ReadLayout reads the registered brokers and topics under root ("" means
 // DefaultRoot) with a connected client. Missing subtrees read as empty.
-func Read(c *zk.Conn, root string) (*Cluster, error) {
+func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 	if root == "" {
 		root = DefaultRoot
 	}
 	root = strings.TrimRight(root, "/")
-	cl := &Cluster{Root: root, Brokers: []BrokerInfo{}, Topics: []TopicBrokers{}}
+	cl := &Layout{Root: root, Brokers: []BrokerInfo{}, Topics: []TopicBrokers{}}
 	if cl.Root == "" {
 		cl.Root = "/"
 	}
-	ids, err := children(c, root+"/brokers/ids")
+	ids, err := layoutChildren(c, root+"/brokers/ids")
 	if err != nil {
 		return nil, err
 	}
@@ -69,12 +71,12 @@ func Read(c *zk.Conn, root string) (*Cluster, error) {
 		}
 		b := BrokerInfo{ID: id}
 		base := root + "/brokers/ids/" + s
-		kids, err := children(c, base)
+		kids, err := layoutChildren(c, base)
 		if err != nil {
 			return nil, err
 		}
 		for _, k := range kids {
-			v, err := data(c, base+"/"+k)
+			v, err := layoutData(c, base+"/"+k)
 			if err != nil {
 				return nil, err
 			}
@@ -96,17 +98,17 @@ func Read(c *zk.Conn, root string) (*Cluster, error) {
 
 	topics := map[string]map[string]*TopicPartition{}
 	for _, kind := range []string{"topics-pub", "topics-sub"} {
-		names, err := children(c, root+"/brokers/"+kind)
+		names, err := layoutChildren(c, root+"/brokers/"+kind)
 		if err != nil {
 			return nil, err
 		}
 		for _, t := range names {
-			brokers, err := children(c, root+"/brokers/"+kind+"/"+t)
+			brokers, err := layoutChildren(c, root+"/brokers/"+kind+"/"+t)
 			if err != nil {
 				return nil, err
 			}
 			for _, bn := range brokers {
-				v, err := data(c, root+"/brokers/"+kind+"/"+t+"/"+bn)
+				v, err := layoutData(c, root+"/brokers/"+kind+"/"+t+"/"+bn)
 				if err != nil {
 					return nil, err
 				}
@@ -156,7 +158,7 @@ func Read(c *zk.Conn, root string) (*Cluster, error) {
 	return cl, nil
 }
 
-func children(c *zk.Conn, p string) ([]string, error) {
+func layoutChildren(c *zk.Conn, p string) ([]string, error) {
 	kids, _, err := c.Children(p)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
@@ -168,7 +170,7 @@ func children(c *zk.Conn, p string) ([]string, error) {
 	return kids, nil
 }
 
-func data(c *zk.Conn, p string) (string, error) {
+func layoutData(c *zk.Conn, p string) (string, error) {
 	v, _, err := c.Get(p)
 	if errors.Is(err, zk.ErrNoNode) {
 		return "", nil
