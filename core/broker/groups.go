@@ -122,7 +122,7 @@ func (gs *groupSet) join(c *conn, k groupKey, id, strategy string, nparts, broke
 	m := g.members[id]
 	switch {
 	case m != nil && m.c != c:
-		return 0, nil, &groupError{protocol.StatusBadRequest, "join: consumer id " + id +
+		return 0, nil, &groupError{protocol.StatusConflict, "join: consumer id " + id +
 			" is already a member of group " + k.group + " on another connection"}
 	case m == nil:
 		m = &member{c: c, held: make(map[int32]bool), seen: now, sentGen: -1}

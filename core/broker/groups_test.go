@@ -26,8 +26,8 @@ func TestGroupTwoPhaseHandover(t *testing.T) {
 	if _, _, err := gs.join(&conn{}, k, "c", "consist", 4, 0); err == nil || err.code != protocol.StatusBadRequest {
 		t.Fatalf("strategy mismatch: %v", err)
 	}
-	if _, _, err := gs.join(&conn{}, k, "a", "default", 4, 0); err == nil {
-		t.Fatal("same id on another connection accepted")
+	if _, _, err := gs.join(&conn{}, k, "a", "default", 4, 0); err == nil || err.code != protocol.StatusConflict {
+		t.Fatalf("same id on another connection: %v", err)
 	}
 	// a heartbeats with its old view's generation: it learns of the revocation.
 	gen, va, _ = gs.heartbeat(ca, k, "a", genA)

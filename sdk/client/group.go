@@ -158,7 +158,10 @@ type groupMember struct {
 	running map[int32]*runningPart
 	joined  bool
 	gen     int64
-	w       *wire // the connection the membership is tied to
+	// conflictSince is when joins started to get 409 (our id still
+	// registered on an old connection); zero otherwise.
+	conflictSince time.Time
+	w             *wire // the connection the membership is tied to
 }
 
 // run joins, heartbeats and applies views until ctx ends or a partition
@@ -210,6 +213,11 @@ func (g *groupMember) run(ctx context.Context) error {
 	}
 }
 
+// joinConflictGrace is how long a join keeps retrying 409 (this member id
+// still registered on another connection) before giving up: longer than
+// the broker's default group session timeout.
+const joinConflictGrace = 10 * time.Second
+
 // joinRefused is a join the broker refused for good (400 or 500).
 type joinRefused struct{ err error }
 
@@ -227,11 +235,23 @@ func (g *groupMember) join(ctx context.Context) error {
 	defer putCall(call)
 	if call.code != protocol.StatusOK {
 		err := fmt.Errorf("metaq: join group %s for %s: %w", c.cfg.group, c.topic, resultError(call.code, call.body))
-		if call.code == protocol.StatusBadRequest || call.code == protocol.StatusInternalError {
+		switch call.code {
+		case protocol.StatusBadRequest, protocol.StatusInternalError:
 			return &joinRefused{err}
+		case protocol.StatusConflict:
+			// Our previous connection's membership is usually about to go
+			// (connection close or session timeout); a second live
+			// consumer with our id is not, and must not run.
+			now := time.Now()
+			if g.conflictSince.IsZero() {
+				g.conflictSince = now
+			} else if now.Sub(g.conflictSince) > joinConflictGrace {
+				return &joinRefused{err}
+			}
 		}
 		return err
 	}
+	g.conflictSince = time.Time{}
 	gen, view, err := protocol.ParseGroupView(call.body)
 	if err != nil {
 		return err

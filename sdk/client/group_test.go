@@ -263,3 +263,105 @@ func TestGroupLocalEndToEndJoinsAndLeaves(t *testing.T) {
 	require.Less(t, dups, n/2, "duplicates bounded")
 	slices.Reverse(members)
 }
+
+// lingerProxy forwards one client's connections to the broker. kill closes
+// the client side at once but keeps the broker side open for a while, so
+// the broker still sees the old membership when the client joins again.
+type lingerProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	pairs [][2]net.Conn
+	wg    sync.WaitGroup
+}
+
+func newLingerProxy(t *testing.T, target string) *lingerProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &lingerProxy{ln: ln}
+	p.wg.Go(func() {
+		for {
+			cc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			bc, err := net.DialTimeout("tcp", target, 5*time.Second)
+			if err != nil {
+				cc.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.pairs = append(p.pairs, [2]net.Conn{cc, bc})
+			p.mu.Unlock()
+			cp := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if n > 0 {
+						if _, werr := dst.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}
+			p.wg.Go(func() { cp(bc, cc) })
+			p.wg.Go(func() { cp(cc, bc) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, pr := range p.pairs {
+			pr[0].Close()
+			pr[1].Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// kill closes the client side of every connection now and the broker side
+// after linger.
+func (p *lingerProxy) kill(linger time.Duration) {
+	p.mu.Lock()
+	pairs := p.pairs
+	p.pairs = nil
+	p.mu.Unlock()
+	for _, pr := range pairs {
+		pr[0].Close()
+	}
+	time.AfterFunc(linger, func() {
+		for _, pr := range pairs {
+			pr[1].Close()
+		}
+	})
+}
+
+// A member whose connection breaks joins again on a new one while the
+// broker still holds its old membership (409): it retries until the old
+// connection is gone instead of giving up.
+func TestGroupLocalRejoinBeforeBrokerSeesClose(t *testing.T) {
+	tb := startGroupBroker(t)
+	own := &ownership{owner: map[int32]string{}}
+	px := newLingerProxy(t, tb.addr)
+	a := startMember(t, tb.addr, "c-a", own, nil)
+	b := startMember(t, px.ln.Addr().String(), "c-b", own, nil)
+	waitAssignment(t, 6, map[*member]int{a: 3, b: 3})
+	px.kill(400 * time.Millisecond)
+	select {
+	case err := <-b.done:
+		t.Fatalf("member gave up: %v", err)
+	case <-time.After(600 * time.Millisecond):
+	}
+	waitAssignment(t, 6, map[*member]int{a: 3, b: 3})
+	select {
+	case err := <-b.done:
+		t.Fatalf("member gave up: %v", err)
+	default:
+	}
+	own.check(t)
+}

@@ -61,6 +61,7 @@ const (
 	StatusBadRequest    = 400 // malformed request, bad size
 	StatusForbidden     = 403 // partition closed
 	StatusNotFound      = 404 // no data at that offset yet, or no such store
+	StatusConflict      = 409 // group member id still registered on another connection
 	StatusInternalError = 500 // refused or failed; body says why
 	StatusBusy          = 503 // broker overloaded
 	StatusTimeout       = 504 // timed out
@@ -79,6 +80,8 @@ func StatusText(code int) string {
 		return "Forbidden"
 	case StatusNotFound:
 		return "Not found"
+	case StatusConflict:
+		return "Conflict"
 	case StatusInternalError:
 		return "Internal error"
 	case StatusBusy:
