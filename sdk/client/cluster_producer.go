@@ -15,22 +15,6 @@ import (
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
-// WithZKRoot sets the ZooKeeper chroot of a ClusterProducer. Default
-// "/meta".
-func WithZKRoot(root string) ProducerOption {
-	return producerOpt(func(c *producerConfig) { c.zkRoot = root })
-}
-
-// WithZKSessionTimeout sets the ZooKeeper session timeout of a
-// ClusterProducer. Default 30 s.
-func WithZKSessionTimeout(d time.Duration) ProducerOption {
-	return producerOpt(func(c *producerConfig) {
-		if d > 0 {
-			c.zkSessionTimeout = d
-		}
-	})
-}
-
 // WithRetryOnFailure decides whether a ClusterProducer retries a send that
 // failed on a broker (connection refused or lost, 403 partition closed,
 // 5xx) on another partition, for as long as the send timeout allows.
@@ -39,9 +23,10 @@ func WithZKSessionTimeout(d time.Duration) ProducerOption {
 // Retrying changes the partition, and a send whose connection was lost may
 // have been stored, so a retry can duplicate it (at least once). Turn it
 // off for ordered sends (a Fixed or key-hashing selector): a failed send
-// then fails, with one attempt, as in MetaQ. MetaQ's ordered producer also
-// keeps such messages in a local on-disk store and resends them in order
-// when the partition is back; that store is not implemented yet.
+// then fails, with one attempt, as in MetaQ. For MetaQ's ordered producer,
+// which keeps such messages in a local on-disk store and resends them in
+// order when the partition is back, use NewOrderedProducer (it turns
+// retries off).
 func WithRetryOnFailure(retry bool) ProducerOption {
 	return producerOpt(func(c *producerConfig) { c.noRetry = !retry })
 }
@@ -95,7 +80,7 @@ func NewClusterProducer(ctx context.Context, zkConnect string, opts ...ProducerO
 		o.applyProducer(&cfg)
 	}
 	logger := cfg.logger
-	cl, err := cluster.Open(ctx, cluster.Options{Connect: zkConnect, Root: cfg.zkRoot, SessionTimeout: cfg.zkSessionTimeout,
+	cl, err := cluster.Open(ctx, cluster.Options{Connect: zkConnect, Root: cfg.zk.root, SessionTimeout: cfg.zk.sessionTimeout, Dialer: cfg.zk.dialer,
 		Logf: func(format string, args ...any) { logger.Debug(fmt.Sprintf(format, args...)) }})
 	if err != nil {
 		return nil, fmt.Errorf("metaq: %w", err)

@@ -99,6 +99,12 @@ type consumerConfig struct {
 	strategy   string
 	consumerID string
 	membership bool // WithGroupMembership
+
+	// Cluster mode (cluster_consumer.go).
+	managed       bool // partitions are started and stopped by a ClusterConsumer
+	zk            zkConfig
+	broadcast     bool
+	consumerIDSet bool
 }
 
 // WithGroup sets the consumer group. Default DefaultGroup. A consumer
@@ -347,8 +353,9 @@ func (c *Consumer) init(ctx context.Context) error {
 	if initialized {
 		return nil
 	}
-	if c.groupMode() {
-		// The group assigns partitions as it goes (group.go).
+	if c.groupMode() || c.cfg.managed {
+		// The group assigns partitions as it goes (group.go,
+		// cluster_consumer.go).
 		c.mu.Lock()
 		c.parts, c.byID = []*partState{}, map[int32]*partState{}
 		c.mu.Unlock()

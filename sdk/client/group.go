@@ -55,7 +55,7 @@ func WithBalanceStrategy(name string) ConsumerOption {
 // WithConsumerID sets this member's id in its group. Default
 // `<hostname>-<pid>-<random>`. Ids order the members for balancing.
 func WithConsumerID(id string) ConsumerOption {
-	return consumerOpt(func(c *consumerConfig) { c.consumerID = id })
+	return consumerOpt(func(c *consumerConfig) { c.consumerID, c.consumerIDSet = id, true })
 }
 
 func (cfg *consumerConfig) checkGroup() error {
@@ -158,6 +158,10 @@ type groupMember struct {
 	running map[int32]*runningPart
 	joined  bool
 	gen     int64
+	// commitTimeout and commitAttempts bound the commit before releasing
+	// partitions (default: the request timeout, 3 attempts).
+	commitTimeout  time.Duration
+	commitAttempts int
 	// conflictSince is when joins started to get 409 (our id still
 	// registered on an old connection); zero otherwise.
 	conflictSince time.Time
@@ -347,8 +351,15 @@ func (g *groupMember) stop(ps []int32) {
 		}
 	}
 	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		cctx, cancel := context.WithTimeout(context.Background(), c.cn.opts.requestTimeout)
+	timeout, attempts := c.cn.opts.requestTimeout, 3
+	if g.commitTimeout > 0 {
+		timeout = g.commitTimeout
+	}
+	if g.commitAttempts > 0 {
+		attempts = g.commitAttempts
+	}
+	for attempt := 0; attempt < attempts; attempt++ {
+		cctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err = c.commit(cctx)
 		cancel()
 		if err == nil {

@@ -38,9 +38,8 @@ type producerConfig struct {
 	partitions     map[string]int
 	maxMessageSize int
 	// Cluster mode (NewClusterProducer).
-	zkRoot           string
-	zkSessionTimeout time.Duration
-	noRetry          bool // WithRetryOnFailure(false)
+	zk      zkConfig
+	noRetry bool // WithRetryOnFailure(false)
 }
 
 // WithSelector sets the partition selector. Default RoundRobin().

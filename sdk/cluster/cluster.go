@@ -13,6 +13,12 @@
 // Watches are re-armed after every event; a ZooKeeper session expiry
 // invalidates them all, after which every view re-reads its nodes on the
 // new session by itself.
+//
+// Consumer groups (group.go) are the one place it writes: a member's
+// registration and the owner nodes of the partitions it claims,
+//
+//	R/consumers/<g>/ids/<consumerId>            (E) subscribed topics
+//	R/consumers/<g>/owners/<t>/<brokerId>-<p>   (E) the owning consumerId
 package cluster
 
 import (
@@ -57,6 +63,8 @@ type Cluster struct {
 
 	mu     sync.Mutex
 	views  map[string]*TopicView
+	subs   map[string]*TopicView
+	states []chan struct{} // notified of every session state change
 	closed bool
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -94,11 +102,23 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	session := make(chan struct{})
 	var once sync.Once
+	c := &Cluster{opts: o, views: make(map[string]*TopicView), subs: make(map[string]*TopicView), done: make(chan struct{})}
 	logOpt := zk.WithLogger(quietLogger{o.Logf})
 	cbOpt := zk.WithEventCallback(func(ev zk.Event) {
+		if ev.Type != zk.EventSession {
+			return
+		}
 		if ev.State == zk.StateHasSession {
 			once.Do(func() { close(session) })
 		}
+		c.mu.Lock()
+		for _, ch := range c.states {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		c.mu.Unlock()
 	})
 	var conn *zk.Conn
 	var err error
@@ -110,14 +130,39 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect %s: %w", o.Connect, err)
 	}
+	c.conn = conn
 	select {
 	case <-session:
 	case <-ctx.Done():
 		conn.Close()
 		return nil, fmt.Errorf("cluster: no ZooKeeper session with %s: %w", o.Connect, ctx.Err())
 	}
-	return &Cluster{opts: o, conn: conn, views: make(map[string]*TopicView), done: make(chan struct{})}, nil
+	return c, nil
 }
+
+// Conn returns the ZooKeeper connection (for reading; the cluster owns it).
+func (c *Cluster) Conn() *zk.Conn { return c.conn }
+
+// SessionTimeout returns the session timeout asked for.
+func (c *Cluster) SessionTimeout() time.Duration { return c.opts.SessionTimeout }
+
+// Connected reports whether the client is connected with a live session
+// right now.
+func (c *Cluster) Connected() bool { return c.conn.State() == zk.StateHasSession }
+
+// StateChanges returns a channel that receives a value (coalesced) after
+// every change of the session's state: disconnected, connected, expired,
+// a new session. Read Connected and SessionID after receiving.
+func (c *Cluster) StateChanges() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	c.mu.Lock()
+	c.states = append(c.states, ch)
+	c.mu.Unlock()
+	return ch
+}
+
+// Logf logs through Options.Logf.
+func (c *Cluster) Logf(format string, args ...any) { c.opts.Logf(format, args...) }
 
 // Root returns the chroot in use.
 func (c *Cluster) Root() string { return c.opts.Root }
@@ -135,8 +180,28 @@ func (c *Cluster) WatchPublish(topic string) *TopicView {
 	if v, ok := c.views[topic]; ok {
 		return v
 	}
-	v := newTopicView(c, topic)
+	v := newTopicView(c, topic, false)
 	c.views[topic] = v
+	if !c.closed {
+		c.wg.Add(1)
+		go v.run()
+	}
+	return v
+}
+
+// WatchSubscribe returns the view of topic's subscribe partitions
+// (topics-sub, the ones consumers balance), like WatchPublish. As in
+// MetaQ's consumer, masters' and slaves' nodes both count, deduplicated
+// by (broker, partition); a partition is read from the master when one is
+// registered, else from a slave.
+func (c *Cluster) WatchSubscribe(topic string) *TopicView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.subs[topic]; ok {
+		return v
+	}
+	v := newTopicView(c, topic, true)
+	c.subs[topic] = v
 	if !c.closed {
 		c.wg.Add(1)
 		go v.run()
@@ -168,4 +233,8 @@ func (c *Cluster) brokerMasterPath(id int) string {
 
 func (c *Cluster) topicPubPath(topic string) string {
 	return c.opts.Root + "/brokers/topics-pub/" + topic
+}
+
+func (c *Cluster) topicSubPath(topic string) string {
+	return c.opts.Root + "/brokers/topics-sub/" + topic
 }

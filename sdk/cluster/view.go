@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"slices"
@@ -36,6 +37,7 @@ func (s *Snapshot) Addr(id int) string { return s.Addrs[id] }
 type TopicView struct {
 	c     *Cluster
 	topic string
+	sub   bool // topics-sub (consumers), else topics-pub
 
 	snap    atomic.Pointer[Snapshot]
 	ready   chan struct{} // closed after the first complete reading
@@ -47,8 +49,8 @@ type TopicView struct {
 	armed map[string]bool // "c:"+path (children) or "d:"+path (data/exists)
 }
 
-func newTopicView(c *Cluster, topic string) *TopicView {
-	v := &TopicView{c: c, topic: topic, ready: make(chan struct{}), changes: make(chan struct{}, 1),
+func newTopicView(c *Cluster, topic string, sub bool) *TopicView {
+	v := &TopicView{c: c, topic: topic, sub: sub, ready: make(chan struct{}), changes: make(chan struct{}, 1),
 		wake: make(chan struct{}, 1), armed: make(map[string]bool)}
 	v.snap.Store(&Snapshot{Addrs: map[int]string{}})
 	return v
@@ -221,26 +223,31 @@ type topicBroker struct {
 	Broker   string `json:"broker"`
 }
 
-// refresh reads the topic's master nodes and their brokers' URIs and
-// publishes the result if it changed.
+// refresh reads the topic's nodes and their brokers' URIs and publishes
+// the result if it changed.
 func (v *TopicView) refresh() error {
-	pub := v.c.topicPubPath(v.topic)
-	kids, err := v.children(pub)
+	dir := v.c.topicPubPath(v.topic)
+	if v.sub {
+		dir = v.c.topicSubPath(v.topic)
+	}
+	kids, err := v.children(dir)
 	if err != nil {
 		return err
 	}
+	slices.Sort(kids) // "<id>-m" before "<id>-s<N>": a master wins
 	snap := &Snapshot{Addrs: make(map[int]string)}
+	seen := make(map[balance.Partition]bool)
 	for _, name := range kids {
-		idText, isMaster := strings.CutSuffix(name, "-m")
-		if !isMaster {
-			continue // a slave (-s<N>): never written to
-		}
+		idText, role, ok := strings.Cut(name, "-")
 		id, err := strconv.Atoi(idText)
-		if err != nil || id < 0 {
-			v.c.opts.Logf("cluster: ignoring %s/%s: not <brokerId>-m", pub, name)
+		if !ok || err != nil || id < 0 || (role != "m" && !isSlaveRole(role)) {
+			v.c.opts.Logf("cluster: ignoring %s/%s: not <brokerId>-m or <brokerId>-s<N>", dir, name)
 			continue
 		}
-		b, ok, err := v.data(pub + "/" + name)
+		if role != "m" && !v.sub {
+			continue // a slave: never written to
+		}
+		b, ok, err := v.data(dir + "/" + name)
 		if err != nil {
 			return err
 		}
@@ -249,24 +256,44 @@ func (v *TopicView) refresh() error {
 		}
 		var tb topicBroker
 		if err := json.Unmarshal(b, &tb); err != nil || tb.NumParts <= 0 {
-			v.c.opts.Logf("cluster: ignoring %s/%s: bad data %q", pub, name, b)
+			v.c.opts.Logf("cluster: ignoring %s/%s: bad data %q", dir, name, b)
 			continue
 		}
-		uri, ok, err := v.data(v.c.brokerMasterPath(id))
+		if _, done := snap.Addrs[id]; done && role != "m" {
+			// The master (or an earlier slave) serves this broker's partitions;
+			// a slave only adds partitions the master does not list.
+			for p := range tb.NumParts {
+				bp := balance.Partition{BrokerID: id, Partition: int32(p)}
+				if !seen[bp] {
+					seen[bp] = true
+					snap.Partitions = append(snap.Partitions, bp)
+				}
+			}
+			continue
+		}
+		leaf := v.c.brokerMasterPath(id)
+		if role != "m" {
+			leaf = fmt.Sprintf("%s/brokers/ids/%d/slave%s", v.c.opts.Root, id, role[1:])
+		}
+		uri, ok, err := v.data(leaf)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			continue // no master registered (yet): not writable
+			continue // not registered (yet): not reachable
 		}
 		addr, ok := parseURI(string(uri))
 		if !ok {
-			v.c.opts.Logf("cluster: ignoring broker %d: bad master URI %q", id, uri)
+			v.c.opts.Logf("cluster: ignoring broker %d: bad URI %q at %s", id, uri, leaf)
 			continue
 		}
 		snap.Addrs[id] = addr
 		for p := range tb.NumParts {
-			snap.Partitions = append(snap.Partitions, balance.Partition{BrokerID: id, Partition: int32(p)})
+			bp := balance.Partition{BrokerID: id, Partition: int32(p)}
+			if !seen[bp] {
+				seen[bp] = true
+				snap.Partitions = append(snap.Partitions, bp)
+			}
 		}
 	}
 	slices.SortFunc(snap.Partitions, balance.Partition.Compare)
@@ -280,6 +307,16 @@ func (v *TopicView) refresh() error {
 	}
 	v.readyMu.Do(func() { close(v.ready) })
 	return nil
+}
+
+// isSlaveRole reports whether role is "s<N>".
+func isSlaveRole(role string) bool {
+	n, ok := strings.CutPrefix(role, "s")
+	if !ok || n == "" {
+		return false
+	}
+	_, err := strconv.Atoi(n)
+	return err == nil
 }
 
 // parseURI turns "meta://host:port" into "host:port".

@@ -1,0 +1,552 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/balance"
+	"github.com/metaq-go/metaq/sdk/cluster"
+)
+
+// WithBroadcast makes a ClusterConsumer a broadcast consumer: every
+// consumer gets every message. As in MetaQ (reference §6) the group is
+// renamed per consumer, to "<group>-<suffix>", so each consumer is alone
+// in its group and owns every partition; suffix is the WithConsumerID id
+// when one is given, else the host name. Offsets are kept per renamed
+// group, so a broadcast consumer resumes where it left off.
+func WithBroadcast() ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.broadcast = true })
+}
+
+// ClusterConsumer consumes one topic from every broker of a MetaQ cluster
+// as a member of a consumer group coordinated through ZooKeeper, as the
+// Java client does (reference §5–6):
+//
+//   - it registers R/consumers/<g>/ids/<g>_<id> (ephemeral; data: the
+//     topic) and watches the group's ids and the topic's topics-sub nodes;
+//   - on every change (coalesced) it balances the sorted partitions over
+//     the sorted members with the group's strategy (WithBalanceStrategy:
+//     DEFAULT, partitions in numeric order, or CONSIST);
+//   - a partition it loses is stopped, its offset committed, and only then
+//     its owner node R/consumers/<g>/owners/<t>/<broker>-<p> deleted; a
+//     partition it gains is fetched only after it created that owner node
+//     (ephemeral). A node another member still holds is retried with
+//     backoff until it is released. So no two members ever read one
+//     partition, and once the rebalance settles every partition has an
+//     owner;
+//   - while its ZooKeeper session is disconnected or expired it reads
+//     nothing (its claims may be gone); it registers again by itself.
+//
+// Offsets are committed through each partition's broker (its configured
+// offset store) every WithCommitInterval and before releasing a partition,
+// unless WithOffsetStore names another store. A consumer killed without
+// leaving loses its partitions when its ZooKeeper session expires
+// (WithZKSessionTimeout); the next owner resumes from the last commit, so
+// redelivery is bounded by the commit interval.
+//
+// Options are those of NewConsumer (group, start position, fetch sizes,
+// retries, reject policy, consumer id, balance strategy), plus WithZKRoot,
+// WithZKSessionTimeout and WithBroadcast. WithPartitions does not apply.
+type ClusterConsumer struct {
+	cfg   consumerConfig
+	opts  []ConsumerOption
+	topic string
+	group string
+	cl    *cluster.Cluster
+	strat balance.Strategy
+
+	mu       sync.Mutex
+	running  bool
+	closed   bool
+	closeCh  chan struct{}
+	runDone  chan struct{}
+	fetching []balance.Partition
+
+	// onOwn, if set, is told when a partition's fetching starts (true) and
+	// has fully stopped (false) (tests).
+	onOwn func(p balance.Partition, owned bool)
+}
+
+// NewClusterConsumer connects to ZooKeeper (zkConnect: comma-separated
+// host:port) and returns a consumer of topic for the cluster registered
+// there. It waits for the ZooKeeper session until ctx is done. Its group is
+// WithGroup's (default DefaultGroup).
+func NewClusterConsumer(ctx context.Context, zkConnect, topic string, opts ...ConsumerOption) (*ClusterConsumer, error) {
+	cfg := consumerConfig{logger: slog.Default(), group: DefaultGroup, heartbeat: DefaultHeartbeatInterval,
+		strategy: balance.NameDefault}
+	for _, o := range opts {
+		o.applyConsumer(&cfg)
+	}
+	if len(cfg.partitions) > 0 {
+		return nil, errors.New("metaq: WithPartitions does not apply to a ClusterConsumer: the group assigns partitions")
+	}
+	if !validToken(topic) || strings.ContainsAny(topic, "/,") {
+		return nil, fmt.Errorf("metaq: bad topic %q", topic)
+	}
+	group := cfg.group
+	if cfg.broadcast {
+		suffix := cfg.consumerID
+		if !cfg.consumerIDSet {
+			suffix = hostSuffix()
+		}
+		group += "-" + suffix
+	}
+	if !validToken(group) || strings.ContainsAny(group, "/,") {
+		return nil, fmt.Errorf("metaq: bad group %q", group)
+	}
+	if err := cfg.checkGroup(); err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(cfg.consumerID, "/,") {
+		return nil, fmt.Errorf("metaq: bad consumer id %q", cfg.consumerID)
+	}
+	strat, err := balance.ByName(cfg.strategy)
+	if err != nil {
+		return nil, fmt.Errorf("metaq: %w", err)
+	}
+	logger := cfg.logger
+	cl, err := cluster.Open(ctx, cluster.Options{Connect: zkConnect, Root: cfg.zk.root, SessionTimeout: cfg.zk.sessionTimeout, Dialer: cfg.zk.dialer,
+		Logf: func(format string, args ...any) { logger.Debug(fmt.Sprintf(format, args...)) }})
+	if err != nil {
+		return nil, fmt.Errorf("metaq: %w", err)
+	}
+	return &ClusterConsumer{cfg: cfg, opts: slices.Clone(opts), topic: topic, group: group, cl: cl, strat: strat,
+		closeCh: make(chan struct{})}, nil
+}
+
+// hostSuffix is the host name made safe for a group name.
+func hostSuffix() string {
+	h, _ := os.Hostname()
+	h = strings.Map(func(r rune) rune {
+		if r <= ' ' || r > '~' || r == ',' || r == '/' || r == '.' || r == ':' {
+			return '-'
+		}
+		return r
+	}, h)
+	if h == "" {
+		return "localhost"
+	}
+	return h
+}
+
+// Group returns the consumer's group (with WithBroadcast, the renamed one).
+func (cc *ClusterConsumer) Group() string { return cc.group }
+
+// ConsumerID returns the member's id in ZooKeeper: "<group>_<id>".
+func (cc *ClusterConsumer) ConsumerID() string {
+	return cluster.ConsumerID(cc.group, cc.cfg.consumerID)
+}
+
+// Assigned returns the partitions being fetched now, sorted.
+func (cc *ClusterConsumer) Assigned() []balance.Partition {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return slices.Clone(cc.fetching)
+}
+
+// brokerRun is the Consumer reading this member's partitions of one broker.
+type brokerRun struct {
+	id     int
+	addr   string
+	c      *Consumer
+	reqs   chan assignReq
+	done   chan error // cap 1: Consume's result
+	cancel context.CancelFunc
+	parts  []int32 // running, as last reported
+}
+
+type assignReq struct {
+	parts []int32
+	reply chan []int32 // the partitions running after applying
+}
+
+// rebalancer is one Consume's state; only its goroutine uses it.
+type rebalancer struct {
+	cc      *ClusterConsumer
+	h       Handler
+	m       *cluster.Member
+	view    *cluster.TopicView
+	owned   map[balance.Partition]bool // claims this member may hold
+	ownSess int64                      // the session owned was claimed on
+	brokers map[int]*brokerRun
+	// settled: the last attempt reached its target.
+	settled bool
+	ended   chan struct{} // cap 1: a broker's Consumer returned
+}
+
+// Consume joins the group and hands every message of the partitions the
+// group assigns this member to h until ctx is done, Close is called or a
+// partition fails for good; then it stops fetching, commits, releases its
+// partitions and leaves the group. Messages of one partition are handled
+// one at a time, in order; h must be safe for concurrent use. Retries and
+// the reject policy are NewConsumer's.
+func (cc *ClusterConsumer) Consume(ctx context.Context, h Handler) error {
+	cc.mu.Lock()
+	switch {
+	case cc.closed:
+		cc.mu.Unlock()
+		return ErrClosed
+	case cc.running:
+		cc.mu.Unlock()
+		return ErrAlreadyConsuming
+	}
+	cc.running = true
+	done := make(chan struct{})
+	cc.runDone = done
+	cc.mu.Unlock()
+	defer func() {
+		cc.mu.Lock()
+		cc.running = false
+		cc.fetching = nil
+		cc.mu.Unlock()
+		close(done)
+	}()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-cc.closeCh:
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
+	m, err := cc.cl.JoinGroup(rctx, cc.group, cc.cfg.consumerID, []string{cc.topic})
+	if err != nil {
+		return cc.runErr(ctx, fmt.Errorf("metaq: %w", err))
+	}
+	view := cc.cl.WatchSubscribe(cc.topic)
+	r := &rebalancer{cc: cc, h: h, m: m, view: view, owned: make(map[balance.Partition]bool),
+		brokers: make(map[int]*brokerRun), ended: make(chan struct{}, 1)}
+	err = r.loop(rctx)
+	r.shutdown()
+	if lerr := m.Leave(); lerr != nil {
+		cc.cfg.logger.Warn("metaq: leave group failed; the registration goes with the session", "group", cc.group, "err", lerr)
+	}
+	return cc.runErr(ctx, err)
+}
+
+func (cc *ClusterConsumer) runErr(ctx context.Context, err error) error {
+	switch {
+	case err != nil:
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return ErrClosed
+}
+
+// loop rebalances on every change until ctx ends or a partition fails.
+func (r *rebalancer) loop(ctx context.Context) error {
+	fails := 0
+	for {
+		if err := r.attempt(ctx); err != nil {
+			return err
+		}
+		var retry <-chan time.Time
+		var t *time.Timer
+		if !r.settled {
+			fails++
+			t = time.NewTimer(min(25*time.Millisecond<<min(fails, 6), time.Second))
+			retry = t.C
+		} else {
+			fails = 0
+		}
+		select {
+		case <-ctx.Done():
+		case <-r.m.Changes():
+		case <-r.view.Changes():
+		case <-r.ended:
+		case <-retry:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		for _, br := range r.brokers {
+			select {
+			case err := <-br.done:
+				return r.brokerFailed(br, err)
+			default:
+			}
+		}
+	}
+}
+
+// brokerFailed turns the end of a broker's Consume into Consume's error.
+func (r *rebalancer) brokerFailed(br *brokerRun, err error) error {
+	delete(r.brokers, br.id)
+	br.cancel()
+	_ = br.c.Close(context.Background())
+	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("metaq: consumer of broker %d stopped", br.id)
+	}
+	return err
+}
+
+// attempt moves the member one step towards its target: release what it
+// must give up (stop, commit, delete the owner node), claim what it should
+// own, and fetch exactly the owned target partitions. It sets r.settled
+// when nothing is left to do.
+func (r *rebalancer) attempt(ctx context.Context) error {
+	cc := r.cc
+	r.settled = false
+	if !r.m.Active() {
+		// Disconnected or expired: our claims may be gone and taken by
+		// others, so stop reading everything until we are back.
+		r.apply(ctx, nil, nil)
+		return nil
+	}
+	if sess := r.m.Session(); sess != r.ownSess {
+		// A new session: the old one's owner nodes went with it.
+		clear(r.owned)
+		r.ownSess = sess
+	}
+	snap := r.view.Snapshot()
+	members := r.m.Members(cc.topic)
+	me := r.m.ID()
+	if !slices.Contains(members, me) {
+		return nil // our registration is not visible yet
+	}
+	target := cc.strat.Assign(me, members, snap.Partitions)
+	want := make(map[balance.Partition]bool, len(target))
+	for _, p := range target {
+		want[p] = true
+	}
+	// Stop reading what we lose, commit (in apply), then release.
+	keep := make(map[balance.Partition]bool)
+	for p := range r.owned {
+		if want[p] {
+			keep[p] = true
+		}
+	}
+	r.apply(ctx, keep, snap.Addrs)
+	ok := true
+	for p := range r.owned {
+		if want[p] {
+			continue
+		}
+		if err := r.m.Release(cc.topic, p); err != nil {
+			cc.cfg.logger.Warn("metaq: release partition failed; retrying", "partition", p.String(), "err", err)
+			ok = false
+			continue
+		}
+		delete(r.owned, p)
+	}
+	for _, p := range target {
+		if r.owned[p] {
+			continue
+		}
+		switch err := r.m.Claim(cc.topic, p); {
+		case err == nil:
+			r.owned[p] = true
+		case errors.Is(err, cluster.ErrOwned):
+			ok = false // its owner releases it in its own rebalance
+		default:
+			cc.cfg.logger.Warn("metaq: claim partition failed; retrying", "partition", p.String(), "err", err)
+			ok = false
+		}
+	}
+	if !r.m.Active() {
+		// The session went while we claimed: claims made on it are void.
+		r.apply(ctx, nil, nil)
+		return nil
+	}
+	running := r.apply(ctx, r.owned, snap.Addrs)
+	if running != len(target) {
+		ok = false
+	}
+	r.settled = ok
+	return nil
+}
+
+// apply makes the fetched partitions exactly those of parts whose broker
+// address is known, one Consumer per broker. It returns how many are
+// being fetched.
+func (r *rebalancer) apply(ctx context.Context, parts map[balance.Partition]bool, addrs map[int]string) int {
+	byBroker := make(map[int][]int32)
+	for p := range parts {
+		if addrs[p.BrokerID] == "" {
+			continue
+		}
+		byBroker[p.BrokerID] = append(byBroker[p.BrokerID], p.Partition)
+	}
+	// Brokers we stop reading from, or whose address changed.
+	for id, br := range r.brokers {
+		if len(byBroker[id]) == 0 || addrs[id] != br.addr {
+			r.send(br, nil)
+			br.cancel()
+			if err := <-br.done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
+				r.cc.cfg.logger.Warn("metaq: broker consumer ended", "broker", id, "err", err)
+			}
+			_ = br.c.Close(context.Background())
+			delete(r.brokers, id)
+		}
+	}
+	n := 0
+	var fetching []balance.Partition
+	for id, ps := range byBroker {
+		slices.Sort(ps)
+		br := r.brokers[id]
+		if br == nil {
+			var err error
+			if br, err = r.startBroker(ctx, id, addrs[id]); err != nil {
+				r.cc.cfg.logger.Warn("metaq: start consumer for broker failed; retrying", "broker", id, "err", err)
+				continue
+			}
+		}
+		if !slices.Equal(br.parts, ps) {
+			r.send(br, ps)
+		}
+		n += len(br.parts)
+		for _, p := range br.parts {
+			fetching = append(fetching, balance.Partition{BrokerID: id, Partition: p})
+		}
+	}
+	slices.SortFunc(fetching, balance.Partition.Compare)
+	r.cc.mu.Lock()
+	r.cc.fetching = fetching
+	r.cc.mu.Unlock()
+	return n
+}
+
+// send hands a broker's Consumer its partitions and waits until it has
+// stopped (and committed) the ones left out and started the new ones.
+func (r *rebalancer) send(br *brokerRun, ps []int32) {
+	reply := make(chan []int32, 1)
+	select {
+	case br.reqs <- assignReq{parts: ps, reply: reply}:
+	case err := <-br.done:
+		// It ended on its own (a partition failed): report it next wake.
+		br.done <- err
+		br.parts = nil
+		return
+	}
+	br.parts = <-reply
+}
+
+func (r *rebalancer) startBroker(ctx context.Context, id int, addr string) (*brokerRun, error) {
+	cc := r.cc
+	opts := append(slices.Clone(cc.opts), WithGroup(cc.group), consumerOpt(func(c *consumerConfig) {
+		c.managed, c.membership = true, false
+	}))
+	c, err := NewConsumer(addr, cc.topic, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if hook := cc.onOwn; hook != nil {
+		c.onOwn = func(p int32, owned bool) { hook(balance.Partition{BrokerID: id, Partition: p}, owned) }
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	br := &brokerRun{id: id, addr: addr, c: c, reqs: make(chan assignReq), done: make(chan error, 1), cancel: cancel}
+	go func() {
+		br.done <- c.consumeManaged(bctx, r.h, br.reqs)
+		select {
+		case r.ended <- struct{}{}:
+		default:
+		}
+	}()
+	r.brokers[id] = br
+	return br, nil
+}
+
+// shutdown stops every partition (committing), releases every claim and
+// stops the broker consumers.
+func (r *rebalancer) shutdown() {
+	ctx := context.Background()
+	for id, br := range r.brokers {
+		r.send(br, nil)
+		br.cancel()
+		<-br.done
+		_ = br.c.Close(ctx)
+		delete(r.brokers, id)
+	}
+	r.apply(ctx, nil, nil)
+	if r.m.Active() {
+		for p := range r.owned {
+			if err := r.m.Release(r.cc.topic, p); err != nil {
+				r.cc.cfg.logger.Warn("metaq: release partition failed; it goes with the session", "partition", p.String(), "err", err)
+			}
+		}
+	}
+	clear(r.owned)
+}
+
+// Close stops Consume (waiting for it until ctx is done), which commits,
+// releases the partitions and leaves the group, then closes the ZooKeeper
+// session. It is idempotent.
+func (cc *ClusterConsumer) Close(ctx context.Context) error {
+	cc.mu.Lock()
+	if cc.closed {
+		cc.mu.Unlock()
+		return nil
+	}
+	cc.closed = true
+	close(cc.closeCh)
+	done, running := cc.runDone, cc.running
+	cc.mu.Unlock()
+	var err error
+	if running && done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("metaq: cluster consumer close: %w", ctx.Err())
+		}
+	}
+	if cerr := cc.cl.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// consumeManaged is Consume for a Consumer whose partitions a
+// ClusterConsumer assigns: each request sets the partitions to fetch
+// (stopping and committing the others first) and is answered with the
+// partitions running. It returns when ctx ends or a partition fails.
+func (c *Consumer) consumeManaged(ctx context.Context, h Handler, reqs <-chan assignReq) error {
+	rctx, cancel, finish, err := c.startRun(ctx)
+	if err != nil {
+		return err
+	}
+	defer finish()
+	rej, rs, err := c.startRecover()
+	if err != nil {
+		return err
+	}
+	if rs != nil {
+		defer rs.release()
+	}
+	var wg sync.WaitGroup
+	if rs != nil {
+		wg.Go(func() { c.replayLoop(rctx, rs, h) })
+	}
+	go c.commitLoop(rctx)
+	gm := &groupMember{c: c, h: h, rej: rej, errCh: make(chan error, 1), running: make(map[int32]*runningPart),
+		commitTimeout: min(c.cn.opts.requestTimeout, 3*time.Second), commitAttempts: 2}
+	var runErr error
+loop:
+	for {
+		select {
+		case <-rctx.Done():
+			break loop
+		case runErr = <-gm.errCh:
+			break loop
+		case r := <-reqs:
+			gm.apply(rctx, r.parts)
+			r.reply <- slices.Sorted(maps.Keys(gm.running))
+		}
+	}
+	cancel()
+	gm.releaseAll()
+	wg.Wait()
+	return c.runErr(ctx, runErr)
+}

@@ -1,0 +1,355 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/sdk/balance"
+	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// registerSub writes broker id's topics-sub node for t1 (with the master
+// node and topics-pub, as register does).
+func (w *zkWriter) registerBoth(id int, addr string, n int) {
+	w.register(id, "m", addr, n)
+	sub := w.root + "/brokers/topics-sub/" + topic
+	w.mkdirs(sub)
+	_, err := w.c.Create(fmt.Sprintf("%s/%d-m", sub, id), []byte(fmt.Sprintf(`{"numParts":%d,"broker":"%d-m"}`, n, id)),
+		zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+	require.NoError(w.t, err)
+}
+
+func (w *zkWriter) unregisterBoth(id int) {
+	w.unregister(id)
+	require.NoError(w.t, w.c.Delete(fmt.Sprintf("%s/brokers/topics-sub/%s/%d-m", w.root, topic, id), -1))
+}
+
+// owners returns the owner nodes of group g for t1: "<b>-<p>" -> consumer id.
+func (w *zkWriter) owners(g string) map[string]string {
+	dir := w.root + "/consumers/" + g + "/owners/" + topic
+	kids, _, err := w.c.Children(dir)
+	if err == zk.ErrNoNode {
+		return map[string]string{}
+	}
+	require.NoError(w.t, err)
+	out := make(map[string]string, len(kids))
+	for _, k := range kids {
+		b, _, err := w.c.Get(dir + "/" + k)
+		if err == zk.ErrNoNode {
+			continue
+		}
+		require.NoError(w.t, err)
+		out[k] = string(b)
+	}
+	return out
+}
+
+// clusterOwnership records, from the members' hooks, who fetches each
+// partition, and any overlap.
+type clusterOwnership struct {
+	mu         sync.Mutex
+	owner      map[balance.Partition]string
+	violations []string
+}
+
+func (o *clusterOwnership) hook(id string) func(balance.Partition, bool) {
+	return func(p balance.Partition, owned bool) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if owned {
+			if cur, ok := o.owner[p]; ok {
+				o.violations = append(o.violations, fmt.Sprintf("partition %s: %s starts while %s fetches it", p, id, cur))
+			}
+			o.owner[p] = id
+		} else if o.owner[p] == id {
+			delete(o.owner, p)
+		}
+	}
+}
+
+func (o *clusterOwnership) check(t *testing.T) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	require.Empty(t, o.violations)
+}
+
+type cmember struct {
+	id   string
+	c    *client.ClusterConsumer
+	done chan error
+}
+
+func startClusterMember(t *testing.T, zkAddr, root, id string, own *clusterOwnership, h client.Handler,
+	opts ...client.ConsumerOption) *cmember {
+	t.Helper()
+	base := []client.ConsumerOption{quiet, client.WithZKRoot(root), client.WithZKSessionTimeout(4 * time.Second),
+		client.WithGroup(groupName), client.WithConsumerID(id), client.WithMaxFetchDelay(20 * time.Millisecond),
+		client.WithCommitInterval(200 * time.Millisecond), client.WithDialTimeout(time.Second)}
+	c, err := client.NewClusterConsumer(ctxT(t, 20*time.Second), zkAddr, topic, append(base, opts...)...)
+	require.NoError(t, err)
+	if own != nil {
+		client.SetClusterOwnHook(c, own.hook(id))
+	}
+	if h == nil {
+		h = func(context.Context, *message.Message) error { return nil }
+	}
+	m := &cmember{id: id, c: c, done: make(chan error, 1)}
+	go func() { m.done <- c.Consume(context.Background(), h) }()
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return m
+}
+
+func allParts(spec ...int) []balance.Partition {
+	var out []balance.Partition
+	for i := 0; i < len(spec); i += 2 {
+		for p := range spec[i+1] {
+			out = append(out, balance.Partition{BrokerID: spec[i], Partition: int32(p)})
+		}
+	}
+	return out
+}
+
+// waitClusterAssignment waits until the members' Assigned lists have the
+// wanted sizes (-1: any) and together cover want exactly once, and the
+// owner nodes in ZooKeeper say the same.
+func waitClusterAssignment(t *testing.T, w *zkWriter, want []balance.Partition, sizes map[*cmember]int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last string
+	for time.Now().Before(deadline) {
+		seen := map[balance.Partition]string{}
+		ok := true
+		var desc []string
+		for m, n := range sizes {
+			a := m.c.Assigned()
+			desc = append(desc, fmt.Sprintf("%s=%v", m.id, a))
+			if n >= 0 && len(a) != n {
+				ok = false
+			}
+			for _, p := range a {
+				if _, dup := seen[p]; dup {
+					ok = false
+				}
+				seen[p] = m.c.ConsumerID()
+			}
+		}
+		if ok && len(seen) == len(want) {
+			for _, p := range want {
+				if _, found := seen[p]; !found {
+					ok = false
+				}
+			}
+		} else {
+			ok = false
+		}
+		if ok {
+			owners := w.owners(groupName)
+			for _, p := range want {
+				if owners[p.String()] != seen[p] {
+					ok = false
+					last = fmt.Sprintf("owner node of %s is %q, fetched by %q", p, owners[p.String()], seen[p])
+				}
+			}
+			if ok && len(owners) == len(want) {
+				return
+			}
+		} else {
+			last = strings.Join(desc, " ")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("assignment did not settle: %s", last)
+}
+
+// TestClusterConsumerGroup: three members share two brokers' partitions;
+// every message is delivered; a member leaves and another joins; a third
+// broker appears and its partitions are taken with no restart; at no time
+// do two members fetch one partition.
+func TestClusterConsumerGroup(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	const root = "/cc-group"
+	b1, b2, b3 := startBroker(t), startBroker(t), startBroker(t)
+	w := newZKWriter(t, zkAddr, root)
+	w.registerBoth(1, b1.addr, 4)
+	w.registerBoth(2, b2.addr, 4)
+
+	var mu sync.Mutex
+	got := map[string]int{}
+	h := func(_ context.Context, m *message.Message) error {
+		mu.Lock()
+		got[string(m.Body)]++
+		mu.Unlock()
+		return nil
+	}
+	own := &clusterOwnership{owner: map[balance.Partition]string{}}
+	a := startClusterMember(t, zkAddr, root, "a", own, h)
+	b := startClusterMember(t, zkAddr, root, "b", own, h)
+	c := startClusterMember(t, zkAddr, root, "c", own, h)
+	waitClusterAssignment(t, w, allParts(1, 4, 2, 4), map[*cmember]int{a: 3, b: 3, c: 2}, 20*time.Second)
+	// DEFAULT: sorted members over partitions sorted by (broker, partition).
+	require.Equal(t, allParts(1, 3), a.c.Assigned())
+
+	p := newClusterProducer(t, zkAddr, root)
+	l := startLoad(t, p, 2)
+	require.Eventually(t, func() bool { return l.count(1) > 100 && l.count(2) > 100 }, 15*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, c.c.Close(ctxT(t, 10*time.Second)))
+	waitClusterAssignment(t, w, allParts(1, 4, 2, 4), map[*cmember]int{a: 4, b: 4}, 20*time.Second)
+	d := startClusterMember(t, zkAddr, root, "d", own, h)
+	waitClusterAssignment(t, w, allParts(1, 4, 2, 4), map[*cmember]int{a: 3, b: 3, d: 2}, 20*time.Second)
+
+	w.registerBoth(3, b3.addr, 4)
+	waitClusterAssignment(t, w, allParts(1, 4, 2, 4, 3, 4), map[*cmember]int{a: 4, b: 4, d: 4}, 20*time.Second)
+	require.Eventually(t, func() bool { return l.count(3) > 100 }, 15*time.Second, 10*time.Millisecond)
+	l.halt()
+	acks, errs := l.snapshot()
+	require.Empty(t, errs)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range acks {
+			if got[k.body] == 0 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "every acknowledged message delivered")
+	own.check(t)
+	mu.Lock()
+	dups := 0
+	for _, n := range got {
+		dups += n - 1
+	}
+	mu.Unlock()
+	t.Logf("%d messages, %d redelivered", len(acks), dups)
+}
+
+// TestClusterConsumerBroadcast: every broadcast consumer gets every
+// message, each in its own group "<g>-<id>".
+func TestClusterConsumerBroadcast(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	const root = "/cc-bcast"
+	b1 := startBroker(t)
+	w := newZKWriter(t, zkAddr, root)
+	w.registerBoth(1, b1.addr, 4)
+	const n = 200
+	pr := newProducer(t, b1.addr)
+	for i := range n {
+		_, err := pr.Send(ctxT(t, 5*time.Second), &message.Message{Topic: topic, Body: []byte("m" + strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	got := map[string]map[string]bool{}
+	var ms []*cmember
+	for _, id := range []string{"x", "y"} {
+		got[id] = map[string]bool{}
+		h := func(_ context.Context, m *message.Message) error {
+			mu.Lock()
+			got[id][string(m.Body)] = true
+			mu.Unlock()
+			return nil
+		}
+		ms = append(ms, startClusterMember(t, zkAddr, root, id, nil, h, client.WithBroadcast()))
+	}
+	require.Equal(t, groupName+"-x", ms[0].c.Group())
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got["x"]) == n && len(got["y"]) == n
+	}, 20*time.Second, 10*time.Millisecond)
+	for _, m := range ms {
+		require.Len(t, m.c.Assigned(), 4)
+	}
+}
+
+// TestClusterConsumerSessionExpiry: a member whose ZooKeeper session is
+// expired stops fetching, registers again and gets its share back; the
+// other member takes over meanwhile without overlap.
+func TestClusterConsumerSessionExpiry(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	const root = "/cc-expiry"
+	b1 := startBroker(t)
+	w := newZKWriter(t, zkAddr, root)
+	w.registerBoth(1, b1.addr, 4)
+	own := &clusterOwnership{owner: map[balance.Partition]string{}}
+	sn := &testsvc.SessionSniffer{}
+	a := startClusterMember(t, zkAddr, root, "a", own, nil)
+	b := startClusterMember(t, zkAddr, root, "b", own, nil, client.WithZKDialer(sn.Dial))
+	waitClusterAssignment(t, w, allParts(1, 4), map[*cmember]int{a: 2, b: 2}, 20*time.Second)
+	id, pw := sn.Session()
+	require.NotZero(t, id)
+	testsvc.ExpireSession(t, zkAddr, id, pw)
+	waitClusterAssignment(t, w, allParts(1, 4), map[*cmember]int{a: 2, b: 2}, 30*time.Second)
+	s2, _ := sn.Session()
+	require.NotEqual(t, id, s2, "b is on a new session")
+	own.check(t)
+	select {
+	case err := <-b.done:
+		t.Fatalf("b stopped: %v", err)
+	default:
+	}
+}
+
+// TestClusterConsumerJoinLeave100: 10 members over 100 partitions
+// through a random sequence of joins and leaves; after every change the
+// assignment settles covering every partition exactly once.
+func TestClusterConsumerJoinLeave100(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	const root = "/cc-100"
+	big := func(c *conf.Config) { c.NumPartitions = 50 }
+	b1, b2 := startBroker(t, big), startBroker(t, big)
+	w := newZKWriter(t, zkAddr, root)
+	w.registerBoth(1, b1.addr, 50)
+	w.registerBoth(2, b2.addr, 50)
+	want := allParts(1, 50, 2, 50)
+	own := &clusterOwnership{owner: map[balance.Partition]string{}}
+	live := map[string]*cmember{}
+	sizes := func() map[*cmember]int {
+		out := map[*cmember]int{}
+		for _, m := range live {
+			out[m] = -1
+		}
+		return out
+	}
+	for i := range 10 {
+		id := "m" + strconv.Itoa(i)
+		live[id] = startClusterMember(t, zkAddr, root, id, own, nil, client.WithMaxFetchDelay(200*time.Millisecond))
+	}
+	waitClusterAssignment(t, w, want, sizes(), 30*time.Second)
+	rng := rand.New(rand.NewPCG(1, 2))
+	next := 10
+	for step := range 12 {
+		ids := slices.Sorted(func(yield func(string) bool) {
+			for id := range live {
+				if !yield(id) {
+					return
+				}
+			}
+		})
+		if len(live) > 1 && (len(live) >= 10 || rng.IntN(2) == 0) {
+			id := ids[rng.IntN(len(ids))]
+			require.NoError(t, live[id].c.Close(ctxT(t, 10*time.Second)), "step %d close %s", step, id)
+			delete(live, id)
+		} else {
+			id := "m" + strconv.Itoa(next)
+			next++
+			live[id] = startClusterMember(t, zkAddr, root, id, own, nil, client.WithMaxFetchDelay(200*time.Millisecond))
+		}
+		waitClusterAssignment(t, w, want, sizes(), 30*time.Second)
+	}
+	own.check(t)
+}
