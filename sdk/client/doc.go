@@ -24,6 +24,16 @@
 // A send that fails with ErrTimeout or ErrConnectionLost may still have been
 // stored: MetaQ delivers at least once.
 //
+// NewClusterProducer finds brokers and partitions in ZooKeeper.
+// NewOrderedProducer is MetaQ's ordered producer on top of it: each message
+// goes to a fixed partition chosen by key (HashByKey by default, among the
+// partitions declared with WithPartitionLayout), and when that partition is
+// unavailable the message is kept, fsynced, in a local store
+// (WithLocalStore, default ~/.meta_localmessage) and Send reports
+// StoredLocally; later messages for the partition queue behind it and a
+// background drainer resends them in order once the partition is back,
+// also after a restart.
+//
 // # Consuming
 //
 //	c, err := client.NewConsumer("127.0.0.1:8123", "meta-test", client.WithStartFrom(client.Earliest))
