@@ -14,6 +14,7 @@ import (
 
 	"github.com/metaq-go/metaq/sdk/balance"
 	"github.com/metaq-go/metaq/sdk/cluster"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // WithBroadcast makes a ClusterConsumer a broadcast consumer: every
@@ -331,28 +332,34 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 	}
 	r.apply(ctx, keep, snap.Addrs)
 	ok := true
+	var lose, gain []balance.Partition
 	for p := range r.owned {
-		if want[p] {
-			continue
+		if !want[p] {
+			lose = append(lose, p)
 		}
-		if err := r.m.Release(cc.topic, p); err != nil {
-			cc.cfg.logger.Warn("metaq: release partition failed; retrying", "partition", p.String(), "err", err)
+	}
+	for _, p := range target {
+		if !r.owned[p] {
+			gain = append(gain, p)
+		}
+	}
+	// ZooKeeper requests pipelined on the session's connection.
+	for i, err := range parallel(lose, func(p balance.Partition) error { return r.m.Release(cc.topic, p) }) {
+		if err != nil {
+			cc.cfg.logger.Warn("metaq: release partition failed; retrying", "partition", lose[i].String(), "err", err)
 			ok = false
 			continue
 		}
-		delete(r.owned, p)
+		delete(r.owned, lose[i])
 	}
-	for _, p := range target {
-		if r.owned[p] {
-			continue
-		}
-		switch err := r.m.Claim(cc.topic, p); {
+	for i, err := range parallel(gain, func(p balance.Partition) error { return r.m.Claim(cc.topic, p) }) {
+		switch {
 		case err == nil:
-			r.owned[p] = true
+			r.owned[gain[i]] = true
 		case errors.Is(err, cluster.ErrOwned):
 			ok = false // its owner releases it in its own rebalance
 		default:
-			cc.cfg.logger.Warn("metaq: claim partition failed; retrying", "partition", p.String(), "err", err)
+			cc.cfg.logger.Warn("metaq: claim partition failed; retrying", "partition", gain[i].String(), "err", err)
 			ok = false
 		}
 	}
@@ -367,6 +374,23 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 	}
 	r.settled = ok
 	return nil
+}
+
+// parallel runs f on every element of xs, at most 16 at a time, and
+// returns the errors in order.
+func parallel[T any](xs []T, f func(T) error) []error {
+	errs := make([]error, len(xs))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, x := range xs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = f(x)
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // apply makes the fetched partitions exactly those of parts whose broker
@@ -449,7 +473,7 @@ func (r *rebalancer) startBroker(ctx context.Context, id int, addr string) (*bro
 	bctx, cancel := context.WithCancel(ctx)
 	br := &brokerRun{id: id, addr: addr, c: c, reqs: make(chan assignReq), done: make(chan error, 1), cancel: cancel}
 	go func() {
-		br.done <- c.consumeManaged(bctx, r.h, br.reqs)
+		br.done <- c.consumeManaged(bctx, r.h, id, br.reqs)
 		select {
 		case r.ended <- struct{}{}:
 		default:
@@ -512,7 +536,7 @@ func (cc *ClusterConsumer) Close(ctx context.Context) error {
 // ClusterConsumer assigns: each request sets the partitions to fetch
 // (stopping and committing the others first) and is answered with the
 // partitions running. It returns when ctx ends or a partition fails.
-func (c *Consumer) consumeManaged(ctx context.Context, h Handler, reqs <-chan assignReq) error {
+func (c *Consumer) consumeManaged(ctx context.Context, h Handler, brokerID int, reqs <-chan assignReq) error {
 	rctx, cancel, finish, err := c.startRun(ctx)
 	if err != nil {
 		return err
@@ -530,7 +554,11 @@ func (c *Consumer) consumeManaged(ctx context.Context, h Handler, reqs <-chan as
 		wg.Go(func() { c.replayLoop(rctx, rs, h) })
 	}
 	go c.commitLoop(rctx)
-	gm := &groupMember{c: c, h: h, rej: rej, errCh: make(chan error, 1), running: make(map[int32]*runningPart),
+	fh := func(ctx context.Context, m *message.Message) error {
+		m.BrokerID = brokerID
+		return h(ctx, m)
+	}
+	gm := &groupMember{c: c, h: fh, rej: rej, errCh: make(chan error, 1), running: make(map[int32]*runningPart),
 		commitTimeout: min(c.cn.opts.requestTimeout, 3*time.Second), commitAttempts: 2}
 	var runErr error
 loop:

@@ -93,7 +93,7 @@ type cmember struct {
 	done chan error
 }
 
-func startClusterMember(t *testing.T, zkAddr, root, id string, own *clusterOwnership, h client.Handler,
+func startClusterMember(t testing.TB, zkAddr, root, id string, own *clusterOwnership, h client.Handler,
 	opts ...client.ConsumerOption) *cmember {
 	t.Helper()
 	base := []client.ConsumerOption{quiet, client.WithZKRoot(root), client.WithZKSessionTimeout(4 * time.Second),
@@ -126,7 +126,7 @@ func allParts(spec ...int) []balance.Partition {
 // waitClusterAssignment waits until the members' Assigned lists have the
 // wanted sizes (-1: any) and together cover want exactly once, and the
 // owner nodes in ZooKeeper say the same.
-func waitClusterAssignment(t *testing.T, w *zkWriter, want []balance.Partition, sizes map[*cmember]int, within time.Duration) {
+func waitClusterAssignment(t testing.TB, w *zkWriter, want []balance.Partition, sizes map[*cmember]int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	var last string
@@ -170,7 +170,7 @@ func waitClusterAssignment(t *testing.T, w *zkWriter, want []balance.Partition, 
 		} else {
 			last = strings.Join(desc, " ")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 	t.Fatalf("assignment did not settle: %s", last)
 }
@@ -352,4 +352,65 @@ func TestClusterConsumerJoinLeave100(t *testing.T) {
 		waitClusterAssignment(t, w, want, sizes(), 30*time.Second)
 	}
 	own.check(t)
+}
+
+// BenchmarkClusterRebalance measures how long 9 members take to cover 100
+// partitions again after a tenth leaves cleanly (stop, commit, release,
+// deregister; no session timeout), until the owner nodes in ZooKeeper
+// agree with what the members fetch. Baseline from the same run: one
+// ZooKeeper write round trip (create + delete of an ephemeral node).
+func BenchmarkClusterRebalance(b *testing.B) {
+	zkAddr := testsvc.ZooKeeper(b)
+	const root = "/cc-bench"
+	big := func(c *conf.Config) { c.NumPartitions = 50 }
+	b1, b2 := startBroker(b, big), startBroker(b, big)
+	w := newZKWriter(b, zkAddr, root)
+	w.registerBoth(1, b1.addr, 50)
+	w.registerBoth(2, b2.addr, 50)
+	want := allParts(1, 50, 2, 50)
+
+	// Baseline: ZooKeeper write round trips.
+	var zkRTT time.Duration
+	const rtts = 50
+	w.mkdirs(root + "/rtt")
+	start := time.Now()
+	for i := range rtts {
+		p := fmt.Sprintf("%s/rtt/n%d", root, i)
+		_, err := w.c.Create(p, nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+		require.NoError(b, err)
+		require.NoError(b, w.c.Delete(p, -1))
+	}
+	zkRTT = time.Since(start) / rtts
+
+	var total time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		members := map[*cmember]int{}
+		var first *cmember
+		for j := range 10 {
+			m := startClusterMember(b, zkAddr, root, fmt.Sprintf("r%d-%d", i, j), nil, nil,
+				client.WithMaxFetchDelay(200*time.Millisecond))
+			members[m] = -1
+			if first == nil {
+				first = m
+			}
+		}
+		waitClusterAssignment(b, w, want, members, 60*time.Second)
+		delete(members, first)
+		b.StartTimer()
+		t0 := time.Now()
+		require.NoError(b, first.c.Close(context.Background()))
+		waitClusterAssignment(b, w, want, members, 60*time.Second)
+		total += time.Since(t0)
+		b.StopTimer()
+		for m := range members {
+			require.NoError(b, m.c.Close(context.Background()))
+		}
+		b.StartTimer()
+	}
+	per := total / time.Duration(b.N)
+	b.ReportMetric(float64(per.Microseconds())/1000, "ms/rebalance")
+	b.ReportMetric(float64(zkRTT.Microseconds())/1000, "ms/zk-write-rtt")
+	b.ReportMetric(float64(per)/float64(zkRTT), "rebalance/zk-rtt")
 }

@@ -20,12 +20,12 @@ import (
 
 // zkWriter writes the §5 nodes a broker would, for the brokers of a test.
 type zkWriter struct {
-	t    *testing.T
+	t    testing.TB
 	c    *zk.Conn
 	root string
 }
 
-func newZKWriter(t *testing.T, addr, root string) *zkWriter {
+func newZKWriter(t testing.TB, addr, root string) *zkWriter {
 	c, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogInfo(false))
 	require.NoError(t, err)
 	t.Cleanup(c.Close)

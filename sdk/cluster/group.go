@@ -44,7 +44,8 @@ type Member struct {
 	done       chan struct{}
 	wg         sync.WaitGroup
 	left       bool
-	watching   bool // a children watch on ids is set
+	watching   bool            // a children watch on ids is set
+	released   map[string]bool // owner nodes with a watch set by watchRelease
 }
 
 // ConsumerID returns MetaQ's consumer id of the member: "<group>_<id>".
@@ -380,12 +381,45 @@ func (m *Member) Claim(topic string, p balance.Partition) error {
 			if st.EphemeralOwner == sess && sess != 0 {
 				return nil
 			}
+			// Wake the member (Changes) as soon as the owner lets go.
+			if !m.watchRelease(path) {
+				continue // gone already
+			}
 			return ErrOwned
 		default:
 			return err
 		}
 	}
 	return fmt.Errorf("cluster: claim %s kept racing", path)
+}
+
+// watchRelease leaves a watch on an owner node that notifies Changes when
+// it goes; false when it is gone already.
+func (m *Member) watchRelease(path string) bool {
+	m.mu.Lock()
+	if m.released == nil {
+		m.released = make(map[string]bool)
+	}
+	if m.released[path] {
+		m.mu.Unlock()
+		return true
+	}
+	m.mu.Unlock()
+	ok, _, ev, err := m.c.conn.ExistsW(path)
+	if err != nil {
+		return true // the caller's backoff retries
+	}
+	m.mu.Lock()
+	m.released[path] = true
+	m.mu.Unlock()
+	go func() {
+		<-ev
+		m.mu.Lock()
+		delete(m.released, path)
+		m.mu.Unlock()
+		m.notify()
+	}()
+	return ok
 }
 
 // Release deletes the owner node of topic's partition p if this session
