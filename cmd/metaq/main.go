@@ -72,6 +72,8 @@ func init() {
 		{"topics", "list topics with partitions, offsets and message counts", cmdTopics},
 		{"plugins", "list the broker's plugin processes", cmdPlugins},
 		{"cluster", "show brokers and topics registered in ZooKeeper", cmdCluster},
+		{"groups", "list consumer groups with their topics and members", cmdGroups},
+		{"group", "describe a consumer group, or reset its offsets", cmdGroup},
 		{"bench", "benchmarks: produce, consume, rtt, raw, all", cmdBench},
 		{"version", "print the client (and broker) version", cmdVersion},
 		{"help", "show help for a command", cmdHelp},

@@ -59,6 +59,7 @@ stats realtime      counters since the last reset, all topics with stat=true
 stats config        the server.toml this broker runs with
 stats plugins       one line per plugin process: kind, name, version, pid, state, restarts, calls, errors
 stats groups        one line per consumer group coordinated here (local mode): members, generation
+stats members       one line per member of those groups: its id and the partitions it holds
 stats reset         reset the realtime counters
 stats help          this text
 stats <topic>       one topic: result code (0 exists, 1 unknown, 2 configured but empty), partitions, counts
@@ -116,6 +117,8 @@ func (c *conn) handleStats(r *protocol.Request) {
 		writePluginStats(&sb, infos)
 	case "groups":
 		b.writeGroupStats(&sb)
+	case "members":
+		b.writeMemberStats(&sb)
 	case "reset":
 		for _, t := range b.topicList() {
 			t.rt.reset()
