@@ -54,6 +54,16 @@
 // Position reports how far each partition has been handled; an OffsetStore
 // (WithOffsetStore) keeps positions across restarts.
 //
+// # Consumer groups
+//
+// In a cluster, NewClusterConsumer joins a consumer group through ZooKeeper
+// (MetaQ's layout): the group's members share the topic's partitions of
+// every broker, rebalance when members or brokers come and go, and hand a
+// partition over only after committing its offset; WithBroadcast gives
+// every member every message. Without ZooKeeper, a Consumer with WithGroup
+// and WithGroupMembership lets the broker share its partitions among the
+// group's members.
+//
 // Errors from the broker are *BrokerError values; compare them with
 // errors.Is against ErrNoData, ErrInternal and the other code sentinels.
 package client
