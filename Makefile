@@ -17,7 +17,7 @@ all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/metaq ./cmd/metaq-server ./examples/producer ./examples/consumer ./examples/selector
+	$(GO) build -o $(BIN)/ ./cmd/metaq ./cmd/metaq-server ./examples/producer ./examples/consumer ./examples/selector ./examples/cluster-consumer
 	@$(MAKE) --no-print-directory plugins
 
 plugins:
@@ -60,6 +60,7 @@ test: fmt-check vet build services
 # the raw-disk baseline measured in the same command (see docs/benchmarks.md).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./sdk/protocol/ ./core/store/ ./core/broker/
+	$(GO) test -run '^$$' -bench BenchmarkClusterRebalance -benchtime 5x ./sdk/client/
 	$(BIN)/metaq bench all
 
 fuzz:
