@@ -105,6 +105,37 @@ func TestClusterCommand(t *testing.T) {
 		t.Fatalf("topics: %+v", cl.Topics)
 	}
 
+	// A consumer-group member over both brokers: 10 messages on each.
+	var in strings.Builder
+	for i := range 10 {
+		in.WriteString("m" + strconv.Itoa(i) + "\n")
+	}
+	mustOK(t, cli(in.String(), "--addr="+a1, "produce", "--topic", "meta-test"), "produce 1")
+	mustOK(t, cli(in.String(), "--addr="+a2, "produce", "--topic", "meta-test"), "produce 2")
+	r = cli("", "consume", "--zk", zkAddr, "--topic", "meta-test", "--group", "cg", "--id", "x", "--json", "--max", "20")
+	mustOK(t, r, "consume --zk")
+	perBroker := map[int]int{}
+	for line := range strings.SplitSeq(strings.TrimSpace(r.stdout), "\n") {
+		var m struct {
+			Broker int    `json:"broker"`
+			Body   string `json:"body"`
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%v: %q", err, line)
+		}
+		perBroker[m.Broker]++
+	}
+	if perBroker[1] != 10 || perBroker[2] != 10 {
+		t.Fatalf("consume --zk per broker: %v\n%s", perBroker, r.stdout)
+	}
+	// It committed on exit and left the group.
+	r = cli("", "group", "describe", "cg", "--zk", zkAddr, "--topic", "meta-test")
+	mustOK(t, r, "group describe")
+	if strings.Contains(r.stdout, "cg_x") || !regexp.MustCompile(`meta-test +2 +\d+ +\d+ +\d+ +0 +-`).MatchString(r.stdout) {
+		t.Fatalf("group describe after consume --zk:\n%s", r.stdout)
+	}
+	t.Logf("metaq group describe:\n%s", r.stdout)
+
 	// An empty root, and no ZooKeeper.
 	r = cli("", "cluster", "--zk", zkAddr, "--root", "/nothing-here")
 	mustOK(t, r, "cluster empty root")

@@ -32,8 +32,16 @@ the message has none), body, and encoding: "utf8" when body is the message
 as text, "base64" when the message is not valid UTF-8 and body holds it
 base64-encoded.
 
+With --zk the command is a member of consumer group --group in a cluster
+(MetaQ's ZooKeeper layout under --root): the group's partitions across all
+brokers are shared among its members, offsets are committed (every 5 s and
+on exit) and the command runs until Ctrl-C or --max; --from applies to
+partitions with no committed offset; --json objects also carry "broker".
+--broadcast makes it a broadcast consumer (its own group "<group>-<id>").
+
 examples:
   metaq consume --topic meta-test
+  metaq consume --zk 127.0.0.1:2181 --topic meta-test --group g1 --json
   metaq consume --topic meta-test --partition 0,1 --from 1044 --json
   metaq consume --topic meta-test --from latest --follow
 `
@@ -65,6 +73,7 @@ func (p *partList) Set(v string) error {
 
 type jsonMessage struct {
 	Topic     string  `json:"topic"`
+	Broker    *int    `json:"broker,omitempty"`
 	Partition int32   `json:"partition"`
 	Offset    int64   `json:"offset"`
 	MsgID     int64   `json:"msgId"`
@@ -83,8 +92,22 @@ func cmdConsume(e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per message")
 	maxN := fs.Int64("max", 0, "stop after this many messages (0: no limit)")
 	group := fs.String("group", client.DefaultGroup, "consumer group name sent with each get")
+	zkc := fs.String("zk", "", "join --group in the cluster registered at this ZooKeeper `host:port[,...]`")
+	root := fs.String("root", "/meta", "MetaQ's zkRoot (with --zk)")
+	id := fs.String("id", "", "consumer id in the group (with --zk; default host-pid-random)")
+	broadcast := fs.Bool("broadcast", false, "broadcast consumer: every message (with --zk)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *zkc != "" {
+		if len(parts) > 0 {
+			return usagef("--partition does not apply with --zk: the group assigns partitions")
+		}
+		return consumeCluster(e, clusterConsumeArgs{zk: *zkc, root: *root, topic: *topic, group: *group, id: *id,
+			from: *from, broadcast: *broadcast, asJSON: *asJSON, max: *maxN})
+	}
+	if *broadcast || *id != "" {
+		return usagef("--broadcast and --id need --zk")
 	}
 	if *topic == "" {
 		return usagef("--topic is required")
@@ -245,6 +268,10 @@ func printMessage(w *bufio.Writer, enc *json.Encoder, m *message.Message, asJSON
 		return w.WriteByte('\n')
 	}
 	j := jsonMessage{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, MsgID: m.ID, Encoding: "utf8"}
+	if m.BrokerID != 0 {
+		b := m.BrokerID
+		j.Broker = &b
+	}
 	if m.HasAttribute {
 		a := m.Attribute
 		j.Attribute = &a
