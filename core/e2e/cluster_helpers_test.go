@@ -728,6 +728,7 @@ func (c *testCluster) newProducer(t testing.TB, opts ...mqclient.ProducerOption)
 // message is, and its body.
 type clusterAck struct {
 	At     time.Time
+	Topic  string
 	Broker int
 	Part   int32
 	Offset int64
@@ -768,7 +769,7 @@ func startClusterLoad(t testing.TB, p *mqclient.ClusterProducer, topic string, w
 				if err != nil {
 					l.errs = append(l.errs, err)
 				} else {
-					l.acks = append(l.acks, clusterAck{time.Now(), r.BrokerID, r.Partition, r.Offset, body})
+					l.acks = append(l.acks, clusterAck{time.Now(), topic, r.BrokerID, r.Partition, r.Offset, body})
 					l.counts[r.BrokerID]++
 				}
 				l.mu.Unlock()
@@ -847,7 +848,7 @@ func (c *testCluster) verifyAcked(t testing.TB, acks []clusterAck) map[int]int {
 	}
 	byPart := map[bp][]clusterAck{}
 	for _, a := range acks {
-		k := bp{a.Broker, clusterTopic, a.Part}
+		k := bp{a.Broker, a.Topic, a.Part}
 		byPart[k] = append(byPart[k], a)
 	}
 	keys := make([]bp, 0, len(byPart))
