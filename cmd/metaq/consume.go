@@ -96,6 +96,7 @@ func cmdConsume(e *env, args []string) error {
 	root := fs.String("root", "/meta", "MetaQ's zkRoot (with --zk)")
 	id := fs.String("id", "", "consumer id in the group (with --zk; default host-pid-random)")
 	broadcast := fs.Bool("broadcast", false, "broadcast consumer: every message (with --zk)")
+	session := fs.Duration("session-timeout", 30*time.Second, "ZooKeeper session timeout (with --zk): how long a killed member's partitions wait")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -104,7 +105,7 @@ func cmdConsume(e *env, args []string) error {
 			return usagef("--partition does not apply with --zk: the group assigns partitions")
 		}
 		return consumeCluster(e, clusterConsumeArgs{zk: *zkc, root: *root, topic: *topic, group: *group, id: *id,
-			from: *from, broadcast: *broadcast, asJSON: *asJSON, max: *maxN})
+			from: *from, broadcast: *broadcast, asJSON: *asJSON, max: *maxN, session: *session})
 	}
 	if *broadcast || *id != "" {
 		return usagef("--broadcast and --id need --zk")

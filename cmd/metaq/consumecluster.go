@@ -17,6 +17,7 @@ type clusterConsumeArgs struct {
 	zk, root, topic, group, id, from string
 	broadcast, asJSON                bool
 	max                              int64
+	session                          time.Duration
 }
 
 // consumeCluster is `metaq consume --zk`: a ClusterConsumer member of the
@@ -33,7 +34,7 @@ func consumeCluster(e *env, a clusterConsumeArgs) error {
 	if a.topic == "" {
 		return usagef("--topic is required")
 	}
-	opts := []client.ConsumerOption{client.WithLogger(silentLogger), client.WithGroup(a.group), client.WithZKRoot(a.root),
+	opts := []client.ConsumerOption{client.WithLogger(silentLogger), client.WithGroup(a.group), client.WithZKRoot(a.root), client.WithZKSessionTimeout(a.session),
 		client.WithStartFrom(start), client.WithDialTimeout(e.timeout), client.WithMaxFetchDelay(500 * time.Millisecond)}
 	if a.id != "" {
 		opts = append(opts, client.WithConsumerID(a.id))
