@@ -89,6 +89,13 @@ func consumeCluster(e *env, a clusterConsumeArgs) error {
 			rcancel()
 			return err
 		}
+		// A message counts as handled (and its offset may be committed)
+		// once it is written out, not while it sits in the buffer.
+		if err := out.Flush(); err != nil {
+			werr = err
+			rcancel()
+			return err
+		}
 		if count.Add(1) == a.max {
 			rcancel()
 		}

@@ -1,0 +1,337 @@
+package e2e
+
+// Consumer groups across real broker processes (reference §5–6): members
+// are `metaq consume --zk` processes (so that one can be killed with
+// SIGKILL) or in-process ClusterConsumers.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/core/testsvc"
+	mqclient "github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// delivery is one message a member handled.
+type delivery struct {
+	At     time.Time
+	By     string
+	Broker int
+	Part   int32
+	Offset int64
+	Body   string
+}
+
+type recKey struct {
+	broker int
+	part   int32
+	off    int64
+}
+
+// deliveries collects what every member of a test handled.
+type deliveries struct {
+	mu  sync.Mutex
+	all []delivery
+}
+
+func (d *deliveries) add(x delivery) {
+	d.mu.Lock()
+	d.all = append(d.all, x)
+	d.mu.Unlock()
+}
+
+func (d *deliveries) snapshot() []delivery {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]delivery(nil), d.all...)
+}
+
+func (d *deliveries) count(by string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, x := range d.all {
+		if x.By == by {
+			n++
+		}
+	}
+	return n
+}
+
+// missing returns the acks not delivered to anyone.
+func (d *deliveries) missing(acks []clusterAck) []clusterAck {
+	d.mu.Lock()
+	seen := make(map[recKey]bool, len(d.all))
+	for _, x := range d.all {
+		seen[recKey{x.Broker, x.Part, x.Offset}] = true
+	}
+	d.mu.Unlock()
+	var out []clusterAck
+	for _, a := range acks {
+		if !seen[recKey{a.Broker, a.Part, a.Offset}] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// consumerProc is a `metaq consume --zk --json` process.
+type consumerProc struct {
+	id   string
+	cmd  *exec.Cmd
+	done chan struct{}
+	errb strings.Builder
+}
+
+func startConsumerProc(t *testing.T, bin string, c *testCluster, group, id string, d *deliveries) *consumerProc {
+	t.Helper()
+	cmd := exec.Command(bin, "--timeout", "20s", "consume", "--zk", c.ZK, "--root", c.Root, "--topic", clusterTopic,
+		"--group", group, "--id", id, "--json", "--session-timeout", clusterSessionTimeout.String())
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	p := &consumerProc{id: id, cmd: cmd, done: make(chan struct{})}
+	cmd.Stderr = &syncWriter{w: &p.errb}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m struct {
+				Broker    int    `json:"broker"`
+				Partition int32  `json:"partition"`
+				Offset    int64  `json:"offset"`
+				Body      string `json:"body"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				continue
+			}
+			d.add(delivery{At: time.Now(), By: id, Broker: m.Broker, Part: m.Partition, Offset: m.Offset, Body: m.Body})
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		<-p.done
+		if t.Failed() {
+			t.Logf("consumer %s stderr:\n%s", id, p.errb.String())
+		}
+	})
+	return p
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+// owners reads the owner nodes of group's clusterTopic: "<b>-<p>" -> id.
+func (c *testCluster) owners(t testing.TB, group string) map[string]string {
+	dir := c.Root + "/consumers/" + group + "/owners/" + clusterTopic
+	kids, _, err := c.zk.Children(dir)
+	if err == zk.ErrNoNode {
+		return map[string]string{}
+	}
+	require.NoError(t, err)
+	out := make(map[string]string, len(kids))
+	for _, k := range kids {
+		b, _, err := c.zk.Get(dir + "/" + k)
+		if err == zk.ErrNoNode {
+			continue
+		}
+		require.NoError(t, err)
+		out[k] = string(b)
+	}
+	return out
+}
+
+// waitOwners waits until every partition of brokers has an owner node and
+// the owners are exactly ids (consumer ids "<group>_<id>").
+func (c *testCluster) waitOwners(t testing.TB, group string, brokers []int, ids []string, within time.Duration) {
+	t.Helper()
+	tc, _ := c.Cfg.TopicConfig(clusterTopic)
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[group+"_"+id] = true
+	}
+	deadline := time.Now().Add(within)
+	var last map[string]string
+	for time.Now().Before(deadline) {
+		last = c.owners(t, group)
+		ok := len(last) == len(brokers)*tc.NumPartitions
+		got := map[string]bool{}
+		for _, b := range brokers {
+			for p := range tc.NumPartitions {
+				o, found := last[fmt.Sprintf("%d-%d", b, p)]
+				if !found || !want[o] {
+					ok = false
+				}
+				got[o] = true
+			}
+		}
+		if ok && len(got) == len(want) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("owners did not settle on %v within %v: %v", ids, within, last)
+}
+
+// TestClusterKill9Consumer: three `metaq consume --zk` members of one group
+// share two brokers' partitions under load; one is killed with SIGKILL.
+// Its partitions move to the other two within its ZooKeeper session
+// timeout (plus the rebalance); every acknowledged message is delivered
+// (no gaps); redelivered messages are only the killed member's last
+// uncommitted ones, bounded by the commit period (5 s).
+func TestClusterKill9Consumer(t *testing.T) {
+	c := startCluster(t, clusterSpec{Brokers: 2})
+	bin := testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq")
+	const group = "kg"
+	d := &deliveries{}
+	var procs []*consumerProc
+	for _, id := range []string{"c1", "c2", "c3"} {
+		procs = append(procs, startConsumerProc(t, bin, c, group, id, d))
+	}
+	c.waitOwners(t, group, []int{1, 2}, []string{"c1", "c2", "c3"}, 30*time.Second)
+
+	p := c.newProducer(t)
+	l := startClusterLoad(t, p, clusterTopic, 2)
+	require.Eventually(t, func() bool { return d.count("c1") > 30 && d.count("c2") > 30 && d.count("c3") > 30 },
+		20*time.Second, 10*time.Millisecond, "every member gets messages")
+	time.Sleep(time.Second)
+
+	killed := time.Now()
+	require.NoError(t, procs[1].cmd.Process.Signal(syscall.SIGKILL))
+	<-procs[1].done
+	c.waitOwners(t, group, []int{1, 2}, []string{"c1", "c3"}, clusterSessionTimeout+15*time.Second)
+	moved := time.Since(killed)
+	t.Logf("partitions of the killed member moved after %v (session timeout %v)", moved.Round(time.Millisecond), clusterSessionTimeout)
+	require.Less(t, moved, clusterSessionTimeout+10*time.Second)
+
+	n1, n3 := d.count("c1"), d.count("c3")
+	require.Eventually(t, func() bool { return d.count("c1") > n1+30 && d.count("c3") > n3+30 }, 20*time.Second, 10*time.Millisecond)
+	l.halt()
+	acks, errs := l.snapshot()
+	require.Empty(t, errs)
+	require.Eventually(t, func() bool { return len(d.missing(acks)) == 0 }, 30*time.Second, 50*time.Millisecond,
+		"acknowledged messages never delivered")
+
+	// Redeliveries: each record handled more than once was handled by the
+	// killed member within the commit period before the kill, then by
+	// its new owner.
+	all := d.snapshot()
+	byRec := map[recKey][]delivery{}
+	for _, x := range all {
+		k := recKey{x.Broker, x.Part, x.Offset}
+		byRec[k] = append(byRec[k], x)
+	}
+	dups := 0
+	for k, xs := range byRec {
+		if len(xs) == 1 {
+			continue
+		}
+		dups += len(xs) - 1
+		require.Len(t, xs, 2, "record %v handled %d times", k, len(xs))
+		require.Equal(t, "c2", xs[0].By, "record %v redelivered but not from the killed member: %+v", k, xs)
+		require.NotEqual(t, "c2", xs[1].By)
+		require.True(t, xs[0].At.After(killed.Add(-mqclient.DefaultCommitInterval-2*time.Second)),
+			"record %v redelivered although handled %v before the kill (commit period %v)", k,
+			killed.Sub(xs[0].At), mqclient.DefaultCommitInterval)
+	}
+	t.Logf("%d acked, %d deliveries, %d redelivered (the killed member's uncommitted tail)", len(acks), len(all), dups)
+}
+
+// TestClusterAddBrokerConsumersRebalance: two in-process ClusterConsumer
+// members and a ClusterProducer under load; a third broker process starts
+// from the same config with a new id: the producer sends to it and the
+// members rebalance onto its partitions, with no restart, and every
+// acknowledged message is delivered.
+func TestClusterAddBrokerConsumersRebalance(t *testing.T) {
+	c := startCluster(t, clusterSpec{Brokers: 2})
+	const group = "ag"
+	d := &deliveries{}
+	quiet := mqclient.WithLogger(slog.New(slog.DiscardHandler))
+	var members []*mqclient.ClusterConsumer
+	for _, id := range []string{"a", "b"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		m, err := mqclient.NewClusterConsumer(ctx, c.ZK, clusterTopic, quiet, mqclient.WithZKRoot(c.Root),
+			mqclient.WithZKSessionTimeout(clusterSessionTimeout), mqclient.WithGroup(group), mqclient.WithConsumerID(id),
+			mqclient.WithMaxFetchDelay(50*time.Millisecond), mqclient.WithDialTimeout(time.Second))
+		cancel()
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			done <- m.Consume(context.Background(), func(_ context.Context, msg *message.Message) error {
+				d.add(delivery{At: time.Now(), By: id, Broker: msg.BrokerID, Part: msg.Partition, Offset: msg.Offset, Body: string(msg.Body)})
+				return nil
+			})
+		}()
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			require.NoError(t, m.Close(ctx))
+			<-done
+		})
+		members = append(members, m)
+	}
+	c.waitOwners(t, group, []int{1, 2}, []string{"a", "b"}, 30*time.Second)
+
+	p := c.newProducer(t)
+	l := startClusterLoad(t, p, clusterTopic, 3)
+	l.waitCount(t, 1, 30, 15*time.Second)
+	added := time.Now()
+	c.startBroker(t, 3)
+	l.waitCount(t, 3, 50, 15*time.Second)
+	c.waitOwners(t, group, []int{1, 2, 3}, []string{"a", "b"}, 20*time.Second)
+	t.Logf("members own broker 3's partitions %v after its start", time.Since(added).Round(time.Millisecond))
+	tc, _ := c.Cfg.TopicConfig(clusterTopic)
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, m := range members {
+			for _, p := range m.Assigned() {
+				if p.BrokerID == 3 {
+					n++
+				}
+			}
+		}
+		return n == tc.NumPartitions
+	}, 20*time.Second, 20*time.Millisecond, "members fetch broker 3's partitions")
+	// Broker 3's messages reach the members.
+	require.Eventually(t, func() bool {
+		for _, x := range d.snapshot() {
+			if x.Broker == 3 {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond)
+	l.halt()
+	acks, errs := l.snapshot()
+	require.Empty(t, errs)
+	require.Eventually(t, func() bool { return len(d.missing(acks)) == 0 }, 30*time.Second, 50*time.Millisecond,
+		"acknowledged messages never delivered")
+	all := d.snapshot()
+	t.Logf("%d acked (per broker %d/%d/%d), %d deliveries", len(acks), l.count(1), l.count(2), l.count(3), len(all))
+}
