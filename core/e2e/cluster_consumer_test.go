@@ -11,7 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os/exec"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -332,6 +335,102 @@ func TestClusterAddBrokerConsumersRebalance(t *testing.T) {
 	require.Empty(t, errs)
 	require.Eventually(t, func() bool { return len(d.missing(acks)) == 0 }, 30*time.Second, 50*time.Millisecond,
 		"acknowledged messages never delivered")
+
+	// The CLI sees the live members and their partitions, and refuses to
+	// reset the group's offsets under them.
+	bin := testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq")
+	out, err := exec.Command(bin, "group", "describe", group, "--zk", c.ZK, "--root", c.Root, "--topic", clusterTopic).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, want := range []string{"ag_a", "ag_b", clusterTopic + "  3 "} {
+		require.Contains(t, string(out), want)
+	}
+	t.Logf("metaq group describe:\n%s", out)
+	out, err = exec.Command(bin, "group", "reset-offsets", group, "--zk", c.ZK, "--root", c.Root, "--to", "earliest", "--execute").CombinedOutput()
+	require.Error(t, err, "reset under live members: %s", out)
+	require.Contains(t, string(out), "live member")
+
 	all := d.snapshot()
 	t.Logf("%d acked (per broker %d/%d/%d), %d deliveries", len(acks), l.count(1), l.count(2), l.count(3), len(all))
+}
+
+// TestClusterConsumerJoinLeave100 runs 10 ClusterConsumer members over 100
+// partitions (two broker processes with 50 each) through a random
+// sequence of joins and leaves: after every change the owner nodes settle
+// on exactly the live members, covering every partition once, and what
+// the members fetch agrees with them.
+func TestClusterConsumerJoinLeave100(t *testing.T) {
+	cfg := "data_dir = \"data\"\nnum_partitions = 50\nunflush_threshold = 1000\nunflush_interval = 1000\n\n[[topic]]\nname = \"" +
+		clusterTopic + "\"\n"
+	c := startCluster(t, clusterSpec{Brokers: 2, Config: cfg})
+	const group = "jl"
+	quiet := mqclient.WithLogger(slog.New(slog.DiscardHandler))
+	type live struct {
+		c    *mqclient.ClusterConsumer
+		done chan error
+	}
+	members := map[string]*live{}
+	join := func(id string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		m, err := mqclient.NewClusterConsumer(ctx, c.ZK, clusterTopic, quiet, mqclient.WithZKRoot(c.Root),
+			mqclient.WithZKSessionTimeout(clusterSessionTimeout), mqclient.WithGroup(group), mqclient.WithConsumerID(id),
+			mqclient.WithMaxFetchDelay(500*time.Millisecond), mqclient.WithDialTimeout(time.Second))
+		require.NoError(t, err)
+		l := &live{c: m, done: make(chan error, 1)}
+		go func() {
+			l.done <- m.Consume(context.Background(), func(context.Context, *message.Message) error { return nil })
+		}()
+		t.Cleanup(func() { _ = m.Close(context.Background()) })
+		members[id] = l
+	}
+	leave := func(id string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		require.NoError(t, members[id].c.Close(ctx))
+		delete(members, id)
+	}
+	ids := func() []string {
+		var out []string
+		for id := range members {
+			out = append(out, id)
+		}
+		sort.Strings(out)
+		return out
+	}
+	check := func(step int) {
+		t.Helper()
+		c.waitOwners(t, group, []int{1, 2}, ids(), 30*time.Second)
+		// What the members fetch agrees with the owner nodes.
+		require.Eventually(t, func() bool {
+			owners := c.owners(t, group)
+			n := 0
+			for id, m := range members {
+				for _, p := range m.c.Assigned() {
+					if owners[fmt.Sprintf("%d-%d", p.BrokerID, p.Partition)] != group+"_"+id {
+						return false
+					}
+					n++
+				}
+			}
+			return n == 100
+		}, 20*time.Second, 10*time.Millisecond, "step %d: fetched partitions differ from owner nodes", step)
+	}
+	for i := range 10 {
+		join("m" + strconv.Itoa(i))
+	}
+	check(0)
+	rng := rand.New(rand.NewPCG(7, 11))
+	next := 10
+	start := time.Now()
+	for step := 1; step <= 12; step++ {
+		cur := ids()
+		if len(cur) > 1 && (len(cur) >= 10 || rng.IntN(2) == 0) {
+			leave(cur[rng.IntN(len(cur))])
+		} else {
+			join("m" + strconv.Itoa(next))
+			next++
+		}
+		check(step)
+	}
+	t.Logf("12 joins/leaves settled in %v", time.Since(start).Round(time.Millisecond))
 }
