@@ -202,22 +202,7 @@ func cmdConsume(e *env, args []string) error {
 	out := bufio.NewWriterSize(e.stdout, 64<<10)
 	if *follow {
 		// New messages may trickle in: flush them within 100 ms.
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			t := time.NewTicker(100 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					mu.Lock()
-					out.Flush()
-					mu.Unlock()
-				}
-			}
-		}()
+		defer flushEvery(&mu, out, 100*time.Millisecond)()
 	}
 	enc := json.NewEncoder(out)
 	enc.SetEscapeHTML(false)
@@ -283,4 +268,25 @@ func printMessage(w *bufio.Writer, enc *json.Encoder, m *message.Message, asJSON
 		j.Body, j.Encoding = base64.StdEncoding.EncodeToString(m.Body), "base64"
 	}
 	return enc.Encode(&j)
+}
+
+// flushEvery flushes out (guarded by mu) every d until the returned stop
+// function is called.
+func flushEvery(mu *sync.Mutex, out *bufio.Writer, d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				mu.Lock()
+				out.Flush()
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() { close(done) }
 }

@@ -54,22 +54,6 @@ func consumeCluster(e *env, a clusterConsumeArgs) error {
 	out := bufio.NewWriterSize(e.stdout, 64<<10)
 	enc := json.NewEncoder(out)
 	enc.SetEscapeHTML(false)
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				mu.Lock()
-				out.Flush()
-				mu.Unlock()
-			}
-		}
-	}()
 	rctx, rcancel := context.WithCancel(e.ctx)
 	defer rcancel()
 	var count atomic.Int64

@@ -36,7 +36,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -441,7 +440,7 @@ func clusterFreePort() (int, error) {
 // launch starts a process for the broker and waits for its ready line
 // (metaq-server prints it once registered, or after connection_timeout).
 func (b *clusterBroker) launch() error {
-	p, err := launchClusterServer(b.c.bin, b.args())
+	p, err := launchServer(b.c.bin, b.args()...)
 	if p != nil {
 		b.mu.Lock()
 		b.runs = append(b.runs, p)
@@ -547,49 +546,6 @@ func (b *clusterBroker) expireSession(t testing.TB) int64 {
 	require.NotZero(t, id, "no session sniffed for broker %d", b.ID)
 	testsvc.ExpireSession(t, b.c.ZK, id, pw)
 	return id
-}
-
-// launchClusterServer is launchServer with the process killed if the test
-// binary dies (a timed-out run must not leave brokers registered).
-func launchClusterServer(bin string, args []string) (*serverProc, error) {
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout = io.Discard
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &serverProc{cmd: cmd, logs: &logBuf{}, exited: make(chan struct{})}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.logs.Logf("%s", line)
-			if m := readyLine.FindStringSubmatch(line); m != nil {
-				select {
-				case ready <- m[1]:
-				default:
-				}
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	select {
-	case p.addr = <-ready:
-		return p, nil
-	case <-p.exited:
-		return p, fmt.Errorf("metaq-server exited before it was ready (%v):\n%s", p.err, p.logs.tail(4<<10))
-	case <-time.After(30 * time.Second):
-		p.kill()
-		return p, fmt.Errorf("metaq-server not ready after 30s:\n%s", p.logs.tail(4<<10))
-	}
 }
 
 // ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -500,9 +501,13 @@ type serverProc struct {
 
 var readyLine = regexp.MustCompile(`metaq-server ready on (\S+) data (.*)$`)
 
-// launchServer starts bin with args and waits for its ready line.
+// launchServer starts bin with args and waits for its ready line. The
+// process is killed if the test binary dies (a timed-out run must not
+// leave brokers behind, or registered in ZooKeeper). On error the process
+// is returned too when it was started, for its logs.
 func launchServer(bin string, args ...string) (*serverProc, error) {
 	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -534,10 +539,10 @@ func launchServer(bin string, args ...string) (*serverProc, error) {
 	case p.addr = <-ready:
 		return p, nil
 	case <-p.exited:
-		return nil, fmt.Errorf("metaq-server exited before it was ready (%v):\n%s", p.err, p.logs.tail(4<<10))
+		return p, fmt.Errorf("metaq-server exited before it was ready (%v):\n%s", p.err, p.logs.tail(4<<10))
 	case <-time.After(30 * time.Second):
 		p.kill()
-		return nil, fmt.Errorf("metaq-server not ready after 30s:\n%s", p.logs.tail(4<<10))
+		return p, fmt.Errorf("metaq-server not ready after 30s:\n%s", p.logs.tail(4<<10))
 	}
 }
 

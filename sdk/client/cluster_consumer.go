@@ -537,44 +537,22 @@ func (cc *ClusterConsumer) Close(ctx context.Context) error {
 // (stopping and committing the others first) and is answered with the
 // partitions running. It returns when ctx ends or a partition fails.
 func (c *Consumer) consumeManaged(ctx context.Context, h Handler, brokerID int, reqs <-chan assignReq) error {
-	rctx, cancel, finish, err := c.startRun(ctx)
-	if err != nil {
-		return err
-	}
-	defer finish()
-	rej, rs, err := c.startRecover()
-	if err != nil {
-		return err
-	}
-	if rs != nil {
-		defer rs.release()
-	}
-	var wg sync.WaitGroup
-	if rs != nil {
-		wg.Go(func() { c.replayLoop(rctx, rs, h) })
-	}
-	go c.commitLoop(rctx)
 	fh := func(ctx context.Context, m *message.Message) error {
 		m.BrokerID = brokerID
 		return h(ctx, m)
 	}
-	gm := &groupMember{c: c, h: fh, rej: rej, errCh: make(chan error, 1), running: make(map[int32]*runningPart),
-		commitTimeout: min(c.cn.opts.requestTimeout, 3*time.Second), commitAttempts: 2}
-	var runErr error
-loop:
-	for {
-		select {
-		case <-rctx.Done():
-			break loop
-		case runErr = <-gm.errCh:
-			break loop
-		case r := <-reqs:
-			gm.apply(rctx, r.parts)
-			r.reply <- slices.Sorted(maps.Keys(gm.running))
+	gm := &groupMember{h: fh, commitTimeout: min(c.cn.opts.requestTimeout, 3*time.Second), commitAttempts: 2}
+	return c.runDynamic(ctx, h, gm, func(ctx context.Context) error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-gm.errCh:
+				return err
+			case r := <-reqs:
+				gm.apply(ctx, r.parts)
+				r.reply <- slices.Sorted(maps.Keys(gm.running))
+			}
 		}
-	}
-	cancel()
-	gm.releaseAll()
-	wg.Wait()
-	return c.runErr(ctx, runErr)
+	}, nil)
 }

@@ -57,35 +57,7 @@ func (w *zkWriter) owners(g string) map[string]string {
 	return out
 }
 
-// clusterOwnership records, from the members' hooks, who fetches each
-// partition, and any overlap.
-type clusterOwnership struct {
-	mu         sync.Mutex
-	owner      map[balance.Partition]string
-	violations []string
-}
-
-func (o *clusterOwnership) hook(id string) func(balance.Partition, bool) {
-	return func(p balance.Partition, owned bool) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		if owned {
-			if cur, ok := o.owner[p]; ok {
-				o.violations = append(o.violations, fmt.Sprintf("partition %s: %s starts while %s fetches it", p, id, cur))
-			}
-			o.owner[p] = id
-		} else if o.owner[p] == id {
-			delete(o.owner, p)
-		}
-	}
-}
-
-func (o *clusterOwnership) check(t *testing.T) {
-	t.Helper()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	require.Empty(t, o.violations)
-}
+type clusterOwnership = ownLog[balance.Partition]
 
 type cmember struct {
 	id   string

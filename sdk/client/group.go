@@ -108,6 +108,28 @@ func (c *Consumer) ConsumerID() string { return c.cfg.consumerID }
 
 // consumeGroup is Consume for a group member.
 func (c *Consumer) consumeGroup(ctx context.Context, h Handler) error {
+	gm := &groupMember{h: h}
+	return c.runDynamic(ctx, h, gm, gm.run, func() {
+		if !gm.joined {
+			return
+		}
+		lctx, lcancel := context.WithTimeout(context.Background(), c.cn.opts.requestTimeout)
+		defer lcancel()
+		if call, lerr := c.cn.roundTrip(lctx, func(dst []byte, op int32) []byte {
+			return protocol.AppendLeave(dst, c.cfg.group, c.topic, c.cfg.consumerID, op)
+		}); lerr == nil {
+			putCall(call)
+		}
+	})
+}
+
+// runDynamic runs a consumer whose partitions change while it runs (a
+// group member, or a ClusterConsumer's per-broker consumer): it sets up
+// the run, the recovery replay (to h) and the commit loop, lets drive
+// start and stop partitions through gm (whose handler is gm.h) until it
+// returns, then stops and commits every partition and calls done.
+func (c *Consumer) runDynamic(ctx context.Context, h Handler, gm *groupMember,
+	drive func(context.Context) error, done func()) error {
 	rctx, cancel, finish, err := c.startRun(ctx)
 	if err != nil {
 		return err
@@ -125,18 +147,12 @@ func (c *Consumer) consumeGroup(ctx context.Context, h Handler) error {
 		wg.Go(func() { c.replayLoop(rctx, rs, h) })
 	}
 	go c.commitLoop(rctx)
-	gm := &groupMember{c: c, h: h, rej: rej, errCh: make(chan error, 1), running: make(map[int32]*runningPart)}
-	err = gm.run(rctx)
+	gm.c, gm.rej, gm.errCh, gm.running = c, rej, make(chan error, 1), make(map[int32]*runningPart)
+	err = drive(rctx)
 	cancel()
 	gm.releaseAll()
-	if gm.joined {
-		lctx, lcancel := context.WithTimeout(context.Background(), c.cn.opts.requestTimeout)
-		if call, lerr := c.cn.roundTrip(lctx, func(dst []byte, op int32) []byte {
-			return protocol.AppendLeave(dst, c.cfg.group, c.topic, c.cfg.consumerID, op)
-		}); lerr == nil {
-			putCall(call)
-		}
-		lcancel()
+	if done != nil {
+		done()
 	}
 	wg.Wait()
 	return c.runErr(ctx, err)

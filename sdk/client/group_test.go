@@ -46,19 +46,24 @@ func startGroupBroker(t *testing.T) *testBroker {
 
 // ownership checks, at the SDK, that no two members fetch one partition at
 // once, and, at the broker, that no partition is ever held by two members.
-type ownership struct {
+type ownership = ownLog[int32]
+
+// ownLog records, from the members' hooks, who fetches each partition (K:
+// a partition number, or a cluster-wide balance.Partition), and any
+// overlap.
+type ownLog[K comparable] struct {
 	mu         sync.Mutex
-	owner      map[int32]string
+	owner      map[K]string
 	violations []string
 }
 
-func (o *ownership) hook(id string) func(int32, bool) {
-	return func(p int32, owned bool) {
+func (o *ownLog[K]) hook(id string) func(K, bool) {
+	return func(p K, owned bool) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		if owned {
 			if cur, ok := o.owner[p]; ok {
-				o.violations = append(o.violations, fmt.Sprintf("partition %d: %s starts while %s owns it", p, id, cur))
+				o.violations = append(o.violations, fmt.Sprintf("partition %v: %s starts while %s owns it", p, id, cur))
 			}
 			o.owner[p] = id
 		} else if o.owner[p] == id {
@@ -67,7 +72,9 @@ func (o *ownership) hook(id string) func(int32, bool) {
 	}
 }
 
-func (o *ownership) sampleBroker(t *testing.T, b *broker.Broker, stop <-chan struct{}) *sync.WaitGroup {
+// sampleBroker also checks, at the broker, that no partition is ever held
+// by two members.
+func sampleBroker(o *ownership, b *broker.Broker, stop <-chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
@@ -153,7 +160,7 @@ func waitAssignment(t *testing.T, nparts int, sizes map[*member]int) {
 	t.Fatalf("assignment did not settle: %s", last)
 }
 
-func (o *ownership) check(t *testing.T) {
+func (o *ownLog[K]) check(t *testing.T) {
 	t.Helper()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -164,7 +171,7 @@ func TestGroupLocalBalanceLeaveAndKill(t *testing.T) {
 	tb := startGroupBroker(t)
 	own := &ownership{owner: map[int32]string{}}
 	stop := make(chan struct{})
-	wg := own.sampleBroker(t, tb.b, stop)
+	wg := sampleBroker(own, tb.b, stop)
 	defer func() { close(stop); wg.Wait(); own.check(t) }()
 
 	a := startMember(t, tb.addr, "c-a", own, nil)
@@ -208,7 +215,7 @@ func TestGroupLocalEndToEndJoinsAndLeaves(t *testing.T) {
 	tb := startGroupBroker(t)
 	own := &ownership{owner: map[int32]string{}}
 	stop := make(chan struct{})
-	swg := own.sampleBroker(t, tb.b, stop)
+	swg := sampleBroker(own, tb.b, stop)
 	defer func() { close(stop); swg.Wait(); own.check(t) }()
 
 	var mu sync.Mutex
