@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/metaq-go/metaq/filters"
 	"github.com/metaq-go/metaq/plugins/host"
@@ -25,19 +26,25 @@ func benchRecords(n int) []filters.Record {
 
 // BenchmarkFilter measures one Accept call through the broker-facing
 // Instance (middleware included) for the builtin attribute filter in
-// process and the same filter served by a plugin process, per batch size.
+// process and the same filter served by a plugin process, per batch size:
+// "remote" over the batch channel (the default), "remote-grpc-packed" over
+// gRPC with packed batches (a plugin without the channel) and "remote-grpc"
+// over gRPC with one protobuf column per field (a plugin from before both).
 func BenchmarkFilter(b *testing.B) {
 	ctx := context.Background()
-	var p *host.Plugin // one plugin process for every remote sub-benchmark
+	plugins := map[string]*host.Plugin{} // one plugin process per kind
+	helpers := map[string]string{"remote": "attr", "remote-grpc-packed": "oldpacked", "remote-grpc": "old"}
 	parent := b
-	for _, kind := range []string{"builtin", "remote"} {
+	for _, kind := range []string{"builtin", "remote", "remote-grpc-packed", "remote-grpc"} {
 		for _, n := range []int{1, 16, 256} {
 			b.Run(kind+"/batch="+strconv.Itoa(n), func(b *testing.B) {
 				opts := filters.OpenOptions{Name: "attribute", Topic: "t", Group: "g", Builtins: builtins,
 					Config: map[string]string{"equals": "red"}}
-				if kind == "remote" {
+				if kind != "builtin" {
+					p := plugins[kind]
 					if p == nil {
-						_, p = launchHelper(parent, "attr")
+						_, p = launchHelper(parent, helpers[kind])
+						plugins[kind] = p
 					}
 					opts.Launched, opts.Name = p, "attr-plugin"
 				}
@@ -47,6 +54,9 @@ func BenchmarkFilter(b *testing.B) {
 				}
 				defer in.Close()
 				recs := benchRecords(n)
+				if kind == "remote" {
+					waitChannel(b, in, recs)
+				}
 				b.ReportAllocs()
 				b.SetBytes(int64(n))
 				b.ResetTimer()
@@ -60,4 +70,18 @@ func BenchmarkFilter(b *testing.B) {
 			})
 		}
 	}
+}
+
+// waitChannel makes calls until the batch channel to the plugin is open
+// (the first calls go over gRPC while it opens), for at most 5 s.
+func waitChannel(b *testing.B, in *filters.Instance, recs []filters.Record) {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if filters.ChannelOpen(in) {
+			return
+		}
+		in.Accept(context.Background(), 0, recs)
+		time.Sleep(time.Millisecond)
+	}
+	b.Fatal("no batch channel after 5 s")
 }

@@ -83,7 +83,11 @@ type AcceptResponse struct {
 // the consumer's fetch size, at most the broker's max_transfer_size), never
 // one message; it may be empty. In process, Record.Attribute and Record.Body
 // alias the broker's read buffer and are valid only until Accept returns:
-// copy them to keep them.
+// copy them to keep them (in a plugin process they are copies already). The
+// Records slice itself may be reused after Accept returns. The broker may
+// judge a batch ahead of the get that serves it, so a remote filter may
+// judge batches that are never served (and, as after any retry, a batch more
+// than once).
 //
 // Errors: Init returns ErrBadConfig (wrapped, with the reason) for a
 // configuration it cannot use; Accept returns ErrUnknownInstance for an

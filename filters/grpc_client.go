@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,6 +21,20 @@ type grpcClient struct {
 	client filterpb.FilterServiceClient
 	// done is closed (by go-plugin) when the plugin process has exited.
 	done context.Context
+	// packed is set once the process said (in an InitResponse) that it
+	// reads packed batches.
+	packed atomic.Bool
+	// ch is the batch channel to the process (channel.go).
+	ch *channel
+}
+
+func newGRPCClient(done context.Context, client filterpb.FilterServiceClient) *grpcClient {
+	c := &grpcClient{client: client, done: done}
+	c.ch = newChannel(c)
+	if done != nil {
+		context.AfterFunc(done, c.ch.shutdown)
+	}
+	return c
 }
 
 var _ Filter = (*grpcClient)(nil)
@@ -32,12 +49,23 @@ func (c *grpcClient) Init(ctx context.Context, req *InitRequest) (*InitResponse,
 	if err != nil {
 		return nil, c.fromStatus(ctx, err)
 	}
+	if resp.GetPacked() {
+		c.packed.Store(true)
+		c.ch.open() // have the batch channel ready for the first Accept
+	}
 	return &InitResponse{NeedBodies: resp.GetNeedBodies()}, nil
 }
 
 func (c *grpcClient) Accept(ctx context.Context, req *AcceptRequest) (*AcceptResponse, error) {
 	if c.gone() {
 		return nil, plugins.ErrUnavailable
+	}
+	if m := c.channelFor(req); m != nil {
+		dl, _ := ctx.Deadline()
+		return m.start(ctx, dl, c, req, false)(false)
+	}
+	if c.packed.Load() {
+		return c.acceptPacked(ctx, req)
 	}
 	n := len(req.Records)
 	in := &filterpb.AcceptRequest{
@@ -75,6 +103,77 @@ func (c *grpcClient) Accept(ctx context.Context, req *AcceptRequest) (*AcceptRes
 	}
 	return &AcceptResponse{Keep: resp.Keep}, nil
 }
+
+// startAccept sends an Accept call due by deadline over the batch channel
+// (with hold, it only queues it until flush) and returns the function that
+// waits for its reply; without a channel it makes the call.
+func (c *grpcClient) startAccept(ctx context.Context, deadline time.Time, req *AcceptRequest, hold bool) acceptFunc {
+	if m := c.channelFor(req); m != nil {
+		return m.start(ctx, deadline, c, req, hold)
+	}
+	ctx, cancel := withDeadline(ctx, deadline)
+	defer cancel()
+	return acceptDone(c.Accept(ctx, req))
+}
+
+// channelFor returns the batch channel's connection for req, or nil (the
+// call goes over gRPC): the plugin has no channel (yet), or the batch is too
+// large for one frame.
+func (c *grpcClient) channelFor(req *AcceptRequest) *muxConn {
+	if !c.packed.Load() || c.gone() {
+		return nil
+	}
+	m := c.ch.get()
+	if m != nil && packedSize(req.Records) > chanMaxFrame-1<<20 {
+		return nil
+	}
+	return m
+}
+
+// withDeadline is context.WithDeadline, for a deadline that may be zero
+// (none).
+func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	if deadline.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline)
+}
+
+// flush writes the calls queued by startAccept with hold.
+func (c *grpcClient) flush() {
+	if m := c.ch.cur.Load(); m != nil {
+		m.w.flush()
+	}
+}
+
+// packBufs recycles the buffers of packed batches: gRPC has encoded the
+// request by the time the call returns.
+var packBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// acceptPacked sends the batch as one packed byte string and reads the
+// verdicts from a bitmap.
+func (c *grpcClient) acceptPacked(ctx context.Context, req *AcceptRequest) (*AcceptResponse, error) {
+	bp := packBufs.Get().(*[]byte)
+	buf := appendPacked((*bp)[:0], req.Records)
+	resp, err := c.client.Accept(ctx, &filterpb.AcceptRequest{
+		Instance: req.Instance, Topic: req.Topic, Group: req.Group, Partition: req.Partition, Packed: buf,
+	})
+	if cap(buf) <= maxPooledBuf {
+		*bp = buf[:0]
+		packBufs.Put(bp)
+	}
+	if err != nil {
+		return nil, c.fromStatus(ctx, err)
+	}
+	keep, err := decodeBitmap(resp.GetKeepBits(), len(req.Records))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadResponse, err)
+	}
+	return &AcceptResponse{Keep: keep}, nil
+}
+
+// maxPooledBuf is the largest batch buffer kept for reuse, in bytes.
+const maxPooledBuf = 1 << 20
 
 // Close is a no-op: the supervisor owns the process.
 func (c *grpcClient) Close() error { return nil }

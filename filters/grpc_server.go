@@ -16,6 +16,7 @@ import (
 type grpcServer struct {
 	filterpb.UnimplementedFilterServiceServer
 	impl Filter
+	logf func(format string, args ...any)
 }
 
 func (s *grpcServer) Init(ctx context.Context, in *filterpb.InitRequest) (*filterpb.InitResponse, error) {
@@ -28,7 +29,7 @@ func (s *grpcServer) Init(ctx context.Context, in *filterpb.InitRequest) (*filte
 	if resp == nil {
 		resp = &InitResponse{}
 	}
-	return &filterpb.InitResponse{NeedBodies: resp.NeedBodies}, nil
+	return &filterpb.InitResponse{NeedBodies: resp.NeedBodies, Packed: true}, nil
 }
 
 func (s *grpcServer) Accept(ctx context.Context, in *filterpb.AcceptRequest) (*filterpb.AcceptResponse, error) {
@@ -36,6 +37,26 @@ func (s *grpcServer) Accept(ctx context.Context, in *filterpb.AcceptRequest) (*f
 	if len(in.GetMsgIds()) != n || len(in.GetFlags()) != n || len(in.GetAttributes()) != n ||
 		len(in.GetHasAttribute()) != n || len(in.GetSizes()) != n || (len(in.GetBodies()) != 0 && len(in.GetBodies()) != n) {
 		return nil, status.Error(codes.InvalidArgument, "filters: accept request columns differ in length")
+	}
+	if len(in.GetPacked()) != 0 {
+		if n != 0 || len(in.GetBodies()) != 0 {
+			return nil, status.Error(codes.InvalidArgument, "filters: accept request has both columns and a packed batch")
+		}
+		// The records alias in.Packed, which nothing else uses.
+		recs, err := decodePacked(in.Packed, nil, true)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		resp, err := s.impl.Accept(ctx, &AcceptRequest{
+			Instance: in.GetInstance(), Topic: in.GetTopic(), Group: in.GetGroup(), Partition: in.GetPartition(), Records: recs,
+		})
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if resp == nil || len(resp.Keep) != len(recs) {
+			return nil, status.Error(codes.Internal, ErrBadResponse.Error())
+		}
+		return &filterpb.AcceptResponse{KeepBits: appendBitmap(nil, resp.Keep)}, nil
 	}
 	recs := make([]Record, n)
 	for i := range recs {

@@ -68,30 +68,107 @@ type Instance struct {
 // On error (the filter failed; the error says why) the caller applies
 // Policy. Accept never drops records on its own.
 func (in *Instance) Accept(ctx context.Context, partition int32, records []Record) (keep []bool, err error) {
+	if in.remote != nil {
+		return in.StartAccept(ctx, partition, records).Wait()
+	}
 	if in.closed.Load() {
 		return nil, fmt.Errorf("filter %s: %w", in.name, ErrClosed)
 	}
-	req := &AcceptRequest{Instance: in.id, Topic: in.topic, Group: in.group, Partition: partition, Records: records}
-	var resp *AcceptResponse
-	if in.remote != nil {
-		cctx, cancel := context.WithTimeout(ctx, in.timeout)
-		resp, err = in.remote.Accept(cctx, req)
-		cancel()
-	} else {
-		resp, err = in.f.Accept(ctx, req)
+	resp, err := in.f.Accept(ctx, &AcceptRequest{Instance: in.id, Topic: in.topic, Group: in.group, Partition: partition, Records: records})
+	return in.finish(resp, err, len(records))
+}
+
+// Pending is a batch being judged (StartAccept). It belongs to one
+// goroutine.
+type Pending struct {
+	in   *Instance
+	n    int
+	wait acceptFunc
+	done bool
+	keep []bool
+	err  error
+}
+
+// StartAccept starts judging a batch and returns without waiting for a
+// remote filter's answer: the request is on its way to the plugin when it
+// returns, and Wait collects the verdicts. A builtin judges the batch before
+// StartAccept returns. The records must stay valid until Wait returns. A
+// Pending must be waited for, or discarded with Discard. The call's
+// timeout (OpenOptions.Timeout) runs from StartAccept.
+func (in *Instance) StartAccept(ctx context.Context, partition int32, records []Record) *Pending {
+	return in.start(ctx, partition, records, false)
+}
+
+// StartAccepts is StartAccept for several batches of one partition at once:
+// a plugin gets them in one write.
+func (in *Instance) StartAccepts(ctx context.Context, partition int32, batches [][]Record) []*Pending {
+	ps := make([]*Pending, len(batches))
+	for i, recs := range batches {
+		ps[i] = in.start(ctx, partition, recs, true)
 	}
-	if err == nil && (resp == nil || len(resp.Keep) != len(records)) {
-		n := -1
-		if resp != nil {
-			n = len(resp.Keep)
+	if in.remote != nil {
+		in.remote.flush()
+	}
+	return ps
+}
+
+func (in *Instance) start(ctx context.Context, partition int32, records []Record, hold bool) *Pending {
+	p := &Pending{in: in, n: len(records)}
+	if in.closed.Load() {
+		p.done, p.err = true, fmt.Errorf("filter %s: %w", in.name, ErrClosed)
+		return p
+	}
+	req := &AcceptRequest{Instance: in.id, Topic: in.topic, Group: in.group, Partition: partition, Records: records}
+	if in.remote != nil {
+		// A deadline rather than a context with a timer: see muxConn.
+		deadline := time.Now().Add(in.timeout)
+		if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+			deadline = dl
 		}
-		err = fmt.Errorf("%w: %d for %d records", ErrBadResponse, n, len(records))
+		p.wait = in.remote.startAccept(ctx, deadline, req, hold)
+	} else {
+		p.wait = acceptDone(in.f.Accept(ctx, req))
+	}
+	return p
+}
+
+// Wait returns the verdicts of the batch, as Accept does. It may be called
+// more than once.
+func (p *Pending) Wait() (keep []bool, err error) {
+	if p.done {
+		return p.keep, p.err
+	}
+	p.done = true
+	resp, err := p.wait(false)
+	p.keep, p.err = p.in.finish(resp, err, p.n)
+	return p.keep, p.err
+}
+
+// finish checks and counts the answer to a batch of n records.
+func (in *Instance) finish(resp *AcceptResponse, err error, n int) ([]bool, error) {
+	if err == nil && (resp == nil || len(resp.Keep) != n) {
+		got := -1
+		if resp != nil {
+			got = len(resp.Keep)
+		}
+		err = fmt.Errorf("%w: %d for %d records", ErrBadResponse, got, n)
 	}
 	in.observe(err)
 	if err != nil {
 		return nil, fmt.Errorf("filter %s (%s/%s): %w", in.name, in.topic, in.group, err)
 	}
 	return resp.Keep, nil
+}
+
+// Discard gives up a batch that will not be waited for. It does not count
+// as a call.
+func (p *Pending) Discard() {
+	if p.done {
+		return
+	}
+	p.done = true
+	p.wait(true)
+	p.err = fmt.Errorf("filter %s: %w", p.in.name, context.Canceled)
 }
 
 func (in *Instance) observe(err error) {
@@ -116,6 +193,11 @@ func (in *Instance) NeedBodies() bool {
 	}
 	return in.needBodies
 }
+
+// Remote reports whether the filter runs in a plugin process (each call
+// then costs a round trip to it, which the broker hides by judging the next
+// batch ahead of time).
+func (in *Instance) Remote() bool { return in.remote != nil }
 
 // Policy is the instance's failure policy.
 func (in *Instance) Policy() FailurePolicy { return in.policy }

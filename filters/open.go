@@ -163,29 +163,64 @@ func (r *remote) Init(ctx context.Context, req *InitRequest) (*InitResponse, err
 }
 
 func (r *remote) Accept(ctx context.Context, req *AcceptRequest) (*AcceptResponse, error) {
+	dl, _ := ctx.Deadline()
+	return r.startAccept(ctx, dl, req, false)(false)
+}
+
+// startAccept starts an Accept call due by deadline (zero: none; ctx's
+// own deadline is not used) and returns the function that waits for the
+// reply. Over the plugin's batch channel, when it has one, the request is
+// sent before startAccept returns, or with hold queued until flush. req
+// must stay valid until the reply: after an ErrUnknownInstance the waiting
+// function re-initialises and sends it again.
+func (r *remote) startAccept(ctx context.Context, deadline time.Time, req *AcceptRequest, hold bool) acceptFunc {
 	f, gen, err := r.client()
 	if err != nil {
-		return nil, err
+		return acceptDone(nil, err)
 	}
 	r.mu.RLock()
 	st := r.insts[req.Instance]
 	r.mu.RUnlock()
 	if st != nil && (!st.inited.Load() || st.gen.Load() != gen) {
-		if err := st.reinit(ctx, f, gen, req); err != nil {
-			return nil, err
+		ictx, cancel := withDeadline(ctx, deadline)
+		err := st.reinit(ictx, f, gen, req)
+		cancel()
+		if err != nil {
+			return acceptDone(nil, err)
 		}
 	}
-	resp, err := f.Accept(ctx, req)
-	if st != nil && errors.Is(err, ErrUnknownInstance) {
-		// The process lost the instance without a generation change (for
-		// example a restart the supervisor had not noticed yet): re-Init once.
-		st.inited.Store(false)
-		if err := st.reinit(ctx, f, gen, req); err != nil {
-			return nil, err
-		}
-		resp, err = f.Accept(ctx, req)
+	var wait acceptFunc
+	if gc, ok := f.(*grpcClient); ok {
+		wait = gc.startAccept(ctx, deadline, req, hold)
+	} else {
+		actx, cancel := withDeadline(ctx, deadline)
+		wait = acceptDone(f.Accept(actx, req))
+		cancel()
 	}
-	return resp, err
+	return func(discard bool) (*AcceptResponse, error) {
+		resp, err := wait(discard)
+		if st != nil && !discard && errors.Is(err, ErrUnknownInstance) {
+			// The process lost the instance without a generation change (for
+			// example a restart the supervisor had not noticed yet): re-Init once.
+			ctx, cancel := withDeadline(ctx, deadline)
+			defer cancel()
+			st.inited.Store(false)
+			if err := st.reinit(ctx, f, gen, req); err != nil {
+				return nil, err
+			}
+			resp, err = f.Accept(ctx, req)
+		}
+		return resp, err
+	}
+}
+
+// flush writes the calls that startAccept queued with hold.
+func (r *remote) flush() {
+	if f, _, err := r.client(); err == nil {
+		if gc, ok := f.(*grpcClient); ok {
+			gc.flush()
+		}
+	}
 }
 
 // reinit re-sends the instance's Init on generation gen. If the restarted

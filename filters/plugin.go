@@ -17,13 +17,16 @@ type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Impl is the plugin author's filter (plugin side only).
 	Impl Filter
+	// logf logs plugin-side failures outside gRPC calls (a panic on the
+	// batch channel); nil logs nothing.
+	logf func(format string, args ...any)
 }
 
 var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
 
 // GRPCServer registers the FilterService backed by Impl.
 func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	filterpb.RegisterFilterServiceServer(s, &grpcServer{impl: p.Impl})
+	filterpb.RegisterFilterServiceServer(s, &grpcServer{impl: p.Impl, logf: p.logf})
 	return nil
 }
 
@@ -31,5 +34,5 @@ func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 // go-plugin's done-context: it ends when the process exits, after which the
 // client answers plugins.ErrUnavailable without trying the connection.
 func (p *GRPCPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, cc *grpc.ClientConn) (any, error) {
-	return &grpcClient{client: filterpb.NewFilterServiceClient(cc), done: ctx}, nil
+	return newGRPCClient(ctx, filterpb.NewFilterServiceClient(cc)), nil
 }

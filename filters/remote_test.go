@@ -38,6 +38,12 @@ func TestMain(m *testing.M) {
 		filters.Serve(slowFilter{filters.NewRecordFilter(keepAll)})
 	case "panic":
 		filters.Serve(panicFilter{filters.NewRecordFilter(keepAll)})
+	case "slowsome":
+		filters.Serve(slowSomeFilter{filters.NewRecordFilter(keepAll)})
+	case "old":
+		filters.ServeOld(attr.New(), false)
+	case "oldpacked":
+		filters.ServeOld(attr.New(), true)
 	}
 	os.Exit(0)
 }
@@ -54,6 +60,21 @@ func (f slowFilter) Accept(ctx context.Context, req *filters.AcceptRequest) (*fi
 	case <-time.After(2 * time.Second):
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+	return f.Filter.Accept(ctx, req)
+}
+
+// slowSomeFilter takes 2 s (or until its context ends) for a batch whose
+// first record has MsgID 777, and keeps everything.
+type slowSomeFilter struct{ filters.Filter }
+
+func (f slowSomeFilter) Accept(ctx context.Context, req *filters.AcceptRequest) (*filters.AcceptResponse, error) {
+	if len(req.Records) > 0 && req.Records[0].MsgID == 777 {
+		select {
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	return f.Filter.Accept(ctx, req)
 }

@@ -1,6 +1,13 @@
 package filters
 
-import "github.com/metaq-go/metaq/plugins"
+import (
+	"fmt"
+	"os"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/metaq-go/metaq/plugins"
+)
 
 // Serve runs impl as a filter plugin: the one line a plugin's main calls.
 // It returns only when the host stops the plugin. Nothing may be written to
@@ -12,5 +19,17 @@ func Serve(impl Filter) {
 // ServeWith is Serve with plugin-side options (logger, receive limit,
 // parent watch).
 func ServeWith(impl Filter, opts plugins.ServeOptions) {
-	plugins.Serve(plugins.KindFilter, &GRPCPlugin{Impl: impl}, opts)
+	if opts.Logger == nil {
+		// plugins.Serve's default, built here so the batch channel logs to it too.
+		opts.Logger = hclog.New(&hclog.LoggerOptions{
+			Name:       plugins.PluginName(plugins.KindFilter),
+			Level:      hclog.Info,
+			Output:     os.Stderr,
+			JSONFormat: true,
+		})
+	}
+	logger := opts.Logger
+	plugins.Serve(plugins.KindFilter, &GRPCPlugin{Impl: impl, logf: func(format string, args ...any) {
+		logger.Error(fmt.Sprintf(format, args...))
+	}}, opts)
 }

@@ -44,6 +44,9 @@ type filterSet struct {
 	all     []*filters.Instance
 	// calls and errors count Accept calls made by gets, for every filter.
 	calls, errors atomic.Int64
+	// taken and dropped count read-ahead batches that a get used and that
+	// were discarded (filter_ahead.go).
+	taken, dropped atomic.Int64
 }
 
 // lookup returns the filter of a topic and group, or nil.
@@ -59,6 +62,11 @@ func (fs *filterSet) lookup(topic string, group []byte) *filters.Instance {
 type filterScratch struct {
 	buf  []byte
 	recs []filters.Record
+	// ahead are the batches being judged ahead of the gets expected next,
+	// oldest first, for a remote filter (filter_ahead.go); spare are buffers
+	// for the next ones.
+	ahead []*readAhead
+	spare []aheadBuffers
 }
 
 // initFilters opens every [[topic.filter]]: a builtin in process, or a
@@ -160,10 +168,22 @@ func (b *Broker) closeFilters() error {
 //   - when the filter fails: the plain value, unfiltered (failure_policy
 //     open), or 503 (closed).
 //
+// For a remote filter the batch may already have been read and judged
+// ahead of this get (filter_ahead.go); either way it then starts judging
+// the batch at next, which a consumer reading on asks for next.
+//
 // It releases v.
 func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, v store.View, maxSize int) {
 	b := c.b
 	fsc := &c.filt
+	if a := c.takeAhead(in, r, v, maxSize); a != nil {
+		v.Release()
+		b.filters.calls.Add(1)
+		next := c.replyFiltered(r, a.buf, a.offset, a.recs, a.keep, a.next, maxSize)
+		fsc.recycle(a)
+		c.startAhead(in, r, next, a.next, maxSize)
+		return
+	}
 	buf, err := v.ReadAll(fsc.buf[:0])
 	if err != nil {
 		v.Release()
@@ -175,28 +195,12 @@ func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, v store.V
 	} else {
 		fsc.buf = nil
 	}
-	bodies := in.NeedBodies()
-	recs := fsc.recs[:0]
-	it := message.NewIterator(buf, v.Offset, 0)
-	for it.Next() {
-		rec := it.Record()
-		fr := filters.Record{Offset: rec.Offset, MsgID: rec.ID, Flag: rec.Flag, Size: len(rec.Data)}
-		a, has, payload := splitAttr(rec.Flag, rec.Data)
-		if has {
-			// Aliases buf: valid for the Accept call (filters.Filter's contract).
-			fr.Attribute, fr.HasAttribute = unsafe.String(unsafe.SliceData(a), len(a)), true
-		}
-		if bodies {
-			fr.Body = payload[:len(payload):len(payload)]
-		}
-		recs = append(recs, fr)
-	}
+	recs, next := scanRecords(fsc.recs[:0], buf, v.Offset, in.NeedBodies())
 	fsc.recs = recs
 	if len(recs) == 0 {
 		c.sendPlain(v, r.Opaque)
 		return
 	}
-	next := it.NextOffset()
 	keep, err := in.Accept(context.Background(), r.Partition, recs)
 	b.filters.calls.Add(1)
 	if err != nil {
@@ -210,6 +214,35 @@ func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, v store.V
 		return
 	}
 	v.Release()
+	if sent := c.replyFiltered(r, buf, v.Offset, recs, keep, next, maxSize); in.Remote() {
+		c.startAhead(in, r, sent, next, maxSize)
+	}
+}
+
+// scanRecords appends the whole records of buf (which starts at offset
+// base) to recs and returns them and the offset after the last one. Their
+// attributes and bodies (bodies only if asked for) alias buf.
+func scanRecords(recs []filters.Record, buf []byte, base int64, bodies bool) ([]filters.Record, int64) {
+	it := message.NewIterator(buf, base, 0)
+	for it.Next() {
+		rec := it.Record()
+		fr := filters.Record{Offset: rec.Offset, MsgID: rec.ID, Flag: rec.Flag, Size: len(rec.Data)}
+		a, has, payload := splitAttr(rec.Flag, rec.Data)
+		if has {
+			// Aliases buf: valid for the Accept call (filters.Filter's contract).
+			fr.Attribute, fr.HasAttribute = unsafe.String(unsafe.SliceData(a), len(a)), true
+		}
+		if bodies {
+			fr.Body = payload[:len(payload):len(payload)]
+		}
+		recs = append(recs, fr)
+	}
+	return recs, it.NextOffset()
+}
+
+// replyFiltered sends the kept records of a judged batch (buf starts at
+// offset base) and returns the next offset it announced.
+func (c *conn) replyFiltered(r *protocol.Request, buf []byte, base int64, recs []filters.Record, keep []bool, next int64, maxSize int) int64 {
 	// The reply stays within the get's maxSize (plus one offset prefix), so
 	// that it fits the client's reply limit even for tiny records: kept
 	// records past that are left for the next get, which starts at them.
@@ -227,22 +260,23 @@ func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, v store.V
 	}
 	if total == 0 {
 		c.replyInt(protocol.StatusMoved, next, r.Opaque)
-		return
+		return next
 	}
 	out, ok := c.lockOut()
 	if !ok {
-		return
+		return next
 	}
 	out = protocol.AppendFValueHeader(out, total, r.Opaque, next)
 	for i, k := range keep[:end] {
 		if !k {
 			continue
 		}
-		pos := int(recs[i].Offset - v.Offset)
+		pos := int(recs[i].Offset - base)
 		out = binary.BigEndian.AppendUint64(out, uint64(recs[i].Offset))
 		out = append(out, buf[pos:pos+message.HeaderSize+recs[i].Size]...)
 	}
 	c.unlockOut(out)
+	return next
 }
 
 // sendPlain sends v as a plain value reply (sendfile) and releases it.
@@ -274,4 +308,11 @@ func splitAttr(flag int32, data []byte) (attr []byte, has bool, payload []byte) 
 // and how many of those the filter failed (served per its failure policy).
 func (b *Broker) FilterStats() (calls, errors int64) {
 	return b.filters.calls.Load(), b.filters.errors.Load()
+}
+
+// FilterReadAheadStats returns how many batches read ahead for remote
+// filters a get used, and how many were discarded (the consumer asked for
+// something else, or the read-ahead failed).
+func (b *Broker) FilterReadAheadStats() (taken, dropped int64) {
+	return b.filters.taken.Load(), b.filters.dropped.Load()
 }

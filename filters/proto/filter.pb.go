@@ -1,4 +1,6 @@
 // The filter plugin protocol (plugins.KindFilter, protocol version 1).
+// Additions since (packed batches, OpenChannel) are negotiated, so hosts and
+// plugins of either age still work together.
 // Plugin authors do not use these types: they implement filters.Filter and
 // call filters.Serve; the unexported adapters in package filters convert.
 
@@ -96,7 +98,10 @@ func (x *InitRequest) GetConfig() map[string]string {
 type InitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// need_bodies asks for payloads in AcceptRequest.bodies.
-	NeedBodies    bool `protobuf:"varint,1,opt,name=need_bodies,json=needBodies,proto3" json:"need_bodies,omitempty"`
+	NeedBodies bool `protobuf:"varint,1,opt,name=need_bodies,json=needBodies,proto3" json:"need_bodies,omitempty"`
+	// packed says the plugin reads AcceptRequest.packed and answers
+	// AcceptResponse.keep_bits for it. Hosts send packed only to such plugins.
+	Packed        bool `protobuf:"varint,2,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -138,6 +143,13 @@ func (x *InitResponse) GetNeedBodies() bool {
 	return false
 }
 
+func (x *InitResponse) GetPacked() bool {
+	if x != nil {
+		return x.Packed
+	}
+	return false
+}
+
 // AcceptRequest carries a batch of records column by column (one entry per
 // record in each repeated field), which keeps a 256-record batch to a few
 // allocations on either side instead of one message per record.
@@ -157,7 +169,11 @@ type AcceptRequest struct {
 	Sizes []int64 `protobuf:"varint,10,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
 	// bodies is empty unless the instance asked for bodies at Init; then it
 	// has one payload per record.
-	Bodies        [][]byte `protobuf:"bytes,11,rep,name=bodies,proto3" json:"bodies,omitempty"`
+	Bodies [][]byte `protobuf:"bytes,11,rep,name=bodies,proto3" json:"bodies,omitempty"`
+	// packed, if not empty, holds the whole batch in the packed format
+	// (filters/packed.go) and the columns 5 to 11 are empty. Sent only to a
+	// plugin whose InitResponse said packed.
+	Packed        []byte `protobuf:"bytes,12,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -269,10 +285,20 @@ func (x *AcceptRequest) GetBodies() [][]byte {
 	return nil
 }
 
+func (x *AcceptRequest) GetPacked() []byte {
+	if x != nil {
+		return x.Packed
+	}
+	return nil
+}
+
 type AcceptResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// keep has one flag per request record, in order.
-	Keep          []bool `protobuf:"varint,1,rep,packed,name=keep,proto3" json:"keep,omitempty"`
+	// keep has one flag per request record, in order (for a request in
+	// columns).
+	Keep []bool `protobuf:"varint,1,rep,packed,name=keep,proto3" json:"keep,omitempty"`
+	// keep_bits answers a packed request: bit i%8 of byte i/8 keeps record i.
+	KeepBits      []byte `protobuf:"bytes,2,opt,name=keep_bits,json=keepBits,proto3" json:"keep_bits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -314,6 +340,130 @@ func (x *AcceptResponse) GetKeep() []bool {
 	return nil
 }
 
+func (x *AcceptResponse) GetKeepBits() []byte {
+	if x != nil {
+		return x.KeepBits
+	}
+	return nil
+}
+
+type OpenChannelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// network is "unix"; address is the socket's path. The host listens
+	// there only until the plugin has connected.
+	Network string `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// token is what each connection sends first (after the 4 bytes "MQF1").
+	Token []byte `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	// conns is how many connections to open.
+	Conns         int32 `protobuf:"varint,4,opt,name=conns,proto3" json:"conns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenChannelRequest) Reset() {
+	*x = OpenChannelRequest{}
+	mi := &file_filters_proto_filter_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenChannelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenChannelRequest) ProtoMessage() {}
+
+func (x *OpenChannelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_filters_proto_filter_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenChannelRequest.ProtoReflect.Descriptor instead.
+func (*OpenChannelRequest) Descriptor() ([]byte, []int) {
+	return file_filters_proto_filter_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *OpenChannelRequest) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *OpenChannelRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *OpenChannelRequest) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *OpenChannelRequest) GetConns() int32 {
+	if x != nil {
+		return x.Conns
+	}
+	return 0
+}
+
+type OpenChannelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// conns is how many connections the plugin opened.
+	Conns         int32 `protobuf:"varint,1,opt,name=conns,proto3" json:"conns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenChannelResponse) Reset() {
+	*x = OpenChannelResponse{}
+	mi := &file_filters_proto_filter_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenChannelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenChannelResponse) ProtoMessage() {}
+
+func (x *OpenChannelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_filters_proto_filter_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenChannelResponse.ProtoReflect.Descriptor instead.
+func (*OpenChannelResponse) Descriptor() ([]byte, []int) {
+	return file_filters_proto_filter_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *OpenChannelResponse) GetConns() int32 {
+	if x != nil {
+		return x.Conns
+	}
+	return 0
+}
+
 var File_filters_proto_filter_proto protoreflect.FileDescriptor
 
 const file_filters_proto_filter_proto_rawDesc = "" +
@@ -326,10 +476,11 @@ const file_filters_proto_filter_proto_rawDesc = "" +
 	"\x06config\x18\x04 \x03(\v2(.metaq.filter.v1.InitRequest.ConfigEntryR\x06config\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"/\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
 	"\fInitResponse\x12\x1f\n" +
 	"\vneed_bodies\x18\x01 \x01(\bR\n" +
-	"needBodies\"\xb1\x02\n" +
+	"needBodies\x12\x16\n" +
+	"\x06packed\x18\x02 \x01(\bR\x06packed\"\xc9\x02\n" +
 	"\rAcceptRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x14\n" +
@@ -344,12 +495,22 @@ const file_filters_proto_filter_proto_rawDesc = "" +
 	"\rhas_attribute\x18\t \x03(\bR\fhasAttribute\x12\x14\n" +
 	"\x05sizes\x18\n" +
 	" \x03(\x03R\x05sizes\x12\x16\n" +
-	"\x06bodies\x18\v \x03(\fR\x06bodies\"$\n" +
+	"\x06bodies\x18\v \x03(\fR\x06bodies\x12\x16\n" +
+	"\x06packed\x18\f \x01(\fR\x06packed\"A\n" +
 	"\x0eAcceptResponse\x12\x12\n" +
-	"\x04keep\x18\x01 \x03(\bR\x04keep2\x9f\x01\n" +
+	"\x04keep\x18\x01 \x03(\bR\x04keep\x12\x1b\n" +
+	"\tkeep_bits\x18\x02 \x01(\fR\bkeepBits\"t\n" +
+	"\x12OpenChannelRequest\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\fR\x05token\x12\x14\n" +
+	"\x05conns\x18\x04 \x01(\x05R\x05conns\"+\n" +
+	"\x13OpenChannelResponse\x12\x14\n" +
+	"\x05conns\x18\x01 \x01(\x05R\x05conns2\xf9\x01\n" +
 	"\rFilterService\x12C\n" +
 	"\x04Init\x12\x1c.metaq.filter.v1.InitRequest\x1a\x1d.metaq.filter.v1.InitResponse\x12I\n" +
-	"\x06Accept\x12\x1e.metaq.filter.v1.AcceptRequest\x1a\x1f.metaq.filter.v1.AcceptResponseB2Z0github.com/metaq-go/metaq/filters/proto;filterpbb\x06proto3"
+	"\x06Accept\x12\x1e.metaq.filter.v1.AcceptRequest\x1a\x1f.metaq.filter.v1.AcceptResponse\x12X\n" +
+	"\vOpenChannel\x12#.metaq.filter.v1.OpenChannelRequest\x1a$.metaq.filter.v1.OpenChannelResponseB2Z0github.com/metaq-go/metaq/filters/proto;filterpbb\x06proto3"
 
 var (
 	file_filters_proto_filter_proto_rawDescOnce sync.Once
@@ -363,22 +524,26 @@ func file_filters_proto_filter_proto_rawDescGZIP() []byte {
 	return file_filters_proto_filter_proto_rawDescData
 }
 
-var file_filters_proto_filter_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_filters_proto_filter_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_filters_proto_filter_proto_goTypes = []any{
-	(*InitRequest)(nil),    // 0: metaq.filter.v1.InitRequest
-	(*InitResponse)(nil),   // 1: metaq.filter.v1.InitResponse
-	(*AcceptRequest)(nil),  // 2: metaq.filter.v1.AcceptRequest
-	(*AcceptResponse)(nil), // 3: metaq.filter.v1.AcceptResponse
-	nil,                    // 4: metaq.filter.v1.InitRequest.ConfigEntry
+	(*InitRequest)(nil),         // 0: metaq.filter.v1.InitRequest
+	(*InitResponse)(nil),        // 1: metaq.filter.v1.InitResponse
+	(*AcceptRequest)(nil),       // 2: metaq.filter.v1.AcceptRequest
+	(*AcceptResponse)(nil),      // 3: metaq.filter.v1.AcceptResponse
+	(*OpenChannelRequest)(nil),  // 4: metaq.filter.v1.OpenChannelRequest
+	(*OpenChannelResponse)(nil), // 5: metaq.filter.v1.OpenChannelResponse
+	nil,                         // 6: metaq.filter.v1.InitRequest.ConfigEntry
 }
 var file_filters_proto_filter_proto_depIdxs = []int32{
-	4, // 0: metaq.filter.v1.InitRequest.config:type_name -> metaq.filter.v1.InitRequest.ConfigEntry
+	6, // 0: metaq.filter.v1.InitRequest.config:type_name -> metaq.filter.v1.InitRequest.ConfigEntry
 	0, // 1: metaq.filter.v1.FilterService.Init:input_type -> metaq.filter.v1.InitRequest
 	2, // 2: metaq.filter.v1.FilterService.Accept:input_type -> metaq.filter.v1.AcceptRequest
-	1, // 3: metaq.filter.v1.FilterService.Init:output_type -> metaq.filter.v1.InitResponse
-	3, // 4: metaq.filter.v1.FilterService.Accept:output_type -> metaq.filter.v1.AcceptResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
+	4, // 3: metaq.filter.v1.FilterService.OpenChannel:input_type -> metaq.filter.v1.OpenChannelRequest
+	1, // 4: metaq.filter.v1.FilterService.Init:output_type -> metaq.filter.v1.InitResponse
+	3, // 5: metaq.filter.v1.FilterService.Accept:output_type -> metaq.filter.v1.AcceptResponse
+	5, // 6: metaq.filter.v1.FilterService.OpenChannel:output_type -> metaq.filter.v1.OpenChannelResponse
+	4, // [4:7] is the sub-list for method output_type
+	1, // [1:4] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -395,7 +560,7 @@ func file_filters_proto_filter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_filters_proto_filter_proto_rawDesc), len(file_filters_proto_filter_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,76 @@
+package filters
+
+import (
+	"context"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	filterpb "github.com/metaq-go/metaq/filters/proto"
+	"github.com/metaq-go/metaq/plugins"
+)
+
+// ServeOld serves impl as a plugin built before the batch channel (it
+// answers OpenChannel with Unimplemented) and, unless packed, before packed
+// batches (its InitResponse does not offer them).
+func ServeOld(impl Filter, packed bool) {
+	plugins.Serve(plugins.KindFilter, &oldPlugin{impl: impl, packed: packed}, plugins.ServeOptions{})
+}
+
+type oldPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	impl   Filter
+	packed bool
+}
+
+func (p *oldPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	filterpb.RegisterFilterServiceServer(s, &oldServer{grpcServer: &grpcServer{impl: p.impl}, packed: p.packed})
+	return nil
+}
+
+func (p *oldPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientConn) (any, error) {
+	return nil, status.Error(codes.Unimplemented, "plugin side only")
+}
+
+type oldServer struct {
+	*grpcServer
+	packed bool
+}
+
+func (s *oldServer) Init(ctx context.Context, in *filterpb.InitRequest) (*filterpb.InitResponse, error) {
+	resp, err := s.grpcServer.Init(ctx, in)
+	if resp != nil {
+		resp.Packed = s.packed
+	}
+	return resp, err
+}
+
+func (s *oldServer) Accept(ctx context.Context, in *filterpb.AcceptRequest) (*filterpb.AcceptResponse, error) {
+	if len(in.GetPacked()) != 0 && !s.packed {
+		return nil, status.Error(codes.InvalidArgument, "old plugin got a packed batch")
+	}
+	return s.grpcServer.Accept(ctx, in)
+}
+
+func (s *oldServer) OpenChannel(context.Context, *filterpb.OpenChannelRequest) (*filterpb.OpenChannelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OpenChannel not implemented")
+}
+
+// ChannelOpen reports whether in's plugin process has a batch channel open.
+func ChannelOpen(in *Instance) bool {
+	if in.remote == nil {
+		return false
+	}
+	f, _, err := in.remote.client()
+	if err != nil {
+		return false
+	}
+	c, ok := f.(*grpcClient)
+	if !ok {
+		return false
+	}
+	m := c.ch.cur.Load()
+	return m != nil && !m.broken.Load()
+}
