@@ -69,6 +69,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./conf/
 	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime 30s ./filters/expr/
 	$(GO) test -run '^$$' -fuzz FuzzRecover -fuzztime 30s ./core/store/
+	$(GO) test -run '^$$' -fuzz FuzzDecodePacked -fuzztime 30s ./filters/
+	$(GO) test -run '^$$' -fuzz FuzzParseChanRequest -fuzztime 30s ./filters/
 
 clean:
 	rm -rf $(BIN)
