@@ -177,6 +177,11 @@ type rebalancer struct {
 	view    *cluster.TopicView
 	owned   map[balance.Partition]bool // claims this member may hold
 	ownSess int64                      // the session owned was claimed on
+	// stale: owner nodes this member may hold without knowing it, never
+	// fetched: claims of an earlier session (one sent while disconnected
+	// can be made on the next session) and claims whose reply was lost.
+	// Release deletes them if the current session holds them.
+	stale   map[balance.Partition]bool
 	brokers map[int]*brokerRun
 	// settled: the last attempt reached its target.
 	settled bool
@@ -225,7 +230,7 @@ func (cc *ClusterConsumer) Consume(ctx context.Context, h Handler) error {
 	}
 	view := cc.cl.WatchSubscribe(cc.topic)
 	r := &rebalancer{cc: cc, h: h, m: m, view: view, owned: make(map[balance.Partition]bool),
-		brokers: make(map[int]*brokerRun), ended: make(chan struct{}, 1)}
+		stale: make(map[balance.Partition]bool), brokers: make(map[int]*brokerRun), ended: make(chan struct{}, 1)}
 	err = r.loop(rctx)
 	r.shutdown()
 	if lerr := m.Leave(); lerr != nil {
@@ -307,8 +312,14 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 		r.apply(ctx, nil, nil)
 		return nil
 	}
-	if sess := r.m.Session(); sess != r.ownSess {
-		// A new session: the old one's owner nodes went with it.
+	sess := r.m.Session()
+	if sess != r.ownSess {
+		// A new session: the old one's owner nodes went with it, but a
+		// claim sent while disconnected may have been made on this one.
+		r.apply(ctx, nil, nil)
+		for p := range r.owned {
+			r.stale[p] = true
+		}
 		clear(r.owned)
 		r.ownSess = sess
 	}
@@ -338,6 +349,11 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 			lose = append(lose, p)
 		}
 	}
+	for p := range r.stale {
+		if !want[p] && !r.owned[p] {
+			lose = append(lose, p)
+		}
+	}
 	for _, p := range target {
 		if !r.owned[p] {
 			gain = append(gain, p)
@@ -351,24 +367,35 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 			continue
 		}
 		delete(r.owned, lose[i])
+		delete(r.stale, lose[i])
 	}
 	for i, err := range parallel(gain, func(p balance.Partition) error { return r.m.Claim(cc.topic, p) }) {
 		switch {
 		case err == nil:
 			r.owned[gain[i]] = true
+			delete(r.stale, gain[i])
 		case errors.Is(err, cluster.ErrOwned):
 			ok = false // its owner releases it in its own rebalance
 		default:
+			// The node may have been created: release it unless we get it.
 			cc.cfg.logger.Warn("metaq: claim partition failed; retrying", "partition", gain[i].String(), "err", err)
+			r.stale[gain[i]] = true
 			ok = false
 		}
 	}
-	if !r.m.Active() {
+	if !r.m.Active() || r.m.Session() != sess {
 		// The session went while we claimed: claims made on it are void.
 		r.apply(ctx, nil, nil)
 		return nil
 	}
-	running := r.apply(ctx, r.owned, snap.Addrs)
+	// Fetch the target partitions we hold; not those whose release failed.
+	fetch := make(map[balance.Partition]bool, len(target))
+	for p := range r.owned {
+		if want[p] {
+			fetch[p] = true
+		}
+	}
+	running := r.apply(ctx, fetch, snap.Addrs)
 	if running != len(target) {
 		ok = false
 	}
@@ -496,6 +523,9 @@ func (r *rebalancer) shutdown() {
 	}
 	r.apply(ctx, nil, nil)
 	if r.m.Active() {
+		for p := range r.stale {
+			r.owned[p] = true
+		}
 		for p := range r.owned {
 			if err := r.m.Release(r.cc.topic, p); err != nil {
 				r.cc.cfg.logger.Warn("metaq: release partition failed; it goes with the session", "partition", p.String(), "err", err)
@@ -503,6 +533,7 @@ func (r *rebalancer) shutdown() {
 		}
 	}
 	clear(r.owned)
+	clear(r.stale)
 }
 
 // Close stops Consume (waiting for it until ctx is done), which commits,

@@ -1,13 +1,17 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -385,4 +389,174 @@ func BenchmarkClusterRebalance(b *testing.B) {
 	b.ReportMetric(float64(per.Microseconds())/1000, "ms/rebalance")
 	b.ReportMetric(float64(zkRTT.Microseconds())/1000, "ms/zk-write-rtt")
 	b.ReportMetric(float64(per)/float64(zkRTT), "rebalance/zk-rtt")
+}
+
+// zkFault is a ZooKeeper dialer for one client that loses the reply to the
+// first request containing marker (the server handles the request; the
+// client never hears back) and can cut the connection. The session
+// survives a cut: the client reconnects to it.
+type zkFault struct {
+	marker []byte
+	sent   chan struct{} // closed when the marked request went out
+	mu     sync.Mutex
+	fired  bool
+	xid    int32 // the marked request's
+	conn   net.Conn
+}
+
+func newZKFault(marker string) *zkFault {
+	return &zkFault{marker: []byte(marker), sent: make(chan struct{})}
+}
+
+// cut closes the current connection.
+func (f *zkFault) cut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_ = f.conn.Close()
+}
+
+func (f *zkFault) Dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.conn = c
+	f.mu.Unlock()
+	return &faultConn{Conn: c, f: f}, nil
+}
+
+// faultConn passes ZooKeeper frames (int32 length, then for requests and
+// replies an int32 xid) through, but for the marked request's reply.
+type faultConn struct {
+	net.Conn
+	f       *zkFault
+	in, out []byte
+	dropped bool
+}
+
+// Write sees one whole frame per call (go-zookeeper writes each request
+// with one Write).
+func (c *faultConn) Write(p []byte) (int, error) {
+	c.f.mu.Lock()
+	if !c.f.fired && len(p) >= 8 && bytes.Contains(p, c.f.marker) {
+		c.f.fired, c.f.xid = true, int32(binary.BigEndian.Uint32(p[4:8]))
+		close(c.f.sent)
+	}
+	c.f.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+func (c *faultConn) Read(p []byte) (int, error) {
+	for len(c.out) == 0 {
+		for len(c.in) < 4 || len(c.in) < 4+int(binary.BigEndian.Uint32(c.in)) {
+			var buf [4096]byte
+			n, err := c.Conn.Read(buf[:])
+			c.in = append(c.in, buf[:n]...)
+			if err != nil {
+				return 0, err
+			}
+		}
+		n := 4 + int(binary.BigEndian.Uint32(c.in))
+		frame := c.in[:n]
+		c.f.mu.Lock()
+		drop := c.f.fired && !c.dropped && n >= 8 && int32(binary.BigEndian.Uint32(frame[4:8])) == c.f.xid
+		c.f.mu.Unlock()
+		if drop {
+			c.dropped = true
+		} else {
+			c.out = append(c.out, frame...)
+		}
+		c.in = append([]byte(nil), c.in[n:]...)
+	}
+	n := copy(p, c.out)
+	c.out = c.out[n:]
+	return n, nil
+}
+
+// TestClusterConsumerClaimReplyLost: a member's claim is created in
+// ZooKeeper but its reply is lost with the connection (the session
+// survives), and meanwhile the partition went to another member. The first
+// must release the node it does not know it holds, or the other waits for
+// it forever and the partition is never read.
+func TestClusterConsumerClaimReplyLost(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	const root = "/cc-lost-claim"
+	b1 := startBroker(t)
+	w := newZKWriter(t, zkAddr, root)
+	w.registerBoth(1, b1.addr, 4)
+	owners := root + "/consumers/" + groupName + "/owners/" + topic
+	w.mkdirs(owners) // so that the first create of 1-3 makes the node
+	f := newZKFault(owners + "/1-3")
+	own := &clusterOwnership{owner: map[balance.Partition]string{}}
+	a := startClusterMember(t, zkAddr, root, "a", own, nil, client.WithZKDialer(f.Dial),
+		client.WithZKSessionTimeout(30*time.Second))
+	select {
+	case <-f.sent:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a never claimed 1-3")
+	}
+	require.Eventually(t, func() bool { return w.owners(groupName)["1-3"] == a.c.ConsumerID() },
+		5*time.Second, 5*time.Millisecond, "the claim reached ZooKeeper")
+	// b joins; a (waiting for the reply) learns of it; with a and b, 1-3 is b's.
+	b := startClusterMember(t, zkAddr, root, "b", own, nil)
+	require.Eventually(t, func() bool {
+		kids, _, err := w.c.Children(root + "/consumers/" + groupName + "/ids")
+		return err == nil && slices.Contains(kids, b.c.ConsumerID())
+	}, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	f.cut()
+	// DEFAULT: a takes 1-0 and 1-1, b takes 1-2 and 1-3.
+	waitClusterAssignment(t, w, allParts(1, 4), map[*cmember]int{a: 2, b: 2}, 20*time.Second)
+	own.check(t)
+}
+
+// TestClusterConsumerReleaseFails: a member whose release of a partition it
+// gives up fails keeps trying to release it, but never reads it again: the
+// partition is not its own any more (the failed delete may even have been
+// done).
+func TestClusterConsumerReleaseFails(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	const root = "/cc-release-fails"
+	b1 := startBroker(t)
+	w := newZKWriter(t, zkAddr, root)
+	w.registerBoth(1, b1.addr, 4)
+	var mu sync.Mutex
+	var restarted []balance.Partition
+	var watch atomic.Bool
+	own := &clusterOwnership{owner: map[balance.Partition]string{}}
+	hook := own.hook("a")
+	c, err := client.NewClusterConsumer(ctxT(t, 20*time.Second), zkAddr, topic, quiet, client.WithZKRoot(root),
+		client.WithZKSessionTimeout(4*time.Second), client.WithGroup(groupName), client.WithConsumerID("a"),
+		client.WithMaxFetchDelay(20*time.Millisecond), client.WithCommitInterval(200*time.Millisecond))
+	require.NoError(t, err)
+	client.SetClusterOwnHook(c, func(p balance.Partition, owned bool) {
+		hook(p, owned)
+		if owned && watch.Load() && p.Partition >= 2 {
+			mu.Lock()
+			restarted = append(restarted, p)
+			mu.Unlock()
+		}
+	})
+	a := &cmember{id: "a", c: c, done: make(chan error, 1)}
+	go func() {
+		a.done <- c.Consume(context.Background(), func(context.Context, *message.Message) error { return nil })
+	}()
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	waitClusterAssignment(t, w, allParts(1, 4), map[*cmember]int{a: 4}, 20*time.Second)
+
+	// Owner nodes can no longer be deleted: a's releases fail.
+	owners := root + "/consumers/" + groupName + "/owners/" + topic
+	_, err = w.c.SetACL(owners, zk.WorldACL(zk.PermAll&^zk.PermDelete), -1)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = w.c.SetACL(owners, zk.WorldACL(zk.PermAll), -1) })
+	watch.Store(true)
+	startClusterMember(t, zkAddr, root, "b", own, nil)
+	require.Eventually(t, func() bool { return slices.Equal(a.c.Assigned(), allParts(1, 2)) },
+		10*time.Second, time.Millisecond)
+	time.Sleep(time.Second) // a retries its releases meanwhile
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, restarted, "a fetches partitions it is giving up")
+	require.Equal(t, allParts(1, 2), a.c.Assigned())
 }
