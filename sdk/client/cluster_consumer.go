@@ -19,10 +19,13 @@ import (
 
 // WithBroadcast makes a ClusterConsumer a broadcast consumer: every
 // consumer gets every message. As in MetaQ (reference §6) the group is
-// renamed per consumer, to "<group>-<suffix>", so each consumer is alone
-// in its group and owns every partition; suffix is the WithConsumerID id
-// when one is given, else the host name. Offsets are kept per renamed
-// group, so a broadcast consumer resumes where it left off.
+// renamed to "<group>-<suffix>" so that each consumer is alone in its
+// group and owns every partition; suffix is the WithConsumerID id when
+// one is given, else the host name (MetaQ uses the host's IP). Without
+// WithConsumerID, broadcast consumers on one host therefore share a group
+// and split the partitions, as in MetaQ: give each its own id to have
+// every process get everything. Offsets are kept per renamed group, so a
+// broadcast consumer resumes where it left off.
 func WithBroadcast() ConsumerOption {
 	return consumerOpt(func(c *consumerConfig) { c.broadcast = true })
 }
@@ -224,7 +227,13 @@ func (cc *ClusterConsumer) Consume(ctx context.Context, h Handler) error {
 		case <-rctx.Done():
 		}
 	}()
+	slow := time.AfterFunc(2*cc.cl.SessionTimeout(), func() {
+		cc.cfg.logger.Warn("metaq: still waiting to join the group: the consumer id is registered by another live "+
+			"ZooKeeper session (another process, or another ClusterConsumer with this id, perhaps for another topic)",
+			"group", cc.group, "id", cc.ConsumerID())
+	})
 	m, err := cc.cl.JoinGroup(rctx, cc.group, cc.cfg.consumerID, []string{cc.topic})
+	slow.Stop()
 	if err != nil {
 		return cc.runErr(ctx, fmt.Errorf("metaq: %w", err))
 	}
@@ -432,17 +441,13 @@ func (r *rebalancer) apply(ctx context.Context, parts map[balance.Partition]bool
 		byBroker[p.BrokerID] = append(byBroker[p.BrokerID], p.Partition)
 	}
 	// Brokers we stop reading from, or whose address changed.
+	var gone []*brokerRun
 	for id, br := range r.brokers {
 		if len(byBroker[id]) == 0 || addrs[id] != br.addr {
-			r.send(br, nil)
-			br.cancel()
-			if err := <-br.done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
-				r.cc.cfg.logger.Warn("metaq: broker consumer ended", "broker", id, "err", err)
-			}
-			_ = br.c.Close(context.Background())
-			delete(r.brokers, id)
+			gone = append(gone, br)
 		}
 	}
+	r.stopBrokers(gone)
 	n := 0
 	var fetching []balance.Partition
 	for id, ps := range byBroker {
@@ -468,6 +473,24 @@ func (r *rebalancer) apply(ctx context.Context, parts map[balance.Partition]bool
 	r.cc.fetching = fetching
 	r.cc.mu.Unlock()
 	return n
+}
+
+// stopBrokers stops the Consumers of brs (each stops and commits its
+// partitions) concurrently, so that one slow broker does not keep the
+// others fetching, and forgets them.
+func (r *rebalancer) stopBrokers(brs []*brokerRun) {
+	parallel(brs, func(br *brokerRun) error {
+		r.send(br, nil)
+		br.cancel()
+		if err := <-br.done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
+			r.cc.cfg.logger.Warn("metaq: broker consumer ended", "broker", br.id, "err", err)
+		}
+		_ = br.c.Close(context.Background())
+		return nil
+	})
+	for _, br := range brs {
+		delete(r.brokers, br.id)
+	}
 }
 
 // send hands a broker's Consumer its partitions and waits until it has
@@ -514,13 +537,7 @@ func (r *rebalancer) startBroker(ctx context.Context, id int, addr string) (*bro
 // stops the broker consumers.
 func (r *rebalancer) shutdown() {
 	ctx := context.Background()
-	for id, br := range r.brokers {
-		r.send(br, nil)
-		br.cancel()
-		<-br.done
-		_ = br.c.Close(ctx)
-		delete(r.brokers, id)
-	}
+	r.stopBrokers(slices.Collect(maps.Values(r.brokers)))
 	r.apply(ctx, nil, nil)
 	if r.m.Active() {
 		for p := range r.stale {
