@@ -161,6 +161,18 @@ func (c *Cluster) StateChanges() <-chan struct{} {
 	return ch
 }
 
+// stopStateChanges stops notifying ch (from StateChanges).
+func (c *Cluster) stopStateChanges(ch <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, x := range c.states {
+		if x == ch {
+			c.states = append(c.states[:i], c.states[i+1:]...)
+			return
+		}
+	}
+}
+
 // Logf logs through Options.Logf.
 func (c *Cluster) Logf(format string, args ...any) { c.opts.Logf(format, args...) }
 

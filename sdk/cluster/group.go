@@ -46,6 +46,7 @@ type Member struct {
 	left       bool
 	watching   bool            // a children watch on ids is set
 	released   map[string]bool // owner nodes with a watch set by watchRelease
+	states     <-chan struct{} // from StateChanges; dropped by Leave
 }
 
 // ConsumerID returns MetaQ's consumer id of the member: "<group>_<id>".
@@ -89,9 +90,11 @@ func (c *Cluster) JoinGroup(ctx context.Context, group, id string, topics []stri
 		}
 	}
 	states := c.StateChanges()
+	m.states = states
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		c.stopStateChanges(states)
 		return nil, errors.New("cluster: closed")
 	}
 	c.wg.Add(1)
@@ -459,6 +462,9 @@ func (m *Member) Leave() error {
 	close(m.done)
 	m.mu.Unlock()
 	m.wg.Wait()
+	if m.states != nil {
+		m.c.stopStateChanges(m.states)
+	}
 	conn := m.c.conn
 	path := m.idsPath() + "/" + m.id
 	_, st, err := conn.Get(path)
