@@ -235,7 +235,7 @@ func (cc *ClusterConsumer) Consume(ctx context.Context, h Handler) error {
 	m, err := cc.cl.JoinGroup(rctx, cc.group, cc.cfg.consumerID, []string{cc.topic})
 	slow.Stop()
 	if err != nil {
-		return cc.runErr(ctx, fmt.Errorf("metaq: %w", err))
+		return runErr(ctx, fmt.Errorf("metaq: %w", err))
 	}
 	view := cc.cl.WatchSubscribe(cc.topic)
 	r := &rebalancer{cc: cc, h: h, m: m, view: view, owned: make(map[balance.Partition]bool),
@@ -245,17 +245,7 @@ func (cc *ClusterConsumer) Consume(ctx context.Context, h Handler) error {
 	if lerr := m.Leave(); lerr != nil {
 		cc.cfg.logger.Warn("metaq: leave group failed; the registration goes with the session", "group", cc.group, "err", lerr)
 	}
-	return cc.runErr(ctx, err)
-}
-
-func (cc *ClusterConsumer) runErr(ctx context.Context, err error) error {
-	switch {
-	case err != nil:
-		return err
-	case ctx.Err() != nil:
-		return ctx.Err()
-	}
-	return ErrClosed
+	return runErr(ctx, err)
 }
 
 // loop rebalances on every change until ctx ends or a partition fails.

@@ -565,7 +565,7 @@ func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 	}
 	cancel()
 	wg.Wait()
-	return c.runErr(ctx, err)
+	return runErr(ctx, err)
 }
 
 // runPartition starts the fetcher and handler goroutines of one partition
@@ -610,7 +610,8 @@ func (c *Consumer) runPartition(rctx context.Context, ps *partState, h Handler,
 	}()
 }
 
-func (c *Consumer) runErr(ctx context.Context, err error) error {
+// runErr is what a run returns: its error, else ctx's, else ErrClosed.
+func runErr(ctx context.Context, err error) error {
 	switch {
 	case err != nil:
 		return err

@@ -155,7 +155,7 @@ func (c *Consumer) runDynamic(ctx context.Context, h Handler, gm *groupMember,
 		done()
 	}
 	wg.Wait()
-	return c.runErr(ctx, err)
+	return runErr(ctx, err)
 }
 
 type runningPart struct {

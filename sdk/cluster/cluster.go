@@ -186,34 +186,24 @@ func (c *Cluster) SessionID() int64 { return c.conn.SessionID() }
 // WatchPublish returns the view of topic's publish partitions, starting to
 // watch it on first use; later calls return the same view. After Close it
 // returns a view that stays empty.
-func (c *Cluster) WatchPublish(topic string) *TopicView {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v, ok := c.views[topic]; ok {
-		return v
-	}
-	v := newTopicView(c, topic, false)
-	c.views[topic] = v
-	if !c.closed {
-		c.wg.Add(1)
-		go v.run()
-	}
-	return v
-}
+func (c *Cluster) WatchPublish(topic string) *TopicView { return c.watch(c.views, topic, false) }
 
 // WatchSubscribe returns the view of topic's subscribe partitions
 // (topics-sub, the ones consumers balance), like WatchPublish. As in
 // MetaQ's consumer, masters' and slaves' nodes both count, deduplicated
 // by (broker, partition); a partition is read from the master when one is
 // registered, else from a slave.
-func (c *Cluster) WatchSubscribe(topic string) *TopicView {
+func (c *Cluster) WatchSubscribe(topic string) *TopicView { return c.watch(c.subs, topic, true) }
+
+// watch returns views[topic], creating and starting it on first use.
+func (c *Cluster) watch(views map[string]*TopicView, topic string, sub bool) *TopicView {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if v, ok := c.subs[topic]; ok {
+	if v, ok := views[topic]; ok {
 		return v
 	}
-	v := newTopicView(c, topic, true)
-	c.subs[topic] = v
+	v := newTopicView(c, topic, sub)
+	views[topic] = v
 	if !c.closed {
 		c.wg.Add(1)
 		go v.run()
