@@ -237,7 +237,7 @@ type Consumer struct {
 
 	// Set by NewConsumer from the reject policy: rejectFn for every policy
 	// but RecoverLocally, which sets recoverDir instead.
-	rejectFn   func(context.Context, *message.Message, error) error
+	rejectFn   rejecter
 	recoverDir string
 }
 
@@ -538,6 +538,30 @@ func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 	if c.groupMode() {
 		return c.consumeGroup(ctx, h)
 	}
+	return c.runWith(ctx, h, func(rctx context.Context, rej rejecter, wg *sync.WaitGroup) error {
+		errCh := make(chan error, 1)
+		for _, ps := range c.parts {
+			c.runPartition(rctx, ps, h, rej, errCh, wg)
+		}
+		select {
+		case <-rctx.Done():
+			return nil
+		case err := <-errCh:
+			return err
+		}
+	}, nil)
+}
+
+// rejecter hands a message that failed every attempt to the reject policy.
+type rejecter = func(context.Context, *message.Message, error) error
+
+// runWith runs one Consume: it starts the run, the recovery replay (to h)
+// and the commit loop, then body, which starts the partitions' goroutines
+// (in wg, or its own) and returns when the run should end. The run's
+// context is then cancelled, after runs, and the goroutines are awaited;
+// the recovery store is released and the final commit made last.
+func (c *Consumer) runWith(ctx context.Context, h Handler,
+	body func(rctx context.Context, rej rejecter, wg *sync.WaitGroup) error, after func()) error {
 	rctx, cancel, finish, err := c.startRun(ctx)
 	if err != nil {
 		return err
@@ -550,20 +574,16 @@ func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 	if rs != nil {
 		defer rs.release() // after the run's goroutines, before finish
 	}
-	errCh := make(chan error, 1)
 	var wg sync.WaitGroup
 	if rs != nil {
 		wg.Go(func() { c.replayLoop(rctx, rs, h) })
 	}
-	for _, ps := range c.parts {
-		c.runPartition(rctx, ps, h, rej, errCh, &wg)
-	}
 	go c.commitLoop(rctx)
-	select {
-	case <-rctx.Done():
-	case err = <-errCh:
-	}
+	err = body(rctx, rej, &wg)
 	cancel()
+	if after != nil {
+		after()
+	}
 	wg.Wait()
 	return runErr(ctx, err)
 }
@@ -572,7 +592,7 @@ func (c *Consumer) Consume(ctx context.Context, h Handler) error {
 // (counted in wg); they stop when ctx ends. A partition that fails for good
 // sends its error to errCh.
 func (c *Consumer) runPartition(rctx context.Context, ps *partState, h Handler,
-	rej func(context.Context, *message.Message, error) error, errCh chan<- error, wg *sync.WaitGroup) {
+	rej rejecter, errCh chan<- error, wg *sync.WaitGroup) {
 	ch := make(chan *fetched, 1)
 	wg.Add(2)
 	go func() {
@@ -624,7 +644,7 @@ func runErr(ctx context.Context, err error) error {
 // handle runs h on m with retries, then hands it to rej; false means ctx
 // ended first and m was not handled (nor rejected).
 func (c *Consumer) handle(ctx context.Context, m *message.Message, h Handler,
-	rej func(context.Context, *message.Message, error) error) bool {
+	rej rejecter) bool {
 	for attempt := 0; ; attempt++ {
 		err := h(ctx, m)
 		if err == nil {

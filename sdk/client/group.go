@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/sdk/balance"
-	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -130,32 +129,15 @@ func (c *Consumer) consumeGroup(ctx context.Context, h Handler) error {
 // returns, then stops and commits every partition and calls done.
 func (c *Consumer) runDynamic(ctx context.Context, h Handler, gm *groupMember,
 	drive func(context.Context) error, done func()) error {
-	rctx, cancel, finish, err := c.startRun(ctx)
-	if err != nil {
-		return err
-	}
-	defer finish()
-	rej, rs, err := c.startRecover()
-	if err != nil {
-		return err
-	}
-	if rs != nil {
-		defer rs.release()
-	}
-	var wg sync.WaitGroup
-	if rs != nil {
-		wg.Go(func() { c.replayLoop(rctx, rs, h) })
-	}
-	go c.commitLoop(rctx)
-	gm.c, gm.rej, gm.errCh, gm.running = c, rej, make(chan error, 1), make(map[int32]*runningPart)
-	err = drive(rctx)
-	cancel()
-	gm.releaseAll()
-	if done != nil {
-		done()
-	}
-	wg.Wait()
-	return runErr(ctx, err)
+	return c.runWith(ctx, h, func(rctx context.Context, rej rejecter, _ *sync.WaitGroup) error {
+		gm.c, gm.rej, gm.errCh, gm.running = c, rej, make(chan error, 1), make(map[int32]*runningPart)
+		return drive(rctx)
+	}, func() {
+		gm.releaseAll()
+		if done != nil {
+			done()
+		}
+	})
 }
 
 type runningPart struct {
@@ -169,7 +151,7 @@ type runningPart struct {
 type groupMember struct {
 	c       *Consumer
 	h       Handler
-	rej     func(context.Context, *message.Message, error) error
+	rej     rejecter
 	errCh   chan error
 	running map[int32]*runningPart
 	joined  bool

@@ -141,7 +141,7 @@ func (c *Consumer) resolveReject() {
 // startRecover opens the recovery store for a Consume run (when the policy
 // is RecoverLocally) and returns the run's reject function and the store
 // (nil for other policies). The caller releases the store after the run.
-func (c *Consumer) startRecover() (func(context.Context, *message.Message, error) error, *recoverStore, error) {
+func (c *Consumer) startRecover() (rejecter, *recoverStore, error) {
 	if c.recoverDir == "" {
 		return c.rejectFn, nil, nil
 	}
@@ -162,7 +162,7 @@ func (c *Consumer) startRecover() (func(context.Context, *message.Message, error
 
 // reject hands m to the reject policy until it takes it; false means ctx
 // ended first (m stays unhandled, so its position does not move).
-func (c *Consumer) reject(ctx context.Context, m *message.Message, herr error, rej func(context.Context, *message.Message, error) error) bool {
+func (c *Consumer) reject(ctx context.Context, m *message.Message, herr error, rej rejecter) bool {
 	for i := 0; ; i++ {
 		err := rej(ctx, m, herr)
 		if err == nil {
