@@ -437,30 +437,6 @@ func groupZK(e *env, connect string, fn func(c *zk.Conn) error) error {
 	}
 }
 
-func groupZKChildren(c *zk.Conn, p string) ([]string, error) {
-	kids, _, err := c.Children(p)
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	sort.Strings(kids)
-	return kids, nil
-}
-
-// groupZKData returns a node's data; ok is false when it does not exist.
-func groupZKData(c *zk.Conn, p string) (string, bool, error) {
-	v, _, err := c.Get(p)
-	if errors.Is(err, zk.ErrNoNode) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("%s: %w", p, err)
-	}
-	return string(v), true, nil
-}
-
 // zkGroup is R/consumers/<g> as read from ZooKeeper.
 type zkGroup struct {
 	exists  bool
@@ -478,12 +454,12 @@ func readZKGroup(c *zk.Conn, root, g string) (*zkGroup, error) {
 		return zg, nil
 	}
 	zg.exists = true
-	ids, err := groupZKChildren(c, base+"/ids")
+	ids, err := cluster.ReadChildren(c, base+"/ids")
 	if err != nil {
 		return nil, err
 	}
 	for _, id := range ids {
-		v, ok, err := groupZKData(c, base+"/ids/"+id)
+		v, ok, err := cluster.ReadData(c, base+"/ids/"+id)
 		if err != nil {
 			return nil, err
 		}
@@ -500,12 +476,12 @@ func readZKGroup(c *zk.Conn, root, g string) (*zkGroup, error) {
 		sort.Strings(topics)
 		zg.members[id] = topics
 	}
-	topics, err := groupZKChildren(c, base+"/owners")
+	topics, err := cluster.ReadChildren(c, base+"/owners")
 	if err != nil {
 		return nil, err
 	}
 	for _, t := range topics {
-		nodes, err := groupZKChildren(c, base+"/owners/"+t)
+		nodes, err := cluster.ReadChildren(c, base+"/owners/"+t)
 		if err != nil {
 			return nil, err
 		}
@@ -514,7 +490,7 @@ func readZKGroup(c *zk.Conn, root, g string) (*zkGroup, error) {
 			if !ok {
 				continue
 			}
-			v, ok, err := groupZKData(c, base+"/owners/"+t+"/"+n)
+			v, ok, err := cluster.ReadData(c, base+"/owners/"+t+"/"+n)
 			if err != nil {
 				return nil, err
 			}
@@ -524,7 +500,7 @@ func readZKGroup(c *zk.Conn, root, g string) (*zkGroup, error) {
 			}
 		}
 	}
-	topics, err = groupZKChildren(c, base+"/offsets")
+	topics, err = cluster.ReadChildren(c, base+"/offsets")
 	if err != nil {
 		return nil, err
 	}
@@ -609,7 +585,7 @@ func zkListGroups(e *env, o groupOpts) ([]jsonGroupSummary, error) {
 	root := strings.TrimRight(o.root, "/")
 	var out []jsonGroupSummary
 	err := groupZK(e, o.zk, func(c *zk.Conn) error {
-		groups, err := groupZKChildren(c, root+"/consumers")
+		groups, err := cluster.ReadChildren(c, root+"/consumers")
 		if err != nil {
 			return err
 		}

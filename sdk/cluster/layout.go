@@ -60,7 +60,7 @@ func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 	if cl.Root == "" {
 		cl.Root = "/"
 	}
-	ids, err := layoutChildren(c, root+"/brokers/ids")
+	ids, err := ReadChildren(c, root+"/brokers/ids")
 	if err != nil {
 		return nil, err
 	}
@@ -71,12 +71,12 @@ func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 		}
 		b := BrokerInfo{ID: id}
 		base := root + "/brokers/ids/" + s
-		kids, err := layoutChildren(c, base)
+		kids, err := ReadChildren(c, base)
 		if err != nil {
 			return nil, err
 		}
 		for _, k := range kids {
-			v, err := layoutData(c, base+"/"+k)
+			v, _, err := ReadData(c, base+"/"+k)
 			if err != nil {
 				return nil, err
 			}
@@ -98,17 +98,17 @@ func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 
 	topics := map[string]map[string]*TopicPartition{}
 	for _, kind := range []string{"topics-pub", "topics-sub"} {
-		names, err := layoutChildren(c, root+"/brokers/"+kind)
+		names, err := ReadChildren(c, root+"/brokers/"+kind)
 		if err != nil {
 			return nil, err
 		}
 		for _, t := range names {
-			brokers, err := layoutChildren(c, root+"/brokers/"+kind+"/"+t)
+			brokers, err := ReadChildren(c, root+"/brokers/"+kind+"/"+t)
 			if err != nil {
 				return nil, err
 			}
 			for _, bn := range brokers {
-				v, err := layoutData(c, root+"/brokers/"+kind+"/"+t+"/"+bn)
+				v, _, err := ReadData(c, root+"/brokers/"+kind+"/"+t+"/"+bn)
 				if err != nil {
 					return nil, err
 				}
@@ -158,7 +158,9 @@ func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 	return cl, nil
 }
 
-func layoutChildren(c *zk.Conn, p string) ([]string, error) {
+// ReadChildren returns the sorted children of node p (nil when p does not
+// exist), for tools reading MetaQ's layout.
+func ReadChildren(c *zk.Conn, p string) ([]string, error) {
 	kids, _, err := c.Children(p)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
@@ -170,13 +172,14 @@ func layoutChildren(c *zk.Conn, p string) ([]string, error) {
 	return kids, nil
 }
 
-func layoutData(c *zk.Conn, p string) (string, error) {
+// ReadData returns node p's data; ok is false when p does not exist.
+func ReadData(c *zk.Conn, p string) (data string, ok bool, err error) {
 	v, _, err := c.Get(p)
 	if errors.Is(err, zk.ErrNoNode) {
-		return "", nil
+		return "", false, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", p, err)
+		return "", false, fmt.Errorf("%s: %w", p, err)
 	}
-	return string(v), nil
+	return string(v), true, nil
 }
