@@ -11,9 +11,20 @@ import (
 )
 
 // SessionSniffer is a ZooKeeper client Dialer (go-zookeeper's zk.WithDialer)
-// that records the session id and password of each connect response the
-// client receives, so that a test can expire that session with
+// for one client. It records the session id and password of each connect
+// response the client receives, so that a test can expire that session with
 // ExpireSession.
+//
+// It also keeps tests that reconnect a client clear of a data race inside
+// go-zookeeper v1.0.4 (samuel/go-zookeeper#178, #260): when a client
+// re-attaches to its session it re-sets its watches, reading Conn.lastZxid,
+// while its new receive loop may already be writing it for the reply to
+// another request. -race reports that as a failure of whichever test cut
+// the connection or expired the session. So on a re-attachment the sniffer
+// holds back the server's frames after the connect response until the
+// client has written its SetWatches request (or, for a client with no
+// watches, which sends none, for at most a second): every write of the
+// field then happens after the read.
 type SessionSniffer struct {
 	mu     sync.Mutex
 	id     int64
@@ -26,7 +37,7 @@ func (s *SessionSniffer) Dial(network, addr string, timeout time.Duration) (net.
 	if err != nil {
 		return nil, err
 	}
-	return &sniffConn{Conn: c, s: s}, nil
+	return &sniffConn{Conn: c, s: s, gate: make(chan struct{})}, nil
 }
 
 // Session returns the last session id and password seen (0, nil before any).
@@ -36,32 +47,104 @@ func (s *SessionSniffer) Session() (int64, []byte) {
 	return s.id, append([]byte(nil), s.passwd...)
 }
 
+// opSetWatches is ZooKeeper's SetWatches request type.
+const opSetWatches = 101
+
+// maxReattachHold bounds how long replies wait for SetWatches.
+const maxReattachHold = time.Second
+
 type sniffConn struct {
 	net.Conn
-	s    *SessionSniffer
-	buf  []byte
-	done bool
+	s *SessionSniffer
+	// The reading side (go-zookeeper reads with one goroutine at a time).
+	buf     []byte // the connect response, until complete
+	done    bool   // the connect response was seen
+	pending []byte // read past the connect response, held with it
+	held    bool   // on a re-attachment: frames wait for gate
+	// gate is closed when SetWatches has been written.
+	gate     chan struct{}
+	gateOnce sync.Once
+	// The writing side (one writer at a time), which follows the request
+	// frames (int32 length, int32 xid, int32 type, body; the first, the
+	// connect request, has no type) across Write calls.
+	whdr    []byte // the current frame's first bytes, up to 12
+	wleft   int    // bytes of the current frame still to come
+	wframes int
 }
 
 // Read passes data through, parsing the first packet: the connect response
 // (int32 len, int32 protocolVersion, int32 timeOut, int64 sessionId, int32
 // passwdLen, passwd).
 func (c *sniffConn) Read(p []byte) (int, error) {
+	if c.held {
+		c.held = false
+		t := time.NewTimer(maxReattachHold)
+		select {
+		case <-c.gate:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
 	n, err := c.Conn.Read(p)
-	if !c.done && n > 0 {
-		c.buf = append(c.buf, p[:n]...)
-		if len(c.buf) >= 4 && len(c.buf) >= 4+int(binary.BigEndian.Uint32(c.buf)) {
-			b := c.buf[4:]
-			c.done = true
-			if len(b) >= 20 {
-				id := int64(binary.BigEndian.Uint64(b[8:16]))
-				pl := int(int32(binary.BigEndian.Uint32(b[16:20])))
-				if id != 0 && pl >= 0 && len(b) >= 20+pl {
-					c.s.mu.Lock()
-					c.s.id, c.s.passwd = id, append([]byte(nil), b[20:20+pl]...)
-					c.s.mu.Unlock()
+	if c.done || n == 0 {
+		return n, err
+	}
+	c.buf = append(c.buf, p[:n]...)
+	if len(c.buf) < 4 || len(c.buf) < 4+int(binary.BigEndian.Uint32(c.buf)) {
+		return n, err
+	}
+	c.done = true
+	total := 4 + int(binary.BigEndian.Uint32(c.buf))
+	if extra := len(c.buf) - total; extra > 0 {
+		c.pending = append([]byte(nil), c.buf[total:]...)
+		n -= extra
+	}
+	b := c.buf[4:total]
+	if len(b) >= 20 {
+		id := int64(binary.BigEndian.Uint64(b[8:16]))
+		pl := int(int32(binary.BigEndian.Uint32(b[16:20])))
+		if id != 0 && pl >= 0 && len(b) >= 20+pl {
+			c.s.mu.Lock()
+			c.held = c.s.id == id
+			c.s.id, c.s.passwd = id, append([]byte(nil), b[20:20+pl]...)
+			c.s.mu.Unlock()
+		}
+	}
+	c.buf = nil
+	return n, err
+}
+
+// Write passes data through, noting when a SetWatches request goes out.
+func (c *sniffConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	for b := p[:n]; len(b) > 0; {
+		if len(c.whdr) < 4 { // the frame's length
+			k := min(4-len(c.whdr), len(b))
+			c.whdr, b = append(c.whdr, b[:k]...), b[k:]
+			if len(c.whdr) == 4 {
+				c.wleft, c.wframes = int(binary.BigEndian.Uint32(c.whdr)), c.wframes+1
+				if c.wleft == 0 {
+					c.whdr = c.whdr[:0]
 				}
 			}
+			continue
+		}
+		k := min(len(b), c.wleft)
+		if len(c.whdr) < 12 {
+			k = min(k, 12-len(c.whdr))
+			c.whdr = append(c.whdr, b[:k]...)
+			if len(c.whdr) == 12 && c.wframes > 1 && int32(binary.BigEndian.Uint32(c.whdr[8:12])) == opSetWatches {
+				c.gateOnce.Do(func() { close(c.gate) })
+			}
+		}
+		b, c.wleft = b[k:], c.wleft-k
+		if c.wleft == 0 {
+			c.whdr = c.whdr[:0]
 		}
 	}
 	return n, err

@@ -394,8 +394,11 @@ func BenchmarkClusterRebalance(b *testing.B) {
 // zkFault is a ZooKeeper dialer for one client that loses the reply to the
 // first request containing marker (the server handles the request; the
 // client never hears back) and can cut the connection. The session
-// survives a cut: the client reconnects to it.
+// survives a cut: the client reconnects to it (through a
+// testsvc.SessionSniffer, which keeps the re-attachment clear of a data race
+// in go-zookeeper).
 type zkFault struct {
+	sn     testsvc.SessionSniffer
 	marker []byte
 	sent   chan struct{} // closed when the marked request went out
 	mu     sync.Mutex
@@ -416,7 +419,7 @@ func (f *zkFault) cut() {
 }
 
 func (f *zkFault) Dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, addr, timeout)
+	c, err := f.sn.Dial(network, addr, timeout)
 	if err != nil {
 		return nil, err
 	}
