@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -73,17 +72,13 @@ type downState struct {
 // host:port) and returns a producer for the cluster registered there. It
 // waits for the ZooKeeper session until ctx is done.
 func NewClusterProducer(ctx context.Context, zkConnect string, opts ...ProducerOption) (*ClusterProducer, error) {
-	cfg := producerConfig{conn: defaultConnOptions(), selector: RoundRobin(), sendTimeout: DefaultSendTimeout,
-		maxMessageSize: message.DefaultMaxMessageSize, maxInFlight: DefaultMaxInFlight}
-	cfg.logger = slog.Default()
-	for _, o := range opts {
-		o.applyProducer(&cfg)
+	cfg := newProducerConfig(opts)
+	if cfg.maxInFlight == 0 {
+		cfg.maxInFlight = DefaultMaxInFlight
 	}
-	logger := cfg.logger
-	cl, err := cluster.Open(ctx, cluster.Options{Connect: zkConnect, Root: cfg.zk.root, SessionTimeout: cfg.zk.sessionTimeout, Dialer: cfg.zk.dialer,
-		Logf: func(format string, args ...any) { logger.Debug(fmt.Sprintf(format, args...)) }})
+	cl, err := cfg.zk.open(ctx, zkConnect, cfg.logger)
 	if err != nil {
-		return nil, fmt.Errorf("metaq: %w", err)
+		return nil, err
 	}
 	return &ClusterProducer{cfg: cfg, opts: opts, cl: cl, sem: make(chan struct{}, cfg.maxInFlight), cbs: newCallbackQueue(),
 		views: make(map[string]*cluster.TopicView), brokers: make(map[string]*Producer),
@@ -164,6 +159,11 @@ func (cp *ClusterProducer) broker(addr string) (*Producer, error) {
 func (cp *ClusterProducer) isDown(addr string, now time.Time) bool {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
+	return cp.downLocked(addr, now)
+}
+
+// downLocked is isDown with cp.mu held.
+func (cp *ClusterProducer) downLocked(addr string, now time.Time) bool {
 	return now.Before(cp.down[addr].until)
 }
 
@@ -178,9 +178,7 @@ func (cp *ClusterProducer) markDown(addr string) {
 
 func (cp *ClusterProducer) markUp(addr string) {
 	cp.mu.Lock()
-	if _, ok := cp.down[addr]; ok {
-		delete(cp.down, addr)
-	}
+	delete(cp.down, addr)
 	cp.mu.Unlock()
 }
 
@@ -198,13 +196,7 @@ func (cp *ClusterProducer) Partitions(ctx context.Context, topic string) ([]bala
 }
 
 func (cp *ClusterProducer) begin(ctx context.Context, m *message.Message) error {
-	if m == nil || m.Topic == "" {
-		return fmt.Errorf("%w: no topic", ErrInvalidMessage)
-	}
-	if n := m.DataLen(); n > cp.cfg.maxMessageSize {
-		return fmt.Errorf("%w: %d bytes exceeds the maximum message size %d", ErrInvalidMessage, n, cp.cfg.maxMessageSize)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkMessage(ctx, m, cp.cfg.maxMessageSize); err != nil {
 		return err
 	}
 	select {
@@ -281,19 +273,21 @@ func (cp *ClusterProducer) send(ctx context.Context, m *message.Message) (SendRe
 		snap := v.Snapshot()
 		now := time.Now()
 		cands, preferred = cands[:0], preferred[:0]
+		cp.mu.Lock()
 		for _, p := range snap.Partitions {
 			a := snap.Addrs[p.BrokerID]
 			if failed[a] {
 				continue
 			}
 			cands = append(cands, target{p, a})
-			if retry && !cp.isDown(a, now) {
+			if retry && !cp.downLocked(a, now) {
 				preferred = append(preferred, target{p, a})
 			}
 		}
+		cp.mu.Unlock()
 		if len(preferred) > 0 {
 			// Prefer brokers whose connection did not fail lately.
-			cands = append(cands[:0], preferred...)
+			cands, preferred = preferred, cands
 		}
 		if len(cands) == 0 {
 			if !retry && lastErr != nil {
@@ -324,8 +318,6 @@ func (cp *ClusterProducer) send(ctx context.Context, m *message.Message) (SendRe
 		t := cands[i]
 		res, err := cp.attempt(ctx, m, t, retry)
 		if err == nil {
-			cp.markUp(t.addr)
-			res.BrokerID = t.part.BrokerID
 			return res, nil
 		}
 		if !retry || !retryable(err) || ctx.Err() != nil {
@@ -355,7 +347,8 @@ func (e *connError) Unwrap() error { return e.err }
 
 // attempt sends m to t once. With retries on, reaching the broker may use
 // at most half of the remaining time (at most the dial timeout), so that
-// a dead broker leaves time for another.
+// a dead broker leaves time for another. A failure to connect, or a lost
+// connection, marks the broker down, and a success marks it up.
 func (cp *ClusterProducer) attempt(ctx context.Context, m *message.Message, t target, retry bool) (SendResult, error) {
 	p, err := cp.broker(t.addr)
 	if err != nil {
@@ -377,10 +370,15 @@ func (cp *ClusterProducer) attempt(ctx context.Context, m *message.Message, t ta
 		}
 	}
 	res, err := p.sendTo(ctx, m, t.part.Partition)
-	if errors.Is(err, ErrConnectionLost) {
-		cp.markDown(t.addr)
+	if err != nil {
+		if errors.Is(err, ErrConnectionLost) {
+			cp.markDown(t.addr)
+		}
+		return res, err
 	}
-	return res, err
+	cp.markUp(t.addr)
+	res.BrokerID = t.part.BrokerID
+	return res, nil
 }
 
 // retryable reports whether a failed attempt may be retried on another
@@ -402,22 +400,7 @@ func retryable(err error) bool {
 
 // choose asks the selector for an index among n partitions.
 func (cp *ClusterProducer) choose(ctx context.Context, m *message.Message, n int) (int, error) {
-	var i int
-	var err error
-	if bs, ok := cp.cfg.selector.(BatchSelector); ok {
-		out := []int{0}
-		err = bs.SelectBatch(ctx, m.Topic, n, []*message.Message{m}, out)
-		i = out[0]
-	} else {
-		i, err = cp.cfg.selector.Select(m.Topic, n, m)
-	}
-	if err != nil {
-		return 0, err
-	}
-	if i < 0 || i >= n {
-		return 0, fmt.Errorf("metaq: selector chose partition %d of topic %s with %d partitions", i, m.Topic, n)
-	}
-	return i, nil
+	return selectOne(ctx, cp.cfg.selector, n, m)
 }
 
 // Close stops accepting messages, waits for the messages in flight until

@@ -380,13 +380,7 @@ func (op *OrderedProducer) enter() bool {
 // after an error wrapping ErrTimeout or ErrConnectionLost it is unknown
 // whether the broker stored it. m must not be modified until Send returns.
 func (op *OrderedProducer) Send(ctx context.Context, m *message.Message) (SendResult, error) {
-	if m == nil || m.Topic == "" {
-		return SendResult{}, fmt.Errorf("%w: no topic", ErrInvalidMessage)
-	}
-	if n := m.DataLen(); n > op.maxSize {
-		return SendResult{}, fmt.Errorf("%w: %d bytes exceeds the maximum message size %d", ErrInvalidMessage, n, op.maxSize)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkMessage(ctx, m, op.maxSize); err != nil {
 		return SendResult{}, err
 	}
 	if !op.enter() {
@@ -439,8 +433,6 @@ func (op *OrderedProducer) Send(ctx context.Context, m *message.Message) (SendRe
 	res, err := op.cp.attempt(actx, m, target{part, addr}, true)
 	cancel()
 	if err == nil {
-		op.cp.markUp(addr)
-		res.BrokerID = part.BrokerID
 		return res, nil
 	}
 	if ctx.Err() != nil || !(op.cfg.saveAll || unavailable(err)) {
@@ -611,7 +603,6 @@ func (op *OrderedProducer) drain(q *orderedQueue) {
 			_, err = op.cp.attempt(ctx, &m, target{q.part, addr}, true)
 			cancel()
 			if err == nil {
-				op.cp.markUp(addr)
 				op.remove(q, e.seq)
 				fails = 0
 				sent++

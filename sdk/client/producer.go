@@ -146,17 +146,24 @@ type Producer struct {
 	parts map[string]int
 }
 
+// newProducerConfig applies opts to the defaults; maxInFlight stays 0
+// unless set (its default depends on the producer).
+func newProducerConfig(opts []ProducerOption) producerConfig {
+	cfg := producerConfig{conn: defaultConnOptions(), logger: slog.Default(), selector: RoundRobin(),
+		sendTimeout: DefaultSendTimeout, maxMessageSize: message.DefaultMaxMessageSize}
+	for _, o := range opts {
+		o.applyProducer(&cfg)
+	}
+	return cfg
+}
+
 // NewProducer returns a producer for the broker at addr ("host:port"). It
 // connects lazily, on the first send.
 func NewProducer(addr string, opts ...ProducerOption) (*Producer, error) {
 	if err := checkAddr(addr); err != nil {
 		return nil, err
 	}
-	cfg := producerConfig{conn: defaultConnOptions(), logger: slog.Default(), selector: RoundRobin(),
-		sendTimeout: DefaultSendTimeout, maxMessageSize: message.DefaultMaxMessageSize}
-	for _, o := range opts {
-		o.applyProducer(&cfg)
-	}
+	cfg := newProducerConfig(opts)
 	if cfg.maxInFlight == 0 {
 		cfg.maxInFlight = DefaultMaxInFlight
 		if cfg.batch.enabled {
@@ -174,15 +181,21 @@ func NewProducer(addr string, opts ...ProducerOption) (*Producer, error) {
 	return p, nil
 }
 
-// begin admits one message: it waits for an in-flight slot.
-func (p *Producer) begin(ctx context.Context, m *message.Message) error {
+// checkMessage rejects a message without a topic or over maxSize bytes,
+// and a ctx that is done already.
+func checkMessage(ctx context.Context, m *message.Message, maxSize int) error {
 	if m == nil || m.Topic == "" {
 		return fmt.Errorf("%w: no topic", ErrInvalidMessage)
 	}
-	if n := m.DataLen(); n > p.cfg.maxMessageSize {
-		return fmt.Errorf("%w: %d bytes exceeds the maximum message size %d", ErrInvalidMessage, n, p.cfg.maxMessageSize)
+	if n := m.DataLen(); n > maxSize {
+		return fmt.Errorf("%w: %d bytes exceeds the maximum message size %d", ErrInvalidMessage, n, maxSize)
 	}
-	if err := ctx.Err(); err != nil {
+	return ctx.Err()
+}
+
+// begin admits one message: it waits for an in-flight slot.
+func (p *Producer) begin(ctx context.Context, m *message.Message) error {
+	if err := checkMessage(ctx, m, p.cfg.maxMessageSize); err != nil {
 		return err
 	}
 	select {

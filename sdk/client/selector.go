@@ -123,15 +123,22 @@ func fnv1a(b []byte) uint32 {
 	return h
 }
 
-// selectPartition learns the topic's partition count and asks the selector
-// for a batch of one.
+// selectPartition learns the topic's partition count and asks the selector.
 func (p *Producer) selectPartition(ctx context.Context, m *message.Message) (int32, error) {
 	n, err := p.partitionCount(ctx, m.Topic)
 	if err != nil {
 		return 0, err
 	}
+	i, err := selectOne(ctx, p.cfg.selector, n, m)
+	return int32(i), err
+}
+
+// selectOne asks sel for m's partition among n, as a batch of one when sel
+// is a BatchSelector, and checks that the choice is in range.
+func selectOne(ctx context.Context, sel PartitionSelector, n int, m *message.Message) (int, error) {
 	var i int
-	if bs, ok := p.cfg.selector.(BatchSelector); ok {
+	var err error
+	if bs, ok := sel.(BatchSelector); ok {
 		sc := oneScratchPool.Get().(*oneScratch)
 		sc.msgs[0] = m
 		err = bs.SelectBatch(ctx, m.Topic, n, sc.msgs[:], sc.out[:])
@@ -139,7 +146,7 @@ func (p *Producer) selectPartition(ctx context.Context, m *message.Message) (int
 		*sc = oneScratch{}
 		oneScratchPool.Put(sc)
 	} else {
-		i, err = p.cfg.selector.Select(m.Topic, n, m)
+		i, err = sel.Select(m.Topic, n, m)
 	}
 	if err != nil {
 		return 0, err
@@ -147,7 +154,7 @@ func (p *Producer) selectPartition(ctx context.Context, m *message.Message) (int
 	if i < 0 || i >= n {
 		return 0, fmt.Errorf("metaq: selector chose partition %d of topic %s with %d partitions", i, m.Topic, n)
 	}
-	return int32(i), nil
+	return i, nil
 }
 
 // oneScratch carries a batch of one to a BatchSelector without allocating.

@@ -1,10 +1,15 @@
 package client
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/metaq-go/metaq/sdk/cluster"
 )
 
 // ZKOption configures the ZooKeeper session of a ClusterProducer or a
@@ -18,6 +23,17 @@ type zkConfig struct {
 	root           string
 	sessionTimeout time.Duration
 	dialer         zk.Dialer
+}
+
+// open opens the ZooKeeper session at connect, logging its diagnostics
+// at debug level.
+func (z zkConfig) open(ctx context.Context, connect string, logger *slog.Logger) (*cluster.Cluster, error) {
+	cl, err := cluster.Open(ctx, cluster.Options{Connect: connect, Root: z.root, SessionTimeout: z.sessionTimeout, Dialer: z.dialer,
+		Logf: func(format string, args ...any) { logger.Debug(fmt.Sprintf(format, args...)) }})
+	if err != nil {
+		return nil, fmt.Errorf("metaq: %w", err)
+	}
+	return cl, nil
 }
 
 type zkOpt func(*zkConfig)

@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +51,7 @@ type Options struct {
 	// DefaultSessionTimeout.
 	SessionTimeout time.Duration
 	// Dialer replaces the TCP dialer of the ZooKeeper client (tests).
+	// Default net.DialTimeout.
 	Dialer zk.Dialer
 	// Logf receives diagnostics (unreadable nodes, retries). Default: none.
 	Logf func(format string, args ...any)
@@ -100,10 +102,12 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
+	if o.Dialer == nil {
+		o.Dialer = net.DialTimeout // the ZooKeeper client's default
+	}
 	session := make(chan struct{})
 	var once sync.Once
 	c := &Cluster{opts: o, views: make(map[string]*TopicView), subs: make(map[string]*TopicView), done: make(chan struct{})}
-	logOpt := zk.WithLogger(quietLogger{o.Logf})
 	cbOpt := zk.WithEventCallback(func(ev zk.Event) {
 		if ev.Type != zk.EventSession {
 			return
@@ -120,13 +124,7 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 		}
 		c.mu.Unlock()
 	})
-	var conn *zk.Conn
-	var err error
-	if o.Dialer != nil {
-		conn, _, err = zk.Connect(servers, o.SessionTimeout, logOpt, cbOpt, zk.WithDialer(o.Dialer))
-	} else {
-		conn, _, err = zk.Connect(servers, o.SessionTimeout, logOpt, cbOpt)
-	}
+	conn, _, err := zk.Connect(servers, o.SessionTimeout, zk.WithLogger(quietLogger{o.Logf}), cbOpt, zk.WithDialer(o.Dialer))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect %s: %w", o.Connect, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -181,7 +182,7 @@ func (m *Member) run(states <-chan struct{}) {
 		wait := time.Duration(0)
 		if err != nil {
 			fails++
-			wait = min(50*time.Millisecond<<min(fails, 5), time.Second)
+			wait = retryDelay(fails)
 			if fails == 1 || fails%20 == 0 {
 				m.c.opts.Logf("cluster: group %s member %s (attempt %d): %v", m.group, m.id, fails, err)
 			}
@@ -286,7 +287,7 @@ func (m *Member) refresh() error {
 		members[k] = ts
 	}
 	m.mu.Lock()
-	changed := !equalMembers(m.members, members)
+	changed := !maps.EqualFunc(m.members, members, slices.Equal)
 	m.members = members
 	m.mu.Unlock()
 	if changed {
@@ -294,19 +295,6 @@ func (m *Member) refresh() error {
 	}
 	m.readyOnce.Do(func() { close(m.ready) })
 	return nil
-}
-
-func equalMembers(a, b map[string][]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		w, ok := b[k]
-		if !ok || !slices.Equal(v, w) {
-			return false
-		}
-	}
-	return true
 }
 
 // ID returns the member's consumer id ("<group>_<id>").

@@ -115,10 +115,7 @@ func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 				if v == "" {
 					continue // vanished meanwhile
 				}
-				var tb struct {
-					NumParts int    `json:"numParts"`
-					Broker   string `json:"broker"`
-				}
+				var tb topicBroker
 				if err := json.Unmarshal([]byte(v), &tb); err != nil {
 					return nil, fmt.Errorf("%s/brokers/%s/%s/%s: bad data %q: %v", root, kind, t, bn, v, err)
 				}

@@ -101,7 +101,7 @@ func (v *TopicView) run() {
 		var wait <-chan struct{} = v.wake
 		if err != nil {
 			fails++
-			d := min(50*time.Millisecond<<min(fails, 5), time.Second)
+			d := retryDelay(fails)
 			if fails == 1 || fails%20 == 0 {
 				v.c.opts.Logf("cluster: reading topic %s from ZooKeeper (attempt %d): %v", v.topic, fails, err)
 			}
@@ -217,7 +217,8 @@ func (v *TopicView) data(path string) (b []byte, ok bool, err error) {
 	}
 }
 
-// topicBroker is the JSON of a topics-pub node (MetaQ's TopicBroker).
+// topicBroker is the JSON of a topics-pub or topics-sub node (MetaQ's
+// TopicBroker).
 type topicBroker struct {
 	NumParts int    `json:"numParts"`
 	Broker   string `json:"broker"`
@@ -236,7 +237,6 @@ func (v *TopicView) refresh() error {
 	}
 	slices.Sort(kids) // "<id>-m" before "<id>-s<N>": a master wins
 	snap := &Snapshot{Addrs: make(map[int]string)}
-	seen := make(map[balance.Partition]bool)
 	for _, name := range kids {
 		idText, role, ok := strings.Cut(name, "-")
 		id, err := strconv.Atoi(idText)
@@ -259,44 +259,36 @@ func (v *TopicView) refresh() error {
 			v.c.opts.Logf("cluster: ignoring %s/%s: bad data %q", dir, name, b)
 			continue
 		}
-		if _, done := snap.Addrs[id]; done && role != "m" {
-			// The master (or an earlier slave) serves this broker's partitions;
-			// a slave only adds partitions the master does not list.
-			for p := range tb.NumParts {
-				bp := balance.Partition{BrokerID: id, Partition: int32(p)}
-				if !seen[bp] {
-					seen[bp] = true
-					snap.Partitions = append(snap.Partitions, bp)
-				}
+		// A broker's address is its master's or, when that is not
+		// registered, its first registered slave's; a later slave only
+		// adds partitions.
+		if _, done := snap.Addrs[id]; !done || role == "m" {
+			leaf := v.c.brokerMasterPath(id)
+			if role != "m" {
+				leaf = fmt.Sprintf("%s/brokers/ids/%d/slave%s", v.c.opts.Root, id, role[1:])
 			}
-			continue
+			uri, ok, err := v.data(leaf)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue // not registered (yet): not reachable
+			}
+			addr, ok := parseURI(string(uri))
+			if !ok {
+				v.c.opts.Logf("cluster: ignoring broker %d: bad URI %q at %s", id, uri, leaf)
+				continue
+			}
+			snap.Addrs[id] = addr
 		}
-		leaf := v.c.brokerMasterPath(id)
-		if role != "m" {
-			leaf = fmt.Sprintf("%s/brokers/ids/%d/slave%s", v.c.opts.Root, id, role[1:])
-		}
-		uri, ok, err := v.data(leaf)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue // not registered (yet): not reachable
-		}
-		addr, ok := parseURI(string(uri))
-		if !ok {
-			v.c.opts.Logf("cluster: ignoring broker %d: bad URI %q at %s", id, uri, leaf)
-			continue
-		}
-		snap.Addrs[id] = addr
 		for p := range tb.NumParts {
-			bp := balance.Partition{BrokerID: id, Partition: int32(p)}
-			if !seen[bp] {
-				seen[bp] = true
-				snap.Partitions = append(snap.Partitions, bp)
-			}
+			snap.Partitions = append(snap.Partitions, balance.Partition{BrokerID: id, Partition: int32(p)})
 		}
 	}
 	slices.SortFunc(snap.Partitions, balance.Partition.Compare)
+	// A partition listed by both a master and a slave (or two slaves) is
+	// counted once.
+	snap.Partitions = slices.Compact(snap.Partitions)
 	old := v.snap.Load()
 	if !slices.Equal(old.Partitions, snap.Partitions) || !maps.Equal(old.Addrs, snap.Addrs) {
 		v.snap.Store(snap)
@@ -307,6 +299,12 @@ func (v *TopicView) refresh() error {
 	}
 	v.readyMu.Do(func() { close(v.ready) })
 	return nil
+}
+
+// retryDelay is the wait before retrying a ZooKeeper reading that failed
+// fails times in a row: 100 ms doubling up to 1 s.
+func retryDelay(fails int) time.Duration {
+	return min(50*time.Millisecond<<min(fails, 5), time.Second)
 }
 
 // isSlaveRole reports whether role is "s<N>".
