@@ -116,11 +116,9 @@ func NewClusterConsumer(ctx context.Context, zkConnect, topic string, opts ...Co
 	if err != nil {
 		return nil, fmt.Errorf("metaq: %w", err)
 	}
-	logger := cfg.logger
-	cl, err := cluster.Open(ctx, cluster.Options{Connect: zkConnect, Root: cfg.zk.root, SessionTimeout: cfg.zk.sessionTimeout, Dialer: cfg.zk.dialer,
-		Logf: func(format string, args ...any) { logger.Debug(fmt.Sprintf(format, args...)) }})
+	cl, err := cfg.zk.open(ctx, zkConnect, cfg.logger)
 	if err != nil {
-		return nil, fmt.Errorf("metaq: %w", err)
+		return nil, err
 	}
 	return &ClusterConsumer{cfg: cfg, opts: slices.Clone(opts), topic: topic, group: group, cl: cl, strat: strat,
 		closeCh: make(chan struct{})}, nil
@@ -334,13 +332,7 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 		want[p] = true
 	}
 	// Stop reading what we lose, commit (in apply), then release.
-	keep := make(map[balance.Partition]bool)
-	for p := range r.owned {
-		if want[p] {
-			keep[p] = true
-		}
-	}
-	r.apply(ctx, keep, snap.Addrs)
+	r.apply(ctx, r.ownedIn(want), snap.Addrs)
 	ok := true
 	var lose, gain []balance.Partition
 	for p := range r.owned {
@@ -388,18 +380,23 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 		return nil
 	}
 	// Fetch the target partitions we hold; not those whose release failed.
-	fetch := make(map[balance.Partition]bool, len(target))
-	for p := range r.owned {
-		if want[p] {
-			fetch[p] = true
-		}
-	}
-	running := r.apply(ctx, fetch, snap.Addrs)
+	running := r.apply(ctx, r.ownedIn(want), snap.Addrs)
 	if running != len(target) {
 		ok = false
 	}
 	r.settled = ok
 	return nil
+}
+
+// ownedIn returns the owned partitions that are in want.
+func (r *rebalancer) ownedIn(want map[balance.Partition]bool) map[balance.Partition]bool {
+	out := make(map[balance.Partition]bool, len(want))
+	for p := range r.owned {
+		if want[p] {
+			out[p] = true
+		}
+	}
+	return out
 }
 
 // parallel runs f on every element of xs, at most 16 at a time, and
@@ -526,9 +523,7 @@ func (r *rebalancer) startBroker(ctx context.Context, id int, addr string) (*bro
 // shutdown stops every partition (committing), releases every claim and
 // stops the broker consumers.
 func (r *rebalancer) shutdown() {
-	ctx := context.Background()
-	r.stopBrokers(slices.Collect(maps.Values(r.brokers)))
-	r.apply(ctx, nil, nil)
+	r.apply(context.Background(), nil, nil) // stops every broker's Consumer
 	if r.m.Active() {
 		for p := range r.stale {
 			r.owned[p] = true

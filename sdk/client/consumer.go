@@ -389,15 +389,22 @@ func (c *Consumer) init(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		ps := &partState{p: p, committed: off, fetchSize: c.cfg.fetchSize, unaligned: unaligned}
-		ps.pos.Store(off)
-		ps.lastID.Store(-1)
+		ps := c.newPartState(p, off, unaligned)
 		parts[i], byID[p] = ps, ps
 	}
 	c.mu.Lock()
 	c.parts, c.byID = parts, byID
 	c.mu.Unlock()
 	return nil
+}
+
+// newPartState returns the state of partition p starting at off, with no
+// message handled yet.
+func (c *Consumer) newPartState(p int32, off int64, unaligned bool) *partState {
+	ps := &partState{p: p, committed: off, fetchSize: c.cfg.fetchSize, unaligned: unaligned}
+	ps.pos.Store(off)
+	ps.lastID.Store(-1)
+	return ps
 }
 
 // loadStored returns the stored positions of ids (absent: none stored),
@@ -468,11 +475,13 @@ func (c *Consumer) commit(ctx context.Context) error {
 	parts := c.parts
 	c.mu.Unlock()
 	var offs []StoredOffset
+	var changed []*partState // changed[i] is offs[i]'s partition
 	for _, ps := range parts {
 		// lastID first: it is stored before pos, so it is never newer.
 		id := ps.lastID.Load()
 		if pos := ps.pos.Load(); pos != ps.committed {
 			offs = append(offs, StoredOffset{Partition: ps.p, Offset: pos, MsgID: id})
+			changed = append(changed, ps)
 		}
 	}
 	if len(offs) == 0 {
@@ -493,14 +502,8 @@ func (c *Consumer) commit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	byID := make(map[int32]int64, len(offs))
-	for _, o := range offs {
-		byID[o.Partition] = o.Offset
-	}
-	for _, ps := range parts {
-		if pos, ok := byID[ps.p]; ok {
-			ps.committed = pos
-		}
+	for i, ps := range changed {
+		ps.committed = offs[i].Offset
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -107,7 +108,7 @@ func (c *Consumer) ConsumerID() string { return c.cfg.consumerID }
 
 // consumeGroup is Consume for a group member.
 func (c *Consumer) consumeGroup(ctx context.Context, h Handler) error {
-	gm := &groupMember{h: h}
+	gm := &groupMember{h: h, commitTimeout: c.cn.opts.requestTimeout, commitAttempts: 3}
 	return c.runDynamic(ctx, h, gm, gm.run, func() {
 		if !gm.joined {
 			return
@@ -157,7 +158,7 @@ type groupMember struct {
 	joined  bool
 	gen     int64
 	// commitTimeout and commitAttempts bound the commit before releasing
-	// partitions (default: the request timeout, 3 attempts).
+	// partitions.
 	commitTimeout  time.Duration
 	commitAttempts int
 	// conflictSince is when joins started to get 409 (our id still
@@ -176,7 +177,6 @@ func (g *groupMember) run(ctx context.Context) error {
 		if g.joined {
 			dead = g.w.dead
 		}
-		wait := hb
 		if !g.joined {
 			if err := g.join(ctx); err != nil {
 				var fatal *joinRefused
@@ -190,7 +190,7 @@ func (g *groupMember) run(ctx context.Context) error {
 				continue
 			}
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(hb)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -326,11 +326,7 @@ func (g *groupMember) apply(ctx context.Context, view []int32) int {
 }
 
 func (g *groupMember) releaseAll() {
-	ps := make([]int32, 0, len(g.running))
-	for p := range g.running {
-		ps = append(ps, p)
-	}
-	g.stop(ps)
+	g.stop(slices.Collect(maps.Keys(g.running)))
 }
 
 // stop ends the goroutines of ps, commits their positions and forgets them.
@@ -349,15 +345,8 @@ func (g *groupMember) stop(ps []int32) {
 		}
 	}
 	var err error
-	timeout, attempts := c.cn.opts.requestTimeout, 3
-	if g.commitTimeout > 0 {
-		timeout = g.commitTimeout
-	}
-	if g.commitAttempts > 0 {
-		attempts = g.commitAttempts
-	}
-	for attempt := 0; attempt < attempts; attempt++ {
-		cctx, cancel := context.WithTimeout(context.Background(), timeout)
+	for attempt := 0; attempt < g.commitAttempts; attempt++ {
+		cctx, cancel := context.WithTimeout(context.Background(), g.commitTimeout)
 		err = c.commit(cctx)
 		cancel()
 		if err == nil {
@@ -372,8 +361,9 @@ func (g *groupMember) stop(ps []int32) {
 	for _, p := range ps {
 		delete(g.running, p)
 		delete(c.byID, p)
-		c.parts = slices.DeleteFunc(c.parts, func(x *partState) bool { return x.p == p })
 	}
+	// A new slice: commit iterates the old one without c.mu.
+	c.parts = slices.DeleteFunc(slices.Clone(c.parts), func(x *partState) bool { return slices.Contains(ps, x.p) })
 	c.mu.Unlock()
 }
 
@@ -392,9 +382,7 @@ func (g *groupMember) start(ctx context.Context, ps []int32) {
 			c.cfg.logger.Warn("metaq: start offset failed; retrying", "partition", p, "err", err)
 			continue
 		}
-		st := &partState{p: p, committed: off, fetchSize: c.cfg.fetchSize, unaligned: unaligned}
-		st.pos.Store(off)
-		st.lastID.Store(-1)
+		st := c.newPartState(p, off, unaligned)
 		c.mu.Lock()
 		c.parts = append(c.parts, st)
 		c.byID[p] = st

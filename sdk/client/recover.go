@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -436,7 +436,7 @@ func (s *recoverStore) load() error {
 		off += recHeader + n
 	}
 	s.ents = slices.DeleteFunc(s.ents, func(e *recoverEntry) bool { return byseq[e.seq] != e })
-	sort.Slice(s.ents, func(i, j int) bool { return s.ents[i].seq < s.ents[j].seq })
+	slices.SortFunc(s.ents, func(a, b *recoverEntry) int { return cmp.Compare(a.seq, b.seq) })
 	f, err := os.OpenFile(s.path, os.O_RDWR, 0)
 	if err != nil {
 		return err
@@ -547,15 +547,7 @@ func (s *recoverStore) put(m *message.Message) error {
 func (s *recoverStore) remove(seq uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i, ok := slices.BinarySearchFunc(s.ents, seq, func(e *recoverEntry, seq uint64) int {
-		switch {
-		case e.seq < seq:
-			return -1
-		case e.seq > seq:
-			return 1
-		}
-		return 0
-	})
+	i, ok := slices.BinarySearchFunc(s.ents, seq, func(e *recoverEntry, seq uint64) int { return cmp.Compare(e.seq, seq) })
 	if !ok {
 		return nil
 	}
