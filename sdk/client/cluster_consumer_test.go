@@ -25,7 +25,7 @@ import (
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
-// registerSub writes broker id's topics-sub node for t1 (with the master
+// registerBoth writes broker id's topics-sub node for t1 (with the master
 // node and topics-pub, as register does).
 func (w *zkWriter) registerBoth(id int, addr string, n int) {
 	w.register(id, "m", addr, n)
@@ -34,11 +34,6 @@ func (w *zkWriter) registerBoth(id int, addr string, n int) {
 	_, err := w.c.Create(fmt.Sprintf("%s/%d-m", sub, id), []byte(fmt.Sprintf(`{"numParts":%d,"broker":"%d-m"}`, n, id)),
 		zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 	require.NoError(w.t, err)
-}
-
-func (w *zkWriter) unregisterBoth(id int) {
-	w.unregister(id)
-	require.NoError(w.t, w.c.Delete(fmt.Sprintf("%s/brokers/topics-sub/%s/%d-m", w.root, topic, id), -1))
 }
 
 // owners returns the owner nodes of group g for t1: "<b>-<p>" -> consumer id.
@@ -69,16 +64,30 @@ type cmember struct {
 	done chan error
 }
 
+// startClusterMember starts member id of group g1 consuming (with h, or a
+// handler that accepts everything), its fetches recorded in own if not nil.
 func startClusterMember(t testing.TB, zkAddr, root, id string, own *clusterOwnership, h client.Handler,
 	opts ...client.ConsumerOption) *cmember {
+	t.Helper()
+	var hook func(balance.Partition, bool)
+	if own != nil {
+		hook = own.hook(id)
+	}
+	return startClusterMemberHook(t, zkAddr, root, id, hook, h, opts...)
+}
+
+// startClusterMemberHook is startClusterMember with hook, if not nil, as
+// the member's own hook.
+func startClusterMemberHook(t testing.TB, zkAddr, root, id string, hook func(balance.Partition, bool),
+	h client.Handler, opts ...client.ConsumerOption) *cmember {
 	t.Helper()
 	base := []client.ConsumerOption{quiet, client.WithZKRoot(root), client.WithZKSessionTimeout(4 * time.Second),
 		client.WithGroup(groupName), client.WithConsumerID(id), client.WithMaxFetchDelay(20 * time.Millisecond),
 		client.WithCommitInterval(200 * time.Millisecond), client.WithDialTimeout(time.Second)}
 	c, err := client.NewClusterConsumer(ctxT(t, 20*time.Second), zkAddr, topic, append(base, opts...)...)
 	require.NoError(t, err)
-	if own != nil {
-		client.SetClusterOwnHook(c, own.hook(id))
+	if hook != nil {
+		client.SetClusterOwnHook(c, hook)
 	}
 	if h == nil {
 		h = func(context.Context, *message.Message) error { return nil }
@@ -529,28 +538,19 @@ func TestClusterConsumerReleaseFails(t *testing.T) {
 	var watch atomic.Bool
 	own := &clusterOwnership{owner: map[balance.Partition]string{}}
 	hook := own.hook("a")
-	c, err := client.NewClusterConsumer(ctxT(t, 20*time.Second), zkAddr, topic, quiet, client.WithZKRoot(root),
-		client.WithZKSessionTimeout(4*time.Second), client.WithGroup(groupName), client.WithConsumerID("a"),
-		client.WithMaxFetchDelay(20*time.Millisecond), client.WithCommitInterval(200*time.Millisecond))
-	require.NoError(t, err)
-	client.SetClusterOwnHook(c, func(p balance.Partition, owned bool) {
+	a := startClusterMemberHook(t, zkAddr, root, "a", func(p balance.Partition, owned bool) {
 		hook(p, owned)
 		if owned && watch.Load() && p.Partition >= 2 {
 			mu.Lock()
 			restarted = append(restarted, p)
 			mu.Unlock()
 		}
-	})
-	a := &cmember{id: "a", c: c, done: make(chan error, 1)}
-	go func() {
-		a.done <- c.Consume(context.Background(), func(context.Context, *message.Message) error { return nil })
-	}()
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	}, nil)
 	waitClusterAssignment(t, w, allParts(1, 4), map[*cmember]int{a: 4}, 20*time.Second)
 
 	// Owner nodes can no longer be deleted: a's releases fail.
 	owners := root + "/consumers/" + groupName + "/owners/" + topic
-	_, err = w.c.SetACL(owners, zk.WorldACL(zk.PermAll&^zk.PermDelete), -1)
+	_, err := w.c.SetACL(owners, zk.WorldACL(zk.PermAll&^zk.PermDelete), -1)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = w.c.SetACL(owners, zk.WorldACL(zk.PermAll), -1) })
 	watch.Store(true)

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/core/testsvc"
-	"github.com/metaq-go/metaq/sdk/balance"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 )
@@ -195,13 +194,7 @@ func TestClusterProducerAddRemoveBroker(t *testing.T) {
 	require.Eventually(t, func() bool { return l.count(2) > 50 }, 10*time.Second, 10*time.Millisecond)
 	ps, err = p.Partitions(ctxT(t, 10*time.Second), topic)
 	require.NoError(t, err)
-	want := []balance.Partition{}
-	for _, id := range []int{1, 2} {
-		for i := range 4 {
-			want = append(want, balance.Partition{BrokerID: id, Partition: int32(i)})
-		}
-	}
-	require.Equal(t, want, ps)
+	require.Equal(t, allParts(1, 4, 2, 4), ps)
 
 	w.unregister(2)
 	// Sends stop going to broker 2 once the view has dropped it.

@@ -35,6 +35,12 @@ type testBroker struct {
 // startBroker runs a real broker with topic t1 (4 partitions) on 127.0.0.1.
 func startBroker(tb testing.TB, mods ...func(*conf.Config)) *testBroker {
 	tb.Helper()
+	return runBroker(tb, brokerConfig(tb, mods...))
+}
+
+// brokerConfig is the configuration of startBroker's broker: topic t1 (4
+// partitions) in a fresh data directory, then mods.
+func brokerConfig(tb testing.TB, mods ...func(*conf.Config)) *conf.Config {
 	cfg := conf.Default()
 	// conf.Validate rejects port 0 although Broker.Start documents it, so
 	// the tests listen themselves and use Serve; Port only has to validate.
@@ -45,16 +51,19 @@ func startBroker(tb testing.TB, mods ...func(*conf.Config)) *testBroker {
 	for _, m := range mods {
 		m(cfg)
 	}
-	return runBroker(tb, cfg)
+	return cfg
 }
 
 func runBroker(tb testing.TB, cfg *conf.Config) *testBroker {
-	return runBrokerAt(tb, cfg, "127.0.0.1:0")
+	return runBrokerAt(tb, cfg, "127.0.0.1:0", broker.Options{})
 }
 
-func runBrokerAt(tb testing.TB, cfg *conf.Config, addr string) *testBroker {
+// runBrokerAt runs a broker with cfg and opts (its log silenced) on a
+// listener at addr, closed when tb ends.
+func runBrokerAt(tb testing.TB, cfg *conf.Config, addr string, opts broker.Options) *testBroker {
 	tb.Helper()
-	b, err := broker.New(cfg, broker.Options{Logf: func(string, ...any) {}})
+	opts.Logf = func(string, ...any) {}
+	b, err := broker.New(cfg, opts)
 	require.NoError(tb, err)
 	ln, err := net.Listen("tcp", addr)
 	require.NoError(tb, err)
@@ -350,7 +359,7 @@ func TestBrokerRestart(t *testing.T) {
 
 	require.NoError(t, br.b.Close())
 	cfg := *br.cfg
-	runBrokerAt(t, &cfg, br.addr)
+	runBrokerAt(t, &cfg, br.addr, broker.Options{})
 
 	for range 20 {
 		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte("after")})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/core/testsvc"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 )
@@ -25,12 +26,15 @@ import (
 // "<partition> <offset>" per handled message until it is killed.
 const consumerHelperEnv = "METAQ_CLIENT_TEST_CONSUMER"
 
+// TestMain runs the consumer helper, or the tests with one ZooKeeper
+// shared by the whole test binary (each ZooKeeper test keeps to its own
+// root).
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(consumerHelperEnv); addr != "" {
 		runConsumerHelper(addr)
 		return
 	}
-	os.Exit(m.Run())
+	testsvc.Main(m)
 }
 
 func runConsumerHelper(addr string) {

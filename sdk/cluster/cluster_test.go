@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func waitParts(t *testing.T, v *cluster.TopicView, want []balance.Partition) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		got := v.Partitions()
-		if fmt.Sprint(got) == fmt.Sprint(want) {
+		if slices.Equal(got, want) {
 			return
 		}
 		if time.Now().After(deadline) {
