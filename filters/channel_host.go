@@ -309,20 +309,15 @@ func (m *muxConn) expire(now time.Time) bool {
 		if cl.state != callWaiting || cl.deadline.IsZero() || now.Before(cl.deadline) {
 			continue
 		}
-		if id == m.reader {
-			// Its reader ends the call when the read returns.
-			if !m.interrupted {
-				m.interrupted = true
-				m.conn.SetReadDeadline(longAgo)
-			}
-			cl.err = fmt.Errorf("filter plugin: %w", context.DeadlineExceeded)
-			cl.state = callDone
-			delete(m.calls, id)
-			continue
-		}
 		delete(m.calls, id)
 		cl.state, cl.err = callDone, fmt.Errorf("filter plugin: %w", context.DeadlineExceeded)
-		cl.notify()
+		if id != m.reader {
+			cl.notify()
+		} else if !m.interrupted {
+			// Its reader sees the call ended when the read returns.
+			m.interrupted = true
+			m.conn.SetReadDeadline(longAgo)
+		}
 	}
 	if len(m.calls) == 0 {
 		m.watched = false

@@ -268,14 +268,7 @@ func (s *grpcServer) acceptChannel(req *AcceptRequest, timeout time.Duration) (k
 		defer cc.release()
 		ctx = cc
 	}
-	resp, err := s.impl.Accept(ctx, req)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if resp == nil || len(resp.Keep) != len(req.Records) {
-		return nil, status.Error(codes.Internal, ErrBadResponse.Error())
-	}
-	return resp.Keep, nil
+	return s.accept(ctx, req)
 }
 
 // parseChanRequest decodes a request frame into a request whose records

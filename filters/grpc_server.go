@@ -47,16 +47,13 @@ func (s *grpcServer) Accept(ctx context.Context, in *filterpb.AcceptRequest) (*f
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		resp, err := s.impl.Accept(ctx, &AcceptRequest{
+		keep, err := s.accept(ctx, &AcceptRequest{
 			Instance: in.GetInstance(), Topic: in.GetTopic(), Group: in.GetGroup(), Partition: in.GetPartition(), Records: recs,
 		})
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, err
 		}
-		if resp == nil || len(resp.Keep) != len(recs) {
-			return nil, status.Error(codes.Internal, ErrBadResponse.Error())
-		}
-		return &filterpb.AcceptResponse{KeepBits: appendBitmap(nil, resp.Keep)}, nil
+		return &filterpb.AcceptResponse{KeepBits: appendBitmap(nil, keep)}, nil
 	}
 	recs := make([]Record, n)
 	for i := range recs {
@@ -68,16 +65,27 @@ func (s *grpcServer) Accept(ctx context.Context, in *filterpb.AcceptRequest) (*f
 			recs[i].Body = in.Bodies[i]
 		}
 	}
-	resp, err := s.impl.Accept(ctx, &AcceptRequest{
+	keep, err := s.accept(ctx, &AcceptRequest{
 		Instance: in.GetInstance(), Topic: in.GetTopic(), Group: in.GetGroup(), Partition: in.GetPartition(), Records: recs,
 	})
 	if err != nil {
+		return nil, err
+	}
+	return &filterpb.AcceptResponse{Keep: keep}, nil
+}
+
+// accept runs the filter on req and returns its verdicts, or a status
+// error: the filter's error (toStatus), or Internal for a Keep list whose
+// length is not the batch's.
+func (s *grpcServer) accept(ctx context.Context, req *AcceptRequest) ([]bool, error) {
+	resp, err := s.impl.Accept(ctx, req)
+	if err != nil {
 		return nil, toStatus(err)
 	}
-	if resp == nil || len(resp.Keep) != n {
+	if resp == nil || len(resp.Keep) != len(req.Records) {
 		return nil, status.Error(codes.Internal, ErrBadResponse.Error())
 	}
-	return &filterpb.AcceptResponse{Keep: resp.Keep}, nil
+	return resp.Keep, nil
 }
 
 // toStatus maps the kind's sentinels to gRPC status codes.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 )
 
@@ -48,8 +49,8 @@ func packedSize(recs []Record) int {
 // bodies longer than math.MaxInt32 bytes cannot be encoded (a get reply is
 // far smaller); it panics on one rather than send a corrupt batch.
 func appendPacked(dst []byte, recs []Record) []byte {
-	start := len(dst)
-	dst = growLen(dst, packedSize(recs))
+	start, n := len(dst), packedSize(recs)
+	dst = slices.Grow(dst, n)[:start+n]
 	b := dst[start:]
 	b[0] = packedFormat
 	binary.LittleEndian.PutUint32(b[1:], uint32(len(recs)))
@@ -168,8 +169,8 @@ func bitmapSize(n int) int { return (n + 7) / 8 }
 
 // appendBitmap appends keep as a bitmap to dst.
 func appendBitmap(dst []byte, keep []bool) []byte {
-	start := len(dst)
-	dst = growLen(dst, bitmapSize(len(keep)))
+	start, n := len(dst), bitmapSize(len(keep))
+	dst = slices.Grow(dst, n)[:start+n]
 	bm := dst[start:]
 	clear(bm)
 	for i, k := range keep {
@@ -193,14 +194,4 @@ func decodeBitmap(bm []byte, n int) ([]bool, error) {
 		keep[i] = bm[i>>3]&(1<<(i&7)) != 0
 	}
 	return keep, nil
-}
-
-// growLen extends b by n bytes (contents unspecified).
-func growLen(b []byte, n int) []byte {
-	if cap(b)-len(b) < n {
-		nb := make([]byte, len(b), len(b)+n+len(b)/4)
-		copy(nb, b)
-		b = nb
-	}
-	return b[:len(b)+n]
 }

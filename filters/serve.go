@@ -2,9 +2,6 @@ package filters
 
 import (
 	"fmt"
-	"os"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/metaq-go/metaq/plugins"
 )
@@ -21,12 +18,7 @@ func Serve(impl Filter) {
 func ServeWith(impl Filter, opts plugins.ServeOptions) {
 	if opts.Logger == nil {
 		// plugins.Serve's default, built here so the batch channel logs to it too.
-		opts.Logger = hclog.New(&hclog.LoggerOptions{
-			Name:       plugins.PluginName(plugins.KindFilter),
-			Level:      hclog.Info,
-			Output:     os.Stderr,
-			JSONFormat: true,
-		})
+		opts.Logger = plugins.DefaultLogger(plugins.KindFilter)
 	}
 	logger := opts.Logger
 	plugins.Serve(plugins.KindFilter, &GRPCPlugin{Impl: impl, logf: func(format string, args ...any) {

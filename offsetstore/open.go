@@ -95,14 +95,25 @@ type remote struct {
 	hasInit bool       // Init was asked for at least once
 }
 
-func (r *remote) current(ctx context.Context) (Store, error) {
+// client returns the current process's Store and its generation.
+func (r *remote) client() (Store, uint64, error) {
 	raw, gen, err := r.p.Client()
 	if err != nil {
-		return nil, fmt.Errorf("offsetstore plugin: %w", err)
+		return nil, 0, fmt.Errorf("offsetstore plugin: %w", err)
 	}
 	s, ok := raw.(Store)
 	if !ok {
-		return nil, fmt.Errorf("offsetstore plugin: %w", plugins.ErrWrongKind)
+		return nil, 0, fmt.Errorf("offsetstore plugin: %w", plugins.ErrWrongKind)
+	}
+	return s, gen, nil
+}
+
+// current returns the current process's Store, re-sending Init first when
+// the process is new since the last Init.
+func (r *remote) current(ctx context.Context) (Store, error) {
+	s, gen, err := r.client()
+	if err != nil {
+		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -116,13 +127,9 @@ func (r *remote) current(ctx context.Context) (Store, error) {
 }
 
 func (r *remote) Init(ctx context.Context, req *InitRequest) error {
-	raw, gen, err := r.p.Client()
+	s, gen, err := r.client()
 	if err != nil {
-		return fmt.Errorf("offsetstore plugin: %w", err)
-	}
-	s, ok := raw.(Store)
-	if !ok {
-		return fmt.Errorf("offsetstore plugin: %w", plugins.ErrWrongKind)
+		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

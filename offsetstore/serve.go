@@ -7,12 +7,12 @@ import "github.com/metaq-go/metaq/plugins"
 // Nothing may be written to stdout before it: stdout carries go-plugin's
 // handshake. Log to stderr (hclog JSON is turned into host log lines).
 func Serve(impl Store) {
-	ServeWithOptions(impl, plugins.ServeOptions{})
+	ServeWith(impl, plugins.ServeOptions{})
 }
 
-// ServeWithOptions is Serve with plugin-side options (logger, receive
-// limit, parent watch).
-func ServeWithOptions(impl Store, opts plugins.ServeOptions) {
+// ServeWith is Serve with plugin-side options (logger, receive limit,
+// parent watch).
+func ServeWith(impl Store, opts plugins.ServeOptions) {
 	plugins.Serve(plugins.KindOffsetStore, &GRPCPlugin{Impl: impl}, opts)
 	_ = impl.Close()
 }

@@ -18,8 +18,7 @@ import (
 // ServeOptions are the plugin-side settings of Serve. The zero value is usable.
 type ServeOptions struct {
 	// Logger is the plugin's logger; it must write to stderr (stdout carries
-	// the handshake). Default: hclog JSON on stderr at Info, which the host
-	// turns into log lines tagged with the plugin's name.
+	// the handshake). Default: DefaultLogger(kind).
 	Logger hclog.Logger
 	// MaxRecvMsgSize is the largest gRPC request the plugin accepts, in
 	// bytes. Default 64 MiB (grpc-go's default is 4 MiB).
@@ -29,20 +28,29 @@ type ServeOptions struct {
 	ParentPoll time.Duration
 }
 
+// DefaultLogger is the logger Serve uses for a plugin of kind k when
+// ServeOptions.Logger is nil: hclog JSON on stderr at Info, which the host
+// turns into log lines tagged with the plugin's name. A kind package that
+// needs the logger before calling Serve builds it with this.
+func DefaultLogger(k Kind) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       PluginName(k),
+		Level:      hclog.Info,
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+}
+
 // Serve runs a plugin of kind k whose gRPC adapter is p, until the host
 // stops it. Kind packages wrap it in their own one-line Serve(impl). It
-// never returns normally: go-plugin exits the process when the host is done.
+// returns once the host is done with the plugin (its gRPC server has
+// stopped); go-plugin exits the process itself only when serving fails.
 //
 // Nothing may be written to stdout before Serve: go-plugin reads the
 // handshake from the plugin's stdout, and stray output breaks it.
 func Serve(k Kind, p plugin.Plugin, opts ServeOptions) {
 	if opts.Logger == nil {
-		opts.Logger = hclog.New(&hclog.LoggerOptions{
-			Name:       PluginName(k),
-			Level:      hclog.Info,
-			Output:     os.Stderr,
-			JSONFormat: true,
-		})
+		opts.Logger = DefaultLogger(k)
 	}
 	if opts.MaxRecvMsgSize <= 0 {
 		opts.MaxRecvMsgSize = 64 << 20

@@ -71,24 +71,15 @@ func (s *producerSelector) selectBatch(ctx context.Context, sc *scratch, topic s
 	}
 	sc.req = SelectRequest{Topic: topic, Partitions: s.partitions(n), Messages: metas}
 	resp, err := s.sel.Select(ctx, &sc.req)
+	if err == nil {
+		err = checkResponse(&sc.req, resp)
+	}
 	clear(metas) // drop references to the messages' keys
 	sc.metas, sc.req = metas[:0], SelectRequest{}
 	if err != nil {
 		return fmt.Errorf("select partitions for topic %q: %w", topic, err)
 	}
-	if resp == nil || len(resp.Choices) != len(msgs) {
-		got := 0
-		if resp != nil {
-			got = len(resp.Choices)
-		}
-		return fmt.Errorf("%w: %d choices for %d messages of topic %q", ErrBadChoice, got, len(msgs), topic)
-	}
-	for i, c := range resp.Choices {
-		if c < 0 || c >= n {
-			return fmt.Errorf("%w: partition %d for topic %q with %d partitions", ErrBadChoice, c, topic, n)
-		}
-		out[i] = c
-	}
+	copy(out, resp.Choices)
 	return nil
 }
 

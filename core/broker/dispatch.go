@@ -210,7 +210,7 @@ func (c *conn) handleGet(r *protocol.Request) {
 		return
 	}
 	if in := b.filters.lookup(t.name, r.Group); in != nil {
-		c.sendFiltered(in, r, v, maxSize)
+		c.sendFiltered(in, r, l, v, maxSize)
 		return
 	}
 	err = c.sendValue(v, r.Opaque)

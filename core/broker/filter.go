@@ -172,16 +172,16 @@ func (b *Broker) closeFilters() error {
 // ahead of this get (filter_ahead.go); either way it then starts judging
 // the batch at next, which a consumer reading on asks for next.
 //
-// It releases v.
-func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, v store.View, maxSize int) {
+// l is the partition's log, which v was read from. It releases v.
+func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, l *store.Log, v store.View, maxSize int) {
 	b := c.b
 	fsc := &c.filt
-	if a := c.takeAhead(in, r, v, maxSize); a != nil {
+	if a := c.takeAhead(in, r, l, v, maxSize); a != nil {
 		v.Release()
 		b.filters.calls.Add(1)
 		next := c.replyFiltered(r, a.buf, a.offset, a.recs, a.keep, a.next, maxSize)
 		fsc.recycle(a)
-		c.startAhead(in, r, next, a.next, maxSize)
+		c.startAhead(in, r, l, next, a.next, maxSize)
 		return
 	}
 	buf, err := v.ReadAll(fsc.buf[:0])
@@ -215,7 +215,7 @@ func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, v store.V
 	}
 	v.Release()
 	if sent := c.replyFiltered(r, buf, v.Offset, recs, keep, next, maxSize); in.Remote() {
-		c.startAhead(in, r, sent, next, maxSize)
+		c.startAhead(in, r, l, sent, next, maxSize)
 	}
 }
 

@@ -59,12 +59,12 @@ type readAhead struct {
 }
 
 // startAhead tops the connection's read-aheads up, after offset next (the
-// reply's), for the gets expected after r, once at most one is left. A
-// reply cut short by maxSize (next before scanned, the end of the records
-// judged) stops reading ahead: the next get starts inside a judged batch.
-// It first writes the replies queued so far, so the read-ahead does not
-// delay them.
-func (c *conn) startAhead(in *filters.Instance, r *protocol.Request, next, scanned int64, maxSize int) {
+// reply's), for the gets expected after r (on log l, r's partition), once
+// at most one is left. A reply cut short by maxSize (next before scanned,
+// the end of the records judged) stops reading ahead: the next get starts
+// inside a judged batch. It first writes the replies queued so far, so the
+// read-ahead does not delay them.
+func (c *conn) startAhead(in *filters.Instance, r *protocol.Request, l *store.Log, next, scanned int64, maxSize int) {
 	fsc := &c.filt
 	if next != scanned {
 		c.b.filters.dropped.Add(int64(len(fsc.ahead)))
@@ -79,15 +79,7 @@ func (c *conn) startAhead(in *filters.Instance, r *protocol.Request, next, scann
 			next = fsc.ahead[len(fsc.ahead)-1].next
 		}
 	}
-	if len(fsc.ahead) > 1 || r.Partition < 0 || maxSize > filterAheadMaxSize {
-		return
-	}
-	t, err := c.b.lookup(r.Topic, false)
-	if err != nil {
-		return
-	}
-	l := t.partition(r.Partition)
-	if l == nil || next >= l.MaxOffset() {
+	if len(fsc.ahead) > 1 || r.Partition < 0 || maxSize > filterAheadMaxSize || next >= l.MaxOffset() {
 		return
 	}
 	if c.wmu.TryLock() {
@@ -141,20 +133,16 @@ func (fsc *filterScratch) readAhead(in *filters.Instance, l *store.Log, partitio
 	return a
 }
 
-// takeAhead returns the read-ahead batch for the get r of view v, judged
-// without error, or nil when the get must be served the ordinary way.
-func (c *conn) takeAhead(in *filters.Instance, r *protocol.Request, v store.View, maxSize int) *readAhead {
+// takeAhead returns the read-ahead batch for the get r of view v (read
+// from log l), judged without error, or nil when the get must be served
+// the ordinary way.
+func (c *conn) takeAhead(in *filters.Instance, r *protocol.Request, l *store.Log, v store.View, maxSize int) *readAhead {
 	fsc := &c.filt
 	if len(fsc.ahead) == 0 {
 		return nil
 	}
 	a := fsc.ahead[0]
-	match := a.in == in && a.partition == r.Partition && a.offset == v.Offset && a.maxSize == maxSize && a.viewLen <= v.Len
-	if match {
-		t, err := c.b.lookup(r.Topic, false)
-		match = err == nil && t.partition(r.Partition) == a.log
-	}
-	if !match {
+	if a.in != in || a.log != l || a.partition != r.Partition || a.offset != v.Offset || a.maxSize != maxSize || a.viewLen > v.Len {
 		c.b.filters.dropped.Add(int64(len(fsc.ahead)))
 		fsc.dropAhead()
 		return nil

@@ -33,7 +33,7 @@ type offsetState struct {
 	store offsetstore.Store
 	name  string
 	sem   chan struct{}
-	// Counters (not yet in the stats summary, which another file owns).
+	// Counters for the stats summary (cmd_commit, cmd_fetch, commit_failed).
 	commits, fetches, commitFailed atomic.Int64
 }
 
