@@ -25,8 +25,12 @@ func newAdmin(e *env) (*client.Admin, error) {
 	if err := checkBroker(e); err != nil {
 		return nil, err
 	}
-	return client.NewAdmin(e.addr, client.WithLogger(silentLogger), client.WithDialTimeout(e.timeout),
-		client.WithRequestTimeout(e.timeout))
+	return client.NewAdmin(e.addr, adminOpts(e)...)
+}
+
+// adminOpts are the options of the CLI's admin and offset store clients.
+func adminOpts(e *env) []client.AdminOption {
+	return []client.AdminOption{client.WithLogger(silentLogger), client.WithDialTimeout(e.timeout), client.WithRequestTimeout(e.timeout)}
 }
 
 func cmdStats(e *env, args []string) error {

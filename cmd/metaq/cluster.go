@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/go-zookeeper/zk"
 
@@ -44,64 +44,46 @@ topics-sub (consumers). --timeout bounds connecting and reading.`)
 	if !strings.HasPrefix(*root, "/") {
 		return usagef("--root must start with /, got %q", *root)
 	}
-	cl, err := readCluster(e.ctx, connect, *root, e.timeout)
+	var cl *cluster.Layout
+	err := withZK(e, connect, func(c *zk.Conn) (err error) {
+		cl, err = cluster.ReadLayout(c, *root)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(cl)
+		return writeJSON(e.stdout, cl)
 	}
 	printCluster(e, cl)
 	return nil
 }
 
-// readCluster connects, waits for a session and reads, all within timeout.
-func readCluster(ctx context.Context, connect, root string, timeout time.Duration) (*cluster.Layout, error) {
-	var servers []string
-	for _, s := range strings.Split(connect, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			servers = append(servers, s)
-		}
+// withZK opens a ZooKeeper session at connect and runs fn on it, all within
+// e.timeout.
+func withZK(e *env, connect string, fn func(c *zk.Conn) error) error {
+	if strings.TrimFunc(connect, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) == "" {
+		return usagef("empty --zk")
 	}
-	if len(servers) == 0 {
-		return nil, usagef("empty --zk")
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
 	defer cancel()
-	c, events, err := zk.Connect(servers, max(timeout, 4*time.Second), zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	cl, err := cluster.Open(ctx, cluster.Options{Connect: connect, SessionTimeout: max(e.timeout, 4*time.Second)})
 	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	for c.State() != zk.StateHasSession {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cannot reach ZooKeeper at %s within %v", connect, timeout)
-		case <-events:
+		if ctx.Err() != nil {
+			return fmt.Errorf("cannot reach ZooKeeper at %s within %v", connect, e.timeout)
 		}
+		return err
 	}
-	type res struct {
-		cl  *cluster.Layout
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		cl, err := cluster.ReadLayout(c, root)
-		ch <- res{cl, err}
-	}()
+	defer cl.Close()
+	ch := make(chan error, 1)
+	go func() { ch <- fn(cl.Conn()) }()
 	select {
-	case r := <-ch:
-		return r.cl, r.err
+	case err := <-ch:
+		return err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("reading ZooKeeper at %s: %v", connect, ctx.Err())
+		return fmt.Errorf("reading ZooKeeper at %s: %v", connect, ctx.Err())
 	}
 }
-
-type nopLogger struct{}
-
-func (nopLogger) Printf(string, ...any) {}
 
 func printCluster(e *env, cl *cluster.Layout) {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -110,20 +92,12 @@ func printCluster(e *env, cl *cluster.Layout) {
 		fmt.Fprintln(w, "ID\tMASTER\tSLAVES")
 	}
 	for _, b := range cl.Brokers {
-		master := b.Master
-		if master == "" {
-			master = "-"
-		}
 		var slaves []string
 		for k, v := range b.Slaves {
 			slaves = append(slaves, k+"="+v)
 		}
 		sort.Strings(slaves)
-		s := strings.Join(slaves, ",")
-		if s == "" {
-			s = "-"
-		}
-		fmt.Fprintf(w, "%d\t%s\t%s\n", b.ID, master, s)
+		fmt.Fprintf(w, "%d\t%s\t%s\n", b.ID, orDash(b.Master), orDash(strings.Join(slaves, ",")))
 	}
 	fmt.Fprintf(w, "\ntopics: %d\n", len(cl.Topics))
 	if len(cl.Topics) > 0 {

@@ -126,13 +126,8 @@ func cmdConsume(e *env, args []string) error {
 		}
 		startAt = n
 	}
-	if err := checkBroker(e); err != nil {
-		return err
-	}
-
 	// The end of each partition now: without --follow, reading stops there.
-	adm, err := client.NewAdmin(e.addr, client.WithLogger(silentLogger), client.WithDialTimeout(e.timeout),
-		client.WithRequestTimeout(e.timeout))
+	adm, err := newAdmin(e)
 	if err != nil {
 		return err
 	}

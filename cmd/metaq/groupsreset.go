@@ -107,18 +107,19 @@ func (gs *groupState) commit(e *env, g string, plan []resetRow) error {
 // errMoved: the log's start moved (retention) during the search.
 var errMoved = errors.New("the partition's oldest segment was deleted meanwhile (retention); run the command again")
 
-// get sends `get` on the session's raw connection and returns the reply's
-// code and body (valid until the next call).
-func (bs *brokerSession) get(ctx context.Context, topic string, part int32, off int64, size int) (int, []byte, error) {
+// get sends `get` on the session's raw connection and returns the body of
+// its 200 reply (valid until the next call); a 301 (off out of range) is
+// errMoved, any other code an error.
+func (bs *brokerSession) get(ctx context.Context, topic string, part int32, off int64, size int) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	if bs.rc == nil {
 		dctx, cancel := context.WithTimeout(ctx, bs.timeout)
 		rc, err := dialRaw(dctx, bs.addr)
 		cancel()
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
 		bs.rc = rc
 	}
@@ -130,29 +131,31 @@ func (bs *brokerSession) get(ctx context.Context, topic string, part int32, off 
 	code, body, err := bs.rc.roundTrip(func(dst []byte, op int32) []byte {
 		return protocol.AppendGet(dst, topic, scanGroup, part, off, int32(size), op)
 	})
-	if err != nil {
-		bs.rc.Close()
-		bs.rc = nil
-		return 0, nil, fmt.Errorf("get at %d: %w", off, err)
-	}
-	return code, body, nil
-}
-
-// getRecords is get for reading records: 200 with a body, else an error.
-func (bs *brokerSession) getRecords(ctx context.Context, topic string, part int32, off int64, size int) ([]byte, error) {
-	code, body, err := bs.get(ctx, topic, part, off, size)
 	switch {
 	case err != nil:
-		return nil, err
+		bs.rc.Close()
+		bs.rc = nil
+		return nil, fmt.Errorf("get at %d: %w", off, err)
 	case code == protocol.StatusMoved:
 		return nil, errMoved
 	case code != protocol.StatusOK:
 		return nil, fmt.Errorf("get at %d: broker replied %d: %s", off, code, body)
-	case len(body) == 0:
-		return nil, fmt.Errorf("get at %d: empty reply", off)
 	}
 	return body, nil
 }
+
+// getRecords is get for reading records: an empty body is an error.
+func (bs *brokerSession) getRecords(ctx context.Context, topic string, part int32, off int64, size int) ([]byte, error) {
+	body, err := bs.get(ctx, topic, part, off, size)
+	if err == nil && len(body) == 0 {
+		return nil, fmt.Errorf("get at %d: empty reply", off)
+	}
+	return body, err
+}
+
+// recordSize is the size of the record whose header starts b, as its
+// length field claims; b holds at least message.HeaderSize bytes.
+func recordSize(b []byte) int { return message.HeaderSize + int(int32(binary.BigEndian.Uint32(b))) }
 
 // recordMs returns the time (unix ms) of the record starting at off.
 func (bs *brokerSession) recordMs(ctx context.Context, topic string, part int32, off int64) (int64, error) {
@@ -249,7 +252,7 @@ func (bs *brokerSession) scanForTime(ctx context.Context, topic string, part int
 			if len(body) < message.HeaderSize {
 				return 0, fmt.Errorf("get at %d: %d bytes, not a record", off, len(body))
 			}
-			n := message.HeaderSize + int(int32(binary.BigEndian.Uint32(body)))
+			n := recordSize(body)
 			if n <= size || n > maxReplyBody {
 				return 0, fmt.Errorf("record at %d: bad length %d", off, n-message.HeaderSize)
 			}
@@ -265,14 +268,9 @@ func (bs *brokerSession) scanForTime(ctx context.Context, topic string, part int
 func (bs *brokerSession) isRecordStart(ctx context.Context, topic string, part int32, off int64) (bool, error) {
 	size := 64 << 10
 	for {
-		code, body, err := bs.get(ctx, topic, part, off, size)
-		switch {
-		case err != nil:
+		body, err := bs.get(ctx, topic, part, off, size)
+		if err != nil {
 			return false, err
-		case code == protocol.StatusMoved:
-			return false, errMoved
-		case code != protocol.StatusOK:
-			return false, fmt.Errorf("get at %d: broker replied %d: %s", off, code, body)
 		}
 		_, _, err = message.ParseRecord(body, 0)
 		if err == nil {
@@ -284,7 +282,7 @@ func (bs *brokerSession) isRecordStart(ctx context.Context, topic string, part i
 		// The record claims more bytes than were read: read that many. A
 		// record never spans segments and never exceeds a get reply, so a
 		// shorter reply means it is no record.
-		n := message.HeaderSize + int(int32(binary.BigEndian.Uint32(body)))
+		n := recordSize(body)
 		if n > maxReplyBody || n <= size {
 			return false, nil
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/metaq-go/metaq/sdk/balance"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/cluster"
 )
@@ -216,12 +216,10 @@ func localGroupSource(e *env, g string) (*groupSource, error) {
 	if err == nil {
 		bs.id, err = statsInt(summary, "broker_id")
 	}
-	var groups, members string
+	var groups []groupLine
+	var members []memberLine
 	if err == nil {
-		groups, err = bs.adm.Stats(ctx, "groups")
-	}
-	if err == nil {
-		members, err = bs.adm.Stats(ctx, "members")
+		groups, members, err = localGroupStats(ctx, bs.adm)
 	}
 	if err != nil {
 		bs.close()
@@ -236,13 +234,13 @@ func localGroupSource(e *env, g string) (*groupSource, error) {
 		parts:    map[string]map[int]int{},
 		sessions: map[int]*brokerSession{bs.id: bs},
 	}
-	for _, l := range parseGroupLines(groups) {
+	for _, l := range groups {
 		if l.group == g {
 			src.active[l.topic] = true
 		}
 	}
 	byID := map[string]*memberInfo{}
-	for _, l := range parseMemberLines(members) {
+	for _, l := range members {
 		if l.group != g {
 			continue
 		}
@@ -260,7 +258,7 @@ func localGroupSource(e *env, g string) (*groupSource, error) {
 	src.members = sortedMembers(byID)
 	if len(src.members) == 0 {
 		// A broker without `stats members`: count from `stats groups`.
-		for _, l := range parseGroupLines(groups) {
+		for _, l := range groups {
 			if l.group == g && l.members > 0 {
 				for i := range l.members {
 					src.members = append(src.members, memberInfo{ID: "?" + strconv.Itoa(i+1), Topics: []string{l.topic}})
@@ -282,11 +280,7 @@ func localListGroups(e *env) ([]jsonGroupSummary, error) {
 	defer adm.Close()
 	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
 	defer cancel()
-	groups, err := adm.Stats(ctx, "groups")
-	if err != nil {
-		return nil, err
-	}
-	members, err := adm.Stats(ctx, "members")
+	groups, members, err := localGroupStats(ctx, adm)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +290,7 @@ func localListGroups(e *env) ([]jsonGroupSummary, error) {
 		most   int
 	}
 	byGroup := map[string]*agg{}
-	for _, l := range parseGroupLines(groups) {
+	for _, l := range groups {
 		a := byGroup[l.group]
 		if a == nil {
 			a = &agg{ids: map[string]bool{}}
@@ -308,7 +302,7 @@ func localListGroups(e *env) ([]jsonGroupSummary, error) {
 		a.most = max(a.most, l.members)
 	}
 	sawMembers := false
-	for _, l := range parseMemberLines(members) {
+	for _, l := range members {
 		if a := byGroup[l.group]; a != nil {
 			a.ids[l.id] = true
 			sawMembers = true
@@ -325,6 +319,19 @@ func localListGroups(e *env) ([]jsonGroupSummary, error) {
 		out = append(out, jsonGroupSummary{Group: g, Topics: a.topics, Members: n})
 	}
 	return out, nil
+}
+
+// localGroupStats reads the broker's `stats groups` and `stats members`.
+func localGroupStats(ctx context.Context, adm *client.Admin) ([]groupLine, []memberLine, error) {
+	groups, err := adm.Stats(ctx, "groups")
+	if err != nil {
+		return nil, nil, err
+	}
+	members, err := adm.Stats(ctx, "members")
+	if err != nil {
+		return nil, nil, err
+	}
+	return parseGroupLines(groups), parseMemberLines(members), nil
 }
 
 type groupLine struct {
@@ -401,42 +408,6 @@ func statsInt(body, key string) (int, error) {
 
 // ---- cluster mode ----
 
-// groupZK connects to ZooKeeper, waits for a session and runs fn, all within
-// e.timeout.
-func groupZK(e *env, connect string, fn func(c *zk.Conn) error) error {
-	var servers []string
-	for _, s := range strings.Split(connect, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			servers = append(servers, s)
-		}
-	}
-	if len(servers) == 0 {
-		return usagef("empty --zk")
-	}
-	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-	defer cancel()
-	c, events, err := zk.Connect(servers, max(e.timeout, 4*time.Second), zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	for c.State() != zk.StateHasSession {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cannot reach ZooKeeper at %s within %v", connect, e.timeout)
-		case <-events:
-		}
-	}
-	ch := make(chan error, 1)
-	go func() { ch <- fn(c) }()
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("reading ZooKeeper at %s: %v", connect, ctx.Err())
-	}
-}
-
 // zkGroup is R/consumers/<g> as read from ZooKeeper.
 type zkGroup struct {
 	exists  bool
@@ -486,8 +457,8 @@ func readZKGroup(c *zk.Conn, root, g string) (*zkGroup, error) {
 			return nil, err
 		}
 		for _, n := range nodes {
-			bid, p, ok := parseBrokerPartition(n)
-			if !ok {
+			p, err := balance.ParsePartition(n)
+			if err != nil {
 				continue
 			}
 			v, ok, err := cluster.ReadData(c, base+"/owners/"+t+"/"+n)
@@ -495,7 +466,7 @@ func readZKGroup(c *zk.Conn, root, g string) (*zkGroup, error) {
 				return nil, err
 			}
 			if ok {
-				zg.owners[tpKey{t, bid, p}] = v
+				zg.owners[tpKey{t, p.BrokerID, p.Partition}] = v
 				zg.topics[t] = true
 			}
 		}
@@ -510,25 +481,11 @@ func readZKGroup(c *zk.Conn, root, g string) (*zkGroup, error) {
 	return zg, nil
 }
 
-// parseBrokerPartition parses "<brokerId>-<partition>".
-func parseBrokerPartition(s string) (int, int32, bool) {
-	b, p, ok := strings.Cut(s, "-")
-	if !ok {
-		return 0, 0, false
-	}
-	bid, err1 := strconv.Atoi(b)
-	pn, err2 := strconv.ParseInt(p, 10, 32)
-	if err1 != nil || err2 != nil || bid < 0 || pn < 0 {
-		return 0, 0, false
-	}
-	return bid, int32(pn), true
-}
-
 func zkGroupSource(e *env, o groupOpts, g string) (*groupSource, error) {
 	root := strings.TrimRight(o.root, "/")
 	var layout *cluster.Layout
 	var zg *zkGroup
-	err := groupZK(e, o.zk, func(c *zk.Conn) error {
+	err := withZK(e, o.zk, func(c *zk.Conn) error {
 		var err error
 		if layout, err = cluster.ReadLayout(c, o.root); err != nil {
 			return err
@@ -584,7 +541,7 @@ func zkGroupSource(e *env, o groupOpts, g string) (*groupSource, error) {
 func zkListGroups(e *env, o groupOpts) ([]jsonGroupSummary, error) {
 	root := strings.TrimRight(o.root, "/")
 	var out []jsonGroupSummary
-	err := groupZK(e, o.zk, func(c *zk.Conn) error {
+	err := withZK(e, o.zk, func(c *zk.Conn) error {
 		groups, err := cluster.ReadChildren(c, root+"/consumers")
 		if err != nil {
 			return err
@@ -626,14 +583,11 @@ func openBrokerSession(e *env, id int, addr string) *brokerSession {
 		bs.err = errors.New("no master registered in ZooKeeper")
 		return bs
 	}
-	d := net.Dialer{Timeout: min(e.timeout, 3*time.Second)}
-	nc, err := d.DialContext(e.ctx, "tcp", addr)
-	if err != nil {
-		bs.err = fmt.Errorf("cannot reach the broker at %s: %w", addr, err)
+	if bs.err = checkBrokerAt(e, addr); bs.err != nil {
 		return bs
 	}
-	nc.Close()
-	opts := []client.AdminOption{client.WithLogger(silentLogger), client.WithDialTimeout(e.timeout), client.WithRequestTimeout(e.timeout)}
+	opts := adminOpts(e)
+	var err error
 	if bs.adm, err = client.NewAdmin(addr, opts...); err == nil {
 		bs.store, err = client.NewBrokerOffsetStore(addr, opts...)
 	}

@@ -170,11 +170,14 @@ func usagef(format string, a ...any) error {
 
 // checkBroker dials the broker once so that a broker that is down is
 // reported at once instead of after the SDK's redial backoff.
-func checkBroker(e *env) error {
+func checkBroker(e *env) error { return checkBrokerAt(e, e.addr) }
+
+// checkBrokerAt is checkBroker for the broker at addr.
+func checkBrokerAt(e *env, addr string) error {
 	d := net.Dialer{Timeout: min(e.timeout, 3*time.Second)}
-	c, err := d.DialContext(e.ctx, "tcp", e.addr)
+	c, err := d.DialContext(e.ctx, "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("cannot reach the broker at %s: %w", e.addr, err)
+		return fmt.Errorf("cannot reach the broker at %s: %w", addr, err)
 	}
 	return c.Close()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -57,9 +56,7 @@ func cmdPlugins(e *env, args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return writeJSON(e.stdout, rows)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tNAME\tVERSION\tPID\tSTATE\tRESTARTS\tCALLS\tERRORS")
@@ -74,10 +71,10 @@ func cmdPlugins(e *env, args []string) error {
 // errors <n>" per plugin, then END. Unknown keys are ignored.
 func parsePluginStats(body string) ([]pluginRow, error) {
 	rows := []pluginRow{}
-	for _, line := range strings.Split(strings.ReplaceAll(body, "\r\n", "\n"), "\n") {
+	for _, line := range statsBodyLines(body) {
 		f := strings.Fields(line)
 		switch {
-		case len(f) == 0 || line == "STATS" || line == "END":
+		case len(f) == 0:
 			continue
 		case f[0] == "topic" || f[0] == "result_code":
 			return nil, fmt.Errorf("the broker does not support `stats plugins` (it answered with topic stats)")
