@@ -381,7 +381,7 @@ func (d *decoder) decodeTop(c *Config, root map[string]any) {
 			d.decodeTopics(c, v)
 			continue
 		case "plugin":
-			d.decodePlugins(c, v)
+			c.Plugins = decodeTables[Plugin](d, "plugin", "plugin", v, pluginFields)
 			continue
 		case "zookeeper":
 			if m, ok := v.(map[string]any); ok {
@@ -447,7 +447,7 @@ func (d *decoder) decodeTopics(c *Config, v any) {
 		prefix := fmt.Sprintf("topic[%d]", i)
 		if fv, ok := m["filter"]; ok {
 			m = without(m, "filter")
-			t.Filters = d.decodeFilters(prefix+".filter", fv)
+			t.Filters = decodeTables[TopicFilter](d, prefix+".filter", "topic.filter", fv, filterFields)
 		}
 		d.decodeTable(prefix, m, reflect.ValueOf(&t).Elem(), topicFields, "topic")
 		c.Topics = append(c.Topics, t)

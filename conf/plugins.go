@@ -150,28 +150,18 @@ func copyFilters(fs []TopicFilter) []TopicFilter {
 	return append([]TopicFilter(nil), fs...)
 }
 
-func (d *decoder) decodePlugins(c *Config, v any) {
-	tables, ok := d.tables("plugin", "plugin", v)
-	if !ok {
-		return
-	}
-	for i, m := range tables {
-		var p Plugin
-		d.decodeTable(fmt.Sprintf("plugin[%d]", i), m, reflect.ValueOf(&p).Elem(), pluginFields, "plugin")
-		c.Plugins = append(c.Plugins, p)
-	}
-}
-
-func (d *decoder) decodeFilters(key string, v any) []TopicFilter {
-	tables, ok := d.tables(key, "topic.filter", v)
+// decodeTables decodes v, the array of tables of kind tbl ("plugin",
+// "topic.filter") at key, into one T per table.
+func decodeTables[T any](d *decoder, key, tbl string, v any, known map[string]int) []T {
+	tables, ok := d.tables(key, tbl, v)
 	if !ok {
 		return nil
 	}
-	var out []TopicFilter
+	var out []T
 	for i, m := range tables {
-		var f TopicFilter
-		d.decodeTable(fmt.Sprintf("%s[%d]", key, i), m, reflect.ValueOf(&f).Elem(), filterFields, "topic.filter")
-		out = append(out, f)
+		var x T
+		d.decodeTable(fmt.Sprintf("%s[%d]", key, i), m, reflect.ValueOf(&x).Elem(), known, tbl)
+		out = append(out, x)
 	}
 	return out
 }

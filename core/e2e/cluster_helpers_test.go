@@ -19,7 +19,6 @@ package e2e
 //	c.verifyAcked(t, acks)
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -29,7 +28,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -414,27 +412,10 @@ func (b *clusterBroker) args() []string {
 // startFirst starts the broker the first time, on a free port (picked
 // again if another process takes it first).
 func (b *clusterBroker) startFirst() error {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		b.Port, err = clusterFreePort()
-		if err != nil {
-			return err
-		}
-		b.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(b.Port))
-		if err = b.launch(); err == nil || !strings.Contains(err.Error(), "address already in use") {
-			return err
-		}
-	}
-	return err
-}
-
-func clusterFreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return testsvc.StartOnFreePort(func(port int) error {
+		b.Port, b.Addr = port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		return b.launch()
+	})
 }
 
 // launch starts a process for the broker and waits for its ready line
@@ -864,41 +845,11 @@ func (c *testCluster) verifyAcked(t testing.TB, acks []clusterAck) map[int]int {
 // ---------------------------------------------------------------------------
 
 // zkCliScript runs Debian's zkCli.sh once against addr with commands on its
-// standard input (one JVM start for all of them) and returns the lines it
-// printed without its connection chatter: the output of the commands, in
-// order (a failing command, such as a get of a missing node, prints
-// nothing there: its error goes to stderr, which a failing test shows).
+// standard input and returns the lines it printed without its connection
+// chatter (testsvc.ZkCliScript).
 func zkCliScript(t testing.TB, addr string, commands ...string) []string {
 	t.Helper()
-	if _, err := os.Stat(testsvc.ZkCliPath); err != nil {
-		// testsvc.ZkCli installs the package, or skips or fails the test
-		// as testsvc does when it cannot.
-		_, _ = testsvc.ZkCli(t, addr, "ls", "/")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), testsvc.StartTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, testsvc.ZkCliPath, "-server", addr)
-	cmd.Env = append(os.Environ(),
-		"CLIENT_JVMFLAGS=-Xms16m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto -Djava.awt.headless=true",
-		"ZOO_LOG_DIR="+os.TempDir())
-	cmd.Stdin = strings.NewReader(strings.Join(append(commands, "quit"), "\n") + "\n")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	require.NoError(t, err, "zkCli.sh\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-	var lines []string
-	sc := bufio.NewScanner(&stdout)
-	for sc.Scan() {
-		l := strings.TrimSpace(sc.Text())
-		switch {
-		case l == "", l == "WATCHER::", l == "Welcome to ZooKeeper!", l == "JLine support is disabled",
-			strings.HasPrefix(l, "Connecting to "), strings.HasPrefix(l, "WatchedEvent "), strings.HasPrefix(l, "SLF4J:"):
-			continue
-		}
-		lines = append(lines, l)
-	}
-	if t.Failed() || len(lines) == 0 {
-		t.Logf("zkCli.sh stderr:\n%s", stderr.String())
-	}
+	lines, err := testsvc.ZkCliScript(t, addr, commands...)
+	require.NoError(t, err)
 	return lines
 }

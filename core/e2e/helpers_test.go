@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/broker"
+	"github.com/metaq-go/metaq/core/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -30,13 +30,9 @@ import (
 // ioTimeout bounds every single network read or write of the tests.
 const ioTimeout = 10 * time.Second
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
+// TestMain shares one ZooKeeper and one build of each binary among the
+// tests (testsvc.Main), and removes them at the end.
+func TestMain(m *testing.M) { testsvc.Main(m) }
 
 // ---------------------------------------------------------------------------
 // Log capture
@@ -425,13 +421,6 @@ func readPartition(c *client, topic string, partition int32, maxSize int32) (rec
 // The metaq-server binary
 // ---------------------------------------------------------------------------
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
 // goTool finds the go command.
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
@@ -462,32 +451,11 @@ func moduleRoot() (string, error) {
 	return "", errors.New("go.mod not found above the working directory")
 }
 
-// serverBinary builds cmd/metaq-server once per test binary run.
+// serverBinary builds cmd/metaq-server once per test binary run
+// (testsvc.GoBuild under testsvc.Main).
 func serverBinary(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			binErr = err
-			return
-		}
-		binDir, err = os.MkdirTemp("", "metaq-e2e-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(binDir, "metaq-server")
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, goTool(), "build", "-o", binPath, "./cmd/metaq-server")
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build ./cmd/metaq-server: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, binErr)
-	return binPath
+	return testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq-server")
 }
 
 // serverProc is a running metaq-server process.

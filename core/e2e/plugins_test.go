@@ -24,9 +24,11 @@ func TestBrokerSIGKILLLeavesNoPlugins(t *testing.T) {
 	pluginDir := filepath.Join(dir, "plugins")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	root, err := moduleRoot()
+	require.NoError(t, err)
 	for _, pkg := range []string{"./examples/filter-plugin", "./examples/offsetstore-plugin"} {
 		cmd := exec.CommandContext(ctx, goTool(), "build", "-o", pluginDir+"/", pkg)
-		cmd.Dir = repoRoot(t)
+		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "go build %s: %s", pkg, out)
 	}
@@ -102,11 +104,4 @@ func alive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
-
-// repoRoot is the module root (two levels above core/e2e).
-func repoRoot(t testing.TB) string {
-	wd, err := os.Getwd()
-	require.NoError(t, err)
-	return filepath.Clean(filepath.Join(wd, "..", ".."))
 }

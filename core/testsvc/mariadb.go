@@ -64,11 +64,7 @@ type MariaDBServer struct {
 	dbs      atomic.Int64
 }
 
-var (
-	sharedDBMu  sync.Mutex
-	sharedDB    *MariaDBServer
-	sharedDBErr error
-)
+var sharedDB shared[MariaDBServer]
 
 // MariaDB returns the DSN (go-sql-driver format) of a fresh, empty
 // database on the MariaDB shared by the test binary (see Main), starting
@@ -106,18 +102,11 @@ func startMariaDB() (*MariaDBServer, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	for attempt := 0; ; attempt++ {
-		if m.port, err = freePort(); err == nil {
-			err = m.Start()
-		}
-		if err == nil {
-			return m, nil
-		}
-		if attempt == 2 || !strings.Contains(err.Error(), "Address already in use") {
-			os.RemoveAll(dir)
-			return nil, err
-		}
+	if err := StartOnFreePort(func(port int) error { m.port = port; return m.Start() }); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
+	return m, nil
 }
 
 // mysqlUser is the account mariadbd runs as: mysql when we are root (the
@@ -395,17 +384,5 @@ func SharedMariaDB(t testing.TB) *MariaDBServer {
 	if !sharing() {
 		return NewMariaDB(t)
 	}
-	sharedDBMu.Lock()
-	if sharedDB == nil && sharedDBErr == nil {
-		sharedDB, sharedDBErr = startMariaDB()
-		if sharedDBErr == nil {
-			onShutdown(sharedDB.close)
-		}
-	}
-	m, err := sharedDB, sharedDBErr
-	sharedDBMu.Unlock()
-	if err != nil {
-		unavailable(t, "MariaDB", err)
-	}
-	return m
+	return sharedDB.get(t, "MariaDB", startMariaDB, (*MariaDBServer).close)
 }

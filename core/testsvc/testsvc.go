@@ -173,6 +173,52 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// StartOnFreePort calls start with a port of 127.0.0.1 that was free a
+// moment ago. A free port can be taken between the check and the bind, so
+// when start fails with "address already in use" (in any case) it is called
+// again with another port, three times at most. It returns start's last
+// error.
+func StartOnFreePort(start func(port int) error) error {
+	for attempt := 0; ; attempt++ {
+		port, err := freePort()
+		if err == nil {
+			err = start(port)
+		}
+		if err == nil || attempt == 2 || !strings.Contains(strings.ToLower(err.Error()), "address already in use") {
+			return err
+		}
+	}
+}
+
+// shared is a server shared by the test binary: started on first use,
+// stopped by Main.
+type shared[S any] struct {
+	mu  sync.Mutex
+	srv *S
+	err error // the first start's error, returned from then on
+}
+
+// get returns the server, starting it with start on first use (and
+// registering stop for Main). If it cannot be started, t ends as
+// unavailable says.
+func (sh *shared[S]) get(t testing.TB, what string, start func() (*S, error), stop func(*S)) *S {
+	t.Helper()
+	sh.mu.Lock()
+	if sh.srv == nil && sh.err == nil {
+		sh.srv, sh.err = start()
+		if sh.err == nil {
+			srv := sh.srv
+			onShutdown(func() { stop(srv) })
+		}
+	}
+	srv, err := sh.srv, sh.err
+	sh.mu.Unlock()
+	if err != nil {
+		unavailable(t, what, err)
+	}
+	return srv
+}
+
 // proc is a server process started by this package.
 type proc struct {
 	name string

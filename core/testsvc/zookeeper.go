@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -50,11 +51,7 @@ type ZooKeeperServer struct {
 	proc *proc
 }
 
-var (
-	sharedZKMu  sync.Mutex
-	sharedZK    *ZooKeeperServer
-	sharedZKErr error
-)
+var sharedZK shared[ZooKeeperServer]
 
 // ZooKeeper returns the connect string ("127.0.0.1:port") of the ZooKeeper
 // shared by the test binary (see Main), starting it on first use. Tests
@@ -72,19 +69,7 @@ func SharedZooKeeper(t testing.TB) *ZooKeeperServer {
 	if !sharing() {
 		return NewZooKeeper(t)
 	}
-	sharedZKMu.Lock()
-	if sharedZK == nil && sharedZKErr == nil {
-		sharedZK, sharedZKErr = startZooKeeper()
-		if sharedZKErr == nil {
-			onShutdown(sharedZK.close)
-		}
-	}
-	z, err := sharedZK, sharedZKErr
-	sharedZKMu.Unlock()
-	if err != nil {
-		unavailable(t, "ZooKeeper", err)
-	}
-	return z
+	return sharedZK.get(t, "ZooKeeper", startZooKeeper, (*ZooKeeperServer).close)
 }
 
 // NewZooKeeper starts a ZooKeeper of t's own, stopped and removed when t
@@ -108,19 +93,11 @@ func startZooKeeper() (*ZooKeeperServer, error) {
 		return nil, err
 	}
 	z := &ZooKeeperServer{dir: dir}
-	// A free port can be taken between the check and the bind: retry.
-	for attempt := 0; ; attempt++ {
-		if z.port, err = freePort(); err == nil {
-			err = z.Start()
-		}
-		if err == nil {
-			return z, nil
-		}
-		if attempt == 2 || !strings.Contains(err.Error(), "Address already in use") {
-			os.RemoveAll(dir)
-			return nil, err
-		}
+	if err := StartOnFreePort(func(port int) error { z.port = port; return z.Start() }); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
+	return z, nil
 }
 
 // Addr is the connect string, "127.0.0.1:port".
@@ -216,6 +193,38 @@ func (z *ZooKeeperServer) close() {
 // zkCli.sh exits non-zero when the command fails (a missing node).
 func ZkCli(t testing.TB, addr string, args ...string) (string, error) {
 	t.Helper()
+	stdout, _, err := runZkCli(t, addr, nil, args...)
+	if err != nil {
+		err = fmt.Errorf("zkCli.sh %s: %w", strings.Join(args, " "), err)
+	}
+	return stdout, err
+}
+
+// ZkCliScript runs zkCli.sh once against addr with commands on its standard
+// input (one JVM start for all of them) and returns the lines it printed
+// without its connection chatter (see zkCliLines): the output of the
+// commands, in order. A failing command, such as a get of a missing node,
+// prints nothing there; its error goes to stderr, which is logged when no
+// line is left or t has failed.
+func ZkCliScript(t testing.TB, addr string, commands ...string) ([]string, error) {
+	t.Helper()
+	stdin := strings.NewReader(strings.Join(append(commands, "quit"), "\n") + "\n")
+	stdout, stderr, err := runZkCli(t, addr, stdin)
+	if err != nil {
+		return nil, fmt.Errorf("zkCli.sh: %w", err)
+	}
+	lines := zkCliLines(stdout)
+	if t.Failed() || len(lines) == 0 {
+		t.Logf("zkCli.sh stderr:\n%s", stderr)
+	}
+	return lines, nil
+}
+
+// runZkCli runs zkCli.sh -server addr args with stdin (nil for none),
+// installing the zookeeper package first if needed. When it fails, the
+// error carries the end of its output.
+func runZkCli(t testing.TB, addr string, stdin io.Reader, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	if err := ensureInstalled("zookeeper", probeZooKeeper); err != nil {
 		unavailable(t, "zkCli.sh", err)
 	}
@@ -223,13 +232,30 @@ func ZkCli(t testing.TB, addr string, args ...string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, ZkCliPath, append([]string{"-server", addr}, args...)...)
 	cmd.Env = append(os.Environ(), "CLIENT_JVMFLAGS="+strings.Join(jvmFlags, " "), "ZOO_LOG_DIR="+os.TempDir())
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if err != nil {
-		err = fmt.Errorf("zkCli.sh %s: %w\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, tail(stdout.Bytes(), 2000), tail(stderr.Bytes(), 2000))
+	cmd.Stdin = stdin
+	var outb, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &outb, &errb
+	if err := cmd.Run(); err != nil {
+		return outb.String(), errb.String(), fmt.Errorf("%w\nstdout:\n%s\nstderr:\n%s", err, tail(outb.Bytes(), 2000), tail(errb.Bytes(), 2000))
 	}
-	return stdout.String(), err
+	return outb.String(), errb.String(), nil
+}
+
+// zkCliLines returns the non-empty lines of zkCli.sh's output that are not
+// its connection chatter, trimmed.
+func zkCliLines(out string) []string {
+	var lines []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		switch {
+		case l == "", l == "WATCHER::", l == "Welcome to ZooKeeper!", l == "JLine support is disabled",
+			strings.HasPrefix(l, "Connecting to "), strings.HasPrefix(l, "WatchedEvent "), strings.HasPrefix(l, "SLF4J:"):
+			continue
+		}
+		lines = append(lines, l)
+	}
+	return lines
 }
 
 // ZkCliGet reads a znode's data with `zkCli.sh get path`. zkCli prints
@@ -241,17 +267,7 @@ func ZkCliGet(t testing.TB, addr, path string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lines []string
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		l := strings.TrimSpace(sc.Text())
-		switch {
-		case l == "", l == "WATCHER::", strings.HasPrefix(l, "Connecting to "),
-			strings.HasPrefix(l, "WatchedEvent "), strings.HasPrefix(l, "SLF4J:"):
-			continue
-		}
-		lines = append(lines, l)
-	}
+	lines := zkCliLines(out)
 	if len(lines) == 0 {
 		return nil, errors.New("zkCli.sh printed no data line")
 	}
