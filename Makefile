@@ -11,7 +11,7 @@ PLUGIN_MAINS := $(wildcard cmd/metaq-offsetstore-* examples/*-plugin)
 PROTOS       := $(shell find . -name '*.proto' -not -path './bin/*' 2>/dev/null)
 GOBIN_DIR    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build run test vet fmt-check bench fuzz clean examples plugins generate protoc-tools services
+.PHONY: all build man run test soak vet fmt-check bench fuzz clean examples plugins generate protoc-tools services
 
 all: build
 
@@ -56,6 +56,15 @@ services:
 test: fmt-check vet build services
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
+# Long runs of the crash and power-loss tests of the real binary
+# (core/e2e): SOAK_CUTS power cuts under load over 64 partitions (make test
+# does 20), and the kill -9 tests repeated SOAK_COUNT times.
+SOAK_CUTS  ?= 100
+SOAK_COUNT ?= 5
+soak: build
+	METAQ_POWER_CUTS=$(SOAK_CUTS) $(GO) test -race -timeout 60m -count=1 -v -run '^TestPowerCuts64$$' ./core/e2e/
+	$(GO) test -race -timeout 60m -count=$(SOAK_COUNT) -run '^(TestCrashGroupCommit64|TestPowerCutsThreshold|TestThousandPartitions)$$' ./core/e2e/
+
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with
 # the raw-disk baseline measured in the same command (see docs/benchmarks.md).
 bench: build
@@ -63,14 +72,27 @@ bench: build
 	$(GO) test -run '^$$' -bench BenchmarkClusterRebalance -benchtime 5x ./sdk/client/
 	$(BIN)/metaq bench all
 
+# Every parser's fuzz target, FUZZTIME each (make fuzz FUZZTIME=5m before
+# resolving a security issue). Crashers land in testdata/fuzz and then run
+# as seeds in make test.
+FUZZTIME ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./sdk/protocol/
-	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime 30s ./sdk/message/
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./conf/
-	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime 30s ./filters/expr/
-	$(GO) test -run '^$$' -fuzz FuzzRecover -fuzztime 30s ./core/store/
-	$(GO) test -run '^$$' -fuzz FuzzDecodePacked -fuzztime 30s ./filters/
-	$(GO) test -run '^$$' -fuzz FuzzParseChanRequest -fuzztime 30s ./filters/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./sdk/protocol/
+	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime $(FUZZTIME) ./sdk/message/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./conf/
+	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime $(FUZZTIME) ./filters/expr/
+	$(GO) test -run '^$$' -fuzz "^FuzzRecover$$" -fuzztime $(FUZZTIME) ./core/store/
+	$(GO) test -run '^$$' -fuzz FuzzDecodePacked -fuzztime $(FUZZTIME) ./filters/
+	$(GO) test -run '^$$' -fuzz FuzzParseChanRequest -fuzztime $(FUZZTIME) ./filters/
+	$(GO) test -run '^$$' -fuzz FuzzParsePartition -fuzztime $(FUZZTIME) ./sdk/balance/
+	$(GO) test -run '^$$' -fuzz FuzzJournalPayloads -fuzztime $(FUZZTIME) ./core/store/
+	$(GO) test -run '^$$' -fuzz FuzzJournalScan -fuzztime $(FUZZTIME) ./core/store/
 
 clean:
 	rm -rf $(BIN)
+
+# Man pages of every metaq command, generated from the command tree.
+MAN_DIR ?= $(BIN)/man
+man:
+	@mkdir -p $(MAN_DIR)
+	$(GO) run ./cmd/metaq gen-man $(MAN_DIR)

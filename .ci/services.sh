@@ -3,7 +3,7 @@
 # ZooKeeper (Debian's zookeeper package; it needs the JRE that our machines
 # have) and MariaDB (Debian's mariadb-server). It only installs: the tests
 # start their own servers on free 127.0.0.1 ports with scratch data dirs
-# (core/testsvc), so nothing is left running.
+# (internal/testsvc), so nothing is left running.
 #
 #   .ci/services.sh install [zookeeper] [mariadb]   (default: both)
 #

@@ -26,6 +26,7 @@ package conf
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"reflect"
@@ -58,6 +59,27 @@ type Config struct {
 	UnflushInterval int `toml:"unflush_interval"`
 	// MaxSegmentSize is the size in bytes at which a segment file rolls.
 	MaxSegmentSize int64 `toml:"max_segment_size"`
+	// Recovery is what start-up does with a damaged record in a partition's
+	// last segment that has valid records after it: RecoveryQuarantine
+	// (copy the damage aside and refuse to start) or RecoveryTruncate (cut
+	// the segment at the damage, deleting what follows). It applies to
+	// damaged journal records whose data is not in its segment either too
+	// (refuse, or cut the partition there).
+	Recovery string `toml:"recovery"`
+	// JournalFileSize is the size in bytes of each pre-written file of a
+	// data directory's group-commit journal, <data_dir>/journal/
+	// (1 MiB..1 GiB). Default 67108864 (64 MiB).
+	JournalFileSize int64 `toml:"journal_file_size"`
+	// JournalCheckpointBytes starts a journal checkpoint (segments fsynced,
+	// journal files behind it freed) after this many journal bytes
+	// (>= 1 MiB). Default 67108864 (64 MiB). Puts wait while the journal
+	// is more than twice this past the last completed checkpoint.
+	JournalCheckpointBytes int64 `toml:"journal_checkpoint_bytes"`
+	// JournalCheckpointInterval starts a checkpoint this many milliseconds
+	// after the last one when anything was written (10..3600000). Default
+	// 1000. It and JournalCheckpointBytes bound the journal replayed after
+	// a crash, and so the restart time.
+	JournalCheckpointInterval int `toml:"journal_checkpoint_interval"`
 	// MaxTransferSize is the largest get reply body in bytes.
 	MaxTransferSize int `toml:"max_transfer_size"`
 	// MaxMessageSize is the largest put body in bytes; a record (20-byte
@@ -99,6 +121,44 @@ type Config struct {
 	// ZooKeeper is the [zookeeper] table: cluster mode when Connect is set.
 	ZooKeeper ZooKeeper `toml:"zookeeper"`
 
+	// MaxConnections is the most client connections at once (>= 1); one
+	// over the limit gets a 503 reply and is closed. Default 10000.
+	MaxConnections int `toml:"max_connections"`
+	// IdleTimeout closes a connection that sends no complete request for
+	// this many milliseconds (0 = never). Default 600000 (10 min); MetaQ
+	// clients heartbeat with version.
+	IdleTimeout int `toml:"idle_timeout"`
+	// RequestTimeout is how long, in milliseconds, a client has to finish a
+	// request (header line and body) once it started sending it (>= 100).
+	// Default 30000.
+	RequestTimeout int `toml:"request_timeout"`
+	// MaxBufferedBytes bounds the memory held for clients across all
+	// connections: partly received bodies and queued replies (>= 1 MiB).
+	// Beyond it the broker stops reading from the connections that hold
+	// the most. Default 268435456 (256 MiB).
+	MaxBufferedBytes int64 `toml:"max_buffered_bytes"`
+	// MaxGroupMembers is the most members of one consumer group coordinated
+	// by this broker (local mode). Default 1000.
+	MaxGroupMembers int `toml:"max_group_members"`
+	// MaxMembershipsPerConnection is the most group memberships one
+	// connection may hold (local mode). Default 64.
+	MaxMembershipsPerConnection int `toml:"max_memberships_per_connection"`
+	// TLSPort is the TLS listener's port (needs [tls]); 0 = no TLS
+	// listener. With TLS on, port = 0 turns the plaintext listener off.
+	TLSPort int `toml:"tls_port"`
+	// TLS is the [tls] table.
+	TLS TLS `toml:"tls"`
+	// Auth is the [auth] table: users, passwords and ACLs.
+	Auth Auth `toml:"auth"`
+
+	// DiskMaxUsedRatio is the disk watermark (RocketMQ's
+	// diskMaxUsedSpaceRatio), a fraction in (0, 1]: once the file system
+	// of a data directory (data_dir or a topic's data_dir) is more used
+	// than this, by space or by inodes, puts to the topics stored there
+	// are refused until space is freed; 1 turns the refusal off. Used is
+	// measured as df measures it. Default 0.90.
+	DiskMaxUsedRatio float64 `toml:"disk_max_used_ratio"`
+
 	path  string
 	raw   []byte
 	lines map[string]int // key ("port", "topic[1].name") -> line in raw
@@ -128,7 +188,7 @@ type Topic struct {
 type ZooKeeper struct {
 	// Connect is the ZooKeeper connect string, "host:port[,host:port...]"
 	// (MetaQ's zk.zkConnect), without a chroot suffix: set Root instead.
-	Connect string `toml:"connect"`
+	Connect string `toml:"connect" secret:"true"`
 	// Root is the root of MetaQ's znodes (zk.zkRoot). Default "/meta".
 	Root string `toml:"root"`
 	// SessionTimeout is the session timeout in milliseconds
@@ -137,6 +197,11 @@ type ZooKeeper struct {
 	// ConnectionTimeout bounds one connection attempt, in milliseconds
 	// (zk.zkConnectionTimeoutMs), >= 1000. Default 30000.
 	ConnectionTimeout int `toml:"connection_timeout"`
+	// AuthUser and AuthPassword, when set, log the broker (and the stores
+	// it runs) in with ZooKeeper's digest scheme, and every node they
+	// create gets the ACL "creator has all rights, everyone reads".
+	AuthUser     string `toml:"auth_user"`
+	AuthPassword string `toml:"auth_password" secret:"true"`
 }
 
 // Enabled reports whether ZooKeeper is configured (cluster mode).
@@ -170,10 +235,22 @@ type TopicConfig struct {
 	Filters []TopicFilter
 }
 
+// DefaultDiskMaxUsedRatio is disk_max_used_ratio's default.
+const DefaultDiskMaxUsedRatio = 0.90
+
+// Values of Config.Recovery.
+const (
+	// RecoveryQuarantine refuses to start on damage followed by valid
+	// records, after copying the damage to <partition>/quarantine/.
+	RecoveryQuarantine = "quarantine"
+	// RecoveryTruncate cuts the last segment at its first damaged record.
+	RecoveryTruncate = "truncate"
+)
+
 // Default returns the built-in defaults. It has no topics, so it passes
 // Validate only once AutoCreateTopics is set or a topic is added.
 func Default() *Config {
-	return &Config{
+	c := &Config{
 		BrokerID:            0,
 		Host:                "127.0.0.1",
 		Port:                8123,
@@ -182,6 +259,7 @@ func Default() *Config {
 		UnflushThreshold:    0,
 		UnflushInterval:     10000,
 		MaxSegmentSize:      1 << 30,
+		Recovery:            RecoveryQuarantine,
 		MaxTransferSize:     2 << 20,
 		MaxMessageSize:      1 << 20,
 		MaxLineLength:       1024,
@@ -199,7 +277,21 @@ func Default() *Config {
 			SessionTimeout:    30000,
 			ConnectionTimeout: 30000,
 		},
+		MaxConnections:              DefaultMaxConnections,
+		IdleTimeout:                 DefaultIdleTimeout,
+		RequestTimeout:              DefaultRequestTimeout,
+		MaxBufferedBytes:            DefaultMaxBufferedBytes,
+		MaxGroupMembers:             DefaultMaxGroupMembers,
+		MaxMembershipsPerConnection: DefaultMaxMembershipsPerCon,
+		TLS:                         TLS{MinVersion: "1.2"},
+		Auth:                        Auth{FailureDelay: DefaultAuthFailureDelay},
+		DiskMaxUsedRatio:            DefaultDiskMaxUsedRatio,
 	}
+	// The group-commit journal (conf/journal.go).
+	c.JournalFileSize = DefaultJournalFileSize
+	c.JournalCheckpointBytes = DefaultJournalCheckpointBytes
+	c.JournalCheckpointInterval = DefaultJournalCheckpointInterval
+	return c
 }
 
 // Load reads the file at path and parses it with Parse.
@@ -384,11 +476,13 @@ func (d *decoder) decodeTop(c *Config, root map[string]any) {
 			c.Plugins = decodeTables[Plugin](d, "plugin", "plugin", v, pluginFields)
 			continue
 		case "zookeeper":
-			if m, ok := v.(map[string]any); ok {
-				d.decodeTable("zookeeper", m, reflect.ValueOf(&c.ZooKeeper).Elem(), zkFields, "zookeeper")
-			} else {
-				d.add(k, "must be a table ([zookeeper]), got %s", tomlType(v))
-			}
+			d.decodeSub(k, v, reflect.ValueOf(&c.ZooKeeper).Elem(), zkFields)
+			continue
+		case "tls":
+			d.decodeSub(k, v, reflect.ValueOf(&c.TLS).Elem(), tlsFields)
+			continue
+		case "auth":
+			d.decodeAuth(c, v)
 			continue
 		}
 		i, ok := topFields[k]
@@ -397,6 +491,15 @@ func (d *decoder) decodeTop(c *Config, root map[string]any) {
 			continue
 		}
 		d.set(k, rv.Field(i), v)
+	}
+}
+
+// decodeSub decodes the table [k] into rv.
+func (d *decoder) decodeSub(k string, v any, rv reflect.Value, known map[string]int) {
+	if m, ok := v.(map[string]any); ok {
+		d.decodeTable(k, m, rv, known, k)
+	} else {
+		d.add(k, "must be a table ([%s]), got %s", k, tomlType(v))
 	}
 }
 
@@ -502,6 +605,19 @@ func (d *decoder) set(key string, f reflect.Value, v any) {
 			return
 		}
 		f.SetInt(n)
+	case reflect.Float64:
+		switch n := v.(type) {
+		case float64:
+			if math.IsNaN(n) || math.IsInf(n, 0) {
+				d.add(key, "must be a finite number, got %v", n)
+				return
+			}
+			f.SetFloat(n)
+		case int64: // "disk_max_used_ratio = 1"
+			f.SetFloat(float64(n))
+		default:
+			d.add(key, "must be a number, got %s", describe(v))
+		}
 	case reflect.String:
 		s, ok := v.(string)
 		if !ok {
@@ -568,7 +684,7 @@ var metaqNames = map[string]string{
 // knownKeys are the keys of each kind of table ("" is the top level).
 var knownKeys = map[string]map[string]int{
 	"": topFields, "topic": topicFields, "plugin": pluginFields, "topic.filter": filterFields,
-	"zookeeper": zkFields,
+	"zookeeper": zkFields, "tls": tlsFields, "auth": authFields, "auth.user": userFields,
 }
 
 // unknown reports an unknown key of table tbl ("", "topic", "plugin",

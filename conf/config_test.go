@@ -65,6 +65,9 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 0, c.UnflushThreshold)
 	require.Equal(t, 10000, c.UnflushInterval)
 	require.Equal(t, int64(1073741824), c.MaxSegmentSize)
+	require.Equal(t, int64(64<<20), c.JournalFileSize)
+	require.Equal(t, int64(64<<20), c.JournalCheckpointBytes)
+	require.Equal(t, 1000, c.JournalCheckpointInterval)
 	require.Equal(t, 2097152, c.MaxTransferSize)
 	require.Equal(t, 1048576, c.MaxMessageSize)
 	require.Equal(t, 1024, c.MaxLineLength)
@@ -188,6 +191,11 @@ func TestValidationErrors(t *testing.T) {
 		{"threshold negative", "unflush_threshold = -1\n" + oneTopic, "unflush_threshold", "must be >= 0, got -1", 1},
 		{"interval negative", "unflush_interval = -5\n" + oneTopic, "unflush_interval", "must be between 0 and 86400000, got -5", 1},
 		{"segment small", "max_segment_size = 4095\n" + oneTopic, "max_segment_size", "must be >= 4096, got 4095", 1},
+		{"recovery unknown", "recovery = \"repair\"\n" + oneTopic, "recovery", `must be "quarantine" or "truncate", got "repair"`, 1},
+		{"recovery control", "recovery = \"x\\u001b\"\n" + oneTopic, "recovery", `got "x\x1b"`, 1},
+		{"journal file small", "journal_file_size = 4096\n" + oneTopic, "journal_file_size", "must be between 1048576 and 1073741824, got 4096", 1},
+		{"journal checkpoint bytes small", "journal_checkpoint_bytes = 1\n" + oneTopic, "journal_checkpoint_bytes", "must be >= 1048576, got 1", 1},
+		{"journal checkpoint interval zero", "journal_checkpoint_interval = 0\n" + oneTopic, "journal_checkpoint_interval", "must be between 10 and 3600000, got 0", 1},
 		{"transfer huge", "max_transfer_size = 2000000000\n" + oneTopic, "max_transfer_size", "must be between 21 and 1073741824", 1},
 		{"message zero", "max_message_size = 0\n" + oneTopic, "max_message_size", "must be >= 1, got 0", 1},
 		{"message too big", "max_transfer_size = 1000\nmax_message_size = 981\n" + oneTopic, "max_message_size",

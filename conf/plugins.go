@@ -54,10 +54,12 @@ type Plugin struct {
 	SHA256 string `toml:"sha256"`
 	// Args are the binary's command-line arguments.
 	Args []string `toml:"args"`
-	// Env are extra KEY=VALUE environment variables for the binary.
-	Env []string `toml:"env"`
-	// Config is handed to the plugin's Init.
-	Config map[string]string `toml:"config"`
+	// Env are extra KEY=VALUE environment variables for the binary. The
+	// plugin gets only these and PATH, HOME, TMPDIR and LANG.
+	Env []string `toml:"env" secret:"true"`
+	// Config is handed to the plugin's Init. It may hold credentials (a
+	// DSN), so stats config redacts its values.
+	Config map[string]string `toml:"config" secret:"true"`
 	// FailurePolicy is "open" or "closed" ("" = open), filter plugins only:
 	// the default of the topic filters that use this plugin.
 	FailurePolicy string `toml:"failure_policy"`

@@ -227,7 +227,7 @@ func TestPluginValidateAfterOverride(t *testing.T) {
 func TestSampleDocumentsPluginKeys(t *testing.T) {
 	b, err := os.ReadFile("server.toml")
 	require.NoError(t, err)
-	for _, keys := range []map[string]int{pluginFields, filterFields} {
+	for _, keys := range []map[string]int{pluginFields, filterFields, tlsFields, authFields, userFields} {
 		for k := range keys {
 			require.Regexp(t, `(?m)^#\s*(`+k+` = |\[[a-z.]+\.`+k+`\]$)`, string(b), "sample has no commented example of %s", k)
 		}
@@ -245,7 +245,7 @@ func TestSampleDocumentsPluginKeys(t *testing.T) {
 		}
 	}
 	require.Greater(t, len(ex), 15)
-	src := "[[topic]]\nname = \"t\"\n" + strings.Join(ex, "\n")
+	src := "tls_port = 8443\n[[topic]]\nname = \"t\"\n" + strings.Join(ex, "\n")
 	_, err = Parse([]byte(src), "examples.toml")
 	require.NoError(t, err, src)
 }

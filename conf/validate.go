@@ -19,6 +19,9 @@ const (
 	maxUnflushInterval  = 86400e3 // ms (1 day)
 	maxDeleteCheck      = 86400   // s (1 day)
 	minSegmentSize      = 4096
+	minJournalFileSize  = 1 << 20
+	maxJournalFileSize  = 1 << 30
+	maxJournalCkptMs    = 3600e3 // ms (1 hour)
 	maxTransferSizeCap  = 1 << 30
 	minLineLength       = 64
 	maxLineLengthCap    = 65536
@@ -176,6 +179,12 @@ func (c *Config) check() []Problem {
 	k.min("unflush_threshold", int64(c.UnflushThreshold), 0)
 	k.intRange("unflush_interval", int64(c.UnflushInterval), 0, maxUnflushInterval)
 	k.min("max_segment_size", c.MaxSegmentSize, minSegmentSize)
+	if c.Recovery != RecoveryQuarantine && c.Recovery != RecoveryTruncate {
+		k.add("recovery", "must be %q or %q, got %q", RecoveryQuarantine, RecoveryTruncate, c.Recovery)
+	}
+	k.intRange("journal_file_size", c.JournalFileSize, minJournalFileSize, maxJournalFileSize)
+	k.min("journal_checkpoint_bytes", c.JournalCheckpointBytes, minJournalFileSize)
+	k.intRange("journal_checkpoint_interval", int64(c.JournalCheckpointInterval), 10, maxJournalCkptMs)
 	okT := k.intRange("max_transfer_size", int64(c.MaxTransferSize), RecordHeaderSize+1, maxTransferSizeCap)
 	okM := k.min("max_message_size", int64(c.MaxMessageSize), 1)
 	if okT && okM && int64(c.MaxMessageSize)+RecordHeaderSize > int64(c.MaxTransferSize) {
@@ -185,6 +194,9 @@ func (c *Config) check() []Problem {
 	k.intRange("max_line_length", int64(c.MaxLineLength), minLineLength, maxLineLengthCap)
 	k.policy("delete_policy", c.DeletePolicy)
 	k.intRange("delete_check_interval", int64(c.DeleteCheckInterval), 1, maxDeleteCheck)
+	if r := c.DiskMaxUsedRatio; !(r > 0 && r <= 1) { // NaN too
+		k.add("disk_max_used_ratio", "must be a fraction greater than 0 and at most 1 (0.90 = 90%%; 1 = never refuse puts), got %v", r)
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -193,6 +205,7 @@ func (c *Config) check() []Problem {
 
 	k.checkPlugins(c)
 	k.zookeeper(&c.ZooKeeper)
+	k.security(c)
 
 	if len(c.Topics) == 0 && !c.AutoCreateTopics {
 		k.add("topic", "at least one [[topic]] is required unless auto_create_topics = true")

@@ -24,7 +24,7 @@ const benchBatch = 256
 // blue alternating, and returns their offsets in order.
 func fillBroker(b *testing.B, addr string, n int) []int64 {
 	b.Helper()
-	p, err := client.NewProducer(addr, client.WithBatching(256, 0, 2*time.Millisecond))
+	p, err := client.New(client.Brokers(addr), client.Batching(256, 1<<20, 2*time.Millisecond))
 	require.NoError(b, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -41,7 +41,7 @@ func fillBroker(b *testing.B, addr string, n int) []int64 {
 			attr = "red"
 		}
 		wg.Add(1)
-		p.SendAsync(ctx, &message.Message{Topic: "t", Body: body, Attribute: attr, HasAttribute: true}, func(r client.SendResult, err error) {
+		p.Produce(ctx, &message.Message{Topic: "t", Body: body, Attribute: attr, HasAttribute: true}, func(r client.SendResult, err error) {
 			defer wg.Done()
 			if err != nil {
 				failed.Store(err)

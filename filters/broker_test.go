@@ -17,6 +17,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/broker"
+	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -82,27 +83,10 @@ func (l *logBuf) logf(format string, args ...any) {
 // filters and plugins.
 func startBroker(tb testing.TB, fs []conf.TopicFilter, ps ...conf.Plugin) *broker.Broker {
 	tb.Helper()
-	cfg := conf.Default()
-	cfg.Port = 0
-	cfg.DataDir = tb.TempDir()
-	cfg.NumPartitions = 1
-	cfg.Topics = []conf.Topic{{Name: "t", Filters: fs}}
-	cfg.Plugins = ps
-	lb := &logBuf{}
-	b, err := broker.New(cfg, broker.Options{Logf: lb.logf})
-	require.NoError(tb, err)
-	require.NoError(tb, b.Start())
-	tb.Cleanup(func() {
-		b.Close()
-		if tb.Failed() {
-			lb.mu.Lock()
-			for _, l := range lb.lines {
-				tb.Log("broker: " + l)
-			}
-			lb.mu.Unlock()
-		}
-	})
-	return b
+	return brokertest.Start(tb, brokertest.Edit(func(c *conf.Config) {
+		c.Topics = []conf.Topic{{Name: "t", Filters: fs}}
+		c.Plugins = ps
+	})).Broker
 }
 
 func attrFilter(group, equals string) conf.TopicFilter {
@@ -120,7 +104,7 @@ type sent struct {
 // produce sends messages with the given attributes ("-" for none) to t-0.
 func produce(tb testing.TB, addr string, attrs ...string) []sent {
 	tb.Helper()
-	p, err := client.NewProducer(addr)
+	p, err := client.New(client.Brokers(addr))
 	require.NoError(tb, err)
 	defer p.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -131,8 +115,9 @@ func produce(tb testing.TB, addr string, attrs ...string) []sent {
 		if a != "-" {
 			m.Attribute, m.HasAttribute = a, true
 		}
-		res, err := p.Send(ctx, m)
+		rs, err := p.ProduceSync(ctx, m)
 		require.NoError(tb, err)
+		res := rs[0]
 		require.Equal(tb, int32(0), res.Partition)
 		out[i] = sent{attr: a, has: m.HasAttribute, offset: res.Offset, id: res.ID, body: string(m.Body)}
 	}
@@ -319,8 +304,8 @@ func TestBrokerFilterBodiesOnlyWhenAsked(t *testing.T) {
 // messages arrived (and a little longer, to catch extras).
 func consumeAll(t *testing.T, addr, group string, want int) []*message.Message {
 	t.Helper()
-	c, err := client.NewConsumer(addr, "t", client.WithGroup(group), client.WithStartFrom(client.Earliest),
-		client.WithMaxFetchSize(256), client.WithMaxFetchDelay(50*time.Millisecond))
+	c, err := client.New(client.Brokers(addr), client.ConsumeTopics("t"), client.ConsumerGroup(group),
+		client.ConsumeFrom(client.Earliest), client.FetchMaxBytes(256), client.FetchMaxWait(50*time.Millisecond))
 	require.NoError(t, err)
 	defer c.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -63,7 +63,7 @@ func TestBrokerFilterPluginKilled(t *testing.T) {
 			require.Len(t, pids, 1, "one plugin process")
 
 			// Producer: red and blue, about one message per millisecond.
-			p, err := client.NewProducer(b.Addr())
+			p, err := client.New(client.Brokers(b.Addr()))
 			require.NoError(t, err)
 			defer p.Close(context.Background())
 			var (
@@ -85,7 +85,7 @@ func TestBrokerFilterPluginKilled(t *testing.T) {
 						attr = "red"
 					}
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					res, err := p.Send(ctx, &message.Message{Topic: "t", Body: []byte("m" + strconv.Itoa(i)), Attribute: attr, HasAttribute: true})
+					res, err := p.ProduceSync(ctx, &message.Message{Topic: "t", Body: []byte("m" + strconv.Itoa(i)), Attribute: attr, HasAttribute: true})
 					cancel()
 					if err != nil {
 						prodDone <- err
@@ -93,7 +93,7 @@ func TestBrokerFilterPluginKilled(t *testing.T) {
 					}
 					if attr == "red" {
 						mu.Lock()
-						reds = append(reds, res.Offset)
+						reds = append(reds, res[0].Offset)
 						mu.Unlock()
 					}
 					time.Sleep(time.Millisecond)
@@ -101,8 +101,8 @@ func TestBrokerFilterPluginKilled(t *testing.T) {
 			}()
 
 			// Consumer of the filtered group.
-			c, err := client.NewConsumer(b.Addr(), "t", client.WithGroup("reds"), client.WithStartFrom(client.Earliest),
-				client.WithMaxFetchSize(4096), client.WithMaxFetchDelay(100*time.Millisecond))
+			c, err := client.New(client.Brokers(b.Addr()), client.ConsumeTopics("t"), client.ConsumerGroup("reds"),
+				client.ConsumeFrom(client.Earliest), client.FetchMaxBytes(4096), client.FetchMaxWait(100*time.Millisecond))
 			require.NoError(t, err)
 			defer c.Close(context.Background())
 			cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)

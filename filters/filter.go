@@ -27,7 +27,10 @@ type InitRequest struct {
 	Instance string
 	// Topic and Group are the topic and consumer group the instance judges.
 	Topic, Group string
-	// Config is the [topic.filter.config] table of server.toml.
+	// Config is the instance's configuration: for a filter plugin, its own
+	// [plugin.config] overlaid with this topic and group's
+	// [topic.filter.config]; for a builtin, the latter. A filter never sees
+	// another plugin's config, another group's, or the rest of server.toml.
 	Config map[string]string
 }
 

@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 		filters.Serve(expr.New())
 	case "probe":
 		filters.Serve(filtertest.Probe())
+	case "record":
+		serveRecordFilter()
+	case "recstore":
+		serveRecordStore()
 	case "slow":
 		filters.Serve(slowFilter{filters.NewRecordFilter(keepAll)})
 	case "panic":

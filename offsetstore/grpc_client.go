@@ -10,6 +10,8 @@ import (
 
 	pb "github.com/metaq-go/metaq/offsetstore/proto"
 	"github.com/metaq-go/metaq/plugins"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 // grpcClient is the host side of one plugin process: a Store over gRPC.
@@ -28,31 +30,34 @@ func (c *grpcClient) Init(ctx context.Context, req *InitRequest) error {
 	return c.fromStatus("init", err)
 }
 
-func (c *grpcClient) Commit(ctx context.Context, entries []Entry) error {
-	req := &pb.CommitRequest{Entries: make([]*pb.Entry, len(entries))}
-	for i, e := range entries {
-		req.Entries[i] = entryToPB(e)
+func (c *grpcClient) Commit(ctx context.Context, group string, ps []message.Position) error {
+	req := &pb.CommitRequest{Entries: make([]*pb.Entry, len(ps))}
+	for i, p := range ps {
+		req.Entries[i] = entryToPB(group, p)
 	}
 	_, err := c.pb.Commit(ctx, req)
 	return c.fromStatus("commit", err)
 }
 
-func (c *grpcClient) Load(ctx context.Context, keys []Key) ([]Result, error) {
-	req := &pb.LoadRequest{Keys: make([]*pb.Key, len(keys))}
-	for i, k := range keys {
-		req.Keys[i] = keyToPB(k)
+func (c *grpcClient) Load(ctx context.Context, group string, ps []message.Position) ([]message.Position, error) {
+	req := &pb.LoadRequest{Keys: make([]*pb.Key, len(ps))}
+	for i, p := range ps {
+		req.Keys[i] = keyToPB(group, p)
 	}
 	resp, err := c.pb.Load(ctx, req)
 	if err != nil {
 		return nil, c.fromStatus("load", err)
 	}
 	ents, found := resp.GetEntries(), resp.GetFound()
-	if len(ents) != len(keys) || len(found) != len(keys) {
-		return nil, fmt.Errorf("offsetstore plugin: load: %d results for %d keys", len(ents), len(keys))
+	if len(ents) != len(ps) || len(found) != len(ps) {
+		return nil, fmt.Errorf("offsetstore plugin: load: %d results for %d keys", len(ents), len(ps))
 	}
-	out := make([]Result, len(keys))
+	out := make([]message.Position, len(ps))
 	for i, e := range ents {
-		out[i] = Result{Entry: Entry{Key: keys[i], Offset: e.GetOffset(), MsgID: e.GetMsgId()}, Found: found[i]}
+		out[i] = offsets.NotStored(ps[i])
+		if found[i] {
+			out[i].Offset, out[i].MsgID = e.GetOffset(), e.GetMsgId()
+		}
 	}
 	return out, nil
 }

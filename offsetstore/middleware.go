@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 // DefaultCallTimeout bounds one Init, Commit or Load when the caller's
@@ -15,8 +18,8 @@ const DefaultCallTimeout = 10 * time.Second
 type observer interface{ Observe(err error) }
 
 // middleware wraps every store Open returns, builtin or remote: input
-// validation, a per-call timeout, result normalisation, call/error
-// counting, and ErrClosed after Close. It never hides an error: the offset
+// validation, a per-call timeout, result normalisation (the requested partitions, -1 for nothing stored), call/error
+// counting, and offsets.ErrClosed after Close. It never hides an error: the offset
 // store's failure policy is to return every failure to the caller.
 type middleware struct {
 	next    Store
@@ -26,7 +29,7 @@ type middleware struct {
 }
 
 // Wrap returns s behind the same middleware Open uses (validation,
-// timeout per call, ErrClosed after Close). timeout <= 0 means
+// timeout per call, offsets.ErrClosed after Close). timeout <= 0 means
 // DefaultCallTimeout.
 func Wrap(s Store, timeout time.Duration) Store {
 	return wrap(s, nil, timeout)
@@ -55,7 +58,7 @@ func (m *middleware) ctx(ctx context.Context) (context.Context, context.CancelFu
 
 func (m *middleware) Init(ctx context.Context, req *InitRequest) error {
 	if m.closed.Load() {
-		return ErrClosed
+		return offsets.ErrClosed
 	}
 	if req == nil {
 		req = &InitRequest{}
@@ -65,47 +68,43 @@ func (m *middleware) Init(ctx context.Context, req *InitRequest) error {
 	return m.observe(m.next.Init(ctx, req))
 }
 
-func (m *middleware) Commit(ctx context.Context, entries []Entry) error {
+func (m *middleware) Commit(ctx context.Context, group string, ps []message.Position) error {
 	if m.closed.Load() {
-		return ErrClosed
+		return offsets.ErrClosed
 	}
-	for _, e := range entries {
-		if err := ValidateEntry(e); err != nil {
-			return err
-		}
+	if err := offsets.ValidateCommit(group, ps); err != nil {
+		return err
 	}
-	if len(entries) == 0 {
+	if len(ps) == 0 {
 		return nil
 	}
 	ctx, cancel := m.ctx(ctx)
 	defer cancel()
-	return m.observe(m.next.Commit(ctx, entries))
+	return m.observe(m.next.Commit(ctx, group, ps))
 }
 
-func (m *middleware) Load(ctx context.Context, keys []Key) ([]Result, error) {
+func (m *middleware) Load(ctx context.Context, group string, ps []message.Position) ([]message.Position, error) {
 	if m.closed.Load() {
-		return nil, ErrClosed
+		return nil, offsets.ErrClosed
 	}
-	for _, k := range keys {
-		if err := ValidateKey(k); err != nil {
-			return nil, err
-		}
+	if err := offsets.ValidateLoad(group, ps); err != nil {
+		return nil, err
 	}
-	if len(keys) == 0 {
-		return []Result{}, nil
+	if len(ps) == 0 {
+		return []message.Position{}, nil
 	}
 	ctx, cancel := m.ctx(ctx)
 	defer cancel()
-	res, err := m.next.Load(ctx, keys)
-	if err == nil && len(res) != len(keys) {
-		err = fmt.Errorf("offsetstore: load returned %d results for %d keys", len(res), len(keys))
+	res, err := m.next.Load(ctx, group, ps)
+	if err == nil && len(res) != len(ps) {
+		err = fmt.Errorf("offsetstore: load returned %d positions for %d asked", len(res), len(ps))
 	}
 	if m.observe(err) != nil {
 		return nil, err
 	}
 	for i := range res {
-		res[i].Key = keys[i]
-		if !res[i].Found {
+		res[i].Topic, res[i].Partition = ps[i].Topic, ps[i].Partition
+		if res[i].Offset < 0 {
 			res[i].Offset, res[i].MsgID = -1, -1
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // OpenOptions say which store to open.
@@ -31,7 +32,7 @@ type OpenOptions struct {
 }
 
 // Open returns the named store, initialised with opts.Config and wrapped in
-// the middleware (validation, timeouts, counting, ErrClosed after Close).
+// the middleware (validation, timeouts, counting, offsets.ErrClosed after Close).
 // A remote store returns plugins.ErrUnavailable while its plugin is down,
 // and re-sends Init after each restart before the next call.
 func Open(ctx context.Context, opts OpenOptions) (Store, error) {
@@ -143,20 +144,20 @@ func (r *remote) Init(ctx context.Context, req *InitRequest) error {
 	return nil
 }
 
-func (r *remote) Commit(ctx context.Context, entries []Entry) error {
+func (r *remote) Commit(ctx context.Context, group string, ps []message.Position) error {
 	s, err := r.current(ctx)
 	if err != nil {
 		return err
 	}
-	return s.Commit(ctx, entries)
+	return s.Commit(ctx, group, ps)
 }
 
-func (r *remote) Load(ctx context.Context, keys []Key) ([]Result, error) {
+func (r *remote) Load(ctx context.Context, group string, ps []message.Position) ([]message.Position, error) {
 	s, err := r.current(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return s.Load(ctx, keys)
+	return s.Load(ctx, group, ps)
 }
 
 // Close forgets the process; the supervisor stops it when it closes.

@@ -19,6 +19,8 @@ import (
 	"github.com/metaq-go/metaq/offsetstore/offsetstoretest"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 // helperEnv makes the test binary serve a store as a plugin (go-plugin's
@@ -37,37 +39,45 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// memKey is what memStore keeps a position under.
+type memKey struct {
+	group, topic string
+	part         message.Partition
+}
+
 // memStore is an in-memory store for measuring the plugin boundary alone.
 type memStore struct {
 	mu     sync.Mutex
-	m      map[offsetstore.Key]offsetstore.Entry
+	m      map[memKey]message.Position
 	closed bool
 }
 
-func newMemStore() offsetstore.Store { return &memStore{m: map[offsetstore.Key]offsetstore.Entry{}} }
+func newMemStore() offsetstore.Store { return &memStore{m: map[memKey]message.Position{}} }
 
 func (s *memStore) Init(context.Context, *offsetstore.InitRequest) error { return nil }
-func (s *memStore) Commit(_ context.Context, es []offsetstore.Entry) error {
+func (s *memStore) Commit(_ context.Context, g string, ps []message.Position) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return offsetstore.ErrClosed
+		return offsets.ErrClosed
 	}
-	for _, e := range es {
-		s.m[e.Key] = e
+	for _, p := range ps {
+		s.m[memKey{g, p.Topic, p.Partition}] = p
 	}
 	return nil
 }
-func (s *memStore) Load(_ context.Context, ks []offsetstore.Key) ([]offsetstore.Result, error) {
+func (s *memStore) Load(_ context.Context, g string, ps []message.Position) ([]message.Position, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, offsetstore.ErrClosed
+		return nil, offsets.ErrClosed
 	}
-	out := make([]offsetstore.Result, len(ks))
-	for i, k := range ks {
-		e, ok := s.m[k]
-		out[i] = offsetstore.Result{Entry: e, Found: ok}
+	out := make([]message.Position, len(ps))
+	for i, p := range ps {
+		out[i] = offsets.NotStored(p)
+		if e, ok := s.m[memKey{g, p.Topic, p.Partition}]; ok {
+			out[i] = e
+		}
 	}
 	return out, nil
 }
@@ -100,14 +110,14 @@ func openRemote(t testing.TB, sup *host.Supervisor, kind string, config map[stri
 }
 
 func TestRemoteConformance(t *testing.T) {
-	offsetstoretest.Run(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return openRemote(t, quietSupervisor(t), "file", map[string]string{"path": filepath.Join(t.TempDir(), "o.json")})
 	})
 }
 
 func TestRemoteDurable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "o.json")
-	offsetstoretest.RunDurable(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.RunDurable(t, func(t *testing.T) offsets.Store {
 		// A new process each time: state lives only in the file.
 		return openRemote(t, quietSupervisor(t), "file", map[string]string{"path": path})
 	})
@@ -127,8 +137,8 @@ func TestRemoteBadConfigCrossesBoundary(t *testing.T) {
 
 func TestRemoteInvalidEntryRejected(t *testing.T) {
 	s := openRemote(t, quietSupervisor(t), "memory", nil)
-	err := s.Commit(context.Background(), []offsetstore.Entry{{Key: offsetstore.Key{Group: "g"}, Offset: 1}})
-	require.ErrorIs(t, err, offsetstore.ErrInvalidEntry)
+	err := s.Commit(context.Background(), "g", []message.Position{{Offset: 1}})
+	require.ErrorIs(t, err, offsets.ErrInvalid)
 }
 
 // TestRemoteKilled: once the plugin process is gone, calls fail with
@@ -136,19 +146,19 @@ func TestRemoteInvalidEntryRejected(t *testing.T) {
 func TestRemoteKilled(t *testing.T) {
 	sup := quietSupervisor(t)
 	s := openRemote(t, sup, "memory", nil)
-	e := offsetstore.Entry{Key: offsetstore.Key{Group: "g", Topic: "t"}, Offset: 1, MsgID: 2}
-	require.NoError(t, s.Commit(context.Background(), []offsetstore.Entry{e}))
+	e := []message.Position{{Topic: "t", Offset: 1, MsgID: 2}}
+	require.NoError(t, s.Commit(context.Background(), "g", e))
 	list := sup.List()
 	require.Len(t, list, 1)
 	require.NotZero(t, list[0].PID)
 	require.NoError(t, syscall.Kill(list[0].PID, syscall.SIGKILL))
 	var err error
 	require.Eventually(t, func() bool {
-		err = s.Commit(context.Background(), []offsetstore.Entry{e})
+		err = s.Commit(context.Background(), "g", e)
 		return err != nil
 	}, 5*time.Second, 10*time.Millisecond)
 	require.ErrorIs(t, err, plugins.ErrUnavailable, "a dead plugin answers ErrUnavailable")
-	_, err = s.Load(context.Background(), []offsetstore.Key{e.Key})
+	_, err = s.Load(context.Background(), "g", e)
 	if err != nil { // a restart (plugins/host) may already have brought it back
 		require.ErrorIs(t, err, plugins.ErrUnavailable)
 	}
@@ -186,9 +196,9 @@ func BenchmarkStore(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/batch=%d", c.name, n), func(b *testing.B) {
 				s := c.open(b)
 				defer s.Close()
-				batch := make([]offsetstore.Entry, n)
+				batch := make([]message.Position, n)
 				for i := range batch {
-					batch[i] = offsetstore.Entry{Key: offsetstore.Key{Group: "bench", Topic: "t", BrokerID: 1, Partition: int32(i)}}
+					batch[i] = message.Position{Topic: "t", Partition: message.Partition{BrokerID: 1, Partition: int32(i)}}
 				}
 				ctx := context.Background()
 				b.ReportAllocs()
@@ -197,7 +207,7 @@ func BenchmarkStore(b *testing.B) {
 					for j := range batch {
 						batch[j].Offset, batch[j].MsgID = int64(i), int64(i)
 					}
-					if err := s.Commit(ctx, batch); err != nil {
+					if err := s.Commit(ctx, "bench", batch); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -7,45 +7,38 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/plugins"
-	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 	"github.com/metaq-go/metaq/selectors"
-	"github.com/metaq-go/metaq/selectors/fixed"
-	"github.com/metaq-go/metaq/selectors/hash"
-	"github.com/metaq-go/metaq/selectors/random"
-	"github.com/metaq-go/metaq/selectors/roundrobin"
 	"github.com/metaq-go/metaq/selectors/selectortest"
 )
 
 // byKey is the hash selector's promise: equal keys, equal partitions.
-var byKey = selectortest.Affinity(func(m selectors.Meta) (string, bool) { return string(m.Key), len(m.Key) > 0 })
+var byKey = selectortest.Affinity(func(m *message.Message) (string, bool) { return string(m.Key), len(m.Key) > 0 })
 
 // all is the fixed selector's: everything together.
-var all = selectortest.Affinity(func(selectors.Meta) (string, bool) { return "", true })
+var all = selectortest.Affinity(func(*message.Message) (string, bool) { return "", true })
 
 // byPrefix is examples/selector-plugin's: attributes with the same prefix
 // (up to the first '.') together.
-var byPrefix = selectortest.Affinity(func(m selectors.Meta) (string, bool) {
+var byPrefix = selectortest.Affinity(func(m *message.Message) (string, bool) {
 	p, _, _ := strings.Cut(m.Attribute, ".")
 	return p, m.HasAttribute
 })
 
 func TestConformance(t *testing.T) {
-	t.Run("roundrobin", func(t *testing.T) {
-		selectortest.Run(t, func(*testing.T) selectors.Selector { return roundrobin.New() })
-	})
-	t.Run("random", func(t *testing.T) {
-		selectortest.Run(t, func(*testing.T) selectors.Selector { return random.New() })
-	})
+	for name, s := range map[string]func() selector.Selector{
+		"roundrobin": selector.RoundRobin, "random": selector.Random,
+	} {
+		t.Run(name, func(t *testing.T) {
+			selectortest.Run(t, func(*testing.T) selector.Selector { return s() })
+		})
+	}
 	t.Run("hash", func(t *testing.T) {
-		selectortest.Run(t, func(*testing.T) selectors.Selector { return hash.New() }, byKey)
+		selectortest.Run(t, func(*testing.T) selector.Selector { return selector.HashByKey() }, byKey)
 	})
 	t.Run("fixed", func(t *testing.T) {
-		selectortest.Run(t, func(t *testing.T) selectors.Selector {
-			s, err := fixed.New(0)
-			require.NoError(t, err)
-			return s
-		}, all)
+		selectortest.Run(t, func(t *testing.T) selector.Selector { return selector.Fixed(0) }, all)
 	})
 	for _, name := range selectors.Builtins {
 		t.Run("open/"+name, func(t *testing.T) {
@@ -58,7 +51,7 @@ func TestConformance(t *testing.T) {
 				cfg = map[string]string{"partition": "0"}
 				opts = append(opts, all)
 			}
-			selectortest.Run(t, func(t *testing.T) selectors.Selector {
+			selectortest.Run(t, func(t *testing.T) selector.Selector {
 				s, err := selectors.Open(ctxT(t, 10*time.Second), selectors.OpenOptions{Name: name, Config: cfg})
 				require.NoError(t, err)
 				return s
@@ -73,27 +66,16 @@ func TestConformanceRemote(t *testing.T) {
 	// The bare adapter: what the plugin itself answers, sentinels mapped
 	// across the process boundary.
 	t.Run("adapter/hash", func(t *testing.T) {
-		selectortest.Run(t, func(t *testing.T) selectors.Selector { return rawAdapter(t, helperSpec(t, "hash")) }, byKey)
+		selectortest.Run(t, func(t *testing.T) selector.Selector { return rawAdapter(t, helperSpec(t, "hash")) }, byKey)
 	})
 	t.Run("adapter/roundrobin", func(t *testing.T) {
-		selectortest.Run(t, func(t *testing.T) selectors.Selector { return rawAdapter(t, helperSpec(t, "roundrobin")) })
+		selectortest.Run(t, func(t *testing.T) selector.Selector { return rawAdapter(t, helperSpec(t, "roundrobin")) })
 	})
 	// What Open returns: supervisor, middleware, adapter. The suite must
 	// pass without ever falling back.
 	t.Run("open/hash", func(t *testing.T) {
 		var s selectors.Selector
-		selectortest.Run(t, func(t *testing.T) selectors.Selector { s = openHelper(t, "hash", nil); return s }, byKey)
-		require.Zero(t, selectors.Fallbacks(s))
-	})
-	t.Run("open/shared-supervisor", func(t *testing.T) {
-		log, _ := testLogger(t)
-		sup := host.NewSupervisor(host.Options{Logger: log})
-		t.Cleanup(func() { _ = sup.Close() })
-		var s selectors.Selector
-		selectortest.Run(t, func(t *testing.T) selectors.Selector {
-			s = openHelper(t, "hash", func(o *selectors.OpenOptions) { o.Supervisor = sup })
-			return s
-		}, byKey)
+		selectortest.Run(t, func(t *testing.T) selector.Selector { s = openHelper(t, "hash", nil); return s }, byKey)
 		require.Zero(t, selectors.Fallbacks(s))
 	})
 }
@@ -105,13 +87,13 @@ func TestConformanceExamplePlugin(t *testing.T) {
 		t.Skip("builds a binary")
 	}
 	path := buildExamplePlugin(t)
-	spec := &host.Spec{Kind: plugins.KindSelector, Name: "example", Path: path}
+	spec := &selectors.Plugin{Name: "example", Path: path}
 	t.Run("adapter", func(t *testing.T) {
-		selectortest.Run(t, func(t *testing.T) selectors.Selector { return rawAdapter(t, spec) }, byPrefix)
+		selectortest.Run(t, func(t *testing.T) selector.Selector { return rawAdapter(t, spec) }, byPrefix)
 	})
 	t.Run("open", func(t *testing.T) {
 		var s selectors.Selector
-		selectortest.Run(t, func(t *testing.T) selectors.Selector {
+		selectortest.Run(t, func(t *testing.T) selector.Selector {
 			log, _ := testLogger(t)
 			var err error
 			s, err = selectors.Open(ctxT(t, 30*time.Second), selectors.OpenOptions{Plugin: spec, Logger: log})

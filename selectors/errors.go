@@ -3,18 +3,17 @@ package selectors
 import (
 	"errors"
 
-	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 var (
 	// ErrNoPartitions means a selector was asked to choose among zero
-	// partitions. It is client.ErrNoPartitions, so errors.Is matches it on
-	// either side of ForProducer.
-	ErrNoPartitions = client.ErrNoPartitions
-	// ErrBadChoice means a selector returned the wrong number of choices or
-	// a choice outside [0, len(Partitions)), or (fixed) was configured with
-	// a partition the topic does not have.
-	ErrBadChoice = errors.New("selectors: choice out of range")
+	// partitions. It is selector.ErrNoPartitions (and client.ErrNoPartitions).
+	ErrNoPartitions = selector.ErrNoPartitions
+	// ErrBadChoice means a selector chose outside the partition list, or a
+	// plugin returned the wrong number of choices. It is
+	// selector.ErrBadChoice.
+	ErrBadChoice = selector.ErrBadChoice
 	// ErrBadRequest means a request was malformed, for example a partition
 	// list a selector cannot use.
 	ErrBadRequest = errors.New("selectors: bad request")

@@ -8,61 +8,53 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/metaq-go/metaq/plugins"
+	"github.com/metaq-go/metaq/sdk/message"
 	selectorpb "github.com/metaq-go/metaq/selectors/proto"
 )
 
-// grpcClient is the host side: a Selector that calls a plugin process. It
-// converts types and errors only; Open's middleware checks the answers and
-// applies the failure policy.
+// grpcClient is the host side: a selector.Selector that calls a plugin
+// process, one message per call. It converts types and errors only; Open's
+// middleware checks the answers and applies the failure policy.
 type grpcClient struct {
 	client selectorpb.SelectorServiceClient
 	// doneCtx is done once the plugin process has exited (go-plugin).
 	doneCtx context.Context
 }
 
-func (c *grpcClient) Select(ctx context.Context, req *SelectRequest) (*SelectResponse, error) {
+func (c *grpcClient) Select(ctx context.Context, topic string, partitions []message.Partition, m *message.Message) (int, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return 0, err
 	}
 	if c.doneCtx.Err() != nil {
-		return nil, plugins.ErrUnavailable
+		return 0, plugins.ErrUnavailable
 	}
-	resp, err := c.client.Select(ctx, requestToProto(req))
+	resp, err := c.client.Select(ctx, requestToProto(topic, partitions, m))
 	if err != nil {
-		return nil, c.fromStatus(ctx, err)
+		return 0, c.fromStatus(ctx, err)
 	}
-	out := &SelectResponse{Choices: make([]int, len(resp.GetChoices()))}
-	for i, ch := range resp.GetChoices() {
-		// A choice beyond int's range is out of range anyway: clamp it so
-		// the check that follows cannot be fooled by wrap-around.
-		if ch < 0 || int64(int(ch)) != ch {
-			ch = -1
-		}
-		out.Choices[i] = int(ch)
+	ch := resp.GetChoices()
+	if len(ch) != 1 {
+		return 0, fmt.Errorf("%w: %d choices for 1 message", ErrBadChoice, len(ch))
 	}
-	return out, nil
+	// A choice beyond int's range is out of range anyway: clamp it so the
+	// check that follows cannot be fooled by wrap-around.
+	if ch[0] < 0 || int64(int(ch[0])) != ch[0] {
+		return -1, nil
+	}
+	return int(ch[0]), nil
 }
 
-// Close does nothing: the plugin process belongs to its supervisor.
-func (c *grpcClient) Close() error { return nil }
-
-// requestToProto converts a request with one allocation per slice rather
-// than one per element.
-func requestToProto(req *SelectRequest) *selectorpb.SelectRequest {
-	parts := make([]selectorpb.Partition, len(req.Partitions))
-	pps := make([]*selectorpb.Partition, len(req.Partitions))
-	for i, p := range req.Partitions {
+// requestToProto converts a request of one message with one allocation
+// per slice rather than one per element.
+func requestToProto(topic string, partitions []message.Partition, m *message.Message) *selectorpb.SelectRequest {
+	parts := make([]selectorpb.Partition, len(partitions))
+	pps := make([]*selectorpb.Partition, len(partitions))
+	for i, p := range partitions {
 		parts[i].BrokerId, parts[i].Partition = int64(p.BrokerID), p.Partition
 		pps[i] = &parts[i]
 	}
-	metas := make([]selectorpb.Meta, len(req.Messages))
-	mps := make([]*selectorpb.Meta, len(req.Messages))
-	for i := range req.Messages {
-		m := &req.Messages[i]
-		metas[i].Key, metas[i].Attribute, metas[i].HasAttribute, metas[i].Size = m.Key, m.Attribute, m.HasAttribute, int64(m.Size)
-		mps[i] = &metas[i]
-	}
-	return &selectorpb.SelectRequest{Topic: req.Topic, Partitions: pps, Messages: mps}
+	meta := &selectorpb.Meta{Key: m.Key, Attribute: m.Attribute, HasAttribute: m.HasAttribute, Size: int64(m.DataLen())}
+	return &selectorpb.SelectRequest{Topic: topic, Partitions: pps, Messages: []*selectorpb.Meta{meta}}
 }
 
 // fromStatus maps a call's error back to this package's sentinels:

@@ -8,45 +8,41 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/metaq-go/metaq/plugins"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 	selectorpb "github.com/metaq-go/metaq/selectors/proto"
 )
 
-// grpcServer is the plugin side: it serves a Selector as SelectorService.
+// grpcServer is the plugin side: it serves a selector.Selector as
+// SelectorService. A request may carry many messages (the wire is batch
+// first); each is chosen for with one call of impl.
 type grpcServer struct {
 	selectorpb.UnimplementedSelectorServiceServer
-	impl Selector
+	impl selector.Selector
 }
 
 func (s *grpcServer) Select(ctx context.Context, in *selectorpb.SelectRequest) (*selectorpb.SelectResponse, error) {
-	req := requestFromProto(in)
-	resp, err := s.impl.Select(ctx, req)
-	if err != nil {
-		return nil, toStatus(err)
+	topic := in.GetTopic()
+	parts := make([]message.Partition, len(in.GetPartitions()))
+	for i, p := range in.GetPartitions() {
+		id := p.GetBrokerId()
+		if int64(int(id)) != id {
+			return nil, status.Errorf(codes.InvalidArgument, "broker id %d out of range", id)
+		}
+		parts[i] = message.Partition{BrokerID: int(id), Partition: p.GetPartition()}
 	}
-	if resp == nil {
-		return nil, status.Error(codes.Internal, "selector returned no response and no error")
-	}
-	out := &selectorpb.SelectResponse{Choices: make([]int64, len(resp.Choices))}
-	for i, c := range resp.Choices {
+	out := &selectorpb.SelectResponse{Choices: make([]int64, len(in.GetMessages()))}
+	var m message.Message
+	for i, meta := range in.GetMessages() {
+		// The keys share in's memory; the body is never sent.
+		m = message.Message{Topic: topic, Key: meta.GetKey(), Attribute: meta.GetAttribute(), HasAttribute: meta.GetHasAttribute()}
+		c, err := s.impl.Select(ctx, topic, parts, &m)
+		if err != nil {
+			return nil, toStatus(err)
+		}
 		out.Choices[i] = int64(c)
 	}
 	return out, nil
-}
-
-// requestFromProto converts a request; the keys share in's memory.
-func requestFromProto(in *selectorpb.SelectRequest) *SelectRequest {
-	req := &SelectRequest{
-		Topic:      in.GetTopic(),
-		Partitions: make([]Partition, len(in.GetPartitions())),
-		Messages:   make([]Meta, len(in.GetMessages())),
-	}
-	for i, p := range in.GetPartitions() {
-		req.Partitions[i] = Partition{BrokerID: int(p.GetBrokerId()), Partition: p.GetPartition()}
-	}
-	for i, m := range in.GetMessages() {
-		req.Messages[i] = Meta{Key: m.GetKey(), Attribute: m.GetAttribute(), HasAttribute: m.GetHasAttribute(), Size: int(m.GetSize())}
-	}
-	return req
 }
 
 // toStatus maps an implementation's error to a gRPC status: the package's

@@ -17,6 +17,7 @@ import (
 
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/selector"
 	"github.com/metaq-go/metaq/selectors"
 )
 
@@ -50,11 +51,11 @@ func testLogger(t testing.TB) (hclog.Logger, *syncBuffer) {
 }
 
 // helperSpec is a spec that runs this test binary as the plugin impl.
-func helperSpec(t testing.TB, impl string, env ...string) *host.Spec {
+func helperSpec(t testing.TB, impl string, env ...string) *selectors.Plugin {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	return &host.Spec{Kind: plugins.KindSelector, Name: "helper-" + impl, Path: exe,
+	return &selectors.Plugin{Name: "helper-" + impl, Path: exe,
 		Env: append([]string{helperEnv + "=" + impl}, env...)}
 }
 
@@ -82,8 +83,9 @@ func openHelper(t testing.TB, impl string, mod func(*selectors.OpenOptions)) sel
 
 // rawAdapter launches spec and returns the bare gRPC adapter: no timeout,
 // no checks, no fallback, so the conformance suite sees the plugin itself.
-func rawAdapter(t *testing.T, spec *host.Spec) selectors.Selector {
+func rawAdapter(t *testing.T, pl *selectors.Plugin) selector.Selector {
 	t.Helper()
+	spec := &host.Spec{Kind: plugins.KindSelector, Name: pl.Name, Path: pl.Path, Args: pl.Args, Env: pl.Env}
 	log, _ := testLogger(t)
 	sup := host.NewSupervisor(host.Options{Logger: log})
 	t.Cleanup(func() { _ = sup.Close() })
@@ -91,7 +93,7 @@ func rawAdapter(t *testing.T, spec *host.Spec) selectors.Selector {
 	require.NoError(t, err)
 	raw, _, err := p.Client()
 	require.NoError(t, err)
-	s, ok := raw.(selectors.Selector)
+	s, ok := raw.(selector.Selector)
 	require.True(t, ok, "dispensed %T", raw)
 	return s
 }

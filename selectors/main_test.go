@@ -3,15 +3,16 @@ package selectors_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 	"github.com/metaq-go/metaq/selectors"
-	"github.com/metaq-go/metaq/selectors/hash"
-	"github.com/metaq-go/metaq/selectors/roundrobin"
 )
 
 // The helper-process pattern: the test binary re-run with helperEnv set
@@ -19,6 +20,9 @@ import (
 const (
 	helperEnv    = "METAQ_SELECTOR_TEST_PLUGIN"
 	helperPIDEnv = "METAQ_SELECTOR_TEST_PIDFILE"
+	// helperCalledEnv is the 127.0.0.1 address the "block" helper dials
+	// once it has a call in hand.
+	helperCalledEnv = "METAQ_SELECTOR_TEST_CALLED"
 )
 
 func TestMain(m *testing.M) {
@@ -33,104 +37,85 @@ func TestMain(m *testing.M) {
 }
 
 // helperImpl returns the selector a helper process serves.
-func helperImpl(name string) selectors.Selector {
+func helperImpl(name string) selector.Selector {
 	switch name {
 	case "hash":
-		return hash.New()
+		return selector.HashByKey()
 	case "byattr":
-		return byAttr{}
+		return selector.Func(byAttr)
 	case "last":
-		return lastSelector{}
+		return selector.Func(last)
 	case "bad":
-		return badSelector{}
+		return selector.Func(bad)
 	case "slow":
-		return slowSelector{}
+		return selector.Func(slow)
+	case "block":
+		return blockSelector{addr: os.Getenv(helperCalledEnv)}
 	case "panic":
-		return panicSelector{}
+		return selector.Func(func(context.Context, string, []message.Partition, *message.Message) (int, error) {
+			panic("selector bug")
+		})
 	}
-	return roundrobin.New()
+	return selector.RoundRobin()
 }
 
 // byAttr sends a message whose attribute is "p<N>" to partition index
 // N modulo the partition count, others to index 0.
-type byAttr struct{}
-
-func (byAttr) Select(ctx context.Context, req *selectors.SelectRequest) (*selectors.SelectResponse, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+func byAttr(ctx context.Context, topic string, ps []message.Partition, m *message.Message) (int, error) {
+	if err := selector.Check(ctx, topic, ps); err != nil {
+		return 0, err
 	}
-	if len(req.Partitions) == 0 {
-		return nil, selectors.ErrNoPartitions
+	if n, err := strconv.Atoi(strings.TrimPrefix(m.Attribute, "p")); err == nil && n >= 0 {
+		return n % len(ps), nil
 	}
-	out := make([]int, len(req.Messages))
-	for i, m := range req.Messages {
-		if n, err := strconv.Atoi(strings.TrimPrefix(m.Attribute, "p")); err == nil && n >= 0 {
-			out[i] = n % len(req.Partitions)
-		}
-	}
-	return &selectors.SelectResponse{Choices: out}, nil
+	return 0, nil
 }
 
-func (byAttr) Close() error { return nil }
-
-// lastSelector sends everything to the last partition.
-type lastSelector struct{}
-
-func (lastSelector) Select(ctx context.Context, req *selectors.SelectRequest) (*selectors.SelectResponse, error) {
-	if len(req.Partitions) == 0 {
-		return nil, selectors.ErrNoPartitions
+// last sends everything to the last partition.
+func last(_ context.Context, _ string, ps []message.Partition, _ *message.Message) (int, error) {
+	if len(ps) == 0 {
+		return 0, selectors.ErrNoPartitions
 	}
-	out := make([]int, len(req.Messages))
-	for i := range out {
-		out[i] = len(req.Partitions) - 1
-	}
-	return &selectors.SelectResponse{Choices: out}, nil
+	return len(ps) - 1, nil
 }
 
-func (lastSelector) Close() error { return nil }
-
-// badSelector answers out of range, or with too few choices, or fails.
-type badSelector struct{}
-
-func (badSelector) Select(_ context.Context, req *selectors.SelectRequest) (*selectors.SelectResponse, error) {
-	switch req.Topic {
-	case "short":
-		return &selectors.SelectResponse{Choices: make([]int, len(req.Messages)/2)}, nil
+// bad answers out of range, or fails, by topic.
+func bad(_ context.Context, topic string, ps []message.Partition, _ *message.Message) (int, error) {
+	switch topic {
+	case "negative":
+		return -1, nil
 	case "error":
-		return nil, fmt.Errorf("plugin-side failure for %s", req.Topic)
+		return 0, fmt.Errorf("plugin-side failure for %s", topic)
 	case "nopartitions":
-		return nil, selectors.ErrNoPartitions
-	case "nil":
-		return nil, nil
+		return 0, selectors.ErrNoPartitions
 	}
-	out := make([]int, len(req.Messages))
-	for i := range out {
-		out[i] = len(req.Partitions) + i
-	}
-	return &selectors.SelectResponse{Choices: out}, nil
+	return len(ps), nil
 }
 
-func (badSelector) Close() error { return nil }
-
-// slowSelector answers after a second, or when ctx ends.
-type slowSelector struct{}
-
-func (slowSelector) Select(ctx context.Context, req *selectors.SelectRequest) (*selectors.SelectResponse, error) {
+// slow answers after a second, or when ctx ends.
+func slow(ctx context.Context, topic string, ps []message.Partition, m *message.Message) (int, error) {
 	select {
 	case <-time.After(time.Second):
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return 0, ctx.Err()
 	}
-	return roundrobin.New().Select(ctx, req)
+	return 0, nil
 }
 
-func (slowSelector) Close() error { return nil }
+// blockSelector tells the test it has the call (it connects to addr and
+// writes one byte), then waits for ctx to end and returns its error.
+type blockSelector struct{ addr string }
 
-// panicSelector panics: the plugin's recovery turns it into an error.
-type panicSelector struct{}
-
-func (panicSelector) Select(context.Context, *selectors.SelectRequest) (*selectors.SelectResponse, error) {
-	panic("selector bug")
+func (b blockSelector) Select(ctx context.Context, _ string, _ []message.Partition, _ *message.Message) (int, error) {
+	c, err := net.Dial("tcp", b.addr)
+	if err != nil {
+		return 0, err
+	}
+	_, err = c.Write([]byte{1})
+	c.Close()
+	if err != nil {
+		return 0, err
+	}
+	<-ctx.Done()
+	return 0, ctx.Err()
 }
-
-func (panicSelector) Close() error { return nil }

@@ -3,6 +3,7 @@ package selectors
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,8 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/metaq-go/metaq/plugins"
-	"github.com/metaq-go/metaq/plugins/host"
-	"github.com/metaq-go/metaq/selectors/internal/builtin"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 // pluginClient is what the middleware needs of a *host.Plugin.
@@ -23,16 +24,16 @@ type pluginClient interface {
 // remote is the Selector Open returns for a plugin: it counts calls and
 // errors on the plugin, bounds each call with a timeout, checks the answer,
 // and applies the selector failure policy: when the plugin is unavailable,
-// fails, times out or answers badly, the batch goes round robin instead and
-// Select succeeds. Only the caller's own ctx ending makes Select fail.
+// fails, times out or answers badly, the message goes round robin instead
+// and Select succeeds. Only the caller's own ctx ending makes Select fail.
 type remote struct {
 	p       pluginClient
 	name    string
 	timeout time.Duration
 	log     hclog.Logger
-	owned   *host.Supervisor // closed by Close when Open created it
+	owned   io.Closer // the private supervisor, closed by Close
 
-	rr        builtin.RoundRobin
+	rr        selector.Selector // the fallback: selector.RoundRobin
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -40,74 +41,67 @@ type remote struct {
 	// A burst is a run of fallbacks between two successful calls; it is
 	// logged once when it starts and once when it ends.
 	inBurst    atomic.Bool
-	fallbacks  atomic.Int64 // batches chosen by the fallback, in total
+	fallbacks  atomic.Int64 // messages chosen by the fallback, in total
 	burstStart atomic.Int64 // fallbacks when the current burst began
 }
 
-func (r *remote) Select(ctx context.Context, req *SelectRequest) (*SelectResponse, error) {
+func (r *remote) Select(ctx context.Context, topic string, partitions []message.Partition, m *message.Message) (int, error) {
 	if r.closed.Load() {
-		return nil, ErrClosed
+		return 0, ErrClosed
 	}
-	if err := builtin.Check(ctx, req.Topic, len(req.Partitions)); err != nil {
-		return nil, err
+	if err := selector.Check(ctx, topic, partitions); err != nil {
+		return 0, err
 	}
-	if len(req.Messages) == 0 {
-		return &SelectResponse{Choices: []int{}}, nil
-	}
-	resp, err := r.call(ctx, req)
+	i, err := r.call(ctx, topic, partitions, m)
 	if err == nil {
 		if r.inBurst.Load() {
 			r.endBurst()
 		}
-		return resp, nil
+		return i, nil
 	}
-	if cerr := ctx.Err(); cerr != nil {
-		return nil, cerr // the caller gave up: nothing to fall back for
+	if cerr := callerDone(ctx); cerr != nil {
+		return 0, cerr // the caller gave up: nothing to fall back for
 	}
-	r.fallback(req.Topic, err)
-	out := make([]int, len(req.Messages))
-	r.rr.Choose(out, len(req.Partitions))
-	return &SelectResponse{Choices: out}, nil
+	r.fallback(topic, err)
+	return r.rr.Select(ctx, topic, partitions, m)
+}
+
+// callerDone is ctx's error, or context.DeadlineExceeded once ctx's
+// deadline has passed even though ctx does not report it yet. gRPC fails a
+// call whose deadline has passed by the clock before the context's timer
+// has fired (on a loaded machine it can fire late), and that failure is
+// the caller's, not the plugin's.
+func callerDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // call makes one checked, timed, counted call to the plugin.
-func (r *remote) call(ctx context.Context, req *SelectRequest) (*SelectResponse, error) {
+func (r *remote) call(ctx context.Context, topic string, partitions []message.Partition, m *message.Message) (int, error) {
 	raw, _, err := r.p.Client()
 	if err != nil {
 		r.p.Observe(err)
-		return nil, err
+		return 0, err
 	}
-	sel, ok := raw.(Selector)
+	sel, ok := raw.(selector.Selector)
 	if !ok {
 		err = fmt.Errorf("%w: dispensed %T", plugins.ErrWrongKind, raw)
 		r.p.Observe(err)
-		return nil, err
+		return 0, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
-	resp, err := sel.Select(cctx, req)
+	i, err := sel.Select(cctx, topic, partitions, m)
 	cancel()
 	if err == nil {
-		err = checkResponse(req, resp)
+		err = selector.CheckChoice(topic, partitions, i)
 	}
 	r.p.Observe(err)
-	return resp, err
-}
-
-// checkResponse verifies one choice per message, each in range.
-func checkResponse(req *SelectRequest, resp *SelectResponse) error {
-	if resp == nil {
-		return fmt.Errorf("%w: no response", ErrBadChoice)
-	}
-	if len(resp.Choices) != len(req.Messages) {
-		return fmt.Errorf("%w: %d choices for %d messages", ErrBadChoice, len(resp.Choices), len(req.Messages))
-	}
-	n := len(req.Partitions)
-	for i, c := range resp.Choices {
-		if c < 0 || c >= n {
-			return fmt.Errorf("%w: choice %d for message %d, topic %q has %d partitions", ErrBadChoice, c, i, req.Topic, n)
-		}
-	}
-	return nil
+	return i, err
 }
 
 func (r *remote) fallback(topic string, err error) {
@@ -122,7 +116,7 @@ func (r *remote) fallback(topic string, err error) {
 func (r *remote) endBurst() {
 	if r.inBurst.CompareAndSwap(true, false) {
 		r.log.Info("selector plugin recovered", "plugin", r.name,
-			"fallback_batches", r.fallbacks.Load()-r.burstStart.Load())
+			"fallback_messages", r.fallbacks.Load()-r.burstStart.Load())
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/metaq-go/metaq/plugins"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 // fakePlugin stands in for a *host.Plugin.
@@ -43,17 +45,9 @@ func (f *fakePlugin) set(raw any, err error) {
 }
 
 // lastIndex always picks the last partition.
-type lastIndex struct{}
-
-func (lastIndex) Select(_ context.Context, req *SelectRequest) (*SelectResponse, error) {
-	out := make([]int, len(req.Messages))
-	for i := range out {
-		out[i] = len(req.Partitions) - 1
-	}
-	return &SelectResponse{Choices: out}, nil
-}
-
-func (lastIndex) Close() error { return nil }
+var lastIndex = selector.Func(func(_ context.Context, _ string, ps []message.Partition, _ *message.Message) (int, error) {
+	return len(ps) - 1, nil
+})
 
 // TestMiddlewareBursts: fallbacks are counted on the plugin and logged once
 // per burst, with one line when the plugin recovers.
@@ -61,15 +55,19 @@ func TestMiddlewareBursts(t *testing.T) {
 	var logs bytes.Buffer
 	fp := &fakePlugin{err: plugins.ErrUnavailable}
 	r := &remote{p: fp, name: "fake", timeout: time.Second,
-		log: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})}
-	req := &SelectRequest{Topic: "t", Partitions: make([]Partition, 4), Messages: make([]Meta, 4)}
+		log: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info}), rr: selector.RoundRobin()}
+	ps := make([]message.Partition, 4)
 	sel := func() []int {
 		t.Helper()
-		resp, err := r.Select(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
+		out := make([]int, 4)
+		for i := range out {
+			c, err := r.Select(context.Background(), "t", ps, &message.Message{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = c
 		}
-		return resp.Choices
+		return out
 	}
 	for burst := range 2 {
 		for range 3 {
@@ -77,7 +75,7 @@ func TestMiddlewareBursts(t *testing.T) {
 				t.Fatalf("burst %d: not round robin: %v", burst, c)
 			}
 		}
-		fp.set(lastIndex{}, nil)
+		fp.set(lastIndex, nil)
 		for range 2 {
 			if c := sel(); c[0] != 3 {
 				t.Fatalf("burst %d: the plugin's choice was not used: %v", burst, c)
@@ -88,11 +86,11 @@ func TestMiddlewareBursts(t *testing.T) {
 	if n := strings.Count(logs.String(), "choosing round robin"); n != 2 {
 		t.Fatalf("%d burst warnings, want 2:\n%s", n, logs.String())
 	}
-	if n := strings.Count(logs.String(), "fallback_batches=3"); n != 2 {
+	if n := strings.Count(logs.String(), "fallback_messages=12"); n != 2 {
 		t.Fatalf("%d recovery lines with fallback_batches=3, want 2:\n%s", n, logs.String())
 	}
-	if fp.calls != 10 || fp.errs != 6 || r.fallbacks.Load() != 6 {
-		t.Fatalf("calls %d errors %d fallbacks %d, want 10, 6, 6", fp.calls, fp.errs, r.fallbacks.Load())
+	if fp.calls != 40 || fp.errs != 24 || r.fallbacks.Load() != 24 {
+		t.Fatalf("calls %d errors %d fallbacks %d, want 40, 24, 24", fp.calls, fp.errs, r.fallbacks.Load())
 	}
 
 	// The wrong adapter type is a failure too, not a panic.
@@ -100,16 +98,13 @@ func TestMiddlewareBursts(t *testing.T) {
 	if c := sel(); len(c) != 4 {
 		t.Fatal(c)
 	}
-	if r.fallbacks.Load() != 7 {
+	if r.fallbacks.Load() != 28 {
 		t.Fatal("wrong adapter type did not fall back")
 	}
-	// No partitions and empty batches never reach the plugin.
+	// No partitions never reach the plugin.
 	calls := fp.calls
-	if _, err := r.Select(context.Background(), &SelectRequest{Messages: make([]Meta, 1)}); err == nil {
+	if _, err := r.Select(context.Background(), "t", nil, &message.Message{}); err == nil {
 		t.Fatal("no partitions: no error")
-	}
-	if resp, err := r.Select(context.Background(), &SelectRequest{Partitions: make([]Partition, 1)}); err != nil || len(resp.Choices) != 0 {
-		t.Fatal(resp, err)
 	}
 	if fp.calls != calls {
 		t.Fatal("the plugin was called")

@@ -4,6 +4,8 @@
 //
 // Flags override the file, so one file can start several brokers. --zk sets
 // [zookeeper] connect (cluster mode: the broker registers in ZooKeeper).
+// SIGINT and SIGTERM stop the broker; SIGHUP reloads the [tls]
+// certificates (Broker.ReloadTLS).
 package main
 
 import (
@@ -73,11 +75,29 @@ func run(args []string) int {
 		b.Close()
 		return 1
 	}
+	addr := b.Addr()
+	if a := b.TLSAddr(); a != "" {
+		logger.Printf("metaq-server tls on %s", a)
+		if addr == "" {
+			addr = a // TLS only (port = 0)
+		}
+	}
 	// Tests and scripts read the bound address from this line.
-	logger.Printf("metaq-server ready on %s data %s", b.Addr(), cfg.DataDir)
+	logger.Printf("metaq-server ready on %s data %s", addr, cfg.DataDir)
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	s := <-sig
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	var s os.Signal
+	for s = range sig {
+		if s != syscall.SIGHUP {
+			break
+		}
+		// SIGHUP reloads the TLS certificates; a bad new one keeps the old.
+		if err := b.ReloadTLS(); err != nil {
+			logger.Printf("SIGHUP: reload TLS: %v (keeping the current certificate)", err)
+		} else {
+			logger.Printf("SIGHUP: reloaded TLS certificates from %s", cfg.TLS.CertFile)
+		}
+	}
 	logger.Printf("received %v, shutting down", s)
 	if err := b.Close(); err != nil {
 		logger.Printf("close: %v", err)

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/metaq-go/metaq/sdk/admin"
 	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 const statsHelp = `
@@ -15,124 +18,114 @@ Print the reply of the broker's memcached-style stats command, as sent
 (STATS, key/value lines, END). item selects the content: (none) the broker
 summary, topics, offsets, realtime, config, reset, help, or a topic name.
 
+With --json: a JSON array of the lines, each {"name": its first word,
+"value": the rest}, in the broker's order.
+
 examples:
   metaq stats
+  metaq stats offsets --json
   metaq stats topics
   metaq stats meta-test
 `
 
-func newAdmin(e *env) (*client.Admin, error) {
+// newAdmin checks the broker at --addr and returns an Admin of it.
+func newAdmin(e *env) (*admin.Admin, error) {
 	if err := checkBroker(e); err != nil {
 		return nil, err
 	}
-	return client.NewAdmin(e.addr, adminOpts(e)...)
+	return admin.New(append(clientOpts(e), client.Brokers(e.addr))...)
 }
 
-// adminOpts are the options of the CLI's admin and offset store clients.
-func adminOpts(e *env) []client.AdminOption {
-	return []client.AdminOption{client.WithLogger(silentLogger), client.WithDialTimeout(e.timeout), client.WithRequestTimeout(e.timeout)}
-}
-
-func cmdStats(e *env, args []string) error {
-	fs := newFlagSet(e, "stats", "stats [item]", statsHelp)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 1 {
-		return usagef("at most one item, got %q", strings.Join(fs.Args(), " "))
-	}
-	adm, err := newAdmin(e)
-	if err != nil {
-		return err
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-	defer cancel()
-	body, err := adm.Stats(ctx, fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	if !strings.HasSuffix(body, "\n") {
-		body += "\n"
-	}
-	_, err = fmt.Fprint(e.stdout, body)
-	return err
+func cmdStats(e *env) *cobra.Command {
+	return leaf(e, "stats", "stats [item] [--json]", statsHelp, func(fs *pflag.FlagSet) func(args []string) error {
+		asJSON := fs.Bool("json", false, "print the reply's lines as a JSON array")
+		return func(args []string) error {
+			if len(args) > 1 {
+				return usagef("at most one item, got %q", strings.Join(args, " "))
+			}
+			adm, err := newAdmin(e)
+			if err != nil {
+				return err
+			}
+			defer adm.Close()
+			ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
+			defer cancel()
+			item := ""
+			if len(args) == 1 {
+				item = args[0]
+			}
+			st, err := adm.Stats(ctx, e.addr, item)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(e.stdout, st.Lines)
+			}
+			body := st.Raw
+			if !strings.HasSuffix(body, "\n") {
+				body += "\n"
+			}
+			_, err = fmt.Fprint(e.stdout, body)
+			return err
+		}
+	})
 }
 
 const topicsHelp = `
 List the broker's topics: partitions, message count and bytes, whether
 publishing and subscribing are accepted, then each partition's readable
-offset range [min, max). With --json: a JSON array of topics, each with a
-"partitions_detail" array.
+offset range [min, max), its bytes and its message count ("-" from a
+broker without "stats partitions"). With --json: a JSON array of topics,
+each with a "partitions_detail" array.
 
 examples:
   metaq topics
   metaq topics --json
 `
 
-type jsonPartition struct {
-	Partition int32 `json:"partition"`
-	MinOffset int64 `json:"min_offset"`
-	MaxOffset int64 `json:"max_offset"`
-}
-
-type jsonTopic struct {
-	Name            string          `json:"name"`
-	Partitions      int             `json:"partitions"`
-	MessageCount    int64           `json:"message_count"`
-	MessageBytes    int64           `json:"message_bytes"`
-	AcceptPublish   bool            `json:"accept_publish"`
-	AcceptSubscribe bool            `json:"accept_subscribe"`
-	Detail          []jsonPartition `json:"partitions_detail"`
-}
-
-func cmdTopics(e *env, args []string) error {
-	fs := newFlagSet(e, "topics", "topics [--json]", topicsHelp)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	adm, err := newAdmin(e)
-	if err != nil {
-		return err
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-	defer cancel()
-	infos, err := adm.Topics(ctx)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		out := make([]jsonTopic, 0, len(infos))
-		for _, t := range infos {
-			jt := jsonTopic{Name: t.Name, Partitions: t.Partitions, MessageCount: t.MessageCount,
-				MessageBytes: t.MessageBytes, AcceptPublish: t.AcceptPublish, AcceptSubscribe: t.AcceptSubscribe,
-				Detail: []jsonPartition{}}
-			for _, o := range t.Offsets {
-				jt.Detail = append(jt.Detail, jsonPartition{o.Partition, o.Min, o.Max})
+func cmdTopics(e *env) *cobra.Command {
+	return leaf(e, "topics", "topics [--json]", topicsHelp, func(fs *pflag.FlagSet) func(args []string) error {
+		asJSON := fs.Bool("json", false, "print JSON")
+		return func(args []string) error {
+			if len(args) > 0 {
+				return usagef("unexpected argument %q", args[0])
 			}
-			out = append(out, jt)
+			adm, err := newAdmin(e)
+			if err != nil {
+				return err
+			}
+			defer adm.Close()
+			ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
+			defer cancel()
+			infos, err := adm.Topics(ctx)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(e.stdout, infos)
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tMESSAGES\tBYTES\tPUBLISH\tSUBSCRIBE")
+			for _, t := range infos {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%t\t%t\n", t.Name, t.Partitions, t.MessageCount, t.MessageBytes,
+					t.AcceptPublish, t.AcceptSubscribe)
+			}
+			fmt.Fprintln(tw)
+			fmt.Fprintln(tw, "TOPIC\tPARTITION\tMIN_OFFSET\tMAX_OFFSET\tBYTES\tMESSAGES")
+			for _, t := range infos {
+				for _, o := range t.Offsets {
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", t.Name, o.Partition, o.Min, o.Max, o.Bytes(), countOrDash(o.Messages))
+				}
+			}
+			return tw.Flush()
 		}
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+	})
+}
+
+// countOrDash prints a count, "-" when unknown (negative).
+func countOrDash(n int64) string {
+	if n < 0 {
+		return "-"
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITIONS\tMESSAGES\tBYTES\tPUBLISH\tSUBSCRIBE")
-	for _, t := range infos {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%t\t%t\n", t.Name, t.Partitions, t.MessageCount, t.MessageBytes,
-			t.AcceptPublish, t.AcceptSubscribe)
-	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tMIN_OFFSET\tMAX_OFFSET\tBYTES")
-	for _, t := range infos {
-		for _, o := range t.Offsets {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", t.Name, o.Partition, o.Min, o.Max, o.Max-o.Min)
-		}
-	}
-	return tw.Flush()
+	return strconv.FormatInt(n, 10)
 }

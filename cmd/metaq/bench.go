@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/admin"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 const benchHelp = `
@@ -21,33 +23,16 @@ only when a benchmark could not run or requests failed.
   bench consume  one consumer reading N records from the page cache
   bench rtt      bare loopback TCP round trip and the broker's version RTT
   bench raw      raw-disk baseline: append + fdatasync every --batch records
+  bench durable  durable produce at 1..1000 partitions vs raw append +
+                 fdatasync, synchronous durable put, restart after kill -9
   bench all      the whole matrix with same-run baselines and ratios
                  (may start its own broker; see docs/benchmarks.md)
 
-Run "metaq bench <name> --help" for the flags of each.
 `
 
-func cmdBench(e *env, args []string) error {
-	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		fmt.Fprintf(e.stderr, "usage: metaq bench produce|consume|rtt|raw|all [flags]\n%s", benchHelp)
-		if len(args) == 0 {
-			return usagef("")
-		}
-		return nil
-	}
-	switch args[0] {
-	case "produce":
-		return benchProduceCmd(e, args[1:])
-	case "consume":
-		return benchConsumeCmd(e, args[1:])
-	case "rtt":
-		return benchRTTCmd(e, args[1:])
-	case "raw":
-		return benchRawCmd(e, args[1:])
-	case "all":
-		return benchAllCmd(e, args[1:])
-	}
-	return usagef("unknown benchmark %q (produce, consume, rtt, raw, all)", args[0])
+func cmdBench(e *env) *cobra.Command {
+	return parent(e, "bench", benchHelp, benchProduceCmd(e), benchConsumeCmd(e), benchRTTCmd(e), benchRawCmd(e),
+		benchDurableCmd(e), benchAllCmd(e))
 }
 
 // topicPartitions asks the broker for a topic's partition count.
@@ -63,7 +48,7 @@ func topicPartitions(e *env, topic string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	i := slices.IndexFunc(infos, func(t client.TopicInfo) bool { return t.Name == topic })
+	i := slices.IndexFunc(infos, func(t admin.Topic) bool { return t.Name == topic })
 	if i < 0 {
 		return 0, fmt.Errorf("unknown topic %q (not listed by the broker at %s)", topic, e.addr)
 	}
@@ -108,52 +93,53 @@ per request, from the write to the reply. --partition -1 spreads requests
 over all partitions round robin. Give --messages or --duration.
 `
 
-func benchProduceCmd(e *env, args []string) error {
-	fs := newFlagSet(e, "bench produce", "bench produce [--topic T] [--size B] [--producers N] [--messages N | --duration D] [--batch B] [--sync] [--inflight K] [--partition P]", benchProduceHelp)
-	cfg := prodConfig{}
-	fs.StringVar(&cfg.topic, "topic", "meta-test", "topic")
-	fs.IntVar(&cfg.size, "size", 1024, "message size in bytes")
-	fs.IntVar(&cfg.producers, "producers", 4, "producers (one connection each)")
-	fs.Int64Var(&cfg.messages, "messages", 0, "messages to send in total")
-	fs.DurationVar(&cfg.duration, "duration", 0, "run for this long instead of --messages (default 5s when neither is given)")
-	fs.IntVar(&cfg.batch, "batch", 1, "messages per request: 1 = put, >1 = mput")
-	fs.BoolVar(&cfg.sync, "sync", false, "wait for each reply before the next request")
-	fs.IntVar(&cfg.inflight, "inflight", 256, "requests in flight per producer")
-	fs.IntVar(&cfg.partition, "partition", -1, "partition, or -1 to spread over all")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if cfg.size < 0 || cfg.producers < 1 || cfg.batch < 1 || cfg.inflight < 1 || cfg.messages < 0 {
-		return usagef("--size, --producers, --batch, --inflight and --messages must be positive")
-	}
-	if cfg.messages == 0 && cfg.duration == 0 {
-		cfg.duration = 5 * time.Second
-	}
-	n, err := topicPartitions(e, cfg.topic)
-	if err != nil {
-		return err
-	}
-	if cfg.partition >= n {
-		return usagef("--partition %d out of range: %s has %d partitions", cfg.partition, cfg.topic, n)
-	}
-	cfg.addr, cfg.partitions = e.addr, n
-	res, err := runProduceBench(e.ctx, cfg)
-	if *asJSON {
-		writeJSON(e.stdout, struct {
-			Config map[string]any `json:"config"`
-			prodResult
-		}{prodConfigMap(cfg), res})
-	} else {
-		printProduce(e.stdout, cfg, res)
-	}
-	if err != nil {
-		return err
-	}
-	if res.Errors > 0 {
-		return fmt.Errorf("%d messages failed, first: %s", res.Errors, res.FirstErr)
-	}
-	return nil
+func benchProduceCmd(e *env) *cobra.Command {
+	return leaf(e, "bench produce", "bench produce [--topic T] [--size B] [--producers N] [--messages N | --duration D] [--batch B] [--sync] [--inflight K] [--partition P]", benchProduceHelp, func(fs *pflag.FlagSet) func(args []string) error {
+		cfg := prodConfig{}
+		fs.StringVar(&cfg.topic, "topic", "meta-test", "topic")
+		fs.IntVar(&cfg.size, "size", 1024, "message size in bytes")
+		fs.IntVar(&cfg.producers, "producers", 4, "producers (one connection each)")
+		fs.Int64Var(&cfg.messages, "messages", 0, "messages to send in total")
+		fs.DurationVar(&cfg.duration, "duration", 0, "run for this long instead of --messages (default 5s when neither is given)")
+		fs.IntVar(&cfg.batch, "batch", 1, "messages per request: 1 = put, >1 = mput")
+		fs.BoolVar(&cfg.sync, "sync", false, "wait for each reply before the next request")
+		fs.IntVar(&cfg.inflight, "inflight", 256, "requests in flight per producer")
+		fs.IntVar(&cfg.partition, "partition", -1, "partition, or -1 to spread over all")
+		asJSON := fs.Bool("json", false, "print JSON")
+		return func(args []string) error {
+			if cfg.size < 0 || cfg.producers < 1 || cfg.batch < 1 || cfg.inflight < 1 || cfg.messages < 0 {
+				return usagef("--size, --producers, --batch, --inflight and --messages must be positive")
+			}
+			if cfg.messages == 0 && cfg.duration == 0 {
+				cfg.duration = 5 * time.Second
+			}
+			n, err := topicPartitions(e, cfg.topic)
+			if err != nil {
+				return err
+			}
+			if cfg.partition >= n {
+				return usagef("--partition %d out of range: %s has %d partitions", cfg.partition, cfg.topic, n)
+			}
+			cfg.addr, cfg.sec, cfg.partitions = e.addr, e.sec, n
+			cfg.prog = newProgress(e, "bench produce")
+			res, err := runProduceBench(e.ctx, cfg)
+			if *asJSON {
+				writeJSON(e.stdout, struct {
+					Config map[string]any `json:"config"`
+					prodResult
+				}{prodConfigMap(cfg), res})
+			} else {
+				printProduce(e.stdout, cfg, res)
+			}
+			if err != nil {
+				return err
+			}
+			if res.Errors > 0 {
+				return fmt.Errorf("%d messages failed, first: %s", res.Errors, res.FirstErr)
+			}
+			return nil
+		}
+	})
 }
 
 func prodConfigMap(cfg prodConfig) map[string]any {
@@ -180,36 +166,36 @@ records with one consumer: one connection, --depth pipelined gets of
 from the page cache.
 `
 
-func benchConsumeCmd(e *env, args []string) error {
-	fs := newFlagSet(e, "bench consume", "bench consume [--topic T] [--partition P] [--size B] [--messages N]", benchConsumeHelp)
-	cfg := consConfig{group: "metaq-bench"}
-	fs.StringVar(&cfg.topic, "topic", "meta-test", "topic")
-	p := fs.Int("partition", 0, "partition")
-	fs.IntVar(&cfg.size, "size", 1024, "message size in bytes")
-	fs.Int64Var(&cfg.messages, "messages", 100000, "messages to read")
-	fs.IntVar(&cfg.depth, "depth", 4, "gets in flight")
-	fs.IntVar(&cfg.fetch, "fetch", 2<<20, "bytes per get (the broker clamps it to max_transfer_size)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if cfg.size < 0 || cfg.messages < 1 || *p < 0 {
-		return usagef("--size, --messages and --partition must be positive")
-	}
-	cfg.partition = int32(*p)
-	if err := checkBroker(e); err != nil {
-		return err
-	}
-	cfg.addr = e.addr
-	res, err := benchConsume(e, cfg)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return writeJSON(e.stdout, res)
-	}
-	printConsume(e.stdout, cfg, res)
-	return nil
+func benchConsumeCmd(e *env) *cobra.Command {
+	return leaf(e, "bench consume", "bench consume [--topic T] [--partition P] [--size B] [--messages N]", benchConsumeHelp, func(fs *pflag.FlagSet) func(args []string) error {
+		cfg := consConfig{group: "metaq-bench"}
+		fs.StringVar(&cfg.topic, "topic", "meta-test", "topic")
+		p := fs.Int("partition", 0, "partition")
+		fs.IntVar(&cfg.size, "size", 1024, "message size in bytes")
+		fs.Int64Var(&cfg.messages, "messages", 100000, "messages to read")
+		fs.IntVar(&cfg.depth, "depth", 4, "gets in flight")
+		fs.IntVar(&cfg.fetch, "fetch", 2<<20, "bytes per get (the broker clamps it to max_transfer_size)")
+		asJSON := fs.Bool("json", false, "print JSON")
+		return func(args []string) error {
+			if cfg.size < 0 || cfg.messages < 1 || *p < 0 {
+				return usagef("--size, --messages and --partition must be positive")
+			}
+			cfg.partition = int32(*p)
+			if err := checkBroker(e); err != nil {
+				return err
+			}
+			cfg.addr, cfg.sec = e.addr, e.sec
+			res, err := benchConsume(e, cfg)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(e.stdout, res)
+			}
+			printConsume(e.stdout, cfg, res)
+			return nil
+		}
+	})
 }
 
 func benchConsume(e *env, cfg consConfig) (consResult, error) {
@@ -217,6 +203,7 @@ func benchConsume(e *env, cfg consConfig) (consResult, error) {
 	if err != nil {
 		return consResult{}, err
 	}
+	cfg.prog = newProgress(e, "bench consume")
 	res, err := runConsumeBench(e.ctx, cfg, start)
 	res.Filled = filled
 	return res, err
@@ -228,56 +215,56 @@ func printConsume(w io.Writer, cfg consConfig, r consResult) {
 	fmt.Fprintf(w, "msgs=%d elapsed=%.3fs msgs/s=%.0f MB/s=%.2f gets=%d\n", r.Msgs, r.Elapsed.Seconds(), r.MsgsPerS, r.MBPerS, r.Gets)
 }
 
-func benchRTTCmd(e *env, args []string) error {
-	fs := newFlagSet(e, "bench rtt", "bench rtt [--n N]", `
+func benchRTTCmd(e *env) *cobra.Command {
+	return leaf(e, "bench rtt", "bench rtt [--n N]", `
 Round-trip baselines: a 1-line request/reply against an echo server started
 in-process on 127.0.0.1, then the broker's version command on one
-connection. Prints p50 and p99 of each.`)
-	n := fs.Int("n", 2000, "round trips")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *n < 1 {
-		return usagef("--n must be positive")
-	}
-	res, err := runRTTBench(e.ctx, e.addr, *n, e.timeout)
-	if *asJSON {
-		writeJSON(e.stdout, res)
-		return err
-	}
-	fmt.Fprintf(e.stdout, "loopback echo rtt: n=%d p50=%s p99=%s\n", res.N, fmtDur(res.EchoP50), fmtDur(res.EchoP99))
-	if err == nil {
-		fmt.Fprintf(e.stdout, "broker version rtt: n=%d p50=%s p99=%s addr=%s\n", res.N, fmtDur(res.BrokerP50), fmtDur(res.BrokerP99), e.addr)
-	}
-	return err
+connection. Prints p50 and p99 of each.`, func(fs *pflag.FlagSet) func(args []string) error {
+		n := fs.Int("n", 2000, "round trips")
+		asJSON := fs.Bool("json", false, "print JSON")
+		return func(args []string) error {
+			if *n < 1 {
+				return usagef("--n must be positive")
+			}
+			res, err := runRTTBench(e.ctx, e.sec, e.addr, *n, e.timeout)
+			if *asJSON {
+				writeJSON(e.stdout, res)
+				return err
+			}
+			fmt.Fprintf(e.stdout, "loopback echo rtt: n=%d p50=%s p99=%s\n", res.N, fmtDur(res.EchoP50), fmtDur(res.EchoP99))
+			if err == nil {
+				fmt.Fprintf(e.stdout, "broker version rtt: n=%d p50=%s p99=%s addr=%s\n", res.N, fmtDur(res.BrokerP50), fmtDur(res.BrokerP99), e.addr)
+			}
+			return err
+		}
+	})
 }
 
-func benchRawCmd(e *env, args []string) error {
-	fs := newFlagSet(e, "bench raw", "bench raw --dir DIR [--size B] [--batch N] [--seconds S]", `
+func benchRawCmd(e *env) *cobra.Command {
+	return leaf(e, "bench raw", "bench raw --dir DIR [--size B] [--batch N] [--seconds S]", `
 The raw-disk baseline: append --size byte records to a new file in --dir
 in batches of --batch records, one write() and one fdatasync per batch, for
---seconds. The file is removed afterwards.`)
-	dir := fs.String("dir", ".", "directory to write in (use the broker's data disk)")
-	size := fs.Int("size", 1024, "record size in bytes")
-	batch := fs.Int("batch", 256, "records per fdatasync")
-	secs := fs.Float64("seconds", 3, "how long to run")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *size < 1 || *batch < 1 || *secs <= 0 {
-		return usagef("--size, --batch and --seconds must be positive")
-	}
-	res, err := runRawBench(e.ctx, *dir, *size, *batch, time.Duration(*secs*float64(time.Second)))
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return writeJSON(e.stdout, res)
-	}
-	printRaw(e.stdout, res)
-	return nil
+--seconds. The file is removed afterwards.`, func(fs *pflag.FlagSet) func(args []string) error {
+		dir := fs.String("dir", ".", "directory to write in (use the broker's data disk)")
+		size := fs.Int("size", 1024, "record size in bytes")
+		batch := fs.Int("batch", 256, "records per fdatasync")
+		secs := fs.Float64("seconds", 3, "how long to run")
+		asJSON := fs.Bool("json", false, "print JSON")
+		return func(args []string) error {
+			if *size < 1 || *batch < 1 || *secs <= 0 {
+				return usagef("--size, --batch and --seconds must be positive")
+			}
+			res, err := runRawBench(e.ctx, *dir, *size, *batch, time.Duration(*secs*float64(time.Second)))
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(e.stdout, res)
+			}
+			printRaw(e.stdout, res)
+			return nil
+		}
+	})
 }
 
 func printRaw(w io.Writer, r rawResult) {

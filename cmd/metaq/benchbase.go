@@ -78,8 +78,8 @@ func echoRTT(ctx context.Context, n int) (p50, p99 time.Duration, err error) {
 }
 
 // brokerRTT measures the broker's `version` round trip on one connection.
-func brokerRTT(ctx context.Context, addr string, n int) (p50, p99 time.Duration, err error) {
-	rc, err := dialRaw(ctx, addr)
+func brokerRTT(ctx context.Context, sec *security, addr string, n int) (p50, p99 time.Duration, err error) {
+	rc, err := dialRaw(ctx, sec, addr)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -105,7 +105,7 @@ func brokerRTT(ctx context.Context, addr string, n int) (p50, p99 time.Duration,
 	return p50, p99, nil
 }
 
-func runRTTBench(ctx context.Context, addr string, n int, timeout time.Duration) (rttResult, error) {
+func runRTTBench(ctx context.Context, sec *security, addr string, n int, timeout time.Duration) (rttResult, error) {
 	res := rttResult{N: n, BrokerAddr: addr}
 	var err error
 	if res.EchoP50, res.EchoP99, err = echoRTT(ctx, n); err != nil {
@@ -113,7 +113,7 @@ func runRTTBench(ctx context.Context, addr string, n int, timeout time.Duration)
 	}
 	bctx, cancel := context.WithTimeout(ctx, timeout+time.Duration(n)*time.Millisecond)
 	defer cancel()
-	if res.BrokerP50, res.BrokerP99, err = brokerRTT(bctx, addr, n); err != nil {
+	if res.BrokerP50, res.BrokerP99, err = brokerRTT(bctx, sec, addr, n); err != nil {
 		res.BrokerErr = err.Error()
 		return res, fmt.Errorf("broker %s: %w", addr, err)
 	}

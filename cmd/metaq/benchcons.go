@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
+	"github.com/metaq-go/metaq/sdk/admin"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -14,6 +14,7 @@ import (
 
 type consConfig struct {
 	addr      string
+	sec       *security
 	topic     string
 	group     string
 	partition int32
@@ -21,6 +22,8 @@ type consConfig struct {
 	messages  int64
 	depth     int // gets in flight
 	fetch     int // bytes per get (rounded down to whole records)
+	// prog, if set, shows the messages read while it runs.
+	prog *progress
 }
 
 type consResult struct {
@@ -39,7 +42,8 @@ type consResult struct {
 func prepareConsume(ctx context.Context, cfg consConfig, timeout time.Duration) (start, filled int64, err error) {
 	rec := int64(message.HeaderSize + cfg.size)
 	need := cfg.messages * rec
-	adm, err := client.NewAdmin(cfg.addr, client.WithLogger(silentLogger), client.WithRequestTimeout(timeout))
+	adm, err := admin.New(append([]client.Opt{client.Logger(silentLogger), client.RequestTimeout(timeout), client.Brokers(cfg.addr)},
+		cfg.sec.clientOpts()...)...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -47,12 +51,21 @@ func prepareConsume(ctx context.Context, cfg consConfig, timeout time.Duration) 
 	bounds := func() (int64, int64, error) {
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		hi, err := adm.Offset(actx, cfg.topic, cfg.group, cfg.partition, math.MaxInt64)
+		ts, err := adm.Topics(actx)
 		if err != nil {
 			return 0, 0, err
 		}
-		lo, err := adm.Offset(actx, cfg.topic, cfg.group, cfg.partition, 0)
-		return lo, hi, err
+		for _, t := range ts {
+			if t.Name != cfg.topic {
+				continue
+			}
+			for _, o := range t.Offsets {
+				if o.Partition == cfg.partition {
+					return o.Min, o.Max, nil
+				}
+			}
+		}
+		return 0, 0, fmt.Errorf("the broker at %s has no partition %s-%d", cfg.addr, cfg.topic, cfg.partition)
 	}
 	lo, hi, err := bounds()
 	if err != nil {
@@ -62,7 +75,7 @@ func prepareConsume(ctx context.Context, cfg consConfig, timeout time.Duration) 
 		return hi - need, 0, nil
 	}
 	batch := max(1, min(256, (1<<20)/(cfg.size+protocol.MPutEntryHeader)))
-	res, err := runProduceBench(ctx, prodConfig{addr: cfg.addr, topic: cfg.topic, size: cfg.size, producers: 1,
+	res, err := runProduceBench(ctx, prodConfig{addr: cfg.addr, sec: cfg.sec, topic: cfg.topic, size: cfg.size, producers: 1,
 		batch: batch, inflight: 8, messages: cfg.messages, partition: int(cfg.partition)})
 	if err != nil {
 		return 0, 0, fmt.Errorf("filling %s-%d: %w", cfg.topic, cfg.partition, err)
@@ -90,7 +103,7 @@ func prepareConsume(ctx context.Context, cfg consConfig, timeout time.Duration) 
 
 // probeRecord reports whether a record of cfg.size bytes starts at off.
 func probeRecord(ctx context.Context, cfg consConfig, off int64) bool {
-	rc, err := dialRaw(ctx, cfg.addr)
+	rc, err := dialRaw(ctx, cfg.sec, cfg.addr)
 	if err != nil {
 		return false
 	}
@@ -117,7 +130,7 @@ func runConsumeBench(ctx context.Context, cfg consConfig, start int64) (consResu
 	rec := int64(message.HeaderSize + cfg.size)
 	end := start + cfg.messages*rec
 	fetch := max(int64(cfg.fetch)/rec, 1) * rec
-	rc, err := dialRaw(ctx, cfg.addr)
+	rc, err := dialRaw(ctx, cfg.sec, cfg.addr)
 	if err != nil {
 		return consResult{}, err
 	}
@@ -137,6 +150,7 @@ func runConsumeBench(ctx context.Context, cfg consConfig, start int64) (consResu
 		firstOp uint32 // opaques in flight: [firstOp, op)
 	)
 	res.Start = start
+	defer cfg.prog.done()
 	t0 := time.Now()
 	for expect < end {
 		wbuf = wbuf[:0]
@@ -189,6 +203,7 @@ func runConsumeBench(ctx context.Context, cfg consConfig, start int64) (consResu
 			return res, fmt.Errorf("get at %d returned no whole record", expect)
 		}
 		res.Bytes += int64(n) - int64(n)/rec*message.HeaderSize
+		cfg.prog.update("%d of %d messages read", res.Msgs, cfg.messages)
 		expect += int64(n)
 		if int64(n) < min(fetch, end-g.off) {
 			// A short reply (the end of a segment): re-ask from here.

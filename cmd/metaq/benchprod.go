@@ -24,6 +24,7 @@ import (
 
 type prodConfig struct {
 	addr       string
+	sec        *security
 	topic      string
 	size       int
 	producers  int
@@ -34,6 +35,8 @@ type prodConfig struct {
 	duration   time.Duration
 	partition  int // -1 = spread over all partitions
 	partitions int // partition count (for spread)
+	// prog, if set, shows the acknowledged messages while it runs.
+	prog *progress
 }
 
 type prodResult struct {
@@ -306,8 +309,7 @@ func runProduceBench(ctx context.Context, cfg prodConfig) (prodResult, error) {
 	}
 	conns := make([]net.Conn, cfg.producers)
 	for i := range conns {
-		var d net.Dialer
-		nc, err := d.DialContext(ctx, "tcp", cfg.addr)
+		nc, err := cfg.sec.dial(ctx, cfg.addr)
 		if err != nil {
 			for _, c := range conns[:i] {
 				c.Close()
@@ -363,7 +365,30 @@ func runProduceBench(ctx context.Context, cfg prodConfig) (prodResult, error) {
 			errs[i] = err
 		}()
 	}
+	stopProg := func() {}
+	if cfg.prog != nil {
+		tick := time.NewTicker(progressEvery)
+		done, stopped := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(stopped)
+			defer tick.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+				}
+				var n int64
+				for _, w := range workers {
+					n += w.okMsgs.Load()
+				}
+				cfg.prog.update("%d messages acknowledged, %.1fs", n, time.Since(base).Seconds())
+			}
+		}()
+		stopProg = func() { close(done); <-stopped; cfg.prog.done() }
+	}
 	wg.Wait()
+	stopProg()
 	elapsed := time.Since(base)
 	for _, c := range conns {
 		c.Close()

@@ -11,85 +11,92 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/go-zookeeper/zk"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/metaq-go/metaq/internal/zkpath"
+	"github.com/metaq-go/metaq/sdk/admin"
+	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/cluster"
 )
 
 // defaultZK is ZooKeeper's default client port on the local host.
 const defaultZK = "127.0.0.1:2181"
 
-func cmdCluster(e *env, args []string) error {
-	fs := newFlagSet(e, "cluster", "cluster [--zk CONNECT] [--root /meta] [--json]", `
+func cmdCluster(e *env) *cobra.Command {
+	return leaf(e, "cluster", "cluster [--zk CONNECT] [--root /meta] [--json]", `
 Show the cluster as the brokers registered it in ZooKeeper (MetaQ's layout):
 each broker with its address (<root>/brokers/ids/<id>/master), and per topic
 the brokers and their partition counts, from topics-pub (producers) and
-topics-sub (consumers). --timeout bounds connecting and reading.`)
-	zkc := fs.String("zk", "", "ZooKeeper connect string `host:port[,...]` (default "+defaultZK+", or $METAQ_ZK)")
-	root := fs.String("root", cluster.DefaultRoot, "MetaQ's zkRoot")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	connect := *zkc
-	if connect == "" {
-		connect = os.Getenv("METAQ_ZK")
-	}
-	if connect == "" {
-		connect = defaultZK
-	}
-	if !strings.HasPrefix(*root, "/") {
-		return usagef("--root must start with /, got %q", *root)
-	}
-	var cl *cluster.Layout
-	err := withZK(e, connect, func(c *zk.Conn) (err error) {
-		cl, err = cluster.ReadLayout(c, *root)
-		return err
+topics-sub (consumers). --timeout bounds connecting and reading.`, func(fs *pflag.FlagSet) func(args []string) error {
+		zkc := fs.String("zk", "", "ZooKeeper connect string `host:port[,...]` (default "+defaultZK+", or $METAQ_ZK)")
+		root := fs.String("root", cluster.DefaultRoot, "MetaQ's zkRoot")
+		asJSON := fs.Bool("json", false, "print JSON")
+		return func(args []string) error {
+			if len(args) > 0 {
+				return usagef("unexpected argument %q", args[0])
+			}
+			connect := *zkc
+			if connect == "" {
+				connect = os.Getenv("METAQ_ZK")
+			}
+			if connect == "" {
+				connect = defaultZK
+			}
+			if !strings.HasPrefix(*root, "/") {
+				return usagef("--root must start with /, got %q", *root)
+			}
+			adm, err := zkAdmin(e, connect, *root)
+			if err != nil {
+				return err
+			}
+			defer adm.Close()
+			ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
+			defer cancel()
+			cl, err := adm.Layout(ctx)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(e.stdout, cl)
+			}
+			printCluster(e, cl)
+			return nil
+		}
 	})
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return writeJSON(e.stdout, cl)
-	}
-	printCluster(e, cl)
-	return nil
 }
 
-// withZK opens a ZooKeeper session at connect and runs fn on it, all within
-// e.timeout.
-func withZK(e *env, connect string, fn func(c *zk.Conn) error) error {
+// zkAdmin returns an Admin with ZooKeeper discovery at connect under
+// root, its session opened within --timeout (4 s at least).
+func zkAdmin(e *env, connect, root string) (*admin.Admin, error) {
 	if strings.TrimFunc(connect, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) == "" {
-		return usagef("empty --zk")
+		return nil, usagef("empty --zk")
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-	defer cancel()
-	cl, err := cluster.Open(ctx, cluster.Options{Connect: connect, SessionTimeout: max(e.timeout, 4*time.Second)})
+	if err := e.sec.prepare(); err != nil {
+		return nil, err
+	}
+	wait := max(e.timeout, 4*time.Second)
+	adm, err := admin.New(append(clientOpts(e), client.ZooKeeper(connect, root), client.ZooKeeperSessionTimeout(wait))...)
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("cannot reach ZooKeeper at %s within %v", connect, e.timeout)
-		}
-		return err
+		return nil, fmt.Errorf("cannot reach ZooKeeper at %s within %v: %w", connect, wait, err)
 	}
-	defer cl.Close()
-	ch := make(chan error, 1)
-	go func() { ch <- fn(cl.Conn()) }()
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("reading ZooKeeper at %s: %v", connect, ctx.Err())
-	}
+	return adm, nil
 }
 
 func printCluster(e *env, cl *cluster.Layout) {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "brokers (%s/brokers/ids): %d\n", strings.TrimSuffix(cl.Root, "/"), len(cl.Brokers))
+	fmt.Fprintf(w, "brokers (%s): %d\n", zkpath.BrokerIDs(strings.TrimSuffix(cl.Root, "/")), len(cl.Brokers))
+	// The MASTER_TLS column (ids/<id>/master_tls) only when a broker has one.
+	withTLS := false
+	for _, b := range cl.Brokers {
+		withTLS = withTLS || b.MasterTLS != ""
+	}
 	if len(cl.Brokers) > 0 {
-		fmt.Fprintln(w, "ID\tMASTER\tSLAVES")
+		if withTLS {
+			fmt.Fprintln(w, "ID\tMASTER\tMASTER_TLS\tSLAVES")
+		} else {
+			fmt.Fprintln(w, "ID\tMASTER\tSLAVES")
+		}
 	}
 	for _, b := range cl.Brokers {
 		var slaves []string
@@ -97,7 +104,11 @@ func printCluster(e *env, cl *cluster.Layout) {
 			slaves = append(slaves, k+"="+v)
 		}
 		sort.Strings(slaves)
-		fmt.Fprintf(w, "%d\t%s\t%s\n", b.ID, orDash(b.Master), orDash(strings.Join(slaves, ",")))
+		if withTLS {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", b.ID, orDash(b.Master), orDash(b.MasterTLS), orDash(strings.Join(slaves, ",")))
+		} else {
+			fmt.Fprintf(w, "%d\t%s\t%s\n", b.ID, orDash(b.Master), orDash(strings.Join(slaves, ",")))
+		}
 	}
 	fmt.Fprintf(w, "\ntopics: %d\n", len(cl.Topics))
 	if len(cl.Topics) > 0 {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -11,54 +9,38 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/brokertest"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/cluster"
 )
 
-// startZKServer starts the metaq-server binary in bin with the sample
-// config, --zk and --broker-id, and returns its address.
-func startZKServer(t *testing.T, bin, zkAddr string, id int) string {
+// startZKServer starts the metaq-server binary with the sample config, --zk
+// and --broker-id, waits until it is registered, and returns its address.
+func startZKServer(t *testing.T, zkAddr string, id int) string {
 	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(bin, "metaq-server"), "--config", "../../conf/server.toml",
-		"--port", strconv.Itoa(port), "--data-dir", filepath.Join(t.TempDir(), "data"),
-		"--zk", zkAddr, "--broker-id", strconv.Itoa(id))
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	ready := make(chan string, 1)
 	registered := make(chan struct{}, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := readyRE.FindStringSubmatch(sc.Text()); m != nil {
-				ready <- m[1]
-			}
-			if strings.Contains(sc.Text(), "registry: broker "+strconv.Itoa(id)+" registered as") {
-				registered <- struct{}{}
+	s, err := brokertest.Launch(brokertest.ServerBinary(t), func(line string) {
+		if strings.Contains(line, "registry: broker "+strconv.Itoa(id)+" registered as") {
+			select {
+			case registered <- struct{}{}:
+			default:
 			}
 		}
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatal("broker not ready within 30s")
+	}, "--config", "../../conf/server.toml", "--host", "127.0.0.1", "--port", "0",
+		"--data-dir", filepath.Join(t.TempDir(), "data"), "--zk", zkAddr, "--broker-id", strconv.Itoa(id))
+	if s != nil {
+		t.Cleanup(s.Kill)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case <-registered:
 	case <-time.After(10 * time.Second):
-		t.Fatal("broker not registered within 10s")
+		t.Fatalf("broker not registered within 10s:\n%s", s.Logs.Tail(4<<10))
 	}
-	return addr
+	return s.Addr
 }
 
 // TestClusterCommand runs two broker processes registered in a real
@@ -68,18 +50,13 @@ func TestClusterCommand(t *testing.T) {
 		t.Skip("builds and starts brokers")
 	}
 	zkAddr := testsvc.ZooKeeper(t)
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../metaq-server")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	a1 := startZKServer(t, bin, zkAddr, 1)
-	a2 := startZKServer(t, bin, zkAddr, 2)
+	a1 := startZKServer(t, zkAddr, 1)
+	a2 := startZKServer(t, zkAddr, 2)
 
 	r := cli("", "cluster", "--zk", zkAddr)
 	mustOK(t, r, "cluster")
 	for _, re := range []string{
-		`brokers \(/meta/brokers/ids\): 2\n`,
+		`brokers \(` + zkpath.BrokerIDs(zkpath.DefaultRoot) + `\): 2\n`,
 		`\n1 +meta://` + regexp.QuoteMeta(a1) + ` +-\n`,
 		`\n2 +meta://` + regexp.QuoteMeta(a2) + ` +-\n`,
 		`topics: 2\n`,
@@ -131,7 +108,7 @@ func TestClusterCommand(t *testing.T) {
 	// It committed on exit and left the group.
 	r = cli("", "group", "describe", "cg", "--zk", zkAddr, "--topic", "meta-test")
 	mustOK(t, r, "group describe")
-	if strings.Contains(r.stdout, "cg_x") || !regexp.MustCompile(`meta-test +2 +\d+ +\d+ +\d+ +0 +-`).MatchString(r.stdout) {
+	if strings.Contains(r.stdout, "cg_x") || !regexp.MustCompile(`meta-test +2 +\d+ +\d+ +\d+ +0 +0 +-`).MatchString(r.stdout) {
 		t.Fatalf("group describe after consume --zk:\n%s", r.stdout)
 	}
 	t.Logf("metaq group describe:\n%s", r.stdout)
@@ -139,7 +116,7 @@ func TestClusterCommand(t *testing.T) {
 	// An empty root, and no ZooKeeper.
 	r = cli("", "cluster", "--zk", zkAddr, "--root", "/nothing-here")
 	mustOK(t, r, "cluster empty root")
-	if !strings.Contains(r.stdout, "brokers (/nothing-here/brokers/ids): 0") || !strings.Contains(r.stdout, "topics: 0") {
+	if !strings.Contains(r.stdout, "brokers ("+zkpath.BrokerIDs("/nothing-here")+"): 0") || !strings.Contains(r.stdout, "topics: 0") {
 		t.Fatalf("empty root:\n%s", r.stdout)
 	}
 	port, _ := freePort()
@@ -149,5 +126,25 @@ func TestClusterCommand(t *testing.T) {
 	}
 	if r := cli("", "cluster", "--root", "meta"); r.code != 2 {
 		t.Fatalf("bad root: exit %d", r.code)
+	}
+}
+
+// TestPrintClusterTLS: the MASTER_TLS column (ids/<id>/master_tls) shows
+// only when a broker registered one; a TLS-only broker's master is
+// metaqs://.
+func TestPrintClusterTLS(t *testing.T) {
+	var out strings.Builder
+	printCluster(&env{stdout: &out}, &cluster.Layout{Root: "/meta", Brokers: []cluster.BrokerInfo{
+		{ID: 1, Master: "meta://h:8123", MasterTLS: "metaqs://h:8443"},
+		{ID: 2, Master: "metaqs://h2:8443"},
+	}})
+	for _, re := range []string{
+		`\nID +MASTER +MASTER_TLS +SLAVES\n`,
+		`\n1 +meta://h:8123 +metaqs://h:8443 +-\n`,
+		`\n2 +metaqs://h2:8443 +- +-\n`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out.String()) {
+			t.Fatalf("output does not match %q:\n%s", re, out.String())
+		}
 	}
 }

@@ -1,32 +1,25 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/metaq-go/metaq/sdk/admin"
 	"github.com/metaq-go/metaq/sdk/cluster"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Consumer groups: `metaq groups`, `metaq group describe` and `metaq group
-// reset-offsets`. A group is read in one of two modes:
-//
-//   - local (the default): the broker at --addr coordinates the members
-//     (`stats groups`, `stats members`);
-//   - cluster (--zk): the members and owners are MetaQ's znodes,
-//     R/consumers/<g>/ids/<consumerId> (data: the subscribed topics) and
-//     R/consumers/<g>/owners/<t>/<brokerId>-<p> (data: the owner), and the
-//     partitions are the brokers' topics-sub registrations.
-//
-// Either way the committed offsets are read and written through the broker
-// that holds the partition (the fetch and commit extensions: that broker's
-// offset store), and the log bounds come from its `stats offsets`.
+// reset-offsets`, on sdk/admin. Local mode (the default) is an Admin of
+// the broker at --addr (its local groups); cluster mode (--zk) an Admin
+// with ZooKeeper discovery (MetaQ's consumers/ znodes).
 
 const groupsHelp = `
 List the consumer groups: one line per group with its topics and how many
@@ -55,8 +48,10 @@ Run "metaq group describe --help" or "metaq group reset-offsets --help".
 const groupDescribeHelp = `
 Describe a consumer group: per (topic, broker, partition) the committed
 offset (from the broker's offset store, "-" when nothing is committed), the
-log end (the partition's max offset), the lag (log end - committed, "-"
-when nothing is committed) and the owning member ("-" for none); then the
+log end (the partition's max offset), the lag in bytes (log end -
+committed, "-" when nothing is committed) and in messages (counted when
+the lag is at most 4 MiB, else estimated from the partition's mean record
+size and shown as ~N) and the owning member ("-" for none); then the
 members with their topics and how many partitions each owns.
 
 The topics shown are --topic, else those the group has members or owner
@@ -95,10 +90,6 @@ examples:
   metaq group reset-offsets my-group --topic meta-test --partition 1 --to 1044 --execute
 `
 
-// scanGroup is the group sent with the gets that look for a time or check
-// an offset: a name no server-side filter is configured for.
-const scanGroup = "metaq-cli-scan"
-
 // groupOpts are the flags every group command has.
 type groupOpts struct {
 	zk     string
@@ -107,7 +98,7 @@ type groupOpts struct {
 	topics []string
 }
 
-func addGroupFlags(fs *flag.FlagSet, o *groupOpts, withTopic bool) {
+func addGroupFlags(fs *pflag.FlagSet, o *groupOpts, withTopic bool) {
 	fs.StringVar(&o.zk, "zk", "", "cluster mode: ZooKeeper connect string `host:port[,...]` (default: local mode, the broker at --addr)")
 	fs.StringVar(&o.root, "root", cluster.DefaultRoot, "MetaQ's zkRoot (cluster mode)")
 	fs.StringVar(&o.root, "zk-root", cluster.DefaultRoot, "same as --root")
@@ -133,86 +124,57 @@ func (o *groupOpts) check() error {
 	return nil
 }
 
-// parseInterspersed parses flags that may come before or after the
-// positional arguments, which it returns.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
-
 // ---- the commands ----
 
-type jsonGroupSummary struct {
-	Group   string   `json:"group"`
-	Topics  []string `json:"topics"`
-	Members int      `json:"members"`
+// groupAdmin returns the Admin of the group commands: of the broker at
+// --addr, or with --zk of the cluster registered in ZooKeeper; and what
+// it reads, for messages.
+func groupAdmin(e *env, o groupOpts) (*admin.Admin, string, error) {
+	if o.zk == "" {
+		adm, err := newAdmin(e)
+		return adm, "local mode, broker " + e.addr, err
+	}
+	adm, err := zkAdmin(e, o.zk, o.root)
+	return adm, "cluster mode, ZooKeeper " + o.zk + " root " + o.root, err
 }
 
-func cmdGroups(e *env, args []string) error {
+func cmdGroups(e *env) *cobra.Command {
 	var o groupOpts
-	fs := newFlagSet(e, "groups", "groups [--zk CONNECT [--root /meta]] [--json]", groupsHelp)
-	addGroupFlags(fs, &o, false)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected argument %q", pos[0])
-	}
-	if err := o.check(); err != nil {
-		return err
-	}
-	var list []jsonGroupSummary
-	if o.zk != "" {
-		list, err = zkListGroups(e, o)
-	} else {
-		list, err = localListGroups(e)
-	}
-	if err != nil {
-		return err
-	}
-	if o.asJSON {
-		if list == nil {
-			list = []jsonGroupSummary{}
+	return leaf(e, "groups", "groups [--zk CONNECT [--root /meta]] [--json]", groupsHelp, func(fs *pflag.FlagSet) func(args []string) error {
+		addGroupFlags(fs, &o, false)
+		return func(pos []string) error {
+			if len(pos) > 0 {
+				return usagef("unexpected argument %q", pos[0])
+			}
+			if err := o.check(); err != nil {
+				return err
+			}
+			adm, _, err := groupAdmin(e, o)
+			if err != nil {
+				return err
+			}
+			defer adm.Close()
+			ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
+			defer cancel()
+			list, err := adm.ListGroups(ctx)
+			if err != nil {
+				return err
+			}
+			if o.asJSON {
+				return writeJSON(e.stdout, list)
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "GROUP\tTOPICS\tMEMBERS")
+			for _, g := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%d\n", g.Group, orDash(strings.Join(g.Topics, ",")), g.Members)
+			}
+			return tw.Flush()
 		}
-		return writeJSON(e.stdout, list)
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tTOPICS\tMEMBERS")
-	for _, g := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%d\n", g.Group, orDash(strings.Join(g.Topics, ",")), g.Members)
-	}
-	return tw.Flush()
+	})
 }
 
-func cmdGroup(e *env, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
-		fmt.Fprintf(e.stderr, "usage: metaq group describe|reset-offsets <group> [flags]\n\n%s\n", strings.TrimSpace(groupHelp))
-		if len(args) == 0 {
-			return errUsage
-		}
-		return flag.ErrHelp
-	}
-	switch args[0] {
-	case "describe":
-		return cmdGroupDescribe(e, args[1:])
-	case "reset-offsets":
-		return cmdGroupReset(e, args[1:])
-	}
-	return usagef("unknown subcommand %q: want describe or reset-offsets", args[0])
+func cmdGroup(e *env) *cobra.Command {
+	return parent(e, "group", groupHelp, cmdGroupDescribe(e), cmdGroupReset(e))
 }
 
 func oneGroupArg(pos []string) (string, error) {
@@ -227,68 +189,69 @@ func oneGroupArg(pos []string) (string, error) {
 	return pos[0], nil
 }
 
-type jsonGroupDescription struct {
-	Group      string       `json:"group"`
-	Mode       string       `json:"mode"`
-	Members    []memberInfo `json:"members"`
-	Partitions []partRow    `json:"partitions"`
+// groupCmdCtx bounds a group command: each broker and ZooKeeper read has
+// --timeout (the Admin's RequestTimeout); the whole command gets a
+// minute more than one of them.
+func groupCmdCtx(e *env) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(e.ctx, e.timeout+time.Minute)
 }
 
-func cmdGroupDescribe(e *env, args []string) error {
+func cmdGroupDescribe(e *env) *cobra.Command {
 	var o groupOpts
-	fs := newFlagSet(e, "group describe", "group describe <group> [--topic T] [--zk CONNECT [--root /meta]] [--json]", groupDescribeHelp)
-	addGroupFlags(fs, &o, true)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	g, err := oneGroupArg(pos)
-	if err != nil {
-		return err
-	}
-	if err := o.check(); err != nil {
-		return err
-	}
-	gs, err := loadGroup(e, o, g)
-	if err != nil {
-		return err
-	}
-	defer gs.close()
-	if len(gs.rows) == 0 && len(gs.members) == 0 && len(o.topics) == 0 {
-		return fmt.Errorf("group %q not found: no members and no committed offsets (%s)", g, gs.where)
-	}
-	if o.asJSON {
-		members := gs.members
-		if members == nil {
-			members = []memberInfo{}
+	return leaf(e, "group describe", "group describe <group> [--topic T] [--zk CONNECT [--root /meta]] [--json]", groupDescribeHelp, func(fs *pflag.FlagSet) func(args []string) error {
+		addGroupFlags(fs, &o, true)
+		return func(pos []string) error {
+			g, err := oneGroupArg(pos)
+			if err != nil {
+				return err
+			}
+			if err := o.check(); err != nil {
+				return err
+			}
+			adm, where, err := groupAdmin(e, o)
+			if err != nil {
+				return err
+			}
+			defer adm.Close()
+			ctx, cancel := groupCmdCtx(e)
+			defer cancel()
+			d, brokerErrs := adm.DescribeGroup(ctx, g, o.topics...)
+			if d == nil {
+				return brokerErrs
+			}
+			if len(d.Partitions) == 0 && len(d.Members) == 0 && len(o.topics) == 0 {
+				return fmt.Errorf("group %q not found: no members and no committed offsets (%s)", g, where)
+			}
+			if o.asJSON {
+				if err := writeJSON(e.stdout, d); err != nil {
+					return err
+				}
+				return brokerErrs
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "group %s (%s)\n\n", g, where)
+			fmt.Fprintln(tw, "TOPIC\tBROKER\tPARTITION\tCOMMITTED\tLOG_END\tLAG\tLAG_MSGS\tOWNER")
+			for _, r := range d.Partitions {
+				lagMsgs := optInt(r.LagMessages)
+				if r.LagMessagesEstimated {
+					lagMsgs = "~" + lagMsgs
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Topic, r.BrokerID, r.Partition, optInt(r.Committed),
+					optInt(r.LogEnd), optInt(r.Lag), lagMsgs, orDash(r.Owner))
+			}
+			fmt.Fprintf(tw, "\nmembers: %d\n", len(d.Members))
+			if len(d.Members) > 0 {
+				fmt.Fprintln(tw, "ID\tTOPICS\tPARTITIONS")
+			}
+			for _, m := range d.Members {
+				fmt.Fprintf(tw, "%s\t%s\t%d\n", m.ID, orDash(strings.Join(m.Topics, ",")), m.Partitions)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return brokerErrs
 		}
-		rows := gs.rows
-		if rows == nil {
-			rows = []partRow{}
-		}
-		if err := writeJSON(e.stdout, jsonGroupDescription{Group: g, Mode: gs.mode, Members: members, Partitions: rows}); err != nil {
-			return err
-		}
-	} else {
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "group %s (%s)\n\n", g, gs.where)
-		fmt.Fprintln(tw, "TOPIC\tBROKER\tPARTITION\tCOMMITTED\tLOG_END\tLAG\tOWNER")
-		for _, r := range gs.rows {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Topic, r.BrokerID, r.Partition, optInt(r.Committed),
-				optInt(r.LogEnd), optInt(r.Lag), orDash(r.Owner))
-		}
-		fmt.Fprintf(tw, "\nmembers: %d\n", len(gs.members))
-		if len(gs.members) > 0 {
-			fmt.Fprintln(tw, "ID\tTOPICS\tPARTITIONS")
-		}
-		for _, m := range gs.members {
-			fmt.Fprintf(tw, "%s\t%s\t%d\n", m.ID, orDash(strings.Join(m.Topics, ",")), m.Partitions)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	return gs.brokerErrors()
+	})
 }
 
 // resetTo is a parsed --to.
@@ -298,29 +261,29 @@ type resetTo struct {
 	ms     int64 // unix ms, for time
 }
 
-func parseResetTo(s string) (resetTo, error) {
+func parseResetTo(flag, s string) (resetTo, error) {
 	switch s {
 	case "earliest", "latest":
 		return resetTo{kind: s}, nil
 	case "":
-		return resetTo{}, errors.New("--to is required: earliest, latest, an offset or a time")
+		return resetTo{}, fmt.Errorf("%s is required: earliest, latest, an offset or a time", flag)
 	}
 	if ms, ok := strings.CutPrefix(s, "@"); ok {
 		v, err := strconv.ParseInt(ms, 10, 64)
 		if err != nil || v < 0 {
-			return resetTo{}, fmt.Errorf("bad --to %q: @ must be followed by unix milliseconds", s)
+			return resetTo{}, fmt.Errorf("bad %s %q: @ must be followed by unix milliseconds", flag, s)
 		}
 		return resetTo{kind: "time", ms: v}, nil
 	}
 	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
 		if v < 0 {
-			return resetTo{}, fmt.Errorf("bad --to %q: an offset is not negative", s)
+			return resetTo{}, fmt.Errorf("bad %s %q: an offset is not negative", flag, s)
 		}
 		return resetTo{kind: "offset", offset: v}, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return resetTo{}, fmt.Errorf("bad --to %q: want earliest, latest, a byte offset, an RFC 3339 time or @<unix ms>", s)
+		return resetTo{}, fmt.Errorf("bad %s %q: want earliest, latest, a byte offset, an RFC 3339 time or @<unix ms>", flag, s)
 	}
 	ms := t.UnixMilli()
 	if t.Sub(time.UnixMilli(ms)) > 0 { // round a fraction of a millisecond up
@@ -333,6 +296,9 @@ func parseResetTo(s string) (resetTo, error) {
 type partFilter []string
 
 func (p *partFilter) String() string { return strings.Join(*p, ",") }
+
+// Type names the flag's value in help.
+func (p *partFilter) Type() string { return "partitions" }
 
 func (p *partFilter) Set(v string) error {
 	for _, f := range strings.Split(v, ",") {
@@ -354,7 +320,7 @@ func (p *partFilter) Set(v string) error {
 	return nil
 }
 
-func (p partFilter) match(r partRow) bool {
+func (p partFilter) match(r admin.GroupPartition) bool {
 	if len(p) == 0 {
 		return true
 	}
@@ -366,115 +332,101 @@ func (p partFilter) match(r partRow) bool {
 	return false
 }
 
-type resetRow struct {
-	Topic     string `json:"topic"`
-	BrokerID  int    `json:"broker_id"`
-	Partition int32  `json:"partition"`
-	Current   *int64 `json:"current"`
-	New       int64  `json:"new"`
+// target is the Admin's ResetTarget of a parsed --to.
+func (t resetTo) target() admin.ResetTarget {
+	switch t.kind {
+	case "latest":
+		return admin.Latest()
+	case "offset":
+		return admin.ToOffset(t.offset)
+	case "time":
+		return admin.ToTime(time.UnixMilli(t.ms))
+	}
+	return admin.Earliest()
 }
 
-type jsonReset struct {
-	Group      string     `json:"group"`
-	To         string     `json:"to"`
-	Executed   bool       `json:"executed"`
-	Partitions []resetRow `json:"partitions"`
-}
-
-func cmdGroupReset(e *env, args []string) error {
+func cmdGroupReset(e *env) *cobra.Command {
 	var o groupOpts
-	fs := newFlagSet(e, "group reset-offsets",
+	return leaf(e, "group reset-offsets",
 		"group reset-offsets <group> --to earliest|latest|OFFSET|TIME [--topic T] [--partition P] [--execute] [--zk CONNECT [--root /meta]] [--json]",
-		groupResetHelp)
-	addGroupFlags(fs, &o, true)
-	to := fs.String("to", "", "where to: earliest, latest, a byte offset, an RFC 3339 time or @<unix ms> (required)")
-	execute := fs.Bool("execute", false, "commit the new offsets (default: only print the plan)")
-	var parts partFilter
-	fs.Var(&parts, "partition", "only these partitions: P or BROKER-P, repeatable or a comma list")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	g, err := oneGroupArg(pos)
-	if err != nil {
-		return err
-	}
-	if err := o.check(); err != nil {
-		return err
-	}
-	target, err := parseResetTo(*to)
-	if err != nil {
-		return usagef("%v", err)
-	}
-	gs, err := loadGroup(e, o, g)
-	if err != nil {
-		return err
-	}
-	defer gs.close()
-	if err := gs.brokerErrors(); err != nil {
-		return err
-	}
-	if len(gs.members) > 0 {
-		ids := make([]string, len(gs.members))
-		for i, m := range gs.members {
-			ids[i] = m.ID
-		}
-		msg := fmt.Sprintf("group %s has %d live member(s) (%s)", g, len(ids), strings.Join(ids, ", "))
-		if *execute {
-			return fmt.Errorf("%s: refusing to reset its offsets, which they would overwrite; stop them first", msg)
-		}
-		fmt.Fprintf(e.stderr, "warning: %s: --execute will be refused until they are stopped\n", msg)
-	}
-	var rows []partRow
-	for _, r := range gs.rows {
-		if parts.match(r) {
-			rows = append(rows, r)
-		}
-	}
-	if len(rows) == 0 {
-		if len(o.topics) == 0 && len(parts) == 0 {
-			return fmt.Errorf("group %s has no partitions to reset (no members and no committed offsets): name the topics with --topic", g)
-		}
-		return fmt.Errorf("no partition of group %s matches --topic/--partition", g)
-	}
-	plan := make([]resetRow, 0, len(rows))
-	for _, r := range rows {
-		n, err := gs.newOffset(e, r, target)
-		if err != nil {
-			return err
-		}
-		plan = append(plan, resetRow{Topic: r.Topic, BrokerID: r.BrokerID, Partition: r.Partition, Current: r.Committed, New: n})
-	}
-	if *execute {
-		if err := gs.commit(e, g, plan); err != nil {
-			return err
-		}
-	}
-	if o.asJSON {
-		if err := writeJSON(e.stdout, jsonReset{Group: g, To: *to, Executed: *execute, Partitions: plan}); err != nil {
-			return err
-		}
-	} else {
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TOPIC\tBROKER\tPARTITION\tCURRENT\tNEW")
-		for _, p := range plan {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\n", p.Topic, p.BrokerID, p.Partition, optInt(p.Current), p.New)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	if *execute {
-		fmt.Fprintf(e.stderr, "committed %d offsets of group %s\n", len(plan), g)
-	} else {
-		fmt.Fprintf(e.stderr, "dry run: nothing changed; add --execute to commit these %d offsets\n", len(plan))
-	}
-	return nil
+		groupResetHelp, func(fs *pflag.FlagSet) func(args []string) error {
+			addGroupFlags(fs, &o, true)
+			to := fs.String("to", "", "where to: earliest, latest, a byte offset, an RFC 3339 time or @<unix ms> (required)")
+			execute := fs.Bool("execute", false, "commit the new offsets (default: only print the plan)")
+			var parts partFilter
+			fs.Var(&parts, "partition", "only these partitions: P or BROKER-P, repeatable or a comma list")
+			return func(pos []string) error {
+				g, err := oneGroupArg(pos)
+				if err != nil {
+					return err
+				}
+				if err := o.check(); err != nil {
+					return err
+				}
+				target, err := parseResetTo("--to", *to)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				adm, _, err := groupAdmin(e, o)
+				if err != nil {
+					return err
+				}
+				defer adm.Close()
+				ctx, cancel := groupCmdCtx(e)
+				defer cancel()
+				pr := newProgress(e, "reset-offsets")
+				defer pr.done()
+				ro := admin.ResetOptions{Topics: o.topics, Execute: *execute, Progress: func(stage string, done, total int) {
+					pr.update("%s %d/%d partitions", stage, done, total)
+				}}
+				if len(parts) > 0 {
+					ro.Match = parts.match
+				}
+				plan, err := adm.ResetOffsets(ctx, g, target.target(), ro)
+				pr.done()
+				if err != nil {
+					if errors.Is(err, admin.ErrNoPartitions) {
+						if len(o.topics) == 0 && len(parts) == 0 {
+							return fmt.Errorf("group %s has no partitions to reset (no members and no committed offsets): name the topics with --topic", g)
+						}
+						return fmt.Errorf("no partition of group %s matches --topic/--partition", g)
+					}
+					return err
+				}
+				if len(plan.Members) > 0 {
+					ids := make([]string, len(plan.Members))
+					for i, m := range plan.Members {
+						ids[i] = m.ID
+					}
+					fmt.Fprintf(e.stderr, "warning: group %s has %d live member(s) (%s): --execute will be refused until they are stopped\n",
+						g, len(ids), strings.Join(ids, ", "))
+				}
+				if o.asJSON {
+					plan.To = *to
+					if err := writeJSON(e.stdout, plan); err != nil {
+						return err
+					}
+				} else {
+					tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "TOPIC\tBROKER\tPARTITION\tCURRENT\tNEW")
+					for _, p := range plan.Partitions {
+						fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\n", p.Topic, p.BrokerID, p.Partition, optInt(p.Current), p.New)
+					}
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+				}
+				if *execute {
+					fmt.Fprintf(e.stderr, "committed %d offsets of group %s\n", len(plan.Partitions), g)
+				} else {
+					fmt.Fprintf(e.stderr, "dry run: nothing changed; add --execute to commit these %d offsets\n", len(plan.Partitions))
+				}
+				return nil
+			}
+		})
 }
 
 // ---- helpers ----
-
-func int64Ptr(v int64) *int64 { return &v }
 
 func optInt(p *int64) string {
 	if p == nil {
@@ -488,26 +440,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func sortedGroupKeys[K int | string, V any](m map[K]V) []K {
-	out := make([]K, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func sortedMembers(byID map[string]*memberInfo) []memberInfo {
-	var out []memberInfo
-	for _, id := range sortedGroupKeys(byID) {
-		m := byID[id]
-		sort.Strings(m.Topics)
-		if m.Topics == nil {
-			m.Topics = []string{}
-		}
-		out = append(out, *m)
-	}
-	return out
 }

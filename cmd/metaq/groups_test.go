@@ -15,9 +15,13 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/broker"
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/brokertest"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
+	"github.com/metaq-go/metaq/sdk/admin"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 // groupBroker runs an in-process broker on 127.0.0.1 with topic gt (2
@@ -28,29 +32,14 @@ func groupBroker(t *testing.T, id int, zkAddr, root string) *broker.Broker {
 
 func groupBrokerSeg(t *testing.T, id int, zkAddr, root string, segSize int64) *broker.Broker {
 	t.Helper()
-	cfg := conf.Default()
-	cfg.Host = "127.0.0.1"
-	cfg.Port = 0
-	cfg.BrokerID = id
-	cfg.DataDir = t.TempDir()
-	cfg.NumPartitions = 2
-	cfg.MaxSegmentSize = segSize
-	cfg.Topics = []conf.Topic{{Name: "gt"}, {Name: "other"}}
+	opts := []brokertest.Option{brokertest.Quiet(), brokertest.Topics("gt", "other"), brokertest.Partitions(2),
+		brokertest.Edit(func(c *conf.Config) { c.BrokerID, c.MaxSegmentSize = id, segSize })}
 	if zkAddr != "" {
-		cfg.ZooKeeper.Connect = zkAddr
-		cfg.ZooKeeper.Root = root
-		cfg.ZooKeeper.SessionTimeout = 4000
-		cfg.ZooKeeper.ConnectionTimeout = 5000
+		opts = append(opts, brokertest.ZooKeeper(zkAddr, root, id), brokertest.Edit(func(c *conf.Config) {
+			c.ZooKeeper.SessionTimeout, c.ZooKeeper.ConnectionTimeout = 4000, 5000
+		}))
 	}
-	b, err := broker.New(cfg, broker.Options{Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	return brokertest.Start(t, opts...).Broker
 }
 
 func groupCtx(t *testing.T, d time.Duration) context.Context {
@@ -63,7 +52,7 @@ func groupCtx(t *testing.T, d time.Duration) context.Context {
 // returns, per partition, the offset of the first one.
 func produceN(t *testing.T, addr string, n int, tag string) map[int32]int64 {
 	t.Helper()
-	p, err := client.NewProducer(addr, client.WithLogger(silentLogger))
+	p, err := client.New(client.Logger(silentLogger), client.Brokers(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,55 +60,65 @@ func produceN(t *testing.T, addr string, n int, tag string) map[int32]int64 {
 	first := map[int32]int64{}
 	body := strings.Repeat("x", 100)
 	for i := range n {
-		r, err := p.Send(groupCtx(t, 5*time.Second), &message.Message{Topic: "gt", Body: []byte(tag + strconv.Itoa(i) + body)})
+		res, err := p.ProduceSync(groupCtx(t, 5*time.Second), &message.Message{Topic: "gt", Body: []byte(tag + strconv.Itoa(i) + body)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := first[r.Partition]; !ok {
-			first[r.Partition] = r.Offset
+		if _, ok := first[res[0].Partition]; !ok {
+			first[res[0].Partition] = res[0].Offset
 		}
 	}
 	return first
 }
 
+// testAdmin is an Admin of the broker at addr.
+func testAdmin(t *testing.T, addr string) *admin.Admin {
+	t.Helper()
+	adm, err := admin.New(client.Logger(silentLogger), client.Brokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { adm.Close() })
+	return adm
+}
+
+// fetchOffsets returns the group's committed offsets of parts on the
+// broker at addr (-1: none).
 func fetchOffsets(t *testing.T, addr, group, topic string, parts ...int32) []int64 {
 	t.Helper()
-	s, err := client.NewBrokerOffsetStore(addr, client.WithLogger(silentLogger))
+	d, err := testAdmin(t, addr).DescribeGroup(groupCtx(t, 5*time.Second), group, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	res, err := s.FetchOffsets(groupCtx(t, 5*time.Second), group, topic, parts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]int64, len(res))
-	for i, r := range res {
-		out[i] = r.Offset
+	out := make([]int64, len(parts))
+	for i, p := range parts {
+		out[i] = -1
+		for _, r := range d.Partitions {
+			if r.Partition == p && r.Committed != nil {
+				out[i] = *r.Committed
+			}
+		}
 	}
 	return out
 }
 
+// commitOffsets commits the group's offsets of topic on the broker at
+// addr (record starts).
 func commitOffsets(t *testing.T, addr, group, topic string, offs map[int32]int64) {
 	t.Helper()
-	s, err := client.NewBrokerOffsetStore(addr, client.WithLogger(silentLogger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Commit(groupCtx(t, 5*time.Second), group, topic, offs); err != nil {
-		t.Fatal(err)
+	adm := testAdmin(t, addr)
+	for p, off := range offs {
+		_, err := adm.ResetOffsets(groupCtx(t, 5*time.Second), group, admin.ToOffset(off), admin.ResetOptions{Topics: []string{topic},
+			Execute: true, Match: func(r admin.GroupPartition) bool { return r.Partition == p }})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
 func partitionEnds(t *testing.T, addr, topic string) map[int32][2]int64 {
 	t.Helper()
-	adm, err := client.NewAdmin(addr, client.WithLogger(silentLogger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	infos, err := adm.Topics(groupCtx(t, 5*time.Second))
+	infos, err := testAdmin(t, addr).Topics(groupCtx(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,11 +147,11 @@ func mustFailGroup(t *testing.T, r result, code int, stderr string) {
 	}
 }
 
-func describeJSON(t *testing.T, args ...string) jsonGroupDescription {
+func describeJSON(t *testing.T, args ...string) admin.GroupDescription {
 	t.Helper()
 	r := cli("", append(args, "--json")...)
 	mustOK(t, r, "describe --json")
-	var d jsonGroupDescription
+	var d admin.GroupDescription
 	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
 		t.Fatalf("%v\n%s", err, r.stdout)
 	}
@@ -179,11 +178,11 @@ func TestGroupsLocal(t *testing.T) {
 
 	// Two members consume everything and commit.
 	var got atomic.Int64
-	var members []*client.Consumer
+	var members []*client.Client
 	for _, id := range []string{"m-a", "m-b"} {
-		c, err := client.NewConsumer(addr, "gt", client.WithLogger(silentLogger), client.WithGroup(g), client.WithGroupMembership(),
-			client.WithConsumerID(id), client.WithHeartbeatInterval(100*time.Millisecond), client.WithCommitInterval(50*time.Millisecond),
-			client.WithMaxFetchDelay(20*time.Millisecond))
+		c, err := client.New(client.Logger(silentLogger), client.Brokers(addr), client.ConsumeTopics("gt"), client.ConsumerGroup(g),
+			client.ConsumerID(id), client.HeartbeatInterval(100*time.Millisecond), client.CommitInterval(50*time.Millisecond),
+			client.FetchMaxWait(20*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,6 +196,11 @@ func TestGroupsLocal(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		if r := cli("", a, "group", "describe", g); r.code != 0 && time.Now().Before(deadline) {
+			// The members have not joined yet: "group not found".
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
 		d := describeJSON(t, a, "group", "describe", g)
 		settled := len(d.Members) == 2 && len(d.Partitions) == 2
 		for _, p := range d.Partitions {
@@ -216,7 +220,7 @@ func TestGroupsLocal(t *testing.T) {
 	mustMatchGroup(t, `^GROUP +TOPICS +MEMBERS\nlg +gt +2\n$`, r.stdout)
 	r = cli("", a, "groups", "--json")
 	mustOK(t, r, "groups --json")
-	var list []jsonGroupSummary
+	var list []admin.GroupSummary
 	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 1 || list[0].Members != 2 || list[0].Topics[0] != "gt" {
 		t.Fatalf("groups --json: %v %s", err, r.stdout)
 	}
@@ -225,8 +229,8 @@ func TestGroupsLocal(t *testing.T) {
 	mustOK(t, r, "describe")
 	t.Logf("group describe:\n%s", r.stdout)
 	mustMatchGroup(t, `group lg \(local mode, broker `+regexp.QuoteMeta(addr)+`\)\n`, r.stdout)
-	mustMatchGroup(t, `\nTOPIC +BROKER +PARTITION +COMMITTED +LOG_END +LAG +OWNER\n`, r.stdout)
-	mustMatchGroup(t, fmt.Sprintf(`\ngt +0 +0 +%d +%d +0 +m-[ab]\ngt +0 +1 +%d +%d +0 +m-[ab]\n`, ends[0][1], ends[0][1], ends[1][1], ends[1][1]), r.stdout)
+	mustMatchGroup(t, `\nTOPIC +BROKER +PARTITION +COMMITTED +LOG_END +LAG +LAG_MSGS +OWNER\n`, r.stdout)
+	mustMatchGroup(t, fmt.Sprintf(`\ngt +0 +0 +%d +%d +0 +0 +m-[ab]\ngt +0 +1 +%d +%d +0 +0 +m-[ab]\n`, ends[0][1], ends[0][1], ends[1][1], ends[1][1]), r.stdout)
 	mustMatchGroup(t, `\nmembers: 2\nID +TOPICS +PARTITIONS\nm-a +gt +1\nm-b +gt +1\n$`, r.stdout)
 
 	// Live members: a dry run warns, --execute is refused.
@@ -297,13 +301,16 @@ func TestGroupsLocal(t *testing.T) {
 	}
 	r = cli("", a, "group", "describe", g)
 	mustOK(t, r, "describe, no members")
-	mustMatchGroup(t, fmt.Sprintf(`\ngt +0 +0 +%d +%d +%d +-\n`, firstB[0], ends[0][1], ends[0][1]-firstB[0]), r.stdout)
+	mustMatchGroup(t, fmt.Sprintf(`\ngt +0 +0 +%d +%d +%d +%d +-\n`, firstB[0], ends[0][1], ends[0][1]-firstB[0], *d.Partitions[0].LagMessages), r.stdout)
+	if n := *d.Partitions[0].LagMessages + *d.Partitions[1].LagMessages; n != 100 || d.Partitions[0].LagMessagesEstimated {
+		t.Fatalf("lag %d messages (estimated: %t), want the 100 b messages", n, d.Partitions[0].LagMessagesEstimated)
+	}
 	mustMatchGroup(t, `\nmembers: 0\n$`, r.stdout)
 
 	// --json plan; bad offsets are refused and change nothing.
 	r = cli("", a, "group", "reset-offsets", g, "--to", "latest", "--json")
 	mustOK(t, r, "reset --json")
-	var plan jsonReset
+	var plan admin.ResetPlan
 	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil || plan.Executed || len(plan.Partitions) != 2 ||
 		*plan.Partitions[1].Current != firstB[1] || plan.Partitions[1].New != ends[1][1] {
 		t.Fatalf("reset --json: %v %s", err, r.stdout)
@@ -323,7 +330,7 @@ func TestGroupsLocal(t *testing.T) {
 	mustFailGroup(t, cli("", a, "group", "reset-offsets", "nobody", "--to", "latest"), 1, "name the topics with --topic")
 	r = cli("", a, "group", "describe", "nobody", "--topic", "other")
 	mustOK(t, r, "describe --topic")
-	mustMatchGroup(t, `\nother +0 +0 +- +0 +- +-\nother +0 +1 +- +0 +- +-\n`, r.stdout)
+	mustMatchGroup(t, `\nother +0 +0 +- +0 +- +- +-\nother +0 +1 +- +0 +- +- +-\n`, r.stdout)
 
 	// Usage errors.
 	for _, args := range [][]string{
@@ -349,18 +356,18 @@ func TestGroupsLocal(t *testing.T) {
 func TestGroupsResetLargeRecords(t *testing.T) {
 	b := groupBrokerSeg(t, 0, "", "", 8<<20)
 	addr := b.Addr()
-	p, err := client.NewProducer(addr, client.WithLogger(silentLogger), client.WithSelector(client.Fixed(0)))
+	p, err := client.New(client.Logger(silentLogger), client.Brokers(addr), client.Selector(selector.Fixed(0)), client.ProduceRetries(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
 	send := func(size int) int64 {
 		t.Helper()
-		r, err := p.Send(groupCtx(t, 5*time.Second), &message.Message{Topic: "gt", Body: []byte(strings.Repeat("y", size))})
+		res, err := p.ProduceSync(groupCtx(t, 5*time.Second), &message.Message{Topic: "gt", Body: []byte(strings.Repeat("y", size))})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r.Offset
+		return res[0].Offset
 	}
 	for range 10 {
 		send(1000)
@@ -400,13 +407,13 @@ func TestParseResetTo(t *testing.T) {
 		"2024-05-01T10:00:00.999999Z":    {kind: "time", ms: 1714557601000},
 		"2024-05-01T10:00:00.001000000Z": {kind: "time", ms: 1714557600001},
 	} {
-		got, err := parseResetTo(in)
+		got, err := parseResetTo("--to", in)
 		if err != nil || got != want {
 			t.Errorf("%q: %+v %v, want %+v", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "soon", "-1", "@", "@-5", "2024-05-01", "1e3"} {
-		if _, err := parseResetTo(in); err == nil {
+		if _, err := parseResetTo("--to", in); err == nil {
 			t.Errorf("%q: no error", in)
 		}
 	}
@@ -444,23 +451,23 @@ func TestGroupsCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer zc.Close()
-	for _, p := range []string{"/consumers", "/consumers/" + g, "/consumers/" + g + "/ids", "/consumers/" + g + "/owners",
-		"/consumers/" + g + "/owners/gt", "/consumers/idle", "/consumers/idle/offsets", "/consumers/idle/offsets/other"} {
-		if _, err := zc.Create(root+p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+	for _, p := range []string{zkpath.Consumers(root), zkpath.Group(root, g), zkpath.Members(root, g), zkpath.Owners(root, g),
+		zkpath.OwnersTopic(root, g, "gt"), zkpath.Group(root, "idle"), zkpath.Offsets(root, "idle"), zkpath.OffsetsTopic(root, "idle", "other")} {
+		if _, err := zc.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
 			t.Fatalf("create %s: %v", p, err)
 		}
 	}
 	eph := func(p, data string) {
 		t.Helper()
-		if _, err := zc.Create(root+p, []byte(data), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		if _, err := zc.Create(p, []byte(data), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 			t.Fatalf("create %s: %v", p, err)
 		}
 	}
-	eph("/consumers/cg/ids/cg_a", "gt")
-	eph("/consumers/cg/ids/cg_b", "gt,other")
-	eph("/consumers/cg/owners/gt/1-0", "cg_a")
-	eph("/consumers/cg/owners/gt/2-1", "cg_a")
-	eph("/consumers/cg/owners/gt/1-1", "cg_b")
+	eph(zkpath.Member(root, g, "cg_a"), "gt")
+	eph(zkpath.Member(root, g, "cg_b"), "gt,other")
+	eph(zkpath.Owner(root, g, "gt", 1, 0), "cg_a")
+	eph(zkpath.Owner(root, g, "gt", 2, 1), "cg_a")
+	eph(zkpath.Owner(root, g, "gt", 1, 1), "cg_b")
 	z := []string{"--zk", zkAddr, "--root", root}
 
 	r := cli("", append([]string{"groups"}, z...)...)
@@ -470,24 +477,24 @@ func TestGroupsCluster(t *testing.T) {
 	r = cli("", append([]string{"group", "describe", g}, z...)...)
 	mustOK(t, r, "describe --zk")
 	t.Logf("group describe --zk:\n%s", r.stdout)
-	mustMatchGroup(t, fmt.Sprintf(`\ngt +1 +0 +0 +%d +%d +cg_a\ngt +1 +1 +- +%d +- +cg_b\ngt +2 +0 +- +%d +- +-\ngt +2 +1 +- +%d +- +cg_a\n`,
+	mustMatchGroup(t, fmt.Sprintf(`\ngt +1 +0 +0 +%d +%d +\d+ +cg_a\ngt +1 +1 +- +%d +- +- +cg_b\ngt +2 +0 +- +%d +- +- +-\ngt +2 +1 +- +%d +- +- +cg_a\n`,
 		ends1[0][1], ends1[0][1], ends1[1][1], ends2[0][1], ends2[1][1]), r.stdout)
-	mustMatchGroup(t, `\nother +1 +0 +- +0 +- +-\n`, r.stdout)
+	mustMatchGroup(t, `\nother +1 +0 +- +0 +- +- +-\n`, r.stdout)
 	mustMatchGroup(t, `\nmembers: 2\nID +TOPICS +PARTITIONS\ncg_a +gt +2\ncg_b +gt,other +1\n$`, r.stdout)
 
 	// --zk-root is --root; an owner of a partition no broker registers.
-	eph("/consumers/cg/owners/gt/3-0", "cg_b")
+	eph(zkpath.Owner(root, g, "gt", 3, 0), "cg_b")
 	d := describeJSON(t, "group", "describe", g, "--topic", "gt", "--zk", zkAddr, "--zk-root", root)
 	if d.Mode != "cluster" || len(d.Partitions) != 5 || d.Partitions[4].BrokerID != 3 || d.Partitions[4].LogEnd != nil || d.Partitions[4].Owner != "cg_b" {
 		t.Fatalf("describe --json: %+v", d)
 	}
-	if err := zc.Delete(root+"/consumers/cg/owners/gt/3-0", -1); err != nil {
+	if err := zc.Delete(zkpath.Owner(root, "cg", "gt", 3, 0), -1); err != nil {
 		t.Fatal(err)
 	}
 
 	mustFailGroup(t, cli("", append([]string{"group", "reset-offsets", g, "--to", "latest", "--execute"}, z...)...), 1, "live member")
 	for _, id := range []string{"cg_a", "cg_b"} {
-		if err := zc.Delete(root+"/consumers/cg/ids/"+id, -1); err != nil {
+		if err := zc.Delete(zkpath.Member(root, g, id), -1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -518,14 +525,14 @@ func TestGroupsCluster(t *testing.T) {
 	// A registered broker that does not answer: its partitions show "-"
 	// and the command fails (exit 1) after printing the rest.
 	dead := "127.0.0.1:" + strconv.Itoa(port)
-	if _, err := zc.Create(root+"/brokers/ids/9", []byte("meta://"+dead), 0, zk.WorldACL(zk.PermAll)); err != nil {
+	if _, err := zc.Create(zkpath.Broker(root, 9), []byte("meta://"+dead), 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
-	eph("/brokers/ids/9/master", "meta://"+dead)
-	eph("/brokers/topics-sub/gt/9-m", `{"numParts":1,"broker":"9-m"}`)
+	eph(zkpath.Master(root, 9), "meta://"+dead)
+	eph(zkpath.TopicsSub.Node(root, "gt", zkpath.MasterName(9)), `{"numParts":1,"broker":"9-m"}`)
 	r = cli("", append([]string{"group", "describe", g, "--topic", "gt"}, z...)...)
 	if r.code != 1 || !strings.Contains(r.stderr, "broker 9 ("+dead+"): cannot reach the broker") ||
-		!regexp.MustCompile(`\ngt +9 +0 +- +- +- +-\n`).MatchString(r.stdout) || !regexp.MustCompile(`\ngt +2 +1 +0 +`).MatchString(r.stdout) {
+		!regexp.MustCompile(`\ngt +9 +0 +- +- +- +- +-\n`).MatchString(r.stdout) || !regexp.MustCompile(`\ngt +2 +1 +0 +`).MatchString(r.stdout) {
 		t.Fatalf("unreachable broker: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	mustFailGroup(t, cli("", append([]string{"group", "reset-offsets", g, "--to", "earliest", "--topic", "gt"}, z...)...), 1, "broker 9")

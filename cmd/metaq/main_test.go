@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
@@ -13,48 +12,20 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/metaq-go/metaq/internal/brokertest"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/admin"
 )
 
-// testServer builds cmd/metaq-server and cmd/metaq into a temp dir, starts
-// the broker on a free 127.0.0.1 port with a temp data dir, and returns its
-// address and the CLI binary.
+// testServer starts the metaq-server binary (internal/brokertest) on a
+// free 127.0.0.1 port with a temp data dir, builds cmd/metaq, and returns
+// the broker's address and the CLI binary.
 func testServer(t *testing.T) (addr, cli string) {
 	t.Helper()
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "../metaq-server", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(bin, "metaq-server"), "--config", "../../conf/server.toml",
-		"--port", strconv.Itoa(port), "--data-dir", filepath.Join(t.TempDir(), "data"))
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := readyRE.FindStringSubmatch(sc.Text()); m != nil {
-				ready <- m[1]
-			}
-		}
-	}()
-	select {
-	case addr = <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatal("broker not ready within 30s")
-	}
-	return addr, filepath.Join(bin, "metaq")
+	srv := brokertest.StartServer(t, "--config", "../../conf/server.toml", "--host", "127.0.0.1", "--port", "0",
+		"--data-dir", filepath.Join(t.TempDir(), "data"))
+	return srv.Addr, testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq")
 }
 
 type result struct {
@@ -90,6 +61,36 @@ func TestCLI(t *testing.T) {
 		}
 		if err := exec.Command(bin, "nosuchcommand").Run(); err == nil {
 			t.Fatal("unknown command: want a non-zero exit")
+		}
+	})
+
+	t.Run("json", func(t *testing.T) {
+		r := cli("", a, "version", "--json")
+		mustOK(t, r, "version --json")
+		var v jsonVersion
+		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.Version != version || v.BrokerAddr != addr ||
+			v.BrokerVersion == "" || v.BrokerError != "" {
+			t.Fatalf("version --json: %v %s", err, r.stdout)
+		}
+		r = cli("x\ny\n", a, "produce", "--topic", "meta-fast", "--json")
+		mustOK(t, r, "produce --json")
+		var res []map[string]any
+		dec := json.NewDecoder(strings.NewReader(r.stdout))
+		for dec.More() {
+			var m map[string]any
+			if err := dec.Decode(&m); err != nil {
+				t.Fatalf("produce --json: %v\n%s", err, r.stdout)
+			}
+			res = append(res, m)
+		}
+		if len(res) != 2 || res[0]["topic"] != "meta-fast" || res[1]["line"] != float64(2) {
+			t.Fatalf("produce --json: %s", r.stdout)
+		}
+		if id, ok := res[0]["msgId"].(string); !ok || id == "" || strings.Trim(id, "0123456789") != "" {
+			t.Fatalf("msgId not a decimal string: %s", r.stdout)
+		}
+		if r := cli("x\n", a, "produce", "--topic", "meta-fast", "--json", "--verbose"); r.code != 2 {
+			t.Fatalf("--json --verbose: exit %d", r.code)
 		}
 	})
 
@@ -135,7 +136,7 @@ func TestCLI(t *testing.T) {
 		}
 		want := []string{"first", "second", base64.StdEncoding.EncodeToString([]byte("\xff\xfe")), "fourth"}
 		for i, m := range got {
-			if m.Body != want[i] || m.Partition != 1 || m.Topic != "meta-test" || m.MsgID == 0 ||
+			if m.Body != want[i] || m.Partition != 1 || m.Topic != "meta-test" || m.MsgID == "" || m.MsgID == "0" ||
 				m.Attribute == nil || *m.Attribute != "tag-a" || m.Offset != offsets[i] {
 				t.Fatalf("message %d: %+v", i, m)
 			}
@@ -183,7 +184,7 @@ func TestCLI(t *testing.T) {
 	t.Run("topics", func(t *testing.T) {
 		r := cli("", a, "topics", "--json")
 		mustOK(t, r, "topics --json")
-		var ts []jsonTopic
+		var ts []admin.Topic
 		if err := json.Unmarshal([]byte(r.stdout), &ts); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +192,7 @@ func TestCLI(t *testing.T) {
 		for _, tp := range ts {
 			if tp.Name == "meta-test" {
 				found = true
-				if tp.Partitions != 4 || tp.MessageCount != 5 || len(tp.Detail) != 4 || tp.Detail[1].MaxOffset <= tp.Detail[1].MinOffset {
+				if tp.Partitions != 4 || tp.MessageCount != 5 || len(tp.Offsets) != 4 || tp.Offsets[1].Max <= tp.Offsets[1].Min || tp.Offsets[1].Messages < 0 {
 					t.Fatalf("meta-test: %+v", tp)
 				}
 			}
@@ -281,6 +282,29 @@ func TestCLI(t *testing.T) {
 		}
 		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 			t.Fatalf("bench raw left %d files", len(ents))
+		}
+		// bench durable starts its own brokers: tiny sizes, every row.
+		r = cli("", "bench", "durable", "--server", brokertest.ServerBinary(t), "--data-dir", dir,
+			"--seconds", "0.2", "--partitions", "1,8", "--sync-n", "20", "--restart-partitions", "8", "--restart-mb", "2", "--restart-mb-large", "4")
+		mustOK(t, r, "bench durable")
+		for _, re := range []string{
+			`(?m)^1 raw append 1 KiB, fdatasync/256 +[0-9.]+ MB/s`,
+			`(?m)^6 durable 1 KiB put, 4x64 in flight, 1 partition +\S+ rec/s .* +\S+ rec/s \(1\) +[0-9.]+x +>= 0.8x of \(1\) +(yes|no)$`,
+			`(?m)^6 durable 1 KiB put, 4x64 in flight, 8 partitions +\S+ rec/s `,
+			`(?m)^7 sync durable put p50 \(100 B\), 1 partition +p50 \S+ .*raw write\+fdatasync p50 \S+ +[0-9.]+x +<= 260µs +(yes|no)$`,
+			`(?m)^7 sync durable put p50 \(100 B\), 512 partitions +p50 `,
+			`(?m)^8 restart after kill -9, 8 partitions, 2 MB +\S+ to ready +\S+ empty \(same run\) +[0-9.]+x `,
+			`(?m)^8 restart after kill -9, 8 partitions, 4 MB +\S+ to ready +\S+ at 2 MB \(same run\) `,
+			`(?m)^  info: broker with 8 partitions, idle after restart +RSS [0-9]+ MB, [0-9]+ goroutines`,
+		} {
+			if !regexp.MustCompile(re).MatchString(r.stdout) {
+				t.Fatalf("bench durable output %q does not match %s", r.stdout, re)
+			}
+		}
+		for _, d := range []string{"durable", "restart"} { // the brokers' data (configs and broker.log stay)
+			if _, err := os.Stat(filepath.Join(dir, d)); !os.IsNotExist(err) {
+				t.Fatalf("bench durable left %s in its data dir (%v)", d, err)
+			}
 		}
 	})
 }

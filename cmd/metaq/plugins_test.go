@@ -2,40 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
-)
 
-func TestParsePluginStats(t *testing.T) {
-	body := "STATS\r\n" +
-		"filter colour version 1 pid 4242 state running restarts 2 calls 100 errors 3\r\n" +
-		"offsetstore zk version 1 pid 0 state restarting restarts 7 calls 5 errors 5 extra 9\r\n" +
-		"END\r\n"
-	rows, err := parsePluginStats(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []pluginRow{
-		{Kind: "filter", Name: "colour", Version: 1, PID: 4242, State: "running", Restarts: 2, Calls: 100, Errors: 3},
-		{Kind: "offsetstore", Name: "zk", Version: 1, State: "restarting", Restarts: 7, Calls: 5, Errors: 5},
-	}
-	if !reflect.DeepEqual(rows, want) {
-		t.Fatalf("got %+v", rows)
-	}
-	if rows, err := parsePluginStats("STATS\r\nEND\r\n"); err != nil || rows == nil || len(rows) != 0 {
-		t.Fatalf("empty: %v %v", rows, err)
-	}
-	for _, bad := range []string{
-		"STATS\r\ntopic plugins\r\nresult_code 1\r\nEND\r\n", // a broker without `stats plugins`
-		"STATS\r\nfilter x version\r\nEND\r\n",
-		"STATS\r\nfilter x pid abc\r\nEND\r\n",
-	} {
-		if _, err := parsePluginStats(bad); err == nil {
-			t.Fatalf("%q: want an error", bad)
-		}
-	}
-}
+	"github.com/metaq-go/metaq/sdk/admin"
+)
 
 func TestPluginsCommand(t *testing.T) {
 	if testing.Short() {
@@ -52,7 +23,7 @@ func TestPluginsCommand(t *testing.T) {
 	}
 	r = cli("", a, "plugins", "--json")
 	mustOK(t, r, "plugins --json")
-	var rows []pluginRow
+	var rows []admin.Plugin
 	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || rows == nil || len(rows) != 0 {
 		t.Fatalf("plugins --json: %q %v", r.stdout, err)
 	}

@@ -3,129 +3,187 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
-	"flag"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
 )
 
 const produceHelp = `
 Send one message per line of stdin (or --file). The trailing "\n" (or "\r\n")
-is not part of the message. Messages are pipelined on one connection; the
-command waits for every acknowledgement. On success it prints nothing on
+is not part of the message. At a terminal the command says on stderr that it
+reads stdin. Messages are sent in input order, each acknowledged before the
+next. With --zk the brokers are found in ZooKeeper (MetaQ's
+layout under --root) and --partition is an index into the topic's partitions
+across the cluster, sorted by broker id, then number. On success it prints nothing on
 stdout (with --verbose one "msgId partition offset" line per message, in
-input order) and "sent N messages" on stderr. Any failed send makes the
-exit status 1.
+input order; with --json one JSON object per message, its msgId a string)
+and "sent N messages" on stderr. Any failed send makes the exit status 1.
+With --file and stderr at a terminal, the progress shows on stderr.
 
 examples:
   echo hello | metaq produce --topic meta-test
   metaq produce --topic meta-test --key user42 --verbose < lines.txt
+  metaq produce --topic meta-test --json < lines.txt
   metaq produce --topic meta-test --partition 2 --attribute tag-a --file lines.txt
+  metaq produce --zk 127.0.0.1:2181 --topic meta-test < lines.txt
 `
 
 // silentLogger discards the SDK's log output: the CLI reports errors itself.
 var silentLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func cmdProduce(e *env, args []string) error {
-	fs := newFlagSet(e, "produce", "produce --topic T [--key K] [--partition P] [--attribute A] [--file F] [--verbose]", produceHelp)
-	topic := fs.String("topic", "", "topic to send to (required)")
-	key := fs.String("key", "", "partition key: messages with the same key go to the same partition")
-	partition := fs.Int("partition", -1, "send every message to this partition (default: round robin, or by --key)")
-	attribute := fs.String("attribute", "", "attribute string attached to every message")
-	file := fs.String("file", "", "read messages from this file instead of stdin")
-	verbose := fs.Bool("verbose", false, "print msgId, partition and offset of each message on stdout")
-	maxSize := fs.Int("max-size", message.DefaultMaxMessageSize, "longest accepted line in bytes")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *topic == "" || strings.ContainsAny(*topic, " \r\n\t") {
-		return usagef("--topic is required (and must not contain spaces)")
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	hasAttr := false
-	fs.Visit(func(f *flag.Flag) { hasAttr = hasAttr || f.Name == "attribute" })
-
-	in := e.stdin
-	if *file != "" {
-		f, err := os.Open(*file)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in = f
-	}
-	if err := checkBroker(e); err != nil {
-		return err
-	}
-	opts := []client.ProducerOption{client.WithLogger(silentLogger), client.WithSendTimeout(e.timeout),
-		client.WithDialTimeout(e.timeout), client.WithRequestTimeout(e.timeout), client.WithMaxMessageSize(*maxSize)}
-	switch {
-	case *partition >= 0:
-		opts = append(opts, client.WithSelector(client.Fixed(*partition)))
-	case *key != "":
-		opts = append(opts, client.WithSelector(client.HashByKey()))
-	}
-	p, err := client.NewProducer(e.addr, opts...)
-	if err != nil {
-		return err
-	}
-	defer p.Close(context.Background())
-
-	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-	n, err := p.Partitions(ctx, *topic)
-	cancel()
-	if err != nil {
-		if errors.Is(err, client.ErrUnknownTopic) {
-			return fmt.Errorf("unknown topic %q (not listed by the broker at %s)", *topic, e.addr)
-		}
-		return err
-	}
-	if *partition >= n {
-		return usagef("--partition %d out of range: topic %s has %d partitions (0..%d)", *partition, *topic, n, n-1)
-	}
-
-	// The printer takes the futures in input order, so --verbose output and
-	// error reports follow the input even though replies may not.
-	type pending struct {
-		line int
-		f    *client.SendFuture
-	}
-	queue := make(chan pending, 1024)
-	var sent, failed int
-	var wg sync.WaitGroup
-	wg.Add(1)
-	out := bufio.NewWriter(e.stdout)
-	go func() {
-		defer wg.Done()
-		for pd := range queue {
-			res, err := pd.f.Wait(context.Background())
-			if err != nil {
-				failed++
-				if failed <= 10 {
-					fmt.Fprintf(e.stderr, "metaq produce: line %d: %v\n", pd.line, err)
+func cmdProduce(e *env) *cobra.Command {
+	return leaf(e, "produce", "produce --topic T [--key K] [--partition P] [--attribute A] [--file F] [--zk CONNECT] [--verbose|--json]", produceHelp, func(fs *pflag.FlagSet) func(args []string) error {
+		topic := fs.String("topic", "", "topic to send to (required)")
+		key := fs.String("key", "", "partition key: messages with the same key go to the same partition")
+		partition := fs.Int("partition", -1, "send every message to this partition (default: round robin, or by --key)")
+		attribute := fs.String("attribute", "", "attribute string attached to every message")
+		file := fs.String("file", "", "read messages from this file instead of stdin")
+		verbose := fs.Bool("verbose", false, "print msgId, partition and offset of each message on stdout")
+		asJSON := fs.Bool("json", false, "print each message's result as a JSON object on stdout")
+		maxSize := fs.Int("max-size", message.DefaultMaxMessageSize, "longest accepted line in bytes")
+		zkc := fs.String("zk", "", "send to the cluster registered at this ZooKeeper `host:port[,...]` instead of --addr")
+		root := fs.String("root", cluster.DefaultRoot, "MetaQ's zkRoot (with --zk)")
+		return func(args []string) error {
+			if *topic == "" || strings.ContainsAny(*topic, " \r\n\t/,") {
+				return usagef("--topic is required (and must not contain spaces, / or ,)")
+			}
+			if len(args) > 0 {
+				return usagef("unexpected argument %q", args[0])
+			}
+			if *maxSize <= 0 {
+				return usagef("--max-size must be positive")
+			}
+			if *zkc != "" && !strings.HasPrefix(*root, "/") {
+				return usagef("--root must start with /, got %q", *root)
+			}
+			if *verbose && *asJSON {
+				return usagef("--verbose and --json do not go together")
+			}
+			hasAttr := fs.Changed("attribute")
+			in := e.stdin
+			var size int64 = -1
+			if *file != "" {
+				f, err := os.Open(*file)
+				if err != nil {
+					return err
 				}
-				continue
+				defer f.Close()
+				in = f
+				if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+					size = fi.Size()
+				}
+			} else if f, ok := e.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+				fmt.Fprintln(e.stderr, "metaq produce: reading messages from stdin, one per line (Ctrl-D ends)")
 			}
-			sent++
-			if *verbose {
-				fmt.Fprintf(out, "%d %d %d\n", res.ID, res.Partition, res.Offset)
+			if err := e.sec.prepare(); err != nil {
+				return err
 			}
+			opts := append(clientOpts(e), client.ProduceTimeout(e.timeout), client.MaxMessageSize(*maxSize))
+			if *zkc != "" {
+				if err := zkTopicExists(e, *zkc, *root, *topic); err != nil {
+					return err
+				}
+				opts = append(opts, client.ZooKeeper(*zkc, *root))
+			} else {
+				n, err := topicPartitions(e, *topic)
+				if err != nil {
+					return err
+				}
+				if *partition >= n {
+					return usagef("--partition %d out of range: topic %s has %d partitions (0..%d)", *partition, *topic, n, n-1)
+				}
+				opts = append(opts, client.Brokers(e.addr))
+			}
+			switch {
+			case *partition >= 0:
+				opts = append(opts, client.Selector(selector.Fixed(*partition)), client.ProduceRetries(false))
+			case *key != "":
+				opts = append(opts, client.Selector(selector.HashByKey()), client.ProduceRetries(false))
+			}
+			cl, err := client.New(opts...)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+				defer cancel()
+				_ = cl.Close(ctx)
+			}()
+			out := outText
+			switch {
+			case *verbose:
+				out = outVerbose
+			case *asJSON:
+				out = outJSON
+			}
+			return produceLines(e, cl, in, size, produceSpec{topic: *topic, key: *key, attribute: *attribute, hasAttr: hasAttr,
+				out: out, maxSize: *maxSize})
 		}
-	}()
+	})
+}
 
+// What produce prints per message.
+const (
+	outText    = iota // nothing
+	outVerbose        // "msgId partition offset"
+	outJSON           // a jsonResult
+)
+
+// produceSpec is what produce sends and prints.
+type produceSpec struct {
+	topic, key, attribute string
+	hasAttr               bool
+	out                   int
+	maxSize               int
+}
+
+// jsonResult is one produced message in `produce --json`.
+type jsonResult struct {
+	MsgID     string `json:"msgId"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	BrokerID  int    `json:"brokerId"`
+	Line      int    `json:"line"`
+}
+
+// produceLines sends one message per line of in through cl, pipelined:
+// the Client keeps the lines' order on each partition (it retries on
+// another partition only after a failure, and --key/--partition turn
+// retries off). It prints the results (--verbose, in acknowledgement
+// order) and the failures.
+// size is the input's size in bytes for the progress line (-1: unknown,
+// no progress).
+func produceLines(e *env, cl *client.Client, in io.Reader, size int64, sp produceSpec) error {
+	topic, key, attribute, hasAttr := sp.topic, sp.key, sp.attribute, sp.hasAttr
+	var mu sync.Mutex // the promises run on the Client's goroutine
+	var sent, failed int
+	out := bufio.NewWriter(e.stdout)
+	enc := json.NewEncoder(out)
 	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), *maxSize+2)
+	sc.Buffer(make([]byte, 64<<10), sp.maxSize+2)
 	line := 0
 	var readErr error
+	var read int64
+	var pr *progress
+	if size > 0 {
+		pr = newProgress(e, "produce")
+		defer pr.done()
+	}
 	for sc.Scan() {
 		if e.ctx.Err() != nil {
 			readErr = e.ctx.Err()
@@ -133,23 +191,53 @@ func cmdProduce(e *env, args []string) error {
 		}
 		line++
 		b := sc.Bytes()
+		if read += int64(len(b)) + 1; pr != nil {
+			mu.Lock()
+			pr.update("%d lines, %d%% of the file read, %d acknowledged", line, min(100, read*100/size), sent)
+			mu.Unlock()
+		}
 		if n := len(b); n > 0 && b[n-1] == '\r' {
 			b = b[:n-1]
 		}
-		m := &message.Message{Topic: *topic, Body: append([]byte(nil), b...)}
-		if *key != "" {
-			m.Key = []byte(*key)
+		m := &message.Message{Topic: topic, Body: append([]byte(nil), b...)}
+		if key != "" {
+			m.Key = []byte(key)
 		}
 		if hasAttr {
-			m.Attribute, m.HasAttribute = *attribute, true
+			m.Attribute, m.HasAttribute = attribute, true
 		}
-		queue <- pending{line: line, f: p.SendFuture(e.ctx, m)}
+		n := line
+		cl.Produce(e.ctx, m, func(res client.SendResult, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed++
+				if failed <= 10 {
+					fmt.Fprintf(e.stderr, "metaq produce: line %d: %v\n", n, err)
+				}
+				return
+			}
+			sent++
+			switch sp.out {
+			case outVerbose:
+				fmt.Fprintf(out, "%d %d %d\n", res.ID, res.Partition, res.Offset)
+			case outJSON:
+				_ = enc.Encode(jsonResult{MsgID: strconv.FormatInt(res.ID, 10), Topic: res.Topic, Partition: res.Partition,
+					Offset: res.Offset, BrokerID: res.BrokerID, Line: n})
+			}
+		})
 	}
+	fctx, cancel := context.WithTimeout(context.Background(), e.timeout+5*time.Second)
+	if err := cl.Flush(fctx); err != nil && readErr == nil {
+		readErr = fmt.Errorf("waiting for the acknowledgements: %w", err)
+	}
+	cancel()
+	pr.done()
+	mu.Lock()
+	defer mu.Unlock()
 	if err := sc.Err(); err != nil && readErr == nil {
 		readErr = fmt.Errorf("reading input after line %d: %w", line, err)
 	}
-	close(queue)
-	wg.Wait()
 	if err := out.Flush(); err != nil && readErr == nil {
 		readErr = err
 	}

@@ -22,9 +22,9 @@ type rawConn struct {
 // the broker's max_transfer_size (2 MiB by default).
 const maxReplyBody = 64 << 20
 
-func dialRaw(ctx context.Context, addr string) (*rawConn, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+// dialRaw connects to addr with sec's TLS and auth (nil: plaintext).
+func dialRaw(ctx context.Context, sec *security, addr string) (*rawConn, error) {
+	nc, err := sec.dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -3,9 +3,11 @@
 // offset, stats and the rest (sdk/protocol, docs/protocol.md).
 //
 // Lock order: Broker.mu before any store lock; conn.wmu before conn.omu.
+// Topics are opened (store.Open) with no broker lock held.
 package broker
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -26,6 +28,7 @@ import (
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // Version is the broker's version string, answered to `version` and in stats.
@@ -41,6 +44,10 @@ type Options struct {
 	// may go without a heartbeat, or without acknowledging a revoked
 	// partition, before it is removed; 0 means DefaultGroupSessionTimeout.
 	GroupSessionTimeout time.Duration
+
+	// openHook, if set (tests), is called with the topic's name while a
+	// topic's partitions are being opened, with no broker lock held.
+	openHook func(topic string)
 }
 
 // Broker is one metaq-go broker.
@@ -53,8 +60,12 @@ type Broker struct {
 	mu     sync.RWMutex
 	topics map[string]*topic
 	names  []string // sorted topic names
+	// opening holds the topics whose partitions are being opened (without
+	// mu); a second opener of the same topic waits for the first.
+	opening map[string]*topicOpen
 
-	ln      net.Listener
+	ln      net.Listener // plaintext; nil when port = 0 with TLS on
+	tlsLn   net.Listener // TLS (tls.go); nil without [tls]
 	connsMu sync.Mutex
 	conns   map[*conn]struct{}
 	wg      sync.WaitGroup
@@ -71,9 +82,28 @@ type Broker struct {
 	offsets offsetState
 	// groups are the consumer groups coordinated here (groups.go).
 	groups groupSet
+	// tls is the TLS material (tls.go), nil without [tls]; auth is the
+	// authentication state (auth.go).
+	tls  *tlsState
+	auth authState
 	// reg is the ZooKeeper registration (cluster mode), set by Serve
 	// under mu; nil in local mode.
 	reg *registry.Registry
+	// budget bounds the memory held for clients (max_buffered_bytes).
+	budget *budget
+	// disks is the disk watermark (disk_max_used_ratio, watermark.go).
+	disks *diskWatch
+	// journals are the group-commit journals by data directory
+	// (journal.go), opened by New before any partition.
+	journals map[string]*store.Journal
+}
+
+// topicOpen is one open of a topic in progress: done is closed when t or
+// err is set.
+type topicOpen struct {
+	done chan struct{}
+	t    *topic
+	err  error
 }
 
 type topic struct {
@@ -81,6 +111,9 @@ type topic struct {
 	cfg   conf.TopicConfig
 	parts []*store.Log
 	rt    topicRealtime
+	// disk is the data directory the partitions are in: puts are refused
+	// while it is full.
+	disk *dataDisk
 }
 
 // New opens every configured topic's partitions (running crash recovery on
@@ -93,21 +126,39 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		opts.WriteTimeout = 30 * time.Second
 	}
 	b := &Broker{
-		cfg:    cfg,
-		opts:   opts,
-		logf:   opts.Logf,
-		ids:    newIDWorker(cfg.BrokerID, nil),
-		topics: make(map[string]*topic),
-		conns:  make(map[*conn]struct{}),
-		done:   make(chan struct{}),
-		start:  time.Now(),
+		cfg:     cfg,
+		opts:    opts,
+		logf:    opts.Logf,
+		ids:     newIDWorker(cfg.BrokerID, nil),
+		topics:  make(map[string]*topic),
+		opening: make(map[string]*topicOpen),
+		conns:   make(map[*conn]struct{}),
+		done:    make(chan struct{}),
+		start:   time.Now(),
+		budget:  newBudget(cfg.MaxBufferedBytes),
 	}
 	b.groups.timeout = opts.GroupSessionTimeout
+	b.groups.maxMembers, b.groups.maxPerConn = cfg.MaxGroupMembers, cfg.MaxMembershipsPerConnection
 	if b.logf == nil {
 		b.logf = log.Printf
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	b.disks = newDiskWatch(cfg.DiskMaxUsedRatio, b.logf)
+	if err := b.initAuth(); err != nil {
+		return nil, err
+	}
+	if cfg.TLS.Enabled() {
+		s, err := newTLSState(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		b.tls = s
+	}
+	if err := store.MkdirAllDurable(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	b.disks.disk(cfg.DataDir)
+	if err := b.openJournals(); err != nil {
+		return nil, err
 	}
 	names := cfg.TopicNames()
 	if cfg.AutoCreateTopics {
@@ -154,7 +205,11 @@ func (b *Broker) topicsOnDisk(dir string) []string {
 	return out
 }
 
-// openTopic opens (or returns) a topic's partition logs.
+// openTopic returns a topic, opening its partition logs (crash recovery,
+// file I/O) first if it is not open yet. The open runs without b.mu, so
+// lookups of other topics, and opens of them, go on meanwhile; concurrent
+// opens of the same topic wait for one open and share its outcome. A
+// failed open is not remembered: the next lookup tries again.
 func (b *Broker) openTopic(name string) (*topic, error) {
 	b.mu.RLock()
 	t := b.topics[name]
@@ -163,49 +218,101 @@ func (b *Broker) openTopic(name string) (*topic, error) {
 		return t, nil
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if t := b.topics[name]; t != nil {
+		b.mu.Unlock()
 		return t, nil
+	}
+	if op := b.opening[name]; op != nil {
+		b.mu.Unlock()
+		<-op.done
+		return op.t, op.err
 	}
 	tc, ok := b.cfg.TopicConfig(name)
 	if !ok {
+		b.mu.Unlock()
 		return nil, errUnknownTopic
 	}
-	t = &topic{name: name, cfg: tc}
+	op := &topicOpen{done: make(chan struct{})}
+	b.opening[name] = op
+	b.mu.Unlock()
+
+	t, err := b.openPartitions(name, tc)
+
+	b.mu.Lock()
+	delete(b.opening, name)
+	if err == nil && b.closed.Load() {
+		// Close has run closeStores, or will after we unlock: either way
+		// it must not miss these logs, and the topic is not published.
+		t.close()
+		t, err = nil, errBrokerClosed
+	}
+	if err == nil {
+		b.topics[name] = t
+		if b.reg != nil {
+			b.reg.AddTopic(registryTopic(tc))
+		}
+		b.names = append(b.names, name)
+		sort.Strings(b.names)
+	}
+	b.mu.Unlock()
+	op.t, op.err = t, err
+	close(op.done)
+	return t, err
+}
+
+// openPartitions opens the partition logs of topic name. It takes no
+// broker lock.
+func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error) {
+	if b.opts.openHook != nil {
+		b.opts.openHook(name)
+	}
 	dir := tc.DataDir
 	if dir == "" {
 		dir = b.cfg.DataDir
 	}
+	t := &topic{name: name, cfg: tc, disk: b.disks.disk(dir)}
+	recovery := store.RecoverQuarantine
+	if b.cfg.Recovery == conf.RecoveryTruncate {
+		recovery = store.RecoverTruncate
+	}
 	for p := 0; p < tc.NumPartitions; p++ {
 		l, err := store.Open(filepath.Join(dir, name+"-"+strconv.Itoa(p)), store.Options{
+			Recovery:         recovery,
 			MaxSegmentSize:   b.cfg.MaxSegmentSize,
 			UnflushThreshold: tc.UnflushThreshold,
 			UnflushInterval:  tc.UnflushInterval,
 			MaxMessageSize:   b.cfg.MaxMessageSize,
 			IDs:              b.ids,
+			Journal:          b.journalFor(dir, tc.UnflushThreshold),
 			Logf: func(format string, args ...any) {
 				b.logf("store %s-%d: "+format, append([]any{name, p}, args...)...)
 			},
 		})
 		if err != nil {
-			for _, l := range t.parts {
-				l.Close()
-			}
+			t.close()
 			return nil, fmt.Errorf("open topic %s partition %d: %w", name, p, err)
 		}
 		b.ids.observe(l.LastID())
 		t.parts = append(t.parts, l)
 	}
-	b.topics[name] = t
-	if b.reg != nil {
-		b.reg.AddTopic(registryTopic(tc))
-	}
-	b.names = append(b.names, name)
-	sort.Strings(b.names)
 	return t, nil
 }
 
-var errUnknownTopic = errors.New("unknown topic")
+// close closes the topic's logs and returns the first error.
+func (t *topic) close() error {
+	var errs []error
+	for _, l := range t.parts {
+		if err := l.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	errUnknownTopic = errors.New("unknown topic")
+	errBrokerClosed = errors.New("broker closed")
+)
 
 // lookup returns a topic by name, creating it if auto-creation is on.
 func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
@@ -235,6 +342,16 @@ func validTopicName(b []byte) bool {
 	return b[0] != '.'
 }
 
+// showTopic renders a topic name from a client for a reply or a log line:
+// as is when it is a valid name (MetaQ's replies name the topic bare),
+// escaped and quoted otherwise.
+func showTopic(b []byte) string {
+	if validTopicName(b) {
+		return string(b)
+	}
+	return protocol.Printable(b)
+}
+
 func (t *topic) partition(p int32) *store.Log {
 	if p == -1 {
 		return t.parts[rand.IntN(len(t.parts))]
@@ -246,35 +363,75 @@ func (t *topic) partition(p int32) *store.Log {
 }
 
 // Start listens on the configured host and port (port 0 picks a free one)
-// and serves connections in the background.
+// and, with [tls], on tls_port for TLS, then serves connections in the
+// background. With [tls], port = 0 means TLS only: no plaintext listener.
 func (b *Broker) Start() error {
-	ln, err := net.Listen("tcp", net.JoinHostPort(b.cfg.Host, strconv.Itoa(b.cfg.Port)))
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+	var ln, tln net.Listener
+	var err error
+	if b.cfg.Port != 0 || b.tls == nil {
+		if ln, err = net.Listen("tcp", b.cfg.Addr()); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
 	}
-	return b.Serve(ln)
+	if b.tls != nil {
+		if tln, err = net.Listen("tcp", net.JoinHostPort(b.cfg.Host, strconv.Itoa(b.cfg.TLSPort))); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			return fmt.Errorf("listen tls: %w", err)
+		}
+	}
+	return b.ServeListeners(ln, tln)
 }
 
-// Serve serves connections from ln in the background. In cluster mode
-// ([zookeeper] connect set) it also registers the broker in ZooKeeper with
-// ln's port, waiting at most zookeeper.connection_timeout for that (see
-// startRegistry).
-func (b *Broker) Serve(ln net.Listener) error {
+// Serve serves plaintext connections from ln in the background (no TLS
+// listener; see ServeListeners). In cluster mode ([zookeeper] connect set)
+// it also registers the broker in ZooKeeper with ln's port, waiting at most
+// zookeeper.connection_timeout for that (see startRegistry).
+func (b *Broker) Serve(ln net.Listener) error { return b.ServeListeners(ln, nil) }
+
+// ServeListeners is Serve with a plaintext listener ln and a TLS one tln,
+// either of which may be nil (not both). tln accepts raw TCP: the broker
+// runs the TLS handshake with the [tls] material, so it needs [tls].
+func (b *Broker) ServeListeners(ln, tln net.Listener) error {
+	switch {
+	case ln == nil && tln == nil:
+		return errors.New("serve: no listener")
+	case tln != nil && b.tls == nil:
+		return errNoTLS
+	}
 	b.ln = ln
+	if tln != nil {
+		b.tlsLn = tls.NewListener(tln, b.tls.listenerConfig())
+	}
 	if b.cfg.ZooKeeper.Enabled() {
 		if err := b.openRegistry(); err != nil {
 			return err
 		}
 	}
-	b.wg.Add(2)
-	go b.acceptLoop()
+	b.wg.Add(1)
 	go b.retentionLoop()
-	b.logf("broker %d listening on %s (%s)", b.cfg.BrokerID, ln.Addr(), Version)
+	b.wg.Add(1)
+	go func() { defer b.wg.Done(); b.disks.run(b.done) }()
+	for _, l := range []net.Listener{b.ln, b.tlsLn} {
+		if l == nil {
+			continue
+		}
+		b.wg.Add(1)
+		go b.acceptLoop(l)
+	}
+	if ln != nil {
+		b.logf("broker %d listening on %s (%s)", b.cfg.BrokerID, ln.Addr(), Version)
+	}
+	if b.tlsLn != nil {
+		b.logf("broker %d listening for TLS on %s (%s)", b.cfg.BrokerID, b.tlsLn.Addr(), Version)
+	}
 	b.waitRegistered()
 	return nil
 }
 
-// Addr returns the listening address, or "" before Start.
+// Addr returns the plaintext listening address, or "" before Start or
+// without a plaintext listener.
 func (b *Broker) Addr() string {
 	if b.ln == nil {
 		return ""
@@ -282,11 +439,21 @@ func (b *Broker) Addr() string {
 	return b.ln.Addr().String()
 }
 
-func (b *Broker) acceptLoop() {
+// TLSAddr returns the TLS listening address, or "" before Start or
+// without TLS.
+func (b *Broker) TLSAddr() string {
+	if b.tlsLn == nil {
+		return ""
+	}
+	return b.tlsLn.Addr().String()
+}
+
+// acceptLoop serves the connections of one listener (plaintext or TLS).
+func (b *Broker) acceptLoop(ln net.Listener) {
 	defer b.wg.Done()
 	var delay time.Duration
 	for {
-		nc, err := b.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			if b.closed.Load() {
 				return
@@ -313,6 +480,13 @@ func (b *Broker) acceptLoop() {
 			nc.Close()
 			return
 		}
+		if len(b.conns) >= b.cfg.MaxConnections {
+			b.connsMu.Unlock()
+			b.stats.refusedConns.Add(1)
+			b.wg.Add(1)
+			go func() { defer b.wg.Done(); b.refuse(nc) }()
+			continue
+		}
 		b.conns[c] = struct{}{}
 		b.connsMu.Unlock()
 		b.stats.connections.Add(1)
@@ -326,6 +500,23 @@ func (b *Broker) acceptLoop() {
 			b.stats.connections.Add(-1)
 		}()
 	}
+}
+
+// idleTimeout and requestTimeout are idle_timeout and request_timeout.
+func (b *Broker) idleTimeout() time.Duration {
+	return time.Duration(b.cfg.IdleTimeout) * time.Millisecond
+}
+
+func (b *Broker) requestTimeout() time.Duration {
+	return time.Duration(b.cfg.RequestTimeout) * time.Millisecond
+}
+
+// refuse answers a connection over max_connections with a 503 and closes it.
+func (b *Broker) refuse(nc net.Conn) {
+	defer nc.Close()
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	msg := "too many connections (max_connections " + strconv.Itoa(b.cfg.MaxConnections) + ")"
+	nc.Write(protocol.AppendResult(nil, protocol.StatusBusy, msg, 0))
 }
 
 // isTemporary reports accept errors to back off from rather than stop
@@ -369,6 +560,7 @@ func (b *Broker) applyRetention(now time.Time) {
 				b.logf("retention %s-%d: %v", t.name, p, err)
 			} else if n > 0 {
 				b.logf("retention %s-%d: deleted %d segment(s), min offset now %d", t.name, p, n, l.MinOffset())
+				b.disks.wake() // puts refused for a full disk may resume
 			}
 		}
 	}
@@ -401,8 +593,10 @@ func (b *Broker) Close() error {
 		}
 	}
 	close(b.done)
-	if b.ln != nil {
-		b.ln.Close()
+	for _, l := range []net.Listener{b.ln, b.tlsLn} {
+		if l != nil {
+			l.Close()
+		}
 	}
 	b.connsMu.Lock()
 	for c := range b.conns {
@@ -419,12 +613,9 @@ func (b *Broker) closeStores() error {
 	defer b.mu.Unlock()
 	var errs []error
 	for _, t := range b.topics {
-		for _, l := range t.parts {
-			if err := l.Close(); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		errs = append(errs, t.close())
 	}
+	errs = append(errs, b.closeJournals())
 	return errors.Join(errs...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,15 +16,30 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// startBroker runs an in-process broker on a free 127.0.0.1 port.
-func startBroker(tb testing.TB, threshold int) *Broker {
+// startBroker runs an in-process broker on a free 127.0.0.1 port; each of
+// with may change the configuration first.
+func startBroker(tb testing.TB, threshold int, with ...func(*conf.Config)) *Broker {
+	tb.Helper()
+	return startBrokerWith(tb, func(c *conf.Config) {
+		c.UnflushThreshold = threshold
+		for _, f := range with {
+			f(c)
+		}
+	})
+}
+
+// startBrokerWith runs an in-process broker on a free 127.0.0.1 port, with
+// topic "t" of 2 partitions and the config changes edit makes.
+// (internal/brokertest is the helper elsewhere; it imports this package,
+// so these internal tests cannot use it.)
+func startBrokerWith(tb testing.TB, edit func(*conf.Config)) *Broker {
 	tb.Helper()
 	cfg := conf.Default()
 	cfg.Port = 0
 	cfg.DataDir = tb.TempDir()
 	cfg.NumPartitions = 2
-	cfg.UnflushThreshold = threshold
 	cfg.Topics = []conf.Topic{{Name: "t"}}
+	edit(cfg)
 	b, err := New(cfg, Options{Logf: func(string, ...any) {}})
 	require.NoError(tb, err)
 	require.NoError(tb, b.Start())
@@ -144,4 +160,108 @@ func BenchmarkBrokerPut(b *testing.B) {
 	b.Run("groupcommit/size=1024/batch=1", func(b *testing.B) { benchPut(b, 0, 1024, 1) })
 	b.Run("threshold/size=100/batch=1", func(b *testing.B) { benchPut(b, 100000, 100, 1) })
 	b.Run("threshold/size=100/batch=256", func(b *testing.B) { benchPut(b, 100000, 100, 256) })
+}
+
+// TestOpenTopicOffLock: while an auto-created topic's partitions are being
+// opened (held up by the open hook), puts and gets of an already open
+// topic complete, and a second put to the opening topic waits for the same
+// open instead of opening it again.
+func TestOpenTopicOffLock(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var opens sync.Map // topic -> *atomic count
+	cfg := conf.Default()
+	cfg.Port = 0
+	cfg.DataDir = t.TempDir()
+	cfg.NumPartitions = 1
+	cfg.AutoCreateTopics = true
+	cfg.Topics = []conf.Topic{{Name: "t"}}
+	b, err := New(cfg, Options{Logf: t.Logf, openHook: func(name string) {
+		n, _ := opens.LoadOrStore(name, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		if name == "slow" {
+			close(entered)
+			<-release
+		}
+	}})
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+	t.Cleanup(func() { b.Close() })
+
+	put := func(c *rawClient, topic string, opaque int32) protocol.Request {
+		data := []byte("m-" + topic)
+		_, err := c.bw.Write(protocol.AppendPut(nil, topic, 0, 0, -1, opaque, data))
+		require.NoError(t, err)
+		require.NoError(t, c.bw.Flush())
+		var r protocol.Request
+		require.NoError(t, c.dec.Decode(&r))
+		r.Body = append([]byte(nil), r.Body...)
+		return r
+	}
+	slowReplies := make(chan protocol.Request, 2)
+	for i := range 2 {
+		c := dialRaw(t, b.Addr())
+		go func() {
+			var r protocol.Request
+			_, err := c.bw.Write(protocol.AppendPut(nil, "slow", 0, 0, -1, int32(i), []byte("m-slow")))
+			if err == nil {
+				err = c.bw.Flush()
+			}
+			if err == nil {
+				err = c.dec.Decode(&r)
+			}
+			if err != nil {
+				r.Body = []byte(err.Error())
+			}
+			slowReplies <- r
+		}()
+		if i == 0 {
+			select {
+			case <-entered:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the open of topic slow did not start")
+			}
+		}
+	}
+
+	// Topic "slow" is opening (and b.mu is free): "t" works meanwhile.
+	c := dialRaw(t, b.Addr())
+	c.nc.SetDeadline(time.Now().Add(30 * time.Second))
+	for i := range 3 {
+		r := put(c, "t", int32(100+i))
+		require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	}
+	_, err = c.bw.Write(protocol.AppendGet(nil, "t", "g", 0, 0, 1024, 200))
+	require.NoError(t, err)
+	require.NoError(t, c.bw.Flush())
+	var r protocol.Request
+	require.NoError(t, c.dec.Decode(&r))
+	require.Equal(t, protocol.OpValue, r.Op)
+	n := 0
+	for it := message.NewIterator(r.Body, 0, 0); it.Next(); n++ {
+	}
+	require.Equal(t, 3, n)
+	select {
+	case r := <-slowReplies:
+		t.Fatalf("a put to the opening topic completed before its open: %d %s", r.Code, r.Body)
+	default:
+	}
+
+	// Both puts to "slow" have reached the broker (and wait for its open).
+	require.Eventually(t, func() bool { return b.stats.cmdPut.Load() == 5 }, 30*time.Second, time.Millisecond)
+	close(release)
+	for range 2 {
+		select {
+		case r := <-slowReplies:
+			require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+		case <-time.After(30 * time.Second):
+			t.Fatal("puts to topic slow did not complete after its open")
+		}
+	}
+	n1, _ := opens.Load("slow")
+	require.Equal(t, int32(1), n1.(*atomic.Int32).Load(), "two concurrent puts opened the topic twice")
+	b.mu.RLock()
+	slow := b.topics["slow"]
+	b.mu.RUnlock()
+	require.Equal(t, int64(2*(message.HeaderSize+len("m-slow"))), slow.parts[0].MaxOffset())
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/sdk/cluster"
 )
 
 // Cluster mode: the broker registers itself in ZooKeeper (core/registry)
@@ -24,10 +25,6 @@ import (
 // topics open now; topics created later are added by openTopic.
 func (b *Broker) openRegistry() error {
 	zc := b.cfg.ZooKeeper
-	port := 0
-	if a, ok := b.ln.Addr().(*net.TCPAddr); ok {
-		port = a.Port
-	}
 	host := advertiseHost(b.cfg.Host)
 	if host != b.cfg.Host {
 		b.logf("registry: host %q is not an address clients can use; advertising %s", b.cfg.Host, host)
@@ -45,16 +42,32 @@ func (b *Broker) openRegistry() error {
 		Root:           zc.Root,
 		SessionTimeout: time.Duration(zc.SessionTimeout) * time.Millisecond,
 		BrokerID:       b.cfg.BrokerID,
-		URI:            "meta://" + net.JoinHostPort(host, strconv.Itoa(port)),
+		URI:            listenerURI("meta", host, b.ln),
+		TLSURI:         listenerURI("metaqs", host, b.tlsLn),
 		ConfigChecksum: b.configChecksum(),
 		Topics:         topics,
 		Logf:           b.logf,
+		Auth:           cluster.Auth{User: zc.AuthUser, Password: zc.AuthPassword},
 	})
 	if err != nil {
 		return fmt.Errorf("zookeeper: %w", err)
 	}
 	b.reg = r
 	return nil
+}
+
+// listenerURI is scheme://host:port of ln's bound port, or "" for no
+// listener (a TLS-only broker has no meta:// URI, one without [tls] no
+// metaqs:// URI).
+func listenerURI(scheme, host string, ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	port := 0
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		port = a.Port
+	}
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
 }
 
 // waitRegistered waits for the first registration, at most

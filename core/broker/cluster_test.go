@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,12 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 )
 
 func TestMain(m *testing.M) { testsvc.Main(m) }
 
-func clusterBroker(t *testing.T, zkAddr, root string, id int) *Broker {
+// clusterBroker starts broker id registered under root, with mods applied
+// to its config.
+func clusterBroker(t *testing.T, zkAddr, root string, id int, mods ...func(*conf.Config)) *Broker {
 	t.Helper()
 	cfg := conf.Default()
 	cfg.Port = 0
@@ -31,6 +33,9 @@ func clusterBroker(t *testing.T, zkAddr, root string, id int) *Broker {
 	cfg.ZooKeeper.Root = root
 	cfg.ZooKeeper.SessionTimeout = 4000
 	cfg.ZooKeeper.ConnectionTimeout = 1000
+	for _, m := range mods {
+		m(cfg)
+	}
 	b, err := New(cfg, Options{Logf: t.Logf})
 	require.NoError(t, err)
 	require.NoError(t, b.Start())
@@ -61,15 +66,16 @@ func waitFor(t *testing.T, d time.Duration, f func() error) {
 // checkBroker checks broker b's nodes (as the registry writes them) under root.
 func checkBroker(c *zk.Conn, root string, b *Broker) error {
 	_, port, _ := net.SplitHostPort(b.Addr())
-	id := strconv.Itoa(b.cfg.BrokerID)
+	id := b.cfg.BrokerID
+	m := zkpath.MasterName(id)
 	want := map[string]string{
-		root + "/brokers/ids/" + id:                             "meta://127.0.0.1:" + port,
-		root + "/brokers/ids/" + id + "/master":                 "meta://127.0.0.1:" + port,
-		root + "/brokers/ids/" + id + "/master_config_checksum": fmt.Sprint(b.configChecksum()),
-		root + "/brokers/topics-pub/t/" + id + "-m":             `{"numParts":2,"broker":"` + id + `-m"}`,
-		root + "/brokers/topics-sub/t/" + id + "-m":             `{"numParts":2,"broker":"` + id + `-m"}`,
-		root + "/brokers/topics-sub/nopub/" + id + "-m":         `{"numParts":2,"broker":"` + id + `-m"}`,
-		root + "/brokers/topics/nopub/" + id + "-m":             "2",
+		zkpath.Broker(root, id):                 "meta://127.0.0.1:" + port,
+		zkpath.Master(root, id):                 "meta://127.0.0.1:" + port,
+		zkpath.MasterChecksum(root, id):         fmt.Sprint(b.configChecksum()),
+		zkpath.TopicsPub.Node(root, "t", m):     `{"numParts":2,"broker":"` + m.String() + `"}`,
+		zkpath.TopicsSub.Node(root, "t", m):     `{"numParts":2,"broker":"` + m.String() + `"}`,
+		zkpath.TopicsSub.Node(root, "nopub", m): `{"numParts":2,"broker":"` + m.String() + `"}`,
+		zkpath.Topics.Node(root, "nopub", m):    "2",
 	}
 	for p, w := range want {
 		v, err := zkGet(c, p)
@@ -80,7 +86,7 @@ func checkBroker(c *zk.Conn, root string, b *Broker) error {
 			return fmt.Errorf("%s = %q, want %q", p, v, w)
 		}
 	}
-	if ok, _, _ := c.Exists(root + "/brokers/topics-pub/nopub/" + id + "-m"); ok {
+	if ok, _, _ := c.Exists(zkpath.TopicsPub.Node(root, "nopub", m)); ok {
 		return errors.New("topics-pub/nopub exists")
 	}
 	return nil
@@ -105,14 +111,14 @@ func TestClusterTwoBrokers(t *testing.T) {
 	c := zkClient(t, addr)
 	require.NoError(t, checkBroker(c, root, b1))
 	require.NoError(t, checkBroker(c, root, b2))
-	ids, _, err := c.Children(root + "/brokers/ids")
+	ids, _, err := c.Children(zkpath.BrokerIDs(root))
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"1", "2"}, ids)
 
 	_, err = b1.lookup([]byte("auto"), true)
 	require.NoError(t, err)
 	waitFor(t, 10*time.Second, func() error {
-		v, err := zkGet(c, root+"/brokers/topics-pub/auto/1-m")
+		v, err := zkGet(c, zkpath.TopicsPub.Node(root, "auto", zkpath.MasterName(1)))
 		if err == nil && v != `{"numParts":2,"broker":"1-m"}` {
 			err = fmt.Errorf("data %q", v)
 		}
@@ -120,10 +126,10 @@ func TestClusterTwoBrokers(t *testing.T) {
 	})
 
 	require.NoError(t, b1.Close())
-	ids, _, err = c.Children(root + "/brokers/ids")
+	ids, _, err = c.Children(zkpath.BrokerIDs(root))
 	require.NoError(t, err)
 	require.Equal(t, []string{"2"}, ids)
-	kids, _, err := c.Children(root + "/brokers/topics-sub/t")
+	kids, _, err := c.Children(zkpath.TopicsSub.Topic(root, "t"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"2-m"}, kids)
 }

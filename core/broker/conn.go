@@ -16,12 +16,16 @@ import (
 const (
 	// maxPendingOut is how many reply bytes may wait for a slow client before
 	// the connection stops reading requests.
-	maxPendingOut = 8 << 20
+	maxPendingOut = 1 << 20
 	// maxConsecutiveErrors closes a connection that sends nothing but errors.
 	maxConsecutiveErrors = 32
 	// inlineWriteThreshold is how many queued reply bytes make the read loop
 	// write them itself even though more requests are buffered.
 	inlineWriteThreshold = 64 << 10
+	// maxSpareOut is the largest reply buffer a connection keeps for reuse
+	// once written; a larger one goes back to the allocator, so an idle
+	// connection holds little.
+	maxSpareOut = 64 << 10
 )
 
 // conn is one client connection. The read loop decodes and dispatches
@@ -50,6 +54,11 @@ type conn struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 
+	// bud is this connection's share of max_buffered_bytes (budget.go).
+	bud    connBudget
+	auth   connAuth   // authentication (auth.go)
+	groups connGroups // local group memberships (groups.go)
+
 	entries []store.Entry
 	scratch []byte
 	filt    filterScratch // filtered gets (filter.go)
@@ -58,6 +67,7 @@ type conn struct {
 func newConn(b *Broker, nc net.Conn) *conn {
 	c := &conn{b: b, nc: nc, kick: make(chan struct{}, 1), closed: make(chan struct{})}
 	c.drained = sync.NewCond(&c.omu)
+	c.bud = connBudget{bg: b.budget, wait: b.requestTimeout(), closed: c.closed}
 	return c
 }
 
@@ -77,16 +87,17 @@ func (c *conn) serve() {
 	var fw sync.WaitGroup
 	fw.Add(1)
 	go func() { defer fw.Done(); c.flusher() }()
-	// close first: the flusher exits only once the connection is closed.
-	defer func() { c.close(); fw.Wait() }()
-
 	cfg := c.b.cfg
 	maxBody := max(cfg.MaxMessageSize, cfg.MaxTransferSize)
-	dec := protocol.NewDecoder(c.nc, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody})
+	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout()}
+	dec := protocol.NewDecoder(dr, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody, Budget: &c.bud})
+	// close first: the flusher exits only once the connection is closed.
+	defer func() { c.close(); fw.Wait(); c.release(dec) }()
+
 	var req protocol.Request
 	errRun := 0
 	for {
-		if !c.waitOutRoom() {
+		if !c.waitOutRoom() || !c.bud.waitRead() {
 			return
 		}
 		err := dec.Decode(&req)
@@ -104,11 +115,28 @@ func (c *conn) serve() {
 					c.flushAndClose()
 					return
 				}
+				dr.frameDone(dec.Buffered() > 0)
 				continue
 			}
 			if errors.Is(err, io.EOF) {
 				// The client half-closed: answer what it sent, then close.
 				c.waitPending()
+				c.flushAndClose()
+				return
+			}
+			if msg, ok := dr.timedOut(err); ok {
+				c.b.stats.timedOutConns.Add(1)
+				c.b.logf("conn %s: %s, closing", c.nc.RemoteAddr(), msg)
+				if dr.inFrame() {
+					c.reply(protocol.StatusTimeout, msg, 0)
+				}
+				c.waitPending()
+				c.flushAndClose()
+				return
+			}
+			if errors.Is(err, errBudgetWait) {
+				c.b.logf("conn %s: %v, closing", c.nc.RemoteAddr(), err)
+				c.reply(protocol.StatusBusy, err.Error(), 0)
 				c.flushAndClose()
 				return
 			}
@@ -118,6 +146,7 @@ func (c *conn) serve() {
 			return
 		}
 		errRun = 0
+		dr.frameDone(dec.Buffered() > 0)
 		if req.Op == protocol.OpQuit {
 			c.waitPending()
 			c.flushAndClose()
@@ -134,7 +163,7 @@ func (c *conn) serve() {
 		if queued == 0 {
 			continue
 		}
-		if dec.Buffered() == 0 || queued > inlineWriteThreshold {
+		if (dec.Buffered() == 0 && !dr.full) || queued > inlineWriteThreshold {
 			// Nothing more to read right now (or a lot to send): write the
 			// replies from this goroutine rather than waking the flusher,
 			// which saves a handoff on the request/reply path.
@@ -149,6 +178,25 @@ func (c *conn) serve() {
 		}
 		c.wake()
 	}
+}
+
+// release frees what the connection still holds once its read loop and
+// flusher are done: the decoder's body buffer, unwritten replies (their
+// budget) and the segment read handle, so that a segment deleted by
+// retention gives its disk space back now rather than at GC.
+func (c *conn) release(dec *protocol.Decoder) {
+	dec.Release()
+	c.omu.Lock()
+	n := cap(c.out)
+	c.out, c.spare = nil, nil
+	c.omu.Unlock()
+	c.bud.Shrink(n)
+	c.wmu.Lock()
+	if c.rf != nil {
+		c.rf.Close()
+		c.rf, c.rfP = nil, ""
+	}
+	c.wmu.Unlock()
 }
 
 // flushAndClose writes what is queued (best effort, bounded) and closes.
@@ -203,6 +251,8 @@ func (c *conn) lockOut() (buf []byte, ok bool) {
 }
 
 func (c *conn) unlockOut(buf []byte) {
+	// The budget counts the queue's capacity: that is what it holds.
+	c.bud.queued(cap(buf) - cap(c.out))
 	c.out = buf
 	inline := c.dispatching
 	c.omu.Unlock()
@@ -259,18 +309,23 @@ func (c *conn) writeQueuedLocked() error {
 		}
 		buf := c.takeOutLocked()
 		c.omu.Unlock()
-		if err := c.writeBuf(buf); err != nil {
+		n := cap(buf)
+		err := c.writeBuf(buf)
+		c.bud.Shrink(n)
+		if err != nil {
 			return err
 		}
 	}
 }
 
 // takeOutLocked takes the queued replies, leaving the spare buffer in their
-// place, and wakes a read loop waiting for room. The caller holds omu.
+// place, and wakes a read loop waiting for room. The caller holds omu and
+// frees the taken buffer's capacity from the budget once it is written.
 func (c *conn) takeOutLocked() []byte {
 	buf := c.out
 	c.out = c.spare[:0]
 	c.spare = nil
+	c.bud.queued(cap(c.out))
 	c.drained.Broadcast()
 	return buf
 }
@@ -281,7 +336,7 @@ func (c *conn) writeBuf(buf []byte) error {
 	c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.WriteTimeout))
 	_, err := c.nc.Write(buf)
 	c.omu.Lock()
-	if c.spare == nil && cap(buf) <= 4*maxPendingOut {
+	if c.spare == nil && cap(buf) <= maxSpareOut {
 		c.spare = buf[:0]
 	}
 	c.omu.Unlock()
@@ -297,11 +352,15 @@ func (c *conn) sendValue(v store.View, opaque int32) error {
 	// bytes right after it while wmu is held: replies that store
 	// completions queue meanwhile wait in c.out and cannot land between.
 	c.omu.Lock()
-	buf := protocol.AppendValueHeader(c.takeOutLocked(), v.Len, opaque)
+	queued := c.takeOutLocked()
+	n := cap(queued)
+	buf := protocol.AppendValueHeader(queued, v.Len, opaque)
 	c.omu.Unlock()
 	if err := c.writeBuf(buf); err != nil {
+		c.bud.Shrink(n)
 		return err
 	}
+	c.bud.Shrink(n)
 	c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.WriteTimeout))
 	if f := c.readFile(v.Path); f != nil {
 		if _, err := f.Seek(v.Pos, io.SeekStart); err == nil {
@@ -359,6 +418,7 @@ func (c *conn) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 	c.addPending(-1)
 	if err != nil {
 		c.b.stats.putFailed.Add(1)
+		c.b.disks.wakeOn(err)
 		c.b.logf("append: %v", err)
 		c.reply(protocol.StatusInternalError, "append failed: "+err.Error(), opaque)
 		return
@@ -370,4 +430,69 @@ func (c *conn) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 		bb = strconv.AppendInt(bb, int64(count), 10)
 	}
 	c.replyBytes(protocol.StatusOK, bb, opaque)
+}
+
+// deadlineReader sets the connection's read deadline before every read:
+// idle_timeout from the end of the last request while no new one has
+// started, request_timeout from the first byte of a request (its header
+// line and body must arrive within it).
+type deadlineReader struct {
+	nc            net.Conn
+	idle, request time.Duration
+	started       time.Time // when the current request's first bytes came; zero while idle
+	set           time.Time // the deadline last set
+	setReq        bool      // set is a request deadline
+	// full is whether the last read filled the decoder's buffer: more
+	// bytes are then likely waiting in the socket (or, for TLS, already
+	// decrypted in the tls.Conn), so the read loop goes on reading rather
+	// than writing its replies one small batch at a time.
+	full bool
+}
+
+func (r *deadlineReader) Read(p []byte) (int, error) {
+	if !r.started.IsZero() {
+		if dl := r.started.Add(r.request); !r.setReq || !dl.Equal(r.set) {
+			r.nc.SetReadDeadline(dl)
+			r.set, r.setReq = dl, true
+		}
+	} else if r.idle > 0 {
+		// Moving an idle deadline later by a little (an eighth of it, at
+		// most a second) is not worth a timer update on every read.
+		if dl := time.Now().Add(r.idle); r.setReq || r.set.IsZero() || dl.Sub(r.set) >= min(r.idle/8, time.Second) {
+			r.nc.SetReadDeadline(dl)
+			r.set, r.setReq = dl, false
+		}
+	} else if r.setReq {
+		r.nc.SetReadDeadline(time.Time{})
+		r.set, r.setReq = time.Time{}, false
+	}
+	n, err := r.nc.Read(p)
+	r.full = n == len(p)
+	if n > 0 && r.started.IsZero() {
+		r.started = time.Now()
+	}
+	return n, err
+}
+
+// frameDone is called after each Decode: the next request has started if
+// bytes of it are already buffered.
+func (r *deadlineReader) frameDone(more bool) {
+	if more {
+		r.started = time.Now()
+	} else {
+		r.started = time.Time{}
+	}
+}
+
+func (r *deadlineReader) inFrame() bool { return !r.started.IsZero() }
+
+// timedOut reports whether err is the read deadline passing, and says which.
+func (r *deadlineReader) timedOut(err error) (string, bool) {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return "", false
+	}
+	if r.inFrame() {
+		return "request not completed within request_timeout " + r.request.String(), true
+	}
+	return "idle for idle_timeout " + r.idle.String(), true
 }

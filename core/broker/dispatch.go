@@ -12,6 +12,9 @@ import (
 )
 
 func (c *conn) dispatch(r *protocol.Request) {
+	if !c.authorize(r) { // auth.go
+		return
+	}
 	switch r.Op {
 	case protocol.OpPut:
 		c.handlePut(r)
@@ -27,6 +30,8 @@ func (c *conn) dispatch(r *protocol.Request) {
 		c.handleFetch(r)
 	case protocol.OpJoin, protocol.OpHeartbeat, protocol.OpLeave:
 		c.handleGroup(r)
+	case protocol.OpAuth:
+		c.handleAuth(r)
 	case protocol.OpVersion:
 		c.reply(protocol.StatusOK, Version, r.Opaque)
 	case protocol.OpStats:
@@ -44,8 +49,23 @@ func (c *conn) dispatch(r *protocol.Request) {
 // when it cannot. p is the partition actually used (a -1 is resolved).
 func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, ok bool) {
 	t, err := c.b.lookup(r.Topic, true)
-	if err != nil {
-		c.putFail(r.Opaque, "The server do not accept topic "+string(r.Topic))
+	if errors.Is(err, errUnknownTopic) {
+		c.putFail(r.Opaque, "The server do not accept topic "+showTopic(r.Topic))
+		return nil, nil, 0, false
+	}
+	if err != nil { // an auto-created topic that could not be opened (EMFILE, ...); the next put retries
+		c.b.logf("put: %v", err)
+		c.putFail(r.Opaque, oneLine(err.Error()))
+		return nil, nil, 0, false
+	}
+	if !t.cfg.AcceptPublish {
+		c.b.stats.putFailed.Add(1)
+		c.reply(protocol.StatusForbidden, "topic "+t.name+" does not accept puts (accept_publish = false)", r.Opaque)
+		return nil, nil, 0, false
+	}
+	if t.disk.full.Load() {
+		c.b.disks.rejects.Add(1)
+		c.putFail(r.Opaque, c.b.disks.refusal(t.disk))
 		return nil, nil, 0, false
 	}
 	p = r.Partition
@@ -62,8 +82,8 @@ func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, 
 
 // outOfRange is the error text for a partition the topic does not have.
 func (t *topic) outOfRange(p int32) string {
-	return "partition " + strconv.Itoa(int(p)) + " out of range for topic " + t.name +
-		" (0.." + strconv.Itoa(len(t.parts)-1) + ")"
+	return protocol.WithCause(protocol.CausePartitionOutOfRange, strconv.Itoa(int(p))+" for topic "+t.name+
+		" (0.."+strconv.Itoa(len(t.parts)-1)+")")
 }
 
 func (c *conn) putFail(opaque int32, msg string) {
@@ -114,6 +134,7 @@ func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput
 	c.addPending(1)
 	if err := l.Append(c.entries, c, token); err != nil {
 		c.addPending(-1)
+		c.b.disks.wakeOn(err)
 		c.putFail(opaque, "append failed: "+err.Error())
 		return
 	}
@@ -162,7 +183,11 @@ func (c *conn) handleMPut(r *protocol.Request) {
 func (c *conn) readTarget(r *protocol.Request) (*topic, *store.Log, bool) {
 	t, err := c.b.lookup(r.Topic, false)
 	if err != nil {
-		c.reply(protocol.StatusInternalError, "unknown topic "+string(r.Topic), r.Opaque)
+		c.reply(protocol.StatusInternalError, "unknown topic "+showTopic(r.Topic), r.Opaque)
+		return nil, nil, false
+	}
+	if !t.cfg.AcceptSubscribe {
+		c.reply(protocol.StatusForbidden, "topic "+t.name+" does not accept gets (accept_subscribe = false)", r.Opaque)
 		return nil, nil, false
 	}
 	l := t.partition(r.Partition)
@@ -204,6 +229,8 @@ func (c *conn) handleGet(r *protocol.Request) {
 				t.rt.getMiss.add(1)
 			}
 			c.reply(protocol.StatusNotFound, "Could not find message at position "+strconv.FormatInt(r.Offset, 10), r.Opaque)
+		case errors.Is(err, store.ErrCorrupt):
+			c.reply(protocol.StatusInternalError, protocol.CorruptDataPrefix+err.Error(), r.Opaque)
 		default:
 			c.reply(protocol.StatusInternalError, "read failed: "+err.Error(), r.Opaque)
 		}

@@ -14,12 +14,18 @@ import (
 //
 // with the partitions the member holds (may be fetching: GroupOwners), in
 // numeric order, or `-` when it holds none. Sorted by group, topic, id.
+// Each group is locked in turn, never all at once.
 func (b *Broker) writeMemberStats(sb *strings.Builder) {
-	gs := &b.groups
-	gs.mu.Lock()
+	keys, gr := b.groups.snapshot()
 	type line struct{ group, topic, id, parts string }
 	var lines []line
-	for k, g := range gs.groups {
+	for i, k := range keys {
+		g := gr[i]
+		g.mu.Lock()
+		if g.dead {
+			g.mu.Unlock()
+			continue
+		}
 		for id, m := range g.members {
 			held := make([]int32, 0, len(m.held))
 			for p := range m.held {
@@ -38,8 +44,8 @@ func (b *Broker) writeMemberStats(sb *strings.Builder) {
 			}
 			lines = append(lines, line{k.group, k.topic, id, string(ps)})
 		}
+		g.mu.Unlock()
 	}
-	gs.mu.Unlock()
 	sort.Slice(lines, func(i, j int) bool {
 		a, c := lines[i], lines[j]
 		if a.group != c.group {

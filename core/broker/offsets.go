@@ -13,6 +13,7 @@ import (
 	"github.com/metaq-go/metaq/offsetstore/file"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -78,37 +79,40 @@ func (b *Broker) closeOffsetStore() error {
 	return b.offsets.store.Close()
 }
 
-// offsetKeys parses a commit or fetch body and checks that every topic and
-// partition exists here; it replies 400 itself and returns ok=false on a
-// bad body.
-func (c *conn) offsetKeys(r *protocol.Request, full bool) ([]offsetstore.Entry, bool) {
+// offsetPositions checks the group name (message.ValidateGroup), parses a
+// commit or fetch body and checks that every topic and partition exists
+// here; it replies 400 itself and returns ok=false on a bad group or body.
+// The positions are of this broker's partitions (its broker id).
+func (c *conn) offsetPositions(r *protocol.Request, full bool) (string, []message.Position, bool) {
+	if err := message.ValidateGroup(string(r.Group)); err != nil {
+		c.reply(protocol.StatusBadRequest, r.Op.String()+": group "+protocol.Printable(r.Group)+": "+err.Error(), r.Opaque)
+		return "", nil, false
+	}
 	lines, err := protocol.ParseOffsetLines(r.Body, full)
 	if err != nil {
 		c.reply(protocol.StatusBadRequest, r.Op.String()+": "+err.Error(), r.Opaque)
-		return nil, false
+		return "", nil, false
 	}
 	group := string(r.Group)
-	out := make([]offsetstore.Entry, len(lines))
+	out := make([]message.Position, len(lines))
 	for i, l := range lines {
 		t, err := c.b.lookup([]byte(l.Topic), false)
 		if err != nil {
 			c.reply(protocol.StatusBadRequest, r.Op.String()+": unknown topic "+l.Topic, r.Opaque)
-			return nil, false
+			return "", nil, false
 		}
 		if l.Partition >= int32(len(t.parts)) {
 			c.reply(protocol.StatusBadRequest, r.Op.String()+": "+t.outOfRange(l.Partition), r.Opaque)
-			return nil, false
+			return "", nil, false
 		}
 		if full && l.Offset < 0 {
 			c.reply(protocol.StatusBadRequest, "commit: negative offset for "+l.Topic+" "+strconv.Itoa(int(l.Partition)), r.Opaque)
-			return nil, false
+			return "", nil, false
 		}
-		out[i] = offsetstore.Entry{
-			Key:    offsetstore.Key{Group: group, Topic: t.name, BrokerID: c.b.cfg.BrokerID, Partition: l.Partition},
-			Offset: l.Offset, MsgID: l.MsgID,
-		}
+		out[i] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: c.b.cfg.BrokerID, Partition: l.Partition},
+			Offset: l.Offset, MsgID: l.MsgID}
 	}
-	return out, true
+	return group, out, true
 }
 
 // goOffsetCall runs a store call off the read loop, so a slow store does
@@ -137,19 +141,19 @@ func (c *conn) goOffsetCall(fn func(ctx context.Context)) {
 func (c *conn) handleCommit(r *protocol.Request) {
 	b := c.b
 	b.offsets.commits.Add(1)
-	entries, ok := c.offsetKeys(r, true)
+	group, ps, ok := c.offsetPositions(r, true)
 	if !ok {
 		return
 	}
 	opaque := r.Opaque
 	c.goOffsetCall(func(ctx context.Context) {
-		if err := b.offsets.store.Commit(ctx, entries); err != nil {
+		if err := b.offsets.store.Commit(ctx, group, ps); err != nil {
 			b.offsets.commitFailed.Add(1)
-			b.logf("commit offsets of group %s (%d entries) to %s: %v", entries0Group(entries), len(entries), b.offsets.name, err)
+			b.logf("commit offsets of group %s (%d partitions) to %s: %v", group, len(ps), b.offsets.name, err)
 			c.reply(protocol.StatusInternalError, "commit failed: "+offsetErrText(err), opaque)
 			return
 		}
-		c.reply(protocol.StatusOK, strconv.Itoa(len(entries)), opaque)
+		c.reply(protocol.StatusOK, strconv.Itoa(len(ps)), opaque)
 	})
 }
 
@@ -158,38 +162,24 @@ func (c *conn) handleCommit(r *protocol.Request) {
 func (c *conn) handleFetch(r *protocol.Request) {
 	b := c.b
 	b.offsets.fetches.Add(1)
-	entries, ok := c.offsetKeys(r, false)
+	group, ps, ok := c.offsetPositions(r, false)
 	if !ok {
 		return
 	}
 	opaque := r.Opaque
 	c.goOffsetCall(func(ctx context.Context) {
-		keys := make([]offsetstore.Key, len(entries))
-		for i, e := range entries {
-			keys[i] = e.Key
-		}
-		res, err := b.offsets.store.Load(ctx, keys)
+		res, err := b.offsets.store.Load(ctx, group, ps)
 		if err != nil {
-			b.logf("fetch offsets of group %s from %s: %v", entries0Group(entries), b.offsets.name, err)
+			b.logf("fetch offsets of group %s from %s: %v", group, b.offsets.name, err)
 			c.reply(protocol.StatusInternalError, "fetch failed: "+offsetErrText(err), opaque)
 			return
 		}
 		lines := make([]protocol.OffsetEntry, len(res))
-		for i, x := range res {
-			lines[i] = protocol.OffsetEntry{Topic: x.Topic, Partition: x.Partition, Offset: -1, MsgID: -1}
-			if x.Found {
-				lines[i].Offset, lines[i].MsgID = x.Offset, x.MsgID
-			}
+		for i, x := range res { // Offset and MsgID -1 where nothing is stored
+			lines[i] = protocol.OffsetEntry{Topic: x.Topic, Partition: x.Partition.Partition, Offset: x.Offset, MsgID: x.MsgID}
 		}
 		c.replyBytes(protocol.StatusOK, protocol.AppendOffsetLines(nil, lines, true), opaque)
 	})
-}
-
-func entries0Group(es []offsetstore.Entry) string {
-	if len(es) == 0 {
-		return ""
-	}
-	return es[0].Group
 }
 
 // offsetErrText is the one-line reason sent to the client.

@@ -88,11 +88,24 @@ func TestCommitFetchFileStore(t *testing.T) {
 		{fetchFrame("g1", []protocol.OffsetEntry{{Topic: "t", Partition: 5}}), "out of range"},
 		{[]byte("commit g1 7 13\r\nt 0 1\r\n"), "bad offset line"},
 		{[]byte("commit g1 8 13\r\nt x 1 2\n"), "bad"},
+		// Group names (message.ValidateGroup), escaped in the reply.
+		{commitFrame("g\xff", es[:1]), `commit: group "g\xff": message: bad group name: invalid UTF-8 at byte 1`},
+		{fetchFrame("g\xfe", ask[:1]), `fetch: group "g\xfe": message: bad group name: invalid UTF-8`},
+		{commitFrame("g\x01\x1b[2J", es[:1]), `commit: group "g\x01\x1b[2J": message: bad group name: control character U+0001 at byte 1`},
+		{commitFrame("a/b", es[:1]), `group "a/b": message: bad group name: '/' at byte 1`},
+		{fetchFrame("..", ask[:1]), "reserved"},
+		{commitFrame(strings.Repeat("g", 256), es[:1]), "256 bytes, longer than 255"},
 	} {
 		r = c.roundTrip(t, tc.frame)
 		require.Equal(t, protocol.StatusBadRequest, r.Code, string(tc.frame))
 		require.Contains(t, string(r.Body), tc.want)
+		for _, ch := range r.Body {
+			require.False(t, ch < 0x20 || ch >= 0x7f, "reply %q echoes a raw byte", r.Body)
+		}
 	}
+	// A valid non-ASCII group works.
+	r = c.roundTrip(t, commitFrame("消费者-1", es[:1]))
+	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
 
 	// The file store keeps them across a restart.
 	require.NoError(t, b.Close())

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,9 @@ type counters struct {
 	getMiss        atomic.Int64
 	putFailed      atomic.Int64
 	protocolErrors atomic.Int64
+	refusedConns   atomic.Int64 // connections refused over max_connections
+	timedOutConns  atomic.Int64 // connections closed by idle_timeout or request_timeout
+	authFailures   atomic.Int64 // failed auth requests
 	resetAt        atomic.Int64 // unix nanos of the last `stats reset`
 }
 
@@ -55,11 +59,13 @@ const statsHelp = `STATS
 stats               broker summary (pid, broker_id, uptime, counters, ...)
 stats topics        one line per topic: partitions, message_count, message_bytes, accept flags
 stats offsets       one line per partition: min_offset and max_offset
+stats partitions    one line per partition: min_offset, max_offset and message_count
 stats realtime      counters since the last reset, all topics with stat=true
-stats config        the server.toml this broker runs with
+stats config        the effective configuration, secrets shown as <redacted>
 stats plugins       one line per plugin process: kind, name, version, pid, state, restarts, calls, errors
 stats groups        one line per consumer group coordinated here (local mode): members, generation
 stats members       one line per member of those groups: its id and the partitions it holds
+stats disks         one line per data directory: used_ratio, inodes_used_ratio, full (disk_max_used_ratio)
 stats reset         reset the realtime counters
 stats help          this text
 stats <topic>       one topic: result code (0 exists, 1 unknown, 2 configured but empty), partitions, counts
@@ -93,6 +99,15 @@ func (c *conn) handleStats(r *protocol.Request) {
 			}
 		}
 		sb.WriteString("END\r\n")
+	case "partitions":
+		sb.WriteString("STATS\r\n")
+		for _, t := range b.topicList() {
+			for p, l := range t.parts {
+				fmt.Fprintf(&sb, "%s part %d min_offset %d max_offset %d message_count %d\r\n", t.name, p,
+					l.MinOffset(), l.MaxOffset(), l.MessageCount())
+			}
+		}
+		sb.WriteString("END\r\n")
 	case "realtime":
 		since := b.sinceReset()
 		var agg topicRealtime
@@ -108,7 +123,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 		}
 		sb.WriteString("END\r\n")
 	case "config":
-		sb.Write(b.cfg.Raw())
+		sb.Write(b.cfg.Redacted())
 	case "plugins":
 		var infos []host.Info
 		if b.plugins != nil {
@@ -119,6 +134,8 @@ func (c *conn) handleStats(r *protocol.Request) {
 		b.writeGroupStats(&sb)
 	case "members":
 		b.writeMemberStats(&sb)
+	case "disks":
+		b.disks.writeStats(&sb)
 	case "reset":
 		for _, t := range b.topicList() {
 			t.rt.reset()
@@ -174,7 +191,13 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("tx_rollback", 0)
 	kv("get_miss", b.stats.getMiss.Load())
 	kv("put_failed", b.stats.putFailed.Load())
+	kv("disk_full_rejects", b.disks.rejects.Load())
+	kv("disk_used_ratio", strconv.FormatFloat(b.disks.maxUsed(), 'f', 4, 64))
 	kv("protocol_errors", b.stats.protocolErrors.Load())
+	kv("refused_connections", b.stats.refusedConns.Load())
+	kv("timed_out_connections", b.stats.timedOutConns.Load())
+	kv("buffered_bytes", b.budget.used.Load())
+	kv("auth_failures", b.stats.authFailures.Load())
 	kv("cmd_commit", b.offsets.commits.Load())
 	kv("cmd_fetch", b.offsets.fetches.Load())
 	kv("commit_failed", b.offsets.commitFailed.Load())
@@ -208,7 +231,7 @@ func (b *Broker) writeTopicStats(sb *strings.Builder, name string) {
 			code = 2
 		}
 	}
-	fmt.Fprintf(sb, "topic %s\r\n", name)
+	fmt.Fprintf(sb, "topic %s\r\n", showTopic([]byte(name)))
 	fmt.Fprintf(sb, "result_code %d\r\n", code)
 	fmt.Fprintf(sb, "partitions %d\r\n", parts)
 	fmt.Fprintf(sb, "message_count %d\r\n", count)

@@ -26,13 +26,14 @@ type want struct {
 }
 
 // healthyLoop does put+get round trips on its own connection until stop is
-// closed, and reports every failure.
-func healthyLoop(addr, topic string, stop <-chan struct{}, rounds *atomic.Int64) error {
+// closed, and reports every failure; opTimeout bounds each read and write.
+func healthyLoop(addr, topic string, opTimeout time.Duration, stop <-chan struct{}, rounds *atomic.Int64) error {
 	c, err := dialClient(addr)
 	if err != nil {
 		return err
 	}
 	defer c.close()
+	c.timeout = opTimeout
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
@@ -86,7 +87,7 @@ func TestBadInput(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		healthyErr = healthyLoop(tb.addr, topic, stop, &rounds)
+		healthyErr = healthyLoop(tb.Addr, topic, ioTimeout, stop, &rounds)
 	}()
 	stopHealthy := sync.OnceFunc(func() {
 		close(stop)
@@ -179,7 +180,7 @@ func TestBadInput(t *testing.T) {
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := dial(t, tb.addr)
+			c := dial(t, tb.Addr)
 			require.NoError(t, c.write(tc.send))
 			var gotReplies []reply
 			for range tc.replies {
@@ -212,15 +213,15 @@ func TestBadInput(t *testing.T) {
 	}
 
 	t.Run("disconnect mid-body", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		before := partOffsets(t, c)[topic+"-1"]
 		for _, cut := range []int{0, 1, 50, 999} {
-			d := dial(t, tb.addr)
+			d := dial(t, tb.Addr)
 			frame := append([]byte("put bad 1 1000 0 -1 3\r\n"), bytes.Repeat([]byte("m"), 1000)...)
 			require.NoError(t, d.write(frame[:len("put bad 1 1000 0 -1 3\r\n")+cut]))
 			d.close()
 		}
-		d := dial(t, tb.addr)
+		d := dial(t, tb.Addr)
 		require.NoError(t, d.write([]byte("put bad 1 1000 0 -1 3\r\nabc")))
 		d.nc.(*net.TCPConn).CloseWrite()
 		require.NoError(t, d.expectClosed(), "half-closed mid-body")
@@ -235,7 +236,7 @@ func TestBadInput(t *testing.T) {
 		for rounds.Load() < 50 {
 			time.Sleep(5 * time.Millisecond) // let the healthy client fill partition 0
 		}
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		var buf []byte
 		for i := 0; i < 3000; i++ {
 			buf = protocol.AppendGet(buf, topic, "slow", 0, 0, 8192, int32(i+1))
@@ -257,7 +258,7 @@ func TestBadInput(t *testing.T) {
 					garbage[j] = '\n'
 				}
 			}
-			c := dial(t, tb.addr)
+			c := dial(t, tb.Addr)
 			require.NoError(t, c.write(garbage))
 			c.nc.(*net.TCPConn).CloseWrite()
 			// Only 400s may come back, then the connection closes.
@@ -280,7 +281,7 @@ func TestBadInput(t *testing.T) {
 	t.Logf("healthy client: %d put+get round trips", rounds.Load())
 
 	// stats still answers, and every other connection is gone.
-	c := dial(t, tb.addr)
+	c := dial(t, tb.Addr)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st := parseStats(t, ok(t)(c.stats("")).Body)

@@ -24,7 +24,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 	mqclient "github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 )
@@ -152,7 +153,7 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 
 // owners reads the owner nodes of group's clusterTopic: "<b>-<p>" -> id.
 func (c *testCluster) owners(t testing.TB, group string) map[string]string {
-	dir := c.Root + "/consumers/" + group + "/owners/" + clusterTopic
+	dir := zkpath.OwnersTopic(c.Root, group, clusterTopic)
 	kids, _, err := c.zk.Children(dir)
 	if err == zk.ErrNoNode {
 		return map[string]string{}
@@ -275,14 +276,12 @@ func TestClusterAddBrokerConsumersRebalance(t *testing.T) {
 	c := startCluster(t, clusterSpec{Brokers: 2})
 	const group = "ag"
 	d := &deliveries{}
-	quiet := mqclient.WithLogger(slog.New(slog.DiscardHandler))
-	var members []*mqclient.ClusterConsumer
+	quiet := mqclient.Logger(slog.New(slog.DiscardHandler))
+	var members []*mqclient.Client
 	for _, id := range []string{"a", "b"} {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		m, err := mqclient.NewClusterConsumer(ctx, c.ZK, clusterTopic, quiet, mqclient.WithZKRoot(c.Root),
-			mqclient.WithZKSessionTimeout(clusterSessionTimeout), mqclient.WithGroup(group), mqclient.WithConsumerID(id),
-			mqclient.WithMaxFetchDelay(50*time.Millisecond), mqclient.WithDialTimeout(time.Second))
-		cancel()
+		m, err := mqclient.New(mqclient.ZooKeeper(c.ZK, c.Root), quiet, mqclient.ZooKeeperSessionTimeout(clusterSessionTimeout),
+			mqclient.ConsumeTopics(clusterTopic), mqclient.ConsumerGroup(group), mqclient.ConsumerID(id),
+			mqclient.FetchMaxWait(50*time.Millisecond), mqclient.DialTimeout(time.Second))
 		require.NoError(t, err)
 		done := make(chan error, 1)
 		go func() {
@@ -363,18 +362,16 @@ func TestClusterConsumerJoinLeave100(t *testing.T) {
 		clusterTopic + "\"\n"
 	c := startCluster(t, clusterSpec{Brokers: 2, Config: cfg})
 	const group = "jl"
-	quiet := mqclient.WithLogger(slog.New(slog.DiscardHandler))
+	quiet := mqclient.Logger(slog.New(slog.DiscardHandler))
 	type live struct {
-		c    *mqclient.ClusterConsumer
+		c    *mqclient.Client
 		done chan error
 	}
 	members := map[string]*live{}
 	join := func(id string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		m, err := mqclient.NewClusterConsumer(ctx, c.ZK, clusterTopic, quiet, mqclient.WithZKRoot(c.Root),
-			mqclient.WithZKSessionTimeout(clusterSessionTimeout), mqclient.WithGroup(group), mqclient.WithConsumerID(id),
-			mqclient.WithMaxFetchDelay(500*time.Millisecond), mqclient.WithDialTimeout(time.Second))
+		m, err := mqclient.New(mqclient.ZooKeeper(c.ZK, c.Root), quiet, mqclient.ZooKeeperSessionTimeout(clusterSessionTimeout),
+			mqclient.ConsumeTopics(clusterTopic), mqclient.ConsumerGroup(group), mqclient.ConsumerID(id),
+			mqclient.FetchMaxWait(500*time.Millisecond), mqclient.DialTimeout(time.Second))
 		require.NoError(t, err)
 		l := &live{c: m, done: make(chan error, 1)}
 		go func() {

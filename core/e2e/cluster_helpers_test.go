@@ -1,7 +1,7 @@
 package e2e
 
 // A harness for multi-process cluster tests: N real metaq-server processes
-// started from ONE config file, registered in a real ZooKeeper (core/testsvc)
+// started from ONE config file, registered in a real ZooKeeper (internal/testsvc)
 // under a root of the test's own. Each broker has a fixed id, 127.0.0.1 port
 // and data directory, so it can be killed with SIGKILL and restarted as the
 // same broker. The ClusterProducer load generator and the read-back check
@@ -41,7 +41,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/brokertest"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 	mqclient "github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -108,8 +110,8 @@ type clusterBroker struct {
 	proxy *zkProxy // nil unless the spec sniffs sessions
 
 	mu   sync.Mutex
-	proc *serverProc   // the current (or last) process
-	runs []*serverProc // every process started, for the logs
+	proc *brokertest.Server   // the current (or last) process
+	runs []*brokertest.Server // every process started, for the logs
 }
 
 // startCluster starts a ZooKeeper (testsvc.ZooKeeper: the test binary's
@@ -123,7 +125,7 @@ func startCluster(t testing.TB, spec clusterSpec) *testCluster {
 	if spec.SessionTimeout <= 0 {
 		spec.SessionTimeout = clusterSessionTimeout
 	}
-	bin := serverBinary(t) // build first: it can take a while
+	bin := brokertest.ServerBinary(t) // build first: it can take a while
 	zkAddr := testsvc.ZooKeeper(t)
 	base := spec.Config
 	if base == "" {
@@ -167,7 +169,7 @@ func startCluster(t testing.TB, spec clusterSpec) *testCluster {
 			p := b.proc
 			b.mu.Unlock()
 			if p != nil {
-				p.kill()
+				p.Kill()
 			}
 			if b.proxy != nil {
 				b.proxy.close()
@@ -280,14 +282,14 @@ func (c *testCluster) layout(t testing.TB) *cluster.Layout {
 func (c *testCluster) registration(id int) (int64, error) {
 	b := c.broker(id)
 	want := c.wantNodes(id, b.Port)
-	ids := fmt.Sprintf("%s/brokers/ids/%d", c.Root, id)
-	_, st, err := c.zk.Get(ids + "/master")
+	ids, master := zkpath.Broker(c.Root, id), zkpath.Master(c.Root, id)
+	_, st, err := c.zk.Get(master)
 	if err != nil {
-		return 0, fmt.Errorf("%s/master: %w", ids, err)
+		return 0, fmt.Errorf("%s: %w", master, err)
 	}
 	sess := st.EphemeralOwner
 	if sess == 0 {
-		return 0, fmt.Errorf("%s/master is not ephemeral", ids)
+		return 0, fmt.Errorf("%s is not ephemeral", master)
 	}
 	for _, p := range sortedKeys(want) {
 		data, st, err := c.zk.Get(p)
@@ -310,23 +312,22 @@ func (c *testCluster) registration(id int) (int64, error) {
 
 // wantNodes is every node (path -> data) broker id on port registers.
 func (c *testCluster) wantNodes(id, port int) map[string]string {
-	ids := fmt.Sprintf("%s/brokers/ids/%d", c.Root, id)
 	uri := fmt.Sprintf("meta://127.0.0.1:%d", port)
 	m := map[string]string{
-		ids:                             uri,
-		ids + "/master":                 uri,
-		ids + "/master_config_checksum": strconv.FormatUint(uint64(c.ConfigCRC), 10),
+		zkpath.Broker(c.Root, id):         uri,
+		zkpath.Master(c.Root, id):         uri,
+		zkpath.MasterChecksum(c.Root, id): strconv.FormatUint(uint64(c.ConfigCRC), 10),
 	}
-	leaf := fmt.Sprintf("%d-m", id)
+	leaf := zkpath.MasterName(id)
 	for _, name := range c.Cfg.TopicNames() {
 		tc, _ := c.Cfg.TopicConfig(name)
 		js := fmt.Sprintf(`{"numParts":%d,"broker":"%s"}`, tc.NumPartitions, leaf)
-		m[c.Root+"/brokers/topics/"+name+"/"+leaf] = strconv.Itoa(tc.NumPartitions)
+		m[zkpath.Topics.Node(c.Root, name, leaf)] = strconv.Itoa(tc.NumPartitions)
 		if tc.AcceptPublish {
-			m[c.Root+"/brokers/topics-pub/"+name+"/"+leaf] = js
+			m[zkpath.TopicsPub.Node(c.Root, name, leaf)] = js
 		}
 		if tc.AcceptSubscribe {
-			m[c.Root+"/brokers/topics-sub/"+name+"/"+leaf] = js
+			m[zkpath.TopicsSub.Node(c.Root, name, leaf)] = js
 		}
 	}
 	return m
@@ -380,7 +381,7 @@ func (c *testCluster) waitUnregistered(t testing.TB, id int, timeout time.Durati
 	for {
 		var left []string
 		for _, p := range sortedKeys(c.wantNodes(id, b.Port)) {
-			if p == fmt.Sprintf("%s/brokers/ids/%d", c.Root, id) {
+			if p == zkpath.Broker(c.Root, id) {
 				continue // persistent
 			}
 			ok, _, err := c.zk.Exists(p)
@@ -421,7 +422,7 @@ func (b *clusterBroker) startFirst() error {
 // launch starts a process for the broker and waits for its ready line
 // (metaq-server prints it once registered, or after connection_timeout).
 func (b *clusterBroker) launch() error {
-	p, err := launchServer(b.c.bin, b.args()...)
+	p, err := brokertest.Launch(b.c.bin, nil, b.args()...)
 	if p != nil {
 		b.mu.Lock()
 		b.runs = append(b.runs, p)
@@ -430,9 +431,9 @@ func (b *clusterBroker) launch() error {
 	if err != nil {
 		return fmt.Errorf("broker %d: %w", b.ID, err)
 	}
-	if p.addr != b.Addr {
-		p.kill()
-		return fmt.Errorf("broker %d: ready on %s, want %s", b.ID, p.addr, b.Addr)
+	if p.Addr != b.Addr {
+		p.Kill()
+		return fmt.Errorf("broker %d: ready on %s, want %s", b.ID, p.Addr, b.Addr)
 	}
 	b.mu.Lock()
 	b.proc = p
@@ -448,11 +449,11 @@ func (b *clusterBroker) kill9(t testing.TB) {
 	p := b.proc
 	b.mu.Unlock()
 	require.NotNil(t, p, "broker %d never started", b.ID)
-	p.kill()
+	p.Kill()
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 	default:
-		t.Fatalf("broker %d (pid %d) not reaped after SIGKILL", b.ID, p.cmd.Process.Pid)
+		t.Fatalf("broker %d (pid %d) not reaped after SIGKILL", b.ID, p.Cmd.Process.Pid)
 	}
 }
 
@@ -475,7 +476,7 @@ func (b *clusterBroker) running() bool {
 		return false
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 		return false
 	default:
 		return true
@@ -486,17 +487,17 @@ func (b *clusterBroker) running() bool {
 func (b *clusterBroker) pid() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.proc.cmd.Process.Pid
+	return b.proc.Cmd.Process.Pid
 }
 
 // logs returns the last n bytes of every process's log, oldest first.
 func (b *clusterBroker) logs(n int) string {
 	b.mu.Lock()
-	runs := append([]*serverProc(nil), b.runs...)
+	runs := append([]*brokertest.Server(nil), b.runs...)
 	b.mu.Unlock()
 	var sb strings.Builder
 	for i, p := range runs {
-		fmt.Fprintf(&sb, "--- process %d of broker %d ---\n%s\n", i+1, b.ID, p.logs.tail(n))
+		fmt.Fprintf(&sb, "--- process %d of broker %d ---\n%s\n", i+1, b.ID, p.Logs.Tail(n))
 	}
 	return sb.String()
 }
@@ -506,7 +507,7 @@ func (b *clusterBroker) logContains(s string) bool {
 	b.mu.Lock()
 	p := b.proc
 	b.mu.Unlock()
-	return p != nil && strings.Contains(p.logs.String(), s)
+	return p != nil && strings.Contains(p.Logs.String(), s)
 }
 
 // zkSession returns the ZooKeeper session id and password the broker's
@@ -631,22 +632,20 @@ func (p *zkProxy) close() {
 // Producer load and read-back
 // ---------------------------------------------------------------------------
 
-// newProducer returns a ClusterProducer for the cluster (retries on, the
-// brokers' session timeout, 1 s dial timeout, 5 s send timeout unless opts
-// say otherwise), closed at the end of the test. Its log goes to the test
-// log when the test fails.
-func (c *testCluster) newProducer(t testing.TB, opts ...mqclient.ProducerOption) *mqclient.ClusterProducer {
+// newProducer returns a producing Client of the cluster through ZooKeeper
+// (retries on, the brokers' session timeout, 1 s dial timeout, 5 s produce
+// timeout unless opts say otherwise), closed at the end of the test. Its
+// log goes to the test log when the test fails.
+func (c *testCluster) newProducer(t testing.TB, opts ...mqclient.Opt) *mqclient.Client {
 	t.Helper()
 	lb := &logBuf{}
-	base := []mqclient.ProducerOption{
-		mqclient.WithLogger(slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))),
-		mqclient.WithZKRoot(c.Root), mqclient.WithZKSessionTimeout(c.spec.SessionTimeout),
-		mqclient.WithDialTimeout(time.Second), mqclient.WithSendTimeout(5 * time.Second),
-		mqclient.WithRetryOnFailure(true),
+	base := []mqclient.Opt{
+		mqclient.Logger(slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+		mqclient.ZooKeeper(c.ZK, c.Root), mqclient.ZooKeeperSessionTimeout(c.spec.SessionTimeout),
+		mqclient.DialTimeout(time.Second), mqclient.ProduceTimeout(5 * time.Second),
+		mqclient.ProduceRetries(true),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	p, err := mqclient.NewClusterProducer(ctx, c.ZK, append(base, opts...)...)
+	p, err := mqclient.New(append(base, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -655,7 +654,7 @@ func (c *testCluster) newProducer(t testing.TB, opts ...mqclient.ProducerOption)
 			t.Errorf("producer close: %v", err)
 		}
 		if t.Failed() {
-			t.Logf("producer log:\n%s", lb.tail(6<<10))
+			t.Logf("producer log:\n%s", lb.Tail(6<<10))
 		}
 	})
 	return p
@@ -687,7 +686,7 @@ type clusterLoad struct {
 // startClusterLoad starts workers goroutines that each send one message
 // at a time to topic (body "<test>-<seq>") with a short pause between
 // sends. It is halted at the end of the test at the latest.
-func startClusterLoad(t testing.TB, p *mqclient.ClusterProducer, topic string, workers int) *clusterLoad {
+func startClusterLoad(t testing.TB, p *mqclient.Client, topic string, workers int) *clusterLoad {
 	l := &clusterLoad{stop: make(chan struct{}), counts: map[int]int{}}
 	prefix := zkSafeName(t.Name())
 	for range workers {
@@ -701,11 +700,12 @@ func startClusterLoad(t testing.TB, p *mqclient.ClusterProducer, topic string, w
 				default:
 				}
 				body := fmt.Sprintf("%s-%d", prefix, l.seq.Add(1))
-				r, err := p.Send(context.Background(), &message.Message{Topic: topic, Body: []byte(body)})
+				rs, err := p.ProduceSync(context.Background(), &message.Message{Topic: topic, Body: []byte(body)})
 				l.mu.Lock()
 				if err != nil {
 					l.errs = append(l.errs, err)
 				} else {
+					r := rs[0]
 					l.acks = append(l.acks, clusterAck{time.Now(), topic, r.BrokerID, r.Partition, r.Offset, body})
 					l.counts[r.BrokerID]++
 				}

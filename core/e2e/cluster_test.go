@@ -5,7 +5,6 @@ package e2e
 // harness is in cluster_helpers_test.go.
 
 import (
-	"context"
 	"fmt"
 	"path"
 	"sort"
@@ -16,8 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/sdk/balance"
+	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/cluster"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // TestClusterKill9UnderLoad: three brokers from conf/server.toml (meta-test
@@ -124,24 +124,28 @@ func TestClusterAddBrokerUnderLoad(t *testing.T) {
 	t.Logf("broker 3 registered %v and got 50 acks %v after its start",
 		registered.Round(time.Millisecond), time.Since(added).Round(time.Millisecond))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ps, err := p.Partitions(ctx, clusterTopic)
-	require.NoError(t, err)
-	tc, _ := c.Cfg.TopicConfig(clusterTopic)
-	var want []balance.Partition
-	for id := 1; id <= 3; id++ {
-		for i := range tc.NumPartitions {
-			want = append(want, balance.Partition{BrokerID: id, Partition: int32(i)})
-		}
-	}
-	require.Equal(t, want, ps)
 	n1, n2 := l.count(1), l.count(2)
 	l.waitCount(t, 1, n1+20, 10*time.Second)
 	l.waitCount(t, 2, n2+20, 10*time.Second)
 	l.halt()
 
 	acks, errs := l.snapshot()
+	// Round robin over the producer's partition list reached every
+	// partition of the three brokers.
+	tc, _ := c.Cfg.TopicConfig(clusterTopic)
+	var want []message.Partition
+	for id := 1; id <= 3; id++ {
+		for i := range tc.NumPartitions {
+			want = append(want, message.Partition{BrokerID: id, Partition: int32(i)})
+		}
+	}
+	seen := map[message.Partition]bool{}
+	for _, a := range acks {
+		seen[message.Partition{BrokerID: a.Broker, Partition: a.Part}] = true
+	}
+	for _, w := range want {
+		require.True(t, seen[w], "no ack from partition %v", w)
+	}
 	require.Empty(t, errs, "%d of %d sends failed", len(errs), len(acks)+len(errs))
 	checked := c.verifyAcked(t, acks)
 	t.Logf("%d acks, all read back (per broker %v); total %v", len(acks), checked, time.Since(start).Round(time.Millisecond))
@@ -239,12 +243,13 @@ func TestClusterLayoutWithZkCli(t *testing.T) {
 		wantValues[i] = want[p]
 	}
 	require.Equal(t, wantValues, values, "zkCli.sh get of %v", paths)
-	// Spot checks, spelled out (wantNodes builds them).
+	// Spot checks of the data, spelled out (wantNodes builds them; the
+	// paths are zkpath's, whose tests spell those out).
 	for id := 1; id <= 2; id++ {
 		b := c.broker(id)
-		require.Equal(t, "meta://"+b.Addr, want[fmt.Sprintf("%s/brokers/ids/%d/master", c.Root, id)])
-		require.Equal(t, fmt.Sprintf(`{"numParts":4,"broker":"%d-m"}`, id), want[fmt.Sprintf("%s/brokers/topics-pub/meta-test/%d-m", c.Root, id)])
-		require.Equal(t, fmt.Sprintf(`{"numParts":8,"broker":"%d-m"}`, id), want[fmt.Sprintf("%s/brokers/topics-sub/meta-fast/%d-m", c.Root, id)])
+		require.Equal(t, "meta://"+b.Addr, want[zkpath.Master(c.Root, id)])
+		require.Equal(t, fmt.Sprintf(`{"numParts":4,"broker":"%d-m"}`, id), want[zkpath.TopicsPub.Node(c.Root, "meta-test", zkpath.MasterName(id))])
+		require.Equal(t, fmt.Sprintf(`{"numParts":8,"broker":"%d-m"}`, id), want[zkpath.TopicsSub.Node(c.Root, "meta-fast", zkpath.MasterName(id))])
 	}
 
 	l := c.layout(t)

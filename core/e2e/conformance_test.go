@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
+
 	"github.com/metaq-go/metaq/core/broker"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -50,7 +52,7 @@ func TestProtocolConformance(t *testing.T) {
 	t.Run("reference example", func(t *testing.T) {
 		// §1: put t 0 5 0 907060870 7\r\nhello -> result 200 <n> 7\r\n<msgId> 0 <startOffset>
 		require.Equal(t, uint32(907060870), message.Checksum([]byte("hello")))
-		nc, err := net.DialTimeout("tcp", tb.addr, ioTimeout)
+		nc, err := net.DialTimeout("tcp", tb.Addr, ioTimeout)
 		require.NoError(t, err)
 		defer nc.Close()
 		_, err = nc.Write([]byte("put t 0 5 0 907060870 7\r\nhello"))
@@ -67,7 +69,7 @@ func TestProtocolConformance(t *testing.T) {
 		require.InDelta(t, time.Now().UnixMilli(), ms, float64(time.Minute.Milliseconds()), "id time part")
 
 		// The record is stored as [len][crc][id][flag][data].
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		r := got(t)(c.get(topic, 0, 0, 1000))
 		require.Equal(t, protocol.OpValue, r.Op)
 		want := message.AppendRecord(nil, id, 0, []byte("hello"))
@@ -75,7 +77,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("six-token put", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		r := ok(t)(c.call([]byte("put t 0 5 0 8\r\nworld"), 8))
 		id, p, off, _, err := protocol.ParsePutResult(r.Body)
 		require.NoError(t, err)
@@ -85,7 +87,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("put with attribute", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		m := message.Message{Body: []byte("payload"), Attribute: "attr", HasAttribute: true}
 		data := m.AppendData(nil)
 		op := c.nextOpaque()
@@ -102,7 +104,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("pipelining", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		mustPut(t, c, topic, 1, []byte("before the pipeline")) // so gets find data
 		var all, buf []byte
 		kind := map[int32]string{}
@@ -169,7 +171,7 @@ func TestProtocolConformance(t *testing.T) {
 		// Put acks are queued by the store's writer goroutine while get
 		// replies are written with sendfile: no reply may be cut into
 		// another.
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		const n = 3000
 		errc := make(chan error, 1)
 		go func() {
@@ -210,7 +212,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	// Fill partition 1 so that it spans several 4 KiB segments.
-	c := dial(t, tb.addr)
+	c := dial(t, tb.Addr)
 	type put struct {
 		id, off int64
 		data    []byte
@@ -224,7 +226,7 @@ func TestProtocolConformance(t *testing.T) {
 	maxOff := puts[len(puts)-1].off + int64(message.HeaderSize+len(puts[len(puts)-1].data))
 
 	t.Run("get never spans segments", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		segs := 0
 		for off := int64(0); off < maxOff; segs++ {
 			require.Less(t, segs, 100)
@@ -254,7 +256,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("get may end in a partial record", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		p := puts[2]
 		size := message.HeaderSize + len(p.data)
 		r := got(t)(c.get(topic, 1, p.off, int32(size+10)))
@@ -277,7 +279,7 @@ func TestProtocolConformance(t *testing.T) {
 	t.Run("maxSize is clamped to max_transfer_size", func(t *testing.T) {
 		cb := startBroker(t, brokerConfig(t.TempDir(), "max_message_size = 1000\nmax_transfer_size = 2048\n",
 			"[[topic]]\nname = \"clamp\"\n"))
-		c := dial(t, cb.addr)
+		c := dial(t, cb.Addr)
 		for i := 0; i < 10; i++ {
 			mustPut(t, c, "clamp", 0, bytes.Repeat([]byte("c"), 500))
 		}
@@ -292,7 +294,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("get out of range", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		r := got(t)(c.get(topic, 1, -1, 100))
 		require.Equal(t, protocol.StatusMoved, r.Code, "%v", r)
 		require.Equal(t, "0", string(r.Body), "301 carries the min offset")
@@ -312,7 +314,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("offset command", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		require.Equal(t, int64(0), mustInt(t, ok(t)(c.offset(topic, 1, -5))), "below min: min")
 		require.Equal(t, int64(0), mustInt(t, ok(t)(c.offset(topic, 1, 0))))
 		require.Equal(t, int64(0), mustInt(t, ok(t)(c.offset(topic, 1, puts[1].off+3))), "inside the first segment: its start")
@@ -328,7 +330,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("version", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		r := ok(t)(c.call(protocol.AppendVersion(nil, 5), 5))
 		require.Equal(t, broker.Version, string(r.Body))
 		r = ok(t)(c.call([]byte("version\r\n"), protocol.DefaultOpaque))
@@ -336,7 +338,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("stats", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		before := parseStats(t, ok(t)(c.stats("")).Body)
 		for _, k := range []string{"pid", "broker_id", "uptime", "version", "curr_connections", "cmd_put", "cmd_get",
 			"cmd_offset", "get_miss", "put_failed", "total_messages", "topics"} {
@@ -349,7 +351,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("stats counters", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		n := func(m map[string]string, k string) int64 {
 			v, err := strconv.ParseInt(m[k], 10, 64)
 			require.NoError(t, err, "stats %s = %q", k, m[k])
@@ -372,7 +374,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("stats topics", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		lines := statsLines(t, ok(t)(c.stats("topics")).Body)
 		re := regexp.MustCompile(`^(\S+) partitions (\d+) message_count (\d+) message_bytes (\d+) accept_publish (true|false) accept_subscribe (true|false)$`)
 		found := map[string][]string{}
@@ -405,7 +407,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("stats offsets", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		offs := partOffsets(t, c)
 		require.Len(t, offs, 5, "one line per partition: %v", offs)
 		require.Equal(t, [2]int64{0, maxOff}, offs["t-1"])
@@ -416,13 +418,18 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("stats config", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
+		// The effective configuration, as TOML: every key of the file
+		// with its value (and the defaults of the rest).
 		r := ok(t)(c.stats("config"))
-		require.Equal(t, cfgText, string(r.Body))
+		served, err := conf.Parse(r.Body, "stats-config.toml")
+		require.NoError(t, err, string(r.Body))
+		require.Equal(t, tb.cfg.Redacted(), served.Redacted())
+		require.Equal(t, tb.cfg.DataDir, served.DataDir)
 	})
 
 	t.Run("stats reset and realtime", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		r := ok(t)(c.stats("reset"))
 		require.Equal(t, "reset ok", string(r.Body))
 		rt := parseStats(t, ok(t)(c.stats("realtime")).Body)
@@ -433,13 +440,13 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("stats help", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		r := ok(t)(c.stats("help"))
 		require.Contains(t, string(r.Body), "stats offsets")
 	})
 
 	t.Run("stats topic", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		m := parseStats(t, ok(t)(c.stats(topic)).Body)
 		require.Equal(t, "t", m["topic"])
 		require.Equal(t, "0", m["result_code"], "exists")
@@ -456,7 +463,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("quit", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		var buf []byte
 		for i := 0; i < 5; i++ {
 			buf = append(buf, putFrame(topic, 0, fmt.Appendf(nil, "before quit %d", i), int32(i+1))...)
@@ -473,7 +480,7 @@ func TestProtocolConformance(t *testing.T) {
 		}
 		require.Len(t, seen, 6)
 		require.NoError(t, c.expectClosed())
-		c2 := dial(t, tb.addr)
+		c2 := dial(t, tb.Addr)
 		recs, _, err := readPartition(c2, topic, 0, 65536)
 		require.NoError(t, err)
 		for _, r := range recs {
@@ -483,7 +490,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("half-close", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		var buf []byte
 		for i := 0; i < 20; i++ {
 			buf = append(buf, putFrame(topic, 0, fmt.Appendf(nil, "half-close %d", i), int32(i+1))...)
@@ -497,7 +504,7 @@ func TestProtocolConformance(t *testing.T) {
 	})
 
 	t.Run("unknown topic", func(t *testing.T) {
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		r := got(t)(c.call(putFrame("nope", 0, []byte("x"), 3), 3))
 		require.Equal(t, protocol.StatusInternalError, r.Code)
 		require.Contains(t, string(r.Body), "The server do not accept topic nope")
@@ -510,7 +517,7 @@ func TestProtocolConformance(t *testing.T) {
 		dir := t.TempDir()
 		cfg := brokerConfig(dir, "auto_create_topics = true\nnum_partitions = 2\n", "")
 		ab := startBroker(t, cfg)
-		c := dial(t, ab.addr)
+		c := dial(t, ab.Addr)
 		id, off := mustPut(t, c, "fresh.topic-1", 1, []byte("auto"))
 		require.Equal(t, int64(0), off)
 		require.Contains(t, statsLines(t, ok(t)(c.stats("topics")).Body),
@@ -518,13 +525,13 @@ func TestProtocolConformance(t *testing.T) {
 		r := got(t)(c.call(putFrame("bad/name", 0, []byte("x"), 4), 4))
 		require.Equal(t, protocol.StatusInternalError, r.Code, "invalid topic names are not created")
 		c.close()
-		ab.stop(t)
+		ab.Stop(t)
 		_, err := os.Stat(filepath.Join(dir, "fresh.topic-1-1"))
 		require.NoError(t, err)
 
 		// Restarted, the broker finds the auto-created topic on disk.
 		ab = startBroker(t, cfg)
-		c = dial(t, ab.addr)
+		c = dial(t, ab.Addr)
 		recs, _, err := readPartition(c, "fresh.topic-1", 1, 1000)
 		require.NoError(t, err)
 		require.Len(t, recs, 1)

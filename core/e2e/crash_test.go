@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -72,7 +72,8 @@ type ack struct {
 	ID        int64
 	Partition int32
 	Offset    int64
-	CRC       uint32 // crc32 of the whole body
+	CRC       uint32    // crc32 of the whole body
+	At        time.Time // when the ack was read
 }
 
 // sent is a request waiting for its reply.
@@ -138,8 +139,9 @@ func runProducer(addr, topic string, parts int, round, prod int, seq *int, seed 
 				res.badAcks = append(res.badAcks, fmt.Sprintf("ack %q for %d messages", r.Body, len(s.keys)))
 				continue
 			}
+			at := time.Now()
 			for i, k := range s.keys {
-				res.acks = append(res.acks, ack{Key: k, ID: id + int64(i), Partition: p, Offset: off, CRC: s.crcs[i]})
+				res.acks = append(res.acks, ack{Key: k, ID: id + int64(i), Partition: p, Offset: off, CRC: s.crcs[i], At: at})
 				off += int64(message.HeaderSize + s.sizes[i])
 			}
 		}
@@ -198,14 +200,45 @@ func runProducer(addr, topic string, parts int, round, prod int, seq *int, seed 
 // ---------------------------------------------------------------------------
 
 // verifyLog reads every partition and checks it against the acks of all
-// rounds so far. It returns the number of records found.
+// rounds so far: every acknowledged message must be there. It returns the
+// number of records found.
 func verifyLog(t *testing.T, addr, topic string, parts int, acks []ack) int {
+	t.Helper()
+	v := readLog(t, addr, topic, parts, acks)
+	if len(v.missing) > 0 {
+		a := v.missing[0]
+		t.Fatalf("%d acknowledged messages missing, the first %+v (id %d) at partition %d offset %d",
+			len(v.missing), a.Key, a.ID, a.Partition, a.Offset)
+	}
+	return v.total
+}
+
+// place is where a record is in the log.
+type place struct {
+	Partition int32
+	Offset    int64
+}
+
+// logView is what readLog found.
+type logView struct {
+	total   int
+	at      map[msgKey]place // every record in the log
+	missing []ack            // acknowledged messages not in the log
+}
+
+// readLog reads every partition and checks it: every record is one a
+// producer sent, intact, stored once, with a unique id, in producer order;
+// stats agree with what is readable; every acknowledged message that is
+// there is at its acknowledged offset with its id and crc, and no record
+// sits at the offset of an acknowledged one that is not there. The
+// acknowledged messages that are not there are returned, not failed.
+func readLog(t *testing.T, addr, topic string, parts int, acks []ack) logView {
 	t.Helper()
 	c := dial(t, addr)
 	offs := partOffsets(t, c)
 
 	byPart := make([]map[int64]record, parts)
-	seen := map[msgKey]int64{}
+	seen := map[msgKey]place{}
 	ids := map[int64]string{}
 	total := 0
 	for p := 0; p < parts; p++ {
@@ -221,9 +254,9 @@ func verifyLog(t *testing.T, addr, topic string, parts int, acks []ack) int {
 			k, err := parseBody(r.Data)
 			require.NoError(t, err, "partition %d offset %d: record body is not what any producer sent", p, r.Offset)
 			if prev, dup := seen[k]; dup {
-				t.Fatalf("message %+v stored twice: at %d and at partition %d offset %d", k, prev, p, r.Offset)
+				t.Fatalf("message %+v stored twice: at %+v and at partition %d offset %d", k, prev, p, r.Offset)
 			}
-			seen[k] = r.Offset
+			seen[k] = place{int32(p), r.Offset}
 			where := fmt.Sprintf("partition %d offset %d", p, r.Offset)
 			if other, dup := ids[r.ID]; dup {
 				t.Fatalf("message id %d used twice: %s and %s", r.ID, other, where)
@@ -239,13 +272,18 @@ func verifyLog(t *testing.T, addr, topic string, parts int, acks []ack) int {
 		total += len(recs)
 	}
 
+	var missing []ack
 	ackIDs := make(map[int64]bool, len(acks))
 	for _, a := range acks {
 		require.False(t, ackIDs[a.ID], "message id %d acknowledged twice", a.ID)
 		ackIDs[a.ID] = true
 		r, ok := byPart[a.Partition][a.Offset]
 		if !ok {
-			t.Fatalf("acknowledged message %+v (id %d) missing at partition %d offset %d", a.Key, a.ID, a.Partition, a.Offset)
+			_, elsewhere := seen[a.Key]
+			require.False(t, elsewhere, "acknowledged message %+v is at %+v, not at its acknowledged partition %d offset %d",
+				a.Key, seen[a.Key], a.Partition, a.Offset)
+			missing = append(missing, a)
+			continue
 		}
 		k, _ := parseBody(r.Data)
 		require.Equal(t, a.Key, k, "partition %d offset %d holds another message than acknowledged", a.Partition, a.Offset)
@@ -266,7 +304,21 @@ func verifyLog(t *testing.T, addr, topic string, parts int, acks []ack) int {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return total
+	return logView{total: total, at: seen, missing: missing}
+}
+
+// requireStable checks that every record of an earlier view of the log is
+// still where it was: offsets never move, whether or not the record was
+// acknowledged.
+func requireStable(t *testing.T, prev, cur logView) {
+	t.Helper()
+	for k, p := range prev.at {
+		q, ok := cur.at[k]
+		if !ok {
+			t.Fatalf("message %+v, in the log at %+v after the previous restart, is gone", k, p)
+		}
+		require.Equal(t, p, q, "message %+v moved", k)
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -278,88 +330,97 @@ func verifyLog(t *testing.T, addr, topic string, parts int, acks []ack) int {
 // directory, and checks that every acknowledged message is there exactly
 // once, where its ack said, intact, in producer order, with unique ids.
 func TestCrashGroupCommit(t *testing.T) {
-	const (
-		topic     = "crash"
-		parts     = 3
-		producers = 4
-	)
 	rounds := 5
 	if testing.Short() {
 		rounds = 2
 	}
+	crashGroupCommit(t, 3, rounds)
+}
+
+// TestCrashGroupCommit64 is TestCrashGroupCommit over 64 partitions: kill
+// -9 at random moments under load, several rounds; every acknowledged
+// message is there, and no record (acknowledged or not) that was in the
+// log after one restart ever moves or goes away after a later one.
+func TestCrashGroupCommit64(t *testing.T) {
+	rounds := 6
+	if testing.Short() {
+		rounds = 2
+	}
+	crashGroupCommit(t, 64, rounds)
+}
+
+func crashGroupCommit(t *testing.T, parts, rounds int) {
+	const (
+		topic     = "crash"
+		producers = 4
+	)
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
-	config := filepath.Join(dir, "server.toml")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`# e2e crash test
-broker_id = 7
-host = "127.0.0.1"
-port = 8123
-data_dir = %q
-unflush_threshold = 0
-max_segment_size = 65536
-max_message_size = 65536
-max_transfer_size = 131072
-
-[[topic]]
-name = %q
-num_partitions = %d
-`, dataDir, topic, parts)), 0o644))
+	config := groupCommitConfig(t, dir, topic, parts, 65536, "")
 
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
 	var acks []ack
+	var prev logView
 	seqs := make([]int, producers)
 	for round := 0; round <= rounds; round++ {
 		srv := startServer(t, config, dataDir)
 		if round > 0 {
-			n := verifyLog(t, srv.addr, topic, parts, acks)
-			t.Logf("after crash %d: %d records in the log, %d acknowledged so far", round, n, len(acks))
+			v := readLog(t, srv.Addr, topic, parts, acks)
+			require.Empty(t, v.missing, "acknowledged messages lost by a kill -9")
+			requireStable(t, prev, v)
+			prev = v
+			t.Logf("after crash %d: %d records in the log, %d acknowledged so far", round, v.total, len(acks))
 		}
 		if round == rounds {
 			// Last start: a clean shutdown must work and keep everything.
-			require.NoError(t, srv.cmd.Process.Signal(os.Interrupt))
-			select {
-			case <-srv.exited:
-				require.NoError(t, srv.err, "clean shutdown exit status")
-			case <-time.After(20 * time.Second):
-				t.Fatal("metaq-server did not exit within 20s of SIGINT")
-			}
+			srv.Stop(t)
 			srv = startServer(t, config, dataDir)
-			verifyLog(t, srv.addr, topic, parts, acks)
+			v := readLog(t, srv.Addr, topic, parts, acks)
+			require.Empty(t, v.missing, "acknowledged messages lost by a clean shutdown")
+			requireStable(t, prev, v)
 			break
 		}
 
-		stop := make(chan struct{})
-		results := make([]producerResult, producers)
-		var wg sync.WaitGroup
-		for p := 0; p < producers; p++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				results[p] = runProducer(srv.addr, topic, parts, round, p, &seqs[p], seed, stop)
-			}()
-		}
 		delay := time.Duration(50+rng.IntN(351)) * time.Millisecond
-		time.Sleep(delay)
-		srv.kill()
-		close(stop)
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("producers did not stop within 30s of the kill")
-		}
-		sentN, ackN := 0, 0
-		for p, r := range results {
-			require.Empty(t, r.badAcks, "producer %d got bad replies", p)
-			sentN += r.sent
-			ackN += len(r.acks)
-			acks = append(acks, r.acks...)
-		}
+		got, sentN := loadRound(t, srv, topic, parts, producers, round, seqs, seed, delay)
+		ackN := len(got)
+		acks = append(acks, got...)
 		t.Logf("round %d: killed after %v; %d messages sent, %d acknowledged", round, delay, sentN, ackN)
 	}
 	require.NotEmpty(t, acks, "no put was ever acknowledged")
+}
+
+// loadRound runs producers against srv for about d, SIGKILLs the server,
+// and returns what was acknowledged and how many messages were sent.
+func loadRound(t *testing.T, srv *brokertest.Server, topic string, parts, producers, round int, seqs []int, seed uint64, d time.Duration) (acks []ack, sent int) {
+	t.Helper()
+	stop := make(chan struct{})
+	results := make([]producerResult, producers)
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[p] = runProducer(srv.Addr, topic, parts, round, p, &seqs[p], seed, stop)
+		}()
+	}
+	time.Sleep(d)
+	srv.Kill()
+	close(stop)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("producers did not stop within 30s of the kill")
+	}
+	for p, r := range results {
+		require.Empty(t, r.badAcks, "producer %d got bad replies", p)
+		sent += r.sent
+		acks = append(acks, r.acks...)
+	}
+	return acks, sent
 }

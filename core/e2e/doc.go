@@ -9,6 +9,9 @@
 //     restart and never served.
 //   - TestBadInput: malformed requests are answered or the connection is
 //     closed, and nobody else is disturbed.
+//   - TestHostileClients: floods, garbage, hoarded connections and
+//     memory, stalled requests and join floods against a real metaq-server
+//     process; it stays up, bounded in memory, and serves a good client.
 //   - TestProtocolConformance: reply formats and semantics of every command.
 //   - TestRetention: old sealed segments are deleted and min_offset rises.
 //   - TestServerPortZero: port 0 picks a free port (binary and Broker.Start).

@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,8 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +18,8 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/broker"
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/brokertest"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -38,58 +35,21 @@ func TestMain(m *testing.M) { testsvc.Main(m) }
 // Log capture
 // ---------------------------------------------------------------------------
 
-// logBuf collects log lines from goroutines that may outlive a test's
-// t.Logf window; the test dumps it when it fails.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Logf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() < 4<<20 {
-		fmt.Fprintf(&l.b, format, args...)
-		l.b.WriteByte('\n')
-	}
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() < 4<<20 {
-		l.b.Write(p)
-	}
-	return len(p), nil
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// tail returns the last n bytes of the log.
-func (l *logBuf) tail(n int) string {
-	s := l.String()
-	if len(s) > n {
-		s = "...\n" + s[len(s)-n:]
-	}
-	return s
-}
+// logBuf collects log lines (brokertest.Logs).
+type logBuf = brokertest.Logs
 
 // ---------------------------------------------------------------------------
 // In-process broker
 // ---------------------------------------------------------------------------
 
-// testBroker is an in-process broker listening on a free 127.0.0.1 port.
+// testBroker is an in-process broker listening on a free 127.0.0.1 port
+// (internal/brokertest).
 type testBroker struct {
+	*brokertest.Broker
 	b    *broker.Broker
 	cfg  *conf.Config
-	addr string
+	Addr string
 	dir  string
-	logs *logBuf
-	once sync.Once
 }
 
 // brokerConfig renders a server.toml: top is the top-level settings (without
@@ -104,37 +64,8 @@ func startBroker(t testing.TB, toml string) *testBroker {
 	t.Helper()
 	cfg, err := conf.Parse([]byte(toml), "server.toml")
 	require.NoError(t, err)
-	logs := &logBuf{}
-	b, err := broker.New(cfg, broker.Options{Logf: logs.Logf, WriteTimeout: ioTimeout})
-	require.NoError(t, err, "broker.New")
-	if err := b.Start(); err != nil {
-		b.Close()
-		require.NoError(t, err, "broker.Start")
-	}
-	tb := &testBroker{b: b, cfg: cfg, addr: b.Addr(), dir: cfg.DataDir, logs: logs}
-	t.Cleanup(func() {
-		tb.stop(t)
-		if t.Failed() {
-			t.Logf("broker log:\n%s", logs.tail(8<<10))
-		}
-	})
-	return tb
-}
-
-// stop closes the broker (once).
-func (tb *testBroker) stop(t testing.TB) {
-	tb.once.Do(func() {
-		done := make(chan error, 1)
-		go func() { done <- tb.b.Close() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("broker close: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("broker close did not return within 30s")
-		}
-	})
+	b := brokertest.Start(t, brokertest.Config(cfg), brokertest.BrokerOptions(broker.Options{WriteTimeout: ioTimeout}))
+	return &testBroker{Broker: b, b: b.Broker, cfg: cfg, Addr: b.Addr(), dir: cfg.DataDir}
 }
 
 // ---------------------------------------------------------------------------
@@ -164,6 +95,8 @@ type client struct {
 	dec *protocol.Decoder
 	op  int32
 	req protocol.Request
+	// timeout bounds each read and write; 0 means ioTimeout.
+	timeout time.Duration
 }
 
 func dialClient(addr string) (*client, error) {
@@ -185,6 +118,14 @@ func dial(t testing.TB, addr string) *client {
 
 func (c *client) close() { c.nc.Close() }
 
+// deadline is the deadline of a read or write starting now.
+func (c *client) deadline() time.Time {
+	if c.timeout > 0 {
+		return time.Now().Add(c.timeout)
+	}
+	return time.Now().Add(ioTimeout)
+}
+
 func (c *client) nextOpaque() int32 {
 	c.op++
 	if c.op <= 0 || c.op == protocol.DefaultOpaque {
@@ -195,14 +136,14 @@ func (c *client) nextOpaque() int32 {
 
 // write sends raw bytes.
 func (c *client) write(b []byte) error {
-	c.nc.SetWriteDeadline(time.Now().Add(ioTimeout))
+	c.nc.SetWriteDeadline(c.deadline())
 	_, err := c.nc.Write(b)
 	return err
 }
 
 // read decodes the next reply frame.
 func (c *client) read() (reply, error) {
-	c.nc.SetReadDeadline(time.Now().Add(ioTimeout))
+	c.nc.SetReadDeadline(c.deadline())
 	if err := c.dec.Decode(&c.req); err != nil {
 		return reply{}, err
 	}
@@ -451,95 +392,9 @@ func moduleRoot() (string, error) {
 	return "", errors.New("go.mod not found above the working directory")
 }
 
-// serverBinary builds cmd/metaq-server once per test binary run
-// (testsvc.GoBuild under testsvc.Main).
-func serverBinary(t testing.TB) string {
-	t.Helper()
-	return testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq-server")
-}
-
-// serverProc is a running metaq-server process.
-type serverProc struct {
-	cmd    *exec.Cmd
-	addr   string
-	logs   *logBuf
-	exited chan struct{}
-	err    error // Wait's result, set before exited is closed
-}
-
-var readyLine = regexp.MustCompile(`metaq-server ready on (\S+) data (.*)$`)
-
-// launchServer starts bin with args and waits for its ready line. The
-// process is killed if the test binary dies (a timed-out run must not
-// leave brokers behind, or registered in ZooKeeper). On error the process
-// is returned too when it was started, for its logs.
-func launchServer(bin string, args ...string) (*serverProc, error) {
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout = io.Discard
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &serverProc{cmd: cmd, logs: &logBuf{}, exited: make(chan struct{})}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.logs.Logf("%s", line)
-			if m := readyLine.FindStringSubmatch(line); m != nil {
-				select {
-				case ready <- m[1]:
-				default:
-				}
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	select {
-	case p.addr = <-ready:
-		return p, nil
-	case <-p.exited:
-		return p, fmt.Errorf("metaq-server exited before it was ready (%v):\n%s", p.err, p.logs.tail(4<<10))
-	case <-time.After(30 * time.Second):
-		p.kill()
-		return p, fmt.Errorf("metaq-server not ready after 30s:\n%s", p.logs.tail(4<<10))
-	}
-}
-
 // startServer runs metaq-server on config and dataDir on a free port
 // (--port 0) and kills it at the end of the test.
-func startServer(t testing.TB, config, dataDir string) *serverProc {
+func startServer(t testing.TB, config, dataDir string) *brokertest.Server {
 	t.Helper()
-	p, err := launchServer(serverBinary(t), "--config", config, "--port", "0",
-		"--data-dir", dataDir, "--host", "127.0.0.1")
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("metaq-server log:\n%s", p.logs.tail(8<<10))
-		}
-	})
-	return p
-}
-
-// kill SIGKILLs the process and waits (bounded) for it to be reaped.
-func (p *serverProc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Kill()
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-	}
+	return brokertest.StartServer(t, "--config", config, "--port", "0", "--data-dir", dataDir, "--host", "127.0.0.1")
 }

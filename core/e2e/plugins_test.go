@@ -59,7 +59,7 @@ name = "t"
 `, pluginDir, filepath.Join(dir, "offsets.jsonl"))), 0o644))
 
 	p := startServer(t, config, filepath.Join(dir, "data"))
-	c := dial(t, p.addr)
+	c := dial(t, p.Addr)
 	r := ok(t)(c.stats("plugins"))
 	var pids []int
 	for _, line := range statsLines(t, r.Body) {
@@ -78,9 +78,9 @@ name = "t"
 	}
 	c.close()
 
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGKILL))
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 	case <-time.After(20 * time.Second):
 		t.Fatal("broker did not exit after SIGKILL")
 	}

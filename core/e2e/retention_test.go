@@ -102,7 +102,7 @@ func TestRetention(t *testing.T) {
 		dir := t.TempDir()
 		tb := startBroker(t, brokerConfig(dir, "max_segment_size = 4096\ndelete_check_interval = 1\n",
 			fmt.Sprintf("[[topic]]\nname = %q\nnum_partitions = 1\ndelete_policy = \"delete,1s\"\n", topic)))
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		starts, offs := fillSegments(t, c, topic, 4)
 		active := starts[len(starts)-1]
 		waitMinOffset(t, c, topic, active, 10*time.Second)
@@ -121,7 +121,7 @@ func TestRetention(t *testing.T) {
 		dir := t.TempDir()
 		tb := startBroker(t, brokerConfig(dir, "max_segment_size = 4096\ndelete_check_interval = 1\n",
 			fmt.Sprintf("[[topic]]\nname = %q\nnum_partitions = 1\ndelete_policy = \"delete,1h\"\n", topic)))
-		c := dial(t, tb.addr)
+		c := dial(t, tb.Addr)
 		starts, offs := fillSegments(t, c, topic, 6)
 		partDir := filepath.Join(dir, topic+"-0")
 		old := time.Now().Add(-2 * time.Hour)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/broker"
+	"github.com/metaq-go/metaq/internal/brokertest"
 )
 
 // TestServerPortZero checks that port 0 picks a free port, as
@@ -21,10 +22,10 @@ func TestServerPortZero(t *testing.T) {
 	t.Run("metaq-server --port 0", func(t *testing.T) {
 		config := filepath.Join(dir, "server.toml")
 		require.NoError(t, os.WriteFile(config, []byte(toml), 0o644))
-		p, err := launchServer(serverBinary(t), "--config", config, "--port", "0", "--host", "127.0.0.1")
+		p, err := brokertest.Launch(brokertest.ServerBinary(t), nil, "--config", config, "--port", "0", "--host", "127.0.0.1")
 		require.NoError(t, err)
-		defer p.kill()
-		c := dial(t, p.addr)
+		defer p.Kill()
+		c := dial(t, p.Addr)
 		ok(t)(c.stats(""))
 	})
 

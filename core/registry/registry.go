@@ -1,15 +1,21 @@
 // Package registry registers a broker in ZooKeeper with MetaQ's znode
 // layout (reference §5), so MetaQ clients and metaq-go's sdk/cluster find
-// it. R is the root (default "/meta"), E ephemeral, P persistent:
-//
-//	R/brokers/ids/<id>/master                   E  meta://host:port
-//	R/brokers/ids/<id>                          P  meta://host:port
-//	R/brokers/ids/<id>/master_config_checksum   E  CRC32 of the config file, decimal
-//	R/brokers/topics/<t>/<id>-m                 E  numPartitions (deprecated, still written)
-//	R/brokers/topics-pub/<t>/<id>-m             E  {"numParts":N,"broker":"<id>-m"} if accept_publish
-//	R/brokers/topics-sub/<t>/<id>-m             E  {"numParts":N,"broker":"<id>-m"} if accept_subscribe
+// it. The nodes, as internal/zkpath spells them (R is the root, default
+// "/meta"): R/brokers/ids/<id> and its master, master_tls (when both
+// listeners are on) and master_config_checksum, and the broker's <id>-m
+// node under R/brokers/topics, topics-pub (if accept_publish) and
+// topics-sub (if accept_subscribe) for each topic.
 //
 // Parents are created persistent, with empty data, on demand.
+//
+// With Options.Auth the session logs in with ZooKeeper's digest scheme
+// before it writes anything (go-zookeeper sends the identity again on
+// every reconnect and new session), and every node it creates gets
+// cluster's PrivateACL (the user has all rights, world:anyone reads),
+// except R and its ancestors, which get SharedACL so that clients without
+// credentials can still create R/consumers. A node under R/brokers that it
+// finds with ZooKeeper's open ACL (made before auth was on) is restricted
+// to PrivateACL. See docs/security.md.
 //
 // One goroutine owns the registration. It registers whenever the client
 // holds a session that it has not registered under yet, so after a session
@@ -50,11 +56,14 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/metaq-go/metaq/internal/zkpath"
+	"github.com/metaq-go/metaq/sdk/cluster"
 )
 
 // Defaults for the zero Options fields.
 const (
-	DefaultRoot           = "/meta"
+	DefaultRoot           = zkpath.DefaultRoot
 	DefaultSessionTimeout = 30 * time.Second
 	DefaultRetryInterval  = time.Second
 	// closeTimeout bounds the clean-up in Close.
@@ -83,8 +92,17 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// BrokerID is the broker's id, 0..1023.
 	BrokerID int
-	// URI is the broker's address for clients, "meta://host:port".
+	// URI is the plaintext listener's address for clients,
+	// "meta://host:port"; "" for a TLS-only broker.
 	URI string
+	// TLSURI is the TLS listener's address for clients,
+	// "metaqs://host:tls_port" (the broker passes its bound TLS port); ""
+	// without TLS. With URI it is written to ids/<id>/master_tls; alone
+	// (TLS-only) it is the master node's data. URI or TLSURI is required.
+	TLSURI string
+	// Auth, when set, is the ZooKeeper digest identity of the broker; its
+	// nodes then get Auth's ACLs (see the package doc).
+	Auth cluster.Auth
 	// ConfigChecksum is the CRC32 of the broker's config file.
 	ConfigChecksum uint32
 	// Topics are the topics to register (more can be added with AddTopic).
@@ -103,6 +121,7 @@ type Registry struct {
 	logf    func(format string, args ...any)
 	root    string // "" or "/x" (no trailing slash)
 	idPath  string // R/brokers/ids/<id>
+	master  string // R/brokers/ids/<id>/master
 	conn    *zk.Conn
 	kick    chan struct{}
 	stop    chan struct{}
@@ -117,6 +136,7 @@ type Registry struct {
 
 	// Owned by the loop goroutine (and by Close once the loop has exited).
 	sess     int64                // session the nodes in made belong to
+	loggedIn bool                 // Auth was added to the connection
 	made     map[string]bool      // ephemeral nodes made (or adopted) in sess
 	old      map[int64]bool       // sessions this registry held before
 	parents  map[string]bool      // persistent paths known to exist
@@ -142,8 +162,15 @@ func Open(ctx context.Context, opts Options) (*Registry, error) {
 		return nil, fmt.Errorf("registry: connect string %q has a chroot suffix; set Root instead", opts.Connect)
 	case opts.BrokerID < 0 || opts.BrokerID > 1023:
 		return nil, fmt.Errorf("registry: broker id %d is not in 0..1023", opts.BrokerID)
-	case !strings.HasPrefix(opts.URI, "meta://"):
-		return nil, fmt.Errorf("registry: broker URI %q does not start with meta://", opts.URI)
+	case opts.URI == "" && opts.TLSURI == "":
+		return nil, errors.New("registry: no broker URI (meta:// or metaqs://)")
+	case opts.URI != "" && !strings.HasPrefix(opts.URI, cluster.SchemePlain):
+		return nil, fmt.Errorf("registry: broker URI %q does not start with %s", opts.URI, cluster.SchemePlain)
+	case opts.TLSURI != "" && !strings.HasPrefix(opts.TLSURI, cluster.SchemeTLS):
+		return nil, fmt.Errorf("registry: broker TLS URI %q does not start with %s", opts.TLSURI, cluster.SchemeTLS)
+	}
+	if err := opts.Auth.Validate(); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
 	}
 	if opts.Root == "" {
 		opts.Root = DefaultRoot
@@ -176,7 +203,8 @@ func Open(ctx context.Context, opts Options) (*Registry, error) {
 	for _, t := range opts.Topics {
 		r.topics[t.Name] = t
 	}
-	r.idPath = r.root + "/brokers/ids/" + strconv.Itoa(opts.BrokerID)
+	r.idPath = zkpath.Broker(r.root, opts.BrokerID)
+	r.master = zkpath.Master(r.root, opts.BrokerID)
 	dial := opts.Dialer
 	if dial == nil {
 		dial = net.DialTimeout
@@ -267,18 +295,56 @@ type node struct {
 	ephemeral bool
 }
 
+// masterURI is the data of ids/<id>/master: the plaintext URI (MetaQ's
+// clients read it) if there is one, else the TLS URI.
+func (r *Registry) masterURI() string {
+	if r.opts.URI != "" {
+		return r.opts.URI
+	}
+	return r.opts.TLSURI
+}
+
+// aclFor is the ACL of a node this registry creates: SharedACL for the
+// root and its ancestors (clients create R/consumers), PrivateACL for the
+// rest.
+func (r *Registry) aclFor(path string) []zk.ACL {
+	if path == r.root || strings.HasPrefix(r.root, path+"/") {
+		return r.opts.Auth.SharedACL()
+	}
+	return r.opts.Auth.PrivateACL()
+}
+
+// restrict gives the existing node path under R/brokers PrivateACL if it
+// still has the open ACL (see cluster.Auth.Restrict).
+func (r *Registry) restrict(path string) error {
+	if !r.opts.Auth.Enabled() || !strings.HasPrefix(path, zkpath.Brokers(r.root)) {
+		return nil
+	}
+	acl, _, err := r.conn.GetACL(path)
+	if err != nil {
+		return err
+	}
+	changed, err := r.opts.Auth.Restrict(r.conn, path, acl, r.aclFor(path))
+	if changed {
+		r.logf("registry: %s had the open ACL; restricted it to %s (all) and world:anyone (read)", path, r.opts.Auth)
+	}
+	return err
+}
+
 // nodes lists the wanted nodes: the master node first (nothing else is
 // written unless it is ours: a duplicate broker id must not touch the
 // other broker's nodes), then the persistent ids/<id>, the checksum and the topic nodes in name order; and the
 // topics generation they reflect.
 func (r *Registry) nodes() ([]node, int64) {
-	id := strconv.Itoa(r.opts.BrokerID)
-	uri := []byte(r.opts.URI)
-	ns := []node{
-		{r.idPath + "/master", uri, true},
-		{r.idPath, uri, false},
-		{r.idPath + "/master_config_checksum", []byte(strconv.FormatUint(uint64(r.opts.ConfigChecksum), 10)), true},
+	id := r.opts.BrokerID
+	uri := []byte(r.masterURI())
+	ns := []node{{r.master, uri, true}}
+	if r.opts.URI != "" && r.opts.TLSURI != "" {
+		ns = append(ns, node{zkpath.MasterTLS(r.root, id), []byte(r.opts.TLSURI), true})
 	}
+	ns = append(ns,
+		node{r.idPath, uri, false},
+		node{zkpath.MasterChecksum(r.root, id), []byte(strconv.FormatUint(uint64(r.opts.ConfigChecksum), 10)), true})
 	r.mu.Lock()
 	gen := r.gen.Load()
 	names := make([]string, 0, len(r.topics))
@@ -292,14 +358,14 @@ func (r *Registry) nodes() ([]node, int64) {
 	}
 	r.mu.Unlock()
 	for _, t := range ts {
-		leaf := "/" + t.Name + "/" + id + "-m"
-		tb := []byte(fmt.Sprintf(`{"numParts":%d,"broker":"%s-m"}`, t.NumPartitions, id))
-		ns = append(ns, node{r.root + "/brokers/topics" + leaf, []byte(strconv.Itoa(t.NumPartitions)), true})
+		name := zkpath.MasterName(id)
+		tb := zkpath.TopicData{NumParts: t.NumPartitions, Broker: name.String()}.Bytes()
+		ns = append(ns, node{zkpath.Topics.Node(r.root, t.Name, name), []byte(strconv.Itoa(t.NumPartitions)), true})
 		if t.AcceptPublish {
-			ns = append(ns, node{r.root + "/brokers/topics-pub" + leaf, tb, true})
+			ns = append(ns, node{zkpath.TopicsPub.Node(r.root, t.Name, name), tb, true})
 		}
 		if t.AcceptSubscribe {
-			ns = append(ns, node{r.root + "/brokers/topics-sub" + leaf, tb, true})
+			ns = append(ns, node{zkpath.TopicsSub.Node(r.root, t.Name, name), tb, true})
 		}
 	}
 	return ns, gen
@@ -339,6 +405,14 @@ func (r *Registry) registerOnce() bool {
 	if sess == 0 || r.conn.State() != zk.StateHasSession {
 		return false
 	}
+	if r.opts.Auth.Enabled() && !r.loggedIn {
+		// Once added, the client re-sends it on every reconnect.
+		if err := r.opts.Auth.Login(r.conn); err != nil {
+			r.logf("registry: %v", err)
+			return false
+		}
+		r.loggedIn = true
+	}
 	if sess != r.sess {
 		if r.sess != 0 {
 			r.old[r.sess] = true
@@ -367,7 +441,7 @@ func (r *Registry) registerOnce() bool {
 			if !errors.Is(err, errHeld) {
 				r.logf("registry: %s: %v", n.path, err)
 			}
-			if isConnErr(err) || n.path == r.idPath+"/master" {
+			if isConnErr(err) || n.path == r.master {
 				break
 			}
 			continue
@@ -377,8 +451,12 @@ func (r *Registry) registerOnce() bool {
 	if ok && r.conn.SessionID() == sess {
 		r.regGen.Store(gen)
 		r.regSess.Store(sess)
-		r.logf("registry: broker %d registered as %s in ZooKeeper %s%s (session %#x)",
-			r.opts.BrokerID, r.opts.URI, r.opts.Connect, r.root, sess)
+		uris := r.masterURI()
+		if r.opts.URI != "" && r.opts.TLSURI != "" {
+			uris += " and " + r.opts.TLSURI
+		}
+		r.logf("registry: broker %d registered as %s in ZooKeeper %s%s (session %#x, auth %s)",
+			r.opts.BrokerID, uris, r.opts.Connect, r.root, sess, r.opts.Auth)
 		return true
 	}
 	return false
@@ -405,7 +483,7 @@ func (r *Registry) ensure(n node, sess int64) error {
 		flags = zk.FlagEphemeral
 	}
 	for attempt := 0; attempt < 3; attempt++ {
-		_, err := r.conn.Create(n.path, n.data, flags, zk.WorldACL(zk.PermAll))
+		_, err := r.conn.Create(n.path, n.data, flags, r.aclFor(n.path))
 		switch {
 		case err == nil:
 			return nil
@@ -427,6 +505,11 @@ func (r *Registry) ensure(n node, sess int64) error {
 		owner := st.EphemeralOwner
 		switch {
 		case !n.ephemeral || owner == sess || owner == r.conn.SessionID():
+			if !n.ephemeral {
+				if err := r.restrict(n.path); err != nil {
+					return err
+				}
+			}
 			if !bytes.Equal(data, n.data) {
 				if _, err := r.conn.Set(n.path, n.data, st.Version); err != nil {
 					return err
@@ -457,7 +540,7 @@ func (r *Registry) logHeld(path string, owner int64, data []byte) {
 		return
 	}
 	r.lastLogs[path] = now
-	if path == r.idPath+"/master" {
+	if path == r.master {
 		r.logf("registry: ERROR: duplicate broker id %d? %s is held by ZooKeeper session %#x (%q), not ours (%#x): "+
 			"another broker with this id is running, or this broker's previous process has not expired yet. "+
 			"Not registering until it goes; retrying every %v",
@@ -477,13 +560,24 @@ func (r *Registry) ensureParents(path string) error {
 	if err := r.ensureParents(p); err != nil {
 		return err
 	}
-	_, err := r.conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
-	if errors.Is(err, zk.ErrNoNode) {
+	_, err := r.conn.Create(p, nil, 0, r.aclFor(p))
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
 		// An ancestor was deleted behind our back: forget them all.
 		r.parents = map[string]bool{}
 		return err
-	}
-	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+	case errors.Is(err, zk.ErrNoAuth):
+		// ZooKeeper checks the parent's ACL before whether p exists: a p
+		// that exists is fine.
+		if ok, _, xerr := r.conn.Exists(p); xerr != nil || !ok {
+			return fmt.Errorf("create %s: %w", p, err)
+		}
+		fallthrough
+	case errors.Is(err, zk.ErrNodeExists):
+		if err := r.restrict(p); err != nil {
+			return err
+		}
+	case err != nil:
 		return err
 	}
 	r.parents[p] = true
@@ -557,7 +651,7 @@ func (r *Registry) unregister() error {
 		if !ok || st.EphemeralOwner != sess {
 			continue
 		}
-		if p == r.idPath+"/master" {
+		if p == r.master {
 			master = true
 		}
 		if err := r.conn.Delete(p, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {

@@ -12,7 +12,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 )
 
 func TestMain(m *testing.M) { testsvc.Main(m) }
@@ -104,18 +105,17 @@ func open(t *testing.T, opts Options) *Registry {
 // wantLayout is every node broker id (URI meta://127.0.0.1:8120+id) of
 // testOpts should have under root, with its data.
 func wantLayout(root string, id int) map[string]string {
-	ids := fmt.Sprintf("%s/brokers/ids/%d", root, id)
 	uri := fmt.Sprintf("meta://127.0.0.1:%d", 8120+id)
-	m := fmt.Sprintf("%d-m", id)
+	m := zkpath.MasterName(id)
 	return map[string]string{
-		ids:                                       uri,
-		ids + "/master":                           uri,
-		ids + "/master_config_checksum":           "3735928559",
-		root + "/brokers/topics/both/" + m:        "4",
-		root + "/brokers/topics-pub/both/" + m:    `{"numParts":4,"broker":"` + m + `"}`,
-		root + "/brokers/topics-sub/both/" + m:    `{"numParts":4,"broker":"` + m + `"}`,
-		root + "/brokers/topics/subonly/" + m:     "2",
-		root + "/brokers/topics-sub/subonly/" + m: `{"numParts":2,"broker":"` + m + `"}`,
+		zkpath.Broker(root, id):                   uri,
+		zkpath.Master(root, id):                   uri,
+		zkpath.MasterChecksum(root, id):           "3735928559",
+		zkpath.Topics.Node(root, "both", m):       "4",
+		zkpath.TopicsPub.Node(root, "both", m):    `{"numParts":4,"broker":"` + m.String() + `"}`,
+		zkpath.TopicsSub.Node(root, "both", m):    `{"numParts":4,"broker":"` + m.String() + `"}`,
+		zkpath.Topics.Node(root, "subonly", m):    "2",
+		zkpath.TopicsSub.Node(root, "subonly", m): `{"numParts":2,"broker":"` + m.String() + `"}`,
 	}
 }
 
@@ -131,14 +131,14 @@ func checkLayout(c *zk.Conn, root string, id int, sess int64) error {
 			return fmt.Errorf("%s = %q, want %q", p, got, want)
 		}
 		wantOwner := sess
-		if strings.HasSuffix(p, fmt.Sprintf("/ids/%d", id)) {
+		if p == zkpath.Broker(root, id) {
 			wantOwner = 0
 		}
 		if st.EphemeralOwner != wantOwner {
 			return fmt.Errorf("%s owner %#x, want %#x", p, st.EphemeralOwner, wantOwner)
 		}
 	}
-	if ok, _, _ := c.Exists(fmt.Sprintf("%s/brokers/topics-pub/subonly/%d-m", root, id)); ok {
+	if ok, _, _ := c.Exists(zkpath.TopicsPub.Node(root, "subonly", zkpath.MasterName(id))); ok {
 		return errors.New("topics-pub/subonly exists though accept_publish is false")
 	}
 	return nil
@@ -161,7 +161,7 @@ func TestLayoutWithZkCli(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{want}, lines, p)
 	}
-	_, err := testsvc.ZkCli(t, addr, "get", root+"/brokers/topics-pub/subonly/7-m")
+	_, err := testsvc.ZkCli(t, addr, "get", zkpath.TopicsPub.Node(root, "subonly", zkpath.MasterName(7)))
 	require.Error(t, err, "accept_publish = false must not write topics-pub")
 
 	// AddTopic (an auto-created topic).
@@ -169,13 +169,13 @@ func TestLayoutWithZkCli(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, r.Wait(ctx))
-	v, _, err := get(c, root+"/brokers/topics-pub/auto/7-m")
+	v, _, err := get(c, zkpath.TopicsPub.Node(root, "auto", zkpath.MasterName(7)))
 	require.NoError(t, err)
 	require.Equal(t, `{"numParts":3,"broker":"7-m"}`, v)
-	v, _, err = get(c, root+"/brokers/topics/auto/7-m")
+	v, _, err = get(c, zkpath.Topics.Node(root, "auto", zkpath.MasterName(7)))
 	require.NoError(t, err)
 	require.Equal(t, "3", v)
-	ok, _, err := c.Exists(root + "/brokers/topics-sub/auto/7-m")
+	ok, _, err := c.Exists(zkpath.TopicsSub.Node(root, "auto", zkpath.MasterName(7)))
 	require.NoError(t, err)
 	require.False(t, ok)
 
@@ -186,7 +186,7 @@ func TestLayoutWithZkCli(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, ok, p)
 	}
-	ok, _, err = c.Exists(root + "/brokers/topics-pub/both")
+	ok, _, err = c.Exists(zkpath.TopicsPub.Topic(root, "both"))
 	require.NoError(t, err)
 	require.True(t, ok)
 	t.Logf("total %v", time.Since(start))
@@ -197,13 +197,13 @@ func TestCloseKeepsParentWithSlaves(t *testing.T) {
 	root := "/slaves"
 	r := open(t, testOpts(addr, root, 3, &logBuf{}))
 	c := client(t, addr)
-	_, err := c.Create(root+"/brokers/ids/3/slave0", []byte("meta://127.0.0.1:9999"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+	_, err := c.Create(zkpath.Slave(root, 3, 0), []byte("meta://127.0.0.1:9999"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 	require.NoError(t, err)
 	require.NoError(t, r.Close())
-	v, _, err := get(c, root+"/brokers/ids/3")
+	v, _, err := get(c, zkpath.Broker(root, 3))
 	require.NoError(t, err)
 	require.Equal(t, "", v)
-	ok, _, _ := c.Exists(root + "/brokers/ids/3/master")
+	ok, _, _ := c.Exists(zkpath.Master(root, 3))
 	require.False(t, ok)
 }
 
@@ -215,11 +215,11 @@ func TestTwoBrokersSideBySide(t *testing.T) {
 	c := client(t, addr)
 	require.NoError(t, checkLayout(c, root, 1, r1.SessionID()))
 	require.NoError(t, checkLayout(c, root, 2, r2.SessionID()))
-	kids, _, err := c.Children(root + "/brokers/topics-sub/both")
+	kids, _, err := c.Children(zkpath.TopicsSub.Topic(root, "both"))
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"1-m", "2-m"}, kids)
 	require.NoError(t, r1.Close())
-	kids, _, err = c.Children(root + "/brokers/topics-sub/both")
+	kids, _, err = c.Children(zkpath.TopicsSub.Topic(root, "both"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"2-m"}, kids)
 	require.NoError(t, checkLayout(c, root, 2, r2.SessionID()))
@@ -254,7 +254,7 @@ func TestDuplicateBrokerID(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
 	require.NoError(t, r2.Wait(wctx))
-	v, st, err := get(c, root+"/brokers/ids/5/master")
+	v, st, err := get(c, zkpath.Master(root, 5))
 	require.NoError(t, err)
 	require.Equal(t, "meta://127.0.0.1:1", v)
 	require.Equal(t, r2.SessionID(), st.EphemeralOwner)
@@ -275,8 +275,8 @@ func TestOldSessionNodesReplaced(t *testing.T) {
 		}
 		return nil
 	})
-	for _, p := range []string{root + "/brokers/ids/4/master", root + "/brokers/topics-sub/both/4-m"} {
-		for _, anc := range []string{root, root + "/brokers", root + "/brokers/ids", root + "/brokers/ids/4", root + "/brokers/topics-sub", root + "/brokers/topics-sub/both"} {
+	for _, p := range []string{zkpath.Master(root, 4), zkpath.TopicsSub.Node(root, "both", zkpath.MasterName(4))} {
+		for _, anc := range []string{root, zkpath.Brokers(root), zkpath.BrokerIDs(root), zkpath.Broker(root, 4), zkpath.TopicsSub.Dir(root), zkpath.TopicsSub.Topic(root, "both")} {
 			if _, err := old.Create(anc, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				require.NoError(t, err)
 			}

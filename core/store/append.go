@@ -15,8 +15,11 @@ import (
 // (w may be nil). In group-commit mode that happens on the log's writer
 // goroutine after an fsync covering the entries; in threshold mode after
 // the write (and the fsync, if this append triggered one), synchronously
-// before Append returns. A write or fsync failure is reported through
-// AppendDone and fails the log.
+// before Append returns. An I/O failure is reported through AppendDone:
+// a failed write or segment roll (ENOSPC, EMFILE, ...) fails only the
+// appends it covers, which leave nothing behind (offsets do not move, no
+// part of them is ever read), and the next append tries again; a failed
+// fsync also fails the log (ErrFailed).
 //
 // Append returns an error, and then never calls AppendDone, for a closed
 // or failed log (ErrClosed, ErrFailed), an empty batch (ErrEmptyBatch) or
@@ -26,15 +29,13 @@ func (l *Log) Append(entries []Entry, w Waiter, token uint64) error {
 	if len(entries) == 0 {
 		return ErrEmptyBatch
 	}
-	total := 0
 	for i := range entries {
 		if n := len(entries[i].Data); n > l.maxMsg {
 			return fmt.Errorf("%w: entry %d has %d bytes, limit %d", ErrTooLarge, i, n, l.maxMsg)
 		}
-		total += message.HeaderSize + len(entries[i].Data)
 	}
 	if l.groupCommit {
-		return l.appendGroup(entries, total, w, token)
+		return l.appendGroup(entries, w, token)
 	}
 	return l.appendThreshold(entries, w, token)
 }
@@ -53,11 +54,17 @@ func (l *Log) checkLocked() error {
 	if l.closed {
 		return ErrClosed
 	}
+	if l.failErr == nil && l.j != nil {
+		return l.j.refuse()
+	}
 	return l.failErr
 }
 
 // appendGroup queues entries for the group-commit writer.
-func (l *Log) appendGroup(entries []Entry, total int, w Waiter, token uint64) error {
+func (l *Log) appendGroup(entries []Entry, w Waiter, token uint64) error {
+	if l.j != nil {
+		l.j.waitCheckpoint() // restart.go
+	}
 	l.mu.Lock()
 	for {
 		if err := l.checkLocked(); err != nil {
@@ -70,18 +77,39 @@ func (l *Log) appendGroup(entries []Entry, total int, w Waiter, token uint64) er
 		l.spaceCond.Wait()
 	}
 	firstID := l.ids.Next(len(entries))
-	off := l.nextOffset
 	l.pend = appendRecords(l.pend, entries, firstID)
-	l.nextOffset += int64(total)
 	l.pendComps = append(l.pendComps, completion{
-		w: w, token: token, firstID: firstID, firstOffset: off, end: len(l.pend), n: len(entries),
+		w: w, token: token, firstID: firstID, end: len(l.pend), n: len(entries),
 	})
-	if len(l.pendComps) == 1 {
+	enqueue := false
+	if l.j != nil {
+		enqueue = !l.queued
+		l.queued = true
+	} else if len(l.pendComps) == 1 {
 		l.workCond.Signal() // the writer only sleeps when nothing is pending
 	}
 	l.mu.Unlock()
 	l.nAppends.Add(1)
+	if enqueue && !l.j.enqueue(l) {
+		l.failQueued(fmt.Errorf("%w: journal %s closed", ErrClosed, l.j.dir))
+	}
 	return nil
+}
+
+// failQueued fails the pending appends of a journaled log whose journal
+// closed before the committer took them.
+func (l *Log) failQueued(err error) {
+	l.mu.Lock()
+	comps := l.pendComps
+	l.pendComps = nil
+	l.pend = l.pend[:0]
+	l.queued = false
+	l.workCond.Broadcast()
+	l.spaceCond.Broadcast()
+	l.mu.Unlock()
+	for i := range comps {
+		done(comps[i].w, comps[i].token, 0, 0, err)
+	}
 }
 
 // appendThreshold writes entries under the append lock and fsyncs when the
@@ -94,13 +122,15 @@ func (l *Log) appendThreshold(entries []Entry, w Waiter, token uint64) error {
 	}
 	l.nAppends.Add(1)
 	seg := l.active
-	if seg.size.Load() >= l.maxSeg {
-		if err := l.rollThresholdLocked(); err != nil {
-			l.mu.Unlock()
-			done(w, token, 0, 0, err)
-			return nil
-		}
+	err := l.untear(seg)
+	if err == nil && seg.size.Load() >= l.maxSeg {
+		err = l.rollThresholdLocked()
 		seg = l.active
+	}
+	if err != nil {
+		l.mu.Unlock()
+		done(w, token, 0, 0, err)
+		return nil
 	}
 	firstID := l.ids.Next(len(entries))
 	buf := appendRecords(l.wbuf[:0], entries, firstID)
@@ -116,7 +146,7 @@ func (l *Log) appendThreshold(entries []Entry, w Waiter, token uint64) error {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		err = l.failLocked(fmt.Errorf("write %s at %d: %w", filepath.Base(seg.path), pos, err))
+		err = l.writeFailed(seg, pos, err)
 		l.mu.Unlock()
 		done(w, token, 0, 0, err)
 		return nil
@@ -148,7 +178,10 @@ func done(w Waiter, token uint64, firstID, firstOffset int64, err error) {
 }
 
 // rollThresholdLocked fsyncs the active segment, publishes it as readable
-// and starts a new one named after its end. Callers hold mu.
+// and starts a new one named after its end. If the new segment cannot be
+// created the old one stays active (it only overshoots MaxSegmentSize) and
+// the next append tries again; a failed fsync fails the log. Callers hold
+// mu.
 func (l *Log) rollThresholdLocked() error {
 	old := l.active
 	if err := l.syncFile(old.f); err != nil {
@@ -163,9 +196,42 @@ func (l *Log) rollThresholdLocked() error {
 	l.lastFlush = time.Now()
 	seg, err := l.createSegment(old.end())
 	if err != nil {
-		return l.failLocked(err)
+		if isSyncError(err) {
+			return l.failLocked(err)
+		}
+		return err
 	}
 	l.publish(seg)
+	return nil
+}
+
+// writeFailed handles a write to seg at pos (its size) that failed, maybe
+// after writing part of its bytes: it cuts the file back to pos, so no
+// part of the failed records is ever read, fsynced or found by recovery,
+// and the next write goes to the same place. If the cut fails too, the
+// segment is marked torn and the cut is retried before the next write or
+// roll (untear). It returns the error for the appends the write covered.
+// The caller owns the active segment.
+func (l *Log) writeFailed(seg *segment, pos int64, err error) error {
+	err = fmt.Errorf("store: write %s at %d: %w", filepath.Base(seg.path), pos, err)
+	if terr := l.truncate(seg.f, pos); terr != nil {
+		l.torn = true
+		l.logf("store: %s: %v; cutting the partial write off failed too (%v): appends fail until it succeeds", l.dir, err, terr)
+	}
+	return err
+}
+
+// untear retries the cut of a torn active segment (see writeFailed). The
+// caller owns the active segment.
+func (l *Log) untear(seg *segment) error {
+	if !l.torn {
+		return nil
+	}
+	size := seg.size.Load()
+	if err := l.truncate(seg.f, size); err != nil {
+		return fmt.Errorf("store: cut %s back to %d bytes after a failed write: %w", filepath.Base(seg.path), size, err)
+	}
+	l.torn = false
 	return nil
 }
 

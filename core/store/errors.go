@@ -20,10 +20,13 @@ var (
 	ErrEmptyBatch = errors.New("store: no entries to append")
 	// ErrBadSize means Read was called with maxSize <= 0 (MetaQ's 400).
 	ErrBadSize = errors.New("store: read size must be positive")
-	// ErrFailed is wrapped by every error of a log that has seen a write or
-	// fsync failure. Such a log refuses appends until it is closed and
-	// reopened (recovery then decides what survived): a retried fsync could
-	// report success for pages the kernel has already dropped.
+	// ErrFailed is wrapped by every error of a log that has seen an fsync
+	// failure (of a segment, or of the directory after creating one). Such
+	// a log refuses appends until it is closed and reopened (recovery then
+	// decides what survived): a retried fsync could report success for
+	// pages the kernel has already dropped (fsyncgate). Other I/O errors
+	// (a failed or short write, a segment that cannot be created: ENOSPC,
+	// EMFILE, ...) fail only the appends they hit and do not wrap it.
 	ErrFailed = errors.New("store: log failed")
 	// ErrBrokenChain is wrapped by Open's error when two consecutive segment
 	// files do not chain (start + size != next start).
@@ -46,3 +49,16 @@ func (e *OffsetOutOfRangeError) Error() string {
 
 // Is makes errors.Is(err, ErrBelowMin) true.
 func (e *OffsetOutOfRangeError) Is(target error) bool { return target == ErrBelowMin }
+
+// syncError marks an fsync failure, which fails the log for good (see
+// ErrFailed), among the errors of an operation that also does other I/O.
+type syncError struct{ err error }
+
+func (e *syncError) Error() string { return e.err.Error() }
+func (e *syncError) Unwrap() error { return e.err }
+
+// isSyncError reports whether err is (or wraps) a failed fsync.
+func isSyncError(err error) bool {
+	var se *syncError
+	return errors.As(err, &se)
+}

@@ -10,23 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// faults fails segment writes or fsyncs on demand and counts the calls.
+// faults fails segment fsyncs on demand and counts them.
 type faults struct {
-	failWrite atomic.Pointer[error]
-	failSync  atomic.Pointer[error]
-	syncs     atomic.Int64
+	failSync atomic.Pointer[error]
+	syncs    atomic.Int64
 }
 
 func (fl *faults) hooks() *hooks {
 	return &hooks{
-		writeAt: func(f *os.File, b []byte, off int64) (int, error) {
-			if e := fl.failWrite.Load(); e != nil {
-				// A partial write before the error, as a full disk does.
-				n, _ := f.WriteAt(b[:len(b)/2], off)
-				return n, *e
-			}
-			return f.WriteAt(b, off)
-		},
 		sync: func(f *os.File) error {
 			fl.syncs.Add(1)
 			if e := fl.failSync.Load(); e != nil {
@@ -39,6 +30,8 @@ func (fl *faults) hooks() *hooks {
 
 func errp(err error) *error { return &err }
 
+// TestInjectedFailures: a failed fsync fails the append it covers and the
+// log for good (fsyncgate); see TestTransientFailures for write errors.
 func TestInjectedFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -47,9 +40,7 @@ func TestInjectedFailures(t *testing.T) {
 		cause     error
 	}{
 		{"groupcommit/fsync", 0, func(f *faults) { f.failSync.Store(errp(syscall.EIO)) }, syscall.EIO},
-		{"groupcommit/write", 0, func(f *faults) { f.failWrite.Store(errp(syscall.ENOSPC)) }, syscall.ENOSPC},
 		{"threshold/fsync", 1, func(f *faults) { f.failSync.Store(errp(syscall.EIO)) }, syscall.EIO},
-		{"threshold/write", 1, func(f *faults) { f.failWrite.Store(errp(syscall.ENOSPC)) }, syscall.ENOSPC},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fl := &faults{}
@@ -91,7 +82,6 @@ func TestInjectedFailures(t *testing.T) {
 			// The log refuses further appends and never retries the fsync.
 			syncs := fl.syncs.Load()
 			fl.failSync.Store(nil)
-			fl.failWrite.Store(nil)
 			err := l.Append([]Entry{entry([]byte("refused"))}, w, 3)
 			require.ErrorIs(t, err, ErrFailed)
 			_, _, err = l.AppendSync([]Entry{entry([]byte("refused"))})

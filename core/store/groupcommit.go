@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -43,7 +44,10 @@ func (l *Log) writer() {
 }
 
 // commit writes buf, whose records belong to comps, and completes them.
-// If failed is non-nil (or becomes so) the remaining appends fail with it.
+// If failed is non-nil (or becomes so: a failed fsync) the remaining
+// appends fail with it. A chunk that fails otherwise (a failed write or
+// roll) fails only its own appends: the next chunk is written where the
+// failed one would have gone.
 func (l *Log) commit(buf []byte, comps []completion, failed error) {
 	from := 0 // start in buf of comps[i]
 	for i := 0; i < len(comps); {
@@ -53,17 +57,22 @@ func (l *Log) commit(buf []byte, comps []completion, failed error) {
 		}
 		chunk := comps[i:j]
 		err := failed
+		var base int64
 		if err == nil {
-			err = l.writeChunk(buf[from:comps[j-1].end], chunk)
-			failed = err
+			base, err = l.writeChunk(buf[from:comps[j-1].end], chunk)
+			if errors.Is(err, ErrFailed) {
+				failed = err
+			}
 		}
+		start := from // of chunk[k] in buf
 		for k := range chunk {
 			c := &chunk[k]
 			if err != nil {
 				done(c.w, c.token, 0, 0, err)
 			} else {
-				done(c.w, c.token, c.firstID, c.firstOffset, nil)
+				done(c.w, c.token, c.firstID, base+int64(start-from), nil)
 			}
+			start = c.end
 		}
 		from = comps[j-1].end
 		i = j
@@ -71,16 +80,44 @@ func (l *Log) commit(buf []byte, comps []completion, failed error) {
 }
 
 // writeChunk writes the records of comps (b) to the active segment, rolling
-// first if it is full, fsyncs them and makes them readable. On failure it
-// fails the log and returns the log's error.
-func (l *Log) writeChunk(b []byte, comps []completion) error {
+// first if it is full, fsyncs them and makes them readable. It returns the
+// offset b was written at. A failed fsync fails the log (the error wraps
+// ErrFailed); a failed roll or write leaves the log as it was.
+func (l *Log) writeChunk(b []byte, comps []completion) (int64, error) {
+	seg, pos, err := l.writeSegment(b)
+	if err != nil {
+		return 0, err
+	}
+	err = l.syncFile(seg.f)
+	l.nFsyncs.Add(1)
+	if err != nil {
+		return 0, l.fail(fmt.Errorf("fsync %s: %w", filepath.Base(seg.path), err))
+	}
+	l.completeChunk(seg, seg.start+pos+int64(len(b)), comps)
+	return seg.start + pos, nil
+}
+
+// writeSegment writes b to the active segment with write() and no fsync,
+// rolling first if the segment is full, and returns the segment and the
+// file position b went to. A failed roll or write leaves the log as it
+// was (the file is cut back); a failed directory fsync after creating the
+// new segment fails the log. Only the writer (or the journal's committer)
+// calls it.
+func (l *Log) writeSegment(b []byte) (*segment, int64, error) {
 	seg := l.active
+	if err := l.untear(seg); err != nil {
+		return nil, 0, err
+	}
 	if seg.size.Load() >= l.maxSeg {
-		// Every chunk is fsynced before it completes, so the old segment
-		// is already durable: only the new file and its entry remain.
+		// Every chunk is durable before it completes (fsynced, or in the
+		// journal), so the old segment needs nothing more here: only the
+		// new file and its directory entry remain.
 		next, err := l.createSegment(seg.end())
 		if err != nil {
-			return l.fail(err)
+			if isSyncError(err) {
+				return nil, 0, l.fail(err)
+			}
+			return nil, 0, err
 		}
 		l.mu.Lock()
 		l.publish(next)
@@ -88,24 +125,22 @@ func (l *Log) writeChunk(b []byte, comps []completion) error {
 		seg = next
 	}
 	pos := seg.size.Load()
-	if got := seg.start + pos; got != comps[0].firstOffset {
-		return l.fail(fmt.Errorf("internal error: batch for offset %d at segment end %d", comps[0].firstOffset, got))
-	}
 	n, err := l.writeAt(seg.f, b, pos)
 	l.nWrites.Add(1)
 	if err == nil && n < len(b) {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		return l.fail(fmt.Errorf("write %s at %d: %w", filepath.Base(seg.path), pos, err))
+		return nil, 0, l.writeFailed(seg, pos, err)
 	}
 	seg.size.Store(pos + int64(n))
 	l.nBytes.Add(int64(n))
-	err = l.syncFile(seg.f)
-	l.nFsyncs.Add(1)
-	if err != nil {
-		return l.fail(fmt.Errorf("fsync %s: %w", filepath.Base(seg.path), err))
-	}
+	return seg, pos, nil
+}
+
+// completeChunk accounts for the durable records of comps in seg, ending
+// at end, and makes them readable.
+func (l *Log) completeChunk(seg *segment, end int64, comps []completion) {
 	msgs := 0
 	for i := range comps {
 		msgs += comps[i].n
@@ -115,6 +150,5 @@ func (l *Log) writeChunk(b []byte, comps []completion) error {
 	l.nMessages.Add(int64(msgs))
 	l.msgCount.Add(int64(msgs))
 	seg.count.Add(int64(msgs))
-	l.readable.Store(seg.start + pos + int64(n))
-	return nil
+	l.readable.Store(end)
 }

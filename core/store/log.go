@@ -55,16 +55,35 @@ type Options struct {
 	IDs IDSource
 	// Logf, if set, receives recovery, retention and failure reports.
 	Logf func(format string, args ...any)
+	// Recovery says what Open does with damaged records followed by valid
+	// ones in the last segment; the zero value is RecoverQuarantine.
+	Recovery RecoveryMode
+	// Repairer, if set, is asked for a good copy of damaged bytes before
+	// they are quarantined (last segment) or refused to readers (sealed
+	// segments).
+	Repairer Repairer
+	// Journal, in group-commit mode, commits the log's appends through a
+	// broker-wide journal (see OpenJournal): the log then has no writer
+	// goroutine of its own, its segments are fsynced at the journal's
+	// checkpoints, and one journal fdatasync covers the appends of every
+	// log of the journal. dir must be directly inside the journal's data
+	// directory. Nil keeps the log's own writer and an fdatasync of the
+	// segment per batch. Ignored in threshold mode.
+	Journal *Journal
 
 	// hooks replaces file operations in tests (fault injection).
 	hooks *hooks
 }
 
-// hooks are the test seams of a Log.
+// hooks are the test seams of a Log (fault injection); nil fields keep
+// the real operation.
 type hooks struct {
-	writeAt    func(f *os.File, b []byte, off int64) (int, error) // segment write
-	sync       func(f *os.File) error                             // segment data sync
-	pendingCap int                                                // group-commit pending cap
+	writeAt    func(f *os.File, b []byte, off int64) (int, error)              // segment write
+	sync       func(f *os.File) error                                          // segment data sync
+	openFile   func(name string, flag int, perm os.FileMode) (*os.File, error) // segment create, directory open for fsync
+	truncate   func(f *os.File, size int64) error                              // cut after a failed write
+	readAt     func(f *os.File, b []byte, off int64) (int, error)              // segment read by Open's recovery scans
+	pendingCap int                                                             // group-commit pending cap
 }
 
 // Entry is one message to append. CRC must be message.Checksum(Data); the
@@ -78,9 +97,9 @@ type Entry struct {
 // Waiter receives the outcome of an Append. AppendDone is called exactly
 // once per successful Append call, possibly from another goroutine and
 // possibly before Append returns (threshold mode). It must not block and
-// must not call Close (in group-commit mode it runs on the writer
-// goroutine, which Close waits for). On error, firstID and firstOffset are
-// 0.
+// must not call Close (in group-commit mode it runs on the log's writer
+// goroutine, or on the journal's completer or committer, which Close waits
+// for). On error, firstID and firstOffset are 0.
 type Waiter interface {
 	AppendDone(token uint64, firstID int64, firstOffset int64, err error)
 }
@@ -96,13 +115,15 @@ type Stats struct {
 }
 
 // completion is one accepted group-commit append waiting for its fsync.
+// Its offset is decided when the writer writes it: records carry no
+// offset, so after a failed write the next records take the failed ones'
+// place and offsets never skip.
 type completion struct {
-	w           Waiter
-	token       uint64
-	firstID     int64
-	firstOffset int64
-	end         int // end of its records in the pending buffer
-	n           int // number of records
+	w       Waiter
+	token   uint64
+	firstID int64
+	end     int // end of its records in the pending buffer
+	n       int // number of records
 }
 
 // Log is the segmented message log of one topic partition. See the package
@@ -117,8 +138,21 @@ type Log struct {
 	pendingCap  int
 	ids         IDSource
 	logf        func(format string, args ...any)
+	recovery    RecoveryMode
+	repairer    Repairer
 	writeAt     func(f *os.File, b []byte, off int64) (int, error)
 	syncFile    func(f *os.File) error
+	openFile    func(name string, flag int, perm os.FileMode) (*os.File, error)
+	truncate    func(f *os.File, size int64) error
+	readAt      func(f *os.File, b []byte, off int64) (int, error) // nil: f.ReadAt
+	// j is the journal of a journaled group-commit log, jname the name its
+	// records give the partition.
+	j     *Journal
+	jname string
+	// stagedID is the id of the last record written to the segment (not
+	// necessarily synced yet), for the journal's checkpoints; owned by
+	// the committer.
+	stagedID int64
 
 	// flushMu serialises threshold-mode fsyncs; taken before mu.
 	flushMu sync.Mutex
@@ -127,16 +161,24 @@ type Log struct {
 	mu      sync.Mutex
 	closed  bool
 	final   bool  // Close has done its final flush
-	failErr error // non-nil once a write or fsync failed; wraps ErrFailed
+	failErr error // non-nil once an fsync failed; wraps ErrFailed
 	// active is the last segment. Group commit: owned by the writer
 	// goroutine. Threshold mode: guarded by mu. Also published in segs.
 	active *segment
+	// torn means the active segment's file may hold bytes of a failed
+	// write past its size, because cutting them off failed too; the cut is
+	// retried before the next write or roll. Owned like active.
+	torn bool
 	// group commit
-	pend       []byte       // framed records waiting for the writer
-	pendComps  []completion // their completions, in offset order
-	nextOffset int64        // offset of the next appended record
-	workCond   sync.Cond    // writer waits for pending work (on mu)
-	spaceCond  sync.Cond    // appenders wait for pending space (on mu)
+	pend      []byte       // framed records waiting for the writer
+	pendComps []completion // their completions, in buffer order
+	workCond  sync.Cond    // writer waits for pending work (on mu)
+	spaceCond sync.Cond    // appenders wait for pending space (on mu)
+	// journal mode
+	queued     bool                 // in the journal's ready list
+	committing int                  // rounds (at most roundSlots) holding the log's appends
+	dirty      []*segment           // written since the last checkpoint snapshot, a reference each
+	rounds     [roundSlots]logRound // owned by the journal's round pipeline
 	// threshold mode
 	wbuf      []byte
 	unflushed int // messages written since the last flush
@@ -152,6 +194,7 @@ type Log struct {
 	lastID    atomic.Int64
 	msgCount  atomic.Int64
 	counted   atomic.Bool // sealed segments present at Open have been counted
+	toCount   []*segment  // what the background count walks (set by Open)
 	isClosed  atomic.Bool
 
 	nAppends, nMessages, nWrites, nFsyncs, nBytes, nRolls atomic.Int64
@@ -165,7 +208,9 @@ type Log struct {
 
 // Open opens (creating it if needed) the log in dir and recovers it: the
 // segment chain is checked, the last segment scanned and cut at its first
-// invalid record, and the result made durable before Open returns.
+// invalid record, and the result made durable before Open returns. A
+// journaled log the journal's recovery vouches for scans only what lies
+// past the last checkpoint (see the package documentation, Recovery).
 func Open(dir string, opts Options) (*Log, error) {
 	if opts.IDs == nil {
 		return nil, errors.New("store: Options.IDs is required")
@@ -180,8 +225,12 @@ func Open(dir string, opts Options) (*Log, error) {
 		pendingCap:  defaultPendingCap,
 		ids:         opts.IDs,
 		logf:        opts.Logf,
+		recovery:    opts.Recovery,
+		repairer:    opts.Repairer,
 		writeAt:     (*os.File).WriteAt,
 		syncFile:    fdatasync,
+		openFile:    os.OpenFile,
+		truncate:    (*os.File).Truncate,
 		done:        make(chan struct{}),
 	}
 	if l.maxSeg <= 0 {
@@ -203,14 +252,30 @@ func Open(dir string, opts Options) (*Log, error) {
 		if h.sync != nil {
 			l.syncFile = h.sync
 		}
+		if h.openFile != nil {
+			l.openFile = h.openFile
+		}
+		if h.truncate != nil {
+			l.truncate = h.truncate
+		}
+		l.readAt = h.readAt
 		if h.pendingCap > 0 {
 			l.pendingCap = h.pendingCap
 		}
 	}
 	l.workCond.L = &l.mu
 	l.spaceCond.L = &l.mu
+	if l.groupCommit && opts.Journal != nil {
+		name, err := opts.Journal.partitionName(dir)
+		if err != nil {
+			return nil, err
+		}
+		l.j, l.jname = opts.Journal, name
+	}
 
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The partition directory (and any parent made for it) must survive a
+	// power loss, or every segment in it goes with it.
+	if err := MkdirAllDurable(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store: create %s: %w", dir, err)
 	}
 	lock, err := lockDir(dir)
@@ -223,16 +288,19 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.unlockDir()
 		return nil, err
 	}
-	l.nextOffset = l.active.end()
 	l.lastFlush = time.Now()
+	l.stagedID = l.lastID.Load()
 
 	if len(toCount) > 0 {
+		l.toCount = toCount
 		l.wg.Add(1)
-		go l.countSealed(toCount)
+		scrubs.add(l) // recover.go
 	} else {
 		l.counted.Store(true)
 	}
-	if l.groupCommit {
+	if l.j != nil {
+		l.j.register(l)
+	} else if l.groupCommit {
 		l.wg.Add(1)
 		go l.writer()
 	} else if l.interval > 0 {
@@ -263,10 +331,18 @@ func (l *Log) close() error {
 	l.mu.Unlock()
 
 	close(l.done)
+	if scrubs.remove(l) { // its background count never started
+		for _, s := range l.toCount {
+			s.release()
+		}
+		l.wg.Done()
+	}
 	l.wg.Wait() // the writer drains pending appends before it exits
 
 	var err error
-	if !l.groupCommit {
+	if l.j != nil {
+		err = l.closeJournaled()
+	} else if !l.groupCommit {
 		err = l.flush()
 	}
 	l.mu.Lock()
@@ -294,8 +370,10 @@ func (l *Log) unlockDir() {
 	}
 }
 
-// fail puts the log into the failed state (first error wins) and returns
-// the error to report. Callers hold mu.
+// failLocked puts the log into the failed state (first error wins) and
+// returns the error to report. Only a failed fsync does this (see
+// ErrFailed); other I/O errors fail just the appends they hit. Callers
+// hold mu.
 func (l *Log) failLocked(err error) error {
 	if l.failErr == nil {
 		l.failErr = fmt.Errorf("%w: %w", ErrFailed, err)
@@ -311,10 +389,13 @@ func (l *Log) fail(err error) error {
 	return l.failLocked(err)
 }
 
-// Err returns the error that failed the log, or nil.
+// Err returns the error that failed the log (or its journal), or nil.
 func (l *Log) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.failErr == nil && l.j != nil {
+		return l.j.Err()
+	}
 	return l.failErr
 }
 
@@ -351,7 +432,11 @@ func (l *Log) Read(offset int64, maxSize int) (View, error) {
 	}
 	seg.acquire()
 	l.segMu.RUnlock()
-	n := min(end-offset, int64(maxSize))
+	n, err := l.checkRead(seg, offset-seg.start, min(end-offset, int64(maxSize)))
+	if err != nil {
+		seg.release()
+		return View{}, err
+	}
 	return View{Path: seg.path, File: seg.f, Pos: offset - seg.start, Len: int(n), Offset: offset, seg: seg}, nil
 }
 

@@ -6,15 +6,88 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // scanBufferSize is the read buffer used to scan segments, in bytes.
 const scanBufferSize = 1 << 20
+
+// scanReaders recycles the read buffers of recovery scans and background
+// counts: a new one per Open costs a megabyte of zeroed memory per
+// partition, which dominated the start of a broker with 1000 partitions.
+var scanReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, scanBufferSize) }}
+
+func getScanReader() *bufio.Reader { return scanReaders.Get().(*bufio.Reader) }
+
+func putScanReader(br *bufio.Reader) {
+	br.Reset(nil) // drop the segment file
+	scanReaders.Put(br)
+}
+
+// scrubPool runs the background counts (countSealed) of every log of the
+// process on at most GOMAXPROCS (up to 4) goroutines, in the order the
+// logs opened: after a restart every partition has one, and a thousand
+// concurrent walks (or a thousand goroutines waiting for their turn) only
+// compete for the CPU and the disk with the start and with the traffic.
+type scrubPool struct {
+	mu      sync.Mutex
+	queue   []*Log // logs whose count has not started
+	running int    // worker goroutines
+}
+
+var scrubs scrubPool
+
+// add queues l's count (l.toCount, with l.wg already raised for it).
+func (p *scrubPool) add(l *Log) {
+	p.mu.Lock()
+	p.queue = append(p.queue, l)
+	start := p.running < max(1, min(runtime.GOMAXPROCS(0), 4))
+	if start {
+		p.running++
+	}
+	p.mu.Unlock()
+	if start {
+		go p.work()
+	}
+}
+
+func (p *scrubPool) work() {
+	for {
+		p.mu.Lock()
+		if len(p.queue) == 0 {
+			p.running--
+			p.mu.Unlock()
+			return
+		}
+		l := p.queue[0]
+		p.queue[0] = nil
+		p.queue = p.queue[1:]
+		segs := l.toCount
+		l.toCount = nil
+		p.mu.Unlock()
+		l.countSealed(segs)
+	}
+}
+
+// remove takes l out of the queue if its count has not started, and
+// reports whether it did (the caller then owns l.toCount and l.wg's count).
+func (p *scrubPool) remove(l *Log) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.Index(p.queue, l)
+	if i < 0 {
+		return false
+	}
+	p.queue = slices.Delete(p.queue, i, i+1)
+	return true
+}
 
 // recover loads the segments of l.dir (see Open) and returns the sealed
 // segments whose records still need counting, each with a reference held.
@@ -65,7 +138,9 @@ func (l *Log) recover() (toCount []*segment, err error) {
 			_ = f.Close()
 			return nil, fmt.Errorf("store: stat segment: %w", err)
 		}
-		segs = append(segs, newSegment(start, path, f, fi.Size()))
+		seg := newSegment(start, path, f, fi.Size())
+		seg.readAt = l.readAt
+		segs = append(segs, seg)
 		if i > 0 {
 			prev := segs[i-1]
 			if prev.end() != start {
@@ -81,8 +156,23 @@ func (l *Log) recover() (toCount []*segment, err error) {
 
 	tail := segs[last]
 	var buf []byte
-	br := bufio.NewReaderSize(nil, scanBufferSize)
+	br := getScanReader()
+	defer putScanReader(br)
+	if l.j != nil && l.recovery == RecoverQuarantine {
+		if t, ok := l.j.takeTrusted(l.jname); ok {
+			tt, ok, err := l.recoverTrusted(br, segs, t, &buf) // restart.go
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return l.installTrusted(segs, tt), nil
+			}
+		}
+	}
 	res, err := scanSegment(br, tail, l.maxMsg, true, &buf, nil)
+	if err == nil && res.good < tail.size.Load() && l.recovery == RecoverQuarantine {
+		res, err = l.recoverDamage(br, tail, res, &buf) // quarantine.go
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +191,7 @@ func (l *Log) recover() (toCount []*segment, err error) {
 	if err := tail.f.Sync(); err != nil {
 		return nil, fmt.Errorf("store: fsync %s: %w", tail.path, err)
 	}
-	if err := syncDir(l.dir); err != nil {
+	if err := l.syncDir(); err != nil {
 		return nil, err
 	}
 	tail.count.Store(res.count)
@@ -113,28 +203,53 @@ func (l *Log) recover() (toCount []*segment, err error) {
 		// An empty tail (a crash right after a roll): the highest id is the
 		// last record of the previous segment. Walk its headers once.
 		prev := sealed[len(sealed)-1]
-		pr, err := scanSegment(br, prev, l.maxMsg, false, &buf, nil)
+		count, lastID, err := l.scrub(br, prev, &buf, nil) // verify.go
 		if err != nil {
 			return nil, err
 		}
-		if pr.good != prev.size.Load() {
-			l.logf("store: %s: sealed segment %s has an invalid record at byte %d: %s",
-				l.dir, filepath.Base(prev.path), pr.good, pr.stop)
-		}
-		prev.count.Store(pr.count)
-		l.msgCount.Add(pr.count)
-		l.lastID.Store(pr.lastID)
+		prev.count.Store(count)
+		l.msgCount.Add(count)
+		l.lastID.Store(lastID)
 		sealed = sealed[:len(sealed)-1]
 	}
+	l.installRecovered(segs, sealed)
+	return slices.Clone(sealed), nil
+}
 
+// installTrusted installs segs as recovered by recoverTrusted and
+// returns the segments the background count must scrub: the sealed ones,
+// then the last one's prefix that the journal vouched for, which reads
+// verify until the scrub has (verify.go).
+func (l *Log) installTrusted(segs []*segment, tt trustedTail) []*segment {
+	tail := segs[len(segs)-1]
+	tail.count.Store(tt.count)
+	l.msgCount.Store(tt.count)
+	l.lastID.Store(tt.lastID)
+	sealed := segs[:len(segs)-1]
+	l.installRecovered(segs, sealed)
+	toCount := slices.Clone(sealed)
+	if tt.prefix > 0 {
+		tail.integ.prefix = tt.prefix
+		tail.acquire()
+		tail.integ.unverified.Store(true)
+		toCount = append(toCount, tail)
+	}
+	return toCount
+}
+
+// installRecovered installs the recovered chain segs: its last segment becomes the
+// active one and sealed (a prefix of segs) are marked unverified until
+// countSealed has scrubbed them, each with a reference for it.
+func (l *Log) installRecovered(segs, sealed []*segment) {
+	tail := segs[len(segs)-1]
 	l.segs = segs
 	l.active = tail
 	l.readable.Store(tail.end())
 	l.minOffset.Store(segs[0].start)
 	for _, s := range sealed {
 		s.acquire()
+		s.integ.unverified.Store(true) // until countSealed has scrubbed it
 	}
-	return slices.Clone(sealed), nil
 }
 
 // scanResult is the outcome of walking a segment's records.
@@ -156,11 +271,20 @@ var errStopped = errors.New("store: scan stopped")
 // never mistaken for a torn record. A close of stop interrupts the walk
 // with errStopped.
 func scanSegment(br *bufio.Reader, seg *segment, maxMsg int, verify bool, buf *[]byte, stop <-chan struct{}) (scanResult, error) {
-	size := seg.size.Load()
-	br.Reset(io.NewSectionReader(seg.f, 0, size))
-	var res scanResult
+	return scanSegmentFrom(br, seg, 0, maxMsg, verify, buf, stop)
+}
+
+// scanSegmentFrom is scanSegment starting at byte from, which must be a
+// record start; res.good is then a position in the file (from if the
+// first record is invalid) and res.count counts from there. With verify,
+// an all-zero header (a zero-filled tail: no record has id 0 and crc 0)
+// is invalid too.
+func scanSegmentFrom(br *bufio.Reader, seg *segment, from int64, maxMsg int, verify bool, buf *[]byte, stop <-chan struct{}) (scanResult, error) {
+	size := seg.scanEnd()
+	br.Reset(io.NewSectionReader(seg.reader(), from, size-from))
+	res := scanResult{good: from}
 	var hdr [message.HeaderSize]byte
-	for pos := int64(0); ; {
+	for pos := from; ; {
 		if stop != nil && res.count&1023 == 1023 {
 			select {
 			case <-stop:
@@ -185,6 +309,9 @@ func scanSegment(br *bufio.Reader, seg *segment, maxMsg int, verify bool, buf *[
 			return res, nil
 		case pos+message.HeaderSize+n > size:
 			res.stop = fmt.Sprintf("record of %d bytes runs past the end", message.HeaderSize+n)
+			return res, nil
+		case verify && zeroHeader(hdr[:]):
+			res.stop = "zero-filled record header"
 			return res, nil
 		}
 		var id int64
@@ -218,8 +345,9 @@ func scanSegment(br *bufio.Reader, seg *segment, maxMsg int, verify bool, buf *[
 }
 
 // countSealed counts the records of the sealed segments found at Open, one
-// after another, and adds them to the message count. It holds a reference
-// on each segment in segs and releases it when done with it.
+// after another, and adds them to the message count; scrubs runs it. It
+// holds a reference on each segment in segs and releases it when done
+// with it.
 func (l *Log) countSealed(segs []*segment) {
 	defer l.wg.Done()
 	defer func() {
@@ -228,7 +356,6 @@ func (l *Log) countSealed(segs []*segment) {
 		}
 	}()
 	var buf []byte
-	br := bufio.NewReaderSize(nil, scanBufferSize)
 	for len(segs) > 0 {
 		s := segs[0]
 		l.segMu.RLock()
@@ -239,20 +366,25 @@ func (l *Log) countSealed(segs []*segment) {
 			segs = segs[1:]
 			continue
 		}
-		res, err := scanSegment(br, s, l.maxMsg, false, &buf, l.done)
+		br := getScanReader()
+		count, _, err := l.scrub(br, s, &buf, l.done) // verify.go: logs damage
+		putScanReader(br)
 		if errors.Is(err, errStopped) {
 			return
 		}
 		if err != nil {
 			l.logf("store: %s: counting %s: %v", l.dir, filepath.Base(s.path), err)
-		} else if res.good != s.size.Load() {
-			l.logf("store: %s: sealed segment %s has an invalid record at byte %d: %s",
-				l.dir, filepath.Base(s.path), res.good, res.stop)
 		}
 		l.segMu.Lock()
 		if !s.deleted {
-			s.count.Store(res.count)
-			l.msgCount.Add(res.count)
+			if s.count.Load() >= 0 {
+				// The last segment's prefix (installTrusted): its count
+				// already holds the records after the prefix and appends.
+				s.count.Add(count)
+			} else {
+				s.count.Store(count)
+			}
+			l.msgCount.Add(count)
 		}
 		l.segMu.Unlock()
 		s.release()
@@ -262,14 +394,20 @@ func (l *Log) countSealed(segs []*segment) {
 }
 
 // createSegment creates the (empty) segment file starting at start and
-// makes its directory entry durable.
+// makes its directory entry durable. An empty file of that name, left by
+// an earlier attempt whose directory fsync could not start, is reused. A
+// failed directory fsync is a *syncError; other errors (ENOSPC, EMFILE,
+// ...) leave nothing that needs undoing.
 func (l *Log) createSegment(start int64) (*segment, error) {
 	path := filepath.Join(l.dir, segmentName(start))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("store: create segment: %w", err)
+	f, err := l.openFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		f, err = l.openEmpty(path)
 	}
-	if err := syncDir(l.dir); err != nil {
+	if err != nil {
+		return nil, fmt.Errorf("store: create segment %s: %w", filepath.Base(path), err)
+	}
+	if err := l.syncDir(); err != nil {
 		_ = f.Close()
 		return nil, err
 	}
@@ -278,19 +416,36 @@ func (l *Log) createSegment(start int64) (*segment, error) {
 	return s, nil
 }
 
-// syncDir fsyncs a directory so that entries created or removed in it are
-// durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+// openEmpty opens the existing segment file path for writing if it is
+// empty.
+func (l *Log) openEmpty(path string) (*os.File, error) {
+	f, err := l.openFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && fi.Size() != 0 {
+		err = fmt.Errorf("%w and holds %d bytes", fs.ErrExist, fi.Size())
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// syncDir fsyncs the log's directory so that entries created or removed
+// in it are durable. A failure to open it is returned as is; a failed
+// fsync as a *syncError.
+func (l *Log) syncDir() error {
+	d, err := l.openFile(l.dir, os.O_RDONLY, 0)
 	if err != nil {
 		return fmt.Errorf("store: open dir for fsync: %w", err)
 	}
 	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
+	_ = d.Close() // read-only: the fsync's result is what counts
 	if err != nil {
-		return fmt.Errorf("store: fsync dir %s: %w", dir, err)
+		return &syncError{fmt.Errorf("store: fsync dir %s: %w", l.dir, err)}
 	}
 	return nil
 }

@@ -148,12 +148,13 @@ func TestRecoverCorruptLastRecord(t *testing.T) {
 		}
 	}
 
-	// A bad record in the middle cuts everything after it too.
+	// In truncate mode a bad record in the middle cuts everything after it
+	// too (quarantine mode refuses to start: quarantine_test.go).
 	d := copyDir(t, dir)
 	b := bytes.Clone(orig)
 	b[int(offs[1]-tailStart)+message.HeaderSize] ^= 1
 	require.NoError(t, os.WriteFile(lastSegment(t, d), b, 0o644))
-	l := openLog(t, d, Options{MaxSegmentSize: 100})
+	l := openLog(t, d, Options{MaxSegmentSize: 100, Recovery: RecoverTruncate})
 	require.Equal(t, offs[1], l.MaxOffset())
 	require.Equal(t, int64(2), l.LastID())
 }
@@ -258,8 +259,12 @@ func TestRecoverOnlyScansLastSegment(t *testing.T) {
 }
 
 // FuzzRecover writes arbitrary bytes as the last segment (after one sealed
-// segment) and opens the log: Open must not panic, must keep exactly a
-// prefix of valid records, and the log must accept appends after it.
+// segment) and opens the log in both recovery modes. Truncate: Open must
+// not panic, must keep exactly a prefix of valid records, and the log must
+// accept appends after it. Quarantine: Open either does the same, and then
+// no valid record with data starts in what it cut, or fails with a
+// *CorruptError, leaves the segment as it was and has copied the damage
+// aside.
 func FuzzRecover(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(message.AppendRecord(nil, 7, 0, []byte("hello")))
@@ -274,7 +279,29 @@ func FuzzRecover(f *testing.F) {
 		tail := filepath.Join(dir, segmentName(tailStart))
 		require.NoError(t, os.WriteFile(tail, data, 0o644))
 
-		l, err := Open(dir, Options{IDs: &seqIDs{}, MaxMessageSize: maxMsg})
+		qd := copyDir(t, dir)
+		ql, err := Open(qd, Options{IDs: &seqIDs{}, MaxMessageSize: maxMsg})
+		if err != nil {
+			var ce *CorruptError
+			require.ErrorAs(t, err, &ce)
+			got, rerr := os.ReadFile(filepath.Join(qd, segmentName(tailStart)))
+			require.NoError(t, rerr)
+			require.Equal(t, data, got, "a refused start changed the segment")
+			for _, r := range ce.Ranges {
+				q, rerr := os.ReadFile(r.Quarantine)
+				require.NoError(t, rerr)
+				require.Equal(t, data[r.Pos:r.End], q)
+			}
+		} else {
+			kept := ql.MaxOffset() - tailStart
+			require.NoError(t, ql.Close())
+			for q := kept + 1; q < int64(len(data)); q++ {
+				r, _, perr := message.ParseRecord(data[q:], maxMsg)
+				require.True(t, perr != nil || len(r.Data) == 0, "quarantine mode cut a valid record at %d", q)
+			}
+		}
+
+		l, err := Open(dir, Options{IDs: &seqIDs{}, MaxMessageSize: maxMsg, Recovery: RecoverTruncate})
 		require.NoError(t, err)
 		defer l.Close()
 
@@ -288,13 +315,14 @@ func FuzzRecover(f *testing.F) {
 		for pos < len(got) {
 			r, n, err := message.ParseRecord(got[pos:], maxMsg)
 			require.NoError(t, err, "invalid record kept at %d", pos)
+			require.False(t, zeroHeader(got[pos:]), "zero-filled record kept at %d", pos)
 			pos += n
 			count++
 			lastID = r.ID
 		}
-		if len(got) < len(data) {
-			_, _, err := message.ParseRecord(data[len(got):], maxMsg)
-			require.Error(t, err, "a valid record was cut at %d", len(got))
+		if rest := data[len(got):]; len(rest) > 0 {
+			_, _, err := message.ParseRecord(rest, maxMsg)
+			require.True(t, err != nil || zeroHeader(rest), "a valid record was cut at %d", len(got))
 		}
 		require.Equal(t, tailStart+int64(len(got)), l.MaxOffset())
 		if count > 0 {

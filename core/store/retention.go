@@ -55,7 +55,7 @@ func (l *Log) DeleteOlderThan(maxAge time.Duration, now time.Time) (deleted int,
 		s.release()
 	}
 	if len(errs) == 0 {
-		if serr := syncDir(l.dir); serr != nil {
+		if serr := l.syncDir(); serr != nil {
 			errs = append(errs, serr)
 		}
 	}

@@ -67,6 +67,35 @@ type segment struct {
 	// deleted is set when retention removes the segment; guarded by
 	// Log.segMu, like the first setting of a sealed segment's count.
 	deleted bool
+
+	// integ is the segment's verification state (verify.go).
+	integ integrity
+
+	// readAt, if set, replaces f.ReadAt in recovery's scans (a test hook).
+	readAt func(f *os.File, b []byte, off int64) (int, error)
+}
+
+// reader returns what recovery's scans read the segment through.
+func (s *segment) reader() io.ReaderAt {
+	if s.readAt == nil {
+		return s.f
+	}
+	return hookedReader{s}
+}
+
+// hookedReader reads a segment through its readAt hook.
+type hookedReader struct{ s *segment }
+
+func (r hookedReader) ReadAt(b []byte, off int64) (int, error) { return r.s.readAt(r.s.f, b, off) }
+
+// scanEnd returns where scans of the segment stop: the end of the prefix
+// still to verify of a last segment recovered from a trust point
+// (restart.go), else the segment's size.
+func (s *segment) scanEnd() int64 {
+	if s.integ.prefix > 0 && s.integ.unverified.Load() {
+		return s.integ.prefix
+	}
+	return s.size.Load()
 }
 
 func newSegment(start int64, path string, f *os.File, size int64) *segment {

@@ -121,7 +121,13 @@ func TestAppendAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	require.Zero(t, allocs, "group-commit AppendSync allocates")
+	if raceEnabled {
+		// The pooled waiter is sometimes dropped by the race detector's
+		// sync.Pool; one allocation per call at most is that, more is a leak.
+		require.LessOrEqual(t, allocs, 1.0, "group-commit AppendSync allocates")
+	} else {
+		require.Zero(t, allocs, "group-commit AppendSync allocates")
+	}
 }
 
 type nopWaiter struct{ n int }

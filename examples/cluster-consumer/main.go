@@ -11,6 +11,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,19 +31,19 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	opts := []client.ConsumerOption{client.WithGroup(*group), client.WithZKRoot(*root),
-		client.WithBalanceStrategy(*strategy)}
+	opts := []client.Opt{client.ZooKeeper(*zk, *root), client.ConsumeTopics(*topic),
+		client.ConsumerGroup(*group), client.Balance(strings.ToUpper(*strategy))}
 	if *id != "" {
-		opts = append(opts, client.WithConsumerID(*id))
+		opts = append(opts, client.ConsumerID(*id))
 	}
 	if *broadcast {
-		opts = append(opts, client.WithBroadcast())
+		opts = append(opts, client.Broadcast())
 	}
-	c, err := client.NewClusterConsumer(ctx, *zk, *topic, opts...)
+	c, err := client.New(opts...)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("member %s of group %s\n", c.ConsumerID(), c.Group())
+	fmt.Printf("member of group %s\n", *group)
 
 	// Print the assignment whenever it changes.
 	go func() {

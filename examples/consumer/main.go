@@ -18,25 +18,28 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8123", "broker address")
 	topic := flag.String("topic", "meta-test", "topic")
-	group := flag.String("group", client.DefaultGroup, "consumer group")
+	group := flag.String("group", "", "consumer group (default: none, nothing is committed)")
 	n := flag.Int("n", 0, "stop after this many messages (0: run until interrupted)")
 	from := flag.String("from", "earliest", "where to start: earliest, latest or a byte offset")
 	parts := flag.String("partitions", "", "comma-separated partitions (default: all)")
 	quiet := flag.Bool("q", false, "print only the summary")
 	flag.Parse()
 
-	opts := []client.ConsumerOption{client.WithGroup(*group)}
+	opts := []client.Opt{client.Brokers(*addr)}
+	if *group != "" {
+		opts = append(opts, client.ConsumerGroup(*group))
+	}
 	switch *from {
 	case "earliest":
-		opts = append(opts, client.WithStartFrom(client.Earliest))
+		opts = append(opts, client.ConsumeFrom(client.Earliest))
 	case "latest":
-		opts = append(opts, client.WithStartFrom(client.Latest))
+		opts = append(opts, client.ConsumeFrom(client.Latest))
 	default:
 		off, err := strconv.ParseInt(*from, 10, 64)
 		if err != nil {
 			log.Fatalf("bad -from %q", *from)
 		}
-		opts = append(opts, client.WithStartFrom(client.AtOffset(off)))
+		opts = append(opts, client.ConsumeFrom(client.AtOffset(off)))
 	}
 	if *parts != "" {
 		var ps []int32
@@ -47,9 +50,11 @@ func main() {
 			}
 			ps = append(ps, int32(p))
 		}
-		opts = append(opts, client.WithPartitions(ps...))
+		opts = append(opts, client.ConsumePartitions(*topic, ps...))
+	} else {
+		opts = append(opts, client.ConsumeTopics(*topic))
 	}
-	c, err := client.NewConsumer(*addr, *topic, opts...)
+	c, err := client.New(opts...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -77,12 +82,14 @@ func main() {
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = c.Close(closeCtx)
 	el := time.Since(start)
 	fmt.Printf("%d messages, %d bytes in %v\n", count, bytes, el.Round(time.Millisecond))
 	for _, p := range c.Assigned() {
-		fmt.Printf("partition %d: next offset %d\n", p, c.Position(p))
+		if off, ok := c.Position(*topic, p); ok {
+			fmt.Printf("partition %s: next offset %d\n", p, off)
+		}
 	}
+	_ = c.Close(closeCtx)
 }
 
 func truncate(b []byte, n int) string {

@@ -27,6 +27,8 @@ import (
 	"sync"
 
 	"github.com/metaq-go/metaq/offsetstore"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 func main() {
@@ -48,13 +50,23 @@ type entry struct {
 	MsgID     int64  `json:"m"`
 }
 
+// key is what one position is kept under: its group and partition.
+type key struct {
+	group, topic string
+	part         message.Partition
+}
+
+// store is an offsetstore.Store: the offsets.Store contract (Commit and
+// Load of one group's positions) plus Init and Close.
 type store struct {
 	mu     sync.Mutex
 	f      *os.File
 	path   string
-	m      map[offsetstore.Key]offsetstore.Entry
+	m      map[key]message.Position
 	closed bool
 }
+
+var _ offsetstore.Store = (*store)(nil)
 
 func (s *store) Init(_ context.Context, req *offsetstore.InitRequest) error {
 	path := req.Config["path"]
@@ -64,7 +76,7 @@ func (s *store) Init(_ context.Context, req *offsetstore.InitRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return offsetstore.ErrClosed
+		return offsets.ErrClosed
 	}
 	if s.f != nil {
 		if path != s.path {
@@ -96,8 +108,8 @@ func (s *store) Init(_ context.Context, req *offsetstore.InitRequest) error {
 
 // replay reads every whole line and returns the state and the length of
 // the whole lines.
-func replay(r io.Reader) (map[offsetstore.Key]offsetstore.Entry, int64, error) {
-	m := make(map[offsetstore.Key]offsetstore.Entry)
+func replay(r io.Reader) (map[key]message.Position, int64, error) {
+	m := make(map[key]message.Position)
 	br := bufio.NewReader(r)
 	var good int64
 	for {
@@ -113,8 +125,8 @@ func replay(r io.Reader) (map[offsetstore.Key]offsetstore.Entry, int64, error) {
 			return nil, 0, fmt.Errorf("corrupt line at byte %d: %w", good, err)
 		}
 		for _, e := range l.Entries {
-			k := offsetstore.Key{Group: e.Group, Topic: e.Topic, BrokerID: e.BrokerID, Partition: e.Partition}
-			m[k] = offsetstore.Entry{Key: k, Offset: e.Offset, MsgID: e.MsgID}
+			part := message.Partition{BrokerID: e.BrokerID, Partition: e.Partition}
+			m[key{e.Group, e.Topic, part}] = message.Position{Topic: e.Topic, Partition: part, Offset: e.Offset, MsgID: e.MsgID}
 		}
 		good += int64(len(b))
 	}
@@ -123,20 +135,24 @@ func replay(r io.Reader) (map[offsetstore.Key]offsetstore.Entry, int64, error) {
 func (s *store) ready() error {
 	switch {
 	case s.closed:
-		return offsetstore.ErrClosed
+		return offsets.ErrClosed
 	case s.f == nil:
 		return offsetstore.ErrNotInitialized
 	}
 	return nil
 }
 
-func (s *store) Commit(_ context.Context, entries []offsetstore.Entry) error {
-	if len(entries) == 0 {
+// Commit appends the batch as one line and fsyncs it.
+func (s *store) Commit(_ context.Context, group string, ps []message.Position) error {
+	if err := offsets.ValidateCommit(group, ps); err != nil {
+		return err
+	}
+	if len(ps) == 0 {
 		return nil
 	}
-	l := line{Entries: make([]entry, len(entries))}
-	for i, e := range entries {
-		l.Entries[i] = entry{e.Group, e.Topic, e.BrokerID, e.Partition, e.Offset, e.MsgID}
+	l := line{Entries: make([]entry, len(ps))}
+	for i, p := range ps {
+		l.Entries[i] = entry{group, p.Topic, p.Partition.BrokerID, p.Partition.Partition, p.Offset, p.MsgID}
 	}
 	b, err := json.Marshal(l)
 	if err != nil {
@@ -154,25 +170,28 @@ func (s *store) Commit(_ context.Context, entries []offsetstore.Entry) error {
 	if err := s.f.Sync(); err != nil {
 		return fmt.Errorf("fsync: %w", err)
 	}
-	for _, e := range entries {
-		s.m[e.Key] = e
+	for _, p := range ps {
+		s.m[key{group, p.Topic, p.Partition}] = p
 	}
 	return nil
 }
 
-func (s *store) Load(_ context.Context, keys []offsetstore.Key) ([]offsetstore.Result, error) {
+// Load answers from memory: Offset and MsgID -1 where nothing is stored.
+func (s *store) Load(_ context.Context, group string, ps []message.Position) ([]message.Position, error) {
+	if err := offsets.ValidateLoad(group, ps); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.ready(); err != nil {
 		return nil, err
 	}
-	out := make([]offsetstore.Result, len(keys))
-	for i, k := range keys {
-		e, ok := s.m[k]
-		if !ok {
-			e = offsetstore.Entry{Key: k, Offset: -1, MsgID: -1}
+	out := make([]message.Position, len(ps))
+	for i, p := range ps {
+		out[i] = offsets.NotStored(p)
+		if e, ok := s.m[key{group, p.Topic, p.Partition}]; ok {
+			out[i].Offset, out[i].MsgID = e.Offset, e.MsgID
 		}
-		out[i] = offsetstore.Result{Entry: e, Found: ok}
 	}
 	return out, nil
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/metaq-go/metaq/offsetstore"
 	"github.com/metaq-go/metaq/offsetstore/offsetstoretest"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 // buildPlugin builds this example into a temp dir, once per test.
@@ -45,11 +47,11 @@ func openPlugin(t *testing.T, bin, path string) offsetstore.Store {
 // the remote adapter.
 func TestPluginConformance(t *testing.T) {
 	bin := buildPlugin(t)
-	offsetstoretest.Run(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return openPlugin(t, bin, filepath.Join(t.TempDir(), "o.jsonl"))
 	})
 	path := filepath.Join(t.TempDir(), "o.jsonl")
-	offsetstoretest.RunDurable(t, func(t *testing.T) offsetstore.Store { return openPlugin(t, bin, path) })
+	offsetstoretest.RunDurable(t, func(t *testing.T) offsets.Store { return openPlugin(t, bin, path) })
 }
 
 // TestInProcessConformance runs the same store in-process.
@@ -59,9 +61,9 @@ func TestInProcessConformance(t *testing.T) {
 		require.NoError(t, s.Init(context.Background(), &offsetstore.InitRequest{Config: map[string]string{"path": path}}))
 		return s
 	}
-	offsetstoretest.Run(t, func(t *testing.T) offsetstore.Store { return open(t, filepath.Join(t.TempDir(), "o.jsonl")) })
+	offsetstoretest.Run(t, func(t *testing.T) offsets.Store { return open(t, filepath.Join(t.TempDir(), "o.jsonl")) })
 	path := filepath.Join(t.TempDir(), "o.jsonl")
-	offsetstoretest.RunDurable(t, func(t *testing.T) offsetstore.Store { return open(t, path) })
+	offsetstoretest.RunDurable(t, func(t *testing.T) offsets.Store { return open(t, path) })
 }
 
 func TestTornTailIgnored(t *testing.T) {
@@ -70,15 +72,15 @@ func TestTornTailIgnored(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(data), 0o644))
 	s := &store{}
 	require.NoError(t, s.Init(context.Background(), &offsetstore.InitRequest{Config: map[string]string{"path": path}}))
-	k := offsetstore.Key{Group: "g", Topic: "t"}
-	res, err := s.Load(context.Background(), []offsetstore.Key{k})
+	k := message.Position{Topic: "t"}
+	res, err := s.Load(context.Background(), "g", []message.Position{k})
 	require.NoError(t, err)
-	require.Equal(t, offsetstore.Entry{Key: k, Offset: 5, MsgID: 6}, res[0].Entry)
-	require.NoError(t, s.Commit(context.Background(), []offsetstore.Entry{{Key: k, Offset: 7, MsgID: 8}}))
+	require.Equal(t, message.Position{Topic: "t", Offset: 5, MsgID: 6}, res[0])
+	require.NoError(t, s.Commit(context.Background(), "g", []message.Position{{Topic: "t", Offset: 7, MsgID: 8}}))
 	require.NoError(t, s.Close())
 	s = &store{}
 	require.NoError(t, s.Init(context.Background(), &offsetstore.InitRequest{Config: map[string]string{"path": path}}))
-	res, err = s.Load(context.Background(), []offsetstore.Key{k})
+	res, err = s.Load(context.Background(), "g", []message.Position{k})
 	require.NoError(t, err)
 	require.Equal(t, int64(7), res[0].Offset)
 }

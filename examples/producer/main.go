@@ -15,6 +15,7 @@ import (
 
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 func main() {
@@ -31,15 +32,15 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	opts := []client.ProducerOption{}
+	opts := []client.Opt{client.Brokers(*addr)}
 	if *key != "" {
-		opts = append(opts, client.WithSelector(client.HashByKey()))
+		opts = append(opts, client.Selector(selector.HashByKey()), client.ProduceRetries(false))
 	}
 	if *batch > 0 {
-		opts = append(opts, client.WithBatching(*batch, 0, 5*time.Millisecond))
+		opts = append(opts, client.Batching(*batch, 1<<20, 5*time.Millisecond))
 		*async = true
 	}
-	p, err := client.NewProducer(*addr, opts...)
+	p, err := client.New(opts...)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -60,20 +61,20 @@ func main() {
 			m.Attribute, m.HasAttribute = *attr, true
 		}
 		if !*async {
-			res, err := p.Send(ctx, m)
+			rs, err := p.ProduceSync(ctx, m)
 			if err != nil {
 				log.Printf("send %d: %v", i, err)
 				failed.Add(1)
 				continue
 			}
 			ok.Add(1)
-			if *n <= 100 {
-				fmt.Printf("sent %d: partition %d offset %d id %d\n", i, res.Partition, res.Offset, res.ID)
+			if res := rs[0]; *n <= 100 {
+				fmt.Printf("sent %d: broker %d partition %d offset %d id %d\n", i, res.BrokerID, res.Partition, res.Offset, res.ID)
 			}
 			continue
 		}
 		wg.Add(1)
-		p.SendAsync(ctx, m, func(_ client.SendResult, err error) {
+		p.Produce(ctx, m, func(_ client.SendResult, err error) {
 			defer wg.Done()
 			if err != nil {
 				failed.Add(1)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 	"github.com/metaq-go/metaq/selectors"
 )
 
@@ -22,26 +24,16 @@ func main() { selectors.Serve(&prefixSelector{}) }
 // prefixSelector is safe for concurrent use: its only state is atomic.
 type prefixSelector struct{ next atomic.Uint64 }
 
-func (s *prefixSelector) Select(ctx context.Context, req *selectors.SelectRequest) (*selectors.SelectResponse, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+func (s *prefixSelector) Select(ctx context.Context, topic string, partitions []message.Partition, m *message.Message) (int, error) {
+	if err := selector.Check(ctx, topic, partitions); err != nil {
+		return 0, err
 	}
-	n := len(req.Partitions)
-	if n == 0 {
-		return nil, selectors.ErrNoPartitions
+	n := len(partitions)
+	if !m.HasAttribute {
+		return int((s.next.Add(1) - 1) % uint64(n)), nil
 	}
-	choices := make([]int, len(req.Messages))
-	for i, m := range req.Messages {
-		if !m.HasAttribute {
-			choices[i] = int((s.next.Add(1) - 1) % uint64(n))
-			continue
-		}
-		prefix, _, _ := strings.Cut(m.Attribute, ".")
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(prefix))
-		choices[i] = int(h.Sum32() % uint32(n))
-	}
-	return &selectors.SelectResponse{Choices: choices}, nil
+	prefix, _, _ := strings.Cut(m.Attribute, ".")
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(prefix))
+	return int(h.Sum32() % uint32(n)), nil
 }
-
-func (s *prefixSelector) Close() error { return nil }

@@ -2,7 +2,7 @@
 // default an in-process one written in Go (urgent messages to the first
 // partition, the rest round robin over the others), or, with -plugin, a
 // selector plugin binary such as examples/selector-plugin. Either way the
-// producer sees the same selectors.Selector, and asks it once per batch.
+// Client sees the same selector.Selector, and asks it once per message.
 package main
 
 import (
@@ -16,9 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 	"github.com/metaq-go/metaq/selectors"
 )
 
@@ -27,27 +27,16 @@ import (
 // Like every Selector it must be safe for concurrent use.
 type urgentFirst struct{ next atomic.Uint64 }
 
-func (s *urgentFirst) Select(ctx context.Context, req *selectors.SelectRequest) (*selectors.SelectResponse, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+func (s *urgentFirst) Select(ctx context.Context, topic string, partitions []message.Partition, m *message.Message) (int, error) {
+	if err := selector.Check(ctx, topic, partitions); err != nil {
+		return 0, err
 	}
-	n := len(req.Partitions)
-	if n == 0 {
-		return nil, selectors.ErrNoPartitions
+	n := len(partitions)
+	if n == 1 || m.HasAttribute && m.Attribute == "urgent" {
+		return 0, nil
 	}
-	choices := make([]int, len(req.Messages))
-	for i, m := range req.Messages {
-		switch {
-		case m.HasAttribute && m.Attribute == "urgent", n == 1:
-			choices[i] = 0
-		default:
-			choices[i] = 1 + int((s.next.Add(1)-1)%uint64(n-1))
-		}
-	}
-	return &selectors.SelectResponse{Choices: choices}, nil
+	return 1 + int((s.next.Add(1)-1)%uint64(n-1)), nil
 }
-
-func (s *urgentFirst) Close() error { return nil }
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8123", "broker address")
@@ -66,17 +55,17 @@ func main() {
 }
 
 func run(ctx context.Context, w io.Writer, addr, topic string, n int, plugin string) error {
-	var sel selectors.Selector = &urgentFirst{}
+	var sel selector.Selector = &urgentFirst{}
 	if plugin != "" {
-		var err error
-		sel, err = selectors.Open(ctx, selectors.OpenOptions{Plugin: &host.Spec{Path: plugin}})
+		ps, err := selectors.Open(ctx, selectors.OpenOptions{Plugin: &selectors.Plugin{Path: plugin}})
 		if err != nil {
 			return err
 		}
+		defer ps.Close() // stops the plugin process
+		sel = ps
 	}
-	defer sel.Close() // with -plugin, stops the plugin process
 
-	p, err := client.NewProducer(addr, client.WithSelector(selectors.ForProducer(sel)))
+	p, err := client.New(client.Brokers(addr), client.Selector(sel))
 	if err != nil {
 		return err
 	}
@@ -86,8 +75,9 @@ func run(ctx context.Context, w io.Writer, addr, topic string, n int, plugin str
 		msgs[i] = &message.Message{Topic: topic, Body: fmt.Appendf(nil, "message %d", i),
 			Attribute: kinds[i%len(kinds)], HasAttribute: true}
 	}
-	// One selector call for the whole batch, then one mput per partition.
-	results, err := p.SendBatch(ctx, msgs)
+	// One selector call per message (for a plugin, one call to its
+	// process), then the messages go out pipelined.
+	results, err := p.ProduceSync(ctx, msgs...)
 	for i, r := range results {
 		if r.Topic != "" {
 			fmt.Fprintf(w, "%-16s -> partition %d offset %d\n", msgs[i].Attribute, r.Partition, r.Offset)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -12,25 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/broker"
+	"github.com/metaq-go/metaq/internal/brokertest"
 )
-
-func startBroker(t *testing.T) string {
-	t.Helper()
-	cfg := conf.Default()
-	cfg.Port = 8123 // validated only; the test listens itself
-	cfg.DataDir = t.TempDir()
-	cfg.Topics = []conf.Topic{{Name: "meta-test"}}
-	cfg.NumPartitions = 4
-	b, err := broker.New(cfg, broker.Options{Logf: func(string, ...any) {}})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	require.NoError(t, b.Serve(ln))
-	t.Cleanup(func() { _ = b.Close() })
-	return b.Addr()
-}
 
 // partitionsOf maps each attribute to the partitions its messages landed on.
 func partitionsOf(out string) map[string]map[string]bool {
@@ -45,7 +27,7 @@ func partitionsOf(out string) map[string]map[string]bool {
 }
 
 func TestInProcess(t *testing.T) {
-	addr := startBroker(t)
+	addr := brokertest.Start(t, brokertest.Topics("meta-test"), brokertest.Partitions(4)).Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
@@ -65,7 +47,7 @@ func TestPlugin(t *testing.T) {
 	b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/metaq-go/metaq/examples/selector-plugin").CombinedOutput()
 	require.NoError(t, err, "%s", b)
 
-	addr := startBroker(t)
+	addr := brokertest.Start(t, brokertest.Topics("meta-test"), brokertest.Partitions(4)).Addr()
 	var out bytes.Buffer
 	require.NoError(t, run(ctx, &out, addr, "meta-test", 12, bin))
 	got := partitionsOf(out.String())

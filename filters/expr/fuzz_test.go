@@ -1,6 +1,7 @@
 package expr_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/metaq-go/metaq/filters/expr"
@@ -28,6 +29,17 @@ func FuzzParseExpr(f *testing.F) {
 			return
 		}
 		canon := e.String()
+		if len(canon) > expr.MaxLen {
+			// Quoting can make the canonical form longer than the source
+			// (an invalid byte becomes \xNN): it is then refused for its
+			// length, never misparsed.
+			_, err := expr.Parse(canon)
+			var se *expr.SyntaxError
+			if !errors.As(err, &se) || se.Pos != expr.MaxLen {
+				t.Fatalf("overlong canonical form: %v", err)
+			}
+			return
+		}
 		e2, err := expr.Parse(canon)
 		if err != nil {
 			t.Fatalf("canonical form %q of %q does not parse: %v", canon, src, err)

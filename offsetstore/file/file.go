@@ -20,6 +20,8 @@ import (
 	"sync"
 
 	"github.com/metaq-go/metaq/offsetstore"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 // Name is the builtin's name in server.toml (offset_store = "file").
@@ -33,7 +35,7 @@ type Store struct {
 	path string
 
 	mu      sync.Mutex // guards the fields below
-	entries map[offsetstore.Key]offsetstore.Entry
+	entries map[key]message.Position
 	version uint64 // bumped by every commit
 	inited  bool
 	closed  bool
@@ -44,8 +46,18 @@ type Store struct {
 
 var _ offsetstore.Store = (*Store)(nil)
 
+// key is what one stored position is kept under.
+type key struct {
+	group, topic string
+	part         message.Partition
+}
+
+func keyOf(group string, p message.Position) key {
+	return key{group: group, topic: p.Topic, part: p.Partition}
+}
+
 // New returns an uninitialised file store (Init gives it its path).
-func New() offsetstore.Store { return &Store{entries: make(map[offsetstore.Key]offsetstore.Entry)} }
+func New() offsetstore.Store { return &Store{entries: make(map[key]message.Position)} }
 
 // Open returns a file store at path, initialised.
 func Open(path string) (*Store, error) {
@@ -88,7 +100,7 @@ func (s *Store) Init(_ context.Context, req *offsetstore.InitRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return offsetstore.ErrClosed
+		return offsets.ErrClosed
 	}
 	if s.inited {
 		if path != s.path {
@@ -108,8 +120,8 @@ func (s *Store) Init(_ context.Context, req *offsetstore.InitRequest) error {
 	return nil
 }
 
-func readFile(path string) (map[offsetstore.Key]offsetstore.Entry, error) {
-	out := make(map[offsetstore.Key]offsetstore.Entry)
+func readFile(path string) (map[key]message.Position, error) {
+	out := make(map[key]message.Position)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return out, nil
@@ -126,8 +138,9 @@ func readFile(path string) (map[offsetstore.Key]offsetstore.Entry, error) {
 	}
 	for g, es := range f.Groups {
 		for _, e := range es {
-			k := offsetstore.Key{Group: g, Topic: e.Topic, BrokerID: e.BrokerID, Partition: e.Partition}
-			out[k] = offsetstore.Entry{Key: k, Offset: e.Offset, MsgID: e.MsgID}
+			p := message.Position{Topic: e.Topic, Partition: message.Partition{BrokerID: e.BrokerID, Partition: e.Partition},
+				Offset: e.Offset, MsgID: e.MsgID}
+			out[keyOf(g, p)] = p
 		}
 	}
 	return out, nil
@@ -146,25 +159,30 @@ func removeTemps(path string) {
 func (s *Store) check() error {
 	switch {
 	case s.closed:
-		return offsetstore.ErrClosed
+		return offsets.ErrClosed
 	case !s.inited:
 		return offsetstore.ErrNotInitialized
 	}
 	return nil
 }
 
-// Commit merges entries and rewrites the file. It returns once a file
+// Commit merges positions and rewrites the file. It returns once a file
 // holding them is durable. If writing fails the error is returned and the
-// entries stay in memory (Load sees them); the next successful commit
-// writes them too.
-func (s *Store) Commit(_ context.Context, entries []offsetstore.Entry) error {
+// positions stay in memory (Load sees them); the next successful commit
+// writes them too. A malformed group or position (offsets.ValidateCommit;
+// notably a group name that is not valid UTF-8, which JSON would silently
+// rewrite) fails the whole batch with offsets.ErrInvalid.
+func (s *Store) Commit(_ context.Context, group string, ps []message.Position) error {
+	if err := offsets.ValidateCommit(group, ps); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	if err := s.check(); err != nil {
 		s.mu.Unlock()
 		return err
 	}
-	for _, e := range entries {
-		s.entries[e.Key] = e
+	for _, p := range ps {
+		s.entries[keyOf(group, p)] = p
 	}
 	s.version++
 	mine := s.version
@@ -173,12 +191,12 @@ func (s *Store) Commit(_ context.Context, entries []offsetstore.Entry) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.written >= mine {
-		return nil // a write that started after our merge carried our entries
+		return nil // a write that started after our merge carried our positions
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return offsetstore.ErrClosed
+		return offsets.ErrClosed
 	}
 	doc, ver := s.snapshot(), s.version
 	s.mu.Unlock()
@@ -189,11 +207,12 @@ func (s *Store) Commit(_ context.Context, entries []offsetstore.Entry) error {
 	return nil
 }
 
-// snapshot encodes the entries, sorted; the caller holds mu.
+// snapshot encodes the positions, sorted; the caller holds mu.
 func (s *Store) snapshot() []byte {
 	f := fileFormat{Version: formatVersion, Groups: make(map[string][]fileEntry)}
-	for k, e := range s.entries {
-		f.Groups[k.Group] = append(f.Groups[k.Group], fileEntry{Topic: k.Topic, BrokerID: k.BrokerID, Partition: k.Partition, Offset: e.Offset, MsgID: e.MsgID})
+	for k, p := range s.entries {
+		f.Groups[k.group] = append(f.Groups[k.group], fileEntry{Topic: p.Topic, BrokerID: p.Partition.BrokerID,
+			Partition: p.Partition.Partition, Offset: p.Offset, MsgID: p.MsgID})
 	}
 	for _, es := range f.Groups {
 		sort.Slice(es, func(i, j int) bool {
@@ -244,19 +263,22 @@ func writeAtomic(path string, data []byte) (err error) {
 	return d.Sync()
 }
 
-// Load answers from memory.
-func (s *Store) Load(_ context.Context, keys []offsetstore.Key) ([]offsetstore.Result, error) {
+// Load answers from memory. A malformed group or position fails the call
+// with offsets.ErrInvalid.
+func (s *Store) Load(_ context.Context, group string, ps []message.Position) ([]message.Position, error) {
+	if err := offsets.ValidateLoad(group, ps); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	out := make([]offsetstore.Result, len(keys))
-	for i, k := range keys {
-		if e, ok := s.entries[k]; ok {
-			out[i] = offsetstore.Result{Entry: e, Found: true}
-		} else {
-			out[i] = offsetstore.Result{Entry: offsetstore.Entry{Key: k, Offset: -1, MsgID: -1}}
+	out := make([]message.Position, len(ps))
+	for i, p := range ps {
+		out[i] = offsets.NotStored(p)
+		if e, ok := s.entries[keyOf(group, p)]; ok {
+			out[i].Offset, out[i].MsgID = e.Offset, e.MsgID
 		}
 	}
 	return out, nil

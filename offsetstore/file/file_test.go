@@ -15,6 +15,8 @@ import (
 	"github.com/metaq-go/metaq/offsetstore"
 	"github.com/metaq-go/metaq/offsetstore/file"
 	"github.com/metaq-go/metaq/offsetstore/offsetstoretest"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 const crashEnv = "METAQ_FILESTORE_CRASH_HELPER"
@@ -33,21 +35,19 @@ func crashHelper(path string) {
 	if err != nil {
 		os.Exit(3)
 	}
-	k := offsetstore.Key{Group: "g", Topic: "t", BrokerID: 0, Partition: 0}
-	batch := make([]offsetstore.Entry, 200)
+	batch := make([]message.Position, 200)
 	for n := int64(1); ; n++ {
 		for i := range batch {
-			batch[i] = offsetstore.Entry{Key: k, Offset: n, MsgID: n}
-			batch[i].Partition = int32(i)
+			batch[i] = message.Position{Topic: "t", Partition: message.Partition{Partition: int32(i)}, Offset: n, MsgID: n}
 		}
-		if err := s.Commit(context.Background(), batch); err != nil {
+		if err := s.Commit(context.Background(), "g", batch); err != nil {
 			os.Exit(4)
 		}
 	}
 }
 
 func TestConformance(t *testing.T) {
-	offsetstoretest.Run(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		s, err := file.Open(filepath.Join(t.TempDir(), "offsets.json"))
 		require.NoError(t, err)
 		return s
@@ -55,7 +55,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceWrapped(t *testing.T) {
-	offsetstoretest.Run(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		s, err := offsetstore.Open(context.Background(), offsetstore.OpenOptions{
 			Name:     file.Name,
 			Config:   map[string]string{"path": filepath.Join(t.TempDir(), "sub", "offsets.json")},
@@ -68,7 +68,7 @@ func TestConformanceWrapped(t *testing.T) {
 
 func TestDurable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "offsets.json")
-	offsetstoretest.RunDurable(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.RunDurable(t, func(t *testing.T) offsets.Store {
 		s, err := file.Open(path)
 		require.NoError(t, err)
 		return s
@@ -79,7 +79,7 @@ func TestBadConfig(t *testing.T) {
 	s := file.New()
 	err := s.Init(context.Background(), &offsetstore.InitRequest{})
 	require.ErrorIs(t, err, offsetstore.ErrBadConfig)
-	_, err = s.Load(context.Background(), []offsetstore.Key{{Group: "g", Topic: "t"}})
+	_, err = s.Load(context.Background(), "g", []message.Position{{Topic: "t"}})
 	require.ErrorIs(t, err, offsetstore.ErrNotInitialized)
 	err = s.Init(context.Background(), &offsetstore.InitRequest{Config: map[string]string{"path": "x", "bogus": "1"}})
 	require.ErrorIs(t, err, offsetstore.ErrBadConfig)
@@ -97,17 +97,17 @@ func TestLeftoverTempIgnored(t *testing.T) {
 	path := filepath.Join(dir, "offsets.json")
 	s, err := file.Open(path)
 	require.NoError(t, err)
-	e := offsetstore.Entry{Key: offsetstore.Key{Group: "g", Topic: "t"}, Offset: 5, MsgID: 6}
-	require.NoError(t, s.Commit(context.Background(), []offsetstore.Entry{e}))
+	e := message.Position{Topic: "t", Offset: 5, MsgID: 6}
+	require.NoError(t, s.Commit(context.Background(), "g", []message.Position{e}))
 	require.NoError(t, s.Close())
 	// A crash between creating the temp file and renaming it.
 	require.NoError(t, os.WriteFile(path+".tmp-123", []byte(`{"version":1,"gro`), 0o644))
 	s, err = file.Open(path)
 	require.NoError(t, err)
 	defer s.Close()
-	res, err := s.Load(context.Background(), []offsetstore.Key{e.Key})
+	res, err := s.Load(context.Background(), "g", []message.Position{e})
 	require.NoError(t, err)
-	require.Equal(t, e, res[0].Entry)
+	require.Equal(t, e, res[0])
 	_, err = os.Stat(path + ".tmp-123")
 	require.ErrorIs(t, err, os.ErrNotExist, "leftover temp file is removed")
 }
@@ -136,16 +136,52 @@ func TestCrashMidWrite(t *testing.T) {
 		require.NoError(t, json.Unmarshal(b, &doc), "torn offset file after kill -9")
 		s, err := file.Open(path)
 		require.NoError(t, err)
-		keys := make([]offsetstore.Key, 200)
+		keys := make([]message.Position, 200)
 		for i := range keys {
-			keys[i] = offsetstore.Key{Group: "g", Topic: "t", Partition: int32(i)}
+			keys[i] = message.Position{Topic: "t", Partition: message.Partition{Partition: int32(i)}}
 		}
-		res, err := s.Load(context.Background(), keys)
+		res, err := s.Load(context.Background(), "g", keys)
 		require.NoError(t, err)
 		for i, r := range res {
-			require.True(t, r.Found, "partition %d", i)
+			require.GreaterOrEqual(t, r.Offset, int64(0), "partition %d", i)
 			require.Equal(t, res[0].Offset, r.Offset, "partition "+strconv.Itoa(i)+" from another commit: batch not atomic")
 		}
 		require.NoError(t, s.Close())
 	}
+}
+
+// TestGroupsSurviveReopen commits one offset per group and reopens the
+// file: every group Commit accepted must read back as committed. Invalid
+// UTF-8 names used to be accepted and then collapse into one JSON key
+// ("g\ufffd"), so both groups lost their offsets on restart; Commit now
+// refuses them, and Load too.
+func TestGroupsSurviveReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "offsets.json")
+	s, err := file.Open(path)
+	require.NoError(t, err)
+	groups := []string{"g", "g\xff", "g\xfe", "日本", "a/b", "g\x01", "."}
+	accepted := map[string]int64{}
+	for i, g := range groups {
+		e := message.Position{Topic: "t", Offset: int64(100 + i), MsgID: 1}
+		if err := s.Commit(ctx, g, []message.Position{e}); err != nil {
+			require.ErrorIs(t, err, offsets.ErrInvalid, "%q", g)
+			_, err = s.Load(ctx, g, []message.Position{e})
+			require.ErrorIs(t, err, offsets.ErrInvalid, "%q", g)
+			continue
+		}
+		accepted[g] = e.Offset
+	}
+	require.NoError(t, s.Close())
+
+	s, err = file.Open(path)
+	require.NoError(t, err)
+	defer s.Close()
+	for g, off := range accepted {
+		res, err := s.Load(ctx, g, []message.Position{{Topic: "t"}})
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, res[0].Offset, int64(0), "group %q lost by a reopen", g)
+		require.Equal(t, off, res[0].Offset, "group %q", g)
+	}
+	require.Equal(t, map[string]int64{"g": 100, "日本": 103}, accepted)
 }

@@ -39,7 +39,10 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/metaq-go/metaq/internal/backoff"
 	"github.com/metaq-go/metaq/offsetstore"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 // Defaults and limits.
@@ -56,6 +59,10 @@ const (
 	// deadlock victim (or that timed out waiting for a row lock).
 	txAttempts = 4
 )
+
+// txRetry is the pause before retrying such a commit: 10 ms doubling, with
+// jitter so that the two victims of a deadlock do not collide again.
+var txRetry = backoff.Policy{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond, Jitter: 0.5}
 
 // The MariaDB/MySQL error numbers a commit retries on.
 const (
@@ -140,7 +147,7 @@ func (s *Store) Init(ctx context.Context, req *offsetstore.InitRequest) error {
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return offsetstore.ErrClosed
+		return offsets.ErrClosed
 	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
@@ -158,7 +165,7 @@ func (s *Store) Init(ctx context.Context, req *offsetstore.InitRequest) error {
 	defer s.mu.Unlock()
 	if s.closed {
 		db.Close()
-		return offsetstore.ErrClosed
+		return offsets.ErrClosed
 	}
 	if s.db != nil {
 		s.db.Close()
@@ -271,83 +278,77 @@ func (s *Store) handle() (*sql.DB, string, error) {
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		return nil, "", offsetstore.ErrClosed
+		return nil, "", offsets.ErrClosed
 	case s.db == nil:
 		return nil, "", offsetstore.ErrNotInitialized
 	}
 	return s.db, s.table, nil
 }
 
-// wrapErr names the operation, and reports ErrClosed for calls cut short
+// wrapErr names the operation, and reports offsets.ErrClosed for calls cut short
 // by Close.
 func (s *Store) wrapErr(op string, err error) error {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return fmt.Errorf("offsetstore/mysql: %s: %w (%v)", op, offsetstore.ErrClosed, err)
+		return fmt.Errorf("offsetstore/mysql: %s: %w (%v)", op, offsets.ErrClosed, err)
 	}
 	return fmt.Errorf("offsetstore/mysql: %s: %w", op, err)
 }
 
-func validKey(k offsetstore.Key) error {
-	if err := offsetstore.ValidateKey(k); err != nil {
-		return err
-	}
-	for _, f := range []struct{ what, v string }{{"group", k.Group}, {"topic", k.Topic}} {
+// validTopics checks what offsets.ValidateLoad leaves to the store: it
+// has checked the group (message.ValidateGroup: UTF-8, at most 255 bytes,
+// no spaces); the topics are checked here.
+func validTopics(ps []message.Position) error {
+	for _, p := range ps {
 		switch {
-		case !utf8.ValidString(f.v):
-			return fmt.Errorf("%w: %s %q is not UTF-8", offsetstore.ErrInvalidEntry, f.what, f.v)
-		case utf8.RuneCountInString(f.v) > MaxNameLength:
-			return fmt.Errorf("%w: %s is longer than %d characters", offsetstore.ErrInvalidEntry, f.what, MaxNameLength)
-		case strings.HasSuffix(f.v, " "):
-			// VARCHAR comparison ignores trailing spaces: "g " would be "g".
-			return fmt.Errorf("%w: %s %q ends in a space", offsetstore.ErrInvalidEntry, f.what, f.v)
+		case !utf8.ValidString(p.Topic):
+			return fmt.Errorf("%w: topic %s is not UTF-8", offsets.ErrInvalid, strconv.QuoteToASCII(p.Topic))
+		case utf8.RuneCountInString(p.Topic) > MaxNameLength:
+			return fmt.Errorf("%w: topic is longer than %d characters", offsets.ErrInvalid, MaxNameLength)
+		case strings.HasSuffix(p.Topic, " "):
+			// VARCHAR comparison ignores trailing spaces: "t " would be "t".
+			return fmt.Errorf("%w: topic %q ends in a space", offsets.ErrInvalid, p.Topic)
 		}
 	}
 	return nil
 }
 
-// partitionString is MetaQ's "<brokerId>-<partition>".
-func partitionString(k offsetstore.Key) string {
-	return strconv.Itoa(k.BrokerID) + "-" + strconv.FormatInt(int64(k.Partition), 10)
-}
-
-// Commit upserts entries in one transaction.
-func (s *Store) Commit(ctx context.Context, entries []offsetstore.Entry) error {
-	for _, e := range entries {
-		if err := offsetstore.ValidateEntry(e); err != nil {
-			return err
-		}
-		if err := validKey(e.Key); err != nil {
-			return err
-		}
-	}
-	db, table, err := s.handle()
-	if err != nil || len(entries) == 0 {
+// Commit upserts positions in one transaction.
+func (s *Store) Commit(ctx context.Context, group string, ps []message.Position) error {
+	if err := offsets.ValidateCommit(group, ps); err != nil {
 		return err
 	}
-	// The later entry of a key wins; rows go in key order so that
-	// concurrent commits take their row locks in the same order.
-	last := make(map[offsetstore.Key]offsetstore.Entry, len(entries))
-	for _, e := range entries {
-		last[e.Key] = e
+	if err := validTopics(ps); err != nil {
+		return err
 	}
-	batch := make([]offsetstore.Entry, 0, len(last))
-	for _, e := range last {
-		batch = append(batch, e)
+	db, table, err := s.handle()
+	if err != nil || len(ps) == 0 {
+		return err
 	}
-	sort.Slice(batch, func(i, j int) bool { return keyLess(batch[i].Key, batch[j].Key) })
+	// The later position of a partition wins; rows go in key order so
+	// that concurrent commits take their row locks in the same order.
+	type key struct {
+		topic string
+		part  message.Partition
+	}
+	last := make(map[key]message.Position, len(ps))
+	for _, p := range ps {
+		last[key{p.Topic, p.Partition}] = p
+	}
+	batch := make([]message.Position, 0, len(last))
+	for _, p := range last {
+		batch = append(batch, p)
+	}
+	sort.Slice(batch, func(i, j int) bool { return positionLess(batch[i], batch[j]) })
 
 	for attempt := 1; ; attempt++ {
-		err = s.commitTx(ctx, db, table, batch)
+		err = s.commitTx(ctx, db, table, group, batch)
 		if err == nil || attempt == txAttempts || !retryable(err) || ctx.Err() != nil {
 			break
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
-		}
+		_ = txRetry.Sleep(ctx, attempt) // a done ctx ends the loop above
 	}
 	if err != nil {
 		return s.wrapErr("commit", err)
@@ -355,17 +356,11 @@ func (s *Store) Commit(ctx context.Context, entries []offsetstore.Entry) error {
 	return nil
 }
 
-func keyLess(a, b offsetstore.Key) bool {
+func positionLess(a, b message.Position) bool {
 	if a.Topic != b.Topic {
 		return a.Topic < b.Topic
 	}
-	if a.BrokerID != b.BrokerID {
-		return a.BrokerID < b.BrokerID
-	}
-	if a.Partition != b.Partition {
-		return a.Partition < b.Partition
-	}
-	return a.Group < b.Group
+	return a.Partition.Compare(b.Partition) < 0
 }
 
 func retryable(err error) bool {
@@ -373,7 +368,7 @@ func retryable(err error) bool {
 	return errors.As(err, &me) && (me.Number == errDeadlock || me.Number == errLockWaitTimeout)
 }
 
-func (s *Store) commitTx(ctx context.Context, db *sql.DB, table string, batch []offsetstore.Entry) error {
+func (s *Store) commitTx(ctx context.Context, db *sql.DB, table, group string, batch []message.Position) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -386,12 +381,12 @@ func (s *Store) commitTx(ctx context.Context, db *sql.DB, table string, batch []
 		q.WriteString(table)
 		q.WriteString(" (`topic`, `partition`, `group_id`, `offset`, `msg_id`) VALUES ")
 		args := make([]any, 0, 5*n)
-		for i, e := range batch[:n] {
+		for i, p := range batch[:n] {
 			if i > 0 {
 				q.WriteString(", ")
 			}
 			q.WriteString("(?, ?, ?, ?, ?)")
-			args = append(args, e.Topic, partitionString(e.Key), e.Group, e.Offset, e.MsgID)
+			args = append(args, p.Topic, p.Partition.String(), group, p.Offset, p.MsgID)
 		}
 		q.WriteString(" ON DUPLICATE KEY UPDATE `offset` = VALUES(`offset`), `msg_id` = VALUES(`msg_id`)")
 		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
@@ -405,28 +400,29 @@ func (s *Store) commitTx(ctx context.Context, db *sql.DB, table string, batch []
 // rowKey identifies a row by its three key columns.
 type rowKey struct{ topic, partition, group string }
 
-// Load reads keys with one SELECT per 500 keys.
-func (s *Store) Load(ctx context.Context, keys []offsetstore.Key) ([]offsetstore.Result, error) {
-	for _, k := range keys {
-		if err := validKey(k); err != nil {
-			return nil, err
-		}
+// Load reads positions with one SELECT per 500 partitions.
+func (s *Store) Load(ctx context.Context, group string, ps []message.Position) ([]message.Position, error) {
+	if err := offsets.ValidateLoad(group, ps); err != nil {
+		return nil, err
+	}
+	if err := validTopics(ps); err != nil {
+		return nil, err
 	}
 	db, table, err := s.handle()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]offsetstore.Result, len(keys))
-	for i, k := range keys {
-		out[i] = offsetstore.Result{Entry: offsetstore.Entry{Key: k, Offset: -1, MsgID: -1}}
+	out := make([]message.Position, len(ps))
+	for i, p := range ps {
+		out[i] = offsets.NotStored(p)
 	}
-	if len(keys) == 0 {
+	if len(ps) == 0 {
 		return out, nil
 	}
-	want := make(map[rowKey][]int, len(keys)) // row -> indexes in keys
+	want := make(map[rowKey][]int, len(ps)) // row -> indexes in ps
 	var order []rowKey
-	for i, k := range keys {
-		rk := rowKey{k.Topic, partitionString(k), k.Group}
+	for i, p := range ps {
+		rk := rowKey{p.Topic, p.Partition.String(), group}
 		if _, ok := want[rk]; !ok {
 			order = append(order, rk)
 		}
@@ -442,7 +438,7 @@ func (s *Store) Load(ctx context.Context, keys []offsetstore.Key) ([]offsetstore
 	return out, nil
 }
 
-func (s *Store) loadChunk(ctx context.Context, db *sql.DB, table string, chunk []rowKey, want map[rowKey][]int, out []offsetstore.Result) error {
+func (s *Store) loadChunk(ctx context.Context, db *sql.DB, table string, chunk []rowKey, want map[rowKey][]int, out []message.Position) error {
 	var q strings.Builder
 	q.WriteString("SELECT `topic`, `partition`, `group_id`, `offset`, `msg_id` FROM ")
 	q.WriteString(table)
@@ -467,14 +463,14 @@ func (s *Store) loadChunk(ctx context.Context, db *sql.DB, table string, chunk [
 			return err
 		}
 		for _, i := range want[rk] {
-			out[i].Offset, out[i].MsgID, out[i].Found = off, id, true
+			out[i].Offset, out[i].MsgID = off, id
 		}
 	}
 	return rows.Err()
 }
 
 // Close closes the database handle. Idempotent; later calls fail with
-// ErrClosed.
+// offsets.ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -10,10 +10,11 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/offsetstore"
 	"github.com/metaq-go/metaq/offsetstore/mysql"
 	"github.com/metaq-go/metaq/offsetstore/offsetstoretest"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 // One MariaDB for the package (a fresh database per test); fault tests
@@ -44,21 +45,21 @@ func sqlDB(t *testing.T, dsn string) *sql.DB {
 
 func TestConformance(t *testing.T) {
 	dsn := testsvc.MariaDB(t)
-	offsetstoretest.Run(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return open(t, map[string]string{"dsn": dsn})
 	})
 }
 
 func TestConformanceWrapped(t *testing.T) {
 	dsn := testsvc.MariaDB(t)
-	offsetstoretest.Run(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return offsetstore.Wrap(open(t, map[string]string{"dsn": dsn, "table": "wrapped"}), 0)
 	})
 }
 
 func TestDurable(t *testing.T) {
 	dsn := testsvc.MariaDB(t)
-	offsetstoretest.RunDurable(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.RunDurable(t, func(t *testing.T) offsets.Store {
 		return open(t, map[string]string{"dsn": dsn})
 	})
 }
@@ -70,9 +71,9 @@ func TestSchema(t *testing.T) {
 	srv := testsvc.SharedMariaDB(t)
 	dsn := srv.NewDatabase(t)
 	s := open(t, map[string]string{"dsn": dsn})
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{
-		{Key: offsetstore.Key{Group: "g1", Topic: "meta-test", BrokerID: 0, Partition: 1}, Offset: 1 << 40, MsgID: 1<<62 + 1},
-		{Key: offsetstore.Key{Group: "g1", Topic: "meta-test", BrokerID: 3, Partition: 10}, Offset: 7, MsgID: -1},
+	require.NoError(t, commit(ctx(t), s, []entry{
+		{Key: key{Group: "g1", Topic: "meta-test", BrokerID: 0, Partition: 1}, Offset: 1 << 40, MsgID: 1<<62 + 1},
+		{Key: key{Group: "g1", Topic: "meta-test", BrokerID: 3, Partition: 10}, Offset: 7, MsgID: -1},
 	}))
 
 	db := sqlDB(t, dsn)
@@ -126,8 +127,8 @@ func dsnDB(t *testing.T, dsn string) string {
 func TestCustomTable(t *testing.T) {
 	dsn := testsvc.MariaDB(t)
 	s := open(t, map[string]string{"dsn": dsn, "table": "my_offsets"})
-	k := offsetstore.Key{Group: "g", Topic: "t", BrokerID: 1, Partition: 2}
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 5, MsgID: 6}}))
+	k := key{Group: "g", Topic: "t", BrokerID: 1, Partition: 2}
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 5, MsgID: 6}}))
 	var p string
 	var off, id int64
 	require.NoError(t, sqlDB(t, dsn).QueryRowContext(ctx(t), "SELECT `partition`, `offset`, msg_id FROM my_offsets WHERE group_id = 'g'").Scan(&p, &off, &id))
@@ -161,13 +162,13 @@ func TestExistingMetaQTable(t *testing.T) {
 		"ADD UNIQUE KEY uk (topic, `partition`, group_id)")
 	require.NoError(t, err)
 	s := open(t, map[string]string{"dsn": dsn})
-	k := offsetstore.Key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
-	res, err := s.Load(ctx(t), []offsetstore.Key{k})
+	k := key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
+	res, err := load(ctx(t), s, []key{k})
 	require.NoError(t, err)
 	require.True(t, res[0].Found, "MetaQ's row must be read")
 	require.Equal(t, int64(100), res[0].Offset)
 	require.Equal(t, int64(-1), res[0].MsgID)
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 1 << 40, MsgID: 1 << 50}}))
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 1 << 40, MsgID: 1 << 50}}))
 	var n int
 	require.NoError(t, db.QueryRowContext(ctx(t), "SELECT COUNT(*) FROM meta_topic_partition_group_offset").Scan(&n))
 	require.Equal(t, 1, n, "an upsert, not a second row")
@@ -175,12 +176,12 @@ func TestExistingMetaQTable(t *testing.T) {
 
 func TestNamesAreExact(t *testing.T) {
 	s := open(t, map[string]string{"dsn": testsvc.MariaDB(t)})
-	a := offsetstore.Key{Group: "G", Topic: "T", BrokerID: 1, Partition: 0}
-	b := offsetstore.Key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
-	c := offsetstore.Key{Group: "grüße-ß", Topic: "ü", BrokerID: 1, Partition: 0}
-	d := offsetstore.Key{Group: "grüsse-ss", Topic: "u", BrokerID: 1, Partition: 0}
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: a, Offset: 1, MsgID: 1}, {Key: b, Offset: 2, MsgID: 2}, {Key: c, Offset: 3, MsgID: 3}}))
-	res, err := s.Load(ctx(t), []offsetstore.Key{a, b, c, d})
+	a := key{Group: "G", Topic: "T", BrokerID: 1, Partition: 0}
+	b := key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
+	c := key{Group: "grüße-ß", Topic: "ü", BrokerID: 1, Partition: 0}
+	d := key{Group: "grüsse-ss", Topic: "u", BrokerID: 1, Partition: 0}
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: a, Offset: 1, MsgID: 1}, {Key: b, Offset: 2, MsgID: 2}, {Key: c, Offset: 3, MsgID: 3}}))
+	res, err := load(ctx(t), s, []key{a, b, c, d})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), res[0].Offset)
 	require.Equal(t, int64(2), res[1].Offset)
@@ -190,19 +191,34 @@ func TestNamesAreExact(t *testing.T) {
 
 func TestInvalidKeys(t *testing.T) {
 	s := open(t, map[string]string{"dsn": testsvc.MariaDB(t)})
-	for _, k := range []offsetstore.Key{
+	for _, k := range []key{
 		{Group: "g ", Topic: "t"},
 		{Group: "g", Topic: strings.Repeat("x", 256)},
 		{Group: "g\xff", Topic: "t"},
 		{Group: "", Topic: "t"},
 		{Group: "g", Topic: "t", BrokerID: -1},
+		// message.ValidateGroup: at most 255 bytes, no control bytes, no '/'.
+		{Group: strings.Repeat("é", 128), Topic: "t"},
+		{Group: "g\x00", Topic: "t"},
+		{Group: "g'; DROP TABLE x; --", Topic: "t"}, // the spaces
+		{Group: "a/b", Topic: "t"},
+		{Group: "..", Topic: "t"},
 	} {
-		require.ErrorIs(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 1}}), offsetstore.ErrInvalidEntry, "%+v", k)
-		_, err := s.Load(ctx(t), []offsetstore.Key{k})
-		require.ErrorIs(t, err, offsetstore.ErrInvalidEntry, "%+v", k)
+		require.ErrorIs(t, commit(ctx(t), s, []entry{{Key: k, Offset: 1}}), offsets.ErrInvalid, "%+v", k)
+		_, err := load(ctx(t), s, []key{k})
+		require.ErrorIs(t, err, offsets.ErrInvalid, "%+v", k)
 	}
-	long := offsetstore.Key{Group: strings.Repeat("é", 255), Topic: "t"}
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: long, Offset: 9}}), "255 characters fit")
+	long := key{Group: "g", Topic: strings.Repeat("é", 255)}
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: long, Offset: 9}}), "a topic of 255 characters fits")
+	// Quotes and other printable characters are plain values.
+	for _, g := range []string{strings.Repeat("é", 127) + "x", `g';DROP--"\`, "日本語"} {
+		k := key{Group: g, Topic: "t"}
+		require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 7}}), "%q", g)
+		res, err := load(ctx(t), s, []key{k})
+		require.NoError(t, err)
+		require.True(t, res[0].Found, "%q", g)
+		require.Equal(t, int64(7), res[0].Offset)
+	}
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -227,12 +243,12 @@ func TestConfigErrors(t *testing.T) {
 
 func TestNotInitializedAndClosed(t *testing.T) {
 	s := mysql.New()
-	k := offsetstore.Key{Group: "g", Topic: "t"}
-	require.ErrorIs(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k}}), offsetstore.ErrNotInitialized)
-	_, err := s.Load(ctx(t), []offsetstore.Key{k})
+	k := key{Group: "g", Topic: "t"}
+	require.ErrorIs(t, commit(ctx(t), s, []entry{{Key: k}}), offsetstore.ErrNotInitialized)
+	_, err := load(ctx(t), s, []key{k})
 	require.ErrorIs(t, err, offsetstore.ErrNotInitialized)
 	require.NoError(t, s.Close())
-	require.ErrorIs(t, s.Init(ctx(t), &offsetstore.InitRequest{Config: map[string]string{"dsn": "u:p@tcp(127.0.0.1:1)/db"}}), offsetstore.ErrClosed)
+	require.ErrorIs(t, s.Init(ctx(t), &offsetstore.InitRequest{Config: map[string]string{"dsn": "u:p@tcp(127.0.0.1:1)/db"}}), offsets.ErrClosed)
 }
 
 // TestServerDown: with MariaDB down a commit fails (never a false
@@ -243,23 +259,23 @@ func TestServerDown(t *testing.T) {
 	srv := testsvc.NewMariaDB(t)
 	dsn := srv.NewDatabase(t)
 	s := open(t, map[string]string{"dsn": dsn})
-	k := offsetstore.Key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 1, MsgID: 1}}))
+	k := key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 1, MsgID: 1}}))
 
 	srv.Kill()
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := s.Commit(c, []offsetstore.Entry{{Key: k, Offset: 2, MsgID: 2}})
+	err := commit(c, s, []entry{{Key: k, Offset: 2, MsgID: 2}})
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "offsetstore/mysql: commit")
-	_, err = s.Load(c, []offsetstore.Key{k})
+	_, err = load(c, s, []key{k})
 	require.Error(t, err)
 
 	require.NoError(t, srv.Start())
 	require.Eventually(t, func() bool {
-		return s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 3, MsgID: 3}}) == nil
+		return commit(ctx(t), s, []entry{{Key: k, Offset: 3, MsgID: 3}}) == nil
 	}, 30*time.Second, 100*time.Millisecond)
-	res, err := s.Load(ctx(t), []offsetstore.Key{k})
+	res, err := load(ctx(t), s, []key{k})
 	require.NoError(t, err)
 	require.Equal(t, int64(3), res[0].Offset)
 }

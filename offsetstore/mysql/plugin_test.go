@@ -11,11 +11,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/offsetstore"
 	"github.com/metaq-go/metaq/offsetstore/offsetstoretest"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 const pluginPkg = "github.com/metaq-go/metaq/cmd/metaq-offsetstore-mysql"
@@ -50,7 +51,7 @@ func openPlugin(t *testing.T, sup *host.Supervisor, name string, conf map[string
 func TestPluginConformance(t *testing.T) {
 	dsn := testsvc.MariaDB(t)
 	sup := newSupervisor(t)
-	newStore := func(t *testing.T) offsetstore.Store {
+	newStore := func(t *testing.T) offsets.Store {
 		s, err := openPlugin(t, sup, "mysql", map[string]string{"dsn": dsn})
 		require.NoError(t, err)
 		return s
@@ -70,9 +71,9 @@ func TestPluginErrorsAndRestart(t *testing.T) {
 
 	s, err := openPlugin(t, sup, "mysql", map[string]string{"dsn": dsn, "table": "restart"})
 	require.NoError(t, err)
-	require.ErrorIs(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: offsetstore.Key{Group: "g ", Topic: "t"}, Offset: 1}}), offsetstore.ErrInvalidEntry)
-	k := offsetstore.Key{Group: fmt.Sprintf("r%d", time.Now().UnixNano()), Topic: "t", BrokerID: 1, Partition: 0}
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 1, MsgID: 1}}))
+	require.ErrorIs(t, commit(ctx(t), s, []entry{{Key: key{Group: "g ", Topic: "t"}, Offset: 1}}), offsets.ErrInvalid)
+	k := key{Group: fmt.Sprintf("r%d", time.Now().UnixNano()), Topic: "t", BrokerID: 1, Partition: 0}
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 1, MsgID: 1}}))
 
 	var pid int
 	for _, inf := range sup.List() {
@@ -84,9 +85,9 @@ func TestPluginErrorsAndRestart(t *testing.T) {
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	deadline := time.Now().Add(20 * time.Second)
 	for off := int64(2); ; off++ {
-		err := s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: off, MsgID: off}})
+		err := commit(ctx(t), s, []entry{{Key: k, Offset: off, MsgID: off}})
 		if err == nil {
-			res, lerr := s.Load(ctx(t), []offsetstore.Key{k})
+			res, lerr := load(ctx(t), s, []key{k})
 			require.NoError(t, lerr)
 			require.Equal(t, off, res[0].Offset, "a successful commit must be stored")
 			break

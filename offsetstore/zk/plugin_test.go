@@ -12,11 +12,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/offsetstore"
 	"github.com/metaq-go/metaq/offsetstore/offsetstoretest"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 const pluginPkg = "github.com/metaq-go/metaq/cmd/metaq-offsetstore-zk"
@@ -50,10 +52,10 @@ func newSupervisor(t *testing.T) *host.Supervisor {
 func TestPluginConformance(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
 	sup := newSupervisor(t)
-	offsetstoretest.Run(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return openPlugin(t, sup, map[string]string{"connect": addr, "root": "/plugin"})
 	})
-	offsetstoretest.RunDurable(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.RunDurable(t, func(t *testing.T) offsets.Store {
 		return openPlugin(t, sup, map[string]string{"connect": addr, "root": "/plugin"})
 	})
 }
@@ -65,13 +67,13 @@ func TestPluginLayoutAndErrors(t *testing.T) {
 	sup := newSupervisor(t)
 	s := openPlugin(t, sup, map[string]string{"connect": addr})
 	g := fmt.Sprintf("plugin-%d", time.Now().UnixNano())
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: offsetstore.Key{Group: g, Topic: "t", BrokerID: 2, Partition: 5}, Offset: 77, MsgID: 66}}))
-	data, _, err := raw(t, addr).Get("/meta/consumers/" + g + "/offsets/t/2-5")
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: key{Group: g, Topic: "t", BrokerID: 2, Partition: 5}, Offset: 77, MsgID: 66}}))
+	data, _, err := raw(t, addr).Get(zkpath.Offset(zkpath.DefaultRoot, g, "t", 2, 5))
 	require.NoError(t, err)
 	require.Equal(t, "66-77", string(data))
 
-	err = s.Commit(ctx(t), []offsetstore.Entry{{Key: offsetstore.Key{Group: "a/b", Topic: "t"}, Offset: 1}})
-	require.ErrorIs(t, err, offsetstore.ErrInvalidEntry)
+	err = commit(ctx(t), s, []entry{{Key: key{Group: "a/b", Topic: "t"}, Offset: 1}})
+	require.ErrorIs(t, err, offsets.ErrInvalid)
 
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -89,8 +91,8 @@ func TestPluginRestart(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
 	sup := newSupervisor(t)
 	s := openPlugin(t, sup, map[string]string{"connect": addr, "root": "/restart"})
-	k := offsetstore.Key{Group: fmt.Sprintf("r%d", time.Now().UnixNano()), Topic: "t", BrokerID: 1, Partition: 0}
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 1, MsgID: 1}}))
+	k := key{Group: fmt.Sprintf("r%d", time.Now().UnixNano()), Topic: "t", BrokerID: 1, Partition: 0}
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 1, MsgID: 1}}))
 
 	var pid int
 	for _, inf := range sup.List() {
@@ -104,9 +106,9 @@ func TestPluginRestart(t *testing.T) {
 	var sawFailure bool
 	deadline := time.Now().Add(20 * time.Second)
 	for off := int64(2); ; off++ {
-		err := s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: off, MsgID: off}})
+		err := commit(ctx(t), s, []entry{{Key: k, Offset: off, MsgID: off}})
 		if err == nil {
-			res, lerr := s.Load(ctx(t), []offsetstore.Key{k})
+			res, lerr := load(ctx(t), s, []key{k})
 			require.NoError(t, lerr)
 			require.Equal(t, off, res[0].Offset, "a successful commit must be stored")
 			break

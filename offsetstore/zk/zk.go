@@ -16,9 +16,21 @@
 //	session_timeout_ms  ZooKeeper session timeout (default 30000)
 //	timeout_ms          bound on one Init, Commit or Load when the caller
 //	                    gives no earlier deadline (default 10000)
+//	auth_user           ZooKeeper digest user (optional; with auth_password)
+//	auth_password       its password
 //
-// Commit writes a batch with ZooKeeper multi-ops: all entries of a batch of
-// up to MaxMultiOps distinct keys succeed or fail together. A Commit that
+// With auth_user the session logs in with ZooKeeper's digest scheme, and
+// the nodes the store creates get ACLs (sdk/cluster's Auth): the offset
+// nodes and <group>/offsets/... PrivateACL (the user has all rights,
+// world:anyone reads), so no other client can forge or delete an offset;
+// <root>, <root>/consumers and <root>/consumers/<group>, which consumers
+// without credentials must create under, SharedACL (world:anyone may also
+// create and delete children). An offsets node, or offset node, found with
+// ZooKeeper's open ACL (written before auth was on) is restricted to
+// PrivateACL. See docs/security.md.
+//
+// Commit writes a batch with ZooKeeper multi-ops: all positions of a batch
+// of up to MaxMultiOps distinct partitions succeed or fail together. A Commit that
 // returns an error (connection loss, session expiry, timeout) may or may not
 // have reached ZooKeeper, but a Commit that returns nil has: it never
 // reports success for a write ZooKeeper did not acknowledge.
@@ -37,13 +49,17 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/offsetstore"
+	"github.com/metaq-go/metaq/sdk/cluster"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 // Defaults for the config keys.
 const (
 	// DefaultRoot is MetaQ's default zkRoot.
-	DefaultRoot = "/meta"
+	DefaultRoot = zkpath.DefaultRoot
 	// DefaultSessionTimeout is MetaQ's default zkSessionTimeoutMs.
 	DefaultSessionTimeout = 30 * time.Second
 	// DefaultTimeout bounds one call whose context has no earlier deadline.
@@ -67,6 +83,7 @@ type Store struct {
 	root    string // "" or "/x/y" (never a trailing slash)
 	servers string
 	timeout time.Duration
+	auth    cluster.Auth
 	closed  bool
 
 	// writing holds one token while a commit's ZooKeeper requests are in
@@ -93,16 +110,21 @@ type config struct {
 	root           string
 	sessionTimeout time.Duration
 	timeout        time.Duration
+	auth           cluster.Auth
 }
 
 func parseConfig(c map[string]string) (config, error) {
 	cfg := config{root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, timeout: DefaultTimeout}
 	for k := range c {
 		switch k {
-		case "connect", "root", "session_timeout_ms", "timeout_ms":
+		case "connect", "root", "session_timeout_ms", "timeout_ms", "auth_user", "auth_password":
 		default:
-			return cfg, fmt.Errorf("%w: zk: unknown config key %q (known: connect, root, session_timeout_ms, timeout_ms)", offsetstore.ErrBadConfig, k)
+			return cfg, fmt.Errorf("%w: zk: unknown config key %q (known: connect, root, session_timeout_ms, timeout_ms, auth_user, auth_password)", offsetstore.ErrBadConfig, k)
 		}
+	}
+	cfg.auth = cluster.Auth{User: c["auth_user"], Password: c["auth_password"]}
+	if err := cfg.auth.Validate(); err != nil {
+		return cfg, fmt.Errorf("%w: zk: auth_user, auth_password: %v", offsetstore.ErrBadConfig, err)
 	}
 	connect := strings.TrimSpace(c["connect"])
 	if connect == "" {
@@ -166,7 +188,7 @@ func (s *Store) Init(ctx context.Context, req *offsetstore.InitRequest) error {
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return offsetstore.ErrClosed
+		return offsets.ErrClosed
 	}
 	conn, events, err := zk.Connect(cfg.servers, cfg.sessionTimeout,
 		zk.WithLogger(stderrLogger()), zk.WithLogInfo(false))
@@ -184,16 +206,30 @@ func (s *Store) Init(ctx context.Context, req *offsetstore.InitRequest) error {
 		for range events {
 		}
 	}()
+	if cfg.auth.Enabled() {
+		// Once added, the client re-sends it on every reconnect.
+		login := make(chan error, 1)
+		go func() { login <- cfg.auth.Login(conn) }()
+		select {
+		case err = <-login:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			conn.Close()
+			return fmt.Errorf("offsetstore/zk: %s: %w", strings.Join(cfg.servers, ","), err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		conn.Close()
-		return offsetstore.ErrClosed
+		return offsets.ErrClosed
 	}
 	if s.conn != nil {
 		s.conn.Close()
 	}
-	s.conn, s.root, s.servers, s.timeout = conn, cfg.root, strings.Join(cfg.servers, ","), cfg.timeout
+	s.conn, s.root, s.servers, s.timeout, s.auth = conn, cfg.root, strings.Join(cfg.servers, ","), cfg.timeout, cfg.auth
 	s.known.Clear()
 	return nil
 }
@@ -240,6 +276,7 @@ type sess struct {
 	root    string
 	servers string
 	timeout time.Duration
+	auth    cluster.Auth
 }
 
 // session returns the connection for a call, or why there is none.
@@ -248,11 +285,11 @@ func (s *Store) session() (sess, error) {
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		return sess{}, offsetstore.ErrClosed
+		return sess{}, offsets.ErrClosed
 	case s.conn == nil:
 		return sess{}, offsetstore.ErrNotInitialized
 	}
-	return sess{s.conn, s.root, s.servers, s.timeout}, nil
+	return sess{s.conn, s.root, s.servers, s.timeout, s.auth}, nil
 }
 
 // run runs fn, bounded by ctx and the store's timeout. The client has no
@@ -261,7 +298,7 @@ func (s *Store) session() (sess, error) {
 // (or fails) in the background; the caller must then assume nothing was
 // stored, which is the Store contract for any error. A write (exclusive)
 // first waits for the previous write to finish, however it ended.
-func (s *Store) run(ctx context.Context, op string, exclusive bool, fn func(conn *zk.Conn, root string) error) error {
+func (s *Store) run(ctx context.Context, op string, exclusive bool, fn func(ss sess) error) error {
 	ss, err := s.session()
 	if err != nil {
 		return err
@@ -277,7 +314,7 @@ func (s *Store) run(ctx context.Context, op string, exclusive bool, fn func(conn
 	}
 	done := make(chan error, 1)
 	go func() {
-		err := fn(ss.conn, ss.root)
+		err := fn(ss)
 		if exclusive {
 			<-s.writing
 		}
@@ -300,7 +337,7 @@ func (s *Store) describe(op string, ss sess, err error) error {
 	closed := s.closed
 	s.mu.Unlock()
 	if closed && (errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrConnectionClosed)) {
-		return fmt.Errorf("offsetstore/zk: %s: %w", op, offsetstore.ErrClosed)
+		return fmt.Errorf("offsetstore/zk: %s: %w", op, offsets.ErrClosed)
 	}
 	switch {
 	case errors.Is(err, zk.ErrConnectionClosed), errors.Is(err, zk.ErrNoServer):
@@ -311,14 +348,13 @@ func (s *Store) describe(op string, ss sess, err error) error {
 	return fmt.Errorf("offsetstore/zk: %s: %w", op, err)
 }
 
-// nodePath is MetaQ's offset node of k under root.
-func nodePath(root string, k offsetstore.Key) string {
-	return root + "/consumers/" + k.Group + "/offsets/" + k.Topic + "/" +
-		strconv.Itoa(k.BrokerID) + "-" + strconv.FormatInt(int64(k.Partition), 10)
+// nodePath is MetaQ's offset node of group's position p under root.
+func nodePath(root, group string, p message.Position) string {
+	return zkpath.Offset(root, group, p.Topic, p.Partition.BrokerID, p.Partition.Partition)
 }
 
 // nodeData is MetaQ's "<msgId>-<offset>".
-func nodeData(e offsetstore.Entry) []byte {
+func nodeData(e message.Position) []byte {
 	b := strconv.AppendInt(nil, e.MsgID, 10)
 	b = append(b, '-')
 	return strconv.AppendInt(b, e.Offset, 10)
@@ -360,48 +396,51 @@ func validName(s string) error {
 	return nil
 }
 
-func validKey(k offsetstore.Key) error {
-	if err := offsetstore.ValidateKey(k); err != nil {
-		return err
-	}
-	if err := validName(k.Group); err != nil {
-		return fmt.Errorf("%w: group: %v", offsetstore.ErrInvalidEntry, err)
-	}
-	if err := validName(k.Topic); err != nil {
-		return fmt.Errorf("%w: topic: %v", offsetstore.ErrInvalidEntry, err)
+// validTopics checks the topics of ps for use in a node path. The group
+// is checked by offsets.ValidateLoad (message.ValidateGroup refuses every
+// character validName does, and more); the topics by validName.
+func validTopics(ps []message.Position) error {
+	for _, p := range ps {
+		if err := validName(p.Topic); err != nil {
+			return fmt.Errorf("%w: topic: %v", offsets.ErrInvalid, err)
+		}
 	}
 	return nil
 }
 
-// Commit stores entries (see the package doc for atomicity).
-func (s *Store) Commit(ctx context.Context, entries []offsetstore.Entry) error {
-	for _, e := range entries {
-		if err := offsetstore.ValidateEntry(e); err != nil {
-			return err
-		}
-		if err := validKey(e.Key); err != nil {
-			return err
-		}
-	}
-	if _, err := s.session(); err != nil || len(entries) == 0 {
+// Commit stores positions (see the package doc for atomicity).
+func (s *Store) Commit(ctx context.Context, group string, ps []message.Position) error {
+	if err := offsets.ValidateCommit(group, ps); err != nil {
 		return err
 	}
-	// The later entry of a key wins: keep each key's last entry, in the
-	// order of first appearance (a multi-op cannot create a node twice).
-	idx := make(map[offsetstore.Key]int, len(entries))
-	batch := make([]offsetstore.Entry, 0, len(entries))
-	for _, e := range entries {
-		if i, ok := idx[e.Key]; ok {
-			batch[i] = e
+	if err := validTopics(ps); err != nil {
+		return err
+	}
+	if _, err := s.session(); err != nil || len(ps) == 0 {
+		return err
+	}
+	// The later position of a partition wins: keep each one's last, in
+	// the order of first appearance (a multi-op cannot create a node
+	// twice).
+	type key struct {
+		topic string
+		part  message.Partition
+	}
+	idx := make(map[key]int, len(ps))
+	batch := make([]message.Position, 0, len(ps))
+	for _, p := range ps {
+		k := key{p.Topic, p.Partition}
+		if i, ok := idx[k]; ok {
+			batch[i] = p
 			continue
 		}
-		idx[e.Key] = len(batch)
-		batch = append(batch, e)
+		idx[k] = len(batch)
+		batch = append(batch, p)
 	}
-	return s.run(ctx, "commit", true, func(conn *zk.Conn, root string) error {
+	return s.run(ctx, "commit", true, func(ss sess) error {
 		for len(batch) > 0 {
 			n := min(len(batch), MaxMultiOps)
-			if err := s.commitChunk(conn, root, batch[:n]); err != nil {
+			if err := s.commitChunk(ss, group, batch[:n]); err != nil {
 				return err
 			}
 			batch = batch[n:]
@@ -410,19 +449,20 @@ func (s *Store) Commit(ctx context.Context, entries []offsetstore.Entry) error {
 	})
 }
 
-// commitChunk writes up to MaxMultiOps distinct entries in one multi-op:
+// commitChunk writes up to MaxMultiOps distinct positions in one multi-op:
 // setData for nodes known to exist, create for the others (after creating
 // their parents). A race with another writer (NodeExists, NoNode) drops the
 // cache for the chunk's paths and retries.
-func (s *Store) commitChunk(conn *zk.Conn, root string, chunk []offsetstore.Entry) error {
+func (s *Store) commitChunk(ss sess, group string, chunk []message.Position) error {
+	conn := ss.conn
 	paths := make([]string, len(chunk))
-	for i, e := range chunk {
-		paths[i] = nodePath(root, e.Key)
+	for i, p := range chunk {
+		paths[i] = nodePath(ss.root, group, p)
 	}
 	var err error
 	for attempt := 0; attempt < commitAttempts; attempt++ {
 		var exists []bool
-		if exists, err = s.prepare(conn, paths); err != nil {
+		if exists, err = s.prepare(ss, paths); err != nil {
 			return err
 		}
 		ops := make([]any, len(chunk))
@@ -430,7 +470,7 @@ func (s *Store) commitChunk(conn *zk.Conn, root string, chunk []offsetstore.Entr
 			if exists[i] {
 				ops[i] = &zk.SetDataRequest{Path: paths[i], Data: nodeData(e), Version: -1}
 			} else {
-				ops[i] = &zk.CreateRequest{Path: paths[i], Data: nodeData(e), Acl: zk.WorldACL(zk.PermAll), Flags: 0}
+				ops[i] = &zk.CreateRequest{Path: paths[i], Data: nodeData(e), Acl: ss.auth.PrivateACL(), Flags: 0}
 			}
 		}
 		var res []zk.MultiResponse
@@ -482,8 +522,9 @@ func failedOp(res []zk.MultiResponse, err error) int {
 }
 
 // prepare says which of paths exist, creating the missing parents. Paths
-// in the cache are taken as existing without a round trip.
-func (s *Store) prepare(conn *zk.Conn, paths []string) ([]bool, error) {
+// in the cache are taken as existing without a round trip. With auth, an
+// existing node still on the open ACL is restricted first.
+func (s *Store) prepare(ss sess, paths []string) ([]bool, error) {
 	exists := make([]bool, len(paths))
 	var unknown []int
 	for i, p := range paths {
@@ -497,7 +538,7 @@ func (s *Store) prepare(conn *zk.Conn, paths []string) ([]bool, error) {
 		return exists, nil
 	}
 	errs := parallel(len(unknown), func(j int) error {
-		ok, _, err := conn.Exists(paths[unknown[j]])
+		ok, err := s.exists(ss, paths[unknown[j]], true)
 		exists[unknown[j]] = ok
 		return err
 	})
@@ -506,14 +547,17 @@ func (s *Store) prepare(conn *zk.Conn, paths []string) ([]bool, error) {
 	}
 	parents := map[string]bool{}
 	for _, i := range unknown {
-		if !exists[i] {
+		// With auth, an existing node's parents are looked at too: an
+		// open offsets/<t> would let anyone delete and forge its nodes.
+		if !exists[i] || ss.auth.Enabled() {
 			parents[parentOf(paths[i])] = true
-		} else {
+		}
+		if exists[i] {
 			s.known.Store(paths[i], struct{}{})
 		}
 	}
 	for dir := range parents {
-		if err := s.ensureDir(conn, dir); err != nil {
+		if err := s.ensureDir(ss, dir); err != nil {
 			return nil, err
 		}
 	}
@@ -522,24 +566,64 @@ func (s *Store) prepare(conn *zk.Conn, paths []string) ([]bool, error) {
 
 // ensureDir creates dir and its missing ancestors as persistent nodes with
 // empty data, the way MetaQ's ZkUtils.makeSurePersistentPathExists does.
-func (s *Store) ensureDir(conn *zk.Conn, dir string) error {
+func (s *Store) ensureDir(ss sess, dir string) error {
 	if _, ok := s.known.Load(dir); ok || dir == "" || dir == "/" {
 		return nil
 	}
-	ok, _, err := conn.Exists(dir)
+	private := isPrivate(ss.root, dir)
+	if ss.auth.Enabled() && isPrivate(ss.root, parentOf(dir)) {
+		// Look at (and restrict) the private ancestors even when dir
+		// exists.
+		if err := s.ensureDir(ss, parentOf(dir)); err != nil {
+			return err
+		}
+	}
+	ok, err := s.exists(ss, dir, private)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		if err := s.ensureDir(conn, parentOf(dir)); err != nil {
+		if err := s.ensureDir(ss, parentOf(dir)); err != nil {
 			return err
 		}
-		if _, err := conn.Create(dir, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		acl := ss.auth.SharedACL()
+		if private {
+			acl = ss.auth.PrivateACL()
+		}
+		if _, err := ss.conn.Create(dir, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
 	s.known.Store(dir, struct{}{})
 	return nil
+}
+
+// isPrivate reports whether the node p gets PrivateACL: a group's offsets
+// node and everything under it. Its ancestors get SharedACL.
+func isPrivate(root, p string) bool {
+	rel, ok := strings.CutPrefix(p, zkpath.Consumers(root)+"/")
+	return ok && strings.Contains(rel, "/")
+}
+
+// exists reports whether path exists. With auth and restrict, it reads the
+// node's ACL instead (the same round trip) and restricts an open one to
+// PrivateACL.
+func (s *Store) exists(ss sess, path string, restrict bool) (bool, error) {
+	if !ss.auth.Enabled() || !restrict {
+		ok, _, err := ss.conn.Exists(path)
+		return ok, err
+	}
+	acl, _, err := ss.conn.GetACL(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if _, err := ss.auth.Restrict(ss.conn, path, acl, ss.auth.PrivateACL()); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func parentOf(p string) string {
@@ -549,28 +633,30 @@ func parentOf(p string) string {
 	return "/"
 }
 
-// Load reads keys' nodes; a missing node is Found false. A node holding
-// something other than "<msgId>-<offset>" or "<offset>" is an error (a
-// store never silently resets a group's position).
-func (s *Store) Load(ctx context.Context, keys []offsetstore.Key) ([]offsetstore.Result, error) {
-	for _, k := range keys {
-		if err := validKey(k); err != nil {
-			return nil, err
-		}
+// Load reads the positions' nodes; a missing node is nothing stored
+// (Offset -1). A node holding something other than "<msgId>-<offset>" or
+// "<offset>" is an error (a store never silently resets a group's
+// position).
+func (s *Store) Load(ctx context.Context, group string, ps []message.Position) ([]message.Position, error) {
+	if err := offsets.ValidateLoad(group, ps); err != nil {
+		return nil, err
+	}
+	if err := validTopics(ps); err != nil {
+		return nil, err
 	}
 	if _, err := s.session(); err != nil {
 		return nil, err
 	}
-	out := make([]offsetstore.Result, len(keys))
-	if len(keys) == 0 {
+	out := make([]message.Position, len(ps))
+	if len(ps) == 0 {
 		return out, nil
 	}
-	err := s.run(ctx, "load", false, func(conn *zk.Conn, root string) error {
-		res := make([]offsetstore.Result, len(keys))
-		errs := parallel(len(keys), func(i int) error {
-			k := keys[i]
-			res[i] = offsetstore.Result{Entry: offsetstore.Entry{Key: k, Offset: -1, MsgID: -1}}
-			p := nodePath(root, k)
+	err := s.run(ctx, "load", false, func(ss sess) error {
+		conn, root := ss.conn, ss.root
+		res := make([]message.Position, len(ps))
+		errs := parallel(len(ps), func(i int) error {
+			res[i] = offsets.NotStored(ps[i])
+			p := nodePath(root, group, ps[i])
 			data, _, err := conn.Get(p)
 			if errors.Is(err, zk.ErrNoNode) {
 				return nil
@@ -582,7 +668,7 @@ func (s *Store) Load(ctx context.Context, keys []offsetstore.Key) ([]offsetstore
 			if err != nil {
 				return fmt.Errorf("node %s holds %q, not <msgId>-<offset>: %v", p, data, err)
 			}
-			res[i].Offset, res[i].MsgID, res[i].Found = off, id, true
+			res[i].Offset, res[i].MsgID = off, id
 			return nil
 		})
 		if err := firstErr(errs); err != nil {
@@ -597,7 +683,7 @@ func (s *Store) Load(ctx context.Context, keys []offsetstore.Key) ([]offsetstore
 	return out, nil
 }
 
-// Close closes the session. Idempotent; later calls fail with ErrClosed.
+// Close closes the session. Idempotent; later calls fail with offsets.ErrClosed.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -11,10 +11,12 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/core/testsvc"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/offsetstore"
 	"github.com/metaq-go/metaq/offsetstore/offsetstoretest"
 	"github.com/metaq-go/metaq/offsetstore/zk"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
 // One ZooKeeper for the package; fault tests start their own.
@@ -47,7 +49,7 @@ func raw(t *testing.T, addr string) *gozk.Conn {
 
 func TestConformance(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
-	offsetstoretest.Run(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return open(t, map[string]string{"connect": addr})
 	})
 }
@@ -55,14 +57,14 @@ func TestConformance(t *testing.T) {
 func TestConformanceWrapped(t *testing.T) {
 	// The same store behind offsetstore.Wrap (the middleware Open adds).
 	addr := testsvc.ZooKeeper(t)
-	offsetstoretest.Run(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return offsetstore.Wrap(open(t, map[string]string{"connect": addr, "root": "/wrapped"}), 0)
 	})
 }
 
 func TestDurable(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
-	offsetstoretest.RunDurable(t, func(t *testing.T) offsetstore.Store {
+	offsetstoretest.RunDurable(t, func(t *testing.T) offsets.Store {
 		return open(t, map[string]string{"connect": addr, "root": "/durable"})
 	})
 }
@@ -74,29 +76,29 @@ func TestZNodeLayout(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
 	s := open(t, map[string]string{"connect": addr}) // default root
 	group := fmt.Sprintf("layout-%d", time.Now().UnixNano())
-	entries := []offsetstore.Entry{
-		{Key: offsetstore.Key{Group: group, Topic: "meta-test", BrokerID: 0, Partition: 1}, Offset: 456, MsgID: 123},
-		{Key: offsetstore.Key{Group: group, Topic: "meta-test", BrokerID: 3, Partition: 10}, Offset: 7, MsgID: -1},
-		{Key: offsetstore.Key{Group: group, Topic: "other", BrokerID: 12, Partition: 0}, Offset: 1 << 40, MsgID: 1<<62 + 1},
+	entries := []entry{
+		{Key: key{Group: group, Topic: "meta-test", BrokerID: 0, Partition: 1}, Offset: 456, MsgID: 123},
+		{Key: key{Group: group, Topic: "meta-test", BrokerID: 3, Partition: 10}, Offset: 7, MsgID: -1},
+		{Key: key{Group: group, Topic: "other", BrokerID: 12, Partition: 0}, Offset: 1 << 40, MsgID: 1<<62 + 1},
 	}
-	require.NoError(t, s.Commit(ctx(t), entries))
+	require.NoError(t, commit(ctx(t), s, entries))
 
 	for _, c := range []struct{ path, data string }{
-		{"/meta/consumers/" + group + "/offsets/meta-test/0-1", "123-456"},
-		{"/meta/consumers/" + group + "/offsets/meta-test/3-10", "-1-7"},
-		{"/meta/consumers/" + group + "/offsets/other/12-0", fmt.Sprintf("%d-%d", int64(1<<62+1), int64(1<<40))},
+		{zkpath.Offset(zkpath.DefaultRoot, group, "meta-test", 0, 1), "123-456"},
+		{zkpath.Offset(zkpath.DefaultRoot, group, "meta-test", 3, 10), "-1-7"},
+		{zkpath.Offset(zkpath.DefaultRoot, group, "other", 12, 0), fmt.Sprintf("%d-%d", int64(1<<62+1), int64(1<<40))},
 	} {
 		lines, err := testsvc.ZkCliGet(t, addr, c.path)
 		require.NoError(t, err)
 		require.Contains(t, lines, c.data, "zkCli.sh get %s", c.path)
 	}
-	out, err := testsvc.ZkCli(t, addr, "ls", "/meta/consumers/"+group+"/offsets/meta-test")
+	out, err := testsvc.ZkCli(t, addr, "ls", zkpath.OffsetsTopic(zkpath.DefaultRoot, group, "meta-test"))
 	require.NoError(t, err)
 	require.Contains(t, out, "[0-1, 3-10]")
 
 	// The nodes are persistent: a new session still sees them.
 	c := raw(t, addr)
-	for _, p := range []string{"/meta/consumers/" + group + "/offsets/meta-test/0-1", "/meta/consumers/" + group} {
+	for _, p := range []string{zkpath.Offset(zkpath.DefaultRoot, group, "meta-test", 0, 1), zkpath.Group(zkpath.DefaultRoot, group)} {
 		_, st, err := c.Get(p)
 		require.NoError(t, err)
 		require.Zero(t, st.EphemeralOwner, "%s must be persistent", p)
@@ -104,8 +106,8 @@ func TestZNodeLayout(t *testing.T) {
 
 	// An overwrite changes the data in place.
 	entries[0].Offset, entries[0].MsgID = 999, 124
-	require.NoError(t, s.Commit(ctx(t), entries[:1]))
-	lines, err := testsvc.ZkCliGet(t, addr, "/meta/consumers/"+group+"/offsets/meta-test/0-1")
+	require.NoError(t, commit(ctx(t), s, entries[:1]))
+	lines, err := testsvc.ZkCliGet(t, addr, zkpath.Offset(zkpath.DefaultRoot, group, "meta-test", 0, 1))
 	require.NoError(t, err)
 	require.Contains(t, lines, "124-999")
 }
@@ -116,7 +118,7 @@ func TestLoadMetaQFormats(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
 	c := raw(t, addr)
 	root := fmt.Sprintf("/formats-%d", time.Now().UnixNano())
-	for _, p := range []string{root, root + "/consumers", root + "/consumers/g", root + "/consumers/g/offsets", root + "/consumers/g/offsets/t"} {
+	for _, p := range []string{root, zkpath.Consumers(root), zkpath.Group(root, "g"), zkpath.Offsets(root, "g"), zkpath.OffsetsTopic(root, "g", "t")} {
 		_, err := c.Create(p, nil, 0, gozk.WorldACL(gozk.PermAll))
 		require.NoError(t, err)
 	}
@@ -129,25 +131,27 @@ func TestLoadMetaQFormats(t *testing.T) {
 		"1-1": "not-offsets", // corrupt
 	}
 	for n, d := range nodes {
-		_, err := c.Create(root+"/consumers/g/offsets/t/"+n, []byte(d), 0, gozk.WorldACL(gozk.PermAll))
+		_, err := c.Create(zkpath.OffsetsTopic(root, "g", "t")+"/"+n, []byte(d), 0, gozk.WorldACL(gozk.PermAll))
 		require.NoError(t, err)
 	}
 	s := open(t, map[string]string{"connect": addr, "root": root})
-	key := func(b int, p int32) offsetstore.Key {
-		return offsetstore.Key{Group: "g", Topic: "t", BrokerID: b, Partition: p}
+	at := func(b int, p int32) key {
+		return key{Group: "g", Topic: "t", BrokerID: b, Partition: p}
 	}
-	res, err := s.Load(ctx(t), []offsetstore.Key{key(0, 0), key(0, 1), key(0, 2), key(0, 3), key(1, 0), key(5, 5)})
+	res, err := load(ctx(t), s, []key{at(0, 0), at(0, 1), at(0, 2), at(0, 3), at(1, 0), at(5, 5)})
 	require.NoError(t, err)
 	want := []struct {
 		off, id int64
 		found   bool
-	}{{456, 123, true}, {789, -1, true}, {5, -1, true}, {43, 42, true}, {-9, -1, true}, {-1, -1, false}}
+	}{{456, 123, true}, {789, -1, true}, {5, -1, true}, {43, 42, true},
+		{-9, -1, false}, // a negative offset is no position (offsetstore's middleware makes it -1)
+		{-1, -1, false}}
 	for i, w := range want {
 		require.Equal(t, w.found, res[i].Found, "result %d", i)
 		require.Equal(t, w.off, res[i].Offset, "result %d", i)
 		require.Equal(t, w.id, res[i].MsgID, "result %d", i)
 	}
-	_, err = s.Load(ctx(t), []offsetstore.Key{key(0, 0), key(1, 1)})
+	_, err = load(ctx(t), s, []key{at(0, 0), at(1, 1)})
 	require.Error(t, err, "a corrupt node must not read as missing")
 	require.Contains(t, err.Error(), "not-offsets")
 }
@@ -156,9 +160,9 @@ func TestRootOption(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/chroot-%d/metaq/", time.Now().UnixNano()) // nested, trailing slash
 	s := open(t, map[string]string{"connect": addr, "root": root, "session_timeout_ms": "5000", "timeout_ms": "3000"})
-	k := offsetstore.Key{Group: "g", Topic: "t", BrokerID: 1, Partition: 2}
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 10, MsgID: 11}}))
-	data, _, err := raw(t, addr).Get(strings.TrimSuffix(root, "/") + "/consumers/g/offsets/t/1-2")
+	k := key{Group: "g", Topic: "t", BrokerID: 1, Partition: 2}
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 10, MsgID: 11}}))
+	data, _, err := raw(t, addr).Get(zkpath.Offset(zkpath.Root(root), "g", "t", 1, 2))
 	require.NoError(t, err)
 	require.Equal(t, "11-10", string(data))
 }
@@ -169,13 +173,13 @@ func TestNodeDeletedBehindOurBack(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/deleted-%d", time.Now().UnixNano())
 	s := open(t, map[string]string{"connect": addr, "root": root})
-	k := offsetstore.Key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 1, MsgID: 1}}))
+	k := key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 1, MsgID: 1}}))
 	c := raw(t, addr)
-	require.NoError(t, c.Delete(root+"/consumers/g/offsets/t/1-0", -1))
-	require.NoError(t, c.Delete(root+"/consumers/g/offsets/t", -1))
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 2, MsgID: 2}}))
-	res, err := s.Load(ctx(t), []offsetstore.Key{k})
+	require.NoError(t, c.Delete(zkpath.Offset(root, "g", "t", 1, 0), -1))
+	require.NoError(t, c.Delete(zkpath.OffsetsTopic(root, "g", "t"), -1))
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 2, MsgID: 2}}))
+	res, err := load(ctx(t), s, []key{k})
 	require.NoError(t, err)
 	require.True(t, res[0].Found)
 	require.Equal(t, int64(2), res[0].Offset)
@@ -187,15 +191,15 @@ func TestLargeBatch(t *testing.T) {
 	s := open(t, map[string]string{"connect": addr, "root": "/large"})
 	g := fmt.Sprintf("g%d", time.Now().UnixNano())
 	n := zk.MaxMultiOps*2 + 17
-	var es []offsetstore.Entry
-	var keys []offsetstore.Key
+	var es []entry
+	var keys []key
 	for i := 0; i < n; i++ {
-		e := offsetstore.Entry{Key: offsetstore.Key{Group: g, Topic: fmt.Sprintf("t%d", i%7), BrokerID: i % 3, Partition: int32(i)}, Offset: int64(i) * 3, MsgID: int64(i)}
+		e := entry{Key: key{Group: g, Topic: fmt.Sprintf("t%d", i%7), BrokerID: i % 3, Partition: int32(i)}, Offset: int64(i) * 3, MsgID: int64(i)}
 		es = append(es, e)
 		keys = append(keys, e.Key)
 	}
-	require.NoError(t, s.Commit(ctx(t), es))
-	res, err := s.Load(ctx(t), keys)
+	require.NoError(t, commit(ctx(t), s, es))
+	res, err := load(ctx(t), s, keys)
 	require.NoError(t, err)
 	for i := range es {
 		require.True(t, res[i].Found)
@@ -236,29 +240,44 @@ func TestInitUnreachable(t *testing.T) {
 
 func TestNotInitializedAndClosed(t *testing.T) {
 	s := zk.New()
-	k := offsetstore.Key{Group: "g", Topic: "t"}
-	require.ErrorIs(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k}}), offsetstore.ErrNotInitialized)
-	_, err := s.Load(ctx(t), []offsetstore.Key{k})
+	k := key{Group: "g", Topic: "t"}
+	require.ErrorIs(t, commit(ctx(t), s, []entry{{Key: k}}), offsetstore.ErrNotInitialized)
+	_, err := load(ctx(t), s, []key{k})
 	require.ErrorIs(t, err, offsetstore.ErrNotInitialized)
 	require.NoError(t, s.Close())
-	require.ErrorIs(t, s.Init(ctx(t), &offsetstore.InitRequest{Config: map[string]string{"connect": "127.0.0.1:1"}}), offsetstore.ErrClosed)
+	require.ErrorIs(t, s.Init(ctx(t), &offsetstore.InitRequest{Config: map[string]string{"connect": "127.0.0.1:1"}}), offsets.ErrClosed)
 }
 
 func TestInvalidKeys(t *testing.T) {
 	s := open(t, map[string]string{"connect": testsvc.ZooKeeper(t), "root": "/invalid"})
-	for _, k := range []offsetstore.Key{
+	for _, k := range []key{
 		{Group: "a/b", Topic: "t"},
 		{Group: "g", Topic: ".."},
 		{Group: "g", Topic: "."},
 		{Group: "g\x00", Topic: "t"},
 		{Group: "", Topic: "t"},
 		{Group: "g", Topic: "t", Partition: -1},
+		// message.ValidateGroup
+		{Group: "..", Topic: "t"},
+		{Group: "g\xff", Topic: "t"},
+		{Group: "g\ufffd", Topic: "t"},
+		{Group: "g\n", Topic: "t"},
+		{Group: "g h", Topic: "t"},
+		{Group: strings.Repeat("g", 256), Topic: "t"},
 	} {
-		require.ErrorIs(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 1}}), offsetstore.ErrInvalidEntry, "%+v", k)
-		_, err := s.Load(ctx(t), []offsetstore.Key{k})
-		require.ErrorIs(t, err, offsetstore.ErrInvalidEntry, "%+v", k)
+		require.ErrorIs(t, commit(ctx(t), s, []entry{{Key: k, Offset: 1}}), offsets.ErrInvalid, "%+v", k)
+		_, err := load(ctx(t), s, []key{k})
+		require.ErrorIs(t, err, offsets.ErrInvalid, "%+v", k)
 	}
-	require.ErrorIs(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: offsetstore.Key{Group: "g", Topic: "t"}, Offset: -1}}), offsetstore.ErrInvalidEntry)
+	require.ErrorIs(t, commit(ctx(t), s, []entry{{Key: key{Group: "g", Topic: "t"}, Offset: -1}}), offsets.ErrInvalid)
+	// Printable UTF-8 is a valid node name.
+	for _, g := range []string{"日本語", "a.b", "...", strings.Repeat("g", 255)} {
+		k := key{Group: g, Topic: "t"}
+		require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 3}}), "%q", g)
+		res, err := load(ctx(t), s, []key{k})
+		require.NoError(t, err)
+		require.True(t, res[0].Found, "%q", g)
+	}
 }
 
 // TestConnectionLoss: with ZooKeeper down, commits and loads fail with a
@@ -269,9 +288,9 @@ func TestConnectionLoss(t *testing.T) {
 	t.Parallel()
 	z := testsvc.NewZooKeeper(t)
 	s := open(t, map[string]string{"connect": z.Addr(), "timeout_ms": "1500", "session_timeout_ms": "30000"})
-	k := offsetstore.Key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
+	k := key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
 	commit := func(off int64) error {
-		return s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: off, MsgID: off}})
+		return commit(ctx(t), s, []entry{{Key: k, Offset: off, MsgID: off}})
 	}
 	require.NoError(t, commit(1))
 
@@ -281,14 +300,14 @@ func TestConnectionLoss(t *testing.T) {
 	require.Error(t, err, "a commit while ZooKeeper is down must fail")
 	require.Contains(t, err.Error(), "offsetstore/zk: commit")
 	require.Less(t, time.Since(start), 5*time.Second, "the failure must come within timeout_ms")
-	_, err = s.Load(ctx(t), []offsetstore.Key{k})
+	_, err = load(ctx(t), s, []key{k})
 	require.Error(t, err)
 	require.Error(t, commit(3), "a second commit must fail too, not report success")
 
 	require.NoError(t, z.Start())
 	// The client reconnects on its own; the session survived.
 	require.Eventually(t, func() bool { return commit(4) == nil }, 30*time.Second, 200*time.Millisecond)
-	res, err := s.Load(ctx(t), []offsetstore.Key{k})
+	res, err := load(ctx(t), s, []key{k})
 	require.NoError(t, err)
 	require.True(t, res[0].Found)
 	require.Equal(t, int64(4), res[0].Offset, "the failed commits 2 and 3 must not land after 4")
@@ -303,21 +322,21 @@ func TestSessionExpiry(t *testing.T) {
 	}
 	z := testsvc.NewZooKeeper(t)
 	s := open(t, map[string]string{"connect": z.Addr(), "timeout_ms": "1000", "session_timeout_ms": "2000"})
-	k := offsetstore.Key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
-	require.NoError(t, s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 1, MsgID: 1}}))
+	k := key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
+	require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 1, MsgID: 1}}))
 	z.Stop()
 	time.Sleep(3 * time.Second)
 	require.NoError(t, z.Start())
 	deadline := time.Now().Add(40 * time.Second)
 	for {
-		err := s.Commit(ctx(t), []offsetstore.Entry{{Key: k, Offset: 5, MsgID: 5}})
+		err := commit(ctx(t), s, []entry{{Key: k, Offset: 5, MsgID: 5}})
 		if err == nil {
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "no successful commit after the session expired: %v", err)
 		time.Sleep(250 * time.Millisecond)
 	}
-	res, err := s.Load(ctx(t), []offsetstore.Key{k})
+	res, err := load(ctx(t), s, []key{k})
 	require.NoError(t, err)
 	require.Equal(t, int64(5), res[0].Offset)
 }
@@ -329,14 +348,14 @@ func TestCloseDuringOutage(t *testing.T) {
 	z.Kill()
 	errc := make(chan error, 1)
 	go func() {
-		errc <- s.Commit(context.Background(), []offsetstore.Entry{{Key: offsetstore.Key{Group: "g", Topic: "t"}, Offset: 1}})
+		errc <- commit(context.Background(), s, []entry{{Key: key{Group: "g", Topic: "t"}, Offset: 1}})
 	}()
 	time.Sleep(200 * time.Millisecond)
 	require.NoError(t, s.Close())
 	select {
 	case err := <-errc:
 		require.Error(t, err)
-		require.True(t, errors.Is(err, offsetstore.ErrClosed) || strings.Contains(err.Error(), "offsetstore/zk"), "%v", err)
+		require.True(t, errors.Is(err, offsets.ErrClosed) || strings.Contains(err.Error(), "offsetstore/zk"), "%v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("commit did not return after Close")
 	}

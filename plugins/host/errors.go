@@ -12,6 +12,9 @@ var (
 	// ErrChecksum means the binary's sha256 differs from the configured one;
 	// the binary is not run.
 	ErrChecksum = errors.New("sha256 mismatch")
+	// ErrCopy means the private copy of a pinned binary could not be made
+	// (see Options.TempDir).
+	ErrCopy = errors.New("plugin binary copy failed")
 	// ErrStdout means the plugin wrote to stdout before serving, which
 	// breaks go-plugin's handshake.
 	ErrStdout = errors.New("plugin wrote to stdout before serving")

@@ -117,8 +117,13 @@ type echoAPI interface {
 
 type echoServer struct{}
 
+// selfExe is the running executable on Linux, even once its file is gone.
+const selfExe = "/proc/self/exe"
+
 // Echo answers "pid <pid>" to "pid", writes "stdout:<text>" to os.Stdout,
-// panics on "panic", reads the variable named by envEcho on "env", and
+// panics on "panic", reads the variable named by envEcho on "env", answers
+// its whole environment (KEY=VALUE entries, NUL-separated) to "environ", the path of
+// its executable to "exe" and that executable's sha256 to "exesum", and
 // echoes anything else.
 func (echoServer) Echo(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 	v := in.GetValue()
@@ -127,6 +132,13 @@ func (echoServer) Echo(_ context.Context, in *wrapperspb.StringValue) (*wrappers
 		return wrapperspb.String("pid " + strconv.Itoa(os.Getpid())), nil
 	case v == "env":
 		return wrapperspb.String(os.Getenv(os.Getenv(envEcho))), nil
+	case v == "environ":
+		return wrapperspb.String(strings.Join(os.Environ(), "\x00")), nil
+	case v == "exe":
+		exe, err := os.Executable()
+		return wrapperspb.String(exe), err
+	case v == "exesum":
+		return wrapperspb.String(fileSHA256(selfExe)), nil
 	case v == "panic":
 		panic("test panic")
 	case strings.HasPrefix(v, "stdout:"):

@@ -5,7 +5,9 @@
 // Each launched plugin gets a logger named after it (its stderr, hclog JSON
 // from plugins.Serve, becomes log lines tagged with the name; what it writes
 // to os.Stdout/os.Stderr after serving is logged at Debug), AutoMTLS, an
-// optional sha256 check, and on Linux Pdeathsig. A monitor goroutine per
+// environment limited to an allow-list plus its configured variables, an
+// optional sha256 pin (the verified private copy is what runs), and on
+// Linux Pdeathsig. A monitor goroutine per
 // plugin notices within ~50 ms that the process is gone and pings it every
 // HealthInterval; a dead or unhealthy plugin is restarted with jittered
 // exponential backoff, always with a fresh go-plugin Client. While it is
@@ -32,11 +34,15 @@ type Spec struct {
 	// Path is the binary's path (already resolved against the plugin dir).
 	Path string
 	// SHA256 is the binary's expected hex sha256; empty skips the check.
+	// With it, every start copies the binary into a private directory,
+	// hashing it on the way, and runs the copy only if it matches.
 	SHA256 string
 	// Args are the binary's arguments.
 	Args []string
-	// Env are extra KEY=VALUE variables, added to the host's environment
-	// (and overriding it).
+	// Env are extra KEY=VALUE variables. The plugin's environment is only
+	// PATH, HOME, TMPDIR and LANG from the host (those that are set), then
+	// Env (overriding them), then go-plugin's own handshake variables; the
+	// rest of the host's environment is not passed.
 	Env []string
 	// Config is handed to the plugin by its kind package (Init); the
 	// supervisor does not read it.
@@ -60,6 +66,10 @@ type Options struct {
 	HealthTimeout time.Duration
 	// StartTimeout bounds one start (exec and handshake); default 10 s.
 	StartTimeout time.Duration
+	// TempDir is where the private copies of sha256-pinned binaries are
+	// made (one 0700 directory per process, removed when it stops); it
+	// must allow exec. Default os.TempDir().
+	TempDir string
 	// KillTimeout bounds Close: plugins get go-plugin's 2 s to exit
 	// gracefully, then are SIGKILLed; whatever is left at KillTimeout is
 	// SIGKILLed directly. Default 5 s.
@@ -118,6 +128,9 @@ func NewSupervisor(opts Options) *Supervisor {
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 10 * time.Second
+	}
+	if opts.TempDir == "" {
+		opts.TempDir = os.TempDir()
 	}
 	if opts.KillTimeout <= 0 {
 		opts.KillTimeout = 5 * time.Second

@@ -3,6 +3,7 @@
 package host
 
 import (
+	"errors"
 	"os/exec"
 	"syscall"
 )
@@ -25,3 +26,8 @@ func setPdeathsig(cmd *exec.Cmd) {
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }
+
+// isTextBusy reports an exec that failed with ETXTBSY: the binary was open
+// for writing, as a just-written copy can be for a moment when another
+// goroutine forks (the child holds the descriptor until its own exec).
+func isTextBusy(err error) bool { return errors.Is(err, syscall.ETXTBSY) }

@@ -367,3 +367,46 @@ func restartBudget() time.Duration {
 	}
 	return time.Second
 }
+
+// TestEnvAllowList: a plugin gets PATH, HOME, TMPDIR and LANG from the host
+// (those that are set), its configured env (which overrides them) and
+// go-plugin's handshake variables, and nothing else of the host's
+// environment; an unpinned plugin runs the configured path itself.
+func TestEnvAllowList(t *testing.T) {
+	t.Setenv("METAQ_TEST_SECRET", "hunter2")
+	t.Setenv("LANG", "C.UTF-8")
+	t.Setenv("TMPDIR", "")
+	require.NoError(t, os.Unsetenv("TMPDIR")) // restored by t.Setenv
+	s, _ := newSup(t, Options{})
+	spec := selfSpec(t, "env", "METAQ_CONFIGURED=yes", "HOME=/plugin-home")
+	p, err := s.Launch(spec, &testPlugin{})
+	require.NoError(t, err)
+
+	out, err := echo(t, p, "environ")
+	require.NoError(t, err)
+	env := map[string]string{}
+	for _, kv := range strings.Split(out, "\x00") {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	require.NotContains(t, env, "METAQ_TEST_SECRET", "the host's secret leaked into the plugin")
+	require.NotContains(t, env, "TMPDIR", "an unset allowed variable stays unset")
+	require.Equal(t, os.Getenv("PATH"), env["PATH"])
+	require.Equal(t, "C.UTF-8", env["LANG"])
+	require.Equal(t, "/plugin-home", env["HOME"], "configured env overrides the host's")
+	require.Equal(t, "yes", env["METAQ_CONFIGURED"])
+	require.Equal(t, "plugin", env[envRole])
+	require.Equal(t, plugins.Handshake.MagicCookieValue, env[plugins.Handshake.MagicCookieKey])
+	for k := range env {
+		switch {
+		case k == "PATH", k == "HOME", k == "LANG", k == "METAQ_CONFIGURED", k == envRole,
+			k == plugins.Handshake.MagicCookieKey, strings.HasPrefix(k, "PLUGIN_"):
+		default:
+			t.Errorf("plugin environment has %s, which is neither allowed nor configured", k)
+		}
+	}
+
+	got, err := echo(t, p, "exe")
+	require.NoError(t, err)
+	require.Equal(t, spec.Path, got, "without a pin the configured path runs")
+}

@@ -2,7 +2,6 @@ package host
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/metaq-go/metaq/internal/backoff"
 	"github.com/metaq-go/metaq/plugins"
 )
 
@@ -233,11 +233,7 @@ func (p *Plugin) restart(failures *int) *proc {
 // a row: uniformly in [b/2, b] for b = RestartMin·2^(n-1), capped at
 // RestartMax.
 func (p *Plugin) backoff(n int) time.Duration {
-	b := p.s.opts.RestartMax
-	if n <= 30 {
-		b = min(p.s.opts.RestartMin<<(n-1), p.s.opts.RestartMax)
-	}
-	return b/2 + rand.N(b/2+1)
+	return backoff.Policy{Min: p.s.opts.RestartMin, Max: p.s.opts.RestartMax, Jitter: 0.5}.Delay(n)
 }
 
 // stop marks the plugin stopped, stops its monitor and kills its process,

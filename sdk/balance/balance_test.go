@@ -6,20 +6,22 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // parts returns brokers×perBroker partitions in numeric order.
-func parts(brokers, perBroker int) []Partition {
-	var ps []Partition
+func parts(brokers, perBroker int) []message.Partition {
+	var ps []message.Partition
 	for b := range brokers {
 		for p := range perBroker {
-			ps = append(ps, Partition{BrokerID: b, Partition: int32(p)})
+			ps = append(ps, message.Partition{BrokerID: b, Partition: int32(p)})
 		}
 	}
 	return ps
 }
 
-func names(ps []Partition) string {
+func names(ps []message.Partition) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = p.String()
@@ -33,56 +35,6 @@ func consumerIDs(n int) []string {
 		cs[i] = fmt.Sprintf("g_c%d", i)
 	}
 	return cs
-}
-
-func TestPartitionString(t *testing.T) {
-	for _, tc := range []struct {
-		p    Partition
-		want string
-	}{
-		{Partition{0, 0}, "0-0"},
-		{Partition{1, 10}, "1-10"},
-		{Partition{123, 2147483647}, "123-2147483647"},
-	} {
-		if got := tc.p.String(); got != tc.want {
-			t.Errorf("%#v.String() = %q, want %q", tc.p, got, tc.want)
-		}
-		back, err := ParsePartition(tc.want)
-		if err != nil || back != tc.p {
-			t.Errorf("ParsePartition(%q) = %v, %v; want %v", tc.want, back, err, tc.p)
-		}
-	}
-}
-
-func TestParsePartitionErrors(t *testing.T) {
-	for _, s := range []string{
-		"", "-", "0", "0-", "-0", "a-1", "1-b", "1-2-3", "-1-2", "1--2", "+1-2", "1-+2",
-		"01-2", "1-02", " 1-2", "1-2 ", "1 -2", "1-2147483648", "1-99999999999",
-		"99999999999999999999-1", "1_2", "0x1-2",
-	} {
-		if p, err := ParsePartition(s); err == nil {
-			t.Errorf("ParsePartition(%q) = %v, want error", s, p)
-		}
-	}
-}
-
-func FuzzParsePartition(f *testing.F) {
-	for _, s := range []string{"0-0", "1-10", "10-2", "123-2147483647", "1-2147483648",
-		"01-2", "-1-2", "1--2", "a-b", "", "-", "1-2-3", "+1-2", "9223372036854775807-0"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		p, err := ParsePartition(s)
-		if err != nil {
-			return
-		}
-		if p.BrokerID < 0 || p.Partition < 0 {
-			t.Fatalf("ParsePartition(%q) = %v: negative", s, p)
-		}
-		if got := p.String(); got != s {
-			t.Fatalf("ParsePartition(%q).String() = %q", s, got)
-		}
-	})
 }
 
 func TestByName(t *testing.T) {
@@ -113,7 +65,7 @@ func TestDefault(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		consumers  []string
-		partitions []Partition
+		partitions []message.Partition
 		want       map[string]string
 	}{
 		{
@@ -194,7 +146,7 @@ func TestDefaultMetaQStringOrder(t *testing.T) {
 	cs := []string{"g_b", "g_a"}
 	for _, tc := range []struct {
 		name          string
-		partitions    []Partition
+		partitions    []message.Partition
 		wantA, wantB  string // MetaQ's string order
 		numA, numB    string // Default
 		sameAsDefault bool
@@ -210,8 +162,8 @@ func TestDefaultMetaQStringOrder(t *testing.T) {
 		},
 		{
 			name: "brokers 1, 2, 10",
-			partitions: []Partition{
-				{1, 0}, {1, 1}, {2, 0}, {2, 1}, {10, 0}, {10, 1},
+			partitions: []message.Partition{
+				{BrokerID: 1, Partition: 0}, {BrokerID: 1, Partition: 1}, {BrokerID: 2, Partition: 0}, {BrokerID: 2, Partition: 1}, {BrokerID: 10, Partition: 0}, {BrokerID: 10, Partition: 1},
 			},
 			// sorted as text: 1-0 1-1 10-0 | 10-1 2-0 2-1
 			wantA: "1-0,1-1,10-0",
@@ -336,12 +288,12 @@ var strategies = []struct {
 
 // owners computes every member's share and checks that together they own
 // each partition exactly once (or nothing when there are no members).
-func owners(t *testing.T, s Strategy, members []string, ps []Partition) map[Partition]string {
+func owners(t *testing.T, s Strategy, members []string, ps []message.Partition) map[message.Partition]string {
 	t.Helper()
-	own := make(map[Partition]string, len(ps))
+	own := make(map[message.Partition]string, len(ps))
 	for _, c := range members {
 		got := s.Assign(c, members, ps)
-		if !slices.IsSortedFunc(got, Partition.Compare) {
+		if !slices.IsSortedFunc(got, message.Partition.Compare) {
 			t.Fatalf("%s: result not sorted: %v", c, got)
 		}
 		for _, p := range got {
@@ -372,7 +324,7 @@ func TestJoinsAndLeaves(t *testing.T) {
 			for seed := range uint64(5) {
 				rng := rand.New(rand.NewPCG(seed, 42))
 				live := map[string]bool{}
-				var prev map[Partition]string
+				var prev map[message.Partition]string
 				for range 200 {
 					c := pool[rng.IntN(len(pool))]
 					joined := !live[c]
@@ -435,7 +387,7 @@ func TestPermutationInvariance(t *testing.T) {
 			for range 20 {
 				cs := consumerIDs(1 + rng.IntN(12))
 				ps := parts(1+rng.IntN(4), 1+rng.IntN(30))
-				want := map[string][]Partition{}
+				want := map[string][]message.Partition{}
 				for _, c := range cs {
 					want[c] = st.s.Assign(c, cs, ps)
 				}
@@ -458,6 +410,47 @@ func TestPermutationInvariance(t *testing.T) {
 	}
 }
 
+// onlyAssign hides a strategy's AssignAll, to test the fallback.
+type onlyAssign struct{ Strategy }
+
+// TestAssignAll: AssignAll gives every consumer what Assign gives it, for
+// shuffled inputs with duplicates, through the batch form and through the
+// per-consumer fallback.
+func TestAssignAll(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, st := range strategies {
+		if _, ok := st.s.(BatchStrategy); !ok {
+			t.Fatalf("%s is not a BatchStrategy", st.name)
+		}
+		t.Run(st.name, func(t *testing.T) {
+			for range 50 {
+				cs := consumerIDs(rng.IntN(15))
+				if len(cs) > 0 {
+					cs = append(cs, cs[rng.IntN(len(cs))]) // a duplicate
+				}
+				ps := parts(1+rng.IntN(3), rng.IntN(30))
+				rng.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
+				rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+				sc, sp := slices.Clone(cs), slices.Clone(ps)
+				for _, s := range []Strategy{st.s, onlyAssign{st.s}} {
+					got := AssignAll(s, cs, ps)
+					if len(got) != len(cs) {
+						t.Fatalf("%d shares for %d consumers", len(got), len(cs))
+					}
+					for i, c := range cs {
+						if want := st.s.Assign(c, cs, ps); !slices.Equal(got[i], want) {
+							t.Fatalf("%s among %v: AssignAll %v, Assign %v", c, cs, got[i], want)
+						}
+					}
+				}
+				if !slices.Equal(cs, sc) || !slices.Equal(ps, sp) {
+					t.Fatal("inputs modified")
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkAssign(b *testing.B) {
 	cs, ps := consumerIDs(10), parts(4, 25)
 	for _, st := range []struct {
@@ -472,5 +465,79 @@ func BenchmarkAssign(b *testing.B) {
 				}
 			}
 		})
+		b.Run(fmt.Sprintf("%s/all/consumers=%d/partitions=%d", st.name, len(cs), len(ps)), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				AssignAll(st.s, cs, ps)
+			}
+		})
+	}
+}
+
+// TestGroup runs a Group through a seeded random sequence of adds and
+// removes; after each, its shares are what Assign gives each member, and
+// its members are sorted.
+func TestGroup(t *testing.T) {
+	pool := consumerIDs(16)
+	for _, st := range append(strategies, struct {
+		name string
+		s    Strategy
+	}{"no-batch", onlyAssign{Default()}}) {
+		t.Run(st.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			g := NewGroup(st.s)
+			live := map[string]bool{}
+			for range 200 {
+				c := pool[rng.IntN(len(pool))]
+				if live[c] {
+					if !g.Remove(c) || g.Remove(c) {
+						t.Fatalf("remove %s: wrong result", c)
+					}
+				} else if !g.Add(c) || g.Add(c) {
+					t.Fatalf("add %s: wrong result", c)
+				}
+				live[c] = !live[c]
+				members := g.Members()
+				if !slices.IsSorted(members) || len(members) != countTrue(live) {
+					t.Fatalf("members %v, want the sorted %v", members, live)
+				}
+				ps := parts(1+rng.IntN(3), rng.IntN(40))
+				got := g.AssignAll(ps)
+				for i, c := range members {
+					if want := st.s.Assign(c, members, ps); !slices.Equal(got[i], want) {
+						t.Fatalf("%s among %v: Group %v, Assign %v", c, members, got[i], want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func countTrue(m map[string]bool) int {
+	n := 0
+	for _, v := range m {
+		if v {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRingMerge: merged points keep ties, and the greater consumer owns a
+// shared point, as in TestRingCollision.
+func TestRingMerge(t *testing.T) {
+	r := hashRing{{9, "a"}}.merge(hashRing{{5, "a"}})
+	r = r.merge(hashRing{{5, "b"}, {12, "b"}})
+	want := hashRing{{5, "b"}, {5, "a"}, {9, "a"}, {12, "b"}}
+	if !slices.Equal(r, want) {
+		t.Fatalf("merged ring %v, want %v", r, want)
+	}
+	for _, tc := range []struct {
+		h    uint32
+		want string
+	}{{0, "b"}, {5, "b"}, {6, "a"}, {9, "a"}, {10, "b"}, {13, "b"}} {
+		if got := r.owner(tc.h); got != tc.want {
+			t.Errorf("owner(%d) = %q, want %q", tc.h, got, tc.want)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // pointsPerConsumer is MetaQ's ConsisHashStrategy.NUM_REPS: 40 MD5
@@ -35,19 +37,39 @@ type ringPoint struct {
 	consumer string
 }
 
-func (consistentStrategy) Assign(consumerID string, consumers []string, partitions []Partition) []Partition {
+func (consistentStrategy) Assign(consumerID string, consumers []string, partitions []message.Partition) []message.Partition {
 	cs := sortedUnique(consumers, strings.Compare)
 	if _, found := slices.BinarySearch(cs, consumerID); !found {
 		return nil
 	}
 	ring := buildRing(cs)
-	var out []Partition
+	var out []message.Partition
 	var buf []byte
-	for _, p := range sortedUnique(partitions, Partition.Compare) {
-		buf = p.appendString(buf[:0])
+	for _, p := range sortedUnique(partitions, message.Partition.Compare) {
+		buf = p.AppendString(buf[:0])
 		if ring.owner(ketamaHashBytes(buf)) == consumerID {
 			out = append(out, p)
 		}
+	}
+	return out
+}
+
+// AssignAll implements [BatchStrategy]: one ring for all the consumers.
+func (consistentStrategy) AssignAll(consumers []string, partitions []message.Partition) [][]message.Partition {
+	out := make([][]message.Partition, len(consumers))
+	if len(consumers) == 0 {
+		return out
+	}
+	ring := buildRing(sortedUnique(consumers, strings.Compare))
+	shares := make(map[string][]message.Partition)
+	var buf []byte
+	for _, p := range sortedUnique(partitions, message.Partition.Compare) {
+		buf = p.AppendString(buf[:0])
+		o := ring.owner(ketamaHashBytes(buf))
+		shares[o] = append(shares[o], p)
+	}
+	for i, c := range consumers {
+		out[i] = slices.Clone(shares[c])
 	}
 	return out
 }
@@ -59,15 +81,22 @@ func buildRing(cs []string) hashRing {
 	ring := make(hashRing, 0, pointsPerConsumer*len(cs))
 	var buf []byte
 	for _, c := range cs {
-		for i := range pointsPerConsumer / 4 {
-			buf = append(append(append(buf[:0], c...), '-'), strconv.Itoa(i)...)
-			d := md5.Sum(buf)
-			for j := range 4 {
-				ring = append(ring, ringPoint{binary.LittleEndian.Uint32(d[4*j:]), c})
-			}
-		}
+		ring, buf = appendPoints(ring, c, buf)
 	}
 	return ring.sorted()
+}
+
+// appendPoints appends consumer c's points to ring, unsorted; buf is
+// scratch space, returned for reuse.
+func appendPoints(ring hashRing, c string, buf []byte) (hashRing, []byte) {
+	for i := range pointsPerConsumer / 4 {
+		buf = strconv.AppendInt(append(append(buf[:0], c...), '-'), int64(i), 10)
+		d := md5.Sum(buf)
+		for j := range 4 {
+			ring = append(ring, ringPoint{binary.LittleEndian.Uint32(d[4*j:]), c})
+		}
+	}
+	return ring, buf
 }
 
 // sorted sorts the points by hash and keeps, of the points sharing a hash,
@@ -75,12 +104,7 @@ func buildRing(cs []string) hashRing {
 func (ring hashRing) sorted() hashRing {
 	// For equal hashes, sort by consumer descending so that CompactFunc,
 	// which keeps the first of a run, keeps the greatest consumer.
-	slices.SortFunc(ring, func(a, b ringPoint) int {
-		if c := cmp.Compare(a.hash, b.hash); c != 0 {
-			return c
-		}
-		return strings.Compare(b.consumer, a.consumer)
-	})
+	slices.SortFunc(ring, comparePoints)
 	return slices.CompactFunc(ring, func(a, b ringPoint) bool { return a.hash == b.hash })
 }
 

@@ -12,6 +12,12 @@
 //   - [Consistent] (MetaQ's CONSIST): a Ketama ring with 160 points per
 //     consumer, so a member leaving moves only its own partitions.
 //
+// A member computes its own share with [Strategy.Assign]. A coordinator
+// that needs every member's share (a local broker) uses [AssignAll], which
+// sorts and hashes once for the whole group, or keeps a [Group], which
+// also carries the sorted ids and the [Consistent] ring from one
+// membership change to the next.
+//
 // # Partition order differs from MetaQ
 //
 // MetaQ sorts the "<brokerId>-<partition>" strings as text, so "0-10"

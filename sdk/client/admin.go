@@ -1,22 +1,19 @@
 package client
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/brokerstats"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
-// TopicInfo describes one topic as `stats topics` and `stats offsets` report it.
-type TopicInfo struct {
+// topicInfo describes one topic as `stats topics` and `stats offsets` report it.
+type topicInfo struct {
 	Name            string
 	Partitions      int
 	MessageCount    int64
@@ -25,11 +22,11 @@ type TopicInfo struct {
 	AcceptSubscribe bool
 	// Offsets has one entry per partition that `stats offsets` listed,
 	// sorted by partition.
-	Offsets []PartitionOffsets
+	Offsets []partitionOffsets
 }
 
-// PartitionOffsets is the readable range of one partition: [Min, Max).
-type PartitionOffsets struct {
+// partitionOffsets is the readable range of one partition: [Min, Max).
+type partitionOffsets struct {
 	Partition int32
 	Min       int64
 	Max       int64
@@ -40,13 +37,13 @@ type adminConfig struct {
 	logger *slog.Logger
 }
 
-// Admin runs administrative queries against one broker.
-type Admin struct {
+// brokerAdmin runs administrative queries against one broker.
+type brokerAdmin struct {
 	cn *conn
 }
 
-// NewAdmin returns an Admin for the broker at addr. It connects lazily.
-func NewAdmin(addr string, opts ...AdminOption) (*Admin, error) {
+// newBrokerAdmin returns an brokerAdmin for the broker at addr. It connects lazily.
+func newBrokerAdmin(addr string, opts ...adminOption) (*brokerAdmin, error) {
 	if err := checkAddr(addr); err != nil {
 		return nil, err
 	}
@@ -54,23 +51,23 @@ func NewAdmin(addr string, opts ...AdminOption) (*Admin, error) {
 	for _, o := range opts {
 		o.applyAdmin(&cfg)
 	}
-	return &Admin{cn: newConn(addr, cfg.conn)}, nil
+	return &brokerAdmin{cn: newConn(addr, cfg.conn)}, nil
 }
 
 // Close closes the connection. It is idempotent.
-func (a *Admin) Close() error {
+func (a *brokerAdmin) Close() error {
 	a.cn.close()
 	return nil
 }
 
-// Stats returns the body of `stats <item>` (item may be empty).
-func (a *Admin) Stats(ctx context.Context, item string) (string, error) {
+// brokerStats returns the body of `stats <item>` (item may be empty).
+func (a *brokerAdmin) Stats(ctx context.Context, item string) (string, error) {
 	return stats(ctx, a.cn, item)
 }
 
 // Topics returns every topic the broker lists, sorted by name, with the
 // offsets of each partition.
-func (a *Admin) Topics(ctx context.Context) ([]TopicInfo, error) {
+func (a *brokerAdmin) Topics(ctx context.Context) ([]topicInfo, error) {
 	infos, err := statsTopics(ctx, a.cn)
 	if err != nil {
 		return nil, err
@@ -92,13 +89,13 @@ func (a *Admin) Topics(ctx context.Context) ([]TopicInfo, error) {
 // Offset asks the broker for the valid offset nearest to offset in a
 // partition (the `offset` command). math.MaxInt64 yields the end of the
 // partition.
-func (a *Admin) Offset(ctx context.Context, topic, group string, partition int32, offset int64) (int64, error) {
+func (a *brokerAdmin) Offset(ctx context.Context, topic, group string, partition int32, offset int64) (int64, error) {
 	return nearestOffset(ctx, a.cn, topic, group, partition, offset)
 }
 
-// Stats connects to addr, runs `stats <item>` and returns the reply body.
-func Stats(ctx context.Context, addr, item string) (string, error) {
-	a, err := NewAdmin(addr)
+// brokerStats connects to addr, runs `stats <item>` and returns the reply body.
+func brokerStats(ctx context.Context, addr, item string) (string, error) {
+	a, err := newBrokerAdmin(addr)
 	if err != nil {
 		return "", err
 	}
@@ -125,7 +122,7 @@ func stats(ctx context.Context, cn *conn, item string) (string, error) {
 	return string(c.body), nil
 }
 
-func statsTopics(ctx context.Context, cn *conn) ([]TopicInfo, error) {
+func statsTopics(ctx context.Context, cn *conn) ([]topicInfo, error) {
 	body, err := stats(ctx, cn, "topics")
 	if err != nil {
 		return nil, err
@@ -134,78 +131,33 @@ func statsTopics(ctx context.Context, cn *conn) ([]TopicInfo, error) {
 }
 
 // statsLines returns the lines between STATS and END.
-func statsLines(body string) []string {
-	var out []string
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(nil, len(body)+1)
-	for sc.Scan() {
-		l := strings.TrimRight(sc.Text(), "\r")
-		if l == "" || l == "STATS" || l == "END" {
-			continue
-		}
-		out = append(out, l)
-	}
-	return out
-}
+func statsLines(body string) []string { return brokerstats.Lines(body) }
 
-// parseStatsTopics parses `<t> partitions N message_count N message_bytes N
-// accept_publish B accept_subscribe B` lines; `<t> *Empty*` lines give a
-// topic with no data and unknown partitions.
-func parseStatsTopics(body string) ([]TopicInfo, error) {
-	var out []TopicInfo
-	for _, l := range statsLines(body) {
-		f := strings.Fields(l)
-		if len(f) == 2 && f[1] == "*Empty*" {
-			out = append(out, TopicInfo{Name: f[0], AcceptPublish: true, AcceptSubscribe: true})
-			continue
-		}
-		if len(f) < 3 || len(f)%2 != 1 {
-			return nil, fmt.Errorf("metaq: bad stats topics line %q", l)
-		}
-		ti := TopicInfo{Name: f[0], AcceptPublish: true, AcceptSubscribe: true}
-		for i := 1; i+1 < len(f); i += 2 {
-			k, v := f[i], f[i+1]
-			var err error
-			switch k {
-			case "partitions":
-				ti.Partitions, err = strconv.Atoi(v)
-			case "message_count":
-				ti.MessageCount, err = strconv.ParseInt(v, 10, 64)
-			case "message_bytes":
-				ti.MessageBytes, err = strconv.ParseInt(v, 10, 64)
-			case "accept_publish":
-				ti.AcceptPublish, err = strconv.ParseBool(v)
-			case "accept_subscribe":
-				ti.AcceptSubscribe, err = strconv.ParseBool(v)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("metaq: bad %s in stats topics line %q", k, l)
-			}
-		}
-		out = append(out, ti)
+// parseStatsTopics parses `stats topics` (internal/brokerstats).
+func parseStatsTopics(body string) ([]topicInfo, error) {
+	ts, err := brokerstats.ParseTopics(body)
+	if err != nil {
+		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	var out []topicInfo
+	for _, t := range ts {
+		out = append(out, topicInfo{Name: t.Name, Partitions: t.Partitions, MessageCount: t.MessageCount,
+			MessageBytes: t.MessageBytes, AcceptPublish: t.AcceptPublish, AcceptSubscribe: t.AcceptSubscribe})
+	}
 	return out, nil
 }
 
-// parseStatsOffsets parses `<t> part <p> min_offset X max_offset Y` lines.
-func parseStatsOffsets(body string) (map[string][]PartitionOffsets, error) {
-	out := make(map[string][]PartitionOffsets)
-	for _, l := range statsLines(body) {
-		f := strings.Fields(l)
-		if len(f) != 7 || f[1] != "part" || f[3] != "min_offset" || f[5] != "max_offset" {
-			return nil, fmt.Errorf("metaq: bad stats offsets line %q", l)
-		}
-		p, err1 := strconv.ParseInt(f[2], 10, 32)
-		lo, err2 := strconv.ParseInt(f[4], 10, 64)
-		hi, err3 := strconv.ParseInt(f[6], 10, 64)
-		if err := errors.Join(err1, err2, err3); err != nil {
-			return nil, fmt.Errorf("metaq: bad stats offsets line %q", l)
-		}
-		out[f[0]] = append(out[f[0]], PartitionOffsets{Partition: int32(p), Min: lo, Max: hi})
+// parseStatsOffsets parses `stats offsets` (internal/brokerstats).
+func parseStatsOffsets(body string) (map[string][]partitionOffsets, error) {
+	ps, err := brokerstats.ParsePartitions(body)
+	if err != nil {
+		return nil, err
 	}
-	for _, v := range out {
-		sort.Slice(v, func(i, j int) bool { return v[i].Partition < v[j].Partition })
+	out := make(map[string][]partitionOffsets, len(ps))
+	for t, v := range ps {
+		for _, p := range v {
+			out[t] = append(out[t], partitionOffsets{Partition: p.Partition, Min: p.Min, Max: p.Max})
+		}
 	}
 	return out, nil
 }

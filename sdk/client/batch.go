@@ -23,11 +23,13 @@ type pendingMsg struct {
 	msg  *message.Message
 	part int32
 	crc  uint32
-	// Exactly one of cb (async) and done (sync) is set.
-	cb   func(SendResult, error)
-	done chan struct{}
-	res  SendResult
-	err  error
+	// Exactly one of cb (async), direct (a clusterProducer's async send,
+	// called on the reader goroutine) and done (sync) is set.
+	cb     func(SendResult, error)
+	direct func(SendResult, error)
+	done   chan struct{}
+	res    SendResult
+	err    error
 }
 
 type tpKey struct {
@@ -45,12 +47,12 @@ type batch struct {
 
 // accumulator groups messages into mput batches per topic-partition.
 type accumulator struct {
-	p       *Producer
+	p       *brokerProducer
 	mu      sync.Mutex
 	batches map[tpKey]*batch
 }
 
-func newAccumulator(p *Producer) *accumulator {
+func newAccumulator(p *brokerProducer) *accumulator {
 	return &accumulator{p: p, batches: make(map[tpKey]*batch)}
 }
 
@@ -170,9 +172,13 @@ func (a *accumulator) complete(b *batch, c *call) {
 			pm.res = SendResult{Topic: m.Topic, Partition: part, Offset: off, ID: m.ID}
 			off += int64(message.HeaderSize + m.DataLen())
 		}
-		if pm.cb != nil {
+		switch {
+		case pm.cb != nil:
 			p.cbs.push(pm.cb, pm.res, pm.err, p.end)
-		} else {
+		case pm.direct != nil:
+			p.end()
+			pm.direct(pm.res, pm.err)
+		default:
 			close(pm.done)
 			p.end()
 		}

@@ -1,14 +1,12 @@
-package client_test
+package client
 
 import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -51,36 +49,16 @@ func BenchmarkProducerSendParallel(b *testing.B) {
 	})
 }
 
-func benchAsync(b *testing.B, size int, opts ...client.ProducerOption) {
+func benchAsync(b *testing.B, size int, opts ...prodOption) {
 	br := startBroker(b)
-	p, err := client.NewProducer(br.addr, append(opts, quiet)...)
+	p, err := newBrokerProducer(br.addr, append(opts, quiet)...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var failed atomic.Int64
-	var wg sync.WaitGroup
-	cb := func(_ client.SendResult, err error) {
-		if err != nil {
-			failed.Add(1)
-		}
-		wg.Done()
-	}
-	ctx := context.Background()
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		wg.Add(1)
-		// Each message needs its own Message: the producer sets its ID.
-		p.SendAsync(ctx, &message.Message{Topic: topic, Body: make([]byte, size)}, cb)
-	}
-	wg.Wait()
-	b.StopTimer()
-	if err := p.Close(ctx); err != nil {
+	// Each message is its own Message (benchSend): the producer sets its ID.
+	benchSend(b, size, p.SendAsync)
+	if err := p.Close(context.Background()); err != nil {
 		b.Fatal(err)
-	}
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d sends failed", n)
 	}
 }
 
@@ -94,7 +72,7 @@ func BenchmarkProducerBatch(b *testing.B) {
 	for _, size := range benchSizes {
 		for _, batch := range []int{16, 256} {
 			b.Run(fmt.Sprintf("size=%d/batch=%d", size, batch), func(b *testing.B) {
-				benchAsync(b, size, client.WithBatching(batch, 1<<20, time.Millisecond))
+				benchAsync(b, size, withBatching(batch, 1<<20, time.Millisecond))
 			})
 		}
 	}
@@ -104,12 +82,12 @@ func BenchmarkConsume(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
 			br := startBroker(b)
-			p := newProducer(b, br.addr, client.WithBatching(1024, 1<<20, time.Millisecond))
+			p := newProducer(b, br.addr, withBatching(1024, 1<<20, time.Millisecond))
 			ctx := context.Background()
 			var wg sync.WaitGroup
 			for range b.N {
 				wg.Add(1)
-				p.SendAsync(ctx, &message.Message{Topic: topic, Body: make([]byte, size)}, func(_ client.SendResult, err error) {
+				p.SendAsync(ctx, &message.Message{Topic: topic, Body: make([]byte, size)}, func(_ SendResult, err error) {
 					if err != nil {
 						b.Error(err)
 					}

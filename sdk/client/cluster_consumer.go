@@ -12,32 +12,33 @@ import (
 	"sync"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/backoff"
 	"github.com/metaq-go/metaq/sdk/balance"
 	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
-// WithBroadcast makes a ClusterConsumer a broadcast consumer: every
+// withBroadcast makes a clusterConsumer a broadcast consumer: every
 // consumer gets every message. As in MetaQ (reference §6) the group is
 // renamed to "<group>-<suffix>" so that each consumer is alone in its
-// group and owns every partition; suffix is the WithConsumerID id when
+// group and owns every partition; suffix is the withConsumerID id when
 // one is given, else the host name (MetaQ uses the host's IP). Without
-// WithConsumerID, broadcast consumers on one host therefore share a group
+// withConsumerID, broadcast consumers on one host therefore share a group
 // and split the partitions, as in MetaQ: give each its own id to have
 // every process get everything. Offsets are kept per renamed group, so a
 // broadcast consumer resumes where it left off.
-func WithBroadcast() ConsumerOption {
+func withBroadcast() consOption {
 	return consumerOpt(func(c *consumerConfig) { c.broadcast = true })
 }
 
-// ClusterConsumer consumes one topic from every broker of a MetaQ cluster
+// clusterConsumer consumes one topic from every broker of a MetaQ cluster
 // as a member of a consumer group coordinated through ZooKeeper, as the
 // Java client does (reference §5–6):
 //
 //   - it registers R/consumers/<g>/ids/<g>_<id> (ephemeral; data: the
 //     topic) and watches the group's ids and the topic's topics-sub nodes;
 //   - on every change (coalesced) it balances the sorted partitions over
-//     the sorted members with the group's strategy (WithBalanceStrategy:
+//     the sorted members with the group's strategy (withBalanceStrategy:
 //     DEFAULT, partitions in numeric order, or CONSIST);
 //   - a partition it loses is stopped, its offset committed, and only then
 //     its owner node R/consumers/<g>/owners/<t>/<broker>-<p> deleted; a
@@ -50,21 +51,22 @@ func WithBroadcast() ConsumerOption {
 //     nothing (its claims may be gone); it registers again by itself.
 //
 // Offsets are committed through each partition's broker (its configured
-// offset store) every WithCommitInterval and before releasing a partition,
-// unless WithOffsetStore names another store. A consumer killed without
+// offset store) every withCommitInterval and before releasing a partition,
+// unless withOffsetStore names another store. A consumer killed without
 // leaving loses its partitions when its ZooKeeper session expires
-// (WithZKSessionTimeout); the next owner resumes from the last commit, so
+// (withZKSessionTimeout); the next owner resumes from the last commit, so
 // redelivery is bounded by the commit interval.
 //
-// Options are those of NewConsumer (group, start position, fetch sizes,
-// retries, reject policy, consumer id, balance strategy), plus WithZKRoot,
-// WithZKSessionTimeout and WithBroadcast. WithPartitions does not apply.
-type ClusterConsumer struct {
+// Options are those of newBrokerConsumer (group, start position, fetch sizes,
+// retries, reject policy, consumer id, balance strategy), plus withZKRoot,
+// withZKSessionTimeout and withBroadcast. withPartitions does not apply.
+type clusterConsumer struct {
 	cfg   consumerConfig
-	opts  []ConsumerOption
+	opts  []consOption
 	topic string
 	group string
 	cl    *cluster.Cluster
+	ownCl bool // Close closes cl
 	strat balance.Strategy
 
 	mu       sync.Mutex
@@ -72,25 +74,27 @@ type ClusterConsumer struct {
 	closed   bool
 	closeCh  chan struct{}
 	runDone  chan struct{}
-	fetching []balance.Partition
+	fetching []message.Partition
+	// consumers are the broker Consumers running, for commit.
+	consumers map[*brokerConsumer]bool
 
 	// onOwn, if set, is told when a partition's fetching starts (true) and
 	// has fully stopped (false) (tests).
-	onOwn func(p balance.Partition, owned bool)
+	onOwn func(p message.Partition, owned bool)
 }
 
-// NewClusterConsumer connects to ZooKeeper (zkConnect: comma-separated
+// openClusterConsumer connects to ZooKeeper (zkConnect: comma-separated
 // host:port) and returns a consumer of topic for the cluster registered
 // there. It waits for the ZooKeeper session until ctx is done. Its group is
-// WithGroup's (default DefaultGroup).
-func NewClusterConsumer(ctx context.Context, zkConnect, topic string, opts ...ConsumerOption) (*ClusterConsumer, error) {
-	cfg := consumerConfig{logger: slog.Default(), group: DefaultGroup, heartbeat: DefaultHeartbeatInterval,
+// withGroup's (default defaultGroup).
+func openClusterConsumer(ctx context.Context, zkConnect, topic string, opts ...consOption) (*clusterConsumer, error) {
+	cfg := consumerConfig{logger: slog.Default(), group: defaultGroup, heartbeat: DefaultHeartbeatInterval,
 		strategy: balance.NameDefault}
 	for _, o := range opts {
 		o.applyConsumer(&cfg)
 	}
 	if len(cfg.partitions) > 0 {
-		return nil, errors.New("metaq: WithPartitions does not apply to a ClusterConsumer: the group assigns partitions")
+		return nil, errors.New("metaq: withPartitions does not apply to a clusterConsumer: the group assigns partitions")
 	}
 	if !validToken(topic) || strings.ContainsAny(topic, "/,") {
 		return nil, fmt.Errorf("metaq: bad topic %q", topic)
@@ -116,12 +120,38 @@ func NewClusterConsumer(ctx context.Context, zkConnect, topic string, opts ...Co
 	if err != nil {
 		return nil, fmt.Errorf("metaq: %w", err)
 	}
-	cl, err := cfg.zk.open(ctx, zkConnect, cfg.logger)
+	if cfg.cluster != nil {
+		return &clusterConsumer{cfg: cfg, opts: slices.Clone(opts), topic: topic, group: group, cl: cfg.cluster, strat: strat,
+			closeCh: make(chan struct{}), consumers: make(map[*brokerConsumer]bool)}, nil
+	}
+	cl, err := cfg.zk.open(ctx, zkConnect, cfg.conn.tls != nil, cfg.logger)
 	if err != nil {
 		return nil, err
 	}
-	return &ClusterConsumer{cfg: cfg, opts: slices.Clone(opts), topic: topic, group: group, cl: cl, strat: strat,
-		closeCh: make(chan struct{})}, nil
+	return &clusterConsumer{cfg: cfg, opts: slices.Clone(opts), topic: topic, group: group, cl: cl, ownCl: true, strat: strat,
+		closeCh: make(chan struct{}), consumers: make(map[*brokerConsumer]bool)}, nil
+}
+
+// commit commits the positions of every partition this member reads now.
+func (cc *clusterConsumer) commit(ctx context.Context) error {
+	cc.mu.Lock()
+	cs := make([]*brokerConsumer, 0, len(cc.consumers))
+	for c := range cc.consumers {
+		cs = append(cs, c)
+	}
+	cc.mu.Unlock()
+	return errors.Join(parallel(cs, func(c *brokerConsumer) error { return c.commit(ctx) })...)
+}
+
+// track adds or removes a running broker brokerConsumer.
+func (cc *clusterConsumer) track(c *brokerConsumer, on bool) {
+	cc.mu.Lock()
+	if on {
+		cc.consumers[c] = true
+	} else {
+		delete(cc.consumers, c)
+	}
+	cc.mu.Unlock()
 }
 
 // hostSuffix is the host name made safe for a group name.
@@ -139,26 +169,26 @@ func hostSuffix() string {
 	return h
 }
 
-// Group returns the consumer's group (with WithBroadcast, the renamed one).
-func (cc *ClusterConsumer) Group() string { return cc.group }
+// Group returns the consumer's group (with withBroadcast, the renamed one).
+func (cc *clusterConsumer) Group() string { return cc.group }
 
 // ConsumerID returns the member's id in ZooKeeper: "<group>_<id>".
-func (cc *ClusterConsumer) ConsumerID() string {
+func (cc *clusterConsumer) ConsumerID() string {
 	return cluster.ConsumerID(cc.group, cc.cfg.consumerID)
 }
 
 // Assigned returns the partitions being fetched now, sorted.
-func (cc *ClusterConsumer) Assigned() []balance.Partition {
+func (cc *clusterConsumer) Assigned() []message.Partition {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	return slices.Clone(cc.fetching)
 }
 
-// brokerRun is the Consumer reading this member's partitions of one broker.
+// brokerRun is the brokerConsumer reading this member's partitions of one broker.
 type brokerRun struct {
 	id     int
 	addr   string
-	c      *Consumer
+	c      *brokerConsumer
 	reqs   chan assignReq
 	done   chan error // cap 1: Consume's result
 	cancel context.CancelFunc
@@ -172,21 +202,21 @@ type assignReq struct {
 
 // rebalancer is one Consume's state; only its goroutine uses it.
 type rebalancer struct {
-	cc      *ClusterConsumer
+	cc      *clusterConsumer
 	h       Handler
 	m       *cluster.Member
 	view    *cluster.TopicView
-	owned   map[balance.Partition]bool // claims this member may hold
+	owned   map[message.Partition]bool // claims this member may hold
 	ownSess int64                      // the session owned was claimed on
 	// stale: owner nodes this member may hold without knowing it, never
 	// fetched: claims of an earlier session (one sent while disconnected
 	// can be made on the next session) and claims whose reply was lost.
 	// Release deletes them if the current session holds them.
-	stale   map[balance.Partition]bool
+	stale   map[message.Partition]bool
 	brokers map[int]*brokerRun
 	// settled: the last attempt reached its target.
 	settled bool
-	ended   chan struct{} // cap 1: a broker's Consumer returned
+	ended   chan struct{} // cap 1: a broker's brokerConsumer returned
 }
 
 // Consume joins the group and hands every message of the partitions the
@@ -194,8 +224,8 @@ type rebalancer struct {
 // partition fails for good; then it stops fetching, commits, releases its
 // partitions and leaves the group. Messages of one partition are handled
 // one at a time, in order; h must be safe for concurrent use. Retries and
-// the reject policy are NewConsumer's.
-func (cc *ClusterConsumer) Consume(ctx context.Context, h Handler) error {
+// the reject policy are newBrokerConsumer's.
+func (cc *clusterConsumer) Consume(ctx context.Context, h Handler) error {
 	cc.mu.Lock()
 	switch {
 	case cc.closed:
@@ -227,7 +257,7 @@ func (cc *ClusterConsumer) Consume(ctx context.Context, h Handler) error {
 	}()
 	slow := time.AfterFunc(2*cc.cl.SessionTimeout(), func() {
 		cc.cfg.logger.Warn("metaq: still waiting to join the group: the consumer id is registered by another live "+
-			"ZooKeeper session (another process, or another ClusterConsumer with this id, perhaps for another topic)",
+			"ZooKeeper session (another process, or another clusterConsumer with this id, perhaps for another topic)",
 			"group", cc.group, "id", cc.ConsumerID())
 	})
 	m, err := cc.cl.JoinGroup(rctx, cc.group, cc.cfg.consumerID, []string{cc.topic})
@@ -236,8 +266,8 @@ func (cc *ClusterConsumer) Consume(ctx context.Context, h Handler) error {
 		return runErr(ctx, fmt.Errorf("metaq: %w", err))
 	}
 	view := cc.cl.WatchSubscribe(cc.topic)
-	r := &rebalancer{cc: cc, h: h, m: m, view: view, owned: make(map[balance.Partition]bool),
-		stale: make(map[balance.Partition]bool), brokers: make(map[int]*brokerRun), ended: make(chan struct{}, 1)}
+	r := &rebalancer{cc: cc, h: h, m: m, view: view, owned: make(map[message.Partition]bool),
+		stale: make(map[message.Partition]bool), brokers: make(map[int]*brokerRun), ended: make(chan struct{}, 1)}
 	err = r.loop(rctx)
 	r.shutdown()
 	if lerr := m.Leave(); lerr != nil {
@@ -245,6 +275,10 @@ func (cc *ClusterConsumer) Consume(ctx context.Context, h Handler) error {
 	}
 	return runErr(ctx, err)
 }
+
+// rebalanceRetry is the wait before rebalancing again while the last
+// attempt left the member unsettled: 50 ms doubling up to 1 s.
+var rebalanceRetry = backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second}
 
 // loop rebalances on every change until ctx ends or a partition fails.
 func (r *rebalancer) loop(ctx context.Context) error {
@@ -257,7 +291,7 @@ func (r *rebalancer) loop(ctx context.Context) error {
 		var t *time.Timer
 		if !r.settled {
 			fails++
-			t = time.NewTimer(min(25*time.Millisecond<<min(fails, 6), time.Second))
+			t = time.NewTimer(rebalanceRetry.Delay(fails))
 			retry = t.C
 		} else {
 			fails = 0
@@ -327,14 +361,14 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 		return nil // our registration is not visible yet
 	}
 	target := cc.strat.Assign(me, members, snap.Partitions)
-	want := make(map[balance.Partition]bool, len(target))
+	want := make(map[message.Partition]bool, len(target))
 	for _, p := range target {
 		want[p] = true
 	}
 	// Stop reading what we lose, commit (in apply), then release.
 	r.apply(ctx, r.ownedIn(want), snap.Addrs)
 	ok := true
-	var lose, gain []balance.Partition
+	var lose, gain []message.Partition
 	for p := range r.owned {
 		if !want[p] {
 			lose = append(lose, p)
@@ -351,7 +385,7 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 		}
 	}
 	// ZooKeeper requests pipelined on the session's connection.
-	for i, err := range parallel(lose, func(p balance.Partition) error { return r.m.Release(cc.topic, p) }) {
+	for i, err := range parallel(lose, func(p message.Partition) error { return r.m.Release(cc.topic, p) }) {
 		if err != nil {
 			cc.cfg.logger.Warn("metaq: release partition failed; retrying", "partition", lose[i].String(), "err", err)
 			ok = false
@@ -360,7 +394,7 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 		delete(r.owned, lose[i])
 		delete(r.stale, lose[i])
 	}
-	for i, err := range parallel(gain, func(p balance.Partition) error { return r.m.Claim(cc.topic, p) }) {
+	for i, err := range parallel(gain, func(p message.Partition) error { return r.m.Claim(cc.topic, p) }) {
 		switch {
 		case err == nil:
 			r.owned[gain[i]] = true
@@ -389,8 +423,8 @@ func (r *rebalancer) attempt(ctx context.Context) error {
 }
 
 // ownedIn returns the owned partitions that are in want.
-func (r *rebalancer) ownedIn(want map[balance.Partition]bool) map[balance.Partition]bool {
-	out := make(map[balance.Partition]bool, len(want))
+func (r *rebalancer) ownedIn(want map[message.Partition]bool) map[message.Partition]bool {
+	out := make(map[message.Partition]bool, len(want))
 	for p := range r.owned {
 		if want[p] {
 			out[p] = true
@@ -417,9 +451,9 @@ func parallel[T any](xs []T, f func(T) error) []error {
 }
 
 // apply makes the fetched partitions exactly those of parts whose broker
-// address is known, one Consumer per broker. It returns how many are
+// address is known, one brokerConsumer per broker. It returns how many are
 // being fetched.
-func (r *rebalancer) apply(ctx context.Context, parts map[balance.Partition]bool, addrs map[int]string) int {
+func (r *rebalancer) apply(ctx context.Context, parts map[message.Partition]bool, addrs map[int]string) int {
 	byBroker := make(map[int][]int32)
 	for p := range parts {
 		if addrs[p.BrokerID] == "" {
@@ -436,7 +470,7 @@ func (r *rebalancer) apply(ctx context.Context, parts map[balance.Partition]bool
 	}
 	r.stopBrokers(gone)
 	n := 0
-	var fetching []balance.Partition
+	var fetching []message.Partition
 	for id, ps := range byBroker {
 		slices.Sort(ps)
 		br := r.brokers[id]
@@ -452,10 +486,10 @@ func (r *rebalancer) apply(ctx context.Context, parts map[balance.Partition]bool
 		}
 		n += len(br.parts)
 		for _, p := range br.parts {
-			fetching = append(fetching, balance.Partition{BrokerID: id, Partition: p})
+			fetching = append(fetching, message.Partition{BrokerID: id, Partition: p})
 		}
 	}
-	slices.SortFunc(fetching, balance.Partition.Compare)
+	slices.SortFunc(fetching, message.Partition.Compare)
 	r.cc.mu.Lock()
 	r.cc.fetching = fetching
 	r.cc.mu.Unlock()
@@ -473,6 +507,7 @@ func (r *rebalancer) stopBrokers(brs []*brokerRun) {
 			r.cc.cfg.logger.Warn("metaq: broker consumer ended", "broker", br.id, "err", err)
 		}
 		_ = br.c.Close(context.Background())
+		r.cc.track(br.c, false)
 		return nil
 	})
 	for _, br := range brs {
@@ -480,7 +515,7 @@ func (r *rebalancer) stopBrokers(brs []*brokerRun) {
 	}
 }
 
-// send hands a broker's Consumer its partitions and waits until it has
+// send hands a broker's brokerConsumer its partitions and waits until it has
 // stopped (and committed) the ones left out and started the new ones.
 func (r *rebalancer) send(br *brokerRun, ps []int32) {
 	reply := make(chan []int32, 1)
@@ -497,16 +532,17 @@ func (r *rebalancer) send(br *brokerRun, ps []int32) {
 
 func (r *rebalancer) startBroker(ctx context.Context, id int, addr string) (*brokerRun, error) {
 	cc := r.cc
-	opts := append(slices.Clone(cc.opts), WithGroup(cc.group), consumerOpt(func(c *consumerConfig) {
+	opts := append(slices.Clone(cc.opts), withGroup(cc.group), consumerOpt(func(c *consumerConfig) {
 		c.managed, c.membership = true, false
 	}))
-	c, err := NewConsumer(addr, cc.topic, opts...)
+	c, err := newBrokerConsumer(addr, cc.topic, opts...)
 	if err != nil {
 		return nil, err
 	}
 	if hook := cc.onOwn; hook != nil {
-		c.onOwn = func(p int32, owned bool) { hook(balance.Partition{BrokerID: id, Partition: p}, owned) }
+		c.onOwn = func(p int32, owned bool) { hook(message.Partition{BrokerID: id, Partition: p}, owned) }
 	}
+	cc.track(c, true)
 	bctx, cancel := context.WithCancel(ctx)
 	br := &brokerRun{id: id, addr: addr, c: c, reqs: make(chan assignReq), done: make(chan error, 1), cancel: cancel}
 	go func() {
@@ -523,7 +559,7 @@ func (r *rebalancer) startBroker(ctx context.Context, id int, addr string) (*bro
 // shutdown stops every partition (committing), releases every claim and
 // stops the broker consumers.
 func (r *rebalancer) shutdown() {
-	r.apply(context.Background(), nil, nil) // stops every broker's Consumer
+	r.apply(context.Background(), nil, nil) // stops every broker's brokerConsumer
 	if r.m.Active() {
 		for p := range r.stale {
 			r.owned[p] = true
@@ -541,7 +577,7 @@ func (r *rebalancer) shutdown() {
 // Close stops Consume (waiting for it until ctx is done), which commits,
 // releases the partitions and leaves the group, then closes the ZooKeeper
 // session. It is idempotent.
-func (cc *ClusterConsumer) Close(ctx context.Context) error {
+func (cc *clusterConsumer) Close(ctx context.Context) error {
 	cc.mu.Lock()
 	if cc.closed {
 		cc.mu.Unlock()
@@ -559,17 +595,20 @@ func (cc *ClusterConsumer) Close(ctx context.Context) error {
 			err = fmt.Errorf("metaq: cluster consumer close: %w", ctx.Err())
 		}
 	}
-	if cerr := cc.cl.Close(); cerr != nil && err == nil {
-		err = cerr
+	if cc.ownCl {
+		if cerr := cc.cl.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
 	}
 	return err
 }
 
-// consumeManaged is Consume for a Consumer whose partitions a
-// ClusterConsumer assigns: each request sets the partitions to fetch
+// consumeManaged is Consume for a brokerConsumer whose partitions a
+// clusterConsumer assigns: each request sets the partitions to fetch
 // (stopping and committing the others first) and is answered with the
 // partitions running. It returns when ctx ends or a partition fails.
-func (c *Consumer) consumeManaged(ctx context.Context, h Handler, brokerID int, reqs <-chan assignReq) error {
+func (c *brokerConsumer) consumeManaged(ctx context.Context, h Handler, brokerID int, reqs <-chan assignReq) error {
+	c.bid.set(brokerID)
 	fh := func(ctx context.Context, m *message.Message) error {
 		m.BrokerID = brokerID
 		return h(ctx, m)

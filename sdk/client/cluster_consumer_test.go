@@ -1,4 +1,4 @@
-package client_test
+package client
 
 import (
 	"bytes"
@@ -19,9 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/testsvc"
-	"github.com/metaq-go/metaq/sdk/balance"
-	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -29,16 +28,16 @@ import (
 // node and topics-pub, as register does).
 func (w *zkWriter) registerBoth(id int, addr string, n int) {
 	w.register(id, "m", addr, n)
-	sub := w.root + "/brokers/topics-sub/" + topic
-	w.mkdirs(sub)
-	_, err := w.c.Create(fmt.Sprintf("%s/%d-m", sub, id), []byte(fmt.Sprintf(`{"numParts":%d,"broker":"%d-m"}`, n, id)),
+	w.mkdirs(zkpath.TopicsSub.Topic(w.root, topic))
+	name := zkpath.MasterName(id)
+	_, err := w.c.Create(zkpath.TopicsSub.Node(w.root, topic, name), zkpath.TopicData{NumParts: n, Broker: name.String()}.Bytes(),
 		zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 	require.NoError(w.t, err)
 }
 
 // owners returns the owner nodes of group g for t1: "<b>-<p>" -> consumer id.
 func (w *zkWriter) owners(g string) map[string]string {
-	dir := w.root + "/consumers/" + g + "/owners/" + topic
+	dir := zkpath.OwnersTopic(w.root, g, topic)
 	kids, _, err := w.c.Children(dir)
 	if err == zk.ErrNoNode {
 		return map[string]string{}
@@ -56,20 +55,20 @@ func (w *zkWriter) owners(g string) map[string]string {
 	return out
 }
 
-type clusterOwnership = ownLog[balance.Partition]
+type clusterOwnership = ownLog[message.Partition]
 
 type cmember struct {
 	id   string
-	c    *client.ClusterConsumer
+	c    *clusterConsumer
 	done chan error
 }
 
 // startClusterMember starts member id of group g1 consuming (with h, or a
 // handler that accepts everything), its fetches recorded in own if not nil.
-func startClusterMember(t testing.TB, zkAddr, root, id string, own *clusterOwnership, h client.Handler,
-	opts ...client.ConsumerOption) *cmember {
+func startClusterMember(t testing.TB, zkAddr, root, id string, own *clusterOwnership, h Handler,
+	opts ...consOption) *cmember {
 	t.Helper()
-	var hook func(balance.Partition, bool)
+	var hook func(message.Partition, bool)
 	if own != nil {
 		hook = own.hook(id)
 	}
@@ -78,16 +77,16 @@ func startClusterMember(t testing.TB, zkAddr, root, id string, own *clusterOwner
 
 // startClusterMemberHook is startClusterMember with hook, if not nil, as
 // the member's own hook.
-func startClusterMemberHook(t testing.TB, zkAddr, root, id string, hook func(balance.Partition, bool),
-	h client.Handler, opts ...client.ConsumerOption) *cmember {
+func startClusterMemberHook(t testing.TB, zkAddr, root, id string, hook func(message.Partition, bool),
+	h Handler, opts ...consOption) *cmember {
 	t.Helper()
-	base := []client.ConsumerOption{quiet, client.WithZKRoot(root), client.WithZKSessionTimeout(4 * time.Second),
-		client.WithGroup(groupName), client.WithConsumerID(id), client.WithMaxFetchDelay(20 * time.Millisecond),
-		client.WithCommitInterval(200 * time.Millisecond), client.WithDialTimeout(time.Second)}
-	c, err := client.NewClusterConsumer(ctxT(t, 20*time.Second), zkAddr, topic, append(base, opts...)...)
+	base := []consOption{quiet, withZKRoot(root), withZKSessionTimeout(4 * time.Second),
+		withGroup(groupName), withConsumerID(id), withMaxFetchDelay(20 * time.Millisecond),
+		withCommitInterval(200 * time.Millisecond), withDialTimeout(time.Second)}
+	c, err := openClusterConsumer(ctxT(t, 20*time.Second), zkAddr, topic, append(base, opts...)...)
 	require.NoError(t, err)
 	if hook != nil {
-		client.SetClusterOwnHook(c, hook)
+		SetClusterOwnHook(c, hook)
 	}
 	if h == nil {
 		h = func(context.Context, *message.Message) error { return nil }
@@ -98,11 +97,11 @@ func startClusterMemberHook(t testing.TB, zkAddr, root, id string, hook func(bal
 	return m
 }
 
-func allParts(spec ...int) []balance.Partition {
-	var out []balance.Partition
+func allParts(spec ...int) []message.Partition {
+	var out []message.Partition
 	for i := 0; i < len(spec); i += 2 {
 		for p := range spec[i+1] {
-			out = append(out, balance.Partition{BrokerID: spec[i], Partition: int32(p)})
+			out = append(out, message.Partition{BrokerID: spec[i], Partition: int32(p)})
 		}
 	}
 	return out
@@ -111,12 +110,12 @@ func allParts(spec ...int) []balance.Partition {
 // waitClusterAssignment waits until the members' Assigned lists have the
 // wanted sizes (-1: any) and together cover want exactly once, and the
 // owner nodes in ZooKeeper say the same.
-func waitClusterAssignment(t testing.TB, w *zkWriter, want []balance.Partition, sizes map[*cmember]int, within time.Duration) {
+func waitClusterAssignment(t testing.TB, w *zkWriter, want []message.Partition, sizes map[*cmember]int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	var last string
 	for time.Now().Before(deadline) {
-		seen := map[balance.Partition]string{}
+		seen := map[message.Partition]string{}
 		ok := true
 		var desc []string
 		for m, n := range sizes {
@@ -180,7 +179,7 @@ func TestClusterConsumerGroup(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	own := &clusterOwnership{owner: map[balance.Partition]string{}}
+	own := &clusterOwnership{owner: map[message.Partition]string{}}
 	a := startClusterMember(t, zkAddr, root, "a", own, h)
 	b := startClusterMember(t, zkAddr, root, "b", own, h)
 	c := startClusterMember(t, zkAddr, root, "c", own, h)
@@ -188,7 +187,7 @@ func TestClusterConsumerGroup(t *testing.T) {
 	// DEFAULT: sorted members over partitions sorted by (broker, partition).
 	require.Equal(t, allParts(1, 3), a.c.Assigned())
 
-	p := newClusterProducer(t, zkAddr, root)
+	p := startClusterProducer(t, zkAddr, root)
 	l := startLoad(t, p, 2)
 	require.Eventually(t, func() bool { return l.count(1) > 100 && l.count(2) > 100 }, 15*time.Second, 10*time.Millisecond)
 
@@ -248,7 +247,7 @@ func TestClusterConsumerBroadcast(t *testing.T) {
 			mu.Unlock()
 			return nil
 		}
-		ms = append(ms, startClusterMember(t, zkAddr, root, id, nil, h, client.WithBroadcast()))
+		ms = append(ms, startClusterMember(t, zkAddr, root, id, nil, h, withBroadcast()))
 	}
 	require.Equal(t, groupName+"-x", ms[0].c.Group())
 	require.Eventually(t, func() bool {
@@ -270,10 +269,10 @@ func TestClusterConsumerSessionExpiry(t *testing.T) {
 	b1 := startBroker(t)
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 4)
-	own := &clusterOwnership{owner: map[balance.Partition]string{}}
+	own := &clusterOwnership{owner: map[message.Partition]string{}}
 	sn := &testsvc.SessionSniffer{}
 	a := startClusterMember(t, zkAddr, root, "a", own, nil)
-	b := startClusterMember(t, zkAddr, root, "b", own, nil, client.WithZKDialer(sn.Dial))
+	b := startClusterMember(t, zkAddr, root, "b", own, nil, withZKDialer(sn.Dial))
 	waitClusterAssignment(t, w, allParts(1, 4), map[*cmember]int{a: 2, b: 2}, 20*time.Second)
 	id, pw := sn.Session()
 	require.NotZero(t, id)
@@ -301,7 +300,7 @@ func TestClusterConsumerJoinLeave100(t *testing.T) {
 	w.registerBoth(1, b1.addr, 50)
 	w.registerBoth(2, b2.addr, 50)
 	want := allParts(1, 50, 2, 50)
-	own := &clusterOwnership{owner: map[balance.Partition]string{}}
+	own := &clusterOwnership{owner: map[message.Partition]string{}}
 	live := map[string]*cmember{}
 	sizes := func() map[*cmember]int {
 		out := map[*cmember]int{}
@@ -312,7 +311,7 @@ func TestClusterConsumerJoinLeave100(t *testing.T) {
 	}
 	for i := range 10 {
 		id := "m" + strconv.Itoa(i)
-		live[id] = startClusterMember(t, zkAddr, root, id, own, nil, client.WithMaxFetchDelay(200*time.Millisecond))
+		live[id] = startClusterMember(t, zkAddr, root, id, own, nil, withMaxFetchDelay(200*time.Millisecond))
 	}
 	waitClusterAssignment(t, w, want, sizes(), 30*time.Second)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -332,7 +331,7 @@ func TestClusterConsumerJoinLeave100(t *testing.T) {
 		} else {
 			id := "m" + strconv.Itoa(next)
 			next++
-			live[id] = startClusterMember(t, zkAddr, root, id, own, nil, client.WithMaxFetchDelay(200*time.Millisecond))
+			live[id] = startClusterMember(t, zkAddr, root, id, own, nil, withMaxFetchDelay(200*time.Millisecond))
 		}
 		waitClusterAssignment(t, w, want, sizes(), 30*time.Second)
 	}
@@ -375,7 +374,7 @@ func BenchmarkClusterRebalance(b *testing.B) {
 		var first *cmember
 		for j := range 10 {
 			m := startClusterMember(b, zkAddr, root, fmt.Sprintf("r%d-%d", i, j), nil, nil,
-				client.WithMaxFetchDelay(200*time.Millisecond))
+				withMaxFetchDelay(200*time.Millisecond))
 			members[m] = -1
 			if first == nil {
 				first = m
@@ -497,12 +496,12 @@ func TestClusterConsumerClaimReplyLost(t *testing.T) {
 	b1 := startBroker(t)
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 4)
-	owners := root + "/consumers/" + groupName + "/owners/" + topic
+	owners := zkpath.OwnersTopic(root, groupName, topic)
 	w.mkdirs(owners) // so that the first create of 1-3 makes the node
-	f := newZKFault(owners + "/1-3")
-	own := &clusterOwnership{owner: map[balance.Partition]string{}}
-	a := startClusterMember(t, zkAddr, root, "a", own, nil, client.WithZKDialer(f.Dial),
-		client.WithZKSessionTimeout(30*time.Second))
+	f := newZKFault(zkpath.Owner(root, groupName, topic, 1, 3))
+	own := &clusterOwnership{owner: map[message.Partition]string{}}
+	a := startClusterMember(t, zkAddr, root, "a", own, nil, withZKDialer(f.Dial),
+		withZKSessionTimeout(30*time.Second))
 	select {
 	case <-f.sent:
 	case <-time.After(20 * time.Second):
@@ -513,7 +512,7 @@ func TestClusterConsumerClaimReplyLost(t *testing.T) {
 	// b joins; a (waiting for the reply) learns of it; with a and b, 1-3 is b's.
 	b := startClusterMember(t, zkAddr, root, "b", own, nil)
 	require.Eventually(t, func() bool {
-		kids, _, err := w.c.Children(root + "/consumers/" + groupName + "/ids")
+		kids, _, err := w.c.Children(zkpath.Members(root, groupName))
 		return err == nil && slices.Contains(kids, b.c.ConsumerID())
 	}, 10*time.Second, 5*time.Millisecond)
 	time.Sleep(300 * time.Millisecond)
@@ -534,11 +533,11 @@ func TestClusterConsumerReleaseFails(t *testing.T) {
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 4)
 	var mu sync.Mutex
-	var restarted []balance.Partition
+	var restarted []message.Partition
 	var watch atomic.Bool
-	own := &clusterOwnership{owner: map[balance.Partition]string{}}
+	own := &clusterOwnership{owner: map[message.Partition]string{}}
 	hook := own.hook("a")
-	a := startClusterMemberHook(t, zkAddr, root, "a", func(p balance.Partition, owned bool) {
+	a := startClusterMemberHook(t, zkAddr, root, "a", func(p message.Partition, owned bool) {
 		hook(p, owned)
 		if owned && watch.Load() && p.Partition >= 2 {
 			mu.Lock()
@@ -549,7 +548,7 @@ func TestClusterConsumerReleaseFails(t *testing.T) {
 	waitClusterAssignment(t, w, allParts(1, 4), map[*cmember]int{a: 4}, 20*time.Second)
 
 	// Owner nodes can no longer be deleted: a's releases fail.
-	owners := root + "/consumers/" + groupName + "/owners/" + topic
+	owners := zkpath.OwnersTopic(root, groupName, topic)
 	_, err := w.c.SetACL(owners, zk.WorldACL(zk.PermAll&^zk.PermDelete), -1)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = w.c.SetACL(owners, zk.WorldACL(zk.PermAll), -1) })

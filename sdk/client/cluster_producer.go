@@ -8,13 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/metaq-go/metaq/sdk/balance"
-	"github.com/metaq-go/metaq/sdk/cluster"
+	"github.com/metaq-go/metaq/internal/backoff"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
-// WithRetryOnFailure decides whether a ClusterProducer retries a send that
+// withRetryOnFailure decides whether a clusterProducer retries a send that
 // failed on a broker (connection refused or lost, 403 partition closed,
 // 5xx) on another partition, for as long as the send timeout allows.
 // Default true.
@@ -24,13 +23,13 @@ import (
 // off for ordered sends (a Fixed or key-hashing selector): a failed send
 // then fails, with one attempt, as in MetaQ. For MetaQ's ordered producer,
 // which keeps such messages in a local on-disk store and resends them in
-// order when the partition is back, use NewOrderedProducer (it turns
+// order when the partition is back, use openOrderedProducer (it turns
 // retries off).
-func WithRetryOnFailure(retry bool) ProducerOption {
+func withRetryOnFailure(retry bool) prodOption {
 	return producerOpt(func(c *producerConfig) { c.noRetry = !retry })
 }
 
-// ClusterProducer sends messages to the brokers of a MetaQ cluster, which
+// clusterProducer sends messages to the brokers of a MetaQ cluster, which
 // it discovers from ZooKeeper: for each topic it watches the masters'
 // topics-pub nodes (package cluster) and the selector chooses among the
 // cluster-wide partition list, sorted by (brokerId, partition) as in
@@ -39,22 +38,22 @@ func WithRetryOnFailure(retry bool) ProducerOption {
 // vanish are dropped with no restart. Each broker gets one pipelined
 // connection.
 //
-// Options are those of NewProducer, plus WithZKRoot, WithZKSessionTimeout
-// and WithRetryOnFailure. WithTopicPartitions and WithBatching do not
-// apply: partitions come from ZooKeeper and every message is sent with
-// put. It is safe for concurrent use.
-type ClusterProducer struct {
+// Options are those of newBrokerProducer, plus withZKRoot, withZKSessionTimeout
+// and withRetryOnFailure. withBatching batches each broker's messages per
+// partition into mput requests. withTopicPartitions does not apply:
+// partitions come from ZooKeeper. It is safe for concurrent use.
+type clusterProducer struct {
 	cfg  producerConfig
-	opts []ProducerOption
-	cl   *cluster.Cluster
+	opts []prodOption
+	src  viewSource
 	sem  chan struct{}
 	cbs  *callbackQueue
 
 	mu      sync.Mutex
 	closed  bool
-	views   map[string]*cluster.TopicView
-	brokers map[string]*Producer // by address
-	down    map[string]downState // brokers whose connection failed lately
+	views   map[string]topicView
+	brokers map[string]*brokerProducer // by address
+	down    map[string]downState       // brokers whose connection failed lately
 	// inflight counts messages from acceptance to completion.
 	inflight  sync.WaitGroup
 	done      chan struct{}
@@ -68,31 +67,36 @@ type downState struct {
 	failures int
 }
 
-// NewClusterProducer connects to ZooKeeper (zkConnect: comma-separated
+// openClusterProducer connects to ZooKeeper (zkConnect: comma-separated
 // host:port) and returns a producer for the cluster registered there. It
 // waits for the ZooKeeper session until ctx is done.
-func NewClusterProducer(ctx context.Context, zkConnect string, opts ...ProducerOption) (*ClusterProducer, error) {
+func openClusterProducer(ctx context.Context, zkConnect string, opts ...prodOption) (*clusterProducer, error) {
 	cfg := newProducerConfig(opts)
 	if cfg.maxInFlight == 0 {
 		cfg.maxInFlight = DefaultMaxInFlight
 	}
-	cl, err := cfg.zk.open(ctx, zkConnect, cfg.logger)
+	cl, err := cfg.zk.open(ctx, zkConnect, cfg.conn.tls != nil, cfg.logger)
 	if err != nil {
 		return nil, err
 	}
-	return &ClusterProducer{cfg: cfg, opts: opts, cl: cl, sem: make(chan struct{}, cfg.maxInFlight), cbs: newCallbackQueue(),
-		views: make(map[string]*cluster.TopicView), brokers: make(map[string]*Producer),
-		down: make(map[string]downState), done: make(chan struct{})}, nil
+	return newClusterProducer(cfg, opts, zkSource{cl: cl, own: true}), nil
+}
+
+// newClusterProducer returns a producer over the partitions src lists.
+func newClusterProducer(cfg producerConfig, opts []prodOption, src viewSource) *clusterProducer {
+	return &clusterProducer{cfg: cfg, opts: opts, src: src, sem: make(chan struct{}, cfg.maxInFlight), cbs: newCallbackQueue(),
+		views: make(map[string]topicView), brokers: make(map[string]*brokerProducer),
+		down: make(map[string]downState), done: make(chan struct{})}
 }
 
 // view returns topic's view, watching it on first use.
-func (cp *ClusterProducer) view(topic string) *cluster.TopicView {
+func (cp *clusterProducer) view(topic string) topicView {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if v, ok := cp.views[topic]; ok {
 		return v
 	}
-	v := cp.cl.WatchPublish(topic)
+	v := cp.src.watchPublish(topic)
 	cp.views[topic] = v
 	cp.bg.Add(1)
 	go func() {
@@ -110,7 +114,7 @@ func (cp *ClusterProducer) view(topic string) *cluster.TopicView {
 }
 
 // prune closes the connections of brokers that no watched topic lists.
-func (cp *ClusterProducer) prune() {
+func (cp *clusterProducer) prune() {
 	cp.mu.Lock()
 	live := make(map[string]bool)
 	for _, v := range cp.views {
@@ -118,7 +122,7 @@ func (cp *ClusterProducer) prune() {
 			live[a] = true
 		}
 	}
-	var gone []*Producer
+	var gone []*brokerProducer
 	for a, p := range cp.brokers {
 		if !live[a] {
 			gone = append(gone, p)
@@ -139,7 +143,7 @@ func (cp *ClusterProducer) prune() {
 }
 
 // broker returns the producer of the broker at addr, creating it.
-func (cp *ClusterProducer) broker(addr string) (*Producer, error) {
+func (cp *clusterProducer) broker(addr string) (*brokerProducer, error) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if cp.closed {
@@ -148,7 +152,7 @@ func (cp *ClusterProducer) broker(addr string) (*Producer, error) {
 	if p, ok := cp.brokers[addr]; ok {
 		return p, nil
 	}
-	p, err := NewProducer(addr, cp.opts...)
+	p, err := newBrokerProducer(addr, cp.opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,27 +160,27 @@ func (cp *ClusterProducer) broker(addr string) (*Producer, error) {
 	return p, nil
 }
 
-func (cp *ClusterProducer) isDown(addr string, now time.Time) bool {
+func (cp *clusterProducer) isDown(addr string, now time.Time) bool {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	return cp.downLocked(addr, now)
 }
 
 // downLocked is isDown with cp.mu held.
-func (cp *ClusterProducer) downLocked(addr string, now time.Time) bool {
+func (cp *clusterProducer) downLocked(addr string, now time.Time) bool {
 	return now.Before(cp.down[addr].until)
 }
 
-func (cp *ClusterProducer) markDown(addr string) {
+func (cp *clusterProducer) markDown(addr string) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	d := cp.down[addr]
 	d.failures++
-	d.until = time.Now().Add(backoff(100*time.Millisecond, 5*time.Second, d.failures))
+	d.until = time.Now().Add(backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: redialJitter}.Delay(d.failures))
 	cp.down[addr] = d
 }
 
-func (cp *ClusterProducer) markUp(addr string) {
+func (cp *clusterProducer) markUp(addr string) {
 	cp.mu.Lock()
 	delete(cp.down, addr)
 	cp.mu.Unlock()
@@ -185,7 +189,7 @@ func (cp *ClusterProducer) markUp(addr string) {
 // Partitions returns topic's partitions as ZooKeeper lists them now,
 // sorted by (BrokerID, Partition), waiting (within the send timeout) for
 // the first reading.
-func (cp *ClusterProducer) Partitions(ctx context.Context, topic string) ([]balance.Partition, error) {
+func (cp *clusterProducer) Partitions(ctx context.Context, topic string) ([]message.Partition, error) {
 	ctx, cancel := context.WithTimeout(ctx, cp.cfg.sendTimeout)
 	defer cancel()
 	v := cp.view(topic)
@@ -195,7 +199,7 @@ func (cp *ClusterProducer) Partitions(ctx context.Context, topic string) ([]bala
 	return v.Partitions(), nil
 }
 
-func (cp *ClusterProducer) begin(ctx context.Context, m *message.Message) error {
+func (cp *clusterProducer) begin(ctx context.Context, m *message.Message) error {
 	if err := checkMessage(ctx, m, cp.cfg.maxMessageSize); err != nil {
 		return err
 	}
@@ -215,16 +219,16 @@ func (cp *ClusterProducer) begin(ctx context.Context, m *message.Message) error 
 	return nil
 }
 
-func (cp *ClusterProducer) end() {
+func (cp *clusterProducer) end() {
 	<-cp.sem
 	cp.inflight.Done()
 }
 
 // Send sends m and waits for a broker to store it; the result names the
 // broker (BrokerID) and partition. The whole send, retries included, is
-// bounded by the send timeout. As with Producer.Send, an error wrapping
+// bounded by the send timeout. As with brokerProducer.Send, an error wrapping
 // ErrTimeout or ErrConnectionLost leaves it unknown whether m was stored.
-func (cp *ClusterProducer) Send(ctx context.Context, m *message.Message) (SendResult, error) {
+func (cp *clusterProducer) Send(ctx context.Context, m *message.Message) (SendResult, error) {
 	if err := cp.begin(ctx, m); err != nil {
 		return SendResult{}, err
 	}
@@ -234,12 +238,15 @@ func (cp *ClusterProducer) Send(ctx context.Context, m *message.Message) (SendRe
 
 // SendAsync sends m without waiting; cb runs exactly once with the
 // outcome, on the producer's callback goroutine, in completion order.
-func (cp *ClusterProducer) SendAsync(ctx context.Context, m *message.Message, cb func(SendResult, error)) {
+func (cp *clusterProducer) SendAsync(ctx context.Context, m *message.Message, cb func(SendResult, error)) {
 	if cb == nil {
 		cb = func(SendResult, error) {}
 	}
 	if err := cp.begin(ctx, m); err != nil {
 		cp.cbs.push(cb, SendResult{}, err, nil)
+		return
+	}
+	if cp.sendFast(ctx, m, cb) {
 		return
 	}
 	go func() {
@@ -248,23 +255,114 @@ func (cp *ClusterProducer) SendAsync(ctx context.Context, m *message.Message, cb
 	}()
 }
 
+// sendFast is SendAsync's common case, with no goroutine: the topic's
+// view is ready and the chosen partition's broker is connected and not
+// marked down. It reports false, having sent nothing, when that does not
+// hold; then the caller takes the slow path (send). A failed fast send
+// is retried by send in a goroutine, within the same deadline.
+func (cp *clusterProducer) sendFast(ctx context.Context, m *message.Message, cb func(SendResult, error)) bool {
+	// Wait here, in the caller, for the topic's first reading and the
+	// broker's connection, so that messages produced one after another
+	// keep their order on the partition's connection; only a broker that
+	// cannot be reached sends a message to the slow path.
+	v := cp.view(m.Topic)
+	select {
+	case <-v.Ready():
+	default:
+		wctx, cancel := context.WithTimeout(ctx, cp.cfg.sendTimeout)
+		err := v.Wait(wctx)
+		cancel()
+		if err != nil {
+			return false
+		}
+	}
+	snap := v.Snapshot()
+	if len(snap.Partitions) == 0 {
+		return false
+	}
+	i, err := cp.choose(ctx, m, snap.Partitions)
+	if err != nil {
+		cp.cbs.push(cb, SendResult{}, err, cp.end)
+		return true
+	}
+	t := target{snap.Partitions[i], snap.Addrs[snap.Partitions[i].BrokerID]}
+	if t.addr == "" {
+		return false
+	}
+	now := time.Now()
+	cp.mu.Lock()
+	down, p := cp.downLocked(t.addr, now), cp.brokers[t.addr]
+	cp.mu.Unlock()
+	if down {
+		return false
+	}
+	if p == nil {
+		var err error
+		if p, err = cp.broker(t.addr); err != nil {
+			return false
+		}
+	}
+	if p.cn.live() == nil {
+		cctx, cancel := context.WithTimeout(ctx, cp.cfg.conn.dialTimeout)
+		_, err := p.cn.get(cctx)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, ErrClosed) {
+				cp.markDown(t.addr)
+			}
+			return false // the slow path retries elsewhere
+		}
+		now = time.Now()
+	}
+	deadline := now.Add(cp.cfg.sendTimeout)
+	p.sendAsyncPart(ctx, deadline, m, t.part.Partition, func(res SendResult, err error) {
+		if err == nil {
+			res.BrokerID = t.part.BrokerID
+			cp.cbs.push(cb, res, nil, cp.end)
+			return
+		}
+		if errors.Is(err, ErrConnectionLost) {
+			cp.markDown(t.addr)
+		}
+		if cp.cfg.noRetry || !retryable(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
+			cp.cbs.push(cb, SendResult{}, err, cp.end)
+			return
+		}
+		go func() {
+			dctx, cancel := context.WithDeadline(ctx, deadline)
+			defer cancel()
+			res, err := cp.sendWith(dctx, m, t.addr, err)
+			cp.cbs.push(cb, res, err, cp.end)
+		}()
+	})
+	return true
+}
+
 // target is one candidate partition with its broker's address.
 type target struct {
-	part balance.Partition
+	part message.Partition
 	addr string
 }
 
 // send makes the attempts of one message.
-func (cp *ClusterProducer) send(ctx context.Context, m *message.Message) (SendResult, error) {
+func (cp *clusterProducer) send(ctx context.Context, m *message.Message) (SendResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, cp.cfg.sendTimeout)
 	defer cancel()
+	return cp.sendWith(ctx, m, "", nil)
+}
+
+// sendWith makes the attempts of one message within ctx; failedAddr, if
+// set, is a broker that already failed it with lastErr.
+func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, failedAddr string, lastErr error) (SendResult, error) {
 	v := cp.view(m.Topic)
 	if err := v.Wait(ctx); err != nil {
-		return SendResult{}, fmt.Errorf("metaq: read partitions of %s from ZooKeeper: %w", m.Topic, err)
+		return SendResult{}, fmt.Errorf("metaq: read partitions of %s %s: %w", m.Topic, cp.src.where(), err)
 	}
 	retry := !cp.cfg.noRetry
 	var failed map[string]bool // brokers that failed this send
-	var lastErr error
+	if failedAddr != "" {
+		failed = map[string]bool{failedAddr: true}
+	}
 	var cands, preferred []target
 	for {
 		if lastErr != nil && cp.isClosed() {
@@ -305,13 +403,17 @@ func (cp *ClusterProducer) send(ctx context.Context, m *message.Message) (SendRe
 					return SendResult{}, fmt.Errorf("metaq: send to %s: %w (last failure: %w)", m.Topic, ctx.Err(), lastErr)
 				}
 				if len(snap.Partitions) == 0 {
-					return SendResult{}, fmt.Errorf("%w: %s has no master partitions in ZooKeeper (%w)", ErrNoPartitions, m.Topic, ctx.Err())
+					return SendResult{}, fmt.Errorf("%w: %s has no master partitions %s (%w)", ErrNoPartitions, m.Topic, cp.src.where(), ctx.Err())
 				}
 				return SendResult{}, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
 			}
 			continue
 		}
-		i, err := cp.choose(ctx, m, len(cands))
+		ps := make([]message.Partition, len(cands))
+		for j, c := range cands {
+			ps[j] = c.part
+		}
+		i, err := cp.choose(ctx, m, ps)
 		if err != nil {
 			return SendResult{}, err
 		}
@@ -333,7 +435,7 @@ func (cp *ClusterProducer) send(ctx context.Context, m *message.Message) (SendRe
 	}
 }
 
-func (cp *ClusterProducer) isClosed() bool {
+func (cp *clusterProducer) isClosed() bool {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	return cp.closed
@@ -349,7 +451,7 @@ func (e *connError) Unwrap() error { return e.err }
 // at most half of the remaining time (at most the dial timeout), so that
 // a dead broker leaves time for another. A failure to connect, or a lost
 // connection, marks the broker down, and a success marks it up.
-func (cp *ClusterProducer) attempt(ctx context.Context, m *message.Message, t target, retry bool) (SendResult, error) {
+func (cp *clusterProducer) attempt(ctx context.Context, m *message.Message, t target, retry bool) (SendResult, error) {
 	p, err := cp.broker(t.addr)
 	if err != nil {
 		return SendResult{}, err
@@ -369,7 +471,7 @@ func (cp *ClusterProducer) attempt(ctx context.Context, m *message.Message, t ta
 			return SendResult{}, &connError{err}
 		}
 	}
-	res, err := p.sendTo(ctx, m, t.part.Partition)
+	res, err := p.sendPart(ctx, m, t.part.Partition)
 	if err != nil {
 		if errors.Is(err, ErrConnectionLost) {
 			cp.markDown(t.addr)
@@ -398,15 +500,66 @@ func retryable(err error) bool {
 	return false
 }
 
-// choose asks the selector for an index among n partitions.
-func (cp *ClusterProducer) choose(ctx context.Context, m *message.Message, n int) (int, error) {
-	return selectOne(ctx, cp.cfg.selector, n, m)
+// choose asks the selector for an index into partitions.
+func (cp *clusterProducer) choose(ctx context.Context, m *message.Message, partitions []message.Partition) (int, error) {
+	return selectOne(ctx, cp.cfg.selector, m.Topic, partitions, m)
+}
+
+// Flush sends every batched message now and waits until all messages
+// accepted so far have completed (their callbacks queued), or ctx is done.
+func (cp *clusterProducer) Flush(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		// Take every slot, flushing the brokers' batches while waiting: a
+		// message that reaches a batch after a flush is sent by the next.
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for i := 0; i < cap(cp.sem); {
+			cp.flushBrokers()
+			select {
+			case cp.sem <- struct{}{}:
+				i++
+				continue
+			case <-t.C:
+			case <-ctx.Done():
+				for ; i > 0; i-- {
+					<-cp.sem
+				}
+				return
+			}
+		}
+		for i := 0; i < cap(cp.sem); i++ {
+			<-cp.sem
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flushBrokers sends the brokers' batched messages now.
+func (cp *clusterProducer) flushBrokers() {
+	cp.mu.Lock()
+	ps := make([]*brokerProducer, 0, len(cp.brokers))
+	for _, p := range cp.brokers {
+		ps = append(ps, p)
+	}
+	cp.mu.Unlock()
+	for _, p := range ps {
+		if p.acc != nil {
+			p.acc.flushAll()
+		}
+	}
 }
 
 // Close stops accepting messages, waits for the messages in flight until
 // ctx is done, then closes every broker connection and the ZooKeeper
 // session. All callbacks have run when Close returns. Idempotent.
-func (cp *ClusterProducer) Close(ctx context.Context) error {
+func (cp *clusterProducer) Close(ctx context.Context) error {
 	cp.closeOnce.Do(func() {
 		cp.mu.Lock()
 		cp.closed = true
@@ -420,7 +573,7 @@ func (cp *ClusterProducer) Close(ctx context.Context) error {
 		}
 		cp.mu.Lock()
 		brokers := cp.brokers
-		cp.brokers = map[string]*Producer{}
+		cp.brokers = map[string]*brokerProducer{}
 		cp.mu.Unlock()
 		cctx, cancel := context.WithCancel(context.Background())
 		cancel() // in-flight sends already had their chance
@@ -430,7 +583,7 @@ func (cp *ClusterProducer) Close(ctx context.Context) error {
 		<-done
 		close(cp.done)
 		cp.bg.Wait()
-		_ = cp.cl.Close()
+		_ = cp.src.close()
 		cp.cbs.close()
 	})
 	return cp.closeErr

@@ -1,4 +1,4 @@
-package client_test
+package client
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/core/testsvc"
-	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 // zkWriter writes the §5 nodes a broker would, for the brokers of a test.
@@ -44,24 +45,22 @@ func (w *zkWriter) mkdirs(path string) {
 // register writes ids/<id>/master (or slave0 for role "s0") and
 // topics-pub/t1/<id>-<role> with {"numParts":n,"broker":"<id>-m"}.
 func (w *zkWriter) register(id int, role, addr string, n int) {
-	ids := fmt.Sprintf("%s/brokers/ids/%d", w.root, id)
-	w.mkdirs(ids)
-	leaf := "/master"
+	w.mkdirs(zkpath.Broker(w.root, id))
+	leaf, name := zkpath.Master(w.root, id), zkpath.MasterName(id)
 	if role != "m" {
-		leaf = "/slave0"
+		leaf, name = zkpath.Slave(w.root, id, 0), zkpath.BrokerName{ID: id, Slave: 0}
 	}
-	_, err := w.c.Create(ids+leaf, []byte("meta://"+addr), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+	_, err := w.c.Create(leaf, []byte("meta://"+addr), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 	require.NoError(w.t, err)
-	pub := w.root + "/brokers/topics-pub/" + topic
-	w.mkdirs(pub)
-	_, err = w.c.Create(fmt.Sprintf("%s/%d-%s", pub, id, role), []byte(fmt.Sprintf(`{"numParts":%d,"broker":"%d-m"}`, n, id)),
+	w.mkdirs(zkpath.TopicsPub.Topic(w.root, topic))
+	_, err = w.c.Create(zkpath.TopicsPub.Node(w.root, topic, name), zkpath.TopicData{NumParts: n, Broker: zkpath.MasterName(id).String()}.Bytes(),
 		zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 	require.NoError(w.t, err)
 }
 
 func (w *zkWriter) unregister(id int) {
-	require.NoError(w.t, w.c.Delete(fmt.Sprintf("%s/brokers/topics-pub/%s/%d-m", w.root, topic, id), -1))
-	require.NoError(w.t, w.c.Delete(fmt.Sprintf("%s/brokers/ids/%d/master", w.root, id), -1))
+	require.NoError(w.t, w.c.Delete(zkpath.TopicsPub.Node(w.root, topic, zkpath.MasterName(id)), -1))
+	require.NoError(w.t, w.c.Delete(zkpath.Master(w.root, id), -1))
 }
 
 type ack struct {
@@ -82,7 +81,7 @@ type loader struct {
 	counts map[int]int
 }
 
-func startLoad(t *testing.T, p *client.ClusterProducer, workers int) *loader {
+func startLoad(t *testing.T, p *clusterProducer, workers int) *loader {
 	l := &loader{stop: make(chan struct{}), counts: map[int]int{}}
 	for range workers {
 		l.wg.Add(1)
@@ -161,11 +160,11 @@ func verifyOn(t *testing.T, br *testBroker, id int, acks []ack) {
 	require.Equal(t, len(want), found, "acked messages missing on broker %d", id)
 }
 
-func newClusterProducer(t *testing.T, zkAddr, root string, opts ...client.ProducerOption) *client.ClusterProducer {
+func startClusterProducer(t *testing.T, zkAddr, root string, opts ...prodOption) *clusterProducer {
 	t.Helper()
-	base := []client.ProducerOption{quiet, client.WithZKRoot(root), client.WithZKSessionTimeout(4 * time.Second),
-		client.WithDialTimeout(time.Second)}
-	p, err := client.NewClusterProducer(ctxT(t, 20*time.Second), zkAddr, append(base, opts...)...)
+	base := []prodOption{quiet, withZKRoot(root), withZKSessionTimeout(4 * time.Second),
+		withDialTimeout(time.Second)}
+	p, err := openClusterProducer(ctxT(t, 20*time.Second), zkAddr, append(base, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p
@@ -182,7 +181,7 @@ func TestClusterProducerAddRemoveBroker(t *testing.T) {
 	w := newZKWriter(t, zkAddr, "/cp-add")
 	w.register(1, "m", b1.addr, 4)
 	w.register(3, "s0", b3.addr, 4)
-	p := newClusterProducer(t, zkAddr, "/cp-add")
+	p := startClusterProducer(t, zkAddr, "/cp-add")
 
 	ps, err := p.Partitions(ctxT(t, 10*time.Second), topic)
 	require.NoError(t, err)
@@ -232,8 +231,8 @@ func TestClusterProducerRetriesOnDeadBroker(t *testing.T) {
 	w.register(1, "m", b1.addr, 4)
 	w.register(2, "m", b2.addr, 4)
 	sendTimeout := 3 * time.Second
-	p := newClusterProducer(t, zkAddr, "/cp-kill", client.WithSendTimeout(sendTimeout))
-	noRetry := newClusterProducer(t, zkAddr, "/cp-kill", client.WithRetryOnFailure(false), client.WithSelector(client.Fixed(4)))
+	p := startClusterProducer(t, zkAddr, "/cp-kill", withSendTimeout(sendTimeout))
+	noRetry := startClusterProducer(t, zkAddr, "/cp-kill", withRetryOnFailure(false), withSelector(selector.Fixed(4)))
 
 	l := startLoad(t, p, 4)
 	require.Eventually(t, func() bool { return l.count(2) > 50 && l.count(1) > 50 }, 10*time.Second, 10*time.Millisecond)

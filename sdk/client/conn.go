@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/backoff"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -260,6 +262,11 @@ type connOptions struct {
 	maxReply       int
 	sweepInterval  time.Duration
 	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
+	// tls, if set, makes connections TLS (withTLS).
+	tls *tls.Config
+	// saslUser and saslPassword, if saslUser is set, authenticate each
+	// connection (withSASLPlain).
+	saslUser, saslPassword string
 }
 
 func defaultConnOptions() connOptions {
@@ -269,7 +276,7 @@ func defaultConnOptions() connOptions {
 		requestTimeout: 10 * time.Second,
 		backoffMin:     50 * time.Millisecond,
 		backoffMax:     2 * time.Second,
-		maxReply:       DefaultMaxFetchSizeLimit + 64<<10,
+		maxReply:       defaultMaxFetchSizeLimit + 64<<10,
 		sweepInterval:  20 * time.Millisecond,
 	}
 }
@@ -362,9 +369,12 @@ func (cn *conn) get(ctx context.Context) (*wire, error) {
 		if ctx.Err() == nil {
 			cn.failures++
 			cn.lastErr = err
-			cn.nextDial = time.Now().Add(backoff(cn.opts.backoffMin, cn.opts.backoffMax, cn.failures))
+			cn.nextDial = time.Now().Add(backoff.Policy{Min: cn.opts.backoffMin, Max: cn.opts.backoffMax, Jitter: redialJitter}.Delay(cn.failures))
 		}
 		cn.mu.Unlock()
+		if ae := (*AuthError)(nil); errors.As(err, &ae) {
+			return nil, err // the same credentials will not do better
+		}
 		if ctx.Err() != nil {
 			return nil, cn.ctxErr(ctx)
 		}
@@ -394,7 +404,61 @@ func (cn *conn) dial(ctx context.Context, wait time.Duration) (*wire, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newWire(cn, nc), nil
+	if cn.opts.tls != nil {
+		cfg := cn.opts.tls
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(cn.addr)
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(dctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("metaq: tls handshake with %s: %w", cn.addr, err)
+		}
+		nc = tc
+	}
+	w := newWire(cn, nc)
+	if cn.opts.saslUser != "" {
+		if err := cn.authenticate(ctx, w); err != nil {
+			w.fail(err)
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// authenticate sends `auth PLAIN` on a new wire and waits for the reply,
+// at most the request timeout (the broker delays a refusal).
+func (cn *conn) authenticate(ctx context.Context, w *wire) error {
+	actx, cancel := context.WithTimeout(ctx, cn.opts.requestTimeout)
+	defer cancel()
+	c := getCall()
+	user, password := cn.opts.saslUser, cn.opts.saslPassword
+	if err := w.send(c, func(dst []byte, opaque int32) []byte {
+		return protocol.AppendAuthPlain(dst, user, password, opaque)
+	}); err != nil {
+		putCall(c)
+		return err
+	}
+	select {
+	case <-c.done:
+	case <-actx.Done():
+		if w.forget(c) {
+			putCall(c)
+			return fmt.Errorf("metaq: authenticate as %q with %s: %w", user, cn.addr, actx.Err())
+		}
+		<-c.done
+	}
+	defer putCall(c)
+	switch {
+	case c.err != nil:
+		return c.err
+	case c.code == protocol.StatusUnauthorized:
+		return &AuthError{Addr: cn.addr, User: user, Msg: string(c.body)}
+	case c.code != protocol.StatusOK:
+		return fmt.Errorf("metaq: authenticate as %q with %s: %w", user, cn.addr, resultError(c.code, c.body))
+	}
+	return nil
 }
 
 func (cn *conn) ctxErr(ctx context.Context) error {
@@ -507,15 +571,5 @@ func (cn *conn) sendAsync(ctx context.Context, deadline time.Time, encode func(d
 	}
 }
 
-// backoff returns min·2^(n-1), capped at max, with up to 25% jitter removed.
-func backoff(min, max time.Duration, n int) time.Duration {
-	d := min
-	for i := 1; i < n && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	j := time.Duration(uint64(time.Now().UnixNano()) % uint64(d/4+1))
-	return d - j
-}
+// redialJitter is the largest fraction of a redial delay removed at random.
+const redialJitter = 0.25

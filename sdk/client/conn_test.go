@@ -17,9 +17,10 @@ import (
 
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
-var quiet = WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+var quiet = withLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -66,7 +67,7 @@ func TestPipelinedOutOfOrder(t *testing.T) {
 		}
 	})
 	var dials atomic.Int32
-	p, err := NewProducer(f.addr(), quiet, WithDialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+	p, err := newBrokerProducer(f.addr(), quiet, withDialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr)
@@ -107,7 +108,7 @@ func TestConnectionLossFailsInFlight(t *testing.T) {
 			w.close()
 		}
 	})
-	p, err := NewProducer(f.addr(), quiet)
+	p, err := newBrokerProducer(f.addr(), quiet)
 	require.NoError(t, err)
 	defer p.Close(context.Background())
 	ctx := ctxT(t, 10*time.Second)
@@ -141,7 +142,7 @@ func silentFake(t *testing.T) *fakeBroker {
 
 func TestSendTimeout(t *testing.T) {
 	f := silentFake(t)
-	p, err := NewProducer(f.addr(), quiet, WithSendTimeout(150*time.Millisecond))
+	p, err := newBrokerProducer(f.addr(), quiet, withSendTimeout(150*time.Millisecond))
 	require.NoError(t, err)
 	defer p.Close(context.Background())
 	start := time.Now()
@@ -161,7 +162,7 @@ func TestSendTimeout(t *testing.T) {
 
 func TestSendContextCancel(t *testing.T) {
 	f := silentFake(t)
-	p, err := NewProducer(f.addr(), quiet, WithSendTimeout(time.Minute))
+	p, err := newBrokerProducer(f.addr(), quiet, withSendTimeout(time.Minute))
 	require.NoError(t, err)
 	defer p.Close(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -187,7 +188,7 @@ func TestBrokerErrors(t *testing.T) {
 		}
 		w.result(500, "append failed: disk full", r.Opaque)
 	})
-	p, err := NewProducer(f.addr(), quiet)
+	p, err := newBrokerProducer(f.addr(), quiet)
 	require.NoError(t, err)
 	defer p.Close(context.Background())
 	ctx := ctxT(t, 5*time.Second)
@@ -218,12 +219,12 @@ func TestPartitionRefresh(t *testing.T) {
 			return
 		}
 		if r.Partition >= parts.Load() {
-			w.result(500, "partition "+strconv.Itoa(int(r.Partition))+" out of range", r.Opaque)
+			w.result(500, protocol.WithCause(protocol.CausePartitionOutOfRange, strconv.Itoa(int(r.Partition))), r.Opaque)
 			return
 		}
 		w.result(200, fmt.Sprintf("1 %d 0", r.Partition), r.Opaque)
 	})
-	p, err := NewProducer(f.addr(), quiet, WithSelector(Fixed(3)))
+	p, err := newBrokerProducer(f.addr(), quiet, withSelector(selector.Fixed(3)))
 	require.NoError(t, err)
 	defer p.Close(context.Background())
 	ctx := ctxT(t, 5*time.Second)
@@ -231,7 +232,7 @@ func TestPartitionRefresh(t *testing.T) {
 	require.NoError(t, err)
 	parts.Store(2)
 	_, err = p.Send(ctx, &message.Message{Topic: "t", Body: []byte("x")})
-	require.Error(t, err) // Fixed(3) is now out of range
+	require.Error(t, err) // selector.Fixed(3) is now out of range
 	require.Equal(t, int32(2), statsCalls.Load())
 	n, err := p.Partitions(ctx, "t")
 	require.NoError(t, err)
@@ -246,8 +247,8 @@ func TestRedialBackoff(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	var dials atomic.Int32
-	p, err := NewProducer(addr, quiet, WithTopicPartitions("t", 1), WithRedialBackoff(40*time.Millisecond, 80*time.Millisecond),
-		WithDialer(func(ctx context.Context, network, a string) (net.Conn, error) {
+	p, err := newBrokerProducer(addr, quiet, withTopicPartitions("t", 1), withRedialBackoff(40*time.Millisecond, 80*time.Millisecond),
+		withDialer(func(ctx context.Context, network, a string) (net.Conn, error) {
 			dials.Add(1)
 			var d net.Dialer
 			return d.DialContext(ctx, network, a)
@@ -284,7 +285,7 @@ func TestOversizedReply(t *testing.T) {
 
 func TestClosedErrors(t *testing.T) {
 	f := silentFake(t)
-	p, err := NewProducer(f.addr(), quiet)
+	p, err := newBrokerProducer(f.addr(), quiet)
 	require.NoError(t, err)
 	require.NoError(t, p.Close(context.Background()))
 	require.NoError(t, p.Close(context.Background()))
@@ -295,7 +296,7 @@ func TestClosedErrors(t *testing.T) {
 	require.ErrorIs(t, <-got, ErrClosed)
 
 	// Close with a deadline fails what is still in flight with ErrClosed.
-	p2, err := NewProducer(f.addr(), quiet, WithSendTimeout(time.Minute))
+	p2, err := newBrokerProducer(f.addr(), quiet, withSendTimeout(time.Minute))
 	require.NoError(t, err)
 	fut := p2.SendFuture(context.Background(), &message.Message{Topic: "t", Body: []byte("x")})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

@@ -11,28 +11,31 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/backoff"
 	"github.com/metaq-go/metaq/sdk/balance"
+	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
-// Consumer defaults (reference §8 and §14).
+// Consuming defaults (reference §8 and §14).
 const (
-	// DefaultGroup is the consumer group sent with every get.
-	DefaultGroup = "metaq-go"
-	// DefaultMaxFetchSize is the initial get size in bytes.
-	DefaultMaxFetchSize = 1 << 20
-	// DefaultMaxFetchSizeLimit is how far the get size may grow, in bytes,
+	// defaultGroup is the consumer group sent with every get.
+	defaultGroup = "metaq-go"
+	// defaultMaxFetchSize is the initial get size in bytes.
+	defaultMaxFetchSize = 1 << 20
+	// defaultMaxFetchSizeLimit is how far the get size may grow, in bytes,
 	// when a record does not fit.
-	DefaultMaxFetchSizeLimit = 4 << 20
-	// DefaultMaxFetchDelay caps the pause between gets that return no data.
-	DefaultMaxFetchDelay = time.Second
-	// DefaultMaxRetries is how many times a failed message is retried
+	defaultMaxFetchSizeLimit = 4 << 20
+	// defaultMaxFetchDelay caps the pause between gets that return no data.
+	defaultMaxFetchDelay = time.Second
+	// defaultMaxRetries is how many times a failed message is retried
 	// before it is rejected, so it is handled at most 6 times.
-	DefaultMaxRetries = 5
-	// DefaultRetryBackoff is the first pause before retrying a failed
+	defaultMaxRetries = 5
+	// defaultRetryBackoff is the first pause before retrying a failed
 	// message; it doubles with each retry.
-	DefaultRetryBackoff = 50 * time.Millisecond
-	// DefaultCommitInterval is how often positions go to the OffsetStore
+	defaultRetryBackoff = 50 * time.Millisecond
+	// DefaultCommitInterval is how often positions go to the offset store
 	// (MetaQ's commitOffsetPeriodInMills).
 	DefaultCommitInterval = 5 * time.Second
 )
@@ -60,14 +63,6 @@ var (
 // SendResult.Offset or a Position).
 func AtOffset(n int64) StartFrom { return StartFrom{kind: startAt, offset: n} }
 
-// OffsetStore keeps consumer positions between runs. Load reports
-// found=false when nothing is stored for the partition. Commit receives the
-// next offset to read per partition.
-type OffsetStore interface {
-	Load(ctx context.Context, group, topic string, partition int32) (offset int64, found bool, err error)
-	Commit(ctx context.Context, group, topic string, offsets map[int32]int64) error
-}
-
 // RejectFunc receives a message whose handler failed on every attempt,
 // with the last error. The consumer moves past the message after it returns.
 type RejectFunc func(ctx context.Context, m *message.Message, err error)
@@ -84,9 +79,9 @@ type consumerConfig struct {
 	fetchSize      int
 	fetchLimit     int
 	maxDelay       time.Duration
-	store          OffsetStore
-	storeSet       bool          // WithOffsetStore was given (nil: no store)
-	groupSet       bool          // WithGroup was given
+	store          offsets.Store
+	storeSet       bool          // withOffsetStore was given (nil: no store)
+	groupSet       bool          // withGroup was given
 	commitInterval time.Duration // 0: no periodic commits
 	maxRetries     int
 	retryBackoff   time.Duration
@@ -94,43 +89,44 @@ type consumerConfig struct {
 	reject          RejectPolicy // nil: RecoverLocally("") with a group, else Drop()
 	recoverInterval time.Duration
 
-	// Group membership (group.go): with WithGroup and no WithPartitions.
+	// Group membership (group.go): with withGroup and no withPartitions.
 	heartbeat  time.Duration
 	strategy   string
 	consumerID string
-	membership bool // WithGroupMembership
+	membership bool // withGroupMembership
 
 	// Cluster mode (cluster_consumer.go).
-	managed       bool // partitions are started and stopped by a ClusterConsumer
+	managed       bool // partitions are started and stopped by a clusterConsumer
 	zk            zkConfig
+	cluster       *cluster.Cluster // a Client's session, shared (not closed)
 	broadcast     bool
 	consumerIDSet bool
 }
 
-// WithGroup sets the consumer group. Default DefaultGroup. A consumer
+// withGroup sets the consumer group. Default defaultGroup. A consumer
 // with a group set here keeps its positions on the broker (a
-// BrokerOffsetStore) unless WithOffsetStore says otherwise: it resumes
+// brokerOffsetStore) unless withOffsetStore says otherwise: it resumes
 // where the group left off, commits every DefaultCommitInterval and when
 // consumption stops.
-func WithGroup(g string) ConsumerOption {
+func withGroup(g string) consOption {
 	return consumerOpt(func(c *consumerConfig) { c.group, c.groupSet = g, true })
 }
 
-// WithPartitions restricts the consumer to these partitions. Default: every
-// partition of the topic, learned from `stats topics`, or, with WithGroup,
-// the partitions the group assigns this member (see WithHeartbeatInterval).
-func WithPartitions(ps ...int32) ConsumerOption {
+// withPartitions restricts the consumer to these partitions. Default: every
+// partition of the topic, learned from `stats topics`, or, with withGroup,
+// the partitions the group assigns this member (see withHeartbeatInterval).
+func withPartitions(ps ...int32) consOption {
 	return consumerOpt(func(c *consumerConfig) { c.partitions = append([]int32(nil), ps...) })
 }
 
-// WithStartFrom sets where partitions without a stored offset start.
+// withStartFrom sets where partitions without a stored offset start.
 // Default Earliest.
-func WithStartFrom(s StartFrom) ConsumerOption {
+func withStartFrom(s StartFrom) consOption {
 	return consumerOpt(func(c *consumerConfig) { c.start = s })
 }
 
-// WithMaxFetchSize sets the initial get size in bytes. Default 1 MiB.
-func WithMaxFetchSize(n int) ConsumerOption {
+// withMaxFetchSize sets the initial get size in bytes. Default 1 MiB.
+func withMaxFetchSize(n int) consOption {
 	return consumerOpt(func(c *consumerConfig) {
 		if n > 0 {
 			c.fetchSize = n
@@ -138,10 +134,10 @@ func WithMaxFetchSize(n int) ConsumerOption {
 	})
 }
 
-// WithMaxFetchSizeLimit sets how large the get size may grow when a record
+// withMaxFetchSizeLimit sets how large the get size may grow when a record
 // does not fit (it doubles, then halves back when replies are less than
 // half full). Default 4 MiB.
-func WithMaxFetchSizeLimit(n int) ConsumerOption {
+func withMaxFetchSizeLimit(n int) consOption {
 	return consumerOpt(func(c *consumerConfig) {
 		if n > 0 {
 			c.fetchLimit = n
@@ -149,9 +145,9 @@ func WithMaxFetchSizeLimit(n int) ConsumerOption {
 	})
 }
 
-// WithMaxFetchDelay caps the pause between gets that find no new data: each
+// withMaxFetchDelay caps the pause between gets that find no new data: each
 // empty or failed get adds a tenth of it; data resets it. Default 1 s.
-func WithMaxFetchDelay(d time.Duration) ConsumerOption {
+func withMaxFetchDelay(d time.Duration) consOption {
 	return consumerOpt(func(c *consumerConfig) {
 		if d > 0 {
 			c.maxDelay = d
@@ -159,11 +155,12 @@ func WithMaxFetchDelay(d time.Duration) ConsumerOption {
 	})
 }
 
-// WithOffsetStore loads start positions from s and commits positions to it
+// withOffsetStore loads start positions from s and commits positions to it
 // every interval (<= 0: keep the current interval, DefaultCommitInterval
-// unless WithCommitInterval changed it) and when consumption stops. A nil
-// s turns offset storage off, even with WithGroup.
-func WithOffsetStore(s OffsetStore, interval time.Duration) ConsumerOption {
+// unless withCommitInterval changed it) and when consumption stops, each
+// time in one call for all the consumer's partitions. A nil s turns
+// offset storage off, even with withGroup.
+func withOffsetStore(s offsets.Store, interval time.Duration) consOption {
 	return consumerOpt(func(c *consumerConfig) {
 		c.store, c.storeSet = s, true
 		if interval > 0 {
@@ -172,17 +169,17 @@ func WithOffsetStore(s OffsetStore, interval time.Duration) ConsumerOption {
 	})
 }
 
-// WithCommitInterval sets how often changed positions are committed to the
+// withCommitInterval sets how often changed positions are committed to the
 // offset store. 0 turns periodic commits off: positions are then committed
 // only when consumption stops (Close, or Consume/Messages returning).
 // Default DefaultCommitInterval.
-func WithCommitInterval(d time.Duration) ConsumerOption {
+func withCommitInterval(d time.Duration) consOption {
 	return consumerOpt(func(c *consumerConfig) { c.commitInterval = max(d, 0) })
 }
 
-// WithRetries sets how many times a failed message is retried (0: never)
+// withRetries sets how many times a failed message is retried (0: never)
 // and the first pause between attempts, which doubles up to 32 times it.
-func WithRetries(n int, backoff time.Duration) ConsumerOption {
+func withRetries(n int, backoff time.Duration) consOption {
 	return consumerOpt(func(c *consumerConfig) {
 		if n >= 0 {
 			c.maxRetries = n
@@ -193,9 +190,9 @@ func WithRetries(n int, backoff time.Duration) ConsumerOption {
 	})
 }
 
-// WithOnReject sets the hook for messages that failed every attempt: the
-// same as WithRejectPolicy(f); nil restores the default policy.
-func WithOnReject(f RejectFunc) ConsumerOption {
+// withOnReject sets the hook for messages that failed every attempt: the
+// same as withRejectPolicy(f); nil restores the default policy.
+func withOnReject(f RejectFunc) consOption {
 	return consumerOpt(func(c *consumerConfig) {
 		c.reject = nil
 		if f != nil {
@@ -214,14 +211,17 @@ type partState struct {
 	unaligned bool         // pos came from AtOffset and no record was read yet (fetcher only)
 }
 
-// Consumer reads one topic's partitions from one broker. Assignment (which
+// brokerConsumer reads one topic's partitions from one broker. Assignment (which
 // partitions) is decided once, before fetching starts; each partition is
 // fetched by its own goroutine, with the next get in flight while the
 // handler runs.
-type Consumer struct {
+type brokerConsumer struct {
 	cfg   consumerConfig
 	cn    *conn
 	topic string
+	// bid is cn's broker id: given by a clusterConsumer, else learned
+	// when an offset store first needs it.
+	bid brokerID
 
 	mu       sync.Mutex
 	parts    []*partState // nil until the first run
@@ -235,18 +235,18 @@ type Consumer struct {
 	// and has fully stopped (false) in group mode (tests).
 	onOwn func(p int32, owned bool)
 
-	// Set by NewConsumer from the reject policy: rejectFn for every policy
+	// Set by newBrokerConsumer from the reject policy: rejectFn for every policy
 	// but RecoverLocally, which sets recoverDir instead.
 	rejectFn   rejecter
 	recoverDir string
 }
 
-// NewConsumer returns a consumer of topic at the broker at addr. It
+// newBrokerConsumer returns a consumer of topic at the broker at addr. It
 // connects lazily, when Consume or Messages first runs.
-func NewConsumer(addr, topic string, opts ...ConsumerOption) (*Consumer, error) {
-	cfg := consumerConfig{conn: defaultConnOptions(), logger: slog.Default(), group: DefaultGroup, start: Earliest,
-		fetchSize: DefaultMaxFetchSize, fetchLimit: DefaultMaxFetchSizeLimit, maxDelay: DefaultMaxFetchDelay,
-		commitInterval: DefaultCommitInterval, maxRetries: DefaultMaxRetries, retryBackoff: DefaultRetryBackoff,
+func newBrokerConsumer(addr, topic string, opts ...consOption) (*brokerConsumer, error) {
+	cfg := consumerConfig{conn: defaultConnOptions(), logger: slog.Default(), group: defaultGroup, start: Earliest,
+		fetchSize: defaultMaxFetchSize, fetchLimit: defaultMaxFetchSizeLimit, maxDelay: defaultMaxFetchDelay,
+		commitInterval: DefaultCommitInterval, maxRetries: defaultMaxRetries, retryBackoff: defaultRetryBackoff,
 		recoverInterval: DefaultRecoverInterval, heartbeat: DefaultHeartbeatInterval, strategy: balance.NameDefault}
 	for _, o := range opts {
 		o.applyConsumer(&cfg)
@@ -266,10 +266,10 @@ func NewConsumer(addr, topic string, opts ...ConsumerOption) (*Consumer, error) 
 		cfg.fetchLimit = cfg.fetchSize
 	}
 	cfg.conn.maxReply = max(cfg.conn.maxReply, cfg.fetchLimit+64<<10)
-	c := &Consumer{cfg: cfg, cn: newConn(addr, cfg.conn), topic: topic, closeCh: make(chan struct{})}
+	c := &brokerConsumer{cfg: cfg, cn: newConn(addr, cfg.conn), topic: topic, closeCh: make(chan struct{})}
 	c.resolveReject()
 	if !cfg.storeSet && cfg.groupSet {
-		c.cfg.store = &BrokerOffsetStore{cn: c.cn}
+		c.cfg.store = &brokerOffsetStore{cn: c.cn, id: &c.bid}
 	}
 	return c, nil
 }
@@ -279,7 +279,7 @@ func validToken(s string) bool { return s != "" && !strings.ContainsAny(s, " \r\
 // Position returns the next offset the consumer will deliver from
 // partition p: the offset after the last handled message. It is -1 for a
 // partition that is not assigned or before the first run started.
-func (c *Consumer) Position(p int32) int64 {
+func (c *brokerConsumer) Position(p int32) int64 {
 	c.mu.Lock()
 	ps := c.byID[p]
 	c.mu.Unlock()
@@ -290,7 +290,7 @@ func (c *Consumer) Position(p int32) int64 {
 }
 
 // Assigned returns the partitions this consumer reads (nil before the first run).
-func (c *Consumer) Assigned() []int32 {
+func (c *brokerConsumer) Assigned() []int32 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]int32, len(c.parts))
@@ -304,7 +304,7 @@ func (c *Consumer) Assigned() []int32 {
 // their start positions on the first run. The returned context ends when
 // ctx does or the consumer is closed. The caller cancels it, waits for its
 // goroutines, then calls finish.
-func (c *Consumer) startRun(ctx context.Context) (rctx context.Context, cancel, finish func(), err error) {
+func (c *brokerConsumer) startRun(ctx context.Context) (rctx context.Context, cancel, finish func(), err error) {
 	c.mu.Lock()
 	switch {
 	case c.closed:
@@ -346,7 +346,7 @@ func (c *Consumer) startRun(ctx context.Context) (rctx context.Context, cancel, 
 }
 
 // init assigns partitions and loads start positions, once.
-func (c *Consumer) init(ctx context.Context) error {
+func (c *brokerConsumer) init(ctx context.Context) error {
 	c.mu.Lock()
 	initialized := c.parts != nil
 	c.mu.Unlock()
@@ -400,7 +400,7 @@ func (c *Consumer) init(ctx context.Context) error {
 
 // newPartState returns the state of partition p starting at off, with no
 // message handled yet.
-func (c *Consumer) newPartState(p int32, off int64, unaligned bool) *partState {
+func (c *brokerConsumer) newPartState(p int32, off int64, unaligned bool) *partState {
 	ps := &partState{p: p, committed: off, fetchSize: c.cfg.fetchSize, unaligned: unaligned}
 	ps.pos.Store(off)
 	ps.lastID.Store(-1)
@@ -408,40 +408,52 @@ func (c *Consumer) newPartState(p int32, off int64, unaligned bool) *partState {
 }
 
 // loadStored returns the stored positions of ids (absent: none stored),
-// in one call when the store batches. An error fails the start rather than
-// silently starting elsewhere.
-func (c *Consumer) loadStored(ctx context.Context, ids []int32) (map[int32]int64, error) {
+// in one call. An error fails the start rather than silently starting
+// elsewhere.
+func (c *brokerConsumer) loadStored(ctx context.Context, ids []int32) (map[int32]int64, error) {
 	out := make(map[int32]int64)
-	switch s := c.cfg.store.(type) {
-	case nil:
-	case batchOffsetStore:
-		res, err := s.FetchOffsets(ctx, c.cfg.group, c.topic, ids)
-		if err != nil {
-			return nil, fmt.Errorf("metaq: load offsets of %s for group %s: %w", c.topic, c.cfg.group, err)
-		}
-		for _, r := range res {
-			if r.Offset >= 0 {
-				out[r.Partition] = r.Offset
-			}
-		}
-	default:
-		for _, p := range ids {
-			off, ok, err := s.Load(ctx, c.cfg.group, c.topic, p)
-			if err != nil {
-				return nil, fmt.Errorf("metaq: load offset of %s-%d: %w", c.topic, p, err)
-			}
-			if ok {
-				out[p] = off
-			}
+	if c.cfg.store == nil || len(ids) == 0 {
+		return out, nil
+	}
+	ps, err := c.positions(ctx, len(ids), func(i int) (int32, int64, int64) { return ids[i], -1, -1 })
+	if err == nil {
+		ps, err = c.cfg.store.Load(ctx, c.cfg.group, ps)
+	}
+	if err == nil && len(ps) != len(ids) {
+		err = fmt.Errorf("the store returned %d positions for %d partitions", len(ps), len(ids))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("metaq: load offsets of %s for group %s: %w", c.topic, c.cfg.group, err)
+	}
+	for i, p := range ps {
+		if p.Offset >= 0 {
+			out[ids[i]] = p.Offset
 		}
 	}
 	return out, nil
 }
 
+// positions returns n positions of the consumer's topic on its broker;
+// at(i) gives the i-th partition, offset and msgId.
+func (c *brokerConsumer) positions(ctx context.Context, n int, at func(i int) (p int32, offset, msgID int64)) ([]message.Position, error) {
+	rctx, cancel := withDefaultTimeout(ctx, c.cn.opts.requestTimeout)
+	defer cancel()
+	id, err := c.bid.get(rctx, c.cn)
+	if err != nil {
+		return nil, err
+	}
+	ps := make([]message.Position, n)
+	for i := range ps {
+		p, off, msgID := at(i)
+		ps[i] = message.Position{Topic: c.topic, Partition: message.Partition{BrokerID: id, Partition: p}, Offset: off, MsgID: msgID}
+	}
+	return ps, nil
+}
+
 // startOffset returns where p starts (its stored offset, else per
-// WithStartFrom) and whether that offset came from the user (AtOffset), so
+// withStartFrom) and whether that offset came from the user (AtOffset), so
 // may not be a record start.
-func (c *Consumer) startOffset(ctx context.Context, p int32, stored map[int32]int64) (int64, bool, error) {
+func (c *brokerConsumer) startOffset(ctx context.Context, p int32, stored map[int32]int64) (int64, bool, error) {
 	if off, ok := stored[p]; ok {
 		return off, false, nil
 	}
@@ -462,10 +474,10 @@ func (c *Consumer) startOffset(ctx context.Context, p int32, stored map[int32]in
 }
 
 // commit sends the positions that changed since the last successful
-// commit to the OffsetStore, in one call. On failure nothing is marked
+// commit to the offset store, in one call. On failure nothing is marked
 // committed, so the next commit sends them again; the error is returned
 // (and logged by the caller), never dropped.
-func (c *Consumer) commit(ctx context.Context) error {
+func (c *brokerConsumer) commit(ctx context.Context) error {
 	if c.cfg.store == nil {
 		return nil
 	}
@@ -474,41 +486,39 @@ func (c *Consumer) commit(ctx context.Context) error {
 	c.mu.Lock()
 	parts := c.parts
 	c.mu.Unlock()
-	var offs []StoredOffset
-	var changed []*partState // changed[i] is offs[i]'s partition
+	type change struct {
+		ps         *partState
+		pos, msgID int64
+	}
+	var changed []change
 	for _, ps := range parts {
 		// lastID first: it is stored before pos, so it is never newer.
 		id := ps.lastID.Load()
 		if pos := ps.pos.Load(); pos != ps.committed {
-			offs = append(offs, StoredOffset{Partition: ps.p, Offset: pos, MsgID: id})
-			changed = append(changed, ps)
+			changed = append(changed, change{ps, pos, id})
 		}
 	}
-	if len(offs) == 0 {
+	if len(changed) == 0 {
 		return nil
 	}
 	ctx, cancel := withDefaultTimeout(ctx, c.cn.opts.requestTimeout)
 	defer cancel()
-	var err error
-	if bs, ok := c.cfg.store.(batchOffsetStore); ok {
-		err = bs.CommitOffsets(ctx, c.cfg.group, c.topic, offs)
-	} else {
-		m := make(map[int32]int64, len(offs))
-		for _, o := range offs {
-			m[o.Partition] = o.Offset
-		}
-		err = c.cfg.store.Commit(ctx, c.cfg.group, c.topic, m)
-	}
+	batch, err := c.positions(ctx, len(changed), func(i int) (int32, int64, int64) {
+		return changed[i].ps.p, changed[i].pos, changed[i].msgID
+	})
 	if err != nil {
+		return fmt.Errorf("metaq: commit offsets of %s for group %s: %w", c.topic, c.cfg.group, err)
+	}
+	if err := c.cfg.store.Commit(ctx, c.cfg.group, batch); err != nil {
 		return err
 	}
-	for i, ps := range changed {
-		ps.committed = offs[i].Offset
+	for _, ch := range changed {
+		ch.ps.committed = ch.pos
 	}
 	return nil
 }
 
-func (c *Consumer) commitLoop(ctx context.Context) {
+func (c *brokerConsumer) commitLoop(ctx context.Context) {
 	if c.cfg.store == nil || c.cfg.commitInterval <= 0 {
 		return
 	}
@@ -532,12 +542,12 @@ func (c *Consumer) commitLoop(ctx context.Context) {
 // over the fetch size limit). Messages of one partition are handled one at
 // a time, in order; different partitions are handled concurrently, so h
 // must be safe for concurrent use. A failing message is retried (see
-// WithRetries) and then passed to the reject policy (WithRejectPolicy),
+// withRetries) and then passed to the reject policy (withRejectPolicy),
 // which has it before the consumer moves past it; with RecoverLocally,
 // Consume also replays the recovery store to h in the background.
 // Consume returns ctx's error, ErrClosed, the partition's error, or an
 // error opening the recovery store.
-func (c *Consumer) Consume(ctx context.Context, h Handler) error {
+func (c *brokerConsumer) Consume(ctx context.Context, h Handler) error {
 	if c.groupMode() {
 		return c.consumeGroup(ctx, h)
 	}
@@ -563,7 +573,7 @@ type rejecter = func(context.Context, *message.Message, error) error
 // (in wg, or its own) and returns when the run should end. The run's
 // context is then cancelled, after runs, and the goroutines are awaited;
 // the recovery store is released and the final commit made last.
-func (c *Consumer) runWith(ctx context.Context, h Handler,
+func (c *brokerConsumer) runWith(ctx context.Context, h Handler,
 	body func(rctx context.Context, rej rejecter, wg *sync.WaitGroup) error, after func()) error {
 	rctx, cancel, finish, err := c.startRun(ctx)
 	if err != nil {
@@ -594,7 +604,7 @@ func (c *Consumer) runWith(ctx context.Context, h Handler,
 // runPartition starts the fetcher and handler goroutines of one partition
 // (counted in wg); they stop when ctx ends. A partition that fails for good
 // sends its error to errCh.
-func (c *Consumer) runPartition(rctx context.Context, ps *partState, h Handler,
+func (c *brokerConsumer) runPartition(rctx context.Context, ps *partState, h Handler,
 	rej rejecter, errCh chan<- error, wg *sync.WaitGroup) {
 	ch := make(chan *fetched, 1)
 	wg.Add(2)
@@ -646,7 +656,7 @@ func runErr(ctx context.Context, err error) error {
 
 // handle runs h on m with retries, then hands it to rej; false means ctx
 // ended first and m was not handled (nor rejected).
-func (c *Consumer) handle(ctx context.Context, m *message.Message, h Handler,
+func (c *brokerConsumer) handle(ctx context.Context, m *message.Message, h Handler,
 	rej rejecter) bool {
 	for attempt := 0; ; attempt++ {
 		err := h(ctx, m)
@@ -659,8 +669,8 @@ func (c *Consumer) handle(ctx context.Context, m *message.Message, h Handler,
 		if attempt >= c.cfg.maxRetries {
 			return c.reject(ctx, m, err, rej)
 		}
-		d := c.cfg.retryBackoff << min(attempt, 5)
-		if !sleepCtx(ctx, d) {
+		// The pause doubles from retryBackoff, up to 32 times it.
+		if (backoff.Policy{Min: c.cfg.retryBackoff, Max: c.cfg.retryBackoff << 5}).Sleep(ctx, attempt+1) != nil {
 			return false
 		}
 	}
@@ -672,7 +682,7 @@ func (c *Consumer) handle(ctx context.Context, m *message.Message, h Handler,
 // yields (nil, err) and ends it. A message counts as handled (its Position
 // moves past it) when the loop body returns. Only one Consume or Messages
 // runs at a time.
-func (c *Consumer) Messages(ctx context.Context) iter.Seq2[*message.Message, error] {
+func (c *brokerConsumer) Messages(ctx context.Context) iter.Seq2[*message.Message, error] {
 	return func(yield func(*message.Message, error) bool) {
 		if c.groupMode() {
 			yield(nil, errGroupMessages)
@@ -735,7 +745,7 @@ func (c *Consumer) Messages(ctx context.Context) iter.Seq2[*message.Message, err
 // messages handled so far are committed (at-least-once: a message is
 // handled before its position is committed); if that commit fails, Close
 // returns the error. It is idempotent.
-func (c *Consumer) Close(ctx context.Context) error {
+func (c *brokerConsumer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -763,18 +773,4 @@ func (c *Consumer) Close(ctx context.Context) error {
 	}
 	c.cn.close()
 	return err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

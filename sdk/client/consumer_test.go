@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"testing"
@@ -23,17 +24,17 @@ func fill(l *memLog, n int, pad int) []int64 {
 	return offs
 }
 
-func memConsumer(t *testing.T, b *memBroker, opts ...ConsumerOption) *Consumer {
+func memConsumer(t *testing.T, b *memBroker, opts ...consOption) *brokerConsumer {
 	t.Helper()
 	f := startFake(t, b.handle)
-	c, err := NewConsumer(f.addr(), b.topic, append([]ConsumerOption{quiet, WithMaxFetchDelay(50 * time.Millisecond)}, opts...)...)
+	c, err := newBrokerConsumer(f.addr(), b.topic, append([]consOption{quiet, withMaxFetchDelay(50 * time.Millisecond)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 
 // collect reads n messages or fails.
-func collect(t *testing.T, c *Consumer, n int) []*message.Message {
+func collect(t *testing.T, c *brokerConsumer, n int) []*message.Message {
 	t.Helper()
 	var out []*message.Message
 	for m, err := range c.Messages(ctxT(t, 10*time.Second)) {
@@ -64,7 +65,7 @@ func TestConsumerMoved(t *testing.T) {
 // per max delay instead of spinning.
 func TestConsumerNoDataBackoff(t *testing.T) {
 	b := newMemBroker("t", 1)
-	c := memConsumer(t, b, WithMaxFetchDelay(100*time.Millisecond))
+	c := memConsumer(t, b, withMaxFetchDelay(100*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
 	err := c.Consume(ctx, func(context.Context, *message.Message) error { return nil })
@@ -82,7 +83,7 @@ func TestConsumerPartialRecords(t *testing.T) {
 	fill(b.parts[0], 10, 25)                                     // 20+26 bytes each
 	b.parts[0].append(&message.Message{Body: make([]byte, 500)}) // needs 520 bytes
 	fill(b.parts[0], 3, 0)
-	c := memConsumer(t, b, WithMaxFetchSize(64), WithMaxFetchSizeLimit(1024))
+	c := memConsumer(t, b, withMaxFetchSize(64), withMaxFetchSizeLimit(1024))
 	got := collect(t, c, 14)
 	for i := range 10 {
 		require.Equal(t, strconv.Itoa(i), string(got[i].Body[:1]))
@@ -117,6 +118,43 @@ func TestConsumerCorruptRecord(t *testing.T) {
 	require.Equal(t, offs[2], c.Position(0))
 }
 
+// TestConsumerCorruptDataReply: a broker that refuses a get because the
+// data is damaged on its disk (500 "corrupt data: ...") makes the consumer
+// stop with a *CorruptRecordError at that offset, not retry forever.
+func TestConsumerCorruptDataReply(t *testing.T) {
+	b := newMemBroker("t", 1)
+	offs := fill(b.parts[0], 5, 0)
+	l := b.parts[0]
+	b.hook = func(w *fakeWriter, r *protocol.Request) bool {
+		if r.Op != protocol.OpGet {
+			return false
+		}
+		if r.Offset >= offs[2] {
+			w.result(protocol.StatusInternalError, protocol.CorruptDataPrefix+"store: partition t-0: offset "+
+				strconv.FormatInt(r.Offset, 10)+" is in damaged data", r.Opaque)
+			return true
+		}
+		l.mu.Lock()
+		data := bytes.Clone(l.data[r.Offset-l.base : offs[2]-l.base]) // the broker clips at the damage
+		l.mu.Unlock()
+		w.value(data[:min(len(data), int(r.MaxSize))], r.Opaque)
+		return true
+	}
+	c := memConsumer(t, b)
+	var got []string
+	err := c.Consume(ctxT(t, 10*time.Second), func(_ context.Context, m *message.Message) error {
+		got = append(got, string(m.Body))
+		return nil
+	})
+	var ce *CorruptRecordError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, offs[2], ce.Offset)
+	require.ErrorIs(t, err, message.ErrCorruptRecord)
+	require.Contains(t, err.Error(), "damaged data")
+	require.Equal(t, []string{"0", "1"}, got)
+	require.Equal(t, offs[2], c.Position(0))
+}
+
 // TestConsumerResyncForward: when `offset` answers past the bad record, the
 // consumer continues there.
 func TestConsumerResyncForward(t *testing.T) {
@@ -147,7 +185,7 @@ func TestConsumerMisalignedStart(t *testing.T) {
 		}
 		return false
 	}
-	c := memConsumer(t, b, WithStartFrom(AtOffset(5)), WithMaxFetchSizeLimit(4096))
+	c := memConsumer(t, b, withStartFrom(AtOffset(5)), withMaxFetchSizeLimit(4096))
 	got := collect(t, c, 3)
 	require.Equal(t, int64(0), got[0].Offset)
 }
@@ -179,13 +217,13 @@ func TestConsumerAlreadyRunningAndClose(t *testing.T) {
 func TestParseStats(t *testing.T) {
 	ts, err := parseStatsTopics("STATS\r\nb partitions 2 message_count 5 message_bytes 100 accept_publish true accept_subscribe false\r\na *Empty*\r\nEND\r\n")
 	require.NoError(t, err)
-	require.Equal(t, []TopicInfo{
+	require.Equal(t, []topicInfo{
 		{Name: "a", AcceptPublish: true, AcceptSubscribe: true},
 		{Name: "b", Partitions: 2, MessageCount: 5, MessageBytes: 100, AcceptPublish: true},
 	}, ts)
 	offs, err := parseStatsOffsets("STATS\r\nb part 1 min_offset 0 max_offset 9\r\nb part 0 min_offset 3 max_offset 4\r\nEND\r\n")
 	require.NoError(t, err)
-	require.Equal(t, []PartitionOffsets{{0, 3, 4}, {1, 0, 9}}, offs["b"])
+	require.Equal(t, []partitionOffsets{{0, 3, 4}, {1, 0, 9}}, offs["b"])
 	_, err = parseStatsOffsets("STATS\r\nb part x\r\nEND\r\n")
 	require.Error(t, err)
 }

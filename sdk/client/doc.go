@@ -1,69 +1,57 @@
-// Package client is the Go client for metaq-go brokers: a Producer, a
-// Consumer and a small Admin, speaking MetaQ's text protocol (sdk/protocol)
-// over one pipelined TCP connection per client.
+// Package client is the Go client for metaq-go brokers: one Client,
+// built by New with options, that produces and consumes in every mode.
 //
-// Every call takes a context; options are functional with usable defaults
-// (MetaQ's: 3 s send timeout, 1 MiB fetches, 5 retries before a message is
-// rejected). Close is idempotent and bounded by its context.
+//	cl, err := client.New(
+//		client.Brokers("127.0.0.1:8123"),  // or client.ZooKeeper("zk1:2181,zk2:2181", "/meta")
+//		client.ConsumeTopics("orders"),    // omit for a producer only
+//		client.ConsumerGroup("billing"),   // omit to read every partition, committing nothing
+//	)
+//	if err != nil { ... }
+//	defer cl.Close(ctx)
+//
+//	// Produce: async with a promise, or ProduceSync.
+//	cl.Produce(ctx, &message.Message{Topic: "orders", Body: b}, func(r client.SendResult, err error) { ... })
+//	res, err := cl.ProduceSync(ctx, msgs...)
+//	err = cl.Flush(ctx)
+//
+//	// Consume: an iterator, or a handler.
+//	for m, err := range cl.Messages(ctx) { ... }
+//	err = cl.Consume(ctx, func(ctx context.Context, m *message.Message) error { ... })
+//
+// # Discovery
+//
+// Brokers talks to the brokers given, learning each one's broker id and
+// partitions from `stats`. ZooKeeper follows MetaQ's registry: brokers
+// and partitions that appear are used and those that vanish are dropped,
+// with no restart. Every option works in both modes unless its
+// documentation says otherwise, and an option that does not apply to the
+// Client being built is an error from New, never ignored.
 //
 // # Producing
 //
-//	p, err := client.NewProducer("127.0.0.1:8123")
-//	if err != nil { ... }
-//	defer p.Close(context.Background())
-//	res, err := p.Send(ctx, &message.Message{Topic: "meta-test", Body: []byte("hello")})
-//	// res.Partition, res.Offset, res.ID
-//
-// SendAsync takes a callback and SendFuture returns a future; both keep up
-// to WithMaxInFlight messages outstanding on the connection. WithBatching
-// packs messages for the same partition into one mput request. The
-// partition is chosen by a PartitionSelector (RoundRobin by default,
-// Random, HashByKey, Fixed) from the partition count the broker reports
-// in `stats topics`.
-//
-// A send that fails with ErrTimeout or ErrConnectionLost may still have been
-// stored: MetaQ delivers at least once.
-//
-// NewClusterProducer finds brokers and partitions in ZooKeeper.
-// NewOrderedProducer is MetaQ's ordered producer on top of it: each message
-// goes to a fixed partition chosen by key (HashByKey by default, among the
-// partitions declared with WithPartitionLayout), and when that partition is
-// unavailable the message is kept, fsynced, in a local store
-// (WithLocalStore, default ~/.meta_localmessage) and Send reports
-// StoredLocally; later messages for the partition queue behind it and a
-// background drainer resends them in order once the partition is back,
-// also after a restart.
+// A message's partition is chosen by the Selector among the topic's
+// partitions, sorted by broker id then number (MetaQ's partition list);
+// RoundRobin by default. Batching packs each partition's messages into
+// mput requests. A message whose broker fails is retried on another
+// partition within ProduceTimeout (ProduceRetries), so delivery is at
+// least once: an error wrapping ErrTimeout or ErrConnectionLost leaves it
+// unknown whether the message was stored. Ordered is MetaQ's ordered
+// producer: fixed partitions by key and a local fsynced store for
+// messages whose partition is unavailable.
 //
 // # Consuming
 //
-//	c, err := client.NewConsumer("127.0.0.1:8123", "meta-test", client.WithStartFrom(client.Earliest))
-//	if err != nil { ... }
-//	defer c.Close(context.Background())
-//	err = c.Consume(ctx, func(ctx context.Context, m *message.Message) error {
-//		fmt.Printf("%d@%d: %s\n", m.Partition, m.Offset, m.Body)
-//		return nil
-//	})
-//
-// or, with an iterator:
-//
-//	for m, err := range c.Messages(ctx) { ... }
-//
-// Each partition is fetched by its own goroutine and delivered in order;
-// Consume runs the handler for different partitions concurrently. A handler
-// error retries the message, then hands it to the WithOnReject hook.
-// Position reports how far each partition has been handled; an OffsetStore
-// (WithOffsetStore) keeps positions across restarts.
-//
-// # Consumer groups
-//
-// In a cluster, NewClusterConsumer joins a consumer group through ZooKeeper
-// (MetaQ's layout): the group's members share the topic's partitions of
-// every broker, rebalance when members or brokers come and go, and hand a
-// partition over only after committing its offset; WithBroadcast gives
-// every member every message. Without ZooKeeper, a Consumer with WithGroup
-// and WithGroupMembership lets the broker share its partitions among the
-// group's members.
+// ConsumeTopics reads every partition of the topics, ConsumePartitions
+// chosen partitions of one broker. With ConsumerGroup the members share
+// the partitions (through the broker in direct mode, through ZooKeeper
+// owner nodes in cluster mode, MetaQ's balancing) and commit their
+// positions every CommitInterval, on release and on Close; Broadcast
+// gives every member every message. Each partition is delivered in
+// order, one message at a time; different partitions concurrently. A
+// message the handler fails on is retried (HandlerRetries), then given to
+// the Reject policy: Drop by default (logged at error level), or
+// RecoverLocally, MetaQ's local recovery store.
 //
 // Errors from the broker are *BrokerError values; compare them with
-// errors.Is against ErrNoData, ErrInternal and the other code sentinels.
+// errors.Is against ErrNoData, ErrInternal and the other sentinels.
 package client

@@ -1,13 +1,10 @@
-package client_test
+package client
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,13 +15,13 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/broker"
-	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 const topic = "t1"
-
-var quiet = client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 
 type testBroker struct {
 	b    *broker.Broker
@@ -32,7 +29,8 @@ type testBroker struct {
 	addr string
 }
 
-// startBroker runs a real broker with topic t1 (4 partitions) on 127.0.0.1.
+// startBroker runs a real broker (internal/brokertest) with topic t1 (4
+// partitions) on 127.0.0.1.
 func startBroker(tb testing.TB, mods ...func(*conf.Config)) *testBroker {
 	tb.Helper()
 	return runBroker(tb, brokerConfig(tb, mods...))
@@ -41,11 +39,7 @@ func startBroker(tb testing.TB, mods ...func(*conf.Config)) *testBroker {
 // brokerConfig is the configuration of startBroker's broker: topic t1 (4
 // partitions) in a fresh data directory, then mods.
 func brokerConfig(tb testing.TB, mods ...func(*conf.Config)) *conf.Config {
-	cfg := conf.Default()
-	// conf.Validate rejects port 0 although Broker.Start documents it, so
-	// the tests listen themselves and use Serve; Port only has to validate.
-	cfg.Port = 8123
-	cfg.DataDir = tb.TempDir()
+	cfg := brokertest.Default(tb)
 	cfg.Topics = []conf.Topic{{Name: topic}}
 	cfg.NumPartitions = 4
 	for _, m := range mods {
@@ -55,40 +49,29 @@ func brokerConfig(tb testing.TB, mods ...func(*conf.Config)) *conf.Config {
 }
 
 func runBroker(tb testing.TB, cfg *conf.Config) *testBroker {
-	return runBrokerAt(tb, cfg, "127.0.0.1:0", broker.Options{})
+	return runBrokerAt(tb, cfg, "", broker.Options{})
 }
 
 // runBrokerAt runs a broker with cfg and opts (its log silenced) on a
-// listener at addr, closed when tb ends.
+// listener at addr ("": a free port), closed when tb ends.
 func runBrokerAt(tb testing.TB, cfg *conf.Config, addr string, opts broker.Options) *testBroker {
 	tb.Helper()
 	opts.Logf = func(string, ...any) {}
-	b, err := broker.New(cfg, opts)
-	require.NoError(tb, err)
-	ln, err := net.Listen("tcp", addr)
-	require.NoError(tb, err)
-	require.NoError(tb, b.Serve(ln))
-	tb.Cleanup(func() { _ = b.Close() })
-	return &testBroker{b: b, cfg: cfg, addr: b.Addr()}
+	b := brokertest.Start(tb, brokertest.Config(cfg), brokertest.Listen(addr), brokertest.BrokerOptions(opts))
+	return &testBroker{b: b.Broker, cfg: cfg, addr: b.Addr()}
 }
 
-func ctxT(tb testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	tb.Cleanup(cancel)
-	return ctx
-}
-
-func newProducer(tb testing.TB, addr string, opts ...client.ProducerOption) *client.Producer {
+func newProducer(tb testing.TB, addr string, opts ...prodOption) *brokerProducer {
 	tb.Helper()
-	p, err := client.NewProducer(addr, append([]client.ProducerOption{quiet}, opts...)...)
+	p, err := newBrokerProducer(addr, append([]prodOption{quiet}, opts...)...)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p
 }
 
-func newConsumer(tb testing.TB, addr string, opts ...client.ConsumerOption) *client.Consumer {
+func newConsumer(tb testing.TB, addr string, opts ...consOption) *brokerConsumer {
 	tb.Helper()
-	c, err := client.NewConsumer(addr, topic, append([]client.ConsumerOption{quiet, client.WithMaxFetchDelay(100 * time.Millisecond)}, opts...)...)
+	c, err := newBrokerConsumer(addr, topic, append([]consOption{quiet, withMaxFetchDelay(100 * time.Millisecond)}, opts...)...)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
@@ -100,7 +83,7 @@ type pos struct {
 }
 
 // readN reads n messages with the iterator and returns them by position.
-func readN(tb testing.TB, c *client.Consumer, n int) map[pos]*message.Message {
+func readN(tb testing.TB, c *brokerConsumer, n int) map[pos]*message.Message {
 	tb.Helper()
 	got := make(map[pos]*message.Message)
 	for m, err := range c.Messages(ctxT(tb, 20*time.Second)) {
@@ -122,7 +105,7 @@ func TestRoundTripSyncAsyncFuture(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	var mu sync.Mutex
 	sent := make(map[pos]*message.Message)
-	record := func(m *message.Message, r client.SendResult) {
+	record := func(m *message.Message, r SendResult) {
 		mu.Lock()
 		defer mu.Unlock()
 		require.Equal(t, topic, r.Topic)
@@ -147,13 +130,13 @@ func TestRoundTripSyncAsyncFuture(t *testing.T) {
 	for i := range 200 {
 		m := mk("async", i)
 		wg.Add(1)
-		p.SendAsync(ctx, m, func(r client.SendResult, err error) {
+		p.SendAsync(ctx, m, func(r SendResult, err error) {
 			defer wg.Done()
 			require.NoError(t, err)
 			record(m, r)
 		})
 	}
-	futs := make([]*client.SendFuture, 50)
+	futs := make([]*sendFuture, 50)
 	msgs := make([]*message.Message, 50)
 	for i := range futs {
 		msgs[i] = mk("future", i)
@@ -182,10 +165,10 @@ func TestRoundTripSyncAsyncFuture(t *testing.T) {
 // computed from record sizes) match what the consumer reads back.
 func TestBatchOffsets(t *testing.T) {
 	br := startBroker(t)
-	p := newProducer(t, br.addr, client.WithBatching(64, 16<<10, 5*time.Millisecond), client.WithSelector(client.HashByKey()))
+	p := newProducer(t, br.addr, withBatching(64, 16<<10, 5*time.Millisecond), withSelector(selector.HashByKey()))
 	ctx := ctxT(t, 20*time.Second)
 	const n = 1000
-	results := make([]client.SendResult, n)
+	results := make([]SendResult, n)
 	bodies := make([][]byte, n)
 	var wg sync.WaitGroup
 	var failed atomic.Int32
@@ -196,7 +179,7 @@ func TestBatchOffsets(t *testing.T) {
 			m.Attribute, m.HasAttribute = "k"+strconv.Itoa(i), true
 		}
 		wg.Add(1)
-		p.SendAsync(ctx, m, func(r client.SendResult, err error) {
+		p.SendAsync(ctx, m, func(r SendResult, err error) {
 			defer wg.Done()
 			if err != nil {
 				failed.Add(1)
@@ -227,9 +210,9 @@ func TestBatchOffsets(t *testing.T) {
 
 func TestConsumerStartFrom(t *testing.T) {
 	br := startBroker(t)
-	p := newProducer(t, br.addr, client.WithSelector(client.Fixed(2)))
+	p := newProducer(t, br.addr, withSelector(selector.Fixed(2)))
 	ctx := ctxT(t, 20*time.Second)
-	var res []client.SendResult
+	var res []SendResult
 	send := func(k int) {
 		for range k {
 			r, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte(strconv.Itoa(len(res)))})
@@ -239,7 +222,7 @@ func TestConsumerStartFrom(t *testing.T) {
 	}
 	send(10)
 
-	latest := newConsumer(t, br.addr, client.WithPartitions(2), client.WithStartFrom(client.Latest))
+	latest := newConsumer(t, br.addr, withPartitions(2), withStartFrom(Latest))
 	// Start the run (which resolves Latest) before sending more.
 	ch := make(chan *message.Message, 5)
 	go func() {
@@ -264,7 +247,7 @@ func TestConsumerStartFrom(t *testing.T) {
 		require.Equal(t, res[i].Offset, m.Offset)
 	}
 
-	at := newConsumer(t, br.addr, client.WithPartitions(2), client.WithStartFrom(client.AtOffset(res[3].Offset)))
+	at := newConsumer(t, br.addr, withPartitions(2), withStartFrom(AtOffset(res[3].Offset)))
 	i := 3
 	for m, err := range at.Messages(ctx) {
 		require.NoError(t, err)
@@ -275,7 +258,7 @@ func TestConsumerStartFrom(t *testing.T) {
 	}
 	require.Equal(t, res[14].Offset+int64(message.HeaderSize+2), at.Position(2))
 
-	early := newConsumer(t, br.addr, client.WithPartitions(2, 0))
+	early := newConsumer(t, br.addr, withPartitions(2, 0))
 	require.Len(t, readN(t, early, 15), 15)
 	require.Equal(t, int64(0), early.Position(0))
 	require.Equal(t, int64(-1), early.Position(1))
@@ -285,14 +268,14 @@ func TestConsumerStartFrom(t *testing.T) {
 // size grows; one larger than the limit stops the consumer with a clear error.
 func TestFetchGrowth(t *testing.T) {
 	br := startBroker(t)
-	p := newProducer(t, br.addr, client.WithSelector(client.Fixed(1)))
+	p := newProducer(t, br.addr, withSelector(selector.Fixed(1)))
 	ctx := ctxT(t, 20*time.Second)
 	big := bytes.Repeat([]byte("B"), 300<<10)
 	for _, b := range [][]byte{[]byte("small-1"), big, []byte("small-2")} {
 		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: b})
 		require.NoError(t, err)
 	}
-	c := newConsumer(t, br.addr, client.WithPartitions(1), client.WithMaxFetchSize(4096))
+	c := newConsumer(t, br.addr, withPartitions(1), withMaxFetchSize(4096))
 	var got [][]byte
 	for m, err := range c.Messages(ctx) {
 		require.NoError(t, err)
@@ -305,10 +288,10 @@ func TestFetchGrowth(t *testing.T) {
 	require.Equal(t, big, got[1])
 	require.Equal(t, "small-2", string(got[2]))
 
-	small := newConsumer(t, br.addr, client.WithPartitions(1), client.WithMaxFetchSize(4096), client.WithMaxFetchSizeLimit(64<<10))
+	small := newConsumer(t, br.addr, withPartitions(1), withMaxFetchSize(4096), withMaxFetchSizeLimit(64<<10))
 	var seen int
 	err := small.Consume(ctx, func(context.Context, *message.Message) error { seen++; return nil })
-	require.ErrorIs(t, err, client.ErrRecordTooLarge)
+	require.ErrorIs(t, err, ErrRecordTooLarge)
 	require.Equal(t, 1, seen)
 }
 
@@ -316,15 +299,15 @@ func TestProducerCloseWaitsForInFlight(t *testing.T) {
 	br := startBroker(t)
 	for _, batching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
-			var opts []client.ProducerOption
+			var opts []prodOption
 			if batching {
-				opts = append(opts, client.WithBatching(100, 0, 50*time.Millisecond))
+				opts = append(opts, withBatching(100, 0, 50*time.Millisecond))
 			}
-			p, err := client.NewProducer(br.addr, append(opts, quiet)...)
+			p, err := newBrokerProducer(br.addr, append(opts, quiet)...)
 			require.NoError(t, err)
 			var ok, failed atomic.Int32
 			for range 2000 {
-				p.SendAsync(context.Background(), &message.Message{Topic: topic, Body: []byte("x")}, func(_ client.SendResult, err error) {
+				p.SendAsync(context.Background(), &message.Message{Topic: topic, Body: []byte("x")}, func(_ SendResult, err error) {
 					if err != nil {
 						failed.Add(1)
 					} else {
@@ -367,12 +350,12 @@ func TestBrokerRestart(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return got.Load() == 40 }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, c.Close(ctx))
-	require.ErrorIs(t, <-done, client.ErrClosed)
+	require.ErrorIs(t, <-done, ErrClosed)
 }
 
 func TestConsumeRetryAndReject(t *testing.T) {
 	br := startBroker(t)
-	p := newProducer(t, br.addr, client.WithSelector(client.Fixed(0)))
+	p := newProducer(t, br.addr, withSelector(selector.Fixed(0)))
 	ctx := ctxT(t, 20*time.Second)
 	for i := range 5 {
 		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte(strconv.Itoa(i))})
@@ -381,8 +364,8 @@ func TestConsumeRetryAndReject(t *testing.T) {
 	var rejected []string
 	attempts := make(map[string]int)
 	var handled []string
-	c := newConsumer(t, br.addr, client.WithPartitions(0), client.WithRetries(5, time.Millisecond),
-		client.WithOnReject(func(_ context.Context, m *message.Message, err error) {
+	c := newConsumer(t, br.addr, withPartitions(0), withRetries(5, time.Millisecond),
+		withOnReject(func(_ context.Context, m *message.Message, err error) {
 			rejected = append(rejected, string(m.Body)+":"+err.Error())
 		}))
 	cctx, cancel := context.WithCancel(ctx)
@@ -406,25 +389,37 @@ func TestConsumeRetryAndReject(t *testing.T) {
 	require.Equal(t, int64(5*(message.HeaderSize+1)), c.Position(0))
 }
 
+// memStore is an offsets.Store in memory.
 type memStore struct {
 	mu   sync.Mutex
-	offs map[string]int64
+	offs map[string]message.Position
 }
 
-func (s *memStore) key(g, t string, p int32) string { return fmt.Sprintf("%s/%s/%d", g, t, p) }
-
-func (s *memStore) Load(_ context.Context, g, t string, p int32) (int64, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.offs[s.key(g, t, p)]
-	return v, ok, nil
+func (s *memStore) key(g string, p message.Position) string {
+	return g + "/" + p.Topic + "/" + p.Partition.String()
 }
 
-func (s *memStore) Commit(_ context.Context, g, t string, offs map[int32]int64) error {
+func (s *memStore) Load(_ context.Context, g string, ps []message.Position) ([]message.Position, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for p, o := range offs {
-		s.offs[s.key(g, t, p)] = o
+	out := make([]message.Position, len(ps))
+	for i, p := range ps {
+		out[i] = offsets.NotStored(p)
+		if v, ok := s.offs[s.key(g, p)]; ok {
+			out[i] = v
+		}
+	}
+	return out, nil
+}
+
+func (s *memStore) Commit(_ context.Context, g string, ps []message.Position) error {
+	if err := offsets.ValidateCommit(g, ps); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range ps {
+		s.offs[s.key(g, p)] = p
 	}
 	return nil
 }
@@ -437,11 +432,11 @@ func TestOffsetStoreResume(t *testing.T) {
 		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte(strconv.Itoa(i))})
 		require.NoError(t, err)
 	}
-	store := &memStore{offs: make(map[string]int64)}
-	c1 := newConsumer(t, br.addr, client.WithOffsetStore(store, time.Hour), client.WithGroup("g1"))
+	store := &memStore{offs: make(map[string]message.Position)}
+	c1 := newConsumer(t, br.addr, withOffsetStore(store, time.Hour), withGroup("g1"))
 	first := readN(t, c1, 25)
 	require.NoError(t, c1.Close(ctx))
-	c2 := newConsumer(t, br.addr, client.WithOffsetStore(store, time.Hour), client.WithGroup("g1"))
+	c2 := newConsumer(t, br.addr, withOffsetStore(store, time.Hour), withGroup("g1"))
 	second := readN(t, c2, 15)
 	for k := range second {
 		require.NotContains(t, first, k)
@@ -450,13 +445,13 @@ func TestOffsetStoreResume(t *testing.T) {
 
 func TestAdminTopics(t *testing.T) {
 	br := startBroker(t, func(c *conf.Config) { c.Topics = append(c.Topics, conf.Topic{Name: "empty"}) })
-	p := newProducer(t, br.addr, client.WithSelector(client.Fixed(3)))
+	p := newProducer(t, br.addr, withSelector(selector.Fixed(3)))
 	ctx := ctxT(t, 10*time.Second)
 	for range 3 {
 		_, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte("abc")})
 		require.NoError(t, err)
 	}
-	a, err := client.NewAdmin(br.addr)
+	a, err := newBrokerAdmin(br.addr)
 	require.NoError(t, err)
 	defer a.Close()
 	ts, err := a.Topics(ctx)
@@ -468,8 +463,8 @@ func TestAdminTopics(t *testing.T) {
 	require.Equal(t, 4, ti.Partitions)
 	require.Equal(t, int64(3), ti.MessageCount)
 	require.Len(t, ti.Offsets, 4)
-	require.Equal(t, client.PartitionOffsets{Partition: 3, Min: 0, Max: 3 * (message.HeaderSize + 3)}, ti.Offsets[3])
-	s, err := client.Stats(ctx, br.addr, "")
+	require.Equal(t, partitionOffsets{Partition: 3, Min: 0, Max: 3 * (message.HeaderSize + 3)}, ti.Offsets[3])
+	s, err := brokerStats(ctx, br.addr, "")
 	require.NoError(t, err)
 	require.Contains(t, s, "STATS\r\n")
 	off, err := a.Offset(ctx, topic, "g", 3, 1<<62)

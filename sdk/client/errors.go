@@ -9,8 +9,8 @@ import (
 )
 
 var (
-	// ErrClosed is returned by calls on a closed Producer, Consumer or Admin,
-	// and by calls still in flight when Close gave up waiting for them.
+	// ErrClosed is returned by calls on a closed Client, and by calls
+	// still in flight when Close gave up waiting for them.
 	ErrClosed = errors.New("metaq: client closed")
 	// ErrConnectionLost is returned (wrapped with the cause) by every call
 	// that was in flight on a connection when it failed. The request may or
@@ -22,13 +22,13 @@ var (
 	// still have been applied.
 	ErrTimeout = errors.New("metaq: request timed out")
 	// ErrUnknownTopic means the broker does not list the topic in
-	// `stats topics`; use WithTopicPartitions for a wildcard topic.
+	// `stats topics`.
 	ErrUnknownTopic = errors.New("metaq: unknown topic")
 	// ErrRecordTooLarge means a record does not fit in the consumer's fetch
-	// size limit (WithMaxFetchSizeLimit), so it can never be fetched.
+	// size limit (FetchMaxBytesLimit), so it can never be fetched.
 	ErrRecordTooLarge = errors.New("metaq: record larger than the fetch size limit")
 	// ErrAlreadyConsuming is returned by Consume or Messages while another
-	// Consume or Messages call on the same Consumer is running.
+	// Consume or Messages call on the same Client is running.
 	ErrAlreadyConsuming = errors.New("metaq: consumer is already running")
 	// ErrInvalidMessage means a message cannot be sent: no topic, or a body
 	// over the maximum message size.
@@ -48,7 +48,31 @@ var (
 	ErrInternal = &BrokerError{Code: protocol.StatusInternalError}
 	// ErrBusy matches a 503 reply.
 	ErrBusy = &BrokerError{Code: protocol.StatusBusy}
+	// ErrUnauthorized matches a 401 reply (the connection is not
+	// authenticated: see SASLPlain) and an *AuthError.
+	ErrUnauthorized = &BrokerError{Code: protocol.StatusUnauthorized}
 )
+
+// AuthError is returned when a broker refuses the SASL PLAIN handshake
+// that SASLPlain makes on every new connection (a 401 reply). It
+// matches ErrUnauthorized with errors.Is. It never holds the password.
+type AuthError struct {
+	// Addr is the broker's address and User the user name sent.
+	Addr, User string
+	// Msg is the broker's reason.
+	Msg string
+}
+
+// Error names the broker, the user and the reason.
+func (e *AuthError) Error() string {
+	return fmt.Sprintf("metaq: broker %s refused authentication as user %q: %s", e.Addr, e.User, e.Msg)
+}
+
+// Is reports whether target is ErrUnauthorized (any 401).
+func (e *AuthError) Is(target error) bool {
+	t, ok := target.(*BrokerError)
+	return ok && t.Code == protocol.StatusUnauthorized && t.Msg == ""
+}
 
 // BrokerError is a non-200 result reply.
 type BrokerError struct {
@@ -56,8 +80,12 @@ type BrokerError struct {
 	Code int
 	// Msg is the reply body, usually the broker's explanation.
 	Msg string
+	// Cause is the machine-readable reason the broker put at the start
+	// of the body (protocol.CausePartitionOutOfRange, ...), or "".
+	Cause string
 }
 
+// Error gives the code, its name and the broker's explanation.
 func (e *BrokerError) Error() string {
 	s := "metaq: broker replied " + strconv.Itoa(e.Code) + " " + protocol.StatusText(e.Code)
 	if e.Msg != "" {
@@ -82,7 +110,7 @@ func (e *BrokerError) Temporary() bool {
 	return false
 }
 
-// CorruptRecordError is returned by a Consumer when a partition holds a
+// CorruptRecordError is returned by Consume or Messages when a partition holds a
 // record that fails its checksum (or has an impossible length) and asking
 // the broker for the nearest valid offset does not move past it.
 type CorruptRecordError struct {
@@ -94,13 +122,16 @@ type CorruptRecordError struct {
 	Err error
 }
 
+// Error names the partition and the offset of the bad record.
 func (e *CorruptRecordError) Error() string {
 	return fmt.Sprintf("metaq: corrupt record in %s-%d at offset %d: %v", e.Topic, e.Partition, e.Offset, e.Err)
 }
 
+// Unwrap returns the iterator's error.
 func (e *CorruptRecordError) Unwrap() error { return e.Err }
 
 // resultError turns a non-200 reply into a *BrokerError.
 func resultError(code int, body []byte) error {
-	return &BrokerError{Code: code, Msg: string(body)}
+	cause, _ := protocol.ParseCause(string(body))
+	return &BrokerError{Code: code, Msg: string(body), Cause: cause}
 }

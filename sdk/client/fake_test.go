@@ -191,7 +191,7 @@ func (b *memBroker) handle(w *fakeWriter, r *protocol.Request) {
 	var l *memLog
 	if r.Op == protocol.OpPut || r.Op == protocol.OpMPut || r.Op == protocol.OpGet || r.Op == protocol.OpOffset {
 		if string(r.Topic) != b.topic || r.Partition < 0 || int(r.Partition) >= len(b.parts) {
-			w.result(protocol.StatusInternalError, "partition "+strconv.Itoa(int(r.Partition))+" out of range", r.Opaque)
+			w.result(protocol.StatusInternalError, protocol.WithCause(protocol.CausePartitionOutOfRange, strconv.Itoa(int(r.Partition))), r.Opaque)
 			return
 		}
 		l = b.parts[r.Partition]

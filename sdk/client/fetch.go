@@ -1,11 +1,13 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/backoff"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -22,7 +24,7 @@ type fetched struct {
 
 // fetcher is the state of one partition's fetch loop.
 type fetcher struct {
-	c      *Consumer
+	c      *brokerConsumer
 	ps     *partState
 	offset int64 // next offset to get
 	// aligned: offset is known to be a record start (not a user's AtOffset
@@ -35,10 +37,10 @@ type fetcher struct {
 
 // fetchLoop gets records from ps until ctx ends or a permanent error;
 // emit returns false when delivery has stopped.
-func (c *Consumer) fetchLoop(ctx context.Context, ps *partState, emit func(*fetched) bool) {
+func (c *brokerConsumer) fetchLoop(ctx context.Context, ps *partState, emit func(*fetched) bool) {
 	f := &fetcher{c: c, ps: ps, offset: ps.pos.Load(), aligned: !ps.unaligned}
 	for {
-		if f.delay > 0 && !sleepCtx(ctx, f.delay) {
+		if f.delay > 0 && backoff.Sleep(ctx, f.delay) != nil {
 			return
 		}
 		if ctx.Err() != nil {
@@ -108,6 +110,17 @@ func (f *fetcher) fetchOnce(ctx context.Context) (*fetched, error) {
 		return nil, nil
 	case protocol.StatusBadRequest:
 		return nil, fmt.Errorf("metaq: get %s-%d at %d: %w", c.topic, ps.p, offset, resultError(code, body))
+	case protocol.StatusInternalError:
+		if bytes.HasPrefix(body, []byte(protocol.CorruptDataPrefix)) {
+			// Damaged on the broker's disk: never retried as is. resync
+			// re-aligns an offset that may not be a record start, and
+			// otherwise reports a *CorruptRecordError.
+			return f.resync(ctx, fmt.Errorf("%w: %w", message.ErrCorruptRecord, resultError(code, body)))
+		}
+		c.cfg.logger.Warn("metaq: get refused", "topic", c.topic, "partition", ps.p, "offset", offset,
+			"err", resultError(code, body))
+		f.backoff()
+		return nil, nil
 	default:
 		c.cfg.logger.Warn("metaq: get refused", "topic", c.topic, "partition", ps.p, "offset", offset,
 			"err", resultError(code, body))
@@ -218,16 +231,18 @@ func (f *fetcher) tooSmall(ctx context.Context, body []byte) (*fetched, error) {
 		f.backoff()
 		return nil, nil
 	}
+	if !f.aligned {
+		// No whole record at a user-given offset: it may lie inside a
+		// record (the last one, say), so re-align instead of waiting for
+		// the rest of a record that is not being written.
+		return f.resync(ctx, fmt.Errorf("%w: no whole record at a user-given offset", message.ErrCorruptRecord))
+	}
 	need := int64(message.HeaderSize) + int64(int32(binary.BigEndian.Uint32(body)))
 	if need <= int64(ps.fetchSize) {
 		f.backoff() // the record is still being written, or the reply was cut short
 		return nil, nil
 	}
 	if need > int64(c.cfg.fetchLimit) {
-		if !f.aligned {
-			// More likely garbage read from the middle of a record.
-			return f.resync(ctx, fmt.Errorf("%w: length %d at a user-given offset", message.ErrCorruptRecord, need-message.HeaderSize))
-		}
 		return nil, fmt.Errorf("%w: %s-%d offset %d holds a %d-byte record, limit %d",
 			ErrRecordTooLarge, c.topic, ps.p, f.offset, need, c.cfg.fetchLimit)
 	}
@@ -251,6 +266,12 @@ func (f *fetcher) resync(ctx context.Context, cause error) (*fetched, error) {
 			c.cfg.logger.Warn("metaq: resync failed", "topic", c.topic, "partition", ps.p, "offset", bad, "err", err)
 			f.backoff()
 		}
+		return nil, nil
+	}
+	if to == bad && !f.aligned {
+		// The user's offset is a record start after all: read it as one.
+		f.aligned, f.delay = true, 0
+		ps.unaligned = false
 		return nil, nil
 	}
 	if to > bad || (to < bad && !f.aligned) {

@@ -63,7 +63,7 @@ func TestConsumerFilteredReplies(t *testing.T) {
 		filteringGet(w, b.parts[0], r, keep)
 		return true
 	}
-	c := memConsumer(t, b, WithMaxFetchSize(300))
+	c := memConsumer(t, b, withMaxFetchSize(300))
 	got := collect(t, c, 40)
 	for i, m := range got {
 		require.Equal(t, strconv.Itoa(i*5), string(trimZeros(m.Body)))

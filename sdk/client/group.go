@@ -17,10 +17,10 @@ import (
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
-// Group membership in local mode: a consumer created WithGroup and
-// WithGroupMembership, without WithPartitions, joins its group at the broker (`join`), which shares the
+// Group membership in local mode: a consumer created withGroup and
+// withGroupMembership, without withPartitions, joins its group at the broker (`join`), which shares the
 // topic's partitions among the members with the group's balance strategy.
-// The consumer heartbeats every WithHeartbeatInterval; each reply is its
+// The consumer heartbeats every withHeartbeatInterval; each reply is its
 // view, the partitions it owns now. A partition that leaves the view is
 // stopped and its position committed before the next heartbeat, which
 // acknowledges the view so that the broker can hand the partition to its
@@ -32,12 +32,12 @@ import (
 // DefaultHeartbeatInterval is how often a group member heartbeats.
 const DefaultHeartbeatInterval = time.Second
 
-var errGroupMessages = errors.New("metaq: Messages does not support group membership yet; use Consume or WithPartitions")
+var errGroupMessages = errors.New("metaq: Messages does not support group membership yet; use Consume or withPartitions")
 
-// WithHeartbeatInterval sets how often a group member heartbeats, which
+// withHeartbeatInterval sets how often a group member heartbeats, which
 // bounds how fast it learns of rebalances. Default 1 s; the broker removes
 // a member silent for its group session timeout (default 3 s).
-func WithHeartbeatInterval(d time.Duration) ConsumerOption {
+func withHeartbeatInterval(d time.Duration) consOption {
 	return consumerOpt(func(c *consumerConfig) {
 		if d > 0 {
 			c.heartbeat = d
@@ -45,16 +45,16 @@ func WithHeartbeatInterval(d time.Duration) ConsumerOption {
 	})
 }
 
-// WithBalanceStrategy sets the group's balance strategy by name,
+// withBalanceStrategy sets the group's balance strategy by name,
 // balance.NameDefault (the default) or balance.NameConsist. Every member
 // of a group must use the same one.
-func WithBalanceStrategy(name string) ConsumerOption {
+func withBalanceStrategy(name string) consOption {
 	return consumerOpt(func(c *consumerConfig) { c.strategy = strings.ToLower(name) })
 }
 
-// WithConsumerID sets this member's id in its group. Default
+// withConsumerID sets this member's id in its group. Default
 // `<hostname>-<pid>-<random>`. Ids order the members for balancing.
-func WithConsumerID(id string) ConsumerOption {
+func withConsumerID(id string) consOption {
 	return consumerOpt(func(c *consumerConfig) { c.consumerID, c.consumerIDSet = id, true })
 }
 
@@ -87,27 +87,27 @@ func defaultConsumerID() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// WithGroupMembership makes the consumer a member of its group (WithGroup)
+// withGroupMembership makes the consumer a member of its group (withGroup)
 // coordinated by the broker: the group shares the topic's partitions among
 // its members instead of each consumer reading them all. Ignored with
-// WithPartitions (an explicit assignment). Only Consume supports it.
+// withPartitions (an explicit assignment). Only Consume supports it.
 //
-// It is opt-in for now because consumers that set WithGroup alone read
+// It is opt-in for now because consumers that set withGroup alone read
 // every partition today and existing code relies on that.
-func WithGroupMembership() ConsumerOption {
+func withGroupMembership() consOption {
 	return consumerOpt(func(c *consumerConfig) { c.membership = true })
 }
 
 // groupMode reports whether the broker assigns this consumer's partitions.
-func (c *Consumer) groupMode() bool {
+func (c *brokerConsumer) groupMode() bool {
 	return c.cfg.groupSet && c.cfg.membership && len(c.cfg.partitions) == 0
 }
 
 // ConsumerID returns this consumer's member id in its group.
-func (c *Consumer) ConsumerID() string { return c.cfg.consumerID }
+func (c *brokerConsumer) ConsumerID() string { return c.cfg.consumerID }
 
 // consumeGroup is Consume for a group member.
-func (c *Consumer) consumeGroup(ctx context.Context, h Handler) error {
+func (c *brokerConsumer) consumeGroup(ctx context.Context, h Handler) error {
 	gm := &groupMember{h: h, commitTimeout: c.cn.opts.requestTimeout, commitAttempts: 3}
 	return c.runDynamic(ctx, h, gm, gm.run, func() {
 		if !gm.joined {
@@ -124,11 +124,11 @@ func (c *Consumer) consumeGroup(ctx context.Context, h Handler) error {
 }
 
 // runDynamic runs a consumer whose partitions change while it runs (a
-// group member, or a ClusterConsumer's per-broker consumer): it sets up
+// group member, or a clusterConsumer's per-broker consumer): it sets up
 // the run, the recovery replay (to h) and the commit loop, lets drive
 // start and stop partitions through gm (whose handler is gm.h) until it
 // returns, then stops and commits every partition and calls done.
-func (c *Consumer) runDynamic(ctx context.Context, h Handler, gm *groupMember,
+func (c *brokerConsumer) runDynamic(ctx context.Context, h Handler, gm *groupMember,
 	drive func(context.Context) error, done func()) error {
 	return c.runWith(ctx, h, func(rctx context.Context, rej rejecter, _ *sync.WaitGroup) error {
 		gm.c, gm.rej, gm.errCh, gm.running = c, rej, make(chan error, 1), make(map[int32]*runningPart)
@@ -150,7 +150,7 @@ type runningPart struct {
 // groupMember runs one Consume of a group member: membership, heartbeats
 // and the per-partition goroutines. Only its run goroutine uses it.
 type groupMember struct {
-	c       *Consumer
+	c       *brokerConsumer
 	h       Handler
 	rej     rejecter
 	errCh   chan error

@@ -1,11 +1,11 @@
 package client
 
-import "github.com/metaq-go/metaq/sdk/balance"
+import "github.com/metaq-go/metaq/sdk/message"
 
 // SetOwnHook sets the test hook told when a group member starts (true) and
 // has fully stopped (false) fetching a partition.
-func SetOwnHook(c *Consumer, f func(p int32, owned bool)) { c.onOwn = f }
+func SetOwnHook(c *brokerConsumer, f func(p int32, owned bool)) { c.onOwn = f }
 
-// SetClusterOwnHook is SetOwnHook for a ClusterConsumer; set it before
+// SetClusterOwnHook is SetOwnHook for a clusterConsumer; set it before
 // Consume.
-func SetClusterOwnHook(c *ClusterConsumer, f func(p balance.Partition, owned bool)) { c.onOwn = f }
+func SetClusterOwnHook(c *clusterConsumer, f func(p message.Partition, owned bool)) { c.onOwn = f }

@@ -1,4 +1,4 @@
-package client_test
+package client
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/broker"
-	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -30,7 +29,7 @@ const (
 func startGroupBroker(t *testing.T) *testBroker {
 	t.Helper()
 	cfg := brokerConfig(t, func(c *conf.Config) { c.NumPartitions = 6 })
-	return runBrokerAt(t, cfg, "127.0.0.1:0", broker.Options{GroupSessionTimeout: groupSession})
+	return runBrokerAt(t, cfg, "", broker.Options{GroupSessionTimeout: groupSession})
 }
 
 // ownership checks, at the SDK, that no two members fetch one partition at
@@ -38,7 +37,7 @@ func startGroupBroker(t *testing.T) *testBroker {
 type ownership = ownLog[int32]
 
 // ownLog records, from the members' hooks, who fetches each partition (K:
-// a partition number, or a cluster-wide balance.Partition), and any
+// a partition number, or a cluster-wide message.Partition), and any
 // overlap.
 type ownLog[K comparable] struct {
 	mu         sync.Mutex
@@ -85,12 +84,12 @@ func sampleBroker(o *ownership, b *broker.Broker, stop <-chan struct{}) *sync.Wa
 }
 
 type member struct {
-	c    *client.Consumer
+	c    *brokerConsumer
 	nc   atomic.Pointer[net.Conn]
 	done chan error
 }
 
-func startMember(t *testing.T, addr, id string, own *ownership, h client.Handler, opts ...client.ConsumerOption) *member {
+func startMember(t *testing.T, addr, id string, own *ownership, h Handler, opts ...consOption) *member {
 	t.Helper()
 	m := &member{done: make(chan error, 1)}
 	dial := func(ctx context.Context, network, a string) (net.Conn, error) {
@@ -101,11 +100,11 @@ func startMember(t *testing.T, addr, id string, own *ownership, h client.Handler
 		}
 		return nc, err
 	}
-	c, err := client.NewConsumer(addr, topic, append([]client.ConsumerOption{quiet, client.WithGroup(groupName), client.WithGroupMembership(),
-		client.WithConsumerID(id), client.WithHeartbeatInterval(groupHB), client.WithDialer(dial),
-		client.WithMaxFetchDelay(20 * time.Millisecond), client.WithCommitInterval(100 * time.Millisecond)}, opts...)...)
+	c, err := newBrokerConsumer(addr, topic, append([]consOption{quiet, withGroup(groupName), withGroupMembership(),
+		withConsumerID(id), withHeartbeatInterval(groupHB), withDialer(dial),
+		withMaxFetchDelay(20 * time.Millisecond), withCommitInterval(100 * time.Millisecond)}, opts...)...)
 	require.NoError(t, err)
-	client.SetOwnHook(c, own.hook(id))
+	SetOwnHook(c, own.hook(id))
 	m.c = c
 	if h == nil {
 		h = func(context.Context, *message.Message) error { return nil }
@@ -167,7 +166,7 @@ func TestGroupLocalBalanceLeaveAndKill(t *testing.T) {
 	b := startMember(t, tb.addr, "c-b", own, nil)
 	c := startMember(t, tb.addr, "c-c", own, nil)
 	waitAssignment(t, 6, map[*member]int{a: 2, b: 2, c: 2})
-	stats, err := client.Stats(ctxT(t, 5*time.Second), tb.addr, "groups")
+	stats, err := brokerStats(ctxT(t, 5*time.Second), tb.addr, "groups")
 	require.NoError(t, err)
 	require.Contains(t, stats, groupName+" "+topic+" members 3 generation ")
 
@@ -191,7 +190,7 @@ func TestGroupLocalStrategyMismatch(t *testing.T) {
 	own := &ownership{owner: map[int32]string{}}
 	a := startMember(t, tb.addr, "c-a", own, nil)
 	waitAssignment(t, 6, map[*member]int{a: 6})
-	x := startMember(t, tb.addr, "c-x", own, nil, client.WithBalanceStrategy("consist"))
+	x := startMember(t, tb.addr, "c-x", own, nil, withBalanceStrategy("consist"))
 	select {
 	case err := <-x.done:
 		require.ErrorContains(t, err, "strategy")

@@ -1,4 +1,4 @@
-package client_test
+package client
 
 import (
 	"bufio"
@@ -17,44 +17,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/core/testsvc"
-	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/offsetstore/offsetstoretest"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/offsets"
 )
 
-// consumerHelperEnv makes the test binary a consumer process that prints
-// "<partition> <offset>" per handled message until it is killed.
-const consumerHelperEnv = "METAQ_CLIENT_TEST_CONSUMER"
-
-// TestMain runs the consumer helper, or the tests with one ZooKeeper
-// shared by the whole test binary (each ZooKeeper test keeps to its own
-// root).
-func TestMain(m *testing.M) {
-	if addr := os.Getenv(consumerHelperEnv); addr != "" {
-		runConsumerHelper(addr)
-		return
-	}
-	testsvc.Main(m)
-}
-
-func runConsumerHelper(addr string) {
-	c, err := client.NewConsumer(addr, topic, quiet, client.WithGroup("killed"),
-		client.WithCommitInterval(100*time.Millisecond), client.WithMaxFetchDelay(50*time.Millisecond))
-	if err != nil {
-		os.Exit(3)
-	}
-	var mu sync.Mutex
-	out := bufio.NewWriter(os.Stdout)
-	_ = c.Consume(context.Background(), func(_ context.Context, m *message.Message) error {
-		time.Sleep(3 * time.Millisecond) // progress spread over several commit periods
-		mu.Lock()
-		fmt.Fprintf(out, "%d %d\n", m.Partition, m.Offset)
-		out.Flush()
-		mu.Unlock()
-		return nil
-	})
-	os.Exit(0)
-}
+// consumerHelperEnv and consumerHelperTopicEnv make the test binary a
+// consumer process of that broker and topic (main_test.go).
+const (
+	consumerHelperEnv      = "METAQ_CLIENT_TEST_CONSUMER"
+	consumerHelperTopicEnv = "METAQ_CLIENT_TEST_CONSUMER_TOPIC"
+)
 
 func produceN(t *testing.T, addr string, n int) map[pos]bool {
 	t.Helper()
@@ -75,11 +49,11 @@ func TestBrokerOffsetsResumeAfterClose(t *testing.T) {
 	br := startBroker(t)
 	all := produceN(t, br.addr, 40)
 	ctx := ctxT(t, 20*time.Second)
-	c1 := newConsumer(t, br.addr, client.WithGroup("g1"), client.WithCommitInterval(0))
+	c1 := newConsumer(t, br.addr, withGroup("g1"), withCommitInterval(0))
 	first := readN(t, c1, 25)
 	require.NoError(t, c1.Close(ctx))
 
-	c2 := newConsumer(t, br.addr, client.WithGroup("g1"))
+	c2 := newConsumer(t, br.addr, withGroup("g1"))
 	second := readN(t, c2, 15)
 	for k := range second {
 		require.NotContains(t, first, k, "redelivered after a clean Close")
@@ -87,18 +61,18 @@ func TestBrokerOffsetsResumeAfterClose(t *testing.T) {
 	require.Equal(t, len(all), len(first)+len(second))
 	require.NoError(t, c2.Close(ctx))
 
-	// Another group starts from scratch (WithStartFrom's default, Earliest).
-	c3 := newConsumer(t, br.addr, client.WithGroup("g2"))
+	// Another group starts from scratch (withStartFrom's default, Earliest).
+	c3 := newConsumer(t, br.addr, withGroup("g2"))
 	require.Len(t, readN(t, c3, 40), 40)
 
 	// The stored positions, with the last message's id, are readable.
-	s, err := client.NewBrokerOffsetStore(br.addr)
+	s, err := newBrokerOffsetStore(br.addr)
 	require.NoError(t, err)
 	defer s.Close()
-	got, err := s.FetchOffsets(ctx, "g1", topic, []int32{0, 1, 2, 3})
+	got, err := s.Load(ctx, "g1", brokerPositions(t, s, 0, 1, 2, 3))
 	require.NoError(t, err)
 	for _, o := range got {
-		require.Equal(t, c2.Position(o.Partition), o.Offset, "partition %d", o.Partition)
+		require.Equal(t, c2.Position(o.Partition.Partition), o.Offset, "partition %s", o.Partition)
 		if o.Offset > 0 {
 			require.Greater(t, o.MsgID, int64(0), "msgId committed with the offset")
 		}
@@ -115,7 +89,7 @@ func TestBrokerOffsetsKilledConsumer(t *testing.T) {
 	br := startBroker(t)
 	all := produceN(t, br.addr, 400)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), consumerHelperEnv+"="+br.addr)
+	cmd.Env = append(os.Environ(), consumerHelperEnv+"="+br.addr, consumerHelperTopicEnv+"="+topic)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -140,10 +114,10 @@ func TestBrokerOffsetsKilledConsumer(t *testing.T) {
 	}
 
 	ctx := ctxT(t, 20*time.Second)
-	s, err := client.NewBrokerOffsetStore(br.addr)
+	s, err := newBrokerOffsetStore(br.addr)
 	require.NoError(t, err)
 	defer s.Close()
-	stored, err := s.FetchOffsets(ctx, "killed", topic, []int32{0, 1, 2, 3})
+	stored, err := s.Load(ctx, "killed", brokerPositions(t, s, 0, 1, 2, 3))
 	require.NoError(t, err)
 	var committed int
 	for k := range all {
@@ -154,7 +128,7 @@ func TestBrokerOffsetsKilledConsumer(t *testing.T) {
 	}
 	require.Greater(t, committed, 0, "no periodic commit happened")
 
-	c2 := newConsumer(t, br.addr, client.WithGroup("killed"))
+	c2 := newConsumer(t, br.addr, withGroup("killed"))
 	rest := readN(t, c2, len(all)-committed)
 	redelivered := 0
 	for k := range all {
@@ -175,7 +149,7 @@ func TestBrokerOffsetsSurviveBrokerRestart(t *testing.T) {
 	br := startBroker(t)
 	produceN(t, br.addr, 20)
 	ctx := ctxT(t, 20*time.Second)
-	c1 := newConsumer(t, br.addr, client.WithGroup("g"))
+	c1 := newConsumer(t, br.addr, withGroup("g"))
 	first := readN(t, c1, 12)
 	require.NoError(t, c1.Close(ctx))
 	require.NoError(t, br.b.Close())
@@ -183,34 +157,76 @@ func TestBrokerOffsetsSurviveBrokerRestart(t *testing.T) {
 	require.NoError(t, err, "offsets are in the file store")
 
 	br2 := runBroker(t, br.cfg)
-	c2 := newConsumer(t, br2.addr, client.WithGroup("g"))
+	c2 := newConsumer(t, br2.addr, withGroup("g"))
 	second := readN(t, c2, 8)
 	for k := range second {
 		require.NotContains(t, first, k)
 	}
 }
 
+// brokerPositions returns the positions of topic's partitions ps on the
+// store's broker.
+func brokerPositions(t *testing.T, s *brokerOffsetStore, ps ...int32) []message.Position {
+	t.Helper()
+	id, err := s.BrokerID(ctxT(t, 10*time.Second))
+	require.NoError(t, err)
+	out := make([]message.Position, len(ps))
+	for i, p := range ps {
+		out[i] = message.Position{Topic: topic, Partition: message.Partition{BrokerID: id, Partition: p}}
+	}
+	return out
+}
+
+// TestBrokerOffsetStoreConformance runs the offsets.Store suite on a
+// broker with the suite's topics, ten partitions each.
+func TestBrokerOffsetStoreConformance(t *testing.T) {
+	topics := []string{"os-a", "os-b", "os.c-x_y"}
+	br := startBroker(t, func(c *conf.Config) {
+		c.NumPartitions = 10
+		for _, n := range topics {
+			c.Topics = append(c.Topics, conf.Topic{Name: n})
+		}
+	})
+	sp := offsetstoretest.Space{Topics: topics, BrokerIDs: []int{br.cfg.BrokerID}, MaxPartition: 9}
+	open := func(t *testing.T) offsets.Store {
+		s, err := newBrokerOffsetStore(br.addr)
+		require.NoError(t, err)
+		return s
+	}
+	offsetstoretest.RunIn(t, sp, open)
+	offsetstoretest.RunDurableIn(t, sp, open)
+}
+
 func TestBrokerOffsetStoreErrors(t *testing.T) {
 	br := startBroker(t)
 	ctx := ctxT(t, 10*time.Second)
-	s, err := client.NewBrokerOffsetStore(br.addr)
+	s, err := newBrokerOffsetStore(br.addr)
 	require.NoError(t, err)
 	defer s.Close()
-	err = s.CommitOffsets(ctx, "g", "nope", []client.StoredOffset{{Partition: 0, Offset: 1}})
-	require.ErrorIs(t, err, client.ErrBadRequest)
+	at := func(topic string, p int32) []message.Position {
+		ps := brokerPositions(t, s, p)
+		ps[0].Topic, ps[0].Offset = topic, 1
+		return ps
+	}
+	err = s.Commit(ctx, "g", at("nope", 0))
+	require.ErrorIs(t, err, ErrBadRequest)
 	require.ErrorContains(t, err, "unknown topic")
-	err = s.CommitOffsets(ctx, "g", topic, []client.StoredOffset{{Partition: 9, Offset: 1}})
-	require.ErrorIs(t, err, client.ErrBadRequest)
-	_, err = s.FetchOffsets(ctx, "g", topic, []int32{4})
-	require.ErrorIs(t, err, client.ErrBadRequest)
-	require.NoError(t, s.CommitOffsets(ctx, "g", topic, []client.StoredOffset{{Partition: 3, Offset: 1 << 60, MsgID: 1<<62 + 1}}))
-	got, err := s.FetchOffsets(ctx, "g", topic, []int32{3, 2})
+	err = s.Commit(ctx, "g", at(topic, 9))
+	require.ErrorIs(t, err, ErrBadRequest)
+	_, err = s.Load(ctx, "g", at(topic, 4))
+	require.ErrorIs(t, err, ErrBadRequest)
+	other := at(topic, 0)
+	other[0].Partition.BrokerID++
+	err = s.Commit(ctx, "g", other)
+	require.ErrorIs(t, err, offsets.ErrInvalid, "a partition of another broker")
+	require.ErrorContains(t, err, "is not a partition of broker")
+	want := brokerPositions(t, s, 3, 2)
+	want[0].Offset, want[0].MsgID = 1<<60, 1<<62+1
+	require.NoError(t, s.Commit(ctx, "g", want[:1]))
+	got, err := s.Load(ctx, "g", want)
 	require.NoError(t, err)
-	require.Equal(t, []client.StoredOffset{{Partition: 3, Offset: 1 << 60, MsgID: 1<<62 + 1}, {Partition: 2, Offset: -1, MsgID: -1}}, got)
-	off, found, err := s.Load(ctx, "g", topic, 2)
-	require.NoError(t, err)
-	require.False(t, found)
-	require.Equal(t, int64(-1), off)
+	want[1].Offset, want[1].MsgID = -1, -1
+	require.Equal(t, want, got)
 }
 
 // flakyStore fails commits while failing is set.
@@ -220,12 +236,12 @@ type flakyStore struct {
 	failures atomic.Int64
 }
 
-func (s *flakyStore) Commit(ctx context.Context, g, t string, offs map[int32]int64) error {
+func (s *flakyStore) Commit(ctx context.Context, g string, ps []message.Position) error {
 	if s.failing.Load() {
 		s.failures.Add(1)
 		return errors.New("store down")
 	}
-	return s.memStore.Commit(ctx, g, t, offs)
+	return s.memStore.Commit(ctx, g, ps)
 }
 
 // TestCommitFailureRetriedAndReported: a failed periodic commit is logged
@@ -233,11 +249,11 @@ func (s *flakyStore) Commit(ctx context.Context, g, t string, offs map[int32]int
 func TestCommitFailureRetriedAndReported(t *testing.T) {
 	br := startBroker(t)
 	produceN(t, br.addr, 20)
-	store := &flakyStore{memStore: memStore{offs: map[string]int64{}}}
+	store := &flakyStore{memStore: memStore{offs: map[string]message.Position{}}}
 	store.failing.Store(true)
 	var logs lockedBuf
-	logger := client.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))
-	c := newConsumer(t, br.addr, client.WithGroup("g"), client.WithOffsetStore(store, 20*time.Millisecond), logger)
+	logger := withLogger(slog.New(slog.NewTextHandler(&logs, nil)))
+	c := newConsumer(t, br.addr, withGroup("g"), withOffsetStore(store, 20*time.Millisecond), logger)
 	ctx := ctxT(t, 20*time.Second)
 	var n atomic.Int64
 	go c.Consume(ctx, func(context.Context, *message.Message) error { n.Add(1); return nil })
@@ -246,15 +262,16 @@ func TestCommitFailureRetriedAndReported(t *testing.T) {
 	store.failing.Store(false)
 	require.Eventually(t, func() bool {
 		total := int64(0)
-		for p := int32(0); p < 4; p++ {
-			off, _, _ := store.Load(ctx, "g", topic, p)
-			total += off
+		store.mu.Lock()
+		for _, p := range store.offs {
+			total += p.Offset
 		}
+		store.mu.Unlock()
 		return total == 20*(message.HeaderSize+2)-10 // bodies "0".."9" are 1 byte, "10".."19" 2
 	}, 10*time.Second, 5*time.Millisecond, "retried commit carries every position")
 
 	// Always failing: Close reports it.
-	c2 := newConsumer(t, br.addr, client.WithGroup("g2"), client.WithOffsetStore(store, time.Hour), logger)
+	c2 := newConsumer(t, br.addr, withGroup("g2"), withOffsetStore(store, time.Hour), logger)
 	store.failing.Store(true)
 	for range c2.Messages(ctx) {
 		break

@@ -2,25 +2,26 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"time"
 )
 
-// ProducerOption configures a Producer.
-type ProducerOption interface{ applyProducer(*producerConfig) }
+// prodOption configures a brokerProducer.
+type prodOption interface{ applyProducer(*producerConfig) }
 
-// ConsumerOption configures a Consumer.
-type ConsumerOption interface{ applyConsumer(*consumerConfig) }
+// consOption configures a brokerConsumer.
+type consOption interface{ applyConsumer(*consumerConfig) }
 
-// AdminOption configures an Admin.
-type AdminOption interface{ applyAdmin(*adminConfig) }
+// adminOption configures an brokerAdmin.
+type adminOption interface{ applyAdmin(*adminConfig) }
 
-// Option configures any client: Producer, Consumer or Admin.
-type Option interface {
-	ProducerOption
-	ConsumerOption
-	AdminOption
+// connOption configures any client: brokerProducer, brokerConsumer or brokerAdmin.
+type connOption interface {
+	prodOption
+	consOption
+	adminOption
 }
 
 type commonOpt func(*connOptions, **slog.Logger)
@@ -29,8 +30,8 @@ func (f commonOpt) applyProducer(c *producerConfig) { f(&c.conn, &c.logger) }
 func (f commonOpt) applyConsumer(c *consumerConfig) { f(&c.conn, &c.logger) }
 func (f commonOpt) applyAdmin(c *adminConfig)       { f(&c.conn, &c.logger) }
 
-// WithDialTimeout bounds each connection attempt. Default 3 s.
-func WithDialTimeout(d time.Duration) Option {
+// withDialTimeout bounds each connection attempt. Default 3 s.
+func withDialTimeout(d time.Duration) connOption {
 	return commonOpt(func(o *connOptions, _ **slog.Logger) {
 		if d > 0 {
 			o.dialTimeout = d
@@ -38,14 +39,29 @@ func WithDialTimeout(d time.Duration) Option {
 	})
 }
 
-// WithDialer replaces the TCP dialer (for TLS, proxies or tests).
-func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+// withDialer replaces the TCP dialer (for TLS, proxies or tests).
+func withDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) connOption {
 	return commonOpt(func(o *connOptions, _ **slog.Logger) { o.dial = dial })
 }
 
-// WithRedialBackoff sets the delay between failed connection attempts: it
+// withTLS makes every connection TLS with cfg (nil: plaintext). An empty
+// cfg.ServerName is set to the broker address's host.
+func withTLS(cfg *tls.Config) connOption {
+	return commonOpt(func(o *connOptions, _ **slog.Logger) { o.tls = cfg })
+}
+
+// withSASLPlain authenticates every connection as user with SASL PLAIN
+// (`auth PLAIN`, RFC 4616) right after it is established, before any other
+// request. A refusal fails the calls with an *AuthError (not retried).
+// Send it over TLS (withTLS) unless the network is trusted: PLAIN sends
+// the password as it is.
+func withSASLPlain(user, password string) connOption {
+	return commonOpt(func(o *connOptions, _ **slog.Logger) { o.saslUser, o.saslPassword = user, password })
+}
+
+// withRedialBackoff sets the delay between failed connection attempts: it
 // starts at min and doubles up to max. Default 50 ms to 2 s.
-func WithRedialBackoff(min, max time.Duration) Option {
+func withRedialBackoff(min, max time.Duration) connOption {
 	return commonOpt(func(o *connOptions, _ **slog.Logger) {
 		if min > 0 && max >= min {
 			o.backoffMin, o.backoffMax = min, max
@@ -53,9 +69,9 @@ func WithRedialBackoff(min, max time.Duration) Option {
 	})
 }
 
-// WithRequestTimeout bounds requests that have no other timeout: fetches,
+// withRequestTimeout bounds requests that have no other timeout: fetches,
 // offset lookups and stats. Default 10 s (MetaQ's fetchTimeout).
-func WithRequestTimeout(d time.Duration) Option {
+func withRequestTimeout(d time.Duration) connOption {
 	return commonOpt(func(o *connOptions, _ **slog.Logger) {
 		if d > 0 {
 			o.requestTimeout = d
@@ -63,10 +79,10 @@ func WithRequestTimeout(d time.Duration) Option {
 	})
 }
 
-// WithLogger sets the logger for connection problems and rejected
+// withLogger sets the logger for connection problems and rejected
 // messages. Default slog.Default(); pass a logger with a discarding handler
 // to silence the client.
-func WithLogger(l *slog.Logger) Option {
+func withLogger(l *slog.Logger) connOption {
 	return commonOpt(func(_ *connOptions, lp **slog.Logger) {
 		if l != nil {
 			*lp = l

@@ -15,8 +15,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/metaq-go/metaq/sdk/balance"
+	"github.com/metaq-go/metaq/internal/backoff"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 // Ordered producer (reference §14): MetaQ's OrderedMetaMessageSessionFactory
@@ -29,26 +30,27 @@ const (
 	// 3 rechecks, 100 ms apart).
 	orderedRechecks     = 3
 	orderedRecheckEvery = 100 * time.Millisecond
-	// The drainer polls an unavailable partition with this backoff.
-	orderedPollMin = 100 * time.Millisecond
-	orderedPollMax = 2 * time.Second
 )
 
-// DefaultLocalStoreBase returns ~/.meta_localmessage, MetaQ's directory for
+// orderedPoll is the backoff with which the drainer polls an unavailable
+// partition.
+var orderedPoll = backoff.Policy{Min: 100 * time.Millisecond, Max: 2 * time.Second, Jitter: redialJitter}
+
+// defaultLocalStoreBase returns ~/.meta_localmessage, MetaQ's directory for
 // an ordered producer's local messages, or a directory under os.TempDir()
 // when there is no home directory.
-func DefaultLocalStoreBase() string {
+func defaultLocalStoreBase() string {
 	if h, err := os.UserHomeDir(); err == nil && h != "" {
 		return filepath.Join(h, ".meta_localmessage")
 	}
 	return filepath.Join(os.TempDir(), ".meta_localmessage")
 }
 
-// orderedConfig holds the options that only NewOrderedProducer reads.
+// orderedConfig holds the options that only openOrderedProducer reads.
 type orderedConfig struct {
 	base    string
 	saveAll bool
-	layouts map[string][]balance.Partition
+	layouts map[string][]message.Partition
 }
 
 type orderedOpt func(*orderedConfig)
@@ -56,61 +58,61 @@ type orderedOpt func(*orderedConfig)
 // applyProducer: other producers ignore these options.
 func (orderedOpt) applyProducer(*producerConfig) {}
 
-// WithLocalStore sets the directory under which an OrderedProducer keeps
+// withLocalStore sets the directory under which an orderedProducer keeps
 // the messages it could not send, one subdirectory per partition:
-// base/<topic>@<brokerId>-<partition>/. Default DefaultLocalStoreBase().
-// Only NewOrderedProducer uses it.
-func WithLocalStore(base string) ProducerOption {
+// base/<topic>@<brokerId>-<partition>/. Default defaultLocalStoreBase().
+// Only openOrderedProducer uses it.
+func withLocalStore(base string) prodOption {
 	return orderedOpt(func(c *orderedConfig) { c.base = base })
 }
 
-// WithSaveToLocalWhenFailed makes an OrderedProducer keep a message in its
+// withSaveToLocalWhenFailed makes an orderedProducer keep a message in its
 // local store after any failed send (a timeout, a 5xx, ...), not only when
 // the partition is unavailable (MetaQ's meta.ordered.saveToLocalWhenFailed).
 // A send that failed by timeout may have been stored by the broker, so
-// this can duplicate messages. Default false. Only NewOrderedProducer uses
+// this can duplicate messages. Default false. Only openOrderedProducer uses
 // it.
-func WithSaveToLocalWhenFailed(on bool) ProducerOption {
+func withSaveToLocalWhenFailed(on bool) prodOption {
 	return orderedOpt(func(c *orderedConfig) { c.saveAll = on })
 }
 
-// WithPartitionLayout declares the partitions of topic for an
-// OrderedProducer: partitionsByBroker maps a broker id to its partition
+// withPartitionLayout declares the partitions of topic for an
+// orderedProducer: partitionsByBroker maps a broker id to its partition
 // count (MetaQ's topic.num.<topic> = "brokerId:n;brokerId:n"). The layout
 // is the list of (brokerId, partition) sorted by broker then partition,
 // and the selector chooses an index in it whatever ZooKeeper lists at the
 // moment, so a message's partition does not move when a broker is away.
-// Only NewOrderedProducer uses it.
-func WithPartitionLayout(topic string, partitionsByBroker map[int]int) ProducerOption {
-	var l []balance.Partition
+// Only openOrderedProducer uses it.
+func withPartitionLayout(topic string, partitionsByBroker map[int]int) prodOption {
+	var l []message.Partition
 	for _, id := range slices.Sorted(maps.Keys(partitionsByBroker)) {
 		for p := range partitionsByBroker[id] {
-			l = append(l, balance.Partition{BrokerID: id, Partition: int32(p)})
+			l = append(l, message.Partition{BrokerID: id, Partition: int32(p)})
 		}
 	}
 	return orderedOpt(func(c *orderedConfig) {
 		if c.layouts == nil {
-			c.layouts = make(map[string][]balance.Partition)
+			c.layouts = make(map[string][]message.Partition)
 		}
 		c.layouts[topic] = l
 	})
 }
 
-// StoredLocally reports whether an OrderedProducer kept the message in its
+// StoredLocally reports whether an Ordered Client kept the message in its
 // local store instead of sending it: it is NOT on a broker yet, and its
 // Offset and ID are -1 (Topic, BrokerID and Partition name the partition
 // it waits for). It is on disk (fsynced) and will be sent, in order, when
 // the partition is back.
 func (r SendResult) StoredLocally() bool { return r.Offset < 0 }
 
-// OrderedProducer sends messages in order to fixed partitions of a MetaQ
+// orderedProducer sends messages in order to fixed partitions of a MetaQ
 // cluster and keeps those it cannot send in a local on-disk store, which
 // it resends in order when their partition is back (MetaQ's ordered
 // producer, reference §14).
 //
-// Partitions. For each topic the selector (WithSelector; default
-// HashByKey()) chooses an index in the topic's layout: the list declared
-// with WithPartitionLayout or, for a topic without one, the partitions
+// Partitions. For each topic the selector (withSelector; default
+// selector.HashByKey()) chooses an index in the topic's layout: the list declared
+// with withPartitionLayout or, for a topic without one, the partitions
 // ZooKeeper lists the first time the topic is used, frozen for the life
 // of the producer. Order is per partition, so with HashByKey per key;
 // messages without a key are spread round robin and have no order. Without
@@ -121,7 +123,7 @@ func (r SendResult) StoredLocally() bool { return r.Offset < 0 }
 // Unavailable partitions. When the chosen partition's broker is not in
 // ZooKeeper, its connection failed lately, the connection is refused or
 // lost, or the broker replies 403 (partition closed) — or, with
-// WithSaveToLocalWhenFailed, after any failure — the message is appended
+// withSaveToLocalWhenFailed, after any failure — the message is appended
 // to the partition's local store (fsynced) and Send returns a result whose
 // StoredLocally is true. Other failures are returned as errors, after a
 // single attempt (no retry on another partition). A background drainer per
@@ -140,17 +142,17 @@ func (r SendResult) StoredLocally() bool { return r.Offset < 0 }
 // resend timed out, may have been stored and is sent again: it can appear
 // twice, the copy right after the original.
 //
-// Restart. NewOrderedProducer finds the local stores under its base
+// Restart. openOrderedProducer finds the local stores under its base
 // directory and drains them before anything newer for their partition.
 // A torn record at the end of a store (a crash mid-append) is cut. One
 // producer at a time may use a base directory; the process refuses a
 // second one, other processes are not detected.
 //
-// The options are those of NewClusterProducer (WithRetryOnFailure is
-// forced off), plus WithLocalStore, WithSaveToLocalWhenFailed and
-// WithPartitionLayout. It is safe for concurrent use.
-type OrderedProducer struct {
-	cp      *ClusterProducer
+// The options are those of openClusterProducer (withRetryOnFailure is
+// forced off), plus withLocalStore, withSaveToLocalWhenFailed and
+// withPartitionLayout. It is safe for concurrent use.
+type orderedProducer struct {
+	cp      *clusterProducer
 	cfg     orderedConfig
 	logger  *slog.Logger
 	timeout time.Duration
@@ -162,7 +164,7 @@ type OrderedProducer struct {
 
 	mu      sync.Mutex
 	closed  bool
-	layouts map[string][]balance.Partition
+	layouts map[string][]message.Partition
 	waited  map[string]bool // topics whose ZooKeeper view was waited for
 	queues  map[orderedKey]*orderedQueue
 	// wg counts Sends and drainers.
@@ -173,13 +175,13 @@ type OrderedProducer struct {
 
 type orderedKey struct {
 	topic string
-	part  balance.Partition
+	part  message.Partition
 }
 
 // orderedQueue is one partition's local store.
 type orderedQueue struct {
 	topic string
-	part  balance.Partition
+	part  message.Partition
 	store *recoverStore
 
 	mu       sync.Mutex // orders appends against the drainer's exit
@@ -193,10 +195,18 @@ var orderedBases = struct {
 	m map[string]bool
 }{m: make(map[string]bool)}
 
-// NewOrderedProducer connects to ZooKeeper (zkConnect: comma-separated
-// host:port) like NewClusterProducer, opens the local stores found under
+// openOrderedProducer connects to ZooKeeper (zkConnect: comma-separated
+// host:port) like openClusterProducer, opens the local stores found under
 // the base directory and starts draining them.
-func NewOrderedProducer(ctx context.Context, zkConnect string, opts ...ProducerOption) (*OrderedProducer, error) {
+func openOrderedProducer(ctx context.Context, zkConnect string, opts ...prodOption) (*orderedProducer, error) {
+	return newOrderedProducer(opts, func(cpOpts []prodOption) (*clusterProducer, error) {
+		return openClusterProducer(ctx, zkConnect, cpOpts...)
+	})
+}
+
+// newOrderedProducer is openOrderedProducer over the clusterProducer newCP
+// returns for the options it is given.
+func newOrderedProducer(opts []prodOption, newCP func([]prodOption) (*clusterProducer, error)) (*orderedProducer, error) {
 	var oc orderedConfig
 	var pc producerConfig
 	for _, o := range opts {
@@ -208,10 +218,10 @@ func NewOrderedProducer(ctx context.Context, zkConnect string, opts ...ProducerO
 	}
 	sel := pc.selector
 	if sel == nil {
-		sel = HashByKey()
+		sel = selector.HashByKey()
 	}
 	if oc.base == "" {
-		oc.base = DefaultLocalStoreBase()
+		oc.base = defaultLocalStoreBase()
 	}
 	base, err := filepath.Abs(oc.base)
 	if err != nil {
@@ -221,7 +231,7 @@ func NewOrderedProducer(ctx context.Context, zkConnect string, opts ...ProducerO
 	orderedBases.Lock()
 	if orderedBases.m[base] {
 		orderedBases.Unlock()
-		return nil, fmt.Errorf("metaq: local store %s is in use by another OrderedProducer of this process", base)
+		return nil, fmt.Errorf("metaq: local store %s is in use by another orderedProducer of this process", base)
 	}
 	orderedBases.m[base] = true
 	orderedBases.Unlock()
@@ -231,16 +241,16 @@ func NewOrderedProducer(ctx context.Context, zkConnect string, opts ...ProducerO
 		orderedBases.Unlock()
 	}
 
-	cpOpts := append(slices.Clip(opts), WithRetryOnFailure(false), WithSelector(sel))
-	cp, err := NewClusterProducer(ctx, zkConnect, cpOpts...)
+	cpOpts := append(slices.Clip(opts), withRetryOnFailure(false), withSelector(sel))
+	cp, err := newCP(cpOpts)
 	if err != nil {
 		unlock()
 		return nil, err
 	}
 	dctx, cancel := context.WithCancel(context.Background())
-	op := &OrderedProducer{cp: cp, cfg: oc, logger: cp.cfg.logger, timeout: cp.cfg.sendTimeout,
+	op := &orderedProducer{cp: cp, cfg: oc, logger: cp.cfg.logger, timeout: cp.cfg.sendTimeout,
 		maxSize: cp.cfg.maxMessageSize, stop: make(chan struct{}), drainCtx: dctx, cancelDrain: cancel,
-		layouts: make(map[string][]balance.Partition), waited: make(map[string]bool),
+		layouts: make(map[string][]message.Partition), waited: make(map[string]bool),
 		queues: make(map[orderedKey]*orderedQueue)}
 	for t, l := range oc.layouts {
 		if len(l) > 0 {
@@ -260,7 +270,7 @@ func NewOrderedProducer(ctx context.Context, zkConnect string, opts ...ProducerO
 
 // openBacklogs opens the non-empty stores under the base directory and
 // starts their drainers.
-func (op *OrderedProducer) openBacklogs() error {
+func (op *orderedProducer) openBacklogs() error {
 	ents, err := os.ReadDir(op.cfg.base)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -304,30 +314,30 @@ func (op *OrderedProducer) openBacklogs() error {
 
 // parseStoreDir reads the partition from a store directory name
 // "<topic>@<brokerId>-<partition>".
-func parseStoreDir(name string) (balance.Partition, bool) {
+func parseStoreDir(name string) (message.Partition, bool) {
 	i := strings.LastIndexByte(name, '@')
 	if i <= 0 {
-		return balance.Partition{}, false
+		return message.Partition{}, false
 	}
 	b, p, ok := strings.Cut(name[i+1:], "-")
 	if !ok {
-		return balance.Partition{}, false
+		return message.Partition{}, false
 	}
 	id, err1 := strconv.Atoi(b)
 	n, err2 := strconv.ParseInt(p, 10, 32)
 	if err1 != nil || err2 != nil || id < 0 || n < 0 {
-		return balance.Partition{}, false
+		return message.Partition{}, false
 	}
-	return balance.Partition{BrokerID: id, Partition: int32(n)}, true
+	return message.Partition{BrokerID: id, Partition: int32(n)}, true
 }
 
 // storeDir is the local store directory of topic's partition p.
-func (op *OrderedProducer) storeDir(topic string, p balance.Partition) string {
-	return RecoverDir(op.cfg.base, topic, strconv.Itoa(p.BrokerID)+"-"+strconv.Itoa(int(p.Partition)))
+func (op *orderedProducer) storeDir(topic string, p message.Partition) string {
+	return recoverDir(op.cfg.base, topic, strconv.Itoa(p.BrokerID)+"-"+strconv.Itoa(int(p.Partition)))
 }
 
 // queue returns the local store of topic's partition p, opening it.
-func (op *OrderedProducer) queue(topic string, p balance.Partition) (*orderedQueue, error) {
+func (op *orderedProducer) queue(topic string, p message.Partition) (*orderedQueue, error) {
 	k := orderedKey{topic, p}
 	op.mu.Lock()
 	defer op.mu.Unlock()
@@ -341,7 +351,7 @@ func (op *OrderedProducer) queue(topic string, p balance.Partition) (*orderedQue
 	q := &orderedQueue{topic: topic, part: p, store: s}
 	op.queues[k] = q
 	if s.count() > 0 {
-		// Written since NewOrderedProducer looked (not by this process).
+		// Written since openOrderedProducer looked (not by this process).
 		q.draining = true
 		op.wg.Add(1) // a Send holds the group: safe against Close's Wait
 		go op.drain(q)
@@ -351,7 +361,7 @@ func (op *OrderedProducer) queue(topic string, p balance.Partition) (*orderedQue
 
 // Backlog returns how many messages of topic wait in the local store, all
 // partitions together (0 after Close: the stores are closed).
-func (op *OrderedProducer) Backlog(topic string) int {
+func (op *orderedProducer) Backlog(topic string) int {
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	n := 0
@@ -363,7 +373,7 @@ func (op *OrderedProducer) Backlog(topic string) int {
 	return n
 }
 
-func (op *OrderedProducer) enter() bool {
+func (op *orderedProducer) enter() bool {
 	op.mu.Lock()
 	defer op.mu.Unlock()
 	if op.closed {
@@ -374,12 +384,12 @@ func (op *OrderedProducer) enter() bool {
 }
 
 // Send sends m to its partition and waits for the broker to store it, or
-// keeps it in the partition's local store (see OrderedProducer): then the
+// keeps it in the partition's local store (see orderedProducer): then the
 // result's StoredLocally is true and m is not on a broker yet. An error
-// means m is neither acknowledged nor stored locally; as with Producer.Send,
+// means m is neither acknowledged nor stored locally; as with brokerProducer.Send,
 // after an error wrapping ErrTimeout or ErrConnectionLost it is unknown
 // whether the broker stored it. m must not be modified until Send returns.
-func (op *OrderedProducer) Send(ctx context.Context, m *message.Message) (SendResult, error) {
+func (op *orderedProducer) Send(ctx context.Context, m *message.Message) (SendResult, error) {
 	if err := checkMessage(ctx, m, op.maxSize); err != nil {
 		return SendResult{}, err
 	}
@@ -392,7 +402,7 @@ func (op *OrderedProducer) Send(ctx context.Context, m *message.Message) (SendRe
 	if err != nil {
 		return SendResult{}, err
 	}
-	i, err := op.cp.choose(ctx, m, len(layout))
+	i, err := op.cp.choose(ctx, m, layout)
 	if err != nil {
 		return SendResult{}, err
 	}
@@ -462,7 +472,7 @@ func unavailable(err error) bool {
 // storeLocally appends m to q's store durably and makes sure a drainer
 // runs; cause is why m was not sent (nil: the partition is unavailable or
 // has a backlog).
-func (op *OrderedProducer) storeLocally(q *orderedQueue, m *message.Message, cause error) (SendResult, error) {
+func (op *orderedProducer) storeLocally(q *orderedQueue, m *message.Message, cause error) (SendResult, error) {
 	c := *m
 	c.Partition, c.Offset, c.ID = q.part.Partition, -1, -1
 	q.mu.Lock()
@@ -495,7 +505,7 @@ func (op *OrderedProducer) storeLocally(q *orderedQueue, m *message.Message, cau
 
 // layout returns topic's partition layout: declared, or frozen from the
 // first ZooKeeper reading that lists partitions.
-func (op *OrderedProducer) layout(ctx context.Context, topic string) ([]balance.Partition, error) {
+func (op *orderedProducer) layout(ctx context.Context, topic string) ([]message.Partition, error) {
 	op.mu.Lock()
 	l, ok := op.layouts[topic]
 	op.mu.Unlock()
@@ -518,7 +528,7 @@ func (op *OrderedProducer) layout(ctx context.Context, topic string) ([]balance.
 			op.layouts[topic] = ps
 			op.waited[topic] = true
 			op.logger.Info("metaq: ordered producer uses the partitions ZooKeeper lists now for this topic "+
-				"(WithPartitionLayout fixes them)", "topic", topic, "partitions", len(ps))
+				"(withPartitionLayout fixes them)", "topic", topic, "partitions", len(ps))
 			return ps, nil
 		}
 		t := time.NewTimer(50 * time.Millisecond)
@@ -534,7 +544,7 @@ func (op *OrderedProducer) layout(ctx context.Context, topic string) ([]balance.
 // waitReady waits, once per topic and within the send timeout, for the
 // first ZooKeeper reading of topic; later, a topic whose view is not ready
 // counts as unavailable.
-func (op *OrderedProducer) waitReady(ctx context.Context, topic string) {
+func (op *orderedProducer) waitReady(ctx context.Context, topic string) {
 	op.mu.Lock()
 	w := op.waited[topic]
 	op.waited[topic] = true
@@ -549,7 +559,7 @@ func (op *OrderedProducer) waitReady(ctx context.Context, topic string) {
 
 // available returns the address of p's broker if ZooKeeper lists p now
 // (and, with skipDown, its connection did not fail lately).
-func (op *OrderedProducer) available(topic string, p balance.Partition, skipDown bool) (string, bool) {
+func (op *orderedProducer) available(topic string, p message.Partition, skipDown bool) (string, bool) {
 	v := op.cp.view(topic)
 	select {
 	case <-v.Ready():
@@ -569,7 +579,7 @@ func (op *OrderedProducer) available(topic string, p balance.Partition, skipDown
 
 // drain resends q's messages oldest first, removing each after the
 // broker's ack, until the store is empty or the producer closes.
-func (op *OrderedProducer) drain(q *orderedQueue) {
+func (op *orderedProducer) drain(q *orderedQueue) {
 	defer op.wg.Done()
 	fails, sent := 0, 0
 	for {
@@ -616,7 +626,7 @@ func (op *OrderedProducer) drain(q *orderedQueue) {
 		} else if err != nil {
 			op.logger.Debug("metaq: partition still unavailable", "topic", q.topic, "partition", q.part.String(), "err", err)
 		}
-		t := time.NewTimer(backoff(orderedPollMin, orderedPollMax, fails))
+		t := time.NewTimer(orderedPoll.Delay(fails))
 		select {
 		case <-t.C:
 		case <-op.stop:
@@ -628,7 +638,7 @@ func (op *OrderedProducer) drain(q *orderedQueue) {
 
 // remove deletes an acknowledged message from q's store, retrying: it
 // must not be sent again.
-func (op *OrderedProducer) remove(q *orderedQueue, seq uint64) {
+func (op *orderedProducer) remove(q *orderedQueue, seq uint64) {
 	for i := 1; ; i++ {
 		err := q.store.remove(seq)
 		if err == nil {
@@ -636,7 +646,7 @@ func (op *OrderedProducer) remove(q *orderedQueue, seq uint64) {
 		}
 		op.logger.Error("metaq: could not remove a sent message from the local store; retrying (after a restart "+
 			"it would be sent again)", "dir", q.store.dir, "err", err)
-		t := time.NewTimer(backoff(orderedPollMin, orderedPollMax, i))
+		t := time.NewTimer(orderedPoll.Delay(i))
 		select {
 		case <-t.C:
 		case <-op.stop:
@@ -650,9 +660,9 @@ func (op *OrderedProducer) remove(q *orderedQueue, seq uint64) {
 // Sends in flight and for each drainer's current resend; it then closes
 // the broker connections (a Send still in flight then keeps its message in
 // the local store) and the ZooKeeper session. Messages in the local stores
-// stay on disk for the next OrderedProducer with the same base directory.
+// stay on disk for the next orderedProducer with the same base directory.
 // Idempotent.
-func (op *OrderedProducer) Close(ctx context.Context) error {
+func (op *orderedProducer) Close(ctx context.Context) error {
 	op.closeOnce.Do(func() {
 		op.mu.Lock()
 		op.closed = true
@@ -678,7 +688,7 @@ func (op *OrderedProducer) Close(ctx context.Context) error {
 	return op.closeErr
 }
 
-func (op *OrderedProducer) releaseStores() {
+func (op *orderedProducer) releaseStores() {
 	op.mu.Lock()
 	qs := op.queues
 	op.queues = map[orderedKey]*orderedQueue{}

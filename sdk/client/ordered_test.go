@@ -1,4 +1,4 @@
-package client_test
+package client
 
 import (
 	"context"
@@ -14,17 +14,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/core/testsvc"
-	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
-func newOrdered(t *testing.T, zkAddr, root, base string, opts ...client.ProducerOption) *client.OrderedProducer {
+func newOrdered(t *testing.T, zkAddr, root, base string, opts ...prodOption) *orderedProducer {
 	t.Helper()
-	all := []client.ProducerOption{quiet, client.WithZKRoot(root), client.WithZKSessionTimeout(4 * time.Second),
-		client.WithDialTimeout(time.Second), client.WithLocalStore(base)}
-	p, err := client.NewOrderedProducer(ctxT(t, 20*time.Second), zkAddr, append(all, opts...)...)
+	all := []prodOption{quiet, withZKRoot(root), withZKSessionTimeout(4 * time.Second),
+		withDialTimeout(time.Second), withLocalStore(base)}
+	p, err := openOrderedProducer(ctxT(t, 20*time.Second), zkAddr, append(all, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	return p
@@ -33,15 +33,15 @@ func newOrdered(t *testing.T, zkAddr, root, base string, opts ...client.Producer
 // keySelector maps a message's key to a layout index.
 type keySelector map[string]int
 
-func (s keySelector) Select(_ string, n int, m *message.Message) (int, error) {
+func (s keySelector) Select(_ context.Context, _ string, ps []message.Partition, m *message.Message) (int, error) {
 	i, ok := s[string(m.Key)]
-	if !ok || i >= n {
+	if !ok || i >= len(ps) {
 		return 0, fmt.Errorf("no partition for key %q", m.Key)
 	}
 	return i, nil
 }
 
-func orderedSend(t *testing.T, p *client.OrderedProducer, key, body string) client.SendResult {
+func orderedSend(t *testing.T, p *orderedProducer, key, body string) SendResult {
 	t.Helper()
 	r, err := p.Send(ctxT(t, 10*time.Second), &message.Message{Topic: topic, Key: []byte(key), Body: []byte(body)})
 	require.NoError(t, err, body)
@@ -52,7 +52,7 @@ func orderedSend(t *testing.T, p *client.OrderedProducer, key, body string) clie
 // until the message whose body is last, and returns the bodies in order.
 func readPartition(t *testing.T, addr string, part int32, last string) []string {
 	t.Helper()
-	c := newConsumer(t, addr, client.WithPartitions(part))
+	c := newConsumer(t, addr, withPartitions(part))
 	var got []string
 	for m, err := range c.Messages(ctxT(t, 30*time.Second)) {
 		require.NoError(t, err, "read so far: %q", got)
@@ -64,7 +64,7 @@ func readPartition(t *testing.T, addr string, part int32, last string) []string 
 	return got
 }
 
-func bodies(prefix string, from, to int) []string {
+func seqBodies(prefix string, from, to int) []string {
 	var out []string
 	for i := from; i < to; i++ {
 		out = append(out, fmt.Sprintf("%s-%d", prefix, i))
@@ -85,8 +85,8 @@ func TestOrderedProducerBrokerDownAndBack(t *testing.T) {
 	w.register(1, "m", b1.addr, 4)
 	w.register(2, "m", b2.addr, 4)
 	base := t.TempDir()
-	p := newOrdered(t, zkAddr, "/op-down", base, client.WithSelector(keySelector{"a": 5, "b": 0}),
-		client.WithPartitionLayout(topic, map[int]int{1: 4, 2: 4}))
+	p := newOrdered(t, zkAddr, "/op-down", base, withSelector(keySelector{"a": 5, "b": 0}),
+		withPartitionLayout(topic, map[int]int{1: 4, 2: 4}))
 
 	for i := range 5 {
 		r := orderedSend(t, p, "a", fmt.Sprintf("a-%d", i))
@@ -102,14 +102,14 @@ func TestOrderedProducerBrokerDownAndBack(t *testing.T) {
 		start := time.Now()
 		r := orderedSend(t, p, "a", fmt.Sprintf("a-%d", i))
 		require.True(t, r.StoredLocally(), "a-%d", i)
-		require.Equal(t, client.SendResult{Topic: topic, Partition: 1, BrokerID: 2, Offset: -1, ID: -1}, r)
+		require.Equal(t, SendResult{Topic: topic, Partition: 1, BrokerID: 2, Offset: -1, ID: -1}, r)
 		require.Less(t, time.Since(start), 5*time.Second)
 		rb := orderedSend(t, p, "b", fmt.Sprintf("b-%d", i))
 		require.False(t, rb.StoredLocally(), "broker 1 is up")
 		require.Equal(t, 1, rb.BrokerID)
 	}
 	require.Equal(t, 20, p.Backlog(topic))
-	fi, err := os.Stat(filepath.Join(base, "t1@2-1", client.RecoverJournalName))
+	fi, err := os.Stat(filepath.Join(base, "t1@2-1", recoverJournalName))
 	require.NoError(t, err)
 	require.Positive(t, fi.Size())
 
@@ -129,9 +129,9 @@ func TestOrderedProducerBrokerDownAndBack(t *testing.T) {
 	r := orderedSend(t, p, "a", "end")
 	require.False(t, r.StoredLocally())
 
-	want := append(bodies("a", 0, 45), "end")
+	want := append(seqBodies("a", 0, 45), "end")
 	require.Equal(t, want, readPartition(t, b2b.addr, 1, "end"))
-	require.Equal(t, append(bodies("b", 5, 25), "b-end"), func() []string {
+	require.Equal(t, append(seqBodies("b", 5, 25), "b-end"), func() []string {
 		orderedSend(t, p, "b", "b-end")
 		return readPartition(t, b1.addr, 0, "b-end")
 	}())
@@ -145,7 +145,7 @@ func TestOrderedProducerRestartDrainsBacklog(t *testing.T) {
 	zkAddr := testsvc.ZooKeeper(t)
 	w := newZKWriter(t, zkAddr, "/op-restart")
 	base := t.TempDir()
-	opts := []client.ProducerOption{client.WithSelector(client.Fixed(2)), client.WithPartitionLayout(topic, map[int]int{1: 4})}
+	opts := []prodOption{withSelector(selector.Fixed(2)), withPartitionLayout(topic, map[int]int{1: 4})}
 
 	p1 := newOrdered(t, zkAddr, "/op-restart", base, opts...)
 	for i := range 10 {
@@ -155,8 +155,8 @@ func TestOrderedProducerRestartDrainsBacklog(t *testing.T) {
 	}
 	require.Equal(t, 10, p1.Backlog(topic))
 	// A second producer on the same directory is refused while p1 is open.
-	_, err := client.NewOrderedProducer(ctxT(t, 10*time.Second), zkAddr, quiet, client.WithZKRoot("/op-restart"),
-		client.WithLocalStore(base))
+	_, err := openOrderedProducer(ctxT(t, 10*time.Second), zkAddr, quiet, withZKRoot("/op-restart"),
+		withLocalStore(base))
 	require.Error(t, err)
 	require.NoError(t, p1.Close(ctxT(t, 10*time.Second)))
 
@@ -169,7 +169,7 @@ func TestOrderedProducerRestartDrainsBacklog(t *testing.T) {
 	w.register(1, "m", b.addr, 4)
 	require.Eventually(t, func() bool { return p2.Backlog(topic) == 0 }, 30*time.Second, 20*time.Millisecond)
 	require.False(t, orderedSend(t, p2, "", "end").StoredLocally())
-	require.Equal(t, append(bodies("m", 0, 11), "end"), readPartition(t, b.addr, 2, "end"))
+	require.Equal(t, append(seqBodies("m", 0, 11), "end"), readPartition(t, b.addr, 2, "end"))
 }
 
 // TestOrderedProducerTornStoreTail appends half a record to a store, as a
@@ -179,7 +179,7 @@ func TestOrderedProducerTornStoreTail(t *testing.T) {
 	zkAddr := testsvc.ZooKeeper(t)
 	w := newZKWriter(t, zkAddr, "/op-torn")
 	base := t.TempDir()
-	opts := []client.ProducerOption{client.WithSelector(client.Fixed(0)), client.WithPartitionLayout(topic, map[int]int{1: 4})}
+	opts := []prodOption{withSelector(selector.Fixed(0)), withPartitionLayout(topic, map[int]int{1: 4})}
 
 	p1 := newOrdered(t, zkAddr, "/op-torn", base, opts...)
 	for i := range 3 {
@@ -187,7 +187,7 @@ func TestOrderedProducerTornStoreTail(t *testing.T) {
 	}
 	require.NoError(t, p1.Close(ctxT(t, 10*time.Second)))
 
-	path := filepath.Join(base, "t1@1-0", client.RecoverJournalName)
+	path := filepath.Join(base, "t1@1-0", recoverJournalName)
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	whole := fi.Size()
@@ -281,7 +281,7 @@ func (g *gateBroker) serve(c net.Conn) {
 	}
 }
 
-func (g *gateBroker) bodies() []string {
+func (g *gateBroker) seqBodies() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return append([]string(nil), g.got...)
@@ -289,13 +289,13 @@ func (g *gateBroker) bodies() []string {
 
 // TestOrderedProducerForbiddenAndSaveAll: a 403 (partition closed) sends
 // the message to the local store and it is resent once the broker accepts
-// again; a 500 is an error unless WithSaveToLocalWhenFailed is on.
+// again; a 500 is an error unless withSaveToLocalWhenFailed is on.
 func TestOrderedProducerForbiddenAndSaveAll(t *testing.T) {
 	zkAddr := testsvc.ZooKeeper(t)
 	g := startGate(t)
 	w := newZKWriter(t, zkAddr, "/op-403")
 	w.register(1, "m", g.ln.Addr().String(), 1)
-	opts := []client.ProducerOption{client.WithSelector(client.Fixed(0)), client.WithPartitionLayout(topic, map[int]int{1: 1})}
+	opts := []prodOption{withSelector(selector.Fixed(0)), withPartitionLayout(topic, map[int]int{1: 1})}
 	p := newOrdered(t, zkAddr, "/op-403", t.TempDir(), opts...)
 
 	require.False(t, orderedSend(t, p, "", "m-0").StoredLocally())
@@ -308,17 +308,17 @@ func TestOrderedProducerForbiddenAndSaveAll(t *testing.T) {
 	orderedSend(t, p, "", "m-4")
 	require.Eventually(t, func() bool { return p.Backlog(topic) == 0 }, 20*time.Second, 20*time.Millisecond)
 	require.False(t, orderedSend(t, p, "", "m-5").StoredLocally())
-	require.Equal(t, bodies("m", 0, 6), g.bodies())
+	require.Equal(t, seqBodies("m", 0, 6), g.seqBodies())
 
 	g.code.Store(protocol.StatusInternalError)
 	_, err := p.Send(ctxT(t, 10*time.Second), &message.Message{Topic: topic, Body: []byte("x")})
-	require.ErrorIs(t, err, client.ErrInternal)
+	require.ErrorIs(t, err, ErrInternal)
 	require.Zero(t, p.Backlog(topic))
 
-	all := newOrdered(t, zkAddr, "/op-403", t.TempDir(), append(opts, client.WithSaveToLocalWhenFailed(true))...)
+	all := newOrdered(t, zkAddr, "/op-403", t.TempDir(), append(opts, withSaveToLocalWhenFailed(true))...)
 	require.True(t, orderedSend(t, all, "", "s-0").StoredLocally())
 	require.True(t, orderedSend(t, all, "", "s-1").StoredLocally())
 	g.code.Store(0)
 	require.Eventually(t, func() bool { return all.Backlog(topic) == 0 }, 20*time.Second, 20*time.Millisecond)
-	require.Equal(t, append(bodies("m", 0, 6), "s-0", "s-1"), g.bodies())
+	require.Equal(t, append(seqBodies("m", 0, 6), "s-0", "s-1"), g.seqBodies())
 }

@@ -7,43 +7,43 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
-// Producer defaults.
+// Producing defaults.
 const (
-	// DefaultSendTimeout is how long a send waits for the broker (MetaQ's 3000 ms).
+	// DefaultSendTimeout is the default ProduceTimeout (MetaQ's 3000 ms).
 	DefaultSendTimeout = 3 * time.Second
-	// DefaultMaxInFlight is how many messages may be unacknowledged at once
-	// before Send and SendAsync block.
+	// DefaultMaxInFlight is the default MaxBufferedMessages: how many
+	// messages may be unacknowledged at once before Produce waits.
 	DefaultMaxInFlight = 1024
-	// DefaultBatchBytes is the mput body limit used when WithBatching is given
+	// defaultBatchBytes is the mput body limit used when withBatching is given
 	// maxBytes <= 0. The broker refuses bodies over its max transfer size
 	// (2 MiB by default).
-	DefaultBatchBytes = 512 << 10
+	defaultBatchBytes = 512 << 10
 )
 
 type producerConfig struct {
 	conn           connOptions
 	logger         *slog.Logger
-	selector       PartitionSelector
+	selector       selector.Selector
 	sendTimeout    time.Duration
 	maxInFlight    int
 	batch          batchConfig
 	partitions     map[string]int
 	maxMessageSize int
-	// Cluster mode (NewClusterProducer).
+	// Cluster mode (openClusterProducer).
 	zk      zkConfig
-	noRetry bool // WithRetryOnFailure(false)
+	noRetry bool // withRetryOnFailure(false)
 }
 
-// WithSelector sets the partition selector. Default RoundRobin().
-func WithSelector(s PartitionSelector) ProducerOption {
+// withSelector sets the partition selector. Default selector.RoundRobin().
+func withSelector(s selector.Selector) prodOption {
 	return producerOpt(func(c *producerConfig) {
 		if s != nil {
 			c.selector = s
@@ -51,9 +51,9 @@ func WithSelector(s PartitionSelector) ProducerOption {
 	})
 }
 
-// WithSendTimeout bounds each send from the moment it is written until the
+// withSendTimeout bounds each send from the moment it is written until the
 // broker's reply (the caller's context can shorten it). Default 3 s.
-func WithSendTimeout(d time.Duration) ProducerOption {
+func withSendTimeout(d time.Duration) prodOption {
 	return producerOpt(func(c *producerConfig) {
 		if d > 0 {
 			c.sendTimeout = d
@@ -61,10 +61,10 @@ func WithSendTimeout(d time.Duration) ProducerOption {
 	})
 }
 
-// WithMaxInFlight bounds the messages sent or buffered but not yet
+// withMaxInFlight bounds the messages sent or buffered but not yet
 // acknowledged; beyond it Send and SendAsync block (respecting their
 // context). Default 1024, or 8 batches when batching is on.
-func WithMaxInFlight(n int) ProducerOption {
+func withMaxInFlight(n int) prodOption {
 	return producerOpt(func(c *producerConfig) {
 		if n > 0 {
 			c.maxInFlight = n
@@ -72,29 +72,29 @@ func WithMaxInFlight(n int) ProducerOption {
 	})
 }
 
-// WithBatching accumulates messages for the same topic-partition and sends
+// withBatching accumulates messages for the same topic-partition and sends
 // them as one mput when maxMessages (at most protocol.MaxMPutCount) or
 // maxBytes of message data are reached, or linger after the first message
 // of the batch. maxBytes must stay below the broker's max transfer size
-// (default 2 MiB); <= 0 means DefaultBatchBytes. A message over maxBytes is
+// (default 2 MiB); <= 0 means defaultBatchBytes. A message over maxBytes is
 // sent on its own with put. Sync Send waits for its batch, so with batching
 // a lone Send takes up to linger.
-func WithBatching(maxMessages, maxBytes int, linger time.Duration) ProducerOption {
+func withBatching(maxMessages, maxBytes int, linger time.Duration) prodOption {
 	return producerOpt(func(c *producerConfig) {
 		if maxMessages <= 0 || maxMessages > protocol.MaxMPutCount {
 			maxMessages = protocol.MaxMPutCount
 		}
 		if maxBytes <= 0 {
-			maxBytes = DefaultBatchBytes
+			maxBytes = defaultBatchBytes
 		}
 		c.batch = batchConfig{enabled: true, maxMessages: maxMessages, maxBytes: maxBytes, linger: max(linger, 0)}
 	})
 }
 
-// WithTopicPartitions fixes the partition count of a topic instead of
+// withTopicPartitions fixes the partition count of a topic instead of
 // learning it from `stats topics` (needed for topics the broker accepts by
 // wildcard but does not list).
-func WithTopicPartitions(topic string, n int) ProducerOption {
+func withTopicPartitions(topic string, n int) prodOption {
 	return producerOpt(func(c *producerConfig) {
 		if c.partitions == nil {
 			c.partitions = make(map[string]int)
@@ -103,9 +103,9 @@ func WithTopicPartitions(topic string, n int) ProducerOption {
 	})
 }
 
-// WithMaxMessageSize sets the largest put body the producer accepts
+// withMaxMessageSize sets the largest put body the producer accepts
 // (payload plus attribute). Default message.DefaultMaxMessageSize (2 MiB).
-func WithMaxMessageSize(n int) ProducerOption {
+func withMaxMessageSize(n int) prodOption {
 	return producerOpt(func(c *producerConfig) {
 		if n > 0 {
 			c.maxMessageSize = n
@@ -121,14 +121,14 @@ type SendResult struct {
 	Offset int64
 	// ID is the broker-assigned message id.
 	ID int64
-	// BrokerID is the id of the broker that stored the message, for a
-	// ClusterProducer; 0 for a Producer (which knows only an address).
+	// BrokerID is the id of the broker that stored the message (in direct
+	// mode the broker_id its `stats` reports).
 	BrokerID int
 }
 
-// Producer sends messages to one broker. It is safe for concurrent use; all
+// brokerProducer sends messages to one broker. It is safe for concurrent use; all
 // sends share one pipelined connection.
-type Producer struct {
+type brokerProducer struct {
 	cfg producerConfig
 	cn  *conn
 	sem chan struct{}
@@ -148,8 +148,8 @@ type Producer struct {
 
 // newProducerConfig applies opts to the defaults; maxInFlight stays 0
 // unless set (its default depends on the producer).
-func newProducerConfig(opts []ProducerOption) producerConfig {
-	cfg := producerConfig{conn: defaultConnOptions(), logger: slog.Default(), selector: RoundRobin(),
+func newProducerConfig(opts []prodOption) producerConfig {
+	cfg := producerConfig{conn: defaultConnOptions(), logger: slog.Default(), selector: selector.RoundRobin(),
 		sendTimeout: DefaultSendTimeout, maxMessageSize: message.DefaultMaxMessageSize}
 	for _, o := range opts {
 		o.applyProducer(&cfg)
@@ -157,9 +157,9 @@ func newProducerConfig(opts []ProducerOption) producerConfig {
 	return cfg
 }
 
-// NewProducer returns a producer for the broker at addr ("host:port"). It
+// newBrokerProducer returns a producer for the broker at addr ("host:port"). It
 // connects lazily, on the first send.
-func NewProducer(addr string, opts ...ProducerOption) (*Producer, error) {
+func newBrokerProducer(addr string, opts ...prodOption) (*brokerProducer, error) {
 	if err := checkAddr(addr); err != nil {
 		return nil, err
 	}
@@ -170,7 +170,7 @@ func NewProducer(addr string, opts ...ProducerOption) (*Producer, error) {
 			cfg.maxInFlight = max(DefaultMaxInFlight, 8*cfg.batch.maxMessages)
 		}
 	}
-	p := &Producer{cfg: cfg, cn: newConn(addr, cfg.conn), sem: make(chan struct{}, cfg.maxInFlight),
+	p := &brokerProducer{cfg: cfg, cn: newConn(addr, cfg.conn), sem: make(chan struct{}, cfg.maxInFlight),
 		cbs: newCallbackQueue(), parts: make(map[string]int)}
 	for t, n := range cfg.partitions {
 		p.parts[t] = n
@@ -194,7 +194,7 @@ func checkMessage(ctx context.Context, m *message.Message, maxSize int) error {
 }
 
 // begin admits one message: it waits for an in-flight slot.
-func (p *Producer) begin(ctx context.Context, m *message.Message) error {
+func (p *brokerProducer) begin(ctx context.Context, m *message.Message) error {
 	if err := checkMessage(ctx, m, p.cfg.maxMessageSize); err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func (p *Producer) begin(ctx context.Context, m *message.Message) error {
 	return nil
 }
 
-func (p *Producer) end() {
+func (p *brokerProducer) end() {
 	<-p.sem
 	p.inflight.Done()
 }
@@ -228,7 +228,7 @@ func (p *Producer) end() {
 // ErrConnectionLost leaves it unknown whether m was stored. With batching,
 // a message whose ctx ends while it waits in a batch is still sent. m must
 // not be modified until Send returns (or SendAsync's callback runs).
-func (p *Producer) Send(ctx context.Context, m *message.Message) (SendResult, error) {
+func (p *brokerProducer) Send(ctx context.Context, m *message.Message) (SendResult, error) {
 	if err := p.begin(ctx, m); err != nil {
 		return SendResult{}, err
 	}
@@ -265,8 +265,8 @@ func (p *Producer) Send(ctx context.Context, m *message.Message) (SendResult, er
 }
 
 // sendTo sends m to partition part, bounded by ctx alone: a
-// ClusterProducer's attempt on this broker.
-func (p *Producer) sendTo(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
+// clusterProducer's attempt on this broker.
+func (p *brokerProducer) sendTo(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
 	if err := p.begin(ctx, m); err != nil {
 		return SendResult{}, err
 	}
@@ -274,7 +274,52 @@ func (p *Producer) sendTo(ctx context.Context, m *message.Message, part int32) (
 	return p.put(ctx, m, part)
 }
 
-func (p *Producer) put(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
+// sendPart is sendTo through the batch accumulator when batching is on
+// and m fits a batch: a clusterProducer's attempt.
+func (p *brokerProducer) sendPart(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
+	if p.acc == nil || m.DataLen() > p.cfg.batch.maxBytes {
+		return p.sendTo(ctx, m, part)
+	}
+	if err := p.begin(ctx, m); err != nil {
+		return SendResult{}, err
+	}
+	// The batch completes pm and releases its slot even if we stop waiting.
+	pm := &pendingMsg{msg: m, part: part, done: make(chan struct{})}
+	p.acc.add(pm)
+	select {
+	case <-pm.done:
+		return pm.res, pm.err
+	case <-ctx.Done():
+		return SendResult{}, ctx.Err()
+	}
+}
+
+// sendAsyncPart sends m to partition part without waiting, batched when
+// batching is on and m fits; done runs once with the outcome on the
+// connection's goroutine (it must not block): a clusterProducer's fast
+// path.
+func (p *brokerProducer) sendAsyncPart(ctx context.Context, deadline time.Time, m *message.Message, part int32, done func(SendResult, error)) {
+	if err := p.begin(ctx, m); err != nil {
+		done(SendResult{}, err)
+		return
+	}
+	if p.acc != nil && m.DataLen() <= p.cfg.batch.maxBytes {
+		p.acc.add(&pendingMsg{msg: m, part: part, direct: done})
+		return
+	}
+	crc := int64(dataChecksum(m))
+	p.cn.sendAsync(ctx, deadline, func(dst []byte, op int32) []byte {
+		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
+		return m.AppendData(dst)
+	}, func(c *call) {
+		res, err := putResult(m, c)
+		putCall(c)
+		p.end()
+		done(res, err)
+	})
+}
+
+func (p *brokerProducer) put(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
 	crc := int64(dataChecksum(m))
 	c, err := p.cn.roundTrip(ctx, func(dst []byte, op int32) []byte {
 		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
@@ -308,7 +353,7 @@ func putResult(m *message.Message, c *call) (SendResult, error) {
 // on the producer's callback goroutine, in completion order. Callbacks
 // should be quick: the next one waits. If no in-flight slot frees up before
 // ctx is done, cb gets ctx's error. ctx bounds the send like Send's does.
-func (p *Producer) SendAsync(ctx context.Context, m *message.Message, cb func(SendResult, error)) {
+func (p *brokerProducer) SendAsync(ctx context.Context, m *message.Message, cb func(SendResult, error)) {
 	if cb == nil {
 		cb = func(SendResult, error) {}
 	}
@@ -339,18 +384,18 @@ func (p *Producer) SendAsync(ctx context.Context, m *message.Message, cb func(Se
 	})
 }
 
-// SendFuture is the result of SendAsyncFuture.
-type SendFuture struct {
+// sendFuture is the result of SendAsyncFuture.
+type sendFuture struct {
 	done chan struct{}
 	res  SendResult
 	err  error
 }
 
 // Done is closed when the send has completed.
-func (f *SendFuture) Done() <-chan struct{} { return f.done }
+func (f *sendFuture) Done() <-chan struct{} { return f.done }
 
 // Wait waits for the send to complete or ctx to be done.
-func (f *SendFuture) Wait(ctx context.Context) (SendResult, error) {
+func (f *sendFuture) Wait(ctx context.Context) (SendResult, error) {
 	select {
 	case <-f.done:
 		return f.res, f.err
@@ -359,9 +404,9 @@ func (f *SendFuture) Wait(ctx context.Context) (SendResult, error) {
 	}
 }
 
-// SendFuture sends m asynchronously and returns a future for the outcome.
-func (p *Producer) SendFuture(ctx context.Context, m *message.Message) *SendFuture {
-	f := &SendFuture{done: make(chan struct{})}
+// sendFuture sends m asynchronously and returns a future for the outcome.
+func (p *brokerProducer) SendFuture(ctx context.Context, m *message.Message) *sendFuture {
+	f := &sendFuture{done: make(chan struct{})}
 	p.SendAsync(ctx, m, func(r SendResult, err error) {
 		f.res, f.err = r, err
 		close(f.done)
@@ -371,7 +416,7 @@ func (p *Producer) SendFuture(ctx context.Context, m *message.Message) *SendFutu
 
 // Flush sends every batched message now and waits until all messages
 // accepted so far are acknowledged, or ctx is done.
-func (p *Producer) Flush(ctx context.Context) error {
+func (p *brokerProducer) Flush(ctx context.Context) error {
 	if p.acc != nil {
 		p.acc.flushAll()
 	}
@@ -399,7 +444,7 @@ func (p *Producer) Flush(ctx context.Context) error {
 // messages in flight until ctx is done, then closes the connection; sends
 // still in flight then fail with ErrClosed. All callbacks have run when
 // Close returns. Close is idempotent; later calls return the first result.
-func (p *Producer) Close(ctx context.Context) error {
+func (p *brokerProducer) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
 		p.closed = true
@@ -425,9 +470,9 @@ func (p *Producer) Close(ctx context.Context) error {
 // them, or ctx is done. It asks the selector once per topic in msgs
 // (SelectBatch, when the selector has it), then sends the messages bound
 // for one partition together, in order, as mput requests within the batch
-// limits (WithBatching's, else protocol.MaxMPutCount and
-// DefaultBatchBytes); a message over the byte limit goes alone with put.
-// It does not wait for WithBatching's linger.
+// limits (withBatching's, else protocol.MaxMPutCount and
+// defaultBatchBytes); a message over the byte limit goes alone with put.
+// It does not wait for withBatching's linger.
 //
 // Nothing is sent when a message is invalid or the selector fails. The
 // results are in the order of msgs; on success each message's ID,
@@ -437,7 +482,7 @@ func (p *Producer) Close(ctx context.Context) error {
 // error wrapping ErrTimeout or ErrConnectionLost leaves it unknown whether
 // a message was stored, and when ctx ends first, sending continues in the
 // background. msgs must not be modified until SendBatch returns.
-func (p *Producer) SendBatch(ctx context.Context, msgs []*message.Message) ([]SendResult, error) {
+func (p *brokerProducer) SendBatch(ctx context.Context, msgs []*message.Message) ([]SendResult, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
@@ -505,8 +550,8 @@ func (p *Producer) SendBatch(ctx context.Context, msgs []*message.Message) ([]Se
 // chunk groups msgs by topic-partition, in order, into mput-sized batches;
 // a message over the byte limit gets a batch of its own (bytes < 0: sent
 // with put). pms[i] is the pending message of msgs[i].
-func (p *Producer) chunk(msgs []*message.Message, parts []int32) (out []*batch, pms []*pendingMsg) {
-	maxCount, maxBytes := protocol.MaxMPutCount, DefaultBatchBytes
+func (p *brokerProducer) chunk(msgs []*message.Message, parts []int32) (out []*batch, pms []*pendingMsg) {
+	maxCount, maxBytes := protocol.MaxMPutCount, defaultBatchBytes
 	if p.cfg.batch.enabled {
 		maxCount, maxBytes = p.cfg.batch.maxMessages, p.cfg.batch.maxBytes
 	}
@@ -545,7 +590,7 @@ func (p *Producer) chunk(msgs []*message.Message, parts []int32) (out []*batch, 
 }
 
 // admit takes an in-flight slot for every message of b, or none.
-func (p *Producer) admit(ctx context.Context, b *batch) error {
+func (p *brokerProducer) admit(ctx context.Context, b *batch) error {
 	for i, pm := range b.msgs {
 		if err := p.begin(ctx, pm.msg); err != nil {
 			for range i {
@@ -559,7 +604,7 @@ func (p *Producer) admit(ctx context.Context, b *batch) error {
 
 // sendChunk sends an admitted chunk; each message's done closes (and its
 // slot is released) when the broker answers.
-func (p *Producer) sendChunk(b *batch) {
+func (p *brokerProducer) sendChunk(b *batch) {
 	if b.bytes >= 0 {
 		a := p.acc
 		if a == nil {
@@ -586,11 +631,11 @@ func (p *Producer) sendChunk(b *batch) {
 
 // Partitions returns the number of partitions of topic, asking the broker
 // the first time.
-func (p *Producer) Partitions(ctx context.Context, topic string) (int, error) {
+func (p *brokerProducer) Partitions(ctx context.Context, topic string) (int, error) {
 	return p.partitionCount(ctx, topic)
 }
 
-func (p *Producer) partitionCount(ctx context.Context, topic string) (int, error) {
+func (p *brokerProducer) partitionCount(ctx context.Context, topic string) (int, error) {
 	p.pmu.RLock()
 	n, ok := p.parts[topic]
 	p.pmu.RUnlock()
@@ -616,7 +661,7 @@ func (p *Producer) partitionCount(ctx context.Context, topic string) (int, error
 	return 0, fmt.Errorf("%w: %q is not listed by the broker at %s", ErrUnknownTopic, topic, p.cn.addr)
 }
 
-func (p *Producer) forgetTopic(topic string) {
+func (p *brokerProducer) forgetTopic(topic string) {
 	if _, fixed := p.cfg.partitions[topic]; fixed {
 		return
 	}
@@ -625,11 +670,11 @@ func (p *Producer) forgetTopic(topic string) {
 	p.pmu.Unlock()
 }
 
-// isPartitionError reports a 500 about a partition out of range.
+// isPartitionError reports a reply whose cause is a partition out of
+// range (the partition count is stale).
 func isPartitionError(err error) bool {
 	var be *BrokerError
-	return errors.As(err, &be) && be.Code == protocol.StatusInternalError &&
-		strings.Contains(strings.ToLower(be.Msg), "partition")
+	return errors.As(err, &be) && be.Cause == protocol.CausePartitionOutOfRange
 }
 
 var crcTable = crc32.MakeTable(crc32.IEEE)

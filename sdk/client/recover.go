@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/backoff"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -23,16 +24,16 @@ const (
 	// DefaultRecoverInterval is how often messages in the local recovery
 	// store are replayed (MetaQ's recoverMessageIntervalInMills).
 	DefaultRecoverInterval = 5 * time.Minute
-	// DefaultRecoverDelay is the pause between the start of Consume and
+	// defaultRecoverDelay is the pause between the start of Consume and
 	// the first replay (shortened to the interval when that is shorter).
-	DefaultRecoverDelay = 5 * time.Second
-	// RecoverJournalName is the journal's file name inside a recovery
+	defaultRecoverDelay = 5 * time.Second
+	// recoverJournalName is the journal's file name inside a recovery
 	// store directory.
-	RecoverJournalName = "journal"
+	recoverJournalName = "journal"
 )
 
 // RejectPolicy takes a message whose handler failed on every attempt
-// (see WithRetries), with the last error. The consumer moves past the
+// (see HandlerRetries), with the last error. The consumer moves past the
 // message only after Reject returns nil; on an error it logs, waits and
 // calls Reject again, so a message is never skipped before the policy has
 // it. RejectFunc, Drop and RecoverLocally are policies.
@@ -51,23 +52,22 @@ type dropPolicy struct{}
 func (dropPolicy) Reject(context.Context, *message.Message, error) error { return nil }
 
 // Drop is the policy that logs a rejected message at Error level and skips
-// it (MetaQ's DropPolicy). It is the default for a consumer without
-// WithGroup.
+// it (MetaQ's DropPolicy). It is the default Reject policy.
 func Drop() RejectPolicy { return dropPolicy{} }
 
 type localRecover struct{ base string }
 
 func (localRecover) Reject(context.Context, *message.Message, error) error {
-	return errors.New("metaq: RecoverLocally works only as a consumer's WithRejectPolicy")
+	return errors.New("metaq: RecoverLocally works only as a consuming Client's Reject policy")
 }
 
 // RecoverLocally is the policy that writes a rejected message to a local
 // recovery store before the consumer moves past it (MetaQ's
-// LocalRecoverPolicy); the default for a consumer with WithGroup. The
-// store is an append-only journal, fsynced on every change, in
-// base/<topic>@<group>/ ("" for base: DefaultRecoverBase()). While
-// Consume runs, its messages are replayed in insertion order to the
-// handler every WithRecoverInterval; each one that succeeds is removed,
+// LocalRecoverPolicy), set with Reject. The store is an append-only
+// journal, fsynced on every change, in base/<topic>@<group>/ ("" for
+// base: ~/.metaq_recover, or under os.TempDir() when there is no home
+// directory). While Consume runs, its messages are replayed in insertion
+// order to the handler every 5 minutes; each one that succeeds is removed,
 // failures stay for the next round. Pending messages survive restarts:
 // the next Consume with the same base, topic and group replays them.
 //
@@ -76,35 +76,35 @@ func (localRecover) Reject(context.Context, *message.Message, error) error {
 // use the same directory at once.
 func RecoverLocally(base string) RejectPolicy { return localRecover{base: base} }
 
-// DefaultRecoverBase returns ~/.metaq_recover (MetaQ: ~/.meta_recover), or
+// defaultRecoverBase returns ~/.metaq_recover (MetaQ: ~/.meta_recover), or
 // a directory under os.TempDir() when there is no home directory.
-func DefaultRecoverBase() string {
+func defaultRecoverBase() string {
 	if h, err := os.UserHomeDir(); err == nil && h != "" {
 		return filepath.Join(h, ".metaq_recover")
 	}
 	return filepath.Join(os.TempDir(), ".metaq_recover")
 }
 
-// RecoverDir returns the recovery store directory of topic and group under
-// base ("" for DefaultRecoverBase()).
-func RecoverDir(base, topic, group string) string {
+// recoverDir returns the recovery store directory of topic and group under
+// base ("" for defaultRecoverBase()).
+func recoverDir(base, topic, group string) string {
 	if base == "" {
-		base = DefaultRecoverBase()
+		base = defaultRecoverBase()
 	}
 	clean := strings.NewReplacer("/", "_", `\`, "_", "..", "__")
 	return filepath.Join(base, clean.Replace(topic)+"@"+clean.Replace(group))
 }
 
-// WithRejectPolicy sets what happens to a message that failed every
-// attempt. Default: RecoverLocally("") with WithGroup, Drop() without.
-func WithRejectPolicy(p RejectPolicy) ConsumerOption {
+// withRejectPolicy sets what happens to a message that failed every
+// attempt. Default: RecoverLocally("") with withGroup, Drop() without.
+func withRejectPolicy(p RejectPolicy) consOption {
 	return consumerOpt(func(c *consumerConfig) { c.reject = p })
 }
 
-// WithRecoverInterval sets how often the local recovery store is replayed
+// withRecoverInterval sets how often the local recovery store is replayed
 // while Consume runs. Default DefaultRecoverInterval; the first replay
-// comes DefaultRecoverDelay (or d, if shorter) after Consume starts.
-func WithRecoverInterval(d time.Duration) ConsumerOption {
+// comes defaultRecoverDelay (or d, if shorter) after Consume starts.
+func withRecoverInterval(d time.Duration) consOption {
 	return consumerOpt(func(c *consumerConfig) {
 		if d > 0 {
 			c.recoverInterval = d
@@ -113,8 +113,8 @@ func WithRecoverInterval(d time.Duration) ConsumerOption {
 }
 
 // resolveReject sets c.rejectFn and c.recoverDir from the configured
-// policy (called once by NewConsumer).
-func (c *Consumer) resolveReject() {
+// policy (called once by newBrokerConsumer).
+func (c *brokerConsumer) resolveReject() {
 	p := c.cfg.reject
 	if p == nil {
 		if c.cfg.groupSet {
@@ -132,7 +132,7 @@ func (c *Consumer) resolveReject() {
 			return nil
 		}
 	case localRecover:
-		c.recoverDir = RecoverDir(p.base, c.topic, c.cfg.group)
+		c.recoverDir = recoverDir(p.base, c.topic, c.cfg.group)
 	default:
 		c.rejectFn = p.Reject
 	}
@@ -141,7 +141,7 @@ func (c *Consumer) resolveReject() {
 // startRecover opens the recovery store for a Consume run (when the policy
 // is RecoverLocally) and returns the run's reject function and the store
 // (nil for other policies). The caller releases the store after the run.
-func (c *Consumer) startRecover() (rejecter, *recoverStore, error) {
+func (c *brokerConsumer) startRecover() (rejecter, *recoverStore, error) {
 	if c.recoverDir == "" {
 		return c.rejectFn, nil, nil
 	}
@@ -162,7 +162,7 @@ func (c *Consumer) startRecover() (rejecter, *recoverStore, error) {
 
 // reject hands m to the reject policy until it takes it; false means ctx
 // ended first (m stays unhandled, so its position does not move).
-func (c *Consumer) reject(ctx context.Context, m *message.Message, herr error, rej rejecter) bool {
+func (c *brokerConsumer) reject(ctx context.Context, m *message.Message, herr error, rej rejecter) bool {
 	for i := 0; ; i++ {
 		err := rej(ctx, m, herr)
 		if err == nil {
@@ -173,15 +173,15 @@ func (c *Consumer) reject(ctx context.Context, m *message.Message, herr error, r
 		}
 		c.cfg.logger.Error("metaq: reject policy failed; the message is kept and retried", "topic", m.Topic,
 			"partition", m.Partition, "offset", m.Offset, "err", err)
-		if !sleepCtx(ctx, min(c.cfg.retryBackoff<<min(i, 10), 5*time.Second)) {
+		if (backoff.Policy{Min: c.cfg.retryBackoff, Max: 5 * time.Second}).Sleep(ctx, i+1) != nil {
 			return false
 		}
 	}
 }
 
 // replayLoop replays rs to h every recoverInterval until ctx ends.
-func (c *Consumer) replayLoop(ctx context.Context, rs *recoverStore, h Handler) {
-	t := time.NewTimer(min(DefaultRecoverDelay, c.cfg.recoverInterval))
+func (c *brokerConsumer) replayLoop(ctx context.Context, rs *recoverStore, h Handler) {
+	t := time.NewTimer(min(defaultRecoverDelay, c.cfg.recoverInterval))
 	defer t.Stop()
 	for {
 		select {
@@ -359,7 +359,7 @@ func acquireRecoverStore(dir string, logger *slog.Logger) (*recoverStore, error)
 		s.refs++
 		return s, nil
 	}
-	s := &recoverStore{dir: abs, path: filepath.Join(abs, RecoverJournalName), logger: logger, refs: 1}
+	s := &recoverStore{dir: abs, path: filepath.Join(abs, recoverJournalName), logger: logger, refs: 1}
 	if err := s.load(); err != nil {
 		return nil, fmt.Errorf("metaq: recovery store %s: %w", abs, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,9 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/broker"
+	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 const rcvTopic = "rt"
@@ -30,24 +29,13 @@ var rcvQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // rcvBroker runs a real broker with topic rt (2 partitions) on 127.0.0.1.
 func rcvBroker(t *testing.T) string {
 	t.Helper()
-	cfg := conf.Default()
-	cfg.Port = 8123 // only has to validate: the test listens itself
-	cfg.DataDir = t.TempDir()
-	cfg.Topics = []conf.Topic{{Name: rcvTopic}}
-	cfg.NumPartitions = 2
-	b, err := broker.New(cfg, broker.Options{Logf: func(string, ...any) {}})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	require.NoError(t, b.Serve(ln))
-	t.Cleanup(func() { _ = b.Close() })
-	return b.Addr()
+	return brokertest.Start(t, brokertest.Topics(rcvTopic), brokertest.Partitions(2), brokertest.Quiet()).Addr()
 }
 
 // rcvSend sends bodies to partition 0, in order.
 func rcvSend(t *testing.T, addr string, bodies ...string) {
 	t.Helper()
-	p, err := NewProducer(addr, WithLogger(rcvQuiet), WithSelector(Fixed(0)))
+	p, err := newBrokerProducer(addr, withLogger(rcvQuiet), withSelector(selector.Fixed(0)))
 	require.NoError(t, err)
 	defer func() { _ = p.Close(context.Background()) }()
 	for _, b := range bodies {
@@ -56,11 +44,11 @@ func rcvSend(t *testing.T, addr string, bodies ...string) {
 	}
 }
 
-func rcvConsumer(t *testing.T, addr string, opts ...ConsumerOption) *Consumer {
+func rcvConsumer(t *testing.T, addr string, opts ...consOption) *brokerConsumer {
 	t.Helper()
-	base := []ConsumerOption{WithLogger(rcvQuiet), WithMaxFetchDelay(50 * time.Millisecond), WithPartitions(0),
-		WithRetries(5, time.Millisecond)}
-	c, err := NewConsumer(addr, rcvTopic, append(base, opts...)...)
+	base := []consOption{withLogger(rcvQuiet), withMaxFetchDelay(50 * time.Millisecond), withPartitions(0),
+		withRetries(5, time.Millisecond)}
+	c, err := newBrokerConsumer(addr, rcvTopic, append(base, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
@@ -68,7 +56,7 @@ func rcvConsumer(t *testing.T, addr string, opts ...ConsumerOption) *Consumer {
 
 // rcvRun runs c.Consume(h) in the background; the returned func closes c
 // and returns Consume's error.
-func rcvRun(t *testing.T, c *Consumer, h Handler) func() error {
+func rcvRun(t *testing.T, c *brokerConsumer, h Handler) func() error {
 	done := make(chan error, 1)
 	go func() { done <- c.Consume(context.Background(), h) }()
 	return func() error {
@@ -150,10 +138,10 @@ func TestRecoverLocallyStoresThenReplays(t *testing.T) {
 	addr := rcvBroker(t)
 	rcvSend(t, addr, "0", "1", "2", "3", "4")
 	base := t.TempDir()
-	dir := RecoverDir(base, rcvTopic, "g")
+	dir := recoverDir(base, rcvTopic, "g")
 	rec := newRecorder("2")
-	c := rcvConsumer(t, addr, WithGroup("g"), WithRejectPolicy(RecoverLocally(base)),
-		WithRecoverInterval(100*time.Millisecond))
+	c := rcvConsumer(t, addr, withGroup("g"), withRejectPolicy(RecoverLocally(base)),
+		withRecoverInterval(100*time.Millisecond))
 	stop := rcvRun(t, c, rec.handle)
 
 	end := int64(5 * (message.HeaderSize + 1))
@@ -162,7 +150,7 @@ func TestRecoverLocallyStoresThenReplays(t *testing.T) {
 	require.Equal(t, []string{"0", "1", "3", "4"}, handled, "the rest flow, in order")
 	require.GreaterOrEqual(t, attempts["2"], 6, "tried 1+5 times before the reject policy")
 	require.Equal(t, []string{"2"}, pendingBodies(t, dir))
-	fi, err := os.Stat(filepath.Join(dir, RecoverJournalName))
+	fi, err := os.Stat(filepath.Join(dir, recoverJournalName))
 	require.NoError(t, err)
 	require.Positive(t, fi.Size())
 
@@ -182,7 +170,7 @@ func TestRecoverLocallyStoresThenReplays(t *testing.T) {
 	require.Equal(t, int64(2*(message.HeaderSize+1)), got.Offset)
 	require.ErrorIs(t, stop(), ErrClosed)
 
-	fi, err = os.Stat(filepath.Join(dir, RecoverJournalName))
+	fi, err = os.Stat(filepath.Join(dir, recoverJournalName))
 	require.NoError(t, err)
 	require.Zero(t, fi.Size(), "compacted once nothing is pending")
 }
@@ -192,10 +180,10 @@ func TestRecoverReplayInInsertionOrder(t *testing.T) {
 	bodies := []string{"a", "b", "c", "d", "e"}
 	rcvSend(t, addr, bodies...)
 	base := t.TempDir()
-	dir := RecoverDir(base, rcvTopic, "g")
+	dir := recoverDir(base, rcvTopic, "g")
 	rec := newRecorder("*")
-	c := rcvConsumer(t, addr, WithGroup("g"), WithRejectPolicy(RecoverLocally(base)),
-		WithRecoverInterval(time.Hour), WithRetries(0, time.Millisecond))
+	c := rcvConsumer(t, addr, withGroup("g"), withRejectPolicy(RecoverLocally(base)),
+		withRecoverInterval(time.Hour), withRetries(0, time.Millisecond))
 	stop := rcvRun(t, c, rec.handle)
 	require.Eventually(t, func() bool { return len(pendingBodies(t, dir)) == 5 }, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, bodies, pendingBodies(t, dir))
@@ -221,9 +209,9 @@ func TestRecoverRestartReplaysPending(t *testing.T) {
 	addr := rcvBroker(t)
 	rcvSend(t, addr, "0", "1", "2")
 	base := t.TempDir()
-	dir := RecoverDir(base, rcvTopic, "g")
+	dir := recoverDir(base, rcvTopic, "g")
 	rec := newRecorder("1")
-	c1 := rcvConsumer(t, addr, WithGroup("g"), WithRejectPolicy(RecoverLocally(base)), WithRecoverInterval(time.Hour))
+	c1 := rcvConsumer(t, addr, withGroup("g"), withRejectPolicy(RecoverLocally(base)), withRecoverInterval(time.Hour))
 	stop := rcvRun(t, c1, rec.handle)
 	end := int64(3 * (message.HeaderSize + 1))
 	require.Eventually(t, func() bool { return c1.Position(0) == end }, 10*time.Second, 5*time.Millisecond)
@@ -236,8 +224,8 @@ func TestRecoverRestartReplaysPending(t *testing.T) {
 	// A new consumer on the same dir: offsets resume past "1", the
 	// recovery store delivers it.
 	rec2 := newRecorder()
-	c2 := rcvConsumer(t, addr, WithGroup("g"), WithRejectPolicy(RecoverLocally(base)),
-		WithRecoverInterval(50*time.Millisecond))
+	c2 := rcvConsumer(t, addr, withGroup("g"), withRejectPolicy(RecoverLocally(base)),
+		withRecoverInterval(50*time.Millisecond))
 	stop = rcvRun(t, c2, rec2.handle)
 	require.Eventually(t, func() bool { h, _ := rec2.snapshot(); return len(h) == 1 }, 10*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool { return len(pendingBodies(t, dir)) == 0 }, 10*time.Second, 5*time.Millisecond)
@@ -248,18 +236,18 @@ func TestRecoverRestartReplaysPending(t *testing.T) {
 
 func TestRecoverDefaultPolicies(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
-	c, err := NewConsumer("127.0.0.1:1", rcvTopic, WithGroup("grp"))
+	c, err := newBrokerConsumer("127.0.0.1:1", rcvTopic, withGroup("grp"))
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(os.Getenv("HOME"), ".metaq_recover", rcvTopic+"@grp"), c.recoverDir)
 	require.Nil(t, c.rejectFn)
-	c, err = NewConsumer("127.0.0.1:1", rcvTopic)
+	c, err = newBrokerConsumer("127.0.0.1:1", rcvTopic)
 	require.NoError(t, err)
 	require.Empty(t, c.recoverDir, "no group: Drop")
 	require.NotNil(t, c.rejectFn)
-	c, err = NewConsumer("127.0.0.1:1", rcvTopic, WithGroup("grp"), WithOnReject(func(context.Context, *message.Message, error) {}))
+	c, err = newBrokerConsumer("127.0.0.1:1", rcvTopic, withGroup("grp"), withOnReject(func(context.Context, *message.Message, error) {}))
 	require.NoError(t, err)
-	require.Empty(t, c.recoverDir, "WithOnReject is a custom policy")
-	require.Equal(t, filepath.Join("b", "a_b@g__x"), RecoverDir("b", "a/b", "g..x"))
+	require.Empty(t, c.recoverDir, "withOnReject is a custom policy")
+	require.Equal(t, filepath.Join("b", "a_b@g__x"), recoverDir("b", "a/b", "g..x"))
 }
 
 func TestRecoverDropPolicyDrops(t *testing.T) {
@@ -268,7 +256,7 @@ func TestRecoverDropPolicyDrops(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	rec := newRecorder("1")
-	c := rcvConsumer(t, addr, WithGroup("g"), WithRejectPolicy(Drop()), WithRecoverInterval(10*time.Millisecond))
+	c := rcvConsumer(t, addr, withGroup("g"), withRejectPolicy(Drop()), withRecoverInterval(10*time.Millisecond))
 	stop := rcvRun(t, c, rec.handle)
 	end := int64(3 * (message.HeaderSize + 1))
 	require.Eventually(t, func() bool { return c.Position(0) == end }, 10*time.Second, 5*time.Millisecond)
@@ -285,7 +273,7 @@ func TestRecoverStoreFailureHoldsPosition(t *testing.T) {
 	addr := rcvBroker(t)
 	rcvSend(t, addr, "0", "1", "2")
 	base := t.TempDir()
-	dir := RecoverDir(base, rcvTopic, "g")
+	dir := recoverDir(base, rcvTopic, "g")
 	rec := newRecorder("1")
 	h := func(ctx context.Context, m *message.Message) error {
 		if string(m.Body) == "0" {
@@ -297,7 +285,7 @@ func TestRecoverStoreFailureHoldsPosition(t *testing.T) {
 		}
 		return rec.handle(ctx, m)
 	}
-	c := rcvConsumer(t, addr, WithGroup("g"), WithRejectPolicy(RecoverLocally(base)))
+	c := rcvConsumer(t, addr, withGroup("g"), withRejectPolicy(RecoverLocally(base)))
 	stop := rcvRun(t, c, h)
 	one := int64(message.HeaderSize + 1)
 	require.Eventually(t, func() bool { _, a := rec.snapshot(); return a["1"] >= 6 }, 10*time.Second, 5*time.Millisecond)
@@ -308,7 +296,7 @@ func TestRecoverStoreFailureHoldsPosition(t *testing.T) {
 	require.Equal(t, []string{"0"}, hd)
 
 	// An unreadable store fails Consume at once.
-	c2 := rcvConsumer(t, addr, WithGroup("g"), WithRejectPolicy(RecoverLocally(base)))
+	c2 := rcvConsumer(t, addr, withGroup("g"), withRejectPolicy(RecoverLocally(base)))
 	require.ErrorContains(t, c2.Consume(context.Background(), rec.handle), "recovery store")
 }
 
@@ -316,11 +304,11 @@ func TestRecoverCloseStopsReplayer(t *testing.T) {
 	addr := rcvBroker(t)
 	rcvSend(t, addr, "x")
 	base := t.TempDir()
-	dir := RecoverDir(base, rcvTopic, "g")
+	dir := recoverDir(base, rcvTopic, "g")
 	var calls atomic.Int64
 	h := func(context.Context, *message.Message) error { calls.Add(1); return errors.New("always") }
-	c := rcvConsumer(t, addr, WithGroup("g"), WithRejectPolicy(RecoverLocally(base)),
-		WithRecoverInterval(5*time.Millisecond))
+	c := rcvConsumer(t, addr, withGroup("g"), withRejectPolicy(RecoverLocally(base)),
+		withRecoverInterval(5*time.Millisecond))
 	stop := rcvRun(t, c, h)
 	require.Eventually(t, func() bool { return calls.Load() > 12 }, 10*time.Second, time.Millisecond, "replayed repeatedly")
 	require.ErrorIs(t, stop(), ErrClosed)
@@ -338,7 +326,7 @@ func TestRecoverCloseStopsReplayer(t *testing.T) {
 		return string(buf[:runtime.Stack(buf, true)])
 	}
 	leaked := func(st string) bool {
-		return strings.Contains(st, "replayLoop") || strings.Contains(st, "client.(*Consumer)")
+		return strings.Contains(st, "replayLoop") || strings.Contains(st, "client.(*brokerConsumer)")
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for leaked(stacks()) && time.Now().Before(deadline) {
@@ -374,12 +362,12 @@ func journalWith(t *testing.T, n int, removeLast bool) (dir string, cut int64) {
 func TestRecoverTornTailCut(t *testing.T) {
 	for _, removeLast := range []bool{false, true} {
 		src, cut := journalWith(t, 3, removeLast)
-		data, err := os.ReadFile(filepath.Join(src, RecoverJournalName))
+		data, err := os.ReadFile(filepath.Join(src, recoverJournalName))
 		require.NoError(t, err)
 		full := int64(len(data))
 		for at := cut; at < full; at++ {
 			dir := t.TempDir()
-			path := filepath.Join(dir, RecoverJournalName)
+			path := filepath.Join(dir, recoverJournalName)
 			require.NoError(t, os.WriteFile(path, data[:at], 0o600))
 			s, err := acquireRecoverStore(dir, rcvQuiet)
 			require.NoError(t, err)
@@ -418,7 +406,7 @@ func TestRecoverTornTailCut(t *testing.T) {
 
 func TestRecoverCorruptMiddleKeepsCopy(t *testing.T) {
 	dir, _ := journalWith(t, 3, false)
-	path := filepath.Join(dir, RecoverJournalName)
+	path := filepath.Join(dir, recoverJournalName)
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	first := recHeader + int(int32(uint32(data[0])<<24|uint32(data[1])<<16|uint32(data[2])<<8|uint32(data[3])))
@@ -447,7 +435,7 @@ func TestRecoverCompaction(t *testing.T) {
 		require.NoError(t, s.remove(q))
 	}
 	require.Equal(t, s.ents[0].size, s.size, "rewritten with only the pending record")
-	_, err = os.Stat(filepath.Join(dir, RecoverJournalName+".tmp"))
+	_, err = os.Stat(filepath.Join(dir, recoverJournalName+".tmp"))
 	require.ErrorIs(t, err, os.ErrNotExist)
 	require.NoError(t, s.put(&message.Message{Topic: rcvTopic, Body: []byte("4")}))
 	s.release()

@@ -1,4 +1,4 @@
-package client_test
+package client
 
 import (
 	"context"
@@ -11,24 +11,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
-// countingSelector is round robin that counts its SelectBatch calls.
+// countingSelector is round robin that counts its Select calls.
 type countingSelector struct {
-	client.PartitionSelector
-	batches, msgs atomic.Int64
-	err           error
+	selector.Selector
+	msgs atomic.Int64
+	err  error
 }
 
-func (c *countingSelector) SelectBatch(ctx context.Context, topic string, n int, msgs []*message.Message, out []int) error {
-	c.batches.Add(1)
-	c.msgs.Add(int64(len(msgs)))
+func (c *countingSelector) Select(ctx context.Context, topic string, ps []message.Partition, m *message.Message) (int, error) {
+	c.msgs.Add(1)
 	if c.err != nil {
-		return c.err
+		return 0, c.err
 	}
-	return c.PartitionSelector.(client.BatchSelector).SelectBatch(ctx, topic, n, msgs, out)
+	return c.Selector.Select(ctx, topic, ps, m)
 }
 
 func TestSendBatch(t *testing.T) {
@@ -36,15 +35,15 @@ func TestSendBatch(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	for _, tc := range []struct {
 		name string
-		opts []client.ProducerOption
+		opts []prodOption
 	}{
 		{"plain", nil},
-		{"small-inflight", []client.ProducerOption{client.WithMaxInFlight(7)}},
-		{"batching", []client.ProducerOption{client.WithBatching(16, 4<<10, time.Hour)}},
+		{"small-inflight", []prodOption{withMaxInFlight(7)}},
+		{"batching", []prodOption{withBatching(16, 4<<10, time.Hour)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sel := &countingSelector{PartitionSelector: client.RoundRobin()}
-			p := newProducer(t, br.addr, append(tc.opts, client.WithSelector(sel))...)
+			sel := &countingSelector{Selector: selector.RoundRobin()}
+			p := newProducer(t, br.addr, append(tc.opts, withSelector(sel))...)
 			const n = 300
 			msgs := make([]*message.Message, n)
 			for i := range msgs {
@@ -63,8 +62,7 @@ func TestSendBatch(t *testing.T) {
 			res, err := p.SendBatch(ctx, msgs)
 			require.NoError(t, err)
 			require.Less(t, time.Since(start), 10*time.Second, "SendBatch does not wait for linger")
-			require.EqualValues(t, 2, sel.batches.Load(), "one selector call per topic")
-			require.EqualValues(t, n, sel.msgs.Load())
+			require.EqualValues(t, n, sel.msgs.Load(), "one selector call per message")
 			last := map[[2]any]int64{}
 			for i, r := range res {
 				m := msgs[i]
@@ -85,28 +83,27 @@ func TestSendBatchErrors(t *testing.T) {
 	br := startBroker(t)
 	ctx := ctxT(t, 30*time.Second)
 	boom := errors.New("boom")
-	sel := &countingSelector{PartitionSelector: client.RoundRobin(), err: boom}
-	p := newProducer(t, br.addr, client.WithSelector(sel))
+	sel := &countingSelector{Selector: selector.RoundRobin(), err: boom}
+	p := newProducer(t, br.addr, withSelector(sel))
 
 	res, err := p.SendBatch(ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, res)
 
 	_, err = p.SendBatch(ctx, []*message.Message{{Topic: topic}, {}})
-	require.ErrorIs(t, err, client.ErrInvalidMessage)
+	require.ErrorIs(t, err, ErrInvalidMessage)
 	_, err = p.SendBatch(ctx, []*message.Message{{Topic: topic}, nil})
-	require.ErrorIs(t, err, client.ErrInvalidMessage)
+	require.ErrorIs(t, err, ErrInvalidMessage)
 	_, err = p.SendBatch(ctx, []*message.Message{{Topic: topic, Body: make([]byte, 3<<20)}})
-	require.ErrorIs(t, err, client.ErrInvalidMessage)
-	require.Zero(t, sel.batches.Load(), "invalid batches never reach the selector")
+	require.ErrorIs(t, err, ErrInvalidMessage)
+	require.Zero(t, sel.msgs.Load(), "invalid batches never reach the selector")
 
 	_, err = p.SendBatch(ctx, []*message.Message{{Topic: topic}})
 	require.ErrorIs(t, err, boom)
 	_, err = p.SendBatch(ctx, []*message.Message{{Topic: "nope"}})
-	require.ErrorIs(t, err, client.ErrUnknownTopic)
+	require.ErrorIs(t, err, ErrUnknownTopic)
 
-	// A selector without SelectBatch is asked per message.
-	p2 := newProducer(t, br.addr, client.WithSelector(client.Fixed(9)))
+	p2 := newProducer(t, br.addr, withSelector(selector.Fixed(9)))
 	_, err = p2.SendBatch(ctx, []*message.Message{{Topic: topic}})
 	require.Error(t, err)
 
@@ -117,5 +114,5 @@ func TestSendBatchErrors(t *testing.T) {
 
 	require.NoError(t, p2.Close(ctx))
 	_, err = p2.SendBatch(ctx, []*message.Message{{Topic: topic}})
-	require.ErrorIs(t, err, client.ErrClosed)
+	require.ErrorIs(t, err, ErrClosed)
 }

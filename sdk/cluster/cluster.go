@@ -2,8 +2,12 @@
 // clients in cluster mode. It reads MetaQ's znode layout (reference §5)
 // and never writes it:
 //
-//	R/brokers/ids/<id>/master        (E) meta://host:port
+//	R/brokers/ids/<id>/master        (E) meta://host:port (metaqs:// if TLS-only)
+//	R/brokers/ids/<id>/master_tls    (E) metaqs://host:tls_port, beside meta://
 //	R/brokers/topics-pub/<t>/<id>-m  (E) {"numParts":N,"broker":"<id>-m"}
+//
+// A Snapshot's Brokers carry both addresses (Broker.Addr, Broker.TLSAddr);
+// Broker.DialAddr picks the one a client with or without TLS dials.
 //
 // where R is Options.Root (default /meta). A TopicView watches one topic's
 // publish nodes the way MetaQ's producer does (§6): only the masters'
@@ -19,6 +23,9 @@
 //
 //	R/consumers/<g>/ids/<consumerId>            (E) subscribed topics
 //	R/consumers/<g>/owners/<t>/<brokerId>-<p>   (E) the owning consumerId
+//
+// With Options.Auth these get PrivateACL and their parents SharedACL
+// (see Auth).
 package cluster
 
 import (
@@ -31,12 +38,14 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/metaq-go/metaq/internal/zkpath"
 )
 
 // Defaults.
 const (
 	// DefaultRoot is MetaQ's zkRoot.
-	DefaultRoot = "/meta"
+	DefaultRoot = zkpath.DefaultRoot
 	// DefaultSessionTimeout is MetaQ's zkSessionTimeoutMs (30 s).
 	DefaultSessionTimeout = 30 * time.Second
 )
@@ -55,6 +64,16 @@ type Options struct {
 	Dialer zk.Dialer
 	// Logf receives diagnostics (unreadable nodes, retries). Default: none.
 	Logf func(format string, args ...any)
+	// Auth, when set, logs the session in with ZooKeeper's digest scheme
+	// right after it is established (the client sends it again after every
+	// reconnect and session expiry by itself). The consumer group's nodes
+	// are then created with Auth's ACLs (see Auth and docs/security.md).
+	// Reading needs no identity: brokers' nodes are world-readable.
+	Auth Auth
+	// UseTLS makes Snapshot.Addrs hold the brokers' TLS addresses
+	// (metaqs://) instead of their plaintext ones; a broker without the
+	// listener the client needs is left out of Addrs, and logged.
+	UseTLS bool
 }
 
 // Cluster is a ZooKeeper session from which topic views are read. It is
@@ -91,6 +110,9 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	if len(servers) == 0 {
 		return nil, errors.New("cluster: empty ZooKeeper connect string")
+	}
+	if err := o.Auth.Validate(); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if o.Root == "" {
 		o.Root = DefaultRoot
@@ -134,6 +156,19 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 	case <-ctx.Done():
 		conn.Close()
 		return nil, fmt.Errorf("cluster: no ZooKeeper session with %s: %w", o.Connect, ctx.Err())
+	}
+	if o.Auth.Enabled() {
+		login := make(chan error, 1)
+		go func() { login <- o.Auth.Login(conn) }()
+		select {
+		case err = <-login:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			conn.Close() // also ends a Login still waiting
+			return nil, fmt.Errorf("cluster: %s: %w", o.Connect, err)
+		}
 	}
 	return c, nil
 }
@@ -227,14 +262,5 @@ func (c *Cluster) Close() error {
 	return nil
 }
 
-func (c *Cluster) brokerMasterPath(id int) string {
-	return fmt.Sprintf("%s/brokers/ids/%d/master", c.opts.Root, id)
-}
-
-func (c *Cluster) topicPubPath(topic string) string {
-	return c.opts.Root + "/brokers/topics-pub/" + topic
-}
-
-func (c *Cluster) topicSubPath(topic string) string {
-	return c.opts.Root + "/brokers/topics-sub/" + topic
-}
+// root is Options.Root in the form zkpath's builders take.
+func (c *Cluster) root() string { return zkpath.Root(c.opts.Root) }

@@ -11,9 +11,10 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/core/testsvc"
-	"github.com/metaq-go/metaq/sdk/balance"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/cluster"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 func TestMain(m *testing.M) { testsvc.Main(m) }
@@ -43,29 +44,30 @@ func mkdirs(t *testing.T, c *zk.Conn, path string) {
 // and topics-pub/<topic>/<id>-<role> (E), role "m" or "s0".
 func register(t *testing.T, c *zk.Conn, root string, id int, role, addr, topic string, parts int) {
 	t.Helper()
-	ids := fmt.Sprintf("%s/brokers/ids/%d", root, id)
+	ids := zkpath.Broker(root, id)
 	mkdirs(t, c, ids)
 	uri := []byte("meta://" + addr)
+	name := zkpath.MasterName(id)
 	if role == "m" {
 		_, err := c.Set(ids, uri, -1)
 		require.NoError(t, err)
-		_, err = c.Create(ids+"/master", uri, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+		_, err = c.Create(zkpath.Master(root, id), uri, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 		require.NoError(t, err)
 	} else {
-		_, err := c.Create(ids+"/slave0", uri, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+		name = zkpath.BrokerName{ID: id, Slave: 0}
+		_, err := c.Create(zkpath.Slave(root, id, 0), uri, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 		require.NoError(t, err)
 	}
-	pub := root + "/brokers/topics-pub/" + topic
-	mkdirs(t, c, pub)
-	data := fmt.Sprintf(`{"numParts":%d,"broker":"%d-m"}`, parts, id)
-	_, err := c.Create(fmt.Sprintf("%s/%d-%s", pub, id, role), []byte(data), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+	mkdirs(t, c, zkpath.TopicsPub.Topic(root, topic))
+	data := zkpath.TopicData{NumParts: parts, Broker: zkpath.MasterName(id).String()}.Bytes()
+	_, err := c.Create(zkpath.TopicsPub.Node(root, topic, name), data, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 	require.NoError(t, err)
 }
 
 func unregister(t *testing.T, c *zk.Conn, root string, id int, topic string) {
 	t.Helper()
-	require.NoError(t, c.Delete(fmt.Sprintf("%s/brokers/topics-pub/%s/%d-m", root, topic, id), -1))
-	require.NoError(t, c.Delete(fmt.Sprintf("%s/brokers/ids/%d/master", root, id), -1))
+	require.NoError(t, c.Delete(zkpath.TopicsPub.Node(root, topic, zkpath.MasterName(id)), -1))
+	require.NoError(t, c.Delete(zkpath.Master(root, id), -1))
 }
 
 func open(t *testing.T, o cluster.Options) *cluster.Cluster {
@@ -78,24 +80,31 @@ func open(t *testing.T, o cluster.Options) *cluster.Cluster {
 	return c
 }
 
-func parts(spec ...int) []balance.Partition {
-	var out []balance.Partition
+func parts(spec ...int) []message.Partition {
+	var out []message.Partition
 	for i := 0; i < len(spec); i += 2 {
 		for p := range spec[i+1] {
-			out = append(out, balance.Partition{BrokerID: spec[i], Partition: int32(p)})
+			out = append(out, message.Partition{BrokerID: spec[i], Partition: int32(p)})
 		}
 	}
 	return out
 }
 
 // waitParts waits until v lists want.
-func waitParts(t *testing.T, v *cluster.TopicView, want []balance.Partition) {
+func waitParts(t *testing.T, v *cluster.TopicView, want []message.Partition) {
+	t.Helper()
+	waitView(t, v, want, func() []message.Partition { return v.Partitions() }, slices.Equal[[]message.Partition])
+}
+
+// waitView waits (15 s at most, woken by v's changes) until get returns
+// what equals want, and fails the test with the difference otherwise.
+func waitView[T any](t *testing.T, v *cluster.TopicView, want T, get func() T, equal func(a, b T) bool) T {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		got := v.Partitions()
-		if slices.Equal(got, want) {
-			return
+		got := get()
+		if equal(got, want) {
+			return got
 		}
 		if time.Now().After(deadline) {
 			require.Equal(t, want, got)
@@ -135,7 +144,7 @@ func TestDiscoverySortedMastersOnly(t *testing.T) {
 	waitParts(t, v, parts(5, 2, 10, 3))
 	require.Equal(t, "", v.Addr(2))
 	// A master URI change (broker restarted elsewhere) is followed.
-	_, err := w.Set(root+"/brokers/ids/5/master", []byte("meta://127.0.0.1:9999"), -1)
+	_, err := w.Set(zkpath.Master(root, 5), []byte("meta://127.0.0.1:9999"), -1)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return v.Addr(5) == "127.0.0.1:9999" }, 10*time.Second, 20*time.Millisecond)
 
@@ -169,10 +178,10 @@ func TestSessionExpiryRecovers(t *testing.T) {
 		register(t, w, root, bid, "m", fmt.Sprintf("127.0.0.1:%d", 9100+bid), "t", 1)
 		want := parts(1, 2)
 		for r := 0; r <= round; r++ {
-			want = append(want, balance.Partition{BrokerID: 20 + r})
+			want = append(want, message.Partition{BrokerID: 20 + r})
 		}
 		waitParts(t, v, want)
 	}
 	unregister(t, w, root, 1, "t")
-	waitParts(t, v, []balance.Partition{{BrokerID: 20}, {BrokerID: 21}})
+	waitParts(t, v, []message.Partition{{BrokerID: 20}, {BrokerID: 21}})
 }

@@ -12,7 +12,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/metaq-go/metaq/sdk/balance"
+	"github.com/metaq-go/metaq/internal/zkpath"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // Member is one consumer's registration in a consumer group (reference
@@ -51,7 +52,7 @@ type Member struct {
 }
 
 // ConsumerID returns MetaQ's consumer id of the member: "<group>_<id>".
-func ConsumerID(group, id string) string { return group + "_" + id }
+func ConsumerID(group, id string) string { return zkpath.ConsumerID(group, id) }
 
 // JoinGroup registers consumer id (made into "<group>_<id>") in group as a
 // subscriber of topics and starts following the group's membership. If a
@@ -67,7 +68,7 @@ func (c *Cluster) JoinGroup(ctx context.Context, group, id string, topics []stri
 	if len(topics) == 0 {
 		return nil, errors.New("cluster: join group: no topics")
 	}
-	m := &Member{c: c, group: group, id: ConsumerID(group, id), topics: strings.Join(topics, ","),
+	m := &Member{c: c, group: group, id: ConsumerID(group, id), topics: string(zkpath.MemberData(topics)),
 		ready: make(chan struct{}), changes: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		done: make(chan struct{})}
 	for first := true; ; first = false {
@@ -113,10 +114,10 @@ func (c *Cluster) JoinGroup(ctx context.Context, group, id string, topics []stri
 
 var errIDTaken = errors.New("consumer id registered by another session")
 
-func (m *Member) idsPath() string { return m.c.opts.Root + "/consumers/" + m.group + "/ids" }
+func (m *Member) idsPath() string { return zkpath.Members(m.c.root(), m.group) }
 
-func (m *Member) ownerPath(topic string, p balance.Partition) string {
-	return fmt.Sprintf("%s/consumers/%s/owners/%s/%d-%d", m.c.opts.Root, m.group, topic, p.BrokerID, p.Partition)
+func (m *Member) ownerPath(topic string, p message.Partition) string {
+	return zkpath.Owner(m.c.root(), m.group, topic, p.BrokerID, p.Partition)
 }
 
 // register creates the ids node for the current session (a no-op when it
@@ -127,13 +128,13 @@ func (m *Member) register() error {
 	if sess == 0 {
 		return zk.ErrNoServer
 	}
-	path := m.idsPath() + "/" + m.id
+	path := zkpath.Member(m.c.root(), m.group, m.id)
 	for attempt := 0; attempt < 3; attempt++ {
-		_, err := conn.Create(path, []byte(m.topics), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+		_, err := conn.Create(path, []byte(m.topics), zk.FlagEphemeral, m.c.opts.Auth.PrivateACL())
 		switch {
 		case err == nil:
 		case errors.Is(err, zk.ErrNoNode):
-			if err := ensurePath(conn, m.idsPath()); err != nil {
+			if err := ensurePath(conn, m.idsPath(), m.c.opts.Auth.SharedACL()); err != nil {
 				return err
 			}
 			continue
@@ -159,13 +160,22 @@ func (m *Member) register() error {
 	return fmt.Errorf("registering %s kept racing", path)
 }
 
-// ensurePath creates path and its parents as persistent nodes.
-func ensurePath(conn *zk.Conn, path string) error {
+// ensurePath creates path and its parents as persistent nodes with acl.
+// A parent that exists though this session may not create under its own
+// parent (ZooKeeper checks the parent's ACL first, and answers NoAuth) is
+// taken as it is.
+func ensurePath(conn *zk.Conn, path string, acl []zk.ACL) error {
 	p := ""
 	for part := range strings.SplitSeq(strings.Trim(path, "/"), "/") {
 		p += "/" + part
-		if _, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return err
+		_, err := conn.Create(p, nil, 0, acl)
+		if errors.Is(err, zk.ErrNoAuth) {
+			if ok, _, xerr := conn.Exists(p); xerr == nil && ok {
+				continue
+			}
+		}
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("create %s: %w", p, err)
 		}
 	}
 	return nil
@@ -182,7 +192,7 @@ func (m *Member) run(states <-chan struct{}) {
 		wait := time.Duration(0)
 		if err != nil {
 			fails++
-			wait = retryDelay(fails)
+			wait = zkRetry.Delay(fails)
 			if fails == 1 || fails%20 == 0 {
 				m.c.opts.Logf("cluster: group %s member %s (attempt %d): %v", m.group, m.id, fails, err)
 			}
@@ -271,20 +281,14 @@ func (m *Member) refresh() error {
 	}
 	members := make(map[string][]string, len(kids))
 	for _, k := range kids {
-		b, _, err := conn.Get(m.idsPath() + "/" + k)
+		b, _, err := conn.Get(zkpath.Member(m.c.root(), m.group, k))
 		if errors.Is(err, zk.ErrNoNode) {
 			continue // gone already; its deletion fires the watch
 		}
 		if err != nil {
 			return err
 		}
-		var ts []string
-		for t := range strings.SplitSeq(string(b), ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				ts = append(ts, t)
-			}
-		}
-		members[k] = ts
+		members[k] = zkpath.ParseMemberData(b)
 	}
 	m.mu.Lock()
 	changed := !maps.EqualFunc(m.members, members, slices.Equal)
@@ -348,17 +352,17 @@ var ErrOwned = errors.New("cluster: partition owned by another member")
 // Claim creates the owner node of topic's partition p for this member. It
 // returns nil when the node is this session's (created now or before),
 // ErrOwned when another session holds it, or the ZooKeeper error.
-func (m *Member) Claim(topic string, p balance.Partition) error {
+func (m *Member) Claim(topic string, p message.Partition) error {
 	conn := m.c.conn
 	path := m.ownerPath(topic, p)
 	for attempt := 0; attempt < 3; attempt++ {
 		sess := conn.SessionID()
-		_, err := conn.Create(path, []byte(m.id), zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+		_, err := conn.Create(path, []byte(m.id), zk.FlagEphemeral, m.c.opts.Auth.PrivateACL())
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, zk.ErrNoNode):
-			if err := ensurePath(conn, path[:strings.LastIndexByte(path, '/')]); err != nil {
+			if err := ensurePath(conn, path[:strings.LastIndexByte(path, '/')], m.c.opts.Auth.SharedACL()); err != nil {
 				return err
 			}
 		case errors.Is(err, zk.ErrNodeExists):
@@ -415,7 +419,7 @@ func (m *Member) watchRelease(path string) bool {
 
 // Release deletes the owner node of topic's partition p if this session
 // holds it. The member must have stopped reading p first.
-func (m *Member) Release(topic string, p balance.Partition) error {
+func (m *Member) Release(topic string, p message.Partition) error {
 	conn := m.c.conn
 	path := m.ownerPath(topic, p)
 	_, st, err := conn.Get(path)
@@ -454,7 +458,7 @@ func (m *Member) Leave() error {
 		m.c.stopStateChanges(m.states)
 	}
 	conn := m.c.conn
-	path := m.idsPath() + "/" + m.id
+	path := zkpath.Member(m.c.root(), m.group, m.id)
 	_, st, err := conn.Get(path)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil

@@ -1,14 +1,14 @@
 package cluster
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/metaq-go/metaq/internal/zkpath"
 )
 
 // Layout is what the brokers registered under a root, as ReadLayout found
@@ -23,12 +23,32 @@ type Layout struct {
 // BrokerInfo is one R/brokers/ids/<id>.
 type BrokerInfo struct {
 	ID int `json:"id"`
-	// Master is ids/<id>/master ("" if the broker has no live master).
+	// Master is ids/<id>/master ("" if the broker has no live master):
+	// meta://host:port, or metaqs://host:tls_port for a TLS-only broker.
 	Master string `json:"master"`
+	// MasterTLS is ids/<id>/master_tls, metaqs://host:tls_port, written
+	// beside a meta:// Master by a broker that serves TLS as well.
+	MasterTLS string `json:"master_tls,omitempty"`
 	// Slaves are the ids/<id>/slave<N> nodes by name.
 	Slaves map[string]string `json:"slaves,omitempty"`
 	// ConfigChecksum is ids/<id>/master_config_checksum.
 	ConfigChecksum string `json:"config_checksum,omitempty"`
+}
+
+// Broker returns the master's addresses from Master and MasterTLS (both
+// "" when there is no live master or its URI is bad).
+func (b BrokerInfo) Broker() Broker {
+	out := Broker{ID: b.ID}
+	if addr, tls, ok := ParseURI(b.Master); ok && tls {
+		out.TLSAddr = addr
+		return out
+	} else if ok {
+		out.Addr = addr
+	}
+	if addr, tls, ok := ParseURI(b.MasterTLS); ok && tls {
+		out.TLSAddr = addr
+	}
+	return out
 }
 
 // TopicBrokers is one topic: the brokers that registered it.
@@ -60,17 +80,17 @@ func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 	if cl.Root == "" {
 		cl.Root = "/"
 	}
-	ids, err := ReadChildren(c, root+"/brokers/ids")
+	ids, err := ReadChildren(c, zkpath.BrokerIDs(root))
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range ids {
-		id, err := strconv.Atoi(s)
+		id, err := zkpath.ParseBrokerID(s)
 		if err != nil {
 			continue
 		}
 		b := BrokerInfo{ID: id}
-		base := root + "/brokers/ids/" + s
+		base := zkpath.Broker(root, id)
 		kids, err := ReadChildren(c, base)
 		if err != nil {
 			return nil, err
@@ -81,11 +101,13 @@ func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 				return nil, err
 			}
 			switch {
-			case k == "master":
+			case k == zkpath.MasterNode:
 				b.Master = v
-			case k == "master_config_checksum":
+			case k == zkpath.MasterTLSNode:
+				b.MasterTLS = v
+			case k == zkpath.MasterChecksumNode:
 				b.ConfigChecksum = v
-			case strings.HasPrefix(k, "slave") && !strings.Contains(k, "config_checksum"):
+			case strings.HasPrefix(k, zkpath.SlavePrefix) && !strings.Contains(k, "config_checksum"):
 				if b.Slaves == nil {
 					b.Slaves = map[string]string{}
 				}
@@ -97,39 +119,42 @@ func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 	sort.Slice(cl.Brokers, func(i, j int) bool { return cl.Brokers[i].ID < cl.Brokers[j].ID })
 
 	topics := map[string]map[string]*TopicPartition{}
-	for _, kind := range []string{"topics-pub", "topics-sub"} {
-		names, err := ReadChildren(c, root+"/brokers/"+kind)
+	for _, kind := range []zkpath.Kind{zkpath.TopicsPub, zkpath.TopicsSub} {
+		names, err := ReadChildren(c, kind.Dir(root))
 		if err != nil {
 			return nil, err
 		}
 		for _, t := range names {
-			brokers, err := ReadChildren(c, root+"/brokers/"+kind+"/"+t)
+			brokers, err := ReadChildren(c, kind.Topic(root, t))
 			if err != nil {
 				return nil, err
 			}
 			for _, bn := range brokers {
-				v, _, err := ReadData(c, root+"/brokers/"+kind+"/"+t+"/"+bn)
+				name, err := zkpath.ParseBrokerName(bn)
+				if err != nil {
+					continue // not a broker's node
+				}
+				node := kind.Node(root, t, name)
+				v, _, err := ReadData(c, node)
 				if err != nil {
 					return nil, err
 				}
 				if v == "" {
 					continue // vanished meanwhile
 				}
-				var tb topicBroker
-				if err := json.Unmarshal([]byte(v), &tb); err != nil {
-					return nil, fmt.Errorf("%s/brokers/%s/%s/%s: bad data %q: %v", root, kind, t, bn, v, err)
+				tb, err := zkpath.ParseTopicData([]byte(v))
+				if err != nil {
+					return nil, fmt.Errorf("%s: bad data: %v", node, err)
 				}
 				if topics[t] == nil {
 					topics[t] = map[string]*TopicPartition{}
 				}
 				tp := topics[t][bn]
 				if tp == nil {
-					id, _, _ := strings.Cut(bn, "-")
-					n, _ := strconv.Atoi(id)
-					tp = &TopicPartition{Broker: bn, BrokerID: n, NumParts: tb.NumParts}
+					tp = &TopicPartition{Broker: bn, BrokerID: name.ID, NumParts: tb.NumParts}
 					topics[t][bn] = tp
 				}
-				if kind == "topics-pub" {
+				if kind == zkpath.TopicsPub {
 					tp.Publish = true
 				} else {
 					tp.Subscribe = true

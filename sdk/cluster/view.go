@@ -2,13 +2,11 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +14,9 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/metaq-go/metaq/sdk/balance"
+	"github.com/metaq-go/metaq/internal/backoff"
+	"github.com/metaq-go/metaq/internal/zkpath"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // Snapshot is one consistent reading of a topic's publish partitions.
@@ -24,13 +24,62 @@ import (
 type Snapshot struct {
 	// Partitions are the masters' partitions sorted by (BrokerID,
 	// Partition), numerically.
-	Partitions []balance.Partition
-	// Addrs maps a broker id to its master's "host:port".
+	Partitions []message.Partition
+	// Addrs maps a broker id to the "host:port" a client dials: its
+	// master's plaintext address (meta:// URI), or with Options.UseTLS its
+	// TLS address (metaqs://). A broker without that listener is not in
+	// it; Brokers lists it.
 	Addrs map[int]string
+	// Brokers maps the id of every broker with partitions listed to its
+	// addresses.
+	Brokers map[int]Broker
 }
 
-// Addr returns the address of broker id, or "".
+// Addr returns the address a client dials for broker id (see Addrs), or "".
 func (s *Snapshot) Addr(id int) string { return s.Addrs[id] }
+
+// Broker is where one broker serves, from its registered URIs: a master's
+// ids/<id>/master and ids/<id>/master_tls (or a slave's slave<N>).
+type Broker struct {
+	ID int
+	// Addr is the plaintext listener's "host:port" (meta://), "" for a
+	// TLS-only broker.
+	Addr string
+	// TLSAddr is the TLS listener's "host:port" (metaqs://), "" if the
+	// broker has none.
+	TLSAddr string
+}
+
+// ErrTLSOnly is returned by Broker.DialAddr for a client without TLS and
+// a broker that serves TLS only.
+var ErrTLSOnly = errors.New("cluster: broker is TLS-only")
+
+// ErrNoTLS is returned by Broker.DialAddr for a client that uses TLS and
+// a broker without a TLS listener (it is never silently read in plaintext).
+var ErrNoTLS = errors.New("cluster: broker has no TLS listener")
+
+// DialAddr returns the address a client dials: the TLS one when useTLS,
+// else the plaintext one. The error, ErrTLSOnly or ErrNoTLS, names the
+// broker ("broker 3 is TLS-only").
+func (b Broker) DialAddr(useTLS bool) (string, error) {
+	switch {
+	case useTLS && b.TLSAddr == "":
+		return "", fmt.Errorf("%w: broker %d serves plaintext only (meta://%s)", ErrNoTLS, b.ID, b.Addr)
+	case useTLS:
+		return b.TLSAddr, nil
+	case b.Addr == "":
+		return "", fmt.Errorf("%w: broker %d is TLS-only (metaqs://%s): configure TLS", ErrTLSOnly, b.ID, b.TLSAddr)
+	}
+	return b.Addr, nil
+}
+
+// Scheme prefixes of the registered broker URIs.
+const (
+	// SchemePlain is MetaQ's URI scheme, a plaintext listener.
+	SchemePlain = "meta://"
+	// SchemeTLS is metaq-go's URI scheme for a TLS listener.
+	SchemeTLS = "metaqs://"
+)
 
 // TopicView follows the publish partitions of one topic. It is safe for
 // concurrent use.
@@ -52,7 +101,7 @@ type TopicView struct {
 func newTopicView(c *Cluster, topic string, sub bool) *TopicView {
 	v := &TopicView{c: c, topic: topic, sub: sub, ready: make(chan struct{}), changes: make(chan struct{}, 1),
 		wake: make(chan struct{}, 1), armed: make(map[string]bool)}
-	v.snap.Store(&Snapshot{Addrs: map[int]string{}})
+	v.snap.Store(&Snapshot{Addrs: map[int]string{}, Brokers: map[int]Broker{}})
 	return v
 }
 
@@ -64,7 +113,7 @@ func (v *TopicView) Snapshot() *Snapshot { return v.snap.Load() }
 
 // Partitions returns the topic's master partitions, sorted by (BrokerID,
 // Partition). The caller may modify the returned slice.
-func (v *TopicView) Partitions() []balance.Partition {
+func (v *TopicView) Partitions() []message.Partition {
 	return slices.Clone(v.snap.Load().Partitions)
 }
 
@@ -101,7 +150,7 @@ func (v *TopicView) run() {
 		var wait <-chan struct{} = v.wake
 		if err != nil {
 			fails++
-			d := retryDelay(fails)
+			d := zkRetry.Delay(fails)
 			if fails == 1 || fails%20 == 0 {
 				v.c.opts.Logf("cluster: reading topic %s from ZooKeeper (attempt %d): %v", v.topic, fails, err)
 			}
@@ -217,34 +266,28 @@ func (v *TopicView) data(path string) (b []byte, ok bool, err error) {
 	}
 }
 
-// topicBroker is the JSON of a topics-pub or topics-sub node (MetaQ's
-// TopicBroker).
-type topicBroker struct {
-	NumParts int    `json:"numParts"`
-	Broker   string `json:"broker"`
-}
-
 // refresh reads the topic's nodes and their brokers' URIs and publishes
 // the result if it changed.
 func (v *TopicView) refresh() error {
-	dir := v.c.topicPubPath(v.topic)
+	kind := zkpath.TopicsPub
 	if v.sub {
-		dir = v.c.topicSubPath(v.topic)
+		kind = zkpath.TopicsSub
 	}
+	dir := kind.Topic(v.c.root(), v.topic)
 	kids, err := v.children(dir)
 	if err != nil {
 		return err
 	}
 	slices.Sort(kids) // "<id>-m" before "<id>-s<N>": a master wins
-	snap := &Snapshot{Addrs: make(map[int]string)}
+	snap := &Snapshot{Addrs: make(map[int]string), Brokers: make(map[int]Broker)}
 	for _, name := range kids {
-		idText, role, ok := strings.Cut(name, "-")
-		id, err := strconv.Atoi(idText)
-		if !ok || err != nil || id < 0 || (role != "m" && !isSlaveRole(role)) {
+		bn, err := zkpath.ParseBrokerName(name)
+		if err != nil {
 			v.c.opts.Logf("cluster: ignoring %s/%s: not <brokerId>-m or <brokerId>-s<N>", dir, name)
 			continue
 		}
-		if role != "m" && !v.sub {
+		id := bn.ID
+		if !bn.IsMaster() && !v.sub {
 			continue // a slave: never written to
 		}
 		b, ok, err := v.data(dir + "/" + name)
@@ -254,43 +297,40 @@ func (v *TopicView) refresh() error {
 		if !ok {
 			continue
 		}
-		var tb topicBroker
-		if err := json.Unmarshal(b, &tb); err != nil || tb.NumParts <= 0 {
+		tb, err := zkpath.ParseTopicData(b)
+		if err != nil || tb.NumParts == 0 {
 			v.c.opts.Logf("cluster: ignoring %s/%s: bad data %q", dir, name, b)
 			continue
 		}
 		// A broker's address is its master's or, when that is not
 		// registered, its first registered slave's; a later slave only
 		// adds partitions.
-		if _, done := snap.Addrs[id]; !done || role == "m" {
-			leaf := v.c.brokerMasterPath(id)
-			if role != "m" {
-				leaf = fmt.Sprintf("%s/brokers/ids/%d/slave%s", v.c.opts.Root, id, role[1:])
-			}
-			uri, ok, err := v.data(leaf)
+		if _, done := snap.Brokers[id]; !done || bn.IsMaster() {
+			b, ok, err := v.broker(bn)
 			if err != nil {
 				return err
 			}
 			if !ok {
-				continue // not registered (yet): not reachable
+				continue // not registered (yet), or unreadable: not reachable
 			}
-			addr, ok := parseURI(string(uri))
-			if !ok {
-				v.c.opts.Logf("cluster: ignoring broker %d: bad URI %q at %s", id, uri, leaf)
-				continue
+			snap.Brokers[id] = b
+			delete(snap.Addrs, id)
+			if a, err := b.DialAddr(v.c.opts.UseTLS); err == nil {
+				snap.Addrs[id] = a
+			} else {
+				v.c.opts.Logf("cluster: %v", err)
 			}
-			snap.Addrs[id] = addr
 		}
 		for p := range tb.NumParts {
-			snap.Partitions = append(snap.Partitions, balance.Partition{BrokerID: id, Partition: int32(p)})
+			snap.Partitions = append(snap.Partitions, message.Partition{BrokerID: id, Partition: int32(p)})
 		}
 	}
-	slices.SortFunc(snap.Partitions, balance.Partition.Compare)
+	slices.SortFunc(snap.Partitions, message.Partition.Compare)
 	// A partition listed by both a master and a slave (or two slaves) is
 	// counted once.
 	snap.Partitions = slices.Compact(snap.Partitions)
 	old := v.snap.Load()
-	if !slices.Equal(old.Partitions, snap.Partitions) || !maps.Equal(old.Addrs, snap.Addrs) {
+	if !slices.Equal(old.Partitions, snap.Partitions) || !maps.Equal(old.Brokers, snap.Brokers) {
 		v.snap.Store(snap)
 		select {
 		case v.changes <- struct{}{}:
@@ -301,32 +341,67 @@ func (v *TopicView) refresh() error {
 	return nil
 }
 
-// retryDelay is the wait before retrying a ZooKeeper reading that failed
-// fails times in a row: 100 ms doubling up to 1 s.
-func retryDelay(fails int) time.Duration {
-	return min(50*time.Millisecond<<min(fails, 5), time.Second)
-}
+// zkRetry is the wait before retrying a ZooKeeper reading that failed
+// n times in a row: 100 ms doubling up to 1 s.
+var zkRetry = backoff.Policy{Min: 100 * time.Millisecond, Max: time.Second}
 
-// isSlaveRole reports whether role is "s<N>".
-func isSlaveRole(role string) bool {
-	n, ok := strings.CutPrefix(role, "s")
-	if !ok || n == "" {
-		return false
+// broker reads the addresses of broker bn (a master or a slave),
+// keeping watches on the nodes read: a master's ids/<id>/master, and when
+// that is meta://, ids/<id>/master_tls; a slave's ids/<id>/slave<N>. ok is
+// false when the broker is not registered or its URI is bad (logged).
+func (v *TopicView) broker(bn zkpath.BrokerName) (b Broker, ok bool, err error) {
+	b.ID = bn.ID
+	leaf := zkpath.Master(v.c.root(), bn.ID)
+	if !bn.IsMaster() {
+		leaf = zkpath.Slave(v.c.root(), bn.ID, bn.Slave)
 	}
-	_, err := strconv.Atoi(n)
-	return err == nil
+	uri, ok, err := v.data(leaf)
+	if err != nil || !ok {
+		return b, false, err
+	}
+	addr, tls, ok := ParseURI(string(uri))
+	if !ok {
+		v.c.opts.Logf("cluster: ignoring broker %d: bad URI %q at %s", bn.ID, uri, leaf)
+		return b, false, nil
+	}
+	if tls {
+		b.TLSAddr = addr
+		return b, true, nil
+	}
+	b.Addr = addr
+	if !bn.IsMaster() {
+		return b, true, nil
+	}
+	tlsLeaf := zkpath.MasterTLS(v.c.root(), bn.ID)
+	uri, ok, err = v.data(tlsLeaf)
+	if err != nil {
+		return b, false, err
+	}
+	if ok {
+		if addr, tls, good := ParseURI(string(uri)); good && tls {
+			b.TLSAddr = addr
+		} else {
+			v.c.opts.Logf("cluster: broker %d: ignoring bad URI %q at %s", bn.ID, uri, tlsLeaf)
+		}
+	}
+	return b, true, nil
 }
 
-// parseURI turns "meta://host:port" into "host:port".
-func parseURI(uri string) (string, bool) {
-	addr, ok := strings.CutPrefix(strings.TrimSpace(uri), "meta://")
+// ParseURI turns a registered broker URI, "meta://host:port" or
+// "metaqs://host:port", into "host:port"; tls is true for metaqs://.
+func ParseURI(uri string) (addr string, tls, ok bool) {
+	uri = strings.TrimSpace(uri)
+	addr, ok = strings.CutPrefix(uri, SchemePlain)
 	if !ok {
-		return "", false
+		if addr, ok = strings.CutPrefix(uri, SchemeTLS); !ok {
+			return "", false, false
+		}
+		tls = true
 	}
 	addr = strings.TrimSuffix(addr, "/")
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || port == "" {
-		return "", false
+		return "", false, false
 	}
-	return addr, true
+	return addr, tls, true
 }

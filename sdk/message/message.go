@@ -70,8 +70,9 @@ type Message struct {
 	Partition int32
 	// Offset is the byte offset of the record's start in its partition.
 	Offset int64
-	// BrokerID is the broker the message was read from, set by a
-	// ClusterConsumer (whose partitions span brokers); 0 otherwise and
+	// BrokerID is the broker the message was read from, set by a Client
+	// consuming through ZooKeeper (whose partitions span brokers); 0
+	// otherwise and
 	// for messages replayed from the local recovery store.
 	BrokerID int
 }

@@ -5,14 +5,72 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math/bits"
 	"strconv"
+	"sync"
 )
 
 // maxTokens is the most tokens any frame has.
 const maxTokens = 10
 
+// bodyChunk is the first size in bytes of a body buffer for a body this
+// large or larger, and, under a Budget, the most a decoder keeps between
+// frames: a larger buffer grows (doubling, through bodyPools) as the body's
+// bytes arrive, and under a Budget goes back to its pool at the start of the
+// next Decode.
+const bodyChunk = 64 << 10
+
+// bodyPools hold the body buffers whose capacity is a power of two from
+// bodyChunk up (bodyPools[i] holds bodyChunk<<i bytes, up to 1 GiB), shared
+// by all decoders, so that a decoder that frees a large body buffer after
+// each frame (under a Budget) grows the next one without allocating. They
+// hold *[]byte, so that Put does not allocate. A pooled buffer is no
+// connection's: it is in no Budget, and the GC reclaims it.
+var bodyPools [15]sync.Pool
+
+// bodyPool returns the pool for a buffer of capacity c, or nil if c is not a
+// pooled size.
+func bodyPool(c int) *sync.Pool {
+	if c < bodyChunk || c&(c-1) != 0 {
+		return nil
+	}
+	i := bits.Len(uint(c)) - bits.Len(uint(bodyChunk))
+	if i >= len(bodyPools) {
+		return nil
+	}
+	return &bodyPools[i]
+}
+
+// bodyClass returns the smallest pooled size of at least n bytes (n over
+// bodyChunk), or n if none is.
+func bodyClass(n int) int {
+	c := 1 << bits.Len(uint(n-1))
+	if bodyPool(c) == nil {
+		return n
+	}
+	return c
+}
+
+// readBufferSize is the smallest read buffer of a Decoder in bytes (it is
+// at least MaxLine), as in net/http's server: it is held by every
+// connection, pipelined small frames still take one read call per 4 KiB,
+// and bodies larger than it are read straight into the body buffer.
+const readBufferSize = 4 << 10
+
 // Decoder reads frames from a stream. It allocates nothing per frame once its
-// buffers have grown to the largest frame seen.
+// buffers have grown to the largest frame seen. Under a Budget (a broker's
+// connections), a body buffer over 64 KiB goes back to a package-level pool
+// at the start of the next Decode, so an idle connection holds at most
+// 64 KiB, and the next large body grows from that pool without allocating;
+// without one (a client's), the decoder keeps its body buffer. A body
+// buffer grows as the body's bytes arrive either way, so a peer that
+// announces a large body and sends little makes the decoder hold little.
+// Work is linear in the input: a bad or empty line costs a bounded amount,
+// and each Decode returns after at most Limits.MaxEmptyLines empty lines.
+//
+// As the memory of a Request's byte slices may hold another connection's
+// frame once the next Decode (or Release) starts, they must not be used
+// after it.
 type Decoder struct {
 	r    *bufio.Reader
 	lim  Limits
@@ -20,16 +78,40 @@ type Decoder struct {
 	tok  [maxTokens + 1][]byte
 	ntok int
 	body []byte
+	// bodyp is body's handle in bodyPools if its capacity is a pooled size.
+	bodyp *[]byte
 }
 
 // NewDecoder returns a decoder reading from r with the given limits.
 func NewDecoder(r io.Reader, lim Limits) *Decoder {
 	lim = lim.withDefaults()
-	size := 64 << 10
-	if lim.MaxLine > size {
-		size = lim.MaxLine
-	}
+	size := max(readBufferSize, lim.MaxLine)
 	return &Decoder{r: bufio.NewReaderSize(r, size), lim: lim, line: make([]byte, 0, lim.MaxLine)}
+}
+
+// Release frees the decoder's body buffer (and gives it back to the
+// Budget), for when its connection closes. The last Request's slices must
+// not be used after it. The decoder stays usable.
+func (d *Decoder) Release() { d.freeBody() }
+
+// freeBody gives d.body back to the Budget, and to its pool if it has one.
+func (d *Decoder) freeBody() {
+	if d.lim.Budget != nil && cap(d.body) > 0 {
+		d.lim.Budget.Shrink(cap(d.body))
+	}
+	d.putBody()
+	d.body = nil
+}
+
+// putBody returns d.body's memory to its pool, if it has one; d.body must
+// then be replaced.
+func (d *Decoder) putBody() {
+	if d.bodyp == nil {
+		return
+	}
+	*d.bodyp = d.body[:0]
+	bodyPool(cap(d.body)).Put(d.bodyp)
+	d.bodyp = nil
 }
 
 // Buffered returns how many bytes are read from the stream but not decoded.
@@ -37,11 +119,26 @@ func (d *Decoder) Buffered() int { return d.r.Buffered() }
 
 // Decode reads the next frame into req. It returns io.EOF at a clean end of
 // stream, io.ErrUnexpectedEOF if the stream ends inside a frame, a *Error for
-// a malformed frame (see Error.Fatal), or the reader's error.
+// a malformed frame (see Error.Fatal), the Budget's error (framing is then
+// lost), or the reader's error.
+//
+// Empty lines before a frame are skipped, up to Limits.MaxEmptyLines in a
+// row; one more is a fatal error.
 func (d *Decoder) Decode(req *Request) error {
 	*req = Request{Checksum: NoChecksum, Args: req.Args[:0]}
-	if err := d.readLine(); err != nil {
-		return err
+	if d.lim.Budget != nil && cap(d.body) > bodyChunk {
+		d.freeBody() // the previous Request, which aliased it, is gone
+	}
+	for empty := 0; ; empty++ {
+		if err := d.readLine(); err != nil {
+			return err
+		}
+		if d.ntok > 1 || len(d.tok[0]) > 0 {
+			break
+		}
+		if empty == d.lim.MaxEmptyLines {
+			return &Error{Code: StatusBadRequest, Msg: "too many empty lines (over " + strconv.Itoa(d.lim.MaxEmptyLines) + ")", Fatal: true}
+		}
 	}
 	t := d.tok[:d.ntok]
 	cmd := t[0]
@@ -82,12 +179,10 @@ func (d *Decoder) Decode(req *Request) error {
 		return d.decodeMember(req, t, OpHeartbeat, 6)
 	case "leave":
 		return d.decodeMember(req, t, OpLeave, 5)
+	case "auth":
+		return d.decodeAuth(req, t)
 	}
-	if len(cmd) == 0 && d.ntok == 1 {
-		// An empty line: tolerate (nc users press return).
-		return d.Decode(req)
-	}
-	return &Error{Code: StatusBadRequest, Msg: "unknown command " + quoteToken(cmd), Opaque: d.lastOpaque()}
+	return &Error{Code: StatusBadRequest, Msg: "unknown command " + Printable(cmd), Opaque: d.lastOpaque()}
 }
 
 // readLine reads one header line into d.line and splits it into d.tok.
@@ -168,14 +263,69 @@ func (d *Decoder) readBody(op Op, n int64) ([]byte, error) {
 		}
 		return nil, d.bad(op, "body length "+strconv.FormatInt(n, 10)+" exceeds limit "+strconv.Itoa(d.lim.MaxBody))
 	}
-	if cap(d.body) < int(n) {
-		d.body = make([]byte, n)
-	}
-	d.body = d.body[:n]
-	if _, err := io.ReadFull(d.r, d.body); err != nil {
-		return nil, unexpected(err)
+	if err := d.fillBody(int(n)); err != nil {
+		return nil, err
 	}
 	return d.body, nil
+}
+
+// fillBody reads n bytes into d.body, growing it as the bytes arrive so that
+// a peer that announces a large body and sends little makes the decoder
+// hold little. A buffer smaller than the body's first chunk grows before
+// anything is read into it, so that nothing is copied.
+func (d *Decoder) fillBody(n int) error {
+	d.body = d.body[:0]
+	for len(d.body) < n {
+		if len(d.body) == cap(d.body) || len(d.body) == 0 && cap(d.body) < min(n, bodyChunk) {
+			if err := d.growBody(n, len(d.body)+d.r.Buffered()); err != nil {
+				return err
+			}
+		}
+		k, err := io.ReadFull(d.r, d.body[len(d.body):min(cap(d.body), n)])
+		d.body = d.body[:len(d.body)+k]
+		if err != nil {
+			return unexpected(err)
+		}
+	}
+	return nil
+}
+
+// growBody grows d.body's capacity for a body of n bytes, have of which have
+// arrived (read into d.body or buffered in d.r): to at least twice its
+// capacity, min(n, bodyChunk) and min(n, have). For a body of at most
+// bodyChunk that is capped at bodyChunk (or MaxBody); for a larger one it
+// is rounded up to a pooled size, or is MaxBody where that would exceed
+// MaxBody. A buffer of a pooled size comes from (and the one it replaces
+// goes back to) bodyPools.
+func (d *Decoder) growBody(n, have int) error {
+	c := cap(d.body)
+	next := max(2*c, min(n, bodyChunk), min(n, have))
+	if n <= bodyChunk {
+		next = min(next, bodyChunk, d.lim.MaxBody)
+	} else {
+		next = min(bodyClass(next), d.lim.MaxBody)
+	}
+	if d.lim.Budget != nil {
+		if err := d.lim.Budget.Grow(next - c); err != nil {
+			return err
+		}
+	}
+	var b []byte
+	var bp *[]byte
+	if pool := bodyPool(next); pool != nil {
+		bp, _ = pool.Get().(*[]byte)
+		if bp == nil {
+			bp = new([]byte)
+			*bp = make([]byte, 0, next)
+		}
+		b = (*bp)[:len(d.body)]
+	} else {
+		b = make([]byte, len(d.body), next)
+	}
+	copy(b, d.body)
+	d.putBody()
+	d.body, d.bodyp = b, bp
+	return nil
 }
 
 func unexpected(err error) error {
@@ -193,24 +343,24 @@ func (d *Decoder) decodePut(req *Request, t [][]byte) error {
 	}
 	n, ok := parseInt(t[3], 32)
 	if !ok || n < 0 {
-		return d.fatal(OpPut, "put: bad length "+quoteToken(t[3]))
+		return d.fatal(OpPut, "put: bad length "+Printable(t[3]))
 	}
 	opaque, okOp := parseInt(t[len(t)-1], 32)
 	req.Opaque = int32(opaque)
 	var msg string
 	if !okOp {
-		msg = "put: bad opaque " + quoteToken(t[len(t)-1])
+		msg = "put: bad opaque " + Printable(t[len(t)-1])
 	}
 	req.Topic = t[1]
 	p, okP := parseInt(t[2], 32)
 	req.Partition = int32(p)
 	if msg == "" && (!okP || p < -1) {
-		msg = "put: bad partition " + quoteToken(t[2])
+		msg = "put: bad partition " + Printable(t[2])
 	}
 	f, okF := parseInt(t[4], 32)
 	req.Flag = int32(f)
 	if msg == "" && !okF {
-		msg = "put: bad flag " + quoteToken(t[4])
+		msg = "put: bad flag " + Printable(t[4])
 	}
 	switch len(t) {
 	case 7:
@@ -218,7 +368,7 @@ func (d *Decoder) decodePut(req *Request, t [][]byte) error {
 			c, ok := parseInt(t[5], 64)
 			req.Checksum = c
 			if msg == "" && !ok {
-				msg = "put: bad checksum " + quoteToken(t[5])
+				msg = "put: bad checksum " + Printable(t[5])
 			}
 		} else {
 			req.TxKey = t[5]
@@ -227,7 +377,7 @@ func (d *Decoder) decodePut(req *Request, t [][]byte) error {
 		c, ok := parseInt(t[5], 64)
 		req.Checksum = c
 		if msg == "" && !ok {
-			msg = "put: bad checksum " + quoteToken(t[5])
+			msg = "put: bad checksum " + Printable(t[5])
 		}
 		req.TxKey = t[6]
 	}
@@ -254,24 +404,24 @@ func (d *Decoder) decodeMPut(req *Request, t [][]byte) error {
 	}
 	n, ok := parseInt(t[3], 32)
 	if !ok || n < 0 {
-		return d.fatal(OpMPut, "mput: bad length "+quoteToken(t[3]))
+		return d.fatal(OpMPut, "mput: bad length "+Printable(t[3]))
 	}
 	var msg string
 	opaque, okOp := parseInt(t[5], 32)
 	req.Opaque = int32(opaque)
 	if !okOp {
-		msg = "mput: bad opaque " + quoteToken(t[5])
+		msg = "mput: bad opaque " + Printable(t[5])
 	}
 	req.Topic = t[1]
 	p, okP := parseInt(t[2], 32)
 	req.Partition = int32(p)
 	if msg == "" && (!okP || p < 0) {
-		msg = "mput: bad partition " + quoteToken(t[2])
+		msg = "mput: bad partition " + Printable(t[2])
 	}
 	c, okC := parseInt(t[4], 32)
 	req.Count = int(c)
 	if msg == "" && (!okC || c < 1 || c > MaxMPutCount) {
-		msg = "mput: bad count " + quoteToken(t[4]) + " (1.." + strconv.Itoa(MaxMPutCount) + ")"
+		msg = "mput: bad count " + Printable(t[4]) + " (1.." + strconv.Itoa(MaxMPutCount) + ")"
 	}
 	if msg == "" && len(req.Topic) == 0 {
 		msg = "mput: empty topic"
@@ -304,15 +454,15 @@ func (d *Decoder) decodeGet(req *Request, t [][]byte) error {
 	req.Partition, req.Offset, req.MaxSize, req.Opaque = int32(p), o, int32(m), int32(op)
 	switch {
 	case !ok4:
-		return d.bad(OpGet, "get: bad opaque "+quoteToken(t[6]))
+		return d.bad(OpGet, "get: bad opaque "+Printable(t[6]))
 	case len(req.Topic) == 0:
 		return d.bad(OpGet, "get: empty topic")
 	case !ok1 || p < 0:
-		return d.bad(OpGet, "get: bad partition "+quoteToken(t[3]))
+		return d.bad(OpGet, "get: bad partition "+Printable(t[3]))
 	case !ok2:
-		return d.bad(OpGet, "get: bad offset "+quoteToken(t[4]))
+		return d.bad(OpGet, "get: bad offset "+Printable(t[4]))
 	case !ok3:
-		return d.bad(OpGet, "get: bad maxSize "+quoteToken(t[5]))
+		return d.bad(OpGet, "get: bad maxSize "+Printable(t[5]))
 	}
 	return nil
 }
@@ -330,13 +480,13 @@ func (d *Decoder) decodeOffset(req *Request, t [][]byte) error {
 	req.Partition, req.Offset, req.Opaque = int32(p), o, int32(op)
 	switch {
 	case !ok3:
-		return d.bad(OpOffset, "offset: bad opaque "+quoteToken(t[5]))
+		return d.bad(OpOffset, "offset: bad opaque "+Printable(t[5]))
 	case len(req.Topic) == 0:
 		return d.bad(OpOffset, "offset: empty topic")
 	case !ok1 || p < 0:
-		return d.bad(OpOffset, "offset: bad partition "+quoteToken(t[3]))
+		return d.bad(OpOffset, "offset: bad partition "+Printable(t[3]))
 	case !ok2:
-		return d.bad(OpOffset, "offset: bad offset "+quoteToken(t[4]))
+		return d.bad(OpOffset, "offset: bad offset "+Printable(t[4]))
 	}
 	return nil
 }
@@ -393,7 +543,7 @@ func (d *Decoder) decodeStats(req *Request, t [][]byte) error {
 		req.Item = t[1]
 		v, ok := parseInt(t[2], 32)
 		if !ok {
-			return d.bad(OpStats, "stats: bad opaque "+quoteToken(t[2]))
+			return d.bad(OpStats, "stats: bad opaque "+Printable(t[2]))
 		}
 		req.Opaque = int32(v)
 	default:
@@ -409,7 +559,7 @@ func (d *Decoder) optOpaque(req *Request, t [][]byte, at int) error {
 	case len(t) == at+1:
 		v, ok := parseInt(t[at], 32)
 		if !ok {
-			return d.bad(req.Op, req.Op.String()+": bad opaque "+quoteToken(t[at]))
+			return d.bad(req.Op, req.Op.String()+": bad opaque "+Printable(t[at]))
 		}
 		req.Opaque = int32(v)
 	default:
@@ -441,7 +591,7 @@ func (d *Decoder) decodeSync(req *Request, t [][]byte) error {
 	}
 	n, ok := parseInt(t[3], 32)
 	if !ok || n < 0 {
-		return d.fatal(OpSync, "sync: bad length "+quoteToken(t[3]))
+		return d.fatal(OpSync, "sync: bad length "+Printable(t[3]))
 	}
 	req.Topic = t[1]
 	p, ok1 := parseInt(t[2], 32)
@@ -472,7 +622,7 @@ func (d *Decoder) decodeGroupBody(req *Request, t [][]byte, op Op) error {
 	}
 	n, ok := parseInt(t[2], 32)
 	if !ok || n < 0 {
-		return d.fatal(op, op.String()+": bad length "+quoteToken(t[2]))
+		return d.fatal(op, op.String()+": bad length "+Printable(t[2]))
 	}
 	v, okOp := parseInt(t[3], 32)
 	req.Opaque = int32(v)
@@ -484,7 +634,7 @@ func (d *Decoder) decodeGroupBody(req *Request, t [][]byte, op Op) error {
 	req.Body = body
 	switch {
 	case !okOp:
-		return d.bad(op, op.String()+": bad opaque "+quoteToken(t[3]))
+		return d.bad(op, op.String()+": bad opaque "+Printable(t[3]))
 	case len(req.Group) == 0:
 		return d.bad(op, op.String()+": empty group")
 	}
@@ -521,7 +671,7 @@ func (d *Decoder) decodeMember(req *Request, t [][]byte, op Op, want int) error 
 	}
 	v, ok := parseInt(t[len(t)-1], 32)
 	if !ok {
-		return d.bad(op, name+": bad opaque "+quoteToken(t[len(t)-1]))
+		return d.bad(op, name+": bad opaque "+Printable(t[len(t)-1]))
 	}
 	req.Opaque = int32(v)
 	req.Group, req.Topic, req.Member = t[1], t[2], t[3]
@@ -542,9 +692,40 @@ func (d *Decoder) decodeMember(req *Request, t [][]byte, op Op, want int) error 
 	case OpHeartbeat:
 		g, ok := parseInt(t[4], 64)
 		if !ok || g < 0 {
-			return d.bad(op, name+": bad generation "+quoteToken(t[4]))
+			return d.bad(op, name+": bad generation "+Printable(t[4]))
 		}
 		req.Generation = g
+	}
+	return nil
+}
+
+// MaxAuthBody is the largest auth body (a SASL message) in bytes.
+const MaxAuthBody = 1024
+
+// auth <mechanism> <bodyLen> <opaque> + body (the SASL message; for PLAIN,
+// RFC 4616's [authzid] NUL authcid NUL passwd).
+func (d *Decoder) decodeAuth(req *Request, t [][]byte) error {
+	req.Op = OpAuth
+	if len(t) != 4 {
+		return d.fatal(OpAuth, "auth: want 4 tokens, got "+strconv.Itoa(len(t)))
+	}
+	n, ok := parseInt(t[2], 32)
+	if !ok || n < 0 || n > MaxAuthBody {
+		return d.fatal(OpAuth, "auth: bad length "+Printable(t[2])+" (0.."+strconv.Itoa(MaxAuthBody)+")")
+	}
+	v, okOp := parseInt(t[3], 32)
+	req.Opaque = int32(v)
+	req.Item = t[1]
+	body, err := d.readBody(OpAuth, n)
+	if err != nil {
+		return err
+	}
+	req.Body = body
+	switch {
+	case !okOp:
+		return d.bad(OpAuth, "auth: bad opaque "+Printable(t[3]))
+	case len(req.Item) == 0:
+		return d.bad(OpAuth, "auth: empty mechanism")
 	}
 	return nil
 }
@@ -584,12 +765,4 @@ func parseInt(b []byte, bits uint) (int64, bool) {
 		return 0, false
 	}
 	return int64(v), true
-}
-
-// quoteToken renders a token for an error message, shortened.
-func quoteToken(b []byte) string {
-	if len(b) > 32 {
-		b = b[:32]
-	}
-	return strconv.Quote(string(b))
 }

@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -249,11 +250,25 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// benchSizes are the body sizes of the decode benchmarks.
+var benchSizes = []int{100, 1024, 64 << 10, 1 << 20}
+
+// benchBudgets runs f without a Budget (the SDK, the CLI) and with one (the
+// broker).
+func benchBudgets(b *testing.B, f func(b *testing.B, lim Limits)) {
+	b.Run("budget=none", func(b *testing.B) { f(b, Limits{}) })
+	b.Run("budget=set", func(b *testing.B) { f(b, Limits{Budget: &budget{}}) })
+}
+
 func BenchmarkDecodePut(b *testing.B) {
-	for _, size := range []int{100, 1024} {
+	benchBudgets(b, benchmarkDecodePut)
+}
+
+func benchmarkDecodePut(b *testing.B, lim Limits) {
+	for _, size := range benchSizes {
 		frame := AppendPut(nil, "meta-test", 0, 0, -1, 1, bytes.Repeat([]byte("x"), size))
 		b.Run("size="+strconv.Itoa(size), func(b *testing.B) {
-			d := NewDecoder(&repeatReader{frame: frame}, Limits{})
+			d := NewDecoder(&repeatReader{frame: frame}, lim)
 			var req Request
 			b.ReportAllocs()
 			b.SetBytes(int64(len(frame)))
@@ -262,6 +277,50 @@ func BenchmarkDecodePut(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkDecodeTCP decodes puts from a loopback TCP connection, so that the
+// read buffer's size shows in the number of read calls.
+func BenchmarkDecodeTCP(b *testing.B) {
+	benchBudgets(b, benchmarkDecodeTCP)
+}
+
+func benchmarkDecodeTCP(b *testing.B, lim Limits) {
+	for _, size := range benchSizes {
+		frame := AppendPut(nil, "meta-test", 0, 0, -1, 1, bytes.Repeat([]byte("x"), size))
+		batch := bytes.Repeat(frame, max(1, (256<<10)/len(frame)))
+		b.Run("size="+strconv.Itoa(size), func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(b, err)
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				for {
+					if _, err := c.Write(batch); err != nil {
+						return
+					}
+				}
+			}()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			require.NoError(b, err)
+			defer c.Close()
+			cr := &countingReader{r: c}
+			d := NewDecoder(cr, lim)
+			var req Request
+			b.ReportAllocs()
+			b.SetBytes(int64(len(frame)))
+			for b.Loop() {
+				if err := d.Decode(&req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cr.reads)/float64(b.N), "reads/op")
 		})
 	}
 }

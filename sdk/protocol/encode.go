@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"strconv"
@@ -47,6 +48,29 @@ func AppendMPutEntry(dst []byte, flag int32, crc int32, data []byte) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(data)))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(crc))
 	return append(dst, data...)
+}
+
+// AppendAuthPlain appends an `auth PLAIN` request whose body is RFC 4616's
+// NUL user NUL password (no authorization identity).
+func AppendAuthPlain(dst []byte, user, password string, opaque int32) []byte {
+	dst = append(dst, "auth PLAIN"...)
+	dst = appendSpaceInt(dst, int64(2+len(user)+len(password)))
+	dst = appendSpaceInt(dst, int64(opaque))
+	dst = append(dst, '\r', '\n', 0)
+	dst = append(dst, user...)
+	dst = append(dst, 0)
+	return append(dst, password...)
+}
+
+// ParseSASLPlain splits an RFC 4616 PLAIN message, [authzid] NUL authcid NUL
+// passwd, into its parts.
+func ParseSASLPlain(msg []byte) (authzid, user, password string, ok bool) {
+	a, rest, ok1 := bytes.Cut(msg, []byte{0})
+	u, p, ok2 := bytes.Cut(rest, []byte{0})
+	if !ok1 || !ok2 || len(u) == 0 || bytes.IndexByte(p, 0) >= 0 {
+		return "", "", "", false
+	}
+	return string(a), string(u), string(p), true
 }
 
 // MPutEntry is one decoded mput entry; Data aliases the body.
@@ -178,7 +202,7 @@ func ParsePutResult(body []byte) (msgID int64, partition int32, offset int64, co
 	for i := 0; i <= len(body); i++ {
 		if i == len(body) || body[i] == ' ' {
 			if n == 4 {
-				return 0, 0, 0, 0, errors.New("protocol: bad put result " + quoteToken(body))
+				return 0, 0, 0, 0, errors.New("protocol: bad put result " + Printable(body))
 			}
 			f[n] = body[start:i]
 			n++
@@ -186,7 +210,7 @@ func ParsePutResult(body []byte) (msgID int64, partition int32, offset int64, co
 		}
 	}
 	if n < 3 {
-		return 0, 0, 0, 0, errors.New("protocol: bad put result " + quoteToken(body))
+		return 0, 0, 0, 0, errors.New("protocol: bad put result " + Printable(body))
 	}
 	id, ok1 := parseInt(f[0], 64)
 	p, ok2 := parseInt(f[1], 32)
@@ -197,7 +221,7 @@ func ParsePutResult(body []byte) (msgID int64, partition int32, offset int64, co
 		c, ok4 = parseInt(f[3], 32)
 	}
 	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return 0, 0, 0, 0, errors.New("protocol: bad put result " + quoteToken(body))
+		return 0, 0, 0, 0, errors.New("protocol: bad put result " + Printable(body))
 	}
 	return id, int32(p), o, int(c), nil
 }

@@ -78,19 +78,19 @@ func ParseOffsetLines(body []byte, full bool) ([]OffsetEntry, error) {
 		}
 		f := bytes.Split(line, []byte{' '})
 		if len(f) != want || len(f[0]) == 0 {
-			return nil, errors.New("protocol: bad offset line " + quoteToken(line))
+			return nil, errors.New("protocol: bad offset line " + Printable(line))
 		}
 		e := OffsetEntry{Topic: string(f[0]), Offset: -1, MsgID: -1}
 		p, ok := parseInt(f[1], 32)
 		if !ok || p < 0 {
-			return nil, errors.New("protocol: bad partition in offset line " + quoteToken(line))
+			return nil, errors.New("protocol: bad partition in offset line " + Printable(line))
 		}
 		e.Partition = int32(p)
 		if full {
 			o, ok1 := parseInt(f[2], 64)
 			m, ok2 := parseInt(f[3], 64)
 			if !ok1 || !ok2 || o < -1 {
-				return nil, errors.New("protocol: bad offset line " + quoteToken(line))
+				return nil, errors.New("protocol: bad offset line " + Printable(line))
 			}
 			e.Offset, e.MsgID = o, m
 		}

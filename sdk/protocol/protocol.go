@@ -10,14 +10,18 @@
 // Requests: put, get, offset, version, stats, quit (MetaQ 1.4) plus the
 // metaq-go extensions mput (many messages to one partition in one request),
 // commit and fetch (consumer offsets kept by the broker), join, heartbeat and
-// leave (consumer groups coordinated by the broker in local mode), and the fvalue reply
+// leave (consumer groups coordinated by the broker in local mode), auth
+// (SASL PLAIN authentication), and the fvalue reply
 // (a filtered get reply whose records carry their offsets).
 // transaction and sync are framed so that a broker can refuse them without
 // losing the connection. Replies: result and value. docs/protocol.md has the
 // full description.
 package protocol
 
-import "strconv"
+import (
+	"strconv"
+	"unicode/utf8"
+)
 
 // Op is a frame's command.
 type Op uint8
@@ -42,11 +46,13 @@ const (
 	OpJoin
 	OpHeartbeat
 	OpLeave
+	OpAuth
 )
 
 var opNames = [...]string{"unknown", "put", "mput", "get", "offset", "version", "stats", "quit", "transaction", "sync", "result", "value",
-	"commit", "fetch", "fvalue", "join", "heartbeat", "leave"}
+	"commit", "fetch", "fvalue", "join", "heartbeat", "leave", "auth"}
 
+// String is the command's name on the wire.
 func (o Op) String() string {
 	if int(o) < len(opNames) {
 		return opNames[o]
@@ -59,13 +65,20 @@ const (
 	StatusOK            = 200 // success
 	StatusMoved         = 301 // offset out of range; body is the offset to use
 	StatusBadRequest    = 400 // malformed request, bad size
-	StatusForbidden     = 403 // partition closed
+	StatusUnauthorized  = 401 // not authenticated, or auth failed (metaq-go)
+	StatusForbidden     = 403 // partition closed; not allowed (ACL, accept flags)
 	StatusNotFound      = 404 // no data at that offset yet, or no such store
 	StatusConflict      = 409 // group member id still registered on another connection
 	StatusInternalError = 500 // refused or failed; body says why
 	StatusBusy          = 503 // broker overloaded
 	StatusTimeout       = 504 // timed out
 )
+
+// CorruptDataPrefix starts the body of the 500 reply to a get whose offset
+// falls in data the broker found damaged on its disk (a failed checksum):
+// the broker never sends such bytes as records. A client should not retry
+// the same offset.
+const CorruptDataPrefix = "corrupt data: "
 
 // StatusText returns a short name for a status code.
 func StatusText(code int) string {
@@ -76,6 +89,8 @@ func StatusText(code int) string {
 		return "Moved"
 	case StatusBadRequest:
 		return "Bad request"
+	case StatusUnauthorized:
+		return "Unauthorized"
 	case StatusForbidden:
 		return "Forbidden"
 	case StatusNotFound:
@@ -115,6 +130,21 @@ type Limits struct {
 	// MaxDiscard is the largest oversized body the decoder reads past to keep
 	// the connection; a larger one loses framing. Default 4 × MaxBody.
 	MaxDiscard int
+	// MaxEmptyLines is how many consecutive empty lines the decoder skips
+	// (nc users press return); one more is a fatal error. A non-empty line
+	// resets the count. Default DefaultMaxEmptyLines.
+	MaxEmptyLines int
+	// Budget, if not nil, accounts the memory the decoder holds for bodies.
+	Budget Budget
+}
+
+// Budget accounts for the memory a Decoder holds for bodies across many
+// decoders. Grow is called before the decoder's body buffer grows by n bytes;
+// it may block (backpressure) and a non-nil error aborts the Decode, which
+// returns that error. Shrink is called when the decoder frees n bytes.
+type Budget interface {
+	Grow(n int) error
+	Shrink(n int)
 }
 
 // DefaultMaxLine is the default header line limit in bytes.
@@ -122,6 +152,10 @@ const DefaultMaxLine = 1024
 
 // DefaultMaxBody is the default body limit in bytes.
 const DefaultMaxBody = 2 << 20
+
+// DefaultMaxEmptyLines is the default number of consecutive empty lines a
+// decoder skips, the same as the broker's limit on consecutive bad frames.
+const DefaultMaxEmptyLines = 32
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxLine <= 0 {
@@ -135,6 +169,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxDiscard <= 0 {
 		l.MaxDiscard = 4 * l.MaxBody
+	}
+	if l.MaxEmptyLines <= 0 {
+		l.MaxEmptyLines = DefaultMaxEmptyLines
 	}
 	return l
 }
@@ -170,7 +207,8 @@ type Request struct {
 	Strategy   []byte
 	Generation int64
 
-	// stats: the item, empty for none. transaction: the raw tokens after the command.
+	// stats: the item, empty for none; auth: the SASL mechanism (Body is
+	// its message). transaction: the raw tokens after the command.
 	Item []byte
 	Args [][]byte
 
@@ -193,4 +231,29 @@ type Error struct {
 	Fatal  bool
 }
 
+// Error is the message, prefixed "protocol: ".
 func (e *Error) Error() string { return "protocol: " + e.Msg }
+
+// printableMax is how many bytes of client input Printable shows.
+const printableMax = 64
+
+// Printable renders bytes received from a peer for an error message or a
+// log line: as a double-quoted Go string literal, so control bytes (NUL, CR,
+// LF, DEL, ...), invalid UTF-8 and other non-printable runes are escaped,
+// cut after 64 bytes (at a rune boundary) and then followed by "...".
+func Printable(b []byte) string {
+	if len(b) <= printableMax {
+		return strconv.Quote(string(b))
+	}
+	b = b[:printableMax]
+	// Do not split a multi-byte rune into escaped fragments.
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				b = b[:i]
+			}
+			break
+		}
+	}
+	return strconv.Quote(string(b)) + "..."
+}

@@ -1,9 +1,9 @@
-// Package selectortest is the conformance suite every selectors.Selector
-// passes: the builtins, the remote (plugin) adapter and the example
-// plugins.
+// Package selectortest is the conformance suite every selector.Selector
+// passes: sdk/selector's builtins, what selectors.Open returns, the bare
+// plugin adapter and the example plugins.
 //
 //	func TestConformance(t *testing.T) {
-//		selectortest.Run(t, func(t *testing.T) selectors.Selector { return mySelector{} })
+//		selectortest.Run(t, func(t *testing.T) selector.Selector { return mySelector{} })
 //	}
 package selectortest
 
@@ -16,23 +16,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metaq-go/metaq/selectors"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 // Option adjusts the suite.
 type Option func(*config)
 
 type config struct {
-	group      func(selectors.Meta) (string, bool)
+	group      func(*message.Message) (string, bool)
 	partitions []int
 	timeout    time.Duration
 }
 
 // Affinity declares what the selector promises to keep together: messages
 // for which group returns the same string (and ok) get the same partition,
-// within a batch, across calls and goroutines, for the same partition
-// list. For the hash builtin, group is the key.
-func Affinity(group func(m selectors.Meta) (g string, ok bool)) Option {
+// across calls and goroutines, for the same partition list. For the hash
+// builtin, group is the key.
+func Affinity(group func(m *message.Message) (g string, ok bool)) Option {
 	return func(c *config) { c.group = group }
 }
 
@@ -47,69 +48,49 @@ func CallTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
 
-// Batches are the batch sizes the suite uses.
-var Batches = []int{1, 16, 256}
-
-// Run runs the suite against one selector from newSelector, closing it at
-// the end.
-func Run(t *testing.T, newSelector func(t *testing.T) selectors.Selector, opts ...Option) {
+// Run runs the suite against one selector from newSelector; a selector
+// with a Close method is closed at the end.
+func Run(t *testing.T, newSelector func(t *testing.T) selector.Selector, opts ...Option) {
 	t.Helper()
 	cfg := config{partitions: []int{1, 4, 16}, timeout: 10 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	s := newSelector(t)
-	if s == nil {
-		t.Fatal("newSelector returned nil")
+	if c, ok := s.(interface{ Close() error }); ok {
+		t.Cleanup(func() { _ = c.Close() })
 	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			_ = s.Close()
-		}
-	})
-	r := &runner{cfg: cfg, s: s}
+	r := &runner{s: s, cfg: cfg}
 	t.Run("Choices", r.choices)
-	t.Run("EmptyBatch", r.emptyBatch)
 	t.Run("NoPartitions", r.noPartitions)
 	t.Run("Canceled", r.canceled)
 	t.Run("Concurrent", r.concurrent)
 	if cfg.group != nil {
 		t.Run("Affinity", r.affinity)
 	}
-	t.Run("Close", func(t *testing.T) {
-		closed = true
-		if err := s.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatalf("second Close: %v", err)
-		}
-	})
 }
 
 type runner struct {
+	s   selector.Selector
 	cfg config
-	s   selectors.Selector
 }
 
 // Partitions returns n partitions spread over two brokers, numbered so that
 // an index into the list differs from the partition number.
-func Partitions(n int) []selectors.Partition {
-	ps := make([]selectors.Partition, n)
+func Partitions(n int) []message.Partition {
+	ps := make([]message.Partition, n)
 	for i := range ps {
-		ps[i] = selectors.Partition{BrokerID: 1 + i%2, Partition: int32(i / 2)}
+		ps[i] = message.Partition{BrokerID: 1 + i%2, Partition: int32(i / 2)}
 	}
 	return ps
 }
 
-// Messages returns n varied metas: with and without keys and attributes,
-// empty and non-empty; seed varies the keys.
-func Messages(n, seed int) []selectors.Meta {
-	ms := make([]selectors.Meta, n)
+// Messages returns n varied messages of topic "conformance": with and
+// without keys and attributes, empty and non-empty; seed varies the keys.
+func Messages(n, seed int) []*message.Message {
+	ms := make([]*message.Message, n)
 	for i := range ms {
-		m := &ms[i]
-		m.Size = (i * 37) % 1000
+		m := &message.Message{Topic: "conformance", Body: make([]byte, (i*37)%100)}
 		switch i % 4 {
 		case 0:
 			m.Key = []byte("key-" + strconv.Itoa(seed*1000+i))
@@ -119,6 +100,7 @@ func Messages(n, seed int) []selectors.Meta {
 			m.Key = []byte("k" + strconv.Itoa(i%5))
 			m.Attribute, m.HasAttribute = "", true
 		}
+		ms[i] = m
 	}
 	return ms
 }
@@ -129,61 +111,45 @@ func (r *runner) ctx(t *testing.T) context.Context {
 	return ctx
 }
 
-// check returns an error unless resp answers req correctly.
-func check(req *selectors.SelectRequest, resp *selectors.SelectResponse, err error) error {
+// one asks for m's partition among ps and checks the answer.
+func (r *runner) one(ctx context.Context, ps []message.Partition, m *message.Message) (int, error) {
+	before := *m
+	c, err := r.s.Select(ctx, m.Topic, ps, m)
 	if err != nil {
-		return fmt.Errorf("Select(topic %q, %d partitions, %d messages): %w", req.Topic, len(req.Partitions), len(req.Messages), err)
+		return 0, fmt.Errorf("select: %w", err)
 	}
-	if resp == nil {
-		return errors.New("Select returned a nil response and no error")
+	if c < 0 || c >= len(ps) {
+		return 0, fmt.Errorf("choice %d out of [0, %d)", c, len(ps))
 	}
-	if len(resp.Choices) != len(req.Messages) {
-		return fmt.Errorf("got %d choices for %d messages", len(resp.Choices), len(req.Messages))
+	if m.Topic != before.Topic || string(m.Key) != string(before.Key) || m.Attribute != before.Attribute {
+		return 0, errors.New("the selector modified the message")
 	}
-	for i, c := range resp.Choices {
-		if c < 0 || c >= len(req.Partitions) {
-			return fmt.Errorf("choice %d for message %d is outside [0, %d)", c, i, len(req.Partitions))
-		}
-	}
-	return nil
+	return c, nil
 }
 
 func (r *runner) choices(t *testing.T) {
+	ctx := r.ctx(t)
 	for _, np := range r.cfg.partitions {
-		for _, nb := range Batches {
-			t.Run(fmt.Sprintf("partitions=%d/batch=%d", np, nb), func(t *testing.T) {
-				req := &selectors.SelectRequest{Topic: "conformance", Partitions: Partitions(np), Messages: Messages(nb, np)}
-				before := append([]selectors.Meta(nil), req.Messages...)
-				resp, err := r.s.Select(r.ctx(t), req)
-				if err := check(req, resp, err); err != nil {
-					t.Fatal(err)
-				}
-				for i := range before {
-					if string(before[i].Key) != string(req.Messages[i].Key) || before[i].Attribute != req.Messages[i].Attribute {
-						t.Fatalf("Select modified message %d of the request", i)
-					}
-				}
-			})
+		ps := Partitions(np)
+		orig := append([]message.Partition(nil), ps...)
+		for i, m := range Messages(64, np) {
+			if _, err := r.one(ctx, ps, m); err != nil {
+				t.Fatalf("%d partitions, message %d: %v", np, i, err)
+			}
 		}
-	}
-}
-
-func (r *runner) emptyBatch(t *testing.T) {
-	for _, msgs := range [][]selectors.Meta{nil, {}} {
-		req := &selectors.SelectRequest{Topic: "conformance", Partitions: Partitions(3), Messages: msgs}
-		resp, err := r.s.Select(r.ctx(t), req)
-		if err := check(req, resp, err); err != nil {
-			t.Fatalf("empty batch: %v", err)
+		for i := range ps {
+			if ps[i] != orig[i] {
+				t.Fatal("the selector modified the partition list")
+			}
 		}
 	}
 }
 
 func (r *runner) noPartitions(t *testing.T) {
-	for _, ps := range [][]selectors.Partition{nil, {}} {
-		req := &selectors.SelectRequest{Topic: "conformance", Partitions: ps, Messages: Messages(3, 0)}
-		resp, err := r.s.Select(r.ctx(t), req)
-		if !errors.Is(err, selectors.ErrNoPartitions) {
-			t.Fatalf("no partitions: got %v, %v; want an error wrapping ErrNoPartitions", resp, err)
+	for _, ps := range [][]message.Partition{nil, {}} {
+		c, err := r.s.Select(r.ctx(t), "conformance", ps, Messages(1, 0)[0])
+		if !errors.Is(err, selector.ErrNoPartitions) {
+			t.Fatalf("no partitions: got %v, %v; want an error wrapping ErrNoPartitions", c, err)
 		}
 	}
 }
@@ -191,14 +157,13 @@ func (r *runner) noPartitions(t *testing.T) {
 func (r *runner) canceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	req := &selectors.SelectRequest{Topic: "conformance", Partitions: Partitions(4), Messages: Messages(16, 1)}
-	resp, err := r.s.Select(ctx, req)
+	m := Messages(1, 1)[0]
+	c, err := r.s.Select(ctx, m.Topic, Partitions(4), m)
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("canceled context: got %v, %v; want an error wrapping context.Canceled", resp, err)
+		t.Fatalf("canceled context: got %v, %v; want an error wrapping context.Canceled", c, err)
 	}
 	// The selector still works afterwards.
-	resp, err = r.s.Select(r.ctx(t), req)
-	if err := check(req, resp, err); err != nil {
+	if _, err := r.one(r.ctx(t), Partitions(4), m); err != nil {
 		t.Fatalf("after a canceled call: %v", err)
 	}
 }
@@ -212,11 +177,9 @@ func (r *runner) concurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range calls {
+			for i, m := range Messages(calls, w) {
 				np := r.cfg.partitions[(w+i)%len(r.cfg.partitions)]
-				req := &selectors.SelectRequest{Topic: "conformance-" + strconv.Itoa(w%3), Partitions: Partitions(np), Messages: Messages(1+(w*calls+i)%32, w)}
-				resp, err := r.s.Select(ctx, req)
-				if err := check(req, resp, err); err != nil {
+				if _, err := r.one(ctx, Partitions(np), m); err != nil {
 					errc <- fmt.Errorf("worker %d call %d: %w", w, i, err)
 					return
 				}
@@ -238,7 +201,7 @@ func (r *runner) affinity(t *testing.T) {
 			msgs := Messages(256, 7)
 			var mu sync.Mutex
 			seen := make(map[string]int)
-			record := func(m selectors.Meta, c int) error {
+			record := func(m *message.Message, c int) error {
 				g, ok := r.cfg.group(m)
 				if !ok {
 					return nil
@@ -251,31 +214,23 @@ func (r *runner) affinity(t *testing.T) {
 				seen[g] = c
 				return nil
 			}
-			// The whole batch, then in slices of varied sizes, in reverse,
-			// and concurrently.
-			batches := [][]selectors.Meta{msgs}
-			for lo, size := 0, 1; lo < len(msgs); lo, size = lo+size, size*2 {
-				batches = append(batches, msgs[lo:min(lo+size, len(msgs))])
-			}
-			rev := make([]selectors.Meta, len(msgs))
-			for i := range msgs {
-				rev[len(msgs)-1-i] = msgs[i]
-			}
-			batches = append(batches, rev)
-			errc := make(chan error, len(batches))
+			// In order, in reverse, and concurrently.
+			errc := make(chan error, 4)
 			var wg sync.WaitGroup
-			for _, b := range batches {
+			for w := range 4 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					req := &selectors.SelectRequest{Topic: "conformance", Partitions: parts, Messages: b}
-					resp, err := r.s.Select(ctx, req)
-					if err := check(req, resp, err); err != nil {
-						errc <- err
-						return
-					}
-					for i, c := range resp.Choices {
-						if err := record(b[i], c); err != nil {
+					for i := range msgs {
+						m := msgs[i]
+						if w%2 == 1 {
+							m = msgs[len(msgs)-1-i]
+						}
+						c, err := r.one(ctx, parts, m)
+						if err == nil {
+							err = record(m, c)
+						}
+						if err != nil {
 							errc <- err
 							return
 						}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+	"github.com/spf13/pflag"
+)
+
+const rootHelp = `
+metaq is the command-line client of metaq-go: produce and consume messages,
+read the broker's statistics, list topics and groups, and run benchmarks.
+
+Flags may come anywhere on the command line, before or after the command
+and its arguments. Data is written to stdout, messages to stderr; the exit
+status is 0 on success, 1 when the operation failed and 2 on a usage
+error. See docs/cli.md.
+`
+
+// summaries are the one-line descriptions of the commands, by path.
+var summaries = map[string]string{
+	"produce":             "send one message per input line",
+	"consume":             "print messages of a topic",
+	"stats":               "print the broker's stats [item]",
+	"topics":              "list topics with partitions, offsets and message counts",
+	"plugins":             "list the broker's plugin processes",
+	"cluster":             "show brokers and topics registered in ZooKeeper",
+	"groups":              "list consumer groups with their topics and members",
+	"group":               "describe a consumer group, or reset its offsets",
+	"group describe":      "show a group's members, offsets and lag",
+	"group reset-offsets": "move a group's committed offsets (a dry run unless --execute)",
+	"bench":               "benchmarks: produce, consume, rtt, raw, durable, all",
+	"bench produce":       "pipelined producers on raw connections",
+	"bench consume":       "one consumer reading records from the page cache",
+	"bench rtt":           "loopback TCP round trip and the broker's version RTT",
+	"bench raw":           "raw-disk baseline: append + fdatasync",
+	"bench durable":       "durable produce, synchronous put and restart benchmarks",
+	"bench all":           "the whole benchmark matrix with same-run baselines",
+	"version":             "print the client (and broker) version",
+	"passwd":              "print the bcrypt hash of a password read on stdin",
+}
+
+// versionString is the client's version as `metaq --version` prints it.
+func versionString() string {
+	return fmt.Sprintf("%s (%s %s/%s)", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// newRootCmd builds the command tree, whose commands read and write
+// through e. Cobra parses the flags, so they may come anywhere; a flag
+// error is a usage error (exit status 2).
+func newRootCmd(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "metaq",
+		Short:         "the command-line client of metaq-go",
+		Long:          strings.TrimSpace(rootHelp),
+		Version:       versionString(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.ArbitraryArgs,
+		RunE:          func(c *cobra.Command, args []string) error { return unknownCommand(e, c, args) },
+
+		SuggestionsMinimumDistance: 2,
+	}
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetVersionTemplate("metaq {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
+	addGlobalFlags(root.PersistentFlags(), e)
+	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdPlugins(e), cmdCluster(e),
+		cmdGroups(e), cmdGroup(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
+	return root
+}
+
+// addGlobalFlags registers --addr, --timeout and the security flags,
+// writing into e. They are persistent: every command has them.
+func addGlobalFlags(fs *pflag.FlagSet, e *env) {
+	fs.Func("addr", "broker `host:port` (default "+defaultAddr+", or $METAQ_ADDR)", func(s string) error {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return fmt.Errorf("bad address %q: %v", s, err)
+		}
+		e.addr, e.addrSet = s, true
+		return nil
+	})
+	fs.DurationVar(&e.timeout, "timeout", e.timeout, "per-request timeout (connect, send, stats)")
+	e.sec.addFlags(fs)
+}
+
+// leaf makes the command name ("bench produce" for a subcommand of
+// bench). usageLine is its synopsis, help its description. def declares
+// the command's flags on fs and returns the function that runs it with
+// the positional arguments.
+func leaf(e *env, name, usageLine, help string, def func(fs *pflag.FlagSet) func(args []string) error) *cobra.Command {
+	if i := strings.LastIndexByte(name, ' '); i >= 0 {
+		usageLine = strings.TrimPrefix(usageLine, name[:i+1])
+	}
+	c := &cobra.Command{Use: usageLine, Short: summaries[name], Long: strings.TrimSpace(help)}
+	run := def(c.Flags())
+	c.RunE = func(_ *cobra.Command, args []string) error { return run(args) }
+	return c
+}
+
+// parent makes a command that only groups subs, such as group and bench.
+func parent(e *env, name, help string, subs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{Use: name, SuggestionsMinimumDistance: 2, Short: summaries[name], Long: strings.TrimSpace(help),
+		Args: cobra.ArbitraryArgs,
+		RunE: func(c *cobra.Command, args []string) error { return unknownCommand(e, c, args) }}
+	c.AddCommand(subs...)
+	return c
+}
+
+// unknownCommand is what a command with subcommands does when none is
+// named: without arguments it prints its usage on stderr, otherwise it
+// names the unknown command, with the closest ones ("did you mean").
+// Both are usage errors.
+func unknownCommand(e *env, c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, c.UsageString())
+		return errUsage
+	}
+	msg := fmt.Sprintf("unknown command %q", args[0])
+	if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usagef("%s (see `%s --help`)", msg, c.CommandPath())
+}
+
+// cmdGenMan writes the man pages of the command tree: `make man`.
+func cmdGenMan(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:    "gen-man <dir>",
+		Short:  "write man pages of every command into dir",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			h := &doc.GenManHeader{Title: "METAQ", Section: "1", Source: "metaq " + version}
+			c.Root().DisableAutoGenTag = true
+			return doc.GenManTree(c.Root(), h, args[0])
+		},
+	}
+}

@@ -1,0 +1,1177 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Journal defaults (conf keys journal_file_size, journal_checkpoint_bytes
+// and journal_checkpoint_interval).
+const (
+	DefaultJournalFileSize           int64 = 64 << 20
+	DefaultJournalCheckpointBytes    int64 = 64 << 20
+	DefaultJournalCheckpointInterval       = time.Second
+	// MinJournalFileSize is the smallest journal file accepted.
+	MinJournalFileSize int64 = 1 << 20
+)
+
+// JournalDirName is the journal's directory inside a data directory.
+const JournalDirName = "journal"
+
+// Spare journal files (pre-written, following the current one):
+// prepare keeps wantSpareJournalFiles of them, creating files when there
+// are fewer; free renames freed files forward while there are fewer than
+// maxSpareJournalFiles and deletes the rest. The one extra a freed file
+// may add keeps recycling ahead of creation: a file filled is then
+// replaced by one freed, not by a new zero-filled one.
+const (
+	wantSpareJournalFiles = 2
+	maxSpareJournalFiles  = wantSpareJournalFiles + 1
+)
+
+// JournalOptions configures a Journal. The zero value gives the defaults.
+type JournalOptions struct {
+	// FileSize is the size of each journal file in bytes (at least
+	// MinJournalFileSize); default DefaultJournalFileSize.
+	FileSize int64
+	// CheckpointBytes starts a checkpoint after this many journal bytes;
+	// default DefaultJournalCheckpointBytes.
+	CheckpointBytes int64
+	// CheckpointInterval starts a checkpoint this long after the last one
+	// when anything was written since; default
+	// DefaultJournalCheckpointInterval.
+	CheckpointInterval time.Duration
+	// Logf, if set, receives recovery, checkpoint and failure reports.
+	Logf func(format string, args ...any)
+	// Recovery says what OpenJournal does when a damaged journal record
+	// with valid records after it held data its partition's segment does
+	// not hold either (docs/storage.md, "Damaged journal records"):
+	// RecoverQuarantine (the default) refuses with a *JournalCorruptError,
+	// RecoverTruncate cuts the partition where that data started.
+	Recovery RecoveryMode
+
+	hooks *journalHooks
+}
+
+// journalHooks are the test seams of a Journal; nil fields keep the real
+// operation.
+type journalHooks struct {
+	writeAt func(f *os.File, b []byte, off int64) (int, error) // journal file write
+	sync    func(f *os.File) error                             // journal file fdatasync
+	// smallFiles allows files below MinJournalFileSize.
+	smallFiles bool
+	// replayLimit, if positive, makes recovery stop with errReplayStopped
+	// after writing that many records (a crash during replay).
+	replayLimit int
+}
+
+// errReplayStopped is returned by a recovery stopped by a test hook.
+var errReplayStopped = errors.New("store: replay stopped by a test hook")
+
+// JournalStats are cumulative counters of a Journal since it was opened.
+type JournalStats struct {
+	Rounds      int64 // group-commit rounds that wrote records
+	Fsyncs      int64 // fdatasyncs of journal files
+	Bytes       int64 // journal bytes written
+	Checkpoints int64 // checkpoint records made durable
+	Recycled    int64 // freed journal files renamed forward for reuse
+	Replayed    int64 // data records written to segments by recovery
+	Skipped     int64 // data records recovery found already in place
+}
+
+// jfile is one journal file: positions [start, start+size).
+type jfile struct {
+	start, size int64
+	f           *os.File
+}
+
+func (f *jfile) end() int64 { return f.start + f.size }
+
+// piece is a part of the round buffer that goes to one journal file.
+type piece struct {
+	f    *jfile
+	from int // in Journal.buf
+}
+
+// ckptJob is a checkpoint in progress: the segments to fsync before its
+// record may be written.
+type ckptJob struct {
+	c    checkpoint
+	segs []dirtySeg
+	err  error // set by the checkpointer if an fsync failed
+}
+
+// dirtySeg is a segment written since the last checkpoint snapshot, with a
+// reference held.
+type dirtySeg struct {
+	seg  *segment
+	sync func(*os.File) error
+}
+
+// Journal is the broker-wide write-ahead journal of one data directory
+// (<data_dir>/journal/): every group-commit Log of that directory is
+// committed through it, with one fdatasync per round for all of them.
+// See docs/storage.md and the package documentation.
+type Journal struct {
+	dir, dataDir string
+	fileSize     int64
+	ckptBytes    int64
+	ckptInterval time.Duration
+	logf         func(format string, args ...any)
+	writeAt      func(f *os.File, b []byte, off int64) (int, error)
+	syncFile     func(f *os.File) error
+	replayLimit  int
+	recovery     RecoveryMode
+
+	failErr  atomic.Pointer[error] // set once: a journal write or fsync failed
+	isClosed atomic.Bool
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	ready   []*Log // logs with pending appends, each once
+	logs    map[*Log]struct{}
+	closed  bool
+	due     bool     // the ticker says a checkpoint may be due
+	tableCh bool     // a log registered or left since the last checkpoint
+	ckptRec *ckptJob // fsynced by the checkpointer, record not yet written
+	// trusted holds, from recovery until each partition's Open takes it,
+	// how much of each partition recovery vouches for (restart.go).
+	trusted map[string]trustPoint
+	// closedEnds holds the partitions closed (fsynced) since they last
+	// registered, and those recovery vouched for that have not
+	// registered yet: the checkpoints' closed table (restart.go).
+	closedEnds map[string]closedEnd
+	// ckptWake, guarded by mu, is closed (and replaced) when a checkpoint
+	// is durable and on Close: it wakes appends waiting for a checkpoint
+	// (waitCheckpoint, restart.go).
+	ckptWake chan struct{}
+	// ckptFrom is the from of the last durable checkpoint, ckptAt when it
+	// became durable (UnixNano); basePos the journal position nBytes
+	// counts from; maxBehind the journal bytes after ckptFrom beyond
+	// which appends wait.
+	ckptFrom, ckptAt   atomic.Int64
+	basePos, maxBehind int64
+
+	// fmu guards files; it is a leaf lock.
+	fmu   sync.Mutex
+	files []*jfile // ascending and contiguous: live files, then spares
+	// prepMu serialises creating, renaming and removing journal files.
+	prepMu sync.Mutex
+
+	// Owned by the committer goroutine (and by OpenJournal before it).
+	pos       int64  // next record position
+	epoch     uint32 // of this run
+	cur       *jfile // file containing pos
+	wpos      int64  // position after the records buffered this round
+	wfile     *jfile
+	buf       []byte
+	pieces    []piece
+	sinceCkpt int64 // journal bytes since the last checkpoint snapshot
+	lastCkpt  time.Time
+	curStart  atomic.Int64 // cur.start, for the recycler
+	// ckptBusy: a checkpoint is between its snapshot and the completion
+	// of the round holding its record (set by the committer, cleared by
+	// the committer or the completer).
+	ckptBusy atomic.Bool
+
+	// slots holds the free round slots (indexes into each Log's rounds):
+	// the committer takes one before staging a round, the completer gives
+	// it back after completing it. Rounds complete in the order they are
+	// staged, so a slot handed back is free in every log.
+	slots chan int
+
+	jobs    chan *ckptJob
+	recycle chan int64 // free files wholly before this position
+	prep    chan struct{}
+	syncq   chan *jround // staged rounds for the syncer (unbuffered)
+	doneq   chan *jround // synced rounds for the completer
+	swg     sync.WaitGroup
+
+	done     chan struct{}
+	cwg, wg  sync.WaitGroup
+	lock     *os.File
+	closeErr error
+	once     sync.Once
+
+	nRounds, nFsyncs, nBytes, nCheckpoints, nRecycled, nReplayed, nSkipped atomic.Int64
+}
+
+// OpenJournal opens (creating it if needed) the journal of dataDir and
+// recovers: it finds the last checkpoint, replays every later data record
+// into the partition segments of dataDir (skipping those already there),
+// cuts what no record covers off the end of the partitions it names,
+// makes all of that durable, and writes a checkpoint. It must run before
+// any Log of dataDir is opened. A later crash during any of this replays
+// again to the same result.
+func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
+	j := &Journal{
+		dir:          filepath.Join(dataDir, JournalDirName),
+		dataDir:      filepath.Clean(dataDir),
+		fileSize:     opts.FileSize,
+		ckptBytes:    opts.CheckpointBytes,
+		ckptInterval: opts.CheckpointInterval,
+		logf:         opts.Logf,
+		recovery:     opts.Recovery,
+		writeAt:      (*os.File).WriteAt,
+		syncFile:     fdatasync,
+		logs:         make(map[*Log]struct{}),
+		jobs:         make(chan *ckptJob, 1),
+		recycle:      make(chan int64, 1),
+		prep:         make(chan struct{}, 1),
+		syncq:        make(chan *jround),
+		doneq:        make(chan *jround, 1),
+		slots:        make(chan int, roundSlots),
+		done:         make(chan struct{}),
+	}
+	if j.fileSize <= 0 {
+		j.fileSize = DefaultJournalFileSize
+	}
+	if j.fileSize < MinJournalFileSize && (opts.hooks == nil || !opts.hooks.smallFiles) {
+		return nil, fmt.Errorf("store: journal file size %d below the minimum %d", j.fileSize, MinJournalFileSize)
+	}
+	if j.ckptBytes <= 0 {
+		j.ckptBytes = DefaultJournalCheckpointBytes
+	}
+	if j.ckptInterval <= 0 {
+		j.ckptInterval = DefaultJournalCheckpointInterval
+	}
+	if j.logf == nil {
+		j.logf = func(string, ...any) {}
+	}
+	if h := opts.hooks; h != nil {
+		if h.writeAt != nil {
+			j.writeAt = h.writeAt
+		}
+		if h.sync != nil {
+			j.syncFile = h.sync
+		}
+		j.replayLimit = h.replayLimit
+	}
+	j.cond.L = &j.mu
+	j.ckptWake = make(chan struct{})
+	j.maxBehind = 2 * j.ckptBytes
+	if err := MkdirAllDurable(j.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("store: create %s: %w", j.dir, err)
+	}
+	lock, err := lockDir(j.dir)
+	if err != nil {
+		return nil, err
+	}
+	j.lock = lock
+	if err := j.recover(); err != nil {
+		j.closeFiles()
+		return nil, err
+	}
+	j.lastCkpt = time.Now()
+	j.basePos = j.pos - j.nBytes.Load()
+	j.curStart.Store(j.cur.start)
+	for s := range roundSlots {
+		j.slots <- s
+	}
+	j.swg.Add(2)
+	go j.syncer()
+	go j.completer()
+	j.cwg.Add(1)
+	go j.committer()
+	j.wg.Add(1)
+	go j.checkpointer()
+	j.requestPrep()
+	return j, nil
+}
+
+// Dir returns the journal's directory.
+func (j *Journal) Dir() string { return j.dir }
+
+// Err returns the error that failed the journal, or nil. A failed journal
+// write or fdatasync is final: every later durable append fails with it.
+func (j *Journal) Err() error {
+	if p := j.failErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// refuse returns why appends through the journal are refused, if they are.
+func (j *Journal) refuse() error {
+	if err := j.Err(); err != nil {
+		return err
+	}
+	if j.isClosed.Load() {
+		return fmt.Errorf("%w: journal %s closed", ErrClosed, j.dir)
+	}
+	return nil
+}
+
+// fail records err as the journal's failure (first one wins) and returns
+// the error appends get.
+func (j *Journal) fail(err error) error {
+	e := fmt.Errorf("%w: journal %s: %w", ErrFailed, j.dir, err)
+	if j.failErr.CompareAndSwap(nil, &e) {
+		j.logf("store: journal %s failed, refusing every durable append until restart: %v", j.dir, err)
+		return e
+	}
+	return j.Err()
+}
+
+// Stats returns the journal's counters.
+func (j *Journal) Stats() JournalStats {
+	return JournalStats{
+		Rounds:      j.nRounds.Load(),
+		Fsyncs:      j.nFsyncs.Load(),
+		Bytes:       j.nBytes.Load(),
+		Checkpoints: j.nCheckpoints.Load(),
+		Recycled:    j.nRecycled.Load(),
+		Replayed:    j.nReplayed.Load(),
+		Skipped:     j.nSkipped.Load(),
+	}
+}
+
+// Close waits for the logs' queued appends, writes a final checkpoint (so
+// the next open replays nothing) and releases the files. Close the Logs
+// using the journal first. It returns the journal's failure, if any.
+func (j *Journal) Close() error {
+	j.once.Do(func() {
+		j.mu.Lock()
+		j.closed = true
+		j.isClosed.Store(true)
+		j.cond.Broadcast()
+		close(j.ckptWake)
+		j.mu.Unlock()
+		j.cwg.Wait()
+		close(j.syncq)
+		j.swg.Wait()
+		close(j.done)
+		j.wg.Wait()
+		j.closeFiles()
+		j.closeErr = j.Err()
+	})
+	return j.closeErr
+}
+
+func (j *Journal) closeFiles() {
+	j.fmu.Lock()
+	for _, f := range j.files {
+		_ = f.f.Close()
+	}
+	j.files = nil
+	j.fmu.Unlock()
+	if j.lock != nil {
+		_ = j.lock.Close()
+		j.lock = nil
+	}
+}
+
+// register adds l to the journal; its end goes into the next checkpoint.
+func (j *Journal) register(l *Log) {
+	j.mu.Lock()
+	j.logs[l] = struct{}{}
+	delete(j.closedEnds, l.jname)
+	j.tableCh = true
+	j.due = true
+	j.cond.Signal()
+	j.mu.Unlock()
+}
+
+// unregister removes a closed l, whose segments are fsynced; c, if set,
+// is its end and last id for the checkpoints' closed table.
+func (j *Journal) unregister(l *Log, c *closedEnd) {
+	j.mu.Lock()
+	delete(j.logs, l)
+	if c != nil {
+		if j.closedEnds == nil {
+			j.closedEnds = make(map[string]closedEnd)
+		}
+		j.closedEnds[l.jname] = *c
+	}
+	j.tableCh = true
+	j.mu.Unlock()
+}
+
+// enqueue hands l, which has pending appends, to the committer. It
+// returns false if the journal has closed (the committer may be gone).
+func (j *Journal) enqueue(l *Log) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return false
+	}
+	j.ready = append(j.ready, l)
+	if len(j.ready) == 1 {
+		j.cond.Signal()
+	}
+	return true
+}
+
+// roundSlots is the number of commit rounds that can be between staging
+// and completion at once (one staging, one waiting for or in the syncer,
+// two synced and waiting for or in the completer); each Log has as many
+// round buffers.
+const roundSlots = 4
+
+// inlineMaxAppends is the largest round (in appends) that the committer
+// fdatasyncs and completes itself, when no other round is in flight and
+// the previous round was that small too: a lone synchronous put then
+// costs one fdatasync and no goroutine handoffs. (Under load the rounds
+// are larger and go through the pipeline; inlining a small round between
+// two large ones would stall the pipeline for an fdatasync.)
+const inlineMaxAppends = 4
+
+// noSlot is the slot of a round staged outside the pipeline (commitNow).
+const noSlot = -1
+
+// jround is one commit round: staged (segments and journal written with
+// write()) by the committer, then fdatasynced by the syncer goroutine while
+// the committer stages the next round, then completed by the completer
+// goroutine while the next one is synced.
+type jround struct {
+	logs    []*Log
+	slot    int      // which of each log's round buffers it uses
+	appends int      // appends taken
+	ck      *ckptJob // checkpoint record in this round, if any
+	files   []*jfile // journal files written, to fdatasync
+	err     error    // staging or sync failure: every append of the round fails
+}
+
+// committer runs the group-commit rounds of every log of the journal,
+// pipelined three deep: while the syncer fdatasyncs round N and the
+// completer acknowledges round N-1, the committer stages round N+1 (its
+// segment and journal write()s), so a round costs the longest of the
+// three rather than their sum. It hands a staged round to the syncer only
+// when the syncer is free, so appends arriving meanwhile join the next
+// round instead of a queue of small ones.
+func (j *Journal) committer() {
+	defer j.cwg.Done()
+	var logs []*Log
+	prevAppends := 0 // appends of the previous round
+	for {
+		j.mu.Lock()
+		for len(j.ready) == 0 && j.ckptRec == nil && !j.due && !j.closed {
+			j.cond.Wait()
+		}
+		closed := j.closed
+		work := len(j.ready) > 0 || j.ckptRec != nil
+		if closed && !work {
+			j.mu.Unlock()
+			j.drain()
+			if !j.ckptBusy.Load() {
+				j.finalCheckpoint()
+				return
+			}
+			// Closing: wait for the checkpointer's fsyncs.
+			j.mu.Lock()
+			for j.ckptRec == nil {
+				j.cond.Wait()
+			}
+			j.mu.Unlock()
+			continue
+		}
+		j.mu.Unlock()
+		slot := noSlot
+		if work {
+			// Take a free slot first: appends arriving while the
+			// completer frees one join this round.
+			slot = <-j.slots
+		}
+		j.mu.Lock()
+		var ck *ckptJob
+		if work {
+			// Only with a slot: logs that became ready since the check
+			// above wait for the next round otherwise (taking them here
+			// without staging them would lose their appends).
+			logs, j.ready = j.ready, logs[:0]
+			ck = j.ckptRec
+			j.ckptRec = nil
+		}
+		due := j.due
+		j.due = false
+		tableCh := j.tableCh
+		j.mu.Unlock()
+
+		if work {
+			idle := len(j.slots) == roundSlots-1 // no other round in flight
+			r := j.stage(logs, ck, slot)
+			logs = make([]*Log, 0, cap(logs)) // r owns the slice now
+			if idle && r.appends <= inlineMaxAppends && prevAppends <= inlineMaxAppends {
+				j.syncRound(r)
+				j.complete(r)
+			} else {
+				j.syncq <- r // waits for the syncer to finish the previous round
+			}
+			prevAppends = r.appends
+		}
+		if !j.ckptBusy.Load() && j.Err() == nil && !closed &&
+			(j.sinceCkpt >= j.ckptBytes ||
+				(due || time.Since(j.lastCkpt) >= j.ckptInterval) && (j.sinceCkpt > 0 || tableCh)) {
+			j.startCheckpoint()
+		}
+	}
+}
+
+// drain waits until every staged round has been completed.
+func (j *Journal) drain() {
+	for range roundSlots {
+		<-j.slots
+	}
+	for s := range roundSlots {
+		j.slots <- s
+	}
+}
+
+// syncer fdatasyncs staged rounds, one at a time, in order, and hands
+// them to the completer.
+func (j *Journal) syncer() {
+	defer j.swg.Done()
+	defer close(j.doneq)
+	for r := range j.syncq {
+		if r.err == nil {
+			j.syncRound(r)
+		}
+		j.doneq <- r
+	}
+}
+
+// completer completes synced rounds in order (so each log's readable mark
+// only rises) and frees their slots.
+func (j *Journal) completer() {
+	defer j.swg.Done()
+	for r := range j.doneq {
+		j.complete(r)
+	}
+}
+
+// stage writes the pending appends of logs to their segments and their
+// journal records (and ck's checkpoint record) to the journal, with
+// write()s only.
+func (j *Journal) stage(logs []*Log, ck *ckptJob, slot int) *jround {
+	r := &jround{logs: logs, slot: slot}
+	failed := j.Err()
+	j.buf = j.buf[:0]
+	j.pieces = append(j.pieces[:0], piece{f: j.cur, from: 0})
+	j.wpos, j.wfile = j.pos, j.cur
+	var need int64
+	for _, l := range logs {
+		b, n := l.takeRound(slot)
+		need += b
+		r.appends += n
+	}
+	if failed == nil && len(logs) > 0 {
+		// Make sure the journal files the records need exist before any
+		// segment is written: a journal file that cannot be created
+		// (ENOSPC) then fails the round's appends and nothing else.
+		if err := j.reserve(need); err != nil {
+			err = fmt.Errorf("store: journal %s: %w", j.dir, err)
+			for _, l := range logs {
+				l.failRound(slot, err)
+			}
+		}
+	}
+	j.writeSegments(logs, slot, failed)
+	for _, l := range logs {
+		if err := l.journalRound(j, slot); err != nil && failed == nil {
+			failed = j.fail(err) // cannot happen: the space was reserved
+		}
+	}
+	if ck != nil {
+		if ck.err != nil {
+			j.ckptBusy.Store(false) // the journal failed; the checkpointer reported it
+		} else if err := j.addCheckpoint(ck.c); err != nil {
+			j.logf("store: journal %s: checkpoint skipped: %v", j.dir, err)
+			j.ckptBusy.Store(false)
+		} else {
+			r.ck = ck
+		}
+	}
+	if failed != nil {
+		r.err = failed
+		return r
+	}
+	if len(j.buf) > 0 {
+		r.err = j.writeRound(r)
+	}
+	return r
+}
+
+// syncRound fdatasyncs the journal files the round wrote. A failure is
+// final for the journal.
+func (j *Journal) syncRound(r *jround) {
+	if r.err != nil {
+		return
+	}
+	for _, f := range r.files {
+		err := j.syncFile(f.f)
+		j.nFsyncs.Add(1)
+		if err != nil {
+			r.err = j.fail(fmt.Errorf("fdatasync %s: %w", journalName(f.start), err))
+			return
+		}
+	}
+	// A round staged before an earlier one failed must fail too.
+	if err := j.Err(); err != nil {
+		r.err = err
+	}
+}
+
+// complete acknowledges (or fails) the appends of a synced round,
+// finishes its checkpoint and frees its slot.
+func (j *Journal) complete(r *jround) {
+	for _, l := range r.logs {
+		l.finishJournaled(r.err, r.slot)
+	}
+	clear(r.logs)
+	if r.ck != nil {
+		j.ckptBusy.Store(false)
+		if r.err == nil {
+			j.nCheckpoints.Add(1)
+			j.ckptFrom.Store(r.ck.c.from)
+			j.ckptAt.Store(time.Now().UnixNano())
+			j.mu.Lock()
+			if !j.closed {
+				close(j.ckptWake) // appends waiting for a checkpoint
+				j.ckptWake = make(chan struct{})
+			}
+			j.mu.Unlock()
+			j.requestRecycle(r.ck.c.from)
+		}
+	}
+	if r.slot != noSlot {
+		j.slots <- r.slot
+	}
+}
+
+// requestRecycle asks the checkpointer to free the files before from,
+// replacing a request it has not taken yet.
+func (j *Journal) requestRecycle(from int64) {
+	select {
+	case j.recycle <- from:
+	default:
+		select {
+		case <-j.recycle: // replace a stale request with the newer one
+		default:
+		}
+		select {
+		case j.recycle <- from:
+		default:
+		}
+	}
+}
+
+// commitNow stages, syncs and completes a round holding only ck's record
+// (recovery and Close, with no round in flight and no slot taken).
+func (j *Journal) commitNow(ck *ckptJob) error {
+	r := j.stage(nil, ck, noSlot)
+	j.syncRound(r)
+	j.complete(r)
+	return r.err
+}
+
+// parallelWritesMin is the number of logs in a round from which their
+// segment write()s are spread over several goroutines.
+const parallelWritesMin = 16
+
+// writeSegments writes the taken appends of logs to their segments,
+// spread over up to GOMAXPROCS (at most 4) goroutines when there are
+// many: one write() per partition per round is the round's main cost
+// at hundreds of partitions.
+func (j *Journal) writeSegments(logs []*Log, slot int, failed error) {
+	workers := min(runtime.GOMAXPROCS(0), 4)
+	if len(logs) < parallelWritesMin || workers < 2 {
+		for _, l := range logs {
+			l.writeRound(slot, failed)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(logs); i += workers {
+				logs[i].writeRound(slot, failed)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// reserve makes sure journal files exist for need more bytes of records
+// from the round's write position (with room for the records split at
+// file ends and the skip records).
+func (j *Journal) reserve(need int64) error {
+	f := j.wfile
+	left := f.end() - j.wpos
+	for left < need+jHeaderSize*4+maxPartitionName {
+		next, err := j.fileAfter(f)
+		if err != nil {
+			return err
+		}
+		f = next
+		left += f.size - 2*(jHeaderSize+2+maxPartitionName+jDataFixed)
+	}
+	return nil
+}
+
+// room returns the bytes left in the file being filled.
+func (j *Journal) room() int64 { return j.wfile.end() - j.wpos }
+
+// nextFile moves the round's write position to the start of the next
+// journal file, ending the current one with a skip record if it has room
+// for one.
+func (j *Journal) nextFile() error {
+	if j.room() >= jHeaderSize {
+		start := len(j.buf)
+		j.buf = append(j.buf, make([]byte, jHeaderSize)...)
+		sealJRecord(j.buf[start:], j.wpos, j.epoch, recSkip)
+	}
+	next, err := j.fileAfter(j.wfile)
+	if err != nil {
+		return err
+	}
+	j.wpos, j.wfile = next.start, next
+	j.pieces = append(j.pieces, piece{f: next, from: len(j.buf)})
+	return nil
+}
+
+// mark returns the round buffer's state, for undo.
+func (j *Journal) mark() roundMark {
+	return roundMark{buf: len(j.buf), pieces: len(j.pieces), wpos: j.wpos, wfile: j.wfile}
+}
+
+// undo drops what was buffered since m.
+func (j *Journal) undo(m roundMark) {
+	j.buf, j.pieces, j.wpos, j.wfile = j.buf[:m.buf], j.pieces[:m.pieces], m.wpos, m.wfile
+}
+
+// roundMark is a position in the round buffer.
+type roundMark struct {
+	buf, pieces int
+	wpos        int64
+	wfile       *jfile
+}
+
+// addData appends data records for bytes b of partition name, which
+// belong at offset of the segment starting at segStart; a run that does
+// not fit in the current file continues in a record in the next one.
+func (j *Journal) addData(name string, segStart, offset int64, b []byte) error {
+	fixed := int64(jHeaderSize + 2 + len(name) + jDataFixed)
+	for len(b) > 0 {
+		room := j.room()
+		if room <= fixed {
+			if err := j.nextFile(); err != nil {
+				return err
+			}
+			continue
+		}
+		n := int(min(int64(len(b)), room-fixed))
+		start := len(j.buf)
+		j.buf = append(j.buf, make([]byte, jHeaderSize)...)
+		j.buf = appendDataPayload(j.buf, name, segStart, offset, b[:n])
+		sealJRecord(j.buf[start:], j.wpos, j.epoch, recData)
+		j.wpos += int64(len(j.buf) - start)
+		b = b[n:]
+		offset += int64(n)
+	}
+	return nil
+}
+
+// addCheckpoint appends a checkpoint record.
+func (j *Journal) addCheckpoint(c checkpoint) error {
+	p := appendCheckpointPayload(nil, c)
+	need := int64(jHeaderSize + len(p))
+	if need > j.fileSize {
+		return fmt.Errorf("checkpoint record of %d bytes does not fit in a journal file of %d", need, j.fileSize)
+	}
+	if j.room() < need {
+		if err := j.nextFile(); err != nil {
+			return err
+		}
+		if j.room() < need {
+			return fmt.Errorf("checkpoint record of %d bytes does not fit in journal file %s", need, journalName(j.wfile.start))
+		}
+	}
+	start := len(j.buf)
+	j.buf = append(j.buf, make([]byte, jHeaderSize)...)
+	j.buf = append(j.buf, p...)
+	sealJRecord(j.buf[start:], j.wpos, j.epoch, recCheckpoint)
+	j.wpos += need
+	return nil
+}
+
+// writeRound writes the round buffer to its journal files with write()
+// and notes them for the round's fdatasync. Any error is final for the
+// journal.
+func (j *Journal) writeRound(r *jround) error {
+	for i, p := range j.pieces {
+		to := len(j.buf)
+		if i+1 < len(j.pieces) {
+			to = j.pieces[i+1].from
+		}
+		if to == p.from {
+			continue
+		}
+		off := j.pos - p.f.start
+		if i > 0 {
+			off = 0
+		}
+		b := j.buf[p.from:to]
+		n, err := j.writeAt(p.f.f, b, off)
+		if err == nil && n < len(b) {
+			err = fmt.Errorf("short write of %d of %d bytes", n, len(b))
+		}
+		if err != nil {
+			return j.fail(fmt.Errorf("write %s at %d: %w", journalName(p.f.start), off, err))
+		}
+		r.files = append(r.files, p.f)
+	}
+	n := j.wpos - j.pos
+	j.nRounds.Add(1)
+	j.nBytes.Add(n)
+	j.sinceCkpt += n
+	j.pos = j.wpos
+	if j.cur != j.wfile {
+		j.cur = j.wfile
+		j.curStart.Store(j.cur.start)
+		j.requestPrep()
+	}
+	return nil
+}
+
+// startCheckpoint snapshots, at a round boundary, the position every
+// earlier record is behind, the end of every registered log and the
+// segments written since the last snapshot, and hands them to the
+// checkpointer to fsync.
+func (j *Journal) startCheckpoint() {
+	job := j.snapshot()
+	j.ckptBusy.Store(true)
+	j.jobs <- job // never full: one checkpoint at a time
+}
+
+func (j *Journal) snapshot() *ckptJob {
+	j.mu.Lock()
+	logs := make([]*Log, 0, len(j.logs))
+	for l := range j.logs {
+		logs = append(logs, l)
+	}
+	j.tableCh = false
+	closed := j.closedTableLocked()
+	j.mu.Unlock()
+	job := &ckptJob{c: checkpoint{from: j.pos, ends: make(map[string]int64, len(logs)), lastIDs: make(map[string]int64, len(logs)), closed: closed}}
+	for _, l := range logs {
+		l.mu.Lock()
+		for _, s := range l.dirty {
+			job.segs = append(job.segs, dirtySeg{seg: s, sync: l.syncFile})
+		}
+		clear(l.dirty)
+		l.dirty = l.dirty[:0]
+		// Everything staged, which is in the segment and before from in
+		// the journal: a durable checkpoint record implies every record
+		// before it is durable too.
+		end := l.active.end()
+		l.mu.Unlock()
+		job.c.ends[l.jname] = end
+		job.c.lastIDs[l.jname] = l.stagedID // committer-owned, like end
+	}
+	j.sinceCkpt = 0
+	j.lastCkpt = time.Now()
+	return job
+}
+
+// syncSegments fsyncs the job's segments and drops their references.
+func (j *Journal) syncSegments(job *ckptJob) {
+	for _, d := range job.segs {
+		if job.err == nil {
+			if err := d.sync(d.seg.f); err != nil {
+				job.err = j.fail(fmt.Errorf("checkpoint fsync %s: %w", d.seg.path, err))
+			}
+		}
+		d.seg.release()
+	}
+	job.segs = nil
+}
+
+// finalCheckpoint makes a checkpoint synchronously (Close), so that the
+// next open has nothing to replay.
+func (j *Journal) finalCheckpoint() {
+	if j.Err() != nil {
+		return
+	}
+	job := j.snapshot()
+	j.syncSegments(job)
+	if job.err != nil {
+		return
+	}
+	_ = j.commitNow(job) // a failure is logged and kept by fail
+}
+
+// checkpointer fsyncs the segments of checkpoints, frees journal files
+// behind them and prepares spare files, off the commit path.
+func (j *Journal) checkpointer() {
+	defer j.wg.Done()
+	t := time.NewTicker(j.ckptInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-j.done:
+			return
+		case <-t.C:
+			j.mu.Lock()
+			j.due = true
+			j.cond.Signal()
+			j.mu.Unlock()
+		case job := <-j.jobs:
+			j.syncSegments(job)
+			j.mu.Lock()
+			j.ckptRec = job
+			j.cond.Signal()
+			j.mu.Unlock()
+		case from := <-j.recycle:
+			if err := j.free(from); err != nil {
+				j.logf("store: journal %s: freeing files: %v", j.dir, err)
+			}
+		case <-j.prep:
+			if err := j.prepare(); err != nil {
+				j.logf("store: journal %s: preparing a spare file: %v", j.dir, err)
+			}
+		}
+	}
+}
+
+func (j *Journal) requestPrep() {
+	select {
+	case j.prep <- struct{}{}:
+	default:
+	}
+}
+
+// fileAfter returns the journal file following f, creating (pre-writing)
+// it if no spare is ready.
+func (j *Journal) fileAfter(f *jfile) (*jfile, error) {
+	j.fmu.Lock()
+	next := j.lookupLocked(f.end())
+	j.fmu.Unlock()
+	if next != nil {
+		return next, nil
+	}
+	j.prepMu.Lock()
+	defer j.prepMu.Unlock()
+	j.fmu.Lock()
+	next = j.lookupLocked(f.end())
+	j.fmu.Unlock()
+	if next != nil {
+		return next, nil
+	}
+	return j.createFileLocked(f.end())
+}
+
+// sparesLocked returns the number of files after the current one, which
+// starts at cur. The caller holds fmu.
+func (j *Journal) sparesLocked(cur int64) int {
+	n := 0
+	for _, f := range j.files {
+		if f.start > cur {
+			n++
+		}
+	}
+	return n
+}
+
+func (j *Journal) lookupLocked(start int64) *jfile {
+	for _, f := range j.files {
+		if f.start == start {
+			return f
+		}
+	}
+	return nil
+}
+
+// prepare makes sure wantSpareJournalFiles spare files follow the current
+// one, so that a round that fills a file never has to create (zero-fill)
+// the next one on the commit path, even when the file after it fills
+// before the checkpointer is back (about 0.5 s per 64 MiB file at full
+// speed).
+func (j *Journal) prepare() error {
+	for {
+		j.prepMu.Lock()
+		cur := j.curStart.Load()
+		j.fmu.Lock()
+		last := j.files[len(j.files)-1]
+		spares := j.sparesLocked(cur)
+		j.fmu.Unlock()
+		if spares >= wantSpareJournalFiles {
+			j.prepMu.Unlock()
+			return nil
+		}
+		_, err := j.createFileLocked(last.end())
+		j.prepMu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// createFileLocked creates the journal file starting at start, zero-fills
+// it and makes it and its directory entry durable, so that later
+// fdatasyncs never change its size. The caller holds prepMu.
+func (j *Journal) createFileLocked(start int64) (*jfile, error) {
+	path := filepath.Join(j.dir, journalName(start))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("store: create journal file: %w", err)
+	}
+	if err := zeroFill(f, j.fileSize); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("store: pre-write journal file %s: %w", path, err)
+	}
+	if err := fdatasync(f); err != nil {
+		_ = f.Close()
+		return nil, j.fail(fmt.Errorf("fdatasync new file %s: %w", path, err))
+	}
+	if err := syncPath(j.dir); err != nil {
+		_ = f.Close()
+		return nil, j.fail(err)
+	}
+	jf := &jfile{start: start, size: j.fileSize, f: f}
+	j.fmu.Lock()
+	j.files = append(j.files, jf)
+	slices.SortFunc(j.files, func(a, b *jfile) int { return cmpInt64(a.start, b.start) })
+	j.fmu.Unlock()
+	return jf, nil
+}
+
+func zeroFill(f *os.File, size int64) error {
+	zeros := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; {
+		n := min(int64(len(zeros)), size-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
+
+// free renames the journal files wholly before from (and before the
+// current file) forward, to follow the last file, keeping at most
+// maxSpareJournalFiles spares, and deletes the rest. Each rename or
+// delete is made durable before the next, so a power loss leaves the
+// files contiguous.
+func (j *Journal) free(from int64) error {
+	j.prepMu.Lock()
+	defer j.prepMu.Unlock()
+	cur := j.curStart.Load()
+	for {
+		j.fmu.Lock()
+		if len(j.files) < 2 {
+			j.fmu.Unlock()
+			return nil
+		}
+		first, last := j.files[0], j.files[len(j.files)-1]
+		if first.end() > from || first.end() > cur {
+			j.fmu.Unlock()
+			return nil
+		}
+		spares := j.sparesLocked(cur)
+		j.fmu.Unlock()
+
+		oldPath := filepath.Join(j.dir, journalName(first.start))
+		if spares >= maxSpareJournalFiles {
+			if err := os.Remove(oldPath); err != nil {
+				return err
+			}
+			if err := syncPath(j.dir); err != nil {
+				return err
+			}
+			j.fmu.Lock()
+			j.files = j.files[1:]
+			j.fmu.Unlock()
+			_ = first.f.Close()
+			continue
+		}
+		moved := &jfile{start: last.end(), size: first.size, f: first.f}
+		if err := os.Rename(oldPath, filepath.Join(j.dir, journalName(moved.start))); err != nil {
+			return err
+		}
+		if err := syncPath(j.dir); err != nil {
+			return err
+		}
+		j.fmu.Lock()
+		j.files = append(j.files[1:], moved)
+		j.fmu.Unlock()
+		j.nRecycled.Add(1)
+	}
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// partitionName returns the name journal records give the log in dir, or
+// an error if dir is not directly inside the journal's data directory.
+func (j *Journal) partitionName(dir string) (string, error) {
+	parent, name := filepath.Dir(filepath.Clean(dir)), filepath.Base(dir)
+	same := parent == j.dataDir
+	if !same {
+		a, err1 := filepath.Abs(parent)
+		b, err2 := filepath.Abs(j.dataDir)
+		same = err1 == nil && err2 == nil && a == b
+	}
+	if !same || !validPartitionName(name) {
+		return "", fmt.Errorf("store: log %s is not a partition directory of journal %s's data directory", dir, j.dir)
+	}
+	return name, nil
+}
+
+var errNoJournalFiles = errors.New("no journal files")
+
+// listJournalFiles opens the journal files of dir, ascending.
+func listJournalFiles(dir string) ([]*jfile, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: list %s: %w", dir, err)
+	}
+	var files []*jfile
+	for _, e := range ents {
+		start, ok := parseJournalName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, e.Name()), os.O_RDWR, 0)
+		if err != nil {
+			closeJFiles(files)
+			return nil, fmt.Errorf("store: open journal file: %w", err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			_ = f.Close()
+			closeJFiles(files)
+			return nil, fmt.Errorf("store: stat journal file: %w", err)
+		}
+		files = append(files, &jfile{start: start, size: fi.Size(), f: f})
+	}
+	slices.SortFunc(files, func(a, b *jfile) int { return cmpInt64(a.start, b.start) })
+	if len(files) == 0 {
+		return nil, errNoJournalFiles
+	}
+	return files, nil
+}
+
+func closeJFiles(files []*jfile) {
+	for _, f := range files {
+		_ = f.f.Close()
+	}
+}
+
+// isNotExist reports a missing file.
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

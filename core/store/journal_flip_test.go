@@ -1,0 +1,410 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// flipJournal xors mask into the byte at journal position pos of the
+// journal in dir and returns the file's path and the byte's position in
+// it.
+func flipJournal(t *testing.T, dir string, pos int64, mask byte) (string, int64) {
+	t.Helper()
+	files, err := listJournalFiles(dir)
+	require.NoError(t, err)
+	defer closeJFiles(files)
+	for _, f := range files {
+		if pos >= f.start && pos < f.end() {
+			var b [1]byte
+			_, err := f.f.ReadAt(b[:], pos-f.start)
+			require.NoError(t, err)
+			b[0] ^= mask
+			_, err = f.f.WriteAt(b[:], pos-f.start)
+			require.NoError(t, err)
+			return filepath.Join(dir, journalName(f.start)), pos - f.start
+		}
+	}
+	t.Fatalf("journal position %d is in no file", pos)
+	return "", 0
+}
+
+// treeBytes reads every regular file under dir.
+func treeBytes(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == ".lock" {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		out[path] = b
+		return err
+	}))
+	return out
+}
+
+// flipFixture is a kill -9 copy of a journaled data directory: the crash
+// workload (small checkpoints, so journal files were freed and recycled),
+// recovered, 30 more puts and a clean stop, then recovered again and 90
+// more puts round robin over the partitions with no checkpoint after the
+// recovery one (the replay range).
+type flipFixture struct {
+	snap  string
+	acked []crashPut
+	recs  []jrec
+	last  int // index in recs of the last checkpoint
+	opts  JournalOptions
+}
+
+const flipParts = 3
+
+func newFlipFixture(t *testing.T) *flipFixture {
+	t.Helper()
+	small := JournalOptions{FileSize: 64 << 10, CheckpointBytes: 6 << 10, CheckpointInterval: time.Hour,
+		hooks: &journalHooks{smallFiles: true}}
+	dir, acked := runCrashWorkload(t, flipParts, 600, small)
+	opts := small
+	opts.CheckpointBytes = 1 << 40
+	// run puts n more puts round robin through a recovered journal and
+	// returns a kill -9 copy of the data directory, or (snap false) closes
+	// it cleanly, which writes a final checkpoint.
+	run := func(n int, snap bool) string {
+		j, err := OpenJournal(dir, opts)
+		require.NoError(t, err)
+		logs := make([]*Log, flipParts)
+		for p := range flipParts {
+			logs[p], err = Open(filepath.Join(dir, partName(p)), Options{IDs: &seqIDs{}, MaxSegmentSize: 2 << 10, Journal: j})
+			require.NoError(t, err)
+		}
+		for i := range n {
+			p := i % flipParts
+			data := fmt.Sprintf("p%d-late%d-%d-%s", p, n, i, strings.Repeat("z", 20+i))
+			_, off, err := logs[p].AppendSync([]Entry{entry([]byte(data))})
+			require.NoError(t, err)
+			acked = append(acked, crashPut{p, off, data})
+		}
+		var copyDir string
+		if snap {
+			copyDir = filepath.Join(t.TempDir(), "snap")
+			require.NoError(t, os.CopyFS(copyDir, os.DirFS(dir)))
+		}
+		for _, l := range logs {
+			require.NoError(t, l.Close())
+		}
+		require.NoError(t, j.Close())
+		return copyDir
+	}
+	// A clean stop first, so that its final checkpoint sits right before
+	// the next run's recovery checkpoint: the checkpoint before the last
+	// one is in the journal.
+	run(30, false)
+	snap := run(90, true)
+	slices.SortFunc(acked, func(a, b crashPut) int { return cmpInt64(a.off, b.off) })
+	fx := &flipFixture{snap: snap, acked: acked, recs: walkJournal(t, filepath.Join(snap, JournalDirName)), opts: opts}
+	fx.last = -1
+	for i, r := range fx.recs {
+		if r.typ == recCheckpoint {
+			fx.last = i
+		}
+	}
+	require.GreaterOrEqual(t, fx.last, 0)
+	require.Greater(t, len(fx.recs)-fx.last, 60, "the replay range holds the late puts")
+	return fx
+}
+
+// copy returns a fresh copy of the snapshot.
+func (fx *flipFixture) copy(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "d")
+	require.NoError(t, os.CopyFS(dir, os.DirFS(fx.snap)))
+	return dir
+}
+
+// all is every acknowledged put, by partition.
+func (fx *flipFixture) all() [][]crashPut {
+	want := make([][]crashPut, flipParts)
+	for _, p := range fx.acked {
+		want[p.part] = append(want[p.part], p)
+	}
+	return want
+}
+
+// victim returns a data record after the last checkpoint whose partition
+// has a later data record (so valid records follow it, of its partition
+// too), and its index.
+func (fx *flipFixture) victim(t *testing.T) (int, jrec) {
+	t.Helper()
+	for i := fx.last + 1; i < len(fx.recs); i++ {
+		r := fx.recs[i]
+		if r.typ == recData && slices.ContainsFunc(fx.recs[i+1:], func(n jrec) bool { return n.typ == recData && n.name == r.name }) {
+			return i, r
+		}
+	}
+	t.Fatal("no data record with a later one of its partition")
+	return 0, jrec{}
+}
+
+// openErr opens the journal of dir and, if that works, the partitions,
+// returning the journal's error.
+func openErr(dir string, opts JournalOptions) error {
+	j, err := OpenJournal(dir, opts)
+	if err != nil {
+		return err
+	}
+	return j.Close()
+}
+
+// TestJournalFlipFollowed: one flipped byte in a data record of the replay
+// range with valid records after it (a kill -9 copy: the segments hold
+// the data), wherever the flip is in the record (crc, length, position,
+// epoch, name, offsets, data): recovery replays every valid record, finds
+// the damaged record's range intact in the segment, says so, and every
+// acknowledged put is there at its offset.
+func TestJournalFlipFollowed(t *testing.T) {
+	fx := newFlipFixture(t)
+	_, r := fx.victim(t)
+	fields := []struct {
+		name string
+		at   int64
+	}{
+		{"crc", 1}, {"length", 6}, {"position", 15}, {"epoch", 19}, {"type", 20},
+		{"name", jHeaderSize + 3}, {"offset", jHeaderSize + 2 + int64(len(r.name)) + 15},
+		{"data", r.end - r.pos - 1},
+	}
+	for _, fl := range fields {
+		t.Run(fl.name, func(t *testing.T) {
+			dir := fx.copy(t)
+			flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+fl.at, 0x10)
+			var lb logBuf
+			o := fx.opts
+			o.Logf = lb.logf
+			recoverAndCheck(t, dir, o, flipParts, fx.all(), "flip in the "+fl.name)
+			require.Contains(t, lb.String(), fmt.Sprintf("damaged record at file %s", filepath.Join(dir, JournalDirName)))
+			require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd))
+			require.Contains(t, lb.String(), "nothing lost")
+			// The damage is now behind the recovery checkpoint (its file
+			// may even have been freed): harmless.
+			lb = logBuf{}
+			recoverAndCheck(t, dir, o, flipParts, fx.all(), "reopened")
+			require.NotContains(t, lb.String(), "valid records follow")
+		})
+	}
+}
+
+// TestJournalFlipLost: a flipped data record with valid records after it
+// whose bytes the segment does not hold either (zeroed, as after a power
+// loss): OpenJournal refuses, changing nothing, with a *JournalCorruptError
+// naming the journal file, the byte position and the partition range;
+// with RecoverTruncate it cuts that partition at the start of the range
+// (dropping its later records), keeps the other partitions whole, and
+// logs what it dropped.
+func TestJournalFlipLost(t *testing.T) {
+	fx := newFlipFixture(t)
+	_, r := fx.victim(t)
+	dir := fx.copy(t)
+	jdir := filepath.Join(dir, JournalDirName)
+	file, at := flipJournal(t, jdir, r.end-3, 0x01)
+	pdir := filepath.Join(dir, r.name)
+	starts, sizes, err := listSegments(pdir)
+	require.NoError(t, err)
+	for i, s := range starts {
+		if r.dataOff < s+sizes[i] && r.dataEnd > s {
+			f, err := os.OpenFile(filepath.Join(pdir, segmentName(s)), os.O_RDWR, 0)
+			require.NoError(t, err)
+			from, to := max(r.dataOff, s), min(r.dataEnd, s+sizes[i])
+			_, err = f.WriteAt(make([]byte, to-from), from-s)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+		}
+	}
+	before := treeBytes(t, dir)
+
+	var lb logBuf
+	o := fx.opts
+	o.Logf = lb.logf
+	err = openErr(dir, o)
+	var je *JournalCorruptError
+	require.ErrorAs(t, err, &je)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.Len(t, je.Damage, 1)
+	d := je.Damage[0]
+	require.Equal(t, file, d.File)
+	require.Equal(t, r.pos, d.Pos)
+	require.Equal(t, r.end, d.End)
+	require.Equal(t, at-(r.end-3-r.pos), d.FilePos)
+	require.Equal(t, []PartitionRange{{r.name, r.dataOff, r.dataEnd}}, d.Lost)
+	msg := err.Error()
+	for _, s := range []string{file, fmt.Sprintf("bytes %d..%d", d.FilePos, d.FilePos+r.end-r.pos),
+		fmt.Sprintf("partition %q offsets %d..%d", r.name, r.dataOff, r.dataEnd), `recovery = "truncate"`, "Not starting"} {
+		require.Contains(t, msg, s)
+	}
+	require.Contains(t, lb.String(), msg)
+	require.Equal(t, before, treeBytes(t, dir), "a refused recovery changes nothing")
+
+	// recovery = "truncate": the partition is cut at the damaged range.
+	want := fx.all()
+	var p int
+	_, err = fmt.Sscanf(r.name, "t-%d", &p)
+	require.NoError(t, err)
+	want[p] = slices.DeleteFunc(want[p], func(c crashPut) bool { return c.off >= r.dataOff })
+	lb = logBuf{}
+	o.Recovery = RecoverTruncate
+	recoverAndCheck(t, dir, o, flipParts, want, "truncate")
+	require.Contains(t, lb.String(), fmt.Sprintf("cutting partition %q at offset %d", r.name, r.dataOff))
+	require.Contains(t, lb.String(), "dropping")
+	// Opening again in the default mode now works: the damage is behind
+	// the recovery checkpoint.
+	o.Recovery = RecoverQuarantine
+	recoverAndCheck(t, dir, o, flipParts, want, "reopened")
+}
+
+// TestJournalFlipTornTail: a flip in the last record (nothing valid after
+// it) is a torn tail: it is cut silently, as a power cut's would be.
+func TestJournalFlipTornTail(t *testing.T) {
+	fx := newFlipFixture(t)
+	last := fx.recs[len(fx.recs)-1]
+	dir := fx.copy(t)
+	flipJournal(t, filepath.Join(dir, JournalDirName), last.end-1, 0x80)
+	want, _ := expectAfterCut(fx.recs, fx.acked, flipParts, last.pos)
+	var lb logBuf
+	o := fx.opts
+	o.Logf = lb.logf
+	recoverAndCheck(t, dir, o, flipParts, want, "torn tail")
+	require.Contains(t, lb.String(), fmt.Sprintf("checksum mismatch at %d", last.pos))
+	require.NotContains(t, lb.String(), "damaged record")
+}
+
+// TestJournalFlipCheckpoint: a flip in the last checkpoint, with records
+// after it, falls back to the checkpoint before it (still in the
+// journal): everything is replayed from there and nothing is lost. When
+// the journal holds no valid checkpoint any more (every one flipped, and
+// the files before the first were freed), OpenJournal refuses and says
+// why, instead of replaying from a guessed position.
+func TestJournalFlipCheckpoint(t *testing.T) {
+	fx := newFlipFixture(t)
+	ck := fx.recs[fx.last]
+	prev := slices.IndexFunc(fx.recs[:fx.last], func(r jrec) bool { return r.typ == recCheckpoint })
+	require.GreaterOrEqual(t, prev, 0, "an earlier checkpoint is in the journal")
+
+	t.Run("previous", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), ck.pos+jHeaderSize+4, 0x02) // in from
+		var lb logBuf
+		o := fx.opts
+		o.Logf = lb.logf
+		recoverAndCheck(t, dir, o, flipParts, fx.all(), "checkpoint flipped")
+		require.Contains(t, lb.String(), "was a checkpoint: replay starts from the checkpoint before it")
+	})
+
+	t.Run("none-left", func(t *testing.T) {
+		dir := fx.copy(t)
+		jdir := filepath.Join(dir, JournalDirName)
+		files, err := listJournalFiles(jdir)
+		require.NoError(t, err)
+		first := files[0].start
+		closeJFiles(files)
+		require.Positive(t, first, "the workload must have freed journal files")
+		var file string
+		for _, r := range fx.recs {
+			if r.typ == recCheckpoint {
+				f, _ := flipJournal(t, jdir, r.pos+jHeaderSize+1, 0x40)
+				if file == "" {
+					file = f
+				}
+			}
+		}
+		before := treeBytes(t, dir)
+		err = openErr(dir, fx.opts)
+		var je *JournalCorruptError
+		require.ErrorAs(t, err, &je)
+		require.NotEmpty(t, je.Checkpoint)
+		require.Contains(t, err.Error(), "holds no valid checkpoint")
+		require.Contains(t, err.Error(), file)
+		require.Contains(t, err.Error(), "the position to replay from is not known")
+		require.Equal(t, before, treeBytes(t, dir), "a refused recovery changes nothing")
+	})
+}
+
+// TestJournalFlipHarmless: flips in journal space before the last
+// checkpoint's replay start (records already applied and fsynced), and in
+// the spare files ahead of the journal's end (zero-filled or recycled),
+// change nothing: every acknowledged put is there.
+func TestJournalFlipHarmless(t *testing.T) {
+	fx := newFlipFixture(t)
+	from := fx.recs[fx.last].from
+	dir := fx.copy(t)
+	jdir := filepath.Join(dir, JournalDirName)
+	n := 0
+	for i, r := range fx.recs {
+		if r.end <= from && i%3 == 0 {
+			flipJournal(t, jdir, r.pos+(r.end-r.pos)/2, 0x08)
+			n++
+		}
+	}
+	require.Positive(t, n, "records before the replay start")
+	files, err := listJournalFiles(jdir)
+	require.NoError(t, err)
+	end := fx.recs[len(fx.recs)-1].end
+	var spares []*jfile
+	for _, f := range files {
+		if f.start > end {
+			spares = append(spares, f)
+		}
+	}
+	closeJFiles(files)
+	require.NotEmpty(t, spares)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, f := range spares {
+		for range 50 {
+			flipJournal(t, jdir, f.start+rng.Int64N(f.size), 1<<rng.IntN(8))
+		}
+	}
+	var lb logBuf
+	o := fx.opts
+	o.Logf = lb.logf
+	recoverAndCheck(t, dir, o, flipParts, fx.all(), "harmless flips")
+	require.Contains(t, lb.String(), "lie before the last checkpoint's replay start")
+	require.NotContains(t, lb.String(), "Not starting")
+}
+
+// TestJournalFlipRandom: seeded random flips in the records after the
+// last checkpoint (never the last record, which would be a torn tail) of
+// a kill -9 copy: recovery either yields every acknowledged put at its
+// offset or refuses with a *JournalCorruptError naming a journal file;
+// it never loses a put silently.
+func TestJournalFlipRandom(t *testing.T) {
+	fx := newFlipFixture(t)
+	tail := fx.recs[fx.last+1 : len(fx.recs)-1]
+	require.NotEmpty(t, tail)
+	refused := 0
+	for seed := range uint64(24) {
+		rng := rand.New(rand.NewPCG(seed, 9))
+		dir := fx.copy(t)
+		jdir := filepath.Join(dir, JournalDirName)
+		for range 1 + rng.IntN(3) {
+			r := tail[rng.IntN(len(tail))]
+			flipJournal(t, jdir, r.pos+rng.Int64N(r.end-r.pos), 1<<rng.IntN(8))
+		}
+		err := openErr(dir, fx.opts)
+		if err != nil {
+			var je *JournalCorruptError
+			require.True(t, errors.As(err, &je), "seed %d: %v", seed, err)
+			require.Contains(t, err.Error(), jdir, "seed %d", seed)
+			require.False(t, strings.ContainsAny(err.Error(), "\x00\x01\x7f"), "seed %d", seed)
+			t.Logf("seed %d: %v", seed, err)
+			refused++
+			continue
+		}
+		recoverAndCheck(t, dir, fx.opts, flipParts, fx.all(), fmt.Sprintf("seed %d", seed))
+	}
+	t.Logf("random journal flips: %d of 24 refused", refused)
+}

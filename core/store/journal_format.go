@@ -1,0 +1,304 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+)
+
+// Journal record types (docs/storage.md). A record of any other type, or
+// of type 0 (a zero-filled, never written tail), ends the journal.
+const (
+	// recData holds bytes of one partition: where they belong (the
+	// partition directory's name, the start of the segment file and the
+	// partition byte offset) and the exact bytes written to the segment.
+	recData = 1
+	// recCheckpoint says that every record before its From position is in
+	// fsynced segments, and lists the durable end of every group-commit
+	// partition at that moment.
+	recCheckpoint = 2
+	// recSkip says that the rest of its file is unused: the next record
+	// is at the start of the next file.
+	recSkip = 3
+
+	// Types 16 to 19 are reserved for issue 10's transactions (TX begin,
+	// prepare, commit and rollback records); until they are added a
+	// record of one of these types ends the journal like any unknown type.
+	recTxBegin    = 16
+	recTxPrepare  = 17
+	recTxCommit   = 18
+	recTxRollback = 19
+)
+
+// jHeaderSize is the size of a journal record header:
+//
+//	[u32 crc32c][u32 payload length][u64 journal position][u32 epoch][u8 type][3 zero bytes]
+//
+// all big-endian. The crc (Castagnoli) covers header bytes 4..24 and the
+// payload. The position is where the record itself starts in the
+// journal, so a stale record in a recycled file (renamed forward to a new
+// position) never verifies. The epoch rises by one on every open; a
+// record with a lower epoch than one before it is a stale tail of an
+// earlier run and ends the journal.
+const jHeaderSize = 24
+
+// jDataFixed is the fixed part of a data record's payload after the name:
+// [u64 segment start][u64 partition offset].
+const jDataFixed = 16
+
+// maxPartitionName bounds a partition directory name in a record.
+const maxPartitionName = 1 << 10
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// jHeader is a decoded record header.
+type jHeader struct {
+	crc   uint32
+	n     uint32 // payload length
+	pos   int64
+	epoch uint32
+	typ   byte
+}
+
+// sealJRecord fills in the header of rec, a record whose payload follows
+// jHeaderSize reserved bytes, and its crc.
+func sealJRecord(rec []byte, pos int64, epoch uint32, typ byte) {
+	binary.BigEndian.PutUint32(rec[4:], uint32(len(rec)-jHeaderSize))
+	binary.BigEndian.PutUint64(rec[8:], uint64(pos))
+	binary.BigEndian.PutUint32(rec[16:], epoch)
+	rec[20] = typ
+	rec[21], rec[22], rec[23] = 0, 0, 0
+	binary.BigEndian.PutUint32(rec[0:], crc32.Checksum(rec[4:], castagnoli))
+}
+
+// parseJHeader decodes a header; it does not check the crc.
+func parseJHeader(b []byte) jHeader {
+	return jHeader{
+		crc:   binary.BigEndian.Uint32(b[0:]),
+		n:     binary.BigEndian.Uint32(b[4:]),
+		pos:   int64(binary.BigEndian.Uint64(b[8:])),
+		epoch: binary.BigEndian.Uint32(b[16:]),
+		typ:   b[20],
+	}
+}
+
+// verifyJRecord checks rec (header and payload) against its crc.
+func verifyJRecord(rec []byte) bool {
+	return crc32.Checksum(rec[4:], castagnoli) == binary.BigEndian.Uint32(rec)
+}
+
+// dataRecord is a decoded data record.
+type dataRecord struct {
+	name     string // partition directory name
+	segStart int64
+	offset   int64
+	bytes    []byte
+}
+
+// appendDataPayload appends a data record's payload.
+func appendDataPayload(dst []byte, name string, segStart, offset int64, b []byte) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(name)))
+	dst = append(dst, name...)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(segStart))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(offset))
+	return append(dst, b...)
+}
+
+var errBadJRecord = errors.New("malformed journal record")
+
+func parseDataPayload(p []byte) (dataRecord, error) {
+	if len(p) < 2 {
+		return dataRecord{}, errBadJRecord
+	}
+	n := int(binary.BigEndian.Uint16(p))
+	p = p[2:]
+	if len(p) < n+jDataFixed {
+		return dataRecord{}, errBadJRecord
+	}
+	d := dataRecord{name: string(p[:n])}
+	p = p[n:]
+	d.segStart = int64(binary.BigEndian.Uint64(p))
+	d.offset = int64(binary.BigEndian.Uint64(p[8:]))
+	d.bytes = p[jDataFixed:]
+	if !validPartitionName(d.name) || d.segStart < 0 || d.offset < d.segStart {
+		return dataRecord{}, fmt.Errorf("%w: partition %q, segment %d, offset %d", errBadJRecord, d.name, d.segStart, d.offset)
+	}
+	return d, nil
+}
+
+// validPartitionName reports whether name is a single path element that
+// can name a partition directory.
+func validPartitionName(name string) bool {
+	return name != "" && name != "." && name != ".." && len(name) <= maxPartitionName &&
+		!strings.ContainsAny(name, "/\\\x00")
+}
+
+// checkpoint is a decoded checkpoint record.
+type checkpoint struct {
+	from int64            // replay starts here
+	ends map[string]int64 // durable end of each group-commit partition
+	// lastIDs holds the id of the last record before each partition's end
+	// (0 for an empty partition), for the partitions of ends; nil in a
+	// checkpoint written before it was added.
+	lastIDs map[string]int64
+	// closed lists the partitions closed in this run since they last
+	// registered: fsynced up to end by their Close. Unlike ends, recovery
+	// does not cut them there (a partition may reopen in threshold mode
+	// and grow); it only trusts their bytes before end (restart.go).
+	closed map[string]closedEnd
+}
+
+// closedEnd is a closed partition's end and the id of its last record.
+type closedEnd struct{ end, lastID int64 }
+
+// Optional sections that follow a checkpoint's ends, each
+// [u8 tag][u32 length][length bytes]; readers skip tags they do not know,
+// and readers that predate the sections stop after the ends.
+const (
+	// ckptLastIDs is lastIDs: one u64 per entry of ends, in entry order.
+	ckptLastIDs = 1
+	// ckptClosed is closed: [u32 count] then count ×
+	// [u16 n][name][u64 end][u64 last id].
+	ckptClosed = 2
+)
+
+func appendCheckpointPayload(dst []byte, c checkpoint) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(c.from))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(c.ends)))
+	names := make([]string, 0, len(c.ends))
+	for name, end := range c.ends {
+		names = append(names, name)
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(name)))
+		dst = append(dst, name...)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(end))
+	}
+	if c.lastIDs != nil {
+		dst = append(dst, ckptLastIDs)
+		dst = binary.BigEndian.AppendUint32(dst, uint32(8*len(names)))
+		for _, name := range names {
+			dst = binary.BigEndian.AppendUint64(dst, uint64(c.lastIDs[name]))
+		}
+	}
+	if c.closed != nil {
+		dst = append(dst, ckptClosed, 0, 0, 0, 0)
+		at := len(dst)
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(c.closed)))
+		for name, e := range c.closed {
+			dst = binary.BigEndian.AppendUint16(dst, uint16(len(name)))
+			dst = append(dst, name...)
+			dst = binary.BigEndian.AppendUint64(dst, uint64(e.end))
+			dst = binary.BigEndian.AppendUint64(dst, uint64(e.lastID))
+		}
+		binary.BigEndian.PutUint32(dst[at-4:], uint32(len(dst)-at))
+	}
+	return dst
+}
+
+func parseCheckpointPayload(p []byte) (checkpoint, error) {
+	if len(p) < 12 {
+		return checkpoint{}, errBadJRecord
+	}
+	c := checkpoint{from: int64(binary.BigEndian.Uint64(p)), ends: map[string]int64{}}
+	count := binary.BigEndian.Uint32(p[8:])
+	p = p[12:]
+	names := make([]string, 0, min(count, 1<<16))
+	for range count {
+		name, rest, ok := cutName(p, 8)
+		if !ok {
+			return checkpoint{}, fmt.Errorf("%w: checkpoint entry", errBadJRecord)
+		}
+		c.ends[name] = int64(binary.BigEndian.Uint64(rest))
+		names = append(names, name)
+		p = rest[8:]
+	}
+	if c.from < 0 {
+		return checkpoint{}, errBadJRecord
+	}
+	for len(p) > 0 { // the optional sections
+		if len(p) < 5 || int64(binary.BigEndian.Uint32(p[1:])) > int64(len(p)-5) {
+			return checkpoint{}, fmt.Errorf("%w: checkpoint section of %d bytes", errBadJRecord, len(p))
+		}
+		tag, sec := p[0], p[5:5+binary.BigEndian.Uint32(p[1:])]
+		p = p[5+len(sec):]
+		var err error
+		switch tag {
+		case ckptLastIDs:
+			err = c.parseLastIDs(sec, names)
+		case ckptClosed:
+			err = c.parseClosed(sec)
+		}
+		if err != nil {
+			return checkpoint{}, err
+		}
+	}
+	return c, nil
+}
+
+// cutName splits [u16 n][n bytes of a partition name] off the front of p,
+// which must hold at least more bytes after it.
+func cutName(p []byte, more int) (name string, rest []byte, ok bool) {
+	if len(p) < 2 {
+		return "", nil, false
+	}
+	n := int(binary.BigEndian.Uint16(p))
+	if len(p) < 2+n+more || !validPartitionName(string(p[2:2+n])) {
+		return "", nil, false
+	}
+	return string(p[2 : 2+n]), p[2+n:], true
+}
+
+func (c *checkpoint) parseLastIDs(sec []byte, names []string) error {
+	if c.lastIDs != nil || len(sec) != 8*len(names) || len(c.ends) != len(names) {
+		return fmt.Errorf("%w: checkpoint last ids of %d bytes for %d partitions", errBadJRecord, len(sec), len(names))
+	}
+	c.lastIDs = make(map[string]int64, len(names))
+	for i, name := range names {
+		c.lastIDs[name] = int64(binary.BigEndian.Uint64(sec[8*i:]))
+	}
+	return nil
+}
+
+func (c *checkpoint) parseClosed(sec []byte) error {
+	if c.closed != nil || len(sec) < 4 {
+		return fmt.Errorf("%w: checkpoint closed partitions", errBadJRecord)
+	}
+	count := binary.BigEndian.Uint32(sec)
+	sec = sec[4:]
+	c.closed = make(map[string]closedEnd, min(count, 1<<16))
+	for range count {
+		name, rest, ok := cutName(sec, 16)
+		if !ok {
+			return fmt.Errorf("%w: checkpoint closed partition entry", errBadJRecord)
+		}
+		c.closed[name] = closedEnd{end: int64(binary.BigEndian.Uint64(rest)), lastID: int64(binary.BigEndian.Uint64(rest[8:]))}
+		sec = rest[16:]
+	}
+	if len(sec) != 0 {
+		return fmt.Errorf("%w: checkpoint closed partitions: %d bytes left", errBadJRecord, len(sec))
+	}
+	return nil
+}
+
+// journalNameDigits is the width of a journal file name: its starting
+// journal position, zero-padded, with no suffix.
+const journalNameDigits = 20
+
+func journalName(start int64) string {
+	return fmt.Sprintf("%0*d", journalNameDigits, start)
+}
+
+func parseJournalName(name string) (int64, bool) {
+	if len(name) != journalNameDigits {
+		return 0, false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < '0' || name[i] > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseInt(name, 10, 64)
+	return v, err == nil
+}

@@ -1,0 +1,436 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+)
+
+// dataRef locates a data record found by the recovery scan.
+type dataRef struct {
+	f   *jfile
+	off int64 // file offset of the payload
+	n   int   // payload length
+	pos int64 // journal position of the record
+
+	name        string // partition directory name
+	offset, end int64  // partition offsets of the record's bytes
+}
+
+// scanResult of a journal: where it ends, the last checkpoint and the data
+// records after it.
+type journalScan struct {
+	end      int64
+	endFile  *jfile
+	epoch    uint32 // highest epoch seen
+	last     *checkpoint
+	refs     []dataRef // data records at or after last.from
+	records  int
+	stopped  string // why the scan stopped
+	firstPos int64
+	// holes are the damaged stretches with valid records after them, in
+	// journal order (checkDamage decides what they mean).
+	holes []jHole
+	// keep raises a partition's journaled end: a damaged record held
+	// bytes up to there that its segment holds intact.
+	keep map[string]int64
+	// cuts (recovery = "truncate") cut a partition at an offset: the
+	// damaged records that held it are not in its segment. Its records
+	// at or past the offset are not replayed.
+	cuts map[string]int64
+}
+
+// recover scans the journal, replays it and writes a checkpoint; see
+// OpenJournal.
+func (j *Journal) recover() error {
+	files, err := listJournalFiles(j.dir)
+	if errors.Is(err, errNoJournalFiles) {
+		j.prepMu.Lock()
+		f, err := j.createFileLocked(0)
+		j.prepMu.Unlock()
+		if err != nil {
+			return err
+		}
+		j.cur, j.pos, j.epoch = f, 0, 1
+		return j.writeRecoveryCheckpoint()
+	}
+	if err != nil {
+		return err
+	}
+	// The files chain (each starts where the one before it ends); keep
+	// the last run if a gap splits them. Freed files are renamed forward
+	// one at a time with a directory fsync after each, so a power loss
+	// never leaves a gap: a gap means someone removed a file.
+	run := 0
+	for i := 1; i < len(files); i++ {
+		if files[i].start != files[i-1].end() {
+			j.logf("store: journal %s: files %s and %s do not chain; ignoring the files before %s",
+				j.dir, journalName(files[i-1].start), journalName(files[i].start), journalName(files[i].start))
+			run = i
+		}
+	}
+	closeJFiles(files[:run])
+	files = files[run:]
+	j.files = files
+
+	sc, err := scanJournal(files)
+	if err != nil {
+		return err
+	}
+	if err := j.checkDamage(&sc, files); err != nil {
+		return err
+	}
+	from := files[0].start
+	if sc.last != nil {
+		from = sc.last.from
+	}
+	j.logf("store: journal %s: %d records from %d to %d, last checkpoint replays from %d: %d data records to replay (%s; %d damaged stretches)",
+		j.dir, sc.records, files[0].start, sc.end, from, len(sc.refs), sc.stopped, len(sc.holes))
+	if err := j.replay(sc, j.replayLimit); err != nil {
+		return err
+	}
+	j.epoch = sc.epoch + 1
+	j.pos = sc.end
+	j.cur = sc.endFile
+	if j.pos == j.cur.end() {
+		j.wfile = j.cur
+		next, err := j.fileAfter(j.cur)
+		if err != nil {
+			return err
+		}
+		j.cur, j.pos = next, next.start
+	}
+	return j.writeRecoveryCheckpoint()
+}
+
+// writeRecoveryCheckpoint writes the checkpoint that ends recovery: every
+// earlier record is in fsynced segments. Its table is empty: a partition
+// is listed again only once a group-commit Log has registered it in this
+// run (a partition may have changed to threshold mode).
+func (j *Journal) writeRecoveryCheckpoint() error {
+	j.mu.Lock()
+	closed := j.closedTableLocked() // restart.go
+	j.mu.Unlock()
+	if err := j.commitNow(&ckptJob{c: checkpoint{from: j.pos, ends: map[string]int64{}, closed: closed}}); err != nil {
+		return err
+	}
+	j.sinceCkpt = 0
+	return nil
+}
+
+// scanJournal walks the records of files from the first one's start. At
+// a record that does not verify it searches for the next valid one
+// (findNextJRecord): if there is none, the invalid record starts a torn,
+// zero-filled or stale tail, which ends the journal; otherwise the
+// stretch up to it is recorded as a hole and the walk goes on from there.
+// A valid record of a type this version does not read ends the journal.
+func scanJournal(files []*jfile) (journalScan, error) {
+	sc := journalScan{firstPos: files[0].start}
+	var hdr [jHeaderSize]byte
+	var payload, sbuf, srec []byte
+	names := map[string]string{} // interned partition names
+	fi := 0
+	pos := files[0].start
+	next := func() bool { // move to the next file, if it follows
+		f := files[fi]
+		if fi+1 < len(files) && files[fi+1].start == f.end() {
+			fi++
+			pos = files[fi].start
+			return true
+		}
+		pos = f.end()
+		return false
+	}
+	for {
+		f := files[fi]
+		rel := pos - f.start
+		if f.size-rel < jHeaderSize {
+			if !next() {
+				sc.stopped = "end of the last file"
+				break
+			}
+			continue
+		}
+		if _, err := f.f.ReadAt(hdr[:], rel); err != nil {
+			return sc, fmt.Errorf("store: read journal file %s at %d: %w", journalName(f.start), rel, err)
+		}
+		h := parseJHeader(hdr[:])
+		bad, final := "", false
+		switch {
+		case h.typ == 0 && h.n == 0 && h.pos == 0:
+			bad = fmt.Sprintf("zero-filled at %d", pos)
+		case h.pos != pos:
+			bad = fmt.Sprintf("record at %d claims position %d (torn or stale)", pos, h.pos)
+		case h.epoch < sc.epoch:
+			bad = fmt.Sprintf("record at %d of an earlier run (epoch %d < %d)", pos, h.epoch, sc.epoch)
+		case int64(h.n) > f.size-rel-jHeaderSize:
+			bad = fmt.Sprintf("record at %d of %d bytes runs past its file", pos, h.n)
+		}
+		var c checkpoint
+		var d dataRecord
+		if bad == "" {
+			rec := slices.Grow(payload[:0], jHeaderSize+int(h.n))[:jHeaderSize+int(h.n)]
+			copy(rec, hdr[:])
+			if _, err := f.f.ReadAt(rec[jHeaderSize:], rel+jHeaderSize); err != nil && !errors.Is(err, io.EOF) {
+				return sc, fmt.Errorf("store: read journal file %s at %d: %w", journalName(f.start), rel, err)
+			}
+			payload = rec
+			p := rec[jHeaderSize:]
+			var err error
+			switch {
+			case !verifyJRecord(rec):
+				bad = fmt.Sprintf("checksum mismatch at %d", pos)
+			case h.typ == recData:
+				if d, err = parseDataPayload(p); err != nil {
+					bad = fmt.Sprintf("data record at %d: %v", pos, err)
+				}
+			case h.typ == recCheckpoint:
+				if c, err = parseCheckpointPayload(p); err != nil || c.from > pos {
+					bad = fmt.Sprintf("checkpoint record at %d: malformed", pos)
+				}
+			case h.typ == recSkip:
+			default:
+				bad, final = fmt.Sprintf("record type %d at %d", h.typ, pos), true
+			}
+		}
+		if bad != "" {
+			if final {
+				sc.stopped = bad
+				break
+			}
+			k, q, qh, ok, err := findNextJRecord(files, fi, pos, sc.epoch, &sbuf, &srec)
+			if err != nil {
+				return sc, err
+			}
+			if !ok {
+				sc.stopped = bad
+				break
+			}
+			end := pos + jHeaderSize + int64(h.n)
+			framed := h.pos == pos && h.epoch >= sc.epoch && h.epoch <= qh.epoch && isJRecordType(h.typ) &&
+				(end == q || (k > fi && q == files[k].start && (end == f.end() || (h.typ == recSkip && h.n == 0))))
+			sc.holes = append(sc.holes, jHole{f: f, pos: pos, end: q, reason: bad, hdr: h, framed: framed})
+			fi, pos = k, q
+			continue
+		}
+		switch h.typ {
+		case recData:
+			name, ok := names[d.name]
+			if !ok {
+				name = d.name
+				names[name] = name
+			}
+			sc.refs = append(sc.refs, dataRef{f: f, off: rel + jHeaderSize, n: int(h.n), pos: pos,
+				name: name, offset: d.offset, end: d.offset + int64(len(d.bytes))})
+		case recCheckpoint:
+			sc.last = &c
+			k := sort.Search(len(sc.refs), func(i int) bool { return sc.refs[i].pos >= c.from })
+			sc.refs = append(sc.refs[:0], sc.refs[k:]...)
+		}
+		sc.records++
+		sc.epoch = h.epoch
+		if h.typ == recSkip {
+			if !next() {
+				sc.stopped = "skip record in the last file"
+				break
+			}
+			continue
+		}
+		pos += jHeaderSize + int64(h.n)
+	}
+	sc.end = pos
+	sc.endFile = files[fi]
+	if pos == files[fi].end() && fi+1 < len(files) && files[fi+1].start == pos {
+		sc.endFile = files[fi+1]
+	}
+	return sc, nil
+}
+
+// replayFile is a segment file recovery opened.
+type replayFile struct {
+	f       *os.File
+	written bool
+}
+
+// replay writes every data record of sc into its segment unless the
+// segment already holds those bytes, cuts what lies past each named
+// partition's journaled end, and makes all of it durable. Running it
+// again on the same journal gives the same files.
+func (j *Journal) replay(sc journalScan, limit int) error {
+	ends := map[string]int64{}
+	if sc.last != nil {
+		for name, end := range sc.last.ends {
+			ends[name] = end
+		}
+	}
+	open := map[string]*replayFile{}
+	dirs := map[string]bool{} // partition directories whose entries changed
+	defer func() {
+		for _, rf := range open {
+			_ = rf.f.Close()
+		}
+	}()
+	var buf, have []byte
+	for _, r := range sc.refs {
+		buf = slices.Grow(buf[:0], r.n)[:r.n]
+		if _, err := r.f.f.ReadAt(buf, r.off); err != nil {
+			return fmt.Errorf("store: read journal file %s at %d: %w", journalName(r.f.start), r.off, err)
+		}
+		d, err := parseDataPayload(buf)
+		if err != nil {
+			return fmt.Errorf("store: journal record at %d: %w", r.pos, err)
+		}
+		if c, ok := sc.cuts[d.name]; ok && d.offset >= c {
+			j.logf("store: journal %s: recovery = \"truncate\": dropping %d journaled bytes of %s at offsets %d..%d (past its cut at %d)",
+				j.dir, len(d.bytes), d.name, d.offset, d.offset+int64(len(d.bytes)), c)
+			continue
+		}
+		if e := d.offset + int64(len(d.bytes)); e > ends[d.name] {
+			ends[d.name] = e
+		}
+		pdir := filepath.Join(j.dataDir, d.name)
+		path := filepath.Join(pdir, segmentName(d.segStart))
+		rf := open[path]
+		if rf == nil {
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if isNotExist(err) {
+				// A roll whose directory entry a power loss took: create
+				// the segment, unless a later one exists (then retention
+				// deleted this one, and its bytes are gone by design).
+				if err := MkdirAllDurable(pdir, 0o755); err != nil {
+					return fmt.Errorf("store: replay: create %s: %w", pdir, err)
+				}
+				starts, _, lerr := listSegments(pdir)
+				if lerr != nil {
+					return fmt.Errorf("store: replay: %w", lerr)
+				}
+				if len(starts) > 0 && starts[len(starts)-1] > d.segStart {
+					j.logf("store: journal %s: not replaying %d bytes at %d into %s: the segment was deleted",
+						j.dir, len(d.bytes), d.offset, path)
+					continue
+				}
+				f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+				dirs[pdir] = true
+			}
+			if err != nil {
+				return fmt.Errorf("store: replay: open segment: %w", err)
+			}
+			rf = &replayFile{f: f}
+			open[path] = rf
+		}
+		at := d.offset - d.segStart
+		have = slices.Grow(have[:0], len(d.bytes))[:len(d.bytes)]
+		n, _ := rf.f.ReadAt(have, at)
+		if n == len(have) && bytes.Equal(have, d.bytes) {
+			j.nSkipped.Add(1)
+			rf.written = true // in place, but maybe only in the page cache
+			continue
+		}
+		if limit > 0 && j.nReplayed.Load() >= int64(limit) {
+			return errReplayStopped
+		}
+		if _, err := rf.f.WriteAt(d.bytes, at); err != nil {
+			return fmt.Errorf("store: replay: write %s at %d: %w", path, at, err)
+		}
+		rf.written = true
+		j.nReplayed.Add(1)
+	}
+
+	// Cut what no record covers: bytes past a partition's journaled end
+	// were never acknowledged and never readable. A damaged record's
+	// range that its segment holds stays (keep); a truncate cut wins.
+	for name, end := range sc.keep {
+		ends[name] = max(ends[name], end)
+	}
+	for name, c := range sc.cuts {
+		ends[name] = c
+	}
+	names := make([]string, 0, len(ends))
+	for name := range ends {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		end := ends[name]
+		pdir := filepath.Join(j.dataDir, name)
+		starts, sizes, err := listSegments(pdir)
+		if isNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for i, start := range starts {
+			path := filepath.Join(pdir, segmentName(start))
+			switch {
+			case start > end:
+				j.logf("store: journal %s: removing %s (%d bytes): it starts past the journaled end %d", j.dir, path, sizes[i], end)
+				if rf := open[path]; rf != nil {
+					_ = rf.f.Close()
+					delete(open, path)
+				}
+				if err := os.Remove(path); err != nil {
+					return fmt.Errorf("store: replay: %w", err)
+				}
+				dirs[pdir] = true
+			case start+sizes[i] > end:
+				j.logf("store: journal %s: cutting %s from %d to %d bytes: past the journaled end %d", j.dir, path, sizes[i], end-start, end)
+				rf := open[path]
+				if rf == nil {
+					f, err := os.OpenFile(path, os.O_RDWR, 0)
+					if err != nil {
+						return fmt.Errorf("store: replay: %w", err)
+					}
+					rf = &replayFile{f: f}
+					open[path] = rf
+				}
+				if err := rf.f.Truncate(end - start); err != nil {
+					return fmt.Errorf("store: replay: truncate %s: %w", path, err)
+				}
+				rf.written = true
+			}
+		}
+	}
+	for path, rf := range open {
+		if rf.written {
+			if err := rf.f.Sync(); err != nil {
+				return fmt.Errorf("store: replay: fsync %s: %w", path, err)
+			}
+		}
+	}
+	for pdir := range dirs {
+		if err := syncPath(pdir); err != nil {
+			return fmt.Errorf("store: replay: %w", err)
+		}
+	}
+	j.noteTrusted(sc.last, ends) // restart.go
+	return nil
+}
+
+// listSegments returns the starts and sizes of the segment files of dir,
+// ascending.
+func listSegments(dir string) (starts, sizes []int64, err error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range ents {
+		start, ok := parseSegmentName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return nil, nil, err
+		}
+		starts = append(starts, start)
+		sizes = append(sizes, fi.Size())
+	}
+	// ReadDir sorts by name, and names are zero-padded offsets.
+	return starts, sizes, nil
+}

@@ -1,0 +1,170 @@
+package store
+
+import (
+	"bufio"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// trustPoint is what journal recovery vouches for in one partition that
+// the last durable checkpoint names (docs/storage.md, "Why restart time is
+// bounded by the checkpoint interval"): every byte before ckEnd was
+// fsynced at that checkpoint, and the bytes from ckEnd to end were just
+// compared with (or rewritten from) the journal and fsynced by replay,
+// which cut the partition at end.
+type trustPoint struct {
+	ckEnd  int64 // the checkpoint's end of the partition: a record boundary
+	end    int64 // the journaled end after replay
+	lastID int64 // id of the last record before ckEnd (0: none)
+	haveID bool  // lastID is known (checkpoints of the older format have none)
+}
+
+// noteTrusted records a trust point for every partition the last
+// checkpoint names, in its ends or its closed table, once replay has made
+// the partitions durable; ends are the journaled ends replay cut them at.
+// Those with nothing after the trusted end also go into the closed table
+// of the checkpoints to come, until they register: a crash before they do
+// finds them trusted again.
+func (j *Journal) noteTrusted(last *checkpoint, ends map[string]int64) {
+	if last == nil {
+		return
+	}
+	trusted := make(map[string]trustPoint, len(last.ends)+len(last.closed))
+	for name, ck := range last.ends {
+		id, ok := last.lastIDs[name]
+		trusted[name] = trustPoint{ckEnd: ck, end: ends[name], lastID: id, haveID: ok}
+	}
+	for name, c := range last.closed {
+		end, ok := ends[name] // replayed: it registered again after the checkpoint
+		if !ok {
+			end = c.end
+		}
+		trusted[name] = trustPoint{ckEnd: c.end, end: end, lastID: c.lastID, haveID: true}
+	}
+	closed := make(map[string]closedEnd)
+	for name, t := range trusted {
+		if t.haveID && t.end == t.ckEnd {
+			closed[name] = closedEnd{end: t.end, lastID: t.lastID}
+		}
+	}
+	j.mu.Lock()
+	j.trusted, j.closedEnds = trusted, closed
+	j.mu.Unlock()
+}
+
+// closedTableLocked returns a copy of the closed table for a checkpoint.
+// The caller holds j.mu.
+func (j *Journal) closedTableLocked() map[string]closedEnd {
+	c := make(map[string]closedEnd, len(j.closedEnds))
+	for name, e := range j.closedEnds {
+		c[name] = e
+	}
+	return c
+}
+
+// takeTrusted returns and forgets the trust point of partition name. It
+// holds only until the partition is first opened: a later open (after a
+// close in this run, possibly in threshold mode) scans as before.
+func (j *Journal) takeTrusted(name string) (trustPoint, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	t, ok := j.trusted[name]
+	delete(j.trusted, name)
+	return t, ok
+}
+
+// trustedTail is the outcome of recoverTrusted.
+type trustedTail struct {
+	count  int64 // records of the last segment from where the scan started in it
+	lastID int64 // the partition's last record id
+	prefix int64 // bytes of the last segment before the scan: verified in the background
+}
+
+// recoverTrusted is the recovery of a journaled log's segment chain segs
+// (opened, chained) from the journal's trust point t instead of a scan of
+// the whole last segment: it verifies the records from t.ckEnd to the end
+// (what the last checkpoint did not fsync, at most about one checkpoint
+// interval of data) and leaves the bytes before t.ckEnd to the background
+// scrub, so its cost does not depend on how full the segment is. ok is
+// false, with nothing changed, when the segments do not match what the
+// journal says (the caller then scans the last segment as before).
+func (l *Log) recoverTrusted(br *bufio.Reader, segs []*segment, t trustPoint, buf *[]byte) (tt trustedTail, ok bool, err error) {
+	tail := segs[len(segs)-1]
+	mismatch := func(why string, args ...any) (trustedTail, bool, error) {
+		l.logf("store: %s: the journal's checkpointed end %d (journaled end %d) does not match the segments: %s; scanning the last segment",
+			l.dir, t.ckEnd, t.end, fmt.Sprintf(why, args...))
+		return trustedTail{}, false, nil
+	}
+	switch {
+	case tail.end() != t.end:
+		return mismatch("the last segment %s ends at %d", filepath.Base(tail.path), tail.end())
+	case t.ckEnd < segs[0].start || t.ckEnd > t.end:
+		return mismatch("the segments hold offsets %d..%d", segs[0].start, tail.end())
+	}
+	tt.lastID, ok = t.lastID, t.haveID
+	first := findSegment(segs, t.ckEnd)
+	for i := first; i < len(segs); i++ {
+		s := segs[i]
+		from := int64(0)
+		if i == first {
+			from = t.ckEnd - s.start
+		}
+		res, err := scanSegmentFrom(br, s, from, l.maxMsg, true, buf, nil)
+		if err != nil {
+			return trustedTail{}, false, err
+		}
+		if res.good != s.size.Load() {
+			return mismatch("%s has an invalid record at byte %d: %s", filepath.Base(s.path), res.good, res.stop)
+		}
+		if res.count > 0 {
+			tt.lastID, ok = res.lastID, true
+		}
+		if s == tail {
+			tt.count = res.count
+			tt.prefix = from
+		}
+	}
+	if !ok {
+		return mismatch("the checkpoint does not give the last record's id")
+	}
+	return tt, true, nil
+}
+
+// behind returns the journal bytes written after the last durable
+// checkpoint's from: what a restart would read and replay.
+func (j *Journal) behind() int64 { return j.basePos + j.nBytes.Load() - j.ckptFrom.Load() }
+
+// waitCheckpoint holds an append back while the journal is more than
+// maxBehind bytes (two checkpoints' worth) past the last durable
+// checkpoint, until a checkpoint catches up, the journal fails or it
+// closes. Without it a disk that cannot fsync the segments as fast as
+// producers fill them lets the journal, and with it the replay at
+// restart, grow without bound; with it restart time stays bounded by the
+// checkpoint interval and puts slow down to what the disk sustains. Once
+// no checkpoint has completed for stallChecks checkpoint intervals (one
+// that cannot be written, say on a full disk, is skipped and not retried
+// until more is written; one whose fsync hangs never completes) appends
+// stop waiting until one does: a bound on the restart is not worth puts
+// that hang.
+func (j *Journal) waitCheckpoint() {
+	for j.behind() > j.maxBehind {
+		j.mu.Lock()
+		wake, closed := j.ckptWake, j.closed
+		j.mu.Unlock()
+		wait := time.Until(time.Unix(0, j.ckptAt.Load()).Add(stallChecks * j.ckptInterval))
+		if closed || j.Err() != nil || wait <= 0 || j.behind() <= j.maxBehind {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// stallChecks is how many checkpoint intervals an append waits for a
+// checkpoint that makes no progress.
+const stallChecks = 10

@@ -1,0 +1,401 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// crashAfterCheckpoint writes bulk records to the journaled partition t-0
+// of a fresh data directory (one big segment), waits until a checkpoint
+// taken after them is durable, appends tail more records and returns a
+// copy of the data directory taken while everything still runs (what a
+// kill -9 leaves), with the acknowledged offsets and the last id.
+func crashAfterCheckpoint(t *testing.T, bulk, tail int) (dir string, offs []int64, lastID int64) {
+	t.Helper()
+	src := t.TempDir()
+	j := openJournal(t, src, JournalOptions{CheckpointBytes: 1 << 40, CheckpointInterval: 20 * time.Millisecond})
+	l := openJLogs(t, src, j, 1, Options{MaxSegmentSize: 1 << 30})[0]
+	put := func(i int) {
+		id, off := mustAppend(t, l, fmt.Appendf(bytes.Repeat([]byte{'a' + byte(i%26)}, 900), "#%d", i))
+		offs = append(offs, off)
+		lastID = id
+	}
+	for i := range bulk {
+		put(i)
+	}
+	// Two more checkpoints: the second was snapshotted after the bulk.
+	ck := j.Stats().Checkpoints
+	require.Eventually(t, func() bool { return j.Stats().Checkpoints >= ck+2 }, 30*time.Second, time.Millisecond)
+	for i := range tail {
+		put(bulk + i)
+	}
+	dir = filepath.Join(t.TempDir(), "crash")
+	require.NoError(t, os.CopyFS(dir, os.DirFS(src)))
+	return dir, offs, lastID
+}
+
+// readCounter is a segment read hook that counts the bytes recovery's
+// scans read; reads at byte 0 (where the background scrub of the last
+// segment starts, and a full scan too) wait for open to be closed, for at
+// most a few seconds, so that what Open read can be told apart.
+type readCounter struct {
+	n    atomic.Int64
+	open chan struct{}
+}
+
+func (c *readCounter) readAt(f *os.File, b []byte, off int64) (int, error) {
+	if off == 0 {
+		select {
+		case <-c.open:
+		case <-time.After(3 * time.Second):
+		}
+	}
+	n, err := f.ReadAt(b, off)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// TestTrustedOpenReadsCheckpointInterval: after a crash, a journaled
+// log's Open reads only the bytes past the last checkpoint's end (a few
+// records here), not its whole last segment (megabytes); the background
+// scrub reads the rest, after which the message count is complete. The
+// same files opened in truncate mode (which keeps the full scan) read the
+// whole segment.
+func TestTrustedOpenReadsCheckpointInterval(t *testing.T) {
+	const bulk, tail = 4000, 5
+	dir, offs, lastID := crashAfterCheckpoint(t, bulk, tail)
+	segSize := offs[len(offs)-1] + message.HeaderSize + 905
+
+	j := openJournal(t, dir, JournalOptions{})
+	rc := &readCounter{open: make(chan struct{})}
+	l := openLog(t, filepath.Join(dir, partName(0)), Options{Journal: j, MaxSegmentSize: 1 << 30, hooks: &hooks{readAt: rc.readAt}})
+	opened := rc.n.Load()
+	close(rc.open)
+	t.Logf("Open read %d bytes of a %d-byte segment", opened, segSize)
+	require.Less(t, opened, int64(64<<10), "Open read more than the records after the checkpoint")
+	require.Equal(t, lastID, l.LastID())
+	require.Equal(t, segSize, l.MaxOffset())
+	require.Eventually(t, l.MessageCountComplete, 30*time.Second, time.Millisecond)
+	require.Equal(t, int64(bulk+tail), l.MessageCount())
+	require.GreaterOrEqual(t, rc.n.Load(), segSize-opened, "the background scrub reads the prefix")
+	recs := readAllRecords(t, l, 1<<20)
+	require.Len(t, recs, bulk+tail)
+	for i, r := range recs {
+		require.Equal(t, offs[i], r.Offset)
+	}
+	// Appends go on after the trusted prefix, and a clean reopen agrees.
+	mustAppend(t, l, []byte("after"))
+	require.Equal(t, int64(bulk+tail+1), l.MessageCount())
+
+	dir2, _, _ := crashAfterCheckpoint(t, bulk, tail)
+	j2 := openJournal(t, dir2, JournalOptions{})
+	rc2 := &readCounter{open: make(chan struct{})}
+	close(rc2.open)
+	l2 := openLog(t, filepath.Join(dir2, partName(0)), Options{Journal: j2, Recovery: RecoverTruncate, MaxSegmentSize: 1 << 30, hooks: &hooks{readAt: rc2.readAt}})
+	require.GreaterOrEqual(t, rc2.n.Load(), segSize, "truncate mode scans the whole last segment")
+	require.Equal(t, lastID, l2.LastID())
+}
+
+// TestTrustedOpenBitFlipNotServed: a bit flipped at rest in the part of
+// the last segment that a trusted Open no longer scans (checkpointed long
+// before the crash) does not stop the start, but it is never served as
+// data: before the background scrub reaches it a read of it is refused
+// (the range is verified first), reads before it end where it starts, and
+// after the scrub it is quarantined, logged, and refused with the next
+// valid offset; nothing is deleted and every other record is served.
+func TestTrustedOpenBitFlipNotServed(t *testing.T) {
+	const bulk, tail = 200, 3
+	dir, offs, _ := crashAfterCheckpoint(t, bulk, tail)
+	seg := filepath.Join(dir, partName(0), segmentName(0))
+	victim := offs[2]
+	flip(t, seg, victim+message.HeaderSize+5, 0x10)
+	damaged, err := os.ReadFile(seg)
+	require.NoError(t, err)
+
+	var lb logBuf
+	j := openJournal(t, dir, JournalOptions{})
+	rc := &readCounter{open: make(chan struct{})} // holds the scrub back
+	l := openLog(t, filepath.Join(dir, partName(0)), Options{Journal: j, MaxSegmentSize: 1 << 30, Logf: lb.logf, hooks: &hooks{readAt: rc.readAt}})
+
+	// Before the scrub: the damaged record is refused, reads before it
+	// stop at it.
+	_, err = l.Read(victim, 4096)
+	var ce *CorruptError
+	require.ErrorAs(t, err, &ce)
+	v, err := l.Read(0, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, victim, int64(v.Len))
+	v.Release()
+
+	close(rc.open)
+	require.Eventually(t, l.MessageCountComplete, 30*time.Second, time.Millisecond)
+	require.Contains(t, lb.String(), fmt.Sprintf("last segment %s has an invalid record at byte %d", segmentName(0), victim))
+	_, err = l.Read(victim, 4096)
+	require.ErrorAs(t, err, &ce)
+	require.True(t, errors.Is(err, ErrCorrupt))
+	require.Contains(t, err.Error(), fmt.Sprintf("the next valid record is at offset %d", offs[3]))
+	q, err := os.ReadFile(filepath.Join(dir, partName(0), QuarantineDir, fmt.Sprintf("%s.%d.bad", segmentName(0), victim)))
+	require.NoError(t, err)
+	require.Equal(t, damaged[victim:offs[3]], q)
+
+	// Every other record is served, each valid; nothing was cut.
+	var served []int64
+	for off := int64(0); off < l.MaxOffset(); {
+		v, err := l.Read(off, 4096)
+		if errors.As(err, &ce) {
+			require.Equal(t, victim, off)
+			off = offs[3]
+			continue
+		}
+		require.NoError(t, err)
+		b, err := v.ReadAll(nil)
+		v.Release()
+		require.NoError(t, err)
+		it := message.NewIterator(b, off, 0)
+		for it.Next() {
+			served = append(served, it.Record().Offset)
+		}
+		require.NoError(t, it.Err(), "a corrupt record was served")
+		off = it.NextOffset()
+	}
+	want := append(append([]int64(nil), offs[:2]...), offs[3:]...)
+	require.Equal(t, want, served)
+	got, err := os.ReadFile(seg)
+	require.NoError(t, err)
+	require.Equal(t, damaged, got[:len(damaged)], "nothing was deleted")
+}
+
+// TestCheckpointFormats: a checkpoint written before the last-id table
+// still parses (without last ids), the table round-trips, and a damaged
+// table is refused.
+func TestCheckpointFormats(t *testing.T) {
+	old := appendCheckpointPayload(nil, checkpoint{from: 42, ends: map[string]int64{"t-0": 100, "t-1": 7}})
+	c, err := parseCheckpointPayload(old)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"t-0": 100, "t-1": 7}, c.ends)
+	require.Nil(t, c.lastIDs)
+
+	ids := map[string]int64{"t-0": 9, "t-1": 0}
+	p := appendCheckpointPayload(nil, checkpoint{from: 42, ends: c.ends, lastIDs: ids})
+	require.Equal(t, len(old)+5+8*2, len(p))
+	require.Equal(t, old[:12], p[:12])
+	c, err = parseCheckpointPayload(p)
+	require.NoError(t, err)
+	require.Equal(t, ids, c.lastIDs)
+	require.Nil(t, c.closed)
+
+	closed := map[string]closedEnd{"t-2": {end: 4096, lastID: 77}}
+	p2 := appendCheckpointPayload(nil, checkpoint{from: 42, ends: c.ends, lastIDs: ids, closed: closed})
+	c2, err := parseCheckpointPayload(p2)
+	require.NoError(t, err)
+	require.Equal(t, closed, c2.closed)
+	require.Equal(t, ids, c2.lastIDs)
+	// A section of a later version is skipped.
+	c3, err := parseCheckpointPayload(append(bytes.Clone(p2), 9, 0, 0, 0, 2, 0xff, 0xff))
+	require.NoError(t, err)
+	require.Equal(t, closed, c3.closed)
+
+	_, err = parseCheckpointPayload(p[:len(p)-1])
+	require.ErrorIs(t, err, errBadJRecord)
+	bad := bytes.Clone(p)
+	bad[len(old)+4] = 8 // the last ids' length does not match the ends
+	_, err = parseCheckpointPayload(bad)
+	require.ErrorIs(t, err, errBadJRecord)
+}
+
+// TestTrustedOpenOldCheckpoint: a last checkpoint of the format without
+// last ids, and nothing replayed after it, cannot give the last record's
+// id without a scan: Open says so and scans the last segment as before.
+func TestTrustedOpenOldCheckpoint(t *testing.T) {
+	dataDir := t.TempDir()
+	j := openJournal(t, dataDir, JournalOptions{})
+	l := openJLogs(t, dataDir, j, 1, Options{})[0]
+	for i := range 10 {
+		mustAppend(t, l, fmt.Appendf(nil, "rec-%d", i))
+	}
+	end, lastID := l.MaxOffset(), l.LastID()
+	require.NoError(t, l.Close())
+	require.NoError(t, j.Close())
+
+	j, err := OpenJournal(dataDir, JournalOptions{Logf: t.Logf})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = j.Close() })
+	j.noteTrusted(&checkpoint{ends: map[string]int64{partName(0): end}}, map[string]int64{partName(0): end})
+	var lb logBuf
+	rc := &readCounter{open: make(chan struct{})}
+	close(rc.open)
+	l = openLog(t, filepath.Join(dataDir, partName(0)), Options{Journal: j, Logf: lb.logf, hooks: &hooks{readAt: rc.readAt}})
+	require.Contains(t, lb.String(), "does not give the last record's id; scanning the last segment")
+	require.Equal(t, lastID, l.LastID())
+	require.Equal(t, end, rc.n.Load())
+}
+
+// TestTrustedOpenAfterClose: a clean close lists the closed partitions in
+// the final checkpoint, so the next Open reads nothing of their segments
+// at start. A partition closed and then written in threshold mode is not
+// cut at its closed end (the closed table is not an end to cut at), and
+// its next Open sees the mismatch and scans.
+func TestTrustedOpenAfterClose(t *testing.T) {
+	dataDir := t.TempDir()
+	// open opens both partitions, t-1 in threshold mode if threshold is
+	// set; with hold, reads at byte 0 (the background scrub) wait for
+	// the caller to close the counter's open.
+	open := func(threshold int, hold bool) (*Journal, []*Log, *readCounter, *logBuf) {
+		j, err := OpenJournal(dataDir, JournalOptions{Logf: t.Logf})
+		require.NoError(t, err)
+		rc := &readCounter{open: make(chan struct{})}
+		if !hold {
+			close(rc.open)
+		}
+		var lb logBuf
+		logs := make([]*Log, 2)
+		for p := range logs {
+			logs[p], err = Open(filepath.Join(dataDir, partName(p)), Options{IDs: &seqIDs{}, Journal: j, UnflushThreshold: threshold * p,
+				Logf: lb.logf, hooks: &hooks{readAt: rc.readAt}})
+			require.NoError(t, err)
+		}
+		return j, logs, rc, &lb
+	}
+	shut := func(j *Journal, logs []*Log) {
+		for _, l := range logs {
+			require.NoError(t, l.Close())
+		}
+		require.NoError(t, j.Close())
+	}
+	j, logs, _, _ := open(0, false)
+	for i := range 200 {
+		mustAppend(t, logs[i%2], fmt.Appendf(nil, "rec-%d-%s", i, bytes.Repeat([]byte("x"), 100)))
+	}
+	ends := []int64{logs[0].MaxOffset(), logs[1].MaxOffset()}
+	shut(j, logs)
+
+	// Clean reopen: nothing read at Open, ids and counts as before.
+	j, logs, rc, _ := open(0, true)
+	require.Zero(t, rc.n.Load())
+	close(rc.open) // let the background scrub read
+	for p, l := range logs {
+		require.Equal(t, ends[p], l.MaxOffset())
+		require.Equal(t, int64(100), l.LastID())
+		require.Eventually(t, l.MessageCountComplete, 10*time.Second, time.Millisecond)
+		require.Equal(t, int64(100), l.MessageCount())
+	}
+	shut(j, logs)
+
+	// t-1 in threshold mode: it grows past its closed end.
+	j, logs, _, _ = open(1, false)
+	_, off := mustAppend(t, logs[1], []byte("threshold"))
+	require.Equal(t, ends[1], off)
+	require.NoError(t, logs[1].Close())
+	// A crash now (t-1's closed end is in the checkpoints, t-0 is open).
+	snap := filepath.Join(t.TempDir(), "snap")
+	require.NoError(t, os.CopyFS(snap, os.DirFS(dataDir)))
+	shut(j, logs[:1])
+
+	for _, dir := range []string{dataDir, snap} {
+		dataDir = dir
+		j, logs, _, lb := open(0, false)
+		require.Equal(t, ends[0], logs[0].MaxOffset())
+		require.Len(t, readAllRecords(t, logs[1], 1<<20), 101, "%s: the threshold-mode record is kept", dir)
+		require.Contains(t, lb.String(), "does not match the segments")
+		shut(j, logs)
+	}
+}
+
+// TestAppendsWaitForCheckpoints: while a checkpoint's segment fsync
+// hangs, appends stop once the journal is two checkpoints' worth past the
+// last durable checkpoint (what a restart would replay stays bounded),
+// and go on once it completes.
+func TestAppendsWaitForCheckpoints(t *testing.T) {
+	dataDir := t.TempDir()
+	const ckBytes = 64 << 10
+	j := openJournal(t, dataDir, JournalOptions{FileSize: 1 << 20, CheckpointBytes: ckBytes, CheckpointInterval: time.Hour,
+		hooks: &journalHooks{smallFiles: true}})
+	gate := make(chan struct{})
+	var gated atomic.Bool
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
+	l := openJLogs(t, dataDir, j, 1, Options{hooks: &hooks{sync: func(f *os.File) error {
+		gated.Store(true)
+		<-gate
+		return fdatasync(f)
+	}}})[0]
+
+	const n = 1000
+	var done atomic.Int64
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for i := range n {
+			if _, _, err := l.AppendSync([]Entry{entryf("%04d-%s", i, bytes.Repeat([]byte("p"), 1000))}); !assertNoErr(t, err) {
+				return
+			}
+			done.Add(1)
+		}
+	}()
+	require.Eventually(t, gated.Load, 30*time.Second, time.Millisecond, "no checkpoint fsync started")
+	// Wait until the appends stop (bounded), then check where.
+	last := int64(-1)
+	for range 100 {
+		time.Sleep(50 * time.Millisecond)
+		if d := done.Load(); d == last {
+			break
+		} else {
+			last = d
+		}
+	}
+	require.Less(t, done.Load(), int64(n), "appends went on while no checkpoint could complete")
+	require.LessOrEqual(t, j.behind(), j.maxBehind+2*1024+jHeaderSize*4+64, "the journal ran past the bound")
+	release()
+	select {
+	case <-finished:
+	case <-time.After(60 * time.Second):
+		t.Fatal("appends did not resume after the checkpoint completed")
+	}
+	require.Equal(t, int64(n), done.Load())
+}
+
+// TestAppendsOutwaitStalledCheckpoint: a checkpoint that never completes
+// holds appends back for a bounded time only (stallChecks checkpoint
+// intervals each), never for good.
+func TestAppendsOutwaitStalledCheckpoint(t *testing.T) {
+	dataDir := t.TempDir()
+	j := openJournal(t, dataDir, JournalOptions{FileSize: 1 << 20, CheckpointBytes: 16 << 10, CheckpointInterval: 10 * time.Millisecond,
+		hooks: &journalHooks{smallFiles: true}})
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release) // after the logs' Close (cleanups run last first), which fsyncs
+	l := openJLogs(t, dataDir, j, 1, Options{hooks: &hooks{sync: func(f *os.File) error {
+		<-gate
+		return fdatasync(f)
+	}}})[0]
+	defer release()
+	const n = 50 // about 20 past the bound of 32 KiB
+	finished := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if _, _, err := l.AppendSync([]Entry{entryf("%04d-%s", i, bytes.Repeat([]byte("p"), 1000))}); err != nil {
+				finished <- err
+				return
+			}
+		}
+		finished <- nil
+	}()
+	select {
+	case err := <-finished:
+		require.NoError(t, err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("appends hang behind a stalled checkpoint")
+	}
+	require.Greater(t, j.behind(), j.maxBehind, "the appends went past the bound")
+}

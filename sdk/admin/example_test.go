@@ -1,0 +1,87 @@
+package admin_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/admin"
+	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// brokerAddr is the broker the example uses. The test binary starts a
+// real broker (with topic ex-admin) and points this at it.
+var brokerAddr = "127.0.0.1:8123"
+
+// Inspect a topic and a consumer group, then move the group back to the
+// start with a dry run first.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// Group audit reads three messages; two more arrive after it left.
+	p, err := client.New(client.Brokers(brokerAddr))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close(ctx)
+	send := func(bodies ...string) {
+		for _, s := range bodies {
+			if _, err := p.ProduceSync(ctx, &message.Message{Topic: "ex-admin", Body: []byte(s)}); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+	send("one", "two", "three")
+	cl, err := client.New(client.Brokers(brokerAddr), client.ConsumeTopics("ex-admin"), client.ConsumerGroup("audit"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	hctx, stop := context.WithCancel(ctx)
+	n := 0
+	_ = cl.Consume(hctx, func(context.Context, *message.Message) error {
+		if n++; n == 3 {
+			stop()
+		}
+		return nil
+	})
+	if err := cl.Close(ctx); err != nil { // commits and leaves
+		log.Fatal(err)
+	}
+	send("four", "five")
+
+	adm, err := admin.New(client.Brokers(brokerAddr))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer adm.Close()
+	topics, err := adm.Topics(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, t := range topics {
+		for _, o := range t.Offsets {
+			fmt.Printf("%s-%d: offsets [%d, %d), %d messages\n", t.Name, o.Partition, o.Min, o.Max, o.Messages)
+		}
+	}
+	d, err := adm.DescribeGroup(ctx, "audit")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range d.Partitions {
+		fmt.Printf("audit at %d: lag %d bytes, %d messages\n", *r.Committed, *r.Lag, *r.LagMessages)
+	}
+	plan, err := adm.ResetOffsets(ctx, "audit", admin.Earliest(), admin.ResetOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range plan.Partitions {
+		fmt.Printf("dry run: %s-%d %d -> %d\n", r.Topic, r.Partition, *r.Current, r.New)
+	}
+	// Output:
+	// ex-admin-0: offsets [0, 119), 5 messages
+	// audit at 71: lag 48 bytes, 2 messages
+	// dry run: ex-admin-0 71 -> 0
+}

@@ -1,0 +1,242 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"slices"
+
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// errNotConsuming is returned by the consuming calls of a Client built
+// without ConsumeTopics or ConsumePartitions.
+var errNotConsuming = errors.New("metaq: this Client consumes nothing: build it with ConsumeTopics or ConsumePartitions")
+
+// Consume hands every message of the Client's partitions to h until ctx
+// is done, Close is called, or a partition fails for good (a
+// *CorruptRecordError, a record over FetchMaxBytesLimit); then it stops
+// fetching, commits (group members) and, in a group, releases its
+// partitions. Messages of one partition are handled one at a time, in
+// order; different partitions concurrently, so h must be safe for
+// concurrent use. A message h fails on is retried (HandlerRetries), then
+// given to the Reject policy. One Consume or Messages runs at a time.
+func (c *Client) Consume(ctx context.Context, h Handler) error {
+	runs, err := c.startConsuming()
+	if err != nil {
+		return err
+	}
+	defer c.stopConsuming()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(runs))
+	for _, r := range runs {
+		go func() {
+			if d, ok := r.(*directConsumer); ok {
+				go d.learnID(ctx)
+			}
+			err := r.Consume(ctx, h)
+			if err != nil && ctx.Err() == nil {
+				cancel() // one failed for good: stop the others
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range runs {
+		if err := <-errs; err != nil && first == nil && !errors.Is(err, context.Canceled) {
+			first = err
+		}
+	}
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+func (c *Client) startConsuming() ([]consumerRun, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return nil, ErrClosed
+	case len(c.cons) == 0:
+		return nil, errNotConsuming
+	case c.consuming:
+		return nil, ErrAlreadyConsuming
+	}
+	c.consuming = true
+	return slices.Clone(c.cons), nil
+}
+
+func (c *Client) stopConsuming() {
+	c.mu.Lock()
+	c.consuming = false
+	c.mu.Unlock()
+}
+
+// Messages is Consume as an iterator: it yields each message, or an
+// error that ends consumption. A message counts as handled (and its
+// position may be committed) once the loop body has returned for it and
+// the next one is asked for; breaking out of the loop stops consuming,
+// and the message the body last received is not counted, so a group
+// redelivers it.
+//
+//	for m, err := range cl.Messages(ctx) {
+//		if err != nil { return err }
+//		...
+//	}
+func (c *Client) Messages(ctx context.Context) iter.Seq2[*message.Message, error] {
+	return func(yield func(*message.Message, error) bool) {
+		if d := c.lone(); d != nil {
+			// One broker and no group: its consumer's own iterator,
+			// with no handoff per message.
+			if _, err := c.startConsuming(); err != nil {
+				yield(nil, err)
+				return
+			}
+			defer c.stopConsuming()
+			go d.learnID(ctx)
+			for m, err := range d.brokerConsumer.Messages(ctx) {
+				if err != nil && (errors.Is(err, context.Canceled) || ctx.Err() != nil && errors.Is(err, ctx.Err())) {
+					return
+				}
+				if !yield(m, err) || err != nil {
+					return
+				}
+			}
+			return
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		type item struct {
+			m    *message.Message
+			done chan bool // true: handled
+		}
+		items := make(chan item)
+		res := make(chan error, 1)
+		go func() {
+			res <- c.Consume(ctx, func(hctx context.Context, m *message.Message) error {
+				done := make(chan bool, 1)
+				select {
+				case items <- item{m, done}:
+				case <-hctx.Done():
+					return hctx.Err()
+				}
+				select {
+				case ok := <-done:
+					if !ok {
+						return context.Canceled
+					}
+					return nil
+				case <-hctx.Done():
+					return hctx.Err()
+				}
+			})
+		}()
+		for {
+			select {
+			case it := <-items:
+				if !yield(it.m, nil) {
+					it.done <- false
+					cancel()
+					<-res
+					return
+				}
+				it.done <- true
+			case err := <-res:
+				if err != nil && !errors.Is(err, context.Canceled) && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
+					yield(nil, err)
+				}
+				return
+			}
+		}
+	}
+}
+
+// Commit commits the positions of every partition this Client reads now
+// (group members; others have nothing to commit). Positions are also
+// committed every CommitInterval, on release and on Close.
+func (c *Client) Commit(ctx context.Context) error {
+	c.mu.Lock()
+	runs := slices.Clone(c.cons)
+	c.mu.Unlock()
+	if len(runs) == 0 {
+		return errNotConsuming
+	}
+	var errs []error
+	for _, r := range runs {
+		errs = append(errs, r.commit(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Assigned returns the partitions this Client reads now, sorted by
+// broker id and number. In direct mode the broker id is -1 until the
+// broker has told it.
+func (c *Client) Assigned() []message.Partition {
+	c.mu.Lock()
+	runs := slices.Clone(c.cons)
+	c.mu.Unlock()
+	var out []message.Partition
+	for _, r := range runs {
+		out = append(out, r.assigned()...)
+	}
+	slices.SortFunc(out, message.Partition.Compare)
+	return out
+}
+
+// Position returns the next offset this Client reads from partition p
+// of topic: past the last message handled and past every record a fetch
+// skipped (filtered out by the broker, or before a start offset that fell
+// inside a record). A reader that stops at a partition's end compares
+// Position with the end, never the offset of the last message it saw,
+// which may not be the last record. ok is false when the Client does not
+// read that partition now (before Consume or Messages started, say). In
+// direct mode, p.BrokerID -1 matches partition p.Partition of any broker
+// (meant for a Client of one broker); in ZooKeeper mode ok is always
+// false for now.
+func (c *Client) Position(topic string, p message.Partition) (offset int64, ok bool) {
+	c.mu.Lock()
+	runs := slices.Clone(c.cons)
+	c.mu.Unlock()
+	for _, r := range runs {
+		if off, ok := r.position(topic, p); ok {
+			return off, true
+		}
+	}
+	return 0, false
+}
+
+// learnID asks the broker its id (for Assigned), once; the brokerConsumer's
+// offset store shares what it learned.
+func (d *directConsumer) learnID(ctx context.Context) {
+	d.mu.Lock()
+	known := d.id >= 0
+	d.mu.Unlock()
+	if known {
+		return
+	}
+	id, err := d.bid.get(ctx, d.cn)
+	if err != nil {
+		return
+	}
+	d.mu.Lock()
+	d.id = id
+	d.mu.Unlock()
+}
+
+// lone returns the Client's consumer when it is the only one and reads
+// with no group membership (Messages can use its iterator), else nil.
+func (c *Client) lone() *directConsumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cons) != 1 {
+		return nil
+	}
+	d, ok := c.cons[0].(*directConsumer)
+	if !ok || d.groupMode() {
+		return nil
+	}
+	return d
+}

@@ -1,0 +1,34 @@
+package protocol
+
+import "strings"
+
+// Causes are machine-readable reasons a broker puts at the start of an
+// error reply's body, as "<cause>: <explanation>", so that clients decide
+// (to retry, to relearn a topic's partitions) by a token and never by
+// searching the free text, which can contain topic names. A body without a
+// known cause is free text, as in MetaQ; Java clients show the whole body.
+const (
+	// CausePartitionOutOfRange: the request named a partition the topic
+	// does not have (the client's partition count is stale).
+	CausePartitionOutOfRange = "partition out of range"
+	// CauseCorruptData: the data at the requested offset failed its
+	// checksum and was not served (the body starts with CorruptDataPrefix).
+	CauseCorruptData = "corrupt data"
+)
+
+var knownCauses = []string{CausePartitionOutOfRange, CauseCorruptData}
+
+// WithCause returns the error body for cause and msg: "<cause>: <msg>".
+func WithCause(cause, msg string) string { return cause + ": " + msg }
+
+// ParseCause splits an error reply's body into its cause and the rest. A
+// body that does not start with a known cause followed by ": " has no
+// cause (""), and msg is the whole body.
+func ParseCause(body string) (cause, msg string) {
+	for _, c := range knownCauses {
+		if rest, ok := strings.CutPrefix(body, c+": "); ok {
+			return c, rest
+		}
+	}
+	return "", body
+}
