@@ -446,8 +446,28 @@ func (d *directConsumer) position(topic string, p message.Partition) (int64, boo
 
 func (cc *clusterConsumer) assigned() []message.Partition { return cc.Assigned() }
 
-// position is not tracked per broker id in ZooKeeper mode yet.
-func (cc *clusterConsumer) position(string, message.Partition) (int64, bool) { return 0, false }
+// position reads the position of p from the brokerConsumer fetching it:
+// its broker id must match (-1 matches none: partition numbers repeat
+// across brokers).
+func (cc *clusterConsumer) position(topic string, p message.Partition) (int64, bool) {
+	if topic != cc.topic {
+		return 0, false
+	}
+	cc.mu.Lock()
+	var bc *brokerConsumer
+	for c, id := range cc.consumers {
+		if id == p.BrokerID {
+			bc = c
+			break
+		}
+	}
+	cc.mu.Unlock()
+	if bc == nil {
+		return 0, false
+	}
+	off := bc.Position(p.Partition)
+	return off, off >= 0
+}
 
 // Close flushes what is being produced, stops consuming (committing the
 // positions and leaving the group), and closes every connection and the

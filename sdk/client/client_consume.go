@@ -194,8 +194,8 @@ func (c *Client) Assigned() []message.Partition {
 // which may not be the last record. ok is false when the Client does not
 // read that partition now (before Consume or Messages started, say). In
 // direct mode, p.BrokerID -1 matches partition p.Partition of any broker
-// (meant for a Client of one broker); in ZooKeeper mode ok is always
-// false for now.
+// (meant for a Client of one broker); in ZooKeeper mode p.BrokerID must
+// be the broker's id, as Assigned reports it.
 func (c *Client) Position(topic string, p message.Partition) (offset int64, ok bool) {
 	c.mu.Lock()
 	runs := slices.Clone(c.cons)

@@ -286,6 +286,51 @@ func TestClientZooKeeper(t *testing.T) {
 	}
 }
 
+// TestClientZooKeeperPosition: in ZooKeeper mode Position reads each
+// assigned partition (named with its broker id) and reaches the
+// partition's end once everything is handled.
+func TestClientZooKeeperPosition(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	b1, b2 := startBroker(t, brokerWithID(1)), startBroker(t, brokerWithID(2))
+	const root = "/client-zk-pos"
+	w := newZKWriter(t, zkAddr, root)
+	w.registerBoth(1, b1.addr, 2)
+	w.registerBoth(2, b2.addr, 2)
+	zkOpts := []Opt{ZooKeeper(zkAddr, root), ZooKeeperSessionTimeout(4 * time.Second)}
+
+	p := newClient(t, zkOpts...)
+	ends := map[message.Partition]int64{} // past each partition's last record
+	for i, r := range clientProduceN(t, p, 100) {
+		mp := message.Partition{BrokerID: r.BrokerID, Partition: r.Partition}
+		ends[mp] = max(ends[mp], r.Offset+int64(message.HeaderSize+len(fmt.Sprintf("m%d", i))))
+	}
+	require.Len(t, ends, 4)
+
+	c := newClient(t, append(zkOpts, ConsumeTopics(topic), ConsumerGroup("pos"), FetchMaxWait(50*time.Millisecond))...)
+	ctx, cancel := context.WithCancel(ctxT(t, 30*time.Second))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Consume(ctx, func(context.Context, *message.Message) error { return nil })
+	}()
+	require.Eventually(t, func() bool {
+		for mp, end := range ends {
+			if pos, ok := c.Position(topic, mp); !ok || pos != end {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "every partition's position reaches its end")
+	require.ElementsMatch(t, []message.Partition{{BrokerID: 1, Partition: 0}, {BrokerID: 1, Partition: 1},
+		{BrokerID: 2, Partition: 0}, {BrokerID: 2, Partition: 1}}, c.Assigned())
+	_, ok := c.Position(topic, message.Partition{BrokerID: -1, Partition: 0})
+	require.False(t, ok, "a ZooKeeper-mode position needs the broker id")
+	_, ok = c.Position("other", message.Partition{BrokerID: 1, Partition: 0})
+	require.False(t, ok)
+	cancel()
+	<-done
+}
+
 // TestClientOrdered: an Ordered Client sends one key's messages to one
 // partition, in call order, through async Produce.
 func TestClientOrdered(t *testing.T) {

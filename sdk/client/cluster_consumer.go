@@ -75,8 +75,9 @@ type clusterConsumer struct {
 	closeCh  chan struct{}
 	runDone  chan struct{}
 	fetching []message.Partition
-	// consumers are the broker Consumers running, for commit.
-	consumers map[*brokerConsumer]bool
+	// consumers are the broker Consumers running, with their broker ids,
+	// for commit and Position.
+	consumers map[*brokerConsumer]int
 
 	// onOwn, if set, is told when a partition's fetching starts (true) and
 	// has fully stopped (false) (tests).
@@ -122,14 +123,14 @@ func openClusterConsumer(ctx context.Context, zkConnect, topic string, opts ...c
 	}
 	if cfg.cluster != nil {
 		return &clusterConsumer{cfg: cfg, opts: slices.Clone(opts), topic: topic, group: group, cl: cfg.cluster, strat: strat,
-			closeCh: make(chan struct{}), consumers: make(map[*brokerConsumer]bool)}, nil
+			closeCh: make(chan struct{}), consumers: make(map[*brokerConsumer]int)}, nil
 	}
 	cl, err := cfg.zk.open(ctx, zkConnect, cfg.conn.tls != nil, cfg.logger)
 	if err != nil {
 		return nil, err
 	}
 	return &clusterConsumer{cfg: cfg, opts: slices.Clone(opts), topic: topic, group: group, cl: cl, ownCl: true, strat: strat,
-		closeCh: make(chan struct{}), consumers: make(map[*brokerConsumer]bool)}, nil
+		closeCh: make(chan struct{}), consumers: make(map[*brokerConsumer]int)}, nil
 }
 
 // commit commits the positions of every partition this member reads now.
@@ -143,11 +144,11 @@ func (cc *clusterConsumer) commit(ctx context.Context) error {
 	return errors.Join(parallel(cs, func(c *brokerConsumer) error { return c.commit(ctx) })...)
 }
 
-// track adds or removes a running broker brokerConsumer.
-func (cc *clusterConsumer) track(c *brokerConsumer, on bool) {
+// track adds or removes the running brokerConsumer of broker id.
+func (cc *clusterConsumer) track(c *brokerConsumer, id int, on bool) {
 	cc.mu.Lock()
 	if on {
-		cc.consumers[c] = true
+		cc.consumers[c] = id
 	} else {
 		delete(cc.consumers, c)
 	}
@@ -507,7 +508,7 @@ func (r *rebalancer) stopBrokers(brs []*brokerRun) {
 			r.cc.cfg.logger.Warn("metaq: broker consumer ended", "broker", br.id, "err", err)
 		}
 		_ = br.c.Close(context.Background())
-		r.cc.track(br.c, false)
+		r.cc.track(br.c, br.id, false)
 		return nil
 	})
 	for _, br := range brs {
@@ -542,7 +543,7 @@ func (r *rebalancer) startBroker(ctx context.Context, id int, addr string) (*bro
 	if hook := cc.onOwn; hook != nil {
 		c.onOwn = func(p int32, owned bool) { hook(message.Partition{BrokerID: id, Partition: p}, owned) }
 	}
-	cc.track(c, true)
+	cc.track(c, id, true)
 	bctx, cancel := context.WithCancel(ctx)
 	br := &brokerRun{id: id, addr: addr, c: c, reqs: make(chan assignReq), done: make(chan error, 1), cancel: cancel}
 	go func() {
