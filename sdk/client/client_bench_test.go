@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,15 +31,33 @@ func benchSend(b *testing.B, size int, send sender) {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for range b.N {
 		wg.Add(1)
 		send(ctx, &message.Message{Topic: topic, Body: make([]byte, size)}, cb)
 	}
 	wg.Wait()
 	b.StopTimer()
+	reportCPU(b, cpu0)
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d sends failed", n)
 	}
+}
+
+// processCPU is the CPU time (user + system) this process has used: the
+// in-process broker's and the client's. Per operation it is steadier than
+// wall time on a shared machine.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process CPU time per operation since cpu0.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkClientProduce compares the Client with the handles it
@@ -100,9 +119,12 @@ func BenchmarkClientConsume(b *testing.B) {
 				next = pullN(b, c.Messages(ctx))
 			}
 			b.StartTimer()
+			cpu0 := processCPU()
 			if err := next(); err != nil {
 				b.Fatal(err)
 			}
+			b.StopTimer()
+			reportCPU(b, cpu0)
 		})
 	}
 }

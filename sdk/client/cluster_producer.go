@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/metaq-go/metaq/internal/backoff"
@@ -49,6 +51,10 @@ type clusterProducer struct {
 	sem  chan struct{}
 	cbs  *callbackQueue
 
+	// viewsRO is a copy of views for lookups without the lock (copied on
+	// each new topic).
+	viewsRO atomic.Pointer[map[string]topicView]
+
 	mu      sync.Mutex
 	closed  bool
 	views   map[string]topicView
@@ -91,6 +97,11 @@ func newClusterProducer(cfg producerConfig, opts []prodOption, src viewSource) *
 
 // view returns topic's view, watching it on first use.
 func (cp *clusterProducer) view(topic string) topicView {
+	if ro := cp.viewsRO.Load(); ro != nil {
+		if v, ok := (*ro)[topic]; ok {
+			return v
+		}
+	}
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if v, ok := cp.views[topic]; ok {
@@ -98,6 +109,8 @@ func (cp *clusterProducer) view(topic string) topicView {
 	}
 	v := cp.src.watchPublish(topic)
 	cp.views[topic] = v
+	ro := maps.Clone(cp.views)
+	cp.viewsRO.Store(&ro)
 	cp.bg.Add(1)
 	go func() {
 		defer cp.bg.Done()
@@ -315,7 +328,7 @@ func (cp *clusterProducer) sendFast(ctx context.Context, m *message.Message, cb 
 		now = time.Now()
 	}
 	deadline := now.Add(cp.cfg.sendTimeout)
-	p.sendAsyncPart(ctx, deadline, m, t.part.Partition, func(res SendResult, err error) {
+	p.sendAsyncPart(ctx, deadline, m, t.part.Partition, true, func(res SendResult, err error) {
 		if err == nil {
 			res.BrokerID = t.part.BrokerID
 			cp.cbs.push(cb, res, nil, cp.end)

@@ -195,8 +195,15 @@ func checkMessage(ctx context.Context, m *message.Message, maxSize int) error {
 
 // begin admits one message: it waits for an in-flight slot.
 func (p *brokerProducer) begin(ctx context.Context, m *message.Message) error {
-	if err := checkMessage(ctx, m, p.cfg.maxMessageSize); err != nil {
-		return err
+	return p.beginMsg(ctx, m, false)
+}
+
+// beginMsg is begin; checked skips the message check (the caller made it).
+func (p *brokerProducer) beginMsg(ctx context.Context, m *message.Message, checked bool) error {
+	if !checked {
+		if err := checkMessage(ctx, m, p.cfg.maxMessageSize); err != nil {
+			return err
+		}
 	}
 	select {
 	case p.sem <- struct{}{}:
@@ -295,11 +302,11 @@ func (p *brokerProducer) sendPart(ctx context.Context, m *message.Message, part 
 }
 
 // sendAsyncPart sends m to partition part without waiting, batched when
-// batching is on and m fits; done runs once with the outcome on the
+// batching is on and m fits (checked: the caller checked m); done runs once with the outcome on the
 // connection's goroutine (it must not block): a clusterProducer's fast
 // path.
-func (p *brokerProducer) sendAsyncPart(ctx context.Context, deadline time.Time, m *message.Message, part int32, done func(SendResult, error)) {
-	if err := p.begin(ctx, m); err != nil {
+func (p *brokerProducer) sendAsyncPart(ctx context.Context, deadline time.Time, m *message.Message, part int32, checked bool, done func(SendResult, error)) {
+	if err := p.beginMsg(ctx, m, checked); err != nil {
 		done(SendResult{}, err)
 		return
 	}
