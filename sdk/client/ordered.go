@@ -474,7 +474,8 @@ func unavailable(err error) bool {
 // has a backlog).
 func (op *orderedProducer) storeLocally(q *orderedQueue, m *message.Message, cause error) (SendResult, error) {
 	c := *m
-	c.Partition, c.Offset, c.ID = q.part.Partition, -1, -1
+	// The partition is chosen already: the key is not needed again.
+	c.Partition, c.Offset, c.ID, c.Key = q.part.Partition, -1, -1, nil
 	q.mu.Lock()
 	err := q.store.put(&c)
 	n := q.store.count()
