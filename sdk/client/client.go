@@ -31,6 +31,7 @@ type Client struct {
 	closed    bool
 	prod      *clusterProducer
 	ordered   *orderedProducer
+	spool     *spooler
 	orderedQ  chan orderedJob
 	orderedWG sync.WaitGroup
 	prodErr   error
@@ -74,6 +75,8 @@ type config struct {
 	prodOpts   []prodOption
 	ordered    bool
 	orderedDir string
+	spool      bool
+	spoolDir   string
 	layouts    []prodOption
 	retrySet   bool
 	retry      bool
@@ -283,6 +286,14 @@ func New(opts ...Opt) (*Client, error) {
 		}
 		return nil, err
 	}
+	if cfg.spool {
+		// Open the spool now: its dir must work, and what an earlier
+		// process spooled is resent even if this one never produces.
+		if _, _, err := c.producer(); err != nil {
+			_ = c.Close(context.Background())
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -331,6 +342,9 @@ func (c *config) check() {
 	}
 	if len(c.layouts) > 0 && !c.ordered {
 		c.errorf("PartitionLayout applies to Ordered producing")
+	}
+	if c.ordered && c.spool {
+		c.errorf("Spool and Ordered do not go together: Ordered keeps the messages it cannot send in its own local store")
 	}
 	if c.ordered && c.retrySet && c.retry {
 		c.errorf("ProduceRetries(true) and Ordered do not go together: a retry changes the partition")
@@ -471,12 +485,15 @@ func (cc *clusterConsumer) position(topic string, p message.Partition) (int64, b
 
 // Close flushes what is being produced, stops consuming (committing the
 // positions and leaving the group), and closes every connection and the
-// ZooKeeper session, waiting at most until ctx is done. It is idempotent.
+// ZooKeeper session, waiting at most until ctx is done. With Spool it
+// first stops the resender (what it did not resend stays in the spool)
+// and writes every failed send to the spool before closing it. It is
+// idempotent.
 func (c *Client) Close(ctx context.Context) error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.closed = true
-		prod, ordered, q, cons := c.prod, c.ordered, c.orderedQ, c.cons
+		prod, ordered, sp, q, cons := c.prod, c.ordered, c.spool, c.orderedQ, c.cons
 		c.mu.Unlock()
 		var errs []error
 		if q != nil {
@@ -486,8 +503,15 @@ func (c *Client) Close(ctx context.Context) error {
 		if ordered != nil {
 			errs = append(errs, ordered.Close(ctx))
 		}
+		if sp != nil {
+			errs = append(errs, sp.stopResend(ctx))
+		}
 		if prod != nil && ordered == nil {
 			errs = append(errs, prod.Close(ctx))
+		}
+		if sp != nil {
+			// The producer is closed: every failed send is handed over.
+			sp.close()
 		}
 		for _, r := range cons {
 			errs = append(errs, r.Close(ctx))

@@ -38,8 +38,9 @@ func ProduceTimeout(d time.Duration) Opt {
 }
 
 // MaxBufferedMessages caps the messages produced and not yet
-// acknowledged; Produce waits (within its ctx) for room. Default 1024,
-// or 8 batches with Batching.
+// acknowledged; Produce waits (within its ctx) for room, or with Spool
+// writes the message to the spool instead. Default 1024, or 8 batches
+// with Batching.
 func MaxBufferedMessages(n int) Opt {
 	return optFunc(func(c *config) {
 		if n <= 0 {
@@ -93,6 +94,44 @@ func MaxMessageSize(n int) Opt {
 // when there is no home directory).
 func Ordered(dir string) Opt {
 	return optFunc(func(c *config) { c.ordered, c.orderedDir = true, dir })
+}
+
+// Spool is MetaQ's async producer's local storage: a message whose send
+// fails in a way a later resend may fix, or that finds MaxBufferedMessages
+// messages in flight, is written, fsynced, to a spool journal under dir
+// instead, and its promise gets success with a result whose Spooled is
+// true: it has no broker offset yet (Partition, Offset, ID and BrokerID
+// are -1, as MetaQ's ids are). A background resender sends the spooled
+// messages later (backing off while no broker takes them, at once when a
+// Produce succeeds) and removes each one only after a broker acknowledged
+// it; New starts it, so a Client on the same dir resends what an earlier
+// process spooled.
+//
+// Spooled: a send that failed after its retries (ProduceRetries, within
+// ProduceTimeout) because no broker could be reached, its connection was
+// lost, it timed out, no partition is listed (in ZooKeeper mode also a
+// topic no broker publishes), or a broker replied 5xx. Not spooled (the
+// promise gets the error): an invalid or oversized message, a topic that
+// none of the brokers given to Brokers lists (when they all answer), a 4xx reply (403 included), a refused
+// authentication, a selector's failure, and any failure once Produce's
+// ctx is done.
+//
+// Delivery is at least once: a send that timed out or lost its
+// connection may have been stored, and is stored again when resent; a
+// crash between a resend's acknowledgement and its removal resends it
+// after the restart. Spooled messages are resent after newer ones, in no
+// particular order, to the partition the Selector chooses then (their Key
+// is kept). A spooled message a broker refuses for good (its topic was
+// removed, say) stays in the spool, retried and logged at error level.
+// Flush waits for sends and spool writes, not for the spool to drain:
+// SpoolBacklog counts what it holds. Close stops the resender (what it
+// did not resend stays on disk) after writing every message spooled.
+// One Client of a process may use a dir; other processes are not
+// detected and must not share it. dir "" is ~/.metaq_async_storage
+// (under os.TempDir() when there is no home directory). Spool and
+// Ordered do not go together: Ordered has its own local store.
+func Spool(dir string) Opt {
+	return optFunc(func(c *config) { c.spool, c.spoolDir = true, dir })
 }
 
 // PartitionLayout fixes the partitions an Ordered Client hashes topic's

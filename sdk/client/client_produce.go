@@ -50,6 +50,15 @@ func (c *Client) producer() (*clusterProducer, *orderedProducer, error) {
 	}
 	if !cfg.ordered {
 		c.prod, c.prodErr = newCP(opts)
+		if c.prodErr == nil && cfg.spool {
+			sp, err := openSpooler(cfg.spoolDir, c.prod, cfg.logger)
+			if err != nil {
+				_ = c.prod.Close(context.Background())
+				c.prod, c.prodErr = nil, err
+				return nil, nil, err
+			}
+			c.spool = sp
+		}
 		return c.prod, nil, c.prodErr
 	}
 	oopts := append(slices.Clip(opts), withLocalStore(cfg.orderedDir))
@@ -81,7 +90,9 @@ func (c *Client) producer() (*clusterProducer, *orderedProducer, error) {
 // order, so it should be quick. ctx bounds the wait for room among the
 // MaxBufferedMessages and the send itself (with ProduceTimeout). An error
 // wrapping ErrTimeout or ErrConnectionLost leaves it unknown whether m was
-// stored. m must not be modified until promise runs.
+// stored. With Spool, such a failure, or a full MaxBufferedMessages,
+// writes m to the spool instead, and the result says Spooled. m must not
+// be modified until promise runs.
 func (c *Client) Produce(ctx context.Context, m *message.Message, promise func(SendResult, error)) {
 	if promise == nil {
 		promise = func(SendResult, error) {}
@@ -113,7 +124,24 @@ func (c *Client) Produce(ctx context.Context, m *message.Message, promise func(S
 		promise(res, err)
 		return
 	}
+	if sp := c.spool; sp != nil { // set with c.prod, under c.mu
+		sp.produce(ctx, m, promise)
+		return
+	}
 	cp.SendAsync(ctx, m, promise)
+}
+
+// SpoolBacklog returns how many messages wait in the Spool (those being
+// resent included); after Close, how many it left on disk. 0 without
+// Spool.
+func (c *Client) SpoolBacklog() int {
+	c.mu.Lock()
+	sp := c.spool
+	c.mu.Unlock()
+	if sp == nil {
+		return 0
+	}
+	return int(sp.backlog.Load())
 }
 
 // ProduceSync sends msgs and waits for every outcome. The results are in
@@ -142,10 +170,12 @@ func (c *Client) ProduceSync(ctx context.Context, msgs ...*message.Message) ([]S
 }
 
 // Flush sends every batched message now and waits until every message
-// produced before the call has its outcome, or ctx is done.
+// produced before the call has its outcome, or ctx is done. With Spool
+// a spooled message's outcome is its write to the spool: Flush does not
+// wait for the spool to drain (see SpoolBacklog).
 func (c *Client) Flush(ctx context.Context) error {
 	c.mu.Lock()
-	cp, op := c.prod, c.ordered
+	cp, op, sp := c.prod, c.ordered, c.spool
 	c.mu.Unlock()
 	if cp == nil {
 		return nil
@@ -178,5 +208,10 @@ func (c *Client) Flush(ctx context.Context) error {
 		}
 		return nil
 	}
-	return cp.Flush(ctx)
+	if err := cp.Flush(ctx); err != nil || sp == nil {
+		return err
+	}
+	// Every earlier send has completed, so its failure, if spooled, is
+	// handed to the spool: wait for those writes.
+	return sp.flush(ctx)
 }

@@ -55,6 +55,7 @@ func TestClientOptionsRefused(t *testing.T) {
 		{"partitions on two brokers", []Opt{Brokers("127.0.0.1:1", "127.0.0.1:2"), ConsumePartitions("t", 0)}, "exactly one broker"},
 		{"layout without ordered", []Opt{Brokers("127.0.0.1:1"), PartitionLayout("t", map[int]int{0: 2})}, "PartitionLayout applies to Ordered"},
 		{"ordered with retries", []Opt{Brokers("127.0.0.1:1"), Ordered(t.TempDir()), ProduceRetries(true)}, "do not go together"},
+		{"spool with ordered", []Opt{Brokers("127.0.0.1:1"), Ordered(t.TempDir()), Spool(t.TempDir())}, "Spool and Ordered do not go together"},
 		{"bad group", []Opt{Brokers("127.0.0.1:1"), ConsumeTopics("t"), ConsumerGroup("a b")}, "bad consumer group"},
 		{"bad topic", []Opt{Brokers("127.0.0.1:1"), ConsumeTopics("a/b")}, "bad topic"},
 		{"bad batching", []Opt{Brokers("127.0.0.1:1"), Batching(0, 1, 0)}, "Batching needs"},

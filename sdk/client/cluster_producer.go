@@ -58,6 +58,7 @@ type clusterProducer struct {
 	mu      sync.Mutex
 	closed  bool
 	views   map[string]topicView
+	unready map[string]bool            // topics whose first reading a sender waited for in vain
 	brokers map[string]*brokerProducer // by address
 	down    map[string]downState       // brokers whose connection failed lately
 	// inflight counts messages from acceptance to completion.
@@ -91,7 +92,7 @@ func openClusterProducer(ctx context.Context, zkConnect string, opts ...prodOpti
 // newClusterProducer returns a producer over the partitions src lists.
 func newClusterProducer(cfg producerConfig, opts []prodOption, src viewSource) *clusterProducer {
 	return &clusterProducer{cfg: cfg, opts: opts, src: src, sem: make(chan struct{}, cfg.maxInFlight), cbs: newCallbackQueue(),
-		views: make(map[string]topicView), brokers: make(map[string]*brokerProducer),
+		views: make(map[string]topicView), unready: make(map[string]bool), brokers: make(map[string]*brokerProducer),
 		down: make(map[string]downState), done: make(chan struct{})}
 }
 
@@ -212,14 +213,31 @@ func (cp *clusterProducer) Partitions(ctx context.Context, topic string) ([]mess
 	return v.Partitions(), nil
 }
 
+// errWindowFull: admit without waiting found MaxBufferedMessages
+// messages in flight.
+var errWindowFull = errors.New("metaq: MaxBufferedMessages messages are in flight")
+
 func (cp *clusterProducer) begin(ctx context.Context, m *message.Message) error {
+	return cp.admit(ctx, m, true)
+}
+
+// admit admits one message: it takes an in-flight slot, waiting for one
+// (within ctx) only if wait is set, else failing with errWindowFull.
+func (cp *clusterProducer) admit(ctx context.Context, m *message.Message, wait bool) error {
 	if err := checkMessage(ctx, m, cp.cfg.maxMessageSize); err != nil {
 		return err
 	}
 	select {
 	case cp.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		if !wait {
+			return errWindowFull
+		}
+		select {
+		case cp.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	cp.mu.Lock()
 	if cp.closed {
@@ -255,17 +273,32 @@ func (cp *clusterProducer) SendAsync(ctx context.Context, m *message.Message, cb
 	if cb == nil {
 		cb = func(SendResult, error) {}
 	}
-	if err := cp.begin(ctx, m); err != nil {
+	cp.sendAsync(ctx, m, cb, true)
+}
+
+// trySendAsync is SendAsync without waiting for an in-flight slot: it
+// reports false, having done nothing, when MaxBufferedMessages messages
+// are in flight. Otherwise cb runs as with SendAsync.
+func (cp *clusterProducer) trySendAsync(ctx context.Context, m *message.Message, cb func(SendResult, error)) bool {
+	return cp.sendAsync(ctx, m, cb, false)
+}
+
+func (cp *clusterProducer) sendAsync(ctx context.Context, m *message.Message, cb func(SendResult, error), wait bool) bool {
+	if err := cp.admit(ctx, m, wait); err != nil {
+		if err == errWindowFull {
+			return false
+		}
 		cp.cbs.push(cb, SendResult{}, err, nil)
-		return
+		return true
 	}
 	if cp.sendFast(ctx, m, cb) {
-		return
+		return true
 	}
 	go func() {
 		res, err := cp.send(ctx, m)
 		cp.cbs.push(cb, res, err, cp.end)
 	}()
+	return true
 }
 
 // sendFast is SendAsync's common case, with no goroutine: the topic's
@@ -277,15 +310,27 @@ func (cp *clusterProducer) sendFast(ctx context.Context, m *message.Message, cb 
 	// Wait here, in the caller, for the topic's first reading and the
 	// broker's connection, so that messages produced one after another
 	// keep their order on the partition's connection; only a broker that
-	// cannot be reached sends a message to the slow path.
+	// cannot be reached sends a message to the slow path. Once a caller
+	// waited in vain for the first reading (no broker could be asked),
+	// the next ones go to the slow path at once instead of each waiting
+	// the send timeout.
 	v := cp.view(m.Topic)
 	select {
 	case <-v.Ready():
 	default:
+		cp.mu.Lock()
+		unready := cp.unready[m.Topic]
+		cp.mu.Unlock()
+		if unready {
+			return false
+		}
 		wctx, cancel := context.WithTimeout(ctx, cp.cfg.sendTimeout)
 		err := v.Wait(wctx)
 		cancel()
 		if err != nil {
+			cp.mu.Lock()
+			cp.unready[m.Topic] = true
+			cp.mu.Unlock()
 			return false
 		}
 	}
@@ -416,6 +461,9 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 					return SendResult{}, fmt.Errorf("metaq: send to %s: %w (last failure: %w)", m.Topic, ctx.Err(), lastErr)
 				}
 				if len(snap.Partitions) == 0 {
+					if u, ok := v.(interface{ unknownTopic() bool }); ok && u.unknownTopic() {
+						return SendResult{}, fmt.Errorf("%w: no broker lists %s (%w, %w)", ErrUnknownTopic, m.Topic, ErrNoPartitions, ctx.Err())
+					}
 					return SendResult{}, fmt.Errorf("%w: %s has no master partitions %s (%w)", ErrNoPartitions, m.Topic, cp.src.where(), ctx.Err())
 				}
 				return SendResult{}, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())

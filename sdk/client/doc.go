@@ -37,7 +37,11 @@
 // least once: an error wrapping ErrTimeout or ErrConnectionLost leaves it
 // unknown whether the message was stored. Ordered is MetaQ's ordered
 // producer: fixed partitions by key and a local fsynced store for
-// messages whose partition is unavailable.
+// messages whose partition is unavailable. Spool is MetaQ's async
+// producer's storage: a message that failed for want of a broker (or
+// found MaxBufferedMessages full) is written, fsynced, to a local spool,
+// its promise succeeds with a result that says Spooled, and it is resent
+// in the background, at least once; SpoolBacklog counts what waits.
 //
 // # Consuming
 //

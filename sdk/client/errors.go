@@ -22,7 +22,8 @@ var (
 	// still have been applied.
 	ErrTimeout = errors.New("metaq: request timed out")
 	// ErrUnknownTopic means the broker does not list the topic in
-	// `stats topics`.
+	// `stats topics` (for Produce in direct mode: none of the brokers
+	// given to Brokers does, and they all answered).
 	ErrUnknownTopic = errors.New("metaq: unknown topic")
 	// ErrRecordTooLarge means a record does not fit in the consumer's fetch
 	// size limit (FetchMaxBytesLimit), so it can never be fetched.

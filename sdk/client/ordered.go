@@ -98,11 +98,12 @@ func withPartitionLayout(topic string, partitionsByBroker map[int]int) prodOptio
 	})
 }
 
-// StoredLocally reports whether an Ordered Client kept the message in its
-// local store instead of sending it: it is NOT on a broker yet, and its
-// Offset and ID are -1 (Topic, BrokerID and Partition name the partition
-// it waits for). It is on disk (fsynced) and will be sent, in order, when
-// the partition is back.
+// StoredLocally reports whether the Client kept the message on local disk
+// (fsynced) instead of sending it: it is NOT on a broker yet, and its
+// Offset and ID are -1. An Ordered Client keeps it in its local store
+// (Topic, BrokerID and Partition name the partition it waits for) and
+// sends it, in order, when the partition is back; a Client with Spool
+// writes it to the spool (then Spooled is true too) and resends it later.
 func (r SendResult) StoredLocally() bool { return r.Offset < 0 }
 
 // orderedProducer sends messages in order to fixed partitions of a MetaQ
@@ -474,7 +475,8 @@ func unavailable(err error) bool {
 // has a backlog).
 func (op *orderedProducer) storeLocally(q *orderedQueue, m *message.Message, cause error) (SendResult, error) {
 	c := *m
-	c.Partition, c.Offset, c.ID = q.part.Partition, -1, -1
+	// The partition is chosen already: the key is not needed again.
+	c.Partition, c.Offset, c.ID, c.Key = q.part.Partition, -1, -1, nil
 	q.mu.Lock()
 	err := q.store.put(&c)
 	n := q.store.count()

@@ -124,6 +124,11 @@ type SendResult struct {
 	// BrokerID is the id of the broker that stored the message (in direct
 	// mode the broker_id its `stats` reports).
 	BrokerID int
+	// Spooled is true when a Client with Spool wrote the message, fsynced,
+	// to its spool instead of a broker: it has no broker offset yet
+	// (Partition, Offset, ID and BrokerID are -1) and is resent later,
+	// at least once (see Spool).
+	Spooled bool
 }
 
 // brokerProducer sends messages to one broker. It is safe for concurrent use; all

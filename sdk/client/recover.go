@@ -197,11 +197,14 @@ func (c *brokerConsumer) replayLoop(ctx context.Context, rs *recoverStore, h Han
 // Journal record: [int32 BE len][uint32 BE crc32-IEEE(payload)][payload:
 // len bytes]. A payload is [byte kind][uint64 BE seq], then for a put
 // [uint16 topicLen][topic][int32 partition][int64 offset][int64 msgId]
-// [byte hasAttr][uint32 attrLen][attr][uint32 bodyLen][body]. A tombstone
-// removes the put with its seq.
+// [byte hasAttr][uint32 attrLen][attr][uint32 bodyLen][body]. A keyed put
+// (a message with a Key, kept by the Spool for the selector) is a put
+// followed by [uint32 keyLen][key]. A tombstone removes the put with its
+// seq.
 const (
 	recPut       byte = 1
 	recTombstone byte = 2
+	recPutKeyed  byte = 3
 	recHeader         = 8
 	recMaxLen         = 1 << 30
 )
@@ -210,8 +213,13 @@ var errBadRecord = errors.New("bad recovery record")
 
 func encodePut(seq uint64, m *message.Message) []byte {
 	n := 1 + 8 + 2 + len(m.Topic) + 4 + 8 + 8 + 1 + 4 + len(m.Attribute) + 4 + len(m.Body)
+	kind := recPut
+	if len(m.Key) > 0 {
+		kind = recPutKeyed
+		n += 4 + len(m.Key)
+	}
 	b := make([]byte, recHeader, recHeader+n)
-	b = append(b, recPut)
+	b = append(b, kind)
 	b = binary.BigEndian.AppendUint64(b, seq)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(m.Topic)))
 	b = append(b, m.Topic...)
@@ -227,6 +235,10 @@ func encodePut(seq uint64, m *message.Message) []byte {
 	b = append(b, m.Attribute...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(m.Body)))
 	b = append(b, m.Body...)
+	if kind == recPutKeyed {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(m.Key)))
+		b = append(b, m.Key...)
+	}
 	return frame(b)
 }
 
@@ -256,7 +268,7 @@ func decodeRecord(p []byte) (kind byte, seq uint64, m *message.Message, err erro
 			return 0, 0, nil, errBadRecord
 		}
 		return kind, seq, nil, nil
-	case recPut:
+	case recPut, recPutKeyed:
 	default:
 		return 0, 0, nil, errBadRecord
 	}
@@ -300,6 +312,10 @@ func decodeRecord(p []byte) (kind byte, seq uint64, m *message.Message, err erro
 	}
 	m.Attribute = string(take(int(u32())))
 	m.Body = slices.Clone(take(int(u32())))
+	if kind == recPutKeyed {
+		m.Key = slices.Clone(take(int(u32())))
+		kind = recPut
+	}
 	if err == nil && len(p) != 0 {
 		err = errBadRecord
 	}
@@ -526,45 +542,82 @@ func (s *recoverStore) appendLocked(rec []byte) error {
 	return nil
 }
 
-// put stores a copy of m durably, after the pending ones.
+// put stores a copy of m (its Key too) durably, after the pending ones.
 func (s *recoverStore) put(m *message.Message) error {
+	return s.putAll([]*message.Message{m})
+}
+
+// putAll stores copies of msgs durably, in order, after the pending ones,
+// with one write and one fsync: all of them or, on an error, none.
+func (s *recoverStore) putAll(msgs []*message.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rec := encodePut(s.nextSeq, m)
-	if err := s.appendLocked(rec); err != nil {
+	var buf []byte
+	sizes := make([]int, len(msgs))
+	for i, m := range msgs {
+		rec := encodePut(s.nextSeq+uint64(i), m)
+		sizes[i] = len(rec)
+		buf = append(buf, rec...)
+	}
+	if err := s.appendLocked(buf); err != nil {
 		return err
 	}
-	c := *m
-	c.Body, c.Key = slices.Clone(m.Body), nil
-	s.ents = append(s.ents, &recoverEntry{seq: s.nextSeq, msg: &c, size: int64(len(rec))})
-	s.nextSeq++
-	s.live += int64(len(rec))
+	for i, m := range msgs {
+		c := *m
+		c.Body, c.Key = slices.Clone(m.Body), slices.Clone(m.Key)
+		s.ents = append(s.ents, &recoverEntry{seq: s.nextSeq, msg: &c, size: int64(sizes[i])})
+		s.nextSeq++
+		s.live += int64(sizes[i])
+	}
 	return nil
 }
 
 // remove deletes the pending message seq durably, then compacts when
 // the journal is mostly dead.
 func (s *recoverStore) remove(seq uint64) error {
+	_, err := s.removeAll([]uint64{seq})
+	return err
+}
+
+// removeAll deletes the pending messages seqs durably, with one write and
+// one fsync, then compacts when the journal is mostly dead. It returns
+// how many of them were pending.
+func (s *recoverStore) removeAll(seqs []uint64) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i, ok := slices.BinarySearchFunc(s.ents, seq, func(e *recoverEntry, seq uint64) int { return cmp.Compare(e.seq, seq) })
-	if !ok {
-		return nil
+	var tombs []byte
+	var found []uint64
+	for _, seq := range seqs {
+		if _, ok := s.findLocked(seq); ok && !slices.Contains(found, seq) {
+			found = append(found, seq)
+			tombs = append(tombs, encodeTombstone(seq)...)
+		}
 	}
-	tomb := encodeTombstone(seq)
-	if err := s.appendLocked(tomb); err != nil {
-		return err
+	if len(found) == 0 {
+		return 0, nil
 	}
-	e := s.ents[i]
-	s.ents = slices.Delete(s.ents, i, i+1)
-	s.live -= e.size
-	s.dead += e.size + int64(len(tomb))
+	if err := s.appendLocked(tombs); err != nil {
+		return 0, err
+	}
+	tomb := int64(len(tombs) / len(found))
+	for _, seq := range found {
+		i, _ := s.findLocked(seq)
+		e := s.ents[i]
+		s.ents = slices.Delete(s.ents, i, i+1)
+		s.live -= e.size
+		s.dead += e.size + tomb
+	}
 	if len(s.ents) == 0 || (s.dead >= recoverCompactMin && s.dead > s.live) {
 		if err := s.compactLocked(); err != nil {
 			s.logger.Warn("metaq: recovery journal compaction failed; will retry", "path", s.path, "err", err)
 		}
 	}
-	return nil
+	return len(found), nil
+}
+
+// findLocked returns the index of the pending message seq.
+func (s *recoverStore) findLocked(seq uint64) (int, bool) {
+	return slices.BinarySearchFunc(s.ents, seq, func(e *recoverEntry, seq uint64) int { return cmp.Compare(e.seq, seq) })
 }
 
 // compactLocked rewrites the journal with only the pending messages:

@@ -139,12 +139,26 @@ type directView struct {
 	snap    atomic.Pointer[cluster.Snapshot]
 	last    map[int]brokerReading // by index in src.addrs; run's
 	err     atomic.Pointer[error] // the last reading's failure, for Wait
+	// complete: every broker answered the last reading.
+	complete atomic.Bool
 }
 
 func (v *directView) Ready() <-chan struct{}          { return v.ready }
 func (v *directView) Changes() <-chan struct{}        { return v.changes }
 func (v *directView) Snapshot() *cluster.Snapshot     { return v.snap.Load() }
 func (v *directView) Partitions() []message.Partition { return slices.Clone(v.snap.Load().Partitions) }
+
+// unknownTopic reports whether every broker answered the last reading
+// and none lists the topic: it does not exist there (a ZooKeeper view
+// cannot tell that from brokers that are all away).
+func (v *directView) unknownTopic() bool {
+	select {
+	case <-v.ready:
+	default:
+		return false
+	}
+	return v.complete.Load() && len(v.snap.Load().Partitions) == 0
+}
 
 // Wait waits for the first complete reading. When no broker could be
 // asked yet it returns the last failure once ctx is done.
@@ -218,6 +232,7 @@ func (v *directView) read() error {
 		}
 	}
 	slices.SortFunc(snap.Partitions, message.Partition.Compare)
+	v.complete.Store(firstErr == nil)
 	old := v.snap.Load()
 	if !slices.Equal(old.Partitions, snap.Partitions) || !maps.Equal(old.Addrs, snap.Addrs) {
 		v.snap.Store(snap)
