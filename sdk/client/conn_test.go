@@ -1,12 +1,15 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -160,6 +163,30 @@ func TestConnectionLossFailsInFlight(t *testing.T) {
 	require.Equal(t, res.ID, got[0].ID)
 }
 
+// stopProcess stops p with SIGSTOP (it is continued when t ends) and waits
+// until every thread of it is stopped: the signal takes effect
+// asynchronously.
+func stopProcess(t *testing.T, p *os.Process) {
+	t.Helper()
+	require.NoError(t, p.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = p.Signal(syscall.SIGCONT) })
+	require.Eventually(t, func() bool {
+		stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", p.Pid))
+		if err != nil || len(stats) == 0 {
+			return false
+		}
+		for _, path := range stats {
+			b, err := os.ReadFile(path)
+			// pid (comm) state ...: comm may hold spaces and parentheses.
+			i := bytes.LastIndexByte(b, ')')
+			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "process %d did not stop", p.Pid)
+}
+
 // TestSendTimeout: a broker process that stops answering (SIGSTOP: the
 // kernel still takes the bytes sent to it) makes Send and SendAsync fail
 // with ErrTimeout once the send timeout has passed.
@@ -171,8 +198,7 @@ func TestSendTimeout(t *testing.T) {
 	// Connected, and the partitions learned, while the broker answers.
 	_, err = p.Send(ctxT(t, 20*time.Second), &message.Message{Topic: "meta-test", Body: []byte("x")})
 	require.NoError(t, err)
-	require.NoError(t, s.Cmd.Process.Signal(syscall.SIGSTOP))
-	t.Cleanup(func() { _ = s.Cmd.Process.Signal(syscall.SIGCONT) })
+	stopProcess(t, s.Cmd.Process)
 
 	start := time.Now()
 	_, err = p.Send(context.Background(), &message.Message{Topic: "meta-test", Body: []byte("x")})
@@ -332,7 +358,16 @@ func TestRedialBackoff(t *testing.T) {
 	require.NoError(t, b.Close())
 	var dials atomic.Int32
 	p, err := newBrokerProducer(addr, quiet, withTopicPartitions("t", 1), withRedialBackoff(40*time.Millisecond, 80*time.Millisecond),
-		withDialer(countDials(&dials)))
+		withDialer(func(ctx context.Context, network, a string) (net.Conn, error) {
+			dials.Add(1)
+			// Each dial runs to its end (a refusal comes at once): the send's
+			// deadline never cuts one short, so the last error is a refusal
+			// and not an i/o timeout.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			var d net.Dialer
+			return d.DialContext(ctx, network, a)
+		}))
 	require.NoError(t, err)
 	defer p.Close(context.Background())
 	_, err = p.Send(ctxT(t, 400*time.Millisecond), &message.Message{Topic: "t", Body: []byte("x")})
