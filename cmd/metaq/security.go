@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/term"
 
+	"github.com/metaq-go/metaq/internal/tlsio"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/protocol"
 	"github.com/spf13/cobra"
@@ -138,7 +139,7 @@ func (s *security) dial(ctx context.Context, addr string) (net.Conn, error) {
 	if s.tls != nil {
 		cfg := s.tls.Clone()
 		cfg.ServerName, _, _ = net.SplitHostPort(addr)
-		tc := tls.Client(nc, cfg)
+		tc := tls.Client(tlsio.BufferReads(nc), cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)

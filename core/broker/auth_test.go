@@ -16,6 +16,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/tlsio"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -110,7 +111,16 @@ func dialAuth(t testing.TB, addr string, tc *tls.Config) *authClient {
 	var nc net.Conn
 	var err error
 	if tc != nil {
-		nc, err = tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, tc)
+		// As the SDK dials: reads buffered under the tls.Conn.
+		var raw net.Conn
+		if raw, err = net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+			c := tls.Client(tlsio.BufferReads(raw), tc)
+			raw.SetDeadline(time.Now().Add(5 * time.Second))
+			if err = c.Handshake(); err != nil {
+				raw.Close()
+			}
+			nc = c
+		}
 	} else {
 		nc, err = net.DialTimeout("tcp", addr, 5*time.Second)
 	}

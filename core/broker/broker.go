@@ -402,7 +402,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	}
 	b.ln = ln
 	if tln != nil {
-		b.tlsLn = tls.NewListener(tln, b.tls.listenerConfig())
+		b.tlsLn = tls.NewListener(heldListener{tln}, b.tls.listenerConfig())
 	}
 	if b.cfg.ZooKeeper.Enabled() {
 		if err := b.openRegistry(); err != nil {

@@ -362,6 +362,20 @@ func (c *conn) sendValue(v store.View, opaque int32) error {
 	}
 	c.bud.Shrink(n)
 	c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.WriteTimeout))
+	if h := heldOf(c.nc); h != nil {
+		h.holdWrites()
+		err := c.sendValueBytes(v)
+		if rerr := h.release(); err == nil {
+			err = rerr
+		}
+		return err
+	}
+	return c.sendValueBytes(v)
+}
+
+// sendValueBytes writes v's bytes (sendfile on plain TCP). The caller
+// holds wmu.
+func (c *conn) sendValueBytes(v store.View) error {
 	if f := c.readFile(v.Path); f != nil {
 		if _, err := f.Seek(v.Pos, io.SeekStart); err == nil {
 			n, err := io.Copy(c.nc, &io.LimitedReader{R: f, N: int64(v.Len)})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/internal/backoff"
+	"github.com/metaq-go/metaq/internal/tlsio"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -410,7 +411,7 @@ func (cn *conn) dial(ctx context.Context, wait time.Duration) (*wire, error) {
 			cfg = cfg.Clone()
 			cfg.ServerName, _, _ = net.SplitHostPort(cn.addr)
 		}
-		tc := tls.Client(nc, cfg)
+		tc := tls.Client(tlsio.BufferReads(nc), cfg)
 		if err := tc.HandshakeContext(dctx); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("metaq: tls handshake with %s: %w", cn.addr, err)
