@@ -403,20 +403,24 @@ func (m *Manager) Recover(ctx context.Context, opts RecoverOptions) (*RecoverRes
 		}
 		queried[r.Name()] = true
 		for _, x := range xids {
-			if !ours(x) || completed[x.String()] {
+			if !ours(x) || completed[x.String()] || failed[x.String()] {
 				continue
 			}
 			b := &branch{r: r, name: r.Name(), xid: x}
 			_, commit := decided[x.Global().gkey()]
 			var o outcome
 			if commit {
-				err := r.Commit(ctx, x, false)
-				if xaCode(err) == XAErNotA {
-					err = nil // completed meanwhile (through another resource of the same server)
-				}
-				o = phaseTwo(ctx, b, err, true)
+				err = r.Commit(ctx, x, false)
 			} else {
-				o = phaseTwo(ctx, b, r.Rollback(ctx, x), false)
+				err = r.Rollback(ctx, x)
+			}
+			if xaCode(err) == XAErNotA {
+				// Listed by RECOVER yet unknown: the branch is attached to
+				// a session the server still thinks alive, or another
+				// process completed it meanwhile. Look again next time.
+				o = outcome{err: fmt.Errorf("%s branch %s on %s: %w", map[bool]string{true: "commit", false: "rollback"}[commit], x, r.Name(), err), pending: true}
+			} else {
+				o = phaseTwo(ctx, b, err, commit)
 			}
 			switch {
 			case o.pending:
