@@ -28,8 +28,10 @@ type Manager struct {
 	c     Coordinator
 	owner string
 
-	mu     sync.Mutex
-	active map[string]int // global key -> live Globals (Begin to completion)
+	mu         sync.Mutex
+	active     map[string]int      // global key -> live Globals (Begin to completion)
+	recovering int                 // Recover calls running
+	finished   map[string]struct{} // globals completed while a Recover ran
 }
 
 // NewManager returns a Manager over c (a Coordinator that Open returned,
@@ -62,13 +64,38 @@ func (m *Manager) release(x XID) {
 	if m.active[k]--; m.active[k] <= 0 {
 		delete(m.active, k)
 	}
+	if m.recovering > 0 {
+		m.finished[k] = struct{}{}
+	}
 	m.mu.Unlock()
 }
 
+// isActive reports whether x's global is in flight here, or completed
+// while a Recover ran (its branches may still appear in a RECOVER list
+// read before they completed).
 func (m *Manager) isActive(x XID) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.active[x.gkey()] > 0
+	k := x.gkey()
+	_, done := m.finished[k]
+	return m.active[k] > 0 || done
+}
+
+func (m *Manager) startRecover() {
+	m.mu.Lock()
+	if m.recovering == 0 {
+		m.finished = make(map[string]struct{})
+	}
+	m.recovering++
+	m.mu.Unlock()
+}
+
+func (m *Manager) endRecover() {
+	m.mu.Lock()
+	if m.recovering--; m.recovering == 0 {
+		m.finished = nil
+	}
+	m.mu.Unlock()
 }
 
 // Begin starts a global transaction: a new global XID from the
@@ -376,6 +403,8 @@ func (m *Manager) Recover(ctx context.Context, opts RecoverOptions) (*RecoverRes
 		}
 		names[n] = true
 	}
+	m.startRecover()
+	defer m.endRecover()
 	resp, err := m.c.Recover(ctx, &RecoverRequest{Owners: owners})
 	if err != nil {
 		return nil, fmt.Errorf("txn: recover: read decisions: %w", err)

@@ -15,6 +15,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -57,6 +58,7 @@ func Run(t *testing.T, open Opener) {
 		{"CrashDuringPhaseTwo", testCrashDuringPhaseTwo},
 		{"RecoverOtherOwner", testRecoverOtherOwner},
 		{"RecoverSkipsInFlight", testRecoverSkipsInFlight},
+		{"RecoverDuringTraffic", testRecoverDuringTraffic},
 		{"CloseThenFail", testCloseThenFail},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -631,6 +633,57 @@ func testRecoverSkipsInFlight(t *testing.T, h *harness) {
 	require.Empty(t, during.Forgotten)
 	requireValue(t, rmA, "k", "v")
 	requireValue(t, rmB, "k", "v")
+	require.Empty(t, recoverOwners(t, h.c, owner))
+}
+
+// testRecoverDuringTraffic runs Recover in a loop while transactions
+// commit: it must neither touch them nor report errors for branches that
+// complete between its RECOVER and its action.
+func testRecoverDuringTraffic(t *testing.T, h *harness) {
+	owner := Owner("traffic")
+	m := manager(t, h.c, owner)
+	rmA, rmB := NewMemRM("a"), NewMemRM("b")
+	stop := make(chan struct{})
+	recovered := make(chan error, 1)
+	go func() {
+		rs := []txn.Resource{rmA.Connect(), rmB.Connect()}
+		for {
+			select {
+			case <-stop:
+				recovered <- nil
+				return
+			default:
+			}
+			res, err := m.Recover(ctx(t), txn.RecoverOptions{Resources: rs})
+			if err == nil && (len(res.Committed)+len(res.RolledBack)+len(res.Forgotten) > 0) {
+				err = fmt.Errorf("recover acted on transactions in flight: %+v", res)
+			}
+			if err != nil {
+				recovered <- err
+				return
+			}
+		}
+	}()
+	const n = 40
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- transfer(ctx(t), m, rmA.Connect(), rmB.Connect(), "k"+strconv.Itoa(i), "v")
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	require.NoError(t, <-recovered)
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, rmA.Data(), n)
+	require.Len(t, rmB.Data(), n)
+	require.Empty(t, rmA.RolledBack())
 	require.Empty(t, recoverOwners(t, h.c, owner))
 }
 
