@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -123,4 +124,47 @@ func TestRemoteKilled(t *testing.T) {
 	require.Len(t, got.Decisions, 1, "the restarted plugin reads the decision from its log")
 	require.True(t, got.Decisions[0].XID.Equal(d.XID))
 	require.Greater(t, sup.List()[0].Errors+sup.List()[0].Restarts, int64(0))
+}
+
+// BenchmarkCoordinator measures one transaction's coordinator calls
+// (Begin, Commit of a decision with n branches, Forget) in process and
+// across the plugin boundary, both on the file log (one fsync per Commit).
+func BenchmarkCoordinator(b *testing.B) {
+	for _, kind := range []string{"builtin", "remote"} {
+		for _, n := range []int{1, 16} {
+			b.Run(kind+"/branches="+strconv.Itoa(n), func(b *testing.B) {
+				path := filepath.Join(b.TempDir(), "d.log")
+				var c txn.Coordinator
+				if kind == "remote" {
+					c = openRemote(b, path, nil)
+				} else {
+					var err error
+					c, err = txn.Open(context.Background(), txn.OpenOptions{Name: file.Name,
+						Config: map[string]string{"path": path}, Builtins: map[string]func() txn.Coordinator{file.Name: file.New}})
+					require.NoError(b, err)
+				}
+				defer c.Close()
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					resp, err := c.Begin(ctx, &txn.BeginRequest{Owner: "bench"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					d := txn.Decision{XID: resp.XID, Owner: "bench"}
+					for i := range n {
+						d.Branches = append(d.Branches, txn.Branch{Resource: "r" + strconv.Itoa(i), Bqual: []byte(strconv.Itoa(i + 1))})
+					}
+					if err := c.Commit(ctx, &txn.CommitRequest{Decision: d}); err != nil {
+						b.Fatal(err)
+					}
+					if err := c.Forget(ctx, &txn.ForgetRequest{XIDs: []txn.XID{d.XID}}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "txns/s")
+			})
+		}
+	}
 }
