@@ -5,9 +5,10 @@ PKGS      := ./...
 TESTFLAGS ?= -race -timeout 12m
 CONFIG    ?= conf/server.toml
 
-# Plugin binaries (shipped offset stores and the example plugins) are built
-# into bin/plugins, the folder the sample server.toml points at.
-PLUGIN_MAINS := $(wildcard cmd/metaq-offsetstore-* examples/*-plugin)
+# Plugin binaries (shipped offset stores, the MySQL XA coordinator and the
+# example plugins) are built into bin/plugins, the folder the sample
+# server.toml points at.
+PLUGIN_MAINS := $(wildcard cmd/metaq-offsetstore-* cmd/metaq-txn-* examples/*-plugin)
 PROTOS       := $(shell find . -name '*.proto' -not -path './bin/*' 2>/dev/null)
 GOBIN_DIR    := $(shell $(GO) env GOPATH)/bin
 

@@ -4,7 +4,7 @@
 // checking, restarting and killing plugin processes) is plugins/host.
 //
 // A plugin is a separate program that speaks gRPC over hashicorp/go-plugin.
-// Each kind package (selectors, filters, offsetstore) gives plugin authors a
+// Each kind package (selectors, filters, offsetstore, txn) gives plugin authors a
 // one-line Serve(impl) for their main and gives hosts an Open(spec) that
 // returns either a builtin (in-process) or a remote implementation behind
 // the same Go interface.
@@ -25,12 +25,12 @@ const (
 	KindSelector    Kind = "selector"
 	KindFilter      Kind = "filter"
 	KindOffsetStore Kind = "offsetstore"
-	// KindCoordinator is reserved for XA transaction coordinators.
+	// KindCoordinator is the XA transaction coordinators (package txn).
 	KindCoordinator Kind = "coordinator"
 )
 
-// Kinds lists the kinds a host can load today.
-var Kinds = []Kind{KindSelector, KindFilter, KindOffsetStore}
+// Kinds lists the kinds a host can load.
+var Kinds = []Kind{KindSelector, KindFilter, KindOffsetStore, KindCoordinator}
 
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool {
@@ -80,7 +80,7 @@ func HandshakeVersion(k Kind) int { return 100*kindCode(k) + ProtocolVersion(k) 
 // announced with handshake version v; ok is false for a version no metaq
 // plugin kind uses.
 func KindOfHandshakeVersion(v int) (k Kind, version int, ok bool) {
-	for _, k := range append(Kinds, KindCoordinator) {
+	for _, k := range Kinds {
 		if v/100 == kindCode(k) && v%100 > 0 {
 			return k, v % 100, true
 		}
