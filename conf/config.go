@@ -159,6 +159,20 @@ type Config struct {
 	// measured as df measures it. Default 0.90.
 	DiskMaxUsedRatio float64 `toml:"disk_max_used_ratio"`
 
+	// TxDefaultTimeout is how many seconds a transaction whose BEGIN gives
+	// no timeout may stay unprepared before the broker rolls it back
+	// (1..86400), so that an abandoned transaction cannot hold memory or
+	// journal space forever. A BEGIN's own timeout is capped at 60 s, as in
+	// MetaQ. Default 60.
+	TxDefaultTimeout int `toml:"tx_default_timeout"`
+	// TxMaxBytes is the most message bytes one transaction may buffer
+	// before its commit (>= 1024); a put beyond it is refused and the
+	// transaction stays usable. Default 16777216 (16 MiB).
+	TxMaxBytes int64 `toml:"tx_max_bytes"`
+	// TxMaxBufferedBytes is the most message bytes all open transactions
+	// together may buffer (>= tx_max_bytes). Default 268435456 (256 MiB).
+	TxMaxBufferedBytes int64 `toml:"tx_max_buffered_bytes"`
+
 	path  string
 	raw   []byte
 	lines map[string]int // key ("port", "topic[1].name") -> line in raw
@@ -291,6 +305,10 @@ func Default() *Config {
 	c.JournalFileSize = DefaultJournalFileSize
 	c.JournalCheckpointBytes = DefaultJournalCheckpointBytes
 	c.JournalCheckpointInterval = DefaultJournalCheckpointInterval
+	// Transactions (conf/transactions.go).
+	c.TxDefaultTimeout = DefaultTxDefaultTimeout
+	c.TxMaxBytes = DefaultTxMaxBytes
+	c.TxMaxBufferedBytes = DefaultTxMaxBufferedBytes
 	return c
 }
 

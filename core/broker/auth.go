@@ -130,10 +130,10 @@ func (c *conn) authorize(r *protocol.Request) bool {
 }
 
 // adminStats reports whether a stats item needs admin: it reveals the
-// configuration or changes state.
+// configuration, changes state or lists other users' transactions.
 func adminStats(item string) bool {
 	switch item {
-	case "config", "reset":
+	case "config", "reset", "transactions":
 		return true
 	}
 	return false

@@ -96,6 +96,8 @@ type Broker struct {
 	// journals are the group-commit journals by data directory
 	// (journal.go), opened by New before any partition.
 	journals map[string]*store.Journal
+	// txs are the open transactions (tx.go).
+	txs txSet
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
