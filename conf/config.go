@@ -172,6 +172,11 @@ type Config struct {
 	// TxMaxBufferedBytes is the most message bytes all open transactions
 	// together may buffer (>= tx_max_bytes). Default 268435456 (256 MiB).
 	TxMaxBufferedBytes int64 `toml:"tx_max_buffered_bytes"`
+	// FlushTxLogAtCommit is when the transaction journal
+	// (<data_dir>/transactions) is fsynced, MetaQ's flushTxLogAtCommit:
+	// 1 (default) before a commit or rollback is acted on and answered, 2
+	// once a second, 0 never (the OS writes it back).
+	FlushTxLogAtCommit int `toml:"flush_tx_log_at_commit"`
 
 	path  string
 	raw   []byte
@@ -309,6 +314,7 @@ func Default() *Config {
 	c.TxDefaultTimeout = DefaultTxDefaultTimeout
 	c.TxMaxBytes = DefaultTxMaxBytes
 	c.TxMaxBufferedBytes = DefaultTxMaxBufferedBytes
+	c.FlushTxLogAtCommit = 1
 	return c
 }
 

@@ -96,8 +96,10 @@ type Broker struct {
 	// journals are the group-commit journals by data directory
 	// (journal.go), opened by New before any partition.
 	journals map[string]*store.Journal
-	// txs are the open transactions (tx.go).
-	txs txSet
+	// txs are the open transactions (tx.go); txlog is their journal
+	// (txlog.go), opened by New once the topics are.
+	txs   txSet
+	txlog *txLog
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
@@ -172,6 +174,10 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 			b.closeStores()
 			return nil, err
 		}
+	}
+	if err := b.openTxJournal(); err != nil { // txrecover.go
+		b.closeStores()
+		return nil, err
 	}
 	b.plugins = host.NewSupervisor(host.Options{Logger: newHCLogger(b.logf, cfg.EffectivePluginLogLevel())})
 	for _, step := range []func() error{b.initFilters, b.initOffsetStore} {
@@ -616,6 +622,9 @@ func (b *Broker) closeStores() error {
 	var errs []error
 	for _, t := range b.topics {
 		errs = append(errs, t.close())
+	}
+	if b.txlog != nil {
+		errs = append(errs, b.txlog.close())
 	}
 	errs = append(errs, b.closeJournals())
 	return errors.Join(errs...)

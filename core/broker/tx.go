@@ -61,6 +61,8 @@ type tx struct {
 	state txState
 	msgs  []txMsg
 	bytes int64
+	// files are the journal files holding its records (under txLog.mu).
+	files map[int64]bool
 }
 
 // txMsg is one buffered transactional message.
@@ -197,7 +199,9 @@ func (b *Broker) expireTx(t *tx) {
 	s.unregisterLocked(t)
 	n := len(t.msgs)
 	t.msgs = nil
+	b.journalEnd(t, txRecRollback)
 	s.mu.Unlock()
+	b.txlog.release(t)
 	s.rollbacks.Add(1)
 	b.logf("transaction %s: not committed within %v, rolled back (%d messages dropped)", t.key, t.timeout, n)
 }
@@ -208,7 +212,7 @@ func (c *conn) rollbackConnTxs() {
 	s := &c.b.txs
 	s.mu.Lock()
 	c.closing = true
-	var rolled []string
+	var rolled []*tx
 	for _, t := range c.txs {
 		if t.state != txActive {
 			continue
@@ -216,12 +220,14 @@ func (c *conn) rollbackConnTxs() {
 		t.state = txDone
 		s.unregisterLocked(t)
 		t.msgs = nil
-		rolled = append(rolled, t.key)
+		c.b.journalEnd(t, txRecRollback)
+		rolled = append(rolled, t)
 	}
 	s.mu.Unlock()
-	for _, k := range rolled {
+	for _, t := range rolled {
+		c.b.txlog.release(t)
 		s.rollbacks.Add(1)
-		c.b.logf("transaction %s: connection closed, rolled back", k)
+		c.b.logf("transaction %s: connection closed, rolled back", t.key)
 	}
 }
 
@@ -242,17 +248,26 @@ func (c *conn) rollbackLocal(key string, opaque int32) {
 	s := &c.b.txs
 	s.mu.Lock()
 	t, msg := c.lookupLocalLocked(key)
+	var pos int64
 	if t != nil {
 		t.state = txDone
 		s.unregisterLocked(t)
 		t.msgs = nil
+		pos = c.b.journalEnd(t, txRecRollback)
 	}
 	s.mu.Unlock()
 	if t == nil {
 		c.localErr(opaque, msg)
 		return
 	}
+	err := c.b.txlog.force(pos)
+	c.b.txlog.release(t)
 	s.rollbacks.Add(1)
+	if err != nil {
+		// The rollback stands (nothing was appended); only its record may
+		// be lost, and a replay rolls the transaction back anyway.
+		c.b.logf("transaction %s: rollback record: %v", key, err)
+	}
 	c.reply(protocol.StatusOK, "", opaque)
 }
 
@@ -315,7 +330,13 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 		return
 	}
 	msgID := b.ids.Next(1)
-	tr.msgs = append(tr.msgs, txMsg{t: t, l: l, p: p, e: store.Entry{ID: msgID, Flag: r.Flag, CRC: crc, Data: append([]byte(nil), r.Body...)}})
+	m := txMsg{t: t, l: l, p: p, e: store.Entry{ID: msgID, Flag: r.Flag, CRC: crc, Data: append([]byte(nil), r.Body...)}}
+	if _, err := b.txlog.write(tr, txRecAppend, encodeTxAppend(key, &m)); err != nil {
+		s.mu.Unlock()
+		c.putFail(r.Opaque, "transaction "+key+": "+err.Error())
+		return
+	}
+	tr.msgs = append(tr.msgs, m)
 	tr.bytes += n
 	s.buffered += n
 	s.mu.Unlock()
@@ -330,13 +351,13 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 // txCommit is one commit whose batches are being appended: it replies when
 // the last one is done.
 type txCommit struct {
-	c       *conn
-	t       *tx
-	opaque  int32
-	mu      sync.Mutex
-	left    int
-	errs    []string
-	onReply func()
+	c      *conn
+	t      *tx
+	opaque int32
+	logs   []*store.Log
+	mu     sync.Mutex
+	left   int
+	errs   []string
 }
 
 // AppendDone implements store.Waiter for one partition's batch.
@@ -357,24 +378,66 @@ func (tc *txCommit) finish() {
 	c := tc.c
 	b := c.b
 	s := &b.txs
+	if len(tc.errs) == 0 {
+		// Threshold-mode partitions: the batches must be durable before
+		// the journal may forget the transaction.
+		for _, l := range tc.logs {
+			if err := l.Flush(); err != nil {
+				tc.errs = append(tc.errs, err.Error())
+			}
+		}
+	}
 	s.mu.Lock()
 	tc.t.state = txDone
 	s.unregisterLocked(tc.t)
 	tc.t.msgs = nil
+	if len(tc.errs) == 0 {
+		b.journalEnd(tc.t, txRecDone)
+	}
 	s.mu.Unlock()
 	c.addPending(-1)
 	if len(tc.errs) > 0 {
-		msg := "commit of " + tc.t.key + " failed: " + strings.Join(tc.errs, "; ")
+		// The commit record stays in the journal (the transaction keeps
+		// its files): the next start completes the commit.
+		msg := "commit of " + tc.t.key + " failed: " + strings.Join(tc.errs, "; ") + " (it is completed when the broker restarts)"
 		b.logf("transaction %s", msg)
 		c.localErr(tc.opaque, oneLine(msg))
 		return
 	}
+	b.txlog.release(tc.t)
 	s.commits.Add(1)
 	c.reply(protocol.StatusOK, "", tc.opaque)
 }
 
+// txBatch is one partition's messages of a commit.
+type txBatch struct {
+	t       *topic
+	l       *store.Log
+	p       int32
+	entries []store.Entry
+}
+
+// txBatches groups msgs by partition, in the order the partitions were
+// first put to, each in put order.
+func txBatches(msgs []txMsg) []*txBatch {
+	var batches []*txBatch
+	idx := map[*store.Log]*txBatch{}
+	for i := range msgs {
+		m := &msgs[i]
+		bt := idx[m.l]
+		if bt == nil {
+			bt = &txBatch{t: m.t, l: m.l, p: m.p}
+			idx[m.l] = bt
+			batches = append(batches, bt)
+		}
+		bt.entries = append(bt.entries, m.e)
+	}
+	return batches
+}
+
 func (c *conn) commitLocal(key string, opaque int32) {
-	s := &c.b.txs
+	b := c.b
+	s := &b.txs
 	s.mu.Lock()
 	t, msg := c.lookupLocalLocked(key)
 	if t == nil {
@@ -382,35 +445,39 @@ func (c *conn) commitLocal(key string, opaque int32) {
 		c.localErr(opaque, msg)
 		return
 	}
+	batches := txBatches(t.msgs)
+	locs := make([]txBatchLoc, len(batches))
+	for i, bt := range batches {
+		locs[i] = txBatchLoc{topic: bt.t.name, partition: bt.p, notBefore: bt.l.MaxOffset(),
+			firstID: bt.entries[0].ID, n: len(bt.entries), crc: batchCRC(bt.entries)}
+	}
+	pos, err := b.txlog.write(t, txRecCommit, encodeTxCommit(key, locs))
+	if err != nil {
+		s.mu.Unlock()
+		c.localErr(opaque, "commit of "+key+" refused: "+err.Error())
+		return
+	}
 	t.state = txCommitting
 	t.timer.Stop()
-	msgs := t.msgs
 	s.mu.Unlock()
-	c.appendCommit(t, msgs, opaque)
+	c.addPending(1)
+	if err := b.txlog.force(pos); err != nil {
+		// Not known to be durable: do not append (a replay may or may
+		// not see the commit; if it does, it appends the batches).
+		tc := &txCommit{c: c, t: t, opaque: opaque, left: 1}
+		tc.AppendDone(0, 0, 0, err)
+		return
+	}
+	c.appendCommit(t, batches, opaque)
 }
 
-// appendCommit appends the batches of a transaction being committed, one
-// per partition in the order the partitions were first put to, and replies
-// when all are done.
-func (c *conn) appendCommit(t *tx, msgs []txMsg, opaque int32) {
-	type batch struct {
-		l       *store.Log
-		entries []store.Entry
-	}
-	var batches []*batch
-	idx := map[*store.Log]*batch{}
-	for i := range msgs {
-		m := &msgs[i]
-		bt := idx[m.l]
-		if bt == nil {
-			bt = &batch{l: m.l}
-			idx[m.l] = bt
-			batches = append(batches, bt)
-		}
-		bt.entries = append(bt.entries, m.e)
-	}
+// appendCommit appends a committed transaction's batches, one per
+// partition, and replies when all are done.
+func (c *conn) appendCommit(t *tx, batches []*txBatch, opaque int32) {
 	tc := &txCommit{c: c, t: t, opaque: opaque, left: len(batches) + 1}
-	c.addPending(1)
+	for _, bt := range batches {
+		tc.logs = append(tc.logs, bt.l)
+	}
 	for i, bt := range batches {
 		if err := bt.l.Append(bt.entries, tc, uint64(i)); err != nil {
 			c.b.disks.wakeOn(err)
@@ -418,6 +485,22 @@ func (c *conn) appendCommit(t *tx, msgs []txMsg, opaque int32) {
 		}
 	}
 	tc.AppendDone(0, 0, 0, nil) // the extra count: no reply before every Append was made
+}
+
+// journalEnd writes t's final record (rollback or done) and returns its
+// journal position; the caller holds txSet.mu. A failure is logged: the
+// journal then refuses every later transaction, and a replay of what it
+// holds gives the same outcome (an unfinished local transaction is
+// rolled back; a commit record without its done is completed).
+func (b *Broker) journalEnd(t *tx, typ byte) int64 {
+	if len(t.files) == 0 {
+		return 0 // nothing of it is in the journal
+	}
+	pos, err := b.txlog.write(t, typ, appendStr(nil, t.key))
+	if err != nil {
+		b.logf("transaction %s: %v", t.key, err)
+	}
+	return pos
 }
 
 // writeTxStats answers `stats transactions`: one line per open transaction,

@@ -1,0 +1,253 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// replayedTx is a transaction rebuilt from the journal.
+type replayedTx struct {
+	key      string
+	msgs     []replayedMsg
+	locs     []txBatchLoc // set by its commit record
+	done     bool
+	rolled   bool
+	prepared bool
+}
+
+type replayedMsg struct {
+	topic     string
+	partition int32
+	e         store.Entry
+}
+
+// openTxJournal replays the transaction journal (reference §10's startup
+// recovery) and opens it for this run. It runs in New once the topics are
+// open and before any connection:
+//  1. every record of the files left is read, oldest first (the files
+//     kept are those an open transaction needed: the checkpoint), a torn
+//     tail cut;
+//  2. puts rebuild the in-flight transactions;
+//  3. every committed transaction's batches are looked for in their
+//     partitions, from the partition's end when the commit was recorded,
+//     and a batch that is missing or whose data differs is appended again
+//     with the same ids;
+//  4. what is still in flight is rolled back (local transactions do not
+//     survive their connection);
+//  5. (XA prepared transactions are not accepted yet, so none is rebuilt.)
+//
+// The old files are then deleted: nothing in them is needed any more.
+func (b *Broker) openTxJournal() error {
+	dir := filepath.Join(b.cfg.DataDir, TxDirName)
+	if err := store.MkdirAllDurable(dir, 0o755); err != nil {
+		return fmt.Errorf("transaction journal: %w", err)
+	}
+	recs, seqs, err := replayTxFiles(dir, b.logf)
+	if err != nil {
+		return fmt.Errorf("transaction journal: replay: %w", err)
+	}
+	var order []*replayedTx
+	byKey := map[string]*replayedTx{}
+	get := func(key string) *replayedTx {
+		t := byKey[key]
+		if t == nil || t.done || t.rolled {
+			t = &replayedTx{key: key}
+			byKey[key] = t
+			order = append(order, t)
+		}
+		return t
+	}
+	for _, rec := range recs {
+		switch rec.typ {
+		case txRecAppend:
+			r := &txReader{p: rec.payload}
+			key := r.str()
+			id := r.u64()
+			topic := r.str()
+			p := int32(r.u32())
+			flag := int32(r.u32())
+			data := r.take(int(r.u32()))
+			if r.bad || len(r.p) != 0 {
+				return fmt.Errorf("transaction journal %s: malformed put record", txFileName(rec.file))
+			}
+			b.ids.observe(id)
+			t := get(key)
+			t.msgs = append(t.msgs, replayedMsg{topic: topic, partition: p,
+				e: store.Entry{ID: id, Flag: flag, CRC: message.Checksum(data), Data: data}})
+		case txRecCommit:
+			key, locs, ok := decodeTxCommit(rec.payload)
+			if !ok {
+				return fmt.Errorf("transaction journal %s: malformed commit record", txFileName(rec.file))
+			}
+			t := byKey[key]
+			if t == nil || t.done || t.rolled {
+				t = get(key) // its puts were in files already freed
+			}
+			t.locs = locs
+		case txRecDone, txRecRollback, txRecPrepare:
+			r := &txReader{p: rec.payload}
+			key := r.str()
+			if r.bad || len(r.p) != 0 {
+				return fmt.Errorf("transaction journal %s: malformed record of type %d", txFileName(rec.file), rec.typ)
+			}
+			t := byKey[key]
+			if t == nil {
+				continue // its other records were in files already freed
+			}
+			switch rec.typ {
+			case txRecDone:
+				t.done = true
+			case txRecRollback:
+				t.rolled = true
+			case txRecPrepare:
+				t.prepared = true
+			}
+		default:
+			return fmt.Errorf("transaction journal %s: unknown record type %d", txFileName(rec.file), rec.typ)
+		}
+	}
+	var touched []*store.Log
+	var rolled, completed, reappended int
+	for _, t := range order {
+		switch {
+		case t.locs != nil:
+			n, logs, err := b.completeCommit(t)
+			if err != nil {
+				return fmt.Errorf("transaction journal: complete the commit of %s: %w", t.key, err)
+			}
+			if !t.done {
+				completed++
+			}
+			reappended += n
+			touched = append(touched, logs...)
+		case !t.done && !t.rolled:
+			rolled++
+		}
+	}
+	for _, l := range touched {
+		if err := l.Flush(); err != nil {
+			return fmt.Errorf("transaction journal: %w", err)
+		}
+	}
+	if rolled+completed+reappended > 0 {
+		b.logf("transaction journal: %d committed transactions completed, %d batches appended again, %d in-flight transactions rolled back",
+			completed, reappended, rolled)
+	}
+	var last int64
+	if len(seqs) > 0 {
+		last = seqs[len(seqs)-1]
+	}
+	j, err := openTxLog(dir, b.cfg.FlushTxLogAtCommit, last, b.logf)
+	if err != nil {
+		return fmt.Errorf("transaction journal: %w", err)
+	}
+	for _, seq := range seqs {
+		j.removeLocked(seq) // no transaction is open yet
+	}
+	if err := syncDir(dir); err != nil {
+		j.close()
+		return fmt.Errorf("transaction journal: %w", err)
+	}
+	b.txlog = j
+	return nil
+}
+
+// completeCommit makes sure every batch of a committed transaction is in
+// its partition: found intact at or after where the commit said, or
+// appended again with the same ids. It returns how many were appended and
+// the logs it looked at.
+func (b *Broker) completeCommit(t *replayedTx) (int, []*store.Log, error) {
+	appended := 0
+	var logs []*store.Log
+	for _, loc := range t.locs {
+		tp, err := b.lookup([]byte(loc.topic), true)
+		if err != nil {
+			return appended, logs, fmt.Errorf("topic %s: %w", loc.topic, err)
+		}
+		l := tp.partition(loc.partition)
+		if l == nil {
+			return appended, logs, fmt.Errorf("topic %s has no partition %d", loc.topic, loc.partition)
+		}
+		logs = append(logs, l)
+		found, err := b.findBatch(l, loc)
+		if err != nil {
+			return appended, logs, err
+		}
+		if found {
+			continue
+		}
+		var entries []store.Entry
+		for _, m := range t.msgs {
+			if m.topic == loc.topic && m.partition == loc.partition {
+				entries = append(entries, m.e)
+			}
+		}
+		if len(entries) != loc.n || len(entries) == 0 || entries[0].ID != loc.firstID || batchCRC(entries) != loc.crc {
+			// Only possible if files were lost by other means: say so
+			// loudly rather than append something else.
+			b.logf("transaction journal: %s: the batch for %s-%d is missing from the partition and its messages are not in the journal; %d messages lost",
+				t.key, loc.topic, loc.partition, loc.n)
+			continue
+		}
+		if _, _, err := l.AppendSync(entries); err != nil {
+			return appended, logs, err
+		}
+		appended++
+	}
+	return appended, logs, nil
+}
+
+// findBatch reports whether the batch loc describes is in l at or after
+// loc.notBefore: a record with its first id followed by its other
+// records, whose data has its crc.
+func (b *Broker) findBatch(l *store.Log, loc txBatchLoc) (bool, error) {
+	off := max(loc.notBefore, l.MinOffset())
+	chunk := max(1<<20, b.cfg.MaxMessageSize+1024)
+	var buf []byte
+	matching := false
+	var got int
+	var crc uint32
+	for off < l.MaxOffset() {
+		v, err := l.Read(off, chunk)
+		if err != nil {
+			if errors.Is(err, store.ErrNoData) {
+				break
+			}
+			var below *store.OffsetOutOfRangeError
+			if errors.As(err, &below) {
+				off = below.Min
+				continue
+			}
+			return false, err
+		}
+		buf, err = v.ReadAll(buf[:0])
+		v.Release()
+		if err != nil {
+			return false, err
+		}
+		it := message.NewIterator(buf, off, 0)
+		for it.Next() {
+			r := it.Record()
+			if !matching {
+				if r.ID != loc.firstID {
+					continue
+				}
+				matching, got, crc = true, 0, 0
+			}
+			crc = crcUpdate(crc, r.Data)
+			got++
+			if got == loc.n {
+				return crc == loc.crc, nil
+			}
+		}
+		if it.Consumed() == 0 {
+			break // a damaged or partial record: nothing more to look at
+		}
+		off = it.NextOffset()
+	}
+	return false, nil
+}
