@@ -26,14 +26,16 @@ import (
 // answered with. A transaction not committed within its timeout (the
 // BEGIN's, capped at 60 s, or tx_default_timeout) is rolled back.
 //
-// XA transactions (XID keys) are refused with XAER_RMERR: their PREPARE
-// must be durable, which needs the transaction journal.
+// XA transactions (XID keys, txxa.go) are the broker's: any connection
+// of the same user (or an admin) may prepare, commit, roll back or
+// recover them, and a connection closing does not end them.
 
 // txState is where a transaction is in its life.
 type txState uint8
 
 const (
 	txActive     txState = iota // begun; puts accepted
+	txPrepared                  // XA: prepared, waiting for the decision
 	txCommitting                // commit under way: its batches are being appended
 	txDone                      // committed or rolled back: no longer registered
 )
@@ -42,6 +44,8 @@ func (s txState) String() string {
 	switch s {
 	case txActive:
 		return "active"
+	case txPrepared:
+		return "prepared"
 	case txCommitting:
 		return "committing"
 	}
@@ -53,7 +57,12 @@ func (s txState) String() string {
 type tx struct {
 	key     string // canonical key
 	session string
-	owner   *conn
+	xa      bool
+	// user is the authenticated user who began it ("" with auth off):
+	// only they or an admin may use an XA transaction from another
+	// connection.
+	user    string
+	owner   *conn // a local transaction's connection; nil for XA
 	began   time.Time
 	timeout time.Duration
 	timer   *time.Timer
@@ -78,7 +87,9 @@ type txMsg struct {
 type txSet struct {
 	mu       sync.Mutex
 	open     map[*tx]struct{}
-	buffered int64 // message bytes held by open transactions
+	xa       map[string]*tx     // XA transactions by canonical key
+	heur     map[string]heurOut // heuristically completed XA transactions (txxa.go)
+	buffered int64              // message bytes held by open transactions
 
 	begins, xaBegins, commits, rollbacks atomic.Int64
 }
@@ -99,9 +110,7 @@ func (c *conn) xaErr(opaque int32, code int, msg string) {
 
 func (c *conn) handleTransaction(r *protocol.Request) {
 	if r.TxType == protocol.TxRecover {
-		// No XA transaction is ever prepared here (XA is refused), so
-		// there is nothing in doubt to list.
-		c.reply(protocol.StatusOK, "", r.Opaque)
+		c.recoverXA(r) // txxa.go
 		return
 	}
 	id, err := protocol.ParseTxKey(r.TxKey)
@@ -109,14 +118,11 @@ func (c *conn) handleTransaction(r *protocol.Request) {
 		c.reply(protocol.StatusBadRequest, err.Error(), r.Opaque)
 		return
 	}
+	key := id.String()
 	if id.XA {
-		if r.TxType == protocol.TxEnd {
-			return // END is never answered
-		}
-		c.xaErr(r.Opaque, protocol.XAErRMErr, "XA transactions are not supported by this broker yet (local transactions are)")
+		c.handleXA(r, key) // txxa.go
 		return
 	}
-	key := id.String()
 	switch r.TxType {
 	case protocol.TxBegin:
 		c.beginLocal(key, string(r.TxSession), r.TxTimeout, r.Opaque)
@@ -181,6 +187,9 @@ func (s *txSet) unregisterLocked(t *tx) {
 		t.timer.Stop()
 	}
 	delete(s.open, t)
+	if t.xa && s.xa[t.key] == t {
+		delete(s.xa, t.key)
+	}
 	if t.owner != nil && t.owner.txs[t.key] == t {
 		delete(t.owner.txs, t.key)
 	}
@@ -279,10 +288,6 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 		c.putFail(r.Opaque, err.Error())
 		return
 	}
-	if id.XA {
-		c.putFail(r.Opaque, protocol.XAErrorBody(protocol.XAErRMErr, "XA transactions are not supported by this broker yet"))
-		return
-	}
 	if r.Partition < 0 {
 		c.putFail(r.Opaque, "a transactional put must name its partition (got "+strconv.Itoa(int(r.Partition))+")")
 		return
@@ -312,7 +317,13 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	n := int64(len(r.Body))
 	s := &b.txs
 	s.mu.Lock()
-	tr, msg := c.lookupLocalLocked(key)
+	var tr *tx
+	var msg string
+	if id.XA {
+		tr, msg = c.lookupXAPutLocked(key)
+	} else {
+		tr, msg = c.lookupLocalLocked(key)
+	}
 	switch {
 	case tr == nil:
 	case tr.bytes+n > b.cfg.TxMaxBytes:
@@ -401,7 +412,7 @@ func (tc *txCommit) finish() {
 		// its files): the next start completes the commit.
 		msg := "commit of " + tc.t.key + " failed: " + strings.Join(tc.errs, "; ") + " (it is completed when the broker restarts)"
 		b.logf("transaction %s", msg)
-		c.localErr(tc.opaque, oneLine(msg))
+		c.txFail(tc.t, tc.opaque, protocol.XAErRMFail, oneLine(msg))
 		return
 	}
 	b.txlog.release(tc.t)
@@ -436,8 +447,7 @@ func txBatches(msgs []txMsg) []*txBatch {
 }
 
 func (c *conn) commitLocal(key string, opaque int32) {
-	b := c.b
-	s := &b.txs
+	s := &c.b.txs
 	s.mu.Lock()
 	t, msg := c.lookupLocalLocked(key)
 	if t == nil {
@@ -445,6 +455,26 @@ func (c *conn) commitLocal(key string, opaque int32) {
 		c.localErr(opaque, msg)
 		return
 	}
+	c.startCommitLocked(t, opaque)
+}
+
+// txFail replies a transaction's failure in its kind's form: an XA error
+// (code) or a plain message.
+func (c *conn) txFail(t *tx, opaque int32, code int, msg string) {
+	if t.xa {
+		c.xaErr(opaque, code, msg)
+	} else {
+		c.localErr(opaque, msg)
+	}
+}
+
+// startCommitLocked records t's commit, makes it durable and appends its
+// batches; the reply comes when they are stored. The caller holds txSet.mu
+// and has checked that t may commit; it is unlocked on return.
+func (c *conn) startCommitLocked(t *tx, opaque int32) {
+	b := c.b
+	s := &b.txs
+	key := t.key
 	batches := txBatches(t.msgs)
 	locs := make([]txBatchLoc, len(batches))
 	for i, bt := range batches {
@@ -454,11 +484,13 @@ func (c *conn) commitLocal(key string, opaque int32) {
 	pos, err := b.txlog.write(t, txRecCommit, encodeTxCommit(key, locs))
 	if err != nil {
 		s.mu.Unlock()
-		c.localErr(opaque, "commit of "+key+" refused: "+err.Error())
+		c.txFail(t, opaque, protocol.XAErRMFail, "commit of "+key+" refused: "+err.Error())
 		return
 	}
 	t.state = txCommitting
-	t.timer.Stop()
+	if t.timer != nil {
+		t.timer.Stop()
+	}
 	s.mu.Unlock()
 	c.addPending(1)
 	if err := b.txlog.force(pos); err != nil {
@@ -516,7 +548,7 @@ func (b *Broker) writeTxStats(sb *strings.Builder) {
 	s.mu.Lock()
 	for t := range s.open {
 		kind := "local"
-		if strings.HasPrefix(t.key, "XID:") {
+		if t.xa {
 			kind = "xa"
 		}
 		lines = append(lines, line{t.began, fmt.Sprintf("%s type %s state %s session %s messages %d bytes %d age_ms %d timeout_s %d\r\n",

@@ -115,7 +115,7 @@ func TestTxWire(t *testing.T) {
 			{txPut("nosuch", 0, "TX:s:3", "x", 5), `result 500 \d+ 5\r\nThe server do not accept topic nosuch`},
 			{"put t 0 1 0 5 TX:s:3 6\r\nx", `result 500 \d+ 6\r\nchecksum mismatch[^\r\n]*`},
 			{txPut("t", 0, "TX:bad", "x", 7), `result 500 \d+ 7\r\ntransaction key "TX:bad"[^\r\n]*`},
-			{txPut("t", 0, "XID:1:ab:cd:q", "x", 8), xaErr(protocol.XAErRMErr, 8)},
+			{txPut("t", 0, "XID:1:ab:cd:q", "x", 8), xaErr(protocol.XAErNotA, 8)},
 		}},
 		{"local misuse", []step{
 			{"transaction TX:s:4 s BEGIN 1\r\n", `result 200 0 1\r\n`},
@@ -127,10 +127,36 @@ func TestTxWire(t *testing.T) {
 			{"transaction null s RECOVER XAMessageProducer-h 1\r\n", `result 200 0 1\r\n`},
 			{"transaction null s RECOVER 2\r\n", `result 200 0 2\r\n`},
 		}},
-		{"xa refused", []step{
-			{"transaction XID:1:ab:cd:q s BEGIN 10 q 1\r\n", xaErr(protocol.XAErRMErr, 1)},
-			{"transaction XID:1:ab:cd:q s END q 2\r\n", ``},
-			{"transaction XID:1:ab:cd:q s PREPARE q 3\r\n", xaErr(protocol.XAErRMErr, 3)},
+		{"xa two phase", []step{
+			{"transaction XID:1:ab:cd:q s BEGIN 10 q 1\r\n", `result 200 0 1\r\n`},
+			{txPut("t", 1, "XID:1:AB:CD:q", "x", 2), `result 200 \d+ 2\r\n\d+ 1 -1`},
+			{"transaction XID:1:ab:cd:q s END q 3\r\n", ``},
+			{"transaction XID:1:ab:cd:q s PREPARE q 4\r\n", `result 200 1 4\r\n0`},
+			{txPut("t", 1, "XID:1:ab:cd:q", "x", 5), `result 500 \d+ 5\r\nXAException:code=-6,msg=transaction XID:1:ab:cd:q is prepared: it takes no more messages`},
+			{"transaction XID:1:ab:cd:q s PREPARE q 6\r\n", xaErr(protocol.XAErProto, 6)},
+			{"transaction XID:2:ab:cd:q s BEGIN q 7\r\n", `result 200 0 7\r\n`},
+			{txPut("t", 0, "XID:2:ab:cd:q", "y", 8), `result 200 \d+ 8\r\n\d+ 0 -1`},
+			{"transaction XID:2:ab:cd:q s PREPARE q 9\r\n", `result 200 1 9\r\n0`},
+			{"transaction null s RECOVER q 10\r\n", `result 200 28 10\r\nXID:1:ab:cd:q\r\nXID:2:ab:cd:q`},
+			{"transaction null s RECOVER other 11\r\n", `result 200 0 11\r\n`},
+			{"transaction XID:1:ab:cd:q s COMMIT_ONE_PHASE q 12\r\n", xaErr(protocol.XAErProto, 12)},
+			{"transaction XID:1:ab:cd:q s COMMIT_TWO_PHASE q 13\r\n", `result 200 0 13\r\n`},
+			{"transaction XID:2:ab:cd:q s ROLLBACK q 14\r\n", `result 200 0 14\r\n`},
+			{"transaction XID:1:ab:cd:q s COMMIT_TWO_PHASE q 15\r\n", xaErr(protocol.XAErNotA, 15)},
+			{"transaction null s RECOVER q 16\r\n", `result 200 0 16\r\n`},
+		}},
+		{"xa one phase and misuse", []step{
+			{"transaction XID:3:ab:cd:q s COMMIT_TWO_PHASE q 1\r\n", xaErr(protocol.XAErNotA, 1)},
+			{"transaction XID:3:ab:cd:q s ROLLBACK q 2\r\n", xaErr(protocol.XAErNotA, 2)},
+			{"transaction XID:3:ab:cd:q s FORGET q 3\r\n", xaErr(protocol.XAErNotA, 3)},
+			{"transaction XID:3:ab:cd:q s BEGIN q 4\r\n", `result 200 0 4\r\n`},
+			{"transaction XID:3:ab:cd:q s BEGIN q 5\r\n", xaErr(protocol.XAErDupID, 5)},
+			{"transaction XID:3:ab:cd:q s COMMIT_TWO_PHASE q 6\r\n", xaErr(protocol.XAErProto, 6)},
+			{txPut("t", 0, "XID:3:ab:cd:q", "z", 7), `result 200 \d+ 7\r\n\d+ 0 -1`},
+			{"transaction XID:3:ab:cd:q s COMMIT_ONE_PHASE q 8\r\n", `result 200 0 8\r\n`},
+			{"transaction XID:4:ab:cd:q s BEGIN q 9\r\n", `result 200 0 9\r\n`},
+			{"transaction XID:4:ab:cd:q s PREPARE q 10\r\n", `result 200 1 10\r\n3`},
+			{"transaction XID:4:ab:cd:q s COMMIT_TWO_PHASE q 11\r\n", xaErr(protocol.XAErNotA, 11)},
 		}},
 		{"malformed", []step{
 			{"transaction TX:s:1 s begin 1\r\n", `result 400 \d+ 1\r\ntransaction: unknown type "begin"`},
@@ -364,6 +390,35 @@ func TestTxACL(t *testing.T) {
 	require.Regexp(t, `^result 403 \d+ 4\r\nuser "alice" may not publish to topic "secret"$`, got)
 	require.Regexp(t, `^result 403 `, c.call("stats transactions 5\r\n"))
 	c.commit("TX:s:1")
+}
+
+// TestTxXABrokerWide: an XA transaction prepared on one connection,
+// which then closes, is listed by RECOVER on another, which commits it;
+// its messages then appear, in order, with their ids. A prepared one does
+// not time out; an unprepared one does.
+func TestTxXABrokerWide(t *testing.T) {
+	b := startBroker(t, 0, func(c *conf.Config) { c.TxDefaultTimeout = 1 })
+	a := &txClient{wireConn: dialWire(t, b.Addr())}
+	const key = "XID:7:0102:03:app-1"
+	a.ok("transaction " + key + " s BEGIN app-1 1\r\n")
+	a.ok("transaction XID:8:01:02:app-1 s BEGIN app-1 2\r\n") // left to time out
+	ids := []int64{a.put(key, 0, "m0"), a.put(key, 0, "m1"), a.put(key, 1, "m2")}
+	require.Equal(t, "0", a.ok("transaction "+key+" s PREPARE app-1 3\r\n"))
+	a.nc.Close()
+	c := &txClient{wireConn: dialWire(t, b.Addr())}
+	require.Eventually(t, func() bool { return c.stat("", "tx_rollback") == "1" }, 20*time.Second, 10*time.Millisecond, "the unprepared one times out")
+	require.Equal(t, key, c.ok("transaction null s RECOVER app-1 4\r\n"), "the prepared one is still there")
+	require.Empty(t, c.records(0))
+	c.ok("transaction " + key + " s COMMIT_TWO_PHASE app-1 5\r\n")
+	recs := c.records(0)
+	require.Len(t, recs, 2)
+	require.Equal(t, ids[0], recs[0].ID)
+	require.Equal(t, "m1", string(recs[1].Data))
+	recs = c.records(1)
+	require.Len(t, recs, 1)
+	require.Equal(t, ids[2], recs[0].ID)
+	require.Equal(t, "2", c.stat("", "tx_xa_begin"))
+	require.Equal(t, "1", c.stat("", "tx_commit"))
 }
 
 // TestTxHostile: malformed transaction commands and transactional puts get

@@ -32,11 +32,13 @@ import (
 // checkpoint.
 
 const (
-	txRecAppend   = 1 // a transactional put: key, msgId, topic, partition, flag, data
-	txRecPrepare  = 2 // XA prepare: key (reserved: XA is not accepted yet)
-	txRecCommit   = 3 // key and, per partition, where its batch goes: topic, partition, not-before offset, ids, crc
-	txRecDone     = 4 // key: every batch of the commit is stored
-	txRecRollback = 5 // key
+	txRecAppend    = 1 // a transactional put: key, msgId, topic, partition, flag, data
+	txRecPrepare   = 2 // XA prepare: key, user
+	txRecCommit    = 3 // key and, per partition, where its batch goes: topic, partition, not-before offset, ids, crc
+	txRecDone      = 4 // key: every batch of the commit is stored
+	txRecRollback  = 5 // key
+	txRecHeuristic = 6 // key, u8 outcome: an XA transaction completed heuristically
+	txRecForget    = 7 // key: a heuristic outcome forgotten
 
 	txHeaderSize = 9
 	// txFileSize is the size past which the journal moves to a new file.
@@ -432,6 +434,10 @@ func encodeTxAppend(key string, m *txMsg) []byte {
 	p = binary.BigEndian.AppendUint32(p, uint32(len(m.e.Data)))
 	return append(p, m.e.Data...)
 }
+
+func encodeTxPrepare(key, user string) []byte { return appendStr(appendStr(nil, key), user) }
+
+func encodeTxHeuristic(key string, h heurOut) []byte { return append(appendStr(nil, key), byte(h)) }
 
 // txBatchLoc is where a commit puts one partition's batch: at or after
 // notBefore (the partition's end when the commit was recorded), the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -12,6 +13,7 @@ import (
 // replayedTx is a transaction rebuilt from the journal.
 type replayedTx struct {
 	key      string
+	user     string
 	msgs     []replayedMsg
 	locs     []txBatchLoc // set by its commit record
 	done     bool
@@ -38,7 +40,8 @@ type replayedMsg struct {
 //     with the same ids;
 //  4. what is still in flight is rolled back (local transactions do not
 //     survive their connection);
-//  5. (XA prepared transactions are not accepted yet, so none is rebuilt.)
+//  5. prepared XA transactions are rebuilt, prepared, so that RECOVER
+//     lists them, and heuristic outcomes are kept.
 //
 // The old files are then deleted: nothing in them is needed any more.
 func (b *Broker) openTxJournal() error {
@@ -52,6 +55,7 @@ func (b *Broker) openTxJournal() error {
 	}
 	var order []*replayedTx
 	byKey := map[string]*replayedTx{}
+	heur := map[string]heurOut{}
 	get := func(key string) *replayedTx {
 		t := byKey[key]
 		if t == nil || t.done || t.rolled {
@@ -88,9 +92,30 @@ func (b *Broker) openTxJournal() error {
 				t = get(key) // its puts were in files already freed
 			}
 			t.locs = locs
+		case txRecHeuristic, txRecForget:
+			r := &txReader{p: rec.payload}
+			key := r.str()
+			var h heurOut
+			if rec.typ == txRecHeuristic {
+				if b := r.take(1); b != nil {
+					h = heurOut(b[0])
+				}
+			}
+			if r.bad || len(r.p) != 0 || (rec.typ == txRecHeuristic && (h < heurCommitted || h > heurHazard)) {
+				return fmt.Errorf("transaction journal %s: malformed record of type %d", txFileName(rec.file), rec.typ)
+			}
+			if rec.typ == txRecForget {
+				delete(heur, key)
+			} else {
+				heur[key] = h
+			}
 		case txRecDone, txRecRollback, txRecPrepare:
 			r := &txReader{p: rec.payload}
 			key := r.str()
+			var user string
+			if rec.typ == txRecPrepare {
+				user = r.str()
+			}
 			if r.bad || len(r.p) != 0 {
 				return fmt.Errorf("transaction journal %s: malformed record of type %d", txFileName(rec.file), rec.typ)
 			}
@@ -104,7 +129,7 @@ func (b *Broker) openTxJournal() error {
 			case txRecRollback:
 				t.rolled = true
 			case txRecPrepare:
-				t.prepared = true
+				t.prepared, t.user = true, user
 			}
 		default:
 			return fmt.Errorf("transaction journal %s: unknown record type %d", txFileName(rec.file), rec.typ)
@@ -112,8 +137,11 @@ func (b *Broker) openTxJournal() error {
 	}
 	var touched []*store.Log
 	var rolled, completed, reappended int
+	var prepared []*replayedTx
 	for _, t := range order {
 		switch {
+		case t.prepared && t.locs == nil && !t.done && !t.rolled:
+			prepared = append(prepared, t)
 		case t.locs != nil:
 			n, logs, err := b.completeCommit(t)
 			if err != nil {
@@ -133,9 +161,9 @@ func (b *Broker) openTxJournal() error {
 			return fmt.Errorf("transaction journal: %w", err)
 		}
 	}
-	if rolled+completed+reappended > 0 {
-		b.logf("transaction journal: %d committed transactions completed, %d batches appended again, %d in-flight transactions rolled back",
-			completed, reappended, rolled)
+	if rolled+completed+reappended+len(prepared)+len(heur) > 0 {
+		b.logf("transaction journal: %d committed transactions completed, %d batches appended again, %d in-flight transactions rolled back, %d prepared XA transactions and %d heuristic outcomes kept",
+			completed, reappended, rolled, len(prepared), len(heur))
 	}
 	var last int64
 	if len(seqs) > 0 {
@@ -145,14 +173,78 @@ func (b *Broker) openTxJournal() error {
 	if err != nil {
 		return fmt.Errorf("transaction journal: %w", err)
 	}
+	b.txlog = j
+	// What outlives the restart is written again into the new file, so
+	// that the old ones can all go.
+	if err := b.rebuildPrepared(prepared, heur); err != nil {
+		j.close()
+		b.txlog = nil
+		return fmt.Errorf("transaction journal: %w", err)
+	}
 	for _, seq := range seqs {
-		j.removeLocked(seq) // no transaction is open yet
+		j.removeLocked(seq)
 	}
 	if err := syncDir(dir); err != nil {
 		j.close()
+		b.txlog = nil
 		return fmt.Errorf("transaction journal: %w", err)
 	}
-	b.txlog = j
+	return nil
+}
+
+// rebuildPrepared registers the prepared XA transactions and the heuristic
+// outcomes found by replay (§10 step 5: RECOVER lists them) and writes
+// their records into the new journal file, fsynced.
+func (b *Broker) rebuildPrepared(prepared []*replayedTx, heur map[string]heurOut) error {
+	s := &b.txs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.xa == nil {
+		s.xa = make(map[string]*tx)
+	}
+	if s.open == nil {
+		s.open = make(map[*tx]struct{})
+	}
+	if s.heur == nil {
+		s.heur = make(map[string]heurOut)
+	}
+	var pos int64
+	for _, rt := range prepared {
+		t := &tx{key: rt.key, xa: true, user: rt.user, session: "(recovered)", began: time.Now(), state: txPrepared}
+		for _, m := range rt.msgs {
+			tp, err := b.lookup([]byte(m.topic), true)
+			if err != nil {
+				return fmt.Errorf("prepared %s: topic %s: %w", rt.key, m.topic, err)
+			}
+			l := tp.partition(m.partition)
+			if l == nil {
+				return fmt.Errorf("prepared %s: topic %s has no partition %d", rt.key, m.topic, m.partition)
+			}
+			tm := txMsg{t: tp, l: l, p: m.partition, e: m.e}
+			if pos, err = b.txlog.write(t, txRecAppend, encodeTxAppend(rt.key, &tm)); err != nil {
+				return err
+			}
+			t.msgs = append(t.msgs, tm)
+			t.bytes += int64(len(m.e.Data))
+		}
+		var err error
+		if pos, err = b.txlog.write(t, txRecPrepare, encodeTxPrepare(rt.key, rt.user)); err != nil {
+			return err
+		}
+		s.xa[t.key] = t
+		s.open[t] = struct{}{}
+		s.buffered += t.bytes
+	}
+	for key, h := range heur {
+		var err error
+		if pos, err = b.txlog.write(nil, txRecHeuristic, encodeTxHeuristic(key, h)); err != nil {
+			return err
+		}
+		s.heur[key] = h
+	}
+	if pos > 0 {
+		return b.txlog.syncTo(pos)
+	}
 	return nil
 }
 

@@ -111,3 +111,44 @@ func TestTxJournalCut(t *testing.T) {
 		require.NoError(t, b.Close())
 	}
 }
+
+// TestTxRecoveryPrepared: a prepared XA transaction survives restarts,
+// listed by RECOVER with its messages invisible, its user kept, and is
+// committed after the second one; one rolled back after a restart leaves
+// nothing.
+func TestTxRecoveryPrepared(t *testing.T) {
+	dataDir := t.TempDir()
+	b := txRecoveryBroker(t, dataDir)
+	c := &txClient{wireConn: dialWire(t, b.Addr())}
+	ids := []int64{}
+	for _, key := range []string{"XID:1:aa:bb:q", "XID:2:aa:bb:q"} {
+		c.ok("transaction " + key + " s BEGIN q 1\r\n")
+		ids = append(ids, c.put(key, 0, key+" m0"), c.put(key, 1, key+" m1"))
+		require.Equal(t, "0", c.ok("transaction "+key+" s PREPARE q 2\r\n"))
+	}
+	require.NoError(t, b.Close())
+	for start := 0; start < 2; start++ {
+		b = txRecoveryBroker(t, dataDir)
+		c = &txClient{wireConn: dialWire(t, b.Addr())}
+		require.Equal(t, "XID:1:aa:bb:q\r\nXID:2:aa:bb:q", c.ok("transaction null s RECOVER q 3\r\n"), "start %d", start)
+		require.Empty(t, c.records(0))
+		require.Contains(t, c.ok("stats transactions 4\r\n"), "XID:1:aa:bb:q type xa state prepared session (recovered) messages 2 bytes 32 ")
+		if start == 0 {
+			require.NoError(t, b.Close())
+		}
+	}
+	c.ok("transaction XID:1:aa:bb:q s COMMIT_TWO_PHASE q 5\r\n")
+	c.ok("transaction XID:2:aa:bb:q s ROLLBACK q 6\r\n")
+	require.NoError(t, b.Close())
+	b = txRecoveryBroker(t, dataDir)
+	c = &txClient{wireConn: dialWire(t, b.Addr())}
+	require.Equal(t, "", c.ok("transaction null s RECOVER q 7\r\n"))
+	for p := 0; p < 2; p++ {
+		recs := c.records(p)
+		require.Len(t, recs, 1)
+		require.Equal(t, ids[p], recs[0].ID)
+	}
+	files, err := txFiles(filepath.Join(dataDir, TxDirName))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+}

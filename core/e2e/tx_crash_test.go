@@ -42,7 +42,9 @@ func txCall(c *client, key string, typ protocol.TxType) (reply, error) {
 // messages of an acknowledged commit appear exactly once, contiguous and in
 // put order with the ids their puts were answered; those of a transaction
 // never committed never appear; a commit in flight at the kill is all or
-// nothing; after every restart no transaction is left open.
+// nothing; an XA branch prepared before the kill is listed by RECOVER
+// after the restart, invisible until it is committed (or rolled back) from
+// a new connection; after every restart no other transaction is open.
 func TestTxKill9(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(t.TempDir(), "server.toml")
@@ -55,8 +57,22 @@ func TestTxKill9(t *testing.T) {
 		c := dial(t, s.Addr)
 		if round > 0 {
 			checkTxs(t, c, all)
+			// The XA branch prepared before the kill is listed, and its
+			// messages invisible, until it is decided: now, at random.
+			xa := all[len(all)-1]
+			r := ok(t)(txCall(c, protocol.NullTxKey, protocol.TxRecover))
+			require.Equal(t, xa.key, string(r.Body), "RECOVER after the restart")
 			st := parseStats(t, ok(t)(c.stats("transactions")).Body)
-			require.Equal(t, "0 buffered_bytes 0", st["open"], "no transaction survives a restart")
+			require.Regexp(t, `^1 buffered_bytes \d+$`, st["open"], "only the prepared branch survives a restart")
+			if rng.IntN(2) == 0 {
+				ok(t)(txCall(c, xa.key, protocol.TxCommitTwoPhase))
+				xa.outcome = txMustAppear
+			} else {
+				ok(t)(txCall(c, xa.key, protocol.TxRollback))
+			}
+			checkTxs(t, c, all)
+			r = ok(t)(txCall(c, protocol.NullTxKey, protocol.TxRecover))
+			require.Empty(t, r.Body)
 		}
 		// Some transactions, each stopped at a random point; the last is
 		// cut by the kill.
@@ -99,11 +115,35 @@ func TestTxKill9(t *testing.T) {
 				// killed with the transaction open
 			}
 		}
+		// An XA branch on another connection, prepared just before the
+		// kill: it must survive it.
+		xc := dial(t, s.Addr)
+		xa := &testTx{key: fmt.Sprintf("XID:1:%02x:01:e2e", round), outcome: txMustNot, msgs: map[int32][]string{}, ids: map[string]int64{}}
+		all = append(all, xa)
+		ok(t)(txCall(xc, xa.key, protocol.TxBegin))
+		for i := 0; i < 1+rng.IntN(10); i++ {
+			p := int32(rng.IntN(2))
+			body := fmt.Sprintf("r=%02d %s i=%03d", round, xa.key, i)
+			op := xc.nextOpaque()
+			r := ok(t)(xc.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, xa.key, op))+body), op))
+			id, _, _, _, err := protocol.ParsePutResult(r.Body)
+			require.NoError(t, err)
+			xa.msgs[p] = append(xa.msgs[p], body)
+			xa.ids[body] = id
+		}
+		r := ok(t)(txCall(xc, xa.key, protocol.TxPrepare))
+		require.Equal(t, "0", string(r.Body))
 		s.Kill()
 		c.close()
+		xc.close()
 	}
 	s := startServer(t, cfgPath, dir)
-	checkTxs(t, dial(t, s.Addr), all)
+	c := dial(t, s.Addr)
+	checkTxs(t, c, all)
+	xa := all[len(all)-1]
+	ok(t)(txCall(c, xa.key, protocol.TxCommitTwoPhase))
+	xa.outcome = txMustAppear
+	checkTxs(t, c, all)
 }
 
 // checkTxs reads both partitions and checks every transaction's outcome.
