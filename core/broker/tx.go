@@ -87,9 +87,9 @@ type txMsg struct {
 type txSet struct {
 	mu       sync.Mutex
 	open     map[*tx]struct{}
-	xa       map[string]*tx     // XA transactions by canonical key
-	heur     map[string]heurOut // heuristically completed XA transactions (txxa.go)
-	buffered int64              // message bytes held by open transactions
+	xa       map[string]*tx        // XA transactions by canonical key
+	heur     map[string]*heurEntry // heuristically completed XA transactions (txxa.go)
+	buffered int64                 // message bytes held by open transactions
 
 	begins, xaBegins, commits, rollbacks atomic.Int64
 }
@@ -136,8 +136,8 @@ func (c *conn) handleTransaction(r *protocol.Request) {
 		c.commitLocal(key, r.Opaque)
 	case protocol.TxRollback:
 		c.rollbackLocal(key, r.Opaque)
-	case protocol.TxForget:
-		c.localErr(r.Opaque, "transaction "+key+" is local: FORGET applies to heuristically completed XA transactions")
+	case protocol.TxForget, protocol.TxHeuristicCommit, protocol.TxHeuristicRollback:
+		c.localErr(r.Opaque, "transaction "+key+" is local: "+r.TxType.String()+" applies to XA transactions")
 	default:
 		c.reply(protocol.StatusBadRequest, "unexpected transaction type "+r.TxType.String(), r.Opaque)
 	}
@@ -365,6 +365,7 @@ type txCommit struct {
 	c      *conn
 	t      *tx
 	opaque int32
+	heur   bool // an admin's heuristic commit: recorded as such
 	logs   []*store.Log
 	mu     sync.Mutex
 	left   int
@@ -405,8 +406,21 @@ func (tc *txCommit) finish() {
 	if len(tc.errs) == 0 {
 		b.journalEnd(tc.t, txRecDone)
 	}
+	var heurPos int64
+	if tc.heur {
+		out := heurCommitted
+		if len(tc.errs) > 0 {
+			out = heurHazard
+		}
+		heurPos = b.recordHeuristicLocked(tc.t.key, out)
+	}
 	s.mu.Unlock()
 	c.addPending(-1)
+	if tc.heur {
+		if err := b.txlog.force(heurPos); err != nil {
+			tc.errs = append(tc.errs, err.Error())
+		}
+	}
 	if len(tc.errs) > 0 {
 		// The commit record stays in the journal (the transaction keeps
 		// its files): the next start completes the commit.
@@ -455,7 +469,7 @@ func (c *conn) commitLocal(key string, opaque int32) {
 		c.localErr(opaque, msg)
 		return
 	}
-	c.startCommitLocked(t, opaque)
+	c.startCommitLocked(t, opaque, false)
 }
 
 // txFail replies a transaction's failure in its kind's form: an XA error
@@ -471,7 +485,7 @@ func (c *conn) txFail(t *tx, opaque int32, code int, msg string) {
 // startCommitLocked records t's commit, makes it durable and appends its
 // batches; the reply comes when they are stored. The caller holds txSet.mu
 // and has checked that t may commit; it is unlocked on return.
-func (c *conn) startCommitLocked(t *tx, opaque int32) {
+func (c *conn) startCommitLocked(t *tx, opaque int32, heur bool) {
 	b := c.b
 	s := &b.txs
 	key := t.key
@@ -496,17 +510,17 @@ func (c *conn) startCommitLocked(t *tx, opaque int32) {
 	if err := b.txlog.force(pos); err != nil {
 		// Not known to be durable: do not append (a replay may or may
 		// not see the commit; if it does, it appends the batches).
-		tc := &txCommit{c: c, t: t, opaque: opaque, left: 1}
+		tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: 1}
 		tc.AppendDone(0, 0, 0, err)
 		return
 	}
-	c.appendCommit(t, batches, opaque)
+	c.appendCommit(t, batches, opaque, heur)
 }
 
 // appendCommit appends a committed transaction's batches, one per
 // partition, and replies when all are done.
-func (c *conn) appendCommit(t *tx, batches []*txBatch, opaque int32) {
-	tc := &txCommit{c: c, t: t, opaque: opaque, left: len(batches) + 1}
+func (c *conn) appendCommit(t *tx, batches []*txBatch, opaque int32, heur bool) {
+	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1}
 	for _, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)
 	}
@@ -555,12 +569,21 @@ func (b *Broker) writeTxStats(sb *strings.Builder) {
 			t.key, kind, t.state, t.session, len(t.msgs), t.bytes, now.Sub(t.began).Milliseconds(), int64(t.timeout/time.Second))})
 	}
 	buffered := s.buffered
+	var heur []string
+	for key, e := range s.heur {
+		heur = append(heur, key+" type xa state heuristic_"+e.out.short()+"\r\n")
+	}
 	s.mu.Unlock()
 	sort.Slice(lines, func(i, j int) bool { return lines[i].began.Before(lines[j].began) })
+	sort.Strings(heur)
 	sb.WriteString("STATS\r\n")
 	fmt.Fprintf(sb, "open %d buffered_bytes %d\r\n", len(lines), buffered)
 	for _, l := range lines {
 		sb.WriteString(l.text)
+	}
+	fmt.Fprintf(sb, "heuristic %d\r\n", len(heur))
+	for _, l := range heur {
+		sb.WriteString(l)
 	}
 	sb.WriteString("END\r\n")
 }

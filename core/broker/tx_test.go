@@ -390,6 +390,22 @@ func TestTxACL(t *testing.T) {
 	require.Regexp(t, `^result 403 \d+ 4\r\nuser "alice" may not publish to topic "secret"$`, got)
 	require.Regexp(t, `^result 403 `, c.call("stats transactions 5\r\n"))
 	c.commit("TX:s:1")
+
+	// XA: another user may neither use nor see alice's branch; root may.
+	c.ok("transaction XID:1:aa:bb:q s BEGIN q 6\r\n")
+	c.ok("put orders 0 1 0 -1 XID:1:aa:bb:q 7\r\nx")
+	require.Equal(t, "0", c.ok("transaction XID:1:aa:bb:q s PREPARE q 8\r\n"))
+	require.Regexp(t, `^result 403 \d+ 9\r\nuser "alice" may not complete transactions heuristically \(admin only\)$`,
+		c.call("transaction XID:1:aa:bb:q s HEURISTIC_COMMIT 9\r\n"))
+	other := &txClient{wireConn: dialWire(t, b.Addr())}
+	require.Regexp(t, `^result 200 `, other.call(string(protocol.AppendAuthPlain(nil, "nosub", "nosub-pw", 1))))
+	require.Equal(t, "", other.ok("transaction null s RECOVER q 2\r\n"))
+	require.Regexp(t, `XAException:code=-3,msg=transaction XID:1:aa:bb:q belongs to another user$`,
+		other.call("transaction XID:1:aa:bb:q s COMMIT_TWO_PHASE q 3\r\n"))
+	root := &txClient{wireConn: dialWire(t, b.Addr())}
+	require.Regexp(t, `^result 200 `, root.call(string(protocol.AppendAuthPlain(nil, "root", "root-pw", 1))))
+	require.Equal(t, "XID:1:aa:bb:q", root.ok("transaction null s RECOVER q 2\r\n"))
+	root.ok("transaction XID:1:aa:bb:q s COMMIT_TWO_PHASE q 3\r\n")
 }
 
 // TestTxXABrokerWide: an XA transaction prepared on one connection,

@@ -206,7 +206,7 @@ func (b *Broker) rebuildPrepared(prepared []*replayedTx, heur map[string]heurOut
 		s.open = make(map[*tx]struct{})
 	}
 	if s.heur == nil {
-		s.heur = make(map[string]heurOut)
+		s.heur = make(map[string]*heurEntry)
 	}
 	var pos int64
 	for _, rt := range prepared {
@@ -236,11 +236,12 @@ func (b *Broker) rebuildPrepared(prepared []*replayedTx, heur map[string]heurOut
 		s.buffered += t.bytes
 	}
 	for key, h := range heur {
+		e := &heurEntry{out: h, hold: &tx{key: key}}
 		var err error
-		if pos, err = b.txlog.write(nil, txRecHeuristic, encodeTxHeuristic(key, h)); err != nil {
+		if pos, err = b.txlog.write(e.hold, txRecHeuristic, encodeTxHeuristic(key, h)); err != nil {
 			return err
 		}
-		s.heur[key] = h
+		s.heur[key] = e
 	}
 	if pos > 0 {
 		return b.txlog.syncTo(pos)

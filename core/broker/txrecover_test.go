@@ -152,3 +152,45 @@ func TestTxRecoveryPrepared(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, files, 1)
 }
+
+// TestTxHeuristics: an admin completes prepared XA branches heuristically;
+// the coordinator's later commit or rollback gets XA_HEURCOM (7) or
+// XA_HEURRB (6), RECOVER still lists them, this survives restarts, and
+// FORGET removes them. Without admin rights the command is refused.
+func TestTxHeuristics(t *testing.T) {
+	dataDir := t.TempDir()
+	b := txRecoveryBroker(t, dataDir)
+	c := &txClient{wireConn: dialWire(t, b.Addr())}
+	for _, key := range []string{"XID:1:aa:bb:q", "XID:2:aa:bb:q"} {
+		c.ok("transaction " + key + " s BEGIN q 1\r\n")
+		c.put(key, 0, key)
+		require.Equal(t, "0", c.ok("transaction "+key+" s PREPARE q 2\r\n"))
+	}
+	c.ok("transaction XID:1:aa:bb:q s HEURISTIC_COMMIT 3\r\n")
+	c.ok("transaction XID:2:aa:bb:q s HEURISTIC_ROLLBACK 4\r\n")
+	recs := c.records(0)
+	require.Len(t, recs, 1)
+	require.Equal(t, "XID:1:aa:bb:q", string(recs[0].Data))
+	for start := 0; start < 2; start++ {
+		if start == 1 {
+			require.NoError(t, b.Close())
+			b = txRecoveryBroker(t, dataDir)
+			c = &txClient{wireConn: dialWire(t, b.Addr())}
+		}
+		require.Regexp(t, `XAException:code=7,msg=transaction XID:1:aa:bb:q was heuristically committed$`, c.call("transaction XID:1:aa:bb:q s COMMIT_TWO_PHASE q 5\r\n"))
+		require.Regexp(t, `XAException:code=7,`, c.call("transaction XID:1:aa:bb:q s ROLLBACK q 6\r\n"))
+		require.Regexp(t, `XAException:code=6,msg=transaction XID:2:aa:bb:q was heuristically rolled back$`, c.call("transaction XID:2:aa:bb:q s COMMIT_TWO_PHASE q 7\r\n"))
+		require.Regexp(t, `XAException:code=-8,`, c.call("transaction XID:2:aa:bb:q s BEGIN q 8\r\n"))
+		require.Equal(t, "XID:1:aa:bb:q\r\nXID:2:aa:bb:q", c.ok("transaction null s RECOVER q 9\r\n"), "start %d", start)
+		body := c.ok("stats transactions 10\r\n")
+		require.Contains(t, body, "heuristic 2\r\nXID:1:aa:bb:q type xa state heuristic_committed\r\nXID:2:aa:bb:q type xa state heuristic_rolled_back\r\n")
+	}
+	c.ok("transaction XID:1:aa:bb:q s FORGET q 11\r\n")
+	require.Regexp(t, `XAException:code=-4,`, c.call("transaction XID:1:aa:bb:q s FORGET q 12\r\n"))
+	require.NoError(t, b.Close())
+	b = txRecoveryBroker(t, dataDir)
+	c = &txClient{wireConn: dialWire(t, b.Addr())}
+	require.Equal(t, "XID:2:aa:bb:q", c.ok("transaction null s RECOVER q 13\r\n"), "FORGET survives the restart")
+	require.Len(t, c.records(0), 1)
+	require.Regexp(t, `^result 500 \d+ 14\r\ntransaction TX:s:1 is local`, c.call("transaction TX:s:1 s HEURISTIC_COMMIT 14\r\n"))
+}

@@ -33,6 +33,17 @@ func (h heurOut) String() string {
 	return "completed (outcome unknown)"
 }
 
+// short names the outcome in stats: committed, rolled_back, hazard.
+func (h heurOut) short() string {
+	switch h {
+	case heurCommitted:
+		return "committed"
+	case heurRolledBack:
+		return "rolled_back"
+	}
+	return "hazard"
+}
+
 // code is the XA error a later commit or rollback gets.
 func (h heurOut) code() int {
 	switch h {
@@ -42,6 +53,31 @@ func (h heurOut) code() int {
 		return protocol.XAHeurRB
 	}
 	return protocol.XAHeurHaz
+}
+
+// heurEntry is a heuristic outcome; hold references the journal file of
+// its record.
+type heurEntry struct {
+	out  heurOut
+	hold *tx
+}
+
+// recordHeuristicLocked records key's heuristic outcome in the journal and
+// in the heuristic list, and returns the record's position (0 if the
+// journal failed, which is logged). The caller holds txSet.mu.
+func (b *Broker) recordHeuristicLocked(key string, out heurOut) int64 {
+	s := &b.txs
+	if s.heur == nil {
+		s.heur = make(map[string]*heurEntry)
+	}
+	e := &heurEntry{out: out, hold: &tx{key: key}}
+	pos, err := b.txlog.write(e.hold, txRecHeuristic, encodeTxHeuristic(key, out))
+	if err != nil {
+		b.logf("transaction %s: heuristic record: %v", key, err)
+	}
+	s.heur[key] = e
+	b.logf("transaction %s: heuristically %s", key, out)
+	return pos
 }
 
 // userName is the connection's authenticated user, "" with auth off.
@@ -69,7 +105,7 @@ func (c *conn) lookupXALocked(key string) (*tx, int, string) {
 	t := s.xa[key]
 	if t == nil {
 		if h, ok := s.heur[key]; ok {
-			return nil, h.code(), "transaction " + key + " was heuristically " + h.String()
+			return nil, h.out.code(), "transaction " + key + " was heuristically " + h.out.String()
 		}
 		return nil, protocol.XAErNotA, "unknown XID " + key
 	}
@@ -172,15 +208,22 @@ func (c *conn) handleXA(r *protocol.Request, key string) {
 			c.xaErr(op, protocol.XAErProto, "transaction "+key+" is "+t.state.String()+": it cannot be committed in one phase")
 			return
 		}
-		c.startCommitLocked(t, op)
+		c.startCommitLocked(t, op, false)
 	case protocol.TxCommitTwoPhase:
 		if t.state != txPrepared {
 			s.mu.Unlock()
 			c.xaErr(op, protocol.XAErProto, "transaction "+key+" is "+t.state.String()+", not prepared: it cannot be committed in two phases")
 			return
 		}
-		c.startCommitLocked(t, op)
-	case protocol.TxRollback:
+		c.startCommitLocked(t, op, false)
+	case protocol.TxHeuristicCommit:
+		if t.state != txActive && t.state != txPrepared {
+			s.mu.Unlock()
+			c.xaErr(op, protocol.XAErProto, "transaction "+key+" is "+t.state.String()+": it cannot be committed heuristically")
+			return
+		}
+		c.startCommitLocked(t, op, true)
+	case protocol.TxRollback, protocol.TxHeuristicRollback:
 		if t.state != txActive && t.state != txPrepared {
 			s.mu.Unlock()
 			c.xaErr(op, protocol.XAErProto, "transaction "+key+" is "+t.state.String()+": it cannot be rolled back")
@@ -190,6 +233,9 @@ func (c *conn) handleXA(r *protocol.Request, key string) {
 		s.unregisterLocked(t)
 		t.msgs = nil
 		pos := b.journalEnd(t, txRecRollback)
+		if r.TxType == protocol.TxHeuristicRollback {
+			pos = max(pos, b.recordHeuristicLocked(key, heurRolledBack))
+		}
 		s.mu.Unlock()
 		err := b.txlog.force(pos)
 		b.txlog.release(t)
@@ -215,6 +261,7 @@ func (c *conn) forgetLocked(key string, op int32) {
 		c.xaErr(op, protocol.XAErNotA, "transaction "+key+" was not heuristically completed")
 		return
 	}
+	e := s.heur[key]
 	pos, err := b.txlog.write(nil, txRecForget, appendStr(nil, key))
 	if err == nil {
 		delete(s.heur, key)
@@ -222,6 +269,7 @@ func (c *conn) forgetLocked(key string, op int32) {
 	s.mu.Unlock()
 	if err == nil {
 		err = b.txlog.force(pos)
+		b.txlog.release(e.hold)
 	}
 	if err != nil {
 		c.xaErr(op, protocol.XAErRMFail, "forget of "+key+": "+err.Error())
@@ -250,8 +298,7 @@ func (c *conn) recoverXA(r *protocol.Request) {
 			keys = append(keys, key)
 		}
 	}
-	for key, h := range s.heur {
-		_ = h
+	for key := range s.heur {
 		if match(key) && (!c.b.cfg.Auth.Enabled || c.auth.user != nil && c.auth.user.Admin) {
 			keys = append(keys, key)
 		}

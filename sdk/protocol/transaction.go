@@ -24,9 +24,17 @@ const (
 	TxRollback
 	TxForget
 	TxRecover
+	// TxHeuristicCommit and TxHeuristicRollback are metaq-go's admin
+	// commands for what MetaQ does over JMX (commit/
+	// rollbackTransactionHeuristically): complete an XA branch without
+	// its coordinator. A later commit or rollback from the coordinator
+	// fails with XA_HEURCOM, XA_HEURRB or XA_HEURHAZ until FORGET.
+	TxHeuristicCommit
+	TxHeuristicRollback
 )
 
-var txTypeNames = [...]string{"UNKNOWN", "BEGIN", "END", "PREPARE", "COMMIT_ONE_PHASE", "COMMIT_TWO_PHASE", "ROLLBACK", "FORGET", "RECOVER"}
+var txTypeNames = [...]string{"UNKNOWN", "BEGIN", "END", "PREPARE", "COMMIT_ONE_PHASE", "COMMIT_TWO_PHASE", "ROLLBACK", "FORGET", "RECOVER",
+	"HEURISTIC_COMMIT", "HEURISTIC_ROLLBACK"}
 
 // String is the type's name on the wire.
 func (t TxType) String() string {

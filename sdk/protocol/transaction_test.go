@@ -118,7 +118,7 @@ func TestAppendTransaction(t *testing.T) {
 	require.Equal(t, "transaction XID:1:ab:cd:q s BEGIN 10 q 7\r\n", string(AppendTransaction(nil, "XID:1:ab:cd:q", "s", TxBegin, 10, "q", 7)))
 	require.Equal(t, "transaction null s RECOVER q 7\r\n", string(AppendTransaction(nil, NullTxKey, "s", TxRecover, 0, "q", 7)))
 	require.Equal(t, "put t 1 2 0 -1 TX:s:1 9\r\n", string(AppendTxPutHeader(nil, "t", 1, 2, 0, NoChecksum, "TX:s:1", 9)))
-	for typ := TxBegin; typ <= TxRecover; typ++ {
+	for typ := TxBegin; typ <= TxHeuristicRollback; typ++ {
 		got, ok := ParseTxType([]byte(typ.String()))
 		require.True(t, ok)
 		require.Equal(t, typ, got)
@@ -149,7 +149,7 @@ func FuzzTransaction(f *testing.F) {
 		"XID:1:abc:cd:q s PREPARE 3", "TX:fe80::1-5-1:9 fe80::1-5-1 COMMIT_ONE_PHASE 1",
 		"XID:1:ab:cd: s FORGET 3", "TX::1 s ROLLBACK 3", "XID:2147483648:ab:cd:q s BEGIN 1",
 		"TX:s:1 s BEGIN 1 q x 3", "TX:s:1  BEGIN 3", "XID:1:ab:cd:q\xff s COMMIT_TWO_PHASE 1",
-		"TX:s:1 s BEGIN 00000000000000000000000000001 3",
+		"TX:s:1 s BEGIN 00000000000000000000000000001 3", "XID:1:ab:cd:q s HEURISTIC_COMMIT 4", "XID:1:ab:cd:q s HEURISTIC_ROLLBACK 5",
 	} {
 		f.Add([]byte(s))
 	}
