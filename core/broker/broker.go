@@ -624,6 +624,7 @@ func (b *Broker) closeStores() error {
 		errs = append(errs, t.close())
 	}
 	if b.txlog != nil {
+		b.txs.stopTimers()
 		errs = append(errs, b.txlog.close())
 	}
 	errs = append(errs, b.closeJournals())

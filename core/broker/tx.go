@@ -196,6 +196,19 @@ func (s *txSet) unregisterLocked(t *tx) {
 	s.buffered -= t.bytes
 }
 
+// stopTimers stops every open transaction's timeout, for Close: what is
+// open stays in the journal (local and unprepared XA ones are rolled back
+// by the next start, prepared ones rebuilt).
+func (s *txSet) stopTimers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t := range s.open {
+		if t.timer != nil {
+			t.timer.Stop()
+		}
+	}
+}
+
 // expireTx rolls back t if it is still active when its timeout passes.
 func (b *Broker) expireTx(t *tx) {
 	s := &b.txs
@@ -382,7 +395,9 @@ func (tc *txCommit) AppendDone(token uint64, _, _ int64, err error) {
 	last := tc.left == 0
 	tc.mu.Unlock()
 	if last {
-		tc.finish()
+		// Not on the caller's goroutine: that may be the store's
+		// completer, and finishing may fsync the transaction journal.
+		go tc.finish()
 	}
 }
 

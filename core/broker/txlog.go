@@ -312,6 +312,13 @@ func (j *txLog) syncTo(pos int64) error {
 	}
 	if err := f.Sync(); err != nil {
 		j.mu.Lock()
+		if j.f != f && j.err == nil {
+			// The file was rotated meanwhile: rotation fsynced it whole
+			// before closing it, and end was within it.
+			j.mu.Unlock()
+			j.synced = end
+			return nil
+		}
 		if j.err == nil {
 			j.err = fmt.Errorf("transaction journal: fsync: %w", err)
 		}
