@@ -48,6 +48,9 @@ type Options struct {
 	// openHook, if set (tests), is called with the topic's name while a
 	// topic's partitions are being opened, with no broker lock held.
 	openHook func(topic string)
+	// txFileSize, if set (tests), replaces the transaction journal's file
+	// size (txFileSize).
+	txFileSize int64
 }
 
 // Broker is one metaq-go broker.

@@ -59,9 +59,10 @@ const (
 
 // txLog is the open transaction journal.
 type txLog struct {
-	dir  string
-	mode int
-	logf func(string, ...any)
+	dir      string
+	mode     int
+	fileSize int64
+	logf     func(string, ...any)
 
 	mu   sync.Mutex
 	f    *os.File
@@ -168,7 +169,7 @@ func replayTxFiles(dir string, logf func(string, ...any)) ([]txRecord, []int64, 
 // openTxLog opens the journal for appending in a new file after the
 // existing ones (which replay has read).
 func openTxLog(dir string, mode int, last int64, logf func(string, ...any)) (*txLog, error) {
-	j := &txLog{dir: dir, mode: mode, logf: logf, seq: last, refs: map[int64]int{}, done: make(chan struct{})}
+	j := &txLog{dir: dir, mode: mode, fileSize: txFileSize, logf: logf, seq: last, refs: map[int64]int{}, done: make(chan struct{})}
 	if err := j.rotateLocked(); err != nil {
 		return nil, err
 	}
@@ -250,7 +251,7 @@ func (j *txLog) write(t *tx, typ byte, payload []byte) (int64, error) {
 		j.mu.Unlock()
 		return 0, j.err
 	}
-	if j.size > 0 && j.size+int64(txHeaderSize+len(payload)) > txFileSize {
+	if j.size > 0 && j.size+int64(txHeaderSize+len(payload)) > j.fileSize {
 		if err := j.rotateLocked(); err != nil {
 			j.err = fmt.Errorf("transaction journal: new file: %w", err)
 			j.mu.Unlock()

@@ -173,6 +173,9 @@ func (b *Broker) openTxJournal() error {
 	if err != nil {
 		return fmt.Errorf("transaction journal: %w", err)
 	}
+	if b.opts.txFileSize > 0 {
+		j.fileSize = b.opts.txFileSize
+	}
 	b.txlog = j
 	// What outlives the restart is written again into the new file, so
 	// that the old ones can all go.

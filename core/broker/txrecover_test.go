@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/metaq-go/metaq/conf"
@@ -193,4 +194,46 @@ func TestTxHeuristics(t *testing.T) {
 	require.Equal(t, "XID:2:aa:bb:q", c.ok("transaction null s RECOVER q 13\r\n"), "FORGET survives the restart")
 	require.Len(t, c.records(0), 1)
 	require.Regexp(t, `^result 500 \d+ 14\r\ntransaction TX:s:1 is local`, c.call("transaction TX:s:1 s HEURISTIC_COMMIT 14\r\n"))
+}
+
+// TestTxJournalSpace: with small journal files, files are deleted once no
+// open transaction has a record in them: an open transaction keeps its
+// first file while many others commit, and it goes once it ends.
+func TestTxJournalSpace(t *testing.T) {
+	dataDir := t.TempDir()
+	cfg := conf.Default()
+	cfg.Port = 0
+	cfg.DataDir = dataDir
+	cfg.NumPartitions = 2
+	cfg.Topics = []conf.Topic{{Name: "t"}}
+	b, err := New(cfg, Options{Logf: func(string, ...any) {}, txFileSize: 4096})
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+	t.Cleanup(func() { b.Close() })
+	dir := filepath.Join(dataDir, TxDirName)
+	c := &txClient{wireConn: dialWire(t, b.Addr())}
+	c.begin("TX:h:1")
+	c.put("TX:h:1", 0, "held")
+	files, err := txFiles(dir)
+	require.NoError(t, err)
+	first := files[0]
+	for i := 0; i < 200; i++ {
+		key := "TX:s:" + strconv.Itoa(i)
+		c.begin(key)
+		c.put(key, i%2, strings.Repeat("x", 100))
+		c.commit(key)
+	}
+	files, err = txFiles(dir)
+	require.NoError(t, err)
+	require.Equal(t, first, files[0], "the open transaction's file is kept")
+	require.LessOrEqual(t, len(files), 3, "files of finished transactions are deleted: %v", files)
+	c.commit("TX:h:1")
+	c.begin("TX:n:1") // a record in the current file, so the files before it can go
+	c.put("TX:n:1", 0, strings.Repeat("y", 5000))
+	c.commit("TX:n:1")
+	files, err = txFiles(dir)
+	require.NoError(t, err)
+	require.NotContains(t, files, first, "freed once its transaction ended")
+	require.LessOrEqual(t, len(files), 2)
+	require.Len(t, c.records(0), 102)
 }

@@ -38,7 +38,7 @@ func txCall(c *client, key string, typ protocol.TxType) (reply, error) {
 }
 
 // TestTxKill9 runs metaq-server and SIGKILLs it at random points between
-// begin, puts and commit, over several rounds on one data directory:
+// begin, puts and commit, over 50 rounds (8 with -short) on one data directory:
 // messages of an acknowledged commit appear exactly once, contiguous and in
 // put order with the ids their puts were answered; those of a transaction
 // never committed never appear; a commit in flight at the kill is all or
@@ -51,7 +51,10 @@ func TestTxKill9(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfgPath, []byte(brokerConfig(dir, "", "[[topic]]\nname = \"tx\"\nnum_partitions = 2\n")), 0o644))
 	rng := rand.New(rand.NewPCG(10, 10))
 	var all []*testTx
-	const rounds = 8
+	rounds := 50
+	if testing.Short() {
+		rounds = 8
+	}
 	for round := 0; round < rounds; round++ {
 		s := startServer(t, cfgPath, dir)
 		c := dial(t, s.Addr)
