@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -269,13 +270,6 @@ func (b *Broker) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 			return appended, logs, fmt.Errorf("topic %s has no partition %d", loc.topic, loc.partition)
 		}
 		logs = append(logs, l)
-		found, err := b.findBatch(l, loc)
-		if err != nil {
-			return appended, logs, err
-		}
-		if found {
-			continue
-		}
 		var entries []store.Entry
 		for _, m := range t.msgs {
 			if m.topic == loc.topic && m.partition == loc.partition {
@@ -283,13 +277,29 @@ func (b *Broker) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 			}
 		}
 		if len(entries) != loc.n || len(entries) == 0 || entries[0].ID != loc.firstID || batchCRC(entries) != loc.crc {
+			entries = nil // its puts are not in the journal (any more)
+		}
+		present, err := b.findBatch(l, loc, entries)
+		if err != nil {
+			return appended, logs, err
+		}
+		if present == loc.n {
+			continue
+		}
+		if entries == nil {
 			// Only possible if files were lost by other means: say so
 			// loudly rather than append something else.
 			b.logf("transaction journal: %s: the batch for %s-%d is missing from the partition and its messages are not in the journal; %d messages lost",
 				t.key, loc.topic, loc.partition, loc.n)
 			continue
 		}
-		if _, _, err := l.AppendSync(entries); err != nil {
+		if present > 0 {
+			// A torn write kept the batch's first records at the end of
+			// the partition: append the rest after them.
+			b.logf("transaction journal: %s: %d of the %d messages of its batch for %s-%d are in place; appending the others",
+				t.key, present, loc.n, loc.topic, loc.partition)
+		}
+		if _, _, err := l.AppendSync(entries[present:]); err != nil {
 			return appended, logs, err
 		}
 		appended++
@@ -297,14 +307,18 @@ func (b *Broker) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 	return appended, logs, nil
 }
 
-// findBatch reports whether the batch loc describes is in l at or after
-// loc.notBefore: a record with its first id followed by its other
-// records, whose data has its crc.
-func (b *Broker) findBatch(l *store.Log, loc txBatchLoc) (bool, error) {
+// findBatch looks for the batch loc describes in l at or after
+// loc.notBefore and returns how much of it is there: loc.n if a record
+// with its first id is followed by its other records, whose data has its
+// crc; k (0 < k < loc.n) if the first k records of entries (ids and data)
+// end the partition, as a torn write leaves them; 0 otherwise. entries may
+// be nil (the puts are not in the journal): then only a whole batch is
+// found.
+func (b *Broker) findBatch(l *store.Log, loc txBatchLoc, entries []store.Entry) (int, error) {
 	off := max(loc.notBefore, l.MinOffset())
 	chunk := max(1<<20, b.cfg.MaxMessageSize+1024)
 	var buf []byte
-	matching := false
+	matching, same := false, false
 	var got int
 	var crc uint32
 	for off < l.MaxOffset() {
@@ -318,26 +332,33 @@ func (b *Broker) findBatch(l *store.Log, loc txBatchLoc) (bool, error) {
 				off = below.Min
 				continue
 			}
-			return false, err
+			return 0, err
 		}
 		buf, err = v.ReadAll(buf[:0])
 		v.Release()
 		if err != nil {
-			return false, err
+			return 0, err
 		}
 		it := message.NewIterator(buf, off, 0)
 		for it.Next() {
 			r := it.Record()
-			if !matching {
+			if !matching || r.ID == loc.firstID && got > 0 {
 				if r.ID != loc.firstID {
+					matching = false
 					continue
 				}
-				matching, got, crc = true, 0, 0
+				matching, same, got, crc = true, entries != nil, 0, 0
 			}
+			same = same && got < len(entries) && r.ID == entries[got].ID && bytes.Equal(r.Data, entries[got].Data)
 			crc = crcUpdate(crc, r.Data)
 			got++
 			if got == loc.n {
-				return crc == loc.crc, nil
+				if crc == loc.crc {
+					return loc.n, nil
+				}
+				matching = false
+			} else if entries != nil && !same {
+				matching = false
 			}
 		}
 		if it.Consumed() == 0 {
@@ -345,5 +366,8 @@ func (b *Broker) findBatch(l *store.Log, loc txBatchLoc) (bool, error) {
 		}
 		off = it.NextOffset()
 	}
-	return false, nil
+	if matching && same && got < loc.n {
+		return got, nil
+	}
+	return 0, nil
 }

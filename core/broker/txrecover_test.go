@@ -237,3 +237,23 @@ func TestTxJournalSpace(t *testing.T) {
 	require.LessOrEqual(t, len(files), 2)
 	require.Len(t, c.records(0), 102)
 }
+
+// TestTxRecoveryTornBatch: a commit whose batch a torn write left in part
+// at the end of its partition (its first record) is completed with the
+// other records only: each message once, contiguous, in order.
+func TestTxRecoveryTornBatch(t *testing.T) {
+	dataDir := t.TempDir()
+	b := txRecoveryBroker(t, dataDir)
+	_, _, err := b.topics["t"].parts[0].AppendSync([]store.Entry{{ID: 1000, CRC: message.Checksum([]byte("committed 0")), Data: []byte("committed 0")}})
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	require.NoError(t, os.RemoveAll(filepath.Join(dataDir, TxDirName))) // no open transaction in it
+	committed, _ := writeTxJournal(t, dataDir)
+	b = txRecoveryBroker(t, dataDir)
+	recs := partitionRecords(t, b, 0)
+	require.Len(t, recs, 3)
+	for i, r := range recs {
+		require.Equal(t, committed[i].ID, r.ID)
+		require.Equal(t, committed[i].Data, r.Data)
+	}
+}
