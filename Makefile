@@ -79,6 +79,8 @@ bench: build
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./sdk/protocol/
+	$(GO) test -run '^$$' -fuzz '^FuzzTransaction$$' -fuzztime $(FUZZTIME) ./sdk/protocol/
+	$(GO) test -run '^$$' -fuzz '^FuzzTxKey$$' -fuzztime $(FUZZTIME) ./sdk/protocol/
 	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime $(FUZZTIME) ./sdk/message/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./conf/
 	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime $(FUZZTIME) ./filters/expr/

@@ -159,6 +159,25 @@ type Config struct {
 	// measured as df measures it. Default 0.90.
 	DiskMaxUsedRatio float64 `toml:"disk_max_used_ratio"`
 
+	// TxDefaultTimeout is how many seconds a transaction whose BEGIN gives
+	// no timeout may stay unprepared before the broker rolls it back
+	// (1..86400), so that an abandoned transaction cannot hold memory or
+	// journal space forever. A BEGIN's own timeout is capped at 60 s, as in
+	// MetaQ. Default 60.
+	TxDefaultTimeout int `toml:"tx_default_timeout"`
+	// TxMaxBytes is the most message bytes one transaction may buffer
+	// before its commit (>= 1024); a put beyond it is refused and the
+	// transaction stays usable. Default 16777216 (16 MiB).
+	TxMaxBytes int64 `toml:"tx_max_bytes"`
+	// TxMaxBufferedBytes is the most message bytes all open transactions
+	// together may buffer (>= tx_max_bytes). Default 268435456 (256 MiB).
+	TxMaxBufferedBytes int64 `toml:"tx_max_buffered_bytes"`
+	// FlushTxLogAtCommit is when the transaction journal
+	// (<data_dir>/transactions) is fsynced, MetaQ's flushTxLogAtCommit:
+	// 1 (default) before a commit or rollback is acted on and answered, 2
+	// once a second, 0 never (the OS writes it back).
+	FlushTxLogAtCommit int `toml:"flush_tx_log_at_commit"`
+
 	path  string
 	raw   []byte
 	lines map[string]int // key ("port", "topic[1].name") -> line in raw
@@ -291,6 +310,11 @@ func Default() *Config {
 	c.JournalFileSize = DefaultJournalFileSize
 	c.JournalCheckpointBytes = DefaultJournalCheckpointBytes
 	c.JournalCheckpointInterval = DefaultJournalCheckpointInterval
+	// Transactions (conf/transactions.go).
+	c.TxDefaultTimeout = DefaultTxDefaultTimeout
+	c.TxMaxBytes = DefaultTxMaxBytes
+	c.TxMaxBufferedBytes = DefaultTxMaxBufferedBytes
+	c.FlushTxLogAtCommit = 1
 	return c
 }
 

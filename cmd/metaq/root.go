@@ -42,6 +42,11 @@ var summaries = map[string]string{
 	"bench all":           "the whole benchmark matrix with same-run baselines",
 	"version":             "print the client (and broker) version",
 	"passwd":              "print the bcrypt hash of a password read on stdin",
+	"tx":                  "list transactions; complete XA branches heuristically (admin)",
+	"tx list":             "list open transactions and heuristic outcomes",
+	"tx commit":           "commit an XA branch heuristically",
+	"tx rollback":         "roll back an XA branch heuristically",
+	"tx forget":           "forget a heuristically completed XA branch",
 }
 
 // versionString is the client's version as `metaq --version` prints it.
@@ -72,7 +77,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
 	addGlobalFlags(root.PersistentFlags(), e)
 	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdPlugins(e), cmdCluster(e),
-		cmdGroups(e), cmdGroup(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
+		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
 	return root
 }
 

@@ -121,6 +121,10 @@ func (c *conn) authorize(r *protocol.Request) bool {
 		if !u.CanSubscribe(string(r.Topic)) {
 			return deny("subscribe to topic " + protocol.Printable(r.Topic))
 		}
+	case protocol.OpTransaction:
+		if (r.TxType == protocol.TxHeuristicCommit || r.TxType == protocol.TxHeuristicRollback) && !u.Admin {
+			return deny("complete transactions heuristically (admin only)")
+		}
 	case protocol.OpStats:
 		if adminStats(string(r.Item)) && !u.Admin {
 			return deny("run stats " + string(r.Item) + " (admin only)")
@@ -130,10 +134,10 @@ func (c *conn) authorize(r *protocol.Request) bool {
 }
 
 // adminStats reports whether a stats item needs admin: it reveals the
-// configuration or changes state.
+// configuration, changes state or lists other users' transactions.
 func adminStats(item string) bool {
 	switch item {
-	case "config", "reset":
+	case "config", "reset", "transactions":
 		return true
 	}
 	return false

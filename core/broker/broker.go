@@ -48,6 +48,9 @@ type Options struct {
 	// openHook, if set (tests), is called with the topic's name while a
 	// topic's partitions are being opened, with no broker lock held.
 	openHook func(topic string)
+	// txFileSize, if set (tests), replaces the transaction journal's file
+	// size (txFileSize).
+	txFileSize int64
 }
 
 // Broker is one metaq-go broker.
@@ -96,6 +99,10 @@ type Broker struct {
 	// journals are the group-commit journals by data directory
 	// (journal.go), opened by New before any partition.
 	journals map[string]*store.Journal
+	// txs are the open transactions (tx.go); txlog is their journal
+	// (txlog.go), opened by New once the topics are.
+	txs   txSet
+	txlog *txLog
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
@@ -170,6 +177,10 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 			b.closeStores()
 			return nil, err
 		}
+	}
+	if err := b.openTxJournal(); err != nil { // txrecover.go
+		b.closeStores()
+		return nil, err
 	}
 	b.plugins = host.NewSupervisor(host.Options{Logger: newHCLogger(b.logf, cfg.EffectivePluginLogLevel())})
 	for _, step := range []func() error{b.initFilters, b.initOffsetStore} {
@@ -614,6 +625,10 @@ func (b *Broker) closeStores() error {
 	var errs []error
 	for _, t := range b.topics {
 		errs = append(errs, t.close())
+	}
+	if b.txlog != nil {
+		b.txs.stopTimers()
+		errs = append(errs, b.txlog.close())
 	}
 	errs = append(errs, b.closeJournals())
 	return errors.Join(errs...)

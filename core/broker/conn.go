@@ -58,6 +58,10 @@ type conn struct {
 	bud    connBudget
 	auth   connAuth   // authentication (auth.go)
 	groups connGroups // local group memberships (groups.go)
+	// txs are the connection's local transactions (tx.go); closing is set
+	// once they were rolled back on close. Both under Broker.txs.mu.
+	txs     connTxs
+	closing bool
 
 	entries []store.Entry
 	scratch []byte
@@ -76,6 +80,7 @@ func (c *conn) close() {
 		close(c.closed)
 		c.nc.Close()
 		c.b.groups.connClosed(c) // membership is tied to the connection
+		c.rollbackConnTxs()      // so are local transactions
 		c.omu.Lock()
 		c.dead = true
 		c.drained.Broadcast()

@@ -37,7 +37,7 @@ func (c *conn) dispatch(r *protocol.Request) {
 	case protocol.OpStats:
 		c.handleStats(r)
 	case protocol.OpTransaction:
-		c.reply(protocol.StatusInternalError, "transactions are not supported by this broker yet", r.Opaque)
+		c.handleTransaction(r) // tx.go
 	case protocol.OpSync:
 		c.reply(protocol.StatusInternalError, "sync refused: this broker is not a slave", r.Opaque)
 	default:
@@ -95,7 +95,7 @@ func (c *conn) handlePut(r *protocol.Request) {
 	b := c.b
 	b.stats.cmdPut.Add(1)
 	if len(r.TxKey) > 0 {
-		c.putFail(r.Opaque, "transactions are not supported by this broker yet")
+		c.handleTxPut(r) // tx.go
 		return
 	}
 	if len(r.Body) > b.cfg.MaxMessageSize {

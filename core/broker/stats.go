@@ -66,6 +66,7 @@ stats plugins       one line per plugin process: kind, name, version, pid, state
 stats groups        one line per consumer group coordinated here (local mode): members, generation
 stats members       one line per member of those groups: its id and the partitions it holds
 stats disks         one line per data directory: used_ratio, inodes_used_ratio, full (disk_max_used_ratio)
+stats transactions  the open transactions, oldest first: key, type, state, session, messages, bytes, age, timeout
 stats reset         reset the realtime counters
 stats help          this text
 stats <topic>       one topic: result code (0 exists, 1 unknown, 2 configured but empty), partitions, counts
@@ -136,6 +137,8 @@ func (c *conn) handleStats(r *protocol.Request) {
 		b.writeMemberStats(&sb)
 	case "disks":
 		b.disks.writeStats(&sb)
+	case "transactions":
+		b.writeTxStats(&sb)
 	case "reset":
 		for _, t := range b.topicList() {
 			t.rt.reset()
@@ -185,10 +188,10 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("cmd_put", b.stats.cmdPut.Load())
 	kv("cmd_get", b.stats.cmdGet.Load())
 	kv("cmd_offset", b.stats.cmdOffset.Load())
-	kv("tx_begin", 0)
-	kv("tx_xa_begin", 0)
-	kv("tx_commit", 0)
-	kv("tx_rollback", 0)
+	kv("tx_begin", b.txs.begins.Load())
+	kv("tx_xa_begin", b.txs.xaBegins.Load())
+	kv("tx_commit", b.txs.commits.Load())
+	kv("tx_rollback", b.txs.rollbacks.Load())
 	kv("get_miss", b.stats.getMiss.Load())
 	kv("put_failed", b.stats.putFailed.Load())
 	kv("disk_full_rejects", b.disks.rejects.Load())

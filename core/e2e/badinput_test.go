@@ -152,8 +152,10 @@ func TestBadInput(t *testing.T) {
 		{"get maxSize -1", []byte("get bad g 0 0 -1 3\r\n"), []want{{400, "maxSize"}}, false},
 		{"get bad offset", []byte("get bad g 0 x 100 3\r\n"), []want{{400, "bad offset"}}, false},
 		{"unknown command", []byte("hello world 3\r\n"), []want{{400, "unknown command"}}, false},
-		{"transaction", []byte("transaction TX:1 s1 BEGIN 3\r\n"), []want{{500, "not supported"}}, false},
-		{"transactional put", []byte("put bad 0 5 0 TX:1 3\r\nhello"), []want{{500, "not supported"}}, false},
+		{"transaction bad key", []byte("transaction TX:1 s1 BEGIN 3\r\n"), []want{{400, "want TX:<sessionId>:<n>"}}, false},
+		{"transaction unknown", []byte("transaction TX:s1:1 s1 COMMIT_ONE_PHASE 3\r\n"), []want{{500, "not begun"}}, false},
+		{"transactional put bad key", []byte("put bad 0 5 0 TX:1 3\r\nhello"), []want{{500, "want TX:<sessionId>:<n>"}}, false},
+		{"transactional put no transaction", []byte("put bad 0 5 0 TX:s1:1 3\r\nhello"), []want{{500, "not begun"}}, false},
 		{"sync", []byte("sync bad 0 5 0 99 -1 3\r\nhello"), []want{{500, "not a slave"}}, false},
 		// mput bodies that do not match their header.
 		{"mput count above body", append([]byte(fmt.Sprintf("mput bad 0 %d 3 3\r\n", len(two))), two...),

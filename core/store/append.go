@@ -33,6 +33,9 @@ func (l *Log) Append(entries []Entry, w Waiter, token uint64) error {
 		if n := len(entries[i].Data); n > l.maxMsg {
 			return fmt.Errorf("%w: entry %d has %d bytes, limit %d", ErrTooLarge, i, n, l.maxMsg)
 		}
+		if (entries[i].ID == 0) != (entries[0].ID == 0) {
+			return fmt.Errorf("store: entry %d: ids given for some entries only", i)
+		}
 	}
 	if l.groupCommit {
 		return l.appendGroup(entries, w, token)
@@ -40,11 +43,26 @@ func (l *Log) Append(entries []Entry, w Waiter, token uint64) error {
 	return l.appendThreshold(entries, w, token)
 }
 
-// appendRecords frames entries with ids from firstID onwards onto dst.
+// takeIDs returns the first and last ids of entries: their own, or n new
+// ones.
+func (l *Log) takeIDs(entries []Entry) (first, last int64) {
+	if entries[0].ID != 0 {
+		return entries[0].ID, entries[len(entries)-1].ID
+	}
+	first = l.ids.Next(len(entries))
+	return first, first + int64(len(entries)) - 1
+}
+
+// appendRecords frames entries onto dst, with their own ids or ids from
+// firstID onwards.
 func appendRecords(dst []byte, entries []Entry, firstID int64) []byte {
 	for i := range entries {
 		e := &entries[i]
-		dst = message.AppendRecordCRC(dst, firstID+int64(i), e.Flag, e.CRC, e.Data)
+		id := firstID + int64(i)
+		if e.ID != 0 {
+			id = e.ID
+		}
+		dst = message.AppendRecordCRC(dst, id, e.Flag, e.CRC, e.Data)
 	}
 	return dst
 }
@@ -76,10 +94,10 @@ func (l *Log) appendGroup(entries []Entry, w Waiter, token uint64) error {
 		}
 		l.spaceCond.Wait()
 	}
-	firstID := l.ids.Next(len(entries))
+	firstID, lastID := l.takeIDs(entries)
 	l.pend = appendRecords(l.pend, entries, firstID)
 	l.pendComps = append(l.pendComps, completion{
-		w: w, token: token, firstID: firstID, end: len(l.pend), n: len(entries),
+		w: w, token: token, firstID: firstID, lastID: lastID, end: len(l.pend), n: len(entries),
 	})
 	enqueue := false
 	if l.j != nil {
@@ -132,7 +150,7 @@ func (l *Log) appendThreshold(entries []Entry, w Waiter, token uint64) error {
 		done(w, token, 0, 0, err)
 		return nil
 	}
-	firstID := l.ids.Next(len(entries))
+	firstID, lastID := l.takeIDs(entries)
 	buf := appendRecords(l.wbuf[:0], entries, firstID)
 	if cap(buf) <= maxRetainedBuffer {
 		l.wbuf = buf
@@ -156,7 +174,7 @@ func (l *Log) appendThreshold(entries []Entry, w Waiter, token uint64) error {
 	l.nMessages.Add(int64(len(entries)))
 	l.msgCount.Add(int64(len(entries)))
 	seg.count.Add(int64(len(entries)))
-	l.lastID.Store(firstID + int64(len(entries)) - 1)
+	l.lastID.Store(lastID)
 	l.unflushed += len(entries)
 	sync := l.unflushed > l.threshold || (l.interval > 0 && time.Since(l.lastFlush) >= l.interval)
 	l.mu.Unlock()

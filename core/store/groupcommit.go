@@ -146,7 +146,7 @@ func (l *Log) completeChunk(seg *segment, end int64, comps []completion) {
 		msgs += comps[i].n
 	}
 	last := &comps[len(comps)-1]
-	l.lastID.Store(last.firstID + int64(last.n) - 1)
+	l.lastID.Store(last.lastID)
 	l.nMessages.Add(int64(msgs))
 	l.msgCount.Add(int64(msgs))
 	seg.count.Add(int64(msgs))

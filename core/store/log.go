@@ -89,6 +89,10 @@ type hooks struct {
 // Entry is one message to append. CRC must be message.Checksum(Data); the
 // caller has computed or verified it already.
 type Entry struct {
+	// ID is the message id, or 0 for the log to assign one (IDs.Next).
+	// Either every entry of an Append has an id or none has: a
+	// transaction's messages keep the ids their puts were answered with.
+	ID   int64
 	Flag int32
 	CRC  uint32
 	Data []byte
@@ -122,6 +126,7 @@ type completion struct {
 	w       Waiter
 	token   uint64
 	firstID int64
+	lastID  int64
 	end     int // end of its records in the pending buffer
 	n       int // number of records
 }

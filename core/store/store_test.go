@@ -316,3 +316,29 @@ func TestOpenLocksDirectory(t *testing.T) {
 	l2 := openLog(t, dir, Options{})
 	require.NoError(t, l2.Close())
 }
+
+// TestAppendGivenIDs: entries that carry ids (a committed transaction's)
+// are stored with them, and the log's last id is the batch's last; a batch
+// with ids on some entries only is refused.
+func TestAppendGivenIDs(t *testing.T) {
+	for _, threshold := range []int{0, 10} {
+		t.Run(fmt.Sprintf("threshold=%d", threshold), func(t *testing.T) {
+			l := openLog(t, t.TempDir(), Options{UnflushThreshold: threshold})
+			mustAppend(t, l, []byte("plain"))
+			a, b := entry([]byte("a")), entry([]byte("b"))
+			a.ID, b.ID = 900, 901
+			_, _, err := l.AppendSync([]Entry{a, b})
+			require.NoError(t, err)
+			require.Equal(t, int64(901), l.LastID())
+			c := entry([]byte("c"))
+			_, _, err = l.AppendSync([]Entry{a, c})
+			require.ErrorContains(t, err, "ids given for some entries only")
+			require.NoError(t, l.Flush())
+			recs := readAllRecords(t, l, 1<<20)
+			require.Len(t, recs, 3)
+			require.Equal(t, int64(900), recs[1].ID)
+			require.Equal(t, []byte("b"), recs[2].Data)
+			require.Equal(t, int64(901), recs[2].ID)
+		})
+	}
+}

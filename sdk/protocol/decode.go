@@ -125,7 +125,7 @@ func (d *Decoder) Buffered() int { return d.r.Buffered() }
 // Empty lines before a frame are skipped, up to Limits.MaxEmptyLines in a
 // row; one more is a fatal error.
 func (d *Decoder) Decode(req *Request) error {
-	*req = Request{Checksum: NoChecksum, Args: req.Args[:0]}
+	*req = Request{Checksum: NoChecksum}
 	if d.lim.Budget != nil && cap(d.body) > bodyChunk {
 		d.freeBody() // the previous Request, which aliased it, is gone
 	}
@@ -565,21 +565,6 @@ func (d *Decoder) optOpaque(req *Request, t [][]byte, at int) error {
 	default:
 		return d.bad(req.Op, req.Op.String()+": too many tokens")
 	}
-	return nil
-}
-
-// transaction <txKey> <sessionId> <TYPE> [<timeout>] [<qualifier>] <opaque>: no body.
-func (d *Decoder) decodeTransaction(req *Request, t [][]byte) error {
-	req.Op = OpTransaction
-	if len(t) < 5 || len(t) > 7 {
-		return d.bad(OpTransaction, "transaction: want 5 to 7 tokens, got "+strconv.Itoa(len(t)))
-	}
-	v, ok := parseInt(t[len(t)-1], 32)
-	if !ok {
-		return d.bad(OpTransaction, "transaction: bad opaque")
-	}
-	req.Opaque = int32(v)
-	req.Args = append(req.Args, t[1:len(t)-1]...)
 	return nil
 }
 

@@ -13,8 +13,9 @@
 // leave (consumer groups coordinated by the broker in local mode), auth
 // (SASL PLAIN authentication), and the fvalue reply
 // (a filtered get reply whose records carry their offsets).
-// transaction and sync are framed so that a broker can refuse them without
-// losing the connection. Replies: result and value. docs/protocol.md has the
+// transaction carries MetaQ's local and XA transactions (transaction.go);
+// sync is framed so that a broker can refuse it without losing the
+// connection. Replies: result and value. docs/protocol.md has the
 // full description.
 package protocol
 
@@ -187,11 +188,18 @@ type Request struct {
 	Partition int32
 
 	// put, sync: Flag and Checksum (NoChecksum when absent or -1); TxKey for a
-	// transactional put. sync: MsgID.
+	// transactional put and a transaction command. sync: MsgID.
 	Flag     int32
 	Checksum int64
 	TxKey    []byte
 	MsgID    int64
+
+	// transaction: the producer session id, the type, the timeout in
+	// seconds (0 when absent) and the XA unique qualifier (nil when absent).
+	TxSession   []byte
+	TxType      TxType
+	TxTimeout   int64
+	TxQualifier []byte
 
 	// mput: the number of entries in Body.
 	Count int
@@ -208,9 +216,8 @@ type Request struct {
 	Generation int64
 
 	// stats: the item, empty for none; auth: the SASL mechanism (Body is
-	// its message). transaction: the raw tokens after the command.
+	// its message).
 	Item []byte
-	Args [][]byte
 
 	// result: Code; result and value: Body.
 	Code int
