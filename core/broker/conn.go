@@ -383,7 +383,17 @@ func (c *conn) sendValue(v store.View, opaque int32) error {
 func (c *conn) sendValueBytes(v store.View) error {
 	if f := c.readFile(v.Path); f != nil {
 		if _, err := f.Seek(v.Pos, io.SeekStart); err == nil {
-			n, err := io.Copy(c.nc, &io.LimitedReader{R: f, N: int64(v.Len)})
+			lr := &io.LimitedReader{R: f, N: int64(v.Len)}
+			var n int64
+			if h := heldOf(c.nc); h != nil {
+				// No sendfile through TLS: copy through a pooled buffer
+				// of heldMax (io.Copy would allocate 32 KiB per reply).
+				bp := copyBufs.Get().(*[]byte)
+				n, err = io.CopyBuffer(c.nc, lr, *bp)
+				copyBufs.Put(bp)
+			} else {
+				n, err = io.Copy(c.nc, lr)
+			}
 			if err != nil || n != int64(v.Len) {
 				return errShortSend(err)
 			}

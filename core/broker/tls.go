@@ -106,6 +106,9 @@ type heldConn struct {
 // writing them.
 const heldMax = 128 << 10
 
+// copyBufs are the buffers value replies over TLS are read into.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, heldMax); return &b }}
+
 var heldBufs = sync.Pool{New: func() any { b := make([]byte, 0, heldMax+20<<10); return &b }}
 
 // heldListener wraps the TCP listener under the TLS one.
