@@ -87,7 +87,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz "^FuzzRecover$$" -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz FuzzDecodePacked -fuzztime $(FUZZTIME) ./filters/
 	$(GO) test -run '^$$' -fuzz FuzzParseChanRequest -fuzztime $(FUZZTIME) ./filters/
-	$(GO) test -run '^$$' -fuzz FuzzParsePartition -fuzztime $(FUZZTIME) ./sdk/balance/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePartition$$' -fuzztime $(FUZZTIME) ./sdk/message/
 	$(GO) test -run '^$$' -fuzz FuzzJournalPayloads -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz FuzzJournalScan -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBrokerName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
