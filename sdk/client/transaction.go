@@ -70,11 +70,12 @@ type txSession struct {
 	n    atomic.Int64
 }
 
-func (s *txSession) next() string {
+// next returns the session id and the key of a new transaction.
+func (s *txSession) next() (session, key string) {
 	s.once.Do(func() {
 		s.id = localIP() + "-" + strconv.FormatInt(time.Now().UnixMilli(), 10) + "-" + strconv.FormatInt(txSessions.Add(1), 10)
 	})
-	return "TX:" + s.id + ":" + strconv.FormatInt(s.n.Add(1), 10)
+	return s.id, "TX:" + s.id + ":" + strconv.FormatInt(s.n.Add(1), 10)
 }
 
 // localIP is the first non-loopback address of the host's interfaces
@@ -130,10 +131,11 @@ const (
 // that produces nothing costs nothing. A Transaction is safe for
 // concurrent use; its calls are serialised.
 type Transaction struct {
-	cl  *Client
-	cp  *clusterProducer
-	key string
-	cfg txConfig
+	cl      *Client
+	cp      *clusterProducer
+	key     string
+	session string
+	cfg     txConfig
 
 	mu       sync.Mutex
 	state    int
@@ -164,7 +166,8 @@ func (c *Client) BeginTransaction(ctx context.Context, opts ...TxOption) (*Trans
 	if err != nil {
 		return nil, err
 	}
-	return &Transaction{cl: c, cp: cp, key: c.txs.next(), cfg: cfg, brokerID: -1}, nil
+	session, key := c.txs.next()
+	return &Transaction{cl: c, cp: cp, key: key, session: session, cfg: cfg, brokerID: -1}, nil
 }
 
 // Key returns the transaction's key on the wire, TX:<sessionId>:<n>, as
@@ -247,7 +250,7 @@ func (t *Transaction) Produce(ctx context.Context, msgs ...*message.Message) ([]
 	}
 	if begin {
 		send(func(dst []byte, op int32) []byte {
-			return protocol.AppendTransaction(dst, t.key, t.sessionID(), protocol.TxBegin, t.cfg.timeout, "", op)
+			return protocol.AppendTransaction(dst, t.key, t.session, protocol.TxBegin, t.cfg.timeout, "", op)
 		})
 	}
 	for i, m := range msgs {
@@ -301,12 +304,6 @@ func (t *Transaction) Produce(ctx context.Context, msgs ...*message.Message) ([]
 		return results, fmt.Errorf("metaq: transaction %s: %w", t.key, first)
 	}
 	return results, nil
-}
-
-// sessionID is the sessionId part of the key.
-func (t *Transaction) sessionID() string {
-	id, _ := protocol.ParseTxKey([]byte(t.key))
-	return id.Session
 }
 
 // choose picks m's partition: the Selector's choice among every partition
@@ -390,7 +387,7 @@ func (t *Transaction) roundTrip(ctx context.Context, typ protocol.TxType) (*call
 	ctx, cancel := context.WithTimeout(ctx, t.cl.cfg.conn.requestTimeout)
 	defer cancel()
 	return t.w.roundTripBuf(ctx, nil, func(dst []byte, op int32) []byte {
-		return protocol.AppendTransaction(dst, t.key, t.sessionID(), typ, 0, "", op)
+		return protocol.AppendTransaction(dst, t.key, t.session, typ, 0, "", op)
 	})
 }
 

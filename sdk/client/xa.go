@@ -79,7 +79,9 @@ func (c *Client) XABroker(ctx context.Context, topic string) (*XABroker, error) 
 	return bs[rand.IntN(len(bs))], nil
 }
 
-// ID returns the broker's id.
+// ID returns the broker's id. The XABroker keeps the broker's address
+// as it was read when it was made: after the broker moves (a ZooKeeper
+// broker restarted on another address), make a new one.
 func (b *XABroker) ID() int { return b.id }
 
 // Addr returns the broker's address.
