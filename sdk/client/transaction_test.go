@@ -128,6 +128,29 @@ func TestTransactionDirect(t *testing.T) {
 	}
 	require.Equal(t, got[0].Offset+int64(message.HeaderSize+3), got[1].Offset, "one contiguous batch")
 
+	// Two transactions open at once on the same connection: one commits,
+	// the other rolls back; only the first's messages are stored.
+	t1, err := p.BeginTransaction(ctx)
+	require.NoError(t, err)
+	t2, err := p.BeginTransaction(ctx)
+	require.NoError(t, err)
+	_, err = t1.Produce(ctx, &message.Message{Topic: topic, Body: []byte("one-0")})
+	require.NoError(t, err)
+	_, err = t2.Produce(ctx, &message.Message{Topic: topic, Body: []byte("two-0")})
+	require.NoError(t, err)
+	_, err = t1.Produce(ctx, &message.Message{Topic: topic, Body: []byte("one-1")})
+	require.NoError(t, err)
+	t1.mu.Lock()
+	t2.mu.Lock()
+	require.Same(t, t1.w, t2.w, "one connection")
+	t2.mu.Unlock()
+	t1.mu.Unlock()
+	require.NoError(t, t2.Rollback(ctx))
+	require.NoError(t, t1.Commit(ctx))
+	_, err = p.ProduceSync(ctx, &message.Message{Topic: topic, Body: []byte("plain-3")})
+	require.NoError(t, err)
+	require.Equal(t, []string{"one-0", "one-1", "plain-3"}, in.bodies(3))
+
 	// A transaction with no message commits (and rolls back) nothing.
 	empty, err := p.BeginTransaction(ctx)
 	require.NoError(t, err)
