@@ -39,6 +39,7 @@ type Client struct {
 	consuming bool
 	closeOnce sync.Once
 	closeErr  error
+	txs       txSession // local transactions' session (transaction.go)
 }
 
 // consumerRun is one topic's consumer of a Client (per broker in direct

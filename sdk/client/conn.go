@@ -497,6 +497,12 @@ func (cn *conn) roundTripBuf(ctx context.Context, buf []byte, encode func(dst []
 	if err != nil {
 		return nil, err
 	}
+	return w.roundTripBuf(ctx, buf, encode)
+}
+
+// roundTripBuf is conn.roundTripBuf on this wire only: it never redials
+// (a local transaction lives in one connection).
+func (w *wire) roundTripBuf(ctx context.Context, buf []byte, encode func(dst []byte, opaque int32) []byte) (*call, error) {
 	c := getCall()
 	if buf != nil {
 		c.body, c.borrowed = buf[:0], true

@@ -56,6 +56,14 @@
 // the Reject policy: Drop by default (logged at error level), or
 // RecoverLocally, MetaQ's local recovery store.
 //
+// # Transactions
+//
+// BeginTransaction starts a local transaction (MetaQ's): its messages
+// are stored, all of them, only at Commit. It is pinned to the broker of
+// its first message and to the Client's connection to it. XABroker is a
+// broker's XA transactions, which txn/metaqbroker makes a txn.Resource
+// for package txn's transaction manager.
+//
 // Errors from the broker are *BrokerError values; compare them with
 // errors.Is against ErrNoData, ErrInternal and the other sentinels.
 package client
