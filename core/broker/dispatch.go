@@ -47,6 +47,34 @@ func (c *conn) dispatch(r *protocol.Request) {
 
 // putTarget resolves a put's topic and partition, replying with the error
 // when it cannot. p is the partition actually used (a -1 is resolved).
+// checkPut checks a put (plain or transactional) before it is stored:
+// its size, its target partition, its checksum and its attribute flag.
+// On a failure it has answered the put and ok is false.
+func (c *conn) checkPut(r *protocol.Request) (t *topic, l *store.Log, p int32, crc uint32, ok bool) {
+	b := c.b
+	if len(r.Body) > b.cfg.MaxMessageSize {
+		b.stats.putFailed.Add(1)
+		c.reply(protocol.StatusBadRequest, "message of "+strconv.Itoa(len(r.Body))+
+			" bytes exceeds max_message_size "+strconv.Itoa(b.cfg.MaxMessageSize), r.Opaque)
+		return nil, nil, 0, 0, false
+	}
+	if t, l, p, ok = c.putTarget(r); !ok {
+		return nil, nil, 0, 0, false
+	}
+	crc = message.Checksum(r.Body)
+	if r.HasChecksum() && int64(crc) != r.Checksum {
+		c.putFail(r.Opaque, "checksum mismatch: body has "+strconv.FormatUint(uint64(crc), 10)+
+			", request says "+strconv.FormatInt(r.Checksum, 10))
+		return nil, nil, 0, 0, false
+	}
+	if _, _, _, err := message.SplitData(r.Flag, r.Body); err != nil {
+		b.stats.putFailed.Add(1)
+		c.reply(protocol.StatusBadRequest, "flag says attribute but body has none: "+err.Error(), r.Opaque)
+		return nil, nil, 0, 0, false
+	}
+	return t, l, p, crc, true
+}
+
 func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, ok bool) {
 	t, err := c.b.lookup(r.Topic, true)
 	if errors.Is(err, errUnknownTopic) {
@@ -98,25 +126,8 @@ func (c *conn) handlePut(r *protocol.Request) {
 		c.handleTxPut(r) // tx.go
 		return
 	}
-	if len(r.Body) > b.cfg.MaxMessageSize {
-		b.stats.putFailed.Add(1)
-		c.reply(protocol.StatusBadRequest, "message of "+strconv.Itoa(len(r.Body))+
-			" bytes exceeds max_message_size "+strconv.Itoa(b.cfg.MaxMessageSize), r.Opaque)
-		return
-	}
-	t, l, p, ok := c.putTarget(r)
+	t, l, p, crc, ok := c.checkPut(r)
 	if !ok {
-		return
-	}
-	crc := message.Checksum(r.Body)
-	if r.HasChecksum() && int64(crc) != r.Checksum {
-		c.putFail(r.Opaque, "checksum mismatch: body has "+strconv.FormatUint(uint64(crc), 10)+
-			", request says "+strconv.FormatInt(r.Checksum, 10))
-		return
-	}
-	if _, _, _, err := message.SplitData(r.Flag, r.Body); err != nil {
-		b.stats.putFailed.Add(1)
-		c.reply(protocol.StatusBadRequest, "flag says attribute but body has none: "+err.Error(), r.Opaque)
 		return
 	}
 	c.entries = append(c.entries[:0], store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})

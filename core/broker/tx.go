@@ -11,7 +11,6 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
-	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -305,25 +304,8 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 		c.putFail(r.Opaque, "a transactional put must name its partition (got "+strconv.Itoa(int(r.Partition))+")")
 		return
 	}
-	if len(r.Body) > b.cfg.MaxMessageSize {
-		b.stats.putFailed.Add(1)
-		c.reply(protocol.StatusBadRequest, "message of "+strconv.Itoa(len(r.Body))+
-			" bytes exceeds max_message_size "+strconv.Itoa(b.cfg.MaxMessageSize), r.Opaque)
-		return
-	}
-	t, l, p, ok := c.putTarget(r)
+	t, l, p, crc, ok := c.checkPut(r)
 	if !ok {
-		return
-	}
-	crc := message.Checksum(r.Body)
-	if r.HasChecksum() && int64(crc) != r.Checksum {
-		c.putFail(r.Opaque, "checksum mismatch: body has "+strconv.FormatUint(uint64(crc), 10)+
-			", request says "+strconv.FormatInt(r.Checksum, 10))
-		return
-	}
-	if _, _, _, err := message.SplitData(r.Flag, r.Body); err != nil {
-		b.stats.putFailed.Add(1)
-		c.reply(protocol.StatusBadRequest, "flag says attribute but body has none: "+err.Error(), r.Opaque)
 		return
 	}
 	key := id.String()
