@@ -94,6 +94,10 @@ func newFlipFixture(t *testing.T) *flipFixture {
 		}
 		var copyDir string
 		if snap {
+			// As in runCrashWorkload: a kill -9 leaves one instant's
+			// files, so let the background work (spare files, freeing
+			// files behind the recovery checkpoint) settle first.
+			quiesce(t, j, dir)
 			copyDir = filepath.Join(t.TempDir(), "snap")
 			require.NoError(t, os.CopyFS(copyDir, os.DirFS(dir)))
 		}
