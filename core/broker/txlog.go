@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/internal/fsutil"
 )
 
 // The transaction journal: <data_dir>/transactions/redo.<n>, n a 20-digit
@@ -217,21 +218,12 @@ func (j *txLog) rotateLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := syncDir(j.dir); err != nil {
+	if err := fsutil.SyncDir(j.dir); err != nil {
 		f.Close()
 		return err
 	}
 	j.f, j.size = f, 0
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // removeLocked deletes an unreferenced, inactive file.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/internal/fsutil"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -188,7 +189,7 @@ func (b *Broker) openTxJournal() error {
 	for _, seq := range seqs {
 		j.removeLocked(seq)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fsutil.SyncDir(dir); err != nil {
 		j.close()
 		b.txlog = nil
 		return fmt.Errorf("transaction journal: %w", err)

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/metaq-go/metaq/internal/fsutil"
 )
 
 // MkdirAllDurable is os.MkdirAll whose result survives a power loss: each
@@ -37,15 +39,7 @@ func MkdirAllDurable(dir string, perm fs.FileMode) error {
 
 // syncPath fsyncs the directory at path.
 func syncPath(path string) error {
-	d, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := fsutil.SyncDir(path); err != nil {
 		return fmt.Errorf("fsync directory %s: %w", path, err)
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/metaq-go/metaq/internal/fsutil"
 	"github.com/metaq-go/metaq/offsetstore"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/offsets"
@@ -255,12 +256,7 @@ func writeAtomic(path string, data []byte) (err error) {
 	if err = os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsutil.SyncDir(dir)
 }
 
 // Load answers from memory. A malformed group or position fails the call

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/internal/backoff"
+	"github.com/metaq-go/metaq/internal/fsutil"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -510,7 +511,7 @@ func (s *recoverStore) openLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := fsutil.SyncDir(s.dir); err != nil {
 		_ = f.Close()
 		_ = os.Remove(s.path)
 		return err
@@ -653,7 +654,7 @@ func (s *recoverStore) compactLocked() error {
 	}
 	_ = s.f.Close()
 	s.f, s.size, s.live, s.dead = f, size, size, 0
-	return syncDir(s.dir)
+	return fsutil.SyncDir(s.dir)
 }
 
 // pending returns the pending messages' seqs and messages, in insertion order.
@@ -692,16 +693,4 @@ func (s *recoverStore) replay(ctx context.Context, h Handler, l *slog.Logger) {
 				"path", s.path, "err", err)
 		}
 	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

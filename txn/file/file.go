@@ -38,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/fsutil"
 	"github.com/metaq-go/metaq/txn"
 )
 
@@ -395,7 +396,7 @@ func (c *Coordinator) waitDurable(n uint64) error {
 		c.mu.Unlock()
 		err := f.Sync()
 		if err == nil && dirSync {
-			err = syncDir(filepath.Dir(c.path))
+			err = fsutil.SyncDir(filepath.Dir(c.path))
 		}
 		c.mu.Lock()
 		c.syncing = false
@@ -408,15 +409,6 @@ func (c *Coordinator) waitDurable(n uint64) error {
 		c.syncCond.Broadcast()
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func cloneDecision(d txn.Decision) txn.Decision {
@@ -508,7 +500,7 @@ func (c *Coordinator) maybeCompact() error {
 	if err := os.Rename(tmpPath, c.path); err != nil {
 		return fail(err)
 	}
-	if err := syncDir(filepath.Dir(c.path)); err != nil {
+	if err := fsutil.SyncDir(filepath.Dir(c.path)); err != nil {
 		// The rename may not be durable; either file is a valid log.
 		c.syncErr = err
 	}
