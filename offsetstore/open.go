@@ -3,7 +3,6 @@ package offsetstore
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/metaq-go/metaq/plugins"
@@ -62,8 +61,7 @@ func Open(ctx context.Context, opts OpenOptions) (Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("offsetstore %q: %w", opts.Name, err)
 		}
-		r := &remote{p: p, config: opts.Config}
-		s, obs = r, p
+		s, obs = newRemote(p), p
 	default:
 		newStore := opts.Builtins[opts.Name]
 		if newStore == nil {
@@ -79,69 +77,26 @@ func Open(ctx context.Context, opts OpenOptions) (Store, error) {
 	return m, nil
 }
 
-// client is what host.Plugin gives the remote store; a seam for tests.
-type client interface {
-	Client() (any, uint64, error)
-}
-
-// remote is a Store served by a supervised plugin process. Each call takes
-// the current process's client; after a restart (a new generation) it
-// re-sends Init with the same config before the call.
+// remote is a Store served by a supervised plugin process: host.Reinit
+// takes the current process's client for each call and, after a restart
+// (a new generation), re-sends Init with the same config first.
 type remote struct {
-	p      client
-	config map[string]string
-
-	mu      sync.Mutex // serialises re-Init
-	inited  uint64     // generation Init last succeeded on (0: none)
-	hasInit bool       // Init was asked for at least once
+	host.Reinit[Store]
 }
 
-// client returns the current process's Store and its generation.
-func (r *remote) client() (Store, uint64, error) {
-	raw, gen, err := r.p.Client()
-	if err != nil {
-		return nil, 0, fmt.Errorf("offsetstore plugin: %w", err)
-	}
-	s, ok := raw.(Store)
-	if !ok {
-		return nil, 0, fmt.Errorf("offsetstore plugin: %w", plugins.ErrWrongKind)
-	}
-	return s, gen, nil
+// newRemote returns the remote Store of the plugin p (a *host.Plugin,
+// or a fake in tests).
+func newRemote(p interface{ Client() (any, uint64, error) }) *remote {
+	return &remote{host.Reinit[Store]{P: p, What: "offsetstore plugin",
+		Send: func(ctx context.Context, c Store, config map[string]string) error {
+			return c.Init(ctx, &InitRequest{Config: config})
+		}}}
 }
 
-// current returns the current process's Store, re-sending Init first when
-// the process is new since the last Init.
-func (r *remote) current(ctx context.Context) (Store, error) {
-	s, gen, err := r.client()
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.hasInit && r.inited != gen {
-		if err := s.Init(ctx, &InitRequest{Config: r.config}); err != nil {
-			return nil, fmt.Errorf("offsetstore plugin: re-init after restart: %w", err)
-		}
-		r.inited = gen
-	}
-	return s, nil
-}
+func (r *remote) current(ctx context.Context) (Store, error) { return r.Current(ctx) }
 
 func (r *remote) Init(ctx context.Context, req *InitRequest) error {
-	s, gen, err := r.client()
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.config = req.Config
-	r.hasInit = true
-	if err := s.Init(ctx, req); err != nil {
-		r.inited = 0
-		return err
-	}
-	r.inited = gen
-	return nil
+	return r.Reinit.Init(ctx, req.Config)
 }
 
 func (r *remote) Commit(ctx context.Context, group string, ps []message.Position) error {

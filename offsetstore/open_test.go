@@ -56,7 +56,7 @@ func (c *countingStore) Close() error { return nil }
 func TestRemoteReinitAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	f := &fakeClient{s: &countingStore{}, gen: 1}
-	r := &remote{p: f}
+	r := newRemote(f)
 	m := wrap(r, nil, 0)
 	cfg := map[string]string{"path": "/x"}
 	require.NoError(t, m.Init(ctx, &InitRequest{Config: cfg}))

@@ -3,7 +3,6 @@ package txn
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -83,7 +82,7 @@ func Open(ctx context.Context, opts OpenOptions) (Coordinator, error) {
 			}
 			return nil, fmt.Errorf("coordinator %q: %w", opts.Name, err)
 		}
-		c, obs = &remote{p: p, config: opts.Config}, p
+		c, obs = newRemote(p), p
 	default:
 		newCoord := opts.Builtins[opts.Name]
 		if newCoord == nil {
@@ -100,66 +99,26 @@ func Open(ctx context.Context, opts OpenOptions) (Coordinator, error) {
 	return m, nil
 }
 
-// client is what host.Plugin gives the remote coordinator; a seam for tests.
-type client interface {
-	Client() (any, uint64, error)
-}
-
-// remote is a Coordinator served by a supervised plugin process. Each call
-// takes the current process's client; after a restart (a new generation)
-// it re-sends Init with the same config before the call.
+// remote is a Coordinator served by a supervised plugin process: host.Reinit
+// takes the current process's client for each call and, after a restart
+// (a new generation), re-sends Init with the same config first.
 type remote struct {
-	p      client
-	config map[string]string
-
-	mu      sync.Mutex // serialises re-Init
-	inited  uint64     // generation Init last succeeded on (0: none)
-	hasInit bool       // Init was asked for at least once
+	host.Reinit[Coordinator]
 }
 
-func (r *remote) client() (Coordinator, uint64, error) {
-	raw, gen, err := r.p.Client()
-	if err != nil {
-		return nil, 0, fmt.Errorf("coordinator plugin: %w", err)
-	}
-	c, ok := raw.(Coordinator)
-	if !ok {
-		return nil, 0, fmt.Errorf("coordinator plugin: %w", plugins.ErrWrongKind)
-	}
-	return c, gen, nil
+// newRemote returns the remote Coordinator of the plugin p (a *host.Plugin,
+// or a fake in tests).
+func newRemote(p interface{ Client() (any, uint64, error) }) *remote {
+	return &remote{host.Reinit[Coordinator]{P: p, What: "coordinator plugin",
+		Send: func(ctx context.Context, c Coordinator, config map[string]string) error {
+			return c.Init(ctx, &InitRequest{Config: config})
+		}}}
 }
 
-func (r *remote) current(ctx context.Context) (Coordinator, error) {
-	c, gen, err := r.client()
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.hasInit && r.inited != gen {
-		if err := c.Init(ctx, &InitRequest{Config: r.config}); err != nil {
-			return nil, fmt.Errorf("coordinator plugin: re-init after restart: %w", err)
-		}
-		r.inited = gen
-	}
-	return c, nil
-}
+func (r *remote) current(ctx context.Context) (Coordinator, error) { return r.Current(ctx) }
 
 func (r *remote) Init(ctx context.Context, req *InitRequest) error {
-	c, gen, err := r.client()
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.config = req.Config
-	r.hasInit = true
-	if err := c.Init(ctx, req); err != nil {
-		r.inited = 0
-		return err
-	}
-	r.inited = gen
-	return nil
+	return r.Reinit.Init(ctx, req.Config)
 }
 
 func (r *remote) Begin(ctx context.Context, req *BeginRequest) (*BeginResponse, error) {
