@@ -361,6 +361,14 @@ func (c *conn) sendValue(v store.View, opaque int32) error {
 	n := cap(queued)
 	buf := protocol.AppendValueHeader(queued, v.Len, opaque)
 	c.omu.Unlock()
+	if v.Mem != nil && heldOf(c.nc) == nil {
+		// In memory (a journaled segment's tail): header and bytes in
+		// one write.
+		buf = append(buf, v.Mem...)
+		err := c.writeBuf(buf)
+		c.bud.Shrink(n)
+		return err
+	}
 	if err := c.writeBuf(buf); err != nil {
 		c.bud.Shrink(n)
 		return err
@@ -381,6 +389,10 @@ func (c *conn) sendValue(v store.View, opaque int32) error {
 // sendValueBytes writes v's bytes (sendfile on plain TCP). The caller
 // holds wmu.
 func (c *conn) sendValueBytes(v store.View) error {
+	if v.Mem != nil { // a journaled segment's in-memory tail
+		_, err := c.nc.Write(v.Mem)
+		return err
+	}
 	if f := c.readFile(v.Path); f != nil {
 		if _, err := f.Seek(v.Pos, io.SeekStart); err == nil {
 			lr := &io.LimitedReader{R: f, N: int64(v.Len)}

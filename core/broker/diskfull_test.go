@@ -65,12 +65,14 @@ func TestPutDiskFull(t *testing.T) {
 	// A put may still succeed after one failed: the broker itself frees
 	// space when it drops a journal spare file it could not finish
 	// writing. What must hold is that every failure is a clear 500 and
-	// that puts keep failing once the disk is really full.
+	// that puts keep failing once the disk is really full. (The segments
+	// are written at checkpoints: on a full disk those are skipped and the
+	// puts go on into the journal's files until they are used up too.)
 	filler := filepath.Join(dir, "filler")
 	size := testsvc.Fill(t, filler, 1)
 	require.NoError(t, os.Truncate(filler, max(0, size-100<<10)))
 	failures, total := 0, 0
-	for i := 0; i < 200 && failures < 3; i++ {
+	for i := 0; i < 2000 && failures < 3; i++ {
 		r, _ := put()
 		if r.Code == protocol.StatusOK {
 			failures = 0

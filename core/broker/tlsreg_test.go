@@ -95,10 +95,15 @@ func (m *mismatch) Error() string { return m.path + ": " + m.got + ", want " + m
 // TestReadHandleClosedWithConnection: the segment file a connection's get
 // opened for sendfile is closed when the connection ends.
 func TestReadHandleClosedWithConnection(t *testing.T) {
-	b := startBroker(t, 0)
+	// Threshold mode: the bytes are in the segment file at once (a
+	// group-commit put is served from memory until a checkpoint).
+	b := startBroker(t, 1)
 	c := dialRaw(t, b.Addr())
 	r := c.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, protocol.NoChecksum, 1, []byte("hello")))
 	require.Equal(t, protocol.StatusOK, r.Code)
+	r = c.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, protocol.NoChecksum, 1, []byte("hello"))) // over the threshold: flushed, readable
+	require.Equal(t, protocol.StatusOK, r.Code)
+	require.Eventually(t, func() bool { return b.topics["t"].parts[0].MaxOffset() > 0 }, 5*time.Second, time.Millisecond)
 	r = c.roundTrip(t, protocol.AppendGet(nil, "t", "g", 0, 0, 1024, 2))
 	require.Equal(t, protocol.OpValue, r.Op)
 	seg := filepath.Join(b.cfg.DataDir, "t-0")

@@ -31,6 +31,7 @@ type jrecord struct {
 	part     string // data records: the partition directory's name
 	segStart int64  // data records
 	off, end int64  // data records: the partition offsets of the bytes
+	data     []byte // data records: the bytes
 }
 
 // journalRecords walks the valid journal of dataDir from its first file
@@ -67,6 +68,7 @@ func journalRecords(t *testing.T, dataDir string) []jrecord {
 				r.segStart = int64(binary.BigEndian.Uint64(p[2+k:]))
 				r.off = int64(binary.BigEndian.Uint64(p[10+k:]))
 				r.end = r.off + n - int64(2+k+16)
+				r.data = p[18+k:]
 			}
 			out = append(out, r)
 			if r.typ == 3 { // skip: the rest of the file is unused
@@ -210,6 +212,22 @@ num_partitions = %d
 
 	t.Run("repaired-from-segment", func(t *testing.T) {
 		dir, jpath := fresh(t)
+		// After the kill -9 the records since the checkpoint were only in
+		// the broker's memory tails and the journal. A checkpoint that
+		// crashed after writing the segments but before its record leaves
+		// them in the segment files too: model that for the victim's
+		// partition, then damage the journal's copy.
+		for _, r := range recs[lastCk+1 : victim+1] {
+			if r.typ != 1 || r.part != v.part {
+				continue
+			}
+			seg := filepath.Join(dir, r.part, fmt.Sprintf("%020d.meta", r.segStart))
+			f, err := os.OpenFile(seg, os.O_RDWR|os.O_CREATE, 0o644)
+			require.NoError(t, err)
+			_, err = f.WriteAt(r.data, r.off-r.segStart)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+		}
 		flipAt(t, jpath(v), v.at+v.size-2, 0x04)
 		p, err := launch(t, cfg, dir)
 		require.NoError(t, err)

@@ -89,6 +89,22 @@ func checkAfterRetention(t *testing.T, c *client, topic, partDir string, newMin 
 	require.Equal(t, strconv.Itoa(kept), m["message_count"])
 }
 
+// waitSealedWritten waits until every sealed segment of partDir (those
+// starting at starts, but the last) holds all its bytes in its file: a
+// group-commit broker writes what it put since its last checkpoint at the
+// next one (docs/storage.md, "Segment tails"), and that write would make
+// a file a test aged new again.
+func waitSealedWritten(t *testing.T, partDir string, starts []int64) {
+	t.Helper()
+	for i := 0; i+1 < len(starts); i++ {
+		p := filepath.Join(partDir, fmt.Sprintf("%020d.meta", starts[i]))
+		require.Eventually(t, func() bool {
+			fi, err := os.Stat(p)
+			return err == nil && fi.Size() == starts[i+1]-starts[i]
+		}, 10*time.Second, 5*time.Millisecond, "segment %s is written out", p)
+	}
+}
+
 // TestRetention checks the delete policy end to end: sealed segments older
 // than the policy disappear oldest first, stats min_offset rises, and a get
 // below the new min is answered 301 with it. delete_check_interval = 1 s is
@@ -124,6 +140,7 @@ func TestRetention(t *testing.T) {
 		c := dial(t, tb.Addr)
 		starts, offs := fillSegments(t, c, topic, 6)
 		partDir := filepath.Join(dir, topic+"-0")
+		waitSealedWritten(t, partDir, starts)
 		old := time.Now().Add(-2 * time.Hour)
 		for _, i := range []int{0, 1, 3} {
 			p := filepath.Join(partDir, fmt.Sprintf("%020d.meta", starts[i]))

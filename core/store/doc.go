@@ -26,14 +26,16 @@
 // the records into a pending buffer and returns. With a Journal
 // (Options.Journal, one per data directory, as the broker runs it), the
 // journal's single committer goroutine runs rounds for every log of the
-// directory: it takes everything pending in every log, writes each log's
-// bytes to its segment with write() and no fsync, appends a journal record
-// per log and chunk naming the partition, segment and offset, and does one
-// fdatasync of the journal for all of them (on a syncer goroutine, while
-// the committer stages the next round); then a completer goroutine raises
-// each log's readable mark and calls the covered Waiters. The segments
-// are fsynced at the journal's checkpoints, and OpenJournal replays the
-// journal into them after a crash (docs/storage.md). A journaled log has
+// directory: it takes everything pending in every log, adds each log's
+// bytes to its active segment's in-memory tail (no write()), appends a
+// journal record per log and chunk naming the partition, segment and
+// offset, and does one fdatasync of the journal for all of them (on a
+// syncer goroutine, while the committer stages the next round); then a
+// completer goroutine raises each log's readable mark and calls the
+// covered Waiters. Read serves a tail's bytes from memory (View.Mem). The
+// journal's checkpoints write the tails to the segment files and fsync
+// them; Close writes what is left; OpenJournal replays the journal into
+// the segments after a crash (docs/storage.md, "Segment tails"). A journaled log has
 // no goroutine of its own. Without a Journal, one writer goroutine per log takes everything
 // pending, writes it with one write() and makes it durable with one
 // fdatasync of the segment (at most 4 MiB per write), then raises the

@@ -97,7 +97,8 @@ func (l *Log) writeChunk(b []byte, comps []completion) (int64, error) {
 	return seg.start + pos, nil
 }
 
-// writeSegment writes b to the active segment with write() and no fsync,
+// writeSegment writes b to the active segment with write() and no fsync
+// (a journaled log keeps it in the segment's in-memory tail instead),
 // rolling first if the segment is full, and returns the segment and the
 // file position b went to. A failed roll or write leaves the log as it
 // was (the file is cut back); a failed directory fsync after creating the
@@ -125,6 +126,13 @@ func (l *Log) writeSegment(b []byte) (*segment, int64, error) {
 		seg = next
 	}
 	pos := seg.size.Load()
+	if l.j != nil {
+		// Journaled: the bytes stay in memory until a checkpoint writes
+		// them (segment.appendTail).
+		seg.appendTail(b, pos)
+		seg.size.Store(pos + int64(len(b)))
+		return seg, pos, nil
+	}
 	n, err := l.writeAt(seg.f, b, pos)
 	l.nWrites.Add(1)
 	if err == nil && n < len(b) {

@@ -107,13 +107,20 @@ type ckptJob struct {
 	c    checkpoint
 	segs []dirtySeg
 	err  error // set by the checkpointer if an fsync failed
+	// skip is set by the checkpointer if writing a segment's tail failed
+	// (ENOSPC, EIO on write()): the checkpoint is not made, the segments
+	// go back to their logs' dirty lists, and the next checkpoint tries
+	// again. The records are safe in the journal meanwhile.
+	skip error
 }
 
 // dirtySeg is a segment written since the last checkpoint snapshot, with a
-// reference held.
+// reference held, and the end of its bytes at the snapshot: the tail below
+// it is written to the file before the fsync.
 type dirtySeg struct {
 	seg  *segment
-	sync func(*os.File) error
+	log  *Log
+	upTo int64
 }
 
 // Journal is the broker-wide write-ahead journal of one data directory
@@ -139,9 +146,12 @@ type Journal struct {
 	ready   []*Log // logs with pending appends, each once
 	logs    map[*Log]struct{}
 	closed  bool
-	due     bool     // the ticker says a checkpoint may be due
-	tableCh bool     // a log registered or left since the last checkpoint
-	ckptRec *ckptJob // fsynced by the checkpointer, record not yet written
+	due     bool // the ticker says a checkpoint may be due
+	tableCh bool // a log registered or left since the last checkpoint
+	// retryCkpt (committer-owned) asks for a checkpoint at the next
+	// interval although nothing was written: the last one was skipped.
+	retryCkpt bool
+	ckptRec   *ckptJob // fsynced by the checkpointer, record not yet written
 	// trusted holds, from recovery until each partition's Open takes it,
 	// how much of each partition recovery vouches for (restart.go).
 	trusted map[string]trustPoint
@@ -509,7 +519,7 @@ func (j *Journal) committer() {
 		}
 		if !j.ckptBusy.Load() && j.Err() == nil && !closed &&
 			(j.sinceCkpt >= j.ckptBytes ||
-				(due || time.Since(j.lastCkpt) >= j.ckptInterval) && (j.sinceCkpt > 0 || tableCh)) {
+				(due || time.Since(j.lastCkpt) >= j.ckptInterval) && (j.sinceCkpt > 0 || tableCh || j.retryCkpt)) {
 			j.startCheckpoint()
 		}
 	}
@@ -582,6 +592,10 @@ func (j *Journal) stage(logs []*Log, ck *ckptJob, slot int) *jround {
 	if ck != nil {
 		if ck.err != nil {
 			j.ckptBusy.Store(false) // the journal failed; the checkpointer reported it
+		} else if ck.skip != nil {
+			j.logf("store: journal %s: checkpoint skipped, retried at the next one: %v", j.dir, ck.skip)
+			j.retryCkpt = true
+			j.ckptBusy.Store(false)
 		} else if err := j.addCheckpoint(ck.c); err != nil {
 			j.logf("store: journal %s: checkpoint skipped: %v", j.dir, err)
 			j.ckptBusy.Store(false)
@@ -864,7 +878,7 @@ func (j *Journal) snapshot() *ckptJob {
 	for _, l := range logs {
 		l.mu.Lock()
 		for _, s := range l.dirty {
-			job.segs = append(job.segs, dirtySeg{seg: s, sync: l.syncFile})
+			job.segs = append(job.segs, dirtySeg{seg: s, log: l, upTo: s.size.Load()})
 		}
 		clear(l.dirty)
 		l.dirty = l.dirty[:0]
@@ -877,6 +891,7 @@ func (j *Journal) snapshot() *ckptJob {
 		job.c.lastIDs[l.jname] = l.stagedID // committer-owned, like end
 	}
 	j.sinceCkpt = 0
+	j.retryCkpt = false
 	j.lastCkpt = time.Now()
 	return job
 }
@@ -884,25 +899,13 @@ func (j *Journal) snapshot() *ckptJob {
 // syncSegments fsyncs the job's segments and drops their references.
 func (j *Journal) syncSegments(job *ckptJob) {
 	workers := min(len(job.segs), ckptSyncWorkers)
-	if workers <= 1 {
-		for _, d := range job.segs {
-			if job.err == nil {
-				if err := d.sync(d.seg.f); err != nil {
-					job.err = j.fail(fmt.Errorf("checkpoint fsync %s: %w", d.seg.path, err))
-				}
-			}
-			d.seg.release()
-		}
-		job.segs = nil
-		return
-	}
-	// Several fsyncs at once: the file system commits their metadata
-	// (the blocks the writes allocated, the sizes) in shared journal
-	// transactions instead of one each, which is most of a checkpoint's
-	// cost at hundreds of partitions.
 	var next atomic.Int64
 	var emu sync.Mutex
 	var wg sync.WaitGroup
+	// Several segments at once: the file system commits the metadata of
+	// concurrent fsyncs (the blocks the writes allocated, the sizes) in
+	// shared journal transactions instead of one each, which is most of a
+	// checkpoint's cost at hundreds of partitions.
 	for range workers {
 		wg.Go(func() {
 			for {
@@ -911,7 +914,24 @@ func (j *Journal) syncSegments(job *ckptJob) {
 					return
 				}
 				d := job.segs[i]
-				if err := d.sync(d.seg.f); err != nil {
+				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt)
+				d.log.nWrites.Add(int64(writes))
+				d.log.nBytes.Add(n)
+				if err != nil {
+					emu.Lock()
+					if job.skip == nil {
+						job.skip = err
+					}
+					emu.Unlock()
+					continue
+				}
+				emu.Lock()
+				failed := job.err != nil
+				emu.Unlock()
+				if failed {
+					continue
+				}
+				if err := d.log.syncFile(d.seg.f); err != nil {
 					emu.Lock()
 					if job.err == nil {
 						job.err = j.fail(fmt.Errorf("checkpoint fsync %s: %w", d.seg.path, err))
@@ -923,6 +943,9 @@ func (j *Journal) syncSegments(job *ckptJob) {
 	}
 	wg.Wait()
 	for _, d := range job.segs {
+		if job.skip != nil && job.err == nil {
+			d.log.redirty(d.seg) // the next checkpoint writes and fsyncs it
+		}
 		d.seg.release()
 	}
 	job.segs = nil
@@ -940,6 +963,10 @@ func (j *Journal) finalCheckpoint() {
 	}
 	job := j.snapshot()
 	j.syncSegments(job)
+	if job.skip != nil {
+		j.logf("store: journal %s: final checkpoint skipped, the next open replays the journal: %v", j.dir, job.skip)
+		return
+	}
 	if job.err != nil {
 		return
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 )
 
 // dataRef locates a data record found by the recovery scan.
@@ -396,12 +398,29 @@ func (j *Journal) replay(sc journalScan, limit int) error {
 			}
 		}
 	}
+	var toSync []string
 	for path, rf := range open {
 		if rf.written {
-			if err := rf.f.Sync(); err != nil {
-				return fmt.Errorf("store: replay: fsync %s: %w", path, err)
-			}
+			toSync = append(toSync, path)
 		}
+	}
+	// Up to ckptSyncWorkers at once, like a checkpoint: after a kill -9 at
+	// hundreds of partitions the replay rewrote every partition's tail.
+	var next atomic.Int64
+	errs := make([]error, len(toSync))
+	var wg sync.WaitGroup
+	for range min(len(toSync), ckptSyncWorkers) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(toSync); i = int(next.Add(1)) - 1 {
+				if err := open[toSync[i]].f.Sync(); err != nil {
+					errs[i] = fmt.Errorf("store: replay: fsync %s: %w", toSync[i], err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	for pdir := range dirs {
 		if err := syncPath(pdir); err != nil {

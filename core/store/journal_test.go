@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -176,9 +177,11 @@ func TestJournalFsyncFailureFinal(t *testing.T) {
 	require.Len(t, readAllRecords(t, logs[0], 1000), 1)
 }
 
-// TestJournalTransientFailures runs the transient write and roll failures
-// of TestTransientFailures through a journal: they fail only that append,
-// and offsets never move.
+// TestJournalTransientFailures runs the transient roll failures of
+// TestTransientFailures through a journal: they fail only that append, and
+// offsets never move. (A journaled log writes its segments at checkpoints,
+// not at appends: TestJournalCheckpointWriteFailure has the write
+// failures.)
 func TestJournalTransientFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -186,8 +189,6 @@ func TestJournalTransientFailures(t *testing.T) {
 		cause  error
 	}{
 		{"roll/create-EMFILE", func(f *fsFaults) { f.create = syscall.EMFILE }, syscall.EMFILE},
-		{"write/ENOSPC", func(f *fsFaults) { f.write = syscall.ENOSPC }, syscall.ENOSPC},
-		{"write/partial-ENOSPC", func(f *fsFaults) { f.partial = syscall.ENOSPC }, syscall.ENOSPC},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dataDir := t.TempDir()
@@ -216,14 +217,76 @@ func TestJournalTransientFailures(t *testing.T) {
 				appendOK(d)
 			}
 			a.check(t, l)
-			a.checkFiles(t, dir)
 			require.NoError(t, l.Close())
+			a.checkFiles(t, dir)
 			require.NoError(t, j.Close())
 
 			j2 := openJournal(t, dataDir, smallJournal())
 			l = openLog(t, dir, Options{MaxSegmentSize: 64, Journal: j2})
 			a.check(t, l)
 			appendOK("good-8")
+			a.check(t, l)
+		})
+	}
+}
+
+// TestJournalCheckpointWriteFailure: a segment write() that fails at a
+// checkpoint (ENOSPC, a disk filling up in the middle of the write) fails
+// no append and does not fail the log: the records are durable in the
+// journal, that checkpoint is skipped (and said so), and the first
+// checkpoint after the fault writes and fsyncs the segments. Nothing is
+// lost and offsets never move, before and after a reopen.
+func TestJournalCheckpointWriteFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		inject func(*fsFaults)
+	}{
+		{"ENOSPC", func(f *fsFaults) { f.write = syscall.ENOSPC }},
+		{"partial-ENOSPC", func(f *fsFaults) { f.partial = syscall.ENOSPC }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dataDir := t.TempDir()
+			var lb logBuf
+			o := smallJournal()
+			o.CheckpointInterval = 20 * time.Millisecond
+			o.Logf = lb.logf
+			j := openJournal(t, dataDir, o)
+			dir := filepath.Join(dataDir, partName(0))
+			fs := &fsFaults{}
+			l := openLog(t, dir, Options{MaxSegmentSize: 64, hooks: fs.hooks(dir), Journal: j})
+			var a acked
+			appendOK := func(data string) {
+				t.Helper()
+				_, off, err := l.AppendSync([]Entry{entry([]byte(data))})
+				require.NoError(t, err, data)
+				a.add(t, off, data)
+			}
+			for _, d := range []string{"good-1", "good-2", "good-3"} {
+				appendOK(d)
+			}
+			fs.set(tc.inject)
+			for i := range 6 {
+				appendOK(fmt.Sprintf("during-%d-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", i))
+			}
+			require.Eventually(t, func() bool { return strings.Contains(lb.String(), "checkpoint skipped") }, 10*time.Second, 5*time.Millisecond)
+			require.Contains(t, lb.String(), "no space left on device")
+			require.NoError(t, l.Err())
+			a.check(t, l)
+			before := j.Stats().Checkpoints
+			fs.set(func(f *fsFaults) { f.write, f.partial = nil, nil })
+			require.Eventually(t, func() bool { return j.Stats().Checkpoints > before }, 10*time.Second, 5*time.Millisecond)
+			for _, d := range []string{"good-4", "good-5"} {
+				appendOK(d)
+			}
+			a.check(t, l)
+			require.NoError(t, l.Close())
+			a.checkFiles(t, dir)
+			require.NoError(t, j.Close())
+
+			j2 := openJournal(t, dataDir, smallJournal())
+			l = openLog(t, dir, Options{MaxSegmentSize: 64, Journal: j2})
+			a.check(t, l)
+			appendOK("good-6")
 			a.check(t, l)
 		})
 	}

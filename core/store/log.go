@@ -437,7 +437,12 @@ func (l *Log) Read(offset int64, maxSize int) (View, error) {
 	}
 	seg.acquire()
 	l.segMu.RUnlock()
-	n, err := l.checkRead(seg, offset-seg.start, min(end-offset, int64(maxSize)))
+	want := min(end-offset, int64(maxSize))
+	mem, inFile := seg.tailRead(offset-seg.start, want)
+	if mem != nil {
+		return View{Path: seg.path, File: seg.f, Pos: offset - seg.start, Len: len(mem), Offset: offset, Mem: mem, seg: seg}, nil
+	}
+	n, err := l.checkRead(seg, offset-seg.start, inFile)
 	if err != nil {
 		seg.release()
 		return View{}, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 )
 
 // logRound is a journaled log's part of one commit round, owned by the
@@ -121,6 +122,21 @@ func (l *Log) markDirty(seg *segment) {
 	l.mu.Unlock()
 }
 
+// redirty puts seg back on the dirty list after a checkpoint could not
+// write its tail, unless the log is closing (closeJournaled writes every
+// tail itself).
+func (l *Log) redirty(seg *segment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	if n := len(l.dirty); n == 0 || l.dirty[n-1] != seg {
+		seg.acquire()
+		l.dirty = append(l.dirty, seg)
+	}
+}
+
 // finishJournaled completes the round for the log once the journal
 // fdatasync is done (err nil: readable marks rise, appends succeed) or
 // has failed (every staged append fails with err).
@@ -172,7 +188,33 @@ func (l *Log) closeJournaled() error {
 		c = nil
 	}
 	l.mu.Unlock()
+	// Every segment's tail goes to its file first, including those of
+	// segments a checkpoint in progress took from the dirty list and has
+	// not written yet (segment.fmu orders the two writers; the second
+	// finds nothing left to write).
 	var err error
+	l.segMu.RLock()
+	segs := slices.Clone(l.segs)
+	for _, s := range segs {
+		s.acquire()
+	}
+	l.segMu.RUnlock()
+	for _, s := range segs {
+		if s.hasTail() {
+			writes, n, werr := s.flushTail(s.size.Load(), l.writeAt)
+			l.nWrites.Add(int64(writes))
+			l.nBytes.Add(n)
+			if werr != nil && err == nil {
+				err = l.fail(werr)
+				c = nil
+			}
+			if !slices.Contains(dirty, s) {
+				s.acquire()
+				dirty = append(dirty, s)
+			}
+		}
+		s.release()
+	}
 	for _, s := range dirty {
 		if err == nil {
 			if serr := l.syncFile(s.f); serr != nil {

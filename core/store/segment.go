@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -73,6 +74,136 @@ type segment struct {
 
 	// readAt, if set, replaces f.ReadAt in recovery's scans (a test hook).
 	readAt func(f *os.File, b []byte, off int64) (int, error)
+
+	// The tail of a journaled segment: its last bytes are held
+	// in memory (tail, contiguous, ascending) until a checkpoint or the
+	// log's Close writes them to the file (flushTail). Readers are served
+	// them from memory. A journaled log's records are durable in the
+	// journal when they are acknowledged, so the segment file needs them
+	// only at the checkpoint that frees that journal space: writing them
+	// there, in a few large write()s per partition, instead of one write()
+	// per partition per commit round, is what keeps a round's cost flat
+	// at hundreds of partitions. See docs/storage.md, "Segment tails".
+	tmu  sync.Mutex // guards tail; a leaf lock
+	tail []tailChunk
+	fmu  sync.Mutex // serialises flushTail
+}
+
+// tailChunk is bytes [pos, pos+len(b)) of a segment held in memory. Bytes
+// below the log's readable mark are never changed: appends only extend b
+// (within its capacity, or into a new chunk).
+type tailChunk struct {
+	pos int64
+	b   []byte
+}
+
+// tailChunkSize is the capacity of a new tail chunk (a larger write gets
+// a chunk of its own size).
+const tailChunkSize = 64 << 10
+
+// appendTail adds b, which belongs at pos (the segment's size), to the
+// in-memory tail. Only the log's writer (the journal's committer) calls it.
+func (s *segment) appendTail(b []byte, pos int64) {
+	s.tmu.Lock()
+	if n := len(s.tail); n > 0 {
+		c := &s.tail[n-1]
+		if c.pos+int64(len(c.b)) == pos && len(c.b)+len(b) <= cap(c.b) {
+			c.b = append(c.b, b...)
+			s.tmu.Unlock()
+			return
+		}
+	}
+	s.tmu.Unlock()
+	nb := make([]byte, len(b), max(len(b), tailChunkSize))
+	copy(nb, b)
+	s.tmu.Lock()
+	s.tail = append(s.tail, tailChunk{pos: pos, b: nb})
+	s.tmu.Unlock()
+}
+
+// tailRead returns the bytes [pos, pos+n) of the segment if pos lies in
+// its in-memory tail (a slice of an immutable range, clipped to the
+// chunk), or nil and the number of bytes from pos that the file holds.
+func (s *segment) tailRead(pos, n int64) ([]byte, int64) {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if len(s.tail) == 0 {
+		return nil, n
+	}
+	if inFile := s.tail[0].pos; pos < inFile { // the file holds what precedes the tail
+		return nil, min(n, inFile-pos)
+	}
+	for i := len(s.tail) - 1; i >= 0; i-- {
+		c := s.tail[i]
+		if pos >= c.pos {
+			k := pos - c.pos
+			return c.b[k:min(int64(len(c.b)), k+n):min(int64(len(c.b)), k+n)], 0
+		}
+	}
+	return nil, 0 // cannot happen: the tail starts at written
+}
+
+// hasTail reports whether the segment holds bytes not yet in its file.
+func (s *segment) hasTail() bool {
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	return len(s.tail) > 0
+}
+
+// flushTail writes the in-memory tail below upTo to the file (no fsync)
+// and drops it from memory; it returns the number of write()s and bytes.
+// On a write error nothing is dropped: a later flush writes the same
+// bytes at the same place again.
+func (s *segment) flushTail(upTo int64, writeAt func(f *os.File, b []byte, off int64) (int, error)) (int, int64, error) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	s.tmu.Lock()
+	var todo []tailChunk
+	for _, c := range s.tail {
+		if c.pos >= upTo {
+			break
+		}
+		todo = append(todo, tailChunk{pos: c.pos, b: c.b[:min(int64(len(c.b)), upTo-c.pos)]})
+	}
+	s.tmu.Unlock()
+	var writes int
+	var bytes int64
+	for _, c := range todo {
+		n, err := writeAt(s.f, c.b, c.pos)
+		writes++
+		bytes += int64(n)
+		if err == nil && n < len(c.b) {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return writes, bytes, fmt.Errorf("write %s at %d: %w", filepath.Base(s.path), c.pos, err)
+		}
+	}
+	if len(todo) == 0 {
+		return 0, 0, nil
+	}
+	last := todo[len(todo)-1]
+	end := last.pos + int64(len(last.b))
+	s.tmu.Lock()
+	for len(s.tail) > 0 {
+		c := &s.tail[0]
+		if c.pos+int64(len(c.b)) <= end {
+			s.tail[0] = tailChunk{}
+			s.tail = s.tail[1:]
+			continue
+		}
+		if c.pos < end {
+			k := end - c.pos
+			c.b = c.b[k:]
+			c.pos = end
+		}
+		break
+	}
+	if len(s.tail) == 0 {
+		s.tail = nil
+	}
+	s.tmu.Unlock()
+	return writes, bytes, nil
 }
 
 // reader returns what recovery's scans read the segment through.
@@ -125,6 +256,9 @@ func (s *segment) end() int64 { return s.start + s.size.Load() }
 
 // View is a readable byte range of one segment: bytes [Pos, Pos+Len) of the
 // segment file at Path, whose first byte is at absolute offset Offset.
+// When Mem is set the bytes are not in the file yet (the in-memory tail of
+// a journaled segment): Mem holds them, and Path and File must not be
+// used for them.
 //
 // File is the segment's shared descriptor; read it with ReadAt (or hand it
 // to sendfile with an explicit position), never Seek it or Close it. The
@@ -136,6 +270,8 @@ type View struct {
 	Pos    int64
 	Len    int
 	Offset int64
+	// Mem, if non-nil, is the view's bytes (len(Mem) == Len), read-only.
+	Mem []byte
 
 	seg *segment
 }
@@ -152,6 +288,9 @@ func (v View) Release() {
 func (v View) ReadAll(dst []byte) ([]byte, error) {
 	if v.Len == 0 {
 		return dst, nil
+	}
+	if v.Mem != nil {
+		return append(dst, v.Mem...), nil
 	}
 	n0 := len(dst)
 	dst = slices.Grow(dst, v.Len)[:n0+v.Len]

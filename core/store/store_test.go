@@ -66,9 +66,11 @@ func readAllRecords(t testing.TB, l *Log, maxSize int) []message.Record {
 		require.Equal(t, off, v.Offset)
 		segStart := v.Offset - v.Pos
 		require.Equal(t, filepath.Join(l.Dir(), segmentName(segStart)), v.Path)
-		fi, err := os.Stat(v.Path)
-		require.NoError(t, err)
-		require.LessOrEqual(t, v.Pos+int64(v.Len), fi.Size(), "read spans past its segment")
+		if v.Mem == nil { // else in a journaled segment's memory tail
+			fi, err := os.Stat(v.Path)
+			require.NoError(t, err)
+			require.LessOrEqual(t, v.Pos+int64(v.Len), fi.Size(), "read spans past its segment")
+		}
 		b, err := v.ReadAll(nil)
 		v.Release()
 		require.NoError(t, err)

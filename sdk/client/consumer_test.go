@@ -120,6 +120,13 @@ func damage(t *testing.T, b *brokertest.Broker, off int64) {
 	require.NoError(t, err)
 	defer f.Close()
 	pos := off - segs[i].start + message.HeaderSize
+	// A group-commit broker keeps what it wrote since its last checkpoint
+	// in memory (docs/storage.md, "Segment tails"): wait until the
+	// checkpoint (at most a second) has written the record to the file.
+	require.Eventually(t, func() bool {
+		fi, err := f.Stat()
+		return err == nil && fi.Size() > pos
+	}, 10*time.Second, 5*time.Millisecond, "the record at %d reaches its segment file", off)
 	var one [1]byte
 	_, err = f.ReadAt(one[:], pos)
 	require.NoError(t, err)
@@ -133,6 +140,21 @@ func damage(t *testing.T, b *brokertest.Broker, off int64) {
 // every segment before it is deleted too).
 func ageSegment(t *testing.T, s segmentFile) {
 	t.Helper()
+	// A sealed segment's last bytes may still be in the broker's memory
+	// (docs/storage.md, "Segment tails"): wait until the checkpoint has
+	// written them, or its write would make the file new again.
+	dir := filepath.Dir(s.path)
+	paths, err := filepath.Glob(filepath.Join(dir, "*.meta"))
+	require.NoError(t, err)
+	sort.Strings(paths)
+	if i := sort.SearchStrings(paths, s.path); i+1 < len(paths) {
+		next, err := strconv.ParseInt(strings.TrimSuffix(filepath.Base(paths[i+1]), ".meta"), 10, 64)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			fi, err := os.Stat(s.path)
+			return err == nil && fi.Size() == next-s.start
+		}, 10*time.Second, 5*time.Millisecond, "segment %s is written out", s.path)
+	}
 	old := time.Now().Add(-2 * time.Hour)
 	require.NoError(t, os.Chtimes(s.path, old, old))
 }
