@@ -103,6 +103,9 @@ type Broker struct {
 	// (txlog.go), opened by New once the topics are.
 	txs   txSet
 	txlog *txLog
+	// slave is the replication state of a slave (replica.go); nil for a
+	// master.
+	slave *slaveState
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
@@ -143,6 +146,9 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		done:    make(chan struct{}),
 		start:   time.Now(),
 		budget:  newBudget(cfg.MaxBufferedBytes),
+	}
+	if cfg.IsSlave() {
+		b.slave = newSlaveState(b)
 	}
 	b.groups.timeout = opts.GroupSessionTimeout
 	b.groups.maxMembers, b.groups.maxPerConn = cfg.MaxGroupMembers, cfg.MaxMembershipsPerConnection
@@ -419,6 +425,10 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		if err := b.openRegistry(); err != nil {
 			return err
 		}
+	}
+	if b.slave != nil {
+		b.wg.Add(1)
+		go b.slave.run() // replica.go
 	}
 	b.wg.Add(1)
 	go b.retentionLoop()

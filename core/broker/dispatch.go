@@ -15,6 +15,9 @@ func (c *conn) dispatch(r *protocol.Request) {
 	if !c.authorize(r) { // auth.go
 		return
 	}
+	if c.b.slave != nil && c.slaveRefuses(r) { // replica.go
+		return
+	}
 	switch r.Op {
 	case protocol.OpPut:
 		c.handlePut(r)
@@ -39,7 +42,11 @@ func (c *conn) dispatch(r *protocol.Request) {
 	case protocol.OpTransaction:
 		c.handleTransaction(r) // tx.go
 	case protocol.OpSync:
-		c.reply(protocol.StatusInternalError, "sync refused: this broker is not a slave", r.Opaque)
+		if c.b.slave != nil {
+			c.reply(protocol.StatusInternalError, "sync refused: sync replication is not implemented yet (this slave pulls from its master)", r.Opaque)
+		} else {
+			c.reply(protocol.StatusInternalError, "sync refused: this broker is not a slave", r.Opaque)
+		}
 	default:
 		c.reply(protocol.StatusBadRequest, "unexpected "+r.Op.String()+" frame", r.Opaque)
 	}

@@ -1,0 +1,559 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// Async replication, the slave side (MetaQ's metaslave, reference §9).
+//
+// A broker started with slave_id N >= 0 is slave N of master broker_id. It
+// registers ids/<id>/slave<N> and its topics as <id>-s<N> (core/registry),
+// watches ids/<id>/master, and pulls every partition of every topic the
+// master lists in topics-sub over one connection: each round pipelines, for
+// every partition, an `offset ... MaxInt64` (the master's end, for the lag)
+// and a `get` from the slave's own end, appends what came back with the
+// master's msgId, flag and payload (so slave offsets equal master offsets),
+// waits until those appends are durable (one journal round covers them
+// all), and starts the next round at once if anything came, else after an
+// idle wait that doubles from 1 ms up to slave_max_delay/4. No owners, no
+// balancing, nothing is committed: the local end is the position.
+//
+// An empty local partition starts from the master's min (Log.Rebase
+// moves it there when the master has deleted its head). A partition whose
+// master min has passed the slave's end (the slave was away longer than
+// the master's retention) cannot be filled: it is logged and left alone.
+// An append that does not land at the master's offset (which would mean
+// the copies diverged) stops that partition, loudly.
+
+const (
+	// slaveFetchSize is MetaQ's slave fetch size; a partition whose next
+	// record is larger gets doubled fetches up to slaveFetchMax.
+	slaveFetchSize = 1 << 20
+	slaveFetchMax  = 64 << 20
+	// slaveTopicsEvery is how often the master's topic list is read again.
+	slaveTopicsEvery = 2 * time.Second
+	// slaveDialTimeout bounds a connect to the master; slaveIOTimeout one
+	// round's replies.
+	slaveDialTimeout = 2 * time.Second
+	slaveIOTimeout   = 10 * time.Second
+	// slaveRetry is the wait before reconnecting after a failed pull.
+	slaveRetry = 200 * time.Millisecond
+)
+
+// slaveState is a slave broker's replication state.
+type slaveState struct {
+	b        *Broker
+	id       int
+	group    string
+	maxIdle  time.Duration
+	parts    map[string][]*replPart // by topic; owned by run
+	sizes    map[string]int         // master partition counts as last read
+	warned   map[string]string      // topic -> last logged problem
+	lastTops time.Time
+
+	master    atomic.Pointer[string] // address being pulled from, nil when none
+	connected atomic.Bool
+	lagBytes  atomic.Int64
+	lagMs     atomic.Int64
+	records   atomic.Int64 // records copied since start
+	rounds    atomic.Int64
+}
+
+// replPart is one partition being copied.
+type replPart struct {
+	topic string
+	p     int32
+	l     *store.Log
+	next  int64 // local end: the master offset of the next record to copy
+	fetch int32
+	// stalled is why the partition is not copied any more ("" when it is).
+	stalled string
+	// behind is when the slave last fell behind the master's end (zero
+	// while caught up), for lag_ms.
+	behind time.Time
+	lag    int64
+	// the round's append outcome
+	wantN int
+}
+
+func newSlaveState(b *Broker) *slaveState {
+	s := &slaveState{
+		b:       b,
+		id:      b.cfg.SlaveID,
+		group:   b.cfg.EffectiveSlaveGroup(),
+		maxIdle: max(time.Duration(b.cfg.SlaveMaxDelay)*time.Millisecond/4, time.Millisecond),
+		parts:   map[string][]*replPart{},
+		sizes:   map[string]int{},
+		warned:  map[string]string{},
+	}
+	return s
+}
+
+// run pulls from whichever master is registered until the broker closes.
+func (s *slaveState) run() {
+	defer s.b.wg.Done()
+	b := s.b
+	b.mu.RLock()
+	reg := b.reg
+	b.mu.RUnlock()
+	waiting := false
+	for !b.closed.Load() {
+		addr, ok, watch, err := reg.Master()
+		if err != nil {
+			s.sleep(slaveRetry)
+			continue
+		}
+		if !ok {
+			if !waiting {
+				b.logf("slave %d of broker %d: no master registered; waiting for ids/%d/master", s.id, b.cfg.BrokerID, b.cfg.BrokerID)
+				waiting = true
+			}
+			s.master.Store(nil)
+			select {
+			case <-watch:
+			case <-b.done:
+				return
+			case <-time.After(5 * time.Second): // a watch lost with a session
+			}
+			continue
+		}
+		waiting = false
+		s.master.Store(&addr)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case ev := <-watch:
+				_ = ev
+			case <-b.done:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		err = s.pull(ctx, addr)
+		cancel()
+		s.connected.Store(false)
+		if err != nil && !b.closed.Load() && ctx.Err() == nil {
+			b.logf("slave %d: pulling from master %s: %v; retrying", s.id, addr, err)
+		}
+		s.sleep(slaveRetry)
+	}
+}
+
+// sleep waits d or until the broker closes.
+func (s *slaveState) sleep(d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-s.b.done:
+	}
+}
+
+// pull copies from the master at addr until ctx is done or the
+// connection fails.
+func (s *slaveState) pull(ctx context.Context, addr string) error {
+	d := net.Dialer{Timeout: slaveDialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	s.b.logf("slave %d of broker %d: pulling from master %s", s.id, s.b.cfg.BrokerID, addr)
+	s.connected.Store(true)
+	w := bufio.NewWriterSize(nc, 64<<10)
+	dec := protocol.NewDecoder(nc, protocol.Limits{MaxBody: slaveFetchMax + 1<<20})
+	defer dec.Release()
+	rc := &roundConn{nc: nc, w: w, dec: dec}
+	s.lastTops = time.Time{}
+	idle := time.Duration(0)
+	for ctx.Err() == nil {
+		if time.Since(s.lastTops) >= slaveTopicsEvery {
+			s.refreshTopics(rc)
+			s.lastTops = time.Now()
+		}
+		got, err := s.round(rc)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s.rounds.Add(1)
+		if got {
+			idle = 0
+			continue
+		}
+		idle = min(max(2*idle, time.Millisecond), s.maxIdle)
+		select {
+		case <-time.After(idle):
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// roundConn is the connection to the master.
+type roundConn struct {
+	nc  net.Conn
+	w   *bufio.Writer
+	dec *protocol.Decoder
+	buf []byte
+	req protocol.Request
+}
+
+// send queues one request.
+func (rc *roundConn) send(b []byte) {
+	rc.w.Write(b)
+}
+
+// flush sends what is queued and sets the deadline of the replies.
+func (rc *roundConn) flush() error {
+	rc.nc.SetDeadline(time.Now().Add(slaveIOTimeout))
+	return rc.w.Flush()
+}
+
+// next decodes the next reply; its body is valid until the next call.
+func (rc *roundConn) next() (*protocol.Request, error) {
+	rc.req = protocol.Request{}
+	if err := rc.dec.Decode(&rc.req); err != nil {
+		return nil, err
+	}
+	if rc.req.Op != protocol.OpResult && rc.req.Op != protocol.OpValue {
+		return nil, fmt.Errorf("unexpected %s frame from the master", rc.req.Op)
+	}
+	return &rc.req, nil
+}
+
+// roundTrip sends one request and returns its reply.
+func (rc *roundConn) roundTrip(b []byte) (*protocol.Request, error) {
+	rc.send(b)
+	if err := rc.flush(); err != nil {
+		return nil, err
+	}
+	return rc.next()
+}
+
+// refreshTopics reads the master's topics and opens (or auto-creates)
+// each locally; a topic the slave cannot hold is logged once.
+func (s *slaveState) refreshTopics(rc *roundConn) {
+	b := s.b
+	b.mu.RLock()
+	reg := b.reg
+	b.mu.RUnlock()
+	tops, err := reg.MasterTopics()
+	if err != nil {
+		b.logf("slave %d: reading the master's topics: %v", s.id, err)
+		return
+	}
+	names := make([]string, 0, len(tops))
+	for n := range tops {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n := tops[name]
+		if ps, ok := s.parts[name]; ok && len(ps) == n {
+			continue
+		}
+		t, err := b.openTopic(name)
+		if err != nil {
+			s.warn(name, fmt.Sprintf("not replicated: %v (configure it in the slave's server.toml, or set auto_create_topics)", err))
+			continue
+		}
+		if len(t.parts) != n {
+			s.warn(name, fmt.Sprintf("not replicated: the master has %d partitions, this slave %d (give the slave the same num_partitions)", n, len(t.parts)))
+			continue
+		}
+		ps := make([]*replPart, n)
+		for p := range ps {
+			rp := &replPart{topic: name, p: int32(p), l: t.parts[p], fetch: slaveFetchSize}
+			if err := s.startPart(rc, rp); err != nil {
+				b.logf("slave %d: %s-%d: %v", s.id, name, p, err)
+				return // the connection is probably gone; the next round says
+			}
+			ps[p] = rp
+		}
+		s.parts[name] = ps
+		delete(s.warned, name)
+		b.logf("slave %d: replicating topic %s (%d partitions)", s.id, name, n)
+	}
+}
+
+func (s *slaveState) warn(topic, msg string) {
+	if s.warned[topic] == msg {
+		return
+	}
+	s.warned[topic] = msg
+	s.b.logf("slave %d: topic %s %s", s.id, topic, msg)
+}
+
+// startPart sets where copying partition rp starts: its local end, or for
+// an empty partition the master's min offset.
+func (s *slaveState) startPart(rc *roundConn, rp *replPart) error {
+	l := rp.l
+	if l.MaxOffset() == l.MinOffset() && l.MessageCount() == 0 {
+		r, err := rc.roundTrip(protocol.AppendOffset(rc.buf[:0], rp.topic, s.group, rp.p, 0, 0))
+		if err != nil {
+			return err
+		}
+		if r.Code != protocol.StatusOK {
+			return fmt.Errorf("master's min offset: %d %s", r.Code, protocol.Printable(r.Body))
+		}
+		min, ok := protocol.ParseInt64(r.Body)
+		if !ok || min < 0 {
+			return fmt.Errorf("master's min offset: bad reply %q", protocol.Printable(r.Body))
+		}
+		if min != l.MinOffset() {
+			if err := l.Rebase(min); err != nil {
+				return err
+			}
+			s.b.logf("slave %d: %s-%d is empty; starting at the master's min offset %d", s.id, rp.topic, rp.p, min)
+		}
+	}
+	rp.next = l.MaxOffset()
+	return nil
+}
+
+// round asks every partition's end and next records of the master,
+// appends what came and waits for the appends. got reports whether any
+// record was copied.
+func (s *slaveState) round(rc *roundConn) (got bool, err error) {
+	var live []*replPart
+	tops := make([]string, 0, len(s.parts))
+	for t := range s.parts {
+		tops = append(tops, t)
+	}
+	sort.Strings(tops)
+	for _, t := range tops {
+		for _, rp := range s.parts[t] {
+			if rp.stalled == "" {
+				live = append(live, rp)
+			}
+		}
+	}
+	if len(live) == 0 {
+		return false, nil
+	}
+	for i, rp := range live {
+		rc.buf = protocol.AppendOffset(rc.buf[:0], rp.topic, s.group, rp.p, math.MaxInt64, int32(2*i))
+		rc.send(rc.buf)
+		rc.buf = protocol.AppendGet(rc.buf[:0], rp.topic, s.group, rp.p, rp.next, rp.fetch, int32(2*i+1))
+		rc.send(rc.buf)
+	}
+	if err := rc.flush(); err != nil {
+		return false, err
+	}
+	ends := make([]int64, len(live))
+	for i := range ends {
+		ends[i] = -1
+	}
+	wg := &roundWaiter{res: make([]roundResult, len(live))}
+	var entries []store.Entry
+	for range 2 * len(live) {
+		r, err := rc.next()
+		if err != nil {
+			wg.wait()
+			return false, err
+		}
+		i := int(r.Opaque / 2)
+		if r.Opaque < 0 || i >= len(live) {
+			wg.wait()
+			return false, fmt.Errorf("reply with unknown opaque %d", r.Opaque)
+		}
+		rp := live[i]
+		if r.Opaque%2 == 0 { // offset: the master's end
+			if v, ok := protocol.ParseInt64(r.Body); ok && r.Code == protocol.StatusOK {
+				ends[i] = v
+			}
+			continue
+		}
+		entries, err = s.apply(rp, r, entries[:0], wg, i)
+		if err != nil {
+			wg.wait()
+			return false, err
+		}
+	}
+	wg.wait()
+	now := time.Now()
+	var lagB, lagMs int64
+	for i, rp := range live {
+		res := &wg.res[i]
+		if res.n > 0 {
+			if res.err != nil { // ENOSPC, a failed log, closing: retried next round
+				key := rp.topic + "#" + strconv.Itoa(int(rp.p))
+				if msg := "append: " + res.err.Error(); s.warned[key] != msg {
+					s.warned[key] = msg
+					s.b.logf("slave %d: %s-%d: %s; retrying", s.id, rp.topic, rp.p, msg)
+				}
+				continue
+			}
+			if res.off != rp.next {
+				rp.stalled = fmt.Sprintf("records landed at offset %d, the master's is %d", res.off, rp.next)
+				s.b.logf("slave %d: %s-%d: ERROR: copying stopped: %s (the copies diverged)", s.id, rp.topic, rp.p, rp.stalled)
+				continue
+			}
+			rp.next += res.bytes
+			s.records.Add(int64(res.n))
+			got = true
+		}
+		rp.lag = 0
+		if ends[i] > rp.next {
+			rp.lag = ends[i] - rp.next
+		}
+		if rp.lag > 0 {
+			if rp.behind.IsZero() {
+				rp.behind = now
+			}
+			lagMs = max(lagMs, now.Sub(rp.behind).Milliseconds())
+		} else {
+			rp.behind = time.Time{}
+		}
+		lagB += rp.lag
+	}
+	s.lagBytes.Store(lagB)
+	s.lagMs.Store(lagMs)
+	return got, nil
+}
+
+// apply handles partition rp's get reply r: it appends the whole records
+// of a value (with entries as scratch), or handles the result code.
+func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.Entry, wg *roundWaiter, i int) ([]store.Entry, error) {
+	switch {
+	case r.Op == protocol.OpValue:
+	case r.Code == protocol.StatusNotFound: // no new data
+		return entries, nil
+	case r.Code == protocol.StatusMoved:
+		to, ok := protocol.ParseInt64(r.Body)
+		switch {
+		case !ok:
+			return entries, fmt.Errorf("%s-%d: bad 301 body %q", rp.topic, rp.p, protocol.Printable(r.Body))
+		case rp.l.MessageCount() == 0 && rp.l.MaxOffset() == rp.l.MinOffset() && to > rp.next:
+			if err := rp.l.Rebase(to); err != nil {
+				rp.stalled = err.Error()
+			} else {
+				rp.next = to
+				s.b.logf("slave %d: %s-%d: the master's min moved to %d; empty here, starting there", s.id, rp.topic, rp.p, to)
+			}
+		default:
+			rp.stalled = fmt.Sprintf("the master's min offset %d is past this slave's end %d (the master deleted records the slave never copied); move the partition directory away to copy it afresh", to, rp.next)
+			s.b.logf("slave %d: %s-%d: ERROR: copying stopped: %s", s.id, rp.topic, rp.p, rp.stalled)
+		}
+		return entries, nil
+	default:
+		key := rp.topic + "#" + strconv.Itoa(int(rp.p))
+		msg := fmt.Sprintf("get from the master: %d %s", r.Code, protocol.Printable(r.Body))
+		if s.warned[key] != msg {
+			s.warned[key] = msg
+			s.b.logf("slave %d: %s-%d: %s", s.id, rp.topic, rp.p, msg)
+		}
+		return entries, nil
+	}
+	body := r.Body
+	used := 0
+	for used < len(body) {
+		rec, n, err := message.ParseRecord(body[used:], s.b.cfg.MaxMessageSize)
+		if errors.Is(err, message.ErrShortRecord) {
+			break
+		}
+		if err != nil {
+			// A damaged record at the master: do not copy it; the next
+			// round asks again (the master may repair it, or say corrupt).
+			s.b.logf("slave %d: %s-%d: record at %d from the master: %v", s.id, rp.topic, rp.p, rp.next+int64(used), err)
+			break
+		}
+		if rec.ID == 0 {
+			return entries, fmt.Errorf("%s-%d: record at %d from the master has message id 0", rp.topic, rp.p, rp.next+int64(used))
+		}
+		entries = append(entries, store.Entry{ID: rec.ID, Flag: rec.Flag, CRC: rec.CRC, Data: rec.Data})
+		used += n
+	}
+	if len(entries) == 0 {
+		if len(body) >= int(rp.fetch) && rp.fetch < slaveFetchMax {
+			rp.fetch *= 2 // a record larger than the fetch
+		}
+		return entries, nil
+	}
+	res := &wg.res[i]
+	res.n, res.bytes = len(entries), int64(used)
+	wg.add()
+	if err := rp.l.Append(entries, wg, uint64(i)); err != nil {
+		wg.done()
+		res.err = err
+	}
+	clear(entries) // Append copied the data
+	return entries, nil
+}
+
+// roundResult is one partition's append in a round.
+type roundResult struct {
+	n     int
+	bytes int64
+	off   int64
+	err   error
+}
+
+// roundWaiter collects a round's appends (a store.Waiter).
+type roundWaiter struct {
+	wg  sync.WaitGroup
+	res []roundResult
+}
+
+func (w *roundWaiter) add()  { w.wg.Add(1) }
+func (w *roundWaiter) done() { w.wg.Done() }
+func (w *roundWaiter) wait() { w.wg.Wait() }
+
+func (w *roundWaiter) AppendDone(token uint64, _ int64, firstOffset int64, err error) {
+	r := &w.res[token]
+	r.off, r.err = firstOffset, err
+	w.wg.Done()
+}
+
+// slaveStats are the replication lines of stats.
+func (s *slaveState) statsLines(kv func(k string, v any)) {
+	kv("slave_id", s.id)
+	m := ""
+	if p := s.master.Load(); p != nil {
+		m = *p
+	}
+	if m == "" {
+		m = "none"
+	}
+	kv("slave_master", m)
+	kv("slave_connected", s.connected.Load())
+	kv("slave_lag_bytes", s.lagBytes.Load())
+	kv("slave_lag_ms", s.lagMs.Load())
+	kv("slave_copied_messages", s.records.Load())
+}
+
+// slaveRefuses answers the requests a slave does not take (puts, mputs,
+// transactions) and reports whether it did.
+func (c *conn) slaveRefuses(r *protocol.Request) bool {
+	switch r.Op {
+	case protocol.OpPut, protocol.OpMPut, protocol.OpTransaction:
+	default:
+		return false
+	}
+	b := c.b
+	if r.Op != protocol.OpTransaction {
+		b.stats.cmdPut.Add(1)
+		b.stats.putFailed.Add(1)
+	}
+	c.reply(protocol.StatusForbidden, protocol.WithCause(protocol.CauseReadOnly,
+		"broker "+strconv.Itoa(b.cfg.BrokerID)+" slave "+strconv.Itoa(b.slave.id)+
+			" does not accept "+r.Op.String()+"; send it to the master"), r.Opaque)
+	return true
+}
