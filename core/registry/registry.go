@@ -123,14 +123,14 @@ type Options struct {
 
 // Registry is a broker's registration. Its methods are safe for concurrent use.
 type Registry struct {
-	opts    Options
-	logf    func(format string, args ...any)
-	root    string // "" or "/x" (no trailing slash)
-	idPath  string // R/brokers/ids/<id>
-	master  string // R/brokers/ids/<id>/master
+	opts   Options
+	logf   func(format string, args ...any)
+	root   string // "" or "/x" (no trailing slash)
+	idPath string // R/brokers/ids/<id>
+	master string // R/brokers/ids/<id>/master
 	// self is the node that says who this broker is, written first: the
 	// master node, or a slave's ids/<id>/slave<N>.
-	self string
+	self    string
 	conn    *zk.Conn
 	kick    chan struct{}
 	stop    chan struct{}
