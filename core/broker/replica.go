@@ -104,6 +104,9 @@ func newSlaveState(b *Broker) *slaveState {
 }
 
 // run pulls from whichever master is registered until the broker closes.
+// It reads ids/<id>/master again only when its watch fires (the master
+// changed or went, or the session had an event); meanwhile a failed pull
+// is retried against the same address with a backoff.
 func (s *slaveState) run() {
 	defer s.b.wg.Done()
 	b := s.b
@@ -111,12 +114,18 @@ func (s *slaveState) run() {
 	reg := b.reg
 	b.mu.RUnlock()
 	waiting := false
+	lastErr := ""
 	for !b.closed.Load() {
 		addr, ok, watch, err := reg.Master()
 		if err != nil {
+			if msg := err.Error(); msg != lastErr {
+				b.logf("slave %d: reading ids/%d/master: %v; retrying", s.id, b.cfg.BrokerID, err)
+				lastErr = msg
+			}
 			s.sleep(slaveRetry)
 			continue
 		}
+		lastErr = ""
 		if !ok {
 			if !waiting {
 				b.logf("slave %d of broker %d: no master registered; waiting for ids/%d/master", s.id, b.cfg.BrokerID, b.cfg.BrokerID)
@@ -133,23 +142,56 @@ func (s *slaveState) run() {
 		}
 		waiting = false
 		s.master.Store(&addr)
+		fired := make(chan struct{})
+		go func() {
+			select {
+			case <-watch:
+			case <-b.done:
+			}
+			close(fired)
+		}()
+		s.pullUntil(addr, fired)
+	}
+}
+
+// pullUntil pulls from addr, retrying with a backoff, until fired is
+// closed (the master node changed) or the broker closes.
+func (s *slaveState) pullUntil(addr string, fired <-chan struct{}) {
+	b := s.b
+	wait := slaveRetry
+	last := ""
+	for {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			select {
-			case ev := <-watch:
-				_ = ev
-			case <-b.done:
+			case <-fired:
 			case <-ctx.Done():
 			}
 			cancel()
 		}()
-		err = s.pull(ctx, addr)
+		began := time.Now()
+		err := s.pull(ctx, addr)
+		stopped := ctx.Err() != nil
 		cancel()
 		s.connected.Store(false)
-		if err != nil && !b.closed.Load() && ctx.Err() == nil {
-			b.logf("slave %d: pulling from master %s: %v; retrying", s.id, addr, err)
+		if stopped || b.closed.Load() {
+			return
 		}
-		s.sleep(slaveRetry)
+		if err != nil {
+			if msg := err.Error(); msg != last {
+				b.logf("slave %d: pulling from master %s: %v; retrying", s.id, addr, err)
+				last = msg
+			}
+		}
+		if time.Since(began) > 5*time.Second {
+			wait = slaveRetry // it was pulling: a new failure
+		}
+		select {
+		case <-fired:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
 }
 

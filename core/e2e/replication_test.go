@@ -1,16 +1,22 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/internal/zkpath"
+	mqclient "github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -121,5 +127,104 @@ func TestAsyncSlave(t *testing.T) {
 		waitCaughtUp(t, master, slave, 20*time.Second)
 		require.Equal(t, 6500, compareCopies(t, master, slave2))
 		require.Equal(t, 6500, compareCopies(t, master, slave))
+	})
+}
+
+// consumeAll consumes topic through ZooKeeper with a Client of its own
+// (a group of its own, so every partition, from the earliest offset) until want
+// distinct bodies have arrived, and returns them.
+func consumeAll(t *testing.T, c *testCluster, topic string, want int, opts ...mqclient.Opt) map[string]bool {
+	t.Helper()
+	base := []mqclient.Opt{mqclient.ZooKeeper(c.ZK, c.Root), mqclient.Logger(slog.New(slog.DiscardHandler)),
+		mqclient.ZooKeeperSessionTimeout(clusterSessionTimeout), mqclient.ConsumeTopics(topic),
+		mqclient.ConsumerGroup(fmt.Sprintf("g%d", time.Now().UnixNano())),
+		mqclient.ConsumeFrom(mqclient.Earliest), mqclient.FetchMaxWait(50 * time.Millisecond), mqclient.DialTimeout(time.Second)}
+	cl, err := mqclient.New(append(base, opts...)...)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	got := map[string]bool{}
+	enough := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- cl.Consume(context.Background(), func(_ context.Context, m *message.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got[string(m.Body)] = true
+			if len(got) == want {
+				close(enough)
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-enough:
+	case err := <-done:
+		t.Fatalf("consume ended: %v", err)
+	case <-time.After(20 * time.Second):
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		t.Fatalf("consumed %d of %d messages of %s within 20 s", n, want, topic)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, cl.Close(ctx))
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	return maps.Clone(got)
+}
+
+func statInt(t testing.TB, n *replNode, key string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(n.stats(t)[key], 10, 64)
+	require.NoError(t, err, "stats %s", key)
+	return v
+}
+
+// TestSlaveServesConsumers: with ReadFromReplicas a consumer reads from
+// the slave while the master is up (the master serves no get); without
+// it, a consumer reads from the slave once the master is gone (kill -9,
+// its session expired).
+func TestSlaveServesConsumers(t *testing.T) {
+	c := startCluster(t, clusterSpec{Config: replConfig})
+	master := startRepl(t, c, 1, -1, "")
+	slave := startRepl(t, c, 1, 1, "")
+	putMany(t, master.Addr, 800, "m") // 400 to repl
+	waitReadable(t, master.Addr, 800)
+	waitCaughtUp(t, master, slave, 20*time.Second)
+
+	t.Run("ReadFromReplicas", func(t *testing.T) {
+		// The master serves the slave's gets, so the consumer's absence
+		// there shows in its group's offset fetches and commits.
+		mFetch, mCommit, sGets := statInt(t, master, "cmd_fetch"), statInt(t, master, "cmd_commit"), statInt(t, slave, "cmd_get")
+		got := consumeAll(t, c, "repl", 400, mqclient.ReadFromReplicas())
+		require.Len(t, got, 400)
+		require.Equal(t, mFetch, statInt(t, master, "cmd_fetch"), "the consumer fetched offsets from the master")
+		require.Equal(t, mCommit, statInt(t, master, "cmd_commit"), "the consumer committed offsets to the master")
+		require.Greater(t, statInt(t, slave, "cmd_get"), sGets)
+	})
+
+	t.Run("master gone", func(t *testing.T) {
+		master.kill9(t)
+		deadline := time.Now().Add(clusterSessionTimeout + 10*time.Second)
+		for {
+			ok, _, err := c.zk.Exists(zkpath.Master(c.Root, 1))
+			require.NoError(t, err)
+			if !ok {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "master node still registered")
+			time.Sleep(50 * time.Millisecond)
+		}
+		sGets := statInt(t, slave, "cmd_get")
+		got := consumeAll(t, c, "repl", 400)
+		require.Len(t, got, 400)
+		require.Greater(t, statInt(t, slave, "cmd_get"), sGets)
+		deadline = time.Now().Add(5 * time.Second)
+		for slave.stats(t)["slave_master"] != "none" {
+			require.True(t, time.Now().Before(deadline), "the slave still names a master: %v", slave.stats(t))
+			time.Sleep(20 * time.Millisecond)
+		}
 	})
 }
