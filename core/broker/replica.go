@@ -82,10 +82,11 @@ type replPart struct {
 	fetch int32
 	// stalled is why the partition is not copied any more ("" when it is).
 	stalled string
-	// behind is when the slave last fell behind the master's end (zero
-	// while caught up), for lag_ms.
-	behind time.Time
-	lag    int64
+	// seen are master ends this slave has not copied up to yet, with when
+	// they were first seen (oldest first, at most maxSeen): lag_ms is the
+	// age of the oldest.
+	seen []seenEnd
+	lag  int64
 	// the round's append outcome
 	wantN int
 }
@@ -456,13 +457,8 @@ func (s *slaveState) round(rc *roundConn) (got bool, err error) {
 		if ends[i] > rp.next {
 			rp.lag = ends[i] - rp.next
 		}
-		if rp.lag > 0 {
-			if rp.behind.IsZero() {
-				rp.behind = now
-			}
-			lagMs = max(lagMs, now.Sub(rp.behind).Milliseconds())
-		} else {
-			rp.behind = time.Time{}
+		if lag := rp.noteEnd(ends[i], now); lag > 0 {
+			lagMs = max(lagMs, lag.Milliseconds())
 		}
 		lagB += rp.lag
 	}
@@ -562,6 +558,37 @@ func (w *roundWaiter) AppendDone(token uint64, _ int64, firstOffset int64, err e
 	r := &w.res[token]
 	r.off, r.err = firstOffset, err
 	w.wg.Done()
+}
+
+// seenEnd is a master end observed at a time.
+type seenEnd struct {
+	end int64
+	at  time.Time
+}
+
+// maxSeen bounds replPart.seen.
+const maxSeen = 64
+
+// noteEnd records the master's end (-1: unknown) seen at now, drops the
+// ends the slave has copied up to, and returns how long ago the master
+// first had data the slave still lacks (0 if none).
+func (rp *replPart) noteEnd(end int64, now time.Time) time.Duration {
+	if n := len(rp.seen); end > rp.next && (n == 0 || end > rp.seen[n-1].end) {
+		if n == maxSeen {
+			rp.seen[n-1] = seenEnd{end, rp.seen[n-1].at} // keep the oldest times
+		} else {
+			rp.seen = append(rp.seen, seenEnd{end, now})
+		}
+	}
+	k := 0
+	for k < len(rp.seen) && rp.seen[k].end <= rp.next {
+		k++
+	}
+	rp.seen = append(rp.seen[:0], rp.seen[k:]...)
+	if len(rp.seen) == 0 {
+		return 0
+	}
+	return now.Sub(rp.seen[0].at)
 }
 
 // slaveStats are the replication lines of stats.
