@@ -1,6 +1,9 @@
 package conf
 
-import "strconv"
+import (
+	"errors"
+	"strconv"
+)
 
 // Values of Config.Replication.
 const (
@@ -44,10 +47,17 @@ func (k *checker) replication(c *Config) {
 	default:
 		k.add("replication", "must be %q or %q, got %q", ReplicationAsync, ReplicationSync, c.Replication)
 	}
-	if c.IsSlave() && !c.ZooKeeper.Enabled() {
-		k.add("slave_id", "a slave finds its master in ZooKeeper: set [zookeeper] connect (or --zk)")
+}
+
+// CheckReplication reports a replication setting that cannot work with
+// the rest (the broker calls it at start, after command-line overrides):
+// a slave, and a sync master, find each other in ZooKeeper.
+func (c *Config) CheckReplication() error {
+	switch {
+	case c.IsSlave() && !c.ZooKeeper.Enabled():
+		return errors.New("slave_id: a slave finds its master in ZooKeeper: set [zookeeper] connect (or --zk)")
+	case !c.IsSlave() && c.Replication == ReplicationSync && !c.ZooKeeper.Enabled():
+		return errors.New(`replication = "sync": the master finds its slave in ZooKeeper: set [zookeeper] connect (or --zk)`)
 	}
-	if c.IsSlave() && c.Replication == ReplicationSync {
-		k.add("replication", "is a master's setting; a slave (slave_id %d) takes sync from any master", c.SlaveID)
-	}
+	return nil
 }

@@ -106,6 +106,9 @@ type Broker struct {
 	// slave is the replication state of a slave (replica.go); nil for a
 	// master.
 	slave *slaveState
+	// sync is the sync replication state of a master with replication =
+	// "sync" (syncrepl.go); nil otherwise.
+	sync *syncMaster
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
@@ -132,6 +135,9 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.CheckReplication(); err != nil {
+		return nil, err
+	}
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 30 * time.Second
 	}
@@ -149,6 +155,8 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	}
 	if cfg.IsSlave() {
 		b.slave = newSlaveState(b)
+	} else if cfg.Replication == conf.ReplicationSync {
+		b.sync = newSyncMaster(b)
 	}
 	b.groups.timeout = opts.GroupSessionTimeout
 	b.groups.maxMembers, b.groups.maxPerConn = cfg.MaxGroupMembers, cfg.MaxMembershipsPerConnection
@@ -429,6 +437,10 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	if b.slave != nil {
 		b.wg.Add(1)
 		go b.slave.run() // replica.go
+	}
+	if b.sync != nil {
+		b.wg.Add(1)
+		go b.sync.run() // syncrepl.go
 	}
 	b.wg.Add(1)
 	go b.retentionLoop()

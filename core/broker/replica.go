@@ -65,11 +65,18 @@ type slaveState struct {
 	warned   map[string]string      // topic -> last logged problem
 	lastTops time.Time
 
+	// logs are the per-partition append states shared by the puller and
+	// the sync handler (syncslave.go), by log.
+	logsMu sync.Mutex
+	logs   map[*store.Log]*slaveLog
+
 	master    atomic.Pointer[string] // address being pulled from, nil when none
 	connected atomic.Bool
 	lagBytes  atomic.Int64
 	lagMs     atomic.Int64
 	records   atomic.Int64 // records copied since start
+	syncs     atomic.Int64 // syncs appended (syncslave.go)
+	syncDups  atomic.Int64 // syncs the puller had copied already
 	rounds    atomic.Int64
 }
 
@@ -100,8 +107,30 @@ func newSlaveState(b *Broker) *slaveState {
 		parts:   map[string][]*replPart{},
 		sizes:   map[string]int{},
 		warned:  map[string]string{},
+		logs:    map[*store.Log]*slaveLog{},
 	}
 	return s
+}
+
+// slaveLog serialises the appends of one partition of a slave: the
+// puller's and those of sync from a sync master. lastID is the id of the
+// last record appended (queued) to it; both skip records at or below it,
+// which the other has appended already (ids rise with offsets).
+type slaveLog struct {
+	mu     sync.Mutex
+	lastID int64
+}
+
+// logState returns l's slaveLog.
+func (s *slaveState) logState(l *store.Log) *slaveLog {
+	s.logsMu.Lock()
+	defer s.logsMu.Unlock()
+	sl := s.logs[l]
+	if sl == nil {
+		sl = &slaveLog{lastID: l.LastID()}
+		s.logs[l] = sl
+	}
+	return sl
 }
 
 // run pulls from whichever master is registered until the broker closes.
@@ -435,8 +464,16 @@ func (s *slaveState) round(rc *roundConn) (got bool, err error) {
 	var lagB, lagMs int64
 	for i, rp := range live {
 		res := &wg.res[i]
+		if res.n == 0 && res.bytes > 0 {
+			rp.next += res.bytes // records a sync had appended already
+		}
 		if res.n > 0 {
 			if res.err != nil { // ENOSPC, a failed log, closing: retried next round
+				// The failed records left nothing behind: copy them again.
+				sl := s.logState(rp.l)
+				sl.mu.Lock()
+				sl.lastID = rp.l.LastID()
+				sl.mu.Unlock()
 				key := rp.topic + "#" + strconv.Itoa(int(rp.p))
 				if msg := "append: " + res.err.Error(); s.warned[key] != msg {
 					s.warned[key] = msg
@@ -444,8 +481,8 @@ func (s *slaveState) round(rc *roundConn) (got bool, err error) {
 				}
 				continue
 			}
-			if res.off != rp.next {
-				rp.stalled = fmt.Sprintf("records landed at offset %d, the master's is %d", res.off, rp.next)
+			if want := rp.next + res.skipped; res.off != want {
+				rp.stalled = fmt.Sprintf("records landed at offset %d, the master's is %d", res.off, want)
 				s.b.logf("slave %d: %s-%d: ERROR: copying stopped: %s (the copies diverged)", s.id, rp.topic, rp.p, rp.stalled)
 				continue
 			}
@@ -501,7 +538,10 @@ func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.En
 		return entries, nil
 	}
 	body := r.Body
-	used := 0
+	used, skipped := 0, 0
+	sl := s.logState(rp.l)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
 	for used < len(body) {
 		rec, n, err := message.ParseRecord(body[used:], s.b.cfg.MaxMessageSize)
 		if errors.Is(err, message.ErrShortRecord) {
@@ -516,21 +556,31 @@ func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.En
 		if rec.ID == 0 {
 			return entries, fmt.Errorf("%s-%d: record at %d from the master has message id 0", rp.topic, rp.p, rp.next+int64(used))
 		}
-		entries = append(entries, store.Entry{ID: rec.ID, Flag: rec.Flag, CRC: rec.CRC, Data: rec.Data})
+		if rec.ID <= sl.lastID {
+			if len(entries) > 0 {
+				return entries, fmt.Errorf("%s-%d: record at %d from the master has id %d, below the one before it", rp.topic, rp.p, rp.next+int64(used), rec.ID)
+			}
+			skipped += n // appended already, by a sync from the master
+		} else {
+			entries = append(entries, store.Entry{ID: rec.ID, Flag: rec.Flag, CRC: rec.CRC, Data: rec.Data})
+		}
 		used += n
 	}
+	res := &wg.res[i]
 	if len(entries) == 0 {
-		if len(body) >= int(rp.fetch) && rp.fetch < slaveFetchMax {
+		if used == 0 && len(body) >= int(rp.fetch) && rp.fetch < slaveFetchMax {
 			rp.fetch *= 2 // a record larger than the fetch
 		}
+		res.bytes = int64(used) // all there already
 		return entries, nil
 	}
-	res := &wg.res[i]
-	res.n, res.bytes = len(entries), int64(used)
+	res.n, res.bytes, res.skipped = len(entries), int64(used), int64(skipped)
 	wg.add()
 	if err := rp.l.Append(entries, wg, uint64(i)); err != nil {
 		wg.done()
 		res.err = err
+	} else {
+		sl.lastID = entries[len(entries)-1].ID
 	}
 	clear(entries) // Append copied the data
 	return entries, nil
@@ -538,8 +588,9 @@ func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.En
 
 // roundResult is one partition's append in a round.
 type roundResult struct {
-	n     int
-	bytes int64
+	n       int
+	bytes   int64
+	skipped int64 // leading bytes the slave had already
 	off   int64
 	err   error
 }
@@ -606,6 +657,8 @@ func (s *slaveState) statsLines(kv func(k string, v any)) {
 	kv("slave_lag_bytes", s.lagBytes.Load())
 	kv("slave_lag_ms", s.lagMs.Load())
 	kv("slave_copied_messages", s.records.Load())
+	kv("slave_sync_messages", s.syncs.Load())
+	kv("slave_sync_duplicates", s.syncDups.Load())
 }
 
 // slaveRefuses answers the requests a slave does not take (puts, mputs,

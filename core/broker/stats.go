@@ -185,6 +185,11 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("slave", b.slave != nil)
 	if b.slave != nil {
 		b.slave.statsLines(kv) // replica.go
+	} else {
+		kv("replication", b.cfg.Replication)
+	}
+	if b.sync != nil {
+		b.sync.statsLines(kv) // syncrepl.go
 	}
 	kv("curr_connections", b.stats.connections.Load())
 	kv("threads", runtime.NumGoroutine())
