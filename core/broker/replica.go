@@ -591,8 +591,8 @@ type roundResult struct {
 	n       int
 	bytes   int64
 	skipped int64 // leading bytes the slave had already
-	off   int64
-	err   error
+	off     int64
+	err     error
 }
 
 // roundWaiter collects a round's appends (a store.Waiter).
