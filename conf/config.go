@@ -194,7 +194,8 @@ type Config struct {
 	SlaveGroup string `toml:"slave_group"`
 	// Replication is a master's mode: "async" (default; slaves pull) or
 	// "sync" (every put is shipped to the slave with sync and acknowledged
-	// only once the slave has it too).
+	// only once the slave has it too). A slave ignores it, so master and
+	// slave can share one file.
 	Replication string `toml:"replication"`
 	// SyncDegrade, in sync mode, falls back to async while no slave is
 	// connected instead of failing puts with "Slave is disconnected".

@@ -1,0 +1,128 @@
+package broker
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// replBroker starts an in-process broker id of a replicated pair (slave
+// < 0: the master) with data in dir, listening on addr ("" picks one).
+func replBroker(t *testing.T, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config)) *Broker {
+	t.Helper()
+	cfg := conf.Default()
+	cfg.Port = 0
+	cfg.BrokerID = 3
+	cfg.SlaveID = slave
+	cfg.DataDir = dir
+	cfg.NumPartitions = 2
+	cfg.Topics = []conf.Topic{{Name: "t"}}
+	cfg.ZooKeeper.Connect = zkAddr
+	cfg.ZooKeeper.Root = root
+	cfg.ZooKeeper.SessionTimeout = 4000
+	cfg.ZooKeeper.ConnectionTimeout = 5000
+	cfg.SyncTimeout = 1000
+	if mod != nil {
+		mod(cfg)
+	}
+	b, err := New(cfg, Options{Logf: t.Logf})
+	require.NoError(t, err)
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var ln net.Listener
+	require.Eventually(t, func() bool { ln, err = net.Listen("tcp", addr); return err == nil }, 5*time.Second, 20*time.Millisecond)
+	require.NoError(t, b.Serve(ln))
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// pipelinedPuts puts n messages over partitions 0 and 1 of t, 32 in
+// flight, and returns how many were acknowledged and one failure body.
+func pipelinedPuts(t *testing.T, addr string, n int) (ok int, fail string) {
+	t.Helper()
+	c := dialRaw(t, addr)
+	inflight := 0
+	var req protocol.Request
+	for i := 0; i < n || inflight > 0; {
+		if i < n && inflight < 32 {
+			data := []byte(fmt.Sprintf("m%d", i))
+			c.bw.Write(protocol.AppendPut(nil, "t", int32(i%2), 0, int64(message.Checksum(data)), int32(i+1), data))
+			i++
+			inflight++
+			if inflight < 32 && i < n {
+				continue
+			}
+		}
+		require.NoError(t, c.bw.Flush())
+		require.NoError(t, c.dec.Decode(&req))
+		inflight--
+		if req.Code == protocol.StatusOK {
+			ok++
+		} else {
+			fail = string(req.Body)
+		}
+	}
+	return ok, fail
+}
+
+// TestReplicationInProcess runs a sync master and its slave in this
+// process (for the race detector): puts are refused with no slave, shipped
+// once it is in sync, refused again after it closes, and shipped again
+// after it returns; the slave's copy has every acknowledged put.
+func TestReplicationInProcess(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/repl-inproc-%d", time.Now().UnixNano())
+	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
+	ok, fail := pipelinedPuts(t, master.Addr(), 10)
+	require.Zero(t, ok)
+	require.Equal(t, "Slave is disconnected ", fail)
+
+	sdir := t.TempDir()
+	slave := replBroker(t, zkAddr, root, sdir, "", 1, nil)
+	mc := dialRaw(t, master.Addr())
+	waitFor(t, 15*time.Second, func() error {
+		if v := mc.stats(t, "")["sync_partitions_in_sync"]; v != "2/2" {
+			return fmt.Errorf("sync_partitions_in_sync %s", v)
+		}
+		return nil
+	})
+	ok, fail = pipelinedPuts(t, master.Addr(), 400)
+	require.Equal(t, 400, ok, fail)
+	for p := range 2 {
+		ml, sl := master.topics["t"].parts[p], slave.topics["t"].parts[p]
+		require.Equal(t, ml.MaxOffset(), sl.MaxOffset(), "partition %d", p)
+		require.Equal(t, ml.LastID(), sl.LastID(), "partition %d", p)
+	}
+	saddr := slave.Addr()
+	require.NoError(t, slave.Close())
+	waitFor(t, 10*time.Second, func() error {
+		if _, fail := pipelinedPuts(t, master.Addr(), 2); fail == "" {
+			return fmt.Errorf("puts still acknowledged")
+		}
+		return nil
+	})
+
+	slave = replBroker(t, zkAddr, root, sdir, saddr, 1, nil)
+	waitFor(t, 15*time.Second, func() error {
+		if v := mc.stats(t, "")["sync_partitions_in_sync"]; v != "2/2" {
+			return fmt.Errorf("sync_partitions_in_sync %s", v)
+		}
+		return nil
+	})
+	ok, fail = pipelinedPuts(t, master.Addr(), 200)
+	require.Equal(t, 200, ok, fail)
+	for p := range 2 {
+		ml, sl := master.topics["t"].parts[p], slave.topics["t"].parts[p]
+		require.Equal(t, ml.MaxOffset(), sl.MaxOffset(), "partition %d", p)
+		require.Equal(t, ml.LastID(), sl.LastID(), "partition %d", p)
+	}
+}
