@@ -76,6 +76,8 @@ type syncPart struct {
 	gen atomic.Int64
 	// inflight counts the partition's appends not completed yet.
 	inflight atomic.Int64
+	// joinErr is the last join failure logged (owned by the manager).
+	joinErr string
 }
 
 func newSyncMaster(b *Broker) *syncMaster {
@@ -477,7 +479,15 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 					if lk.isDead() {
 						return
 					}
-					b.logf("sync: %s-%d not in sync yet: %v", t.name, p, err)
+					if msg := err.Error(); msg != sp.joinErr {
+						b.logf("sync: %s-%d not in sync yet: %v", t.name, p, err)
+						sp.joinErr = msg
+					}
+					continue
+				}
+				if sp.joinErr != "" {
+					b.logf("sync: %s-%d in sync", t.name, p)
+					sp.joinErr = ""
 				}
 			}
 		}
@@ -505,9 +515,16 @@ func (sm *syncMaster) control(addr string) (*roundConn, error) {
 	return &roundConn{nc: nc, w: bufio.NewWriter(nc), dec: protocol.NewDecoder(nc, protocol.Limits{})}, nil
 }
 
-// join brings sp in sync under lk: with its puts held back and none in
-// flight, it waits until the slave's end equals the master's.
+// join brings sp in sync under lk. First, with puts going on, it waits
+// until the slave has pulled up to where the master was when it looked
+// (so that a slave far behind, or one that cannot hold the topic, never
+// holds puts back); then, with the partition's puts held back and none in
+// flight, until the slave's end equals the master's. Each phase waits at
+// most sync_timeout.
 func (sm *syncMaster) join(lk *syncLink, ctl *roundConn, sp *syncPart) error {
+	if err := sm.waitSlave(lk, ctl, sp, sp.l.MaxOffset(), false); err != nil {
+		return err
+	}
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	deadline := time.Now().Add(sm.timeout)
@@ -522,21 +539,30 @@ func (sm *syncMaster) join(lk *syncLink, ctl *roundConn, sp *syncPart) error {
 	if err := sp.l.Flush(); err != nil {
 		return err
 	}
-	want := sp.l.MaxOffset()
-	group := "meta-sync-join"
+	if err := sm.waitSlave(lk, ctl, sp, sp.l.MaxOffset(), true); err != nil {
+		return err
+	}
+	sp.gen.Store(lk.id)
+	return nil
+}
+
+// waitSlave waits (at most sync_timeout) until the slave's end of sp is
+// at least want, or with exact exactly want.
+func (sm *syncMaster) waitSlave(lk *syncLink, ctl *roundConn, sp *syncPart, want int64, exact bool) error {
+	deadline := time.Now().Add(sm.timeout)
 	for {
-		r, err := ctl.roundTrip(protocol.AppendOffset(ctl.buf[:0], sp.topic, group, sp.p, math.MaxInt64, 1))
+		r, err := ctl.roundTrip(protocol.AppendOffset(ctl.buf[:0], sp.topic, "meta-sync-join", sp.p, math.MaxInt64, 1))
 		if err != nil {
 			return err
 		}
 		if r.Code != protocol.StatusOK {
-			return fmt.Errorf("slave's end: %d %s", r.Code, protocol.Printable(r.Body))
+			return fmt.Errorf("the slave's end: %d %s", r.Code, protocol.Printable(r.Body))
 		}
 		have, _ := protocol.ParseInt64(r.Body)
-		if have == want {
-			break
-		}
-		if have > want {
+		switch {
+		case have == want, have > want && !exact:
+			return nil
+		case have > want:
 			return fmt.Errorf("the slave's end %d is past the master's %d (the copies diverged)", have, want)
 		}
 		if time.Now().After(deadline) || lk.isDead() {
@@ -544,8 +570,6 @@ func (sm *syncMaster) join(lk *syncLink, ctl *roundConn, sp *syncPart) error {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	sp.gen.Store(lk.id)
-	return nil
 }
 
 // syncStats are the sync master's lines of stats.

@@ -132,6 +132,16 @@ func (n *replNode) kill9(t testing.TB) {
 	}
 }
 
+// stop stops the process cleanly (SIGINT: it unregisters, so a restart
+// registers at once).
+func (n *replNode) stop(t testing.TB) {
+	t.Helper()
+	n.mu.Lock()
+	p := n.proc
+	n.mu.Unlock()
+	p.Stop(t)
+}
+
 // restart starts the process again (same port, data, config).
 func (n *replNode) restart(t testing.TB) {
 	t.Helper()

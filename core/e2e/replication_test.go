@@ -95,7 +95,7 @@ func TestAsyncSlave(t *testing.T) {
 		// Slave 2 starts from slave 1's data cut short: each partition's
 		// last segment loses its second half (cut mid-record, which
 		// recovery trims), and the last segment of repl-0 goes entirely.
-		slave.kill9(t)
+		slave.stop(t)
 		dir := filepath.Join(c.dir, "b1-s2")
 		require.NoError(t, os.CopyFS(dir, os.DirFS(slave.DataDir)))
 		for topic, parts := range replTopics {
