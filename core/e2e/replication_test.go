@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/internal/queuecheck"
 	"github.com/metaq-go/metaq/internal/zkpath"
 	mqclient "github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -242,6 +243,7 @@ type replAck struct {
 // replLoad puts to topic "repl" on addr from workers connections, one put
 // at a time each, until stopped, recording every ack.
 type replLoad struct {
+	h    *queuecheck.History
 	mu   sync.Mutex
 	acks []replAck
 	errs int
@@ -249,8 +251,8 @@ type replLoad struct {
 	wg   sync.WaitGroup
 }
 
-func startReplLoad(t *testing.T, addr string, workers int) *replLoad {
-	l := &replLoad{stop: make(chan struct{})}
+func startReplLoad(t *testing.T, h *queuecheck.History, addr string, workers int) *replLoad {
+	l := &replLoad{h: h, stop: make(chan struct{})}
 	for w := range workers {
 		cl, err := dialClient(addr)
 		require.NoError(t, err)
@@ -268,19 +270,23 @@ func startReplLoad(t *testing.T, addr string, workers int) *replLoad {
 				p := int32((w + i) % 4)
 				body := fmt.Sprintf("w%d-%d-%s", w, i, strings.Repeat("y", 100+i%200))
 				r, err := cl.put("repl", p, []byte(body))
+				producer, part := fmt.Sprintf("w%d", w), fmt.Sprintf("repl-%d", p)
 				if err != nil || r.Code != protocol.StatusOK {
 					l.mu.Lock()
 					l.errs++
 					l.mu.Unlock()
 					if err != nil {
+						l.h.Send(producer, part, body, queuecheck.Unknown, 0)
 						return // the connection is gone (the master was killed)
 					}
+					l.h.Send(producer, part, body, queuecheck.Failed, 0)
 					continue
 				}
 				_, _, off, _, err := protocol.ParsePutResult(r.Body)
 				if err != nil {
 					continue
 				}
+				l.h.Send(producer, part, body, queuecheck.Acked, off)
 				l.mu.Lock()
 				l.acks = append(l.acks, replAck{time.Now(), p, off, body})
 				l.mu.Unlock()
@@ -322,7 +328,8 @@ func TestAsyncMasterKill9(t *testing.T) {
 	c := startCluster(t, clusterSpec{Config: replConfig})
 	master := startRepl(t, c, 1, -1, "")
 	slave := startRepl(t, c, 1, 1, "")
-	load := startReplLoad(t, master.Addr, 4)
+	h := queuecheck.New()
+	load := startReplLoad(t, h, master.Addr, 4)
 
 	// Sample visibility lag: the newest ack, polled for on the slave.
 	sc := dial(t, slave.Addr)
@@ -363,7 +370,7 @@ func TestAsyncMasterKill9(t *testing.T) {
 
 	// A burst of pipelined puts (64 in flight) runs into the kill, so that
 	// the slave is behind when the master dies.
-	burst := startBurst(t, master.Addr)
+	burst := startBurst(t, h, master.Addr)
 	time.Sleep(300 * time.Millisecond)
 	lagAtKill := slave.stats(t)["slave_lag_bytes"]
 	master.kill9(t)
@@ -380,11 +387,17 @@ func TestAsyncMasterKill9(t *testing.T) {
 		recs, e, err := readPartition(sc, "repl", p, 1<<20)
 		require.NoError(t, err)
 		m := map[int64][]byte{}
+		part := fmt.Sprintf("repl-%d", p)
 		for _, r := range recs {
 			m[r.Offset] = r.Data
+			h.Read(part, r.Offset, string(r.Data))
 		}
+		h.ReadEnd(part, e)
 		byPart[p], ends[p] = m, e
 	}
+	report := h.Check()
+	t.Logf("queue check of the slave after the kill: %s", report)
+	require.True(t, report.Safe(), "beyond a lost tail: %s", report)
 	lost, lostBytes, lostAge := 0, 0, time.Duration(0)
 	for _, a := range acks {
 		data, ok := byPart[a.part][a.offset]
@@ -403,6 +416,7 @@ func TestAsyncMasterKill9(t *testing.T) {
 	t.Logf("kill -9 of the master under a pipelined burst: %d of %d acknowledged messages (%d bytes) not on the slave, all after its copy's end; the oldest was acked %v before the kill; slave_lag_bytes just before the kill %s",
 		lost, len(acks), lostBytes, lostAge, lagAtKill)
 	require.Less(t, lostAge, 5*time.Second, "the slave lost messages acked long before the kill")
+	require.Equal(t, lost, len(report.LostTail))
 }
 
 // burst puts to repl with 64 puts in flight until its connection fails.
@@ -410,7 +424,7 @@ type burst struct {
 	done chan []replAck
 }
 
-func startBurst(t *testing.T, addr string) *burst {
+func startBurst(t *testing.T, h *queuecheck.History, addr string) *burst {
 	cl, err := dialClient(addr)
 	require.NoError(t, err)
 	cl.timeout = 3 * time.Second
@@ -441,12 +455,21 @@ func startBurst(t *testing.T, addr string) *burst {
 			}
 			s, ok := inflight[r.Opaque]
 			delete(inflight, r.Opaque)
-			if !ok || r.Code != protocol.StatusOK {
+			if !ok {
+				continue
+			}
+			part := fmt.Sprintf("repl-%d", s.part)
+			if r.Code != protocol.StatusOK {
+				h.Send("burst", part, s.body, queuecheck.Failed, 0)
 				continue
 			}
 			if _, _, off, _, err := protocol.ParsePutResult(r.Body); err == nil {
 				acks = append(acks, replAck{time.Now(), s.part, off, s.body})
+				h.Send("burst", part, s.body, queuecheck.Acked, off)
 			}
+		}
+		for _, s := range inflight { // no answer: the master died
+			h.Send("burst", fmt.Sprintf("repl-%d", s.part), s.body, queuecheck.Unknown, 0)
 		}
 		b.done <- acks
 	}()

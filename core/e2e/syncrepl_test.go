@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/internal/queuecheck"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -27,8 +28,9 @@ type putAck struct {
 }
 
 // putAcked puts n messages to topic "repl" (64 in flight) and returns the
-// acknowledged ones and the failure replies.
-func putAcked(t testing.TB, addr string, n int, tag string) (acks []putAck, fails []reply) {
+// acknowledged ones and the failure replies; h, if not nil, records every
+// send (producer tag).
+func putAcked(t testing.TB, h *queuecheck.History, addr string, n int, tag string) (acks []putAck, fails []reply) {
 	t.Helper()
 	cl := dial(t, addr)
 	defer cl.close()
@@ -52,13 +54,20 @@ func putAcked(t testing.TB, addr string, n int, tag string) (acks []putAck, fail
 		s, ok := inflight[r.Opaque]
 		require.True(t, ok, "reply to an unknown opaque: %v", r)
 		delete(inflight, r.Opaque)
+		part := fmt.Sprintf("repl-%d", s.part)
 		if r.Code != protocol.StatusOK {
 			fails = append(fails, r)
+			if h != nil {
+				h.Send(tag, part, s.body, queuecheck.Failed, 0)
+			}
 			continue
 		}
 		id, _, off, _, err := protocol.ParsePutResult(r.Body)
 		require.NoError(t, err)
 		acks = append(acks, putAck{"repl", s.part, id, off, s.body})
+		if h != nil {
+			h.Send(tag, part, s.body, queuecheck.Acked, off)
+		}
 	}
 	return acks, fails
 }
@@ -114,13 +123,14 @@ func waitStat(t testing.TB, n *replNode, key, want string, timeout time.Duration
 func TestSyncReplication(t *testing.T) {
 	c := startCluster(t, clusterSpec{Config: syncConfig("")})
 	master := startRepl(t, c, 1, -1, "")
-	_, fails := putAcked(t, master.Addr, 8, "alone")
+	_, fails := putAcked(t, nil, master.Addr, 8, "alone")
 	require.Len(t, fails, 8)
 	require.Equal(t, "Slave is disconnected ", string(fails[0].Body))
 
 	slave := startRepl(t, c, 1, 1, "")
 	waitStat(t, master, "sync_partitions_in_sync", "6/6", 15*time.Second)
-	acks, fails := putAcked(t, master.Addr, 2000, "sync")
+	h := queuecheck.New()
+	acks, fails := putAcked(t, h, master.Addr, 2000, "sync")
 	require.Empty(t, fails)
 	checkAcksOn(t, slave, acks) // no wait: an ack means the slave has it
 	checkAcksOn(t, master, acks)
@@ -137,7 +147,7 @@ func TestSyncReplication(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		a, f := putAcked(t, master.Addr, 3000, "kill")
+		a, f := putAcked(t, h, master.Addr, 3000, "kill")
 		done <- result{a, f}
 	}()
 	time.Sleep(30 * time.Millisecond)
@@ -145,17 +155,39 @@ func TestSyncReplication(t *testing.T) {
 	res := <-done
 	t.Logf("slave killed under load: %d acknowledged, %d failed (first: %q)", len(res.acks), len(res.fails), firstBody(res.fails))
 	require.NotEmpty(t, res.fails, "puts went on being acknowledged without the slave")
-	_, fails = putAcked(t, master.Addr, 4, "down")
+	_, fails = putAcked(t, nil, master.Addr, 4, "down")
 	require.Len(t, fails, 4, "puts acknowledged while the slave is down")
 
 	slave.restart(t)
 	waitStat(t, master, "sync_partitions_in_sync", "6/6", 20*time.Second)
 	checkAcksOn(t, slave, append(acks, res.acks...))
-	more, fails := putAcked(t, master.Addr, 500, "back")
+	more, fails := putAcked(t, h, master.Addr, 500, "back")
 	require.Empty(t, fails)
 	checkAcksOn(t, slave, more)
 	waitCaughtUp(t, master, slave, 10*time.Second)
 	compareCopies(t, master, slave)
+	// The whole history against the slave's copy: nothing acknowledged
+	// lost (not even a tail), no duplicate, no reordering, no conflict.
+	readInto(t, h, slave, "repl", 4)
+	r := h.Check()
+	t.Logf("queue check of the slave: %s", r)
+	require.True(t, r.OK(), r.String())
+}
+
+// readInto reads every partition of topic on n into h, with its end.
+func readInto(t testing.TB, h *queuecheck.History, n *replNode, topic string, parts int) {
+	t.Helper()
+	cl := dial(t, n.Addr)
+	defer cl.close()
+	for p := range int32(parts) {
+		recs, end, err := readPartition(cl, topic, p, 1<<20)
+		require.NoError(t, err)
+		part := fmt.Sprintf("%s-%d", topic, p)
+		for _, r := range recs {
+			h.Read(part, r.Offset, string(r.Data))
+		}
+		h.ReadEnd(part, end)
+	}
 }
 
 func firstBody(rs []reply) string {
@@ -171,14 +203,14 @@ func firstBody(rs []reply) string {
 func TestSyncDegrade(t *testing.T) {
 	c := startCluster(t, clusterSpec{Config: syncConfig("sync_degrade = true\n")})
 	master := startRepl(t, c, 1, -1, "")
-	alone, fails := putAcked(t, master.Addr, 300, "alone")
+	alone, fails := putAcked(t, nil, master.Addr, 300, "alone")
 	require.Empty(t, fails)
 	require.Equal(t, "300", master.stats(t)["sync_degraded_puts"])
 	require.Eventually(t, func() bool { return master.logContains("storing puts on the master alone") }, 5*time.Second, 20*time.Millisecond)
 
 	slave := startRepl(t, c, 1, 1, "")
 	waitStat(t, master, "sync_partitions_in_sync", "6/6", 15*time.Second)
-	acks, fails := putAcked(t, master.Addr, 500, "sync")
+	acks, fails := putAcked(t, nil, master.Addr, 500, "sync")
 	require.Empty(t, fails)
 	checkAcksOn(t, slave, append(alone, acks...))
 	st := master.stats(t)
