@@ -498,7 +498,16 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 		case <-lk.done:
 			return
 		case <-watch:
-			return // the slaves changed: pick again
+			// ids/<id>'s children changed: keep the link if its slave is
+			// still the one to ship to.
+			b.mu.RLock()
+			reg := b.reg
+			b.mu.RUnlock()
+			slaves, w, err := reg.Slaves()
+			if err != nil || len(slaves) == 0 || slaves[0] != target {
+				return
+			}
+			watch = w
 		case <-b.done:
 			return
 		case <-tk.C:
