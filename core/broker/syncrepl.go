@@ -258,6 +258,7 @@ type syncLink struct {
 	dead    bool
 	deadErr error
 	done    chan struct{}
+	kick    chan struct{} // wakes the flusher
 }
 
 type pendingSync struct {
@@ -298,12 +299,34 @@ func (lk *syncLink) ship(topic string, p int32, entries []store.Entry, w *syncWa
 			lk.fail(fmt.Errorf("Slave is disconnected (write: %v)", err))
 		}
 	}
-	lk.nc.SetWriteDeadline(time.Now().Add(lk.sm.timeout))
-	if err := lk.w.Flush(); err != nil {
-		lk.fail(fmt.Errorf("Slave is disconnected (write: %v)", err))
-	}
 	if cap(lk.buf) > maxRetainedSyncBuf {
 		lk.buf = nil
+	}
+	select { // the flusher writes what is buffered, for many puts at once
+	case lk.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flusher writes the buffered syncs to the slave whenever ship kicks it.
+func (lk *syncLink) flusher() {
+	for {
+		select {
+		case <-lk.done:
+			return
+		case <-lk.kick:
+		}
+		lk.wmu.Lock()
+		var err error
+		if lk.w.Buffered() > 0 {
+			lk.nc.SetWriteDeadline(time.Now().Add(lk.sm.timeout))
+			err = lk.w.Flush()
+		}
+		lk.wmu.Unlock()
+		if err != nil {
+			lk.fail(fmt.Errorf("Slave is disconnected (write: %v)", err))
+			return
+		}
 	}
 }
 
@@ -448,8 +471,9 @@ func (sm *syncMaster) dial(s registry.SlaveNode) (*syncLink, error) {
 		return nil, err
 	}
 	lk := &syncLink{sm: sm, id: sm.linkSeq.Add(1), nc: nc, addr: s.Addr, w: bufio.NewWriterSize(nc, 64<<10),
-		pending: map[int32]pendingSync{}, done: make(chan struct{})}
+		pending: map[int32]pendingSync{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	go lk.readLoop()
+	go lk.flusher()
 	go lk.sweep()
 	return lk, nil
 }
