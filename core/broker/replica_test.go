@@ -100,6 +100,12 @@ func TestReplicationInProcess(t *testing.T) {
 	})
 	ok, fail = pipelinedPuts(t, master.Addr(), 400)
 	require.Equal(t, 400, ok, fail)
+	r := mc.roundTrip(t, protocol.AppendTransaction(nil, "TX:s:1", "s", protocol.TxBegin, 0, "", 5))
+	require.Equal(t, protocol.StatusInternalError, r.Code)
+	require.Contains(t, string(r.Body), "transactions are not supported")
+	sc := dialRaw(t, slave.Addr())
+	r = sc.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, -1, 6, []byte("x")))
+	require.Equal(t, protocol.StatusForbidden, r.Code)
 	for p := range 2 {
 		ml, sl := master.topics["t"].parts[p], slave.topics["t"].parts[p]
 		require.Equal(t, ml.MaxOffset(), sl.MaxOffset(), "partition %d", p)
