@@ -51,6 +51,18 @@ type Options struct {
 	// txFileSize, if set (tests), replaces the transaction journal's file
 	// size (txFileSize).
 	txFileSize int64
+	// replAddr, if set (tests), maps the address of a replication peer
+	// (a slave's master, a sync master's slave) to the one to dial, so
+	// that a fault proxy can sit between them.
+	replAddr func(addr string) string
+}
+
+// replDialAddr is the address to dial for replication peer addr.
+func (b *Broker) replDialAddr(addr string) string {
+	if b.opts.replAddr != nil {
+		return b.opts.replAddr(addr)
+	}
+	return addr
 }
 
 // Broker is one metaq-go broker.

@@ -237,7 +237,7 @@ func (s *slaveState) sleep(d time.Duration) {
 // connection fails.
 func (s *slaveState) pull(ctx context.Context, addr string) error {
 	d := net.Dialer{Timeout: slaveDialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := d.DialContext(ctx, "tcp", s.b.replDialAddr(addr))
 	if err != nil {
 		return err
 	}
@@ -280,7 +280,9 @@ func (s *slaveState) pull(ctx context.Context, addr string) error {
 
 // roundConn is the connection to the master.
 type roundConn struct {
-	nc  net.Conn
+	// timeout bounds a round's replies; 0 means slaveIOTimeout.
+	timeout time.Duration
+	nc      net.Conn
 	w   *bufio.Writer
 	dec *protocol.Decoder
 	buf []byte
@@ -294,7 +296,11 @@ func (rc *roundConn) send(b []byte) {
 
 // flush sends what is queued and sets the deadline of the replies.
 func (rc *roundConn) flush() error {
-	rc.nc.SetDeadline(time.Now().Add(slaveIOTimeout))
+	d := rc.timeout
+	if d <= 0 {
+		d = slaveIOTimeout
+	}
+	rc.nc.SetDeadline(time.Now().Add(d))
 	return rc.w.Flush()
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -20,6 +21,10 @@ import (
 // replBroker starts an in-process broker id of a replicated pair (slave
 // < 0: the master) with data in dir, listening on addr ("" picks one).
 func replBroker(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config)) *Broker {
+	return replBrokerOpts(t, zkAddr, root, dir, addr, slave, mod, Options{Logf: t.Logf})
+}
+
+func replBrokerOpts(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config), opts Options) *Broker {
 	t.Helper()
 	cfg := conf.Default()
 	cfg.Port = 0
@@ -36,7 +41,7 @@ func replBroker(t testing.TB, zkAddr, root, dir, addr string, slave int, mod fun
 	if mod != nil {
 		mod(cfg)
 	}
-	b, err := New(cfg, Options{Logf: t.Logf})
+	b, err := New(cfg, opts)
 	require.NoError(t, err)
 	if addr == "" {
 		addr = "127.0.0.1:0"
@@ -233,4 +238,79 @@ func (b *Broker) statsText() string {
 	var sb strings.Builder
 	b.writeSummary(&sb)
 	return sb.String()
+}
+
+// waitInSync waits until the sync master has all partitions in sync.
+func waitInSync(t *testing.T, m *Broker, want string) {
+	t.Helper()
+	waitFor(t, 15*time.Second, func() error {
+		if txt := m.statsText(); !strings.Contains(txt, "sync_partitions_in_sync "+want+"\r\n") {
+			return fmt.Errorf("not in sync: %s", txt)
+		}
+		return nil
+	})
+}
+
+// TestSyncLinkFaults: a fault proxy (internal/faultnet) sits between a
+// sync master and its slave. While it holds the link's bytes (a network
+// that stops delivering), and after it cuts the link, nothing is
+// acknowledged without sync_degrade; with it, puts are stored on the
+// master alone once the link is declared lost (sync_timeout) and the
+// slave pulls them before the link joins again. Either way the copies end
+// equal.
+func TestSyncLinkFaults(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	for _, degrade := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync_degrade=%v", degrade), func(t *testing.T) {
+			root := fmt.Sprintf("/repl-faults-%d", time.Now().UnixNano())
+			slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
+			proxy, err := faultnet.Start(slave.Addr())
+			require.NoError(t, err)
+			defer proxy.Close()
+			to := func(a string) string {
+				if a == slave.Addr() {
+					return proxy.Addr()
+				}
+				return a
+			}
+			master := replBrokerOpts(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
+				c.Replication = conf.ReplicationSync
+				c.SyncDegrade = degrade
+				c.SyncTimeout = 500
+			}, Options{Logf: t.Logf, replAddr: to})
+			waitInSync(t, master, "2/2")
+			ok, fail := pipelinedPuts(t, master.Addr(), 200)
+			require.Equal(t, 200, ok, fail)
+
+			for _, fault := range []string{"hold", "cut"} {
+				if fault == "hold" {
+					proxy.Hold()
+				} else {
+					proxy.Cut(true)
+				}
+				ok, fail = pipelinedPuts(t, master.Addr(), 300)
+				if degrade {
+					require.Positive(t, ok, "no put stored while degraded (%s)", fail)
+					require.Contains(t, master.statsText(), "sync_partitions_in_sync 0/2")
+				} else {
+					require.Zero(t, ok, "puts acknowledged while the link is %s", fault)
+					require.Contains(t, fail, "Slave is disconnected")
+				}
+				t.Logf("%s: %d of 300 puts acknowledged, last failure %q", fault, ok, fail)
+				proxy.Release()
+				proxy.Refuse(false)
+				waitInSync(t, master, "2/2")
+				ok, fail = pipelinedPuts(t, master.Addr(), 100)
+				require.Equal(t, 100, ok, fail)
+			}
+			for p := range 2 {
+				ml, sl := master.topics["t"].parts[p], slave.topics["t"].parts[p]
+				require.Equal(t, ml.MaxOffset(), sl.MaxOffset(), "partition %d", p)
+				require.Equal(t, ml.LastID(), sl.LastID(), "partition %d", p)
+			}
+			if degrade {
+				require.NotContains(t, master.statsText(), "sync_degraded_puts 0\r\n")
+			}
+		})
+	}
 }

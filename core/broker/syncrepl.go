@@ -466,7 +466,7 @@ func (sm *syncMaster) sleep(d time.Duration) {
 
 // dial opens a link to slave s.
 func (sm *syncMaster) dial(s registry.SlaveNode) (*syncLink, error) {
-	nc, err := net.DialTimeout("tcp", s.Addr, 2*time.Second)
+	nc, err := net.DialTimeout("tcp", sm.b.replDialAddr(s.Addr), 2*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -541,11 +541,11 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 
 // control opens the joiner's own connection to the slave, for offsets.
 func (sm *syncMaster) control(addr string) (*roundConn, error) {
-	nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	nc, err := net.DialTimeout("tcp", sm.b.replDialAddr(addr), 2*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	return &roundConn{nc: nc, w: bufio.NewWriter(nc), dec: protocol.NewDecoder(nc, protocol.Limits{})}, nil
+	return &roundConn{timeout: sm.timeout, nc: nc, w: bufio.NewWriter(nc), dec: protocol.NewDecoder(nc, protocol.Limits{})}, nil
 }
 
 // join brings sp in sync under lk. First, with puts going on, it waits
