@@ -283,10 +283,10 @@ type roundConn struct {
 	// timeout bounds a round's replies; 0 means slaveIOTimeout.
 	timeout time.Duration
 	nc      net.Conn
-	w   *bufio.Writer
-	dec *protocol.Decoder
-	buf []byte
-	req protocol.Request
+	w       *bufio.Writer
+	dec     *protocol.Decoder
+	buf     []byte
+	req     protocol.Request
 }
 
 // send queues one request.
