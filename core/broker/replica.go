@@ -61,7 +61,6 @@ type slaveState struct {
 	group    string
 	maxIdle  time.Duration
 	parts    map[string][]*replPart // by topic; owned by run
-	sizes    map[string]int         // master partition counts as last read
 	warned   map[string]string      // topic -> last logged problem
 	lastTops time.Time
 
@@ -77,7 +76,7 @@ type slaveState struct {
 	records   atomic.Int64 // records copied since start
 	syncs     atomic.Int64 // syncs appended (syncslave.go)
 	syncDups  atomic.Int64 // syncs the puller had copied already
-	rounds    atomic.Int64
+	rounds    atomic.Int64 // pull rounds made
 }
 
 // replPart is one partition being copied.
@@ -94,8 +93,6 @@ type replPart struct {
 	// age of the oldest.
 	seen []seenEnd
 	lag  int64
-	// the round's append outcome
-	wantN int
 }
 
 func newSlaveState(b *Broker) *slaveState {
@@ -105,7 +102,6 @@ func newSlaveState(b *Broker) *slaveState {
 		group:   b.cfg.EffectiveSlaveGroup(),
 		maxIdle: max(time.Duration(b.cfg.SlaveMaxDelay)*time.Millisecond/4, time.Millisecond),
 		parts:   map[string][]*replPart{},
-		sizes:   map[string]int{},
 		warned:  map[string]string{},
 		logs:    map[*store.Log]*slaveLog{},
 	}
