@@ -178,6 +178,32 @@ type Config struct {
 	// once a second, 0 never (the OS writes it back).
 	FlushTxLogAtCommit int `toml:"flush_tx_log_at_commit"`
 
+	// Replication (conf/replication.go, docs/replication.md).
+	//
+	// SlaveID, when >= 0, runs the broker as slave SlaveID of master
+	// BrokerID (MetaQ's metaslave): it registers ids/<id>/slave<N>, pulls
+	// every partition of its master and refuses puts. -1 (the default) is
+	// a master. Needs [zookeeper].
+	SlaveID int `toml:"slave_id"`
+	// SlaveMaxDelay is the longest time, in milliseconds, a slave waits
+	// between fetches of a partition that had no new data (MetaQ's
+	// slaveMaxDelayInMills, 1..60000). Default 500.
+	SlaveMaxDelay int `toml:"slave_max_delay"`
+	// SlaveGroup is the consumer group a slave names in its get and offset
+	// requests; "" means "meta-slave-group_<broker_id>".
+	SlaveGroup string `toml:"slave_group"`
+	// Replication is a master's mode: "async" (default; slaves pull) or
+	// "sync" (every put is shipped to the slave with sync and acknowledged
+	// only once the slave has it too). A slave ignores it, so master and
+	// slave can share one file.
+	Replication string `toml:"replication"`
+	// SyncDegrade, in sync mode, falls back to async while no slave is
+	// connected instead of failing puts with "Slave is disconnected".
+	SyncDegrade bool `toml:"sync_degrade"`
+	// SyncTimeout bounds, in milliseconds, a sync to the slave (MetaQ's
+	// sendToSlaveTimeoutInMills, 1..600000). Default 2000.
+	SyncTimeout int `toml:"sync_timeout"`
+
 	path  string
 	raw   []byte
 	lines map[string]int // key ("port", "topic[1].name") -> line in raw
@@ -315,6 +341,11 @@ func Default() *Config {
 	c.TxMaxBytes = DefaultTxMaxBytes
 	c.TxMaxBufferedBytes = DefaultTxMaxBufferedBytes
 	c.FlushTxLogAtCommit = 1
+	// Replication (conf/replication.go).
+	c.SlaveID = -1
+	c.SlaveMaxDelay = DefaultSlaveMaxDelay
+	c.Replication = ReplicationAsync
+	c.SyncTimeout = DefaultSyncTimeout
 	return c
 }
 

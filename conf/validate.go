@@ -186,6 +186,7 @@ func (c *Config) check() []Problem {
 	k.min("journal_checkpoint_bytes", c.JournalCheckpointBytes, minJournalFileSize)
 	k.intRange("journal_checkpoint_interval", int64(c.JournalCheckpointInterval), 10, maxJournalCkptMs)
 	k.transactions(c)
+	k.replication(c)
 	okT := k.intRange("max_transfer_size", int64(c.MaxTransferSize), RecordHeaderSize+1, maxTransferSizeCap)
 	okM := k.min("max_message_size", int64(c.MaxMessageSize), 1)
 	if okT && okM && int64(c.MaxMessageSize)+RecordHeaderSize > int64(c.MaxTransferSize) {

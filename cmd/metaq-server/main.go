@@ -1,6 +1,6 @@
 // Command metaq-server runs a metaq-go broker.
 //
-//	metaq-server --config conf/server.toml [--port N] [--data-dir DIR] [--broker-id N] [--host ADDR] [--zk CONNECT]
+//	metaq-server --config conf/server.toml [--port N] [--data-dir DIR] [--broker-id N] [--slave-id N] [--host ADDR] [--zk CONNECT]
 //
 // Flags override the file, so one file can start several brokers. --zk sets
 // [zookeeper] connect (cluster mode: the broker registers in ZooKeeper).
@@ -31,6 +31,7 @@ func run(args []string) int {
 	host := fs.String("host", "", "listen address (overrides the file)")
 	dataDir := fs.String("data-dir", "", "data `directory` (overrides the file)")
 	brokerID := fs.Int("broker-id", -1, "broker id 0..1023 (overrides the file)")
+	slaveID := fs.Int("slave-id", -2, "run as slave `N` (0..1023) of master --broker-id; -1 runs a master (overrides slave_id)")
 	zkConnect := fs.String("zk", "", "ZooKeeper connect string `host:port[,host:port...]` (overrides [zookeeper] connect; enables cluster mode)")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -57,6 +58,9 @@ func run(args []string) int {
 	}
 	if *brokerID >= 0 {
 		cfg.BrokerID = *brokerID
+	}
+	if *slaveID >= -1 {
+		cfg.SlaveID = *slaveID
 	}
 	if *zkConnect != "" {
 		cfg.ZooKeeper.Connect = *zkConnect

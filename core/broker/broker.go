@@ -51,6 +51,18 @@ type Options struct {
 	// txFileSize, if set (tests), replaces the transaction journal's file
 	// size (txFileSize).
 	txFileSize int64
+	// replAddr, if set (tests), maps the address of a replication peer
+	// (a slave's master, a sync master's slave) to the one to dial, so
+	// that a fault proxy can sit between them.
+	replAddr func(addr string) string
+}
+
+// replDialAddr is the address to dial for replication peer addr.
+func (b *Broker) replDialAddr(addr string) string {
+	if b.opts.replAddr != nil {
+		return b.opts.replAddr(addr)
+	}
+	return addr
 }
 
 // Broker is one metaq-go broker.
@@ -103,6 +115,12 @@ type Broker struct {
 	// (txlog.go), opened by New once the topics are.
 	txs   txSet
 	txlog *txLog
+	// slave is the replication state of a slave (replica.go); nil for a
+	// master.
+	slave *slaveState
+	// sync is the sync replication state of a master with replication =
+	// "sync" (syncrepl.go); nil otherwise.
+	sync *syncMaster
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
@@ -129,6 +147,9 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.CheckReplication(); err != nil {
+		return nil, err
+	}
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 30 * time.Second
 	}
@@ -143,6 +164,11 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		done:    make(chan struct{}),
 		start:   time.Now(),
 		budget:  newBudget(cfg.MaxBufferedBytes),
+	}
+	if cfg.IsSlave() {
+		b.slave = newSlaveState(b)
+	} else if cfg.Replication == conf.ReplicationSync {
+		b.sync = newSyncMaster(b)
 	}
 	b.groups.timeout = opts.GroupSessionTimeout
 	b.groups.maxMembers, b.groups.maxPerConn = cfg.MaxGroupMembers, cfg.MaxMembershipsPerConnection
@@ -419,6 +445,14 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		if err := b.openRegistry(); err != nil {
 			return err
 		}
+	}
+	if b.slave != nil {
+		b.wg.Add(1)
+		go b.slave.run() // replica.go
+	}
+	if b.sync != nil {
+		b.wg.Add(1)
+		go b.sync.run() // syncrepl.go
 	}
 	b.wg.Add(1)
 	go b.retentionLoop()

@@ -48,6 +48,8 @@ func (b *Broker) openRegistry() error {
 		Topics:         topics,
 		Logf:           b.logf,
 		Auth:           cluster.Auth{User: zc.AuthUser, Password: zc.AuthPassword},
+		Slave:          b.cfg.IsSlave(),
+		SlaveID:        b.cfg.SlaveID,
 	})
 	if err != nil {
 		return fmt.Errorf("zookeeper: %w", err)

@@ -15,6 +15,14 @@ func (c *conn) dispatch(r *protocol.Request) {
 	if !c.authorize(r) { // auth.go
 		return
 	}
+	if c.b.slave != nil && c.slaveRefuses(r) { // replica.go
+		return
+	}
+	if c.b.sync != nil && (r.Op == protocol.OpTransaction || (r.Op == protocol.OpPut && len(r.TxKey) > 0)) {
+		c.b.stats.putFailed.Add(1)
+		c.reply(protocol.StatusInternalError, "transactions are not supported with replication = \"sync\" yet", r.Opaque)
+		return
+	}
 	switch r.Op {
 	case protocol.OpPut:
 		c.handlePut(r)
@@ -39,7 +47,11 @@ func (c *conn) dispatch(r *protocol.Request) {
 	case protocol.OpTransaction:
 		c.handleTransaction(r) // tx.go
 	case protocol.OpSync:
-		c.reply(protocol.StatusInternalError, "sync refused: this broker is not a slave", r.Opaque)
+		if c.b.slave != nil {
+			c.handleSync(r) // syncslave.go
+		} else {
+			c.reply(protocol.StatusInternalError, "sync refused: this broker is not a slave", r.Opaque)
+		}
 	default:
 		c.reply(protocol.StatusBadRequest, "unexpected "+r.Op.String()+" frame", r.Opaque)
 	}
@@ -138,6 +150,10 @@ func (c *conn) handlePut(r *protocol.Request) {
 // carries the count) to partition p's log; the reply is queued when the
 // store completes the append. size is the data bytes, for realtime stats.
 func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput bool, size int64) {
+	if c.b.sync != nil {
+		c.appendReplicated(t, l, p, opaque, mput, size) // syncrepl.go
+		return
+	}
 	token := uint64(uint32(opaque)) | uint64(uint16(p))<<32
 	if mput {
 		token |= uint64(len(c.entries)) << 48

@@ -182,7 +182,15 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("port", b.cfg.Port)
 	kv("uptime", int64(time.Since(b.start)/time.Second))
 	kv("version", Version)
-	kv("slave", false)
+	kv("slave", b.slave != nil)
+	if b.slave != nil {
+		b.slave.statsLines(kv) // replica.go
+	} else {
+		kv("replication", b.cfg.Replication)
+	}
+	if b.sync != nil {
+		b.sync.statsLines(kv) // syncrepl.go
+	}
 	kv("curr_connections", b.stats.connections.Load())
 	kv("threads", runtime.NumGoroutine())
 	kv("cmd_put", b.stats.cmdPut.Load())

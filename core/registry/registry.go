@@ -113,15 +113,24 @@ type Options struct {
 	RetryInterval time.Duration
 	// Dialer, if set, replaces net.DialTimeout for the ZooKeeper connections.
 	Dialer zk.Dialer
+	// Slave registers the broker as slave SlaveID of master BrokerID
+	// (MetaQ's metaslave): ids/<id>/slave<N> with URI as data, and its
+	// topics as <id>-s<N>; it writes neither the master nodes nor the
+	// data of ids/<id>. SlaveID is 0..1023.
+	Slave   bool
+	SlaveID int
 }
 
 // Registry is a broker's registration. Its methods are safe for concurrent use.
 type Registry struct {
-	opts    Options
-	logf    func(format string, args ...any)
-	root    string // "" or "/x" (no trailing slash)
-	idPath  string // R/brokers/ids/<id>
-	master  string // R/brokers/ids/<id>/master
+	opts   Options
+	logf   func(format string, args ...any)
+	root   string // "" or "/x" (no trailing slash)
+	idPath string // R/brokers/ids/<id>
+	master string // R/brokers/ids/<id>/master
+	// self is the node that says who this broker is, written first: the
+	// master node, or a slave's ids/<id>/slave<N>.
+	self    string
 	conn    *zk.Conn
 	kick    chan struct{}
 	stop    chan struct{}
@@ -162,6 +171,8 @@ func Open(ctx context.Context, opts Options) (*Registry, error) {
 		return nil, fmt.Errorf("registry: connect string %q has a chroot suffix; set Root instead", opts.Connect)
 	case opts.BrokerID < 0 || opts.BrokerID > 1023:
 		return nil, fmt.Errorf("registry: broker id %d is not in 0..1023", opts.BrokerID)
+	case opts.Slave && (opts.SlaveID < 0 || opts.SlaveID > 1023):
+		return nil, fmt.Errorf("registry: slave id %d is not in 0..1023", opts.SlaveID)
 	case opts.URI == "" && opts.TLSURI == "":
 		return nil, errors.New("registry: no broker URI (meta:// or metaqs://)")
 	case opts.URI != "" && !strings.HasPrefix(opts.URI, cluster.SchemePlain):
@@ -205,6 +216,10 @@ func Open(ctx context.Context, opts Options) (*Registry, error) {
 	}
 	r.idPath = zkpath.Broker(r.root, opts.BrokerID)
 	r.master = zkpath.Master(r.root, opts.BrokerID)
+	r.self = r.master
+	if opts.Slave {
+		r.self = zkpath.Slave(r.root, opts.BrokerID, opts.SlaveID)
+	}
 	dial := opts.Dialer
 	if dial == nil {
 		dial = net.DialTimeout
@@ -338,13 +353,18 @@ func (r *Registry) restrict(path string) error {
 func (r *Registry) nodes() ([]node, int64) {
 	id := r.opts.BrokerID
 	uri := []byte(r.masterURI())
-	ns := []node{{r.master, uri, true}}
-	if r.opts.URI != "" && r.opts.TLSURI != "" {
-		ns = append(ns, node{zkpath.MasterTLS(r.root, id), []byte(r.opts.TLSURI), true})
+	ns := []node{{r.self, uri, true}}
+	name := zkpath.MasterName(id)
+	if r.opts.Slave {
+		name = zkpath.BrokerName{ID: id, Slave: r.opts.SlaveID}
+	} else {
+		if r.opts.URI != "" && r.opts.TLSURI != "" {
+			ns = append(ns, node{zkpath.MasterTLS(r.root, id), []byte(r.opts.TLSURI), true})
+		}
+		ns = append(ns,
+			node{r.idPath, uri, false},
+			node{zkpath.MasterChecksum(r.root, id), []byte(strconv.FormatUint(uint64(r.opts.ConfigChecksum), 10)), true})
 	}
-	ns = append(ns,
-		node{r.idPath, uri, false},
-		node{zkpath.MasterChecksum(r.root, id), []byte(strconv.FormatUint(uint64(r.opts.ConfigChecksum), 10)), true})
 	r.mu.Lock()
 	gen := r.gen.Load()
 	names := make([]string, 0, len(r.topics))
@@ -358,7 +378,6 @@ func (r *Registry) nodes() ([]node, int64) {
 	}
 	r.mu.Unlock()
 	for _, t := range ts {
-		name := zkpath.MasterName(id)
 		tb := zkpath.TopicData{NumParts: t.NumPartitions, Broker: name.String()}.Bytes()
 		ns = append(ns, node{zkpath.Topics.Node(r.root, t.Name, name), []byte(strconv.Itoa(t.NumPartitions)), true})
 		if t.AcceptPublish {
@@ -441,7 +460,7 @@ func (r *Registry) registerOnce() bool {
 			if !errors.Is(err, errHeld) {
 				r.logf("registry: %s: %v", n.path, err)
 			}
-			if isConnErr(err) || n.path == r.master {
+			if isConnErr(err) || n.path == r.self {
 				break
 			}
 			continue
@@ -455,8 +474,12 @@ func (r *Registry) registerOnce() bool {
 		if r.opts.URI != "" && r.opts.TLSURI != "" {
 			uris += " and " + r.opts.TLSURI
 		}
-		r.logf("registry: broker %d registered as %s in ZooKeeper %s%s (session %#x, auth %s)",
-			r.opts.BrokerID, uris, r.opts.Connect, r.root, sess, r.opts.Auth)
+		role := ""
+		if r.opts.Slave {
+			role = fmt.Sprintf(" slave %d", r.opts.SlaveID)
+		}
+		r.logf("registry: broker %d%s registered as %s in ZooKeeper %s%s (session %#x, auth %s)",
+			r.opts.BrokerID, role, uris, r.opts.Connect, r.root, sess, r.opts.Auth)
 		return true
 	}
 	return false
@@ -540,6 +563,13 @@ func (r *Registry) logHeld(path string, owner int64, data []byte) {
 		return
 	}
 	r.lastLogs[path] = now
+	if path == r.self && r.opts.Slave {
+		r.logf("registry: ERROR: duplicate slave id %d of broker %d? %s is held by ZooKeeper session %#x (%q), not ours (%#x): "+
+			"another slave with this id is running, or this slave's previous process has not expired yet. "+
+			"Not registering until it goes; retrying every %v",
+			r.opts.SlaveID, r.opts.BrokerID, path, owner, data, r.conn.SessionID(), r.opts.RetryInterval)
+		return
+	}
 	if path == r.master {
 		r.logf("registry: ERROR: duplicate broker id %d? %s is held by ZooKeeper session %#x (%q), not ours (%#x): "+
 			"another broker with this id is running, or this broker's previous process has not expired yet. "+

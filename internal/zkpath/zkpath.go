@@ -8,6 +8,7 @@
 //	R/brokers/ids/<id>/master_tls                  E  metaqs://host:tls_port, if both listeners are on
 //	R/brokers/ids/<id>/master_config_checksum      E  CRC32 of the config file, decimal
 //	R/brokers/ids/<id>/slave<N>                    E  a slave's URI
+//	R/brokers/ids/<id>/epoch                       P  reserved: the failover fencing epoch (not written yet)
 //	R/brokers/topics/<t>/<id>-m                    E  numPartitions (deprecated, still written)
 //	R/brokers/topics-pub/<t>/<id>-m                E  {"numParts":N,"broker":"<id>-m"} if accept_publish
 //	R/brokers/topics-sub/<t>/<id>-m                E  {"numParts":N,"broker":"<id>-m"} if accept_subscribe
@@ -38,6 +39,11 @@ const (
 	MasterTLSNode      = "master_tls"
 	MasterChecksumNode = "master_config_checksum"
 	SlavePrefix        = "slave"
+	// EpochNode is reserved for the fencing epoch of automatic failover
+	// (issue 11): a persistent child of ids/<id> that neither starts with
+	// "master" nor with SlavePrefix, so that readers of the other nodes
+	// (and MetaQ's) skip it.
+	EpochNode = "epoch"
 )
 
 // Root returns root in the form the builders take: "" becomes
@@ -73,6 +79,9 @@ func MasterChecksum(root string, id int) string { return Broker(root, id) + "/" 
 func Slave(root string, id, n int) string {
 	return Broker(root, id) + "/" + SlavePrefix + strconv.Itoa(n)
 }
+
+// Epoch is R/brokers/ids/<id>/epoch (reserved, see [EpochNode]).
+func Epoch(root string, id int) string { return Broker(root, id) + "/" + EpochNode }
 
 // ParseBrokerID parses a child of R/brokers/ids.
 func ParseBrokerID(s string) (int, error) {

@@ -170,6 +170,18 @@ func ZooKeeperAuth(user, password string) Opt {
 	})
 }
 
+// ReadFromReplicas makes the Client consume from a broker's slave
+// whenever one is registered (its first one, by slave number), not only
+// when no master is: reads move off the master, at the cost of the
+// slave's replication lag (docs/replication.md). Producing is
+// unaffected: puts always go to masters. Needs ZooKeeper.
+func ReadFromReplicas() Opt {
+	return optFunc(func(c *config) {
+		c.zkOnly = append(c.zkOnly, "ReadFromReplicas")
+		c.zk.replicas = true
+	})
+}
+
 // ZooKeeperDialer replaces the ZooKeeper client's dialer (tests,
 // proxies). Needs ZooKeeper.
 func ZooKeeperDialer(dial func(network, addr string, timeout time.Duration) (net.Conn, error)) Opt {

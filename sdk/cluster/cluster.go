@@ -74,6 +74,11 @@ type Options struct {
 	// (metaqs://) instead of their plaintext ones; a broker without the
 	// listener the client needs is left out of Addrs, and logged.
 	UseTLS bool
+	// ReadFromReplicas makes subscribe views (WatchSubscribe) give a
+	// broker's first registered slave's address whenever a slave is
+	// registered, and the master's only when none is. Publish views are
+	// unaffected: slaves are never written to.
+	ReadFromReplicas bool
 }
 
 // Cluster is a ZooKeeper session from which topic views are read. It is

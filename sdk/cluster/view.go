@@ -280,6 +280,8 @@ func (v *TopicView) refresh() error {
 	}
 	slices.Sort(kids) // "<id>-m" before "<id>-s<N>": a master wins
 	snap := &Snapshot{Addrs: make(map[int]string), Brokers: make(map[int]Broker)}
+	replicas := v.sub && v.c.opts.ReadFromReplicas
+	fromSlave := map[int]bool{} // the address chosen is a slave's
 	for _, name := range kids {
 		bn, err := zkpath.ParseBrokerName(name)
 		if err != nil {
@@ -304,8 +306,14 @@ func (v *TopicView) refresh() error {
 		}
 		// A broker's address is its master's or, when that is not
 		// registered, its first registered slave's; a later slave only
-		// adds partitions.
-		if _, done := snap.Brokers[id]; !done || bn.IsMaster() {
+		// adds partitions. With ReadFromReplicas the first slave wins
+		// over the master.
+		_, done := snap.Brokers[id]
+		take := !done || bn.IsMaster()
+		if replicas {
+			take = !done || (!bn.IsMaster() && !fromSlave[id])
+		}
+		if take {
 			b, ok, err := v.broker(bn)
 			if err != nil {
 				return err
@@ -314,6 +322,7 @@ func (v *TopicView) refresh() error {
 				continue // not registered (yet), or unreadable: not reachable
 			}
 			snap.Brokers[id] = b
+			fromSlave[id] = !bn.IsMaster()
 			delete(snap.Addrs, id)
 			if a, err := b.DialAddr(v.c.opts.UseTLS); err == nil {
 				snap.Addrs[id] = a

@@ -14,9 +14,12 @@ const (
 	// CauseCorruptData: the data at the requested offset failed its
 	// checksum and was not served (the body starts with CorruptDataPrefix).
 	CauseCorruptData = "corrupt data"
+	// CauseReadOnly: the broker is a slave (a read-only replica): puts and
+	// transactions go to its master.
+	CauseReadOnly = "read-only slave"
 )
 
-var knownCauses = []string{CausePartitionOutOfRange, CauseCorruptData}
+var knownCauses = []string{CausePartitionOutOfRange, CauseCorruptData, CauseReadOnly}
 
 // WithCause returns the error body for cause and msg: "<cause>: <msg>".
 func WithCause(cause, msg string) string { return cause + ": " + msg }

@@ -17,6 +17,21 @@ func AppendPut(dst []byte, topic string, partition int32, flag int32, checksum i
 	return append(dst, data...)
 }
 
+// AppendSync appends a sync request (8 tokens, reference §1): a master's
+// copy of a put for its slave, which stores it with the given msgId.
+func AppendSync(dst []byte, topic string, partition int32, flag int32, msgID int64, checksum int64, opaque int32, data []byte) []byte {
+	dst = append(dst, "sync "...)
+	dst = append(dst, topic...)
+	dst = appendSpaceInt(dst, int64(partition))
+	dst = appendSpaceInt(dst, int64(len(data)))
+	dst = appendSpaceInt(dst, int64(flag))
+	dst = appendSpaceInt(dst, msgID)
+	dst = appendSpaceInt(dst, checksum)
+	dst = appendSpaceInt(dst, int64(opaque))
+	dst = append(dst, '\r', '\n')
+	return append(dst, data...)
+}
+
 // AppendPutHeader appends the header line of a 7-token put.
 func AppendPutHeader(dst []byte, topic string, partition int32, dataLen int, flag int32, checksum int64, opaque int32) []byte {
 	dst = append(dst, "put "...)

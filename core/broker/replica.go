@@ -1,0 +1,683 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// Async replication, the slave side (MetaQ's metaslave, reference §9).
+//
+// A broker started with slave_id N >= 0 is slave N of master broker_id. It
+// registers ids/<id>/slave<N> and its topics as <id>-s<N> (core/registry),
+// watches ids/<id>/master, and pulls every partition of every topic the
+// master lists in topics-sub over one connection: each round pipelines, for
+// every partition, an `offset ... MaxInt64` (the master's end, for the lag)
+// and a `get` from the slave's own end, appends what came back with the
+// master's msgId, flag and payload (so slave offsets equal master offsets),
+// waits until those appends are durable (one journal round covers them
+// all), and starts the next round at once if anything came, else after an
+// idle wait that doubles from 1 ms up to slave_max_delay/4. No owners, no
+// balancing, nothing is committed: the local end is the position.
+//
+// An empty local partition starts from the master's min (Log.Rebase
+// moves it there when the master has deleted its head). A partition whose
+// master min has passed the slave's end (the slave was away longer than
+// the master's retention) cannot be filled: it is logged and left alone.
+// An append that does not land at the master's offset (which would mean
+// the copies diverged) stops that partition, loudly.
+
+const (
+	// slaveFetchSize is MetaQ's slave fetch size; a partition whose next
+	// record is larger gets doubled fetches up to slaveFetchMax.
+	slaveFetchSize = 1 << 20
+	slaveFetchMax  = 64 << 20
+	// slaveTopicsEvery is how often the master's topic list is read again.
+	slaveTopicsEvery = 2 * time.Second
+	// slaveDialTimeout bounds a connect to the master; slaveIOTimeout one
+	// round's replies.
+	slaveDialTimeout = 2 * time.Second
+	slaveIOTimeout   = 10 * time.Second
+	// slaveRetry is the wait before reconnecting after a failed pull.
+	slaveRetry = 200 * time.Millisecond
+)
+
+// slaveState is a slave broker's replication state.
+type slaveState struct {
+	b        *Broker
+	id       int
+	group    string
+	maxIdle  time.Duration
+	parts    map[string][]*replPart // by topic; owned by run
+	warned   map[string]string      // topic -> last logged problem
+	lastTops time.Time
+
+	// logs are the per-partition append states shared by the puller and
+	// the sync handler (syncslave.go), by log.
+	logsMu sync.Mutex
+	logs   map[*store.Log]*slaveLog
+
+	master    atomic.Pointer[string] // address being pulled from, nil when none
+	connected atomic.Bool
+	lagBytes  atomic.Int64
+	lagMs     atomic.Int64
+	records   atomic.Int64 // records copied since start
+	syncs     atomic.Int64 // syncs appended (syncslave.go)
+	syncDups  atomic.Int64 // syncs the puller had copied already
+	rounds    atomic.Int64 // pull rounds made
+}
+
+// replPart is one partition being copied.
+type replPart struct {
+	topic string
+	p     int32
+	l     *store.Log
+	next  int64 // local end: the master offset of the next record to copy
+	fetch int32
+	// stalled is why the partition is not copied any more ("" when it is).
+	stalled string
+	// seen are master ends this slave has not copied up to yet, with when
+	// they were first seen (oldest first, at most maxSeen): lag_ms is the
+	// age of the oldest.
+	seen []seenEnd
+	lag  int64
+}
+
+func newSlaveState(b *Broker) *slaveState {
+	s := &slaveState{
+		b:       b,
+		id:      b.cfg.SlaveID,
+		group:   b.cfg.EffectiveSlaveGroup(),
+		maxIdle: max(time.Duration(b.cfg.SlaveMaxDelay)*time.Millisecond/4, time.Millisecond),
+		parts:   map[string][]*replPart{},
+		warned:  map[string]string{},
+		logs:    map[*store.Log]*slaveLog{},
+	}
+	return s
+}
+
+// slaveLog serialises the appends of one partition of a slave: the
+// puller's and those of sync from a sync master. lastID is the id of the
+// last record appended (queued) to it; both skip records at or below it,
+// which the other has appended already (ids rise with offsets).
+type slaveLog struct {
+	mu     sync.Mutex
+	lastID int64
+}
+
+// logState returns l's slaveLog.
+func (s *slaveState) logState(l *store.Log) *slaveLog {
+	s.logsMu.Lock()
+	defer s.logsMu.Unlock()
+	sl := s.logs[l]
+	if sl == nil {
+		sl = &slaveLog{lastID: l.LastID()}
+		s.logs[l] = sl
+	}
+	return sl
+}
+
+// run pulls from whichever master is registered until the broker closes.
+// It reads ids/<id>/master again only when its watch fires (the master
+// changed or went, or the session had an event); meanwhile a failed pull
+// is retried against the same address with a backoff.
+func (s *slaveState) run() {
+	defer s.b.wg.Done()
+	b := s.b
+	b.mu.RLock()
+	reg := b.reg
+	b.mu.RUnlock()
+	waiting := false
+	lastErr := ""
+	for !b.closed.Load() {
+		addr, ok, watch, err := reg.Master()
+		if err != nil {
+			if msg := err.Error(); msg != lastErr {
+				b.logf("slave %d: reading ids/%d/master: %v; retrying", s.id, b.cfg.BrokerID, err)
+				lastErr = msg
+			}
+			s.sleep(slaveRetry)
+			continue
+		}
+		lastErr = ""
+		if !ok {
+			if !waiting {
+				b.logf("slave %d of broker %d: no master registered; waiting for ids/%d/master", s.id, b.cfg.BrokerID, b.cfg.BrokerID)
+				waiting = true
+			}
+			s.master.Store(nil)
+			select {
+			case <-watch:
+			case <-b.done:
+				return
+			case <-time.After(5 * time.Second): // a watch lost with a session
+			}
+			continue
+		}
+		waiting = false
+		s.master.Store(&addr)
+		fired := make(chan struct{})
+		go func() {
+			select {
+			case <-watch:
+			case <-b.done:
+			}
+			close(fired)
+		}()
+		s.pullUntil(addr, fired)
+	}
+}
+
+// pullUntil pulls from addr, retrying with a backoff, until fired is
+// closed (the master node changed) or the broker closes.
+func (s *slaveState) pullUntil(addr string, fired <-chan struct{}) {
+	b := s.b
+	wait := slaveRetry
+	last := ""
+	for {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-fired:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		began := time.Now()
+		err := s.pull(ctx, addr)
+		stopped := ctx.Err() != nil
+		cancel()
+		s.connected.Store(false)
+		if stopped || b.closed.Load() {
+			return
+		}
+		if err != nil {
+			if msg := err.Error(); msg != last {
+				b.logf("slave %d: pulling from master %s: %v; retrying", s.id, addr, err)
+				last = msg
+			}
+		}
+		if time.Since(began) > 5*time.Second {
+			wait = slaveRetry // it was pulling: a new failure
+		}
+		select {
+		case <-fired:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// sleep waits d or until the broker closes.
+func (s *slaveState) sleep(d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-s.b.done:
+	}
+}
+
+// pull copies from the master at addr until ctx is done or the
+// connection fails.
+func (s *slaveState) pull(ctx context.Context, addr string) error {
+	d := net.Dialer{Timeout: slaveDialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", s.b.replDialAddr(addr))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	s.b.logf("slave %d of broker %d: pulling from master %s", s.id, s.b.cfg.BrokerID, addr)
+	s.connected.Store(true)
+	w := bufio.NewWriterSize(nc, 64<<10)
+	dec := protocol.NewDecoder(nc, protocol.Limits{MaxBody: slaveFetchMax + 1<<20})
+	defer dec.Release()
+	rc := &roundConn{nc: nc, w: w, dec: dec}
+	s.lastTops = time.Time{}
+	idle := time.Duration(0)
+	for ctx.Err() == nil {
+		if time.Since(s.lastTops) >= slaveTopicsEvery {
+			s.refreshTopics(rc)
+			s.lastTops = time.Now()
+		}
+		got, err := s.round(rc)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s.rounds.Add(1)
+		if got {
+			idle = 0
+			continue
+		}
+		idle = min(max(2*idle, time.Millisecond), s.maxIdle)
+		select {
+		case <-time.After(idle):
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// roundConn is the connection to the master.
+type roundConn struct {
+	// timeout bounds a round's replies; 0 means slaveIOTimeout.
+	timeout time.Duration
+	nc      net.Conn
+	w       *bufio.Writer
+	dec     *protocol.Decoder
+	buf     []byte
+	req     protocol.Request
+}
+
+// send queues one request.
+func (rc *roundConn) send(b []byte) {
+	rc.w.Write(b)
+}
+
+// flush sends what is queued and sets the deadline of the replies.
+func (rc *roundConn) flush() error {
+	d := rc.timeout
+	if d <= 0 {
+		d = slaveIOTimeout
+	}
+	rc.nc.SetDeadline(time.Now().Add(d))
+	return rc.w.Flush()
+}
+
+// next decodes the next reply; its body is valid until the next call.
+func (rc *roundConn) next() (*protocol.Request, error) {
+	rc.req = protocol.Request{}
+	if err := rc.dec.Decode(&rc.req); err != nil {
+		return nil, err
+	}
+	if rc.req.Op != protocol.OpResult && rc.req.Op != protocol.OpValue {
+		return nil, fmt.Errorf("unexpected %s frame from the master", rc.req.Op)
+	}
+	return &rc.req, nil
+}
+
+// roundTrip sends one request and returns its reply.
+func (rc *roundConn) roundTrip(b []byte) (*protocol.Request, error) {
+	rc.send(b)
+	if err := rc.flush(); err != nil {
+		return nil, err
+	}
+	return rc.next()
+}
+
+// refreshTopics reads the master's topics and opens (or auto-creates)
+// each locally; a topic the slave cannot hold is logged once.
+func (s *slaveState) refreshTopics(rc *roundConn) {
+	b := s.b
+	b.mu.RLock()
+	reg := b.reg
+	b.mu.RUnlock()
+	tops, err := reg.MasterTopics()
+	if err != nil {
+		b.logf("slave %d: reading the master's topics: %v", s.id, err)
+		return
+	}
+	names := make([]string, 0, len(tops))
+	for n := range tops {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n := tops[name]
+		if ps, ok := s.parts[name]; ok && len(ps) == n {
+			continue
+		}
+		t, err := b.openTopic(name)
+		if err != nil {
+			s.warn(name, fmt.Sprintf("not replicated: %v (configure it in the slave's server.toml, or set auto_create_topics)", err))
+			continue
+		}
+		if len(t.parts) != n {
+			s.warn(name, fmt.Sprintf("not replicated: the master has %d partitions, this slave %d (give the slave the same num_partitions)", n, len(t.parts)))
+			continue
+		}
+		ps := make([]*replPart, n)
+		for p := range ps {
+			rp := &replPart{topic: name, p: int32(p), l: t.parts[p], fetch: slaveFetchSize}
+			if err := s.startPart(rc, rp); err != nil {
+				b.logf("slave %d: %s-%d: %v", s.id, name, p, err)
+				return // the connection is probably gone; the next round says
+			}
+			ps[p] = rp
+		}
+		s.parts[name] = ps
+		delete(s.warned, name)
+		b.logf("slave %d: replicating topic %s (%d partitions)", s.id, name, n)
+	}
+}
+
+func (s *slaveState) warn(topic, msg string) {
+	if s.warned[topic] == msg {
+		return
+	}
+	s.warned[topic] = msg
+	s.b.logf("slave %d: topic %s %s", s.id, topic, msg)
+}
+
+// startPart sets where copying partition rp starts: its local end, or for
+// an empty partition the master's min offset.
+func (s *slaveState) startPart(rc *roundConn, rp *replPart) error {
+	l := rp.l
+	if l.MaxOffset() == l.MinOffset() && l.MessageCount() == 0 {
+		r, err := rc.roundTrip(protocol.AppendOffset(rc.buf[:0], rp.topic, s.group, rp.p, 0, 0))
+		if err != nil {
+			return err
+		}
+		if r.Code != protocol.StatusOK {
+			return fmt.Errorf("master's min offset: %d %s", r.Code, protocol.Printable(r.Body))
+		}
+		min, ok := protocol.ParseInt64(r.Body)
+		if !ok || min < 0 {
+			return fmt.Errorf("master's min offset: bad reply %q", protocol.Printable(r.Body))
+		}
+		if min != l.MinOffset() {
+			if err := l.Rebase(min); err != nil {
+				return err
+			}
+			s.b.logf("slave %d: %s-%d is empty; starting at the master's min offset %d", s.id, rp.topic, rp.p, min)
+		}
+	}
+	rp.next = l.MaxOffset()
+	return nil
+}
+
+// round asks every partition's end and next records of the master,
+// appends what came and waits for the appends. got reports whether any
+// record was copied.
+func (s *slaveState) round(rc *roundConn) (got bool, err error) {
+	var live []*replPart
+	tops := make([]string, 0, len(s.parts))
+	for t := range s.parts {
+		tops = append(tops, t)
+	}
+	sort.Strings(tops)
+	for _, t := range tops {
+		for _, rp := range s.parts[t] {
+			if rp.stalled == "" {
+				live = append(live, rp)
+			}
+		}
+	}
+	if len(live) == 0 {
+		return false, nil
+	}
+	for i, rp := range live {
+		rc.buf = protocol.AppendOffset(rc.buf[:0], rp.topic, s.group, rp.p, math.MaxInt64, int32(2*i))
+		rc.send(rc.buf)
+		rc.buf = protocol.AppendGet(rc.buf[:0], rp.topic, s.group, rp.p, rp.next, rp.fetch, int32(2*i+1))
+		rc.send(rc.buf)
+	}
+	if err := rc.flush(); err != nil {
+		return false, err
+	}
+	ends := make([]int64, len(live))
+	for i := range ends {
+		ends[i] = -1
+	}
+	wg := &roundWaiter{res: make([]roundResult, len(live))}
+	var entries []store.Entry
+	for range 2 * len(live) {
+		r, err := rc.next()
+		if err != nil {
+			wg.wait()
+			return false, err
+		}
+		i := int(r.Opaque / 2)
+		if r.Opaque < 0 || i >= len(live) {
+			wg.wait()
+			return false, fmt.Errorf("reply with unknown opaque %d", r.Opaque)
+		}
+		rp := live[i]
+		if r.Opaque%2 == 0 { // offset: the master's end
+			if v, ok := protocol.ParseInt64(r.Body); ok && r.Code == protocol.StatusOK {
+				ends[i] = v
+			}
+			continue
+		}
+		entries, err = s.apply(rp, r, entries[:0], wg, i)
+		if err != nil {
+			wg.wait()
+			return false, err
+		}
+	}
+	wg.wait()
+	now := time.Now()
+	var lagB, lagMs int64
+	for i, rp := range live {
+		res := &wg.res[i]
+		if res.n == 0 && res.bytes > 0 {
+			rp.next += res.bytes // records a sync had appended already
+		}
+		if res.n > 0 {
+			if res.err != nil { // ENOSPC, a failed log, closing: retried next round
+				// The failed records left nothing behind: copy them again.
+				sl := s.logState(rp.l)
+				sl.mu.Lock()
+				sl.lastID = rp.l.LastID()
+				sl.mu.Unlock()
+				key := rp.topic + "#" + strconv.Itoa(int(rp.p))
+				if msg := "append: " + res.err.Error(); s.warned[key] != msg {
+					s.warned[key] = msg
+					s.b.logf("slave %d: %s-%d: %s; retrying", s.id, rp.topic, rp.p, msg)
+				}
+				continue
+			}
+			if want := rp.next + res.skipped; res.off != want {
+				rp.stalled = fmt.Sprintf("records landed at offset %d, the master's is %d", res.off, want)
+				s.b.logf("slave %d: %s-%d: ERROR: copying stopped: %s (the copies diverged)", s.id, rp.topic, rp.p, rp.stalled)
+				continue
+			}
+			rp.next += res.bytes
+			s.records.Add(int64(res.n))
+			got = true
+		}
+		rp.lag = 0
+		if ends[i] > rp.next {
+			rp.lag = ends[i] - rp.next
+		}
+		if lag := rp.noteEnd(ends[i], now); lag > 0 {
+			lagMs = max(lagMs, lag.Milliseconds())
+		}
+		lagB += rp.lag
+	}
+	s.lagBytes.Store(lagB)
+	s.lagMs.Store(lagMs)
+	return got, nil
+}
+
+// apply handles partition rp's get reply r: it appends the whole records
+// of a value (with entries as scratch), or handles the result code.
+func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.Entry, wg *roundWaiter, i int) ([]store.Entry, error) {
+	switch {
+	case r.Op == protocol.OpValue:
+	case r.Code == protocol.StatusNotFound: // no new data
+		return entries, nil
+	case r.Code == protocol.StatusMoved:
+		to, ok := protocol.ParseInt64(r.Body)
+		switch {
+		case !ok:
+			return entries, fmt.Errorf("%s-%d: bad 301 body %q", rp.topic, rp.p, protocol.Printable(r.Body))
+		case rp.l.MessageCount() == 0 && rp.l.MaxOffset() == rp.l.MinOffset() && to > rp.next:
+			if err := rp.l.Rebase(to); err != nil {
+				rp.stalled = err.Error()
+			} else {
+				rp.next = to
+				s.b.logf("slave %d: %s-%d: the master's min moved to %d; empty here, starting there", s.id, rp.topic, rp.p, to)
+			}
+		default:
+			rp.stalled = fmt.Sprintf("the master's min offset %d is past this slave's end %d (the master deleted records the slave never copied); move the partition directory away to copy it afresh", to, rp.next)
+			s.b.logf("slave %d: %s-%d: ERROR: copying stopped: %s", s.id, rp.topic, rp.p, rp.stalled)
+		}
+		return entries, nil
+	default:
+		key := rp.topic + "#" + strconv.Itoa(int(rp.p))
+		msg := fmt.Sprintf("get from the master: %d %s", r.Code, protocol.Printable(r.Body))
+		if s.warned[key] != msg {
+			s.warned[key] = msg
+			s.b.logf("slave %d: %s-%d: %s", s.id, rp.topic, rp.p, msg)
+		}
+		return entries, nil
+	}
+	body := r.Body
+	used, skipped := 0, 0
+	sl := s.logState(rp.l)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	for used < len(body) {
+		rec, n, err := message.ParseRecord(body[used:], s.b.cfg.MaxMessageSize)
+		if errors.Is(err, message.ErrShortRecord) {
+			break
+		}
+		if err != nil {
+			// A damaged record at the master: do not copy it; the next
+			// round asks again (the master may repair it, or say corrupt).
+			s.b.logf("slave %d: %s-%d: record at %d from the master: %v", s.id, rp.topic, rp.p, rp.next+int64(used), err)
+			break
+		}
+		if rec.ID == 0 {
+			return entries, fmt.Errorf("%s-%d: record at %d from the master has message id 0", rp.topic, rp.p, rp.next+int64(used))
+		}
+		if rec.ID <= sl.lastID {
+			if len(entries) > 0 {
+				return entries, fmt.Errorf("%s-%d: record at %d from the master has id %d, below the one before it", rp.topic, rp.p, rp.next+int64(used), rec.ID)
+			}
+			skipped += n // appended already, by a sync from the master
+		} else {
+			entries = append(entries, store.Entry{ID: rec.ID, Flag: rec.Flag, CRC: rec.CRC, Data: rec.Data})
+		}
+		used += n
+	}
+	res := &wg.res[i]
+	if len(entries) == 0 {
+		if used == 0 && len(body) >= int(rp.fetch) && rp.fetch < slaveFetchMax {
+			rp.fetch *= 2 // a record larger than the fetch
+		}
+		res.bytes = int64(used) // all there already
+		return entries, nil
+	}
+	res.n, res.bytes, res.skipped = len(entries), int64(used), int64(skipped)
+	wg.add()
+	if err := rp.l.Append(entries, wg, uint64(i)); err != nil {
+		wg.done()
+		res.err = err
+	} else {
+		sl.lastID = entries[len(entries)-1].ID
+	}
+	clear(entries) // Append copied the data
+	return entries, nil
+}
+
+// roundResult is one partition's append in a round.
+type roundResult struct {
+	n       int
+	bytes   int64
+	skipped int64 // leading bytes the slave had already
+	off     int64
+	err     error
+}
+
+// roundWaiter collects a round's appends (a store.Waiter).
+type roundWaiter struct {
+	wg  sync.WaitGroup
+	res []roundResult
+}
+
+func (w *roundWaiter) add()  { w.wg.Add(1) }
+func (w *roundWaiter) done() { w.wg.Done() }
+func (w *roundWaiter) wait() { w.wg.Wait() }
+
+func (w *roundWaiter) AppendDone(token uint64, _ int64, firstOffset int64, err error) {
+	r := &w.res[token]
+	r.off, r.err = firstOffset, err
+	w.wg.Done()
+}
+
+// seenEnd is a master end observed at a time.
+type seenEnd struct {
+	end int64
+	at  time.Time
+}
+
+// maxSeen bounds replPart.seen.
+const maxSeen = 64
+
+// noteEnd records the master's end (-1: unknown) seen at now, drops the
+// ends the slave has copied up to, and returns how long ago the master
+// first had data the slave still lacks (0 if none).
+func (rp *replPart) noteEnd(end int64, now time.Time) time.Duration {
+	if n := len(rp.seen); end > rp.next && (n == 0 || end > rp.seen[n-1].end) {
+		if n == maxSeen {
+			rp.seen[n-1] = seenEnd{end, rp.seen[n-1].at} // keep the oldest times
+		} else {
+			rp.seen = append(rp.seen, seenEnd{end, now})
+		}
+	}
+	k := 0
+	for k < len(rp.seen) && rp.seen[k].end <= rp.next {
+		k++
+	}
+	rp.seen = append(rp.seen[:0], rp.seen[k:]...)
+	if len(rp.seen) == 0 {
+		return 0
+	}
+	return now.Sub(rp.seen[0].at)
+}
+
+// slaveStats are the replication lines of stats.
+func (s *slaveState) statsLines(kv func(k string, v any)) {
+	kv("slave_id", s.id)
+	m := ""
+	if p := s.master.Load(); p != nil {
+		m = *p
+	}
+	if m == "" {
+		m = "none"
+	}
+	kv("slave_master", m)
+	kv("slave_connected", s.connected.Load())
+	kv("slave_lag_bytes", s.lagBytes.Load())
+	kv("slave_lag_ms", s.lagMs.Load())
+	kv("slave_copied_messages", s.records.Load())
+	kv("slave_sync_messages", s.syncs.Load())
+	kv("slave_sync_duplicates", s.syncDups.Load())
+}
+
+// slaveRefuses answers the requests a slave does not take (puts, mputs,
+// transactions) and reports whether it did.
+func (c *conn) slaveRefuses(r *protocol.Request) bool {
+	switch r.Op {
+	case protocol.OpPut, protocol.OpMPut, protocol.OpTransaction:
+	default:
+		return false
+	}
+	b := c.b
+	if r.Op != protocol.OpTransaction {
+		b.stats.cmdPut.Add(1)
+		b.stats.putFailed.Add(1)
+	}
+	c.reply(protocol.StatusForbidden, protocol.WithCause(protocol.CauseReadOnly,
+		"broker "+strconv.Itoa(b.cfg.BrokerID)+" slave "+strconv.Itoa(b.slave.id)+
+			" does not accept "+r.Op.String()+"; send it to the master"), r.Opaque)
+	return true
+}

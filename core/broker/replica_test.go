@@ -1,0 +1,316 @@
+package broker
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/faultnet"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// replBroker starts an in-process broker id of a replicated pair (slave
+// < 0: the master) with data in dir, listening on addr ("" picks one).
+func replBroker(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config)) *Broker {
+	return replBrokerOpts(t, zkAddr, root, dir, addr, slave, mod, Options{Logf: t.Logf})
+}
+
+func replBrokerOpts(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config), opts Options) *Broker {
+	t.Helper()
+	cfg := conf.Default()
+	cfg.Port = 0
+	cfg.BrokerID = 3
+	cfg.SlaveID = slave
+	cfg.DataDir = dir
+	cfg.NumPartitions = 2
+	cfg.Topics = []conf.Topic{{Name: "t"}}
+	cfg.ZooKeeper.Connect = zkAddr
+	cfg.ZooKeeper.Root = root
+	cfg.ZooKeeper.SessionTimeout = 4000
+	cfg.ZooKeeper.ConnectionTimeout = 5000
+	cfg.SyncTimeout = 1000
+	if mod != nil {
+		mod(cfg)
+	}
+	b, err := New(cfg, opts)
+	require.NoError(t, err)
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var ln net.Listener
+	require.Eventually(t, func() bool { ln, err = net.Listen("tcp", addr); return err == nil }, 5*time.Second, 20*time.Millisecond)
+	require.NoError(t, b.Serve(ln))
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// pipelinedPuts puts n messages over partitions 0 and 1 of t, 32 in
+// flight, and returns how many were acknowledged and one failure body.
+func pipelinedPuts(t *testing.T, addr string, n int) (ok int, fail string) {
+	t.Helper()
+	c := dialRaw(t, addr)
+	inflight := 0
+	var req protocol.Request
+	for i := 0; i < n || inflight > 0; {
+		if i < n && inflight < 32 {
+			data := []byte(fmt.Sprintf("m%d", i))
+			c.bw.Write(protocol.AppendPut(nil, "t", int32(i%2), 0, int64(message.Checksum(data)), int32(i+1), data))
+			i++
+			inflight++
+			if inflight < 32 && i < n {
+				continue
+			}
+		}
+		require.NoError(t, c.bw.Flush())
+		require.NoError(t, c.dec.Decode(&req))
+		inflight--
+		if req.Code == protocol.StatusOK {
+			ok++
+		} else {
+			fail = string(req.Body)
+		}
+	}
+	return ok, fail
+}
+
+// TestReplicationInProcess runs a sync master and its slave in this
+// process (for the race detector): puts are refused with no slave, shipped
+// once it is in sync, refused again after it closes, and shipped again
+// after it returns; the slave's copy has every acknowledged put.
+func TestReplicationInProcess(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/repl-inproc-%d", time.Now().UnixNano())
+	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
+	ok, fail := pipelinedPuts(t, master.Addr(), 10)
+	require.Zero(t, ok)
+	require.Equal(t, "Slave is disconnected ", fail)
+
+	sdir := t.TempDir()
+	slave := replBroker(t, zkAddr, root, sdir, "", 1, nil)
+	mc := dialRaw(t, master.Addr())
+	waitFor(t, 15*time.Second, func() error {
+		if v := mc.stats(t, "")["sync_partitions_in_sync"]; v != "2/2" {
+			return fmt.Errorf("sync_partitions_in_sync %s", v)
+		}
+		return nil
+	})
+	ok, fail = pipelinedPuts(t, master.Addr(), 400)
+	require.Equal(t, 400, ok, fail)
+	r := mc.roundTrip(t, protocol.AppendTransaction(nil, "TX:s:1", "s", protocol.TxBegin, 0, "", 5))
+	require.Equal(t, protocol.StatusInternalError, r.Code)
+	require.Contains(t, string(r.Body), "transactions are not supported")
+	sc := dialRaw(t, slave.Addr())
+	r = sc.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, -1, 6, []byte("x")))
+	require.Equal(t, protocol.StatusForbidden, r.Code)
+	for p := range 2 {
+		ml, sl := master.topics["t"].parts[p], slave.topics["t"].parts[p]
+		require.Equal(t, ml.MaxOffset(), sl.MaxOffset(), "partition %d", p)
+		require.Equal(t, ml.LastID(), sl.LastID(), "partition %d", p)
+	}
+	saddr := slave.Addr()
+	require.NoError(t, slave.Close())
+	waitFor(t, 10*time.Second, func() error {
+		if _, fail := pipelinedPuts(t, master.Addr(), 2); fail == "" {
+			return fmt.Errorf("puts still acknowledged")
+		}
+		return nil
+	})
+
+	slave = replBroker(t, zkAddr, root, sdir, saddr, 1, nil)
+	waitFor(t, 15*time.Second, func() error {
+		if v := mc.stats(t, "")["sync_partitions_in_sync"]; v != "2/2" {
+			return fmt.Errorf("sync_partitions_in_sync %s", v)
+		}
+		return nil
+	})
+	ok, fail = pipelinedPuts(t, master.Addr(), 200)
+	require.Equal(t, 200, ok, fail)
+	for p := range 2 {
+		ml, sl := master.topics["t"].parts[p], slave.topics["t"].parts[p]
+		require.Equal(t, ml.MaxOffset(), sl.MaxOffset(), "partition %d", p)
+		require.Equal(t, ml.LastID(), sl.LastID(), "partition %d", p)
+	}
+}
+
+// benchReplicated measures 1 KiB group-commit puts from 4 connections
+// with 64 in flight each, over 16 partitions, to addr.
+func benchReplicated(b *testing.B, addr string) {
+	const conns, window, parts = 4, 64, 16
+	data := bytes.Repeat([]byte("x"), 1024)
+	frames := make([][]byte, parts)
+	for p := range frames {
+		frames[p] = protocol.AppendPut(nil, "t", int32(p), 0, int64(message.Checksum(data)), 1, data)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for c := range conns {
+		n := b.N / conns
+		if c == 0 {
+			n += b.N % conns
+		}
+		cl := dialRaw(b, addr)
+		wg.Add(2)
+		sem := make(chan struct{}, window)
+		go func() {
+			defer wg.Done()
+			var req protocol.Request
+			for range n {
+				if err := cl.dec.Decode(&req); err != nil || req.Code != protocol.StatusOK {
+					errs <- fmt.Errorf("put: %v %d %s", err, req.Code, req.Body)
+					return
+				}
+				<-sem
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				sem <- struct{}{}
+				cl.bw.Write(frames[(c+i)%parts])
+				if len(sem) == cap(sem) || i == n-1 || cl.bw.Buffered() > 64<<10 {
+					cl.bw.Flush()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkReplicatedPut: durable (group commit) 1 KiB puts to a master
+// alone, to a master with an async slave pulling, and to a sync master
+// with its slave, in one run (compare the ratios, not the figures).
+func BenchmarkReplicatedPut(b *testing.B) {
+	zkAddr := testsvc.ZooKeeper(b)
+	mod := func(sync bool) func(*conf.Config) {
+		return func(c *conf.Config) {
+			c.NumPartitions = 16
+			if sync {
+				c.Replication = conf.ReplicationSync
+			}
+		}
+	}
+	b.Run("single", func(b *testing.B) {
+		root := fmt.Sprintf("/repl-bench-%d", time.Now().UnixNano())
+		m := replBroker(b, zkAddr, root, b.TempDir(), "", -1, mod(false))
+		benchReplicated(b, m.Addr())
+	})
+	b.Run("async-slave", func(b *testing.B) {
+		root := fmt.Sprintf("/repl-bench-%d", time.Now().UnixNano())
+		m := replBroker(b, zkAddr, root, b.TempDir(), "", -1, mod(false))
+		replBroker(b, zkAddr, root, b.TempDir(), "", 1, mod(false))
+		benchReplicated(b, m.Addr())
+	})
+	b.Run("sync", func(b *testing.B) {
+		root := fmt.Sprintf("/repl-bench-%d", time.Now().UnixNano())
+		m := replBroker(b, zkAddr, root, b.TempDir(), "", -1, mod(true))
+		replBroker(b, zkAddr, root, b.TempDir(), "", 1, mod(false))
+		deadline := time.Now().Add(15 * time.Second)
+		for !strings.Contains(m.statsText(), "sync_partitions_in_sync 16/16") {
+			if time.Now().After(deadline) {
+				b.Fatal("not in sync")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		benchReplicated(b, m.Addr())
+	})
+}
+
+// statsText is the broker's stats summary.
+func (b *Broker) statsText() string {
+	var sb strings.Builder
+	b.writeSummary(&sb)
+	return sb.String()
+}
+
+// waitInSync waits until the sync master has all partitions in sync.
+func waitInSync(t *testing.T, m *Broker, want string) {
+	t.Helper()
+	waitFor(t, 15*time.Second, func() error {
+		if txt := m.statsText(); !strings.Contains(txt, "sync_partitions_in_sync "+want+"\r\n") {
+			return fmt.Errorf("not in sync: %s", txt)
+		}
+		return nil
+	})
+}
+
+// TestSyncLinkFaults: a fault proxy (internal/faultnet) sits between a
+// sync master and its slave. While it holds the link's bytes (a network
+// that stops delivering), and after it cuts the link, nothing is
+// acknowledged without sync_degrade; with it, puts are stored on the
+// master alone once the link is declared lost (sync_timeout) and the
+// slave pulls them before the link joins again. Either way the copies end
+// equal.
+func TestSyncLinkFaults(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	for _, degrade := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync_degrade=%v", degrade), func(t *testing.T) {
+			root := fmt.Sprintf("/repl-faults-%d", time.Now().UnixNano())
+			slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
+			proxy, err := faultnet.Start(slave.Addr())
+			require.NoError(t, err)
+			defer proxy.Close()
+			to := func(a string) string {
+				if a == slave.Addr() {
+					return proxy.Addr()
+				}
+				return a
+			}
+			master := replBrokerOpts(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
+				c.Replication = conf.ReplicationSync
+				c.SyncDegrade = degrade
+				c.SyncTimeout = 500
+			}, Options{Logf: t.Logf, replAddr: to})
+			waitInSync(t, master, "2/2")
+			ok, fail := pipelinedPuts(t, master.Addr(), 200)
+			require.Equal(t, 200, ok, fail)
+
+			for _, fault := range []string{"hold", "cut"} {
+				if fault == "hold" {
+					proxy.Hold()
+				} else {
+					proxy.Cut(true)
+				}
+				ok, fail = pipelinedPuts(t, master.Addr(), 300)
+				if degrade {
+					require.Positive(t, ok, "no put stored while degraded (%s)", fail)
+					require.Contains(t, master.statsText(), "sync_partitions_in_sync 0/2")
+				} else {
+					require.Zero(t, ok, "puts acknowledged while the link is %s", fault)
+					require.Contains(t, fail, "Slave is disconnected")
+				}
+				t.Logf("%s: %d of 300 puts acknowledged, last failure %q", fault, ok, fail)
+				proxy.Release()
+				proxy.Refuse(false)
+				waitInSync(t, master, "2/2")
+				ok, fail = pipelinedPuts(t, master.Addr(), 100)
+				require.Equal(t, 100, ok, fail)
+			}
+			for p := range 2 {
+				ml, sl := master.topics["t"].parts[p], slave.topics["t"].parts[p]
+				require.Equal(t, ml.MaxOffset(), sl.MaxOffset(), "partition %d", p)
+				require.Equal(t, ml.LastID(), sl.LastID(), "partition %d", p)
+			}
+			if degrade {
+				require.NotContains(t, master.statsText(), "sync_degraded_puts 0\r\n")
+			}
+		})
+	}
+}

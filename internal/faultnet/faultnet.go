@@ -1,0 +1,185 @@
+// Package faultnet (test helper, not API) is a TCP proxy that is a faulty
+// network between two real processes: it forwards bytes both ways and, on
+// demand, holds them (a network that stops delivering: the bytes wait in
+// the proxy, nothing is lost), delays them, or cuts every connection (and
+// can refuse new ones). It knows nothing of the protocol on top, so the
+// replication link, a client and ZooKeeper can all run through it.
+// (sdk/client's faultyNet is a frame-aware proxy for the SDK's own tests.)
+package faultnet
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// Proxy forwards every connection made to Addr to its target.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu      sync.Mutex
+	cond    *sync.Cond // held changes
+	held    bool
+	delay   time.Duration
+	refuse  bool
+	closed  bool
+	conns   map[net.Conn]struct{}
+	accepts int
+	wg      sync.WaitGroup
+}
+
+// Start listens on a free 127.0.0.1 port and forwards to target.
+func Start(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.cond = sync.NewCond(&p.mu)
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the address to dial instead of the target's.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Hold stops forwarding: bytes already read wait in the proxy, and the
+// senders' writes block once the socket buffers fill, until Release.
+func (p *Proxy) Hold() {
+	p.mu.Lock()
+	p.held = true
+	p.mu.Unlock()
+}
+
+// Release forwards again, what was held first.
+func (p *Proxy) Release() {
+	p.mu.Lock()
+	p.held = false
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// Delay holds every chunk of bytes d before forwarding it (0: none).
+func (p *Proxy) Delay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
+}
+
+// Cut closes every connection now; with refuse, new connections are
+// accepted and closed at once until Refuse(false).
+func (p *Proxy) Cut(refuse bool) {
+	p.mu.Lock()
+	p.refuse = refuse
+	conns := p.conns
+	p.conns = map[net.Conn]struct{}{}
+	p.held = false
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
+}
+
+// Refuse sets whether new connections are closed at once.
+func (p *Proxy) Refuse(on bool) {
+	p.mu.Lock()
+	p.refuse = on
+	p.mu.Unlock()
+}
+
+// Accepts is the number of connections accepted so far.
+func (p *Proxy) Accepts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepts
+}
+
+// Close cuts everything and stops listening.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.ln.Close()
+	p.Cut(true)
+	p.wg.Wait()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		down, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.accepts++
+		refuse := p.refuse || p.closed
+		p.mu.Unlock()
+		if refuse {
+			down.Close()
+			continue
+		}
+		up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+		if err != nil {
+			down.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			down.Close()
+			up.Close()
+			return
+		}
+		p.conns[down], p.conns[up] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(up, down)
+		go p.pipe(down, up)
+	}
+}
+
+// pipe copies src to dst, obeying hold and delay; either side ending
+// closes both.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	defer func() {
+		src.Close()
+		dst.Close()
+		p.mu.Lock()
+		delete(p.conns, src)
+		delete(p.conns, dst)
+		p.mu.Unlock()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.held && !p.closed {
+				if _, live := p.conns[src]; !live {
+					break
+				}
+				p.cond.Wait()
+			}
+			_, live := p.conns[src]
+			d := p.delay
+			p.mu.Unlock()
+			if !live {
+				return
+			}
+			if d > 0 {
+				time.Sleep(d)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package faultnet
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// echoServer echoes lines until the test ends.
+func echoServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestProxy: bytes pass, wait while held and arrive on release, and a cut
+// closes the connection (and refuses new ones while asked to).
+func TestProxy(t *testing.T) {
+	p, err := Start(echoServer(t))
+	require.NoError(t, err)
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	r := bufio.NewReader(c)
+	line := func(d time.Duration) (string, error) {
+		c.SetReadDeadline(time.Now().Add(d))
+		return r.ReadString('\n')
+	}
+	_, err = c.Write([]byte("one\n"))
+	require.NoError(t, err)
+	s, err := line(5 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "one\n", s)
+
+	p.Hold()
+	_, err = c.Write([]byte("two\n"))
+	require.NoError(t, err)
+	_, err = line(200 * time.Millisecond)
+	require.Error(t, err, "a held proxy delivered")
+	p.Release()
+	s, err = line(5 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "two\n", s)
+
+	p.Cut(true)
+	_, err = line(5 * time.Second)
+	require.Error(t, err)
+	c2, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c2.Read(make([]byte, 1))
+	require.Error(t, err, "a refusing proxy kept the connection")
+	c2.Close()
+	p.Refuse(false)
+	c3, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c3.Close()
+	_, err = c3.Write([]byte("three\n"))
+	require.NoError(t, err)
+	c3.SetReadDeadline(time.Now().Add(5 * time.Second))
+	s, err = bufio.NewReader(c3).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "three\n", s)
+}
