@@ -45,6 +45,10 @@ type Options struct {
 	// partition, before it is removed; 0 means DefaultGroupSessionTimeout.
 	GroupSessionTimeout time.Duration
 
+	// ReplicaInSync, if set, is a /readyz condition: a slave in sync
+	// mode is ready only once it is in sync (the replication issue).
+	ReplicaInSync ReplicaInSync
+
 	// openHook, if set (tests), is called with the topic's name while a
 	// topic's partitions are being opened, with no broker lock held.
 	openHook func(topic string)
@@ -103,6 +107,18 @@ type Broker struct {
 	// (txlog.go), opened by New once the topics are.
 	txs   txSet
 	txlog *txLog
+
+	// metrics are the Prometheus histograms and registry (metrics.go);
+	// committed the offsets groups committed here (committed.go).
+	metrics   *metrics
+	committed committedSet
+	// web is the HTTP listener (http.go); recovered is set once New has
+	// opened (and so recovered) every partition.
+	web       webState
+	recovered atomic.Bool
+	// adminMu serialises topic changes made through the admin API
+	// (topicadmin.go).
+	adminMu sync.Mutex
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
@@ -117,7 +133,9 @@ type topic struct {
 	name  string
 	cfg   conf.TopicConfig
 	parts []*store.Log
-	rt    topicRealtime
+	// pc are the partitions' traffic counters (metrics.go), one per part.
+	pc []partCounters
+	rt topicRealtime
 	// disk is the data directory the partitions are in: puts are refused
 	// while it is full.
 	disk *dataDisk
@@ -150,6 +168,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		b.logf = log.Printf
 	}
 	b.disks = newDiskWatch(cfg.DiskMaxUsedRatio, b.logf)
+	b.metrics = newMetrics(b)
 	if err := b.initAuth(); err != nil {
 		return nil, err
 	}
@@ -190,6 +209,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 			return nil, err
 		}
 	}
+	b.recovered.Store(true)
 	return b, nil
 }
 
@@ -295,6 +315,7 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 			MaxMessageSize:   b.cfg.MaxMessageSize,
 			IDs:              b.ids,
 			Journal:          b.journalFor(dir, tc.UnflushThreshold),
+			Observer:         b.metrics.segmentObserver(),
 			Logf: func(format string, args ...any) {
 				b.logf("store %s-%d: "+format, append([]any{name, p}, args...)...)
 			},
@@ -306,6 +327,7 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 		b.ids.observe(l.LastID())
 		t.parts = append(t.parts, l)
 	}
+	t.pc = make([]partCounters, len(t.parts))
 	return t, nil
 }
 
@@ -373,12 +395,20 @@ func (t *topic) partition(p int32) *store.Log {
 	return t.parts[p]
 }
 
-// Start listens on the configured host and port (port 0 picks a free one)
-// and, with [tls], on tls_port for TLS, then serves connections in the
-// background. With [tls], port = 0 means TLS only: no plaintext listener.
+// Start listens on the configured host and port (port 0 picks a free one),
+// with [tls] on tls_port for TLS, and on http_port for HTTP (docs/http.md),
+// then serves connections in the background. With [tls], port = 0 means
+// TLS only: no plaintext listener.
 func (b *Broker) Start() error {
-	var ln, tln net.Listener
+	var ln, tln, hln net.Listener
 	var err error
+	closeAll := func() {
+		for _, l := range []net.Listener{ln, tln, hln} {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
 	if b.cfg.Port != 0 || b.tls == nil {
 		if ln, err = net.Listen("tcp", b.cfg.Addr()); err != nil {
 			return fmt.Errorf("listen: %w", err)
@@ -386,13 +416,27 @@ func (b *Broker) Start() error {
 	}
 	if b.tls != nil {
 		if tln, err = net.Listen("tcp", net.JoinHostPort(b.cfg.Host, strconv.Itoa(b.cfg.TLSPort))); err != nil {
-			if ln != nil {
-				ln.Close()
-			}
+			closeAll()
 			return fmt.Errorf("listen tls: %w", err)
 		}
 	}
-	return b.ServeListeners(ln, tln)
+	if hln, err = b.listenHTTP(); err != nil {
+		closeAll()
+		return err
+	}
+	if hln != nil {
+		// Served first: /healthz answers and /readyz says why not ready
+		// while ServeListeners waits for ZooKeeper.
+		if err := b.ServeHTTP(hln); err != nil {
+			closeAll()
+			return err
+		}
+	}
+	if err := b.ServeListeners(ln, tln); err != nil {
+		closeAll()
+		return err
+	}
+	return nil
 }
 
 // Serve serves plaintext connections from ln in the background (no TLS
@@ -609,6 +653,7 @@ func (b *Broker) Close() error {
 			l.Close()
 		}
 	}
+	b.closeHTTP() // http.go: before the stores its handlers read
 	b.connsMu.Lock()
 	for c := range b.conns {
 		c.close()

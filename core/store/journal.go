@@ -57,6 +57,9 @@ type JournalOptions struct {
 	// RecoverQuarantine (the default) refuses with a *JournalCorruptError,
 	// RecoverTruncate cuts the partition where that data started.
 	Recovery RecoveryMode
+	// Observer, if set, is told how long each journal fdatasync took and
+	// how many appends each group-commit round committed (metrics).
+	Observer Observer
 
 	hooks *journalHooks
 }
@@ -85,6 +88,12 @@ type JournalStats struct {
 	Recycled    int64 // freed journal files renamed forward for reuse
 	Replayed    int64 // data records written to segments by recovery
 	Skipped     int64 // data records recovery found already in place
+	// Behind is the journal bytes written after the last durable
+	// checkpoint's start: what a restart would replay (journal lag).
+	Behind int64
+	// LastCheckpoint is when the last checkpoint became durable (zero
+	// before the first one of this run).
+	LastCheckpoint time.Time
 }
 
 // jfile is one journal file: positions [start, start+size).
@@ -130,6 +139,7 @@ type Journal struct {
 	syncFile     func(f *os.File) error
 	replayLimit  int
 	recovery     RecoveryMode
+	observer     Observer
 
 	failErr  atomic.Pointer[error] // set once: a journal write or fsync failed
 	isClosed atomic.Bool
@@ -220,6 +230,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		ckptInterval: opts.CheckpointInterval,
 		logf:         opts.Logf,
 		recovery:     opts.Recovery,
+		observer:     opts.Observer,
 		writeAt:      (*os.File).WriteAt,
 		syncFile:     fdatasync,
 		logs:         make(map[*Log]struct{}),
@@ -255,6 +266,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		}
 		j.replayLimit = h.replayLimit
 	}
+	j.syncFile = observeSync(j.syncFile, opts.Observer)
 	j.cond.L = &j.mu
 	j.ckptWake = make(chan struct{})
 	j.maxBehind = 2 * j.ckptBytes
@@ -331,6 +343,13 @@ func (j *Journal) Stats() JournalStats {
 		Recycled:    j.nRecycled.Load(),
 		Replayed:    j.nReplayed.Load(),
 		Skipped:     j.nSkipped.Load(),
+		Behind:      j.behind(),
+		LastCheckpoint: func() time.Time {
+			if at := j.ckptAt.Load(); at != 0 {
+				return time.Unix(0, at)
+			}
+			return time.Time{}
+		}(),
 	}
 }
 
@@ -595,6 +614,9 @@ func (j *Journal) stage(logs []*Log, ck *ckptJob, slot int) *jround {
 	}
 	if len(j.buf) > 0 {
 		r.err = j.writeRound(r)
+	}
+	if j.observer != nil && r.appends > 0 {
+		j.observer.ObserveCommitRound(r.appends)
 	}
 	return r
 }
