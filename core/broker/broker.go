@@ -117,8 +117,12 @@ type Broker struct {
 	web       webState
 	recovered atomic.Bool
 	// adminMu serialises topic changes made through the admin API
-	// (topicadmin.go).
-	adminMu sync.Mutex
+	// (topicadmin.go); topicsFile is <data_dir>/topics.toml as last
+	// written and serverTopics the [[topic]] tables server.toml gave,
+	// both under adminMu after New.
+	adminMu      sync.Mutex
+	topicsFile   *conf.TopicsFile
+	serverTopics []conf.Topic
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
@@ -181,6 +185,11 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	}
 	if err := store.MkdirAllDurable(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	// Topics created, altered and deleted live (topicadmin.go) replace
+	// cfg.Topics with server.toml's plus those changes.
+	if err := b.loadTopicsFile(); err != nil {
+		return nil, err
 	}
 	b.disks.disk(cfg.DataDir)
 	if err := b.openJournals(); err != nil {
@@ -302,11 +311,28 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 		dir = b.cfg.DataDir
 	}
 	t := &topic{name: name, cfg: tc, disk: b.disks.disk(dir)}
+	parts, err := b.openPartitionRange(name, tc, 0, tc.NumPartitions)
+	if err != nil {
+		return nil, err
+	}
+	t.parts = parts
+	t.pc = make([]partCounters, len(t.parts))
+	return t, nil
+}
+
+// openPartitionRange opens partitions from..to-1 of topic name; on error
+// it closes those it opened.
+func (b *Broker) openPartitionRange(name string, tc conf.TopicConfig, from, to int) ([]*store.Log, error) {
+	dir := tc.DataDir
+	if dir == "" {
+		dir = b.cfg.DataDir
+	}
 	recovery := store.RecoverQuarantine
 	if b.cfg.Recovery == conf.RecoveryTruncate {
 		recovery = store.RecoverTruncate
 	}
-	for p := 0; p < tc.NumPartitions; p++ {
+	var parts []*store.Log
+	for p := from; p < to; p++ {
 		l, err := store.Open(filepath.Join(dir, name+"-"+strconv.Itoa(p)), store.Options{
 			Recovery:         recovery,
 			MaxSegmentSize:   b.cfg.MaxSegmentSize,
@@ -321,14 +347,13 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 			},
 		})
 		if err != nil {
-			t.close()
+			(&topic{parts: parts}).close()
 			return nil, fmt.Errorf("open topic %s partition %d: %w", name, p, err)
 		}
 		b.ids.observe(l.LastID())
-		t.parts = append(t.parts, l)
+		parts = append(parts, l)
 	}
-	t.pc = make([]partCounters, len(t.parts))
-	return t, nil
+	return parts, nil
 }
 
 // close closes the topic's logs and returns the first error.

@@ -179,8 +179,16 @@ func (b *Broker) needUser(h http.HandlerFunc, admin bool) http.Handler {
 			writeError(w, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+r.Method+" "+r.URL.Path+" (admin only)")
 			return
 		}
-		h(w, r)
+		h(w, r.WithContext(context.WithValue(r.Context(), userKey{}, u)))
 	})
+}
+
+type userKey struct{}
+
+// requestUser is the authenticated user of r, nil with auth off.
+func requestUser(r *http.Request) *conf.User {
+	u, _ := r.Context().Value(userKey{}).(*conf.User)
+	return u
 }
 
 // httpUser authenticates r: a verified client certificate naming a user,

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -113,9 +114,12 @@ type piece struct {
 // ckptJob is a checkpoint in progress: the segments to fsync before its
 // record may be written.
 type ckptJob struct {
-	c    checkpoint
-	segs []dirtySeg
-	err  error // set by the checkpointer if an fsync failed
+	c checkpoint
+	// closeSeq is Journal.closeSeq when the snapshot was taken: every
+	// log closed before it is wholly before c.from.
+	closeSeq int64
+	segs     []dirtySeg
+	err      error // set by the checkpointer if an fsync failed
 }
 
 // dirtySeg is a segment written since the last checkpoint snapshot, with a
@@ -167,7 +171,12 @@ type Journal struct {
 	// became durable (UnixNano); basePos the journal position nBytes
 	// counts from; maxBehind the journal bytes after ckptFrom beyond
 	// which appends wait.
-	ckptFrom, ckptAt   atomic.Int64
+	ckptFrom, ckptAt atomic.Int64
+	// closeSeq counts logs unregistered (under mu); ckptClosedSeq is the
+	// closeSeq of the last durable checkpoint's snapshot
+	// (CheckpointClosed).
+	closeSeq           int64
+	ckptClosedSeq      atomic.Int64
 	basePos, maxBehind int64
 
 	// fmu guards files; it is a leaf lock.
@@ -411,7 +420,48 @@ func (j *Journal) unregister(l *Log, c *closedEnd) {
 		j.closedEnds[l.jname] = *c
 	}
 	j.tableCh = true
+	j.closeSeq++
 	j.mu.Unlock()
+}
+
+// CheckpointClosed waits until a checkpoint taken after every Log closed
+// so far is durable: the journal then holds nothing a restart would replay
+// into those partitions, and their directories may be removed (deleting
+// a topic). It asks for that checkpoint at once rather than at the next
+// interval. It returns ctx's error if ctx ends first, or the journal's
+// failure.
+func (j *Journal) CheckpointClosed(ctx context.Context) error {
+	j.mu.Lock()
+	target := j.closeSeq
+	j.tableCh, j.due = true, true
+	j.cond.Signal()
+	j.mu.Unlock()
+	for {
+		j.mu.Lock()
+		wake := j.ckptWake
+		closed := j.closed
+		j.mu.Unlock()
+		if j.ckptClosedSeq.Load() >= target {
+			return nil
+		}
+		if err := j.Err(); err != nil {
+			return err
+		}
+		if closed {
+			return fmt.Errorf("%w: journal %s closed", ErrClosed, j.dir)
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(j.ckptInterval):
+			// A checkpoint skipped while another was busy: ask again.
+			j.mu.Lock()
+			j.tableCh, j.due = true, true
+			j.cond.Signal()
+			j.mu.Unlock()
+		}
+	}
 }
 
 // enqueue hands l, which has pending appends, to the committer. It
@@ -653,6 +703,7 @@ func (j *Journal) complete(r *jround) {
 		if r.err == nil {
 			j.nCheckpoints.Add(1)
 			j.ckptFrom.Store(r.ck.c.from)
+			j.ckptClosedSeq.Store(r.ck.closeSeq)
 			j.ckptAt.Store(time.Now().UnixNano())
 			j.mu.Lock()
 			if !j.closed {
@@ -881,8 +932,9 @@ func (j *Journal) snapshot() *ckptJob {
 	}
 	j.tableCh = false
 	closed := j.closedTableLocked()
+	seq := j.closeSeq
 	j.mu.Unlock()
-	job := &ckptJob{c: checkpoint{from: j.pos, ends: make(map[string]int64, len(logs)), lastIDs: make(map[string]int64, len(logs)), closed: closed}}
+	job := &ckptJob{c: checkpoint{from: j.pos, ends: make(map[string]int64, len(logs)), lastIDs: make(map[string]int64, len(logs)), closed: closed}, closeSeq: seq}
 	for _, l := range logs {
 		l.mu.Lock()
 		for _, s := range l.dirty {
