@@ -572,10 +572,12 @@ func (b *Broker) apiCluster(w http.ResponseWriter, r *http.Request) {
 		"broker_id":  b.cfg.BrokerID,
 		"mode":       mode,
 		"role":       "master", // slaves come with replication (issue 11)
-		"addr":       b.Addr(),
-		"tls_addr":   b.TLSAddr(),
 		"http_addr":  b.HTTPAddr(),
 		"registered": b.Registered(),
+		"serving":    b.serving.Load(),
+	}
+	if b.serving.Load() { // ln and tlsLn are set
+		out["addr"], out["tls_addr"] = b.Addr(), b.TLSAddr()
 	}
 	if mode == "cluster" {
 		// zookeeper.connect is secret (it may carry credentials): only

@@ -116,6 +116,10 @@ type Broker struct {
 	// opened (and so recovered) every partition.
 	web       webState
 	recovered atomic.Bool
+	// serving is set once ServeListeners has set ln, tlsLn and reg and
+	// started accepting: the HTTP handlers, which may run before (Start
+	// serves HTTP first), read those only after it.
+	serving atomic.Bool
 	// adminMu serialises topic changes made through the admin API
 	// (topicadmin.go); topicsFile is <data_dir>/topics.toml as last
 	// written and serverTopics the [[topic]] tables server.toml gave,
@@ -500,6 +504,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		b.wg.Add(1)
 		go b.acceptLoop(l)
 	}
+	b.serving.Store(true)
 	if ln != nil {
 		b.logf("broker %d listening on %s (%s)", b.cfg.BrokerID, ln.Addr(), Version)
 	}

@@ -287,7 +287,7 @@ func (b *Broker) readiness() readyState {
 		}
 	}
 	s = append(s, readyCheck{Name: "journal", OK: jok, Detail: jdetail})
-	s = append(s, readyCheck{Name: "serving", OK: !b.closed.Load() && (b.ln != nil || b.tlsLn != nil), Detail: "client listeners open"})
+	s = append(s, readyCheck{Name: "serving", OK: b.serving.Load() && !b.closed.Load(), Detail: "client listeners open"})
 	if b.cfg.ZooKeeper.Enabled() {
 		reg := b.Registered()
 		d := "registered in ZooKeeper " + b.cfg.ZooKeeper.Connect
