@@ -3,6 +3,9 @@ package broker
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,15 +13,20 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // BenchmarkProduceScraped is issue 12's benchmark: produce throughput
 // while /metrics is scraped every second, against no scraping, in the
-// same run. Each iteration runs alternating phases (unscraped, scraped,
-// twice each) of producers putting 100-byte messages through the wire
-// protocol, and reports puts/s of both and their ratio (target >= 0.97).
-// scrape=10ms is a stress variant: a scrape a hundred times a second.
+// same run. Each iteration runs six pairs of 1.5 s phases (unscraped and
+// scraped, in alternating order) of producers putting 100-byte messages
+// through the wire protocol, and reports the mean puts/s of both and the
+// median of the pairs' ratios (target >= 0.97).
+// scrape=10ms is a stress variant: a scrape a hundred times a second;
+// control scrapes in neither phase, so its ratio is the noise floor of
+// the comparison on the machine at the time.
 //
 //	go test -run '^$' -bench ProduceScraped -benchtime 1x ./core/broker/
 func BenchmarkProduceScraped(b *testing.B) {
@@ -28,7 +36,9 @@ func BenchmarkProduceScraped(b *testing.B) {
 		every     time.Duration
 	}{
 		{"groupcommit/scrape=1s", 0, time.Second},
+		{"groupcommit/control", 0, 0},
 		{"threshold/scrape=1s", 1000, time.Second},
+		{"threshold/control", 1000, 0},
 		{"threshold/scrape=10ms", 1000, 10 * time.Millisecond},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
@@ -63,7 +73,7 @@ func BenchmarkProduceScraped(b *testing.B) {
 						}
 					}()
 				}
-				if scrape {
+				if scrape && mode.every > 0 {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
@@ -94,17 +104,67 @@ func BenchmarkProduceScraped(b *testing.B) {
 			resp, err := http.Get(url)
 			require.NoError(b, err)
 			resp.Body.Close()
+			// Short alternating phases, and the median of the pairs'
+			// ratios: the machine's load drifts less within a pair.
+			const pairs = 6
 			var base, scraped float64
+			var ratios []float64
 			b.ResetTimer()
 			for range b.N {
-				for range 2 {
-					base += phase(false, 3*time.Second)
-					scraped += phase(true, 3*time.Second)
+				for i := range pairs {
+					var u, s float64
+					if i%2 == 0 {
+						u, s = phase(false, 1500*time.Millisecond), phase(true, 1500*time.Millisecond)
+					} else {
+						s, u = phase(true, 1500*time.Millisecond), phase(false, 1500*time.Millisecond)
+					}
+					base, scraped = base+u, scraped+s
+					ratios = append(ratios, s/u)
 				}
 			}
-			b.ReportMetric(base/float64(2*b.N), "puts/s-unscraped")
-			b.ReportMetric(scraped/float64(2*b.N), "puts/s-scraped")
-			b.ReportMetric(scraped/base, "ratio")
+			sort.Float64s(ratios)
+			b.ReportMetric(base/float64(pairs*b.N), "puts/s-unscraped")
+			b.ReportMetric(scraped/float64(pairs*b.N), "puts/s-scraped")
+			b.ReportMetric(ratios[len(ratios)/2], "median-ratio")
+		})
+	}
+}
+
+// BenchmarkMetricsScrape is the cost of one /metrics scrape (collecting
+// and encoding) of a broker with 20 topics of 8 partitions and 20 groups'
+// committed offsets: at one scrape a second, the CPU share of one core
+// is ns/op / 1e9.
+func BenchmarkMetricsScrape(b *testing.B) {
+	for _, perPart := range []bool{false, true} {
+		b.Run("partition_labels="+strconv.FormatBool(perPart), func(b *testing.B) {
+			br := startBroker(b, 1000, func(c *conf.Config) {
+				c.MetricsPartitionLabels = perPart
+				c.NumPartitions = 8
+				c.Topics = nil
+				for i := range 20 {
+					c.Topics = append(c.Topics, conf.Topic{Name: "t" + strconv.Itoa(i)})
+				}
+			})
+			for g := range 20 {
+				var ps []message.Position
+				for i := range 20 {
+					for p := range int32(8) {
+						ps = append(ps, message.Position{Topic: "t" + strconv.Itoa(i), Partition: message.Partition{Partition: p}})
+					}
+				}
+				br.committed.record("g"+strconv.Itoa(g), ps)
+			}
+			h := br.metrics.handler()
+			req := httptest.NewRequest("GET", "/metrics", nil)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var n int
+			for range b.N {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				n = w.Body.Len()
+			}
+			b.ReportMetric(float64(n), "scrape-bytes")
 		})
 	}
 }
