@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/net/netutil"
 
 	"github.com/metaq-go/metaq/conf"
 )
@@ -45,6 +46,10 @@ const (
 	httpShutdownTimeout = 5 * time.Second
 	// maxAuthCache bounds the cache of verified basic-auth credentials.
 	maxAuthCache = 1024
+	// httpMaxConns bounds the HTTP connections served at once; more wait
+	// in the listen backlog. It keeps HTTP clients from taking the file
+	// descriptors and memory the wire protocol's clients need.
+	httpMaxConns = 256
 )
 
 // webState is the broker's HTTP side.
@@ -88,6 +93,7 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 	if b.closed.Load() {
 		return errBrokerClosed
 	}
+	ln = netutil.LimitListener(ln, httpMaxConns)
 	scheme := "http"
 	if b.tls != nil {
 		ln = tls.NewListener(ln, b.tls.listenerConfig())
