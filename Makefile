@@ -82,7 +82,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTransaction$$' -fuzztime $(FUZZTIME) ./sdk/protocol/
 	$(GO) test -run '^$$' -fuzz '^FuzzTxKey$$' -fuzztime $(FUZZTIME) ./sdk/protocol/
 	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime $(FUZZTIME) ./sdk/message/
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./conf/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./conf/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicsFile$$' -fuzztime $(FUZZTIME) ./conf/
 	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime $(FUZZTIME) ./filters/expr/
 	$(GO) test -run '^$$' -fuzz "^FuzzRecover$$" -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz FuzzDecodePacked -fuzztime $(FUZZTIME) ./filters/
@@ -95,6 +96,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMemberData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePartitionName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
+	$(GO) test -run '^$$' -fuzz '^FuzzAdminAPI$$' -fuzztime $(FUZZTIME) ./core/broker/
 
 clean:
 	rm -rf $(BIN)

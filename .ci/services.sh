@@ -1,28 +1,30 @@
 #!/usr/bin/env bash
-# Installs the real servers that the tests talk to, when they are missing:
+# Installs the real servers and tools that the tests use, when they are missing:
 # ZooKeeper (Debian's zookeeper package; it needs the JRE that our machines
-# have) and MariaDB (Debian's mariadb-server). It only installs: the tests
+# have), MariaDB (Debian's mariadb-server) and promtool (Debian's prometheus
+# package, for `promtool check metrics`). It only installs: the tests
 # start their own servers on free 127.0.0.1 ports with scratch data dirs
 # (internal/testsvc), so nothing is left running.
 #
-#   .ci/services.sh install [zookeeper] [mariadb]   (default: both)
+#   .ci/services.sh install [zookeeper] [mariadb] [promtool]   (default: all)
 #
 # Idempotent and cheap once installed (a dpkg check). Concurrent callers (go
 # test runs packages in parallel) serialise on a lock file. The packages'
 # maintainer scripts are kept from starting system services (policy-rc.d).
 set -euo pipefail
 
-usage() { echo "usage: $0 install [zookeeper] [mariadb]" >&2; exit 2; }
+usage() { echo "usage: $0 install [zookeeper] [mariadb] [promtool]" >&2; exit 2; }
 [ "${1:-}" = install ] || usage
 shift
 wanted=("$@")
-[ ${#wanted[@]} -gt 0 ] || wanted=(zookeeper mariadb)
+[ ${#wanted[@]} -gt 0 ] || wanted=(zookeeper mariadb promtool)
 
 # pkgs_for NAME prints the Debian packages of a service.
 pkgs_for() {
 	case "$1" in
 	zookeeper) echo "zookeeper" ;;
 	mariadb) echo "mariadb-server mariadb-client" ;;
+	promtool) echo "prometheus" ;; # promtool, for `promtool check metrics`
 	*) echo "unknown service $1" >&2; exit 2 ;;
 	esac
 }

@@ -151,6 +151,15 @@ type Config struct {
 	// Auth is the [auth] table: users, passwords and ACLs.
 	Auth Auth `toml:"auth"`
 
+	// HTTPPort is the HTTP listener's port (metrics, health, the admin
+	// API; docs/http.md), bound on Host: 0 turns it off; unset
+	// (HTTPPortDefault) is DefaultHTTPPort, or a free port when Port is 0.
+	// Use HTTPAddr.
+	HTTPPort int `toml:"http_port"`
+	// MetricsPartitionLabels adds per-partition series to /metrics (a
+	// partition label); off by default, the series are per topic.
+	MetricsPartitionLabels bool `toml:"metrics_partition_labels"`
+
 	// DiskMaxUsedRatio is the disk watermark (RocketMQ's
 	// diskMaxUsedSpaceRatio), a fraction in (0, 1]: once the file system
 	// of a data directory (data_dir or a topic's data_dir) is more used
@@ -331,6 +340,7 @@ func Default() *Config {
 		TLS:                         TLS{MinVersion: "1.2"},
 		Auth:                        Auth{FailureDelay: DefaultAuthFailureDelay},
 		DiskMaxUsedRatio:            DefaultDiskMaxUsedRatio,
+		HTTPPort:                    HTTPPortDefault,
 	}
 	// The group-commit journal (conf/journal.go).
 	c.JournalFileSize = DefaultJournalFileSize

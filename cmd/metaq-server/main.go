@@ -29,6 +29,7 @@ func run(args []string) int {
 	config := fs.String("config", "conf/server.toml", "server configuration `file` (TOML)")
 	port := fs.Int("port", -1, "listen port (overrides the file; 0 picks a free port)")
 	host := fs.String("host", "", "listen address (overrides the file)")
+	httpPort := fs.Int("http-port", -1, "HTTP listener port: metrics, health, admin API (overrides the file's http_port; 0 turns it off)")
 	dataDir := fs.String("data-dir", "", "data `directory` (overrides the file)")
 	brokerID := fs.Int("broker-id", -1, "broker id 0..1023 (overrides the file)")
 	slaveID := fs.Int("slave-id", -2, "run as slave `N` (0..1023) of master --broker-id; -1 runs a master (overrides slave_id)")
@@ -52,6 +53,9 @@ func run(args []string) int {
 	}
 	if *host != "" {
 		cfg.Host = *host
+	}
+	if *httpPort >= 0 {
+		cfg.HTTPPort = *httpPort
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir

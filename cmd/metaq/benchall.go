@@ -315,7 +315,7 @@ func startServer(ctx context.Context, bin, config, dataDir string, stderr io.Wri
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--config", config, "--port", strconv.Itoa(port), "--data-dir", dataDir)
+	cmd := exec.Command(bin, "--config", config, "--port", strconv.Itoa(port), "--http-port", "0", "--data-dir", dataDir)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

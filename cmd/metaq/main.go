@@ -83,6 +83,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if errors.Is(err, errSilent) {
+		return 1 // already explained on stderr
+	}
 	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	return 1
 }

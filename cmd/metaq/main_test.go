@@ -23,7 +23,7 @@ import (
 // the broker's address and the CLI binary.
 func testServer(t *testing.T) (addr, cli string) {
 	t.Helper()
-	srv := brokertest.StartServer(t, "--config", "../../conf/server.toml", "--host", "127.0.0.1", "--port", "0",
+	srv := brokertest.StartServer(t, "--config", "../../conf/server.toml", "--host", "127.0.0.1", "--port", "0", "--http-port", "0",
 		"--data-dir", filepath.Join(t.TempDir(), "data"))
 	return srv.Addr, testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq")
 }

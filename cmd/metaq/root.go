@@ -27,6 +27,10 @@ var summaries = map[string]string{
 	"consume":             "print messages of a topic",
 	"stats":               "print the broker's stats [item]",
 	"topics":              "list topics with partitions, offsets and message counts",
+	"topic":               "create, delete or alter a topic live (HTTP admin API)",
+	"topic create":        "create a topic",
+	"topic delete":        "delete a topic and its messages",
+	"topic alter":         "give a topic more partitions",
 	"plugins":             "list the broker's plugin processes",
 	"cluster":             "show brokers and topics registered in ZooKeeper",
 	"groups":              "list consumer groups with their topics and members",
@@ -76,7 +80,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.SetVersionTemplate("metaq {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
 	addGlobalFlags(root.PersistentFlags(), e)
-	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdPlugins(e), cmdCluster(e),
+	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdTopic(e), cmdPlugins(e), cmdCluster(e),
 		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
 	return root
 }

@@ -45,6 +45,10 @@ type Options struct {
 	// partition, before it is removed; 0 means DefaultGroupSessionTimeout.
 	GroupSessionTimeout time.Duration
 
+	// ReplicaInSync, if set, is a /readyz condition: a slave in sync
+	// mode is ready only once it is in sync (the replication issue).
+	ReplicaInSync ReplicaInSync
+
 	// openHook, if set (tests), is called with the topic's name while a
 	// topic's partitions are being opened, with no broker lock held.
 	openHook func(topic string)
@@ -121,6 +125,26 @@ type Broker struct {
 	// sync is the sync replication state of a master with replication =
 	// "sync" (syncrepl.go); nil otherwise.
 	sync *syncMaster
+
+	// metrics are the Prometheus histograms and registry (metrics.go);
+	// committed the offsets groups committed here (committed.go).
+	metrics   *metrics
+	committed committedSet
+	// web is the HTTP listener (http.go); recovered is set once New has
+	// opened (and so recovered) every partition.
+	web       webState
+	recovered atomic.Bool
+	// serving is set once ServeListeners has set ln, tlsLn and reg and
+	// started accepting: the HTTP handlers, which may run before (Start
+	// serves HTTP first), read those only after it.
+	serving atomic.Bool
+	// adminMu serialises topic changes made through the admin API
+	// (topicadmin.go); topicsFile is <data_dir>/topics.toml as last
+	// written and serverTopics the [[topic]] tables server.toml gave,
+	// both under adminMu after New.
+	adminMu      sync.Mutex
+	topicsFile   *conf.TopicsFile
+	serverTopics []conf.Topic
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
@@ -135,7 +159,9 @@ type topic struct {
 	name  string
 	cfg   conf.TopicConfig
 	parts []*store.Log
-	rt    topicRealtime
+	// pc are the partitions' traffic counters (metrics.go), one per part.
+	pc []partCounters
+	rt topicRealtime
 	// disk is the data directory the partitions are in: puts are refused
 	// while it is full.
 	disk *dataDisk
@@ -176,6 +202,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		b.logf = log.Printf
 	}
 	b.disks = newDiskWatch(cfg.DiskMaxUsedRatio, b.logf)
+	b.metrics = newMetrics(b)
 	if err := b.initAuth(); err != nil {
 		return nil, err
 	}
@@ -188,6 +215,11 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	}
 	if err := store.MkdirAllDurable(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	// Topics created, altered and deleted live (topicadmin.go) replace
+	// cfg.Topics with server.toml's plus those changes.
+	if err := b.loadTopicsFile(); err != nil {
+		return nil, err
 	}
 	b.disks.disk(cfg.DataDir)
 	if err := b.openJournals(); err != nil {
@@ -216,6 +248,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 			return nil, err
 		}
 	}
+	b.recovered.Store(true)
 	return b, nil
 }
 
@@ -308,11 +341,28 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 		dir = b.cfg.DataDir
 	}
 	t := &topic{name: name, cfg: tc, disk: b.disks.disk(dir)}
+	parts, err := b.openPartitionRange(name, tc, 0, tc.NumPartitions)
+	if err != nil {
+		return nil, err
+	}
+	t.parts = parts
+	t.pc = make([]partCounters, len(t.parts))
+	return t, nil
+}
+
+// openPartitionRange opens partitions from..to-1 of topic name; on error
+// it closes those it opened.
+func (b *Broker) openPartitionRange(name string, tc conf.TopicConfig, from, to int) ([]*store.Log, error) {
+	dir := tc.DataDir
+	if dir == "" {
+		dir = b.cfg.DataDir
+	}
 	recovery := store.RecoverQuarantine
 	if b.cfg.Recovery == conf.RecoveryTruncate {
 		recovery = store.RecoverTruncate
 	}
-	for p := 0; p < tc.NumPartitions; p++ {
+	var parts []*store.Log
+	for p := from; p < to; p++ {
 		l, err := store.Open(filepath.Join(dir, name+"-"+strconv.Itoa(p)), store.Options{
 			Recovery:         recovery,
 			MaxSegmentSize:   b.cfg.MaxSegmentSize,
@@ -321,18 +371,19 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 			MaxMessageSize:   b.cfg.MaxMessageSize,
 			IDs:              b.ids,
 			Journal:          b.journalFor(dir, tc.UnflushThreshold),
+			Observer:         b.metrics.segmentObserver(),
 			Logf: func(format string, args ...any) {
 				b.logf("store %s-%d: "+format, append([]any{name, p}, args...)...)
 			},
 		})
 		if err != nil {
-			t.close()
+			(&topic{parts: parts}).close()
 			return nil, fmt.Errorf("open topic %s partition %d: %w", name, p, err)
 		}
 		b.ids.observe(l.LastID())
-		t.parts = append(t.parts, l)
+		parts = append(parts, l)
 	}
-	return t, nil
+	return parts, nil
 }
 
 // close closes the topic's logs and returns the first error.
@@ -399,12 +450,20 @@ func (t *topic) partition(p int32) *store.Log {
 	return t.parts[p]
 }
 
-// Start listens on the configured host and port (port 0 picks a free one)
-// and, with [tls], on tls_port for TLS, then serves connections in the
-// background. With [tls], port = 0 means TLS only: no plaintext listener.
+// Start listens on the configured host and port (port 0 picks a free one),
+// with [tls] on tls_port for TLS, and on http_port for HTTP (docs/http.md),
+// then serves connections in the background. With [tls], port = 0 means
+// TLS only: no plaintext listener.
 func (b *Broker) Start() error {
-	var ln, tln net.Listener
+	var ln, tln, hln net.Listener
 	var err error
+	closeAll := func() {
+		for _, l := range []net.Listener{ln, tln, hln} {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
 	if b.cfg.Port != 0 || b.tls == nil {
 		if ln, err = net.Listen("tcp", b.cfg.Addr()); err != nil {
 			return fmt.Errorf("listen: %w", err)
@@ -412,13 +471,27 @@ func (b *Broker) Start() error {
 	}
 	if b.tls != nil {
 		if tln, err = net.Listen("tcp", net.JoinHostPort(b.cfg.Host, strconv.Itoa(b.cfg.TLSPort))); err != nil {
-			if ln != nil {
-				ln.Close()
-			}
+			closeAll()
 			return fmt.Errorf("listen tls: %w", err)
 		}
 	}
-	return b.ServeListeners(ln, tln)
+	if hln, err = b.listenHTTP(); err != nil {
+		closeAll()
+		return err
+	}
+	if hln != nil {
+		// Served first: /healthz answers and /readyz says why not ready
+		// while ServeListeners waits for ZooKeeper.
+		if err := b.ServeHTTP(hln); err != nil {
+			closeAll()
+			return err
+		}
+	}
+	if err := b.ServeListeners(ln, tln); err != nil {
+		closeAll()
+		return err
+	}
+	return nil
 }
 
 // Serve serves plaintext connections from ln in the background (no TLS
@@ -465,6 +538,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		b.wg.Add(1)
 		go b.acceptLoop(l)
 	}
+	b.serving.Store(true)
 	if ln != nil {
 		b.logf("broker %d listening on %s (%s)", b.cfg.BrokerID, ln.Addr(), Version)
 	}
@@ -643,6 +717,7 @@ func (b *Broker) Close() error {
 			l.Close()
 		}
 	}
+	b.closeHTTP() // http.go: before the stores its handlers read
 	b.connsMu.Lock()
 	for c := range b.conns {
 		c.close()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/metaq-go/metaq/core/store"
@@ -62,6 +63,12 @@ type conn struct {
 	// once they were rolled back on close. Both under Broker.txs.mu.
 	txs     connTxs
 	closing bool
+
+	// probeTok is token+1 of the put being timed for
+	// metaq_put_duration_seconds (0: none), probeStart when it was
+	// appended (monoNow); set by the read loop, cleared by AppendDone.
+	probeTok   atomic.Uint64
+	probeStart atomic.Int64
 
 	entries []store.Entry
 	scratch []byte
@@ -456,6 +463,12 @@ func (c *conn) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 	opaque := int32(uint32(token))
 	partition := int32(uint16(token >> 32))
 	count := int(token >> 48)
+	if c.probeTok.Load() == token+1 {
+		if err == nil {
+			c.b.metrics.put.Observe(float64(monoNow()-c.probeStart.Load()) / 1e9)
+		}
+		c.probeTok.Store(0)
+	}
 	c.addPending(-1)
 	if err != nil {
 		c.b.stats.putFailed.Add(1)

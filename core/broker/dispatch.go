@@ -120,6 +120,20 @@ func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, 
 	return t, l, p, true
 }
 
+// counters returns the traffic counters of partition p (l): a get of
+// partition -1 reads a random one.
+func (t *topic) counters(p int32, l *store.Log) *partCounters {
+	if p >= 0 {
+		return &t.pc[p]
+	}
+	for i, x := range t.parts {
+		if x == l {
+			return &t.pc[i]
+		}
+	}
+	return &t.pc[0]
+}
+
 // outOfRange is the error text for a partition the topic does not have.
 func (t *topic) outOfRange(p int32) string {
 	return protocol.WithCause(protocol.CausePartitionOutOfRange, strconv.Itoa(int(p))+" for topic "+t.name+
@@ -159,12 +173,23 @@ func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput
 		token |= uint64(len(c.entries)) << 48
 	}
 	c.addPending(1)
+	probe := c.probeTok.Load() == 0
+	if probe { // time this put (metrics.go): no other is being timed
+		c.probeStart.Store(monoNow())
+		c.probeTok.Store(token + 1)
+	}
 	if err := l.Append(c.entries, c, token); err != nil {
+		if probe {
+			c.probeTok.Store(0)
+		}
 		c.addPending(-1)
 		c.b.disks.wakeOn(err)
 		c.putFail(opaque, "append failed: "+err.Error())
 		return
 	}
+	pc := &t.pc[p]
+	pc.msgsIn.Add(int64(len(c.entries)))
+	pc.bytesIn.Add(size)
 	if t.cfg.Stat {
 		t.rt.put.add(int64(len(c.entries)))
 		t.rt.size.add(size)
@@ -228,10 +253,14 @@ func (c *conn) readTarget(r *protocol.Request) (*topic, *store.Log, bool) {
 func (c *conn) handleGet(r *protocol.Request) {
 	b := c.b
 	b.stats.cmdGet.Add(1)
+	start := monoNow()
 	t, l, ok := c.readTarget(r)
 	if !ok {
 		return
 	}
+	pc := t.counters(r.Partition, l)
+	pc.gets.Add(1)
+	defer func() { b.metrics.get.Observe(float64(monoNow()-start) / 1e9) }()
 	if t.cfg.Stat {
 		t.rt.get.add(1)
 	}
@@ -271,7 +300,9 @@ func (c *conn) handleGet(r *protocol.Request) {
 	v.Release()
 	if err != nil {
 		c.close()
+		return
 	}
+	pc.bytesOut.Add(int64(v.Len))
 }
 
 func (c *conn) handleOffset(r *protocol.Request) {

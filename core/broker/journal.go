@@ -56,6 +56,7 @@ func (b *Broker) openJournals() error {
 			CheckpointInterval: time.Duration(b.cfg.JournalCheckpointInterval) * time.Millisecond,
 			Logf:               b.logf,
 			Recovery:           recovery,
+			Observer:           b.metrics.journalObserver(),
 		})
 		if err != nil {
 			b.closeJournals()

@@ -153,6 +153,7 @@ func (c *conn) handleCommit(r *protocol.Request) {
 			c.reply(protocol.StatusInternalError, "commit failed: "+offsetErrText(err), opaque)
 			return
 		}
+		b.committed.record(group, ps)
 		c.reply(protocol.StatusOK, strconv.Itoa(len(ps)), opaque)
 	})
 }

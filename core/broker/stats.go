@@ -124,7 +124,9 @@ func (c *conn) handleStats(r *protocol.Request) {
 		}
 		sb.WriteString("END\r\n")
 	case "config":
+		b.mu.RLock() // live topic changes replace cfg.Topics under mu
 		sb.Write(b.cfg.Redacted())
+		b.mu.RUnlock()
 	case "plugins":
 		var infos []host.Info
 		if b.plugins != nil {
@@ -229,7 +231,7 @@ func (b *Broker) writeTopicStats(sb *strings.Builder, name string) {
 	parts := 0
 	if t == nil {
 		code = 1
-		if tc, ok := b.cfg.TopicConfig(name); ok && !b.cfg.AutoCreateTopics {
+		if tc, ok := b.topicConfig(name); ok && !b.cfg.AutoCreateTopics {
 			code, parts = 2, tc.NumPartitions
 		}
 	} else {

@@ -61,6 +61,9 @@ type diskUsage struct {
 	space  float64 // used / (used + available) blocks, as df's Use%
 	inodes float64 // used / total inodes; 0 where the file system has no count
 	err    error   // statfs failed: the disk is not marked full for it
+	// usedBytes and freeBytes are as df counts them: used blocks, and
+	// blocks available to unprivileged users.
+	usedBytes, freeBytes uint64
 }
 
 func newDiskWatch(max float64, logf func(string, ...any)) *diskWatch {
@@ -181,6 +184,7 @@ func statDisk(dir string) *diskUsage {
 	if used, avail := st.Blocks-st.Bfree, st.Bavail; used+avail > 0 {
 		u.space = float64(used) / float64(used+avail)
 	}
+	u.usedBytes, u.freeBytes = (st.Blocks-st.Bfree)*uint64(st.Bsize), st.Bavail*uint64(st.Bsize)
 	if st.Files > 0 && st.Ffree <= st.Files {
 		u.inodes = float64(st.Files-st.Ffree) / float64(st.Files)
 	}

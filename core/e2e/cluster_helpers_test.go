@@ -407,7 +407,7 @@ func (b *clusterBroker) args() []string {
 		zkAddr = b.proxy.Addr()
 	}
 	return []string{"--config", b.c.ConfigPath, "--broker-id", strconv.Itoa(b.ID),
-		"--host", "127.0.0.1", "--port", strconv.Itoa(b.Port), "--data-dir", b.DataDir, "--zk", zkAddr}
+		"--host", "127.0.0.1", "--port", strconv.Itoa(b.Port), "--http-port", "0", "--data-dir", b.DataDir, "--zk", zkAddr}
 }
 
 // startFirst starts the broker the first time, on a free port (picked

@@ -146,7 +146,7 @@ type Registry struct {
 	// Owned by the loop goroutine (and by Close once the loop has exited).
 	sess     int64                // session the nodes in made belong to
 	loggedIn bool                 // Auth was added to the connection
-	made     map[string]bool      // ephemeral nodes made (or adopted) in sess
+	made     map[string]string    // nodes made (or adopted) in sess -> their data
 	old      map[int64]bool       // sessions this registry held before
 	parents  map[string]bool      // persistent paths known to exist
 	lastLogs map[string]time.Time // node -> last "held by another session" log
@@ -203,7 +203,7 @@ func Open(ctx context.Context, opts Options) (*Registry, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		topics:   map[string]Topic{},
-		made:     map[string]bool{},
+		made:     map[string]string{},
 		old:      map[int64]bool{},
 		parents:  map[string]bool{},
 		lastLogs: map[string]time.Time{},
@@ -294,6 +294,51 @@ func (r *Registry) AddTopic(t Topic) {
 	r.gen.Add(1)
 	r.mu.Unlock()
 	r.nudge()
+}
+
+// RemoveTopic unregisters a topic (deleted live): its nodes under this
+// broker's session are deleted. It does not wait for ZooKeeper.
+func (r *Registry) RemoveTopic(name string) {
+	r.mu.Lock()
+	if _, ok := r.topics[name]; !ok {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.topics, name)
+	r.gen.Add(1)
+	r.mu.Unlock()
+	r.nudge()
+}
+
+// dropUnwanted deletes the nodes made in sess that ns no longer lists (a
+// removed topic's), if this session still owns them. It reports whether
+// all went.
+func (r *Registry) dropUnwanted(ns []node, sess int64) bool {
+	want := make(map[string]bool, len(ns))
+	for _, n := range ns {
+		want[n.path] = true
+	}
+	ok := true
+	for p := range r.made {
+		if want[p] {
+			continue
+		}
+		exists, st, err := r.conn.Exists(p)
+		switch {
+		case err != nil:
+			r.logf("registry: %s: %v", p, err)
+			ok = false
+			continue
+		case exists && st.EphemeralOwner == sess:
+			if err := r.conn.Delete(p, st.Version); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				r.logf("registry: delete %s: %v", p, err)
+				ok = false
+				continue
+			}
+		}
+		delete(r.made, p)
+	}
+	return ok
 }
 
 func (r *Registry) nudge() {
@@ -439,7 +484,7 @@ func (r *Registry) registerOnce() bool {
 				r.sess, sess, r.opts.BrokerID)
 		}
 		r.sess = sess
-		r.made = map[string]bool{}
+		r.made = map[string]string{}
 	}
 	if r.regSess.Load() == sess && r.regGen.Load() == r.gen.Load() {
 		return true
@@ -452,7 +497,7 @@ func (r *Registry) registerOnce() bool {
 			return false
 		default:
 		}
-		if r.made[n.path] {
+		if d, ok := r.made[n.path]; ok && d == string(n.data) {
 			continue
 		}
 		if err := r.ensure(n, sess); err != nil {
@@ -465,7 +510,10 @@ func (r *Registry) registerOnce() bool {
 			}
 			continue
 		}
-		r.made[n.path] = true
+		r.made[n.path] = string(n.data)
+	}
+	if ok {
+		ok = r.dropUnwanted(ns, sess)
 	}
 	if ok && r.conn.SessionID() == sess {
 		r.regGen.Store(gen)

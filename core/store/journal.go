@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -57,6 +58,9 @@ type JournalOptions struct {
 	// RecoverQuarantine (the default) refuses with a *JournalCorruptError,
 	// RecoverTruncate cuts the partition where that data started.
 	Recovery RecoveryMode
+	// Observer, if set, is told how long each journal fdatasync took and
+	// how many appends each group-commit round committed (metrics).
+	Observer Observer
 
 	hooks *journalHooks
 }
@@ -85,6 +89,12 @@ type JournalStats struct {
 	Recycled    int64 // freed journal files renamed forward for reuse
 	Replayed    int64 // data records written to segments by recovery
 	Skipped     int64 // data records recovery found already in place
+	// Behind is the journal bytes written after the last durable
+	// checkpoint's start: what a restart would replay (journal lag).
+	Behind int64
+	// LastCheckpoint is when the last checkpoint became durable (zero
+	// before the first one of this run).
+	LastCheckpoint time.Time
 }
 
 // jfile is one journal file: positions [start, start+size).
@@ -104,9 +114,12 @@ type piece struct {
 // ckptJob is a checkpoint in progress: the segments to fsync before its
 // record may be written.
 type ckptJob struct {
-	c    checkpoint
-	segs []dirtySeg
-	err  error // set by the checkpointer if an fsync failed
+	c checkpoint
+	// closeSeq is Journal.closeSeq when the snapshot was taken: every
+	// log closed before it is wholly before c.from.
+	closeSeq int64
+	segs     []dirtySeg
+	err      error // set by the checkpointer if an fsync failed
 	// skip is set by the checkpointer if writing a segment's tail failed
 	// (ENOSPC, EIO on write()): the checkpoint is not made, the segments
 	// go back to their logs' dirty lists, and the next checkpoint tries
@@ -137,6 +150,7 @@ type Journal struct {
 	syncFile     func(f *os.File) error
 	replayLimit  int
 	recovery     RecoveryMode
+	observer     Observer
 
 	failErr  atomic.Pointer[error] // set once: a journal write or fsync failed
 	isClosed atomic.Bool
@@ -167,7 +181,12 @@ type Journal struct {
 	// became durable (UnixNano); basePos the journal position nBytes
 	// counts from; maxBehind the journal bytes after ckptFrom beyond
 	// which appends wait.
-	ckptFrom, ckptAt   atomic.Int64
+	ckptFrom, ckptAt atomic.Int64
+	// closeSeq counts logs unregistered (under mu); ckptClosedSeq is the
+	// closeSeq of the last durable checkpoint's snapshot
+	// (CheckpointClosed).
+	closeSeq           int64
+	ckptClosedSeq      atomic.Int64
 	basePos, maxBehind int64
 
 	// fmu guards files; it is a leaf lock.
@@ -230,6 +249,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		ckptInterval: opts.CheckpointInterval,
 		logf:         opts.Logf,
 		recovery:     opts.Recovery,
+		observer:     opts.Observer,
 		writeAt:      (*os.File).WriteAt,
 		syncFile:     fdatasync,
 		logs:         make(map[*Log]struct{}),
@@ -265,6 +285,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		}
 		j.replayLimit = h.replayLimit
 	}
+	j.syncFile = observeSync(j.syncFile, opts.Observer)
 	j.cond.L = &j.mu
 	j.ckptWake = make(chan struct{})
 	j.maxBehind = 2 * j.ckptBytes
@@ -341,6 +362,13 @@ func (j *Journal) Stats() JournalStats {
 		Recycled:    j.nRecycled.Load(),
 		Replayed:    j.nReplayed.Load(),
 		Skipped:     j.nSkipped.Load(),
+		Behind:      j.behind(),
+		LastCheckpoint: func() time.Time {
+			if at := j.ckptAt.Load(); at != 0 {
+				return time.Unix(0, at)
+			}
+			return time.Time{}
+		}(),
 	}
 }
 
@@ -402,7 +430,48 @@ func (j *Journal) unregister(l *Log, c *closedEnd) {
 		j.closedEnds[l.jname] = *c
 	}
 	j.tableCh = true
+	j.closeSeq++
 	j.mu.Unlock()
+}
+
+// CheckpointClosed waits until a checkpoint taken after every Log closed
+// so far is durable: the journal then holds nothing a restart would replay
+// into those partitions, and their directories may be removed (deleting
+// a topic). It asks for that checkpoint at once rather than at the next
+// interval. It returns ctx's error if ctx ends first, or the journal's
+// failure.
+func (j *Journal) CheckpointClosed(ctx context.Context) error {
+	j.mu.Lock()
+	target := j.closeSeq
+	j.tableCh, j.due = true, true
+	j.cond.Signal()
+	j.mu.Unlock()
+	for {
+		j.mu.Lock()
+		wake := j.ckptWake
+		closed := j.closed
+		j.mu.Unlock()
+		if j.ckptClosedSeq.Load() >= target {
+			return nil
+		}
+		if err := j.Err(); err != nil {
+			return err
+		}
+		if closed {
+			return fmt.Errorf("%w: journal %s closed", ErrClosed, j.dir)
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(j.ckptInterval):
+			// A checkpoint skipped while another was busy: ask again.
+			j.mu.Lock()
+			j.tableCh, j.due = true, true
+			j.cond.Signal()
+			j.mu.Unlock()
+		}
+	}
 }
 
 // enqueue hands l, which has pending appends, to the committer. It
@@ -610,6 +679,9 @@ func (j *Journal) stage(logs []*Log, ck *ckptJob, slot int) *jround {
 	if len(j.buf) > 0 {
 		r.err = j.writeRound(r)
 	}
+	if j.observer != nil && r.appends > 0 {
+		j.observer.ObserveCommitRound(r.appends)
+	}
 	return r
 }
 
@@ -645,6 +717,7 @@ func (j *Journal) complete(r *jround) {
 		if r.err == nil {
 			j.nCheckpoints.Add(1)
 			j.ckptFrom.Store(r.ck.c.from)
+			j.ckptClosedSeq.Store(r.ck.closeSeq)
 			j.ckptAt.Store(time.Now().UnixNano())
 			j.mu.Lock()
 			if !j.closed {
@@ -873,8 +946,9 @@ func (j *Journal) snapshot() *ckptJob {
 	}
 	j.tableCh = false
 	closed := j.closedTableLocked()
+	seq := j.closeSeq
 	j.mu.Unlock()
-	job := &ckptJob{c: checkpoint{from: j.pos, ends: make(map[string]int64, len(logs)), lastIDs: make(map[string]int64, len(logs)), closed: closed}}
+	job := &ckptJob{c: checkpoint{from: j.pos, ends: make(map[string]int64, len(logs)), lastIDs: make(map[string]int64, len(logs)), closed: closed}, closeSeq: seq}
 	for _, l := range logs {
 		l.mu.Lock()
 		for _, s := range l.dirty {

@@ -70,9 +70,37 @@ type Options struct {
 	// directory. Nil keeps the log's own writer and an fdatasync of the
 	// segment per batch. Ignored in threshold mode.
 	Journal *Journal
+	// Observer, if set, is told how long each segment fsync took
+	// (metrics). Its methods must be cheap and must not block.
+	Observer Observer
 
 	// hooks replaces file operations in tests (fault injection).
 	hooks *hooks
+}
+
+// Observer receives timings and batch sizes from a Log or a Journal, for
+// metrics. Its methods are called on the write path: they must be cheap
+// (an atomic add or two) and must not block.
+type Observer interface {
+	// ObserveFsync is called after every fsync or fdatasync of a segment
+	// (Options.Observer) or journal file (JournalOptions.Observer).
+	ObserveFsync(d time.Duration)
+	// ObserveCommitRound is called once per journal group-commit round
+	// with the number of appends it committed (JournalOptions.Observer).
+	ObserveCommitRound(appends int)
+}
+
+// observeSync wraps sync so that o sees how long each call took.
+func observeSync(sync func(*os.File) error, o Observer) func(*os.File) error {
+	if o == nil {
+		return sync
+	}
+	return func(f *os.File) error {
+		start := time.Now()
+		err := sync(f)
+		o.ObserveFsync(time.Since(start))
+		return err
+	}
 }
 
 // hooks are the test seams of a Log (fault injection); nil fields keep
@@ -268,6 +296,7 @@ func Open(dir string, opts Options) (*Log, error) {
 			l.pendingCap = h.pendingCap
 		}
 	}
+	l.syncFile = observeSync(l.syncFile, opts.Observer)
 	l.workCond.L = &l.mu
 	l.spaceCond.L = &l.mu
 	if l.groupCommit && opts.Journal != nil {

@@ -38,6 +38,7 @@ type options struct {
 	listen  string
 	tlsOnly bool
 	quiet   bool
+	http    bool
 }
 
 // Config starts from cfg (used as it is, not copied) instead of the
@@ -112,6 +113,10 @@ func Listen(addr string) Option { return func(o *options) { o.listen = addr } }
 
 // Quiet drops the broker's log instead of printing it when the test fails.
 func Quiet() Option { return func(o *options) { o.quiet = true } }
+
+// HTTP serves the broker's HTTP API (docs/http.md) on a free port of
+// 127.0.0.1 too; Broker.HTTPAddr gives it.
+func HTTP() Option { return func(o *options) { o.http = true } }
 
 // Broker is a running in-process broker.
 type Broker struct {
@@ -205,6 +210,16 @@ func start(tb testing.TB, opts []Option) (*Broker, error) {
 			}
 		}
 		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if o.http {
+		hln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("listen http: %w", err)
+		}
+		if err := bb.ServeHTTP(hln); err != nil {
+			hln.Close()
+			return nil, fmt.Errorf("serve http: %w", err)
+		}
 	}
 	return b, nil
 }

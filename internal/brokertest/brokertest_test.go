@@ -72,7 +72,7 @@ func TestTLSAndZooKeeper(t *testing.T) {
 // TestStartServer runs the real binary and stops it cleanly.
 func TestStartServer(t *testing.T) {
 	dir := t.TempDir()
-	s := brokertest.StartServer(t, "--config", "../../conf/server.toml", "--port", "0", "--host", "127.0.0.1", "--data-dir", dir)
+	s := brokertest.StartServer(t, "--config", "../../conf/server.toml", "--port", "0", "--http-port", "0", "--host", "127.0.0.1", "--data-dir", dir)
 	require.Regexp(t, `^127\.0\.0\.1:\d+$`, s.Addr)
 	send(t, s.Addr, "meta-test")
 	s.Stop(t)

@@ -191,7 +191,7 @@ func stopProcess(t *testing.T, p *os.Process) {
 // kernel still takes the bytes sent to it) makes Send and SendAsync fail
 // with ErrTimeout once the send timeout has passed.
 func TestSendTimeout(t *testing.T) {
-	s := brokertest.StartServer(t, "--config", "../../conf/server.toml", "--port", "0", "--host", "127.0.0.1", "--data-dir", t.TempDir())
+	s := brokertest.StartServer(t, "--config", "../../conf/server.toml", "--port", "0", "--http-port", "0", "--host", "127.0.0.1", "--data-dir", t.TempDir())
 	p, err := newBrokerProducer(s.Addr, quiet, withSendTimeout(150*time.Millisecond))
 	require.NoError(t, err)
 	defer p.Close(context.Background())

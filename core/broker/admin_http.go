@@ -1,0 +1,610 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// The JSON admin API (docs/http.md), under /api/v1/.
+
+// KeyedOrderingWarning is the warning given when a topic gets more
+// partitions, as kafka-topics gives it.
+const KeyedOrderingWarning = "if messages are partitioned by key, the partition of a key changes with the partition count: " +
+	"ordering per key is not kept across this change"
+
+// adminRoutes adds the admin API to the mux: user routes need an
+// authenticated user, admin routes an admin (with [auth] enabled).
+func (b *Broker) adminRoutes(user, admin func(pattern string, h http.HandlerFunc)) {
+	user("GET /api/v1/topics", b.apiTopics)
+	user("GET /api/v1/topics/{name}", b.apiTopic)
+	admin("POST /api/v1/topics", b.apiCreateTopic)
+	admin("DELETE /api/v1/topics/{name}", b.apiDeleteTopic)
+	admin("POST /api/v1/topics/{name}/partitions", b.apiAddPartitions)
+	user("GET /api/v1/groups", b.apiGroups)
+	user("GET /api/v1/groups/{group}", b.apiGroup)
+	admin("POST /api/v1/groups/{group}/offsets", b.apiResetOffsets)
+	admin("POST /api/v1/groups/{group}/skip", b.apiSkip)
+	user("GET /api/v1/stats", b.apiStats)
+	user("GET /api/v1/cluster", b.apiCluster)
+	user("GET /api/v1/plugins", b.apiPlugins)
+}
+
+// topicJSON is a topic in the API.
+type topicJSON struct {
+	Name             string          `json:"name"`
+	Partitions       int             `json:"partitions"`
+	Messages         int64           `json:"messages"`
+	SizeBytes        int64           `json:"size_bytes"`
+	AcceptPublish    bool            `json:"accept_publish"`
+	AcceptSubscribe  bool            `json:"accept_subscribe"`
+	UnflushThreshold int             `json:"unflush_threshold"`
+	DeletePolicy     string          `json:"delete_policy"`
+	Source           string          `json:"source"` // server.toml, topics.toml or auto-created
+	PartitionList    []partitionJSON `json:"partition_list,omitempty"`
+}
+
+type partitionJSON struct {
+	Partition   int   `json:"partition"`
+	MinOffset   int64 `json:"min_offset"`
+	MaxOffset   int64 `json:"max_offset"`
+	Messages    int64 `json:"messages"`
+	MessagesIn  int64 `json:"messages_in"`
+	BytesIn     int64 `json:"bytes_in"`
+	BytesOut    int64 `json:"bytes_out"`
+	GetRequests int64 `json:"get_requests"`
+}
+
+func (b *Broker) topicSource(name string) string {
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	if slices.ContainsFunc(b.topicsFile.Topics, func(t conf.Topic) bool { return t.Name == name }) {
+		return conf.TopicsFileName
+	}
+	if slices.ContainsFunc(b.serverTopics, func(t conf.Topic) bool { return t.Name == name }) {
+		return "server.toml"
+	}
+	return "auto-created"
+}
+
+func (b *Broker) topicJSON(t *topic, parts bool) topicJSON {
+	j := topicJSON{Name: t.name, Partitions: len(t.parts), AcceptPublish: t.cfg.AcceptPublish,
+		AcceptSubscribe: t.cfg.AcceptSubscribe, UnflushThreshold: t.cfg.UnflushThreshold,
+		DeletePolicy: t.cfg.DeletePolicy, Source: b.topicSource(t.name)}
+	for p, l := range t.parts {
+		j.Messages += l.MessageCount()
+		j.SizeBytes += l.SizeBytes()
+		if parts {
+			pc := &t.pc[p]
+			j.PartitionList = append(j.PartitionList, partitionJSON{Partition: p, MinOffset: l.MinOffset(), MaxOffset: l.MaxOffset(),
+				Messages: l.MessageCount(), MessagesIn: pc.msgsIn.Load(), BytesIn: pc.bytesIn.Load(),
+				BytesOut: pc.bytesOut.Load(), GetRequests: pc.gets.Load()})
+		}
+	}
+	return j
+}
+
+func (b *Broker) apiTopics(w http.ResponseWriter, r *http.Request) {
+	out := []topicJSON{}
+	for _, t := range b.topicList() {
+		out = append(out, b.topicJSON(t, false))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"topics": out})
+}
+
+// openTopicNamed returns an open topic or answers 404.
+func (b *Broker) openTopicNamed(w http.ResponseWriter, name string) *topic {
+	b.mu.RLock()
+	t := b.topics[name]
+	b.mu.RUnlock()
+	if t == nil {
+		writeError(w, http.StatusNotFound, "no such topic: "+strconv.Quote(name))
+	}
+	return t
+}
+
+func (b *Broker) apiTopic(w http.ResponseWriter, r *http.Request) {
+	if t := b.openTopicNamed(w, r.PathValue("name")); t != nil {
+		writeJSON(w, http.StatusOK, b.topicJSON(t, true))
+	}
+}
+
+// createTopicRequest is the body of POST /api/v1/topics; unset fields
+// take server.toml's top-level values.
+type createTopicRequest struct {
+	Name             string  `json:"name"`
+	NumPartitions    *int    `json:"num_partitions"`
+	UnflushThreshold *int    `json:"unflush_threshold"`
+	UnflushInterval  *int    `json:"unflush_interval"`
+	DeletePolicy     *string `json:"delete_policy"`
+	AcceptPublish    *bool   `json:"accept_publish"`
+	AcceptSubscribe  *bool   `json:"accept_subscribe"`
+	Stat             *bool   `json:"stat"`
+}
+
+// topicErr answers a topic change's error with its HTTP code.
+func topicErr(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, errTopicExists):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, errTopicNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, errTopicInvalid):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, errBrokerClosed):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+func (b *Broker) apiCreateTopic(w http.ResponseWriter, r *http.Request) {
+	var req createTopicRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.NumPartitions != nil && (*req.NumPartitions < 1 || *req.NumPartitions > conf.MaxPartitions) {
+		writeError(w, http.StatusBadRequest, "num_partitions must be 1.."+strconv.Itoa(conf.MaxPartitions)+", got "+strconv.Itoa(*req.NumPartitions))
+		return
+	}
+	t := conf.Topic{Name: req.Name, NumPartitions: req.NumPartitions, UnflushThreshold: req.UnflushThreshold,
+		UnflushInterval: req.UnflushInterval, DeletePolicy: req.DeletePolicy, AcceptPublish: req.AcceptPublish,
+		AcceptSubscribe: req.AcceptSubscribe, Stat: req.Stat}
+	if err := b.CreateTopic(t); err != nil {
+		topicErr(w, err)
+		return
+	}
+	if nt := b.openTopicNamed(w, req.Name); nt != nil {
+		writeJSON(w, http.StatusCreated, b.topicJSON(nt, true))
+	}
+}
+
+func (b *Broker) apiDeleteTopic(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	deleteData := false
+	switch v := r.URL.Query().Get("delete_data"); v {
+	case "", "false", "0":
+	case "true", "1":
+		deleteData = true
+	default:
+		writeError(w, http.StatusBadRequest, "delete_data must be true or false, got "+strconv.Quote(v))
+		return
+	}
+	if err := b.DeleteTopic(name, deleteData); err != nil {
+		topicErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": name, "data_removed": deleteData})
+}
+
+type addPartitionsRequest struct {
+	NumPartitions int `json:"num_partitions"`
+}
+
+func (b *Broker) apiAddPartitions(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var req addPartitionsRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.NumPartitions < 1 {
+		writeError(w, http.StatusBadRequest, "num_partitions must be given and positive")
+		return
+	}
+	old, err := b.AddPartitions(name, req.NumPartitions)
+	if err != nil {
+		topicErr(w, err)
+		return
+	}
+	out := map[string]any{"topic": name, "old_partitions": old, "partitions": req.NumPartitions}
+	if req.NumPartitions != old {
+		out["warning"] = KeyedOrderingWarning
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// groupPartitionJSON is one partition of a group describe.
+type groupPartitionJSON struct {
+	Partition int   `json:"partition"`
+	Committed int64 `json:"committed_offset"` // -1: none
+	MinOffset int64 `json:"min_offset"`
+	MaxOffset int64 `json:"max_offset"`
+	// LagBytes is max_offset - committed_offset; absent when nothing is
+	// committed.
+	LagBytes *int64 `json:"lag_bytes,omitempty"`
+	Owner    string `json:"owner,omitempty"` // member holding it (local mode groups)
+}
+
+type groupTopicJSON struct {
+	Topic      string               `json:"topic"`
+	LagBytes   int64                `json:"lag_bytes"`
+	Partitions []groupPartitionJSON `json:"partitions"`
+}
+
+// apiGroups lists the groups known here: those that committed offsets
+// through this broker since it started, and those it coordinates.
+func (b *Broker) apiGroups(w http.ResponseWriter, r *http.Request) {
+	type entry struct {
+		Group       string `json:"group"`
+		Topic       string `json:"topic"`
+		Committed   bool   `json:"committed_here"`
+		Coordinated bool   `json:"coordinated_here"`
+		Members     int    `json:"members,omitempty"`
+	}
+	m := map[groupTopic]*entry{}
+	for _, g := range b.committed.snapshot() {
+		m[groupTopic{g.group, g.topic}] = &entry{Group: g.group, Topic: g.topic, Committed: true}
+	}
+	keys, gs := b.groups.snapshot()
+	for i, k := range keys {
+		g := gs[i]
+		g.mu.Lock()
+		n, dead := len(g.members), g.dead
+		g.mu.Unlock()
+		if dead {
+			continue
+		}
+		e := m[groupTopic{k.group, k.topic}]
+		if e == nil {
+			e = &entry{Group: k.group, Topic: k.topic}
+			m[groupTopic{k.group, k.topic}] = e
+		}
+		e.Coordinated, e.Members = true, n
+	}
+	out := []*entry{}
+	for _, e := range m {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Group != out[j].Group {
+			return out[i].Group < out[j].Group
+		}
+		return out[i].Topic < out[j].Topic
+	})
+	writeJSON(w, http.StatusOK, map[string]any{"groups": out})
+}
+
+// groupTopics returns the topics to describe for group: ?topic= or those
+// the group committed here or is coordinated here for.
+func (b *Broker) groupTopics(r *http.Request, group string) []string {
+	if t := r.URL.Query().Get("topic"); t != "" {
+		return []string{t}
+	}
+	seen := map[string]bool{}
+	for _, g := range b.committed.snapshot() {
+		if g.group == group {
+			seen[g.topic] = true
+		}
+	}
+	keys, _ := b.groups.snapshot()
+	for _, k := range keys {
+		if k.group == group {
+			seen[k.topic] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for t := range seen {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkGroup answers 400 for a malformed group name; with auth on a user
+// needs the group's rights to see or change it (admins have them).
+func (b *Broker) checkGroup(w http.ResponseWriter, r *http.Request, group string) bool {
+	if err := message.ValidateGroup(group); err != nil {
+		writeError(w, http.StatusBadRequest, "group "+strconv.Quote(group)+": "+err.Error())
+		return false
+	}
+	if u := requestUser(r); u != nil && !u.Admin && !u.CanUseGroup(group) {
+		writeError(w, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not use group "+strconv.Quote(group))
+		return false
+	}
+	return true
+}
+
+// loadCommitted reads group's committed offsets of every partition of t
+// from the offset store.
+func (b *Broker) loadCommitted(ctx context.Context, group string, t *topic) ([]int64, error) {
+	ps := make([]message.Position, len(t.parts))
+	for p := range t.parts {
+		ps[p] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: b.cfg.BrokerID, Partition: int32(p)}}
+	}
+	res, err := b.offsets.store.Load(ctx, group, ps)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(t.parts))
+	for i := range out {
+		out[i] = -1
+	}
+	for _, x := range res {
+		if p := int(x.Partition.Partition); p >= 0 && p < len(out) {
+			out[p] = x.Offset
+		}
+	}
+	return out, nil
+}
+
+func (b *Broker) apiGroup(w http.ResponseWriter, r *http.Request) {
+	group := r.PathValue("group")
+	if !b.checkGroup(w, r, group) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
+	defer cancel()
+	owners := b.groupOwners(group)
+	out := []groupTopicJSON{}
+	for _, name := range b.groupTopics(r, group) {
+		t := b.openTopicNamed(w, name)
+		if t == nil {
+			return
+		}
+		committed, err := b.loadCommitted(ctx, group, t)
+		if err != nil {
+			writeError(w, http.StatusBadGateway, "offset store "+b.offsets.name+": "+offsetErrText(err))
+			return
+		}
+		gt := groupTopicJSON{Topic: name, Partitions: []groupPartitionJSON{}}
+		for p, l := range t.parts {
+			gp := groupPartitionJSON{Partition: p, Committed: committed[p], MinOffset: l.MinOffset(), MaxOffset: l.MaxOffset(),
+				Owner: owners[groupTopicPart{name, p}]}
+			if committed[p] >= 0 {
+				lag := max(gp.MaxOffset-committed[p], 0)
+				gp.LagBytes = &lag
+				gt.LagBytes += lag
+			}
+			gt.Partitions = append(gt.Partitions, gp)
+		}
+		out = append(out, gt)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"group": group, "lag_unit": "bytes", "topics": out})
+}
+
+type groupTopicPart struct {
+	topic string
+	part  int
+}
+
+// groupOwners maps the partitions of group's local-mode groups to the
+// member holding them.
+func (b *Broker) groupOwners(group string) map[groupTopicPart]string {
+	out := map[groupTopicPart]string{}
+	keys, gs := b.groups.snapshot()
+	for i, k := range keys {
+		if k.group != group {
+			continue
+		}
+		g := gs[i]
+		g.mu.Lock()
+		for id, m := range g.members {
+			for p := range m.held {
+				out[groupTopicPart{k.topic, int(p)}] = id
+			}
+		}
+		g.mu.Unlock()
+	}
+	return out
+}
+
+// resetRequest is the body of POST /api/v1/groups/{group}/offsets.
+type resetRequest struct {
+	Topic string `json:"topic"`
+	// Partition is one partition; absent means every partition.
+	Partition *int `json:"partition"`
+	// To is "earliest" (min offset), "latest" (max offset: skip
+	// everything) or "offset" (Offset, which must be a record boundary a
+	// consumer had, between min and max offset).
+	To     string `json:"to"`
+	Offset *int64 `json:"offset"`
+	// DryRun reports what would change and changes nothing.
+	DryRun bool `json:"dry_run"`
+}
+
+type resetChange struct {
+	Partition int   `json:"partition"`
+	From      int64 `json:"from"` // -1: nothing committed
+	To        int64 `json:"to"`
+}
+
+func (b *Broker) apiResetOffsets(w http.ResponseWriter, r *http.Request) {
+	var req resetRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	b.resetOffsets(w, r, req)
+}
+
+// skipRequest is the body of POST /api/v1/groups/{group}/skip: move one
+// partition's committed offset to its end (MetaQ's dashboard action).
+type skipRequest struct {
+	Topic     string `json:"topic"`
+	Partition *int   `json:"partition"`
+	DryRun    bool   `json:"dry_run"`
+}
+
+func (b *Broker) apiSkip(w http.ResponseWriter, r *http.Request) {
+	var req skipRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.Partition == nil {
+		writeError(w, http.StatusBadRequest, "partition is required (skip moves one partition to its end)")
+		return
+	}
+	b.resetOffsets(w, r, resetRequest{Topic: req.Topic, Partition: req.Partition, To: "latest", DryRun: req.DryRun})
+}
+
+func (b *Broker) resetOffsets(w http.ResponseWriter, r *http.Request, req resetRequest) {
+	group := r.PathValue("group")
+	if !b.checkGroup(w, r, group) {
+		return
+	}
+	if req.Topic == "" {
+		writeError(w, http.StatusBadRequest, "topic is required")
+		return
+	}
+	t := b.openTopicNamed(w, req.Topic)
+	if t == nil {
+		return
+	}
+	parts := make([]int, 0, len(t.parts))
+	if req.Partition != nil {
+		if p := *req.Partition; p < 0 || p >= len(t.parts) {
+			writeError(w, http.StatusBadRequest, "partition "+strconv.Itoa(p)+" out of range for topic "+t.name+" (0.."+strconv.Itoa(len(t.parts)-1)+")")
+			return
+		}
+		parts = append(parts, *req.Partition)
+	} else {
+		for p := range t.parts {
+			parts = append(parts, p)
+		}
+	}
+	switch req.To {
+	case "earliest", "latest":
+		if req.Offset != nil {
+			writeError(w, http.StatusBadRequest, "offset is only for to = \"offset\"")
+			return
+		}
+	case "offset":
+		if req.Offset == nil {
+			writeError(w, http.StatusBadRequest, "to = \"offset\" needs offset")
+			return
+		}
+	default:
+		writeError(w, http.StatusBadRequest, `to must be "earliest", "latest" or "offset", got `+strconv.Quote(req.To))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
+	defer cancel()
+	committed, err := b.loadCommitted(ctx, group, t)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "offset store "+b.offsets.name+": "+offsetErrText(err))
+		return
+	}
+	var changes []resetChange
+	var ps []message.Position
+	for _, p := range parts {
+		l := t.parts[p]
+		var to int64
+		switch req.To {
+		case "earliest":
+			to = l.MinOffset()
+		case "latest":
+			to = l.MaxOffset()
+		case "offset":
+			to = *req.Offset
+			if to < l.MinOffset() || to > l.MaxOffset() {
+				writeError(w, http.StatusBadRequest, "offset "+strconv.FormatInt(to, 10)+" is outside partition "+strconv.Itoa(p)+
+					"'s offsets "+strconv.FormatInt(l.MinOffset(), 10)+".."+strconv.FormatInt(l.MaxOffset(), 10))
+				return
+			}
+		}
+		changes = append(changes, resetChange{Partition: p, From: committed[p], To: to})
+		ps = append(ps, message.Position{Topic: t.name, Partition: message.Partition{BrokerID: b.cfg.BrokerID, Partition: int32(p)}, Offset: to, MsgID: -1})
+	}
+	if !req.DryRun {
+		if err := b.offsets.store.Commit(ctx, group, ps); err != nil {
+			writeError(w, http.StatusBadGateway, "offset store "+b.offsets.name+": "+offsetErrText(err))
+			return
+		}
+		b.committed.record(group, ps)
+		b.logf("admin: group %s topic %s: offsets of %d partition(s) reset to %s", group, t.name, len(ps), req.To)
+	}
+	note := "consumers running in the group keep their in-memory positions: restart or rebalance them to pick up the new offsets"
+	writeJSON(w, http.StatusOK, map[string]any{"group": group, "topic": t.name, "dry_run": req.DryRun, "changes": changes, "note": note})
+}
+
+func (b *Broker) apiStats(w http.ResponseWriter, r *http.Request) {
+	var msgs int64
+	topics := b.topicList()
+	for _, t := range topics {
+		for _, l := range t.parts {
+			msgs += l.MessageCount()
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"pid":                   os.Getpid(),
+		"broker_id":             b.cfg.BrokerID,
+		"version":               Version,
+		"uptime_seconds":        int64(time.Since(b.start) / time.Second),
+		"connections":           b.stats.connections.Load(),
+		"goroutines":            runtime.NumGoroutine(),
+		"cmd_put":               b.stats.cmdPut.Load(),
+		"cmd_get":               b.stats.cmdGet.Load(),
+		"cmd_offset":            b.stats.cmdOffset.Load(),
+		"cmd_commit":            b.offsets.commits.Load(),
+		"cmd_fetch":             b.offsets.fetches.Load(),
+		"get_miss":              b.stats.getMiss.Load(),
+		"put_failed":            b.stats.putFailed.Load(),
+		"commit_failed":         b.offsets.commitFailed.Load(),
+		"protocol_errors":       b.stats.protocolErrors.Load(),
+		"refused_connections":   b.stats.refusedConns.Load(),
+		"timed_out_connections": b.stats.timedOutConns.Load(),
+		"auth_failures":         b.stats.authFailures.Load(),
+		"disk_full_rejects":     b.disks.rejects.Load(),
+		"disk_used_ratio":       b.disks.maxUsed(),
+		"buffered_bytes":        b.budget.used.Load(),
+		"tx_commit":             b.txs.commits.Load(),
+		"tx_rollback":           b.txs.rollbacks.Load(),
+		"topics":                len(topics),
+		"total_messages":        msgs,
+		"config_checksum":       b.configChecksum(),
+	})
+}
+
+func (b *Broker) apiCluster(w http.ResponseWriter, r *http.Request) {
+	mode := "local"
+	if b.cfg.ZooKeeper.Enabled() {
+		mode = "cluster"
+	}
+	out := map[string]any{
+		"broker_id":  b.cfg.BrokerID,
+		"mode":       mode,
+		"role":       "master", // slaves come with replication (issue 11)
+		"http_addr":  b.HTTPAddr(),
+		"registered": b.Registered(),
+		"serving":    b.serving.Load(),
+	}
+	if b.serving.Load() { // ln and tlsLn are set
+		out["addr"], out["tls_addr"] = b.Addr(), b.TLSAddr()
+	}
+	if mode == "cluster" {
+		// zookeeper.connect is secret (it may carry credentials): only
+		// the root is shown.
+		out["zookeeper_root"] = b.cfg.ZooKeeper.Root
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (b *Broker) apiPlugins(w http.ResponseWriter, r *http.Request) {
+	type p struct {
+		Kind       string `json:"kind"`
+		Name       string `json:"name"`
+		Version    int    `json:"version"`
+		PID        int    `json:"pid"`
+		State      string `json:"state"`
+		Restarts   int64  `json:"restarts"`
+		Calls      int64  `json:"calls"`
+		Errors     int64  `json:"errors"`
+		Generation uint64 `json:"generation"`
+		LastError  string `json:"last_error,omitempty"`
+	}
+	out := []p{}
+	if b.plugins != nil {
+		for _, i := range b.plugins.List() {
+			out = append(out, p{string(i.Kind), i.Name, i.Version, i.PID, i.State, i.Restarts, i.Calls, i.Errors, i.Generation, i.LastError})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"plugins": out})
+}

@@ -1,0 +1,376 @@
+package broker
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/net/netutil"
+
+	"github.com/metaq-go/metaq/conf"
+)
+
+// The HTTP listener (http_port, docs/http.md): /metrics, /healthz,
+// /readyz and the JSON admin API under /api/v1/. newMux builds every
+// route in one place; a dashboard adds its pages there.
+//
+// Security follows the wire protocol's: with [tls] the listener serves
+// HTTPS with the broker's certificate (reloaded with it); with [auth]
+// enabled every request but /healthz and /readyz needs a user, from HTTP
+// basic auth (the user's bcrypt password) or a verified client
+// certificate whose CN names a user, and every change (any method but
+// GET and HEAD) an admin user.
+
+// HTTP limits: a request's header must arrive within httpHeaderTimeout
+// and the whole request within httpReadTimeout; bodies are at most
+// httpMaxBody bytes.
+const (
+	httpHeaderTimeout = 5 * time.Second
+	httpReadTimeout   = 30 * time.Second
+	httpWriteTimeout  = 60 * time.Second
+	httpIdleTimeout   = 120 * time.Second
+	httpMaxHeader     = 16 << 10
+	httpMaxBody       = 1 << 20
+	// httpShutdownTimeout bounds Close's wait for HTTP requests in flight.
+	httpShutdownTimeout = 5 * time.Second
+	// maxAuthCache bounds the cache of verified basic-auth credentials.
+	maxAuthCache = 1024
+	// httpMaxConns bounds the HTTP connections served at once; more wait
+	// in the listen backlog. It keeps HTTP clients from taking the file
+	// descriptors and memory the wire protocol's clients need.
+	httpMaxConns = 256
+)
+
+// webState is the broker's HTTP side.
+type webState struct {
+	mu  sync.Mutex
+	srv *http.Server
+	ln  net.Listener
+
+	// authCache maps sha256(user NUL password) of credentials that
+	// passed bcrypt to their user, so that a scrape every second does
+	// not cost a bcrypt each. A user whose entry in the config changed
+	// (a reload gives a new *conf.User) misses the cache.
+	authMu    sync.Mutex
+	authCache map[[32]byte]*conf.User
+}
+
+// listenHTTP binds http_port for Start (nil when it is 0).
+func (b *Broker) listenHTTP() (net.Listener, error) {
+	addr, on := b.cfg.HTTPAddr()
+	if !on {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen http (http_port): %w", err)
+	}
+	return ln, nil
+}
+
+// ServeHTTP serves the HTTP API (docs/http.md) on ln in the background:
+// HTTPS with the broker's certificate when [tls] is configured. Start
+// calls it with http_port's listener; tests may pass their own. Close
+// shuts it down.
+func (b *Broker) ServeHTTP(ln net.Listener) error {
+	w := &b.web
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.srv != nil {
+		return errors.New("http: already serving")
+	}
+	if b.closed.Load() {
+		return errBrokerClosed
+	}
+	ln = netutil.LimitListener(ln, httpMaxConns)
+	scheme := "http"
+	if b.tls != nil {
+		ln = tls.NewListener(ln, b.tls.listenerConfig())
+		scheme = "https"
+	}
+	srv := &http.Server{
+		Handler:           b.newMux(),
+		ReadHeaderTimeout: httpHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    httpMaxHeader,
+		ErrorLog:          nil,
+	}
+	srv.ErrorLog = newStdLogger(b.logf, "http: ")
+	w.srv, w.ln = srv, ln
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			b.logf("http: %v", err)
+		}
+	}()
+	b.logf("broker %d serving HTTP on %s://%s (metrics, health, admin API)", b.cfg.BrokerID, scheme, ln.Addr())
+	return nil
+}
+
+// HTTPAddr returns the HTTP listening address, or "" when it is off.
+func (b *Broker) HTTPAddr() string {
+	b.web.mu.Lock()
+	defer b.web.mu.Unlock()
+	if b.web.ln == nil {
+		return ""
+	}
+	return b.web.ln.Addr().String()
+}
+
+// closeHTTP stops the HTTP server: no new requests, those in flight get
+// httpShutdownTimeout to finish.
+func (b *Broker) closeHTTP() {
+	b.web.mu.Lock()
+	srv := b.web.srv
+	b.web.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		srv.Close()
+	}
+}
+
+// newMux builds every HTTP route. Routes are Go 1.22 patterns
+// ("METHOD /path/{name}"); a dashboard's pages go here too.
+func (b *Broker) newMux() http.Handler {
+	mux := http.NewServeMux()
+	open := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, h) }
+	user := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, b.needUser(h, false)) }
+	admin := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, b.needUser(h, true)) }
+
+	open("GET /healthz", b.handleHealthz)
+	open("GET /readyz", b.handleReadyz)
+	mux.Handle("GET /metrics", b.needUser(b.metrics.handler().ServeHTTP, false))
+	b.adminRoutes(user, admin) // admin_http.go
+	mux.Handle("/", b.needUser(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/http.md)")
+	}, false))
+	return http.MaxBytesHandler(mux, httpMaxBody)
+}
+
+// needUser wraps h with the [auth] check: with auth on, a user is needed
+// (401 otherwise), and an admin when admin is set or the method changes
+// something (403 otherwise).
+func (b *Broker) needUser(h http.HandlerFunc, admin bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !b.cfg.Auth.Enabled {
+			h(w, r)
+			return
+		}
+		u, reason := b.httpUser(r)
+		if u == nil {
+			w.Header().Set("WWW-Authenticate", `Basic realm="metaq", charset="UTF-8"`)
+			writeError(w, http.StatusUnauthorized, reason)
+			return
+		}
+		change := r.Method != http.MethodGet && r.Method != http.MethodHead
+		if (admin || change) && !u.Admin {
+			writeError(w, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+r.Method+" "+r.URL.Path+" (admin only)")
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), userKey{}, u)))
+	})
+}
+
+type userKey struct{}
+
+// requestUser is the authenticated user of r, nil with auth off.
+func requestUser(r *http.Request) *conf.User {
+	u, _ := r.Context().Value(userKey{}).(*conf.User)
+	return u
+}
+
+// httpUser authenticates r: a verified client certificate naming a user,
+// else basic auth. It returns the user or why not.
+func (b *Broker) httpUser(r *http.Request) (*conf.User, string) {
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
+		if u, ok := b.cfg.Auth.UserByName(r.TLS.PeerCertificates[0].Subject.CommonName); ok {
+			return u, ""
+		}
+	}
+	name, password, ok := r.BasicAuth()
+	if !ok {
+		return nil, "authentication required: use HTTP basic auth with an [[auth.user]] name and password"
+	}
+	key := sha256.Sum256([]byte(name + "\x00" + password))
+	u, known := b.cfg.Auth.UserByName(name)
+	w := &b.web
+	w.authMu.Lock()
+	cached := w.authCache[key]
+	w.authMu.Unlock()
+	if known && cached == u {
+		return u, ""
+	}
+	hash := b.auth.dummy
+	if known && u.PasswordHash != "" {
+		hash = []byte(u.PasswordHash)
+	}
+	start := time.Now()
+	b.auth.sem <- struct{}{}
+	err := bcrypt.CompareHashAndPassword(hash, []byte(password))
+	<-b.auth.sem
+	if err != nil || !known || u.PasswordHash == "" {
+		b.stats.authFailures.Add(1)
+		b.logf("http %s: auth failed for user %s", r.RemoteAddr, strconv.Quote(name))
+		// As on the wire: a failure is answered after failure_delay.
+		delay := time.Until(start.Add(time.Duration(b.cfg.Auth.FailureDelay) * time.Millisecond))
+		if delay > 0 {
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+			case <-b.done:
+			}
+			t.Stop()
+		}
+		return nil, "authentication failed for user " + strconv.Quote(name)
+	}
+	w.authMu.Lock()
+	if w.authCache == nil || len(w.authCache) >= maxAuthCache {
+		w.authCache = make(map[[32]byte]*conf.User)
+	}
+	w.authCache[key] = u
+	w.authMu.Unlock()
+	return u, ""
+}
+
+// handleHealthz answers 200 while the process serves HTTP.
+func (b *Broker) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": Version, "broker_id": b.cfg.BrokerID})
+}
+
+// readyCheck is one condition of /readyz.
+type readyCheck struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+}
+
+type readyState []readyCheck
+
+func (s readyState) ok() bool {
+	for _, c := range s {
+		if !c.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// ReplicaInSync, if set, is asked by /readyz whether this broker, as a
+// slave in sync mode, is in sync with its master (the replication issue
+// sets it); nil means there is nothing to wait for.
+type ReplicaInSync func() (ok bool, detail string)
+
+// readiness evaluates /readyz: storage recovered, no journal failed, the
+// listeners open, registered in ZooKeeper in cluster mode, and (later)
+// the slave in sync.
+func (b *Broker) readiness() readyState {
+	var s readyState
+	s = append(s, readyCheck{Name: "storage", OK: b.recovered.Load(), Detail: "partitions opened and recovered"})
+	jok, jdetail := true, ""
+	for dir, j := range b.journals {
+		if err := j.Err(); err != nil {
+			jok, jdetail = false, "journal of "+dir+" failed: "+err.Error()
+			break
+		}
+	}
+	s = append(s, readyCheck{Name: "journal", OK: jok, Detail: jdetail})
+	s = append(s, readyCheck{Name: "serving", OK: b.serving.Load() && !b.closed.Load(), Detail: "client listeners open"})
+	if b.cfg.ZooKeeper.Enabled() {
+		reg := b.Registered()
+		d := "registered in ZooKeeper " + b.cfg.ZooKeeper.Connect
+		if !reg {
+			d = "not registered in ZooKeeper " + b.cfg.ZooKeeper.Connect + " (unreachable, or the session is being re-established)"
+		}
+		s = append(s, readyCheck{Name: "zookeeper", OK: reg, Detail: d})
+	}
+	if f := b.opts.ReplicaInSync; f != nil {
+		ok, d := f()
+		s = append(s, readyCheck{Name: "replica", OK: ok, Detail: d})
+	}
+	return s
+}
+
+// handleReadyz answers 200 when every readiness check passes, 503 with
+// the failing ones otherwise.
+func (b *Broker) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	s := b.readiness()
+	code, status := http.StatusOK, "ready"
+	if !s.ok() {
+		code, status = http.StatusServiceUnavailable, "not ready"
+	}
+	writeJSON(w, code, map[string]any{"status": status, "checks": s})
+}
+
+// writeJSON writes v as the JSON body of a reply with code.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// apiError is the body of every error reply: {"error": ..., "status": ...}.
+type apiError struct {
+	Error  string `json:"error"`
+	Status int    `json:"status"`
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, apiError{Error: msg, Status: code})
+}
+
+// decodeBody decodes r's JSON body into v: unknown fields, trailing data
+// and bodies over httpMaxBody are errors, answered 400 or 413 here (ok
+// false).
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON value")
+	}
+	if err == nil {
+		if _, e := io.Copy(io.Discard, r.Body); e != nil {
+			err = e
+		}
+	}
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request body over "+strconv.Itoa(httpMaxBody)+" bytes")
+			return false
+		}
+		if errors.Is(err, io.EOF) {
+			err = errors.New("empty body: a JSON object is required")
+		}
+		writeError(w, http.StatusBadRequest, "bad JSON body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// newStdLogger is a *log.Logger (for net/http's ErrorLog) writing to logf.
+func newStdLogger(logf func(string, ...any), prefix string) *log.Logger {
+	return log.New(logfWriter{func(format string, args ...any) { logf(prefix+format, args...) }}, "", 0)
+}
