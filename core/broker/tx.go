@@ -516,7 +516,11 @@ func (c *conn) startCommitLocked(t *tx, opaque int32, heur bool) {
 		// connection's next requests (other transactions' commits among
 		// them) go on meanwhile, and commits that wait together share one
 		// fsync (txLog.syncTo).
-		go c.forceAndAppend(t, pos, batches, opaque, heur)
+		b.wg.Add(1) // from the connection's goroutine, itself counted: Close waits for it
+		go func() {
+			defer b.wg.Done()
+			c.forceAndAppend(t, pos, batches, opaque, heur)
+		}()
 		return
 	}
 	c.forceAndAppend(t, pos, batches, opaque, heur)
