@@ -17,7 +17,7 @@ import (
 // the middle of a commit leaves it: committed's puts and its commit record
 // (no done, no batch in the partition), and inflight's puts. It returns
 // the committed messages and the offsets where each record ends.
-func writeTxJournal(t *testing.T, dataDir string) ([]store.Entry, []int64) {
+func writeTxJournal(t testing.TB, dataDir string) ([]store.Entry, []int64) {
 	t.Helper()
 	dir := filepath.Join(dataDir, TxDirName)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
