@@ -71,6 +71,8 @@ soak: build
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./sdk/protocol/ ./core/store/ ./core/broker/
 	$(GO) test -run '^$$' -bench BenchmarkClusterRebalance -benchtime 5x ./sdk/client/
+	$(GO) test -run '^$$' -bench BenchmarkTransaction -benchtime 3s ./sdk/client/
+	$(GO) test -run '^$$' -bench BenchmarkXA -benchtime 3s ./txn/metaqbroker/
 	$(BIN)/metaq bench all
 
 # Every parser's fuzz target, FUZZTIME each (make fuzz FUZZTIME=5m before
@@ -97,6 +99,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePartitionName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminAPI$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzTxJournal$$' -fuzztime $(FUZZTIME) ./core/broker/
 
 clean:
 	rm -rf $(BIN)

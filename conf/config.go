@@ -183,8 +183,10 @@ type Config struct {
 	TxMaxBufferedBytes int64 `toml:"tx_max_buffered_bytes"`
 	// FlushTxLogAtCommit is when the transaction journal
 	// (<data_dir>/transactions) is fsynced, MetaQ's flushTxLogAtCommit:
-	// 1 (default) before a commit or rollback is acted on and answered, 2
-	// once a second, 0 never (the OS writes it back).
+	// 1 (default) before a prepare, commit or rollback is acted on and
+	// answered, 2 once a second, 0 never (the OS writes it back). With
+	// every value the record is written (survives kill -9) before the
+	// answer; docs/storage.md says what a power loss may lose.
 	FlushTxLogAtCommit int `toml:"flush_tx_log_at_commit"`
 
 	// Replication (conf/replication.go, docs/replication.md).

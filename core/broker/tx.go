@@ -337,7 +337,8 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	}
 	msgID := b.ids.Next(1)
 	m := txMsg{t: t, l: l, p: p, e: store.Entry{ID: msgID, Flag: r.Flag, CRC: crc, Data: append([]byte(nil), r.Body...)}}
-	if _, err := b.txlog.write(tr, txRecAppend, encodeTxAppend(key, &m)); err != nil {
+	var head [128]byte
+	if _, err := b.txlog.write2(tr, txRecAppend, appendTxAppendHead(head[:0], key, &m), m.e.Data); err != nil {
 		s.mu.Unlock()
 		c.putFail(r.Opaque, "transaction "+key+": "+err.Error())
 		return
@@ -362,6 +363,7 @@ type txCommit struct {
 	opaque int32
 	heur   bool // an admin's heuristic commit: recorded as such
 	logs   []*store.Log
+	flush  bool // a batch went to a threshold-mode partition: finish flushes it
 	mu     sync.Mutex
 	left   int
 	errs   []string
@@ -377,9 +379,14 @@ func (tc *txCommit) AppendDone(token uint64, _, _ int64, err error) {
 	last := tc.left == 0
 	tc.mu.Unlock()
 	if last {
-		// Not on the caller's goroutine: that may be the store's
-		// completer, and finishing may fsync the transaction journal.
-		go tc.finish()
+		if tc.heur || tc.flush || tc.c.b.txlog.releaseSyncs(tc.t) {
+			// Not on the caller's goroutine, the store's completer:
+			// finishing fsyncs (a threshold-mode partition, the
+			// heuristic record, or the journal before old files go).
+			go tc.finish()
+			return
+		}
+		tc.finish()
 	}
 }
 
@@ -504,7 +511,25 @@ func (c *conn) startCommitLocked(t *tx, opaque int32, heur bool) {
 	}
 	s.mu.Unlock()
 	c.addPending(1)
-	if err := b.txlog.force(pos); err != nil {
+	if b.txlog.mode == txFlushCommit {
+		// The fsync is not waited for on the connection's goroutine: the
+		// connection's next requests (other transactions' commits among
+		// them) go on meanwhile, and commits that wait together share one
+		// fsync (txLog.syncTo).
+		b.wg.Add(1) // from the connection's goroutine, itself counted: Close waits for it
+		go func() {
+			defer b.wg.Done()
+			c.forceAndAppend(t, pos, batches, opaque, heur)
+		}()
+		return
+	}
+	c.forceAndAppend(t, pos, batches, opaque, heur)
+}
+
+// forceAndAppend makes t's commit record durable (as flush_tx_log_at_commit
+// says), then appends its batches.
+func (c *conn) forceAndAppend(t *tx, pos int64, batches []*txBatch, opaque int32, heur bool) {
+	if err := c.b.txlog.force(pos); err != nil {
 		// Not known to be durable: do not append (a replay may or may
 		// not see the commit; if it does, it appends the batches).
 		tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: 1}
@@ -520,6 +545,9 @@ func (c *conn) appendCommit(t *tx, batches []*txBatch, opaque int32, heur bool) 
 	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1}
 	for _, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)
+		if bt.t.cfg.UnflushThreshold > 0 {
+			tc.flush = true
+		}
 	}
 	for i, bt := range batches {
 		if err := bt.l.Append(bt.entries, tc, uint64(i)); err != nil {
