@@ -178,6 +178,12 @@ type Config struct {
 	// once a second, 0 never (the OS writes it back).
 	FlushTxLogAtCommit int `toml:"flush_tx_log_at_commit"`
 
+	// LogFormat is the format of metaq-server's log on standard error:
+	// "text" (default; one line per record: time, level, message,
+	// key=value attributes) or "json" (one JSON object per line). It
+	// needs a restart; log_level and plugin_log_level reload with SIGHUP.
+	LogFormat string `toml:"log_format"`
+
 	path  string
 	raw   []byte
 	lines map[string]int // key ("port", "topic[1].name") -> line in raw
@@ -315,6 +321,7 @@ func Default() *Config {
 	c.TxMaxBytes = DefaultTxMaxBytes
 	c.TxMaxBufferedBytes = DefaultTxMaxBufferedBytes
 	c.FlushTxLogAtCommit = 1
+	c.LogFormat = "text"
 	return c
 }
 

@@ -39,11 +39,11 @@ type authState struct {
 
 // initAuth sets up b.auth when auth is on.
 func (b *Broker) initAuth() error {
-	if !b.cfg.Auth.Enabled {
+	if !b.config().Auth.Enabled {
 		return nil
 	}
 	cost := bcrypt.DefaultCost
-	for _, u := range b.cfg.Auth.Users {
+	for _, u := range b.config().Auth.Users {
 		if u.PasswordHash == "" {
 			continue
 		}
@@ -73,7 +73,7 @@ type connAuth struct {
 // authorize is called before every request is dispatched. It reports
 // whether the request may run; if not, it has replied 401 or 403.
 func (c *conn) authorize(r *protocol.Request) bool {
-	a := &c.b.cfg.Auth
+	a := &c.b.config().Auth
 	if !a.Enabled {
 		return true
 	}
@@ -156,7 +156,7 @@ func (c *conn) authFromCert() {
 		return
 	}
 	cn := st.PeerCertificates[0].Subject.CommonName
-	if u, ok := c.b.cfg.Auth.UserByName(cn); ok {
+	if u, ok := c.b.config().Auth.UserByName(cn); ok {
 		c.auth.user = u
 		c.b.logf("conn %s: authenticated user %s by client certificate", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
 		return
@@ -172,7 +172,7 @@ func (c *conn) authFromCert() {
 // auth leaves the connection unauthenticated, even if it was before.
 func (c *conn) handleAuth(r *protocol.Request) {
 	b := c.b
-	if !b.cfg.Auth.Enabled {
+	if !b.config().Auth.Enabled {
 		c.reply(protocol.StatusOK, "", r.Opaque) // auth is off: every connection has every right
 		return
 	}
@@ -190,7 +190,7 @@ func (c *conn) handleAuth(r *protocol.Request) {
 		name = protocol.Printable([]byte(u))
 	}
 	b.logf("conn %s: auth failed for user %s: %s", c.nc.RemoteAddr(), name, reason)
-	delay := time.Until(start.Add(time.Duration(b.cfg.Auth.FailureDelay) * time.Millisecond))
+	delay := time.Until(start.Add(time.Duration(b.config().Auth.FailureDelay) * time.Millisecond))
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		select {
@@ -213,7 +213,7 @@ func (c *conn) checkPlain(r *protocol.Request) (*conf.User, string) {
 	if !ok {
 		return nil, "malformed PLAIN message: want [authzid] NUL user NUL password"
 	}
-	u, known := c.b.cfg.Auth.UserByName(name)
+	u, known := c.b.config().Auth.UserByName(name)
 	hash := c.b.auth.dummy
 	if known && u.PasswordHash != "" {
 		hash = []byte(u.PasswordHash)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/metaq-go/metaq/core/store"
@@ -92,9 +93,9 @@ func (c *conn) serve() {
 	var fw sync.WaitGroup
 	fw.Add(1)
 	go func() { defer fw.Done(); c.flusher() }()
-	cfg := c.b.cfg
+	cfg := c.b.config()
 	maxBody := max(cfg.MaxMessageSize, cfg.MaxTransferSize)
-	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout()}
+	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout(), drain: &c.b.draining}
 	dec := protocol.NewDecoder(dr, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody, Budget: &c.bud})
 	// close first: the flusher exits only once the connection is closed.
 	defer func() { c.close(); fw.Wait(); c.release(dec) }()
@@ -125,6 +126,13 @@ func (c *conn) serve() {
 			}
 			if errors.Is(err, io.EOF) {
 				// The client half-closed: answer what it sent, then close.
+				c.waitPending()
+				c.flushAndClose()
+				return
+			}
+			if c.b.draining.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+				// Shutdown: what was received has been dispatched;
+				// answer the puts still waiting for their fsync, then close.
 				c.waitPending()
 				c.flushAndClose()
 				return
@@ -471,6 +479,9 @@ type deadlineReader struct {
 	started       time.Time // when the current request's first bytes came; zero while idle
 	set           time.Time // the deadline last set
 	setReq        bool      // set is a request deadline
+	// drain is Broker.draining: once set, every Read returns at once
+	// with a deadline error (the broker is stopping).
+	drain *atomic.Bool
 	// full is whether the last read filled the decoder's buffer: more
 	// bytes are then likely waiting in the socket (or, for TLS, already
 	// decrypted in the tls.Conn), so the read loop goes on reading rather
@@ -494,6 +505,12 @@ func (r *deadlineReader) Read(p []byte) (int, error) {
 	} else if r.setReq {
 		r.nc.SetReadDeadline(time.Time{})
 		r.set, r.setReq = time.Time{}, false
+	}
+	if r.drain != nil && r.drain.Load() {
+		// After the deadline above, so that Shutdown's past deadline is
+		// not undone by a connection that read the flag too early.
+		r.nc.SetReadDeadline(pastDeadline)
+		r.set, r.setReq = pastDeadline, true
 	}
 	n, err := r.nc.Read(p)
 	r.full = n == len(p)

@@ -44,7 +44,7 @@ var builtinOffsetStores = map[string]func() offsetstore.Store{
 }
 
 func (b *Broker) initOffsetStore() error {
-	cfg := b.cfg
+	cfg := b.config()
 	name := cfg.OffsetStore
 	if name == "" {
 		name = conf.OffsetStoreBuiltin
@@ -109,7 +109,7 @@ func (c *conn) offsetPositions(r *protocol.Request, full bool) (string, []messag
 			c.reply(protocol.StatusBadRequest, "commit: negative offset for "+l.Topic+" "+strconv.Itoa(int(l.Partition)), r.Opaque)
 			return "", nil, false
 		}
-		out[i] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: c.b.cfg.BrokerID, Partition: l.Partition},
+		out[i] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: c.b.config().BrokerID, Partition: l.Partition},
 			Offset: l.Offset, MsgID: l.MsgID}
 	}
 	return group, out, true

@@ -146,7 +146,7 @@ func (c *conn) handleTransaction(r *protocol.Request) {
 // seconds (0 or less: none).
 func (b *Broker) txTimeout(sec int64) time.Duration {
 	if sec <= 0 {
-		return time.Duration(b.cfg.TxDefaultTimeout) * time.Second
+		return time.Duration(b.config().TxDefaultTimeout) * time.Second
 	}
 	return time.Duration(min(sec, conf.MaxTxTimeout)) * time.Second
 }
@@ -321,13 +321,13 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	}
 	switch {
 	case tr == nil:
-	case tr.bytes+n > b.cfg.TxMaxBytes:
+	case tr.bytes+n > b.config().TxMaxBytes:
 		msg = "transaction " + key + " would hold " + strconv.FormatInt(tr.bytes+n, 10) +
-			" message bytes, over tx_max_bytes " + strconv.FormatInt(b.cfg.TxMaxBytes, 10) + "; the put is refused"
+			" message bytes, over tx_max_bytes " + strconv.FormatInt(b.config().TxMaxBytes, 10) + "; the put is refused"
 		tr = nil
-	case s.buffered+n > b.cfg.TxMaxBufferedBytes:
+	case s.buffered+n > b.config().TxMaxBufferedBytes:
 		msg = "open transactions hold " + strconv.FormatInt(s.buffered, 10) +
-			" message bytes, tx_max_buffered_bytes is " + strconv.FormatInt(b.cfg.TxMaxBufferedBytes, 10) + "; the put is refused"
+			" message bytes, tx_max_buffered_bytes is " + strconv.FormatInt(b.config().TxMaxBufferedBytes, 10) + "; the put is refused"
 		tr = nil
 	}
 	if tr == nil {
@@ -346,7 +346,7 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	tr.bytes += n
 	s.buffered += n
 	s.mu.Unlock()
-	if t.cfg.Stat {
+	if t.conf().Stat {
 		t.rt.put.add(1)
 		t.rt.size.add(n)
 	}

@@ -90,7 +90,7 @@ func (c *conn) userName() string {
 
 // mayUse reports whether the connection's user may act on t.
 func (c *conn) mayUse(t *tx) bool {
-	if !c.b.cfg.Auth.Enabled {
+	if !c.b.config().Auth.Enabled {
 		return true
 	}
 	u := c.auth.user
@@ -299,7 +299,7 @@ func (c *conn) recoverXA(r *protocol.Request) {
 		}
 	}
 	for key := range s.heur {
-		if match(key) && (!c.b.cfg.Auth.Enabled || c.auth.user != nil && c.auth.user.Admin) {
+		if match(key) && (!c.b.config().Auth.Enabled || c.auth.user != nil && c.auth.user.Admin) {
 			keys = append(keys, key)
 		}
 	}
