@@ -68,12 +68,27 @@ type connAuth struct {
 	user *conf.User
 	// certChecked is set once the TLS client certificate was looked at.
 	certChecked bool
+	// from is the configuration user was taken from: after a Reload the
+	// user is looked up again by name, so changed rights apply at once.
+	from *conf.Config
+}
+
+// current returns the connection's user under cfg: the same user after a
+// Reload, with its new rights, or nil if it was removed.
+func (a *connAuth) current(cfg *conf.Config) *conf.User {
+	if a.user == nil || a.from == cfg {
+		return a.user
+	}
+	u, _ := cfg.Auth.UserByName(a.user.Name)
+	a.user, a.from = u, cfg
+	return u
 }
 
 // authorize is called before every request is dispatched. It reports
 // whether the request may run; if not, it has replied 401 or 403.
 func (c *conn) authorize(r *protocol.Request) bool {
-	a := &c.b.config().Auth
+	cfg := c.b.config()
+	a := &cfg.Auth
 	if !a.Enabled {
 		return true
 	}
@@ -85,7 +100,7 @@ func (c *conn) authorize(r *protocol.Request) bool {
 	case protocol.OpVersion, protocol.OpAuth, protocol.OpQuit:
 		return true
 	}
-	u := c.auth.user
+	u := c.auth.current(cfg)
 	if u == nil {
 		c.reply(protocol.StatusUnauthorized, "authentication required: send auth PLAIN first", r.Opaque)
 		return false
@@ -156,8 +171,9 @@ func (c *conn) authFromCert() {
 		return
 	}
 	cn := st.PeerCertificates[0].Subject.CommonName
-	if u, ok := c.b.config().Auth.UserByName(cn); ok {
-		c.auth.user = u
+	cfg := c.b.config()
+	if u, ok := cfg.Auth.UserByName(cn); ok {
+		c.auth.user, c.auth.from = u, cfg
 		c.b.logf("conn %s: authenticated user %s by client certificate", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
 		return
 	}
@@ -213,7 +229,8 @@ func (c *conn) checkPlain(r *protocol.Request) (*conf.User, string) {
 	if !ok {
 		return nil, "malformed PLAIN message: want [authzid] NUL user NUL password"
 	}
-	u, known := c.b.config().Auth.UserByName(name)
+	cfg := c.b.config()
+	u, known := cfg.Auth.UserByName(name)
 	hash := c.b.auth.dummy
 	if known && u.PasswordHash != "" {
 		hash = []byte(u.PasswordHash)
@@ -227,5 +244,6 @@ func (c *conn) checkPlain(r *protocol.Request) (*conf.User, string) {
 	case authzid != "" && authzid != name:
 		return nil, "user " + strconv.Quote(name) + " may not act as " + strconv.Quote(authzid)
 	}
+	c.auth.from = cfg
 	return u, ""
 }
