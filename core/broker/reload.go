@@ -135,11 +135,11 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 		if err := b.tls.reloadFrom(eff.TLS); err != nil {
 			return ReloadReport{}, err
 		}
+		what := "TLS certificates reloaded from " + eff.TLS.CertFile
 		if tlsChanged {
-			rep.Applied = append(rep.Applied, "[tls] settings")
-		} else {
-			rep.Applied = append(rep.Applied, "[tls] certificates re-read")
+			what = "[tls] settings changed; " + what
 		}
+		rep.Applied = append(rep.Applied, what)
 	}
 	b.cfgp.Store(&eff)
 	b.setLogLevels(&eff)
