@@ -41,8 +41,8 @@ var liveKeys = map[string]bool{
 	"max_group_members": true, "max_memberships_per_connection": true,
 	"tx_default_timeout": true, "tx_max_bytes": true, "tx_max_buffered_bytes": true,
 	"disk_max_used_ratio": true,
-	"auto_create_topics": true,
-	"accept_publish":     true, "accept_subscribe": true, "stat": true, "delete_policy": true,
+	"auto_create_topics":  true,
+	"accept_publish":      true, "accept_subscribe": true, "stat": true, "delete_policy": true,
 }
 
 // liveTopicKeys are the [[topic]] keys Reload applies to an open topic.

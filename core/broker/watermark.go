@@ -39,8 +39,8 @@ const (
 // diskWatch is the broker's set of data disks.
 type diskWatch struct {
 	maxBits atomic.Uint64 // disk_max_used_ratio, math.Float64bits (Reload changes it)
-	every time.Duration // diskCheckInterval; tests set it longer
-	logf  func(format string, args ...any)
+	every   time.Duration // diskCheckInterval; tests set it longer
+	logf    func(format string, args ...any)
 	// kick asks the watcher for a check now (ENOSPC, retention).
 	kick chan struct{}
 	// rejects counts puts and mputs refused because their disk was full.

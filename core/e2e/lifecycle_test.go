@@ -255,7 +255,7 @@ func TestServerSIGHUPReload(t *testing.T) {
 	// restart setting) changes and a topic is added. The --port flag still
 	// overrides the file's port, so it is no change.
 	write(reloadConfig(data, userTable("alice", h, "t", "u")+userTable("bob", h, "u")+userTable("carol", h, "t"),
-		"num_partitions = 3\n")+"\n[[topic]]\nname = \"new-topic\"\n")
+		"num_partitions = 3\n") + "\n[[topic]]\nname = \"new-topic\"\n")
 	hup("SIGHUP: reloaded")
 	logs := s.Logs.String()
 	require.Contains(t, logs, "auth users added: carol")
@@ -273,7 +273,7 @@ func TestServerSIGHUPReload(t *testing.T) {
 	waitPuts(50)
 
 	// A topic setting that applies live.
-	write(reloadConfig(data, userTable("alice", h, "t", "u")+userTable("bob", h, "u")+userTable("carol", h, "t"), "")+
+	write(reloadConfig(data, userTable("alice", h, "t", "u")+userTable("bob", h, "u")+userTable("carol", h, "t"), "") +
 		"accept_publish = false\n")
 	// accept_publish after [[topic]] u belongs to u.
 	hup("topic u accept_publish (unset) -> false")

@@ -118,7 +118,9 @@ name = "orders"
 	// SIGHUP with a new certificate in the same files.
 	_, _, next := certs.Server(t, "server")
 	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGHUP))
-	require.Eventually(t, func() bool { return strings.Contains(p.Logs.String(), "SIGHUP: applied: TLS certificates reloaded from") },
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.Logs.String(), "SIGHUP: applied: TLS certificates reloaded from")
+	},
 		10*time.Second, 10*time.Millisecond)
 	fresh := dialTLS(t, p.Addr, certs.ClientConfig(t, ""))
 	ok(t)(fresh.auth("alice", "alice-pw"))
