@@ -254,7 +254,7 @@ func TestServerSIGHUPReload(t *testing.T) {
 	// Reload: bob loses t and gains u, carol is new; num_partitions (a
 	// restart setting) changes and a topic is added. The --port flag still
 	// overrides the file's port, so it is no change.
-	write(reloadConfig(data, userTable("alice", h, "t", "u")+userTable("bob", h, "u")+userTable("carol", h, "t"),
+	write(reloadConfig(data, userTable("alice", h, "t", "u")+userTable("bob", h, "u")+userTable("carol", h, "t")+"admin = true\n",
 		"num_partitions = 3\n") + "\n[[topic]]\nname = \"new-topic\"\n")
 	hup("SIGHUP: reloaded")
 	logs := s.Logs.String()
@@ -270,10 +270,19 @@ func TestServerSIGHUPReload(t *testing.T) {
 	carol := dial(t, s.Addr)
 	ok(t)(carol.auth("carol", "pw"))
 	ok(t)(carol.put("t", 0, []byte("carol")))
+	// stats config is the running configuration, redacted: the new users,
+	// the restart setting as it runs (not the file's 3), no hash.
+	body := string(ok(t)(carol.stats("config")).Body)
+	require.Contains(t, body, `name = "carol"`)
+	require.Contains(t, body, `password_hash = "<redacted>"`)
+	require.NotContains(t, body, h)
+	require.Contains(t, body, "num_partitions = 1\n")
+	require.NotContains(t, body, "new-topic")
+	require.NotContains(t, body, "STATS")
 	waitPuts(50)
 
 	// A topic setting that applies live.
-	write(reloadConfig(data, userTable("alice", h, "t", "u")+userTable("bob", h, "u")+userTable("carol", h, "t"), "") +
+	write(reloadConfig(data, userTable("alice", h, "t", "u")+userTable("bob", h, "u")+userTable("carol", h, "t")+"admin = true\n", "") +
 		"accept_publish = false\n")
 	// accept_publish after [[topic]] u belongs to u.
 	hup("topic u accept_publish (unset) -> false")
