@@ -15,7 +15,7 @@ import (
 // HCLog returns an hclog.Logger that writes through l: go-plugin's own
 // lines and each plugin's output (its hclog JSON on stderr, parsed by
 // go-plugin, and what it prints after serving) become records of the
-// program's one slog logger, with the plugin's name in a "plugin"
+// program's one slog logger, with the logger's name (hclog's @module, "plugins.<name>") in a "module"
 // attribute and hclog's key/value pairs as attributes. There is no second
 // time stamp or level. Trace maps to logx.LevelTrace (below Debug).
 //
@@ -67,7 +67,7 @@ func (h *hcBridge) Log(level hclog.Level, msg string, args ...any) {
 	}
 	attrs := make([]any, 0, 2+len(h.args)+len(args))
 	if h.name != "" {
-		attrs = append(attrs, slog.String("plugin", h.name))
+		attrs = append(attrs, slog.String("module", h.name))
 	}
 	attrs = append(attrs, pairs(h.args)...)
 	attrs = append(attrs, pairs(args)...)

@@ -53,10 +53,10 @@ func TestHCLogBridge(t *testing.T) {
 				}
 				if msg == "plugin started" {
 					sawStarted = true
-					require.Equal(t, "plugins.echo", rec["plugin"], line)
+					require.Equal(t, "plugins.echo", rec["module"], line)
 				}
 				if strings.Contains(msg, "a line on stdout") {
-					require.Equal(t, "plugins.echo.stdout", rec["plugin"], line)
+					require.Equal(t, "plugins.echo.stdout", rec["module"], line)
 				}
 			}
 			require.True(t, sawStarted, out.String())
@@ -81,7 +81,7 @@ func TestHCLogBridgeLevels(t *testing.T) {
 	got := out.String()
 	require.NotContains(t, got, "hidden")
 	require.Contains(t, got, `INFO  shown k="v w" err=boom`)
-	require.Contains(t, got, "WARN  warned plugin=a.b x=1 EXTRA_VALUE_AT_END=odd")
+	require.Contains(t, got, "WARN  warned module=a.b x=1 EXTRA_VALUE_AT_END=odd")
 	require.Contains(t, got, "TRACE traced")
 	require.Contains(t, got, "INFO  from the standard logger")
 }
