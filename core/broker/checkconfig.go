@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -11,11 +12,13 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/filters"
 )
 
 // CheckConfig runs the checks New makes on cfg beyond cfg.Validate,
 // without opening a store or starting anything (metaq-server
-// --check-config): the [tls] certificate, key and client CA load; every
+// --check-config): the [tls] certificate, key and client CA load; builtin
+// topic filters accept their config (an expr parses); every
 // [[auth.user]] password_hash is a bcrypt hash; every [[plugin]] binary
 // exists, is an executable regular file and, with sha256 set, has that
 // checksum. It returns every problem found (nil if none).
@@ -35,6 +38,24 @@ func CheckConfig(cfg *conf.Config) []string {
 		}
 		if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
 			probs = append(probs, fmt.Sprintf("auth.user %q: password_hash: %v", u.Name, err))
+		}
+	}
+	// Builtin topic filters are opened in process (their config parsed,
+	// an expr compiled) and closed again; filter plugins are not started.
+	for _, name := range cfg.TopicNames() {
+		tc, _ := cfg.TopicConfig(name)
+		for _, tf := range tc.Filters {
+			if _, ok := builtinFilters[tf.Filter]; !ok {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), filterOpenTimeout)
+			in, err := filters.Open(ctx, filters.OpenOptions{Name: tf.Filter, Topic: name, Group: tf.Group, Config: tf.Config, Builtins: builtinFilters})
+			cancel()
+			if err != nil {
+				probs = append(probs, fmt.Sprintf("topic %s group %s: filter %s: %v", name, tf.Group, tf.Filter, err))
+				continue
+			}
+			in.Close()
 		}
 	}
 	for i, p := range cfg.Plugins {

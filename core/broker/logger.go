@@ -42,7 +42,7 @@ func (b *Broker) setLogLevels(cfg *conf.Config) {
 // pluginHCLogger is the plugin supervisor's logger: every level goes to
 // the bridge, which the plugin LevelVar filters.
 func (b *Broker) pluginHCLogger() hclog.Logger {
-	return host.HCLog(b.pluginLog, hclog.Trace)
+	return host.HCLog(b.pluginLog, hclog.Trace).Named("plugins")
 }
 
 // Logger returns the broker's logger (its lines at log_level), for the

@@ -341,6 +341,19 @@ func TestServerCheckConfig(t *testing.T) {
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "broker_id")
 
+	out, code = run("[[topic]]\nname = \"t\"\n[[topic.filter]]\ngroup = \"g\"\nfilter = \"expr\"\n[topic.filter.config]\nexpr = 'size > \"big\"'\n")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, `topic t group g: filter expr:`)
+	require.Contains(t, out, "size compares with an integer")
+
+	// The deploy examples are good files.
+	root, err := moduleRoot()
+	require.NoError(t, err)
+	for _, f := range []string{"examples/deploy/server.toml", "conf/server.toml"} {
+		out, err := exec.Command(bin, "--check-config", filepath.Join(root, f)).CombinedOutput()
+		require.NoError(t, err, "%s: %s", f, out)
+	}
+
 	out, code = run(fmt.Sprintf("plugin_dir = %q\noffset_store = \"nosuch\"\n[[plugin]]\nkind = \"offsetstore\"\nname = \"nosuch\"\n[[topic]]\nname = \"t\"\n", dir))
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, `plugin[0] offsetstore "nosuch": binary `+filepath.Join(dir, "nosuch"))

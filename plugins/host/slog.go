@@ -15,9 +15,10 @@ import (
 // HCLog returns an hclog.Logger that writes through l: go-plugin's own
 // lines and each plugin's output (its hclog JSON on stderr, parsed by
 // go-plugin, and what it prints after serving) become records of the
-// program's one slog logger, with the logger's name (hclog's @module, "plugins.<name>") in a "module"
-// attribute and hclog's key/value pairs as attributes. There is no second
-// time stamp or level. Trace maps to logx.LevelTrace (below Debug).
+// program's one slog logger, with the logger's name (hclog's @module,
+// "plugins.<name>") in a "module" attribute and hclog's key/value pairs
+// as attributes. There is no second time stamp or level. Trace maps to
+// logx.LevelTrace (below Debug).
 //
 // level is the hclog level below which lines are dropped before they reach
 // l (SetLevel changes it, for every logger derived from this one); l's own
