@@ -87,9 +87,11 @@ type Broker struct {
 	wg      sync.WaitGroup
 	done    chan struct{}
 	closed  atomic.Bool
-	// draining is set by Shutdown: connections stop reading and close
+	// draining is set by Shutdown to the read deadline of every
+	// connection (Unix ns; 0 = not draining): they read what the client
+	// already sent until then, answer it, and close (lifecycle.go).
 	// once they answered what they received (lifecycle.go).
-	draining atomic.Bool
+	draining atomic.Int64
 	// startCtx is cancelled by AbortStart and Shutdown: Start stops
 	// waiting for the first ZooKeeper registration.
 	startCtx    context.Context

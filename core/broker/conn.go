@@ -130,7 +130,7 @@ func (c *conn) serve() {
 				c.flushAndClose()
 				return
 			}
-			if c.b.draining.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+			if c.b.draining.Load() != 0 && errors.Is(err, os.ErrDeadlineExceeded) {
 				// Shutdown: what was received has been dispatched;
 				// answer the puts still waiting for their fsync, then close.
 				c.waitPending()
@@ -479,9 +479,9 @@ type deadlineReader struct {
 	started       time.Time // when the current request's first bytes came; zero while idle
 	set           time.Time // the deadline last set
 	setReq        bool      // set is a request deadline
-	// drain is Broker.draining: once set, every Read returns at once
-	// with a deadline error (the broker is stopping).
-	drain *atomic.Bool
+	// drain is Broker.draining: once set, no Read waits past it (the
+	// broker is stopping).
+	drain *atomic.Int64
 	// full is whether the last read filled the decoder's buffer: more
 	// bytes are then likely waiting in the socket (or, for TLS, already
 	// decrypted in the tls.Conn), so the read loop goes on reading rather
@@ -506,11 +506,12 @@ func (r *deadlineReader) Read(p []byte) (int, error) {
 		r.nc.SetReadDeadline(time.Time{})
 		r.set, r.setReq = time.Time{}, false
 	}
-	if r.drain != nil && r.drain.Load() {
-		// After the deadline above, so that Shutdown's past deadline is
-		// not undone by a connection that read the flag too early.
-		r.nc.SetReadDeadline(pastDeadline)
-		r.set, r.setReq = pastDeadline, true
+	if d := r.drainAt(); d != 0 {
+		// After the deadline above, so that Shutdown's deadline is not
+		// undone by a connection that read the flag too early.
+		dl := time.Unix(0, d)
+		r.nc.SetReadDeadline(dl)
+		r.set, r.setReq = dl, true
 	}
 	n, err := r.nc.Read(p)
 	r.full = n == len(p)
@@ -541,4 +542,12 @@ func (r *deadlineReader) timedOut(err error) (string, bool) {
 		return "request not completed within request_timeout " + r.request.String(), true
 	}
 	return "idle for idle_timeout " + r.idle.String(), true
+}
+
+// drainAt is the Shutdown read deadline in Unix ns, 0 when not stopping.
+func (r *deadlineReader) drainAt() int64 {
+	if r.drain == nil {
+		return 0
+	}
+	return r.drain.Load()
 }

@@ -11,16 +11,19 @@ import (
 //
 // Shutdown unregisters from ZooKeeper (deleting the broker's ephemeral
 // znodes at once, so clients stop choosing it) while it stops accepting
-// and drains the connections: each connection finishes the requests it
-// has already received (their replies, put acknowledgements included, are
-// written), stops reading, and closes. What is still open when the
+// and drains the connections: each connection reads for drainRead more
+// what its client has already sent, finishes those requests (their
+// replies, put acknowledgements included, are written), stops reading,
+// and closes. What is still open when the
 // context ends is closed by force. Then, as Close, it closes the filters,
 // offset store and plugins and flushes and closes every log and journal
 // (a final fsync and checkpoint), so that everything acknowledged is on
 // disk before it returns.
 
-// pastDeadline is a read deadline in the past: a Read returns at once.
-var pastDeadline = time.Unix(1, 0)
+// drainRead is how long, once Shutdown starts, connections go on reading
+// what clients have already sent (requests in the socket buffer, or half
+// received), so that those are answered too.
+const drainRead = 100 * time.Millisecond
 
 // Shutdown stops the broker gracefully, draining connections until ctx is
 // done (see above). It is idempotent, and Close after it does nothing.
@@ -93,11 +96,12 @@ func (b *Broker) shutdown(ctx context.Context) error {
 // drain asks every connection to finish what it received and close, and
 // waits for them until ctx is done. It returns how many are left.
 func (b *Broker) drain(ctx context.Context) int {
-	b.draining.Store(true)
+	dl := time.Now().Add(drainRead)
+	b.draining.Store(dl.UnixNano())
 	b.connsMu.Lock()
 	n := len(b.conns)
 	for c := range b.conns {
-		c.nc.SetReadDeadline(pastDeadline)
+		c.nc.SetReadDeadline(dl)
 	}
 	b.connsMu.Unlock()
 	if n > 0 {
