@@ -138,12 +138,22 @@ func run(args []string) int {
 		return 1
 	}
 	log = b.Logger()
+	reload := false
+	// A signal during recovery (New) is acted on now, before listening.
+	select {
+	case s := <-sigs:
+		if s != syscall.SIGHUP {
+			log.Info(fmt.Sprintf("received %v during start-up, shutting down", s))
+			return stop(b, log)
+		}
+		reload = true
+	default:
+	}
 
 	// Start: in cluster mode it waits (at most connection_timeout) for the
 	// first ZooKeeper registration; a SIGTERM meanwhile stops it.
 	started := make(chan error, 1)
 	go func() { started <- b.Start() }()
-	reload := false
 	for starting := true; starting; {
 		select {
 		case err := <-started:
