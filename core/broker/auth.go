@@ -177,7 +177,7 @@ func (c *conn) authFromCert() {
 		c.b.logf("conn %s: authenticated user %s by client certificate", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
 		return
 	}
-	c.b.logf("conn %s: client certificate CN %s names no [[auth.user]]", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
+	c.b.warnf("conn %s: client certificate CN %s names no [[auth.user]]", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
 }
 
 // handleAuth answers `auth <mechanism>`. Success replies 200 at once; a
@@ -205,7 +205,7 @@ func (c *conn) handleAuth(r *protocol.Request) {
 	if _, u, _, ok := protocol.ParseSASLPlain(r.Body); ok {
 		name = protocol.Printable([]byte(u))
 	}
-	b.logf("conn %s: auth failed for user %s: %s", c.nc.RemoteAddr(), name, reason)
+	b.warnf("conn %s: auth failed for user %s: %s", c.nc.RemoteAddr(), name, reason)
 	delay := time.Until(start.Add(time.Duration(b.config().Auth.FailureDelay) * time.Millisecond))
 	if delay > 0 {
 		t := time.NewTimer(delay)

@@ -67,6 +67,8 @@ type Broker struct {
 	cfgp atomic.Pointer[conf.Config]
 	opts Options
 	logf func(format string, args ...any) // b.log at Info
+	// warnf and errorf are b.log at Warn and Error.
+	warnf, errorf func(format string, args ...any)
 	log  *slog.Logger
 	// logLevel and pluginLevel are log_level and plugin_log_level.
 	logLevel, pluginLevel slog.LevelVar
@@ -495,7 +497,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				b.logf("accept: %v; retrying in %v", err, delay)
+				b.warnf("accept: %v; retrying in %v", err, delay)
 				select {
 				case <-time.After(delay):
 				case <-b.done:
@@ -503,7 +505,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 				}
 				continue
 			}
-			b.logf("accept: %v", err)
+			b.errorf("accept: %v", err)
 			return
 		}
 		delay = 0
@@ -593,7 +595,7 @@ func (b *Broker) applyRetention(now time.Time) {
 		for p, l := range t.parts {
 			n, err := l.DeleteOlderThan(t.conf().RetainFor, now)
 			if err != nil {
-				b.logf("retention %s-%d: %v", t.name, p, err)
+				b.errorf("retention %s-%d: %v", t.name, p, err)
 			} else if n > 0 {
 				b.logf("retention %s-%d: deleted %d segment(s), min offset now %d", t.name, p, n, l.MinOffset())
 				b.disks.wake() // puts refused for a full disk may resume

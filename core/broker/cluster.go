@@ -27,7 +27,7 @@ func (b *Broker) openRegistry() error {
 	zc := b.config().ZooKeeper
 	host := advertiseHost(b.config().Host)
 	if host != b.config().Host {
-		b.logf("registry: host %q is not an address clients can use; advertising %s", b.config().Host, host)
+		b.warnf("registry: host %q is not an address clients can use; advertising %s", b.config().Host, host)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // Open must not wait: Serve waits after starting to accept
@@ -87,7 +87,7 @@ func (b *Broker) waitRegistered() {
 			b.logf("registry: start-up stopped before broker %d registered in ZooKeeper", b.config().BrokerID)
 			return
 		}
-		b.logf("registry: broker %d is not registered in ZooKeeper %s after %v; serving anyway and registering in the background",
+		b.warnf("registry: broker %d is not registered in ZooKeeper %s after %v; serving anyway and registering in the background",
 			b.config().BrokerID, b.config().ZooKeeper.Connect, d)
 	}
 }

@@ -456,7 +456,7 @@ func (c *conn) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 	if err != nil {
 		c.b.stats.putFailed.Add(1)
 		c.b.disks.wakeOn(err)
-		c.b.logf("append: %v", err)
+		c.b.errorf("append: %v", err)
 		c.reply(protocol.StatusInternalError, "append failed: "+err.Error(), opaque)
 		return
 	}

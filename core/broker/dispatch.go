@@ -82,7 +82,7 @@ func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, 
 		return nil, nil, 0, false
 	}
 	if err != nil { // an auto-created topic that could not be opened (EMFILE, ...); the next put retries
-		c.b.logf("put: %v", err)
+		c.b.errorf("put: %v", err)
 		c.putFail(r.Opaque, oneLine(err.Error()))
 		return nil, nil, 0, false
 	}

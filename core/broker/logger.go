@@ -28,6 +28,8 @@ func (b *Broker) initLogging(cfg *conf.Config) {
 	b.setLogLevels(cfg)
 	b.log = slog.New(logx.Filter(root, &b.logLevel))
 	b.logf = logx.Printf(b.log, slog.LevelInfo)
+	b.warnf = logx.Printf(b.log, slog.LevelWarn)
+	b.errorf = logx.Printf(b.log, slog.LevelError)
 	b.pluginLog = slog.New(logx.Filter(root, &b.pluginLevel))
 }
 

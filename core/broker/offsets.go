@@ -149,7 +149,7 @@ func (c *conn) handleCommit(r *protocol.Request) {
 	c.goOffsetCall(func(ctx context.Context) {
 		if err := b.offsets.store.Commit(ctx, group, ps); err != nil {
 			b.offsets.commitFailed.Add(1)
-			b.logf("commit offsets of group %s (%d partitions) to %s: %v", group, len(ps), b.offsets.name, err)
+			b.errorf("commit offsets of group %s (%d partitions) to %s: %v", group, len(ps), b.offsets.name, err)
 			c.reply(protocol.StatusInternalError, "commit failed: "+offsetErrText(err), opaque)
 			return
 		}
@@ -170,7 +170,7 @@ func (c *conn) handleFetch(r *protocol.Request) {
 	c.goOffsetCall(func(ctx context.Context) {
 		res, err := b.offsets.store.Load(ctx, group, ps)
 		if err != nil {
-			b.logf("fetch offsets of group %s from %s: %v", group, b.offsets.name, err)
+			b.errorf("fetch offsets of group %s from %s: %v", group, b.offsets.name, err)
 			c.reply(protocol.StatusInternalError, "fetch failed: "+offsetErrText(err), opaque)
 			return
 		}

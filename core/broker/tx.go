@@ -287,7 +287,7 @@ func (c *conn) rollbackLocal(key string, opaque int32) {
 	if err != nil {
 		// The rollback stands (nothing was appended); only its record may
 		// be lost, and a replay rolls the transaction back anyway.
-		c.b.logf("transaction %s: rollback record: %v", key, err)
+		c.b.errorf("transaction %s: rollback record: %v", key, err)
 	}
 	c.reply(protocol.StatusOK, "", opaque)
 }
@@ -541,7 +541,7 @@ func (b *Broker) journalEnd(t *tx, typ byte) int64 {
 	}
 	pos, err := b.txlog.write(t, typ, appendStr(nil, t.key))
 	if err != nil {
-		b.logf("transaction %s: %v", t.key, err)
+		b.errorf("transaction %s: %v", t.key, err)
 	}
 	return pos
 }

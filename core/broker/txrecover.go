@@ -290,7 +290,7 @@ func (b *Broker) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 		if entries == nil {
 			// Only possible if files were lost by other means: say so
 			// loudly rather than append something else.
-			b.logf("transaction journal: %s: the batch for %s-%d is missing from the partition and its messages are not in the journal; %d messages lost",
+			b.errorf("transaction journal: %s: the batch for %s-%d is missing from the partition and its messages are not in the journal; %d messages lost",
 				t.key, loc.topic, loc.partition, loc.n)
 			continue
 		}

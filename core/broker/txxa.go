@@ -73,7 +73,7 @@ func (b *Broker) recordHeuristicLocked(key string, out heurOut) int64 {
 	e := &heurEntry{out: out, hold: &tx{key: key}}
 	pos, err := b.txlog.write(e.hold, txRecHeuristic, encodeTxHeuristic(key, out))
 	if err != nil {
-		b.logf("transaction %s: heuristic record: %v", key, err)
+		b.errorf("transaction %s: heuristic record: %v", key, err)
 	}
 	s.heur[key] = e
 	b.logf("transaction %s: heuristically %s", key, out)
@@ -241,7 +241,7 @@ func (c *conn) handleXA(r *protocol.Request, key string) {
 		b.txlog.release(t)
 		s.rollbacks.Add(1)
 		if err != nil {
-			b.logf("transaction %s: rollback record: %v", key, err)
+			b.errorf("transaction %s: rollback record: %v", key, err)
 		}
 		c.reply(protocol.StatusOK, "", op)
 	default:
