@@ -69,7 +69,7 @@ type Broker struct {
 	logf func(format string, args ...any) // b.log at Info
 	// warnf and errorf are b.log at Warn and Error.
 	warnf, errorf func(format string, args ...any)
-	log  *slog.Logger
+	log           *slog.Logger
 	// logLevel and pluginLevel are log_level and plugin_log_level.
 	logLevel, pluginLevel slog.LevelVar
 	pluginLog             *slog.Logger
