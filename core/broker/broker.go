@@ -65,8 +65,10 @@ type Broker struct {
 	// cfgp is the configuration; Reload swaps it (reload.go). Read it
 	// with config(), once per operation where the values must agree.
 	cfgp atomic.Pointer[conf.Config]
-	opts Options
-	logf func(format string, args ...any) // b.log at Info
+	// reloadMu serializes Reloads.
+	reloadMu sync.Mutex
+	opts     Options
+	logf     func(format string, args ...any) // b.log at Info
 	// warnf and errorf are b.log at Warn and Error.
 	warnf, errorf func(format string, args ...any)
 	log           *slog.Logger

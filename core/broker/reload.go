@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/metaq-go/metaq/conf"
 )
@@ -63,15 +62,12 @@ type ReloadReport struct {
 // Changed reports whether the new file differed in anything.
 func (r ReloadReport) Changed() bool { return len(r.Applied)+len(r.NeedRestart) > 0 }
 
-// reloadMu serializes Reloads.
-var reloadMu sync.Mutex
-
 // Reload applies next (a validated configuration, flags applied as at
 // start) as described above. On error (next does not validate, or the
 // new TLS material cannot be loaded) nothing changes.
 func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
-	reloadMu.Lock()
-	defer reloadMu.Unlock()
+	b.reloadMu.Lock()
+	defer b.reloadMu.Unlock()
 	var rep ReloadReport
 	if err := next.Validate(); err != nil {
 		return rep, err
