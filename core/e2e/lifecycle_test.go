@@ -409,4 +409,47 @@ func TestServerLogFormat(t *testing.T) {
 	}
 }
 
-var _ = testsvc.InCI
+// TestMakeCluster runs what `make cluster` runs (examples/deploy/cluster.sh)
+// on free ports, in its one-shot mode: a real ZooKeeper and two brokers
+// start, register, and stop again gracefully.
+func TestMakeCluster(t *testing.T) {
+	testsvc.ZooKeeper(t) // the zookeeper package must be installed (fails in CI, else skips)
+	bin := brokertest.ServerBinary(t)
+	root, err := moduleRoot()
+	require.NoError(t, err)
+	var ports []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports = append(ports, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+		ln.Close()
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("bash", "examples/deploy/cluster.sh")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CLUSTER_ONESHOT=1", "CLUSTER_DIR="+dir, "BIN="+filepath.Dir(bin),
+		"ZK_PORT="+ports[0], "PORT1="+ports[1], "PORT2="+ports[2])
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { b, err := cmd.CombinedOutput(); done <- result{b, err} }()
+	select {
+	case r := <-done:
+		require.NoError(t, r.err, "%s", r.out)
+		require.Contains(t, string(r.out), "cluster: ready")
+		require.Contains(t, string(r.out), "cluster: stopped")
+		for id := 1; id <= 2; id++ {
+			log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("broker-%d.log", id)))
+			require.NoError(t, err)
+			require.Contains(t, string(log), fmt.Sprintf("registry: broker %d registered", id))
+			require.Contains(t, string(log), fmt.Sprintf("registry: broker %d unregistered from ZooKeeper", id))
+			require.Contains(t, string(log), "shutdown: stopped in")
+		}
+	case <-time.After(90 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("cluster.sh did not finish within 90 s")
+	}
+}
