@@ -22,6 +22,7 @@ import (
 
 	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/internal/zkpath"
 )
 
 // Lifecycle of the real metaq-server binary: SIGTERM is a graceful stop
@@ -452,4 +453,41 @@ func TestMakeCluster(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("cluster.sh did not finish within 90 s")
 	}
+}
+
+// TestServerSIGHUPClusterTopic turns a topic's accept_publish off and on
+// again with SIGHUP in cluster mode: its topics-pub znode goes and comes
+// back, topics-sub stays, and the broker stays registered.
+func TestServerSIGHUPClusterTopic(t *testing.T) {
+	c := startCluster(t, clusterSpec{Brokers: 1})
+	b := c.broker(1)
+	orig, err := os.ReadFile(c.ConfigPath)
+	require.NoError(t, err)
+	const header = "name = \"meta-test\"\n"
+	require.Contains(t, string(orig), header)
+	pub := zkpath.TopicsPub.Node(c.Root, clusterTopic, zkpath.MasterName(1))
+	sub := zkpath.TopicsSub.Node(c.Root, clusterTopic, zkpath.MasterName(1))
+	exists := func(p string) bool {
+		ok, _, err := c.zk.Exists(p)
+		require.NoError(t, err)
+		return ok
+	}
+	require.True(t, exists(pub))
+
+	hup := func(text, want string) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(c.ConfigPath, []byte(text), 0o644))
+		b.mu.Lock()
+		p := b.proc
+		b.mu.Unlock()
+		require.NoError(t, p.Cmd.Process.Signal(syscall.SIGHUP))
+		require.Eventually(t, func() bool { return b.logContains(want) }, 10*time.Second, 10*time.Millisecond, "log:\n%s", b.logs(4<<10))
+	}
+	hup(strings.Replace(string(orig), header, header+"accept_publish = false\n", 1), "applied: topic meta-test accept_publish (unset) -> false")
+	require.Eventually(t, func() bool { return !exists(pub) }, 10*time.Second, 10*time.Millisecond, "%s still there", pub)
+	require.True(t, exists(sub))
+	hup(string(orig), "applied: topic meta-test accept_publish false -> (unset)")
+	require.Eventually(t, func() bool { return exists(pub) }, 10*time.Second, 10*time.Millisecond, "%s not back", pub)
+	_, err = c.registration(1)
+	require.NoError(t, err, "broker 1 fully registered after the reloads")
 }
