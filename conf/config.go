@@ -214,6 +214,11 @@ type Config struct {
 	// SyncTimeout bounds, in milliseconds, a sync to the slave (MetaQ's
 	// sendToSlaveTimeoutInMills, 1..600000). Default 2000.
 	SyncTimeout int `toml:"sync_timeout"`
+	// LogFormat is the format of metaq-server's log on standard error:
+	// "text" (default; one line per record: time, level, message,
+	// key=value attributes) or "json" (one JSON object per line). It
+	// needs a restart; log_level and plugin_log_level reload with SIGHUP.
+	LogFormat string `toml:"log_format"`
 
 	path  string
 	raw   []byte
@@ -358,6 +363,7 @@ func Default() *Config {
 	c.SlaveMaxDelay = DefaultSlaveMaxDelay
 	c.Replication = ReplicationAsync
 	c.SyncTimeout = DefaultSyncTimeout
+	c.LogFormat = "text"
 	return c
 }
 

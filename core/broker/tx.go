@@ -146,7 +146,7 @@ func (c *conn) handleTransaction(r *protocol.Request) {
 // seconds (0 or less: none).
 func (b *Broker) txTimeout(sec int64) time.Duration {
 	if sec <= 0 {
-		return time.Duration(b.cfg.TxDefaultTimeout) * time.Second
+		return time.Duration(b.config().TxDefaultTimeout) * time.Second
 	}
 	return time.Duration(min(sec, conf.MaxTxTimeout)) * time.Second
 }
@@ -287,7 +287,7 @@ func (c *conn) rollbackLocal(key string, opaque int32) {
 	if err != nil {
 		// The rollback stands (nothing was appended); only its record may
 		// be lost, and a replay rolls the transaction back anyway.
-		c.b.logf("transaction %s: rollback record: %v", key, err)
+		c.b.errorf("transaction %s: rollback record: %v", key, err)
 	}
 	c.reply(protocol.StatusOK, "", opaque)
 }
@@ -321,13 +321,13 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	}
 	switch {
 	case tr == nil:
-	case tr.bytes+n > b.cfg.TxMaxBytes:
+	case tr.bytes+n > b.config().TxMaxBytes:
 		msg = "transaction " + key + " would hold " + strconv.FormatInt(tr.bytes+n, 10) +
-			" message bytes, over tx_max_bytes " + strconv.FormatInt(b.cfg.TxMaxBytes, 10) + "; the put is refused"
+			" message bytes, over tx_max_bytes " + strconv.FormatInt(b.config().TxMaxBytes, 10) + "; the put is refused"
 		tr = nil
-	case s.buffered+n > b.cfg.TxMaxBufferedBytes:
+	case s.buffered+n > b.config().TxMaxBufferedBytes:
 		msg = "open transactions hold " + strconv.FormatInt(s.buffered, 10) +
-			" message bytes, tx_max_buffered_bytes is " + strconv.FormatInt(b.cfg.TxMaxBufferedBytes, 10) + "; the put is refused"
+			" message bytes, tx_max_buffered_bytes is " + strconv.FormatInt(b.config().TxMaxBufferedBytes, 10) + "; the put is refused"
 		tr = nil
 	}
 	if tr == nil {
@@ -347,7 +347,7 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	tr.bytes += n
 	s.buffered += n
 	s.mu.Unlock()
-	if t.cfg.Stat {
+	if t.conf().Stat {
 		t.rt.put.add(1)
 		t.rt.size.add(n)
 	}
@@ -545,7 +545,7 @@ func (c *conn) appendCommit(t *tx, batches []*txBatch, opaque int32, heur bool) 
 	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1}
 	for _, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)
-		if bt.t.cfg.UnflushThreshold > 0 {
+		if bt.t.conf().UnflushThreshold > 0 {
 			tc.flush = true
 		}
 	}
@@ -569,7 +569,7 @@ func (b *Broker) journalEnd(t *tx, typ byte) int64 {
 	}
 	pos, err := b.txlog.write(t, typ, appendStr(nil, t.key))
 	if err != nil {
-		b.logf("transaction %s: %v", t.key, err)
+		b.errorf("transaction %s: %v", t.key, err)
 	}
 	return pos
 }
