@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -178,4 +179,40 @@ func TestReload(t *testing.T) {
 	require.Contains(t, strings.Join(rep.NeedRestart, "\n"), "auth.enabled false -> true")
 	require.False(t, b.config().Auth.Enabled)
 	require.Equal(t, protocol.StatusOK, second.roundTrip(t, []byte("stats 3\r\n")).Code)
+}
+
+// TestReloadKeepsLiveTopics: a topic created and one altered through the
+// admin API (topics.toml) survive a SIGHUP reload of the unchanged
+// server.toml, which reports nothing about them.
+func TestReloadKeepsLiveTopics(t *testing.T) {
+	cfg := conf.Default()
+	cfg.Port = 0
+	cfg.DataDir = t.TempDir()
+	cfg.NumPartitions = 2
+	cfg.Topics = []conf.Topic{{Name: "t"}}
+	file := *cfg
+	file.Topics = slices.Clone(cfg.Topics)
+	b, err := New(cfg, Options{Logf: t.Logf})
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+	defer b.Close()
+	three := 3
+	require.NoError(t, b.CreateTopic(conf.Topic{Name: "live", NumPartitions: &three}))
+	_, err = b.AddPartitions("t", 4)
+	require.NoError(t, err)
+
+	next := file
+	next.Topics = slices.Clone(file.Topics)
+	rep, err := b.Reload(&next)
+	require.NoError(t, err)
+	require.Empty(t, rep.NeedRestart, "%v", rep.NeedRestart)
+	require.ElementsMatch(t, []string{"t", "live"}, b.config().TopicNames())
+	tc, ok := b.config().TopicConfig("live")
+	require.True(t, ok)
+	require.Equal(t, 3, tc.NumPartitions)
+	tc, _ = b.config().TopicConfig("t")
+	require.Equal(t, 4, tc.NumPartitions)
+	c := dialRaw(t, b.Addr())
+	r := c.roundTrip(t, protocol.AppendPut(nil, "live", 2, 0, -1, 1, []byte("x")))
+	require.Equal(t, protocol.StatusOK, r.Code, "%q", r.Body)
 }
