@@ -429,7 +429,7 @@ func TestMakeCluster(t *testing.T) {
 	cmd := exec.Command("bash", "examples/deploy/cluster.sh")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CLUSTER_ONESHOT=1", "CLUSTER_DIR="+dir, "BIN="+filepath.Dir(bin),
-		"ZK_PORT="+ports[0], "PORT1="+ports[1], "PORT2="+ports[2])
+		"ZK_PORT="+ports[0], "PORT1="+ports[1], "PORT2="+ports[2], "HTTP1=0", "HTTP2=0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	type result struct {
 		out []byte

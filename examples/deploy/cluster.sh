@@ -3,8 +3,9 @@
 # cluster mode on one machine. Ctrl-C (or SIGTERM) stops the brokers
 # gracefully (they unregister from ZooKeeper), then ZooKeeper.
 #
-#   make cluster                      # ZooKeeper on 2181, brokers on 8123 and 8124
-#   ZK_PORT=2281 PORT1=9123 PORT2=9124 make cluster
+#   make cluster                      # ZooKeeper on 2181, brokers on 8123 and 8124,
+#                                     # their HTTP (metrics, admin) on 8120 and 8121
+#   ZK_PORT=2281 PORT1=9123 PORT2=9124 HTTP1=9120 HTTP2=9121 make cluster  (0: no HTTP)
 #   CLUSTER_DIR=/tmp/metaq-cluster make cluster
 #
 # Needs Debian's zookeeper package (java, /usr/share/java/zookeeper.jar)
@@ -16,6 +17,8 @@ set -euo pipefail
 ZK_PORT=${ZK_PORT:-2181}
 PORT1=${PORT1:-8123}
 PORT2=${PORT2:-8124}
+HTTP1=${HTTP1:-8120}
+HTTP2=${HTTP2:-8121}
 DIR=${CLUSTER_DIR:-.cluster}
 CONFIG=${CONFIG:-conf/server.toml}
 BIN=${BIN:-bin}
@@ -25,9 +28,10 @@ die() { echo "cluster: $*" >&2; exit 1; }
 command -v java >/dev/null || die "no java on PATH: install Debian's zookeeper package (apt-get install zookeeper), or run .ci/services.sh install"
 [ -f "$ZK_JAR" ] || die "$ZK_JAR not found: install Debian's zookeeper package"
 [ -x "$BIN/metaq-server" ] || die "$BIN/metaq-server not found: run make build"
-for p in "$ZK_PORT" "$PORT1" "$PORT2"; do
+for p in "$ZK_PORT" "$PORT1" "$PORT2" "$HTTP1" "$HTTP2"; do
+	[ "$p" = 0 ] && continue
 	if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-		die "port $p is in use (set ZK_PORT, PORT1, PORT2)"
+		die "port $p is in use (set ZK_PORT, PORT1, PORT2, HTTP1, HTTP2)"
 	fi
 done
 
@@ -68,9 +72,10 @@ done
 
 for id in 1 2; do
 	port=PORT$id
+	http=HTTP$id
 	echo "cluster: starting broker $id on 127.0.0.1:${!port} (log $DIR/broker-$id.log)"
 	"$BIN/metaq-server" --config "$CONFIG" --zk "127.0.0.1:$ZK_PORT" --broker-id "$id" \
-		--host 127.0.0.1 --port "${!port}" --data-dir "$DIR/broker-$id" >"$DIR/broker-$id.log" 2>&1 &
+		--host 127.0.0.1 --port "${!port}" --http-port "${!http}" --data-dir "$DIR/broker-$id" >"$DIR/broker-$id.log" 2>&1 &
 	pids+=($!)
 done
 for id in 1 2; do
