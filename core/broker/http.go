@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -159,6 +160,12 @@ func (b *Broker) newMux() http.Handler {
 	open("GET /readyz", b.handleReadyz)
 	mux.Handle("GET /metrics", b.needUser(b.metrics.handler().ServeHTTP, false))
 	b.adminRoutes(user, admin) // admin_http.go
+	// Go's profiler, for admins: go tool pprof http://host:8120/debug/pprof/profile?seconds=10
+	admin("GET /debug/pprof/", pprof.Index)
+	admin("GET /debug/pprof/cmdline", pprof.Cmdline)
+	admin("GET /debug/pprof/profile", pprof.Profile)
+	admin("GET /debug/pprof/symbol", pprof.Symbol)
+	admin("GET /debug/pprof/trace", pprof.Trace)
 	mux.Handle("/", b.needUser(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/http.md)")
 	}, false))

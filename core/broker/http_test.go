@@ -210,6 +210,12 @@ func TestHTTPAuth(t *testing.T) {
 	requireJSONError(t, body, 403, `user "alice" may not POST /api/v1/topics (admin only)`)
 	code, body = h.as("alice", "alice-pw").do("DELETE", "/api/v1/topics/orders", nil)
 	require.Equal(t, 403, code, "%s", body)
+	// The profiler is for admins.
+	code, body = h.as("alice", "alice-pw").get("/debug/pprof/goroutine?debug=1")
+	require.Equal(t, 403, code, "%s", body)
+	code, body = h.as("root", "root-pw").get("/debug/pprof/goroutine?debug=1")
+	require.Equal(t, 200, code, "%s", body)
+	require.Contains(t, string(body), "goroutine profile:")
 
 	// A verified client certificate naming a user authenticates.
 	ccf, ckf := certs.Client(t, "certonly", "certonly")
