@@ -64,6 +64,9 @@ type webState struct {
 	// (a reload gives a new *conf.User) misses the cache.
 	authMu    sync.Mutex
 	authCache map[[32]byte]*conf.User
+
+	// dash is the dashboard's state (dashsample.go).
+	dash dashState
 }
 
 // listenHTTP binds http_port for Start (nil when it is 0).
@@ -111,13 +114,15 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 	srv.ErrorLog = newStdLogger(b.logf, "http: ")
 	w.srv, w.ln = srv, ln
 	b.wg.Add(1)
+	go b.sampleLoop() // dashsample.go
+	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			b.logf("http: %v", err)
 		}
 	}()
-	b.logf("broker %d serving HTTP on %s://%s (metrics, health, admin API)", b.cfg.BrokerID, scheme, ln.Addr())
+	b.logf("broker %d serving HTTP on %s://%s (metrics, health, admin API, dashboard at /ui/)", b.cfg.BrokerID, scheme, ln.Addr())
 	return nil
 }
 
@@ -158,7 +163,8 @@ func (b *Broker) newMux() http.Handler {
 	open("GET /healthz", b.handleHealthz)
 	open("GET /readyz", b.handleReadyz)
 	mux.Handle("GET /metrics", b.needUser(b.metrics.handler().ServeHTTP, false))
-	b.adminRoutes(user, admin) // admin_http.go
+	b.adminRoutes(user, admin)     // admin_http.go
+	b.dashRoutes(mux, user, admin) // dashboard.go
 	mux.Handle("/", b.needUser(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/http.md)")
 	}, false))
