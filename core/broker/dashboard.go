@@ -92,8 +92,8 @@ func (b *Broker) dashRoutes(mux *http.ServeMux, user, admin func(pattern string,
 	})
 }
 
-// page is what every template gets.
-type page struct {
+// dashPage is what every template gets.
+type dashPage struct {
 	Title    string
 	Nav      string
 	User     string
@@ -119,7 +119,7 @@ func (b *Broker) role() string {
 
 // render writes page name with data and code.
 func (b *Broker) render(w http.ResponseWriter, r *http.Request, code int, name, title, nav string, data any, flash string) {
-	p := page{Title: title, Nav: nav, BrokerID: b.cfg.BrokerID, Version: Version, Role: b.role(), Flash: flash, Data: data, Admin: true}
+	p := dashPage{Title: title, Nav: nav, BrokerID: b.cfg.BrokerID, Version: Version, Role: b.role(), Flash: flash, Data: data, Admin: true}
 	if u := requestUser(r); u != nil {
 		p.User, p.Admin = u.Name, u.Admin
 	}
@@ -752,19 +752,22 @@ func sparkline(pts []lagPoint) template.HTML {
 	if len(pts) == 0 {
 		return template.HTML(`<span class="muted">no samples yet</span>`)
 	}
-	var hi int64 = 1
+	var hi int64
 	for _, p := range pts {
 		hi = max(hi, p.Lag)
 	}
+	scale := float64(max(hi, 1))
 	span := time.Hour.Seconds()
 	end := pts[len(pts)-1].At
 	var sb strings.Builder
 	fmt.Fprintf(&sb, `<svg class="spark" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img" aria-label="lag over the last hour, max %d bytes"><polyline fill="none" stroke="currentColor" stroke-width="1.5" points="`, w, h, w, h, hi)
 	for _, p := range pts {
 		x := w - end.Sub(p.At).Seconds()/span*w
-		y := h - 2 - float64(p.Lag)/float64(hi)*(h-4)
+		y := h - 2 - float64(p.Lag)/scale*(h-4)
 		fmt.Fprintf(&sb, "%.1f,%.1f ", x, y)
 	}
 	sb.WriteString(`"/></svg>`)
+	fmt.Fprintf(&sb, ` <span class="muted">%s now, %s at most; %d samples, the last hour (left: 60 min ago)</span>`,
+		humanBytes(pts[len(pts)-1].Lag), humanBytes(hi), len(pts))
 	return template.HTML(sb.String())
 }
