@@ -97,6 +97,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePartitionName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminAPI$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzDashboard$$' -fuzztime $(FUZZTIME) ./core/broker/
 
 clean:
 	rm -rf $(BIN)
