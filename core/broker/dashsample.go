@@ -62,10 +62,11 @@ type dashState struct {
 	csrfOnce sync.Once
 	csrfKey  []byte
 
-	mu    sync.Mutex
-	lags  map[groupTopic]*lagRing
-	last  map[string]topicSample
-	rates map[string]topicRate
+	mu     sync.Mutex
+	lags   map[groupTopic]*lagRing
+	last   map[string]topicSample
+	lastAt time.Time
+	rates  map[string]topicRate
 }
 
 // sampleLoop samples every dashSampleEvery until the broker closes.
@@ -124,15 +125,19 @@ func (b *Broker) dashSample(now time.Time) {
 	if d.lags == nil {
 		d.lags = map[groupTopic]*lagRing{}
 	}
-	rates := make(map[string]topicRate, len(samples))
-	for name, s := range samples {
-		if p, ok := d.last[name]; ok && s.at.After(p.at) {
-			sec := s.at.Sub(p.at).Seconds()
-			rates[name] = topicRate{MsgsIn: float64(s.msgsIn-p.msgsIn) / sec, BytesIn: float64(s.bytesIn-p.bytesIn) / sec,
-				BytesOut: float64(s.bytesOut-p.bytesOut) / sec, Over: s.at.Sub(p.at)}
+	// Rates need a later sample than the last (a sample dated earlier,
+	// as tests take, leaves them).
+	if now.After(d.lastAt) {
+		rates := make(map[string]topicRate, len(samples))
+		for name, s := range samples {
+			if p, ok := d.last[name]; ok {
+				sec := s.at.Sub(p.at).Seconds()
+				rates[name] = topicRate{MsgsIn: float64(s.msgsIn-p.msgsIn) / sec, BytesIn: float64(s.bytesIn-p.bytesIn) / sec,
+					BytesOut: float64(s.bytesOut-p.bytesOut) / sec, Over: s.at.Sub(p.at)}
+			}
 		}
+		d.last, d.rates, d.lastAt = samples, rates, now
 	}
-	d.last, d.rates = samples, rates
 	for _, l := range lags {
 		r := d.lags[l.k]
 		if r == nil {
