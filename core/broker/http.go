@@ -281,13 +281,13 @@ func (s readyState) ok() bool {
 }
 
 // ReplicaInSync, if set, is asked by /readyz whether this broker, as a
-// slave in sync mode, is in sync with its master (the replication issue
-// sets it); nil means there is nothing to wait for.
+// slave in sync mode, is in sync with its master; it replaces the
+// built-in check of a slave (replobs.go). nil: the built-in check.
 type ReplicaInSync func() (ok bool, detail string)
 
 // readiness evaluates /readyz: storage recovered, no journal failed, the
-// listeners open, registered in ZooKeeper in cluster mode, and (later)
-// the slave in sync.
+// listeners open, registered in ZooKeeper in cluster mode, and for a
+// slave in sync mode, in sync with its master.
 func (b *Broker) readiness() readyState {
 	var s readyState
 	s = append(s, readyCheck{Name: "storage", OK: b.recovered.Load(), Detail: "partitions opened and recovered"})
@@ -308,9 +308,8 @@ func (b *Broker) readiness() readyState {
 		}
 		s = append(s, readyCheck{Name: "zookeeper", OK: reg, Detail: d})
 	}
-	if f := b.opts.ReplicaInSync; f != nil {
-		ok, d := f()
-		s = append(s, readyCheck{Name: "replica", OK: ok, Detail: d})
+	if c, ok := b.replicaCheck(); ok { // replobs.go
+		s = append(s, c)
 	}
 	return s
 }
