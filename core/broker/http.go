@@ -302,9 +302,11 @@ func (b *Broker) readiness() readyState {
 	s = append(s, readyCheck{Name: "serving", OK: b.serving.Load() && !b.closed.Load(), Detail: "client listeners open"})
 	if b.cfg.ZooKeeper.Enabled() {
 		reg := b.Registered()
-		d := "registered in ZooKeeper " + b.cfg.ZooKeeper.Connect
+		// zookeeper.connect is secret (it may carry credentials, and
+		// /readyz needs no user): the root names the cluster.
+		d := "registered in ZooKeeper (root " + b.cfg.ZooKeeper.Root + ")"
 		if !reg {
-			d = "not registered in ZooKeeper " + b.cfg.ZooKeeper.Connect + " (unreachable, or the session is being re-established)"
+			d = "not registered in ZooKeeper (root " + b.cfg.ZooKeeper.Root + "; unreachable, or the session is being re-established)"
 		}
 		s = append(s, readyCheck{Name: "zookeeper", OK: reg, Detail: d})
 	}
