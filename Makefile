@@ -12,7 +12,7 @@ PLUGIN_MAINS := $(wildcard cmd/metaq-offsetstore-* cmd/metaq-txn-* examples/*-pl
 PROTOS       := $(shell find . -name '*.proto' -not -path './bin/*' 2>/dev/null)
 GOBIN_DIR    := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: all build man run test soak vet fmt-check bench fuzz clean examples plugins generate protoc-tools services
+.PHONY: all build man run cluster test soak vet fmt-check bench fuzz clean examples plugins generate protoc-tools services
 
 all: build
 
@@ -41,6 +41,11 @@ examples: build
 
 run: build
 	$(BIN)/metaq-server --config $(CONFIG)
+
+# A local ZooKeeper and two brokers (ids 1 and 2 on 8123 and 8124) for
+# trying cluster mode; Ctrl-C stops them. See examples/deploy/README.md.
+cluster: build
+	CONFIG=$(CONFIG) BIN=$(BIN) bash examples/deploy/cluster.sh
 
 vet:
 	$(GO) vet $(PKGS)
@@ -71,6 +76,8 @@ soak: build
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./sdk/protocol/ ./core/store/ ./core/broker/
 	$(GO) test -run '^$$' -bench BenchmarkClusterRebalance -benchtime 5x ./sdk/client/
+	$(GO) test -run '^$$' -bench BenchmarkTransaction -benchtime 3s ./sdk/client/
+	$(GO) test -run '^$$' -bench BenchmarkXA -benchtime 3s ./txn/metaqbroker/
 	$(BIN)/metaq bench all
 
 # Every parser's fuzz target, FUZZTIME each (make fuzz FUZZTIME=5m before
@@ -97,6 +104,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePartitionName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminAPI$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzTxJournal$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzDashboard$$' -fuzztime $(FUZZTIME) ./core/broker/
 
 clean:

@@ -183,8 +183,10 @@ type Config struct {
 	TxMaxBufferedBytes int64 `toml:"tx_max_buffered_bytes"`
 	// FlushTxLogAtCommit is when the transaction journal
 	// (<data_dir>/transactions) is fsynced, MetaQ's flushTxLogAtCommit:
-	// 1 (default) before a commit or rollback is acted on and answered, 2
-	// once a second, 0 never (the OS writes it back).
+	// 1 (default) before a prepare, commit or rollback is acted on and
+	// answered, 2 once a second, 0 never (the OS writes it back). With
+	// every value the record is written (survives kill -9) before the
+	// answer; docs/storage.md says what a power loss may lose.
 	FlushTxLogAtCommit int `toml:"flush_tx_log_at_commit"`
 
 	// Replication (conf/replication.go, docs/replication.md).
@@ -212,6 +214,11 @@ type Config struct {
 	// SyncTimeout bounds, in milliseconds, a sync to the slave (MetaQ's
 	// sendToSlaveTimeoutInMills, 1..600000). Default 2000.
 	SyncTimeout int `toml:"sync_timeout"`
+	// LogFormat is the format of metaq-server's log on standard error:
+	// "text" (default; one line per record: time, level, message,
+	// key=value attributes) or "json" (one JSON object per line). It
+	// needs a restart; log_level and plugin_log_level reload with SIGHUP.
+	LogFormat string `toml:"log_format"`
 
 	path  string
 	raw   []byte
@@ -356,6 +363,7 @@ func Default() *Config {
 	c.SlaveMaxDelay = DefaultSlaveMaxDelay
 	c.Replication = ReplicationAsync
 	c.SyncTimeout = DefaultSyncTimeout
+	c.LogFormat = "text"
 	return c
 }
 

@@ -204,6 +204,9 @@ func (c *Config) check() []Problem {
 	default:
 		k.add("log_level", "must be one of debug, info, warn, error, got %q", c.LogLevel)
 	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		k.add("log_format", `must be "text" or "json", got %q`, c.LogFormat)
+	}
 
 	k.checkPlugins(c)
 	k.zookeeper(&c.ZooKeeper)

@@ -200,7 +200,7 @@ func consume(e *env, o *consumeOpts) error {
 
 // clientOpts are the options every Client of the CLI has.
 func clientOpts(e *env) []client.Opt {
-	opts := []client.Opt{client.Logger(silentLogger), client.DialTimeout(e.timeout), client.RequestTimeout(e.timeout)}
+	opts := []client.Opt{client.Logger(e.logger()), client.DialTimeout(e.timeout), client.RequestTimeout(e.timeout)}
 	return append(opts, e.sec.clientOpts()...)
 }
 

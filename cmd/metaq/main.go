@@ -58,6 +58,9 @@ type env struct {
 	// sec is the TLS and SASL PLAIN of every broker connection (the
 	// --tls-*, --user and --password-file flags).
 	sec *security
+	// logLevel and logFormat are --log-level and --log-format: the SDK's
+	// log on stderr ("" = none).
+	logLevel, logFormat string
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {

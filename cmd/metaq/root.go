@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"runtime"
 	"strings"
@@ -9,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 	"github.com/spf13/pflag"
+
+	"github.com/metaq-go/metaq/internal/logx"
 )
 
 const rootHelp = `
@@ -97,6 +101,31 @@ func addGlobalFlags(fs *pflag.FlagSet, e *env) {
 	})
 	fs.DurationVar(&e.timeout, "timeout", e.timeout, "per-request timeout (connect, send, stats)")
 	e.sec.addFlags(fs)
+	fs.Func("log-level", "log the client library's connection problems, retries and rebalances on stderr at `level` (debug, info, warn, error; default: none)", func(s string) error {
+		if _, err := logx.ParseLevel(s); err != nil || s == "" {
+			return fmt.Errorf("want debug, info, warn or error, got %q", s)
+		}
+		e.logLevel = s
+		return nil
+	})
+	fs.Func("log-format", "format of --log-level's lines: `text` (default) or json", func(s string) error {
+		if _, err := logx.NewHandler(io.Discard, s); err != nil {
+			return err
+		}
+		e.logFormat = s
+		return nil
+	})
+}
+
+// logger is the SDK's logger: silent unless --log-level is given, else
+// the broker's log format (internal/logx) on stderr.
+func (e *env) logger() *slog.Logger {
+	if e.logLevel == "" {
+		return silentLogger
+	}
+	h, _ := logx.NewHandler(e.stderr, e.logFormat)
+	lv, _ := logx.ParseLevel(e.logLevel)
+	return slog.New(logx.Filter(h, lv))
 }
 
 // leaf makes the command name ("bench produce" for a subcommand of

@@ -79,9 +79,9 @@ func (b *Broker) topicSource(name string) string {
 }
 
 func (b *Broker) topicJSON(t *topic, parts bool) topicJSON {
-	j := topicJSON{Name: t.name, Partitions: len(t.parts), AcceptPublish: t.cfg.AcceptPublish,
-		AcceptSubscribe: t.cfg.AcceptSubscribe, UnflushThreshold: t.cfg.UnflushThreshold,
-		DeletePolicy: t.cfg.DeletePolicy, Source: b.topicSource(t.name)}
+	j := topicJSON{Name: t.name, Partitions: len(t.parts), AcceptPublish: t.conf().AcceptPublish,
+		AcceptSubscribe: t.conf().AcceptSubscribe, UnflushThreshold: t.conf().UnflushThreshold,
+		DeletePolicy: t.conf().DeletePolicy, Source: b.topicSource(t.name)}
 	for p, l := range t.parts {
 		j.Messages += l.MessageCount()
 		j.SizeBytes += l.SizeBytes()
@@ -333,7 +333,7 @@ func (b *Broker) checkGroup(w http.ResponseWriter, r *http.Request, group string
 func (b *Broker) loadCommitted(ctx context.Context, group string, t *topic) ([]int64, error) {
 	ps := make([]message.Position, len(t.parts))
 	for p := range t.parts {
-		ps[p] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: b.cfg.BrokerID, Partition: int32(p)}}
+		ps[p] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: b.config().BrokerID, Partition: int32(p)}}
 	}
 	res, err := b.offsets.store.Load(ctx, group, ps)
 	if err != nil {
@@ -554,7 +554,7 @@ func (b *Broker) planReset(ctx context.Context, group string, req resetRequest) 
 			}
 		}
 		plan.changes = append(plan.changes, resetChange{Partition: p, From: committed[p], To: to})
-		plan.ps = append(plan.ps, message.Position{Topic: t.name, Partition: message.Partition{BrokerID: b.cfg.BrokerID, Partition: int32(p)}, Offset: to, MsgID: -1})
+		plan.ps = append(plan.ps, message.Position{Topic: t.name, Partition: message.Partition{BrokerID: b.config().BrokerID, Partition: int32(p)}, Offset: to, MsgID: -1})
 	}
 	return plan, nil
 }
@@ -605,7 +605,7 @@ func (b *Broker) apiStats(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"pid":                   os.Getpid(),
-		"broker_id":             b.cfg.BrokerID,
+		"broker_id":             b.config().BrokerID,
 		"version":               Version,
 		"uptime_seconds":        int64(time.Since(b.start) / time.Second),
 		"connections":           b.stats.connections.Load(),
@@ -635,11 +635,11 @@ func (b *Broker) apiStats(w http.ResponseWriter, r *http.Request) {
 
 func (b *Broker) apiCluster(w http.ResponseWriter, r *http.Request) {
 	mode := "local"
-	if b.cfg.ZooKeeper.Enabled() {
+	if b.config().ZooKeeper.Enabled() {
 		mode = "cluster"
 	}
 	out := map[string]any{
-		"broker_id":  b.cfg.BrokerID,
+		"broker_id":  b.config().BrokerID,
 		"mode":       mode,
 		"role":       "master", // slaves come with replication (issue 11)
 		"http_addr":  b.HTTPAddr(),
@@ -652,7 +652,7 @@ func (b *Broker) apiCluster(w http.ResponseWriter, r *http.Request) {
 	if mode == "cluster" {
 		// zookeeper.connect is secret (it may carry credentials): only
 		// the root is shown.
-		out["zookeeper_root"] = b.cfg.ZooKeeper.Root
+		out["zookeeper_root"] = b.config().ZooKeeper.Root
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -39,11 +39,11 @@ type authState struct {
 
 // initAuth sets up b.auth when auth is on.
 func (b *Broker) initAuth() error {
-	if !b.cfg.Auth.Enabled {
+	if !b.config().Auth.Enabled {
 		return nil
 	}
 	cost := bcrypt.DefaultCost
-	for _, u := range b.cfg.Auth.Users {
+	for _, u := range b.config().Auth.Users {
 		if u.PasswordHash == "" {
 			continue
 		}
@@ -68,12 +68,27 @@ type connAuth struct {
 	user *conf.User
 	// certChecked is set once the TLS client certificate was looked at.
 	certChecked bool
+	// from is the configuration user was taken from: after a Reload the
+	// user is looked up again by name, so changed rights apply at once.
+	from *conf.Config
+}
+
+// current returns the connection's user under cfg: the same user after a
+// Reload, with its new rights, or nil if it was removed.
+func (a *connAuth) current(cfg *conf.Config) *conf.User {
+	if a.user == nil || a.from == cfg {
+		return a.user
+	}
+	u, _ := cfg.Auth.UserByName(a.user.Name)
+	a.user, a.from = u, cfg
+	return u
 }
 
 // authorize is called before every request is dispatched. It reports
 // whether the request may run; if not, it has replied 401 or 403.
 func (c *conn) authorize(r *protocol.Request) bool {
-	a := &c.b.cfg.Auth
+	cfg := c.b.config()
+	a := &cfg.Auth
 	if !a.Enabled {
 		return true
 	}
@@ -85,7 +100,7 @@ func (c *conn) authorize(r *protocol.Request) bool {
 	case protocol.OpVersion, protocol.OpAuth, protocol.OpQuit:
 		return true
 	}
-	u := c.auth.user
+	u := c.auth.current(cfg)
 	if u == nil {
 		c.reply(protocol.StatusUnauthorized, "authentication required: send auth PLAIN first", r.Opaque)
 		return false
@@ -156,12 +171,13 @@ func (c *conn) authFromCert() {
 		return
 	}
 	cn := st.PeerCertificates[0].Subject.CommonName
-	if u, ok := c.b.cfg.Auth.UserByName(cn); ok {
-		c.auth.user = u
+	cfg := c.b.config()
+	if u, ok := cfg.Auth.UserByName(cn); ok {
+		c.auth.user, c.auth.from = u, cfg
 		c.b.logf("conn %s: authenticated user %s by client certificate", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
 		return
 	}
-	c.b.logf("conn %s: client certificate CN %s names no [[auth.user]]", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
+	c.b.warnf("conn %s: client certificate CN %s names no [[auth.user]]", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
 }
 
 // handleAuth answers `auth <mechanism>`. Success replies 200 at once; a
@@ -172,7 +188,7 @@ func (c *conn) authFromCert() {
 // auth leaves the connection unauthenticated, even if it was before.
 func (c *conn) handleAuth(r *protocol.Request) {
 	b := c.b
-	if !b.cfg.Auth.Enabled {
+	if !b.config().Auth.Enabled {
 		c.reply(protocol.StatusOK, "", r.Opaque) // auth is off: every connection has every right
 		return
 	}
@@ -189,8 +205,8 @@ func (c *conn) handleAuth(r *protocol.Request) {
 	if _, u, _, ok := protocol.ParseSASLPlain(r.Body); ok {
 		name = protocol.Printable([]byte(u))
 	}
-	b.logf("conn %s: auth failed for user %s: %s", c.nc.RemoteAddr(), name, reason)
-	delay := time.Until(start.Add(time.Duration(b.cfg.Auth.FailureDelay) * time.Millisecond))
+	b.warnf("conn %s: auth failed for user %s: %s", c.nc.RemoteAddr(), name, reason)
+	delay := time.Until(start.Add(time.Duration(b.config().Auth.FailureDelay) * time.Millisecond))
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		select {
@@ -213,7 +229,8 @@ func (c *conn) checkPlain(r *protocol.Request) (*conf.User, string) {
 	if !ok {
 		return nil, "malformed PLAIN message: want [authzid] NUL user NUL password"
 	}
-	u, known := c.b.cfg.Auth.UserByName(name)
+	cfg := c.b.config()
+	u, known := cfg.Auth.UserByName(name)
 	hash := c.b.auth.dummy
 	if known && u.PasswordHash != "" {
 		hash = []byte(u.PasswordHash)
@@ -227,5 +244,6 @@ func (c *conn) checkPlain(r *protocol.Request) (*conf.User, string) {
 	case authzid != "" && authzid != name:
 		return nil, "user " + strconv.Quote(name) + " may not act as " + strconv.Quote(authzid)
 	}
+	c.auth.from = cfg
 	return u, ""
 }

@@ -7,11 +7,12 @@
 package broker
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"log"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -36,7 +37,13 @@ const Version = "metaq-go/0.1.0"
 
 // Options are run-time settings that are not in server.toml.
 type Options struct {
-	// Logf receives the broker's log lines; nil logs to the standard logger.
+	// LogHandler receives the broker's log records (at log_level) and its
+	// plugins' (at plugin_log_level); it should pass every level (see
+	// internal/logx.NewHandler). Nil means Logf, if set, else slog's
+	// default logger.
+	LogHandler slog.Handler
+	// Logf, used when LogHandler is nil, receives each record as one
+	// line without a time stamp (logx.PrintfHandler).
 	Logf func(format string, args ...any)
 	// WriteTimeout bounds one write to a client; 0 means 30 s.
 	WriteTimeout time.Duration
@@ -71,10 +78,20 @@ func (b *Broker) replDialAddr(addr string) string {
 
 // Broker is one metaq-go broker.
 type Broker struct {
-	cfg  *conf.Config
-	opts Options
-	logf func(format string, args ...any)
-	ids  *idWorker
+	// cfgp is the configuration; Reload swaps it (reload.go). Read it
+	// with config(), once per operation where the values must agree.
+	cfgp atomic.Pointer[conf.Config]
+	// reloadMu serializes Reloads.
+	reloadMu sync.Mutex
+	opts     Options
+	logf     func(format string, args ...any) // b.log at Info
+	// warnf and errorf are b.log at Warn and Error.
+	warnf, errorf func(format string, args ...any)
+	log           *slog.Logger
+	// logLevel and pluginLevel are log_level and plugin_log_level.
+	logLevel, pluginLevel slog.LevelVar
+	pluginLog             *slog.Logger
+	ids                   *idWorker
 
 	mu     sync.RWMutex
 	topics map[string]*topic
@@ -90,6 +107,15 @@ type Broker struct {
 	wg      sync.WaitGroup
 	done    chan struct{}
 	closed  atomic.Bool
+	// draining is set by Shutdown to the read deadline of every
+	// connection (Unix ns; 0 = not draining): they read what the client
+	// already sent until then, answer it, and close (lifecycle.go).
+	// once they answered what they received (lifecycle.go).
+	draining atomic.Int64
+	// startCtx is cancelled by AbortStart and Shutdown: Start stops
+	// waiting for the first ZooKeeper registration.
+	startCtx    context.Context
+	startCancel context.CancelFunc
 
 	start time.Time
 	stats counters
@@ -156,8 +182,10 @@ type topicOpen struct {
 }
 
 type topic struct {
-	name  string
-	cfg   conf.TopicConfig
+	name string
+	// cfgp is the topic's settings; Reload swaps them (accept_*, stat,
+	// delete_policy). Read with conf().
+	cfgp  atomic.Pointer[conf.TopicConfig]
 	parts []*store.Log
 	// pc are the partitions' traffic counters (metrics.go), one per part.
 	pc []partCounters
@@ -180,9 +208,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		opts.WriteTimeout = 30 * time.Second
 	}
 	b := &Broker{
-		cfg:     cfg,
 		opts:    opts,
-		logf:    opts.Logf,
 		ids:     newIDWorker(cfg.BrokerID, nil),
 		topics:  make(map[string]*topic),
 		opening: make(map[string]*topicOpen),
@@ -191,6 +217,8 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		start:   time.Now(),
 		budget:  newBudget(cfg.MaxBufferedBytes),
 	}
+	b.cfgp.Store(cfg)
+	b.startCtx, b.startCancel = context.WithCancel(context.Background())
 	if cfg.IsSlave() {
 		b.slave = newSlaveState(b)
 	} else if cfg.Replication == conf.ReplicationSync {
@@ -198,9 +226,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	}
 	b.groups.timeout = opts.GroupSessionTimeout
 	b.groups.maxMembers, b.groups.maxPerConn = cfg.MaxGroupMembers, cfg.MaxMembershipsPerConnection
-	if b.logf == nil {
-		b.logf = log.Printf
-	}
+	b.initLogging(cfg)
 	b.disks = newDiskWatch(cfg.DiskMaxUsedRatio, b.logf)
 	b.metrics = newMetrics(b)
 	if err := b.initAuth(); err != nil {
@@ -240,7 +266,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		b.closeStores()
 		return nil, err
 	}
-	b.plugins = host.NewSupervisor(host.Options{Logger: newHCLogger(b.logf, cfg.EffectivePluginLogLevel())})
+	b.plugins = host.NewSupervisor(host.Options{Logger: b.pluginHCLogger()})
 	for _, step := range []func() error{b.initFilters, b.initOffsetStore} {
 		if err := step(); err != nil {
 			b.plugins.Close()
@@ -297,7 +323,7 @@ func (b *Broker) openTopic(name string) (*topic, error) {
 		<-op.done
 		return op.t, op.err
 	}
-	tc, ok := b.cfg.TopicConfig(name)
+	tc, ok := b.config().TopicConfig(name)
 	if !ok {
 		b.mu.Unlock()
 		return nil, errUnknownTopic
@@ -338,9 +364,10 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 	}
 	dir := tc.DataDir
 	if dir == "" {
-		dir = b.cfg.DataDir
+		dir = b.config().DataDir
 	}
-	t := &topic{name: name, cfg: tc, disk: b.disks.disk(dir)}
+	t := &topic{name: name, disk: b.disks.disk(dir)}
+	t.cfgp.Store(&tc)
 	parts, err := b.openPartitionRange(name, tc, 0, tc.NumPartitions)
 	if err != nil {
 		return nil, err
@@ -355,20 +382,20 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 func (b *Broker) openPartitionRange(name string, tc conf.TopicConfig, from, to int) ([]*store.Log, error) {
 	dir := tc.DataDir
 	if dir == "" {
-		dir = b.cfg.DataDir
+		dir = b.config().DataDir
 	}
 	recovery := store.RecoverQuarantine
-	if b.cfg.Recovery == conf.RecoveryTruncate {
+	if b.config().Recovery == conf.RecoveryTruncate {
 		recovery = store.RecoverTruncate
 	}
 	var parts []*store.Log
 	for p := from; p < to; p++ {
 		l, err := store.Open(filepath.Join(dir, name+"-"+strconv.Itoa(p)), store.Options{
 			Recovery:         recovery,
-			MaxSegmentSize:   b.cfg.MaxSegmentSize,
+			MaxSegmentSize:   b.config().MaxSegmentSize,
 			UnflushThreshold: tc.UnflushThreshold,
 			UnflushInterval:  tc.UnflushInterval,
-			MaxMessageSize:   b.cfg.MaxMessageSize,
+			MaxMessageSize:   b.config().MaxMessageSize,
 			IDs:              b.ids,
 			Journal:          b.journalFor(dir, tc.UnflushThreshold),
 			Observer:         b.metrics.segmentObserver(),
@@ -410,7 +437,7 @@ func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
 	if t != nil {
 		return t, nil
 	}
-	if !create || !b.cfg.AutoCreateTopics || !validTopicName(name) {
+	if !create || !b.config().AutoCreateTopics || !validTopicName(name) {
 		return nil, errUnknownTopic
 	}
 	return b.openTopic(string(name))
@@ -464,13 +491,13 @@ func (b *Broker) Start() error {
 			}
 		}
 	}
-	if b.cfg.Port != 0 || b.tls == nil {
-		if ln, err = net.Listen("tcp", b.cfg.Addr()); err != nil {
+	if b.config().Port != 0 || b.tls == nil {
+		if ln, err = net.Listen("tcp", b.config().Addr()); err != nil {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
 	if b.tls != nil {
-		if tln, err = net.Listen("tcp", net.JoinHostPort(b.cfg.Host, strconv.Itoa(b.cfg.TLSPort))); err != nil {
+		if tln, err = net.Listen("tcp", net.JoinHostPort(b.config().Host, strconv.Itoa(b.config().TLSPort))); err != nil {
 			closeAll()
 			return fmt.Errorf("listen tls: %w", err)
 		}
@@ -514,7 +541,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	if tln != nil {
 		b.tlsLn = tls.NewListener(heldListener{tln}, b.tls.listenerConfig())
 	}
-	if b.cfg.ZooKeeper.Enabled() {
+	if b.config().ZooKeeper.Enabled() {
 		if err := b.openRegistry(); err != nil {
 			return err
 		}
@@ -540,10 +567,10 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	}
 	b.serving.Store(true)
 	if ln != nil {
-		b.logf("broker %d listening on %s (%s)", b.cfg.BrokerID, ln.Addr(), Version)
+		b.logf("broker %d listening on %s (%s)", b.config().BrokerID, ln.Addr(), Version)
 	}
 	if b.tlsLn != nil {
-		b.logf("broker %d listening for TLS on %s (%s)", b.cfg.BrokerID, b.tlsLn.Addr(), Version)
+		b.logf("broker %d listening for TLS on %s (%s)", b.config().BrokerID, b.tlsLn.Addr(), Version)
 	}
 	b.waitRegistered()
 	return nil
@@ -580,7 +607,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				b.logf("accept: %v; retrying in %v", err, delay)
+				b.warnf("accept: %v; retrying in %v", err, delay)
 				select {
 				case <-time.After(delay):
 				case <-b.done:
@@ -588,7 +615,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 				}
 				continue
 			}
-			b.logf("accept: %v", err)
+			b.errorf("accept: %v", err)
 			return
 		}
 		delay = 0
@@ -599,7 +626,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			nc.Close()
 			return
 		}
-		if len(b.conns) >= b.cfg.MaxConnections {
+		if len(b.conns) >= b.config().MaxConnections {
 			b.connsMu.Unlock()
 			b.stats.refusedConns.Add(1)
 			b.wg.Add(1)
@@ -609,6 +636,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 		b.conns[c] = struct{}{}
 		b.connsMu.Unlock()
 		b.stats.connections.Add(1)
+		b.log.Debug("connection opened", "remote", nc.RemoteAddr().String())
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
@@ -617,24 +645,25 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			delete(b.conns, c)
 			b.connsMu.Unlock()
 			b.stats.connections.Add(-1)
+			b.log.Debug("connection closed", "remote", nc.RemoteAddr().String())
 		}()
 	}
 }
 
 // idleTimeout and requestTimeout are idle_timeout and request_timeout.
 func (b *Broker) idleTimeout() time.Duration {
-	return time.Duration(b.cfg.IdleTimeout) * time.Millisecond
+	return time.Duration(b.config().IdleTimeout) * time.Millisecond
 }
 
 func (b *Broker) requestTimeout() time.Duration {
-	return time.Duration(b.cfg.RequestTimeout) * time.Millisecond
+	return time.Duration(b.config().RequestTimeout) * time.Millisecond
 }
 
 // refuse answers a connection over max_connections with a 503 and closes it.
 func (b *Broker) refuse(nc net.Conn) {
 	defer nc.Close()
 	nc.SetWriteDeadline(time.Now().Add(time.Second))
-	msg := "too many connections (max_connections " + strconv.Itoa(b.cfg.MaxConnections) + ")"
+	msg := "too many connections (max_connections " + strconv.Itoa(b.config().MaxConnections) + ")"
 	nc.Write(protocol.AppendResult(nil, protocol.StatusBusy, msg, 0))
 }
 
@@ -652,7 +681,7 @@ func isTemporary(err error) bool {
 // retentionLoop applies each topic's delete policy to sealed segments.
 func (b *Broker) retentionLoop() {
 	defer b.wg.Done()
-	every := time.Duration(b.cfg.DeleteCheckInterval) * time.Second
+	every := time.Duration(b.config().DeleteCheckInterval) * time.Second
 	if every <= 0 {
 		every = 5 * time.Minute
 	}
@@ -670,13 +699,13 @@ func (b *Broker) retentionLoop() {
 
 func (b *Broker) applyRetention(now time.Time) {
 	for _, t := range b.topicList() {
-		if t.cfg.RetainFor <= 0 {
+		if t.conf().RetainFor <= 0 {
 			continue
 		}
 		for p, l := range t.parts {
-			n, err := l.DeleteOlderThan(t.cfg.RetainFor, now)
+			n, err := l.DeleteOlderThan(t.conf().RetainFor, now)
 			if err != nil {
-				b.logf("retention %s-%d: %v", t.name, p, err)
+				b.errorf("retention %s-%d: %v", t.name, p, err)
 			} else if n > 0 {
 				b.logf("retention %s-%d: deleted %d segment(s), min offset now %d", t.name, p, n, l.MinOffset())
 				b.disks.wake() // puts refused for a full disk may resume
@@ -696,38 +725,6 @@ func (b *Broker) topicList() []*topic {
 	return out
 }
 
-// Close stops accepting, closes every connection, waits for them, then
-// flushes and closes every log. It is idempotent.
-func (b *Broker) Close() error {
-	if b.closed.Swap(true) {
-		return nil
-	}
-	// Unregister first, so clients stop choosing this broker.
-	b.mu.RLock()
-	reg := b.reg
-	b.mu.RUnlock()
-	if reg != nil {
-		if err := reg.Close(); err != nil {
-			b.logf("%v", err)
-		}
-	}
-	close(b.done)
-	for _, l := range []net.Listener{b.ln, b.tlsLn} {
-		if l != nil {
-			l.Close()
-		}
-	}
-	b.closeHTTP() // http.go: before the stores its handlers read
-	b.connsMu.Lock()
-	for c := range b.conns {
-		c.close()
-	}
-	b.connsMu.Unlock()
-	b.wg.Wait()
-	errs := []error{b.closeFilters(), b.closeOffsetStore(), b.plugins.Close()}
-	return errors.Join(append(errs, b.closeStores())...)
-}
-
 func (b *Broker) closeStores() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -743,4 +740,10 @@ func (b *Broker) closeStores() error {
 	return errors.Join(errs...)
 }
 
-func (b *Broker) configChecksum() uint32 { return crc32.ChecksumIEEE(b.cfg.Raw()) }
+// config returns the current configuration.
+func (b *Broker) config() *conf.Config { return b.cfgp.Load() }
+
+// conf returns the topic's current settings.
+func (t *topic) conf() *conf.TopicConfig { return t.cfgp.Load() }
+
+func (b *Broker) configChecksum() uint32 { return crc32.ChecksumIEEE(b.config().Raw()) }

@@ -23,8 +23,8 @@ const smallHolding = 64 << 10
 // the store), so the read loop checks the budget before it reads the next
 // request instead.
 type budget struct {
-	limit  int64 // everything
-	shared int64 // what large holders may fill
+	limit  atomic.Int64 // everything
+	shared atomic.Int64 // what large holders may fill
 	used   atomic.Int64
 
 	mu      sync.Mutex
@@ -33,7 +33,22 @@ type budget struct {
 }
 
 func newBudget(limit int64) *budget {
-	return &budget{limit: limit, shared: limit - limit/4, freed: make(chan struct{})}
+	bg := &budget{freed: make(chan struct{})}
+	bg.setLimit(limit)
+	return bg
+}
+
+// setLimit changes max_buffered_bytes (Reload). Lowering it takes effect
+// as memory is freed: nothing held is taken back.
+func (bg *budget) setLimit(limit int64) {
+	bg.shared.Store(limit - limit/4)
+	bg.limit.Store(limit)
+	bg.mu.Lock()
+	if bg.waiters.Load() > 0 { // more room: wake the waiters
+		close(bg.freed)
+		bg.freed = make(chan struct{})
+	}
+	bg.mu.Unlock()
 }
 
 // errBudgetWait is returned when a connection waited for buffer memory
@@ -42,9 +57,9 @@ var errBudgetWait = errors.New("waited too long for buffer memory (max_buffered_
 
 // fits reports whether a connection holding held bytes may add n.
 func (bg *budget) fits(held, n int64) bool {
-	room := bg.shared
+	room := bg.shared.Load()
 	if held+n <= smallHolding {
-		room = bg.limit
+		room = bg.limit.Load()
 	}
 	return bg.used.Load()+n <= room
 }
@@ -144,7 +159,7 @@ func (cb *connBudget) queued(n int) {
 // while the budget is spent and it is one of the large holders.
 func (cb *connBudget) mayRead() bool {
 	held := cb.held.Load()
-	return held <= smallHolding || cb.bg.used.Load() <= cb.bg.shared
+	return held <= smallHolding || cb.bg.used.Load() <= cb.bg.shared.Load()
 }
 
 // waitRead blocks until mayRead (true) or the connection closes (false).

@@ -15,7 +15,7 @@ func TestBudget(t *testing.T) {
 
 	// A large holder fills the shared part and then waits.
 	require.NoError(t, big.Grow(700<<10))
-	require.False(t, big.mayRead() && bg.used.Load() > bg.shared)
+	require.False(t, big.mayRead() && bg.used.Load() > bg.shared.Load())
 	got := make(chan error, 1)
 	go func() { got <- big.Grow(100 << 10) }()
 	select {
@@ -33,7 +33,7 @@ func TestBudget(t *testing.T) {
 	require.Equal(t, int64(500<<10+48<<10), bg.used.Load())
 
 	// Nothing fits: a small holder gives up after its wait.
-	big.queued(int(bg.limit - bg.used.Load()))
+	big.queued(int(bg.limit.Load() - bg.used.Load()))
 	require.ErrorIs(t, small.Grow(4096), errBudgetWait)
 	// A closed connection stops waiting.
 	go func() { got <- big.Grow(4096) }()

@@ -24,10 +24,10 @@ import (
 // openRegistry starts the registration (without waiting for it) with the
 // topics open now; topics created later are added by openTopic.
 func (b *Broker) openRegistry() error {
-	zc := b.cfg.ZooKeeper
-	host := advertiseHost(b.cfg.Host)
-	if host != b.cfg.Host {
-		b.logf("registry: host %q is not an address clients can use; advertising %s", b.cfg.Host, host)
+	zc := b.config().ZooKeeper
+	host := advertiseHost(b.config().Host)
+	if host != b.config().Host {
+		b.warnf("registry: host %q is not an address clients can use; advertising %s", b.config().Host, host)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // Open must not wait: Serve waits after starting to accept
@@ -35,21 +35,21 @@ func (b *Broker) openRegistry() error {
 	defer b.mu.Unlock()
 	var topics []registry.Topic
 	for _, n := range b.names {
-		topics = append(topics, registryTopic(b.topics[n].cfg))
+		topics = append(topics, registryTopic(*b.topics[n].conf()))
 	}
 	r, err := registry.Open(ctx, registry.Options{
 		Connect:        zc.Connect,
 		Root:           zc.Root,
 		SessionTimeout: time.Duration(zc.SessionTimeout) * time.Millisecond,
-		BrokerID:       b.cfg.BrokerID,
+		BrokerID:       b.config().BrokerID,
 		URI:            listenerURI("meta", host, b.ln),
 		TLSURI:         listenerURI("metaqs", host, b.tlsLn),
 		ConfigChecksum: b.configChecksum(),
 		Topics:         topics,
 		Logf:           b.logf,
 		Auth:           cluster.Auth{User: zc.AuthUser, Password: zc.AuthPassword},
-		Slave:          b.cfg.IsSlave(),
-		SlaveID:        b.cfg.SlaveID,
+		Slave:          b.config().IsSlave(),
+		SlaveID:        b.config().SlaveID,
 	})
 	if err != nil {
 		return fmt.Errorf("zookeeper: %w", err)
@@ -81,12 +81,16 @@ func (b *Broker) waitRegistered() {
 	if r == nil {
 		return
 	}
-	d := time.Duration(b.cfg.ZooKeeper.ConnectionTimeout) * time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	d := time.Duration(b.config().ZooKeeper.ConnectionTimeout) * time.Millisecond
+	ctx, cancel := context.WithTimeout(b.startCtx, d)
 	defer cancel()
 	if err := r.Wait(ctx); err != nil {
-		b.logf("registry: broker %d is not registered in ZooKeeper %s after %v; serving anyway and registering in the background",
-			b.cfg.BrokerID, b.cfg.ZooKeeper.Connect, d)
+		if b.startCtx.Err() != nil {
+			b.logf("registry: start-up stopped before broker %d registered in ZooKeeper", b.config().BrokerID)
+			return
+		}
+		b.warnf("registry: broker %d is not registered in ZooKeeper %s after %v; serving anyway and registering in the background",
+			b.config().BrokerID, b.config().ZooKeeper.Connect, d)
 	}
 }
 

@@ -66,7 +66,7 @@ func waitFor(t *testing.T, d time.Duration, f func() error) {
 // checkBroker checks broker b's nodes (as the registry writes them) under root.
 func checkBroker(c *zk.Conn, root string, b *Broker) error {
 	_, port, _ := net.SplitHostPort(b.Addr())
-	id := b.cfg.BrokerID
+	id := b.config().BrokerID
 	m := zkpath.MasterName(id)
 	want := map[string]string{
 		zkpath.Broker(root, id):                 "meta://127.0.0.1:" + port,

@@ -99,9 +99,9 @@ func (c *conn) serve() {
 	var fw sync.WaitGroup
 	fw.Add(1)
 	go func() { defer fw.Done(); c.flusher() }()
-	cfg := c.b.cfg
+	cfg := c.b.config()
 	maxBody := max(cfg.MaxMessageSize, cfg.MaxTransferSize)
-	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout()}
+	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout(), drain: &c.b.draining}
 	dec := protocol.NewDecoder(dr, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody, Budget: &c.bud})
 	// close first: the flusher exits only once the connection is closed.
 	defer func() { c.close(); fw.Wait(); c.release(dec) }()
@@ -132,6 +132,13 @@ func (c *conn) serve() {
 			}
 			if errors.Is(err, io.EOF) {
 				// The client half-closed: answer what it sent, then close.
+				c.waitPending()
+				c.flushAndClose()
+				return
+			}
+			if c.b.draining.Load() != 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+				// Shutdown: what was received has been dispatched;
+				// answer the puts still waiting for their fsync, then close.
 				c.waitPending()
 				c.flushAndClose()
 				return
@@ -473,7 +480,7 @@ func (c *conn) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 	if err != nil {
 		c.b.stats.putFailed.Add(1)
 		c.b.disks.wakeOn(err)
-		c.b.logf("append: %v", err)
+		c.b.errorf("append: %v", err)
 		c.reply(protocol.StatusInternalError, "append failed: "+err.Error(), opaque)
 		return
 	}
@@ -496,6 +503,9 @@ type deadlineReader struct {
 	started       time.Time // when the current request's first bytes came; zero while idle
 	set           time.Time // the deadline last set
 	setReq        bool      // set is a request deadline
+	// drain is Broker.draining: once set, no Read waits past it (the
+	// broker is stopping).
+	drain *atomic.Int64
 	// full is whether the last read filled the decoder's buffer: more
 	// bytes are then likely waiting in the socket (or, for TLS, already
 	// decrypted in the tls.Conn), so the read loop goes on reading rather
@@ -519,6 +529,13 @@ func (r *deadlineReader) Read(p []byte) (int, error) {
 	} else if r.setReq {
 		r.nc.SetReadDeadline(time.Time{})
 		r.set, r.setReq = time.Time{}, false
+	}
+	if d := r.drainAt(); d != 0 {
+		// After the deadline above, so that Shutdown's deadline is not
+		// undone by a connection that read the flag too early.
+		dl := time.Unix(0, d)
+		r.nc.SetReadDeadline(dl)
+		r.set, r.setReq = dl, true
 	}
 	n, err := r.nc.Read(p)
 	r.full = n == len(p)
@@ -549,4 +566,12 @@ func (r *deadlineReader) timedOut(err error) (string, bool) {
 		return "request not completed within request_timeout " + r.request.String(), true
 	}
 	return "idle for idle_timeout " + r.idle.String(), true
+}
+
+// drainAt is the Shutdown read deadline in Unix ns, 0 when not stopping.
+func (r *deadlineReader) drainAt() int64 {
+	if r.drain == nil {
+		return 0
+	}
+	return r.drain.Load()
 }

@@ -110,7 +110,7 @@ type dashPage struct {
 func (b *Broker) role() string {
 	switch {
 	case b.slave != nil:
-		return "slave " + strconv.Itoa(b.cfg.SlaveID)
+		return "slave " + strconv.Itoa(b.config().SlaveID)
 	case b.sync != nil:
 		return "master (sync replication)"
 	}
@@ -119,7 +119,7 @@ func (b *Broker) role() string {
 
 // render writes page name with data and code.
 func (b *Broker) render(w http.ResponseWriter, r *http.Request, code int, name, title, nav string, data any, flash string) {
-	p := dashPage{Title: title, Nav: nav, BrokerID: b.cfg.BrokerID, Version: Version, Role: b.role(), Flash: flash, Data: data, Admin: true}
+	p := dashPage{Title: title, Nav: nav, BrokerID: b.config().BrokerID, Version: Version, Role: b.role(), Flash: flash, Data: data, Admin: true}
 	if u := requestUser(r); u != nil {
 		p.User, p.Admin = u.Name, u.Admin
 	}
@@ -223,7 +223,7 @@ func kvLines(f func(kv func(k string, v any))) [][2]string {
 
 func (b *Broker) uiCluster(w http.ResponseWriter, r *http.Request) {
 	v := clusterView{Mode: "local", HTTPAddr: b.HTTPAddr(), Serving: b.serving.Load(), Registered: b.Registered(),
-		Replication: b.cfg.Replication, Ready: b.readiness()}
+		Replication: b.config().Replication, Ready: b.readiness()}
 	if b.serving.Load() {
 		v.Addr, v.TLSAddr = b.Addr(), b.TLSAddr()
 	}
@@ -233,8 +233,8 @@ func (b *Broker) uiCluster(w http.ResponseWriter, r *http.Request) {
 	if b.sync != nil {
 		v.Sync = kvLines(b.sync.statsLines)
 	}
-	if b.cfg.ZooKeeper.Enabled() {
-		v.Mode, v.ZKRoot = "cluster", b.cfg.ZooKeeper.Root
+	if b.config().ZooKeeper.Enabled() {
+		v.Mode, v.ZKRoot = "cluster", b.config().ZooKeeper.Root
 		b.mu.RLock()
 		reg := b.reg
 		b.mu.RUnlock()
@@ -284,7 +284,7 @@ func (b *Broker) uiTopics(w http.ResponseWriter, r *http.Request) {
 		flash = "Topic " + n + " deleted."
 	}
 	b.render(w, r, http.StatusOK, "topics", "Topics", "topics", map[string]any{"Topics": rows, "Every": dashSampleEvery,
-		"MaxPartitions": conf.MaxPartitions, "Default": b.cfg.NumPartitions}, flash)
+		"MaxPartitions": conf.MaxPartitions, "Default": b.config().NumPartitions}, flash)
 }
 
 // uiTopicNamed returns the open topic of the path or answers 404.
@@ -372,7 +372,7 @@ var errNotRecord = errors.New("not the start of a valid record")
 // boundary): such bytes are never shown; err says so when nothing could
 // be shown.
 func (b *Broker) browse(l *store.Log, topic string, part int32, offset int64, n int, asHex bool) ([]shownMessage, int64, error) {
-	maxMsg := b.cfg.MaxMessageSize
+	maxMsg := b.config().MaxMessageSize
 	chunk := 64 << 10
 	var out []shownMessage
 	cur := offset
@@ -718,8 +718,9 @@ func (b *Broker) uiSkip(w http.ResponseWriter, r *http.Request) {
 // ---- config, plugins ----
 
 func (b *Broker) uiConfig(w http.ResponseWriter, r *http.Request) {
-	b.render(w, r, http.StatusOK, "config", "Config", "config", map[string]any{"Config": string(b.cfg.Redacted()),
-		"Path": b.cfg.Path(), "Checksum": b.configChecksum()}, "")
+	cfg := b.config()
+	b.render(w, r, http.StatusOK, "config", "Config", "config", map[string]any{"Config": string(cfg.Redacted()),
+		"Path": cfg.Path(), "Checksum": b.configChecksum()}, "")
 }
 
 func (b *Broker) uiPlugins(w http.ResponseWriter, r *http.Request) {

@@ -64,10 +64,10 @@ func (c *conn) dispatch(r *protocol.Request) {
 // On a failure it has answered the put and ok is false.
 func (c *conn) checkPut(r *protocol.Request) (t *topic, l *store.Log, p int32, crc uint32, ok bool) {
 	b := c.b
-	if len(r.Body) > b.cfg.MaxMessageSize {
+	if len(r.Body) > b.config().MaxMessageSize {
 		b.stats.putFailed.Add(1)
 		c.reply(protocol.StatusBadRequest, "message of "+strconv.Itoa(len(r.Body))+
-			" bytes exceeds max_message_size "+strconv.Itoa(b.cfg.MaxMessageSize), r.Opaque)
+			" bytes exceeds max_message_size "+strconv.Itoa(b.config().MaxMessageSize), r.Opaque)
 		return nil, nil, 0, 0, false
 	}
 	if t, l, p, ok = c.putTarget(r); !ok {
@@ -94,11 +94,11 @@ func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, 
 		return nil, nil, 0, false
 	}
 	if err != nil { // an auto-created topic that could not be opened (EMFILE, ...); the next put retries
-		c.b.logf("put: %v", err)
+		c.b.errorf("put: %v", err)
 		c.putFail(r.Opaque, oneLine(err.Error()))
 		return nil, nil, 0, false
 	}
-	if !t.cfg.AcceptPublish {
+	if !t.conf().AcceptPublish {
 		c.b.stats.putFailed.Add(1)
 		c.reply(protocol.StatusForbidden, "topic "+t.name+" does not accept puts (accept_publish = false)", r.Opaque)
 		return nil, nil, 0, false
@@ -190,7 +190,7 @@ func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput
 	pc := &t.pc[p]
 	pc.msgsIn.Add(int64(len(c.entries)))
 	pc.bytesIn.Add(size)
-	if t.cfg.Stat {
+	if t.conf().Stat {
 		t.rt.put.add(int64(len(c.entries)))
 		t.rt.size.add(size)
 	}
@@ -209,10 +209,10 @@ func (c *conn) handleMPut(r *protocol.Request) {
 	for len(body) > 0 {
 		var e protocol.MPutEntry
 		e, body = protocol.NextMPutEntry(body)
-		if len(e.Data) > b.cfg.MaxMessageSize {
+		if len(e.Data) > b.config().MaxMessageSize {
 			b.stats.putFailed.Add(1)
 			c.reply(protocol.StatusBadRequest, "mput: message "+strconv.Itoa(len(c.entries))+" of "+
-				strconv.Itoa(len(e.Data))+" bytes exceeds max_message_size "+strconv.Itoa(b.cfg.MaxMessageSize), r.Opaque)
+				strconv.Itoa(len(e.Data))+" bytes exceeds max_message_size "+strconv.Itoa(b.config().MaxMessageSize), r.Opaque)
 			return
 		}
 		crc := message.Checksum(e.Data)
@@ -238,7 +238,7 @@ func (c *conn) readTarget(r *protocol.Request) (*topic, *store.Log, bool) {
 		c.reply(protocol.StatusInternalError, "unknown topic "+showTopic(r.Topic), r.Opaque)
 		return nil, nil, false
 	}
-	if !t.cfg.AcceptSubscribe {
+	if !t.conf().AcceptSubscribe {
 		c.reply(protocol.StatusForbidden, "topic "+t.name+" does not accept gets (accept_subscribe = false)", r.Opaque)
 		return nil, nil, false
 	}
@@ -261,14 +261,14 @@ func (c *conn) handleGet(r *protocol.Request) {
 	pc := t.counters(r.Partition, l)
 	pc.gets.Add(1)
 	defer func() { b.metrics.get.Observe(float64(monoNow()-start) / 1e9) }()
-	if t.cfg.Stat {
+	if t.conf().Stat {
 		t.rt.get.add(1)
 	}
 	if r.MaxSize <= 0 {
 		c.reply(protocol.StatusBadRequest, "maxSize must be positive", r.Opaque)
 		return
 	}
-	maxSize := min(int(r.MaxSize), b.cfg.MaxTransferSize)
+	maxSize := min(int(r.MaxSize), b.config().MaxTransferSize)
 	v, err := l.Read(r.Offset, maxSize)
 	if err != nil {
 		var below *store.OffsetOutOfRangeError
@@ -281,7 +281,7 @@ func (c *conn) handleGet(r *protocol.Request) {
 				return
 			}
 			b.stats.getMiss.Add(1)
-			if t.cfg.Stat {
+			if t.conf().Stat {
 				t.rt.getMiss.add(1)
 			}
 			c.reply(protocol.StatusNotFound, "Could not find message at position "+strconv.FormatInt(r.Offset, 10), r.Opaque)
@@ -311,7 +311,7 @@ func (c *conn) handleOffset(r *protocol.Request) {
 	if !ok {
 		return
 	}
-	if t.cfg.Stat {
+	if t.conf().Stat {
 		t.rt.offset.add(1)
 	}
 	c.replyInt(protocol.StatusOK, l.NearestOffset(r.Offset), r.Opaque)

@@ -78,8 +78,8 @@ func (b *Broker) initFilters() error {
 	defer cancel()
 	launched := map[string]*host.Plugin{}
 	fs := &b.filters
-	for _, name := range b.cfg.TopicNames() {
-		tc, ok := b.cfg.TopicConfig(name)
+	for _, name := range b.config().TopicNames() {
+		tc, ok := b.config().TopicConfig(name)
 		if !ok {
 			continue
 		}
@@ -109,7 +109,7 @@ func (b *Broker) initFilters() error {
 }
 
 func (b *Broker) openFilter(ctx context.Context, topic string, tf conf.TopicFilter, launched map[string]*host.Plugin) (*filters.Instance, error) {
-	policy, err := filters.ParseFailurePolicy(b.cfg.FilterFailurePolicy(tf))
+	policy, err := filters.ParseFailurePolicy(b.config().FilterFailurePolicy(tf))
 	if err != nil {
 		return nil, err
 	}
@@ -118,14 +118,14 @@ func (b *Broker) openFilter(ctx context.Context, topic string, tf conf.TopicFilt
 		Builtins: builtinFilters, FailurePolicy: policy, Logf: b.logf,
 	}
 	if _, builtin := builtinFilters[tf.Filter]; !builtin {
-		pc, ok := b.cfg.PluginByName(conf.PluginKindFilter, tf.Filter)
+		pc, ok := b.config().PluginByName(conf.PluginKindFilter, tf.Filter)
 		if !ok {
 			return nil, fmt.Errorf("%w: %q is neither a builtin filter nor a filter [[plugin]]", filters.ErrUnknownFilter, tf.Filter)
 		}
 		p := launched[pc.Name]
 		if p == nil {
 			p, err = filters.LaunchPlugin(b.plugins, host.Spec{
-				Kind: plugins.KindFilter, Name: pc.Name, Path: b.cfg.PluginPath(pc), SHA256: pc.SHA256,
+				Kind: plugins.KindFilter, Name: pc.Name, Path: b.config().PluginPath(pc), SHA256: pc.SHA256,
 				Args: pc.Args, Env: pc.Env, Config: pc.Config,
 			})
 			if err != nil {

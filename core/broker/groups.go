@@ -546,7 +546,7 @@ func (c *conn) handleGroup(r *protocol.Request) {
 			return
 		}
 		k.topic = t.name
-		gen, view, gerr = gs.join(c, k, id, string(r.Strategy), len(t.parts), c.b.cfg.BrokerID)
+		gen, view, gerr = gs.join(c, k, id, string(r.Strategy), len(t.parts), c.b.config().BrokerID)
 	case protocol.OpHeartbeat:
 		gen, view, gerr = gs.heartbeat(c, k, id, r.Generation)
 	}

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -71,7 +71,7 @@ type webState struct {
 
 // listenHTTP binds http_port for Start (nil when it is 0).
 func (b *Broker) listenHTTP() (net.Listener, error) {
-	addr, on := b.cfg.HTTPAddr()
+	addr, on := b.config().HTTPAddr()
 	if !on {
 		return nil, nil
 	}
@@ -111,7 +111,7 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 		MaxHeaderBytes:    httpMaxHeader,
 		ErrorLog:          nil,
 	}
-	srv.ErrorLog = newStdLogger(b.logf, "http: ")
+	srv.ErrorLog = slog.NewLogLogger(b.log.With("component", "http").Handler(), slog.LevelWarn)
 	w.srv, w.ln = srv, ln
 	b.wg.Add(1)
 	go b.sampleLoop() // dashsample.go
@@ -122,7 +122,7 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 			b.logf("http: %v", err)
 		}
 	}()
-	b.logf("broker %d serving HTTP on %s://%s (metrics, health, admin API, dashboard at /ui/)", b.cfg.BrokerID, scheme, ln.Addr())
+	b.logf("broker %d serving HTTP on %s://%s (metrics, health, admin API, dashboard at /ui/)", b.config().BrokerID, scheme, ln.Addr())
 	return nil
 }
 
@@ -176,7 +176,7 @@ func (b *Broker) newMux() http.Handler {
 // something (403 otherwise).
 func (b *Broker) needUser(h http.HandlerFunc, admin bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !b.cfg.Auth.Enabled {
+		if !b.config().Auth.Enabled {
 			h(w, r)
 			return
 		}
@@ -207,7 +207,7 @@ func requestUser(r *http.Request) *conf.User {
 // else basic auth. It returns the user or why not.
 func (b *Broker) httpUser(r *http.Request) (*conf.User, string) {
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
-		if u, ok := b.cfg.Auth.UserByName(r.TLS.PeerCertificates[0].Subject.CommonName); ok {
+		if u, ok := b.config().Auth.UserByName(r.TLS.PeerCertificates[0].Subject.CommonName); ok {
 			return u, ""
 		}
 	}
@@ -216,7 +216,7 @@ func (b *Broker) httpUser(r *http.Request) (*conf.User, string) {
 		return nil, "authentication required: use HTTP basic auth with an [[auth.user]] name and password"
 	}
 	key := sha256.Sum256([]byte(name + "\x00" + password))
-	u, known := b.cfg.Auth.UserByName(name)
+	u, known := b.config().Auth.UserByName(name)
 	w := &b.web
 	w.authMu.Lock()
 	cached := w.authCache[key]
@@ -236,7 +236,7 @@ func (b *Broker) httpUser(r *http.Request) (*conf.User, string) {
 		b.stats.authFailures.Add(1)
 		b.logf("http %s: auth failed for user %s", r.RemoteAddr, strconv.Quote(name))
 		// As on the wire: a failure is answered after failure_delay.
-		delay := time.Until(start.Add(time.Duration(b.cfg.Auth.FailureDelay) * time.Millisecond))
+		delay := time.Until(start.Add(time.Duration(b.config().Auth.FailureDelay) * time.Millisecond))
 		if delay > 0 {
 			t := time.NewTimer(delay)
 			select {
@@ -259,7 +259,7 @@ func (b *Broker) httpUser(r *http.Request) (*conf.User, string) {
 
 // handleHealthz answers 200 while the process serves HTTP.
 func (b *Broker) handleHealthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": Version, "broker_id": b.cfg.BrokerID})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": Version, "broker_id": b.config().BrokerID})
 }
 
 // readyCheck is one condition of /readyz.
@@ -300,13 +300,13 @@ func (b *Broker) readiness() readyState {
 	}
 	s = append(s, readyCheck{Name: "journal", OK: jok, Detail: jdetail})
 	s = append(s, readyCheck{Name: "serving", OK: b.serving.Load() && !b.closed.Load(), Detail: "client listeners open"})
-	if b.cfg.ZooKeeper.Enabled() {
+	if b.config().ZooKeeper.Enabled() {
 		reg := b.Registered()
 		// zookeeper.connect is secret (it may carry credentials, and
 		// /readyz needs no user): the root names the cluster.
-		d := "registered in ZooKeeper (root " + b.cfg.ZooKeeper.Root + ")"
+		d := "registered in ZooKeeper (root " + b.config().ZooKeeper.Root + ")"
 		if !reg {
-			d = "not registered in ZooKeeper (root " + b.cfg.ZooKeeper.Root + "; unreachable, or the session is being re-established)"
+			d = "not registered in ZooKeeper (root " + b.config().ZooKeeper.Root + "; unreachable, or the session is being re-established)"
 		}
 		s = append(s, readyCheck{Name: "zookeeper", OK: reg, Detail: d})
 	}
@@ -375,9 +375,4 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
-}
-
-// newStdLogger is a *log.Logger (for net/http's ErrorLog) writing to logf.
-func newStdLogger(logf func(string, ...any), prefix string) *log.Logger {
-	return log.New(logfWriter{func(format string, args ...any) { logf(prefix+format, args...) }}, "", 0)
 }

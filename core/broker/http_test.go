@@ -119,7 +119,7 @@ func TestHTTPMetrics(t *testing.T) {
 			// everything stored there (puts went to partition 0).
 			p0 := float64(b.topics["t"].parts[0].MaxOffset())
 			require.Equal(t, p0, metricValue(t, scrape, `metaq_consumer_group_lag_bytes{group="g1",topic="t"}`))
-			dir := strconv.Quote(b.cfg.DataDir)
+			dir := strconv.Quote(b.config().DataDir)
 			require.Greater(t, metricValue(t, scrape, `metaq_disk_free_bytes{data_dir=`+dir+`}`), 0.0)
 			require.Contains(t, string(scrape), "metaq_journal_lag_bytes{data_dir="+dir+"}")
 			require.Contains(t, string(scrape), "metaq_journal_checkpoint_age_seconds{data_dir="+dir+"}")

@@ -28,18 +28,18 @@ func (b *Broker) openJournals() error {
 			need[dir] = false
 		}
 	}
-	consider(b.cfg.DataDir, b.cfg.AutoCreateTopics && b.cfg.UnflushThreshold <= 0)
-	for _, name := range b.cfg.TopicNames() {
-		if tc, ok := b.cfg.TopicConfig(name); ok {
+	consider(b.config().DataDir, b.config().AutoCreateTopics && b.config().UnflushThreshold <= 0)
+	for _, name := range b.config().TopicNames() {
+		if tc, ok := b.config().TopicConfig(name); ok {
 			dir := tc.DataDir
 			if dir == "" {
-				dir = b.cfg.DataDir
+				dir = b.config().DataDir
 			}
 			consider(dir, tc.UnflushThreshold <= 0)
 		}
 	}
 	recovery := store.RecoverQuarantine
-	if b.cfg.Recovery == conf.RecoveryTruncate {
+	if b.config().Recovery == conf.RecoveryTruncate {
 		recovery = store.RecoverTruncate
 	}
 	b.journals = make(map[string]*store.Journal)
@@ -51,9 +51,9 @@ func (b *Broker) openJournals() error {
 		}
 		start := time.Now()
 		j, err := store.OpenJournal(dir, store.JournalOptions{
-			FileSize:           b.cfg.JournalFileSize,
-			CheckpointBytes:    b.cfg.JournalCheckpointBytes,
-			CheckpointInterval: time.Duration(b.cfg.JournalCheckpointInterval) * time.Millisecond,
+			FileSize:           b.config().JournalFileSize,
+			CheckpointBytes:    b.config().JournalCheckpointBytes,
+			CheckpointInterval: time.Duration(b.config().JournalCheckpointInterval) * time.Millisecond,
 			Logf:               b.logf,
 			Recovery:           recovery,
 			Observer:           b.metrics.journalObserver(),

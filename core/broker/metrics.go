@@ -180,7 +180,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	gauge(dBuildInfo, 1, Version, strconv.Itoa(b.cfg.BrokerID))
+	gauge(dBuildInfo, 1, Version, strconv.Itoa(b.config().BrokerID))
 	gauge(dUp, float64(b.start.UnixNano())/1e9)
 	gauge(dConnections, float64(b.stats.connections.Load()))
 	counter(dConnRefused, b.stats.refusedConns.Load())
@@ -209,7 +209,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 
 	topics := b.topicList()
 	gauge(dTopics, float64(len(topics)))
-	perPart := b.cfg.MetricsPartitionLabels
+	perPart := b.config().MetricsPartitionLabels
 	maxOffsets := make(map[string][]int64, len(topics))
 	for _, t := range topics {
 		var in, bin, bout, gets, msgs, size int64

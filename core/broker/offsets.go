@@ -44,7 +44,7 @@ var builtinOffsetStores = map[string]func() offsetstore.Store{
 }
 
 func (b *Broker) initOffsetStore() error {
-	cfg := b.cfg
+	cfg := b.config()
 	name := cfg.OffsetStore
 	if name == "" {
 		name = conf.OffsetStoreBuiltin
@@ -109,7 +109,7 @@ func (c *conn) offsetPositions(r *protocol.Request, full bool) (string, []messag
 			c.reply(protocol.StatusBadRequest, "commit: negative offset for "+l.Topic+" "+strconv.Itoa(int(l.Partition)), r.Opaque)
 			return "", nil, false
 		}
-		out[i] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: c.b.cfg.BrokerID, Partition: l.Partition},
+		out[i] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: c.b.config().BrokerID, Partition: l.Partition},
 			Offset: l.Offset, MsgID: l.MsgID}
 	}
 	return group, out, true
@@ -149,7 +149,7 @@ func (c *conn) handleCommit(r *protocol.Request) {
 	c.goOffsetCall(func(ctx context.Context) {
 		if err := b.offsets.store.Commit(ctx, group, ps); err != nil {
 			b.offsets.commitFailed.Add(1)
-			b.logf("commit offsets of group %s (%d partitions) to %s: %v", group, len(ps), b.offsets.name, err)
+			b.errorf("commit offsets of group %s (%d partitions) to %s: %v", group, len(ps), b.offsets.name, err)
 			c.reply(protocol.StatusInternalError, "commit failed: "+offsetErrText(err), opaque)
 			return
 		}
@@ -171,7 +171,7 @@ func (c *conn) handleFetch(r *protocol.Request) {
 	c.goOffsetCall(func(ctx context.Context) {
 		res, err := b.offsets.store.Load(ctx, group, ps)
 		if err != nil {
-			b.logf("fetch offsets of group %s from %s: %v", group, b.offsets.name, err)
+			b.errorf("fetch offsets of group %s from %s: %v", group, b.offsets.name, err)
 			c.reply(protocol.StatusInternalError, "fetch failed: "+offsetErrText(err), opaque)
 			return
 		}

@@ -98,9 +98,9 @@ type replPart struct {
 func newSlaveState(b *Broker) *slaveState {
 	s := &slaveState{
 		b:       b,
-		id:      b.cfg.SlaveID,
-		group:   b.cfg.EffectiveSlaveGroup(),
-		maxIdle: max(time.Duration(b.cfg.SlaveMaxDelay)*time.Millisecond/4, time.Millisecond),
+		id:      b.config().SlaveID,
+		group:   b.config().EffectiveSlaveGroup(),
+		maxIdle: max(time.Duration(b.config().SlaveMaxDelay)*time.Millisecond/4, time.Millisecond),
 		parts:   map[string][]*replPart{},
 		warned:  map[string]string{},
 		logs:    map[*store.Log]*slaveLog{},
@@ -145,7 +145,7 @@ func (s *slaveState) run() {
 		addr, ok, watch, err := reg.Master()
 		if err != nil {
 			if msg := err.Error(); msg != lastErr {
-				b.logf("slave %d: reading ids/%d/master: %v; retrying", s.id, b.cfg.BrokerID, err)
+				b.logf("slave %d: reading ids/%d/master: %v; retrying", s.id, b.config().BrokerID, err)
 				lastErr = msg
 			}
 			s.sleep(slaveRetry)
@@ -154,7 +154,7 @@ func (s *slaveState) run() {
 		lastErr = ""
 		if !ok {
 			if !waiting {
-				b.logf("slave %d of broker %d: no master registered; waiting for ids/%d/master", s.id, b.cfg.BrokerID, b.cfg.BrokerID)
+				b.logf("slave %d of broker %d: no master registered; waiting for ids/%d/master", s.id, b.config().BrokerID, b.config().BrokerID)
 				waiting = true
 			}
 			s.master.Store(nil)
@@ -240,7 +240,7 @@ func (s *slaveState) pull(ctx context.Context, addr string) error {
 	defer nc.Close()
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
-	s.b.logf("slave %d of broker %d: pulling from master %s", s.id, s.b.cfg.BrokerID, addr)
+	s.b.logf("slave %d of broker %d: pulling from master %s", s.id, s.b.config().BrokerID, addr)
 	s.connected.Store(true)
 	w := bufio.NewWriterSize(nc, 64<<10)
 	dec := protocol.NewDecoder(nc, protocol.Limits{MaxBody: slaveFetchMax + 1<<20})
@@ -545,7 +545,7 @@ func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.En
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	for used < len(body) {
-		rec, n, err := message.ParseRecord(body[used:], s.b.cfg.MaxMessageSize)
+		rec, n, err := message.ParseRecord(body[used:], s.b.config().MaxMessageSize)
 		if errors.Is(err, message.ErrShortRecord) {
 			break
 		}
@@ -677,7 +677,7 @@ func (c *conn) slaveRefuses(r *protocol.Request) bool {
 		b.stats.putFailed.Add(1)
 	}
 	c.reply(protocol.StatusForbidden, protocol.WithCause(protocol.CauseReadOnly,
-		"broker "+strconv.Itoa(b.cfg.BrokerID)+" slave "+strconv.Itoa(b.slave.id)+
+		"broker "+strconv.Itoa(b.config().BrokerID)+" slave "+strconv.Itoa(b.slave.id)+
 			" does not accept "+r.Op.String()+"; send it to the master"), r.Opaque)
 	return true
 }

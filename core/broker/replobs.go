@@ -53,12 +53,12 @@ func (b *Broker) slaveReady() (bool, string) {
 	m := statsMap(b.slave.statsLines)
 	connected := m["slave_connected"] == "true"
 	lagB, lagMs := statInt(m, "slave_lag_bytes"), statInt(m, "slave_lag_ms")
-	state := fmt.Sprintf("slave %d of broker %d, master %s, connected %v, lag %d bytes, %d ms", b.cfg.SlaveID, b.cfg.BrokerID,
+	state := fmt.Sprintf("slave %d of broker %d, master %s, connected %v, lag %d bytes, %d ms", b.config().SlaveID, b.config().BrokerID,
 		m["slave_master"], connected, lagB, lagMs)
-	if b.cfg.Replication != conf.ReplicationSync {
+	if b.config().Replication != conf.ReplicationSync {
 		return true, state + " (async: readiness does not wait for it)"
 	}
-	limit := time.Duration(b.cfg.SyncTimeout) * time.Millisecond
+	limit := time.Duration(b.config().SyncTimeout) * time.Millisecond
 	switch {
 	case !connected:
 		return false, state + ": not connected to the master (sync mode)"

@@ -89,7 +89,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 				size += l.SizeBytes()
 			}
 			fmt.Fprintf(&sb, "%s partitions %d message_count %d message_bytes %d accept_publish %t accept_subscribe %t\r\n",
-				t.name, len(t.parts), count, size, t.cfg.AcceptPublish, t.cfg.AcceptSubscribe)
+				t.name, len(t.parts), count, size, t.conf().AcceptPublish, t.conf().AcceptSubscribe)
 		}
 		sb.WriteString("END\r\n")
 	case "offsets":
@@ -124,9 +124,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 		}
 		sb.WriteString("END\r\n")
 	case "config":
-		b.mu.RLock() // live topic changes replace cfg.Topics under mu
-		sb.Write(b.cfg.Redacted())
-		b.mu.RUnlock()
+		sb.Write(b.config().Redacted())
 	case "plugins":
 		var infos []host.Info
 		if b.plugins != nil {
@@ -180,15 +178,15 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv := func(k string, v any) { fmt.Fprintf(sb, "%s %v\r\n", k, v) }
 	sb.WriteString("STATS\r\n")
 	kv("pid", os.Getpid())
-	kv("broker_id", b.cfg.BrokerID)
-	kv("port", b.cfg.Port)
+	kv("broker_id", b.config().BrokerID)
+	kv("port", b.config().Port)
 	kv("uptime", int64(time.Since(b.start)/time.Second))
 	kv("version", Version)
 	kv("slave", b.slave != nil)
 	if b.slave != nil {
 		b.slave.statsLines(kv) // replica.go
 	} else {
-		kv("replication", b.cfg.Replication)
+		kv("replication", b.config().Replication)
 	}
 	if b.sync != nil {
 		b.sync.statsLines(kv) // syncrepl.go
@@ -231,7 +229,7 @@ func (b *Broker) writeTopicStats(sb *strings.Builder, name string) {
 	parts := 0
 	if t == nil {
 		code = 1
-		if tc, ok := b.topicConfig(name); ok && !b.cfg.AutoCreateTopics {
+		if tc, ok := b.topicConfig(name); ok && !b.config().AutoCreateTopics {
 			code, parts = 2, tc.NumPartitions
 		}
 	} else {

@@ -83,8 +83,8 @@ type syncPart struct {
 func newSyncMaster(b *Broker) *syncMaster {
 	return &syncMaster{
 		b:       b,
-		degrade: b.cfg.SyncDegrade,
-		timeout: time.Duration(b.cfg.SyncTimeout) * time.Millisecond,
+		degrade: b.config().SyncDegrade,
+		timeout: time.Duration(b.config().SyncTimeout) * time.Millisecond,
 		parts:   map[*store.Log]*syncPart{},
 	}
 }
@@ -169,7 +169,7 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 
 // realtimePut counts a put in the topic's realtime stats.
 func (c *conn) realtimePut(t *topic, size int64) {
-	if t.cfg.Stat {
+	if t.conf().Stat {
 		t.rt.put.add(int64(len(c.entries)))
 		t.rt.size.add(size)
 	}

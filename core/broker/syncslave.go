@@ -22,9 +22,9 @@ import (
 // carries no offset.
 func (c *conn) handleSync(r *protocol.Request) {
 	b := c.b
-	if len(r.Body) > b.cfg.MaxMessageSize {
+	if len(r.Body) > b.config().MaxMessageSize {
 		c.reply(protocol.StatusBadRequest, "sync: message of "+strconv.Itoa(len(r.Body))+
-			" bytes exceeds max_message_size "+strconv.Itoa(b.cfg.MaxMessageSize), r.Opaque)
+			" bytes exceeds max_message_size "+strconv.Itoa(b.config().MaxMessageSize), r.Opaque)
 		return
 	}
 	if r.MsgID <= 0 {

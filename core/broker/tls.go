@@ -18,6 +18,8 @@ import (
 // SIGHUP (Broker.ReloadTLS) changes what new handshakes see without
 // touching established connections.
 type tlsState struct {
+	// mu serializes reloads; cfg is the [tls] table last loaded (under mu).
+	mu  sync.Mutex
 	cfg conf.TLS
 	// server is the config of new handshakes: GetConfigForClient returns
 	// it, and its GetCertificate reads cert.
@@ -28,7 +30,7 @@ type tlsState struct {
 // newTLSState loads the certificate, key and client CA of c.
 func newTLSState(c conf.TLS) (*tlsState, error) {
 	s := &tlsState{cfg: c}
-	if err := s.reload(); err != nil {
+	if err := s.load(c); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -36,28 +38,47 @@ func newTLSState(c conf.TLS) (*tlsState, error) {
 
 // reload reads the files again; on any error the current material stays.
 func (s *tlsState) reload() error {
-	cert, err := tls.LoadX509KeyPair(s.cfg.CertFile, s.cfg.KeyFile)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.load(s.cfg)
+}
+
+// reloadFrom loads the material [tls] table c names (Reload: the paths may
+// have changed) and makes c current; on error nothing changes.
+func (s *tlsState) reloadFrom(c conf.TLS) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.load(c); err != nil {
+		return err
+	}
+	s.cfg = c
+	return nil
+}
+
+// load reads the files of c and swaps them in. The caller holds mu.
+func (s *tlsState) load(c conf.TLS) error {
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
-		return fmt.Errorf("tls: load cert_file %s and key_file %s: %w", s.cfg.CertFile, s.cfg.KeyFile, err)
+		return fmt.Errorf("tls: load cert_file %s and key_file %s: %w", c.CertFile, c.KeyFile, err)
 	}
 	sc := &tls.Config{
-		MinVersion: s.cfg.MinTLSVersion(),
+		MinVersion: c.MinTLSVersion(),
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return s.cert.Load(), nil
 		},
 	}
-	if s.cfg.ClientCAFile != "" {
-		pem, err := os.ReadFile(s.cfg.ClientCAFile)
+	if c.ClientCAFile != "" {
+		pem, err := os.ReadFile(c.ClientCAFile)
 		if err != nil {
 			return fmt.Errorf("tls: client_ca_file: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("tls: client_ca_file %s: no PEM certificate in it", s.cfg.ClientCAFile)
+			return fmt.Errorf("tls: client_ca_file %s: no PEM certificate in it", c.ClientCAFile)
 		}
 		sc.ClientCAs = pool
 		sc.ClientAuth = tls.VerifyClientCertIfGiven
-		if s.cfg.RequireClientCert {
+		if c.RequireClientCert {
 			sc.ClientAuth = tls.RequireAndVerifyClientCert
 		}
 	}

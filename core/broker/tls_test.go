@@ -42,7 +42,7 @@ func TestReloadTLS(t *testing.T) {
 	require.Equal(t, 200, code, body)
 
 	// A bad certificate file: the reload fails and the current one stays.
-	require.NoError(t, os.WriteFile(b.cfg.TLS.CertFile, []byte("not a certificate"), 0o600))
+	require.NoError(t, os.WriteFile(b.config().TLS.CertFile, []byte("not a certificate"), 0o600))
 	require.Error(t, b.ReloadTLS())
 	again := dialAuth(t, b.TLSAddr(), certs.ClientConfig(t, ""))
 	code, body = again.call(protocol.AppendVersion)

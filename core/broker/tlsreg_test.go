@@ -106,7 +106,7 @@ func TestReadHandleClosedWithConnection(t *testing.T) {
 	require.Eventually(t, func() bool { return b.topics["t"].parts[0].MaxOffset() > 0 }, 5*time.Second, time.Millisecond)
 	r = c.roundTrip(t, protocol.AppendGet(nil, "t", "g", 0, 0, 1024, 2))
 	require.Equal(t, protocol.OpValue, r.Op)
-	seg := filepath.Join(b.cfg.DataDir, "t-0")
+	seg := filepath.Join(b.config().DataDir, "t-0")
 	require.Equal(t, 2, openUnder(t, seg), "the log's own handle and the connection's")
 	c.nc.Close()
 	require.Eventually(t, func() bool { return openUnder(t, seg) == 1 }, 5*time.Second, 5*time.Millisecond)

@@ -36,13 +36,13 @@ const checkpointClosedTimeout = 30 * time.Second
 
 // topicsFilePath is <data_dir>/topics.toml.
 func (b *Broker) topicsFilePath() string {
-	return filepath.Join(b.cfg.DataDir, conf.TopicsFileName)
+	return filepath.Join(b.config().DataDir, conf.TopicsFileName)
 }
 
 // loadTopicsFile reads topics.toml (an empty file when there is none) and
-// applies it to b.cfg. New calls it before opening anything.
+// applies it to b.config(). New calls it before opening anything.
 func (b *Broker) loadTopicsFile() error {
-	b.serverTopics = slices.Clone(b.cfg.Topics)
+	b.serverTopics = slices.Clone(b.config().Topics)
 	data, err := os.ReadFile(b.topicsFilePath())
 	if errors.Is(err, os.ErrNotExist) {
 		b.topicsFile = &conf.TopicsFile{}
@@ -55,7 +55,7 @@ func (b *Broker) loadTopicsFile() error {
 	if err != nil {
 		return err
 	}
-	if err := b.cfg.ApplyTopics(f); err != nil {
+	if err := b.config().ApplyTopics(f); err != nil {
 		return err
 	}
 	if len(f.Topics) > 0 || len(f.Deleted) > 0 {
@@ -107,7 +107,7 @@ func (b *Broker) cloneTopicsFile() *conf.TopicsFile {
 func (b *Broker) configTopic(name string) (conf.Topic, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	for _, t := range b.cfg.Topics {
+	for _, t := range b.config().Topics {
 		if t.Name == name {
 			return t, true
 		}
@@ -118,9 +118,7 @@ func (b *Broker) configTopic(name string) (conf.Topic, bool) {
 // applyTopicChange persists f, then makes the config's topics those of
 // base with f applied. It validates first; nothing changes on error.
 func (b *Broker) applyTopicChange(f *conf.TopicsFile) error {
-	b.mu.RLock()
-	base := *b.cfg
-	b.mu.RUnlock()
+	base := *b.config()
 	// The config as server.toml gave it: base topics from the file as
 	// loaded, then every live change.
 	topics := b.liveTopics(f)
@@ -139,7 +137,9 @@ func (b *Broker) applyTopicChange(f *conf.TopicsFile) error {
 		return err
 	}
 	b.mu.Lock()
-	b.cfg.Topics = topics
+	nc := *b.config() // copy on write: readers hold the old one
+	nc.Topics = topics
+	b.cfgp.Store(&nc)
 	b.topicsFile = f
 	b.mu.Unlock()
 	return nil
@@ -187,11 +187,11 @@ func (b *Broker) CreateTopic(t conf.Topic) error {
 	return nil
 }
 
-// topicConfig is b.cfg.TopicConfig under b.mu.
+// topicConfig is b.config().TopicConfig under b.mu.
 func (b *Broker) topicConfig(name string) (conf.TopicConfig, bool) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	return b.cfg.TopicConfig(name)
+	return b.config().TopicConfig(name)
 }
 
 // AddPartitions raises a topic's partition count to n live. Keyed
@@ -256,7 +256,8 @@ func (b *Broker) growTopic(t *topic, tc conf.TopicConfig) (*topic, error) {
 	if err != nil {
 		return nil, err
 	}
-	nt := &topic{name: t.name, cfg: tc, disk: t.disk, parts: append(slices.Clip(t.parts), more...)}
+	nt := &topic{name: t.name, disk: t.disk, parts: append(slices.Clip(t.parts), more...)}
+	nt.cfgp.Store(&tc)
 	nt.pc = make([]partCounters, len(nt.parts))
 	for i := range t.pc {
 		nt.pc[i].msgsIn.Store(t.pc[i].msgsIn.Load())
@@ -329,11 +330,11 @@ func (b *Broker) DeleteTopic(name string, deleteData bool) error {
 // a checkpoint of their journal (if any) so that no restart replays
 // records into them.
 func (b *Broker) removeTopicData(t *topic, dirs []string) error {
-	dir := t.cfg.DataDir
+	dir := t.conf().DataDir
 	if dir == "" {
-		dir = b.cfg.DataDir
+		dir = b.config().DataDir
 	}
-	if j := b.journalFor(dir, t.cfg.UnflushThreshold); j != nil {
+	if j := b.journalFor(dir, t.conf().UnflushThreshold); j != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), checkpointClosedTimeout)
 		defer cancel()
 		if err := j.CheckpointClosed(ctx); err != nil {

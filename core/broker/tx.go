@@ -146,7 +146,7 @@ func (c *conn) handleTransaction(r *protocol.Request) {
 // seconds (0 or less: none).
 func (b *Broker) txTimeout(sec int64) time.Duration {
 	if sec <= 0 {
-		return time.Duration(b.cfg.TxDefaultTimeout) * time.Second
+		return time.Duration(b.config().TxDefaultTimeout) * time.Second
 	}
 	return time.Duration(min(sec, conf.MaxTxTimeout)) * time.Second
 }
@@ -287,7 +287,7 @@ func (c *conn) rollbackLocal(key string, opaque int32) {
 	if err != nil {
 		// The rollback stands (nothing was appended); only its record may
 		// be lost, and a replay rolls the transaction back anyway.
-		c.b.logf("transaction %s: rollback record: %v", key, err)
+		c.b.errorf("transaction %s: rollback record: %v", key, err)
 	}
 	c.reply(protocol.StatusOK, "", opaque)
 }
@@ -321,13 +321,13 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	}
 	switch {
 	case tr == nil:
-	case tr.bytes+n > b.cfg.TxMaxBytes:
+	case tr.bytes+n > b.config().TxMaxBytes:
 		msg = "transaction " + key + " would hold " + strconv.FormatInt(tr.bytes+n, 10) +
-			" message bytes, over tx_max_bytes " + strconv.FormatInt(b.cfg.TxMaxBytes, 10) + "; the put is refused"
+			" message bytes, over tx_max_bytes " + strconv.FormatInt(b.config().TxMaxBytes, 10) + "; the put is refused"
 		tr = nil
-	case s.buffered+n > b.cfg.TxMaxBufferedBytes:
+	case s.buffered+n > b.config().TxMaxBufferedBytes:
 		msg = "open transactions hold " + strconv.FormatInt(s.buffered, 10) +
-			" message bytes, tx_max_buffered_bytes is " + strconv.FormatInt(b.cfg.TxMaxBufferedBytes, 10) + "; the put is refused"
+			" message bytes, tx_max_buffered_bytes is " + strconv.FormatInt(b.config().TxMaxBufferedBytes, 10) + "; the put is refused"
 		tr = nil
 	}
 	if tr == nil {
@@ -337,7 +337,8 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	}
 	msgID := b.ids.Next(1)
 	m := txMsg{t: t, l: l, p: p, e: store.Entry{ID: msgID, Flag: r.Flag, CRC: crc, Data: append([]byte(nil), r.Body...)}}
-	if _, err := b.txlog.write(tr, txRecAppend, encodeTxAppend(key, &m)); err != nil {
+	var head [128]byte
+	if _, err := b.txlog.write2(tr, txRecAppend, appendTxAppendHead(head[:0], key, &m), m.e.Data); err != nil {
 		s.mu.Unlock()
 		c.putFail(r.Opaque, "transaction "+key+": "+err.Error())
 		return
@@ -346,7 +347,7 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	tr.bytes += n
 	s.buffered += n
 	s.mu.Unlock()
-	if t.cfg.Stat {
+	if t.conf().Stat {
 		t.rt.put.add(1)
 		t.rt.size.add(n)
 	}
@@ -362,6 +363,7 @@ type txCommit struct {
 	opaque int32
 	heur   bool // an admin's heuristic commit: recorded as such
 	logs   []*store.Log
+	flush  bool // a batch went to a threshold-mode partition: finish flushes it
 	mu     sync.Mutex
 	left   int
 	errs   []string
@@ -377,9 +379,14 @@ func (tc *txCommit) AppendDone(token uint64, _, _ int64, err error) {
 	last := tc.left == 0
 	tc.mu.Unlock()
 	if last {
-		// Not on the caller's goroutine: that may be the store's
-		// completer, and finishing may fsync the transaction journal.
-		go tc.finish()
+		if tc.heur || tc.flush || tc.c.b.txlog.releaseSyncs(tc.t) {
+			// Not on the caller's goroutine, the store's completer:
+			// finishing fsyncs (a threshold-mode partition, the
+			// heuristic record, or the journal before old files go).
+			go tc.finish()
+			return
+		}
+		tc.finish()
 	}
 }
 
@@ -504,7 +511,25 @@ func (c *conn) startCommitLocked(t *tx, opaque int32, heur bool) {
 	}
 	s.mu.Unlock()
 	c.addPending(1)
-	if err := b.txlog.force(pos); err != nil {
+	if b.txlog.mode == txFlushCommit {
+		// The fsync is not waited for on the connection's goroutine: the
+		// connection's next requests (other transactions' commits among
+		// them) go on meanwhile, and commits that wait together share one
+		// fsync (txLog.syncTo).
+		b.wg.Add(1) // from the connection's goroutine, itself counted: Close waits for it
+		go func() {
+			defer b.wg.Done()
+			c.forceAndAppend(t, pos, batches, opaque, heur)
+		}()
+		return
+	}
+	c.forceAndAppend(t, pos, batches, opaque, heur)
+}
+
+// forceAndAppend makes t's commit record durable (as flush_tx_log_at_commit
+// says), then appends its batches.
+func (c *conn) forceAndAppend(t *tx, pos int64, batches []*txBatch, opaque int32, heur bool) {
+	if err := c.b.txlog.force(pos); err != nil {
 		// Not known to be durable: do not append (a replay may or may
 		// not see the commit; if it does, it appends the batches).
 		tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: 1}
@@ -520,6 +545,9 @@ func (c *conn) appendCommit(t *tx, batches []*txBatch, opaque int32, heur bool) 
 	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1}
 	for _, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)
+		if bt.t.conf().UnflushThreshold > 0 {
+			tc.flush = true
+		}
 	}
 	for i, bt := range batches {
 		if err := bt.l.Append(bt.entries, tc, uint64(i)); err != nil {
@@ -541,7 +569,7 @@ func (b *Broker) journalEnd(t *tx, typ byte) int64 {
 	}
 	pos, err := b.txlog.write(t, typ, appendStr(nil, t.key))
 	if err != nil {
-		b.logf("transaction %s: %v", t.key, err)
+		b.errorf("transaction %s: %v", t.key, err)
 	}
 	return pos
 }

@@ -47,7 +47,7 @@ type replayedMsg struct {
 //
 // The old files are then deleted: nothing in them is needed any more.
 func (b *Broker) openTxJournal() error {
-	dir := filepath.Join(b.cfg.DataDir, TxDirName)
+	dir := filepath.Join(b.config().DataDir, TxDirName)
 	if err := store.MkdirAllDurable(dir, 0o755); err != nil {
 		return fmt.Errorf("transaction journal: %w", err)
 	}
@@ -171,7 +171,7 @@ func (b *Broker) openTxJournal() error {
 	if len(seqs) > 0 {
 		last = seqs[len(seqs)-1]
 	}
-	j, err := openTxLog(dir, b.cfg.FlushTxLogAtCommit, last, b.logf)
+	j, err := openTxLog(dir, b.config().FlushTxLogAtCommit, last, b.logf)
 	if err != nil {
 		return fmt.Errorf("transaction journal: %w", err)
 	}
@@ -290,7 +290,7 @@ func (b *Broker) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 		if entries == nil {
 			// Only possible if files were lost by other means: say so
 			// loudly rather than append something else.
-			b.logf("transaction journal: %s: the batch for %s-%d is missing from the partition and its messages are not in the journal; %d messages lost",
+			b.errorf("transaction journal: %s: the batch for %s-%d is missing from the partition and its messages are not in the journal; %d messages lost",
 				t.key, loc.topic, loc.partition, loc.n)
 			continue
 		}
@@ -317,7 +317,7 @@ func (b *Broker) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 // found.
 func (b *Broker) findBatch(l *store.Log, loc txBatchLoc, entries []store.Entry) (int, error) {
 	off := max(loc.notBefore, l.MinOffset())
-	chunk := max(1<<20, b.cfg.MaxMessageSize+1024)
+	chunk := max(1<<20, b.config().MaxMessageSize+1024)
 	var buf []byte
 	matching, same := false, false
 	var got int

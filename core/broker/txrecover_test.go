@@ -17,7 +17,7 @@ import (
 // the middle of a commit leaves it: committed's puts and its commit record
 // (no done, no batch in the partition), and inflight's puts. It returns
 // the committed messages and the offsets where each record ends.
-func writeTxJournal(t *testing.T, dataDir string) ([]store.Entry, []int64) {
+func writeTxJournal(t testing.TB, dataDir string) ([]store.Entry, []int64) {
 	t.Helper()
 	dir := filepath.Join(dataDir, TxDirName)
 	require.NoError(t, os.MkdirAll(dir, 0o755))
@@ -255,5 +255,50 @@ func TestTxRecoveryTornBatch(t *testing.T) {
 	for i, r := range recs {
 		require.Equal(t, committed[i].ID, r.ID)
 		require.Equal(t, committed[i].Data, r.Data)
+	}
+}
+
+// TestTxJournalZeroTail: a journal file as a killed broker leaves it (its
+// records written, over the zero-filled space after them, not cut) is
+// replayed whole and quietly; a torn record before the zeros is cut and
+// reported.
+func TestTxJournalZeroTail(t *testing.T) {
+	dir := t.TempDir()
+	j, err := openTxLog(dir, txFlushCommit, 0, t.Logf)
+	require.NoError(t, err)
+	tr := &tx{key: "TX:s:1"}
+	var pos int64
+	for i := 0; i < 5; i++ {
+		e := store.Entry{ID: int64(i + 1), Data: []byte("zero tail " + strconv.Itoa(i))}
+		pos, err = j.write(tr, txRecAppend, encodeTxAppend(tr.key, &txMsg{t: &topic{name: "t"}, e: e}))
+		require.NoError(t, err)
+	}
+	require.NoError(t, j.force(pos))
+	path := filepath.Join(dir, txFileName(1))
+	live, err := os.ReadFile(path) // the file while the broker runs: a kill -9 leaves this
+	require.NoError(t, err)
+	require.Greater(t, int64(len(live)), pos, "zero-filled ahead of its records")
+	require.NoError(t, j.close())
+
+	for _, torn := range []bool{false, true} {
+		d := t.TempDir()
+		data := append([]byte(nil), live...)
+		if torn {
+			data[pos-1] ^= 0xff // the last record's last byte
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(d, txFileName(1)), data, 0o644))
+		var logs []string
+		recs, _, err := replayTxFiles(d, func(f string, a ...any) { logs = append(logs, f) })
+		require.NoError(t, err)
+		if torn {
+			require.Len(t, recs, 4)
+			require.Len(t, logs, 1, "a torn record is reported")
+		} else {
+			require.Len(t, recs, 5)
+			require.Empty(t, logs, "the zero-filled space is not a torn tail")
+		}
+		st, err := os.Stat(filepath.Join(d, txFileName(1)))
+		require.NoError(t, err)
+		require.Less(t, st.Size(), int64(len(live)), "cut after its last good record")
 	}
 }

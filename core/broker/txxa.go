@@ -73,7 +73,7 @@ func (b *Broker) recordHeuristicLocked(key string, out heurOut) int64 {
 	e := &heurEntry{out: out, hold: &tx{key: key}}
 	pos, err := b.txlog.write(e.hold, txRecHeuristic, encodeTxHeuristic(key, out))
 	if err != nil {
-		b.logf("transaction %s: heuristic record: %v", key, err)
+		b.errorf("transaction %s: heuristic record: %v", key, err)
 	}
 	s.heur[key] = e
 	b.logf("transaction %s: heuristically %s", key, out)
@@ -90,7 +90,7 @@ func (c *conn) userName() string {
 
 // mayUse reports whether the connection's user may act on t.
 func (c *conn) mayUse(t *tx) bool {
-	if !c.b.cfg.Auth.Enabled {
+	if !c.b.config().Auth.Enabled {
 		return true
 	}
 	u := c.auth.user
@@ -241,7 +241,7 @@ func (c *conn) handleXA(r *protocol.Request, key string) {
 		b.txlog.release(t)
 		s.rollbacks.Add(1)
 		if err != nil {
-			b.logf("transaction %s: rollback record: %v", key, err)
+			b.errorf("transaction %s: rollback record: %v", key, err)
 		}
 		c.reply(protocol.StatusOK, "", op)
 	default:
@@ -299,7 +299,7 @@ func (c *conn) recoverXA(r *protocol.Request) {
 		}
 	}
 	for key := range s.heur {
-		if match(key) && (!c.b.cfg.Auth.Enabled || c.auth.user != nil && c.auth.user.Admin) {
+		if match(key) && (!c.b.config().Auth.Enabled || c.auth.user != nil && c.auth.user.Admin) {
 			keys = append(keys, key)
 		}
 	}

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -37,9 +38,9 @@ const (
 
 // diskWatch is the broker's set of data disks.
 type diskWatch struct {
-	max   float64       // disk_max_used_ratio
-	every time.Duration // diskCheckInterval; tests set it longer
-	logf  func(format string, args ...any)
+	maxBits atomic.Uint64 // disk_max_used_ratio, math.Float64bits (Reload changes it)
+	every   time.Duration // diskCheckInterval; tests set it longer
+	logf    func(format string, args ...any)
 	// kick asks the watcher for a check now (ENOSPC, retention).
 	kick chan struct{}
 	// rejects counts puts and mputs refused because their disk was full.
@@ -67,8 +68,16 @@ type diskUsage struct {
 }
 
 func newDiskWatch(max float64, logf func(string, ...any)) *diskWatch {
-	return &diskWatch{max: max, every: diskCheckInterval, logf: logf, kick: make(chan struct{}, 1), disks: map[string]*dataDisk{}}
+	w := &diskWatch{every: diskCheckInterval, logf: logf, kick: make(chan struct{}, 1), disks: map[string]*dataDisk{}}
+	w.setMax(max)
+	return w
 }
+
+// maxRatio is disk_max_used_ratio; setMax changes it (Reload) and wakes the
+// watcher to judge every disk again.
+func (w *diskWatch) maxRatio() float64 { return math.Float64frombits(w.maxBits.Load()) }
+
+func (w *diskWatch) setMax(r float64) { w.maxBits.Store(math.Float64bits(r)) }
 
 // disk returns the dataDisk of directory dir, adding it (and measuring it
 // once) if it is new.
@@ -150,14 +159,14 @@ func (w *diskWatch) run(done <-chan struct{}) {
 func (w *diskWatch) measure(d *dataDisk) {
 	u := statDisk(d.dir)
 	prev := d.last.Swap(u)
-	full := u.err == nil && (u.space > w.max || u.inodes > w.max)
+	full := u.err == nil && (u.space > w.maxRatio() || u.inodes > w.maxRatio())
 	was := d.full.Swap(full)
 	switch {
 	case full && !was:
 		w.logf("%s; refusing puts to its topics", w.fullMessage(d, u))
 	case !full && was:
 		w.logf("data_dir %s is %s used again, inodes %s: at most disk_max_used_ratio %s; accepting puts",
-			showDir(d.dir), percent(u.space), percent(u.inodes), ratio(w.max))
+			showDir(d.dir), percent(u.space), percent(u.inodes), ratio(w.maxRatio()))
 	}
 	if u.err != nil && (prev == nil || prev.err == nil || prev.err.Error() != u.err.Error()) {
 		w.logf("disk watermark: %v (puts to its topics are not refused for it)", u.err)
@@ -196,12 +205,12 @@ func (w *diskWatch) fullMessage(d *dataDisk, u *diskUsage) string {
 	if u == nil {
 		u = &diskUsage{}
 	}
-	if u.space <= w.max && u.inodes > w.max {
+	if u.space <= w.maxRatio() && u.inodes > w.maxRatio() {
 		return "disk full: data_dir " + showDir(d.dir) + " has " + percent(u.inodes) +
-			" of its inodes used, over disk_max_used_ratio " + ratio(w.max)
+			" of its inodes used, over disk_max_used_ratio " + ratio(w.maxRatio())
 	}
 	return "disk full: data_dir " + showDir(d.dir) + " is " + percent(u.space) +
-		" used, over disk_max_used_ratio " + ratio(w.max)
+		" used, over disk_max_used_ratio " + ratio(w.maxRatio())
 }
 
 // refusal is the reply to a put to the full disk d.

@@ -68,7 +68,7 @@ func TestPowerLossGroupCommit(t *testing.T) {
 	if testing.Short() {
 		rounds = 1
 	}
-	powerLoss(t, rounds, false)
+	powerLoss(t, rounds, false, 0)
 }
 
 // TestPowerLossFreshDataDir is TestPowerLossGroupCommit starting on an
@@ -76,10 +76,17 @@ func TestPowerLossGroupCommit(t *testing.T) {
 // directory it creates (store.MkdirAllDurable), it lost every acknowledged
 // message: the cut took the whole data_dir tree away.
 func TestPowerLossFreshDataDir(t *testing.T) {
-	powerLoss(t, 1, true)
+	powerLoss(t, 1, true, 0)
 }
 
-func powerLoss(t *testing.T, rounds int, fresh bool) {
+// TestPowerLossIdle is TestPowerLossGroupCommit with the power cut 1.5 s
+// after the load stopped: the checkpoints of the idle spell have written
+// the segments and recycled journal files when the power goes.
+func TestPowerLossIdle(t *testing.T) {
+	powerLoss(t, 1, false, 1500*time.Millisecond)
+}
+
+func powerLoss(t *testing.T, rounds int, fresh bool, idle time.Duration) {
 	const (
 		topic     = "powerloss"
 		parts     = 3
@@ -109,6 +116,7 @@ func powerLoss(t *testing.T, rounds int, fresh bool) {
 		got, sent := loadRound(t, srv, topic, parts, producers, round, seqs, seed, delay)
 		elapsed := time.Since(start)
 		acks = append(acks, got...)
+		time.Sleep(idle)
 
 		st := m.Stats()
 		rep, err := m.Cut(faultfs.DropAll)

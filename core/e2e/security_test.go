@@ -118,17 +118,20 @@ name = "orders"
 	// SIGHUP with a new certificate in the same files.
 	_, _, next := certs.Server(t, "server")
 	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGHUP))
-	require.Eventually(t, func() bool { return strings.Contains(p.Logs.String(), "SIGHUP: reloaded TLS certificates") },
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.Logs.String(), "SIGHUP: applied: TLS certificates reloaded from")
+	},
 		10*time.Second, 10*time.Millisecond)
 	fresh := dialTLS(t, p.Addr, certs.ClientConfig(t, ""))
 	ok(t)(fresh.auth("alice", "alice-pw"))
 	require.Equal(t, next.String(), serial(fresh))
 	ok(t)(old.put("orders", 0, []byte("after reload")))
 
-	// A bad certificate: the broker logs the error and keeps the current one.
+	// A bad certificate: the broker logs the error and keeps the current
+	// configuration, certificate included.
 	require.NoError(t, os.WriteFile(cf, []byte("garbage"), 0o600))
 	require.NoError(t, p.Cmd.Process.Signal(syscall.SIGHUP))
-	require.Eventually(t, func() bool { return strings.Contains(p.Logs.String(), "keeping the current certificate") },
+	require.Eventually(t, func() bool { return strings.Contains(p.Logs.String(), "rejected; the running configuration stays") },
 		10*time.Second, 10*time.Millisecond)
 	again := dialTLS(t, p.Addr, certs.ClientConfig(t, "alice"))
 	ok(t)(again.put("orders", 0, []byte("still up")))

@@ -282,8 +282,9 @@ func (r *Registry) Wait(ctx context.Context) error {
 	return nil
 }
 
-// AddTopic registers one more topic (an auto-created one), or updates it.
-// It does not wait for ZooKeeper.
+// AddTopic registers one more topic (an auto-created one), or updates it
+// (a reload): a topics-pub or topics-sub node it no longer wants is
+// deleted. It does not wait for ZooKeeper.
 func (r *Registry) AddTopic(t Topic) {
 	r.mu.Lock()
 	if cur, ok := r.topics[t.Name]; ok && cur == t {
@@ -491,6 +492,23 @@ func (r *Registry) registerOnce() bool {
 	}
 	ok := true
 	ns, gen := r.nodes()
+	// Nodes registered before that are no longer wanted (a topic whose
+	// accept_publish or accept_subscribe was turned off by a reload) go.
+	want := make(map[string]bool, len(ns))
+	for _, n := range ns {
+		want[n.path] = true
+	}
+	for p := range r.made {
+		if want[p] {
+			continue
+		}
+		if err := r.conn.Delete(p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			ok = false
+			r.logf("registry: remove %s: %v", p, err)
+			continue
+		}
+		delete(r.made, p)
+	}
 	for _, n := range ns {
 		select {
 		case <-r.stop:

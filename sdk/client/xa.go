@@ -87,6 +87,11 @@ func (b *XABroker) ID() int { return b.id }
 // Addr returns the broker's address.
 func (b *XABroker) Addr() string { return b.addr }
 
+// User returns the user the Client authenticates as with SASLPlain, ""
+// without it. With auth on, RECOVER lists only that user's branches (all
+// for an admin).
+func (b *XABroker) User() string { return b.cp.cfg.conn.saslUser }
+
 // DefaultXAQualifier is MetaQ's default unique qualifier of XA keys,
 // "XAMessageProducer-<hostname>" (characters a qualifier cannot hold
 // become '_').

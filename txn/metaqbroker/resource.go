@@ -36,7 +36,18 @@ import (
 type Options struct {
 	// Name names the resource in the decision log; it must stay the same
 	// across restarts (txn.ValidateResourceName). Default
-	// "metaq-broker-<broker id>".
+	// "metaq-broker-<broker id>", and "metaq-broker-<broker id>-<user>"
+	// when the Client authenticates with SASLPlain (characters outside
+	// [A-Za-z0-9_.-] become '_').
+	//
+	// With auth on, RECOVER lists only the branches of the connection's
+	// user (every branch for an admin), so a Resource of another user is
+	// no authority on a branch: Manager.Recover takes a branch that a
+	// queried Resource of its Name does not list as complete, and forgets
+	// the decision. Give the Resources of different users different Names
+	// (the default does, for SASL PLAIN; set Name with a client
+	// certificate's user) and recover with the user who began the
+	// branches, or an admin.
 	Name string
 	// Qualifier is the unique qualifier of the branches' keys
 	// (XID:<formatId>:<gtrid>:<bqual>:<qualifier>). Default
@@ -79,6 +90,14 @@ func NewResource(b *client.XABroker, opts Options) (*Resource, error) {
 	r := &Resource{b: b, name: opts.Name, q: opts.Qualifier, keys: map[string]string{}}
 	if r.name == "" {
 		r.name = "metaq-broker-" + strconv.Itoa(b.ID())
+		if u := b.User(); u != "" {
+			r.name += "-" + strings.Map(func(c rune) rune {
+				if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-' {
+					return c
+				}
+				return '_'
+			}, u)
+		}
 	}
 	if err := txn.ValidateResourceName(r.name); err != nil {
 		return nil, err

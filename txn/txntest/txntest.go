@@ -1,4 +1,4 @@
-// Package txntest is the conformance suite of the txn.Coordinator
+// Package txntest is the conformance suites of the txn.Coordinator
 // contract, which every coordinator passes: the builtin (txn/file), the
 // remote adapter and the plugin binaries (cmd/metaq-txn-mysql). It checks
 // the coordinator's calls directly, then drives it with a txn.Manager over
@@ -8,6 +8,10 @@
 // each crash a new coordinator handle on the same state ("the restarted
 // process") and txn.Manager.Recover must bring every resource to the same
 // outcome.
+//
+// RunResource is the suite of the txn.Resource contract, which every
+// resource passes: txn/metaqbroker against a real broker and txn/mysql
+// against real MariaDB.
 package txntest
 
 import (

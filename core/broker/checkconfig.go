@@ -1,0 +1,96 @@
+package broker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/filters"
+)
+
+// CheckConfig runs the checks New makes on cfg beyond cfg.Validate,
+// without opening a store or starting anything (metaq-server
+// --check-config): the [tls] certificate, key and client CA load; builtin
+// topic filters accept their config (an expr parses); every
+// [[auth.user]] password_hash is a bcrypt hash; every [[plugin]] binary
+// exists, is an executable regular file and, with sha256 set, has that
+// checksum. It returns every problem found (nil if none).
+func CheckConfig(cfg *conf.Config) []string {
+	var probs []string
+	if err := cfg.Validate(); err != nil {
+		probs = append(probs, err.Error())
+	}
+	if cfg.TLS.Enabled() {
+		if _, err := newTLSState(cfg.TLS); err != nil {
+			probs = append(probs, err.Error())
+		}
+	}
+	for _, u := range cfg.Auth.Users {
+		if u.PasswordHash == "" {
+			continue
+		}
+		if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
+			probs = append(probs, fmt.Sprintf("auth.user %q: password_hash: %v", u.Name, err))
+		}
+	}
+	// Builtin topic filters are opened in process (their config parsed,
+	// an expr compiled) and closed again; filter plugins are not started.
+	for _, name := range cfg.TopicNames() {
+		tc, _ := cfg.TopicConfig(name)
+		for _, tf := range tc.Filters {
+			if _, ok := builtinFilters[tf.Filter]; !ok {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), filterOpenTimeout)
+			in, err := filters.Open(ctx, filters.OpenOptions{Name: tf.Filter, Topic: name, Group: tf.Group, Config: tf.Config, Builtins: builtinFilters})
+			cancel()
+			if err != nil {
+				probs = append(probs, fmt.Sprintf("topic %s group %s: filter %s: %v", name, tf.Group, tf.Filter, err))
+				continue
+			}
+			in.Close()
+		}
+	}
+	for i, p := range cfg.Plugins {
+		if msg := checkPluginBinary(cfg.PluginPath(p), p.SHA256); msg != "" {
+			probs = append(probs, fmt.Sprintf("plugin[%d] %s %q: %s", i, p.Kind, p.Name, msg))
+		}
+	}
+	return probs
+}
+
+// checkPluginBinary says what is wrong with a plugin binary, or "".
+func checkPluginBinary(path, sum string) string {
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("binary %s: %v (plugin_dir, or the plugin's path)", path, err)
+	case !st.Mode().IsRegular():
+		return fmt.Sprintf("binary %s is not a regular file", path)
+	case st.Mode().Perm()&0o111 == 0:
+		return fmt.Sprintf("binary %s is not executable", path)
+	}
+	if sum == "" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("binary %s: %v", path, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Sprintf("binary %s: %v", path, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, sum) {
+		return fmt.Sprintf("binary %s: sha256 mismatch (want %s, got %s)", path, strings.ToLower(sum), got)
+	}
+	return ""
+}
