@@ -460,6 +460,9 @@ func (b *Broker) uiMessages(w http.ResponseWriter, r *http.Request) {
 		case errors.As(err, &oor):
 			b.uiError(w, r, http.StatusRequestedRangeNotSatisfiable, err.Error())
 			return
+		case errors.Is(err, store.ErrClosed) && len(msgs) == 0:
+			b.uiError(w, r, http.StatusNotFound, "topic "+strconv.Quote(t.name)+" was deleted or is being changed: reload its page")
+			return
 		case errors.Is(err, errNotRecord) && len(msgs) == 0:
 			b.uiError(w, r, http.StatusUnprocessableEntity, fmt.Sprintf("offset %d of partition %d is not the start of a valid record "+
 				"(not a record boundary, or the bytes there are corrupt): start from an offset the partition table or a Next link gives (%v)",

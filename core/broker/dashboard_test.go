@@ -51,6 +51,10 @@ func TestDashboardPages(t *testing.T) {
 		require.Equal(t, 200, code, msg)
 	}
 	code, msg := c.call(func(d []byte, op int32) []byte {
+		return protocol.AppendPut(d, "t", 1, 0, -1, op, []byte(`<script>alert("x")</script>`))
+	})
+	require.Equal(t, 200, code, msg)
+	code, msg = c.call(func(d []byte, op int32) []byte {
 		return protocol.AppendCommit(d, "g1", []protocol.OffsetEntry{{Topic: "t", Partition: 0, Offset: 0, MsgID: -1}}, op)
 	})
 	require.Equal(t, 200, code, msg)
@@ -74,7 +78,12 @@ func TestDashboardPages(t *testing.T) {
 		require.Equal(t, 200, w.Code, "%s: %s", path, w.Body)
 		require.Contains(t, w.Body.String(), want, path)
 	}
-	w := dashDo(t, h, "GET", "/", nil, nil)
+	// Bodies are text, escaped: never markup.
+	w := dashDo(t, h, "GET", "/ui/topics/t/messages?partition=1", nil, nil)
+	require.Equal(t, 200, w.Code, "%s", w.Body)
+	require.Contains(t, w.Body.String(), "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;")
+	require.NotContains(t, w.Body.String(), "<script>alert")
+	w = dashDo(t, h, "GET", "/", nil, nil)
 	require.Equal(t, http.StatusFound, w.Code)
 	require.Equal(t, "/ui/", w.Header().Get("Location"))
 
