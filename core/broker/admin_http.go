@@ -3,12 +3,14 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"runtime"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
@@ -230,19 +232,22 @@ type groupTopicJSON struct {
 	Partitions []groupPartitionJSON `json:"partitions"`
 }
 
-// apiGroups lists the groups known here: those that committed offsets
-// through this broker since it started, and those it coordinates.
-func (b *Broker) apiGroups(w http.ResponseWriter, r *http.Request) {
-	type entry struct {
-		Group       string `json:"group"`
-		Topic       string `json:"topic"`
-		Committed   bool   `json:"committed_here"`
-		Coordinated bool   `json:"coordinated_here"`
-		Members     int    `json:"members,omitempty"`
-	}
-	m := map[groupTopic]*entry{}
+// groupEntry is one group and topic known here.
+type groupEntry struct {
+	Group       string `json:"group"`
+	Topic       string `json:"topic"`
+	Committed   bool   `json:"committed_here"`
+	Coordinated bool   `json:"coordinated_here"`
+	Members     int    `json:"members,omitempty"`
+}
+
+// groupList returns the groups known here: those that committed offsets
+// through this broker since it started, and those it coordinates, sorted
+// by group and topic.
+func (b *Broker) groupList() []*groupEntry {
+	m := map[groupTopic]*groupEntry{}
 	for _, g := range b.committed.snapshot() {
-		m[groupTopic{g.group, g.topic}] = &entry{Group: g.group, Topic: g.topic, Committed: true}
+		m[groupTopic{g.group, g.topic}] = &groupEntry{Group: g.group, Topic: g.topic, Committed: true}
 	}
 	keys, gs := b.groups.snapshot()
 	for i, k := range keys {
@@ -255,12 +260,12 @@ func (b *Broker) apiGroups(w http.ResponseWriter, r *http.Request) {
 		}
 		e := m[groupTopic{k.group, k.topic}]
 		if e == nil {
-			e = &entry{Group: k.group, Topic: k.topic}
+			e = &groupEntry{Group: k.group, Topic: k.topic}
 			m[groupTopic{k.group, k.topic}] = e
 		}
 		e.Coordinated, e.Members = true, n
 	}
-	out := []*entry{}
+	out := []*groupEntry{}
 	for _, e := range m {
 		out = append(out, e)
 	}
@@ -270,7 +275,11 @@ func (b *Broker) apiGroups(w http.ResponseWriter, r *http.Request) {
 		}
 		return out[i].Topic < out[j].Topic
 	})
-	writeJSON(w, http.StatusOK, map[string]any{"groups": out})
+	return out
+}
+
+func (b *Broker) apiGroups(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"groups": b.groupList()})
 }
 
 // groupTopics returns the topics to describe for group: ?topic= or those
@@ -279,6 +288,12 @@ func (b *Broker) groupTopics(r *http.Request, group string) []string {
 	if t := r.URL.Query().Get("topic"); t != "" {
 		return []string{t}
 	}
+	return b.knownGroupTopics(group)
+}
+
+// knownGroupTopics are the topics group committed here or is coordinated
+// here for, sorted.
+func (b *Broker) knownGroupTopics(group string) []string {
 	seen := map[string]bool{}
 	for _, g := range b.committed.snapshot() {
 		if g.group == group {
@@ -336,24 +351,27 @@ func (b *Broker) loadCommitted(ctx context.Context, group string, t *topic) ([]i
 	return out, nil
 }
 
-func (b *Broker) apiGroup(w http.ResponseWriter, r *http.Request) {
-	group := r.PathValue("group")
-	if !b.checkGroup(w, r, group) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
-	defer cancel()
+// errNoTopic is describeGroup's and planReset's error for a topic that is
+// not open here.
+var errNoTopic = errors.New("no such topic")
+
+// describeGroup reads group's committed offsets of topics from the offset
+// store, with each partition's offsets, lag and owner. An unknown topic is
+// errNoTopic (wrapped with its name); an offset store failure is returned
+// as it is.
+func (b *Broker) describeGroup(ctx context.Context, group string, topics []string) ([]groupTopicJSON, error) {
 	owners := b.groupOwners(group)
 	out := []groupTopicJSON{}
-	for _, name := range b.groupTopics(r, group) {
-		t := b.openTopicNamed(w, name)
+	for _, name := range topics {
+		b.mu.RLock()
+		t := b.topics[name]
+		b.mu.RUnlock()
 		if t == nil {
-			return
+			return nil, fmt.Errorf("%w: %s", errNoTopic, strconv.Quote(name))
 		}
 		committed, err := b.loadCommitted(ctx, group, t)
 		if err != nil {
-			writeError(w, http.StatusBadGateway, "offset store "+b.offsets.name+": "+offsetErrText(err))
-			return
+			return nil, err
 		}
 		gt := groupTopicJSON{Topic: name, Partitions: []groupPartitionJSON{}}
 		for p, l := range t.parts {
@@ -367,6 +385,25 @@ func (b *Broker) apiGroup(w http.ResponseWriter, r *http.Request) {
 			gt.Partitions = append(gt.Partitions, gp)
 		}
 		out = append(out, gt)
+	}
+	return out, nil
+}
+
+func (b *Broker) apiGroup(w http.ResponseWriter, r *http.Request) {
+	group := r.PathValue("group")
+	if !b.checkGroup(w, r, group) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
+	defer cancel()
+	out, err := b.describeGroup(ctx, group, b.groupTopics(r, group))
+	switch {
+	case errors.Is(err, errNoTopic):
+		writeError(w, http.StatusNotFound, "no such topic: "+strings.TrimPrefix(err.Error(), errNoTopic.Error()+": "))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadGateway, "offset store "+b.offsets.name+": "+offsetErrText(err))
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"group": group, "lag_unit": "bytes", "topics": out})
 }
@@ -445,24 +482,38 @@ func (b *Broker) apiSkip(w http.ResponseWriter, r *http.Request) {
 	b.resetOffsets(w, r, resetRequest{Topic: req.Topic, Partition: req.Partition, To: "latest", DryRun: req.DryRun})
 }
 
-func (b *Broker) resetOffsets(w http.ResponseWriter, r *http.Request, req resetRequest) {
-	group := r.PathValue("group")
-	if !b.checkGroup(w, r, group) {
-		return
-	}
+// resetPlan is what a reset changes (or would, in a dry run).
+type resetPlan struct {
+	topic   *topic
+	changes []resetChange
+	ps      []message.Position
+}
+
+// resetError is a reset refused: Code is the HTTP status.
+type resetError struct {
+	Code int
+	Msg  string
+}
+
+func (e *resetError) Error() string { return e.Msg }
+
+// planReset checks req against topic and offsets and returns the changes
+// it makes; it writes nothing. Errors are *resetError.
+func (b *Broker) planReset(ctx context.Context, group string, req resetRequest) (*resetPlan, error) {
+	bad := func(msg string) error { return &resetError{http.StatusBadRequest, msg} }
 	if req.Topic == "" {
-		writeError(w, http.StatusBadRequest, "topic is required")
-		return
+		return nil, bad("topic is required")
 	}
-	t := b.openTopicNamed(w, req.Topic)
+	b.mu.RLock()
+	t := b.topics[req.Topic]
+	b.mu.RUnlock()
 	if t == nil {
-		return
+		return nil, &resetError{http.StatusNotFound, "no such topic: " + strconv.Quote(req.Topic)}
 	}
 	parts := make([]int, 0, len(t.parts))
 	if req.Partition != nil {
 		if p := *req.Partition; p < 0 || p >= len(t.parts) {
-			writeError(w, http.StatusBadRequest, "partition "+strconv.Itoa(p)+" out of range for topic "+t.name+" (0.."+strconv.Itoa(len(t.parts)-1)+")")
-			return
+			return nil, bad("partition " + strconv.Itoa(p) + " out of range for topic " + t.name + " (0.." + strconv.Itoa(len(t.parts)-1) + ")")
 		}
 		parts = append(parts, *req.Partition)
 	} else {
@@ -473,27 +524,20 @@ func (b *Broker) resetOffsets(w http.ResponseWriter, r *http.Request, req resetR
 	switch req.To {
 	case "earliest", "latest":
 		if req.Offset != nil {
-			writeError(w, http.StatusBadRequest, "offset is only for to = \"offset\"")
-			return
+			return nil, bad("offset is only for to = \"offset\"")
 		}
 	case "offset":
 		if req.Offset == nil {
-			writeError(w, http.StatusBadRequest, "to = \"offset\" needs offset")
-			return
+			return nil, bad("to = \"offset\" needs offset")
 		}
 	default:
-		writeError(w, http.StatusBadRequest, `to must be "earliest", "latest" or "offset", got `+strconv.Quote(req.To))
-		return
+		return nil, bad(`to must be "earliest", "latest" or "offset", got ` + strconv.Quote(req.To))
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
-	defer cancel()
 	committed, err := b.loadCommitted(ctx, group, t)
 	if err != nil {
-		writeError(w, http.StatusBadGateway, "offset store "+b.offsets.name+": "+offsetErrText(err))
-		return
+		return nil, &resetError{http.StatusBadGateway, "offset store " + b.offsets.name + ": " + offsetErrText(err)}
 	}
-	var changes []resetChange
-	var ps []message.Position
+	plan := &resetPlan{topic: t}
 	for _, p := range parts {
 		l := t.parts[p]
 		var to int64
@@ -505,24 +549,50 @@ func (b *Broker) resetOffsets(w http.ResponseWriter, r *http.Request, req resetR
 		case "offset":
 			to = *req.Offset
 			if to < l.MinOffset() || to > l.MaxOffset() {
-				writeError(w, http.StatusBadRequest, "offset "+strconv.FormatInt(to, 10)+" is outside partition "+strconv.Itoa(p)+
-					"'s offsets "+strconv.FormatInt(l.MinOffset(), 10)+".."+strconv.FormatInt(l.MaxOffset(), 10))
-				return
+				return nil, bad("offset " + strconv.FormatInt(to, 10) + " is outside partition " + strconv.Itoa(p) +
+					"'s offsets " + strconv.FormatInt(l.MinOffset(), 10) + ".." + strconv.FormatInt(l.MaxOffset(), 10))
 			}
 		}
-		changes = append(changes, resetChange{Partition: p, From: committed[p], To: to})
-		ps = append(ps, message.Position{Topic: t.name, Partition: message.Partition{BrokerID: b.config().BrokerID, Partition: int32(p)}, Offset: to, MsgID: -1})
+		plan.changes = append(plan.changes, resetChange{Partition: p, From: committed[p], To: to})
+		plan.ps = append(plan.ps, message.Position{Topic: t.name, Partition: message.Partition{BrokerID: b.config().BrokerID, Partition: int32(p)}, Offset: to, MsgID: -1})
 	}
-	if !req.DryRun {
-		if err := b.offsets.store.Commit(ctx, group, ps); err != nil {
-			writeError(w, http.StatusBadGateway, "offset store "+b.offsets.name+": "+offsetErrText(err))
-			return
+	return plan, nil
+}
+
+// applyReset writes plan through the offset store.
+func (b *Broker) applyReset(ctx context.Context, group, to string, plan *resetPlan) error {
+	if err := b.offsets.store.Commit(ctx, group, plan.ps); err != nil {
+		return &resetError{http.StatusBadGateway, "offset store " + b.offsets.name + ": " + offsetErrText(err)}
+	}
+	b.committed.record(group, plan.ps)
+	b.logf("admin: group %s topic %s: offsets of %d partition(s) reset to %s", group, plan.topic.name, len(plan.ps), to)
+	return nil
+}
+
+// resetNote is said with every reset.
+const resetNote = "consumers running in the group keep their in-memory positions: restart or rebalance them to pick up the new offsets"
+
+func (b *Broker) resetOffsets(w http.ResponseWriter, r *http.Request, req resetRequest) {
+	group := r.PathValue("group")
+	if !b.checkGroup(w, r, group) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
+	defer cancel()
+	plan, err := b.planReset(ctx, group, req)
+	if err == nil && !req.DryRun {
+		err = b.applyReset(ctx, group, req.To, plan)
+	}
+	if err != nil {
+		var re *resetError
+		if errors.As(err, &re) {
+			writeError(w, re.Code, re.Msg)
+		} else {
+			writeError(w, http.StatusInternalServerError, err.Error())
 		}
-		b.committed.record(group, ps)
-		b.logf("admin: group %s topic %s: offsets of %d partition(s) reset to %s", group, t.name, len(ps), req.To)
+		return
 	}
-	note := "consumers running in the group keep their in-memory positions: restart or rebalance them to pick up the new offsets"
-	writeJSON(w, http.StatusOK, map[string]any{"group": group, "topic": t.name, "dry_run": req.DryRun, "changes": changes, "note": note})
+	writeJSON(w, http.StatusOK, map[string]any{"group": group, "topic": plan.topic.name, "dry_run": req.DryRun, "changes": plan.changes, "note": resetNote})
 }
 
 func (b *Broker) apiStats(w http.ResponseWriter, r *http.Request) {

@@ -65,6 +65,9 @@ type webState struct {
 	// (a reload gives a new *conf.User) misses the cache.
 	authMu    sync.Mutex
 	authCache map[[32]byte]*conf.User
+
+	// dash is the dashboard's state (dashsample.go).
+	dash dashState
 }
 
 // listenHTTP binds http_port for Start (nil when it is 0).
@@ -112,13 +115,15 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 	srv.ErrorLog = slog.NewLogLogger(b.log.With("component", "http").Handler(), slog.LevelWarn)
 	w.srv, w.ln = srv, ln
 	b.wg.Add(1)
+	go b.sampleLoop() // dashsample.go
+	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			b.logf("http: %v", err)
 		}
 	}()
-	b.logf("broker %d serving HTTP on %s://%s (metrics, health, admin API)", b.config().BrokerID, scheme, ln.Addr())
+	b.logf("broker %d serving HTTP on %s://%s (metrics, health, admin API, dashboard at /ui/)", b.config().BrokerID, scheme, ln.Addr())
 	return nil
 }
 
@@ -159,7 +164,8 @@ func (b *Broker) newMux() http.Handler {
 	open("GET /healthz", b.handleHealthz)
 	open("GET /readyz", b.handleReadyz)
 	mux.Handle("GET /metrics", b.needUser(b.metrics.handler().ServeHTTP, false))
-	b.adminRoutes(user, admin) // admin_http.go
+	b.adminRoutes(user, admin)     // admin_http.go
+	b.dashRoutes(mux, user, admin) // dashboard.go
 	// Go's profiler, for admins: go tool pprof http://host:8120/debug/pprof/profile?seconds=10
 	admin("GET /debug/pprof/", pprof.Index)
 	admin("GET /debug/pprof/cmdline", pprof.Cmdline)
@@ -282,13 +288,13 @@ func (s readyState) ok() bool {
 }
 
 // ReplicaInSync, if set, is asked by /readyz whether this broker, as a
-// slave in sync mode, is in sync with its master (the replication issue
-// sets it); nil means there is nothing to wait for.
+// slave in sync mode, is in sync with its master; it replaces the
+// built-in check of a slave (replobs.go). nil: the built-in check.
 type ReplicaInSync func() (ok bool, detail string)
 
 // readiness evaluates /readyz: storage recovered, no journal failed, the
-// listeners open, registered in ZooKeeper in cluster mode, and (later)
-// the slave in sync.
+// listeners open, registered in ZooKeeper in cluster mode, and for a
+// slave in sync mode, in sync with its master.
 func (b *Broker) readiness() readyState {
 	var s readyState
 	s = append(s, readyCheck{Name: "storage", OK: b.recovered.Load(), Detail: "partitions opened and recovered"})
@@ -303,15 +309,16 @@ func (b *Broker) readiness() readyState {
 	s = append(s, readyCheck{Name: "serving", OK: b.serving.Load() && !b.closed.Load(), Detail: "client listeners open"})
 	if b.config().ZooKeeper.Enabled() {
 		reg := b.Registered()
-		d := "registered in ZooKeeper " + b.config().ZooKeeper.Connect
+		// zookeeper.connect is secret (it may carry credentials, and
+		// /readyz needs no user): the root names the cluster.
+		d := "registered in ZooKeeper (root " + b.config().ZooKeeper.Root + ")"
 		if !reg {
-			d = "not registered in ZooKeeper " + b.config().ZooKeeper.Connect + " (unreachable, or the session is being re-established)"
+			d = "not registered in ZooKeeper (root " + b.config().ZooKeeper.Root + "; unreachable, or the session is being re-established)"
 		}
 		s = append(s, readyCheck{Name: "zookeeper", OK: reg, Detail: d})
 	}
-	if f := b.opts.ReplicaInSync; f != nil {
-		ok, d := f()
-		s = append(s, readyCheck{Name: "replica", OK: ok, Detail: d})
+	if c, ok := b.replicaCheck(); ok { // replobs.go
+		s = append(s, c)
 	}
 	return s
 }

@@ -205,6 +205,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	gauge(dReady, ready)
+	b.collectReplication(gauge, counter) // replobs.go
 
 	topics := b.topicList()
 	gauge(dTopics, float64(len(topics)))

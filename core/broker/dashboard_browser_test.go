@@ -1,0 +1,284 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// screenshotsEnv names a directory for TestDashboardBrowser's screenshots
+// (docs/dashboard/); unset, none are written.
+const screenshotsEnv = "METAQ_SCREENSHOTS"
+
+// dashBroker starts broker id 0 (slave < 0: the master, else that slave)
+// in cluster mode (no [auth]: replication does not authenticate yet,
+// docs/replication.md; TestDashboardAuth covers auth), HTTP on a free port and topics orders (3
+// partitions) and payments (2).
+func dashBroker(t *testing.T, zkAddr, root string, slave int) *Broker {
+	t.Helper()
+	cfg := conf.Default()
+	cfg.Port = 0
+	cfg.SlaveID = slave
+	cfg.DataDir = t.TempDir()
+	cfg.NumPartitions = 2
+	cfg.Topics = []conf.Topic{{Name: "orders", NumPartitions: ptr(3)}, {Name: "payments"}}
+	cfg.ZooKeeper.Connect = zkAddr
+	cfg.ZooKeeper.Root = root
+	cfg.ZooKeeper.SessionTimeout = 4000
+	cfg.ZooKeeper.ConnectionTimeout = 5000
+	cfg.SlaveMaxDelay = 40
+	b, err := New(cfg, Options{Logf: func(string, ...any) {}})
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+	t.Cleanup(func() { b.Close() })
+	require.NotEmpty(t, b.HTTPAddr())
+	return b
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// consume reads partition p of topic from offset as a consumer does (a
+// get on the wire), takes n records, commits the offset after them for
+// group, and returns that offset.
+func consume(t *testing.T, c *authClient, group, topic string, p int32, from int64, n int) int64 {
+	t.Helper()
+	code, body := c.call(func(d []byte, op int32) []byte { return protocol.AppendGet(d, topic, group, p, from, 1<<20, op) })
+	require.Equal(t, protocol.StatusOK, code, body)
+	it := message.NewIterator([]byte(body), from, 0)
+	next := from
+	for i := 0; i < n && it.Next(); i++ {
+		next = it.NextOffset()
+	}
+	require.NoError(t, it.Err())
+	code, body = c.call(func(d []byte, op int32) []byte {
+		return protocol.AppendCommit(d, group, []protocol.OffsetEntry{{Topic: topic, Partition: p, Offset: next, MsgID: -1}}, op)
+	})
+	require.Equal(t, protocol.StatusOK, code, body)
+	return next
+}
+
+// TestDashboardBrowser opens every dashboard page in a real browser
+// (Debian's chromium, headless, driven by chromedp) against a master and
+// its slave in ZooKeeper holding data, and checks what a person sees:
+// the brokers and their roles, the topic names, the messages, lag that
+// changes after a consume, and the effect of each action (create and
+// delete a topic, reset offsets after a dry run, skip a partition). With
+// METAQ_SCREENSHOTS=dir it writes a PNG of each page there.
+func TestDashboardBrowser(t *testing.T) {
+	chrome := testsvc.Chromium(t)
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/dash-%d", time.Now().UnixNano())
+	m := dashBroker(t, zkAddr, root, -1)
+	s := dashBroker(t, zkAddr, root, 1)
+	shots := os.Getenv(screenshotsEnv)
+
+	c := dialAuth(t, m.Addr(), nil)
+	m.dashSample(time.Now().Add(-dashSampleEvery)) // so that the puts below have rates
+	for p := range int32(3) {
+		for i := range 6 {
+			mm := message.Message{Body: []byte(fmt.Sprintf(`order-%d-%d {"amount": %d}`, p, i, 10*i+1))}
+			if i%2 == 0 {
+				mm.Attribute, mm.HasAttribute = "type=order;region=eu", true
+			}
+			code, msg := c.call(func(d []byte, op int32) []byte {
+				return protocol.AppendPut(d, "orders", p, mm.Flag(), -1, op, mm.AppendData(nil))
+			})
+			require.Equal(t, 200, code, msg)
+		}
+	}
+	code, msg := c.call(func(d []byte, op int32) []byte {
+		return protocol.AppendPut(d, "payments", 0, 0, -1, op, []byte{0, 1, 2, 0xfe, 0xff, 'p', 'a', 'y'})
+	})
+	require.Equal(t, 200, code, msg)
+	l0 := m.topics["orders"].parts[0]
+	require.Eventually(t, func() bool {
+		return l0.MessageCount() == 6 && s.topics["orders"].parts[0].MaxOffset() == l0.MaxOffset()
+	},
+		15*time.Second, 10*time.Millisecond, "the slave copies orders")
+	max0 := l0.MaxOffset()
+	m.dashSample(time.Now())
+	// The group consumes two messages of partition 0.
+	at := consume(t, c, "billing", "orders", 0, 0, 2)
+	m.dashSample(time.Now().Add(-45 * time.Minute)) // a trend to show: samples as if taken earlier
+
+	// chromedp talks to the browser over a pipe (no debugging port);
+	// the pages it loads are the broker's, on 127.0.0.1.
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	bctx, cancelC := chromedp.NewContext(actx)
+	defer cancelC()
+	require.NoError(t, chromedp.Do(bctx)) // starts the browser (no timeout on this first call)
+	ctx, cancelT := context.WithTimeout(bctx, 90*time.Second)
+	defer cancelT()
+	// Confirmations (delete, skip) are accepted, as a person would.
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for _, err := range dialogs {
+			if err != nil {
+				return
+			}
+			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	}()
+
+	base := "http://" + m.HTTPAddr()
+	run := func(actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(ctx, actions...))
+	}
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(css(sel)))
+		require.NoError(t, err, sel)
+		return s
+	}
+	shot := func(name string) {
+		t.Helper()
+		if shots == "" {
+			return
+		}
+		buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(shots, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644))
+	}
+	open := func(path, sel string) {
+		t.Helper()
+		run(chromedp.Navigate(base+path), chromedp.WaitVisible(css(sel)))
+	}
+
+	// Cluster: broker 0's master and its slave 1, both registered.
+	require.Eventually(t, func() bool {
+		if chromedp.Do(ctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(css("#brokers"))) != nil {
+			return false
+		}
+		s, err := chromedp.Run(ctx, chromedp.Text(css("#brokers")))
+		return err == nil && strings.Contains(s, "meta://") && strings.Contains(s, "slave 1: meta://")
+	}, 15*time.Second, 200*time.Millisecond, "the cluster page lists the master and its slave")
+	require.Contains(t, text("#role"), "master")
+	require.Contains(t, text("#ready"), "zookeeper")
+	shot("cluster")
+	// The slave's own page says what it copies from.
+	run(chromedp.Navigate("http://"+s.HTTPAddr()+"/ui/"), chromedp.WaitVisible(css("#slave")))
+	require.Contains(t, text("#role"), "slave 1")
+	require.Contains(t, text("#slave"), "slave_master\t"+m.Addr())
+	shot("cluster-slave")
+
+	// Topics: the names, partitions and sizes.
+	open("/ui/topics", "#topics")
+	tt := text("#topics")
+	require.Contains(t, tt, "orders\t3\t18")
+	require.Contains(t, tt, "payments\t2\t1")
+	require.NotContains(t, tt, "–", "rates are shown")
+	shot("topics")
+
+	// One topic, then its messages: attribute and body as text, then hex.
+	open("/ui/topics/orders", "#partitions")
+	require.Contains(t, text("#partitions"), "0\t0\t"+strconv.FormatInt(max0, 10)+"\t6")
+	shot("topic")
+	open("/ui/topics/orders/messages?partition=1&offset=0&count=4", "#messages")
+	mt := text("#messages")
+	require.Contains(t, mt, `order-1-0 {"amount": 1}`)
+	require.Contains(t, mt, "type=order;region=eu")
+	require.Contains(t, mt, `order-1-3 {"amount": 31}`)
+	require.NotContains(t, mt, "order-1-4")
+	shot("messages")
+	run(chromedp.Click(css("#next")), chromedp.WaitVisible(css("#messages")))
+	require.Contains(t, text("#messages"), "order-1-4")
+	open("/ui/topics/payments/messages?partition=0&format=hex", "#messages")
+	require.Contains(t, text("#messages"), "00 01 02 fe ff 70 61 79")
+	// A bad offset: a clear page, not a record.
+	open("/ui/topics/orders/messages?partition=0&offset=3", "#error")
+	require.Contains(t, text("#error"), "not the start of a valid record")
+
+	// Groups: the lag before and after the group consumes more.
+	lag1 := max0 - at
+	open("/ui/groups", "#groups")
+	require.Contains(t, text("#groups"), "billing\torders")
+	open("/ui/groups/billing", ".lag-total")
+	require.Equal(t, strconv.FormatInt(lag1, 10), text(".lag-total"))
+	at = consume(t, c, "billing", "orders", 0, at, 3)
+	m.dashSample(time.Now().Add(-20 * time.Minute))
+	lag2 := max0 - at
+	require.Less(t, lag2, lag1)
+	open("/ui/groups/billing", ".lag-total")
+	require.Equal(t, strconv.FormatInt(lag2, 10), text(".lag-total"), "the lag changed after the consume")
+	require.Contains(t, text(".gparts"), strconv.FormatInt(at, 10))
+	m.dashSample(time.Now())
+	open("/ui/groups/billing", "svg.spark")
+	shot("group")
+
+	// Reset every partition after a dry run: to earliest; the dry run
+	// writes nothing.
+	run(chromedp.SetValue(css(`form.reset select[name="to"]`), "earliest"),
+		chromedp.Click(css("button.dryrun")), chromedp.WaitVisible(css("#changes")))
+	require.Contains(t, text("#changes"), "0\t"+strconv.FormatInt(at, 10)+"\t0")
+	require.Equal(t, at, committedOf(t, m, "billing", "orders", 0), "a dry run changes nothing")
+	shot("reset")
+	run(chromedp.Click(css("#apply-reset")), chromedp.WaitVisible(css("#flash")))
+	require.Contains(t, text("#flash"), "Offsets of topic orders reset")
+	var sum int64
+	for _, l := range m.topics["orders"].parts {
+		sum += l.MaxOffset()
+	}
+	require.Equal(t, strconv.FormatInt(sum, 10), text(".lag-total"))
+	require.Equal(t, int64(0), committedOf(t, m, "billing", "orders", 0))
+
+	// Skip partition 0 to its end: its lag goes to 0.
+	run(chromedp.Click(css("button.skip")), chromedp.WaitVisible(css("#flash")))
+	require.Contains(t, text("#flash"), "Skipped orders partition 0")
+	require.Equal(t, strconv.FormatInt(sum-max0, 10), text(".lag-total"))
+	require.Equal(t, max0, committedOf(t, m, "billing", "orders", 0))
+
+	// Create a topic through the page, then see it listed.
+	open("/ui/topics", "#create-topic")
+	run(chromedp.SendKeys(css("#new-topic-name"), "made-in-browser"),
+		chromedp.SendKeys(css("#new-topic-partitions"), "4"),
+		chromedp.Click(css("#create-topic-submit")), chromedp.WaitVisible(css("#flash")))
+	require.Contains(t, text("#flash"), "Topic made-in-browser created")
+	require.Contains(t, text("#topics"), "made-in-browser\t4\t0")
+	require.Len(t, m.topics["made-in-browser"].parts, 4)
+	// Creating it again: a clear error page.
+	open("/ui/topics", "#create-topic")
+	run(chromedp.SendKeys(css("#new-topic-name"), "made-in-browser"),
+		chromedp.Click(css("#create-topic-submit")), chromedp.WaitVisible(css("#error")))
+	require.Contains(t, text("#error"), "exists")
+
+	// Delete it from its page.
+	open("/ui/topics/made-in-browser", "#delete-topic")
+	run(chromedp.SendKeys(css(`#delete-topic input[name="confirm"]`), "made-in-browser"),
+		chromedp.Click(css("#delete-topic button")), chromedp.WaitVisible(css("#flash")))
+	require.Contains(t, text("#flash"), "Topic made-in-browser deleted")
+	require.NotContains(t, text("#topics"), "made-in-browser")
+	m.mu.RLock()
+	require.Nil(t, m.topics["made-in-browser"])
+	m.mu.RUnlock()
+
+	// Config (secrets redacted) and plugins.
+	open("/ui/config", "#config")
+	ct := text("#config")
+	require.Contains(t, ct, `connect = "<redacted>"`) // it may carry credentials
+	require.NotContains(t, ct, zkAddr)
+	shot("config")
+	open("/ui/plugins", "#plugins")
+	require.Contains(t, text("#plugins"), "no plugins configured")
+	shot("plugins")
+}

@@ -1,0 +1,249 @@
+package broker
+
+import (
+	"html/template"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// dashGet GETs path through b's mux (no network) as user (none: "").
+func dashDo(t testing.TB, h http.Handler, method, path string, form url.Values, hdr map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req := httptest.NewRequest(method, path, body)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// TestDashboardPages renders every page of a broker with data, and sends
+// the pages hostile parameters: each gets a clear 4xx page, never a 5xx.
+func TestDashboardPages(t *testing.T) {
+	b := startBroker(t, 0)
+	c := dialAuth(t, b.Addr(), nil)
+	for i := range 5 {
+		code, msg := c.call(func(d []byte, op int32) []byte {
+			return protocol.AppendPut(d, "t", 0, 0, -1, op, []byte("hello "+strings.Repeat("x", i)))
+		})
+		require.Equal(t, 200, code, msg)
+	}
+	code, msg := c.call(func(d []byte, op int32) []byte {
+		return protocol.AppendPut(d, "t", 1, 0, -1, op, []byte(`<script>alert("x")</script>`))
+	})
+	require.Equal(t, 200, code, msg)
+	code, msg = c.call(func(d []byte, op int32) []byte {
+		return protocol.AppendCommit(d, "g1", []protocol.OffsetEntry{{Topic: "t", Partition: 0, Offset: 0, MsgID: -1}}, op)
+	})
+	require.Equal(t, 200, code, msg)
+	require.Eventually(t, func() bool { return b.topics["t"].parts[0].MaxOffset() == 140 }, 10*time.Second, 5*time.Millisecond)
+	b.dashSample(time.Now())
+	h := b.newMux()
+
+	for path, want := range map[string]string{
+		"/ui/":                  "This broker",
+		"/ui/topics":            `href="/ui/topics/t"`,
+		"/ui/topics/t":          "Partitions",
+		"/ui/topics/t/messages": "hello xxxx",
+		"/ui/topics/t/messages?partition=0&format=hex": "68 65 6c 6c 6f",
+		"/ui/groups":         `href="/ui/groups/g1"`,
+		"/ui/groups/g1":      "lag-total",
+		"/ui/config":         "num_partitions",
+		"/ui/plugins":        "no plugins configured",
+		"/ui/static/dash.js": "auto-refresh",
+	} {
+		w := dashDo(t, h, "GET", path, nil, nil)
+		require.Equal(t, 200, w.Code, "%s: %s", path, w.Body)
+		require.Contains(t, w.Body.String(), want, path)
+	}
+	// Bodies are text, escaped: never markup.
+	w := dashDo(t, h, "GET", "/ui/topics/t/messages?partition=1", nil, nil)
+	require.Equal(t, 200, w.Code, "%s", w.Body)
+	require.Contains(t, w.Body.String(), "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;")
+	require.NotContains(t, w.Body.String(), "<script>alert")
+	w = dashDo(t, h, "GET", "/", nil, nil)
+	require.Equal(t, http.StatusFound, w.Code)
+	require.Equal(t, "/ui/", w.Header().Get("Location"))
+
+	max0 := b.topics["t"].parts[0].MaxOffset()
+	for _, tc := range []struct {
+		path string
+		code int
+		msg  string
+	}{
+		{"/ui/topics/nope", 404, "no such topic"},
+		{"/ui/topics/nope/messages", 404, "no such topic"},
+		{"/ui/topics/t/messages?partition=abc", 400, "partition must be a number 0..1"},
+		{"/ui/topics/t/messages?partition=-1", 400, "partition must be"},
+		{"/ui/topics/t/messages?partition=2", 400, "partition must be"},
+		{"/ui/topics/t/messages?partition=99999999999999999999999", 400, "partition must be"},
+		{"/ui/topics/t/messages?offset=-5", 400, "offset must be"},
+		{"/ui/topics/t/messages?offset=1e30", 400, "offset must be"},
+		{"/ui/topics/t/messages?offset=99999999999999999999", 400, "offset must be"},
+		{"/ui/topics/t/messages?offset=9223372036854775807", 416, "outside partition 0"},
+		{"/ui/topics/t/messages?offset=" + itoa64(max0+1), 416, "outside partition 0"},
+		{"/ui/topics/t/messages?offset=1", 422, "not the start of a valid record"},
+		{"/ui/topics/t/messages?offset=7", 422, "not the start of a valid record"},
+		{"/ui/topics/t/messages?count=0", 400, "count must be 1..100"},
+		{"/ui/topics/t/messages?count=100000", 400, "count must be"},
+		{"/ui/topics/t/messages?format=xml", 400, "format must be text or hex"},
+		{"/ui/groups/bad%20group", 400, "group"},
+		{"/ui/groups/g1?topic=nope", 404, "no such topic"},
+		{"/ui/nope", 404, "no such page"},
+	} {
+		w := dashDo(t, h, "GET", tc.path, nil, nil)
+		require.Equal(t, tc.code, w.Code, "%s: %s", tc.path, w.Body)
+		require.Contains(t, w.Body.String(), tc.msg, tc.path)
+		require.Contains(t, w.Header().Get("Content-Type"), "text/html", tc.path)
+	}
+	// At the end: an empty page, not an error.
+	w = dashDo(t, h, "GET", "/ui/topics/t/messages?offset="+itoa64(max0), nil, nil)
+	require.Equal(t, 200, w.Code, "%s", w.Body)
+	require.Contains(t, w.Body.String(), "End of the partition")
+
+	// Actions: a token and the same origin are needed.
+	tok := csrfField.FindStringSubmatch(dashDo(t, h, "GET", "/ui/topics", nil, nil).Body.String())
+	require.NotNil(t, tok)
+	form := url.Values{"name": {"made"}, "partitions": {"3"}}
+	w = dashDo(t, h, "POST", "/ui/topics", form, nil)
+	require.Equal(t, 403, w.Code, "%s", w.Body)
+	require.Contains(t, w.Body.String(), "CSRF token")
+	form.Set("csrf", tok[1])
+	w = dashDo(t, h, "POST", "/ui/topics", form, map[string]string{"Origin": "http://evil.example"})
+	require.Equal(t, 403, w.Code, "%s", w.Body)
+	require.Contains(t, w.Body.String(), "cross-origin")
+	w = dashDo(t, h, "POST", "/ui/topics", form, map[string]string{"Sec-Fetch-Site": "cross-site"})
+	require.Equal(t, 403, w.Code, "%s", w.Body)
+	w = dashDo(t, h, "POST", "/ui/topics", form, map[string]string{"Origin": "http://example.com"}) // httptest's Host
+	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
+	require.Len(t, b.topics["made"].parts, 3)
+	w = dashDo(t, h, "POST", "/ui/topics", form, nil)
+	require.Equal(t, 409, w.Code, "%s", w.Body)
+	for _, p := range []string{"0", "-1", "x", "100000"} {
+		w = dashDo(t, h, "POST", "/ui/topics", url.Values{"csrf": {tok[1]}, "name": {"y"}, "partitions": {p}}, nil)
+		require.Equal(t, 400, w.Code, "%s", w.Body)
+	}
+	w = dashDo(t, h, "POST", "/ui/topics", url.Values{"csrf": {tok[1]}, "name": {"bad/name"}}, nil)
+	require.Equal(t, 400, w.Code, "%s", w.Body)
+	w = dashDo(t, h, "POST", "/ui/topics/made/delete", url.Values{"csrf": {tok[1]}, "confirm": {"wrong"}}, nil)
+	require.Equal(t, 400, w.Code, "%s", w.Body)
+	w = dashDo(t, h, "POST", "/ui/topics/made/delete", url.Values{"csrf": {tok[1]}, "confirm": {"made"}, "delete_data": {"true"}}, nil)
+	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
+	require.Nil(t, b.topics["made"])
+	w = dashDo(t, h, "GET", "/ui/topics/made", nil, nil)
+	require.Equal(t, 404, w.Code)
+
+	// Reset: the dry run writes nothing; Apply needs the dry run's plan.
+	reset := url.Values{"csrf": {tok[1]}, "topic": {"t"}, "partition": {"0"}, "to": {"latest"}, "action": {"dryrun"}}
+	w = dashDo(t, h, "POST", "/ui/groups/g1/reset", reset, nil)
+	require.Equal(t, 200, w.Code, "%s", w.Body)
+	plan := regexp.MustCompile(`name="plan" value="([0-9a-f]+)"`).FindStringSubmatch(w.Body.String())
+	require.NotNil(t, plan)
+	require.Equal(t, int64(0), committedOf(t, b, "g1", "t", 0))
+	reset.Set("action", "apply")
+	reset.Set("plan", "0000")
+	w = dashDo(t, h, "POST", "/ui/groups/g1/reset", reset, nil)
+	require.Equal(t, 409, w.Code, "%s", w.Body)
+	require.Equal(t, int64(0), committedOf(t, b, "g1", "t", 0))
+	reset.Set("plan", plan[1])
+	w = dashDo(t, h, "POST", "/ui/groups/g1/reset", reset, nil)
+	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
+	require.Equal(t, max0, committedOf(t, b, "g1", "t", 0))
+	for _, tc := range []struct {
+		set  map[string]string
+		code int
+	}{
+		{map[string]string{"partition": "5"}, 400},
+		{map[string]string{"partition": "x"}, 400},
+		{map[string]string{"to": "nowhere"}, 400},
+		{map[string]string{"to": "offset", "offset": "99999999999"}, 400},
+		{map[string]string{"to": "offset", "offset": ""}, 400},
+		{map[string]string{"topic": "nope"}, 404},
+	} {
+		f := url.Values{"csrf": {tok[1]}, "topic": {"t"}, "partition": {"0"}, "to": {"earliest"}, "action": {"dryrun"}}
+		for k, v := range tc.set {
+			f.Set(k, v)
+		}
+		w = dashDo(t, h, "POST", "/ui/groups/g1/reset", f, nil)
+		require.Equal(t, tc.code, w.Code, "%v: %s", tc.set, w.Body)
+	}
+	// Skip.
+	w = dashDo(t, h, "POST", "/ui/groups/g1/skip", url.Values{"csrf": {tok[1]}, "topic": {"t"}, "partition": {"1"}}, nil)
+	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
+	w = dashDo(t, h, "POST", "/ui/groups/g1/skip", url.Values{"csrf": {tok[1]}, "topic": {"t"}}, nil)
+	require.Equal(t, 400, w.Code, "%s", w.Body)
+	w = dashDo(t, h, "GET", "/ui/groups/g1?skipped=x", nil, nil)
+	require.Contains(t, w.Body.String(), "Skipped x")
+}
+
+func itoa64(v int64) string { return strconv.FormatInt(v, 10) }
+
+// committedOf reads group's committed offset of topic partition p from
+// the offset store.
+func committedOf(t testing.TB, b *Broker, group, topic string, p int) int64 {
+	t.Helper()
+	offs, err := b.loadCommitted(t.Context(), group, b.topics[topic])
+	require.NoError(t, err)
+	return offs[p]
+}
+
+// TestDashboardAuth: with [auth], pages need a user, actions an admin,
+// and a user sees only the groups it may use.
+func TestDashboardAuth(t *testing.T) {
+	b := startBroker(t, 1000, func(c *conf.Config) {
+		c.Auth = conf.Auth{Enabled: true, FailureDelay: 10, Users: hashedUsers(t)}
+	})
+	h := b.newMux()
+	w := dashDo(t, h, "GET", "/ui/topics", nil, nil)
+	require.Equal(t, 401, w.Code)
+	require.NotEmpty(t, w.Header().Get("WWW-Authenticate"))
+	asUser := func(user, pass string) map[string]string {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.SetBasicAuth(user, pass)
+		return map[string]string{"Authorization": r.Header.Get("Authorization")}
+	}
+	w = dashDo(t, h, "GET", "/ui/topics", nil, asUser("alice", "alice-pw"))
+	require.Equal(t, 200, w.Code, "%s", w.Body)
+	require.NotContains(t, w.Body.String(), "Create a topic")
+	tok := csrfField.FindStringSubmatch(w.Body.String())
+	require.Nil(t, tok, "a non-admin gets no forms")
+	w = dashDo(t, h, "POST", "/ui/topics", url.Values{"name": {"x"}}, asUser("alice", "alice-pw"))
+	require.Equal(t, 403, w.Code, "%s", w.Body)
+	w = dashDo(t, h, "GET", "/ui/topics", nil, asUser("root", "root-pw"))
+	require.Equal(t, 200, w.Code)
+	require.Contains(t, w.Body.String(), "Create a topic")
+	tok = csrfField.FindStringSubmatch(w.Body.String())
+	require.NotNil(t, tok)
+	// Another user's token is refused.
+	other := b.csrfToken("alice")
+	hdr := asUser("root", "root-pw")
+	w = dashDo(t, h, "POST", "/ui/topics", url.Values{"name": {"x"}, "csrf": {other}}, hdr)
+	require.Equal(t, 403, w.Code, "%s", w.Body)
+	w = dashDo(t, h, "POST", "/ui/topics", url.Values{"name": {"x"}, "csrf": {tok[1]}}, hdr)
+	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
+	w = dashDo(t, h, "GET", "/ui/config", nil, hdr)
+	require.Contains(t, w.Body.String(), template.HTMLEscapeString(conf.Redacted))
+	require.NotContains(t, w.Body.String(), "$2a$")
+}

@@ -1,0 +1,182 @@
+package broker
+
+import (
+	"sync"
+	"time"
+)
+
+// The dashboard's samples (docs/dashboard.md): every dashSampleEvery the
+// broker notes each group's lag (from the offsets committed through it,
+// as the metrics do: no offset store call) into a ring that holds the last
+// hour, and each topic's traffic counters, from which the topics page
+// shows rates over the last interval. Memory is bounded: at most
+// dashMaxRings group/topic rings of dashSamples points.
+
+const (
+	dashSampleEvery = 15 * time.Second
+	dashSamples     = int(time.Hour / dashSampleEvery) // one hour
+	dashMaxRings    = 1000
+)
+
+type lagPoint struct {
+	At  time.Time
+	Lag int64
+}
+
+// lagRing is the last dashSamples lag points of one group and topic.
+type lagRing struct {
+	pts  [dashSamples]lagPoint
+	n    int // points held
+	next int // index of the next write
+	seen time.Time
+}
+
+func (r *lagRing) add(p lagPoint) {
+	r.pts[r.next] = p
+	r.next = (r.next + 1) % dashSamples
+	r.n = min(r.n+1, dashSamples)
+}
+
+// points returns the points oldest first.
+func (r *lagRing) points() []lagPoint {
+	out := make([]lagPoint, 0, r.n)
+	for i := range r.n {
+		out = append(out, r.pts[(r.next-r.n+i+dashSamples)%dashSamples])
+	}
+	return out
+}
+
+type topicSample struct {
+	at                        time.Time
+	msgsIn, bytesIn, bytesOut int64
+}
+
+// topicRate is a topic's traffic per second over the last sample interval.
+type topicRate struct {
+	MsgsIn, BytesIn, BytesOut float64
+	Over                      time.Duration
+}
+
+// dashState is the dashboard's state: samples and the CSRF key.
+type dashState struct {
+	csrfOnce sync.Once
+	csrfKey  []byte
+
+	mu     sync.Mutex
+	lags   map[groupTopic]*lagRing
+	last   map[string]topicSample
+	lastAt time.Time
+	rates  map[string]topicRate
+}
+
+// sampleLoop samples every dashSampleEvery until the broker closes.
+func (b *Broker) sampleLoop() {
+	defer b.wg.Done()
+	b.dashSample(time.Now())
+	t := time.NewTicker(dashSampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.done:
+			return
+		case now := <-t.C:
+			b.dashSample(now)
+		}
+	}
+}
+
+// dashSample takes one sample at now.
+func (b *Broker) dashSample(now time.Time) {
+	topics := b.topicList()
+	byName := make(map[string]*topic, len(topics))
+	samples := make(map[string]topicSample, len(topics))
+	for _, t := range topics {
+		byName[t.name] = t
+		s := topicSample{at: now}
+		for p := range t.parts {
+			s.msgsIn += t.pc[p].msgsIn.Load()
+			s.bytesIn += t.pc[p].bytesIn.Load()
+			s.bytesOut += t.pc[p].bytesOut.Load()
+		}
+		samples[t.name] = s
+	}
+	type lagNow struct {
+		k   groupTopic
+		lag int64
+	}
+	var lags []lagNow
+	for _, g := range b.committed.snapshot() {
+		t := byName[g.topic]
+		if t == nil {
+			continue
+		}
+		var lag int64
+		for p, off := range g.offsets {
+			if off >= 0 && p < len(t.parts) {
+				lag += max(t.parts[p].MaxOffset()-off, 0)
+			}
+		}
+		lags = append(lags, lagNow{groupTopic{g.group, g.topic}, lag})
+	}
+
+	d := &b.web.dash
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lags == nil {
+		d.lags = map[groupTopic]*lagRing{}
+	}
+	// Rates need a later sample than the last (a sample dated earlier,
+	// as tests take, leaves them).
+	if now.After(d.lastAt) {
+		rates := make(map[string]topicRate, len(samples))
+		for name, s := range samples {
+			if p, ok := d.last[name]; ok {
+				sec := s.at.Sub(p.at).Seconds()
+				rates[name] = topicRate{MsgsIn: float64(s.msgsIn-p.msgsIn) / sec, BytesIn: float64(s.bytesIn-p.bytesIn) / sec,
+					BytesOut: float64(s.bytesOut-p.bytesOut) / sec, Over: s.at.Sub(p.at)}
+			}
+		}
+		d.last, d.rates, d.lastAt = samples, rates, now
+	}
+	for _, l := range lags {
+		r := d.lags[l.k]
+		if r == nil {
+			if len(d.lags) >= dashMaxRings {
+				continue
+			}
+			r = &lagRing{}
+			d.lags[l.k] = r
+		}
+		r.add(lagPoint{now, l.lag})
+		r.seen = now
+	}
+	// Forget groups not seen for an hour (their topic went).
+	for k, r := range d.lags {
+		if now.Sub(r.seen) > time.Hour {
+			delete(d.lags, k)
+		}
+	}
+}
+
+// lagTrend returns the lag points of group and topic, oldest first.
+func (b *Broker) lagTrend(group, topic string) []lagPoint {
+	d := &b.web.dash
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r := d.lags[groupTopic{group, topic}]; r != nil {
+		return r.points()
+	}
+	return nil
+}
+
+// topicRates returns the last rates by topic.
+func (b *Broker) topicRates() map[string]topicRate {
+	d := &b.web.dash
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]topicRate, len(d.rates))
+	for k, v := range d.rates {
+		out[k] = v
+	}
+	return out
+}
