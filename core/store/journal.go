@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -493,10 +494,9 @@ func (j *Journal) enqueue(l *Log) bool {
 }
 
 // roundSlots is the number of commit rounds that can be between staging
-// and completion at once (one staging, one waiting for or in the syncer,
-// two synced and waiting for or in the completer); each Log has as many
-// round buffers.
-const roundSlots = 4
+// and completion at once (one staging, one in each syncer, two synced and
+// waiting for or in the completer); each Log has as many round buffers.
+const roundSlots = 5
 
 // inlineMaxAppends is the largest round (in appends) that the committer
 // fdatasyncs and completes itself, when no other round is in flight and
@@ -509,10 +509,10 @@ const inlineMaxAppends = 4
 // noSlot is the slot of a round staged outside the pipeline (commitNow).
 const noSlot = -1
 
-// jround is one commit round: staged (segments and journal written with
-// write()) by the committer, then fdatasynced by the syncer goroutine while
+// jround is one commit round: staged (tails filled, journal written with
+// write()) by the committer, then fdatasynced by a syncer goroutine while
 // the committer stages the next round, then completed by the completer
-// goroutine while the next one is synced.
+// goroutine, in staging order.
 type jround struct {
 	logs    []*Log
 	slot    int           // which of each log's round buffers it uses
@@ -524,12 +524,12 @@ type jround struct {
 }
 
 // committer runs the group-commit rounds of every log of the journal,
-// pipelined three deep: while the syncer fdatasyncs round N and the
-// completer acknowledges round N-1, the committer stages round N+1 (its
-// segment and journal write()s), so a round costs the longest of the
-// three rather than their sum. It hands a staged round to the syncer only
-// when the syncer is free, so appends arriving meanwhile join the next
-// round instead of a queue of small ones.
+// pipelined: while the syncers fdatasync rounds N and N-1 and the
+// completer acknowledges earlier ones, the committer stages round N+1
+// (its tails and journal write()), so a round costs the longest of the
+// steps rather than their sum. It hands a staged round to a syncer only
+// when one is free, so appends arriving meanwhile join the next round
+// instead of a queue of small ones.
 func (j *Journal) committer() {
 	defer j.cwg.Done()
 	var logs []*Log
@@ -1176,19 +1176,31 @@ func (j *Journal) prepare() error {
 // it and makes it and its directory entry durable, so that later
 // fdatasyncs never change its size. The caller holds prepMu.
 func (j *Journal) createFileLocked(start int64) (*jfile, error) {
+	// The file is pre-written under a temporary name and renamed when it
+	// is whole and durable: a crash in the middle of the zero fill leaves
+	// a .new file, which the next open deletes, never a short journal
+	// file that would later be taken for a whole one (and lose its
+	// records' bytes to a power cut: they would sit past the fdatasynced
+	// size).
 	path := filepath.Join(j.dir, journalName(start))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	tmp := path + journalNewSuffix
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("store: create journal file: %w", err)
 	}
 	if err := zeroFill(f, j.fileSize); err != nil {
 		_ = f.Close()
-		_ = os.Remove(path)
+		_ = os.Remove(tmp)
 		return nil, fmt.Errorf("store: pre-write journal file %s: %w", path, err)
 	}
 	if err := fdatasync(f); err != nil {
 		_ = f.Close()
-		return nil, j.fail(fmt.Errorf("fdatasync new file %s: %w", path, err))
+		return nil, j.fail(fmt.Errorf("fdatasync new file %s: %w", tmp, err))
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = f.Close()
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("store: create journal file %s: %w", path, err)
 	}
 	if err := syncPath(j.dir); err != nil {
 		_ = f.Close()
@@ -1294,13 +1306,26 @@ func (j *Journal) partitionName(dir string) (string, error) {
 var errNoJournalFiles = errors.New("no journal files")
 
 // listJournalFiles opens the journal files of dir, ascending.
-func listJournalFiles(dir string) ([]*jfile, error) {
+func listJournalFiles(dir string, logf func(string, ...any)) ([]*jfile, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("store: list %s: %w", dir, err)
 	}
 	var files []*jfile
+	removed := false
 	for _, e := range ents {
+		if name, ok := strings.CutSuffix(e.Name(), journalNewSuffix); ok && e.Type().IsRegular() {
+			if _, ok := parseJournalName(name); ok {
+				// A file whose pre-write a crash interrupted: it never held
+				// a record (createFileLocked).
+				if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+					return nil, fmt.Errorf("store: remove unfinished journal file: %w", err)
+				}
+				logf("store: journal %s: removed %s, a journal file whose pre-write was interrupted", dir, e.Name())
+				removed = true
+			}
+			continue
+		}
 		start, ok := parseJournalName(e.Name())
 		if !ok || !e.Type().IsRegular() {
 			continue
@@ -1319,11 +1344,20 @@ func listJournalFiles(dir string) ([]*jfile, error) {
 		files = append(files, &jfile{start: start, size: fi.Size(), f: f})
 	}
 	slices.SortFunc(files, func(a, b *jfile) int { return cmpInt64(a.start, b.start) })
+	if removed {
+		if err := syncPath(dir); err != nil {
+			closeJFiles(files)
+			return nil, err
+		}
+	}
 	if len(files) == 0 {
 		return nil, errNoJournalFiles
 	}
 	return files, nil
 }
+
+// journalNewSuffix names a journal file being pre-written.
+const journalNewSuffix = ".new"
 
 func closeJFiles(files []*jfile) {
 	for _, f := range files {

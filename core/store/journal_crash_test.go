@@ -41,7 +41,7 @@ type jrec struct {
 // file, the way recovery does, independently of scanJournal.
 func walkJournal(t testing.TB, dir string) []jrec {
 	t.Helper()
-	files, err := listJournalFiles(dir)
+	files, err := listJournalFiles(dir, t.Logf)
 	require.NoError(t, err)
 	defer closeJFiles(files)
 	var out []jrec
@@ -190,7 +190,7 @@ func damageSegments(t *testing.T, dir string, ckEnd int64, rng *rand.Rand) strin
 // bytes of the record at x are garbage up to its end.
 func cutJournal(t *testing.T, dir string, x, tornTo int64, rng *rand.Rand) {
 	t.Helper()
-	files, err := listJournalFiles(dir)
+	files, err := listJournalFiles(dir, t.Logf)
 	require.NoError(t, err)
 	defer closeJFiles(files)
 	for _, f := range files {
@@ -221,7 +221,7 @@ func effectiveCut(t *testing.T, dir string, recs []jrec, x int64) int64 {
 	if i < 0 {
 		return x
 	}
-	files, err := listJournalFiles(dir)
+	files, err := listJournalFiles(dir, t.Logf)
 	require.NoError(t, err)
 	defer closeJFiles(files)
 	for _, f := range files {
@@ -392,7 +392,7 @@ func TestJournalReplayIdempotent(t *testing.T) {
 	snap, _ := runCrashWorkload(t, parts, 120, opts)
 
 	apply := func(dir string) {
-		files, err := listJournalFiles(filepath.Join(dir, JournalDirName))
+		files, err := listJournalFiles(filepath.Join(dir, JournalDirName), t.Logf)
 		require.NoError(t, err)
 		defer closeJFiles(files)
 		sc, err := scanJournal(files)

@@ -19,7 +19,7 @@ import (
 // it.
 func flipJournal(t *testing.T, dir string, pos int64, mask byte) (string, int64) {
 	t.Helper()
-	files, err := listJournalFiles(dir)
+	files, err := listJournalFiles(dir, t.Logf)
 	require.NoError(t, err)
 	defer closeJFiles(files)
 	for _, f := range files {
@@ -312,7 +312,7 @@ func TestJournalFlipCheckpoint(t *testing.T) {
 	t.Run("none-left", func(t *testing.T) {
 		dir := fx.copy(t)
 		jdir := filepath.Join(dir, JournalDirName)
-		files, err := listJournalFiles(jdir)
+		files, err := listJournalFiles(jdir, t.Logf)
 		require.NoError(t, err)
 		first := files[0].start
 		closeJFiles(files)
@@ -355,7 +355,7 @@ func TestJournalFlipHarmless(t *testing.T) {
 		}
 	}
 	require.Positive(t, n, "records before the replay start")
-	files, err := listJournalFiles(jdir)
+	files, err := listJournalFiles(jdir, t.Logf)
 	require.NoError(t, err)
 	end := fx.recs[len(fx.recs)-1].end
 	var spares []*jfile

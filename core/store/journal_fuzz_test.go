@@ -114,7 +114,7 @@ func FuzzJournalScan(f *testing.F) {
 		jdir := t.TempDir()
 		file := append(bytes.Clone(data), make([]byte, int(opts.FileSize)-len(data))...)
 		require.NoError(t, os.WriteFile(filepath.Join(jdir, journalName(0)), file, 0o644))
-		files, err := listJournalFiles(jdir)
+		files, err := listJournalFiles(jdir, t.Logf)
 		require.NoError(t, err)
 		defer closeJFiles(files)
 		sc, err := scanJournal(files)

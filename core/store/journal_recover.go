@@ -50,7 +50,7 @@ type journalScan struct {
 // recover scans the journal, replays it and writes a checkpoint; see
 // OpenJournal.
 func (j *Journal) recover() error {
-	files, err := listJournalFiles(j.dir)
+	files, err := listJournalFiles(j.dir, j.logf)
 	if errors.Is(err, errNoJournalFiles) {
 		j.prepMu.Lock()
 		f, err := j.createFileLocked(0)

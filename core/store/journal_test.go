@@ -316,6 +316,49 @@ func TestJournalCleanReopen(t *testing.T) {
 	}
 }
 
+// TestJournalUnfinishedFile: a journal file whose pre-write a crash
+// interrupted (its .new name, short, never renamed) is deleted at the next
+// open, and the journal goes on with whole files only.
+func TestJournalUnfinishedFile(t *testing.T) {
+	dataDir := t.TempDir()
+	var lb logBuf
+	o := smallJournal()
+	o.Logf = lb.logf
+	j := openJournal(t, dataDir, o)
+	logs := openJLogs(t, dataDir, j, 2, Options{MaxSegmentSize: 1 << 10})
+	for i := range 20 {
+		mustAppend(t, logs[i%2], fmt.Appendf(nil, "rec-%d", i))
+	}
+	for _, l := range logs {
+		require.NoError(t, l.Close())
+	}
+	require.NoError(t, j.Close())
+	jdir := filepath.Join(dataDir, JournalDirName)
+	files, err := listJournalFiles(jdir, t.Logf)
+	require.NoError(t, err)
+	last := files[len(files)-1]
+	closeJFiles(files)
+	unfinished := filepath.Join(jdir, journalName(last.end())+journalNewSuffix)
+	require.NoError(t, os.WriteFile(unfinished, make([]byte, 1000), 0o644))
+
+	j = openJournal(t, dataDir, o)
+	require.NoFileExists(t, unfinished)
+	require.Contains(t, lb.String(), "pre-write was interrupted")
+	logs = openJLogs(t, dataDir, j, 2, Options{MaxSegmentSize: 1 << 10})
+	for i := range 200 { // past the end of the journal's files: new ones are made whole
+		mustAppend(t, logs[i%2], fmt.Appendf(nil, "more-%d-%s", i, make([]byte, 500)))
+	}
+	files, err = listJournalFiles(jdir, t.Logf)
+	require.NoError(t, err)
+	for _, f := range files {
+		require.Equal(t, o.FileSize, f.size, "journal file %s", journalName(f.start))
+	}
+	closeJFiles(files)
+	for p, l := range logs {
+		require.Len(t, readAllRecords(t, l, 1<<20), 110, "partition %d", p)
+	}
+}
+
 // TestJournalCheckpointFreesFiles: checkpoints every few KiB let the
 // journal recycle its files (renamed forward, never more than a few on
 // disk) while the logs keep everything.
