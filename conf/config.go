@@ -212,6 +212,16 @@ type Config struct {
 	// SyncTimeout bounds, in milliseconds, a sync to the slave (MetaQ's
 	// sendToSlaveTimeoutInMills, 1..600000). Default 2000.
 	SyncTimeout int `toml:"sync_timeout"`
+	// Failover turns on automatic, fenced promotion (docs/replication.md,
+	// Failover): with replication = "sync" on the master, an in-sync slave
+	// promotes itself when the master's ZooKeeper session ends, and a
+	// master acknowledges only while it holds the current epoch. Set it on
+	// the master and on its slaves. Default false.
+	Failover bool `toml:"failover"`
+	// UncleanElection lets a slave that is not in sync promote itself
+	// (acknowledged messages it lacks are lost), as Kafka's
+	// unclean.leader.election.enable. Default false.
+	UncleanElection bool `toml:"unclean_election"`
 
 	path  string
 	raw   []byte
