@@ -152,17 +152,24 @@ func (s *slaveState) run() {
 			continue
 		}
 		lastErr = ""
+		if !ok && b.fo != nil && b.fo.elect() { // failover.go
+			return
+		}
 		if !ok {
 			if !waiting {
 				b.logf("slave %d of broker %d: no master registered; waiting for ids/%d/master", s.id, b.cfg.BrokerID, b.cfg.BrokerID)
 				waiting = true
 			}
 			s.master.Store(nil)
+			poll := 5 * time.Second // a watch lost with a session
+			if b.fo != nil {
+				poll = 200 * time.Millisecond // the epoch node may name this slave in sync meanwhile
+			}
 			select {
 			case <-watch:
 			case <-b.done:
 				return
-			case <-time.After(5 * time.Second): // a watch lost with a session
+			case <-time.After(poll):
 			}
 			continue
 		}

@@ -184,13 +184,16 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("port", b.cfg.Port)
 	kv("uptime", int64(time.Since(b.start)/time.Second))
 	kv("version", Version)
-	kv("slave", b.slave != nil)
+	kv("slave", b.slave != nil && (b.fo == nil || b.fo.isSlave()))
+	if b.fo != nil {
+		b.fo.statsLines(kv) // failover.go
+	}
 	if b.slave != nil {
 		b.slave.statsLines(kv) // replica.go
 	} else {
 		kv("replication", b.cfg.Replication)
 	}
-	if b.sync != nil {
+	if b.sync != nil && (b.fo == nil || !b.fo.isSlave()) {
 		b.sync.statsLines(kv) // syncrepl.go
 	}
 	kv("curr_connections", b.stats.connections.Load())

@@ -52,6 +52,11 @@ func (c *conn) handleSync(r *protocol.Request) {
 	}
 	sl := b.slave.logState(l)
 	sl.mu.Lock()
+	if f := b.fo; f != nil && !f.isSlave() {
+		sl.mu.Unlock()
+		c.reply(protocol.StatusInternalError, "sync refused: this broker holds epoch "+strconv.FormatInt(f.epoch.Load(), 10)+" now (failover); it takes no sync", r.Opaque)
+		return
+	}
 	if r.MsgID <= sl.lastID {
 		sl.mu.Unlock()
 		b.slave.syncDups.Add(1)

@@ -543,6 +543,9 @@ func (r *Registry) registerOnce() bool {
 	if ok && r.conn.SessionID() == sess {
 		r.regGen.Store(gen)
 		r.regSess.Store(sess)
+		if r.opts.Standby {
+			return true // nothing registered (failover standby or fenced)
+		}
 		uris := r.masterURI()
 		if r.opts.URI != "" && r.opts.TLSURI != "" {
 			uris += " and " + r.opts.TLSURI

@@ -1,0 +1,436 @@
+package broker
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/internal/zkpath"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// Automatic failover with fencing (failover = true; docs/replication.md,
+// Failover).
+//
+// The members of a broker id are the broker started as master (slave_id
+// -1, "m") and its slaves ("s<N>"). ids/<id>/epoch (persistent) holds
+// "<epoch> <holder> <insync>" (zkpath.EpochData): the epoch, a fencing
+// token that rises on every claim, the member that holds it, and the slave
+// the holder declared in sync. Every write to it is version-checked, so of
+// two members that read one version, one writes.
+//
+//   - The master claims the epoch at start (creating the node with epoch 1,
+//     or raising it if it is the holder already) and registers only then
+//     (the registry starts in standby). If a slave holds the epoch, the
+//     master stays in standby: fenced, registered nowhere, refusing puts.
+//   - A holder acknowledges a put only under a lease: after a read of the
+//     epoch node, under the session the epoch was claimed in, shows it
+//     still holds the epoch, acknowledgements may go out until the read's
+//     send time + session_timeout/2. ZooKeeper expires a session at the
+//     earliest session_timeout after it last heard from the client, which
+//     is after that send time, so the lease ends before any other member
+//     can see the holder's ids/<id>/master go and promote itself. The
+//     lease is read again every session_timeout/6.
+//   - The holder is fenced (acknowledges nothing more, refuses puts,
+//     deletes its registration) when a read shows another epoch or holder,
+//     or when its session has expired (the registry then registers nothing
+//     again: FenceOnExpiry).
+//   - A sync master writes insync = s<N> once every partition is in sync
+//     under a link to slave N, and clears it before it links to another
+//     slave. sync_degrade is refused with failover, so from that write on
+//     every put the master acknowledges in this epoch was acknowledged by
+//     slave N first: slave N has every acknowledged message ("in sync").
+//   - A slave whose master node is gone (the holder's session ended) and
+//     which the epoch node names in sync (or any slave with
+//     unclean_election = true) writes epoch+1 with itself as holder; the
+//     one whose write lands stops pulling, registers as master with
+//     MetaQ's layout and takes puts. A promoted slave refuses every sync.
+type failover struct {
+	b       *Broker
+	member  int // -1: the master; N: slave N
+	st      time.Duration
+	unclean bool
+
+	role   atomic.Int32
+	epoch  atomic.Int64
+	lease  atomic.Int64 // monoNow until which acknowledgements may go out
+	sess   atomic.Int64 // ZooKeeper session the epoch was claimed under
+	insync atomic.Int32 // the insync written by this holder (-1: none)
+	why    atomic.Pointer[string]
+	// clearing is set while clearInSyncSoon runs.
+	clearing atomic.Bool
+
+	mu       sync.Mutex // serialises this member's epoch writes
+	loopOnce sync.Once
+	logged   string // the last election outcome logged (slave's run loop)
+}
+
+// Failover roles.
+const (
+	foSlave   = iota // copying from the holder
+	foMaster         // holds the epoch
+	foStandby        // the master, waiting to claim (or fenced)
+)
+
+func newFailover(b *Broker) *failover {
+	f := &failover{b: b, member: b.cfg.SlaveID, st: time.Duration(b.cfg.ZooKeeper.SessionTimeout) * time.Millisecond,
+		unclean: b.cfg.UncleanElection}
+	if b.cfg.IsSlave() {
+		f.role.Store(foSlave)
+	} else {
+		f.role.Store(foStandby)
+		f.setWhy("not holding the epoch yet")
+	}
+	f.insync.Store(-1)
+	return f
+}
+
+func (f *failover) setWhy(s string) { f.why.Store(&s) }
+
+func memberLabel(n int) string {
+	if n < 0 {
+		return "m"
+	}
+	return "s" + strconv.Itoa(n)
+}
+
+func (f *failover) reg() *registry.Registry {
+	f.b.mu.RLock()
+	defer f.b.mu.RUnlock()
+	return f.b.reg
+}
+
+// mayAck reports whether a put may be acknowledged now.
+func (f *failover) mayAck() bool {
+	switch f.role.Load() {
+	case foSlave:
+		return true // a slave acknowledges syncs only
+	case foMaster:
+		return monoNow() < f.lease.Load()
+	}
+	return false
+}
+
+// isSlave reports whether the member copies from a holder.
+func (f *failover) isSlave() bool { return f.role.Load() == foSlave }
+
+// refusal is the reply body of a put that cannot be acknowledged.
+func (f *failover) refusal() string {
+	why := ""
+	if p := f.why.Load(); p != nil {
+		why = *p
+	}
+	if f.role.Load() == foMaster {
+		why = "no valid ZooKeeper lease on epoch " + strconv.FormatInt(f.epoch.Load(), 10)
+	}
+	return "fenced: broker " + strconv.Itoa(f.b.cfg.BrokerID) + " member " + memberLabel(f.member) + " does not acknowledge puts (" + why + ")"
+}
+
+// claimAtStart is the master's claim loop: it claims the epoch, or stays
+// in standby if a slave holds it.
+func (f *failover) claimAtStart() {
+	b := f.b
+	defer b.wg.Done()
+	for !b.closed.Load() {
+		reg := f.reg()
+		if reg == nil {
+			return
+		}
+		t0 := monoNow()
+		sess := reg.SessionID()
+		if sess == 0 {
+			select {
+			case <-b.done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			continue
+		}
+		d, ver, ok, err := reg.ReadEpoch()
+		if err == nil {
+			next := zkpath.EpochData{Epoch: 1, Holder: -1, InSync: -1}
+			switch {
+			case !ok:
+				err = reg.WriteEpoch(next, 0, true)
+			case d.Holder == -1:
+				next = zkpath.EpochData{Epoch: d.Epoch + 1, Holder: -1, InSync: d.InSync}
+				err = reg.WriteEpoch(next, ver, false)
+			default:
+				msg := "epoch " + d.String() + " is held by slave " + strconv.Itoa(d.Holder) +
+					"; this master stays fenced in standby (restart it as a slave to copy from the holder)"
+				f.setWhy(msg)
+				b.logf("failover: %s", msg)
+				return
+			}
+			if err == nil && reg.SessionID() == sess && sess != 0 {
+				f.become(reg, next, sess, t0)
+				return
+			}
+		}
+		if err != nil && !errors.Is(err, registry.ErrEpochChanged) {
+			b.logf("failover: claiming the epoch: %v; retrying", err)
+		}
+		select {
+		case <-b.done:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// become makes this member the holder of epoch d, claimed under sess with
+// the read sent at t0.
+func (f *failover) become(reg *registry.Registry, d zkpath.EpochData, sess int64, t0 int64) {
+	f.mu.Lock()
+	f.epoch.Store(d.Epoch)
+	f.sess.Store(sess)
+	f.insync.Store(int32(d.InSync))
+	f.lease.Store(t0 + int64(f.st/2))
+	f.role.Store(foMaster)
+	f.mu.Unlock()
+	reg.Promote()
+	f.b.logf("failover: member %s of broker %d holds epoch %d (%s); registering as master", memberLabel(f.member), f.b.cfg.BrokerID, d.Epoch, d)
+	f.loopOnce.Do(func() {
+		f.b.wg.Add(1)
+		go f.leaseLoop()
+	})
+}
+
+// leaseLoop renews the holder's lease until it is fenced or the broker
+// closes.
+func (f *failover) leaseLoop() {
+	b := f.b
+	defer b.wg.Done()
+	every := max(f.st/6, 10*time.Millisecond)
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for f.role.Load() == foMaster {
+		select {
+		case <-b.done:
+			return
+		case <-tk.C:
+		}
+		f.renew()
+	}
+}
+
+// renew reads the epoch node and extends the lease if this member still
+// holds the epoch under its session; it fences it if not.
+func (f *failover) renew() {
+	reg := f.reg()
+	t0 := monoNow()
+	sess := reg.SessionID()
+	d, _, ok, err := reg.ReadEpoch()
+	if err != nil {
+		return // the lease runs out by itself
+	}
+	switch {
+	case sess != f.sess.Load() || reg.SessionID() != sess:
+		f.fence("its ZooKeeper session expired")
+	case !ok:
+		f.fence("the epoch node is gone")
+	case d.Epoch != f.epoch.Load() || d.Holder != f.member:
+		f.fence("the epoch node says " + d.String() + ", this member held epoch " + strconv.FormatInt(f.epoch.Load(), 10))
+	default:
+		f.lease.Store(t0 + int64(f.st/2))
+	}
+}
+
+// fence stops acknowledging and unregisters.
+func (f *failover) fence(why string) {
+	f.mu.Lock()
+	if f.role.Load() != foMaster {
+		f.mu.Unlock()
+		return
+	}
+	f.role.Store(foStandby)
+	f.lease.Store(0)
+	f.setWhy("fenced at epoch " + strconv.FormatInt(f.epoch.Load(), 10) + ": " + why)
+	f.mu.Unlock()
+	if reg := f.reg(); reg != nil {
+		reg.Fence()
+	}
+	f.b.logf("failover: FENCED: member %s of broker %d acknowledges nothing more: %s; registered nowhere (restart it as a slave to rejoin)",
+		memberLabel(f.member), f.b.cfg.BrokerID, why)
+}
+
+// onExpired is the registry's FenceOnExpiry callback.
+func (f *failover) onExpired() { f.fence("its ZooKeeper session expired") }
+
+// setInSync writes insync = slave (-1: none) to the epoch node as the
+// holder; the in-memory insync changes only once ZooKeeper has it, so
+// while a slave is being unnamed, puts that would be stored here alone
+// are still refused. It fences this member if it does not hold the epoch.
+func (f *failover) setInSync(slave int) error {
+	f.mu.Lock()
+	if f.role.Load() != foMaster {
+		f.mu.Unlock()
+		return errors.New("not the holder")
+	}
+	reg := f.reg()
+	d, ver, ok, err := reg.ReadEpoch()
+	if err != nil {
+		f.mu.Unlock()
+		return err
+	}
+	if !ok || d.Epoch != f.epoch.Load() || d.Holder != f.member {
+		f.mu.Unlock()
+		f.fence("the epoch node says " + d.String())
+		return errors.New("fenced")
+	}
+	if d.InSync != slave {
+		d.InSync = slave
+		if err := reg.WriteEpoch(d, ver, false); err != nil {
+			f.mu.Unlock()
+			return err
+		}
+		f.b.logf("failover: epoch node %s: %s", d, map[bool]string{true: "slave " + strconv.Itoa(slave) + " is in sync (it may be promoted)", false: "no slave in sync"}[slave >= 0])
+	}
+	f.insync.Store(int32(slave))
+	f.mu.Unlock()
+	return nil
+}
+
+// nameInSync names slave in sync in the epoch node if inSync still holds
+// once puts that would be stored here alone see it named: it is named in
+// memory first (such puts are refused from then on, and unname it), then
+// inSync is checked, then ZooKeeper is written; if a degraded put began
+// meanwhile it is unnamed again.
+func (f *failover) nameInSync(slave int, inSync func() bool) error {
+	sm := f.b.sync
+	f.insync.Store(int32(slave))
+	seq := sm.degradeSeq.Load()
+	if !inSync() {
+		return f.setInSync(-1)
+	}
+	if err := f.setInSync(slave); err != nil {
+		return err // still named in memory: degraded puts unname it first
+	}
+	if sm.degradeSeq.Load() != seq {
+		return f.setInSync(-1)
+	}
+	return nil
+}
+
+// clearInSyncSoon unnames the in-sync slave in the background (one at a
+// time).
+func (f *failover) clearInSyncSoon() {
+	if !f.clearing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer f.clearing.Store(false)
+		if err := f.setInSync(-1); err != nil {
+			f.b.logf("failover: unnaming the in-sync slave: %v", err)
+		}
+	}()
+}
+
+// elect runs one election for a slave that sees no master registered. It
+// reports whether this slave now holds the epoch.
+func (f *failover) elect() bool {
+	b := f.b
+	reg := f.reg()
+	t0 := monoNow()
+	sess := reg.SessionID()
+	d, ver, ok, err := reg.ReadEpoch()
+	say := func(msg string) {
+		if msg != f.logged {
+			b.logf("failover: slave %d: %s", f.member, msg)
+			f.logged = msg
+		}
+	}
+	switch {
+	case err != nil:
+		say("reading the epoch: " + err.Error())
+		return false
+	case !ok:
+		say("no epoch node: the master never claimed an epoch (is failover = true on it?); not promoting")
+		return false
+	case d.InSync != f.member && !f.unclean:
+		say("epoch " + d.String() + ": this slave is not the one in sync; not promoting (unclean_election = false)")
+		return false
+	}
+	if there, _, err := reg.MasterExists(); err != nil || there {
+		return false
+	}
+	next := zkpath.EpochData{Epoch: d.Epoch + 1, Holder: f.member, InSync: -1}
+	if err := reg.WriteEpoch(next, ver, false); err != nil {
+		if !errors.Is(err, registry.ErrEpochChanged) {
+			say("writing the epoch: " + err.Error())
+		}
+		return false
+	}
+	if reg.SessionID() != sess {
+		return false // the lease loop of a later claim would fence it anyway
+	}
+	if d.InSync != f.member {
+		b.logf("failover: slave %d: UNCLEAN election (unclean_election = true): epoch %s named slave %s in sync; acknowledged messages this slave lacks are lost",
+			f.member, d, memberLabel(d.InSync))
+	}
+	// The puller has stopped (elect runs in its loop); syncs are refused
+	// from here on, under the partitions' locks.
+	f.mu.Lock()
+	f.role.Store(foMaster) // handleSync refuses from now on
+	f.mu.Unlock()
+	b.slave.logsMu.Lock()
+	for _, sl := range b.slave.logs { // wait for syncs being appended
+		sl.mu.Lock()
+		sl.mu.Unlock() //nolint:staticcheck // a barrier
+	}
+	b.slave.logsMu.Unlock()
+	b.slave.master.Store(nil)
+	f.become(reg, next, sess, t0)
+	if b.sync != nil {
+		b.wg.Add(1)
+		go b.sync.run() // ship to the slaves that join
+	}
+	return true
+}
+
+// statsLines are the failover lines of stats.
+func (f *failover) statsLines(kv func(k string, v any)) {
+	role := "slave"
+	switch f.role.Load() {
+	case foMaster:
+		role = "master"
+	case foStandby:
+		role = "fenced"
+	}
+	kv("failover_role", role)
+	kv("epoch", f.epoch.Load())
+	if f.role.Load() == foMaster {
+		kv("failover_lease_ms", max(0, (f.lease.Load()-monoNow())/1e6))
+		kv("failover_insync", memberLabelOr(int(f.insync.Load())))
+	}
+}
+
+func memberLabelOr(n int) string {
+	if n < 0 {
+		return "-"
+	}
+	return memberLabel(n)
+}
+
+// failoverRefuses answers a put, mput or transaction that this member may
+// not take (it does not hold the epoch) and reports whether it did.
+func (c *conn) failoverRefuses(r *protocol.Request) bool {
+	f := c.b.fo
+	switch r.Op {
+	case protocol.OpPut, protocol.OpMPut, protocol.OpTransaction:
+	default:
+		return false
+	}
+	if f.role.Load() == foMaster {
+		return false
+	}
+	if r.Op != protocol.OpTransaction {
+		c.b.stats.cmdPut.Add(1)
+		c.b.stats.putFailed.Add(1)
+	}
+	c.reply(protocol.StatusInternalError, f.refusal(), r.Opaque)
+	return true
+}
