@@ -62,7 +62,7 @@ func (l *foLoad) master() string {
 	return addr
 }
 
-func startFoLoad(t *testing.T, c *testCluster, h *queuecheck.History, tag string) *foLoad {
+func startFoLoad(t testing.TB, c *testCluster, h *queuecheck.History, tag string) *foLoad {
 	l := &foLoad{h: h, c: c, stop: make(chan struct{})}
 	for w := range 4 {
 		l.wg.Add(1)
@@ -153,7 +153,7 @@ func (l *foLoad) halt() {
 }
 
 // firstAckBy waits (at most timeout) for an ack by addr after since.
-func (l *foLoad) firstAckBy(t *testing.T, addr string, since time.Time, timeout time.Duration) time.Time {
+func (l *foLoad) firstAckBy(t testing.TB, addr string, since time.Time, timeout time.Duration) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -174,7 +174,7 @@ func (l *foLoad) firstAckBy(t *testing.T, addr string, since time.Time, timeout 
 // checkEpochs checks that no two brokers acknowledged for broker id 1 at
 // once: grouped by the epoch their broker reported, the acks' time spans
 // do not overlap, and each epoch's acks come from one broker.
-func checkEpochs(t *testing.T, acks []foAck) {
+func checkEpochs(t testing.TB, acks []foAck) {
 	t.Helper()
 	type span struct {
 		first, last time.Time
@@ -217,7 +217,7 @@ func checkEpochs(t *testing.T, acks []foAck) {
 
 // checkOn reads every partition of topic repl on n into h and checks the
 // history: every acknowledged message exactly once at its offset.
-func checkOn(t *testing.T, h *queuecheck.History, n *replNode) {
+func checkOn(t testing.TB, h *queuecheck.History, n *replNode) {
 	t.Helper()
 	cl := dial(t, n.Addr)
 	defer cl.close()
@@ -251,6 +251,27 @@ func foRounds() int {
 // broker comes back as a new slave with an empty data directory (a
 // rejoin that keeps its data, truncating a divergent tail, is not built).
 func TestSyncFailoverKill9(t *testing.T) {
+	failoverRounds(t, foRounds(), func(round int, took time.Duration) {
+		require.Less(t, took, foSession+2*time.Second, "round %d: producers did not succeed again within session timeout + 2 s", round)
+	})
+}
+
+// BenchmarkFailover: the time from kill -9 of the holder to the first
+// acknowledgement by the promoted slave, under load from 4 producers, per
+// round (failover_ms), next to the session timeout (session_ms). Run it
+// with -benchtime Nx for N rounds.
+func BenchmarkFailover(b *testing.B) {
+	var total time.Duration
+	failoverRounds(b, b.N, func(_ int, took time.Duration) { total += took })
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "failover_ms")
+	b.ReportMetric(float64(foSession.Milliseconds()), "session_ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// failoverRounds runs rounds rounds of kill -9 of the holder and calls
+// took with each round's time from the kill to the first ack by the
+// promoted slave.
+func failoverRounds(t testing.TB, rounds int, took func(round int, d time.Duration)) {
 	c := startCluster(t, clusterSpec{Config: failoverConfig(), SessionTimeout: foSession})
 	holder := startRepl(t, c, 1, -1, "")
 	slave := startRepl(t, c, 1, 1, "")
@@ -258,31 +279,29 @@ func TestSyncFailoverKill9(t *testing.T) {
 	h := queuecheck.New()
 	var all []foAck
 	nextSlave := 2
-	for round := 1; round <= foRounds(); round++ {
+	for round := 1; round <= rounds; round++ {
 		load := startFoLoad(t, c, h, fmt.Sprintf("r%d", round))
 		time.Sleep(700 * time.Millisecond)
 		epoch := statInt(t, holder, "epoch")
 		holder.kill9(t)
 		killed := time.Now()
 		first := load.firstAckBy(t, slave.Addr, killed, foSession+10*time.Second)
-		took := first.Sub(killed)
-		t.Logf("round %d: kill -9 of %s (epoch %d); first ack by the promoted %s after %v (session timeout %v)", round, holder, epoch, slave, took, foSession)
-		require.Less(t, took, foSession+2*time.Second, "producers did not succeed again within session timeout + 2 s")
+		t.Logf("round %d: kill -9 of %s (epoch %d); first ack by the promoted %s after %v (session timeout %v)",
+			round, holder, epoch, slave, first.Sub(killed), foSession)
+		took(round, first.Sub(killed))
 		require.Equal(t, epoch+1, statInt(t, slave, "epoch"))
 		time.Sleep(500 * time.Millisecond)
 		load.halt()
 		all = append(all, load.acks...)
 		checkOn(t, h, slave)
 		checkEpochs(t, all)
-		if round == foRounds() {
+		if round == rounds {
 			break
 		}
 		// The killed broker returns as a new, empty slave; the next round
 		// kills the new holder once that slave is in sync.
-		old := holder
 		holder = slave
 		slave = startRepl(t, c, 1, nextSlave, filepath.Join(c.dir, fmt.Sprintf("b1-r%d", round)))
-		_ = old
 		waitStat(t, holder, "failover_insync", "s"+strconv.Itoa(nextSlave), 30*time.Second)
 		nextSlave++
 	}
