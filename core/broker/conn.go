@@ -36,6 +36,9 @@ const (
 type conn struct {
 	b  *Broker
 	nc net.Conn
+	// syncEpoch is the epoch a failover master bound this connection to
+	// (failover.go, stats sync-epoch:<E>); 0 if none.
+	syncEpoch atomic.Int64
 
 	wmu sync.Mutex // serializes socket writes
 	rf  *os.File   // cached read handle for sendfile (under wmu)

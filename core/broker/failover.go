@@ -2,6 +2,8 @@ package broker
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -60,6 +62,9 @@ type failover struct {
 	sess   atomic.Int64 // ZooKeeper session the epoch was claimed under
 	insync atomic.Int32 // the insync written by this holder (-1: none)
 	why    atomic.Pointer[string]
+	// known is the highest epoch a slave has seen (syncs bound to a lower
+	// one are refused).
+	known atomic.Int64
 	// clearing is set while clearInSyncSoon runs.
 	clearing atomic.Bool
 
@@ -433,4 +438,77 @@ func (c *conn) failoverRefuses(r *protocol.Request) bool {
 	}
 	c.reply(protocol.StatusInternalError, f.refusal(), r.Opaque)
 	return true
+}
+
+// syncEpochItem is the stats item that binds a sync connection to an
+// epoch: `stats sync-epoch:<E>` (docs/protocol.md).
+const syncEpochItem = "sync-epoch:"
+
+// bindLink binds a new sync link to this holder's epoch: the slave checks
+// it against ZooKeeper and refuses syncs on the connection once it knows
+// a higher one.
+func (f *failover) bindLink(nc net.Conn, timeout time.Duration) error {
+	e := f.epoch.Load()
+	if f.role.Load() != foMaster || e == 0 {
+		return errors.New("not holding the epoch (failover): no sync link yet")
+	}
+	nc.SetDeadline(time.Now().Add(timeout))
+	defer nc.SetDeadline(time.Time{})
+	if _, err := nc.Write(protocol.AppendStats(nil, syncEpochItem+strconv.FormatInt(e, 10), 1)); err != nil {
+		return err
+	}
+	dec := protocol.NewDecoder(nc, protocol.Limits{}) // the slave sends nothing more before the first sync
+	defer dec.Release()
+	var r protocol.Request
+	if err := dec.Decode(&r); err != nil {
+		return fmt.Errorf("binding the link to epoch %d: %w", e, err)
+	}
+	if r.Op != protocol.OpResult || r.Code != protocol.StatusOK {
+		return fmt.Errorf("binding the link to epoch %d: %d %s", e, r.Code, protocol.Printable(r.Body))
+	}
+	return nil
+}
+
+// bindSyncEpoch answers stats sync-epoch:<E> on a slave: the connection
+// takes syncs of epoch E if E is the epoch ZooKeeper holds now.
+func (c *conn) bindSyncEpoch(arg string, opaque int32) {
+	f := c.b.fo
+	e, err := strconv.ParseInt(arg, 10, 64)
+	switch {
+	case err != nil || e <= 0:
+		c.reply(protocol.StatusBadRequest, "stats "+syncEpochItem+": bad epoch "+strconv.Quote(arg), opaque)
+		return
+	case f == nil || !f.isSlave():
+		c.reply(protocol.StatusInternalError, "sync refused: this broker is not a failover slave", opaque)
+		return
+	}
+	d, _, ok, err := f.reg().ReadEpoch()
+	switch {
+	case err != nil:
+		c.reply(protocol.StatusInternalError, "sync-epoch: reading the epoch: "+err.Error(), opaque)
+		return
+	case !ok || d.Epoch != e:
+		c.reply(protocol.StatusInternalError, "sync refused: epoch "+arg+" is not the current epoch ("+d.String()+")", opaque)
+		return
+	}
+	f.see(e)
+	c.syncEpoch.Store(e)
+	c.reply(protocol.StatusOK, "sync-epoch "+arg, opaque)
+}
+
+// see raises the highest epoch known to e.
+func (f *failover) see(e int64) {
+	for {
+		k := f.known.Load()
+		if e <= k || f.known.CompareAndSwap(k, e) {
+			return
+		}
+	}
+}
+
+// learnEpoch reads the epoch node (a slave, when its master changes).
+func (f *failover) learnEpoch() {
+	if d, _, ok, err := f.reg().ReadEpoch(); err == nil && ok {
+		f.see(d.Epoch)
+	}
 }

@@ -174,6 +174,9 @@ func (s *slaveState) run() {
 			continue
 		}
 		waiting = false
+		if b.fo != nil {
+			b.fo.learnEpoch() // failover.go: syncs of older epochs are refused
+		}
 		s.master.Store(&addr)
 		fired := make(chan struct{})
 		go func() {

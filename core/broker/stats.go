@@ -77,6 +77,10 @@ func (c *conn) handleStats(r *protocol.Request) {
 	b := c.b
 	var sb strings.Builder
 	item := string(r.Item)
+	if e, ok := strings.CutPrefix(item, syncEpochItem); ok {
+		c.bindSyncEpoch(e, r.Opaque) // failover.go
+		return
+	}
 	switch item {
 	case "":
 		b.writeSummary(&sb)

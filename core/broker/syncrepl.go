@@ -485,6 +485,12 @@ func (sm *syncMaster) dial(s registry.SlaveNode) (*syncLink, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f := sm.b.fo; f != nil {
+		if err := f.bindLink(nc, sm.timeout); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
 	lk := &syncLink{sm: sm, id: sm.linkSeq.Add(1), nc: nc, addr: s.Addr, w: bufio.NewWriterSize(nc, 64<<10),
 		pending: map[int32]pendingSync{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	go lk.readLoop()

@@ -303,6 +303,9 @@ func failoverRounds(t testing.TB, rounds int, took func(round int, d time.Durati
 		holder = slave
 		slave = startRepl(t, c, 1, nextSlave, filepath.Join(c.dir, fmt.Sprintf("b1-r%d", round)))
 		waitStat(t, holder, "failover_insync", "s"+strconv.Itoa(nextSlave), 30*time.Second)
+		if round == 1 {
+			checkSyncFenced(t, slave, epoch+1)
+		}
 		nextSlave++
 	}
 }
@@ -359,4 +362,28 @@ func TestSyncFailoverPausedMaster(t *testing.T) {
 	data, _, err := c.zkConn().Get(zkpath.Master(c.Root, 1))
 	require.NoError(t, err)
 	require.Contains(t, string(data), slave.Addr, "ids/1/master must name the promoted slave")
+}
+
+// checkSyncFenced checks that slave n refuses sync on a connection not
+// bound to the current epoch, and binding to a stale one.
+func checkSyncFenced(t testing.TB, n *replNode, current int64) {
+	t.Helper()
+	cl := dial(t, n.Addr)
+	defer cl.close()
+	body := []byte("stale-sync")
+	require.NoError(t, cl.write(protocol.AppendSync(nil, "repl", 0, 0, 1<<60, -1, 7, body)))
+	r, err := cl.read()
+	require.NoError(t, err)
+	require.Equal(t, protocol.StatusInternalError, r.Code, "unbound sync: %v", r)
+	require.Contains(t, string(r.Body), "sync refused")
+	for _, e := range []int64{current - 1, current + 1} {
+		require.NoError(t, cl.write(protocol.AppendStats(nil, "sync-epoch:"+strconv.FormatInt(e, 10), 8)))
+		r, err = cl.read()
+		require.NoError(t, err)
+		require.Equal(t, protocol.StatusInternalError, r.Code, "binding to epoch %d (current %d): %v", e, current, r)
+	}
+	require.NoError(t, cl.write(protocol.AppendSync(nil, "repl", 0, 0, 1<<60, -1, 9, body)))
+	r, err = cl.read()
+	require.NoError(t, err)
+	require.Equal(t, protocol.StatusInternalError, r.Code, "sync after a refused bind: %v", r)
 }
