@@ -526,6 +526,11 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	if tln != nil {
 		b.tlsLn = tls.NewListener(heldListener{tln}, b.tls.listenerConfig())
 	}
+	if b.fo != nil && b.cfg.IsSlave() {
+		if err := b.fo.checkRejoin(); err != nil { // failover.go
+			return err
+		}
+	}
 	if b.cfg.ZooKeeper.Enabled() {
 		if err := b.openRegistry(); err != nil {
 			return err

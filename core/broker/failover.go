@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,6 +199,9 @@ func (f *failover) become(reg *registry.Registry, d zkpath.EpochData, sess int64
 	f.lease.Store(t0 + int64(f.st/2))
 	f.role.Store(foMaster)
 	f.mu.Unlock()
+	if err := f.markHeld(d); err != nil {
+		f.b.logf("failover: ERROR: writing %s: %v", heldFile, err)
+	}
 	reg.Promote()
 	f.b.logf("failover: member %s of broker %d holds epoch %d (%s); registering as master", memberLabel(f.member), f.b.cfg.BrokerID, d.Epoch, d)
 	f.loopOnce.Do(func() {
@@ -511,4 +517,43 @@ func (f *failover) learnEpoch() {
 	if d, _, ok, err := f.reg().ReadEpoch(); err == nil && ok {
 		f.see(d.Epoch)
 	}
+}
+
+// heldFile, in data_dir, records that this data directory held an epoch:
+// its tail may have diverged from the next holder's (messages stored but
+// never acknowledged), and truncating it is not built yet, so a failover
+// slave refuses to start on it.
+const heldFile = "failover-held"
+
+// markHeld writes heldFile (synced) before this member acknowledges
+// anything in epoch d.
+func (f *failover) markHeld(d zkpath.EpochData) error {
+	path := filepath.Join(f.b.cfg.DataDir, heldFile)
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(fh, "broker %d member %s held epoch %d\n", f.b.cfg.BrokerID, memberLabel(f.member), d.Epoch)
+	if err == nil {
+		err = fh.Sync()
+	}
+	if cerr := fh.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// checkRejoin refuses a failover slave whose data directory held an epoch.
+func (f *failover) checkRejoin() error {
+	path := filepath.Join(f.b.cfg.DataDir, heldFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failover: %w", err)
+	}
+	return fmt.Errorf("failover: %s says %q: this data directory was a master's, and its tail may hold messages the next master never had; "+
+		"rejoining as a slave on it needs truncating that tail, which is not built yet: move the data directory away and start the slave on an empty one (it copies everything afresh)",
+		path, strings.TrimSpace(string(data)))
 }
