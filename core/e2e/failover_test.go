@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,7 +17,9 @@ import (
 
 	"github.com/metaq-go/metaq/internal/queuecheck"
 	"github.com/metaq-go/metaq/internal/zkpath"
+	mqclient "github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/cluster"
+	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -394,4 +397,62 @@ func checkSyncFenced(t testing.TB, n *replNode, current int64) {
 	r, err = cl.read()
 	require.NoError(t, err)
 	require.Equal(t, protocol.StatusInternalError, r.Code, "sync after a refused bind: %v", r)
+}
+
+// TestSyncFailoverSDKProducer: the SDK's cluster producer (sdk/client
+// through ZooKeeper, its watches on topics-pub and ids/<id>/master) moves
+// to the promoted slave by itself after kill -9 of the master; every
+// message it was told was stored is on the promoted slave at its offset.
+func TestSyncFailoverSDKProducer(t *testing.T) {
+	c := startCluster(t, clusterSpec{Config: failoverConfig(), SessionTimeout: foSession})
+	master := startRepl(t, c, 1, -1, "")
+	slave := startRepl(t, c, 1, 1, "")
+	waitStat(t, master, "failover_insync", "s1", 20*time.Second)
+	p := c.newProducer(t, mqclient.ProduceTimeout(2*time.Second))
+	type stored struct {
+		part int32
+		off  int64
+		body string
+		at   time.Time
+	}
+	var acks []stored
+	send := func(i int) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		body := fmt.Sprintf("sdk-%d", i)
+		rs, err := p.ProduceSync(ctx, &message.Message{Topic: "repl", Body: []byte(body)})
+		if err != nil {
+			return false
+		}
+		acks = append(acks, stored{rs[0].Partition, rs[0].Offset, body, time.Now()})
+		return true
+	}
+	i := 0
+	for ; len(acks) < 50; i++ {
+		send(i)
+		require.Less(t, i, 5000, "the producer never got going")
+	}
+	master.kill9(t)
+	killed := time.Now()
+	before := len(acks)
+	for len(acks) < before+50 {
+		send(i)
+		i++
+		require.Less(t, time.Since(killed), foSession+20*time.Second, "the producer did not move to the promoted slave")
+	}
+	t.Logf("SDK producer: first message stored after the kill at +%v (session timeout %v)", acks[before].at.Sub(killed), foSession)
+	cl := dial(t, slave.Addr)
+	defer cl.close()
+	at := map[int32]map[int64]string{}
+	for q := range int32(4) {
+		recs, _, err := readPartition(cl, "repl", q, 1<<20)
+		require.NoError(t, err)
+		at[q] = map[int64]string{}
+		for _, r := range recs {
+			at[q][r.Offset] = string(r.Data)
+		}
+	}
+	for _, a := range acks {
+		require.Equal(t, a.body, at[a.part][a.off], "repl-%d offset %d: stored %q, the promoted slave has %q", a.part, a.off, a.body, at[a.part][a.off])
+	}
 }
