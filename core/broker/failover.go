@@ -71,9 +71,15 @@ type failover struct {
 	// clearing is set while clearInSyncSoon runs.
 	clearing atomic.Bool
 
-	mu       sync.Mutex // serialises this member's epoch writes
-	loopOnce sync.Once
-	logged   string // the last election outcome logged (slave's run loop)
+	mu     sync.Mutex   // serialises this member's epoch writes
+	claims atomic.Int64 // claims made; a lease loop serves the latest
+	logged string       // the last election outcome logged (slave's run loop)
+	// Owned by the slave's run loop: the epoch last read, since when, and
+	// whether a master was registered under it (an epoch only just claimed
+	// gets its holder's registration awaited: elect).
+	seenEpoch  int64
+	seenAt     time.Time
+	seenMaster bool
 }
 
 // Failover roles.
@@ -137,8 +143,11 @@ func (f *failover) refusal() string {
 	return "fenced: broker " + strconv.Itoa(f.b.cfg.BrokerID) + " member " + memberLabel(f.member) + " does not acknowledge puts (" + why + ")"
 }
 
-// claimAtStart is the master's claim loop: it claims the epoch, or stays
-// in standby if a slave holds it.
+// claimAtStart is the claim loop of the master at start, and of a holder
+// fenced by the expiry of its session (ZooKeeper may have lost every
+// session, and no other member claimed): it claims the epoch if this
+// member holds it (or, for the master, if there is none yet), else it
+// stays in standby.
 func (f *failover) claimAtStart() {
 	b := f.b
 	defer b.wg.Done()
@@ -159,16 +168,21 @@ func (f *failover) claimAtStart() {
 		}
 		d, ver, ok, err := reg.ReadEpoch()
 		if err == nil {
-			next := zkpath.EpochData{Epoch: 1, Holder: -1, InSync: -1}
+			next := zkpath.EpochData{Epoch: 1, Holder: f.member, InSync: -1}
 			switch {
+			case !ok && f.member >= 0:
+				msg := "the epoch node is gone; this member stays fenced in standby"
+				f.setWhy(msg)
+				b.logf("failover: %s", msg)
+				return
 			case !ok:
 				err = reg.WriteEpoch(next, 0, true)
-			case d.Holder == -1:
-				next = zkpath.EpochData{Epoch: d.Epoch + 1, Holder: -1, InSync: d.InSync}
+			case d.Holder == f.member:
+				next = zkpath.EpochData{Epoch: d.Epoch + 1, Holder: f.member, InSync: d.InSync}
 				err = reg.WriteEpoch(next, ver, false)
 			default:
-				msg := "epoch " + d.String() + " is held by slave " + strconv.Itoa(d.Holder) +
-					"; this master stays fenced in standby (restart it as a slave to copy from the holder)"
+				msg := "epoch " + d.String() + " is held by " + memberLabel(d.Holder) +
+					"; this member stays fenced in standby (restart it as a slave on an empty data directory to copy from the holder)"
 				f.setWhy(msg)
 				b.logf("failover: %s", msg)
 				return
@@ -204,21 +218,19 @@ func (f *failover) become(reg *registry.Registry, d zkpath.EpochData, sess int64
 	}
 	reg.Promote()
 	f.b.logf("failover: member %s of broker %d holds epoch %d (%s); registering as master", memberLabel(f.member), f.b.cfg.BrokerID, d.Epoch, d)
-	f.loopOnce.Do(func() {
-		f.b.wg.Add(1)
-		go f.leaseLoop()
-	})
+	f.b.wg.Add(1)
+	go f.leaseLoop(f.claims.Add(1))
 }
 
 // leaseLoop renews the holder's lease until it is fenced or the broker
 // closes.
-func (f *failover) leaseLoop() {
+func (f *failover) leaseLoop(claim int64) {
 	b := f.b
 	defer b.wg.Done()
 	every := max(f.st/6, 10*time.Millisecond)
 	tk := time.NewTicker(every)
 	defer tk.Stop()
-	for f.role.Load() == foMaster {
+	for f.role.Load() == foMaster && f.claims.Load() == claim {
 		select {
 		case <-b.done:
 			return
@@ -268,8 +280,16 @@ func (f *failover) fence(why string) {
 		memberLabel(f.member), f.b.cfg.BrokerID, why)
 }
 
-// onExpired is the registry's FenceOnExpiry callback.
-func (f *failover) onExpired() { f.fence("its ZooKeeper session expired") }
+// onExpired is the registry's FenceOnExpiry callback: fenced, it claims
+// again if nobody else claimed meanwhile.
+func (f *failover) onExpired() {
+	f.fence("its ZooKeeper session expired")
+	if f.b.closed.Load() {
+		return
+	}
+	f.b.wg.Add(1)
+	go f.claimAtStart()
+}
 
 // setInSync writes insync = slave (-1: none) to the epoch node as the
 // holder; the in-memory insync changes only once ZooKeeper has it, so
@@ -363,6 +383,17 @@ func (f *failover) elect() bool {
 		return false
 	case d.InSync != f.member && !f.unclean:
 		say("epoch " + d.String() + ": this slave is not the one in sync; not promoting (unclean_election = false)")
+		return false
+	}
+	if d.Epoch != f.seenEpoch {
+		f.seenEpoch, f.seenAt, f.seenMaster = d.Epoch, time.Now(), false
+	}
+	if !f.seenMaster && time.Since(f.seenAt) < f.st {
+		// Epoch d was claimed while no master was registered (a master's
+		// restart, or a holder claiming again after its session expired):
+		// its holder registers in a moment. Should it have died instead,
+		// its lease has run out session_timeout after the claim.
+		say("epoch " + d.String() + " is new; waiting up to session_timeout for its holder to register")
 		return false
 	}
 	if there, _, err := reg.MasterExists(); err != nil || there {
@@ -512,10 +543,12 @@ func (f *failover) see(e int64) {
 	}
 }
 
-// learnEpoch reads the epoch node (a slave, when its master changes).
+// learnEpoch reads the epoch node (a slave's run loop, when a master is
+// registered).
 func (f *failover) learnEpoch() {
 	if d, _, ok, err := f.reg().ReadEpoch(); err == nil && ok {
 		f.see(d.Epoch)
+		f.seenEpoch, f.seenAt, f.seenMaster = d.Epoch, time.Now(), true
 	}
 }
 
