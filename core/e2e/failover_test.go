@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -284,7 +285,8 @@ func failoverRounds(t testing.TB, rounds int, took func(round int, d time.Durati
 	nextSlave := 2
 	for round := 1; round <= rounds; round++ {
 		load := startFoLoad(t, c, h, fmt.Sprintf("r%d", round))
-		time.Sleep(700 * time.Millisecond)
+		// A random moment under load: 300 ms to 1.3 s in.
+		time.Sleep(300*time.Millisecond + rand.N(time.Second))
 		epoch := statInt(t, holder, "epoch")
 		holder.kill9(t)
 		killed := time.Now()
