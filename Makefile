@@ -70,6 +70,7 @@ SOAK_COUNT ?= 5
 soak: build
 	METAQ_POWER_CUTS=$(SOAK_CUTS) $(GO) test -race -timeout 60m -count=1 -v -run '^TestPowerCuts64$$' ./core/e2e/
 	$(GO) test -race -timeout 60m -count=$(SOAK_COUNT) -run '^(TestCrashGroupCommit64|TestPowerCutsThreshold|TestThousandPartitions)$$' ./core/e2e/
+	METAQ_FAILOVER_ROUNDS=10 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverKill9$$' ./core/e2e/
 
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with
 # the raw-disk baseline measured in the same command (see docs/benchmarks.md).
@@ -78,6 +79,7 @@ bench: build
 	$(GO) test -run '^$$' -bench BenchmarkClusterRebalance -benchtime 5x ./sdk/client/
 	$(GO) test -run '^$$' -bench BenchmarkTransaction -benchtime 3s ./sdk/client/
 	$(GO) test -run '^$$' -bench BenchmarkXA -benchtime 3s ./txn/metaqbroker/
+	$(GO) test -run '^$$' -bench '^BenchmarkFailover$$' -benchtime 5x ./core/e2e/
 	$(BIN)/metaq bench all
 
 # Every parser's fuzz target, FUZZTIME each (make fuzz FUZZTIME=5m before
@@ -103,6 +105,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMemberData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePartitionName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseEpochData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminAPI$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzTxJournal$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzDashboard$$' -fuzztime $(FUZZTIME) ./core/broker/

@@ -219,6 +219,16 @@ type Config struct {
 	// key=value attributes) or "json" (one JSON object per line). It
 	// needs a restart; log_level and plugin_log_level reload with SIGHUP.
 	LogFormat string `toml:"log_format"`
+	// Failover turns on automatic, fenced promotion (docs/replication.md,
+	// Failover): with replication = "sync" on the master, an in-sync slave
+	// promotes itself when the master's ZooKeeper session ends, and a
+	// master acknowledges only while it holds the current epoch. Set it on
+	// the master and on its slaves. Default false.
+	Failover bool `toml:"failover"`
+	// UncleanElection lets a slave that is not in sync promote itself
+	// (acknowledged messages it lacks are lost), as Kafka's
+	// unclean.leader.election.enable. Default false.
+	UncleanElection bool `toml:"unclean_election"`
 
 	path  string
 	raw   []byte

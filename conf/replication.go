@@ -56,6 +56,10 @@ func (c *Config) CheckReplication() error {
 	switch {
 	case c.IsSlave() && !c.ZooKeeper.Enabled():
 		return errors.New("slave_id: a slave finds its master in ZooKeeper: set [zookeeper] connect (or --zk)")
+	case c.Failover && !c.ZooKeeper.Enabled():
+		return errors.New("failover: promotion and fencing go through ZooKeeper: set [zookeeper] connect (or --zk)")
+	case c.Failover && !c.IsSlave() && c.Replication != ReplicationSync:
+		return errors.New(`failover = true needs replication = "sync" on the master (an async slave is never known to be in sync)`)
 	case !c.IsSlave() && c.Replication == ReplicationSync && !c.ZooKeeper.Enabled():
 		return errors.New(`replication = "sync": the master finds its slave in ZooKeeper: set [zookeeper] connect (or --zk)`)
 	}

@@ -151,6 +151,9 @@ type Broker struct {
 	// sync is the sync replication state of a master with replication =
 	// "sync" (syncrepl.go); nil otherwise.
 	sync *syncMaster
+	// fo is the automatic failover state (failover.go) with failover =
+	// true; nil otherwise.
+	fo *failover
 
 	// metrics are the Prometheus histograms and registry (metrics.go);
 	// committed the offsets groups committed here (committed.go).
@@ -223,6 +226,15 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		b.slave = newSlaveState(b)
 	} else if cfg.Replication == conf.ReplicationSync {
 		b.sync = newSyncMaster(b)
+	}
+	if cfg.Failover {
+		b.fo = newFailover(b)
+		if cfg.IsSlave() {
+			// Run once promoted: a promoted slave ships to the slaves that
+			// join it, acknowledging alone while none is in sync.
+			b.sync = newSyncMaster(b)
+			b.sync.degrade = true
+		}
 	}
 	b.groups.timeout = opts.GroupSessionTimeout
 	b.groups.maxMembers, b.groups.maxPerConn = cfg.MaxGroupMembers, cfg.MaxMembershipsPerConnection
@@ -541,6 +553,11 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	if tln != nil {
 		b.tlsLn = tls.NewListener(heldListener{tln}, b.tls.listenerConfig())
 	}
+	if b.fo != nil && b.config().IsSlave() {
+		if err := b.fo.checkRejoin(); err != nil { // failover.go
+			return err
+		}
+	}
 	if b.config().ZooKeeper.Enabled() {
 		if err := b.openRegistry(); err != nil {
 			return err
@@ -550,9 +567,13 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		b.wg.Add(1)
 		go b.slave.run() // replica.go
 	}
-	if b.sync != nil {
+	if b.sync != nil && b.slave == nil {
 		b.wg.Add(1)
-		go b.sync.run() // syncrepl.go
+		go b.sync.run() // syncrepl.go; a failover slave's starts at promotion
+	}
+	if b.fo != nil && !b.config().IsSlave() && b.reg != nil {
+		b.wg.Add(1)
+		go b.fo.claimAtStart() // failover.go
 	}
 	b.wg.Add(1)
 	go b.retentionLoop()

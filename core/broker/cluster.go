@@ -50,6 +50,9 @@ func (b *Broker) openRegistry() error {
 		Auth:           cluster.Auth{User: zc.AuthUser, Password: zc.AuthPassword},
 		Slave:          b.config().IsSlave(),
 		SlaveID:        b.config().SlaveID,
+		Standby:        b.fo != nil && !b.config().IsSlave(),
+		FenceOnExpiry:  b.fo != nil,
+		OnExpired:      b.foExpired,
 	})
 	if err != nil {
 		return fmt.Errorf("zookeeper: %w", err)
@@ -127,4 +130,12 @@ func advertiseHost(h string) string {
 		}
 	}
 	return "127.0.0.1"
+}
+
+// foExpired is the registry's OnExpired: a failover holder whose session
+// expired is fenced.
+func (b *Broker) foExpired() {
+	if b.fo != nil {
+		b.fo.onExpired()
+	}
 }

@@ -36,6 +36,9 @@ const (
 type conn struct {
 	b  *Broker
 	nc net.Conn
+	// syncEpoch is the epoch a failover master bound this connection to
+	// (failover.go, stats sync-epoch:<E>); 0 if none.
+	syncEpoch atomic.Int64
 
 	wmu sync.Mutex // serializes socket writes
 	rf  *os.File   // cached read handle for sendfile (under wmu)
@@ -482,6 +485,11 @@ func (c *conn) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 		c.b.disks.wakeOn(err)
 		c.b.errorf("append: %v", err)
 		c.reply(protocol.StatusInternalError, "append failed: "+err.Error(), opaque)
+		return
+	}
+	if f := c.b.fo; f != nil && !f.mayAck() { // failover.go: fenced, or no lease
+		c.b.stats.putFailed.Add(1)
+		c.reply(protocol.StatusInternalError, f.refusal(), opaque)
 		return
 	}
 	var body [64]byte

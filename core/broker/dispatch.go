@@ -15,7 +15,10 @@ func (c *conn) dispatch(r *protocol.Request) {
 	if !c.authorize(r) { // auth.go
 		return
 	}
-	if c.b.slave != nil && c.slaveRefuses(r) { // replica.go
+	if c.b.slave != nil && (c.b.fo == nil || c.b.fo.isSlave()) && c.slaveRefuses(r) { // replica.go
+		return
+	}
+	if c.b.fo != nil && !c.b.fo.isSlave() && c.failoverRefuses(r) { // failover.go
 		return
 	}
 	if c.b.sync != nil && (r.Op == protocol.OpTransaction || (r.Op == protocol.OpPut && len(r.TxKey) > 0)) {
@@ -47,7 +50,7 @@ func (c *conn) dispatch(r *protocol.Request) {
 	case protocol.OpTransaction:
 		c.handleTransaction(r) // tx.go
 	case protocol.OpSync:
-		if c.b.slave != nil {
+		if c.b.slave != nil && (c.b.fo == nil || c.b.fo.isSlave()) {
 			c.handleSync(r) // syncslave.go
 		} else {
 			c.reply(protocol.StatusInternalError, "sync refused: this broker is not a slave", r.Opaque)

@@ -152,21 +152,31 @@ func (s *slaveState) run() {
 			continue
 		}
 		lastErr = ""
+		if !ok && b.fo != nil && b.fo.elect() { // failover.go
+			return
+		}
 		if !ok {
 			if !waiting {
 				b.logf("slave %d of broker %d: no master registered; waiting for ids/%d/master", s.id, b.config().BrokerID, b.config().BrokerID)
 				waiting = true
 			}
 			s.master.Store(nil)
+			poll := 5 * time.Second // a watch lost with a session
+			if b.fo != nil {
+				poll = 200 * time.Millisecond // the epoch node may name this slave in sync meanwhile
+			}
 			select {
 			case <-watch:
 			case <-b.done:
 				return
-			case <-time.After(5 * time.Second): // a watch lost with a session
+			case <-time.After(poll):
 			}
 			continue
 		}
 		waiting = false
+		if b.fo != nil {
+			b.fo.learnEpoch() // failover.go: syncs of older epochs are refused
+		}
 		s.master.Store(&addr)
 		fired := make(chan struct{})
 		go func() {

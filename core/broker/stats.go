@@ -77,6 +77,10 @@ func (c *conn) handleStats(r *protocol.Request) {
 	b := c.b
 	var sb strings.Builder
 	item := string(r.Item)
+	if e, ok := strings.CutPrefix(item, syncEpochItem); ok {
+		c.bindSyncEpoch(e, r.Opaque) // failover.go
+		return
+	}
 	switch item {
 	case "":
 		b.writeSummary(&sb)
@@ -182,13 +186,16 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("port", b.config().Port)
 	kv("uptime", int64(time.Since(b.start)/time.Second))
 	kv("version", Version)
-	kv("slave", b.slave != nil)
+	kv("slave", b.slave != nil && (b.fo == nil || b.fo.isSlave()))
+	if b.fo != nil {
+		b.fo.statsLines(kv) // failover.go
+	}
 	if b.slave != nil {
 		b.slave.statsLines(kv) // replica.go
 	} else {
 		kv("replication", b.config().Replication)
 	}
-	if b.sync != nil {
+	if b.sync != nil && (b.fo == nil || !b.fo.isSlave()) {
 		b.sync.statsLines(kv) // syncrepl.go
 	}
 	kv("curr_connections", b.stats.connections.Load())

@@ -57,6 +57,9 @@ type syncMaster struct {
 	link     atomic.Pointer[syncLink]
 	linkSeq  atomic.Int64
 	degraded atomic.Bool // puts are being degraded (logged once per episode)
+	// degradeSeq counts degraded puts begun (failover: naming a slave in
+	// sync checks that none began meanwhile).
+	degradeSeq atomic.Int64
 
 	shipped      atomic.Int64 // syncs acknowledged by the slave
 	failed       atomic.Int64 // puts failed for the slave's side
@@ -125,6 +128,18 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 			sm.refused.Add(1)
 			c.putFail(opaque, "Slave is disconnected ")
 			return
+		}
+		if f := c.b.fo; f != nil {
+			// failover.go: a put stored here alone must not be
+			// acknowledged while ZooKeeper names a slave in sync.
+			if f.insync.Load() >= 0 {
+				sp.mu.Unlock()
+				sm.refused.Add(1)
+				f.clearInSyncSoon()
+				c.putFail(opaque, "Slave is disconnected (unnaming the in-sync slave in ZooKeeper before storing puts on the master alone)")
+				return
+			}
+			sm.degradeSeq.Add(1)
 		}
 		if !sm.degraded.Swap(true) {
 			c.b.logf("sync: %s-%d: the slave is not in sync; storing puts on the master alone (sync_degrade = true) until it is", t.name, p)
@@ -470,6 +485,12 @@ func (sm *syncMaster) dial(s registry.SlaveNode) (*syncLink, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f := sm.b.fo; f != nil {
+		if err := f.bindLink(nc, sm.timeout); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
 	lk := &syncLink{sm: sm, id: sm.linkSeq.Add(1), nc: nc, addr: s.Addr, w: bufio.NewWriterSize(nc, 64<<10),
 		pending: map[int32]pendingSync{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	go lk.readLoop()
@@ -488,6 +509,14 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 		return
 	}
 	defer ctl.nc.Close()
+	if f := b.fo; f != nil && f.insync.Load() >= 0 && int(f.insync.Load()) != target.ID {
+		// failover.go: the slave named in sync misses what this link's
+		// slave will acknowledge: unname it before anything is joined.
+		if err := f.setInSync(-1); err != nil {
+			b.logf("sync: failover: clearing the in-sync slave before linking to slave %d: %v", target.ID, err)
+			return
+		}
+	}
 	tk := time.NewTicker(100 * time.Millisecond)
 	defer tk.Stop()
 	for {
@@ -513,6 +542,11 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 					b.logf("sync: %s-%d in sync", t.name, p)
 					sp.joinErr = ""
 				}
+			}
+		}
+		if f := b.fo; all && f != nil && f.role.Load() == foMaster && int(f.insync.Load()) != target.ID {
+			if err := f.nameInSync(target.ID, func() bool { return sm.allInSync(lk) }); err != nil {
+				b.logf("sync: failover: naming slave %d in sync: %v", target.ID, err)
 			}
 		}
 		if all && sm.degraded.Swap(false) {
@@ -627,4 +661,16 @@ func (sm *syncMaster) statsLines(kv func(k string, v any)) {
 	kv("sync_failed", sm.failed.Load())
 	kv("sync_refused", sm.refused.Load())
 	kv("sync_degraded_puts", sm.degradedPuts.Load())
+}
+
+// allInSync reports whether every partition is in sync under lk.
+func (sm *syncMaster) allInSync(lk *syncLink) bool {
+	for _, t := range sm.b.topicList() {
+		for p, l := range t.parts {
+			if sm.part(t.name, int32(p), l).gen.Load() != lk.id || lk.isDead() {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -52,6 +52,19 @@ func (c *conn) handleSync(r *protocol.Request) {
 	}
 	sl := b.slave.logState(l)
 	sl.mu.Lock()
+	if f := b.fo; f != nil && !f.isSlave() {
+		sl.mu.Unlock()
+		c.reply(protocol.StatusInternalError, "sync refused: this broker holds epoch "+strconv.FormatInt(f.epoch.Load(), 10)+" now (failover); it takes no sync", r.Opaque)
+		return
+	}
+	if f := b.fo; f != nil {
+		if e := c.syncEpoch.Load(); e == 0 || e < f.known.Load() {
+			sl.mu.Unlock()
+			c.reply(protocol.StatusInternalError, "sync refused: the connection is bound to epoch "+strconv.FormatInt(e, 10)+
+				", the current epoch is "+strconv.FormatInt(f.known.Load(), 10)+" (failover: bind it first with stats "+syncEpochItem+"<epoch>)", r.Opaque)
+			return
+		}
+	}
 	if r.MsgID <= sl.lastID {
 		sl.mu.Unlock()
 		b.slave.syncDups.Add(1)

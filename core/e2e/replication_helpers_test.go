@@ -30,6 +30,7 @@ import (
 const replConfig = `broker_id = 0
 host = "127.0.0.1"
 port = 8123
+http_port = 0
 data_dir = "data"
 num_partitions = 4
 max_segment_size = 65536

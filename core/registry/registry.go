@@ -119,6 +119,15 @@ type Options struct {
 	// data of ids/<id>. SlaveID is 0..1023.
 	Slave   bool
 	SlaveID int
+	// Standby registers nothing until Promote (automatic failover: a
+	// master registers only once it holds the epoch).
+	Standby bool
+	// FenceOnExpiry (automatic failover): when the session this registry
+	// registered a master under has expired, register nothing more (as
+	// Fence) and call OnExpired, rather than registering the master again
+	// under the new session: the broker may have been replaced meanwhile.
+	FenceOnExpiry bool
+	OnExpired     func()
 }
 
 // Registry is a broker's registration. Its methods are safe for concurrent use.
@@ -138,6 +147,9 @@ type Registry struct {
 	regSess atomic.Int64 // session everything is registered under, 0 = none
 	regGen  atomic.Int64 // topics generation registered under regSess
 	gen     atomic.Int64 // topics generation, bumped by AddTopic
+	// role is the wanted role (roleAsOpened, roleMaster, roleNone), set by
+	// Promote and Fence and applied by the loop.
+	role atomic.Int32
 
 	mu     sync.Mutex
 	topics map[string]Topic
@@ -399,6 +411,9 @@ func (r *Registry) restrict(path string) error {
 func (r *Registry) nodes() ([]node, int64) {
 	id := r.opts.BrokerID
 	uri := []byte(r.masterURI())
+	if r.opts.Standby {
+		return nil, r.gen.Load()
+	}
 	ns := []node{{r.self, uri, true}}
 	name := zkpath.MasterName(id)
 	if r.opts.Slave {
@@ -478,7 +493,17 @@ func (r *Registry) registerOnce() bool {
 		}
 		r.loggedIn = true
 	}
+	r.applyRole()
 	if sess != r.sess {
+		if r.sess != 0 && r.opts.FenceOnExpiry && !r.opts.Slave && !r.opts.Standby {
+			r.role.Store(roleNone)
+			r.opts.Standby = true
+			r.logf("registry: ZooKeeper session %#x of master %d expired: not registering it again (failover: another member may hold the epoch now)",
+				r.sess, r.opts.BrokerID)
+			if r.opts.OnExpired != nil {
+				go r.opts.OnExpired()
+			}
+		}
 		if r.sess != 0 {
 			r.old[r.sess] = true
 			r.logf("registry: ZooKeeper session changed from %#x to %#x (the old one expired); re-registering broker %d",
@@ -536,6 +561,9 @@ func (r *Registry) registerOnce() bool {
 	if ok && r.conn.SessionID() == sess {
 		r.regGen.Store(gen)
 		r.regSess.Store(sess)
+		if r.opts.Standby {
+			return true // nothing registered (failover standby or fenced)
+		}
 		uris := r.masterURI()
 		if r.opts.URI != "" && r.opts.TLSURI != "" {
 			uris += " and " + r.opts.TLSURI

@@ -8,7 +8,7 @@
 //	R/brokers/ids/<id>/master_tls                  E  metaqs://host:tls_port, if both listeners are on
 //	R/brokers/ids/<id>/master_config_checksum      E  CRC32 of the config file, decimal
 //	R/brokers/ids/<id>/slave<N>                    E  a slave's URI
-//	R/brokers/ids/<id>/epoch                       P  reserved: the failover fencing epoch (not written yet)
+//	R/brokers/ids/<id>/epoch                       P  the failover fencing epoch, "<epoch> <holder> <insync>" (failover = true)
 //	R/brokers/topics/<t>/<id>-m                    E  numPartitions (deprecated, still written)
 //	R/brokers/topics-pub/<t>/<id>-m                E  {"numParts":N,"broker":"<id>-m"} if accept_publish
 //	R/brokers/topics-sub/<t>/<id>-m                E  {"numParts":N,"broker":"<id>-m"} if accept_subscribe
@@ -307,4 +307,69 @@ func canonical(s string) bool {
 		}
 	}
 	return true
+}
+
+// EpochData is the data of ids/<id>/epoch, the fencing epoch of automatic
+// failover (docs/replication.md, Failover): "<epoch> <holder> <insync>",
+// for example "3 s1 -". Holder is the member that holds the epoch (the
+// only one that may acknowledge puts for the broker id): "m" for the
+// broker started as master (slave_id -1), "s<N>" for slave N. InSync is
+// the slave the holder declared in sync (it has every message the holder
+// acknowledged in this epoch, and so may promote itself), "-" for none.
+// In the struct, -1 stands for "m" and, in InSync, for "-".
+type EpochData struct {
+	Epoch  int64
+	Holder int // -1: the master; N >= 0: slave N
+	InSync int // -1: none; N >= 0: slave N
+}
+
+// Bytes encodes d.
+func (d EpochData) Bytes() []byte {
+	b := strconv.AppendInt(nil, d.Epoch, 10)
+	b = append(b, ' ')
+	b = append(b, memberName(d.Holder, "m")...)
+	b = append(b, ' ')
+	return append(b, memberName(d.InSync, "-")...)
+}
+
+func (d EpochData) String() string { return string(d.Bytes()) }
+
+func memberName(n int, none string) string {
+	if n < 0 {
+		return none
+	}
+	return "s" + strconv.Itoa(n)
+}
+
+// ParseEpochData parses the data of ids/<id>/epoch.
+func ParseEpochData(b []byte) (EpochData, error) {
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return EpochData{}, fmt.Errorf("epoch node %q: want \"<epoch> <holder> <insync>\"", b)
+	}
+	e, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || e <= 0 {
+		return EpochData{}, fmt.Errorf("epoch node %q: epoch %q is not a positive integer", b, f[0])
+	}
+	h, err := parseMember(f[1], "m")
+	if err != nil {
+		return EpochData{}, fmt.Errorf("epoch node %q: holder: %v", b, err)
+	}
+	s, err := parseMember(f[2], "-")
+	if err != nil {
+		return EpochData{}, fmt.Errorf("epoch node %q: insync: %v", b, err)
+	}
+	return EpochData{Epoch: e, Holder: h, InSync: s}, nil
+}
+
+func parseMember(s, none string) (int, error) {
+	if s == none {
+		return -1, nil
+	}
+	n, ok := strings.CutPrefix(s, "s")
+	v, err := strconv.Atoi(n)
+	if !ok || err != nil || v < 0 || v > 1023 || strconv.Itoa(v) != n {
+		return 0, fmt.Errorf("%q is neither %q nor s<0..1023>", s, none)
+	}
+	return v, nil
 }

@@ -156,3 +156,43 @@ func FuzzParseMemberData(f *testing.F) {
 		}
 	})
 }
+
+func TestEpochData(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		want EpochData
+	}{
+		{"1 m -", EpochData{1, -1, -1}},
+		{"3 s1 -", EpochData{3, 1, -1}},
+		{"7 m s2", EpochData{7, -1, 2}},
+		{" 9  s0   s1\n", EpochData{9, 0, 1}},
+	} {
+		got, err := ParseEpochData([]byte(c.s))
+		if err != nil || got != c.want {
+			t.Errorf("ParseEpochData(%q) = %+v, %v; want %+v", c.s, got, err, c.want)
+		}
+	}
+	for _, s := range []string{"", "1", "1 m", "0 m -", "-1 m -", "1 x -", "1 m m", "1 - -", "1 s01 -", "1 s1024 -", "1 m - x"} {
+		if d, err := ParseEpochData([]byte(s)); err == nil {
+			t.Errorf("ParseEpochData(%q) = %+v, want an error", s, d)
+		}
+	}
+}
+
+// FuzzParseEpochData checks that accepted epoch data encodes and parses
+// back to the same value.
+func FuzzParseEpochData(f *testing.F) {
+	for _, s := range []string{"1 m -", "3 s1 -", "7 m s2", "0 m -", "1 s01 -", "", "9223372036854775807 s1023 s0"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := ParseEpochData(b)
+		if err != nil {
+			return
+		}
+		back, err := ParseEpochData(d.Bytes())
+		if err != nil || back != d {
+			t.Fatalf("ParseEpochData(%q) = %+v; its bytes %q parse to %+v, %v", b, d, d.Bytes(), back, err)
+		}
+	})
+}
