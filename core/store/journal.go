@@ -221,8 +221,8 @@ type Journal struct {
 	jobs    chan *ckptJob
 	recycle chan int64 // free files wholly before this position
 	prep    chan struct{}
-	syncq   chan *jround // staged rounds for the syncers (unbuffered)
-	orderq  chan *jround // staged rounds in staging order, for the completer
+	syncq   chan *jround // staged rounds for the syncer (unbuffered)
+	doneq   chan *jround // synced rounds for the completer
 	swg     sync.WaitGroup
 
 	done     chan struct{}
@@ -258,7 +258,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		recycle:      make(chan int64, 1),
 		prep:         make(chan struct{}, 1),
 		syncq:        make(chan *jround),
-		orderq:       make(chan *jround, roundSlots),
+		doneq:        make(chan *jround, 1),
 		slots:        make(chan int, roundSlots),
 		done:         make(chan struct{}),
 	}
@@ -308,10 +308,8 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 	for s := range roundSlots {
 		j.slots <- s
 	}
-	j.swg.Add(syncers + 1)
-	for range syncers {
-		go j.syncer()
-	}
+	j.swg.Add(2)
+	go j.syncer()
 	go j.completer()
 	j.cwg.Add(1)
 	go j.committer()
@@ -388,7 +386,6 @@ func (j *Journal) Close() error {
 		j.mu.Unlock()
 		j.cwg.Wait()
 		close(j.syncq)
-		close(j.orderq)
 		j.swg.Wait()
 		close(j.done)
 		j.wg.Wait()
@@ -515,12 +512,11 @@ const noSlot = -1
 // goroutine, in staging order.
 type jround struct {
 	logs    []*Log
-	slot    int           // which of each log's round buffers it uses
-	appends int           // appends taken
-	ck      *ckptJob      // checkpoint record in this round, if any
-	files   []*jfile      // journal files written, to fdatasync
-	err     error         // staging or sync failure: every append of the round fails
-	synced  chan struct{} // closed by the syncer (pipelined rounds)
+	slot    int      // which of each log's round buffers it uses
+	appends int      // appends taken
+	ck      *ckptJob // checkpoint record in this round, if any
+	files   []*jfile // journal files written, to fdatasync
+	err     error    // staging or sync failure: every append of the round fails
 }
 
 // committer runs the group-commit rounds of every log of the journal,
@@ -586,9 +582,7 @@ func (j *Journal) committer() {
 				j.syncRound(r)
 				j.complete(r)
 			} else {
-				r.synced = make(chan struct{})
-				j.orderq <- r // never full: a round holds a slot
-				j.syncq <- r  // waits for a syncer to be free
+				j.syncq <- r // waits for the syncer to finish the previous round
 			}
 			prevAppends = r.appends
 		}
@@ -610,37 +604,24 @@ func (j *Journal) drain() {
 	}
 }
 
-// syncers is the number of syncer goroutines: while one fdatasync is in
-// the device, the next round's can start, so a round waits for less than
-// a whole fdatasync before its own begins. (An fdatasync makes every
-// earlier write of its file durable too, and rounds are completed in
-// staging order, so acknowledgements keep the journal's order.)
-const syncers = 2
-
-// syncer fdatasyncs staged rounds and marks them synced.
+// syncer fdatasyncs staged rounds, one at a time, in order, and hands
+// them to the completer.
 func (j *Journal) syncer() {
 	defer j.swg.Done()
+	defer close(j.doneq)
 	for r := range j.syncq {
 		if r.err == nil {
 			j.syncRound(r)
 		}
-		close(r.synced)
+		j.doneq <- r
 	}
 }
 
-// completer completes synced rounds in staging order (so each log's
-// readable mark only rises, and no round is acknowledged before an
-// earlier one) and frees their slots. A round after one whose fdatasync
-// failed fails too, even if its own fdatasync returned first.
+// completer completes synced rounds in order (so each log's readable mark
+// only rises) and frees their slots.
 func (j *Journal) completer() {
 	defer j.swg.Done()
-	for r := range j.orderq {
-		<-r.synced
-		if r.err == nil {
-			if err := j.Err(); err != nil {
-				r.err = err
-			}
-		}
+	for r := range j.doneq {
 		j.complete(r)
 	}
 }
