@@ -491,9 +491,10 @@ func (j *Journal) enqueue(l *Log) bool {
 }
 
 // roundSlots is the number of commit rounds that can be between staging
-// and completion at once (one staging, one in each syncer, two synced and
-// waiting for or in the completer); each Log has as many round buffers.
-const roundSlots = 5
+// and completion at once (one staging, one waiting for or in the syncer,
+// two synced and waiting for or in the completer); each Log has as many
+// round buffers.
+const roundSlots = 4
 
 // inlineMaxAppends is the largest round (in appends) that the committer
 // fdatasyncs and completes itself, when no other round is in flight and
@@ -507,9 +508,9 @@ const inlineMaxAppends = 4
 const noSlot = -1
 
 // jround is one commit round: staged (tails filled, journal written with
-// write()) by the committer, then fdatasynced by a syncer goroutine while
+// write()) by the committer, then fdatasynced by the syncer goroutine while
 // the committer stages the next round, then completed by the completer
-// goroutine, in staging order.
+// goroutine while the next one is synced.
 type jround struct {
 	logs    []*Log
 	slot    int      // which of each log's round buffers it uses
@@ -520,11 +521,11 @@ type jround struct {
 }
 
 // committer runs the group-commit rounds of every log of the journal,
-// pipelined: while the syncers fdatasync rounds N and N-1 and the
-// completer acknowledges earlier ones, the committer stages round N+1
-// (its tails and journal write()), so a round costs the longest of the
-// steps rather than their sum. It hands a staged round to a syncer only
-// when one is free, so appends arriving meanwhile join the next round
+// pipelined three deep: while the syncer fdatasyncs round N and the
+// completer acknowledges round N-1, the committer stages round N+1 (its
+// tails and journal write()), so a round costs the longest of the three
+// rather than their sum. It hands a staged round to the syncer only when
+// the syncer is free, so appends arriving meanwhile join the next round
 // instead of a queue of small ones.
 func (j *Journal) committer() {
 	defer j.cwg.Done()
