@@ -52,6 +52,15 @@ func TestFailoverInProcess(t *testing.T) {
 	st := sc.stats(t, "")
 	require.Equal(t, "2", st["epoch"])
 	require.Equal(t, "false", st["slave"])
+	if slave.HTTPAddr() == "" {
+		hln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		require.NoError(t, slave.ServeHTTP(hln))
+	}
+	code, scrape := newHTTPClient(t, slave.HTTPAddr(), nil).get("/metrics")
+	require.Equal(t, 200, code, "%s", scrape)
+	require.Equal(t, 2.0, metricValue(t, scrape, `metaq_replication_epoch`))
+	require.Equal(t, 1.0, metricValue(t, scrape, `metaq_replication_failover_role{role="master"}`))
 	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
 	require.Equal(t, 100, ok, fail)
 

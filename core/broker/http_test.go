@@ -119,6 +119,7 @@ func TestHTTPMetrics(t *testing.T) {
 			// everything stored there (puts went to partition 0).
 			p0 := float64(b.topics["t"].parts[0].MaxOffset())
 			require.Equal(t, p0, metricValue(t, scrape, `metaq_consumer_group_lag_bytes{group="g1",topic="t"}`))
+			require.Equal(t, 3.0, metricValue(t, scrape, `metaq_consumer_group_lag_messages{group="g1",topic="t"}`))
 			dir := strconv.Quote(b.config().DataDir)
 			require.Greater(t, metricValue(t, scrape, `metaq_disk_free_bytes{data_dir=`+dir+`}`), 0.0)
 			require.Contains(t, string(scrape), "metaq_journal_lag_bytes{data_dir="+dir+"}")
@@ -308,4 +309,17 @@ func TestReadyzZooKeeperOutage(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestLagMessages: the message lag is exact at the end and from the start,
+// and estimated from the mean record size in between.
+func TestLagMessages(t *testing.T) {
+	s := partSize{min: 1000, max: 11000, msgs: 100} // 100-byte records on average
+	require.Equal(t, int64(0), s.lagMessages(11000))
+	require.Equal(t, int64(0), s.lagMessages(12000))
+	require.Equal(t, int64(100), s.lagMessages(1000))
+	require.Equal(t, int64(100), s.lagMessages(0)) // below min: every message
+	require.Equal(t, int64(50), s.lagMessages(6000))
+	require.Equal(t, int64(1), s.lagMessages(10900))
+	require.Equal(t, int64(0), partSize{min: 0, max: 500, msgs: -1}.lagMessages(100), "count not known yet")
 }

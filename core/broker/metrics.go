@@ -161,6 +161,7 @@ var (
 	dPluginErrors  = desc("metaq_plugin_errors_total", "Plugin calls that failed.", "kind", "name")
 	dPluginRestart = desc("metaq_plugin_restarts_total", "Restarts of the plugin process.", "kind", "name")
 	dGroupLag      = desc("metaq_consumer_group_lag_bytes", "Bytes between the group's last offset committed through this broker and the partitions' max offset, summed over the topic's partitions (offsets are byte positions).", "group", "topic")
+	dGroupLagMsgs  = desc("metaq_consumer_group_lag_messages", "Messages between the group's last offset committed through this broker and the partitions' max offset, summed over the topic's partitions: exact at the end and from a partition's start, else estimated from the partition's mean record size (the broker keeps no offset index; metaq group describe counts small lags exactly).", "group", "topic")
 	dGroupPartLag  = desc("metaq_consumer_group_partition_lag_bytes", "Bytes between the group's last committed offset and the partition's max offset (metrics_partition_labels).", "group", "topic", "partition")
 	dCommits       = desc("metaq_offset_commits_total", "Offset commits received.")
 	dCommitFailed  = desc("metaq_offset_commit_failures_total", "Offset commits the offset store refused.")
@@ -211,9 +212,11 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(dTopics, float64(len(topics)))
 	perPart := b.config().MetricsPartitionLabels
 	maxOffsets := make(map[string][]int64, len(topics))
+	partSizes := make(map[string][]partSize, len(topics))
 	for _, t := range topics {
 		var in, bin, bout, gets, msgs, size int64
 		maxs := make([]int64, len(t.parts))
+		parts := make([]partSize, len(t.parts))
 		for p, l := range t.parts {
 			pc := &t.pc[p]
 			pin, pbin, pbout := pc.msgsIn.Load(), pc.bytesIn.Load(), pc.bytesOut.Load()
@@ -221,6 +224,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 			n, mx, mn := l.MessageCount(), l.MaxOffset(), l.MinOffset()
 			msgs, size = msgs+n, size+(mx-mn)
 			maxs[p] = mx
+			parts[p] = partSize{min: mn, max: mx, msgs: n}
 			if perPart {
 				ps := strconv.Itoa(p)
 				counter(dPartMsgsIn, pin, t.name, ps)
@@ -232,6 +236,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		maxOffsets[t.name] = maxs
+		partSizes[t.name] = parts
 		gauge(dTopicParts, float64(len(t.parts)), t.name)
 		counter(dTopicMsgsIn, in, t.name)
 		counter(dTopicBytesIn, bin, t.name)
@@ -301,17 +306,41 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			continue
 		}
-		var lag int64
+		var lag, lagMsgs int64
+		sizes := partSizes[g.topic]
 		for p, off := range g.offsets {
 			if p >= len(maxs) || off < 0 {
 				continue
 			}
 			l := max(maxs[p]-off, 0)
 			lag += l
+			lagMsgs += sizes[p].lagMessages(off)
 			if perPart {
 				gauge(dGroupPartLag, float64(l), g.group, g.topic, strconv.Itoa(p))
 			}
 		}
 		gauge(dGroupLag, float64(lag), g.group, g.topic)
+		gauge(dGroupLagMsgs, float64(lagMsgs), g.group, g.topic)
 	}
+}
+
+// partSize is a partition's offsets and message count at a scrape.
+type partSize struct{ min, max, msgs int64 }
+
+// lagMessages is the number of messages from committed to the end: 0 at
+// the end, every message from the start, else the byte lag over the mean
+// record size (0 while the count is not known yet).
+func (s partSize) lagMessages(committed int64) int64 {
+	lag := s.max - committed
+	switch {
+	case lag <= 0:
+		return 0
+	case s.msgs < 0:
+		return 0
+	case committed <= s.min:
+		return s.msgs
+	case s.max > s.min:
+		return (lag*s.msgs + (s.max-s.min)/2) / (s.max - s.min)
+	}
+	return 0
 }

@@ -29,6 +29,8 @@ var (
 	dSyncFailed    = desc("metaq_replication_sync_failed_total", "Sync masters: puts failed for the slave's side.")
 	dSyncRefused   = desc("metaq_replication_sync_refused_total", "Sync masters: puts refused because no slave was in sync.")
 	dSyncDegraded  = desc("metaq_replication_sync_degraded_puts_total", "Sync masters: puts stored on the master alone (sync_degrade).")
+	dFoEpoch       = desc("metaq_replication_epoch", "With failover = true: the epoch (fencing token) this broker last saw in ZooKeeper; it rises on every promotion.")
+	dFoRole        = desc("metaq_replication_failover_role", "With failover = true: always 1; the label gives the failover role (master holds the epoch, slave, fenced).", "role")
 )
 
 // statsMap collects a statsLines function's lines.
@@ -84,6 +86,11 @@ func (b *Broker) replicaCheck() (readyCheck, bool) {
 
 // collectReplication sends the metaq_replication_* series.
 func (b *Broker) collectReplication(gauge func(d *promDesc, v float64, labels ...string), counter func(d *promDesc, v int64, labels ...string)) {
+	if b.fo != nil {
+		m := statsMap(b.fo.statsLines)
+		gauge(dFoEpoch, float64(statInt(m, "epoch")))
+		gauge(dFoRole, 1, m["failover_role"])
+	}
 	if b.slave != nil {
 		gauge(dReplRole, 1, "slave")
 		m := statsMap(b.slave.statsLines)
