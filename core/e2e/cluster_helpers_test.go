@@ -674,12 +674,10 @@ type clusterAck struct {
 // clusterLoad sends from several goroutines until halted, recording every
 // ack and every error.
 type clusterLoad struct {
-	mu     sync.Mutex
+	loadStop
 	acks   []clusterAck
 	errs   []error
 	counts map[int]int
-	stop   chan struct{}
-	wg     sync.WaitGroup
 	seq    atomic.Int64
 }
 
@@ -687,7 +685,7 @@ type clusterLoad struct {
 // at a time to topic (body "<test>-<seq>") with a short pause between
 // sends. It is halted at the end of the test at the latest.
 func startClusterLoad(t testing.TB, p *mqclient.Client, topic string, workers int) *clusterLoad {
-	l := &clusterLoad{stop: make(chan struct{}), counts: map[int]int{}}
+	l := &clusterLoad{loadStop: loadStop{stop: make(chan struct{})}, counts: map[int]int{}}
 	prefix := zkSafeName(t.Name())
 	for range workers {
 		l.wg.Add(1)
@@ -716,18 +714,6 @@ func startClusterLoad(t testing.TB, p *mqclient.Client, topic string, workers in
 	}
 	t.Cleanup(l.halt)
 	return l
-}
-
-// halt stops the senders and waits for their last sends.
-func (l *clusterLoad) halt() {
-	l.mu.Lock()
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
 }
 
 // count is how many sends broker id acknowledged so far.

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,12 +45,10 @@ type foAck struct {
 // (ids/1/master, read again after every failure, as a watch would), put
 // one message at a time, and record every send in h.
 type foLoad struct {
-	h    *queuecheck.History
-	c    *testCluster
-	mu   sync.Mutex
+	h *queuecheck.History
+	c *testCluster
+	loadStop
 	acks []foAck
-	stop chan struct{}
-	wg   sync.WaitGroup
 }
 
 func (l *foLoad) master() string {
@@ -67,7 +64,7 @@ func (l *foLoad) master() string {
 }
 
 func startFoLoad(t testing.TB, c *testCluster, h *queuecheck.History, tag string) *foLoad {
-	l := &foLoad{h: h, c: c, stop: make(chan struct{})}
+	l := &foLoad{h: h, c: c, loadStop: loadStop{stop: make(chan struct{})}}
 	for w := range 4 {
 		l.wg.Add(1)
 		go func() {
@@ -143,17 +140,6 @@ func startFoLoad(t testing.TB, c *testCluster, h *queuecheck.History, tag string
 	}
 	t.Cleanup(l.halt)
 	return l
-}
-
-func (l *foLoad) halt() {
-	l.mu.Lock()
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
 }
 
 // firstAckBy waits (at most timeout) for an ack by addr after since.

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -397,4 +398,26 @@ func moduleRoot() (string, error) {
 func startServer(t testing.TB, config, dataDir string) *brokertest.Server {
 	t.Helper()
 	return brokertest.StartServer(t, "--config", config, "--port", "0", "--data-dir", dataDir, "--host", "127.0.0.1")
+}
+
+// loadStop is the stop signal of a background load in a test (its
+// senders loop until stop is closed; wg counts them) and the lock of what
+// they record.
+type loadStop struct {
+	mu   sync.Mutex
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// halt stops the senders and waits for their last sends; it may be
+// called more than once.
+func (l *loadStop) halt() {
+	l.mu.Lock()
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
 }

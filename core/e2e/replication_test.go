@@ -243,16 +243,14 @@ type replAck struct {
 // replLoad puts to topic "repl" on addr from workers connections, one put
 // at a time each, until stopped, recording every ack.
 type replLoad struct {
-	h    *queuecheck.History
-	mu   sync.Mutex
+	h *queuecheck.History
+	loadStop
 	acks []replAck
 	errs int
-	stop chan struct{}
-	wg   sync.WaitGroup
 }
 
 func startReplLoad(t *testing.T, h *queuecheck.History, addr string, workers int) *replLoad {
-	l := &replLoad{h: h, stop: make(chan struct{})}
+	l := &replLoad{h: h, loadStop: loadStop{stop: make(chan struct{})}}
 	for w := range workers {
 		cl, err := dialClient(addr)
 		require.NoError(t, err)
@@ -296,17 +294,6 @@ func startReplLoad(t *testing.T, h *queuecheck.History, addr string, workers int
 	}
 	t.Cleanup(l.halt)
 	return l
-}
-
-func (l *replLoad) halt() {
-	l.mu.Lock()
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
 }
 
 func (l *replLoad) last() (replAck, int) {
