@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/fsutil"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -160,7 +161,7 @@ func runRawBench(ctx context.Context, dir string, size, batch int, d time.Durati
 		if _, err := f.Write(chunk); err != nil {
 			return res, err
 		}
-		if err := fdatasync(f); err != nil {
+		if err := fsutil.Fdatasync(f); err != nil {
 			return res, err
 		}
 		res.Records += int64(batch)

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/fsutil"
 	"github.com/metaq-go/metaq/sdk/protocol"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -262,7 +263,7 @@ func rawSyncP50(ctx context.Context, dir string, size, n int) (time.Duration, er
 		if _, err := f.Write(rec); err != nil {
 			return 0, err
 		}
-		if err := fdatasync(f); err != nil {
+		if err := fsutil.Fdatasync(f); err != nil {
 			return 0, err
 		}
 		lat.add(int64(time.Since(t0)))
