@@ -344,7 +344,7 @@ func (j *txLog) writeOutLocked() error {
 	}
 	if need := j.fwrote + int64(len(j.buf)); need > j.falloc {
 		to := max(need, min(j.falloc+txPrealloc, j.fileSize))
-		if err := zeroFillTx(j.f, j.falloc, to); err != nil {
+		if err := fsutil.ZeroFill(j.f, j.falloc, to); err != nil {
 			j.err = fmt.Errorf("transaction journal: zero-fill: %w", err)
 			return j.err
 		}
@@ -360,20 +360,6 @@ func (j *txLog) writeOutLocked() error {
 		j.buf = nil
 	} else {
 		j.buf = j.buf[:0]
-	}
-	return nil
-}
-
-var txZeros [256 << 10]byte
-
-// zeroFillTx writes zeros to f from from to to.
-func zeroFillTx(f *os.File, from, to int64) error {
-	for from < to {
-		n := min(to-from, int64(len(txZeros)))
-		if _, err := f.WriteAt(txZeros[:n], from); err != nil {
-			return err
-		}
-		from += n
 	}
 	return nil
 }

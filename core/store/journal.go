@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/metaq-go/metaq/internal/fsutil"
 )
 
 // Journal defaults (conf keys journal_file_size, journal_checkpoint_bytes
@@ -1170,7 +1172,7 @@ func (j *Journal) createFileLocked(start int64) (*jfile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: create journal file: %w", err)
 	}
-	if err := zeroFill(f, j.fileSize); err != nil {
+	if err := fsutil.ZeroFill(f, 0, j.fileSize); err != nil {
 		_ = f.Close()
 		_ = os.Remove(tmp)
 		return nil, fmt.Errorf("store: pre-write journal file %s: %w", path, err)
@@ -1194,18 +1196,6 @@ func (j *Journal) createFileLocked(start int64) (*jfile, error) {
 	slices.SortFunc(j.files, func(a, b *jfile) int { return cmpInt64(a.start, b.start) })
 	j.fmu.Unlock()
 	return jf, nil
-}
-
-func zeroFill(f *os.File, size int64) error {
-	zeros := make([]byte, min(size, 1<<20))
-	for off := int64(0); off < size; {
-		n := min(int64(len(zeros)), size-off)
-		if _, err := f.WriteAt(zeros[:n], off); err != nil {
-			return err
-		}
-		off += n
-	}
-	return nil
 }
 
 // free renames the journal files wholly before from (and before the
