@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -762,31 +761,14 @@ func (j *Journal) commitNow(ck *ckptJob) error {
 	return r.err
 }
 
-// parallelWritesMin is the number of logs in a round from which their
-// segment write()s are spread over several goroutines.
-const parallelWritesMin = 16
-
-// writeSegments writes the taken appends of logs to their segments,
-// spread over up to GOMAXPROCS (at most 4) goroutines when there are
-// many: one write() per partition per round is the round's main cost
-// at hundreds of partitions.
+// writeSegments adds the taken appends of logs to their segments' tails
+// (memory copies; a roll creates a file). Since the tails, this is a
+// small part of a round even at hundreds of partitions, so it runs on the
+// committer alone.
 func (j *Journal) writeSegments(logs []*Log, slot int, failed error) {
-	workers := min(runtime.GOMAXPROCS(0), 4)
-	if len(logs) < parallelWritesMin || workers < 2 {
-		for _, l := range logs {
-			l.writeRound(slot, failed)
-		}
-		return
+	for _, l := range logs {
+		l.writeRound(slot, failed)
 	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < len(logs); i += workers {
-				logs[i].writeRound(slot, failed)
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // reserve makes sure journal files exist for need more bytes of records
