@@ -88,9 +88,5 @@ func TestFailoverInProcess(t *testing.T) {
 	})
 	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
 	require.Equal(t, 100, ok, fail)
-	for p := range 2 {
-		l1, l2 := slave.topics["t"].parts[p], s2.topics["t"].parts[p]
-		require.Equal(t, l1.MaxOffset(), l2.MaxOffset(), "partition %d", p)
-		require.Equal(t, l1.LastID(), l2.LastID(), "partition %d", p)
-	}
+	requireSameEnds(t, slave, s2, "t")
 }

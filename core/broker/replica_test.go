@@ -111,11 +111,7 @@ func TestReplicationInProcess(t *testing.T) {
 	sc := dialRaw(t, slave.Addr())
 	r = sc.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, -1, 6, []byte("x")))
 	require.Equal(t, protocol.StatusForbidden, r.Code)
-	for p := range 2 {
-		ml, sl := master.topics["t"].parts[p], slave.topics["t"].parts[p]
-		require.Equal(t, ml.MaxOffset(), sl.MaxOffset(), "partition %d", p)
-		require.Equal(t, ml.LastID(), sl.LastID(), "partition %d", p)
-	}
+	requireSameEnds(t, master, slave, "t")
 	saddr := slave.Addr()
 	require.NoError(t, slave.Close())
 	waitFor(t, 10*time.Second, func() error {
@@ -134,11 +130,7 @@ func TestReplicationInProcess(t *testing.T) {
 	})
 	ok, fail = pipelinedPuts(t, master.Addr(), 200)
 	require.Equal(t, 200, ok, fail)
-	for p := range 2 {
-		ml, sl := master.topics["t"].parts[p], slave.topics["t"].parts[p]
-		require.Equal(t, ml.MaxOffset(), sl.MaxOffset(), "partition %d", p)
-		require.Equal(t, ml.LastID(), sl.LastID(), "partition %d", p)
-	}
+	requireSameEnds(t, master, slave, "t")
 }
 
 // benchReplicated measures 1 KiB group-commit puts from 4 connections
@@ -303,14 +295,21 @@ func TestSyncLinkFaults(t *testing.T) {
 				ok, fail = pipelinedPuts(t, master.Addr(), 100)
 				require.Equal(t, 100, ok, fail)
 			}
-			for p := range 2 {
-				ml, sl := master.topics["t"].parts[p], slave.topics["t"].parts[p]
-				require.Equal(t, ml.MaxOffset(), sl.MaxOffset(), "partition %d", p)
-				require.Equal(t, ml.LastID(), sl.LastID(), "partition %d", p)
-			}
+			requireSameEnds(t, master, slave, "t")
 			if degrade {
 				require.NotContains(t, master.statsText(), "sync_degraded_puts 0\r\n")
 			}
 		})
+	}
+}
+
+// requireSameEnds requires that every partition of topic ends at the same
+// offset with the same last id on a and b (a master and its replica).
+func requireSameEnds(t *testing.T, a, b *Broker, topic string) {
+	t.Helper()
+	for p, l := range a.topics[topic].parts {
+		o := b.topics[topic].parts[p]
+		require.Equal(t, l.MaxOffset(), o.MaxOffset(), "partition %d", p)
+		require.Equal(t, l.LastID(), o.LastID(), "partition %d", p)
 	}
 }
