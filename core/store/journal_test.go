@@ -197,14 +197,8 @@ func TestJournalTransientFailures(t *testing.T) {
 			fs := &fsFaults{}
 			l := openLog(t, dir, Options{MaxSegmentSize: 64, hooks: fs.hooks(dir), Journal: j})
 			var a acked
-			appendOK := func(data string) {
-				t.Helper()
-				_, off, err := l.AppendSync([]Entry{entry([]byte(data))})
-				require.NoError(t, err, data)
-				a.add(t, off, data)
-			}
 			for _, d := range []string{"good-1", "good-2", "good-3"} {
-				appendOK(d)
+				a.appendOK(t, l, d)
 			}
 			fs.set(tc.inject)
 			for range 3 {
@@ -214,7 +208,7 @@ func TestJournalTransientFailures(t *testing.T) {
 			}
 			fs.set(func(f *fsFaults) { f.create, f.write, f.partial = nil, nil, nil })
 			for _, d := range []string{"good-4", "good-5", "good-6", "good-7"} {
-				appendOK(d)
+				a.appendOK(t, l, d)
 			}
 			a.check(t, l)
 			require.NoError(t, l.Close())
@@ -224,7 +218,7 @@ func TestJournalTransientFailures(t *testing.T) {
 			j2 := openJournal(t, dataDir, smallJournal())
 			l = openLog(t, dir, Options{MaxSegmentSize: 64, Journal: j2})
 			a.check(t, l)
-			appendOK("good-8")
+			a.appendOK(t, l, "good-8")
 			a.check(t, l)
 		})
 	}
@@ -255,18 +249,12 @@ func TestJournalCheckpointWriteFailure(t *testing.T) {
 			fs := &fsFaults{}
 			l := openLog(t, dir, Options{MaxSegmentSize: 64, hooks: fs.hooks(dir), Journal: j})
 			var a acked
-			appendOK := func(data string) {
-				t.Helper()
-				_, off, err := l.AppendSync([]Entry{entry([]byte(data))})
-				require.NoError(t, err, data)
-				a.add(t, off, data)
-			}
 			for _, d := range []string{"good-1", "good-2", "good-3"} {
-				appendOK(d)
+				a.appendOK(t, l, d)
 			}
 			fs.set(tc.inject)
 			for i := range 6 {
-				appendOK(fmt.Sprintf("during-%d-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", i))
+				a.appendOK(t, l, fmt.Sprintf("during-%d-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", i))
 			}
 			require.Eventually(t, func() bool { return strings.Contains(lb.String(), "checkpoint skipped") }, 10*time.Second, 5*time.Millisecond)
 			require.Contains(t, lb.String(), "no space left on device")
@@ -276,7 +264,7 @@ func TestJournalCheckpointWriteFailure(t *testing.T) {
 			fs.set(func(f *fsFaults) { f.write, f.partial = nil, nil })
 			require.Eventually(t, func() bool { return j.Stats().Checkpoints > before }, 10*time.Second, 5*time.Millisecond)
 			for _, d := range []string{"good-4", "good-5"} {
-				appendOK(d)
+				a.appendOK(t, l, d)
 			}
 			a.check(t, l)
 			require.NoError(t, l.Close())
@@ -286,7 +274,7 @@ func TestJournalCheckpointWriteFailure(t *testing.T) {
 			j2 := openJournal(t, dataDir, smallJournal())
 			l = openLog(t, dir, Options{MaxSegmentSize: 64, Journal: j2})
 			a.check(t, l)
-			appendOK("good-6")
+			a.appendOK(t, l, "good-6")
 			a.check(t, l)
 		})
 	}

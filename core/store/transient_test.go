@@ -83,6 +83,15 @@ type acked struct {
 	end     int64
 }
 
+// appendOK appends data to l, requires that it is acknowledged, and adds
+// it.
+func (a *acked) appendOK(t *testing.T, l *Log, data string) {
+	t.Helper()
+	_, off, err := l.AppendSync([]Entry{entry([]byte(data))})
+	require.NoError(t, err, data)
+	a.add(t, off, data)
+}
+
 func (a *acked) add(t *testing.T, off int64, data string) {
 	t.Helper()
 	require.Equal(t, a.end, off, "offsets must not move: %q", data)
@@ -152,14 +161,8 @@ func TestTransientFailures(t *testing.T) {
 				opts := Options{MaxSegmentSize: 64, UnflushThreshold: mode.threshold, hooks: fs.hooks(dir)}
 				l := openLog(t, dir, opts)
 				var a acked
-				appendOK := func(data string) {
-					t.Helper()
-					_, off, err := l.AppendSync([]Entry{entry([]byte(data))})
-					require.NoError(t, err, data)
-					a.add(t, off, data)
-				}
 				for _, d := range []string{"good-1", "good-2", "good-3"} {
-					appendOK(d)
+					a.appendOK(t, l, d)
 				}
 				segs := l.SegmentCount()
 
@@ -186,7 +189,7 @@ func TestTransientFailures(t *testing.T) {
 				})
 
 				for _, d := range []string{"good-4", "good-5", "good-6", "good-7"} {
-					appendOK(d)
+					a.appendOK(t, l, d)
 				}
 				require.Greater(t, l.SegmentCount(), segs, "the roll happened once the fault cleared")
 				a.check(t, l)
@@ -196,7 +199,7 @@ func TestTransientFailures(t *testing.T) {
 				// Recovery finds the same records and nothing of the failed ones.
 				l = openLog(t, dir, Options{MaxSegmentSize: 64, UnflushThreshold: mode.threshold})
 				a.check(t, l)
-				appendOK("good-8")
+				a.appendOK(t, l, "good-8")
 				a.check(t, l)
 			})
 		}
