@@ -109,9 +109,7 @@ type clusterBroker struct {
 
 	proxy *zkProxy // nil unless the spec sniffs sessions
 
-	mu   sync.Mutex
-	proc *brokertest.Server   // the current (or last) process
-	runs []*brokertest.Server // every process started, for the logs
+	procs
 }
 
 // startCluster starts a ZooKeeper (testsvc.ZooKeeper: the test binary's
@@ -165,9 +163,7 @@ func startCluster(t testing.TB, spec clusterSpec) *testCluster {
 		c.mu.Unlock()
 		sort.Slice(bs, func(i, j int) bool { return bs[i].ID < bs[j].ID })
 		for _, b := range bs {
-			b.mu.Lock()
-			p := b.proc
-			b.mu.Unlock()
+			p := b.current()
 			if p != nil {
 				p.Kill()
 			}
@@ -424,9 +420,7 @@ func (b *clusterBroker) startFirst() error {
 func (b *clusterBroker) launch() error {
 	p, err := brokertest.Launch(b.c.bin, nil, b.args()...)
 	if p != nil {
-		b.mu.Lock()
-		b.runs = append(b.runs, p)
-		b.mu.Unlock()
+		b.started(p)
 	}
 	if err != nil {
 		return fmt.Errorf("broker %d: %w", b.ID, err)
@@ -435,9 +429,7 @@ func (b *clusterBroker) launch() error {
 		p.Kill()
 		return fmt.Errorf("broker %d: ready on %s, want %s", b.ID, p.Addr, b.Addr)
 	}
-	b.mu.Lock()
-	b.proc = p
-	b.mu.Unlock()
+	b.setCurrent(p)
 	return nil
 }
 
@@ -445,9 +437,7 @@ func (b *clusterBroker) launch() error {
 // reaped. Its ZooKeeper nodes stay until its session times out.
 func (b *clusterBroker) kill9(t testing.TB) {
 	t.Helper()
-	b.mu.Lock()
-	p := b.proc
-	b.mu.Unlock()
+	p := b.current()
 	require.NotNil(t, p, "broker %d never started", b.ID)
 	p.Kill()
 	select {
@@ -469,9 +459,7 @@ func (b *clusterBroker) restart(t testing.TB) {
 
 // running reports whether the broker's current process is alive.
 func (b *clusterBroker) running() bool {
-	b.mu.Lock()
-	p := b.proc
-	b.mu.Unlock()
+	p := b.current()
 	if p == nil {
 		return false
 	}
@@ -485,16 +473,12 @@ func (b *clusterBroker) running() bool {
 
 // pid is the current process's pid.
 func (b *clusterBroker) pid() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.proc.Cmd.Process.Pid
+	return b.current().Cmd.Process.Pid
 }
 
 // logs returns the last n bytes of every process's log, oldest first.
 func (b *clusterBroker) logs(n int) string {
-	b.mu.Lock()
-	runs := append([]*brokertest.Server(nil), b.runs...)
-	b.mu.Unlock()
+	runs := b.all()
 	var sb strings.Builder
 	for i, p := range runs {
 		fmt.Fprintf(&sb, "--- process %d of broker %d ---\n%s\n", i+1, b.ID, p.Logs.Tail(n))
@@ -504,9 +488,7 @@ func (b *clusterBroker) logs(n int) string {
 
 // logContains reports whether the current process logged s.
 func (b *clusterBroker) logContains(s string) bool {
-	b.mu.Lock()
-	p := b.proc
-	b.mu.Unlock()
+	p := b.current()
 	return p != nil && strings.Contains(p.Logs.String(), s)
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -420,4 +421,40 @@ func (l *loadStop) halt() {
 	}
 	l.mu.Unlock()
 	l.wg.Wait()
+}
+
+// procs are the processes of a test broker: the current one (or the last)
+// and every one started, for the logs of a failed test.
+type procs struct {
+	mu   sync.Mutex
+	proc *brokertest.Server
+	runs []*brokertest.Server
+}
+
+// current is the current (or last) process, nil before the first.
+func (s *procs) current() *brokertest.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// started notes a process that was launched (ready or not).
+func (s *procs) started(p *brokertest.Server) {
+	s.mu.Lock()
+	s.runs = append(s.runs, p)
+	s.mu.Unlock()
+}
+
+// setCurrent makes p the current process.
+func (s *procs) setCurrent(p *brokertest.Server) {
+	s.mu.Lock()
+	s.proc = p
+	s.mu.Unlock()
+}
+
+// all is every process started, oldest first.
+func (s *procs) all() []*brokertest.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.runs)
 }

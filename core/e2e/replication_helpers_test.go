@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,9 +58,7 @@ type replNode struct {
 	Addr    string
 	DataDir string
 
-	mu   sync.Mutex
-	proc *brokertest.Server
-	runs []*brokertest.Server
+	procs
 }
 
 // startRepl starts a master (slave < 0) or slave of broker id on a free
@@ -74,10 +71,7 @@ func startRepl(t testing.TB, c *testCluster, id, slave int, dataDir string) *rep
 	n := &replNode{c: c, ID: id, Slave: slave, DataDir: dataDir}
 	require.NoError(t, os.MkdirAll(dataDir, 0o755))
 	t.Cleanup(func() {
-		n.mu.Lock()
-		p := n.proc
-		runs := n.runs
-		n.mu.Unlock()
+		p, runs := n.current(), n.all()
 		if p != nil {
 			p.Kill()
 		}
@@ -106,25 +100,19 @@ func (n *replNode) launch() error {
 		"--host", "127.0.0.1", "--port", strconv.Itoa(n.Port), "--http-port", "0", "--data-dir", n.DataDir, "--zk", n.c.ZK}
 	p, err := brokertest.Launch(n.c.bin, nil, args...)
 	if p != nil {
-		n.mu.Lock()
-		n.runs = append(n.runs, p)
-		n.mu.Unlock()
+		n.started(p)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", n, err)
 	}
-	n.mu.Lock()
-	n.proc = p
-	n.mu.Unlock()
+	n.setCurrent(p)
 	return nil
 }
 
 // kill9 kills the process with SIGKILL and waits until it is reaped.
 func (n *replNode) kill9(t testing.TB) {
 	t.Helper()
-	n.mu.Lock()
-	p := n.proc
-	n.mu.Unlock()
+	p := n.current()
 	p.Kill()
 	select {
 	case <-p.Exited:
@@ -137,9 +125,7 @@ func (n *replNode) kill9(t testing.TB) {
 // registers at once).
 func (n *replNode) stop(t testing.TB) {
 	t.Helper()
-	n.mu.Lock()
-	p := n.proc
-	n.mu.Unlock()
+	p := n.current()
 	p.Stop(t)
 }
 
@@ -151,9 +137,7 @@ func (n *replNode) restart(t testing.TB) {
 
 // logContains reports whether the current process logged s.
 func (n *replNode) logContains(s string) bool {
-	n.mu.Lock()
-	p := n.proc
-	n.mu.Unlock()
+	p := n.current()
 	return p != nil && strings.Contains(p.Logs.String(), s)
 }
 
