@@ -200,18 +200,16 @@ func (l *Log) closeJournaled() error {
 	}
 	l.segMu.RUnlock()
 	for _, s := range segs {
-		if s.hasTail() {
-			writes, n, werr := s.flushTail(s.size.Load(), l.writeAt)
-			l.nWrites.Add(int64(writes))
-			l.nBytes.Add(n)
-			if werr != nil && err == nil {
-				err = l.fail(werr)
-				c = nil
-			}
-			if !slices.Contains(dirty, s) {
-				s.acquire()
-				dirty = append(dirty, s)
-			}
+		writes, n, werr := s.flushTail(s.size.Load(), l.writeAt)
+		l.nWrites.Add(int64(writes))
+		l.nBytes.Add(n)
+		if werr != nil && err == nil {
+			err = l.fail(werr)
+			c = nil
+		}
+		if writes > 0 && !slices.Contains(dirty, s) {
+			s.acquire()
+			dirty = append(dirty, s)
 		}
 		s.release()
 	}

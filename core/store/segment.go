@@ -143,13 +143,6 @@ func (s *segment) tailRead(pos, n int64) ([]byte, int64) {
 	return nil, 0 // cannot happen: the tail starts at written
 }
 
-// hasTail reports whether the segment holds bytes not yet in its file.
-func (s *segment) hasTail() bool {
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
-	return len(s.tail) > 0
-}
-
 // flushTail writes the in-memory tail below upTo to the file (no fsync)
 // and drops it from memory; it returns the number of write()s and bytes.
 // On a write error nothing is dropped: a later flush writes the same
