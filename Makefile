@@ -71,6 +71,7 @@ soak: build
 	METAQ_POWER_CUTS=$(SOAK_CUTS) $(GO) test -race -timeout 60m -count=1 -v -run '^TestPowerCuts64$$' ./core/e2e/
 	$(GO) test -race -timeout 60m -count=$(SOAK_COUNT) -run '^(TestCrashGroupCommit64|TestPowerCutsThreshold|TestThousandPartitions)$$' ./core/e2e/
 	METAQ_FAILOVER_ROUNDS=10 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverKill9$$' ./core/e2e/
+	METAQ_FAILOVER_POWERCUTS=5 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverPowerCut$$' ./core/e2e/
 
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with
 # the raw-disk baseline measured in the same command (see docs/benchmarks.md).

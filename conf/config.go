@@ -214,6 +214,18 @@ type Config struct {
 	// SyncTimeout bounds, in milliseconds, a sync to the slave (MetaQ's
 	// sendToSlaveTimeoutInMills, 1..600000). Default 2000.
 	SyncTimeout int `toml:"sync_timeout"`
+	// ReplicationUser, when set, logs every replication connection in with
+	// SASL PLAIN as this [[auth.user]] of the peer, with
+	// ReplicationPassword: a slave's pulls from its master and a sync
+	// master's links to its slave (docs/replication.md, "Authentication
+	// and TLS"). The peer's user needs admin (sync) or subscribe on every
+	// replicated topic (pulls). Default "" (no auth request).
+	ReplicationUser     string `toml:"replication_user"`
+	ReplicationPassword string `toml:"replication_password" secret:"true"`
+	// ReplicationTLSCAFile is a PEM bundle of the CAs that verify a
+	// TLS-only peer's certificate (one registered as metaqs://); ""
+	// means the system's roots.
+	ReplicationTLSCAFile string `toml:"replication_tls_ca_file"`
 	// LogFormat is the format of metaq-server's log on standard error:
 	// "text" (default; one line per record: time, level, message,
 	// key=value attributes) or "json" (one JSON object per line). It

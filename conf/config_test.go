@@ -198,6 +198,8 @@ func TestValidationErrors(t *testing.T) {
 		{"journal checkpoint interval zero", "journal_checkpoint_interval = 0\n" + oneTopic, "journal_checkpoint_interval", "must be between 10 and 3600000, got 0", 1},
 		{"tx flush high", "flush_tx_log_at_commit = 3\n" + oneTopic, "flush_tx_log_at_commit", "must be 0 (fsync left to the OS), 1 (fsync at every prepare, commit and rollback) or 2 (fsync once a second), got 3", 1},
 		{"tx flush negative", "flush_tx_log_at_commit = -1\n" + oneTopic, "flush_tx_log_at_commit", "got -1", 1},
+		{"replication password alone", "replication_password = \"pw\"\n" + oneTopic, "replication_password", "needs replication_user", 1},
+		{"replication user newline", "replication_user = \"a\\nb\"\n" + oneTopic, "replication_user", "may not hold NUL", 1},
 		{"tx flush type", "flush_tx_log_at_commit = true\n" + oneTopic, "flush_tx_log_at_commit", "must be an integer, got boolean true", 1},
 		{"tx timeout zero", "tx_default_timeout = 0\n" + oneTopic, "tx_default_timeout", "must be between 1 and 86400, got 0", 1},
 		{"tx max bytes small", "tx_max_bytes = 10\n" + oneTopic, "tx_max_bytes", "must be >= 1024, got 10", 1},
@@ -455,4 +457,19 @@ func TestZooKeeperTable(t *testing.T) {
 	require.NoError(t, err)
 	c.ZooKeeper.Root = ""
 	require.ErrorContains(t, c.Validate(), `zookeeper.root: must start with "/"`)
+}
+
+// TestReplicationLinkKeys: the replication link's credentials and CA
+// parse, and stats config redacts the password.
+func TestReplicationLinkKeys(t *testing.T) {
+	c, err := Parse([]byte("replication_user = \"repl\"\nreplication_password = \"s3cret\"\nreplication_tls_ca_file = \"/etc/ca.pem\"\n"+oneTopic), "x.toml")
+	require.NoError(t, err)
+	require.NoError(t, c.Validate())
+	require.Equal(t, "repl", c.ReplicationUser)
+	require.Equal(t, "s3cret", c.ReplicationPassword)
+	require.Equal(t, "/etc/ca.pem", c.ReplicationTLSCAFile)
+	r := string(c.Redacted())
+	require.NotContains(t, r, "s3cret")
+	require.Contains(t, r, Redacted)
+	require.Contains(t, r, "repl")
 }

@@ -3,6 +3,7 @@ package conf
 import (
 	"errors"
 	"strconv"
+	"strings"
 )
 
 // Values of Config.Replication.
@@ -41,6 +42,12 @@ func (k *checker) replication(c *Config) {
 	k.intRange("sync_timeout", int64(c.SyncTimeout), 1, 600000)
 	if c.SlaveGroup != "" && !ValidTopicName(c.SlaveGroup) {
 		k.add("slave_group", "must be a name of letters, digits, '_', '-' and '.', got %q", c.SlaveGroup)
+	}
+	if c.ReplicationPassword != "" && c.ReplicationUser == "" {
+		k.add("replication_password", "needs replication_user")
+	}
+	if strings.ContainsAny(c.ReplicationUser, "\x00\r\n") || strings.ContainsRune(c.ReplicationPassword, 0) {
+		k.add("replication_user", "the user and password may not hold NUL (or, the user, a line break)")
 	}
 	switch c.Replication {
 	case ReplicationAsync, ReplicationSync:

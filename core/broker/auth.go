@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -140,6 +141,10 @@ func (c *conn) authorize(r *protocol.Request) bool {
 		if (r.TxType == protocol.TxHeuristicCommit || r.TxType == protocol.TxHeuristicRollback) && !u.Admin {
 			return deny("complete transactions heuristically (admin only)")
 		}
+	case protocol.OpSync:
+		if !u.Admin {
+			return deny("ship syncs (admin only: a sync master's replication_user)")
+		}
 	case protocol.OpStats:
 		if adminStats(string(r.Item)) && !u.Admin {
 			return deny("run stats " + string(r.Item) + " (admin only)")
@@ -155,7 +160,8 @@ func adminStats(item string) bool {
 	case "config", "reset", "transactions":
 		return true
 	}
-	return false
+	// Binding a sync link to an epoch (failover.go) is a sync master's.
+	return strings.HasPrefix(item, syncEpochItem)
 }
 
 // authFromCert authenticates the connection from its verified TLS client

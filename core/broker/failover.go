@@ -443,7 +443,11 @@ func (f *failover) statsLines(kv func(k string, v any)) {
 		role = "fenced"
 	}
 	kv("failover_role", role)
-	kv("epoch", f.epoch.Load())
+	e := f.epoch.Load()
+	if f.role.Load() == foSlave {
+		e = max(e, f.known.Load()) // a slave holds none: the highest it has seen
+	}
+	kv("epoch", e)
 	if f.role.Load() == foMaster {
 		kv("failover_lease_ms", max(0, (f.lease.Load()-monoNow())/1e6))
 		kv("failover_insync", memberLabelOr(int(f.insync.Load())))

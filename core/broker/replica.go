@@ -142,7 +142,7 @@ func (s *slaveState) run() {
 	waiting := false
 	lastErr := ""
 	for !b.closed.Load() {
-		addr, ok, watch, err := reg.Master()
+		addr, tlsMaster, ok, watch, err := reg.Master()
 		if err != nil {
 			if msg := err.Error(); msg != lastErr {
 				b.logf("slave %d: reading ids/%d/master: %v; retrying", s.id, b.config().BrokerID, err)
@@ -186,13 +186,13 @@ func (s *slaveState) run() {
 			}
 			close(fired)
 		}()
-		s.pullUntil(addr, fired)
+		s.pullUntil(addr, tlsMaster, fired)
 	}
 }
 
 // pullUntil pulls from addr, retrying with a backoff, until fired is
 // closed (the master node changed) or the broker closes.
-func (s *slaveState) pullUntil(addr string, fired <-chan struct{}) {
+func (s *slaveState) pullUntil(addr string, tlsMaster bool, fired <-chan struct{}) {
 	b := s.b
 	wait := slaveRetry
 	last := ""
@@ -206,7 +206,7 @@ func (s *slaveState) pullUntil(addr string, fired <-chan struct{}) {
 			cancel()
 		}()
 		began := time.Now()
-		err := s.pull(ctx, addr)
+		err := s.pull(ctx, addr, tlsMaster)
 		stopped := ctx.Err() != nil
 		cancel()
 		s.connected.Store(false)
@@ -239,11 +239,10 @@ func (s *slaveState) sleep(d time.Duration) {
 	}
 }
 
-// pull copies from the master at addr until ctx is done or the
-// connection fails.
-func (s *slaveState) pull(ctx context.Context, addr string) error {
-	d := net.Dialer{Timeout: slaveDialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", s.b.replDialAddr(addr))
+// pull copies from the master at addr (TLS-only when tlsMaster) until
+// ctx is done or the connection fails.
+func (s *slaveState) pull(ctx context.Context, addr string, tlsMaster bool) error {
+	nc, err := s.b.replDial(ctx, addr, tlsMaster, slaveDialTimeout) // repllink.go
 	if err != nil {
 		return err
 	}

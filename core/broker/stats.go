@@ -189,6 +189,8 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("slave", b.slave != nil && (b.fo == nil || b.fo.isSlave()))
 	if b.fo != nil {
 		b.fo.statsLines(kv) // failover.go
+	} else {
+		kv("epoch", 0) // no failover, no epoch (docs/replication.md)
 	}
 	if b.slave != nil {
 		b.slave.statsLines(kv) // replica.go

@@ -481,7 +481,7 @@ func (sm *syncMaster) sleep(d time.Duration) {
 
 // dial opens a link to slave s.
 func (sm *syncMaster) dial(s registry.SlaveNode) (*syncLink, error) {
-	nc, err := net.DialTimeout("tcp", sm.b.replDialAddr(s.Addr), 2*time.Second)
+	nc, err := sm.b.replDialPeer(s.Addr, s.TLS, 2*time.Second) // repllink.go
 	if err != nil {
 		return nil, err
 	}
@@ -503,7 +503,7 @@ func (sm *syncMaster) dial(s registry.SlaveNode) (*syncLink, error) {
 // lk dies, the slave set changes or the broker closes.
 func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-chan zk.Event) {
 	b := sm.b
-	ctl, err := sm.control(target.Addr)
+	ctl, err := sm.control(target)
 	if err != nil {
 		b.logf("sync: slave %s: %v", target.Addr, err)
 		return
@@ -574,8 +574,8 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 }
 
 // control opens the joiner's own connection to the slave, for offsets.
-func (sm *syncMaster) control(addr string) (*roundConn, error) {
-	nc, err := net.DialTimeout("tcp", sm.b.replDialAddr(addr), 2*time.Second)
+func (sm *syncMaster) control(s registry.SlaveNode) (*roundConn, error) {
+	nc, err := sm.b.replDialPeer(s.Addr, s.TLS, 2*time.Second) // repllink.go
 	if err != nil {
 		return nil, err
 	}

@@ -16,30 +16,31 @@ import (
 
 // Master returns the address (host:port) registered in ids/<id>/master
 // of this broker id, with a watch that fires when the node is created,
-// changed or deleted. ok is false when no master is registered (or its
-// URI is not meta://, which a slave cannot pull from).
-func (r *Registry) Master() (addr string, ok bool, watch <-chan zk.Event, err error) {
+// changed or deleted; tls is true for a metaqs:// URI (a TLS-only
+// master). ok is false when no master is registered (or its URI does not
+// parse).
+func (r *Registry) Master() (addr string, tls, ok bool, watch <-chan zk.Event, err error) {
 	data, _, ch, err := r.conn.GetW(r.master)
 	if errors.Is(err, zk.ErrNoNode) {
 		var exists bool
 		exists, _, ch, err = r.conn.ExistsW(r.master)
 		if err != nil {
-			return "", false, nil, err
+			return "", false, false, nil, err
 		}
 		if exists { // created meanwhile: read it
 			return r.Master()
 		}
-		return "", false, ch, nil
+		return "", false, false, ch, nil
 	}
 	if err != nil {
-		return "", false, nil, err
+		return "", false, false, nil, err
 	}
 	addr, tls, good := cluster.ParseURI(string(data))
-	if !good || tls {
-		r.logf("registry: %s holds %q: not a meta:// URI to replicate from", r.master, data)
-		return "", false, ch, nil
+	if !good {
+		r.logf("registry: %s holds %q: not a meta:// or metaqs:// URI to replicate from", r.master, data)
+		return "", false, false, ch, nil
 	}
-	return addr, true, ch, nil
+	return addr, tls, true, ch, nil
 }
 
 // MasterTopics returns the topics this broker id's master registers under
@@ -78,9 +79,11 @@ func (r *Registry) MasterTopics() (map[string]int, error) {
 type SlaveNode struct {
 	ID   int
 	Addr string // host:port
+	TLS  bool   // registered as metaqs:// (a TLS-only slave)
 }
 
-// Slaves returns the slaves registered under ids/<id> (meta:// ones),
+// Slaves returns the slaves registered under ids/<id> (meta:// and
+// metaqs:// ones),
 // lowest id first, with a watch on the children of ids/<id>. A slave
 // that registers, changes or goes fires it (a change of a slave's data
 // alone does not: slaves keep their address for their session).
@@ -118,10 +121,10 @@ func (r *Registry) Slaves() ([]SlaveNode, <-chan zk.Event, error) {
 			return nil, nil, err
 		}
 		addr, tls, good := cluster.ParseURI(string(data))
-		if !good || tls {
+		if !good {
 			continue
 		}
-		out = append(out, SlaveNode{ID: bn.Slave, Addr: addr})
+		out = append(out, SlaveNode{ID: bn.Slave, Addr: addr, TLS: tls})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, ch, nil
