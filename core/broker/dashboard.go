@@ -571,17 +571,40 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 		HasLag bool
 	}
 	var rows []row
+	lags := b.lagsNow()
 	for _, g := range b.groupList() {
 		if u := requestUser(r); u != nil && !u.Admin && !u.CanUseGroup(g.Group) {
 			continue
 		}
 		x := row{groupEntry: g}
-		if pts := b.lagTrend(g.Group, g.Topic); len(pts) > 0 {
-			x.Lag, x.HasLag = pts[len(pts)-1].Lag, true
-		}
+		x.Lag, x.HasLag = lags[groupTopic{g.Group, g.Topic}]
 		rows = append(rows, x)
 	}
-	b.render(w, r, http.StatusOK, "groups", "Consumer groups", "groups", map[string]any{"Groups": rows, "Every": dashSampleEvery}, "")
+	b.render(w, r, http.StatusOK, "groups", "Consumer groups", "groups", map[string]any{"Groups": rows, "Every": dashSampleEvery,
+		"ZooKeeper": b.config().ZooKeeper.Enabled(), "ZKEvery": zkOffsetsEvery, "Truncated": b.committed.zkTruncated.Load(),
+		"MaxGroups": zkOffsetsMaxGroups, "MaxReads": zkOffsetsMaxReads}, "")
+}
+
+// lagsNow is each group/topic's lag in bytes now, from the committed
+// offsets known (committed.go), for the open topics.
+func (b *Broker) lagsNow() map[groupTopic]int64 {
+	out := map[groupTopic]int64{}
+	for _, g := range b.committed.snapshot() {
+		b.mu.RLock()
+		t := b.topics[g.topic]
+		b.mu.RUnlock()
+		if t == nil {
+			continue
+		}
+		var lag int64
+		for p, off := range g.offsets {
+			if off >= 0 && p < len(t.parts) {
+				lag += max(t.parts[p].MaxOffset()-off, 0)
+			}
+		}
+		out[groupTopic{g.group, g.topic}] = lag
+	}
+	return out
 }
 
 // uiGroupName checks the path's group: 400 for a malformed name, 403
