@@ -267,6 +267,9 @@ const (
 func (b *Broker) groupList() []*groupEntry {
 	m := map[groupTopic]*groupEntry{}
 	for k, src := range b.committed.sources() {
+		if !b.topicOpen(k.topic) { // restored for a topic deleted since
+			continue
+		}
 		e := &groupEntry{Group: k.group, Topic: k.topic, Committed: src.Here, InZooKeeper: src.ZooKeeper, LagKnown: src.Here || src.ZooKeeper}
 		switch {
 		case e.LagKnown:
@@ -324,7 +327,7 @@ func (b *Broker) groupTopics(r *http.Request, group string) []string {
 func (b *Broker) knownGroupTopics(group string) []string {
 	seen := map[string]bool{}
 	for k := range b.committed.sources() {
-		if k.group == group {
+		if k.group == group && b.topicOpen(k.topic) {
 			seen[k.topic] = true
 		}
 	}
@@ -340,6 +343,13 @@ func (b *Broker) knownGroupTopics(group string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// topicOpen says whether topic is open here.
+func (b *Broker) topicOpen(topic string) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.topics[topic] != nil
 }
 
 // checkGroup answers 400 for a malformed group name; with auth on a user

@@ -46,7 +46,7 @@ type committedFileEntry struct {
 	Topic string `json:"topic"`
 	// Offsets are [offset, committed at (Unix ms)] by partition; offset -1
 	// is none.
-	Offsets [][2]int64 `json:"offsets"`
+	Offsets [][]int64 `json:"offsets"`
 }
 
 // parseCommittedFile reads committed-offsets.json: its broker id and
@@ -87,6 +87,9 @@ func parseCommittedFile(data []byte) (int, map[groupTopic][]commitAt, error) {
 		}
 		offs := make([]commitAt, len(e.Offsets))
 		for p, o := range e.Offsets {
+			if len(o) != 2 {
+				return 0, nil, fmt.Errorf("entry %d: partition %d: want [offset, time], got %v", i, p, o)
+			}
 			if o[0] < -1 || o[1] < 0 {
 				return 0, nil, fmt.Errorf("entry %d: partition %d: offset %d, time %d out of range", i, p, o[0], o[1])
 			}
@@ -101,9 +104,9 @@ func parseCommittedFile(data []byte) (int, map[groupTopic][]commitAt, error) {
 func encodeCommittedFile(brokerID int, m map[groupTopic][]commitAt) ([]byte, error) {
 	f := committedFile{Version: committedFileVersion, BrokerID: brokerID, Groups: make([]committedFileEntry, 0, len(m))}
 	for k, offs := range m {
-		e := committedFileEntry{Group: k.group, Topic: k.topic, Offsets: make([][2]int64, len(offs))}
+		e := committedFileEntry{Group: k.group, Topic: k.topic, Offsets: make([][]int64, len(offs))}
 		for i, c := range offs {
-			e.Offsets[i] = [2]int64{c.off, c.at}
+			e.Offsets[i] = []int64{c.off, c.at}
 		}
 		f.Groups = append(f.Groups, e)
 	}
@@ -116,7 +119,9 @@ func encodeCommittedFile(brokerID int, m map[groupTopic][]commitAt) ([]byte, err
 	return json.Marshal(f)
 }
 
-func (b *Broker) committedFilePath() string { return filepath.Join(b.config().DataDir, committedFileName) }
+func (b *Broker) committedFilePath() string {
+	return filepath.Join(b.config().DataDir, committedFileName)
+}
 
 // startLagSource restores the saved commits and starts the save loop and,
 // in cluster mode, the ZooKeeper reader. Start calls it before accepting.
