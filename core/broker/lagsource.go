@@ -269,16 +269,20 @@ func (b *Broker) committedSaveLoop() {
 	}
 }
 
-// zkOffsetsLoop reads the consumers' offsets from ZooKeeper every
-// zkOffsetsEvery until the broker closes.
+// zkOffsetsLoop reads the consumers' offsets from ZooKeeper until the
+// broker closes: every zkOffsetsEvery, or ten times as long as the last
+// read took if that is longer (a ZooKeeper with many groups is read less
+// often rather than kept busy).
 func (b *Broker) zkOffsetsLoop() {
 	defer b.wg.Done()
-	t := time.NewTicker(zkOffsetsEvery)
+	t := time.NewTimer(zkOffsetsEvery)
 	defer t.Stop()
 	var lastErr string
 	var lastLog time.Time
 	for {
+		start := time.Now()
 		err := b.refreshZKOffsets()
+		t.Reset(max(zkOffsetsEvery, 10*time.Since(start)))
 		switch {
 		case err == nil:
 			lastErr = ""
