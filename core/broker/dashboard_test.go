@@ -234,18 +234,22 @@ func TestDashboardAuth(t *testing.T) {
 	require.Contains(t, w.Body.String(), "Only an admin can do this: you are signed in as alice")
 	tok := csrfField.FindStringSubmatch(w.Body.String())
 	require.NotNil(t, tok)
-	for path, form := range map[string]url.Values{
-		"/ui/topics":                 {"name": {"x"}},
-		"/ui/topics/t/delete":        {"confirm": {"t"}},
-		"/ui/topics/t/partitions":    {"partitions": {"3"}, "ack_ordering": {"yes"}},
-		"/ui/groups/billing-a/reset": {"topic": {"t"}, "to": {"earliest"}, "action": {"dryrun"}},
-		"/ui/groups/billing-a/skip":  {"topic": {"t"}, "partition": {"0"}},
+	for _, a := range []struct {
+		path string
+		form url.Values
+	}{
+		{"/ui/topics", url.Values{"name": {"x"}}},
+		{"/ui/topics/t/delete", url.Values{"confirm": {"t"}}},
+		{"/ui/topics/t/partitions", url.Values{"partitions": {"3"}, "ack_ordering": {"yes"}}},
+		{"/ui/groups/billing-a/reset", url.Values{"topic": {"t"}, "to": {"earliest"}, "action": {"dryrun"}}},
+		{"/ui/groups/billing-a/reset", url.Values{"topic": {"t"}, "to": {"earliest"}, "action": {"apply"}, "plan": {"00"}}},
+		{"/ui/groups/billing-a/skip", url.Values{"topic": {"t"}, "partition": {"0"}}},
 	} {
-		form.Set("csrf", tok[1])
-		w = dashDo(t, h, "POST", path, form, asUser("alice", "alice-pw"))
-		require.Equal(t, 403, w.Code, "%s: %s", path, w.Body)
-		require.Contains(t, w.Header().Get("Content-Type"), "text/html", path)
-		require.Contains(t, w.Body.String(), `user &#34;alice&#34; may not POST `+path+` (admin only)`, path)
+		a.form.Set("csrf", tok[1])
+		w = dashDo(t, h, "POST", a.path, a.form, asUser("alice", "alice-pw"))
+		require.Equal(t, 403, w.Code, "%s: %s", a.path, w.Body)
+		require.Contains(t, w.Header().Get("Content-Type"), "text/html", a.path)
+		require.Contains(t, w.Body.String(), `user &#34;alice&#34; may not POST `+a.path+` (admin only)`, a.path)
 	}
 	require.Len(t, b.topics["t"].parts, 2)
 	require.NotNil(t, b.topics["t"])
