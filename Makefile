@@ -107,9 +107,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePartitionName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEpochData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseOffsetData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminAPI$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzTxJournal$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzDashboard$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzCommittedFile$$' -fuzztime $(FUZZTIME) ./core/broker/
 
 clean:
 	rm -rf $(BIN)

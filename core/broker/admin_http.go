@@ -221,9 +221,13 @@ type groupPartitionJSON struct {
 	MinOffset int64 `json:"min_offset"`
 	MaxOffset int64 `json:"max_offset"`
 	// LagBytes is max_offset - committed_offset; absent when nothing is
-	// committed.
+	// committed (lag unknown).
 	LagBytes *int64 `json:"lag_bytes,omitempty"`
 	Owner    string `json:"owner,omitempty"` // member holding it (local mode groups)
+	// Source is where committed_offset comes from: "offset_store" (the
+	// broker's), "zookeeper" (the consumers' ZooKeeper offsets, when the
+	// offset store has none), "" when unknown.
+	Source string `json:"source,omitempty"`
 }
 
 type groupTopicJSON struct {
@@ -234,20 +238,47 @@ type groupTopicJSON struct {
 
 // groupEntry is one group and topic known here.
 type groupEntry struct {
-	Group       string `json:"group"`
-	Topic       string `json:"topic"`
-	Committed   bool   `json:"committed_here"`
-	Coordinated bool   `json:"coordinated_here"`
-	Members     int    `json:"members,omitempty"`
+	Group string `json:"group"`
+	Topic string `json:"topic"`
+	// Committed: offsets committed through this broker (since it started,
+	// or before, kept in committed-offsets.json).
+	Committed bool `json:"committed_here"`
+	// InZooKeeper: offsets read from ZooKeeper (cluster mode).
+	InZooKeeper bool `json:"in_zookeeper"`
+	Coordinated bool `json:"coordinated_here"`
+	Members     int  `json:"members,omitempty"`
+	// LagKnown: some committed offset is known, so lag can be given.
+	LagKnown bool `json:"lag_known"`
+	// Note says why the lag is unknown.
+	Note string `json:"note,omitempty"`
 }
 
+// Notes of groupEntry.
+const (
+	noteOffsetsElsewhere = "its consumers own partitions (ZooKeeper owner nodes) but keep their offsets neither in ZooKeeper nor through this broker " +
+		"(a client-side MySQL or file offset store): lag unknown"
+	noteNoCommit = "no offsets committed through this broker yet: lag unknown"
+)
+
 // groupList returns the groups known here: those that committed offsets
-// through this broker since it started, and those it coordinates, sorted
-// by group and topic.
+// through this broker (now or before a restart), those whose offsets or
+// owners are in ZooKeeper, and those it coordinates, sorted by group and
+// topic.
 func (b *Broker) groupList() []*groupEntry {
 	m := map[groupTopic]*groupEntry{}
-	for _, g := range b.committed.snapshot() {
-		m[groupTopic{g.group, g.topic}] = &groupEntry{Group: g.group, Topic: g.topic, Committed: true}
+	for k, src := range b.committed.sources() {
+		if !b.topicOpen(k.topic) { // restored for a topic deleted since
+			continue
+		}
+		e := &groupEntry{Group: k.group, Topic: k.topic, Committed: src.Here, InZooKeeper: src.ZooKeeper, LagKnown: src.Here || src.ZooKeeper}
+		switch {
+		case e.LagKnown:
+		case src.Err != "":
+			e.Note = src.Err + ": lag unknown"
+		default:
+			e.Note = noteOffsetsElsewhere
+		}
+		m[k] = e
 	}
 	keys, gs := b.groups.snapshot()
 	for i, k := range keys {
@@ -260,7 +291,7 @@ func (b *Broker) groupList() []*groupEntry {
 		}
 		e := m[groupTopic{k.group, k.topic}]
 		if e == nil {
-			e = &groupEntry{Group: k.group, Topic: k.topic}
+			e = &groupEntry{Group: k.group, Topic: k.topic, Note: noteNoCommit}
 			m[groupTopic{k.group, k.topic}] = e
 		}
 		e.Coordinated, e.Members = true, n
@@ -295,9 +326,9 @@ func (b *Broker) groupTopics(r *http.Request, group string) []string {
 // here for, sorted.
 func (b *Broker) knownGroupTopics(group string) []string {
 	seen := map[string]bool{}
-	for _, g := range b.committed.snapshot() {
-		if g.group == group {
-			seen[g.topic] = true
+	for k := range b.committed.sources() {
+		if k.group == group && b.topicOpen(k.topic) {
+			seen[k.topic] = true
 		}
 	}
 	keys, _ := b.groups.snapshot()
@@ -312,6 +343,13 @@ func (b *Broker) knownGroupTopics(group string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// topicOpen says whether topic is open here.
+func (b *Broker) topicOpen(topic string) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.topics[topic] != nil
 }
 
 // checkGroup answers 400 for a malformed group name; with auth on a user
@@ -373,10 +411,17 @@ func (b *Broker) describeGroup(ctx context.Context, group string, topics []strin
 		if err != nil {
 			return nil, err
 		}
+		zk := b.committed.zkOffsets(group, name)
 		gt := groupTopicJSON{Topic: name, Partitions: []groupPartitionJSON{}}
 		for p, l := range t.parts {
 			gp := groupPartitionJSON{Partition: p, Committed: committed[p], MinOffset: l.MinOffset(), MaxOffset: l.MaxOffset(),
 				Owner: owners[groupTopicPart{name, p}]}
+			switch {
+			case committed[p] >= 0:
+				gp.Source = "offset_store"
+			case p < len(zk) && zk[p] >= 0: // the consumers commit to ZooKeeper themselves
+				committed[p], gp.Committed, gp.Source = zk[p], zk[p], "zookeeper"
+			}
 			if committed[p] >= 0 {
 				lag := max(gp.MaxOffset-committed[p], 0)
 				gp.LagBytes = &lag

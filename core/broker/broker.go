@@ -575,6 +575,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		b.wg.Add(1)
 		go b.fo.claimAtStart() // failover.go
 	}
+	b.startLagSource() // lagsource.go
 	b.wg.Add(1)
 	go b.retentionLoop()
 	b.wg.Add(1)

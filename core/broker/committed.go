@@ -3,21 +3,50 @@ package broker
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
-// committedSet remembers the last offset each consumer group committed
-// through this broker, per topic and partition, for the lag metrics and
-// the admin API's group list. The offset store stays the truth (the admin
-// API's group describe reads it); this is what the broker has seen since
-// it started. Commits are not on the message path, so a mutex is enough.
+// committedSet is the source of the committed offsets behind the lag
+// metrics, the dashboard's lag trend and the admin API's group list
+// (docs/http.md, "Where lag comes from"). It merges:
+//
+//   - the offsets committed through this broker (the wire's commit and the
+//     admin resets), kept across restarts in <data_dir>/committed-offsets.json
+//     (lagsource.go);
+//   - in cluster mode, the offsets MetaQ consumers keep in ZooKeeper
+//     (R/consumers/<g>/offsets/<t>/<brokerId>-<p>), read every
+//     zkOffsetsEvery for every group there.
+//
+// Per partition the newest commit wins: a commit here is dated when the
+// broker saw it, a ZooKeeper node by its mtime. The offset store stays the
+// truth for a group's describe (admin_http.go reads it). Commits are not
+// on the message path, so a mutex is enough.
 type committedSet struct {
-	mu sync.Mutex
-	m  map[groupTopic][]int64 // offsets by partition, -1 = none committed
+	mu    sync.Mutex
+	m     map[groupTopic][]commitAt // committed through this broker
+	zk    map[groupTopic]zkEntry    // read from ZooKeeper at the last refresh
+	dirty bool                      // m changed since it was last saved
+
+	saveMu      sync.Mutex  // one save at a time (lagsource.go)
+	zkTruncated atomic.Bool // the last ZooKeeper read hit a limit
 }
 
 type groupTopic struct{ group, topic string }
+
+// commitAt is one partition's committed offset (-1: none) and when it was
+// committed (Unix milliseconds).
+type commitAt struct{ off, at int64 }
+
+// zkEntry is a group and topic as ZooKeeper has it: offsets (-1 where no
+// node is readable), and whether the group owns partitions of the topic.
+type zkEntry struct {
+	offs  []commitAt
+	owned bool
+	err   string
+}
 
 // committedGroup is one entry of a snapshot.
 type committedGroup struct {
@@ -25,33 +54,48 @@ type committedGroup struct {
 	offsets      []int64
 }
 
-// maxCommittedEntries bounds the set: a client committing for ever new
-// group names cannot grow it without limit.
+// maxCommittedEntries bounds each source: a client committing for ever
+// new group names cannot grow it without limit.
 const maxCommittedEntries = 100000
+
+// maxCommittedPartitions bounds a partition index kept.
+const maxCommittedPartitions = 1 << 16
 
 // record notes a successful commit of positions (all of this broker).
 func (s *committedSet) record(group string, ps []message.Position) {
+	now := time.Now().UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = make(map[groupTopic][]int64)
-	}
 	for _, p := range ps {
-		k := groupTopic{group, p.Topic}
-		offs, ok := s.m[k]
-		if !ok && len(s.m) >= maxCommittedEntries {
-			continue
-		}
-		i := int(p.Partition.Partition)
-		if i < 0 || i >= 1<<16 {
-			continue
-		}
-		for len(offs) <= i {
-			offs = append(offs, -1)
-		}
-		offs[i] = p.Offset
-		s.m[k] = offs
+		s.setLocked(groupTopic{group, p.Topic}, int(p.Partition.Partition), commitAt{p.Offset, now})
 	}
+}
+
+// setLocked sets one partition's commit in m.
+func (s *committedSet) setLocked(k groupTopic, i int, c commitAt) {
+	if s.m == nil {
+		s.m = make(map[groupTopic][]commitAt)
+	}
+	offs, ok := s.m[k]
+	if !ok && len(s.m) >= maxCommittedEntries {
+		return
+	}
+	if i < 0 || i >= maxCommittedPartitions {
+		return
+	}
+	for len(offs) <= i {
+		offs = append(offs, commitAt{-1, 0})
+	}
+	offs[i] = c
+	s.m[k] = offs
+	s.dirty = true
+}
+
+// setZK replaces what was read from ZooKeeper.
+func (s *committedSet) setZK(zk map[groupTopic]zkEntry) {
+	s.mu.Lock()
+	s.zk = zk
+	s.mu.Unlock()
 }
 
 // forget drops a topic (deleted) from every group.
@@ -61,16 +105,51 @@ func (s *committedSet) forget(topic string) {
 	for k := range s.m {
 		if k.topic == topic {
 			delete(s.m, k)
+			s.dirty = true
+		}
+	}
+	for k := range s.zk {
+		if k.topic == topic {
+			delete(s.zk, k)
 		}
 	}
 }
 
-// snapshot returns copies, sorted by group and topic.
+// merged is k's offsets, the newest of both sources per partition.
+func merged(here []commitAt, zk []commitAt) []int64 {
+	out := make([]int64, max(len(here), len(zk)))
+	for i := range out {
+		c := commitAt{-1, 0}
+		if i < len(here) {
+			c = here[i]
+		}
+		if i < len(zk) && zk[i].off >= 0 && (c.off < 0 || zk[i].at > c.at) {
+			c = zk[i]
+		}
+		out[i] = c.off
+	}
+	return out
+}
+
+// snapshot returns the group/topic pairs with at least one committed
+// offset known, merged, sorted by group and topic.
 func (s *committedSet) snapshot() []committedGroup {
 	s.mu.Lock()
-	out := make([]committedGroup, 0, len(s.m))
+	out := make([]committedGroup, 0, len(s.m)+len(s.zk))
 	for k, offs := range s.m {
-		out = append(out, committedGroup{k.group, k.topic, append([]int64(nil), offs...)})
+		out = append(out, committedGroup{k.group, k.topic, merged(offs, s.zk[k].offs)})
+	}
+	for k, e := range s.zk {
+		if _, ok := s.m[k]; ok {
+			continue
+		}
+		offs := merged(nil, e.offs)
+		for _, o := range offs {
+			if o >= 0 {
+				out = append(out, committedGroup{k.group, k.topic, offs})
+				break
+			}
+		}
 	}
 	s.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
@@ -80,4 +159,47 @@ func (s *committedSet) snapshot() []committedGroup {
 		return out[i].topic < out[j].topic
 	})
 	return out
+}
+
+// groupSource says where a group/topic's offsets are known from.
+type groupSource struct {
+	Here      bool   // committed through this broker (now or before a restart)
+	ZooKeeper bool   // offsets read from ZooKeeper
+	Owned     bool   // ZooKeeper has owner nodes for it (consumed, maybe with offsets kept elsewhere)
+	Err       string // why ZooKeeper's offsets could not be read
+}
+
+// sources returns, for every group/topic either source knows (with or
+// without offsets), where it is known from.
+func (s *committedSet) sources() map[groupTopic]groupSource {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[groupTopic]groupSource, len(s.m)+len(s.zk))
+	for k := range s.m {
+		out[k] = groupSource{Here: true}
+	}
+	for k, e := range s.zk {
+		src := out[k]
+		for _, c := range e.offs {
+			if c.off >= 0 {
+				src.ZooKeeper = true
+				break
+			}
+		}
+		src.Owned, src.Err = e.owned, e.err
+		out[k] = src
+	}
+	return out
+}
+
+// zkOffsets returns group's offsets of topic as ZooKeeper had them at the
+// last refresh (-1: none), nil if it had none.
+func (s *committedSet) zkOffsets(group, topic string) []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.zk[groupTopic{group, topic}]
+	if !ok {
+		return nil
+	}
+	return merged(nil, e.offs)
 }

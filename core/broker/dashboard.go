@@ -85,6 +85,7 @@ func (b *Broker) dashRoutes(mux *http.ServeMux, user, admin func(pattern string,
 	user("GET /ui/plugins", b.uiPlugins)
 	admin("POST /ui/topics", b.uiCSRF(b.uiCreateTopic))
 	admin("POST /ui/topics/{name}/delete", b.uiCSRF(b.uiDeleteTopic))
+	admin("POST /ui/topics/{name}/partitions", b.uiCSRF(b.uiAlterPartitions))
 	admin("POST /ui/groups/{group}/reset", b.uiCSRF(b.uiReset))
 	admin("POST /ui/groups/{group}/skip", b.uiCSRF(b.uiSkip))
 	user("/ui/", func(w http.ResponseWriter, r *http.Request) {
@@ -305,7 +306,38 @@ func (b *Broker) uiTopic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt, ok := b.topicRates()[t.name]
-	b.render(w, r, http.StatusOK, "topic", "Topic "+t.name, "topics", map[string]any{"Topic": b.topicJSON(t, true), "Rate": rt, "HasRate": ok}, "")
+	flash := ""
+	if s := r.URL.Query().Get("altered"); s == strconv.Itoa(len(t.parts)) {
+		flash = "Topic " + t.name + " already has " + s + " partitions: nothing changed."
+	} else if s != "" {
+		flash = "Topic " + t.name + " now has " + strconv.Itoa(len(t.parts)) + " partitions (was " + s + "). Warning: " + KeyedOrderingWarning + "."
+	}
+	b.render(w, r, http.StatusOK, "topic", "Topic "+t.name, "topics", map[string]any{"Topic": b.topicJSON(t, true), "Rate": rt, "HasRate": ok,
+		"Warning": KeyedOrderingWarning, "MaxPartitions": conf.MaxPartitions}, flash)
+}
+
+// uiAlterPartitions gives a topic more partitions (b.AddPartitions, as
+// POST /api/v1/topics/{name}/partitions): the form must carry the
+// acknowledgement of the keyed-ordering warning.
+func (b *Broker) uiAlterPartitions(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	s := strings.TrimSpace(r.PostForm.Get("partitions"))
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > conf.MaxPartitions {
+		b.uiError(w, r, http.StatusBadRequest, "partitions must be 1.."+strconv.Itoa(conf.MaxPartitions)+", got "+strconv.Quote(s))
+		return
+	}
+	if r.PostForm.Get("ack_ordering") != "yes" {
+		b.uiError(w, r, http.StatusBadRequest, "tick the box that acknowledges the warning to change the partition count of "+
+			strconv.Quote(name)+": "+KeyedOrderingWarning)
+		return
+	}
+	old, err := b.AddPartitions(name, n)
+	if err != nil {
+		b.uiError(w, r, topicErrCode(err), "cannot change the partitions of topic "+strconv.Quote(name)+": "+err.Error())
+		return
+	}
+	http.Redirect(w, r, "/ui/topics/"+url.PathEscape(name)+"?altered="+strconv.Itoa(old), http.StatusSeeOther)
 }
 
 // shownMessage is one record on the messages page.
@@ -539,17 +571,40 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 		HasLag bool
 	}
 	var rows []row
+	lags := b.lagsNow()
 	for _, g := range b.groupList() {
 		if u := requestUser(r); u != nil && !u.Admin && !u.CanUseGroup(g.Group) {
 			continue
 		}
 		x := row{groupEntry: g}
-		if pts := b.lagTrend(g.Group, g.Topic); len(pts) > 0 {
-			x.Lag, x.HasLag = pts[len(pts)-1].Lag, true
-		}
+		x.Lag, x.HasLag = lags[groupTopic{g.Group, g.Topic}]
 		rows = append(rows, x)
 	}
-	b.render(w, r, http.StatusOK, "groups", "Consumer groups", "groups", map[string]any{"Groups": rows, "Every": dashSampleEvery}, "")
+	b.render(w, r, http.StatusOK, "groups", "Consumer groups", "groups", map[string]any{"Groups": rows, "Every": dashSampleEvery,
+		"ZooKeeper": b.config().ZooKeeper.Enabled(), "ZKEvery": zkOffsetsEvery, "Truncated": b.committed.zkTruncated.Load(),
+		"MaxGroups": zkOffsetsMaxGroups, "MaxReads": zkOffsetsMaxReads}, "")
+}
+
+// lagsNow is each group/topic's lag in bytes now, from the committed
+// offsets known (committed.go), for the open topics.
+func (b *Broker) lagsNow() map[groupTopic]int64 {
+	out := map[groupTopic]int64{}
+	for _, g := range b.committed.snapshot() {
+		b.mu.RLock()
+		t := b.topics[g.topic]
+		b.mu.RUnlock()
+		if t == nil {
+			continue
+		}
+		var lag int64
+		for p, off := range g.offsets {
+			if off >= 0 && p < len(t.parts) {
+				lag += max(t.parts[p].MaxOffset()-off, 0)
+			}
+		}
+		out[groupTopic{g.group, g.topic}] = lag
+	}
+	return out
 }
 
 // uiGroupName checks the path's group: 400 for a malformed name, 403

@@ -2,14 +2,19 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -281,4 +286,227 @@ func TestDashboardBrowser(t *testing.T) {
 	open("/ui/plugins", "#plugins")
 	require.Contains(t, text("#plugins"), "no plugins configured")
 	shot("plugins")
+}
+
+// browserTab is a tab of its own browser context (its own HTTP auth cache)
+// that answers basic-auth challenges as user, through the Fetch domain:
+// the first challenge is cancelled (the page then shows the 401), every
+// later one gets user's credentials. JavaScript confirmations are
+// accepted.
+type browserTab struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	asked  []*fetch.AuthChallenge
+	cancel bool // cancel the next challenge
+}
+
+func (tb *browserTab) challenges() []*fetch.AuthChallenge {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return slices.Clone(tb.asked)
+}
+
+func newBrowserTab(t *testing.T, bctx context.Context, user, password string) *browserTab {
+	t.Helper()
+	tctx, cancel := chromedp.NewContext(bctx, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	require.NoError(t, chromedp.Do(tctx)) // opens the tab
+	ctx, cancelT := context.WithTimeout(tctx, 90*time.Second)
+	t.Cleanup(cancelT)
+	tb := &browserTab{ctx: ctx, cancel: true}
+	auths := chromedp.Events(ctx, fetch.AuthRequired)
+	paused := chromedp.Events(ctx, fetch.RequestPaused)
+	dialogs := chromedp.Events(ctx, page.JavascriptDialogOpening)
+	go func() {
+		for ev, err := range auths {
+			if err != nil {
+				return
+			}
+			tb.mu.Lock()
+			tb.asked = append(tb.asked, ev.AuthChallenge)
+			resp := &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseProvideCredentials, Username: user, Password: password}
+			if tb.cancel {
+				resp, tb.cancel = &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseCancelAuth}, false
+			}
+			tb.mu.Unlock()
+			chromedp.Call(ctx, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{RequestID: ev.RequestID, AuthChallengeResponse: resp})
+		}
+	}()
+	go func() {
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+		}
+	}()
+	go func() {
+		for _, err := range dialogs {
+			if err != nil {
+				return
+			}
+			chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	}()
+	_, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{HandleAuthRequests: ptr(true)})
+	require.NoError(t, err)
+	return tb
+}
+
+func (tb *browserTab) run(t *testing.T, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	require.NoError(t, chromedp.Do(tb.ctx, actions...))
+}
+
+// text is the text of sel. A read can race with the browser replacing
+// the document's nodes just after a form's answer loaded ("No node with
+// given id found"): it is retried, for at most 5 s.
+func (tb *browserTab) text(t *testing.T, sel string) string {
+	t.Helper()
+	var s string
+	var err error
+	for end := time.Now().Add(5 * time.Second); ; {
+		if err = chromedp.Do(tb.ctx, chromedp.WaitVisible(chromedp.CSS(sel))); err == nil {
+			s, err = chromedp.Run(tb.ctx, chromedp.Text(chromedp.CSS(sel)))
+		}
+		if err == nil || time.Now().After(end) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.NoError(t, err, sel)
+	return s
+}
+
+func (tb *browserTab) open(t *testing.T, url, sel string) {
+	t.Helper()
+	tb.run(t, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(sel)))
+}
+
+// TestDashboardBrowserAuth drives the dashboard of a broker with [auth]
+// in a real browser: the pages ask for HTTP basic auth; alice (not an
+// admin) sees the pages and every action form, and each action she
+// submits (create, alter and delete a topic, a reset's dry run, a skip)
+// is refused with a page that says so and changes nothing; root (an
+// admin) does each of them, including changing the partition count.
+func TestDashboardBrowserAuth(t *testing.T) {
+	chrome := testsvc.Chromium(t)
+	b := startBroker(t, 0, func(c *conf.Config) {
+		c.Auth = conf.Auth{Enabled: true, FailureDelay: 10, Users: hashedUsers(t)}
+	})
+	c := dialAuth(t, b.Addr(), nil)
+	code, msg := c.login("root", "root-pw")
+	require.Equal(t, 200, code, msg)
+	for p := range int32(2) {
+		for i := range 4 {
+			code, msg := c.call(func(d []byte, op int32) []byte {
+				return protocol.AppendPut(d, "t", p, 0, -1, op, []byte(fmt.Sprintf("msg-%d-%d", p, i)))
+			})
+			require.Equal(t, 200, code, msg)
+		}
+	}
+	require.Eventually(t, func() bool { return b.topics["t"].parts[1].MessageCount() == 4 }, 10*time.Second, 5*time.Millisecond)
+	at := consume(t, c, "billing-web", "t", 0, 0, 1)
+	max0, max1 := b.topics["t"].parts[0].MaxOffset(), b.topics["t"].parts[1].MaxOffset()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	require.NoError(t, chromedp.Do(bctx)) // starts the browser
+	base := "http://" + b.HTTPAddr()
+
+	// alice: asked for credentials; without them, a 401 page.
+	alice := newBrowserTab(t, bctx, "alice", "alice-pw")
+	alice.open(t, base+"/ui/topics", "#error")
+	require.Contains(t, alice.text(t, "#error"), "authentication required")
+	alice.open(t, base+"/ui/topics", "#topics")
+	asked := alice.challenges()
+	require.GreaterOrEqual(t, len(asked), 2)
+	require.Equal(t, "basic", strings.ToLower(asked[0].Scheme))
+	require.Equal(t, "metaq", asked[0].Realm)
+	require.Contains(t, alice.text(t, "header .who"), "alice")
+	require.Contains(t, alice.text(t, "#topics"), "t\t2\t8")
+	refused := func(action string) {
+		t.Helper()
+		require.Contains(t, alice.text(t, "#error"), `user "alice" may not POST `+action+` (admin only)`)
+	}
+	// Create: the form is there, with a note; submitting is refused.
+	require.Contains(t, alice.text(t, ".adminonly"), "Only an admin can do this")
+	alice.run(t, chromedp.SendKeys(chromedp.CSS("#new-topic-name"), "by-alice"),
+		chromedp.Click(chromedp.CSS("#create-topic-submit")), chromedp.WaitVisible(chromedp.CSS("#error")))
+	refused("/ui/topics")
+	// Alter and delete, from the topic's page.
+	alice.open(t, base+"/ui/topics/t", "#alter-topic")
+	require.Contains(t, alice.text(t, "#ordering-warning"), KeyedOrderingWarning)
+	alice.run(t, chromedp.SetValue(chromedp.CSS("#alter-partitions"), "4"), chromedp.Click(chromedp.CSS("#alter-ack")),
+		chromedp.Click(chromedp.CSS("#alter-submit")), chromedp.WaitVisible(chromedp.CSS("#error")))
+	refused("/ui/topics/t/partitions")
+	alice.open(t, base+"/ui/topics/t", "#delete-topic")
+	alice.run(t, chromedp.SendKeys(chromedp.CSS(`#delete-topic input[name="confirm"]`), "t"),
+		chromedp.Click(chromedp.CSS("#delete-topic button")), chromedp.WaitVisible(chromedp.CSS("#error")))
+	refused("/ui/topics/t/delete")
+	// The group (alice has billing-*): its lag, then a refused reset and skip.
+	alice.open(t, base+"/ui/groups/billing-web", ".lag-total")
+	require.Equal(t, strconv.FormatInt(max0-at, 10), alice.text(t, ".lag-total"))
+	alice.run(t, chromedp.SetValue(chromedp.CSS(`form.reset select[name="to"]`), "earliest"),
+		chromedp.Click(chromedp.CSS("button.dryrun")), chromedp.WaitVisible(chromedp.CSS("#error")))
+	refused("/ui/groups/billing-web/reset")
+	alice.open(t, base+"/ui/groups/billing-web", "button.skip")
+	alice.run(t, chromedp.Click(chromedp.CSS("button.skip")), chromedp.WaitVisible(chromedp.CSS("#error")))
+	refused("/ui/groups/billing-web/skip")
+	// Nothing changed.
+	b.mu.RLock()
+	require.Nil(t, b.topics["by-alice"])
+	require.Len(t, b.topics["t"].parts, 2)
+	b.mu.RUnlock()
+	require.Equal(t, at, committedOf(t, b, "billing-web", "t", 0))
+
+	// root, an admin: every action works.
+	root := newBrowserTab(t, bctx, "root", "root-pw")
+	root.open(t, base+"/ui/topics/t", "#error") // the first challenge is cancelled
+	root.open(t, base+"/ui/topics/t", "#alter-topic")
+	require.Contains(t, root.text(t, "header .who"), "root (admin)")
+	root.run(t, chromedp.SetValue(chromedp.CSS("#alter-partitions"), "4"), chromedp.Click(chromedp.CSS("#alter-ack")),
+		chromedp.Click(chromedp.CSS("#alter-submit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, root.text(t, "#flash"), "Topic t now has 4 partitions (was 2). Warning: "+KeyedOrderingWarning)
+	require.Contains(t, root.text(t, "#partitions"), "3\t0\t0\t0")
+	b.mu.RLock()
+	require.Len(t, b.topics["t"].parts, 4)
+	b.mu.RUnlock()
+	req, err := http.NewRequest("GET", base+"/api/v1/topics/t", nil)
+	require.NoError(t, err)
+	req.SetBasicAuth("alice", "alice-pw")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var tj topicJSON
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&tj))
+	resp.Body.Close()
+	require.Equal(t, 4, tj.Partitions, "the API sees the new count")
+	// The partitions' count on the wire (as a producer reads it).
+	code, msg = c.stats("topics")
+	require.Equal(t, 200, code, msg)
+	require.Contains(t, msg, "t partitions 4 ")
+
+	root.open(t, base+"/ui/topics", "#create-topic")
+	root.run(t, chromedp.SendKeys(chromedp.CSS("#new-topic-name"), "by-root"),
+		chromedp.Click(chromedp.CSS("#create-topic-submit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, root.text(t, "#flash"), "Topic by-root created")
+	root.open(t, base+"/ui/groups/billing-web", "button.dryrun")
+	root.run(t, chromedp.SetValue(chromedp.CSS(`form.reset select[name="to"]`), "latest"),
+		chromedp.Click(chromedp.CSS("button.dryrun")), chromedp.WaitVisible(chromedp.CSS("#changes")))
+	require.Equal(t, at, committedOf(t, b, "billing-web", "t", 0), "a dry run changes nothing")
+	root.run(t, chromedp.Click(chromedp.CSS("#apply-reset")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, root.text(t, "#flash"), "Offsets of topic t reset")
+	require.Equal(t, max0, committedOf(t, b, "billing-web", "t", 0))
+	require.Equal(t, max1, committedOf(t, b, "billing-web", "t", 1))
+	root.run(t, chromedp.Click(chromedp.CSS("button.skip")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, root.text(t, "#flash"), "Skipped t partition 0")
+	root.open(t, base+"/ui/topics/by-root", "#delete-topic")
+	root.run(t, chromedp.SendKeys(chromedp.CSS(`#delete-topic input[name="confirm"]`), "by-root"),
+		chromedp.Click(chromedp.CSS("#delete-topic button")), chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, root.text(t, "#flash"), "Topic by-root deleted")
 }

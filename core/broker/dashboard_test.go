@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -224,16 +225,38 @@ func TestDashboardAuth(t *testing.T) {
 		r.SetBasicAuth(user, pass)
 		return map[string]string{"Authorization": r.Header.Get("Authorization")}
 	}
+	require.Contains(t, w.Header().Get("Content-Type"), "text/html", "the dashboard's 401 is a page")
+	require.Contains(t, w.Body.String(), "authentication required")
 	w = dashDo(t, h, "GET", "/ui/topics", nil, asUser("alice", "alice-pw"))
 	require.Equal(t, 200, w.Code, "%s", w.Body)
-	require.NotContains(t, w.Body.String(), "Create a topic")
+	// A non-admin sees the forms, each saying that it is refused.
+	require.Contains(t, w.Body.String(), "Create a topic")
+	require.Contains(t, w.Body.String(), "Only an admin can do this: you are signed in as alice")
 	tok := csrfField.FindStringSubmatch(w.Body.String())
-	require.Nil(t, tok, "a non-admin gets no forms")
-	w = dashDo(t, h, "POST", "/ui/topics", url.Values{"name": {"x"}}, asUser("alice", "alice-pw"))
-	require.Equal(t, 403, w.Code, "%s", w.Body)
+	require.NotNil(t, tok)
+	for _, a := range []struct {
+		path string
+		form url.Values
+	}{
+		{"/ui/topics", url.Values{"name": {"x"}}},
+		{"/ui/topics/t/delete", url.Values{"confirm": {"t"}}},
+		{"/ui/topics/t/partitions", url.Values{"partitions": {"3"}, "ack_ordering": {"yes"}}},
+		{"/ui/groups/billing-a/reset", url.Values{"topic": {"t"}, "to": {"earliest"}, "action": {"dryrun"}}},
+		{"/ui/groups/billing-a/reset", url.Values{"topic": {"t"}, "to": {"earliest"}, "action": {"apply"}, "plan": {"00"}}},
+		{"/ui/groups/billing-a/skip", url.Values{"topic": {"t"}, "partition": {"0"}}},
+	} {
+		a.form.Set("csrf", tok[1])
+		w = dashDo(t, h, "POST", a.path, a.form, asUser("alice", "alice-pw"))
+		require.Equal(t, 403, w.Code, "%s: %s", a.path, w.Body)
+		require.Contains(t, w.Header().Get("Content-Type"), "text/html", a.path)
+		require.Contains(t, w.Body.String(), `user &#34;alice&#34; may not POST `+a.path+` (admin only)`, a.path)
+	}
+	require.Len(t, b.topics["t"].parts, 2)
+	require.NotNil(t, b.topics["t"])
 	w = dashDo(t, h, "GET", "/ui/topics", nil, asUser("root", "root-pw"))
 	require.Equal(t, 200, w.Code)
 	require.Contains(t, w.Body.String(), "Create a topic")
+	require.NotContains(t, w.Body.String(), "Only an admin")
 	tok = csrfField.FindStringSubmatch(w.Body.String())
 	require.NotNil(t, tok)
 	// Another user's token is refused.
@@ -246,4 +269,62 @@ func TestDashboardAuth(t *testing.T) {
 	w = dashDo(t, h, "GET", "/ui/config", nil, hdr)
 	require.Contains(t, w.Body.String(), template.HTMLEscapeString(conf.Redacted))
 	require.NotContains(t, w.Body.String(), "$2a$")
+}
+
+// TestDashboardAlterPartitions: the topic page's form changes the
+// partition count through AddPartitions (the admin API's path), after
+// the keyed-ordering warning is acknowledged; bad forms get a 4xx page
+// and change nothing.
+func TestDashboardAlterPartitions(t *testing.T) {
+	b := startBroker(t, 0)
+	h := b.newMux()
+	w := dashDo(t, h, "GET", "/ui/topics/t", nil, nil)
+	require.Equal(t, 200, w.Code, "%s", w.Body)
+	body := w.Body.String()
+	require.Contains(t, body, `id="alter-topic"`)
+	require.Contains(t, body, template.HTMLEscapeString(KeyedOrderingWarning))
+	tok := csrfField.FindStringSubmatch(body)
+	require.NotNil(t, tok)
+	alter := func(topic string, f url.Values) *httptest.ResponseRecorder {
+		f.Set("csrf", tok[1])
+		return dashDo(t, h, "POST", "/ui/topics/"+topic+"/partitions", f, nil)
+	}
+	for _, tc := range []struct {
+		topic string
+		form  url.Values
+		code  int
+		msg   string
+	}{
+		{"t", url.Values{"partitions": {"4"}}, 400, "acknowledges the warning"},
+		{"t", url.Values{"partitions": {"4"}, "ack_ordering": {"no"}}, 400, "acknowledges the warning"},
+		{"t", url.Values{"partitions": {"x"}, "ack_ordering": {"yes"}}, 400, "partitions must be"},
+		{"t", url.Values{"partitions": {"0"}, "ack_ordering": {"yes"}}, 400, "partitions must be"},
+		{"t", url.Values{"partitions": {"99999999999999999999"}, "ack_ordering": {"yes"}}, 400, "partitions must be"},
+		{"t", url.Values{"partitions": {"1"}, "ack_ordering": {"yes"}}, 400, "removing partitions is not supported"},
+		{"nope", url.Values{"partitions": {"4"}, "ack_ordering": {"yes"}}, 404, "no such topic"},
+	} {
+		w := alter(tc.topic, tc.form)
+		require.Equal(t, tc.code, w.Code, "%v: %s", tc.form, w.Body)
+		require.Contains(t, w.Body.String(), tc.msg, "%v", tc.form)
+		require.Contains(t, w.Header().Get("Content-Type"), "text/html")
+	}
+	require.Len(t, b.topics["t"].parts, 2, "refused forms change nothing")
+
+	w = alter("t", url.Values{"partitions": {"5"}, "ack_ordering": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
+	require.Equal(t, "/ui/topics/t?altered=2", w.Header().Get("Location"))
+	require.Len(t, b.topics["t"].parts, 5)
+	w = dashDo(t, h, "GET", "/ui/topics/t?altered=2", nil, nil)
+	require.Contains(t, w.Body.String(), "Topic t now has 5 partitions (was 2). Warning: "+template.HTMLEscapeString(KeyedOrderingWarning))
+	// The API and topics.toml see it.
+	w = dashDo(t, h, "GET", "/api/v1/topics/t", nil, nil)
+	require.Contains(t, w.Body.String(), `"partitions": 5,`)
+	tf, err := os.ReadFile(b.topicsFilePath())
+	require.NoError(t, err)
+	require.Contains(t, string(tf), "num_partitions = 5")
+	// The same count again: nothing changes.
+	w = alter("t", url.Values{"partitions": {"5"}, "ack_ordering": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
+	w = dashDo(t, h, "GET", w.Header().Get("Location"), nil, nil)
+	require.Contains(t, w.Body.String(), "already has 5 partitions")
 }

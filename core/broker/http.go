@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -187,18 +188,26 @@ func (b *Broker) needUser(h http.HandlerFunc, admin bool) http.Handler {
 			h(w, r)
 			return
 		}
+		deny := func(r *http.Request, code int, msg string) {
+			if strings.HasPrefix(r.URL.Path, "/ui/") { // the dashboard: an HTML page that says why
+				b.uiError(w, r, code, msg)
+			} else {
+				writeError(w, code, msg)
+			}
+		}
 		u, reason := b.httpUser(r)
 		if u == nil {
 			w.Header().Set("WWW-Authenticate", `Basic realm="metaq", charset="UTF-8"`)
-			writeError(w, http.StatusUnauthorized, reason)
+			deny(r, http.StatusUnauthorized, reason)
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), userKey{}, u))
 		change := r.Method != http.MethodGet && r.Method != http.MethodHead
 		if (admin || change) && !u.Admin {
-			writeError(w, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+r.Method+" "+r.URL.Path+" (admin only)")
+			deny(r, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+r.Method+" "+r.URL.Path+" (admin only)")
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), userKey{}, u)))
+		h(w, r)
 	})
 }
 

@@ -373,3 +373,29 @@ func parseMember(s, none string) (int, error) {
 	}
 	return v, nil
 }
+
+// OffsetData is an offset node's data, MetaQ's "<msgId>-<offset>".
+func OffsetData(msgID, offset int64) []byte {
+	b := strconv.AppendInt(nil, msgID, 10)
+	b = append(b, '-')
+	return strconv.AppendInt(b, offset, 10)
+}
+
+// ParseOffsetData reads an offset node's data: "<msgId>-<offset>", or the
+// bare "<offset>" MetaQ wrote before 1.4 (msgId -1), split at the last '-'
+// unless it is the first character, as MetaQ's ZkOffsetStorage does
+// (surrounding white space is ignored). The offset must not be negative.
+func ParseOffsetData(b []byte) (offset, msgID int64, err error) {
+	s := strings.TrimSpace(string(b))
+	msgID = -1
+	if i := strings.LastIndexByte(s, '-'); i > 0 {
+		if msgID, err = strconv.ParseInt(s[:i], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("offset node %q: msgId %q is not a number", b, s[:i])
+		}
+		s = s[i+1:]
+	}
+	if offset, err = strconv.ParseInt(s, 10, 64); err != nil || offset < 0 {
+		return 0, 0, fmt.Errorf("offset node %q: offset %q is not a non-negative number", b, s)
+	}
+	return offset, msgID, nil
+}

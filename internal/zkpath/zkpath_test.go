@@ -196,3 +196,24 @@ func FuzzParseEpochData(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseOffsetData checks that accepted offset data parses back to the
+// same values from OffsetData.
+func FuzzParseOffsetData(f *testing.F) {
+	for _, s := range []string{"5-100", "-1-0", "100", " 7-8\n", "1-", "-", "a-1", "1--2", "-5", "9223372036854775807-9223372036854775807", ""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		off, id, err := ParseOffsetData(b)
+		if err != nil {
+			return
+		}
+		if off < 0 {
+			t.Fatalf("ParseOffsetData(%q) = offset %d", b, off)
+		}
+		off2, id2, err := ParseOffsetData(OffsetData(id, off))
+		if err != nil || off2 != off || id2 != id {
+			t.Fatalf("ParseOffsetData(%q) = %d, %d; OffsetData of it parses to %d, %d, %v", b, off, id, off2, id2, err)
+		}
+	})
+}
