@@ -3,12 +3,17 @@ package broker
 import (
 	"fmt"
 	"net"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/internal/testsvc"
 )
 
@@ -16,8 +21,9 @@ import (
 // process (for the race detector): the slave gets named in sync, the
 // master closes (its nodes go at once), the slave promotes itself at
 // epoch 2 and takes puts alone, refuses syncs, and names a new slave in
-// sync once it has joined; the closed master's data directory is refused
-// as a failover slave's.
+// sync once it has joined; the old master, restarted on its own data
+// directory with a tail the new holder never had, cuts that tail, rejoins
+// as slave 0 and gets named in sync, its copy equal to the holder's.
 func TestFailoverInProcess(t *testing.T) {
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/failover-inproc-%d", time.Now().UnixNano())
@@ -64,29 +70,73 @@ func TestFailoverInProcess(t *testing.T) {
 	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
 	require.Equal(t, 100, ok, fail)
 
-	// The old master's directory may hold a tail nobody acknowledged.
-	cfg := conf.Default()
-	cfg.DataDir, cfg.SlaveID, cfg.Failover = mdir, 1, true
-	cfg.ZooKeeper.Connect, cfg.ZooKeeper.Root, cfg.BrokerID = zkAddr, root, 3
-	cfg.Topics = []conf.Topic{{Name: "t"}}
-	cfg.NumPartitions = 2
-	b, err := New(cfg, Options{Logf: t.Logf})
+	// A tail the promoted slave never had: a record appended to the old
+	// master's t-0 behind its back (a put it stored but never
+	// acknowledged), past where epoch 2 starts.
+	l, err := store.Open(filepath.Join(mdir, "t-0"), store.Options{IDs: fixedIDs{}})
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	tail := []byte("never acknowledged")
+	_, tailAt, err := l.AppendSync([]store.Entry{{ID: 1 << 50, CRC: message.Checksum(tail), Data: tail}})
 	require.NoError(t, err)
-	err = b.Serve(ln)
-	require.ErrorContains(t, err, "failover-held")
-	ln.Close()
-	b.Close()
+	require.NoError(t, l.Close())
+	require.FileExists(t, filepath.Join(mdir, "failover-held"))
 
-	s2 := replBroker(t, zkAddr, root, t.TempDir(), "", 2, fo)
+	// The old master restarts on its own data directory: a slave holds
+	// the epoch, so it rejoins as slave failover_slave_id (0), cutting its
+	// tail from where epoch 2 starts on the holder, and gets named in sync.
+	var logs logLines
+	old := replBrokerOpts(t, zkAddr, root, mdir, "", -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync },
+		Options{Logf: logs.logf(t)})
+	oc := dialRaw(t, old.Addr())
 	waitFor(t, 20*time.Second, func() error {
-		if v := sc.stats(t, "")["failover_insync"]; v != "s2" {
+		if v := sc.stats(t, "")["failover_insync"]; v != "s0" {
 			return fmt.Errorf("failover_insync %q", v)
 		}
 		return nil
 	})
+	ost := oc.stats(t, "")
+	require.Equal(t, "slave", ost["failover_role"])
+	require.Equal(t, "true", ost["slave"])
+	require.Equal(t, "0", ost["slave_id"])
+	require.True(t, logs.contains(fmt.Sprintf("partition t-0: cut %d bytes %d..", message.HeaderSize+len("never acknowledged"), tailAt)), "no cut logged")
+	require.True(t, logs.contains("never acknowledged (epoch 2 starts at "+fmt.Sprint(tailAt)+" on broker 3 slave 1)"), "cut line")
+	require.NoFileExists(t, filepath.Join(mdir, "failover-held"))
 	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
 	require.Equal(t, 100, ok, fail)
-	requireSameEnds(t, slave, s2, "t")
+	requireSameEnds(t, slave, old, "t")
+	// It refuses puts as a slave.
+	okOld, _ := pipelinedPuts(t, old.Addr(), 2)
+	require.Zero(t, okOld)
+}
+
+// fixedIDs is an IDSource for entries that carry their ids.
+type fixedIDs struct{}
+
+func (fixedIDs) Next(int) int64 { panic("entries carry ids") }
+
+// logLines collects a broker's log lines.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logf(t testing.TB) func(string, ...any) {
+	return func(format string, args ...any) {
+		s := fmt.Sprintf(format, args...)
+		l.mu.Lock()
+		l.lines = append(l.lines, s)
+		l.mu.Unlock()
+		t.Log(s)
+	}
+}
+
+func (l *logLines) contains(sub string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.lines {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }

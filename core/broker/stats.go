@@ -81,6 +81,14 @@ func (c *conn) handleStats(r *protocol.Request) {
 		c.bindSyncEpoch(e, r.Opaque) // failover.go
 		return
 	}
+	if e, ok := strings.CutPrefix(item, epochStartItem); ok {
+		c.epochStart(e, r.Opaque) // rejoin.go
+		return
+	}
+	if item == switchoverItem {
+		c.switchover(r.Opaque) // rejoin.go
+		return
+	}
 	switch item {
 	case "":
 		b.writeSummary(&sb)
@@ -190,7 +198,7 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	if b.fo != nil {
 		b.fo.statsLines(kv) // failover.go
 	}
-	if b.slave != nil {
+	if b.copying() {
 		b.slave.statsLines(kv) // replica.go
 	} else {
 		kv("replication", b.config().Replication)

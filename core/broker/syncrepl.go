@@ -428,7 +428,7 @@ func (sm *syncMaster) run() {
 	reg := b.reg
 	b.mu.RUnlock()
 	logged := ""
-	for !b.closed.Load() {
+	for !b.closed.Load() && sm.syncActive() { // rejoin.go
 		slaves, watch, err := reg.Slaves()
 		if err != nil || len(slaves) == 0 {
 			msg := "no slave registered"
@@ -569,6 +569,9 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 		case <-b.done:
 			return
 		case <-tk.C:
+			if !sm.syncActive() {
+				return
+			}
 		}
 	}
 }

@@ -48,26 +48,8 @@ const truncateWait = 10 * time.Second
 // checkpoint taken after the cut, so that a restart does not replay the
 // cut records from the journal into the segments.
 func (l *Log) Truncate(offset int64) (Cut, error) {
-	if !l.groupCommit {
-		if err := l.Flush(); err != nil {
-			return Cut{}, err
-		}
-	}
-	deadline := time.Now().Add(truncateWait)
-	for {
-		l.mu.Lock()
-		if err := l.checkLocked(); err != nil {
-			l.mu.Unlock()
-			return Cut{}, err
-		}
-		if len(l.pendComps) == 0 && !l.queued && l.committing == 0 && l.unflushed == 0 && len(l.pend) == 0 {
-			break // holding mu
-		}
-		l.mu.Unlock()
-		if time.Now().After(deadline) {
-			return Cut{}, fmt.Errorf("store: truncate %s: appends still in flight after %v", l.dir, truncateWait)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if err := l.lockIdle(); err != nil {
+		return Cut{}, err
 	}
 	c, err := l.truncateLocked(offset)
 	l.mu.Unlock()
@@ -85,6 +67,43 @@ func (l *Log) Truncate(offset int64) (Cut, error) {
 		return c, fmt.Errorf("store: truncate %s: waiting for the journal checkpoint after the cut: %w", l.dir, err)
 	}
 	return c, nil
+}
+
+// Settle waits (at most 10 s) until no append of the log is in flight
+// (threshold mode: flushed) and returns its end: a failover member that
+// becomes the holder records it as where its epoch starts.
+func (l *Log) Settle() (int64, error) {
+	if err := l.lockIdle(); err != nil {
+		return 0, err
+	}
+	defer l.mu.Unlock()
+	return l.readable.Load(), nil
+}
+
+// lockIdle waits (at most truncateWait) until no append is in flight and
+// returns with mu held, or an error without it.
+func (l *Log) lockIdle() error {
+	if !l.groupCommit {
+		if err := l.Flush(); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(truncateWait)
+	for {
+		l.mu.Lock()
+		if err := l.checkLocked(); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		if len(l.pendComps) == 0 && !l.queued && l.committing == 0 && l.unflushed == 0 && len(l.pend) == 0 {
+			return nil
+		}
+		l.mu.Unlock()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("store: %s: appends still in flight after %v", l.dir, truncateWait)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // truncateLocked is Truncate with mu held and no append in flight.
