@@ -80,9 +80,9 @@ in sync. --wait bounds the whole handover.`, func(fs *pflag.FlagSet) func(args [
 				return fmt.Errorf("broker %d master %s: %w", *id, addr, err)
 			}
 			if code != protocol.StatusOK {
-				return fmt.Errorf("broker %d master %s: %d %s", *id, addr, code, protocol.Printable(body))
+				return fmt.Errorf("broker %d master %s: %d %s", *id, addr, code, strings.ToValidUTF8(string(body), "?"))
 			}
-			fmt.Fprintf(e.stdout, "broker %d: %s\n", *id, protocol.Printable(body))
+			fmt.Fprintf(e.stdout, "broker %d: %s\n", *id, strings.ToValidUTF8(string(body), "?"))
 			return nil
 		}
 	})

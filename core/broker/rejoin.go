@@ -427,6 +427,12 @@ func (f *failover) switchover() (int, string) {
 	for {
 		d, _, ok, err := f.reg().ReadEpoch()
 		if err == nil && ok && d.Epoch > epoch {
+			for time.Now().Before(wait) { // until the new holder has registered (takes puts)
+				if there, _, err := f.reg().MasterExists(); err == nil && there {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			f.handover.Store(false)
 			f.demote("switchover: " + memberLabel(d.Holder) + " holds epoch " + strconv.FormatInt(d.Epoch, 10))
 			if d.Holder != slave {
