@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/fsutil"
 )
 
@@ -160,7 +161,7 @@ func parseEpochs(data []byte) (*epochBook, error) {
 			}
 			p, err1 := strconv.ParseInt(f[2], 10, 32)
 			off, err2 := strconv.ParseInt(f[3], 10, 64)
-			if err1 != nil || err2 != nil || p < 0 || off < 0 || f[1] == "" {
+			if err1 != nil || err2 != nil || p < 0 || off < 0 || !conf.ValidTopicName(f[1]) {
 				return nil, bad("want start <topic> <partition> <offset>")
 			}
 			eb.entries[len(eb.entries)-1].Starts[partKey{f[1], int32(p)}] = off
@@ -248,7 +249,7 @@ func parseStarts(body []byte) (epoch, current int64, starts map[partKey]int64, e
 		}
 		p, err1 := strconv.ParseInt(f[1], 10, 32)
 		off, err2 := strconv.ParseInt(f[2], 10, 64)
-		if err1 != nil || err2 != nil || p < 0 || off < 0 {
+		if err1 != nil || err2 != nil || p < 0 || off < 0 || !conf.ValidTopicName(f[0]) {
 			return 0, 0, nil, fmt.Errorf("epoch-start: bad line %q", protocolLine(line))
 		}
 		starts[partKey{f[0], int32(p)}] = off
