@@ -512,8 +512,11 @@ func (c *conn) failoverRefuses(r *protocol.Request) bool {
 	default:
 		return false
 	}
+	if c.switchoverRefuses(r) { // rejoin.go
+		return true
+	}
 	if f.role.Load() == foMaster {
-		return c.switchoverRefuses(r) // rejoin.go
+		return false
 	}
 	if r.Op != protocol.OpTransaction {
 		c.b.stats.cmdPut.Add(1)

@@ -204,6 +204,16 @@ func (f *failover) rejoin(addr string) error {
 	if d, _, ok, err := f.reg().ReadEpoch(); err == nil && ok && d.Epoch == cur {
 		who = memberName(b.config().BrokerID, d.Holder)
 	}
+	// The ids the puller and syncs skip below are the logs' own from here
+	// on (a former holder appended past what it had as a slave).
+	for _, t := range b.topicList() {
+		for _, l := range t.parts {
+			sl := s.logState(l)
+			sl.mu.Lock()
+			sl.lastID = l.LastID()
+			sl.mu.Unlock()
+		}
+	}
 	if last > 0 {
 		for _, t := range b.topicList() {
 			for p, l := range t.parts {
@@ -420,7 +430,7 @@ func (f *failover) switchover() (int, string) {
 	}
 	f.handover.Store(true) // fence does not claim again
 	f.fence("switchover to slave " + strconv.Itoa(slave) + " (metaq failover)")
-	f.draining.Store(false)
+	defer f.draining.Store(false) // puts get 503 until this member is a slave
 	// The slave sees ids/<id>/master go and promotes itself (it is named
 	// in sync); then this member rejoins it.
 	wait := time.Now().Add(2*f.st + 5*time.Second)
