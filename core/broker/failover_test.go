@@ -15,6 +15,7 @@ import (
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // TestFailoverInProcess: a sync master with failover and its slave in one
@@ -70,6 +71,23 @@ func TestFailoverInProcess(t *testing.T) {
 	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
 	require.Equal(t, 100, ok, fail)
 
+	// stats epoch-start (rejoin.go): the holder answers where epoch 2
+	// starts; a bad epoch is a 400; a switchover with no slave in sync is
+	// refused.
+	r := sc.roundTrip(t, protocol.AppendStats(nil, "epoch-start:1", 5))
+	require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
+	e, cur, starts, err := parseStarts(r.Body)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), e)
+	require.Equal(t, int64(2), cur)
+	require.Len(t, starts, 2)
+	r = sc.roundTrip(t, protocol.AppendStats(nil, "epoch-start:2", 6))
+	require.Equal(t, "epoch 0 2\n", string(r.Body))
+	require.Equal(t, protocol.StatusBadRequest, sc.roundTrip(t, protocol.AppendStats(nil, "epoch-start:x", 7)).Code)
+	r = sc.roundTrip(t, protocol.AppendStats(nil, "switchover", 8))
+	require.Equal(t, protocol.StatusInternalError, r.Code)
+	require.Contains(t, string(r.Body), "no slave is in sync")
+
 	// A tail the promoted slave never had: a record appended to the old
 	// master's t-0 behind its back (a put it stored but never
 	// acknowledged), past where epoch 2 starts.
@@ -104,9 +122,27 @@ func TestFailoverInProcess(t *testing.T) {
 	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
 	require.Equal(t, 100, ok, fail)
 	requireSameEnds(t, slave, old, "t")
-	// It refuses puts as a slave.
+	// It refuses puts as a slave, and epoch-start as a non-holder.
 	okOld, _ := pipelinedPuts(t, old.Addr(), 2)
 	require.Zero(t, okOld)
+	require.Equal(t, protocol.StatusInternalError, oc.roundTrip(t, protocol.AppendStats(nil, "epoch-start:1", 9)).Code)
+
+	// A switchover (metaq failover) hands the epoch back to it: epoch 3
+	// held by s0, the promoted slave rejoins as slave 1 with nothing to
+	// cut and is named in sync.
+	r = sc.roundTrip(t, protocol.AppendStats(nil, "switchover", 10))
+	require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
+	require.Contains(t, string(r.Body), "slave 0 holds epoch 3")
+	waitFor(t, 20*time.Second, func() error {
+		if v := oc.stats(t, "")["failover_insync"]; v != "s1" {
+			return fmt.Errorf("failover_insync %q", v)
+		}
+		return nil
+	})
+	require.Equal(t, "slave", sc.stats(t, "")["failover_role"])
+	ok, fail = pipelinedPuts(t, old.Addr(), 100)
+	require.Equal(t, 100, ok, fail)
+	requireSameEnds(t, old, slave, "t")
 }
 
 // fixedIDs is an IDSource for entries that carry their ids.
