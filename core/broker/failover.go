@@ -29,7 +29,8 @@ import (
 //   - The master claims the epoch at start (creating the node with epoch 1,
 //     or raising it if it is the holder already) and registers only then
 //     (the registry starts in standby). If a slave holds the epoch, the
-//     master stays in standby: fenced, registered nowhere, refusing puts.
+//     master rejoins it as slave failover_slave_id (rejoin.go), cutting
+//     the tail the holder never had first.
 //   - A holder acknowledges a put only under a lease: after a read of the
 //     epoch node, under the session the epoch was claimed in, shows it
 //     still holds the epoch, acknowledgements may go out until the read's
@@ -52,6 +53,10 @@ import (
 //     unclean_election = true) writes epoch+1 with itself as holder; the
 //     one whose write lands stops pulling, registers as master with
 //     MetaQ's layout and takes puts. A promoted slave refuses every sync.
+//   - A member that takes an epoch records where it starts in each
+//     partition (data_dir/epochs) before it acknowledges anything in it;
+//     a fenced member that does not hold the epoch rejoins the holder as
+//     a slave, cutting its divergent tail (rejoin.go).
 type failover struct {
 	b *Broker
 	// member is this member: -1 the master, N slave N (f.me); the master
