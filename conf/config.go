@@ -241,6 +241,11 @@ type Config struct {
 	// (acknowledged messages it lacks are lost), as Kafka's
 	// unclean.leader.election.enable. Default false.
 	UncleanElection bool `toml:"unclean_election"`
+	// FailoverSlaveID is the slave id the master (slave_id = -1) registers
+	// as when it rejoins as a slave after another member took the epoch
+	// (docs/replication.md, Failover): give it one no slave of the broker
+	// id uses. 0..1023, default 0.
+	FailoverSlaveID int `toml:"failover_slave_id"`
 
 	path  string
 	raw   []byte

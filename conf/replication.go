@@ -40,6 +40,7 @@ func (k *checker) replication(c *Config) {
 	k.intRange("slave_id", int64(c.SlaveID), -1, MaxSlaveID)
 	k.intRange("slave_max_delay", int64(c.SlaveMaxDelay), 1, 60000)
 	k.intRange("sync_timeout", int64(c.SyncTimeout), 1, 600000)
+	k.intRange("failover_slave_id", int64(c.FailoverSlaveID), 0, MaxSlaveID)
 	if c.SlaveGroup != "" && !ValidTopicName(c.SlaveGroup) {
 		k.add("slave_group", "must be a name of letters, digits, '_', '-' and '.', got %q", c.SlaveGroup)
 	}

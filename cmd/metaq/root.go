@@ -37,6 +37,7 @@ var summaries = map[string]string{
 	"topic alter":         "give a topic more partitions",
 	"plugins":             "list the broker's plugin processes",
 	"cluster":             "show brokers and topics registered in ZooKeeper",
+	"failover":            "hand a broker id over to its in-sync slave, losing nothing (maintenance)",
 	"groups":              "list consumer groups with their topics and members",
 	"group":               "describe a consumer group, or reset its offsets",
 	"group describe":      "show a group's members, offsets and lag",
@@ -84,7 +85,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.SetVersionTemplate("metaq {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
 	addGlobalFlags(root.PersistentFlags(), e)
-	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdTopic(e), cmdPlugins(e), cmdCluster(e),
+	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdTopic(e), cmdPlugins(e), cmdCluster(e), cmdFailover(e),
 		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
 	return root
 }

@@ -157,7 +157,7 @@ func (c *conn) authorize(r *protocol.Request) bool {
 // configuration, changes state or lists other users' transactions.
 func adminStats(item string) bool {
 	switch item {
-	case "config", "reset", "transactions":
+	case "config", "reset", "transactions", switchoverItem:
 		return true
 	}
 	// Binding a sync link to an epoch (failover.go) is a sync master's.

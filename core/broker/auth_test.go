@@ -349,7 +349,8 @@ func TestAuth(t *testing.T) {
 					// Group commands name a topic too: without subscribe they are refused.
 					{"nosub", append(append([]op{}, subscribe...), group...), []op{publish, open}},
 					{"nogroup", group, append([]op{publish, open}, subscribe...)},
-					{"alice", admin, append(append([]op{publish, open}, subscribe...), group...)},
+					{"alice", append(append([]op{}, admin...), op{"stats switchover", func(c *authClient) (int, string) { return c.stats("switchover") }}),
+						append(append([]op{publish, open}, subscribe...), group...)},
 					{"root", nil, append(append(append([]op{publish, open}, subscribe...), group...), admin...)},
 				}
 				for _, tc := range cases {

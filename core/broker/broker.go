@@ -227,6 +227,12 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	} else if cfg.Replication == conf.ReplicationSync {
 		b.sync = newSyncMaster(b)
 	}
+	if cfg.Failover && !cfg.IsSlave() {
+		// It rejoins as slave failover_slave_id if another member takes
+		// the epoch (rejoin.go).
+		b.slave = newSlaveState(b)
+		b.slave.id = cfg.FailoverSlaveID
+	}
 	if cfg.Failover {
 		b.fo = newFailover(b)
 		if cfg.IsSlave() {
@@ -553,8 +559,8 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	if tln != nil {
 		b.tlsLn = tls.NewListener(heldListener{tln}, b.tls.listenerConfig())
 	}
-	if b.fo != nil && b.config().IsSlave() {
-		if err := b.fo.checkRejoin(); err != nil { // failover.go
+	if b.fo != nil {
+		if err := b.fo.loadBook(); err != nil { // rejoin.go
 			return err
 		}
 	}
@@ -563,13 +569,15 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 			return err
 		}
 	}
-	if b.slave != nil {
+	switch {
+	case b.fo != nil && b.config().IsSlave():
+		b.fo.startSlave() // rejoin.go: replica.go's loop
+	case b.slave != nil && b.fo == nil:
 		b.wg.Add(1)
 		go b.slave.run() // replica.go
-	}
-	if b.sync != nil && b.slave == nil {
+	case b.sync != nil && b.fo == nil:
 		b.wg.Add(1)
-		go b.sync.run() // syncrepl.go; a failover slave's starts at promotion
+		go b.sync.run() // syncrepl.go; with failover it runs while holding the epoch (become)
 	}
 	if b.fo != nil && !b.config().IsSlave() && b.reg != nil {
 		b.wg.Add(1)

@@ -110,8 +110,8 @@ type dashPage struct {
 
 func (b *Broker) role() string {
 	switch {
-	case b.slave != nil:
-		return "slave " + strconv.Itoa(b.config().SlaveID)
+	case b.copying():
+		return "slave " + strconv.Itoa(b.slave.id)
 	case b.sync != nil:
 		return "master (sync replication)"
 	}
@@ -228,7 +228,7 @@ func (b *Broker) uiCluster(w http.ResponseWriter, r *http.Request) {
 	if b.serving.Load() {
 		v.Addr, v.TLSAddr = b.Addr(), b.TLSAddr()
 	}
-	if b.slave != nil {
+	if b.copying() {
 		v.Slave = kvLines(b.slave.statsLines)
 	}
 	if b.sync != nil {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,7 +29,8 @@ import (
 //   - The master claims the epoch at start (creating the node with epoch 1,
 //     or raising it if it is the holder already) and registers only then
 //     (the registry starts in standby). If a slave holds the epoch, the
-//     master stays in standby: fenced, registered nowhere, refusing puts.
+//     master rejoins it as slave failover_slave_id (rejoin.go), cutting
+//     the tail the holder never had first.
 //   - A holder acknowledges a put only under a lease: after a read of the
 //     epoch node, under the session the epoch was claimed in, shows it
 //     still holds the epoch, acknowledgements may go out until the read's
@@ -53,9 +53,15 @@ import (
 //     unclean_election = true) writes epoch+1 with itself as holder; the
 //     one whose write lands stops pulling, registers as master with
 //     MetaQ's layout and takes puts. A promoted slave refuses every sync.
+//   - A member that takes an epoch records where it starts in each
+//     partition (data_dir/epochs) before it acknowledges anything in it;
+//     a fenced member that does not hold the epoch rejoins the holder as
+//     a slave, cutting its divergent tail (rejoin.go).
 type failover struct {
-	b       *Broker
-	member  int // -1: the master; N: slave N
+	b *Broker
+	// member is this member: -1 the master, N slave N (f.me); the master
+	// becomes slave failover_slave_id when it rejoins (demote).
+	member  atomic.Int32
 	st      time.Duration
 	unclean bool
 
@@ -70,6 +76,20 @@ type failover struct {
 	known atomic.Int64
 	// clearing is set while clearInSyncSoon runs.
 	clearing atomic.Bool
+	// rejoin.go: the epochs recorded in data_dir/epochs (under bookMu);
+	// starting while a promoted slave records its epoch (puts refused),
+	// draining while a switchover waits for the slave (puts refused),
+	// handing while one runs, handover once it fenced this member (no
+	// claim again); the loops running.
+	bookMu       sync.Mutex
+	book         *epochBook
+	starting     atomic.Bool
+	draining     atomic.Bool
+	handing      atomic.Bool
+	handover     atomic.Bool
+	claiming     atomic.Bool
+	slaveRunning atomic.Bool
+	syncRunning  atomic.Bool
 
 	mu     sync.Mutex   // serialises this member's epoch writes
 	claims atomic.Int64 // claims made; a lease loop serves the latest
@@ -90,8 +110,9 @@ const (
 )
 
 func newFailover(b *Broker) *failover {
-	f := &failover{b: b, member: b.config().SlaveID, st: time.Duration(b.config().ZooKeeper.SessionTimeout) * time.Millisecond,
+	f := &failover{b: b, st: time.Duration(b.config().ZooKeeper.SessionTimeout) * time.Millisecond,
 		unclean: b.config().UncleanElection}
+	f.member.Store(int32(b.config().SlaveID))
 	if b.config().IsSlave() {
 		f.role.Store(foSlave)
 	} else {
@@ -99,10 +120,14 @@ func newFailover(b *Broker) *failover {
 		f.setWhy("not holding the epoch yet")
 	}
 	f.insync.Store(-1)
+	f.book = &epochBook{}
 	return f
 }
 
 func (f *failover) setWhy(s string) { f.why.Store(&s) }
+
+// me is this member (-1: the master; N: slave N).
+func (f *failover) me() int { return int(f.member.Load()) }
 
 func memberLabel(n int) string {
 	if n < 0 {
@@ -140,7 +165,7 @@ func (f *failover) refusal() string {
 	if f.role.Load() == foMaster {
 		why = "no valid ZooKeeper lease on epoch " + strconv.FormatInt(f.epoch.Load(), 10)
 	}
-	return "fenced: broker " + strconv.Itoa(f.b.config().BrokerID) + " member " + memberLabel(f.member) + " does not acknowledge puts (" + why + ")"
+	return "fenced: broker " + strconv.Itoa(f.b.config().BrokerID) + " member " + memberLabel(f.me()) + " does not acknowledge puts (" + why + ")"
 }
 
 // claimAtStart is the claim loop of the master at start, and of a holder
@@ -151,7 +176,11 @@ func (f *failover) refusal() string {
 func (f *failover) claimAtStart() {
 	b := f.b
 	defer b.wg.Done()
-	for !b.closed.Load() {
+	if !f.claiming.CompareAndSwap(false, true) {
+		return
+	}
+	defer f.claiming.Store(false)
+	for !b.closed.Load() && f.role.Load() == foStandby {
 		reg := f.reg()
 		if reg == nil {
 			return
@@ -168,23 +197,30 @@ func (f *failover) claimAtStart() {
 		}
 		d, ver, ok, err := reg.ReadEpoch()
 		if err == nil {
-			next := zkpath.EpochData{Epoch: 1, Holder: f.member, InSync: -1}
+			next := zkpath.EpochData{Epoch: 1, Holder: f.me(), InSync: -1}
 			switch {
-			case !ok && f.member >= 0:
+			case !ok && f.me() >= 0:
 				msg := "the epoch node is gone; this member stays fenced in standby"
+				f.setWhy(msg)
+				b.logf("failover: %s", msg)
+				return
+			case !ok && f.book.last() > 0:
+				msg := "the epoch node is gone, but this data directory held epoch " + strconv.FormatInt(f.book.last(), 10) + "; this member stays fenced in standby"
 				f.setWhy(msg)
 				b.logf("failover: %s", msg)
 				return
 			case !ok:
 				err = reg.WriteEpoch(next, 0, true)
-			case d.Holder == f.member:
-				next = zkpath.EpochData{Epoch: d.Epoch + 1, Holder: f.member, InSync: d.InSync}
+			case f.me() < 0 && d.Holder == b.config().FailoverSlaveID:
+				// This master rejoined as slave failover_slave_id and took
+				// the epoch as such before its restart.
+				f.member.Store(int32(d.Holder))
+				fallthrough
+			case d.Holder == f.me():
+				next = zkpath.EpochData{Epoch: d.Epoch + 1, Holder: f.me(), InSync: d.InSync}
 				err = reg.WriteEpoch(next, ver, false)
 			default:
-				msg := "epoch " + d.String() + " is held by " + memberLabel(d.Holder) +
-					"; this member stays fenced in standby (restart it as a slave on an empty data directory to copy from the holder)"
-				f.setWhy(msg)
-				b.logf("failover: %s", msg)
+				f.demote("epoch " + d.String() + " is held by " + memberLabel(d.Holder)) // rejoin.go
 				return
 			}
 			if err == nil && reg.SessionID() == sess && sess != 0 {
@@ -206,6 +242,11 @@ func (f *failover) claimAtStart() {
 // become makes this member the holder of epoch d, claimed under sess with
 // the read sent at t0.
 func (f *failover) become(reg *registry.Registry, d zkpath.EpochData, sess int64, t0 int64) {
+	// Where epoch d starts, recorded before anything is acknowledged in
+	// it (rejoin.go).
+	if err := f.recordHeld(d.Epoch); err != nil {
+		f.b.logf("failover: ERROR: recording where epoch %d starts in %s: %v (a former holder rejoining this one may keep a divergent tail)", d.Epoch, epochsFile, err)
+	}
 	f.mu.Lock()
 	f.epoch.Store(d.Epoch)
 	f.sess.Store(sess)
@@ -217,9 +258,11 @@ func (f *failover) become(reg *registry.Registry, d zkpath.EpochData, sess int64
 		f.b.logf("failover: ERROR: writing %s: %v", heldFile, err)
 	}
 	reg.Promote()
-	f.b.logf("failover: member %s of broker %d holds epoch %d (%s); registering as master", memberLabel(f.member), f.b.config().BrokerID, d.Epoch, d)
+	f.starting.Store(false)
+	f.b.logf("failover: member %s of broker %d holds epoch %d (%s); registering as master", memberLabel(f.me()), f.b.config().BrokerID, d.Epoch, d)
 	f.b.wg.Add(1)
 	go f.leaseLoop(f.claims.Add(1))
+	f.startSync() // rejoin.go
 }
 
 // leaseLoop renews the holder's lease until it is fenced or the broker
@@ -255,7 +298,7 @@ func (f *failover) renew() {
 		f.fence("its ZooKeeper session expired")
 	case !ok:
 		f.fence("the epoch node is gone")
-	case d.Epoch != f.epoch.Load() || d.Holder != f.member:
+	case d.Epoch != f.epoch.Load() || d.Holder != f.me():
 		f.fence("the epoch node says " + d.String() + ", this member held epoch " + strconv.FormatInt(f.epoch.Load(), 10))
 	default:
 		f.lease.Store(t0 + int64(f.st/2))
@@ -276,19 +319,23 @@ func (f *failover) fence(why string) {
 	if reg := f.reg(); reg != nil {
 		reg.Fence()
 	}
-	f.b.logf("failover: FENCED: member %s of broker %d acknowledges nothing more: %s; registered nowhere (restart it as a slave to rejoin)",
-		memberLabel(f.member), f.b.config().BrokerID, why)
+	f.b.logf("failover: FENCED: member %s of broker %d acknowledges nothing more: %s; registered nowhere until it claims the epoch again or rejoins as a slave",
+		memberLabel(f.me()), f.b.config().BrokerID, why)
+	if !f.handover.Load() && !f.b.closed.Load() {
+		f.b.wg.Add(1)
+		go f.claimAtStart() // holding it still: claim again; else rejoin as a slave
+	}
 }
 
 // onExpired is the registry's FenceOnExpiry callback: fenced, it claims
 // again if nobody else claimed meanwhile.
 func (f *failover) onExpired() {
 	f.fence("its ZooKeeper session expired")
-	if f.b.closed.Load() {
+	if f.b.closed.Load() || f.handover.Load() || f.role.Load() != foStandby {
 		return
 	}
 	f.b.wg.Add(1)
-	go f.claimAtStart()
+	go f.claimAtStart() // one runs at a time
 }
 
 // setInSync writes insync = slave (-1: none) to the epoch node as the
@@ -307,7 +354,7 @@ func (f *failover) setInSync(slave int) error {
 		f.mu.Unlock()
 		return err
 	}
-	if !ok || d.Epoch != f.epoch.Load() || d.Holder != f.member {
+	if !ok || d.Epoch != f.epoch.Load() || d.Holder != f.me() {
 		f.mu.Unlock()
 		f.fence("the epoch node says " + d.String())
 		return errors.New("fenced")
@@ -370,7 +417,7 @@ func (f *failover) elect() bool {
 	d, ver, ok, err := reg.ReadEpoch()
 	say := func(msg string) {
 		if msg != f.logged {
-			b.logf("failover: slave %d: %s", f.member, msg)
+			b.logf("failover: slave %d: %s", f.me(), msg)
 			f.logged = msg
 		}
 	}
@@ -381,7 +428,7 @@ func (f *failover) elect() bool {
 	case !ok:
 		say("no epoch node: the master never claimed an epoch (is failover = true on it?); not promoting")
 		return false
-	case d.InSync != f.member && !f.unclean:
+	case d.InSync != f.me() && !f.unclean:
 		say("epoch " + d.String() + ": this slave is not the one in sync; not promoting (unclean_election = false)")
 		return false
 	}
@@ -399,7 +446,7 @@ func (f *failover) elect() bool {
 	if there, _, err := reg.MasterExists(); err != nil || there {
 		return false
 	}
-	next := zkpath.EpochData{Epoch: d.Epoch + 1, Holder: f.member, InSync: -1}
+	next := zkpath.EpochData{Epoch: d.Epoch + 1, Holder: f.me(), InSync: -1}
 	if err := reg.WriteEpoch(next, ver, false); err != nil {
 		if !errors.Is(err, registry.ErrEpochChanged) {
 			say("writing the epoch: " + err.Error())
@@ -409,13 +456,18 @@ func (f *failover) elect() bool {
 	if reg.SessionID() != sess {
 		return false // the lease loop of a later claim would fence it anyway
 	}
-	if d.InSync != f.member {
+	if d.InSync != f.me() {
 		b.logf("failover: slave %d: UNCLEAN election (unclean_election = true): epoch %s named slave %s in sync; acknowledged messages this slave lacks are lost",
-			f.member, d, memberLabel(d.InSync))
+			f.me(), d, memberLabel(d.InSync))
 	}
 	// The puller has stopped (elect runs in its loop); syncs are refused
 	// from here on, under the partitions' locks.
 	f.mu.Lock()
+	f.starting.Store(true) // puts wait until the epoch's starts are recorded
+	if b.sync != nil {
+		b.sync.degrade = true // acknowledge alone until a slave is in sync (read after role, an atomic)
+	}
+	f.epoch.Store(next.Epoch)
 	f.role.Store(foMaster) // handleSync refuses from now on
 	f.mu.Unlock()
 	b.slave.logsMu.Lock()
@@ -425,11 +477,7 @@ func (f *failover) elect() bool {
 	}
 	b.slave.logsMu.Unlock()
 	b.slave.master.Store(nil)
-	f.become(reg, next, sess, t0)
-	if b.sync != nil {
-		b.wg.Add(1)
-		go b.sync.run() // ship to the slaves that join
-	}
+	f.become(reg, next, sess, t0) // and ships to the slaves that join
 	return true
 }
 
@@ -439,6 +487,9 @@ func (f *failover) statsLines(kv func(k string, v any)) {
 	switch f.role.Load() {
 	case foMaster:
 		role = "master"
+		if f.starting.Load() {
+			role = "promoting" // recording where its epoch starts; no puts yet
+		}
 	case foStandby:
 		role = "fenced"
 	}
@@ -469,6 +520,9 @@ func (c *conn) failoverRefuses(r *protocol.Request) bool {
 	case protocol.OpPut, protocol.OpMPut, protocol.OpTransaction:
 	default:
 		return false
+	}
+	if c.switchoverRefuses(r) { // rejoin.go
+		return true
 	}
 	if f.role.Load() == foMaster {
 		return false
@@ -558,8 +612,9 @@ func (f *failover) learnEpoch() {
 
 // heldFile, in data_dir, records that this data directory held an epoch:
 // its tail may have diverged from the next holder's (messages stored but
-// never acknowledged), and truncating it is not built yet, so a failover
-// slave refuses to start on it.
+// never acknowledged). A rejoin (rejoin.go) cuts that tail and deletes
+// it; without data_dir/epochs (written before epochs were recorded) a
+// failover member refuses to start on it.
 const heldFile = "failover-held"
 
 // markHeld writes heldFile (synced) before this member acknowledges
@@ -570,7 +625,7 @@ func (f *failover) markHeld(d zkpath.EpochData) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(fh, "broker %d member %s held epoch %d\n", f.b.config().BrokerID, memberLabel(f.member), d.Epoch)
+	_, err = fmt.Fprintf(fh, "broker %d member %s held epoch %d\n", f.b.config().BrokerID, memberLabel(f.me()), d.Epoch)
 	if err == nil {
 		err = fh.Sync()
 	}
@@ -578,19 +633,4 @@ func (f *failover) markHeld(d zkpath.EpochData) error {
 		err = cerr
 	}
 	return err
-}
-
-// checkRejoin refuses a failover slave whose data directory held an epoch.
-func (f *failover) checkRejoin() error {
-	path := filepath.Join(f.b.config().DataDir, heldFile)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("failover: %w", err)
-	}
-	return fmt.Errorf("failover: %s says %q: this data directory was a master's, and its tail may hold messages the next master never had; "+
-		"rejoining as a slave on it needs truncating that tail, which is not built yet: move the data directory away and start the slave on an empty one (it copies everything afresh)",
-		path, strings.TrimSpace(string(data)))
 }

@@ -3,21 +3,29 @@ package broker
 import (
 	"fmt"
 	"net"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // TestFailoverInProcess: a sync master with failover and its slave in one
 // process (for the race detector): the slave gets named in sync, the
 // master closes (its nodes go at once), the slave promotes itself at
 // epoch 2 and takes puts alone, refuses syncs, and names a new slave in
-// sync once it has joined; the closed master's data directory is refused
-// as a failover slave's.
+// sync once it has joined; the old master, restarted on its own data
+// directory with a tail the new holder never had, cuts that tail, rejoins
+// as slave 0 and gets named in sync, its copy equal to the holder's.
 func TestFailoverInProcess(t *testing.T) {
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/failover-inproc-%d", time.Now().UnixNano())
@@ -64,29 +72,222 @@ func TestFailoverInProcess(t *testing.T) {
 	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
 	require.Equal(t, 100, ok, fail)
 
-	// The old master's directory may hold a tail nobody acknowledged.
-	cfg := conf.Default()
-	cfg.DataDir, cfg.SlaveID, cfg.Failover = mdir, 1, true
-	cfg.ZooKeeper.Connect, cfg.ZooKeeper.Root, cfg.BrokerID = zkAddr, root, 3
-	cfg.Topics = []conf.Topic{{Name: "t"}}
-	cfg.NumPartitions = 2
-	b, err := New(cfg, Options{Logf: t.Logf})
+	// stats epoch-start (rejoin.go): the holder answers where epoch 2
+	// starts; a bad epoch is a 400; a switchover with no slave in sync is
+	// refused.
+	r := sc.roundTrip(t, protocol.AppendStats(nil, "epoch-start:1", 5))
+	require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
+	e, cur, starts, err := parseStarts(r.Body)
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	err = b.Serve(ln)
-	require.ErrorContains(t, err, "failover-held")
-	ln.Close()
-	b.Close()
+	require.Equal(t, int64(2), e)
+	require.Equal(t, int64(2), cur)
+	require.Len(t, starts, 2)
+	r = sc.roundTrip(t, protocol.AppendStats(nil, "epoch-start:2", 6))
+	require.Equal(t, "epoch 0 2\n", string(r.Body))
+	require.Equal(t, protocol.StatusBadRequest, sc.roundTrip(t, protocol.AppendStats(nil, "epoch-start:x", 7)).Code)
+	r = sc.roundTrip(t, protocol.AppendStats(nil, "switchover", 8))
+	require.Equal(t, protocol.StatusInternalError, r.Code)
+	require.Contains(t, string(r.Body), "no slave is in sync")
 
-	s2 := replBroker(t, zkAddr, root, t.TempDir(), "", 2, fo)
+	// A tail the promoted slave never had: a record appended to the old
+	// master's t-0 behind its back (a put it stored but never
+	// acknowledged), past where epoch 2 starts.
+	l, err := store.Open(filepath.Join(mdir, "t-0"), store.Options{IDs: fixedIDs{}})
+	require.NoError(t, err)
+	tail := []byte("never acknowledged")
+	_, tailAt, err := l.AppendSync([]store.Entry{{ID: 1 << 50, CRC: message.Checksum(tail), Data: tail}})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	require.FileExists(t, filepath.Join(mdir, "failover-held"))
+
+	// The old master restarts on its own data directory: a slave holds
+	// the epoch, so it rejoins as slave failover_slave_id (0), cutting its
+	// tail from where epoch 2 starts on the holder, and gets named in sync.
+	var logs logLines
+	old := replBrokerOpts(t, zkAddr, root, mdir, "", -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync },
+		Options{Logf: logs.logf(t)})
+	oc := dialRaw(t, old.Addr())
 	waitFor(t, 20*time.Second, func() error {
-		if v := sc.stats(t, "")["failover_insync"]; v != "s2" {
+		if v := sc.stats(t, "")["failover_insync"]; v != "s0" {
 			return fmt.Errorf("failover_insync %q", v)
 		}
 		return nil
 	})
+	ost := oc.stats(t, "")
+	require.Equal(t, "slave", ost["failover_role"])
+	require.Equal(t, "true", ost["slave"])
+	require.Equal(t, "0", ost["slave_id"])
+	require.True(t, logs.contains(fmt.Sprintf("partition t-0: cut %d bytes %d..", message.HeaderSize+len("never acknowledged"), tailAt)), "no cut logged")
+	require.True(t, logs.contains("never acknowledged (epoch 2 starts at "+fmt.Sprint(tailAt)+" on broker 3 slave 1)"), "cut line")
+	require.NoFileExists(t, filepath.Join(mdir, "failover-held"))
 	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
 	require.Equal(t, 100, ok, fail)
-	requireSameEnds(t, slave, s2, "t")
+	requireSameEnds(t, slave, old, "t")
+	// It refuses puts as a slave, and epoch-start as a non-holder.
+	okOld, _ := pipelinedPuts(t, old.Addr(), 2)
+	require.Zero(t, okOld)
+	require.Equal(t, protocol.StatusInternalError, oc.roundTrip(t, protocol.AppendStats(nil, "epoch-start:1", 9)).Code)
+
+	// A switchover (metaq failover) hands the epoch back to it: epoch 3
+	// held by s0, the promoted slave rejoins as slave 1 with nothing to
+	// cut and is named in sync.
+	r = sc.roundTrip(t, protocol.AppendStats(nil, "switchover", 10))
+	require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
+	require.Contains(t, string(r.Body), "slave 0 holds epoch 3")
+	waitFor(t, 20*time.Second, func() error {
+		if v := oc.stats(t, "")["failover_insync"]; v != "s1" {
+			return fmt.Errorf("failover_insync %q", v)
+		}
+		return nil
+	})
+	require.Equal(t, "slave", sc.stats(t, "")["failover_role"])
+	ok, fail = pipelinedPuts(t, old.Addr(), 100)
+	require.Equal(t, 100, ok, fail)
+	requireSameEnds(t, old, slave, "t")
+}
+
+// fixedIDs is an IDSource for entries that carry their ids.
+type fixedIDs struct{}
+
+func (fixedIDs) Next(int) int64 { panic("entries carry ids") }
+
+// logLines collects a broker's log lines.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logf(t testing.TB) func(string, ...any) {
+	return func(format string, args ...any) {
+		s := fmt.Sprintf(format, args...)
+		l.mu.Lock()
+		l.lines = append(l.lines, s)
+		l.mu.Unlock()
+		t.Log(s)
+	}
+}
+
+func (l *logLines) contains(sub string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.lines {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFailoverRejoinCutsTail: a divergent tail made by the network. The
+// links between a sync master (failover) and its in-sync slave go through
+// fault proxies (internal/faultnet) both ways; they hold, then cut, while
+// 64 puts are in flight: none is acknowledged (the slave never got them),
+// but the master stored the ones it had shipped. The master stops, the
+// slave promotes itself at its own end and takes puts; the old master,
+// restarted on its own data directory, cuts exactly that tail (logged,
+// bytes > 0), rejoins as slave 0, gets named in sync, and its copy ends
+// equal to the holder's.
+func TestFailoverRejoinCutsTail(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/failover-cut-%d", time.Now().UnixNano())
+	fo := func(c *conf.Config) {
+		c.Failover = true
+		c.ZooKeeper.SessionTimeout = 2000
+		c.SyncTimeout = 500
+	}
+	var mu sync.Mutex
+	via := map[string]string{} // peer address -> its proxy
+	to := func(a string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if p, ok := via[a]; ok {
+			return p
+		}
+		return a
+	}
+	// Both addresses are chosen first, so that every link goes through a
+	// proxy from the start.
+	freeAddr := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	maddr, saddr := freeAddr(), freeAddr()
+	toMaster, err := faultnet.Start(maddr)
+	require.NoError(t, err)
+	defer toMaster.Close()
+	toSlave, err := faultnet.Start(saddr)
+	require.NoError(t, err)
+	defer toSlave.Close()
+	mu.Lock()
+	via[maddr], via[saddr] = toMaster.Addr(), toSlave.Addr()
+	mu.Unlock()
+	mdir := t.TempDir()
+	master := replBrokerOpts(t, zkAddr, root, mdir, maddr, -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync },
+		Options{Logf: t.Logf, replAddr: to})
+	slave := replBrokerOpts(t, zkAddr, root, t.TempDir(), saddr, 1, fo, Options{Logf: t.Logf, replAddr: to})
+	mc := dialRaw(t, master.Addr())
+	waitFor(t, 15*time.Second, func() error {
+		if v := mc.stats(t, "")["failover_insync"]; v != "s1" {
+			return fmt.Errorf("failover_insync %q", v)
+		}
+		return nil
+	})
+	ok, fail := pipelinedPuts(t, master.Addr(), 200)
+	require.Equal(t, 200, ok, fail)
+
+	toMaster.Hold()
+	toSlave.Hold()
+	ok, fail = pipelinedPuts(t, master.Addr(), 64)
+	require.Zero(t, ok, "puts acknowledged while the slave got nothing")
+	require.Contains(t, fail, "Slave is disconnected")
+	toMaster.Cut(true)
+	toSlave.Cut(true)
+	ends := map[int]int64{}
+	for p, l := range master.topics["t"].parts {
+		ends[p] = l.MaxOffset()
+	}
+	require.NoError(t, master.Close())
+
+	sc := dialRaw(t, slave.Addr())
+	waitFor(t, 15*time.Second, func() error {
+		if v := sc.stats(t, "")["failover_role"]; v != "master" {
+			return fmt.Errorf("failover_role %q", v)
+		}
+		return nil
+	})
+	cut := int64(0)
+	for p, l := range slave.topics["t"].parts {
+		require.LessOrEqual(t, l.MaxOffset(), ends[p])
+		cut += ends[p] - l.MaxOffset()
+	}
+	require.Positive(t, cut, "the master stored nothing the slave lacks: no tail to cut")
+	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
+	require.Equal(t, 100, ok, fail)
+
+	var logs logLines
+	old := replBrokerOpts(t, zkAddr, root, mdir, "", -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync },
+		Options{Logf: logs.logf(t)})
+	waitFor(t, 20*time.Second, func() error {
+		if v := sc.stats(t, "")["failover_insync"]; v != "s0" {
+			return fmt.Errorf("failover_insync %q", v)
+		}
+		return nil
+	})
+	logged := int64(0)
+	logs.mu.Lock()
+	for _, line := range logs.lines {
+		var part string
+		var n, from, upTo int64
+		if _, err := fmt.Sscanf(line, "failover: partition %s cut %d bytes %d..%d never acknowledged", &part, &n, &from, &upTo); err == nil {
+			logged += n
+		}
+	}
+	logs.mu.Unlock()
+	require.Equal(t, cut, logged, "bytes cut (logged) against bytes the promoted slave never had")
+	t.Logf("the old master held %d bytes the promoted slave never had; it cut %d", cut, logged)
+	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
+	require.Equal(t, 100, ok, fail)
+	requireSameEnds(t, slave, old, "t")
 }

@@ -77,7 +77,7 @@ func (b *Broker) replicaCheck() (readyCheck, bool) {
 		ok, d := f()
 		return readyCheck{Name: "replica", OK: ok, Detail: d}, true
 	}
-	if b.slave != nil {
+	if b.copying() {
 		ok, d := b.slaveReady()
 		return readyCheck{Name: "replica", OK: ok, Detail: d}, true
 	}
@@ -91,7 +91,7 @@ func (b *Broker) collectReplication(gauge func(d *promDesc, v float64, labels ..
 		gauge(dFoEpoch, float64(statInt(m, "epoch")))
 		gauge(dFoRole, 1, m["failover_role"])
 	}
-	if b.slave != nil {
+	if b.copying() {
 		gauge(dReplRole, 1, "slave")
 		m := statsMap(b.slave.statsLines)
 		connected := 0.0

@@ -81,6 +81,14 @@ func (c *conn) handleStats(r *protocol.Request) {
 		c.bindSyncEpoch(e, r.Opaque) // failover.go
 		return
 	}
+	if e, ok := strings.CutPrefix(item, epochStartItem); ok {
+		c.epochStart(e, r.Opaque) // rejoin.go
+		return
+	}
+	if item == switchoverItem {
+		c.switchover(r.Opaque) // rejoin.go
+		return
+	}
 	switch item {
 	case "":
 		b.writeSummary(&sb)
@@ -192,7 +200,7 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	} else {
 		kv("epoch", 0) // no failover, no epoch (docs/replication.md)
 	}
-	if b.slave != nil {
+	if b.copying() {
 		b.slave.statsLines(kv) // replica.go
 	} else {
 		kv("replication", b.config().Replication)

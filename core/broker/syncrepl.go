@@ -262,6 +262,7 @@ type syncLink struct {
 	id   int64
 	nc   net.Conn
 	addr string
+	tls  bool // the slave is TLS-only (its control connections dial TLS too)
 
 	wmu sync.Mutex // frames are written whole, in ship order
 	w   *bufio.Writer
@@ -428,7 +429,7 @@ func (sm *syncMaster) run() {
 	reg := b.reg
 	b.mu.RUnlock()
 	logged := ""
-	for !b.closed.Load() {
+	for !b.closed.Load() && sm.syncActive() { // rejoin.go
 		slaves, watch, err := reg.Slaves()
 		if err != nil || len(slaves) == 0 {
 			msg := "no slave registered"
@@ -491,7 +492,7 @@ func (sm *syncMaster) dial(s registry.SlaveNode) (*syncLink, error) {
 			return nil, err
 		}
 	}
-	lk := &syncLink{sm: sm, id: sm.linkSeq.Add(1), nc: nc, addr: s.Addr, w: bufio.NewWriterSize(nc, 64<<10),
+	lk := &syncLink{sm: sm, id: sm.linkSeq.Add(1), nc: nc, addr: s.Addr, tls: s.TLS, w: bufio.NewWriterSize(nc, 64<<10),
 		pending: map[int32]pendingSync{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	go lk.readLoop()
 	go lk.flusher()
@@ -569,6 +570,9 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 		case <-b.done:
 			return
 		case <-tk.C:
+			if !sm.syncActive() {
+				return
+			}
 		}
 	}
 }

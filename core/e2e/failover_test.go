@@ -238,8 +238,9 @@ func foRounds() int {
 // producers succeed again within session timeout + 2 s, every
 // acknowledged message is on the new holder exactly once at its
 // acknowledged offset, and the acks' epochs never overlap. The killed
-// broker comes back as a new slave with an empty data directory (a
-// rejoin that keeps its data, truncating a divergent tail, is not built).
+// broker comes back on its own data directory, cuts any tail the new
+// holder never had, rejoins as a slave, gets named in sync, and its copy
+// equals the holder's.
 func TestSyncFailoverKill9(t *testing.T) {
 	failoverRounds(t, foRounds(), func(round int, took time.Duration) {
 		require.Less(t, took, foSession+2*time.Second, "round %d: producers did not succeed again within session timeout + 2 s", round)
@@ -268,7 +269,6 @@ func failoverRounds(t testing.TB, rounds int, took func(round int, d time.Durati
 	waitStat(t, holder, "failover_insync", "s1", 20*time.Second)
 	h := queuecheck.New()
 	var all []foAck
-	nextSlave := 2
 	for round := 1; round <= rounds; round++ {
 		load := startFoLoad(t, c, h, fmt.Sprintf("r%d", round))
 		// A random moment under load: 300 ms to 1.3 s in.
@@ -289,31 +289,57 @@ func failoverRounds(t testing.TB, rounds int, took func(round int, d time.Durati
 		if round == rounds {
 			break
 		}
-		if round == 1 {
-			// Its own data directory may hold a divergent tail: a failover
-			// slave refuses to start on it.
-			back := &replNode{c: c, ID: 1, Slave: 9, Port: holder.Port, Addr: holder.Addr, DataDir: holder.DataDir}
-			err := back.launch()
-			require.Error(t, err, "a slave started on a former master's data directory")
-			require.Contains(t, err.Error(), "failover-held")
+		// The killed broker comes back on its own data directory, with its
+		// own arguments: a slave holds the epoch, so it cuts any tail the
+		// new holder never had, rejoins as a slave (the master as slave
+		// failover_slave_id, 0) and gets named in sync; its copy ends equal
+		// to the holder's. The next round kills the new holder.
+		holder.restart(t)
+		back := holder.Slave
+		if back < 0 {
+			back = 0
 		}
-		// The killed broker returns as a new, empty slave; the next round
-		// kills the new holder once that slave is in sync.
-		holder = slave
-		slave = startRepl(t, c, 1, nextSlave, filepath.Join(c.dir, fmt.Sprintf("b1-r%d", round)))
-		waitStat(t, holder, "failover_insync", "s"+strconv.Itoa(nextSlave), 30*time.Second)
+		waitStat(t, slave, "failover_insync", "s"+strconv.Itoa(back), 30*time.Second)
+		checkRejoined(t, h, slave, holder)
 		if round == 1 {
-			checkSyncFenced(t, slave, epoch+1)
+			checkSyncFenced(t, holder, epoch+1)
 		}
-		nextSlave++
+		holder, slave = slave, holder
 	}
+}
+
+// checkRejoined checks a former holder rejoined as slave of holder:
+// it says so, it caught up, and its copy of every partition is the
+// holder's record for record (offsets, ids, bytes), every acknowledged
+// message on it exactly once; it logs what the rejoin cut.
+func checkRejoined(t testing.TB, h *queuecheck.History, holder, back *replNode) {
+	t.Helper()
+	st := back.stats(t)
+	require.Equal(t, "slave", st["failover_role"], "%s after its rejoin", back)
+	require.Equal(t, "true", st["slave"])
+	require.True(t, back.logContains("copies from broker 1"), "%s did not log its rejoin", back)
+	require.NoFileExists(t, filepath.Join(back.DataDir, "failover-held"))
+	waitCaughtUp(t, holder, back, 20*time.Second)
+	n := compareCopies(t, holder, back)
+	checkOn(t, h, back)
+	var cuts []string
+	if p := back.current(); p != nil {
+		for _, line := range strings.Split(p.Logs.String(), "\n") {
+			if strings.Contains(line, "never acknowledged") {
+				cuts = append(cuts, line[max(0, strings.Index(line, "partition ")):])
+			}
+		}
+	}
+	t.Logf("%s rejoined %s: %d records equal; cuts: %d %v", back, holder, n, len(cuts), cuts)
 }
 
 // TestSyncFailoverPausedMaster: a master stopped with SIGSTOP past the
 // session timeout loses the epoch to its in-sync slave; after SIGCONT it
 // acknowledges nothing (its lease has run out, its session has expired,
-// the promoted slave refuses its syncs), reports itself fenced and
-// unregisters.
+// the promoted slave refuses its syncs), reports itself fenced, and
+// rejoins by itself as slave 0: it cuts any tail the promoted slave never
+// had, gets named in sync, and its copy equals the promoted slave's, with
+// every acknowledged message on both exactly once.
 func TestSyncFailoverPausedMaster(t *testing.T) {
 	c := startCluster(t, clusterSpec{Config: failoverConfig(), SessionTimeout: foSession})
 	master := startRepl(t, c, 1, -1, "")
@@ -339,15 +365,17 @@ func TestSyncFailoverPausedMaster(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "%s did not report itself fenced after SIGCONT", master)
 		time.Sleep(20 * time.Millisecond)
 	}
-	st := master.stats(t)
-	require.Equal(t, "fenced", st["failover_role"])
-	// A put straight to the old master is refused.
+	// A put straight to the old master is refused (fenced, or already a
+	// read-only slave).
 	cl := dial(t, master.Addr)
 	r, err := cl.put("repl", 0, []byte("after-resume"))
 	cl.close()
 	require.NoError(t, err)
-	require.Equal(t, protocol.StatusInternalError, r.Code, "old master answered %v", r)
-	require.Contains(t, string(r.Body), "fenced")
+	require.NotEqual(t, protocol.StatusOK, r.Code, "old master answered %v", r)
+	// By itself it rejoins the promoted slave as slave 0 (cutting any tail
+	// the promoted slave never had) and gets named in sync, under load.
+	waitStat(t, slave, "failover_insync", "s0", 30*time.Second)
+	require.True(t, master.logContains("rejoins as slave 0"), "%s did not log its rejoin", master)
 	time.Sleep(500 * time.Millisecond)
 	load.halt()
 	for _, a := range load.acks {
@@ -355,6 +383,7 @@ func TestSyncFailoverPausedMaster(t *testing.T) {
 	}
 	checkOn(t, h, slave)
 	checkEpochs(t, load.acks)
+	checkRejoined(t, h, slave, master)
 	ok, _, err := c.zkConn().Exists(zkpath.Master(c.Root, 1))
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -18,6 +18,7 @@ const (
 	roleAsOpened = iota
 	roleMaster
 	roleNone
+	roleSlave
 )
 
 // ErrEpochChanged is WriteEpoch's error when the epoch node is not at the
@@ -88,9 +89,25 @@ func (r *Registry) Fence() {
 	r.nudge()
 }
 
-// applyRole applies a Promote or Fence (the loop goroutine).
+// Demote switches the registration to slave slaveID of the broker id
+// (ids/<id>/slave<N>, its topics as <id>-s<N>): a failover member that
+// lost the epoch rejoins as a slave. It does not wait.
+func (r *Registry) Demote(slaveID int) {
+	r.demoteTo.Store(int32(slaveID))
+	r.role.Store(roleSlave)
+	r.gen.Add(1)
+	r.nudge()
+}
+
+// applyRole applies a Promote, Fence or Demote (the loop goroutine).
 func (r *Registry) applyRole() {
 	switch r.role.Load() {
+	case roleSlave:
+		n := int(r.demoteTo.Load())
+		if !r.opts.Slave || r.opts.Standby || r.opts.SlaveID != n {
+			r.opts.Slave, r.opts.Standby, r.opts.SlaveID = true, false, n
+			r.self = zkpath.Slave(r.root, r.opts.BrokerID, n)
+		}
 	case roleMaster:
 		if r.opts.Slave || r.opts.Standby {
 			r.opts.Slave, r.opts.Standby = false, false

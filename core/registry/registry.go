@@ -150,6 +150,8 @@ type Registry struct {
 	// role is the wanted role (roleAsOpened, roleMaster, roleNone), set by
 	// Promote and Fence and applied by the loop.
 	role atomic.Int32
+	// demoteTo is the slave id of roleSlave (Demote).
+	demoteTo atomic.Int32
 
 	mu     sync.Mutex
 	topics map[string]Topic

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/metaq-go/metaq/sdk/cluster"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+func cmdFailover(e *env) *cobra.Command {
+	return leaf(e, "failover", "failover --broker-id N [--zk CONNECT] [--root /meta] [--wait 1m]", `
+Hand broker id N over from its master to its in-sync slave, losing nothing
+(for maintenance; needs failover = true, docs/replication.md, "Switchover").
+The master registered in <root>/brokers/ids/N/master is sent "stats
+switchover" (admin with [auth]): it answers puts with a retriable 503 from
+then on, waits until its in-sync slave has every message it stored, and
+unregisters; the slave promotes itself with the next epoch, and the old
+master rejoins it as a slave. Refused, changing nothing, when no slave is
+in sync. --wait bounds the whole handover.`, func(fs *pflag.FlagSet) func(args []string) error {
+		id := fs.Int("broker-id", -1, "the broker id to switch over")
+		zkc := fs.String("zk", "", "ZooKeeper connect string `host:port[,...]` (default "+defaultZK+", or $METAQ_ZK)")
+		root := fs.String("root", cluster.DefaultRoot, "MetaQ's zkRoot")
+		wait := fs.Duration("wait", time.Minute, "how long the handover may take")
+		return func(args []string) error {
+			if len(args) > 0 {
+				return usagef("unexpected argument %q", args[0])
+			}
+			if *id < 0 {
+				return usagef("--broker-id N is required")
+			}
+			connect := *zkc
+			if connect == "" {
+				connect = os.Getenv("METAQ_ZK")
+			}
+			if connect == "" {
+				connect = defaultZK
+			}
+			if !strings.HasPrefix(*root, "/") {
+				return usagef("--root must start with /, got %q", *root)
+			}
+			adm, err := zkAdmin(e, connect, *root)
+			if err != nil {
+				return err
+			}
+			defer adm.Close()
+			ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
+			layout, err := adm.Layout(ctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			uri := ""
+			for _, b := range layout.Brokers {
+				if b.ID == *id {
+					uri = b.Master
+				}
+			}
+			addr, _, ok := cluster.ParseURI(uri)
+			if !ok {
+				return fmt.Errorf("broker %d has no master registered in ZooKeeper %s%s (ids/%d/master)", *id, connect, *root, *id)
+			}
+			ctx, cancel = context.WithTimeout(e.ctx, *wait)
+			defer cancel()
+			rc, err := dialRaw(ctx, e.sec, addr)
+			if err != nil {
+				return fmt.Errorf("broker %d master %s: %w", *id, addr, err)
+			}
+			defer rc.Close()
+			rc.nc.SetDeadline(time.Now().Add(*wait))
+			fmt.Fprintf(e.stdout, "broker %d: asking master %s to hand over to its in-sync slave\n", *id, addr)
+			code, body, err := rc.roundTrip(func(dst []byte, op int32) []byte { return protocol.AppendStats(dst, "switchover", op) })
+			if err != nil {
+				return fmt.Errorf("broker %d master %s: %w", *id, addr, err)
+			}
+			if code != protocol.StatusOK {
+				return fmt.Errorf("broker %d master %s: %d %s", *id, addr, code, strings.ToValidUTF8(string(body), "?"))
+			}
+			fmt.Fprintf(e.stdout, "broker %d: %s\n", *id, strings.ToValidUTF8(string(body), "?"))
+			return nil
+		}
+	})
+}

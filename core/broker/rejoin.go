@@ -1,0 +1,487 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/internal/fsutil"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// A former holder rejoins as a slave (docs/replication.md, Failover):
+//
+//   - Every member keeps data_dir/epochs (epochs.go): where each epoch
+//     whose records it holds starts, per partition. The holder of epoch E
+//     records its own ends when it takes E, before it acknowledges
+//     anything in E.
+//   - A member that does not hold the epoch copies from the holder as a
+//     slave. Before it pulls from a holder whose epoch is above its last
+//     recorded one (L), it asks the holder (`stats epoch-start:<L>`) where
+//     the first epoch after L starts in each partition, and cuts each of
+//     its partitions to min(its end, that offset) (store.Log.Truncate),
+//     logging what it cut; then it records the holder's entries after L
+//     and deletes data_dir/failover-held.
+//   - A master fenced or restarted while another member holds the epoch
+//     rejoins this way by itself, as slave failover_slave_id.
+//
+// Why the cut bytes were never acknowledged: the holder of epoch L+1 took
+// it either as the slave named in sync under L (which received, before the
+// holder of L acknowledged it, every message acknowledged in L, at the
+// same offsets: its end when it took L+1 is at or past every acknowledged
+// offset of L), or as the master reclaiming its own epoch (whose end then
+// is its whole log). So every byte of the rejoiner at or past the start of
+// L+1 was written in L or earlier but never reached the holder of L+1:
+// never acknowledged. Only unclean_election = true breaks this (logged as
+// UNCLEAN when it happens).
+
+// The stats items of failover (docs/protocol.md).
+const (
+	epochStartItem = "epoch-start:"
+	switchoverItem = "switchover"
+)
+
+// epochStart answers `stats epoch-start:<E>` on the holder: the start of
+// the first epoch after E it knows, per partition.
+func (c *conn) epochStart(arg string, opaque int32) {
+	b := c.b
+	f := b.fo
+	e, err := strconv.ParseInt(arg, 10, 64)
+	switch {
+	case err != nil || e < 0:
+		c.reply(protocol.StatusBadRequest, "stats "+epochStartItem+": bad epoch "+strconv.Quote(protocolLine(arg)), opaque)
+		return
+	case f == nil:
+		c.reply(protocol.StatusInternalError, "epoch-start: failover is off on this broker", opaque)
+		return
+	case f.role.Load() != foMaster || f.starting.Load():
+		c.reply(protocol.StatusInternalError, "epoch-start: this broker does not hold the epoch now ("+f.whyNot()+")", opaque)
+		return
+	}
+	cur := f.epoch.Load()
+	f.bookMu.Lock()
+	en, ok := f.book.firstAfter(e)
+	f.bookMu.Unlock()
+	if !ok {
+		c.replyBytes(protocol.StatusOK, formatStarts(0, cur, nil), opaque)
+		return
+	}
+	starts := make(map[partKey]int64, len(en.Starts))
+	for k, v := range en.Starts {
+		starts[k] = v
+	}
+	if en.Epoch == cur {
+		// A partition created in this epoch: all its records are of it.
+		for _, t := range b.topicList() {
+			for p, l := range t.parts {
+				if k := (partKey{t.name, int32(p)}); !hasKey(starts, k) {
+					starts[k] = l.MinOffset()
+				}
+			}
+		}
+	}
+	c.replyBytes(protocol.StatusOK, formatStarts(en.Epoch, cur, starts), opaque)
+}
+
+func hasKey(m map[partKey]int64, k partKey) bool { _, ok := m[k]; return ok }
+
+func (f *failover) whyNot() string {
+	if p := f.why.Load(); p != nil {
+		return *p
+	}
+	return "not the holder"
+}
+
+// recordHeld records, durably, that this member takes epoch e with its
+// partitions' ends as the epoch's starts. Appends in flight are waited
+// for (a promoted slave's last syncs).
+func (f *failover) recordHeld(e int64) error {
+	starts := map[partKey]int64{}
+	for _, t := range f.b.topicList() {
+		for p, l := range t.parts {
+			end, err := l.Settle()
+			if err != nil {
+				return fmt.Errorf("%s-%d: %w", t.name, p, err)
+			}
+			starts[partKey{t.name, int32(p)}] = end
+		}
+	}
+	f.bookMu.Lock()
+	defer f.bookMu.Unlock()
+	nb := f.book.upTo(e - 1)
+	nb.add(epochEntry{Epoch: e, Held: true, Starts: starts})
+	if err := nb.save(f.b.config().DataDir); err != nil {
+		return err
+	}
+	f.book = nb
+	return nil
+}
+
+// loadBook reads data_dir/epochs at start. A data directory marked
+// failover-held without it (written before epochs were recorded) cannot
+// be rejoined safely: it is refused, as before.
+func (f *failover) loadBook() error {
+	dir := f.b.config().DataDir
+	eb, err := loadEpochs(dir)
+	if err != nil {
+		return fmt.Errorf("failover: %w", err)
+	}
+	f.book = eb
+	if eb.last() > 0 {
+		return nil
+	}
+	path := filepath.Join(dir, heldFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failover: %w", err)
+	}
+	return fmt.Errorf("failover: %s says %q but there is no %s recording where the epochs it held start: "+
+		"its tail cannot be checked against the holder; move the data directory away and start the slave on an empty one (it copies everything afresh)",
+		path, string(data), epochsFile)
+}
+
+// dropHeld deletes data_dir/failover-held once the rejoin is recorded.
+func (f *failover) dropHeld() error {
+	dir := f.b.config().DataDir
+	err := os.Remove(filepath.Join(dir, heldFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fsutil.SyncDir(dir)
+}
+
+// rejoin runs on a failover slave before it pulls from the holder at
+// addr: if the holder's epoch is above the last one recorded here, it
+// cuts what follows the start of the next epoch and records the holder's
+// epochs (see the top of the file). It dials as the slave's pulls do
+// (TLS to a TLS-only holder, the replication user's login).
+func (f *failover) rejoin(addr string, tlsMaster bool) error {
+	b := f.b
+	s := b.slave
+	f.bookMu.Lock()
+	last := f.book.last()
+	f.bookMu.Unlock()
+	nc, err := b.replDial(context.Background(), addr, tlsMaster, slaveDialTimeout) // repllink.go
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	rc := &roundConn{timeout: slaveDialTimeout + f.st, nc: nc, w: bufio.NewWriter(nc), dec: protocol.NewDecoder(nc, protocol.Limits{})}
+	defer rc.dec.Release()
+	ask := func(e int64) (int64, int64, map[partKey]int64, error) {
+		r, err := rc.roundTrip(protocol.AppendStats(nil, epochStartItem+strconv.FormatInt(e, 10), 1))
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		if r.Code != protocol.StatusOK {
+			return 0, 0, nil, fmt.Errorf("stats %s%d: %d %s", epochStartItem, e, r.Code, protocol.Printable(r.Body))
+		}
+		return parseStarts(r.Body)
+	}
+	next, cur, starts, err := ask(last)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cur == last:
+		return f.dropHeld() // copying in an epoch known here already
+	case cur < last:
+		return fmt.Errorf("the master at %s holds epoch %d, below epoch %d recorded here; waiting for the holder of a later one", addr, cur, last)
+	case next == 0:
+		return fmt.Errorf("the holder at %s (epoch %d) knows no start of an epoch after %d", addr, cur, last)
+	}
+	who := "the holder"
+	if d, _, ok, err := f.reg().ReadEpoch(); err == nil && ok && d.Epoch == cur {
+		who = memberName(b.config().BrokerID, d.Holder)
+	}
+	// The ids the puller and syncs skip below are the logs' own from here
+	// on (a former holder appended past what it had as a slave).
+	for _, t := range b.topicList() {
+		for _, l := range t.parts {
+			sl := s.logState(l)
+			sl.mu.Lock()
+			sl.lastID = l.LastID()
+			sl.mu.Unlock()
+		}
+	}
+	if last > 0 {
+		for _, t := range b.topicList() {
+			for p, l := range t.parts {
+				k := partKey{t.name, int32(p)}
+				off, ok := starts[k]
+				if !ok {
+					if l.MaxOffset() > l.MinOffset() {
+						b.logf("failover: partition %s: the holder has no start of epoch %d for it (it has no such partition); not cut", k, next)
+					}
+					continue
+				}
+				if off >= l.MaxOffset() {
+					continue
+				}
+				sl := s.logState(l)
+				sl.mu.Lock()
+				cut, err := l.Truncate(off)
+				sl.lastID = l.LastID()
+				sl.mu.Unlock()
+				if err != nil {
+					return fmt.Errorf("partition %s: cutting at %d (epoch %d starts there on %s): %w", k, off, next, who, err)
+				}
+				b.logf("failover: partition %s: cut %d bytes %d..%d never acknowledged (epoch %d starts at %d on %s); %d records, last id now %d",
+					k, cut.Bytes(), cut.From, cut.To, next, off, who, cut.Records, cut.LastID)
+			}
+		}
+	}
+	// The holder's epochs after last (its history, up to its own).
+	f.bookMu.Lock()
+	nb := f.book.upTo(last)
+	f.bookMu.Unlock()
+	nb.add(epochEntry{Epoch: next, Starts: starts})
+	for e := next; e < cur; {
+		n, _, st, err := ask(e)
+		if err != nil {
+			return err
+		}
+		if n <= e {
+			break
+		}
+		nb.add(epochEntry{Epoch: n, Starts: st})
+		e = n
+	}
+	if err := nb.save(b.config().DataDir); err != nil {
+		return err
+	}
+	f.bookMu.Lock()
+	f.book = nb
+	f.bookMu.Unlock()
+	s.parts = map[string][]*replPart{} // positions are read again from the logs
+	if err := f.dropHeld(); err != nil {
+		return err
+	}
+	b.logf("failover: member %s of broker %d copies from %s at epoch %d (the epochs after %d recorded in %s)",
+		memberLabel(f.me()), b.config().BrokerID, who, cur, last, epochsFile)
+	return nil
+}
+
+// memberName is "broker <id> master" or "broker <id> slave <N>".
+func memberName(id, member int) string {
+	if member < 0 {
+		return "broker " + strconv.Itoa(id) + " master"
+	}
+	return "broker " + strconv.Itoa(id) + " slave " + strconv.Itoa(member)
+}
+
+// demote makes a member that does not hold the epoch a slave of the
+// holder: the master becomes slave failover_slave_id. Its slave loop
+// rejoins (cutting its divergent tail) before it pulls.
+func (f *failover) demote(why string) {
+	b := f.b
+	if b.closed.Load() {
+		return
+	}
+	f.mu.Lock()
+	if f.role.Load() != foStandby {
+		f.mu.Unlock()
+		return
+	}
+	if f.me() < 0 {
+		f.member.Store(int32(b.config().FailoverSlaveID))
+	}
+	f.insync.Store(-1)
+	f.setWhy("a slave of the holder (" + why + ")")
+	f.role.Store(foSlave)
+	f.mu.Unlock()
+	b.slave.master.Store(nil)
+	if reg := f.reg(); reg != nil {
+		reg.Demote(f.me())
+	}
+	b.logf("failover: member of broker %d rejoins as slave %d: %s", b.config().BrokerID, f.me(), why)
+	f.startSlave()
+}
+
+// startSlave runs the slave loop (replica.go) unless it runs already;
+// it ends when this member is promoted.
+func (f *failover) startSlave() {
+	b := f.b
+	if !f.slaveRunning.CompareAndSwap(false, true) {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		for {
+			b.slave.run()
+			f.slaveRunning.Store(false)
+			if b.closed.Load() || f.role.Load() != foSlave || !f.slaveRunning.CompareAndSwap(false, true) {
+				return
+			}
+			b.wg.Add(1) // demoted again meanwhile
+		}
+	}()
+}
+
+// startSync runs the sync master's loop (syncrepl.go) unless it runs
+// already; it ends when this member stops holding the epoch.
+func (f *failover) startSync() {
+	b := f.b
+	if b.sync == nil || !f.syncRunning.CompareAndSwap(false, true) {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		for {
+			b.sync.run()
+			f.syncRunning.Store(false)
+			if b.closed.Load() || f.role.Load() != foMaster || !f.syncRunning.CompareAndSwap(false, true) {
+				return
+			}
+			b.wg.Add(1)
+		}
+	}()
+}
+
+// syncActive reports whether a sync master's loop should run: always
+// without failover, else while this member holds the epoch.
+func (sm *syncMaster) syncActive() bool {
+	f := sm.b.fo
+	return f == nil || f.role.Load() == foMaster
+}
+
+// copying reports whether the broker copies from a master now (a slave,
+// or a failover member rejoined as one).
+func (b *Broker) copying() bool {
+	return b.slave != nil && (b.config().IsSlave() || (b.fo != nil && b.fo.isSlave()))
+}
+
+// switchover answers `stats switchover` on the holder (metaq failover):
+// it stops taking puts, waits until its in-sync slave has every message
+// it stored, fences itself so that the slave promotes with epoch+1, and
+// rejoins as a slave.
+func (c *conn) switchover(opaque int32) {
+	b := c.b
+	f := b.fo
+	if f == nil {
+		c.reply(protocol.StatusInternalError, "switchover: failover is off on this broker", opaque)
+		return
+	}
+	go func() { // the handover takes up to seconds; the connection goes on
+		code, msg := f.switchover()
+		c.reply(code, msg, opaque)
+	}()
+}
+
+// switchover is the handover itself; it returns the reply.
+func (f *failover) switchover() (int, string) {
+	b := f.b
+	sm := b.sync
+	if !f.handing.CompareAndSwap(false, true) {
+		return protocol.StatusInternalError, "switchover: one is running already"
+	}
+	defer f.handing.Store(false)
+	refuse := func(why string) (int, string) {
+		f.draining.Store(false)
+		return protocol.StatusInternalError, "switchover refused: " + why
+	}
+	if f.role.Load() != foMaster || sm == nil {
+		return refuse("this broker does not hold the epoch (" + f.whyNot() + ")")
+	}
+	slave := int(f.insync.Load())
+	lk := sm.link.Load()
+	if slave < 0 || lk == nil || !sm.allInSync(lk) {
+		return refuse("no slave is in sync (failover_insync " + memberLabelOr(slave) + "): a handover now could lose acknowledged messages; wait until one is (stats: failover_insync s<N>)")
+	}
+	epoch := f.epoch.Load()
+	b.logf("failover: switchover to slave %d requested: refusing puts, waiting for the slave to have everything", slave)
+	f.draining.Store(true)
+	deadline := time.Now().Add(sm.timeout + f.st)
+	ctl, err := sm.control(registry.SlaveNode{Addr: lk.addr, TLS: lk.tls})
+	if err != nil {
+		return refuse("the slave's control connection: " + err.Error())
+	}
+	defer ctl.nc.Close()
+	defer ctl.dec.Release()
+	for _, t := range b.topicList() {
+		for p, l := range t.parts {
+			sp := sm.part(t.name, int32(p), l)
+			for sp.inflight.Load() > 0 {
+				if time.Now().After(deadline) {
+					return refuse(fmt.Sprintf("%s-%d: puts in flight did not complete", t.name, p))
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if err := l.Flush(); err != nil {
+				return refuse(err.Error())
+			}
+			if err := sm.waitSlave(lk, ctl, sp, l.MaxOffset(), true); err != nil {
+				return refuse(fmt.Sprintf("%s-%d: %v", t.name, p, err))
+			}
+		}
+	}
+	if lk.isDead() || int(f.insync.Load()) != slave || f.epoch.Load() != epoch {
+		return refuse("the sync link to the slave was lost meanwhile")
+	}
+	f.handover.Store(true) // fence does not claim again
+	f.fence("switchover to slave " + strconv.Itoa(slave) + " (metaq failover)")
+	defer f.draining.Store(false) // puts get 503 until this member is a slave
+	// The slave sees ids/<id>/master go and promotes itself (it is named
+	// in sync); then this member rejoins it.
+	wait := time.Now().Add(2*f.st + 5*time.Second)
+	for {
+		d, _, ok, err := f.reg().ReadEpoch()
+		if err == nil && ok && d.Epoch > epoch {
+			for time.Now().Before(wait) { // until the new holder has registered (takes puts)
+				if there, _, err := f.reg().MasterExists(); err == nil && there {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			f.handover.Store(false)
+			f.demote("switchover: " + memberLabel(d.Holder) + " holds epoch " + strconv.FormatInt(d.Epoch, 10))
+			if d.Holder != slave {
+				return protocol.StatusInternalError, "switchover: epoch " + d.String() + " was taken by " + memberLabel(d.Holder) + ", not slave " + strconv.Itoa(slave)
+			}
+			return protocol.StatusOK, "switchover: slave " + strconv.Itoa(slave) + " holds epoch " + strconv.FormatInt(d.Epoch, 10) + "; member " + memberLabel(f.me()) + " rejoins as its slave"
+		}
+		if time.Now().After(wait) || b.closed.Load() {
+			f.handover.Store(false)
+			b.wg.Add(1)
+			go f.claimAtStart() // nobody took over: claim again (or rejoin)
+			return protocol.StatusInternalError, "switchover: slave " + strconv.Itoa(slave) + " did not take the epoch within " + (2*f.st + 5*time.Second).String() + "; this member claims it again"
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// switchoverRefuses answers a put while a switchover drains this holder.
+func (c *conn) switchoverRefuses(r *protocol.Request) bool {
+	f := c.b.fo
+	if !f.draining.Load() && !f.starting.Load() {
+		return false
+	}
+	switch r.Op {
+	case protocol.OpPut, protocol.OpMPut, protocol.OpTransaction:
+	default:
+		return false
+	}
+	if r.Op != protocol.OpTransaction {
+		c.b.stats.cmdPut.Add(1)
+		c.b.stats.putFailed.Add(1)
+	}
+	what := "switching over to its in-sync slave (metaq failover)"
+	if f.starting.Load() {
+		what = "taking the epoch"
+	}
+	c.reply(protocol.StatusBusy, "broker "+strconv.Itoa(c.b.config().BrokerID)+" is "+what+"; retry: the new master registers in ids/"+
+		strconv.Itoa(c.b.config().BrokerID)+"/master in a moment", r.Opaque)
+	return true
+}

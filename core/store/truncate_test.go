@@ -1,0 +1,94 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestTruncate: a log of 300 records over two 4 KiB segments is cut in
+// its active segment, then inside its sealed one (which becomes active
+// again, the later segment removed); an offset inside a record is refused
+// with nothing changed; appends continue at the cut with the right last
+// id, and a reopen sees the cut log (own writer, threshold mode, journal).
+func TestTruncate(t *testing.T) {
+	for _, mode := range []string{"writer", "threshold", "journal"} {
+		t.Run(mode, func(t *testing.T) {
+			data := t.TempDir()
+			dir := filepath.Join(data, "t-0")
+			opts := Options{MaxSegmentSize: 4096}
+			switch mode {
+			case "threshold":
+				opts.UnflushThreshold = 1000
+			case "journal":
+				opts.Journal = openJournal(t, data, smallJournal())
+			}
+			l := openLog(t, dir, opts)
+			var es []Entry
+			for i := range 300 {
+				es = append(es, entryf("m%03d", i))
+			}
+			for i := 0; i < len(es); i += 10 { // a batch does not span segments
+				_, _, err := l.AppendSync(es[i : i+10])
+				require.NoError(t, err)
+			}
+			require.NoError(t, l.Flush())
+			const rec = 24 // header + 4 bytes
+			require.Equal(t, int64(300*rec), l.MaxOffset())
+			require.Equal(t, 2, l.SegmentCount())
+
+			_, err := l.Truncate(250*rec + 1)
+			require.True(t, errors.Is(err, ErrNotBoundary), "cut inside a record: %v", err)
+			require.Equal(t, int64(300*rec), l.MaxOffset())
+			require.Equal(t, int64(300), l.LastID())
+
+			c, err := l.Truncate(250 * rec)
+			require.NoError(t, err)
+			require.Equal(t, Cut{From: 250 * rec, To: 300 * rec, Records: 50, LastID: 250}, c)
+			require.Equal(t, int64(250*rec), l.MaxOffset())
+			require.Equal(t, int64(250), l.LastID())
+			require.Equal(t, int64(250), l.MessageCount())
+
+			c, err = l.Truncate(100 * rec) // inside the first, sealed segment
+			require.NoError(t, err)
+			require.Equal(t, Cut{From: 100 * rec, To: 250 * rec, Records: 150, LastID: 100}, c)
+			require.Equal(t, 1, l.SegmentCount())
+			require.Equal(t, int64(100), l.MessageCount())
+			c, err = l.Truncate(100 * rec)
+			require.NoError(t, err, "a cut at the end changes nothing")
+			require.Zero(t, c.Bytes())
+
+			var more []Entry
+			for i := range 10 {
+				e := entryf("n%03d", i)
+				e.ID = int64(500 + i)
+				more = append(more, e)
+			}
+			_, off, err := l.AppendSync(more)
+			require.NoError(t, err)
+			require.Equal(t, int64(100*rec), off)
+			require.NoError(t, l.Flush())
+			check := func(l *Log) {
+				recs := readAllRecords(t, l, 4096)
+				require.Len(t, recs, 110)
+				for i, r := range recs {
+					if i < 100 {
+						require.Equal(t, fmt.Sprintf("m%03d", i), string(r.Data))
+						require.Equal(t, int64(i+1), r.ID)
+					} else {
+						require.Equal(t, fmt.Sprintf("n%03d", i-100), string(r.Data))
+						require.Equal(t, int64(400+i), r.ID)
+					}
+				}
+				require.Equal(t, int64(509), l.LastID())
+			}
+			check(l)
+			require.NoError(t, l.Close())
+			l = openLog(t, dir, opts)
+			check(l)
+		})
+	}
+}
