@@ -1,0 +1,272 @@
+package store
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// atomicResult is one part's AppendDone.
+type atomicResult struct {
+	id, off int64
+	err     error
+}
+
+// atomicWaiter collects the AppendDone calls of one AppendAtomic.
+type atomicWaiter struct {
+	mu   sync.Mutex
+	got  map[uint64]atomicResult
+	want int
+	done chan struct{}
+}
+
+func newAtomicWaiter(parts int) *atomicWaiter {
+	return &atomicWaiter{got: map[uint64]atomicResult{}, want: parts, done: make(chan struct{})}
+}
+
+func (w *atomicWaiter) AppendDone(token uint64, id, off int64, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, dup := w.got[token]; dup {
+		panic(fmt.Sprintf("AppendDone twice for token %d", token))
+	}
+	w.got[token] = atomicResult{id, off, err}
+	if len(w.got) == w.want {
+		close(w.done)
+	}
+}
+
+func (w *atomicWaiter) wait(t testing.TB) map[uint64]atomicResult {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("AppendAtomic not completed within 10 s")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.got
+}
+
+// groupEntries returns the entries of part p of group g: n records.
+func groupEntries(g, p, n int) []Entry {
+	es := make([]Entry, n)
+	for i := range es {
+		es[i] = entryf("g%d-p%d-e%d", g, p, i)
+	}
+	return es
+}
+
+// TestJournalAtomicAppend: groups appended atomically to three partitions
+// while plain appends go to the same partitions (rolls included): each
+// part is acknowledged with its offset, stored contiguously there, and
+// the journal holds each group's data records behind its group record.
+// Parts that cannot be appended together are refused.
+func TestJournalAtomicAppend(t *testing.T) {
+	dataDir := t.TempDir()
+	j := openJournal(t, dataDir, smallJournal())
+	logs := openJLogs(t, dataDir, j, 3, Options{MaxSegmentSize: 1 << 10})
+	const groups, plain = 40, 60
+	var wg sync.WaitGroup
+	for p := range 2 {
+		wg.Go(func() {
+			for i := range plain {
+				_, _, err := logs[(p+i)%3].AppendSync([]Entry{entryf("plain-%d-%d", p, i)})
+				assert := require.New(t)
+				assert.NoError(err)
+			}
+		})
+	}
+	res := make([]map[uint64]atomicResult, groups)
+	for g := range groups {
+		wg.Go(func() {
+			w := newAtomicWaiter(3)
+			parts := make([]AtomicPart, 3)
+			for p := range parts {
+				parts[p] = AtomicPart{Log: logs[p], Entries: groupEntries(g, p, 1+(g+p)%3), Token: uint64(p)}
+			}
+			if g%2 == 0 { // ids given, as a transaction's commit gives them
+				for p := range parts {
+					for i := range parts[p].Entries {
+						parts[p].Entries[i].ID = int64(1_000_000 + g*100 + p*10 + i)
+					}
+				}
+			}
+			if err := j.AppendAtomic(parts, w); err != nil {
+				t.Errorf("group %d: %v", g, err)
+				return
+			}
+			res[g] = w.wait(t)
+		})
+	}
+	wg.Wait()
+	for g, r := range res {
+		for p := range 3 {
+			require.NoError(t, r[uint64(p)].err, "group %d part %d", g, p)
+		}
+	}
+	for p, l := range logs {
+		recs := readAllRecords(t, l, 1<<20)
+		at := map[int64]int{}
+		for i, r := range recs {
+			at[r.Offset] = i
+		}
+		for g := range groups {
+			want := groupEntries(g, p, 1+(g+p)%3)
+			i, ok := at[res[g][uint64(p)].off]
+			require.True(t, ok, "group %d part %d: no record at offset %d", g, p, res[g][uint64(p)].off)
+			for k, e := range want {
+				require.Less(t, i+k, len(recs))
+				require.Equal(t, string(e.Data), string(recs[i+k].Data), "group %d part %d entry %d", g, p, k)
+				if g%2 == 0 {
+					require.Equal(t, int64(1_000_000+g*100+p*10+k), recs[i+k].ID)
+				}
+			}
+			if g%2 == 0 {
+				require.Equal(t, int64(1_000_000+g*100+p*10), res[g][uint64(p)].id)
+			}
+		}
+	}
+	// The journal: every group record is followed by data records only,
+	// up to its end, one at least for each partition.
+	recs := walkJournal(t, filepath.Join(dataDir, JournalDirName))
+	n := 0
+	for i, r := range recs {
+		if r.typ != recGroup {
+			continue
+		}
+		n++
+		names := map[string]bool{}
+		k := i + 1
+		for ; k < len(recs) && recs[k].pos < r.groupEnd; k++ {
+			require.Contains(t, []byte{recData, recSkip}, recs[k].typ, "record %d inside the group at %d", k, r.pos)
+			names[recs[k].name] = true
+		}
+		require.Less(t, k-1, len(recs))
+		require.Equal(t, r.groupEnd, recs[k-1].end, "group at %d ends after a record", r.pos)
+		require.Len(t, names, 3, "group at %d", r.pos)
+	}
+	require.Equal(t, groups, n, "group records")
+
+	other := t.TempDir()
+	j2 := openJournal(t, other, smallJournal())
+	foreign := openJLogs(t, other, j2, 1, Options{})
+	for _, parts := range [][]AtomicPart{
+		{{Log: logs[0], Entries: groupEntries(0, 0, 1)}, {Log: logs[0], Entries: groupEntries(0, 1, 1)}},
+		{{Log: logs[0], Entries: groupEntries(0, 0, 1)}, {Log: foreign[0], Entries: groupEntries(0, 1, 1)}},
+	} {
+		require.ErrorIs(t, j.AppendAtomic(parts, nil), ErrNotAtomic)
+	}
+	require.ErrorIs(t, j.AppendAtomic(nil, nil), ErrEmptyBatch)
+	require.ErrorIs(t, j.AppendAtomic([]AtomicPart{{Log: logs[1]}}, nil), ErrEmptyBatch)
+}
+
+// TestJournalAtomicCut: the data directory of a running journal (a kill
+// -9) whose last round is an atomic group of two partitions that crosses
+// a journal file end, with the segments holding the group's bytes (a
+// checkpoint in progress wrote them), cut (zeroed, or torn with junk) at
+// every byte of the group: after recovery both parts are there or
+// neither, the acknowledged puts before the group are at their offsets,
+// nothing past them remains, and a second run after a dropped group
+// never brings it back.
+func TestJournalAtomicCut(t *testing.T) {
+	opts := smallJournal()
+	opts.Logf = func(string, ...any) {}
+	src := t.TempDir()
+	j, err := OpenJournal(src, opts)
+	require.NoError(t, err)
+	logs := make([]*Log, 2)
+	for p := range logs {
+		logs[p], err = Open(filepath.Join(src, partName(p)), Options{IDs: &seqIDs{}, MaxSegmentSize: 2 << 10, Journal: j})
+		require.NoError(t, err)
+	}
+	// Plain puts until the journal's file is nearly full.
+	var acked []crashPut
+	for i := 0; j.Stats().Bytes < opts.FileSize-260; i++ {
+		p := i % 2
+		data := fmt.Sprintf("plain %d %s", i, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"[:i%32])
+		_, off, err := logs[p].AppendSync([]Entry{entryf("%s", data)})
+		require.NoError(t, err)
+		acked = append(acked, crashPut{p, off, data})
+	}
+	w := newAtomicWaiter(2)
+	var group [2][]crashPut
+	parts := make([]AtomicPart, 2)
+	for p := range parts {
+		parts[p] = AtomicPart{Log: logs[p], Entries: groupEntries(7, p, 2), Token: uint64(p)}
+	}
+	require.NoError(t, j.AppendAtomic(parts, w))
+	got := w.wait(t)
+	for p := range parts {
+		require.NoError(t, got[uint64(p)].err)
+		off := got[uint64(p)].off
+		for _, e := range parts[p].Entries {
+			cp := crashPut{p, off, string(e.Data)}
+			group[p] = append(group[p], cp)
+			off = cp.end()
+		}
+	}
+	quiesce(t, j, src) // the segments hold the group's bytes too
+	snap := filepath.Join(t.TempDir(), "snap")
+	require.NoError(t, os.CopyFS(snap, os.DirFS(src)))
+	for _, l := range logs {
+		require.NoError(t, l.Close())
+	}
+	require.NoError(t, j.Close())
+
+	jdir := filepath.Join(snap, JournalDirName)
+	recs := walkJournal(t, jdir)
+	gi := slices.IndexFunc(recs, func(r jrec) bool { return r.typ == recGroup })
+	require.GreaterOrEqual(t, gi, 0, "no group record")
+	g := recs[gi]
+	require.Greater(t, g.groupEnd, (g.pos/opts.FileSize+1)*opts.FileSize, "the group does not cross a file end")
+	before := make([][]crashPut, 2)
+	for _, a := range acked {
+		before[a.part] = append(before[a.part], a)
+	}
+	all := make([][]crashPut, 2)
+	for p := range all {
+		all[p] = append(slices.Clone(before[p]), group[p]...)
+	}
+	t.Logf("group record at %d, ending at %d", g.pos, g.groupEnd)
+	rng := rand.New(rand.NewPCG(7, 7))
+	check := func(x, tornTo int64, again bool) {
+		dir := filepath.Join(t.TempDir(), "d")
+		require.NoError(t, os.CopyFS(dir, os.DirFS(snap)))
+		cutJournal(t, filepath.Join(dir, JournalDirName), x, tornTo, rng)
+		what := fmt.Sprintf("cut at %d (group %d..%d, torn to %d)", x, g.pos, g.groupEnd, tornTo)
+		want := before
+		if x >= g.groupEnd {
+			want = all
+		}
+		recoverAndCheck(t, dir, opts, 2, want, what)
+		if again {
+			// A put after the dropped group, and a crash-free restart: the
+			// group stays dropped and the put stays where it went.
+			j, err := OpenJournal(dir, opts)
+			require.NoError(t, err, what)
+			l, err := Open(filepath.Join(dir, partName(1)), Options{IDs: &seqIDs{}, MaxSegmentSize: 2 << 10, Journal: j})
+			require.NoError(t, err, what)
+			_, off, err := l.AppendSync([]Entry{entryf("after")})
+			require.NoError(t, err, what)
+			require.NoError(t, l.Close())
+			require.NoError(t, j.Close())
+			w2 := slices.Clone(want)
+			w2[1] = append(slices.Clone(want[1]), crashPut{1, off, "after"})
+			recoverAndCheck(t, dir, opts, 2, w2, what+", then a put and a restart")
+		}
+	}
+	for x := g.pos; x <= g.groupEnd; x++ {
+		check(x, 0, (x-g.pos)%97 == 0)
+		if (x-g.pos)%13 == 5 {
+			check(x, g.groupEnd, false)
+		}
+	}
+}
