@@ -159,7 +159,7 @@ type Journal struct {
 
 	mu      sync.Mutex
 	cond    sync.Cond
-	ready   []*Log // logs with pending appends, each once
+	ready   []*Log         // logs with pending appends, each once
 	groups  []*atomicGroup // AppendAtomic groups waiting for a round
 	logs    map[*Log]struct{}
 	closed  bool
