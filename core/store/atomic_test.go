@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -294,4 +295,58 @@ func TestJournalAtomicCut(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestJournalAtomicRollFailure: a group one of whose parts needs a segment
+// roll that fails (EMFILE) fails in every part: nothing of it is stored in
+// either partition, before or after a reopen, and the next group and the
+// plain appends go where the failed one would have gone.
+func TestJournalAtomicRollFailure(t *testing.T) {
+	dataDir := t.TempDir()
+	j := openJournal(t, dataDir, smallJournal())
+	dir0 := filepath.Join(dataDir, partName(0))
+	fs := &fsFaults{}
+	l0 := openLog(t, dir0, Options{MaxSegmentSize: 48, hooks: fs.hooks(dir0), Journal: j})
+	l1 := openLog(t, filepath.Join(dataDir, partName(1)), Options{Journal: j})
+	group := func(g int) map[uint64]atomicResult {
+		w := newAtomicWaiter(2)
+		require.NoError(t, j.AppendAtomic([]AtomicPart{
+			{Log: l1, Entries: groupEntries(g, 1, 2), Token: 1},
+			{Log: l0, Entries: groupEntries(g, 0, 2), Token: 0},
+		}, w))
+		return w.wait(t)
+	}
+	for _, r := range group(0) {
+		require.NoError(t, r.err)
+	}
+	end0, end1 := l0.MaxOffset(), l1.MaxOffset()
+	require.GreaterOrEqual(t, end0, int64(48), "the next part of t-0 needs a roll")
+	fs.set(func(f *fsFaults) { f.create = syscall.EMFILE })
+	for _, r := range group(1) {
+		require.ErrorIs(t, r.err, syscall.EMFILE)
+	}
+	require.Equal(t, end0, l0.MaxOffset())
+	require.Equal(t, end1, l1.MaxOffset(), "the part that could be written was not")
+	fs.set(func(f *fsFaults) { f.create = nil })
+	got := group(2)
+	require.NoError(t, got[0].err)
+	require.NoError(t, got[1].err)
+	require.Equal(t, end0, got[0].off)
+	require.Equal(t, end1, got[1].off)
+	check := func(l *Log, p int) {
+		var data []string
+		for _, r := range readAllRecords(t, l, 1<<20) {
+			data = append(data, string(r.Data))
+		}
+		require.Equal(t, []string{fmt.Sprintf("g0-p%d-e0", p), fmt.Sprintf("g0-p%d-e1", p), fmt.Sprintf("g2-p%d-e0", p), fmt.Sprintf("g2-p%d-e1", p)}, data)
+	}
+	check(l0, 0)
+	check(l1, 1)
+	require.NoError(t, l0.Close())
+	require.NoError(t, l1.Close())
+	require.NoError(t, j.Close())
+	j2 := openJournal(t, dataDir, smallJournal())
+	ls := openJLogs(t, dataDir, j2, 2, Options{MaxSegmentSize: 48})
+	check(ls[0], 0)
+	check(ls[1], 1)
 }

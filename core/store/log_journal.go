@@ -56,6 +56,7 @@ func (l *Log) failRound(slot int, err error) {
 		done(rs.comps[c].w, rs.comps[c].token, 0, 0, err)
 	}
 	rs.comps = rs.comps[:0] // finishJournaled has nothing left to do
+	rs.reg = 0
 }
 
 // writeRound writes the taken appends to the segment with write() (no
