@@ -4,6 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // AtomicPart is one partition's entries of an AppendAtomic: appended to
@@ -24,6 +28,7 @@ type atomicGroup struct {
 // the round put them.
 type atomicPart struct {
 	l    *Log
+	bp   *[]byte    // from atomicBufs, holding buf
 	buf  []byte     // framed records
 	comp completion // end is relative to buf until the round copies it
 	ci   int        // index of comp in the log's logRound.comps
@@ -57,17 +62,17 @@ func (j *Journal) AppendAtomic(parts []AtomicPart, w Waiter) error {
 	if len(parts) == 0 {
 		return ErrEmptyBatch
 	}
-	seen := make(map[*Log]bool, len(parts))
 	for i := range parts {
 		p := &parts[i]
 		l := p.Log
 		if l == nil || l.j != j {
 			return fmt.Errorf("%w: part %d is not a log of journal %s", ErrNotAtomic, i, j.dir)
 		}
-		if seen[l] {
-			return fmt.Errorf("%w: log %s named twice", ErrNotAtomic, l.dir)
+		for k := range i { // groups are small: a transaction's partitions
+			if parts[k].Log == l {
+				return fmt.Errorf("%w: log %s named twice", ErrNotAtomic, l.dir)
+			}
 		}
-		seen[l] = true
 		if len(p.Entries) == 0 {
 			return ErrEmptyBatch
 		}
@@ -87,6 +92,7 @@ func (j *Journal) AppendAtomic(parts []AtomicPart, w Waiter) error {
 	g := &atomicGroup{parts: make([]atomicPart, len(parts))}
 	undo := func(n int) {
 		for _, ap := range g.parts[:n] {
+			ap.release()
 			ap.l.mu.Lock()
 			ap.l.atomicPending--
 			ap.l.workCond.Broadcast()
@@ -105,8 +111,13 @@ func (j *Journal) AppendAtomic(parts []AtomicPart, w Waiter) error {
 		firstID, lastID := l.takeIDs(p.Entries)
 		l.atomicPending++
 		l.mu.Unlock()
-		buf := appendRecords(nil, p.Entries, firstID)
-		g.parts[i] = atomicPart{l: l, buf: buf, ai: -1, comp: completion{
+		size := 0
+		for k := range p.Entries {
+			size += message.HeaderSize + len(p.Entries[k].Data)
+		}
+		bp := atomicBufs.Get().(*[]byte)
+		buf := appendRecords(slices.Grow((*bp)[:0], size), p.Entries, firstID)
+		g.parts[i] = atomicPart{l: l, bp: bp, buf: buf, ai: -1, comp: completion{
 			w: w, token: p.Token, firstID: firstID, lastID: lastID, end: len(buf), n: len(p.Entries)}}
 		l.nAppends.Add(1)
 	}
@@ -122,6 +133,22 @@ func (j *Journal) AppendAtomic(parts []AtomicPart, w Waiter) error {
 	}
 	j.mu.Unlock()
 	return nil
+}
+
+// atomicBufs holds the buffers AppendAtomic frames the parts' records in
+// until the committer copies them into the round.
+var atomicBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// release gives the part's framing buffer back.
+func (p *atomicPart) release() {
+	if p.bp == nil {
+		return
+	}
+	if cap(p.buf) <= maxRetainedBuffer {
+		*p.bp = p.buf[:0]
+		atomicBufs.Put(p.bp)
+	}
+	p.bp, p.buf = nil, nil
 }
 
 // Journal returns the journal a group-commit log commits through, or nil
@@ -183,7 +210,7 @@ func (j *Journal) stageGroups(r *jround, groups []*atomicGroup) int64 {
 			p.comp.end += p.from
 			p.ci = len(rs.comps)
 			rs.comps = append(rs.comps, p.comp)
-			p.buf = nil
+			p.release()
 			n := int64(p.comp.end - p.from)
 			need += n + (n/maxWriteChunk+2)*int64(jHeaderSize+2+len(l.jname)+jDataFixed)
 			r.appends++
