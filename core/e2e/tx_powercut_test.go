@@ -89,19 +89,23 @@ func TestTxPowerCut(t *testing.T) {
 // one), so a round's write of several sectors is often cut inside a
 // transaction's group. After the restart every one of those transactions
 // is there whole, contiguous and in order, or not at all, and each earlier
-// acknowledged one is still there. How many groups the restarts dropped
-// is logged.
+// acknowledged one is still there. It runs until two restarts have
+// dropped a torn group (at most 16 rounds) and logs how many did.
 func TestTxPowerCutMidRound(t *testing.T) {
 	m, config, _, under := powerLossDisk(t, "tx", 2, "")
 	rng := rand.New(rand.NewPCG(m.Seed(), 4))
-	rounds := 6
+	// At least minRounds, then until two restarts have dropped a torn
+	// group (the kill's timing decides), at most maxRounds.
+	minRounds, maxRounds := 4, 16
 	if testing.Short() {
-		rounds = 3
+		minRounds, maxRounds = 2, 8
 	}
+	rounds := 0
 	pad := strings.Repeat("x", 1000)
 	var all []*testTx
 	dropped := 0
-	for round := range rounds {
+	for round := 0; round < maxRounds && (round < minRounds || dropped < 2); round++ {
+		rounds++
 		srv := startServer(t, config, filepath.Join(m.Dir(), "data"))
 		var conns []*client
 		var inFlight []*testTx
@@ -140,6 +144,7 @@ func TestTxPowerCutMidRound(t *testing.T) {
 		srv = startServer(t, config, filepath.Join(under, "data"))
 		if strings.Contains(srv.Logs.Tail(64<<10), "inside the atomic group") {
 			dropped++
+			t.Logf("round %d: the restart dropped a torn atomic group", round)
 		}
 		c := dial(t, srv.Addr)
 		checkTxs(t, c, all)
