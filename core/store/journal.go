@@ -667,6 +667,9 @@ func (j *Journal) stage(logs []*Log, groups []*atomicGroup, ck *ckptJob, slot in
 	}
 	j.writeSegments(r.logs, slot, failed)
 	j.writeGroups(r, groups, failed)
+	if failed == nil {
+		failed = j.Err() // writeGroups' cannot-happen failure
+	}
 	for _, l := range r.logs {
 		if err := l.journalRound(j, slot); err != nil && failed == nil {
 			failed = j.fail(err) // cannot happen: the space was reserved
