@@ -494,6 +494,17 @@ func (c *conn) startCommitLocked(t *tx, opaque int32, heur bool) {
 	s := &b.txs
 	key := t.key
 	batches := txBatches(t.msgs)
+	if j := atomicJournal(t, batches, heur); j != nil {
+		// One journal round, no commit record (txatomic.go).
+		t.state = txCommitting
+		if t.timer != nil {
+			t.timer.Stop()
+		}
+		s.mu.Unlock()
+		c.addPending(1)
+		c.appendCommitAtomic(j, t, batches, opaque)
+		return
+	}
 	locs := make([]txBatchLoc, len(batches))
 	for i, bt := range batches {
 		locs[i] = txBatchLoc{topic: bt.t.name, partition: bt.p, notBefore: bt.l.MaxOffset(),

@@ -35,7 +35,10 @@
 // covered Waiters. Read serves a tail's bytes from memory (View.Mem). The
 // journal's checkpoints write the tails to the segment files and fsync
 // them; Close writes what is left; OpenJournal replays the journal into
-// the segments after a crash (docs/storage.md, "Segment tails"). A journaled log has
+// the segments after a crash (docs/storage.md, "Segment tails").
+// Journal.AppendAtomic appends to several journaled logs of one journal in
+// one round, behind a group record, so that a crash keeps all of the parts
+// or none (docs/storage.md, "Atomic groups"). A journaled log has
 // no goroutine of its own. Without a Journal, one writer goroutine per log takes everything
 // pending, writes it with one write() and makes it durable with one
 // fdatasync of the segment (at most 4 MiB per write), then raises the

@@ -105,26 +105,10 @@ func (l *Log) writeChunk(b []byte, comps []completion) (int64, error) {
 // new segment fails the log. Only the writer (or the journal's committer)
 // calls it.
 func (l *Log) writeSegment(b []byte) (*segment, int64, error) {
-	seg := l.active
-	if err := l.untear(seg); err != nil {
+	if err := l.makeRoom(); err != nil {
 		return nil, 0, err
 	}
-	if seg.size.Load() >= l.maxSeg {
-		// Every chunk is durable before it completes (fsynced, or in the
-		// journal), so the old segment needs nothing more here: only the
-		// new file and its directory entry remain.
-		next, err := l.createSegment(seg.end())
-		if err != nil {
-			if isSyncError(err) {
-				return nil, 0, l.fail(err)
-			}
-			return nil, 0, err
-		}
-		l.mu.Lock()
-		l.publish(next)
-		l.mu.Unlock()
-		seg = next
-	}
+	seg := l.active
 	pos := seg.size.Load()
 	if l.j != nil {
 		// Journaled: the bytes stay in memory until a checkpoint writes
@@ -144,6 +128,34 @@ func (l *Log) writeSegment(b []byte) (*segment, int64, error) {
 	seg.size.Store(pos + int64(n))
 	l.nBytes.Add(int64(n))
 	return seg, pos, nil
+}
+
+// makeRoom readies the active segment for a write: it retries the cut of
+// a torn segment and rolls a full one. A failed roll leaves the log as it
+// was; a failed directory fsync after creating the new segment fails the
+// log. Only the writer (or the journal's committer) calls it.
+func (l *Log) makeRoom() error {
+	seg := l.active
+	if err := l.untear(seg); err != nil {
+		return err
+	}
+	if seg.size.Load() < l.maxSeg {
+		return nil
+	}
+	// Every chunk is durable before it completes (fsynced, or in the
+	// journal), so the old segment needs nothing more here: only the new
+	// file and its directory entry remain.
+	next, err := l.createSegment(seg.end())
+	if err != nil {
+		if isSyncError(err) {
+			return l.fail(err)
+		}
+		return err
+	}
+	l.mu.Lock()
+	l.publish(next)
+	l.mu.Unlock()
+	return nil
 }
 
 // completeChunk accounts for the durable records of comps in seg, ending

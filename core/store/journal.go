@@ -159,7 +159,8 @@ type Journal struct {
 
 	mu      sync.Mutex
 	cond    sync.Cond
-	ready   []*Log // logs with pending appends, each once
+	ready   []*Log         // logs with pending appends, each once
+	groups  []*atomicGroup // AppendAtomic groups waiting for a round
 	logs    map[*Log]struct{}
 	closed  bool
 	due     bool // the ticker says a checkpoint may be due
@@ -206,6 +207,7 @@ type Journal struct {
 	buf       []byte
 	pieces    []piece
 	sinceCkpt int64 // journal bytes since the last checkpoint snapshot
+	roundSeq  int64 // rounds staged (Log.roundSeq)
 	lastCkpt  time.Time
 	curStart  atomic.Int64 // cur.start, for the recycler
 	// ckptBusy: a checkpoint is between its snapshot and the completion
@@ -531,14 +533,15 @@ type jround struct {
 func (j *Journal) committer() {
 	defer j.cwg.Done()
 	var logs []*Log
+	var groups []*atomicGroup
 	prevAppends := 0 // appends of the previous round
 	for {
 		j.mu.Lock()
-		for len(j.ready) == 0 && j.ckptRec == nil && !j.due && !j.closed {
+		for len(j.ready) == 0 && len(j.groups) == 0 && j.ckptRec == nil && !j.due && !j.closed {
 			j.cond.Wait()
 		}
 		closed := j.closed
-		work := len(j.ready) > 0 || j.ckptRec != nil
+		work := len(j.ready) > 0 || len(j.groups) > 0 || j.ckptRec != nil
 		if closed && !work {
 			j.mu.Unlock()
 			j.drain()
@@ -568,6 +571,9 @@ func (j *Journal) committer() {
 			// above wait for the next round otherwise (taking them here
 			// without staging them would lose their appends).
 			logs, j.ready = j.ready, logs[:0]
+			// The atomic groups are taken in the same step, so all the
+			// parts of one are staged in one round.
+			groups, j.groups = j.groups, groups[:0]
 			ck = j.ckptRec
 			j.ckptRec = nil
 		}
@@ -578,8 +584,9 @@ func (j *Journal) committer() {
 
 		if work {
 			idle := len(j.slots) == roundSlots-1 // no other round in flight
-			r := j.stage(logs, ck, slot)
+			r := j.stage(logs, groups, ck, slot)
 			logs = make([]*Log, 0, cap(logs)) // r owns the slice now
+			clear(groups)
 			if idle && r.appends <= inlineMaxAppends && prevAppends <= inlineMaxAppends {
 				j.syncRound(r)
 				j.complete(r)
@@ -631,34 +638,45 @@ func (j *Journal) completer() {
 // stage writes the pending appends of logs to their segments and their
 // journal records (and ck's checkpoint record) to the journal, with
 // write()s only.
-func (j *Journal) stage(logs []*Log, ck *ckptJob, slot int) *jround {
+func (j *Journal) stage(logs []*Log, groups []*atomicGroup, ck *ckptJob, slot int) *jround {
 	r := &jround{logs: logs, slot: slot}
 	failed := j.Err()
 	j.buf = j.buf[:0]
 	j.pieces = append(j.pieces[:0], piece{f: j.cur, from: 0})
 	j.wpos, j.wfile = j.pos, j.cur
+	j.roundSeq++
 	var need int64
 	for _, l := range logs {
+		l.roundSeq = j.roundSeq
 		b, n := l.takeRound(slot)
 		need += b
 		r.appends += n
 	}
-	if failed == nil && len(logs) > 0 {
+	need += j.stageGroups(r, groups) // atomic.go; may add logs to r.logs
+	if failed == nil && len(r.logs) > 0 {
 		// Make sure the journal files the records need exist before any
 		// segment is written: a journal file that cannot be created
 		// (ENOSPC) then fails the round's appends and nothing else.
 		if err := j.reserve(need); err != nil {
 			err = fmt.Errorf("store: journal %s: %w", j.dir, err)
-			for _, l := range logs {
-				l.failRound(slot, err)
+			for _, l := range r.logs {
+				l.failRound(slot, err) // the groups' parts too
 			}
+			groups = nil
 		}
 	}
-	j.writeSegments(logs, slot, failed)
-	for _, l := range logs {
+	j.writeSegments(r.logs, slot, failed)
+	j.writeGroups(r, groups, failed)
+	if failed == nil {
+		failed = j.Err() // writeGroups' cannot-happen failure
+	}
+	for _, l := range r.logs {
 		if err := l.journalRound(j, slot); err != nil && failed == nil {
 			failed = j.fail(err) // cannot happen: the space was reserved
 		}
+	}
+	if err := j.journalGroups(r, groups); err != nil && failed == nil {
+		failed = j.fail(err) // cannot happen either
 	}
 	if ck != nil {
 		if ck.err != nil {
@@ -755,7 +773,7 @@ func (j *Journal) requestRecycle(from int64) {
 // commitNow stages, syncs and completes a round holding only ck's record
 // (recovery and Close, with no round in flight and no slot taken).
 func (j *Journal) commitNow(ck *ckptJob) error {
-	r := j.stage(nil, ck, noSlot)
+	r := j.stage(nil, nil, ck, noSlot)
 	j.syncRound(r)
 	j.complete(r)
 	return r.err
@@ -830,12 +848,19 @@ type roundMark struct {
 // belong at offset of the segment starting at segStart; a run that does
 // not fit in the current file continues in a record in the next one.
 func (j *Journal) addData(name string, segStart, offset int64, b []byte) error {
+	_, err := j.addDataCount(name, segStart, offset, b)
+	return err
+}
+
+// addDataCount is addData, also returning the number of data records.
+func (j *Journal) addDataCount(name string, segStart, offset int64, b []byte) (int, error) {
+	records := 0
 	fixed := int64(jHeaderSize + 2 + len(name) + jDataFixed)
 	for len(b) > 0 {
 		room := j.room()
 		if room <= fixed {
 			if err := j.nextFile(); err != nil {
-				return err
+				return records, err
 			}
 			continue
 		}
@@ -847,8 +872,9 @@ func (j *Journal) addData(name string, segStart, offset int64, b []byte) error {
 		j.wpos += int64(len(j.buf) - start)
 		b = b[n:]
 		offset += int64(n)
+		records++
 	}
-	return nil
+	return records, nil
 }
 
 // addCheckpoint appends a checkpoint record.

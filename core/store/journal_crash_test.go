@@ -35,6 +35,7 @@ type jrec struct {
 	dataEnd  int64  // data records: partition offset past the bytes
 	from     int64  // checkpoints
 	ends     map[string]int64
+	groupEnd int64 // group records
 }
 
 // walkJournal decodes every record of the journal in dir from its first
@@ -81,6 +82,10 @@ func walkJournal(t testing.TB, dir string) []jrec {
 			c, err := parseCheckpointPayload(rec[jHeaderSize:])
 			require.NoError(t, err)
 			r.from, r.ends = c.from, c.ends
+		case recGroup:
+			g, err := parseGroupPayload(rec[jHeaderSize:])
+			require.NoError(t, err)
+			r.groupEnd = g.end
 		case recSkip:
 		default:
 			return out

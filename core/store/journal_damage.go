@@ -99,7 +99,9 @@ func (e *JournalCorruptError) Error() string {
 func (e *JournalCorruptError) Is(target error) bool { return target == ErrCorrupt }
 
 // isJRecordType reports whether typ is a record type this version reads.
-func isJRecordType(typ byte) bool { return typ == recData || typ == recCheckpoint || typ == recSkip }
+func isJRecordType(typ byte) bool {
+	return typ == recData || typ == recCheckpoint || typ == recSkip || typ == recGroup
+}
 
 // validJRecord reads the record at rel of f (its header is hdr) and
 // reports whether it is a valid record at journal position pos: position
@@ -125,6 +127,9 @@ func validJRecord(f *jfile, rel int64, hdr []byte, minEpoch uint32, rec *[]byte)
 	case recCheckpoint:
 		c, err := parseCheckpointPayload(b[jHeaderSize:])
 		return h, err == nil && c.from <= h.pos, nil
+	case recGroup:
+		g, err := parseGroupPayload(b[jHeaderSize:])
+		return h, err == nil && g.end > h.pos, nil
 	}
 	return h, h.n == 0, nil
 }

@@ -24,13 +24,14 @@ const (
 	// is at the start of the next file.
 	recSkip = 3
 
-	// Types 16 to 19 are reserved for issue 10's transactions (TX begin,
-	// prepare, commit and rollback records); until they are added a
-	// record of one of these types ends the journal like any unknown type.
-	recTxBegin    = 16
-	recTxPrepare  = 17
-	recTxCommit   = 18
-	recTxRollback = 19
+	// recGroup starts an atomic group (AppendAtomic, atomic.go): the data
+	// records after it up to the journal position it gives are one unit,
+	// replayed only if the journal reaches that position.
+	recGroup = 16
+
+	// Types 17 to 19 stay reserved (they were kept for transactions,
+	// which chose a journal of their own); a record of one of these types
+	// ends the journal like any unknown type.
 )
 
 // jHeaderSize is the size of a journal record header:

@@ -27,6 +27,8 @@ func FuzzJournalPayloads(f *testing.F) {
 	f.Add(withIDs[:len(withIDs)-3])
 	f.Add(appendCheckpointPayload(nil, checkpoint{from: 16, ends: map[string]int64{"t-0": 5}, lastIDs: map[string]int64{"t-0": 1},
 		closed: map[string]closedEnd{"t-1": {end: 300, lastID: 9}, "orders-0": {}}}))
+	f.Add(appendGroupPayload(nil, groupRecord{end: 4096, records: 3})) // atomic.go
+	f.Add(appendGroupPayload(nil, groupRecord{end: 0, records: 0}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	f.Add(make([]byte, jHeaderSize))
 	f.Fuzz(func(t *testing.T, p []byte) {
@@ -61,6 +63,12 @@ func FuzzJournalPayloads(f *testing.F) {
 				}
 			}
 		}
+		if g, err := parseGroupPayload(p); err == nil {
+			again, err := parseGroupPayload(appendGroupPayload(nil, g))
+			if err != nil || again != g {
+				t.Fatalf("group record does not round-trip: %+v -> %+v, %v", g, again, err)
+			}
+		}
 		if len(p) >= jHeaderSize {
 			h := parseJHeader(p)
 			_ = verifyJRecord(p)
@@ -86,13 +94,26 @@ func FuzzJournalScan(f *testing.F) {
 	require.NoError(f, err)
 	l, err := Open(filepath.Join(src, partName(0)), Options{IDs: &seqIDs{}, MaxSegmentSize: 1 << 10, Journal: j})
 	require.NoError(f, err)
+	l2, err := Open(filepath.Join(src, partName(1)), Options{IDs: &seqIDs{}, MaxSegmentSize: 1 << 10, Journal: j})
+	require.NoError(f, err)
 	for i := range 12 {
 		_, _, err := l.AppendSync([]Entry{entryf("fuzz record %d %s", i, bytes.Repeat([]byte{'x'}, i*7))})
 		require.NoError(f, err)
+		if i%4 == 3 { // an atomic group of both partitions (atomic.go)
+			w := newAtomicWaiter(2)
+			require.NoError(f, j.AppendAtomic([]AtomicPart{
+				{Log: l, Entries: groupEntries(i, 0, 2), Token: 0},
+				{Log: l2, Entries: groupEntries(i, 1, 1), Token: 1},
+			}, w))
+			for _, r := range w.wait(f) {
+				require.NoError(f, r.err)
+			}
+		}
 	}
 	snap := filepath.Join(f.TempDir(), "snap")
 	require.NoError(f, os.CopyFS(snap, os.DirFS(src)))
 	require.NoError(f, l.Close())
+	require.NoError(f, l2.Close())
 	require.NoError(f, j.Close())
 	journal, err := os.ReadFile(filepath.Join(snap, JournalDirName, journalName(0)))
 	require.NoError(f, err)

@@ -45,6 +45,17 @@ type journalScan struct {
 	// damaged records that held it are not in its segment. Its records
 	// at or past the offset are not replayed.
 	cuts map[string]int64
+	// dropped are the data records of an atomic group whose end the
+	// journal does not reach (a torn round): not replayed; each names its
+	// partition's journaled end at its offset (the cut).
+	dropped []dataRef
+}
+
+// openGroup is an atomic group the scan is inside of.
+type openGroup struct {
+	pos, end int64
+	epoch    uint32
+	records  uint32
 }
 
 // recover scans the journal, replays it and writes a checkpoint; see
@@ -133,6 +144,7 @@ func (j *Journal) writeRecoveryCheckpoint() error {
 // A valid record of a type this version does not read ends the journal.
 func scanJournal(files []*jfile) (journalScan, error) {
 	sc := journalScan{firstPos: files[0].start}
+	var open *openGroup // the earliest group whose end the scan has not reached
 	var hdr [jHeaderSize]byte
 	var payload, sbuf, srec []byte
 	names := map[string]string{} // interned partition names
@@ -175,6 +187,7 @@ func scanJournal(files []*jfile) (journalScan, error) {
 		}
 		var c checkpoint
 		var d dataRecord
+		var g groupRecord
 		if bad == "" {
 			rec := slices.Grow(payload[:0], jHeaderSize+int(h.n))[:jHeaderSize+int(h.n)]
 			copy(rec, hdr[:])
@@ -194,6 +207,10 @@ func scanJournal(files []*jfile) (journalScan, error) {
 			case h.typ == recCheckpoint:
 				if c, err = parseCheckpointPayload(p); err != nil || c.from > pos {
 					bad = fmt.Sprintf("checkpoint record at %d: malformed", pos)
+				}
+			case h.typ == recGroup:
+				if g, err = parseGroupPayload(p); err != nil || g.end <= pos {
+					bad = fmt.Sprintf("group record at %d: malformed", pos)
 				}
 			case h.typ == recSkip:
 			default:
@@ -220,7 +237,14 @@ func scanJournal(files []*jfile) (journalScan, error) {
 			fi, pos = k, q
 			continue
 		}
+		if open != nil && (pos >= open.end || h.epoch != open.epoch || h.typ == recCheckpoint) {
+			open = nil // reached its end (or, never written so, left it): whole
+		}
 		switch h.typ {
+		case recGroup:
+			if open == nil {
+				open = &openGroup{pos: pos, end: g.end, epoch: h.epoch, records: g.records}
+			}
 		case recData:
 			name, ok := names[d.name]
 			if !ok {
@@ -244,6 +268,26 @@ func scanJournal(files []*jfile) (journalScan, error) {
 			continue
 		}
 		pos += jHeaderSize + int64(h.n)
+	}
+	if open != nil && pos >= open.end {
+		open = nil
+	}
+	if open != nil {
+		// The journal ends inside an atomic group: its round's fdatasync
+		// did not finish, so none of it was acknowledged, and none of it
+		// is replayed. The journal ends at the group record (the next run
+		// writes over it), and damage found inside it is part of the torn
+		// round.
+		k := sort.Search(len(sc.refs), func(i int) bool { return sc.refs[i].pos >= open.pos })
+		sc.dropped = append(sc.dropped, sc.refs[k:]...)
+		sc.refs = sc.refs[:k]
+		sc.holes = slices.DeleteFunc(sc.holes, func(h jHole) bool { return h.pos >= open.pos })
+		sc.stopped = fmt.Sprintf("%s, inside the atomic group at %d (ending at %d, %d data records): its %d records are dropped",
+			sc.stopped, open.pos, open.end, open.records, len(sc.dropped))
+		pos = open.pos
+		for fi > 0 && files[fi].start > pos {
+			fi--
+		}
 	}
 	sc.end = pos
 	sc.endFile = files[fi]
@@ -343,6 +387,14 @@ func (j *Journal) replay(sc journalScan, limit int) error {
 		j.nReplayed.Add(1)
 	}
 
+	// A partition named only by the records of a dropped atomic group is
+	// cut where they start: bytes from there on (a checkpoint in progress
+	// may have written them to the segment) were never acknowledged.
+	for _, r := range sc.dropped {
+		if _, ok := ends[r.name]; !ok {
+			ends[r.name] = r.offset
+		}
+	}
 	// Cut what no record covers: bytes past a partition's journaled end
 	// were never acknowledged and never readable. A damaged record's
 	// range that its segment holds stays (keep); a truncate cut wins.

@@ -208,10 +208,16 @@ type Log struct {
 	workCond  sync.Cond    // writer waits for pending work (on mu)
 	spaceCond sync.Cond    // appenders wait for pending space (on mu)
 	// journal mode
-	queued     bool                 // in the journal's ready list
-	committing int                  // rounds (at most roundSlots) holding the log's appends
-	dirty      []*segment           // written since the last checkpoint snapshot, a reference each
-	rounds     [roundSlots]logRound // owned by the journal's round pipeline
+	queued     bool // in the journal's ready list
+	committing int  // rounds (at most roundSlots) holding the log's appends
+	// atomicPending counts the log's parts of atomic groups waiting for a
+	// round (atomic.go).
+	atomicPending int
+	// roundSeq is the Journal.roundSeq of the last round the log was
+	// staged in (committer-owned).
+	roundSeq int64
+	dirty    []*segment           // written since the last checkpoint snapshot, a reference each
+	rounds   [roundSlots]logRound // owned by the journal's round pipeline
 	// threshold mode
 	wbuf      []byte
 	unflushed int // messages written since the last flush

@@ -15,6 +15,9 @@ type logRound struct {
 	buf   []byte
 	comps []completion
 	acks  []ackChunk
+	// reg and regAcks count the comps and acks of the log's own appends;
+	// those of atomic groups (atomic.go) follow them.
+	reg, regAcks int
 }
 
 // ackChunk is a chunk of a journaled log's appends written to its segment
@@ -41,6 +44,7 @@ func (l *Log) takeRound(slot int) (int64, int) {
 	l.spaceCond.Broadcast()
 	l.mu.Unlock()
 	rs.acks = rs.acks[:0]
+	rs.reg, rs.regAcks = len(rs.comps), 0
 	chunks := int64(len(rs.buf)/maxWriteChunk + len(rs.comps)/1024 + 2)
 	return int64(len(rs.buf)) + chunks*int64(jHeaderSize+2+len(l.jname)+jDataFixed), len(rs.comps)
 }
@@ -52,6 +56,7 @@ func (l *Log) failRound(slot int, err error) {
 		done(rs.comps[c].w, rs.comps[c].token, 0, 0, err)
 	}
 	rs.comps = rs.comps[:0] // finishJournaled has nothing left to do
+	rs.reg = 0
 }
 
 // writeRound writes the taken appends to the segment with write() (no
@@ -65,7 +70,8 @@ func (l *Log) writeRound(slot int, failed error) {
 	if failed == nil {
 		failed = l.Err()
 	}
-	comps, buf := rs.comps, rs.buf
+	comps, buf := rs.comps[:rs.reg], rs.buf
+	defer func() { rs.regAcks = len(rs.acks) }()
 	from := 0 // start in buf of comps[i]
 	for i := 0; i < len(comps); {
 		k := i + 1
@@ -83,8 +89,7 @@ func (l *Log) writeRound(slot int, failed error) {
 			}
 			if err == nil {
 				rs.acks = append(rs.acks, ackChunk{seg: seg, base: seg.start + pos, end: seg.start + pos + int64(len(b)), i: i, k: k, bufFrom: from})
-				last := &comps[k-1]
-				l.stagedID = last.firstID + int64(last.n) - 1
+				l.stagedID = comps[k-1].lastID
 			}
 		}
 		if err != nil {
@@ -102,7 +107,7 @@ func (l *Log) writeRound(slot int, failed error) {
 // files) and notes the segments for the next checkpoint.
 func (l *Log) journalRound(j *Journal, slot int) error {
 	rs := &l.rounds[slot]
-	for _, a := range rs.acks {
+	for _, a := range rs.acks[:rs.regAcks] {
 		b := rs.buf[a.bufFrom : a.bufFrom+int(a.end-a.base)]
 		if err := j.addData(l.jname, a.seg.start, a.base, b); err != nil {
 			return err
@@ -178,7 +183,7 @@ func (l *Log) finishJournaled(err error, slot int) {
 // and leaves the journal.
 func (l *Log) closeJournaled() error {
 	l.mu.Lock()
-	for l.queued || l.committing > 0 {
+	for l.queued || l.committing > 0 || l.atomicPending > 0 {
 		l.workCond.Wait()
 	}
 	dirty := l.dirty

@@ -1,0 +1,129 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// The fast path of a local commit (docs/storage.md, "Local commits in one
+// journal round"): when every partition of a local transaction is a
+// group-commit partition of the same data directory, its batches are
+// appended as one atomic group of that directory's journal
+// (store.Journal.AppendAtomic) and no commit record is written: the group
+// is the decision. One journal round, and so one fdatasync, makes the
+// commit durable; after a crash the group is in every partition or in
+// none, and the transaction journal, which holds no commit record for it,
+// has nothing to complete (an unfinished local transaction is rolled
+// back, which appends nothing).
+
+// atomicJournal returns the journal that can commit t's batches as one
+// atomic group, or nil: t must be local (XA transactions need their
+// decision logged for RECOVER and the coordinator) and every batch's log
+// a group-commit log of the same journal.
+func atomicJournal(t *tx, batches []*txBatch, heur bool) *store.Journal {
+	if t.xa || heur || len(batches) == 0 {
+		return nil
+	}
+	j := batches[0].l.Journal()
+	if j == nil {
+		return nil
+	}
+	for _, bt := range batches[1:] {
+		if bt.l.Journal() != j {
+			return nil
+		}
+	}
+	return j
+}
+
+// txAtomicCommit is a fast-path commit in flight: it replies when every
+// part of its group is done (all at once: the group is one round).
+type txAtomicCommit struct {
+	c      *conn
+	t      *tx
+	opaque int32
+	mu     sync.Mutex
+	left   int
+	errs   []string
+	failed bool // an error is the journal's failure: the group may be replayed
+}
+
+// appendCommitAtomic appends t's batches as one atomic group of j and
+// replies when the group is durable. The caller has marked t committing
+// and counted the pending reply.
+func (c *conn) appendCommitAtomic(j *store.Journal, t *tx, batches []*txBatch, opaque int32) {
+	tc := &txAtomicCommit{c: c, t: t, opaque: opaque, left: len(batches)}
+	parts := make([]store.AtomicPart, len(batches))
+	for i, bt := range batches {
+		parts[i] = store.AtomicPart{Log: bt.l, Entries: bt.entries, Token: uint64(i)}
+	}
+	if err := j.AppendAtomic(parts, tc); err != nil {
+		c.b.disks.wakeOn(err)
+		tc.left = 1
+		tc.AppendDone(0, 0, 0, fmt.Errorf("append to %s: %w", j.Dir(), err))
+	}
+}
+
+// AppendDone implements store.Waiter for one partition's part.
+func (tc *txAtomicCommit) AppendDone(_ uint64, _, _ int64, err error) {
+	tc.mu.Lock()
+	if err != nil && !slices.Contains(tc.errs, err.Error()) { // every part fails alike
+		tc.errs = append(tc.errs, err.Error())
+		tc.failed = tc.failed || errors.Is(err, store.ErrFailed)
+	}
+	tc.left--
+	last := tc.left == 0
+	tc.mu.Unlock()
+	if !last {
+		return
+	}
+	if tc.c.b.txlog.releaseSyncs(tc.t) {
+		go tc.finish() // not on the store's completer: release fsyncs
+		return
+	}
+	tc.finish()
+}
+
+func (tc *txAtomicCommit) finish() {
+	c := tc.c
+	b := c.b
+	s := &b.txs
+	ok := len(tc.errs) == 0
+	s.mu.Lock()
+	tc.t.state = txDone
+	s.unregisterLocked(tc.t)
+	tc.t.msgs = nil
+	// Only if the transaction has records in its journal (it wrote its
+	// puts out): its end, so that a later transaction with the same key
+	// is not taken for this one by a replay. Not fsynced: without it the
+	// replay rolls this one back, which appends nothing.
+	if ok {
+		b.journalEnd(tc.t, txRecDone)
+	} else {
+		b.journalEnd(tc.t, txRecRollback)
+	}
+	s.mu.Unlock()
+	c.addPending(-1)
+	b.txlog.release(tc.t)
+	if !ok {
+		outcome := "nothing of it was stored: it is rolled back"
+		if tc.failed {
+			outcome = "the journal failed: the broker refuses durable appends until it restarts, and the restart stores the transaction whole or not at all"
+		}
+		msg := "commit of " + tc.t.key + " failed: " + strings.Join(tc.errs, "; ") + " (" + outcome + ")"
+		b.logf("transaction %s", msg)
+		if !tc.failed {
+			s.rollbacks.Add(1)
+		}
+		c.txFail(tc.t, tc.opaque, protocol.XAErRMFail, oneLine(msg))
+		return
+	}
+	s.commits.Add(1)
+	c.reply(protocol.StatusOK, "", tc.opaque)
+}
