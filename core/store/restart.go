@@ -76,9 +76,9 @@ func (j *Journal) takeTrusted(name string) (trustPoint, bool) {
 
 // trustedTail is the outcome of recoverTrusted.
 type trustedTail struct {
-	count  int64 // records of the last segment from where the scan started in it
-	lastID int64 // the partition's last record id
-	prefix int64 // bytes of the last segment before the scan: verified in the background
+	count  int64        // records of the last segment from where the scan started in it
+	lastID int64        // the partition's last record id
+	prefix int64        // bytes of the last segment before the scan: verified in the background
 	idx    []countEntry // the last segment's count index from prefix on
 }
 
