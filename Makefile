@@ -100,6 +100,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePartition$$' -fuzztime $(FUZZTIME) ./sdk/message/
 	$(GO) test -run '^$$' -fuzz FuzzJournalPayloads -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz FuzzJournalScan -fuzztime $(FUZZTIME) ./core/store/
+	$(GO) test -run '^$$' -fuzz '^FuzzCountRecords$$' -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBrokerName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConsumerID$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMemberData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/

@@ -128,6 +128,7 @@ func TestHTTPMetrics(t *testing.T) {
 			require.Contains(t, string(scrape), "go_goroutines ")
 			if perPart {
 				require.Equal(t, 3.0, metricValue(t, scrape, `metaq_partition_messages_in_total{partition="0",topic="t"}`))
+				require.Equal(t, 3.0, metricValue(t, scrape, `metaq_partition_messages_out_total{partition="0",topic="t"}`))
 				require.Equal(t, p0, metricValue(t, scrape, `metaq_partition_max_offset_bytes{partition="0",topic="t"}`))
 				require.Equal(t, p0, metricValue(t, scrape, `metaq_consumer_group_partition_lag_bytes{group="g1",partition="0",topic="t"}`))
 			} else {

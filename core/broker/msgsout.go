@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/binary"
+	"errors"
 	"sync"
 	"time"
 
@@ -80,7 +81,8 @@ type outLedger struct {
 }
 
 type pendingSpan struct {
-	s  *outStream
+	l  *store.Log
+	pc *partCounters
 	sp outSpan
 }
 
@@ -143,7 +145,7 @@ func (b *Broker) countOut() {
 	retry := led.pending
 	led.pending = nil
 	for _, p := range retry {
-		b.countSpan(p.s, p.sp)
+		b.countSpan(p.l, p.pc, p.sp)
 	}
 	var todo []outSpan
 	for _, s := range streams {
@@ -154,10 +156,10 @@ func (b *Broker) countOut() {
 			todo = append(todo, outSpan{s.a, s.b, false})
 			s.a = s.b
 		}
-		dead := s.dead
+		dead, pc := s.dead, s.pc
 		s.mu.Unlock()
 		for _, sp := range todo {
-			b.countSpan(s, sp)
+			b.countSpan(s.l, pc, sp)
 		}
 		if dead {
 			led.mu.Lock()
@@ -167,7 +169,7 @@ func (b *Broker) countOut() {
 	}
 	if n := len(led.pending) - maxPendingSpans; n > 0 {
 		for _, p := range led.pending[:n] {
-			p.s.pc.msgsOut.Add(estimateRecords(p.s.l, p.sp.to-p.sp.from))
+			p.pc.msgsOut.Add(estimateRecords(p.l, p.sp.to-p.sp.from))
 		}
 		led.pending = append(led.pending[:0], led.pending[n:]...)
 	}
@@ -175,20 +177,22 @@ func (b *Broker) countOut() {
 
 // countSpan adds the whole records of sp to its partition's messages out,
 // or queues it while its segments are not indexed.
-func (b *Broker) countSpan(s *outStream, sp outSpan) {
-	if sp.overlap && !overlapHasRecord(s.l, sp) {
+func (b *Broker) countSpan(l *store.Log, pc *partCounters, sp outSpan) {
+	if sp.overlap && !overlapHasRecord(l, sp) {
 		return
 	}
-	n, exact, err := s.l.CountRecords(sp.from, sp.to)
+	n, exact, err := l.CountRecords(sp.from, sp.to)
 	switch {
+	case errors.Is(err, store.ErrClosed): // the topic was deleted
+		return
 	case err != nil:
-		b.warnf("messages out: counting offsets %d..%d of %s: %v", sp.from, sp.to, s.l.Dir(), err)
+		b.warnf("messages out: counting offsets %d..%d of %s: %v", sp.from, sp.to, l.Dir(), err)
 		return
 	case !exact:
-		b.outs.pending = append(b.outs.pending, pendingSpan{s, sp})
+		b.outs.pending = append(b.outs.pending, pendingSpan{l, pc, sp})
 		return
 	}
-	s.pc.msgsOut.Add(n)
+	pc.msgsOut.Add(n)
 }
 
 // overlapHasRecord reports whether an overlap may hold a whole record:

@@ -173,3 +173,53 @@ func TestCountRecords(t *testing.T) {
 		})
 	}
 }
+
+// FuzzCountRecords: for records of the sizes the input gives (appended in
+// batches, over segment rolls), CountRecords of any range equals a
+// brute-force count of the whole records in it.
+func FuzzCountRecords(f *testing.F) {
+	f.Add([]byte{0, 10, 0, 0, 1, 255, 255, 2, 3}, uint32(0), uint32(1<<20))
+	f.Add(bytes.Repeat([]byte{0x80, 0x40, 0x12}, 40), uint32(17), uint32(300000))
+	f.Add([]byte{255, 255, 255, 255, 255, 255, 0, 0, 0}, uint32(65552), uint32(131104))
+	f.Fuzz(func(t *testing.T, sizes []byte, from, to uint32) {
+		if len(sizes) > 3*48 {
+			sizes = sizes[:3*48]
+		}
+		l := openLog(t, t.TempDir(), Options{MaxSegmentSize: 150 << 10, UnflushThreshold: 1 << 20})
+		var spans [][2]int64
+		var batch []Entry
+		flush := func() {
+			if len(batch) == 0 {
+				return
+			}
+			_, off, err := l.AppendSync(batch)
+			require.NoError(t, err)
+			for _, e := range batch {
+				end := off + int64(message.HeaderSize+len(e.Data))
+				spans = append(spans, [2]int64{off, end})
+				off = end
+			}
+			batch = batch[:0]
+		}
+		for i := 0; i+3 <= len(sizes); i += 3 {
+			n := int(sizes[i])<<8 | int(sizes[i+1])
+			batch = append(batch, entry(make([]byte, n)))
+			if sizes[i+2]&1 == 1 {
+				flush()
+			}
+		}
+		flush()
+		require.NoError(t, l.Flush())
+		a, b := int64(from), int64(to)
+		var want int64
+		for _, s := range spans {
+			if s[0] >= a && s[1] <= b {
+				want++
+			}
+		}
+		n, exact, err := l.CountRecords(a, b)
+		require.NoError(t, err)
+		require.True(t, exact)
+		require.Equal(t, want, n, "CountRecords(%d, %d)", a, b)
+	})
+}
