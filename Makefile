@@ -110,6 +110,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminAPI$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzTxJournal$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzDashboard$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCountItem$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCountReply$$' -fuzztime $(FUZZTIME) ./sdk/admin/
 
 clean:
 	rm -rf $(BIN)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -115,7 +116,7 @@ func TestMessagesOutAndLag(t *testing.T) {
 	}
 	commitAll(c)
 
-	check := func(b *Broker, sent int) {
+	check := func(b *Broker, c *authClient, sent int) {
 		t.Helper()
 		h := newHTTPClient(t, b.HTTPAddr(), nil)
 		code, scrape := h.get("/metrics")
@@ -139,6 +140,16 @@ func TestMessagesOutAndLag(t *testing.T) {
 			require.Equal(t, want, *gp.LagMessages, "partition %d: %s", p, body)
 		}
 
+		// stats count: (metaq group describe's LAG_MSGS).
+		for p := range parts {
+			code, body := c.stats(fmt.Sprintf("count:t:%d:%d", p, committed[p]))
+			require.Equal(t, 200, code, body)
+			want := int64(produced[p]) - int64(countBefore(t, b, p, committed[p]))
+			require.Contains(t, body, fmt.Sprintf(" messages %d exact true\r\n", want))
+		}
+		code, _ = c.stats("count:t:99:0")
+		require.Equal(t, protocol.StatusBadRequest, code)
+
 		code, body = h.get("/api/v1/topics/t")
 		require.Equal(t, 200, code, "%s", body)
 		var tj topicJSON
@@ -149,7 +160,7 @@ func TestMessagesOutAndLag(t *testing.T) {
 		}
 		require.Equal(t, int64(sent), out, "%s", body)
 	}
-	check(b, sent)
+	check(b, c, sent)
 	for p, l := range b.topics["t"].parts {
 		require.Greater(t, l.SegmentCount(), 1, "partition %d rolled", p)
 	}
@@ -165,7 +176,7 @@ func TestMessagesOutAndLag(t *testing.T) {
 	commitAll(c)
 	ends, n := consumeLikeMetaQ(t, rng, c, "t", 0, 0, produced[0])
 	require.Len(t, ends, produced[0])
-	check(b, n)
+	check(b, c, n)
 }
 
 // countBefore is how many records of partition p end at or before off,
