@@ -166,8 +166,8 @@ var (
 	dPluginErrors  = desc("metaq_plugin_errors_total", "Plugin calls that failed.", "kind", "name")
 	dPluginRestart = desc("metaq_plugin_restarts_total", "Restarts of the plugin process.", "kind", "name")
 	dGroupLag      = desc("metaq_consumer_group_lag_bytes", "Bytes between the group's last offset committed through this broker and the partitions' max offset, summed over the topic's partitions (offsets are byte positions).", "group", "topic")
-	dGroupLagMsgs  = desc("metaq_consumer_group_lag_messages", "Messages between the group's last offset committed through this broker and the partitions' max offset, summed over the topic's partitions: counted exactly from the partitions' record-count index; estimated from the mean record size (metaq_consumer_group_lag_messages_estimated = 1) only while the index of segments found at start is being built.", "group", "topic")
-	dGroupLagEst   = desc("metaq_consumer_group_lag_messages_estimated", "1 while metaq_consumer_group_lag_messages of the group and topic is an estimate (after a restart, until the background scrub has indexed the old segments), else 0.", "group", "topic")
+	dGroupLagMsgs  = desc("metaq_consumer_group_lag_messages", "Messages between the group's last offset committed through this broker and the partitions' max offset, summed over the topic's partitions: counted exactly from the partitions' record-count index; estimated from the mean record size only where that does not cover the range yet (metaq_partitions_indexing > 0: after a restart, until the background scrub has indexed the segments found at start).", "group", "topic")
+	dIndexing      = desc("metaq_partitions_indexing", "Partitions whose segments found at start the background scrub has not walked yet: their message counts are low and lag in messages over those segments is estimated until it is 0.")
 	dGroupPartLag  = desc("metaq_consumer_group_partition_lag_bytes", "Bytes between the group's last committed offset and the partition's max offset (metrics_partition_labels).", "group", "topic", "partition")
 	dCommits       = desc("metaq_offset_commits_total", "Offset commits received.")
 	dCommitFailed  = desc("metaq_offset_commit_failures_total", "Offset commits the offset store refused.")
@@ -217,6 +217,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 
 	topics := b.topicList()
 	gauge(dTopics, float64(len(topics)))
+	indexing := 0
 	perPart := b.config().MetricsPartitionLabels
 	maxOffsets := make(map[string][]int64, len(topics))
 	partSizes := make(map[string][]partSize, len(topics))
@@ -231,6 +232,9 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 			pmout := pc.msgsOut.Load()
 			in, bin, bout, mout, gets = in+pin, bin+pbin, bout+pbout, mout+pmout, gets+pc.gets.Load()
 			n, mx, mn := l.MessageCount(), l.MaxOffset(), l.MinOffset()
+			if !l.MessageCountComplete() {
+				indexing++
+			}
 			msgs, size = msgs+n, size+(mx-mn)
 			maxs[p] = mx
 			parts[p] = partSize{min: mn, max: mx, msgs: n}
@@ -257,6 +261,8 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(dTopicMsgs, float64(msgs), t.name)
 		gauge(dTopicBytes, float64(size), t.name)
 	}
+
+	gauge(dIndexing, float64(indexing))
 
 	dirs := make([]string, 0, len(b.journals))
 	for d := range b.journals {
@@ -319,7 +325,6 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		var lag, lagMsgs int64
-		estimated := 0.0
 		sizes := partSizes[g.topic]
 		t := logs[g.topic]
 		for p, off := range g.offsets {
@@ -328,18 +333,14 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			l := max(maxs[p]-off, 0)
 			lag += l
-			n, exact := lagMessages(t.parts[p], sizes[p], off)
+			n, _ := lagMessages(t.parts[p], sizes[p], off)
 			lagMsgs += n
-			if !exact {
-				estimated = 1
-			}
 			if perPart {
 				gauge(dGroupPartLag, float64(l), g.group, g.topic, strconv.Itoa(p))
 			}
 		}
 		gauge(dGroupLag, float64(lag), g.group, g.topic)
 		gauge(dGroupLagMsgs, float64(lagMsgs), g.group, g.topic)
-		gauge(dGroupLagEst, estimated, g.group, g.topic)
 	}
 }
 

@@ -123,7 +123,7 @@ func TestMessagesOutAndLag(t *testing.T) {
 		require.Equal(t, 200, code, "%s", scrape)
 		require.Equal(t, float64(sent), metricValue(t, scrape, `metaq_topic_messages_out_total{topic="t"}`))
 		require.Equal(t, float64(lag), metricValue(t, scrape, `metaq_consumer_group_lag_messages{group="g",topic="t"}`))
-		require.Equal(t, 0.0, metricValue(t, scrape, `metaq_consumer_group_lag_messages_estimated{group="g",topic="t"}`))
+		require.Equal(t, 0.0, metricValue(t, scrape, `metaq_partitions_indexing`))
 
 		code, body := h.get("/api/v1/groups/g")
 		require.Equal(t, 200, code, "%s", body)
