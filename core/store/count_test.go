@@ -100,7 +100,7 @@ func TestCountRecords(t *testing.T) {
 			open := func(dir string) (*Journal, *Log) {
 				var j *Journal
 				g := gate
-				opts := Options{IDs: &seqIDs{}, MaxSegmentSize: 200 << 10, Logf: t.Logf,
+				opts := Options{IDs: &seqIDs{}, MaxSegmentSize: 128 << 10, Logf: t.Logf,
 					hooks: &hooks{scrubStart: func() { <-g }}}
 				switch mode {
 				case "journal":
@@ -125,7 +125,7 @@ func TestCountRecords(t *testing.T) {
 			close(gate)
 			j, l := open(dataDir)
 			checkCounts(t, rng, l, true) // empty
-			appendRandom(t, rng, l, 100)
+			appendRandom(t, rng, l, 60)
 			require.Greater(t, l.SegmentCount(), 3)
 			checkCounts(t, rng, l, true)
 
@@ -161,12 +161,12 @@ func TestCountRecords(t *testing.T) {
 				require.NoError(t, err)
 				require.False(t, exact, "before the scrub (%d)", n)
 				checkCounts(t, rng, l, false) // exact only in what Open scanned
-				appendRandom(t, rng, l, 20)   // appends before the scrub
+				appendRandom(t, rng, l, 12)   // appends before the scrub
 				checkCounts(t, rng, l, false)
 				close(gate)
 				require.Eventually(t, l.MessageCountComplete, 20*time.Second, time.Millisecond)
 				checkCounts(t, rng, l, true)
-				appendRandom(t, rng, l, 20)
+				appendRandom(t, rng, l, 12)
 				checkCounts(t, rng, l, true)
 				shut(j, l)
 			}
