@@ -101,6 +101,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePartition$$' -fuzztime $(FUZZTIME) ./sdk/message/
 	$(GO) test -run '^$$' -fuzz FuzzJournalPayloads -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz FuzzJournalScan -fuzztime $(FUZZTIME) ./core/store/
+	$(GO) test -run '^$$' -fuzz '^FuzzCountRecords$$' -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBrokerName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConsumerID$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMemberData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
@@ -113,6 +114,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDashboard$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzCommittedFile$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzEpochs$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCountItem$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCountReply$$' -fuzztime $(FUZZTIME) ./sdk/admin/
 
 clean:
 	rm -rf $(BIN)

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -363,4 +365,27 @@ func TestBrokerFilterConsumer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBrokerFilteredMessagesOut: a filtered get counts the records it
+// kept as messages out, an unfiltered one every whole record it sent.
+func TestBrokerFilteredMessagesOut(t *testing.T) {
+	b := brokertest.Start(t, brokertest.HTTP(), brokertest.Edit(func(c *conf.Config) {
+		c.Topics = []conf.Topic{{Name: "t", Filters: []conf.TopicFilter{attrFilter("reds", "red")}}}
+	}))
+	msgs := produce(t, b.Addr(), "red", "blue", "-", "red", "blue", "blue", "red", "")
+	c := dial(t, b.Addr())
+	r := c.get(t, "reds", 0, 1<<20)
+	require.Equal(t, protocol.OpFValue, r.Op, string(r.Body))
+	require.Len(t, parseFValue(t, r.Body), 3)
+	r = c.get(t, "others", 0, 1<<20)
+	require.Equal(t, protocol.OpValue, r.Op)
+
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + b.HTTPAddr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	want := fmt.Sprintf("metaq_topic_messages_out_total{topic=\"t\"} %d\n", 3+len(msgs))
+	require.Contains(t, string(body), want)
 }

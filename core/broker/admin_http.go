@@ -62,6 +62,7 @@ type partitionJSON struct {
 	Messages    int64 `json:"messages"`
 	MessagesIn  int64 `json:"messages_in"`
 	BytesIn     int64 `json:"bytes_in"`
+	MessagesOut int64 `json:"messages_out"`
 	BytesOut    int64 `json:"bytes_out"`
 	GetRequests int64 `json:"get_requests"`
 }
@@ -89,7 +90,7 @@ func (b *Broker) topicJSON(t *topic, parts bool) topicJSON {
 			pc := &t.pc[p]
 			j.PartitionList = append(j.PartitionList, partitionJSON{Partition: p, MinOffset: l.MinOffset(), MaxOffset: l.MaxOffset(),
 				Messages: l.MessageCount(), MessagesIn: pc.msgsIn.Load(), BytesIn: pc.bytesIn.Load(),
-				BytesOut: pc.bytesOut.Load(), GetRequests: pc.gets.Load()})
+				MessagesOut: pc.msgsOut.Load(), BytesOut: pc.bytesOut.Load(), GetRequests: pc.gets.Load()})
 		}
 	}
 	return j
@@ -116,6 +117,7 @@ func (b *Broker) openTopicNamed(w http.ResponseWriter, name string) *topic {
 
 func (b *Broker) apiTopic(w http.ResponseWriter, r *http.Request) {
 	if t := b.openTopicNamed(w, r.PathValue("name")); t != nil {
+		b.countOut() // messages_out (msgsout.go)
 		writeJSON(w, http.StatusOK, b.topicJSON(t, true))
 	}
 }
@@ -223,7 +225,14 @@ type groupPartitionJSON struct {
 	// LagBytes is max_offset - committed_offset; absent when nothing is
 	// committed (lag unknown).
 	LagBytes *int64 `json:"lag_bytes,omitempty"`
-	Owner    string `json:"owner,omitempty"` // member holding it (local mode groups)
+	// LagMessages is the number of messages from committed_offset to
+	// max_offset, counted with the partition's record-count index; while
+	// that does not cover them yet (after a restart, until the background
+	// scrub has indexed the old segments) it is estimated from the mean
+	// record size and LagMessagesEstimated is set. Absent like LagBytes.
+	LagMessages          *int64 `json:"lag_messages,omitempty"`
+	LagMessagesEstimated bool   `json:"lag_messages_estimated,omitempty"`
+	Owner                string `json:"owner,omitempty"` // member holding it (local mode groups)
 	// Source is where committed_offset comes from: "offset_store" (the
 	// broker's), "zookeeper" (the consumers' ZooKeeper offsets, when the
 	// offset store has none), "" when unknown.
@@ -231,9 +240,11 @@ type groupPartitionJSON struct {
 }
 
 type groupTopicJSON struct {
-	Topic      string               `json:"topic"`
-	LagBytes   int64                `json:"lag_bytes"`
-	Partitions []groupPartitionJSON `json:"partitions"`
+	Topic                string               `json:"topic"`
+	LagBytes             int64                `json:"lag_bytes"`
+	LagMessages          int64                `json:"lag_messages"`
+	LagMessagesEstimated bool                 `json:"lag_messages_estimated,omitempty"`
+	Partitions           []groupPartitionJSON `json:"partitions"`
 }
 
 // groupEntry is one group and topic known here.
@@ -426,6 +437,10 @@ func (b *Broker) describeGroup(ctx context.Context, group string, topics []strin
 				lag := max(gp.MaxOffset-committed[p], 0)
 				gp.LagBytes = &lag
 				gt.LagBytes += lag
+				n, exact := lagMessages(l, partSize{min: gp.MinOffset, max: gp.MaxOffset, msgs: l.MessageCount()}, committed[p])
+				gp.LagMessages, gp.LagMessagesEstimated = &n, !exact
+				gt.LagMessages += n
+				gt.LagMessagesEstimated = gt.LagMessagesEstimated || !exact
 			}
 			gt.Partitions = append(gt.Partitions, gp)
 		}

@@ -159,6 +159,8 @@ type Broker struct {
 	// committed the offsets groups committed here (committed.go).
 	metrics   *metrics
 	committed committedSet
+	// outs are the ranges gets sent, for messages out (msgsout.go).
+	outs outLedger
 	// web is the HTTP listener (http.go); recovered is set once New has
 	// opened (and so recovered) every partition.
 	web       webState
@@ -587,6 +589,8 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	b.wg.Add(1)
 	go b.retentionLoop()
 	b.wg.Add(1)
+	go b.outCountLoop() // msgsout.go
+	b.wg.Add(1)
 	go func() { defer b.wg.Done(); b.disks.run(b.done) }()
 	for _, l := range []net.Listener{b.ln, b.tlsLn} {
 		if l == nil {
@@ -728,6 +732,7 @@ func (b *Broker) retentionLoop() {
 }
 
 func (b *Broker) applyRetention(now time.Time) {
+	b.countOut() // count the ranges sent before their segments go (msgsout.go)
 	for _, t := range b.topicList() {
 		if t.conf().RetainFor <= 0 {
 			continue

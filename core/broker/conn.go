@@ -77,6 +77,12 @@ type conn struct {
 	probeTok   atomic.Uint64
 	probeStart atomic.Int64
 
+	// outs are the ranges this connection's gets sent, by partition
+	// (msgsout.go); getPC is the partition counters of the get being
+	// served (filtered gets). Both owned by the read loop.
+	outs  map[*store.Log]*outStream
+	getPC *partCounters
+
 	entries []store.Entry
 	scratch []byte
 	filt    filterScratch // filtered gets (filter.go)
@@ -114,7 +120,7 @@ func (c *conn) serve() {
 	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout(), drain: &c.b.draining}
 	dec := protocol.NewDecoder(dr, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody, Budget: &c.bud})
 	// close first: the flusher exits only once the connection is closed.
-	defer func() { c.close(); fw.Wait(); c.release(dec) }()
+	defer func() { c.close(); fw.Wait(); c.release(dec); c.closeOuts() }()
 
 	var req protocol.Request
 	errRun := 0

@@ -296,6 +296,7 @@ func (c *conn) handleGet(r *protocol.Request) {
 		return
 	}
 	if in := b.filters.lookup(t.name, r.Group); in != nil {
+		c.getPC = pc
 		c.sendFiltered(in, r, l, v, maxSize)
 		return
 	}
@@ -306,6 +307,7 @@ func (c *conn) handleGet(r *protocol.Request) {
 		return
 	}
 	pc.bytesOut.Add(int64(v.Len))
+	c.noteSent(l, pc, v.Offset, v.Len) // msgsout.go
 }
 
 func (c *conn) handleOffset(r *protocol.Request) {

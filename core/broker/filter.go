@@ -198,7 +198,7 @@ func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, l *store.
 	recs, next := scanRecords(fsc.recs[:0], buf, v.Offset, in.NeedBodies())
 	fsc.recs = recs
 	if len(recs) == 0 {
-		c.sendPlain(v, r.Opaque)
+		c.sendPlain(v, r.Opaque, 0) // no whole record
 		return
 	}
 	keep, err := in.Accept(context.Background(), r.Partition, recs)
@@ -206,7 +206,7 @@ func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, l *store.
 	if err != nil {
 		b.filters.errors.Add(1)
 		if in.Policy() == filters.FailOpen {
-			c.sendPlain(v, r.Opaque)
+			c.sendPlain(v, r.Opaque, len(recs))
 			return
 		}
 		v.Release()
@@ -267,24 +267,36 @@ func (c *conn) replyFiltered(r *protocol.Request, buf []byte, base int64, recs [
 		return next
 	}
 	out = protocol.AppendFValueHeader(out, total, r.Opaque, next)
+	kept := 0
 	for i, k := range keep[:end] {
 		if !k {
 			continue
 		}
+		kept++
 		pos := int(recs[i].Offset - base)
 		out = binary.BigEndian.AppendUint64(out, uint64(recs[i].Offset))
 		out = append(out, buf[pos:pos+message.HeaderSize+recs[i].Size]...)
 	}
 	c.unlockOut(out)
+	if pc := c.getPC; pc != nil {
+		pc.bytesOut.Add(int64(total - 8*kept)) // the records, without their offset prefixes
+		pc.msgsOut.Add(int64(kept))
+	}
 	return next
 }
 
-// sendPlain sends v as a plain value reply (sendfile) and releases it.
-func (c *conn) sendPlain(v store.View, opaque int32) {
+// sendPlain sends v, which holds msgs whole records, as a plain value
+// reply (sendfile) and releases it.
+func (c *conn) sendPlain(v store.View, opaque int32, msgs int) {
 	err := c.sendValue(v, opaque)
 	v.Release()
 	if err != nil {
 		c.close()
+		return
+	}
+	if pc := c.getPC; pc != nil {
+		pc.bytesOut.Add(int64(v.Len))
+		pc.msgsOut.Add(int64(msgs))
 	}
 }
 

@@ -108,6 +108,7 @@ func TestHTTPMetrics(t *testing.T) {
 			require.Equal(t, 1.0, metricValue(t, scrape, `metaq_topic_get_requests_total{topic="t"}`))
 			out := metricValue(t, scrape, `metaq_topic_bytes_out_total{topic="t"}`)
 			require.Greater(t, out, 0.0)
+			require.Equal(t, 3.0, metricValue(t, scrape, `metaq_topic_messages_out_total{topic="t"}`))
 			require.Equal(t, 3.0, metricValue(t, scrape, `metaq_requests_total{command="put"}`))
 			require.GreaterOrEqual(t, metricValue(t, scrape, `metaq_put_duration_seconds_count`), 1.0)
 			require.Equal(t, 1.0, metricValue(t, scrape, `metaq_get_duration_seconds_count`))
@@ -127,6 +128,7 @@ func TestHTTPMetrics(t *testing.T) {
 			require.Contains(t, string(scrape), "go_goroutines ")
 			if perPart {
 				require.Equal(t, 3.0, metricValue(t, scrape, `metaq_partition_messages_in_total{partition="0",topic="t"}`))
+				require.Equal(t, 3.0, metricValue(t, scrape, `metaq_partition_messages_out_total{partition="0",topic="t"}`))
 				require.Equal(t, p0, metricValue(t, scrape, `metaq_partition_max_offset_bytes{partition="0",topic="t"}`))
 				require.Equal(t, p0, metricValue(t, scrape, `metaq_consumer_group_partition_lag_bytes{group="g1",partition="0",topic="t"}`))
 			} else {

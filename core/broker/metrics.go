@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/core/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,7 +26,9 @@ import (
 // topicRealtime, which `stats reset` clears and stat = false turns off).
 type partCounters struct {
 	msgsIn, bytesIn, bytesOut, gets atomic.Int64
-	_                               [32]byte // keep neighbouring partitions' counters off one cache line
+	// msgsOut is counted off the get path (msgsout.go).
+	msgsOut atomic.Int64
+	_       [24]byte // keep neighbouring partitions' counters off one cache line
 }
 
 // monoEpoch is the origin of monoNow, a monotonic clock in nanoseconds
@@ -136,12 +139,14 @@ var (
 	dTopicMsgsIn   = desc("metaq_topic_messages_in_total", "Messages accepted for append (puts and mputs) since start.", "topic")
 	dTopicBytesIn  = desc("metaq_topic_bytes_in_total", "Message body bytes accepted for append since start.", "topic")
 	dTopicBytesOut = desc("metaq_topic_bytes_out_total", "Bytes of stored records served to gets since start.", "topic")
+	dTopicMsgsOut  = desc("metaq_topic_messages_out_total", "Whole messages served to gets since start (counted from the byte ranges sent, at each scrape; a final partial record of a reply is not counted: the client fetches it again).", "topic")
 	dTopicGets     = desc("metaq_topic_get_requests_total", "Gets served (with data or a miss) since start.", "topic")
 	dTopicMsgs     = desc("metaq_topic_messages", "Messages stored (low while the start-up count of old segments runs).", "topic")
 	dTopicBytes    = desc("metaq_topic_size_bytes", "Bytes stored: max_offset - min_offset summed over the partitions.", "topic")
 	dPartMsgsIn    = desc("metaq_partition_messages_in_total", "Messages accepted for append since start (metrics_partition_labels).", "topic", "partition")
 	dPartBytesIn   = desc("metaq_partition_bytes_in_total", "Message body bytes accepted for append since start (metrics_partition_labels).", "topic", "partition")
 	dPartBytesOut  = desc("metaq_partition_bytes_out_total", "Bytes of stored records served to gets since start (metrics_partition_labels).", "topic", "partition")
+	dPartMsgsOut   = desc("metaq_partition_messages_out_total", "Whole messages served to gets since start (metrics_partition_labels).", "topic", "partition")
 	dPartMsgs      = desc("metaq_partition_messages", "Messages stored (metrics_partition_labels).", "topic", "partition")
 	dPartMaxOffset = desc("metaq_partition_max_offset_bytes", "The partition's max offset: the byte position after its last readable record (metrics_partition_labels).", "topic", "partition")
 	dPartMinOffset = desc("metaq_partition_min_offset_bytes", "The partition's min offset: the byte position of its first kept record (metrics_partition_labels).", "topic", "partition")
@@ -161,7 +166,8 @@ var (
 	dPluginErrors  = desc("metaq_plugin_errors_total", "Plugin calls that failed.", "kind", "name")
 	dPluginRestart = desc("metaq_plugin_restarts_total", "Restarts of the plugin process.", "kind", "name")
 	dGroupLag      = desc("metaq_consumer_group_lag_bytes", "Bytes between the group's last offset committed through this broker and the partitions' max offset, summed over the topic's partitions (offsets are byte positions).", "group", "topic")
-	dGroupLagMsgs  = desc("metaq_consumer_group_lag_messages", "Messages between the group's last offset committed through this broker and the partitions' max offset, summed over the topic's partitions: exact at the end and from a partition's start, else estimated from the partition's mean record size (the broker keeps no offset index; metaq group describe counts small lags exactly).", "group", "topic")
+	dGroupLagMsgs  = desc("metaq_consumer_group_lag_messages", "Messages between the group's last offset committed through this broker and the partitions' max offset, summed over the topic's partitions: counted exactly from the partitions' record-count index; estimated from the mean record size only where that does not cover the range yet (metaq_partitions_indexing > 0: after a restart, until the background scrub has indexed the segments found at start).", "group", "topic")
+	dIndexing      = desc("metaq_partitions_indexing", "Partitions whose segments found at start the background scrub has not walked yet: their message counts are low and lag in messages over those segments is estimated until it is 0.")
 	dGroupPartLag  = desc("metaq_consumer_group_partition_lag_bytes", "Bytes between the group's last committed offset and the partition's max offset (metrics_partition_labels).", "group", "topic", "partition")
 	dCommits       = desc("metaq_offset_commits_total", "Offset commits received.")
 	dCommitFailed  = desc("metaq_offset_commit_failures_total", "Offset commits the offset store refused.")
@@ -175,6 +181,7 @@ func (c *brokerCollector) Describe(chan<- *prometheus.Desc) {}
 
 func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	b := c.b
+	b.countOut() // msgsout.go: messages out are counted at scrapes
 	counter := func(d *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
@@ -210,18 +217,24 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 
 	topics := b.topicList()
 	gauge(dTopics, float64(len(topics)))
+	indexing := 0
 	perPart := b.config().MetricsPartitionLabels
 	maxOffsets := make(map[string][]int64, len(topics))
 	partSizes := make(map[string][]partSize, len(topics))
+	logs := make(map[string]*topic, len(topics))
 	for _, t := range topics {
-		var in, bin, bout, gets, msgs, size int64
+		var in, bin, bout, mout, gets, msgs, size int64
 		maxs := make([]int64, len(t.parts))
 		parts := make([]partSize, len(t.parts))
 		for p, l := range t.parts {
 			pc := &t.pc[p]
 			pin, pbin, pbout := pc.msgsIn.Load(), pc.bytesIn.Load(), pc.bytesOut.Load()
-			in, bin, bout, gets = in+pin, bin+pbin, bout+pbout, gets+pc.gets.Load()
+			pmout := pc.msgsOut.Load()
+			in, bin, bout, mout, gets = in+pin, bin+pbin, bout+pbout, mout+pmout, gets+pc.gets.Load()
 			n, mx, mn := l.MessageCount(), l.MaxOffset(), l.MinOffset()
+			if !l.MessageCountComplete() {
+				indexing++
+			}
 			msgs, size = msgs+n, size+(mx-mn)
 			maxs[p] = mx
 			parts[p] = partSize{min: mn, max: mx, msgs: n}
@@ -230,21 +243,26 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 				counter(dPartMsgsIn, pin, t.name, ps)
 				counter(dPartBytesIn, pbin, t.name, ps)
 				counter(dPartBytesOut, pbout, t.name, ps)
+				counter(dPartMsgsOut, pmout, t.name, ps)
 				gauge(dPartMsgs, float64(n), t.name, ps)
 				gauge(dPartMaxOffset, float64(mx), t.name, ps)
 				gauge(dPartMinOffset, float64(mn), t.name, ps)
 			}
 		}
 		maxOffsets[t.name] = maxs
+		logs[t.name] = t
 		partSizes[t.name] = parts
 		gauge(dTopicParts, float64(len(t.parts)), t.name)
 		counter(dTopicMsgsIn, in, t.name)
 		counter(dTopicBytesIn, bin, t.name)
 		counter(dTopicBytesOut, bout, t.name)
+		counter(dTopicMsgsOut, mout, t.name)
 		counter(dTopicGets, gets, t.name)
 		gauge(dTopicMsgs, float64(msgs), t.name)
 		gauge(dTopicBytes, float64(size), t.name)
 	}
+
+	gauge(dIndexing, float64(indexing))
 
 	dirs := make([]string, 0, len(b.journals))
 	for d := range b.journals {
@@ -308,13 +326,15 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		var lag, lagMsgs int64
 		sizes := partSizes[g.topic]
+		t := logs[g.topic]
 		for p, off := range g.offsets {
 			if p >= len(maxs) || off < 0 {
 				continue
 			}
 			l := max(maxs[p]-off, 0)
 			lag += l
-			lagMsgs += sizes[p].lagMessages(off)
+			n, _ := lagMessages(t.parts[p], sizes[p], off)
+			lagMsgs += n
 			if perPart {
 				gauge(dGroupPartLag, float64(l), g.group, g.topic, strconv.Itoa(p))
 			}
@@ -322,6 +342,21 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(dGroupLag, float64(lag), g.group, g.topic)
 		gauge(dGroupLagMsgs, float64(lagMsgs), g.group, g.topic)
 	}
+}
+
+// lagMessages is the number of messages of l from committed to s.max
+// (s is l's offsets and count, read once per scrape): counted with the
+// record-count index, or, while that does not cover the range yet (after
+// a restart, until the background scrub has indexed the old segments),
+// estimated (exact false).
+func lagMessages(l *store.Log, s partSize, committed int64) (n int64, exact bool) {
+	if committed >= s.max {
+		return 0, true
+	}
+	if n, exact, err := l.CountRecords(committed, s.max); err == nil && exact {
+		return n, true
+	}
+	return s.lagMessages(committed), false
 }
 
 // partSize is a partition's offsets and message count at a scrape.

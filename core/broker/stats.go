@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -67,6 +68,7 @@ stats groups        one line per consumer group coordinated here (local mode): m
 stats members       one line per member of those groups: its id and the partitions it holds
 stats disks         one line per data directory: used_ratio, inodes_used_ratio, full (disk_max_used_ratio)
 stats transactions  the open transactions, oldest first: key, type, state, session, messages, bytes, age, timeout
+stats count:T:P:O   the messages of topic T partition P from offset O to its max offset: messages N exact true|false
 stats reset         reset the realtime counters
 stats help          this text
 stats <topic>       one topic: result code (0 exists, 1 unknown, 2 configured but empty), partitions, counts
@@ -87,6 +89,10 @@ func (c *conn) handleStats(r *protocol.Request) {
 	}
 	if item == switchoverItem {
 		c.switchover(r.Opaque) // rejoin.go
+		return
+	}
+	if arg, ok := strings.CutPrefix(item, countItem); ok {
+		c.countStats(arg, r.Opaque)
 		return
 	}
 	switch item {
@@ -285,4 +291,62 @@ func writePluginStats(sb *strings.Builder, infos []host.Info) {
 			p.Kind, p.Name, p.Version, p.PID, p.State, p.Restarts, p.Calls, p.Errors)
 	}
 	sb.WriteString("END\r\n")
+}
+
+// countItem is the stats item that counts a partition's messages from an
+// offset to its end: `stats count:<topic>:<partition>:<offset>` answers
+//
+//	<topic> part <p> from <offset> to <max_offset> messages <n> exact <true|false>
+//
+// exact false (n estimated from the mean record size) while the range is
+// not indexed yet (after a restart, until the background scrub has walked
+// the old segments). metaq group describe uses it for LAG_MSGS.
+const countItem = "count:"
+
+func (c *conn) countStats(arg string, opaque int32) {
+	name, p, from, err := parseCountItem(arg)
+	if err != nil {
+		c.reply(protocol.StatusBadRequest, "stats "+countItem+"<topic>:<partition>:<offset>: "+err.Error(), opaque)
+		return
+	}
+	b := c.b
+	b.mu.RLock()
+	t := b.topics[name]
+	b.mu.RUnlock()
+	if t == nil || p >= len(t.parts) {
+		c.reply(protocol.StatusBadRequest, "stats "+countItem+": no partition "+strconv.Itoa(p)+" of topic "+strconv.Quote(name), opaque)
+		return
+	}
+	l := t.parts[p]
+	s := partSize{min: l.MinOffset(), max: l.MaxOffset(), msgs: l.MessageCount()}
+	n, exact := lagMessages(l, s, from)
+	c.reply(protocol.StatusOK, fmt.Sprintf("STATS\r\n%s part %d from %d to %d messages %d exact %t\r\nEND\r\n",
+		name, p, from, s.max, n, exact), opaque)
+}
+
+// parseCountItem parses the argument of a count item,
+// <topic>:<partition>:<offset> (the topic may hold colons: the last two
+// fields are the numbers).
+func parseCountItem(arg string) (topic string, partition int, from int64, err error) {
+	i := strings.LastIndexByte(arg, ':')
+	if i < 0 {
+		return "", 0, 0, errors.New("missing fields")
+	}
+	from, err = strconv.ParseInt(arg[i+1:], 10, 64)
+	if err != nil || from < 0 {
+		return "", 0, 0, fmt.Errorf("bad offset %q", arg[i+1:])
+	}
+	arg = arg[:i]
+	i = strings.LastIndexByte(arg, ':')
+	if i < 0 {
+		return "", 0, 0, errors.New("missing fields")
+	}
+	p, err := strconv.ParseInt(arg[i+1:], 10, 32)
+	if err != nil || p < 0 {
+		return "", 0, 0, fmt.Errorf("bad partition %q", arg[i+1:])
+	}
+	if arg[:i] == "" {
+		return "", 0, 0, errors.New("empty topic")
+	}
+	return arg[:i], int(p), from, nil
 }

@@ -263,6 +263,7 @@ func (b *Broker) growTopic(t *topic, tc conf.TopicConfig) (*topic, error) {
 		nt.pc[i].msgsIn.Store(t.pc[i].msgsIn.Load())
 		nt.pc[i].bytesIn.Store(t.pc[i].bytesIn.Load())
 		nt.pc[i].bytesOut.Store(t.pc[i].bytesOut.Load())
+		nt.pc[i].msgsOut.Store(t.pc[i].msgsOut.Load())
 		nt.pc[i].gets.Store(t.pc[i].gets.Load())
 	}
 	// The realtime stats start again for the new value: `stats <topic>`

@@ -174,6 +174,7 @@ func (l *Log) appendThreshold(entries []Entry, w Waiter, token uint64) error {
 	l.nMessages.Add(int64(len(entries)))
 	l.msgCount.Add(int64(len(entries)))
 	seg.count.Add(int64(len(entries)))
+	seg.cidx.note(pos+int64(n), len(entries)) // count.go
 	l.lastID.Store(lastID)
 	l.unflushed += len(entries)
 	sync := l.unflushed > l.threshold || (l.interval > 0 && time.Since(l.lastFlush) >= l.interval)

@@ -170,5 +170,6 @@ func (l *Log) completeChunk(seg *segment, end int64, comps []completion) {
 	l.nMessages.Add(int64(msgs))
 	l.msgCount.Add(int64(msgs))
 	seg.count.Add(int64(msgs))
+	seg.cidx.noteChunk(end-seg.start, comps) // count.go
 	l.readable.Store(end)
 }

@@ -112,6 +112,7 @@ type hooks struct {
 	truncate   func(f *os.File, size int64) error                              // cut after a failed write
 	readAt     func(f *os.File, b []byte, off int64) (int, error)              // segment read by Open's recovery scans
 	pendingCap int                                                             // group-commit pending cap
+	scrubStart func()                                                          // called before the background count starts
 }
 
 // Entry is one message to append. CRC must be message.Checksum(Data); the
@@ -234,6 +235,7 @@ type Log struct {
 	msgCount  atomic.Int64
 	counted   atomic.Bool // sealed segments present at Open have been counted
 	toCount   []*segment  // what the background count walks (set by Open)
+	scrubHook func()      // hooks.scrubStart
 	isClosed  atomic.Bool
 
 	nAppends, nMessages, nWrites, nFsyncs, nBytes, nRolls atomic.Int64
@@ -298,6 +300,7 @@ func Open(dir string, opts Options) (*Log, error) {
 			l.truncate = h.truncate
 		}
 		l.readAt = h.readAt
+		l.scrubHook = h.scrubStart
 		if h.pendingCap > 0 {
 			l.pendingCap = h.pendingCap
 		}

@@ -62,6 +62,7 @@ func (l *Log) Rebase(offset int64) error {
 	// dropped without a release, its file now the new one's.
 	seg := newSegment(offset, path, old.f, 0)
 	seg.count.Store(0)
+	seg.cidx.setReady(0, 0, 0, nil)
 	seg.readAt = old.readAt
 	l.segs[0] = seg
 	l.active = seg

@@ -195,6 +195,7 @@ func (l *Log) recover() (toCount []*segment, err error) {
 		return nil, err
 	}
 	tail.count.Store(res.count)
+	tail.cidx.setReady(0, res.good, res.count, res.idx)
 	l.msgCount.Store(res.count)
 	l.lastID.Store(res.lastID)
 
@@ -223,6 +224,7 @@ func (l *Log) recover() (toCount []*segment, err error) {
 func (l *Log) installTrusted(segs []*segment, tt trustedTail) []*segment {
 	tail := segs[len(segs)-1]
 	tail.count.Store(tt.count)
+	tail.cidx.setReady(tt.prefix, tail.size.Load(), tt.count, tt.idx)
 	l.msgCount.Store(tt.count)
 	l.lastID.Store(tt.lastID)
 	sealed := segs[:len(segs)-1]
@@ -258,6 +260,9 @@ type scanResult struct {
 	count  int64  // records in [0, good)
 	lastID int64  // id of the last of them (0 if none)
 	stop   string // why the walk stopped before the end ("" if it did not)
+	// idx are record-count index entries for [from, good), about every
+	// countStep bytes, counting records from the scan's start (count.go).
+	idx []countEntry
 }
 
 // errStopped means the scan was interrupted by stop.
@@ -284,7 +289,12 @@ func scanSegmentFrom(br *bufio.Reader, seg *segment, from int64, maxMsg int, ver
 	br.Reset(io.NewSectionReader(seg.reader(), from, size-from))
 	res := scanResult{good: from}
 	var hdr [message.HeaderSize]byte
+	nextIdx := from + countStep
 	for pos := from; ; {
+		if pos >= nextIdx {
+			res.idx = append(res.idx, countEntry{pos, res.count})
+			nextIdx = pos + countStep
+		}
 		if stop != nil && res.count&1023 == 1023 {
 			select {
 			case <-stop:
@@ -350,6 +360,9 @@ func scanSegmentFrom(br *bufio.Reader, seg *segment, from int64, maxMsg int, ver
 // with it.
 func (l *Log) countSealed(segs []*segment) {
 	defer l.wg.Done()
+	if l.scrubHook != nil {
+		l.scrubHook()
+	}
 	defer func() {
 		for _, s := range segs {
 			s.release()
@@ -413,6 +426,7 @@ func (l *Log) createSegment(start int64) (*segment, error) {
 	}
 	s := newSegment(start, path, f, 0)
 	s.count.Store(0)
+	s.cidx.setReady(0, 0, 0, nil)
 	return s, nil
 }
 

@@ -76,9 +76,10 @@ func (j *Journal) takeTrusted(name string) (trustPoint, bool) {
 
 // trustedTail is the outcome of recoverTrusted.
 type trustedTail struct {
-	count  int64 // records of the last segment from where the scan started in it
-	lastID int64 // the partition's last record id
-	prefix int64 // bytes of the last segment before the scan: verified in the background
+	count  int64        // records of the last segment from where the scan started in it
+	lastID int64        // the partition's last record id
+	prefix int64        // bytes of the last segment before the scan: verified in the background
+	idx    []countEntry // the last segment's count index from prefix on
 }
 
 // recoverTrusted is the recovery of a journaled log's segment chain segs
@@ -123,6 +124,7 @@ func (l *Log) recoverTrusted(br *bufio.Reader, segs []*segment, t trustPoint, bu
 		if s == tail {
 			tt.count = res.count
 			tt.prefix = from
+			tt.idx = res.idx
 		}
 	}
 	if !ok {

@@ -72,6 +72,9 @@ type segment struct {
 	// integ is the segment's verification state (verify.go).
 	integ integrity
 
+	// cidx is the segment's record-count index (count.go).
+	cidx countIndex
+
 	// readAt, if set, replaces f.ReadAt in recovery's scans (a test hook).
 	readAt func(f *os.File, b []byte, off int64) (int, error)
 

@@ -118,6 +118,7 @@ func (l *Log) scrub(br *bufio.Reader, s *segment, buf *[]byte, stop <-chan struc
 			return 0, 0, err
 		}
 		if res.good == size {
+			s.cidx.complete(size, res.count, res.idx) // count.go
 			s.integ.unverified.Store(false)
 			return res.count, res.lastID, nil
 		}

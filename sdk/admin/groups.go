@@ -359,8 +359,10 @@ func (a *Admin) fetchOffsets(ctx context.Context, addr, g, t string, n int) ([]p
 }
 
 // lagMessages sets r.LagMessages: 0 at the end, the partition's count
-// from its start, the records counted when the lag is small, else an
-// estimate from the mean record size.
+// from its start, the broker's exact count (`stats count:`, from its
+// record-count index), else, from a broker without one or while its index
+// is being built after a restart, the records counted here when the lag
+// is small, else an estimate from the mean record size.
 func (a *Admin) lagMessages(ctx context.Context, addr string, r *GroupPartition, po PartitionOffsets) {
 	lag := *r.Lag
 	switch {
@@ -370,6 +372,12 @@ func (a *Admin) lagMessages(ctx context.Context, addr string, r *GroupPartition,
 	case *r.Committed <= po.Min && po.Messages >= 0:
 		r.LagMessages = ptr(po.Messages)
 		return
+	}
+	if n, ok := a.brokerCount(ctx, addr, r.Topic, r.Partition, *r.Committed); ok {
+		r.LagMessages = ptr(n)
+		return
+	}
+	switch {
 	case lag <= maxLagScan:
 		if n, err := a.countRecords(ctx, addr, r.Topic, r.Partition, *r.Committed, po.Max); err == nil {
 			r.LagMessages = ptr(n)
@@ -380,6 +388,35 @@ func (a *Admin) lagMessages(ctx context.Context, addr string, r *GroupPartition,
 		r.LagMessages = ptr((lag*po.Messages + po.Bytes()/2) / po.Bytes())
 		r.LagMessagesEstimated = true
 	}
+}
+
+// brokerCount asks the broker for the exact number of messages of a
+// partition from offset from to its end (`stats count:`); ok is false
+// when it has no such item (an older broker answers it as a topic name)
+// or its count is not exact yet.
+func (a *Admin) brokerCount(ctx context.Context, addr, topic string, part int32, from int64) (int64, bool) {
+	st, err := a.Stats(ctx, addr, fmt.Sprintf("count:%s:%d:%d", topic, part, from))
+	if err != nil {
+		return 0, false
+	}
+	return parseCountReply(st.Raw, topic)
+}
+
+// parseCountReply reads the exact count of a `stats count:` reply,
+// `<topic> part <p> from <from> to <max> messages <n> exact <bool>`.
+func parseCountReply(body, topic string) (int64, bool) {
+	for _, l := range statsBodyLines(body) {
+		f := strings.Fields(l)
+		if len(f) != 11 || f[0] != topic || f[1] != "part" || f[7] != "messages" || f[9] != "exact" {
+			continue
+		}
+		n, err := strconv.ParseInt(f[8], 10, 64)
+		if err != nil || n < 0 || f[10] != "true" {
+			return 0, false
+		}
+		return n, true
+	}
+	return 0, false
 }
 
 // countRecords counts the records in [from, to) of a partition.

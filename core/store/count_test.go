@@ -1,0 +1,225 @@
+package store
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// checkCounts compares CountRecords with a brute-force count over the
+// log's records, for every record boundary pair near the ends and for
+// random positions (record starts and arbitrary bytes). If wantExact is
+// false an inexact answer is allowed; an exact one must be right.
+func checkCounts(t *testing.T, rng *rand.Rand, l *Log, wantExact bool) {
+	t.Helper()
+	recs := readAllRecords(t, l, 1<<20)
+	type span struct{ start, end int64 }
+	spans := make([]span, len(recs))
+	for i, r := range recs {
+		spans[i] = span{r.Offset, r.Offset + int64(message.HeaderSize+len(r.Data))}
+	}
+	brute := func(from, to int64) int64 {
+		var n int64
+		for _, s := range spans {
+			if s.start >= from && s.end <= to {
+				n++
+			}
+		}
+		return n
+	}
+	lo, hi := l.MinOffset(), l.MaxOffset()
+	pos := func() int64 {
+		if len(spans) > 0 && rng.IntN(2) == 0 {
+			return spans[rng.IntN(len(spans))].start
+		}
+		return lo - 50 + rng.Int64N(hi-lo+100)
+	}
+	pairs := [][2]int64{{lo, hi}, {0, 1 << 62}, {hi, hi}, {lo, lo}}
+	for range 150 {
+		a, b := pos(), pos()
+		if a > b {
+			a, b = b, a
+		}
+		pairs = append(pairs, [2]int64{a, b})
+	}
+	for _, p := range pairs {
+		n, exact, err := l.CountRecords(p[0], p[1])
+		require.NoError(t, err)
+		if !exact {
+			require.False(t, wantExact, "CountRecords(%d, %d) not exact", p[0], p[1])
+			continue
+		}
+		require.Equal(t, brute(p[0], p[1]), n, "CountRecords(%d, %d) of [%d, %d)", p[0], p[1], lo, hi)
+	}
+	if wantExact {
+		n, exact, err := l.CountRecords(lo, hi)
+		require.NoError(t, err)
+		require.True(t, exact)
+		require.Equal(t, l.MessageCount(), n)
+	}
+}
+
+// appendRandom appends k batches of 1..8 records of random sizes (now
+// and then one bigger than the index step).
+func appendRandom(t *testing.T, rng *rand.Rand, l *Log, k int) {
+	t.Helper()
+	for range k {
+		es := make([]Entry, 1+rng.IntN(8))
+		for i := range es {
+			n := rng.IntN(2000)
+			if rng.IntN(50) == 0 {
+				n = countStep + rng.IntN(countStep)
+			}
+			es[i] = entry(bytes.Repeat([]byte{byte('a' + i)}, n))
+		}
+		_, _, err := l.AppendSync(es)
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Flush())
+}
+
+// TestCountRecords: CountRecords against a brute-force count over random
+// record sizes, segment rolls, retention deleting old segments, a clean
+// restart, a crash (a copy of the running data directory), in the three
+// write modes.
+func TestCountRecords(t *testing.T) {
+	for _, mode := range []string{"journal", "group", "threshold"} {
+		t.Run(mode, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+			dataDir := t.TempDir()
+			// gate holds the background scrub of a reopened log back
+			// until the test closes it.
+			var gate chan struct{}
+			open := func(dir string) (*Journal, *Log) {
+				var j *Journal
+				g := gate
+				opts := Options{IDs: &seqIDs{}, MaxSegmentSize: 128 << 10, Logf: t.Logf,
+					hooks: &hooks{scrubStart: func() { <-g }}}
+				switch mode {
+				case "journal":
+					var err error
+					j, err = OpenJournal(dir, JournalOptions{Logf: t.Logf, CheckpointInterval: 20 * time.Millisecond})
+					require.NoError(t, err)
+					opts.Journal = j
+				case "threshold":
+					opts.UnflushThreshold = 3
+				}
+				l, err := Open(filepath.Join(dir, "t-0"), opts)
+				require.NoError(t, err)
+				return j, l
+			}
+			shut := func(j *Journal, l *Log) {
+				require.NoError(t, l.Close())
+				if j != nil {
+					require.NoError(t, j.Close())
+				}
+			}
+			gate = make(chan struct{})
+			close(gate)
+			j, l := open(dataDir)
+			checkCounts(t, rng, l, true) // empty
+			appendRandom(t, rng, l, 60)
+			require.Greater(t, l.SegmentCount(), 3)
+			checkCounts(t, rng, l, true)
+
+			// Retention: the two oldest segments go.
+			old := time.Now().Add(-2 * time.Hour)
+			l.segMu.RLock()
+			for _, s := range l.segs[:2] {
+				require.NoError(t, os.Chtimes(s.path, old, old))
+			}
+			l.segMu.RUnlock()
+			n, err := l.DeleteOlderThan(time.Hour, time.Now())
+			require.NoError(t, err)
+			require.Equal(t, 2, n)
+			checkCounts(t, rng, l, true)
+
+			// A crash: a copy of the directory while the log runs.
+			// (The journal may rename a file during the copy: try again.)
+			crash := filepath.Join(t.TempDir(), "crash")
+			for i := 0; ; i++ {
+				err := os.CopyFS(crash, os.DirFS(dataDir))
+				if err == nil || i == 20 {
+					require.NoError(t, err)
+					break
+				}
+				require.NoError(t, os.RemoveAll(crash))
+			}
+			shut(j, l)
+
+			for _, dir := range []string{dataDir, crash} {
+				gate = make(chan struct{})
+				j, l = open(dir)
+				n, exact, err := l.CountRecords(0, 1<<62)
+				require.NoError(t, err)
+				require.False(t, exact, "before the scrub (%d)", n)
+				checkCounts(t, rng, l, false) // exact only in what Open scanned
+				appendRandom(t, rng, l, 12)   // appends before the scrub
+				checkCounts(t, rng, l, false)
+				close(gate)
+				require.Eventually(t, l.MessageCountComplete, 20*time.Second, time.Millisecond)
+				checkCounts(t, rng, l, true)
+				appendRandom(t, rng, l, 12)
+				checkCounts(t, rng, l, true)
+				shut(j, l)
+			}
+		})
+	}
+}
+
+// FuzzCountRecords: for records of the sizes the input gives (appended in
+// batches, over segment rolls), CountRecords of any range equals a
+// brute-force count of the whole records in it.
+func FuzzCountRecords(f *testing.F) {
+	f.Add([]byte{0, 10, 0, 0, 1, 255, 255, 2, 3}, uint32(0), uint32(1<<20))
+	f.Add(bytes.Repeat([]byte{0x80, 0x40, 0x12}, 40), uint32(17), uint32(300000))
+	f.Add([]byte{255, 255, 255, 255, 255, 255, 0, 0, 0}, uint32(65552), uint32(131104))
+	f.Fuzz(func(t *testing.T, sizes []byte, from, to uint32) {
+		if len(sizes) > 3*48 {
+			sizes = sizes[:3*48]
+		}
+		l := openLog(t, t.TempDir(), Options{MaxSegmentSize: 150 << 10, UnflushThreshold: 1 << 20})
+		var spans [][2]int64
+		var batch []Entry
+		flush := func() {
+			if len(batch) == 0 {
+				return
+			}
+			_, off, err := l.AppendSync(batch)
+			require.NoError(t, err)
+			for _, e := range batch {
+				end := off + int64(message.HeaderSize+len(e.Data))
+				spans = append(spans, [2]int64{off, end})
+				off = end
+			}
+			batch = batch[:0]
+		}
+		for i := 0; i+3 <= len(sizes); i += 3 {
+			n := int(sizes[i])<<8 | int(sizes[i+1])
+			batch = append(batch, entry(make([]byte, n)))
+			if sizes[i+2]&1 == 1 {
+				flush()
+			}
+		}
+		flush()
+		require.NoError(t, l.Flush())
+		a, b := int64(from), int64(to)
+		var want int64
+		for _, s := range spans {
+			if s[0] >= a && s[1] <= b {
+				want++
+			}
+		}
+		n, exact, err := l.CountRecords(a, b)
+		require.NoError(t, err)
+		require.True(t, exact)
+		require.Equal(t, want, n, "CountRecords(%d, %d)", a, b)
+	})
+}
