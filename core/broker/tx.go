@@ -367,6 +367,9 @@ type txCommit struct {
 	mu     sync.Mutex
 	left   int
 	errs   []string
+	// slaveErr: a sync master's slave failed the shipped commit
+	// (txrepl.go).
+	slaveErr error
 }
 
 // AppendDone implements store.Waiter for one partition's batch.
@@ -435,6 +438,11 @@ func (tc *txCommit) finish() {
 	}
 	b.txlog.release(tc.t)
 	s.commits.Add(1)
+	if msg := tc.replFailure(); msg != "" { // txrepl.go
+		b.logf("transaction %s", msg)
+		c.txFail(tc.t, tc.opaque, protocol.XAErRMFail, oneLine(msg))
+		return
+	}
 	c.reply(protocol.StatusOK, "", tc.opaque)
 }
 
@@ -494,6 +502,11 @@ func (c *conn) startCommitLocked(t *tx, opaque int32, heur bool) {
 	s := &b.txs
 	key := t.key
 	batches := txBatches(t.msgs)
+	if msg := c.txCommitRefusal(t, batches); msg != "" { // txrepl.go
+		s.mu.Unlock()
+		c.txFail(t, opaque, protocol.XAErRMFail, msg)
+		return
+	}
 	locs := make([]txBatchLoc, len(batches))
 	for i, bt := range batches {
 		locs[i] = txBatchLoc{topic: bt.t.name, partition: bt.p, notBefore: bt.l.MaxOffset(),
@@ -542,6 +555,10 @@ func (c *conn) forceAndAppend(t *tx, pos int64, batches []*txBatch, opaque int32
 // appendCommit appends a committed transaction's batches, one per
 // partition, and replies when all are done.
 func (c *conn) appendCommit(t *tx, batches []*txBatch, opaque int32, heur bool) {
+	if sm := c.b.syncActive(); sm != nil {
+		c.appendCommitReplicated(sm, t, batches, opaque, heur) // txrepl.go
+		return
+	}
 	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1}
 	for _, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)

@@ -1,0 +1,197 @@
+package broker
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// logRecord is one record of a partition, with its offset.
+type logRecord struct {
+	off  int64
+	id   int64
+	data string
+}
+
+// partRecords reads every readable record of b's partition p of topic.
+func partRecords(t *testing.T, b *Broker, topic string, p int) []logRecord {
+	t.Helper()
+	l := b.topics[topic].parts[p]
+	var out []logRecord
+	var buf []byte
+	for off := l.MinOffset(); off < l.MaxOffset(); {
+		v, err := l.Read(off, 1<<20)
+		require.NoError(t, err)
+		buf, err = v.ReadAll(buf[:0])
+		v.Release()
+		require.NoError(t, err)
+		it := message.NewIterator(buf, off, 0)
+		for at := off; it.Next(); at = it.NextOffset() {
+			r := it.Record()
+			out = append(out, logRecord{off: at, id: r.ID, data: string(r.Data)})
+		}
+		require.NoError(t, it.Err())
+		require.Positive(t, it.Consumed())
+		off = it.NextOffset()
+	}
+	return out
+}
+
+// requireSameRecords requires equal copies of topic on a master and its
+// slave: the same records (ids, data) at the same offsets.
+func requireSameRecords(t *testing.T, m, s *Broker, topic string) {
+	t.Helper()
+	for p := range m.topics[topic].parts {
+		require.Equal(t, partRecords(t, m, topic, p), partRecords(t, s, topic, p), "partition %d", p)
+	}
+}
+
+// txOpen is the number of open transactions b holds, and its prepared
+// XA keys.
+func txOpen(b *Broker) (int, []string) {
+	b.txs.mu.Lock()
+	defer b.txs.mu.Unlock()
+	var keys []string
+	for k, t := range b.txs.xa {
+		if t.state == txPrepared {
+			keys = append(keys, k)
+		}
+	}
+	return len(b.txs.open), keys
+}
+
+func txDo(t *testing.T, c *rawClient, key string, typ protocol.TxType) protocol.Request {
+	t.Helper()
+	return c.roundTrip(t, protocol.AppendTransaction(nil, key, "s", typ, 0, "", 77))
+}
+
+func txrPut(t *testing.T, c *rawClient, key string, p int32, body string) {
+	t.Helper()
+	r := c.roundTrip(t, append(protocol.AppendTxPutHeader(nil, "t", p, len(body), 0, protocol.NoChecksum, key, 78), body...))
+	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+}
+
+// TestTxReplicationInProcess: a sync master and its slave in this process
+// (for the race detector). Local commits, interleaved with pipelined puts
+// to the same partitions, land on the slave at the master's offsets; a
+// prepared XA branch is held prepared by the slave before PREPARE is
+// answered, and its commit or rollback ends it there; a branch prepared
+// while no slave was in sync is shipped when one joins; with the slave
+// gone, commit, prepare and rollback are refused and the transactions stay
+// as they were.
+func TestTxReplicationInProcess(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/txrepl-inproc-%d", time.Now().UnixNano())
+	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
+	mc := dialRaw(t, master.Addr())
+
+	// No slave: a commit is refused and the transaction stays open; a
+	// prepare fails but the branch stays prepared here.
+	txDo(t, mc, "TX:s:1", protocol.TxBegin)
+	txrPut(t, mc, "TX:s:1", 0, "early")
+	r := txDo(t, mc, "TX:s:1", protocol.TxCommitOnePhase)
+	require.Equal(t, protocol.StatusInternalError, r.Code)
+	require.Contains(t, string(r.Body), "Slave is disconnected")
+	require.Contains(t, string(r.Body), "still open")
+	early := "XID:1:aa:01:q"
+	txDo(t, mc, early, protocol.TxBegin)
+	txrPut(t, mc, early, 1, "early-xa")
+	r = txDo(t, mc, early, protocol.TxPrepare)
+	require.Equal(t, protocol.StatusInternalError, r.Code)
+	require.Contains(t, string(r.Body), "XAException:code=-7")
+	require.Contains(t, string(r.Body), "prepared on the master alone")
+
+	sdir := t.TempDir()
+	slave := replBroker(t, zkAddr, root, sdir, "", 1, nil)
+	waitInSync(t, master, "2/2")
+	waitFor(t, 5*time.Second, func() error {
+		if _, keys := txOpen(slave); len(keys) != 1 || keys[0] != early {
+			return fmt.Errorf("slave holds prepared %v", keys)
+		}
+		return nil
+	})
+	r = txDo(t, mc, "TX:s:1", protocol.TxCommitOnePhase) // open still: commits now
+	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+
+	// Commits interleaved with pipelined puts to the same partitions.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ok, fail := pipelinedPuts(t, master.Addr(), 600)
+		if ok != 600 {
+			t.Errorf("puts: %d of 600, %s", ok, fail)
+		}
+	}()
+	for i := 0; i < 30; i++ {
+		key := fmt.Sprintf("TX:s:%d", 100+i)
+		txDo(t, mc, key, protocol.TxBegin)
+		for j := 0; j < 1+i%5; j++ {
+			txrPut(t, mc, key, int32(j%2), fmt.Sprintf("tx %d %d", i, j))
+		}
+		r := txDo(t, mc, key, protocol.TxCommitOnePhase)
+		require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	}
+	wg.Wait()
+
+	// XA: prepared on both before XA_OK; commit and rollback end it on
+	// both.
+	for i, typ := range []protocol.TxType{protocol.TxCommitTwoPhase, protocol.TxRollback} {
+		key := fmt.Sprintf("XID:1:%02x:01:q", i)
+		txDo(t, mc, key, protocol.TxBegin)
+		txrPut(t, mc, key, 0, "xa a "+key)
+		txrPut(t, mc, key, 1, "xa b "+key)
+		r := txDo(t, mc, key, protocol.TxPrepare)
+		require.Equal(t, "0", string(r.Body))
+		_, keys := txOpen(slave)
+		require.Contains(t, keys, key, "the slave holds the branch when PREPARE is answered")
+		r = txDo(t, mc, key, typ)
+		require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+		_, keys = txOpen(slave)
+		require.NotContains(t, keys, key, "%v ended the branch on the slave too", typ)
+	}
+	r = txDo(t, mc, early, protocol.TxRollback)
+	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	n, keys := txOpen(slave)
+	require.Zero(t, n, "the slave holds %v", keys)
+	require.Eventually(t, func() bool { return master.topics["t"].parts[0].MaxOffset() == slave.topics["t"].parts[0].MaxOffset() }, 5*time.Second, time.Millisecond)
+	requireSameRecords(t, master, slave, "t")
+
+	// A branch prepared (on both) survives the slave's restart there; with
+	// the slave gone, commit and rollback are refused.
+	key := "XID:1:ff:01:q"
+	txDo(t, mc, key, protocol.TxBegin)
+	txrPut(t, mc, key, 0, "kept")
+	require.Equal(t, "0", string(txDo(t, mc, key, protocol.TxPrepare).Body))
+	saddr := slave.Addr()
+	require.NoError(t, slave.Close())
+	waitFor(t, 10*time.Second, func() error {
+		if strings.Contains(master.statsText(), "sync_partitions_in_sync 2/2") {
+			return fmt.Errorf("still in sync")
+		}
+		return nil
+	})
+	for _, typ := range []protocol.TxType{protocol.TxCommitTwoPhase, protocol.TxRollback} {
+		r := txDo(t, mc, key, typ)
+		require.Equal(t, protocol.StatusInternalError, r.Code)
+		require.Contains(t, string(r.Body), "Slave is disconnected")
+	}
+	slave = replBroker(t, zkAddr, root, sdir, saddr, 1, nil)
+	_, keys = txOpen(slave)
+	require.Equal(t, []string{key}, keys, "recovered prepared on the slave")
+	waitInSync(t, master, "2/2")
+	require.Equal(t, protocol.StatusOK, txDo(t, mc, key, protocol.TxCommitTwoPhase).Code)
+	n, keys = txOpen(slave)
+	require.Zero(t, n, "the slave holds %v", keys)
+	require.Eventually(t, func() bool { return master.topics["t"].parts[0].MaxOffset() == slave.topics["t"].parts[0].MaxOffset() }, 5*time.Second, time.Millisecond)
+	requireSameRecords(t, master, slave, "t")
+}
