@@ -71,6 +71,7 @@ soak: build
 	METAQ_POWER_CUTS=$(SOAK_CUTS) $(GO) test -race -timeout 60m -count=1 -v -run '^TestPowerCuts64$$' ./core/e2e/
 	$(GO) test -race -timeout 60m -count=$(SOAK_COUNT) -run '^(TestCrashGroupCommit64|TestPowerCutsThreshold|TestThousandPartitions)$$' ./core/e2e/
 	METAQ_FAILOVER_ROUNDS=10 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverKill9$$' ./core/e2e/
+	METAQ_TX_FAILOVER_ROUNDS=20 $(GO) test -timeout 20m -count=1 -v -run '^TestTxSyncFailoverKill9$$' ./core/e2e/
 
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with
 # the raw-disk baseline measured in the same command (see docs/benchmarks.md).
@@ -108,6 +109,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEpochData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminAPI$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzTxJournal$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzTxSync$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzDashboard$$' -fuzztime $(FUZZTIME) ./core/broker/
 
 clean:
