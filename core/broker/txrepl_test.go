@@ -195,3 +195,38 @@ func TestTxReplicationInProcess(t *testing.T) {
 	require.Eventually(t, func() bool { return master.topics["t"].parts[0].MaxOffset() == slave.topics["t"].parts[0].MaxOffset() }, 5*time.Second, time.Millisecond)
 	requireSameRecords(t, master, slave, "t")
 }
+
+// TestTxReplicationDegrade: with sync_degrade = true and no slave in sync,
+// commits and prepares are stored on the master alone and acknowledged;
+// a slave that joins then gets the prepared branch with the link's state
+// and the committed batches by pulling, and the branch's later commit
+// reaches it.
+func TestTxReplicationDegrade(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/txrepl-degrade-%d", time.Now().UnixNano())
+	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
+		c.Replication = conf.ReplicationSync
+		c.SyncDegrade = true
+	})
+	mc := dialRaw(t, master.Addr())
+	txDo(t, mc, "TX:s:1", protocol.TxBegin)
+	txrPut(t, mc, "TX:s:1", 0, "alone a")
+	txrPut(t, mc, "TX:s:1", 1, "alone b")
+	r := txDo(t, mc, "TX:s:1", protocol.TxCommitOnePhase)
+	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	key := "XID:1:aa:01:q"
+	txDo(t, mc, key, protocol.TxBegin)
+	txrPut(t, mc, key, 1, "alone xa")
+	require.Equal(t, "0", string(txDo(t, mc, key, protocol.TxPrepare).Body))
+	require.Contains(t, master.statsText(), "sync_degraded_puts 2\r\n")
+
+	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
+	waitInSync(t, master, "2/2")
+	_, keys := txOpen(slave)
+	require.Equal(t, []string{key}, keys)
+	require.Equal(t, protocol.StatusOK, txDo(t, mc, key, protocol.TxCommitTwoPhase).Code)
+	n, keys := txOpen(slave)
+	require.Zero(t, n, "the slave holds %v", keys)
+	require.Eventually(t, func() bool { return master.topics["t"].parts[1].MaxOffset() == slave.topics["t"].parts[1].MaxOffset() }, 5*time.Second, time.Millisecond)
+	requireSameRecords(t, master, slave, "t")
+}
