@@ -600,6 +600,7 @@ func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.En
 		return entries, nil
 	}
 	res.n, res.bytes, res.skipped = len(entries), int64(used), int64(skipped)
+	s.b.endPulledBranches(entries) // txrepl.go
 	wg.add()
 	if err := rp.l.Append(entries, wg, uint64(i)); err != nil {
 		wg.done()

@@ -89,6 +89,11 @@ type txSet struct {
 	xa       map[string]*tx        // XA transactions by canonical key
 	heur     map[string]*heurEntry // heuristically completed XA transactions (txxa.go)
 	buffered int64                 // message bytes held by open transactions
+	// held is, on a slave, the prepared branches it holds by the id of
+	// each batch's first message (txrepl.go): a batch the puller copies
+	// ends its branch here.
+	held  map[int64]*tx
+	nheld atomic.Int64
 
 	begins, xaBegins, commits, rollbacks atomic.Int64
 }

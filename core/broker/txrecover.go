@@ -262,6 +262,9 @@ func (b *Broker) holdPreparedLocked(rt *replayedTx, session string) (int64, erro
 	s.xa[t.key] = t
 	s.open[t] = struct{}{}
 	s.buffered += t.bytes
+	if b.slave != nil {
+		s.holdLocked(t) // txrepl.go
+	}
 	return pos, nil
 }
 

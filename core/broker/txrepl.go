@@ -51,8 +51,19 @@ type txReplState struct {
 	// is taken after the partitions' locks.
 	mu sync.Mutex
 	// gen is the link whose slave has the master's prepared branches (0:
-	// none).
-	gen atomic.Int64
+	// none). It is set, under mu, only if no branch was prepared, and no
+	// XA commit stored, on the master alone (alone) while the state was
+	// shipped; such a one clears it, so that the state is shipped again
+	// before failover may name the slave in sync.
+	gen   atomic.Int64
+	alone atomic.Int64
+}
+
+// storedAlone notes, under mu, an XA prepare or commit stored on the
+// master without the slave.
+func (sm *syncMaster) storedAloneLocked() {
+	sm.tx.alone.Add(1)
+	sm.tx.gen.Store(0)
 }
 
 // slaveWaiter gets one shipped frame's outcome.
@@ -343,6 +354,13 @@ func (c *conn) appendCommitReplicated(sm *syncMaster, t *tx, batches []*txBatch,
 		} else {
 			sm.degradedPuts.Add(int64(len(t.msgs)))
 		}
+		if t.xa {
+			// The slave may hold the branch prepared: it must get the
+			// state again before it is named in sync.
+			sm.tx.mu.Lock()
+			sm.storedAloneLocked()
+			sm.tx.mu.Unlock()
+		}
 	} else {
 		tc.left++
 	}
@@ -400,6 +418,7 @@ func (c *conn) finishPrepare(t *tx, pos int64, op int32) {
 	b := c.b
 	sm := b.syncActive()
 	var wait chan error
+	var refused string
 	if sm != nil {
 		sm.tx.mu.Lock()
 		lk := sm.link.Load()
@@ -408,6 +427,8 @@ func (c *conn) finishPrepare(t *tx, pos int64, op int32) {
 			frames := txFrames(protocol.TxSyncPrepare, t.msgs, t.key,
 				appendTxRecord(nil, txRecPrepare, encodeTxPrepare(t.key, t.user), nil), b.frameLimit())
 			lk.shipFrames(frames, newTxShip(len(frames), func(err error) { wait <- err }))
+		} else if refused = sm.txRefusal(nil, true); refused == "" {
+			sm.storedAloneLocked() // degraded: acknowledged on the master alone
 		}
 		sm.tx.mu.Unlock()
 	}
@@ -417,12 +438,12 @@ func (c *conn) finishPrepare(t *tx, pos int64, op int32) {
 		return
 	}
 	if sm != nil {
-		var msg string
-		if wait == nil {
-			msg = sm.txRefusal(nil, true)
-		} else if err := <-wait; err != nil {
-			sm.failed.Add(1)
-			msg = err.Error()
+		msg := refused
+		if wait != nil {
+			if err := <-wait; err != nil {
+				sm.failed.Add(1)
+				msg = err.Error()
+			}
 		}
 		if msg != "" {
 			// The branch stays prepared here (a coordinator rolls back a
@@ -468,6 +489,7 @@ func (sm *syncMaster) syncTxState(lk *syncLink) error {
 	b := sm.b
 	s := &b.txs
 	sm.tx.mu.Lock()
+	alone := sm.tx.alone.Load()
 	var frames []txFrame
 	var state []byte
 	s.mu.Lock()
@@ -496,7 +518,15 @@ func (sm *syncMaster) syncTxState(lk *syncLink) error {
 	if err := <-wait; err != nil {
 		return err
 	}
-	sm.tx.gen.Store(lk.id)
+	sm.tx.mu.Lock()
+	again := sm.tx.alone.Load() != alone
+	if !again {
+		sm.tx.gen.Store(lk.id)
+	}
+	sm.tx.mu.Unlock()
+	if again {
+		return errors.New("a transaction was stored on the master alone meanwhile; shipping the state again")
+	}
 	if len(keys) > 0 {
 		b.logf("sync: the slave holds the %d prepared XA branches", len(keys))
 	}
@@ -723,6 +753,7 @@ func (c *conn) applyPrepares(prepares []txSyncPrepare, state bool, opaque int32)
 			// The master holds it no more: it was committed (its
 			// batches come by pulling) or rolled back.
 			t.state = txDone
+			s.unholdLocked(t)
 			s.unregisterLocked(t)
 			t.msgs = nil
 			pos = max(pos, b.journalEnd(t, txRecRollback))
@@ -770,6 +801,7 @@ func (c *conn) applyRollback(key string, opaque int32) {
 	var pos int64
 	if t != nil && t.state == txPrepared {
 		t.state = txDone
+		s.unholdLocked(t)
 		s.unregisterLocked(t)
 		t.msgs = nil
 		pos = b.journalEnd(t, txRecRollback)
@@ -896,6 +928,7 @@ func (c *conn) applyCommit(cm *txSyncCommit, opaque int32) {
 			return
 		}
 		t.state = txCommitting
+		s.unholdLocked(t) // its batches come now: the puller must not end it
 	}
 	s.mu.Unlock()
 	if t != nil {
@@ -955,4 +988,69 @@ func (sl *slaveLog) present(off int64, entries []store.Entry) (int, error) {
 		return 0, fmt.Errorf("the slave's end %d is inside the batch at %d (the copies diverged)", sl.end, off)
 	}
 	return k, nil
+}
+
+// holdLocked indexes a prepared branch a slave holds by the first id of
+// each of its batches. The caller holds txSet.mu.
+func (s *txSet) holdLocked(t *tx) {
+	if s.held == nil {
+		s.held = map[int64]*tx{}
+	}
+	seen := map[*store.Log]bool{}
+	for _, m := range t.msgs {
+		if !seen[m.l] {
+			seen[m.l] = true
+			s.held[m.e.ID] = t
+			s.nheld.Add(1)
+		}
+	}
+}
+
+// unholdLocked removes t from the index. The caller holds txSet.mu.
+func (s *txSet) unholdLocked(t *tx) {
+	for id, h := range s.held {
+		if h == t {
+			delete(s.held, id)
+			s.nheld.Add(-1)
+		}
+	}
+}
+
+// endPulledBranches is the slave's puller about to append entries: a
+// branch held prepared whose batch is among them was committed on the
+// master (whose commit did not reach this slave as a txsync), so it is
+// ended here, durably, before its batch is stored: a promoted slave must
+// not list it in RECOVER, where committing it again would store the batch
+// twice. The caller holds the partition's slaveLog lock.
+func (b *Broker) endPulledBranches(entries []store.Entry) {
+	s := &b.txs
+	if s.nheld.Load() == 0 {
+		return
+	}
+	var ended []*tx
+	var pos int64
+	s.mu.Lock()
+	for i := range entries {
+		t := s.held[entries[i].ID]
+		if t == nil {
+			continue
+		}
+		s.unholdLocked(t)
+		if t.state != txPrepared {
+			continue
+		}
+		t.state = txDone
+		s.unregisterLocked(t)
+		t.msgs = nil
+		pos = max(pos, b.journalEnd(t, txRecRollback))
+		ended = append(ended, t)
+	}
+	s.mu.Unlock()
+	if err := b.txlog.force(pos); err != nil {
+		b.errorf("slave: transaction journal: %v", err)
+	}
+	for _, t := range ended {
+		b.txlog.release(t)
+		b.logf("slave: transaction %s: its batch was copied from the master (committed there); no longer held prepared", t.key)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -229,4 +230,60 @@ func TestTxReplicationDegrade(t *testing.T) {
 	require.Zero(t, n, "the slave holds %v", keys)
 	require.Eventually(t, func() bool { return master.topics["t"].parts[1].MaxOffset() == slave.topics["t"].parts[1].MaxOffset() }, 5*time.Second, time.Millisecond)
 	requireSameRecords(t, master, slave, "t")
+}
+
+// TestTxReplicationPulledCommit: the link to the slave is cut (a fault
+// proxy on it; the slave's pulls go on) after a branch was prepared on
+// both; with sync_degrade the commit is stored on the master alone, and
+// the slave, copying the batch by pulling, stops holding the branch
+// prepared (else a promoted slave's RECOVER would list a committed
+// branch, and committing it there would store the batch twice).
+func TestTxReplicationPulledCommit(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/txrepl-pulled-%d", time.Now().UnixNano())
+	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
+	proxy, err := faultnet.Start(slave.Addr())
+	require.NoError(t, err)
+	defer proxy.Close()
+	master := replBrokerOpts(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
+		c.Replication = conf.ReplicationSync
+		c.SyncDegrade = true
+		c.SyncTimeout = 500
+	}, Options{Logf: t.Logf, replAddr: func(a string) string {
+		if a == slave.Addr() {
+			return proxy.Addr()
+		}
+		return a
+	}})
+	waitInSync(t, master, "2/2")
+	mc := dialRaw(t, master.Addr())
+	key := "XID:1:bb:01:q"
+	txDo(t, mc, key, protocol.TxBegin)
+	txrPut(t, mc, key, 0, "pulled a")
+	txrPut(t, mc, key, 0, "pulled b")
+	require.Equal(t, "0", string(txDo(t, mc, key, protocol.TxPrepare).Body))
+	_, keys := txOpen(slave)
+	require.Equal(t, []string{key}, keys)
+	proxy.Refuse(true)
+	proxy.Cut(true)
+	waitFor(t, 10*time.Second, func() error {
+		if strings.Contains(master.statsText(), "sync_partitions_in_sync 2/2") {
+			return fmt.Errorf("still in sync")
+		}
+		return nil
+	})
+	r := txDo(t, mc, key, protocol.TxCommitTwoPhase)
+	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	waitFor(t, 10*time.Second, func() error {
+		if n, keys := txOpen(slave); n != 0 {
+			return fmt.Errorf("the slave holds %v", keys)
+		}
+		return nil
+	})
+	require.Eventually(t, func() bool { return master.topics["t"].parts[0].MaxOffset() == slave.topics["t"].parts[0].MaxOffset() }, 5*time.Second, time.Millisecond)
+	requireSameRecords(t, master, slave, "t")
+	proxy.Refuse(false)
+	waitInSync(t, master, "2/2")
+	n, keys := txOpen(slave)
+	require.Zero(t, n, "the slave holds %v", keys)
 }
