@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"sync"
@@ -286,4 +287,74 @@ func TestTxReplicationPulledCommit(t *testing.T) {
 	waitInSync(t, master, "2/2")
 	n, keys := txOpen(slave)
 	require.Zero(t, n, "the slave holds %v", keys)
+}
+
+// benchTxCommits runs b.N local transactions (begin, 4 puts of 1 KiB to
+// one partition, commit, pipelined) over 8 connections.
+func benchTxCommits(b *testing.B, addr string) {
+	const conns = 8
+	data := bytes.Repeat([]byte("x"), 1024)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for c := range conns {
+		n := b.N / conns
+		if c == 0 {
+			n += b.N % conns
+		}
+		cl := dialRaw(b, addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var req protocol.Request
+			for i := range n {
+				key := fmt.Sprintf("TX:b%d:%d", c, i)
+				cl.bw.Write(protocol.AppendTransaction(nil, key, "b", protocol.TxBegin, 0, "", 1))
+				for range 4 {
+					cl.bw.Write(append(protocol.AppendTxPutHeader(nil, "t", int32(c%2), len(data), 0, protocol.NoChecksum, key, 2), data...))
+				}
+				cl.bw.Write(protocol.AppendTransaction(nil, key, "b", protocol.TxCommitOnePhase, 0, "", 3))
+				cl.bw.Flush()
+				for range 6 {
+					if err := cl.dec.Decode(&req); err != nil || req.Code != protocol.StatusOK {
+						errs <- fmt.Errorf("tx: %v %d %s", err, req.Code, req.Body)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+}
+
+// BenchmarkReplicatedTxCommit: local transactions (4 × 1 KiB, one
+// partition) committed on a broker alone and on a sync master with its
+// slave, in one run (compare the ratio, not the figures).
+func BenchmarkReplicatedTxCommit(b *testing.B) {
+	zkAddr := testsvc.ZooKeeper(b)
+	b.Run("single", func(b *testing.B) {
+		root := fmt.Sprintf("/txrepl-bench-%d", time.Now().UnixNano())
+		m := replBroker(b, zkAddr, root, b.TempDir(), "", -1, nil)
+		benchTxCommits(b, m.Addr())
+	})
+	b.Run("sync", func(b *testing.B) {
+		root := fmt.Sprintf("/txrepl-bench-%d", time.Now().UnixNano())
+		m := replBroker(b, zkAddr, root, b.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
+		replBroker(b, zkAddr, root, b.TempDir(), "", 1, nil)
+		deadline := time.Now().Add(15 * time.Second)
+		for !strings.Contains(m.statsText(), "sync_partitions_in_sync 2/2") {
+			if time.Now().After(deadline) {
+				b.Fatal("not in sync")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		benchTxCommits(b, m.Addr())
+	})
 }
