@@ -394,7 +394,11 @@ func (lk *syncLink) readLoop() {
 			continue
 		}
 		if r.Op == protocol.OpResult && r.Code == protocol.StatusOK {
-			lk.sm.shipped.Add(1)
+			if _, put := ps.w.(*syncWait); put {
+				lk.sm.shipped.Add(1)
+			} else {
+				lk.sm.tx.shipped.Add(1) // a txsync frame (txrepl.go)
+			}
 			ps.w.slaveDone(nil)
 		} else {
 			ps.w.slaveDone(fmt.Errorf("slave failed the sync: %d %s", r.Code, protocol.Printable(r.Body)))
@@ -682,6 +686,7 @@ func (sm *syncMaster) statsLines(kv func(k string, v any)) {
 	kv("sync_failed", sm.failed.Load())
 	kv("sync_refused", sm.refused.Load())
 	kv("sync_degraded_puts", sm.degradedPuts.Load())
+	kv("sync_tx_shipped", sm.tx.shipped.Load())
 }
 
 // allInSync reports whether every partition is in sync under lk.

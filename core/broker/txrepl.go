@@ -57,6 +57,8 @@ type txReplState struct {
 	// before failover may name the slave in sync.
 	gen   atomic.Int64
 	alone atomic.Int64
+	// shipped counts the txsync frames the slave answered 200.
+	shipped atomic.Int64
 }
 
 // storedAlone notes, under mu, an XA prepare or commit stored on the
