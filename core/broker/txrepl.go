@@ -354,7 +354,9 @@ func (c *conn) appendCommitReplicated(sm *syncMaster, t *tx, batches []*txBatch,
 		if !sm.degradeOK() {
 			tc.slaveErr = errors.New("Slave is disconnected")
 		} else {
-			sm.degradedPuts.Add(int64(len(t.msgs)))
+			for _, bt := range batches {
+				sm.degradedPuts.Add(int64(len(bt.entries)))
+			}
 		}
 		if t.xa {
 			// The slave may hold the branch prepared: it must get the
@@ -384,6 +386,11 @@ func (c *conn) appendCommitReplicated(sm *syncMaster, t *tx, batches []*txBatch,
 	}
 	if inSync {
 		if failed {
+			// The other batches are stored here and not on the slave:
+			// the partitions join again (the slave pulls them first).
+			for _, sp := range parts {
+				sp.sp.gen.Store(0)
+			}
 			tc.slaveDone(errors.New("not shipped: the master's own append failed"))
 		} else {
 			var msgs []txMsg
