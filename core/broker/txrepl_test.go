@@ -358,3 +358,68 @@ func BenchmarkReplicatedTxCommit(b *testing.B) {
 		benchTxCommits(b, m.Addr())
 	})
 }
+
+// TestTxReplicationLinkHeld: the link's bytes are held (a fault proxy)
+// while a commit is shipped: after sync_timeout the commit is answered
+// with the slave's failure, it stands on the master (committing it again
+// finds no transaction), and the slave gets its batch, once, by pulling.
+// A prepare shipped into the held link fails the same way and the branch
+// stays prepared on the master.
+func TestTxReplicationLinkHeld(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/txrepl-held-%d", time.Now().UnixNano())
+	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
+	proxy, err := faultnet.Start(slave.Addr())
+	require.NoError(t, err)
+	defer proxy.Close()
+	master := replBrokerOpts(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
+		c.Replication = conf.ReplicationSync
+		c.SyncTimeout = 500
+	}, Options{Logf: t.Logf, replAddr: func(a string) string {
+		if a == slave.Addr() {
+			return proxy.Addr()
+		}
+		return a
+	}})
+	waitInSync(t, master, "2/2")
+	mc := dialRaw(t, master.Addr())
+	txDo(t, mc, "TX:s:1", protocol.TxBegin)
+	txrPut(t, mc, "TX:s:1", 0, "held a")
+	txrPut(t, mc, "TX:s:1", 1, "held b")
+	key := "XID:1:cc:01:q"
+	xc := dialRaw(t, master.Addr())
+	txDo(t, xc, key, protocol.TxBegin)
+	txrPut(t, xc, key, 1, "held xa")
+	proxy.Hold()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r := txDo(t, xc, key, protocol.TxPrepare)
+		if r.Code != protocol.StatusInternalError || !strings.Contains(string(r.Body), "prepared on the master alone") {
+			t.Errorf("prepare into a held link: %d %s", r.Code, r.Body)
+		}
+	}()
+	r := txDo(t, mc, "TX:s:1", protocol.TxCommitOnePhase)
+	wg.Wait()
+	require.Equal(t, protocol.StatusInternalError, r.Code)
+	require.Contains(t, string(r.Body), "is stored on the master but the slave did not confirm it")
+	r = txDo(t, mc, "TX:s:1", protocol.TxCommitOnePhase)
+	require.Contains(t, string(r.Body), "is not begun", "the commit stood")
+	_, keys := txOpen(master)
+	require.Equal(t, []string{key}, keys, "the branch stays prepared on the master")
+	proxy.Release()
+	waitInSync(t, master, "2/2")
+	_, keys = txOpen(slave)
+	require.Equal(t, []string{key}, keys, "the link's state ships the branch")
+	require.Equal(t, protocol.StatusOK, txDo(t, xc, key, protocol.TxRollback).Code)
+	for p := range 2 {
+		require.Eventually(t, func() bool { return master.topics["t"].parts[p].MaxOffset() == slave.topics["t"].parts[p].MaxOffset() }, 5*time.Second, time.Millisecond)
+	}
+	requireSameRecords(t, master, slave, "t")
+	recs := partRecords(t, slave, "t", 0)
+	require.Len(t, recs, 1)
+	require.Equal(t, "held a", recs[0].data)
+	n, _ := txOpen(slave)
+	require.Zero(t, n)
+}
