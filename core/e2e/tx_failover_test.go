@@ -29,7 +29,7 @@ func txFailoverRounds() int {
 // ZooKeeper, 2 s sessions): each round runs transactions on the holder of
 // the epoch, stopped at random points (committed, rolled back, left open,
 // a commit in flight), with plain puts among them, prepares an XA branch,
-// and kills the holder with SIGKILL (half the rounds 0-20 ms after
+// and kills the holder with SIGKILL (half the rounds 0-2 ms after
 // sending another branch's PREPARE). Then, on the promoted slave:
 // acknowledged commits are there exactly once, contiguous, in put order,
 // with their puts' ids; transactions never committed are not; the commit
@@ -58,7 +58,7 @@ func TestTxSyncFailoverKill9(t *testing.T) {
 		all = append(all, txCrashRound(t, rng, cl, xc, round)...)
 		epoch := statInt(t, holder, "epoch")
 		// Half the rounds, another branch's PREPARE is in flight at the
-		// kill, which comes 0-20 ms after it is sent: that branch may be
+		// kill, which comes 0-2 ms after it is sent: that branch may be
 		// prepared on the promoted slave or not at all, never in part.
 		var maybe *testTx
 		if rng.IntN(2) == 0 {
@@ -72,7 +72,7 @@ func TestTxSyncFailoverKill9(t *testing.T) {
 				maybe.msgs[p] = append(maybe.msgs[p], body)
 			}
 			require.NoError(t, xc.write(protocol.AppendTransaction(nil, maybe.key, "e2e-session", protocol.TxPrepare, 0, "", xc.nextOpaque())))
-			time.Sleep(rand.N(20 * time.Millisecond))
+			time.Sleep(rand.N(2 * time.Millisecond))
 		}
 		holder.kill9(t)
 		cl.close()
