@@ -68,7 +68,7 @@ type conn struct {
 	closing bool
 	// txStage holds the put records a sync master shipped ahead of the
 	// txsync that uses them (txrepl.go; the connection's goroutine only).
-	txStage map[string]*txStaged
+	txStage txStageSet
 
 	// probeTok is token+1 of the put being timed for
 	// metaq_put_duration_seconds (0: none), probeStart when it was

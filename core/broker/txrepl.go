@@ -551,6 +551,51 @@ type txStaged struct {
 	bytes int64
 }
 
+// txStageSet is a connection's staged put records, at most
+// tx_max_buffered_bytes of message data in all.
+type txStageSet struct {
+	m     map[string]*txStaged
+	bytes int64
+}
+
+// add stages m for key; false if that would pass limit bytes (nothing is
+// staged then, and key's staged records are dropped).
+func (ss *txStageSet) add(key string, m replayedMsg, limit int64) bool {
+	n := int64(len(m.e.Data))
+	if ss.bytes+n > limit {
+		ss.take(key)
+		return false
+	}
+	if ss.m == nil {
+		ss.m = map[string]*txStaged{}
+	}
+	st := ss.m[key]
+	if st == nil {
+		st = &txStaged{}
+		ss.m[key] = st
+	}
+	m.e.Data = append([]byte(nil), m.e.Data...) // the decoder's buffer is reused
+	st.msgs = append(st.msgs, m)
+	st.bytes += n
+	ss.bytes += n
+	return true
+}
+
+// take removes and returns key's staged records (nil: none).
+func (ss *txStageSet) take(key string) *txStaged {
+	st := ss.m[key]
+	if st != nil {
+		delete(ss.m, key)
+		ss.bytes -= st.bytes
+	}
+	return st
+}
+
+func (ss *txStageSet) reset() {
+	clear(ss.m)
+	ss.bytes = 0
+}
+
 // txSyncMsg is a decoded txsync body.
 type txSyncMsg struct {
 	puts     []txSyncPut
@@ -692,23 +737,11 @@ func (c *conn) handleTxSync(r *protocol.Request) {
 		c.reply(protocol.StatusBadRequest, "txsync "+kind+": "+err.Error(), r.Opaque)
 		return
 	}
-	if c.txStage == nil {
-		c.txStage = map[string]*txStaged{}
-	}
 	for _, p := range m.puts {
-		st := c.txStage[p.key]
-		if st == nil {
-			st = &txStaged{}
-			c.txStage[p.key] = st
-		}
-		st.bytes += int64(len(p.m.e.Data))
-		if st.bytes > b.config().TxMaxBufferedBytes {
-			delete(c.txStage, p.key)
-			c.reply(protocol.StatusInternalError, "txsync: the put records of "+p.key+" exceed tx_max_buffered_bytes", r.Opaque)
+		if !c.txStage.add(p.key, p.m, b.config().TxMaxBufferedBytes) {
+			c.reply(protocol.StatusInternalError, "txsync: the put records held on this connection would exceed tx_max_buffered_bytes; "+p.key+"'s are dropped", r.Opaque)
 			return
 		}
-		p.m.e.Data = append([]byte(nil), p.m.e.Data...) // the decoder's buffer is reused
-		st.msgs = append(st.msgs, p.m)
 		b.ids.observe(p.m.e.ID)
 	}
 	switch kind {
@@ -736,8 +769,7 @@ func (c *conn) applyPrepares(prepares []txSyncPrepare, state bool, opaque int32)
 	s.mu.Lock()
 	for _, p := range prepares {
 		listed[p.key] = true
-		st := c.txStage[p.key]
-		delete(c.txStage, p.key)
+		st := c.txStage.take(p.key)
 		if t := s.xa[p.key]; t != nil && t.state == txPrepared {
 			continue // held already
 		}
@@ -768,7 +800,7 @@ func (c *conn) applyPrepares(prepares []txSyncPrepare, state bool, opaque int32)
 			pos = max(pos, b.journalEnd(t, txRecRollback))
 			dropped = append(dropped, t)
 		}
-		clear(c.txStage)
+		c.txStage.reset()
 	}
 	s.mu.Unlock()
 	for _, t := range dropped {
@@ -805,7 +837,7 @@ func (c *conn) applyRollback(key string, opaque int32) {
 	b := c.b
 	s := &b.txs
 	s.mu.Lock()
-	delete(c.txStage, key)
+	c.txStage.take(key)
 	t := s.xa[key]
 	var pos int64
 	if t != nil && t.state == txPrepared {
@@ -884,8 +916,7 @@ func (sc *slaveCommit) finish() {
 func (c *conn) applyCommit(cm *txSyncCommit, opaque int32) {
 	b := c.b
 	s := &b.txs
-	st := c.txStage[cm.key]
-	delete(c.txStage, cm.key)
+	st := c.txStage.take(cm.key)
 	var msgs []replayedMsg
 	if st != nil {
 		msgs = st.msgs

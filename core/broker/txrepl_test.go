@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -422,4 +423,43 @@ func TestTxReplicationLinkHeld(t *testing.T) {
 	require.Equal(t, "held a", recs[0].data)
 	n, _ := txOpen(slave)
 	require.Zero(t, n)
+}
+
+// TestTxSyncBadInput: a slave answers malformed txsync frames with 400 and
+// keeps the connection; a commit whose put records do not match its batch
+// stores nothing; a broker that is not a slave refuses txsync.
+func TestTxSyncBadInput(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/txrepl-bad-%d", time.Now().UnixNano())
+	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
+	sc := dialRaw(t, slave.Addr())
+	frame := func(kind string, body []byte) []byte {
+		return append(protocol.AppendTxSyncHeader(nil, kind, len(body), 5), body...)
+	}
+	r := sc.roundTrip(t, frame(protocol.TxSyncCommit, []byte("abc")))
+	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
+	r = sc.roundTrip(t, []byte("txsync bogus 2 5\r\nxy"))
+	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
+	tp := &topic{name: "t"}
+	msgs := []txMsg{{t: tp, p: 0, e: store.Entry{ID: 99, Data: []byte("x")}}}
+	locs := []txBatchLoc{{topic: "t", partition: 0, notBefore: 0, firstID: 99, n: 1, crc: 12345}}
+	for _, fr := range txFrames(protocol.TxSyncCommit, msgs, "TX:s:1", appendTxRecord(nil, txRecCommit, encodeTxCommit("TX:s:1", locs), nil), 1<<20) {
+		r = sc.roundTrip(t, frame(fr.kind, fr.body))
+	}
+	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
+	require.Contains(t, string(r.Body), "do not match")
+	require.Zero(t, slave.topics["t"].parts[0].MaxOffset())
+	r = sc.roundTrip(t, frame(protocol.TxSyncPrepare, appendTxRecord(nil, txRecPrepare, encodeTxPrepare("XID:1:aa:01:q", ""), nil)))
+	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
+	require.Contains(t, string(r.Body), "without its put records")
+	r = sc.roundTrip(t, protocol.AppendStats(nil, "", 6))
+	require.Equal(t, protocol.StatusOK, r.Code)
+	n, _ := txOpen(slave)
+	require.Zero(t, n)
+
+	master := replBroker(t, zkAddr, root+"-m", t.TempDir(), "", -1, nil)
+	mc := dialRaw(t, master.Addr())
+	r = mc.roundTrip(t, frame(protocol.TxSyncState, nil))
+	require.Equal(t, protocol.StatusInternalError, r.Code)
+	require.Contains(t, string(r.Body), "not a slave")
 }
