@@ -67,7 +67,7 @@ type conn struct {
 	txs     connTxs
 	closing bool
 	// txStage holds the put records a sync master shipped ahead of the
-	// txsync that uses them (txrepl.go; the connection's goroutine only).
+	// txsync that uses them (txreplslave.go; the connection's goroutine only).
 	txStage txStageSet
 
 	// probeTok is token+1 of the put being timed for
@@ -108,7 +108,7 @@ func (c *conn) serve() {
 	cfg := c.b.config()
 	maxBody := max(cfg.MaxMessageSize, cfg.MaxTransferSize)
 	if c.b.slave != nil {
-		maxBody += 64 << 10 // a txsync frame may hold one record of a message of max_message_size (txrepl.go)
+		maxBody += 64 << 10 // a txsync frame may hold one record of a message of max_message_size (txreplslave.go)
 	}
 	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout(), drain: &c.b.draining}
 	dec := protocol.NewDecoder(dr, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody, Budget: &c.bud})

@@ -52,7 +52,7 @@ func (c *conn) dispatch(r *protocol.Request) {
 		}
 	case protocol.OpTxSync:
 		if c.b.slave != nil && (c.b.fo == nil || c.b.fo.isSlave()) {
-			c.handleTxSync(r) // txrepl.go
+			c.handleTxSync(r) // txreplslave.go
 		} else {
 			c.reply(protocol.StatusInternalError, "txsync refused: this broker is not a slave", r.Opaque)
 		}

@@ -118,7 +118,7 @@ type slaveLog struct {
 	// end is where the next append lands (the master's offset of the
 	// next record): the puller skips what lies below it, which a sync or
 	// a txsync appended already, and a txsync's batches must start at it
-	// (txrepl.go). Transaction batches keep the ids their puts were
+	// (txreplslave.go). Transaction batches keep the ids their puts were
 	// answered with, below later puts' ids: lastID is the highest id
 	// appended, and only single syncs (puts, whose ids rise with their
 	// offsets) are told apart by it.
@@ -600,7 +600,7 @@ func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.En
 		return entries, nil
 	}
 	res.n, res.bytes, res.skipped = len(entries), int64(used), int64(skipped)
-	s.b.endPulledBranches(entries) // txrepl.go
+	s.b.endPulledBranches(entries) // txreplslave.go
 	wg.add()
 	if err := rp.l.Append(entries, wg, uint64(i)); err != nil {
 		wg.done()

@@ -52,7 +52,7 @@ func (c *conn) handleSync(r *protocol.Request) {
 	}
 	sl := b.slave.logState(l)
 	sl.mu.Lock()
-	if msg := c.syncRefusal(); msg != "" { // txrepl.go
+	if msg := c.syncRefusal(); msg != "" { // txreplslave.go
 		sl.mu.Unlock()
 		c.reply(protocol.StatusInternalError, msg, r.Opaque)
 		return

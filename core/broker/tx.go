@@ -90,7 +90,7 @@ type txSet struct {
 	heur     map[string]*heurEntry // heuristically completed XA transactions (txxa.go)
 	buffered int64                 // message bytes held by open transactions
 	// held is, on a slave, the prepared branches it holds by the id of
-	// each batch's first message (txrepl.go): a batch the puller copies
+	// each batch's first message (txreplslave.go): a batch the puller copies
 	// ends its branch here.
 	held  map[int64]*tx
 	nheld atomic.Int64

@@ -70,7 +70,7 @@ func (b *Broker) openTxJournal() error {
 	for _, rec := range recs {
 		switch rec.typ {
 		case txRecAppend:
-			key, m, ok := decodeTxAppend(rec.payload) // txrepl.go
+			key, m, ok := decodeTxAppend(rec.payload) // txreplslave.go
 			if !ok {
 				return fmt.Errorf("transaction journal %s: malformed put record", txFileName(rec.file))
 			}
@@ -263,7 +263,7 @@ func (b *Broker) holdPreparedLocked(rt *replayedTx, session string) (int64, erro
 	s.open[t] = struct{}{}
 	s.buffered += t.bytes
 	if b.slave != nil {
-		s.holdLocked(t) // txrepl.go
+		s.holdLocked(t) // txreplslave.go
 	}
 	return pos, nil
 }
