@@ -90,11 +90,25 @@ func txrPut(t *testing.T, c *rawClient, key string, p int32, body string) {
 // answered, and its commit or rollback ends it there; a branch prepared
 // while no slave was in sync is shipped when one joins; with the slave
 // gone, commit, prepare and rollback are refused and the transactions stay
-// as they were.
+// as they were. In group commit and in threshold mode.
 func TestTxReplicationInProcess(t *testing.T) {
+	for _, threshold := range []int{0, 3} {
+		t.Run(fmt.Sprintf("unflush_threshold=%d", threshold), func(t *testing.T) { testTxReplication(t, threshold) })
+	}
+}
+
+func testTxReplication(t *testing.T, threshold int) {
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/txrepl-inproc-%d", time.Now().UnixNano())
-	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
+	mode := func(c *conf.Config) {
+		c.UnflushThreshold = threshold
+		c.UnflushInterval = 20
+	}
+	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
+		mode(c)
+		c.Replication = conf.ReplicationSync
+	})
+	require.Equal(t, threshold, master.topics["t"].conf().UnflushThreshold)
 	mc := dialRaw(t, master.Addr())
 
 	// No slave: a commit is refused and the transaction stays open; a
@@ -114,7 +128,7 @@ func TestTxReplicationInProcess(t *testing.T) {
 	require.Contains(t, string(r.Body), "prepared on the master alone")
 
 	sdir := t.TempDir()
-	slave := replBroker(t, zkAddr, root, sdir, "", 1, nil)
+	slave := replBroker(t, zkAddr, root, sdir, "", 1, mode)
 	waitInSync(t, master, "2/2")
 	waitFor(t, 5*time.Second, func() error {
 		if _, keys := txOpen(slave); len(keys) != 1 || keys[0] != early {
@@ -188,7 +202,7 @@ func TestTxReplicationInProcess(t *testing.T) {
 		require.Equal(t, protocol.StatusInternalError, r.Code)
 		require.Contains(t, string(r.Body), "Slave is disconnected")
 	}
-	slave = replBroker(t, zkAddr, root, sdir, saddr, 1, nil)
+	slave = replBroker(t, zkAddr, root, sdir, saddr, 1, mode)
 	_, keys = txOpen(slave)
 	require.Equal(t, []string{key}, keys, "recovered prepared on the slave")
 	waitInSync(t, master, "2/2")
