@@ -23,7 +23,9 @@ switchover" (admin with [auth]): it answers puts with a retriable 503 from
 then on, waits until its in-sync slave has every message it stored, and
 unregisters; the slave promotes itself with the next epoch, and the old
 master rejoins it as a slave. Refused, changing nothing, when no slave is
-in sync. --wait bounds the whole handover.`, func(fs *pflag.FlagSet) func(args []string) error {
+in sync. --wait bounds the whole handover. With --tls-ca or --tls-cert it
+dials the master's TLS listener (metaqs://), else its plaintext one; log in
+with --user.`, func(fs *pflag.FlagSet) func(args []string) error {
 		id := fs.Int("broker-id", -1, "the broker id to switch over")
 		zkc := fs.String("zk", "", "ZooKeeper connect string `host:port[,...]` (default "+defaultZK+", or $METAQ_ZK)")
 		root := fs.String("root", cluster.DefaultRoot, "MetaQ's zkRoot")

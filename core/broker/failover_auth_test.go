@@ -71,6 +71,15 @@ func TestFailoverAuthTLS(t *testing.T) {
 					return nil
 				})
 			}
+			waitLog := func(l *syncLog, line string) {
+				t.Helper()
+				waitFor(t, 5*time.Second, func() error {
+					if !strings.Contains(l.String(), line) {
+						return fmt.Errorf("no %q logged:\n%s", line, logs())
+					}
+					return nil
+				})
+			}
 			rootConn := func(addr string) *authClient {
 				rc := dialAuth(t, addr, tc)
 				code, body := rc.login("root", "root-pw")
@@ -99,7 +108,7 @@ func TestFailoverAuthTLS(t *testing.T) {
 			require.Contains(t, body, "slave 1 holds epoch 2")
 			waitInSync(slave, "s0") // the old master rejoined as slave 0
 			require.Contains(t, master.statsText(), "failover_role slave\r\n")
-			require.Contains(t, mlogs.String(), "failover: member s0 of broker 3 copies from broker 3 slave 1 at epoch 2")
+			waitLog(mlogs, "failover: member s0 of broker 3 copies from broker 3 slave 1 at epoch 2")
 			securePuts(t, rootConn(saddr), 50)
 			requireSameEnds(t, slave, master, "t")
 
@@ -114,7 +123,7 @@ func TestFailoverAuthTLS(t *testing.T) {
 			slave, _ = replSecure(t, zkAddr, root, 1, c, slogs, member(sdir))
 			waitInSync(master, "s1")
 			require.Contains(t, slave.statsText(), "failover_role slave\r\n")
-			require.Contains(t, slogs.String(), "failover: member s1 of broker 3 copies from broker 3 slave 0 at epoch 3")
+			waitLog(slogs, "failover: member s1 of broker 3 copies from broker 3 slave 0 at epoch 3")
 			securePuts(t, rootConn(maddr), 50)
 			requireSameEnds(t, master, slave, "t")
 		})
