@@ -183,7 +183,7 @@ func (s *slaveState) run() {
 		}
 		waiting = false
 		if b.fo != nil {
-			b.fo.learnEpoch()                         // failover.go: syncs of older epochs are refused
+			b.fo.learnEpoch()                                    // failover.go: syncs of older epochs are refused
 			if err := b.fo.rejoin(addr, tlsMaster); err != nil { // rejoin.go: cut a divergent tail first
 				if msg := "rejoin: " + err.Error(); msg != lastErr {
 					b.logf("slave %d: checking this copy against the holder at %s: %v; retrying", s.id, addr, err)
