@@ -368,10 +368,12 @@ type txCommit struct {
 	opaque int32
 	heur   bool // an admin's heuristic commit: recorded as such
 	logs   []*store.Log
-	flush  bool // a batch went to a threshold-mode partition: finish flushes it
-	mu     sync.Mutex
-	left   int
-	errs   []string
+	// batches are counted in the topics' in-counters once stored.
+	batches []*txBatch
+	flush   bool // a batch went to a threshold-mode partition: finish flushes it
+	mu      sync.Mutex
+	left    int
+	errs    []string
 	// slaveErr: a sync master's slave failed the shipped commit
 	// (txrepl.go).
 	slaveErr error
@@ -443,6 +445,7 @@ func (tc *txCommit) finish() {
 	}
 	b.txlog.release(tc.t)
 	s.commits.Add(1)
+	countTxIn(tc.batches)
 	if msg := tc.replFailure(); msg != "" { // txrepl.go
 		b.logf("transaction %s", msg)
 		c.txFail(tc.t, tc.opaque, protocol.XAErRMFail, oneLine(msg))
@@ -457,6 +460,28 @@ type txBatch struct {
 	l       *store.Log
 	p       int32
 	entries []store.Entry
+}
+
+// countTxIn adds a committed transaction's stored batches to their
+// partitions' in-counters (metaq_topic_messages_in_total and
+// bytes_in_total, the dashboard's rates), as a put's are counted when it
+// is accepted.
+func countTxIn(batches []*txBatch) {
+	for _, bt := range batches {
+		var size int64
+		for i := range bt.entries {
+			size += int64(len(bt.entries[i].Data))
+		}
+		if int(bt.p) < len(bt.t.pc) {
+			pc := &bt.t.pc[bt.p]
+			pc.msgsIn.Add(int64(len(bt.entries)))
+			pc.bytesIn.Add(size)
+		}
+		if bt.t.conf().Stat {
+			bt.t.rt.put.add(int64(len(bt.entries)))
+			bt.t.rt.size.add(size)
+		}
+	}
 }
 
 // txBatches groups msgs by partition, in the order the partitions were
@@ -576,7 +601,7 @@ func (c *conn) appendCommit(t *tx, batches []*txBatch, opaque int32, heur bool) 
 		c.appendCommitReplicated(sm, t, batches, opaque, heur) // txrepl.go
 		return
 	}
-	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1}
+	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1, batches: batches}
 	for _, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)
 		if bt.t.conf().UnflushThreshold > 0 {
