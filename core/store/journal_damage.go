@@ -16,7 +16,9 @@ import (
 
 // jHole is a damaged stretch [pos, end) of the journal found by the
 // recovery scan: the record at pos is invalid and the next valid record
-// starts at end (docs/storage.md, "Damaged journal records").
+// starts at end, or (framed) starts the next file and end is where the
+// record ends, less than a record header before its file's end: that
+// short tail holds no record (docs/storage.md, "Damaged journal records").
 type jHole struct {
 	f        *jfile // the file holding pos
 	pos, end int64  // journal positions
@@ -24,9 +26,9 @@ type jHole struct {
 	hdr      jHeader
 	// framed: the header at pos names pos, its epoch lies between the
 	// records around it, and its length ends exactly where the next valid
-	// record starts (or at its file's end when that record starts the
-	// next file): the stretch is that one record, and only its crc
-	// failed.
+	// record starts (or, when that record starts the next file, at its
+	// file's end or less than a record header before it): the stretch is
+	// that one record, and only its crc failed.
 	framed bool
 }
 
