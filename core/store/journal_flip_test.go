@@ -494,6 +494,23 @@ func TestJournalFlipFileTail(t *testing.T) {
 		require.Contains(t, lb.String(), "nothing lost")
 	})
 
+	// A flipped length field: the record's extent is not known, so the
+	// stretch runs to the next file; the tail bytes beyond the record,
+	// too few for one, need no partition range.
+	t.Run("length", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "d")
+		require.NoError(t, os.CopyFS(dir, os.DirFS(snap)))
+		flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+6, 0x10)
+		var lb logBuf
+		o := opts
+		o.Logf = lb.logf
+		recoverAndCheck(t, dir, o, 1, [][]crashPut{acked}, "length flip before a file's short tail")
+		require.Contains(t, lb.String(), fmt.Sprintf("damaged record at file %s bytes %d..%d (journal positions %d..%d)",
+			filepath.Join(dir, wantFile), r.pos-fileStart, opts.FileSize, r.pos, fileStart+opts.FileSize))
+		require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", name, r.dataOff, r.dataEnd))
+		require.Contains(t, lb.String(), "nothing lost")
+	})
+
 	t.Run("lost", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "d")
 		require.NoError(t, os.CopyFS(dir, os.DirFS(snap)))
