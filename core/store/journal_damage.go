@@ -16,7 +16,9 @@ import (
 
 // jHole is a damaged stretch [pos, end) of the journal found by the
 // recovery scan: the record at pos is invalid and the next valid record
-// starts at end (docs/storage.md, "Damaged journal records").
+// starts at end, or (framed) starts the next file and end is where the
+// record ends, less than a record header before its file's end: that
+// short tail holds no record (docs/storage.md, "Damaged journal records").
 type jHole struct {
 	f        *jfile // the file holding pos
 	pos, end int64  // journal positions
@@ -24,9 +26,9 @@ type jHole struct {
 	hdr      jHeader
 	// framed: the header at pos names pos, its epoch lies between the
 	// records around it, and its length ends exactly where the next valid
-	// record starts (or at its file's end when that record starts the
-	// next file): the stretch is that one record, and only its crc
-	// failed.
+	// record starts (or, when that record starts the next file, at its
+	// file's end or less than a record header before it): the stretch is
+	// that one record, and only its crc failed.
 	framed bool
 }
 
@@ -369,8 +371,24 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 			}
 			data = append(data, i)
 		}
+		// A stretch that runs to its file's end (the next valid record
+		// starts the next file) may end in the short tail nextFile leaves
+		// when no skip record fits: under a record header, it can hold no
+		// record, so up to that many bytes need no range.
+		tail := int64(0)
+		if l := members[len(members)-1]; l.end == l.f.end() {
+			tail = jHeaderSize - 1
+		}
+		accounted := func() bool {
+			for t := range min(tail, size-covered) + 1 {
+				if sums(size-covered-t, coins) {
+					return true
+				}
+			}
+			return false
+		}
 		for _, i := range data {
-			if sums(size-covered, coins) {
+			if accounted() {
 				break // the gaps explain every byte: no need to trust a payload
 			}
 			h := members[i]
@@ -402,7 +420,7 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 			reasons[i] = h.reason
 		}
 		dmg := JournalDamage{File: filepath.Join(j.dir, journalName(first.f.start)), FilePos: first.fileBytes(), Pos: first.pos, End: last.end,
-			Reason: strings.Join(reasons, "; "), Unattributed: !sums(size-covered, coins)}
+			Reason: strings.Join(reasons, "; "), Unattributed: !accounted()}
 		var held []string
 		for _, r := range ranges {
 			ok, why, err := j.segmentHolds(r)

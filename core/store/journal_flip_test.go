@@ -246,6 +246,7 @@ func TestJournalFlipLost(t *testing.T) {
 	require.Equal(t, r.end, d.End)
 	require.Equal(t, at-(r.end-3-r.pos), d.FilePos)
 	require.Equal(t, []PartitionRange{{r.name, r.dataOff, r.dataEnd}}, d.Lost)
+	require.False(t, d.Unattributed, "the damaged stretch is the one record")
 	msg := err.Error()
 	for _, s := range []string{file, fmt.Sprintf("bytes %d..%d", d.FilePos, d.FilePos+r.end-r.pos),
 		fmt.Sprintf("partition %q offsets %d..%d", r.name, r.dataOff, r.dataEnd), `recovery = "truncate"`, "Not starting"} {
@@ -411,4 +412,130 @@ func TestJournalFlipRandom(t *testing.T) {
 		recoverAndCheck(t, dir, fx.opts, flipParts, fx.all(), fmt.Sprintf("seed %d", seed))
 	}
 	t.Logf("random journal flips: %d of 24 refused", refused)
+}
+
+// TestJournalFlipFileTail: a flipped data record that ends less than a
+// record header before its journal file's end (the tail nextFile leaves
+// without a skip record; the next record starts the next file) is that
+// one record: the damage reported ends where the record ends, not at the
+// next file, and its bytes are all attributed. With the segment holding
+// the data, nothing is lost; with the segment zeroed, OpenJournal refuses
+// naming exactly the record's bytes.
+func TestJournalFlipFileTail(t *testing.T) {
+	const slack = 19 // < jHeaderSize: no skip record fits
+	opts := JournalOptions{FileSize: 64 << 10, CheckpointBytes: 1 << 40, CheckpointInterval: time.Hour,
+		hooks: &journalHooks{smallFiles: true}}
+	src := t.TempDir()
+	j, err := OpenJournal(src, opts)
+	require.NoError(t, err)
+	name := partName(0)
+	l, err := Open(filepath.Join(src, name), Options{IDs: &seqIDs{}, MaxSegmentSize: 2 << 10, Journal: j, Logf: t.Logf})
+	require.NoError(t, err)
+	// The checkpoint the registration asks for is written before the
+	// puts; no other one follows (interval and bytes out of reach), so
+	// every later journal byte is a put's.
+	quiesce(t, j, src)
+	var acked []crashPut
+	put := func(n int) {
+		data := fmt.Sprintf("%06d", len(acked)) + strings.Repeat("q", n-6)
+		_, off, err := l.AppendSync([]Entry{entry([]byte(data))})
+		require.NoError(t, err)
+		acked = append(acked, crashPut{0, off, data})
+	}
+	put(100)
+	put(100)
+	over := acked[1].off - acked[0].off - 100 // a segment record's bytes beyond its data
+	pos := func() int64 { return j.basePos + j.Stats().Bytes }
+	for range 200 {
+		p := pos()
+		room := (p/opts.FileSize+1)*opts.FileSize - p
+		n := room - slack - jRecordSize(name, over)
+		if n > 4000 {
+			put(2000)
+			continue
+		}
+		if n < 10 {
+			put(100) // into the next file
+			continue
+		}
+		put(int(n))
+		break
+	}
+	vend := pos()
+	require.Equal(t, int64(slack), opts.FileSize-vend%opts.FileSize, "the victim ends %d bytes before its file's end", slack)
+	put(300) // the next record starts the next file
+	put(300)
+	quiesce(t, j, src)
+	snap := filepath.Join(t.TempDir(), "snap")
+	require.NoError(t, os.CopyFS(snap, os.DirFS(src)))
+	require.NoError(t, l.Close())
+	require.NoError(t, j.Close())
+
+	recs := walkJournal(t, filepath.Join(snap, JournalDirName))
+	k := slices.IndexFunc(recs, func(r jrec) bool { return r.end == vend })
+	require.GreaterOrEqual(t, k, 0)
+	r := recs[k]
+	require.Equal(t, byte(recData), r.typ)
+	require.Equal(t, vend+slack, recs[k+1].pos, "the next record starts the next file")
+	fileStart := vend + slack - opts.FileSize
+	wantFile := filepath.Join(JournalDirName, journalName(fileStart))
+
+	t.Run("held", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "d")
+		require.NoError(t, os.CopyFS(dir, os.DirFS(snap)))
+		flipJournal(t, filepath.Join(dir, JournalDirName), r.end-3, 0x01)
+		var lb logBuf
+		o := opts
+		o.Logf = lb.logf
+		recoverAndCheck(t, dir, o, 1, [][]crashPut{acked}, "flip before a file's short tail")
+		require.Contains(t, lb.String(), fmt.Sprintf("damaged record at file %s bytes %d..%d (journal positions %d..%d)",
+			filepath.Join(dir, wantFile), r.pos-fileStart, r.end-fileStart, r.pos, r.end))
+		require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", name, r.dataOff, r.dataEnd))
+		require.Contains(t, lb.String(), "nothing lost")
+	})
+
+	// A flipped length field: the record's extent is not known, so the
+	// stretch runs to the next file; the tail bytes beyond the record,
+	// too few for one, need no partition range.
+	t.Run("length", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "d")
+		require.NoError(t, os.CopyFS(dir, os.DirFS(snap)))
+		flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+6, 0x10)
+		var lb logBuf
+		o := opts
+		o.Logf = lb.logf
+		recoverAndCheck(t, dir, o, 1, [][]crashPut{acked}, "length flip before a file's short tail")
+		require.Contains(t, lb.String(), fmt.Sprintf("damaged record at file %s bytes %d..%d (journal positions %d..%d)",
+			filepath.Join(dir, wantFile), r.pos-fileStart, opts.FileSize, r.pos, fileStart+opts.FileSize))
+		require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", name, r.dataOff, r.dataEnd))
+		require.Contains(t, lb.String(), "nothing lost")
+	})
+
+	t.Run("lost", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "d")
+		require.NoError(t, os.CopyFS(dir, os.DirFS(snap)))
+		file, at := flipJournal(t, filepath.Join(dir, JournalDirName), r.end-3, 0x01)
+		pdir := filepath.Join(dir, name)
+		starts, sizes, err := listSegments(pdir)
+		require.NoError(t, err)
+		for i, s := range starts {
+			if r.dataOff < s+sizes[i] && r.dataEnd > s {
+				f, err := os.OpenFile(filepath.Join(pdir, segmentName(s)), os.O_RDWR, 0)
+				require.NoError(t, err)
+				from, to := max(r.dataOff, s), min(r.dataEnd, s+sizes[i])
+				_, err = f.WriteAt(make([]byte, to-from), from-s)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+			}
+		}
+		err = openErr(dir, opts)
+		var je *JournalCorruptError
+		require.ErrorAs(t, err, &je)
+		require.Len(t, je.Damage, 1)
+		d := je.Damage[0]
+		require.Equal(t, filepath.Join(dir, wantFile), file)
+		require.Equal(t, JournalDamage{File: file, FilePos: at - (r.end - 3 - r.pos), Pos: r.pos, End: r.end, Reason: d.Reason,
+			Lost: []PartitionRange{{name, r.dataOff, r.dataEnd}}}, d)
+		require.NotContains(t, err.Error(), "cannot all be attributed")
+	})
 }

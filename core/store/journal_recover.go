@@ -231,9 +231,20 @@ func scanJournal(files []*jfile) (journalScan, error) {
 				break
 			}
 			end := pos + jHeaderSize + int64(h.n)
+			// A record followed by the next file's first record ends its
+			// file, or leaves a tail too short for a record header there
+			// (nextFile writes no skip record into it, and the next record
+			// starts the next file).
+			endsFile := k > fi && q == files[k].start && end <= f.end() && f.end()-end < jHeaderSize
 			framed := h.pos == pos && h.epoch >= sc.epoch && h.epoch <= qh.epoch && isJRecordType(h.typ) &&
-				(end == q || (k > fi && q == files[k].start && (end == f.end() || (h.typ == recSkip && h.n == 0))))
-			sc.holes = append(sc.holes, jHole{f: f, pos: pos, end: q, reason: bad, hdr: h, framed: framed})
+				(end == q || endsFile || (k > fi && q == files[k].start && h.typ == recSkip && h.n == 0))
+			hole := jHole{f: f, pos: pos, end: q, reason: bad, hdr: h, framed: framed}
+			if framed && endsFile && h.typ != recSkip {
+				// The stretch is the record: the short tail after it
+				// held nothing.
+				hole.end = end
+			}
+			sc.holes = append(sc.holes, hole)
 			fi, pos = k, q
 			continue
 		}
