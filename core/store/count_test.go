@@ -126,6 +126,9 @@ func TestCountRecords(t *testing.T) {
 			j, l := open(dataDir)
 			checkCounts(t, rng, l, true) // empty
 			appendRandom(t, rng, l, 60)
+			for i := 0; i < 20 && l.SegmentCount() <= 3; i++ { // random sizes: roll at least 3 times
+				appendRandom(t, rng, l, 10)
+			}
 			require.Greater(t, l.SegmentCount(), 3)
 			checkCounts(t, rng, l, true)
 
