@@ -134,9 +134,9 @@ func TestReplicationInProcess(t *testing.T) {
 }
 
 // benchReplicated measures 1 KiB group-commit puts from 4 connections
-// with 64 in flight each, over 16 partitions, to addr.
+// with 64 in flight each, over benchReplParts partitions, to addr.
 func benchReplicated(b *testing.B, addr string) {
-	const conns, window, parts = 4, 64, 16
+	const conns, window, parts = 4, 64, benchReplParts
 	data := bytes.Repeat([]byte("x"), 1024)
 	frames := make([][]byte, parts)
 	for p := range frames {
@@ -186,6 +186,10 @@ func benchReplicated(b *testing.B, addr string) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
+// benchReplParts is BenchmarkReplicatedPut's partition count (issue 11:
+// 64 partitions).
+const benchReplParts = 64
+
 // BenchmarkReplicatedPut: durable (group commit) 1 KiB puts to a master
 // alone, to a master with an async slave pulling, and to a sync master
 // with its slave, in one run (compare the ratios, not the figures).
@@ -193,7 +197,7 @@ func BenchmarkReplicatedPut(b *testing.B) {
 	zkAddr := testsvc.ZooKeeper(b)
 	mod := func(sync bool) func(*conf.Config) {
 		return func(c *conf.Config) {
-			c.NumPartitions = 16
+			c.NumPartitions = benchReplParts
 			if sync {
 				c.Replication = conf.ReplicationSync
 			}
@@ -215,7 +219,8 @@ func BenchmarkReplicatedPut(b *testing.B) {
 		m := replBroker(b, zkAddr, root, b.TempDir(), "", -1, mod(true))
 		replBroker(b, zkAddr, root, b.TempDir(), "", 1, mod(false))
 		deadline := time.Now().Add(15 * time.Second)
-		for !strings.Contains(m.statsText(), "sync_partitions_in_sync 16/16") {
+		want := fmt.Sprintf("sync_partitions_in_sync %d/%d", benchReplParts, benchReplParts)
+		for !strings.Contains(m.statsText(), want) {
 			if time.Now().After(deadline) {
 				b.Fatal("not in sync")
 			}
