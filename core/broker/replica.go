@@ -175,7 +175,7 @@ func (s *slaveState) run() {
 		}
 		waiting = false
 		if b.fo != nil {
-			b.fo.learnEpoch()                         // failover.go: syncs of older epochs are refused
+			b.fo.learnEpoch()                                    // failover.go: syncs of older epochs are refused
 			if err := b.fo.rejoin(addr, tlsMaster); err != nil { // rejoin.go: cut a divergent tail first
 				if msg := "rejoin: " + err.Error(); msg != lastErr {
 					b.logf("slave %d: checking this copy against the holder at %s: %v; retrying", s.id, addr, err)
@@ -440,6 +440,11 @@ func (s *slaveState) round(rc *roundConn) (got bool, err error) {
 		return false, nil
 	}
 	for i, rp := range live {
+		if end := rp.l.MaxOffset(); end > rp.next {
+			// A sync master's syncs (syncslave.go) appended these, at
+			// the master's offsets: do not fetch them again.
+			rp.next = end
+		}
 		rc.buf = protocol.AppendOffset(rc.buf[:0], rp.topic, s.group, rp.p, math.MaxInt64, int32(2*i))
 		rc.send(rc.buf)
 		rc.buf = protocol.AppendGet(rc.buf[:0], rp.topic, s.group, rp.p, rp.next, rp.fetch, int32(2*i+1))

@@ -2,8 +2,10 @@ package broker
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -205,7 +207,7 @@ func BenchmarkReplicatedPut(b *testing.B) {
 	}
 	b.Run("single", func(b *testing.B) {
 		root := fmt.Sprintf("/repl-bench-%d", time.Now().UnixNano())
-		m := replBroker(b, zkAddr, root, b.TempDir(), "", -1, mod(false))
+		m := labelled("single", func() *Broker { return replBroker(b, zkAddr, root, b.TempDir(), "", -1, mod(false)) })
 		benchReplicated(b, m.Addr())
 	})
 	b.Run("async-slave", func(b *testing.B) {
@@ -216,8 +218,8 @@ func BenchmarkReplicatedPut(b *testing.B) {
 	})
 	b.Run("sync", func(b *testing.B) {
 		root := fmt.Sprintf("/repl-bench-%d", time.Now().UnixNano())
-		m := replBroker(b, zkAddr, root, b.TempDir(), "", -1, mod(true))
-		replBroker(b, zkAddr, root, b.TempDir(), "", 1, mod(false))
+		m := labelled("master", func() *Broker { return replBroker(b, zkAddr, root, b.TempDir(), "", -1, mod(true)) })
+		labelled("slave", func() *Broker { return replBroker(b, zkAddr, root, b.TempDir(), "", 1, mod(false)) })
 		deadline := time.Now().Add(15 * time.Second)
 		want := fmt.Sprintf("sync_partitions_in_sync %d/%d", benchReplParts, benchReplParts)
 		for !strings.Contains(m.statsText(), want) {
@@ -228,6 +230,16 @@ func BenchmarkReplicatedPut(b *testing.B) {
 		}
 		benchReplicated(b, m.Addr())
 	})
+}
+
+// labelled runs start with the profiler label broker=role, which the
+// broker's goroutines inherit, so that a -cpuprofile of
+// BenchmarkReplicatedPut splits by broker (go tool pprof -tagfocus
+// broker=slave, or -tags).
+func labelled(role string, start func() *Broker) *Broker {
+	var m *Broker
+	pprof.Do(context.Background(), pprof.Labels("broker", role), func(context.Context) { m = start() })
+	return m
 }
 
 // statsText is the broker's stats summary.
