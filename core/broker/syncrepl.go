@@ -264,14 +264,9 @@ type syncLink struct {
 	addr string
 	tls  bool // the slave is TLS-only (its control connections dial TLS too)
 
-	// qmu guards out, the frames shipped and not yet taken for writing,
-	// appended whole in ship order; iomu serializes the socket writes, so
-	// that ship never waits for the network (unless out is over
-	// maxQueuedSync, then it writes itself: backpressure).
-	qmu   sync.Mutex
-	out   []byte
-	spare []byte
-	iomu  sync.Mutex
+	wmu sync.Mutex // frames are written whole, in ship order
+	w   *bufio.Writer
+	buf []byte
 
 	pmu     sync.Mutex
 	pending map[int32]pendingSync
@@ -293,58 +288,43 @@ func (lk *syncLink) isDead() bool {
 	return lk.dead
 }
 
-// ship queues one sync per entry (MetaQ's frame, one per message) and
-// registers them for their replies; the flusher writes the queue, the
-// frames of many puts in one write. Callers hold the partition's lock, so
-// a partition's syncs are queued in its append order.
+// ship writes one sync per entry and registers them for their replies.
+// Callers hold the partition's lock.
 func (lk *syncLink) ship(topic string, p int32, entries []store.Entry, w *syncWait) {
+	lk.wmu.Lock()
+	defer lk.wmu.Unlock()
 	now := time.Now()
-	lk.qmu.Lock()
-	lk.pmu.Lock()
-	if lk.dead {
-		err := lk.deadErr
-		lk.pmu.Unlock()
-		lk.qmu.Unlock()
-		for range entries {
-			w.slaveDone(err)
-		}
-		return
-	}
-	op := lk.op
-	for range entries {
-		op = nextSyncOp(op)
-		lk.pending[op] = pendingSync{w: w, at: now}
-	}
-	op, lk.op = lk.op, op
-	lk.pmu.Unlock()
 	for i := range entries {
 		e := &entries[i]
-		op = nextSyncOp(op)
-		lk.out = protocol.AppendSync(lk.out, topic, p, e.Flag, e.ID, int64(e.CRC), op, e.Data)
-	}
-	full := len(lk.out) > maxQueuedSync
-	lk.qmu.Unlock()
-	if full {
-		if err := lk.writeQueued(); err != nil {
+		lk.pmu.Lock()
+		if lk.dead {
+			err := lk.deadErr
+			lk.pmu.Unlock()
+			w.slaveDone(err)
+			continue
+		}
+		lk.op++
+		if lk.op <= 0 {
+			lk.op = 1
+		}
+		op := lk.op
+		lk.pending[op] = pendingSync{w: w, at: now}
+		lk.pmu.Unlock()
+		lk.buf = protocol.AppendSync(lk.buf[:0], topic, p, e.Flag, e.ID, int64(e.CRC), op, e.Data)
+		if _, err := lk.w.Write(lk.buf); err != nil {
 			lk.fail(fmt.Errorf("Slave is disconnected (write: %v)", err))
 		}
-		return
 	}
-	select { // the flusher writes what is queued, for many puts at once
+	if cap(lk.buf) > maxRetainedSyncBuf {
+		lk.buf = nil
+	}
+	select { // the flusher writes what is buffered, for many puts at once
 	case lk.kick <- struct{}{}:
 	default:
 	}
 }
 
-// nextSyncOp is the opaque after op (positive, wrapping).
-func nextSyncOp(op int32) int32 {
-	if op++; op <= 0 {
-		op = 1
-	}
-	return op
-}
-
-// flusher writes the queued syncs to the slave whenever ship kicks it.
+// flusher writes the buffered syncs to the slave whenever ship kicks it.
 func (lk *syncLink) flusher() {
 	for {
 		select {
@@ -352,49 +332,21 @@ func (lk *syncLink) flusher() {
 			return
 		case <-lk.kick:
 		}
-		if err := lk.writeQueued(); err != nil {
+		lk.wmu.Lock()
+		var err error
+		if lk.w.Buffered() > 0 {
+			lk.nc.SetWriteDeadline(time.Now().Add(lk.sm.timeout))
+			err = lk.w.Flush()
+		}
+		lk.wmu.Unlock()
+		if err != nil {
 			lk.fail(fmt.Errorf("Slave is disconnected (write: %v)", err))
 			return
 		}
 	}
 }
 
-// writeQueued writes the queued syncs, in order, without holding qmu
-// during the write.
-func (lk *syncLink) writeQueued() error {
-	lk.iomu.Lock()
-	defer lk.iomu.Unlock()
-	for {
-		lk.qmu.Lock()
-		buf := lk.out
-		if len(buf) == 0 {
-			lk.qmu.Unlock()
-			return nil
-		}
-		lk.out = lk.spare[:0]
-		lk.spare = nil
-		lk.qmu.Unlock()
-		lk.nc.SetWriteDeadline(time.Now().Add(lk.sm.timeout))
-		_, err := lk.nc.Write(buf)
-		if err != nil {
-			return err
-		}
-		if cap(buf) <= maxRetainedSyncBuf {
-			lk.qmu.Lock()
-			if lk.spare == nil {
-				lk.spare = buf[:0]
-			}
-			lk.qmu.Unlock()
-		}
-	}
-}
-
-const (
-	maxRetainedSyncBuf = 1 << 20
-	// maxQueuedSync is how many bytes of syncs ship queues before it
-	// writes them itself rather than leave them to the flusher.
-	maxQueuedSync = 4 << 20
-)
+const maxRetainedSyncBuf = 1 << 20
 
 // fail kills the link: every pending sync fails with err.
 func (lk *syncLink) fail(err error) {
@@ -540,7 +492,7 @@ func (sm *syncMaster) dial(s registry.SlaveNode) (*syncLink, error) {
 			return nil, err
 		}
 	}
-	lk := &syncLink{sm: sm, id: sm.linkSeq.Add(1), nc: nc, addr: s.Addr, tls: s.TLS,
+	lk := &syncLink{sm: sm, id: sm.linkSeq.Add(1), nc: nc, addr: s.Addr, tls: s.TLS, w: bufio.NewWriterSize(nc, 64<<10),
 		pending: map[int32]pendingSync{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	go lk.readLoop()
 	go lk.flusher()
