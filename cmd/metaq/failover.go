@@ -23,7 +23,9 @@ switchover" (admin with [auth]): it answers puts with a retriable 503 from
 then on, waits until its in-sync slave has every message it stored, and
 unregisters; the slave promotes itself with the next epoch, and the old
 master rejoins it as a slave. Refused, changing nothing, when no slave is
-in sync. --wait bounds the whole handover.`, func(fs *pflag.FlagSet) func(args []string) error {
+in sync. --wait bounds the whole handover. With --tls-ca or --tls-cert it
+dials the master's TLS listener (metaqs://), else its plaintext one; log in
+with --user.`, func(fs *pflag.FlagSet) func(args []string) error {
 		id := fs.Int("broker-id", -1, "the broker id to switch over")
 		zkc := fs.String("zk", "", "ZooKeeper connect string `host:port[,...]` (default "+defaultZK+", or $METAQ_ZK)")
 		root := fs.String("root", cluster.DefaultRoot, "MetaQ's zkRoot")
@@ -56,15 +58,21 @@ in sync. --wait bounds the whole handover.`, func(fs *pflag.FlagSet) func(args [
 			if err != nil {
 				return err
 			}
-			uri := ""
-			for _, b := range layout.Brokers {
-				if b.ID == *id {
-					uri = b.Master
+			if err := e.sec.prepare(); err != nil {
+				return err
+			}
+			var info *cluster.BrokerInfo
+			for i := range layout.Brokers {
+				if layout.Brokers[i].ID == *id {
+					info = &layout.Brokers[i]
 				}
 			}
-			addr, _, ok := cluster.ParseURI(uri)
-			if !ok {
+			if info == nil || info.Broker() == (cluster.Broker{ID: *id}) {
 				return fmt.Errorf("broker %d has no master registered in ZooKeeper %s%s (ids/%d/master)", *id, connect, *root, *id)
+			}
+			addr, err := failoverAddr(info.Broker(), e.sec.tlsOn())
+			if err != nil {
+				return fmt.Errorf("broker %d: %w", *id, err)
 			}
 			ctx, cancel = context.WithTimeout(e.ctx, *wait)
 			defer cancel()
@@ -86,4 +94,19 @@ in sync. --wait bounds the whole handover.`, func(fs *pflag.FlagSet) func(args [
 			return nil
 		}
 	})
+}
+
+// failoverAddr is the master's address to dial: its TLS listener with the
+// TLS flags (--tls-ca, --tls-cert), else its plaintext one. A TLS-only
+// master (metaqs://) without them is an error saying so.
+func failoverAddr(b cluster.Broker, withTLS bool) (string, error) {
+	switch {
+	case withTLS && b.TLSAddr != "":
+		return b.TLSAddr, nil
+	case withTLS:
+		return "", fmt.Errorf("its master %s serves no TLS (it registered no metaqs:// address): drop --tls-ca/--tls-cert", b.Addr)
+	case b.Addr != "":
+		return b.Addr, nil
+	}
+	return "", fmt.Errorf("its master %s is TLS-only (metaqs://): pass --tls-ca (and --user with --password-file or $%s with [auth])", b.TLSAddr, passwordEnv)
 }

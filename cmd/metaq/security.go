@@ -51,6 +51,9 @@ func (s *security) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&s.passwordFile, "password-file", s.passwordFile, "read the --user's password from the first line of this `file`")
 }
 
+// tlsOn reports whether the flags ask for TLS (after prepare).
+func (s *security) tlsOn() bool { return s != nil && s.tls != nil }
+
 // prepare loads the files the flags name, once. A nil *security is
 // plaintext without auth.
 func (s *security) prepare() error {

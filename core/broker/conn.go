@@ -70,6 +70,9 @@ type conn struct {
 	// once they were rolled back on close. Both under Broker.txs.mu.
 	txs     connTxs
 	closing bool
+	// txStage holds the put records a sync master shipped ahead of the
+	// txsync that uses them (txreplslave.go; the connection's goroutine only).
+	txStage txStageSet
 
 	// probeTok is token+1 of the put being timed for
 	// metaq_put_duration_seconds (0: none), probeStart when it was
@@ -117,6 +120,9 @@ func (c *conn) serve() {
 	go func() { defer fw.Done(); c.flusher() }()
 	cfg := c.b.config()
 	maxBody := max(cfg.MaxMessageSize, cfg.MaxTransferSize)
+	if c.b.slave != nil {
+		maxBody += 64 << 10 // a txsync frame may hold one record of a message of max_message_size (txreplslave.go)
+	}
 	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout(), drain: &c.b.draining}
 	dec := protocol.NewDecoder(dr, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody, Budget: &c.bud})
 	// close first: the flusher exits only once the connection is closed.

@@ -21,11 +21,6 @@ func (c *conn) dispatch(r *protocol.Request) {
 	if c.b.fo != nil && !c.b.fo.isSlave() && c.failoverRefuses(r) { // failover.go
 		return
 	}
-	if c.b.sync != nil && (r.Op == protocol.OpTransaction || (r.Op == protocol.OpPut && len(r.TxKey) > 0)) {
-		c.b.stats.putFailed.Add(1)
-		c.reply(protocol.StatusInternalError, "transactions are not supported with replication = \"sync\" yet", r.Opaque)
-		return
-	}
 	switch r.Op {
 	case protocol.OpPut:
 		c.handlePut(r)
@@ -54,6 +49,12 @@ func (c *conn) dispatch(r *protocol.Request) {
 			c.handleSync(r) // syncslave.go
 		} else {
 			c.reply(protocol.StatusInternalError, "sync refused: this broker is not a slave", r.Opaque)
+		}
+	case protocol.OpTxSync:
+		if c.b.slave != nil && (c.b.fo == nil || c.b.fo.isSlave()) {
+			c.handleTxSync(r) // txreplslave.go
+		} else {
+			c.reply(protocol.StatusInternalError, "txsync refused: this broker is not a slave", r.Opaque)
 		}
 	default:
 		c.reply(protocol.StatusBadRequest, "unexpected "+r.Op.String()+" frame", r.Opaque)

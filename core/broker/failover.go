@@ -576,6 +576,13 @@ func (c *conn) bindSyncEpoch(arg string, opaque int32) {
 	case f == nil || !f.isSlave():
 		c.reply(protocol.StatusInternalError, "sync refused: this broker is not a failover slave", opaque)
 		return
+	case f.rejoinPending():
+		// rejoin.go: until it has cut its divergent tail, a former holder
+		// must not be joined (its end may equal the holder's by chance)
+		// nor named in sync.
+		c.reply(protocol.StatusInternalError, "sync refused: this member held an epoch ("+heldFile+
+			") and has not checked its copy against the holder yet (rejoin); retry once it has", opaque)
+		return
 	}
 	d, _, ok, err := f.reg().ReadEpoch()
 	switch {
@@ -616,6 +623,14 @@ func (f *failover) learnEpoch() {
 // it; without data_dir/epochs (written before epochs were recorded) a
 // failover member refuses to start on it.
 const heldFile = "failover-held"
+
+// rejoinPending reports whether data_dir/failover-held is there: this
+// member held an epoch and has not rejoined the holder since (a rejoin
+// deletes it once its tail is cut).
+func (f *failover) rejoinPending() bool {
+	_, err := os.Stat(filepath.Join(f.b.config().DataDir, heldFile))
+	return err == nil
+}
 
 // markHeld writes heldFile (synced) before this member acknowledges
 // anything in epoch d.

@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -290,4 +291,32 @@ func TestFailoverRejoinCutsTail(t *testing.T) {
 	ok, fail = pipelinedPuts(t, slave.Addr(), 100)
 	require.Equal(t, 100, ok, fail)
 	requireSameEnds(t, slave, old, "t")
+}
+
+// TestFailoverBindWaitsForRejoin: a member whose data directory held an
+// epoch (failover-held) refuses to bind a sync link (stats
+// sync-epoch:<E>) until its rejoin has checked its copy against the
+// holder and deleted the file: else a holder could join it, and name it
+// in sync, with a divergent tail that happens to end where the holder's
+// log ends, a tail the rejoin then cuts.
+func TestFailoverBindWaitsForRejoin(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/failover-bind-%d", time.Now().UnixNano())
+	dir := t.TempDir()
+	eb := &epochBook{}
+	eb.add(epochEntry{Epoch: 1, Held: true, Starts: map[partKey]int64{{"t", 0}: 0, {"t", 1}: 0}})
+	require.NoError(t, eb.save(dir))
+	held := filepath.Join(dir, heldFile)
+	require.NoError(t, os.WriteFile(held, []byte("broker 3 member s1 held epoch 1\n"), 0o644))
+	// No master is registered: the slave waits, and does not rejoin.
+	s := replBroker(t, zkAddr, root, dir, "", 1, func(c *conf.Config) { c.Failover = true })
+	sc := dialRaw(t, s.Addr())
+	require.Equal(t, "slave", sc.stats(t, "")["failover_role"])
+	r := sc.roundTrip(t, protocol.AppendStats(nil, syncEpochItem+"1", 1))
+	require.Equal(t, protocol.StatusInternalError, r.Code, "%s", r.Body)
+	require.Contains(t, string(r.Body), "has not checked its copy against the holder yet")
+	require.NoError(t, os.Remove(held))
+	r = sc.roundTrip(t, protocol.AppendStats(nil, syncEpochItem+"1", 2))
+	require.Equal(t, protocol.StatusInternalError, r.Code, "%s", r.Body)
+	require.Contains(t, string(r.Body), "is not the current epoch", "without failover-held the epoch is checked")
 }

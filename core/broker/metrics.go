@@ -136,7 +136,7 @@ var (
 	dBuffered      = desc("metaq_buffered_bytes", "Memory held for clients now (bodies being received, queued replies).")
 	dTopics        = desc("metaq_topics", "Topics open.")
 	dTopicParts    = desc("metaq_topic_partitions", "Partitions of the topic.", "topic")
-	dTopicMsgsIn   = desc("metaq_topic_messages_in_total", "Messages accepted for append (puts and mputs) since start.", "topic")
+	dTopicMsgsIn   = desc("metaq_topic_messages_in_total", "Messages accepted for append (puts, mputs and committed transactions) since start.", "topic")
 	dTopicBytesIn  = desc("metaq_topic_bytes_in_total", "Message body bytes accepted for append since start.", "topic")
 	dTopicBytesOut = desc("metaq_topic_bytes_out_total", "Bytes of stored records served to gets since start.", "topic")
 	dTopicMsgsOut  = desc("metaq_topic_messages_out_total", "Whole messages served to gets since start (counted from the byte ranges sent, at each scrape; a final partial record of a reply is not counted: the client fetches it again).", "topic")

@@ -233,7 +233,7 @@ func (f *failover) rejoin(addr string, tlsMaster bool) error {
 				sl := s.logState(l)
 				sl.mu.Lock()
 				cut, err := l.Truncate(off)
-				sl.lastID = l.LastID()
+				sl.lastID, sl.end = l.LastID(), l.MaxOffset() // the next append lands at the cut
 				sl.mu.Unlock()
 				if err != nil {
 					return fmt.Errorf("partition %s: cutting at %d (epoch %d starts there on %s): %w", k, off, next, who, err)

@@ -116,6 +116,14 @@ func newSlaveState(b *Broker) *slaveState {
 type slaveLog struct {
 	mu     sync.Mutex
 	lastID int64
+	// end is where the next append lands (the master's offset of the
+	// next record): the puller skips what lies below it, which a sync or
+	// a txsync appended already, and a txsync's batches must start at it
+	// (txreplslave.go). Transaction batches keep the ids their puts were
+	// answered with, below later puts' ids: lastID is the highest id
+	// appended, and only single syncs (puts, whose ids rise with their
+	// offsets) are told apart by it.
+	end int64
 }
 
 // logState returns l's slaveLog.
@@ -124,7 +132,7 @@ func (s *slaveState) logState(l *store.Log) *slaveLog {
 	defer s.logsMu.Unlock()
 	sl := s.logs[l]
 	if sl == nil {
-		sl = &slaveLog{lastID: l.LastID()}
+		sl = &slaveLog{lastID: l.LastID(), end: l.MaxOffset()}
 		s.logs[l] = sl
 	}
 	return sl
@@ -499,6 +507,7 @@ func (s *slaveState) round(rc *roundConn) (got bool, err error) {
 				sl := s.logState(rp.l)
 				sl.mu.Lock()
 				sl.lastID = rp.l.LastID()
+				sl.end = rp.l.MaxOffset()
 				sl.mu.Unlock()
 				key := rp.topic + "#" + strconv.Itoa(int(rp.p))
 				if msg := "append: " + res.err.Error(); s.warned[key] != msg {
@@ -547,6 +556,10 @@ func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.En
 			if err := rp.l.Rebase(to); err != nil {
 				rp.stalled = err.Error()
 			} else {
+				sl := s.logState(rp.l)
+				sl.mu.Lock()
+				sl.end = to
+				sl.mu.Unlock()
 				rp.next = to
 				s.b.logf("slave %d: %s-%d: the master's min moved to %d; empty here, starting there", s.id, rp.topic, rp.p, to)
 			}
@@ -583,11 +596,11 @@ func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.En
 		if rec.ID == 0 {
 			return entries, fmt.Errorf("%s-%d: record at %d from the master has message id 0", rp.topic, rp.p, rp.next+int64(used))
 		}
-		if rec.ID <= sl.lastID {
+		if rp.next+int64(used) < sl.end {
 			if len(entries) > 0 {
-				return entries, fmt.Errorf("%s-%d: record at %d from the master has id %d, below the one before it", rp.topic, rp.p, rp.next+int64(used), rec.ID)
+				return entries, fmt.Errorf("%s-%d: record at %d from the master is below this slave's end %d", rp.topic, rp.p, rp.next+int64(used), sl.end)
 			}
-			skipped += n // appended already, by a sync from the master
+			skipped += n // appended already, by a sync or txsync from the master
 		} else {
 			entries = append(entries, store.Entry{ID: rec.ID, Flag: rec.Flag, CRC: rec.CRC, Data: rec.Data})
 		}
@@ -602,12 +615,16 @@ func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.En
 		return entries, nil
 	}
 	res.n, res.bytes, res.skipped = len(entries), int64(used), int64(skipped)
+	s.b.endPulledBranches(entries) // txreplslave.go
 	wg.add()
 	if err := rp.l.Append(entries, wg, uint64(i)); err != nil {
 		wg.done()
 		res.err = err
 	} else {
-		sl.lastID = entries[len(entries)-1].ID
+		for _, e := range entries {
+			sl.lastID = max(sl.lastID, e.ID)
+		}
+		sl.end += entriesSize(entries)
 	}
 	clear(entries) // Append copied the data
 	return entries, nil

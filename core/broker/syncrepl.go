@@ -42,8 +42,8 @@ import (
 // the sync_degraded_puts counter. The manager reconnects and joins the
 // partitions again as soon as a slave is registered.
 //
-// Transactions are refused on a sync master (MetaQ's samsa had none
-// either): their commits are not shipped yet.
+// Transactions (MetaQ's samsa had none) are shipped as txsync frames on
+// the same link: txrepl.go.
 
 // syncMaster is a sync master's replication state.
 type syncMaster struct {
@@ -65,6 +65,8 @@ type syncMaster struct {
 	failed       atomic.Int64 // puts failed for the slave's side
 	degradedPuts atomic.Int64 // puts stored on the master alone (sync_degrade)
 	refused      atomic.Int64 // puts refused: slave disconnected
+
+	tx txReplState // transactions (txrepl.go)
 }
 
 // syncPart is one partition of a sync master.
@@ -81,6 +83,10 @@ type syncPart struct {
 	inflight atomic.Int64
 	// joinErr is the last join failure logged (owned by the manager).
 	joinErr string
+	// end is where the partition's next append lands, under mu, while it
+	// is in sync (set by join; transaction commits tell the slave their
+	// batches' offsets, txrepl.go).
+	end int64
 }
 
 func newSyncMaster(b *Broker) *syncMaster {
@@ -149,6 +155,9 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 		sp.inflight.Add(1)
 		c.addPending(1)
 		err := l.Append(c.entries, w, token)
+		if err == nil {
+			sp.end += entriesSize(c.entries)
+		}
 		sp.mu.Unlock()
 		if err != nil {
 			sp.inflight.Add(-1)
@@ -177,6 +186,7 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 		c.putFail(opaque, "append failed: "+err.Error())
 		return
 	}
+	sp.end += entriesSize(c.entries)
 	lk.ship(t.name, p, c.entries, w)
 	sp.mu.Unlock()
 	c.realtimePut(t, size)
@@ -278,7 +288,7 @@ type syncLink struct {
 }
 
 type pendingSync struct {
-	w  *syncWait
+	w  slaveWaiter // a put's syncWait, or a transaction's (txrepl.go)
 	at time.Time
 }
 
@@ -385,7 +395,11 @@ func (lk *syncLink) readLoop() {
 			continue
 		}
 		if r.Op == protocol.OpResult && r.Code == protocol.StatusOK {
-			lk.sm.shipped.Add(1)
+			if _, put := ps.w.(*syncWait); put {
+				lk.sm.shipped.Add(1)
+			} else {
+				lk.sm.tx.shipped.Add(1) // a txsync frame (txrepl.go)
+			}
 			ps.w.slaveDone(nil)
 		} else {
 			ps.w.slaveDone(fmt.Errorf("slave failed the sync: %d %s", r.Code, protocol.Printable(r.Body)))
@@ -522,6 +536,16 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 	defer tk.Stop()
 	for {
 		all := true
+		if sm.tx.gen.Load() != lk.id {
+			// txrepl.go: the slave gets the prepared branches first.
+			if err := sm.syncTxState(lk); err != nil {
+				all = false
+				if lk.isDead() {
+					return
+				}
+				b.logf("sync: shipping the prepared transactions: %v", err)
+			}
+		}
 		for _, t := range b.topicList() {
 			for p, l := range t.parts {
 				sp := sm.part(t.name, int32(p), l)
@@ -613,6 +637,7 @@ func (sm *syncMaster) join(lk *syncLink, ctl *roundConn, sp *syncPart) error {
 	if err := sm.waitSlave(lk, ctl, sp, sp.l.MaxOffset(), true); err != nil {
 		return err
 	}
+	sp.end = sp.l.MaxOffset()
 	sp.gen.Store(lk.id)
 	return nil
 }
@@ -665,6 +690,7 @@ func (sm *syncMaster) statsLines(kv func(k string, v any)) {
 	kv("sync_failed", sm.failed.Load())
 	kv("sync_refused", sm.refused.Load())
 	kv("sync_degraded_puts", sm.degradedPuts.Load())
+	kv("sync_tx_shipped", sm.tx.shipped.Load())
 }
 
 // allInSync reports whether every partition is in sync under lk.
@@ -676,5 +702,5 @@ func (sm *syncMaster) allInSync(lk *syncLink) bool {
 			}
 		}
 	}
-	return true
+	return sm.tx.gen.Load() == lk.id // txrepl.go
 }

@@ -52,18 +52,10 @@ func (c *conn) handleSync(r *protocol.Request) {
 	}
 	sl := b.slave.logState(l)
 	sl.mu.Lock()
-	if f := b.fo; f != nil && !f.isSlave() {
+	if msg := c.syncRefusal(); msg != "" { // txreplslave.go
 		sl.mu.Unlock()
-		c.reply(protocol.StatusInternalError, "sync refused: this broker holds epoch "+strconv.FormatInt(f.epoch.Load(), 10)+" now (failover); it takes no sync", r.Opaque)
+		c.reply(protocol.StatusInternalError, msg, r.Opaque)
 		return
-	}
-	if f := b.fo; f != nil {
-		if e := c.syncEpoch.Load(); e == 0 || e < f.known.Load() {
-			sl.mu.Unlock()
-			c.reply(protocol.StatusInternalError, "sync refused: the connection is bound to epoch "+strconv.FormatInt(e, 10)+
-				", the current epoch is "+strconv.FormatInt(f.known.Load(), 10)+" (failover: bind it first with stats "+syncEpochItem+"<epoch>)", r.Opaque)
-			return
-		}
 	}
 	if r.MsgID <= sl.lastID {
 		sl.mu.Unlock()
@@ -78,6 +70,7 @@ func (c *conn) handleSync(r *protocol.Request) {
 	err = l.Append(c.entries, c, token)
 	if err == nil {
 		sl.lastID = r.MsgID
+		sl.end += int64(message.HeaderSize + len(r.Body))
 	}
 	sl.mu.Unlock()
 	if err != nil {

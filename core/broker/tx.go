@@ -89,6 +89,11 @@ type txSet struct {
 	xa       map[string]*tx        // XA transactions by canonical key
 	heur     map[string]*heurEntry // heuristically completed XA transactions (txxa.go)
 	buffered int64                 // message bytes held by open transactions
+	// held is, on a slave, the prepared branches it holds by the id of
+	// each batch's first message (txreplslave.go): a batch the puller copies
+	// ends its branch here.
+	held  map[int64]*tx
+	nheld atomic.Int64
 
 	begins, xaBegins, commits, rollbacks atomic.Int64
 }
@@ -363,10 +368,15 @@ type txCommit struct {
 	opaque int32
 	heur   bool // an admin's heuristic commit: recorded as such
 	logs   []*store.Log
-	flush  bool // a batch went to a threshold-mode partition: finish flushes it
-	mu     sync.Mutex
-	left   int
-	errs   []string
+	// batches are counted in the topics' in-counters once stored.
+	batches []*txBatch
+	flush   bool // a batch went to a threshold-mode partition: finish flushes it
+	mu      sync.Mutex
+	left    int
+	errs    []string
+	// slaveErr: a sync master's slave failed the shipped commit
+	// (txrepl.go).
+	slaveErr error
 }
 
 // AppendDone implements store.Waiter for one partition's batch.
@@ -435,6 +445,12 @@ func (tc *txCommit) finish() {
 	}
 	b.txlog.release(tc.t)
 	s.commits.Add(1)
+	countTxIn(tc.batches)
+	if msg := tc.replFailure(); msg != "" { // txrepl.go
+		b.logf("transaction %s", msg)
+		c.txFail(tc.t, tc.opaque, protocol.XAErRMFail, oneLine(msg))
+		return
+	}
 	c.reply(protocol.StatusOK, "", tc.opaque)
 }
 
@@ -444,6 +460,28 @@ type txBatch struct {
 	l       *store.Log
 	p       int32
 	entries []store.Entry
+}
+
+// countTxIn adds a committed transaction's stored batches to their
+// partitions' in-counters (metaq_topic_messages_in_total and
+// bytes_in_total, the dashboard's rates), as a put's are counted when it
+// is accepted.
+func countTxIn(batches []*txBatch) {
+	for _, bt := range batches {
+		var size int64
+		for i := range bt.entries {
+			size += int64(len(bt.entries[i].Data))
+		}
+		if int(bt.p) < len(bt.t.pc) {
+			pc := &bt.t.pc[bt.p]
+			pc.msgsIn.Add(int64(len(bt.entries)))
+			pc.bytesIn.Add(size)
+		}
+		if bt.t.conf().Stat {
+			bt.t.rt.put.add(int64(len(bt.entries)))
+			bt.t.rt.size.add(size)
+		}
+	}
 }
 
 // txBatches groups msgs by partition, in the order the partitions were
@@ -494,8 +532,14 @@ func (c *conn) startCommitLocked(t *tx, opaque int32, heur bool) {
 	s := &b.txs
 	key := t.key
 	batches := txBatches(t.msgs)
-	if j := atomicJournal(t, batches, heur); j != nil {
-		// One journal round, no commit record (txatomic.go).
+	if msg := c.txCommitRefusal(t, batches); msg != "" { // txrepl.go
+		s.mu.Unlock()
+		c.txFail(t, opaque, protocol.XAErRMFail, msg)
+		return
+	}
+	// One journal round, no commit record (txatomic.go); not on a sync
+	// master, whose commits ship their batches (appendCommitReplicated).
+	if j := atomicJournal(t, batches, heur); j != nil && b.syncActive() == nil {
 		t.state = txCommitting
 		if t.timer != nil {
 			t.timer.Stop()
@@ -553,7 +597,11 @@ func (c *conn) forceAndAppend(t *tx, pos int64, batches []*txBatch, opaque int32
 // appendCommit appends a committed transaction's batches, one per
 // partition, and replies when all are done.
 func (c *conn) appendCommit(t *tx, batches []*txBatch, opaque int32, heur bool) {
-	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1}
+	if sm := c.b.syncActive(); sm != nil {
+		c.appendCommitReplicated(sm, t, batches, opaque, heur) // txrepl.go
+		return
+	}
+	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1, batches: batches}
 	for _, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)
 		if bt.t.conf().UnflushThreshold > 0 {

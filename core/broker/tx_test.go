@@ -321,6 +321,13 @@ func TestTxCommitVisibility(t *testing.T) {
 			require.Equal(t, "1", c.stat("", "tx_commit"))
 			require.Equal(t, "1", c.stat("", "tx_rollback"))
 			require.Equal(t, "0 buffered_bytes 0", c.stat("transactions", "open"))
+			// The committed batches count in the topic's in-counters (the
+			// rolled-back puts do not), as plain puts do.
+			pc := b.topics["t"].pc
+			require.Equal(t, int64(7), pc[0].msgsIn.Load())
+			require.Equal(t, int64(3), pc[1].msgsIn.Load())
+			require.Equal(t, int64(6), pc[1].bytesIn.Load())
+			require.Equal(t, 10.0, metricValue(t, scrapeOf(t, b), `metaq_topic_messages_in_total{topic="t"}`))
 		})
 	}
 }

@@ -52,13 +52,15 @@ type txAtomicCommit struct {
 	left   int
 	errs   []string
 	failed bool // an error is the journal's failure: the group may be replayed
+	// batches are counted in the topics' in-counters once stored.
+	batches []*txBatch
 }
 
 // appendCommitAtomic appends t's batches as one atomic group of j and
 // replies when the group is durable. The caller has marked t committing
 // and counted the pending reply.
 func (c *conn) appendCommitAtomic(j *store.Journal, t *tx, batches []*txBatch, opaque int32) {
-	tc := &txAtomicCommit{c: c, t: t, opaque: opaque, left: len(batches)}
+	tc := &txAtomicCommit{c: c, t: t, opaque: opaque, left: len(batches), batches: batches}
 	parts := make([]store.AtomicPart, len(batches))
 	for i, bt := range batches {
 		parts[i] = store.AtomicPart{Log: bt.l, Entries: bt.entries, Token: uint64(i)}
@@ -125,5 +127,6 @@ func (tc *txAtomicCommit) finish() {
 		return
 	}
 	s.commits.Add(1)
+	countTxIn(tc.batches)
 	c.reply(protocol.StatusOK, "", tc.opaque)
 }

@@ -70,20 +70,13 @@ func (b *Broker) openTxJournal() error {
 	for _, rec := range recs {
 		switch rec.typ {
 		case txRecAppend:
-			r := &txReader{p: rec.payload}
-			key := r.str()
-			id := r.u64()
-			topic := r.str()
-			p := int32(r.u32())
-			flag := int32(r.u32())
-			data := r.take(int(r.u32()))
-			if r.bad || len(r.p) != 0 {
+			key, m, ok := decodeTxAppend(rec.payload) // txreplslave.go
+			if !ok {
 				return fmt.Errorf("transaction journal %s: malformed put record", txFileName(rec.file))
 			}
-			b.ids.observe(id)
+			b.ids.observe(m.e.ID)
 			t := get(key)
-			t.msgs = append(t.msgs, replayedMsg{topic: topic, partition: p,
-				e: store.Entry{ID: id, Flag: flag, CRC: message.Checksum(data), Data: data}})
+			t.msgs = append(t.msgs, m)
 		case txRecCommit:
 			key, locs, ok := decodeTxCommit(rec.payload)
 			if !ok {
@@ -215,30 +208,10 @@ func (b *Broker) rebuildPrepared(prepared []*replayedTx, heur map[string]heurOut
 	}
 	var pos int64
 	for _, rt := range prepared {
-		t := &tx{key: rt.key, xa: true, user: rt.user, session: "(recovered)", began: time.Now(), state: txPrepared}
-		for _, m := range rt.msgs {
-			tp, err := b.lookup([]byte(m.topic), true)
-			if err != nil {
-				return fmt.Errorf("prepared %s: topic %s: %w", rt.key, m.topic, err)
-			}
-			l := tp.partition(m.partition)
-			if l == nil {
-				return fmt.Errorf("prepared %s: topic %s has no partition %d", rt.key, m.topic, m.partition)
-			}
-			tm := txMsg{t: tp, l: l, p: m.partition, e: m.e}
-			if pos, err = b.txlog.write(t, txRecAppend, encodeTxAppend(rt.key, &tm)); err != nil {
-				return err
-			}
-			t.msgs = append(t.msgs, tm)
-			t.bytes += int64(len(m.e.Data))
-		}
 		var err error
-		if pos, err = b.txlog.write(t, txRecPrepare, encodeTxPrepare(rt.key, rt.user)); err != nil {
+		if pos, err = b.holdPreparedLocked(rt, "(recovered)"); err != nil {
 			return err
 		}
-		s.xa[t.key] = t
-		s.open[t] = struct{}{}
-		s.buffered += t.bytes
 	}
 	for key, h := range heur {
 		e := &heurEntry{out: h, hold: &tx{key: key}}
@@ -252,6 +225,47 @@ func (b *Broker) rebuildPrepared(prepared []*replayedTx, heur map[string]heurOut
 		return b.txlog.syncTo(pos)
 	}
 	return nil
+}
+
+// holdPreparedLocked registers rt as a prepared XA transaction and writes
+// its put and prepare records to the journal; it returns the journal
+// position after them. The caller holds txSet.mu (and has made its maps).
+func (b *Broker) holdPreparedLocked(rt *replayedTx, session string) (int64, error) {
+	s := &b.txs
+	if s.xa == nil {
+		s.xa = make(map[string]*tx)
+	}
+	if s.open == nil {
+		s.open = make(map[*tx]struct{})
+	}
+	t := &tx{key: rt.key, xa: true, user: rt.user, session: session, began: time.Now(), state: txPrepared}
+	for _, m := range rt.msgs {
+		tp, err := b.lookup([]byte(m.topic), true)
+		if err != nil {
+			return 0, fmt.Errorf("prepared %s: topic %s: %w", rt.key, m.topic, err)
+		}
+		l := tp.partition(m.partition)
+		if l == nil || m.partition < 0 {
+			return 0, fmt.Errorf("prepared %s: topic %s has no partition %d", rt.key, m.topic, m.partition)
+		}
+		tm := txMsg{t: tp, l: l, p: m.partition, e: m.e}
+		if _, err = b.txlog.write(t, txRecAppend, encodeTxAppend(rt.key, &tm)); err != nil {
+			return 0, err
+		}
+		t.msgs = append(t.msgs, tm)
+		t.bytes += int64(len(m.e.Data))
+	}
+	pos, err := b.txlog.write(t, txRecPrepare, encodeTxPrepare(rt.key, rt.user))
+	if err != nil {
+		return 0, err
+	}
+	s.xa[t.key] = t
+	s.open[t] = struct{}{}
+	s.buffered += t.bytes
+	if b.slave != nil {
+		s.holdLocked(t) // txreplslave.go
+	}
+	return pos, nil
 }
 
 // completeCommit makes sure every batch of a committed transaction is in

@@ -197,11 +197,7 @@ func (c *conn) handleXA(r *protocol.Request, key string) {
 		t.state = txPrepared
 		t.timer.Stop()
 		s.mu.Unlock()
-		if err := b.txlog.force(pos); err != nil {
-			c.xaErr(op, protocol.XAErRMFail, "prepare of "+key+": "+err.Error())
-			return
-		}
-		c.reply(protocol.StatusOK, "0", op)
+		c.finishPrepare(t, pos, op) // txrepl.go: durable here (and on a sync master's slave)
 	case protocol.TxCommitOnePhase:
 		if t.state != txActive {
 			s.mu.Unlock()
@@ -229,6 +225,12 @@ func (c *conn) handleXA(r *protocol.Request, key string) {
 			c.xaErr(op, protocol.XAErProto, "transaction "+key+" is "+t.state.String()+": it cannot be rolled back")
 			return
 		}
+		if msg := c.txRollbackRefusal(t); msg != "" { // txrepl.go
+			s.mu.Unlock()
+			c.xaErr(op, protocol.XAErRMFail, msg)
+			return
+		}
+		wasPrepared := t.state == txPrepared
 		t.state = txDone
 		s.unregisterLocked(t)
 		t.msgs = nil
@@ -242,6 +244,9 @@ func (c *conn) handleXA(r *protocol.Request, key string) {
 		s.rollbacks.Add(1)
 		if err != nil {
 			b.errorf("transaction %s: rollback record: %v", key, err)
+		}
+		if wasPrepared {
+			c.shipRollback(key) // txrepl.go
 		}
 		c.reply(protocol.StatusOK, "", op)
 	default:

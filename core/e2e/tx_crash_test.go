@@ -59,83 +59,10 @@ func TestTxKill9(t *testing.T) {
 		s := startServer(t, cfgPath, dir)
 		c := dial(t, s.Addr)
 		if round > 0 {
-			checkTxs(t, c, all)
-			// The XA branch prepared before the kill is listed, and its
-			// messages invisible, until it is decided: now, at random.
-			xa := all[len(all)-1]
-			r := ok(t)(txCall(c, protocol.NullTxKey, protocol.TxRecover))
-			require.Equal(t, xa.key, string(r.Body), "RECOVER after the restart")
-			st := parseStats(t, ok(t)(c.stats("transactions")).Body)
-			require.Regexp(t, `^1 buffered_bytes \d+$`, st["open"], "only the prepared branch survives a restart")
-			if rng.IntN(2) == 0 {
-				ok(t)(txCall(c, xa.key, protocol.TxCommitTwoPhase))
-				xa.outcome = txMustAppear
-			} else {
-				ok(t)(txCall(c, xa.key, protocol.TxRollback))
-			}
-			checkTxs(t, c, all)
-			r = ok(t)(txCall(c, protocol.NullTxKey, protocol.TxRecover))
-			require.Empty(t, r.Body)
+			txAfterCrash(t, rng, c, all)
 		}
-		// Some transactions, each stopped at a random point; the last is
-		// cut by the kill.
-		for n := 0; n < 4; n++ {
-			tx := &testTx{key: fmt.Sprintf("TX:e2e-session:%d", round*10+n), msgs: map[int32][]string{}, ids: map[string]int64{}}
-			all = append(all, tx)
-			tx.outcome = txMustNot
-			ok(t)(txCall(c, tx.key, protocol.TxBegin))
-			puts := 1 + rng.IntN(20)
-			for i := 0; i < puts; i++ {
-				p := int32(rng.IntN(2))
-				body := fmt.Sprintf("r=%02d %s i=%03d", round, tx.key, i)
-				op := c.nextOpaque()
-				r := ok(t)(c.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, tx.key, op))+body), op))
-				id, part, off, _, err := protocol.ParsePutResult(r.Body)
-				require.NoError(t, err)
-				require.Equal(t, p, part)
-				require.Equal(t, int64(-1), off)
-				tx.msgs[p] = append(tx.msgs[p], body)
-				tx.ids[body] = id
-				if i%7 == 3 {
-					mustPut(t, c, "tx", p, []byte(fmt.Sprintf("plain r=%02d %s i=%03d", round, tx.key, i)))
-				}
-			}
-			last := n == 3
-			switch point := rng.IntN(4); {
-			case !last && point < 2:
-				ok(t)(txCall(c, tx.key, protocol.TxCommitOnePhase))
-				tx.outcome = txMustAppear
-			case !last && point == 2:
-				ok(t)(txCall(c, tx.key, protocol.TxRollback))
-			case !last:
-				// left open: rolled back by the kill
-			case point < 2:
-				// Commit sent, killed before the reply can be read.
-				op := c.nextOpaque()
-				require.NoError(t, c.write(protocol.AppendTransaction(nil, tx.key, "e2e-session", protocol.TxCommitOnePhase, 0, "", op)))
-				tx.outcome = txMayAppear
-			default:
-				// killed with the transaction open
-			}
-		}
-		// An XA branch on another connection, prepared just before the
-		// kill: it must survive it.
 		xc := dial(t, s.Addr)
-		xa := &testTx{key: fmt.Sprintf("XID:1:%02x:01:e2e", round), outcome: txMustNot, msgs: map[int32][]string{}, ids: map[string]int64{}}
-		all = append(all, xa)
-		ok(t)(txCall(xc, xa.key, protocol.TxBegin))
-		for i := 0; i < 1+rng.IntN(10); i++ {
-			p := int32(rng.IntN(2))
-			body := fmt.Sprintf("r=%02d %s i=%03d", round, xa.key, i)
-			op := xc.nextOpaque()
-			r := ok(t)(xc.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, xa.key, op))+body), op))
-			id, _, _, _, err := protocol.ParsePutResult(r.Body)
-			require.NoError(t, err)
-			xa.msgs[p] = append(xa.msgs[p], body)
-			xa.ids[body] = id
-		}
-		r := ok(t)(txCall(xc, xa.key, protocol.TxPrepare))
-		require.Equal(t, "0", string(r.Body))
+		all = append(all, txCrashRound(t, rng, c, xc, round)...)
 		s.Kill()
 		c.close()
 		xc.close()
@@ -147,6 +74,112 @@ func TestTxKill9(t *testing.T) {
 	ok(t)(txCall(c, xa.key, protocol.TxCommitTwoPhase))
 	xa.outcome = txMustAppear
 	checkTxs(t, c, all)
+}
+
+// txAfterCrash checks, on the broker that holds the data after a crash
+// (restarted, or a promoted slave), every transaction's outcome and that
+// the XA branch prepared before the crash is listed by RECOVER, its
+// messages invisible, and the only transaction open; then it decides the
+// branch, at random, and checks again.
+func txAfterCrash(t *testing.T, rng *rand.Rand, c *client, all []*testTx) {
+	t.Helper()
+	txCheckPrepared(t, c, all)
+	txDecide(t, rng, c, all)
+}
+
+// txCheckPrepared is txAfterCrash before the decision.
+func txCheckPrepared(t *testing.T, c *client, all []*testTx) {
+	t.Helper()
+	checkTxs(t, c, all)
+	xa := all[len(all)-1]
+	r := ok(t)(txCall(c, protocol.NullTxKey, protocol.TxRecover))
+	require.Equal(t, xa.key, string(r.Body), "RECOVER after the crash")
+	st := parseStats(t, ok(t)(c.stats("transactions")).Body)
+	require.Regexp(t, `^1 buffered_bytes \d+$`, st["open"], "only the prepared branch survives a crash")
+}
+
+// txDecide commits or rolls back (at random) the prepared branch, last of
+// all, and checks the outcomes again.
+func txDecide(t *testing.T, rng *rand.Rand, c *client, all []*testTx) {
+	t.Helper()
+	xa := all[len(all)-1]
+	if rng.IntN(2) == 0 {
+		ok(t)(txCall(c, xa.key, protocol.TxCommitTwoPhase))
+		xa.outcome = txMustAppear
+	} else {
+		ok(t)(txCall(c, xa.key, protocol.TxRollback))
+	}
+	checkTxs(t, c, all)
+	r := ok(t)(txCall(c, protocol.NullTxKey, protocol.TxRecover))
+	require.Empty(t, r.Body)
+}
+
+// txCrashRound runs one round of TestTxKill9's transactions on c (topic
+// tx, partitions 0 and 1) and returns them: 4 transactions, each stopped
+// at a random point (committed, rolled back or left open; the last one
+// committed without waiting for the reply, or left open), plain puts among
+// their messages, then an XA branch on xc prepared just before the crash
+// the caller brings, last in the list.
+func txCrashRound(t *testing.T, rng *rand.Rand, c, xc *client, round int) []*testTx {
+	t.Helper()
+	var all []*testTx
+	for n := 0; n < 4; n++ {
+		tx := &testTx{key: fmt.Sprintf("TX:e2e-session:%d", round*10+n), msgs: map[int32][]string{}, ids: map[string]int64{}}
+		all = append(all, tx)
+		tx.outcome = txMustNot
+		ok(t)(txCall(c, tx.key, protocol.TxBegin))
+		puts := 1 + rng.IntN(20)
+		for i := 0; i < puts; i++ {
+			p := int32(rng.IntN(2))
+			body := fmt.Sprintf("r=%02d %s i=%03d", round, tx.key, i)
+			op := c.nextOpaque()
+			r := ok(t)(c.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, tx.key, op))+body), op))
+			id, part, off, _, err := protocol.ParsePutResult(r.Body)
+			require.NoError(t, err)
+			require.Equal(t, p, part)
+			require.Equal(t, int64(-1), off)
+			tx.msgs[p] = append(tx.msgs[p], body)
+			tx.ids[body] = id
+			if i%7 == 3 {
+				mustPut(t, c, "tx", p, []byte(fmt.Sprintf("plain r=%02d %s i=%03d", round, tx.key, i)))
+			}
+		}
+		last := n == 3
+		switch point := rng.IntN(4); {
+		case !last && point < 2:
+			ok(t)(txCall(c, tx.key, protocol.TxCommitOnePhase))
+			tx.outcome = txMustAppear
+		case !last && point == 2:
+			ok(t)(txCall(c, tx.key, protocol.TxRollback))
+		case !last:
+			// left open: rolled back by the crash
+		case point < 2:
+			// Commit sent, the crash comes before the reply can be read.
+			op := c.nextOpaque()
+			require.NoError(t, c.write(protocol.AppendTransaction(nil, tx.key, "e2e-session", protocol.TxCommitOnePhase, 0, "", op)))
+			tx.outcome = txMayAppear
+		default:
+			// the crash comes with the transaction open
+		}
+	}
+	// An XA branch on another connection, prepared just before the
+	// crash: it must survive it.
+	xa := &testTx{key: fmt.Sprintf("XID:1:%02x:01:e2e", round), outcome: txMustNot, msgs: map[int32][]string{}, ids: map[string]int64{}}
+	all = append(all, xa)
+	ok(t)(txCall(xc, xa.key, protocol.TxBegin))
+	for i := 0; i < 1+rng.IntN(10); i++ {
+		p := int32(rng.IntN(2))
+		body := fmt.Sprintf("r=%02d %s i=%03d", round, xa.key, i)
+		op := xc.nextOpaque()
+		r := ok(t)(xc.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, xa.key, op))+body), op))
+		id, _, _, _, err := protocol.ParsePutResult(r.Body)
+		require.NoError(t, err)
+		xa.msgs[p] = append(xa.msgs[p], body)
+		xa.ids[body] = id
+	}
+	r := ok(t)(txCall(xc, xa.key, protocol.TxPrepare))
+	require.Equal(t, "0", string(r.Body))
+	return all
 }
 
 // checkTxs reads both partitions and checks every transaction's outcome.

@@ -181,6 +181,8 @@ func (d *Decoder) Decode(req *Request) error {
 		return d.decodeMember(req, t, OpLeave, 5)
 	case "auth":
 		return d.decodeAuth(req, t)
+	case "txsync":
+		return d.decodeTxSync(req, t)
 	}
 	return &Error{Code: StatusBadRequest, Msg: "unknown command " + Printable(cmd), Opaque: d.lastOpaque()}
 }
@@ -750,4 +752,43 @@ func parseInt(b []byte, bits uint) (int64, bool) {
 		return 0, false
 	}
 	return int64(v), true
+}
+
+// The kinds of txsync (the replication of transactions, docs/protocol.md).
+const (
+	TxSyncPuts     = "puts"     // put records, held by the connection for a later prepare, commit or state
+	TxSyncPrepare  = "prepare"  // prepare records of XA branches (with their put records before them)
+	TxSyncCommit   = "commit"   // a commit record, with exact offsets (its put records before it)
+	TxSyncRollback = "rollback" // the rollback record of a prepared branch
+	TxSyncState    = "state"    // the prepare records of every prepared branch of the master: the slave drops the others
+)
+
+// MaxTxSyncBody is the largest txsync body in bytes.
+const MaxTxSyncBody = 1 << 30
+
+// txsync <kind> <bodyLen> <opaque> + body (transaction journal records).
+func (d *Decoder) decodeTxSync(req *Request, t [][]byte) error {
+	req.Op = OpTxSync
+	if len(t) != 4 {
+		return d.fatal(OpTxSync, "txsync: want 4 tokens, got "+strconv.Itoa(len(t)))
+	}
+	n, ok := parseInt(t[2], 32)
+	if !ok || n < 0 {
+		return d.fatal(OpTxSync, "txsync: bad length "+Printable(t[2]))
+	}
+	op, okOp := parseInt(t[3], 32)
+	req.Opaque = int32(op)
+	req.Item = t[1]
+	body, err := d.readBody(OpTxSync, n)
+	if err != nil {
+		return err
+	}
+	req.Body = body
+	switch k := string(req.Item); {
+	case !okOp:
+		return d.bad(OpTxSync, "txsync: bad opaque "+Printable(t[3]))
+	case k != TxSyncPuts && k != TxSyncPrepare && k != TxSyncCommit && k != TxSyncRollback && k != TxSyncState:
+		return d.bad(OpTxSync, "txsync: unknown kind "+Printable(t[1]))
+	}
+	return nil
 }

@@ -32,6 +32,16 @@ func AppendSync(dst []byte, topic string, partition int32, flag int32, msgID int
 	return append(dst, data...)
 }
 
+// AppendTxSyncHeader appends the header line of a txsync request whose
+// body (transaction journal records) is bodyLen bytes.
+func AppendTxSyncHeader(dst []byte, kind string, bodyLen int, opaque int32) []byte {
+	dst = append(dst, "txsync "...)
+	dst = append(dst, kind...)
+	dst = appendSpaceInt(dst, int64(bodyLen))
+	dst = appendSpaceInt(dst, int64(opaque))
+	return append(dst, '\r', '\n')
+}
+
 // AppendPutHeader appends the header line of a 7-token put.
 func AppendPutHeader(dst []byte, topic string, partition int32, dataLen int, flag int32, checksum int64, opaque int32) []byte {
 	dst = append(dst, "put "...)

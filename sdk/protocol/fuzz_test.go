@@ -19,6 +19,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("mput t 0 13 1 6\r\n\x00\x00\x00\x00\x00\x00\x00\x01\xff\xff\xff\xffa"))
 	f.Add([]byte("result 200 5 1\r\n1 2 3value 3 2\r\nabc"))
 	f.Add([]byte("transaction TX:1:2 sess BEGIN 5 9\r\nsync t 0 1 0 12 -1 4\r\nz"))
+	f.Add([]byte("txsync commit 3 7\r\nabctxsync bogus 0 8\r\ntxsync state x 9\r\n"))
 	f.Add([]byte("put t 0 -1 0 1\r\n\x00\xff"))
 	f.Add([]byte("commit g 13 1\r\nt 0 100 -1\r\nfetch g 5 2\r\nt 0\r\n"))
 	f.Add([]byte("fvalue 4 1 99\r\nabcd"))

@@ -15,7 +15,8 @@
 // (a filtered get reply whose records carry their offsets).
 // transaction carries MetaQ's local and XA transactions (transaction.go);
 // sync is framed so that a broker can refuse it without losing the
-// connection. Replies: result and value. docs/protocol.md has the
+// connection; txsync (metaq-go) ships transaction journal records from a
+// sync master to its slave. Replies: result and value. docs/protocol.md has the
 // full description.
 package protocol
 
@@ -48,10 +49,11 @@ const (
 	OpHeartbeat
 	OpLeave
 	OpAuth
+	OpTxSync
 )
 
 var opNames = [...]string{"unknown", "put", "mput", "get", "offset", "version", "stats", "quit", "transaction", "sync", "result", "value",
-	"commit", "fetch", "fvalue", "join", "heartbeat", "leave", "auth"}
+	"commit", "fetch", "fvalue", "join", "heartbeat", "leave", "auth", "txsync"}
 
 // String is the command's name on the wire.
 func (o Op) String() string {
@@ -216,7 +218,8 @@ type Request struct {
 	Generation int64
 
 	// stats: the item, empty for none; auth: the SASL mechanism (Body is
-	// its message).
+	// its message); txsync: the kind (TxSyncPrepare, ...; Body is its
+	// transaction journal records).
 	Item []byte
 
 	// result: Code; result and value: Body.
