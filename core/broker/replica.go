@@ -76,6 +76,7 @@ type slaveState struct {
 	records   atomic.Int64 // records copied since start
 	syncs     atomic.Int64 // syncs appended (syncslave.go)
 	syncDups  atomic.Int64 // syncs the puller had copied already
+	refetched atomic.Int64 // bytes the puller fetched that syncs had stored already
 	rounds    atomic.Int64 // pull rounds made
 }
 
@@ -448,6 +449,11 @@ func (s *slaveState) round(rc *roundConn) (got bool, err error) {
 		return false, nil
 	}
 	for i, rp := range live {
+		if end := rp.l.MaxOffset(); end > rp.next {
+			// A sync master's syncs (syncslave.go) appended these, at
+			// the master's offsets: do not fetch them again.
+			rp.next = end
+		}
 		rc.buf = protocol.AppendOffset(rc.buf[:0], rp.topic, s.group, rp.p, math.MaxInt64, int32(2*i))
 		rc.send(rc.buf)
 		rc.buf = protocol.AppendGet(rc.buf[:0], rp.topic, s.group, rp.p, rp.next, rp.fetch, int32(2*i+1))
@@ -493,6 +499,7 @@ func (s *slaveState) round(rc *roundConn) (got bool, err error) {
 		res := &wg.res[i]
 		if res.n == 0 && res.bytes > 0 {
 			rp.next += res.bytes // records a sync had appended already
+			s.refetched.Add(res.bytes)
 		}
 		if res.n > 0 {
 			if res.err != nil { // ENOSPC, a failed log, closing: retried next round
@@ -515,6 +522,7 @@ func (s *slaveState) round(rc *roundConn) (got bool, err error) {
 				continue
 			}
 			rp.next += res.bytes
+			s.refetched.Add(res.skipped)
 			s.records.Add(int64(res.n))
 			got = true
 		}
@@ -695,6 +703,7 @@ func (s *slaveState) statsLines(kv func(k string, v any)) {
 	kv("slave_copied_messages", s.records.Load())
 	kv("slave_sync_messages", s.syncs.Load())
 	kv("slave_sync_duplicates", s.syncDups.Load())
+	kv("slave_refetched_bytes", s.refetched.Load())
 }
 
 // slaveRefuses answers the requests a slave does not take (puts, mputs,
