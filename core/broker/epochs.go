@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/internal/fsutil"
 )
 
 // The leader-epoch checkpoint of a failover member (Kafka's
@@ -192,26 +191,7 @@ func loadEpochs(dataDir string) (*epochBook, error) {
 // it, and the directory fsynced.
 func (eb *epochBook) save(dataDir string) error {
 	path := filepath.Join(dataDir, epochsFile)
-	tmp := path + ".tmp"
-	fh, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = fh.Write(eb.format())
-	if err == nil {
-		err = fh.Sync()
-	}
-	if cerr := fh.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = fsutil.SyncDir(dataDir)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	if err := writeFileDurable(path, eb.format()); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
