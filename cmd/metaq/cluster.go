@@ -40,17 +40,7 @@ in ms. --timeout bounds connecting and reading.`, func(fs *pflag.FlagSet) func(a
 			if len(args) > 0 {
 				return usagef("unexpected argument %q", args[0])
 			}
-			connect := *zkc
-			if connect == "" {
-				connect = os.Getenv("METAQ_ZK")
-			}
-			if connect == "" {
-				connect = defaultZK
-			}
-			if !strings.HasPrefix(*root, "/") {
-				return usagef("--root must start with /, got %q", *root)
-			}
-			adm, err := zkAdmin(e, connect, *root)
+			adm, _, err := zkFlagAdmin(e, *zkc, *root)
 			if err != nil {
 				return err
 			}
@@ -69,6 +59,24 @@ in ms. --timeout bounds connecting and reading.`, func(fs *pflag.FlagSet) func(a
 			return nil
 		}
 	})
+}
+
+// zkFlagAdmin is zkAdmin for the --zk and --root flags: an empty --zk
+// means $METAQ_ZK, else defaultZK; the root must start with /. It also
+// returns the connect string it used.
+func zkFlagAdmin(e *env, zk, root string) (*admin.Admin, string, error) {
+	connect := zk
+	if connect == "" {
+		connect = os.Getenv("METAQ_ZK")
+	}
+	if connect == "" {
+		connect = defaultZK
+	}
+	if !strings.HasPrefix(root, "/") {
+		return nil, connect, usagef("--root must start with /, got %q", root)
+	}
+	adm, err := zkAdmin(e, connect, root)
+	return adm, connect, err
 }
 
 // zkAdmin returns an Admin with ZooKeeper discovery at connect under

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -37,17 +36,7 @@ with --user.`, func(fs *pflag.FlagSet) func(args []string) error {
 			if *id < 0 {
 				return usagef("--broker-id N is required")
 			}
-			connect := *zkc
-			if connect == "" {
-				connect = os.Getenv("METAQ_ZK")
-			}
-			if connect == "" {
-				connect = defaultZK
-			}
-			if !strings.HasPrefix(*root, "/") {
-				return usagef("--root must start with /, got %q", *root)
-			}
-			adm, err := zkAdmin(e, connect, *root)
+			adm, connect, err := zkFlagAdmin(e, *zkc, *root)
 			if err != nil {
 				return err
 			}
