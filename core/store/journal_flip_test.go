@@ -37,6 +37,24 @@ func flipJournal(t *testing.T, dir string, pos int64, mask byte) (string, int64)
 	return "", 0
 }
 
+// zeroSegments overwrites with zeros the partition offsets from..to of
+// the segments in the partition directory pdir.
+func zeroSegments(t *testing.T, pdir string, from, to int64) {
+	t.Helper()
+	starts, sizes, err := listSegments(pdir)
+	require.NoError(t, err)
+	for i, s := range starts {
+		if from < s+sizes[i] && to > s {
+			f, err := os.OpenFile(filepath.Join(pdir, segmentName(s)), os.O_RDWR, 0)
+			require.NoError(t, err)
+			lo, hi := max(from, s), min(to, s+sizes[i])
+			_, err = f.WriteAt(make([]byte, hi-lo), lo-s)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+		}
+	}
+}
+
 // treeBytes reads every regular file under dir.
 func treeBytes(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
@@ -223,25 +241,13 @@ func TestJournalFlipLost(t *testing.T) {
 	dir := fx.copy(t)
 	jdir := filepath.Join(dir, JournalDirName)
 	file, at := flipJournal(t, jdir, r.end-3, 0x01)
-	pdir := filepath.Join(dir, r.name)
-	starts, sizes, err := listSegments(pdir)
-	require.NoError(t, err)
-	for i, s := range starts {
-		if r.dataOff < s+sizes[i] && r.dataEnd > s {
-			f, err := os.OpenFile(filepath.Join(pdir, segmentName(s)), os.O_RDWR, 0)
-			require.NoError(t, err)
-			from, to := max(r.dataOff, s), min(r.dataEnd, s+sizes[i])
-			_, err = f.WriteAt(make([]byte, to-from), from-s)
-			require.NoError(t, err)
-			require.NoError(t, f.Close())
-		}
-	}
+	zeroSegments(t, filepath.Join(dir, r.name), r.dataOff, r.dataEnd)
 	before := treeBytes(t, dir)
 
 	var lb logBuf
 	o := fx.opts
 	o.Logf = lb.logf
-	err = openErr(dir, o)
+	err := openErr(dir, o)
 	var je *JournalCorruptError
 	require.ErrorAs(t, err, &je)
 	require.ErrorIs(t, err, ErrCorrupt)
@@ -521,20 +527,8 @@ func TestJournalFlipFileTail(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "d")
 		require.NoError(t, os.CopyFS(dir, os.DirFS(snap)))
 		file, at := flipJournal(t, filepath.Join(dir, JournalDirName), r.end-3, 0x01)
-		pdir := filepath.Join(dir, name)
-		starts, sizes, err := listSegments(pdir)
-		require.NoError(t, err)
-		for i, s := range starts {
-			if r.dataOff < s+sizes[i] && r.dataEnd > s {
-				f, err := os.OpenFile(filepath.Join(pdir, segmentName(s)), os.O_RDWR, 0)
-				require.NoError(t, err)
-				from, to := max(r.dataOff, s), min(r.dataEnd, s+sizes[i])
-				_, err = f.WriteAt(make([]byte, to-from), from-s)
-				require.NoError(t, err)
-				require.NoError(t, f.Close())
-			}
-		}
-		err = openErr(dir, opts)
+		zeroSegments(t, filepath.Join(dir, name), r.dataOff, r.dataEnd)
+		err := openErr(dir, opts)
 		var je *JournalCorruptError
 		require.ErrorAs(t, err, &je)
 		require.Len(t, je.Damage, 1)
