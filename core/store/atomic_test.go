@@ -169,15 +169,10 @@ func TestJournalAtomicAppend(t *testing.T) {
 	require.ErrorIs(t, j.AppendAtomic([]AtomicPart{{Log: logs[1]}}, nil), ErrEmptyBatch)
 }
 
-// TestJournalAtomicCut: the data directory of a running journal (a kill
-// -9) whose last round is an atomic group of two partitions that crosses
-// a journal file end, with the segments holding the group's bytes (a
-// checkpoint in progress wrote them), cut (zeroed, or torn with junk)
-// throughout the group: after recovery both parts are there or
-// neither, the acknowledged puts before the group are at their offsets,
-// nothing past them remains, and a second run after a dropped group
-// never brings it back.
-func TestJournalAtomicCut(t *testing.T) {
+// openAtomicPair opens a quiet small journal in a new data directory src
+// and two partitions' logs on it (2 KiB segments).
+func openAtomicPair(t *testing.T) (JournalOptions, string, *Journal, []*Log) {
+	t.Helper()
 	opts := smallJournal()
 	opts.Logf = func(string, ...any) {}
 	src := t.TempDir()
@@ -188,6 +183,19 @@ func TestJournalAtomicCut(t *testing.T) {
 		logs[p], err = Open(filepath.Join(src, partName(p)), Options{IDs: &seqIDs{}, MaxSegmentSize: 2 << 10, Journal: j})
 		require.NoError(t, err)
 	}
+	return opts, src, j, logs
+}
+
+// TestJournalAtomicCut: the data directory of a running journal (a kill
+// -9) whose last round is an atomic group of two partitions that crosses
+// a journal file end, with the segments holding the group's bytes (a
+// checkpoint in progress wrote them), cut (zeroed, or torn with junk)
+// throughout the group: after recovery both parts are there or
+// neither, the acknowledged puts before the group are at their offsets,
+// nothing past them remains, and a second run after a dropped group
+// never brings it back.
+func TestJournalAtomicCut(t *testing.T) {
+	opts, src, j, logs := openAtomicPair(t)
 	// Plain puts until the journal's file is nearly full.
 	var acked []crashPut
 	for i := 0; j.Stats().Bytes < opts.FileSize-260; i++ {
@@ -357,16 +365,7 @@ func TestJournalAtomicRollFailure(t *testing.T) {
 // records are judged as any, and with the segments holding the bytes (a
 // kill -9) nothing is lost and every part is there.
 func TestJournalAtomicFlip(t *testing.T) {
-	opts := smallJournal()
-	opts.Logf = func(string, ...any) {}
-	src := t.TempDir()
-	j, err := OpenJournal(src, opts)
-	require.NoError(t, err)
-	logs := make([]*Log, 2)
-	for p := range logs {
-		logs[p], err = Open(filepath.Join(src, partName(p)), Options{IDs: &seqIDs{}, MaxSegmentSize: 2 << 10, Journal: j})
-		require.NoError(t, err)
-	}
+	opts, src, j, logs := openAtomicPair(t)
 	var all [2][]crashPut
 	plain := func(i int) {
 		p := i % 2
