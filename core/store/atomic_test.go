@@ -186,6 +186,23 @@ func openAtomicPair(t *testing.T) (JournalOptions, string, *Journal, []*Log) {
 	return opts, src, j, logs
 }
 
+// appendAtomicPuts appends parts (tokens 0 and 1) as one atomic group,
+// waits for w, and adds each part's records to puts.
+func appendAtomicPuts(t *testing.T, j *Journal, parts []AtomicPart, w *atomicWaiter, puts *[2][]crashPut) {
+	t.Helper()
+	require.NoError(t, j.AppendAtomic(parts, w))
+	got := w.wait(t)
+	for p := range parts {
+		require.NoError(t, got[uint64(p)].err)
+		off := got[uint64(p)].off
+		for _, e := range parts[p].Entries {
+			cp := crashPut{p, off, string(e.Data)}
+			puts[p] = append(puts[p], cp)
+			off = cp.end()
+		}
+	}
+}
+
 // TestJournalAtomicCut: the data directory of a running journal (a kill
 // -9) whose last round is an atomic group of two partitions that crosses
 // a journal file end, with the segments holding the group's bytes (a
@@ -211,17 +228,7 @@ func TestJournalAtomicCut(t *testing.T) {
 	for p := range parts {
 		parts[p] = AtomicPart{Log: logs[p], Entries: groupEntries(7, p, 2), Token: uint64(p)}
 	}
-	require.NoError(t, j.AppendAtomic(parts, w))
-	got := w.wait(t)
-	for p := range parts {
-		require.NoError(t, got[uint64(p)].err)
-		off := got[uint64(p)].off
-		for _, e := range parts[p].Entries {
-			cp := crashPut{p, off, string(e.Data)}
-			group[p] = append(group[p], cp)
-			off = cp.end()
-		}
-	}
+	appendAtomicPuts(t, j, parts, w, &group)
 	quiesce(t, j, src) // the segments hold the group's bytes too
 	snap := filepath.Join(t.TempDir(), "snap")
 	require.NoError(t, os.CopyFS(snap, os.DirFS(src)))
@@ -379,17 +386,7 @@ func TestJournalAtomicFlip(t *testing.T) {
 	}
 	w := newAtomicWaiter(2)
 	parts := []AtomicPart{{Log: logs[0], Entries: groupEntries(3, 0, 2), Token: 0}, {Log: logs[1], Entries: groupEntries(3, 1, 2), Token: 1}}
-	require.NoError(t, j.AppendAtomic(parts, w))
-	got := w.wait(t)
-	for p := range parts {
-		require.NoError(t, got[uint64(p)].err)
-		off := got[uint64(p)].off
-		for _, e := range parts[p].Entries {
-			cp := crashPut{p, off, string(e.Data)}
-			all[p] = append(all[p], cp)
-			off = cp.end()
-		}
-	}
+	appendAtomicPuts(t, j, parts, w, &all)
 	for i := 6; i < 12; i++ {
 		plain(i)
 	}
