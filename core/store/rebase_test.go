@@ -3,7 +3,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,16 +14,7 @@ import (
 func TestRebase(t *testing.T) {
 	for _, mode := range []string{"writer", "threshold", "journal"} {
 		t.Run(mode, func(t *testing.T) {
-			data := t.TempDir()
-			dir := filepath.Join(data, "t-0")
-			opts := Options{MaxSegmentSize: 4096}
-			switch mode {
-			case "threshold":
-				opts.UnflushThreshold = 1
-			case "journal":
-				opts.Journal = openJournal(t, data, smallJournal())
-			}
-			l := openLog(t, dir, opts)
+			dir, opts, l := openModeLog(t, mode, 1)
 			const base = 1 << 20
 			require.NoError(t, l.Rebase(base))
 			require.NoError(t, l.Rebase(base), "a second rebase to the same offset is a no-op")

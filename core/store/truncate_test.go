@@ -9,6 +9,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// openModeLog opens partition t-0 of a new data directory, 4 KiB
+// segments, in mode: "writer" (its own writer), "threshold" (with
+// unflush_threshold unflush) or "journal" (on a small journal). It returns
+// the log's directory and options, for a reopen, and the log.
+func openModeLog(t *testing.T, mode string, unflush int) (string, Options, *Log) {
+	t.Helper()
+	data := t.TempDir()
+	dir := filepath.Join(data, "t-0")
+	opts := Options{MaxSegmentSize: 4096}
+	switch mode {
+	case "threshold":
+		opts.UnflushThreshold = unflush
+	case "journal":
+		opts.Journal = openJournal(t, data, smallJournal())
+	}
+	return dir, opts, openLog(t, dir, opts)
+}
+
 // TestTruncate: a log of 300 records over two 4 KiB segments is cut in
 // its active segment, then inside its sealed one (which becomes active
 // again, the later segment removed); an offset inside a record is refused
@@ -17,16 +35,7 @@ import (
 func TestTruncate(t *testing.T) {
 	for _, mode := range []string{"writer", "threshold", "journal"} {
 		t.Run(mode, func(t *testing.T) {
-			data := t.TempDir()
-			dir := filepath.Join(data, "t-0")
-			opts := Options{MaxSegmentSize: 4096}
-			switch mode {
-			case "threshold":
-				opts.UnflushThreshold = 1000
-			case "journal":
-				opts.Journal = openJournal(t, data, smallJournal())
-			}
-			l := openLog(t, dir, opts)
+			dir, opts, l := openModeLog(t, mode, 1000)
 			var es []Entry
 			for i := range 300 {
 				es = append(es, entryf("m%03d", i))
