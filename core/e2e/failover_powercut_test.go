@@ -264,20 +264,7 @@ func startThresholdLoad(t testing.TB, fo *foLoad, h *queuecheck.History, produce
 // the history.
 func checkThresholdOn(t testing.TB, h *queuecheck.History, n *replNode) {
 	t.Helper()
-	cl := dial(t, n.Addr)
-	defer cl.close()
-	for p := range int32(2) {
-		recs, end, err := readPartition(cl, "repl-t", p, 1<<20)
-		require.NoError(t, err)
-		part := fmt.Sprintf("repl-t-%d", p)
-		for _, r := range recs {
-			h.Read(part, r.Offset, string(r.Data))
-		}
-		h.ReadEnd(part, end)
-	}
-	rep := h.Check()
-	t.Logf("queue check of %s, topic repl-t: %s", n, rep)
-	require.True(t, rep.OK(), "%s, topic repl-t: %s", n, rep)
+	checkTopicOn(t, h, n, "repl-t", 2)
 }
 
 // requireAckedOn checks that n holds, at its acknowledged offset, every

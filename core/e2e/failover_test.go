@@ -209,20 +209,27 @@ func checkEpochs(t testing.TB, acks []foAck) {
 // history: every acknowledged message exactly once at its offset.
 func checkOn(t testing.TB, h *queuecheck.History, n *replNode) {
 	t.Helper()
+	checkTopicOn(t, h, n, "repl", 4)
+}
+
+// checkTopicOn reads partitions 0..parts-1 of topic on n into h (as
+// topic-<p>) and checks the history.
+func checkTopicOn(t testing.TB, h *queuecheck.History, n *replNode, topic string, parts int32) {
+	t.Helper()
 	cl := dial(t, n.Addr)
 	defer cl.close()
-	for p := range int32(4) {
-		recs, end, err := readPartition(cl, "repl", p, 1<<20)
+	for p := range parts {
+		recs, end, err := readPartition(cl, topic, p, 1<<20)
 		require.NoError(t, err)
-		part := fmt.Sprintf("repl-%d", p)
+		part := fmt.Sprintf("%s-%d", topic, p)
 		for _, r := range recs {
 			h.Read(part, r.Offset, string(r.Data))
 		}
 		h.ReadEnd(part, end)
 	}
 	rep := h.Check()
-	t.Logf("queue check of %s: %s", n, rep)
-	require.True(t, rep.OK(), "%s: %s", n, rep)
+	t.Logf("queue check of %s, topic %s: %s", n, topic, rep)
+	require.True(t, rep.OK(), "%s, topic %s: %s", n, topic, rep)
 }
 
 func foRounds() int {
