@@ -271,17 +271,7 @@ func checkThresholdOn(t testing.TB, h *queuecheck.History, n *replNode) {
 // ack in acks that by acknowledged.
 func requireAckedOn(t *testing.T, n *replNode, acks []foAck, by string) {
 	t.Helper()
-	cl := dial(t, n.Addr)
-	defer cl.close()
-	at := map[int32]map[int64]string{}
-	for p := range int32(4) {
-		recs, _, err := readPartition(cl, "repl", p, 1<<20)
-		require.NoError(t, err)
-		at[p] = map[int64]string{}
-		for _, r := range recs {
-			at[p][r.Offset] = string(r.Data)
-		}
-	}
+	at := replContents(t, n)
 	for _, a := range acks {
 		if a.addr != by {
 			continue
