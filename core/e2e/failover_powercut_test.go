@@ -271,12 +271,12 @@ func checkThresholdOn(t testing.TB, h *queuecheck.History, n *replNode) {
 // ack in acks that by acknowledged.
 func requireAckedOn(t *testing.T, n *replNode, acks []foAck, by string) {
 	t.Helper()
-	at := replContents(t, n)
+	at := replRecords(t, n)
 	for _, a := range acks {
 		if a.addr != by {
 			continue
 		}
-		require.Equal(t, a.body, at[a.part][a.off], "%s: repl-%d offset %d was acknowledged as %q", n, a.part, a.off, a.body)
+		require.Equal(t, a.body, string(at[a.part][a.off].Data), "%s: repl-%d offset %d was acknowledged as %q", n, a.part, a.off, a.body)
 	}
 }
 

@@ -72,9 +72,9 @@ func putAcked(t testing.TB, h *queuecheck.History, addr string, n int, tag strin
 	return acks, fails
 }
 
-// checkAcksOn checks that every ack is on the node at its offset, with
-// its msgId and body, reading right away.
-func checkAcksOn(t testing.TB, n *replNode, acks []putAck) {
+// replRecords reads the 4 partitions of topic repl on n: partition ->
+// offset -> record.
+func replRecords(t testing.TB, n *replNode) map[int32]map[int64]record {
 	t.Helper()
 	cl := dial(t, n.Addr)
 	defer cl.close()
@@ -87,6 +87,14 @@ func checkAcksOn(t testing.TB, n *replNode, acks []putAck) {
 			at[p][r.Offset] = r
 		}
 	}
+	return at
+}
+
+// checkAcksOn checks that every ack is on the node at its offset, with
+// its msgId and body, reading right away.
+func checkAcksOn(t testing.TB, n *replNode, acks []putAck) {
+	t.Helper()
+	at := replRecords(t, n)
 	missing := 0
 	for _, a := range acks {
 		r, ok := at[a.part][a.offset]
