@@ -201,17 +201,9 @@ func startThresholdLoad(t testing.TB, fo *foLoad, h *queuecheck.History, produce
 				if stopping {
 					return
 				}
-				addr = fo.master()
-				var err error
-				if addr != "" {
-					cl, err = dialClient(addr)
-				}
-				if addr == "" || err != nil {
-					cl = nil
-					time.Sleep(20 * time.Millisecond)
+				if cl, addr = fo.dialMaster(); cl == nil {
 					continue
 				}
-				cl.timeout = time.Second
 			}
 			if !stopping && len(inflight) < 16 {
 				p := int32(i % 2)

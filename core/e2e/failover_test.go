@@ -63,6 +63,23 @@ func (l *foLoad) master() string {
 	return addr
 }
 
+// dialMaster dials the epoch's holder now (l.master) with a 1 s timeout.
+// With none, or none to dial, it pauses 20 ms and returns a nil client.
+func (l *foLoad) dialMaster() (*client, string) {
+	addr := l.master()
+	if addr == "" {
+		time.Sleep(20 * time.Millisecond)
+		return nil, addr
+	}
+	cl, err := dialClient(addr)
+	if err != nil {
+		time.Sleep(20 * time.Millisecond)
+		return nil, addr
+	}
+	cl.timeout = time.Second
+	return cl, addr
+}
+
 func startFoLoad(t testing.TB, c *testCluster, h *queuecheck.History, tag string) *foLoad {
 	l := &foLoad{h: h, c: c, loadStop: loadStop{stop: make(chan struct{})}}
 	for w := range 4 {
@@ -85,17 +102,9 @@ func startFoLoad(t testing.TB, c *testCluster, h *queuecheck.History, tag string
 				default:
 				}
 				if cl == nil {
-					addr = l.master()
-					var err error
-					if addr != "" {
-						cl, err = dialClient(addr)
-					}
-					if addr == "" || err != nil {
-						cl = nil
-						time.Sleep(20 * time.Millisecond)
+					if cl, addr = l.dialMaster(); cl == nil {
 						continue
 					}
-					cl.timeout = time.Second
 					r, err := cl.stats("")
 					if err != nil || !strings.HasPrefix(string(r.Body), "STATS\r\n") {
 						cl.close()
