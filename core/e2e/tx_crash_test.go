@@ -31,6 +31,20 @@ type testTx struct {
 	ids     map[string]int64
 }
 
+// put sends body as a put to partition p of topic tx in the transaction
+// on c, records it in tx (with the id the broker gave it), and returns the
+// partition and offset the broker replied with.
+func (tx *testTx) put(t testing.TB, c *client, p int32, body string) (int32, int64) {
+	t.Helper()
+	op := c.nextOpaque()
+	r := ok(t)(c.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, tx.key, op))+body), op))
+	id, part, off, _, err := protocol.ParsePutResult(r.Body)
+	require.NoError(t, err)
+	tx.msgs[p] = append(tx.msgs[p], body)
+	tx.ids[body] = id
+	return part, off
+}
+
 // txCall sends one transaction command and returns the reply.
 func txCall(c *client, key string, typ protocol.TxType) (reply, error) {
 	op := c.nextOpaque()
@@ -132,14 +146,9 @@ func txCrashRound(t *testing.T, rng *rand.Rand, c, xc *client, round int) []*tes
 		for i := 0; i < puts; i++ {
 			p := int32(rng.IntN(2))
 			body := fmt.Sprintf("r=%02d %s i=%03d", round, tx.key, i)
-			op := c.nextOpaque()
-			r := ok(t)(c.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, tx.key, op))+body), op))
-			id, part, off, _, err := protocol.ParsePutResult(r.Body)
-			require.NoError(t, err)
+			part, off := tx.put(t, c, p, body)
 			require.Equal(t, p, part)
 			require.Equal(t, int64(-1), off)
-			tx.msgs[p] = append(tx.msgs[p], body)
-			tx.ids[body] = id
 			if i%7 == 3 {
 				mustPut(t, c, "tx", p, []byte(fmt.Sprintf("plain r=%02d %s i=%03d", round, tx.key, i)))
 			}
@@ -170,12 +179,7 @@ func txCrashRound(t *testing.T, rng *rand.Rand, c, xc *client, round int) []*tes
 	for i := 0; i < 1+rng.IntN(10); i++ {
 		p := int32(rng.IntN(2))
 		body := fmt.Sprintf("r=%02d %s i=%03d", round, xa.key, i)
-		op := xc.nextOpaque()
-		r := ok(t)(xc.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, xa.key, op))+body), op))
-		id, _, _, _, err := protocol.ParsePutResult(r.Body)
-		require.NoError(t, err)
-		xa.msgs[p] = append(xa.msgs[p], body)
-		xa.ids[body] = id
+		xa.put(t, xc, p, body)
 	}
 	r := ok(t)(txCall(xc, xa.key, protocol.TxPrepare))
 	require.Equal(t, "0", string(r.Body))

@@ -69,12 +69,7 @@ func TestTxFlushModes(t *testing.T) {
 				for i := 0; i < n; i++ {
 					p := int32(i % 2)
 					body := fmt.Sprintf("r=00 %s i=%03d", key, i)
-					op := c.nextOpaque()
-					r := ok(t)(c.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, key, op))+body), op))
-					id, _, _, _, err := protocol.ParsePutResult(r.Body)
-					require.NoError(t, err)
-					tx.msgs[p] = append(tx.msgs[p], body)
-					tx.ids[body] = id
+					tx.put(t, c, p, body)
 				}
 				switch end {
 				case protocol.TxCommitOnePhase:

@@ -34,12 +34,7 @@ func TestTxPowerCut(t *testing.T) {
 		put := func(tx *testTx, i int) {
 			p := int32(rng.IntN(2))
 			body := fmt.Sprintf("r=%02d %s i=%03d", round, tx.key, i)
-			op := c.nextOpaque()
-			r := ok(t)(c.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, tx.key, op))+body), op))
-			id, _, _, _, err := protocol.ParsePutResult(r.Body)
-			require.NoError(t, err)
-			tx.msgs[p] = append(tx.msgs[p], body)
-			tx.ids[body] = id
+			tx.put(t, c, p, body)
 		}
 		newTx := func(key string) *testTx {
 			tx := &testTx{key: key, outcome: txMustNot, msgs: map[int32][]string{}, ids: map[string]int64{}}
@@ -119,12 +114,7 @@ func TestTxPowerCutMidRound(t *testing.T) {
 			for i := range 10 {
 				p := int32(i % 2)
 				body := fmt.Sprintf("r=%02d %s i=%03d %s", round, tx.key, i, pad)
-				op := c.nextOpaque()
-				r := ok(t)(c.call([]byte(string(protocol.AppendTxPutHeader(nil, "tx", p, len(body), 0, protocol.NoChecksum, tx.key, op))+body), op))
-				id, _, _, _, err := protocol.ParsePutResult(r.Body)
-				require.NoError(t, err)
-				tx.msgs[p] = append(tx.msgs[p], body)
-				tx.ids[body] = id
+				tx.put(t, c, p, body)
 			}
 		}
 		for i, c := range conns {
