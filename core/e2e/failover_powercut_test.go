@@ -121,16 +121,34 @@ func syncFailoverPowerCut(t *testing.T, mode faultfs.Mode) {
 	// the promoted slave has all of it (checked above).
 	cutAcked, tAcked := 0, 0
 	{
-		cl := dial(t, master.Addr)
-		have := map[string]bool{}
-		for p := range int32(2) {
-			recs, _, err := readPartition(cl, "repl-t", p, 1<<20)
-			require.NoError(t, err)
-			for _, r := range recs {
-				have[string(r.Data)] = true
+		// The old master may be cutting its tail to rejoin as a slave
+		// meanwhile; a get racing the cut sees its connection closed
+		// (the file is shorter than the get was promised): read again.
+		var have map[string]bool
+		var lastErr error
+		require.Eventually(t, func() bool {
+			cl, err := dialClient(master.Addr)
+			if err != nil {
+				lastErr = err
+				return false
 			}
+			defer cl.close()
+			have = map[string]bool{}
+			for p := range int32(2) {
+				recs, _, err := readPartition(cl, "repl-t", p, 1<<20)
+				if err != nil {
+					lastErr = fmt.Errorf("reading repl-t-%d from the old master: %w", p, err)
+					return false
+				}
+				for _, r := range recs {
+					have[string(r.Data)] = true
+				}
+			}
+			return true
+		}, 15*time.Second, 50*time.Millisecond, "reading the old master")
+		if lastErr != nil {
+			t.Logf("reading the old master needed a retry: %v", lastErr)
 		}
-		cl.close()
 		for _, a := range tload.acks {
 			if a.addr == master.Addr {
 				tAcked++
