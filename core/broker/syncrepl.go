@@ -298,6 +298,33 @@ func (lk *syncLink) isDead() bool {
 	return lk.dead
 }
 
+// register takes the next op for w and records it as pending; on a dead
+// link it tells w why and returns false. Callers hold wmu.
+func (lk *syncLink) register(w slaveWaiter, now time.Time) (int32, bool) {
+	lk.pmu.Lock()
+	if lk.dead {
+		err := lk.deadErr
+		lk.pmu.Unlock()
+		w.slaveDone(err)
+		return 0, false
+	}
+	lk.op++
+	if lk.op <= 0 {
+		lk.op = 1
+	}
+	op := lk.op
+	lk.pending[op] = pendingSync{w: w, at: now}
+	lk.pmu.Unlock()
+	return op, true
+}
+
+// writeBuf writes lk.buf; a failed write fails the link. Callers hold wmu.
+func (lk *syncLink) writeBuf() {
+	if _, err := lk.w.Write(lk.buf); err != nil {
+		lk.fail(fmt.Errorf("Slave is disconnected (write: %v)", err))
+	}
+}
+
 // ship writes one sync per entry and registers them for their replies.
 // Callers hold the partition's lock.
 func (lk *syncLink) ship(topic string, p int32, entries []store.Entry, w *syncWait) {
@@ -306,24 +333,12 @@ func (lk *syncLink) ship(topic string, p int32, entries []store.Entry, w *syncWa
 	now := time.Now()
 	for i := range entries {
 		e := &entries[i]
-		lk.pmu.Lock()
-		if lk.dead {
-			err := lk.deadErr
-			lk.pmu.Unlock()
-			w.slaveDone(err)
+		op, ok := lk.register(w, now)
+		if !ok {
 			continue
 		}
-		lk.op++
-		if lk.op <= 0 {
-			lk.op = 1
-		}
-		op := lk.op
-		lk.pending[op] = pendingSync{w: w, at: now}
-		lk.pmu.Unlock()
 		lk.buf = protocol.AppendSync(lk.buf[:0], topic, p, e.Flag, e.ID, int64(e.CRC), op, e.Data)
-		if _, err := lk.w.Write(lk.buf); err != nil {
-			lk.fail(fmt.Errorf("Slave is disconnected (write: %v)", err))
-		}
+		lk.writeBuf()
 	}
 	if cap(lk.buf) > maxRetainedSyncBuf {
 		lk.buf = nil

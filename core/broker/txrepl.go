@@ -106,25 +106,13 @@ func (lk *syncLink) shipFrames(frames []txFrame, w slaveWaiter) {
 	defer lk.wmu.Unlock()
 	now := time.Now()
 	for _, f := range frames {
-		lk.pmu.Lock()
-		if lk.dead {
-			err := lk.deadErr
-			lk.pmu.Unlock()
-			w.slaveDone(err)
+		op, ok := lk.register(w, now)
+		if !ok {
 			continue
 		}
-		lk.op++
-		if lk.op <= 0 {
-			lk.op = 1
-		}
-		op := lk.op
-		lk.pending[op] = pendingSync{w: w, at: now}
-		lk.pmu.Unlock()
 		lk.buf = protocol.AppendTxSyncHeader(lk.buf[:0], f.kind, len(f.body), op)
 		lk.buf = append(lk.buf, f.body...)
-		if _, err := lk.w.Write(lk.buf); err != nil {
-			lk.fail(fmt.Errorf("Slave is disconnected (write: %v)", err))
-		}
+		lk.writeBuf()
 	}
 	if cap(lk.buf) > maxRetainedSyncBuf {
 		lk.buf = nil
