@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"crypto/tls"
 	"fmt"
 	"strings"
 	"testing"
@@ -25,107 +24,96 @@ import (
 // the lost one, restarted on its data directory, rejoins the same way.
 func TestFailoverAuthTLS(t *testing.T) {
 	zkAddr := testsvc.ZooKeeper(t)
-	certs := testsvc.NewCerts(t)
-	for _, withTLS := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plaintext", true: "tls-only"}[withTLS], func(t *testing.T) {
-			root := fmt.Sprintf("/failover-auth-%d", time.Now().UnixNano())
-			var c *testsvc.Certs
-			var tc *tls.Config
-			if withTLS {
-				c, tc = certs, certs.ClientConfig(t, "")
+	replAuthModes(t, "failover-auth", func(t *testing.T, m authMode) {
+		root, c, tc := m.root, m.c, m.tc
+		mdir, sdir := t.TempDir(), t.TempDir()
+		member := func(dir string) func(*conf.Config) {
+			return func(cfg *conf.Config) {
+				cfg.DataDir = dir
+				cfg.Failover = true
+				cfg.Replication = conf.ReplicationSync
+				cfg.ZooKeeper.SessionTimeout = 2000
+				m.replCreds(cfg)
 			}
-			mdir, sdir := t.TempDir(), t.TempDir()
-			member := func(dir string) func(*conf.Config) {
-				return func(cfg *conf.Config) {
-					cfg.DataDir = dir
-					cfg.Failover = true
-					cfg.Replication = conf.ReplicationSync
-					cfg.ZooKeeper.SessionTimeout = 2000
-					cfg.ReplicationUser, cfg.ReplicationPassword = "root", "root-pw"
-					if withTLS {
-						cfg.ReplicationTLSCAFile = certs.CAFile
-					}
+		}
+		mlogs, slogs := &syncLog{}, &syncLog{}
+		master, maddr := replSecure(t, zkAddr, root, -1, c, mlogs, member(mdir))
+		slave, saddr := replSecure(t, zkAddr, root, 1, c, slogs, member(sdir))
+		logs := func() string {
+			return "master log:\n" + mlogs.String() + "\nslave log:\n" + slogs.String()
+		}
+		waitInSync := func(holder *Broker, want string) {
+			t.Helper()
+			waitFor(t, 20*time.Second, func() error {
+				if txt := holder.statsText(); !strings.Contains(txt, "failover_insync "+want+"\r\n") {
+					return fmt.Errorf("not %s in sync:\n%s\n%s", want, txt, logs())
 				}
-			}
-			mlogs, slogs := &syncLog{}, &syncLog{}
-			master, maddr := replSecure(t, zkAddr, root, -1, c, mlogs, member(mdir))
-			slave, saddr := replSecure(t, zkAddr, root, 1, c, slogs, member(sdir))
-			logs := func() string {
-				return "master log:\n" + mlogs.String() + "\nslave log:\n" + slogs.String()
-			}
-			waitInSync := func(holder *Broker, want string) {
-				t.Helper()
-				waitFor(t, 20*time.Second, func() error {
-					if txt := holder.statsText(); !strings.Contains(txt, "failover_insync "+want+"\r\n") {
-						return fmt.Errorf("not %s in sync:\n%s\n%s", want, txt, logs())
-					}
-					return nil
-				})
-			}
-			waitRole := func(b *Broker, role string) {
-				t.Helper()
-				waitFor(t, 15*time.Second, func() error {
-					if txt := b.statsText(); !strings.Contains(txt, "failover_role "+role+"\r\n") {
-						return fmt.Errorf("not %s:\n%s\n%s", role, txt, logs())
-					}
-					return nil
-				})
-			}
-			waitLog := func(l *syncLog, line string) {
-				t.Helper()
-				waitFor(t, 5*time.Second, func() error {
-					if !strings.Contains(l.String(), line) {
-						return fmt.Errorf("no %q logged:\n%s", line, logs())
-					}
-					return nil
-				})
-			}
-			rootConn := func(addr string) *authClient {
-				rc := dialAuth(t, addr, tc)
-				code, body := rc.login("root", "root-pw")
-				require.Equal(t, 200, code, body)
-				return rc
-			}
-			waitInSync(master, "s1")
-			securePuts(t, rootConn(maddr), 50)
-			requireSameEnds(t, master, slave, "t")
-
-			// A switchover: refused before login and to a non-admin user,
-			// changing nothing; an admin's hands the epoch to slave 1.
-			anon := dialAuth(t, maddr, tc)
-			code, body := anon.stats(switchoverItem)
-			require.Equal(t, 401, code, "switchover before login: %s", body)
-			code, body = anon.stats(epochStartItem + "1")
-			require.Equal(t, 401, code, "epoch-start before login: %s", body)
-			ac := dialAuth(t, maddr, tc)
-			code, body = ac.login("alice", "alice-pw")
+				return nil
+			})
+		}
+		waitRole := func(b *Broker, role string) {
+			t.Helper()
+			waitFor(t, 15*time.Second, func() error {
+				if txt := b.statsText(); !strings.Contains(txt, "failover_role "+role+"\r\n") {
+					return fmt.Errorf("not %s:\n%s\n%s", role, txt, logs())
+				}
+				return nil
+			})
+		}
+		waitLog := func(l *syncLog, line string) {
+			t.Helper()
+			waitFor(t, 5*time.Second, func() error {
+				if !strings.Contains(l.String(), line) {
+					return fmt.Errorf("no %q logged:\n%s", line, logs())
+				}
+				return nil
+			})
+		}
+		rootConn := func(addr string) *authClient {
+			rc := dialAuth(t, addr, tc)
+			code, body := rc.login("root", "root-pw")
 			require.Equal(t, 200, code, body)
-			code, body = ac.stats(switchoverItem)
-			require.Equal(t, 403, code, "switchover by a non-admin user: %s", body)
-			require.Contains(t, master.statsText(), "failover_role master\r\n")
-			code, body = rootConn(maddr).stats(switchoverItem)
-			require.Equal(t, 200, code, "switchover: %s\n%s", body, logs())
-			require.Contains(t, body, "slave 1 holds epoch 2")
-			waitInSync(slave, "s0") // the old master rejoined as slave 0
-			require.Contains(t, master.statsText(), "failover_role slave\r\n")
-			waitLog(mlogs, "failover: member s0 of broker 3 copies from broker 3 slave 1 at epoch 2")
-			securePuts(t, rootConn(saddr), 50)
-			requireSameEnds(t, slave, master, "t")
+			return rc
+		}
+		waitInSync(master, "s1")
+		securePuts(t, rootConn(maddr), 50)
+		requireSameEnds(t, master, slave, "t")
 
-			// The holder is lost: the old master (slave 0, in sync)
-			// promotes itself at epoch 3 and takes puts; the lost one,
-			// restarted on its own data directory, rejoins as slave 1.
-			require.NoError(t, slave.Close())
-			waitRole(master, "master")
-			require.Contains(t, master.statsText(), "\r\nepoch 3\r\n")
-			securePuts(t, rootConn(maddr), 50)
-			slogs = &syncLog{}
-			slave, _ = replSecure(t, zkAddr, root, 1, c, slogs, member(sdir))
-			waitInSync(master, "s1")
-			require.Contains(t, slave.statsText(), "failover_role slave\r\n")
-			waitLog(slogs, "failover: member s1 of broker 3 copies from broker 3 slave 0 at epoch 3")
-			securePuts(t, rootConn(maddr), 50)
-			requireSameEnds(t, master, slave, "t")
-		})
-	}
+		// A switchover: refused before login and to a non-admin user,
+		// changing nothing; an admin's hands the epoch to slave 1.
+		anon := dialAuth(t, maddr, tc)
+		code, body := anon.stats(switchoverItem)
+		require.Equal(t, 401, code, "switchover before login: %s", body)
+		code, body = anon.stats(epochStartItem + "1")
+		require.Equal(t, 401, code, "epoch-start before login: %s", body)
+		ac := dialAuth(t, maddr, tc)
+		code, body = ac.login("alice", "alice-pw")
+		require.Equal(t, 200, code, body)
+		code, body = ac.stats(switchoverItem)
+		require.Equal(t, 403, code, "switchover by a non-admin user: %s", body)
+		require.Contains(t, master.statsText(), "failover_role master\r\n")
+		code, body = rootConn(maddr).stats(switchoverItem)
+		require.Equal(t, 200, code, "switchover: %s\n%s", body, logs())
+		require.Contains(t, body, "slave 1 holds epoch 2")
+		waitInSync(slave, "s0") // the old master rejoined as slave 0
+		require.Contains(t, master.statsText(), "failover_role slave\r\n")
+		waitLog(mlogs, "failover: member s0 of broker 3 copies from broker 3 slave 1 at epoch 2")
+		securePuts(t, rootConn(saddr), 50)
+		requireSameEnds(t, slave, master, "t")
+
+		// The holder is lost: the old master (slave 0, in sync)
+		// promotes itself at epoch 3 and takes puts; the lost one,
+		// restarted on its own data directory, rejoins as slave 1.
+		require.NoError(t, slave.Close())
+		waitRole(master, "master")
+		require.Contains(t, master.statsText(), "\r\nepoch 3\r\n")
+		securePuts(t, rootConn(maddr), 50)
+		slogs = &syncLog{}
+		slave, _ = replSecure(t, zkAddr, root, 1, c, slogs, member(sdir))
+		waitInSync(master, "s1")
+		require.Contains(t, slave.statsText(), "failover_role slave\r\n")
+		waitLog(slogs, "failover: member s1 of broker 3 copies from broker 3 slave 0 at epoch 3")
+		securePuts(t, rootConn(maddr), 50)
+		requireSameEnds(t, master, slave, "t")
+	})
 }

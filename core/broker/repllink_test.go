@@ -71,6 +71,37 @@ func securePuts(t *testing.T, c *authClient, n int) {
 	}
 }
 
+// authMode is one subtest of replAuthModes: plaintext or TLS-only.
+type authMode struct {
+	root string         // a fresh ZooKeeper root
+	c    *testsvc.Certs // the brokers' certificates; nil in plaintext
+	tc   *tls.Config    // a client's TLS config; nil in plaintext
+}
+
+// replCreds logs replication in as root, verifying TLS against the test
+// CA in TLS-only mode.
+func (m authMode) replCreds(cfg *conf.Config) {
+	cfg.ReplicationUser, cfg.ReplicationPassword = "root", "root-pw"
+	if m.c != nil {
+		cfg.ReplicationTLSCAFile = m.c.CAFile
+	}
+}
+
+// replAuthModes runs fn as the subtests plaintext and tls-only, each
+// with its own ZooKeeper root /<prefix>-<nanoseconds>.
+func replAuthModes(t *testing.T, prefix string, fn func(t *testing.T, m authMode)) {
+	certs := testsvc.NewCerts(t)
+	for _, withTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plaintext", true: "tls-only"}[withTLS], func(t *testing.T) {
+			m := authMode{root: fmt.Sprintf("/%s-%d", prefix, time.Now().UnixNano())}
+			if withTLS {
+				m.c, m.tc = certs, certs.ClientConfig(t, "")
+			}
+			fn(t, m)
+		})
+	}
+}
+
 // TestReplicationAuthTLS: replication between brokers with [auth]
 // enabled, plaintext and TLS-only. The slave pulls and the sync master
 // links with replication_user (SASL PLAIN over the link, TLS verified
@@ -81,60 +112,47 @@ func securePuts(t *testing.T, c *authClient, n int) {
 // acknowledges nothing.
 func TestReplicationAuthTLS(t *testing.T) {
 	zkAddr := testsvc.ZooKeeper(t)
-	certs := testsvc.NewCerts(t)
-	for _, withTLS := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plaintext", true: "tls-only"}[withTLS], func(t *testing.T) {
-			root := fmt.Sprintf("/repl-auth-%d", time.Now().UnixNano())
-			var c *testsvc.Certs
-			var tc *tls.Config
-			if withTLS {
-				c, tc = certs, certs.ClientConfig(t, "")
-			}
-			creds := func(c *conf.Config) {
-				c.ReplicationUser, c.ReplicationPassword = "root", "root-pw"
-				if withTLS {
-					c.ReplicationTLSCAFile = certs.CAFile
-				}
-			}
-			var mlogs, slogs syncLog
-			slave, saddr := replSecure(t, zkAddr, root, 1, c, &slogs, creds)
-			master, maddr := replSecure(t, zkAddr, root, -1, c, &mlogs, func(cfg *conf.Config) {
-				creds(cfg)
-				cfg.Replication = conf.ReplicationSync
-			})
-			waitFor(t, 15*time.Second, func() error {
-				if txt := master.statsText(); !strings.Contains(txt, "sync_partitions_in_sync 2/2\r\n") {
-					return fmt.Errorf("not in sync:\n%s\nmaster log:\n%s\nslave log:\n%s", txt, mlogs.String(), slogs.String())
-				}
-				return nil
-			})
-			pc := dialAuth(t, maddr, tc)
-			code, body := pc.login("alice", "alice-pw")
-			require.Equal(t, 200, code, body)
-			code, body = pc.put("t")
-			require.Equal(t, 403, code, "alice may not publish to t: %s", body)
-			rc := dialAuth(t, maddr, tc)
-			code, body = rc.login("root", "root-pw")
-			require.Equal(t, 200, code, body)
-			securePuts(t, rc, 50)
-			requireSameEnds(t, master, slave, "t")
-			require.Contains(t, slave.statsText(), "slave_connected true\r\n")
-			require.NotContains(t, master.statsText(), "sync_shipped 0\r\n")
-
-			// A user without admin may not sync nor bind a sync link.
-			ac := dialAuth(t, saddr, tc)
-			code, body = ac.login("alice", "alice-pw")
-			require.Equal(t, 200, code, body)
-			data := []byte("forged")
-			code, body = ac.call(func(d []byte, op int32) []byte {
-				return protocol.AppendSync(d, "t", 0, 0, 1<<40, int64(message.Checksum(data)), op, data)
-			})
-			require.Equal(t, 403, code, "sync by a non-admin user: %s", body)
-			require.Contains(t, body, "ship syncs")
-			code, body = ac.stats(syncEpochItem + "1")
-			require.Equal(t, 403, code, "binding a sync link as a non-admin user: %s", body)
+	replAuthModes(t, "repl-auth", func(t *testing.T, m authMode) {
+		root, c, tc := m.root, m.c, m.tc
+		creds := m.replCreds
+		var mlogs, slogs syncLog
+		slave, saddr := replSecure(t, zkAddr, root, 1, c, &slogs, creds)
+		master, maddr := replSecure(t, zkAddr, root, -1, c, &mlogs, func(cfg *conf.Config) {
+			creds(cfg)
+			cfg.Replication = conf.ReplicationSync
 		})
-	}
+		waitFor(t, 15*time.Second, func() error {
+			if txt := master.statsText(); !strings.Contains(txt, "sync_partitions_in_sync 2/2\r\n") {
+				return fmt.Errorf("not in sync:\n%s\nmaster log:\n%s\nslave log:\n%s", txt, mlogs.String(), slogs.String())
+			}
+			return nil
+		})
+		pc := dialAuth(t, maddr, tc)
+		code, body := pc.login("alice", "alice-pw")
+		require.Equal(t, 200, code, body)
+		code, body = pc.put("t")
+		require.Equal(t, 403, code, "alice may not publish to t: %s", body)
+		rc := dialAuth(t, maddr, tc)
+		code, body = rc.login("root", "root-pw")
+		require.Equal(t, 200, code, body)
+		securePuts(t, rc, 50)
+		requireSameEnds(t, master, slave, "t")
+		require.Contains(t, slave.statsText(), "slave_connected true\r\n")
+		require.NotContains(t, master.statsText(), "sync_shipped 0\r\n")
+
+		// A user without admin may not sync nor bind a sync link.
+		ac := dialAuth(t, saddr, tc)
+		code, body = ac.login("alice", "alice-pw")
+		require.Equal(t, 200, code, body)
+		data := []byte("forged")
+		code, body = ac.call(func(d []byte, op int32) []byte {
+			return protocol.AppendSync(d, "t", 0, 0, 1<<40, int64(message.Checksum(data)), op, data)
+		})
+		require.Equal(t, 403, code, "sync by a non-admin user: %s", body)
+		require.Contains(t, body, "ship syncs")
+		code, body = ac.stats(syncEpochItem + "1")
+		require.Equal(t, 403, code, "binding a sync link as a non-admin user: %s", body)
+	})
 
 	t.Run("wrong-password", func(t *testing.T) {
 		root := fmt.Sprintf("/repl-auth-bad-%d", time.Now().UnixNano())
