@@ -206,10 +206,20 @@ func testTxReplication(t *testing.T, threshold int) {
 	_, keys = txOpen(slave)
 	require.Equal(t, []string{key}, keys, "recovered prepared on the slave")
 	waitInSync(t, master, "2/2")
+	requireCommitReplicated(t, mc, master, slave, key, 0)
+}
+
+// requireCommitReplicated commits the prepared branch key on master over
+// mc and requires the slave to hold it no longer, partition part of t to
+// end where the master's does, and both copies of t equal.
+func requireCommitReplicated(t *testing.T, mc *rawClient, master, slave *Broker, key string, part int) {
+	t.Helper()
 	require.Equal(t, protocol.StatusOK, txDo(t, mc, key, protocol.TxCommitTwoPhase).Code)
-	n, keys = txOpen(slave)
+	n, keys := txOpen(slave)
 	require.Zero(t, n, "the slave holds %v", keys)
-	require.Eventually(t, func() bool { return master.topics["t"].parts[0].MaxOffset() == slave.topics["t"].parts[0].MaxOffset() }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		return master.topics["t"].parts[part].MaxOffset() == slave.topics["t"].parts[part].MaxOffset()
+	}, 5*time.Second, time.Millisecond)
 	requireSameRecords(t, master, slave, "t")
 }
 
@@ -241,11 +251,7 @@ func TestTxReplicationDegrade(t *testing.T) {
 	waitInSync(t, master, "2/2")
 	_, keys := txOpen(slave)
 	require.Equal(t, []string{key}, keys)
-	require.Equal(t, protocol.StatusOK, txDo(t, mc, key, protocol.TxCommitTwoPhase).Code)
-	n, keys := txOpen(slave)
-	require.Zero(t, n, "the slave holds %v", keys)
-	require.Eventually(t, func() bool { return master.topics["t"].parts[1].MaxOffset() == slave.topics["t"].parts[1].MaxOffset() }, 5*time.Second, time.Millisecond)
-	requireSameRecords(t, master, slave, "t")
+	requireCommitReplicated(t, mc, master, slave, key, 1)
 }
 
 // TestTxReplicationPulledCommit: the link to the slave is cut (a fault
