@@ -224,7 +224,7 @@ type Journal struct {
 	jobs    chan *ckptJob
 	recycle chan int64 // free files wholly before this position
 	prep    chan struct{}
-	syncq   chan *jround // staged rounds for the syncer (unbuffered)
+	syncq   chan *jround // staged rounds for the syncer (one per slot)
 	doneq   chan *jround // synced rounds for the completer
 	swg     sync.WaitGroup
 
@@ -260,7 +260,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		jobs:         make(chan *ckptJob, 1),
 		recycle:      make(chan int64, 1),
 		prep:         make(chan struct{}, 1),
-		syncq:        make(chan *jround),
+		syncq:        make(chan *jround, roundSlots),
 		doneq:        make(chan *jround, 1),
 		slots:        make(chan int, roundSlots),
 		done:         make(chan struct{}),
@@ -524,12 +524,13 @@ type jround struct {
 }
 
 // committer runs the group-commit rounds of every log of the journal,
-// pipelined three deep: while the syncer fdatasyncs round N and the
-// completer acknowledges round N-1, the committer stages round N+1 (its
-// tails and journal write()), so a round costs the longest of the three
-// rather than their sum. It hands a staged round to the syncer only when
-// the syncer is free, so appends arriving meanwhile join the next round
-// instead of a queue of small ones.
+// pipelined: while the syncer fdatasyncs and the completer acknowledges
+// earlier rounds, the committer stages the next ones (their tails and
+// journal write()) as soon as appends arrive and a slot is free. The
+// syncer takes every round staged by the time it is free and covers them
+// with one fdatasync per journal file, so an append waits for at most the
+// rest of the fdatasync in progress and then its own, and the rounds of
+// one fdatasync hold every append that arrived during the one before.
 func (j *Journal) committer() {
 	defer j.cwg.Done()
 	var logs []*Log
@@ -591,7 +592,7 @@ func (j *Journal) committer() {
 				j.syncRound(r)
 				j.complete(r)
 			} else {
-				j.syncq <- r // waits for the syncer to finish the previous round
+				j.syncq <- r // never waits: there is room for every slot
 			}
 			prevAppends = r.appends
 		}
@@ -613,17 +614,73 @@ func (j *Journal) drain() {
 	}
 }
 
-// syncer fdatasyncs staged rounds, one at a time, in order, and hands
-// them to the completer.
+// syncer fdatasyncs staged rounds in order and hands them to the
+// completer. It takes every round staged by the time it is free as one
+// batch: one fdatasync of each journal file the batch wrote covers them
+// all, since each was written before the fdatasync started.
 func (j *Journal) syncer() {
 	defer j.swg.Done()
 	defer close(j.doneq)
+	batch := make([]*jround, 0, roundSlots)
+	var files []*jfile
 	for r := range j.syncq {
-		if r.err == nil {
-			j.syncRound(r)
+		batch = append(batch[:0], r)
+	more:
+		for len(batch) < roundSlots {
+			select {
+			case r2, ok := <-j.syncq:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r2)
+			default:
+				break more
+			}
 		}
-		j.doneq <- r
+		j.syncBatch(batch, files[:0])
+		for i, r := range batch {
+			j.doneq <- r
+			batch[i] = nil
+		}
 	}
+}
+
+// syncBatch fdatasyncs, once each, the journal files that the rounds of
+// batch wrote (files is scratch space), and fails each round of the batch
+// that has not failed already if one fdatasync fails.
+func (j *Journal) syncBatch(batch []*jround, files []*jfile) {
+	if len(batch) == 1 {
+		j.syncRound(batch[0])
+		return
+	}
+	for _, r := range batch {
+		if r.err != nil {
+			continue
+		}
+		for _, f := range r.files {
+			if !slices.Contains(files, f) {
+				files = append(files, f)
+			}
+		}
+	}
+	var err error
+	for _, f := range files {
+		e := j.syncFile(f.f)
+		j.nFsyncs.Add(1)
+		if e != nil {
+			err = j.fail(fmt.Errorf("fdatasync %s: %w", journalName(f.start), e))
+			break
+		}
+	}
+	if err == nil {
+		err = j.Err() // a round staged before an earlier one failed fails too
+	}
+	for _, r := range batch {
+		if r.err == nil {
+			r.err = err
+		}
+	}
+	clear(files)
 }
 
 // completer completes synced rounds in order (so each log's readable mark
