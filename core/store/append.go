@@ -95,6 +95,9 @@ func (l *Log) appendGroup(entries []Entry, w Waiter, token uint64) error {
 		l.spaceCond.Wait()
 	}
 	firstID, lastID := l.takeIDs(entries)
+	if l.j != nil {
+		l.reserveJournaled(entries)
+	}
 	l.pend = appendRecords(l.pend, entries, firstID)
 	l.pendComps = append(l.pendComps, completion{
 		w: w, token: token, firstID: firstID, lastID: lastID, end: len(l.pend), n: len(entries),
@@ -112,6 +115,29 @@ func (l *Log) appendGroup(entries []Entry, w Waiter, token uint64) error {
 		l.failQueued(fmt.Errorf("%w: journal %s closed", ErrClosed, l.j.dir))
 	}
 	return nil
+}
+
+// pendArenaSize is the size of a journaled log's pending-records arena
+// (a larger append gets an arena of its own size).
+const pendArenaSize = 64 << 10
+
+// reserveJournaled makes room in a journaled log's pending buffer for the
+// records of entries without moving bytes a round has taken: l.pend is the
+// unused end of an arena whose front the segment tails hold (a round takes
+// l.pend and leaves the rest of the arena to the next appends, see
+// takeRound), so when the records do not fit a new arena takes the
+// pending bytes and the old one stays with the tails. Callers hold mu.
+func (l *Log) reserveJournaled(entries []Entry) {
+	need := 0
+	for i := range entries {
+		need += message.HeaderSize + len(entries[i].Data)
+	}
+	if cap(l.pend)-len(l.pend) >= need {
+		return
+	}
+	nb := make([]byte, len(l.pend), max(pendArenaSize, len(l.pend)+need))
+	copy(nb, l.pend)
+	l.pend = nb
 }
 
 // failQueued fails the pending appends of a journaled log whose journal

@@ -201,11 +201,16 @@ func (j *Journal) stageGroups(r *jround, groups []*atomicGroup) int64 {
 				// Not in the round yet: its round buffer holds only groups.
 				l.roundSeq = j.roundSeq
 				l.committing++
-				rs.buf, rs.comps, rs.acks, rs.reg = rs.buf[:0], rs.comps[:0], rs.acks[:0], 0
+				rs.buf, rs.own, rs.comps, rs.acks, rs.reg = nil, true, rs.comps[:0], rs.acks[:0], 0 // the tails own the old buf
 				r.logs = append(r.logs, l)
 			}
 			l.mu.Unlock()
 			p.from = len(rs.buf)
+			if !rs.own {
+				// Clipped: the arena past rs.buf is the log's next
+				// appends' (takeRound); the copy is the round's own.
+				rs.buf, rs.own = rs.buf[:p.from:p.from], true
+			}
 			rs.buf = append(rs.buf, p.buf...)
 			p.comp.end += p.from
 			p.ci = len(rs.comps)

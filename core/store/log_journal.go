@@ -12,7 +12,10 @@ import (
 // of them written to the segment. A log has roundSlots of them, one per
 // round that can be in flight (staged, synced, completed) at once.
 type logRound struct {
-	buf   []byte
+	buf []byte
+	// own says buf is the round's own array rather than a window of the
+	// log's pending-records arena (takeRound, stageGroups).
+	own   bool
 	comps []completion
 	acks  []ackChunk
 	// reg and regAcks count the comps and acks of the log's own appends;
@@ -37,7 +40,14 @@ type ackChunk struct {
 func (l *Log) takeRound(slot int) (int64, int) {
 	rs := &l.rounds[slot]
 	l.mu.Lock()
-	rs.buf, l.pend = l.pend, rs.buf[:0]
+	// The round takes the pending bytes as they lie in the arena and the
+	// next appends continue after them: rs.buf is never written again
+	// (the segment tails hold it, appendTail), so it is not recycled. Its
+	// capacity runs on over the bytes the next appends write, so that a
+	// tail chunk can extend over the next round's (appendTail); whoever
+	// appends to rs.buf clips it first (stageGroups).
+	n := len(l.pend)
+	rs.buf, rs.own, l.pend = l.pend[:n], false, l.pend[n:]
 	rs.comps, l.pendComps = l.pendComps, rs.comps[:0]
 	l.queued = false
 	l.committing++
@@ -167,9 +177,7 @@ func (l *Log) finishJournaled(err error, slot int) {
 	rs.acks = rs.acks[:0]
 	clear(rs.comps) // drop Waiter references
 	rs.comps = rs.comps[:0]
-	if cap(rs.buf) > maxRetainedBuffer {
-		rs.buf = nil
-	}
+	rs.buf = nil // the segment tails own it (takeRound)
 	l.mu.Lock()
 	l.committing--
 	if l.closed {

@@ -94,34 +94,33 @@ type segment struct {
 
 // tailChunk is bytes [pos, pos+len(b)) of a segment held in memory. Bytes
 // below the log's readable mark are never changed: appends only extend b
-// (within its capacity, or into a new chunk).
+// over bytes that follow it in the same array.
 type tailChunk struct {
 	pos int64
 	b   []byte
 }
 
-// tailChunkSize is the capacity of a new tail chunk (a larger write gets
-// a chunk of its own size).
-const tailChunkSize = 64 << 10
-
 // appendTail adds b, which belongs at pos (the segment's size), to the
-// in-memory tail. Only the log's writer (the journal's committer) calls it.
+// in-memory tail without copying it: b is a round's part of its log's
+// pending-records arena (Log.reserveJournaled), which nothing writes again
+// once the round has taken it. A b that continues the last chunk both in
+// the segment and in memory extends that chunk, so a partition's tail is
+// a few chunks however many rounds wrote it. Only the log's writer (the
+// journal's committer) calls it.
 func (s *segment) appendTail(b []byte, pos int64) {
+	if len(b) == 0 {
+		return
+	}
 	s.tmu.Lock()
+	defer s.tmu.Unlock()
 	if n := len(s.tail); n > 0 {
 		c := &s.tail[n-1]
-		if c.pos+int64(len(c.b)) == pos && len(c.b)+len(b) <= cap(c.b) {
-			c.b = append(c.b, b...)
-			s.tmu.Unlock()
+		if k := len(c.b); c.pos+int64(k) == pos && cap(c.b)-k >= len(b) && &c.b[:k+1][k] == &b[0] {
+			c.b = c.b[:k+len(b)]
 			return
 		}
 	}
-	s.tmu.Unlock()
-	nb := make([]byte, len(b), max(len(b), tailChunkSize))
-	copy(nb, b)
-	s.tmu.Lock()
-	s.tail = append(s.tail, tailChunk{pos: pos, b: nb})
-	s.tmu.Unlock()
+	s.tail = append(s.tail, tailChunk{pos: pos, b: b})
 }
 
 // tailRead returns the bytes [pos, pos+n) of the segment if pos lies in
