@@ -142,9 +142,29 @@ func TestFailoverInProcess(t *testing.T) {
 		return nil
 	})
 	require.Equal(t, "slave", sc.stats(t, "")["failover_role"])
+	// Its rejoin set the partitions' append states to its logs' (it
+	// appended epoch 2's puts past what it had as a slave of epoch 1): a
+	// stale end let the puller append again the records a sync had just
+	// stored, the copies diverging (the flake of docs/replication.md).
+	requireSlaveStates(t, slave, "t")
 	ok, fail = pipelinedPuts(t, old.Addr(), 100)
 	require.Equal(t, 100, ok, fail)
 	requireSameEnds(t, old, slave, "t")
+}
+
+// requireSlaveStates requires that the append state (slaveLog) of every
+// partition of topic on b, a quiet slave, is its log's: the last id, and
+// the end where the next sync or pulled record lands.
+func requireSlaveStates(t *testing.T, b *Broker, topic string) {
+	t.Helper()
+	for p, l := range b.topics[topic].parts {
+		sl := b.slave.logState(l)
+		sl.mu.Lock()
+		end, lastID := sl.end, sl.lastID
+		sl.mu.Unlock()
+		require.Equal(t, l.MaxOffset(), end, "partition %d: the end the puller and syncs skip below", p)
+		require.Equal(t, l.LastID(), lastID, "partition %d: the last id", p)
+	}
 }
 
 // fixedIDs is an IDSource for entries that carry their ids.

@@ -202,19 +202,15 @@ func (f *failover) rejoin(addr string, tlsMaster bool) error {
 	case next == 0:
 		return fmt.Errorf("the holder at %s (epoch %d) knows no start of an epoch after %d", addr, cur, last)
 	}
+	// The puller and the syncs skip by the partitions' append states
+	// from here on: they are the logs' own (a former holder appended its
+	// puts past what it had as a slave).
+	if err := s.resetLogStates(); err != nil {
+		return err
+	}
 	who := "the holder"
 	if d, _, ok, err := f.reg().ReadEpoch(); err == nil && ok && d.Epoch == cur {
 		who = memberName(b.config().BrokerID, d.Holder)
-	}
-	// The ids the puller and syncs skip below are the logs' own from here
-	// on (a former holder appended past what it had as a slave).
-	for _, t := range b.topicList() {
-		for _, l := range t.parts {
-			sl := s.logState(l)
-			sl.mu.Lock()
-			sl.lastID = l.LastID()
-			sl.mu.Unlock()
-		}
 	}
 	if last > 0 {
 		for _, t := range b.topicList() {
@@ -271,6 +267,31 @@ func (f *failover) rejoin(addr string, tlsMaster bool) error {
 	}
 	b.logf("failover: member %s of broker %d copies from %s at epoch %d (the epochs after %d recorded in %s)",
 		memberLabel(f.me()), b.config().BrokerID, who, cur, last, epochsFile)
+	return nil
+}
+
+// resetLogStates sets every partition's append state (slaveLog: the
+// last id and the end the puller and the syncs skip below) to its log's,
+// once the log's appends in flight are done. A member that held an epoch
+// appended its puts to the logs directly, past the states it last had as
+// a slave: with a stale end, the puller would append again records a
+// sync from the new holder had just stored (they lie at or past that
+// end), and the copies would diverge.
+func (s *slaveState) resetLogStates() error {
+	for _, t := range s.b.topicList() {
+		for p, l := range t.parts {
+			sl := s.logState(l)
+			sl.mu.Lock()
+			end, err := l.Settle()
+			if err == nil {
+				sl.lastID, sl.end = l.LastID(), end
+			}
+			sl.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("partition %s-%d: %w", t.name, p, err)
+			}
+		}
+	}
 	return nil
 }
 
