@@ -167,6 +167,85 @@ func requireSlaveStates(t *testing.T, b *Broker, topic string) {
 	}
 }
 
+// TestSwitchoverRefusesPutPastDrain: a put that passed the switchover's
+// check at dispatch just before the drain began, and reaches its
+// partition's sync lock only after the drain took the partition's end,
+// is refused (503, retry) and appended nowhere: the drain's barrier on
+// that lock orders the two. The test holds the lock to force that
+// interleaving; the switchover then completes with the old holder's end
+// equal to the new holder's.
+func TestSwitchoverRefusesPutPastDrain(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/switchover-drain-%d", time.Now().UnixNano())
+	fo := func(c *conf.Config) {
+		c.Failover = true
+		c.ZooKeeper.SessionTimeout = 2000
+	}
+	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync })
+	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, fo)
+	mc := dialRaw(t, master.Addr())
+	waitFor(t, 15*time.Second, func() error {
+		if v := mc.stats(t, "")["failover_insync"]; v != "s1" {
+			return fmt.Errorf("failover_insync %q", v)
+		}
+		return nil
+	})
+	ok, fail := pipelinedPuts(t, master.Addr(), 20)
+	require.Equal(t, 20, ok, fail)
+
+	l := master.topics["t"].parts[0]
+	end := l.MaxOffset()
+	sp := master.sync.part("t", 0, l)
+	sp.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			sp.mu.Unlock()
+		}
+	}()
+	puts := master.stats.cmdPut.Load()
+	pc := dialRaw(t, master.Addr())
+	data := []byte("put past the drain")
+	pc.bw.Write(protocol.AppendPut(nil, "t", 0, 0, -1, 1, data))
+	require.NoError(t, pc.bw.Flush())
+	waitFor(t, 5*time.Second, func() error { // past dispatch: waiting for sp.mu
+		if master.stats.cmdPut.Load() == puts {
+			return fmt.Errorf("the put is not dispatched yet")
+		}
+		return nil
+	})
+	type reply struct {
+		code int
+		msg  string
+	}
+	done := make(chan reply, 1)
+	go func() {
+		code, msg := master.fo.switchover()
+		done <- reply{code, msg}
+	}()
+	waitFor(t, 5*time.Second, func() error {
+		if !master.fo.draining.Load() {
+			return fmt.Errorf("not draining yet")
+		}
+		return nil
+	})
+	sp.mu.Unlock()
+	locked = false
+	var r protocol.Request
+	require.NoError(t, pc.dec.Decode(&r))
+	require.Equal(t, protocol.StatusBusy, r.Code, "%s", r.Body)
+	require.Contains(t, string(r.Body), "switching over to its in-sync slave")
+	select {
+	case res := <-done:
+		require.Equal(t, protocol.StatusOK, res.code, res.msg)
+		require.Contains(t, res.msg, "slave 1 holds epoch 2")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the switchover did not return within 30 s")
+	}
+	require.Equal(t, end, l.MaxOffset(), "the put was appended on the old holder")
+	require.Equal(t, end, slave.topics["t"].parts[0].MaxOffset())
+}
+
 // fixedIDs is an IDSource for entries that carry their ids.
 type fixedIDs struct{}
 

@@ -434,6 +434,11 @@ func (f *failover) switchover() (int, string) {
 	for _, t := range b.topicList() {
 		for p, l := range t.parts {
 			sp := sm.part(t.name, int32(p), l)
+			// A barrier: a put that passed switchoverRefuses before
+			// draining was set counts itself in flight under sp.mu, or
+			// sees draining there and is refused (lateRefusal).
+			sp.mu.Lock()
+			sp.mu.Unlock() //nolint:staticcheck // a barrier
 			for sp.inflight.Load() > 0 {
 				if time.Now().After(deadline) {
 					return refuse(fmt.Sprintf("%s-%d: puts in flight did not complete", t.name, p))
@@ -498,11 +503,34 @@ func (c *conn) switchoverRefuses(r *protocol.Request) bool {
 		c.b.stats.cmdPut.Add(1)
 		c.b.stats.putFailed.Add(1)
 	}
+	c.reply(protocol.StatusBusy, f.drainRefusal(), r.Opaque)
+	return true
+}
+
+// drainRefusal is the reply body of a put refused while a switchover
+// drains this holder or while it takes the epoch.
+func (f *failover) drainRefusal() string {
 	what := "switching over to its in-sync slave (metaq failover)"
 	if f.starting.Load() {
 		what = "taking the epoch"
 	}
-	c.reply(protocol.StatusBusy, "broker "+strconv.Itoa(c.b.config().BrokerID)+" is "+what+"; retry: the new master registers in ids/"+
-		strconv.Itoa(c.b.config().BrokerID)+"/master in a moment", r.Opaque)
-	return true
+	id := strconv.Itoa(f.b.config().BrokerID)
+	return "broker " + id + " is " + what + "; retry: the new master registers in ids/" + id + "/master in a moment"
+}
+
+// lateRefusal is, under the partition's sp.mu, the reply to a put that
+// passed failoverRefuses but must not be appended after all ("" if it
+// may): a switchover began to drain this holder (its barrier on sp.mu
+// orders the two: the drain waits for the puts counted in flight before
+// it, and those after it see draining), or this member stopped holding
+// the epoch meanwhile. So no put is appended here once the drain has
+// taken a partition's end.
+func (f *failover) lateRefusal() (int, string) {
+	switch {
+	case f.draining.Load() || f.starting.Load():
+		return protocol.StatusBusy, f.drainRefusal()
+	case f.role.Load() != foMaster:
+		return protocol.StatusInternalError, f.refusal()
+	}
+	return 0, ""
 }
