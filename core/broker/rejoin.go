@@ -202,19 +202,15 @@ func (f *failover) rejoin(addr string, tlsMaster bool) error {
 	case next == 0:
 		return fmt.Errorf("the holder at %s (epoch %d) knows no start of an epoch after %d", addr, cur, last)
 	}
+	// The puller and the syncs skip by the partitions' append states
+	// from here on: they are the logs' own (a former holder appended its
+	// puts past what it had as a slave).
+	if err := s.resetLogStates(); err != nil {
+		return err
+	}
 	who := "the holder"
 	if d, _, ok, err := f.reg().ReadEpoch(); err == nil && ok && d.Epoch == cur {
 		who = memberName(b.config().BrokerID, d.Holder)
-	}
-	// The ids the puller and syncs skip below are the logs' own from here
-	// on (a former holder appended past what it had as a slave).
-	for _, t := range b.topicList() {
-		for _, l := range t.parts {
-			sl := s.logState(l)
-			sl.mu.Lock()
-			sl.lastID = l.LastID()
-			sl.mu.Unlock()
-		}
 	}
 	if last > 0 {
 		for _, t := range b.topicList() {
@@ -271,6 +267,31 @@ func (f *failover) rejoin(addr string, tlsMaster bool) error {
 	}
 	b.logf("failover: member %s of broker %d copies from %s at epoch %d (the epochs after %d recorded in %s)",
 		memberLabel(f.me()), b.config().BrokerID, who, cur, last, epochsFile)
+	return nil
+}
+
+// resetLogStates sets every partition's append state (slaveLog: the
+// last id and the end the puller and the syncs skip below) to its log's,
+// once the log's appends in flight are done. A member that held an epoch
+// appended its puts to the logs directly, past the states it last had as
+// a slave: with a stale end, the puller would append again records a
+// sync from the new holder had just stored (they lie at or past that
+// end), and the copies would diverge.
+func (s *slaveState) resetLogStates() error {
+	for _, t := range s.b.topicList() {
+		for p, l := range t.parts {
+			sl := s.logState(l)
+			sl.mu.Lock()
+			end, err := l.Settle()
+			if err == nil {
+				sl.lastID, sl.end = l.LastID(), end
+			}
+			sl.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("partition %s-%d: %w", t.name, p, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -413,6 +434,11 @@ func (f *failover) switchover() (int, string) {
 	for _, t := range b.topicList() {
 		for p, l := range t.parts {
 			sp := sm.part(t.name, int32(p), l)
+			// A barrier: a put that passed switchoverRefuses before
+			// draining was set counts itself in flight under sp.mu, or
+			// sees draining there and is refused (lateRefusal).
+			sp.mu.Lock()
+			sp.mu.Unlock() //nolint:staticcheck // a barrier
 			for sp.inflight.Load() > 0 {
 				if time.Now().After(deadline) {
 					return refuse(fmt.Sprintf("%s-%d: puts in flight did not complete", t.name, p))
@@ -477,11 +503,34 @@ func (c *conn) switchoverRefuses(r *protocol.Request) bool {
 		c.b.stats.cmdPut.Add(1)
 		c.b.stats.putFailed.Add(1)
 	}
+	c.reply(protocol.StatusBusy, f.drainRefusal(), r.Opaque)
+	return true
+}
+
+// drainRefusal is the reply body of a put refused while a switchover
+// drains this holder or while it takes the epoch.
+func (f *failover) drainRefusal() string {
 	what := "switching over to its in-sync slave (metaq failover)"
 	if f.starting.Load() {
 		what = "taking the epoch"
 	}
-	c.reply(protocol.StatusBusy, "broker "+strconv.Itoa(c.b.config().BrokerID)+" is "+what+"; retry: the new master registers in ids/"+
-		strconv.Itoa(c.b.config().BrokerID)+"/master in a moment", r.Opaque)
-	return true
+	id := strconv.Itoa(f.b.config().BrokerID)
+	return "broker " + id + " is " + what + "; retry: the new master registers in ids/" + id + "/master in a moment"
+}
+
+// lateRefusal is, under the partition's sp.mu, the reply to a put that
+// passed failoverRefuses but must not be appended after all ("" if it
+// may): a switchover began to drain this holder (its barrier on sp.mu
+// orders the two: the drain waits for the puts counted in flight before
+// it, and those after it see draining), or this member stopped holding
+// the epoch meanwhile. So no put is appended here once the drain has
+// taken a partition's end.
+func (f *failover) lateRefusal() (int, string) {
+	switch {
+	case f.draining.Load() || f.starting.Load():
+		return protocol.StatusBusy, f.drainRefusal()
+	case f.role.Load() != foMaster:
+		return protocol.StatusInternalError, f.refusal()
+	}
+	return 0, ""
 }

@@ -127,6 +127,14 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 	}
 	sp := sm.part(t.name, p, l)
 	sp.mu.Lock()
+	if f := c.b.fo; f != nil {
+		if code, msg := f.lateRefusal(); msg != "" { // rejoin.go
+			sp.mu.Unlock()
+			c.b.stats.putFailed.Add(1)
+			c.reply(code, msg, opaque)
+			return
+		}
+	}
 	lk, ok := sm.inSync(sp)
 	if !ok {
 		if !sm.degrade {
