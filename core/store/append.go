@@ -117,9 +117,12 @@ func (l *Log) appendGroup(entries []Entry, w Waiter, token uint64) error {
 	return nil
 }
 
-// pendArenaSize is the size of a journaled log's pending-records arena
-// (a larger append gets an arena of its own size).
+// pendArenaSize is the smallest size of a journaled log's pending-records
+// arena.
 const pendArenaSize = 64 << 10
+
+// maxPendArena bounds the arena size chosen for a busy partition.
+const maxPendArena = 4 << 20
 
 // reserveJournaled makes room in a journaled log's pending buffer for the
 // records of entries without moving bytes a round has taken: l.pend is the
@@ -135,7 +138,11 @@ func (l *Log) reserveJournaled(entries []Entry) {
 	if cap(l.pend)-len(l.pend) >= need {
 		return
 	}
-	nb := make([]byte, len(l.pend), max(pendArenaSize, len(l.pend)+need))
+	// Several times what is needed (up to maxPendArena), so that a busy
+	// partition, whose pending bytes move to each new arena, moves few of
+	// its bytes; a quiet one keeps small arenas.
+	size := min(8*(len(l.pend)+need), maxPendArena)
+	nb := make([]byte, len(l.pend), max(pendArenaSize, size, len(l.pend)+need))
 	copy(nb, l.pend)
 	l.pend = nb
 }
