@@ -185,6 +185,9 @@ func (c *Config) check() []Problem {
 	k.intRange("journal_file_size", c.JournalFileSize, minJournalFileSize, maxJournalFileSize)
 	k.min("journal_checkpoint_bytes", c.JournalCheckpointBytes, minJournalFileSize)
 	k.intRange("journal_checkpoint_interval", int64(c.JournalCheckpointInterval), 10, maxJournalCkptMs)
+	if c.JournalCheckpointSync != CheckpointSyncAuto && c.JournalCheckpointSync != CheckpointSyncFsync {
+		k.add("journal_checkpoint_sync", "must be %q or %q, got %q", CheckpointSyncAuto, CheckpointSyncFsync, c.JournalCheckpointSync)
+	}
 	k.transactions(c)
 	k.replication(c)
 	okT := k.intRange("max_transfer_size", int64(c.MaxTransferSize), RecordHeaderSize+1, maxTransferSizeCap)

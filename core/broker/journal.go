@@ -42,6 +42,10 @@ func (b *Broker) openJournals() error {
 	if b.config().Recovery == conf.RecoveryTruncate {
 		recovery = store.RecoverTruncate
 	}
+	ckptSync := store.CheckpointSyncAuto
+	if b.config().JournalCheckpointSync == conf.CheckpointSyncFsync {
+		ckptSync = store.CheckpointSyncFsync
+	}
 	b.journals = make(map[string]*store.Journal)
 	for dir, gc := range need {
 		if !gc {
@@ -57,6 +61,7 @@ func (b *Broker) openJournals() error {
 			Logf:               b.logf,
 			Recovery:           recovery,
 			Observer:           b.metrics.journalObserver(),
+			CheckpointSync:     ckptSync,
 		})
 		if err != nil {
 			b.closeJournals()

@@ -63,9 +63,33 @@ type JournalOptions struct {
 	// Observer, if set, is told how long each journal fdatasync took and
 	// how many appends each group-commit round committed (metrics).
 	Observer Observer
+	// CheckpointSync is how a checkpoint makes the segments it wrote
+	// durable: CheckpointSyncAuto (the default) or CheckpointSyncFsync.
+	CheckpointSync CheckpointSync
 
 	hooks *journalHooks
 }
+
+// CheckpointSync is how a checkpoint makes the segments it wrote durable
+// (conf key journal_checkpoint_sync; docs/storage.md, "Checkpoint sync").
+type CheckpointSync int
+
+const (
+	// CheckpointSyncAuto fdatasyncs each segment, except that a checkpoint
+	// of at least syncfsMinSegments segments on a local ext4, xfs or
+	// btrfs data directory makes them durable with one syncfs(2) of the
+	// file system (segments on another file system are still
+	// fdatasynced).
+	CheckpointSyncAuto CheckpointSync = iota
+	// CheckpointSyncFsync always fdatasyncs each segment.
+	CheckpointSyncFsync
+)
+
+// syncfsMinSegments is the smallest checkpoint (in segments) that
+// CheckpointSyncAuto makes durable with syncfs: below it, a few
+// fdatasyncs cost less than writing back whatever else the file system
+// holds dirty.
+const syncfsMinSegments = 32
 
 // journalHooks are the test seams of a Journal; nil fields keep the real
 // operation.
@@ -77,6 +101,10 @@ type journalHooks struct {
 	// replayLimit, if positive, makes recovery stop with errReplayStopped
 	// after writing that many records (a crash during replay).
 	replayLimit int
+	// syncfs replaces syncfs(2) of the checkpoints; with syncfsFS set it is
+	// used whatever the file system (CheckpointSyncAuto).
+	syncfs   func(f *os.File) error
+	syncfsFS bool
 }
 
 // errReplayStopped is returned by a recovery stopped by a test hook.
@@ -89,8 +117,12 @@ type JournalStats struct {
 	Bytes       int64 // journal bytes written
 	Checkpoints int64 // checkpoint records made durable
 	Recycled    int64 // freed journal files renamed forward for reuse
-	Replayed    int64 // data records written to segments by recovery
-	Skipped     int64 // data records recovery found already in place
+	// Syncfs counts checkpoints whose segments one syncfs(2) of the file
+	// system made durable instead of an fdatasync each
+	// (JournalOptions.CheckpointSync).
+	Syncfs   int64
+	Replayed int64 // data records written to segments by recovery
+	Skipped  int64 // data records recovery found already in place
 	// Behind is the journal bytes written after the last durable
 	// checkpoint's start: what a restart would replay (journal lag).
 	Behind int64
@@ -235,6 +267,14 @@ type Journal struct {
 	once     sync.Once
 
 	nRounds, nFsyncs, nBytes, nCheckpoints, nRecycled, nReplayed, nSkipped atomic.Int64
+	nSyncfs                                                                atomic.Int64
+
+	// syncfs is how a checkpoint makes many segments durable at once
+	// (checkpointSyncfs); nil when each segment is fdatasynced. fsDev is
+	// the device of the data directory's file system and fsName its type.
+	syncfs func(f *os.File) error
+	fsDev  uint64
+	fsName string
 }
 
 // OpenJournal opens (creating it if needed) the journal of dataDir and
@@ -290,6 +330,15 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		j.replayLimit = h.replayLimit
 	}
 	j.syncFile = observeSync(j.syncFile, opts.Observer)
+	if opts.CheckpointSync == CheckpointSyncAuto {
+		if ok, name, dev := fsutil.SyncfsFS(dataDir); ok {
+			j.syncfs, j.fsName, j.fsDev = fsutil.Syncfs, name, dev
+		}
+		if h := opts.hooks; h != nil && h.syncfsFS {
+			j.syncfs, j.fsName = h.syncfs, "test"
+			j.fsDev, _ = fsutil.Device(dataDir)
+		}
+	}
 	j.cond.L = &j.mu
 	j.ckptWake = make(chan struct{})
 	j.maxBehind = 2 * j.ckptBytes
@@ -364,6 +413,7 @@ func (j *Journal) Stats() JournalStats {
 		Bytes:       j.nBytes.Load(),
 		Checkpoints: j.nCheckpoints.Load(),
 		Recycled:    j.nRecycled.Load(),
+		Syncfs:      j.nSyncfs.Load(),
 		Replayed:    j.nReplayed.Load(),
 		Skipped:     j.nSkipped.Load(),
 		Behind:      j.behind(),
@@ -1038,8 +1088,13 @@ func (j *Journal) snapshot() *ckptJob {
 	return job
 }
 
-// syncSegments fsyncs the job's segments and drops their references.
+// syncSegments writes the job's segments' tails and makes them durable,
+// then drops their references: an fdatasync each, or, for a checkpoint of
+// many segments on a file system whose syncfs covers them, one syncfs
+// after every tail is written (CheckpointSyncAuto).
 func (j *Journal) syncSegments(job *ckptJob) {
+	useFS := j.syncfs != nil && j.lock != nil && len(job.segs) >= syncfsMinSegments
+	covered := func(d dirtySeg) bool { return useFS && d.log.devOK && d.log.dev == j.fsDev }
 	workers := min(len(job.segs), ckptSyncWorkers)
 	var next atomic.Int64
 	var emu sync.Mutex
@@ -1070,7 +1125,7 @@ func (j *Journal) syncSegments(job *ckptJob) {
 				emu.Lock()
 				failed := job.err != nil
 				emu.Unlock()
-				if failed {
+				if failed || covered(d) {
 					continue
 				}
 				if err := d.log.syncFile(d.seg.f); err != nil {
@@ -1084,6 +1139,16 @@ func (j *Journal) syncSegments(job *ckptJob) {
 		})
 	}
 	wg.Wait()
+	if useFS && job.err == nil && job.skip == nil {
+		// Every tail is written: one syncfs makes them durable, with
+		// their sizes (and everything else the file system holds dirty).
+		// Its error, like an fsync's, is final.
+		if err := j.syncfs(j.lock); err != nil {
+			job.err = j.fail(fmt.Errorf("checkpoint syncfs of %s (%s): %w", j.dataDir, j.fsName, err))
+		} else {
+			j.nSyncfs.Add(1)
+		}
+	}
 	for _, d := range job.segs {
 		if job.skip != nil && job.err == nil {
 			d.log.redirty(d.seg) // the next checkpoint writes and fsyncs it

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"github.com/metaq-go/metaq/internal/fsutil"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -183,6 +184,10 @@ type Log struct {
 	// records give the partition.
 	j     *Journal
 	jname string
+	// dev is the device of the log directory's file system (devOK: known),
+	// for the journal's checkpoints (Journal.syncSegments).
+	dev   uint64
+	devOK bool
 	// stagedID is the id of the last record written to the segment (not
 	// necessarily synced yet), for the journal's checkpoints; owned by
 	// the committer.
@@ -320,6 +325,9 @@ func Open(dir string, opts Options) (*Log, error) {
 	// power loss, or every segment in it goes with it.
 	if err := MkdirAllDurable(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store: create %s: %w", dir, err)
+	}
+	if l.j != nil {
+		l.dev, l.devOK = fsutil.Device(dir)
 	}
 	lock, err := lockDir(dir)
 	if err != nil {

@@ -4,6 +4,7 @@ package faultfs_test
 
 import (
 	"bytes"
+	"github.com/metaq-go/metaq/internal/fsutil"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -350,4 +351,17 @@ func TestCutWithOpenFile(t *testing.T) {
 	require.Equal(t, "synced", readFile(t, filepath.Join(under, "open")))
 	f.Close() // ENOTCONN: the cut aborted the connection
 
+}
+
+// TestNoSyncfs: the harness's file system is not one whose syncfs(2)
+// reaches every file (FUSE forwards syncfs to few servers), so the
+// journal's checkpoints fdatasync each segment on it and the power-cut
+// tests check that path; the file system underneath is told apart.
+func TestNoSyncfs(t *testing.T) {
+	m, under := mount(t, 1)
+	ok, name, _ := fsutil.SyncfsFS(m.Dir())
+	require.False(t, ok, "a FUSE mount is not a syncfs file system (got %q)", name)
+	if ok, name, _ := fsutil.SyncfsFS(under); ok {
+		t.Logf("underlying file system: %s (syncfs covers it)", name)
+	}
 }
