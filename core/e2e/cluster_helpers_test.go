@@ -94,6 +94,10 @@ type testCluster struct {
 	dir  string
 	zk   *zk.Conn // the test's own ZooKeeper client
 
+	// dialer, if not nil, is how the test's raw clients connect to the
+	// brokers (TLS, a login); nil is dialClient.
+	dialer func(addr string) (*client, error)
+
 	mu      sync.Mutex
 	brokers map[int]*clusterBroker
 }
@@ -254,6 +258,24 @@ func (c *testCluster) broker(id int) *clusterBroker {
 		panic(fmt.Sprintf("no broker %d in the cluster", id))
 	}
 	return b
+}
+
+// dialAddr connects a raw client to addr with the cluster's dialer.
+func (c *testCluster) dialAddr(addr string) (*client, error) {
+	if c.dialer != nil {
+		return c.dialer(addr)
+	}
+	return dialClient(addr)
+}
+
+// dial is dialAddr that fails t on an error and closes the connection at
+// the end of the test.
+func (c *testCluster) dial(t testing.TB, addr string) *client {
+	t.Helper()
+	cl, err := c.dialAddr(addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { cl.nc.Close() })
+	return cl
 }
 
 // zkConn is the test's own ZooKeeper client (do not close it).

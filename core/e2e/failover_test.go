@@ -71,7 +71,7 @@ func (l *foLoad) dialMaster() (*client, string) {
 		time.Sleep(20 * time.Millisecond)
 		return nil, addr
 	}
-	cl, err := dialClient(addr)
+	cl, err := l.c.dialAddr(addr)
 	if err != nil {
 		time.Sleep(20 * time.Millisecond)
 		return nil, addr
@@ -225,7 +225,7 @@ func checkOn(t testing.TB, h *queuecheck.History, n *replNode) {
 // topic-<p>) and checks the history.
 func checkTopicOn(t testing.TB, h *queuecheck.History, n *replNode, topic string, parts int32) {
 	t.Helper()
-	cl := dial(t, n.Addr)
+	cl := n.dial(t)
 	defer cl.close()
 	for p := range parts {
 		recs, end, err := readPartition(cl, topic, p, 1<<20)
@@ -283,7 +283,14 @@ func failoverRounds(t testing.TB, rounds int, took func(round int, d time.Durati
 	holder := startRepl(t, c, 1, -1, "")
 	slave := startRepl(t, c, 1, 1, "")
 	waitStat(t, holder, "failover_insync", "s1", 20*time.Second)
-	h := queuecheck.New()
+	killRounds(t, c, holder, slave, queuecheck.New(), rounds, false, took)
+}
+
+// killRounds runs rounds rounds of kill -9 of the holder (slave in sync)
+// under load recorded in h, as failoverRounds describes; after the last
+// round the killed broker rejoins only if rejoinLast.
+func killRounds(t testing.TB, c *testCluster, holder, slave *replNode, h *queuecheck.History, rounds int, rejoinLast bool, took func(round int, d time.Duration)) {
+	t.Helper()
 	var all []foAck
 	for round := 1; round <= rounds; round++ {
 		load := startFoLoad(t, c, h, fmt.Sprintf("r%d", round))
@@ -302,7 +309,7 @@ func failoverRounds(t testing.TB, rounds int, took func(round int, d time.Durati
 		all = append(all, load.acks...)
 		checkOn(t, h, slave)
 		checkEpochs(t, all)
-		if round == rounds {
+		if round == rounds && !rejoinLast {
 			break
 		}
 		// The killed broker comes back on its own data directory, with its
@@ -412,7 +419,7 @@ func TestSyncFailoverPausedMaster(t *testing.T) {
 // bound to the current epoch, and binding to a stale one.
 func checkSyncFenced(t testing.TB, n *replNode, current int64) {
 	t.Helper()
-	cl := dial(t, n.Addr)
+	cl := n.dial(t)
 	defer cl.close()
 	body := []byte("stale-sync")
 	require.NoError(t, cl.write(protocol.AppendSync(nil, "repl", 0, 0, 1<<60, -1, 7, body)))

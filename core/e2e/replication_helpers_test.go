@@ -58,6 +58,11 @@ type replNode struct {
 	Addr    string
 	DataDir string
 
+	// edit, if not nil, makes the node's own config file from the
+	// cluster's file text and the node's port at every launch; the node
+	// is then started without --port (the edited file has the ports).
+	edit func(text string, port int) string
+
 	procs
 }
 
@@ -65,10 +70,17 @@ type replNode struct {
 // port with a data directory of its own (dataDir "" makes one).
 func startRepl(t testing.TB, c *testCluster, id, slave int, dataDir string) *replNode {
 	t.Helper()
+	return startReplEdit(t, c, id, slave, dataDir, nil)
+}
+
+// startReplEdit is startRepl with a config file of the node's own, made
+// by edit from the cluster's (replNode.edit).
+func startReplEdit(t testing.TB, c *testCluster, id, slave int, dataDir string, edit func(text string, port int) string) *replNode {
+	t.Helper()
 	if dataDir == "" {
 		dataDir = filepath.Join(c.dir, fmt.Sprintf("b%d-s%d", id, slave))
 	}
-	n := &replNode{c: c, ID: id, Slave: slave, DataDir: dataDir}
+	n := &replNode{c: c, ID: id, Slave: slave, DataDir: dataDir, edit: edit}
 	require.NoError(t, os.MkdirAll(dataDir, 0o755))
 	t.Cleanup(func() {
 		p, runs := n.current(), n.all()
@@ -96,8 +108,19 @@ func (n *replNode) String() string {
 }
 
 func (n *replNode) launch() error {
-	args := []string{"--config", n.c.ConfigPath, "--broker-id", strconv.Itoa(n.ID), "--slave-id", strconv.Itoa(n.Slave),
-		"--host", "127.0.0.1", "--port", strconv.Itoa(n.Port), "--http-port", "0", "--data-dir", n.DataDir, "--zk", n.c.ZK}
+	config, port := n.c.ConfigPath, []string{"--port", strconv.Itoa(n.Port)}
+	if n.edit != nil {
+		text, err := os.ReadFile(n.c.ConfigPath)
+		if err != nil {
+			return err
+		}
+		config, port = n.DataDir+".toml", nil
+		if err := os.WriteFile(config, []byte(n.edit(string(text), n.Port)), 0o600); err != nil {
+			return err
+		}
+	}
+	args := append([]string{"--config", config, "--broker-id", strconv.Itoa(n.ID), "--slave-id", strconv.Itoa(n.Slave),
+		"--host", "127.0.0.1", "--http-port", "0", "--data-dir", n.DataDir, "--zk", n.c.ZK}, port...)
 	p, err := brokertest.Launch(n.c.bin, nil, args...)
 	if p != nil {
 		n.started(p)
@@ -141,10 +164,17 @@ func (n *replNode) logContains(s string) bool {
 	return p != nil && strings.Contains(p.Logs.String(), s)
 }
 
+// dial connects to the node as the cluster's clients do (testCluster.dial)
+// and closes the connection at the end of the test.
+func (n *replNode) dial(t testing.TB) *client {
+	t.Helper()
+	return n.c.dial(t, n.Addr)
+}
+
 // stats returns the node's `stats` summary.
 func (n *replNode) stats(t testing.TB) map[string]string {
 	t.Helper()
-	cl := dial(t, n.Addr)
+	cl := n.dial(t)
 	defer cl.close()
 	r, err := cl.stats("")
 	require.NoError(t, err)
@@ -155,7 +185,7 @@ func (n *replNode) stats(t testing.TB) map[string]string {
 // replTopics has the same min and max offsets on slave as on master.
 func waitCaughtUp(t testing.TB, master, slave *replNode, timeout time.Duration) {
 	t.Helper()
-	mc, sc := dial(t, master.Addr), dial(t, slave.Addr)
+	mc, sc := master.dial(t), slave.dial(t)
 	defer mc.close()
 	defer sc.close()
 	deadline := time.Now().Add(timeout)
@@ -187,7 +217,7 @@ func waitCaughtUp(t testing.TB, master, slave *replNode, timeout time.Duration) 
 // readable to the same end once caught up).
 func compareCopies(t testing.TB, master, slave *replNode) (records int) {
 	t.Helper()
-	mc, sc := dial(t, master.Addr), dial(t, slave.Addr)
+	mc, sc := master.dial(t), slave.dial(t)
 	defer mc.close()
 	defer sc.close()
 	for topic, n := range replTopics {

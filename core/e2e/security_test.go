@@ -22,10 +22,19 @@ import (
 // dialTLS connects a raw client to addr over TLS.
 func dialTLS(t testing.TB, addr string, cfg *tls.Config) *client {
 	t.Helper()
-	nc, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", addr, cfg)
+	c, err := dialTLSClient(addr, cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() { nc.Close() })
-	return &client{nc: nc, dec: protocol.NewDecoder(nc, protocol.Limits{MaxBody: 64 << 20})}
+	t.Cleanup(func() { c.nc.Close() })
+	return c
+}
+
+// dialTLSClient connects a raw client to addr over TLS.
+func dialTLSClient(addr string, cfg *tls.Config) (*client, error) {
+	nc, err := tls.DialWithDialer(&net.Dialer{Timeout: ioTimeout}, "tcp", addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &client{nc: nc, dec: protocol.NewDecoder(nc, protocol.Limits{MaxBody: 64 << 20})}, nil
 }
 
 func (c *client) auth(user, password string) (reply, error) {
