@@ -2,7 +2,7 @@
 GO        ?= go
 BIN       := bin
 PKGS      := ./...
-TESTFLAGS ?= -race -timeout 12m
+TESTFLAGS ?= -race -timeout 14m
 CONFIG    ?= conf/server.toml
 
 # Plugin binaries (shipped offset stores, the MySQL XA coordinator and the
@@ -70,7 +70,7 @@ SOAK_COUNT ?= 5
 soak: build
 	METAQ_POWER_CUTS=$(SOAK_CUTS) $(GO) test -race -timeout 60m -count=1 -v -run '^TestPowerCuts64$$' ./core/e2e/
 	$(GO) test -race -timeout 60m -count=$(SOAK_COUNT) -run '^(TestCrashGroupCommit64|TestPowerCutsThreshold|TestThousandPartitions)$$' ./core/e2e/
-	METAQ_FAILOVER_ROUNDS=10 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverKill9$$' ./core/e2e/
+	METAQ_FAILOVER_ROUNDS=30 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverKill9$$' ./core/e2e/
 	METAQ_FAILOVER_POWERCUTS=5 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverPowerCut$$' ./core/e2e/
 	METAQ_TX_FAILOVER_ROUNDS=20 $(GO) test -timeout 20m -count=1 -v -run '^TestTxSyncFailoverKill9$$' ./core/e2e/
 

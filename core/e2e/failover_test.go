@@ -245,7 +245,7 @@ func foRounds() int {
 	if v, err := strconv.Atoi(os.Getenv("METAQ_FAILOVER_ROUNDS")); err == nil && v > 0 {
 		return v
 	}
-	return 3
+	return 10
 }
 
 // TestSyncFailoverKill9: a sync master with failover = true and its
