@@ -27,23 +27,38 @@ import (
 // sync once it has joined; the old master, restarted on its own data
 // directory with a tail the new holder never had, cuts that tail, rejoins
 // as slave 0 and gets named in sync, its copy equal to the holder's.
-func TestFailoverInProcess(t *testing.T) {
-	zkAddr := testsvc.ZooKeeper(t)
-	root := fmt.Sprintf("/failover-inproc-%d", time.Now().UnixNano())
+// failoverEnv gives a failover test its ZooKeeper, a fresh chroot named
+// after it and the failover settings of both members (2 s sessions).
+func failoverEnv(t *testing.T, name string) (string, string, func(*conf.Config)) {
+	t.Helper()
 	fo := func(c *conf.Config) {
 		c.Failover = true
 		c.ZooKeeper.SessionTimeout = 2000
 	}
-	mdir := t.TempDir()
-	master := replBroker(t, zkAddr, root, mdir, "", -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync })
-	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, fo)
-	mc := dialRaw(t, master.Addr())
+	return testsvc.ZooKeeper(t), fmt.Sprintf("/%s-%d", name, time.Now().UnixNano()), fo
+}
+
+// failoverPair starts a sync master on mdir and its slave 1, both with
+// fo, and waits until the master names the slave in sync; mc is a raw
+// connection to the master.
+func failoverPair(t *testing.T, zkAddr, root, mdir string, fo func(*conf.Config)) (master, slave *Broker, mc *rawClient) {
+	t.Helper()
+	master = replBroker(t, zkAddr, root, mdir, "", -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync })
+	slave = replBroker(t, zkAddr, root, t.TempDir(), "", 1, fo)
+	mc = dialRaw(t, master.Addr())
 	waitFor(t, 15*time.Second, func() error {
 		if v := mc.stats(t, "")["failover_insync"]; v != "s1" {
 			return fmt.Errorf("failover_insync %q", v)
 		}
 		return nil
 	})
+	return master, slave, mc
+}
+
+func TestFailoverInProcess(t *testing.T) {
+	zkAddr, root, fo := failoverEnv(t, "failover-inproc")
+	mdir := t.TempDir()
+	master, slave, mc := failoverPair(t, zkAddr, root, mdir, fo)
 	ok, fail := pipelinedPuts(t, master.Addr(), 200)
 	require.Equal(t, 200, ok, fail)
 	sc := dialRaw(t, slave.Addr())
@@ -175,21 +190,8 @@ func requireSlaveStates(t *testing.T, b *Broker, topic string) {
 // interleaving; the switchover then completes with the old holder's end
 // equal to the new holder's.
 func TestSwitchoverRefusesPutPastDrain(t *testing.T) {
-	zkAddr := testsvc.ZooKeeper(t)
-	root := fmt.Sprintf("/switchover-drain-%d", time.Now().UnixNano())
-	fo := func(c *conf.Config) {
-		c.Failover = true
-		c.ZooKeeper.SessionTimeout = 2000
-	}
-	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync })
-	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, fo)
-	mc := dialRaw(t, master.Addr())
-	waitFor(t, 15*time.Second, func() error {
-		if v := mc.stats(t, "")["failover_insync"]; v != "s1" {
-			return fmt.Errorf("failover_insync %q", v)
-		}
-		return nil
-	})
+	zkAddr, root, fo := failoverEnv(t, "switchover-drain")
+	master, slave, _ := failoverPair(t, zkAddr, root, t.TempDir(), fo)
 	ok, fail := pipelinedPuts(t, master.Addr(), 20)
 	require.Equal(t, 20, ok, fail)
 

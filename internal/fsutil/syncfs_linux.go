@@ -54,23 +54,5 @@ func Device(path string) (uint64, bool) {
 // that happened since f was opened or since the last Syncfs of f, once;
 // like an fsync error, it must not be retried. EINTR is retried.
 func Syncfs(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			serr = unix.Syncfs(int(fd))
-			if serr != unix.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return &os.PathError{Op: "syncfs", Path: f.Name(), Err: err}
-	}
-	if serr != nil {
-		return &os.PathError{Op: "syncfs", Path: f.Name(), Err: serr}
-	}
-	return nil
+	return syncCall(f, "syncfs", unix.Syncfs)
 }
