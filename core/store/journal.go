@@ -275,6 +275,9 @@ type Journal struct {
 	syncfs func(f *os.File) error
 	fsDev  uint64
 	fsName string
+	// fsDir is the data directory, opened for syncfs at the first
+	// checkpoint that needs it (by whoever runs checkpoints, one at a time).
+	fsDir *os.File
 }
 
 // OpenJournal opens (creating it if needed) the journal of dataDir and
@@ -458,6 +461,10 @@ func (j *Journal) closeFiles() {
 	if j.lock != nil {
 		_ = j.lock.Close()
 		j.lock = nil
+	}
+	if j.fsDir != nil {
+		_ = j.fsDir.Close()
+		j.fsDir = nil
 	}
 }
 
@@ -1093,7 +1100,16 @@ func (j *Journal) snapshot() *ckptJob {
 // many segments on a file system whose syncfs covers them, one syncfs
 // after every tail is written (CheckpointSyncAuto).
 func (j *Journal) syncSegments(job *ckptJob) {
-	useFS := j.syncfs != nil && j.lock != nil && len(job.segs) >= syncfsMinSegments
+	useFS := j.syncfs != nil && len(job.segs) >= syncfsMinSegments
+	if useFS && j.fsDir == nil {
+		d, err := os.Open(j.dataDir)
+		if err != nil {
+			j.logf("store: journal %s: checkpoint: %v; fdatasyncing each segment", j.dir, err)
+			useFS = false
+		} else {
+			j.fsDir = d
+		}
+	}
 	covered := func(d dirtySeg) bool { return useFS && d.log.devOK && d.log.dev == j.fsDev }
 	workers := min(len(job.segs), ckptSyncWorkers)
 	var next atomic.Int64
@@ -1143,7 +1159,7 @@ func (j *Journal) syncSegments(job *ckptJob) {
 		// Every tail is written: one syncfs makes them durable, with
 		// their sizes (and everything else the file system holds dirty).
 		// Its error, like an fsync's, is final.
-		if err := j.syncfs(j.lock); err != nil {
+		if err := j.syncfs(j.fsDir); err != nil {
 			job.err = j.fail(fmt.Errorf("checkpoint syncfs of %s (%s): %w", j.dataDir, j.fsName, err))
 		} else {
 			j.nSyncfs.Add(1)
