@@ -270,7 +270,7 @@ type Journal struct {
 	nSyncfs                                                                atomic.Int64
 
 	// syncfs is how a checkpoint makes many segments durable at once
-	// (checkpointSyncfs); nil when each segment is fdatasynced. fsDev is
+	// (syncSegments); nil when each segment is fdatasynced. fsDev is
 	// the device of the data directory's file system and fsName its type.
 	syncfs func(f *os.File) error
 	fsDev  uint64
