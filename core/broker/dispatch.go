@@ -301,14 +301,17 @@ func (c *conn) handleGet(r *protocol.Request) {
 		c.sendFiltered(in, r, l, v, maxSize)
 		return
 	}
+	// Counted before the send: a consumer that has read the reply then
+	// finds it in the counters (a scrape right after it raced the note).
+	// A send that fails closes the connection; its range counts as sent,
+	// since some of it may have left.
+	pc.bytesOut.Add(int64(v.Len))
+	c.noteSent(l, pc, v.Offset, v.Len) // msgsout.go
 	err = c.sendValue(v, r.Opaque)
 	v.Release()
 	if err != nil {
 		c.close()
-		return
 	}
-	pc.bytesOut.Add(int64(v.Len))
-	c.noteSent(l, pc, v.Offset, v.Len) // msgsout.go
 }
 
 func (c *conn) handleOffset(r *protocol.Request) {
