@@ -277,26 +277,27 @@ func (c *conn) replyFiltered(r *protocol.Request, buf []byte, base int64, recs [
 		out = binary.BigEndian.AppendUint64(out, uint64(recs[i].Offset))
 		out = append(out, buf[pos:pos+message.HeaderSize+recs[i].Size]...)
 	}
-	c.unlockOut(out)
+	// Counted before the send, as unfiltered gets are (dispatch.go).
 	if pc := c.getPC; pc != nil {
 		pc.bytesOut.Add(int64(total - 8*kept)) // the records, without their offset prefixes
 		pc.msgsOut.Add(int64(kept))
 	}
+	c.unlockOut(out)
 	return next
 }
 
 // sendPlain sends v, which holds msgs whole records, as a plain value
 // reply (sendfile) and releases it.
 func (c *conn) sendPlain(v store.View, opaque int32, msgs int) {
+	// Counted before the send, as unfiltered gets are (dispatch.go).
+	if pc := c.getPC; pc != nil {
+		pc.bytesOut.Add(int64(v.Len))
+		pc.msgsOut.Add(int64(msgs))
+	}
 	err := c.sendValue(v, opaque)
 	v.Release()
 	if err != nil {
 		c.close()
-		return
-	}
-	if pc := c.getPC; pc != nil {
-		pc.bytesOut.Add(int64(v.Len))
-		pc.msgsOut.Add(int64(msgs))
 	}
 }
 
