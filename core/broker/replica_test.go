@@ -299,6 +299,30 @@ func waitInSync(t *testing.T, m *Broker, want string) {
 	})
 }
 
+// proxiedSyncPair starts a slave and a sync master (sync_timeout 500 ms,
+// sync_degrade as given) whose link to the slave goes through a fault
+// proxy (closed at the end of the test), and waits until both partitions
+// are in sync.
+func proxiedSyncPair(t *testing.T, zkAddr, root string, degrade bool) (master, slave *Broker, proxy *faultnet.Proxy) {
+	t.Helper()
+	slave = replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
+	proxy, err := faultnet.Start(slave.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { proxy.Close() })
+	master = replBrokerOpts(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
+		c.Replication = conf.ReplicationSync
+		c.SyncDegrade = degrade
+		c.SyncTimeout = 500
+	}, Options{Logf: t.Logf, replAddr: func(a string) string {
+		if a == slave.Addr() {
+			return proxy.Addr()
+		}
+		return a
+	}})
+	waitInSync(t, master, "2/2")
+	return master, slave, proxy
+}
+
 // TestSyncLinkFaults: a fault proxy (internal/faultnet) sits between a
 // sync master and its slave. While it holds the link's bytes (a network
 // that stops delivering), and after it cuts the link, nothing is
@@ -311,22 +335,7 @@ func TestSyncLinkFaults(t *testing.T) {
 	for _, degrade := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync_degrade=%v", degrade), func(t *testing.T) {
 			root := fmt.Sprintf("/repl-faults-%d", time.Now().UnixNano())
-			slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
-			proxy, err := faultnet.Start(slave.Addr())
-			require.NoError(t, err)
-			defer proxy.Close()
-			to := func(a string) string {
-				if a == slave.Addr() {
-					return proxy.Addr()
-				}
-				return a
-			}
-			master := replBrokerOpts(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
-				c.Replication = conf.ReplicationSync
-				c.SyncDegrade = degrade
-				c.SyncTimeout = 500
-			}, Options{Logf: t.Logf, replAddr: to})
-			waitInSync(t, master, "2/2")
+			master, slave, proxy := proxiedSyncPair(t, zkAddr, root, degrade)
 			ok, fail := pipelinedPuts(t, master.Addr(), 200)
 			require.Equal(t, 200, ok, fail)
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
-	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -263,21 +262,7 @@ func TestTxReplicationDegrade(t *testing.T) {
 func TestTxReplicationPulledCommit(t *testing.T) {
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/txrepl-pulled-%d", time.Now().UnixNano())
-	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
-	proxy, err := faultnet.Start(slave.Addr())
-	require.NoError(t, err)
-	defer proxy.Close()
-	master := replBrokerOpts(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
-		c.Replication = conf.ReplicationSync
-		c.SyncDegrade = true
-		c.SyncTimeout = 500
-	}, Options{Logf: t.Logf, replAddr: func(a string) string {
-		if a == slave.Addr() {
-			return proxy.Addr()
-		}
-		return a
-	}})
-	waitInSync(t, master, "2/2")
+	master, slave, proxy := proxiedSyncPair(t, zkAddr, root, true)
 	mc := dialRaw(t, master.Addr())
 	key := "XID:1:bb:01:q"
 	txDo(t, mc, key, protocol.TxBegin)
@@ -389,20 +374,7 @@ func BenchmarkReplicatedTxCommit(b *testing.B) {
 func TestTxReplicationLinkHeld(t *testing.T) {
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/txrepl-held-%d", time.Now().UnixNano())
-	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
-	proxy, err := faultnet.Start(slave.Addr())
-	require.NoError(t, err)
-	defer proxy.Close()
-	master := replBrokerOpts(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
-		c.Replication = conf.ReplicationSync
-		c.SyncTimeout = 500
-	}, Options{Logf: t.Logf, replAddr: func(a string) string {
-		if a == slave.Addr() {
-			return proxy.Addr()
-		}
-		return a
-	}})
-	waitInSync(t, master, "2/2")
+	master, slave, proxy := proxiedSyncPair(t, zkAddr, root, false)
 	mc := dialRaw(t, master.Addr())
 	txDo(t, mc, "TX:s:1", protocol.TxBegin)
 	txrPut(t, mc, "TX:s:1", 0, "held a")
