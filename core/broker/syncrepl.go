@@ -159,7 +159,7 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 			c.b.logf("sync: %s-%d: the slave is not in sync; storing puts on the master alone (sync_degrade = true) until it is", t.name, p)
 		}
 		sm.degradedPuts.Add(int64(len(c.entries)))
-		w := &trackWaiter{c: c, sp: sp}
+		w := &trackWaiter{w: c, sp: sp}
 		sp.inflight.Add(1)
 		c.addPending(1)
 		err := l.Append(c.entries, w, token)
@@ -208,15 +208,17 @@ func (c *conn) realtimePut(t *topic, size int64) {
 	}
 }
 
-// trackWaiter completes a degraded (master-only) append.
+// trackWaiter completes an append counted in sp.inflight (a degraded,
+// master-only put, or a replicated transaction batch's local append) and
+// hands the completion on to w.
 type trackWaiter struct {
-	c  *conn
+	w  store.Waiter
 	sp *syncPart
 }
 
 func (w *trackWaiter) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 	w.sp.inflight.Add(-1)
-	w.c.AppendDone(token, firstID, firstOffset, err)
+	w.w.AppendDone(token, firstID, firstOffset, err)
 }
 
 // syncWait completes a replicated put once its local append and each of

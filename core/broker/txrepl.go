@@ -269,17 +269,6 @@ type txSyncPart struct {
 	i  int // batch index
 }
 
-// txBatchWait completes one replicated batch's local append.
-type txBatchWait struct {
-	tc *txCommit
-	sp *syncPart
-}
-
-func (w *txBatchWait) AppendDone(token uint64, firstID, firstOffset int64, err error) {
-	w.sp.inflight.Add(-1)
-	w.tc.AppendDone(token, firstID, firstOffset, err)
-}
-
 // slaveDone is the slave's answer to a shipped commit.
 func (tc *txCommit) slaveDone(err error) {
 	if err != nil {
@@ -362,7 +351,7 @@ func (c *conn) appendCommitReplicated(sm *syncMaster, t *tx, batches []*txBatch,
 		locs[sp.i] = txBatchLoc{topic: bt.t.name, partition: bt.p, notBefore: sp.sp.end,
 			firstID: bt.entries[0].ID, n: len(bt.entries), crc: batchCRC(bt.entries)}
 		sp.sp.inflight.Add(1)
-		if err := bt.l.Append(bt.entries, &txBatchWait{tc: tc, sp: sp.sp}, uint64(sp.i)); err != nil {
+		if err := bt.l.Append(bt.entries, &trackWaiter{w: tc, sp: sp.sp}, uint64(sp.i)); err != nil {
 			sp.sp.inflight.Add(-1)
 			c.b.disks.wakeOn(err)
 			tc.AppendDone(uint64(sp.i), 0, 0, fmt.Errorf("append to %s: %w", bt.l.Dir(), err))
