@@ -360,6 +360,25 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	c.replyBytes(protocol.StatusOK, protocol.AppendPutResultBody(body[:0], msgID, p, -1), r.Opaque)
 }
 
+// countdown counts the appends of a commit still to complete, with their
+// errors (mu also guards what its owner adds).
+type countdown struct {
+	mu   sync.Mutex
+	left int
+	errs []string
+}
+
+// done notes one completed append and reports whether it was the last.
+func (d *countdown) done(err error) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err != nil {
+		d.errs = append(d.errs, err.Error())
+	}
+	d.left--
+	return d.left == 0
+}
+
 // txCommit is one commit whose batches are being appended: it replies when
 // the last one is done.
 type txCommit struct {
@@ -371,9 +390,7 @@ type txCommit struct {
 	// batches are counted in the topics' in-counters once stored.
 	batches []*txBatch
 	flush   bool // a batch went to a threshold-mode partition: finish flushes it
-	mu      sync.Mutex
-	left    int
-	errs    []string
+	countdown
 	// slaveErr: a sync master's slave failed the shipped commit
 	// (txrepl.go).
 	slaveErr error
@@ -381,14 +398,7 @@ type txCommit struct {
 
 // AppendDone implements store.Waiter for one partition's batch.
 func (tc *txCommit) AppendDone(token uint64, _, _ int64, err error) {
-	tc.mu.Lock()
-	if err != nil {
-		tc.errs = append(tc.errs, err.Error())
-	}
-	tc.left--
-	last := tc.left == 0
-	tc.mu.Unlock()
-	if last {
+	if tc.done(err) {
 		if tc.heur || tc.flush || tc.c.b.txlog.releaseSyncs(tc.t) {
 			// Not on the caller's goroutine, the store's completer:
 			// finishing fsyncs (a threshold-mode partition, the
@@ -587,7 +597,7 @@ func (c *conn) forceAndAppend(t *tx, pos int64, batches []*txBatch, opaque int32
 	if err := c.b.txlog.force(pos); err != nil {
 		// Not known to be durable: do not append (a replay may or may
 		// not see the commit; if it does, it appends the batches).
-		tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: 1}
+		tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, countdown: countdown{left: 1}}
 		tc.AppendDone(0, 0, 0, err)
 		return
 	}
@@ -601,7 +611,7 @@ func (c *conn) appendCommit(t *tx, batches []*txBatch, opaque int32, heur bool) 
 		c.appendCommitReplicated(sm, t, batches, opaque, heur) // txrepl.go
 		return
 	}
-	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1, batches: batches}
+	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, countdown: countdown{left: len(batches) + 1}, batches: batches}
 	for _, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)
 		if bt.t.conf().UnflushThreshold > 0 {

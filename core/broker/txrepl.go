@@ -301,7 +301,7 @@ func (tc *txCommit) replFailure() string {
 // appended under its partition's sync lock at the offset the slave is
 // told, and the commit is shipped; the reply waits for both.
 func (c *conn) appendCommitReplicated(sm *syncMaster, t *tx, batches []*txBatch, opaque int32, heur bool) {
-	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, left: len(batches) + 1, batches: batches}
+	tc := &txCommit{c: c, t: t, opaque: opaque, heur: heur, countdown: countdown{left: len(batches) + 1}, batches: batches}
 	parts := make([]txSyncPart, len(batches))
 	for i, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"strconv"
-	"sync"
 
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -335,20 +334,11 @@ type slaveCommit struct {
 	t      *tx // the branch held prepared, or nil
 	opaque int32
 	logs   []*store.Log
-	mu     sync.Mutex
-	left   int
-	errs   []string
+	countdown
 }
 
 func (sc *slaveCommit) AppendDone(_ uint64, _, _ int64, err error) {
-	sc.mu.Lock()
-	if err != nil {
-		sc.errs = append(sc.errs, err.Error())
-	}
-	sc.left--
-	last := sc.left == 0
-	sc.mu.Unlock()
-	if last {
+	if sc.done(err) {
 		go sc.finish() // it may flush and write the journal
 	}
 }
@@ -450,7 +440,7 @@ func (c *conn) applyCommit(cm *txSyncCommit, opaque int32) {
 			return
 		}
 	}
-	sc := &slaveCommit{c: c, t: t, opaque: opaque, left: 1}
+	sc := &slaveCommit{c: c, t: t, opaque: opaque, countdown: countdown{left: 1}}
 	c.addPending(1)
 	for i, bt := range batches {
 		loc := cm.locs[i]
