@@ -26,6 +26,35 @@ import (
 // an entry longer than MaxMessageSize (ErrTooLarge). Entries is not
 // retained.
 func (l *Log) Append(entries []Entry, w Waiter, token uint64) error {
+	if err := l.checkEntries(entries); err != nil {
+		return err
+	}
+	if l.groupCommit {
+		return l.appendGroup(entries, w, token, false)
+	}
+	return l.appendThreshold(entries, w, token)
+}
+
+// AppendLead is Append for a caller that can wait for the commit: on an
+// idle journal (group-commit mode, nothing else in flight) it runs the
+// commit round itself, so w.AppendDone is called before AppendLead
+// returns, on the caller's goroutine, after the fdatasync; this spares a
+// lone synchronous put two goroutine handoffs. Under load, or when the
+// log is not journaled, it is Append. The caller must hold no lock that
+// a Waiter of the log (its own or another append's, completed in the
+// same round) takes.
+func (l *Log) AppendLead(entries []Entry, w Waiter, token uint64) error {
+	if !l.groupCommit || l.j == nil {
+		return l.Append(entries, w, token)
+	}
+	if err := l.checkEntries(entries); err != nil {
+		return err
+	}
+	return l.appendGroup(entries, w, token, true)
+}
+
+// checkEntries returns why entries cannot be appended, if they cannot.
+func (l *Log) checkEntries(entries []Entry) error {
 	if len(entries) == 0 {
 		return ErrEmptyBatch
 	}
@@ -37,10 +66,7 @@ func (l *Log) Append(entries []Entry, w Waiter, token uint64) error {
 			return fmt.Errorf("store: entry %d: ids given for some entries only", i)
 		}
 	}
-	if l.groupCommit {
-		return l.appendGroup(entries, w, token)
-	}
-	return l.appendThreshold(entries, w, token)
+	return nil
 }
 
 // takeIDs returns the first and last ids of entries: their own, or n new
@@ -78,8 +104,9 @@ func (l *Log) checkLocked() error {
 	return l.failErr
 }
 
-// appendGroup queues entries for the group-commit writer.
-func (l *Log) appendGroup(entries []Entry, w Waiter, token uint64) error {
+// appendGroup queues entries for the group-commit writer; with lead set
+// it may commit them itself (AppendLead).
+func (l *Log) appendGroup(entries []Entry, w Waiter, token uint64, lead bool) error {
 	if l.j != nil {
 		l.j.waitCheckpoint() // restart.go
 	}
@@ -111,8 +138,15 @@ func (l *Log) appendGroup(entries []Entry, w Waiter, token uint64) error {
 	}
 	l.mu.Unlock()
 	l.nAppends.Add(1)
-	if enqueue && !l.j.enqueue(l) {
+	if !enqueue {
+		return nil
+	}
+	ok, leads := l.j.enqueue(l, lead)
+	switch {
+	case !ok:
 		l.failQueued(fmt.Errorf("%w: journal %s closed", ErrClosed, l.j.dir))
+	case leads:
+		l.j.leadRound(l)
 	}
 	return nil
 }

@@ -120,7 +120,10 @@ type JournalStats struct {
 	// Syncfs counts checkpoints whose segments one syncfs(2) of the file
 	// system made durable instead of an fdatasync each
 	// (JournalOptions.CheckpointSync).
-	Syncfs   int64
+	Syncfs int64
+	// Led counts rounds run by the appending goroutine itself, on an
+	// idle journal (Log.AppendLead).
+	Led      int64
 	Replayed int64 // data records written to segments by recovery
 	Skipped  int64 // data records recovery found already in place
 	// Behind is the journal bytes written after the last durable
@@ -201,6 +204,12 @@ type Journal struct {
 	// interval although nothing was written: the last one was skipped.
 	retryCkpt bool
 	ckptRec   *ckptJob // fsynced by the checkpointer, record not yet written
+	// idle says the committer is parked with nothing to do; leading that
+	// an appending goroutine is running a round itself (leadRound), during
+	// which the committer stays parked. prevAppends is the number of
+	// appends of the last round staged.
+	idle, leading bool
+	prevAppends   int
 	// trusted holds, from recovery until each partition's Open takes it,
 	// how much of each partition recovery vouches for (restart.go).
 	trusted map[string]trustPoint
@@ -267,7 +276,7 @@ type Journal struct {
 	once     sync.Once
 
 	nRounds, nFsyncs, nBytes, nCheckpoints, nRecycled, nReplayed, nSkipped atomic.Int64
-	nSyncfs                                                                atomic.Int64
+	nSyncfs, nLed                                                          atomic.Int64
 
 	// syncfs is how a checkpoint makes many segments durable at once
 	// (syncSegments); nil when each segment is fdatasynced. fsDev is
@@ -417,6 +426,7 @@ func (j *Journal) Stats() JournalStats {
 		Checkpoints: j.nCheckpoints.Load(),
 		Recycled:    j.nRecycled.Load(),
 		Syncfs:      j.nSyncfs.Load(),
+		Led:         j.nLed.Load(),
 		Replayed:    j.nReplayed.Load(),
 		Skipped:     j.nSkipped.Load(),
 		Behind:      j.behind(),
@@ -537,17 +547,51 @@ func (j *Journal) CheckpointClosed(ctx context.Context) error {
 
 // enqueue hands l, which has pending appends, to the committer. It
 // returns false if the journal has closed (the committer may be gone).
-func (j *Journal) enqueue(l *Log) bool {
+// With lead set, when the journal is idle (the committer parked, no
+// round in flight or waiting, no checkpoint record to write, and the
+// previous round small) it hands l to no one and returns leads: the
+// caller then runs the round itself with leadRound, which saves the two
+// goroutine handoffs of a lone synchronous put.
+func (j *Journal) enqueue(l *Log, lead bool) (ok, leads bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
-		return false
+		return false, false
+	}
+	if lead && j.idle && !j.leading && len(j.ready) == 0 && len(j.groups) == 0 &&
+		j.ckptRec == nil && !j.due && len(j.slots) == roundSlots &&
+		j.prevAppends <= inlineMaxAppends {
+		j.leading = true
+		return true, true
 	}
 	j.ready = append(j.ready, l)
 	if len(j.ready) == 1 {
 		j.cond.Signal()
 	}
-	return true
+	return true, false
+}
+
+// leadRound stages, fdatasyncs and completes l's pending appends as one
+// round on the calling goroutine, after enqueue returned leads; the
+// committer stays parked meanwhile, so the round owns the committer's
+// state as a round of its own would. Waiters of the round (l's other
+// appends taken with it too) are completed on this goroutine.
+func (j *Journal) leadRound(l *Log) {
+	slot := <-j.slots // free: enqueue saw every slot free, and the committer is parked
+	r := j.stage([]*Log{l}, nil, nil, slot)
+	j.syncRound(r)
+	j.complete(r)
+	j.nLed.Add(1)
+	j.mu.Lock()
+	j.leading = false
+	j.prevAppends = r.appends
+	if j.sinceCkpt >= j.ckptBytes {
+		j.due = true // the committer starts the checkpoint
+	}
+	if len(j.ready) > 0 || len(j.groups) > 0 || j.ckptRec != nil || j.due || j.closed {
+		j.cond.Signal()
+	}
+	j.mu.Unlock()
 }
 
 // roundSlots is the number of commit rounds that can be between staging
@@ -592,12 +636,13 @@ func (j *Journal) committer() {
 	defer j.cwg.Done()
 	var logs []*Log
 	var groups []*atomicGroup
-	prevAppends := 0 // appends of the previous round
 	for {
 		j.mu.Lock()
-		for len(j.ready) == 0 && len(j.groups) == 0 && j.ckptRec == nil && !j.due && !j.closed {
+		for j.leading || len(j.ready) == 0 && len(j.groups) == 0 && j.ckptRec == nil && !j.due && !j.closed {
+			j.idle = !j.leading
 			j.cond.Wait()
 		}
+		j.idle = false
 		closed := j.closed
 		work := len(j.ready) > 0 || len(j.groups) > 0 || j.ckptRec != nil
 		if closed && !work {
@@ -645,13 +690,15 @@ func (j *Journal) committer() {
 			r := j.stage(logs, groups, ck, slot)
 			logs = make([]*Log, 0, cap(logs)) // r owns the slice now
 			clear(groups)
-			if idle && r.appends <= inlineMaxAppends && prevAppends <= inlineMaxAppends {
+			if idle && r.appends <= inlineMaxAppends && j.prevAppends <= inlineMaxAppends {
 				j.syncRound(r)
 				j.complete(r)
 			} else {
 				j.syncq <- r // never waits: there is room for every slot
 			}
-			prevAppends = r.appends
+			j.mu.Lock()
+			j.prevAppends = r.appends
+			j.mu.Unlock()
 		}
 		if !j.ckptBusy.Load() && j.Err() == nil && !closed &&
 			(j.sinceCkpt >= j.ckptBytes ||
