@@ -88,7 +88,10 @@ type conn struct {
 
 	entries []store.Entry
 	scratch []byte
-	filt    filterScratch // filtered gets (filter.go)
+	// lone says nothing was read behind the request being dispatched
+	// (read loop only): its put may be committed on this goroutine.
+	lone bool
+	filt filterScratch // filtered gets (filter.go)
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {
@@ -193,6 +196,9 @@ func (c *conn) serve() {
 			c.flushAndClose()
 			return
 		}
+		// A request with nothing read behind it may have its append
+		// committed by this goroutine (appendEntries).
+		c.lone = dec.Buffered() == 0 && !dr.full
 		c.omu.Lock()
 		c.dispatching = true
 		c.omu.Unlock()

@@ -182,7 +182,15 @@ func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput
 		c.probeStart.Store(monoNow())
 		c.probeTok.Store(token + 1)
 	}
-	if err := l.Append(c.entries, c, token); err != nil {
+	// With nothing else read from the connection, a put on an idle
+	// journal is committed on this goroutine (one fdatasync, no handoff
+	// to the committer and back); with more requests waiting to be read
+	// it is left to the committer, so that they join its rounds.
+	app := l.Append
+	if c.lone {
+		app = l.AppendLead
+	}
+	if err := app(c.entries, c, token); err != nil {
 		if probe {
 			c.probeTok.Store(0)
 		}

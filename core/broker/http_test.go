@@ -124,6 +124,7 @@ func TestHTTPMetrics(t *testing.T) {
 			dir := strconv.Quote(b.config().DataDir)
 			require.Greater(t, metricValue(t, scrape, `metaq_disk_free_bytes{data_dir=`+dir+`}`), 0.0)
 			require.Contains(t, string(scrape), "metaq_journal_lag_bytes{data_dir="+dir+"}")
+			require.Contains(t, string(scrape), "metaq_journal_led_rounds_total{data_dir="+dir+"}")
 			require.Contains(t, string(scrape), "metaq_journal_checkpoint_age_seconds{data_dir="+dir+"}")
 			require.Contains(t, string(scrape), "go_goroutines ")
 			if perPart {

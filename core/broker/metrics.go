@@ -155,6 +155,7 @@ var (
 	dJBytes        = desc("metaq_journal_written_bytes_total", "Journal bytes written.", "data_dir")
 	dJCkpts        = desc("metaq_journal_checkpoints_total", "Journal checkpoints made durable.", "data_dir")
 	dJSyncfs       = desc("metaq_journal_checkpoint_syncfs_total", "Journal checkpoints whose segments one syncfs of the file system made durable (journal_checkpoint_sync = \"auto\").", "data_dir")
+	dJLed          = desc("metaq_journal_led_rounds_total", "Group-commit rounds run by the appending connection itself on an idle journal (a lone synchronous put: no handoff to the committer).", "data_dir")
 	dJLag          = desc("metaq_journal_lag_bytes", "Journal bytes written after the last durable checkpoint: what a restart would replay.", "data_dir")
 	dJCkptAge      = desc("metaq_journal_checkpoint_age_seconds", "Seconds since the last durable checkpoint (since start before the first).", "data_dir")
 	dJFailed       = desc("metaq_journal_failed", "1 once a journal write or fsync failed (every durable put is then refused until restart).", "data_dir")
@@ -278,6 +279,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(dJBytes, st.Bytes, d)
 		counter(dJCkpts, st.Checkpoints, d)
 		counter(dJSyncfs, st.Syncfs, d)
+		counter(dJLed, st.Led, d)
 		gauge(dJLag, float64(st.Behind), d)
 		at := st.LastCheckpoint
 		if at.IsZero() {
