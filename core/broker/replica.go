@@ -124,6 +124,44 @@ type slaveLog struct {
 	// appended, and only single syncs (puts, whose ids rise with their
 	// offsets) are told apart by it.
 	end int64
+
+	// dmu (after mu, and alone in store completions) guards pulling, the
+	// puller's appends queued and not completed yet, and dups, the syncs
+	// whose message one of those appends holds: their replies wait until
+	// it is durable (pulled), since the master acknowledges the put on
+	// the strength of them. dupErr is a failure among those appends.
+	dmu     sync.Mutex
+	pulling int
+	dups    []dupSync
+	dupErr  error
+}
+
+// dupSync is a sync answered by a puller's append still in flight.
+type dupSync struct {
+	c      *conn
+	opaque int32
+	id     int64
+	part   int32
+}
+
+// pulled is the end of one of the puller's appends (err its failure):
+// once none is in flight, the syncs waiting for them are answered, 200 if
+// all of them succeeded.
+func (sl *slaveLog) pulled(err error) {
+	sl.dmu.Lock()
+	sl.pulling--
+	if err != nil && len(sl.dups) > 0 {
+		sl.dupErr = err
+	}
+	var dups []dupSync
+	if sl.pulling == 0 {
+		dups, sl.dups = sl.dups, nil
+		err, sl.dupErr = sl.dupErr, nil
+	}
+	sl.dmu.Unlock()
+	for _, d := range dups {
+		d.c.syncDupDone(d, err)
+	}
 }
 
 // logState returns l's slaveLog.
@@ -617,7 +655,12 @@ func (s *slaveState) apply(rp *replPart, r *protocol.Request, entries []store.En
 	res.n, res.bytes, res.skipped = len(entries), int64(used), int64(skipped)
 	s.b.endPulledBranches(entries) // txreplslave.go
 	wg.add()
+	res.sl = sl
+	sl.dmu.Lock()
+	sl.pulling++
+	sl.dmu.Unlock()
 	if err := rp.l.Append(entries, wg, uint64(i)); err != nil {
+		sl.pulled(err)
 		wg.done()
 		res.err = err
 	} else {
@@ -637,6 +680,7 @@ type roundResult struct {
 	skipped int64 // leading bytes the slave had already
 	off     int64
 	err     error
+	sl      *slaveLog // the partition's state, told when the append ends
 }
 
 // roundWaiter collects a round's appends (a store.Waiter).
@@ -652,6 +696,9 @@ func (w *roundWaiter) wait() { w.wg.Wait() }
 func (w *roundWaiter) AppendDone(token uint64, _ int64, firstOffset int64, err error) {
 	r := &w.res[token]
 	r.off, r.err = firstOffset, err
+	if r.sl != nil {
+		r.sl.pulled(err)
+	}
 	w.wg.Done()
 }
 

@@ -15,7 +15,9 @@ import (
 // master that ships a partition's puts in its append order on one
 // connection gets the same offsets here. A msgId at or below the last one
 // appended to the partition (the puller copied it already) is answered
-// 200 at once, with offset -1.
+// 200 with offset -1 once the puller's copy is durable (a reply sooner
+// would let the master acknowledge a put that a power cut of the slave
+// could still lose, and the copies differ meanwhile).
 //
 // The master ships a partition only after this slave has caught up with
 // it (syncrepl.go); handleSync itself cannot tell a gap, since sync
@@ -58,10 +60,20 @@ func (c *conn) handleSync(r *protocol.Request) {
 		return
 	}
 	if r.MsgID <= sl.lastID {
-		sl.mu.Unlock()
 		b.slave.syncDups.Add(1)
-		var body [64]byte
-		c.replyBytes(protocol.StatusOK, protocol.AppendPutResultBody(body[:0], r.MsgID, r.Partition, -1), r.Opaque)
+		d := dupSync{c: c, opaque: r.Opaque, id: r.MsgID, part: r.Partition}
+		c.addPending(1)
+		sl.dmu.Lock()
+		if sl.pulling > 0 {
+			// The puller's copy may not be durable yet: answer when it is.
+			sl.dups = append(sl.dups, d)
+			sl.dmu.Unlock()
+			sl.mu.Unlock()
+			return
+		}
+		sl.dmu.Unlock()
+		sl.mu.Unlock()
+		c.syncDupDone(d, nil)
 		return
 	}
 	c.entries = append(c.entries[:0], store.Entry{ID: r.MsgID, Flag: r.Flag, CRC: crc, Data: r.Body})
@@ -79,4 +91,16 @@ func (c *conn) handleSync(r *protocol.Request) {
 		return
 	}
 	b.slave.syncs.Add(1)
+}
+
+// syncDupDone answers d, a sync whose message the puller appended: 200
+// with offset -1, or the puller's append failure.
+func (c *conn) syncDupDone(d dupSync, err error) {
+	c.addPending(-1)
+	if err != nil {
+		c.reply(protocol.StatusInternalError, "sync: append failed: "+err.Error(), d.opaque)
+		return
+	}
+	var body [64]byte
+	c.replyBytes(protocol.StatusOK, protocol.AppendPutResultBody(body[:0], d.id, d.part, -1), d.opaque)
 }
