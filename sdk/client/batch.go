@@ -48,10 +48,11 @@ type batch struct {
 // accumulator groups messages into mput batches per topic-partition.
 //
 // Batches are sent in the order they are detached (by a full add, the
-// linger timer or a flush): detach queues them under mu and drain hands
-// them to the connection one after another under sendMu, whose wire
-// keeps that order. Sending each from the goroutine that detached it,
-// after unlocking, could put a partition's newer batch on the wire
+// linger timer, a flush, or a put or SendBatch chunk of the partition
+// that must not overtake them): detach queues them under mu and drain
+// hands them to the connection one after another under sendMu, whose
+// wire keeps that order. Sending each from the goroutine that detached
+// it, after unlocking, could put a partition's newer batch on the wire
 // before an older one.
 type accumulator struct {
 	p       *brokerProducer
@@ -132,6 +133,30 @@ func (a *accumulator) flushBatch(b *batch) {
 		return // already sent
 	}
 	a.detach(b)
+	a.mu.Unlock()
+	a.drain()
+}
+
+// flushKey sends key's batch now, if there is one, and returns once it
+// and every batch detached before it are handed to the connection: a
+// message sent past the batches after it (put) cannot overtake them.
+func (a *accumulator) flushKey(key tpKey) {
+	a.mu.Lock()
+	if b := a.batches[key]; b != nil {
+		a.detach(b)
+	}
+	a.mu.Unlock()
+	a.drain()
+}
+
+// sendAfter queues b, a batch formed elsewhere (a SendBatch chunk), after
+// the batch of its partition, and sends them.
+func (a *accumulator) sendAfter(b *batch) {
+	a.mu.Lock()
+	if ob := a.batches[b.key]; ob != nil {
+		a.detach(ob)
+	}
+	a.ready = append(a.ready, b)
 	a.mu.Unlock()
 	a.drain()
 }

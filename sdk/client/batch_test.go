@@ -87,3 +87,60 @@ func TestBatchOrderLingerRace(t *testing.T) {
 		requireStoredInOrder(t, res[part])
 	}
 }
+
+// TestBatchOrderBypass: a message over the batch byte limit (sent with
+// put) and SendBatch's chunks go after the batched messages of the same
+// partition accepted before them, never ahead of them.
+func TestBatchOrderBypass(t *testing.T) {
+	br := startBroker(t)
+	ctx := ctxT(t, 60*time.Second)
+	// A linger far longer than a send: the batched messages wait for it,
+	// or for a send that bypasses the batches to flush them.
+	p := newProducer(t, br.addr, withBatching(100, 4<<10, time.Second), withSelector(selector.Fixed(2)))
+	big := make([]byte, 8<<10)
+	var msgs []*message.Message
+	for i := range 200 {
+		m := &message.Message{Topic: topic, Body: []byte("m" + strconv.Itoa(i))}
+		if i%20 == 19 {
+			m.Body = big
+		}
+		msgs = append(msgs, m)
+	}
+	res0, err := sendInOrder(ctx, p, msgs)
+	require.NoError(t, err)
+	requireStoredInOrder(t, res0)
+
+	// Async sends wait in a batch; a SendBatch after them goes after them.
+	var res []SendResult
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		p.SendAsync(ctx, &message.Message{Topic: topic, Body: []byte("a" + strconv.Itoa(i))}, func(r SendResult, err error) {
+			require.NoError(t, err)
+			mu.Lock()
+			res = append(res, r)
+			mu.Unlock()
+			wg.Done()
+		})
+	}
+	batch := []*message.Message{{Topic: topic, Body: []byte("b0")}, {Topic: topic, Body: big}, {Topic: topic, Body: []byte("b2")}}
+	br2, err := p.SendBatch(ctx, batch)
+	require.NoError(t, err)
+	wg.Wait()
+	for _, r := range res {
+		require.Less(t, r.Offset, br2[0].Offset, "an async send accepted before SendBatch stored after it")
+	}
+	requireStoredInOrder(t, br2)
+
+	// A synchronous oversized Send after an async batched one.
+	done := make(chan SendResult, 1)
+	p.SendAsync(ctx, &message.Message{Topic: topic, Body: []byte("c0")}, func(r SendResult, err error) {
+		require.NoError(t, err)
+		done <- r
+	})
+	r, err := p.Send(ctx, &message.Message{Topic: topic, Body: big})
+	require.NoError(t, err)
+	require.Less(t, (<-done).Offset, r.Offset)
+	require.NoError(t, p.Close(context.Background()))
+}
