@@ -102,6 +102,13 @@ func (x *countIndex) noteChunk(segEnd int64, comps []completion) {
 	}
 }
 
+// reset (re)initialises a published segment's index, as setReady.
+func (x *countIndex) reset(base, end, n int64, ents []countEntry) {
+	x.mu.Lock()
+	x.setReady(base, end, n, ents)
+	x.mu.Unlock()
+}
+
 // cut drops what the index holds from keep on, cutRecords records
 // (Truncate; no append is in flight). Positions in a prefix that the
 // scrub has not counted (keep below base) are not covered: then the

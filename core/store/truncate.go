@@ -158,7 +158,12 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 	}
 	records := cutHere
 	for _, s := range segs[i+1:] {
+		l.segMu.RLock()
 		n := s.count.Load()
+		if s.uncounted {
+			n = -1 // not all counted yet
+		}
+		l.segMu.RUnlock()
 		if n < 0 {
 			if n, _, _, err = hopRecords(s, 0, s.size.Load(), l.maxMsg, nil); err != nil {
 				return Cut{}, fmt.Errorf("store: truncate %s: %w", l.dir, err)
@@ -195,6 +200,7 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 		nseg.readAt = l.readAt
 		nseg.cidx.setReady(0, keep, kept, keptIdx)
 	}
+	prefix := seg.integ.prefix.Load()
 	l.segMu.Lock()
 	victims := append([]*segment(nil), l.segs[i+1:]...)
 	if nseg != seg {
@@ -203,12 +209,28 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 	clear(l.segs[i+1:])
 	l.segs = l.segs[:i+1]
 	l.segs[i] = nseg
+	switch {
+	case keep < prefix && keep > 0:
+		// The cut took part of the prefix the scrub has not verified
+		// yet: it verifies [0, keep), the bytes after are new.
+		seg.integ.prefix.Store(keep)
+	case keep < prefix:
+		seg.integ.unverified.Store(false) // nothing is left of it
+	}
 	switch c := seg.count.Load(); {
 	case nseg != seg:
 		// What the message count holds of seg (all, some or none of its
 		// records) becomes kept.
 		nseg.count.Store(kept)
 		l.msgCount.Add(kept - max(c, 0))
+	case seg.uncounted && keep < prefix:
+		// Cut inside the prefix the background count has not counted:
+		// count the kept records here instead (its scrub still verifies
+		// them).
+		seg.uncounted = false
+		seg.count.Store(kept)
+		l.msgCount.Add(kept - c)
+		seg.cidx.reset(0, keep, kept, keptIdx)
 	default:
 		// The cut records are all counted (after any prefix still to
 		// count, which the background count adds later).
