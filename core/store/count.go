@@ -102,6 +102,29 @@ func (x *countIndex) noteChunk(segEnd int64, comps []completion) {
 	}
 }
 
+// reset (re)initialises a published segment's index, as setReady.
+func (x *countIndex) reset(base, end, n int64, ents []countEntry) {
+	x.mu.Lock()
+	x.setReady(base, end, n, ents)
+	x.mu.Unlock()
+}
+
+// cut drops what the index holds from keep on, cutRecords records
+// (Truncate; no append is in flight). Positions in a prefix that the
+// scrub has not counted (keep below base) are not covered: then the
+// index is rebuilt from keptIdx, the entries of a walk of [0, keep) that
+// found kept records.
+func (x *countIndex) cut(keep, cutRecords, kept int64, keptIdx []countEntry) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.ready || keep < x.base {
+		x.setReady(0, keep, kept, keptIdx)
+		return
+	}
+	k := sort.Search(len(x.ents), func(i int) bool { return x.ents[i].pos > keep })
+	x.setReady(x.base, keep, x.n-cutRecords, slices.Clip(x.ents[:k]))
+}
+
 // complete installs what the scrub found in [0, end): n records, entries
 // ents. A last segment whose index starts at its prefix (base == end)
 // gets its counts rebased to 0; anything else not ready becomes ready.

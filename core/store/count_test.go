@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,4 +226,214 @@ func FuzzCountRecords(f *testing.F) {
 		require.True(t, exact)
 		require.Equal(t, want, n, "CountRecords(%d, %d)", a, b)
 	})
+}
+
+// TestCountRecordsTruncate: counts stay exact across Truncate: a cut in
+// the active segment (then appends over the cut bytes' old positions), a
+// cut inside a sealed segment (which becomes the active one again), in
+// the three write modes, and after a reopen.
+func TestCountRecordsTruncate(t *testing.T) {
+	for _, mode := range []string{"writer", "threshold", "journal"} {
+		t.Run(mode, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+			dir, opts, l := openModeLog(t, mode, 3)
+			opts.MaxSegmentSize = 128 << 10
+			require.NoError(t, l.Close())
+			l = openLog(t, dir, opts)
+			// starts returns the record starts of the segment holding off.
+			starts := func(l *Log, in func(off int64) bool) []int64 {
+				var out []int64
+				for _, r := range readAllRecords(t, l, 1<<20) {
+					if in(r.Offset) {
+						out = append(out, r.Offset)
+					}
+				}
+				return out
+			}
+			cut := func(l *Log, offs []int64) {
+				require.NotEmpty(t, offs)
+				off := offs[len(offs)/2]
+				before := l.MessageCount()
+				c, err := l.Truncate(off)
+				require.NoError(t, err)
+				require.Equal(t, before-c.Records, l.MessageCount())
+			}
+			for l.SegmentCount() < 3 {
+				appendRandom(t, rng, l, 10)
+			}
+			checkCounts(t, rng, l, true)
+
+			// In the active segment.
+			l.segMu.RLock()
+			active, second := l.segs[len(l.segs)-1].start, l.segs[1].start
+			l.segMu.RUnlock()
+			cut(l, starts(l, func(off int64) bool { return off > active }))
+			checkCounts(t, rng, l, true)
+			appendRandom(t, rng, l, 8)
+			checkCounts(t, rng, l, true)
+
+			// Inside the first sealed segment.
+			cut(l, starts(l, func(off int64) bool { return off > 0 && off < second }))
+			require.Equal(t, 1, l.SegmentCount())
+			checkCounts(t, rng, l, true)
+			appendRandom(t, rng, l, 8)
+			checkCounts(t, rng, l, true)
+			for l.SegmentCount() < 2 {
+				appendRandom(t, rng, l, 10)
+			}
+			checkCounts(t, rng, l, true)
+
+			require.NoError(t, l.Close())
+			l = openLog(t, dir, opts)
+			require.Eventually(t, l.MessageCountComplete, 20*time.Second, time.Millisecond)
+			checkCounts(t, rng, l, true)
+		})
+	}
+}
+
+// TestCountRecordsScrubbedPrefix: a journaled log reopened after a clean
+// close trusts its last segment (the background scrub verifies that
+// prefix later), and the scrub repairs a damaged record in it from the
+// Repairer. Once the scrub is done, every count is exact and the message
+// count right, also after appends, a Truncate after the prefix, inside it
+// or at its start made before the scrub got there.
+func TestCountRecordsScrubbedPrefix(t *testing.T) {
+	for _, tc := range []string{"repaired", "appended", "cut-after-prefix", "cut-in-prefix", "cut-prefix"} {
+		t.Run(tc, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))
+			dataDir := t.TempDir()
+			dir := filepath.Join(dataDir, "t-0")
+			var gate chan struct{}
+			var lb logBuf
+			rep := &fakeRepairer{data: map[string][]byte{}}
+			// Reopened, the journal keeps new records in memory (segment
+			// tails) for a while: until the next checkpoint.
+			interval := 20 * time.Millisecond
+			open := func() (*Journal, *Log) {
+				j := openJournal(t, dataDir, JournalOptions{CheckpointInterval: interval, CheckpointBytes: 1 << 40})
+				g := gate
+				l := openLog(t, dir, Options{Journal: j, MaxSegmentSize: 128 << 10, Repairer: rep, Logf: lb.logf,
+					hooks: &hooks{scrubStart: func() {
+						if g != nil {
+							<-g
+						}
+					}}})
+				return j, l
+			}
+			j, l := open()
+			for l.SegmentCount() < 3 {
+				appendRandom(t, rng, l, 10)
+			}
+			// tailRecords returns the record starts of the last segment.
+			tailRecords := func() (start int64, offs []int64) {
+				l.segMu.RLock()
+				start = l.segs[len(l.segs)-1].start
+				l.segMu.RUnlock()
+				for _, r := range readAllRecords(t, l, 1<<20) {
+					if r.Offset >= start {
+						offs = append(offs, r.Offset)
+					}
+				}
+				return start, offs
+			}
+			// Small records until the last segment holds a few and has
+			// room for more.
+			// small returns where its appends start.
+			small := func(k int) (offs []int64) {
+				for range k {
+					es := make([]Entry, 5)
+					for i := range es {
+						es[i] = entry(bytes.Repeat([]byte{'s'}, 100+rng.IntN(400)))
+					}
+					_, off, err := l.AppendSync(es)
+					require.NoError(t, err)
+					offs = append(offs, off)
+				}
+				require.NoError(t, l.Flush())
+				return offs
+			}
+			for {
+				_, offs := tailRecords()
+				if len(offs) >= 40 && l.MaxOffset()-offs[0] < 64<<10 {
+					break
+				}
+				small(4)
+			}
+			// A record in the last segment, a quarter into it, gets a bit
+			// flipped while the log is closed.
+			tailStart, inTail := tailRecords()
+			l.segMu.RLock()
+			tailPath := l.segs[len(l.segs)-1].path
+			l.segMu.RUnlock()
+			require.Greater(t, len(inTail), 8)
+			require.NoError(t, l.Close())
+			require.NoError(t, j.Close())
+			orig, err := os.ReadFile(tailPath)
+			require.NoError(t, err)
+			rep.data["t-0"], rep.base = orig, tailStart
+			flip(t, tailPath, inTail[len(inTail)/4]-tailStart+message.HeaderSize+1, 0x08)
+
+			gate, interval = make(chan struct{}), 500*time.Millisecond
+			var gateOnce sync.Once
+			scrub := func() { gateOnce.Do(func() { close(gate) }) }
+			j, l = open()
+			defer func() {
+				scrub()
+				require.NoError(t, l.Close())
+				require.NoError(t, j.Close())
+			}()
+			l.segMu.RLock()
+			tail := l.segs[len(l.segs)-1]
+			l.segMu.RUnlock()
+			require.Equal(t, tail.size.Load(), tail.integ.prefix.Load(), "the whole last segment is trusted")
+			require.Equal(t, tailStart, tail.start)
+			_, exact, err := l.CountRecords(tailStart, l.MaxOffset())
+			require.NoError(t, err)
+			require.False(t, exact, "the prefix is not counted before the scrub")
+			// readBack reads records appended after a cut, right away.
+			readBack := func(offs []int64) {
+				for _, off := range offs {
+					v, err := l.Read(off, 1<<20)
+					require.NoError(t, err, "read at %d", off)
+					v.Release()
+				}
+			}
+			switch tc {
+			case "appended":
+				appendRandom(t, rng, l, 6)
+			case "cut-after-prefix":
+				after := small(8)[1:]
+				require.Equal(t, tail, l.segs[len(l.segs)-1], "no roll")
+				before := l.MessageCount()
+				c, err := l.Truncate(after[len(after)/2])
+				require.NoError(t, err)
+				require.Equal(t, before-c.Records, l.MessageCount())
+				readBack(small(2))
+			case "cut-in-prefix":
+				_, err := l.Truncate(inTail[len(inTail)/2])
+				require.NoError(t, err)
+				readBack(small(2))
+			case "cut-prefix": // the damaged record too
+				_, err := l.Truncate(tailStart)
+				require.NoError(t, err)
+				readBack(small(2))
+			}
+			scrub()
+			require.Eventually(t, l.MessageCountComplete, 20*time.Second, time.Millisecond)
+			if tc != "cut-prefix" {
+				require.Contains(t, lb.String(), "repaired ")
+			}
+			require.NotContains(t, lb.String(), "counting ", "the scrub failed")
+			checkCounts(t, rng, l, true)
+			var n int64
+			for _, r := range readAllRecords(t, l, 1<<20) {
+				if r.Offset >= tailStart && r.Offset < tail.end() {
+					n++
+				}
+			}
+			require.Equal(t, n, tail.count.Load(), "the last segment's count")
+			appendRandom(t, rng, l, 4)
+			checkCounts(t, rng, l, true)
+		})
+	}
 }

@@ -231,9 +231,10 @@ func (l *Log) installTrusted(segs []*segment, tt trustedTail) []*segment {
 	l.installRecovered(segs, sealed)
 	toCount := slices.Clone(sealed)
 	if tt.prefix > 0 {
-		tail.integ.prefix = tt.prefix
+		tail.integ.prefix.Store(tt.prefix)
 		tail.acquire()
 		tail.integ.unverified.Store(true)
+		tail.uncounted = true
 		toCount = append(toCount, tail)
 	}
 	return toCount
@@ -251,6 +252,7 @@ func (l *Log) installRecovered(segs, sealed []*segment) {
 	for _, s := range sealed {
 		s.acquire()
 		s.integ.unverified.Store(true) // until countSealed has scrubbed it
+		s.uncounted = true
 	}
 }
 
@@ -372,9 +374,11 @@ func (l *Log) countSealed(segs []*segment) {
 	for len(segs) > 0 {
 		s := segs[0]
 		l.segMu.RLock()
-		deleted := s.deleted
+		// Truncate may have cut a last segment's whole prefix: nothing is
+		// left to verify or count.
+		done := s.deleted || !s.uncounted && !s.integ.unverified.Load()
 		l.segMu.RUnlock()
-		if deleted {
+		if done {
 			s.release()
 			segs = segs[1:]
 			continue
@@ -389,7 +393,9 @@ func (l *Log) countSealed(segs []*segment) {
 			l.logf("store: %s: counting %s: %v", l.dir, filepath.Base(s.path), err)
 		}
 		l.segMu.Lock()
-		if !s.deleted {
+		// Not if Truncate counted the segment meanwhile.
+		if !s.deleted && s.uncounted {
+			s.uncounted = false
 			if s.count.Load() >= 0 {
 				// The last segment's prefix (installTrusted): its count
 				// already holds the records after the prefix and appends.

@@ -69,6 +69,14 @@ type segment struct {
 	// Log.segMu, like the first setting of a sealed segment's count.
 	deleted bool
 
+	// uncounted is set, before the segment is published, when the
+	// background count (countSealed) has records of it still to add to
+	// count and the log's message count: all of them (a sealed segment
+	// found at Open), or those of the prefix of a last segment recovered
+	// from a trust point. Cleared under Log.segMu by countSealed, or by
+	// Truncate when it counts the segment itself.
+	uncounted bool
+
 	// integ is the segment's verification state (verify.go).
 	integ integrity
 
@@ -218,8 +226,8 @@ func (r hookedReader) ReadAt(b []byte, off int64) (int, error) { return r.s.read
 // still to verify of a last segment recovered from a trust point
 // (restart.go), else the segment's size.
 func (s *segment) scanEnd() int64 {
-	if s.integ.prefix > 0 && s.integ.unverified.Load() {
-		return s.integ.prefix
+	if p := s.integ.prefix.Load(); p > 0 && s.integ.unverified.Load() {
+		return p
 	}
 	return s.size.Load()
 }

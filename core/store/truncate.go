@@ -135,7 +135,8 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 		}
 	}
 	keep := offset - seg.start
-	kept, lastID, landed, err := hopRecords(seg, 0, keep, l.maxMsg)
+	var keptIdx []countEntry
+	kept, lastID, landed, err := hopRecords(seg, 0, keep, l.maxMsg, &keptIdx)
 	if err != nil {
 		return Cut{}, fmt.Errorf("store: truncate %s: %w", l.dir, err)
 	}
@@ -146,20 +147,25 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 		lastID = 0
 		if i > 0 {
 			prev := segs[i-1]
-			if _, lastID, _, err = hopRecords(prev, 0, prev.size.Load(), l.maxMsg); err != nil {
+			if _, lastID, _, err = hopRecords(prev, 0, prev.size.Load(), l.maxMsg, nil); err != nil {
 				return Cut{}, fmt.Errorf("store: truncate %s: %w", l.dir, err)
 			}
 		}
 	}
-	cutHere, _, _, err := hopRecords(seg, keep, seg.size.Load(), l.maxMsg)
+	cutHere, _, _, err := hopRecords(seg, keep, seg.size.Load(), l.maxMsg, nil)
 	if err != nil {
 		return Cut{}, fmt.Errorf("store: truncate %s: %w", l.dir, err)
 	}
 	records := cutHere
 	for _, s := range segs[i+1:] {
+		l.segMu.RLock()
 		n := s.count.Load()
+		if s.uncounted {
+			n = -1 // not all counted yet
+		}
+		l.segMu.RUnlock()
 		if n < 0 {
-			if n, _, _, err = hopRecords(s, 0, s.size.Load(), l.maxMsg); err != nil {
+			if n, _, _, err = hopRecords(s, 0, s.size.Load(), l.maxMsg, nil); err != nil {
 				return Cut{}, fmt.Errorf("store: truncate %s: %w", l.dir, err)
 			}
 		}
@@ -188,9 +194,13 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 	}
 	nseg := seg
 	if f != seg.f {
+		// The background count skips the replaced segment: nseg's
+		// records are counted here.
 		nseg = newSegment(seg.start, seg.path, f, keep)
 		nseg.readAt = l.readAt
+		nseg.cidx.setReady(0, keep, kept, keptIdx)
 	}
+	prefix := seg.integ.prefix.Load()
 	l.segMu.Lock()
 	victims := append([]*segment(nil), l.segs[i+1:]...)
 	if nseg != seg {
@@ -199,12 +209,34 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 	clear(l.segs[i+1:])
 	l.segs = l.segs[:i+1]
 	l.segs[i] = nseg
-	if c := seg.count.Load(); c >= 0 {
+	switch {
+	case keep < prefix && keep > 0:
+		// The cut took part of the prefix the scrub has not verified
+		// yet: it verifies [0, keep), the bytes after are new.
+		seg.integ.prefix.Store(keep)
+	case keep < prefix:
+		seg.integ.unverified.Store(false) // nothing is left of it
+	}
+	switch c := seg.count.Load(); {
+	case nseg != seg:
+		// What the message count holds of seg (all, some or none of its
+		// records) becomes kept.
 		nseg.count.Store(kept)
+		l.msgCount.Add(kept - max(c, 0))
+	case seg.uncounted && keep < prefix:
+		// Cut inside the prefix the background count has not counted:
+		// count the kept records here instead (its scrub still verifies
+		// them).
+		seg.uncounted = false
+		seg.count.Store(kept)
+		l.msgCount.Add(kept - c)
+		seg.cidx.reset(0, keep, kept, keptIdx)
+	default:
+		// The cut records are all counted (after any prefix still to
+		// count, which the background count adds later).
+		seg.count.Add(-cutHere)
 		l.msgCount.Add(-cutHere)
-	} else if nseg != seg {
-		nseg.count.Store(kept)
-		l.msgCount.Add(kept) // the background count skips the replaced one
+		seg.cidx.cut(keep, cutHere, kept, keptIdx)
 	}
 	for _, s := range victims {
 		s.deleted = true
@@ -238,12 +270,18 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 // hopRecords walks the record headers of seg's bytes [from, to): it
 // returns the number of whole records, the id of the last one (0 if none)
 // and where the walk ended (to, unless a record runs past it or a header
-// is invalid).
-func hopRecords(seg *segment, from, to int64, maxMsg int) (n, lastID, pos int64, err error) {
+// is invalid). If idx is not nil, it gets the record-count index entries
+// of the walk, counted from from (count.go).
+func hopRecords(seg *segment, from, to int64, maxMsg int, idx *[]countEntry) (n, lastID, pos int64, err error) {
 	br := bufio.NewReaderSize(io.NewSectionReader(seg.reader(), from, to-from), 64<<10)
 	var hdr [message.HeaderSize]byte
 	pos = from
+	next := from + countStep
 	for to-pos >= message.HeaderSize {
+		if idx != nil && pos >= next {
+			*idx = append(*idx, countEntry{pos, n})
+			next = pos + countStep
+		}
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			return n, lastID, pos, fmt.Errorf("read %s at %d: %w", filepath.Base(seg.path), pos, err)
 		}

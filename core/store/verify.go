@@ -23,8 +23,9 @@ type integrity struct {
 	// prefix, if non-zero, limits what is unverified to bytes [0, prefix):
 	// the last segment recovered from a journal trust point, whose bytes
 	// from prefix on recovery verified (restart.go). Set before the
-	// segment is published.
-	prefix int64
+	// segment is published; lowered by a Truncate that cuts into it (the
+	// bytes from the cut on are new).
+	prefix atomic.Int64
 	// bad holds the segment's damaged ranges not repaired, ascending; nil
 	// if there are none. Written once, before unverified is cleared.
 	bad atomic.Pointer[[]DamagedRange]
@@ -40,7 +41,7 @@ var verifyBufs sync.Pool
 // segment not verified yet the range is read and its records are checked
 // first (see the package documentation, Corruption).
 func (l *Log) checkRead(seg *segment, pos, n int64) (int64, error) {
-	if seg.integ.unverified.Load() && (seg.integ.prefix == 0 || pos < seg.integ.prefix) {
+	if seg.integ.unverified.Load() && (seg.integ.prefix.Load() == 0 || pos < seg.integ.prefix.Load()) {
 		return l.verifyRead(seg, pos, n)
 	}
 	bad := seg.integ.bad.Load()
@@ -137,7 +138,7 @@ func (l *Log) scrub(br *bufio.Reader, s *segment, buf *[]byte, stop <-chan struc
 		// So is damage at the end of a last segment's prefix: recovery
 		// verified the records from there on.
 		kind := "sealed segment"
-		if s.integ.prefix > 0 {
+		if s.integ.prefix.Load() > 0 {
 			kind = "last segment"
 		}
 		var bad []DamagedRange

@@ -46,10 +46,20 @@ type batch struct {
 }
 
 // accumulator groups messages into mput batches per topic-partition.
+//
+// Batches are sent in the order they are detached (by a full add, the
+// linger timer, a flush, or a put or SendBatch chunk of the partition
+// that must not overtake them): detach queues them under mu and drain
+// hands them to the connection one after another under sendMu, whose
+// wire keeps that order. Sending each from the goroutine that detached
+// it, after unlocking, could put a partition's newer batch on the wire
+// before an older one.
 type accumulator struct {
 	p       *brokerProducer
 	mu      sync.Mutex
 	batches map[tpKey]*batch
+	ready   []*batch // detached, not sent yet, in detach order (under mu)
+	sendMu  sync.Mutex
 }
 
 func newAccumulator(p *brokerProducer) *accumulator {
@@ -61,11 +71,11 @@ func (a *accumulator) add(pm *pendingMsg) {
 	pm.crc = dataChecksum(pm.msg)
 	size := protocol.MPutEntryHeader + pm.msg.DataLen()
 	key := tpKey{pm.msg.Topic, pm.part}
-	var ready []*batch
 	a.mu.Lock()
+	queued := len(a.ready)
 	b := a.batches[key]
 	if b != nil && b.bytes+size > cfg.maxBytes {
-		ready = append(ready, a.detach(b))
+		a.detach(b)
 		b = nil
 	}
 	if b == nil {
@@ -76,23 +86,44 @@ func (a *accumulator) add(pm *pendingMsg) {
 	b.bytes += size
 	switch {
 	case len(b.msgs) >= cfg.maxMessages || b.bytes >= cfg.maxBytes || cfg.linger <= 0:
-		ready = append(ready, a.detach(b))
+		a.detach(b)
 	case len(b.msgs) == 1:
 		b.timer = time.AfterFunc(cfg.linger, func() { a.flushBatch(b) })
 	}
+	detached := len(a.ready) > queued
 	a.mu.Unlock()
-	for _, b := range ready {
-		a.send(b)
+	if detached {
+		a.drain()
 	}
 }
 
-// detach removes b from the map; the caller sends it. Holds a.mu.
-func (a *accumulator) detach(b *batch) *batch {
+// detach removes b from the map and queues it for drain. Holds a.mu.
+func (a *accumulator) detach(b *batch) {
 	delete(a.batches, b.key)
 	if b.timer != nil {
 		b.timer.Stop()
 	}
-	return b
+	a.ready = append(a.ready, b)
+}
+
+// drain sends the queued batches in order. When it returns, every batch
+// queued before the call has been handed to the connection (by this
+// goroutine or by the one draining when it was called).
+func (a *accumulator) drain() {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	for {
+		a.mu.Lock()
+		q := a.ready
+		a.ready = nil
+		a.mu.Unlock()
+		if len(q) == 0 {
+			return
+		}
+		for _, b := range q {
+			a.send(b)
+		}
+	}
 }
 
 func (a *accumulator) flushBatch(b *batch) {
@@ -103,19 +134,40 @@ func (a *accumulator) flushBatch(b *batch) {
 	}
 	a.detach(b)
 	a.mu.Unlock()
-	a.send(b)
+	a.drain()
+}
+
+// flushKey sends key's batch now, if there is one, and returns once it
+// and every batch detached before it are handed to the connection: a
+// message sent past the batches after it (put) cannot overtake them.
+func (a *accumulator) flushKey(key tpKey) {
+	a.mu.Lock()
+	if b := a.batches[key]; b != nil {
+		a.detach(b)
+	}
+	a.mu.Unlock()
+	a.drain()
+}
+
+// sendAfter queues b, a batch formed elsewhere (a SendBatch chunk), after
+// the batch of its partition, and sends them.
+func (a *accumulator) sendAfter(b *batch) {
+	a.mu.Lock()
+	if ob := a.batches[b.key]; ob != nil {
+		a.detach(ob)
+	}
+	a.ready = append(a.ready, b)
+	a.mu.Unlock()
+	a.drain()
 }
 
 func (a *accumulator) flushAll() {
 	a.mu.Lock()
-	ready := make([]*batch, 0, len(a.batches))
 	for _, b := range a.batches {
-		ready = append(ready, a.detach(b))
+		a.detach(b)
 	}
 	a.mu.Unlock()
-	for _, b := range ready {
-		a.send(b)
-	}
+	a.drain()
 }
 
 func (a *accumulator) close() { a.flushAll() }

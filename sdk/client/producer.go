@@ -77,8 +77,9 @@ func withMaxInFlight(n int) prodOption {
 // maxBytes of message data are reached, or linger after the first message
 // of the batch. maxBytes must stay below the broker's max transfer size
 // (default 2 MiB); <= 0 means defaultBatchBytes. A message over maxBytes is
-// sent on its own with put. Sync Send waits for its batch, so with batching
-// a lone Send takes up to linger.
+// sent on its own with put, after its partition's batched messages (which
+// it flushes). Sync Send waits for its batch, so with batching a lone Send
+// takes up to linger.
 func withBatching(maxMessages, maxBytes int, linger time.Duration) prodOption {
 	return producerOpt(func(c *producerConfig) {
 		if maxMessages <= 0 || maxMessages > protocol.MaxMPutCount {
@@ -319,6 +320,7 @@ func (p *brokerProducer) sendAsyncPart(ctx context.Context, deadline time.Time, 
 		p.acc.add(&pendingMsg{msg: m, part: part, direct: done})
 		return
 	}
+	p.afterBatches(m.Topic, part)
 	crc := int64(dataChecksum(m))
 	p.cn.sendAsync(ctx, deadline, func(dst []byte, op int32) []byte {
 		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
@@ -331,7 +333,17 @@ func (p *brokerProducer) sendAsyncPart(ctx context.Context, deadline time.Time, 
 	})
 }
 
+// afterBatches is called before m goes to partition part with put, past
+// the batches (a message over the batch byte limit): it sends the
+// partition's batched messages first, so that m does not overtake them.
+func (p *brokerProducer) afterBatches(topic string, part int32) {
+	if p.acc != nil {
+		p.acc.flushKey(tpKey{topic, part})
+	}
+}
+
 func (p *brokerProducer) put(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
+	p.afterBatches(m.Topic, part)
 	crc := int64(dataChecksum(m))
 	c, err := p.cn.roundTrip(ctx, func(dst []byte, op int32) []byte {
 		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
@@ -382,6 +394,7 @@ func (p *brokerProducer) SendAsync(ctx context.Context, m *message.Message, cb f
 		p.acc.add(&pendingMsg{msg: m, part: part, cb: cb})
 		return
 	}
+	p.afterBatches(m.Topic, part)
 	crc := int64(dataChecksum(m))
 	p.cn.sendAsync(ctx, time.Now().Add(p.cfg.sendTimeout), func(dst []byte, op int32) []byte {
 		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
@@ -614,19 +627,21 @@ func (p *brokerProducer) admit(ctx context.Context, b *batch) error {
 	return nil
 }
 
-// sendChunk sends an admitted chunk; each message's done closes (and its
-// slot is released) when the broker answers.
+// sendChunk sends an admitted chunk, after the batched messages of its
+// partition; each message's done closes (and its slot is released) when
+// the broker answers.
 func (p *brokerProducer) sendChunk(b *batch) {
 	if b.bytes >= 0 {
-		a := p.acc
-		if a == nil {
-			a = &accumulator{p: p} // send and complete use only a.p
+		if p.acc != nil {
+			p.acc.sendAfter(b)
+		} else {
+			(&accumulator{p: p}).send(b) // send and complete use only a.p
 		}
-		a.send(b)
 		return
 	}
 	pm := b.msgs[0]
 	m := pm.msg
+	p.afterBatches(m.Topic, pm.part)
 	p.cn.sendAsync(context.Background(), time.Now().Add(p.cfg.sendTimeout), func(dst []byte, op int32) []byte {
 		dst = protocol.AppendPutHeader(dst, m.Topic, pm.part, m.DataLen(), m.Flag(), int64(pm.crc), op)
 		return m.AppendData(dst)
