@@ -129,6 +129,10 @@ type JournalStats struct {
 	// LastCheckpoint is when the last checkpoint became durable (zero
 	// before the first one of this run).
 	LastCheckpoint time.Time
+	// UpToDate: nothing was written after the last durable checkpoint's
+	// record. An idle journal makes no checkpoints, so LastCheckpoint then
+	// ages without anything being behind.
+	UpToDate bool
 }
 
 // jfile is one journal file: positions [start, start+size).
@@ -217,6 +221,9 @@ type Journal struct {
 	// counts from; maxBehind the journal bytes after ckptFrom beyond
 	// which appends wait.
 	ckptFrom, ckptAt atomic.Int64
+	// ckptEnd is the journal position just past the last durable
+	// checkpoint's record (the last record of its round).
+	ckptEnd atomic.Int64
 	// closeSeq counts logs unregistered (under mu); ckptClosedSeq is the
 	// closeSeq of the last durable checkpoint's snapshot
 	// (CheckpointClosed).
@@ -426,6 +433,7 @@ func (j *Journal) Stats() JournalStats {
 			}
 			return time.Time{}
 		}(),
+		UpToDate: j.ckptAt.Load() != 0 && j.basePos+j.nBytes.Load() <= j.ckptEnd.Load(),
 	}
 }
 
@@ -576,6 +584,8 @@ type jround struct {
 	slot    int      // which of each log's round buffers it uses
 	appends int      // appends taken
 	ck      *ckptJob // checkpoint record in this round, if any
+	ckBytes int64    // the size of ck's record
+	ckEnd   int64    // the journal position past it
 	files   []*jfile // journal files written, to fdatasync
 	err     error    // staging or sync failure: every append of the round fails
 }
@@ -799,11 +809,11 @@ func (j *Journal) stage(logs []*Log, groups []*atomicGroup, ck *ckptJob, slot in
 			j.logf("store: journal %s: checkpoint skipped, retried at the next one: %v", j.dir, ck.skip)
 			j.retryCkpt = true
 			j.ckptBusy.Store(false)
-		} else if err := j.addCheckpoint(ck.c); err != nil {
+		} else if n, err := j.addCheckpoint(ck.c); err != nil {
 			j.logf("store: journal %s: checkpoint skipped: %v", j.dir, err)
 			j.ckptBusy.Store(false)
 		} else {
-			r.ck = ck
+			r.ck, r.ckBytes, r.ckEnd = ck, n, j.wpos
 		}
 	}
 	if failed != nil {
@@ -851,6 +861,7 @@ func (j *Journal) complete(r *jround) {
 		if r.err == nil {
 			j.nCheckpoints.Add(1)
 			j.ckptFrom.Store(r.ck.c.from)
+			j.ckptEnd.Store(r.ckEnd)
 			j.ckptClosedSeq.Store(r.ck.closeSeq)
 			j.ckptAt.Store(time.Now().UnixNano())
 			j.mu.Lock()
@@ -991,19 +1002,19 @@ func (j *Journal) addDataCount(name string, segStart, offset int64, b []byte) (i
 	return records, nil
 }
 
-// addCheckpoint appends a checkpoint record.
-func (j *Journal) addCheckpoint(c checkpoint) error {
+// addCheckpoint appends a checkpoint record and returns its size.
+func (j *Journal) addCheckpoint(c checkpoint) (int64, error) {
 	p := appendCheckpointPayload(nil, c)
 	need := int64(jHeaderSize + len(p))
 	if need > j.fileSize {
-		return fmt.Errorf("checkpoint record of %d bytes does not fit in a journal file of %d", need, j.fileSize)
+		return 0, fmt.Errorf("checkpoint record of %d bytes does not fit in a journal file of %d", need, j.fileSize)
 	}
 	if j.room() < need {
 		if err := j.nextFile(); err != nil {
-			return err
+			return 0, err
 		}
 		if j.room() < need {
-			return fmt.Errorf("checkpoint record of %d bytes does not fit in journal file %s", need, journalName(j.wfile.start))
+			return 0, fmt.Errorf("checkpoint record of %d bytes does not fit in journal file %s", need, journalName(j.wfile.start))
 		}
 	}
 	start := len(j.buf)
@@ -1011,7 +1022,7 @@ func (j *Journal) addCheckpoint(c checkpoint) error {
 	j.buf = append(j.buf, p...)
 	sealJRecord(j.buf[start:], j.wpos, j.epoch, recCheckpoint)
 	j.wpos += need
-	return nil
+	return need, nil
 }
 
 // writeRound writes the round buffer to its journal files with write()
@@ -1043,7 +1054,11 @@ func (j *Journal) writeRound(r *jround) error {
 	n := j.wpos - j.pos
 	j.nRounds.Add(1)
 	j.nBytes.Add(n)
-	j.sinceCkpt += n
+	// A checkpoint record does not make the next checkpoint due: an idle
+	// journal would otherwise write one every interval for good (each
+	// listing every partition), since each counted as written since the
+	// last.
+	j.sinceCkpt += n - r.ckBytes
 	j.pos = j.wpos
 	if j.cur != j.wfile {
 		j.cur = j.wfile
