@@ -133,7 +133,7 @@ func validJRecord(f *jfile, rel int64, hdr []byte, minEpoch uint32, rec *[]byte)
 		g, err := parseGroupPayload(b[jHeaderSize:])
 		return h, err == nil && g.end > h.pos, nil
 	}
-	return h, h.n == 0, nil
+	return h, h.n == 0, nil // a skip record is empty
 }
 
 // jSearchChunk is how much of a journal file the resync search reads at a
@@ -362,9 +362,13 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 		var data []int // members that may be data records
 		for i, h := range members {
 			size += h.end - h.pos
-			if h.framed && h.hdr.typ != recData {
+			kind, err := holdsNoData(h, &rec)
+			if err != nil {
+				return err
+			}
+			if kind != 0 {
 				covered += h.end - h.pos
-				if h.hdr.typ == recCheckpoint {
+				if kind == recCheckpoint {
 					notes = append(notes, fmt.Sprintf("the record at %d was a checkpoint: replay starts from the checkpoint before it", h.pos))
 				}
 				continue
@@ -508,6 +512,56 @@ func (j *Journal) holeWhere(pos, end int64, h *jHole) string {
 	return fmt.Sprintf("file %s bytes %d..%d (journal positions %d..%d)",
 		filepath.Join(j.dir, journalName(h.f.start)), pos-h.f.start, end-h.f.start, pos, end)
 }
+
+// holdsNoData reports whether the hole h is one record that held no
+// partition data, and of which type (0: it may have held data): a
+// checkpoint, group or skip record whose header frames it. The type byte
+// is not trusted (the crc failed): a payload that reads as a data record
+// holding bytes is data whatever the type byte says (a data record's type
+// flipped to skip, one bit, must not hide its bytes), a skip record is
+// empty and a group record has its fixed size; otherwise the record is
+// damage that may have held data.
+func holdsNoData(h *jHole, rec *[]byte) (byte, error) {
+	if !h.framed || h.hdr.typ == recData {
+		return 0, nil
+	}
+	if h.hdr.typ == recSkip && h.hdr.n == 0 {
+		return recSkip, nil
+	}
+	n := min(h.end, h.f.end()) - h.pos - jHeaderSize
+	if n < 0 {
+		return 0, nil
+	}
+	var b []byte
+	if n <= maxDataPayload || h.hdr.typ == recSkip {
+		b = slices.Grow((*rec)[:0], int(n))[:n]
+		*rec = b
+		if _, err := h.f.f.ReadAt(b, h.fileBytes()+jHeaderSize); err != nil && !errors.Is(err, io.EOF) {
+			return 0, fmt.Errorf("store: read journal file %s at %d: %w", journalName(h.f.start), h.fileBytes(), err)
+		}
+		if d, err := parseDataPayload(b); err == nil && len(d.bytes) > 0 {
+			return 0, nil
+		}
+	}
+	switch h.hdr.typ {
+	case recCheckpoint:
+		return recCheckpoint, nil
+	case recGroup:
+		if h.hdr.n == jGroupPayload {
+			return recGroup, nil
+		}
+	case recSkip:
+		// A skip record with a payload is corruption; a checkpoint's
+		// whose type was flipped (2 -> 3, one bit) reads as one.
+		if c, err := parseCheckpointPayload(b); err == nil && c.from <= h.pos {
+			return recCheckpoint, nil
+		}
+	}
+	return 0, nil
+}
+
+// maxDataPayload is the largest payload of a data record.
+const maxDataPayload = maxWriteChunk + 2 + maxPartitionName + jDataFixed
 
 // holeAsRecord reads the hole h as one data record whose extent the
 // framing gives: from h.pos to where the next valid record starts (or

@@ -332,6 +332,18 @@ func TestJournalFlipCheckpoint(t *testing.T) {
 		require.Contains(t, lb.String(), "was a checkpoint: replay starts from the checkpoint before it")
 	})
 
+	// Its type flipped to skip (2 -> 3, one bit): a skip record with a
+	// payload is damage, but one that reads as a checkpoint held no data.
+	t.Run("type-to-skip", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), ck.pos+20, recCheckpoint^recSkip)
+		var lb logBuf
+		o := fx.opts
+		o.Logf = lb.logf
+		recoverAndCheck(t, dir, o, flipParts, fx.all(), "checkpoint flipped to skip")
+		require.Contains(t, lb.String(), "was a checkpoint: replay starts from the checkpoint before it")
+	})
+
 	t.Run("none-left", func(t *testing.T) {
 		dir := fx.copy(t)
 		jdir := filepath.Join(dir, JournalDirName)
@@ -547,5 +559,50 @@ func TestJournalFlipFileTail(t *testing.T) {
 		require.Equal(t, JournalDamage{File: file, FilePos: at - (r.end - 3 - r.pos), Pos: r.pos, End: r.end, Reason: d.Reason,
 			Lost: []PartitionRange{{name, r.dataOff, r.dataEnd}}}, d)
 		require.NotContains(t, err.Error(), "cannot all be attributed")
+	})
+}
+
+// TestJournalFlipTypeToSkip: a data record whose type byte was flipped to
+// skip (1 -> 3, one bit) still frames exactly (its length ends where the
+// next valid record starts), but a skip record is empty: one with a
+// payload is damage, not a skip record. The victim is the last record of
+// its partition, so no later record of it frames a gap: before, the
+// stretch was taken for a skip record, its partition cut at the end
+// before it, and its acknowledged puts deleted from the segment although
+// it held them. Now its payload is judged as the data record it reads as:
+// intact in the segments (a kill -9), nothing is lost; zeroed there too (a
+// power loss), the start is refused naming the range.
+func TestJournalFlipTypeToSkip(t *testing.T) {
+	fx := newFlipFixture(t)
+	k := -1
+	for i := len(fx.recs) - 2; i > fx.last; i-- {
+		r := fx.recs[i]
+		if r.typ == recData && !slices.ContainsFunc(fx.recs[i+1:], func(n jrec) bool { return n.name == r.name }) {
+			k = i
+			break
+		}
+	}
+	require.GreaterOrEqual(t, k, 0, "a partition's last data record with valid records after it")
+	r := fx.recs[k]
+	t.Run("held", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+20, recData^recSkip)
+		var lb logBuf
+		o := fx.opts
+		o.Logf = lb.logf
+		recoverAndCheck(t, dir, o, flipParts, fx.all(), "data record flipped to skip")
+		require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd))
+	})
+	t.Run("lost", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+20, recData^recSkip)
+		zeroSegments(t, filepath.Join(dir, r.name), r.dataOff, r.dataEnd)
+		before := treeBytes(t, dir)
+		err := openErr(dir, fx.opts)
+		var je *JournalCorruptError
+		require.ErrorAs(t, err, &je)
+		require.Len(t, je.Damage, 1)
+		require.Equal(t, []PartitionRange{{r.name, r.dataOff, r.dataEnd}}, je.Damage[0].Lost)
+		require.Equal(t, before, treeBytes(t, dir), "a refused recovery changes nothing")
 	})
 }

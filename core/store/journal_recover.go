@@ -213,6 +213,9 @@ func scanJournal(files []*jfile) (journalScan, error) {
 					bad = fmt.Sprintf("group record at %d: malformed", pos)
 				}
 			case h.typ == recSkip:
+				if h.n != 0 {
+					bad = fmt.Sprintf("skip record at %d with a payload of %d bytes", pos, h.n)
+				}
 			default:
 				bad, final = fmt.Sprintf("record type %d at %d", h.typ, pos), true
 			}
