@@ -50,11 +50,9 @@ func forceCheckpoint(t *testing.T, j *Journal) {
 
 // appendAll appends one record to every log, then waits for a checkpoint
 // taken after all of them (the first of the two forced may have been in
-// progress before); the registrations' checkpoints are done before.
+// progress before).
 func appendAll(t *testing.T, j *Journal, logs []*Log) error {
 	t.Helper()
-	forceCheckpoint(t, j)
-	forceCheckpoint(t, j)
 	for i, l := range logs {
 		if _, _, err := l.AppendSync([]Entry{entryf("m%d", i)}); err != nil {
 			return err
