@@ -167,6 +167,9 @@ type ckptJob struct {
 	// go back to their logs' dirty lists, and the next checkpoint tries
 	// again. The records are safe in the journal meanwhile.
 	skip error
+	// fresh: the record starts the next journal file, which c.from is the
+	// start of (finalCheckpoint).
+	fresh bool
 }
 
 // dirtySeg is a segment written since the last checkpoint snapshot, with a
@@ -251,9 +254,14 @@ type Journal struct {
 	buf       []byte
 	pieces    []piece
 	sinceCkpt int64 // journal bytes since the last checkpoint snapshot
-	roundSeq  int64 // rounds staged (Log.roundSeq)
-	lastCkpt  time.Time
-	curStart  atomic.Int64 // cur.start, for the recycler
+	// regsInFiles: the journal files may hold register records (this run
+	// wrote one, or recovery found one), which a binary from before them
+	// takes for the end of the journal; the final checkpoint then starts
+	// a file of its own (finalCheckpoint).
+	regsInFiles bool
+	roundSeq    int64 // rounds staged (Log.roundSeq)
+	lastCkpt    time.Time
+	curStart    atomic.Int64 // cur.start, for the recycler
 	// ckptBusy: a checkpoint is between its snapshot and the completion
 	// of the round holding its record (set by the committer, cleared by
 	// the committer or the completer).
@@ -1051,6 +1059,7 @@ func (j *Journal) addRegister(l *Log) error {
 	sealJRecord(j.buf[start:], j.wpos, j.epoch, recRegister)
 	j.wpos += need
 	l.regPending = false
+	j.regsInFiles = true
 	return nil
 }
 
@@ -1060,6 +1069,14 @@ func (j *Journal) addCheckpoint(ck *ckptJob) (int64, error) {
 	need := int64(jHeaderSize + len(p))
 	if need > j.fileSize {
 		return 0, fmt.Errorf("checkpoint record of %d bytes does not fit in a journal file of %d", need, j.fileSize)
+	}
+	if ck.fresh && j.wpos != j.wfile.start {
+		if err := j.nextFile(); err != nil {
+			return 0, err
+		}
+		if j.wpos != ck.c.from {
+			return 0, fmt.Errorf("checkpoint record for %d at %d", ck.c.from, j.wpos)
+		}
 	}
 	if j.room() < need {
 		if err := j.nextFile(); err != nil {
@@ -1248,11 +1265,23 @@ const ckptSyncWorkers = 16
 
 // finalCheckpoint makes a checkpoint synchronously (Close), so that the
 // next open has nothing to replay.
+//
+// If the journal files may hold register records, the checkpoint starts
+// the next file and the files before it are freed: a binary from before
+// register records stops its scan at the first one (an unknown type ends
+// the journal), and would otherwise replay from an earlier checkpoint up
+// to there and cut every partition at its end then, losing what was
+// written after. So a downgrade after a clean Close finds the final
+// checkpoint first and nothing to replay.
 func (j *Journal) finalCheckpoint() {
 	if j.Err() != nil {
 		return
 	}
 	job := j.snapshot()
+	if j.regsInFiles && j.pos != j.cur.start {
+		job.fresh, job.c.from = true, j.cur.end()
+	}
+	free := j.regsInFiles
 	j.syncSegments(job)
 	if job.skip != nil {
 		j.logf("store: journal %s: final checkpoint skipped, the next open replays the journal: %v", j.dir, job.skip)
@@ -1261,7 +1290,14 @@ func (j *Journal) finalCheckpoint() {
 	if job.err != nil {
 		return
 	}
-	_ = j.commitNow(job) // a failure is logged and kept by fail
+	if err := j.commitNow(job); err != nil {
+		return // logged and kept by fail
+	}
+	if free {
+		if err := j.free(job.c.from); err != nil {
+			j.logf("store: journal %s: freeing the files before the final checkpoint: %v", j.dir, err)
+		}
+	}
 }
 
 // checkpointer fsyncs the segments of checkpoints, frees journal files

@@ -40,10 +40,12 @@ type journalScan struct {
 	refs    []dataRef // data records at or after last.from
 	// regs are the register records at or after last.from: they name the
 	// partitions that registered after the checkpoint's snapshot.
-	regs     []regRef
-	records  int
-	stopped  string // why the scan stopped
-	firstPos int64
+	regs []regRef
+	// sawRegister: the journal files hold a register record (anywhere).
+	sawRegister bool
+	records     int
+	stopped     string // why the scan stopped
+	firstPos    int64
 	// holes are the damaged stretches with valid records after them, in
 	// journal order (checkDamage decides what they mean).
 	holes []jHole
@@ -113,6 +115,7 @@ func (j *Journal) recover() error {
 	}
 	j.logf("store: journal %s: %d records from %d to %d, last checkpoint replays from %d: %d data records to replay, %d partitions registered since (%s; %d damaged stretches)",
 		j.dir, sc.records, files[0].start, sc.end, from, len(sc.refs), len(sc.regs), sc.stopped, len(sc.holes))
+	j.regsInFiles = sc.sawRegister
 	if err := j.replay(sc, j.replayLimit); err != nil {
 		return err
 	}
@@ -233,6 +236,9 @@ func scanJournal(files []*jfile) (journalScan, error) {
 			default:
 				bad, final = fmt.Sprintf("record type %d at %d", h.typ, pos), true
 			}
+		}
+		if h.typ == recRegister {
+			sc.sawRegister = true // even a damaged one: a binary from before them stops there too
 		}
 		if bad != "" {
 			if final {

@@ -292,3 +292,76 @@ func cutSegments(t *testing.T, pdir string, end int64) {
 		}
 	}
 }
+
+// TestJournalDowngradeAfterCleanClose: after a clean Close, the journal's
+// files hold no register record a binary from before them could meet: the
+// final checkpoint starts a file of its own and the files before it are
+// freed, so the scan from the first file finds that checkpoint and nothing
+// valid after it. Such a binary ends the journal at a record of a type it
+// does not know: the older binary is played here by this one with every
+// register record's type changed to 17 (reserved, unknown to it too). In
+// the workload a checkpoint listing t-0 precedes t-1's register record in
+// the last journal file and t-0 takes puts after it: without the fresh
+// file, the older binary replayed from that checkpoint up to the register
+// record and cut t-0 there, deleting its later acknowledged puts.
+func TestJournalDowngradeAfterCleanClose(t *testing.T) {
+	rr := &registerRun{dir: t.TempDir()}
+	opts := JournalOptions{FileSize: 8 << 10, CheckpointBytes: 2 << 10, CheckpointInterval: time.Hour, hooks: &journalHooks{smallFiles: true}}
+	j, err := OpenJournal(rr.dir, opts)
+	require.NoError(t, err)
+	l0 := rr.open(t, j, 0)
+	for i := range 100 {
+		rr.put(t, l0, 0, fmt.Sprintf("p0-%d-%s", i, strings.Repeat("a", 100)))
+	}
+	forceCheckpoint(t, j)
+	l1 := rr.open(t, j, 1)
+	for i := range 10 {
+		p := i % 2
+		rr.put(t, []*Log{l0, l1}[p], p, fmt.Sprintf("p%d-late-%d-%s", p, i, strings.Repeat("d", 40+i)))
+	}
+	require.NoError(t, l0.Close())
+	require.NoError(t, l1.Close())
+	require.NoError(t, j.Close())
+
+	// The older binary, on a copy: every valid register record left (in
+	// the spare files' stale bytes none is valid at its position) becomes
+	// type 17.
+	old := filepath.Join(t.TempDir(), "old")
+	require.NoError(t, os.CopyFS(old, os.DirFS(rr.dir)))
+	files, err := listJournalFiles(filepath.Join(old, JournalDirName), t.Logf)
+	require.NoError(t, err)
+	for _, f := range files {
+		for rel := int64(0); rel+jHeaderSize <= f.size; rel++ {
+			hdr := make([]byte, jHeaderSize)
+			_, err := f.f.ReadAt(hdr, rel)
+			require.NoError(t, err)
+			h := parseJHeader(hdr)
+			if h.typ != recRegister || h.pos != f.start+rel {
+				continue
+			}
+			var rec []byte
+			if _, valid, err := validJRecord(f, rel, hdr, 0, &rec); err != nil || !valid {
+				continue
+			}
+			sealJRecord(rec, h.pos, h.epoch, 17)
+			_, err = f.f.WriteAt(rec, rel)
+			require.NoError(t, err)
+		}
+	}
+	closeJFiles(files)
+	recoverAndCheck(t, old, opts, 2, byPart(rr.acked, 2), "the older binary")
+
+	jdir := filepath.Join(rr.dir, JournalDirName)
+	recs := walkJournal(t, jdir)
+	require.Len(t, recs, 1, "%+v", recs)
+	require.Equal(t, byte(recCheckpoint), recs[0].typ)
+	files, err = listJournalFiles(jdir, t.Logf)
+	require.NoError(t, err)
+	require.Equal(t, recs[0].pos, files[0].start, "the final checkpoint starts the first file")
+	var sbuf, srec []byte
+	_, q, _, ok, err := findNextJRecord(files, 0, recs[0].pos, 0, &sbuf, &srec)
+	require.NoError(t, err)
+	require.False(t, ok, "a valid record at %d after the final checkpoint", q)
+	closeJFiles(files)
+	recoverAndCheck(t, rr.dir, opts, 2, byPart(rr.acked, 2), "reopened")
+}
