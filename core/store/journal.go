@@ -494,8 +494,8 @@ func (j *Journal) closeFiles() {
 // at the next interval. Until a checkpoint lists it, the register record
 // written before its first data record names it for recovery
 // (addRegister): a registration does not ask for a checkpoint of its own
-// (each listed every partition; at 1,000 partitions opening them wrote
-// about 950 checkpoints and 11 MB of journal).
+// (each listed every partition; opening 1,000 partitions wrote about 900
+// checkpoints and 10 to 12 MB of journal).
 func (j *Journal) register(l *Log) {
 	j.mu.Lock()
 	j.logs[l] = struct{}{}
