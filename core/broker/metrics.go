@@ -157,7 +157,7 @@ var (
 	dJSyncfs       = desc("metaq_journal_checkpoint_syncfs_total", "Journal checkpoints whose segments one syncfs of the file system made durable (journal_checkpoint_sync = \"auto\").", "data_dir")
 	dJLed          = desc("metaq_journal_led_rounds_total", "Group-commit rounds run by the appending connection itself on an idle journal (a lone synchronous put: no handoff to the committer).", "data_dir")
 	dJLag          = desc("metaq_journal_lag_bytes", "Journal bytes written after the last durable checkpoint: what a restart would replay.", "data_dir")
-	dJCkptAge      = desc("metaq_journal_checkpoint_age_seconds", "Seconds since the last durable checkpoint (since start before the first).", "data_dir")
+	dJCkptAge      = desc("metaq_journal_checkpoint_age_seconds", "Seconds since the last durable checkpoint (since start before the first); 0 while nothing was written after it.", "data_dir")
 	dJFailed       = desc("metaq_journal_failed", "1 once a journal write or fsync failed (every durable put is then refused until restart).", "data_dir")
 	dDiskUsed      = desc("metaq_disk_used_bytes", "Bytes used on the data directory's file system (as df counts them).", "data_dir")
 	dDiskFree      = desc("metaq_disk_free_bytes", "Bytes available to the broker on the data directory's file system.", "data_dir")
@@ -285,7 +285,11 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		if at.IsZero() {
 			at = b.start
 		}
-		gauge(dJCkptAge, time.Since(at).Seconds(), d)
+		age := time.Since(at).Seconds()
+		if st.UpToDate {
+			age = 0 // idle: nothing written since the last checkpoint, which makes no new one
+		}
+		gauge(dJCkptAge, age, d)
 		failed := 0.0
 		if j.Err() != nil {
 			failed = 1

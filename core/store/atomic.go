@@ -282,6 +282,14 @@ func (j *Journal) journalGroups(r *jround, groups []*atomicGroup) error {
 		if len(g.parts) == 0 || g.parts[0].ai < 0 {
 			continue
 		}
+		// A part's log with no data record yet since it registered: its
+		// register record goes before the group record, outside the
+		// group (a torn group drops its members, not the registration).
+		for i := range g.parts {
+			if err := j.addRegister(g.parts[i].l); err != nil {
+				return err
+			}
+		}
 		const need = jHeaderSize + jGroupPayload
 		if j.room() < need {
 			if err := j.nextFile(); err != nil {

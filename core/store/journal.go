@@ -105,6 +105,10 @@ type journalHooks struct {
 	// used whatever the file system (CheckpointSyncAuto).
 	syncfs   func(f *os.File) error
 	syncfsFS bool
+	// noRegisters writes the journal of a binary from before register
+	// records: none, checkpoints without their section, and a checkpoint
+	// asked for by every registration.
+	noRegisters bool
 }
 
 // errReplayStopped is returned by a recovery stopped by a test hook.
@@ -132,6 +136,10 @@ type JournalStats struct {
 	// LastCheckpoint is when the last checkpoint became durable (zero
 	// before the first one of this run).
 	LastCheckpoint time.Time
+	// UpToDate: nothing was written after the last durable checkpoint's
+	// record. An idle journal makes no checkpoints, so LastCheckpoint then
+	// ages without anything being behind.
+	UpToDate bool
 }
 
 // jfile is one journal file: positions [start, start+size).
@@ -162,6 +170,9 @@ type ckptJob struct {
 	// go back to their logs' dirty lists, and the next checkpoint tries
 	// again. The records are safe in the journal meanwhile.
 	skip error
+	// fresh: the record starts the next journal file, which c.from is the
+	// start of (finalCheckpoint).
+	fresh bool
 }
 
 // dirtySeg is a segment written since the last checkpoint snapshot, with a
@@ -186,6 +197,7 @@ type Journal struct {
 	writeAt      func(f *os.File, b []byte, off int64) (int, error)
 	syncFile     func(f *os.File) error
 	replayLimit  int
+	noRegisters  bool // journalHooks.noRegisters
 	recovery     RecoveryMode
 	observer     Observer
 
@@ -226,6 +238,9 @@ type Journal struct {
 	// counts from; maxBehind the journal bytes after ckptFrom beyond
 	// which appends wait.
 	ckptFrom, ckptAt atomic.Int64
+	// ckptEnd is the journal position just past the last durable
+	// checkpoint's record (the last record of its round).
+	ckptEnd atomic.Int64
 	// closeSeq counts logs unregistered (under mu); ckptClosedSeq is the
 	// closeSeq of the last durable checkpoint's snapshot
 	// (CheckpointClosed).
@@ -248,9 +263,14 @@ type Journal struct {
 	buf       []byte
 	pieces    []piece
 	sinceCkpt int64 // journal bytes since the last checkpoint snapshot
-	roundSeq  int64 // rounds staged (Log.roundSeq)
-	lastCkpt  time.Time
-	curStart  atomic.Int64 // cur.start, for the recycler
+	// regsInFiles: the journal files may hold register records (this run
+	// wrote one, or recovery found one), which a binary from before them
+	// takes for the end of the journal; the final checkpoint then starts
+	// a file of its own (finalCheckpoint).
+	regsInFiles bool
+	roundSeq    int64 // rounds staged (Log.roundSeq)
+	lastCkpt    time.Time
+	curStart    atomic.Int64 // cur.start, for the recycler
 	// ckptBusy: a checkpoint is between its snapshot and the completion
 	// of the round holding its record (set by the committer, cleared by
 	// the committer or the completer).
@@ -340,6 +360,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 			j.syncFile = h.sync
 		}
 		j.replayLimit = h.replayLimit
+		j.noRegisters = h.noRegisters
 	}
 	j.syncFile = observeSync(j.syncFile, opts.Observer)
 	if opts.CheckpointSync == CheckpointSyncAuto {
@@ -436,6 +457,7 @@ func (j *Journal) Stats() JournalStats {
 			}
 			return time.Time{}
 		}(),
+		UpToDate: j.ckptAt.Load() != 0 && j.basePos+j.nBytes.Load() <= j.ckptEnd.Load(),
 	}
 }
 
@@ -478,14 +500,21 @@ func (j *Journal) closeFiles() {
 	}
 }
 
-// register adds l to the journal; its end goes into the next checkpoint.
+// register adds l to the journal; its end goes into the next checkpoint,
+// at the next interval. Until a checkpoint lists it, the register record
+// written before its first data record names it for recovery
+// (addRegister): a registration does not ask for a checkpoint of its own
+// (each listed every partition; opening 1,000 partitions wrote about 900
+// checkpoints and 10 to 12 MB of journal).
 func (j *Journal) register(l *Log) {
 	j.mu.Lock()
 	j.logs[l] = struct{}{}
 	delete(j.closedEnds, l.jname)
 	j.tableCh = true
-	j.due = true
-	j.cond.Signal()
+	if j.noRegisters {
+		j.due = true
+		j.cond.Signal()
+	}
 	j.mu.Unlock()
 }
 
@@ -620,6 +649,8 @@ type jround struct {
 	slot    int      // which of each log's round buffers it uses
 	appends int      // appends taken
 	ck      *ckptJob // checkpoint record in this round, if any
+	ckBytes int64    // the size of ck's record
+	ckEnd   int64    // the journal position past it
 	files   []*jfile // journal files written, to fdatasync
 	err     error    // staging or sync failure: every append of the round fails
 }
@@ -814,6 +845,17 @@ func (j *Journal) stage(logs []*Log, groups []*atomicGroup, ck *ckptJob, slot in
 		r.appends += n
 	}
 	need += j.stageGroups(r, groups) // atomic.go; may add logs to r.logs
+	for _, l := range r.logs {
+		if l.regPending {
+			// Its end and last id before this round's bytes, for its
+			// register record.
+			l.mu.Lock()
+			l.regEnd = l.active.end()
+			l.mu.Unlock()
+			l.regID = l.stagedID
+			need += jRegisterSize(l.jname)
+		}
+	}
 	if failed == nil && len(r.logs) > 0 {
 		// Make sure the journal files the records need exist before any
 		// segment is written: a journal file that cannot be created
@@ -846,11 +888,11 @@ func (j *Journal) stage(logs []*Log, groups []*atomicGroup, ck *ckptJob, slot in
 			j.logf("store: journal %s: checkpoint skipped, retried at the next one: %v", j.dir, ck.skip)
 			j.retryCkpt = true
 			j.ckptBusy.Store(false)
-		} else if err := j.addCheckpoint(ck.c); err != nil {
+		} else if n, err := j.addCheckpoint(ck); err != nil {
 			j.logf("store: journal %s: checkpoint skipped: %v", j.dir, err)
 			j.ckptBusy.Store(false)
 		} else {
-			r.ck = ck
+			r.ck, r.ckBytes, r.ckEnd = ck, n, j.wpos
 		}
 	}
 	if failed != nil {
@@ -898,6 +940,7 @@ func (j *Journal) complete(r *jround) {
 		if r.err == nil {
 			j.nCheckpoints.Add(1)
 			j.ckptFrom.Store(r.ck.c.from)
+			j.ckptEnd.Store(r.ckEnd)
 			j.ckptClosedSeq.Store(r.ck.closeSeq)
 			j.ckptAt.Store(time.Now().UnixNano())
 			j.mu.Lock()
@@ -1038,19 +1081,56 @@ func (j *Journal) addDataCount(name string, segStart, offset int64, b []byte) (i
 	return records, nil
 }
 
-// addCheckpoint appends a checkpoint record.
-func (j *Journal) addCheckpoint(c checkpoint) error {
-	p := appendCheckpointPayload(nil, c)
-	need := int64(jHeaderSize + len(p))
-	if need > j.fileSize {
-		return fmt.Errorf("checkpoint record of %d bytes does not fit in a journal file of %d", need, j.fileSize)
+// addRegister appends l's register record, if it is not written yet:
+// right before l's first data record, in the same round. Its end and
+// last id were taken when the round was staged, before its bytes went to
+// the segment.
+func (j *Journal) addRegister(l *Log) error {
+	if !l.regPending {
+		return nil
 	}
+	if j.noRegisters {
+		l.regPending = false
+		return nil
+	}
+	p := appendRegisterPayload(nil, registerRecord{name: l.jname, end: l.regEnd, lastID: l.regID})
+	need := int64(jHeaderSize + len(p))
 	if j.room() < need {
 		if err := j.nextFile(); err != nil {
 			return err
 		}
+	}
+	start := len(j.buf)
+	j.buf = append(j.buf, make([]byte, jHeaderSize)...)
+	j.buf = append(j.buf, p...)
+	sealJRecord(j.buf[start:], j.wpos, j.epoch, recRegister)
+	j.wpos += need
+	l.regPending = false
+	j.regsInFiles = true
+	return nil
+}
+
+// addCheckpoint appends ck's checkpoint record and returns its size.
+func (j *Journal) addCheckpoint(ck *ckptJob) (int64, error) {
+	p := appendCheckpointPayload(nil, ck.c)
+	need := int64(jHeaderSize + len(p))
+	if need > j.fileSize {
+		return 0, fmt.Errorf("checkpoint record of %d bytes does not fit in a journal file of %d", need, j.fileSize)
+	}
+	if ck.fresh && j.wpos != j.wfile.start {
+		if err := j.nextFile(); err != nil {
+			return 0, err
+		}
+		if j.wpos != ck.c.from {
+			return 0, fmt.Errorf("checkpoint record for %d at %d", ck.c.from, j.wpos)
+		}
+	}
+	if j.room() < need {
+		if err := j.nextFile(); err != nil {
+			return 0, err
+		}
 		if j.room() < need {
-			return fmt.Errorf("checkpoint record of %d bytes does not fit in journal file %s", need, journalName(j.wfile.start))
+			return 0, fmt.Errorf("checkpoint record of %d bytes does not fit in journal file %s", need, journalName(j.wfile.start))
 		}
 	}
 	start := len(j.buf)
@@ -1058,7 +1138,7 @@ func (j *Journal) addCheckpoint(c checkpoint) error {
 	j.buf = append(j.buf, p...)
 	sealJRecord(j.buf[start:], j.wpos, j.epoch, recCheckpoint)
 	j.wpos += need
-	return nil
+	return need, nil
 }
 
 // writeRound writes the round buffer to its journal files with write()
@@ -1090,7 +1170,11 @@ func (j *Journal) writeRound(r *jround) error {
 	n := j.wpos - j.pos
 	j.nRounds.Add(1)
 	j.nBytes.Add(n)
-	j.sinceCkpt += n
+	// A checkpoint record does not make the next checkpoint due: an idle
+	// journal would otherwise write one every interval for good (each
+	// listing every partition), since each counted as written since the
+	// last.
+	j.sinceCkpt += n - r.ckBytes
 	j.pos = j.wpos
 	if j.cur != j.wfile {
 		j.cur = j.wfile
@@ -1120,7 +1204,8 @@ func (j *Journal) snapshot() *ckptJob {
 	closed := j.closedTableLocked()
 	seq := j.closeSeq
 	j.mu.Unlock()
-	job := &ckptJob{c: checkpoint{from: j.pos, ends: make(map[string]int64, len(logs)), lastIDs: make(map[string]int64, len(logs)), closed: closed}, closeSeq: seq}
+	job := &ckptJob{c: checkpoint{from: j.pos, ends: make(map[string]int64, len(logs)), lastIDs: make(map[string]int64, len(logs)), closed: closed,
+		registers: !j.noRegisters}, closeSeq: seq}
 	for _, l := range logs {
 		l.mu.Lock()
 		for _, s := range l.dirty {
@@ -1227,11 +1312,23 @@ const ckptSyncWorkers = 16
 
 // finalCheckpoint makes a checkpoint synchronously (Close), so that the
 // next open has nothing to replay.
+//
+// If the journal files may hold register records, the checkpoint starts
+// the next file and the files before it are freed: a binary from before
+// register records stops its scan at the first one (an unknown type ends
+// the journal), and would otherwise replay from an earlier checkpoint up
+// to there and cut every partition at its end then, losing what was
+// written after. So a downgrade after a clean Close finds the final
+// checkpoint first and nothing to replay.
 func (j *Journal) finalCheckpoint() {
 	if j.Err() != nil {
 		return
 	}
 	job := j.snapshot()
+	if j.regsInFiles && j.pos != j.cur.start {
+		job.fresh, job.c.from = true, j.cur.end()
+	}
+	free := j.regsInFiles
 	j.syncSegments(job)
 	if job.skip != nil {
 		j.logf("store: journal %s: final checkpoint skipped, the next open replays the journal: %v", j.dir, job.skip)
@@ -1240,7 +1337,14 @@ func (j *Journal) finalCheckpoint() {
 	if job.err != nil {
 		return
 	}
-	_ = j.commitNow(job) // a failure is logged and kept by fail
+	if err := j.commitNow(job); err != nil {
+		return // logged and kept by fail
+	}
+	if free {
+		if err := j.free(job.c.from); err != nil {
+			j.logf("store: journal %s: freeing the files before the final checkpoint: %v", j.dir, err)
+		}
+	}
 }
 
 // checkpointer fsyncs the segments of checkpoints, frees journal files

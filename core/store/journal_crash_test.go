@@ -30,9 +30,9 @@ func (p crashPut) end() int64 { return p.off + int64(message.HeaderSize+len(p.da
 type jrec struct {
 	pos, end int64 // journal positions
 	typ      byte
-	name     string // data records
-	dataOff  int64  // data records: partition offset of the bytes
-	dataEnd  int64  // data records: partition offset past the bytes
+	name     string // data and register records
+	dataOff  int64  // data records: partition offset of the bytes; register records: the partition's end
+	dataEnd  int64  // data records: partition offset past the bytes; register records: the partition's end
 	from     int64  // checkpoints
 	ends     map[string]int64
 	groupEnd int64 // group records
@@ -86,6 +86,10 @@ func walkJournal(t testing.TB, dir string) []jrec {
 			g, err := parseGroupPayload(rec[jHeaderSize:])
 			require.NoError(t, err)
 			r.groupEnd = g.end
+		case recRegister:
+			g, err := parseRegisterPayload(rec[jHeaderSize:])
+			require.NoError(t, err)
+			r.name, r.dataOff, r.dataEnd = g.name, g.end, g.end
 		case recSkip:
 		default:
 			return out
@@ -254,7 +258,7 @@ func expectAfterCut(recs []jrec, acked []crashPut, parts int, x int64) (want [][
 			break
 		}
 		switch r.typ {
-		case recData:
+		case recData, recRegister:
 			ends[r.name] = max(ends[r.name], r.dataEnd)
 		case recCheckpoint:
 			ckEnds = r.ends
@@ -309,21 +313,34 @@ func recoverAndCheck(t *testing.T, dir string, opts JournalOptions, parts int, w
 // records (torn), with the segments' unsynced parts cut, zeroed or
 // removed (a power loss): recovery yields exactly the journaled prefix of
 // each partition at its acknowledged offsets, and recovering again (also
-// after a crash in the middle of replay) gives the same.
+// after a crash in the middle of replay) gives the same. So does a journal
+// written without register records (by a binary from before them, which
+// asked for a checkpoint at every registration instead).
 func TestJournalCrashCuts(t *testing.T) {
+	t.Run("registers", func(t *testing.T) { testJournalCrashCuts(t, false) })
+	t.Run("no-registers", func(t *testing.T) { testJournalCrashCuts(t, true) })
+}
+
+func testJournalCrashCuts(t *testing.T, noRegisters bool) {
 	const parts = 3
 	opts := JournalOptions{FileSize: 64 << 10, CheckpointBytes: 6 << 10, CheckpointInterval: time.Hour, Logf: t.Logf,
-		hooks: &journalHooks{smallFiles: true}}
+		hooks: &journalHooks{smallFiles: true, noRegisters: noRegisters}}
 	snap, acked := runCrashWorkload(t, parts, 800, opts)
 	recs := walkJournal(t, filepath.Join(snap, JournalDirName))
 	require.NotEmpty(t, recs)
-	var cps int
+	var cps, regs int
 	for _, r := range recs {
-		if r.typ == recCheckpoint {
+		switch r.typ {
+		case recCheckpoint:
 			cps++
+		case recRegister:
+			regs++
 		}
 	}
-	t.Logf("%d acknowledged puts, %d journal records from %d to %d, %d checkpoints", len(acked), len(recs), recs[0].pos, recs[len(recs)-1].end, cps)
+	t.Logf("%d acknowledged puts, %d journal records from %d to %d, %d checkpoints, %d register records", len(acked), len(recs), recs[0].pos, recs[len(recs)-1].end, cps, regs)
+	if noRegisters {
+		require.Zero(t, regs)
+	}
 
 	// Every put is in the uncut journal.
 	want, _ := expectAfterCut(recs, acked, parts, recs[len(recs)-1].end)
@@ -375,7 +392,7 @@ func TestJournalCrashCuts(t *testing.T) {
 		if i%4 == 0 {
 			// A crash in the middle of replay, then recovery again.
 			o := opts
-			o.hooks = &journalHooks{smallFiles: true, replayLimit: 1 + rng.IntN(4)}
+			o.hooks = &journalHooks{smallFiles: true, replayLimit: 1 + rng.IntN(4), noRegisters: noRegisters}
 			if j, err := OpenJournal(dir, o); err == nil {
 				require.NoError(t, j.Close())
 			} else {

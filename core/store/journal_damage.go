@@ -102,7 +102,7 @@ func (e *JournalCorruptError) Is(target error) bool { return target == ErrCorrup
 
 // isJRecordType reports whether typ is a record type this version reads.
 func isJRecordType(typ byte) bool {
-	return typ == recData || typ == recCheckpoint || typ == recSkip || typ == recGroup
+	return typ == recData || typ == recCheckpoint || typ == recSkip || typ == recGroup || typ == recRegister
 }
 
 // validJRecord reads the record at rel of f (its header is hdr) and
@@ -132,8 +132,11 @@ func validJRecord(f *jfile, rel int64, hdr []byte, minEpoch uint32, rec *[]byte)
 	case recGroup:
 		g, err := parseGroupPayload(b[jHeaderSize:])
 		return h, err == nil && g.end > h.pos, nil
+	case recRegister:
+		_, err := parseRegisterPayload(b[jHeaderSize:])
+		return h, err == nil, nil
 	}
-	return h, h.n == 0, nil
+	return h, h.n == 0, nil // a skip record is empty
 }
 
 // jSearchChunk is how much of a journal file the resync search reads at a
@@ -246,8 +249,9 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 	}
 	from := files[0].start
 	var ckEnds map[string]int64
+	strict := false
 	if sc.last != nil {
-		from, ckEnds = sc.last.from, sc.last.ends
+		from, ckEnds, strict = sc.last.from, sc.last.ends, sc.last.registers
 	}
 	var holes []*jHole // those in the replay range
 	for i := range sc.holes {
@@ -264,11 +268,18 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 	}
 
 	// Walk the records in journal order: each partition's state before
-	// each hole, and the gaps.
+	// each hole, and the gaps. A register record sets its partition's
+	// state as a checkpoint entry does (its data records follow it).
 	type pstate struct{ end, pos int64 } // journaled end, and the position of the record that set it
 	state := map[string]pstate{}
 	for name, end := range ckEnds {
 		state[name] = pstate{end, -1}
+	}
+	regs := sc.regs
+	register := func(before int64) { // the register records before position before
+		for ; len(regs) > 0 && regs[0].pos < before; regs = regs[1:] {
+			state[regs[0].name] = pstate{regs[0].end, regs[0].pos}
+		}
 	}
 	group := make([]int, len(holes)) // union-find: holes judged together
 	for i := range group {
@@ -297,8 +308,10 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 	next := 0
 	for _, r := range sc.refs {
 		for ; next < len(holes) && holes[next].end <= r.pos; next++ {
+			register(holes[next].pos)
 			snap(next)
 		}
+		register(r.pos)
 		st, ok := state[r.name]
 		if ok && r.offset > st.end {
 			first := -1
@@ -322,6 +335,7 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 		state[r.name] = st
 	}
 	for ; next < len(holes); next++ {
+		register(holes[next].pos)
 		snap(next)
 	}
 	firstAfter := func(name string, pos int64) (int64, bool) {
@@ -362,10 +376,17 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 		var data []int // members that may be data records
 		for i, h := range members {
 			size += h.end - h.pos
-			if h.framed && h.hdr.typ != recData {
+			kind, err := holdsNoData(h, &rec)
+			if err != nil {
+				return err
+			}
+			if kind != 0 {
 				covered += h.end - h.pos
-				if h.hdr.typ == recCheckpoint {
+				switch kind {
+				case recCheckpoint:
 					notes = append(notes, fmt.Sprintf("the record at %d was a checkpoint: replay starts from the checkpoint before it", h.pos))
+				case recRegister:
+					notes = append(notes, fmt.Sprintf("the record at %d was a register record", h.pos))
 				}
 				continue
 			}
@@ -402,7 +423,11 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 			hint := PartitionRange{d.name, d.offset, d.offset + int64(len(d.bytes))}
 			b, okb := beforeHole[hidx[i]][d.name]
 			a, oka := firstAfter(d.name, h.end)
-			if hint.To > hint.From && (!okb || b == hint.From) && (!oka || a == hint.To) {
+			// Since register records, every partition with a data record
+			// after the checkpoint has a state before it (the checkpoint's
+			// entry or its register record): a payload naming one that
+			// has none has a damaged name (or offset) and is not used.
+			if hint.To > hint.From && (okb || !strict) && (!okb || b == hint.From) && (!oka || a == hint.To) {
 				ranges = append(ranges, hint)
 				covered += jRecordSize(hint.Partition, hint.To-hint.From)
 			}
@@ -508,6 +533,70 @@ func (j *Journal) holeWhere(pos, end int64, h *jHole) string {
 	return fmt.Sprintf("file %s bytes %d..%d (journal positions %d..%d)",
 		filepath.Join(j.dir, journalName(h.f.start)), pos-h.f.start, end-h.f.start, pos, end)
 }
+
+// holdsNoData reports whether the hole h is one record that held no
+// partition data, and of which type (0: it may have held data): a
+// checkpoint, group, skip or register record whose header frames it, or
+// a register record whose header is damaged but whose payload, over the
+// extent the framing gives, is one. The type byte is not trusted (the
+// crc failed): a payload that reads as a data record holding bytes is
+// data whatever the type byte says (a data record's type flipped to skip
+// must not hide its bytes), a skip record is empty, a group record has
+// its fixed size; otherwise the record is damage that may have held data.
+func holdsNoData(h *jHole, rec *[]byte) (byte, error) {
+	if h.framed && h.hdr.typ == recSkip && h.hdr.n == 0 {
+		return recSkip, nil
+	}
+	if h.framed && h.hdr.typ == recData {
+		return 0, nil
+	}
+	n := min(h.end, h.f.end()) - h.pos - jHeaderSize
+	if n < 0 {
+		return 0, nil
+	}
+	var b []byte
+	if n <= maxDataPayload || (h.framed && h.hdr.typ == recSkip) {
+		b = slices.Grow((*rec)[:0], int(n))[:n]
+		*rec = b
+		if _, err := h.f.f.ReadAt(b, h.fileBytes()+jHeaderSize); err != nil && !errors.Is(err, io.EOF) {
+			return 0, fmt.Errorf("store: read journal file %s at %d: %w", journalName(h.f.start), h.fileBytes(), err)
+		}
+		if d, err := parseDataPayload(b); err == nil && len(d.bytes) > 0 {
+			return 0, nil
+		}
+	}
+	if !h.framed {
+		if _, err := parseRegisterPayload(b); err == nil {
+			return recRegister, nil
+		}
+		return 0, nil
+	}
+	switch h.hdr.typ {
+	case recCheckpoint:
+		return recCheckpoint, nil
+	case recRegister:
+		if registerShaped(b) {
+			return recRegister, nil
+		}
+	case recGroup:
+		if h.hdr.n == jGroupPayload {
+			return recGroup, nil
+		}
+	case recSkip:
+		// A skip record with a payload is corruption; a checkpoint's
+		// (or a register record's) whose type was flipped reads as one.
+		if c, err := parseCheckpointPayload(b); err == nil && c.from <= h.pos {
+			return recCheckpoint, nil
+		}
+		if _, err := parseRegisterPayload(b); err == nil {
+			return recRegister, nil
+		}
+	}
+	return 0, nil
+}
+
+// maxDataPayload is the largest payload of a data record.
+const maxDataPayload = maxWriteChunk + 2 + maxPartitionName + jDataFixed
 
 // holeAsRecord reads the hole h as one data record whose extent the
 // framing gives: from h.pos to where the next valid record starts (or

@@ -162,18 +162,16 @@ func (fx *flipFixture) all() [][]crashPut {
 
 // victim returns a data record after the last checkpoint whose partition
 // has a later data record (so valid records follow it, of its partition
-// too), and its index.
+// too), and its index. It may be its partition's first record since it
+// registered: the register record before it frames it (before register
+// records, such a record had nothing to frame it from and the fixture
+// avoided it).
 func (fx *flipFixture) victim(t *testing.T) (int, jrec) {
 	t.Helper()
 	for i := fx.last + 1; i < len(fx.recs); i++ {
 		r := fx.recs[i]
 		same := func(n jrec) bool { return n.typ == recData && n.name == r.name }
-		// A record of its partition before it in the replay range too:
-		// a partition that registered after the last checkpoint is not
-		// in its table of ends, and the first record of such a partition
-		// has nothing to frame it from before (docs/storage.md, "False
-		// refusals").
-		if r.typ == recData && slices.ContainsFunc(fx.recs[fx.last+1:i], same) && slices.ContainsFunc(fx.recs[i+1:], same) {
+		if r.typ == recData && slices.ContainsFunc(fx.recs[i+1:], same) {
 			return i, r
 		}
 	}
@@ -332,6 +330,18 @@ func TestJournalFlipCheckpoint(t *testing.T) {
 		require.Contains(t, lb.String(), "was a checkpoint: replay starts from the checkpoint before it")
 	})
 
+	// Its type flipped to skip (2 -> 3, one bit): a skip record with a
+	// payload is damage, but one that reads as a checkpoint held no data.
+	t.Run("type-to-skip", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), ck.pos+20, recCheckpoint^recSkip)
+		var lb logBuf
+		o := fx.opts
+		o.Logf = lb.logf
+		recoverAndCheck(t, dir, o, flipParts, fx.all(), "checkpoint flipped to skip")
+		require.Contains(t, lb.String(), "was a checkpoint: replay starts from the checkpoint before it")
+	})
+
 	t.Run("none-left", func(t *testing.T) {
 		dir := fx.copy(t)
 		jdir := filepath.Join(dir, JournalDirName)
@@ -453,10 +463,9 @@ func TestJournalFlipFileTail(t *testing.T) {
 	name := partName(0)
 	l, err := Open(filepath.Join(src, name), Options{IDs: &seqIDs{}, MaxSegmentSize: 2 << 10, Journal: j, Logf: t.Logf})
 	require.NoError(t, err)
-	// The checkpoint the registration asks for is written before the
-	// puts; no other one follows (interval and bytes out of reach), so
-	// every later journal byte is a put's.
-	quiesce(t, j, src)
+	// No checkpoint follows the recovery one (interval and bytes out of
+	// reach, and a registration asks for none), so every later journal
+	// byte is a put's (or the register record before the first).
 	var acked []crashPut
 	put := func(n int) {
 		data := fmt.Sprintf("%06d", len(acked)) + strings.Repeat("q", n-6)
@@ -547,5 +556,190 @@ func TestJournalFlipFileTail(t *testing.T) {
 		require.Equal(t, JournalDamage{File: file, FilePos: at - (r.end - 3 - r.pos), Pos: r.pos, End: r.end, Reason: d.Reason,
 			Lost: []PartitionRange{{name, r.dataOff, r.dataEnd}}}, d)
 		require.NotContains(t, err.Error(), "cannot all be attributed")
+	})
+}
+
+// TestJournalFlipTypeToSkip: a data record whose type byte was flipped to
+// skip (1 -> 3, one bit) still frames exactly (its length ends where the
+// next valid record starts), but a skip record is empty: one with a
+// payload is damage, not a skip record. The victim is the last record of
+// its partition, so no later record of it frames a gap: before, the
+// stretch was taken for a skip record, its partition cut at the end
+// before it, and its acknowledged puts deleted from the segment although
+// it held them. Now its payload is judged as the data record it reads as:
+// intact in the segments (a kill -9), nothing is lost; zeroed there too (a
+// power loss), the start is refused naming the range.
+func TestJournalFlipTypeToSkip(t *testing.T) {
+	fx := newFlipFixture(t)
+	k := -1
+	for i := len(fx.recs) - 2; i > fx.last; i-- {
+		r := fx.recs[i]
+		if r.typ == recData && !slices.ContainsFunc(fx.recs[i+1:], func(n jrec) bool { return n.name == r.name }) {
+			k = i
+			break
+		}
+	}
+	require.GreaterOrEqual(t, k, 0, "a partition's last data record with valid records after it")
+	r := fx.recs[k]
+	t.Run("held", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+20, recData^recSkip)
+		var lb logBuf
+		o := fx.opts
+		o.Logf = lb.logf
+		recoverAndCheck(t, dir, o, flipParts, fx.all(), "data record flipped to skip")
+		require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd))
+	})
+	t.Run("lost", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+20, recData^recSkip)
+		zeroSegments(t, filepath.Join(dir, r.name), r.dataOff, r.dataEnd)
+		before := treeBytes(t, dir)
+		err := openErr(dir, fx.opts)
+		var je *JournalCorruptError
+		require.ErrorAs(t, err, &je)
+		require.Len(t, je.Damage, 1)
+		require.Equal(t, []PartitionRange{{r.name, r.dataOff, r.dataEnd}}, je.Damage[0].Lost)
+		require.Equal(t, before, treeBytes(t, dir), "a refused recovery changes nothing")
+	})
+}
+
+// TestJournalFlipFirstRecord: flips in a partition's first records since
+// it registered after the last checkpoint (its register record and its
+// first data record), in a kill -9 copy:
+//   - a flip in any field of the register record (crc, length, position,
+//     epoch, type, name, end, last id): the stretch is that register
+//     record (its payload has its shape), which held no data; recovery
+//     starts and every acknowledged put is there. Only a flip in its name
+//     length may make the stretch unreadable, and then the start is
+//     refused, naming the journal file;
+//   - a flip in any field of the first data record: the register record
+//     frames it (the partition's end when it registered), so its range is
+//     found: intact in the segments, nothing lost; zeroed there too (a
+//     power loss), refused naming exactly that range;
+//   - seeded random flips in both: every acknowledged put at its offset,
+//     or a refusal naming the journal file; never a silent loss.
+func TestJournalFlipFirstRecord(t *testing.T) {
+	fx := newFlipFixture(t)
+	type first struct{ reg, data jrec }
+	var firsts []first
+	for p := range flipParts {
+		name := partName(p)
+		i := slices.IndexFunc(fx.recs[fx.last+1:], func(r jrec) bool { return r.typ == recRegister && r.name == name })
+		require.GreaterOrEqual(t, i, 0, "%s registered after the last checkpoint", name)
+		i += fx.last + 1
+		k := slices.IndexFunc(fx.recs[i+1:], func(r jrec) bool { return r.name == name })
+		require.GreaterOrEqual(t, k, 0)
+		d := fx.recs[i+1+k]
+		require.Equal(t, byte(recData), d.typ)
+		require.Equal(t, fx.recs[i].dataEnd, d.dataOff, "the data record starts at the registered end")
+		firsts = append(firsts, first{fx.recs[i], d})
+	}
+	jdirOf := func(dir string) string { return filepath.Join(dir, JournalDirName) }
+	refusal := func(t *testing.T, err error, dir, what string) *JournalCorruptError {
+		t.Helper()
+		var je *JournalCorruptError
+		require.ErrorAs(t, err, &je, what)
+		require.Contains(t, err.Error(), jdirOf(dir), what)
+		return je
+	}
+
+	t.Run("register", func(t *testing.T) {
+		for _, f := range firsts {
+			r := f.reg
+			n := int64(len(r.name))
+			fields := []struct {
+				name  string
+				at    int64
+				mayGo bool // the start may be refused
+			}{
+				{"crc", 2, false}, {"length", 7, false}, {"position", 14, false}, {"epoch", 18, false}, {"type", 20, false},
+				{"name length", jHeaderSize + 1, true}, {"name", jHeaderSize + 2 + n - 1, false},
+				{"end", jHeaderSize + 2 + n + 6, false}, {"last id", jHeaderSize + 2 + n + 15, false},
+			}
+			for _, fl := range fields {
+				what := fmt.Sprintf("%s: flip in the register record's %s", r.name, fl.name)
+				dir := fx.copy(t)
+				flipJournal(t, jdirOf(dir), r.pos+fl.at, 0x04)
+				var lb logBuf
+				o := fx.opts
+				o.Logf = lb.logf
+				if err := openErr(dir, o); err != nil {
+					require.True(t, fl.mayGo, "%s: refused: %v", what, err)
+					refusal(t, err, dir, what)
+					continue
+				}
+				require.Contains(t, lb.String(), fmt.Sprintf("the record at %d was a register record", r.pos), what)
+				recoverAndCheck(t, dir, fx.opts, flipParts, fx.all(), what)
+			}
+		}
+	})
+
+	t.Run("data", func(t *testing.T) {
+		for _, f := range firsts {
+			r := f.data
+			n := int64(len(r.name))
+			fields := []struct {
+				name string
+				at   int64
+			}{
+				{"crc", 1}, {"length", 6}, {"position", 15}, {"epoch", 19}, {"type", 20},
+				{"name", jHeaderSize + 3}, {"segment", jHeaderSize + 2 + n + 7}, {"offset", jHeaderSize + 2 + n + 15},
+				{"data", r.end - r.pos - 1},
+			}
+			for _, fl := range fields {
+				what := fmt.Sprintf("%s: flip in the first data record's %s", r.name, fl.name)
+				dir := fx.copy(t)
+				flipJournal(t, jdirOf(dir), r.pos+fl.at, 0x10)
+				var lb logBuf
+				o := fx.opts
+				o.Logf = lb.logf
+				recoverAndCheck(t, dir, o, flipParts, fx.all(), what)
+				require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd), what)
+
+				dir = fx.copy(t)
+				flipJournal(t, jdirOf(dir), r.pos+fl.at, 0x10)
+				zeroSegments(t, filepath.Join(dir, r.name), r.dataOff, r.dataEnd)
+				before := treeBytes(t, dir)
+				je := refusal(t, openErr(dir, fx.opts), dir, what+", segment zeroed")
+				require.Len(t, je.Damage, 1, what)
+				require.Equal(t, []PartitionRange{{r.name, r.dataOff, r.dataEnd}}, je.Damage[0].Lost, what)
+				require.Equal(t, before, treeBytes(t, dir), "%s: a refused recovery changes nothing", what)
+			}
+		}
+	})
+
+	t.Run("random", func(t *testing.T) {
+		refused := 0
+		const seeds = 36
+		for seed := range uint64(seeds) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			f := firsts[rng.IntN(len(firsts))]
+			dir := fx.copy(t)
+			var flips []string
+			for _, r := range []jrec{f.reg, f.data} {
+				if len(flips) > 0 && rng.IntN(3) == 0 {
+					continue
+				}
+				for range 1 + rng.IntN(2) {
+					at := rng.Int64N(r.end - r.pos)
+					flipJournal(t, jdirOf(dir), r.pos+at, 1<<rng.IntN(8))
+					flips = append(flips, fmt.Sprintf("%d+%d", r.pos, at))
+				}
+			}
+			zeroed := rng.IntN(2) == 0
+			if zeroed {
+				zeroSegments(t, filepath.Join(dir, f.data.name), f.data.dataOff, f.data.dataEnd)
+			}
+			what := fmt.Sprintf("seed %d: %s, flips at %v, segment zeroed %v", seed, f.reg.name, flips, zeroed)
+			if err := openErr(dir, fx.opts); err != nil {
+				refusal(t, err, dir, what)
+				t.Logf("%s: refused: %v", what, err)
+				refused++
+				continue
+			}
+			recoverAndCheck(t, dir, fx.opts, flipParts, fx.all(), what)
+		}
+		t.Logf("random flips in first records: %d of %d refused", refused, seeds)
 	})
 }

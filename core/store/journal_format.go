@@ -21,8 +21,14 @@ const (
 	// partition at that moment.
 	recCheckpoint = 2
 	// recSkip says that the rest of its file is unused: the next record
-	// is at the start of the next file.
+	// is at the start of the next file. Its payload is empty.
 	recSkip = 3
+	// recRegister names a partition that registered (a group-commit Log
+	// opened) and what recovery needs to know of it until a checkpoint
+	// lists it: its end and last record id at that moment. It comes right
+	// before the partition's first data record after the registration,
+	// in the same round (docs/storage.md, "Register records").
+	recRegister = 4
 
 	// recGroup starts an atomic group (AppendAtomic, atomic.go): the data
 	// records after it up to the journal position it gives are one unit,
@@ -137,6 +143,45 @@ func validPartitionName(name string) bool {
 		!strings.ContainsAny(name, "/\\\x00")
 }
 
+// registerRecord is a decoded register record: partition name registered
+// with its segments ending at end (every byte before it fsynced), the id
+// of its last record before end being lastID (0: none).
+type registerRecord struct {
+	name        string
+	end, lastID int64
+}
+
+// appendRegisterPayload appends a register record's payload:
+// [u16 n][n bytes: partition directory name][u64 end][u64 last id].
+func appendRegisterPayload(dst []byte, r registerRecord) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(r.name)))
+	dst = append(dst, r.name...)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(r.end))
+	return binary.BigEndian.AppendUint64(dst, uint64(r.lastID))
+}
+
+// jRegisterSize is the journal size of a register record of name.
+func jRegisterSize(name string) int64 { return jHeaderSize + 2 + int64(len(name)) + 16 }
+
+func parseRegisterPayload(p []byte) (registerRecord, error) {
+	name, rest, ok := cutName(p, 16)
+	if !ok || len(rest) != 16 {
+		return registerRecord{}, fmt.Errorf("%w: register record of %d bytes", errBadJRecord, len(p))
+	}
+	r := registerRecord{name: name, end: int64(binary.BigEndian.Uint64(rest)), lastID: int64(binary.BigEndian.Uint64(rest[8:]))}
+	if r.end < 0 || r.lastID < 0 {
+		return registerRecord{}, fmt.Errorf("%w: register record of %q: end %d, last id %d", errBadJRecord, name, r.end, r.lastID)
+	}
+	return r, nil
+}
+
+// registerShaped reports whether p has the shape of a register payload
+// (its name length and size agree), whatever its bytes: a data record's
+// payload never has it, since it holds at least one byte more.
+func registerShaped(p []byte) bool {
+	return len(p) >= 2 && len(p) == 2+int(binary.BigEndian.Uint16(p))+16
+}
+
 // checkpoint is a decoded checkpoint record.
 type checkpoint struct {
 	from int64            // replay starts here
@@ -150,6 +195,12 @@ type checkpoint struct {
 	// does not cut them there (a partition may reopen in threshold mode
 	// and grow); it only trusts their bytes before end (restart.go).
 	closed map[string]closedEnd
+	// registers: the run that wrote the checkpoint writes a register
+	// record before the first data record of every partition that
+	// registers after it, so every partition with data records after it
+	// is in ends or named by an earlier register record (checkDamage
+	// relies on it). False in a checkpoint written before them.
+	registers bool
 }
 
 // closedEnd is a closed partition's end and the id of its last record.
@@ -164,6 +215,8 @@ const (
 	// ckptClosed is closed: [u32 count] then count ×
 	// [u16 n][name][u64 end][u64 last id].
 	ckptClosed = 2
+	// ckptRegisters is registers: an empty section.
+	ckptRegisters = 3
 )
 
 func appendCheckpointPayload(dst []byte, c checkpoint) []byte {
@@ -194,6 +247,9 @@ func appendCheckpointPayload(dst []byte, c checkpoint) []byte {
 			dst = binary.BigEndian.AppendUint64(dst, uint64(e.lastID))
 		}
 		binary.BigEndian.PutUint32(dst[at-4:], uint32(len(dst)-at))
+	}
+	if c.registers {
+		dst = append(dst, ckptRegisters, 0, 0, 0, 0)
 	}
 	return dst
 }
@@ -230,6 +286,11 @@ func parseCheckpointPayload(p []byte) (checkpoint, error) {
 			err = c.parseLastIDs(sec, names)
 		case ckptClosed:
 			err = c.parseClosed(sec)
+		case ckptRegisters:
+			if c.registers || len(sec) != 0 {
+				err = fmt.Errorf("%w: checkpoint registers section of %d bytes", errBadJRecord, len(sec))
+			}
+			c.registers = true
 		}
 		if err != nil {
 			return checkpoint{}, err

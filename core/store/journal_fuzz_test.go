@@ -11,9 +11,9 @@ import (
 )
 
 // FuzzJournalPayloads feeds arbitrary bytes to the journal's record
-// parsers (the header, data and checkpoint payloads, as replay reads them
-// after a crash or a bit flip): they never panic, and whatever parses
-// encodes back to what parses the same.
+// parsers (the header, data, checkpoint, group and register payloads, as
+// replay reads them after a crash or a bit flip): they never panic, and
+// whatever parses encodes back to what parses the same.
 func FuzzJournalPayloads(f *testing.F) {
 	f.Add(appendDataPayload(nil, "t-0", 0, 20, []byte("record bytes")))
 	f.Add(appendDataPayload(nil, "orders-17", 4096, 8192, nil))
@@ -29,6 +29,13 @@ func FuzzJournalPayloads(f *testing.F) {
 		closed: map[string]closedEnd{"t-1": {end: 300, lastID: 9}, "orders-0": {}}}))
 	f.Add(appendGroupPayload(nil, groupRecord{end: 4096, records: 3})) // atomic.go
 	f.Add(appendGroupPayload(nil, groupRecord{end: 0, records: 0}))
+	f.Add(appendRegisterPayload(nil, registerRecord{name: "t-0", end: 4096, lastID: 77}))
+	f.Add(appendRegisterPayload(nil, registerRecord{name: "orders-17", end: 0, lastID: 0}))
+	reg := appendRegisterPayload(nil, registerRecord{name: "t-1", end: 1 << 40, lastID: 1 << 50})
+	f.Add(reg[:len(reg)-1])
+	f.Add(append(bytes.Clone(reg), 0))
+	f.Add(appendCheckpointPayload(nil, checkpoint{from: 32, ends: map[string]int64{"t-0": 9}, lastIDs: map[string]int64{"t-0": 2},
+		closed: map[string]closedEnd{}, registers: true}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	f.Add(make([]byte, jHeaderSize))
 	f.Fuzz(func(t *testing.T, p []byte) {
@@ -41,7 +48,7 @@ func FuzzJournalPayloads(f *testing.F) {
 		if c, err := parseCheckpointPayload(p); err == nil {
 			again, err := parseCheckpointPayload(appendCheckpointPayload(nil, c))
 			if err != nil || again.from != c.from || len(again.ends) != len(c.ends) ||
-				(again.lastIDs == nil) != (c.lastIDs == nil) || len(again.lastIDs) != len(c.lastIDs) {
+				(again.lastIDs == nil) != (c.lastIDs == nil) || len(again.lastIDs) != len(c.lastIDs) || again.registers != c.registers {
 				t.Fatalf("checkpoint does not round-trip: %+v -> %+v, %v", c, again, err)
 			}
 			for k, v := range c.ends {
@@ -62,6 +69,18 @@ func FuzzJournalPayloads(f *testing.F) {
 					t.Fatalf("checkpoint last id of %q: %d -> %d", k, v, again.lastIDs[k])
 				}
 			}
+		}
+		if r, err := parseRegisterPayload(p); err == nil {
+			if !registerShaped(p) {
+				t.Fatalf("register payload %x parses but does not have the shape", p)
+			}
+			again, err := parseRegisterPayload(appendRegisterPayload(nil, r))
+			if err != nil || again != r {
+				t.Fatalf("register record does not round-trip: %+v -> %+v, %v", r, again, err)
+			}
+		}
+		if d, err := parseDataPayload(p); err == nil && len(d.bytes) > 0 && registerShaped(p) {
+			t.Fatalf("a data payload holding bytes has a register payload's shape: %x", p)
 		}
 		if g, err := parseGroupPayload(p); err == nil {
 			again, err := parseGroupPayload(appendGroupPayload(nil, g))
@@ -128,6 +147,30 @@ func FuzzJournalScan(f *testing.F) {
 		b[at] ^= 0x10
 		f.Add(b)
 	}
+	// Flips in the register records (each partition's, before its first
+	// data record; t-1's first data is a group's part), and in the data
+	// records right after them.
+	regs := 0
+	recs := walkJournal(f, filepath.Join(snap, JournalDirName))
+	for i, r := range recs {
+		if r.typ != recRegister {
+			continue
+		}
+		regs++
+		n := int64(len(r.name))
+		for _, at := range []int64{1, 6, 13, 19, 20, jHeaderSize + 1, jHeaderSize + 2, jHeaderSize + 2 + n + 7, r.end - r.pos - 1} {
+			b := bytes.Clone(seed)
+			b[r.pos+at] ^= 0x04
+			f.Add(b)
+		}
+		if i+1 < len(recs) {
+			b := bytes.Clone(seed)
+			b[r.pos+20] ^= 0x01 // both: the register and the next record
+			b[recs[i+1].pos+jHeaderSize+3] ^= 0x01
+			f.Add(b)
+		}
+	}
+	require.Equal(f, 2, regs, "the seed journal holds both partitions' register records")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > int(opts.FileSize) {
 			return

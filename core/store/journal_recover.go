@@ -24,17 +24,28 @@ type dataRef struct {
 	offset, end int64  // partition offsets of the record's bytes
 }
 
+// regRef is a register record found by the recovery scan.
+type regRef struct {
+	pos int64 // journal position of the record
+	registerRecord
+}
+
 // scanResult of a journal: where it ends, the last checkpoint and the data
 // records after it.
 type journalScan struct {
-	end      int64
-	endFile  *jfile
-	epoch    uint32 // highest epoch seen
-	last     *checkpoint
-	refs     []dataRef // data records at or after last.from
-	records  int
-	stopped  string // why the scan stopped
-	firstPos int64
+	end     int64
+	endFile *jfile
+	epoch   uint32 // highest epoch seen
+	last    *checkpoint
+	refs    []dataRef // data records at or after last.from
+	// regs are the register records at or after last.from: they name the
+	// partitions that registered after the checkpoint's snapshot.
+	regs []regRef
+	// sawRegister: the journal files hold a register record (anywhere).
+	sawRegister bool
+	records     int
+	stopped     string // why the scan stopped
+	firstPos    int64
 	// holes are the damaged stretches with valid records after them, in
 	// journal order (checkDamage decides what they mean).
 	holes []jHole
@@ -102,8 +113,9 @@ func (j *Journal) recover() error {
 	if sc.last != nil {
 		from = sc.last.from
 	}
-	j.logf("store: journal %s: %d records from %d to %d, last checkpoint replays from %d: %d data records to replay (%s; %d damaged stretches)",
-		j.dir, sc.records, files[0].start, sc.end, from, len(sc.refs), sc.stopped, len(sc.holes))
+	j.logf("store: journal %s: %d records from %d to %d, last checkpoint replays from %d: %d data records to replay, %d partitions registered since (%s; %d damaged stretches)",
+		j.dir, sc.records, files[0].start, sc.end, from, len(sc.refs), len(sc.regs), sc.stopped, len(sc.holes))
+	j.regsInFiles = sc.sawRegister
 	if err := j.replay(sc, j.replayLimit); err != nil {
 		return err
 	}
@@ -129,7 +141,7 @@ func (j *Journal) writeRecoveryCheckpoint() error {
 	j.mu.Lock()
 	closed := j.closedTableLocked() // restart.go
 	j.mu.Unlock()
-	if err := j.commitNow(&ckptJob{c: checkpoint{from: j.pos, ends: map[string]int64{}, closed: closed}}); err != nil {
+	if err := j.commitNow(&ckptJob{c: checkpoint{from: j.pos, ends: map[string]int64{}, closed: closed, registers: !j.noRegisters}}); err != nil {
 		return err
 	}
 	j.sinceCkpt = 0
@@ -188,6 +200,7 @@ func scanJournal(files []*jfile) (journalScan, error) {
 		var c checkpoint
 		var d dataRecord
 		var g groupRecord
+		var rg registerRecord
 		if bad == "" {
 			rec := slices.Grow(payload[:0], jHeaderSize+int(h.n))[:jHeaderSize+int(h.n)]
 			copy(rec, hdr[:])
@@ -212,10 +225,20 @@ func scanJournal(files []*jfile) (journalScan, error) {
 				if g, err = parseGroupPayload(p); err != nil || g.end <= pos {
 					bad = fmt.Sprintf("group record at %d: malformed", pos)
 				}
+			case h.typ == recRegister:
+				if rg, err = parseRegisterPayload(p); err != nil {
+					bad = fmt.Sprintf("register record at %d: %v", pos, err)
+				}
 			case h.typ == recSkip:
+				if h.n != 0 {
+					bad = fmt.Sprintf("skip record at %d with a payload of %d bytes", pos, h.n)
+				}
 			default:
 				bad, final = fmt.Sprintf("record type %d at %d", h.typ, pos), true
 			}
+		}
+		if h.typ == recRegister {
+			sc.sawRegister = true // even a damaged one: a binary from before them stops there too
 		}
 		if bad != "" {
 			if final {
@@ -264,10 +287,20 @@ func scanJournal(files []*jfile) (journalScan, error) {
 			}
 			sc.refs = append(sc.refs, dataRef{f: f, off: rel + jHeaderSize, n: int(h.n), pos: pos,
 				name: name, offset: d.offset, end: d.offset + int64(len(d.bytes))})
+		case recRegister:
+			name, ok := names[rg.name]
+			if !ok {
+				name = rg.name
+				names[name] = name
+			}
+			rg.name = name
+			sc.regs = append(sc.regs, regRef{pos: pos, registerRecord: rg})
 		case recCheckpoint:
 			sc.last = &c
 			k := sort.Search(len(sc.refs), func(i int) bool { return sc.refs[i].pos >= c.from })
 			sc.refs = append(sc.refs[:0], sc.refs[k:]...)
+			k = sort.Search(len(sc.regs), func(i int) bool { return sc.regs[i].pos >= c.from })
+			sc.regs = append(sc.regs[:0], sc.regs[k:]...)
 		}
 		sc.records++
 		sc.epoch = h.epoch
@@ -292,6 +325,9 @@ func scanJournal(files []*jfile) (journalScan, error) {
 		k := sort.Search(len(sc.refs), func(i int) bool { return sc.refs[i].pos >= open.pos })
 		sc.dropped = append(sc.dropped, sc.refs[k:]...)
 		sc.refs = sc.refs[:k]
+		// (Register records precede group records, never inside one.)
+		k = sort.Search(len(sc.regs), func(i int) bool { return sc.regs[i].pos >= open.pos })
+		sc.regs = sc.regs[:k]
 		sc.holes = slices.DeleteFunc(sc.holes, func(h jHole) bool { return h.pos >= open.pos })
 		sc.stopped = fmt.Sprintf("%s, inside the atomic group at %d (ending at %d, %d data records): its %d records are dropped",
 			sc.stopped, open.pos, open.end, open.records, len(sc.dropped))
@@ -323,6 +359,14 @@ func (j *Journal) replay(sc journalScan, limit int) error {
 	if sc.last != nil {
 		for name, end := range sc.last.ends {
 			ends[name] = end
+		}
+	}
+	// A register record names its partition as a checkpoint entry does:
+	// every byte of it before its end was fsynced when it registered, and
+	// every later byte was journaled.
+	for _, r := range sc.regs {
+		if e, ok := ends[r.name]; !ok || r.end > e {
+			ends[r.name] = r.end
 		}
 	}
 	open := map[string]*replayFile{}
@@ -490,7 +534,7 @@ func (j *Journal) replay(sc journalScan, limit int) error {
 			return fmt.Errorf("store: replay: %w", err)
 		}
 	}
-	j.noteTrusted(sc.last, ends) // restart.go
+	j.noteTrusted(sc.last, sc.regs, ends) // restart.go
 	return nil
 }
 

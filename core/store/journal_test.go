@@ -464,3 +464,31 @@ func TestJournalCloseDrains(t *testing.T) {
 		require.Len(t, readAllRecords(t, l, 1<<20), okByPart[p], "partition %d", p)
 	}
 }
+
+// TestJournalIdleCheckpoints: an idle journal stops checkpointing once a
+// checkpoint covers what was written: a checkpoint record alone does not
+// make the next one due (before, an idle journal wrote a checkpoint,
+// listing every partition, and fdatasynced it every interval for good).
+func TestJournalIdleCheckpoints(t *testing.T) {
+	dataDir := t.TempDir()
+	const interval = 20 * time.Millisecond
+	j := openJournal(t, dataDir, JournalOptions{FileSize: 1 << 20, CheckpointInterval: interval, hooks: &journalHooks{smallFiles: true}})
+	logs := openJLogs(t, dataDir, j, 4, Options{IDs: &seqIDs{}})
+	for i, l := range logs {
+		mustAppend(t, l, fmt.Appendf(nil, "m%d", i))
+	}
+	require.Eventually(t, func() bool { return j.Stats().Checkpoints > 0 && !j.ckptBusy.Load() }, 10*time.Second, time.Millisecond)
+	time.Sleep(5 * interval) // a checkpoint due at the next interval completes
+	st := j.Stats()
+	time.Sleep(20 * interval)
+	after := j.Stats()
+	require.Equal(t, st.Checkpoints, after.Checkpoints, "checkpoints while idle")
+	require.Equal(t, st.Bytes, after.Bytes, "journal bytes written while idle")
+	require.True(t, after.UpToDate, "nothing written after the last checkpoint")
+	j.ckptBusy.Store(true) // no checkpoint between the put and the check below
+	mustAppend(t, logs[0], []byte("more"))
+	require.False(t, j.Stats().UpToDate, "a put after the last checkpoint")
+	j.ckptBusy.Store(false)
+	require.Eventually(t, func() bool { return j.Stats().Checkpoints > after.Checkpoints }, 10*time.Second, time.Millisecond,
+		"a put makes the next checkpoint due")
+}

@@ -192,6 +192,12 @@ type Log struct {
 	// necessarily synced yet), for the journal's checkpoints; owned by
 	// the committer.
 	stagedID int64
+	// regPending (committer-owned once registered): the log's register
+	// record is not written yet; it goes right before the log's first
+	// data record, with regEnd and regID, the log's end and last id when
+	// that record's round was staged (Journal.addRegister).
+	regPending    bool
+	regEnd, regID int64
 
 	// flushMu serialises threshold-mode fsyncs; taken before mu.
 	flushMu sync.Mutex
@@ -350,6 +356,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.counted.Store(true)
 	}
 	if l.j != nil {
+		l.regPending = true
 		l.j.register(l)
 	} else if l.groupCommit {
 		l.wg.Add(1)

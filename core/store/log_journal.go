@@ -117,6 +117,11 @@ func (l *Log) writeRound(slot int, failed error) {
 // files) and notes the segments for the next checkpoint.
 func (l *Log) journalRound(j *Journal, slot int) error {
 	rs := &l.rounds[slot]
+	if rs.regAcks > 0 {
+		if err := j.addRegister(l); err != nil {
+			return err
+		}
+	}
 	for _, a := range rs.acks[:rs.regAcks] {
 		b := rs.buf[a.bufFrom : a.bufFrom+int(a.end-a.base)]
 		if err := j.addData(l.jname, a.seg.start, a.base, b); err != nil {

@@ -21,26 +21,37 @@ type trustPoint struct {
 }
 
 // noteTrusted records a trust point for every partition the last
-// checkpoint names, in its ends or its closed table, once replay has made
-// the partitions durable; ends are the journaled ends replay cut them at.
+// checkpoint names, in its ends or its closed table, or a register record
+// after it names (the latest one: the partition's registration in the
+// run that wrote it, newer than the checkpoint), once replay has made the
+// partitions durable; ends are the journaled ends replay cut them at.
 // Those with nothing after the trusted end also go into the closed table
 // of the checkpoints to come, until they register: a crash before they do
 // finds them trusted again.
-func (j *Journal) noteTrusted(last *checkpoint, ends map[string]int64) {
-	if last == nil {
+func (j *Journal) noteTrusted(last *checkpoint, regs []regRef, ends map[string]int64) {
+	if last == nil && len(regs) == 0 {
 		return
 	}
-	trusted := make(map[string]trustPoint, len(last.ends)+len(last.closed))
-	for name, ck := range last.ends {
-		id, ok := last.lastIDs[name]
-		trusted[name] = trustPoint{ckEnd: ck, end: ends[name], lastID: id, haveID: ok}
-	}
-	for name, c := range last.closed {
-		end, ok := ends[name] // replayed: it registered again after the checkpoint
-		if !ok {
-			end = c.end
+	trusted := make(map[string]trustPoint)
+	if last != nil {
+		for name, ck := range last.ends {
+			id, ok := last.lastIDs[name]
+			trusted[name] = trustPoint{ckEnd: ck, end: ends[name], lastID: id, haveID: ok}
 		}
-		trusted[name] = trustPoint{ckEnd: c.end, end: end, lastID: c.lastID, haveID: true}
+		for name, c := range last.closed {
+			end, ok := ends[name] // replayed: it registered again after the checkpoint
+			if !ok {
+				end = c.end
+			}
+			trusted[name] = trustPoint{ckEnd: c.end, end: end, lastID: c.lastID, haveID: true}
+		}
+	}
+	// A register record is a checkpoint entry of its own partition: every
+	// byte before its end was fsynced when the partition registered (its
+	// Open's recovery made the last segment durable), and its last id is
+	// that of the record before the end.
+	for _, r := range regs {
+		trusted[r.name] = trustPoint{ckEnd: r.end, end: ends[r.name], lastID: r.lastID, haveID: true}
 	}
 	closed := make(map[string]closedEnd)
 	for name, t := range trusted {

@@ -35,8 +35,8 @@ func crashAfterCheckpoint(t *testing.T, bulk, tail int) (dir string, offs []int6
 		put(i)
 	}
 	// Two more checkpoints: the second was snapshotted after the bulk.
-	ck := j.Stats().Checkpoints
-	require.Eventually(t, func() bool { return j.Stats().Checkpoints >= ck+2 }, 30*time.Second, time.Millisecond)
+	forceCheckpoint(t, j)
+	forceCheckpoint(t, j)
 	for i := range tail {
 		put(bulk + i)
 	}
@@ -201,10 +201,21 @@ func TestCheckpointFormats(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, closed, c2.closed)
 	require.Equal(t, ids, c2.lastIDs)
+	require.False(t, c2.registers)
 	// A section of a later version is skipped.
 	c3, err := parseCheckpointPayload(append(bytes.Clone(p2), 9, 0, 0, 0, 2, 0xff, 0xff))
 	require.NoError(t, err)
 	require.Equal(t, closed, c3.closed)
+	// The register records' section: empty; readers before it skip it.
+	p4 := appendCheckpointPayload(nil, checkpoint{from: 42, ends: c.ends, lastIDs: ids, closed: closed, registers: true})
+	require.Len(t, p4, len(p2)+5)
+	require.Equal(t, []byte{ckptRegisters, 0, 0, 0, 0}, p4[len(p2):])
+	c4, err := parseCheckpointPayload(p4)
+	require.NoError(t, err)
+	require.True(t, c4.registers)
+	require.Equal(t, closed, c4.closed)
+	_, err = parseCheckpointPayload(append(bytes.Clone(p2), ckptRegisters, 0, 0, 0, 1, 0))
+	require.ErrorIs(t, err, errBadJRecord)
 
 	_, err = parseCheckpointPayload(p[:len(p)-1])
 	require.ErrorIs(t, err, errBadJRecord)
@@ -231,7 +242,7 @@ func TestTrustedOpenOldCheckpoint(t *testing.T) {
 	j, err := OpenJournal(dataDir, JournalOptions{Logf: t.Logf})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
-	j.noteTrusted(&checkpoint{ends: map[string]int64{partName(0): end}}, map[string]int64{partName(0): end})
+	j.noteTrusted(&checkpoint{ends: map[string]int64{partName(0): end}}, nil, map[string]int64{partName(0): end})
 	var lb logBuf
 	rc := &readCounter{open: make(chan struct{})}
 	close(rc.open)
