@@ -197,6 +197,26 @@ func damageSegments(t *testing.T, dir string, ckEnd int64, rng *rand.Rand) strin
 // cutJournal simulates a power loss of the journal at position x: every
 // byte from x on reads as zeros (files are pre-written), or, if torn, the
 // bytes of the record at x are garbage up to its end.
+// cut is a power cut of the journal: everything from x on is zeroed,
+// and if tornTo is past x, x..tornTo is random junk instead (a torn
+// write; cutJournal).
+type cut struct{ x, tornTo int64 }
+
+// cutCopy copies the data directory snap (whose journal holds recs) to a
+// new directory and cuts its journal as c says; x is where the journal
+// then ends for recovery.
+func cutCopy(t *testing.T, snap string, recs []jrec, c cut, rng *rand.Rand) (dir string, x int64) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "d")
+	require.NoError(t, os.CopyFS(dir, os.DirFS(snap)))
+	cutJournal(t, filepath.Join(dir, JournalDirName), c.x, c.tornTo, rng)
+	x = c.x
+	if c.tornTo == 0 {
+		x = effectiveCut(t, filepath.Join(snap, JournalDirName), recs, x)
+	}
+	return dir, x
+}
+
 func cutJournal(t *testing.T, dir string, x, tornTo int64, rng *rand.Rand) {
 	t.Helper()
 	files, err := listJournalFiles(dir, t.Logf)
@@ -351,7 +371,6 @@ func testJournalCrashCuts(t *testing.T, noRegisters bool) {
 	require.Equal(t, len(acked), n, "every acknowledged put is journaled")
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	type cut struct{ x, tornTo int64 }
 	// The files before the first live one were freed by a checkpoint
 	// whose from is past them, durable by then: a power loss can only cut
 	// after it.
@@ -376,13 +395,7 @@ func testJournalCrashCuts(t *testing.T, noRegisters bool) {
 	}
 	t.Logf("%d cuts", len(cuts))
 	for i, c := range cuts {
-		dir := filepath.Join(t.TempDir(), "d")
-		require.NoError(t, os.CopyFS(dir, os.DirFS(snap)))
-		cutJournal(t, filepath.Join(dir, JournalDirName), c.x, c.tornTo, rng)
-		x := c.x
-		if c.tornTo == 0 {
-			x = effectiveCut(t, filepath.Join(snap, JournalDirName), recs, x)
-		}
+		dir, x := cutCopy(t, snap, recs, c, rng)
 		want, ckEnds := expectAfterCut(recs, acked, parts, x)
 		var modes []string
 		for p := range parts {

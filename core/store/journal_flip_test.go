@@ -144,6 +144,14 @@ func newFlipFixture(t *testing.T) *flipFixture {
 }
 
 // copy returns a fresh copy of the snapshot.
+// logged returns the fixture's journal options with a log to check.
+func (fx *flipFixture) logged() (JournalOptions, *logBuf) {
+	lb := &logBuf{}
+	o := fx.opts
+	o.Logf = lb.logf
+	return o, lb
+}
+
 func (fx *flipFixture) copy(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "d")
@@ -210,16 +218,14 @@ func TestJournalFlipFollowed(t *testing.T) {
 		t.Run(fl.name, func(t *testing.T) {
 			dir := fx.copy(t)
 			flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+fl.at, 0x10)
-			var lb logBuf
-			o := fx.opts
-			o.Logf = lb.logf
+			o, lb := fx.logged()
 			recoverAndCheck(t, dir, o, flipParts, fx.all(), "flip in the "+fl.name)
 			require.Contains(t, lb.String(), fmt.Sprintf("damaged record at file %s", filepath.Join(dir, JournalDirName)))
 			require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd))
 			require.Contains(t, lb.String(), "nothing lost")
 			// The damage is now behind the recovery checkpoint (its file
 			// may even have been freed): harmless.
-			lb = logBuf{}
+			*lb = logBuf{}
 			recoverAndCheck(t, dir, o, flipParts, fx.all(), "reopened")
 			require.NotContains(t, lb.String(), "valid records follow")
 		})
@@ -242,9 +248,7 @@ func TestJournalFlipLost(t *testing.T) {
 	zeroSegments(t, filepath.Join(dir, r.name), r.dataOff, r.dataEnd)
 	before := treeBytes(t, dir)
 
-	var lb logBuf
-	o := fx.opts
-	o.Logf = lb.logf
+	o, lb := fx.logged()
 	err := openErr(dir, o)
 	var je *JournalCorruptError
 	require.ErrorAs(t, err, &je)
@@ -271,7 +275,7 @@ func TestJournalFlipLost(t *testing.T) {
 	_, err = fmt.Sscanf(r.name, "t-%d", &p)
 	require.NoError(t, err)
 	want[p] = slices.DeleteFunc(want[p], func(c crashPut) bool { return c.off >= r.dataOff })
-	lb = logBuf{}
+	*lb = logBuf{}
 	o.Recovery = RecoverTruncate
 	recoverAndCheck(t, dir, o, flipParts, want, "truncate")
 	require.Contains(t, lb.String(), fmt.Sprintf("cutting partition %q at offset %d", r.name, r.dataOff))
@@ -290,9 +294,7 @@ func TestJournalFlipTornTail(t *testing.T) {
 	dir := fx.copy(t)
 	flipJournal(t, filepath.Join(dir, JournalDirName), last.end-1, 0x80)
 	want, _ := expectAfterCut(fx.recs, fx.acked, flipParts, last.pos)
-	var lb logBuf
-	o := fx.opts
-	o.Logf = lb.logf
+	o, lb := fx.logged()
 	recoverAndCheck(t, dir, o, flipParts, want, "torn tail")
 	require.Contains(t, lb.String(), fmt.Sprintf("checksum mismatch at %d", last.pos))
 	require.NotContains(t, lb.String(), "damaged record")
@@ -323,9 +325,7 @@ func TestJournalFlipCheckpoint(t *testing.T) {
 	t.Run("previous", func(t *testing.T) {
 		dir := fx.copy(t)
 		flipJournal(t, filepath.Join(dir, JournalDirName), ck.pos+jHeaderSize+4, 0x02) // in from
-		var lb logBuf
-		o := fx.opts
-		o.Logf = lb.logf
+		o, lb := fx.logged()
 		recoverAndCheck(t, dir, o, flipParts, fx.all(), "checkpoint flipped")
 		require.Contains(t, lb.String(), "was a checkpoint: replay starts from the checkpoint before it")
 	})
@@ -335,9 +335,7 @@ func TestJournalFlipCheckpoint(t *testing.T) {
 	t.Run("type-to-skip", func(t *testing.T) {
 		dir := fx.copy(t)
 		flipJournal(t, filepath.Join(dir, JournalDirName), ck.pos+20, recCheckpoint^recSkip)
-		var lb logBuf
-		o := fx.opts
-		o.Logf = lb.logf
+		o, lb := fx.logged()
 		recoverAndCheck(t, dir, o, flipParts, fx.all(), "checkpoint flipped to skip")
 		require.Contains(t, lb.String(), "was a checkpoint: replay starts from the checkpoint before it")
 	})
@@ -405,9 +403,7 @@ func TestJournalFlipHarmless(t *testing.T) {
 			flipJournal(t, jdir, f.start+rng.Int64N(f.size), 1<<rng.IntN(8))
 		}
 	}
-	var lb logBuf
-	o := fx.opts
-	o.Logf = lb.logf
+	o, lb := fx.logged()
 	recoverAndCheck(t, dir, o, flipParts, fx.all(), "harmless flips")
 	require.Contains(t, lb.String(), "lie before the last checkpoint's replay start")
 	require.NotContains(t, lb.String(), "Not starting")
@@ -584,9 +580,7 @@ func TestJournalFlipTypeToSkip(t *testing.T) {
 	t.Run("held", func(t *testing.T) {
 		dir := fx.copy(t)
 		flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+20, recData^recSkip)
-		var lb logBuf
-		o := fx.opts
-		o.Logf = lb.logf
+		o, lb := fx.logged()
 		recoverAndCheck(t, dir, o, flipParts, fx.all(), "data record flipped to skip")
 		require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd))
 	})
@@ -661,9 +655,7 @@ func TestJournalFlipFirstRecord(t *testing.T) {
 				what := fmt.Sprintf("%s: flip in the register record's %s", r.name, fl.name)
 				dir := fx.copy(t)
 				flipJournal(t, jdirOf(dir), r.pos+fl.at, 0x04)
-				var lb logBuf
-				o := fx.opts
-				o.Logf = lb.logf
+				o, lb := fx.logged()
 				if err := openErr(dir, o); err != nil {
 					require.True(t, fl.mayGo, "%s: refused: %v", what, err)
 					refusal(t, err, dir, what)
@@ -691,9 +683,7 @@ func TestJournalFlipFirstRecord(t *testing.T) {
 				what := fmt.Sprintf("%s: flip in the first data record's %s", r.name, fl.name)
 				dir := fx.copy(t)
 				flipJournal(t, jdirOf(dir), r.pos+fl.at, 0x10)
-				var lb logBuf
-				o := fx.opts
-				o.Logf = lb.logf
+				o, lb := fx.logged()
 				recoverAndCheck(t, dir, o, flipParts, fx.all(), what)
 				require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd), what)
 

@@ -240,7 +240,6 @@ func TestJournalCrashCutsLateRegister(t *testing.T) {
 		durable[partName(p)] = max(rr.ends[p], recs[last].ends[partName(p)])
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	type cut struct{ x, tornTo int64 }
 	var cuts []cut
 	for _, r := range recs[last+1:] {
 		cuts = append(cuts, cut{r.pos, 0}, cut{r.pos + 1 + rng.Int64N(r.end-r.pos-1), 0}, cut{r.pos, r.pos + 1 + rng.Int64N(r.end-r.pos-1)})
@@ -248,13 +247,7 @@ func TestJournalCrashCutsLateRegister(t *testing.T) {
 	cuts = append(cuts, cut{recs[len(recs)-1].end, 0})
 	t.Logf("%d records after the last checkpoint, %d cuts", len(recs)-last-1, len(cuts))
 	for i, c := range cuts {
-		dir := filepath.Join(t.TempDir(), "d")
-		require.NoError(t, os.CopyFS(dir, os.DirFS(snap)))
-		cutJournal(t, filepath.Join(dir, JournalDirName), c.x, c.tornTo, rng)
-		x := c.x
-		if c.tornTo == 0 {
-			x = effectiveCut(t, filepath.Join(snap, JournalDirName), recs, x)
-		}
+		dir, x := cutCopy(t, snap, recs, c, rng)
 		want, _ := expectAfterCut(recs, rr.acked[first:], parts, x)
 		for _, a := range rr.acked[:first] {
 			want[a.part] = append(want[a.part], a)
