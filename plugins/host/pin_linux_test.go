@@ -74,7 +74,8 @@ func TestSwappedBinaryIsRefused(t *testing.T) {
 	_, _, err = p.Client()
 	require.ErrorIs(t, err, plugins.ErrUnavailable)
 	require.NoDirExists(t, private, "the stopped process's copy is removed")
-	require.Contains(t, logs.String(), wantMsg)
+	// The supervisor sets LastError before it logs the failure.
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), wantMsg) }, 10*time.Second, 10*time.Millisecond, logs.String())
 
 	// A new launch is refused the same way.
 	_, err = s.Launch(withSHA(spec, strings.ToUpper(sumA)), &testPlugin{})
