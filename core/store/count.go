@@ -22,6 +22,23 @@ const countStep = 64 << 10
 // (countIndex.base); pos is a record start or the end of the records.
 type countEntry struct{ pos, n int64 }
 
+// countMarker places the record-count index entries of a walk over a
+// segment's records (recovery's scans, Truncate): one at the first record
+// start at least countStep bytes after the previous entry, or after the
+// walk's start.
+type countMarker struct{ next int64 }
+
+func newCountMarker(from int64) countMarker { return countMarker{from + countStep} }
+
+// mark appends to ents the entry due at pos, with n records before it.
+func (m *countMarker) mark(ents []countEntry, pos, n int64) []countEntry {
+	if pos >= m.next {
+		ents = append(ents, countEntry{pos, n})
+		m.next = pos + countStep
+	}
+	return ents
+}
+
 // countIndex is a segment's sparse record-count index (docs/storage.md,
 // "Counting records"). The log's writer extends it when appends complete
 // (the completions give the records of each append, so nothing is parsed

@@ -1094,17 +1094,9 @@ func (j *Journal) addRegister(l *Log) error {
 		return nil
 	}
 	p := appendRegisterPayload(nil, registerRecord{name: l.jname, end: l.regEnd, lastID: l.regID})
-	need := int64(jHeaderSize + len(p))
-	if j.room() < need {
-		if err := j.nextFile(); err != nil {
-			return err
-		}
+	if _, err := j.addRecord(recRegister, p); err != nil {
+		return err
 	}
-	start := len(j.buf)
-	j.buf = append(j.buf, make([]byte, jHeaderSize)...)
-	j.buf = append(j.buf, p...)
-	sealJRecord(j.buf[start:], j.wpos, j.epoch, recRegister)
-	j.wpos += need
 	l.regPending = false
 	j.regsInFiles = true
 	return nil
@@ -1125,18 +1117,26 @@ func (j *Journal) addCheckpoint(ck *ckptJob) (int64, error) {
 			return 0, fmt.Errorf("checkpoint record for %d at %d", ck.c.from, j.wpos)
 		}
 	}
+	return j.addRecord(recCheckpoint, p)
+}
+
+// addRecord appends a record of type typ with payload p to the round, at
+// the start of the next file if it does not fit in the rest of this one,
+// and returns its size.
+func (j *Journal) addRecord(typ byte, p []byte) (int64, error) {
+	need := int64(jHeaderSize + len(p))
 	if j.room() < need {
 		if err := j.nextFile(); err != nil {
 			return 0, err
 		}
 		if j.room() < need {
-			return 0, fmt.Errorf("checkpoint record of %d bytes does not fit in journal file %s", need, journalName(j.wfile.start))
+			return 0, fmt.Errorf("record of type %d and %d bytes does not fit in journal file %s", typ, need, journalName(j.wfile.start))
 		}
 	}
 	start := len(j.buf)
 	j.buf = append(j.buf, make([]byte, jHeaderSize)...)
 	j.buf = append(j.buf, p...)
-	sealJRecord(j.buf[start:], j.wpos, j.epoch, recCheckpoint)
+	sealJRecord(j.buf[start:], j.wpos, j.epoch, typ)
 	j.wpos += need
 	return need, nil
 }

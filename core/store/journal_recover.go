@@ -288,12 +288,6 @@ func scanJournal(files []*jfile) (journalScan, error) {
 			sc.refs = append(sc.refs, dataRef{f: f, off: rel + jHeaderSize, n: int(h.n), pos: pos,
 				name: name, offset: d.offset, end: d.offset + int64(len(d.bytes))})
 		case recRegister:
-			name, ok := names[rg.name]
-			if !ok {
-				name = rg.name
-				names[name] = name
-			}
-			rg.name = name
 			sc.regs = append(sc.regs, regRef{pos: pos, registerRecord: rg})
 		case recCheckpoint:
 			sc.last = &c

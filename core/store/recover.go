@@ -291,12 +291,9 @@ func scanSegmentFrom(br *bufio.Reader, seg *segment, from int64, maxMsg int, ver
 	br.Reset(io.NewSectionReader(seg.reader(), from, size-from))
 	res := scanResult{good: from}
 	var hdr [message.HeaderSize]byte
-	nextIdx := from + countStep
+	marks := newCountMarker(from)
 	for pos := from; ; {
-		if pos >= nextIdx {
-			res.idx = append(res.idx, countEntry{pos, res.count})
-			nextIdx = pos + countStep
-		}
+		res.idx = marks.mark(res.idx, pos, res.count)
 		if stop != nil && res.count&1023 == 1023 {
 			select {
 			case <-stop:

@@ -276,11 +276,10 @@ func hopRecords(seg *segment, from, to int64, maxMsg int, idx *[]countEntry) (n,
 	br := bufio.NewReaderSize(io.NewSectionReader(seg.reader(), from, to-from), 64<<10)
 	var hdr [message.HeaderSize]byte
 	pos = from
-	next := from + countStep
+	marks := newCountMarker(from)
 	for to-pos >= message.HeaderSize {
-		if idx != nil && pos >= next {
-			*idx = append(*idx, countEntry{pos, n})
-			next = pos + countStep
+		if idx != nil {
+			*idx = marks.mark(*idx, pos, n)
 		}
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			return n, lastID, pos, fmt.Errorf("read %s at %d: %w", filepath.Base(seg.path), pos, err)

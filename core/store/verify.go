@@ -41,8 +41,10 @@ var verifyBufs sync.Pool
 // segment not verified yet the range is read and its records are checked
 // first (see the package documentation, Corruption).
 func (l *Log) checkRead(seg *segment, pos, n int64) (int64, error) {
-	if seg.integ.unverified.Load() && (seg.integ.prefix.Load() == 0 || pos < seg.integ.prefix.Load()) {
-		return l.verifyRead(seg, pos, n)
+	if seg.integ.unverified.Load() {
+		if p := seg.integ.prefix.Load(); p == 0 || pos < p {
+			return l.verifyRead(seg, pos, n)
+		}
 	}
 	bad := seg.integ.bad.Load()
 	if bad == nil {
