@@ -60,6 +60,7 @@ type accumulator struct {
 	batches map[tpKey]*batch
 	ready   []*batch // detached, not sent yet, in detach order (under mu)
 	sendMu  sync.Mutex
+	spare   []*batch // drain's other queue array, reused (under sendMu)
 }
 
 func newAccumulator(p *brokerProducer) *accumulator {
@@ -115,14 +116,17 @@ func (a *accumulator) drain() {
 	for {
 		a.mu.Lock()
 		q := a.ready
-		a.ready = nil
-		a.mu.Unlock()
 		if len(q) == 0 {
+			a.mu.Unlock()
 			return
 		}
+		a.ready = a.spare
+		a.mu.Unlock()
 		for _, b := range q {
 			a.send(b)
 		}
+		clear(q)
+		a.spare = q[:0]
 	}
 }
 
