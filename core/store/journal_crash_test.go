@@ -167,29 +167,18 @@ func damageSegments(t *testing.T, dir string, ckEnd int64, rng *rand.Rand) strin
 	starts, sizes, err := listSegments(dir)
 	require.NoError(t, err)
 	mode := rng.IntN(4)
-	for i, s := range starts {
-		path := filepath.Join(dir, segmentName(s))
-		end := s + sizes[i]
-		if end <= ckEnd {
-			continue
-		}
-		keep := max(ckEnd-s, 0)
-		switch mode {
-		case 1: // cut short
-			require.NoError(t, os.Truncate(path, keep+rng.Int64N(sizes[i]-keep+1)))
-		case 2: // lost writes read as zeros
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
-			require.NoError(t, err)
-			_, err = f.WriteAt(make([]byte, sizes[i]-keep), keep)
-			require.NoError(t, err)
-			require.NoError(t, f.Close())
-		case 3: // files created after the checkpoint are gone, the rest cut
-			if s > ckEnd {
-				require.NoError(t, os.Remove(path))
-			} else {
-				require.NoError(t, os.Truncate(path, keep))
+	switch mode {
+	case 1: // cut short
+		for i, s := range starts {
+			if end := s + sizes[i]; end > ckEnd {
+				keep := max(ckEnd-s, 0)
+				require.NoError(t, os.Truncate(filepath.Join(dir, segmentName(s)), keep+rng.Int64N(sizes[i]-keep+1)))
 			}
 		}
+	case 2: // lost writes read as zeros
+		damageSegmentsAfter(t, dir, ckEnd)
+	case 3: // files created after the checkpoint are gone, the rest cut
+		cutSegments(t, dir, ckEnd)
 	}
 	return [...]string{"intact", "cut", "zeroed", "removed"}[mode]
 }

@@ -160,13 +160,7 @@ func (fx *flipFixture) copy(t *testing.T) string {
 }
 
 // all is every acknowledged put, by partition.
-func (fx *flipFixture) all() [][]crashPut {
-	want := make([][]crashPut, flipParts)
-	for _, p := range fx.acked {
-		want[p.part] = append(want[p.part], p)
-	}
-	return want
-}
+func (fx *flipFixture) all() [][]crashPut { return byPart(fx.acked, flipParts) }
 
 // victim returns a data record after the last checkpoint whose partition
 // has a later data record (so valid records follow it, of its partition

@@ -59,12 +59,7 @@ func TestJournalAppendLead(t *testing.T) {
 
 	// Mixed: leads, plain appends and pipelined appends at once.
 	const producers, per = 8, 150
-	type put struct {
-		off  int64
-		data string
-	}
-	var mu sync.Mutex
-	got := make([][]put, parts)
+	acked := newAckedPuts(parts)
 	var wg sync.WaitGroup
 	for w := range producers {
 		wg.Go(func() {
@@ -91,13 +86,12 @@ func TestJournalAppendLead(t *testing.T) {
 				if !assertNoErr(t, c.err) {
 					return
 				}
-				mu.Lock()
-				got[p] = append(got[p], put{c.offset, data})
-				mu.Unlock()
+				acked.add(p, c.offset, data)
 			}
 		})
 	}
 	wg.Wait()
+	got := acked.got
 	require.False(t, t.Failed())
 	require.Positive(t, j.Stats().Led)
 

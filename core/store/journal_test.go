@@ -58,12 +58,7 @@ func TestJournalManyPartitions(t *testing.T) {
 	const parts, producers, per = 64, 8, 200
 	logs := openJLogs(t, dataDir, j, parts, Options{MaxSegmentSize: 16 << 10})
 
-	type put struct {
-		off  int64
-		data string
-	}
-	var mu sync.Mutex
-	got := make([][]put, parts)
+	acked := newAckedPuts(parts)
 	var wg sync.WaitGroup
 	for w := range producers {
 		wg.Go(func() {
@@ -74,13 +69,12 @@ func TestJournalManyPartitions(t *testing.T) {
 				if !assertNoErr(t, err) {
 					return
 				}
-				mu.Lock()
-				got[p] = append(got[p], put{off, data})
-				mu.Unlock()
+				acked.add(p, off, data)
 			}
 		})
 	}
 	wg.Wait()
+	got := acked.got
 	for p, l := range logs {
 		recs := readAllRecords(t, l, 1<<20)
 		require.Len(t, recs, len(got[p]))
@@ -96,6 +90,27 @@ func TestJournalManyPartitions(t *testing.T) {
 	st := j.Stats()
 	require.Less(t, st.Fsyncs, int64(producers*per), "rounds share fdatasyncs")
 	t.Logf("journal: %+v", st)
+}
+
+// ackedPut is an acknowledged put: its offset and data.
+type ackedPut struct {
+	off  int64
+	data string
+}
+
+// ackedPuts collects the acknowledged puts of concurrent producers, by
+// partition.
+type ackedPuts struct {
+	mu  sync.Mutex
+	got [][]ackedPut
+}
+
+func newAckedPuts(parts int) *ackedPuts { return &ackedPuts{got: make([][]ackedPut, parts)} }
+
+func (a *ackedPuts) add(p int, off int64, data string) {
+	a.mu.Lock()
+	a.got[p] = append(a.got[p], ackedPut{off, data})
+	a.mu.Unlock()
 }
 
 func assertNoErr(t testing.TB, err error) bool {
