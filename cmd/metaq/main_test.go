@@ -291,6 +291,7 @@ func TestCLI(t *testing.T) {
 			`(?m)^1 raw append 1 KiB, fdatasync/256 +[0-9.]+ MB/s`,
 			`(?m)^6 durable 1 KiB put, 4x64 in flight, 1 partition +\S+ rec/s .* +\S+ rec/s \(1\) +[0-9.]+x +>= 0.8x of \(1\) +(yes|no)$`,
 			`(?m)^6 durable 1 KiB put, 4x64 in flight, 8 partitions +\S+ rec/s `,
+			`(?m)^6 durable 1 KiB put, 4x64 in flight, 8 partitions .*\n  info: same load, ack after write\(\), no fsync +\S+ rec/s; broker CPU/put [0-9.]+µs \(durable [0-9.]+µs\) +durable / this +[0-9.]+x `,
 			`(?m)^7 sync durable put p50 \(100 B\), 1 partition +p50 \S+ .*raw write\+fdatasync p50 \S+ +[0-9.]+x +<= 260µs +(yes|no)$`,
 			`(?m)^7 sync durable put p50 \(100 B\), 512 partitions +p50 `,
 			`(?m)^8 restart after kill -9, 8 partitions, 2 MB +\S+ to ready +\S+ empty \(same run\) +[0-9.]+x `,
