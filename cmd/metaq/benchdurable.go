@@ -38,7 +38,9 @@ same partitions in threshold mode (ack after write(), never fsynced): the
 broker's own request path with no fsync, the most any durable design of
 this broker can deliver on the machine. It gives the broker's CPU per put
 (user + system, from /proc; Linux only) for both runs, and the durable
-rate as a ratio of it. --ceiling=false skips these runs.
+rate as a ratio of it. --ceiling=false skips these runs. Row 6 starts
+after --warmup untimed puts, so that the journal recycles its files as a
+long-running broker's does instead of zero-filling new ones.
 
 It starts its own brokers (--server, else bin/metaq-server, else
 metaq-server next to this executable) on generated configurations in
@@ -60,6 +62,7 @@ type durableOpts struct {
 	restartMBBig int64
 	keep         bool
 	ceiling      bool
+	warmup       int64
 }
 
 func benchDurableCmd(e *env) *cobra.Command {
@@ -114,15 +117,19 @@ func durableFlags(fs *pflag.FlagSet) func() (durableOpts, error) {
 	rparts := fs.Int("restart-partitions", 1000, "partitions of the restart benchmark")
 	rmb := fs.Int64("restart-mb", 1000, "data in the restart benchmark's partitions, in MB of 10^6 bytes (0 skips it)")
 	rbig := fs.Int64("restart-mb-large", 0, "a second, larger restart point in MB (for example 10000; 0 = none)")
+	warmup := fs.Int64("warmup", 300000, "untimed 1 KiB puts before row 6, so that the journal recycles its files as a long-running broker's does (more than its first file and two spares of 64 MiB; 0 = none)")
 	ceiling := fs.Bool("ceiling", true, "after each durable-produce point, run the same load with no fsync (threshold mode) as its ceiling")
 	return func() (durableOpts, error) {
-		o := durableOpts{syncN: *syncN, restartParts: *rparts, restartMB: *rmb, restartMBBig: *rbig, ceiling: *ceiling}
+		o := durableOpts{syncN: *syncN, restartParts: *rparts, restartMB: *rmb, restartMBBig: *rbig, ceiling: *ceiling, warmup: *warmup}
 		for _, f := range strings.Split(*parts, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n < 1 || n > 1024 {
 				return o, usagef("--partitions: %q is not a partition count 1..1024", f)
 			}
 			o.partitions = append(o.partitions, n)
+		}
+		if o.warmup < 0 {
+			return o, usagef("--warmup must be >= 0")
 		}
 		if o.syncN < 1 || o.restartParts < 1 || o.restartParts > 1024 || o.restartMB < 0 || o.restartMBBig < 0 {
 			return o, usagef("--sync-n must be positive, --restart-partitions 1..1024, --restart-mb and --restart-mb-large >= 0")
@@ -251,6 +258,17 @@ func runDurableBench(e *env, o durableOpts, raw rawResult) []benchRow {
 		return []benchRow{fail("6 durable produce", err)}
 	}
 	defer srv.stop(o.keep)
+
+	// Warm-up, not timed: a fresh broker zero-fills new journal files
+	// until its first checkpoints free files to recycle; a long-running
+	// broker does not, so neither do the timed runs.
+	if o.warmup > 0 {
+		progress(fmt.Sprintf("warm-up of %d puts", o.warmup))
+		if _, err := runProduceBench(e.ctx, prodConfig{addr: srv.addr, topic: "durable-1", size: 1024, producers: 4, batch: 1,
+			inflight: 64, messages: o.warmup, partition: -1, partitions: 1}); err != nil {
+			return []benchRow{fail("6 durable produce (warm-up)", err)}
+		}
+	}
 
 	// 6. Durable produce at each partition count.
 	for _, n := range o.partitions {

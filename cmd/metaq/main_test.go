@@ -285,7 +285,7 @@ func TestCLI(t *testing.T) {
 		}
 		// bench durable starts its own brokers: tiny sizes, every row.
 		r = cli("", "bench", "durable", "--server", brokertest.ServerBinary(t), "--data-dir", dir,
-			"--seconds", "0.2", "--partitions", "1,8", "--sync-n", "20", "--restart-partitions", "8", "--restart-mb", "2", "--restart-mb-large", "4")
+			"--seconds", "0.2", "--partitions", "1,8", "--sync-n", "20", "--restart-partitions", "8", "--restart-mb", "2", "--restart-mb-large", "4", "--warmup", "100")
 		mustOK(t, r, "bench durable")
 		for _, re := range []string{
 			`(?m)^1 raw append 1 KiB, fdatasync/256 +[0-9.]+ MB/s`,
