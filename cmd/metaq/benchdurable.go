@@ -259,13 +259,20 @@ func runDurableBench(e *env, o durableOpts, raw rawResult) []benchRow {
 	}
 	defer srv.stop(o.keep)
 
+	// load is row 6's load over durable-<n>: 1 KiB puts, 4 x 64 in flight.
+	load := func(n int) prodConfig {
+		return prodConfig{addr: srv.addr, topic: "durable-" + strconv.Itoa(n), size: 1024, producers: 4, batch: 1,
+			inflight: 64, duration: o.dur, partition: -1, partitions: n}
+	}
+
 	// Warm-up, not timed: a fresh broker zero-fills new journal files
 	// until its first checkpoints free files to recycle; a long-running
 	// broker does not, so neither do the timed runs.
 	if o.warmup > 0 {
 		progress(fmt.Sprintf("warm-up of %d puts", o.warmup))
-		if _, err := runProduceBench(e.ctx, prodConfig{addr: srv.addr, topic: "durable-1", size: 1024, producers: 4, batch: 1,
-			inflight: 64, messages: o.warmup, partition: -1, partitions: 1}); err != nil {
+		warm := load(1)
+		warm.duration, warm.messages = 0, o.warmup
+		if _, err := runProduceBench(e.ctx, warm); err != nil {
 			return []benchRow{fail("6 durable produce (warm-up)", err)}
 		}
 	}
@@ -278,8 +285,7 @@ func runDurableBench(e *env, o durableOpts, raw rawResult) []benchRow {
 			target = ">= 0.8x of (1), >= 140k/s"
 		}
 		progress("durable produce over " + partitionsN(n))
-		pc := prodConfig{addr: srv.addr, topic: "durable-" + strconv.Itoa(n), size: 1024, producers: 4, batch: 1,
-			inflight: 64, duration: o.dur, partition: -1, partitions: n}
+		pc := load(n)
 		r, cpu, err := measuredProduce(e, srv, pc)
 		row := produceRow(benchRow{Name: name, Target: target}, r, err)
 		if err == nil && r.Errors == 0 {
