@@ -16,7 +16,10 @@ import (
 const statsHelp = `
 Print the reply of the broker's memcached-style stats command, as sent
 (STATS, key/value lines, END). item selects the content: (none) the broker
-summary, topics, offsets, realtime, config, reset, help, or a topic name.
+summary, topics, offsets, partitions, realtime, config, plugins, groups,
+members, disks, transactions, count:<topic>:<partition>:<offset>, reset,
+help (the broker's own list), or a topic name. A topic the broker does not
+have is an error (exit status 1).
 
 With --json: a JSON array of the lines, each {"name": its first word,
 "value": the rest}, in the broker's order.
@@ -58,6 +61,9 @@ func cmdStats(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := unknownTopicStats(st, e.addr); err != nil {
+				return err
+			}
 			if *asJSON {
 				return writeJSON(e.stdout, st.Lines)
 			}
@@ -69,6 +75,17 @@ func cmdStats(e *env) *cobra.Command {
 			return err
 		}
 	})
+}
+
+// unknownTopicStats is the error of `stats <topic>` for a topic the broker
+// does not have: its reply is MetaQ's, a "topic" line with result_code 1,
+// which the CLI turns into an error and exit status 1.
+func unknownTopicStats(st *admin.Stats, addr string) error {
+	name, isTopic := st.Value("topic")
+	if code, _ := st.Value("result_code"); isTopic && code == "1" {
+		return fmt.Errorf("%w: %s is not a topic of the broker at %s, nor a stats item (see `metaq stats --help`)", client.ErrUnknownTopic, name, addr)
+	}
+	return nil
 }
 
 const topicsHelp = `

@@ -50,6 +50,12 @@ func TestCLIFramework(t *testing.T) {
 		"bench prodce":   `unknown command "prodce"; did you mean produce?`,
 		"group descibe":  `unknown command "descibe"; did you mean describe?`,
 		"consume --nope": "unknown flag: --nope",
+		// A mistyped command followed by its flags (issue 23).
+		"prodcue --topic x":                     `unknown command "prodcue"; did you mean produce?`,
+		"--addr 127.0.0.1:1 stast --json":       `unknown command "stast"; did you mean stats?`,
+		"group descibe --group g --topic t":     `unknown command "descibe"; did you mean describe?`,
+		"--timeout 1s bench prodce --seconds 1": `unknown command "prodce"; did you mean produce?`,
+		"group describe --nope":                 "unknown flag: --nope",
 	} {
 		r := cli("", strings.Fields(args)...)
 		if r.code != 2 || !strings.Contains(r.stderr, want) || r.stdout != "" {

@@ -61,11 +61,14 @@ type env struct {
 	// logLevel and logFormat are --log-level and --log-format: the SDK's
 	// log on stderr ("" = none).
 	logLevel, logFormat string
+	// args are the command line's arguments, for the "did you mean" of a
+	// mistyped command followed by its flags.
+	args []string
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := &env{addr: defaultAddr, timeout: 5 * time.Second, stdin: stdin, stdout: stdout, stderr: stderr, progName: "metaq",
-		sec: &security{}}
+		sec: &security{}, args: args}
 	if v := os.Getenv("METAQ_ADDR"); v != "" {
 		e.addr, e.addrSet = v, true
 	}

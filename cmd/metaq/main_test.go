@@ -179,6 +179,14 @@ func TestCLI(t *testing.T) {
 		if !strings.Contains(r.stdout, "meta-test partitions 4 message_count 5") {
 			t.Fatalf("stats topics: %q", r.stdout)
 		}
+		// A topic the broker does not have is an error, not a reply
+		// with result_code 1 and exit status 0 (issue 23).
+		r = cli("", a, "stats", "nope")
+		if r.code != 1 || !strings.Contains(r.stderr, "unknown topic") || !strings.Contains(r.stderr, "nope") || r.stdout != "" {
+			t.Fatalf("stats nope: want exit 1 naming the unknown topic: %+v", r)
+		}
+		r = cli("", a, "stats", "meta-test")
+		mustOK(t, r, "stats meta-test")
 	})
 
 	t.Run("topics", func(t *testing.T) {

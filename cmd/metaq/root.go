@@ -83,7 +83,16 @@ func newRootCmd(e *env) *cobra.Command {
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.SetVersionTemplate("metaq {{.Version}}\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		// `metaq prodcue --topic x`: the flag is unknown only because the
+		// command is; say so, with the closest commands.
+		if c.HasSubCommands() {
+			if w := firstWord(c, e.args); w != "" {
+				return unknownCommand(e, c, []string{w})
+			}
+		}
+		return &usageError{msg: err.Error()}
+	})
 	addGlobalFlags(root.PersistentFlags(), e)
 	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdTopic(e), cmdPlugins(e), cmdCluster(e), cmdFailover(e),
 		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
@@ -166,6 +175,48 @@ func unknownCommand(e *env, c *cobra.Command, args []string) error {
 		msg += "; did you mean " + strings.Join(s, " or ") + "?"
 	}
 	return usagef("%s (see `%s --help`)", msg, c.CommandPath())
+}
+
+// firstWord returns the first argument of args that is neither a flag nor
+// a flag's value, when it names no subcommand of c: the word a mistyped
+// command left behind. Flags are looked up in c's flag sets so that the
+// value of --addr HOST:PORT is skipped.
+func firstWord(c *cobra.Command, args []string) string {
+	path := strings.Fields(c.CommandPath())[1:] // the words that led to c
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return ""
+		}
+		if strings.HasPrefix(a, "-") {
+			if strings.Contains(a, "=") {
+				continue
+			}
+			name := strings.TrimLeft(a, "-")
+			f := c.Flags().Lookup(name)
+			if f == nil && len(name) == 1 {
+				f = c.Flags().ShorthandLookup(name)
+			}
+			if f == nil {
+				f = c.PersistentFlags().Lookup(name)
+			}
+			if f != nil && f.NoOptDefVal == "" {
+				i++ // the flag's value
+			}
+			continue
+		}
+		if len(path) > 0 && a == path[0] {
+			path = path[1:]
+			continue
+		}
+		for _, sub := range c.Commands() {
+			if sub.Name() == a || sub.HasAlias(a) {
+				return ""
+			}
+		}
+		return a
+	}
+	return ""
 }
 
 // cmdGenMan writes the man pages of the command tree: `make man`.
