@@ -233,6 +233,17 @@ func TestCLI(t *testing.T) {
 		if r.code != 2 {
 			t.Fatalf("missing --topic: %+v", r)
 		}
+		// A line over --max-size names the line, the limit and the flag;
+		// one within it but over the broker's max_message_size names that
+		// (issue 23: a 3 MB line used to fail with "token too long").
+		r = cli(strings.Repeat("a", 3<<20)+"\n", a, "produce", "--topic", "meta-test")
+		if r.code != 1 || !strings.Contains(r.stderr, "line 1 is longer than 2097152 bytes") || !strings.Contains(r.stderr, "--max-size") {
+			t.Fatalf("3 MiB line: %+v", r)
+		}
+		r = cli(strings.Repeat("a", 3<<19)+"\n", a, "produce", "--topic", "meta-test")
+		if r.code != 1 || !strings.Contains(r.stderr, "exceeds max_message_size 1048576") {
+			t.Fatalf("1.5 MiB line: %+v", r)
+		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

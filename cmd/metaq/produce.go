@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,8 +26,9 @@ import (
 const produceHelp = `
 Send one message per line of stdin (or --file). The trailing "\n" (or "\r\n")
 is not part of the message. At a terminal the command says on stderr that it
-reads stdin. Messages are sent in input order, each acknowledged before the
-next. With --zk the brokers are found in ZooKeeper (MetaQ's
+reads stdin. Messages are sent in input order and pipelined (many in flight
+at once; the order is kept on each partition). A line longer than --max-size
+is an error that names the line. With --zk the brokers are found in ZooKeeper (MetaQ's
 layout under --root) and --partition is an index into the topic's partitions
 across the cluster, sorted by broker id, then number. On success it prints nothing on
 stdout (with --verbose one "msgId partition offset" line per message, in
@@ -237,6 +239,9 @@ func produceLines(e *env, cl *client.Client, in io.Reader, size int64, sp produc
 	defer mu.Unlock()
 	if err := sc.Err(); err != nil && readErr == nil {
 		readErr = fmt.Errorf("reading input after line %d: %w", line, err)
+		if errors.Is(err, bufio.ErrTooLong) {
+			readErr = fmt.Errorf("line %d is longer than %d bytes, the --max-size limit; raise --max-size to send it (the broker's own limit is max_message_size in its server.toml)", line+1, sp.maxSize)
+		}
 	}
 	if err := out.Flush(); err != nil && readErr == nil {
 		readErr = err
