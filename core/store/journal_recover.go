@@ -113,8 +113,17 @@ func (j *Journal) recover() error {
 	if sc.last != nil {
 		from = sc.last.from
 	}
-	j.logf("store: journal %s: %d records from %d to %d, last checkpoint replays from %d: %d data records to replay, %d partitions registered since (%s; %d damaged stretches)",
-		j.dir, sc.records, files[0].start, sc.end, from, len(sc.refs), len(sc.regs), sc.stopped, len(sc.holes))
+	if len(sc.holes) == 0 {
+		// The common case, after a clean stop or a crash alike: the scan
+		// ends where the journal was last written (what follows is unwritten
+		// space or an earlier lap's records), which is not damage, so the
+		// line says nothing that reads as such (issue 23).
+		j.logf("store: journal %s: %d records from %d to %d, no damage; replaying %d data records from the checkpoint at %d, %d partitions registered since",
+			j.dir, sc.records, files[0].start, sc.end, len(sc.refs), from, len(sc.regs))
+	} else {
+		j.logf("store: journal %s: %d records from %d to %d, last checkpoint replays from %d: %d data records to replay, %d partitions registered since (%s; %d damaged stretches)",
+			j.dir, sc.records, files[0].start, sc.end, from, len(sc.refs), len(sc.regs), sc.stopped, len(sc.holes))
+	}
 	j.regsInFiles = sc.sawRegister
 	if err := j.replay(sc, j.replayLimit); err != nil {
 		return err
