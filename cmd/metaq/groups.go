@@ -49,9 +49,12 @@ const groupDescribeHelp = `
 Describe a consumer group: per (topic, broker, partition) the committed
 offset (from the broker's offset store, "-" when nothing is committed), the
 log end (the partition's max offset), the lag in bytes (log end -
-committed, "-" when nothing is committed) and in messages (counted when
-the lag is at most 4 MiB, else estimated from the partition's mean record
-size and shown as ~N) and the owning member ("-" for none); then the
+committed, "-" when nothing is committed) and in messages (exact, from
+the broker's record-count index through "stats count:"; only from an older
+broker, or while a restarted broker is still indexing its old segments,
+counted by reading the records when the lag is at most 4 MiB, else
+estimated from the mean record size and shown as ~N) and the owning member
+("-" for none); then the
 members with their topics and how many partitions each owns.
 
 The topics shown are --topic, else those the group has members or owner
