@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -379,7 +380,10 @@ func consumeGroup(e *env, o *consumeOpts, from resetTo, pr *printer) error {
 		if _, err := topicPartitions(e, o.topic); err != nil {
 			return err
 		}
-		opts = append(opts, client.Brokers(e.addr))
+		// One line on stderr when the broker is lost and one when it is
+		// back, without --log-level (issue 23).
+		lw := newLinkWatch(e.ctx, e, e.addr)
+		opts = append(opts, client.Brokers(e.addr), client.Logger(slog.New(watchHandler{inner: e.logger().Handler(), w: lw})))
 	}
 	if len(o.parts) > 0 {
 		opts = append(opts, client.ConsumePartitions(o.topic, o.parts...))

@@ -279,6 +279,7 @@ func New(opts ...Opt) (*Client, error) {
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, err
 	}
+	cfg.conn.logger = cfg.logger
 	c := &Client{cfg: cfg}
 	if cfg.zkSet {
 		timeout := cfg.zk.sessionTimeout

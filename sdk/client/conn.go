@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -268,6 +269,9 @@ type connOptions struct {
 	// saslUser and saslPassword, if saslUser is set, authenticate each
 	// connection (withSASLPlain).
 	saslUser, saslPassword string
+	// logger, if set, hears once per outage that the broker cannot be
+	// reached (warn) and that it is reachable again (info).
+	logger *slog.Logger
 }
 
 func defaultConnOptions() connOptions {
@@ -356,6 +360,9 @@ func (cn *conn) get(ctx context.Context) (*wire, error) {
 		cn.dialing = nil
 		close(ch)
 		if err == nil {
+			if cn.failures > 0 && cn.opts.logger != nil {
+				cn.opts.logger.Info("metaq: broker reachable again", "addr", cn.addr, "failed_dials", cn.failures)
+			}
 			cn.failures = 0
 			cn.lastErr = nil
 			if cn.closed {
@@ -370,6 +377,9 @@ func (cn *conn) get(ctx context.Context) (*wire, error) {
 		if ctx.Err() == nil {
 			cn.failures++
 			cn.lastErr = err
+			if cn.failures == 1 && cn.opts.logger != nil {
+				cn.opts.logger.Warn("metaq: cannot reach broker; redialing with backoff", "addr", cn.addr, "err", err)
+			}
 			cn.nextDial = time.Now().Add(backoff.Policy{Min: cn.opts.backoffMin, Max: cn.opts.backoffMax, Jitter: redialJitter}.Delay(cn.failures))
 		}
 		cn.mu.Unlock()
