@@ -455,6 +455,107 @@ func TestMakeCluster(t *testing.T) {
 	}
 }
 
+// TestMakeClusterBrokerDies runs `make cluster`'s script as a person
+// would try failures: kill -9 one broker. ZooKeeper and the other broker
+// keep running, the script prints the command that restarts the dead one,
+// that command works, and SIGTERM (Ctrl-C) then stops everything,
+// including the restarted broker (issue 23: the script used to stop
+// everything when one process exited).
+func TestMakeClusterBrokerDies(t *testing.T) {
+	testsvc.ZooKeeper(t)
+	bin := brokertest.ServerBinary(t)
+	root, err := moduleRoot()
+	require.NoError(t, err)
+	var ports []string
+	for range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports = append(ports, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+		ln.Close()
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("bash", "examples/deploy/cluster.sh")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CLUSTER_DIR="+dir, "BIN="+filepath.Dir(bin),
+		"ZK_PORT="+ports[0], "PORT1="+ports[1], "PORT2="+ports[2], "HTTP1=0", "HTTP2=0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var out logBuf
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		for _, f := range []string{"broker-1.pid", "broker-2.pid", "zookeeper.pid"} {
+			if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+	})
+	wait := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("not within %v: %s\n%s", d, what, out.String())
+			}
+		}
+	}
+	wait("cluster: ready", 90*time.Second, func() bool { return strings.Contains(out.String(), "cluster: ready") })
+	pidOf := func(name string) int {
+		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
+		require.NoError(t, err)
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		require.NoError(t, err)
+		return pid
+	}
+	alive := func(pid int) bool { return syscall.Kill(pid, 0) == nil }
+	b2 := pidOf("broker-2")
+	require.NoError(t, syscall.Kill(b2, syscall.SIGKILL))
+	wait("the script reports broker 2", 20*time.Second, func() bool { return strings.Contains(out.String(), "cluster: broker 2 exited") })
+	time.Sleep(500 * time.Millisecond)
+	require.True(t, alive(pidOf("broker-1")), "broker 1 stopped with broker 2:\n%s", out.String())
+	require.True(t, alive(pidOf("zookeeper")), "ZooKeeper stopped with broker 2:\n%s", out.String())
+	select {
+	case err := <-exited:
+		t.Fatalf("the script exited (%v) when broker 2 died:\n%s", err, out.String())
+	default:
+	}
+	c := dial(t, "127.0.0.1:"+ports[1])
+	mustPut(t, c, "meta-test", 0, []byte("still serving"))
+	c.close()
+
+	// The printed restart command, run as printed.
+	m := regexp.MustCompile(`(?m)^  (\S+/metaq-server .* & echo \$! > \S+broker-2\.pid)$`).FindStringSubmatch(out.String())
+	require.NotNil(t, m, "no restart command in:\n%s", out.String())
+	restart := exec.Command("bash", "-c", m[1])
+	restart.Dir = root
+	require.NoError(t, restart.Run())
+	wait("broker 2 serves again", 30*time.Second, func() bool {
+		c, err := dialClient("127.0.0.1:" + ports[2])
+		if err != nil {
+			return false
+		}
+		defer c.close()
+		r, err := c.put("meta-test", 0, []byte("back"))
+		return err == nil && r.Code == 200
+	})
+	b2 = pidOf("broker-2")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		require.NoError(t, err, "%s", out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the script did not stop within 60 s of SIGTERM:\n%s", out.String())
+	}
+	require.Contains(t, out.String(), "cluster: stopped")
+	wait("every process stopped", 15*time.Second, func() bool {
+		return !alive(b2) && !alive(pidOf("broker-1")) && !alive(pidOf("zookeeper"))
+	})
+}
+
 // TestServerSIGHUPClusterTopic turns a topic's accept_publish off and on
 // again with SIGHUP in cluster mode: its topics-pub znode goes and comes
 // back, topics-sub stays, and the broker stays registered.

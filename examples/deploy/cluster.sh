@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make cluster: a local ZooKeeper and two metaq-go brokers, for trying
 # cluster mode on one machine. Ctrl-C (or SIGTERM) stops the brokers
-# gracefully (they unregister from ZooKeeper), then ZooKeeper.
+# gracefully (they unregister from ZooKeeper), then ZooKeeper. A broker
+# that dies (kill -9 it to see failures) leaves ZooKeeper and the other
+# broker running; the script prints the command that restarts it.
 #
 #   make cluster                      # ZooKeeper on 2181, brokers on 8123 and 8124,
 #                                     # their HTTP (metrics, admin) on 8120 and 8121
@@ -40,16 +42,24 @@ DIR=$(cd "$DIR" && pwd)
 sed -e "s#^dataDir=.*#dataDir=$DIR/zookeeper/data#" -e "s#^clientPort=.*#clientPort=$ZK_PORT#" \
 	examples/deploy/zookeeper/zoo.cfg >"$DIR/zookeeper/zoo.cfg"
 
-pids=()
+# The pids: ZooKeeper's in $DIR/zookeeper.pid, broker N's in
+# $DIR/broker-N.pid (a broker restarted by hand with the printed command
+# writes its new pid there, so Ctrl-C stops it too).
 stop() {
 	trap - INT TERM EXIT
 	echo
 	echo "cluster: stopping the brokers (SIGTERM: drain, flush, unregister)"
-	for pid in "${pids[@]:1}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]:1}"; do wait "$pid" 2>/dev/null || true; done
+	local bp=()
+	for id in 1 2; do
+		[ -f "$DIR/broker-$id.pid" ] && bp+=("$(cat "$DIR/broker-$id.pid")")
+	done
+	for pid in "${bp[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "${bp[@]}"; do
+		wait "$pid" 2>/dev/null || while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	done
 	echo "cluster: stopping ZooKeeper"
-	kill -TERM "${pids[0]}" 2>/dev/null || true
-	wait "${pids[0]}" 2>/dev/null || true
+	kill -TERM "$zk" 2>/dev/null || true
+	wait "$zk" 2>/dev/null || true
 	echo "cluster: stopped; data and logs are in $DIR"
 	exit 0
 }
@@ -60,28 +70,33 @@ java -Xms16m -Xmx256m -XX:+UseSerialGC -Djava.awt.headless=true \
 	-Dzookeeper.admin.enableServer=false -Dzookeeper.log.dir="$DIR/zookeeper" \
 	-cp "$ZK_JAR" org.apache.zookeeper.server.ZooKeeperServerMain "$DIR/zookeeper/zoo.cfg" \
 	>"$DIR/zookeeper/server.log" 2>&1 &
-pids+=($!)
+zk=$!
+echo "$zk" >"$DIR/zookeeper.pid"
 for i in $(seq 1 120); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf srvr >&3 && grep -q Mode <&3) 2>/dev/null; then
 		break
 	fi
-	kill -0 "${pids[0]}" 2>/dev/null || die "ZooKeeper exited; see $DIR/zookeeper/server.log"
+	kill -0 "$zk" 2>/dev/null || die "ZooKeeper exited; see $DIR/zookeeper/server.log"
 	[ "$i" = 120 ] && die "ZooKeeper not serving after 60 s; see $DIR/zookeeper/server.log"
 	sleep 0.5
 done
 
+# start_cmd N prints the command line that starts broker N.
+start_cmd() {
+	local port=PORT$1 http=HTTP$1
+	echo "$BIN/metaq-server --config $CONFIG --zk 127.0.0.1:$ZK_PORT --broker-id $1" \
+		"--host 127.0.0.1 --port ${!port} --http-port ${!http} --data-dir $DIR/broker-$1"
+}
 for id in 1 2; do
 	port=PORT$id
-	http=HTTP$id
 	echo "cluster: starting broker $id on 127.0.0.1:${!port} (log $DIR/broker-$id.log)"
-	"$BIN/metaq-server" --config "$CONFIG" --zk "127.0.0.1:$ZK_PORT" --broker-id "$id" \
-		--host 127.0.0.1 --port "${!port}" --http-port "${!http}" --data-dir "$DIR/broker-$id" >"$DIR/broker-$id.log" 2>&1 &
-	pids+=($!)
+	$(start_cmd $id) >"$DIR/broker-$id.log" 2>&1 &
+	echo $! >"$DIR/broker-$id.pid"
 done
 for id in 1 2; do
 	for i in $(seq 1 100); do
 		grep -q "metaq-server ready on" "$DIR/broker-$id.log" && break
-		kill -0 "${pids[$id]}" 2>/dev/null || die "broker $id exited; see $DIR/broker-$id.log"
+		kill -0 "$(cat "$DIR/broker-$id.pid")" 2>/dev/null || die "broker $id exited; see $DIR/broker-$id.log"
 		[ "$i" = 100 ] && die "broker $id not ready after 50 s; see $DIR/broker-$id.log"
 		sleep 0.5
 	done
@@ -99,5 +114,29 @@ MSG
 if [ -n "${CLUSTER_ONESHOT:-}" ]; then
 	exit 0 # tests: stop at once (the EXIT trap stops everything)
 fi
-wait -n "${pids[@]}" || true
-echo "cluster: a process exited; stopping the rest" >&2
+# Watch: a broker that exits is reported with the command that restarts
+# it, and the rest keep running; only ZooKeeper's exit stops everything.
+live=("$zk" "$(cat "$DIR/broker-1.pid")" "$(cat "$DIR/broker-2.pid")")
+while [ ${#live[@]} -gt 0 ]; do
+	exited=""
+	status=0
+	wait -n -p exited "${live[@]}" || status=$?
+	[ -n "$exited" ] || continue # a signal woke wait: the trap runs
+	if [ "$exited" = "$zk" ]; then
+		echo "cluster: ZooKeeper exited (status $status; see $DIR/zookeeper/server.log); stopping the brokers" >&2
+		stop
+	fi
+	for id in 1 2; do
+		if [ "$exited" = "$(cat "$DIR/broker-$id.pid" 2>/dev/null)" ]; then
+			cat >&2 <<MSG
+cluster: broker $id exited (status $status; see $DIR/broker-$id.log).
+  ZooKeeper and the other broker keep running. Restart broker $id in another terminal with:
+  $(start_cmd $id) 2>>$DIR/broker-$id.log & echo \$! > $DIR/broker-$id.pid
+MSG
+		fi
+	done
+	rest=()
+	for p in "${live[@]}"; do [ "$p" = "$exited" ] || rest+=("$p"); done
+	live=("${rest[@]}")
+	[ ${#live[@]} -gt 1 ] || live=("$zk") # only ZooKeeper left: wait for it or Ctrl-C
+done
