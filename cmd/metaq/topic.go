@@ -24,8 +24,10 @@ Create, delete and alter topics live, through the broker's HTTP admin API
 (docs/http.md). The broker persists the change in <data_dir>/topics.toml
 and, in cluster mode, registers it in ZooKeeper.
 
-The admin API is at --http host:port; by default the host of --addr and
-port 8120 (the broker's default http_port). With --tls-ca (or
+The admin API is the one of the broker at --addr: the command asks that
+broker (its stats line http_addr) where its HTTP listener is, so it never
+acts on another broker, and fails if --addr does not answer or serves no
+HTTP. --http host:port names the API directly instead. With --tls-ca (or
 --tls-cert) the API is reached over HTTPS; --user (and its password) is
 sent as HTTP basic auth, and changes need an admin user.
 `
@@ -139,12 +141,50 @@ func cmdTopic(e *env) *cobra.Command {
 			}
 		}),
 	)
-	c.PersistentFlags().StringVar(&httpAddr, "http", "", "the broker's HTTP admin API `host:port` (default: --addr's host, port "+defaultHTTPPort+")")
+	c.PersistentFlags().StringVar(&httpAddr, "http", "", "the broker's HTTP admin API `host:port` (default: the one the broker at --addr reports)")
 	return c
 }
 
 // errSilent is a failure already explained on stderr (exit status 1).
 var errSilent = errors.New("")
+
+// brokerHTTPAddr asks the broker at --addr where its admin API is (the
+// http_addr line of its stats), so that an admin command acts on the
+// broker named and no other: a dead --addr is an error, and so is a
+// broker with http_port = 0. A listener bound to every address
+// (0.0.0.0, ::) is reached at --addr's host.
+func brokerHTTPAddr(e *env) (string, error) {
+	adm, err := newAdmin(e)
+	if err != nil {
+		return "", err
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
+	defer cancel()
+	st, err := adm.Stats(ctx, e.addr, "")
+	if err != nil {
+		return "", fmt.Errorf("asking the broker at %s for its admin API address: %w", e.addr, err)
+	}
+	host, _, err := net.SplitHostPort(e.addr)
+	if err != nil {
+		return "", usagef("bad --addr %q: %v", e.addr, err)
+	}
+	a, ok := st.Value("http_addr")
+	switch {
+	case !ok: // a broker from before http_addr: its default port
+		return net.JoinHostPort(host, defaultHTTPPort), nil
+	case a == "-":
+		return "", fmt.Errorf("the broker at %s serves no admin API (http_port = 0 in its server.toml)", e.addr)
+	}
+	h, p, err := net.SplitHostPort(a)
+	if err != nil {
+		return "", fmt.Errorf("the broker at %s gave a bad http_addr %q", e.addr, a)
+	}
+	if ip := net.ParseIP(h); h == "" || ip != nil && ip.IsUnspecified() {
+		h = host
+	}
+	return net.JoinHostPort(h, p), nil
+}
 
 // adminBase returns the admin API's base URL and client.
 func adminBase(e *env, httpAddr string) (string, *http.Client, error) {
@@ -152,11 +192,11 @@ func adminBase(e *env, httpAddr string) (string, *http.Client, error) {
 		return "", nil, err
 	}
 	if httpAddr == "" {
-		host, _, err := net.SplitHostPort(e.addr)
+		a, err := brokerHTTPAddr(e)
 		if err != nil {
-			return "", nil, usagef("bad --addr %q: %v", e.addr, err)
+			return "", nil, err
 		}
-		httpAddr = net.JoinHostPort(host, defaultHTTPPort)
+		httpAddr = a
 	} else if _, _, err := net.SplitHostPort(httpAddr); err != nil {
 		return "", nil, usagef("bad --http %q: %v", httpAddr, err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,47 @@ func TestCLITopic(t *testing.T) {
 	}
 	if r := cli("", "--addr", b.Addr(), "--http", "127.0.0.1:1", "topic", "create", "x"); r.code != 1 || !strings.Contains(r.stderr, "admin API at http://127.0.0.1:1") {
 		t.Fatalf("no API there: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestCLITopicNamedBroker: without --http, the topic commands act on the
+// broker at --addr, which reports its admin API address, even when two
+// brokers share a host; a dead --addr and a broker without HTTP are errors
+// (issue 23: the address was guessed as --addr's host and port 8120, so a
+// topic was created on another broker, or "created" with nothing there).
+func TestCLITopicNamedBroker(t *testing.T) {
+	b1 := brokertest.Start(t, brokertest.Quiet(), brokertest.HTTP())
+	b2 := brokertest.Start(t, brokertest.Quiet(), brokertest.HTTP())
+	mustOK(t, cli("", "--addr", b2.Addr(), "topic", "create", "only-on-2", "--partitions", "2"), "topic create on broker 2")
+	has := func(b *brokertest.Broker, topic string) bool {
+		_, err := os.Stat(filepath.Join(b.Config.DataDir, topic+"-0"))
+		return err == nil
+	}
+	if !has(b2, "only-on-2") {
+		t.Fatal("broker 2 has no topic only-on-2")
+	}
+	if has(b1, "only-on-2") {
+		t.Fatal("the topic was created on broker 1")
+	}
+	mustOK(t, cli("", "--addr", b2.Addr(), "topic", "delete", "only-on-2", "--yes"), "topic delete on broker 2")
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	if r := cli("", "--addr", dead, "--timeout", "2s", "topic", "create", "x"); r.code != 1 || !strings.Contains(r.stderr, "cannot reach the broker at "+dead) {
+		t.Fatalf("dead --addr: exit %d, stderr %q", r.code, r.stderr)
+	}
+	noHTTP := brokertest.Start(t, brokertest.Quiet())
+	if r := cli("", "--addr", noHTTP.Addr(), "topic", "create", "x"); r.code != 1 || !strings.Contains(r.stderr, "serves no admin API (http_port = 0") {
+		t.Fatalf("broker without HTTP: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// --http still names the API directly.
+	mustOK(t, cli("", "--addr", noHTTP.Addr(), "--http", b1.HTTPAddr(), "topic", "create", "via-http"), "--http override")
+	if !has(b1, "via-http") {
+		t.Fatal("--http: broker 1 has no topic via-http")
 	}
 }
 

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -198,6 +199,9 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("pid", os.Getpid())
 	kv("broker_id", b.config().BrokerID)
 	kv("port", b.config().Port)
+	// Where the admin API is, so that the CLI talks to this broker's
+	// (issue 23): host:port, or "-" when http_port = 0.
+	kv("http_addr", cmp.Or(b.HTTPAddr(), "-"))
 	kv("uptime", int64(time.Since(b.start)/time.Second))
 	kv("version", Version)
 	kv("slave", b.slave != nil && (b.fo == nil || b.fo.isSlave()))
