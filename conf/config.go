@@ -160,7 +160,8 @@ type Config struct {
 
 	// HTTPPort is the HTTP listener's port (metrics, health, the admin
 	// API; docs/http.md), bound on Host: 0 turns it off; unset
-	// (HTTPPortDefault) is DefaultHTTPPort, or a free port when Port is 0.
+	// (HTTPPortDefault) is Port − 3 (DefaultHTTPPort for the default
+	// port), or a free port when Port is 0 (see HTTPPortDefault).
 	// Use HTTPAddr.
 	HTTPPort int `toml:"http_port"`
 	// MetricsPartitionLabels adds per-partition series to /metrics (a

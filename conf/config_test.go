@@ -37,7 +37,10 @@ func TestSampleFileIsValid(t *testing.T) {
 
 	// Every key of Config and Topic is documented in the sample.
 	for k := range topFields {
-		require.Contains(t, string(c.Raw()), "\n"+k+" = ", "sample does not set %s", k)
+		set := strings.Contains(string(c.Raw()), "\n"+k+" = ")
+		// http_port is documented commented out: unset, it follows port.
+		commented := k == "http_port" && strings.Contains(string(c.Raw()), "\n# "+k+" = ")
+		require.True(t, set || commented, "sample does not set %s", k)
 	}
 	for k := range topicFields {
 		require.Contains(t, string(c.Raw()), k, "sample does not mention %s", k)
@@ -473,4 +476,33 @@ func TestReplicationLinkKeys(t *testing.T) {
 	require.NotContains(t, r, "s3cret")
 	require.Contains(t, r, Redacted)
 	require.Contains(t, r, "repl")
+}
+
+// TestHTTPPortFollowsPort: unset, http_port is port − 3, so brokers started
+// from one file with different ports get different HTTP ports (issue 23:
+// brokers 2 and 3 of the walkthrough failed with "address already in use").
+func TestHTTPPortFollowsPort(t *testing.T) {
+	for _, tc := range []struct {
+		top  string
+		want string
+	}{
+		{"", "127.0.0.1:8120"},
+		{"port = 8124", "127.0.0.1:8121"},
+		{"port = 8125", "127.0.0.1:8122"},
+		{"port = 0", "127.0.0.1:0"},
+		{"port = 2", "127.0.0.1:8120"},
+		{"port = 8124\nhttp_port = 9000", "127.0.0.1:9000"},
+		{"port = 8446\ntls_port = 8443\n[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"", "127.0.0.1:8120"},
+		{"port = 0\ntls_port = 8443\n[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"", "127.0.0.1:8120"},
+	} {
+		c, err := Parse([]byte(tc.top+"\n[[topic]]\nname = \"t\"\n"), "server.toml")
+		require.NoError(t, err, tc.top)
+		got, on := c.HTTPAddr()
+		require.True(t, on)
+		require.Equal(t, tc.want, got, tc.top)
+	}
+	c, err := Parse([]byte("port = 8124\nhttp_port = 0\n[[topic]]\nname = \"t\"\n"), "server.toml")
+	require.NoError(t, err)
+	_, on := c.HTTPAddr()
+	require.False(t, on)
 }

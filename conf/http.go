@@ -10,8 +10,12 @@ import (
 const DefaultHTTPPort = 8120
 
 // HTTPPortDefault is Config.HTTPPort's value when http_port is not set
-// (Default): port DefaultHTTPPort, or a free port when port = 0 (a broker
-// on a free port, as tests run, gets its HTTP listener on one too).
+// (Default): port − 3, as MetaQ's 8120 is to its 8123, so that brokers
+// started from one file with different ports (MetaQ's way to add a
+// broker: copy the config, change the id and port) get different HTTP
+// ports; DefaultHTTPPort when that is not a port or is tls_port (or
+// without a plaintext port); a free port when port = 0 (a broker on a free
+// port, as tests run, gets its HTTP listener on one too).
 const HTTPPortDefault = -1
 
 // HTTPAddr returns the HTTP listener's address (docs/http.md) and whether
@@ -21,12 +25,22 @@ func (c *Config) HTTPAddr() (string, bool) {
 	switch {
 	case p == 0:
 		return "", false
-	case p < 0 && c.Port == 0:
-		p = 0
 	case p < 0:
-		p = DefaultHTTPPort
+		p = c.defaultHTTPPort()
 	}
 	return net.JoinHostPort(c.Host, strconv.Itoa(p)), true
+}
+
+// defaultHTTPPort is the HTTP port when http_port is not set.
+func (c *Config) defaultHTTPPort() int {
+	switch p := c.Port - 3; {
+	case c.Port == 0 && c.TLSPort == 0:
+		return 0 // a free port
+	case c.Port == 0, p < 1, p == c.TLSPort:
+		return DefaultHTTPPort
+	default:
+		return p
+	}
 }
 
 func (k *checker) http(c *Config) {
