@@ -493,7 +493,7 @@ func TestHTTPPortFollowsPort(t *testing.T) {
 		{"port = 2", "127.0.0.1:8120"},
 		{"port = 8124\nhttp_port = 9000", "127.0.0.1:9000"},
 		{"port = 8446\ntls_port = 8443\n[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"", "127.0.0.1:8120"},
-		{"port = 0\ntls_port = 8443\n[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"", "127.0.0.1:8120"},
+		{"port = 0\ntls_port = 8443\n[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"", "127.0.0.1:0"},
 	} {
 		c, err := Parse([]byte(tc.top+"\n[[topic]]\nname = \"t\"\n"), "server.toml")
 		require.NoError(t, err, tc.top)

@@ -13,9 +13,9 @@ const DefaultHTTPPort = 8120
 // (Default): port − 3, as MetaQ's 8120 is to its 8123, so that brokers
 // started from one file with different ports (MetaQ's way to add a
 // broker: copy the config, change the id and port) get different HTTP
-// ports; DefaultHTTPPort when that is not a port or is tls_port (or
-// without a plaintext port); a free port when port = 0 (a broker on a free
-// port, as tests run, gets its HTTP listener on one too).
+// ports; DefaultHTTPPort when that is not a port or is tls_port; a free
+// port when port = 0 (a broker on a free port, as tests run, gets its HTTP
+// listener on one too).
 const HTTPPortDefault = -1
 
 // HTTPAddr returns the HTTP listener's address (docs/http.md) and whether
@@ -34,9 +34,9 @@ func (c *Config) HTTPAddr() (string, bool) {
 // defaultHTTPPort is the HTTP port when http_port is not set.
 func (c *Config) defaultHTTPPort() int {
 	switch p := c.Port - 3; {
-	case c.Port == 0 && c.TLSPort == 0:
+	case c.Port == 0:
 		return 0 // a free port
-	case c.Port == 0, p < 1, p == c.TLSPort:
+	case p < 1, p == c.TLSPort:
 		return DefaultHTTPPort
 	default:
 		return p
