@@ -310,7 +310,7 @@ func (b *Broker) checkPassword(cfg *conf.Config, authzid, name, password, remote
 	case u.PasswordHash == "":
 		why = "the user has no password (client certificate only)"
 	case err != nil:
-		why = "wrong password"
+		why = "the password does not match"
 	case authzid != "" && authzid != name:
 		// The password was right: only the log says so.
 		why = "right password, but a user may only act as itself, not as " + protocol.Printable([]byte(authzid))

@@ -88,7 +88,7 @@ func TestLoginLimiterWire(t *testing.T) {
 		require.Equal(t, 401, code)
 		require.Equal(t, `authentication failed for user "alice"`, body)
 	}
-	require.Contains(t, logs.String(), `auth failed for user "alice": wrong password; too many failed logins (source 127.0.0.3), locked: user for 300ms`)
+	require.Contains(t, logs.String(), `auth failed for user "alice": the password does not match; too many failed logins (source 127.0.0.3), locked: user for 300ms`)
 	c := dialFrom(t, b.Addr(), "127.0.0.4")
 	code, body = c.login("alice", "alice-pw")
 	require.Equal(t, 401, code)
