@@ -58,7 +58,7 @@ const DefaultMaxEntries = 10000
 
 // DefaultTrustFor is how long a successful login exempts its pair from the
 // user's and the source's locks.
-const DefaultTrustFor = 24 * time.Hour
+const DefaultTrustFor = 7 * 24 * time.Hour
 
 // maxUserKey bounds the bytes of a user name kept as a key: configured
 // names have at most 255 bytes, longer ones share a key.
