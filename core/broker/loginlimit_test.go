@@ -179,3 +179,41 @@ func TestLoginAuthzidCountsAsFailure(t *testing.T) {
 	require.Equal(t, body, wbody)
 	require.Contains(t, logs.String(), `right password, but a user may only act as itself, not as "root"`)
 }
+
+// TestLoginLimiterReload checks that a Reload applies new limits to the
+// next attempt (the counts are kept) and reports them.
+func TestLoginLimiterReload(t *testing.T) {
+	b := limitedBroker(t, &syncLog{})
+	c := dialFrom(t, b.Addr(), "127.0.0.2")
+	for range 2 {
+		code, _ := c.login("alice", "wrong")
+		require.Equal(t, 401, code)
+	}
+	code, body := c.login("alice", "alice-pw")
+	require.Equal(t, 401, code)
+	require.Contains(t, body, "too many failed logins")
+
+	next := *b.config()
+	next.Auth.MaxFailures, next.Auth.Lockout, next.Auth.MaxLockout = 3, 400, 800
+	rep, err := b.Reload(&next)
+	require.NoError(t, err)
+	require.Contains(t, rep.Applied, "auth.max_failures 2 -> 3")
+	require.Contains(t, rep.Applied, "auth.lockout 300 -> 400")
+	require.Contains(t, rep.Applied, "auth.max_lockout 600 -> 800")
+	// Two failures are under the new limit of 3: the right password works.
+	code, body = c.login("alice", "alice-pw")
+	require.Equal(t, 200, code, body)
+
+	// max_failures = 0 turns the limiter off.
+	off := *b.config()
+	off.Auth.MaxFailures = 0
+	_, err = b.Reload(&off)
+	require.NoError(t, err)
+	for range 5 {
+		code, body = c.login("nopub", "wrong")
+		require.Equal(t, 401, code)
+		require.Equal(t, `authentication failed for user "nopub"`, body)
+	}
+	code, body = c.login("nopub", "nopub-pw")
+	require.Equal(t, 200, code, body)
+}
