@@ -387,7 +387,7 @@ func Default() *Config {
 		MaxGroupMembers:             DefaultMaxGroupMembers,
 		MaxMembershipsPerConnection: DefaultMaxMembershipsPerCon,
 		TLS:                         TLS{MinVersion: "1.2"},
-		Auth:                        Auth{FailureDelay: DefaultAuthFailureDelay},
+		Auth:                        Auth{FailureDelay: DefaultAuthFailureDelay, MaxFailures: DefaultAuthMaxFailures, Lockout: DefaultAuthLockout, MaxLockout: DefaultAuthMaxLockout, FailureWindow: DefaultAuthFailureWindow},
 		DiskMaxUsedRatio:            DefaultDiskMaxUsedRatio,
 		HTTPPort:                    HTTPPortDefault,
 	}

@@ -18,6 +18,10 @@ const (
 	DefaultMaxGroupMembers      = 1000
 	DefaultMaxMembershipsPerCon = 64
 	DefaultAuthFailureDelay     = 1000 // ms
+	DefaultAuthMaxFailures      = 5
+	DefaultAuthLockout          = 1000   // ms
+	DefaultAuthMaxLockout       = 60000  // ms
+	DefaultAuthFailureWindow    = 900000 // ms (15 min)
 	minBufferedBytes            = 1 << 20
 )
 
@@ -30,6 +34,19 @@ type Auth struct {
 	// FailureDelay is how long, in milliseconds, a failed auth waits before
 	// its reply (0..60000). Default 1000.
 	FailureDelay int `toml:"failure_delay"`
+	// MaxFailures is how many failed logins, counted per user, per source
+	// address and per user from a source across every connection and the
+	// HTTP listener, lock further attempts (0..1000; 0 turns the limiter
+	// off). Default 5 (docs/security.md, "Password guessing").
+	MaxFailures int `toml:"max_failures"`
+	// Lockout is the first lock in milliseconds; each further failure
+	// doubles it, up to MaxLockout. Default 1000.
+	Lockout int `toml:"lockout"`
+	// MaxLockout caps a lock, in milliseconds. Default 60000.
+	MaxLockout int `toml:"max_lockout"`
+	// FailureWindow is how long, in milliseconds, failures are kept
+	// without a new one. Default 900000 (15 min).
+	FailureWindow int `toml:"failure_window"`
 	// Users are the [[auth.user]] tables.
 	Users []User `toml:"user"`
 }
@@ -161,6 +178,16 @@ func (k *checker) security(c *Config) {
 
 	a := &c.Auth
 	k.intRange("auth.failure_delay", int64(a.FailureDelay), 0, 60000)
+	k.intRange("auth.max_failures", int64(a.MaxFailures), 0, 1000)
+	if k.intRange("auth.lockout", int64(a.Lockout), 0, 3600000) && a.MaxFailures > 0 && a.Lockout == 0 {
+		k.add("auth.lockout", "must be >= 1 when max_failures is set, got 0")
+	}
+	if k.intRange("auth.max_lockout", int64(a.MaxLockout), 0, 3600000) && a.MaxLockout < a.Lockout {
+		k.add("auth.max_lockout", "must be >= auth.lockout (%d), got %d", a.Lockout, a.MaxLockout)
+	}
+	if k.intRange("auth.failure_window", int64(a.FailureWindow), 0, 86400000) && a.FailureWindow < a.MaxLockout {
+		k.add("auth.failure_window", "must be >= auth.max_lockout (%d), got %d", a.MaxLockout, a.FailureWindow)
+	}
 	seen := map[string]int{}
 	for i := range a.Users {
 		u := &a.Users[i]

@@ -74,11 +74,34 @@ func TestSecurityValidate(t *testing.T) {
 		{"max_connections = 0", "max_connections: must be >= 1"},
 		{"max_buffered_bytes = 10", "max_buffered_bytes: must be >="},
 		{"[zookeeper]\nauth_user = \"u\"", "auth_user and auth_password go together"},
+		{"[auth]\nmax_failures = -1", "auth.max_failures: must be between 0 and 1000"},
+		{"[auth]\nmax_failures = 1001", "auth.max_failures: must be between 0 and 1000"},
+		{"[auth]\nlockout = 0", "auth.lockout: must be >= 1 when max_failures is set"},
+		{"[auth]\nlockout = 3600001", "auth.lockout: must be between 0 and 3600000"},
+		{"[auth]\nlockout = 5000\nmax_lockout = 4000", "auth.max_lockout: must be >= auth.lockout (5000), got 4000"},
+		{"[auth]\nmax_lockout = 3600001", "auth.max_lockout: must be between 0 and 3600000"},
+		{"[auth]\nfailure_window = 1000", "auth.failure_window: must be >= auth.max_lockout (60000), got 1000"},
+		{"[auth]\nfailure_window = -1", "auth.failure_window: must be between 0 and 86400000"},
 	} {
 		_, err := Parse([]byte(tc.src+"\n[[topic]]\nname = \"t\"\n"), "s.toml")
 		require.Error(t, err, tc.src)
 		require.Contains(t, err.Error(), tc.want, tc.src)
 	}
+}
+
+// TestAuthLimiterKeys checks the [auth] limiter keys: defaults, and values
+// that pass (0 turns the limiter off, other keys then unchecked but in range).
+func TestAuthLimiterKeys(t *testing.T) {
+	c, err := Parse([]byte("[[topic]]\nname = \"t\"\n"), "s.toml")
+	require.NoError(t, err)
+	limits := func(a Auth) [4]int { return [4]int{a.MaxFailures, a.Lockout, a.MaxLockout, a.FailureWindow} }
+	require.Equal(t, [4]int{5, 1000, 60000, 900000}, limits(c.Auth))
+	c, err = Parse([]byte("[auth]\nmax_failures = 3\nlockout = 50\nmax_lockout = 50\nfailure_window = 50\n[[topic]]\nname = \"t\"\n"), "s.toml")
+	require.NoError(t, err)
+	require.Equal(t, [4]int{3, 50, 50, 50}, limits(c.Auth))
+	c, err = Parse([]byte("[auth]\nmax_failures = 0\nlockout = 0\nmax_lockout = 0\nfailure_window = 0\n[[topic]]\nname = \"t\"\n"), "s.toml")
+	require.NoError(t, err)
+	require.Zero(t, c.Auth.MaxFailures)
 }
 
 func TestMatchName(t *testing.T) {

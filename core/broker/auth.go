@@ -11,6 +11,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -36,6 +37,9 @@ type authState struct {
 	// a password), so that a failure costs the same whether the user
 	// exists. Its cost is that of the first configured hash.
 	dummy []byte
+	// logins is the failed-login limiter the wire and HTTP basic auth
+	// share ([auth] max_failures, lockout, ...; core/security).
+	logins *security.LoginLimiter
 }
 
 // initAuth sets up b.auth when auth is on.
@@ -59,7 +63,8 @@ func (b *Broker) initAuth() error {
 	if err != nil {
 		return fmt.Errorf("auth: %w", err)
 	}
-	b.auth = authState{sem: make(chan struct{}, max(1, runtime.GOMAXPROCS(0))), dummy: dummy}
+	b.auth = authState{sem: make(chan struct{}, max(1, runtime.GOMAXPROCS(0))), dummy: dummy,
+		logins: security.NewLoginLimiter(func() security.LoginLimits { return loginLimits(&b.config().Auth) }, nil)}
 	return nil
 }
 
@@ -192,6 +197,11 @@ func (c *conn) authFromCert() {
 // exists). The read loop waits for that delay, so one connection cannot
 // try passwords faster; closing the connection ends the wait. A failed
 // auth leaves the connection unauthenticated, even if it was before.
+//
+// Across connections, the login limiter (b.auth.logins) counts failures
+// per user, per source address and per user from a source; a locked
+// attempt is refused without a password check, after the same delay, with
+// the failure's text and "too many failed logins, retry after Ns".
 func (c *conn) handleAuth(r *protocol.Request) {
 	b := c.b
 	if !b.config().Auth.Enabled {
@@ -199,19 +209,24 @@ func (c *conn) handleAuth(r *protocol.Request) {
 		return
 	}
 	start := time.Now()
-	user, reason := c.checkPlain(r)
+	user, reason, why, throttled := c.checkPlain(r)
 	if reason == "" {
 		c.auth.user = user
 		c.reply(protocol.StatusOK, "", r.Opaque)
 		return
 	}
 	c.auth.user = nil
-	b.stats.authFailures.Add(1)
-	name := "(none)"
-	if _, u, _, ok := protocol.ParseSASLPlain(r.Body); ok {
-		name = protocol.Printable([]byte(u))
+	if throttled {
+		// Not logged one by one: the lock was logged when it was set.
+		b.stats.authThrottled.Add(1)
+	} else {
+		b.stats.authFailures.Add(1)
+		name := "(none)"
+		if _, u, _, ok := protocol.ParseSASLPlain(r.Body); ok {
+			name = protocol.Printable([]byte(u))
+		}
+		b.warnf("conn %s: auth failed for user %s: %s", c.nc.RemoteAddr(), name, why)
 	}
-	b.warnf("conn %s: auth failed for user %s: %s", c.nc.RemoteAddr(), name, reason)
 	delay := time.Until(start.Add(time.Duration(b.config().Auth.FailureDelay) * time.Millisecond))
 	if delay > 0 {
 		t := time.NewTimer(delay)
@@ -226,30 +241,89 @@ func (c *conn) handleAuth(r *protocol.Request) {
 }
 
 // checkPlain checks an auth PLAIN request. It returns the user, or the
-// reason for the refusal (never the password).
-func (c *conn) checkPlain(r *protocol.Request) (*conf.User, string) {
+// reason for the refusal to send the client (never the password) and why
+// for the broker's log; throttled says the login limiter refused it
+// unchecked. A wrong password, an unknown user and an authorization
+// identity the user may not assume get the same reason (RFC 4616 lets the
+// server refuse an authzid; saying so would tell that the password was
+// right).
+func (c *conn) checkPlain(r *protocol.Request) (u *conf.User, reason, why string, throttled bool) {
 	if string(r.Item) != mechPlain {
-		return nil, "unsupported SASL mechanism " + strconv.Quote(string(r.Item)) + ": only PLAIN is supported"
+		reason = "unsupported SASL mechanism " + strconv.Quote(string(r.Item)) + ": only PLAIN is supported"
+		return nil, reason, reason, false
 	}
 	authzid, name, password, ok := protocol.ParseSASLPlain(r.Body)
 	if !ok {
-		return nil, "malformed PLAIN message: want [authzid] NUL user NUL password"
+		reason = "malformed PLAIN message: want [authzid] NUL user NUL password"
+		return nil, reason, reason, false
 	}
 	cfg := c.b.config()
+	u, wait, why := c.b.checkPassword(cfg, authzid, name, password, c.nc.RemoteAddr().String())
+	switch {
+	case wait > 0:
+		return nil, loginFailed(name) + ": too many failed logins, " + security.RetryAfter(wait), "", true
+	case u == nil:
+		return nil, loginFailed(name), why, false
+	}
+	c.auth.from = cfg
+	return u, "", "", false
+}
+
+// loginFailed is the reply to every failed login, wire and HTTP.
+func loginFailed(name string) string { return "authentication failed for user " + strconv.Quote(name) }
+
+// loginLimits are the login limiter's limits under a.
+func loginLimits(a *conf.Auth) security.LoginLimits {
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	return security.LoginLimits{MaxFailures: a.MaxFailures, Lockout: ms(a.Lockout), MaxLockout: ms(a.MaxLockout), FailureWindow: ms(a.FailureWindow)}
+}
+
+// checkPassword checks a login by name with password (and the
+// authorization identity authzid, "" for none) from remote ("ip:port"),
+// through the login limiter; the wire and HTTP basic auth share it. It
+// returns the user; or wait > 0 when the limiter refused the attempt
+// without a check; or nil and why it failed, for the broker's log only.
+// An unknown user or one without a password is checked against the dummy
+// hash, so every failure costs one bcrypt.
+func (b *Broker) checkPassword(cfg *conf.Config, authzid, name, password, remote string) (u *conf.User, wait time.Duration, why string) {
+	lim := b.auth.logins
+	if wait = lim.Refused(name, remote); wait > 0 {
+		return nil, wait, ""
+	}
 	u, known := cfg.Auth.UserByName(name)
-	hash := c.b.auth.dummy
+	hash := b.auth.dummy
 	if known && u.PasswordHash != "" {
 		hash = []byte(u.PasswordHash)
 	}
-	c.b.auth.sem <- struct{}{}
-	err := bcrypt.CompareHashAndPassword(hash, []byte(password))
-	<-c.b.auth.sem
-	switch {
-	case err != nil || !known || u.PasswordHash == "":
-		return nil, "authentication failed for user " + strconv.Quote(name)
-	case authzid != "" && authzid != name:
-		return nil, "user " + strconv.Quote(name) + " may not act as " + strconv.Quote(authzid)
+	b.auth.sem <- struct{}{}
+	defer func() { <-b.auth.sem }()
+	// Admitted while holding a bcrypt slot: at most GOMAXPROCS checks are
+	// in flight, which bounds what the limiter lets through at once.
+	att, wait := lim.Begin(name, remote)
+	if att == nil {
+		return nil, wait, ""
 	}
-	c.auth.from = cfg
-	return u, ""
+	err := bcrypt.CompareHashAndPassword(hash, []byte(password))
+	switch {
+	case !known:
+		why = "no such user"
+	case u.PasswordHash == "":
+		why = "the user has no password (client certificate only)"
+	case err != nil:
+		why = "the password does not match"
+	case authzid != "" && authzid != name:
+		// The password was right: only the log says so.
+		why = "right password, but a user may only act as itself, not as " + protocol.Printable([]byte(authzid))
+	default:
+		att.Succeed()
+		return u, 0, ""
+	}
+	if locks := att.Fail(); len(locks) > 0 {
+		parts := make([]string, len(locks))
+		for i, l := range locks {
+			parts[i] = l.What + " for " + l.For.String()
+		}
+		why += "; too many failed logins (source " + security.Source(remote) + "), locked: " + strings.Join(parts, ", ")
+	}
+	return nil, 0, why
 }

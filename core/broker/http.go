@@ -17,10 +17,10 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/net/netutil"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/security"
 )
 
 // The HTTP listener (http_port, docs/http.md): /metrics, /healthz,
@@ -195,9 +195,12 @@ func (b *Broker) needUser(h http.HandlerFunc, admin bool) http.Handler {
 				writeError(w, code, msg)
 			}
 		}
-		u, reason := b.httpUser(r)
+		u, reason, retry := b.httpUser(r)
 		if u == nil {
 			w.Header().Set("WWW-Authenticate", `Basic realm="metaq", charset="UTF-8"`)
+			if retry > 0 {
+				w.Header().Set("Retry-After", security.RetryAfterSeconds(retry))
+			}
 			deny(r, http.StatusUnauthorized, reason)
 			return
 		}
@@ -220,57 +223,69 @@ func requestUser(r *http.Request) *conf.User {
 }
 
 // httpUser authenticates r: a verified client certificate naming a user,
-// else basic auth. It returns the user or why not.
-func (b *Broker) httpUser(r *http.Request) (*conf.User, string) {
+// else basic auth. It returns the user or why not; retry > 0 when the
+// login limiter refused the attempt unchecked (the caller sets
+// Retry-After).
+//
+// Basic auth goes through the login limiter the wire uses (checkPassword),
+// the cache of verified credentials included: a locked user or source is
+// refused even with cached credentials, so that the lock does not answer a
+// right guess differently. Only successes are cached, so every failure is
+// a bcrypt check the limiter counts.
+func (b *Broker) httpUser(r *http.Request) (u *conf.User, reason string, retry time.Duration) {
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
 		if u, ok := b.config().Auth.UserByName(r.TLS.PeerCertificates[0].Subject.CommonName); ok {
-			return u, ""
+			return u, "", 0
 		}
 	}
 	name, password, ok := r.BasicAuth()
 	if !ok {
-		return nil, "authentication required: use HTTP basic auth with an [[auth.user]] name and password"
-	}
-	key := sha256.Sum256([]byte(name + "\x00" + password))
-	u, known := b.config().Auth.UserByName(name)
-	w := &b.web
-	w.authMu.Lock()
-	cached := w.authCache[key]
-	w.authMu.Unlock()
-	if known && cached == u {
-		return u, ""
-	}
-	hash := b.auth.dummy
-	if known && u.PasswordHash != "" {
-		hash = []byte(u.PasswordHash)
+		return nil, "authentication required: use HTTP basic auth with an [[auth.user]] name and password", 0
 	}
 	start := time.Now()
-	b.auth.sem <- struct{}{}
-	err := bcrypt.CompareHashAndPassword(hash, []byte(password))
-	<-b.auth.sem
-	if err != nil || !known || u.PasswordHash == "" {
-		b.stats.authFailures.Add(1)
-		b.logf("http %s: auth failed for user %s", r.RemoteAddr, strconv.Quote(name))
-		// As on the wire: a failure is answered after failure_delay.
-		delay := time.Until(start.Add(time.Duration(b.config().Auth.FailureDelay) * time.Millisecond))
-		if delay > 0 {
-			t := time.NewTimer(delay)
-			select {
-			case <-t.C:
-			case <-r.Context().Done():
-			case <-b.done:
-			}
-			t.Stop()
+	cfg := b.config()
+	var why string
+	if retry = b.auth.logins.Refused(name, r.RemoteAddr); retry == 0 {
+		key := sha256.Sum256([]byte(name + "\x00" + password))
+		cu, known := cfg.Auth.UserByName(name)
+		w := &b.web
+		w.authMu.Lock()
+		cached := w.authCache[key]
+		w.authMu.Unlock()
+		if known && cached == cu {
+			b.auth.logins.Succeeded(name, r.RemoteAddr)
+			return cu, "", 0
 		}
-		return nil, "authentication failed for user " + strconv.Quote(name)
+		if u, retry, why = b.checkPassword(cfg, "", name, password, r.RemoteAddr); u != nil {
+			w.authMu.Lock()
+			if w.authCache == nil || len(w.authCache) >= maxAuthCache {
+				w.authCache = make(map[[32]byte]*conf.User)
+			}
+			w.authCache[key] = u
+			w.authMu.Unlock()
+			return u, "", 0
+		}
 	}
-	w.authMu.Lock()
-	if w.authCache == nil || len(w.authCache) >= maxAuthCache {
-		w.authCache = make(map[[32]byte]*conf.User)
+	reason = loginFailed(name)
+	if retry > 0 {
+		b.stats.authThrottled.Add(1)
+		reason += ": too many failed logins, " + security.RetryAfter(retry)
+	} else {
+		b.stats.authFailures.Add(1)
+		b.logf("http %s: auth failed for user %s: %s", r.RemoteAddr, strconv.Quote(name), why)
 	}
-	w.authCache[key] = u
-	w.authMu.Unlock()
-	return u, ""
+	// As on the wire: a failure is answered after failure_delay.
+	delay := time.Until(start.Add(time.Duration(cfg.Auth.FailureDelay) * time.Millisecond))
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+		case <-b.done:
+		}
+		t.Stop()
+	}
+	return nil, reason, retry
 }
 
 // handleHealthz answers 200 while the process serves HTTP.

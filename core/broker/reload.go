@@ -15,7 +15,8 @@ import (
 // restart keeps its current value and is reported. See docs/operations.md.
 //
 // Live:
-//   - [auth] users and their ACLs, failure_delay (connections already
+//   - [auth] users and their ACLs, failure_delay and the login limiter's
+//     max_failures, lockout, max_lockout, failure_window (connections already
 //     authenticated get the new rights of their user on their next
 //     request, and lose access if the user was removed);
 //   - [tls] certificate, key, client CA, require_client_cert and
@@ -133,6 +134,15 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	default:
 		if eff.Auth.FailureDelay != cur.Auth.FailureDelay {
 			rep.Applied = append(rep.Applied, fmt.Sprintf("auth.failure_delay %d -> %d", cur.Auth.FailureDelay, eff.Auth.FailureDelay))
+		}
+		for _, k := range []struct {
+			key      string
+			from, to int
+		}{{"max_failures", cur.Auth.MaxFailures, eff.Auth.MaxFailures}, {"lockout", cur.Auth.Lockout, eff.Auth.Lockout},
+			{"max_lockout", cur.Auth.MaxLockout, eff.Auth.MaxLockout}, {"failure_window", cur.Auth.FailureWindow, eff.Auth.FailureWindow}} {
+			if k.from != k.to { // the login limiter reads them at each attempt
+				rep.Applied = append(rep.Applied, fmt.Sprintf("auth.%s %d -> %d", k.key, k.from, k.to))
+			}
 		}
 		rep.Applied = append(rep.Applied, userChanges(cur.Auth.Users, eff.Auth.Users)...)
 	}

@@ -27,6 +27,7 @@ type counters struct {
 	refusedConns   atomic.Int64 // connections refused over max_connections
 	timedOutConns  atomic.Int64 // connections closed by idle_timeout or request_timeout
 	authFailures   atomic.Int64 // failed auth requests
+	authThrottled  atomic.Int64 // logins the login limiter refused unchecked
 	resetAt        atomic.Int64 // unix nanos of the last `stats reset`
 }
 
@@ -236,6 +237,7 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("timed_out_connections", b.stats.timedOutConns.Load())
 	kv("buffered_bytes", b.budget.used.Load())
 	kv("auth_failures", b.stats.authFailures.Load())
+	kv("auth_throttled", b.stats.authThrottled.Load())
 	kv("cmd_commit", b.offsets.commits.Load())
 	kv("cmd_fetch", b.offsets.fetches.Load())
 	kv("commit_failed", b.offsets.commitFailed.Load())
