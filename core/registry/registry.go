@@ -57,6 +57,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/cluster"
 )
@@ -70,6 +71,9 @@ const (
 	closeTimeout = 5 * time.Second
 	// dupLogEvery is how often a node held by another session is logged again.
 	dupLogEvery = 10 * time.Second
+	// maxBadTopicsLogged bounds the invalid topic names remembered as
+	// logged (validTopic); past it each is logged every time.
+	maxBadTopicsLogged = 1000
 )
 
 // Topic is one topic as registered.
@@ -153,9 +157,10 @@ type Registry struct {
 	// demoteTo is the slave id of roleSlave (Demote).
 	demoteTo atomic.Int32
 
-	mu     sync.Mutex
-	topics map[string]Topic
-	closed bool
+	mu        sync.Mutex
+	topics    map[string]Topic
+	badTopics map[string]bool // invalid names logged (validTopic)
+	closed    bool
 
 	// Owned by the loop goroutine (and by Close once the loop has exited).
 	sess     int64                // session the nodes in made belong to
@@ -210,23 +215,26 @@ func Open(ctx context.Context, opts Options) (*Registry, error) {
 		opts.RetryInterval = DefaultRetryInterval
 	}
 	r := &Registry{
-		opts:     opts,
-		logf:     opts.Logf,
-		root:     strings.TrimRight(opts.Root, "/"),
-		kick:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		topics:   map[string]Topic{},
-		made:     map[string]string{},
-		old:      map[int64]bool{},
-		parents:  map[string]bool{},
-		lastLogs: map[string]time.Time{},
+		opts:      opts,
+		logf:      opts.Logf,
+		root:      strings.TrimRight(opts.Root, "/"),
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		topics:    map[string]Topic{},
+		badTopics: map[string]bool{},
+		made:      map[string]string{},
+		old:       map[int64]bool{},
+		parents:   map[string]bool{},
+		lastLogs:  map[string]time.Time{},
 	}
 	if r.logf == nil {
 		r.logf = log.Printf
 	}
 	for _, t := range opts.Topics {
-		r.topics[t.Name] = t
+		if r.validTopic(t.Name) {
+			r.topics[t.Name] = t
+		}
 	}
 	r.idPath = zkpath.Broker(r.root, opts.BrokerID)
 	r.master = zkpath.Master(r.root, opts.BrokerID)
@@ -300,6 +308,9 @@ func (r *Registry) Wait(ctx context.Context) error {
 // (a reload): a topics-pub or topics-sub node it no longer wants is
 // deleted. It does not wait for ZooKeeper.
 func (r *Registry) AddTopic(t Topic) {
+	if !r.validTopic(t.Name) {
+		return
+	}
 	r.mu.Lock()
 	if cur, ok := r.topics[t.Name]; ok && cur == t {
 		r.mu.Unlock()
@@ -309,6 +320,29 @@ func (r *Registry) AddTopic(t Topic) {
 	r.gen.Add(1)
 	r.mu.Unlock()
 	r.nudge()
+}
+
+// validTopic reports whether name can be registered
+// (conf.ValidateTopicName: ZooKeeper refuses ".", ".." and some
+// characters as node names). A name that cannot is never tried, so the
+// registration cannot retry it forever: it is logged once as an error
+// (per name) and left out; the broker's other topics register, and
+// Registered (readiness) does not wait for it.
+func (r *Registry) validTopic(name string) bool {
+	err := conf.ValidateTopicName(name)
+	if err == nil {
+		return true
+	}
+	r.mu.Lock()
+	logged := r.badTopics[name]
+	if !logged && len(r.badTopics) < maxBadTopicsLogged {
+		r.badTopics[name] = true
+	}
+	r.mu.Unlock()
+	if !logged {
+		r.logf("registry: ERROR: not registering topic: %v", err)
+	}
+	return false
 }
 
 // RemoveTopic unregisters a topic (deleted live): its nodes under this
