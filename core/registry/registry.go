@@ -12,10 +12,15 @@
 // before it writes anything (go-zookeeper sends the identity again on
 // every reconnect and new session), and every node it creates gets
 // cluster's PrivateACL (the user has all rights, world:anyone reads),
-// except R and its ancestors, which get SharedACL so that clients without
-// credentials can still create R/consumers. A node under R/brokers that it
-// finds with ZooKeeper's open ACL (made before auth was on) is restricted
-// to PrivateACL. See docs/security.md.
+// except R and its ancestors, which get SharedACL. It also makes
+// R/consumers exist with PrivateACL, so that a client without the
+// identity cannot create a consumer group (nor, under it, member, owner
+// or offset nodes). A node under R/brokers that it finds with ZooKeeper's
+// open ACL (made before auth was on), or R/consumers and the group
+// directories below it (<g>, its ids, owners, offsets and their topics)
+// with the open ACL or the identity's SharedACL (an earlier version's),
+// is restricted to PrivateACL; one with a foreign ACL (squatted) is
+// logged as an error once. See docs/security.md.
 //
 // One goroutine owns the registration. It registers whenever the client
 // holds a session that it has not registered under yet, so after a session
@@ -157,6 +162,11 @@ type Registry struct {
 	// demoteTo is the slave id of roleSlave (Demote).
 	demoteTo atomic.Int32
 
+	// consSess is the session R/consumers was made private under (the
+	// loop's, like made); foreign holds the nodes logged as squatted.
+	consSess int64
+	foreign  map[string]bool
+
 	mu        sync.Mutex
 	topics    map[string]Topic
 	badTopics map[string]bool // invalid names logged (validTopic)
@@ -223,6 +233,7 @@ func Open(ctx context.Context, opts Options) (*Registry, error) {
 		done:      make(chan struct{}),
 		topics:    map[string]Topic{},
 		badTopics: map[string]bool{},
+		foreign:   map[string]bool{},
 		made:      map[string]string{},
 		old:       map[int64]bool{},
 		parents:   map[string]bool{},
@@ -423,10 +434,12 @@ func (r *Registry) aclFor(path string) []zk.ACL {
 	return r.opts.Auth.PrivateACL()
 }
 
-// restrict gives the existing node path under R/brokers PrivateACL if it
-// still has the open ACL (see cluster.Auth.Restrict).
+// restrict gives the existing node path under R/brokers, or R/consumers
+// and below, PrivateACL if it still has the open ACL (or, for
+// R/consumers, the identity's SharedACL; see cluster.Auth.Restrict).
 func (r *Registry) restrict(path string) error {
-	if !r.opts.Auth.Enabled() || !strings.HasPrefix(path, zkpath.Brokers(r.root)) {
+	cons := zkpath.Consumers(r.root)
+	if !r.opts.Auth.Enabled() || !strings.HasPrefix(path, zkpath.Brokers(r.root)) && path != cons && !strings.HasPrefix(path, cons+"/") {
 		return nil
 	}
 	acl, _, err := r.conn.GetACL(path)
@@ -549,6 +562,7 @@ func (r *Registry) registerOnce() bool {
 		r.made = map[string]string{}
 	}
 	if r.regSess.Load() == sess && r.regGen.Load() == r.gen.Load() {
+		r.sweepConsumers(sess)
 		return true
 	}
 	ok := true
@@ -610,6 +624,7 @@ func (r *Registry) registerOnce() bool {
 		}
 		r.logf("registry: broker %d%s registered as %s in ZooKeeper %s%s (session %#x, auth %s)",
 			r.opts.BrokerID, role, uris, r.opts.Connect, r.root, sess, r.opts.Auth)
+		r.sweepConsumers(sess)
 		return true
 	}
 	return false
@@ -742,6 +757,99 @@ func (r *Registry) ensureParents(path string) error {
 	}
 	r.parents[p] = true
 	return nil
+}
+
+// sweepConsumers runs closeConsumers once per session (with auth, once
+// the broker's own nodes are registered). It is not a condition of
+// Registered: a failure (logged) is tried again on the next round.
+func (r *Registry) sweepConsumers(sess int64) {
+	if !r.opts.Auth.Enabled() || r.consSess == sess || r.opts.Standby {
+		return
+	}
+	if r.closeConsumers() {
+		r.consSess = sess
+	}
+}
+
+// maxConsumerSweep bounds the nodes closeConsumers looks at per session.
+const maxConsumerSweep = 20000
+
+// closeConsumers (with auth) makes R/consumers exist with PrivateACL, so
+// that clients without the identity cannot create groups under it, and
+// restricts what an earlier version or a client without credentials left
+// open below it: each group node, its ids, owners and offsets, and their
+// topic nodes, if they have the open ACL or the identity's SharedACL. The
+// leaves (members, owners, offsets) are left to their writers: members and
+// owners are ephemeral, and the offset store checks its nodes itself. A
+// node with a foreign ACL (someone else's identity: squatted) is logged as
+// an error once; nothing here can fix it. It reports whether it got
+// through (false on a ZooKeeper error, which is logged).
+func (r *Registry) closeConsumers() bool {
+	cons := zkpath.Consumers(r.root)
+	if err := r.ensureParents(cons + "/-"); err != nil {
+		r.logf("registry: %s: %v", cons, err)
+		return false
+	}
+	restricted, seen := 0, 0
+	check := func(p string) ([]string, bool) {
+		seen++
+		acl, _, err := r.conn.GetACL(p)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, true
+		}
+		if err == nil {
+			var changed bool
+			changed, err = r.opts.Auth.Restrict(r.conn, p, acl, r.opts.Auth.PrivateACL())
+			if changed {
+				restricted++
+			} else if err == nil && !r.opts.Auth.Owns(acl) && !r.foreign[p] {
+				r.foreign[p] = true
+				r.logf("registry: ERROR: %v", r.opts.Auth.ForeignNode(r.conn, p, nil))
+			}
+		}
+		if err != nil && !errors.Is(err, zk.ErrNoAuth) {
+			r.logf("registry: %s: %v", p, err)
+			return nil, false
+		}
+		kids, _, err := r.conn.Children(p)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrNoAuth) {
+			r.logf("registry: %s: %v", p, err)
+			return nil, false
+		}
+		sort.Strings(kids)
+		return kids, true
+	}
+	groups, ok := check(cons)
+	for _, g := range groups {
+		gp := cons + "/" + g
+		kids, gok := check(gp)
+		ok = ok && gok
+		for _, k := range kids {
+			if k != "ids" && k != "owners" && k != "offsets" {
+				continue
+			}
+			topics, kok := check(gp + "/" + k)
+			ok = ok && kok
+			if k == "ids" {
+				continue
+			}
+			for _, t := range topics {
+				if seen >= maxConsumerSweep {
+					break
+				}
+				_, tok := check(gp + "/" + k + "/" + t)
+				ok = ok && tok
+			}
+		}
+		if seen >= maxConsumerSweep {
+			r.logf("registry: looked at the ACLs of %d nodes under %s and stopped (the rest are checked by the offset store as it writes)", seen, cons)
+			break
+		}
+	}
+	if restricted > 0 {
+		r.logf("registry: restricted %d node(s) under %s that had the open or shared ACL to %s (all) and world:anyone (read)", restricted, cons, r.opts.Auth)
+	}
+	return ok
 }
 
 func parentOf(path string) string {
