@@ -140,7 +140,7 @@ func FormatACL(acl []zk.ACL) string {
 		id := e.ID
 		if e.Scheme == "digest" {
 			if u, _, ok := strings.Cut(id, ":"); ok {
-				id = u + ":…" // never a hash in a log line
+				id = u + ":x" // never a hash in a log line, as ZooKeeper shows it to others
 			}
 		}
 		parts[i] = e.Scheme + ":" + id + " " + perms

@@ -73,7 +73,7 @@ func TestGroupWithAuth(t *testing.T) {
 	cb := open(t, cluster.Options{Connect: addr, Root: root, SessionTimeout: 10 * time.Second})
 	_, err = cb.JoinGroup(ctx, "g", "b", []string{"t"})
 	require.ErrorIs(t, err, cluster.ErrForeignNode)
-	require.ErrorContains(t, err, "ZooKeeper node "+zkpath.Members(root, "g")+" is owned by another ZooKeeper identity (ACL digest:member:… cdrwa, world:anyone r)")
+	require.ErrorContains(t, err, "ZooKeeper node "+zkpath.Members(root, "g")+" is owned by another ZooKeeper identity (ACL digest:member:x cdrwa, world:anyone r)")
 	_, err = cb.JoinGroup(ctx, "newgroup", "b", []string{"t"})
 	require.ErrorIs(t, err, cluster.ErrForeignNode)
 	require.ErrorContains(t, err, zkpath.Consumers(root))
@@ -233,4 +233,31 @@ func TestAuthValidate(t *testing.T) {
 	require.Equal(t, "digest:u", cluster.Auth{User: "u", Password: "p"}.String())
 	require.Equal(t, zk.WorldACL(zk.PermAll), cluster.Auth{}.PrivateACL(), "no identity: MetaQ's open ACL")
 	require.Equal(t, zk.WorldACL(zk.PermAll), cluster.Auth{}.SharedACL())
+}
+
+// TestAuthACLs: which ACL a path gets, which ACLs count as the identity's,
+// and how an ACL is shown in an error (never a digest hash).
+func TestAuthACLs(t *testing.T) {
+	a := cluster.Auth{User: "metaq", Password: "pw"}
+	for p, shared := range map[string]bool{
+		"/": true, "/apps": true, "/apps/meta": true,
+		"/apps/meta/consumers": false, "/apps/meta/consumers/g": false, "/apps/meta/brokers": false, "/apps/other": false,
+	} {
+		want := a.PrivateACL()
+		if shared {
+			want = a.SharedACL()
+		}
+		require.Equal(t, want, a.ACL("/apps/meta", p), p)
+	}
+	require.True(t, a.Owns(a.PrivateACL()))
+	require.True(t, a.Owns([]zk.ACL{a.SharedACL()[1], a.SharedACL()[0]}), "order does not matter")
+	require.True(t, a.IsPrivate(a.PrivateACL()))
+	require.False(t, a.IsPrivate(a.SharedACL()))
+	require.False(t, a.Owns(zk.WorldACL(zk.PermAll)))
+	evil := append(zk.DigestACL(zk.PermAll, "evil", "x"), zk.WorldACL(zk.PermRead)...)
+	require.False(t, a.Owns(evil))
+	// A digest id with this user name but another password is not ours.
+	require.False(t, a.Owns(append(zk.DigestACL(zk.PermAll, "metaq", "other"), zk.WorldACL(zk.PermRead)...)))
+	require.Equal(t, "digest:evil:x cdrwa, world:anyone r", cluster.FormatACL(evil))
+	require.False(t, cluster.Auth{}.IsPrivate(zk.WorldACL(zk.PermAll)))
 }
