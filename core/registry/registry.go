@@ -791,7 +791,7 @@ func (r *Registry) closeConsumers() bool {
 		return false
 	}
 	restricted, seen := 0, 0
-	check := func(p string) ([]string, bool) {
+	check := func(p string, list bool) ([]string, bool) {
 		seen++
 		acl, _, err := r.conn.GetACL(p)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -811,6 +811,9 @@ func (r *Registry) closeConsumers() bool {
 			r.logf("registry: %s: %v", p, err)
 			return nil, false
 		}
+		if !list {
+			return nil, true
+		}
 		kids, _, err := r.conn.Children(p)
 		if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrNoAuth) {
 			r.logf("registry: %s: %v", p, err)
@@ -819,16 +822,21 @@ func (r *Registry) closeConsumers() bool {
 		sort.Strings(kids)
 		return kids, true
 	}
-	groups, ok := check(cons)
+	groups, ok := check(cons, true)
 	for _, g := range groups {
+		select {
+		case <-r.stop:
+			return false
+		default:
+		}
 		gp := cons + "/" + g
-		kids, gok := check(gp)
+		kids, gok := check(gp, true)
 		ok = ok && gok
 		for _, k := range kids {
 			if k != "ids" && k != "owners" && k != "offsets" {
 				continue
 			}
-			topics, kok := check(gp + "/" + k)
+			topics, kok := check(gp+"/"+k, k != "ids")
 			ok = ok && kok
 			if k == "ids" {
 				continue
@@ -837,7 +845,7 @@ func (r *Registry) closeConsumers() bool {
 				if seen >= maxConsumerSweep {
 					break
 				}
-				_, tok := check(gp + "/" + k + "/" + t)
+				_, tok := check(gp+"/"+k+"/"+t, false)
 				ok = ok && tok
 			}
 		}
