@@ -11,7 +11,8 @@
 // accept_subscribe and stat; anything left unset inherits the top-level
 // value. Use [Config.TopicConfig] to get a topic's effective settings.
 //
-// Topic names match [A-Za-z0-9_.-]{1,200}. MetaQ's "*" wildcard topic is not
+// Topic names match [A-Za-z0-9_.-]{1,200} and are not "." or ".."
+// ([ValidateTopicName]). MetaQ's "*" wildcard topic is not
 // supported: set auto_create_topics = true instead, and the top-level
 // settings then apply to every topic that is not configured explicitly.
 //

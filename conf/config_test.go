@@ -224,7 +224,9 @@ func TestValidationErrors(t *testing.T) {
 		{"topic not array", "topic = \"x\"\n", "topic", "must be an array of tables ([[topic]]), got string", 1},
 		{"topic table", "[topic]\nname = \"x\"\n", "topic", "must be an array of tables ([[topic]]), got table", 1},
 		{"topic name missing", "[[topic]]\nnum_partitions = 2\n", "topic[0].name", "is required", 1}, // the [[topic]] header
-		{"topic name bad", "[[topic]]\nname = \"a/b\"\n", "topic[0].name", `must be 1..200 characters from [A-Za-z0-9_.-], got "a/b"`, 2},
+		{"topic name bad", "[[topic]]\nname = \"a/b\"\n", "topic[0].name", `invalid topic name "a/b": '/' (a path separator) at byte 1; a topic name must be 1..200 bytes`, 2},
+		{"topic name dot", "[[topic]]\nname = \".\"\n", "topic[0].name", `invalid topic name ".": reserved`, 2},
+		{"topic name dotdot", "[[topic]]\nname = \"..\"\n", "topic[0].name", `invalid topic name "..": reserved`, 2},
 		{"topic wildcard", "[[topic]]\nname = \"*\"\n", "topic[0].name", "auto_create_topics", 2},
 		{"topic name type", "[[topic]]\nname = 5\n", "topic[0].name", "must be a string, got integer 5", 2},
 		{"topic duplicate", oneTopic + "\n[[topic]]\n# again\nname = \"t\"\n", "topic[1].name",
@@ -505,4 +507,80 @@ func TestHTTPPortFollowsPort(t *testing.T) {
 	require.NoError(t, err)
 	_, on := c.HTTPAddr()
 	require.False(t, on)
+}
+
+// TestValidateTopicName is the one topic-name rule every door uses.
+func TestValidateTopicName(t *testing.T) {
+	for _, ok := range []string{
+		"t", "meta-test", "A.b_c-9", "a.b", "...", ".hidden", "x.", "a..b", "-", "_", "9",
+		"orders.v2_eu-west", strings.Repeat("x", MaxTopicNameLen),
+	} {
+		require.NoError(t, ValidateTopicName(ok), "%q", ok)
+		require.True(t, ValidTopicName(ok), "%q", ok)
+	}
+	for _, tc := range []struct{ name, why string }{
+		{"", "empty"},
+		{".", `".": reserved`},
+		{"..", `"..": reserved`},
+		{"a/b", "'/' (a path separator) at byte 1"},
+		{"/", "'/'"},
+		{"../etc", "'/' (a path separator) at byte 2"},
+		{"\x00", "control character U+0000 at byte 0"},
+		{"a\x01", "control character U+0001 at byte 1"},
+		{"a\n", "U+000A"},
+		{"a\x7f", "U+007F"},
+		{"a\u0085", "control character U+0085"},
+		{"a\ufff5", "U+FFF5 at byte 1, which a ZooKeeper node name cannot hold"},
+		{"a\ue000", "U+E000 at byte 1, which a ZooKeeper node name cannot hold"},
+		{"a\uffff", "U+FFFF"},
+		{"a\xff", "invalid UTF-8 at byte 1"},
+		{"\xed\xa0\x80", "invalid UTF-8 at byte 0"}, // a surrogate
+		{"a b", `' ' at byte 1 is not allowed`},
+		{"*", `'*' at byte 0 is not allowed`},
+		{"é", `'é' at byte 0 is not allowed`},
+		{"a:b", `':'`},
+		{`a\b`, `'\\'`},
+		{"zookeeper/x", "'/'"},
+		{strings.Repeat("x", 250), "250 bytes, longer than 200"},
+		{strings.Repeat("x", MaxTopicNameLen+1), "201 bytes, longer than 200"},
+	} {
+		err := ValidateTopicName(tc.name)
+		require.ErrorIs(t, err, ErrBadTopicName, "%q", tc.name)
+		require.False(t, ValidTopicName(tc.name), "%q", tc.name)
+		msg := err.Error()
+		require.Contains(t, msg, tc.why, "%q", tc.name)
+		require.Contains(t, msg, TopicNameRule)
+		require.True(t, strings.HasPrefix(msg, "invalid topic name "), msg)
+		for _, c := range []byte(msg) {
+			require.False(t, c < 0x20 || c == 0x7f, "error %q holds a control byte", msg)
+		}
+	}
+	// At most 64 bytes of a long name are quoted.
+	err := ValidateTopicName(strings.Repeat("y", 800<<10))
+	require.Less(t, len(err.Error()), 300)
+	require.Contains(t, err.Error(), `"`+strings.Repeat("y", 64)+`"...`)
+	err = ValidateTopicName(strings.Repeat("é", 150)) // cut between runes, never inside one
+	require.Contains(t, err.Error(), `"`+strings.Repeat("é", 32)+`"...`)
+}
+
+// TestTopicsFileBadNames: a topics.toml naming "." or ".." (a topic or a
+// deleted one) is refused when it is parsed, with the validator's message.
+func TestTopicsFileBadNames(t *testing.T) {
+	for _, tc := range []struct{ in, key, msg string }{
+		{"[[topic]]\nname = \".\"\n", "topic[0].name", `invalid topic name ".": reserved`},
+		{"[[topic]]\nname = \"ok\"\n[[topic]]\nname = \"..\"\n", "topic[1].name", `invalid topic name "..": reserved`},
+		{"deleted = [\"..\"]\n", "deleted", `invalid topic name "..": reserved`},
+		{"[[topic]]\nname = \"a\\u0001\"\n", "topic[0].name", "control character U+0001"},
+	} {
+		_, err := ParseTopicsFile([]byte(tc.in), "topics.toml")
+		require.Error(t, err, "%q", tc.in)
+		require.Contains(t, err.Error(), tc.key, "%q", tc.in)
+		require.Contains(t, err.Error(), tc.msg, "%q", tc.in)
+		require.Contains(t, err.Error(), TopicNameRule, "%q", tc.in)
+	}
+	// Applied on top of server.toml (ApplyTopics validates too).
+	c := Default()
+	c.Topics = []Topic{{Name: "a"}}
+	err := c.ApplyTopics(&TopicsFile{Topics: []Topic{{Name: ".."}}})
+	require.ErrorContains(t, err, `invalid topic name "..": reserved`)
 }

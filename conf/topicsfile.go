@@ -38,8 +38,13 @@ func ParseTopicsFile(data []byte, name string) (*TopicsFile, error) {
 		probs = append(probs, Problem{Key: k.String(), Msg: "unknown key"})
 	}
 	for _, d := range f.Deleted {
-		if !ValidTopicName(d) {
-			probs = append(probs, Problem{Key: "deleted", Msg: fmt.Sprintf("invalid topic name %q", d)})
+		if err := ValidateTopicName(d); err != nil {
+			probs = append(probs, Problem{Key: "deleted", Msg: err.Error()})
+		}
+	}
+	for i, t := range f.Topics {
+		if err := ValidateTopicName(t.Name); err != nil {
+			probs = append(probs, Problem{Key: fmt.Sprintf("topic[%d].name", i), Msg: err.Error()})
 		}
 	}
 	if len(probs) > 0 {

@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Limits enforced by Validate.
@@ -83,19 +86,87 @@ func newError(file string, probs []Problem) *Error {
 	return &Error{File: file, Problems: probs}
 }
 
-// ValidTopicName reports whether s can be a topic name: 1..200 characters
-// from [A-Za-z0-9_.-]. Such names are safe as directory names.
-func ValidTopicName(s string) bool {
-	if s == "" || len(s) > MaxTopicNameLen {
-		return false
+// ErrBadTopicName is wrapped by ValidateTopicName's errors.
+var ErrBadTopicName = errors.New("invalid topic name")
+
+// TopicNameRule is the rule ValidateTopicName enforces, in words.
+const TopicNameRule = `a topic name must be 1..200 bytes from [A-Za-z0-9_.-], and not "." or ".."`
+
+// ValidTopicName reports whether s can be a topic name (ValidateTopicName).
+func ValidTopicName(s string) bool { return ValidateTopicName(s) == nil }
+
+// ValidateTopicName is the one topic-name rule of the broker: the TCP port
+// (put with auto_create_topics), the JSON API and the dashboard, server.toml
+// [[topic]] tables, topics.toml and the ZooKeeper registry all ask it. A
+// topic name is 1..MaxTopicNameLen bytes from [A-Za-z0-9_.-] and is
+// neither "." nor "..": it is a directory name (<topic>-<partition>) and a
+// ZooKeeper node name (R/brokers/topics/<topic>), and ZooKeeper refuses "."
+// and ".." as path components. The character set leaves out '/', NUL,
+// every control character, every character ZooKeeper refuses
+// (U+0001..U+001F, U+007F..U+009F, U+D800..U+F8FF, U+FFF0..U+FFFF) and
+// invalid UTF-8. A leading '.' is allowed ("." and ".." are not).
+//
+// The error wraps ErrBadTopicName, quotes at most 64 bytes of the name
+// (escaped, so control bytes never reach a log or reply), says what is
+// wrong and states the rule; every door answers it as it is.
+func ValidateTopicName(s string) error {
+	if why := topicNameProblem(s); why != "" {
+		return fmt.Errorf("%w %s: %s; %s", ErrBadTopicName, quoteName(s), why, TopicNameRule)
 	}
-	for i := 0; i < len(s); i++ {
+	return nil
+}
+
+func topicNameProblem(s string) string {
+	switch {
+	case s == "":
+		return "empty"
+	case len(s) > MaxTopicNameLen:
+		return fmt.Sprintf("%d bytes, longer than %d", len(s), MaxTopicNameLen)
+	case s == "." || s == "..":
+		return "reserved (a path component ZooKeeper and the file system refuse)"
+	}
+	for i := 0; i < len(s); {
 		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-' {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			return fmt.Sprintf("invalid UTF-8 at byte %d", i)
+		case r == '/':
+			return fmt.Sprintf("'/' (a path separator) at byte %d", i)
+		case r <= 0x1f || (r >= 0x7f && r <= 0x9f):
+			return fmt.Sprintf("control character %U at byte %d", r, i)
+		case (r >= 0xd800 && r <= 0xf8ff) || (r >= 0xfff0 && r <= 0xffff):
+			return fmt.Sprintf("%U at byte %d, which a ZooKeeper node name cannot hold", r, i)
+		case unicode.IsPrint(r):
+			return fmt.Sprintf("%q at byte %d is not allowed", r, i)
+		}
+		return fmt.Sprintf("%U at byte %d is not allowed", r, i)
+	}
+	return ""
+}
+
+// quoteName quotes at most the first 64 bytes of a name (never splitting
+// a UTF-8 sequence), with "..." after it if it was cut: what
+// sdk/protocol.Printable shows of client bytes.
+func quoteName(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	b := s[:max]
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRuneInString(b[i:]) {
+				b = b[:i]
+			}
+			break
 		}
 	}
-	return true
+	return strconv.Quote(b) + "..."
 }
 
 // ParseDeletePolicy parses MetaQ's retention policy "delete,N[s|m|h]" (no
@@ -244,9 +315,11 @@ func (k *checker) topic(i int, t *Topic, first map[string]int) {
 		k.add(p+"name", "is required")
 	case t.Name == "*":
 		k.add(p+"name", `wildcard topic "*" is not supported; set auto_create_topics = true (top-level settings apply to unconfigured topics)`)
-	case !ValidTopicName(t.Name):
-		k.add(p+"name", "must be 1..%d characters from [A-Za-z0-9_.-], got %q", MaxTopicNameLen, t.Name)
 	default:
+		if err := ValidateTopicName(t.Name); err != nil {
+			k.add(p+"name", "%v", err)
+			break
+		}
 		if j, dup := first[t.Name]; dup {
 			k.add(p+"name", "duplicate topic %q (first declared as topic[%d])", t.Name, j)
 		} else {

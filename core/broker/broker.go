@@ -457,25 +457,17 @@ func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
 	if t != nil {
 		return t, nil
 	}
-	if !create || !b.config().AutoCreateTopics || !validTopicName(name) {
+	if !create || !b.config().AutoCreateTopics {
 		return nil, errUnknownTopic
+	}
+	if err := conf.ValidateTopicName(string(name)); err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnknownTopic, err)
 	}
 	return b.openTopic(string(name))
 }
 
-func validTopicName(b []byte) bool {
-	if len(b) == 0 || len(b) > 200 {
-		return false
-	}
-	for _, c := range b {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
-		default:
-			return false
-		}
-	}
-	return b[0] != '.'
-}
+// validTopicName is conf.ValidateTopicName for a name from a client.
+func validTopicName(b []byte) bool { return conf.ValidateTopicName(string(b)) == nil }
 
 // showTopic renders a topic name from a client for a reply or a log line:
 // as is when it is a valid name (MetaQ's replies name the topic bare),

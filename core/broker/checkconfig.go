@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/crypto/bcrypt"
@@ -21,7 +23,9 @@ import (
 // topic filters accept their config (an expr parses); every
 // [[auth.user]] password_hash is a bcrypt hash; every [[plugin]] binary
 // exists, is an executable regular file and, with sha256 set, has that
-// checksum. It returns every problem found (nil if none).
+// checksum; <data_dir>/topics.toml, if there is one, parses and applies
+// (topic names, settings) as it would at start. It returns every problem
+// found (nil if none).
 func CheckConfig(cfg *conf.Config) []string {
 	var probs []string
 	if err := cfg.Validate(); err != nil {
@@ -58,12 +62,37 @@ func CheckConfig(cfg *conf.Config) []string {
 			in.Close()
 		}
 	}
+	if msg := checkTopicsFile(cfg); msg != "" {
+		probs = append(probs, msg)
+	}
 	for i, p := range cfg.Plugins {
 		if msg := checkPluginBinary(cfg.PluginPath(p), p.SHA256); msg != "" {
 			probs = append(probs, fmt.Sprintf("plugin[%d] %s %q: %s", i, p.Kind, p.Name, msg))
 		}
 	}
 	return probs
+}
+
+// checkTopicsFile says what is wrong with <data_dir>/topics.toml, or ""
+// (also when there is none): what loadTopicsFile would refuse at start.
+func checkTopicsFile(cfg *conf.Config) string {
+	path := filepath.Join(cfg.DataDir, conf.TopicsFileName)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
+	if err != nil {
+		return fmt.Sprintf("%s: %v", conf.TopicsFileName, err)
+	}
+	f, err := conf.ParseTopicsFile(data, path)
+	if err != nil {
+		return err.Error()
+	}
+	cp := *cfg
+	if err := cp.ApplyTopics(f); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // checkPluginBinary says what is wrong with a plugin binary, or "".

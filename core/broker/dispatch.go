@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -94,7 +95,11 @@ func (c *conn) checkPut(r *protocol.Request) (t *topic, l *store.Log, p int32, c
 func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, ok bool) {
 	t, err := c.b.lookup(r.Topic, true)
 	if errors.Is(err, errUnknownTopic) {
-		c.putFail(r.Opaque, "The server do not accept topic "+showTopic(r.Topic))
+		msg := "The server do not accept topic " + showTopic(r.Topic)
+		if errors.Is(err, conf.ErrBadTopicName) { // auto_create_topics: say why
+			msg += ": " + conf.ValidateTopicName(string(r.Topic)).Error()
+		}
+		c.putFail(r.Opaque, msg)
 		return nil, nil, 0, false
 	}
 	if err != nil { // an auto-created topic that could not be opened (EMFILE, ...); the next put retries

@@ -137,8 +137,8 @@ func (b *Broker) liveTopics(f *conf.TopicsFile) []conf.Topic {
 func (b *Broker) CreateTopic(t conf.Topic) error {
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
-	if !conf.ValidTopicName(t.Name) {
-		return fmt.Errorf("%w: name must be 1..%d characters from [A-Za-z0-9_.-], got %q", errTopicInvalid, conf.MaxTopicNameLen, t.Name)
+	if err := conf.ValidateTopicName(t.Name); err != nil {
+		return fmt.Errorf("%w: %w", errTopicInvalid, err)
 	}
 	if _, ok := b.configTopic(t.Name); ok {
 		return fmt.Errorf("%w: %s", errTopicExists, t.Name)

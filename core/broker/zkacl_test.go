@@ -1,7 +1,11 @@
 package broker
 
 import (
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +15,7 @@ import (
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/internal/zkpath"
+	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // TestClusterZooKeeperDigestACL starts a broker with [zookeeper]
@@ -61,4 +66,106 @@ func TestClusterZooKeeperDigestACL(t *testing.T) {
 	ok, _, err := c.Exists(zkpath.Broker(root, 5))
 	require.NoError(t, err)
 	require.False(t, ok, "Close still unregisters")
+}
+
+// TestClusterZooKeeperConsumersClosed: with digest auth, a broker and its
+// ZooKeeper offset store (the plugin binary) close R/consumers to clients
+// without the identity. An anonymous zkCli.sh cannot pre-create a new
+// group or an offset node (Insufficient permission); the broker's fetch
+// never serves an offset node another identity squatted (it reads as
+// nothing stored); a commit to a group node someone else squatted fails
+// with a reply naming the node and saying it is owned by another
+// ZooKeeper identity.
+func TestClusterZooKeeperConsumersClosed(t *testing.T) {
+	addr := testsvc.ZooKeeper(t)
+	root := "/consumersclosed"
+	const id = 6
+	anon := zkClient(t, addr)
+	// What an anonymous client (or a cluster without auth) left open, and
+	// nodes another identity ("evil") squatted meanwhile.
+	for _, p := range []string{root, zkpath.Consumers(root), zkpath.Group(root, "sq2"), zkpath.Offsets(root, "sq2"), zkpath.OffsetsTopic(root, "sq2", "t")} {
+		_, err := anon.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err, p)
+	}
+	evil := zkClient(t, addr)
+	require.NoError(t, evil.AddAuth("digest", []byte("evil:evil-pw")))
+	evilACL := append(zk.DigestACL(zk.PermAll, "evil", "evil-pw"), zk.WorldACL(zk.PermRead)...)
+	_, err := evil.Create(zkpath.Group(root, "squat"), nil, 0, evilACL)
+	require.NoError(t, err)
+	squatted := zkpath.Offset(root, "sq2", "t", id, 0)
+	_, err = evil.Create(squatted, []byte("5-500"), 0, evilACL)
+	require.NoError(t, err)
+
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "metaq-offsetstore-zk"), "../../cmd/metaq-offsetstore-zk")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+	b := clusterBroker(t, addr, root, id, func(c *conf.Config) {
+		c.ZooKeeper.AuthUser, c.ZooKeeper.AuthPassword = "metaq", "zk-secret"
+		c.PluginDir = dir
+		c.Plugins = []conf.Plugin{{Kind: conf.PluginKindOffsetStore, Name: "zk", Path: "metaq-offsetstore-zk",
+			Config: map[string]string{"connect": addr, "root": root, "auth_user": "metaq", "auth_password": "zk-secret"}}}
+		c.OffsetStore = "zk"
+	})
+	require.True(t, b.Registered())
+	c := dialRaw(t, b.Addr())
+
+	// A group the store writes.
+	r := c.roundTrip(t, commitFrame("good", []protocol.OffsetEntry{{Topic: "t", Partition: 0, Offset: 40, MsgID: 4}}))
+	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+
+	// The registration swept R/consumers: private now, and so is the
+	// open group left behind.
+	waitFor(t, 10*time.Second, func() error {
+		for _, p := range []string{zkpath.Consumers(root), zkpath.OffsetsTopic(root, "sq2", "t")} {
+			acl, _, err := anon.GetACL(p)
+			if err != nil {
+				return err
+			}
+			if len(acl) != 2 {
+				return fmt.Errorf("%s: ACL %v", p, acl)
+			}
+		}
+		return nil
+	})
+
+	// zkCli.sh without credentials: no new group, no offset node.
+	for _, p := range []string{zkpath.Group(root, "newgroup"), zkpath.Offset(root, "good", "t", id, 1), zkpath.Offset(root, "sq2", "t", id, 1)} {
+		out, err := testsvc.ZkCli(t, addr, "create", p, "1-999")
+		require.Error(t, err, "an anonymous create of %s must fail: %s", p, out)
+		require.Contains(t, err.Error(), "Insufficient permission", p)
+	}
+	for _, p := range []string{zkpath.Group(root, "newgroup"), zkpath.Offsets(root, "good"), zkpath.Members(root, "good"), zkpath.Owners(root, "good")} {
+		_, err := anon.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+		require.ErrorIs(t, err, zk.ErrNoAuth, p)
+	}
+
+	// The squatted offset node is never served.
+	for range 2 {
+		r = c.roundTrip(t, fetchFrame("sq2", []protocol.OffsetEntry{{Topic: "t", Partition: 0}}))
+		require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+		got, err := protocol.ParseOffsetLines(r.Body, true)
+		require.NoError(t, err)
+		require.Equal(t, []protocol.OffsetEntry{{Topic: "t", Partition: 0, Offset: -1, MsgID: -1}}, got, "a squatted offset reads as nothing stored")
+	}
+	// Nor written through: the commit says whose it is.
+	r = c.roundTrip(t, commitFrame("sq2", []protocol.OffsetEntry{{Topic: "t", Partition: 0, Offset: 41, MsgID: 5}}))
+	require.Equal(t, protocol.StatusInternalError, r.Code, string(r.Body))
+	require.Contains(t, string(r.Body), "ZooKeeper node "+squatted+" is owned by another ZooKeeper identity")
+
+	// A squatted group: every commit fails with a clear reason.
+	r = c.roundTrip(t, commitFrame("squat", []protocol.OffsetEntry{{Topic: "t", Partition: 1, Offset: 7, MsgID: 1}}))
+	require.Equal(t, protocol.StatusInternalError, r.Code, string(r.Body))
+	body := string(r.Body)
+	require.Contains(t, body, "commit failed: ")
+	require.Contains(t, body, "ZooKeeper node "+zkpath.Group(root, "squat")+" is owned by another ZooKeeper identity (ACL digest:evil:x cdrwa, world:anyone r), not digest:metaq")
+	require.Contains(t, body, "delete it or setAcl it")
+	require.NotContains(t, body, "zk-secret")
+
+	// The good group still reads back.
+	r = c.roundTrip(t, fetchFrame("good", []protocol.OffsetEntry{{Topic: "t", Partition: 0}}))
+	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	got, err := protocol.ParseOffsetLines(r.Body, true)
+	require.NoError(t, err)
+	require.Equal(t, []protocol.OffsetEntry{{Topic: "t", Partition: 0, Offset: 40, MsgID: 4}}, got)
 }

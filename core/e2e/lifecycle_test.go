@@ -355,6 +355,19 @@ func TestServerCheckConfig(t *testing.T) {
 		require.NoError(t, err, "%s: %s", f, out)
 	}
 
+	// Topic names ZooKeeper and the file system refuse ("." and ".."), in
+	// server.toml and in the data directory's topics.toml.
+	out, code = run("[[topic]]\nname = \".\"\n[[topic]]\nname = \"..\"\n")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, `topic[0].name: invalid topic name ".": reserved`)
+	require.Contains(t, out, `topic[1].name: invalid topic name "..": reserved`)
+	data := filepath.Join(dir, "dotdata")
+	require.NoError(t, os.MkdirAll(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "topics.toml"), []byte("[[topic]]\nname = \"..\"\n"), 0o644))
+	out, code = run(fmt.Sprintf("data_dir = %q\n[[topic]]\nname = \"t\"\n", data))
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, `topics.toml: topic[0].name: invalid topic name "..": reserved`)
+
 	out, code = run(fmt.Sprintf("plugin_dir = %q\noffset_store = \"nosuch\"\n[[plugin]]\nkind = \"offsetstore\"\nname = \"nosuch\"\n[[topic]]\nname = \"t\"\n", dir))
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, `plugin[0] offsetstore "nosuch": binary `+filepath.Join(dir, "nosuch"))

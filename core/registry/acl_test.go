@@ -109,8 +109,17 @@ func TestDigestACLWithZkCli(t *testing.T) {
 	}
 	require.Equal(t, seen(testAuth.SharedACL()), getACL(t, c, root))
 	require.Equal(t, seen(testAuth.SharedACL()), getACL(t, c, "/aclcli"))
-	_, err = c.Create(zkpath.Consumers(root), nil, 0, zk.WorldACL(zk.PermAll))
-	require.NoError(t, err, "a client without credentials creates R/consumers")
+	// R/consumers is made private (just after the registration): nobody
+	// else can create a group.
+	eventually(t, 10*time.Second, func() error {
+		if acl := getACL(t, c, zkpath.Consumers(root)); len(acl) != 2 {
+			return fmt.Errorf("ACL %v", acl)
+		}
+		return nil
+	})
+	require.Equal(t, seen(testAuth.PrivateACL()), getACL(t, c, zkpath.Consumers(root)))
+	_, err = c.Create(zkpath.Group(root, "newgroup"), nil, 0, zk.WorldACL(zk.PermAll))
+	require.ErrorIs(t, err, zk.ErrNoAuth, "a client without credentials cannot create a group")
 
 	// The broker itself still writes its nodes, and Close cleans up.
 	require.NoError(t, r.Close())
@@ -216,7 +225,10 @@ func TestAuthSurvivesReconnectAndExpiry(t *testing.T) {
 
 // TestAuthRestrictsOpenNodes: nodes under R/brokers left with ZooKeeper's
 // open ACL (a cluster that ran without auth) are restricted by a broker
-// with auth; nodes with another ACL are left alone.
+// with auth; nodes with another ACL are left alone. So are R/consumers and
+// the group directories under it (open, or an earlier version's shared
+// ACL); a squatted group (a foreign identity's ACL) is logged once as an
+// error naming it.
 func TestAuthRestrictsOpenNodes(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
 	root := "/aclopen"
@@ -228,6 +240,21 @@ func TestAuthRestrictsOpenNodes(t *testing.T) {
 	other := zk.WorldACL(zk.PermRead | zk.PermCreate | zk.PermDelete | zk.PermWrite)
 	_, err := c.Create(zkpath.Topics.Dir(root), nil, 0, other)
 	require.NoError(t, err)
+	legacy := []string{zkpath.Group(root, "g"), zkpath.Members(root, "g"), zkpath.Owners(root, "g"),
+		zkpath.OwnersTopic(root, "g", "t"), zkpath.Offsets(root, "g"), zkpath.OffsetsTopic(root, "g", "t")}
+	for _, p := range legacy {
+		_, err := c.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err)
+	}
+	mine := client(t, addr)
+	require.NoError(t, mine.AddAuth("digest", []byte(testAuth.User+":"+testAuth.Password)))
+	_, err = mine.Create(zkpath.Group(root, "shared"), nil, 0, testAuth.SharedACL())
+	require.NoError(t, err)
+	evil := client(t, addr)
+	require.NoError(t, evil.AddAuth("digest", []byte("evil:pw")))
+	evilACL := append(zk.DigestACL(zk.PermAll, "evil", "pw"), zk.WorldACL(zk.PermRead)...)
+	_, err = evil.Create(zkpath.Group(root, "squat"), nil, 0, evilACL)
+	require.NoError(t, err)
 	lb := &logBuf{}
 	opts := testOpts(addr, root, 4, lb)
 	opts.Auth = testAuth
@@ -238,9 +265,30 @@ func TestAuthRestrictsOpenNodes(t *testing.T) {
 	require.True(t, lb.contains(zkpath.Broker(root, 4)+" had the open ACL"))
 	require.Equal(t, other, getACL(t, c, zkpath.Topics.Dir(root)), "not the open ACL: left alone")
 	require.Equal(t, zk.WorldACL(zk.PermAll), getACL(t, c, root), "the root is shared: left open")
-	require.Equal(t, zk.WorldACL(zk.PermAll), getACL(t, c, zkpath.Consumers(root)), "not the registry's")
 	_, err = c.Set(zkpath.Broker(root, 4), []byte("meta://evil:1"), -1)
 	require.ErrorIs(t, err, zk.ErrNoAuth)
+	eventually(t, 10*time.Second, func() error { // just after the registration
+		if !lb.contains("restricted 7 node(s) under " + zkpath.Consumers(root)) {
+			return errors.New("not swept yet")
+		}
+		return nil
+	})
+	for _, p := range append([]string{zkpath.Consumers(root), zkpath.Group(root, "shared")}, legacy...) {
+		require.Equal(t, seen(testAuth.PrivateACL()), getACL(t, c, p), p)
+	}
+	require.True(t, lb.contains("restricted 7 node(s) under "+zkpath.Consumers(root)), "%q", lb.lines)
+	require.Equal(t, seen(evilACL), getACL(t, c, zkpath.Group(root, "squat")), "foreign: left alone")
+	lb.mu.Lock()
+	n := 0
+	for _, l := range lb.lines {
+		if strings.Contains(l, "ERROR: ZooKeeper node "+zkpath.Group(root, "squat")+" is owned by another ZooKeeper identity") {
+			n++
+		}
+	}
+	lb.mu.Unlock()
+	require.Equal(t, 1, n, "%q", lb.lines)
+	_, err = c.Create(zkpath.Offset(root, "g", "t", 4, 0), []byte("1-1"), 0, zk.WorldACL(zk.PermAll))
+	require.ErrorIs(t, err, zk.ErrNoAuth, "no offset can be forged under a restricted group")
 }
 
 // TestNoAuthKeepsOpenACL: without auth every node keeps MetaQ's open ACL.

@@ -12,10 +12,15 @@
 // before it writes anything (go-zookeeper sends the identity again on
 // every reconnect and new session), and every node it creates gets
 // cluster's PrivateACL (the user has all rights, world:anyone reads),
-// except R and its ancestors, which get SharedACL so that clients without
-// credentials can still create R/consumers. A node under R/brokers that it
-// finds with ZooKeeper's open ACL (made before auth was on) is restricted
-// to PrivateACL. See docs/security.md.
+// except R and its ancestors, which get SharedACL. It also makes
+// R/consumers exist with PrivateACL, so that a client without the
+// identity cannot create a consumer group (nor, under it, member, owner
+// or offset nodes). A node under R/brokers that it finds with ZooKeeper's
+// open ACL (made before auth was on), or R/consumers and the group
+// directories below it (<g>, its ids, owners, offsets and their topics)
+// with the open ACL or the identity's SharedACL (an earlier version's),
+// is restricted to PrivateACL; one with a foreign ACL (squatted) is
+// logged as an error once. See docs/security.md.
 //
 // One goroutine owns the registration. It registers whenever the client
 // holds a session that it has not registered under yet, so after a session
@@ -57,6 +62,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/cluster"
 )
@@ -70,6 +76,9 @@ const (
 	closeTimeout = 5 * time.Second
 	// dupLogEvery is how often a node held by another session is logged again.
 	dupLogEvery = 10 * time.Second
+	// maxBadTopicsLogged bounds the invalid topic names remembered as
+	// logged (validTopic); past it each is logged every time.
+	maxBadTopicsLogged = 1000
 )
 
 // Topic is one topic as registered.
@@ -153,9 +162,15 @@ type Registry struct {
 	// demoteTo is the slave id of roleSlave (Demote).
 	demoteTo atomic.Int32
 
-	mu     sync.Mutex
-	topics map[string]Topic
-	closed bool
+	// consSess is the session R/consumers was made private under (the
+	// loop's, like made); foreign holds the nodes logged as squatted.
+	consSess int64
+	foreign  map[string]bool
+
+	mu        sync.Mutex
+	topics    map[string]Topic
+	badTopics map[string]bool // invalid names logged (validTopic)
+	closed    bool
 
 	// Owned by the loop goroutine (and by Close once the loop has exited).
 	sess     int64                // session the nodes in made belong to
@@ -210,23 +225,27 @@ func Open(ctx context.Context, opts Options) (*Registry, error) {
 		opts.RetryInterval = DefaultRetryInterval
 	}
 	r := &Registry{
-		opts:     opts,
-		logf:     opts.Logf,
-		root:     strings.TrimRight(opts.Root, "/"),
-		kick:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		topics:   map[string]Topic{},
-		made:     map[string]string{},
-		old:      map[int64]bool{},
-		parents:  map[string]bool{},
-		lastLogs: map[string]time.Time{},
+		opts:      opts,
+		logf:      opts.Logf,
+		root:      strings.TrimRight(opts.Root, "/"),
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		topics:    map[string]Topic{},
+		badTopics: map[string]bool{},
+		foreign:   map[string]bool{},
+		made:      map[string]string{},
+		old:       map[int64]bool{},
+		parents:   map[string]bool{},
+		lastLogs:  map[string]time.Time{},
 	}
 	if r.logf == nil {
 		r.logf = log.Printf
 	}
 	for _, t := range opts.Topics {
-		r.topics[t.Name] = t
+		if r.validTopic(t.Name) {
+			r.topics[t.Name] = t
+		}
 	}
 	r.idPath = zkpath.Broker(r.root, opts.BrokerID)
 	r.master = zkpath.Master(r.root, opts.BrokerID)
@@ -300,6 +319,9 @@ func (r *Registry) Wait(ctx context.Context) error {
 // (a reload): a topics-pub or topics-sub node it no longer wants is
 // deleted. It does not wait for ZooKeeper.
 func (r *Registry) AddTopic(t Topic) {
+	if !r.validTopic(t.Name) {
+		return
+	}
 	r.mu.Lock()
 	if cur, ok := r.topics[t.Name]; ok && cur == t {
 		r.mu.Unlock()
@@ -309,6 +331,29 @@ func (r *Registry) AddTopic(t Topic) {
 	r.gen.Add(1)
 	r.mu.Unlock()
 	r.nudge()
+}
+
+// validTopic reports whether name can be registered
+// (conf.ValidateTopicName: ZooKeeper refuses ".", ".." and some
+// characters as node names). A name that cannot is never tried, so the
+// registration cannot retry it forever: it is logged once as an error
+// (per name) and left out; the broker's other topics register, and
+// Registered (readiness) does not wait for it.
+func (r *Registry) validTopic(name string) bool {
+	err := conf.ValidateTopicName(name)
+	if err == nil {
+		return true
+	}
+	r.mu.Lock()
+	logged := r.badTopics[name]
+	if !logged && len(r.badTopics) < maxBadTopicsLogged {
+		r.badTopics[name] = true
+	}
+	r.mu.Unlock()
+	if !logged {
+		r.logf("registry: ERROR: not registering topic: %v", err)
+	}
+	return false
 }
 
 // RemoveTopic unregisters a topic (deleted live): its nodes under this
@@ -389,10 +434,12 @@ func (r *Registry) aclFor(path string) []zk.ACL {
 	return r.opts.Auth.PrivateACL()
 }
 
-// restrict gives the existing node path under R/brokers PrivateACL if it
-// still has the open ACL (see cluster.Auth.Restrict).
+// restrict gives the existing node path under R/brokers, or R/consumers
+// and below, PrivateACL if it still has the open ACL (or, for
+// R/consumers, the identity's SharedACL; see cluster.Auth.Restrict).
 func (r *Registry) restrict(path string) error {
-	if !r.opts.Auth.Enabled() || !strings.HasPrefix(path, zkpath.Brokers(r.root)) {
+	cons := zkpath.Consumers(r.root)
+	if !r.opts.Auth.Enabled() || !strings.HasPrefix(path, zkpath.Brokers(r.root)) && path != cons && !strings.HasPrefix(path, cons+"/") {
 		return nil
 	}
 	acl, _, err := r.conn.GetACL(path)
@@ -515,6 +562,7 @@ func (r *Registry) registerOnce() bool {
 		r.made = map[string]string{}
 	}
 	if r.regSess.Load() == sess && r.regGen.Load() == r.gen.Load() {
+		r.sweepConsumers(sess)
 		return true
 	}
 	ok := true
@@ -576,6 +624,7 @@ func (r *Registry) registerOnce() bool {
 		}
 		r.logf("registry: broker %d%s registered as %s in ZooKeeper %s%s (session %#x, auth %s)",
 			r.opts.BrokerID, role, uris, r.opts.Connect, r.root, sess, r.opts.Auth)
+		r.sweepConsumers(sess)
 		return true
 	}
 	return false
@@ -708,6 +757,107 @@ func (r *Registry) ensureParents(path string) error {
 	}
 	r.parents[p] = true
 	return nil
+}
+
+// sweepConsumers runs closeConsumers once per session (with auth, once
+// the broker's own nodes are registered). It is not a condition of
+// Registered: a failure (logged) is tried again on the next round.
+func (r *Registry) sweepConsumers(sess int64) {
+	if !r.opts.Auth.Enabled() || r.consSess == sess || r.opts.Standby {
+		return
+	}
+	if r.closeConsumers() {
+		r.consSess = sess
+	}
+}
+
+// maxConsumerSweep bounds the nodes closeConsumers looks at per session.
+const maxConsumerSweep = 20000
+
+// closeConsumers (with auth) makes R/consumers exist with PrivateACL, so
+// that clients without the identity cannot create groups under it, and
+// restricts what an earlier version or a client without credentials left
+// open below it: each group node, its ids, owners and offsets, and their
+// topic nodes, if they have the open ACL or the identity's SharedACL. The
+// leaves (members, owners, offsets) are left to their writers: members and
+// owners are ephemeral, and the offset store checks its nodes itself. A
+// node with a foreign ACL (someone else's identity: squatted) is logged as
+// an error once; nothing here can fix it. It reports whether it got
+// through (false on a ZooKeeper error, which is logged).
+func (r *Registry) closeConsumers() bool {
+	cons := zkpath.Consumers(r.root)
+	if err := r.ensureParents(cons + "/-"); err != nil {
+		r.logf("registry: %s: %v", cons, err)
+		return false
+	}
+	restricted, seen := 0, 0
+	check := func(p string, list bool) ([]string, bool) {
+		seen++
+		acl, _, err := r.conn.GetACL(p)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, true
+		}
+		if err == nil {
+			var changed bool
+			changed, err = r.opts.Auth.Restrict(r.conn, p, acl, r.opts.Auth.PrivateACL())
+			if changed {
+				restricted++
+			} else if err == nil && !r.opts.Auth.Owns(acl) && !r.foreign[p] {
+				r.foreign[p] = true
+				r.logf("registry: ERROR: %v", r.opts.Auth.ForeignNode(r.conn, p, nil))
+			}
+		}
+		if err != nil && !errors.Is(err, zk.ErrNoAuth) {
+			r.logf("registry: %s: %v", p, err)
+			return nil, false
+		}
+		if !list {
+			return nil, true
+		}
+		kids, _, err := r.conn.Children(p)
+		if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrNoAuth) {
+			r.logf("registry: %s: %v", p, err)
+			return nil, false
+		}
+		sort.Strings(kids)
+		return kids, true
+	}
+	groups, ok := check(cons, true)
+	for _, g := range groups {
+		select {
+		case <-r.stop:
+			return false
+		default:
+		}
+		gp := cons + "/" + g
+		kids, gok := check(gp, true)
+		ok = ok && gok
+		for _, k := range kids {
+			if k != "ids" && k != "owners" && k != "offsets" {
+				continue
+			}
+			topics, kok := check(gp+"/"+k, k != "ids")
+			ok = ok && kok
+			if k == "ids" {
+				continue
+			}
+			for _, t := range topics {
+				if seen >= maxConsumerSweep {
+					break
+				}
+				_, tok := check(gp+"/"+k+"/"+t, false)
+				ok = ok && tok
+			}
+		}
+		if seen >= maxConsumerSweep {
+			r.logf("registry: looked at the ACLs of %d nodes under %s and stopped (the rest are checked by the offset store as it writes)", seen, cons)
+			break
+		}
+	}
+	if restricted > 0 {
+		r.logf("registry: restricted %d node(s) under %s that had the open or shared ACL to %s (all) and world:anyone (read)", restricted, cons, r.opts.Auth)
+	}
+	return ok
 }
 
 func parentOf(path string) string {

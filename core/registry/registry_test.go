@@ -374,3 +374,53 @@ func TestCloseWithZooKeeperDown(t *testing.T) {
 	r.Close()
 	require.Less(t, time.Since(start), 7*time.Second)
 }
+
+// TestInvalidTopicNeverLoops: a topic name ZooKeeper cannot hold ("." and
+// "..", or a control character) that reaches the registry anyway (an old
+// topics.toml, a caller that skipped the validator) is logged once as an
+// error and left out: the other topics register, Registered holds, and
+// the registry does not retry it (no "invalid path" from ZooKeeper, no
+// repeated log lines) over a few seconds.
+func TestInvalidTopicNeverLoops(t *testing.T) {
+	addr := testsvc.ZooKeeper(t)
+	lb := &logBuf{}
+	opts := testOpts(addr, "/badnames", 1, lb)
+	opts.Topics = append(opts.Topics, Topic{Name: "..", NumPartitions: 1, AcceptPublish: true, AcceptSubscribe: true})
+	r := open(t, opts)
+	require.True(t, r.Registered())
+	r.AddTopic(Topic{Name: ".", NumPartitions: 1, AcceptPublish: true})
+	r.AddTopic(Topic{Name: "..", NumPartitions: 2, AcceptPublish: true})
+	r.AddTopic(Topic{Name: "a\x01", NumPartitions: 1, AcceptPublish: true})
+	r.AddTopic(Topic{Name: "fine.name", NumPartitions: 1, AcceptPublish: true})
+	c := client(t, addr)
+	eventually(t, 10*time.Second, func() error {
+		if !r.Registered() {
+			return errors.New("not registered")
+		}
+		_, _, err := get(c, zkpath.TopicsPub.Node("/badnames", "fine.name", zkpath.MasterName(1)))
+		return err
+	})
+	time.Sleep(3 * time.Second) // RetryInterval is 100 ms: a loop would log ~30 times
+	require.True(t, r.Registered(), "an invalid topic does not hold readiness")
+
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	count := func(s string) int {
+		n := 0
+		for _, l := range lb.lines {
+			if strings.Contains(l, s) {
+				n++
+			}
+		}
+		return n
+	}
+	require.Zero(t, count("invalid path"), "%q", lb.lines)
+	require.Equal(t, 3, count("ERROR: not registering topic"), "%q", lb.lines)
+	require.Equal(t, 1, count(`not registering topic: invalid topic name "..": reserved`), "%q", lb.lines)
+	require.Equal(t, 1, count(`not registering topic: invalid topic name ".": reserved`), "%q", lb.lines)
+	require.Equal(t, 1, count(`invalid topic name "a\x01": control character U+0001`), "%q", lb.lines)
+	require.LessOrEqual(t, count("registered as"), 3, "%q", lb.lines)
+	kids, _, err := c.Children(zkpath.TopicsPub.Dir("/badnames"))
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"both", "fine.name"}, kids)
+}

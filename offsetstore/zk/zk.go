@@ -20,14 +20,21 @@
 //	auth_password       its password
 //
 // With auth_user the session logs in with ZooKeeper's digest scheme, and
-// the nodes the store creates get ACLs (sdk/cluster's Auth): the offset
-// nodes and <group>/offsets/... PrivateACL (the user has all rights,
-// world:anyone reads), so no other client can forge or delete an offset;
-// <root>, <root>/consumers and <root>/consumers/<group>, which consumers
-// without credentials must create under, SharedACL (world:anyone may also
-// create and delete children). An offsets node, or offset node, found with
-// ZooKeeper's open ACL (written before auth was on) is restricted to
-// PrivateACL. See docs/security.md.
+// the nodes the store creates get ACLs (sdk/cluster's Auth): everything
+// from <root>/consumers down (the groups, their offsets nodes and the
+// offset nodes) PrivateACL (the user has all rights, world:anyone reads),
+// so no other client can create a group, forge or delete an offset;
+// <root> and its ancestors SharedACL (world:anyone may also create and
+// delete children). A node on the way to an offset, or an offset node,
+// found with ZooKeeper's open ACL (written before auth was on) or the
+// identity's SharedACL (an earlier version's groups) is restricted to
+// PrivateACL as the store writes there. One with a foreign ACL (someone
+// else created it first: squatted) is never written through: a commit
+// fails with an error naming the node and saying it is owned by another
+// ZooKeeper identity (cluster.ErrForeignNode). Load does not trust an
+// offset node with a foreign ACL: it is taken as absent (nothing stored),
+// with a warning, so a fetch never serves an offset another identity
+// wrote. See docs/security.md.
 //
 // Commit writes a batch with ZooKeeper multi-ops: all positions of a batch
 // of up to MaxMultiOps distinct partitions succeed or fail together. A Commit that
@@ -91,6 +98,12 @@ type Store struct {
 	// cannot cancel a request). Commits are serialised by it, so a late
 	// write can never land after, and overwrite, a newer one.
 	writing chan struct{}
+
+	// Logf receives warnings; nil means standard error (the plugin host
+	// turns those lines into log lines). Set it before Init.
+	Logf func(format string, args ...any)
+	// warned holds the offset nodes Load warned about (once each).
+	warned sync.Map // string -> struct{}
 
 	// known caches paths that exist (offset nodes and their parents), so
 	// a steady-state commit is one multi-op of setData. A node deleted
@@ -483,6 +496,13 @@ func (s *Store) commitChunk(ss sess, group string, chunk []message.Position) err
 		}
 		if !raced(err, res) {
 			if op := failedOp(res, err); op >= 0 {
+				if errors.Is(err, zk.ErrNoAuth) {
+					node := paths[op]
+					if !exists[op] {
+						node = parentOf(node) // a create needs the parent's rights
+					}
+					return ss.auth.ForeignNode(conn, node, err)
+				}
 				return fmt.Errorf("%s: %w", paths[op], err)
 			}
 			return err
@@ -537,6 +557,21 @@ func (s *Store) prepare(ss sess, paths []string) ([]bool, error) {
 	if len(unknown) == 0 {
 		return exists, nil
 	}
+	if ss.auth.Enabled() {
+		// With auth the parents come first, existing or not: an open
+		// offsets/<t> would let anyone delete and forge its nodes, so it
+		// is restricted (or refused, if foreign) before any node under it
+		// is looked at.
+		parents := map[string]bool{}
+		for _, i := range unknown {
+			parents[parentOf(paths[i])] = true
+		}
+		for dir := range parents {
+			if err := s.ensureDir(ss, dir); err != nil {
+				return nil, err
+			}
+		}
+	}
 	errs := parallel(len(unknown), func(j int) error {
 		ok, err := s.exists(ss, paths[unknown[j]], true)
 		exists[unknown[j]] = ok
@@ -547,9 +582,7 @@ func (s *Store) prepare(ss sess, paths []string) ([]bool, error) {
 	}
 	parents := map[string]bool{}
 	for _, i := range unknown {
-		// With auth, an existing node's parents are looked at too: an
-		// open offsets/<t> would let anyone delete and forge its nodes.
-		if !exists[i] || ss.auth.Enabled() {
+		if !exists[i] && !ss.auth.Enabled() {
 			parents[parentOf(paths[i])] = true
 		}
 		if exists[i] {
@@ -591,6 +624,9 @@ func (s *Store) ensureDir(ss sess, dir string) error {
 			acl = ss.auth.PrivateACL()
 		}
 		if _, err := ss.conn.Create(dir, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			if errors.Is(err, zk.ErrNoAuth) {
+				return fmt.Errorf("create %s: %w", dir, ss.auth.ForeignNode(ss.conn, parentOf(dir), err))
+			}
 			return fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
@@ -598,16 +634,18 @@ func (s *Store) ensureDir(ss sess, dir string) error {
 	return nil
 }
 
-// isPrivate reports whether the node p gets PrivateACL: a group's offsets
-// node and everything under it. Its ancestors get SharedACL.
+// isPrivate reports whether the node p gets PrivateACL: <root>/consumers
+// and everything under it. Its ancestors get SharedACL.
 func isPrivate(root, p string) bool {
-	rel, ok := strings.CutPrefix(p, zkpath.Consumers(root)+"/")
-	return ok && strings.Contains(rel, "/")
+	cons := zkpath.Consumers(root)
+	return p == cons || strings.HasPrefix(p, cons+"/")
 }
 
 // exists reports whether path exists. With auth and restrict, it reads the
-// node's ACL instead (the same round trip) and restricts an open one to
-// PrivateACL.
+// node's ACL instead (the same round trip) and restricts an open (or
+// shared) one to PrivateACL; one with a foreign ACL is an error
+// (cluster.ErrForeignNode): the store never writes through another
+// identity's node.
 func (s *Store) exists(ss sess, path string, restrict bool) (bool, error) {
 	if !ss.auth.Enabled() || !restrict {
 		ok, _, err := ss.conn.Exists(path)
@@ -617,13 +655,53 @@ func (s *Store) exists(ss sess, path string, restrict bool) (bool, error) {
 	if errors.Is(err, zk.ErrNoNode) {
 		return false, nil
 	}
+	if errors.Is(err, zk.ErrNoAuth) { // not even readable by this identity
+		return false, ss.auth.ForeignNode(ss.conn, path, err)
+	}
 	if err != nil {
 		return false, err
 	}
-	if _, err := ss.auth.Restrict(ss.conn, path, acl, ss.auth.PrivateACL()); err != nil {
+	changed, err := ss.auth.Restrict(ss.conn, path, acl, ss.auth.PrivateACL())
+	if err != nil {
 		return false, err
 	}
+	if !changed && !ss.auth.Owns(acl) {
+		return false, ss.auth.ForeignNode(ss.conn, path, nil)
+	}
 	return true, nil
+}
+
+// trusted reports whether Load may serve the offset node path: without
+// auth always; with auth if its ACL is the identity's PrivateACL (the
+// store wrote it), or ZooKeeper's open ACL (written before auth was on;
+// the next commit restricts it). One with another ACL was created by
+// another identity: it is not served (a warning is logged once per node).
+func (s *Store) trusted(ss sess, path string) (bool, error) {
+	if !ss.auth.Enabled() {
+		return true, nil
+	}
+	acl, _, err := ss.conn.GetACL(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return true, nil // gone: Get said what it held
+	}
+	if err != nil && !errors.Is(err, zk.ErrNoAuth) {
+		return false, err
+	}
+	if err == nil && (ss.auth.IsPrivate(acl) || cluster.IsOpenACL(acl)) {
+		return true, nil
+	}
+	if _, dup := s.warned.LoadOrStore(path, struct{}{}); !dup {
+		s.warnf("WARNING: not serving offset node %s: %v", path, ss.auth.ForeignNode(ss.conn, path, nil))
+	}
+	return false, nil
+}
+
+func (s *Store) warnf(format string, args ...any) {
+	if s.Logf != nil {
+		s.Logf(format, args...)
+		return
+	}
+	log.New(os.Stderr, "", 0).Printf("offsetstore/zk: "+format, args...)
 }
 
 func parentOf(p string) string {
@@ -663,6 +741,9 @@ func (s *Store) Load(ctx context.Context, group string, ps []message.Position) (
 			}
 			if err != nil {
 				return err
+			}
+			if ok, err := s.trusted(ss, p); err != nil || !ok {
+				return err // untrusted: nothing stored
 			}
 			off, id, err := parseData(data)
 			if err != nil {

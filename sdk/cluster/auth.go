@@ -17,10 +17,17 @@ import (
 // (docs/security.md lists which node gets which):
 //
 //   - PrivateACL: the user has all rights, everyone else may only read.
+//     Every node under R (R/brokers/..., R/consumers/...) gets it, so a
+//     client without the identity can neither forge a broker nor create
+//     a group, member, owner or offset node.
 //   - SharedACL: the user has all rights, everyone else may read, create
-//     and delete children. It is for the parents under which MetaQ
-//     clients without credentials must still register (R, R/consumers,
-//     R/consumers/<g>, its ids, owners and owners/<t>).
+//     and delete children. Only R and its ancestors get it (see ACL), so
+//     that a session with another identity (or none) can still create
+//     nodes of its own beside R/brokers and R/consumers.
+//
+// Every broker, offset store and consumer of a cluster with auth therefore
+// uses the same identity: consumers register under R/consumers, which only
+// that identity may create under.
 type Auth struct {
 	User     string
 	Password string
@@ -82,6 +89,92 @@ func (a Auth) acl(world int32) []zk.ACL {
 	return append(zk.DigestACL(zk.PermAll, a.User, a.Password), zk.WorldACL(world)...)
 }
 
+// ACL is the ACL of a node this identity creates at path, under root (R,
+// without a trailing slash): SharedACL for R and its ancestors,
+// PrivateACL for everything else.
+func (a Auth) ACL(root, path string) []zk.ACL {
+	if path == root || strings.HasPrefix(root, path+"/") || path == "/" {
+		return a.SharedACL()
+	}
+	return a.PrivateACL()
+}
+
+// Owns reports whether acl is one this identity gives the nodes it
+// creates (PrivateACL or SharedACL), as a client holding the identity
+// reads it back. Without an identity it reports whether acl is open.
+func (a Auth) Owns(acl []zk.ACL) bool {
+	return sameACL(acl, a.PrivateACL()) || sameACL(acl, a.SharedACL())
+}
+
+// IsPrivate reports whether acl is exactly this identity's PrivateACL:
+// a node only this identity can have written.
+func (a Auth) IsPrivate(acl []zk.ACL) bool { return a.Enabled() && sameACL(acl, a.PrivateACL()) }
+
+// sameACL compares two ACLs as sets.
+func sameACL(x, y []zk.ACL) bool {
+	if len(x) != len(y) {
+		return false
+	}
+	for _, e := range x {
+		if !slices.Contains(y, e) {
+			return false
+		}
+	}
+	return true
+}
+
+// FormatACL renders acl as zkCli.sh's getAcl does, on one line:
+// "digest:metaq:x cdrwa, world:anyone r".
+func FormatACL(acl []zk.ACL) string {
+	parts := make([]string, len(acl))
+	for i, e := range acl {
+		perms := ""
+		for _, p := range []struct {
+			bit int32
+			c   string
+		}{{zk.PermCreate, "c"}, {zk.PermDelete, "d"}, {zk.PermRead, "r"}, {zk.PermWrite, "w"}, {zk.PermAdmin, "a"}} {
+			if e.Perms&p.bit != 0 {
+				perms += p.c
+			}
+		}
+		id := e.ID
+		if e.Scheme == "digest" {
+			if u, _, ok := strings.Cut(id, ":"); ok {
+				id = u + ":x" // never a hash in a log line, as ZooKeeper shows it to others
+			}
+		}
+		parts[i] = e.Scheme + ":" + id + " " + perms
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ErrForeignNode is wrapped (with ZooKeeper's zk.ErrNoAuth) by
+// ForeignNode's errors.
+var ErrForeignNode = errors.New("owned by another ZooKeeper identity")
+
+// ForeignNode is the error for a node that ZooKeeper answered NoAuth for
+// (err), or that has an ACL this identity did not give it: it names the
+// node, its ACL as far as it can be read, and this identity, and says
+// what to do. Someone squatted the node (created it first with their own
+// ACL); only its owner or an operator (delete, setAcl) can fix it.
+func (a Auth) ForeignNode(conn *zk.Conn, path string, err error) error {
+	desc := ""
+	if acl, _, gerr := conn.GetACL(path); gerr == nil {
+		desc = " (ACL " + FormatACL(acl) + ")"
+	}
+	if err == nil {
+		err = zk.ErrNoAuth
+	}
+	if !a.Enabled() {
+		return fmt.Errorf("ZooKeeper node %s is %w%s and this session has none: it may not write there (%w); "+
+			"with ZooKeeper digest auth on, give this client the cluster's identity (auth_user, auth_password; cluster.Options.Auth)",
+			path, ErrForeignNode, desc, err)
+	}
+	return fmt.Errorf("ZooKeeper node %s is %w%s, not %s: it may not write there (%w); "+
+		"someone created it before this identity did: delete it or setAcl it (docs/security.md)",
+		path, ErrForeignNode, desc, a, err)
+}
+
 // IsOpenACL reports whether acl is ZooKeeper's open ACL (world:anyone with
 // all rights, ZooDefs.Ids.OPEN_ACL_UNSAFE), which MetaQ gives every node.
 func IsOpenACL(acl []zk.ACL) bool {
@@ -90,10 +183,12 @@ func IsOpenACL(acl []zk.ACL) bool {
 
 // Restrict sets the ACL of the existing node path to want if the node has
 // the open ACL now (a node made before auth was turned on, or by a client
-// without it). It reports whether it changed the ACL. A node with any
-// other ACL is left alone. A no-op without an identity.
+// without it), or this identity's SharedACL where want is another ACL (a
+// node an earlier version made shared). It reports whether it changed the
+// ACL. A node with any other ACL is left alone. A no-op without an
+// identity.
 func (a Auth) Restrict(conn *zk.Conn, path string, acl []zk.ACL, want []zk.ACL) (bool, error) {
-	if !a.Enabled() || !IsOpenACL(acl) {
+	if !a.Enabled() || sameACL(acl, want) || !IsOpenACL(acl) && !sameACL(acl, a.SharedACL()) {
 		return false, nil
 	}
 	if _, err := conn.SetACL(path, want, -1); err != nil {

@@ -36,9 +36,10 @@ func aclOf(t *testing.T, c *zk.Conn, p string) []zk.ACL {
 }
 
 // TestGroupWithAuth: a member with Options.Auth registers and claims with
-// PrivateACL leaves under SharedACL parents. A member without credentials
-// joins the same group and claims beside it; an outsider cannot change
-// the authenticated member's nodes.
+// PrivateACL leaves under PrivateACL parents (R alone is shared). A member
+// without credentials cannot join the group: the error names the node and
+// says what to do; an outsider cannot change the member's nodes, nor
+// create a group, member or owner node.
 func TestGroupWithAuth(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
 	root := "/groupauth"
@@ -52,21 +53,34 @@ func TestGroupWithAuth(t *testing.T) {
 	require.NoError(t, ma.Claim("t", p0))
 
 	c := zkClient(t, addr)
-	for _, p := range []string{zkpath.Member(root, "g", "g_a"), zkpath.Owner(root, "g", "t", 1, 0)} {
+	for _, p := range []string{zkpath.Member(root, "g", "g_a"), zkpath.Owner(root, "g", "t", 1, 0),
+		zkpath.Consumers(root), zkpath.Group(root, "g"), zkpath.Members(root, "g"),
+		zkpath.Owners(root, "g"), zkpath.OwnersTopic(root, "g", "t")} {
 		require.Equal(t, seenBy(auth.PrivateACL()), aclOf(t, c, p), p)
 	}
-	for _, p := range []string{root, zkpath.Consumers(root), zkpath.Group(root, "g"), zkpath.Members(root, "g"),
-		zkpath.Owners(root, "g"), zkpath.OwnersTopic(root, "g", "t")} {
-		require.Equal(t, seenBy(auth.SharedACL()), aclOf(t, c, p), p)
-	}
+	require.Equal(t, seenBy(auth.SharedACL()), aclOf(t, c, root), root)
 	_, err = c.Set(zkpath.Owner(root, "g", "t", 1, 0), []byte("g_evil"), -1)
 	require.ErrorIs(t, err, zk.ErrNoAuth)
 	_, err = c.SetACL(zkpath.Group(root, "g"), zk.WorldACL(zk.PermRead), -1)
-	require.ErrorIs(t, err, zk.ErrNoAuth, "a shared parent's ACL stays the creator's")
+	require.ErrorIs(t, err, zk.ErrNoAuth, "a parent's ACL stays the creator's")
+	for _, p := range []string{zkpath.Group(root, "g2"), zkpath.Member(root, "g", "g_x"), zkpath.Owner(root, "g", "t", 1, 1),
+		zkpath.OwnersTopic(root, "g", "u")} {
+		_, err = c.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+		require.ErrorIs(t, err, zk.ErrNoAuth, p)
+	}
 
-	// A member without credentials (a MetaQ client) in the same group.
+	// A member without credentials (a MetaQ client) cannot join.
 	cb := open(t, cluster.Options{Connect: addr, Root: root, SessionTimeout: 10 * time.Second})
-	mb, err := cb.JoinGroup(ctx, "g", "b", []string{"t"})
+	_, err = cb.JoinGroup(ctx, "g", "b", []string{"t"})
+	require.ErrorIs(t, err, cluster.ErrForeignNode)
+	require.ErrorContains(t, err, "ZooKeeper node "+zkpath.Members(root, "g")+" is owned by another ZooKeeper identity (ACL digest:member:x cdrwa, world:anyone r)")
+	_, err = cb.JoinGroup(ctx, "newgroup", "b", []string{"t"})
+	require.ErrorIs(t, err, cluster.ErrForeignNode)
+	require.ErrorContains(t, err, zkpath.Consumers(root))
+
+	// A second member with the identity joins beside the first.
+	cm := open(t, cluster.Options{Connect: addr, Root: root, SessionTimeout: 10 * time.Second, Auth: auth})
+	mb, err := cm.JoinGroup(ctx, "g", "b", []string{"t"})
 	require.NoError(t, err)
 	require.ErrorIs(t, mb.Claim("t", p0), cluster.ErrOwned)
 	require.NoError(t, mb.Claim("t", p1))
@@ -219,4 +233,31 @@ func TestAuthValidate(t *testing.T) {
 	require.Equal(t, "digest:u", cluster.Auth{User: "u", Password: "p"}.String())
 	require.Equal(t, zk.WorldACL(zk.PermAll), cluster.Auth{}.PrivateACL(), "no identity: MetaQ's open ACL")
 	require.Equal(t, zk.WorldACL(zk.PermAll), cluster.Auth{}.SharedACL())
+}
+
+// TestAuthACLs: which ACL a path gets, which ACLs count as the identity's,
+// and how an ACL is shown in an error (never a digest hash).
+func TestAuthACLs(t *testing.T) {
+	a := cluster.Auth{User: "metaq", Password: "pw"}
+	for p, shared := range map[string]bool{
+		"/": true, "/apps": true, "/apps/meta": true,
+		"/apps/meta/consumers": false, "/apps/meta/consumers/g": false, "/apps/meta/brokers": false, "/apps/other": false,
+	} {
+		want := a.PrivateACL()
+		if shared {
+			want = a.SharedACL()
+		}
+		require.Equal(t, want, a.ACL("/apps/meta", p), p)
+	}
+	require.True(t, a.Owns(a.PrivateACL()))
+	require.True(t, a.Owns([]zk.ACL{a.SharedACL()[1], a.SharedACL()[0]}), "order does not matter")
+	require.True(t, a.IsPrivate(a.PrivateACL()))
+	require.False(t, a.IsPrivate(a.SharedACL()))
+	require.False(t, a.Owns(zk.WorldACL(zk.PermAll)))
+	evil := append(zk.DigestACL(zk.PermAll, "evil", "x"), zk.WorldACL(zk.PermRead)...)
+	require.False(t, a.Owns(evil))
+	// A digest id with this user name but another password is not ours.
+	require.False(t, a.Owns(append(zk.DigestACL(zk.PermAll, "metaq", "other"), zk.WorldACL(zk.PermRead)...)))
+	require.Equal(t, "digest:evil:x cdrwa, world:anyone r", cluster.FormatACL(evil))
+	require.False(t, cluster.Auth{}.IsPrivate(zk.WorldACL(zk.PermAll)))
 }

@@ -24,8 +24,10 @@
 //	R/consumers/<g>/ids/<consumerId>            (E) subscribed topics
 //	R/consumers/<g>/owners/<t>/<brokerId>-<p>   (E) the owning consumerId
 //
-// With Options.Auth these get PrivateACL and their parents SharedACL
-// (see Auth).
+// With Options.Auth these and their parents under R get PrivateACL (R and
+// its ancestors SharedACL; see Auth): in a cluster with ZooKeeper digest
+// auth, consumers need the cluster's identity to join a group, and one
+// without it gets an error naming the node it may not create under.
 package cluster
 
 import (

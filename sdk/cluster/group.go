@@ -134,7 +134,7 @@ func (m *Member) register() error {
 		switch {
 		case err == nil:
 		case errors.Is(err, zk.ErrNoNode):
-			if err := ensurePath(conn, m.idsPath(), m.c.opts.Auth.SharedACL()); err != nil {
+			if err := m.c.ensurePath(m.idsPath()); err != nil {
 				return err
 			}
 			continue
@@ -149,6 +149,8 @@ func (m *Member) register() error {
 			if st.EphemeralOwner != sess {
 				return errIDTaken
 			}
+		case errors.Is(err, zk.ErrNoAuth):
+			return fmt.Errorf("register %s: %w", path, m.c.opts.Auth.ForeignNode(conn, m.idsPath(), err))
 		default:
 			return err
 		}
@@ -160,19 +162,26 @@ func (m *Member) register() error {
 	return fmt.Errorf("registering %s kept racing", path)
 }
 
-// ensurePath creates path and its parents as persistent nodes with acl.
-// A parent that exists though this session may not create under its own
-// parent (ZooKeeper checks the parent's ACL first, and answers NoAuth) is
-// taken as it is.
-func ensurePath(conn *zk.Conn, path string, acl []zk.ACL) error {
+// ensurePath creates path and its parents as persistent nodes with the
+// ACLs of Auth.ACL. A parent that exists though this session may not
+// create under its own parent (ZooKeeper checks the parent's ACL first,
+// and answers NoAuth) is taken as it is; one this session may not create
+// under gives an error naming it (Auth.ForeignNode).
+func (c *Cluster) ensurePath(path string) error {
+	conn, root := c.conn, c.root()
 	p := ""
 	for part := range strings.SplitSeq(strings.Trim(path, "/"), "/") {
+		parent := p
 		p += "/" + part
-		_, err := conn.Create(p, nil, 0, acl)
+		_, err := conn.Create(p, nil, 0, c.opts.Auth.ACL(root, p))
 		if errors.Is(err, zk.ErrNoAuth) {
 			if ok, _, xerr := conn.Exists(p); xerr == nil && ok {
 				continue
 			}
+			if parent == "" {
+				parent = "/"
+			}
+			return fmt.Errorf("create %s: %w", p, c.opts.Auth.ForeignNode(conn, parent, err))
 		}
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return fmt.Errorf("create %s: %w", p, err)
@@ -362,7 +371,7 @@ func (m *Member) Claim(topic string, p message.Partition) error {
 		case err == nil:
 			return nil
 		case errors.Is(err, zk.ErrNoNode):
-			if err := ensurePath(conn, path[:strings.LastIndexByte(path, '/')], m.c.opts.Auth.SharedACL()); err != nil {
+			if err := m.c.ensurePath(path[:strings.LastIndexByte(path, '/')]); err != nil {
 				return err
 			}
 		case errors.Is(err, zk.ErrNodeExists):
@@ -381,6 +390,8 @@ func (m *Member) Claim(topic string, p message.Partition) error {
 				continue // gone already
 			}
 			return ErrOwned
+		case errors.Is(err, zk.ErrNoAuth):
+			return fmt.Errorf("claim %s: %w", path, m.c.opts.Auth.ForeignNode(conn, path[:strings.LastIndexByte(path, '/')], err))
 		default:
 			return err
 		}
