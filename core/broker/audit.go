@@ -12,8 +12,9 @@ import (
 // completed heuristically (wire protocol) — is one line at info with
 // component=audit, the user ("-" with [auth] off), the remote address,
 // the action and what changed. Operators grep component=audit (or read
-// the "component" attribute of the JSON log format). Client bytes are
-// quoted and cut with quoteName.
+// the "component" attribute of the JSON log format). Names a client
+// chose pass through shownName (odd ones quoted and cut); the log handler
+// escapes what is left.
 
 // Audit actions.
 const (
@@ -33,6 +34,14 @@ const auditMaxChanges = 32
 // from (the remote address), via (the door: "api", "dashboard",
 // "protocol"), action and details as slog key/value pairs.
 func (b *Broker) audit(who, from, via, action string, details ...any) {
+	for i := 1; i < len(details); i += 2 {
+		switch details[i-1] {
+		case "topic", "group", "xid": // a client's names
+			if s, ok := details[i].(string); ok {
+				details[i] = shownName(s)
+			}
+		}
+	}
 	args := append([]any{"component", "audit", "user", who, "remote", from, "via", via, "action", action}, details...)
 	b.log.Info("audit: "+action, args...)
 }
@@ -42,7 +51,7 @@ func (b *Broker) audit(who, from, via, action string, details ...any) {
 func (b *Broker) httpAudit(r *http.Request, action string, details ...any) {
 	who := "-"
 	if u := requestUser(r); u != nil {
-		who = quoteName(u.Name)
+		who = shownName(u.Name)
 	}
 	via := "api"
 	if strings.HasPrefix(r.URL.Path, "/ui/") {
@@ -55,7 +64,7 @@ func (b *Broker) httpAudit(r *http.Request, action string, details ...any) {
 func (c *conn) connAudit(action string, details ...any) {
 	who := "-"
 	if n := c.userName(); n != "" {
-		who = quoteName(n)
+		who = shownName(n)
 	}
 	c.b.audit(who, c.nc.RemoteAddr().String(), "protocol", action, details...)
 }

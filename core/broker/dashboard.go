@@ -89,7 +89,7 @@ func (b *Broker) dashRoutes(mux *http.ServeMux, user, admin func(pattern string,
 	admin("POST /ui/groups/{group}/reset", b.uiCSRF(b.uiReset))
 	admin("POST /ui/groups/{group}/skip", b.uiCSRF(b.uiSkip))
 	user("/ui/", func(w http.ResponseWriter, r *http.Request) {
-		b.uiError(w, r, http.StatusNotFound, "no such page: "+printPath(r.Method)+" "+printPath(r.URL.Path))
+		b.uiError(w, r, http.StatusNotFound, "no such page: "+shownName(r.Method)+" "+shownName(r.URL.Path))
 	})
 }
 

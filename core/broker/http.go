@@ -175,7 +175,7 @@ func (b *Broker) newMux() http.Handler {
 	admin("GET /debug/pprof/symbol", pprof.Symbol)
 	admin("GET /debug/pprof/trace", pprof.Trace)
 	mux.Handle("/", b.needUser(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint: "+printPath(r.Method)+" "+printPath(r.URL.Path)+" (see docs/http.md)")
+		writeError(w, http.StatusNotFound, "no such endpoint: "+shownName(r.Method)+" "+shownName(r.URL.Path)+" (see docs/http.md)")
 	}, false))
 	return b.httpGuard(http.MaxBytesHandler(mux, httpMaxBody)) // httpguard.go
 }
@@ -205,7 +205,7 @@ func (b *Broker) needUser(h http.HandlerFunc, admin bool) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), userKey{}, u))
 		change := r.Method != http.MethodGet && r.Method != http.MethodHead
 		if (admin || change) && !u.Admin {
-			deny(r, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+printPath(r.Method)+" "+printPath(r.URL.Path)+" (admin only)")
+			deny(r, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+shownName(r.Method)+" "+shownName(r.URL.Path)+" (admin only)")
 			return
 		}
 		h(w, r)
@@ -386,6 +386,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		}
 		if errors.Is(err, io.EOF) {
 			err = errors.New("empty body: a JSON object is required")
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok { // it quotes the whole key
+			if k, e := strconv.Unquote(f); e == nil {
+				err = errors.New("unknown field " + quoteName(k))
+			}
 		}
 		writeError(w, http.StatusBadRequest, "bad JSON body: "+err.Error())
 		return false

@@ -59,9 +59,10 @@ const httpMaxErrorMsg = 1024
 // most 64 bytes of it, escaped (protocol.Printable).
 func quoteName(s string) string { return protocol.Printable([]byte(s)) }
 
-// printPath is a request path for an error reply: as it is when short and
-// plain, else quoted and cut (quoteName).
-func printPath(p string) string {
+// shownName is a client's name or path for an error reply or a log line:
+// as it is when short and plain (printable ASCII, no space, quote or
+// backslash), else quoted and cut (quoteName).
+func shownName(p string) string {
 	if len(p) > 64 {
 		return quoteName(p)
 	}
