@@ -289,6 +289,11 @@ func TestDashboardBrowser(t *testing.T) {
 	open("/ui/plugins", "#plugins")
 	require.Contains(t, text("#plugins"), "no plugins configured")
 	shot("plugins")
+
+	// CSRF (issue 22, finding 2) without [auth]: a page of another origin
+	// can reach the broker with no credentials at all; the Origin and
+	// Sec-Fetch-Site checks are what refuses its forms and fetches.
+	foreignCSRF(t, m, &browserTab{ctx: ctx}, base, "billing", "orders", []int64{max0, 0, 0})
 }
 
 // browserTab is a tab of its own browser context (its own HTTP auth cache)
@@ -517,7 +522,7 @@ func TestDashboardBrowserAuth(t *testing.T) {
 	// origin (another port of 127.0.0.1) posts text/plain forms whose
 	// bodies parse as JSON with a duplicate key, and fetch()es the API
 	// with and without JSON. Every request is refused; nothing changes.
-	foreignCSRF(t, b, root, base, max0, max1)
+	foreignCSRF(t, b, root, base, "billing-web", "t", []int64{max0, max1})
 }
 
 // csrfPage is a page of another site that drives the API of the broker at
@@ -525,11 +530,11 @@ func TestDashboardBrowserAuth(t *testing.T) {
 // makes {"name":"=","name":"csrf-form"}) and attack(), which fetch()es.
 const csrfPage = `<!doctype html><html><head><title>foreign</title></head><body>
 <form id="f1" method="post" enctype="text/plain" action="BASE/api/v1/topics"><input name='{"name":"' value='","name":"csrf-form"}'><button>go</button></form>
-<form id="f2" method="post" enctype="text/plain" action="BASE/api/v1/groups/billing-web/offsets"><input name='{"to":"x' value='","to":"earliest","topic":"t"}'><button>go</button></form>
+<form id="f2" method="post" enctype="text/plain" action="BASE/api/v1/groups/GROUP/offsets"><input name='{"to":"x' value='","to":"earliest","topic":"TOPIC"}'><button>go</button></form>
 <script>
 async function attack() {
   const out = [];
-  for (const [path, body] of [["/api/v1/topics", '{"name":"csrf-fetch"}'], ["/api/v1/groups/billing-web/offsets", '{"topic":"t","to":"earliest"}']]) {
+  for (const [path, body] of [["/api/v1/topics", '{"name":"csrf-fetch"}'], ["/api/v1/groups/GROUP/offsets", '{"topic":"TOPIC","to":"earliest"}']]) {
     try {
       await fetch("BASE" + path, {method: "POST", mode: "no-cors", credentials: "include", headers: {"Content-Type": "text/plain"}, body});
       out.push("sent");
@@ -544,14 +549,14 @@ async function attack() {
 </script></body></html>`
 
 // foreignCSRF serves csrfPage on another port and runs it in tab (signed
-// in to the broker at base): both forms and the fetches are refused by
-// the broker, no topic is created, group billing-web's offsets of t stay
-// at max0 and max1.
-func foreignCSRF(t *testing.T, b *Broker, tab *browserTab, base string, max0, max1 int64) {
+// in to the broker at base, if it has [auth]): both forms and the fetches are
+// refused by the broker, no topic is created, and group's committed
+// offsets of topic stay want (by partition).
+func foreignCSRF(t *testing.T, b *Broker, tab *browserTab, base, group, topic string, want []int64) {
 	t.Helper()
 	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		io.WriteString(w, strings.ReplaceAll(csrfPage, "BASE", base))
+		io.WriteString(w, strings.NewReplacer("BASE", base, "GROUP", group, "TOPIC", topic).Replace(csrfPage))
 	}))
 	t.Cleanup(foreign.Close)
 	require.NotEqual(t, base, foreign.URL)
@@ -597,7 +602,7 @@ func foreignCSRF(t *testing.T, b *Broker, tab *browserTab, base string, max0, ma
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(statuses["/api/v1/topics"]) >= 2 && len(statuses["/api/v1/groups/billing-web/offsets"]) >= 2
+		return len(statuses["/api/v1/topics"]) >= 2 && len(statuses["/api/v1/groups/"+group+"/offsets"]) >= 2
 	}, 10*time.Second, 20*time.Millisecond, "the browser sent the forms and the fetches")
 	mu.Lock()
 	for p, codes := range statuses {
@@ -611,6 +616,7 @@ func foreignCSRF(t *testing.T, b *Broker, tab *browserTab, base string, max0, ma
 		require.Nil(t, b.topics[n], n)
 	}
 	b.mu.RUnlock()
-	require.Equal(t, max0, committedOf(t, b, "billing-web", "t", 0), "offsets unchanged")
-	require.Equal(t, max1, committedOf(t, b, "billing-web", "t", 1), "offsets unchanged")
+	for p, off := range want {
+		require.Equal(t, off, committedOf(t, b, group, topic, p), "offsets of partition %d unchanged", p)
+	}
 }
