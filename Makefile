@@ -115,6 +115,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTxSync$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzDashboard$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzCommittedFile$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzJSONDupKeys$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzEpochs$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCountItem$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCountReply$$' -fuzztime $(FUZZTIME) ./sdk/admin/

@@ -168,6 +168,12 @@ type Config struct {
 	// MetricsPartitionLabels adds per-partition series to /metrics (a
 	// partition label); off by default, the series are per topic.
 	MetricsPartitionLabels bool `toml:"metrics_partition_labels"`
+	// HTTPAllowedHosts are the host names, besides host, localhost and
+	// IP addresses, that the HTTP listener answers when [auth] is off
+	// (the Host header's name, its port not checked); other names get
+	// 421, which defeats DNS rebinding. "*" allows every name. Default
+	// none.
+	HTTPAllowedHosts []string `toml:"http_allowed_hosts"`
 
 	// DiskMaxUsedRatio is the disk watermark (RocketMQ's
 	// diskMaxUsedSpaceRatio), a fraction in (0, 1]: once the file system
@@ -535,7 +541,7 @@ func (c *Config) line(key string) int {
 	}
 	if i, ok := topFields[key]; ok {
 		cur := reflect.ValueOf(c).Elem().Field(i).Interface()
-		if cur != reflect.ValueOf(c.orig).Elem().Field(i).Interface() {
+		if !reflect.DeepEqual(cur, reflect.ValueOf(c.orig).Elem().Field(i).Interface()) { // DeepEqual: list keys (http_allowed_hosts)
 			return 0
 		}
 	}

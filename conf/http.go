@@ -2,7 +2,9 @@ package conf
 
 import (
 	"net"
+	"net/netip"
 	"strconv"
+	"strings"
 )
 
 // DefaultHTTPPort is the HTTP listener's port when http_port is not set:
@@ -50,4 +52,35 @@ func (k *checker) http(c *Config) {
 	if c.HTTPPort > 0 && (c.HTTPPort == c.Port || c.HTTPPort == c.TLSPort) {
 		k.add("http_port", "must differ from port and tls_port, got %d", c.HTTPPort)
 	}
+	for i, h := range c.HTTPAllowedHosts {
+		if !ValidAllowedHost(h) {
+			k.add("http_allowed_hosts", "entry %d "+`must be a host name (letters, digits, "-" and "."), an IP address or "*", without scheme or port, got %q`, i, h)
+		}
+	}
+}
+
+// ValidAllowedHost says whether h may be an entry of http_allowed_hosts:
+// "*", an IP address, or a DNS name (labels of letters, digits, "-" and
+// "_", separated by dots, at most 253 bytes).
+func ValidAllowedHost(h string) bool {
+	if h == "*" {
+		return true
+	}
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if l == "" || len(l) > 63 {
+			return false
+		}
+		for _, r := range l {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -110,7 +110,7 @@ func (b *Broker) openTopicNamed(w http.ResponseWriter, name string) *topic {
 	t := b.topics[name]
 	b.mu.RUnlock()
 	if t == nil {
-		writeError(w, http.StatusNotFound, "no such topic: "+strconv.Quote(name))
+		writeError(w, http.StatusNotFound, "no such topic: "+quoteName(name))
 	}
 	return t
 }
@@ -167,6 +167,7 @@ func (b *Broker) apiCreateTopic(w http.ResponseWriter, r *http.Request) {
 		topicErr(w, err)
 		return
 	}
+	b.auditCreate(r, req.Name)
 	if nt := b.openTopicNamed(w, req.Name); nt != nil {
 		writeJSON(w, http.StatusCreated, b.topicJSON(nt, true))
 	}
@@ -180,13 +181,14 @@ func (b *Broker) apiDeleteTopic(w http.ResponseWriter, r *http.Request) {
 	case "true", "1":
 		deleteData = true
 	default:
-		writeError(w, http.StatusBadRequest, "delete_data must be true or false, got "+strconv.Quote(v))
+		writeError(w, http.StatusBadRequest, "delete_data must be true or false, got "+quoteName(v))
 		return
 	}
 	if err := b.DeleteTopic(name, deleteData); err != nil {
 		topicErr(w, err)
 		return
 	}
+	b.httpAudit(r, auditTopicDelete, "topic", name, "delete_data", deleteData)
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": name, "data_removed": deleteData})
 }
 
@@ -209,6 +211,7 @@ func (b *Broker) apiAddPartitions(w http.ResponseWriter, r *http.Request) {
 		topicErr(w, err)
 		return
 	}
+	b.auditAlter(r, name, old, req.NumPartitions)
 	out := map[string]any{"topic": name, "old_partitions": old, "partitions": req.NumPartitions}
 	if req.NumPartitions != old {
 		out["warning"] = KeyedOrderingWarning
@@ -367,11 +370,11 @@ func (b *Broker) topicOpen(topic string) bool {
 // needs the group's rights to see or change it (admins have them).
 func (b *Broker) checkGroup(w http.ResponseWriter, r *http.Request, group string) bool {
 	if err := message.ValidateGroup(group); err != nil {
-		writeError(w, http.StatusBadRequest, "group "+strconv.Quote(group)+": "+err.Error())
+		writeError(w, http.StatusBadRequest, "group "+quoteName(group)+": "+err.Error())
 		return false
 	}
 	if u := requestUser(r); u != nil && !u.Admin && !u.CanUseGroup(group) {
-		writeError(w, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not use group "+strconv.Quote(group))
+		writeError(w, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not use group "+quoteName(group))
 		return false
 	}
 	return true
@@ -416,7 +419,7 @@ func (b *Broker) describeGroup(ctx context.Context, group string, topics []strin
 		t := b.topics[name]
 		b.mu.RUnlock()
 		if t == nil {
-			return nil, fmt.Errorf("%w: %s", errNoTopic, strconv.Quote(name))
+			return nil, fmt.Errorf("%w: %s", errNoTopic, quoteName(name))
 		}
 		committed, err := b.loadCommitted(ctx, group, t)
 		if err != nil {
@@ -506,6 +509,7 @@ type resetRequest struct {
 	Offset *int64 `json:"offset"`
 	// DryRun reports what would change and changes nothing.
 	DryRun bool `json:"dry_run"`
+	skip   bool // POST .../skip: audited as a skip
 }
 
 type resetChange struct {
@@ -539,7 +543,7 @@ func (b *Broker) apiSkip(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "partition is required (skip moves one partition to its end)")
 		return
 	}
-	b.resetOffsets(w, r, resetRequest{Topic: req.Topic, Partition: req.Partition, To: "latest", DryRun: req.DryRun})
+	b.resetOffsets(w, r, resetRequest{Topic: req.Topic, Partition: req.Partition, To: "latest", DryRun: req.DryRun, skip: true})
 }
 
 // resetPlan is what a reset changes (or would, in a dry run).
@@ -568,7 +572,7 @@ func (b *Broker) planReset(ctx context.Context, group string, req resetRequest) 
 	t := b.topics[req.Topic]
 	b.mu.RUnlock()
 	if t == nil {
-		return nil, &resetError{http.StatusNotFound, "no such topic: " + strconv.Quote(req.Topic)}
+		return nil, &resetError{http.StatusNotFound, "no such topic: " + quoteName(req.Topic)}
 	}
 	parts := make([]int, 0, len(t.parts))
 	if req.Partition != nil {
@@ -591,7 +595,7 @@ func (b *Broker) planReset(ctx context.Context, group string, req resetRequest) 
 			return nil, bad("to = \"offset\" needs offset")
 		}
 	default:
-		return nil, bad(`to must be "earliest", "latest" or "offset", got ` + strconv.Quote(req.To))
+		return nil, bad(`to must be "earliest", "latest" or "offset", got ` + quoteName(req.To))
 	}
 	committed, err := b.loadCommitted(ctx, group, t)
 	if err != nil {
@@ -619,14 +623,36 @@ func (b *Broker) planReset(ctx context.Context, group string, req resetRequest) 
 	return plan, nil
 }
 
-// applyReset writes plan through the offset store.
-func (b *Broker) applyReset(ctx context.Context, group, to string, plan *resetPlan) error {
+// applyReset writes plan through the offset store, for r (audited as a
+// reset, or a skip when to is "latest (skip)").
+func (b *Broker) applyReset(ctx context.Context, r *http.Request, group, to string, plan *resetPlan) error {
 	if err := b.offsets.store.Commit(ctx, group, plan.ps); err != nil {
 		return &resetError{http.StatusBadGateway, "offset store " + b.offsets.name + ": " + offsetErrText(err)}
 	}
 	b.committed.record(group, plan.ps)
-	b.logf("admin: group %s topic %s: offsets of %d partition(s) reset to %s", group, plan.topic.name, len(plan.ps), to)
+	action := auditOffsetReset
+	if to == skipTo {
+		action = auditOffsetSkip
+	}
+	b.httpAudit(r, action, "group", group, "topic", plan.topic.name, "to", to, "partitions", len(plan.ps), "offsets", auditChanges(plan.changes))
 	return nil
+}
+
+// skipTo is applyReset's to for a skip.
+const skipTo = "latest (skip)"
+
+// auditCreate audits a topic created for r.
+func (b *Broker) auditCreate(r *http.Request, name string) {
+	tc, _ := b.topicConfig(name)
+	b.httpAudit(r, auditTopicCreate, "topic", name, "partitions", tc.NumPartitions)
+}
+
+// auditAlter audits a topic's partitions changed for r (nothing when the
+// count stayed).
+func (b *Broker) auditAlter(r *http.Request, name string, old, n int) {
+	if n != old {
+		b.httpAudit(r, auditTopicAlter, "topic", name, "partitions_before", old, "partitions", n)
+	}
 }
 
 // resetNote is said with every reset.
@@ -641,7 +667,11 @@ func (b *Broker) resetOffsets(w http.ResponseWriter, r *http.Request, req resetR
 	defer cancel()
 	plan, err := b.planReset(ctx, group, req)
 	if err == nil && !req.DryRun {
-		err = b.applyReset(ctx, group, req.To, plan)
+		to := req.To
+		if req.skip {
+			to = skipTo
+		}
+		err = b.applyReset(ctx, r, group, to, plan)
 	}
 	if err != nil {
 		var re *resetError

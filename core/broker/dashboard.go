@@ -89,7 +89,7 @@ func (b *Broker) dashRoutes(mux *http.ServeMux, user, admin func(pattern string,
 	admin("POST /ui/groups/{group}/reset", b.uiCSRF(b.uiReset))
 	admin("POST /ui/groups/{group}/skip", b.uiCSRF(b.uiSkip))
 	user("/ui/", func(w http.ResponseWriter, r *http.Request) {
-		b.uiError(w, r, http.StatusNotFound, "no such page: "+r.Method+" "+r.URL.Path)
+		b.uiError(w, r, http.StatusNotFound, "no such page: "+shownName(r.Method)+" "+shownName(r.URL.Path))
 	})
 }
 
@@ -143,6 +143,7 @@ func (b *Broker) render(w http.ResponseWriter, r *http.Request, code int, name, 
 
 // uiError answers a page saying what was wrong.
 func (b *Broker) uiError(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	msg = capMsg(msg)
 	b.render(w, r, code, "error", strconv.Itoa(code)+" "+http.StatusText(code), "", map[string]any{"Code": code, "Status": http.StatusText(code), "Message": msg}, "")
 }
 
@@ -179,28 +180,6 @@ func (b *Broker) uiCSRF(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
-}
-
-// crossSite says why r comes from another origin ("" if it does not).
-func crossSite(r *http.Request) string {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "cross-site", "same-site":
-		return "cross-site request (Sec-Fetch-Site " + r.Header.Get("Sec-Fetch-Site") + ")"
-	}
-	check := func(what, v string) string {
-		u, err := url.Parse(v)
-		if err != nil || u.Host != r.Host {
-			return "cross-origin request (" + what + " " + strconv.Quote(v) + ", this is " + strconv.Quote(r.Host) + ")"
-		}
-		return ""
-	}
-	if o := r.Header.Get("Origin"); o != "" {
-		return check("Origin", o)
-	}
-	if ref := r.Header.Get("Referer"); ref != "" {
-		return check("Referer", ref)
-	}
-	return ""
 }
 
 // ---- cluster ----
@@ -295,7 +274,7 @@ func (b *Broker) uiTopicNamed(w http.ResponseWriter, r *http.Request) *topic {
 	t := b.topics[name]
 	b.mu.RUnlock()
 	if t == nil {
-		b.uiError(w, r, http.StatusNotFound, "no such topic: "+strconv.Quote(name))
+		b.uiError(w, r, http.StatusNotFound, "no such topic: "+quoteName(name))
 	}
 	return t
 }
@@ -324,19 +303,20 @@ func (b *Broker) uiAlterPartitions(w http.ResponseWriter, r *http.Request) {
 	s := strings.TrimSpace(r.PostForm.Get("partitions"))
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 || n > conf.MaxPartitions {
-		b.uiError(w, r, http.StatusBadRequest, "partitions must be 1.."+strconv.Itoa(conf.MaxPartitions)+", got "+strconv.Quote(s))
+		b.uiError(w, r, http.StatusBadRequest, "partitions must be 1.."+strconv.Itoa(conf.MaxPartitions)+", got "+quoteName(s))
 		return
 	}
 	if r.PostForm.Get("ack_ordering") != "yes" {
 		b.uiError(w, r, http.StatusBadRequest, "tick the box that acknowledges the warning to change the partition count of "+
-			strconv.Quote(name)+": "+KeyedOrderingWarning)
+			quoteName(name)+": "+KeyedOrderingWarning)
 		return
 	}
 	old, err := b.AddPartitions(name, n)
 	if err != nil {
-		b.uiError(w, r, topicErrCode(err), "cannot change the partitions of topic "+strconv.Quote(name)+": "+err.Error())
+		b.uiError(w, r, topicErrCode(err), "cannot change the partitions of topic "+quoteName(name)+": "+err.Error())
 		return
 	}
+	b.auditAlter(r, name, old, n)
 	http.Redirect(w, r, "/ui/topics/"+url.PathEscape(name)+"?altered="+strconv.Itoa(old), http.StatusSeeOther)
 }
 
@@ -367,21 +347,21 @@ func parseBrowse(q url.Values, parts int) (browseQuery, error) {
 	if s := q.Get("partition"); s != "" {
 		p, err := strconv.Atoi(s)
 		if err != nil || p < 0 || p >= parts {
-			return bq, fmt.Errorf("partition must be a number 0..%d, got %q", parts-1, s)
+			return bq, fmt.Errorf("partition must be a number 0..%d, got %s", parts-1, quoteName(s))
 		}
 		bq.Partition = p
 	}
 	if s := q.Get("offset"); s != "" {
 		o, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || o < 0 {
-			return bq, fmt.Errorf("offset must be a byte offset (a number >= 0), got %q", s)
+			return bq, fmt.Errorf("offset must be a byte offset (a number >= 0), got %s", quoteName(s))
 		}
 		bq.Offset = o
 	}
 	if s := q.Get("count"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > dashMaxMessages {
-			return bq, fmt.Errorf("count must be 1..%d, got %q", dashMaxMessages, s)
+			return bq, fmt.Errorf("count must be 1..%d, got %s", dashMaxMessages, quoteName(s))
 		}
 		bq.Count = n
 	}
@@ -390,7 +370,7 @@ func parseBrowse(q url.Values, parts int) (browseQuery, error) {
 	case "hex":
 		bq.Hex = true
 	default:
-		return bq, fmt.Errorf("format must be text or hex, got %q", f)
+		return bq, fmt.Errorf("format must be text or hex, got %s", quoteName(f))
 	}
 	return bq, nil
 }
@@ -493,7 +473,7 @@ func (b *Broker) uiMessages(w http.ResponseWriter, r *http.Request) {
 			b.uiError(w, r, http.StatusRequestedRangeNotSatisfiable, err.Error())
 			return
 		case errors.Is(err, store.ErrClosed) && len(msgs) == 0:
-			b.uiError(w, r, http.StatusNotFound, "topic "+strconv.Quote(t.name)+" was deleted or is being changed: reload its page")
+			b.uiError(w, r, http.StatusNotFound, "topic "+quoteName(t.name)+" was deleted or is being changed: reload its page")
 			return
 		case errors.Is(err, errNotRecord) && len(msgs) == 0:
 			b.uiError(w, r, http.StatusUnprocessableEntity, fmt.Sprintf("offset %d of partition %d is not the start of a valid record "+
@@ -522,15 +502,16 @@ func (b *Broker) uiCreateTopic(w http.ResponseWriter, r *http.Request) {
 	if s := r.PostForm.Get("partitions"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > conf.MaxPartitions {
-			b.uiError(w, r, http.StatusBadRequest, "partitions must be 1.."+strconv.Itoa(conf.MaxPartitions)+", got "+strconv.Quote(s))
+			b.uiError(w, r, http.StatusBadRequest, "partitions must be 1.."+strconv.Itoa(conf.MaxPartitions)+", got "+quoteName(s))
 			return
 		}
 		t.NumPartitions = &n
 	}
 	if err := b.CreateTopic(t); err != nil {
-		b.uiError(w, r, topicErrCode(err), "cannot create topic "+strconv.Quote(name)+": "+err.Error())
+		b.uiError(w, r, topicErrCode(err), "cannot create topic "+quoteName(name)+": "+err.Error())
 		return
 	}
+	b.auditCreate(r, name)
 	http.Redirect(w, r, "/ui/topics?created="+url.QueryEscape(name), http.StatusSeeOther)
 }
 
@@ -552,13 +533,14 @@ func topicErrCode(err error) int {
 func (b *Broker) uiDeleteTopic(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if c := r.PostForm.Get("confirm"); c != name {
-		b.uiError(w, r, http.StatusBadRequest, "type the topic's name ("+strconv.Quote(name)+") to confirm the delete; got "+strconv.Quote(c))
+		b.uiError(w, r, http.StatusBadRequest, "type the topic's name ("+quoteName(name)+") to confirm the delete; got "+quoteName(c))
 		return
 	}
 	if err := b.DeleteTopic(name, r.PostForm.Get("delete_data") == "true"); err != nil {
-		b.uiError(w, r, topicErrCode(err), "cannot delete topic "+strconv.Quote(name)+": "+err.Error())
+		b.uiError(w, r, topicErrCode(err), "cannot delete topic "+quoteName(name)+": "+err.Error())
 		return
 	}
+	b.httpAudit(r, auditTopicDelete, "topic", name, "delete_data", r.PostForm.Get("delete_data") == "true")
 	http.Redirect(w, r, "/ui/topics?deleted="+url.QueryEscape(name), http.StatusSeeOther)
 }
 
@@ -612,11 +594,11 @@ func (b *Broker) lagsNow() map[groupTopic]int64 {
 func (b *Broker) uiGroupName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	group := r.PathValue("group")
 	if err := message.ValidateGroup(group); err != nil {
-		b.uiError(w, r, http.StatusBadRequest, "group "+strconv.Quote(group)+": "+err.Error())
+		b.uiError(w, r, http.StatusBadRequest, "group "+quoteName(group)+": "+err.Error())
 		return "", false
 	}
 	if u := requestUser(r); u != nil && !u.Admin && !u.CanUseGroup(group) {
-		b.uiError(w, r, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not use group "+strconv.Quote(group))
+		b.uiError(w, r, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not use group "+quoteName(group))
 		return "", false
 	}
 	return group, true
@@ -667,14 +649,14 @@ func resetForm(f url.Values) (resetRequest, error) {
 	if s := f.Get("partition"); s != "" && s != "all" {
 		p, err := strconv.Atoi(s)
 		if err != nil {
-			return req, fmt.Errorf("partition must be a number or all, got %q", s)
+			return req, fmt.Errorf("partition must be a number or all, got %s", quoteName(s))
 		}
 		req.Partition = &p
 	}
 	if s := strings.TrimSpace(f.Get("offset")); s != "" && req.To == "offset" {
 		o, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return req, fmt.Errorf("offset must be a number, got %q", s)
+			return req, fmt.Errorf("offset must be a number, got %s", quoteName(s))
 		}
 		req.Offset = &o
 	}
@@ -722,7 +704,7 @@ func (b *Broker) uiReset(w http.ResponseWriter, r *http.Request) {
 	code, msg := http.StatusOK, ""
 	if r.PostForm.Get("action") == "apply" {
 		if r.PostForm.Get("plan") == digest {
-			if err := b.applyReset(ctx, group, req.To, plan); err != nil {
+			if err := b.applyReset(ctx, r, group, req.To, plan); err != nil {
 				b.resetErrPage(w, r, err)
 				return
 			}
@@ -764,7 +746,7 @@ func (b *Broker) uiSkip(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	plan, err := b.planReset(ctx, group, req)
 	if err == nil {
-		err = b.applyReset(ctx, group, "latest (skip)", plan)
+		err = b.applyReset(ctx, r, group, skipTo, plan)
 	}
 	if err != nil {
 		b.resetErrPage(w, r, err)

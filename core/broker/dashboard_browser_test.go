@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -286,6 +289,11 @@ func TestDashboardBrowser(t *testing.T) {
 	open("/ui/plugins", "#plugins")
 	require.Contains(t, text("#plugins"), "no plugins configured")
 	shot("plugins")
+
+	// CSRF (issue 22, finding 2) without [auth]: a page of another origin
+	// can reach the broker with no credentials at all; the Origin and
+	// Sec-Fetch-Site checks are what refuses its forms and fetches.
+	foreignCSRF(t, m, &browserTab{ctx: ctx}, base, "billing", "orders", []int64{max0, 0, 0})
 }
 
 // browserTab is a tab of its own browser context (its own HTTP auth cache)
@@ -509,4 +517,106 @@ func TestDashboardBrowserAuth(t *testing.T) {
 	root.run(t, chromedp.SendKeys(chromedp.CSS(`#delete-topic input[name="confirm"]`), "by-root"),
 		chromedp.Click(chromedp.CSS("#delete-topic button")), chromedp.WaitVisible(chromedp.CSS("#flash")))
 	require.Contains(t, root.text(t, "#flash"), "Topic by-root deleted")
+
+	// CSRF (issue 22, finding 2): root is signed in; a page of another
+	// origin (another port of 127.0.0.1) posts text/plain forms whose
+	// bodies parse as JSON with a duplicate key, and fetch()es the API
+	// with and without JSON. Every request is refused; nothing changes.
+	foreignCSRF(t, b, root, base, "billing-web", "t", []int64{max0, max1})
+}
+
+// csrfPage is a page of another site that drives the API of the broker at
+// BASE: two text/plain forms (the issue's reproducer: the form's one field
+// makes {"name":"=","name":"csrf-form"}) and attack(), which fetch()es.
+const csrfPage = `<!doctype html><html><head><title>foreign</title></head><body>
+<form id="f1" method="post" enctype="text/plain" action="BASE/api/v1/topics"><input name='{"name":"' value='","name":"csrf-form"}'><button>go</button></form>
+<form id="f2" method="post" enctype="text/plain" action="BASE/api/v1/groups/GROUP/offsets"><input name='{"to":"x' value='","to":"earliest","topic":"TOPIC"}'><button>go</button></form>
+<script>
+async function attack() {
+  const out = [];
+  for (const [path, body] of [["/api/v1/topics", '{"name":"csrf-fetch"}'], ["/api/v1/groups/GROUP/offsets", '{"topic":"TOPIC","to":"earliest"}']]) {
+    try {
+      await fetch("BASE" + path, {method: "POST", mode: "no-cors", credentials: "include", headers: {"Content-Type": "text/plain"}, body});
+      out.push("sent");
+    } catch (e) { out.push("error " + e); }
+  }
+  try {
+    const r = await fetch("BASE/api/v1/topics", {method: "POST", credentials: "include", headers: {"Content-Type": "application/json"}, body: '{"name":"csrf-cors"}'});
+    out.push("status " + r.status);
+  } catch (e) { out.push("blocked"); }
+  return out.join(",");
+}
+</script></body></html>`
+
+// foreignCSRF serves csrfPage on another port and runs it in tab (signed
+// in to the broker at base, if it has [auth]): both forms and the fetches are
+// refused by the broker, no topic is created, and group's committed
+// offsets of topic stay want (by partition).
+func foreignCSRF(t *testing.T, b *Broker, tab *browserTab, base, group, topic string, want []int64) {
+	t.Helper()
+	foreign := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, strings.NewReplacer("BASE", base, "GROUP", group, "TOPIC", topic).Replace(csrfPage))
+	}))
+	t.Cleanup(foreign.Close)
+	require.NotEqual(t, base, foreign.URL)
+	var mu sync.Mutex
+	statuses := map[string][]int64{} // API responses the browser got, by path
+	resps := chromedp.Events(tab.ctx, network.ResponseReceived)
+	go func() {
+		for ev, err := range resps {
+			if err != nil {
+				return
+			}
+			if p, ok := strings.CutPrefix(ev.Response.URL, base); ok && strings.HasPrefix(p, "/api/") {
+				mu.Lock()
+				statuses[p] = append(statuses[p], ev.Response.Status)
+				mu.Unlock()
+			}
+		}
+	}()
+	// The forms: each submit navigates to the broker's refusal.
+	for _, form := range []string{"f1", "f2"} {
+		tab.open(t, foreign.URL+"/", "#"+form)
+		tab.run(t, chromedp.Evaluate[chromedp.Void](`document.getElementById("`+form+`").submit()`))
+		var shown string
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			v, err := chromedp.Run(tab.ctx, chromedp.Evaluate[string](`location.href + "\n" + document.body.innerText`))
+			if err == nil {
+				shown = v
+			}
+			if strings.HasPrefix(shown, base) && strings.Contains(shown, `"status"`) {
+				break
+			}
+		}
+		require.True(t, strings.HasPrefix(shown, base), "form %s did not reach the broker: %s", form, shown)
+		require.Contains(t, shown, `"status": 403`, "form %s", form)
+		require.Contains(t, shown, "refused: cross-site request", "form %s", form)
+	}
+	// fetch(): no-cors text/plain bodies are sent and refused; a JSON
+	// body needs a preflight, which the broker refuses too.
+	tab.open(t, foreign.URL+"/", "#f1")
+	out, err := chromedp.Run(tab.ctx, chromedp.Evaluate[string](`attack()`, chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.Equal(t, "sent,sent,blocked", out)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(statuses["/api/v1/topics"]) >= 2 && len(statuses["/api/v1/groups/"+group+"/offsets"]) >= 2
+	}, 10*time.Second, 20*time.Millisecond, "the browser sent the forms and the fetches")
+	mu.Lock()
+	for p, codes := range statuses {
+		for _, c := range codes {
+			require.Equal(t, int64(403), c, "%s: %v", p, statuses)
+		}
+	}
+	mu.Unlock()
+	b.mu.RLock()
+	for _, n := range []string{"csrf-form", "csrf-fetch", "csrf-cors", "="} {
+		require.Nil(t, b.topics[n], n)
+	}
+	b.mu.RUnlock()
+	for p, off := range want {
+		require.Equal(t, off, committedOf(t, b, group, topic, p), "offsets of partition %d unchanged", p)
+	}
 }

@@ -34,7 +34,7 @@ func FuzzDashboard(f *testing.F) {
 		esc := url.PathEscape(name)
 		for _, p := range []string{"/ui/topics/t/messages", "/ui/topics/" + esc + "/messages", "/ui/topics/" + esc,
 			"/ui/groups/" + esc, "/ui/groups", "/ui/topics"} {
-			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			req := localReq(http.MethodGet, "/", nil)
 			req.URL.Path, req.URL.RawPath, req.URL.RawQuery = "", "", query
 			u, err := url.Parse(p)
 			if err != nil {

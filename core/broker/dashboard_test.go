@@ -26,7 +26,7 @@ func dashDo(t testing.TB, h http.Handler, method, path string, form url.Values, 
 	if form != nil {
 		body = strings.NewReader(form.Encode())
 	}
-	req := httptest.NewRequest(method, path, body)
+	req := localReq(method, path, body)
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
@@ -137,7 +137,7 @@ func TestDashboardPages(t *testing.T) {
 	require.Contains(t, w.Body.String(), "cross-origin")
 	w = dashDo(t, h, "POST", "/ui/topics", form, map[string]string{"Sec-Fetch-Site": "cross-site"})
 	require.Equal(t, 403, w.Code, "%s", w.Body)
-	w = dashDo(t, h, "POST", "/ui/topics", form, map[string]string{"Origin": "http://example.com"}) // httptest's Host
+	w = dashDo(t, h, "POST", "/ui/topics", form, map[string]string{"Origin": "http://localhost"}) // localReq's Host
 	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
 	require.Len(t, b.topics["made"].parts, 3)
 	w = dashDo(t, h, "POST", "/ui/topics", form, nil)

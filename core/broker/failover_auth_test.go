@@ -95,6 +95,7 @@ func TestFailoverAuthTLS(t *testing.T) {
 		code, body = rootConn(maddr).stats(switchoverItem)
 		require.Equal(t, 200, code, "switchover: %s\n%s", body, logs())
 		require.Contains(t, body, "slave 1 holds epoch 2")
+		require.Regexp(t, `audit: failover.switchover component=audit user=root remote=127\.0\.0\.1:\d+ via=protocol action=failover.switchover status=200 result="switchover: slave 1 holds epoch 2`, mlogs.String())
 		waitInSync(slave, "s0") // the old master rejoined as slave 0
 		require.Contains(t, master.statsText(), "failover_role slave\r\n")
 		waitLog(mlogs, "failover: member s0 of broker 3 copies from broker 3 slave 1 at epoch 2")

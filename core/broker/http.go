@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -174,9 +175,9 @@ func (b *Broker) newMux() http.Handler {
 	admin("GET /debug/pprof/symbol", pprof.Symbol)
 	admin("GET /debug/pprof/trace", pprof.Trace)
 	mux.Handle("/", b.needUser(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see docs/http.md)")
+		writeError(w, http.StatusNotFound, "no such endpoint: "+shownName(r.Method)+" "+shownName(r.URL.Path)+" (see docs/http.md)")
 	}, false))
-	return http.MaxBytesHandler(mux, httpMaxBody)
+	return b.httpGuard(http.MaxBytesHandler(mux, httpMaxBody)) // httpguard.go
 }
 
 // needUser wraps h with the [auth] check: with auth on, a user is needed
@@ -207,7 +208,7 @@ func (b *Broker) needUser(h http.HandlerFunc, admin bool) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), userKey{}, u))
 		change := r.Method != http.MethodGet && r.Method != http.MethodHead
 		if (admin || change) && !u.Admin {
-			deny(r, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+r.Method+" "+r.URL.Path+" (admin only)")
+			deny(r, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+shownName(r.Method)+" "+shownName(r.URL.Path)+" (admin only)")
 			return
 		}
 		h(w, r)
@@ -375,23 +376,22 @@ type apiError struct {
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, apiError{Error: msg, Status: code})
+	writeJSON(w, code, apiError{Error: capMsg(msg), Status: code})
 }
 
-// decodeBody decodes r's JSON body into v: unknown fields, trailing data
-// and bodies over httpMaxBody are errors, answered 400 or 413 here (ok
-// false).
+// decodeBody decodes r's JSON body into v: unknown fields, duplicate keys
+// (jsonDupKeys), trailing data and bodies over httpMaxBody are errors,
+// answered 400 or 413 here (ok false). httpGuard checked the body's
+// Content-Type.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("trailing data after the JSON value")
+	data, err := io.ReadAll(r.Body)
+	if err == nil {
+		err = jsonDupKeys(data) // httpguard.go
 	}
 	if err == nil {
-		if _, e := io.Copy(io.Discard, r.Body); e != nil {
-			err = e
-		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(v)
 	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -401,6 +401,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		}
 		if errors.Is(err, io.EOF) {
 			err = errors.New("empty body: a JSON object is required")
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok { // it quotes the whole key
+			if k, e := strconv.Unquote(f); e == nil {
+				err = errors.New("unknown field " + quoteName(k))
+			}
 		}
 		writeError(w, http.StatusBadRequest, "bad JSON body: "+err.Error())
 		return false

@@ -397,6 +397,7 @@ func (c *conn) switchover(opaque int32) {
 	}
 	go func() { // the handover takes up to seconds; the connection goes on
 		code, msg := f.switchover()
+		c.connAudit(auditSwitchover, "status", code, "result", msg) // audit.go
 		c.reply(code, msg, opaque)
 	}()
 }

@@ -18,7 +18,7 @@ import (
 // muxGet GETs path through h (no network).
 func muxGet(h http.Handler, path string) (int, []byte) {
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+	h.ServeHTTP(w, localReq(http.MethodGet, path, nil))
 	return w.Code, w.Body.Bytes()
 }
 

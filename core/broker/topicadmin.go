@@ -189,7 +189,7 @@ func (b *Broker) AddPartitions(name string, n int) (old int, err error) {
 		if t != nil {
 			return 0, fmt.Errorf("%w: %s is auto-created (it has no [[topic]] table): create it first", errTopicInvalid, name)
 		}
-		return 0, fmt.Errorf("%w: %s", errTopicNotFound, name)
+		return 0, fmt.Errorf("%w: %s", errTopicNotFound, quoteName(name))
 	}
 	old = len(t.parts)
 	switch {
@@ -266,7 +266,7 @@ func (b *Broker) DeleteTopic(name string, deleteData bool) error {
 	t := b.topics[name]
 	b.mu.RUnlock()
 	if !configured && t == nil {
-		return fmt.Errorf("%w: %s", errTopicNotFound, name)
+		return fmt.Errorf("%w: %s", errTopicNotFound, quoteName(name))
 	}
 	if configured {
 		f := b.cloneTopicsFile()

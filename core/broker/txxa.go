@@ -218,6 +218,7 @@ func (c *conn) handleXA(r *protocol.Request, key string) {
 			c.xaErr(op, protocol.XAErProto, "transaction "+key+" is "+t.state.String()+": it cannot be committed heuristically")
 			return
 		}
+		c.connAudit(auditHeuristic, "xid", key, "outcome", "commit", "state", t.state.String()) // audit.go
 		c.startCommitLocked(t, op, true)
 	case protocol.TxRollback, protocol.TxHeuristicRollback:
 		if t.state != txActive && t.state != txPrepared {
@@ -237,6 +238,7 @@ func (c *conn) handleXA(r *protocol.Request, key string) {
 		pos := b.journalEnd(t, txRecRollback)
 		if r.TxType == protocol.TxHeuristicRollback {
 			pos = max(pos, b.recordHeuristicLocked(key, heurRolledBack))
+			c.connAudit(auditHeuristic, "xid", key, "outcome", "rollback", "prepared", wasPrepared) // audit.go
 		}
 		s.mu.Unlock()
 		err := b.txlog.force(pos)

@@ -1,0 +1,35 @@
+package broker
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+)
+
+// TestAuditHeuristics: an XA branch completed heuristically over the wire
+// protocol is audited with the user ("-" with auth off), the remote
+// address, the xid and the outcome (issue 22, finding 10a).
+func TestAuditHeuristics(t *testing.T) {
+	logs := &syncLog{}
+	cfg := conf.Default()
+	cfg.Host, cfg.Port, cfg.DataDir = "127.0.0.1", 0, t.TempDir()
+	cfg.UnflushThreshold = 1
+	cfg.NumPartitions = 2
+	cfg.Topics = []conf.Topic{{Name: "t"}}
+	b, err := New(cfg, Options{Logf: logs.Logf})
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+	t.Cleanup(func() { b.Close() })
+	c := &txClient{wireConn: dialWire(t, b.Addr())}
+	for _, key := range []string{"XID:1:aa:bb:q", "XID:2:aa:bb:q"} {
+		c.ok("transaction " + key + " s BEGIN q 1\r\n")
+		c.put(key, 0, key)
+		require.Equal(t, "0", c.ok("transaction "+key+" s PREPARE q 2\r\n"))
+	}
+	c.ok("transaction XID:1:aa:bb:q s HEURISTIC_COMMIT 3\r\n")
+	c.ok("transaction XID:2:aa:bb:q s HEURISTIC_ROLLBACK 4\r\n")
+	require.Regexp(t, `audit: tx.heuristic component=audit user=- remote=127\.0\.0\.1:\d+ via=protocol action=tx.heuristic xid=XID:1:aa:bb:q outcome=commit state=prepared`, logs.String())
+	require.Regexp(t, `audit: tx.heuristic component=audit user=- remote=127\.0\.0\.1:\d+ via=protocol action=tx.heuristic xid=XID:2:aa:bb:q outcome=rollback prepared=true`, logs.String())
+}
