@@ -1,0 +1,261 @@
+package broker
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+)
+
+// fakeConn is a connection from a given address that records its Close.
+type fakeConn struct {
+	net.Conn // nil: only RemoteAddr and Close are called
+	addr     net.Addr
+	closed   bool
+}
+
+func (c *fakeConn) RemoteAddr() net.Addr { return c.addr }
+func (c *fakeConn) Close() error         { c.closed = true; return nil }
+
+func fakeFrom(ip string) *fakeConn {
+	return &fakeConn{addr: &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}}
+}
+
+// admitted admits a connection from ip that must get a slot, and returns
+// it with the connection it evicted (nil: none).
+func admitted(t *testing.T, l *httpLimiter, ip string) (*httpConn, *fakeConn) {
+	t.Helper()
+	c, victim := l.admit(fakeFrom(ip))
+	require.NotNil(t, c, "refused")
+	if victim == nil {
+		return c, nil
+	}
+	require.NoError(t, victim.Close())
+	return c, victim.Conn.(*fakeConn)
+}
+
+// TestHTTPLimiterEvictsLongestWaiting: at the cap a newcomer closes the
+// new or idle connection that has waited longest; active connections are
+// never closed; with every connection active the newcomer is refused.
+func TestHTTPLimiterEvictsLongestWaiting(t *testing.T) {
+	l := newHTTPLimiter(3)
+	a, v := admitted(t, l, "10.0.0.1")
+	require.Nil(t, v)
+	b, _ := admitted(t, l, "10.0.0.1")
+	c, _ := admitted(t, l, "10.0.0.1")
+	require.EqualValues(t, 3, l.conns.Load())
+
+	l.connState(a, http.StateActive) // a request in progress
+	l.connState(b, http.StateActive)
+	l.connState(b, http.StateIdle) // b went idle after c was accepted
+
+	// c (new since before b went idle) has waited longest.
+	d, v := admitted(t, l, "10.0.0.1")
+	require.Same(t, c.Conn, v, "the longest waiting (new) connection is closed")
+	require.True(t, v.closed)
+	e, v := admitted(t, l, "10.0.0.1")
+	require.Same(t, b.Conn, v, "then the idle one")
+	require.EqualValues(t, 2, l.evicted.Load())
+	require.EqualValues(t, 3, l.conns.Load())
+
+	// a, d and e active: nothing to close, the newcomer is refused.
+	l.connState(d, http.StateActive)
+	l.connState(e, http.StateActive)
+	nc := fakeFrom("10.0.0.2")
+	got, victim := l.admit(nc)
+	require.Nil(t, got)
+	require.Nil(t, victim)
+	require.EqualValues(t, 1, l.refused.Load())
+	require.False(t, a.Conn.(*fakeConn).closed, "an active connection is never closed")
+
+	// a goes idle: it is the one to go.
+	l.connState(a, http.StateIdle)
+	_, v = admitted(t, l, "10.0.0.2")
+	require.Same(t, a.Conn, v)
+
+	// The server's own close of an evicted connection (StateClosed, Close)
+	// frees nothing twice.
+	l.connState(a, http.StateClosed)
+	require.NoError(t, a.Close())
+	require.EqualValues(t, 3, l.conns.Load())
+
+	// A closed connection frees its slot: the next one evicts nobody.
+	require.NoError(t, d.Close())
+	l.connState(d, http.StateClosed)
+	require.EqualValues(t, 2, l.conns.Load())
+	_, v = admitted(t, l, "10.0.0.3")
+	require.Nil(t, v)
+	require.EqualValues(t, 3, l.evicted.Load())
+}
+
+// TestHTTPLimiterPerAddress: the connection closed for a newcomer comes
+// from the address holding the most connections, even when another
+// address's connection has waited longer.
+func TestHTTPLimiterPerAddress(t *testing.T) {
+	l := newHTTPLimiter(5)
+	old, _ := admitted(t, l, "10.0.0.1")
+	l.connState(old, http.StateActive)
+	l.connState(old, http.StateIdle)
+	var flood []*httpConn
+	for range 4 {
+		c, _ := admitted(t, l, "10.0.0.9")
+		flood = append(flood, c)
+	}
+	_, v := admitted(t, l, "10.0.0.2")
+	require.Same(t, flood[0].Conn, v, "the flooding address's longest waiting connection")
+	_, v = admitted(t, l, "10.0.0.3")
+	require.Same(t, flood[1].Conn, v)
+	// 10.0.0.9 now holds 2, as many as no one else: on a tie the longest
+	// waiting goes (old, idle since before the flood).
+	l.connState(flood[2], http.StateActive)
+	_, v = admitted(t, l, "10.0.0.4")
+	require.Same(t, flood[3].Conn, v, "10.0.0.9 still holds the most (2)")
+	_, v = admitted(t, l, "10.0.0.5")
+	require.Same(t, old.Conn, v, "a tie: the longest waiting")
+	require.False(t, flood[2].Conn.(*fakeConn).closed)
+}
+
+// TestHTTPListenerRefuses: over a real socket, a newcomer finds every
+// connection active and gets a 503 with Retry-After and Connection: close;
+// once the connection goes idle the next newcomer takes its place.
+func TestHTTPListenerRefuses(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer raw.Close()
+	lim := newHTTPLimiter(1)
+	ln := &httpListener{Listener: raw, lim: lim}
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	next := func() net.Conn {
+		select {
+		case c := <-accepted:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("no connection accepted")
+			return nil
+		}
+	}
+	first, err := net.Dial("tcp", raw.Addr().String())
+	require.NoError(t, err)
+	defer first.Close()
+	sc := next()
+	lim.connState(sc, http.StateActive)
+
+	second, err := net.Dial("tcp", raw.Addr().String())
+	require.NoError(t, err)
+	defer second.Close()
+	second.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(second), nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	require.Equal(t, 503, resp.StatusCode)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	require.True(t, resp.Close, "Connection: close")
+	require.Contains(t, string(body), "http_max_connections")
+	require.EqualValues(t, 1, lim.refused.Load())
+
+	lim.connState(sc, http.StateIdle)
+	third, err := net.Dial("tcp", raw.Addr().String())
+	require.NoError(t, err)
+	defer third.Close()
+	next().Close()
+	first.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = first.Read(make([]byte, 1))
+	require.Error(t, err, "the idle connection was closed for the newcomer")
+	require.EqualValues(t, 1, lim.evicted.Load())
+}
+
+// TestHTTPGate: requests beyond the work slots get 503 at once; the
+// probes always pass.
+func TestHTTPGate(t *testing.T) {
+	lim := newHTTPLimiter(16) // 12 work slots
+	require.Equal(t, 12, cap(lim.work))
+	release := make(chan struct{})
+	started := make(chan struct{}, 16)
+	h := lim.gate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isProbe(r) {
+			if _, ok := r.Context().Deadline(); !ok {
+				t.Error("no request deadline")
+			}
+			started <- struct{}{}
+			<-release
+		}
+		w.WriteHeader(200)
+	}), time.Minute)
+	done := make(chan int, 12)
+	for range 12 {
+		go func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/v1/topics", nil))
+			done <- rec.Code
+		}()
+	}
+	for range 12 {
+		<-started
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	require.Equal(t, 503, rec.Code)
+	require.Equal(t, "1", rec.Header().Get("Retry-After"))
+	require.Equal(t, "close", rec.Header().Get("Connection"))
+	require.EqualValues(t, 1, lim.busy.Load())
+	for _, p := range []string{"/healthz", "/readyz"} {
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", p, nil))
+		require.Equal(t, 200, rec.Code, p)
+	}
+	close(release)
+	for range 12 {
+		require.Equal(t, 200, <-done)
+	}
+}
+
+// TestHTTPFloodLocal: with http_max_connections = 16, 200 bare connects
+// held open do not keep /healthz, /readyz or /metrics from answering, and
+// /metrics and stats count the evictions.
+func TestHTTPFloodLocal(t *testing.T) {
+	b := startBroker(t, 0, func(c *conf.Config) { c.HTTPMaxConnections = conf.MinHTTPMaxConnections })
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 200 {
+		c, err := net.DialTimeout("tcp", b.HTTPAddr(), 5*time.Second)
+		require.NoError(t, err)
+		held = append(held, c)
+	}
+	h := newHTTPClient(t, b.HTTPAddr(), nil)
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		code, body := h.get(p)
+		require.Equal(t, 200, code, "%s: %s", p, body)
+	}
+	_, scrape := h.get("/metrics")
+	require.GreaterOrEqual(t, metricValue(t, scrape, "metaq_http_evicted_total"), 180.0)
+	require.LessOrEqual(t, metricValue(t, scrape, "metaq_http_connections"), 16.0)
+	require.Equal(t, 0.0, metricValue(t, scrape, "metaq_http_refused_total"))
+
+	c := dialAuth(t, b.Addr(), nil)
+	code, body := c.stats("")
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, "http_evicted ")
+	require.True(t, strings.Contains(body, "http_connections "), body)
+}
