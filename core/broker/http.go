@@ -109,15 +109,15 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 		scheme = "https"
 	}
 	srv := &http.Server{
-		Handler:           lim.gate(b.newMux(), httpWriteTimeout),
+		Handler:           b.newMux(),
 		ReadHeaderTimeout: time.Duration(cfg.HTTPReadHeaderTimeout) * time.Millisecond,
 		ReadTimeout:       httpReadTimeout,
 		WriteTimeout:      httpWriteTimeout,
 		IdleTimeout:       time.Duration(cfg.HTTPIdleTimeout) * time.Millisecond,
 		MaxHeaderBytes:    httpMaxHeader,
-		ConnState:         lim.connState,
 		ErrorLog:          nil,
 	}
+	lim.hook(srv, httpWriteTimeout) // httplimit.go
 	srv.ErrorLog = slog.NewLogLogger(b.log.With("component", "http").Handler(), slog.LevelWarn)
 	w.srv, w.ln = srv, ln
 	w.limit.Store(lim)

@@ -39,6 +39,15 @@ import (
 // keep-alive connection is closed this way sees it closed, as by the idle
 // timeout, and connects again.
 //
+// A connection whose request is in progress can still be stalled by its
+// client: a reply it does not read (a Write blocked), or a body it drips
+// after the handler has answered (the server's discard of the rest is a
+// Read blocked). When no connection is new or idle, the newcomer closes
+// the one stalled longest, if a Write of it has been blocked for
+// httpStallAfter, or a Read with no handler running (while a handler runs,
+// net/http keeps a Read pending to notice a client going away; that one
+// is not a stall). Such a client is failing to take its reply.
+//
 // So that a flood of slow requests cannot make every connection active and
 // lock the probes out, at most three quarters of the cap (httpWorkSlots)
 // may be running a request other than /healthz and /readyz: more are
@@ -63,9 +72,13 @@ const httpRefusalBody = "every HTTP connection has a request in progress (http_m
 // it at once; the deadline only guards the accept loop).
 const httpRefusalWrite = 100 * time.Millisecond
 
+// httpStallAfter is how long a Read or Write of a connection with a
+// request in progress must have been blocked for it to count as stalled.
+const httpStallAfter = time.Second
+
 // httpWorkSlots is how many requests other than the probes may be in
 // progress at once with max connections: three quarters of them.
-func httpWorkSlots(max int) int { return max - max/4 }
+func httpWorkSlots(maxConns int) int { return maxConns - maxConns/4 }
 
 // httpLimiter is the HTTP listener's connection cap and request limit.
 type httpLimiter struct {
@@ -77,17 +90,24 @@ type httpLimiter struct {
 	seq   uint64 // orders the connections that wait (new or idle)
 	addrs map[string]*httpAddr
 
+	workMu   sync.Mutex
+	workBy   map[string]int // work slots held per source address
+	workAddr int            // the most one address may hold: half
+
 	conns   atomic.Int64 // open, for metrics
 	evicted atomic.Int64 // new or idle connections closed to make room
 	refused atomic.Int64 // newcomers refused: every connection active
 	busy    atomic.Int64 // requests answered 503: httpWorkSlots in progress
 }
 
-func newHTTPLimiter(max int) *httpLimiter {
+func newHTTPLimiter(maxConns int) *httpLimiter {
+	w := httpWorkSlots(maxConns)
 	return &httpLimiter{
-		max:   max,
-		work:  make(chan struct{}, httpWorkSlots(max)),
-		addrs: make(map[string]*httpAddr),
+		max:      maxConns,
+		work:     make(chan struct{}, w),
+		workBy:   make(map[string]int),
+		workAddr: max(w/2, 1),
+		addrs:    make(map[string]*httpAddr),
 	}
 }
 
@@ -96,6 +116,7 @@ type httpAddr struct {
 	ip      string
 	open    int
 	waiting connList // its new and idle connections, longest waiting first
+	all     allList  // all its connections
 }
 
 // connList is a list of connections linked through httpConn.prev/next.
@@ -128,17 +149,75 @@ func (l *connList) remove(c *httpConn) {
 	c.prev, c.next, c.listed = nil, nil, false
 }
 
+// allList is a list of connections linked through httpConn.aprev/anext.
+type allList struct{ head, tail *httpConn }
+
+func (l *allList) push(c *httpConn) {
+	c.aprev, c.anext = l.tail, nil
+	if l.tail != nil {
+		l.tail.anext = c
+	} else {
+		l.head = c
+	}
+	l.tail = c
+}
+
+func (l *allList) remove(c *httpConn) {
+	if c.aprev != nil {
+		c.aprev.anext = c.anext
+	} else {
+		l.head = c.anext
+	}
+	if c.anext != nil {
+		c.anext.aprev = c.aprev
+	} else {
+		l.tail = c.aprev
+	}
+	c.aprev, c.anext = nil, nil
+}
+
 // httpConn is an accepted connection the limiter counts until it closes.
 type httpConn struct {
 	net.Conn
 	lim  *httpLimiter
 	addr *httpAddr
 
+	// readSince and writeSince are when the pending Read and Write began
+	// (monoNow, at least 1), 0 when none is pending; handlers counts the
+	// handlers running for the connection.
+	readSince, writeSince atomic.Int64
+	handlers              atomic.Int32
+
 	// Under lim.mu:
-	seq        uint64 // when it started waiting (new or idle)
-	prev, next *httpConn
-	listed     bool // in addr.waiting
-	gone       bool // no longer counted
+	seq          uint64    // when it started waiting (new or idle)
+	prev, next   *httpConn // in addr.waiting
+	aprev, anext *httpConn // in addr.all
+	listed       bool      // in addr.waiting
+	gone         bool      // no longer counted
+}
+
+func (c *httpConn) Read(p []byte) (int, error) {
+	c.readSince.Store(max(monoNow(), 1))
+	n, err := c.Conn.Read(p)
+	c.readSince.Store(0)
+	return n, err
+}
+
+func (c *httpConn) Write(p []byte) (int, error) {
+	c.writeSince.Store(max(monoNow(), 1))
+	n, err := c.Conn.Write(p)
+	c.writeSince.Store(0)
+	return n, err
+}
+
+// stalledSince is when c's client stalled (a Write blocked, or a Read
+// blocked with no handler running), 0 if it has not.
+func (c *httpConn) stalledSince() int64 {
+	w := c.writeSince.Load()
+	if r := c.readSince.Load(); r != 0 && c.handlers.Load() == 0 && (w == 0 || r < w) {
+		return r
+	}
+	return w
 }
 
 // Close closes the connection and frees its slot.
@@ -168,6 +247,7 @@ func (l *httpLimiter) admit(nc net.Conn) (c, victim *httpConn) {
 		l.addrs[ip] = a
 	}
 	c = &httpConn{Conn: nc, lim: l, addr: a}
+	a.all.push(c)
 	a.open++
 	l.open++
 	l.conns.Store(int64(l.open))
@@ -180,7 +260,8 @@ func (l *httpLimiter) admit(nc net.Conn) (c, victim *httpConn) {
 // victim picks the connection to close for a newcomer: of the addresses
 // with a connection waiting, the one with the most connections open (on a
 // tie, the one whose connection waited longest), and its connection that
-// has waited longest. nil when every connection is active.
+// has waited longest. With none waiting, the connection stalled longest
+// (httpStallAfter). nil when every connection is active and none stalled.
 func (l *httpLimiter) victim() *httpConn {
 	var best *httpAddr
 	for _, a := range l.addrs {
@@ -192,10 +273,20 @@ func (l *httpLimiter) victim() *httpConn {
 			best = a
 		}
 	}
-	if best == nil {
-		return nil
+	if best != nil {
+		return best.waiting.head
 	}
-	return best.waiting.head
+	var stalled *httpConn
+	var since int64
+	limit := monoNow() - int64(httpStallAfter)
+	for _, a := range l.addrs {
+		for c := a.all.head; c != nil; c = c.anext {
+			if s := c.stalledSince(); s != 0 && s <= limit && (stalled == nil || s < since) {
+				stalled, since = c, s
+			}
+		}
+	}
+	return stalled
 }
 
 // drop stops counting c. Under l.mu.
@@ -205,6 +296,7 @@ func (l *httpLimiter) drop(c *httpConn) {
 	}
 	c.gone = true
 	c.addr.waiting.remove(c)
+	c.addr.all.remove(c)
 	c.addr.open--
 	if c.addr.open == 0 {
 		delete(l.addrs, c.addr.ip)
@@ -222,10 +314,7 @@ func (l *httpLimiter) release(c *httpConn) {
 // connState is the server's ConnState hook. With TLS the server sees the
 // *tls.Conn around the listener's *httpConn.
 func (l *httpLimiter) connState(nc net.Conn, s http.ConnState) {
-	if tc, ok := nc.(*tls.Conn); ok {
-		nc = tc.NetConn()
-	}
-	c, ok := nc.(*httpConn)
+	c, ok := connOf(nc)
 	if !ok || c.lim != l {
 		return
 	}
@@ -294,36 +383,93 @@ func (ln *httpListener) Accept() (net.Conn, error) {
 	}
 }
 
+// connOf is the limiter's connection under nc (a *tls.Conn with TLS).
+func connOf(nc net.Conn) (*httpConn, bool) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	c, ok := nc.(*httpConn)
+	return c, ok
+}
+
+type httpConnKey struct{}
+
+// hook fits the limiter to srv, whose listener is an httpListener of l
+// (under TLS or not): it follows the connections' states, and its
+// handler gets the request limit and a context that ends after timeout.
+func (l *httpLimiter) hook(srv *http.Server, timeout time.Duration) {
+	srv.ConnState = l.connState
+	srv.ConnContext = func(ctx context.Context, nc net.Conn) context.Context {
+		if c, ok := connOf(nc); ok {
+			return context.WithValue(ctx, httpConnKey{}, c)
+		}
+		return ctx
+	}
+	srv.Handler = l.gate(srv.Handler, timeout)
+}
+
 // isProbe reports whether r is for /healthz or /readyz, which take no
 // request slot.
 func isProbe(r *http.Request) bool {
 	return r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
 }
 
-// gate wraps the broker's routes with the request limit: every request but
-// the probes takes one of httpWorkSlots (503 at once when none is free)
-// and gets a context that ends after timeout.
+// gate wraps h with the request limit: every request but the probes takes
+// one of httpWorkSlots, at most half of them per source address (503 at
+// once when none is free), and gets a context that ends after timeout.
 func (l *httpLimiter) gate(h http.Handler, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := r.Context().Value(httpConnKey{}).(*httpConn); ok {
+			c.handlers.Add(1)
+			defer c.handlers.Add(-1)
+		}
 		if isProbe(r) {
 			h.ServeHTTP(w, r)
 			return
 		}
-		select {
-		case l.work <- struct{}{}:
-		default:
+		ip := r.RemoteAddr
+		if host, _, err := net.SplitHostPort(ip); err == nil {
+			ip = host
+		}
+		if !l.takeWork(ip) {
 			l.busy.Add(1)
 			w.Header().Set("Retry-After", "1")
 			w.Header().Set("Connection", "close")
-			writeError(w, http.StatusServiceUnavailable, "busy: "+strconv.Itoa(cap(l.work))+
-				" HTTP requests in progress (three quarters of http_max_connections); retry later")
+			writeError(w, http.StatusServiceUnavailable, "busy: too many HTTP requests in progress ("+
+				strconv.Itoa(cap(l.work))+" at most, "+strconv.Itoa(l.workAddr)+" per address: three quarters of http_max_connections); retry later")
 			return
 		}
-		defer func() { <-l.work }()
+		defer l.doneWork(ip)
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// takeWork takes a work slot for a request from ip, if one is free and ip
+// holds fewer than workAddr.
+func (l *httpLimiter) takeWork(ip string) bool {
+	l.workMu.Lock()
+	defer l.workMu.Unlock()
+	if l.workBy[ip] >= l.workAddr {
+		return false
+	}
+	select {
+	case l.work <- struct{}{}:
+	default:
+		return false
+	}
+	l.workBy[ip]++
+	return true
+}
+
+func (l *httpLimiter) doneWork(ip string) {
+	l.workMu.Lock()
+	defer l.workMu.Unlock()
+	<-l.work
+	if l.workBy[ip]--; l.workBy[ip] <= 0 {
+		delete(l.workBy, ip)
+	}
 }
 
 var (

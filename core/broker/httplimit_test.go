@@ -182,11 +182,12 @@ func TestHTTPListenerRefuses(t *testing.T) {
 	require.EqualValues(t, 1, lim.evicted.Load())
 }
 
-// TestHTTPGate: requests beyond the work slots get 503 at once; the
-// probes always pass.
+// TestHTTPGate: requests beyond the work slots, or beyond half of them
+// from one address, get 503 at once; the probes always pass.
 func TestHTTPGate(t *testing.T) {
-	lim := newHTTPLimiter(16) // 12 work slots
+	lim := newHTTPLimiter(16) // 12 work slots, 6 per address
 	require.Equal(t, 12, cap(lim.work))
+	require.Equal(t, 6, lim.workAddr)
 	release := make(chan struct{})
 	started := make(chan struct{}, 16)
 	h := lim.gate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -199,32 +200,147 @@ func TestHTTPGate(t *testing.T) {
 		}
 		w.WriteHeader(200)
 	}), time.Minute)
+	from := func(path, ip string) *http.Request {
+		r := httptest.NewRequest("GET", path, nil)
+		r.RemoteAddr = ip + ":40000"
+		return r
+	}
+	busy := func(r *http.Request) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		require.Equal(t, 503, rec.Code)
+		require.Equal(t, "1", rec.Header().Get("Retry-After"))
+		require.Equal(t, "close", rec.Header().Get("Connection"))
+		require.Contains(t, rec.Body.String(), "http_max_connections")
+	}
 	done := make(chan int, 12)
-	for range 12 {
+	serve := func(ip string) {
 		go func() {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/v1/topics", nil))
+			h.ServeHTTP(rec, from("/api/v1/topics", ip))
 			done <- rec.Code
 		}()
-	}
-	for range 12 {
 		<-started
 	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	require.Equal(t, 503, rec.Code)
-	require.Equal(t, "1", rec.Header().Get("Retry-After"))
-	require.Equal(t, "close", rec.Header().Get("Connection"))
-	require.EqualValues(t, 1, lim.busy.Load())
+	for range 6 {
+		serve("10.0.0.1")
+	}
+	busy(from("/metrics", "10.0.0.1")) // 10.0.0.1 holds its half
+	for range 6 {
+		serve("10.0.0.2")
+	}
+	busy(from("/metrics", "10.0.0.3")) // every slot taken
+	require.EqualValues(t, 2, lim.busy.Load())
 	for _, p := range []string{"/healthz", "/readyz"} {
-		rec = httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", p, nil))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, from(p, "10.0.0.1"))
 		require.Equal(t, 200, rec.Code, p)
 	}
 	close(release)
 	for range 12 {
 		require.Equal(t, 200, <-done)
 	}
+	require.Empty(t, lim.workBy)
+	require.Empty(t, lim.work)
+}
+
+// TestHTTPLimiterStalled: with no connection waiting, a newcomer closes
+// the connection stalled longest: a Write blocked, or a Read blocked with
+// no handler running; a Read pending under a running handler, or a stall
+// shorter than httpStallAfter, is not one.
+func TestHTTPLimiterStalled(t *testing.T) {
+	l := newHTTPLimiter(4)
+	var cs []*httpConn
+	for range 4 {
+		c, _ := admitted(t, l, "10.0.0.1")
+		l.connState(c, http.StateActive)
+		cs = append(cs, c)
+	}
+	now := monoNow()
+	long := now - int64(3*httpStallAfter)
+	cs[0].readSince.Store(long) // a handler runs: net/http's background read
+	cs[0].handlers.Add(1)
+	cs[1].readSince.Store(now) // blocked, not for long
+	cs[2].writeSince.Store(now - int64(2*httpStallAfter))
+	cs[3].readSince.Store(long + 1) // the rest of a body, dripped after the reply
+	active := func() *fakeConn {    // a newcomer that starts its request at once
+		t.Helper()
+		c, v := admitted(t, l, "10.0.0.2")
+		l.connState(c, http.StateActive)
+		return v
+	}
+	require.Same(t, cs[3].Conn, active())
+	require.Same(t, cs[2].Conn, active())
+	got, victim := l.admit(fakeFrom("10.0.0.2"))
+	require.Nil(t, got, "cs[0] and cs[1] are not stalled")
+	require.Nil(t, victim)
+	cs[0].handlers.Add(-1) // the handler returned; the read is the client's
+	require.Same(t, cs[0].Conn, active())
+}
+
+// TestHTTPStalledBody runs a real server behind the limiter: 16
+// connections whose requests the handler answers 401 without reading
+// their bodies (as without credentials) hold every slot while net/http
+// reads the rest of the body before it sends the reply, and the body never
+// comes; after httpStallAfter a newcomer's /healthz is answered in their
+// place.
+func TestHTTPStalledBody(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	lim := newHTTPLimiter(16)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if isProbe(r) {
+				w.Write([]byte("ok"))
+				return
+			}
+			w.WriteHeader(401) // the body is left unread
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+	}
+	lim.hook(srv, time.Minute)
+	go srv.Serve(&httpListener{Listener: raw, lim: lim})
+	defer srv.Close()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 16 {
+		c, err := net.DialTimeout("tcp", raw.Addr().String(), 5*time.Second)
+		require.NoError(t, err)
+		held = append(held, c)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		_, err = io.WriteString(c, "POST /api/v1/topics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+		require.NoError(t, err)
+	}
+	// Each connection is active (its header read), no handler runs, and
+	// a Read of its body is pending.
+	stalled := func() int {
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		n := 0
+		for _, a := range lim.addrs {
+			for c := a.all.head; c != nil; c = c.anext {
+				if !c.listed && c.stalledSince() != 0 {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return stalled() == 16 }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(httpStallAfter + 200*time.Millisecond)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get("http://" + raw.Addr().String() + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	require.EqualValues(t, 1, lim.evicted.Load())
+	require.EqualValues(t, 0, lim.refused.Load())
 }
 
 // TestHTTPFloodLocal: with http_max_connections = 16, 200 bare connects
