@@ -33,7 +33,8 @@ import (
 // At the cap a newcomer makes room by closing the connection that has
 // waited longest in new or idle, taken from the source address holding the
 // most connections (so one address flooding the listener loses its own
-// connections first). Only when every connection is active is the newcomer
+// connections first; an IPv6 address counts by its /64). Only when every
+// connection is active, and none stalled (below), is the newcomer
 // refused: a plain 503 with Retry-After and Connection: close (with TLS,
 // which it has not negotiated yet, it is just closed). A client whose idle
 // keep-alive connection is closed this way sees it closed, as by the idle
@@ -50,8 +51,8 @@ import (
 //
 // So that a flood of slow requests cannot make every connection active and
 // lock the probes out, at most three quarters of the cap (httpWorkSlots)
-// may be running a request other than /healthz and /readyz: more are
-// answered 503 at once (Retry-After, Connection: close), before any
+// may be running a request other than /healthz and /readyz, and one source
+// address at most half of those: more are answered 503 at once (Retry-After, Connection: close), before any
 // authentication, which keeps the last quarter turning over. A bcrypt check
 // queued on the broker's bcrypt semaphore or a failed login waiting out
 // failure_delay holds one of those slots. The probes take no slot and do
@@ -95,9 +96,9 @@ type httpLimiter struct {
 	workAddr int            // the most one address may hold: half
 
 	conns   atomic.Int64 // open, for metrics
-	evicted atomic.Int64 // new or idle connections closed to make room
-	refused atomic.Int64 // newcomers refused: every connection active
-	busy    atomic.Int64 // requests answered 503: httpWorkSlots in progress
+	evicted atomic.Int64 // new, idle or stalled connections closed to make room
+	refused atomic.Int64 // newcomers refused: every connection active, none stalled
+	busy    atomic.Int64 // requests answered 503: no work slot free
 }
 
 func newHTTPLimiter(maxConns int) *httpLimiter {
@@ -339,17 +340,33 @@ func (l *httpLimiter) connState(nc net.Conn, s http.ConnState) {
 	}
 }
 
-// addrIP is the IP of a remote address (the whole address if it has no
-// port).
+// addrIP is the source a remote address counts under: its IP, the /64
+// prefix of an IPv6 one (a host is commonly given a /64), or the whole
+// address if it is not an IP address.
 func addrIP(a net.Addr) string {
 	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.IP.String()
+		return sourceOf(ta.IP)
 	}
-	s := a.String()
-	if host, _, err := net.SplitHostPort(s); err == nil {
-		return host
+	return hostSource(a.String())
+}
+
+// hostSource is addrIP of a "host:port" string (http.Request.RemoteAddr).
+func hostSource(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
 	}
-	return s
+	if ip := net.ParseIP(host); ip != nil {
+		return sourceOf(ip)
+	}
+	return host
+}
+
+func sourceOf(ip net.IP) string {
+	if ip.To4() == nil && len(ip) == net.IPv6len {
+		return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+	}
+	return ip.String()
 }
 
 // httpListener applies the limiter to the connections it accepts. Accept
@@ -427,10 +444,7 @@ func (l *httpLimiter) gate(h http.Handler, timeout time.Duration) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		ip := r.RemoteAddr
-		if host, _, err := net.SplitHostPort(ip); err == nil {
-			ip = host
-		}
+		ip := hostSource(r.RemoteAddr)
 		if !l.takeWork(ip) {
 			l.busy.Add(1)
 			w.Header().Set("Retry-After", "1")
@@ -474,8 +488,8 @@ func (l *httpLimiter) doneWork(ip string) {
 
 var (
 	dHTTPConns   = desc("metaq_http_connections", "HTTP connections open now (at most http_max_connections).")
-	dHTTPEvicted = desc("metaq_http_evicted_total", "HTTP connections idle or not yet speaking that were closed to make room for a new one (http_max_connections).")
-	dHTTPRefused = desc("metaq_http_refused_total", "HTTP connections refused because every connection had a request in progress (http_max_connections).")
+	dHTTPEvicted = desc("metaq_http_evicted_total", "HTTP connections idle, not yet speaking or stalling their reply that were closed to make room for a new one (http_max_connections).")
+	dHTTPRefused = desc("metaq_http_refused_total", "HTTP connections refused because every connection had a request in progress and none stalled (http_max_connections).")
 	dHTTPBusy    = desc("metaq_http_busy_total", "HTTP requests answered 503 because three quarters of http_max_connections had requests in progress (probes aside).")
 )
 

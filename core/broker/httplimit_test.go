@@ -123,6 +123,16 @@ func TestHTTPLimiterPerAddress(t *testing.T) {
 	require.False(t, flood[2].Conn.(*fakeConn).closed)
 }
 
+// TestHTTPSource: connections count by IP, IPv6 ones by their /64.
+func TestHTTPSource(t *testing.T) {
+	require.Equal(t, "10.0.0.1", addrIP(&net.TCPAddr{IP: net.ParseIP("10.0.0.1"), Port: 1}))
+	require.Equal(t, "10.0.0.1", addrIP(&net.TCPAddr{IP: net.ParseIP("::ffff:10.0.0.1"), Port: 1}))
+	require.Equal(t, "2001:db8:1:2::/64", addrIP(&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:3:4:5:6"), Port: 1}))
+	require.Equal(t, "2001:db8:1:2::/64", hostSource("[2001:db8:1:2::9]:443"))
+	require.Equal(t, "127.0.0.1", hostSource("127.0.0.1:80"))
+	require.Equal(t, "pipe", hostSource("pipe"))
+}
+
 // TestHTTPListenerRefuses: over a real socket, a newcomer finds every
 // connection active and gets a 503 with Retry-After and Connection: close;
 // once the connection goes idle the next newcomer takes its place.
