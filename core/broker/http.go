@@ -110,16 +110,16 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 	}
 	srv := &http.Server{
 		Handler:           b.newMux(),
-		ReadHeaderTimeout: time.Duration(cfg.HTTPReadHeaderTimeout) * time.Millisecond,
+		ReadHeaderTimeout: httpMillis(cfg.HTTPReadHeaderTimeout, conf.DefaultHTTPReadHeaderTimeout),
 		ReadTimeout:       httpReadTimeout,
 		WriteTimeout:      httpWriteTimeout,
-		IdleTimeout:       time.Duration(cfg.HTTPIdleTimeout) * time.Millisecond,
+		IdleTimeout:       httpMillis(cfg.HTTPIdleTimeout, conf.DefaultHTTPIdleTimeout),
 		MaxHeaderBytes:    httpMaxHeader,
 		ErrorLog:          nil,
 	}
-	lim.hook(srv, httpWriteTimeout) // httplimit.go
 	srv.ErrorLog = slog.NewLogLogger(b.log.With("component", "http").Handler(), slog.LevelWarn)
 	w.srv, w.ln = srv, ln
+	lim.hook(srv, httpWriteTimeout) // httplimit.go: ConnState, ConnContext, the request gate
 	w.limit.Store(lim)
 	b.wg.Add(1)
 	go b.sampleLoop() // dashsample.go

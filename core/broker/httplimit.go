@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/metaq-go/metaq/conf"
 )
 
 // The HTTP listener's connection cap (http_max_connections, docs/http.md).
@@ -81,6 +83,15 @@ const httpStallAfter = time.Second
 // progress at once with max connections: three quarters of them.
 func httpWorkSlots(maxConns int) int { return maxConns - maxConns/4 }
 
+// httpMillis is a configured HTTP timeout in milliseconds, or def where it
+// is not set (a Config not from conf.Default).
+func httpMillis(ms, def int) time.Duration {
+	if ms <= 0 {
+		ms = def
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
 // httpLimiter is the HTTP listener's connection cap and request limit.
 type httpLimiter struct {
 	max  int
@@ -102,6 +113,9 @@ type httpLimiter struct {
 }
 
 func newHTTPLimiter(maxConns int) *httpLimiter {
+	if maxConns < 1 { // a Config not from conf.Default
+		maxConns = conf.DefaultHTTPMaxConnections
+	}
 	w := httpWorkSlots(maxConns)
 	return &httpLimiter{
 		max:      maxConns,

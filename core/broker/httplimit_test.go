@@ -385,3 +385,43 @@ func TestHTTPFloodLocal(t *testing.T) {
 	require.Contains(t, body, "http_evicted ")
 	require.True(t, strings.Contains(body, "http_connections "), body)
 }
+
+// TestHTTPTimeoutsFromConfig: http_read_header_timeout closes a connection
+// that sends nothing, http_idle_timeout an idle keep-alive one.
+func TestHTTPTimeoutsFromConfig(t *testing.T) {
+	b := startBroker(t, 0, func(c *conf.Config) {
+		c.HTTPReadHeaderTimeout = 300
+		c.HTTPIdleTimeout = 300
+	})
+	closedWithin := func(c net.Conn, r *bufio.Reader) time.Duration {
+		t.Helper()
+		start := time.Now()
+		c.SetReadDeadline(start.Add(10 * time.Second))
+		_, err := r.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "closed by the server, not by the test's deadline")
+		return time.Since(start)
+	}
+	silent, err := net.DialTimeout("tcp", b.HTTPAddr(), 5*time.Second)
+	require.NoError(t, err)
+	defer silent.Close()
+	took := closedWithin(silent, bufio.NewReader(silent))
+	require.GreaterOrEqual(t, took, 250*time.Millisecond)
+	t.Logf("silent connection closed after %v", took)
+
+	idle, err := net.DialTimeout("tcp", b.HTTPAddr(), 5*time.Second)
+	require.NoError(t, err)
+	defer idle.Close()
+	_, err = io.WriteString(idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	r := bufio.NewReader(idle)
+	idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(r, nil)
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	require.False(t, resp.Close)
+	took = closedWithin(idle, r)
+	require.GreaterOrEqual(t, took, 250*time.Millisecond)
+	t.Logf("idle keep-alive connection closed after %v", took)
+}
