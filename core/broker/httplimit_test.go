@@ -357,7 +357,10 @@ func TestHTTPStalledBody(t *testing.T) {
 // held open do not keep /healthz, /readyz or /metrics from answering, and
 // /metrics and stats count the evictions.
 func TestHTTPFloodLocal(t *testing.T) {
-	b := startBroker(t, 0, func(c *conf.Config) { c.HTTPMaxConnections = conf.MinHTTPMaxConnections })
+	b := startBroker(t, 0, func(c *conf.Config) {
+		c.HTTPMaxConnections = conf.MinHTTPMaxConnections
+		c.HTTPReadHeaderTimeout = 60000 // only the cap closes the silent connections
+	})
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {

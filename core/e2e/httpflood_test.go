@@ -64,8 +64,12 @@ func startFloodBroker(t *testing.T, withTLS bool) *floodBroker {
 			cf, kf, _ := certs.Server(t, "server")
 			tlsPart = fmt.Sprintf("tls_port = %d\n[tls]\ncert_file = %q\nkey_file = %q\n", port, cf, kf)
 		}
+		// http_read_header_timeout is raised from 5 s to 60 s: the silent
+		// connections must then be closed by the cap alone, not by their
+		// header timeout, however slow the machine.
 		toml := fmt.Sprintf(`data_dir = %q
 host = "127.0.0.1"
+http_read_header_timeout = 60000
 %s%s
 [auth]
 enabled = true
