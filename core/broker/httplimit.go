@@ -241,9 +241,9 @@ func (c *httpConn) Close() error {
 	return c.Conn.Close()
 }
 
-// admit counts nc. At the cap it takes the slot of the connection that
-// has waited longest, returned as victim for the caller to close; with
-// none waiting it returns nil (refused).
+// admit counts nc. At the cap it takes the slot of the connection victim
+// picks, returned for the caller to close; with none to pick it returns
+// nil (refused).
 func (l *httpLimiter) admit(nc net.Conn) (c, victim *httpConn) {
 	ip := addrIP(nc.RemoteAddr())
 	l.mu.Lock()
