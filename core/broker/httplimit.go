@@ -44,8 +44,9 @@ import (
 //
 // A connection whose request is in progress can still be stalled by its
 // client: a reply it does not read (a Write blocked), or a body it drips
-// after the handler has answered (the server's discard of the rest is a
-// Read blocked). When no connection is new or idle, the newcomer closes
+// after the handler has answered without reading it (the server's discard
+// of the rest is a Read blocked; after an error reply the gate gives it
+// httpErrorBodyGrace and closes the connection, closeAfterError). When no connection is new or idle, the newcomer closes
 // the one stalled longest, if a Write of it has been blocked for
 // httpStallAfter, or a Read with no handler running (while a handler runs,
 // net/http keeps a Read pending to notice a client going away; that one
@@ -78,6 +79,10 @@ const httpRefusalWrite = 100 * time.Millisecond
 // httpStallAfter is how long a Read or Write of a connection with a
 // request in progress must have been blocked for it to count as stalled.
 const httpStallAfter = time.Second
+
+// httpClock is monoNow an hour on: never 0 (no Read or Write pending) or
+// 1 (closing, stalledSince), and an hour after both from the start.
+func httpClock() int64 { return monoNow() + int64(time.Hour) }
 
 // httpWorkSlots is how many requests other than the probes may be in
 // progress at once with max connections: three quarters of them.
@@ -198,10 +203,13 @@ type httpConn struct {
 	addr *httpAddr
 
 	// readSince and writeSince are when the pending Read and Write began
-	// (monoNow, at least 1), 0 when none is pending; handlers counts the
+	// (httpClock), 0 when none is pending; handlers counts the
 	// handlers running for the connection.
 	readSince, writeSince atomic.Int64
 	handlers              atomic.Int32
+	// closing is set by an error reply that closes the connection
+	// (closeAfterError): once no handler runs it is only finishing.
+	closing atomic.Bool
 
 	// Under lim.mu:
 	seq          uint64    // when it started waiting (new or idle)
@@ -212,22 +220,26 @@ type httpConn struct {
 }
 
 func (c *httpConn) Read(p []byte) (int, error) {
-	c.readSince.Store(max(monoNow(), 1))
+	c.readSince.Store(httpClock())
 	n, err := c.Conn.Read(p)
 	c.readSince.Store(0)
 	return n, err
 }
 
 func (c *httpConn) Write(p []byte) (int, error) {
-	c.writeSince.Store(max(monoNow(), 1))
+	c.writeSince.Store(httpClock())
 	n, err := c.Conn.Write(p)
 	c.writeSince.Store(0)
 	return n, err
 }
 
 // stalledSince is when c's client stalled (a Write blocked, or a Read
-// blocked with no handler running), 0 if it has not.
+// blocked with no handler running), 0 if it has not; 1 (long ago) for a
+// connection closing after an error reply whose handler has returned.
 func (c *httpConn) stalledSince() int64 {
+	if c.closing.Load() && c.handlers.Load() == 0 {
+		return 1
+	}
 	w := c.writeSince.Load()
 	if r := c.readSince.Load(); r != 0 && c.handlers.Load() == 0 && (w == 0 || r < w) {
 		return r
@@ -275,8 +287,9 @@ func (l *httpLimiter) admit(nc net.Conn) (c, victim *httpConn) {
 // victim picks the connection to close for a newcomer: of the addresses
 // with a connection waiting, the one with the most connections open (on a
 // tie, the one whose connection waited longest), and its connection that
-// has waited longest. With none waiting, the connection stalled longest
-// (httpStallAfter). nil when every connection is active and none stalled.
+// has waited longest. With none waiting, a connection closing after an
+// error reply, else the one stalled longest (httpStallAfter). nil when
+// every connection is active and none stalled.
 func (l *httpLimiter) victim() *httpConn {
 	var best *httpAddr
 	for _, a := range l.addrs {
@@ -293,7 +306,7 @@ func (l *httpLimiter) victim() *httpConn {
 	}
 	var stalled *httpConn
 	var since int64
-	limit := monoNow() - int64(httpStallAfter)
+	limit := httpClock() - int64(httpStallAfter)
 	for _, a := range l.addrs {
 		for c := a.all.head; c != nil; c = c.anext {
 			if s := c.stalledSince(); s != 0 && s <= limit && (stalled == nil || s < since) {
@@ -462,7 +475,7 @@ func (l *httpLimiter) gate(h http.Handler, timeout time.Duration) http.Handler {
 		if !l.takeWork(ip) {
 			l.busy.Add(1)
 			w.Header().Set("Retry-After", "1")
-			w.Header().Set("Connection", "close")
+			closeAfterError(w, r, r.ContentLength != 0)
 			writeError(w, http.StatusServiceUnavailable, "busy: too many HTTP requests in progress ("+
 				strconv.Itoa(cap(l.work))+" at most, "+strconv.Itoa(l.workAddr)+" per address: three quarters of http_max_connections); retry later")
 			return
@@ -470,9 +483,61 @@ func (l *httpLimiter) gate(h http.Handler, timeout time.Duration) http.Handler {
 		defer l.doneWork(ip)
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
+		if r.ContentLength != 0 {
+			w = &closeOnError{ResponseWriter: w, r: r}
+		}
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+// closeOnError ends the connection after an error reply to a request
+// with a body (closeAfterError).
+type closeOnError struct {
+	http.ResponseWriter
+	r     *http.Request
+	wrote bool
+}
+
+func (w *closeOnError) WriteHeader(code int) {
+	if !w.wrote {
+		w.wrote = true
+		if code >= 400 {
+			closeAfterError(w.ResponseWriter, w.r, true)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closeOnError) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// httpErrorBodyGrace is how long the rest of a body is waited for after
+// an error reply (closeAfterError).
+const httpErrorBodyGrace = 250 * time.Millisecond
+
+// closeAfterError marks an error reply Connection: close and, for a
+// request with a body, gives the rest of the body httpErrorBodyGrace: the
+// handler (401 without credentials, say) may not have read it, and after
+// the reply net/http reads up to 256 KiB of it, for as long as the client
+// takes to send it (up to the 30 s read timeout), before it closes. Once
+// its handler has returned, the connection is the first a newcomer may
+// close at the cap after the waiting ones.
+func closeAfterError(w http.ResponseWriter, r *http.Request, body bool) {
+	w.Header().Set("Connection", "close")
+	if c, ok := r.Context().Value(httpConnKey{}).(*httpConn); ok {
+		c.closing.Store(true)
+	}
+	if body {
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(httpErrorBodyGrace))
+	}
+}
+
+// Unwrap gives http.ResponseController the server's writer.
+func (w *closeOnError) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // takeWork takes a work slot for a request from ip, if one is free and ip
 // holds fewer than workAddr.

@@ -267,7 +267,7 @@ func TestHTTPLimiterStalled(t *testing.T) {
 		l.connState(c, http.StateActive)
 		cs = append(cs, c)
 	}
-	now := monoNow()
+	now := httpClock()
 	long := now - int64(3*httpStallAfter)
 	cs[0].readSince.Store(long) // a handler runs: net/http's background read
 	cs[0].handlers.Add(1)
@@ -287,14 +287,32 @@ func TestHTTPLimiterStalled(t *testing.T) {
 	require.Nil(t, victim)
 	cs[0].handlers.Add(-1) // the handler returned; the read is the client's
 	require.Same(t, cs[0].Conn, active())
+
+	// A connection closing after an error reply goes first once its
+	// handler has returned, before any stall.
+	l = newHTTPLimiter(3)
+	cs = cs[:0]
+	for range 3 {
+		c, _ := admitted(t, l, "10.0.0.1")
+		l.connState(c, http.StateActive)
+		cs = append(cs, c)
+	}
+	cs[0].writeSince.Store(long)
+	cs[1].closing.Store(true)
+	cs[1].handlers.Add(1)
+	cs[2].closing.Store(true)
+	require.Same(t, cs[2].Conn, active())
+	require.Same(t, cs[0].Conn, active(), "cs[1]'s handler still runs")
+	cs[1].handlers.Add(-1)
+	require.Same(t, cs[1].Conn, active())
 }
 
 // TestHTTPStalledBody runs a real server behind the limiter: 16
-// connections whose requests the handler answers 401 without reading
-// their bodies (as without credentials) hold every slot while net/http
-// reads the rest of the body before it sends the reply, and the body never
-// comes; after httpStallAfter a newcomer's /healthz is answered in their
-// place.
+// connections whose requests the handler answers 204 without reading
+// their bodies hold every slot while net/http reads the rest of the body
+// before it sends the reply, and the body never comes; after
+// httpStallAfter a newcomer's /healthz is answered in their place. An
+// error reply to such a request closes the connection at once.
 func TestHTTPStalledBody(t *testing.T) {
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -305,7 +323,11 @@ func TestHTTPStalledBody(t *testing.T) {
 				w.Write([]byte("ok"))
 				return
 			}
-			w.WriteHeader(401) // the body is left unread
+			if r.URL.Path == "/denied" {
+				w.WriteHeader(401) // as without credentials
+				return
+			}
+			w.WriteHeader(204) // the body is left unread
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
@@ -319,6 +341,18 @@ func TestHTTPStalledBody(t *testing.T) {
 			c.Close()
 		}
 	}()
+	denied, err := net.DialTimeout("tcp", raw.Addr().String(), 5*time.Second)
+	require.NoError(t, err)
+	defer denied.Close()
+	denied.SetDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.WriteString(denied, "POST /denied HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(denied), nil)
+	require.NoError(t, err, "the 401 comes without the rest of the body")
+	require.Equal(t, 401, resp.StatusCode)
+	require.True(t, resp.Close, "Connection: close")
+	require.Eventually(t, func() bool { return lim.conns.Load() == 0 }, 10*time.Second, 10*time.Millisecond)
+
 	for range 16 {
 		c, err := net.DialTimeout("tcp", raw.Addr().String(), 5*time.Second)
 		require.NoError(t, err)
@@ -345,7 +379,7 @@ func TestHTTPStalledBody(t *testing.T) {
 	require.Eventually(t, func() bool { return stalled() == 16 }, 10*time.Second, 10*time.Millisecond)
 	time.Sleep(httpStallAfter + 200*time.Millisecond)
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := hc.Get("http://" + raw.Addr().String() + "/healthz")
+	resp, err = hc.Get("http://" + raw.Addr().String() + "/healthz")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)

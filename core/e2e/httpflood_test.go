@@ -324,3 +324,53 @@ func TestHTTPFloodTLSBareConnects(t *testing.T) {
 	require.GreaterOrEqual(t, scrapeValue(t, scrape, "metaq_http_evicted_total"), 3000.0-512, "the bare connects filled the cap")
 	require.LessOrEqual(t, scrapeValue(t, scrape, "metaq_http_connections"), 512.0)
 }
+
+// TestHTTPFloodSlowBodies: 1,000 connections each send a POST header
+// without credentials that announces a 100,000-byte body, send one byte
+// of it and hold the connection: the 401 comes at once and the connection
+// is closed a moment later instead of waiting for the rest of the body
+// for the 30 s read timeout. The same checks answer.
+func TestHTTPFloodSlowBodies(t *testing.T) {
+	raiseNoFile(t, 1200)
+	fb := startFloodBroker(t, false)
+	held := &heldConns{}
+	defer held.closeAll()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	next := make(chan struct{}, 1000)
+	for range 1000 {
+		next <- struct{}{}
+	}
+	close(next)
+	for range 32 {
+		wg.Go(func() {
+			for range next {
+				c, err := net.DialTimeout("tcp", fb.http, 10*time.Second)
+				if err == nil {
+					held.add(c)
+					c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+					_, err = io.WriteString(c, "POST /api/v1/topics HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	fb.check(t, "1000 slow bodies held")
+	// Each was answered (401, or 503 busy) and closed, or closed for a
+	// newcomer: none holds a slot for long.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		scrape := fb.check(t, "1000 slow bodies held, later")
+		n := scrapeValue(t, scrape, "metaq_http_connections")
+		if n <= 10 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%v HTTP connections still open", n)
+	}
+}
