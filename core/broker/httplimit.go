@@ -515,6 +515,9 @@ func (w *closeOnError) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
+// Unwrap gives http.ResponseController the server's writer.
+func (w *closeOnError) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // httpErrorBodyGrace is how long the rest of a body is waited for after
 // an error reply (closeAfterError).
 const httpErrorBodyGrace = 250 * time.Millisecond
@@ -535,9 +538,6 @@ func closeAfterError(w http.ResponseWriter, r *http.Request, body bool) {
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(httpErrorBodyGrace))
 	}
 }
-
-// Unwrap gives http.ResponseController the server's writer.
-func (w *closeOnError) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // takeWork takes a work slot for a request from ip, if one is free and ip
 // holds fewer than workAddr.
