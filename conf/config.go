@@ -174,6 +174,18 @@ type Config struct {
 	// 421, which defeats DNS rebinding. "*" allows every name. Default
 	// none.
 	HTTPAllowedHosts []string `toml:"http_allowed_hosts"`
+	// HTTPMaxConnections bounds the HTTP connections open at once
+	// (16..65536). At the cap a new connection closes the idle or not yet
+	// speaking one that waited longest (from the address holding the
+	// most); only when every connection has a request in progress is it
+	// refused with 503. Default 512. See conf/http.go.
+	HTTPMaxConnections int `toml:"http_max_connections"`
+	// HTTPReadHeaderTimeout is how long, in milliseconds, a request's
+	// header (and a TLS handshake) may take (100..60000). Default 5000.
+	HTTPReadHeaderTimeout int `toml:"http_read_header_timeout"`
+	// HTTPIdleTimeout is how long, in milliseconds, a keep-alive HTTP
+	// connection may wait for its next request (100..300000). Default 30000.
+	HTTPIdleTimeout int `toml:"http_idle_timeout"`
 
 	// DiskMaxUsedRatio is the disk watermark (RocketMQ's
 	// diskMaxUsedSpaceRatio), a fraction in (0, 1]: once the file system
@@ -413,6 +425,10 @@ func Default() *Config {
 	c.Replication = ReplicationAsync
 	c.SyncTimeout = DefaultSyncTimeout
 	c.LogFormat = "text"
+	// The HTTP listener's limits (conf/http.go).
+	c.HTTPMaxConnections = DefaultHTTPMaxConnections
+	c.HTTPReadHeaderTimeout = DefaultHTTPReadHeaderTimeout
+	c.HTTPIdleTimeout = DefaultHTTPIdleTimeout
 	return c
 }
 

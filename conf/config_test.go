@@ -242,6 +242,14 @@ func TestValidationErrors(t *testing.T) {
 		{"topic policy", oneTopic + "delete_policy = \"keep\"\n", "topic[0].delete_policy", `invalid delete policy "keep"`, 3},
 		{"topic bool", oneTopic + "accept_publish = 0\n", "topic[0].accept_publish", "must be a boolean", 3},
 		{"topic int overflow", oneTopic + "num_partitions = 9223372036854775807\n", "topic[0].num_partitions", "must be between 1 and 1024", 3},
+		// The HTTP listener's limits (conf/http.go).
+		{"http max connections low", "http_max_connections = 15\n" + oneTopic, "http_max_connections", "must be between 16 and 65536, got 15", 1},
+		{"http max connections high", "http_max_connections = 65537\n" + oneTopic, "http_max_connections", "must be between 16 and 65536, got 65537", 1},
+		{"http read header timeout zero", "http_read_header_timeout = 0\n" + oneTopic, "http_read_header_timeout", "must be between 100 and 60000, got 0", 1},
+		{"http read header timeout high", "http_read_header_timeout = 60001\n" + oneTopic, "http_read_header_timeout", "must be between 100 and 60000, got 60001", 1},
+		{"http idle timeout zero", "http_idle_timeout = 0\n" + oneTopic, "http_idle_timeout", "must be between 100 and 300000, got 0", 1},
+		{"http idle timeout high", "http_idle_timeout = 300001\n" + oneTopic, "http_idle_timeout", "must be between 100 and 300000, got 300001", 1},
+		{"http idle timeout type", "http_idle_timeout = \"30s\"\n" + oneTopic, "http_idle_timeout", `must be an integer, got string "30s"`, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -471,6 +479,21 @@ func TestZooKeeperTable(t *testing.T) {
 
 // TestReplicationLinkKeys: the replication link's credentials and CA
 // parse, and stats config redacts the password.
+// TestHTTPLimitKeys checks the HTTP listener's limits: their defaults,
+// and values set in the file.
+func TestHTTPLimitKeys(t *testing.T) {
+	c, err := Parse([]byte(oneTopic), "x.toml")
+	require.NoError(t, err)
+	require.Equal(t, 512, c.HTTPMaxConnections)
+	require.Equal(t, 5000, c.HTTPReadHeaderTimeout)
+	require.Equal(t, 30000, c.HTTPIdleTimeout)
+	c, err = Parse([]byte("http_max_connections = 16\nhttp_read_header_timeout = 100\nhttp_idle_timeout = 300000\n"+oneTopic), "x.toml")
+	require.NoError(t, err)
+	require.Equal(t, 16, c.HTTPMaxConnections)
+	require.Equal(t, 100, c.HTTPReadHeaderTimeout)
+	require.Equal(t, 300000, c.HTTPIdleTimeout)
+}
+
 func TestReplicationLinkKeys(t *testing.T) {
 	c, err := Parse([]byte("replication_user = \"repl\"\nreplication_password = \"s3cret\"\nreplication_tls_ca_file = \"/etc/ca.pem\"\n"+oneTopic), "x.toml")
 	require.NoError(t, err)

@@ -20,6 +20,17 @@ const DefaultHTTPPort = 8120
 // listener on one too).
 const HTTPPortDefault = -1
 
+// Defaults and bounds of the HTTP listener's limits (docs/http.md).
+const (
+	DefaultHTTPMaxConnections    = 512
+	DefaultHTTPReadHeaderTimeout = 5000  // ms
+	DefaultHTTPIdleTimeout       = 30000 // ms
+	MinHTTPMaxConnections        = 16
+	MaxHTTPMaxConnections        = 65536
+	maxHTTPReadHeaderTimeout     = 60000  // ms (1 min)
+	maxHTTPIdleTimeout           = 300000 // ms (5 min)
+)
+
 // HTTPAddr returns the HTTP listener's address (docs/http.md) and whether
 // it is on: http_port = 0 turns it off.
 func (c *Config) HTTPAddr() (string, bool) {
@@ -46,6 +57,9 @@ func (c *Config) defaultHTTPPort() int {
 }
 
 func (k *checker) http(c *Config) {
+	k.intRange("http_max_connections", int64(c.HTTPMaxConnections), MinHTTPMaxConnections, MaxHTTPMaxConnections)
+	k.intRange("http_read_header_timeout", int64(c.HTTPReadHeaderTimeout), 100, maxHTTPReadHeaderTimeout)
+	k.intRange("http_idle_timeout", int64(c.HTTPIdleTimeout), 100, maxHTTPIdleTimeout)
 	if !k.intRange("http_port", int64(c.HTTPPort), HTTPPortDefault, 65535) {
 		return
 	}

@@ -16,9 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/netutil"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/security"
@@ -35,24 +34,23 @@ import (
 // certificate whose CN names a user, and every change (any method but
 // GET and HEAD) an admin user.
 
-// HTTP limits: a request's header must arrive within httpHeaderTimeout
-// and the whole request within httpReadTimeout; bodies are at most
-// httpMaxBody bytes.
+// HTTP limits: a request's header must arrive within
+// http_read_header_timeout (a TLS handshake too: net/http gives it the
+// shortest of the read-header, read and write timeouts), the whole request
+// within httpReadTimeout, and its reply be written within httpWriteTimeout,
+// which also ends the context of every request but the probes; a
+// keep-alive connection waits http_idle_timeout for its next request.
+// Bodies are at most httpMaxBody bytes. http_max_connections bounds the
+// connections (httplimit.go).
 const (
-	httpHeaderTimeout = 5 * time.Second
-	httpReadTimeout   = 30 * time.Second
-	httpWriteTimeout  = 60 * time.Second
-	httpIdleTimeout   = 120 * time.Second
-	httpMaxHeader     = 16 << 10
-	httpMaxBody       = 1 << 20
+	httpReadTimeout  = 30 * time.Second
+	httpWriteTimeout = 60 * time.Second
+	httpMaxHeader    = 16 << 10
+	httpMaxBody      = 1 << 20
 	// httpShutdownTimeout bounds Close's wait for HTTP requests in flight.
 	httpShutdownTimeout = 5 * time.Second
 	// maxAuthCache bounds the cache of verified basic-auth credentials.
 	maxAuthCache = 1024
-	// httpMaxConns bounds the HTTP connections served at once; more wait
-	// in the listen backlog. It keeps HTTP clients from taking the file
-	// descriptors and memory the wire protocol's clients need.
-	httpMaxConns = 256
 )
 
 // webState is the broker's HTTP side.
@@ -60,6 +58,9 @@ type webState struct {
 	mu  sync.Mutex
 	srv *http.Server
 	ln  net.Listener
+	// limit is the listener's connection cap and request limit
+	// (httplimit.go), set by ServeHTTP.
+	limit atomic.Pointer[httpLimiter]
 
 	// authCache maps sha256(user NUL password) of credentials that
 	// passed bcrypt to their user, so that a scrape every second does
@@ -99,7 +100,9 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 	if b.closed.Load() {
 		return errBrokerClosed
 	}
-	ln = netutil.LimitListener(ln, httpMaxConns)
+	cfg := b.config()
+	lim := newHTTPLimiter(cfg.HTTPMaxConnections)
+	ln = &httpListener{Listener: ln, lim: lim, tls: b.tls != nil}
 	scheme := "http"
 	if b.tls != nil {
 		ln = tls.NewListener(ln, b.tls.listenerConfig())
@@ -107,15 +110,17 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 	}
 	srv := &http.Server{
 		Handler:           b.newMux(),
-		ReadHeaderTimeout: httpHeaderTimeout,
+		ReadHeaderTimeout: httpMillis(cfg.HTTPReadHeaderTimeout, conf.DefaultHTTPReadHeaderTimeout),
 		ReadTimeout:       httpReadTimeout,
 		WriteTimeout:      httpWriteTimeout,
-		IdleTimeout:       httpIdleTimeout,
+		IdleTimeout:       httpMillis(cfg.HTTPIdleTimeout, conf.DefaultHTTPIdleTimeout),
 		MaxHeaderBytes:    httpMaxHeader,
 		ErrorLog:          nil,
 	}
 	srv.ErrorLog = slog.NewLogLogger(b.log.With("component", "http").Handler(), slog.LevelWarn)
 	w.srv, w.ln = srv, ln
+	lim.hook(srv, httpWriteTimeout) // httplimit.go: ConnState, ConnContext, the request gate
+	w.limit.Store(lim)
 	b.wg.Add(1)
 	go b.sampleLoop() // dashsample.go
 	b.wg.Add(1)

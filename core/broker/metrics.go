@@ -218,6 +218,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(dReady, ready)
 	b.collectReplication(gauge, counter) // replobs.go
+	b.collectHTTP(ch)                    // httplimit.go
 
 	topics := b.topicList()
 	gauge(dTopics, float64(len(topics)))

@@ -241,6 +241,7 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("cmd_commit", b.offsets.commits.Load())
 	kv("cmd_fetch", b.offsets.fetches.Load())
 	kv("commit_failed", b.offsets.commitFailed.Load())
+	b.httpStatsLines(kv) // httplimit.go
 	kv("total_messages", total)
 	kv("topics", len(topics))
 	kv("config_checksum", b.configChecksum())

@@ -19,7 +19,7 @@ import (
 	"github.com/metaq-go/metaq/internal/testsvc"
 )
 
-var httpsLine = regexp.MustCompile(`serving HTTP on https://(\S+) `)
+var httpsGuardLine = regexp.MustCompile(`serving HTTP on https://(\S+) `)
 
 // TestServerCSRFCurl runs issue 22's reproducer with curl against the real
 // metaq-server with [auth] and [tls]: a text/plain body that parses as
@@ -82,7 +82,7 @@ name = "orders"
 			t.Logf("metaq-server log:\n%s", p.Logs.Tail(8<<10))
 		}
 	})
-	m := httpsLine.FindStringSubmatch(p.Logs.String())
+	m := httpsGuardLine.FindStringSubmatch(p.Logs.String())
 	require.NotNil(t, m, "no HTTPS line in:\n%s", p.Logs.String())
 	base := "https://" + m[1]
 	run := func(args ...string) (string, string) {
