@@ -21,6 +21,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/security"
 )
 
 // The HTTP listener (http_port, docs/http.md): /metrics, /healthz,
@@ -203,9 +204,11 @@ func (b *Broker) needUser(h http.HandlerFunc, admin bool) http.Handler {
 		}
 		r = r.WithContext(context.WithValue(r.Context(), userKey{}, u))
 		change := r.Method != http.MethodGet && r.Method != http.MethodHead
-		if (admin || change) && !u.Admin {
-			deny(r, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+r.Method+" "+r.URL.Path+" (admin only)")
-			return
+		if admin || change {
+			if err := security.Authorize(true, u, security.Admin, r.Method+" "+r.URL.Path); err != nil {
+				deny(r, http.StatusForbidden, err.Error())
+				return
+			}
 		}
 		h(w, r)
 	})
