@@ -195,12 +195,14 @@ func statsItemText(item string) string {
 }
 
 // adminStats reports whether a stats item needs admin: it reveals the
-// configuration (config, plugins, disks: the data directories), changes
+// configuration (config; plugins: their processes and errors), changes
 // state, lists other users' transactions or belongs to replication and
-// failover (bound to a sync master's replication_user, which is an admin).
+// failover (bound to a sync master's replication_user, which is an
+// admin). `stats disks` is the broker's health, as /metrics shows it to
+// every user.
 func adminStats(item string) bool {
 	switch item {
-	case "config", "reset", "transactions", "plugins", "disks", switchoverItem:
+	case "config", "reset", "transactions", "plugins", switchoverItem:
 		return true
 	}
 	// Binding a sync link to an epoch (failover.go) is a sync master's,
@@ -212,7 +214,7 @@ func adminStats(item string) bool {
 // a topic name: the summary and the lists, filtered per user.
 func listStats(item string) bool {
 	switch item {
-	case "", "topics", "offsets", "partitions", "realtime", "groups", "members", "help":
+	case "", "topics", "offsets", "partitions", "realtime", "groups", "members", "disks", "help":
 		return true
 	}
 	return false

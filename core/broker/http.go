@@ -165,7 +165,7 @@ func (b *Broker) newMux() http.Handler {
 
 	open("GET /healthz", b.handleHealthz)
 	open("GET /readyz", b.handleReadyz)
-	mux.Handle("GET /metrics", b.needUser(b.metrics.handler().ServeHTTP, false))
+	mux.Handle("GET /metrics", b.needUser(b.handleMetrics, false))
 	b.adminRoutes(user, admin)     // admin_http.go
 	b.dashRoutes(mux, user, admin) // dashboard.go
 	// Go's profiler, for admins: go tool pprof http://host:8120/debug/pprof/profile?seconds=10
