@@ -325,7 +325,8 @@ func (b *Broker) uiTopic(w http.ResponseWriter, r *http.Request) {
 		flash = "Topic " + t.name + " now has " + strconv.Itoa(len(t.parts)) + " partitions (was " + s + "). Warning: " + KeyedOrderingWarning + "."
 	}
 	b.render(w, r, http.StatusOK, "topic", "Topic "+t.name, "topics", map[string]any{"Topic": b.topicJSON(t, true), "Rate": rt, "HasRate": ok,
-		"Warning": KeyedOrderingWarning, "MaxPartitions": conf.MaxPartitions}, flash)
+		"Warning": KeyedOrderingWarning, "MaxPartitions": conf.MaxPartitions,
+		"Browse": b.httpViewer(r).authorize(security.Subscribe, t.name) == nil}, flash) // browse links only for a subscriber
 }
 
 // uiAlterPartitions gives a topic more partitions (b.AddPartitions, as

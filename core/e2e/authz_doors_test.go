@@ -546,6 +546,13 @@ func TestAuthzDoors(t *testing.T) {
 	require.Equal(t, `user "alice" may not subscribe to topic "secret"`, string(r.Body))
 	require.NotContains(t, string(r.Body), "messages")
 
+	// The topic page links to the messages only for a subscriber.
+	for u, want := range map[string]bool{"root": true, "alice": true, "bob": false} {
+		code, body := s.get(t, u, "/ui/topics/orders")
+		require.Equal(t, 200, code, body)
+		require.Equal(t, want, strings.Contains(body, `/ui/topics/orders/messages?partition=0`), "browse link for %s", u)
+	}
+
 	// bob publishes through the doors he has: a producer learns the
 	// partitions from stats topics.
 	bc := s.conn(t, "tls", "bob")
