@@ -9,7 +9,8 @@
 // The rights themselves are the [[auth.user]] tables of server.toml
 // (conf.User: publish, subscribe, groups, admin). The package is meant to
 // grow into the owner of users, ACLs and TLS material (issue 24); for now
-// it decides, and the broker authenticates and applies the verdict:
+// it decides (authz.go) and limits failed logins (loginlimit.go), and the
+// broker authenticates and applies the verdict. The actions:
 //
 //   - Publish, Subscribe and UseGroup are the ACL lists as they are.
 //   - Describe is a topic's metadata (existence, partitions, offsets,
