@@ -10,6 +10,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // TestAuthzStatsLists: over the protocol port a user's stats lists name
@@ -124,4 +125,51 @@ func TestFilterMetrics(t *testing.T) {
 		show(filterMetrics(mfs(), viewer{on: true, u: nosub})))
 	require.Len(t, show(filterMetrics(mfs(), viewer{})), 7, "auth off: everything")
 	require.Len(t, show(filterMetrics(mfs(), viewer{on: true, u: &conf.User{Name: "root", Admin: true}})), 7)
+}
+
+// TestAuthzAdminLikeAuthOff: the stats lists an admin gets with auth on
+// are byte for byte those of a broker with auth off holding the same data,
+// and a user's lines are a subset of them.
+func TestAuthzAdminLikeAuthOff(t *testing.T) {
+	setup := func(b *Broker, c *authClient) {
+		for _, topic := range []string{"orders", "secret"} {
+			code, body := c.put(topic)
+			require.Equal(t, 200, code, body)
+		}
+		for _, gt := range [][2]string{{"billing-1", "orders"}, {"billing-1", "secret"}, {"other", "orders"}} {
+			code, body := c.call(func(d []byte, op int32) []byte { return protocol.AppendJoin(d, gt[0], gt[1], "m1", "default", op) })
+			require.Equal(t, 200, code, body)
+		}
+	}
+	off := startBrokerWith(t, func(c *conf.Config) {
+		c.Host = "127.0.0.1"
+		c.NumPartitions = 1
+		c.Topics = []conf.Topic{{Name: "orders"}, {Name: "secret"}}
+	})
+	oc := dialAuth(t, off.Addr(), nil)
+	setup(off, oc)
+	on := secureBroker(t, testsvc.NewCerts(t), &syncLog{}, 10)
+	root := dialAuth(t, on.Addr(), nil)
+	code, body := root.login("root", "root-pw")
+	require.Equal(t, 200, code, body)
+	setup(on, root)
+	alice := dialAuth(t, on.Addr(), nil)
+	code, body = alice.login("alice", "alice-pw")
+	require.Equal(t, 200, code, body)
+	for _, item := range []string{"topics", "offsets", "partitions", "groups", "members"} {
+		code, want := oc.stats(item)
+		require.Equal(t, 200, code, want)
+		code, got := root.stats(item)
+		require.Equal(t, 200, code, got)
+		require.Equal(t, want, got, "stats %s", item)
+		code, mine := alice.stats(item)
+		require.Equal(t, 200, code, mine)
+		lines := strings.Split(got, "\r\n")
+		for _, l := range strings.Split(mine, "\r\n") {
+			require.Contains(t, lines, l, "stats %s as alice", item)
+		}
+		require.Contains(t, mine, "orders", "stats %s as alice", item)
+		require.NotContains(t, mine, "secret", "stats %s as alice", item)
+		require.NotContains(t, mine, "other ", "stats %s as alice", item)
+	}
 }
