@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -38,7 +39,7 @@ func (b *Broker) adminRoutes(user, admin func(pattern string, h http.HandlerFunc
 	admin("POST /api/v1/groups/{group}/skip", b.apiSkip)
 	user("GET /api/v1/stats", b.apiStats)
 	user("GET /api/v1/cluster", b.apiCluster)
-	user("GET /api/v1/plugins", b.apiPlugins)
+	admin("GET /api/v1/plugins", b.apiPlugins) // plugin names, pids and errors are configuration (security.Admin)
 }
 
 // topicJSON is a topic in the API.
@@ -98,7 +99,7 @@ func (b *Broker) topicJSON(t *topic, parts bool) topicJSON {
 
 func (b *Broker) apiTopics(w http.ResponseWriter, r *http.Request) {
 	out := []topicJSON{}
-	for _, t := range b.topicList() {
+	for _, t := range b.visibleTopics(b.httpViewer(r)) {
 		out = append(out, b.topicJSON(t, false))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"topics": out})
@@ -115,8 +116,19 @@ func (b *Broker) openTopicNamed(w http.ResponseWriter, name string) *topic {
 	return t
 }
 
+// authzError answers security.Authorize's refusal: 403 with its text (a
+// missing user cannot get here: needUser answered 401).
+func authzError(w http.ResponseWriter, err error) {
+	writeError(w, http.StatusForbidden, err.Error())
+}
+
 func (b *Broker) apiTopic(w http.ResponseWriter, r *http.Request) {
-	if t := b.openTopicNamed(w, r.PathValue("name")); t != nil {
+	name := r.PathValue("name")
+	if err := b.httpViewer(r).authorize(security.Describe, name); err != nil {
+		authzError(w, err)
+		return
+	}
+	if t := b.openTopicNamed(w, name); t != nil {
 		b.countOut() // messages_out (msgsout.go)
 		writeJSON(w, http.StatusOK, b.topicJSON(t, true))
 	}
@@ -278,10 +290,14 @@ const (
 // through this broker (now or before a restart), those whose offsets or
 // owners are in ZooKeeper, and those it coordinates, sorted by group and
 // topic.
-func (b *Broker) groupList() []*groupEntry {
+func (b *Broker) groupList() []*groupEntry { return b.groupListFor(viewer{}) }
+
+// groupListFor is groupList with the groups and topics v may see: the
+// group's right and subscribe on the topic (authz.go).
+func (b *Broker) groupListFor(v viewer) []*groupEntry {
 	m := map[groupTopic]*groupEntry{}
 	for k, src := range b.committed.sources() {
-		if !b.topicOpen(k.topic) { // restored for a topic deleted since
+		if !b.topicOpen(k.topic) || !v.groupTopic(k.group, k.topic) { // restored for a topic deleted since; not the viewer's
 			continue
 		}
 		e := &groupEntry{Group: k.group, Topic: k.topic, Committed: src.Here, InZooKeeper: src.ZooKeeper, LagKnown: src.Here || src.ZooKeeper}
@@ -300,7 +316,7 @@ func (b *Broker) groupList() []*groupEntry {
 		g.mu.Lock()
 		n, dead := len(g.members), g.dead
 		g.mu.Unlock()
-		if dead {
+		if dead || !v.groupTopic(k.group, k.topic) {
 			continue
 		}
 		e := m[groupTopic{k.group, k.topic}]
@@ -324,16 +340,28 @@ func (b *Broker) groupList() []*groupEntry {
 }
 
 func (b *Broker) apiGroups(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"groups": b.groupList()})
+	writeJSON(w, http.StatusOK, map[string]any{"groups": b.groupListFor(b.httpViewer(r))})
 }
 
-// groupTopics returns the topics to describe for group: ?topic= or those
-// the group committed here or is coordinated here for.
-func (b *Broker) groupTopics(r *http.Request, group string) []string {
+// groupTopics returns the topics to describe for group: ?topic= (which
+// needs subscribe on it: err is security.Authorize's refusal) or those
+// the group committed here or is coordinated here for that the viewer
+// may subscribe to.
+func (b *Broker) groupTopics(r *http.Request, group string) ([]string, error) {
+	v := b.httpViewer(r)
 	if t := r.URL.Query().Get("topic"); t != "" {
-		return []string{t}
+		if err := v.authorize(security.Subscribe, t); err != nil {
+			return nil, err
+		}
+		return []string{t}, nil
 	}
-	return b.knownGroupTopics(group)
+	var out []string
+	for _, t := range b.knownGroupTopics(group) {
+		if v.authorize(security.Subscribe, t) == nil {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // knownGroupTopics are the topics group committed here or is coordinated
@@ -373,8 +401,8 @@ func (b *Broker) checkGroup(w http.ResponseWriter, r *http.Request, group string
 		writeError(w, http.StatusBadRequest, "group "+quoteName(group)+": "+err.Error())
 		return false
 	}
-	if u := requestUser(r); u != nil && !u.Admin && !u.CanUseGroup(group) {
-		writeError(w, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not use group "+quoteName(group))
+	if err := b.httpViewer(r).authorize(security.UseGroup, group); err != nil {
+		authzError(w, err)
 		return false
 	}
 	return true
@@ -457,9 +485,14 @@ func (b *Broker) apiGroup(w http.ResponseWriter, r *http.Request) {
 	if !b.checkGroup(w, r, group) {
 		return
 	}
+	topics, err := b.groupTopics(r, group)
+	if err != nil {
+		authzError(w, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
 	defer cancel()
-	out, err := b.describeGroup(ctx, group, b.groupTopics(r, group))
+	out, err := b.describeGroup(ctx, group, topics)
 	switch {
 	case errors.Is(err, errNoTopic):
 		writeError(w, http.StatusNotFound, "no such topic: "+strings.TrimPrefix(err.Error(), errNoTopic.Error()+": "))
@@ -685,9 +718,11 @@ func (b *Broker) resetOffsets(w http.ResponseWriter, r *http.Request, req resetR
 	writeJSON(w, http.StatusOK, map[string]any{"group": group, "topic": plan.topic.name, "dry_run": req.DryRun, "changes": plan.changes, "note": resetNote})
 }
 
+// apiStats is the broker summary; topics and total_messages count the
+// topics the user may see.
 func (b *Broker) apiStats(w http.ResponseWriter, r *http.Request) {
 	var msgs int64
-	topics := b.topicList()
+	topics := b.visibleTopics(b.httpViewer(r))
 	for _, t := range topics {
 		for _, l := range t.parts {
 			msgs += l.MessageCount()

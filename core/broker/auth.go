@@ -2,6 +2,7 @@ package broker
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -91,7 +92,9 @@ func (a *connAuth) current(cfg *conf.Config) *conf.User {
 }
 
 // authorize is called before every request is dispatched. It reports
-// whether the request may run; if not, it has replied 401 or 403.
+// whether the request may run; if not, it has replied 401 or 403. The
+// verdict is security.Authorize's, as on every other door (HTTP API,
+// dashboard): requestChecks lists what the request needs.
 func (c *conn) authorize(r *protocol.Request) bool {
 	cfg := c.b.config()
 	a := &cfg.Auth
@@ -111,62 +114,114 @@ func (c *conn) authorize(r *protocol.Request) bool {
 		c.reply(protocol.StatusUnauthorized, "authentication required: send auth PLAIN first", r.Opaque)
 		return false
 	}
-	deny := func(what string) bool {
-		c.reply(protocol.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+what, r.Opaque)
-		return false
-	}
-	switch r.Op {
-	case protocol.OpPut, protocol.OpMPut:
-		if !u.CanPublish(string(r.Topic)) {
-			return deny("publish to topic " + protocol.Printable(r.Topic))
-		}
-	case protocol.OpGet, protocol.OpOffset:
-		if !u.CanSubscribe(string(r.Topic)) {
-			return deny("subscribe to topic " + protocol.Printable(r.Topic))
-		}
-	case protocol.OpCommit, protocol.OpFetch:
-		if !u.CanUseGroup(string(r.Group)) {
-			return deny("use group " + protocol.Printable(r.Group))
-		}
-		// A body that does not parse is answered 400 by the handler.
-		lines, _ := protocol.ParseOffsetLines(r.Body, r.Op == protocol.OpCommit)
-		for _, l := range lines {
-			if !u.CanSubscribe(l.Topic) {
-				return deny("subscribe to topic " + protocol.Printable([]byte(l.Topic)))
+	for _, ck := range requestChecks(r) {
+		if err := security.Authorize(true, u, ck.act, ck.name); err != nil {
+			var d *security.Denied
+			if errors.As(err, &d) {
+				d.Note = ck.note
 			}
-		}
-	case protocol.OpJoin, protocol.OpHeartbeat, protocol.OpLeave:
-		if !u.CanUseGroup(string(r.Group)) {
-			return deny("use group " + protocol.Printable(r.Group))
-		}
-		if !u.CanSubscribe(string(r.Topic)) {
-			return deny("subscribe to topic " + protocol.Printable(r.Topic))
-		}
-	case protocol.OpTransaction:
-		if (r.TxType == protocol.TxHeuristicCommit || r.TxType == protocol.TxHeuristicRollback) && !u.Admin {
-			return deny("complete transactions heuristically (admin only)")
-		}
-	case protocol.OpSync:
-		if !u.Admin {
-			return deny("ship syncs (admin only: a sync master's replication_user)")
-		}
-	case protocol.OpStats:
-		if adminStats(string(r.Item)) && !u.Admin {
-			return deny("run stats " + string(r.Item) + " (admin only)")
+			c.reply(protocol.StatusForbidden, err.Error(), r.Opaque)
+			return false
 		}
 	}
 	return true
 }
 
+// check is one right a request needs: act on name (for security.Admin,
+// name is the operation and note is added to the denial).
+type check struct {
+	act  security.Action
+	name string
+	note string
+}
+
+// requestChecks lists the rights r needs, in the order they are checked
+// (the first missing one is the denial). Requests not listed need only an
+// authenticated user; stats items are statsChecks'.
+func requestChecks(r *protocol.Request) []check {
+	switch r.Op {
+	case protocol.OpPut, protocol.OpMPut:
+		return []check{{act: security.Publish, name: string(r.Topic)}}
+	case protocol.OpGet, protocol.OpOffset:
+		return []check{{act: security.Subscribe, name: string(r.Topic)}}
+	case protocol.OpCommit, protocol.OpFetch:
+		cks := []check{{act: security.UseGroup, name: string(r.Group)}}
+		// A body that does not parse is answered 400 by the handler.
+		lines, _ := protocol.ParseOffsetLines(r.Body, r.Op == protocol.OpCommit)
+		for _, l := range lines {
+			cks = append(cks, check{act: security.Subscribe, name: l.Topic})
+		}
+		return cks
+	case protocol.OpJoin, protocol.OpHeartbeat, protocol.OpLeave:
+		return []check{{act: security.UseGroup, name: string(r.Group)}, {act: security.Subscribe, name: string(r.Topic)}}
+	case protocol.OpTransaction:
+		if r.TxType == protocol.TxHeuristicCommit || r.TxType == protocol.TxHeuristicRollback {
+			return []check{{act: security.Admin, name: "complete transactions heuristically"}}
+		}
+	case protocol.OpSync:
+		return []check{{act: security.Admin, name: "ship syncs", note: ": a sync master's replication_user"}}
+	case protocol.OpStats:
+		return statsChecks(string(r.Item))
+	}
+	return nil
+}
+
+// statsChecks lists the rights a stats item needs. Items that show the
+// configuration, change state, list other users' transactions or drive
+// replication are admin only; `stats <topic>` needs the topic described
+// (publish or subscribe) and `stats count:` subscribe (it counts from a
+// consumer's position). The lists (topics, offsets, partitions, groups,
+// members, realtime, the summary) are filtered to the user's rights by
+// their writers (stats.go); help is open.
+func statsChecks(item string) []check {
+	if adminStats(item) {
+		return []check{{act: security.Admin, name: "run stats " + statsItemText(item)}}
+	}
+	if arg, ok := strings.CutPrefix(item, countItem); ok {
+		if name, _, _, err := parseCountItem(arg); err == nil { // malformed: 400 from the handler
+			return []check{{act: security.Subscribe, name: name}}
+		}
+		return nil
+	}
+	if !listStats(item) {
+		return []check{{act: security.Describe, name: item}}
+	}
+	return nil
+}
+
+// statsItemText is item for a denial: fixed items as they are, others
+// (prefixed items carrying client bytes) quoted and cut.
+func statsItemText(item string) string {
+	if len(item) <= 64 && protocol.Printable([]byte(item)) == strconv.Quote(item) {
+		return item
+	}
+	return protocol.Printable([]byte(item))
+}
+
 // adminStats reports whether a stats item needs admin: it reveals the
-// configuration, changes state or lists other users' transactions.
+// configuration (config; plugins: their processes and errors), changes
+// state, lists other users' transactions or belongs to replication and
+// failover (bound to a sync master's replication_user, which is an
+// admin). `stats disks` is the broker's health, as /metrics shows it to
+// every user.
 func adminStats(item string) bool {
 	switch item {
-	case "config", "reset", "transactions", switchoverItem:
+	case "config", "reset", "transactions", "plugins", switchoverItem:
 		return true
 	}
-	// Binding a sync link to an epoch (failover.go) is a sync master's.
-	return strings.HasPrefix(item, syncEpochItem)
+	// Binding a sync link to an epoch (failover.go) is a sync master's,
+	// asking for epoch starts (rejoin.go) a rejoining member's.
+	return strings.HasPrefix(item, syncEpochItem) || strings.HasPrefix(item, epochStartItem)
+}
+
+// listStats reports whether item is one of the stats items that are not
+// a topic name: the summary and the lists, filtered per user.
+func listStats(item string) bool {
+	switch item {
+	case "", "topics", "offsets", "partitions", "realtime", "groups", "members", "disks", "help":
+		return true
+	}
+	return false
 }
 
 // authFromCert authenticates the connection from its verified TLS client

@@ -20,6 +20,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
 )
@@ -81,8 +82,11 @@ func (b *Broker) dashRoutes(mux *http.ServeMux, user, admin func(pattern string,
 	user("GET /ui/topics/{name}/messages", b.uiMessages)
 	user("GET /ui/groups", b.uiGroups)
 	user("GET /ui/groups/{group}", b.uiGroup)
-	user("GET /ui/config", b.uiConfig)
-	user("GET /ui/plugins", b.uiPlugins)
+	// The configuration (every user's ACLs) and the plugins (names, pids,
+	// errors) cannot be checked per topic or group: admin only, as stats
+	// config and stats plugins are on the protocol port.
+	admin("GET /ui/config", b.uiConfig)
+	admin("GET /ui/plugins", b.uiPlugins)
 	admin("POST /ui/topics", b.uiCSRF(b.uiCreateTopic))
 	admin("POST /ui/topics/{name}/delete", b.uiCSRF(b.uiDeleteTopic))
 	admin("POST /ui/topics/{name}/partitions", b.uiCSRF(b.uiAlterPartitions))
@@ -252,7 +256,7 @@ type topicRow struct {
 func (b *Broker) uiTopics(w http.ResponseWriter, r *http.Request) {
 	rates := b.topicRates()
 	var rows []topicRow
-	for _, t := range b.topicList() {
+	for _, t := range b.visibleTopics(b.httpViewer(r)) {
 		rt, ok := rates[t.name]
 		rows = append(rows, topicRow{b.topicJSON(t, false), rt, ok})
 	}
@@ -267,9 +271,14 @@ func (b *Broker) uiTopics(w http.ResponseWriter, r *http.Request) {
 		"MaxPartitions": conf.MaxPartitions, "Default": b.config().NumPartitions}, flash)
 }
 
-// uiTopicNamed returns the open topic of the path or answers 404.
-func (b *Broker) uiTopicNamed(w http.ResponseWriter, r *http.Request) *topic {
+// uiTopicNamed returns the open topic of the path, if the user may do act
+// to it (403 page otherwise, whether or not it exists), or answers 404.
+func (b *Broker) uiTopicNamed(w http.ResponseWriter, r *http.Request, act security.Action) *topic {
 	name := r.PathValue("name")
+	if err := b.httpViewer(r).authorize(act, name); err != nil {
+		b.uiError(w, r, http.StatusForbidden, err.Error())
+		return nil
+	}
 	b.mu.RLock()
 	t := b.topics[name]
 	b.mu.RUnlock()
@@ -279,8 +288,11 @@ func (b *Broker) uiTopicNamed(w http.ResponseWriter, r *http.Request) *topic {
 	return t
 }
 
+// uiTopic is a topic's page: its partitions' offsets, counts and rates,
+// and the link to its messages. Like stats <topic> it needs the topic
+// described (publish or subscribe).
 func (b *Broker) uiTopic(w http.ResponseWriter, r *http.Request) {
-	t := b.uiTopicNamed(w, r)
+	t := b.uiTopicNamed(w, r, security.Describe)
 	if t == nil {
 		return
 	}
@@ -292,7 +304,8 @@ func (b *Broker) uiTopic(w http.ResponseWriter, r *http.Request) {
 		flash = "Topic " + t.name + " now has " + strconv.Itoa(len(t.parts)) + " partitions (was " + s + "). Warning: " + KeyedOrderingWarning + "."
 	}
 	b.render(w, r, http.StatusOK, "topic", "Topic "+t.name, "topics", map[string]any{"Topic": b.topicJSON(t, true), "Rate": rt, "HasRate": ok,
-		"Warning": KeyedOrderingWarning, "MaxPartitions": conf.MaxPartitions}, flash)
+		"Warning": KeyedOrderingWarning, "MaxPartitions": conf.MaxPartitions,
+		"Browse": b.httpViewer(r).authorize(security.Subscribe, t.name) == nil}, flash) // browse links only for a subscriber
 }
 
 // uiAlterPartitions gives a topic more partitions (b.AddPartitions, as
@@ -445,8 +458,10 @@ func (b *Broker) browse(l *store.Log, topic string, part int32, offset int64, n 
 	return out, cur, nil
 }
 
+// uiMessages browses a partition's records: it reads messages, so it
+// needs subscribe, as get does.
 func (b *Broker) uiMessages(w http.ResponseWriter, r *http.Request) {
-	t := b.uiTopicNamed(w, r)
+	t := b.uiTopicNamed(w, r, security.Subscribe)
 	if t == nil {
 		return
 	}
@@ -554,10 +569,7 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 	}
 	var rows []row
 	lags := b.lagsNow()
-	for _, g := range b.groupList() {
-		if u := requestUser(r); u != nil && !u.Admin && !u.CanUseGroup(g.Group) {
-			continue
-		}
+	for _, g := range b.groupListFor(b.httpViewer(r)) { // the user's groups, on topics they may subscribe to
 		x := row{groupEntry: g}
 		x.Lag, x.HasLag = lags[groupTopic{g.Group, g.Topic}]
 		rows = append(rows, x)
@@ -597,8 +609,8 @@ func (b *Broker) uiGroupName(w http.ResponseWriter, r *http.Request) (string, bo
 		b.uiError(w, r, http.StatusBadRequest, "group "+quoteName(group)+": "+err.Error())
 		return "", false
 	}
-	if u := requestUser(r); u != nil && !u.Admin && !u.CanUseGroup(group) {
-		b.uiError(w, r, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not use group "+quoteName(group))
+	if err := b.httpViewer(r).authorize(security.UseGroup, group); err != nil {
+		b.uiError(w, r, http.StatusForbidden, err.Error())
 		return "", false
 	}
 	return group, true
@@ -614,9 +626,10 @@ func (b *Broker) uiGroup(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	topics := b.knownGroupTopics(group)
-	if t := r.URL.Query().Get("topic"); t != "" {
-		topics = []string{t}
+	topics, err := b.groupTopics(r, group) // ?topic= needs subscribe on it; the others are filtered
+	if err != nil {
+		b.uiError(w, r, http.StatusForbidden, err.Error())
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
 	defer cancel()

@@ -399,8 +399,17 @@ func (tb *browserTab) open(t *testing.T, url, sel string) {
 // admin) does each of them, including changing the partition count.
 func TestDashboardBrowserAuth(t *testing.T) {
 	chrome := testsvc.Chromium(t)
+	// alice may publish and subscribe to t here: the dashboard shows a
+	// user only the topics they may use (TestDashboardAuthz).
+	users := slices.Clone(hashedUsers(t))
+	for i := range users {
+		if users[i].Name == "alice" {
+			users[i].Publish = append(slices.Clone(users[i].Publish), "t")
+			users[i].Subscribe = append(slices.Clone(users[i].Subscribe), "t")
+		}
+	}
 	b := startBroker(t, 0, func(c *conf.Config) {
-		c.Auth = conf.Auth{Enabled: true, FailureDelay: 10, Users: hashedUsers(t)}
+		c.Auth = conf.Auth{Enabled: true, FailureDelay: 10, Users: users}
 	})
 	c := dialAuth(t, b.Addr(), nil)
 	code, msg := c.login("root", "root-pw")

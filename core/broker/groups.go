@@ -483,11 +483,15 @@ func (b *Broker) GroupOwners(group, topic string) map[int32]string {
 	return out
 }
 
-// writeGroupStats writes the `stats groups` lines.
-func (b *Broker) writeGroupStats(sb *strings.Builder) {
+// writeGroupStats writes the `stats groups` lines, of the groups and
+// topics v may see.
+func (b *Broker) writeGroupStats(sb *strings.Builder, v viewer) {
 	keys, gr := b.groups.snapshot()
 	sb.WriteString("STATS\r\n")
 	for i, k := range keys {
+		if !v.groupTopic(k.group, k.topic) {
+			continue
+		}
 		g := gr[i]
 		g.mu.Lock()
 		if !g.dead {

@@ -14,12 +14,16 @@ import (
 //
 // with the partitions the member holds (may be fetching: GroupOwners), in
 // numeric order, or `-` when it holds none. Sorted by group, topic, id.
-// Each group is locked in turn, never all at once.
-func (b *Broker) writeMemberStats(sb *strings.Builder) {
+// Each group is locked in turn, never all at once. Only the groups and
+// topics v may see are written.
+func (b *Broker) writeMemberStats(sb *strings.Builder, v viewer) {
 	keys, gr := b.groups.snapshot()
 	type line struct{ group, topic, id, parts string }
 	var lines []line
 	for i, k := range keys {
+		if !v.groupTopic(k.group, k.topic) {
+			continue
+		}
 		g := gr[i]
 		g.mu.Lock()
 		if g.dead {

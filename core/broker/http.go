@@ -170,7 +170,7 @@ func (b *Broker) newMux() http.Handler {
 
 	open("GET /healthz", b.handleHealthz)
 	open("GET /readyz", b.handleReadyz)
-	mux.Handle("GET /metrics", b.needUser(b.metrics.handler().ServeHTTP, false))
+	mux.Handle("GET /metrics", b.needUser(b.handleMetrics, false))
 	b.adminRoutes(user, admin)     // admin_http.go
 	b.dashRoutes(mux, user, admin) // dashboard.go
 	// Go's profiler, for admins: go tool pprof http://host:8120/debug/pprof/profile?seconds=10
@@ -212,9 +212,11 @@ func (b *Broker) needUser(h http.HandlerFunc, admin bool) http.Handler {
 		}
 		r = r.WithContext(context.WithValue(r.Context(), userKey{}, u))
 		change := r.Method != http.MethodGet && r.Method != http.MethodHead
-		if (admin || change) && !u.Admin {
-			deny(r, http.StatusForbidden, "user "+strconv.Quote(u.Name)+" may not "+shownName(r.Method)+" "+shownName(r.URL.Path)+" (admin only)")
-			return
+		if admin || change {
+			if err := security.Authorize(true, u, security.Admin, r.Method+" "+r.URL.Path); err != nil {
+				deny(r, http.StatusForbidden, err.Error())
+				return
+			}
 		}
 		h(w, r)
 	})

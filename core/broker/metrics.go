@@ -47,13 +47,15 @@ type metrics struct {
 	// kind; rounds is metaq_journal_commit_round_appends.
 	fsyncJournal, fsyncSegment prometheus.Observer
 	rounds                     prometheus.Observer
+	// scrapes bounds the filtered scrapes of non-admin users (authz.go).
+	scrapes chan struct{}
 }
 
 // latencyBuckets span 50 µs to about 1.6 s.
 var latencyBuckets = prometheus.ExponentialBuckets(0.00005, 2, 16)
 
 func newMetrics(b *Broker) *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
+	m := &metrics{reg: prometheus.NewRegistry(), scrapes: make(chan struct{}, metricsScrapes)}
 	put := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "metaq_put_duration_seconds",
 		Help:    "Time from a put or mput being parsed to its reply being queued (sampled: at most one put in flight per connection is timed).",

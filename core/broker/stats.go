@@ -97,12 +97,13 @@ func (c *conn) handleStats(r *protocol.Request) {
 		c.countStats(arg, r.Opaque)
 		return
 	}
+	v := c.viewer() // the lists show the topics and groups the user may see (authz.go)
 	switch item {
 	case "":
-		b.writeSummary(&sb)
+		b.writeSummaryFor(&sb, v)
 	case "topics":
 		sb.WriteString("STATS\r\n")
-		for _, t := range b.topicList() {
+		for _, t := range b.visibleTopics(v) {
 			var count, size int64
 			for _, l := range t.parts {
 				count += l.MessageCount()
@@ -114,7 +115,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 		sb.WriteString("END\r\n")
 	case "offsets":
 		sb.WriteString("STATS\r\n")
-		for _, t := range b.topicList() {
+		for _, t := range b.visibleTopics(v) {
 			for p, l := range t.parts {
 				fmt.Fprintf(&sb, "%s part %d min_offset %d max_offset %d\r\n", t.name, p, l.MinOffset(), l.MaxOffset())
 			}
@@ -122,7 +123,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 		sb.WriteString("END\r\n")
 	case "partitions":
 		sb.WriteString("STATS\r\n")
-		for _, t := range b.topicList() {
+		for _, t := range b.visibleTopics(v) {
 			for p, l := range t.parts {
 				fmt.Fprintf(&sb, "%s part %d min_offset %d max_offset %d message_count %d\r\n", t.name, p,
 					l.MinOffset(), l.MaxOffset(), l.MessageCount())
@@ -132,7 +133,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 	case "realtime":
 		since := b.sinceReset()
 		var agg topicRealtime
-		for _, t := range b.topicList() {
+		for _, t := range b.visibleTopics(v) {
 			for i, s := range t.rt.all() {
 				agg.all()[i].count.Add(s.count.Load())
 				agg.all()[i].value.Add(s.value.Load())
@@ -152,9 +153,9 @@ func (c *conn) handleStats(r *protocol.Request) {
 		}
 		writePluginStats(&sb, infos)
 	case "groups":
-		b.writeGroupStats(&sb)
+		b.writeGroupStats(&sb, v)
 	case "members":
-		b.writeMemberStats(&sb)
+		b.writeMemberStats(&sb, v)
 	case "disks":
 		b.disks.writeStats(&sb)
 	case "transactions":
@@ -187,9 +188,13 @@ func (b *Broker) sinceReset() time.Duration {
 	return time.Since(time.Unix(0, at))
 }
 
-func (b *Broker) writeSummary(sb *strings.Builder) {
+func (b *Broker) writeSummary(sb *strings.Builder) { b.writeSummaryFor(sb, viewer{}) }
+
+// writeSummaryFor answers `stats`; topics and total_messages count the
+// topics v may see.
+func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	var total int64
-	topics := b.topicList()
+	topics := b.visibleTopics(v)
 	for _, t := range topics {
 		for _, l := range t.parts {
 			total += l.MessageCount()

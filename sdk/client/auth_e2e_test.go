@@ -44,6 +44,26 @@ func TestTLSAndSASLPlain(t *testing.T) {
 	_, err = adm.Stats(ctxT(t, 10*time.Second), "")
 	require.NoError(t, err)
 
+	// A topic the user has no right on is neither listed nor described
+	// to them (core/security): sending to it fails at once with the
+	// broker's 403, as a refused put would, through the one-broker
+	// producer and through a Client.
+	t.Run("no right on the topic", func(t *testing.T) {
+		const denial = `user "app" may not see topic "secret" (it needs publish or subscribe)`
+		start := time.Now()
+		_, err := p.Send(ctxT(t, 10*time.Second), &message.Message{Topic: "secret", Body: []byte("m")})
+		require.ErrorIs(t, err, ErrForbidden)
+		require.ErrorContains(t, err, denial)
+		cl, err := New(Brokers(addr), DialTLS(certs.ClientConfig(t, "")), SASLPlain("app", "s3cret"), Logger(spoolQuietLogger))
+		require.NoError(t, err)
+		defer cl.Close(context.Background())
+		_, err = cl.ProduceSync(ctxT(t, 10*time.Second), &message.Message{Topic: "secret", Body: []byte("m")})
+		require.ErrorIs(t, err, ErrForbidden)
+		require.ErrorContains(t, err, denial)
+		require.Less(t, time.Since(start), 8*time.Second, "refused, not timed out")
+		_, err = cl.ProduceSync(ctxT(t, 10*time.Second), &message.Message{Topic: topic, Body: []byte("m")})
+		require.NoError(t, err, "its own topic still works")
+	})
 	t.Run("wrong password", func(t *testing.T) {
 		p := newProducer(t, addr, secure[0], withSASLPlain("app", "guess"))
 		_, err := p.Send(ctxT(t, 10*time.Second), &message.Message{Topic: topic, Body: []byte("m")})

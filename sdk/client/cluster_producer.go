@@ -449,6 +449,11 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 			if !retry && lastErr != nil {
 				return SendResult{}, lastErr
 			}
+			if len(snap.Partitions) == 0 {
+				if err := viewDenied(v); err != nil { // the user has no right on the topic: no wait helps
+					return SendResult{}, fmt.Errorf("metaq: send to %s: %w", m.Topic, err)
+				}
+			}
 			// Every broker failed this send, or none is listed: wait for
 			// the view to change or a short while, then try them again.
 			failed = nil

@@ -375,6 +375,9 @@ func (c *brokerConsumer) init(ctx context.Context) error {
 			}
 		}
 		if len(ids) == 0 {
+			if denied, _ := unlisted(ctx, c.cn, c.topic); denied != nil {
+				return fmt.Errorf("metaq: learn partitions of %s: %w", c.topic, denied)
+			}
 			return fmt.Errorf("%w: %q is not listed by the broker at %s", ErrUnknownTopic, c.topic, c.cn.addr)
 		}
 	}

@@ -676,14 +676,18 @@ func (p *brokerProducer) partitionCount(ctx context.Context, topic string) (int,
 		return 0, fmt.Errorf("metaq: learn partitions of %s: %w", topic, err)
 	}
 	p.pmu.Lock()
-	defer p.pmu.Unlock()
 	for _, ti := range infos {
 		if _, fixed := p.cfg.partitions[ti.Name]; !fixed && ti.Partitions > 0 {
 			p.parts[ti.Name] = ti.Partitions
 		}
 	}
-	if n, ok := p.parts[topic]; ok {
+	n, ok = p.parts[topic]
+	p.pmu.Unlock()
+	if ok {
 		return n, nil
+	}
+	if denied, _ := unlisted(ctx, p.cn, topic); denied != nil {
+		return 0, fmt.Errorf("metaq: learn partitions of %s: %w", topic, denied)
 	}
 	return 0, fmt.Errorf("%w: %q is not listed by the broker at %s", ErrUnknownTopic, topic, p.cn.addr)
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -127,6 +128,10 @@ func (d *directSource) close() error {
 type brokerReading struct {
 	id    int
 	parts int
+	// denied is the broker's 403 to `stats <topic>` when it does not list
+	// the topic: with [auth] a broker lists a topic only to users who may
+	// publish or subscribe to it, and refuses to describe it to others.
+	denied error
 }
 
 // directView is one topic's partitions on a directSource's brokers.
@@ -139,6 +144,9 @@ type directView struct {
 	snap    atomic.Pointer[cluster.Snapshot]
 	last    map[int]brokerReading // by index in src.addrs; run's
 	err     atomic.Pointer[error] // the last reading's failure, for Wait
+	// denied is a broker's refusal to describe the topic when no broker
+	// lists it (brokerReading.denied), nil otherwise.
+	denied atomic.Pointer[error]
 	// complete: every broker answered the last reading.
 	complete atomic.Bool
 }
@@ -158,6 +166,15 @@ func (v *directView) unknownTopic() bool {
 		return false
 	}
 	return v.complete.Load() && len(v.snap.Load().Partitions) == 0
+}
+
+// deniedErr is the broker's refusal to describe the topic (a 403: the
+// user may neither publish nor subscribe to it) when no broker lists it.
+func (v *directView) deniedErr() error {
+	if e := v.denied.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // Wait waits for the first complete reading. When no broker could be
@@ -232,6 +249,16 @@ func (v *directView) read() error {
 		}
 	}
 	slices.SortFunc(snap.Partitions, message.Partition.Compare)
+	var denied *error
+	if len(snap.Partitions) == 0 {
+		for _, r := range v.last {
+			if r.denied != nil {
+				denied = &r.denied
+				break
+			}
+		}
+	}
+	v.denied.Store(denied)
 	v.complete.Store(firstErr == nil)
 	old := v.snap.Load()
 	if !slices.Equal(old.Partitions, snap.Partitions) || !maps.Equal(old.Addrs, snap.Addrs) {
@@ -284,5 +311,41 @@ func readBroker(ctx context.Context, cn *conn, topic string) (brokerReading, err
 			r.parts = ti.Partitions
 		}
 	}
+	if r.parts == 0 {
+		if r.denied, err = unlisted(ctx, cn, topic); err != nil {
+			return brokerReading{}, err
+		}
+	}
 	return r, nil
+}
+
+// unlisted asks the broker about a topic its `stats topics` does not
+// list: with [auth] a broker lists a topic only to users who may publish
+// or subscribe to it and answers `stats <topic>` 403 to the others.
+// denied is that 403 (matching ErrForbidden, with the broker's text); err
+// is a failure to ask.
+func unlisted(ctx context.Context, cn *conn, topic string) (denied, err error) {
+	if strings.ContainsAny(topic, " \r\n") {
+		return nil, nil
+	}
+	_, err = stats(ctx, cn, topic)
+	var be *BrokerError
+	switch {
+	case err == nil:
+		return nil, nil
+	case errors.Is(err, ErrForbidden):
+		return err, nil
+	case errors.As(err, &be): // another answer: the topic is just not there
+		return nil, nil
+	}
+	return nil, err
+}
+
+// viewDenied is v's refusal to describe its topic (directView.deniedErr),
+// nil for a view that has none (ZooKeeper's).
+func viewDenied(v topicView) error {
+	if d, ok := v.(interface{ deniedErr() error }); ok {
+		return d.deniedErr()
+	}
+	return nil
 }

@@ -213,7 +213,11 @@ func (t *Transaction) Produce(ctx context.Context, msgs ...*message.Message) ([]
 	for i, m := range msgs {
 		p, a, err := t.choose(ctx, m, brokerID)
 		if err != nil {
-			return nil, fmt.Errorf("metaq: transaction %s: message %d: %w", t.key, i, err)
+			err = fmt.Errorf("metaq: transaction %s: message %d: %w", t.key, i, err)
+			if errors.Is(err, ErrForbidden) {
+				t.fail(err) // as a refused put: the transaction rolls back
+			}
+			return nil, err
 		}
 		if brokerID < 0 {
 			addr, brokerID = a, p.BrokerID
@@ -316,6 +320,11 @@ func (t *Transaction) choose(ctx context.Context, m *message.Message, brokerID i
 	}
 	snap := v.Snapshot()
 	ps := snap.Partitions
+	if len(ps) == 0 {
+		if err := viewDenied(v); err != nil {
+			return message.Partition{}, "", err
+		}
+	}
 	if brokerID >= 0 {
 		ps = nil
 		for _, p := range snap.Partitions {

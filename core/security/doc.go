@@ -1,0 +1,24 @@
+// Package security is the broker's security component: who a user is and
+// what the user may do. It starts with authorization (authz.go): one
+// function, Authorize, that every door of the broker asks before it
+// serves a request or shows a resource — the TCP and TLS protocol ports
+// (core/broker/auth.go), the JSON admin API (core/broker/admin_http.go),
+// the dashboard (core/broker/dashboard.go) and /metrics — so that a user
+// gets the same verdict, with the same words, whichever door they use.
+//
+// The rights themselves are the [[auth.user]] tables of server.toml
+// (conf.User: publish, subscribe, groups, admin). The package is meant to
+// grow into the owner of users, ACLs and TLS material (issue 24); for now
+// it decides (authz.go) and limits failed logins (loginlimit.go), and the
+// broker authenticates and applies the verdict. The actions:
+//
+//   - Publish, Subscribe and UseGroup are the ACL lists as they are.
+//   - Describe is a topic's metadata (existence, partitions, offsets,
+//     sizes, message counts): publish or subscribe. A producer needs a
+//     topic's partitions, and its put replies tell it the offsets anyway.
+//   - Admin is everything that cannot be checked per topic or group:
+//     the configuration, plugins, data directories, heuristic
+//     transaction outcomes, replication and failover controls.
+//
+// With auth off every request is allowed.
+package security
