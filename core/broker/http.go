@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -113,7 +112,7 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 		MaxHeaderBytes:    httpMaxHeader,
 		ErrorLog:          nil,
 	}
-	srv.ErrorLog = slog.NewLogLogger(b.log.With("component", "http").Handler(), slog.LevelWarn)
+	srv.ErrorLog = b.httpErrorLog() // tlsfail.go: TLS handshake errors counted and throttled
 	w.srv, w.ln = srv, ln
 	b.wg.Add(1)
 	go b.sampleLoop() // dashsample.go

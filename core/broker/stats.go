@@ -232,6 +232,7 @@ func (b *Broker) writeSummary(sb *strings.Builder) {
 	kv("timed_out_connections", b.stats.timedOutConns.Load())
 	kv("buffered_bytes", b.budget.used.Load())
 	kv("auth_failures", b.stats.authFailures.Load())
+	b.connLimitStats(kv) // connlimits.go
 	kv("cmd_commit", b.offsets.commits.Load())
 	kv("cmd_fetch", b.offsets.fetches.Load())
 	kv("commit_failed", b.offsets.commitFailed.Load())
