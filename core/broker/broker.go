@@ -683,6 +683,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			b.connsMu.Lock()
 			delete(b.conns, c)
 			b.connsMu.Unlock()
+			c.markAuthenticated() // connlimits.go: out of the unauthenticated set
 			b.stats.connections.Add(-1)
 			b.log.Debug("connection closed", "remote", nc.RemoteAddr().String())
 		}()

@@ -220,7 +220,8 @@ func (b *Broker) admit(c *conn) bool {
 }
 
 // markAuthenticated takes c out of the unauthenticated connections: its
-// handshake completed (auth off), or it authenticated. Read loop only.
+// handshake completed (auth off), it authenticated, or it closed. Read
+// loop only (or its goroutine once the read loop returned).
 func (c *conn) markAuthenticated() {
 	if !c.unauth {
 		return
@@ -354,6 +355,17 @@ func (c *conn) handshake() bool {
 			reason := err.Error()
 			if c.authExpired.Load() || isTimeout(err) {
 				reason = "not completed within auth_timeout (" + reason + ")"
+			}
+			if isTimeout(err) && c.b.authTimeout() > 0 {
+				// Its deadline passed before authSweep saw it: an auth
+				// timeout too, counted once (whoever takes it out).
+				s := c.b.unauth
+				s.mu.Lock()
+				was := s.removeLocked(c)
+				s.mu.Unlock()
+				if was {
+					s.timeouts.Add(1)
+				}
 			}
 			c.b.handshakeFailed("protocol", c.nc.RemoteAddr().String(), reason)
 		}

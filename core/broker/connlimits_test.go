@@ -120,6 +120,12 @@ func TestUnauthEvictPerAddress(t *testing.T) {
 	require.Equal(t, 200, code, body, "the authenticated connection is never evicted")
 	require.Equal(t, int64(3), b.unauth.evicted.Load())
 	require.Contains(t, logs.String(), "unauthenticated connection closed to make room")
+	// Connections the client closes leave the set.
+	other.Close()
+	for _, nc := range more {
+		nc.Close()
+	}
+	waitUnauth(t, b, 0)
 }
 
 // TestUnauthEvictGlobal checks max_unauthenticated_connections: a new
