@@ -233,13 +233,21 @@ func (c *conn) markAuthenticated() {
 	s.mu.Unlock()
 }
 
-// hardClose closes the connection now: for TLS, the socket under it
-// first, so that no close_notify write can wait for the client.
+// hardClose closes the connection now: the socket first (under TLS, the
+// TCP one, so that no close_notify write can wait for the client).
 func (c *conn) hardClose() {
+	c.closeSocket()
+	c.close()
+}
+
+// closeSocket closes the TCP socket, and nothing else: the connection's
+// goroutines see it and end (serve closes the rest).
+func (c *conn) closeSocket() {
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		tc.NetConn().Close()
+		return
 	}
-	c.close()
+	c.nc.Close()
 }
 
 // lastWords writes a reply straight to a plaintext socket if it can do so
@@ -268,7 +276,13 @@ func (c *conn) evict(why string) {
 		b.logf("conn %s: unauthenticated connection closed to make room for a newer one (%s)%s", remote, why, note)
 	}
 	c.lastWords(protocol.StatusBusy, "unauthenticated connection closed to make room for a newer one ("+why+")")
-	c.hardClose()
+	// The socket now, on the accept loop: its descriptor is free before
+	// the next accept. The rest (close takes the group and transaction
+	// locks, and wakes a read loop waiting out a failed auth's delay) on
+	// a goroutine of its own, so that the accept loop never waits.
+	c.closeSocket()
+	b.wg.Add(1) // the accept loop holds one: Shutdown's Wait has not begun
+	go func() { defer b.wg.Done(); c.close() }()
 }
 
 // authTimeout is auth_timeout; 0 means none.
