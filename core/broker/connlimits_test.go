@@ -366,3 +366,29 @@ func TestHTTPErrorLogThrottle(t *testing.T) {
 	require.Contains(t, out, `http: TLS handshake from [2001:db8::1]:443 failed: "tls: first record does not look like a TLS handshake"`)
 	require.Contains(t, out, "http: Accept error: too many open files")
 }
+
+// TestHTTPSHandshakeFailuresThrottled checks the HTTPS listener: bare
+// connects fail their handshake, each is counted
+// (metaq_tls_handshake_failures_total{listener="http"}), and one line per
+// source address is logged.
+func TestHTTPSHandshakeFailuresThrottled(t *testing.T) {
+	certs := testsvc.NewCerts(t)
+	logs := &syncLog{}
+	b := limitBroker(t, certs, logs, func(c *conf.Config) {})
+	hln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, b.ServeHTTP(hln))
+	for range 5 {
+		nc := dialFrom(t, "127.0.0.3", b.HTTPAddr())
+		nc.Close()
+	}
+	require.Eventually(t, func() bool { return b.tlsFails.http.Load() == 5 }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 1, strings.Count(logs.String(), "http: TLS handshake from 127.0.0.3:"), logs.String())
+
+	h := newHTTPClient(t, b.HTTPAddr(), certs.ClientConfig(t, "")).as("root", "root-pw")
+	code, body := h.get("/metrics")
+	require.Equal(t, 200, code, "%s", body)
+	require.Equal(t, 5.0, metricValue(t, body, `metaq_tls_handshake_failures_total{listener="http"}`))
+	require.Equal(t, 0.0, metricValue(t, body, `metaq_tls_handshake_failures_total{listener="protocol"}`))
+	require.Equal(t, 0.0, metricValue(t, body, `metaq_unauthenticated_connections`))
+}
