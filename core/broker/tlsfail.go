@@ -119,26 +119,32 @@ func sourceKey(remote string) string {
 }
 
 // tlsFailures counts the failed TLS handshakes of the protocol listener
-// and of the HTTPS listener, and throttles their log lines.
+// and of the HTTPS listener, and throttles their log lines (each listener
+// its own).
 type tlsFailures struct {
-	protocol, http atomic.Int64
-	log            *logThrottle
+	protocol, http       atomic.Int64
+	protocolLog, httpLog *logThrottle
 }
 
 func newTLSFailures() *tlsFailures {
-	return &tlsFailures{log: newLogThrottle(throttleEvery, throttleMaxKeys)}
+	return &tlsFailures{
+		protocolLog: newLogThrottle(throttleEvery, throttleMaxKeys),
+		httpLog:     newLogThrottle(throttleEvery, throttleMaxKeys),
+	}
 }
 
 // handshakeFailed counts a failed handshake on listener ("protocol" or
 // "http") from remote and logs it if the throttle lets it through.
 func (b *Broker) handshakeFailed(listener, remote, reason string) {
 	f := b.tlsFails
+	th := f.protocolLog
 	if listener == "http" {
 		f.http.Add(1)
+		th = f.httpLog
 	} else {
 		f.protocol.Add(1)
 	}
-	if ok, note := f.log.allow(sourceKey(remote)); ok {
+	if ok, note := th.allow(sourceKey(remote)); ok {
 		if len(reason) > 200 {
 			reason = reason[:200] + "..."
 		}

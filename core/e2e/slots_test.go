@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -31,12 +32,15 @@ import (
 // slotsServer is a real metaq-server with auth on, a plaintext and a TLS
 // listener.
 type slotsServer struct {
-	p              *brokertest.Server
-	plain, tlsAddr string
-	certs          *testsvc.Certs
+	p                         *brokertest.Server
+	plain, tlsAddr, httpsAddr string
+	certs                     *testsvc.Certs
 }
 
-var tlsOnLine = regexp.MustCompile(`metaq-server tls on (\S+)`)
+var (
+	tlsOnLine   = regexp.MustCompile(`metaq-server tls on (\S+)`)
+	httpsOnLine = regexp.MustCompile(`serving HTTP on https://(\S+) `)
+)
 
 // startSlotsServer runs metaq-server with auth (user root, admin) and TLS,
 // extra being more top-level settings.
@@ -49,20 +53,28 @@ func startSlotsServer(t *testing.T, extra string) *slotsServer {
 	require.NoError(t, err)
 	var p *brokertest.Server
 	require.NoError(t, testsvc.StartOnFreePort(func(port int) error {
-		// The TLS port: another free one (a clash is retried, as the
-		// plaintext one's).
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
+		// The TLS and HTTP ports: two more free ones, held until the
+		// server starts (a clash is retried, as the plaintext one's).
+		var ls []net.Listener
+		defer func() {
+			for _, l := range ls {
+				l.Close()
+			}
+		}()
+		for range 2 {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			ls = append(ls, l)
 		}
-		tlsPort := l.Addr().(*net.TCPAddr).Port
-		l.Close()
+		tlsPort, httpPort := ls[0].Addr().(*net.TCPAddr).Port, ls[1].Addr().(*net.TCPAddr).Port
 		config := filepath.Join(dir, "server.toml")
 		toml := fmt.Sprintf(`data_dir = %q
 host = "127.0.0.1"
 port = %d
 tls_port = %d
-http_port = 0
+http_port = %d
 %s
 
 [tls]
@@ -80,10 +92,14 @@ admin = true
 
 [[topic]]
 name = "orders"
-`, filepath.Join(dir, "data"), port, tlsPort, extra, cf, kf, hash)
+`, filepath.Join(dir, "data"), port, tlsPort, httpPort, extra, cf, kf, hash)
 		if err := os.WriteFile(config, []byte(toml), 0o600); err != nil {
 			return err
 		}
+		for _, l := range ls {
+			l.Close()
+		}
+		ls = nil
 		p, err = brokertest.Launch(brokertest.ServerBinary(t), nil, "--config", config)
 		if err != nil && p != nil {
 			p.Kill()
@@ -99,7 +115,20 @@ name = "orders"
 	})
 	m := tlsOnLine.FindStringSubmatch(p.Logs.String())
 	require.NotNil(t, m, "no TLS listener line in the log")
-	return &slotsServer{p: p, plain: p.Addr, tlsAddr: m[1], certs: certs}
+	h := httpsOnLine.FindStringSubmatch(p.Logs.String())
+	require.NotNil(t, h, "no HTTPS listener line in the log")
+	return &slotsServer{p: p, plain: p.Addr, tlsAddr: m[1], httpsAddr: h[1], certs: certs}
+}
+
+// healthz gets /healthz over HTTPS and fails unless it is 200 within
+// ioTimeout.
+func (s *slotsServer) healthz(t *testing.T, tc *tls.Config) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}, Timeout: ioTimeout}
+	resp, err := c.Get("https://" + s.httpsAddr + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
 }
 
 // login dials addr (over TLS if tc is set), logs in as root and puts a
@@ -260,6 +289,7 @@ func TestServerUnauthenticatedFlood(t *testing.T) {
 	_, took = s.login(t, s.tlsAddr, tc)
 	t.Logf("TLS login and put: %v", took)
 	require.Less(t, took, time.Second, "TLS login and put during the flood")
+	s.healthz(t, tc)
 
 	// The broker holds at most max_unauthenticated_connections of them;
 	// the rest were closed oldest first.
@@ -290,10 +320,23 @@ func TestServerUnauthenticatedFlood(t *testing.T) {
 	_, took = s.login(t, s.tlsAddr, tc)
 	t.Logf("TLS login and put during 3,000 bare connects: %v", took)
 	require.Less(t, took, time.Second, "TLS login and put during the bare connects")
+	s.healthz(t, tc)
 	require.LessOrEqual(t, slotStat(t, admin, "unauth_connections"), int64(1000))
 	for _, nc := range bare {
 		nc.Close()
 	}
+
+	// Finding 10b: 200 bare connects to the HTTPS port fail their
+	// handshakes; each is counted, and one line is logged (one address).
+	before := slotStat(t, admin, "tls_handshake_failures")
+	for range 200 {
+		nc, err := net.DialTimeout("tcp", s.httpsAddr, ioTimeout)
+		require.NoError(t, err)
+		nc.Close()
+	}
+	require.Eventually(t, statIs(admin, "tls_handshake_failures", func(n int64) bool { return n >= before+200 }), 20*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1, strings.Count(s.p.Logs.String(), "http: TLS handshake from 127.0.0.1:"), "HTTPS handshake failures are logged once a minute per address")
+	s.healthz(t, tc)
 }
 
 // TestServerAuthTimeout checks auth_timeout on the real metaq-server: a
