@@ -151,6 +151,18 @@ type Config struct {
 	// MaxMembershipsPerConnection is the most group memberships one
 	// connection may hold (local mode). Default 64.
 	MaxMembershipsPerConnection int `toml:"max_memberships_per_connection"`
+	// AuthTimeout closes, with [auth] on, a connection that has not
+	// authenticated this many milliseconds after it was accepted, and,
+	// with TLS, one whose handshake has not completed by then (0 = never;
+	// a handshake then has idle_timeout). Default 5000 (conf/connlimits.go).
+	AuthTimeout int `toml:"auth_timeout"`
+	// MaxUnauthenticatedConnections is the most connections at once that
+	// have not authenticated yet (or are in their TLS handshake); a new one
+	// over it closes the oldest. 0 = auto: max(1, max_connections/10).
+	MaxUnauthenticatedConnections int `toml:"max_unauthenticated_connections"`
+	// MaxUnauthenticatedPerAddress is the same per source IP address.
+	// 0 = auto: max(1, the global cap/10).
+	MaxUnauthenticatedPerAddress int `toml:"max_unauthenticated_per_address"`
 	// TLSPort is the TLS listener's port (needs [tls]); 0 = no TLS
 	// listener. With TLS on, port = 0 turns the plaintext listener off.
 	TLSPort int `toml:"tls_port"`
@@ -405,6 +417,7 @@ func Default() *Config {
 		MaxBufferedBytes:            DefaultMaxBufferedBytes,
 		MaxGroupMembers:             DefaultMaxGroupMembers,
 		MaxMembershipsPerConnection: DefaultMaxMembershipsPerCon,
+		AuthTimeout:                 DefaultAuthTimeout,
 		TLS:                         TLS{MinVersion: "1.2"},
 		Auth:                        Auth{FailureDelay: DefaultAuthFailureDelay, MaxFailures: DefaultAuthMaxFailures, Lockout: DefaultAuthLockout, MaxLockout: DefaultAuthMaxLockout, FailureWindow: DefaultAuthFailureWindow},
 		DiskMaxUsedRatio:            DefaultDiskMaxUsedRatio,

@@ -153,6 +153,7 @@ func (k *checker) security(c *Config) {
 	k.min("max_group_members", int64(c.MaxGroupMembers), 1)
 	k.min("max_memberships_per_connection", int64(c.MaxMembershipsPerConnection), 1)
 	k.intRange("tls_port", int64(c.TLSPort), 0, 65535)
+	k.connLimits(c) // connlimits.go
 
 	t := &c.TLS
 	if t.Enabled() {

@@ -748,6 +748,8 @@ func (b *Broker) apiStats(w http.ResponseWriter, r *http.Request) {
 		"timed_out_connections": b.stats.timedOutConns.Load(),
 		"auth_failures":         b.stats.authFailures.Load(),
 		"auth_throttled":        b.stats.authThrottled.Load(),
+		"unauth_evicted":        b.unauth.evicted.Load(),
+		"auth_timeouts":         b.unauth.timeouts.Load(),
 		"disk_full_rejects":     b.disks.rejects.Load(),
 		"disk_used_ratio":       b.disks.maxUsed(),
 		"buffered_bytes":        b.budget.used.Load(),

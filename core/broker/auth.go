@@ -240,6 +240,7 @@ func (c *conn) authFromCert() {
 	cfg := c.b.config()
 	if u, ok := cfg.Auth.UserByName(cn); ok {
 		c.auth.user, c.auth.from = u, cfg
+		c.markAuthenticated() // connlimits.go
 		c.b.logf("conn %s: authenticated user %s by client certificate", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
 		return
 	}
@@ -267,6 +268,7 @@ func (c *conn) handleAuth(r *protocol.Request) {
 	user, reason, why, throttled := c.checkPlain(r)
 	if reason == "" {
 		c.auth.user = user
+		c.markAuthenticated() // connlimits.go
 		c.reply(protocol.StatusOK, "", r.Opaque)
 		return
 	}

@@ -104,9 +104,13 @@ type Broker struct {
 	tlsLn   net.Listener // TLS (tls.go); nil without [tls]
 	connsMu sync.Mutex
 	conns   map[*conn]struct{}
-	wg      sync.WaitGroup
-	done    chan struct{}
-	closed  atomic.Bool
+	// unauth are the connections not authenticated yet, tlsFails the
+	// failed TLS handshakes (connlimits.go, tlsfail.go).
+	unauth   *unauthSet
+	tlsFails *tlsFailures
+	wg       sync.WaitGroup
+	done     chan struct{}
+	closed   atomic.Bool
 	// draining is set by Shutdown to the read deadline of every
 	// connection (Unix ns; 0 = not draining): they read what the client
 	// already sent until then, answer it, and close (lifecycle.go).
@@ -213,14 +217,16 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		opts.WriteTimeout = 30 * time.Second
 	}
 	b := &Broker{
-		opts:    opts,
-		ids:     newIDWorker(cfg.BrokerID, nil),
-		topics:  make(map[string]*topic),
-		opening: make(map[string]*topicOpen),
-		conns:   make(map[*conn]struct{}),
-		done:    make(chan struct{}),
-		start:   time.Now(),
-		budget:  newBudget(cfg.MaxBufferedBytes),
+		opts:     opts,
+		ids:      newIDWorker(cfg.BrokerID, nil),
+		topics:   make(map[string]*topic),
+		opening:  make(map[string]*topicOpen),
+		conns:    make(map[*conn]struct{}),
+		unauth:   newUnauthSet(),
+		tlsFails: newTLSFailures(),
+		done:     make(chan struct{}),
+		start:    time.Now(),
+		budget:   newBudget(cfg.MaxBufferedBytes),
 	}
 	b.cfgp.Store(cfg)
 	b.startCtx, b.startCancel = context.WithCancel(context.Background())
@@ -591,6 +597,10 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		b.wg.Add(1)
 		go b.acceptLoop(l)
 	}
+	if b.config().Auth.Enabled || b.tlsLn != nil {
+		b.wg.Add(1)
+		go b.authSweep() // connlimits.go: auth_timeout
+	}
 	b.serving.Store(true)
 	if ln != nil {
 		b.logf("broker %d listening on %s (%s)", b.config().BrokerID, ln.Addr(), Version)
@@ -646,21 +656,16 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 		}
 		delay = 0
 		c := newConn(b, nc)
-		b.connsMu.Lock()
-		if b.closed.Load() {
-			b.connsMu.Unlock()
-			nc.Close()
-			return
-		}
-		if len(b.conns) >= b.config().MaxConnections {
-			b.connsMu.Unlock()
+		if !b.admit(c) { // connlimits.go: unauthenticated connections make room
+			if b.closed.Load() {
+				nc.Close()
+				return
+			}
 			b.stats.refusedConns.Add(1)
 			b.wg.Add(1)
 			go func() { defer b.wg.Done(); b.refuse(nc) }()
 			continue
 		}
-		b.conns[c] = struct{}{}
-		b.connsMu.Unlock()
 		b.stats.connections.Add(1)
 		b.log.Debug("connection opened", "remote", nc.RemoteAddr().String())
 		b.wg.Add(1)
@@ -670,6 +675,7 @@ func (b *Broker) acceptLoop(ln net.Listener) {
 			b.connsMu.Lock()
 			delete(b.conns, c)
 			b.connsMu.Unlock()
+			c.markAuthenticated() // connlimits.go: out of the unauthenticated set
 			b.stats.connections.Add(-1)
 			b.log.Debug("connection closed", "remote", nc.RemoteAddr().String())
 		}()
@@ -688,7 +694,8 @@ func (b *Broker) requestTimeout() time.Duration {
 // refuse answers a connection over max_connections with a 503 and closes it.
 func (b *Broker) refuse(nc net.Conn) {
 	defer nc.Close()
-	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	// Read too: on the TLS listener the write runs the handshake first.
+	nc.SetDeadline(time.Now().Add(time.Second))
 	msg := "too many connections (max_connections " + strconv.Itoa(b.config().MaxConnections) + ")"
 	nc.Write(protocol.AppendResult(nil, protocol.StatusBusy, msg, 0))
 }

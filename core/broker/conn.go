@@ -62,6 +62,17 @@ type conn struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 
+	// Authentication deadline and caps (connlimits.go): accepted is when
+	// the connection was accepted; unauth is set while it counts as
+	// unauthenticated (read loop after admit), ua is its place in
+	// Broker.unauth (under unauthSet.mu); authExpired is set once
+	// auth_timeout passed, evicted once it was closed to make room,
+	// handshook once its TLS handshake completed (at once for plaintext).
+	accepted                        time.Time
+	unauth                          bool
+	ua                              *unauthEntry
+	authExpired, evicted, handshook atomic.Bool
+
 	// bud is this connection's share of max_buffered_bytes (budget.go).
 	bud    connBudget
 	auth   connAuth   // authentication (auth.go)
@@ -95,7 +106,7 @@ type conn struct {
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {
-	c := &conn{b: b, nc: nc, kick: make(chan struct{}, 1), closed: make(chan struct{})}
+	c := &conn{b: b, nc: nc, kick: make(chan struct{}, 1), closed: make(chan struct{}), accepted: time.Now()}
 	c.drained = sync.NewCond(&c.omu)
 	if tc, ok := nc.(*net.TCPConn); ok {
 		c.raw, _ = tc.SyscallConn()
@@ -118,6 +129,10 @@ func (c *conn) close() {
 }
 
 func (c *conn) serve() {
+	if !c.handshake() { // connlimits.go: TLS, within auth_timeout
+		c.close()
+		return
+	}
 	var fw sync.WaitGroup
 	fw.Add(1)
 	go func() { defer fw.Done(); c.flusher() }()
@@ -126,7 +141,7 @@ func (c *conn) serve() {
 	if c.b.slave != nil {
 		maxBody += 64 << 10 // a txsync frame may hold one record of a message of max_message_size (txreplslave.go)
 	}
-	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout(), drain: &c.b.draining}
+	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout(), drain: &c.b.draining, stop: &c.authExpired}
 	dec := protocol.NewDecoder(dr, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody, Budget: &c.bud})
 	// close first: the flusher exits only once the connection is closed.
 	defer func() { c.close(); fw.Wait(); c.release(dec); c.closeOuts() }()
@@ -158,6 +173,12 @@ func (c *conn) serve() {
 			if errors.Is(err, io.EOF) {
 				// The client half-closed: answer what it sent, then close.
 				c.waitPending()
+				c.flushAndClose()
+				return
+			}
+			if c.authExpired.Load() {
+				// auth_timeout passed (connlimits.go: expireAuth).
+				c.reply(protocol.StatusUnauthorized, c.b.authTimeoutMsg(), 0)
 				c.flushAndClose()
 				return
 			}
@@ -591,6 +612,9 @@ type deadlineReader struct {
 	// drain is Broker.draining: once set, no Read waits past it (the
 	// broker is stopping).
 	drain *atomic.Int64
+	// stop is conn.authExpired: once set, no Read waits (the connection
+	// did not authenticate within auth_timeout).
+	stop *atomic.Bool
 	// full is whether the last read filled the decoder's buffer: more
 	// bytes are then likely waiting in the socket (or, for TLS, already
 	// decrypted in the tls.Conn), so the read loop goes on reading rather
@@ -619,6 +643,13 @@ func (r *deadlineReader) Read(p []byte) (int, error) {
 		// After the deadline above, so that Shutdown's deadline is not
 		// undone by a connection that read the flag too early.
 		dl := time.Unix(0, d)
+		r.nc.SetReadDeadline(dl)
+		r.set, r.setReq = dl, true
+	}
+	if r.stop != nil && r.stop.Load() {
+		// After the deadlines above, as for drain: expireAuth stores the
+		// flag before it sets its own deadline.
+		dl := time.Unix(1, 0)
 		r.nc.SetReadDeadline(dl)
 		r.set, r.setReq = dl, true
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -117,7 +116,7 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 		MaxHeaderBytes:    httpMaxHeader,
 		ErrorLog:          nil,
 	}
-	srv.ErrorLog = slog.NewLogLogger(b.log.With("component", "http").Handler(), slog.LevelWarn)
+	srv.ErrorLog = b.httpErrorLog() // tlsfail.go: TLS handshake errors counted and throttled
 	w.srv, w.ln = srv, ln
 	lim.hook(srv, httpWriteTimeout) // httplimit.go: ConnState, ConnContext, the request gate
 	w.limit.Store(lim)

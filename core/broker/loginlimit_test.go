@@ -40,7 +40,7 @@ func limitedBroker(t *testing.T, logs *syncLog) *Broker {
 
 // dialFrom connects to addr from the loopback address ip (127.0.0.x: each
 // is a source of its own to the limiter).
-func dialFrom(t *testing.T, addr, ip string) *authClient {
+func authDialFrom(t *testing.T, addr, ip string) *authClient {
 	t.Helper()
 	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
 	nc, err := d.Dial("tcp", addr)
@@ -78,18 +78,18 @@ const throttledText = `: too many failed logins, retry after 1s`
 func TestLoginLimiterWire(t *testing.T) {
 	logs := &syncLog{}
 	b := limitedBroker(t, logs)
-	root := dialFrom(t, b.Addr(), "127.0.0.9")
+	root := authDialFrom(t, b.Addr(), "127.0.0.9")
 	code, body := root.login("root", "root-pw")
 	require.Equal(t, 200, code, body)
 
 	// Two wrong passwords on the wire from two sources lock alice.
 	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
-		code, body = dialFrom(t, b.Addr(), ip).login("alice", "wrong")
+		code, body = authDialFrom(t, b.Addr(), ip).login("alice", "wrong")
 		require.Equal(t, 401, code)
 		require.Equal(t, `authentication failed for user "alice"`, body)
 	}
 	require.Contains(t, logs.String(), `auth failed for user "alice": the password does not match; too many failed logins (source 127.0.0.3), locked: user for 300ms`)
-	c := dialFrom(t, b.Addr(), "127.0.0.4")
+	c := authDialFrom(t, b.Addr(), "127.0.0.4")
 	code, body = c.login("alice", "alice-pw")
 	require.Equal(t, 401, code)
 	require.Equal(t, `authentication failed for user "alice"`+throttledText, body, "the right password is refused unchecked while locked")
@@ -116,7 +116,7 @@ func TestLoginLimiterWire(t *testing.T) {
 		require.Equal(t, 401, code)
 		requireJSONError(t, []byte(body), 401, `authentication failed for user "nobody"`)
 	}
-	code, body = dialFrom(t, b.Addr(), "127.0.0.6").login("nopub", "nopub-pw")
+	code, body = authDialFrom(t, b.Addr(), "127.0.0.6").login("nopub", "nopub-pw")
 	require.Equal(t, 401, code)
 	require.Equal(t, `authentication failed for user "nopub"`+throttledText, body)
 
@@ -163,8 +163,8 @@ func TestLoginAuthzidCountsAsFailure(t *testing.T) {
 			return append(d, "auth PLAIN "+strconv.Itoa(len(msg))+" "+strconv.Itoa(int(op))+"\r\n"+msg...)
 		})
 	}
-	c := dialFrom(t, b.Addr(), "127.0.0.2")
-	w := dialFrom(t, b.Addr(), "127.0.0.3")
+	c := authDialFrom(t, b.Addr(), "127.0.0.2")
+	w := authDialFrom(t, b.Addr(), "127.0.0.3")
 	for range 2 {
 		code, body := authzid(c)
 		require.Equal(t, 401, code)
@@ -184,7 +184,7 @@ func TestLoginAuthzidCountsAsFailure(t *testing.T) {
 // next attempt (the counts are kept) and reports them.
 func TestLoginLimiterReload(t *testing.T) {
 	b := limitedBroker(t, &syncLog{})
-	c := dialFrom(t, b.Addr(), "127.0.0.2")
+	c := authDialFrom(t, b.Addr(), "127.0.0.2")
 	for range 2 {
 		code, _ := c.login("alice", "wrong")
 		require.Equal(t, 401, code)

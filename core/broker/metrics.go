@@ -200,6 +200,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dConnTimedOut, b.stats.timedOutConns.Load())
 	counter(dAuthFailures, b.stats.authFailures.Load())
 	counter(dAuthThrottled, b.stats.authThrottled.Load())
+	b.collectConnLimits(ch) // connlimits.go
 	counter(dProtoErrors, b.stats.protocolErrors.Load())
 	counter(dRequests, b.stats.cmdPut.Load(), "put")
 	counter(dRequests, b.stats.cmdGet.Load(), "get")

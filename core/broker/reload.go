@@ -26,7 +26,8 @@ import (
 //     request_timeout (for connections accepted from now on),
 //     max_group_members, max_memberships_per_connection,
 //     tx_default_timeout, tx_max_bytes, tx_max_buffered_bytes,
-//     disk_max_used_ratio;
+//     disk_max_used_ratio, auth_timeout, max_unauthenticated_connections,
+//     max_unauthenticated_per_address;
 //   - auto_create_topics;
 //   - per topic (and the top-level defaults they inherit): accept_publish,
 //     accept_subscribe, stat, delete_policy.
@@ -42,8 +43,9 @@ var liveKeys = map[string]bool{
 	"max_group_members": true, "max_memberships_per_connection": true,
 	"tx_default_timeout": true, "tx_max_bytes": true, "tx_max_buffered_bytes": true,
 	"disk_max_used_ratio": true,
-	"auto_create_topics":  true,
-	"accept_publish":      true, "accept_subscribe": true, "stat": true, "delete_policy": true,
+	"auth_timeout":        true, "max_unauthenticated_connections": true, "max_unauthenticated_per_address": true,
+	"auto_create_topics": true,
+	"accept_publish":     true, "accept_subscribe": true, "stat": true, "delete_policy": true,
 }
 
 // liveTopicKeys are the [[topic]] keys Reload applies to an open topic.

@@ -243,6 +243,7 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("buffered_bytes", b.budget.used.Load())
 	kv("auth_failures", b.stats.authFailures.Load())
 	kv("auth_throttled", b.stats.authThrottled.Load())
+	b.connLimitStats(kv) // connlimits.go
 	kv("cmd_commit", b.offsets.commits.Load())
 	kv("cmd_fetch", b.offsets.fetches.Load())
 	kv("commit_failed", b.offsets.commitFailed.Load())
