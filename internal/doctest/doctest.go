@@ -106,7 +106,7 @@ type Block struct {
 
 var (
 	markerRE    = regexp.MustCompile(`^\s*<!--\s*doctest:\s*(.*?)\s*-->\s*$`)
-	malformedRE = regexp.MustCompile(`<!--\s*doctest\b`)
+	malformedRE = regexp.MustCompile(`^\s*<!--\s*doctest\b`)
 	nameRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 	fenceRE     = regexp.MustCompile("^(\\s*)(```+|~~~+)\\s*([A-Za-z0-9_-]*)\\s*$")
 )

@@ -101,8 +101,12 @@ func TestParseErrors(t *testing.T) {
 			require.Contains(t, err.Error(), tc.want)
 		})
 	}
+	// A marker quoted in prose is text, not a marker.
+	blocks, err := Parse("x.md", []byte("A block runs when the line before it is `<!-- doctest: NAME -->`.\n"))
+	require.NoError(t, err)
+	require.Empty(t, blocks)
 	// A marker inside another fence is text, not a marker.
-	blocks, err := Parse("x.md", []byte("```\n<!-- doctest: a -->\n```\n"))
+	blocks, err = Parse("x.md", []byte("```\n<!-- doctest: a -->\n```\n"))
 	require.NoError(t, err)
 	require.Empty(t, blocks)
 }
