@@ -151,6 +151,15 @@ var steps = []step{
 		check: func(w *walk, out string) error {
 			return inOrder(out, "registry: broker 2 unregistered", "shutdown: stopped in")
 		}, retry: true},
+	{walk: "deploy", key: "bin/metaq cluster --zk 127.0.0.1:2181", comment: "3 brokers again",
+		check: func(w *walk, out string) error {
+			if err := contains("brokers (/meta/brokers/ids): 3", "orders  2-m     4")(w, out); err != nil {
+				return err
+			}
+			b, _ := os.ReadFile(filepath.Join(w.dir, "data", "broker-2.log"))
+			return inOrder(string(b), "registry: broker 2 registered", "shutdown: stopped in",
+				"registry: broker 2 registered", "metaq-server ready on 127.0.0.1:8124 data data/broker-2")
+		}, retry: true},
 	{walk: "deploy", key: "grep SIGHUP data/broker-1.log", check: contains("SIGHUP: reloaded examples/deploy/three-brokers/server.toml"), retry: true},
 }
 
