@@ -3,22 +3,24 @@
 # ZooKeeper (Debian's zookeeper package; it needs the JRE that our machines
 # have), MariaDB (Debian's mariadb-server), promtool (Debian's prometheus
 # package, for `promtool check metrics`) and chromium (Debian's chromium, the
-# browser the dashboard test drives headless through chromedp). It only installs: the tests
+# browser the dashboard test drives headless through chromedp), nc and curl
+# (netcat-openbsd and curl: the README's walkthroughs, run by internal/doctest).
+# It only installs: the tests
 # start their own servers on free 127.0.0.1 ports with scratch data dirs
 # (internal/testsvc), so nothing is left running.
 #
-#   .ci/services.sh install [zookeeper] [mariadb] [promtool] [chromium]   (default: all)
+#   .ci/services.sh install [zookeeper] [mariadb] [promtool] [chromium] [tools]   (default: all)
 #
 # Idempotent and cheap once installed (a dpkg check). Concurrent callers (go
 # test runs packages in parallel) serialise on a lock file. The packages'
 # maintainer scripts are kept from starting system services (policy-rc.d).
 set -euo pipefail
 
-usage() { echo "usage: $0 install [zookeeper] [mariadb] [promtool] [chromium]" >&2; exit 2; }
+usage() { echo "usage: $0 install [zookeeper] [mariadb] [promtool] [chromium] [tools]" >&2; exit 2; }
 [ "${1:-}" = install ] || usage
 shift
 wanted=("$@")
-[ ${#wanted[@]} -gt 0 ] || wanted=(zookeeper mariadb promtool chromium)
+[ ${#wanted[@]} -gt 0 ] || wanted=(zookeeper mariadb promtool chromium tools)
 
 # pkgs_for NAME prints the Debian packages of a service.
 pkgs_for() {
@@ -27,6 +29,7 @@ pkgs_for() {
 	mariadb) echo "mariadb-server mariadb-client" ;;
 	promtool) echo "prometheus" ;; # promtool, for `promtool check metrics`
 	chromium) echo "chromium" ;;   # the dashboard's browser test (chromedp)
+	tools) echo "netcat-openbsd curl" ;; # nc -q1 and curl of the README's walkthroughs (internal/doctest)
 	*) echo "unknown service $1" >&2; exit 2 ;;
 	esac
 }
