@@ -156,7 +156,13 @@ func TestServerPasswordGuessing(t *testing.T) {
 		users += fmt.Sprintf("[[auth.user]]\nname = %q\npassword_hash = %q\npublish = [\"orders\"]\nadmin = %v\n", u, h, u == "root")
 	}
 	config := filepath.Join(dir, "server.toml")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`[auth]
+	// The connection limits are the slots tests' (slots_test.go): here
+	// every guessing connection stays, unauthenticated, for the whole run.
+	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`auth_timeout = 0
+max_unauthenticated_connections = 2000
+max_unauthenticated_per_address = 1000
+
+[auth]
 enabled = true
 failure_delay = %d
 max_failures = %d
