@@ -66,6 +66,12 @@ func (k *checker) http(c *Config) {
 	if c.HTTPPort > 0 && (c.HTTPPort == c.Port || c.HTTPPort == c.TLSPort) {
 		k.add("http_port", "must differ from port and tls_port, got %d", c.HTTPPort)
 	}
+	if p := c.defaultHTTPPort(); c.HTTPPort < 0 && p != 0 && (p == c.Port || p == c.TLSPort) {
+		k.add("http_port", "is unset, so it would be %d (port − 3, else 8120), which port or tls_port already uses: set http_port", p)
+	}
+	if c.Port != 0 && c.Port == c.TLSPort {
+		k.add("tls_port", "must differ from port, got %d", c.TLSPort)
+	}
 	for i, h := range c.HTTPAllowedHosts {
 		if !ValidAllowedHost(h) {
 			k.add("http_allowed_hosts", "entry %d "+`must be a host name (letters, digits, "-" and "."), an IP address or "*", without scheme or port, got %q`, i, h)
