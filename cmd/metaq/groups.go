@@ -26,8 +26,9 @@ List the consumer groups: one line per group with its topics and how many
 live members it has.
 
 Local mode (the default) asks the broker at --addr, which knows the groups
-it coordinates while they have members (a group with only committed offsets
-is not listed). Cluster mode (--zk) lists <root>/consumers in ZooKeeper,
+it coordinates and those with offsets committed through it; a group with
+committed offsets and no live member is shown with "0 (committed offsets,
+no live member)". Cluster mode (--zk) lists <root>/consumers in ZooKeeper,
 MetaQ's layout, which keeps a group after its members are gone.
 
 examples:
@@ -169,7 +170,11 @@ func cmdGroups(e *env) *cobra.Command {
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "GROUP\tTOPICS\tMEMBERS")
 			for _, g := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%d\n", g.Group, orDash(strings.Join(g.Topics, ",")), g.Members)
+				members := strconv.Itoa(g.Members)
+				if g.Members == 0 {
+					members = "0 (committed offsets, no live member)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", g.Group, orDash(strings.Join(g.Topics, ",")), members)
 			}
 			return tw.Flush()
 		}

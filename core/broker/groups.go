@@ -488,6 +488,7 @@ func (b *Broker) GroupOwners(group, topic string) map[int32]string {
 func (b *Broker) writeGroupStats(sb *strings.Builder, v viewer) {
 	keys, gr := b.groups.snapshot()
 	sb.WriteString("STATS\r\n")
+	live := make(map[groupTopic]bool, len(keys))
 	for i, k := range keys {
 		if !v.groupTopic(k.group, k.topic) {
 			continue
@@ -496,8 +497,16 @@ func (b *Broker) writeGroupStats(sb *strings.Builder, v viewer) {
 		g.mu.Lock()
 		if !g.dead {
 			fmt.Fprintf(sb, "%s %s members %d generation %d\r\n", k.group, k.topic, len(g.members), g.gen)
+			live[groupTopic{k.group, k.topic}] = true
 		}
 		g.mu.Unlock()
+	}
+	// Groups with committed offsets and no live member here (issue 23:
+	// `metaq groups` omitted them, /ui/groups listed them): members 0.
+	for _, c := range b.committed.snapshot() {
+		if !live[groupTopic{c.group, c.topic}] && v.groupTopic(c.group, c.topic) {
+			fmt.Fprintf(sb, "%s %s members 0 generation 0\r\n", c.group, c.topic)
+		}
 	}
 	sb.WriteString("END\r\n")
 }

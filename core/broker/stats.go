@@ -66,7 +66,7 @@ stats partitions    one line per partition: min_offset, max_offset and message_c
 stats realtime      counters since the last reset, all topics with stat=true
 stats config        the effective configuration, secrets shown as <redacted>
 stats plugins       one line per plugin process: kind, name, version, pid, state, restarts, calls, errors
-stats groups        one line per consumer group coordinated here (local mode): members, generation
+stats groups        one line per consumer group coordinated here (local mode): members, generation; groups with committed offsets and no live member: members 0
 stats members       one line per member of those groups: its id and the partitions it holds
 stats disks         one line per data directory: used_ratio, inodes_used_ratio, full (disk_max_used_ratio)
 stats transactions  the open transactions, oldest first: key, type, state, session, messages, bytes, age, timeout
