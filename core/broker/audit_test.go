@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -32,4 +33,29 @@ func TestAuditHeuristics(t *testing.T) {
 	c.ok("transaction XID:2:aa:bb:q s HEURISTIC_ROLLBACK 4\r\n")
 	require.Regexp(t, `audit: tx.heuristic component=audit user=- remote=127\.0\.0\.1:\d+ via=protocol action=tx.heuristic xid=XID:1:aa:bb:q outcome=commit state=prepared`, logs.String())
 	require.Regexp(t, `audit: tx.heuristic component=audit user=- remote=127\.0\.0\.1:\d+ via=protocol action=tx.heuristic xid=XID:2:aa:bb:q outcome=rollback prepared=true`, logs.String())
+}
+
+// TestAuditStatsReset: `stats reset` clears counters, so it is audited
+// like the other admin changes.
+func TestAuditStatsReset(t *testing.T) {
+	logs := &syncLog{}
+	cfg := conf.Default()
+	cfg.Host, cfg.Port, cfg.DataDir = "127.0.0.1", 0, t.TempDir()
+	cfg.Topics = []conf.Topic{{Name: "t"}}
+	b, err := New(cfg, Options{Logf: logs.Logf})
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+	t.Cleanup(func() { b.Close() })
+	w := dialWire(t, b.Addr())
+	require.Contains(t, w.call("stats reset 1\r\n"), "reset ok")
+	require.Regexp(t, `audit: stats.reset component=audit user=- remote=127\.0\.0\.1:\d+ via=protocol action=stats.reset`, logs.String())
+}
+
+// TestLoginFailedNameCut: a failed login quotes at most 64 bytes of the
+// user name it was given, as every other reply quotes a client's name.
+func TestLoginFailedNameCut(t *testing.T) {
+	long := strings.Repeat("u", 900)
+	got := loginFailed(long)
+	require.Less(t, len(got), 120, got)
+	require.Contains(t, got, `"`+strings.Repeat("u", 64)+`"...`)
 }

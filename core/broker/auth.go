@@ -327,7 +327,7 @@ func (c *conn) checkPlain(r *protocol.Request) (u *conf.User, reason, why string
 }
 
 // loginFailed is the reply to every failed login, wire and HTTP.
-func loginFailed(name string) string { return "authentication failed for user " + strconv.Quote(name) }
+func loginFailed(name string) string { return "authentication failed for user " + quoteName(name) }
 
 // loginLimits are the login limiter's limits under a.
 func loginLimits(a *conf.Auth) security.LoginLimits {

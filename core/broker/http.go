@@ -279,7 +279,7 @@ func (b *Broker) httpUser(r *http.Request) (u *conf.User, reason string, retry t
 		reason += ": too many failed logins, " + security.RetryAfter(retry)
 	} else {
 		b.stats.authFailures.Add(1)
-		b.logf("http %s: auth failed for user %s: %s", r.RemoteAddr, strconv.Quote(name), why)
+		b.logf("http %s: auth failed for user %s: %s", r.RemoteAddr, quoteName(name), why)
 	}
 	// As on the wire: a failure is answered after failure_delay.
 	delay := time.Until(start.Add(time.Duration(cfg.Auth.FailureDelay) * time.Millisecond))

@@ -165,6 +165,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 			t.rt.reset()
 		}
 		b.stats.resetAt.Store(time.Now().UnixNano())
+		c.connAudit("stats.reset") // audit.go
 		sb.WriteString("reset ok")
 	case "help":
 		sb.WriteString(strings.ReplaceAll(statsHelp, "\n", "\r\n"))
@@ -327,7 +328,7 @@ func (c *conn) countStats(arg string, opaque int32) {
 	t := b.topics[name]
 	b.mu.RUnlock()
 	if t == nil || p >= len(t.parts) {
-		c.reply(protocol.StatusBadRequest, "stats "+countItem+": no partition "+strconv.Itoa(p)+" of topic "+strconv.Quote(name), opaque)
+		c.reply(protocol.StatusBadRequest, "stats "+countItem+": no partition "+strconv.Itoa(p)+" of topic "+quoteName(name), opaque)
 		return
 	}
 	l := t.parts[p]
