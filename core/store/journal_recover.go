@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -118,8 +119,13 @@ func (j *Journal) recover() error {
 		// ends where the journal was last written (what follows is unwritten
 		// space or an earlier lap's records), which is not damage, so the
 		// line says nothing that reads as such (issue 23).
-		j.logf("store: journal %s: %d records from %d to %d, no damage; replaying %d data records from the checkpoint at %d, %d partitions registered since",
-			j.dir, sc.records, files[0].start, sc.end, len(sc.refs), from, len(sc.regs))
+		end := ""
+		if !plainJournalEnd(sc.stopped) {
+			// A crash's torn last write: said, as what it is.
+			end = " (it ends at a write the crash left unfinished: " + sc.stopped + ")"
+		}
+		j.logf("store: journal %s: %d records from %d to %d, no damage; replaying %d data records from the checkpoint at %d, %d partitions registered since%s",
+			j.dir, sc.records, files[0].start, sc.end, len(sc.refs), from, len(sc.regs), end)
 	} else {
 		j.logf("store: journal %s: %d records from %d to %d, last checkpoint replays from %d: %d data records to replay, %d partitions registered since (%s; %d damaged stretches)",
 			j.dir, sc.records, files[0].start, sc.end, from, len(sc.refs), len(sc.regs), sc.stopped, len(sc.holes))
@@ -562,4 +568,12 @@ func listSegments(dir string) (starts, sizes []int64, err error) {
 	}
 	// ReadDir sorts by name, and names are zero-padded offsets.
 	return starts, sizes, nil
+}
+
+// plainJournalEnd reports whether the scan stopped where a journal
+// ordinarily ends: unwritten (zero-filled) space, an earlier lap's records
+// or the end of the last file, as after a clean stop.
+func plainJournalEnd(stopped string) bool {
+	return stopped == "end of the last file" || strings.HasPrefix(stopped, "zero-filled") ||
+		strings.Contains(stopped, "claims position") || strings.Contains(stopped, "of an earlier run")
 }
