@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -80,6 +81,10 @@ func (s chartScale) label(k int, suffix string) string {
 // timeChart renders series as an SVG chart; unit is chartUnitBytes or
 // chartUnitBps. With no samples it says so.
 func timeChart(title, unit string, series ...chartSeries) template.HTML {
+	for i := range series { // oldest first, whatever order they were taken in
+		series[i].Pts = slices.Clone(series[i].Pts)
+		slices.SortStableFunc(series[i].Pts, func(a, b chartPoint) int { return a.At.Compare(b.At) })
+	}
 	var first, last time.Time
 	hi, n := 0.0, 0
 	for _, s := range series {

@@ -90,6 +90,14 @@ func TestDashboardChart(t *testing.T) {
 	require.Contains(t, svg, "<polyline")
 	require.Contains(t, svg, "lag: 200 B now")
 
+	// Samples noted out of order are drawn oldest first.
+	svg = string(lagChart([]lagPoint{pts[2], pts[0], pts[1]}))
+	dots = chartDots(t, svg)
+	require.Len(t, dots, 3)
+	require.InDelta(t, left, dots[0][0], 0.1)
+	require.InDelta(t, right, dots[2][0], 0.1)
+	require.Contains(t, svg, "lag: 200 B now", "the latest sample")
+
 	// One sample: a dot in the middle, no line.
 	svg = string(lagChart([]lagPoint{{t0, 42}}))
 	dots = chartDots(t, svg)
