@@ -564,14 +564,21 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 		x.AllMembers = g.Members
 		rows = append(rows, x)
 	}
-	zkErr := ""
+	zkErr, zkTrunc := "", false
+	var groups []zkGroupView
 	if b.config().ZooKeeper.Enabled() {
-		var groups []zkGroupView
-		zkErr = b.readZK(func(c *zk.Conn, root string) error {
+		type read struct {
+			groups    []zkGroupView
+			truncated bool
+		}
+		var x read
+		x, zkErr = readZK(b, func(c *zk.Conn, root string) (read, error) {
+			var x read
 			var err error
-			groups, _, err = readZKGroups(c, root, dashMaxZKGroups)
-			return err
+			x.groups, x.truncated, err = readZKGroups(c, root, dashMaxZKGroups)
+			return x, err
 		})
+		groups, zkTrunc = x.groups, x.truncated
 		at := map[groupTopic]int{}
 		for i, x := range rows {
 			at[groupTopic{x.Group, x.Topic}] = i
@@ -609,7 +616,7 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 	}
 	b.render(w, r, http.StatusOK, "groups", "Consumer groups", "groups", map[string]any{"Groups": rows, "Every": dashSampleEvery,
 		"ZooKeeper": b.config().ZooKeeper.Enabled(), "ZKEvery": zkOffsetsEvery, "Truncated": b.committed.zkTruncated.Load(),
-		"MaxGroups": zkOffsetsMaxGroups, "MaxReads": zkOffsetsMaxReads, "ZKErr": zkErr}, "")
+		"MaxGroups": zkOffsetsMaxGroups, "MaxReads": zkOffsetsMaxReads, "ZKErr": zkErr, "ZKTruncated": zkTrunc, "ZKMax": dashMaxZKGroups}, "")
 }
 
 // lagsNow is each group/topic's lag in bytes now, from the committed

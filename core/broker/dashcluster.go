@@ -96,49 +96,69 @@ type seenBroker struct {
 	gone   time.Time                         // zero while registered
 }
 
-// readZK runs f on the registry's connection, bounded by dashZKTimeout.
-func (b *Broker) readZK(f func(c *zk.Conn, root string) error) string {
+// readZK runs f on b's registry connection and returns its result,
+// bounded by dashZKTimeout: errText says why there is none. f runs in a
+// goroutine of its own; after a timeout its result is dropped (never
+// shared with the caller).
+func readZK[T any](b *Broker, f func(c *zk.Conn, root string) (T, error)) (out T, errText string) {
 	b.mu.RLock()
 	reg := b.reg
 	b.mu.RUnlock()
 	if reg == nil {
-		return "not connected to ZooKeeper yet"
+		return out, "not connected to ZooKeeper yet"
 	}
-	ch := make(chan error, 1)
-	go func() { ch <- reg.Read(f) }()
+	type res struct {
+		v   T
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		var x res
+		x.err = reg.Read(func(c *zk.Conn, root string) error {
+			var err error
+			x.v, err = f(c, root)
+			return err
+		})
+		ch <- x
+	}()
 	select {
-	case err := <-ch:
-		if err != nil {
-			return "reading ZooKeeper: " + err.Error()
+	case x := <-ch:
+		if x.err != nil {
+			return out, "reading ZooKeeper: " + x.err.Error()
 		}
-		return ""
+		return x.v, ""
 	case <-time.After(dashZKTimeout):
-		return "ZooKeeper did not answer within " + dashZKTimeout.String()
+		return out, "ZooKeeper did not answer within " + dashZKTimeout.String()
 	}
+}
+
+// zkRead is what the cluster page reads from ZooKeeper.
+type zkRead struct {
+	layout    *cluster.Layout
+	groups    []zkGroupView
+	truncated bool
 }
 
 // clusterConsole reads the cluster from ZooKeeper for viewer v: topics
 // it may describe, groups it may use with a topic it may subscribe to.
 func (b *Broker) clusterConsole(v viewer, now time.Time) clusterConsole {
-	var layout *cluster.Layout
-	var groups []zkGroupView
-	var truncated bool
-	errText := b.readZK(func(c *zk.Conn, root string) error {
+	x, errText := readZK(b, func(c *zk.Conn, root string) (zkRead, error) {
+		var x zkRead
 		r := root
 		if r == "" {
 			r = "/"
 		}
 		var err error
-		if layout, err = cluster.ReadLayout(c, r); err != nil {
-			return err
+		if x.layout, err = cluster.ReadLayout(c, r); err != nil {
+			return x, err
 		}
-		groups, truncated, err = readZKGroups(c, root, dashMaxZKGroups)
-		return err
+		x.groups, x.truncated, err = readZKGroups(c, root, dashMaxZKGroups)
+		return x, err
 	})
-	if layout == nil {
-		layout = &cluster.Layout{}
+	if x.layout == nil {
+		x.layout = &cluster.Layout{}
 	}
-	return b.buildConsole(v, layout, groups, truncated, errText, now)
+	return b.buildConsole(v, x.layout, x.groups, x.truncated, errText, now)
 }
 
 // buildConsole merges a read of ZooKeeper with the brokers seen before.
@@ -338,13 +358,7 @@ func sortedKeys[K int | string, V any](m map[K]V) []K {
 // zkGroupOf reads group g from ZooKeeper for the groups pages (nil when
 // ZooKeeper has none, or could not be read: errText says so).
 func (b *Broker) zkGroupOf(g string) (*zkGroupView, string) {
-	var x *zkGroupView
-	errText := b.readZK(func(c *zk.Conn, root string) error {
-		var err error
-		x, err = readZKGroupView(c, root, g)
-		return err
-	})
-	return x, errText
+	return readZK(b, func(c *zk.Conn, root string) (*zkGroupView, error) { return readZKGroupView(c, root, g) })
 }
 
 // zkGroupView is a consumer group read from ZooKeeper
