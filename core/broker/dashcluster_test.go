@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/internal/zkpath"
 )
@@ -107,4 +108,39 @@ func TestDashboardClusterAuthz(t *testing.T) {
 	require.NotContains(t, page, "secret")
 	require.Contains(t, get("root", "/ui/groups/billing-b", 200), "secret")
 	get("alice", "/ui/groups/spies", 403)
+}
+
+// TestDashboardClusterZKStalled: a ZooKeeper that stops answering makes
+// the cluster page say so within dashZKTimeout (and a bit), marking no
+// broker down; answering again, the page is whole again.
+func TestDashboardClusterZKStalled(t *testing.T) {
+	zkAddr := testsvc.ZooKeeper(t)
+	proxy, err := faultnet.Start(zkAddr)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	b := startBroker(t, 1000, func(c *conf.Config) {
+		c.ZooKeeper.Connect = proxy.Addr()
+		c.ZooKeeper.Root = fmt.Sprintf("/dashs-%d", time.Now().UnixNano())
+		c.ZooKeeper.SessionTimeout = 10000
+		c.ZooKeeper.ConnectionTimeout = 5000
+	})
+	require.Eventually(t, b.Registered, 15*time.Second, 20*time.Millisecond)
+	h := b.newMux()
+	page := dashDo(t, h, "GET", "/ui/", nil, nil).Body.String()
+	require.Contains(t, page, `<tr data-broker="0">`)
+	require.NotContains(t, page, `id="zk-error"`)
+
+	proxy.Hold()
+	start := time.Now()
+	w := dashDo(t, h, "GET", "/ui/", nil, nil)
+	took := time.Since(start)
+	proxy.Release()
+	require.Equal(t, 200, w.Code)
+	require.Less(t, took, dashZKTimeout+2*time.Second, "the page is not held by ZooKeeper")
+	require.Contains(t, w.Body.String(), `id="zk-error"`)
+	require.NotContains(t, w.Body.String(), `class="down"`)
+	require.Eventually(t, func() bool {
+		page := dashDo(t, h, "GET", "/ui/", nil, nil).Body.String()
+		return strings.Contains(page, `<tr data-broker="0">`) && !strings.Contains(page, `id="zk-error"`)
+	}, 15*time.Second, 100*time.Millisecond)
 }
