@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -13,13 +14,15 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-zookeeper/zk"
+
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -39,11 +42,12 @@ var dashFS embed.FS
 // dashPages are the templates, one per page, each with the layout.
 var dashPages = func() map[string]*template.Template {
 	funcs := template.FuncMap{
-		"bytes": humanBytes,
-		"rate":  func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
-		"spark": sparkline,
-		"ago":   func(t time.Time) string { return time.Since(t).Truncate(time.Second).String() },
-		"deref": func(p *int64) int64 { return *p },
+		"bytes":     humanBytes,
+		"rate":      func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+		"lagchart":  lagChart,
+		"ratechart": rateChart,
+		"ago":       func(t time.Time) string { return time.Since(t).Truncate(time.Second).String() },
+		"deref":     func(p *int64) int64 { return *p },
 	}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(dashFS, "dashboard/layout.html"))
 	pages, err := fs.Glob(dashFS, "dashboard/*.html")
@@ -194,9 +198,9 @@ type clusterView struct {
 	Replication                           string
 	Slave                                 [][2]string // the slave's stats lines
 	Sync                                  [][2]string // a sync master's
-	Brokers                               []registry.BrokerNode
-	BrokersErr                            string
+	Console                               clusterConsole
 	Ready                                 readyState
+	Throughput                            []ratePoint
 }
 
 func kvLines(f func(kv func(k string, v any))) [][2]string {
@@ -219,29 +223,9 @@ func (b *Broker) uiCluster(w http.ResponseWriter, r *http.Request) {
 	}
 	if b.config().ZooKeeper.Enabled() {
 		v.Mode, v.ZKRoot = "cluster", b.config().ZooKeeper.Root
-		b.mu.RLock()
-		reg := b.reg
-		b.mu.RUnlock()
-		if reg == nil {
-			v.BrokersErr = "not connected to ZooKeeper yet"
-		} else {
-			type res struct {
-				bs  []registry.BrokerNode
-				err error
-			}
-			ch := make(chan res, 1)
-			go func() { bs, err := reg.Brokers(); ch <- res{bs, err} }()
-			select {
-			case x := <-ch:
-				v.Brokers = x.bs
-				if x.err != nil {
-					v.BrokersErr = "reading ZooKeeper: " + x.err.Error()
-				}
-			case <-time.After(dashZKTimeout):
-				v.BrokersErr = "ZooKeeper did not answer within " + dashZKTimeout.String()
-			}
-		}
+		v.Console = b.clusterConsole(b.httpViewer(r), time.Now())
 	}
+	v.Throughput = b.rateTrendFor(b.httpViewer(r))
 	b.render(w, r, http.StatusOK, "cluster", "Cluster", "cluster", v, "")
 }
 
@@ -267,7 +251,7 @@ func (b *Broker) uiTopics(w http.ResponseWriter, r *http.Request) {
 	} else if n := q.Get("deleted"); n != "" {
 		flash = "Topic " + n + " deleted."
 	}
-	b.render(w, r, http.StatusOK, "topics", "Topics", "topics", map[string]any{"Topics": rows, "Every": dashSampleEvery,
+	b.render(w, r, http.StatusOK, "topics", "Topics", "topics", map[string]any{"Topics": rows, "Every": dashSampleEvery, "Throughput": b.rateTrendFor(b.httpViewer(r)),
 		"MaxPartitions": conf.MaxPartitions, "Default": b.config().NumPartitions}, flash)
 }
 
@@ -303,7 +287,7 @@ func (b *Broker) uiTopic(w http.ResponseWriter, r *http.Request) {
 	} else if s != "" {
 		flash = "Topic " + t.name + " now has " + strconv.Itoa(len(t.parts)) + " partitions (was " + s + "). Warning: " + KeyedOrderingWarning + "."
 	}
-	b.render(w, r, http.StatusOK, "topic", "Topic "+t.name, "topics", map[string]any{"Topic": b.topicJSON(t, true), "Rate": rt, "HasRate": ok,
+	b.render(w, r, http.StatusOK, "topic", "Topic "+t.name, "topics", map[string]any{"Topic": b.topicJSON(t, true), "Rate": rt, "HasRate": ok, "Throughput": b.rateTrend(t.name),
 		"Warning": KeyedOrderingWarning, "MaxPartitions": conf.MaxPartitions,
 		"Browse": b.httpViewer(r).authorize(security.Subscribe, t.name) == nil}, flash) // browse links only for a subscriber
 }
@@ -566,17 +550,73 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 		*groupEntry
 		Lag    int64
 		HasLag bool
+		// ZooKeeper's members subscribing the topic and owners of its
+		// partitions (cluster mode).
+		ZKMembers, ZKOwners int
+		AllMembers          int
 	}
+	v := b.httpViewer(r)
 	var rows []row
 	lags := b.lagsNow()
-	for _, g := range b.groupListFor(b.httpViewer(r)) { // the user's groups, on topics they may subscribe to
+	for _, g := range b.groupListFor(v) { // the user's groups, on topics they may subscribe to
 		x := row{groupEntry: g}
 		x.Lag, x.HasLag = lags[groupTopic{g.Group, g.Topic}]
+		x.AllMembers = g.Members
 		rows = append(rows, x)
+	}
+	zkErr, zkTrunc := "", false
+	var groups []zkGroupView
+	if b.config().ZooKeeper.Enabled() {
+		type read struct {
+			groups    []zkGroupView
+			truncated bool
+		}
+		var x read
+		x, zkErr = readZK(b, func(c *zk.Conn, root string) (read, error) {
+			var x read
+			var err error
+			x.groups, x.truncated, err = readZKGroups(c, root, dashMaxZKGroups)
+			return x, err
+		})
+		groups, zkTrunc = x.groups, x.truncated
+		at := map[groupTopic]int{}
+		for i, x := range rows {
+			at[groupTopic{x.Group, x.Topic}] = i
+		}
+		for _, g := range groups {
+			for _, t := range g.Topics {
+				if !v.groupTopic(g.Group, t) {
+					continue
+				}
+				k := groupTopic{g.Group, t}
+				i, ok := at[k]
+				if !ok {
+					rows = append(rows, row{groupEntry: &groupEntry{Group: g.Group, Topic: t, Note: "in ZooKeeper; its partitions are on other brokers"}})
+					i = len(rows) - 1
+					at[k] = i
+				}
+				for _, m := range g.Members {
+					if slices.Contains(m.Topics, t) {
+						rows[i].ZKMembers++
+					}
+				}
+				for _, o := range g.Owners {
+					if o.Topic == t {
+						rows[i].ZKOwners++
+					}
+				}
+			}
+		}
+		for i := range rows {
+			rows[i].AllMembers = rows[i].Members + rows[i].ZKMembers
+		}
+		slices.SortFunc(rows, func(a, c row) int {
+			return cmp.Or(strings.Compare(a.Group, c.Group), strings.Compare(a.Topic, c.Topic))
+		})
 	}
 	b.render(w, r, http.StatusOK, "groups", "Consumer groups", "groups", map[string]any{"Groups": rows, "Every": dashSampleEvery,
 		"ZooKeeper": b.config().ZooKeeper.Enabled(), "ZKEvery": zkOffsetsEvery, "Truncated": b.committed.zkTruncated.Load(),
-		"MaxGroups": zkOffsetsMaxGroups, "MaxReads": zkOffsetsMaxReads}, "")
+		"MaxGroups": zkOffsetsMaxGroups, "MaxReads": zkOffsetsMaxReads, "ZKErr": zkErr, "ZKTruncated": zkTrunc, "ZKMax": dashMaxZKGroups}, "")
 }
 
 // lagsNow is each group/topic's lag in bytes now, from the committed
@@ -631,6 +671,22 @@ func (b *Broker) uiGroup(w http.ResponseWriter, r *http.Request) {
 		b.uiError(w, r, http.StatusForbidden, err.Error())
 		return
 	}
+	// Cluster mode: the group as ZooKeeper holds it; its topics open here
+	// are described too (as those it committed here are).
+	var zg *zkGroupView
+	zkErr := ""
+	if b.config().ZooKeeper.Enabled() {
+		zg, zkErr = b.zkGroupOf(group)
+		if zg != nil && r.URL.Query().Get("topic") == "" {
+			v := b.httpViewer(r)
+			for _, t := range zg.Topics {
+				if !slices.Contains(topics, t) && b.topicOpen(t) && v.authorize(security.Subscribe, t) == nil {
+					topics = append(topics, t)
+				}
+			}
+			slices.Sort(topics)
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
 	defer cancel()
 	desc, err := b.describeGroup(ctx, group, topics)
@@ -646,6 +702,45 @@ func (b *Broker) uiGroup(w http.ResponseWriter, r *http.Request) {
 	for _, d := range desc {
 		views = append(views, groupTopicView{d, b.lagTrend(group, d.Topic)})
 	}
+	// Cluster mode: the members and owners ZooKeeper holds (the owners of
+	// this broker's partitions go in the partition tables, the others in
+	// a table of their own).
+	var zkMembers []zkMember
+	var elsewhere []zkOwner
+	if zg != nil {
+		v, self := b.httpViewer(r), b.config().BrokerID
+		for _, m := range zg.Members {
+			var ts []string
+			for _, t := range m.Topics {
+				if v.authorize(security.Subscribe, t) == nil {
+					ts = append(ts, t)
+				}
+			}
+			m.Topics = ts
+			zkMembers = append(zkMembers, m)
+		}
+		for _, o := range zg.Owners {
+			if v.authorize(security.Subscribe, o.Topic) != nil {
+				continue
+			}
+			placed := false
+			if o.BrokerID == self {
+				for i := range views {
+					if views[i].Topic != o.Topic {
+						continue
+					}
+					for j := range views[i].Partitions {
+						if p := &views[i].Partitions[j]; p.Partition == int(o.Partition) && p.Owner == "" {
+							p.Owner, placed = o.Owner, true
+						}
+					}
+				}
+			}
+			if !placed {
+				elsewhere = append(elsewhere, o)
+			}
+		}
+	}
 	flash := ""
 	q := r.URL.Query()
 	if t := q.Get("reset"); t != "" {
@@ -653,7 +748,8 @@ func (b *Broker) uiGroup(w http.ResponseWriter, r *http.Request) {
 	} else if s := q.Get("skipped"); s != "" {
 		flash = "Skipped " + s + " to its end. " + resetNote + "."
 	}
-	b.render(w, r, http.StatusOK, "group", "Group "+group, "groups", map[string]any{"Group": group, "Topics": views, "Every": dashSampleEvery}, flash)
+	b.render(w, r, http.StatusOK, "group", "Group "+group, "groups", map[string]any{"Group": group, "Topics": views, "Every": dashSampleEvery,
+		"ZooKeeper": b.config().ZooKeeper.Enabled(), "ZKMembers": zkMembers, "Elsewhere": elsewhere, "ZKErr": zkErr}, flash)
 }
 
 // resetForm parses the reset and skip forms into a request.
@@ -798,30 +894,4 @@ func humanBytes(n int64) string {
 		i++
 	}
 	return strconv.FormatFloat(f, 'f', 1, 64) + " " + "BKMGTPE"[i:i+1] + "iB"
-}
-
-// sparkline renders lag points as a small inline SVG.
-func sparkline(pts []lagPoint) template.HTML {
-	const w, h = 240.0, 40.0
-	if len(pts) == 0 {
-		return template.HTML(`<span class="muted">no samples yet</span>`)
-	}
-	var hi int64
-	for _, p := range pts {
-		hi = max(hi, p.Lag)
-	}
-	scale := float64(max(hi, 1))
-	span := time.Hour.Seconds()
-	end := pts[len(pts)-1].At
-	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg class="spark" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img" aria-label="lag over the last hour, max %d bytes"><polyline fill="none" stroke="currentColor" stroke-width="1.5" points="`, w, h, w, h, hi)
-	for _, p := range pts {
-		x := w - end.Sub(p.At).Seconds()/span*w
-		y := h - 2 - float64(p.Lag)/scale*(h-4)
-		fmt.Fprintf(&sb, "%.1f,%.1f ", x, y)
-	}
-	sb.WriteString(`"/></svg>`)
-	fmt.Fprintf(&sb, ` <span class="muted">%s now, %s at most; %d samples, the last hour (left: 60 min ago)</span>`,
-		humanBytes(pts[len(pts)-1].Lag), humanBytes(hi), len(pts))
-	return template.HTML(sb.String())
 }

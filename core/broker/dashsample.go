@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -46,6 +47,34 @@ func (r *lagRing) points() []lagPoint {
 	return out
 }
 
+// ratePoint is a topic's (or the broker's) throughput in and out over
+// one sample interval, in bytes per second.
+type ratePoint struct {
+	At      time.Time
+	In, Out float64
+}
+
+// rateRing is the last dashSamples rate points.
+type rateRing struct {
+	pts  [dashSamples]ratePoint
+	n    int
+	next int
+}
+
+func (r *rateRing) add(p ratePoint) {
+	r.pts[r.next] = p
+	r.next = (r.next + 1) % dashSamples
+	r.n = min(r.n+1, dashSamples)
+}
+
+func (r *rateRing) points() []ratePoint {
+	out := make([]ratePoint, 0, r.n)
+	for i := range r.n {
+		out = append(out, r.pts[(r.next-r.n+i+dashSamples)%dashSamples])
+	}
+	return out
+}
+
 type topicSample struct {
 	at                        time.Time
 	msgsIn, bytesIn, bytesOut int64
@@ -67,6 +96,11 @@ type dashState struct {
 	last   map[string]topicSample
 	lastAt time.Time
 	rates  map[string]topicRate
+	seen   map[int]*seenBroker // the cluster console's memory (dashcluster.go)
+	// Throughput over the last hour: by topic (at most dashMaxRings) and
+	// of the whole broker.
+	rateRings map[string]*rateRing
+	total     rateRing
 }
 
 // sampleLoop samples every dashSampleEvery until the broker closes.
@@ -137,6 +171,9 @@ func (b *Broker) dashSample(now time.Time) {
 			}
 		}
 		d.last, d.rates, d.lastAt = samples, rates, now
+		if len(rates) > 0 {
+			d.addRates(now, rates)
+		}
 	}
 	for _, l := range lags {
 		r := d.lags[l.k]
@@ -156,6 +193,84 @@ func (b *Broker) dashSample(now time.Time) {
 			delete(d.lags, k)
 		}
 	}
+}
+
+// addRates notes the rates of one interval ending at now; d.mu is held.
+func (d *dashState) addRates(now time.Time, rates map[string]topicRate) {
+	if d.rateRings == nil {
+		d.rateRings = map[string]*rateRing{}
+	}
+	var tot ratePoint
+	tot.At = now
+	for name, rt := range rates {
+		tot.In += rt.BytesIn
+		tot.Out += rt.BytesOut
+		r := d.rateRings[name]
+		if r == nil {
+			if len(d.rateRings) >= dashMaxRings {
+				continue
+			}
+			r = &rateRing{}
+			d.rateRings[name] = r
+		}
+		r.add(ratePoint{now, rt.BytesIn, rt.BytesOut})
+	}
+	for name := range d.rateRings { // topics deleted
+		if _, ok := rates[name]; !ok {
+			delete(d.rateRings, name)
+		}
+	}
+	d.total.add(tot)
+}
+
+// rateTrend returns the throughput points of topic ("" for the whole
+// broker), oldest first.
+func (b *Broker) rateTrend(topic string) []ratePoint {
+	d := &b.web.dash
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if topic == "" {
+		return d.total.points()
+	}
+	if r := d.rateRings[topic]; r != nil {
+		return r.points()
+	}
+	return nil
+}
+
+// rateTrendFor is the broker's throughput as v may see it: the whole
+// broker's for an admin (or without [auth]), else the sum of the topics
+// v may describe.
+func (b *Broker) rateTrendFor(v viewer) []ratePoint {
+	if v.all() {
+		return b.rateTrend("")
+	}
+	d := &b.web.dash
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	sum := map[time.Time]*ratePoint{}
+	var order []time.Time
+	for name, r := range d.rateRings {
+		if !v.topic(name) {
+			continue
+		}
+		for _, p := range r.points() {
+			x := sum[p.At]
+			if x == nil {
+				x = &ratePoint{At: p.At}
+				sum[p.At] = x
+				order = append(order, p.At)
+			}
+			x.In += p.In
+			x.Out += p.Out
+		}
+	}
+	slices.SortFunc(order, func(a, b time.Time) int { return a.Compare(b) })
+	out := make([]ratePoint, 0, len(order))
+	for _, at := range order {
+		out = append(out, *sum[at])
+	}
+	return out
 }
 
 // lagTrend returns the lag points of group and topic, oldest first.

@@ -93,3 +93,11 @@ func (r *Registry) Brokers() ([]BrokerNode, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
+
+// Read runs f with the registry's ZooKeeper connection and root ("" or
+// "/x"), for readers of the whole tree (the dashboard's cluster view,
+// through sdk/cluster.ReadLayout and ReadGroupNodes). f must only
+// read, and set no watches.
+func (r *Registry) Read(f func(c *zk.Conn, root string) error) error {
+	return f(r.conn, r.root)
+}

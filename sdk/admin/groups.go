@@ -619,64 +619,16 @@ type zkGroup struct {
 	topics  map[string]bool // from ids, owners and offsets
 }
 
+// readZKGroup reads R/consumers/<g> (sdk/cluster's reader, shared with
+// the broker's dashboard).
 func readZKGroup(c *zk.Conn, root, g string) (*zkGroup, error) {
-	base := zkpath.Group(root, g)
-	zg := &zkGroup{members: map[string][]string{}, owners: map[tpKey]string{}, topics: map[string]bool{}}
-	if ok, _, err := c.Exists(base); err != nil {
-		return nil, fmt.Errorf("%s: %w", base, err)
-	} else if !ok {
-		return zg, nil
-	}
-	zg.exists = true
-	ids, err := cluster.ReadChildren(c, zkpath.Members(root, g))
+	n, err := cluster.ReadGroupNodes(c, root, g)
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range ids {
-		v, ok, err := cluster.ReadData(c, zkpath.Member(root, g, id))
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			continue // gone meanwhile
-		}
-		topics := zkpath.ParseMemberData([]byte(v))
-		for _, t := range topics {
-			zg.topics[t] = true
-		}
-		sort.Strings(topics)
-		zg.members[id] = topics
-	}
-	topics, err := cluster.ReadChildren(c, zkpath.Owners(root, g))
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range topics {
-		nodes, err := cluster.ReadChildren(c, zkpath.OwnersTopic(root, g, t))
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range nodes {
-			id, part, err := zkpath.ParsePartitionName(n)
-			if err != nil {
-				continue
-			}
-			v, ok, err := cluster.ReadData(c, zkpath.Owner(root, g, t, id, part))
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				zg.owners[tpKey{t, id, part}] = v
-				zg.topics[t] = true
-			}
-		}
-	}
-	topics, err = cluster.ReadChildren(c, zkpath.Offsets(root, g))
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range topics {
-		zg.topics[t] = true
+	zg := &zkGroup{exists: n.Exists, members: n.Members, owners: make(map[tpKey]string, len(n.Owners)), topics: n.Topics}
+	for k, v := range n.Owners {
+		zg.owners[tpKey{k.Topic, k.BrokerID, k.Partition}] = v
 	}
 	return zg, nil
 }

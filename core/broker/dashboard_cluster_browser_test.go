@@ -1,0 +1,205 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/faultnet"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// clusterDashBroker starts master id of a cluster under root, topic
+// orders with 3 partitions, ZooKeeper sessions of 2 s (so that a broker
+// cut off is expired soon).
+func clusterDashBroker(t *testing.T, zkAddr, root string, id int) *Broker {
+	t.Helper()
+	cfg := conf.Default()
+	cfg.Port = 0
+	cfg.BrokerID = id
+	cfg.DataDir = t.TempDir()
+	cfg.Topics = []conf.Topic{{Name: "orders", NumPartitions: ptr(3)}}
+	cfg.ZooKeeper.Connect = zkAddr
+	cfg.ZooKeeper.Root = root
+	cfg.ZooKeeper.SessionTimeout = 2000
+	cfg.ZooKeeper.ConnectionTimeout = 5000
+	b, err := New(cfg, Options{Logf: func(string, ...any) {}})
+	require.NoError(t, err)
+	require.NoError(t, b.Start())
+	t.Cleanup(func() { b.Close() })
+	require.Eventually(t, b.Registered, 15*time.Second, 20*time.Millisecond, "broker %d registers", id)
+	return b
+}
+
+// TestDashboardBrowserCluster opens broker 0's dashboard in a real browser
+// with two brokers registered in ZooKeeper and a group of two ZooKeeper
+// consumers: the cluster page lists both brokers and the partitions each
+// holds, and the group with both members and their owners; /ui/groups
+// shows the members. Then broker 1's ZooKeeper session ends (its
+// connection to ZooKeeper is cut and refused, as when the process is
+// killed): the page shows it down with its partitions unreachable.
+func TestDashboardBrowserCluster(t *testing.T) {
+	chrome := testsvc.Chromium(t)
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/dashc-%d", time.Now().UnixNano())
+	proxy, err := faultnet.Start(zkAddr) // broker 1's way to ZooKeeper
+	require.NoError(t, err)
+	t.Cleanup(func() { proxy.Close() })
+	b0 := clusterDashBroker(t, zkAddr, root, 0)
+	clusterDashBroker(t, proxy.Addr(), root, 1)
+	shots := os.Getenv(screenshotsEnv)
+
+	// Two members of group billing, balanced through ZooKeeper.
+	quiet := client.Logger(slog.New(slog.DiscardHandler))
+	for _, id := range []string{"a", "b"} {
+		m, err := client.New(client.ZooKeeper(zkAddr, root), quiet, client.ZooKeeperSessionTimeout(5*time.Second),
+			client.ConsumeTopics("orders"), client.ConsumerGroup("billing"), client.ConsumerID(id),
+			client.FetchMaxWait(50*time.Millisecond), client.DialTimeout(time.Second))
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			done <- m.Consume(context.Background(), func(context.Context, *message.Message) error { return nil })
+		}()
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			m.Close(ctx)
+			<-done
+		})
+	}
+	// Both members own partitions of both brokers (ZooKeeper's owner nodes).
+	require.Eventually(t, func() bool {
+		zg, errText := b0.zkGroupOf("billing")
+		if errText != "" || zg == nil || len(zg.Members) != 2 || len(zg.Owners) != 6 {
+			return false
+		}
+		owners := map[string]bool{}
+		for _, o := range zg.Owners {
+			owners[o.Owner] = true
+		}
+		return len(owners) == 2
+	}, 30*time.Second, 100*time.Millisecond, "both members own partitions")
+
+	// Messages on broker 0: the members consume them and commit their
+	// offsets to ZooKeeper (the cluster's offset store), which broker 0
+	// reads: the group's lag here becomes known, 0 once consumed.
+	c := dialAuth(t, b0.Addr(), nil)
+	for p := range int32(3) {
+		code, msg := c.call(func(d []byte, op int32) []byte {
+			return protocol.AppendPut(d, "orders", p, 0, -1, op, []byte("order"))
+		})
+		require.Equal(t, 200, code, msg)
+	}
+	require.Eventually(t, func() bool {
+		for _, g := range b0.clusterConsole(viewer{}, time.Now()).Groups {
+			if g.Group == "billing" && len(g.Lags) == 1 && g.Lags[0] == (consoleLag{"orders", 0}) {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 200*time.Millisecond, "the group's lag on broker 0's partitions is read from ZooKeeper's offsets")
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1000))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	require.NoError(t, chromedp.Do(bctx)) // starts the browser
+	tab := newBrowserTab(t, bctx, "", "")
+	base := "http://" + b0.HTTPAddr()
+	shot := func(name string) {
+		t.Helper()
+		if shots == "" {
+			return
+		}
+		buf, err := chromedp.Run(tab.ctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(shots, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644))
+	}
+	row := func(table, key string) string { // the row of table whose first cell starts with key
+		t.Helper()
+		for _, l := range strings.Split(tab.text(t, table), "\n") {
+			if strings.HasPrefix(l, key) {
+				return l
+			}
+		}
+		return ""
+	}
+
+	// Both brokers up, each holding its 3 partitions of orders; the group
+	// with both members, every partition owned.
+	tab.open(t, base+"/ui/", "#cluster-topics")
+	require.Contains(t, row("#brokers", "0"), "up")
+	require.Contains(t, row("#brokers", "1"), "up")
+	orders := row("#cluster-topics", "orders")
+	require.Contains(t, orders, "0-m: 3")
+	require.Contains(t, orders, "1-m: 3")
+	require.Contains(t, orders, "\t6\t", "6 partitions in all")
+	g := tab.text(t, `#cluster-groups tr[data-group="billing"]`)
+	require.Contains(t, g, "billing_a")
+	require.Contains(t, g, "billing_b")
+	require.Contains(t, g, "orders 1-2: ")
+	require.NotContains(t, g, "unreachable")
+	require.Contains(t, g, "orders: 0 B", "lag here")
+	shot("cluster-console")
+
+	// /ui/groups: the group with its two members and six owned partitions.
+	tab.open(t, base+"/ui/groups", "#groups")
+	cells := strings.Split(row("#groups", "billing\torders"), "\t")
+	require.Len(t, cells, 7, cells)
+	require.Equal(t, "2", cells[5], "members")
+	require.Equal(t, "6", cells[6], "owned partitions")
+	// The group's page: the owners of this broker's partitions, the
+	// members, and broker 1's partitions with their owners.
+	tab.open(t, base+"/ui/groups/billing", "#zk-members")
+	zm := tab.text(t, "#zk-members")
+	require.Contains(t, zm, "billing_a")
+	require.Contains(t, zm, "billing_b")
+	parts := tab.text(t, ".gparts")
+	require.NotContains(t, parts, "–", "every partition here shows its owner")
+	require.Contains(t, parts, "billing_")
+	require.Len(t, strings.Split(strings.TrimSpace(tab.text(t, "#zk-elsewhere")), "\n"), 4, "3 partitions of broker 1")
+	shot("cluster-group")
+
+	// Broker 1 is cut off from ZooKeeper: its session expires (2 s) and
+	// its nodes go. The page shows it down within a bounded wait.
+	proxy.Cut(true)
+	cut := time.Now()
+	require.Eventually(t, func() bool {
+		if chromedp.Do(tab.ctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#brokers"))) != nil {
+			return false
+		}
+		s, err := chromedp.Run(tab.ctx, chromedp.Text(chromedp.CSS(`#brokers tr[data-broker="1"]`)))
+		return err == nil && strings.Contains(s, "down")
+	}, 30*time.Second, 250*time.Millisecond, "broker 1 is shown down once its session ends")
+	t.Logf("broker 1 shown down %v after its ZooKeeper connection was cut (session timeout 2 s)", time.Since(cut).Round(time.Millisecond))
+	require.Contains(t, row("#brokers", "1"), "session ended")
+	require.Contains(t, row("#brokers", "1"), "was meta://127.0.0.1:", "the address it had")
+	require.Contains(t, row("#brokers", "0"), "up")
+	orders = row("#cluster-topics", "orders")
+	require.Contains(t, orders, "0-m: 3")
+	require.Contains(t, orders, "1-m: 3 unreachable")
+	require.Contains(t, orders, "+3 unreachable")
+	// The owners of broker 1's partitions (the members still hold them)
+	// are marked.
+	g = tab.text(t, `#cluster-groups tr[data-group="billing"]`)
+	if strings.Contains(g, "orders 1-") {
+		require.Contains(t, g, "unreachable")
+	}
+	shot("cluster-down")
+}
