@@ -537,7 +537,7 @@ func TestHTTPPortFollowsPort(t *testing.T) {
 	// --check-config catches listeners of one file that would share a port.
 	for top, want := range map[string]string{
 		"port = 8123\ntls_port = 8120\n[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"": "would be 8120",
-		"port = 8443\ntls_port = 8443\n[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"":  "tls_port: must differ from port",
+		"port = 8443\ntls_port = 8443\n[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"": "tls_port: must differ from port",
 		"port = 8123\nhttp_port = 8123": "http_port: must differ from port",
 	} {
 		_, err := Parse([]byte(top+"\n[[topic]]\nname = \"t\"\n"), "server.toml")
