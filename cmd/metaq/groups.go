@@ -171,7 +171,7 @@ func cmdGroups(e *env) *cobra.Command {
 			fmt.Fprintln(tw, "GROUP\tTOPICS\tMEMBERS")
 			for _, g := range list {
 				members := strconv.Itoa(g.Members)
-				if g.Members == 0 {
+				if g.Members == 0 && o.zk == "" { // local mode: listed for its committed offsets
 					members = "0 (committed offsets, no live member)"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", g.Group, orDash(strings.Join(g.Topics, ",")), members)
