@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/message"
 )
@@ -152,7 +153,7 @@ func topicErr(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, errTopicExists):
 		writeError(w, http.StatusConflict, err.Error())
-	case errors.Is(err, errTopicNotFound):
+	case errors.Is(err, partition.ErrNoTopic):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, errTopicInvalid):
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -431,13 +432,9 @@ func (b *Broker) loadCommitted(ctx context.Context, group string, t *topic) ([]i
 	return out, nil
 }
 
-// errNoTopic is describeGroup's and planReset's error for a topic that is
-// not open here.
-var errNoTopic = errors.New("no such topic")
-
 // describeGroup reads group's committed offsets of topics from the offset
 // store, with each partition's offsets, lag and owner. An unknown topic is
-// errNoTopic (wrapped with its name); an offset store failure is returned
+// partition.ErrNoTopic (wrapped with its name); an offset store failure is returned
 // as it is.
 func (b *Broker) describeGroup(ctx context.Context, group string, topics []string) ([]groupTopicJSON, error) {
 	owners := b.groupOwners(group)
@@ -447,7 +444,7 @@ func (b *Broker) describeGroup(ctx context.Context, group string, topics []strin
 		t := b.topics[name]
 		b.mu.RUnlock()
 		if t == nil {
-			return nil, fmt.Errorf("%w: %s", errNoTopic, quoteName(name))
+			return nil, fmt.Errorf("%w: %s", partition.ErrNoTopic, quoteName(name))
 		}
 		committed, err := b.loadCommitted(ctx, group, t)
 		if err != nil {
@@ -494,8 +491,8 @@ func (b *Broker) apiGroup(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	out, err := b.describeGroup(ctx, group, topics)
 	switch {
-	case errors.Is(err, errNoTopic):
-		writeError(w, http.StatusNotFound, "no such topic: "+strings.TrimPrefix(err.Error(), errNoTopic.Error()+": "))
+	case errors.Is(err, partition.ErrNoTopic):
+		writeError(w, http.StatusNotFound, "no such topic: "+strings.TrimPrefix(err.Error(), partition.ErrNoTopic.Error()+": "))
 		return
 	case err != nil:
 		writeError(w, http.StatusBadGateway, "offset store "+b.offsets.name+": "+offsetErrText(err))

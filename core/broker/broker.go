@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/plugins/host"
@@ -352,7 +353,7 @@ func (b *Broker) openTopic(name string) (*topic, error) {
 	tc, ok := b.config().TopicConfig(name)
 	if !ok {
 		b.mu.Unlock()
-		return nil, errUnknownTopic
+		return nil, partition.ErrNoTopic
 	}
 	op := &topicOpen{done: make(chan struct{})}
 	b.opening[name] = op
@@ -450,10 +451,7 @@ func (t *topic) close() error {
 	return errors.Join(errs...)
 }
 
-var (
-	errUnknownTopic = errors.New("unknown topic")
-	errBrokerClosed = errors.New("broker closed")
-)
+var errBrokerClosed = errors.New("broker closed")
 
 // lookup returns a topic by name, creating it if auto-creation is on.
 func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
@@ -464,10 +462,10 @@ func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
 		return t, nil
 	}
 	if !create || !b.config().AutoCreateTopics {
-		return nil, errUnknownTopic
+		return nil, partition.ErrNoTopic
 	}
 	if err := conf.ValidateTopicName(string(name)); err != nil {
-		return nil, fmt.Errorf("%w: %w", errUnknownTopic, err)
+		return nil, fmt.Errorf("%w: %w", partition.ErrNoTopic, err)
 	}
 	return b.openTopic(string(name))
 }

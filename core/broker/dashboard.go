@@ -23,6 +23,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -519,7 +520,7 @@ func topicErrCode(err error) int {
 	switch {
 	case errors.Is(err, errTopicExists):
 		return http.StatusConflict
-	case errors.Is(err, errTopicNotFound):
+	case errors.Is(err, partition.ErrNoTopic):
 		return http.StatusNotFound
 	case errors.Is(err, errTopicInvalid):
 		return http.StatusBadRequest
@@ -691,7 +692,7 @@ func (b *Broker) uiGroup(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	desc, err := b.describeGroup(ctx, group, topics)
 	switch {
-	case errors.Is(err, errNoTopic):
+	case errors.Is(err, partition.ErrNoTopic):
 		b.uiError(w, r, http.StatusNotFound, err.Error())
 		return
 	case err != nil:

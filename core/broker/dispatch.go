@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -94,7 +95,7 @@ func (c *conn) checkPut(r *protocol.Request) (t *topic, l *store.Log, p int32, c
 
 func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, ok bool) {
 	t, err := c.b.lookup(r.Topic, true)
-	if errors.Is(err, errUnknownTopic) {
+	if errors.Is(err, partition.ErrNoTopic) {
 		msg := "The server do not accept topic " + showTopic(r.Topic)
 		if errors.Is(err, conf.ErrBadTopicName) { // auto_create_topics: say why
 			msg += ": " + conf.ValidateTopicName(string(r.Topic)).Error()

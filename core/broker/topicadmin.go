@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/internal/fsutil"
 )
 
@@ -25,9 +26,8 @@ import (
 
 // Errors of the topic changes, mapped to HTTP codes by the admin API.
 var (
-	errTopicExists   = errors.New("topic exists")
-	errTopicNotFound = errors.New("no such topic")
-	errTopicInvalid  = errors.New("invalid topic")
+	errTopicExists  = errors.New("topic exists")
+	errTopicInvalid = errors.New("invalid topic")
 )
 
 // checkpointClosedTimeout bounds the wait, when deleting a topic's data,
@@ -189,7 +189,7 @@ func (b *Broker) AddPartitions(name string, n int) (old int, err error) {
 		if t != nil {
 			return 0, fmt.Errorf("%w: %s is auto-created (it has no [[topic]] table): create it first", errTopicInvalid, name)
 		}
-		return 0, fmt.Errorf("%w: %s", errTopicNotFound, quoteName(name))
+		return 0, fmt.Errorf("%w: %s", partition.ErrNoTopic, quoteName(name))
 	}
 	old = len(t.parts)
 	switch {
@@ -266,7 +266,7 @@ func (b *Broker) DeleteTopic(name string, deleteData bool) error {
 	t := b.topics[name]
 	b.mu.RUnlock()
 	if !configured && t == nil {
-		return fmt.Errorf("%w: %s", errTopicNotFound, quoteName(name))
+		return fmt.Errorf("%w: %s", partition.ErrNoTopic, quoteName(name))
 	}
 	if configured {
 		f := b.cloneTopicsFile()
