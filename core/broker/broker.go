@@ -154,8 +154,11 @@ type Broker struct {
 	// master.
 	slave *slaveState
 	// sync is the sync replication state of a master with replication =
-	// "sync" (syncrepl.go); nil otherwise.
+	// "sync" (syncrepl.go, core/repl); nil otherwise. txr is the
+	// transaction side of it, registered on sync as its repl.Extension
+	// (txrepl.go); nil when sync is.
 	sync *syncMaster
+	txr  *txReplState
 	// fo is the automatic failover state (failover.go) with failover =
 	// true; nil otherwise.
 	fo *failover
@@ -231,6 +234,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	}
 	b.cfgp.Store(cfg)
 	b.startCtx, b.startCancel = context.WithCancel(context.Background())
+	b.initLogging(cfg)
 	if cfg.IsSlave() {
 		b.slave = newSlaveState(b)
 	} else if cfg.Replication == conf.ReplicationSync {
@@ -248,12 +252,12 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 			// Run once promoted: a promoted slave ships to the slaves that
 			// join it, acknowledging alone while none is in sync.
 			b.sync = newSyncMaster(b)
-			b.sync.degrade = true
+			b.sync.SetDegrade(true)
 		}
 	}
 	b.groups.timeout = opts.GroupSessionTimeout
 	b.groups.maxMembers, b.groups.maxPerConn = cfg.MaxGroupMembers, cfg.MaxMembershipsPerConnection
-	b.initLogging(cfg)
+	b.wireRepl() // repl.go
 	b.disks = newDiskWatch(cfg.DiskMaxUsedRatio, b.logf)
 	b.metrics = newMetrics(b)
 	if err := b.initAuth(); err != nil {

@@ -220,7 +220,7 @@ func (b *Broker) uiCluster(w http.ResponseWriter, r *http.Request) {
 		v.Slave = kvLines(b.slave.statsLines)
 	}
 	if b.sync != nil {
-		v.Sync = kvLines(b.sync.statsLines)
+		v.Sync = kvLines(func(kv func(k string, v any)) { syncStatsLines(b.sync.Status(), kv) })
 	}
 	if b.config().ZooKeeper.Enabled() {
 		v.Mode, v.ZKRoot = "cluster", b.config().ZooKeeper.Root

@@ -380,14 +380,14 @@ func (f *failover) setInSync(slave int) error {
 func (f *failover) nameInSync(slave int, inSync func() bool) error {
 	sm := f.b.sync
 	f.insync.Store(int32(slave))
-	seq := sm.degradeSeq.Load()
+	seq := sm.DegradeSeq()
 	if !inSync() {
 		return f.setInSync(-1)
 	}
 	if err := f.setInSync(slave); err != nil {
 		return err // still named in memory: degraded puts unname it first
 	}
-	if sm.degradeSeq.Load() != seq {
+	if sm.DegradeSeq() != seq {
 		return f.setInSync(-1)
 	}
 	return nil
@@ -465,7 +465,7 @@ func (f *failover) elect() bool {
 	f.mu.Lock()
 	f.starting.Store(true) // puts wait until the epoch's starts are recorded
 	if b.sync != nil {
-		b.sync.degrade = true // acknowledge alone until a slave is in sync (read after role, an atomic)
+		b.sync.SetDegrade(true) // acknowledge alone until a slave is in sync
 	}
 	f.epoch.Store(next.Epoch)
 	f.role.Store(foMaster) // handleSync refuses from now on
@@ -649,3 +649,9 @@ func (f *failover) markHeld(d zkpath.EpochData) error {
 	}
 	return err
 }
+
+// Named reports whether this holder named a slave in sync (repl.Namer).
+func (f *failover) Named() bool { return f.insync.Load() >= 0 }
+
+// UnnameSoon unnames it in the background (repl.Namer).
+func (f *failover) UnnameSoon() { f.clearInSyncSoon() }

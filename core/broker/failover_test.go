@@ -197,12 +197,12 @@ func TestSwitchoverRefusesPutPastDrain(t *testing.T) {
 
 	l := master.topics["t"].parts[0]
 	end := l.MaxOffset()
-	sp := master.sync.part("t", 0, l)
-	sp.mu.Lock()
+	sp := master.sync.Part("t", 0, l)
+	sp.Lock()
 	locked := true
 	defer func() {
 		if locked {
-			sp.mu.Unlock()
+			sp.Unlock()
 		}
 	}()
 	puts := master.stats.cmdPut.Load()
@@ -231,7 +231,7 @@ func TestSwitchoverRefusesPutPastDrain(t *testing.T) {
 		}
 		return nil
 	})
-	sp.mu.Unlock()
+	sp.Unlock()
 	locked = false
 	var r protocol.Request
 	require.NoError(t, pc.dec.Decode(&r))

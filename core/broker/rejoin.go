@@ -418,15 +418,15 @@ func (f *failover) switchover() (int, string) {
 		return refuse("this broker does not hold the epoch (" + f.whyNot() + ")")
 	}
 	slave := int(f.insync.Load())
-	lk := sm.link.Load()
+	lk := sm.Link()
 	if slave < 0 || lk == nil || !sm.allInSync(lk) {
 		return refuse("no slave is in sync (failover_insync " + memberLabelOr(slave) + "): a handover now could lose acknowledged messages; wait until one is (stats: failover_insync s<N>)")
 	}
 	epoch := f.epoch.Load()
 	b.logf("failover: switchover to slave %d requested: refusing puts, waiting for the slave to have everything", slave)
 	f.draining.Store(true)
-	deadline := time.Now().Add(sm.timeout + f.st)
-	ctl, err := sm.control(registry.SlaveNode{Addr: lk.addr, TLS: lk.tls})
+	deadline := time.Now().Add(sm.Timeout() + f.st)
+	ctl, err := sm.control(registry.SlaveNode{Addr: lk.Addr(), TLS: lk.TLS()})
 	if err != nil {
 		return refuse("the slave's control connection: " + err.Error())
 	}
@@ -434,13 +434,13 @@ func (f *failover) switchover() (int, string) {
 	defer ctl.dec.Release()
 	for _, t := range b.topicList() {
 		for p, l := range t.parts {
-			sp := sm.part(t.name, int32(p), l)
+			sp := sm.Part(t.name, int32(p), l)
 			// A barrier: a put that passed switchoverRefuses before
 			// draining was set counts itself in flight under sp.mu, or
 			// sees draining there and is refused (lateRefusal).
-			sp.mu.Lock()
-			sp.mu.Unlock() //nolint:staticcheck // a barrier
-			for sp.inflight.Load() > 0 {
+			sp.Lock()
+			sp.Unlock() //nolint:staticcheck // a barrier
+			for sp.InFlight() > 0 {
 				if time.Now().After(deadline) {
 					return refuse(fmt.Sprintf("%s-%d: puts in flight did not complete", t.name, p))
 				}
@@ -449,12 +449,12 @@ func (f *failover) switchover() (int, string) {
 			if err := l.Flush(); err != nil {
 				return refuse(err.Error())
 			}
-			if err := sm.waitSlave(lk, ctl, sp, l.MaxOffset(), true); err != nil {
+			if err := sm.WaitSlave(lk, ctl.slaveEnd, sp, l.MaxOffset(), true); err != nil {
 				return refuse(fmt.Sprintf("%s-%d: %v", t.name, p, err))
 			}
 		}
 	}
-	if lk.isDead() || int(f.insync.Load()) != slave || f.epoch.Load() != epoch {
+	if lk.Dead() || int(f.insync.Load()) != slave || f.epoch.Load() != epoch {
 		return refuse("the sync link to the slave was lost meanwhile")
 	}
 	f.handover.Store(true) // fence does not claim again

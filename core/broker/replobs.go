@@ -3,7 +3,6 @@ package broker
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,16 +108,13 @@ func (b *Broker) collectReplication(gauge func(d *promDesc, v float64, labels ..
 	if b.sync == nil {
 		return
 	}
-	m := statsMap(b.sync.statsLines)
-	in, n, _ := strings.Cut(m["sync_partitions_in_sync"], "/")
-	inN, _ := strconv.Atoi(in)
-	nN, _ := strconv.Atoi(n)
-	gauge(dSyncParts, float64(nN))
-	gauge(dSyncInSync, float64(inN))
-	counter(dSyncShipped, statInt(m, "sync_shipped"))
-	counter(dSyncFailed, statInt(m, "sync_failed"))
-	counter(dSyncRefused, statInt(m, "sync_refused"))
-	counter(dSyncDegraded, statInt(m, "sync_degraded_puts"))
+	st := b.sync.Status()
+	gauge(dSyncParts, float64(st.Partitions))
+	gauge(dSyncInSync, float64(st.InSync))
+	counter(dSyncShipped, st.Shipped)
+	counter(dSyncFailed, st.Failed)
+	counter(dSyncRefused, st.Refused)
+	counter(dSyncDegraded, st.Degraded)
 }
 
 type promDesc = prometheus.Desc

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/metaq-go/metaq/core/repl"
 	"os"
 	"runtime"
 	"strconv"
@@ -223,7 +224,7 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 		kv("replication", b.config().Replication)
 	}
 	if b.sync != nil && (b.fo == nil || !b.fo.isSlave()) {
-		b.sync.statsLines(kv) // syncrepl.go
+		syncStatsLines(b.sync.Status(), kv) // core/repl
 	}
 	kv("curr_connections", b.stats.connections.Load())
 	kv("threads", runtime.NumGoroutine())
@@ -363,4 +364,19 @@ func parseCountItem(arg string) (topic string, partition int, from int64, err er
 		return "", 0, 0, errors.New("empty topic")
 	}
 	return arg[:i], int(p), from, nil
+}
+
+// syncStatsLines are a sync master's lines of stats.
+func syncStatsLines(st repl.SyncStatus, kv func(k string, v any)) {
+	addr := st.Slave
+	if addr == "" {
+		addr = "none"
+	}
+	kv("sync_slave", addr)
+	kv("sync_partitions_in_sync", strconv.Itoa(st.InSync)+"/"+strconv.Itoa(st.Partitions))
+	kv("sync_shipped", st.Shipped)
+	kv("sync_failed", st.Failed)
+	kv("sync_refused", st.Refused)
+	kv("sync_degraded_puts", st.Degraded)
+	kv("sync_tx_shipped", st.ExtShipped)
 }

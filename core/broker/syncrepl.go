@@ -2,11 +2,9 @@ package broker
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
+	"github.com/metaq-go/metaq/core/repl"
 	"math"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,77 +43,16 @@ import (
 // Transactions (MetaQ's samsa had none) are shipped as txsync frames on
 // the same link: txrepl.go.
 
-// syncMaster is a sync master's replication state.
+// syncMaster is a sync master's replication state (core/repl) and the
+// broker's side of it: the manager that links to the slave and joins the
+// partitions.
 type syncMaster struct {
-	b       *Broker
-	degrade bool
-	timeout time.Duration
-
-	mu    sync.Mutex
-	parts map[*store.Log]*syncPart
-
-	link     atomic.Pointer[syncLink]
-	linkSeq  atomic.Int64
-	degraded atomic.Bool // puts are being degraded (logged once per episode)
-	// degradeSeq counts degraded puts begun (failover: naming a slave in
-	// sync checks that none began meanwhile).
-	degradeSeq atomic.Int64
-
-	shipped      atomic.Int64 // syncs acknowledged by the slave
-	failed       atomic.Int64 // puts failed for the slave's side
-	degradedPuts atomic.Int64 // puts stored on the master alone (sync_degrade)
-	refused      atomic.Int64 // puts refused: slave disconnected
-
-	tx txReplState // transactions (txrepl.go)
-}
-
-// syncPart is one partition of a sync master.
-type syncPart struct {
-	topic string
-	p     int32
-	l     *store.Log
-	// mu orders the partition's appends and their shipping, and holds
-	// puts back while the partition joins.
-	mu sync.Mutex
-	// gen is the link the partition is in sync under (0: none).
-	gen atomic.Int64
-	// inflight counts the partition's appends not completed yet.
-	inflight atomic.Int64
-	// joinErr is the last join failure logged (owned by the manager).
-	joinErr string
-	// end is where the partition's next append lands, under mu, while it
-	// is in sync (set by join; transaction commits tell the slave their
-	// batches' offsets, txrepl.go).
-	end int64
+	*repl.SyncMaster
+	b *Broker
 }
 
 func newSyncMaster(b *Broker) *syncMaster {
-	return &syncMaster{
-		b:       b,
-		degrade: b.config().SyncDegrade,
-		timeout: time.Duration(b.config().SyncTimeout) * time.Millisecond,
-		parts:   map[*store.Log]*syncPart{},
-	}
-}
-
-func (sm *syncMaster) part(topic string, p int32, l *store.Log) *syncPart {
-	sm.mu.Lock()
-	defer sm.mu.Unlock()
-	sp := sm.parts[l]
-	if sp == nil {
-		sp = &syncPart{topic: topic, p: p, l: l}
-		sm.parts[l] = sp
-	}
-	return sp
-}
-
-// inSync reports whether sp is in sync under a live link, and the link.
-func (sm *syncMaster) inSync(sp *syncPart) (*syncLink, bool) {
-	lk := sm.link.Load()
-	if lk == nil || lk.isDead() || sp.gen.Load() != lk.id {
-		return nil, false
-	}
-	return lk, true
+	return &syncMaster{SyncMaster: repl.NewSyncMaster(repl.FromConf(b.config()), b.log), b: b}
 }
 
 // appendReplicated is appendEntries on a sync master.
@@ -125,50 +62,36 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 	if mput {
 		token |= uint64(len(c.entries)) << 48
 	}
-	sp := sm.part(t.name, p, l)
-	sp.mu.Lock()
+	sp := sm.Part(t.name, p, l)
+	sp.Lock()
 	if f := c.b.fo; f != nil {
 		if code, msg := f.lateRefusal(); msg != "" { // rejoin.go
-			sp.mu.Unlock()
+			sp.Unlock()
 			c.b.stats.putFailed.Add(1)
 			c.reply(code, msg, opaque)
 			return
 		}
 	}
-	lk, ok := sm.inSync(sp)
+	lk, ok := sm.InSync(sp)
 	if !ok {
-		if !sm.degrade {
-			sp.mu.Unlock()
-			sm.refused.Add(1)
-			c.putFail(opaque, "Slave is disconnected ")
+		if !sm.Degrade() || !sm.DegradeOK(func() string {
+			return fmt.Sprintf("sync: %s-%d: the slave is not in sync; storing puts on the master alone (sync_degrade = true) until it is", t.name, p)
+		}) {
+			sp.Unlock()
+			c.b.stats.putFailed.Add(1)
+			c.replyErr(sm.Refuse("puts"), opaque)
 			return
 		}
-		if f := c.b.fo; f != nil {
-			// failover.go: a put stored here alone must not be
-			// acknowledged while ZooKeeper names a slave in sync.
-			if f.insync.Load() >= 0 {
-				sp.mu.Unlock()
-				sm.refused.Add(1)
-				f.clearInSyncSoon()
-				c.putFail(opaque, "Slave is disconnected (unnaming the in-sync slave in ZooKeeper before storing puts on the master alone)")
-				return
-			}
-			sm.degradeSeq.Add(1)
-		}
-		if !sm.degraded.Swap(true) {
-			c.b.logf("sync: %s-%d: the slave is not in sync; storing puts on the master alone (sync_degrade = true) until it is", t.name, p)
-		}
-		sm.degradedPuts.Add(int64(len(c.entries)))
-		w := &trackWaiter{w: c, sp: sp}
-		sp.inflight.Add(1)
+		sm.CountDegraded(len(c.entries))
+		w := sp.Track(c)
 		c.addPending(1)
 		err := l.Append(c.entries, w, token)
 		if err == nil {
-			sp.end += entriesSize(c.entries)
+			sp.Advance(entriesSize(c.entries))
 		}
-		sp.mu.Unlock()
+		sp.Unlock()
 		if err != nil {
-			sp.inflight.Add(-1)
+			sp.Release()
 			c.addPending(-1)
 			c.b.disks.wakeOn(err)
 			c.putFail(opaque, "append failed: "+err.Error())
@@ -184,19 +107,19 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 	}
 	w := &syncWait{c: c, sp: sp, token: token}
 	w.left.Store(int32(n + 1))
-	sp.inflight.Add(1)
+	sp.Hold()
 	c.addPending(1)
 	if err := l.Append(c.entries, w, token); err != nil {
-		sp.mu.Unlock()
-		sp.inflight.Add(-1)
+		sp.Unlock()
+		sp.Release()
 		c.addPending(-1)
 		c.b.disks.wakeOn(err)
 		c.putFail(opaque, "append failed: "+err.Error())
 		return
 	}
-	sp.end += entriesSize(c.entries)
-	lk.ship(t.name, p, c.entries, w)
-	sp.mu.Unlock()
+	sp.Advance(entriesSize(c.entries))
+	lk.Ship(t.name, p, c.entries, w)
+	sp.Unlock()
 	c.realtimePut(t, size)
 }
 
@@ -208,24 +131,11 @@ func (c *conn) realtimePut(t *topic, size int64) {
 	}
 }
 
-// trackWaiter completes an append counted in sp.inflight (a degraded,
-// master-only put, or a replicated transaction batch's local append) and
-// hands the completion on to w.
-type trackWaiter struct {
-	w  store.Waiter
-	sp *syncPart
-}
-
-func (w *trackWaiter) AppendDone(token uint64, firstID, firstOffset int64, err error) {
-	w.sp.inflight.Add(-1)
-	w.w.AppendDone(token, firstID, firstOffset, err)
-}
-
 // syncWait completes a replicated put once its local append and each of
 // its syncs are done.
 type syncWait struct {
 	c     *conn
-	sp    *syncPart
+	sp    *repl.Part
 	token uint64
 	left  atomic.Int32
 
@@ -243,8 +153,8 @@ func (w *syncWait) AppendDone(_ uint64, firstID, firstOffset int64, err error) {
 	w.done()
 }
 
-// slaveDone is one sync's outcome.
-func (w *syncWait) slaveDone(err error) {
+// SlaveDone is one sync's outcome.
+func (w *syncWait) SlaveDone(err error) {
 	if err != nil {
 		w.mu.Lock()
 		if w.slaveErr == nil {
@@ -259,7 +169,7 @@ func (w *syncWait) done() {
 	if w.left.Add(-1) != 0 {
 		return
 	}
-	w.sp.inflight.Add(-1)
+	w.sp.Release()
 	w.mu.Lock()
 	firstID, off, err, serr := w.firstID, w.offset, w.err, w.slaveErr
 	w.mu.Unlock()
@@ -269,193 +179,11 @@ func (w *syncWait) done() {
 		c.AppendDone(w.token, 0, 0, err)
 	case serr != nil:
 		c.addPending(-1)
-		c.b.sync.failed.Add(1)
-		c.putFail(int32(uint32(w.token)), serr.Error())
+		c.b.sync.CountFailed()
+		c.b.stats.putFailed.Add(1)
+		c.replyErr(serr, int32(uint32(w.token)))
 	default:
 		c.AppendDone(w.token, firstID, off, nil)
-	}
-}
-
-// syncLink is the master's connection to its slave.
-type syncLink struct {
-	sm   *syncMaster
-	id   int64
-	nc   net.Conn
-	addr string
-	tls  bool // the slave is TLS-only (its control connections dial TLS too)
-
-	wmu sync.Mutex // frames are written whole, in ship order
-	w   *bufio.Writer
-	buf []byte
-
-	pmu     sync.Mutex
-	pending map[int32]pendingSync
-	op      int32
-	dead    bool
-	deadErr error
-	done    chan struct{}
-	kick    chan struct{} // wakes the flusher
-}
-
-type pendingSync struct {
-	w  slaveWaiter // a put's syncWait, or a transaction's (txrepl.go)
-	at time.Time
-}
-
-func (lk *syncLink) isDead() bool {
-	lk.pmu.Lock()
-	defer lk.pmu.Unlock()
-	return lk.dead
-}
-
-// register takes the next op for w and records it as pending; on a dead
-// link it tells w why and returns false. Callers hold wmu.
-func (lk *syncLink) register(w slaveWaiter, now time.Time) (int32, bool) {
-	lk.pmu.Lock()
-	if lk.dead {
-		err := lk.deadErr
-		lk.pmu.Unlock()
-		w.slaveDone(err)
-		return 0, false
-	}
-	lk.op++
-	if lk.op <= 0 {
-		lk.op = 1
-	}
-	op := lk.op
-	lk.pending[op] = pendingSync{w: w, at: now}
-	lk.pmu.Unlock()
-	return op, true
-}
-
-// writeBuf writes lk.buf; a failed write fails the link. Callers hold wmu.
-func (lk *syncLink) writeBuf() {
-	if _, err := lk.w.Write(lk.buf); err != nil {
-		lk.fail(fmt.Errorf("Slave is disconnected (write: %v)", err))
-	}
-}
-
-// ship writes one sync per entry and registers them for their replies.
-// Callers hold the partition's lock.
-func (lk *syncLink) ship(topic string, p int32, entries []store.Entry, w *syncWait) {
-	lk.wmu.Lock()
-	defer lk.wmu.Unlock()
-	now := time.Now()
-	for i := range entries {
-		e := &entries[i]
-		op, ok := lk.register(w, now)
-		if !ok {
-			continue
-		}
-		lk.buf = protocol.AppendSync(lk.buf[:0], topic, p, e.Flag, e.ID, int64(e.CRC), op, e.Data)
-		lk.writeBuf()
-	}
-	if cap(lk.buf) > maxRetainedSyncBuf {
-		lk.buf = nil
-	}
-	select { // the flusher writes what is buffered, for many puts at once
-	case lk.kick <- struct{}{}:
-	default:
-	}
-}
-
-// flusher writes the buffered syncs to the slave whenever ship kicks it.
-func (lk *syncLink) flusher() {
-	for {
-		select {
-		case <-lk.done:
-			return
-		case <-lk.kick:
-		}
-		lk.wmu.Lock()
-		var err error
-		if lk.w.Buffered() > 0 {
-			lk.nc.SetWriteDeadline(time.Now().Add(lk.sm.timeout))
-			err = lk.w.Flush()
-		}
-		lk.wmu.Unlock()
-		if err != nil {
-			lk.fail(fmt.Errorf("Slave is disconnected (write: %v)", err))
-			return
-		}
-	}
-}
-
-const maxRetainedSyncBuf = 1 << 20
-
-// fail kills the link: every pending sync fails with err.
-func (lk *syncLink) fail(err error) {
-	lk.pmu.Lock()
-	if lk.dead {
-		lk.pmu.Unlock()
-		return
-	}
-	lk.dead, lk.deadErr = true, err
-	pend := lk.pending
-	lk.pending = nil
-	lk.pmu.Unlock()
-	lk.nc.Close()
-	close(lk.done)
-	lk.sm.b.logf("sync: link to slave %s lost: %v; its partitions are out of sync", lk.addr, err)
-	for _, ps := range pend {
-		ps.w.slaveDone(err)
-	}
-}
-
-// readLoop matches the slave's replies to the pending syncs.
-func (lk *syncLink) readLoop() {
-	dec := protocol.NewDecoder(lk.nc, protocol.Limits{})
-	defer dec.Release()
-	var r protocol.Request
-	for {
-		if err := dec.Decode(&r); err != nil {
-			lk.fail(fmt.Errorf("Slave is disconnected (%v)", err))
-			return
-		}
-		lk.pmu.Lock()
-		ps, ok := lk.pending[r.Opaque]
-		delete(lk.pending, r.Opaque)
-		lk.pmu.Unlock()
-		if !ok {
-			continue
-		}
-		if r.Op == protocol.OpResult && r.Code == protocol.StatusOK {
-			if _, put := ps.w.(*syncWait); put {
-				lk.sm.shipped.Add(1)
-			} else {
-				lk.sm.tx.shipped.Add(1) // a txsync frame (txrepl.go)
-			}
-			ps.w.slaveDone(nil)
-		} else {
-			ps.w.slaveDone(fmt.Errorf("slave failed the sync: %d %s", r.Code, protocol.Printable(r.Body)))
-		}
-	}
-}
-
-// sweep fails the link when a sync waits longer than sync_timeout.
-func (lk *syncLink) sweep() {
-	tk := time.NewTicker(min(lk.sm.timeout/4+time.Millisecond, 100*time.Millisecond))
-	defer tk.Stop()
-	for {
-		select {
-		case <-lk.done:
-			return
-		case <-tk.C:
-		}
-		now := time.Now()
-		late := false
-		lk.pmu.Lock()
-		for _, ps := range lk.pending {
-			if now.Sub(ps.at) > lk.sm.timeout {
-				late = true
-				break
-			}
-		}
-		lk.pmu.Unlock()
-		if late {
-			lk.fail(fmt.Errorf("Slave is disconnected (no answer within sync_timeout %v)", lk.sm.timeout))
-			return
-		}
 	}
 }
 
@@ -499,14 +227,14 @@ func (sm *syncMaster) run() {
 		}
 		logged = ""
 		b.logf("sync: shipping puts to slave %d at %s", target.ID, target.Addr)
-		sm.link.Store(lk)
+		sm.Serve(lk)
 		sm.serve(lk, target, watch)
-		lk.fail(errors.New("Slave is disconnected"))
+		lk.Fail(&repl.Error{Kind: repl.Disconnected, Msg: "Slave is disconnected"})
 	}
 }
 
 func (sm *syncMaster) refusal() string {
-	if sm.degrade {
+	if sm.Degrade() {
 		return "are stored on the master alone (sync_degrade = true)"
 	}
 	return `get "500 Slave is disconnected"`
@@ -520,28 +248,23 @@ func (sm *syncMaster) sleep(d time.Duration) {
 }
 
 // dial opens a link to slave s.
-func (sm *syncMaster) dial(s registry.SlaveNode) (*syncLink, error) {
+func (sm *syncMaster) dial(s registry.SlaveNode) (*repl.Link, error) {
 	nc, err := sm.b.replDialPeer(s.Addr, s.TLS, 2*time.Second) // repllink.go
 	if err != nil {
 		return nil, err
 	}
 	if f := sm.b.fo; f != nil {
-		if err := f.bindLink(nc, sm.timeout); err != nil {
+		if err := f.bindLink(nc, sm.Timeout()); err != nil {
 			nc.Close()
 			return nil, err
 		}
 	}
-	lk := &syncLink{sm: sm, id: sm.linkSeq.Add(1), nc: nc, addr: s.Addr, tls: s.TLS, w: bufio.NewWriterSize(nc, 64<<10),
-		pending: map[int32]pendingSync{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
-	go lk.readLoop()
-	go lk.flusher()
-	go lk.sweep()
-	return lk, nil
+	return sm.NewLink(nc, s.Addr, s.TLS), nil
 }
 
 // serve joins the partitions not in sync under lk, again and again, until
 // lk dies, the slave set changes or the broker closes.
-func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-chan zk.Event) {
+func (sm *syncMaster) serve(lk *repl.Link, target registry.SlaveNode, watch <-chan zk.Event) {
 	b := sm.b
 	ctl, err := sm.control(target)
 	if err != nil {
@@ -561,36 +284,32 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 	defer tk.Stop()
 	for {
 		all := true
-		if sm.tx.gen.Load() != lk.id {
-			// txrepl.go: the slave gets the prepared branches first.
-			if err := sm.syncTxState(lk); err != nil {
-				all = false
-				if lk.isDead() {
-					return
-				}
-				b.logf("sync: shipping the prepared transactions: %v", err)
+		// The extension (transactions: the prepared branches) first.
+		if err := sm.SyncExt(lk); err != nil {
+			all = false
+			if lk.Dead() {
+				return
 			}
+			b.logf("sync: shipping the prepared transactions: %v", err)
 		}
 		for _, t := range b.topicList() {
 			for p, l := range t.parts {
-				sp := sm.part(t.name, int32(p), l)
-				if sp.gen.Load() == lk.id {
+				sp := sm.Part(t.name, int32(p), l)
+				if sp.InSyncUnder(lk) {
 					continue
 				}
-				if err := sm.join(lk, ctl, sp); err != nil {
+				if err := sm.Join(lk, ctl.slaveEnd, sp); err != nil {
 					all = false
-					if lk.isDead() {
+					if lk.Dead() {
 						return
 					}
-					if msg := err.Error(); msg != sp.joinErr {
+					if sp.NoteJoin(err) {
 						b.logf("sync: %s-%d not in sync yet: %v", t.name, p, err)
-						sp.joinErr = msg
 					}
 					continue
 				}
-				if sp.joinErr != "" {
+				if sp.NoteJoin(nil) {
 					b.logf("sync: %s-%d in sync", t.name, p)
-					sp.joinErr = ""
 				}
 			}
 		}
@@ -599,11 +318,11 @@ func (sm *syncMaster) serve(lk *syncLink, target registry.SlaveNode, watch <-cha
 				b.logf("sync: failover: naming slave %d in sync: %v", target.ID, err)
 			}
 		}
-		if all && sm.degraded.Swap(false) {
+		if all && sm.EndDegraded() {
 			b.logf("sync: every partition is in sync with slave %d again", target.ID)
 		}
 		select {
-		case <-lk.done:
+		case <-lk.Done():
 			return
 		case <-watch:
 			// ids/<id>'s children changed: keep the link if its slave is
@@ -632,100 +351,31 @@ func (sm *syncMaster) control(s registry.SlaveNode) (*roundConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &roundConn{timeout: sm.timeout, nc: nc, w: bufio.NewWriter(nc), dec: protocol.NewDecoder(nc, protocol.Limits{})}, nil
+	return &roundConn{timeout: sm.Timeout(), nc: nc, w: bufio.NewWriter(nc), dec: protocol.NewDecoder(nc, protocol.Limits{})}, nil
 }
 
-// join brings sp in sync under lk. First, with puts going on, it waits
-// until the slave has pulled up to where the master was when it looked
-// (so that a slave far behind, or one that cannot hold the topic, never
-// holds puts back); then, with the partition's puts held back and none in
-// flight, until the slave's end equals the master's. Each phase waits at
-// most sync_timeout.
-func (sm *syncMaster) join(lk *syncLink, ctl *roundConn, sp *syncPart) error {
-	if err := sm.waitSlave(lk, ctl, sp, sp.l.MaxOffset(), false); err != nil {
-		return err
+// slaveEnd asks the slave its end of partition p of topic (an offset
+// request for MaxInt64).
+func (rc *roundConn) slaveEnd(topic string, p int32) (int64, error) {
+	r, err := rc.roundTrip(protocol.AppendOffset(rc.buf[:0], topic, "meta-sync-join", p, math.MaxInt64, 1))
+	if err != nil {
+		return 0, err
 	}
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	deadline := time.Now().Add(sm.timeout)
-	for sp.inflight.Load() > 0 {
-		if time.Now().After(deadline) {
-			return errors.New("puts in flight did not complete")
-		}
-		time.Sleep(200 * time.Microsecond)
+	if r.Code != protocol.StatusOK {
+		return 0, fmt.Errorf("the slave's end: %d %s", r.Code, protocol.Printable(r.Body))
 	}
-	// Threshold mode: make everything written readable, so that the
-	// slave can pull it before the next put is shipped.
-	if err := sp.l.Flush(); err != nil {
-		return err
-	}
-	if err := sm.waitSlave(lk, ctl, sp, sp.l.MaxOffset(), true); err != nil {
-		return err
-	}
-	sp.end = sp.l.MaxOffset()
-	sp.gen.Store(lk.id)
-	return nil
-}
-
-// waitSlave waits (at most sync_timeout) until the slave's end of sp is
-// at least want, or with exact exactly want.
-func (sm *syncMaster) waitSlave(lk *syncLink, ctl *roundConn, sp *syncPart, want int64, exact bool) error {
-	deadline := time.Now().Add(sm.timeout)
-	for {
-		r, err := ctl.roundTrip(protocol.AppendOffset(ctl.buf[:0], sp.topic, "meta-sync-join", sp.p, math.MaxInt64, 1))
-		if err != nil {
-			return err
-		}
-		if r.Code != protocol.StatusOK {
-			return fmt.Errorf("the slave's end: %d %s", r.Code, protocol.Printable(r.Body))
-		}
-		have, _ := protocol.ParseInt64(r.Body)
-		switch {
-		case have == want, have > want && !exact:
-			return nil
-		case have > want:
-			return fmt.Errorf("the slave's end %d is past the master's %d (the copies diverged)", have, want)
-		}
-		if time.Now().After(deadline) || lk.isDead() {
-			return fmt.Errorf("the slave is at %d, the master at %d", have, want)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// syncStats are the sync master's lines of stats.
-func (sm *syncMaster) statsLines(kv func(k string, v any)) {
-	lk := sm.link.Load()
-	addr := "none"
-	n, in := 0, 0
-	if lk != nil && !lk.isDead() {
-		addr = lk.addr
-	}
-	sm.mu.Lock()
-	for _, sp := range sm.parts {
-		n++
-		if _, ok := sm.inSync(sp); ok {
-			in++
-		}
-	}
-	sm.mu.Unlock()
-	kv("sync_slave", addr)
-	kv("sync_partitions_in_sync", strconv.Itoa(in)+"/"+strconv.Itoa(n))
-	kv("sync_shipped", sm.shipped.Load())
-	kv("sync_failed", sm.failed.Load())
-	kv("sync_refused", sm.refused.Load())
-	kv("sync_degraded_puts", sm.degradedPuts.Load())
-	kv("sync_tx_shipped", sm.tx.shipped.Load())
+	have, _ := protocol.ParseInt64(r.Body)
+	return have, nil
 }
 
 // allInSync reports whether every partition is in sync under lk.
-func (sm *syncMaster) allInSync(lk *syncLink) bool {
+func (sm *syncMaster) allInSync(lk *repl.Link) bool {
 	for _, t := range sm.b.topicList() {
 		for p, l := range t.parts {
-			if sm.part(t.name, int32(p), l).gen.Load() != lk.id || lk.isDead() {
+			if !sm.Part(t.name, int32(p), l).InSyncUnder(lk) || lk.Dead() {
 				return false
 			}
 		}
 	}
-	return sm.tx.gen.Load() == lk.id // txrepl.go
+	return sm.ExtInSync(lk)
 }

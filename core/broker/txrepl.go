@@ -4,11 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/metaq-go/metaq/core/repl"
 	"hash/crc32"
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -43,8 +43,12 @@ import (
 // the frame that uses them), so that no frame exceeds the link's body
 // limit.
 
-// txReplState is a sync master's transaction replication state.
+// txReplState is the transaction side of sync replication: the
+// repl.Extension the broker registers on the sync master (b.txr). It
+// tells the joiner whether the slave holds the prepared branches, and
+// ships them.
 type txReplState struct {
+	b *Broker
 	// mu orders the prepares, rollbacks, commits and state of the link:
 	// a branch's records are shipped in the order of its operations. It
 	// is taken after the partitions' locks.
@@ -56,19 +60,20 @@ type txReplState struct {
 	// before failover may name the slave in sync.
 	gen   atomic.Int64
 	alone atomic.Int64
-	// shipped counts the txsync frames the slave answered 200.
-	shipped atomic.Int64
 }
 
-// storedAlone notes, under mu, an XA prepare or commit stored on the
-// master without the slave.
-func (sm *syncMaster) storedAloneLocked() {
-	sm.tx.alone.Add(1)
-	sm.tx.gen.Store(0)
-}
+var _ repl.Extension = (*txReplState)(nil)
 
-// slaveWaiter gets one shipped frame's outcome.
-type slaveWaiter interface{ slaveDone(err error) }
+// InSync reports whether the slave of link id holds the prepared
+// branches.
+func (r *txReplState) InSync(link int64) bool { return r.gen.Load() == link }
+
+// storedAloneLocked notes, under mu, an XA prepare or commit stored on
+// the master without the slave.
+func (r *txReplState) storedAloneLocked() {
+	r.alone.Add(1)
+	r.gen.Store(0)
+}
 
 // txShip collects the outcomes of a shipment's frames and calls done
 // once with the first error.
@@ -85,7 +90,7 @@ func newTxShip(frames int, done func(error)) *txShip {
 	return s
 }
 
-func (s *txShip) slaveDone(err error) {
+func (s *txShip) SlaveDone(err error) {
 	s.mu.Lock()
 	if err != nil && s.err == nil {
 		s.err = err
@@ -97,36 +102,6 @@ func (s *txShip) slaveDone(err error) {
 		s.mu.Unlock()
 		s.done(err)
 	}
-}
-
-// shipFrames writes whole frames (each with a placeholder opaque written
-// by frame) and registers w once per frame.
-func (lk *syncLink) shipFrames(frames []txFrame, w slaveWaiter) {
-	lk.wmu.Lock()
-	defer lk.wmu.Unlock()
-	now := time.Now()
-	for _, f := range frames {
-		op, ok := lk.register(w, now)
-		if !ok {
-			continue
-		}
-		lk.buf = protocol.AppendTxSyncHeader(lk.buf[:0], f.kind, len(f.body), op)
-		lk.buf = append(lk.buf, f.body...)
-		lk.writeBuf()
-	}
-	if cap(lk.buf) > maxRetainedSyncBuf {
-		lk.buf = nil
-	}
-	select {
-	case lk.kick <- struct{}{}:
-	default:
-	}
-}
-
-// txFrame is one txsync frame to ship.
-type txFrame struct {
-	kind string
-	body []byte
 }
 
 // appendTxRecord appends one journal record in the journal's format.
@@ -144,24 +119,24 @@ func appendTxRecord(dst []byte, typ byte, head, tail []byte) []byte {
 // txFrames packs put records into `puts` frames of at most limit bytes
 // (a single record may be larger) and ends with a kind frame holding the
 // rest and final.
-func txFrames(kind string, msgs []txMsg, key string, final []byte, limit int) []txFrame {
-	var frames []txFrame
+func txFrames(kind string, msgs []txMsg, key string, final []byte, limit int) []repl.Frame {
+	var frames []repl.Frame
 	var body []byte
 	var head [128]byte
 	for i := range msgs {
 		m := &msgs[i]
 		n := txHeaderSize + len(appendTxAppendHead(head[:0], key, m)) + len(m.e.Data)
 		if len(body) > 0 && len(body)+n > limit {
-			frames = append(frames, txFrame{kind: protocol.TxSyncPuts, body: body})
+			frames = append(frames, repl.Frame{Kind: protocol.TxSyncPuts, Body: body})
 			body = nil
 		}
 		body = appendTxRecord(body, txRecAppend, appendTxAppendHead(head[:0], key, m), m.e.Data)
 	}
 	if len(body) > 0 && len(body)+len(final) > limit {
-		frames = append(frames, txFrame{kind: protocol.TxSyncPuts, body: body})
+		frames = append(frames, repl.Frame{Kind: protocol.TxSyncPuts, Body: body})
 		body = nil
 	}
-	return append(frames, txFrame{kind: kind, body: append(body, final...)})
+	return append(frames, repl.Frame{Kind: kind, Body: append(body, final...)})
 }
 
 // frameLimit is the most body bytes a txsync frame carries (a single
@@ -179,52 +154,33 @@ func (b *Broker) syncActive() *syncMaster {
 	return b.sync
 }
 
-// degradeOK reports whether what a sync master stores alone may be
-// acknowledged now (sync_degrade, and with failover no slave named in
-// sync; if one is, it is unnamed soon and the caller refuses).
-func (sm *syncMaster) degradeOK() bool {
-	if !sm.degrade {
-		return false
-	}
-	if f := sm.b.fo; f != nil {
-		if f.insync.Load() >= 0 {
-			f.clearInSyncSoon()
-			return false
-		}
-		sm.degradeSeq.Add(1)
-	}
-	if !sm.degraded.Swap(true) {
-		sm.b.logf("sync: the slave is not in sync; storing transactions on the master alone (sync_degrade = true) until it is")
-	}
-	return true
+// degradeTxOK is SyncMaster.DegradeOK for transactions.
+func degradeTxOK(sm *syncMaster) bool {
+	return sm.DegradeOK(func() string {
+		return "sync: the slave is not in sync; storing transactions on the master alone (sync_degrade = true) until it is"
+	})
 }
 
 // txRefusal says why a transaction's commit (batches to the partitions of
 // logs), prepare or rollback cannot be replicated now and may not go on the
-// master alone; "" if it may go on.
-func (sm *syncMaster) txRefusal(logs []*store.Log, prepared bool) string {
-	lk := sm.link.Load()
-	ok := lk != nil && !lk.isDead()
+// master alone; nil if it may go on.
+func (b *Broker) txRefusal(sm *syncMaster, logs []*store.Log, prepared bool) *repl.Error {
+	lk := sm.Link()
+	ok := lk != nil
 	if ok && prepared {
-		ok = sm.tx.gen.Load() == lk.id
+		ok = b.txr.InSync(lk.ID())
 	}
 	for _, l := range logs {
 		if !ok {
 			break
 		}
-		sm.mu.Lock()
-		sp := sm.parts[l]
-		sm.mu.Unlock()
-		ok = sp != nil && sp.gen.Load() == lk.id
+		sp := sm.Lookup(l)
+		ok = sp != nil && sp.InSyncUnder(lk)
 	}
-	if ok || sm.degradeOK() {
-		return ""
+	if ok || degradeTxOK(sm) {
+		return nil
 	}
-	sm.refused.Add(1)
-	if sm.degrade {
-		return "Slave is disconnected (unnaming the in-sync slave in ZooKeeper before storing transactions on the master alone)"
-	}
-	return "Slave is disconnected"
+	return sm.Refuse("transactions")
 }
 
 // txCommitRefusal is startCommitLocked's check on a sync master: a commit
@@ -239,10 +195,11 @@ func (c *conn) txCommitRefusal(t *tx, batches []*txBatch) string {
 	for i, bt := range batches {
 		logs[i] = bt.l
 	}
-	msg := sm.txRefusal(logs, false)
-	if msg == "" {
+	rerr := c.b.txRefusal(sm, logs, false)
+	if rerr == nil {
 		return ""
 	}
+	msg := rerr.Error()
 	state := "still open"
 	if t.state == txPrepared {
 		state = "still prepared"
@@ -257,7 +214,8 @@ func (c *conn) txRollbackRefusal(t *tx) string {
 	if sm == nil || t.state != txPrepared {
 		return ""
 	}
-	if msg := sm.txRefusal(nil, true); msg != "" {
+	if rerr := c.b.txRefusal(sm, nil, true); rerr != nil {
+		msg := rerr.Error()
 		return "rollback of " + t.key + " refused: " + msg + " (the branch is still prepared)"
 	}
 	return ""
@@ -265,12 +223,12 @@ func (c *conn) txRollbackRefusal(t *tx) string {
 
 // txSyncPart is one batch's partition on a sync master.
 type txSyncPart struct {
-	sp *syncPart
+	sp *repl.Part
 	i  int // batch index
 }
 
-// slaveDone is the slave's answer to a shipped commit.
-func (tc *txCommit) slaveDone(err error) {
+// SlaveDone is the slave's answer to a shipped commit.
+func (tc *txCommit) SlaveDone(err error) {
 	if err != nil {
 		tc.mu.Lock()
 		tc.slaveErr = err
@@ -287,7 +245,7 @@ func (tc *txCommit) replFailure() string {
 	serr := tc.slaveErr
 	tc.mu.Unlock()
 	if serr != nil {
-		b.sync.failed.Add(1)
+		b.sync.CountFailed()
 		return "commit of " + tc.t.key + " is stored on the master but the slave did not confirm it: " + serr.Error() +
 			" (the commit stands; the slave copies the batches by pulling when it is back)"
 	}
@@ -308,38 +266,38 @@ func (c *conn) appendCommitReplicated(sm *syncMaster, t *tx, batches []*txBatch,
 		if bt.t.conf().UnflushThreshold > 0 {
 			tc.flush = true
 		}
-		parts[i] = txSyncPart{sp: sm.part(bt.t.name, bt.p, bt.l), i: i}
+		parts[i] = txSyncPart{sp: sm.Part(bt.t.name, bt.p, bt.l), i: i}
 	}
 	// One lock order for every commit: no two wait on each other.
 	sort.Slice(parts, func(i, j int) bool {
 		a, b := parts[i].sp, parts[j].sp
-		return a.topic < b.topic || a.topic == b.topic && a.p < b.p
+		return a.Topic() < b.Topic() || a.Topic() == b.Topic() && a.P() < b.P()
 	})
 	for _, sp := range parts {
-		sp.sp.mu.Lock()
+		sp.sp.Lock()
 	}
-	lk := sm.link.Load()
-	inSync := lk != nil && !lk.isDead()
+	lk := sm.Link()
+	inSync := lk != nil
 	for _, sp := range parts {
-		inSync = inSync && sp.sp.gen.Load() == lk.id
+		inSync = inSync && sp.sp.InSyncUnder(lk)
 	}
 	if !inSync {
 		// The check before the commit record passed, the link was lost
 		// since: the commit is decided, so it is stored here, and the
 		// answer says whether that may be acknowledged.
-		if !sm.degradeOK() {
-			tc.slaveErr = errors.New("Slave is disconnected")
+		if !degradeTxOK(sm) {
+			tc.slaveErr = &repl.Error{Kind: repl.Disconnected, Msg: "Slave is disconnected"}
 		} else {
 			for _, bt := range batches {
-				sm.degradedPuts.Add(int64(len(bt.entries)))
+				sm.CountDegraded(len(bt.entries))
 			}
 		}
 		if t.xa {
 			// The slave may hold the branch prepared: it must get the
 			// state again before it is named in sync.
-			sm.tx.mu.Lock()
-			sm.storedAloneLocked()
-			sm.tx.mu.Unlock()
+			c.b.txr.mu.Lock()
+			c.b.txr.storedAloneLocked()
+			c.b.txr.mu.Unlock()
 		}
 	} else {
 		tc.left++
@@ -348,26 +306,25 @@ func (c *conn) appendCommitReplicated(sm *syncMaster, t *tx, batches []*txBatch,
 	var failed bool
 	for _, sp := range parts {
 		bt := batches[sp.i]
-		locs[sp.i] = txBatchLoc{topic: bt.t.name, partition: bt.p, notBefore: sp.sp.end,
+		locs[sp.i] = txBatchLoc{topic: bt.t.name, partition: bt.p, notBefore: sp.sp.End(),
 			firstID: bt.entries[0].ID, n: len(bt.entries), crc: batchCRC(bt.entries)}
-		sp.sp.inflight.Add(1)
-		if err := bt.l.Append(bt.entries, &trackWaiter{w: tc, sp: sp.sp}, uint64(sp.i)); err != nil {
-			sp.sp.inflight.Add(-1)
+		if err := bt.l.Append(bt.entries, sp.sp.Track(tc), uint64(sp.i)); err != nil {
+			sp.sp.Release()
 			c.b.disks.wakeOn(err)
 			tc.AppendDone(uint64(sp.i), 0, 0, fmt.Errorf("append to %s: %w", bt.l.Dir(), err))
 			failed = true
 			continue
 		}
-		sp.sp.end += entriesSize(bt.entries)
+		sp.sp.Advance(entriesSize(bt.entries))
 	}
 	if inSync {
 		if failed {
 			// The other batches are stored here and not on the slave:
 			// the partitions join again (the slave pulls them first).
 			for _, sp := range parts {
-				sp.sp.gen.Store(0)
+				sp.sp.Unsync()
 			}
-			tc.slaveDone(errors.New("not shipped: the master's own append failed"))
+			tc.SlaveDone(errors.New("not shipped: the master's own append failed"))
 		} else {
 			var msgs []txMsg
 			for _, bt := range batches {
@@ -377,13 +334,13 @@ func (c *conn) appendCommitReplicated(sm *syncMaster, t *tx, batches []*txBatch,
 			}
 			frames := txFrames(protocol.TxSyncCommit, msgs, t.key,
 				appendTxRecord(nil, txRecCommit, encodeTxCommit(t.key, locs), nil), c.b.frameLimit())
-			sm.tx.mu.Lock()
-			lk.shipFrames(frames, newTxShip(len(frames), tc.slaveDone))
-			sm.tx.mu.Unlock()
+			c.b.txr.mu.Lock()
+			lk.ShipFrames(frames, newTxShip(len(frames), tc.SlaveDone))
+			c.b.txr.mu.Unlock()
 		}
 	}
 	for _, sp := range parts {
-		sp.sp.mu.Unlock()
+		sp.sp.Unlock()
 	}
 	tc.AppendDone(0, 0, 0, nil) // the extra count: no reply before every Append was made
 }
@@ -405,17 +362,19 @@ func (c *conn) finishPrepare(t *tx, pos int64, op int32) {
 	var wait chan error
 	var refused string
 	if sm != nil {
-		sm.tx.mu.Lock()
-		lk := sm.link.Load()
-		if lk != nil && !lk.isDead() && sm.tx.gen.Load() == lk.id {
+		b.txr.mu.Lock()
+		lk := sm.Link()
+		if lk != nil && b.txr.InSync(lk.ID()) {
 			wait = make(chan error, 1)
 			frames := txFrames(protocol.TxSyncPrepare, t.msgs, t.key,
 				appendTxRecord(nil, txRecPrepare, encodeTxPrepare(t.key, t.user), nil), b.frameLimit())
-			lk.shipFrames(frames, newTxShip(len(frames), func(err error) { wait <- err }))
-		} else if refused = sm.txRefusal(nil, true); refused == "" {
-			sm.storedAloneLocked() // degraded: acknowledged on the master alone
+			lk.ShipFrames(frames, newTxShip(len(frames), func(err error) { wait <- err }))
+		} else if rerr := b.txRefusal(sm, nil, true); rerr != nil {
+			refused = rerr.Error()
+		} else {
+			b.txr.storedAloneLocked() // degraded: acknowledged on the master alone
 		}
-		sm.tx.mu.Unlock()
+		b.txr.mu.Unlock()
 	}
 	err := b.txlog.force(pos)
 	if err != nil {
@@ -426,7 +385,7 @@ func (c *conn) finishPrepare(t *tx, pos int64, op int32) {
 		msg := refused
 		if wait != nil {
 			if err := <-wait; err != nil {
-				sm.failed.Add(1)
+				sm.CountFailed()
 				msg = err.Error()
 			}
 		}
@@ -453,29 +412,30 @@ func (c *conn) shipRollback(key string) {
 	if sm == nil {
 		return
 	}
-	sm.tx.mu.Lock()
-	lk := sm.link.Load()
-	if lk == nil || lk.isDead() {
-		sm.tx.mu.Unlock()
+	txr := c.b.txr
+	txr.mu.Lock()
+	lk := sm.Link()
+	if lk == nil {
+		txr.mu.Unlock()
 		return
 	}
 	wait := make(chan error, 1)
-	lk.shipFrames([]txFrame{{kind: protocol.TxSyncRollback, body: appendTxRecord(nil, txRecRollback, appendStr(nil, key), nil)}},
+	lk.ShipFrames([]repl.Frame{{Kind: protocol.TxSyncRollback, Body: appendTxRecord(nil, txRecRollback, appendStr(nil, key), nil)}},
 		newTxShip(1, func(err error) { wait <- err }))
-	sm.tx.mu.Unlock()
+	txr.mu.Unlock()
 	if err := <-wait; err != nil {
 		c.b.logf("sync: transaction %s: rolled back here; the slave did not confirm it (%v): it drops the branch when it is in sync again", key, err)
 	}
 }
 
-// syncTxState ships the master's prepared branches to the slave of lk,
-// once per link, before failover may name it in sync.
-func (sm *syncMaster) syncTxState(lk *syncLink) error {
-	b := sm.b
+// SyncState ships the master's prepared branches to the slave of lk,
+// once per link, before failover may name it in sync (repl.Extension).
+func (r *txReplState) SyncState(lk *repl.Link) error {
+	b := r.b
 	s := &b.txs
-	sm.tx.mu.Lock()
-	alone := sm.tx.alone.Load()
-	var frames []txFrame
+	r.mu.Lock()
+	alone := r.alone.Load()
+	var frames []repl.Frame
 	var state []byte
 	s.mu.Lock()
 	keys := make([]string, 0, len(s.xa))
@@ -489,26 +449,26 @@ func (sm *syncMaster) syncTxState(lk *syncLink) error {
 		t := s.xa[key]
 		fs := txFrames(protocol.TxSyncPuts, t.msgs, key, nil, b.frameLimit())
 		for _, f := range fs {
-			if len(f.body) > 0 {
-				frames = append(frames, txFrame{kind: protocol.TxSyncPuts, body: f.body})
+			if len(f.Body) > 0 {
+				frames = append(frames, repl.Frame{Kind: protocol.TxSyncPuts, Body: f.Body})
 			}
 		}
 		state = appendTxRecord(state, txRecPrepare, encodeTxPrepare(key, t.user), nil)
 	}
 	s.mu.Unlock()
-	frames = append(frames, txFrame{kind: protocol.TxSyncState, body: state})
+	frames = append(frames, repl.Frame{Kind: protocol.TxSyncState, Body: state})
 	wait := make(chan error, 1)
-	lk.shipFrames(frames, newTxShip(len(frames), func(err error) { wait <- err }))
-	sm.tx.mu.Unlock()
+	lk.ShipFrames(frames, newTxShip(len(frames), func(err error) { wait <- err }))
+	r.mu.Unlock()
 	if err := <-wait; err != nil {
 		return err
 	}
-	sm.tx.mu.Lock()
-	again := sm.tx.alone.Load() != alone
+	r.mu.Lock()
+	again := r.alone.Load() != alone
 	if !again {
-		sm.tx.gen.Store(lk.id)
+		r.gen.Store(lk.ID())
 	}
-	sm.tx.mu.Unlock()
+	r.mu.Unlock()
 	if again {
 		return errors.New("a transaction was stored on the master alone meanwhile; shipping the state again")
 	}

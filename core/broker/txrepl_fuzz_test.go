@@ -15,10 +15,10 @@ func FuzzTxSync(f *testing.F) {
 	msgs := []txMsg{{t: tp, p: 0, e: store.Entry{ID: 7, Data: []byte("a")}}, {t: tp, p: 1, e: store.Entry{ID: 8, Data: []byte("bc")}}}
 	commit := appendTxRecord(nil, txRecCommit, encodeTxCommit("TX:s:1", []txBatchLoc{{topic: "t", partition: 0, notBefore: 40, firstID: 7, n: 1, crc: 1}}), nil)
 	for _, fr := range txFrames(protocol.TxSyncCommit, msgs, "TX:s:1", commit, 40) {
-		f.Add(fr.kind, fr.body)
+		f.Add(fr.Kind, fr.Body)
 	}
 	f.Add(protocol.TxSyncPrepare, txFrames(protocol.TxSyncPrepare, msgs, "XID:1:aa:01:q",
-		appendTxRecord(nil, txRecPrepare, encodeTxPrepare("XID:1:aa:01:q", "u"), nil), 1<<20)[0].body)
+		appendTxRecord(nil, txRecPrepare, encodeTxPrepare("XID:1:aa:01:q", "u"), nil), 1<<20)[0].Body)
 	f.Add(protocol.TxSyncRollback, appendTxRecord(nil, txRecRollback, appendStr(nil, "XID:1:aa:01:q"), nil))
 	f.Add(protocol.TxSyncState, []byte{})
 	f.Add(protocol.TxSyncState, []byte{0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 2})
@@ -50,30 +50,30 @@ func TestTxSyncDecode(t *testing.T) {
 	locs := []txBatchLoc{{topic: "t", partition: 0, notBefore: 40, firstID: 7, n: 1, crc: 3}}
 	final := appendTxRecord(nil, txRecCommit, encodeTxCommit("TX:s:1", locs), nil)
 	frames := txFrames(protocol.TxSyncCommit, msgs, "TX:s:1", final, 10)
-	if len(frames) != 3 || frames[0].kind != protocol.TxSyncPuts || frames[2].kind != protocol.TxSyncCommit {
+	if len(frames) != 3 || frames[0].Kind != protocol.TxSyncPuts || frames[2].Kind != protocol.TxSyncCommit {
 		t.Fatalf("frames %+v", frames)
 	}
 	var puts []txSyncPut
 	for _, fr := range frames {
-		m, err := decodeTxSync(fr.kind, fr.body, 100)
+		m, err := decodeTxSync(fr.Kind, fr.Body, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
 		puts = append(puts, m.puts...)
-		if fr.kind == protocol.TxSyncCommit && (m.commit == nil || m.commit.key != "TX:s:1" || m.commit.locs[0] != locs[0]) {
+		if fr.Kind == protocol.TxSyncCommit && (m.commit == nil || m.commit.key != "TX:s:1" || m.commit.locs[0] != locs[0]) {
 			t.Fatalf("commit %+v", m.commit)
 		}
 	}
 	if len(puts) != 2 || puts[0].m.e.ID != 7 || string(puts[1].m.e.Data) != "bbbb" || puts[1].m.partition != 1 {
 		t.Fatalf("puts %+v", puts)
 	}
-	if _, err := decodeTxSync(protocol.TxSyncCommit, frames[0].body, 100); err == nil {
+	if _, err := decodeTxSync(protocol.TxSyncCommit, frames[0].Body, 100); err == nil {
 		t.Fatal("a commit frame without its commit record was accepted")
 	}
-	if _, err := decodeTxSync(protocol.TxSyncPuts, frames[0].body, 3); err == nil {
+	if _, err := decodeTxSync(protocol.TxSyncPuts, frames[0].Body, 3); err == nil {
 		t.Fatal("a message over max_message_size was accepted")
 	}
-	bad := append([]byte(nil), frames[0].body...)
+	bad := append([]byte(nil), frames[0].Body...)
 	bad[len(bad)-1] ^= 1
 	if _, err := decodeTxSync(protocol.TxSyncPuts, bad, 100); err == nil {
 		t.Fatal("a record with a bad crc was accepted")

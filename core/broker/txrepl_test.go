@@ -436,7 +436,7 @@ func TestTxSyncBadInput(t *testing.T) {
 	msgs := []txMsg{{t: tp, p: 0, e: store.Entry{ID: 99, Data: []byte("x")}}}
 	locs := []txBatchLoc{{topic: "t", partition: 0, notBefore: 0, firstID: 99, n: 1, crc: 12345}}
 	for _, fr := range txFrames(protocol.TxSyncCommit, msgs, "TX:s:1", appendTxRecord(nil, txRecCommit, encodeTxCommit("TX:s:1", locs), nil), 1<<20) {
-		r = sc.roundTrip(t, frame(fr.kind, fr.body))
+		r = sc.roundTrip(t, frame(fr.Kind, fr.Body))
 	}
 	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
 	require.Contains(t, string(r.Body), "do not match")

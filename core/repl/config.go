@@ -1,0 +1,32 @@
+package repl
+
+import (
+	"time"
+
+	"github.com/metaq-go/metaq/conf"
+)
+
+// Config is replication's slice of the broker's configuration. None of it
+// changes live: a Reload that changes it is reported as needing a restart
+// by the broker's generic diff (core/broker/reload.go).
+type Config struct {
+	BrokerID int
+	// SlaveID is this slave's id, -1 for a master.
+	SlaveID int
+	// Sync is replication = "sync" (a master ships puts to its slave).
+	Sync bool
+	// SyncDegrade and SyncTimeout: sync_degrade and sync_timeout.
+	SyncDegrade bool
+	SyncTimeout time.Duration
+}
+
+// FromConf is cfg's replication slice.
+func FromConf(cfg *conf.Config) Config {
+	return Config{
+		BrokerID:    cfg.BrokerID,
+		SlaveID:     cfg.SlaveID,
+		Sync:        cfg.Replication == conf.ReplicationSync,
+		SyncDegrade: cfg.SyncDegrade,
+		SyncTimeout: time.Duration(cfg.SyncTimeout) * time.Millisecond,
+	}
+}

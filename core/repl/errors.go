@@ -1,0 +1,24 @@
+package repl
+
+// Kind says what a replication refusal or failure is about; core/broker
+// maps it to a status line (core/broker/repl.go).
+type Kind int
+
+const (
+	// Disconnected: no slave is in sync to replicate to ("Slave is
+	// disconnected ...").
+	Disconnected Kind = iota + 1
+	// SlaveFailed: the slave failed, or did not answer, a shipped sync.
+	SlaveFailed
+)
+
+// Error is a replication refusal or failure. Msg is the text the client
+// sees, exactly.
+type Error struct {
+	Kind Kind
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+func errorf(k Kind, msg string) *Error { return &Error{Kind: k, Msg: msg} }
