@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/security"
 )
 
 // TestAuditHeuristics: an XA branch completed heuristically over the wire
@@ -55,7 +56,7 @@ func TestAuditStatsReset(t *testing.T) {
 // user name it was given, as every other reply quotes a client's name.
 func TestLoginFailedNameCut(t *testing.T) {
 	long := strings.Repeat("u", 900)
-	got := loginFailed(long)
+	got := security.LoginFailed(long)
 	require.Less(t, len(got), 120, got)
 	require.Contains(t, got, `"`+strings.Repeat("u", 64)+`"...`)
 }

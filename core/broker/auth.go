@@ -318,16 +318,13 @@ func (c *conn) checkPlain(r *protocol.Request) (u *conf.User, reason, why string
 	u, wait, why := c.b.checkPassword(cfg, authzid, name, password, c.nc.RemoteAddr().String())
 	switch {
 	case wait > 0:
-		return nil, loginFailed(name) + ": too many failed logins, " + security.RetryAfter(wait), "", true
+		return nil, security.LoginFailed(name) + ": too many failed logins, " + security.RetryAfter(wait), "", true
 	case u == nil:
-		return nil, loginFailed(name), why, false
+		return nil, security.LoginFailed(name), why, false
 	}
 	c.auth.from = cfg
 	return u, "", "", false
 }
-
-// loginFailed is the reply to every failed login, wire and HTTP.
-func loginFailed(name string) string { return "authentication failed for user " + quoteName(name) }
 
 // loginLimits are the login limiter's limits under a.
 func loginLimits(a *conf.Auth) security.LoginLimits {

@@ -2,12 +2,6 @@ package broker
 
 import (
 	"net/http"
-	"strconv"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/security"
@@ -69,68 +63,6 @@ func (b *Broker) visibleTopics(v viewer) []*topic {
 	for _, t := range ts {
 		if v.topic(t.name) {
 			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// metricsScrapes bounds the filtered scrapes served at once, as
-// HandlerOpts.MaxRequestsInFlight bounds the unfiltered ones.
-const metricsScrapes = 4
-
-// handleMetrics serves /metrics: everything to an admin (and with auth
-// off); to another user, the series labelled with a topic only for topics
-// they may see (publish or subscribe), and those labelled with a group
-// only for the groups and topics whose positions they may see (the group
-// and subscribe). Series without a topic or group (requests, connections,
-// journals, disks, plugins) are the broker's health and are shown to
-// every user, so that a monitoring user need not be an admin.
-func (b *Broker) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	v := b.httpViewer(r)
-	if v.all() {
-		b.metrics.handler().ServeHTTP(w, r)
-		return
-	}
-	select {
-	case b.metrics.scrapes <- struct{}{}:
-		defer func() { <-b.metrics.scrapes }()
-	default:
-		writeError(w, http.StatusServiceUnavailable, "too many scrapes at once (at most "+strconv.Itoa(metricsScrapes)+")")
-		return
-	}
-	g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
-		mfs, err := b.metrics.reg.Gather()
-		return filterMetrics(mfs, v), err
-	})
-	promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Timeout: 10 * time.Second}).ServeHTTP(w, r)
-}
-
-// filterMetrics keeps the series of mfs v may see (handleMetrics).
-func filterMetrics(mfs []*dto.MetricFamily, v viewer) []*dto.MetricFamily {
-	out := mfs[:0]
-	for _, mf := range mfs {
-		ms := mf.Metric[:0]
-		for _, m := range mf.Metric {
-			var topic, group string
-			var hasTopic, hasGroup bool
-			for _, l := range m.Label {
-				switch l.GetName() {
-				case "topic":
-					topic, hasTopic = l.GetValue(), true
-				case "group":
-					group, hasGroup = l.GetValue(), true
-				}
-			}
-			switch {
-			case hasGroup && !v.groupTopic(group, topic):
-			case hasTopic && !v.topic(topic):
-			default:
-				ms = append(ms, m)
-			}
-		}
-		if len(ms) > 0 {
-			mf.Metric = ms
-			out = append(out, mf)
 		}
 	}
 	return out

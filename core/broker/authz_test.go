@@ -4,9 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/testsvc"
@@ -74,57 +72,6 @@ func TestAuthzStatsLists(t *testing.T) {
 		code, body = nosub.stats(item)
 		require.Equal(t, 200, code, "stats %s: %s", item, body)
 	}
-}
-
-func label(name, value string) *dto.LabelPair {
-	return &dto.LabelPair{Name: proto.String(name), Value: proto.String(value)}
-}
-
-// TestFilterMetrics: /metrics for a user keeps the series of their topics
-// and groups and the broker's own; a family left empty is dropped.
-func TestFilterMetrics(t *testing.T) {
-	g := func(v float64) *dto.Gauge { return &dto.Gauge{Value: proto.Float64(v)} }
-	mfs := func() []*dto.MetricFamily {
-		return []*dto.MetricFamily{
-			{Name: proto.String("metaq_connections"), Type: dto.MetricType_GAUGE.Enum(), Metric: []*dto.Metric{{Gauge: g(3)}}},
-			{Name: proto.String("metaq_topic_messages"), Type: dto.MetricType_GAUGE.Enum(), Metric: []*dto.Metric{
-				{Label: []*dto.LabelPair{label("topic", "orders")}, Gauge: g(1)},
-				{Label: []*dto.LabelPair{label("topic", "secret")}, Gauge: g(2)},
-			}},
-			{Name: proto.String("metaq_consumer_group_lag_bytes"), Type: dto.MetricType_GAUGE.Enum(), Metric: []*dto.Metric{
-				{Label: []*dto.LabelPair{label("group", "billing-1"), label("topic", "orders")}, Gauge: g(1)},
-				{Label: []*dto.LabelPair{label("group", "billing-1"), label("topic", "secret")}, Gauge: g(1)},
-				{Label: []*dto.LabelPair{label("group", "other"), label("topic", "orders")}, Gauge: g(1)},
-			}},
-			{Name: proto.String("metaq_only_secret"), Type: dto.MetricType_GAUGE.Enum(), Metric: []*dto.Metric{
-				{Label: []*dto.LabelPair{label("topic", "secret")}, Gauge: g(1)},
-			}},
-		}
-	}
-	show := func(mfs []*dto.MetricFamily) []string {
-		var out []string
-		for _, mf := range mfs {
-			for _, m := range mf.Metric {
-				s := mf.GetName()
-				for _, l := range m.Label {
-					s += " " + l.GetName() + "=" + l.GetValue()
-				}
-				out = append(out, s)
-			}
-		}
-		return out
-	}
-	alice := &testUsers[0]
-	require.Equal(t, []string{
-		"metaq_connections",
-		"metaq_topic_messages topic=orders",
-		"metaq_consumer_group_lag_bytes group=billing-1 topic=orders",
-	}, show(filterMetrics(mfs(), viewer{on: true, u: alice})))
-	nosub := &conf.User{Name: "nosub", Publish: []string{"orders*"}, Groups: []string{"billing-*"}}
-	require.Equal(t, []string{"metaq_connections", "metaq_topic_messages topic=orders"},
-		show(filterMetrics(mfs(), viewer{on: true, u: nosub})))
-	require.Len(t, show(filterMetrics(mfs(), viewer{})), 7, "auth off: everything")
-	require.Len(t, show(filterMetrics(mfs(), viewer{on: true, u: &conf.User{Name: "root", Admin: true}})), 7)
 }
 
 // TestAuthzAdminLikeAuthOff: the stats lists an admin gets with auth on

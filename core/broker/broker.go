@@ -260,6 +260,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	b.wireRepl() // repl.go
 	b.disks = newDiskWatch(cfg.DiskMaxUsedRatio, b.logf)
 	b.metrics = newMetrics(b)
+	b.web.srv = b.newHTTPServer(cfg) // httpbackend.go
 	if err := b.initAuth(); err != nil {
 		return nil, err
 	}

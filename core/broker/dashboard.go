@@ -200,7 +200,7 @@ type clusterView struct {
 	Slave                                 [][2]string // the slave's stats lines
 	Sync                                  [][2]string // a sync master's
 	Console                               clusterConsole
-	Ready                                 readyState
+	Ready                                 []readyCheck
 	Throughput                            []ratePoint
 }
 

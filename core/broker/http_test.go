@@ -166,7 +166,10 @@ func TestHTTPHealth(t *testing.T) {
 
 func requireJSONError(t testing.TB, body []byte, code int, contains string) {
 	t.Helper()
-	var e apiError
+	var e struct {
+		Error  string `json:"error"`
+		Status int    `json:"status"`
+	}
 	require.NoError(t, json.Unmarshal(body, &e), "%s", body)
 	require.Equal(t, code, e.Status, "%s", body)
 	require.Contains(t, e.Error, contains)
@@ -326,3 +329,6 @@ func TestLagMessages(t *testing.T) {
 	require.Equal(t, int64(1), s.lagMessages(10900))
 	require.Equal(t, int64(0), partSize{min: 0, max: 500, msgs: -1}.lagMessages(100), "count not known yet")
 }
+
+// newMux is b's HTTP handler, for tests that serve requests in process.
+func (b *Broker) newMux() http.Handler { return b.web.srv.Handler() }

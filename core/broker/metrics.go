@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -47,15 +48,13 @@ type metrics struct {
 	// kind; rounds is metaq_journal_commit_round_appends.
 	fsyncJournal, fsyncSegment prometheus.Observer
 	rounds                     prometheus.Observer
-	// scrapes bounds the filtered scrapes of non-admin users (authz.go).
-	scrapes chan struct{}
 }
 
 // latencyBuckets span 50 µs to about 1.6 s.
 var latencyBuckets = prometheus.ExponentialBuckets(0.00005, 2, 16)
 
 func newMetrics(b *Broker) *metrics {
-	m := &metrics{reg: prometheus.NewRegistry(), scrapes: make(chan struct{}, metricsScrapes)}
+	m := &metrics{reg: prometheus.NewRegistry()}
 	put := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "metaq_put_duration_seconds",
 		Help:    "Time from a put or mput being parsed to its reply being queued (sampled: at most one put in flight per connection is timed).",
@@ -216,12 +215,12 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dTxOpen, b.txs.commits.Load(), "commit")
 	counter(dTxOpen, b.txs.rollbacks.Load(), "rollback")
 	ready := 0.0
-	if b.readiness().ok() {
+	if httpapi.Ready(b.readiness()) {
 		ready = 1
 	}
 	gauge(dReady, ready)
 	b.collectReplication(gauge, counter) // replobs.go
-	b.collectHTTP(ch)                    // httplimit.go
+	b.web.srv.Collect(ch)                // core/httpapi
 
 	topics := b.topicList()
 	gauge(dTopics, float64(len(topics)))

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"reflect"
 	"slices"
 	"sort"
@@ -163,6 +164,7 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	}
 	b.mu.Lock()
 	b.cfgp.Store(&eff)
+	b.web.srv.Reload(httpapi.FromConf(&eff))
 	b.serverTopics = serverTopics
 	b.mu.Unlock()
 	b.setLogLevels(&eff)

@@ -249,7 +249,11 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("cmd_commit", b.offsets.commits.Load())
 	kv("cmd_fetch", b.offsets.fetches.Load())
 	kv("commit_failed", b.offsets.commitFailed.Load())
-	b.httpStatsLines(kv) // httplimit.go
+	hs := b.web.srv.Stats() // core/httpapi
+	kv("http_connections", hs.Connections)
+	kv("http_evicted", hs.Evicted)
+	kv("http_refused", hs.Refused)
+	kv("http_busy", hs.Busy)
 	kv("total_messages", total)
 	kv("topics", len(topics))
 	kv("config_checksum", b.configChecksum())

@@ -137,3 +137,31 @@ func GroupTopic(authOn bool, u *conf.User, group, topic string) error {
 	}
 	return Authorize(authOn, u, Subscribe, topic)
 }
+
+// Viewer is the reader of a list: whether auth is on and who reads. Every
+// door (the protocol port's stats, the HTTP API, the dashboard, /metrics)
+// filters its lists with it, so that a list never names what its reader
+// could not ask for.
+type Viewer struct {
+	On   bool
+	User *conf.User
+}
+
+// All says whether the viewer sees everything (auth off, or an admin).
+func (v Viewer) All() bool { return !v.On || (v.User != nil && v.User.Admin) }
+
+// Authorize is Authorize for this viewer.
+func (v Viewer) Authorize(act Action, name string) error { return Authorize(v.On, v.User, act, name) }
+
+// Topic says whether the viewer may see topic (publish or subscribe).
+func (v Viewer) Topic(name string) bool { return v.Authorize(Describe, name) == nil }
+
+// GroupTopic says whether the viewer may see group's positions on topic.
+func (v Viewer) GroupTopic(group, topic string) bool {
+	return GroupTopic(v.On, v.User, group, topic) == nil
+}
+
+// LoginFailed is the reply to every failed login, wire and HTTP.
+func LoginFailed(name string) string {
+	return "authentication failed for user " + protocol.Printable([]byte(name))
+}

@@ -1,4 +1,4 @@
-package broker
+package httpapi
 
 import (
 	"bytes"
@@ -34,10 +34,10 @@ import (
 //     browser sends no credentials, and every route but the probes needs
 //     them.
 //   - Outside the dashboard (/ui/, whose forms carry a token and are
-//     checked by uiCSRF) a request from a page of another site is refused
+//     checked by csrf) a request from a page of another site is refused
 //     with 403, whatever its method: Sec-Fetch-Site cross-site or
 //     same-site, or an Origin (else Referer) that is not this broker's
-//     host:port (crossSite, the check the dashboard forms make). Programs
+//     host:port (CrossSite, the check the dashboard forms make). Programs
 //     (curl, metaq, Prometheus) send neither header. A cross-site GET
 //     could not read the reply anyway (no CORS headers are sent); it is
 //     refused too, so that no GET with side costs (a pprof profile) runs
@@ -47,7 +47,7 @@ import (
 //     only send the types a form may (text/plain among them), and a page's
 //     fetch with application/json is cross-origin with a preflight the
 //     broker never grants.
-//   - decodeBody refuses duplicate keys in a JSON body (jsonDupKeys), so
+//   - DecodeBody refuses duplicate keys in a JSON body (jsonDupKeys), so
 //     that {"name":"=","name":"x"} is not read as its last key.
 
 // httpMaxErrorMsg bounds a whole error message (uiError's and
@@ -56,13 +56,14 @@ import (
 const httpMaxErrorMsg = 1024
 
 // quoteName quotes a client's name for an error reply or a log line: at
-// most 64 bytes of it, escaped (protocol.Printable).
+// most 64 bytes of it, escaped (protocol.Printable, the one quoting of
+// the core).
 func quoteName(s string) string { return protocol.Printable([]byte(s)) }
 
-// shownName is a client's name or path for an error reply or a log line:
+// ShownName is a client's name or path for an error reply or a log line:
 // as it is when short and plain (printable ASCII, no space, quote or
 // backslash), else quoted and cut (quoteName).
-func shownName(p string) string {
+func ShownName(p string) string {
 	if len(p) > 64 {
 		return quoteName(p)
 	}
@@ -74,9 +75,9 @@ func shownName(p string) string {
 	return p
 }
 
-// capMsg cuts msg to httpMaxErrorMsg bytes (on a rune boundary), marking
+// CapMsg cuts msg to httpMaxErrorMsg bytes (on a rune boundary), marking
 // the cut: no error reply echoes a client's megabyte.
-func capMsg(msg string) string {
+func CapMsg(msg string) string {
 	if len(msg) <= httpMaxErrorMsg {
 		return msg
 	}
@@ -87,17 +88,17 @@ func capMsg(msg string) string {
 	return msg[:cut] + "... (" + strconv.Itoa(len(msg)-cut) + " more bytes)"
 }
 
-// httpGuard wraps the mux with the checks above.
-func (b *Broker) httpGuard(next http.Handler) http.Handler {
+// guard wraps the mux with the checks above.
+func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := path.Clean("/" + r.URL.Path)
 		if p == "/healthz" || p == "/readyz" {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if !b.config().Auth.Enabled {
-			if why := b.misdirected(r); why != "" {
-				writeError(w, http.StatusMisdirectedRequest, why)
+		if cfg := s.config(); !cfg.authOn() {
+			if why := cfg.misdirected(r); why != "" {
+				WriteError(w, http.StatusMisdirectedRequest, why)
 				return
 			}
 		}
@@ -105,12 +106,12 @@ func (b *Broker) httpGuard(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if why := crossSite(r); why != "" {
-			writeError(w, http.StatusForbidden, "refused: "+why+": the API does not take requests from web pages of other sites (docs/http.md)")
+		if why := CrossSite(r); why != "" {
+			WriteError(w, http.StatusForbidden, "refused: "+why+": the API does not take requests from web pages of other sites (docs/http.md)")
 			return
 		}
 		if why := jsonBodyType(r); why != "" {
-			writeError(w, http.StatusUnsupportedMediaType, why)
+			WriteError(w, http.StatusUnsupportedMediaType, why)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -119,7 +120,7 @@ func (b *Broker) httpGuard(next http.Handler) http.Handler {
 
 // misdirected says why r's Host is not a name of this broker ("" if it
 // is one), for the check made with [auth] off.
-func (b *Broker) misdirected(r *http.Request) string {
+func (cfg *Config) misdirected(r *http.Request) string {
 	if r.Host == "" { // HTTP/1.0 without Host: no browser sends that
 		return ""
 	}
@@ -132,11 +133,10 @@ func (b *Broker) misdirected(r *http.Request) string {
 		return "" // an address names no page an attacker's DNS can move
 	}
 	name = strings.ToLower(strings.TrimSuffix(name, "."))
-	cfg := b.config()
 	if name == "localhost" || name == strings.ToLower(strings.TrimSuffix(cfg.Host, ".")) {
 		return ""
 	}
-	for _, a := range cfg.HTTPAllowedHosts {
+	for _, a := range cfg.AllowedHosts {
 		if a == "*" || name == strings.ToLower(strings.TrimSuffix(a, ".")) {
 			return ""
 		}
@@ -145,13 +145,13 @@ func (b *Broker) misdirected(r *http.Request) string {
 		quoteName(cfg.Host) + ", localhost, IP addresses and http_allowed_hosts (docs/http.md)"
 }
 
-// crossSite says why r comes from a page of another site ("" if it does
+// CrossSite says why r comes from a page of another site ("" if it does
 // not): Sec-Fetch-Site cross-site or same-site, or an Origin (else
 // Referer) naming another host:port than r's Host. The scheme is not
 // compared: one host:port serves one scheme, and a proxy that ends TLS
 // in front of the broker leaves an https Origin on an http request.
-// The API (httpGuard) and the dashboard's forms (uiCSRF) both ask it.
-func crossSite(r *http.Request) string {
+// The API (guard) and the dashboard's forms (uiCSRF) both ask it.
+func CrossSite(r *http.Request) string {
 	switch s := r.Header.Get("Sec-Fetch-Site"); s {
 	case "cross-site", "same-site":
 		return "cross-site request (Sec-Fetch-Site " + s + ")"

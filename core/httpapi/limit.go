@@ -1,4 +1,4 @@
-package broker
+package httpapi
 
 import (
 	"context"
@@ -80,6 +80,12 @@ const httpRefusalWrite = 100 * time.Millisecond
 // request in progress must have been blocked for it to count as stalled.
 const httpStallAfter = time.Second
 
+// monoEpoch is the origin of monoNow, a monotonic clock in nanoseconds
+// that fits an atomic.Int64.
+var monoEpoch = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
 // httpClock is monoNow an hour on: never 0 (no Read or Write pending) or
 // 1 (closing, stalledSince), and an hour after both from the start.
 func httpClock() int64 { return monoNow() + int64(time.Hour) }
@@ -87,15 +93,6 @@ func httpClock() int64 { return monoNow() + int64(time.Hour) }
 // httpWorkSlots is how many requests other than the probes may be in
 // progress at once with max connections: three quarters of them.
 func httpWorkSlots(maxConns int) int { return maxConns - maxConns/4 }
-
-// httpMillis is a configured HTTP timeout in milliseconds, or def where it
-// is not set (a Config not from conf.Default).
-func httpMillis(ms, def int) time.Duration {
-	if ms <= 0 {
-		ms = def
-	}
-	return time.Duration(ms) * time.Millisecond
-}
 
 // httpLimiter is the HTTP listener's connection cap and request limit.
 type httpLimiter struct {
@@ -476,7 +473,7 @@ func (l *httpLimiter) gate(h http.Handler, timeout time.Duration) http.Handler {
 			l.busy.Add(1)
 			w.Header().Set("Retry-After", "1")
 			closeAfterError(w, r, r.ContentLength != 0)
-			writeError(w, http.StatusServiceUnavailable, "busy: too many HTTP requests in progress ("+
+			WriteError(w, http.StatusServiceUnavailable, "busy: too many HTTP requests in progress ("+
 				strconv.Itoa(cap(l.work))+" at most, "+strconv.Itoa(l.workAddr)+" per address: three quarters of http_max_connections); retry later")
 			return
 		}
@@ -566,32 +563,42 @@ func (l *httpLimiter) doneWork(ip string) {
 }
 
 var (
-	dHTTPConns   = desc("metaq_http_connections", "HTTP connections open now (at most http_max_connections).")
-	dHTTPEvicted = desc("metaq_http_evicted_total", "HTTP connections idle, not yet speaking or stalling their reply that were closed to make room for a new one (http_max_connections).")
-	dHTTPRefused = desc("metaq_http_refused_total", "HTTP connections refused because every connection had a request in progress and none stalled (http_max_connections).")
-	dHTTPBusy    = desc("metaq_http_busy_total", "HTTP requests answered 503 because three quarters of http_max_connections had requests in progress (probes aside).")
+	dHTTPConns   = prometheus.NewDesc("metaq_http_connections", "HTTP connections open now (at most http_max_connections).", nil, nil)
+	dHTTPEvicted = prometheus.NewDesc("metaq_http_evicted_total", "HTTP connections idle, not yet speaking or stalling their reply that were closed to make room for a new one (http_max_connections).", nil, nil)
+	dHTTPRefused = prometheus.NewDesc("metaq_http_refused_total", "HTTP connections refused because every connection had a request in progress and none stalled (http_max_connections).", nil, nil)
+	dHTTPBusy    = prometheus.NewDesc("metaq_http_busy_total", "HTTP requests answered 503 because three quarters of http_max_connections had requests in progress (probes aside).", nil, nil)
 )
 
-// collectHTTP adds the HTTP listener's series to a scrape (metrics.go).
-func (b *Broker) collectHTTP(ch chan<- prometheus.Metric) {
-	l := b.web.limit.Load()
-	if l == nil {
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(dHTTPConns, prometheus.GaugeValue, float64(l.conns.Load()))
-	ch <- prometheus.MustNewConstMetric(dHTTPEvicted, prometheus.CounterValue, float64(l.evicted.Load()))
-	ch <- prometheus.MustNewConstMetric(dHTTPRefused, prometheus.CounterValue, float64(l.refused.Load()))
-	ch <- prometheus.MustNewConstMetric(dHTTPBusy, prometheus.CounterValue, float64(l.busy.Load()))
+// Stats are the HTTP listener's counters (zero while it is not serving).
+type Stats struct {
+	// Connections is the connections open now.
+	Connections int64
+	// Evicted counts new, idle or stalled connections closed to make room.
+	Evicted int64
+	// Refused counts newcomers refused: every connection active, none stalled.
+	Refused int64
+	// Busy counts requests answered 503: no work slot free.
+	Busy int64
 }
 
-// httpStatsLines adds the HTTP listener's counters to `stats` (stats.go).
-func (b *Broker) httpStatsLines(kv func(k string, v any)) {
-	var conns, evicted, refused, busy int64
-	if l := b.web.limit.Load(); l != nil {
-		conns, evicted, refused, busy = l.conns.Load(), l.evicted.Load(), l.refused.Load(), l.busy.Load()
+// Stats returns the listener's counters, for the broker's stats.
+func (s *Server) Stats() Stats {
+	l := s.limit.Load()
+	if l == nil {
+		return Stats{}
 	}
-	kv("http_connections", conns)
-	kv("http_evicted", evicted)
-	kv("http_refused", refused)
-	kv("http_busy", busy)
+	return Stats{Connections: l.conns.Load(), Evicted: l.evicted.Load(), Refused: l.refused.Load(), Busy: l.busy.Load()}
+}
+
+// Collect adds the HTTP listener's series to a scrape (nothing while it
+// is not serving).
+func (s *Server) Collect(ch chan<- prometheus.Metric) {
+	if s.limit.Load() == nil {
+		return
+	}
+	st := s.Stats()
+	ch <- prometheus.MustNewConstMetric(dHTTPConns, prometheus.GaugeValue, float64(st.Connections))
+	ch <- prometheus.MustNewConstMetric(dHTTPEvicted, prometheus.CounterValue, float64(st.Evicted))
+	ch <- prometheus.MustNewConstMetric(dHTTPRefused, prometheus.CounterValue, float64(st.Refused))
+	ch <- prometheus.MustNewConstMetric(dHTTPBusy, prometheus.CounterValue, float64(st.Busy))
 }
