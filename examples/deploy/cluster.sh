@@ -116,27 +116,31 @@ if [ -n "${CLUSTER_ONESHOT:-}" ]; then
 fi
 # Watch: a broker that exits is reported with the command that restarts
 # it, and the rest keep running; only ZooKeeper's exit stops everything.
-live=("$zk" "$(cat "$DIR/broker-1.pid")" "$(cat "$DIR/broker-2.pid")")
-while [ ${#live[@]} -gt 0 ]; do
-	exited=""
-	status=0
-	wait -n -p exited "${live[@]}" || status=$?
-	[ -n "$exited" ] || continue # a signal woke wait: the trap runs
-	if [ "$exited" = "$zk" ]; then
+# This polls rather than `wait -n`: a child that died before wait was
+# called is not waited for again, and a broker restarted by hand is not
+# our child at all.
+reported=("" "" "")
+while :; do
+	if ! kill -0 "$zk" 2>/dev/null; then
+		status=0
+		wait "$zk" 2>/dev/null || status=$?
 		echo "cluster: ZooKeeper exited (status $status; see $DIR/zookeeper/server.log); stopping the brokers" >&2
 		stop
 	fi
 	for id in 1 2; do
-		if [ "$exited" = "$(cat "$DIR/broker-$id.pid" 2>/dev/null)" ]; then
-			cat >&2 <<MSG
-cluster: broker $id exited (status $status; see $DIR/broker-$id.log).
+		pid=$(cat "$DIR/broker-$id.pid" 2>/dev/null || true)
+		[ -n "$pid" ] && [ "$pid" != "${reported[$id]}" ] || continue
+		kill -0 "$pid" 2>/dev/null && continue
+		status=0
+		wait "$pid" 2>/dev/null || status=$?
+		how="status $status"
+		[ "$status" = 127 ] && how="not started by this script"
+		reported[$id]=$pid
+		cat >&2 <<MSG
+cluster: broker $id exited ($how; see $DIR/broker-$id.log).
   ZooKeeper and the other broker keep running. Restart broker $id in another terminal with:
   $(start_cmd $id) 2>>$DIR/broker-$id.log & echo \$! > $DIR/broker-$id.pid
 MSG
-		fi
 	done
-	rest=()
-	for p in "${live[@]}"; do [ "$p" = "$exited" ] || rest+=("$p"); done
-	live=("${rest[@]}")
-	[ ${#live[@]} -gt 1 ] || live=("$zk") # only ZooKeeper left: wait for it or Ctrl-C
+	sleep 0.5
 done
