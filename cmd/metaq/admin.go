@@ -36,7 +36,17 @@ func newAdmin(e *env) (*admin.Admin, error) {
 	if err := checkBroker(e); err != nil {
 		return nil, err
 	}
-	return admin.New(append(clientOpts(e), client.Brokers(e.addr))...)
+	return adminOf(e)
+}
+
+// adminOf returns an Admin of the broker at --addr without checking it
+// (connections are made when first needed).
+func adminOf(e *env) (*admin.Admin, error) {
+	cl, err := client.New(append(clientOpts(e), client.Brokers(e.addr))...)
+	if err != nil {
+		return nil, err
+	}
+	return admin.New(cl), nil
 }
 
 func cmdStats(e *env) *cobra.Command {

@@ -42,11 +42,12 @@ type consResult struct {
 func prepareConsume(ctx context.Context, cfg consConfig, timeout time.Duration) (start, filled int64, err error) {
 	rec := int64(message.HeaderSize + cfg.size)
 	need := cfg.messages * rec
-	adm, err := admin.New(append([]client.Opt{client.Logger(silentLogger), client.RequestTimeout(timeout), client.Brokers(cfg.addr)},
+	cl, err := client.New(append([]client.Opt{client.Logger(silentLogger), client.RequestTimeout(timeout), client.Brokers(cfg.addr)},
 		cfg.sec.clientOpts()...)...)
 	if err != nil {
 		return 0, 0, err
 	}
+	adm := admin.New(cl)
 	defer adm.Close()
 	bounds := func() (int64, int64, error) {
 		actx, cancel := context.WithTimeout(ctx, timeout)

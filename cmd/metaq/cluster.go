@@ -89,11 +89,11 @@ func zkAdmin(e *env, connect, root string) (*admin.Admin, error) {
 		return nil, err
 	}
 	wait := max(e.timeout, 4*time.Second)
-	adm, err := admin.New(append(clientOpts(e), client.ZooKeeper(connect, root), client.ZooKeeperSessionTimeout(wait))...)
+	cl, err := client.New(append(clientOpts(e), client.ZooKeeper(connect, root), client.ZooKeeperSessionTimeout(wait))...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach ZooKeeper at %s within %v: %w", connect, wait, err)
 	}
-	return adm, nil
+	return admin.New(cl), nil
 }
 
 // clusterJSON is `metaq cluster --json`: the layout's fields and the

@@ -74,10 +74,11 @@ func produceN(t *testing.T, addr string, n int, tag string) map[int32]int64 {
 // testAdmin is an Admin of the broker at addr.
 func testAdmin(t *testing.T, addr string) *admin.Admin {
 	t.Helper()
-	adm, err := admin.New(client.Logger(silentLogger), client.Brokers(addr))
+	cl, err := client.New(client.Logger(silentLogger), client.Brokers(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
+	adm := admin.New(cl)
 	t.Cleanup(func() { adm.Close() })
 	return adm
 }

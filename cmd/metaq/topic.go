@@ -1,23 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/url"
-	"strconv"
 
+	"github.com/metaq-go/metaq/sdk/admin"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
-
-// defaultHTTPPort is the broker's default http_port.
-const defaultHTTPPort = "8120"
 
 const topicHelp = `
 Create, delete and alter topics live, through the broker's HTTP admin API
@@ -70,18 +62,18 @@ func cmdTopic(e *env) *cobra.Command {
 				if len(args) != 1 {
 					return usagef("topic create needs one NAME")
 				}
-				req := map[string]any{"name": args[0]}
+				n := 0
 				if fs.Changed("partitions") {
 					if *parts < 1 {
 						return usagef("--partitions must be positive, got %d", *parts)
 					}
-					req["num_partitions"] = *parts
+					n = *parts
 				}
-				var out struct {
-					Name       string `json:"name"`
-					Partitions int    `json:"partitions"`
-				}
-				if err := adminCall(e, httpAddr, http.MethodPost, "/api/v1/topics", req, &out); err != nil {
+				var out admin.CreatedTopic
+				if err := topicCall(e, httpAddr, func(ctx context.Context, adm *admin.Admin) (err error) {
+					out, err = adm.CreateTopic(ctx, args[0], n)
+					return err
+				}); err != nil {
 					return err
 				}
 				fmt.Fprintf(e.stdout, "created topic %s with %d partition(s)\n", out.Name, out.Partitions)
@@ -103,8 +95,9 @@ func cmdTopic(e *env) *cobra.Command {
 					fmt.Fprintf(e.stderr, "would delete %s; repeat with --yes to do it\n", what)
 					return errSilent
 				}
-				path := "/api/v1/topics/" + url.PathEscape(args[0]) + "?delete_data=" + strconv.FormatBool(!*keep)
-				if err := adminCall(e, httpAddr, http.MethodDelete, path, nil, nil); err != nil {
+				if err := topicCall(e, httpAddr, func(ctx context.Context, adm *admin.Admin) error {
+					return adm.DeleteTopic(ctx, args[0], !*keep)
+				}); err != nil {
 					return err
 				}
 				fmt.Fprintf(e.stdout, "deleted %s\n", what)
@@ -120,13 +113,11 @@ func cmdTopic(e *env) *cobra.Command {
 				if *parts < 1 {
 					return usagef("topic alter needs --partitions N (positive)")
 				}
-				var out struct {
-					Old     int    `json:"old_partitions"`
-					New     int    `json:"partitions"`
-					Warning string `json:"warning"`
-				}
-				path := "/api/v1/topics/" + url.PathEscape(args[0]) + "/partitions"
-				if err := adminCall(e, httpAddr, http.MethodPost, path, map[string]any{"num_partitions": *parts}, &out); err != nil {
+				var out admin.AlteredTopic
+				if err := topicCall(e, httpAddr, func(ctx context.Context, adm *admin.Admin) (err error) {
+					out, err = adm.AddPartitions(ctx, args[0], *parts)
+					return err
+				}); err != nil {
 					return err
 				}
 				if out.Warning != "" {
@@ -148,117 +139,49 @@ func cmdTopic(e *env) *cobra.Command {
 // errSilent is a failure already explained on stderr (exit status 1).
 var errSilent = errors.New("")
 
-// brokerHTTPAddr asks the broker at --addr where its admin API is (the
-// http_addr line of its stats), so that an admin command acts on the
-// broker named and no other: a dead --addr is an error, and so is a
-// broker with http_port = 0. A listener bound to every address
-// (0.0.0.0, ::) is reached at --addr's host.
-func brokerHTTPAddr(e *env) (string, error) {
+// topicAdmin returns an Admin whose topic calls go to the admin API of
+// the broker at --addr (asked for it with its stats line http_addr, so
+// that a topic command acts on the broker named and no other: a dead
+// --addr is an error, and so is a broker with http_port = 0), or to
+// --http when given.
+func topicAdmin(e *env, httpAddr string) (*admin.Admin, error) {
+	if err := e.sec.prepare(); err != nil {
+		return nil, err
+	}
+	if httpAddr != "" {
+		if _, _, err := net.SplitHostPort(httpAddr); err != nil {
+			return nil, usagef("bad --http %q: %v", httpAddr, err)
+		}
+		adm, err := adminOf(e)
+		if err != nil {
+			return nil, err
+		}
+		adm.SetHTTPAddr(httpAddr)
+		return adm, nil
+	}
 	adm, err := newAdmin(e)
 	if err != nil {
-		return "", err
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
+	defer cancel()
+	h, err := adm.HTTPAddr(ctx, e.addr)
+	if err != nil {
+		adm.Close()
+		return nil, err
+	}
+	adm.SetHTTPAddr(h)
+	return adm, nil
+}
+
+// topicCall runs fn with an Admin of the topic commands (topicAdmin).
+func topicCall(e *env, httpAddr string, fn func(ctx context.Context, adm *admin.Admin) error) error {
+	adm, err := topicAdmin(e, httpAddr)
+	if err != nil {
+		return err
 	}
 	defer adm.Close()
 	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
 	defer cancel()
-	st, err := adm.Stats(ctx, e.addr, "")
-	if err != nil {
-		return "", fmt.Errorf("asking the broker at %s for its admin API address: %w", e.addr, err)
-	}
-	host, _, err := net.SplitHostPort(e.addr)
-	if err != nil {
-		return "", usagef("bad --addr %q: %v", e.addr, err)
-	}
-	a, ok := st.Value("http_addr")
-	switch {
-	case !ok: // a broker from before http_addr: its default port
-		return net.JoinHostPort(host, defaultHTTPPort), nil
-	case a == "-":
-		return "", fmt.Errorf("the broker at %s serves no admin API (http_port = 0 in its server.toml)", e.addr)
-	}
-	h, p, err := net.SplitHostPort(a)
-	if err != nil {
-		return "", fmt.Errorf("the broker at %s gave a bad http_addr %q", e.addr, a)
-	}
-	if ip := net.ParseIP(h); h == "" || ip != nil && ip.IsUnspecified() {
-		h = host
-	}
-	return net.JoinHostPort(h, p), nil
-}
-
-// adminBase returns the admin API's base URL and client.
-func adminBase(e *env, httpAddr string) (string, *http.Client, error) {
-	if err := e.sec.prepare(); err != nil {
-		return "", nil, err
-	}
-	if httpAddr == "" {
-		a, err := brokerHTTPAddr(e)
-		if err != nil {
-			return "", nil, err
-		}
-		httpAddr = a
-	} else if _, _, err := net.SplitHostPort(httpAddr); err != nil {
-		return "", nil, usagef("bad --http %q: %v", httpAddr, err)
-	}
-	tr := &http.Transport{}
-	scheme := "http"
-	if e.sec.tls != nil {
-		scheme = "https"
-		tr.TLSClientConfig = e.sec.tls.Clone()
-	}
-	return scheme + "://" + httpAddr, &http.Client{Transport: tr, Timeout: e.timeout}, nil
-}
-
-// adminCall sends one admin API request with body (JSON, nil for none)
-// and decodes the reply into out (nil: ignored). A reply of 400 or more
-// is an error carrying the API's message.
-func adminCall(e *env, httpAddr, method, path string, body, out any) error {
-	base, hc, err := adminBase(e, httpAddr)
-	if err != nil {
-		return err
-	}
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if e.sec.user != "" {
-		req.SetBasicAuth(e.sec.user, e.sec.password)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("admin API at %s: %w", base, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return fmt.Errorf("admin API at %s: %w", base, err)
-	}
-	if resp.StatusCode >= 400 {
-		var ae struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(data, &ae) == nil && ae.Error != "" {
-			return fmt.Errorf("%s %s: %d: %s", method, path, resp.StatusCode, ae.Error)
-		}
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("admin API reply: %w", err)
-		}
-	}
-	return nil
+	return fn(ctx, adm)
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/metaq-go/metaq/sdk/admin"
+	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/protocol"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -33,28 +36,27 @@ example:
 
 func cmdTx(e *env) *cobra.Command {
 	return parent(e, "tx", txHelp, cmdTxList(e),
-		cmdTxDecide(e, "tx commit", protocol.TxHeuristicCommit, "committed heuristically"),
-		cmdTxDecide(e, "tx rollback", protocol.TxHeuristicRollback, "rolled back heuristically"),
-		cmdTxDecide(e, "tx forget", protocol.TxForget, "forgotten"))
+		cmdTxDecide(e, "tx commit", protocol.TxHeuristicCommit, (*admin.Admin).CommitHeuristically, "committed heuristically"),
+		cmdTxDecide(e, "tx rollback", protocol.TxHeuristicRollback, (*admin.Admin).RollbackHeuristically, "rolled back heuristically"),
+		cmdTxDecide(e, "tx forget", protocol.TxForget, (*admin.Admin).Forget, "forgotten"))
 }
 
-// txRoundTrip sends one request to the broker at --addr and returns the
-// reply's code and body.
-func txRoundTrip(e *env, encode func(dst []byte, op int32) []byte) (int, string, error) {
-	if err := checkBroker(e); err != nil {
-		return 0, "", err
+// txCall runs fn with an Admin of the broker at --addr. A refusal by the
+// broker is an error "<what>: broker replied <code> <body>".
+func txCall(e *env, what string, fn func(ctx context.Context, adm *admin.Admin) error) error {
+	adm, err := newAdmin(e)
+	if err != nil {
+		return err
 	}
+	defer adm.Close()
 	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
 	defer cancel()
-	rc, err := dialRaw(ctx, e.sec, e.addr)
-	if err != nil {
-		return 0, "", err
+	err = fn(ctx, adm)
+	var be *client.BrokerError
+	if errors.As(err, &be) {
+		return fmt.Errorf("%s: broker replied %d %s", what, be.Code, be.Msg)
 	}
-	defer rc.Close()
-	stop := context.AfterFunc(ctx, func() { rc.Close() })
-	defer stop()
-	code, body, err := rc.roundTrip(encode)
-	return code, string(body), err
+	return err
 }
 
 func cmdTxList(e *env) *cobra.Command {
@@ -63,22 +65,23 @@ func cmdTxList(e *env) *cobra.Command {
 			if len(args) > 0 {
 				return usagef("unexpected argument %q", args[0])
 			}
-			code, body, err := txRoundTrip(e, func(d []byte, op int32) []byte { return protocol.AppendStats(d, "transactions", op) })
-			if err != nil {
+			var st *admin.Stats
+			if err := txCall(e, "stats transactions", func(ctx context.Context, adm *admin.Admin) (err error) {
+				st, err = adm.Stats(ctx, e.addr, "transactions")
+				return err
+			}); err != nil {
 				return err
 			}
-			if code != protocol.StatusOK {
-				return fmt.Errorf("stats transactions: broker replied %d %s", code, body)
-			}
-			body = strings.TrimPrefix(body, "STATS\r\n")
+			body := strings.TrimPrefix(st.Raw, "STATS\r\n")
 			body = strings.TrimSuffix(body, "END\r\n")
-			_, err = fmt.Fprint(e.stdout, strings.ReplaceAll(body, "\r\n", "\n"))
+			_, err := fmt.Fprint(e.stdout, strings.ReplaceAll(body, "\r\n", "\n"))
 			return err
 		}
 	})
 }
 
-func cmdTxDecide(e *env, name string, typ protocol.TxType, done string) *cobra.Command {
+func cmdTxDecide(e *env, name string, typ protocol.TxType,
+	decide func(adm *admin.Admin, ctx context.Context, addr, key string) error, done string) *cobra.Command {
 	help := fmt.Sprintf("Send %s for the XA branch <key> (XID:<formatId>:<hex gtrid>:<hex bqual>:<qualifier>).\n\nexample:\n  metaq %s 'XID:1:0a0b:01:XAMessageProducer-host'", typ, name)
 	return leaf(e, name, name+" <key>", help, func(fs *pflag.FlagSet) func(args []string) error {
 		return func(args []string) error {
@@ -93,14 +96,10 @@ func cmdTxDecide(e *env, name string, typ protocol.TxType, done string) *cobra.C
 				return usagef("%s applies to XA branches (XID:...), not to local transaction %s", name, args[0])
 			}
 			key := id.String()
-			code, body, err := txRoundTrip(e, func(d []byte, op int32) []byte {
-				return protocol.AppendTransaction(d, key, "metaq-cli", typ, 0, "", op)
-			})
-			if err != nil {
+			if err := txCall(e, name+" "+key, func(ctx context.Context, adm *admin.Admin) error {
+				return decide(adm, ctx, e.addr, key)
+			}); err != nil {
 				return err
-			}
-			if code != protocol.StatusOK {
-				return fmt.Errorf("%s %s: broker replied %d %s", name, key, code, body)
 			}
 			_, err = fmt.Fprintf(e.stdout, "%s %s\n", key, done)
 			return err

@@ -296,7 +296,8 @@ func (l *Logs) Contains(s string) bool { return bytes.Contains([]byte(l.String()
 // StartMain runs a quiet in-process broker for a TestMain, where there is
 // no testing.TB (testable examples need one before m.Run): topics of one
 // partition each, so that examples print in order, in a fresh temporary
-// directory. It returns the broker's address, the directory (for scratch
+// directory, with its HTTP API on another free port (its stats http_addr
+// gives it). It returns the broker's address, the directory (for scratch
 // files next to the data) and a stop func that closes the broker and
 // removes the directory. It panics on failure: the test binary cannot run.
 func StartMain(topics ...string) (addr, dir string, stop func()) {
@@ -320,6 +321,13 @@ func StartMain(topics ...string) (addr, dir string, stop func()) {
 		panic(err)
 	}
 	if err := b.Serve(ln); err != nil {
+		panic(err)
+	}
+	hln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	if err := b.ServeHTTP(hln); err != nil {
 		panic(err)
 	}
 	return b.Addr(), dir, func() {

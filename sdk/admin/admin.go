@@ -1,17 +1,23 @@
 // Package admin inspects and administers metaq brokers, as franz-go's kadm
 // does for Kafka: topics with their offsets and message counts, consumer
 // groups (listed, described with their lag in messages and bytes, their
-// offsets reset with a dry run first), the brokers' stats and plugins, and
-// the cluster layout registered in ZooKeeper.
+// offsets reset with a dry run first), topics created, deleted and given
+// more partitions (through the brokers' HTTP admin API), transactions
+// (listed, XA branches completed heuristically and forgotten), the
+// brokers' stats and plugins, and the cluster layout registered in
+// ZooKeeper.
 //
-// An Admin is built from the same options as a client.Client: the
-// discovery (client.Brokers or client.ZooKeeper) and the connection
+// An Admin wraps a client.Client, as kadm wraps a kgo.Client: the
+// Client's discovery (client.Brokers or client.ZooKeeper) and connection
 // options (client.DialTLS, client.SASLPlain, client.DialTimeout,
-// client.RequestTimeout, client.Logger, the ZooKeeper ones). Producing and
-// consuming options are refused.
+// client.RequestTimeout, client.Logger, the ZooKeeper ones) are the
+// Admin's. It speaks to the brokers with the Client's exported raw
+// request (client.Client.Request) and to their HTTP admin API with
+// client.Client.AdminHTTP.
 //
-//	adm, err := admin.New(client.Brokers("127.0.0.1:8123"))
+//	cl, err := client.New(client.Brokers("127.0.0.1:8123"))
 //	if err != nil { ... }
+//	adm := admin.New(cl)
 //	defer adm.Close()
 //	topics, err := adm.Topics(ctx)
 //	desc, err := adm.DescribeGroup(ctx, "billing")
@@ -34,64 +40,47 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/metaq-go/metaq/internal/brokerstats"
-	"github.com/metaq-go/metaq/internal/clientlink"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // Admin runs administrative requests against the brokers (and ZooKeeper)
-// its options name. Each request is bounded by ctx and by the options'
-// client.RequestTimeout (10 s by default). It is safe for concurrent use;
-// Close it when done.
+// of the Client it was made from. Each request is bounded by ctx and by
+// the Client's client.RequestTimeout (10 s by default). It is safe for
+// concurrent use; Close it when done.
 type Admin struct {
-	cl      *client.Client
-	direct  []string         // client.Brokers addresses; nil in ZooKeeper mode
-	zk      *cluster.Cluster // nil in direct mode
-	useTLS  bool
-	timeout time.Duration
+	cl     *client.Client
+	direct []string         // client.Brokers addresses; nil in ZooKeeper mode
+	zk     *cluster.Cluster // nil in direct mode
+	useTLS bool
 
-	mu     sync.Mutex
-	conns  map[string]clientlink.Conn
-	closed bool
+	mu       sync.Mutex
+	httpAddr string // SetHTTPAddr
+	closed   bool
 }
 
 // ErrClosed is returned by the calls of a closed Admin.
 var ErrClosed = errors.New("admin: closed")
 
-// New builds an Admin. It needs client.Brokers or client.ZooKeeper; in
-// ZooKeeper mode it opens the session, broker connections are made when
-// first needed. An option that does not apply to an Admin (one for
-// producing or consuming) is an error.
-func New(opts ...client.Opt) (*Admin, error) {
-	cl, err := client.New(opts...)
-	if err != nil {
-		return nil, err
-	}
-	if err := clientlink.H.OnlyConnecting(cl); err != nil {
-		_ = cl.Close(context.Background())
-		return nil, err
-	}
-	zkc, useTLS := clientlink.H.ZooKeeper(cl)
-	return &Admin{cl: cl, direct: clientlink.H.Brokers(cl), zk: zkc, useTLS: useTLS,
-		timeout: clientlink.H.RequestTimeout(cl), conns: map[string]clientlink.Conn{}}, nil
+// New returns an Admin over cl, as kadm.NewClient wraps a kgo.Client: its
+// requests go through cl.Request and cl.AdminHTTP, so TLS, SASL, timeouts
+// and the discovery (client.Brokers or client.ZooKeeper) are cl's. The
+// Admin owns cl from then on: Close closes it.
+func New(cl *client.Client) *Admin {
+	return &Admin{cl: cl, direct: cl.SeedBrokers(), zk: cl.Cluster(), useTLS: cl.DialsTLS()}
 }
 
-// Close closes every connection and the ZooKeeper session. It is
-// idempotent.
+// Close closes the Client, its connections and its ZooKeeper session. It
+// is idempotent.
 func (a *Admin) Close() error {
 	a.mu.Lock()
-	conns := a.conns
-	a.conns, a.closed = nil, true
+	a.closed = true
 	a.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
 	return a.cl.Close(context.Background())
 }
 
@@ -99,32 +88,17 @@ func (a *Admin) Close() error {
 // ZooKeeper.
 func (a *Admin) ZooKeeperMode() bool { return a.zk != nil }
 
-// conn returns the connection to addr, made on first use.
-func (a *Admin) conn(addr string) (clientlink.Conn, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return nil, ErrClosed
-	}
-	c := a.conns[addr]
-	if c == nil {
-		c = clientlink.H.Dial(a.cl, addr)
-		a.conns[addr] = c
-	}
-	return c, nil
-}
-
 // roundTrip sends one request to addr. An error that is neither the
 // broker's reply nor an authentication refusal says the broker could not
 // be reached.
 func (a *Admin) roundTrip(ctx context.Context, addr string, encode func(dst []byte, op int32) []byte) ([]byte, error) {
-	c, err := a.conn(addr)
-	if err != nil {
-		return nil, err
+	a.mu.Lock()
+	closed := a.closed
+	a.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	body, err := c.RoundTrip(ctx, encode)
+	body, err := a.cl.Request(ctx, addr, encode)
 	if err != nil {
 		var be *client.BrokerError
 		var ae *client.AuthError
@@ -194,7 +168,7 @@ func (a *Admin) withZK(ctx context.Context, fn func(c *zk.Conn) error) error {
 	if a.zk == nil {
 		return errors.New("admin: this needs ZooKeeper discovery (client.ZooKeeper)")
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	ctx, cancel := a.cl.WithRequestTimeout(ctx)
 	defer cancel()
 	ch := make(chan error, 1)
 	go func() { ch <- fn(a.zk.Conn()) }()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/metaq-go/metaq/sdk/admin"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -47,10 +49,11 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 func newAdmin(t *testing.T, opts ...client.Opt) *admin.Admin {
 	t.Helper()
-	a, err := admin.New(append([]client.Opt{client.Logger(quiet)}, opts...)...)
+	cl, err := client.New(append([]client.Opt{client.Logger(quiet)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	a := admin.New(cl)
 	t.Cleanup(func() { a.Close() })
 	return a
 }
@@ -108,17 +111,6 @@ func member(t *testing.T, ctx context.Context, cl *client.Client, n int) {
 }
 
 func TestNewOptions(t *testing.T) {
-	for name, opts := range map[string][]client.Opt{
-		"no discovery": nil,
-		"consuming":    {client.Brokers("127.0.0.1:1"), client.ConsumeTopics("t")},
-		"producing":    {client.Brokers("127.0.0.1:1"), client.Batching(10, 1<<20, time.Millisecond)},
-		"group":        {client.Brokers("127.0.0.1:1"), client.ConsumerGroup("g")},
-	} {
-		if a, err := admin.New(opts...); err == nil {
-			a.Close()
-			t.Errorf("%s: no error", name)
-		}
-	}
 	// A broker that is down: New succeeds (connections are lazy), the
 	// calls say it cannot be reached.
 	a := newAdmin(t, client.Brokers("127.0.0.1:1"), client.DialTimeout(time.Second), client.RequestTimeout(2*time.Second))
@@ -133,6 +125,9 @@ func TestNewOptions(t *testing.T) {
 	}
 	if _, err := a.Stats(ctxT(t, time.Second), "127.0.0.1:1", ""); !errors.Is(err, admin.ErrClosed) {
 		t.Fatalf("after Close: %v", err)
+	}
+	if _, err := a.CreateTopic(ctxT(t, time.Second), "t", 1); !errors.Is(err, admin.ErrClosed) {
+		t.Fatalf("CreateTopic after Close: %v", err)
 	}
 }
 
@@ -457,5 +452,121 @@ func TestLagMessages(t *testing.T) {
 		if *r.Committed != off || *r.LagMessages != int64(n-c.from) || r.LagMessagesEstimated != c.estimated {
 			t.Fatalf("from message %d: %+v (lag %d messages), want %d, estimated %t", c.from, r, *r.LagMessages, n-c.from, c.estimated)
 		}
+	}
+}
+
+// TestTransactions: two XA branches begun and prepared with raw requests
+// (client.Client.Request, all on the Client's one connection) are listed
+// open and prepared; one is committed and one rolled back heuristically,
+// after which they are heuristic and the coordinator's commit is refused;
+// Forget removes an outcome; a local key is refused before sending.
+func TestTransactions(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Quiet())
+	addr := b.Addr()
+	cl, err := client.New(client.Logger(quiet), client.Brokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := admin.New(cl)
+	t.Cleanup(func() { a.Close() })
+	ctx := ctxT(t, 30*time.Second)
+	tx := func(key string, typ protocol.TxType) (string, error) {
+		body, err := cl.Request(ctx, addr, func(dst []byte, op int32) []byte {
+			return protocol.AppendTransaction(dst, key, "s", typ, 0, "q", op)
+		})
+		return string(body), err
+	}
+	keys := []string{"XID:1:0a:01:q", "XID:2:0a:01:q"}
+	for _, key := range keys {
+		if _, err := tx(key, protocol.TxBegin); err != nil {
+			t.Fatalf("begin: %v", err)
+		}
+		if _, err := cl.Request(ctx, addr, func(dst []byte, op int32) []byte {
+			return append(protocol.AppendTxPutHeader(dst, "t", 0, 3, 0, protocol.NoChecksum, key, op), "msg"...)
+		}); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+		if body, err := tx(key, protocol.TxPrepare); err != nil || body != "0" {
+			t.Fatalf("prepare: %q %v", body, err)
+		}
+	}
+	txs, err := a.Transactions(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(txs.Open) != 2 || txs.BufferedBytes != 6 || len(txs.Heuristic) != 0 ||
+		txs.Open[0].Key != keys[0] || txs.Open[0].Type != "xa" || txs.Open[0].State != "prepared" ||
+		txs.Open[0].Session != "s" || txs.Open[0].Messages != 1 || txs.Open[0].Bytes != 3 {
+		t.Fatalf("transactions: %+v", txs)
+	}
+	prep, err := a.PreparedTransactions(ctx, addr)
+	if err != nil || !slices.Equal(prep, keys) {
+		t.Fatalf("prepared: %q %v", prep, err)
+	}
+	if err := a.CommitHeuristically(ctx, addr, "XID:1:0A:01:q"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RollbackHeuristically(ctx, addr, keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{protocol.XAHeurCom, protocol.XAHeurRB} {
+		_, err := tx(keys[i], protocol.TxCommitTwoPhase)
+		var be *client.BrokerError
+		if !errors.As(err, &be) {
+			t.Fatalf("late commit of %s: %v", keys[i], err)
+		}
+		if got, _, ok := protocol.ParseXAError([]byte(be.Msg)); be.Code != 500 || !ok || got != want {
+			t.Fatalf("late commit of %s: %v, want XA code %d", keys[i], err, want)
+		}
+	}
+	txs, err = a.Transactions(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(txs.Open) != 0 || len(txs.Heuristic) != 2 || txs.Heuristic[0].Key != keys[0] ||
+		txs.Heuristic[0].State != "heuristic_committed" || txs.Heuristic[1].State != "heuristic_rolled_back" {
+		t.Fatalf("transactions after: %+v", txs)
+	}
+	if err := a.Forget(ctx, addr, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	var be *client.BrokerError
+	if err := a.Forget(ctx, addr, keys[0]); !errors.As(err, &be) || !strings.Contains(be.Msg, "XAException:code=-4") {
+		t.Fatalf("second forget: %v", err)
+	}
+	if err := a.CommitHeuristically(ctx, addr, "TX:s:1"); err == nil || !strings.Contains(err.Error(), "applies to XA branches") {
+		t.Fatalf("local key: %v", err)
+	}
+}
+
+// TestTopicAdmin: the topic calls through an explicit admin API address,
+// the typed refusal, and an Admin that cannot tell which broker's API to
+// use.
+func TestTopicAdmin(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Quiet(), brokertest.HTTP())
+	a := newAdmin(t, client.Brokers(b.Addr()))
+	ctx := ctxT(t, 30*time.Second)
+	h, err := a.HTTPAddr(ctx, b.Addr())
+	if err != nil || h != b.HTTPAddr() {
+		t.Fatalf("HTTPAddr: %q %v, want %q", h, err, b.HTTPAddr())
+	}
+	a.SetHTTPAddr(b.HTTPAddr())
+	if ct, err := a.CreateTopic(ctx, "orders", 0); err != nil || ct.Name != "orders" || ct.Partitions != 1 {
+		t.Fatalf("CreateTopic: %+v %v", ct, err)
+	}
+	_, err = a.CreateTopic(ctx, "orders", 0)
+	var ae *admin.APIError
+	if !errors.As(err, &ae) || ae.StatusCode != 409 || ae.Method != "POST" || ae.Path != "/api/v1/topics" || ae.Message == "" {
+		t.Fatalf("second CreateTopic: %#v", err)
+	}
+	if alt, err := a.AddPartitions(ctx, "orders", 1); err != nil || alt.Old != 1 || alt.New != 1 {
+		t.Fatalf("AddPartitions to as many: %+v %v", alt, err)
+	}
+	if err := a.DeleteTopic(ctx, "orders", true); err != nil {
+		t.Fatal(err)
+	}
+	two := newAdmin(t, client.Brokers(b.Addr(), "127.0.0.1:1"))
+	if _, err := two.CreateTopic(ctx, "x", 1); err == nil || !strings.Contains(err.Error(), "need one broker") {
+		t.Fatalf("two brokers: %v", err)
 	}
 }

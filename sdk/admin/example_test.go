@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -52,10 +53,11 @@ func Example() {
 	}
 	send("four", "five")
 
-	adm, err := admin.New(client.Brokers(brokerAddr))
+	acl, err := client.New(client.Brokers(brokerAddr))
 	if err != nil {
 		log.Fatal(err)
 	}
+	adm := admin.New(acl) // Close closes acl
 	defer adm.Close()
 	topics, err := adm.Topics(ctx)
 	if err != nil {
@@ -84,4 +86,42 @@ func Example() {
 	// ex-admin-0: offsets [0, 119), 5 messages
 	// audit at 71: lag 48 bytes, 2 messages
 	// dry run: ex-admin-0 71 -> 0
+}
+
+// Create a topic through the broker's HTTP admin API (found from its
+// stats), give it more partitions, and delete it.
+func ExampleAdmin_CreateTopic() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Brokers(brokerAddr))
+	if err != nil {
+		log.Fatal(err)
+	}
+	adm := admin.New(cl)
+	defer adm.Close()
+
+	t, err := adm.CreateTopic(ctx, "ex-orders", 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("created %s with %d partitions\n", t.Name, t.Partitions)
+	alt, err := adm.AddPartitions(ctx, "ex-orders", 4)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("now %d partitions (was %d)\n", alt.New, alt.Old)
+	_, err = adm.AddPartitions(ctx, "ex-orders", 3)
+	var ae *admin.APIError
+	if errors.As(err, &ae) {
+		fmt.Println("fewer partitions refused with", ae.StatusCode)
+	}
+	if err := adm.DeleteTopic(ctx, "ex-orders", true); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("deleted")
+	// Output:
+	// created ex-orders with 2 partitions
+	// now 4 partitions (was 2)
+	// fewer partitions refused with 400
+	// deleted
 }

@@ -39,7 +39,8 @@ type Client struct {
 	consuming bool
 	closeOnce sync.Once
 	closeErr  error
-	txs       txSession // local transactions' session (transaction.go)
+	txs       txSession        // local transactions' session (transaction.go)
+	raw       map[string]*conn // Request's connections (request.go)
 }
 
 // consumerRun is one topic's consumer of a Client (per broker in direct
@@ -530,6 +531,7 @@ func (c *Client) Close(ctx context.Context) error {
 		for _, r := range cons {
 			errs = append(errs, r.Close(ctx))
 		}
+		c.closeRaw()
 		if c.zk != nil {
 			errs = append(errs, c.zk.Close())
 		}
