@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -311,21 +312,16 @@ func (b *Broker) groupListFor(v viewer) []*groupEntry {
 		}
 		m[k] = e
 	}
-	keys, gs := b.groups.snapshot()
-	for i, k := range keys {
-		g := gs[i]
-		g.mu.Lock()
-		n, dead := len(g.members), g.dead
-		g.mu.Unlock()
-		if dead || !v.groupTopic(k.group, k.topic) {
+	for _, g := range b.groups.Groups() {
+		if !v.groupTopic(g.Group, g.Topic) {
 			continue
 		}
-		e := m[groupTopic{k.group, k.topic}]
+		e := m[groupTopic{g.Group, g.Topic}]
 		if e == nil {
-			e = &groupEntry{Group: k.group, Topic: k.topic, Note: noteNoCommit}
-			m[groupTopic{k.group, k.topic}] = e
+			e = &groupEntry{Group: g.Group, Topic: g.Topic, Note: noteNoCommit}
+			m[groupTopic{g.Group, g.Topic}] = e
 		}
-		e.Coordinated, e.Members = true, n
+		e.Coordinated, e.Members = true, g.Members
 	}
 	out := []*groupEntry{}
 	for _, e := range m {
@@ -374,10 +370,9 @@ func (b *Broker) knownGroupTopics(group string) []string {
 			seen[k.topic] = true
 		}
 	}
-	keys, _ := b.groups.snapshot()
-	for _, k := range keys {
-		if k.group == group {
-			seen[k.topic] = true
+	for _, g := range b.groups.Groups() {
+		if g.Group == group {
+			seen[g.Topic] = true
 		}
 	}
 	out := make([]string, 0, len(seen))
@@ -437,7 +432,7 @@ func (b *Broker) loadCommitted(ctx context.Context, group string, t *topic) ([]i
 // partition.ErrNoTopic (wrapped with its name); an offset store failure is returned
 // as it is.
 func (b *Broker) describeGroup(ctx context.Context, group string, topics []string) ([]groupTopicJSON, error) {
-	owners := b.groupOwners(group)
+	owners := b.groups.GroupOwners(group)
 	out := []groupTopicJSON{}
 	for _, name := range topics {
 		b.mu.RLock()
@@ -454,7 +449,7 @@ func (b *Broker) describeGroup(ctx context.Context, group string, topics []strin
 		gt := groupTopicJSON{Topic: name, Partitions: []groupPartitionJSON{}}
 		for p, l := range t.parts {
 			gp := groupPartitionJSON{Partition: p, Committed: committed[p], MinOffset: l.MinOffset(), MaxOffset: l.MaxOffset(),
-				Owner: owners[groupTopicPart{name, p}]}
+				Owner: owners[groups.TopicPartition{Topic: name, Partition: p}]}
 			switch {
 			case committed[p] >= 0:
 				gp.Source = "offset_store"
@@ -499,32 +494,6 @@ func (b *Broker) apiGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"group": group, "lag_unit": "bytes", "topics": out})
-}
-
-type groupTopicPart struct {
-	topic string
-	part  int
-}
-
-// groupOwners maps the partitions of group's local-mode groups to the
-// member holding them.
-func (b *Broker) groupOwners(group string) map[groupTopicPart]string {
-	out := map[groupTopicPart]string{}
-	keys, gs := b.groups.snapshot()
-	for i, k := range keys {
-		if k.group != group {
-			continue
-		}
-		g := gs[i]
-		g.mu.Lock()
-		for id, m := range g.members {
-			for p := range m.held {
-				out[groupTopicPart{k.topic, int(p)}] = id
-			}
-		}
-		g.mu.Unlock()
-	}
-	return out
 }
 
 // resetRequest is the body of POST /api/v1/groups/{group}/offsets.

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/store"
@@ -50,7 +51,7 @@ type Options struct {
 	WriteTimeout time.Duration
 	// GroupSessionTimeout is how long a consumer group member (local mode)
 	// may go without a heartbeat, or without acknowledging a revoked
-	// partition, before it is removed; 0 means DefaultGroupSessionTimeout.
+	// partition, before it is removed; 0 means groups.DefaultSessionTimeout.
 	GroupSessionTimeout time.Duration
 
 	// ReplicaInSync, if set, is a /readyz condition: a slave in sync
@@ -130,8 +131,8 @@ type Broker struct {
 	// filters and offsets are set up by initFilters and initOffsetStore.
 	filters filterSet
 	offsets offsetState
-	// groups are the consumer groups coordinated here (groups.go).
-	groups groupSet
+	// groups are the consumer groups coordinated here (core/groups).
+	groups *groups.Coordinator
 	// tls is the TLS material (tls.go), nil without [tls]; auth is the
 	// authentication state (auth.go).
 	tls  *tlsState
@@ -255,8 +256,9 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 			b.sync.SetDegrade(true)
 		}
 	}
-	b.groups.timeout = opts.GroupSessionTimeout
-	b.groups.maxMembers, b.groups.maxPerConn = cfg.MaxGroupMembers, cfg.MaxMembershipsPerConnection
+	gcfg := groups.FromConf(cfg)
+	gcfg.SessionTimeout = opts.GroupSessionTimeout
+	b.groups = groups.NewCoordinator(gcfg)
 	b.wireRepl() // repl.go
 	b.disks = newDiskWatch(cfg.DiskMaxUsedRatio, b.logf)
 	b.metrics = newMetrics(b)

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -75,8 +76,8 @@ type conn struct {
 
 	// bud is this connection's share of max_buffered_bytes (budget.go).
 	bud    connBudget
-	auth   connAuth   // authentication (auth.go)
-	groups connGroups // local group memberships (groups.go)
+	auth   connAuth       // authentication (auth.go)
+	groups groups.Session // local group memberships (core/groups)
 	// txs are the connection's local transactions (tx.go); closing is set
 	// once they were rolled back on close. Both under Broker.txs.mu.
 	txs     connTxs
@@ -119,8 +120,8 @@ func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		c.nc.Close()
-		c.b.groups.connClosed(c) // membership is tied to the connection
-		c.rollbackConnTxs()      // so are local transactions
+		c.b.groups.Close(&c.groups) // membership is tied to the connection
+		c.rollbackConnTxs()         // so are local transactions
 		c.omu.Lock()
 		c.dead = true
 		c.drained.Broadcast()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/groups"
 )
 
 // Reload (metaq-server's SIGHUP) applies a new configuration without
@@ -169,9 +170,7 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	b.mu.Unlock()
 	b.setLogLevels(&eff)
 	b.budget.setLimit(eff.MaxBufferedBytes)
-	b.groups.mu.Lock()
-	b.groups.maxMembers, b.groups.maxPerConn = eff.MaxGroupMembers, eff.MaxMembershipsPerConnection
-	b.groups.mu.Unlock()
+	b.groups.Reload(groups.FromConf(&eff))
 	if eff.DiskMaxUsedRatio != cur.DiskMaxUsedRatio {
 		b.disks.setMax(eff.DiskMaxUsedRatio)
 		b.disks.wake()

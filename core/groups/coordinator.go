@@ -1,25 +1,25 @@
-package broker
+package groups
 
 import (
-	"fmt"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/sdk/balance"
 	"github.com/metaq-go/metaq/sdk/message"
-	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // Consumer groups in local mode: without ZooKeeper the broker coordinates
 // the members of a group over its own partitions of a topic (join,
 // heartbeat, leave; docs/protocol.md). Membership is tied to the
-// connection that joined.
+// connection that joined (its Session).
 //
 // State per (group, topic):
 //
@@ -44,11 +44,11 @@ import (
 // it has not heartbeated for the session timeout, or when a revocation has
 // waited for its acknowledgement longer than that.
 //
-// Locking: groupSet.mu guards only the map of groups and is never held
+// Locking: Coordinator.mu guards only the map of groups and is never held
 // while waiting for anything else; each group has its own mutex, so a
 // busy group never delays another one. Lock order: a group's mu, then
-// groupSet.mu or a connection's connGroups.mu. A connection lists its
-// memberships (connGroups), so closing it touches only its own groups.
+// Coordinator.mu or a Session's mu. A connection lists its memberships
+// (Session), so closing it touches only its own groups.
 //
 // Cost: a membership change inserts or removes one id in the sorted
 // member ids (and, for consist, its points on the kept hash ring:
@@ -56,31 +56,62 @@ import (
 // O((n + P) log(n + P)) for n members and P partitions; a view is O(P)
 // through the owner index; the expiry sweep looks at the members only once
 // the earliest deadline of a member has passed.
-type groupSet struct {
+type Coordinator struct {
 	mu      sync.Mutex
 	groups  map[groupKey]*cgroup
 	timeout time.Duration
-	now     func() time.Time
-	// maxMembers and maxPerConn are Config.MaxGroupMembers and
-	// Config.MaxMembershipsPerConnection; 0 means no limit.
-	maxMembers, maxPerConn int
+	now     func() time.Time // nil: time.Now (tests set it)
+	// maxMembers and maxPerConn are Config.MaxMembers and
+	// Config.MaxPerConn; 0 means no limit. Reload changes them.
+	maxMembers, maxPerConn atomic.Int64
 }
 
-// DefaultGroupSessionTimeout is how long a group member may go without a
+// DefaultSessionTimeout is how long a group member may go without a
 // heartbeat, or without acknowledging a revocation, before the broker
 // removes it: three times the SDK's default heartbeat interval of 1 s.
-const DefaultGroupSessionTimeout = 3 * time.Second
+const DefaultSessionTimeout = 3 * time.Second
 
-// maxGroupIDLen is the longest group, topic or consumer id in bytes.
-const maxGroupIDLen = 255
+// maxIDLen is the longest group, topic or consumer id in bytes.
+const maxIDLen = 255
+
+// Config is the coordinator's slice of the configuration.
+type Config struct {
+	// SessionTimeout is how long a member may go without a heartbeat, or
+	// without acknowledging a revocation; 0 means DefaultSessionTimeout.
+	// It is fixed at construction (Reload leaves it).
+	SessionTimeout time.Duration
+	// MaxMembers is server.toml's max_group_members, MaxPerConn its
+	// max_memberships_per_connection; 0 means no limit.
+	MaxMembers, MaxPerConn int
+}
+
+// FromConf returns the coordinator's configuration in cfg. The session
+// timeout is not in server.toml: the broker sets it from its options.
+func FromConf(cfg *conf.Config) Config {
+	return Config{MaxMembers: cfg.MaxGroupMembers, MaxPerConn: cfg.MaxMembershipsPerConnection}
+}
+
+// NewCoordinator returns a coordinator with no groups.
+func NewCoordinator(cfg Config) *Coordinator {
+	c := &Coordinator{timeout: cfg.SessionTimeout}
+	c.Reload(cfg)
+	return c
+}
+
+// Reload applies cfg's limits to the joins from now on; the members
+// already in are kept.
+func (gs *Coordinator) Reload(cfg Config) {
+	gs.maxMembers.Store(int64(cfg.MaxMembers))
+	gs.maxPerConn.Store(int64(cfg.MaxPerConn))
+}
 
 type groupKey struct{ group, topic string }
 
 type cgroup struct {
 	key groupKey
 	mu  sync.Mutex // guards everything below
-	// dead is set when the group, emptied, left groupSet.groups: a caller
-	// that found it there before must look it up again.
+	// dead is set when the group, emptied, left Coordinator.groups: a
+	// caller that found it there before must look it up again.
 	dead     bool
 	strategy string // lower case
 	strat    balance.Strategy
@@ -96,7 +127,7 @@ type cgroup struct {
 
 type member struct {
 	id      string
-	c       *conn
+	s       *Session
 	target  []int32
 	held    map[int32]bool
 	sent    []int32 // the last view sent
@@ -107,9 +138,11 @@ type member struct {
 	revoking time.Time
 }
 
-// connGroups is one connection's group memberships, so that closing it
+// Session is one connection's group memberships, so that closing it
 // touches only its own groups, and so that their number can be limited.
-type connGroups struct {
+// The zero value is ready; the connection owns it and passes it to every
+// call it makes.
+type Session struct {
 	mu     sync.Mutex
 	closed bool
 	refs   map[memberRef]struct{}
@@ -121,69 +154,63 @@ type memberRef struct {
 	id string
 }
 
-// add records a new membership of the connection, unless it is closed or
+// add records a new membership of the session, unless it is closed or
 // already holds max of them (max 0: no limit).
-func (cg *connGroups) add(r memberRef, max int) *groupError {
-	cg.mu.Lock()
-	defer cg.mu.Unlock()
+func (s *Session) add(r memberRef, max int) *Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	switch {
-	case cg.closed:
-		return &groupError{protocol.StatusBadRequest, "join: connection closed"}
-	case max > 0 && len(cg.refs) >= max:
-		return &groupError{protocol.StatusBusy, "join: this connection already holds " + strconv.Itoa(max) +
+	case s.closed:
+		return &Error{Invalid, "join: connection closed"}
+	case max > 0 && len(s.refs) >= max:
+		return &Error{Limit, "join: this connection already holds " + strconv.Itoa(max) +
 			" group memberships (max_memberships_per_connection)"}
 	}
-	if cg.refs == nil {
-		cg.refs = make(map[memberRef]struct{})
+	if s.refs == nil {
+		s.refs = make(map[memberRef]struct{})
 	}
-	cg.refs[r] = struct{}{}
+	s.refs[r] = struct{}{}
 	return nil
 }
 
-func (cg *connGroups) remove(r memberRef) {
-	cg.mu.Lock()
-	delete(cg.refs, r)
-	cg.mu.Unlock()
+func (s *Session) remove(r memberRef) {
+	s.mu.Lock()
+	delete(s.refs, r)
+	s.mu.Unlock()
 }
 
-// close marks the connection closed (add fails from now on) and returns
-// its memberships by group.
-func (cg *connGroups) close() map[groupKey][]string {
-	cg.mu.Lock()
-	defer cg.mu.Unlock()
-	cg.closed = true
+// close marks the session closed (add fails from now on) and returns its
+// memberships by group.
+func (s *Session) close() map[groupKey][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
 	out := make(map[groupKey][]string)
-	for r := range cg.refs {
+	for r := range s.refs {
 		out[r.k] = append(out[r.k], r.id)
 	}
-	cg.refs = nil
+	s.refs = nil
 	return out
 }
 
-func (gs *groupSet) clock() time.Time {
+func (gs *Coordinator) clock() time.Time {
 	if gs.now != nil {
 		return gs.now()
 	}
 	return time.Now()
 }
 
-func (gs *groupSet) sessionTimeout() time.Duration {
+func (gs *Coordinator) sessionTimeout() time.Duration {
 	if gs.timeout > 0 {
 		return gs.timeout
 	}
-	return DefaultGroupSessionTimeout
-}
-
-// groupError is a refused group request: its status code and reason.
-type groupError struct {
-	code int
-	msg  string
+	return DefaultSessionTimeout
 }
 
 // lockGroup returns group k with its mutex held, made by create if it does
 // not exist and create is not nil; nil if it does not exist. Release it
 // with release.
-func (gs *groupSet) lockGroup(k groupKey, create func() *cgroup) *cgroup {
+func (gs *Coordinator) lockGroup(k groupKey, create func() *cgroup) *cgroup {
 	for {
 		gs.mu.Lock()
 		g := gs.groups[k]
@@ -208,7 +235,7 @@ func (gs *groupSet) lockGroup(k groupKey, create func() *cgroup) *cgroup {
 }
 
 // release unlocks g, first removing it from the set if it has no members.
-func (gs *groupSet) release(k groupKey, g *cgroup) {
+func (gs *Coordinator) release(k groupKey, g *cgroup) {
 	if len(g.members) == 0 {
 		g.dead = true
 		gs.mu.Lock()
@@ -229,11 +256,57 @@ func partitionsOf(nparts, brokerID int) []message.Partition {
 	return parts
 }
 
-func (gs *groupSet) join(c *conn, k groupKey, id, strategy string, nparts, brokerID int) (int64, []int32, *groupError) {
+// CheckIDs returns an *Error of kind Invalid, its reason prefixed with op,
+// when group, topic or member cannot name a local group, its topic or a
+// consumer: each must be 1 to 255 bytes of UTF-8 without control
+// characters.
+func CheckIDs(op string, group, topic, member []byte) error {
+	for _, f := range []struct {
+		what string
+		s    []byte
+	}{{"group", group}, {"topic", topic}, {"consumer id", member}} {
+		if msg := checkID(f.what, f.s); msg != "" {
+			return &Error{Invalid, op + ": " + msg}
+		}
+	}
+	return nil
+}
+
+// checkID returns why s cannot be a group, topic or consumer id, or "".
+func checkID(what string, s []byte) string {
+	switch {
+	case len(s) == 0:
+		return what + " is empty"
+	case len(s) > maxIDLen:
+		return what + " is longer than " + strconv.Itoa(maxIDLen) + " bytes"
+	case !utf8.Valid(s):
+		return what + " is not valid UTF-8"
+	}
+	for _, r := range string(s) {
+		if unicode.IsControl(r) {
+			return what + " holds a control character"
+		}
+	}
+	return ""
+}
+
+// Join makes consumer id, on session s, a member of group for topic (of
+// nparts partitions on broker brokerID), balanced by strategy, and returns
+// the generation and the partitions it may fetch now. A refusal is an
+// *Error.
+func (gs *Coordinator) Join(s *Session, group, topic, id, strategy string, nparts, brokerID int) (int64, []int32, error) {
+	gen, view, err := gs.join(s, groupKey{group, topic}, id, strategy, nparts, brokerID)
+	if err != nil {
+		return 0, nil, err
+	}
+	return gen, view, nil
+}
+
+func (gs *Coordinator) join(s *Session, k groupKey, id, strategy string, nparts, brokerID int) (int64, []int32, *Error) {
 	strategy = strings.ToLower(strategy)
 	strat, err := balance.ByName(strategy)
 	if err != nil {
-		return 0, nil, &groupError{protocol.StatusBadRequest, "join: " + err.Error()}
+		return 0, nil, &Error{Invalid, "join: " + err.Error()}
 	}
 	g := gs.lockGroup(k, func() *cgroup { return &cgroup{key: k, members: make(map[string]*member)} })
 	defer gs.release(k, g)
@@ -246,23 +319,23 @@ func (gs *groupSet) join(c *conn, k groupKey, id, strategy string, nparts, broke
 		g.parts, g.owner = partitionsOf(nparts, brokerID), make([]*member, nparts)
 	}
 	if g.strategy != strategy {
-		return 0, nil, &groupError{protocol.StatusBadRequest, "join: group " + k.group + " uses strategy " +
+		return 0, nil, &Error{Invalid, "join: group " + k.group + " uses strategy " +
 			g.strategy + ", not " + strategy}
 	}
 	m := g.members[id]
 	switch {
-	case m != nil && m.c != c:
-		return 0, nil, &groupError{protocol.StatusConflict, "join: consumer id " + id +
+	case m != nil && m.s != s:
+		return 0, nil, &Error{Conflict, "join: consumer id " + id +
 			" is already a member of group " + k.group + " on another connection"}
 	case m == nil:
-		if gs.maxMembers > 0 && len(g.members) >= gs.maxMembers {
-			return 0, nil, &groupError{protocol.StatusBusy, "join: group " + k.group + " already has " +
-				strconv.Itoa(gs.maxMembers) + " members (max_group_members)"}
+		if max := int(gs.maxMembers.Load()); max > 0 && len(g.members) >= max {
+			return 0, nil, &Error{Limit, "join: group " + k.group + " already has " +
+				strconv.Itoa(max) + " members (max_group_members)"}
 		}
-		if gerr := c.groups.add(memberRef{k, id}, gs.maxPerConn); gerr != nil {
+		if gerr := s.add(memberRef{k, id}, int(gs.maxPerConn.Load())); gerr != nil {
 			return 0, nil, gerr
 		}
-		m = &member{id: id, c: c, held: make(map[int32]bool), seen: now, sentGen: -1}
+		m = &member{id: id, s: s, held: make(map[int32]bool), seen: now, sentGen: -1}
 		g.members[id] = m
 		g.mem.Add(id)
 		g.rebalance(now)
@@ -272,7 +345,19 @@ func (gs *groupSet) join(c *conn, k groupKey, id, strategy string, nparts, broke
 	return gen, view, nil
 }
 
-func (gs *groupSet) heartbeat(c *conn, k groupKey, id string, gen int64) (int64, []int32, *groupError) {
+// Heartbeat keeps consumer id of group for topic alive and, when gen is
+// the generation of the last view it was sent, takes it as acknowledged;
+// it returns the member's current generation and view. A consumer that is
+// not a member on s is an *Error of kind NotMember.
+func (gs *Coordinator) Heartbeat(s *Session, group, topic, id string, gen int64) (int64, []int32, error) {
+	v, view, err := gs.heartbeat(s, groupKey{group, topic}, id, gen)
+	if err != nil {
+		return 0, nil, err
+	}
+	return v, view, nil
+}
+
+func (gs *Coordinator) heartbeat(s *Session, k groupKey, id string, gen int64) (int64, []int32, *Error) {
 	var m *member
 	g := gs.lockGroup(k, nil)
 	if g != nil {
@@ -280,7 +365,7 @@ func (gs *groupSet) heartbeat(c *conn, k groupKey, id string, gen int64) (int64,
 		now := gs.clock()
 		gs.sweep(g, now)
 		m = g.members[id]
-		if m != nil && m.c == c {
+		if m != nil && m.s == s {
 			m.seen = now
 			if gen == m.sentGen {
 				// Acknowledged: m runs exactly its last view now (which
@@ -297,34 +382,38 @@ func (gs *groupSet) heartbeat(c *conn, k groupKey, id string, gen int64) (int64,
 			return v, view, nil
 		}
 	}
-	return 0, nil, &groupError{protocol.StatusNotFound, "heartbeat: " + id + " is not a member of group " +
+	return 0, nil, &Error{NotMember, "heartbeat: " + id + " is not a member of group " +
 		k.group + " for topic " + k.topic + " on this connection: join again"}
 }
 
-func (gs *groupSet) leave(c *conn, k groupKey, id string) int64 {
+// Leave removes consumer id (on s) from group for topic, and returns the
+// group's generation (0 when the group does not exist).
+func (gs *Coordinator) Leave(s *Session, group, topic, id string) int64 {
+	k := groupKey{group, topic}
 	g := gs.lockGroup(k, nil)
 	if g == nil {
 		return 0
 	}
 	defer gs.release(k, g)
-	if m := g.members[id]; m != nil && m.c == c {
+	if m := g.members[id]; m != nil && m.s == s {
 		g.remove(m)
 		g.rebalance(gs.clock())
 	}
 	return g.gen
 }
 
-// connClosed removes every membership of c, locking only c's groups, each
-// once.
-func (gs *groupSet) connClosed(c *conn) {
-	for k, ids := range c.groups.close() {
+// Close removes every membership of s, locking only s's groups, each
+// once; s accepts no join from now on. The connection calls it as it
+// closes.
+func (gs *Coordinator) Close(s *Session) {
+	for k, ids := range s.close() {
 		g := gs.lockGroup(k, nil)
 		if g == nil {
 			continue
 		}
 		n := len(g.members)
 		for _, id := range ids {
-			if m := g.members[id]; m != nil && m.c == c {
+			if m := g.members[id]; m != nil && m.s == s {
 				g.remove(m)
 			}
 		}
@@ -335,7 +424,7 @@ func (gs *groupSet) connClosed(c *conn) {
 	}
 }
 
-// remove drops m from g and from its connection's list, freeing what it
+// remove drops m from g and from its session's list, freeing what it
 // held. The caller rebalances.
 func (g *cgroup) remove(m *member) {
 	for p := range m.held {
@@ -343,13 +432,13 @@ func (g *cgroup) remove(m *member) {
 	}
 	delete(g.members, m.id)
 	g.mem.Remove(m.id)
-	m.c.groups.remove(memberRef{g.key, m.id})
+	m.s.remove(memberRef{g.key, m.id})
 }
 
 // sweep removes the members that missed the session timeout, in one
 // rebalance. It looks at the members only once the earliest deadline
 // (nextSweep) has passed.
-func (gs *groupSet) sweep(g *cgroup, now time.Time) {
+func (gs *Coordinator) sweep(g *cgroup, now time.Time) {
 	if !now.After(g.nextSweep) {
 		return
 	}
@@ -434,7 +523,7 @@ func (g *cgroup) view(m *member) (int64, []int32) {
 
 // snapshot returns the groups coordinated here, sorted by group and topic.
 // Each must be locked (and checked for dead) before it is read.
-func (gs *groupSet) snapshot() ([]groupKey, []*cgroup) {
+func (gs *Coordinator) snapshot() ([]groupKey, []*cgroup) {
 	gs.mu.Lock()
 	keys := make([]groupKey, 0, len(gs.groups))
 	for k := range gs.groups {
@@ -454,118 +543,7 @@ func (gs *groupSet) snapshot() ([]groupKey, []*cgroup) {
 	return keys, gr
 }
 
-// GroupOwners returns, for a consumer group of topic coordinated by this
-// broker (local mode), which member may be fetching each partition: a
-// partition moving between members is held by the old owner until it
-// acknowledges the handover, and missing while free. For monitoring and
-// tests.
-func (b *Broker) GroupOwners(group, topic string) map[int32]string {
-	gs := &b.groups
-	out := make(map[int32]string)
-	k := groupKey{group, topic}
-	g := gs.lockGroup(k, nil)
-	if g == nil {
-		return out
-	}
-	defer gs.release(k, g)
-	// From the held sets rather than the owner index, so that a broken
-	// invariant shows.
-	for id, m := range g.members {
-		for p := range m.held {
-			if o, dup := out[p]; dup {
-				// Cannot happen (the invariant); make it visible to tests.
-				out[p] = o + "+" + id
-				continue
-			}
-			out[p] = id
-		}
-	}
-	return out
-}
-
-// writeGroupStats writes the `stats groups` lines, of the groups and
-// topics v may see.
-func (b *Broker) writeGroupStats(sb *strings.Builder, v viewer) {
-	keys, gr := b.groups.snapshot()
-	sb.WriteString("STATS\r\n")
-	live := make(map[groupTopic]bool, len(keys))
-	for i, k := range keys {
-		if !v.groupTopic(k.group, k.topic) {
-			continue
-		}
-		g := gr[i]
-		g.mu.Lock()
-		if !g.dead {
-			fmt.Fprintf(sb, "%s %s members %d generation %d\r\n", k.group, k.topic, len(g.members), g.gen)
-			live[groupTopic{k.group, k.topic}] = true
-		}
-		g.mu.Unlock()
-	}
-	// Groups with committed offsets and no live member here (issue 23:
-	// `metaq groups` omitted them, /ui/groups listed them): members 0.
-	for _, c := range b.committed.snapshot() {
-		if !live[groupTopic{c.group, c.topic}] && v.groupTopic(c.group, c.topic) {
-			fmt.Fprintf(sb, "%s %s members 0 generation 0\r\n", c.group, c.topic)
-		}
-	}
-	sb.WriteString("END\r\n")
-}
-
-// checkGroupID returns why s cannot be a group, topic or consumer id of a
-// local group, or "": it must be 1 to 255 bytes of UTF-8 without control
-// characters.
-func checkGroupID(what string, s []byte) string {
-	switch {
-	case len(s) == 0:
-		return what + " is empty"
-	case len(s) > maxGroupIDLen:
-		return what + " is longer than " + strconv.Itoa(maxGroupIDLen) + " bytes"
-	case !utf8.Valid(s):
-		return what + " is not valid UTF-8"
-	}
-	for _, r := range string(s) {
-		if unicode.IsControl(r) {
-			return what + " holds a control character"
-		}
-	}
-	return ""
-}
-
-// handleGroup serves join, heartbeat and leave.
-func (c *conn) handleGroup(r *protocol.Request) {
-	for _, f := range []struct {
-		what string
-		s    []byte
-	}{{"group", r.Group}, {"topic", r.Topic}, {"consumer id", r.Member}} {
-		if msg := checkGroupID(f.what, f.s); msg != "" {
-			c.reply(protocol.StatusBadRequest, r.Op.String()+": "+msg, r.Opaque)
-			return
-		}
-	}
-	k := groupKey{group: string(r.Group), topic: string(r.Topic)}
-	id := string(r.Member)
-	gs := &c.b.groups
-	var gen int64
-	var view []int32
-	var gerr *groupError
-	switch r.Op {
-	case protocol.OpLeave:
-		c.replyInt(protocol.StatusOK, gs.leave(c, k, id), r.Opaque)
-		return
-	case protocol.OpJoin:
-		t, err := c.b.lookup(r.Topic, false)
-		if err != nil {
-			c.reply(protocol.StatusInternalError, "unknown topic "+showTopic(r.Topic), r.Opaque)
-			return
-		}
-		k.topic = t.name
-		gen, view, gerr = gs.join(c, k, id, string(r.Strategy), len(t.parts), c.b.config().BrokerID)
-	case protocol.OpHeartbeat:
-		gen, view, gerr = gs.heartbeat(c, k, id, r.Generation)
-	}
-	if gerr != nil {
-		c.reply(gerr.code, gerr.msg, r.Opaque)
-		return
-	}
-	c.replyBytes(protocol.StatusOK, protocol.AppendGroupView(nil, gen, view), r.Opaque)
+// Config returns the coordinator's configuration as last reloaded.
+func (gs *Coordinator) Config() Config {
+	return Config{SessionTimeout: gs.timeout, MaxMembers: int(gs.maxMembers.Load()), MaxPerConn: int(gs.maxPerConn.Load())}
 }
