@@ -30,6 +30,7 @@ import (
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/tx"
 	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -147,19 +148,16 @@ type Broker struct {
 	// journals are the group-commit journals by data directory
 	// (journal.go), opened by New before any partition.
 	journals map[string]*store.Journal
-	// txs are the open transactions (tx.go); txlog is their journal
-	// (txlog.go), opened by New once the topics are.
-	txs   txSet
-	txlog *txLog
+	// txm is the transactions and their journal (core/tx, txglue.go),
+	// opened by New once the topics are.
+	txm *tx.Manager
 	// slave is the replication state of a slave (replica.go); nil for a
 	// master.
 	slave *slaveState
 	// sync is the sync replication state of a master with replication =
-	// "sync" (syncrepl.go, core/repl); nil otherwise. txr is the
-	// transaction side of it, registered on sync as its repl.Extension
-	// (txrepl.go); nil when sync is.
+	// "sync" (syncrepl.go, core/repl); nil otherwise. The transactions
+	// (txm) are registered on it as its repl.Extension (repl.go).
 	sync *syncMaster
-	txr  *txReplState
 	// fo is the automatic failover state (failover.go) with failover =
 	// true; nil otherwise.
 	fo *failover
@@ -259,7 +257,6 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	gcfg := groups.FromConf(cfg)
 	gcfg.SessionTimeout = opts.GroupSessionTimeout
 	b.groups = groups.NewCoordinator(gcfg)
-	b.wireRepl() // repl.go
 	b.disks = newDiskWatch(cfg.DiskMaxUsedRatio, b.logf)
 	b.metrics = newMetrics(b)
 	b.web.srv = b.newHTTPServer(cfg) // httpbackend.go
@@ -296,10 +293,13 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 			return nil, err
 		}
 	}
-	if err := b.openTxJournal(); err != nil { // txrecover.go
+	txm, err := tx.Open(b.txConfig(b.config()), txHost{partSource{b}}, b.log) // txglue.go
+	if err != nil {
 		b.closeStores()
 		return nil, err
 	}
+	b.txm = txm
+	b.wireRepl() // repl.go
 	b.plugins = host.NewSupervisor(host.Options{Logger: b.pluginHCLogger()})
 	for _, step := range []func() error{b.initFilters, b.initOffsetStore} {
 		if err := step(); err != nil {
@@ -768,12 +768,14 @@ func (b *Broker) closeStores() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var errs []error
+	if b.txm != nil {
+		b.txm.Wait() // its commits have handed their batches to the logs
+	}
 	for _, t := range b.topics {
 		errs = append(errs, t.close())
 	}
-	if b.txlog != nil {
-		b.txs.stopTimers()
-		errs = append(errs, b.txlog.close())
+	if b.txm != nil {
+		errs = append(errs, b.txm.Close())
 	}
 	errs = append(errs, b.closeJournals())
 	return errors.Join(errs...)

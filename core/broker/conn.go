@@ -13,6 +13,7 @@ import (
 
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/tx"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -78,13 +79,8 @@ type conn struct {
 	bud    connBudget
 	auth   connAuth       // authentication (auth.go)
 	groups groups.Session // local group memberships (core/groups)
-	// txs are the connection's local transactions (tx.go); closing is set
-	// once they were rolled back on close. Both under Broker.txs.mu.
-	txs     connTxs
-	closing bool
-	// txStage holds the put records a sync master shipped ahead of the
-	// txsync that uses them (txreplslave.go; the connection's goroutine only).
-	txStage txStageSet
+	// txs are the connection's transactions (core/tx, txglue.go).
+	txs *tx.Session
 
 	// probeTok is token+1 of the put being timed for
 	// metaq_put_duration_seconds (0: none), probeStart when it was
@@ -113,6 +109,7 @@ func newConn(b *Broker, nc net.Conn) *conn {
 		c.raw, _ = tc.SyscallConn()
 	}
 	c.bud = connBudget{bg: b.budget, wait: b.requestTimeout(), closed: c.closed}
+	c.txs = b.txm.NewSession(c)
 	return c
 }
 
@@ -121,7 +118,7 @@ func (c *conn) close() {
 		close(c.closed)
 		c.nc.Close()
 		c.b.groups.Close(&c.groups) // membership is tied to the connection
-		c.rollbackConnTxs()         // so are local transactions
+		c.b.txm.CloseSession(c.txs) // so are local transactions
 		c.omu.Lock()
 		c.dead = true
 		c.drained.Broadcast()

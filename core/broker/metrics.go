@@ -212,8 +212,8 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(dBuffered, float64(b.budget.used.Load()))
 	counter(dCommits, b.offsets.commits.Load())
 	counter(dCommitFailed, b.offsets.commitFailed.Load())
-	counter(dTxOpen, b.txs.commits.Load(), "commit")
-	counter(dTxOpen, b.txs.rollbacks.Load(), "rollback")
+	counter(dTxOpen, b.txm.Counts().Commits, "commit")
+	counter(dTxOpen, b.txm.Counts().Rollbacks, "rollback")
 	ready := 0.0
 	if httpapi.Ready(b.readiness()) {
 		ready = 1

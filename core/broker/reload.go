@@ -171,6 +171,7 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	b.setLogLevels(&eff)
 	b.budget.setLimit(eff.MaxBufferedBytes)
 	b.groups.Reload(groups.FromConf(&eff))
+	b.txm.Reload(b.txConfig(&eff))
 	if eff.DiskMaxUsedRatio != cur.DiskMaxUsedRatio {
 		b.disks.setMax(eff.DiskMaxUsedRatio)
 		b.disks.wake()

@@ -30,8 +30,7 @@ func (b *Broker) wireRepl() {
 	if b.sync == nil {
 		return
 	}
-	b.txr = &txReplState{b: b}
-	b.sync.Register(b.txr)
+	b.sync.Register(b.txm)
 	if b.fo != nil {
 		b.sync.SetNamer(b.fo)
 	}

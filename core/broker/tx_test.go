@@ -491,11 +491,7 @@ func TestTxCommitOneRound(t *testing.T) {
 	c.begin("TX:s:99")
 	c.put("TX:s:99", 0, "warm")
 	c.commit("TX:s:99")
-	txSynced := func() int64 {
-		b.txlog.smu.Lock()
-		defer b.txlog.smu.Unlock()
-		return b.txlog.synced
-	}
+	txSynced := func() int64 { return b.txm.Status().JournalSynced }
 	// A checkpoint (the partitions' registration asks for one) may add a
 	// round to a commit's; the best of the commits shows the commit alone.
 	best := [2]int64{1 << 40, 1 << 40}

@@ -8,109 +8,15 @@ import (
 	"testing"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/store"
-	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/core/tx"
 	"github.com/stretchr/testify/require"
 )
-
-// writeTxJournal writes a journal file into dataDir as a broker killed in
-// the middle of a commit leaves it: committed's puts and its commit record
-// (no done, no batch in the partition), and inflight's puts. It returns
-// the committed messages and the offsets where each record ends.
-func writeTxJournal(t testing.TB, dataDir string) ([]store.Entry, []int64) {
-	t.Helper()
-	dir := filepath.Join(dataDir, TxDirName)
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	j, err := openTxLog(dir, txFlushCommit, 0, t.Logf)
-	require.NoError(t, err)
-	top := &topic{name: "t"}
-	var committed []store.Entry
-	var ends []int64
-	rec := func(tr *tx, typ byte, p []byte) {
-		pos, err := j.write(tr, typ, p)
-		require.NoError(t, err)
-		ends = append(ends, pos)
-	}
-	a, b := &tx{key: "TX:s:1"}, &tx{key: "TX:s:2"}
-	for i := 0; i < 3; i++ {
-		e := store.Entry{ID: int64(1000 + 10*i), Data: []byte("committed " + strconv.Itoa(i))}
-		e.CRC = message.Checksum(e.Data)
-		committed = append(committed, e)
-		rec(a, txRecAppend, encodeTxAppend(a.key, &txMsg{t: top, p: 0, e: e}))
-		rec(b, txRecAppend, encodeTxAppend(b.key, &txMsg{t: top, p: 1, e: store.Entry{ID: int64(2000 + i), Data: []byte("in flight")}}))
-	}
-	rec(a, txRecCommit, encodeTxCommit(a.key, []txBatchLoc{{topic: "t", partition: 0, firstID: 1000, n: 3, crc: batchCRC(committed)}}))
-	require.NoError(t, j.close())
-	return committed, ends
-}
 
 func txRecoveryBroker(t *testing.T, dataDir string) *Broker {
 	return startBrokerWith(t, func(c *conf.Config) {
 		c.DataDir = dataDir
 		c.UnflushThreshold = 1 // no store journal: fast restarts
 	})
-}
-
-func partitionRecords(t *testing.T, b *Broker, p int) []message.Record {
-	t.Helper()
-	c := &txClient{wireConn: dialWire(t, b.Addr())}
-	return c.records(p)
-}
-
-// TestTxRecovery: on start the broker completes a commit whose record is in
-// the journal but whose batch is not in its partition (appended once, with
-// its ids, in order), rolls back what was in flight, and frees the old
-// journal files; a start that finds the batch in place (the journal put
-// back, as a crash before the files were freed leaves it) appends nothing,
-// and neither does one without the journal.
-func TestTxRecovery(t *testing.T) {
-	dataDir := t.TempDir()
-	committed, _ := writeTxJournal(t, dataDir)
-	old := filepath.Join(dataDir, TxDirName, txFileName(1))
-	journal, err := os.ReadFile(old)
-	require.NoError(t, err)
-	for start := 0; start < 3; start++ {
-		if start == 1 {
-			require.NoError(t, os.WriteFile(old, journal, 0o644))
-		}
-		b := txRecoveryBroker(t, dataDir)
-		recs := partitionRecords(t, b, 0)
-		require.Len(t, recs, 3, "start %d", start)
-		for i, r := range recs {
-			require.Equal(t, committed[i].ID, r.ID)
-			require.Equal(t, committed[i].Data, r.Data)
-		}
-		require.Empty(t, partitionRecords(t, b, 1), "in-flight puts are rolled back")
-		files, err := txFiles(filepath.Join(dataDir, TxDirName))
-		require.NoError(t, err)
-		require.Len(t, files, 1, "only the new file is left")
-		require.Greater(t, b.ids.Next(1), int64(2002), "ids replayed are not issued again")
-		require.NoError(t, b.Close())
-	}
-}
-
-// TestTxJournalCut: the journal cut at every byte of its last record (the
-// commit): the commit is applied only when its record is whole; a cut one
-// leaves the transaction in flight, rolled back.
-func TestTxJournalCut(t *testing.T) {
-	src := t.TempDir()
-	_, ends := writeTxJournal(t, src)
-	path := filepath.Join(src, TxDirName, txFileName(1))
-	full, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.Equal(t, int64(len(full)), ends[len(ends)-1])
-	for cut := ends[len(ends)-2]; cut <= ends[len(ends)-1]; cut++ {
-		dataDir := t.TempDir()
-		require.NoError(t, os.MkdirAll(filepath.Join(dataDir, TxDirName), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(dataDir, TxDirName, txFileName(1)), full[:cut], 0o644))
-		b := txRecoveryBroker(t, dataDir)
-		want := 0
-		if cut == int64(len(full)) {
-			want = 3
-		}
-		require.Len(t, partitionRecords(t, b, 0), want, "cut at %d of %d", cut, len(full))
-		require.NoError(t, b.Close())
-	}
 }
 
 // TestTxRecoveryPrepared: a prepared XA transaction survives restarts,
@@ -149,9 +55,7 @@ func TestTxRecoveryPrepared(t *testing.T) {
 		require.Len(t, recs, 1)
 		require.Equal(t, ids[p], recs[0].ID)
 	}
-	files, err := txFiles(filepath.Join(dataDir, TxDirName))
-	require.NoError(t, err)
-	require.Len(t, files, 1)
+	require.Len(t, txJournalFiles(t, filepath.Join(dataDir, tx.DirName)), 1)
 }
 
 // TestTxHeuristics: an admin completes prepared XA branches heuristically;
@@ -210,95 +114,40 @@ func TestTxJournalSpace(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Start())
 	t.Cleanup(func() { b.Close() })
-	dir := filepath.Join(dataDir, TxDirName)
+	dir := filepath.Join(dataDir, tx.DirName)
 	c := &txClient{wireConn: dialWire(t, b.Addr())}
 	c.begin("TX:h:1")
 	c.put("TX:h:1", 0, "held")
-	files, err := txFiles(dir)
-	require.NoError(t, err)
-	first := files[0]
+	first := txJournalFiles(t, dir)[0]
 	for i := 0; i < 200; i++ {
 		key := "TX:s:" + strconv.Itoa(i)
 		c.begin(key)
 		c.put(key, i%2, strings.Repeat("x", 100))
 		c.commit(key)
 	}
-	files, err = txFiles(dir)
-	require.NoError(t, err)
+	files := txJournalFiles(t, dir)
 	require.Equal(t, first, files[0], "the open transaction's file is kept")
 	require.LessOrEqual(t, len(files), 3, "files of finished transactions are deleted: %v", files)
 	c.commit("TX:h:1")
 	c.begin("TX:n:1") // a record in the current file, so the files before it can go
 	c.put("TX:n:1", 0, strings.Repeat("y", 5000))
 	c.commit("TX:n:1")
-	files, err = txFiles(dir)
-	require.NoError(t, err)
+	files = txJournalFiles(t, dir)
 	require.NotContains(t, files, first, "freed once its transaction ended")
 	require.LessOrEqual(t, len(files), 2)
 	require.Len(t, c.records(0), 102)
 }
 
-// TestTxRecoveryTornBatch: a commit whose batch a torn write left in part
-// at the end of its partition (its first record) is completed with the
-// other records only: each message once, contiguous, in order.
-func TestTxRecoveryTornBatch(t *testing.T) {
-	dataDir := t.TempDir()
-	b := txRecoveryBroker(t, dataDir)
-	_, _, err := b.topics["t"].parts[0].AppendSync([]store.Entry{{ID: 1000, CRC: message.Checksum([]byte("committed 0")), Data: []byte("committed 0")}})
+// txJournalFiles lists the transaction journal's files in dir.
+func txJournalFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	require.NoError(t, b.Close())
-	require.NoError(t, os.RemoveAll(filepath.Join(dataDir, TxDirName))) // no open transaction in it
-	committed, _ := writeTxJournal(t, dataDir)
-	b = txRecoveryBroker(t, dataDir)
-	recs := partitionRecords(t, b, 0)
-	require.Len(t, recs, 3)
-	for i, r := range recs {
-		require.Equal(t, committed[i].ID, r.ID)
-		require.Equal(t, committed[i].Data, r.Data)
-	}
-}
-
-// TestTxJournalZeroTail: a journal file as a killed broker leaves it (its
-// records written, over the zero-filled space after them, not cut) is
-// replayed whole and quietly; a torn record before the zeros is cut and
-// reported.
-func TestTxJournalZeroTail(t *testing.T) {
-	dir := t.TempDir()
-	j, err := openTxLog(dir, txFlushCommit, 0, t.Logf)
-	require.NoError(t, err)
-	tr := &tx{key: "TX:s:1"}
-	var pos int64
-	for i := 0; i < 5; i++ {
-		e := store.Entry{ID: int64(i + 1), Data: []byte("zero tail " + strconv.Itoa(i))}
-		pos, err = j.write(tr, txRecAppend, encodeTxAppend(tr.key, &txMsg{t: &topic{name: "t"}, e: e}))
-		require.NoError(t, err)
-	}
-	require.NoError(t, j.force(pos))
-	path := filepath.Join(dir, txFileName(1))
-	live, err := os.ReadFile(path) // the file while the broker runs: a kill -9 leaves this
-	require.NoError(t, err)
-	require.Greater(t, int64(len(live)), pos, "zero-filled ahead of its records")
-	require.NoError(t, j.close())
-
-	for _, torn := range []bool{false, true} {
-		d := t.TempDir()
-		data := append([]byte(nil), live...)
-		if torn {
-			data[pos-1] ^= 0xff // the last record's last byte
+	var names []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "redo.") {
+			names = append(names, e.Name())
 		}
-		require.NoError(t, os.WriteFile(filepath.Join(d, txFileName(1)), data, 0o644))
-		var logs []string
-		recs, _, err := replayTxFiles(d, func(f string, a ...any) { logs = append(logs, f) })
-		require.NoError(t, err)
-		if torn {
-			require.Len(t, recs, 4)
-			require.Len(t, logs, 1, "a torn record is reported")
-		} else {
-			require.Len(t, recs, 5)
-			require.Empty(t, logs, "the zero-filled space is not a torn tail")
-		}
-		st, err := os.Stat(filepath.Join(d, txFileName(1)))
-		require.NoError(t, err)
-		require.Less(t, st.Size(), int64(len(live)), "cut after its last good record")
 	}
+	return names
 }

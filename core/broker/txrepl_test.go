@@ -2,7 +2,9 @@ package broker
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -60,16 +61,30 @@ func requireSameRecords(t *testing.T, m, s *Broker, topic string) {
 // txOpen is the number of open transactions b holds, and its prepared
 // XA keys.
 func txOpen(b *Broker) (int, []string) {
-	b.txs.mu.Lock()
-	defer b.txs.mu.Unlock()
+	st := b.txm.Status()
 	var keys []string
-	for k, t := range b.txs.xa {
-		if t.state == txPrepared {
-			keys = append(keys, k)
+	for _, t := range st.Open {
+		if t.XA && t.State == "prepared" {
+			keys = append(keys, t.Key)
 		}
 	}
-	return len(b.txs.open), keys
+	return len(st.Open), keys
 }
+
+// txRecord is one transaction journal record (core/tx/log.go): crc32c,
+// payload length, type, payload.
+func txRecord(typ byte, payload ...[]byte) []byte {
+	p := bytes.Join(payload, nil)
+	rec := binary.BigEndian.AppendUint32(make([]byte, 4), uint32(len(p)))
+	rec = append(append(rec, typ), p...)
+	binary.BigEndian.PutUint32(rec, crc32.Checksum(rec[4:], crc32.MakeTable(crc32.Castagnoli)))
+	return rec
+}
+
+// txStr, txU32 and txU64 are a record's fields.
+func txStr(s string) []byte { return append(binary.BigEndian.AppendUint16(nil, uint16(len(s))), s...) }
+func txU32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+func txU64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
 func txDo(t *testing.T, c *rawClient, key string, typ protocol.TxType) protocol.Request {
 	t.Helper()
@@ -432,16 +447,14 @@ func TestTxSyncBadInput(t *testing.T) {
 	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
 	r = sc.roundTrip(t, []byte("txsync bogus 2 5\r\nxy"))
 	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
-	tp := &topic{name: "t"}
-	msgs := []txMsg{{t: tp, p: 0, e: store.Entry{ID: 99, Data: []byte("x")}}}
-	locs := []txBatchLoc{{topic: "t", partition: 0, notBefore: 0, firstID: 99, n: 1, crc: 12345}}
-	for _, fr := range txFrames(protocol.TxSyncCommit, msgs, "TX:s:1", appendTxRecord(nil, txRecCommit, encodeTxCommit("TX:s:1", locs), nil), 1<<20) {
-		r = sc.roundTrip(t, frame(fr.Kind, fr.Body))
-	}
+	// A put record and a commit record whose crc does not match it.
+	put := txRecord(1, txStr("TX:s:1"), txU64(99), txStr("t"), txU32(0), txU32(0), txU32(1), []byte("x"))
+	commit := txRecord(3, txStr("TX:s:1"), []byte{0, 1}, txStr("t"), txU32(0), txU64(0), txU64(99), txU32(1), txU32(12345))
+	r = sc.roundTrip(t, frame(protocol.TxSyncCommit, append(put, commit...)))
 	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
 	require.Contains(t, string(r.Body), "do not match")
 	require.Zero(t, slave.topics["t"].parts[0].MaxOffset())
-	r = sc.roundTrip(t, frame(protocol.TxSyncPrepare, appendTxRecord(nil, txRecPrepare, encodeTxPrepare("XID:1:aa:01:q", ""), nil)))
+	r = sc.roundTrip(t, frame(protocol.TxSyncPrepare, txRecord(2, txStr("XID:1:aa:01:q"), txStr(""))))
 	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
 	require.Contains(t, string(r.Body), "without its put records")
 	r = sc.roundTrip(t, protocol.AppendStats(nil, "", 6))

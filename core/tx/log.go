@@ -1,4 +1,4 @@
-package broker
+package tx
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/metaq-go/metaq/core/store"
@@ -53,8 +54,8 @@ const (
 	// zero-filled, at most.
 	txPrealloc = 4 << 20
 
-	// TxDirName is the transaction journal's directory under data_dir.
-	TxDirName = "transactions"
+	// DirName is the transaction journal's directory under data_dir.
+	DirName = "transactions"
 )
 
 // flush_tx_log_at_commit values (MetaQ's flushTxLogAtCommit).
@@ -90,8 +91,8 @@ type txLog struct {
 	refs    map[int64]int
 	err     error // a failed write or sync: the journal refuses everything after
 
-	smu    sync.Mutex // one fsync at a time
-	synced int64      // pos covered by the last fsync
+	smu    sync.Mutex   // one fsync at a time
+	synced atomic.Int64 // pos covered by the last fsync (written under smu)
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -391,7 +392,7 @@ func (j *txLog) force(pos int64) error {
 func (j *txLog) syncTo(pos int64) error {
 	j.smu.Lock()
 	defer j.smu.Unlock()
-	if j.synced >= pos {
+	if j.synced.Load() >= pos {
 		return nil
 	}
 	j.mu.Lock()
@@ -407,7 +408,7 @@ func (j *txLog) syncTo(pos int64) error {
 			// The file was rotated meanwhile: rotation fsynced it whole
 			// before closing it, and end was within it.
 			j.mu.Unlock()
-			j.synced = end
+			j.synced.Store(end)
 			return nil
 		}
 		if j.err == nil {
@@ -417,7 +418,7 @@ func (j *txLog) syncTo(pos int64) error {
 		j.mu.Unlock()
 		return err
 	}
-	j.synced = end
+	j.synced.Store(end)
 	return nil
 }
 
@@ -551,7 +552,7 @@ func encodeTxAppend(key string, m *txMsg) []byte {
 func appendTxAppendHead(p []byte, key string, m *txMsg) []byte {
 	p = appendStr(p, key)
 	p = binary.BigEndian.AppendUint64(p, uint64(m.e.ID))
-	p = appendStr(p, m.t.name)
+	p = appendStr(p, m.topic)
 	p = binary.BigEndian.AppendUint32(p, uint32(m.p))
 	p = binary.BigEndian.AppendUint32(p, uint32(m.e.Flag))
 	return binary.BigEndian.AppendUint32(p, uint32(len(m.e.Data)))

@@ -1,10 +1,9 @@
-package broker
+package tx
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/metaq-go/metaq/core/store"
@@ -29,9 +28,9 @@ type replayedMsg struct {
 	e         store.Entry
 }
 
-// openTxJournal replays the transaction journal (reference §10's startup
-// recovery) and opens it for this run. It runs in New once the topics are
-// open and before any connection:
+// openJournal replays the transaction journal (reference §10's startup
+// recovery) and opens it for this run. It runs in Open, once the broker's
+// topics are open and before any connection:
 //  1. every record of the files left is read, oldest first (the files
 //     kept are those an open transaction needed: the checkpoint), a torn
 //     tail cut;
@@ -46,12 +45,13 @@ type replayedMsg struct {
 //     lists them, and heuristic outcomes are kept.
 //
 // The old files are then deleted: nothing in them is needed any more.
-func (b *Broker) openTxJournal() error {
-	dir := filepath.Join(b.config().DataDir, TxDirName)
+func (m *Manager) openJournal() error {
+	cfg := m.config()
+	dir := cfg.Dir
 	if err := store.MkdirAllDurable(dir, 0o755); err != nil {
 		return fmt.Errorf("transaction journal: %w", err)
 	}
-	recs, seqs, err := replayTxFiles(dir, b.logf)
+	recs, seqs, err := replayTxFiles(dir, m.logf)
 	if err != nil {
 		return fmt.Errorf("transaction journal: replay: %w", err)
 	}
@@ -70,13 +70,13 @@ func (b *Broker) openTxJournal() error {
 	for _, rec := range recs {
 		switch rec.typ {
 		case txRecAppend:
-			key, m, ok := decodeTxAppend(rec.payload) // txreplslave.go
+			key, rm, ok := decodeTxAppend(rec.payload) // replslave.go
 			if !ok {
 				return fmt.Errorf("transaction journal %s: malformed put record", txFileName(rec.file))
 			}
-			b.ids.observe(m.e.ID)
+			m.host.ObserveID(rm.e.ID)
 			t := get(key)
-			t.msgs = append(t.msgs, m)
+			t.msgs = append(t.msgs, rm)
 		case txRecCommit:
 			key, locs, ok := decodeTxCommit(rec.payload)
 			if !ok {
@@ -138,7 +138,7 @@ func (b *Broker) openTxJournal() error {
 		case t.prepared && t.locs == nil && !t.done && !t.rolled:
 			prepared = append(prepared, t)
 		case t.locs != nil:
-			n, logs, err := b.completeCommit(t)
+			n, logs, err := m.completeCommit(t)
 			if err != nil {
 				return fmt.Errorf("transaction journal: complete the commit of %s: %w", t.key, err)
 			}
@@ -157,26 +157,25 @@ func (b *Broker) openTxJournal() error {
 		}
 	}
 	if rolled+completed+reappended+len(prepared)+len(heur) > 0 {
-		b.logf("transaction journal: %d committed transactions completed, %d batches appended again, %d in-flight transactions rolled back, %d prepared XA transactions and %d heuristic outcomes kept",
+		m.logf("transaction journal: %d committed transactions completed, %d batches appended again, %d in-flight transactions rolled back, %d prepared XA transactions and %d heuristic outcomes kept",
 			completed, reappended, rolled, len(prepared), len(heur))
 	}
 	var last int64
 	if len(seqs) > 0 {
 		last = seqs[len(seqs)-1]
 	}
-	j, err := openTxLog(dir, b.config().FlushTxLogAtCommit, last, b.logf)
+	j, err := openTxLog(dir, cfg.FlushMode, last, m.logf)
 	if err != nil {
 		return fmt.Errorf("transaction journal: %w", err)
 	}
-	if b.opts.txFileSize > 0 {
-		j.fileSize = b.opts.txFileSize
+	if cfg.FileSize > 0 {
+		j.fileSize = cfg.FileSize
 	}
-	b.txlog = j
+	m.j = j
 	// What outlives the restart is written again into the new file, so
 	// that the old ones can all go.
-	if err := b.rebuildPrepared(prepared, heur); err != nil {
+	if err := m.rebuildPrepared(prepared, heur); err != nil {
 		j.close()
-		b.txlog = nil
 		return fmt.Errorf("transaction journal: %w", err)
 	}
 	for _, seq := range seqs {
@@ -184,7 +183,6 @@ func (b *Broker) openTxJournal() error {
 	}
 	if err := fsutil.SyncDir(dir); err != nil {
 		j.close()
-		b.txlog = nil
 		return fmt.Errorf("transaction journal: %w", err)
 	}
 	return nil
@@ -193,77 +191,59 @@ func (b *Broker) openTxJournal() error {
 // rebuildPrepared registers the prepared XA transactions and the heuristic
 // outcomes found by replay (§10 step 5: RECOVER lists them) and writes
 // their records into the new journal file, fsynced.
-func (b *Broker) rebuildPrepared(prepared []*replayedTx, heur map[string]heurOut) error {
-	s := &b.txs
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.xa == nil {
-		s.xa = make(map[string]*tx)
-	}
-	if s.open == nil {
-		s.open = make(map[*tx]struct{})
-	}
-	if s.heur == nil {
-		s.heur = make(map[string]*heurEntry)
-	}
+func (m *Manager) rebuildPrepared(prepared []*replayedTx, heur map[string]heurOut) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var pos int64
 	for _, rt := range prepared {
 		var err error
-		if pos, err = b.holdPreparedLocked(rt, "(recovered)"); err != nil {
+		if pos, err = m.holdPreparedLocked(rt, "(recovered)"); err != nil {
 			return err
 		}
 	}
 	for key, h := range heur {
 		e := &heurEntry{out: h, hold: &tx{key: key}}
 		var err error
-		if pos, err = b.txlog.write(e.hold, txRecHeuristic, encodeTxHeuristic(key, h)); err != nil {
+		if pos, err = m.j.write(e.hold, txRecHeuristic, encodeTxHeuristic(key, h)); err != nil {
 			return err
 		}
-		s.heur[key] = e
+		m.heur[key] = e
 	}
 	if pos > 0 {
-		return b.txlog.syncTo(pos)
+		return m.j.syncTo(pos)
 	}
 	return nil
 }
 
 // holdPreparedLocked registers rt as a prepared XA transaction and writes
 // its put and prepare records to the journal; it returns the journal
-// position after them. The caller holds txSet.mu (and has made its maps).
-func (b *Broker) holdPreparedLocked(rt *replayedTx, session string) (int64, error) {
-	s := &b.txs
-	if s.xa == nil {
-		s.xa = make(map[string]*tx)
-	}
-	if s.open == nil {
-		s.open = make(map[*tx]struct{})
-	}
+// position after them. The caller holds mu.
+func (m *Manager) holdPreparedLocked(rt *replayedTx, session string) (int64, error) {
 	t := &tx{key: rt.key, xa: true, user: rt.user, session: session, began: time.Now(), state: txPrepared}
-	for _, m := range rt.msgs {
-		tp, err := b.lookup([]byte(m.topic), true)
+	for _, rm := range rt.msgs {
+		l, err := m.openLog(rm.topic, rm.partition)
+		if errors.Is(err, errNoPartition) {
+			return 0, fmt.Errorf("prepared %s: topic %s has no partition %d", rt.key, rm.topic, rm.partition)
+		}
 		if err != nil {
-			return 0, fmt.Errorf("prepared %s: topic %s: %w", rt.key, m.topic, err)
+			return 0, fmt.Errorf("prepared %s: topic %s: %w", rt.key, rm.topic, err)
 		}
-		l := tp.partition(m.partition)
-		if l == nil || m.partition < 0 {
-			return 0, fmt.Errorf("prepared %s: topic %s has no partition %d", rt.key, m.topic, m.partition)
-		}
-		tm := txMsg{t: tp, l: l, p: m.partition, e: m.e}
-		if _, err = b.txlog.write(t, txRecAppend, encodeTxAppend(rt.key, &tm)); err != nil {
+		tm := txMsg{topic: rm.topic, l: l, p: rm.partition, e: rm.e}
+		if _, err = m.j.write(t, txRecAppend, encodeTxAppend(rt.key, &tm)); err != nil {
 			return 0, err
 		}
 		t.msgs = append(t.msgs, tm)
-		t.bytes += int64(len(m.e.Data))
+		t.bytes += int64(len(rm.e.Data))
 	}
-	pos, err := b.txlog.write(t, txRecPrepare, encodeTxPrepare(rt.key, rt.user))
+	pos, err := m.j.write(t, txRecPrepare, encodeTxPrepare(rt.key, rt.user))
 	if err != nil {
 		return 0, err
 	}
-	s.xa[t.key] = t
-	s.open[t] = struct{}{}
-	s.buffered += t.bytes
-	if b.slave != nil {
-		s.holdLocked(t) // txreplslave.go
+	m.xa[t.key] = t
+	m.open[t] = struct{}{}
+	m.buffered += t.bytes
+	if m.host.Slave() != nil {
+		m.holdLocked(t) // replslave.go
 	}
 	return pos, nil
 }
@@ -272,29 +252,28 @@ func (b *Broker) holdPreparedLocked(rt *replayedTx, session string) (int64, erro
 // its partition: found intact at or after where the commit said, or
 // appended again with the same ids. It returns how many were appended and
 // the logs it looked at.
-func (b *Broker) completeCommit(t *replayedTx) (int, []*store.Log, error) {
+func (m *Manager) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 	appended := 0
 	var logs []*store.Log
 	for _, loc := range t.locs {
-		tp, err := b.lookup([]byte(loc.topic), true)
+		l, err := m.openLog(loc.topic, loc.partition)
+		if errors.Is(err, errNoPartition) {
+			return appended, logs, fmt.Errorf("topic %s has no partition %d", loc.topic, loc.partition)
+		}
 		if err != nil {
 			return appended, logs, fmt.Errorf("topic %s: %w", loc.topic, err)
 		}
-		l := tp.partition(loc.partition)
-		if l == nil {
-			return appended, logs, fmt.Errorf("topic %s has no partition %d", loc.topic, loc.partition)
-		}
 		logs = append(logs, l)
 		var entries []store.Entry
-		for _, m := range t.msgs {
-			if m.topic == loc.topic && m.partition == loc.partition {
-				entries = append(entries, m.e)
+		for _, rm := range t.msgs {
+			if rm.topic == loc.topic && rm.partition == loc.partition {
+				entries = append(entries, rm.e)
 			}
 		}
 		if len(entries) != loc.n || len(entries) == 0 || entries[0].ID != loc.firstID || batchCRC(entries) != loc.crc {
 			entries = nil // its puts are not in the journal (any more)
 		}
-		present, err := b.findBatch(l, loc, entries)
+		present, err := m.findBatch(l, loc, entries)
 		if err != nil {
 			return appended, logs, err
 		}
@@ -304,14 +283,14 @@ func (b *Broker) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 		if entries == nil {
 			// Only possible if files were lost by other means: say so
 			// loudly rather than append something else.
-			b.errorf("transaction journal: %s: the batch for %s-%d is missing from the partition and its messages are not in the journal; %d messages lost",
+			m.errorf("transaction journal: %s: the batch for %s-%d is missing from the partition and its messages are not in the journal; %d messages lost",
 				t.key, loc.topic, loc.partition, loc.n)
 			continue
 		}
 		if present > 0 {
 			// A torn write kept the batch's first records at the end of
 			// the partition: append the rest after them.
-			b.logf("transaction journal: %s: %d of the %d messages of its batch for %s-%d are in place; appending the others",
+			m.logf("transaction journal: %s: %d of the %d messages of its batch for %s-%d are in place; appending the others",
 				t.key, present, loc.n, loc.topic, loc.partition)
 		}
 		if _, _, err := l.AppendSync(entries[present:]); err != nil {
@@ -329,9 +308,9 @@ func (b *Broker) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 // end the partition, as a torn write leaves them; 0 otherwise. entries may
 // be nil (the puts are not in the journal): then only a whole batch is
 // found.
-func (b *Broker) findBatch(l *store.Log, loc txBatchLoc, entries []store.Entry) (int, error) {
+func (m *Manager) findBatch(l *store.Log, loc txBatchLoc, entries []store.Entry) (int, error) {
 	off := max(loc.notBefore, l.MinOffset())
-	chunk := max(1<<20, b.config().MaxMessageSize+1024)
+	chunk := max(1<<20, m.config().MaxMessageSize+1024)
 	var buf []byte
 	matching, same := false, false
 	var got int

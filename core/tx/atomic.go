@@ -1,4 +1,4 @@
-package broker
+package tx
 
 import (
 	"errors"
@@ -45,7 +45,8 @@ func atomicJournal(t *tx, batches []*txBatch, heur bool) *store.Journal {
 // txAtomicCommit is a fast-path commit in flight: it replies when every
 // part of its group is done (all at once: the group is one round).
 type txAtomicCommit struct {
-	c      *conn
+	m      *Manager
+	s      *Session
 	t      *tx
 	opaque int32
 	mu     sync.Mutex
@@ -58,15 +59,15 @@ type txAtomicCommit struct {
 
 // appendCommitAtomic appends t's batches as one atomic group of j and
 // replies when the group is durable. The caller has marked t committing
-// and counted the pending reply.
-func (c *conn) appendCommitAtomic(j *store.Journal, t *tx, batches []*txBatch, opaque int32) {
-	tc := &txAtomicCommit{c: c, t: t, opaque: opaque, left: len(batches), batches: batches}
+// and counted the pending answer.
+func (m *Manager) appendCommitAtomic(s *Session, j *store.Journal, t *tx, batches []*txBatch, opaque int32) {
+	tc := &txAtomicCommit{m: m, s: s, t: t, opaque: opaque, left: len(batches), batches: batches}
 	parts := make([]store.AtomicPart, len(batches))
 	for i, bt := range batches {
 		parts[i] = store.AtomicPart{Log: bt.l, Entries: bt.entries, Token: uint64(i)}
 	}
 	if err := j.AppendAtomic(parts, tc); err != nil {
-		c.b.disks.wakeOn(err)
+		m.host.AppendFailed(err)
 		tc.left = 1
 		tc.AppendDone(0, 0, 0, fmt.Errorf("append to %s: %w", j.Dir(), err))
 	}
@@ -85,7 +86,7 @@ func (tc *txAtomicCommit) AppendDone(_ uint64, _, _ int64, err error) {
 	if !last {
 		return
 	}
-	if tc.c.b.txlog.releaseSyncs(tc.t) {
+	if tc.m.j.releaseSyncs(tc.t) {
 		go tc.finish() // not on the store's completer: release fsyncs
 		return
 	}
@@ -93,40 +94,38 @@ func (tc *txAtomicCommit) AppendDone(_ uint64, _, _ int64, err error) {
 }
 
 func (tc *txAtomicCommit) finish() {
-	c := tc.c
-	b := c.b
-	s := &b.txs
+	m := tc.m
 	ok := len(tc.errs) == 0
-	s.mu.Lock()
+	m.mu.Lock()
 	tc.t.state = txDone
-	s.unregisterLocked(tc.t)
+	m.unregisterLocked(tc.t)
 	tc.t.msgs = nil
 	// Only if the transaction has records in its journal (it wrote its
 	// puts out): its end, so that a later transaction with the same key
 	// is not taken for this one by a replay. Not fsynced: without it the
 	// replay rolls this one back, which appends nothing.
 	if ok {
-		b.journalEnd(tc.t, txRecDone)
+		m.journalEnd(tc.t, txRecDone)
 	} else {
-		b.journalEnd(tc.t, txRecRollback)
+		m.journalEnd(tc.t, txRecRollback)
 	}
-	s.mu.Unlock()
-	c.addPending(-1)
-	b.txlog.release(tc.t)
+	m.mu.Unlock()
+	tc.s.peer.TxPending(-1)
+	m.j.release(tc.t)
 	if !ok {
 		outcome := "nothing of it was stored: it is rolled back"
 		if tc.failed {
 			outcome = "the journal failed: the broker refuses durable appends until it restarts, and the restart stores the transaction whole or not at all"
 		}
 		msg := "commit of " + tc.t.key + " failed: " + strings.Join(tc.errs, "; ") + " (" + outcome + ")"
-		b.logf("transaction %s", msg)
+		m.logf("transaction %s", msg)
 		if !tc.failed {
-			s.rollbacks.Add(1)
+			m.rollbacks.Add(1)
 		}
-		c.txFail(tc.t, tc.opaque, protocol.XAErRMFail, oneLine(msg))
+		tc.s.peer.TxDone(tc.opaque, "", tc.t.fail(protocol.XAErRMFail, oneLine(msg)))
 		return
 	}
-	s.commits.Add(1)
-	countTxIn(tc.batches)
-	c.reply(protocol.StatusOK, "", tc.opaque)
+	m.commits.Add(1)
+	m.countIn(tc.batches)
+	tc.s.peer.TxDone(tc.opaque, "", nil)
 }

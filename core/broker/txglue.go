@@ -1,0 +1,246 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/repl"
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/tx"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// The broker's side of the transactions (core/tx): the transaction
+// commands decoded and answered, the connection as a tx.Peer, the broker
+// as a tx.Host, and tx.Error's status lines.
+
+func init() { registerErrors(txStatus) }
+
+// txStatus maps a *tx.Error: a plain message or an XA error (500), or a
+// malformed txsync (400).
+func txStatus(err error) (int, string, bool) {
+	var e *tx.Error
+	if !errors.As(err, &e) {
+		return 0, "", false
+	}
+	switch e.Kind {
+	case tx.XA:
+		return protocol.StatusInternalError, protocol.XAErrorBody(e.Code, e.Msg), true
+	case tx.Malformed:
+		return protocol.StatusBadRequest, e.Msg, true
+	}
+	return protocol.StatusInternalError, e.Msg, true
+}
+
+// txConfig is the transactions' configuration in cfg.
+func (b *Broker) txConfig(cfg *conf.Config) tx.Config {
+	c := tx.FromConf(cfg)
+	c.FileSize = b.opts.txFileSize
+	return c
+}
+
+func (c *conn) handleTransaction(r *protocol.Request) {
+	m, s, op := c.b.txm, c.txs, r.Opaque
+	if r.TxType == protocol.TxRecover {
+		c.reply(protocol.StatusOK, strings.Join(m.Recover(s, r.TxQualifier), "\r\n"), op)
+		return
+	}
+	id, err := protocol.ParseTxKey(r.TxKey)
+	if err != nil { // the decoder checked it; kept for safety
+		c.reply(protocol.StatusBadRequest, err.Error(), op)
+		return
+	}
+	key := id.String()
+	if r.TxType == protocol.TxEnd {
+		return // MetaQ ignores END and sends no reply
+	}
+	if id.XA {
+		switch r.TxType {
+		case protocol.TxBegin:
+			c.txReply(op, "", m.BeginXA(s, key, string(r.TxSession), r.TxTimeout))
+		case protocol.TxForget:
+			c.txReply(op, "", m.Forget(key))
+		case protocol.TxPrepare:
+			body, err := m.Prepare(s, key)
+			c.txReply(op, body, err)
+		case protocol.TxCommitOnePhase:
+			m.CommitXA(s, key, tx.OnePhase, op)
+		case protocol.TxCommitTwoPhase:
+			m.CommitXA(s, key, tx.TwoPhase, op)
+		case protocol.TxHeuristicCommit:
+			m.CommitXA(s, key, tx.HeuristicCommit, op)
+		case protocol.TxRollback, protocol.TxHeuristicRollback:
+			c.txReply(op, "", m.RollbackXA(s, key, r.TxType == protocol.TxHeuristicRollback))
+		default:
+			c.reply(protocol.StatusBadRequest, "unexpected transaction type "+r.TxType.String(), op)
+		}
+		return
+	}
+	switch r.TxType {
+	case protocol.TxBegin:
+		closed, err := m.BeginLocal(s, key, string(r.TxSession), r.TxTimeout)
+		if !closed {
+			c.txReply(op, "", err)
+		}
+	case protocol.TxPrepare:
+		c.replyErr(&tx.Error{Kind: tx.XA, Code: protocol.XAErRMErr, Msg: "transaction " + key + " is local: it cannot be prepared"}, op)
+	case protocol.TxCommitOnePhase, protocol.TxCommitTwoPhase:
+		// As in MetaQ, a local transaction commits in one phase whichever
+		// type the client sends.
+		m.CommitLocal(s, key, op)
+	case protocol.TxRollback:
+		c.txReply(op, "", m.RollbackLocal(s, key))
+	case protocol.TxForget, protocol.TxHeuristicCommit, protocol.TxHeuristicRollback:
+		c.replyErr(&tx.Error{Kind: tx.Plain, Msg: "transaction " + key + " is local: " + r.TxType.String() + " applies to XA transactions"}, op)
+	default:
+		c.reply(protocol.StatusBadRequest, "unexpected transaction type "+r.TxType.String(), op)
+	}
+}
+
+// txReply answers a transaction operation: body, or err's status line.
+func (c *conn) txReply(opaque int32, body string, err error) {
+	if err != nil {
+		c.replyErr(err, opaque)
+		return
+	}
+	c.reply(protocol.StatusOK, body, opaque)
+}
+
+// handleTxPut buffers a transactional put in its transaction.
+func (c *conn) handleTxPut(r *protocol.Request) {
+	id, err := protocol.ParseTxKey(r.TxKey)
+	if err != nil {
+		c.putFail(r.Opaque, err.Error())
+		return
+	}
+	if r.Partition < 0 {
+		c.putFail(r.Opaque, "a transactional put must name its partition (got "+strconv.Itoa(int(r.Partition))+")")
+		return
+	}
+	t, l, p, crc, ok := c.checkPut(r)
+	if !ok {
+		return
+	}
+	msgID, err := c.b.txm.Put(c.txs, id.String(), id.XA, t.name, l, p, store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})
+	if err != nil {
+		_, body := statusOf(err)
+		c.putFail(r.Opaque, body)
+		return
+	}
+	if t.conf().Stat {
+		n := int64(len(r.Body))
+		t.rt.put.add(1)
+		t.rt.size.add(n)
+	}
+	var body [64]byte
+	c.replyBytes(protocol.StatusOK, protocol.AppendPutResultBody(body[:0], msgID, p, -1), r.Opaque)
+}
+
+// TxUser implements tx.Peer.
+func (c *conn) TxUser() (string, bool) {
+	if u := c.auth.user; u != nil {
+		return u.Name, u.Admin
+	}
+	return "", false
+}
+
+// TxPending implements tx.Peer.
+func (c *conn) TxPending(n int) { c.addPending(n) }
+
+// TxDone implements tx.Peer.
+func (c *conn) TxDone(opaque int32, body string, err error) { c.txReply(opaque, body, err) }
+
+// TxAudit implements tx.Peer.
+func (c *conn) TxAudit(action string, details ...any) { c.connAudit(action, details...) }
+
+// txHost is the broker as the transactions' tx.Host.
+type txHost struct{ partSource }
+
+var _ tx.Host = txHost{}
+
+func (h txHost) OpenTopic(name string) error {
+	_, err := h.b.lookup([]byte(name), true)
+	return err
+}
+
+func (h txHost) NextID() int64 { return h.b.ids.Next(1) }
+
+func (h txHost) ObserveID(id int64) { h.b.ids.observe(id) }
+
+func (h txHost) ThresholdFlush(name string) bool {
+	t, err := h.topic(name)
+	return err == nil && t.conf().UnflushThreshold > 0
+}
+
+func (h txHost) CountIn(name string, p int32, msgs int, bytes int64) {
+	t, err := h.topic(name)
+	if err != nil {
+		return
+	}
+	if int(p) < len(t.pc) {
+		pc := &t.pc[p]
+		pc.msgsIn.Add(int64(msgs))
+		pc.bytesIn.Add(bytes)
+	}
+	if t.conf().Stat {
+		t.rt.put.add(int64(msgs))
+		t.rt.size.add(bytes)
+	}
+}
+
+func (h txHost) AppendFailed(err error) { h.b.disks.wakeOn(err) }
+
+func (h txHost) Fence() error {
+	if f := h.b.fo; f != nil && !f.mayAck() {
+		return errors.New(f.refusal())
+	}
+	return nil
+}
+
+// Master is the sync master when this broker takes puts as one (not as a
+// failover slave).
+func (h txHost) Master() *repl.SyncMaster {
+	if sm := h.b.syncActive(); sm != nil {
+		return sm.SyncMaster
+	}
+	return nil
+}
+
+func (h txHost) Slave() tx.SlaveLogs {
+	if h.b.slave != nil {
+		return h.b.slave
+	}
+	return nil
+}
+
+// writeTxStats answers `stats transactions`: one line per open transaction,
+// oldest first, then the heuristic outcomes.
+func (b *Broker) writeTxStats(sb *strings.Builder) {
+	st := b.txm.Status()
+	now := time.Now()
+	sb.WriteString("STATS\r\n")
+	fmt.Fprintf(sb, "open %d buffered_bytes %d\r\n", len(st.Open), st.BufferedBytes)
+	for _, t := range st.Open {
+		kind := "local"
+		if t.XA {
+			kind = "xa"
+		}
+		fmt.Fprintf(sb, "%s type %s state %s session %s messages %d bytes %d age_ms %d timeout_s %d\r\n",
+			t.Key, kind, t.State, t.Session, t.Messages, t.Bytes, now.Sub(t.Began).Milliseconds(), int64(t.Timeout/time.Second))
+	}
+	fmt.Fprintf(sb, "heuristic %d\r\n", len(st.Heuristic))
+	for _, h := range st.Heuristic {
+		sb.WriteString(h.Key + " type xa state heuristic_" + h.Outcome + "\r\n")
+	}
+	sb.WriteString("END\r\n")
+}
+
+// userName is the connection's authenticated user, "" with auth off.
+func (c *conn) userName() string {
+	name, _ := c.TxUser()
+	return name
+}
