@@ -322,6 +322,7 @@ func uiVerdict(t *testing.T, code int, body string) verdict {
 // /api/v1/topics and /api/v1/groups; /ui/topics and /ui/groups; /metrics)
 // names exactly the topics and groups the user may see.
 func TestAuthzDoors(t *testing.T) {
+	t.Parallel()
 	s := startAuthzServer(t)
 	s.seed(t)
 	users := []string{"root", "alice", "bob"}

@@ -73,6 +73,7 @@ func healthyLoop(addr, topic string, opTimeout time.Duration, stop <-chan struct
 // survives still serves a valid request. Meanwhile a healthy client must see
 // every one of its put+get round trips succeed.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	const topic = "bad"
 	// max_message_size 4096 < decoder body limit max(4096, 8192) = 8192 <
 	// discard limit 4 × 8192 = 32768.

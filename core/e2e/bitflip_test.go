@@ -92,6 +92,7 @@ func readServed(t *testing.T, c *client, topic string) []record {
 //     kill -9 before any checkpoint): replay repairs it and everything is
 //     served.
 func TestBitFlipsAtRest(t *testing.T) {
+	t.Parallel()
 	const topic = "bits"
 	base := t.TempDir()
 	orig := filepath.Join(base, "orig")

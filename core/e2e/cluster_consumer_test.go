@@ -210,6 +210,7 @@ func (c *testCluster) waitOwners(t testing.TB, group string, brokers []int, ids 
 // (no gaps); redelivered messages are only the killed member's last
 // uncommitted ones, bounded by the commit period (5 s).
 func TestClusterKill9Consumer(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Brokers: 2})
 	bin := testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq")
 	const group = "kg"
@@ -273,6 +274,7 @@ func TestClusterKill9Consumer(t *testing.T) {
 // members rebalance onto its partitions, with no restart, and every
 // acknowledged message is delivered.
 func TestClusterAddBrokerConsumersRebalance(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Brokers: 2})
 	const group = "ag"
 	d := &deliveries{}
@@ -358,6 +360,7 @@ func TestClusterAddBrokerConsumersRebalance(t *testing.T) {
 // on exactly the live members, covering every partition once, and what
 // the members fetch agrees with them.
 func TestClusterConsumerJoinLeave100(t *testing.T) {
+	t.Parallel()
 	cfg := "data_dir = \"data\"\nnum_partitions = 50\nunflush_threshold = 1000\nunflush_interval = 1000\n\n[[topic]]\nname = \"" +
 		clusterTopic + "\"\n"
 	c := startCluster(t, clusterSpec{Brokers: 2, Config: cfg})

@@ -33,6 +33,7 @@ import (
 // before each kill, is read back at the broker, partition and offset its
 // SendResult names.
 func TestClusterKill9UnderLoad(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	c := startCluster(t, clusterSpec{Brokers: 3})
 	tc, ok := c.Cfg.TopicConfig(clusterTopic)
@@ -110,6 +111,7 @@ func TestClusterKill9UnderLoad(t *testing.T) {
 // gets sends to its partitions within a bounded time, with no producer
 // restart. No send fails; every ack is read back.
 func TestClusterAddBrokerUnderLoad(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	c := startCluster(t, clusterSpec{Brokers: 2})
 	p := c.newProducer(t)
@@ -158,6 +160,7 @@ func TestClusterAddBrokerUnderLoad(t *testing.T) {
 // and keeps serving: the producer's sends go to it again. No send fails
 // (broker 2 takes them meanwhile); every ack is read back.
 func TestClusterSessionExpiryReregisters(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	c := startCluster(t, clusterSpec{Brokers: 2, SniffSessions: true})
 	p := c.newProducer(t)
@@ -200,6 +203,7 @@ func TestClusterSessionExpiryReregisters(t *testing.T) {
 // sdk/cluster.ReadLayout reads the same cluster. (TestLayoutWithZkCli in
 // core/registry checks one in-process registration with made-up values.)
 func TestClusterLayoutWithZkCli(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	c := startCluster(t, clusterSpec{Brokers: 2})
 	want := map[string]string{}

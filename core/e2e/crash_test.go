@@ -330,6 +330,7 @@ func requireStable(t *testing.T, prev, cur logView) {
 // directory, and checks that every acknowledged message is there exactly
 // once, where its ack said, intact, in producer order, with unique ids.
 func TestCrashGroupCommit(t *testing.T) {
+	t.Parallel()
 	rounds := 5
 	if testing.Short() {
 		rounds = 2
@@ -342,6 +343,7 @@ func TestCrashGroupCommit(t *testing.T) {
 // message is there, and no record (acknowledged or not) that was in the
 // log after one restart ever moves or goes away after a later one.
 func TestCrashGroupCommit64(t *testing.T) {
+	t.Parallel()
 	rounds := 6
 	if testing.Short() {
 		rounds = 2

@@ -24,6 +24,7 @@ import (
 // the filler is deleted puts are accepted again by themselves, and every
 // acknowledged message is read back at its offset.
 func TestServerDiskWatermark(t *testing.T) {
+	t.Parallel()
 	dataDir := testsvc.MountTmpfs(t, 8<<20)
 	config := filepath.Join(t.TempDir(), "server.toml")
 	require.NoError(t, os.WriteFile(config, []byte(brokerConfig(dataDir, `

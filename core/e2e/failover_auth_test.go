@@ -27,6 +27,7 @@ import (
 // restarted on its data directory, rejoins as slave over the same
 // authenticated TLS link and its copy equals the new holder's.
 func TestSyncFailoverAuthTLS(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	certFile, keyFile, _ := certs.Server(t, "server")
 	hash, err := bcrypt.GenerateFromPassword([]byte("root-pw"), bcrypt.MinCost)

@@ -41,6 +41,7 @@ import (
 //
 // $METAQ_FAILOVER_POWERCUTS=N runs the three modes N times (make soak).
 func TestSyncFailoverPowerCut(t *testing.T) {
+	t.Parallel()
 	rounds := 1
 	if v, err := strconv.Atoi(os.Getenv("METAQ_FAILOVER_POWERCUTS")); err == nil && v > 0 {
 		rounds = v

@@ -258,6 +258,7 @@ func foRounds() int {
 // holder never had, rejoins as a slave, gets named in sync, and its copy
 // equals the holder's.
 func TestSyncFailoverKill9(t *testing.T) {
+	t.Parallel()
 	failoverRounds(t, foRounds(), func(round int, took time.Duration) {
 		require.Less(t, took, foSession+2*time.Second, "round %d: producers did not succeed again within session timeout + 2 s", round)
 	})
@@ -364,6 +365,7 @@ func checkRejoined(t testing.TB, h *queuecheck.History, holder, back *replNode) 
 // had, gets named in sync, and its copy equals the promoted slave's, with
 // every acknowledged message on both exactly once.
 func TestSyncFailoverPausedMaster(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Config: failoverConfig(), SessionTimeout: foSession})
 	master := startRepl(t, c, 1, -1, "")
 	slave := startRepl(t, c, 1, 1, "")
@@ -444,6 +446,7 @@ func checkSyncFenced(t testing.TB, n *replNode, current int64) {
 // to the promoted slave by itself after kill -9 of the master; every
 // message it was told was stored is on the promoted slave at its offset.
 func TestSyncFailoverSDKProducer(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Config: failoverConfig(), SessionTimeout: foSession})
 	master := startRepl(t, c, 1, -1, "")
 	slave := startRepl(t, c, 1, 1, "")

@@ -148,6 +148,7 @@ func rawAuth(t *testing.T, c *client, msg string, opaque int32) []byte {
 //   - an authzid the user may not assume, with the right password, is
 //     answered byte for byte as a wrong password.
 func TestServerPasswordGuessing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	users := ""
 	for _, u := range []string{"alice", "bob", "carol", "dave", "root"} {

@@ -64,6 +64,7 @@ const (
 // within rssHeadroom of its baseline, and the good client must have seen no
 // failed or timed-out round trip.
 func TestHostileClients(t *testing.T) {
+	t.Parallel()
 	attacks := []struct {
 		name           string
 		maxConnections int // 0: hostileMaxConnections

@@ -22,6 +22,7 @@ var httpLine = regexp.MustCompile(`serving HTTP on http://(\S+) `)
 // its HTTP listener is on a free port (logged) and serves /readyz and
 // /metrics; --http-port 0 turns it off; SIGINT stops it cleanly.
 func TestServerHTTP(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "server.toml")
 	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf("data_dir = %q\n[[topic]]\nname = \"h\"\n", filepath.Join(dir, "data"))), 0o644))

@@ -253,6 +253,7 @@ func bareFlood(t *testing.T, addr string, n int, held *heldConns) {
 // authenticated scrape, an authenticated API call and a protocol login
 // still answer.
 func TestHTTPFloodKeepAlive(t *testing.T) {
+	t.Parallel()
 	raiseNoFile(t, 512)
 	fb := startFloodBroker(t, false)
 	held := &heldConns{}
@@ -300,6 +301,7 @@ func TestHTTPFloodKeepAlive(t *testing.T) {
 // held open (the cap is 512: most are closed to make room for the next);
 // the same checks answer.
 func TestHTTPFloodBareConnects(t *testing.T) {
+	t.Parallel()
 	raiseNoFile(t, 3200)
 	fb := startFloodBroker(t, false)
 	held := &heldConns{}
@@ -315,6 +317,7 @@ func TestHTTPFloodBareConnects(t *testing.T) {
 // start a TLS handshake are held open; the same checks answer over HTTPS
 // and the TLS protocol port.
 func TestHTTPFloodTLSBareConnects(t *testing.T) {
+	t.Parallel()
 	raiseNoFile(t, 3200)
 	fb := startFloodBroker(t, true)
 	held := &heldConns{}
@@ -331,6 +334,7 @@ func TestHTTPFloodTLSBareConnects(t *testing.T) {
 // is closed a moment later instead of waiting for the rest of the body
 // for the 30 s read timeout. The same checks answer.
 func TestHTTPFloodSlowBodies(t *testing.T) {
+	t.Parallel()
 	raiseNoFile(t, 1200)
 	fb := startFloodBroker(t, false)
 	held := &heldConns{}

@@ -29,6 +29,7 @@ var httpsGuardLine = regexp.MustCompile(`serving HTTP on https://(\S+) `)
 // created until a well-formed request, which the audit log records with
 // the user and the remote address.
 func TestServerCSRFCurl(t *testing.T) {
+	t.Parallel()
 	curl, err := exec.LookPath("curl")
 	if err != nil {
 		if testsvc.InCI() {
@@ -122,6 +123,7 @@ name = "orders"
 // its own names (issue 22, finding 9): a DNS-rebinding-like Host gets 421
 // on the API and pprof and creates nothing; /healthz answers it.
 func TestServerHostCheck(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "server.toml")
 	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf("data_dir = %q\nhttp_allowed_hosts = [\"broker1.example.com\"]\n[[topic]]\nname = \"h\"\n", filepath.Join(dir, "data"))), 0o644))

@@ -120,6 +120,7 @@ func flipAt(t *testing.T, path string, at int64, mask byte) {
 //     served (readLog reads everything back through the iterator's crc
 //     check).
 func TestJournalBitFlips(t *testing.T) {
+	t.Parallel()
 	const (
 		topic     = "jflip"
 		parts     = 8

@@ -50,6 +50,7 @@ func stopWithin(t *testing.T, p *brokertest.Server, sig os.Signal, d time.Durati
 // its ephemeral znodes are gone when it has exited (not a session timeout
 // later), and every acknowledged message is found after a restart.
 func TestServerSIGTERMUnderLoad(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Brokers: 2, SessionTimeout: 8 * time.Second})
 	p := c.newProducer(t)
 	l := startClusterLoad(t, p, clusterTopic, 6)
@@ -82,6 +83,7 @@ func TestServerSIGTERMUnderLoad(t *testing.T) {
 // an unreachable ZooKeeper at start-up (connection_timeout 30 s): it still
 // exits 0 within 10 s, and a message acknowledged meanwhile is on disk.
 func TestServerSIGTERMZooKeeperDown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	// A port nothing listens on.
@@ -187,6 +189,7 @@ func userTable(name, hash string, publish ...string) string {
 // (port, a new topic) is logged as such. A bad file is rejected with a
 // log line and the running configuration stays.
 func TestServerSIGHUPReload(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	hash, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
@@ -310,6 +313,7 @@ func TestServerSIGHUPReload(t *testing.T) {
 // TestServerCheckConfig runs metaq-server --check-config on a good file, a
 // file with mistakes and a file naming a plugin binary that is not there.
 func TestServerCheckConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bin := brokertest.ServerBinary(t)
 	run := func(toml string, args ...string) (string, int) {
@@ -377,6 +381,7 @@ func TestServerCheckConfig(t *testing.T) {
 // line is hidden at info and shown at debug, JSON lines parse, and no
 // line carries two time stamps.
 func TestServerLogFormat(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	stamp := regexp.MustCompile(`\d{4}[-/]\d\d[-/]\d\d[T ]\d\d:\d\d:\d\d`)
 	for _, tc := range []struct{ format, level string }{{"text", "info"}, {"text", "debug"}, {"json", "info"}, {"json", "debug"}} {
@@ -427,6 +432,7 @@ func TestServerLogFormat(t *testing.T) {
 // on free ports, in its one-shot mode: a real ZooKeeper and two brokers
 // start, register, and stop again gracefully.
 func TestMakeCluster(t *testing.T) {
+	t.Parallel()
 	testsvc.ZooKeeper(t) // the zookeeper package must be installed (fails in CI, else skips)
 	bin := brokertest.ServerBinary(t)
 	root, err := moduleRoot()
@@ -475,6 +481,7 @@ func TestMakeCluster(t *testing.T) {
 // including the restarted broker (issue 23: the script used to stop
 // everything when one process exited).
 func TestMakeClusterBrokerDies(t *testing.T) {
+	t.Parallel()
 	testsvc.ZooKeeper(t)
 	bin := brokertest.ServerBinary(t)
 	root, err := moduleRoot()
@@ -573,6 +580,7 @@ func TestMakeClusterBrokerDies(t *testing.T) {
 // again with SIGHUP in cluster mode: its topics-pub znode goes and comes
 // back, topics-sub stays, and the broker stays registered.
 func TestServerSIGHUPClusterTopic(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Brokers: 1})
 	b := c.broker(1)
 	orig, err := os.ReadFile(c.ConfigPath)

@@ -150,6 +150,7 @@ func brokerThreads(t *testing.T, c *client) int {
 // partition where it ended. It logs the broker's RSS (VmRSS) and goroutine
 // count (stats threads) idle and under load: the memory figures.
 func TestThousandPartitions(t *testing.T) {
+	t.Parallel()
 	const (
 		topic = "wide"
 		parts = 1000

@@ -20,6 +20,7 @@ import (
 // plugin process outlives it (Pdeathsig, with the plugins' parent watch as
 // the backstop).
 func TestBrokerSIGKILLLeavesNoPlugins(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pluginDir := filepath.Join(dir, "plugins")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

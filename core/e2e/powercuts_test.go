@@ -53,6 +53,7 @@ func powerCutCuts(t *testing.T) int {
 // The first round starts on an empty data directory, so the directory
 // tree itself is created under load (store.MkdirAllDurable).
 func TestPowerCuts64(t *testing.T) {
+	t.Parallel()
 	const (
 		topic     = "powercuts"
 		parts     = 64
@@ -199,6 +200,7 @@ func (c *commitTracker) check(t *testing.T, addr, group string) {
 // the expected set after each round; everything kept must be at its
 // acknowledged offset.
 func TestPowerCutsThreshold(t *testing.T) {
+	t.Parallel()
 	const (
 		topic     = "threshold"
 		parts     = 16

@@ -64,6 +64,7 @@ num_partitions = %d
 // first by a clean start and stop (TestPowerLossFreshDataDir covers a
 // broker that creates them under load).
 func TestPowerLossGroupCommit(t *testing.T) {
+	t.Parallel()
 	rounds := 3
 	if testing.Short() {
 		rounds = 1
@@ -76,6 +77,7 @@ func TestPowerLossGroupCommit(t *testing.T) {
 // directory it creates (store.MkdirAllDurable), it lost every acknowledged
 // message: the cut took the whole data_dir tree away.
 func TestPowerLossFreshDataDir(t *testing.T) {
+	t.Parallel()
 	powerLoss(t, 1, true, 0)
 }
 
@@ -83,6 +85,7 @@ func TestPowerLossFreshDataDir(t *testing.T) {
 // after the load stopped: the checkpoints of the idle spell have written
 // the segments and recycled journal files when the power goes.
 func TestPowerLossIdle(t *testing.T) {
+	t.Parallel()
 	powerLoss(t, 1, false, 1500*time.Millisecond)
 }
 
@@ -146,6 +149,7 @@ func firstN(s []string, n int) []string {
 // data directory on a faultfs mount and directly on the disk (for
 // information: set METAQ_FAULTFS_BENCH=1).
 func TestPowerLossThroughput(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("METAQ_FAULTFS_BENCH") == "" {
 		t.Skip("set METAQ_FAULTFS_BENCH=1 to measure")
 	}

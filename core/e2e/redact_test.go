@@ -17,6 +17,7 @@ import (
 // `stats config` shows the effective configuration with every secret as
 // <redacted>: the DSN, the plugin's env values.
 func TestStatsConfigRedacted(t *testing.T) {
+	t.Parallel()
 	srv := testsvc.SharedMariaDB(t)
 	dsn := srv.NewDatabase(t)
 	plugin := testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq-offsetstore-mysql")

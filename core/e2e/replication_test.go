@@ -29,6 +29,7 @@ import (
 // puts made while it runs, resumes from its own end after kill -9, and a
 // second slave started from a partial copy catches up too.
 func TestAsyncSlave(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Config: replConfig})
 	master := startRepl(t, c, 1, -1, "")
 	putMany(t, master.Addr, 3000, "before")
@@ -190,6 +191,7 @@ func statInt(t testing.TB, n *replNode, key string) int64 {
 // it, a consumer reads from the slave once the master is gone (kill -9,
 // its session expired).
 func TestSlaveServesConsumers(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Config: replConfig})
 	master := startRepl(t, c, 1, -1, "")
 	slave := startRepl(t, c, 1, 1, "")
@@ -312,6 +314,7 @@ func (l *replLoad) last() (replAck, int) {
 // every partition's acknowledged messages, and what is missing is bounded
 // by the lag at the kill (reported).
 func TestAsyncMasterKill9(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Config: replConfig})
 	master := startRepl(t, c, 1, -1, "")
 	slave := startRepl(t, c, 1, 1, "")
@@ -477,6 +480,7 @@ func (b *burst) wait() []replAck {
 // retention deleted the head of every partition starts each at the
 // master's min offset (store.Log.Rebase), so its offsets are the master's.
 func TestSlaveStartsAtMasterMin(t *testing.T) {
+	t.Parallel()
 	cfg := strings.Replace(replConfig, "delete_check_interval = 1\n", "delete_check_interval = 1\ndelete_policy = \"delete,1s\"\nmax_segment_size = 4096\n", 1)
 	cfg = strings.Replace(cfg, "max_segment_size = 65536\n", "", 1)
 	c := startCluster(t, clusterSpec{Config: cfg})

@@ -110,6 +110,7 @@ func waitSealedWritten(t *testing.T, partDir string, starts []int64) {
 // below the new min is answered 301 with it. delete_check_interval = 1 s is
 // the smallest the config allows.
 func TestRetention(t *testing.T) {
+	t.Parallel()
 	t.Run("age", func(t *testing.T) {
 		// delete,1s: every sealed segment goes about a second after it was
 		// last written; the active one stays.

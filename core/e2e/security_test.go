@@ -51,6 +51,7 @@ func serial(c *client) string {
 // password gets 401, and SIGHUP reloads the certificate for new
 // connections without dropping an established one.
 func TestServerTLSAuth(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certs := testsvc.NewCerts(t)
 	cf, kf, first := certs.Server(t, "server")

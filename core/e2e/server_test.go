@@ -16,6 +16,7 @@ import (
 // TestServerPortZero checks that port 0 picks a free port, as
 // cmd/metaq-server's --port flag and Broker.Start document.
 func TestServerPortZero(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	toml := fmt.Sprintf("data_dir = %q\n[[topic]]\nname = \"z\"\n", filepath.Join(dir, "data"))
 

@@ -239,6 +239,7 @@ func openIdle(t *testing.T, n, sources int, target string, tc *tls.Config) []net
 // closed, 3,000 bare connects to the TLS port: a TLS login still takes
 // under 1 s.
 func TestServerUnauthenticatedFlood(t *testing.T) {
+	t.Parallel()
 	raiseNoFile(t, 10000+3000+200)
 	s := startSlotsServer(t, "auth_timeout = 60000")
 	tc := s.certs.ClientConfig(t, "")
@@ -331,6 +332,7 @@ func TestServerUnauthenticatedFlood(t *testing.T) {
 // "result 401 ... authentication timeout" and closed; a TCP connection to
 // the TLS port that never handshakes is closed; one that logged in stays.
 func TestServerAuthTimeout(t *testing.T) {
+	t.Parallel()
 	s := startSlotsServer(t, "auth_timeout = 500")
 	tc := s.certs.ClientConfig(t, "")
 	admin, _ := s.login(t, s.plain, nil)

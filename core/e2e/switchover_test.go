@@ -22,6 +22,7 @@ import (
 // exactly once (nothing lost, not even a tail; no duplicates), the acks'
 // epochs never overlapping.
 func TestFailoverSwitchover(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Config: failoverConfig(), SessionTimeout: foSession})
 	bin := testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq")
 	cli := func(args ...string) (string, error) {

@@ -129,6 +129,7 @@ func waitStat(t testing.TB, n *replNode, key, want string, timeout time.Duration
 // arrives; a killed slave makes puts fail again, loses nothing that was
 // acknowledged, and rejoins after a restart (pulling first).
 func TestSyncReplication(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Config: syncConfig("")})
 	master := startRepl(t, c, 1, -1, "")
 	_, fails := putAcked(t, nil, master.Addr, 8, "alone")
@@ -209,6 +210,7 @@ func firstBody(rs []reply) string {
 // in sync stores puts alone (logged, counted); a slave that registers
 // pulls them, joins, and from then on puts are shipped.
 func TestSyncDegrade(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Config: syncConfig("sync_degrade = true\n")})
 	master := startRepl(t, c, 1, -1, "")
 	alone, fails := putAcked(t, nil, master.Addr, 300, "alone")

@@ -71,6 +71,7 @@ func segmentFiles(t testing.TB, dir string) []string {
 // vouches for the end): the record is kept, never served, and the log goes
 // on after it.
 func TestTornTailRestart(t *testing.T) {
+	t.Parallel()
 	const topic = "torn"
 	base := t.TempDir()
 	orig := filepath.Join(base, "orig")

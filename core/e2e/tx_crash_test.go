@@ -60,6 +60,7 @@ func txCall(c *client, key string, typ protocol.TxType) (reply, error) {
 // after the restart, invisible until it is committed (or rolled back) from
 // a new connection; after every restart no other transaction is open.
 func TestTxKill9(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfgPath := filepath.Join(t.TempDir(), "server.toml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(brokerConfig(dir, "", "[[topic]]\nname = \"tx\"\nnum_partitions = 2\n")), 0o644))

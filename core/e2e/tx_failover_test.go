@@ -41,6 +41,7 @@ func txFailoverRounds() int {
 // (transaction batches among it) by pulling and is named in sync before
 // the next round kills the new holder.
 func TestTxSyncFailoverKill9(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, clusterSpec{Config: failoverConfig() + "\n[[topic]]\nname = \"tx\"\nnum_partitions = 2\n", SessionTimeout: foSession})
 	holder := startRepl(t, c, 1, -1, "")
 	slave := startRepl(t, c, 1, 1, "")

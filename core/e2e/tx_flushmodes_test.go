@@ -34,6 +34,7 @@ import (
 //   - 0: a prepare not followed by an fsync (none comes with 0) is lost by
 //     a power cut: the branch is gone after the restart.
 func TestTxFlushModes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		mode        int
 		groupCommit bool

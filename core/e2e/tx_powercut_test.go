@@ -24,6 +24,7 @@ import (
 // commit is there exactly once, contiguous, in order; the in-flight one is
 // all or nothing; the acknowledged prepare is listed by RECOVER.
 func TestTxPowerCut(t *testing.T) {
+	t.Parallel()
 	m, config, _, under := powerLossDisk(t, "tx", 2, "")
 	rng := rand.New(rand.NewPCG(m.Seed(), 3))
 	modes := []faultfs.Mode{faultfs.DropAll, faultfs.TearLast, faultfs.PrefixTorn}
@@ -87,6 +88,7 @@ func TestTxPowerCut(t *testing.T) {
 // acknowledged one is still there. It runs until two restarts have
 // dropped a torn group (at most 16 rounds) and logs how many did.
 func TestTxPowerCutMidRound(t *testing.T) {
+	t.Parallel()
 	m, config, _, under := powerLossDisk(t, "tx", 2, "")
 	rng := rand.New(rand.NewPCG(m.Seed(), 4))
 	// At least minRounds, then until two restarts have dropped a torn
