@@ -765,12 +765,12 @@ func (b *Broker) topicList() []*topic {
 }
 
 func (b *Broker) closeStores() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var errs []error
 	if b.txm != nil {
 		b.txm.Wait() // its commits have handed their batches to the logs
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
 	for _, t := range b.topics {
 		errs = append(errs, t.close())
 	}

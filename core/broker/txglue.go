@@ -125,7 +125,7 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	if !ok {
 		return
 	}
-	msgID, err := c.b.txm.Put(c.txs, id.String(), id.XA, t.name, l, p, store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})
+	msgID, err := c.b.txm.Put(c.txs, id.String(), id.XA, t, l, p, store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})
 	if err != nil {
 		_, body := statusOf(err)
 		c.putFail(r.Opaque, body)
@@ -162,25 +162,30 @@ type txHost struct{ partSource }
 
 var _ tx.Host = txHost{}
 
-func (h txHost) OpenTopic(name string) error {
-	_, err := h.b.lookup([]byte(name), true)
-	return err
+func (h txHost) OpenTopic(name string) (tx.Topic, error) {
+	t, err := h.b.lookup([]byte(name), true)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 func (h txHost) NextID() int64 { return h.b.ids.Next(1) }
 
 func (h txHost) ObserveID(id int64) { h.b.ids.observe(id) }
 
-func (h txHost) ThresholdFlush(name string) bool {
-	t, err := h.topic(name)
-	return err == nil && t.conf().UnflushThreshold > 0
-}
+var _ tx.Topic = (*topic)(nil)
 
-func (h txHost) CountIn(name string, p int32, msgs int, bytes int64) {
-	t, err := h.topic(name)
-	if err != nil {
-		return
-	}
+// Name implements tx.Topic.
+func (t *topic) Name() string { return t.name }
+
+// ThresholdFlush implements tx.Topic.
+func (t *topic) ThresholdFlush() bool { return t.conf().UnflushThreshold > 0 }
+
+// CountIn implements tx.Topic: a committed batch counts in its
+// partition's traffic counters (metaq_topic_messages_in_total and
+// bytes_in_total, the dashboard's rates) as an accepted put does.
+func (t *topic) CountIn(p int32, msgs int, bytes int64) {
 	if int(p) < len(t.pc) {
 		pc := &t.pc[p]
 		pc.msgsIn.Add(int64(msgs))

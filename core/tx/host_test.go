@@ -46,12 +46,19 @@ func (h *testHost) Partitions(topic string) (int, error) {
 
 func (h *testHost) Topics() []string { return []string{"t"} }
 
-func (h *testHost) OpenTopic(topic string) error {
+func (h *testHost) OpenTopic(topic string) (Topic, error) {
 	if topic != "t" {
-		return errors.New("unknown topic")
+		return nil, errors.New("unknown topic")
 	}
-	return nil
+	return testTopic("t"), nil
 }
+
+// testTopic is a threshold-mode topic without counters.
+type testTopic string
+
+func (t testTopic) Name() string              { return string(t) }
+func (t testTopic) ThresholdFlush() bool      { return true }
+func (t testTopic) CountIn(int32, int, int64) {}
 
 func (h *testHost) NextID() int64 { return h.Next(1) }
 
@@ -64,12 +71,10 @@ func (h *testHost) ObserveID(id int64) {
 	}
 }
 
-func (h *testHost) ThresholdFlush(string) bool        { return true }
-func (h *testHost) CountIn(string, int32, int, int64) {}
-func (h *testHost) AppendFailed(error)                {}
-func (h *testHost) Fence() error                      { return nil }
-func (h *testHost) Master() *repl.SyncMaster          { return nil }
-func (h *testHost) Slave() SlaveLogs                  { return nil }
+func (h *testHost) AppendFailed(error)       {}
+func (h *testHost) Fence() error             { return nil }
+func (h *testHost) Master() *repl.SyncMaster { return nil }
+func (h *testHost) Slave() SlaveLogs         { return nil }
 
 func (h *testHost) close() {
 	for _, l := range h.parts {

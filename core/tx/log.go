@@ -552,7 +552,7 @@ func encodeTxAppend(key string, m *txMsg) []byte {
 func appendTxAppendHead(p []byte, key string, m *txMsg) []byte {
 	p = appendStr(p, key)
 	p = binary.BigEndian.AppendUint64(p, uint64(m.e.ID))
-	p = appendStr(p, m.topic)
+	p = appendStr(p, m.t.Name())
 	p = binary.BigEndian.AppendUint32(p, uint32(m.p))
 	p = binary.BigEndian.AppendUint32(p, uint32(m.e.Flag))
 	return binary.BigEndian.AppendUint32(p, uint32(len(m.e.Data)))

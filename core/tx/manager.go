@@ -71,20 +71,14 @@ func FromConf(c *conf.Config) Config {
 // (partition.Source) and what a commit does around its appends.
 type Host interface {
 	partition.Source
-	// OpenTopic makes sure topic is open: it is created if
+	// OpenTopic returns topic, opening it: it is created if
 	// auto_create_topics allows (the replay and a slave's replicated
 	// branches name topics that may be gone).
-	OpenTopic(topic string) error
+	OpenTopic(topic string) (Topic, error)
 	// NextID is a new message id; ObserveID makes sure no later one is
 	// at or below id.
 	NextID() int64
 	ObserveID(id int64)
-	// ThresholdFlush reports whether topic's partitions are flushed by
-	// unflush_threshold: a commit flushes them before it is answered.
-	ThresholdFlush(topic string) bool
-	// CountIn adds a stored batch of partition p of topic to its traffic
-	// counters, as an accepted put is counted.
-	CountIn(topic string, p int32, msgs int, bytes int64)
 	// AppendFailed is told of an append that failed (a full disk).
 	AppendFailed(err error)
 	// Fence is why an answer may not be given now (failover: this broker
@@ -96,6 +90,19 @@ type Host interface {
 	// Slave is the slave side of replication when this broker is a
 	// slave, else nil.
 	Slave() SlaveLogs
+}
+
+// Topic is a topic a transactional message goes to, as the broker gives
+// it with the message (Manager.Put) or Host.OpenTopic: the commit needs
+// it without looking it up again (it may run while the broker closes).
+type Topic interface {
+	Name() string
+	// ThresholdFlush reports whether the topic's partitions are flushed
+	// by unflush_threshold: a commit flushes them before it is answered.
+	ThresholdFlush() bool
+	// CountIn adds a stored batch of partition p to its traffic
+	// counters, as an accepted put is counted.
+	CountIn(p int32, msgs int, bytes int64)
 }
 
 // Peer is one connection's side of its transactions: who it is and how
@@ -240,20 +247,22 @@ func malformed(msg string) error { return &Error{Kind: Malformed, Msg: msg} }
 // partition.
 var errNoPartition = errors.New("no partition")
 
-// openLog returns partition p of topic, opening the topic if need be.
-func (m *Manager) openLog(topic string, p int32) (*store.Log, error) {
-	if err := m.host.OpenTopic(topic); err != nil {
-		return nil, err
+// openLog returns topic and its partition p, opening the topic if need
+// be.
+func (m *Manager) openLog(topic string, p int32) (Topic, *store.Log, error) {
+	t, err := m.host.OpenTopic(topic)
+	if err != nil {
+		return nil, nil, err
 	}
 	if p < 0 {
-		return nil, errNoPartition
+		return nil, nil, errNoPartition
 	}
 	l, err := m.host.Log(topic, int(p))
 	if err != nil {
 		if errors.Is(err, partition.ErrNoPartition) {
-			return nil, errNoPartition
+			return nil, nil, errNoPartition
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return l, nil
+	return t, l, nil
 }

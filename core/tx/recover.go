@@ -221,14 +221,14 @@ func (m *Manager) rebuildPrepared(prepared []*replayedTx, heur map[string]heurOu
 func (m *Manager) holdPreparedLocked(rt *replayedTx, session string) (int64, error) {
 	t := &tx{key: rt.key, xa: true, user: rt.user, session: session, began: time.Now(), state: txPrepared}
 	for _, rm := range rt.msgs {
-		l, err := m.openLog(rm.topic, rm.partition)
+		tp, l, err := m.openLog(rm.topic, rm.partition)
 		if errors.Is(err, errNoPartition) {
 			return 0, fmt.Errorf("prepared %s: topic %s has no partition %d", rt.key, rm.topic, rm.partition)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("prepared %s: topic %s: %w", rt.key, rm.topic, err)
 		}
-		tm := txMsg{topic: rm.topic, l: l, p: rm.partition, e: rm.e}
+		tm := txMsg{t: tp, l: l, p: rm.partition, e: rm.e}
 		if _, err = m.j.write(t, txRecAppend, encodeTxAppend(rt.key, &tm)); err != nil {
 			return 0, err
 		}
@@ -256,7 +256,7 @@ func (m *Manager) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 	appended := 0
 	var logs []*store.Log
 	for _, loc := range t.locs {
-		l, err := m.openLog(loc.topic, loc.partition)
+		_, l, err := m.openLog(loc.topic, loc.partition)
 		if errors.Is(err, errNoPartition) {
 			return appended, logs, fmt.Errorf("topic %s has no partition %d", loc.topic, loc.partition)
 		}

@@ -36,8 +36,8 @@ func writeTxJournal(t testing.TB, dataDir string) ([]store.Entry, []int64) {
 		e := store.Entry{ID: int64(1000 + 10*i), Data: []byte("committed " + strconv.Itoa(i))}
 		e.CRC = message.Checksum(e.Data)
 		committed = append(committed, e)
-		rec(a, txRecAppend, encodeTxAppend(a.key, &txMsg{topic: "t", p: 0, e: e}))
-		rec(b, txRecAppend, encodeTxAppend(b.key, &txMsg{topic: "t", p: 1, e: store.Entry{ID: int64(2000 + i), Data: []byte("in flight")}}))
+		rec(a, txRecAppend, encodeTxAppend(a.key, &txMsg{t: testTopic("t"), p: 0, e: e}))
+		rec(b, txRecAppend, encodeTxAppend(b.key, &txMsg{t: testTopic("t"), p: 1, e: store.Entry{ID: int64(2000 + i), Data: []byte("in flight")}}))
 	}
 	rec(a, txRecCommit, encodeTxCommit(a.key, []txBatchLoc{{topic: "t", partition: 0, firstID: 1000, n: 3, crc: batchCRC(committed)}}))
 	require.NoError(t, j.close())
@@ -134,7 +134,7 @@ func TestTxJournalZeroTail(t *testing.T) {
 	var pos int64
 	for i := 0; i < 5; i++ {
 		e := store.Entry{ID: int64(i + 1), Data: []byte("zero tail " + strconv.Itoa(i))}
-		pos, err = j.write(tr, txRecAppend, encodeTxAppend(tr.key, &txMsg{topic: "t", e: e}))
+		pos, err = j.write(tr, txRecAppend, encodeTxAppend(tr.key, &txMsg{t: testTopic("t"), e: e}))
 		require.NoError(t, err)
 	}
 	require.NoError(t, j.force(pos))

@@ -231,10 +231,10 @@ func (m *Manager) appendCommitReplicated(sm *repl.SyncMaster, s *Session, t *tx,
 	parts := make([]txSyncPart, len(batches))
 	for i, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)
-		if m.host.ThresholdFlush(bt.topic) {
+		if bt.t.ThresholdFlush() {
 			tc.flush = true
 		}
-		parts[i] = txSyncPart{sp: sm.Part(bt.topic, bt.p, bt.l), i: i}
+		parts[i] = txSyncPart{sp: sm.Part(bt.t.Name(), bt.p, bt.l), i: i}
 	}
 	// One lock order for every commit: no two wait on each other.
 	sort.Slice(parts, func(i, j int) bool {
@@ -274,7 +274,7 @@ func (m *Manager) appendCommitReplicated(sm *repl.SyncMaster, s *Session, t *tx,
 	var failed bool
 	for _, sp := range parts {
 		bt := batches[sp.i]
-		locs[sp.i] = txBatchLoc{topic: bt.topic, partition: bt.p, notBefore: sp.sp.End(),
+		locs[sp.i] = txBatchLoc{topic: bt.t.Name(), partition: bt.p, notBefore: sp.sp.End(),
 			firstID: bt.entries[0].ID, n: len(bt.entries), crc: batchCRC(bt.entries)}
 		if err := bt.l.Append(bt.entries, sp.sp.Track(tc), uint64(sp.i)); err != nil {
 			sp.sp.Release()
@@ -297,7 +297,7 @@ func (m *Manager) appendCommitReplicated(sm *repl.SyncMaster, s *Session, t *tx,
 			var msgs []txMsg
 			for _, bt := range batches {
 				for _, e := range bt.entries {
-					msgs = append(msgs, txMsg{topic: bt.topic, l: bt.l, p: bt.p, e: e})
+					msgs = append(msgs, txMsg{t: bt.t, l: bt.l, p: bt.p, e: e})
 				}
 			}
 			frames := txFrames(protocol.TxSyncCommit, msgs, t.key,

@@ -11,7 +11,7 @@ import (
 // decodeTxSync; what it accepts is records of the kind's types, each
 // verified, with positive ids and partitions of at least 0.
 func FuzzTxSync(f *testing.F) {
-	msgs := []txMsg{{topic: "t", p: 0, e: store.Entry{ID: 7, Data: []byte("a")}}, {topic: "t", p: 1, e: store.Entry{ID: 8, Data: []byte("bc")}}}
+	msgs := []txMsg{{t: testTopic("t"), p: 0, e: store.Entry{ID: 7, Data: []byte("a")}}, {t: testTopic("t"), p: 1, e: store.Entry{ID: 8, Data: []byte("bc")}}}
 	commit := appendTxRecord(nil, txRecCommit, encodeTxCommit("TX:s:1", []txBatchLoc{{topic: "t", partition: 0, notBefore: 40, firstID: 7, n: 1, crc: 1}}), nil)
 	for _, fr := range txFrames(protocol.TxSyncCommit, msgs, "TX:s:1", commit, 40) {
 		f.Add(fr.Kind, fr.Body)
@@ -44,7 +44,7 @@ func FuzzTxSync(f *testing.F) {
 // TestTxSyncDecode: what the master frames, the slave decodes; frames are
 // cut at the limit (a single record may exceed it).
 func TestTxSyncDecode(t *testing.T) {
-	msgs := []txMsg{{topic: "t", p: 0, e: store.Entry{ID: 7, Data: []byte("aaaa")}}, {topic: "t", p: 1, e: store.Entry{ID: 8, Data: []byte("bbbb")}}}
+	msgs := []txMsg{{t: testTopic("t"), p: 0, e: store.Entry{ID: 7, Data: []byte("aaaa")}}, {t: testTopic("t"), p: 1, e: store.Entry{ID: 8, Data: []byte("bbbb")}}}
 	locs := []txBatchLoc{{topic: "t", partition: 0, notBefore: 40, firstID: 7, n: 1, crc: 3}}
 	final := appendTxRecord(nil, txRecCommit, encodeTxCommit("TX:s:1", locs), nil)
 	frames := txFrames(protocol.TxSyncCommit, msgs, "TX:s:1", final, 10)

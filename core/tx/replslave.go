@@ -372,7 +372,7 @@ func (m *Manager) applyCommit(s *Session, cm *txSyncCommit, opaque int32) {
 		t = nil
 	} else if msgs == nil {
 		for _, tm := range t.msgs {
-			msgs = append(msgs, replayedMsg{topic: tm.topic, partition: tm.p, e: tm.e})
+			msgs = append(msgs, replayedMsg{topic: tm.t.Name(), partition: tm.p, e: tm.e})
 		}
 	}
 	type batch struct {
@@ -386,7 +386,7 @@ func (m *Manager) applyCommit(s *Session, cm *txSyncCommit, opaque int32) {
 			s.peer.TxDone(opaque, "", plainErr("txsync: commit of "+cm.key+": this broker is not a slave"))
 			return
 		}
-		l, err := m.openLog(loc.topic, loc.partition)
+		_, l, err := m.openLog(loc.topic, loc.partition)
 		if err != nil {
 			m.mu.Unlock()
 			s.peer.TxDone(opaque, "", plainErr("txsync: commit of "+cm.key+": no partition "+loc.topic+"-"+strconv.Itoa(int(loc.partition))))

@@ -75,10 +75,10 @@ type tx struct {
 
 // txMsg is one buffered transactional message.
 type txMsg struct {
-	topic string
-	l     *store.Log
-	p     int32
-	e     store.Entry // Data is the transaction's own copy; ID is the put's
+	t Topic
+	l *store.Log
+	p int32
+	e store.Entry // Data is the transaction's own copy; ID is the put's
 }
 
 // Session is one connection's transactions: its local ones by canonical
@@ -226,9 +226,9 @@ func (m *Manager) RollbackLocal(s *Session, key string) error {
 }
 
 // Put is a transactional put: a message for partition p (log l) of topic
-// buffered in transaction key (xa: an XA one) of s. It returns the id the
-// message is stored with when the transaction commits.
-func (m *Manager) Put(s *Session, key string, xa bool, topic string, l *store.Log, p int32, e store.Entry) (int64, error) {
+// tp buffered in transaction key (xa: an XA one) of s. It returns the id
+// the message is stored with when the transaction commits.
+func (m *Manager) Put(s *Session, key string, xa bool, tp Topic, l *store.Log, p int32, e store.Entry) (int64, error) {
 	n := int64(len(e.Data))
 	cfg := m.config()
 	m.mu.Lock()
@@ -256,7 +256,7 @@ func (m *Manager) Put(s *Session, key string, xa bool, topic string, l *store.Lo
 	}
 	e.ID = m.host.NextID()
 	e.Data = append([]byte(nil), e.Data...)
-	tm := txMsg{topic: topic, l: l, p: p, e: e}
+	tm := txMsg{t: tp, l: l, p: p, e: e}
 	var head [128]byte
 	if _, err := m.j.write2(tr, txRecAppend, appendTxAppendHead(head[:0], key, &tm), tm.e.Data); err != nil {
 		m.mu.Unlock()
@@ -374,7 +374,7 @@ func (tc *txCommit) finish() {
 
 // txBatch is one partition's messages of a commit.
 type txBatch struct {
-	topic   string
+	t       Topic
 	l       *store.Log
 	p       int32
 	entries []store.Entry
@@ -390,7 +390,7 @@ func (m *Manager) countIn(batches []*txBatch) {
 		for i := range bt.entries {
 			size += int64(len(bt.entries[i].Data))
 		}
-		m.host.CountIn(bt.topic, bt.p, len(bt.entries), size)
+		bt.t.CountIn(bt.p, len(bt.entries), size)
 	}
 }
 
@@ -403,7 +403,7 @@ func txBatches(msgs []txMsg) []*txBatch {
 		m := &msgs[i]
 		bt := idx[m.l]
 		if bt == nil {
-			bt = &txBatch{topic: m.topic, l: m.l, p: m.p}
+			bt = &txBatch{t: m.t, l: m.l, p: m.p}
 			idx[m.l] = bt
 			batches = append(batches, bt)
 		}
@@ -460,7 +460,7 @@ func (m *Manager) startCommitLocked(s *Session, t *tx, opaque int32, heur bool) 
 	}
 	locs := make([]txBatchLoc, len(batches))
 	for i, bt := range batches {
-		locs[i] = txBatchLoc{topic: bt.topic, partition: bt.p, notBefore: bt.l.MaxOffset(),
+		locs[i] = txBatchLoc{topic: bt.t.Name(), partition: bt.p, notBefore: bt.l.MaxOffset(),
 			firstID: bt.entries[0].ID, n: len(bt.entries), crc: batchCRC(bt.entries)}
 	}
 	pos, err := m.j.write(t, txRecCommit, encodeTxCommit(key, locs))
@@ -513,7 +513,7 @@ func (m *Manager) appendCommit(s *Session, t *tx, batches []*txBatch, opaque int
 	tc := &txCommit{m: m, s: s, t: t, opaque: opaque, heur: heur, countdown: countdown{left: len(batches) + 1}, batches: batches}
 	for _, bt := range batches {
 		tc.logs = append(tc.logs, bt.l)
-		if m.host.ThresholdFlush(bt.topic) {
+		if bt.t.ThresholdFlush() {
 			tc.flush = true
 		}
 	}
