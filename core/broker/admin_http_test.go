@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"net"
 	"os"
 	"path/filepath"
@@ -54,7 +55,7 @@ func topicNames(t *testing.T, h *httpClient) []string {
 	code, body := h.get("/api/v1/topics")
 	require.Equal(t, 200, code, "%s", body)
 	var out struct {
-		Topics []topicJSON `json:"topics"`
+		Topics []httpapi.TopicInfo `json:"topics"`
 	}
 	require.NoError(t, json.Unmarshal(body, &out))
 	var names []string
@@ -136,7 +137,7 @@ func TestAdminTopicsLive(t *testing.T) {
 	post = func(path, body string) (int, []byte) { return h.do("POST", path, strings.NewReader(body)) }
 	code, body = h.get("/api/v1/topics/live")
 	require.Equal(t, 200, code, "%s", body)
-	var live topicJSON
+	var live httpapi.TopicInfo
 	require.NoError(t, json.Unmarshal(body, &live))
 	require.Equal(t, 5, live.Partitions)
 	require.Greater(t, live.PartitionList[4].MaxOffset, int64(0))
@@ -252,11 +253,11 @@ func TestAdminGroups(t *testing.T) {
 	require.Equal(t, 200, code2, "%s", body)
 	require.Contains(t, string(body), `"group": "g1"`)
 
-	describe := func() groupTopicJSON {
+	describe := func() httpapi.GroupTopic {
 		code, body := h.get("/api/v1/groups/g1")
 		require.Equal(t, 200, code, "%s", body)
 		var out struct {
-			Topics []groupTopicJSON `json:"topics"`
+			Topics []httpapi.GroupTopic `json:"topics"`
 		}
 		require.NoError(t, json.Unmarshal(body, &out))
 		require.Len(t, out.Topics, 1, "%s", body)

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"github.com/metaq-go/metaq/core/httpapi"
 	"net/http"
 	"strconv"
 	"strings"
@@ -46,18 +47,19 @@ func (b *Broker) audit(who, from, via, action string, details ...any) {
 	b.log.Info("audit: "+action, args...)
 }
 
-// httpAudit is audit for an HTTP request: its user and remote address;
-// the door is the dashboard for /ui/ paths, else the JSON API.
-func (b *Broker) httpAudit(r *http.Request, action string, details ...any) {
+// auditAs is audit for a change made over HTTP (httpapi.Actor: its
+// user, remote address and door).
+func (b *Broker) auditAs(a httpapi.Actor, action string, details ...any) {
 	who := "-"
-	if u := requestUser(r); u != nil {
-		who = shownName(u.Name)
+	if a.User != "" {
+		who = shownName(a.User)
 	}
-	via := "api"
-	if strings.HasPrefix(r.URL.Path, "/ui/") {
-		via = "dashboard"
-	}
-	b.audit(who, r.RemoteAddr, via, action, details...)
+	b.audit(who, a.Remote, a.Via, action, details...)
+}
+
+// httpAudit is audit for an HTTP request (httpapi.ActorOf).
+func (b *Broker) httpAudit(r *http.Request, action string, details ...any) {
+	b.auditAs(httpapi.ActorOf(r), action, details...)
 }
 
 // connAudit is audit for a wire-protocol connection.
@@ -71,7 +73,7 @@ func (c *conn) connAudit(action string, details ...any) {
 
 // auditChanges renders an offset plan's changes: "p0:100->200 p1:-1->0"
 // (-1: nothing was committed), at most auditMaxChanges of them.
-func auditChanges(cs []resetChange) string {
+func auditChanges(cs []httpapi.ResetChange) string {
 	var sb strings.Builder
 	for i, c := range cs {
 		if i == auditMaxChanges {

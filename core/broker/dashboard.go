@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -233,7 +234,7 @@ func (b *Broker) uiCluster(w http.ResponseWriter, r *http.Request) {
 // ---- topics ----
 
 type topicRow struct {
-	topicJSON
+	httpapi.TopicInfo
 	Rate    topicRate
 	HasRate bool
 }
@@ -286,10 +287,10 @@ func (b *Broker) uiTopic(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("altered"); s == strconv.Itoa(len(t.parts)) {
 		flash = "Topic " + t.name + " already has " + s + " partitions: nothing changed."
 	} else if s != "" {
-		flash = "Topic " + t.name + " now has " + strconv.Itoa(len(t.parts)) + " partitions (was " + s + "). Warning: " + KeyedOrderingWarning + "."
+		flash = "Topic " + t.name + " now has " + strconv.Itoa(len(t.parts)) + " partitions (was " + s + "). Warning: " + httpapi.KeyedOrderingWarning + "."
 	}
 	b.render(w, r, http.StatusOK, "topic", "Topic "+t.name, "topics", map[string]any{"Topic": b.topicJSON(t, true), "Rate": rt, "HasRate": ok, "Throughput": b.rateTrend(t.name),
-		"Warning": KeyedOrderingWarning, "MaxPartitions": conf.MaxPartitions,
+		"Warning": httpapi.KeyedOrderingWarning, "MaxPartitions": conf.MaxPartitions,
 		"Browse": b.httpViewer(r).authorize(security.Subscribe, t.name) == nil}, flash) // browse links only for a subscriber
 }
 
@@ -306,7 +307,7 @@ func (b *Broker) uiAlterPartitions(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.PostForm.Get("ack_ordering") != "yes" {
 		b.uiError(w, r, http.StatusBadRequest, "tick the box that acknowledges the warning to change the partition count of "+
-			quoteName(name)+": "+KeyedOrderingWarning)
+			quoteName(name)+": "+httpapi.KeyedOrderingWarning)
 		return
 	}
 	old, err := b.AddPartitions(name, n)
@@ -314,7 +315,7 @@ func (b *Broker) uiAlterPartitions(w http.ResponseWriter, r *http.Request) {
 		b.uiError(w, r, topicErrCode(err), "cannot change the partitions of topic "+quoteName(name)+": "+err.Error())
 		return
 	}
-	b.auditAlter(r, name, old, n)
+	b.auditAlter(httpapi.ActorOf(r), name, old, n)
 	http.Redirect(w, r, "/ui/topics/"+url.PathEscape(name)+"?altered="+strconv.Itoa(old), http.StatusSeeOther)
 }
 
@@ -511,7 +512,7 @@ func (b *Broker) uiCreateTopic(w http.ResponseWriter, r *http.Request) {
 		b.uiError(w, r, topicErrCode(err), "cannot create topic "+quoteName(name)+": "+err.Error())
 		return
 	}
-	b.auditCreate(r, name)
+	b.auditCreate(httpapi.ActorOf(r), name)
 	http.Redirect(w, r, "/ui/topics?created="+url.QueryEscape(name), http.StatusSeeOther)
 }
 
@@ -548,7 +549,7 @@ func (b *Broker) uiDeleteTopic(w http.ResponseWriter, r *http.Request) {
 
 func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 	type row struct {
-		*groupEntry
+		*httpapi.GroupEntry
 		Lag    int64
 		HasLag bool
 		// ZooKeeper's members subscribing the topic and owners of its
@@ -560,7 +561,7 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 	var rows []row
 	lags := b.lagsNow()
 	for _, g := range b.groupListFor(v) { // the user's groups, on topics they may subscribe to
-		x := row{groupEntry: g}
+		x := row{GroupEntry: g}
 		x.Lag, x.HasLag = lags[groupTopic{g.Group, g.Topic}]
 		x.AllMembers = g.Members
 		rows = append(rows, x)
@@ -592,7 +593,7 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 				k := groupTopic{g.Group, t}
 				i, ok := at[k]
 				if !ok {
-					rows = append(rows, row{groupEntry: &groupEntry{Group: g.Group, Topic: t, Note: "in ZooKeeper; its partitions are on other brokers"}})
+					rows = append(rows, row{GroupEntry: &httpapi.GroupEntry{Group: g.Group, Topic: t, Note: "in ZooKeeper; its partitions are on other brokers"}})
 					i = len(rows) - 1
 					at[k] = i
 				}
@@ -658,7 +659,7 @@ func (b *Broker) uiGroupName(w http.ResponseWriter, r *http.Request) (string, bo
 }
 
 type groupTopicView struct {
-	groupTopicJSON
+	httpapi.GroupTopic
 	Trend []lagPoint
 }
 
@@ -745,17 +746,17 @@ func (b *Broker) uiGroup(w http.ResponseWriter, r *http.Request) {
 	flash := ""
 	q := r.URL.Query()
 	if t := q.Get("reset"); t != "" {
-		flash = "Offsets of topic " + t + " reset. " + resetNote + "."
+		flash = "Offsets of topic " + t + " reset. " + httpapi.ResetNote + "."
 	} else if s := q.Get("skipped"); s != "" {
-		flash = "Skipped " + s + " to its end. " + resetNote + "."
+		flash = "Skipped " + s + " to its end. " + httpapi.ResetNote + "."
 	}
 	b.render(w, r, http.StatusOK, "group", "Group "+group, "groups", map[string]any{"Group": group, "Topics": views, "Every": dashSampleEvery,
 		"ZooKeeper": b.config().ZooKeeper.Enabled(), "ZKMembers": zkMembers, "Elsewhere": elsewhere, "ZKErr": zkErr}, flash)
 }
 
 // resetForm parses the reset and skip forms into a request.
-func resetForm(f url.Values) (resetRequest, error) {
-	req := resetRequest{Topic: f.Get("topic"), To: f.Get("to")}
+func resetForm(f url.Values) (httpapi.ResetRequest, error) {
+	req := httpapi.ResetRequest{Topic: f.Get("topic"), To: f.Get("to")}
 	if s := f.Get("partition"); s != "" && s != "all" {
 		p, err := strconv.Atoi(s)
 		if err != nil {
@@ -775,19 +776,19 @@ func resetForm(f url.Values) (resetRequest, error) {
 
 // planDigest names a plan: Apply carries the dry run's, and is refused if
 // the offsets moved meanwhile.
-func planDigest(group string, p *resetPlan) string {
+func planDigest(group string, p *httpapi.ResetPlan) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s", group, p.topic.name)
-	for _, c := range p.changes {
+	fmt.Fprintf(h, "%s\x00%s", group, p.Topic)
+	for _, c := range p.Changes {
 		fmt.Fprintf(h, "\x00%d:%d:%d", c.Partition, c.From, c.To)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 
 func (b *Broker) resetErrPage(w http.ResponseWriter, r *http.Request, err error) {
-	var re *resetError
+	var re *httpapi.RequestError
 	if errors.As(err, &re) {
-		b.uiError(w, r, re.Code, re.Msg)
+		b.uiError(w, r, re.Status, re.Msg)
 		return
 	}
 	b.uiError(w, r, http.StatusInternalServerError, err.Error())
@@ -814,11 +815,11 @@ func (b *Broker) uiReset(w http.ResponseWriter, r *http.Request) {
 	code, msg := http.StatusOK, ""
 	if r.PostForm.Get("action") == "apply" {
 		if r.PostForm.Get("plan") == digest {
-			if err := b.applyReset(ctx, r, group, req.To, plan); err != nil {
+			if err := b.applyReset(ctx, httpapi.ActorOf(r), group, req.To, plan); err != nil {
 				b.resetErrPage(w, r, err)
 				return
 			}
-			http.Redirect(w, r, "/ui/groups/"+url.PathEscape(group)+"?reset="+url.QueryEscape(plan.topic.name), http.StatusSeeOther)
+			http.Redirect(w, r, "/ui/groups/"+url.PathEscape(group)+"?reset="+url.QueryEscape(plan.Topic), http.StatusSeeOther)
 			return
 		}
 		code, msg = http.StatusConflict, "The offsets changed since the dry run (or there was none): nothing was written. Here is the dry run again."
@@ -832,8 +833,8 @@ func (b *Broker) uiReset(w http.ResponseWriter, r *http.Request) {
 		part = strconv.Itoa(*req.Partition)
 	}
 	b.render(w, r, code, "reset", "Reset offsets of "+group, "groups", map[string]any{
-		"Group": group, "Topic": plan.topic.name, "Partition": part, "To": req.To, "Offset": off,
-		"Changes": plan.changes, "Plan": digest, "Note": resetNote, "Warn": msg,
+		"Group": group, "Topic": plan.Topic, "Partition": part, "To": req.To, "Offset": off,
+		"Changes": plan.Changes, "Plan": digest, "Note": httpapi.ResetNote, "Warn": msg,
 	}, "")
 }
 
@@ -856,13 +857,13 @@ func (b *Broker) uiSkip(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	plan, err := b.planReset(ctx, group, req)
 	if err == nil {
-		err = b.applyReset(ctx, r, group, skipTo, plan)
+		err = b.applyReset(ctx, httpapi.ActorOf(r), group, httpapi.SkipTo, plan)
 	}
 	if err != nil {
 		b.resetErrPage(w, r, err)
 		return
 	}
-	http.Redirect(w, r, "/ui/groups/"+url.PathEscape(group)+"?skipped="+url.QueryEscape(plan.topic.name+" partition "+strconv.Itoa(*req.Partition)), http.StatusSeeOther)
+	http.Redirect(w, r, "/ui/groups/"+url.PathEscape(group)+"?skipped="+url.QueryEscape(plan.Topic+" partition "+strconv.Itoa(*req.Partition)), http.StatusSeeOther)
 }
 
 // ---- config, plugins ----
@@ -895,4 +896,25 @@ func humanBytes(n int64) string {
 		i++
 	}
 	return strconv.FormatFloat(f, 'f', 1, 64) + " " + "BKMGTPE"[i:i+1] + "iB"
+}
+
+// groupTopics returns the topics to describe for group: ?topic= (which
+// needs subscribe on it: err is security.Authorize's refusal) or those
+// the group committed here or is coordinated here for that the viewer
+// may subscribe to.
+func (b *Broker) groupTopics(r *http.Request, group string) ([]string, error) {
+	v := b.httpViewer(r)
+	if t := r.URL.Query().Get("topic"); t != "" {
+		if err := v.authorize(security.Subscribe, t); err != nil {
+			return nil, err
+		}
+		return []string{t}, nil
+	}
+	var out []string
+	for _, t := range b.knownGroupTopics(group) {
+		if v.authorize(security.Subscribe, t) == nil {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }

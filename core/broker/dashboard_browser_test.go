@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -471,7 +472,7 @@ func TestDashboardBrowserAuth(t *testing.T) {
 	refused("/ui/topics")
 	// Alter and delete, from the topic's page.
 	alice.open(t, base+"/ui/topics/t", "#alter-topic")
-	require.Contains(t, alice.text(t, "#ordering-warning"), KeyedOrderingWarning)
+	require.Contains(t, alice.text(t, "#ordering-warning"), httpapi.KeyedOrderingWarning)
 	alice.run(t, chromedp.SetValue(chromedp.CSS("#alter-partitions"), "4"), chromedp.Click(chromedp.CSS("#alter-ack")),
 		chromedp.Click(chromedp.CSS("#alter-submit")), chromedp.WaitVisible(chromedp.CSS("#error")))
 	refused("/ui/topics/t/partitions")
@@ -502,7 +503,7 @@ func TestDashboardBrowserAuth(t *testing.T) {
 	require.Contains(t, root.text(t, "header .who"), "root (admin)")
 	root.run(t, chromedp.SetValue(chromedp.CSS("#alter-partitions"), "4"), chromedp.Click(chromedp.CSS("#alter-ack")),
 		chromedp.Click(chromedp.CSS("#alter-submit")), chromedp.WaitVisible(chromedp.CSS("#flash")))
-	require.Contains(t, root.text(t, "#flash"), "Topic t now has 4 partitions (was 2). Warning: "+KeyedOrderingWarning)
+	require.Contains(t, root.text(t, "#flash"), "Topic t now has 4 partitions (was 2). Warning: "+httpapi.KeyedOrderingWarning)
 	require.Contains(t, root.text(t, "#partitions"), "3\t0\t0\t0")
 	b.mu.RLock()
 	require.Len(t, b.topics["t"].parts, 4)
@@ -512,7 +513,7 @@ func TestDashboardBrowserAuth(t *testing.T) {
 	req.SetBasicAuth("alice", "alice-pw")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	var tj topicJSON
+	var tj httpapi.TopicInfo
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&tj))
 	resp.Body.Close()
 	require.Equal(t, 4, tj.Partitions, "the API sees the new count")

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"github.com/metaq-go/metaq/core/httpapi"
 	"html/template"
 	"io"
 	"net/http"
@@ -282,7 +283,7 @@ func TestDashboardAlterPartitions(t *testing.T) {
 	require.Equal(t, 200, w.Code, "%s", w.Body)
 	body := w.Body.String()
 	require.Contains(t, body, `id="alter-topic"`)
-	require.Contains(t, body, template.HTMLEscapeString(KeyedOrderingWarning))
+	require.Contains(t, body, template.HTMLEscapeString(httpapi.KeyedOrderingWarning))
 	tok := csrfField.FindStringSubmatch(body)
 	require.NotNil(t, tok)
 	alter := func(topic string, f url.Values) *httptest.ResponseRecorder {
@@ -315,7 +316,7 @@ func TestDashboardAlterPartitions(t *testing.T) {
 	require.Equal(t, "/ui/topics/t?altered=2", w.Header().Get("Location"))
 	require.Len(t, b.topics["t"].parts, 5)
 	w = dashDo(t, h, "GET", "/ui/topics/t?altered=2", nil, nil)
-	require.Contains(t, w.Body.String(), "Topic t now has 5 partitions (was 2). Warning: "+template.HTMLEscapeString(KeyedOrderingWarning))
+	require.Contains(t, w.Body.String(), "Topic t now has 5 partitions (was 2). Warning: "+template.HTMLEscapeString(httpapi.KeyedOrderingWarning))
 	// The API and topics.toml see it.
 	w = dashDo(t, h, "GET", "/api/v1/topics/t", nil, nil)
 	require.Contains(t, w.Body.String(), `"partitions": 5,`)

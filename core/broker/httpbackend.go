@@ -1,16 +1,21 @@
 package broker
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/httpapi"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -37,7 +42,6 @@ func (b *Broker) newHTTPServer(cfg *conf.Config) *httpapi.Server {
 		Log:      b.log,
 		ErrorLog: b.httpErrorLog(), // tlsfail.go: TLS handshake errors counted and throttled
 		Routes: func(mux *http.ServeMux, user, admin func(pattern string, h http.HandlerFunc)) {
-			b.adminRoutes(user, admin)     // admin_http.go
 			b.dashRoutes(mux, user, admin) // dashboard.go
 		},
 		UIError: b.uiError,
@@ -150,6 +154,183 @@ func (b *Broker) readiness() []readyCheck {
 		s = append(s, c)
 	}
 	return s
+}
+
+// viewerOf is the broker's viewer of v.
+func viewerOf(v security.Viewer) viewer { return viewer{on: v.On, u: v.User} }
+
+// Topics lists the topics v may see.
+func (h httpBackend) Topics(v security.Viewer) []httpapi.TopicInfo {
+	var out []httpapi.TopicInfo
+	for _, t := range h.b.visibleTopics(viewerOf(v)) {
+		out = append(out, h.b.topicJSON(t, false))
+	}
+	return out
+}
+
+// noTopic is the HTTP refusal of a topic not open here.
+func noTopic(name string) error {
+	return &httpapi.RequestError{Status: http.StatusNotFound, Msg: "no such topic: " + quoteName(name)}
+}
+
+// Topic describes topic name with its partitions.
+func (h httpBackend) Topic(name string) (httpapi.TopicInfo, error) {
+	b := h.b
+	b.mu.RLock()
+	t := b.topics[name]
+	b.mu.RUnlock()
+	if t == nil {
+		return httpapi.TopicInfo{}, noTopic(name)
+	}
+	b.countOut() // messages_out (msgsout.go)
+	return b.topicJSON(t, true), nil
+}
+
+// topicRefusal is a topic change's error with its HTTP status.
+func topicRefusal(err error) error {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, errTopicExists):
+		code = http.StatusConflict
+	case errors.Is(err, partition.ErrNoTopic):
+		code = http.StatusNotFound
+	case errors.Is(err, errTopicInvalid):
+		code = http.StatusBadRequest
+	case errors.Is(err, errBrokerClosed):
+		code = http.StatusServiceUnavailable
+	}
+	return &httpapi.RequestError{Status: code, Msg: err.Error()}
+}
+
+// CreateTopic creates t for a.
+func (h httpBackend) CreateTopic(a httpapi.Actor, t conf.Topic) error {
+	if err := h.b.CreateTopic(t); err != nil {
+		return topicRefusal(err)
+	}
+	h.b.auditCreate(a, t.Name)
+	return nil
+}
+
+// DeleteTopic deletes topic name for a.
+func (h httpBackend) DeleteTopic(a httpapi.Actor, name string, deleteData bool) error {
+	if err := h.b.DeleteTopic(name, deleteData); err != nil {
+		return topicRefusal(err)
+	}
+	h.b.auditAs(a, auditTopicDelete, "topic", name, "delete_data", deleteData)
+	return nil
+}
+
+// AddPartitions gives topic name n partitions for a.
+func (h httpBackend) AddPartitions(a httpapi.Actor, name string, n int) (int, error) {
+	old, err := h.b.AddPartitions(name, n)
+	if err != nil {
+		return 0, topicRefusal(err)
+	}
+	h.b.auditAlter(a, name, old, n)
+	return old, nil
+}
+
+// Groups lists the groups v may see (admin_http.go).
+func (h httpBackend) Groups(v security.Viewer) []*httpapi.GroupEntry {
+	return h.b.groupListFor(viewerOf(v))
+}
+
+// GroupTopics are the topics known for group.
+func (h httpBackend) GroupTopics(group string) []string { return h.b.knownGroupTopics(group) }
+
+// DescribeGroup describes group on topics.
+func (h httpBackend) DescribeGroup(ctx context.Context, group string, topics []string) ([]httpapi.GroupTopic, error) {
+	out, err := h.b.describeGroup(ctx, group, topics)
+	switch {
+	case errors.Is(err, partition.ErrNoTopic):
+		return nil, &httpapi.RequestError{Status: http.StatusNotFound, Msg: err.Error()}
+	case err != nil:
+		return nil, h.b.offsetStoreError(err)
+	}
+	return out, nil
+}
+
+// PlanReset plans a reset of group's offsets.
+func (h httpBackend) PlanReset(ctx context.Context, group string, req httpapi.ResetRequest) (*httpapi.ResetPlan, error) {
+	return h.b.planReset(ctx, group, req)
+}
+
+// ApplyReset writes plan for a.
+func (h httpBackend) ApplyReset(ctx context.Context, a httpapi.Actor, group, to string, plan *httpapi.ResetPlan) error {
+	return h.b.applyReset(ctx, a, group, to, plan)
+}
+
+// Summary is the broker's counters as v sees them.
+func (h httpBackend) Summary(v security.Viewer) httpapi.Summary {
+	b := h.b
+	var msgs int64
+	topics := b.visibleTopics(viewerOf(v))
+	for _, t := range topics {
+		for _, l := range t.parts {
+			msgs += l.MessageCount()
+		}
+	}
+	return httpapi.Summary{
+		PID:                 os.Getpid(),
+		BrokerID:            b.config().BrokerID,
+		Version:             Version,
+		UptimeSeconds:       int64(time.Since(b.start) / time.Second),
+		Connections:         b.stats.connections.Load(),
+		Goroutines:          runtime.NumGoroutine(),
+		CmdPut:              b.stats.cmdPut.Load(),
+		CmdGet:              b.stats.cmdGet.Load(),
+		CmdOffset:           b.stats.cmdOffset.Load(),
+		CmdCommit:           b.offsets.commits.Load(),
+		CmdFetch:            b.offsets.fetches.Load(),
+		GetMiss:             b.stats.getMiss.Load(),
+		PutFailed:           b.stats.putFailed.Load(),
+		CommitFailed:        b.offsets.commitFailed.Load(),
+		ProtocolErrors:      b.stats.protocolErrors.Load(),
+		RefusedConnections:  b.stats.refusedConns.Load(),
+		TimedOutConnections: b.stats.timedOutConns.Load(),
+		AuthFailures:        b.stats.authFailures.Load(),
+		AuthThrottled:       b.stats.authThrottled.Load(),
+		UnauthEvicted:       b.unauth.evicted.Load(),
+		AuthTimeouts:        b.unauth.timeouts.Load(),
+		DiskFullRejects:     b.disks.rejects.Load(),
+		DiskUsedRatio:       b.disks.maxUsed(),
+		BufferedBytes:       b.budget.used.Load(),
+		TxCommit:            b.txm.Counts().Commits,
+		TxRollback:          b.txm.Counts().Rollbacks,
+		Topics:              len(topics),
+		TotalMessages:       msgs,
+		ConfigChecksum:      b.configChecksum(),
+	}
+}
+
+// Cluster is the broker's place in its cluster.
+func (h httpBackend) Cluster() httpapi.ClusterInfo {
+	b := h.b
+	c := httpapi.ClusterInfo{BrokerID: b.config().BrokerID, Mode: "local", Role: "master", // slaves come with replication (issue 11)
+		HTTPAddr: b.HTTPAddr(), Registered: b.Registered(), Serving: b.serving.Load()}
+	if c.Serving { // ln and tlsLn are set
+		addr, tlsAddr := b.Addr(), b.TLSAddr()
+		c.Addr, c.TLSAddr = &addr, &tlsAddr
+	}
+	if b.config().ZooKeeper.Enabled() {
+		// zookeeper.connect is secret (it may carry credentials): only
+		// the root is shown.
+		root := b.config().ZooKeeper.Root
+		c.Mode, c.ZooKeeperRoot = "cluster", &root
+	}
+	return c
+}
+
+// Plugins lists the plugin processes.
+func (h httpBackend) Plugins() []httpapi.PluginInfo {
+	var out []httpapi.PluginInfo
+	if h.b.plugins != nil {
+		for _, i := range h.b.plugins.List() {
+			out = append(out, httpapi.PluginInfo{Kind: string(i.Kind), Name: i.Name, Version: i.Version, PID: i.PID, State: i.State,
+				Restarts: i.Restarts, Calls: i.Calls, Errors: i.Errors, Generation: i.Generation, LastError: i.LastError})
+		}
+	}
+	return out
 }
 
 // Helpers of the HTTP handlers still in this package (admin_http.go,

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/json"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"io"
 	"net"
 	"net/http"
@@ -75,7 +76,7 @@ func groupOffset(t testing.TB, b *Broker, g string) int64 {
 	code, body := guardReq(t, b, "GET", "/api/v1/groups/"+g+"?topic=t", "", map[string]string{"Authorization": basic("root", "root-pw")})
 	require.Equal(t, 200, code, "%s", body)
 	var out struct {
-		Topics []groupTopicJSON `json:"topics"`
+		Topics []httpapi.GroupTopic `json:"topics"`
 	}
 	require.NoError(t, json.Unmarshal(body, &out), "%s", body)
 	return out.Topics[0].Partitions[0].Committed

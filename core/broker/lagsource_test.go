@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -37,7 +38,7 @@ func zkCreateAll(t *testing.T, c *zk.Conn, path string, data string) {
 }
 
 // groupEntryOf returns the group list's entry of group and topic, or nil.
-func groupEntryOf(b *Broker, group, topic string) *groupEntry {
+func groupEntryOf(b *Broker, group, topic string) *httpapi.GroupEntry {
 	for _, e := range b.groupList() {
 		if e.Group == group && e.Topic == topic {
 			return e
@@ -119,7 +120,7 @@ func TestLagFromZooKeeper(t *testing.T) {
 	w := dashDo(t, h, "GET", "/api/v1/groups/g-zk", nil, nil)
 	require.Equal(t, 200, w.Code, "%s", w.Body)
 	var desc struct {
-		Topics []groupTopicJSON `json:"topics"`
+		Topics []httpapi.GroupTopic `json:"topics"`
 	}
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &desc))
 	require.Len(t, desc.Topics, 1)

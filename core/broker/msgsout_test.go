@@ -3,6 +3,7 @@ package broker
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -129,7 +130,7 @@ func TestMessagesOutAndLag(t *testing.T) {
 		code, body := h.get("/api/v1/groups/g")
 		require.Equal(t, 200, code, "%s", body)
 		var g struct {
-			Topics []groupTopicJSON `json:"topics"`
+			Topics []httpapi.GroupTopic `json:"topics"`
 		}
 		require.NoError(t, json.Unmarshal(body, &g))
 		require.Len(t, g.Topics, 1)
@@ -153,7 +154,7 @@ func TestMessagesOutAndLag(t *testing.T) {
 
 		code, body = h.get("/api/v1/topics/t")
 		require.Equal(t, 200, code, "%s", body)
-		var tj topicJSON
+		var tj httpapi.TopicInfo
 		require.NoError(t, json.Unmarshal(body, &tj))
 		var out int64
 		for _, pj := range tj.PartitionList {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -33,4 +34,38 @@ type Backend interface {
 	MetricsHandler() http.Handler
 	// Metrics gathers every series, for the filtered scrapes.
 	Metrics() prometheus.Gatherer
+
+	// Topics lists the open topics v may see, without their partitions.
+	Topics(v security.Viewer) []TopicInfo
+	// Topic describes an open topic with its partitions (a 404
+	// *RequestError when there is none).
+	Topic(name string) (TopicInfo, error)
+	// CreateTopic, DeleteTopic and AddPartitions change the topics for
+	// a (audited). Refusals are *RequestError carrying the status and the
+	// broker's text.
+	CreateTopic(a Actor, t conf.Topic) error
+	DeleteTopic(a Actor, name string, deleteData bool) error
+	AddPartitions(a Actor, name string, n int) (old int, err error)
+
+	// Groups lists the groups and topics known here that v may see.
+	Groups(v security.Viewer) []*GroupEntry
+	// GroupTopics are the topics group committed here or is coordinated
+	// here for, sorted.
+	GroupTopics(group string) []string
+	// DescribeGroup reads group's committed offsets and lag on topics
+	// (a 404 *RequestError for a topic not open here, 502 for the offset
+	// store failing).
+	DescribeGroup(ctx context.Context, group string, topics []string) ([]GroupTopic, error)
+	// PlanReset checks a reset and returns what it changes; ApplyReset
+	// writes it for a (to is req.To, or SkipTo). Refusals are
+	// *RequestError.
+	PlanReset(ctx context.Context, group string, req ResetRequest) (*ResetPlan, error)
+	ApplyReset(ctx context.Context, a Actor, group, to string, plan *ResetPlan) error
+
+	// Summary is the broker's counters, topics counted as v sees them.
+	Summary(v security.Viewer) Summary
+	// Cluster is the broker's place in its cluster.
+	Cluster() ClusterInfo
+	// Plugins lists the plugin processes.
+	Plugins() []PluginInfo
 }

@@ -241,6 +241,7 @@ func (s *Server) Handler() http.Handler {
 	open("GET /healthz", s.handleHealthz)
 	open("GET /readyz", s.handleReadyz)
 	user("GET /metrics", s.handleMetrics)
+	s.adminRoutes(user, admin) // admin.go
 	if s.routes != nil {
 		s.routes(mux, user, admin)
 	}
