@@ -154,8 +154,8 @@ func (c *conn) TxPending(n int) { c.addPending(n) }
 // TxDone implements tx.Peer.
 func (c *conn) TxDone(opaque int32, body string, err error) { c.txReply(opaque, body, err) }
 
-// TxAudit implements tx.Peer.
-func (c *conn) TxAudit(action string, details ...any) { c.connAudit(action, details...) }
+// TxHeuristic implements tx.Peer (audit.go).
+func (c *conn) TxHeuristic(details ...any) { c.connAudit(auditHeuristic, details...) }
 
 // txHost is the broker as the transactions' tx.Host.
 type txHost struct{ partSource }

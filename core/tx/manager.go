@@ -115,12 +115,10 @@ type Peer interface {
 	TxPending(n int)
 	// TxDone answers the request opaque: body if err is nil.
 	TxDone(opaque int32, body string, err error)
-	// TxAudit records an audited action (heuristic completions).
-	TxAudit(action string, details ...any)
+	// TxHeuristic audits a heuristic completion (details: slog
+	// key/value pairs).
+	TxHeuristic(details ...any)
 }
-
-// AuditHeuristic is the audit action of a heuristic completion.
-const AuditHeuristic = "tx.heuristic"
 
 // Counts are the transactions' counters since start.
 type Counts struct {

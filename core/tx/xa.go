@@ -207,7 +207,7 @@ func (m *Manager) CommitXA(s *Session, key string, how How, opaque int32) {
 		return
 	}
 	if how == HeuristicCommit {
-		s.peer.TxAudit(AuditHeuristic, "xid", key, "outcome", "commit", "state", t.state.String())
+		s.peer.TxHeuristic("xid", key, "outcome", "commit", "state", t.state.String())
 	}
 	m.startCommitLocked(s, t, opaque, how == HeuristicCommit)
 }
@@ -237,7 +237,7 @@ func (m *Manager) RollbackXA(s *Session, key string, heuristic bool) error {
 	pos := m.journalEnd(t, txRecRollback)
 	if heuristic {
 		pos = max(pos, m.recordHeuristicLocked(key, heurRolledBack))
-		s.peer.TxAudit(AuditHeuristic, "xid", key, "outcome", "rollback", "prepared", wasPrepared)
+		s.peer.TxHeuristic("xid", key, "outcome", "rollback", "prepared", wasPrepared)
 	}
 	m.mu.Unlock()
 	ferr := m.j.force(pos)
