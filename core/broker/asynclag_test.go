@@ -45,7 +45,7 @@ func BenchmarkAsyncLag(b *testing.B) {
 			m := replBrokerOpts(b, zkAddr, root, b.TempDir(), "", -1, mod, quiet)
 			s := replBrokerOpts(b, zkAddr, root, b.TempDir(), "", 1, mod, quiet)
 			deadline := time.Now().Add(15 * time.Second)
-			for statsMap(s.slave.statsLines)["slave_connected"] != "true" {
+			for !s.slave.Status().Connected {
 				if time.Now().After(deadline) {
 					b.Fatal("the slave did not connect")
 				}
@@ -135,7 +135,7 @@ func runAsyncLag(b *testing.B, m, s *Broker, parts, rate int, d time.Duration) l
 	go func() { // the lag the slave reports
 		defer pollWG.Done()
 		for {
-			if v := statInt(statsMap(s.slave.statsLines), "slave_lag_ms"); v > statsMax.Load() {
+			if v := s.slave.Status().LagMs; v > statsMax.Load() {
 				statsMax.Store(v)
 			}
 			select {

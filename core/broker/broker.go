@@ -29,6 +29,7 @@ import (
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/tx"
 	"github.com/metaq-go/metaq/plugins/host"
@@ -69,14 +70,6 @@ type Options struct {
 	// (a slave's master, a sync master's slave) to the one to dial, so
 	// that a fault proxy can sit between them.
 	replAddr func(addr string) string
-}
-
-// replDialAddr is the address to dial for replication peer addr.
-func (b *Broker) replDialAddr(addr string) string {
-	if b.opts.replAddr != nil {
-		return b.opts.replAddr(addr)
-	}
-	return addr
 }
 
 // Broker is one metaq-go broker.
@@ -151,9 +144,9 @@ type Broker struct {
 	// txm is the transactions and their journal (core/tx, txglue.go),
 	// opened by New once the topics are.
 	txm *tx.Manager
-	// slave is the replication state of a slave (replica.go); nil for a
-	// master.
-	slave *slaveState
+	// slave is the replication state of a slave (core/repl, replica.go);
+	// nil for a master.
+	slave *repl.Slave
 	// sync is the sync replication state of a master with replication =
 	// "sync" (syncrepl.go, core/repl); nil otherwise. The transactions
 	// (txm) are registered on it as its repl.Extension (repl.go).
@@ -235,15 +228,14 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	b.startCtx, b.startCancel = context.WithCancel(context.Background())
 	b.initLogging(cfg)
 	if cfg.IsSlave() {
-		b.slave = newSlaveState(b)
+		b.slave = repl.NewSlave(repl.FromConf(cfg), cfg.SlaveID, slaveHost{partSource{b}}, b.log)
 	} else if cfg.Replication == conf.ReplicationSync {
 		b.sync = newSyncMaster(b)
 	}
 	if cfg.Failover && !cfg.IsSlave() {
 		// It rejoins as slave failover_slave_id if another member takes
 		// the epoch (rejoin.go).
-		b.slave = newSlaveState(b)
-		b.slave.id = cfg.FailoverSlaveID
+		b.slave = repl.NewSlave(repl.FromConf(cfg), cfg.FailoverSlaveID, slaveHost{partSource{b}}, b.log)
 	}
 	if cfg.Failover {
 		b.fo = newFailover(b)
@@ -579,7 +571,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		b.fo.startSlave() // rejoin.go: replica.go's loop
 	case b.slave != nil && b.fo == nil:
 		b.wg.Add(1)
-		go b.slave.run() // replica.go
+		go b.runSlave() // core/repl
 	case b.sync != nil && b.fo == nil:
 		b.wg.Add(1)
 		go b.sync.run() // syncrepl.go; with failover it runs while holding the epoch (become)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/partition"
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -120,8 +121,8 @@ type dashPage struct {
 
 func (b *Broker) role() string {
 	switch {
-	case b.copying():
-		return "slave " + strconv.Itoa(b.slave.id)
+	case b.replRole() == repl.RoleSlave:
+		return "slave " + strconv.Itoa(b.slave.ID())
 	case b.sync != nil:
 		return "master (sync replication)"
 	}
@@ -217,8 +218,8 @@ func (b *Broker) uiCluster(w http.ResponseWriter, r *http.Request) {
 	if b.serving.Load() {
 		v.Addr, v.TLSAddr = b.Addr(), b.TLSAddr()
 	}
-	if b.copying() {
-		v.Slave = kvLines(b.slave.statsLines)
+	if b.replRole() == repl.RoleSlave {
+		v.Slave = kvLines(func(kv func(k string, v any)) { slaveStatsLines(b.slave.Status(), kv) })
 	}
 	if b.sync != nil {
 		v.Sync = kvLines(func(kv func(k string, v any)) { syncStatsLines(b.sync.Status(), kv) })

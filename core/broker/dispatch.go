@@ -8,6 +8,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/partition"
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -17,10 +18,11 @@ func (c *conn) dispatch(r *protocol.Request) {
 	if !c.authorize(r) { // auth.go
 		return
 	}
-	if c.b.slave != nil && (c.b.fo == nil || c.b.fo.isSlave()) && c.slaveRefuses(r) { // replica.go
+	role := c.b.replRole()                           // repl.go
+	if role == repl.RoleSlave && c.slaveRefuses(r) { // replica.go
 		return
 	}
-	if c.b.fo != nil && !c.b.fo.isSlave() && c.failoverRefuses(r) { // failover.go
+	if c.b.fo != nil && role != repl.RoleSlave && c.failoverRefuses(r) { // failover.go
 		return
 	}
 	switch r.Op {
@@ -47,13 +49,13 @@ func (c *conn) dispatch(r *protocol.Request) {
 	case protocol.OpTransaction:
 		c.handleTransaction(r) // tx.go
 	case protocol.OpSync:
-		if c.b.slave != nil && (c.b.fo == nil || c.b.fo.isSlave()) {
+		if role == repl.RoleSlave {
 			c.handleSync(r) // syncslave.go
 		} else {
 			c.reply(protocol.StatusInternalError, "sync refused: this broker is not a slave", r.Opaque)
 		}
 	case protocol.OpTxSync:
-		if c.b.slave != nil && (c.b.fo == nil || c.b.fo.isSlave()) {
+		if role == repl.RoleSlave {
 			c.handleTxSync(r) // txreplslave.go
 		} else {
 			c.reply(protocol.StatusInternalError, "txsync refused: this broker is not a slave", r.Opaque)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -65,7 +66,9 @@ type failover struct {
 	st      time.Duration
 	unclean bool
 
-	role   atomic.Int32
+	// role is where the member is in the failover state machine
+	// (repl.Role: its transitions are listed in core/repl/role.go).
+	role   *repl.RoleVar
 	epoch  atomic.Int64
 	lease  atomic.Int64 // monoNow until which acknowledgements may go out
 	sess   atomic.Int64 // ZooKeeper session the epoch was claimed under
@@ -77,16 +80,9 @@ type failover struct {
 	// clearing is set while clearInSyncSoon runs.
 	clearing atomic.Bool
 	// rejoin.go: the epochs recorded in data_dir/epochs (under bookMu);
-	// starting while a promoted slave records its epoch (puts refused),
-	// draining while a switchover waits for the slave (puts refused),
-	// handing while one runs, handover once it fenced this member (no
-	// claim again); the loops running.
+	// the loops running (one of each at a time).
 	bookMu       sync.Mutex
-	book         *epochBook
-	starting     atomic.Bool
-	draining     atomic.Bool
-	handing      atomic.Bool
-	handover     atomic.Bool
+	book         *repl.EpochBook
 	claiming     atomic.Bool
 	slaveRunning atomic.Bool
 	syncRunning  atomic.Bool
@@ -102,25 +98,18 @@ type failover struct {
 	seenMaster bool
 }
 
-// Failover roles.
-const (
-	foSlave   = iota // copying from the holder
-	foMaster         // holds the epoch
-	foStandby        // the master, waiting to claim (or fenced)
-)
-
 func newFailover(b *Broker) *failover {
 	f := &failover{b: b, st: time.Duration(b.config().ZooKeeper.SessionTimeout) * time.Millisecond,
 		unclean: b.config().UncleanElection}
 	f.member.Store(int32(b.config().SlaveID))
 	if b.config().IsSlave() {
-		f.role.Store(foSlave)
+		f.role = repl.NewRoleVar(repl.RoleSlave)
 	} else {
-		f.role.Store(foStandby)
+		f.role = repl.NewRoleVar(repl.RoleFenced) // until it claims
 		f.setWhy("not holding the epoch yet")
 	}
 	f.insync.Store(-1)
-	f.book = &epochBook{}
+	f.book = &repl.EpochBook{}
 	return f
 }
 
@@ -144,17 +133,17 @@ func (f *failover) reg() *registry.Registry {
 
 // mayAck reports whether a put may be acknowledged now.
 func (f *failover) mayAck() bool {
-	switch f.role.Load() {
-	case foSlave:
+	switch r := f.role.Load(); {
+	case r == repl.RoleSlave:
 		return true // a slave acknowledges syncs only
-	case foMaster:
+	case r.Holds():
 		return monoNow() < f.lease.Load()
 	}
 	return false
 }
 
 // isSlave reports whether the member copies from a holder.
-func (f *failover) isSlave() bool { return f.role.Load() == foSlave }
+func (f *failover) isSlave() bool { return f.role.Load() == repl.RoleSlave }
 
 // refusal is the reply body of a put that cannot be acknowledged.
 func (f *failover) refusal() string {
@@ -162,7 +151,7 @@ func (f *failover) refusal() string {
 	if p := f.why.Load(); p != nil {
 		why = *p
 	}
-	if f.role.Load() == foMaster {
+	if f.role.Load().Holds() {
 		why = "no valid ZooKeeper lease on epoch " + strconv.FormatInt(f.epoch.Load(), 10)
 	}
 	return "fenced: broker " + strconv.Itoa(f.b.config().BrokerID) + " member " + memberLabel(f.me()) + " does not acknowledge puts (" + why + ")"
@@ -180,7 +169,7 @@ func (f *failover) claimAtStart() {
 		return
 	}
 	defer f.claiming.Store(false)
-	for !b.closed.Load() && f.role.Load() == foStandby {
+	for !b.closed.Load() && f.role.Load() == repl.RoleFenced {
 		reg := f.reg()
 		if reg == nil {
 			return
@@ -204,8 +193,8 @@ func (f *failover) claimAtStart() {
 				f.setWhy(msg)
 				b.logf("failover: %s", msg)
 				return
-			case !ok && f.book.last() > 0:
-				msg := "the epoch node is gone, but this data directory held epoch " + strconv.FormatInt(f.book.last(), 10) + "; this member stays fenced in standby"
+			case !ok && f.book.Last() > 0:
+				msg := "the epoch node is gone, but this data directory held epoch " + strconv.FormatInt(f.book.Last(), 10) + "; this member stays fenced in standby"
 				f.setWhy(msg)
 				b.logf("failover: %s", msg)
 				return
@@ -245,20 +234,20 @@ func (f *failover) become(reg *registry.Registry, d zkpath.EpochData, sess int64
 	// Where epoch d starts, recorded before anything is acknowledged in
 	// it (rejoin.go).
 	if err := f.recordHeld(d.Epoch); err != nil {
-		f.b.logf("failover: ERROR: recording where epoch %d starts in %s: %v (a former holder rejoining this one may keep a divergent tail)", d.Epoch, epochsFile, err)
+		f.b.logf("failover: ERROR: recording where epoch %d starts in %s: %v (a former holder rejoining this one may keep a divergent tail)", d.Epoch, repl.EpochsFile, err)
 	}
 	f.mu.Lock()
 	f.epoch.Store(d.Epoch)
 	f.sess.Store(sess)
 	f.insync.Store(int32(d.InSync))
 	f.lease.Store(t0 + int64(f.st/2))
-	f.role.Store(foMaster)
+	f.role.Move(repl.RoleFenced, repl.RoleMaster) // a claim; an election is RolePromoting until below
 	f.mu.Unlock()
 	if err := f.markHeld(d); err != nil {
 		f.b.logf("failover: ERROR: writing %s: %v", heldFile, err)
 	}
 	reg.Promote()
-	f.starting.Store(false)
+	f.role.Move(repl.RolePromoting, repl.RoleMaster)
 	f.b.logf("failover: member %s of broker %d holds epoch %d (%s); registering as master", memberLabel(f.me()), f.b.config().BrokerID, d.Epoch, d)
 	f.b.wg.Add(1)
 	go f.leaseLoop(f.claims.Add(1))
@@ -273,7 +262,7 @@ func (f *failover) leaseLoop(claim int64) {
 	every := max(f.st/6, 10*time.Millisecond)
 	tk := time.NewTicker(every)
 	defer tk.Stop()
-	for f.role.Load() == foMaster && f.claims.Load() == claim {
+	for f.role.Load().Holds() && f.claims.Load() == claim {
 		select {
 		case <-b.done:
 			return
@@ -306,13 +295,17 @@ func (f *failover) renew() {
 }
 
 // fence stops acknowledging and unregisters.
-func (f *failover) fence(why string) {
+func (f *failover) fence(why string) { f.fenceTo(repl.RoleFenced, why) }
+
+// fenceTo fences this holder into role to: RoleFenced (it claims again
+// or rejoins), or RoleHandover (a switchover: it waits for the slave to
+// take the epoch).
+func (f *failover) fenceTo(to repl.Role, why string) {
 	f.mu.Lock()
-	if f.role.Load() != foMaster {
+	if f.role.MoveFrom(to, repl.RoleMaster, repl.RolePromoting, repl.RoleDraining) == 0 {
 		f.mu.Unlock()
 		return
 	}
-	f.role.Store(foStandby)
 	f.lease.Store(0)
 	f.setWhy("fenced at epoch " + strconv.FormatInt(f.epoch.Load(), 10) + ": " + why)
 	f.mu.Unlock()
@@ -321,7 +314,7 @@ func (f *failover) fence(why string) {
 	}
 	f.b.logf("failover: FENCED: member %s of broker %d acknowledges nothing more: %s; registered nowhere until it claims the epoch again or rejoins as a slave",
 		memberLabel(f.me()), f.b.config().BrokerID, why)
-	if !f.handover.Load() && !f.b.closed.Load() {
+	if to == repl.RoleFenced && !f.b.closed.Load() {
 		f.b.wg.Add(1)
 		go f.claimAtStart() // holding it still: claim again; else rejoin as a slave
 	}
@@ -331,7 +324,7 @@ func (f *failover) fence(why string) {
 // again if nobody else claimed meanwhile.
 func (f *failover) onExpired() {
 	f.fence("its ZooKeeper session expired")
-	if f.b.closed.Load() || f.handover.Load() || f.role.Load() != foStandby {
+	if f.b.closed.Load() || f.role.Load() != repl.RoleFenced {
 		return
 	}
 	f.b.wg.Add(1)
@@ -344,7 +337,7 @@ func (f *failover) onExpired() {
 // are still refused. It fences this member if it does not hold the epoch.
 func (f *failover) setInSync(slave int) error {
 	f.mu.Lock()
-	if f.role.Load() != foMaster {
+	if !f.role.Load().Holds() {
 		f.mu.Unlock()
 		return errors.New("not the holder")
 	}
@@ -407,9 +400,9 @@ func (f *failover) clearInSyncSoon() {
 	}()
 }
 
-// elect runs one election for a slave that sees no master registered. It
+// Elect runs one election for a slave that sees no master registered. It
 // reports whether this slave now holds the epoch.
-func (f *failover) elect() bool {
+func (f *failover) Elect() bool {
 	b := f.b
 	reg := f.reg()
 	t0 := monoNow()
@@ -463,46 +456,31 @@ func (f *failover) elect() bool {
 	// The puller has stopped (elect runs in its loop); syncs are refused
 	// from here on, under the partitions' locks.
 	f.mu.Lock()
-	f.starting.Store(true) // puts wait until the epoch's starts are recorded
 	if b.sync != nil {
 		b.sync.SetDegrade(true) // acknowledge alone until a slave is in sync
 	}
 	f.epoch.Store(next.Epoch)
-	f.role.Store(foMaster) // handleSync refuses from now on
+	// handleSync refuses from now on; puts wait until the epoch's starts
+	// are recorded (become).
+	f.role.Move(repl.RoleSlave, repl.RolePromoting)
 	f.mu.Unlock()
-	b.slave.logsMu.Lock()
-	for _, sl := range b.slave.logs { // wait for syncs being appended
-		sl.mu.Lock()
-		sl.mu.Unlock() //nolint:staticcheck // a barrier
-	}
-	b.slave.logsMu.Unlock()
-	b.slave.master.Store(nil)
+	b.slave.Barrier() // wait for syncs being appended
+	b.slave.ClearMaster()
 	f.become(reg, next, sess, t0) // and ships to the slaves that join
 	return true
 }
 
-// statsLines are the failover lines of stats.
-func (f *failover) statsLines(kv func(k string, v any)) {
-	role := "slave"
-	switch f.role.Load() {
-	case foMaster:
-		role = "master"
-		if f.starting.Load() {
-			role = "promoting" // recording where its epoch starts; no puts yet
-		}
-	case foStandby:
-		role = "fenced"
+// Status is the member's failover state.
+func (f *failover) Status() repl.FailoverStatus {
+	st := repl.FailoverStatus{Role: f.role.Load(), Epoch: f.epoch.Load(), InSync: -1}
+	if st.Role == repl.RoleSlave {
+		st.Epoch = max(st.Epoch, f.known.Load()) // a slave holds none: the highest it has seen
 	}
-	kv("failover_role", role)
-	e := f.epoch.Load()
-	if f.role.Load() == foSlave {
-		e = max(e, f.known.Load()) // a slave holds none: the highest it has seen
+	if st.Role.Holds() {
+		st.LeaseMs = max(0, (f.lease.Load()-monoNow())/1e6)
+		st.InSync = int(f.insync.Load())
 	}
-	kv("epoch", e)
-	if f.role.Load() == foMaster {
-		kv("failover_lease_ms", max(0, (f.lease.Load()-monoNow())/1e6))
-		kv("failover_insync", memberLabelOr(int(f.insync.Load())))
-	}
+	return st
 }
 
 func memberLabelOr(n int) string {
@@ -524,7 +502,7 @@ func (c *conn) failoverRefuses(r *protocol.Request) bool {
 	if c.switchoverRefuses(r) { // rejoin.go
 		return true
 	}
-	if f.role.Load() == foMaster {
+	if f.role.Load().Holds() {
 		return false
 	}
 	if r.Op != protocol.OpTransaction {
@@ -544,7 +522,7 @@ const syncEpochItem = "sync-epoch:"
 // a higher one.
 func (f *failover) bindLink(nc net.Conn, timeout time.Duration) error {
 	e := f.epoch.Load()
-	if f.role.Load() != foMaster || e == 0 {
+	if !f.role.Load().Holds() || e == 0 {
 		return errors.New("not holding the epoch (failover): no sync link yet")
 	}
 	nc.SetDeadline(time.Now().Add(timeout))
@@ -608,9 +586,9 @@ func (f *failover) see(e int64) {
 	}
 }
 
-// learnEpoch reads the epoch node (a slave's run loop, when a master is
+// LearnEpoch reads the epoch node (a slave's run loop, when a master is
 // registered).
-func (f *failover) learnEpoch() {
+func (f *failover) LearnEpoch() {
 	if d, _, ok, err := f.reg().ReadEpoch(); err == nil && ok {
 		f.see(d.Epoch)
 		f.seenEpoch, f.seenAt, f.seenMaster = d.Epoch, time.Now(), true

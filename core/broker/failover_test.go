@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
@@ -93,7 +94,7 @@ func TestFailoverInProcess(t *testing.T) {
 	// refused.
 	r := sc.roundTrip(t, protocol.AppendStats(nil, "epoch-start:1", 5))
 	require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
-	e, cur, starts, err := parseStarts(r.Body)
+	e, cur, starts, err := repl.ParseStarts(r.Body)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), e)
 	require.Equal(t, int64(2), cur)
@@ -173,10 +174,10 @@ func TestFailoverInProcess(t *testing.T) {
 func requireSlaveStates(t *testing.T, b *Broker, topic string) {
 	t.Helper()
 	for p, l := range b.topics[topic].parts {
-		sl := b.slave.logState(l)
-		sl.mu.Lock()
-		end, lastID := sl.end, sl.lastID
-		sl.mu.Unlock()
+		sl := b.slave.LogState(l)
+		sl.Lock()
+		end, lastID := sl.End(), sl.LastID()
+		sl.Unlock()
 		require.Equal(t, l.MaxOffset(), end, "partition %d: the end the puller and syncs skip below", p)
 		require.Equal(t, l.LastID(), lastID, "partition %d: the last id", p)
 	}
@@ -226,7 +227,7 @@ func TestSwitchoverRefusesPutPastDrain(t *testing.T) {
 		done <- reply{code, msg}
 	}()
 	waitFor(t, 5*time.Second, func() error {
-		if !master.fo.draining.Load() {
+		if master.fo.role.Load() != repl.RoleDraining {
 			return fmt.Errorf("not draining yet")
 		}
 		return nil
@@ -404,9 +405,9 @@ func TestFailoverBindWaitsForRejoin(t *testing.T) {
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/failover-bind-%d", time.Now().UnixNano())
 	dir := t.TempDir()
-	eb := &epochBook{}
-	eb.add(epochEntry{Epoch: 1, Held: true, Starts: map[partKey]int64{{"t", 0}: 0, {"t", 1}: 0}})
-	require.NoError(t, eb.save(dir))
+	eb := &repl.EpochBook{}
+	eb.Add(repl.EpochEntry{Epoch: 1, Held: true, Starts: map[repl.PartKey]int64{{Topic: "t", P: 0}: 0, {Topic: "t", P: 1}: 0}})
+	require.NoError(t, eb.Save(dir))
 	held := filepath.Join(dir, heldFile)
 	require.NoError(t, os.WriteFile(held, []byte("broker 3 member s1 held epoch 1\n"), 0o644))
 	// No master is registered: the slave waits, and does not rejoin.

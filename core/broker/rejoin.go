@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/internal/fsutil"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -55,24 +55,24 @@ func (c *conn) epochStart(arg string, opaque int32) {
 	e, err := strconv.ParseInt(arg, 10, 64)
 	switch {
 	case err != nil || e < 0:
-		c.reply(protocol.StatusBadRequest, "stats "+epochStartItem+": bad epoch "+strconv.Quote(protocolLine(arg)), opaque)
+		c.reply(protocol.StatusBadRequest, "stats "+epochStartItem+": bad epoch "+strconv.Quote(repl.ProtocolLine(arg)), opaque)
 		return
 	case f == nil:
 		c.reply(protocol.StatusInternalError, "epoch-start: failover is off on this broker", opaque)
 		return
-	case f.role.Load() != foMaster || f.starting.Load():
+	case !f.role.Load().Holds() || f.role.Load() == repl.RolePromoting:
 		c.reply(protocol.StatusInternalError, "epoch-start: this broker does not hold the epoch now ("+f.whyNot()+")", opaque)
 		return
 	}
 	cur := f.epoch.Load()
 	f.bookMu.Lock()
-	en, ok := f.book.firstAfter(e)
+	en, ok := f.book.FirstAfter(e)
 	f.bookMu.Unlock()
 	if !ok {
-		c.replyBytes(protocol.StatusOK, formatStarts(0, cur, nil), opaque)
+		c.replyBytes(protocol.StatusOK, repl.FormatStarts(0, cur, nil), opaque)
 		return
 	}
-	starts := make(map[partKey]int64, len(en.Starts))
+	starts := make(map[repl.PartKey]int64, len(en.Starts))
 	for k, v := range en.Starts {
 		starts[k] = v
 	}
@@ -80,16 +80,16 @@ func (c *conn) epochStart(arg string, opaque int32) {
 		// A partition created in this epoch: all its records are of it.
 		for _, t := range b.topicList() {
 			for p, l := range t.parts {
-				if k := (partKey{t.name, int32(p)}); !hasKey(starts, k) {
+				if k := (repl.PartKey{Topic: t.name, P: int32(p)}); !hasKey(starts, k) {
 					starts[k] = l.MinOffset()
 				}
 			}
 		}
 	}
-	c.replyBytes(protocol.StatusOK, formatStarts(en.Epoch, cur, starts), opaque)
+	c.replyBytes(protocol.StatusOK, repl.FormatStarts(en.Epoch, cur, starts), opaque)
 }
 
-func hasKey(m map[partKey]int64, k partKey) bool { _, ok := m[k]; return ok }
+func hasKey(m map[repl.PartKey]int64, k repl.PartKey) bool { _, ok := m[k]; return ok }
 
 func (f *failover) whyNot() string {
 	if p := f.why.Load(); p != nil {
@@ -102,21 +102,21 @@ func (f *failover) whyNot() string {
 // partitions' ends as the epoch's starts. Appends in flight are waited
 // for (a promoted slave's last syncs).
 func (f *failover) recordHeld(e int64) error {
-	starts := map[partKey]int64{}
+	starts := map[repl.PartKey]int64{}
 	for _, t := range f.b.topicList() {
 		for p, l := range t.parts {
 			end, err := l.Settle()
 			if err != nil {
 				return fmt.Errorf("%s-%d: %w", t.name, p, err)
 			}
-			starts[partKey{t.name, int32(p)}] = end
+			starts[repl.PartKey{Topic: t.name, P: int32(p)}] = end
 		}
 	}
 	f.bookMu.Lock()
 	defer f.bookMu.Unlock()
-	nb := f.book.upTo(e - 1)
-	nb.add(epochEntry{Epoch: e, Held: true, Starts: starts})
-	if err := nb.save(f.b.config().DataDir); err != nil {
+	nb := f.book.UpTo(e - 1)
+	nb.Add(repl.EpochEntry{Epoch: e, Held: true, Starts: starts})
+	if err := nb.Save(f.b.config().DataDir); err != nil {
 		return err
 	}
 	f.book = nb
@@ -128,12 +128,12 @@ func (f *failover) recordHeld(e int64) error {
 // be rejoined safely: it is refused, as before.
 func (f *failover) loadBook() error {
 	dir := f.b.config().DataDir
-	eb, err := loadEpochs(dir)
+	eb, err := repl.LoadEpochs(dir)
 	if err != nil {
 		return fmt.Errorf("failover: %w", err)
 	}
 	f.book = eb
-	if eb.last() > 0 {
+	if eb.Last() > 0 {
 		return nil
 	}
 	path := filepath.Join(dir, heldFile)
@@ -146,7 +146,7 @@ func (f *failover) loadBook() error {
 	}
 	return fmt.Errorf("failover: %s says %q but there is no %s recording where the epochs it held start: "+
 		"its tail cannot be checked against the holder; move the data directory away and start the slave on an empty one (it copies everything afresh)",
-		path, string(data), epochsFile)
+		path, string(data), repl.EpochsFile)
 }
 
 // dropHeld deletes data_dir/failover-held once the rejoin is recorded.
@@ -162,33 +162,33 @@ func (f *failover) dropHeld() error {
 	return fsutil.SyncDir(dir)
 }
 
-// rejoin runs on a failover slave before it pulls from the holder at
+// Rejoin runs on a failover slave before it pulls from the holder at
 // addr: if the holder's epoch is above the last one recorded here, it
 // cuts what follows the start of the next epoch and records the holder's
 // epochs (see the top of the file). It dials as the slave's pulls do
 // (TLS to a TLS-only holder, the replication user's login).
-func (f *failover) rejoin(addr string, tlsMaster bool) error {
+func (f *failover) Rejoin(addr string, tlsMaster bool) error {
 	b := f.b
 	s := b.slave
 	f.bookMu.Lock()
-	last := f.book.last()
+	last := f.book.Last()
 	f.bookMu.Unlock()
-	nc, err := b.replDial(context.Background(), addr, tlsMaster, slaveDialTimeout) // repllink.go
+	nc, err := b.replDial(context.Background(), addr, tlsMaster, repl.DialTimeout) // repllink.go
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	rc := &roundConn{timeout: slaveDialTimeout + f.st, nc: nc, w: bufio.NewWriter(nc), dec: protocol.NewDecoder(nc, protocol.Limits{})}
-	defer rc.dec.Release()
-	ask := func(e int64) (int64, int64, map[partKey]int64, error) {
-		r, err := rc.roundTrip(protocol.AppendStats(nil, epochStartItem+strconv.FormatInt(e, 10), 1))
+	rc := repl.NewRoundConn(nc, repl.DialTimeout+f.st)
+	defer rc.Close()
+	ask := func(e int64) (int64, int64, map[repl.PartKey]int64, error) {
+		r, err := rc.RoundTrip(protocol.AppendStats(nil, epochStartItem+strconv.FormatInt(e, 10), 1))
 		if err != nil {
 			return 0, 0, nil, err
 		}
 		if r.Code != protocol.StatusOK {
 			return 0, 0, nil, fmt.Errorf("stats %s%d: %d %s", epochStartItem, e, r.Code, protocol.Printable(r.Body))
 		}
-		return parseStarts(r.Body)
+		return repl.ParseStarts(r.Body)
 	}
 	next, cur, starts, err := ask(last)
 	if err != nil {
@@ -205,7 +205,7 @@ func (f *failover) rejoin(addr string, tlsMaster bool) error {
 	// The puller and the syncs skip by the partitions' append states
 	// from here on: they are the logs' own (a former holder appended its
 	// puts past what it had as a slave).
-	if err := s.resetLogStates(); err != nil {
+	if err := s.ResetLogStates(); err != nil {
 		return err
 	}
 	who := "the holder"
@@ -215,7 +215,7 @@ func (f *failover) rejoin(addr string, tlsMaster bool) error {
 	if last > 0 {
 		for _, t := range b.topicList() {
 			for p, l := range t.parts {
-				k := partKey{t.name, int32(p)}
+				k := repl.PartKey{Topic: t.name, P: int32(p)}
 				off, ok := starts[k]
 				if !ok {
 					if l.MaxOffset() > l.MinOffset() {
@@ -226,11 +226,11 @@ func (f *failover) rejoin(addr string, tlsMaster bool) error {
 				if off >= l.MaxOffset() {
 					continue
 				}
-				sl := s.logState(l)
-				sl.mu.Lock()
+				sl := s.LogState(l)
+				sl.Lock()
 				cut, err := l.Truncate(off)
-				sl.lastID, sl.end = l.LastID(), l.MaxOffset() // the next append lands at the cut
-				sl.mu.Unlock()
+				sl.Reset(l.LastID(), l.MaxOffset()) // the next append lands at the cut
+				sl.Unlock()
 				if err != nil {
 					return fmt.Errorf("partition %s: cutting at %d (epoch %d starts there on %s): %w", k, off, next, who, err)
 				}
@@ -241,9 +241,9 @@ func (f *failover) rejoin(addr string, tlsMaster bool) error {
 	}
 	// The holder's epochs after last (its history, up to its own).
 	f.bookMu.Lock()
-	nb := f.book.upTo(last)
+	nb := f.book.UpTo(last)
 	f.bookMu.Unlock()
-	nb.add(epochEntry{Epoch: next, Starts: starts})
+	nb.Add(repl.EpochEntry{Epoch: next, Starts: starts})
 	for e := next; e < cur; {
 		n, _, st, err := ask(e)
 		if err != nil {
@@ -252,46 +252,20 @@ func (f *failover) rejoin(addr string, tlsMaster bool) error {
 		if n <= e {
 			break
 		}
-		nb.add(epochEntry{Epoch: n, Starts: st})
+		nb.Add(repl.EpochEntry{Epoch: n, Starts: st})
 		e = n
 	}
-	if err := nb.save(b.config().DataDir); err != nil {
+	if err := nb.Save(b.config().DataDir); err != nil {
 		return err
 	}
 	f.bookMu.Lock()
 	f.book = nb
 	f.bookMu.Unlock()
-	s.parts = map[string][]*replPart{} // positions are read again from the logs
 	if err := f.dropHeld(); err != nil {
 		return err
 	}
 	b.logf("failover: member %s of broker %d copies from %s at epoch %d (the epochs after %d recorded in %s)",
-		memberLabel(f.me()), b.config().BrokerID, who, cur, last, epochsFile)
-	return nil
-}
-
-// resetLogStates sets every partition's append state (slaveLog: the
-// last id and the end the puller and the syncs skip below) to its log's,
-// once the log's appends in flight are done. A member that held an epoch
-// appended its puts to the logs directly, past the states it last had as
-// a slave: with a stale end, the puller would append again records a
-// sync from the new holder had just stored (they lie at or past that
-// end), and the copies would diverge.
-func (s *slaveState) resetLogStates() error {
-	for _, t := range s.b.topicList() {
-		for p, l := range t.parts {
-			sl := s.logState(l)
-			sl.mu.Lock()
-			end, err := l.Settle()
-			if err == nil {
-				sl.lastID, sl.end = l.LastID(), end
-			}
-			sl.mu.Unlock()
-			if err != nil {
-				return fmt.Errorf("partition %s-%d: %w", t.name, p, err)
-			}
-		}
-	}
+		memberLabel(f.me()), b.config().BrokerID, who, cur, last, repl.EpochsFile)
 	return nil
 }
 
@@ -312,7 +286,7 @@ func (f *failover) demote(why string) {
 		return
 	}
 	f.mu.Lock()
-	if f.role.Load() != foStandby {
+	if f.role.MoveFrom(repl.RoleSlave, repl.RoleFenced, repl.RoleHandover) == 0 {
 		f.mu.Unlock()
 		return
 	}
@@ -321,9 +295,8 @@ func (f *failover) demote(why string) {
 	}
 	f.insync.Store(-1)
 	f.setWhy("a slave of the holder (" + why + ")")
-	f.role.Store(foSlave)
 	f.mu.Unlock()
-	b.slave.master.Store(nil)
+	b.slave.ClearMaster()
 	if reg := f.reg(); reg != nil {
 		reg.Demote(f.me())
 	}
@@ -341,9 +314,9 @@ func (f *failover) startSlave() {
 	b.wg.Add(1)
 	go func() {
 		for {
-			b.slave.run()
+			b.runSlave()
 			f.slaveRunning.Store(false)
-			if b.closed.Load() || f.role.Load() != foSlave || !f.slaveRunning.CompareAndSwap(false, true) {
+			if b.closed.Load() || f.role.Load() != repl.RoleSlave || !f.slaveRunning.CompareAndSwap(false, true) {
 				return
 			}
 			b.wg.Add(1) // demoted again meanwhile
@@ -363,7 +336,7 @@ func (f *failover) startSync() {
 		for {
 			b.sync.run()
 			f.syncRunning.Store(false)
-			if b.closed.Load() || f.role.Load() != foMaster || !f.syncRunning.CompareAndSwap(false, true) {
+			if b.closed.Load() || !f.role.Load().Holds() || !f.syncRunning.CompareAndSwap(false, true) {
 				return
 			}
 			b.wg.Add(1)
@@ -375,13 +348,7 @@ func (f *failover) startSync() {
 // without failover, else while this member holds the epoch.
 func (sm *syncMaster) syncActive() bool {
 	f := sm.b.fo
-	return f == nil || f.role.Load() == foMaster
-}
-
-// copying reports whether the broker copies from a master now (a slave,
-// or a failover member rejoined as one).
-func (b *Broker) copying() bool {
-	return b.slave != nil && (b.config().IsSlave() || (b.fo != nil && b.fo.isSlave()))
+	return f == nil || f.role.Load().Holds()
 }
 
 // switchover answers `stats switchover` on the holder (metaq failover):
@@ -406,15 +373,17 @@ func (c *conn) switchover(opaque int32) {
 func (f *failover) switchover() (int, string) {
 	b := f.b
 	sm := b.sync
-	if !f.handing.CompareAndSwap(false, true) {
+	if r := f.role.Load(); r == repl.RoleDraining || r == repl.RoleHandover {
 		return protocol.StatusInternalError, "switchover: one is running already"
 	}
-	defer f.handing.Store(false)
+	drained := false
 	refuse := func(why string) (int, string) {
-		f.draining.Store(false)
+		if drained {
+			f.role.Move(repl.RoleDraining, repl.RoleMaster)
+		}
 		return protocol.StatusInternalError, "switchover refused: " + why
 	}
-	if f.role.Load() != foMaster || sm == nil {
+	if !f.role.Load().Holds() || sm == nil {
 		return refuse("this broker does not hold the epoch (" + f.whyNot() + ")")
 	}
 	slave := int(f.insync.Load())
@@ -424,14 +393,19 @@ func (f *failover) switchover() (int, string) {
 	}
 	epoch := f.epoch.Load()
 	b.logf("failover: switchover to slave %d requested: refusing puts, waiting for the slave to have everything", slave)
-	f.draining.Store(true)
+	if !f.role.Move(repl.RoleMaster, repl.RoleDraining) {
+		if r := f.role.Load(); r == repl.RoleDraining || r == repl.RoleHandover {
+			return protocol.StatusInternalError, "switchover: one is running already"
+		}
+		return refuse("this broker does not hold the epoch (" + f.whyNot() + ")")
+	}
+	drained = true
 	deadline := time.Now().Add(sm.Timeout() + f.st)
 	ctl, err := sm.control(registry.SlaveNode{Addr: lk.Addr(), TLS: lk.TLS()})
 	if err != nil {
 		return refuse("the slave's control connection: " + err.Error())
 	}
-	defer ctl.nc.Close()
-	defer ctl.dec.Release()
+	defer ctl.Close()
 	for _, t := range b.topicList() {
 		for p, l := range t.parts {
 			sp := sm.Part(t.name, int32(p), l)
@@ -449,7 +423,7 @@ func (f *failover) switchover() (int, string) {
 			if err := l.Flush(); err != nil {
 				return refuse(err.Error())
 			}
-			if err := sm.WaitSlave(lk, ctl.slaveEnd, sp, l.MaxOffset(), true); err != nil {
+			if err := sm.WaitSlave(lk, ctl.SlaveEnd, sp, l.MaxOffset(), true); err != nil {
 				return refuse(fmt.Sprintf("%s-%d: %v", t.name, p, err))
 			}
 		}
@@ -457,9 +431,9 @@ func (f *failover) switchover() (int, string) {
 	if lk.Dead() || int(f.insync.Load()) != slave || f.epoch.Load() != epoch {
 		return refuse("the sync link to the slave was lost meanwhile")
 	}
-	f.handover.Store(true) // fence does not claim again
-	f.fence("switchover to slave " + strconv.Itoa(slave) + " (metaq failover)")
-	defer f.draining.Store(false) // puts get 503 until this member is a slave
+	// Fenced into RoleHandover: no claim again, puts get 503 until this
+	// member is a slave.
+	f.fenceTo(repl.RoleHandover, "switchover to slave "+strconv.Itoa(slave)+" (metaq failover)")
 	// The slave sees ids/<id>/master go and promotes itself (it is named
 	// in sync); then this member rejoins it.
 	wait := time.Now().Add(2*f.st + 5*time.Second)
@@ -472,7 +446,6 @@ func (f *failover) switchover() (int, string) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			f.handover.Store(false)
 			f.demote("switchover: " + memberLabel(d.Holder) + " holds epoch " + strconv.FormatInt(d.Epoch, 10))
 			if d.Holder != slave {
 				return protocol.StatusInternalError, "switchover: epoch " + d.String() + " was taken by " + memberLabel(d.Holder) + ", not slave " + strconv.Itoa(slave)
@@ -480,7 +453,7 @@ func (f *failover) switchover() (int, string) {
 			return protocol.StatusOK, "switchover: slave " + strconv.Itoa(slave) + " holds epoch " + strconv.FormatInt(d.Epoch, 10) + "; member " + memberLabel(f.me()) + " rejoins as its slave"
 		}
 		if time.Now().After(wait) || b.closed.Load() {
-			f.handover.Store(false)
+			f.role.Move(repl.RoleHandover, repl.RoleFenced)
 			b.wg.Add(1)
 			go f.claimAtStart() // nobody took over: claim again (or rejoin)
 			return protocol.StatusInternalError, "switchover: slave " + strconv.Itoa(slave) + " did not take the epoch within " + (2*f.st + 5*time.Second).String() + "; this member claims it again"
@@ -492,7 +465,7 @@ func (f *failover) switchover() (int, string) {
 // switchoverRefuses answers a put while a switchover drains this holder.
 func (c *conn) switchoverRefuses(r *protocol.Request) bool {
 	f := c.b.fo
-	if !f.draining.Load() && !f.starting.Load() {
+	if !f.role.Load().Retry() {
 		return false
 	}
 	switch r.Op {
@@ -512,7 +485,7 @@ func (c *conn) switchoverRefuses(r *protocol.Request) bool {
 // drains this holder or while it takes the epoch.
 func (f *failover) drainRefusal() string {
 	what := "switching over to its in-sync slave (metaq failover)"
-	if f.starting.Load() {
+	if f.role.Load() == repl.RolePromoting {
 		what = "taking the epoch"
 	}
 	id := strconv.Itoa(f.b.config().BrokerID)
@@ -528,9 +501,9 @@ func (f *failover) drainRefusal() string {
 // taken a partition's end.
 func (f *failover) lateRefusal() (int, string) {
 	switch {
-	case f.draining.Load() || f.starting.Load():
+	case f.role.Load().Retry():
 		return protocol.StatusBusy, f.drainRefusal()
-	case f.role.Load() != foMaster:
+	case !f.role.Load().Holds():
 		return protocol.StatusInternalError, f.refusal()
 	}
 	return 0, ""

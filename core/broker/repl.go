@@ -1,9 +1,13 @@
 package broker
 
 import (
+	"context"
 	"errors"
+	"net"
+	"time"
 
 	"github.com/metaq-go/metaq/core/repl"
+	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -27,6 +31,12 @@ func replStatus(err error) (int, string, bool) {
 // transactions on the sync master's link, failover's naming of the
 // in-sync slave.
 func (b *Broker) wireRepl() {
+	if b.slave != nil {
+		b.slave.Register(pulledBranches{b})
+		if b.fo != nil {
+			b.slave.SetFailover(b.fo)
+		}
+	}
 	if b.sync == nil {
 		return
 	}
@@ -34,4 +44,35 @@ func (b *Broker) wireRepl() {
 	if b.fo != nil {
 		b.sync.SetNamer(b.fo)
 	}
+}
+
+// pulledBranches is the transaction side of a slave's puller
+// (repl.SlaveExtension): txreplslave.go.
+type pulledBranches struct{ b *Broker }
+
+func (p pulledBranches) Pulled(entries []store.Entry) { p.b.endPulledBranches(entries) }
+
+// replRole is the broker's replication role: failover's state when it runs,
+// else a slave's or a master's, as configured.
+func (b *Broker) replRole() repl.Role {
+	if b.fo != nil {
+		return b.fo.role.Load()
+	}
+	if b.slave != nil {
+		return repl.RoleSlave
+	}
+	return repl.RoleMaster
+}
+
+// replDial opens a replication connection (a slave's pulls, a sync
+// master's link and control connection, a rejoin's questions) to the
+// peer at addr, with the configuration as it is now (core/repl/dial.go).
+func (b *Broker) replDial(ctx context.Context, addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
+	return repl.DialerFromConf(b.config(), b.opts.replAddr).Dial(ctx, addr, tlsPeer, timeout)
+}
+
+// replDialPeer is replDial without a context (a sync master's link and
+// control connection).
+func (b *Broker) replDialPeer(addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
+	return b.replDial(context.Background(), addr, tlsPeer, timeout)
 }

@@ -2,12 +2,12 @@ package broker
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/repl"
 )
 
 // What the HTTP side shows of replication (docs/http.md): the /readyz
@@ -32,18 +32,6 @@ var (
 	dFoRole        = desc("metaq_replication_failover_role", "With failover = true: always 1; the label gives the failover role (master holds the epoch, slave, fenced).", "role")
 )
 
-// statsMap collects a statsLines function's lines.
-func statsMap(f func(kv func(k string, v any))) map[string]string {
-	m := map[string]string{}
-	f(func(k string, v any) { m[k] = fmt.Sprint(v) })
-	return m
-}
-
-func statInt(m map[string]string, k string) int64 {
-	v, _ := strconv.ParseInt(m[k], 10, 64)
-	return v
-}
-
 // slaveReady is the built-in "replica" check of a slave. A slave whose
 // configuration says replication = "sync" (slaves share the master's
 // server.toml; the key makes the master ship puts synchronously) is in
@@ -51,11 +39,15 @@ func statInt(m map[string]string, k string) int64 {
 // missing, or missing for less than sync_timeout). An async slave is
 // always ready (it serves reads as it copies); the detail says its state.
 func (b *Broker) slaveReady() (bool, string) {
-	m := statsMap(b.slave.statsLines)
-	connected := m["slave_connected"] == "true"
-	lagB, lagMs := statInt(m, "slave_lag_bytes"), statInt(m, "slave_lag_ms")
+	st := b.slave.Status()
+	connected := st.Connected
+	lagB, lagMs := st.LagBytes, st.LagMs
+	master := st.Master
+	if master == "" {
+		master = "none"
+	}
 	state := fmt.Sprintf("slave %d of broker %d, master %s, connected %v, lag %d bytes, %d ms", b.config().SlaveID, b.config().BrokerID,
-		m["slave_master"], connected, lagB, lagMs)
+		master, connected, lagB, lagMs)
 	if b.config().Replication != conf.ReplicationSync {
 		return true, state + " (async: readiness does not wait for it)"
 	}
@@ -76,7 +68,7 @@ func (b *Broker) replicaCheck() (readyCheck, bool) {
 		ok, d := f()
 		return readyCheck{Name: "replica", OK: ok, Detail: d}, true
 	}
-	if b.copying() {
+	if b.replRole() == repl.RoleSlave {
 		ok, d := b.slaveReady()
 		return readyCheck{Name: "replica", OK: ok, Detail: d}, true
 	}
@@ -86,22 +78,22 @@ func (b *Broker) replicaCheck() (readyCheck, bool) {
 // collectReplication sends the metaq_replication_* series.
 func (b *Broker) collectReplication(gauge func(d *promDesc, v float64, labels ...string), counter func(d *promDesc, v int64, labels ...string)) {
 	if b.fo != nil {
-		m := statsMap(b.fo.statsLines)
-		gauge(dFoEpoch, float64(statInt(m, "epoch")))
-		gauge(dFoRole, 1, m["failover_role"])
+		st := b.fo.Status()
+		gauge(dFoEpoch, float64(st.Epoch))
+		gauge(dFoRole, 1, failoverRoleName(st.Role))
 	}
-	if b.copying() {
+	if b.replRole() == repl.RoleSlave {
 		gauge(dReplRole, 1, "slave")
-		m := statsMap(b.slave.statsLines)
+		st := b.slave.Status()
 		connected := 0.0
-		if m["slave_connected"] == "true" {
+		if st.Connected {
 			connected = 1
 		}
 		gauge(dReplConnected, connected)
-		gauge(dReplLagBytes, float64(statInt(m, "slave_lag_bytes")))
-		gauge(dReplLagSecs, float64(statInt(m, "slave_lag_ms"))/1000)
-		counter(dReplCopied, statInt(m, "slave_copied_messages"))
-		counter(dReplSyncMsgs, statInt(m, "slave_sync_messages"))
+		gauge(dReplLagBytes, float64(st.LagBytes))
+		gauge(dReplLagSecs, float64(st.LagMs)/1000)
+		counter(dReplCopied, st.Copied)
+		counter(dReplSyncMsgs, st.Syncs)
 		return
 	}
 	gauge(dReplRole, 1, "master")

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/metaq-go/metaq/core/repl"
 	"os"
 	"runtime"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -212,18 +212,19 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("http_addr", cmp.Or(b.HTTPAddr(), "-"))
 	kv("uptime", int64(time.Since(b.start)/time.Second))
 	kv("version", Version)
-	kv("slave", b.slave != nil && (b.fo == nil || b.fo.isSlave()))
+	role := b.replRole() // repl.go
+	kv("slave", role == repl.RoleSlave)
 	if b.fo != nil {
-		b.fo.statsLines(kv) // failover.go
+		failoverStatsLines(b.fo.Status(), kv) // failover.go
 	} else {
 		kv("epoch", 0) // no failover, no epoch (docs/replication.md)
 	}
-	if b.copying() {
-		b.slave.statsLines(kv) // replica.go
+	if role == repl.RoleSlave {
+		slaveStatsLines(b.slave.Status(), kv) // core/repl
 	} else {
 		kv("replication", b.config().Replication)
 	}
-	if b.sync != nil && (b.fo == nil || !b.fo.isSlave()) {
+	if b.sync != nil && role != repl.RoleSlave {
 		syncStatsLines(b.sync.Status(), kv) // core/repl
 	}
 	kv("curr_connections", b.stats.connections.Load())
@@ -383,4 +384,44 @@ func syncStatsLines(st repl.SyncStatus, kv func(k string, v any)) {
 	kv("sync_refused", st.Refused)
 	kv("sync_degraded_puts", st.Degraded)
 	kv("sync_tx_shipped", st.ExtShipped)
+}
+
+// slaveStatsLines are a slave's lines of stats.
+func slaveStatsLines(st repl.SlaveStatus, kv func(k string, v any)) {
+	kv("slave_id", st.ID)
+	m := st.Master
+	if m == "" {
+		m = "none"
+	}
+	kv("slave_master", m)
+	kv("slave_connected", st.Connected)
+	kv("slave_lag_bytes", st.LagBytes)
+	kv("slave_lag_ms", st.LagMs)
+	kv("slave_copied_messages", st.Copied)
+	kv("slave_sync_messages", st.Syncs)
+	kv("slave_sync_duplicates", st.SyncDups)
+	kv("slave_refetched_bytes", st.Refetched)
+}
+
+// failoverStatsLines are the failover lines of stats.
+func failoverStatsLines(st repl.FailoverStatus, kv func(k string, v any)) {
+	kv("failover_role", failoverRoleName(st.Role))
+	kv("epoch", st.Epoch)
+	if st.Role.Holds() {
+		kv("failover_lease_ms", st.LeaseMs)
+		kv("failover_insync", memberLabelOr(st.InSync))
+	}
+}
+
+// failoverRoleName is the role as stats and metrics name it
+// (docs/replication.md): a draining holder is still the master, a member
+// fenced by a switchover is fenced.
+func failoverRoleName(r repl.Role) string {
+	switch r {
+	case repl.RoleDraining:
+		return "master"
+	case repl.RoleHandover:
+		return "fenced"
+	}
+	return r.String()
 }

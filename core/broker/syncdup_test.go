@@ -23,10 +23,10 @@ func TestSyncDupWaitsForPuller(t *testing.T) {
 	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil) // no master: its puller is idle
 	tp, err := slave.lookup([]byte("t"), true)
 	require.NoError(t, err)
-	sl := slave.slave.logState(tp.partition(0))
-	sl.mu.Lock()
-	sl.lastID = 100 // as if the puller had queued messages up to id 100
-	sl.mu.Unlock()
+	sl := slave.slave.LogState(tp.partition(0))
+	sl.Lock()
+	sl.Reset(100, sl.End()) // as if the puller had queued messages up to id 100
+	sl.Unlock()
 
 	c := dialRaw(t, slave.Addr())
 	replies := make(chan protocol.Request, 4)
@@ -68,24 +68,20 @@ func TestSyncDupWaitsForPuller(t *testing.T) {
 	}
 
 	// The puller's append in flight succeeds: 200, offset -1.
-	sl.dmu.Lock()
-	sl.pulling = 1
-	sl.dmu.Unlock()
+	sl.BeginPull()
 	sync(50, 7)
 	quiet("durable")
-	sl.pulled(nil)
+	sl.Pulled(nil)
 	r := next("durable")
 	require.Equal(t, int32(7), r.Opaque)
 	require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
 	require.Equal(t, "50 0 -1", string(r.Body))
 
 	// It fails: the sync fails with it (the master fails the put).
-	sl.dmu.Lock()
-	sl.pulling = 1
-	sl.dmu.Unlock()
+	sl.BeginPull()
 	sync(60, 8)
 	quiet("failed")
-	sl.pulled(errors.New("no space left on device"))
+	sl.Pulled(errors.New("no space left on device"))
 	r = next("failed")
 	require.Equal(t, int32(8), r.Opaque)
 	require.Equal(t, protocol.StatusInternalError, r.Code, "%s", r.Body)

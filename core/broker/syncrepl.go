@@ -1,10 +1,7 @@
 package broker
 
 import (
-	"bufio"
 	"fmt"
-	"github.com/metaq-go/metaq/core/repl"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,8 +9,8 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
-	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // Sync replication, the master side (MetaQ's samsa, reference §9), with
@@ -271,7 +268,7 @@ func (sm *syncMaster) serve(lk *repl.Link, target registry.SlaveNode, watch <-ch
 		b.logf("sync: slave %s: %v", target.Addr, err)
 		return
 	}
-	defer ctl.nc.Close()
+	defer ctl.Close()
 	if f := b.fo; f != nil && f.insync.Load() >= 0 && int(f.insync.Load()) != target.ID {
 		// failover.go: the slave named in sync misses what this link's
 		// slave will acknowledge: unname it before anything is joined.
@@ -298,7 +295,7 @@ func (sm *syncMaster) serve(lk *repl.Link, target registry.SlaveNode, watch <-ch
 				if sp.InSyncUnder(lk) {
 					continue
 				}
-				if err := sm.Join(lk, ctl.slaveEnd, sp); err != nil {
+				if err := sm.Join(lk, ctl.SlaveEnd, sp); err != nil {
 					all = false
 					if lk.Dead() {
 						return
@@ -313,7 +310,7 @@ func (sm *syncMaster) serve(lk *repl.Link, target registry.SlaveNode, watch <-ch
 				}
 			}
 		}
-		if f := b.fo; all && f != nil && f.role.Load() == foMaster && int(f.insync.Load()) != target.ID {
+		if f := b.fo; all && f != nil && f.role.Load().Holds() && int(f.insync.Load()) != target.ID {
 			if err := f.nameInSync(target.ID, func() bool { return sm.allInSync(lk) }); err != nil {
 				b.logf("sync: failover: naming slave %d in sync: %v", target.ID, err)
 			}
@@ -346,26 +343,12 @@ func (sm *syncMaster) serve(lk *repl.Link, target registry.SlaveNode, watch <-ch
 }
 
 // control opens the joiner's own connection to the slave, for offsets.
-func (sm *syncMaster) control(s registry.SlaveNode) (*roundConn, error) {
+func (sm *syncMaster) control(s registry.SlaveNode) (*repl.RoundConn, error) {
 	nc, err := sm.b.replDialPeer(s.Addr, s.TLS, 2*time.Second) // repllink.go
 	if err != nil {
 		return nil, err
 	}
-	return &roundConn{timeout: sm.Timeout(), nc: nc, w: bufio.NewWriter(nc), dec: protocol.NewDecoder(nc, protocol.Limits{})}, nil
-}
-
-// slaveEnd asks the slave its end of partition p of topic (an offset
-// request for MaxInt64).
-func (rc *roundConn) slaveEnd(topic string, p int32) (int64, error) {
-	r, err := rc.roundTrip(protocol.AppendOffset(rc.buf[:0], topic, "meta-sync-join", p, math.MaxInt64, 1))
-	if err != nil {
-		return 0, err
-	}
-	if r.Code != protocol.StatusOK {
-		return 0, fmt.Errorf("the slave's end: %d %s", r.Code, protocol.Printable(r.Body))
-	}
-	have, _ := protocol.ParseInt64(r.Body)
-	return have, nil
+	return repl.NewRoundConn(nc, sm.Timeout()), nil
 }
 
 // allInSync reports whether every partition is in sync under lk.

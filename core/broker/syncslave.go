@@ -52,28 +52,24 @@ func (c *conn) handleSync(r *protocol.Request) {
 		c.reply(protocol.StatusBadRequest, "sync: flag says attribute but body has none: "+err.Error(), r.Opaque)
 		return
 	}
-	sl := b.slave.logState(l)
-	sl.mu.Lock()
+	sl := b.slave.LogState(l)
+	sl.Lock()
 	if msg := c.syncRefusal(); msg != "" { // txreplslave.go
-		sl.mu.Unlock()
+		sl.Unlock()
 		c.reply(protocol.StatusInternalError, msg, r.Opaque)
 		return
 	}
-	if r.MsgID <= sl.lastID {
-		b.slave.syncDups.Add(1)
-		d := dupSync{c: c, opaque: r.Opaque, id: r.MsgID, part: r.Partition}
+	if r.MsgID <= sl.LastID() {
+		b.slave.CountSyncDup()
+		d := &dupSync{c: c, opaque: r.Opaque, id: r.MsgID, part: r.Partition}
 		c.addPending(1)
-		sl.dmu.Lock()
-		if sl.pulling > 0 {
+		if sl.WaitPulled(d) {
 			// The puller's copy may not be durable yet: answer when it is.
-			sl.dups = append(sl.dups, d)
-			sl.dmu.Unlock()
-			sl.mu.Unlock()
+			sl.Unlock()
 			return
 		}
-		sl.dmu.Unlock()
-		sl.mu.Unlock()
-		c.syncDupDone(d, nil)
+		sl.Unlock()
+		d.PulledDone(nil)
 		return
 	}
 	c.entries = append(c.entries[:0], store.Entry{ID: r.MsgID, Flag: r.Flag, CRC: crc, Data: r.Body})
@@ -81,21 +77,30 @@ func (c *conn) handleSync(r *protocol.Request) {
 	c.addPending(1)
 	err = l.Append(c.entries, c, token)
 	if err == nil {
-		sl.lastID = r.MsgID
-		sl.end += int64(message.HeaderSize + len(r.Body))
+		sl.Appended(c.entries)
 	}
-	sl.mu.Unlock()
+	sl.Unlock()
 	if err != nil {
 		c.addPending(-1)
 		c.reply(protocol.StatusInternalError, "sync: append failed: "+err.Error(), r.Opaque)
 		return
 	}
-	b.slave.syncs.Add(1)
+	b.slave.CountSyncs(1)
 }
 
-// syncDupDone answers d, a sync whose message the puller appended: 200
+// dupSync is a sync answered by a puller's append still in flight
+// (repl.PullWaiter).
+type dupSync struct {
+	c      *conn
+	opaque int32
+	id     int64
+	part   int32
+}
+
+// PulledDone answers d, a sync whose message the puller appended: 200
 // with offset -1, or the puller's append failure.
-func (c *conn) syncDupDone(d dupSync, err error) {
+func (d *dupSync) PulledDone(err error) {
+	c := d.c
 	c.addPending(-1)
 	if err != nil {
 		c.reply(protocol.StatusInternalError, "sync: append failed: "+err.Error(), d.opaque)

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
 )
@@ -13,7 +14,7 @@ import (
 // syncActive is the sync master state when this broker takes puts as a
 // sync master (not as a failover slave), else nil.
 func (b *Broker) syncActive() *syncMaster {
-	if b.sync == nil || (b.fo != nil && b.fo.isSlave()) {
+	if b.sync == nil || b.replRole() == repl.RoleSlave {
 		return nil
 	}
 	return b.sync

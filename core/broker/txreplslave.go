@@ -1,12 +1,11 @@
 package broker
 
 import (
-	"fmt"
 	"strconv"
 
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/tx"
-	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -15,7 +14,7 @@ import (
 // on a connection bound to the current epoch, and a replicated commit's
 // batches are stored under the puller's lock of their partitions.
 
-var _ tx.SlaveLogs = (*slaveState)(nil)
+var _ tx.SlaveLogs = (*repl.Slave)(nil)
 
 // syncRefusal is why this broker takes no sync or txsync on c now (""
 // when it does): it is not a failover slave any more, or c is not bound
@@ -44,47 +43,6 @@ func (c *conn) handleTxSync(r *protocol.Request) {
 		return
 	}
 	c.b.txm.ApplySync(c.txs, string(r.Item), r.Body, r.Opaque)
-}
-
-// AppendAt implements tx.SlaveLogs: the entries of a replicated commit's
-// batch that the puller has not copied yet are appended, at the master's
-// offset off.
-func (s *slaveState) AppendAt(l *store.Log, off int64, entries []store.Entry, w store.Waiter, token uint64) (bool, error) {
-	sl := s.logState(l)
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	skip, err := sl.present(off, entries)
-	if err != nil || skip == len(entries) {
-		return false, err
-	}
-	rest := entries[skip:]
-	if err := l.Append(rest, w, token); err != nil {
-		return false, err
-	}
-	sl.end += entriesSize(rest)
-	for _, e := range rest {
-		sl.lastID = max(sl.lastID, e.ID)
-	}
-	s.syncs.Add(int64(len(rest)))
-	return true, nil
-}
-
-// present reports how many of a batch's entries, starting at the master's
-// offset off, this slave has already (the puller may have copied them);
-// an error when its end is before off (a gap) or inside a record.
-func (sl *slaveLog) present(off int64, entries []store.Entry) (int, error) {
-	have := sl.end - off
-	if have < 0 {
-		return 0, fmt.Errorf("the slave's end %d is before the batch's offset %d (a gap)", sl.end, off)
-	}
-	k := 0
-	for ; k < len(entries) && have > 0; k++ {
-		have -= int64(message.HeaderSize + len(entries[k].Data))
-	}
-	if have < 0 {
-		return 0, fmt.Errorf("the slave's end %d is inside the batch at %d (the copies diverged)", sl.end, off)
-	}
-	return k, nil
 }
 
 // endPulledBranches is the slave's puller about to append entries: a

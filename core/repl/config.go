@@ -18,6 +18,12 @@ type Config struct {
 	// SyncDegrade and SyncTimeout: sync_degrade and sync_timeout.
 	SyncDegrade bool
 	SyncTimeout time.Duration
+	// SlaveGroup, SlaveMaxDelay: a slave's consumer group for its pulls
+	// and its longest idle wait (slave_max_delay).
+	SlaveGroup    string
+	SlaveMaxDelay time.Duration
+	// MaxMessageSize bounds a copied record.
+	MaxMessageSize int
 }
 
 // FromConf is cfg's replication slice.
@@ -28,5 +34,9 @@ func FromConf(cfg *conf.Config) Config {
 		Sync:        cfg.Replication == conf.ReplicationSync,
 		SyncDegrade: cfg.SyncDegrade,
 		SyncTimeout: time.Duration(cfg.SyncTimeout) * time.Millisecond,
+
+		SlaveGroup:     cfg.EffectiveSlaveGroup(),
+		SlaveMaxDelay:  time.Duration(cfg.SlaveMaxDelay) * time.Millisecond,
+		MaxMessageSize: cfg.MaxMessageSize,
 	}
 }

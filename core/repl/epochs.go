@@ -1,4 +1,4 @@
-package broker
+package repl
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/fsutil"
 )
 
 // The leader-epoch checkpoint of a failover member (Kafka's
@@ -32,54 +33,54 @@ import (
 //	...
 
 const (
-	epochsFile   = "epochs"
+	EpochsFile   = "epochs"
 	epochsHeader = "metaq-epochs 1"
 	// maxEpochEntries bounds the file: older epochs are dropped (a rejoin
 	// needs the last few).
 	maxEpochEntries = 64
 )
 
-// partKey names a partition.
-type partKey struct {
-	topic string
-	p     int32
+// PartKey names a partition.
+type PartKey struct {
+	Topic string
+	P     int32
 }
 
-func (k partKey) String() string { return k.topic + "-" + strconv.Itoa(int(k.p)) }
+func (k PartKey) String() string { return k.Topic + "-" + strconv.Itoa(int(k.P)) }
 
-// epochEntry is where epoch Epoch starts in each partition.
-type epochEntry struct {
+// EpochEntry is where epoch Epoch starts in each partition.
+type EpochEntry struct {
 	Epoch  int64
 	Held   bool // this member held it (else it copied its records)
-	Starts map[partKey]int64
+	Starts map[PartKey]int64
 }
 
-// epochBook is the parsed file, entries in ascending epoch order.
-type epochBook struct {
-	entries []epochEntry
+// EpochBook is the parsed file, entries in ascending epoch order.
+type EpochBook struct {
+	entries []EpochEntry
 }
 
-// last is the highest epoch recorded (0: none).
-func (eb *epochBook) last() int64 {
+// Last is the highest epoch recorded (0: none).
+func (eb *EpochBook) Last() int64 {
 	if len(eb.entries) == 0 {
 		return 0
 	}
 	return eb.entries[len(eb.entries)-1].Epoch
 }
 
-// firstAfter returns the entry of the lowest epoch above e.
-func (eb *epochBook) firstAfter(e int64) (epochEntry, bool) {
+// FirstAfter returns the entry of the lowest epoch above e.
+func (eb *EpochBook) FirstAfter(e int64) (EpochEntry, bool) {
 	for _, en := range eb.entries {
 		if en.Epoch > e {
 			return en, true
 		}
 	}
-	return epochEntry{}, false
+	return EpochEntry{}, false
 }
 
-// upTo returns a copy with the entries of epochs <= e.
-func (eb *epochBook) upTo(e int64) *epochBook {
-	out := &epochBook{}
+// UpTo returns a copy with the entries of epochs <= e.
+func (eb *EpochBook) UpTo(e int64) *EpochBook {
+	out := &EpochBook{}
 	for _, en := range eb.entries {
 		if en.Epoch <= e {
 			out.entries = append(out.entries, en)
@@ -88,20 +89,20 @@ func (eb *epochBook) upTo(e int64) *epochBook {
 	return out
 }
 
-// add appends en, dropping any entry of an epoch >= en.Epoch.
-func (eb *epochBook) add(en epochEntry) {
+// Add appends en, dropping any entry of an epoch >= en.Epoch.
+func (eb *EpochBook) Add(en EpochEntry) {
 	k := len(eb.entries)
 	for k > 0 && eb.entries[k-1].Epoch >= en.Epoch {
 		k--
 	}
 	eb.entries = append(eb.entries[:k], en)
 	if n := len(eb.entries); n > maxEpochEntries {
-		eb.entries = append([]epochEntry(nil), eb.entries[n-maxEpochEntries:]...)
+		eb.entries = append([]EpochEntry(nil), eb.entries[n-maxEpochEntries:]...)
 	}
 }
 
-// format renders the file.
-func (eb *epochBook) format() []byte {
+// Format renders the file.
+func (eb *EpochBook) Format() []byte {
 	var b bytes.Buffer
 	b.WriteString(epochsHeader + "\n")
 	for _, en := range eb.entries {
@@ -111,33 +112,33 @@ func (eb *epochBook) format() []byte {
 		}
 		fmt.Fprintf(&b, "epoch %d %s\n", en.Epoch, how)
 		for _, k := range sortedParts(en.Starts) {
-			fmt.Fprintf(&b, "start %s %d %d\n", k.topic, k.p, en.Starts[k])
+			fmt.Fprintf(&b, "start %s %d %d\n", k.Topic, k.P, en.Starts[k])
 		}
 	}
 	return b.Bytes()
 }
 
-func sortedParts(m map[partKey]int64) []partKey {
-	ks := make([]partKey, 0, len(m))
+func sortedParts(m map[PartKey]int64) []PartKey {
+	ks := make([]PartKey, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)
 	}
 	sort.Slice(ks, func(i, j int) bool {
-		if ks[i].topic != ks[j].topic {
-			return ks[i].topic < ks[j].topic
+		if ks[i].Topic != ks[j].Topic {
+			return ks[i].Topic < ks[j].Topic
 		}
-		return ks[i].p < ks[j].p
+		return ks[i].P < ks[j].P
 	})
 	return ks
 }
 
-// parseEpochs parses the file's contents.
-func parseEpochs(data []byte) (*epochBook, error) {
+// ParseEpochs parses the file's contents.
+func ParseEpochs(data []byte) (*EpochBook, error) {
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	if len(lines) == 0 || lines[0] != epochsHeader {
 		return nil, fmt.Errorf("epochs: first line is not %q", epochsHeader)
 	}
-	eb := &epochBook{}
+	eb := &EpochBook{}
 	for i, line := range lines[1:] {
 		f := strings.Fields(line)
 		bad := func(why string) error { return fmt.Errorf("epochs: line %d %q: %s", i+2, line, why) }
@@ -153,7 +154,7 @@ func parseEpochs(data []byte) (*epochBook, error) {
 			if n := len(eb.entries); n > 0 && eb.entries[n-1].Epoch >= e {
 				return nil, bad("epochs must rise")
 			}
-			eb.entries = append(eb.entries, epochEntry{Epoch: e, Held: f[2] == "held", Starts: map[partKey]int64{}})
+			eb.entries = append(eb.entries, EpochEntry{Epoch: e, Held: f[2] == "held", Starts: map[PartKey]int64{}})
 		case len(f) == 4 && f[0] == "start":
 			if len(eb.entries) == 0 {
 				return nil, bad("start before any epoch")
@@ -163,7 +164,7 @@ func parseEpochs(data []byte) (*epochBook, error) {
 			if err1 != nil || err2 != nil || p < 0 || off < 0 || !conf.ValidTopicName(f[1]) {
 				return nil, bad("want start <topic> <partition> <offset>")
 			}
-			eb.entries[len(eb.entries)-1].Starts[partKey{f[1], int32(p)}] = off
+			eb.entries[len(eb.entries)-1].Starts[PartKey{f[1], int32(p)}] = off
 		default:
 			return nil, bad("want epoch <E> held|copied or start <topic> <partition> <offset>")
 		}
@@ -171,76 +172,103 @@ func parseEpochs(data []byte) (*epochBook, error) {
 	return eb, nil
 }
 
-// loadEpochs reads data_dir/epochs (an empty book when there is none).
-func loadEpochs(dataDir string) (*epochBook, error) {
-	data, err := os.ReadFile(filepath.Join(dataDir, epochsFile))
+// LoadEpochs reads data_dir/epochs (an empty book when there is none).
+func LoadEpochs(dataDir string) (*EpochBook, error) {
+	data, err := os.ReadFile(filepath.Join(dataDir, EpochsFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return &epochBook{}, nil
+		return &EpochBook{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	eb, err := parseEpochs(data)
+	eb, err := ParseEpochs(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dataDir, epochsFile), err)
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dataDir, EpochsFile), err)
 	}
 	return eb, nil
 }
 
-// save writes data_dir/epochs durably: a temp file, fsynced, renamed over
+// Save writes data_dir/epochs durably: a temp file, fsynced, renamed over
 // it, and the directory fsynced.
-func (eb *epochBook) save(dataDir string) error {
-	path := filepath.Join(dataDir, epochsFile)
-	if err := writeFileDurable(path, eb.format()); err != nil {
+func (eb *EpochBook) Save(dataDir string) error {
+	path := filepath.Join(dataDir, EpochsFile)
+	if err := writeFileDurable(path, eb.Format()); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
 }
 
-// formatStarts is the body of the answer to stats epoch-start:<E>: the
+// FormatStarts is the body of the answer to stats epoch-start:<E>: the
 // epoch the starts are of (0: none after E is known), the epoch this
 // holder holds, then one line per partition.
-func formatStarts(epoch, current int64, starts map[partKey]int64) []byte {
+func FormatStarts(epoch, current int64, starts map[PartKey]int64) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "epoch %d %d\n", epoch, current)
 	for _, k := range sortedParts(starts) {
-		fmt.Fprintf(&b, "%s %d %d\n", k.topic, k.p, starts[k])
+		fmt.Fprintf(&b, "%s %d %d\n", k.Topic, k.P, starts[k])
 	}
 	return b.Bytes()
 }
 
-// parseStarts parses formatStarts' output.
-func parseStarts(body []byte) (epoch, current int64, starts map[partKey]int64, err error) {
+// ParseStarts parses FormatStarts' output.
+func ParseStarts(body []byte) (epoch, current int64, starts map[PartKey]int64, err error) {
 	lines := strings.Split(strings.TrimRight(string(body), "\n"), "\n")
 	f := strings.Fields(lines[0])
 	if len(f) != 3 || f[0] != "epoch" {
-		return 0, 0, nil, fmt.Errorf("epoch-start: first line %q is not epoch <E> <current>", protocolLine(lines[0]))
+		return 0, 0, nil, fmt.Errorf("epoch-start: first line %q is not epoch <E> <current>", ProtocolLine(lines[0]))
 	}
 	epoch, err1 := strconv.ParseInt(f[1], 10, 64)
 	current, err2 := strconv.ParseInt(f[2], 10, 64)
 	if err1 != nil || err2 != nil || epoch < 0 || current <= 0 {
-		return 0, 0, nil, fmt.Errorf("epoch-start: bad epochs in %q", protocolLine(lines[0]))
+		return 0, 0, nil, fmt.Errorf("epoch-start: bad epochs in %q", ProtocolLine(lines[0]))
 	}
-	starts = map[partKey]int64{}
+	starts = map[PartKey]int64{}
 	for _, line := range lines[1:] {
 		f := strings.Fields(line)
 		if len(f) != 3 {
-			return 0, 0, nil, fmt.Errorf("epoch-start: bad line %q", protocolLine(line))
+			return 0, 0, nil, fmt.Errorf("epoch-start: bad line %q", ProtocolLine(line))
 		}
 		p, err1 := strconv.ParseInt(f[1], 10, 32)
 		off, err2 := strconv.ParseInt(f[2], 10, 64)
 		if err1 != nil || err2 != nil || p < 0 || off < 0 || !conf.ValidTopicName(f[0]) {
-			return 0, 0, nil, fmt.Errorf("epoch-start: bad line %q", protocolLine(line))
+			return 0, 0, nil, fmt.Errorf("epoch-start: bad line %q", ProtocolLine(line))
 		}
-		starts[partKey{f[0], int32(p)}] = off
+		starts[PartKey{f[0], int32(p)}] = off
 	}
 	return epoch, current, starts, nil
 }
 
-// protocolLine cuts a line for an error message.
-func protocolLine(s string) string {
+// ProtocolLine cuts a line for an error message.
+func ProtocolLine(s string) string {
 	if len(s) > 80 {
 		return s[:77] + "..."
 	}
 	return s
+}
+
+// writeFileDurable writes path durably: a temp file, fsynced, renamed
+// over it, and the directory fsynced.
+func writeFileDurable(path string, data []byte) error {
+	tmp := path + ".tmp"
+	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	if err == nil {
+		err = w.Sync()
+	}
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fsutil.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }

@@ -1,4 +1,4 @@
-package broker
+package repl
 
 import (
 	"context"
@@ -10,26 +10,52 @@ import (
 	"os"
 	"time"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/tlsio"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
-// replDial opens a replication connection (a slave's pulls, a sync
+// Dialer opens replication connections: replication_user's login,
+// replication_tls_ca_file and [tls] min_version of the configuration it
+// was built from.
+type Dialer struct {
+	// Addr maps a peer's registered address to the one to dial (tests);
+	// nil dials it as is.
+	Addr           func(string) string
+	User, Password string
+	CAFile         string
+	MinTLS         uint16 // 0: TLS 1.2
+}
+
+// DialerFromConf is cfg's replication dialer; addr maps addresses (nil:
+// none).
+func DialerFromConf(cfg *conf.Config, addr func(string) string) Dialer {
+	d := Dialer{Addr: addr, User: cfg.ReplicationUser, Password: cfg.ReplicationPassword, CAFile: cfg.ReplicationTLSCAFile}
+	if cfg.TLS.MinVersion != "" {
+		d.MinTLS = cfg.TLS.MinTLSVersion()
+	}
+	return d
+}
+
+// Dial opens a replication connection (a slave's pulls, a sync
 // master's link and control connection) to the peer at addr, host:port
 // as registered in ZooKeeper: TCP, then TLS when the peer is TLS-only
 // (tlsPeer: it registered metaqs://), verified against
 // replication_tls_ca_file, then, with replication_user set, a SASL PLAIN
 // login as that user of the peer (docs/replication.md, "Authentication
 // and TLS"). timeout bounds each step.
-func (b *Broker) replDial(ctx context.Context, addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
+func (dl Dialer) Dial(ctx context.Context, addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
-	nc, err := d.DialContext(ctx, "tcp", b.replDialAddr(addr))
+	to := addr
+	if dl.Addr != nil {
+		to = dl.Addr(addr)
+	}
+	nc, err := d.DialContext(ctx, "tcp", to)
 	if err != nil {
 		return nil, err
 	}
-	cfg := b.config()
 	if tlsPeer {
-		tc, err := b.replTLSConfig(addr)
+		tc, err := dl.tlsConfig(addr)
 		if err != nil {
 			nc.Close()
 			return nil, err
@@ -43,8 +69,8 @@ func (b *Broker) replDial(ctx context.Context, addr string, tlsPeer bool, timeou
 		nc.SetDeadline(time.Time{})
 		nc = c
 	}
-	if cfg.ReplicationUser != "" {
-		if err := replLogin(nc, cfg.ReplicationUser, cfg.ReplicationPassword, timeout); err != nil {
+	if dl.User != "" {
+		if err := login(nc, dl.User, dl.Password, timeout); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("%s: %w", addr, err)
 		}
@@ -52,20 +78,19 @@ func (b *Broker) replDial(ctx context.Context, addr string, tlsPeer bool, timeou
 	return nc, nil
 }
 
-// replTLSConfig is the client side of a replication TLS connection to
+// tlsConfig is the client side of a replication TLS connection to
 // addr: the peer's certificate is verified against replication_tls_ca_file
 // (or the system's roots) for addr's host.
-func (b *Broker) replTLSConfig(addr string) (*tls.Config, error) {
-	cfg := b.config()
+func (dl Dialer) tlsConfig(addr string) (*tls.Config, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
 	tc := &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
-	if cfg.TLS.MinVersion != "" {
-		tc.MinVersion = cfg.TLS.MinTLSVersion()
+	if dl.MinTLS != 0 {
+		tc.MinVersion = dl.MinTLS
 	}
-	if f := cfg.ReplicationTLSCAFile; f != "" {
+	if f := dl.CAFile; f != "" {
 		pem, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("replication_tls_ca_file: %w", err)
@@ -79,11 +104,11 @@ func (b *Broker) replTLSConfig(addr string) (*tls.Config, error) {
 	return tc, nil
 }
 
-// errReplLogin marks a refused replication login.
-var errReplLogin = errors.New("replication login refused")
+// errLogin marks a refused replication login.
+var errLogin = errors.New("replication login refused")
 
-// replLogin sends auth PLAIN on nc and waits for its answer.
-func replLogin(nc net.Conn, user, password string, timeout time.Duration) error {
+// login sends auth PLAIN on nc and waits for its answer.
+func login(nc net.Conn, user, password string, timeout time.Duration) error {
 	// The broker answers a failed login after its failure_delay (up to
 	// 60 s; 1 s by default): wait for that too.
 	nc.SetDeadline(time.Now().Add(timeout + 61*time.Second))
@@ -101,13 +126,7 @@ func replLogin(nc net.Conn, user, password string, timeout time.Duration) error 
 		return fmt.Errorf("auth as replication_user %q: %w", user, err)
 	}
 	if r.Op != protocol.OpResult || r.Code != protocol.StatusOK {
-		return fmt.Errorf("%w: auth as replication_user %q: %d %s", errReplLogin, user, r.Code, protocol.Printable(r.Body))
+		return fmt.Errorf("%w: auth as replication_user %q: %d %s", errLogin, user, r.Code, protocol.Printable(r.Body))
 	}
 	return nil
-}
-
-// replDialPeer is replDial without a context (a sync master's link and
-// control connection).
-func (b *Broker) replDialPeer(addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
-	return b.replDial(context.Background(), addr, tlsPeer, timeout)
 }

@@ -1,0 +1,994 @@
+package repl
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaq-go/metaq/core/partition"
+	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/internal/logx"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// Async replication, the slave side (MetaQ's metaslave, reference §9).
+//
+// A broker started with slave_id N >= 0 is slave N of master broker_id. It
+// registers ids/<id>/slave<N> and its topics as <id>-s<N> (core/registry),
+// watches ids/<id>/master, and pulls every partition of every topic the
+// master lists in topics-sub over one connection: each round pipelines, for
+// every partition, an `offset ... MaxInt64` (the master's end, for the lag)
+// and a `get` from the slave's own end, appends what came back with the
+// master's msgId, flag and payload (so slave offsets equal master offsets),
+// waits until those appends are durable (one journal round covers them
+// all), and starts the next round at once if anything came, else after an
+// idle wait that doubles from 1 ms up to slave_max_delay/4. No owners, no
+// balancing, nothing is committed: the local end is the position.
+//
+// An empty local partition starts from the master's min (Log.Rebase
+// moves it there when the master has deleted its head). A partition whose
+// master min has passed the slave's end (the slave was away longer than
+// the master's retention) cannot be filled: it is logged and left alone.
+// An append that does not land at the master's offset (which would mean
+// the copies diverged) stops that partition, loudly.
+
+const (
+	// slaveFetchSize is MetaQ's slave fetch size; a partition whose next
+	// record is larger gets doubled fetches up to slaveFetchMax.
+	slaveFetchSize = 1 << 20
+	slaveFetchMax  = 64 << 20
+	// slaveTopicsEvery is how often the master's topic list is read again.
+	slaveTopicsEvery = 2 * time.Second
+	// DialTimeout bounds a connect to the master; slaveIOTimeout one
+	// round's replies.
+	DialTimeout    = 2 * time.Second
+	slaveIOTimeout = 10 * time.Second
+	// slaveRetry is the wait before reconnecting after a failed pull.
+	slaveRetry = 200 * time.Millisecond
+)
+
+// Slave is a slave broker's replication state.
+type Slave struct {
+	host     SlaveHost
+	fo       SlaveFailover
+	ext      SlaveExtension
+	cfg      Config
+	logf     func(format string, args ...any)
+	errorf   func(format string, args ...any)
+	id       int
+	group    string
+	maxIdle  time.Duration
+	parts    map[string][]*replPart // by topic; owned by run
+	warned   map[string]string      // topic -> last logged problem
+	lastTops time.Time
+
+	// logs are the per-partition append states shared by the puller and
+	// the sync handler (syncslave.go), by log.
+	logsMu sync.Mutex
+	logs   map[*store.Log]*SlaveLog
+
+	master    atomic.Pointer[string] // address being pulled from, nil when none
+	connected atomic.Bool
+	lagBytes  atomic.Int64
+	lagMs     atomic.Int64
+	records   atomic.Int64 // records copied since start
+	syncs     atomic.Int64 // syncs appended (syncslave.go)
+	syncDups  atomic.Int64 // syncs the puller had copied already
+	refetched atomic.Int64 // bytes the puller fetched that syncs had stored already
+	rounds    atomic.Int64 // pull rounds made
+}
+
+// replPart is one partition being copied.
+type replPart struct {
+	topic string
+	p     int32
+	l     *store.Log
+	next  int64 // local end: the master offset of the next record to copy
+	fetch int32
+	// stalled is why the partition is not copied any more ("" when it is).
+	stalled string
+	// seen are master ends this slave has not copied up to yet, with when
+	// they were first seen (oldest first, at most maxSeen): lag_ms is the
+	// age of the oldest.
+	seen []seenEnd
+	lag  int64
+}
+
+// SlaveHost is what the slave needs of the broker: its partitions
+// (partition.Source), opening or creating a topic the master has, the
+// registry, dialing a replication peer, and whether it is closing.
+type SlaveHost interface {
+	partition.Source
+	// OpenTopic opens topic name (creating it if the broker may) and
+	// returns its partition count.
+	OpenTopic(name string) (int, error)
+	Registry() *registry.Registry
+	// Dial opens a replication connection to the peer at addr
+	// (repllink.go).
+	Dial(ctx context.Context, addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error)
+	// Done is closed when the broker closes; Closed reports it (set
+	// first).
+	Done() <-chan struct{}
+	Closed() bool
+}
+
+// SlaveFailover is failover's side of the slave's loop (failover = true).
+type SlaveFailover interface {
+	// Elect runs an election when no master is registered; true if this
+	// member now holds the epoch (the loop ends).
+	Elect() bool
+	// LearnEpoch reads the epoch (a master is registered).
+	LearnEpoch()
+	// Rejoin checks this copy against the holder at addr before pulling.
+	Rejoin(addr string, tlsMaster bool) error
+}
+
+// SlaveExtension is what another component registers on the slave:
+// transactions end the branches held prepared whose batches the puller
+// copies.
+type SlaveExtension interface {
+	// Pulled is called with records the puller is about to append,
+	// under their partition's SlaveLog lock.
+	Pulled(entries []store.Entry)
+}
+
+// NewSlave returns a slave's replication state: slave id of broker
+// cfg.BrokerID (a failover master rejoining as a slave passes
+// failover_slave_id).
+func NewSlave(cfg Config, id int, host SlaveHost, log *slog.Logger) *Slave {
+	return &Slave{
+		host:    host,
+		cfg:     cfg,
+		logf:    logx.Printf(log, slog.LevelInfo),
+		errorf:  logx.Printf(log, slog.LevelError),
+		id:      id,
+		group:   cfg.SlaveGroup,
+		maxIdle: max(cfg.SlaveMaxDelay/4, time.Millisecond),
+		parts:   map[string][]*replPart{},
+		warned:  map[string]string{},
+		logs:    map[*store.Log]*SlaveLog{},
+	}
+}
+
+// SetFailover sets failover's side of the loop.
+func (s *Slave) SetFailover(f SlaveFailover) { s.fo = f }
+
+// Register sets the extension (one; transactions).
+func (s *Slave) Register(e SlaveExtension) { s.ext = e }
+
+// ID is this slave's id.
+func (s *Slave) ID() int { return s.id }
+
+// SlaveLog serialises the appends of one partition of a slave: the
+// puller's and those of sync from a sync master. lastID is the id of the
+// last record appended (queued) to it; both skip records at or below it,
+// which the other has appended already (ids rise with offsets).
+type SlaveLog struct {
+	mu     sync.Mutex
+	lastID int64
+	// end is where the next append lands (the master's offset of the
+	// next record): the puller skips what lies below it, which a sync or
+	// a txsync appended already, and a txsync's batches must start at it
+	// (txreplslave.go). Transaction batches keep the ids their puts were
+	// answered with, below later puts' ids: lastID is the highest id
+	// appended, and only single syncs (puts, whose ids rise with their
+	// offsets) are told apart by it.
+	end int64
+
+	// dmu (after mu, and alone in store completions) guards pulling, the
+	// puller's appends queued and not completed yet, and dups, the syncs
+	// whose message one of those appends holds: their replies wait until
+	// it is durable (pulled), since the master acknowledges the put on
+	// the strength of them. dupErr is a failure among those appends.
+	dmu     sync.Mutex
+	pulling int
+	dups    []PullWaiter
+	dupErr  error
+}
+
+// PullWaiter is a sync whose message one of the puller's appends in
+// flight holds: it is answered once that append is durable.
+type PullWaiter interface{ PulledDone(err error) }
+
+// BeginPull counts one of the puller's appends in flight; Pulled ends
+// it.
+func (sl *SlaveLog) BeginPull() {
+	sl.dmu.Lock()
+	sl.pulling++
+	sl.dmu.Unlock()
+}
+
+// Pulled is the end of one of the puller's appends (err its failure):
+// once none is in flight, the syncs waiting for them are answered, 200 if
+// all of them succeeded.
+func (sl *SlaveLog) Pulled(err error) {
+	sl.dmu.Lock()
+	sl.pulling--
+	if err != nil && len(sl.dups) > 0 {
+		sl.dupErr = err
+	}
+	var dups []PullWaiter
+	if sl.pulling == 0 {
+		dups, sl.dups = sl.dups, nil
+		err, sl.dupErr = sl.dupErr, nil
+	}
+	sl.dmu.Unlock()
+	for _, d := range dups {
+		d.PulledDone(err)
+	}
+}
+
+// LogState returns l's SlaveLog.
+func (s *Slave) LogState(l *store.Log) *SlaveLog {
+	s.logsMu.Lock()
+	defer s.logsMu.Unlock()
+	sl := s.logs[l]
+	if sl == nil {
+		sl = &SlaveLog{lastID: l.LastID(), end: l.MaxOffset()}
+		s.logs[l] = sl
+	}
+	return sl
+}
+
+// run pulls from whichever master is registered until the broker closes.
+// It reads ids/<id>/master again only when its watch fires (the master
+// changed or went, or the session had an event); meanwhile a failed pull
+// is retried against the same address with a backoff.
+func (s *Slave) Run() {
+	h := s.host
+	reg := h.Registry()
+	brokerID := s.cfg.BrokerID
+	waiting := false
+	lastErr := ""
+	for !h.Closed() {
+		addr, tlsMaster, ok, watch, err := reg.Master()
+		if err != nil {
+			if msg := err.Error(); msg != lastErr {
+				s.logf("slave %d: reading ids/%d/master: %v; retrying", s.id, brokerID, err)
+				lastErr = msg
+			}
+			s.sleep(slaveRetry)
+			continue
+		}
+		lastErr = ""
+		if !ok && s.fo != nil && s.fo.Elect() { // failover.go
+			return
+		}
+		if !ok {
+			if !waiting {
+				s.logf("slave %d of broker %d: no master registered; waiting for ids/%d/master", s.id, brokerID, brokerID)
+				waiting = true
+			}
+			s.master.Store(nil)
+			poll := 5 * time.Second // a watch lost with a session
+			if s.fo != nil {
+				poll = 200 * time.Millisecond // the epoch node may name this slave in sync meanwhile
+			}
+			select {
+			case <-watch:
+			case <-h.Done():
+				return
+			case <-time.After(poll):
+			}
+			continue
+		}
+		waiting = false
+		if s.fo != nil {
+			s.fo.LearnEpoch()                                    // failover: syncs of older epochs are refused
+			if err := s.fo.Rejoin(addr, tlsMaster); err != nil { // rejoin: cut a divergent tail first
+				if msg := "rejoin: " + err.Error(); msg != lastErr {
+					s.logf("slave %d: checking this copy against the holder at %s: %v; retrying", s.id, addr, err)
+					lastErr = msg
+				}
+				s.sleep(slaveRetry)
+				continue
+			}
+		}
+		s.master.Store(&addr)
+		fired := make(chan struct{})
+		go func() {
+			select {
+			case <-watch:
+			case <-h.Done():
+			}
+			close(fired)
+		}()
+		s.pullUntil(addr, tlsMaster, fired)
+	}
+}
+
+// pullUntil pulls from addr, retrying with a backoff, until fired is
+// closed (the master node changed) or the broker closes.
+func (s *Slave) pullUntil(addr string, tlsMaster bool, fired <-chan struct{}) {
+	wait := slaveRetry
+	last := ""
+	for {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-fired:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		began := time.Now()
+		err := s.pull(ctx, addr, tlsMaster)
+		stopped := ctx.Err() != nil
+		cancel()
+		s.connected.Store(false)
+		if stopped || s.host.Closed() {
+			return
+		}
+		if err != nil {
+			if msg := err.Error(); msg != last {
+				s.logf("slave %d: pulling from master %s: %v; retrying", s.id, addr, err)
+				last = msg
+			}
+		}
+		if time.Since(began) > 5*time.Second {
+			wait = slaveRetry // it was pulling: a new failure
+		}
+		select {
+		case <-fired:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// sleep waits d or until the broker closes.
+func (s *Slave) sleep(d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-s.host.Done():
+	}
+}
+
+// pull copies from the master at addr (TLS-only when tlsMaster) until
+// ctx is done or the connection fails.
+func (s *Slave) pull(ctx context.Context, addr string, tlsMaster bool) error {
+	nc, err := s.host.Dial(ctx, addr, tlsMaster, DialTimeout) // repllink.go
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	s.logf("slave %d of broker %d: pulling from master %s", s.id, s.cfg.BrokerID, addr)
+	s.connected.Store(true)
+	w := bufio.NewWriterSize(nc, 64<<10)
+	dec := protocol.NewDecoder(nc, protocol.Limits{MaxBody: slaveFetchMax + 1<<20})
+	defer dec.Release()
+	rc := &RoundConn{nc: nc, w: w, dec: dec}
+	s.lastTops = time.Time{}
+	idle := time.Duration(0)
+	for ctx.Err() == nil {
+		if time.Since(s.lastTops) >= slaveTopicsEvery {
+			s.refreshTopics(rc)
+			s.lastTops = time.Now()
+		}
+		got, err := s.round(rc)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s.rounds.Add(1)
+		if got {
+			idle = 0
+			continue
+		}
+		idle = min(max(2*idle, time.Millisecond), s.maxIdle)
+		select {
+		case <-time.After(idle):
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// RoundConn is the connection to the master.
+type RoundConn struct {
+	// timeout bounds a round's replies; 0 means slaveIOTimeout.
+	timeout time.Duration
+	nc      net.Conn
+	w       *bufio.Writer
+	dec     *protocol.Decoder
+	buf     []byte
+	req     protocol.Request
+}
+
+// send queues one request.
+func (rc *RoundConn) send(b []byte) {
+	rc.w.Write(b)
+}
+
+// flush sends what is queued and sets the deadline of the replies.
+func (rc *RoundConn) flush() error {
+	d := rc.timeout
+	if d <= 0 {
+		d = slaveIOTimeout
+	}
+	rc.nc.SetDeadline(time.Now().Add(d))
+	return rc.w.Flush()
+}
+
+// next decodes the next reply; its body is valid until the next call.
+func (rc *RoundConn) next() (*protocol.Request, error) {
+	rc.req = protocol.Request{}
+	if err := rc.dec.Decode(&rc.req); err != nil {
+		return nil, err
+	}
+	if rc.req.Op != protocol.OpResult && rc.req.Op != protocol.OpValue {
+		return nil, fmt.Errorf("unexpected %s frame from the master", rc.req.Op)
+	}
+	return &rc.req, nil
+}
+
+// roundTrip sends one request and returns its reply.
+func (rc *RoundConn) roundTrip(b []byte) (*protocol.Request, error) {
+	rc.send(b)
+	if err := rc.flush(); err != nil {
+		return nil, err
+	}
+	return rc.next()
+}
+
+// refreshTopics reads the master's topics and opens (or auto-creates)
+// each locally; a topic the slave cannot hold is logged once.
+func (s *Slave) refreshTopics(rc *RoundConn) {
+	tops, err := s.host.Registry().MasterTopics()
+	if err != nil {
+		s.logf("slave %d: reading the master's topics: %v", s.id, err)
+		return
+	}
+	names := make([]string, 0, len(tops))
+	for n := range tops {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n := tops[name]
+		if ps, ok := s.parts[name]; ok && len(ps) == n {
+			continue
+		}
+		have, err := s.host.OpenTopic(name)
+		if err != nil {
+			s.warn(name, fmt.Sprintf("not replicated: %v (configure it in the slave's server.toml, or set auto_create_topics)", err))
+			continue
+		}
+		if have != n {
+			s.warn(name, fmt.Sprintf("not replicated: the master has %d partitions, this slave %d (give the slave the same num_partitions)", n, have))
+			continue
+		}
+		ps := make([]*replPart, n)
+		for p := range ps {
+			l, err := s.host.Log(name, p)
+			if err != nil {
+				s.warn(name, fmt.Sprintf("not replicated: %v", err))
+				return
+			}
+			rp := &replPart{topic: name, p: int32(p), l: l, fetch: slaveFetchSize}
+			if err := s.startPart(rc, rp); err != nil {
+				s.logf("slave %d: %s-%d: %v", s.id, name, p, err)
+				return // the connection is probably gone; the next round says
+			}
+			ps[p] = rp
+		}
+		s.parts[name] = ps
+		delete(s.warned, name)
+		s.logf("slave %d: replicating topic %s (%d partitions)", s.id, name, n)
+	}
+}
+
+func (s *Slave) warn(topic, msg string) {
+	if s.warned[topic] == msg {
+		return
+	}
+	s.warned[topic] = msg
+	s.logf("slave %d: topic %s %s", s.id, topic, msg)
+}
+
+// startPart sets where copying partition rp starts: its local end, or for
+// an empty partition the master's min offset.
+func (s *Slave) startPart(rc *RoundConn, rp *replPart) error {
+	l := rp.l
+	if l.MaxOffset() == l.MinOffset() && l.MessageCount() == 0 {
+		r, err := rc.roundTrip(protocol.AppendOffset(rc.buf[:0], rp.topic, s.group, rp.p, 0, 0))
+		if err != nil {
+			return err
+		}
+		if r.Code != protocol.StatusOK {
+			return fmt.Errorf("master's min offset: %d %s", r.Code, protocol.Printable(r.Body))
+		}
+		min, ok := protocol.ParseInt64(r.Body)
+		if !ok || min < 0 {
+			return fmt.Errorf("master's min offset: bad reply %q", protocol.Printable(r.Body))
+		}
+		if min != l.MinOffset() {
+			if err := l.Rebase(min); err != nil {
+				return err
+			}
+			s.logf("slave %d: %s-%d is empty; starting at the master's min offset %d", s.id, rp.topic, rp.p, min)
+		}
+	}
+	rp.next = l.MaxOffset()
+	return nil
+}
+
+// round asks every partition's end and next records of the master,
+// appends what came and waits for the appends. got reports whether any
+// record was copied.
+func (s *Slave) round(rc *RoundConn) (got bool, err error) {
+	var live []*replPart
+	tops := make([]string, 0, len(s.parts))
+	for t := range s.parts {
+		tops = append(tops, t)
+	}
+	sort.Strings(tops)
+	for _, t := range tops {
+		for _, rp := range s.parts[t] {
+			if rp.stalled == "" {
+				live = append(live, rp)
+			}
+		}
+	}
+	if len(live) == 0 {
+		return false, nil
+	}
+	for i, rp := range live {
+		if end := rp.l.MaxOffset(); end > rp.next {
+			// A sync master's syncs (syncslave.go) appended these, at
+			// the master's offsets: do not fetch them again.
+			rp.next = end
+		}
+		rc.buf = protocol.AppendOffset(rc.buf[:0], rp.topic, s.group, rp.p, math.MaxInt64, int32(2*i))
+		rc.send(rc.buf)
+		rc.buf = protocol.AppendGet(rc.buf[:0], rp.topic, s.group, rp.p, rp.next, rp.fetch, int32(2*i+1))
+		rc.send(rc.buf)
+	}
+	if err := rc.flush(); err != nil {
+		return false, err
+	}
+	ends := make([]int64, len(live))
+	for i := range ends {
+		ends[i] = -1
+	}
+	wg := &roundWaiter{res: make([]roundResult, len(live))}
+	var entries []store.Entry
+	for range 2 * len(live) {
+		r, err := rc.next()
+		if err != nil {
+			wg.wait()
+			return false, err
+		}
+		i := int(r.Opaque / 2)
+		if r.Opaque < 0 || i >= len(live) {
+			wg.wait()
+			return false, fmt.Errorf("reply with unknown opaque %d", r.Opaque)
+		}
+		rp := live[i]
+		if r.Opaque%2 == 0 { // offset: the master's end
+			if v, ok := protocol.ParseInt64(r.Body); ok && r.Code == protocol.StatusOK {
+				ends[i] = v
+			}
+			continue
+		}
+		entries, err = s.apply(rp, r, entries[:0], wg, i)
+		if err != nil {
+			wg.wait()
+			return false, err
+		}
+	}
+	wg.wait()
+	now := time.Now()
+	var lagB, lagMs int64
+	for i, rp := range live {
+		res := &wg.res[i]
+		if res.n == 0 && res.bytes > 0 {
+			rp.next += res.bytes // records a sync had appended already
+			s.refetched.Add(res.bytes)
+		}
+		if res.n > 0 {
+			if res.err != nil { // ENOSPC, a failed log, closing: retried next round
+				// The failed records left nothing behind: copy them again.
+				sl := s.LogState(rp.l)
+				sl.mu.Lock()
+				sl.lastID = rp.l.LastID()
+				sl.end = rp.l.MaxOffset()
+				sl.mu.Unlock()
+				key := rp.topic + "#" + strconv.Itoa(int(rp.p))
+				if msg := "append: " + res.err.Error(); s.warned[key] != msg {
+					s.warned[key] = msg
+					s.logf("slave %d: %s-%d: %s; retrying", s.id, rp.topic, rp.p, msg)
+				}
+				continue
+			}
+			if want := rp.next + res.skipped; res.off != want {
+				rp.stalled = fmt.Sprintf("records landed at offset %d, the master's is %d", res.off, want)
+				s.errorf("slave %d: %s-%d: ERROR: copying stopped: %s (the copies diverged)", s.id, rp.topic, rp.p, rp.stalled)
+				continue
+			}
+			rp.next += res.bytes
+			s.refetched.Add(res.skipped)
+			s.records.Add(int64(res.n))
+			got = true
+		}
+		rp.lag = 0
+		if ends[i] > rp.next {
+			rp.lag = ends[i] - rp.next
+		}
+		if lag := rp.noteEnd(ends[i], now); lag > 0 {
+			lagMs = max(lagMs, lag.Milliseconds())
+		}
+		lagB += rp.lag
+	}
+	s.lagBytes.Store(lagB)
+	s.lagMs.Store(lagMs)
+	return got, nil
+}
+
+// apply handles partition rp's get reply r: it appends the whole records
+// of a value (with entries as scratch), or handles the result code.
+func (s *Slave) apply(rp *replPart, r *protocol.Request, entries []store.Entry, wg *roundWaiter, i int) ([]store.Entry, error) {
+	switch {
+	case r.Op == protocol.OpValue:
+	case r.Code == protocol.StatusNotFound: // no new data
+		return entries, nil
+	case r.Code == protocol.StatusMoved:
+		to, ok := protocol.ParseInt64(r.Body)
+		switch {
+		case !ok:
+			return entries, fmt.Errorf("%s-%d: bad 301 body %q", rp.topic, rp.p, protocol.Printable(r.Body))
+		case rp.l.MessageCount() == 0 && rp.l.MaxOffset() == rp.l.MinOffset() && to > rp.next:
+			if err := rp.l.Rebase(to); err != nil {
+				rp.stalled = err.Error()
+			} else {
+				sl := s.LogState(rp.l)
+				sl.mu.Lock()
+				sl.end = to
+				sl.mu.Unlock()
+				rp.next = to
+				s.logf("slave %d: %s-%d: the master's min moved to %d; empty here, starting there", s.id, rp.topic, rp.p, to)
+			}
+		default:
+			rp.stalled = fmt.Sprintf("the master's min offset %d is past this slave's end %d (the master deleted records the slave never copied); move the partition directory away to copy it afresh", to, rp.next)
+			s.errorf("slave %d: %s-%d: ERROR: copying stopped: %s", s.id, rp.topic, rp.p, rp.stalled)
+		}
+		return entries, nil
+	default:
+		key := rp.topic + "#" + strconv.Itoa(int(rp.p))
+		msg := fmt.Sprintf("get from the master: %d %s", r.Code, protocol.Printable(r.Body))
+		if s.warned[key] != msg {
+			s.warned[key] = msg
+			s.logf("slave %d: %s-%d: %s", s.id, rp.topic, rp.p, msg)
+		}
+		return entries, nil
+	}
+	body := r.Body
+	used, skipped := 0, 0
+	sl := s.LogState(rp.l)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	for used < len(body) {
+		rec, n, err := message.ParseRecord(body[used:], s.cfg.MaxMessageSize)
+		if errors.Is(err, message.ErrShortRecord) {
+			break
+		}
+		if err != nil {
+			// A damaged record at the master: do not copy it; the next
+			// round asks again (the master may repair it, or say corrupt).
+			s.logf("slave %d: %s-%d: record at %d from the master: %v", s.id, rp.topic, rp.p, rp.next+int64(used), err)
+			break
+		}
+		if rec.ID == 0 {
+			return entries, fmt.Errorf("%s-%d: record at %d from the master has message id 0", rp.topic, rp.p, rp.next+int64(used))
+		}
+		if rp.next+int64(used) < sl.end {
+			if len(entries) > 0 {
+				return entries, fmt.Errorf("%s-%d: record at %d from the master is below this slave's end %d", rp.topic, rp.p, rp.next+int64(used), sl.end)
+			}
+			skipped += n // appended already, by a sync or txsync from the master
+		} else {
+			entries = append(entries, store.Entry{ID: rec.ID, Flag: rec.Flag, CRC: rec.CRC, Data: rec.Data})
+		}
+		used += n
+	}
+	res := &wg.res[i]
+	if len(entries) == 0 {
+		if used == 0 && len(body) >= int(rp.fetch) && rp.fetch < slaveFetchMax {
+			rp.fetch *= 2 // a record larger than the fetch
+		}
+		res.bytes = int64(used) // all there already
+		return entries, nil
+	}
+	res.n, res.bytes, res.skipped = len(entries), int64(used), int64(skipped)
+	if s.ext != nil {
+		s.ext.Pulled(entries) // transactions: branches held prepared end
+	}
+	wg.add()
+	res.sl = sl
+	sl.BeginPull()
+	if err := rp.l.Append(entries, wg, uint64(i)); err != nil {
+		sl.Pulled(err)
+		wg.done()
+		res.err = err
+	} else {
+		for _, e := range entries {
+			sl.lastID = max(sl.lastID, e.ID)
+		}
+		sl.end += entriesSize(entries)
+	}
+	clear(entries) // Append copied the data
+	return entries, nil
+}
+
+// roundResult is one partition's append in a round.
+type roundResult struct {
+	n       int
+	bytes   int64
+	skipped int64 // leading bytes the slave had already
+	off     int64
+	err     error
+	sl      *SlaveLog // the partition's state, told when the append ends
+}
+
+// roundWaiter collects a round's appends (a store.Waiter).
+type roundWaiter struct {
+	wg  sync.WaitGroup
+	res []roundResult
+}
+
+func (w *roundWaiter) add()  { w.wg.Add(1) }
+func (w *roundWaiter) done() { w.wg.Done() }
+func (w *roundWaiter) wait() { w.wg.Wait() }
+
+func (w *roundWaiter) AppendDone(token uint64, _ int64, firstOffset int64, err error) {
+	r := &w.res[token]
+	r.off, r.err = firstOffset, err
+	if r.sl != nil {
+		r.sl.Pulled(err)
+	}
+	w.wg.Done()
+}
+
+// seenEnd is a master end observed at a time.
+type seenEnd struct {
+	end int64
+	at  time.Time
+}
+
+// maxSeen bounds replPart.seen.
+const maxSeen = 64
+
+// noteEnd records the master's end (-1: unknown) seen at now, drops the
+// ends the slave has copied up to, and returns how long ago the master
+// first had data the slave still lacks (0 if none).
+func (rp *replPart) noteEnd(end int64, now time.Time) time.Duration {
+	if n := len(rp.seen); end > rp.next && (n == 0 || end > rp.seen[n-1].end) {
+		if n == maxSeen {
+			rp.seen[n-1] = seenEnd{end, rp.seen[n-1].at} // keep the oldest times
+		} else {
+			rp.seen = append(rp.seen, seenEnd{end, now})
+		}
+	}
+	k := 0
+	for k < len(rp.seen) && rp.seen[k].end <= rp.next {
+		k++
+	}
+	rp.seen = append(rp.seen[:0], rp.seen[k:]...)
+	if len(rp.seen) == 0 {
+		return 0
+	}
+	return now.Sub(rp.seen[0].at)
+}
+
+// SlaveStatus is a slave's replication state, for stats and metrics.
+type SlaveStatus struct {
+	ID int
+	// Master is the address pulled from ("" when none).
+	Master    string
+	Connected bool
+	// LagBytes and LagMs as of the last pull round.
+	LagBytes, LagMs int64
+	// Copied messages pulled, Syncs stored from a sync master,
+	// SyncDups syncs the puller had copied already, Refetched bytes
+	// the puller fetched that syncs had stored already.
+	Copied, Syncs, SyncDups, Refetched int64
+}
+
+// Status returns the slave's state now.
+func (s *Slave) Status() SlaveStatus {
+	st := SlaveStatus{ID: s.id, Connected: s.connected.Load(), LagBytes: s.lagBytes.Load(), LagMs: s.lagMs.Load(),
+		Copied: s.records.Load(), Syncs: s.syncs.Load(), SyncDups: s.syncDups.Load(), Refetched: s.refetched.Load()}
+	if p := s.master.Load(); p != nil {
+		st.Master = *p
+	}
+	return st
+}
+
+// entriesSize is the bytes entries take in a partition.
+func entriesSize(entries []store.Entry) int64 {
+	var n int64
+	for i := range entries {
+		n += int64(message.HeaderSize + len(entries[i].Data))
+	}
+	return n
+}
+
+// Lock takes sl's lock: it serialises the partition's appends (the
+// puller's, syncs', txsyncs').
+func (sl *SlaveLog) Lock() { sl.mu.Lock() }
+
+// Unlock releases it.
+func (sl *SlaveLog) Unlock() { sl.mu.Unlock() }
+
+// LastID is the highest id appended (under the lock).
+func (sl *SlaveLog) LastID() int64 { return sl.lastID }
+
+// End is where the next append lands (under the lock).
+func (sl *SlaveLog) End() int64 { return sl.end }
+
+// Appended records entries appended at End (under the lock).
+func (sl *SlaveLog) Appended(entries []store.Entry) {
+	sl.end += entriesSize(entries)
+	for _, e := range entries {
+		sl.lastID = max(sl.lastID, e.ID)
+	}
+}
+
+// Reset sets the append state to l's own (under the lock), after l was
+// cut or settled.
+func (sl *SlaveLog) Reset(lastID, end int64) { sl.lastID, sl.end = lastID, end }
+
+// WaitPulled queues w, a sync whose message the puller appended, if one
+// of the puller's appends is still in flight (under the lock): w is told
+// once none is. false: none is, answer it now.
+func (sl *SlaveLog) WaitPulled(w PullWaiter) bool {
+	sl.dmu.Lock()
+	defer sl.dmu.Unlock()
+	if sl.pulling == 0 {
+		return false
+	}
+	sl.dups = append(sl.dups, w)
+	return true
+}
+
+// Present reports how many of a batch's entries, starting at the master's
+// offset off, this slave has already (the puller may have copied them);
+// an error when its end is before off (a gap) or inside a record. The
+// caller holds the lock.
+func (sl *SlaveLog) Present(off int64, entries []store.Entry) (int, error) {
+	have := sl.end - off
+	if have < 0 {
+		return 0, fmt.Errorf("the slave's end %d is before the batch's offset %d (a gap)", sl.end, off)
+	}
+	k := 0
+	for ; k < len(entries) && have > 0; k++ {
+		have -= int64(message.HeaderSize + len(entries[k].Data))
+	}
+	if have < 0 {
+		return 0, fmt.Errorf("the slave's end %d is inside the batch at %d (the copies diverged)", sl.end, off)
+	}
+	return k, nil
+}
+
+// AppendAt appends the entries of a replicated batch (a transaction's,
+// shipped by the sync master) that the puller has not copied yet, at the
+// master's offset off, under l's SlaveLog lock: false if it had them all.
+// (It implements tx.SlaveLogs.)
+func (s *Slave) AppendAt(l *store.Log, off int64, entries []store.Entry, w store.Waiter, token uint64) (bool, error) {
+	sl := s.LogState(l)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	skip, err := sl.Present(off, entries)
+	if err != nil || skip == len(entries) {
+		return false, err
+	}
+	rest := entries[skip:]
+	if err := l.Append(rest, w, token); err != nil {
+		return false, err
+	}
+	sl.Appended(rest)
+	s.syncs.Add(int64(len(rest)))
+	return true, nil
+}
+
+// CountSyncs counts n messages stored from a sync master; CountSyncDup a
+// sync the puller had copied already.
+func (s *Slave) CountSyncs(n int) { s.syncs.Add(int64(n)) }
+
+// CountSyncDup counts a sync the puller had copied already.
+func (s *Slave) CountSyncDup() { s.syncDups.Add(1) }
+
+// ClearMaster forgets the master pulled from (promoted or demoted).
+func (s *Slave) ClearMaster() { s.master.Store(nil) }
+
+// Barrier waits for the appends of syncs under way (each partition's lock
+// taken and released): a promoted slave refuses syncs from then on.
+func (s *Slave) Barrier() {
+	s.logsMu.Lock()
+	defer s.logsMu.Unlock()
+	for _, sl := range s.logs {
+		sl.mu.Lock()
+		sl.mu.Unlock() //nolint:staticcheck // a barrier
+	}
+}
+
+// ResetLogStates sets every partition's append state (the last id and
+// the end the puller and the syncs skip below) to its log's, once the
+// log's appends in flight are done. A member that held an epoch appended
+// its puts to the logs directly, past the states it last had as a slave:
+// with a stale end, the puller would append again records a sync from
+// the new holder had just stored (they lie at or past that end), and the
+// copies would diverge. It also makes the puller read its positions again
+// from the logs. The caller is the slave's loop (failover's Rejoin).
+func (s *Slave) ResetLogStates() error {
+	for _, name := range s.host.Topics() {
+		n, err := s.host.Partitions(name)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		for p := range n {
+			l, err := s.host.Log(name, p)
+			if err != nil {
+				continue
+			}
+			sl := s.LogState(l)
+			sl.mu.Lock()
+			end, err := l.Settle()
+			if err == nil {
+				sl.lastID, sl.end = l.LastID(), end
+			}
+			sl.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("partition %s-%d: %w", name, p, err)
+			}
+		}
+	}
+	s.parts = map[string][]*replPart{}
+	return nil
+}
+
+// NewRoundConn wraps nc, a replication connection, for request and reply
+// rounds whose replies wait at most timeout (0: 10 s).
+func NewRoundConn(nc net.Conn, timeout time.Duration) *RoundConn {
+	return &RoundConn{timeout: timeout, nc: nc, w: bufio.NewWriter(nc), dec: protocol.NewDecoder(nc, protocol.Limits{})}
+}
+
+// Close closes the connection.
+func (rc *RoundConn) Close() {
+	rc.nc.Close()
+	rc.dec.Release()
+}
+
+// RoundTrip sends one request and returns its reply (valid until the
+// next call).
+func (rc *RoundConn) RoundTrip(b []byte) (*protocol.Request, error) { return rc.roundTrip(b) }
+
+// SlaveEnd asks the slave its end of partition p of topic (an offset
+// request for MaxInt64).
+func (rc *RoundConn) SlaveEnd(topic string, p int32) (int64, error) {
+	r, err := rc.roundTrip(protocol.AppendOffset(rc.buf[:0], topic, "meta-sync-join", p, math.MaxInt64, 1))
+	if err != nil {
+		return 0, err
+	}
+	if r.Code != protocol.StatusOK {
+		return 0, fmt.Errorf("the slave's end: %d %s", r.Code, protocol.Printable(r.Body))
+	}
+	have, _ := protocol.ParseInt64(r.Body)
+	return have, nil
+}
