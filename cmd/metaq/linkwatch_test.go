@@ -75,7 +75,7 @@ func TestConsumeGroupBrokerLoss(t *testing.T) {
 	waitFor(t, 20*time.Second, "a line saying the broker is lost", func() bool {
 		return strings.Contains(stderr.String(), "metaq consume: lost the broker at "+addr)
 	})
-	srv = start()
+	start() // stopped when the test ends
 	waitFor(t, 20*time.Second, "a line saying the broker is back", func() bool {
 		return strings.Contains(stderr.String(), "metaq consume: the broker at "+addr+" is back")
 	})

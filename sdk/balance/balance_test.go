@@ -541,3 +541,6 @@ func TestRingMerge(t *testing.T) {
 		}
 	}
 }
+
+// ketamaHash is ketamaHashBytes of s.
+func ketamaHash(s string) uint32 { return ketamaHashBytes([]byte(s)) }

@@ -118,10 +118,8 @@ func (r hashRing) owner(h uint32) string {
 	return r[i].consumer
 }
 
-// ketamaHash is MetaQ's HashAlgorithm.KETAMA_HASH: the first four bytes of
-// the MD5 digest of s, little-endian.
-func ketamaHash(s string) uint32 { return ketamaHashBytes([]byte(s)) }
-
+// ketamaHashBytes is MetaQ's HashAlgorithm.KETAMA_HASH: the first four
+// bytes of the MD5 digest of b, little-endian.
 func ketamaHashBytes(b []byte) uint32 {
 	d := md5.Sum(b)
 	return binary.LittleEndian.Uint32(d[:4])

@@ -108,10 +108,6 @@ func consumerPass(name string, o consOption) Opt {
 	return consumerOption(name, func(c *config) { c.cOpts = append(c.cOpts, o) })
 }
 
-func producerPass(o prodOption) Opt {
-	return optFunc(func(c *config) { c.prodOpts = append(c.prodOpts, o) })
-}
-
 // Brokers makes the Client talk to these brokers directly ("host:port"
 // each), with no ZooKeeper: it learns each one's broker id and partitions
 // from `stats`, and asks again every 30 s.

@@ -74,21 +74,6 @@ type downState struct {
 	failures int
 }
 
-// openClusterProducer connects to ZooKeeper (zkConnect: comma-separated
-// host:port) and returns a producer for the cluster registered there. It
-// waits for the ZooKeeper session until ctx is done.
-func openClusterProducer(ctx context.Context, zkConnect string, opts ...prodOption) (*clusterProducer, error) {
-	cfg := newProducerConfig(opts)
-	if cfg.maxInFlight == 0 {
-		cfg.maxInFlight = DefaultMaxInFlight
-	}
-	cl, err := cfg.zk.open(ctx, zkConnect, cfg.conn.tls != nil, cfg.logger)
-	if err != nil {
-		return nil, err
-	}
-	return newClusterProducer(cfg, opts, zkSource{cl: cl, own: true}), nil
-}
-
 // newClusterProducer returns a producer over the partitions src lists.
 func newClusterProducer(cfg producerConfig, opts []prodOption, src viewSource) *clusterProducer {
 	return &clusterProducer{cfg: cfg, opts: opts, src: src, sem: make(chan struct{}, cfg.maxInFlight), cbs: newCallbackQueue(),

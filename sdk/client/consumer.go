@@ -190,17 +190,6 @@ func withRetries(n int, backoff time.Duration) consOption {
 	})
 }
 
-// withOnReject sets the hook for messages that failed every attempt: the
-// same as withRejectPolicy(f); nil restores the default policy.
-func withOnReject(f RejectFunc) consOption {
-	return consumerOpt(func(c *consumerConfig) {
-		c.reject = nil
-		if f != nil {
-			c.reject = f
-		}
-	})
-}
-
 // partState is one assigned partition.
 type partState struct {
 	p         int32

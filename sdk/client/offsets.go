@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -62,19 +61,6 @@ func (b *brokerID) set(id int) {
 	b.mu.Lock()
 	b.id, b.known = id, true
 	b.mu.Unlock()
-}
-
-// newBrokerOffsetStore returns a store that keeps offsets on the broker at
-// addr. It connects lazily.
-func newBrokerOffsetStore(addr string, opts ...adminOption) (*brokerOffsetStore, error) {
-	if err := checkAddr(addr); err != nil {
-		return nil, err
-	}
-	cfg := adminConfig{conn: defaultConnOptions(), logger: slog.Default()}
-	for _, o := range opts {
-		o.applyAdmin(&cfg)
-	}
-	return &brokerOffsetStore{cn: newConn(addr, cfg.conn), id: &brokerID{}, own: true}, nil
 }
 
 // BrokerID returns the id of the store's broker, asking the broker the

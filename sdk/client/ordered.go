@@ -66,16 +66,6 @@ func withLocalStore(base string) prodOption {
 	return orderedOpt(func(c *orderedConfig) { c.base = base })
 }
 
-// withSaveToLocalWhenFailed makes an orderedProducer keep a message in its
-// local store after any failed send (a timeout, a 5xx, ...), not only when
-// the partition is unavailable (MetaQ's meta.ordered.saveToLocalWhenFailed).
-// A send that failed by timeout may have been stored by the broker, so
-// this can duplicate messages. Default false. Only openOrderedProducer uses
-// it.
-func withSaveToLocalWhenFailed(on bool) prodOption {
-	return orderedOpt(func(c *orderedConfig) { c.saveAll = on })
-}
-
 // withPartitionLayout declares the partitions of topic for an
 // orderedProducer: partitionsByBroker maps a broker id to its partition
 // count (MetaQ's topic.num.<topic> = "brokerId:n;brokerId:n"). The layout
@@ -195,15 +185,6 @@ var orderedBases = struct {
 	sync.Mutex
 	m map[string]bool
 }{m: make(map[string]bool)}
-
-// openOrderedProducer connects to ZooKeeper (zkConnect: comma-separated
-// host:port) like openClusterProducer, opens the local stores found under
-// the base directory and starts draining them.
-func openOrderedProducer(ctx context.Context, zkConnect string, opts ...prodOption) (*orderedProducer, error) {
-	return newOrderedProducer(opts, func(cpOpts []prodOption) (*clusterProducer, error) {
-		return openClusterProducer(ctx, zkConnect, cpOpts...)
-	})
-}
 
 // newOrderedProducer is openOrderedProducer over the clusterProducer newCP
 // returns for the options it is given.

@@ -92,18 +92,6 @@ func withBatching(maxMessages, maxBytes int, linger time.Duration) prodOption {
 	})
 }
 
-// withTopicPartitions fixes the partition count of a topic instead of
-// learning it from `stats topics` (needed for topics the broker accepts by
-// wildcard but does not list).
-func withTopicPartitions(topic string, n int) prodOption {
-	return producerOpt(func(c *producerConfig) {
-		if c.partitions == nil {
-			c.partitions = make(map[string]int)
-		}
-		c.partitions[topic] = n
-	})
-}
-
 // withMaxMessageSize sets the largest put body the producer accepts
 // (payload plus attribute). Default message.DefaultMaxMessageSize (2 MiB).
 func withMaxMessageSize(n int) prodOption {
@@ -407,36 +395,6 @@ func (p *brokerProducer) SendAsync(ctx context.Context, m *message.Message, cb f
 		}
 		p.cbs.push(cb, res, err, p.end)
 	})
-}
-
-// sendFuture is the result of SendAsyncFuture.
-type sendFuture struct {
-	done chan struct{}
-	res  SendResult
-	err  error
-}
-
-// Done is closed when the send has completed.
-func (f *sendFuture) Done() <-chan struct{} { return f.done }
-
-// Wait waits for the send to complete or ctx to be done.
-func (f *sendFuture) Wait(ctx context.Context) (SendResult, error) {
-	select {
-	case <-f.done:
-		return f.res, f.err
-	case <-ctx.Done():
-		return SendResult{}, ctx.Err()
-	}
-}
-
-// sendFuture sends m asynchronously and returns a future for the outcome.
-func (p *brokerProducer) SendFuture(ctx context.Context, m *message.Message) *sendFuture {
-	f := &sendFuture{done: make(chan struct{})}
-	p.SendAsync(ctx, m, func(r SendResult, err error) {
-		f.res, f.err = r, err
-		close(f.done)
-	})
-	return f
 }
 
 // Flush sends every batched message now and waits until all messages

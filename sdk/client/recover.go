@@ -102,17 +102,6 @@ func withRejectPolicy(p RejectPolicy) consOption {
 	return consumerOpt(func(c *consumerConfig) { c.reject = p })
 }
 
-// withRecoverInterval sets how often the local recovery store is replayed
-// while Consume runs. Default DefaultRecoverInterval; the first replay
-// comes defaultRecoverDelay (or d, if shorter) after Consume starts.
-func withRecoverInterval(d time.Duration) consOption {
-	return consumerOpt(func(c *consumerConfig) {
-		if d > 0 {
-			c.recoverInterval = d
-		}
-	})
-}
-
 // resolveReject sets c.rejectFn and c.recoverDir from the configured
 // policy (called once by newBrokerConsumer).
 func (c *brokerConsumer) resolveReject() {
