@@ -1,6 +1,13 @@
 package filters
 
-import "errors"
+import (
+	"context"
+	"errors"
+
+	"github.com/metaq-go/metaq/internal/pluginrpc"
+	"github.com/metaq-go/metaq/plugins"
+	"google.golang.org/grpc/codes"
+)
 
 var (
 	// ErrBadConfig means Init was given a configuration the filter cannot
@@ -25,3 +32,15 @@ var (
 	// plugin's text.
 	ErrPlugin = errors.New("filters: filter plugin failed")
 )
+
+// statusCodes is how the sentinels cross the plugin boundary
+// (internal/pluginrpc), as gRPC codes; the host maps a code no sentinel
+// has to ErrPlugin.
+var statusCodes = pluginrpc.Codes{Table: []pluginrpc.Code{
+	{Err: ErrBadConfig, Code: codes.InvalidArgument},
+	{Err: ErrUnknownInstance, Code: codes.NotFound},
+	{Err: ErrClosed, Code: codes.FailedPrecondition},
+	{Err: plugins.ErrUnavailable, Code: codes.Unavailable},
+	{Err: context.DeadlineExceeded, Code: codes.DeadlineExceeded},
+	{Err: context.Canceled, Code: codes.Canceled},
+}}

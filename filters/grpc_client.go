@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	filterpb "github.com/metaq-go/metaq/filters/proto"
 	"github.com/metaq-go/metaq/plugins"
@@ -180,24 +179,19 @@ func (c *grpcClient) Close() error { return nil }
 
 func (c *grpcClient) gone() bool { return c.done != nil && c.done.Err() != nil }
 
-// fromStatus maps a gRPC error back to the kind's sentinels. A transport
-// failure (the process died or is dying) is plugins.ErrUnavailable.
+// fromStatus maps a gRPC error back to the kind's sentinels (statusCodes),
+// ErrPlugin for a code none has. A transport failure (the process died or
+// is dying) is plugins.ErrUnavailable.
 func (c *grpcClient) fromStatus(ctx context.Context, err error) error {
 	if c.gone() {
 		return fmt.Errorf("%w: %v", plugins.ErrUnavailable, err)
 	}
-	st, ok := status.FromError(err)
-	if !ok {
+	st, sentinel := statusCodes.FromStatus(err)
+	if st == nil {
 		return fmt.Errorf("%w: %v", plugins.ErrUnavailable, err)
 	}
 	msg := st.Message()
 	switch st.Code() {
-	case codes.InvalidArgument:
-		return wrapMsg(ErrBadConfig, msg)
-	case codes.NotFound:
-		return wrapMsg(ErrUnknownInstance, msg)
-	case codes.FailedPrecondition:
-		return wrapMsg(ErrClosed, msg)
 	case codes.Unavailable:
 		return fmt.Errorf("%w: %s", plugins.ErrUnavailable, msg)
 	case codes.DeadlineExceeded:
@@ -208,7 +202,10 @@ func (c *grpcClient) fromStatus(ctx context.Context, err error) error {
 		}
 		return fmt.Errorf("%w: %s", plugins.ErrUnavailable, msg)
 	}
-	return wrapMsg(ErrPlugin, msg)
+	if sentinel == nil {
+		sentinel = ErrPlugin
+	}
+	return wrapMsg(sentinel, msg)
 }
 
 // wrapMsg wraps sentinel with the plugin's message, without repeating the

@@ -2,13 +2,11 @@ package filters
 
 import (
 	"context"
-	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	filterpb "github.com/metaq-go/metaq/filters/proto"
-	"github.com/metaq-go/metaq/plugins"
 )
 
 // grpcServer is the plugin side: it turns FilterService calls into calls
@@ -24,7 +22,7 @@ func (s *grpcServer) Init(ctx context.Context, in *filterpb.InitRequest) (*filte
 		Instance: in.GetInstance(), Topic: in.GetTopic(), Group: in.GetGroup(), Config: in.GetConfig(),
 	})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, statusCodes.ToStatus(err)
 	}
 	if resp == nil {
 		resp = &InitResponse{}
@@ -75,35 +73,15 @@ func (s *grpcServer) Accept(ctx context.Context, in *filterpb.AcceptRequest) (*f
 }
 
 // accept runs the filter on req and returns its verdicts, or a status
-// error: the filter's error (toStatus), or Internal for a Keep list whose
+// error: the filter's error (statusCodes), or Internal for a Keep list whose
 // length is not the batch's.
 func (s *grpcServer) accept(ctx context.Context, req *AcceptRequest) ([]bool, error) {
 	resp, err := s.impl.Accept(ctx, req)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, statusCodes.ToStatus(err)
 	}
 	if resp == nil || len(resp.Keep) != len(req.Records) {
 		return nil, status.Error(codes.Internal, ErrBadResponse.Error())
 	}
 	return resp.Keep, nil
-}
-
-// toStatus maps the kind's sentinels to gRPC status codes.
-func toStatus(err error) error {
-	code := codes.Internal
-	switch {
-	case errors.Is(err, ErrBadConfig):
-		code = codes.InvalidArgument
-	case errors.Is(err, ErrUnknownInstance):
-		code = codes.NotFound
-	case errors.Is(err, ErrClosed):
-		code = codes.FailedPrecondition
-	case errors.Is(err, plugins.ErrUnavailable):
-		code = codes.Unavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	}
-	return status.Error(code, err.Error())
 }

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/internal/pluginrpc"
 )
 
 // FailurePolicy says what the broker does with a get when its filter fails
@@ -52,16 +52,14 @@ const DefaultTimeout = time.Second
 type Instance struct {
 	name, id, topic, group string
 	f                      Filter
-	remote                 *remote // nil for a builtin
-	plugin                 *host.Plugin
+	remote                 *remote         // nil for a builtin
+	g                      pluginrpc.Guard // the plugin's counting, the call timeout, closed
 	policy                 FailurePolicy
-	timeout                time.Duration
 	logf                   func(string, ...any)
 	needBodies             bool // builtins; a remote instance asks the adapter
 
 	calls, errs atomic.Int64
 	failing     atomic.Bool
-	closed      atomic.Bool
 }
 
 // Accept judges one get batch of partition: keep has one flag per record.
@@ -71,7 +69,7 @@ func (in *Instance) Accept(ctx context.Context, partition int32, records []Recor
 	if in.remote != nil {
 		return in.StartAccept(ctx, partition, records).Wait()
 	}
-	if in.closed.Load() {
+	if in.g.Closed() {
 		return nil, fmt.Errorf("filter %s: %w", in.name, ErrClosed)
 	}
 	resp, err := in.f.Accept(ctx, &AcceptRequest{Instance: in.id, Topic: in.topic, Group: in.group, Partition: partition, Records: records})
@@ -114,14 +112,14 @@ func (in *Instance) StartAccepts(ctx context.Context, partition int32, batches [
 
 func (in *Instance) start(ctx context.Context, partition int32, records []Record, hold bool) *Pending {
 	p := &Pending{in: in, n: len(records)}
-	if in.closed.Load() {
+	if in.g.Closed() {
 		p.done, p.err = true, fmt.Errorf("filter %s: %w", in.name, ErrClosed)
 		return p
 	}
 	req := &AcceptRequest{Instance: in.id, Topic: in.topic, Group: in.group, Partition: partition, Records: records}
 	if in.remote != nil {
 		// A deadline rather than a context with a timer: see muxConn.
-		deadline := time.Now().Add(in.timeout)
+		deadline := time.Now().Add(in.g.Timeout)
 		if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 			deadline = dl
 		}
@@ -173,9 +171,7 @@ func (p *Pending) Discard() {
 
 func (in *Instance) observe(err error) {
 	in.calls.Add(1)
-	if in.plugin != nil {
-		in.plugin.Observe(err)
-	}
+	in.g.Observe(err)
 	if err != nil {
 		in.errs.Add(1)
 		if !in.failing.Swap(true) && in.logf != nil {
@@ -214,7 +210,7 @@ func (in *Instance) Stats() (calls, errors int64) { return in.calls.Load(), in.e
 // Close releases the instance: a builtin is closed; a remote instance is
 // forgotten (the plugin process belongs to its supervisor). Idempotent.
 func (in *Instance) Close() error {
-	if in.closed.Swap(true) {
+	if !in.g.Close() {
 		return nil
 	}
 	if in.remote != nil {

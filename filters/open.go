@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/pluginrpc"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
 )
@@ -60,13 +61,13 @@ func LaunchPlugin(sup *host.Supervisor, spec host.Spec) (*host.Plugin, error) {
 func Open(ctx context.Context, opts OpenOptions) (*Instance, error) {
 	in := &Instance{
 		name: opts.Name, id: opts.Instance, topic: opts.Topic, group: opts.Group,
-		policy: opts.FailurePolicy, timeout: opts.Timeout, logf: opts.Logf,
+		policy: opts.FailurePolicy, g: pluginrpc.Guard{Timeout: opts.Timeout}, logf: opts.Logf,
 	}
 	if in.id == "" {
 		in.id = opts.Topic + "/" + opts.Group
 	}
-	if in.timeout <= 0 {
-		in.timeout = DefaultTimeout
+	if in.g.Timeout <= 0 {
+		in.g.Timeout = DefaultTimeout
 	}
 	req := &InitRequest{Instance: in.id, Topic: opts.Topic, Group: opts.Group, Config: opts.Config}
 	if mk, ok := opts.Builtins[opts.Name]; ok && opts.Launched == nil && opts.Plugin == nil {
@@ -89,10 +90,10 @@ func Open(ctx context.Context, opts OpenOptions) (*Instance, error) {
 			return nil, err
 		}
 	}
-	in.plugin = p
+	in.g.Obs = p
 	in.remote = newRemote(p)
 	in.f = in.remote
-	cctx, cancel := context.WithTimeout(ctx, max(in.timeout, 5*time.Second))
+	cctx, cancel := context.WithTimeout(ctx, max(in.g.Timeout, 5*time.Second))
 	defer cancel()
 	if _, err := in.remote.Init(cctx, req); err != nil {
 		in.remote.forget(in.id)

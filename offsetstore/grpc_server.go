@@ -2,34 +2,14 @@ package offsetstore
 
 import (
 	"context"
-	"errors"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/metaq-go/metaq/offsetstore/proto"
-	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/offsets"
 )
-
-// errorDomain is the ErrorInfo domain that marks our sentinels on the wire.
-const errorDomain = "metaq.offsetstore"
-
-// sentinels maps each sentinel to its gRPC code and ErrorInfo reason; the
-// client maps the reason back, so no error text is ever matched.
-var sentinels = []struct {
-	err    error
-	code   codes.Code
-	reason string
-}{
-	{offsets.ErrClosed, codes.FailedPrecondition, "CLOSED"},
-	{ErrNotInitialized, codes.FailedPrecondition, "NOT_INITIALIZED"},
-	{ErrBadConfig, codes.InvalidArgument, "BAD_CONFIG"},
-	{offsets.ErrInvalid, codes.InvalidArgument, "INVALID_ENTRY"},
-	{plugins.ErrUnavailable, codes.Unavailable, "UNAVAILABLE"},
-}
 
 // grpcServer serves a Store over gRPC (the plugin side).
 type grpcServer struct {
@@ -39,7 +19,7 @@ type grpcServer struct {
 
 func (s *grpcServer) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
 	if err := s.impl.Init(ctx, &InitRequest{Config: req.GetConfig()}); err != nil {
-		return nil, toStatus(err)
+		return nil, statusCodes.ToStatus(err)
 	}
 	return &pb.InitResponse{}, nil
 }
@@ -54,12 +34,12 @@ func (s *grpcServer) Commit(ctx context.Context, req *pb.CommitRequest) (*pb.Com
 	})
 	for _, g := range groups {
 		if err := offsets.ValidateCommit(g, byGroup[g].ps); err != nil {
-			return nil, toStatus(err)
+			return nil, statusCodes.ToStatus(err)
 		}
 	}
 	for _, g := range groups {
 		if err := s.impl.Commit(ctx, g, byGroup[g].ps); err != nil {
-			return nil, toStatus(err)
+			return nil, statusCodes.ToStatus(err)
 		}
 	}
 	return &pb.CommitResponse{}, nil
@@ -74,7 +54,7 @@ func (s *grpcServer) Load(ctx context.Context, req *pb.LoadRequest) (*pb.LoadRes
 	})
 	for _, g := range groups {
 		if err := offsets.ValidateLoad(g, byGroup[g].ps); err != nil {
-			return nil, toStatus(err)
+			return nil, statusCodes.ToStatus(err)
 		}
 	}
 	out := &pb.LoadResponse{Entries: make([]*pb.Entry, len(keys)), Found: make([]bool, len(keys))}
@@ -82,7 +62,7 @@ func (s *grpcServer) Load(ctx context.Context, req *pb.LoadRequest) (*pb.LoadRes
 		part := byGroup[g]
 		res, err := s.impl.Load(ctx, g, part.ps)
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, statusCodes.ToStatus(err)
 		}
 		if len(res) != len(part.ps) {
 			return nil, status.Errorf(codes.Internal, "offsetstore plugin: Load returned %d positions for %d asked", len(res), len(part.ps))
@@ -125,28 +105,6 @@ func splitGroups(n int, at func(i int) (string, message.Position)) (groups []str
 		part.idx = append(part.idx, i)
 	}
 	return groups, byGroup
-}
-
-// toStatus turns an error from the store into a gRPC status: a sentinel
-// keeps its identity through an ErrorInfo reason; context errors become
-// Canceled or DeadlineExceeded; anything else is Internal.
-func toStatus(err error) error {
-	for _, s := range sentinels {
-		if errors.Is(err, s.err) {
-			st := status.New(s.code, err.Error())
-			if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: errorDomain, Reason: s.reason}); derr == nil {
-				st = d
-			}
-			return st.Err()
-		}
-	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	}
-	return status.Error(codes.Internal, err.Error())
 }
 
 func positionFromPB(k *pb.Key, offset, msgID int64) message.Position {

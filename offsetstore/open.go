@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/pluginrpc"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -37,7 +38,7 @@ type OpenOptions struct {
 func Open(ctx context.Context, opts OpenOptions) (Store, error) {
 	var (
 		s   Store
-		obs observer
+		obs pluginrpc.Observer
 	)
 	switch {
 	case opts.Plugin != nil:

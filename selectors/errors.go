@@ -1,9 +1,13 @@
 package selectors
 
 import (
+	"context"
 	"errors"
 
+	"github.com/metaq-go/metaq/internal/pluginrpc"
+	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/sdk/selector"
+	"google.golang.org/grpc/codes"
 )
 
 var (
@@ -29,3 +33,17 @@ var (
 // ErrRemote means a selector plugin failed a call with an error that is not
 // one of this package's sentinels; the error keeps the plugin's message.
 var ErrRemote = errors.New("selectors: plugin error")
+
+// statusCodes is how the sentinels cross the plugin boundary
+// (internal/pluginrpc), as gRPC codes: the host maps each code back to the
+// first sentinel listed with it, and anything else to ErrRemote.
+var statusCodes = pluginrpc.Codes{Table: []pluginrpc.Code{
+	{Err: context.Canceled, Code: codes.Canceled},
+	{Err: context.DeadlineExceeded, Code: codes.DeadlineExceeded},
+	{Err: ErrNoPartitions, Code: codes.FailedPrecondition},
+	{Err: ErrBadChoice, Code: codes.OutOfRange},
+	{Err: ErrBadRequest, Code: codes.InvalidArgument},
+	{Err: ErrBadConfig, Code: codes.InvalidArgument},
+	{Err: plugins.ErrUnavailable, Code: codes.Unavailable},
+	{Err: ErrClosed, Code: codes.Unavailable},
+}}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -57,7 +56,8 @@ func requestToProto(topic string, partitions []message.Partition, m *message.Mes
 	return &selectorpb.SelectRequest{Topic: topic, Partitions: pps, Messages: []*selectorpb.Meta{meta}}
 }
 
-// fromStatus maps a call's error back to this package's sentinels:
+// fromStatus maps a call's error back to this package's sentinels
+// (statusCodes):
 //
 //	Canceled, DeadlineExceeded  ctx's error (context.Canceled, context.DeadlineExceeded)
 //	Unavailable, or the process gone  plugins.ErrUnavailable
@@ -69,29 +69,15 @@ func (c *grpcClient) fromStatus(ctx context.Context, err error) error {
 	if c.doneCtx.Err() != nil {
 		return fmt.Errorf("%w: %v", plugins.ErrUnavailable, err)
 	}
-	st, ok := status.FromError(err)
-	if !ok {
+	st, sentinel := statusCodes.FromStatus(err)
+	switch {
+	case st == nil:
 		return fmt.Errorf("%w: %v", plugins.ErrUnavailable, err)
-	}
-	var sentinel error
-	switch st.Code() {
-	case codes.Canceled, codes.DeadlineExceeded:
+	case st.Code() == codes.Canceled, st.Code() == codes.DeadlineExceeded:
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		sentinel = context.Canceled
-		if st.Code() == codes.DeadlineExceeded {
-			sentinel = context.DeadlineExceeded
-		}
-	case codes.Unavailable:
-		sentinel = plugins.ErrUnavailable
-	case codes.FailedPrecondition:
-		sentinel = ErrNoPartitions
-	case codes.OutOfRange:
-		sentinel = ErrBadChoice
-	case codes.InvalidArgument:
-		sentinel = ErrBadRequest
-	default:
+	case sentinel == nil:
 		sentinel = ErrRemote
 	}
 	return fmt.Errorf("selector plugin: %w: %s", sentinel, st.Message())

@@ -2,12 +2,10 @@ package selectors
 
 import (
 	"context"
-	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/selector"
 	selectorpb "github.com/metaq-go/metaq/selectors/proto"
@@ -38,30 +36,9 @@ func (s *grpcServer) Select(ctx context.Context, in *selectorpb.SelectRequest) (
 		m = message.Message{Topic: topic, Key: meta.GetKey(), Attribute: meta.GetAttribute(), HasAttribute: meta.GetHasAttribute()}
 		c, err := s.impl.Select(ctx, topic, parts, &m)
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, statusCodes.ToStatus(err)
 		}
 		out.Choices[i] = int64(c)
 	}
 	return out, nil
-}
-
-// toStatus maps an implementation's error to a gRPC status: the package's
-// sentinels to their codes (see fromStatus), anything else to Internal.
-func toStatus(err error) error {
-	code := codes.Internal
-	switch {
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, ErrNoPartitions):
-		code = codes.FailedPrecondition
-	case errors.Is(err, ErrBadChoice):
-		code = codes.OutOfRange
-	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrBadConfig):
-		code = codes.InvalidArgument
-	case errors.Is(err, plugins.ErrUnavailable), errors.Is(err, ErrClosed):
-		code = codes.Unavailable
-	}
-	return status.Error(code, err.Error())
 }

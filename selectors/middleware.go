@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/metaq-go/metaq/internal/pluginrpc"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/selector"
@@ -27,14 +28,13 @@ type pluginClient interface {
 // fails, times out or answers badly, the message goes round robin instead
 // and Select succeeds. Only the caller's own ctx ending makes Select fail.
 type remote struct {
-	p       pluginClient
-	name    string
-	timeout time.Duration
-	log     hclog.Logger
-	owned   io.Closer // the private supervisor, closed by Close
+	p     pluginClient
+	g     pluginrpc.Guard // p's calls: timeout, counting, closed
+	name  string
+	log   hclog.Logger
+	owned io.Closer // the private supervisor, closed by Close
 
 	rr        selector.Selector // the fallback: selector.RoundRobin
-	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 
@@ -46,7 +46,7 @@ type remote struct {
 }
 
 func (r *remote) Select(ctx context.Context, topic string, partitions []message.Partition, m *message.Message) (int, error) {
-	if r.closed.Load() {
+	if r.g.Closed() {
 		return 0, ErrClosed
 	}
 	if err := selector.Check(ctx, topic, partitions); err != nil {
@@ -85,22 +85,22 @@ func callerDone(ctx context.Context) error {
 func (r *remote) call(ctx context.Context, topic string, partitions []message.Partition, m *message.Message) (int, error) {
 	raw, _, err := r.p.Client()
 	if err != nil {
-		r.p.Observe(err)
+		r.g.Observe(err)
 		return 0, err
 	}
 	sel, ok := raw.(selector.Selector)
 	if !ok {
 		err = fmt.Errorf("%w: dispensed %T", plugins.ErrWrongKind, raw)
-		r.p.Observe(err)
+		r.g.Observe(err)
 		return 0, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	cctx, cancel := r.g.Context(ctx)
 	i, err := sel.Select(cctx, topic, partitions, m)
 	cancel()
 	if err == nil {
 		err = selector.CheckChoice(topic, partitions, i)
 	}
-	r.p.Observe(err)
+	r.g.Observe(err)
 	return i, err
 }
 
@@ -124,7 +124,7 @@ func (r *remote) endBurst() {
 // it; a shared supervisor keeps it (and stops it on its own Close).
 func (r *remote) Close() error {
 	r.closeOnce.Do(func() {
-		r.closed.Store(true)
+		r.g.Close()
 		if r.owned != nil {
 			r.closeErr = r.owned.Close()
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/metaq-go/metaq/internal/pluginrpc"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/selector"
@@ -54,7 +55,7 @@ var lastIndex = selector.Func(func(_ context.Context, _ string, ps []message.Par
 func TestMiddlewareBursts(t *testing.T) {
 	var logs bytes.Buffer
 	fp := &fakePlugin{err: plugins.ErrUnavailable}
-	r := &remote{p: fp, name: "fake", timeout: time.Second,
+	r := &remote{p: fp, g: pluginrpc.Guard{Obs: fp, Timeout: time.Second}, name: "fake",
 		log: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info}), rr: selector.RoundRobin()}
 	ps := make([]message.Partition, 4)
 	sel := func() []int {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/metaq-go/metaq/internal/pluginrpc"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/selector"
@@ -96,6 +97,6 @@ func Open(ctx context.Context, opts OpenOptions) (Selector, error) {
 		_ = sup.Close()
 		return nil, fmt.Errorf("open selector plugin: %w", err)
 	}
-	return &remote{p: p, name: spec.Name, timeout: opts.Timeout, log: opts.Logger.Named(spec.Name), owned: sup,
+	return &remote{p: p, g: pluginrpc.Guard{Obs: p, Timeout: opts.Timeout}, name: spec.Name, log: opts.Logger.Named(spec.Name), owned: sup,
 		rr: selector.RoundRobin()}, nil
 }

@@ -1,8 +1,13 @@
 package txn
 
 import (
+	"context"
 	"errors"
 	"fmt"
+
+	"github.com/metaq-go/metaq/internal/pluginrpc"
+	"github.com/metaq-go/metaq/plugins"
+	"google.golang.org/grpc/codes"
 )
 
 // The sentinels of the package. ErrBadConfig, ErrNotInitialized,
@@ -106,4 +111,23 @@ func xaCode(err error) XACode {
 		return xe.Code
 	}
 	return XAErRMFail
+}
+
+// statusCodes is how the sentinels cross the plugin boundary
+// (internal/pluginrpc): each with a gRPC code and an ErrorInfo reason,
+// which the host maps back, so no error text is ever matched; context
+// errors as Canceled or DeadlineExceeded; anything else as Internal. The
+// last entry only reads an Unavailable without a reason back.
+var statusCodes = pluginrpc.Codes{
+	Domain: "metaq.txn",
+	Table: []pluginrpc.Code{
+		{Err: ErrClosed, Code: codes.FailedPrecondition, Reason: "CLOSED"},
+		{Err: ErrNotInitialized, Code: codes.FailedPrecondition, Reason: "NOT_INITIALIZED"},
+		{Err: ErrBadConfig, Code: codes.InvalidArgument, Reason: "BAD_CONFIG"},
+		{Err: ErrInvalid, Code: codes.InvalidArgument, Reason: "INVALID"},
+		{Err: plugins.ErrUnavailable, Code: codes.Unavailable, Reason: "UNAVAILABLE"},
+		{Err: context.DeadlineExceeded, Code: codes.DeadlineExceeded},
+		{Err: context.Canceled, Code: codes.Canceled},
+		{Err: plugins.ErrUnavailable, Code: codes.Unavailable},
+	},
 }

@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/metaq-go/metaq/plugins"
 	pb "github.com/metaq-go/metaq/txn/proto"
 )
@@ -79,8 +75,8 @@ type remoteError struct {
 func (e *remoteError) Error() string { return "coordinator plugin: " + e.op + ": " + e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
-// fromStatus maps a gRPC error back: sentinels by ErrorInfo reason, a
-// plugin that is gone (or unreachable) to plugins.ErrUnavailable.
+// fromStatus maps a gRPC error back (statusCodes): sentinels by ErrorInfo
+// reason, a plugin that is gone (or unreachable) to plugins.ErrUnavailable.
 func (c *grpcClient) fromStatus(op string, err error) error {
 	if err == nil {
 		return nil
@@ -88,28 +84,12 @@ func (c *grpcClient) fromStatus(op string, err error) error {
 	if c.done != nil && c.done.Err() != nil {
 		return fmt.Errorf("coordinator plugin: %s: %w (process exited)", op, plugins.ErrUnavailable)
 	}
-	st, ok := status.FromError(err)
-	if !ok {
+	st, sentinel := statusCodes.FromStatus(err)
+	switch {
+	case st == nil:
 		return fmt.Errorf("coordinator plugin: %s: %w", op, err)
-	}
-	for _, d := range st.Details() {
-		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok || info.GetDomain() != errorDomain {
-			continue
-		}
-		for _, s := range sentinels {
-			if s.reason == info.GetReason() {
-				return &remoteError{op: op, msg: st.Message(), sentinel: s.err}
-			}
-		}
-	}
-	switch st.Code() {
-	case codes.Unavailable:
-		return &remoteError{op: op, msg: st.Message(), sentinel: plugins.ErrUnavailable}
-	case codes.DeadlineExceeded:
-		return &remoteError{op: op, msg: st.Message(), sentinel: context.DeadlineExceeded}
-	case codes.Canceled:
-		return &remoteError{op: op, msg: st.Message(), sentinel: context.Canceled}
+	case sentinel != nil:
+		return &remoteError{op: op, msg: st.Message(), sentinel: sentinel}
 	}
 	return &remoteError{op: op, msg: st.Code().String() + ": " + st.Message()}
 }

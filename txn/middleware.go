@@ -3,16 +3,14 @@ package txn
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
+
+	"github.com/metaq-go/metaq/internal/pluginrpc"
 )
 
 // DefaultCallTimeout bounds one coordinator call when the caller's context
 // has no earlier deadline.
 const DefaultCallTimeout = 10 * time.Second
-
-// observer counts calls and errors (host.Plugin.Observe); nil for builtins.
-type observer interface{ Observe(err error) }
 
 // middleware wraps every coordinator Open returns, builtin or remote:
 // request validation (so a plugin sees only well-formed requests, and a
@@ -23,9 +21,7 @@ type observer interface{ Observe(err error) }
 // doubt until Recover.
 type middleware struct {
 	next    Coordinator
-	obs     observer
-	timeout time.Duration
-	closed  atomic.Bool
+	g       pluginrpc.Guard
 	onClose func() error
 }
 
@@ -35,47 +31,33 @@ func Wrap(c Coordinator, timeout time.Duration) Coordinator {
 	return wrap(c, nil, timeout)
 }
 
-func wrap(c Coordinator, obs observer, timeout time.Duration) *middleware {
+func wrap(c Coordinator, obs pluginrpc.Observer, timeout time.Duration) *middleware {
 	if timeout <= 0 {
 		timeout = DefaultCallTimeout
 	}
-	return &middleware{next: c, obs: obs, timeout: timeout}
-}
-
-func (m *middleware) observe(err error) error {
-	if m.obs != nil {
-		m.obs.Observe(err)
-	}
-	return err
-}
-
-func (m *middleware) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= m.timeout {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, m.timeout)
+	return &middleware{next: c, g: pluginrpc.Guard{Obs: obs, Timeout: timeout}}
 }
 
 func (m *middleware) Init(ctx context.Context, req *InitRequest) error {
-	if m.closed.Load() {
+	if m.g.Closed() {
 		return ErrClosed
 	}
 	if req == nil {
 		req = &InitRequest{}
 	}
-	ctx, cancel := m.ctx(ctx)
+	ctx, cancel := m.g.Context(ctx)
 	defer cancel()
-	return m.observe(m.next.Init(ctx, req))
+	return m.g.Observe(m.next.Init(ctx, req))
 }
 
 func (m *middleware) Begin(ctx context.Context, req *BeginRequest) (*BeginResponse, error) {
-	if m.closed.Load() {
+	if m.g.Closed() {
 		return nil, ErrClosed
 	}
 	if err := ValidateOwner(req.Owner); err != nil {
 		return nil, err
 	}
-	ctx, cancel := m.ctx(ctx)
+	ctx, cancel := m.g.Context(ctx)
 	defer cancel()
 	resp, err := m.next.Begin(ctx, req)
 	if err == nil {
@@ -83,26 +65,26 @@ func (m *middleware) Begin(ctx context.Context, req *BeginRequest) (*BeginRespon
 			err = fmt.Errorf("txn: coordinator began %s, not a global xid of owner %q", resp.XID, req.Owner)
 		}
 	}
-	if m.observe(err) != nil {
+	if m.g.Observe(err) != nil {
 		return nil, err
 	}
 	return resp, nil
 }
 
 func (m *middleware) Commit(ctx context.Context, req *CommitRequest) error {
-	if m.closed.Load() {
+	if m.g.Closed() {
 		return ErrClosed
 	}
 	if err := req.Decision.Validate(); err != nil {
 		return err
 	}
-	ctx, cancel := m.ctx(ctx)
+	ctx, cancel := m.g.Context(ctx)
 	defer cancel()
-	return m.observe(m.next.Commit(ctx, req))
+	return m.g.Observe(m.next.Commit(ctx, req))
 }
 
 func (m *middleware) Forget(ctx context.Context, req *ForgetRequest) error {
-	if m.closed.Load() {
+	if m.g.Closed() {
 		return ErrClosed
 	}
 	for _, x := range req.XIDs {
@@ -113,13 +95,13 @@ func (m *middleware) Forget(ctx context.Context, req *ForgetRequest) error {
 	if len(req.XIDs) == 0 {
 		return nil
 	}
-	ctx, cancel := m.ctx(ctx)
+	ctx, cancel := m.g.Context(ctx)
 	defer cancel()
-	return m.observe(m.next.Forget(ctx, req))
+	return m.g.Observe(m.next.Forget(ctx, req))
 }
 
 func (m *middleware) Recover(ctx context.Context, req *RecoverRequest) (*RecoverResponse, error) {
-	if m.closed.Load() {
+	if m.g.Closed() {
 		return nil, ErrClosed
 	}
 	for _, o := range req.Owners {
@@ -127,7 +109,7 @@ func (m *middleware) Recover(ctx context.Context, req *RecoverRequest) (*Recover
 			return nil, err
 		}
 	}
-	ctx, cancel := m.ctx(ctx)
+	ctx, cancel := m.g.Context(ctx)
 	defer cancel()
 	resp, err := m.next.Recover(ctx, req)
 	if err == nil {
@@ -138,14 +120,14 @@ func (m *middleware) Recover(ctx context.Context, req *RecoverRequest) (*Recover
 			}
 		}
 	}
-	if m.observe(err) != nil {
+	if m.g.Observe(err) != nil {
 		return nil, err
 	}
 	return resp, nil
 }
 
 func (m *middleware) Close() error {
-	if m.closed.Swap(true) {
+	if !m.g.Close() {
 		return nil
 	}
 	err := m.next.Close()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/metaq-go/metaq/internal/pluginrpc"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
 )
@@ -48,7 +49,7 @@ type OpenOptions struct {
 func Open(ctx context.Context, opts OpenOptions) (Coordinator, error) {
 	var (
 		c       Coordinator
-		obs     observer
+		obs     pluginrpc.Observer
 		onClose func() error
 	)
 	switch {
