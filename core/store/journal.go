@@ -1031,23 +1031,6 @@ func (j *Journal) nextFile() error {
 	return nil
 }
 
-// mark returns the round buffer's state, for undo.
-func (j *Journal) mark() roundMark {
-	return roundMark{buf: len(j.buf), pieces: len(j.pieces), wpos: j.wpos, wfile: j.wfile}
-}
-
-// undo drops what was buffered since m.
-func (j *Journal) undo(m roundMark) {
-	j.buf, j.pieces, j.wpos, j.wfile = j.buf[:m.buf], j.pieces[:m.pieces], m.wpos, m.wfile
-}
-
-// roundMark is a position in the round buffer.
-type roundMark struct {
-	buf, pieces int
-	wpos        int64
-	wfile       *jfile
-}
-
 // addData appends data records for bytes b of partition name, which
 // belong at offset of the segment starting at segStart; a run that does
 // not fit in the current file continues in a record in the next one.

@@ -285,8 +285,7 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 	for i := range group {
 		group[i] = i
 	}
-	var root func(int) int
-	root = func(i int) int {
+	root := func(i int) int {
 		for group[i] != i {
 			i = group[i]
 		}

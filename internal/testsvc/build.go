@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -63,9 +62,9 @@ func GoBuild(t testing.TB, pkg string) string {
 }
 
 func goBuild(pkg, dir string) (string, error) {
-	goBin, err := exec.LookPath("go")
+	goBin, err := exec.LookPath("go") // go test puts its GOROOT/bin first on PATH
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", fmt.Errorf("go build %s: %v", pkg, err)
 	}
 	out := filepath.Join(dir, path.Base(pkg))
 	ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)

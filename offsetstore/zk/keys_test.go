@@ -4,9 +4,8 @@ import "github.com/metaq-go/metaq/offsetstore/offsetstoretest"
 
 // The tests spell positions with offsetstoretest's grouped keys.
 type (
-	key    = offsetstoretest.Key
-	entry  = offsetstoretest.Entry
-	result = offsetstoretest.Result
+	key   = offsetstoretest.Key
+	entry = offsetstoretest.Entry
 )
 
 var (

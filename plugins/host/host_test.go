@@ -133,9 +133,6 @@ func TestLaunchAndCall(t *testing.T) {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 func TestKill9Restarts(t *testing.T) {
-	if runtime.GOOS == "windows" {
-		t.Skip("no SIGKILL")
-	}
 	s, logs := newSup(t, Options{})
 	p, err := s.Launch(selfSpec(t, "victim"), &testPlugin{})
 	require.NoError(t, err)
@@ -182,9 +179,6 @@ func TestKill9Restarts(t *testing.T) {
 }
 
 func TestHungPluginIsRestarted(t *testing.T) {
-	if runtime.GOOS == "windows" {
-		t.Skip("no SIGSTOP")
-	}
 	s, logs := newSup(t, Options{HealthInterval: 100 * time.Millisecond, HealthTimeout: 200 * time.Millisecond})
 	p, err := s.Launch(selfSpec(t, "hung"), &testPlugin{})
 	require.NoError(t, err)
@@ -262,9 +256,6 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 }
 
 func TestCloseKillsHungPlugin(t *testing.T) {
-	if runtime.GOOS == "windows" {
-		t.Skip("no SIGSTOP")
-	}
 	s, _ := newSup(t, Options{HealthInterval: time.Minute, KillTimeout: 500 * time.Millisecond})
 	p, err := s.Launch(selfSpec(t, "stuck"), &testPlugin{})
 	require.NoError(t, err)
@@ -307,9 +298,6 @@ func TestStartErrors(t *testing.T) {
 	s, _ := newSup(t, Options{StartTimeout: 5 * time.Second})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.spec.Path == "/bin/true" && runtime.GOOS == "windows" {
-				t.Skip()
-			}
 			p, err := s.Launch(tc.spec, &testPlugin{})
 			require.Nil(t, p)
 			require.ErrorIs(t, err, tc.sentinel)
