@@ -2,7 +2,7 @@
 GO        ?= go
 BIN       := bin
 PKGS      := ./...
-TESTFLAGS ?= -race -timeout 14m
+TESTFLAGS ?= -race -timeout 14m -parallel 4
 CONFIG    ?= conf/server.toml
 
 # Plugin binaries (shipped offset stores, the MySQL XA coordinator and the

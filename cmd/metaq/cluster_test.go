@@ -134,6 +134,7 @@ func TestClusterCommand(t *testing.T) {
 // only when a broker registered one; a TLS-only broker's master is
 // metaqs://.
 func TestPrintClusterTLS(t *testing.T) {
+	t.Parallel()
 	var out strings.Builder
 	printCluster(&env{stdout: &out}, &cluster.Layout{Root: "/meta", Brokers: []cluster.BrokerInfo{
 		{ID: 1, Master: "meta://h:8123", MasterTLS: "metaqs://h:8443"},

@@ -31,6 +31,7 @@ func cliWithin(t *testing.T, d time.Duration, stdin string, args ...string) resu
 // TestCLIFramework: the cobra command tree: flags after arguments,
 // --help on stdout with status 0, --version, suggestions, completion.
 func TestCLIFramework(t *testing.T) {
+	t.Parallel()
 	r := cli("", "--version")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "metaq "+version+" (") {
 		t.Fatalf("--version: %+v", r)
@@ -87,6 +88,7 @@ func TestCLIFramework(t *testing.T) {
 // --from falls inside the last record, a local group member that
 // commits, -f formats and string msgIds.
 func TestConsumeBugs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and starts a broker")
 	}

@@ -77,6 +77,7 @@ func flagsMarkdown(root *cobra.Command) string {
 // flags table names exactly the root's persistent flags, and the generated
 // flag reference is current (issue 23: help and docs disagreed).
 func TestDocsFlags(t *testing.T) {
+	t.Parallel()
 	root := newRootCmd(&env{sec: &security{}})
 	path := "../../docs/cli.md"
 	doc, err := os.ReadFile(path)

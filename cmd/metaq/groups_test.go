@@ -162,6 +162,7 @@ func describeJSON(t *testing.T, args ...string) admin.GroupDescription {
 // TestGroupsLocal: a group coordinated by one broker (local mode), with two
 // live SDK members, then stopped and its offsets reset.
 func TestGroupsLocal(t *testing.T) {
+	t.Parallel()
 	b := groupBroker(t, 0, "", "")
 	addr := b.Addr()
 	a := "--addr=" + addr
@@ -357,6 +358,7 @@ func TestGroupsLocal(t *testing.T) {
 // TestGroupsResetLargeRecords: a time search and an offset check that meet
 // records larger than one read.
 func TestGroupsResetLargeRecords(t *testing.T) {
+	t.Parallel()
 	b := groupBrokerSeg(t, 0, "", "", 8<<20)
 	addr := b.Addr()
 	p, err := client.New(client.Logger(silentLogger), client.Brokers(addr), client.Selector(selector.Fixed(0)), client.ProduceRetries(false))
@@ -398,6 +400,7 @@ func TestGroupsResetLargeRecords(t *testing.T) {
 }
 
 func TestParseResetTo(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]resetTo{
 		"earliest":                       {kind: "earliest"},
 		"latest":                         {kind: "latest"},

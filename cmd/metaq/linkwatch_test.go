@@ -48,6 +48,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // back (one line), then goes on consuming (issue 23: it used to stay
 // silent).
 func TestConsumeGroupBrokerLoss(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a broker twice")
 	}

@@ -48,6 +48,7 @@ func mustOK(t *testing.T, r result, what string) {
 }
 
 func TestCLI(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and starts a broker")
 	}

@@ -9,6 +9,7 @@ import (
 )
 
 func TestPluginsCommand(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and starts a broker")
 	}

@@ -9,6 +9,7 @@ import (
 // TestProgressNotATerminal: to a pipe (or a buffer) the progress line
 // writes nothing, so logs get no control characters.
 func TestProgressNotATerminal(t *testing.T) {
+	t.Parallel()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // TestRawConnHostileBroker: a "broker" that answers with 8 MiB of newlines
 // makes the CLI's round trip fail with a protocol error, not crash.
 func TestRawConnHostileBroker(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()

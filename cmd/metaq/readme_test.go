@@ -14,6 +14,7 @@ import (
 // printed there (package, imports, main), against this module, then runs
 // it against a broker: it must print what it sent and end by itself.
 func TestReadmeSnippet(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs go build")
 	}

@@ -15,6 +15,7 @@ import (
 )
 
 func TestPasswd(t *testing.T) {
+	t.Parallel()
 	r := cli("s3cret\n", "passwd", "--cost", "4")
 	mustOK(t, r, "passwd")
 	hash := strings.TrimSpace(r.stdout)

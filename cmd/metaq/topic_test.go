@@ -15,6 +15,7 @@ import (
 // TestCLITopic creates, alters and deletes a topic with `metaq topic`
 // through a real broker's admin API.
 func TestCLITopic(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet(), brokertest.HTTP())
 	at := []string{"--addr", b.Addr(), "--http", b.HTTPAddr()}
 	r := cli("", append(at, "topic", "create", "live", "--partitions", "3")...)
@@ -59,6 +60,7 @@ func TestCLITopic(t *testing.T) {
 // (issue 23: the address was guessed as --addr's host and port 8120, so a
 // topic was created on another broker, or "created" with nothing there).
 func TestCLITopicNamedBroker(t *testing.T) {
+	t.Parallel()
 	b1 := brokertest.Start(t, brokertest.Quiet(), brokertest.HTTP())
 	b2 := brokertest.Start(t, brokertest.Quiet(), brokertest.HTTP())
 	mustOK(t, cli("", "--addr", b2.Addr(), "topic", "create", "only-on-2", "--partitions", "2"), "topic create on broker 2")

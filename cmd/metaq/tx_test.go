@@ -41,6 +41,7 @@ func (c *txConn) tx(key string, typ protocol.TxType) (int, string) {
 // commit gets XA_HEURCOM or XA_HEURRB; tx forget removes the outcome; a
 // local key or an unknown XID is refused.
 func TestCLITx(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and starts a broker")
 	}
