@@ -63,11 +63,11 @@ func (b *Broker) groupList() []*httpapi.GroupEntry { return b.groupListFor(viewe
 // group's right and subscribe on the topic (authz.go).
 func (b *Broker) groupListFor(v viewer) []*httpapi.GroupEntry {
 	m := map[groupTopic]*httpapi.GroupEntry{}
-	for k, src := range b.committed.sources() {
-		if !b.topicOpen(k.topic) || !v.groupTopic(k.group, k.topic) { // restored for a topic deleted since; not the viewer's
+	for k, src := range b.committed.Sources() {
+		if !b.topicOpen(k.Topic) || !v.groupTopic(k.Group, k.Topic) { // restored for a topic deleted since; not the viewer's
 			continue
 		}
-		e := &httpapi.GroupEntry{Group: k.group, Topic: k.topic, Committed: src.Here, InZooKeeper: src.ZooKeeper, LagKnown: src.Here || src.ZooKeeper}
+		e := &httpapi.GroupEntry{Group: k.Group, Topic: k.Topic, Committed: src.Here, InZooKeeper: src.ZooKeeper, LagKnown: src.Here || src.ZooKeeper}
 		switch {
 		case e.LagKnown:
 		case src.Err != "":
@@ -81,10 +81,10 @@ func (b *Broker) groupListFor(v viewer) []*httpapi.GroupEntry {
 		if !v.groupTopic(g.Group, g.Topic) {
 			continue
 		}
-		e := m[groupTopic{g.Group, g.Topic}]
+		e := m[groupTopic{Group: g.Group, Topic: g.Topic}]
 		if e == nil {
 			e = &httpapi.GroupEntry{Group: g.Group, Topic: g.Topic, Note: noteNoCommit}
-			m[groupTopic{g.Group, g.Topic}] = e
+			m[groupTopic{Group: g.Group, Topic: g.Topic}] = e
 		}
 		e.Coordinated, e.Members = true, g.Members
 	}
@@ -105,9 +105,9 @@ func (b *Broker) groupListFor(v viewer) []*httpapi.GroupEntry {
 // here for, sorted.
 func (b *Broker) knownGroupTopics(group string) []string {
 	seen := map[string]bool{}
-	for k := range b.committed.sources() {
-		if k.group == group && b.topicOpen(k.topic) {
-			seen[k.topic] = true
+	for k := range b.committed.Sources() {
+		if k.Group == group && b.topicOpen(k.Topic) {
+			seen[k.Topic] = true
 		}
 	}
 	for _, g := range b.groups.Groups() {
@@ -130,29 +130,6 @@ func (b *Broker) topicOpen(topic string) bool {
 	return b.topics[topic] != nil
 }
 
-// loadCommitted reads group's committed offsets of every partition of t
-// from the offset store.
-func (b *Broker) loadCommitted(ctx context.Context, group string, t *topic) ([]int64, error) {
-	ps := make([]message.Position, len(t.parts))
-	for p := range t.parts {
-		ps[p] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: b.config().BrokerID, Partition: int32(p)}}
-	}
-	res, err := b.offsets.store.Load(ctx, group, ps)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int64, len(t.parts))
-	for i := range out {
-		out[i] = -1
-	}
-	for _, x := range res {
-		if p := int(x.Partition.Partition); p >= 0 && p < len(out) {
-			out[p] = x.Offset
-		}
-	}
-	return out, nil
-}
-
 // describeGroup reads group's committed offsets of topics from the offset
 // store, with each partition's offsets, lag and owner. An unknown topic is
 // partition.ErrNoTopic (wrapped with its name); an offset store failure is returned
@@ -167,11 +144,11 @@ func (b *Broker) describeGroup(ctx context.Context, group string, topics []strin
 		if t == nil {
 			return nil, fmt.Errorf("%w: %s", partition.ErrNoTopic, quoteName(name))
 		}
-		committed, err := b.loadCommitted(ctx, group, t)
+		committed, err := b.offsets.Committed(ctx, group, t.name, len(t.parts))
 		if err != nil {
 			return nil, err
 		}
-		zk := b.committed.zkOffsets(group, name)
+		zk := b.committed.ZKOffsets(group, name)
 		gt := httpapi.GroupTopic{Topic: name, Partitions: []httpapi.GroupPartition{}}
 		for p, l := range t.parts {
 			gp := httpapi.GroupPartition{Partition: p, Committed: committed[p], MinOffset: l.MinOffset(), MaxOffset: l.MaxOffset(),
@@ -234,7 +211,7 @@ func (b *Broker) planReset(ctx context.Context, group string, req httpapi.ResetR
 	default:
 		return nil, bad(`to must be "earliest", "latest" or "offset", got ` + quoteName(req.To))
 	}
-	committed, err := b.loadCommitted(ctx, group, t)
+	committed, err := b.offsets.Committed(ctx, group, t.name, len(t.parts))
 	if err != nil {
 		return nil, b.offsetStoreError(err)
 	}
@@ -266,10 +243,9 @@ func (b *Broker) applyReset(ctx context.Context, a httpapi.Actor, group, to stri
 	for i, c := range plan.Changes {
 		ps[i] = message.Position{Topic: plan.Topic, Partition: message.Partition{BrokerID: b.config().BrokerID, Partition: int32(c.Partition)}, Offset: c.To, MsgID: -1}
 	}
-	if err := b.offsets.store.Commit(ctx, group, ps); err != nil {
+	if err := b.offsets.Commit(ctx, group, ps); err != nil {
 		return b.offsetStoreError(err)
 	}
-	b.committed.record(group, ps)
 	action := auditOffsetReset
 	if to == httpapi.SkipTo {
 		action = auditOffsetSkip
@@ -280,7 +256,7 @@ func (b *Broker) applyReset(ctx context.Context, a httpapi.Actor, group, to stri
 
 // offsetStoreError is the HTTP refusal of an offset store failure.
 func (b *Broker) offsetStoreError(err error) error {
-	return &httpapi.RequestError{Status: http.StatusBadGateway, Msg: "offset store " + b.offsets.name + ": " + offsetErrText(err)}
+	return &httpapi.RequestError{Status: http.StatusBadGateway, Msg: "offset store " + b.offsets.Name() + ": " + groups.Reason(err)}
 }
 
 // auditCreate audits a topic created for a.

@@ -124,7 +124,7 @@ type Broker struct {
 	plugins *host.Supervisor
 	// filters and offsets are set up by initFilters and initOffsetStore.
 	filters filterSet
-	offsets offsetState
+	offsets *groups.Offsets
 	// groups are the consumer groups coordinated here (core/groups).
 	groups *groups.Coordinator
 	// tls is the TLS material (tls.go), nil without [tls]; auth is the
@@ -156,9 +156,9 @@ type Broker struct {
 	fo *failover
 
 	// metrics are the Prometheus histograms and registry (metrics.go);
-	// committed the offsets groups committed here (committed.go).
+	// committed the offsets groups committed here (core/groups).
 	metrics   *metrics
-	committed committedSet
+	committed *groups.Committed
 	// outs are the ranges gets sent, for messages out (msgsout.go).
 	outs outLedger
 	// web is the HTTP listener (http.go); recovered is set once New has
@@ -249,6 +249,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	gcfg := groups.FromConf(cfg)
 	gcfg.SessionTimeout = opts.GroupSessionTimeout
 	b.groups = groups.NewCoordinator(gcfg)
+	b.committed = groups.NewCommitted(groups.CommittedFromConf(cfg), b.zkSource(cfg), b.log)
 	b.disks = newDiskWatch(cfg.DiskMaxUsedRatio, b.logf)
 	b.metrics = newMetrics(b)
 	b.web.srv = b.newHTTPServer(cfg) // httpbackend.go
@@ -580,7 +581,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		b.wg.Add(1)
 		go b.fo.claimAtStart() // failover.go
 	}
-	b.startLagSource() // lagsource.go
+	b.startLagSource() // groupsglue.go
 	b.wg.Add(1)
 	go b.retentionLoop()
 	b.wg.Add(1)

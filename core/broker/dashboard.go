@@ -24,6 +24,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
@@ -563,12 +564,12 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 	lags := b.lagsNow()
 	for _, g := range b.groupListFor(v) { // the user's groups, on topics they may subscribe to
 		x := row{GroupEntry: g}
-		x.Lag, x.HasLag = lags[groupTopic{g.Group, g.Topic}]
+		x.Lag, x.HasLag = lags[groupTopic{Group: g.Group, Topic: g.Topic}]
 		x.AllMembers = g.Members
 		rows = append(rows, x)
 	}
 	zkErr, zkTrunc := "", false
-	var groups []zkGroupView
+	var zkGroups []zkGroupView
 	if b.config().ZooKeeper.Enabled() {
 		type read struct {
 			groups    []zkGroupView
@@ -581,17 +582,17 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 			x.groups, x.truncated, err = readZKGroups(c, root, dashMaxZKGroups)
 			return x, err
 		})
-		groups, zkTrunc = x.groups, x.truncated
+		zkGroups, zkTrunc = x.groups, x.truncated
 		at := map[groupTopic]int{}
 		for i, x := range rows {
-			at[groupTopic{x.Group, x.Topic}] = i
+			at[groupTopic{Group: x.Group, Topic: x.Topic}] = i
 		}
-		for _, g := range groups {
+		for _, g := range zkGroups {
 			for _, t := range g.Topics {
 				if !v.groupTopic(g.Group, t) {
 					continue
 				}
-				k := groupTopic{g.Group, t}
+				k := groupTopic{Group: g.Group, Topic: t}
 				i, ok := at[k]
 				if !ok {
 					rows = append(rows, row{GroupEntry: &httpapi.GroupEntry{Group: g.Group, Topic: t, Note: "in ZooKeeper; its partitions are on other brokers"}})
@@ -618,28 +619,28 @@ func (b *Broker) uiGroups(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	b.render(w, r, http.StatusOK, "groups", "Consumer groups", "groups", map[string]any{"Groups": rows, "Every": dashSampleEvery,
-		"ZooKeeper": b.config().ZooKeeper.Enabled(), "ZKEvery": zkOffsetsEvery, "Truncated": b.committed.zkTruncated.Load(),
-		"MaxGroups": zkOffsetsMaxGroups, "MaxReads": zkOffsetsMaxReads, "ZKErr": zkErr, "ZKTruncated": zkTrunc, "ZKMax": dashMaxZKGroups}, "")
+		"ZooKeeper": b.config().ZooKeeper.Enabled(), "ZKEvery": groups.ZKOffsetsEvery, "Truncated": b.committed.ZKTruncated(),
+		"MaxGroups": groups.ZKOffsetsMaxGroups, "MaxReads": groups.ZKOffsetsMaxReads, "ZKErr": zkErr, "ZKTruncated": zkTrunc, "ZKMax": dashMaxZKGroups}, "")
 }
 
 // lagsNow is each group/topic's lag in bytes now, from the committed
 // offsets known (committed.go), for the open topics.
 func (b *Broker) lagsNow() map[groupTopic]int64 {
 	out := map[groupTopic]int64{}
-	for _, g := range b.committed.snapshot() {
+	for _, g := range b.committed.Snapshot() {
 		b.mu.RLock()
-		t := b.topics[g.topic]
+		t := b.topics[g.Topic]
 		b.mu.RUnlock()
 		if t == nil {
 			continue
 		}
 		var lag int64
-		for p, off := range g.offsets {
+		for p, off := range g.Offsets {
 			if off >= 0 && p < len(t.parts) {
 				lag += max(t.parts[p].MaxOffset()-off, 0)
 			}
 		}
-		out[groupTopic{g.group, g.topic}] = lag
+		out[groupTopic{Group: g.Group, Topic: g.Topic}] = lag
 	}
 	return out
 }
@@ -690,7 +691,7 @@ func (b *Broker) uiGroup(w http.ResponseWriter, r *http.Request) {
 			slices.Sort(topics)
 		}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), groups.CallTimeout)
 	defer cancel()
 	desc, err := b.describeGroup(ctx, group, topics)
 	switch {
@@ -698,7 +699,7 @@ func (b *Broker) uiGroup(w http.ResponseWriter, r *http.Request) {
 		b.uiError(w, r, http.StatusNotFound, err.Error())
 		return
 	case err != nil:
-		b.uiError(w, r, http.StatusBadGateway, "offset store "+b.offsets.name+": "+offsetErrText(err))
+		b.uiError(w, r, http.StatusBadGateway, "offset store "+b.offsets.Name()+": "+groups.Reason(err))
 		return
 	}
 	var views []groupTopicView
@@ -805,7 +806,7 @@ func (b *Broker) uiReset(w http.ResponseWriter, r *http.Request) {
 		b.uiError(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), groups.CallTimeout)
 	defer cancel()
 	plan, err := b.planReset(ctx, group, req)
 	if err != nil {
@@ -854,7 +855,7 @@ func (b *Broker) uiSkip(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.To, req.Offset = "latest", nil
-	ctx, cancel := context.WithTimeout(r.Context(), offsetCallTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), groups.CallTimeout)
 	defer cancel()
 	plan, err := b.planReset(ctx, group, req)
 	if err == nil {

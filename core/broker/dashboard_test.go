@@ -206,7 +206,7 @@ func itoa64(v int64) string { return strconv.FormatInt(v, 10) }
 // the offset store.
 func committedOf(t testing.TB, b *Broker, group, topic string, p int) int64 {
 	t.Helper()
-	offs, err := b.loadCommitted(t.Context(), group, b.topics[topic])
+	offs, err := b.offsets.Committed(t.Context(), group, topic, len(b.topics[topic].parts))
 	require.NoError(t, err)
 	return offs[p]
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/sdk/cluster"
 )
 
@@ -133,7 +134,7 @@ func TestDashboardChart(t *testing.T) {
 // the topics they may describe and the groups they may use.
 func TestDashboardClusterConsole(t *testing.T) {
 	cfg := conf.Default()
-	b := &Broker{}
+	b := &Broker{committed: &groups.Committed{}}
 	b.cfgp.Store(cfg)
 	now := time.Now()
 	both := &cluster.Layout{

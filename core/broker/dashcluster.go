@@ -333,7 +333,7 @@ func (b *Broker) buildConsole(v viewer, layout *cluster.Layout, groups []zkGroup
 				Unreachable: down[o.BrokerID]})
 		}
 		for _, t := range cg.Topics {
-			if lag, ok := lags[groupTopic{g.Group, t}]; ok {
+			if lag, ok := lags[groupTopic{Group: g.Group, Topic: t}]; ok {
 				cg.Lags = append(cg.Lags, consoleLag{t, lag})
 			}
 		}

@@ -139,18 +139,18 @@ func (b *Broker) dashSample(now time.Time) {
 		lag int64
 	}
 	var lags []lagNow
-	for _, g := range b.committed.snapshot() {
-		t := byName[g.topic]
+	for _, g := range b.committed.Snapshot() {
+		t := byName[g.Topic]
 		if t == nil {
 			continue
 		}
 		var lag int64
-		for p, off := range g.offsets {
+		for p, off := range g.Offsets {
 			if off >= 0 && p < len(t.parts) {
 				lag += max(t.parts[p].MaxOffset()-off, 0)
 			}
 		}
-		lags = append(lags, lagNow{groupTopic{g.group, g.topic}, lag})
+		lags = append(lags, lagNow{groupTopic{Group: g.Group, Topic: g.Topic}, lag})
 	}
 
 	d := &b.web.dash
@@ -278,7 +278,7 @@ func (b *Broker) lagTrend(group, topic string) []lagPoint {
 	d := &b.web.dash
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if r := d.lags[groupTopic{group, topic}]; r != nil {
+	if r := d.lags[groupTopic{Group: group, Topic: topic}]; r != nil {
 		return r.points()
 	}
 	return nil

@@ -52,3 +52,15 @@ func (c *conn) replyErr(err error, opaque int32) {
 	code, body := statusOf(err)
 	c.reply(code, body, opaque)
 }
+
+// oneLine replaces the line breaks in s with spaces, for a reply's
+// one-line body.
+func oneLine(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c == '\r' || c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return string(b)
+}

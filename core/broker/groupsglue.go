@@ -1,12 +1,16 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/registry"
+	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -16,8 +20,17 @@ import (
 
 func init() { registerErrors(groupsStatus) }
 
-// groupsStatus maps a refused group request to its status line.
+// groupTopic names a group's offsets of a topic (the committed offsets'
+// key, and the dashboard's).
+type groupTopic = groups.GroupTopic
+
+// groupsStatus maps a refused group request, and a failed offset store
+// call, to its status line.
 func groupsStatus(err error) (int, string, bool) {
+	var se *groups.StoreError
+	if errors.As(err, &se) {
+		return protocol.StatusInternalError, se.Error(), true
+	}
 	var ge *groups.Error
 	if !errors.As(err, &ge) {
 		return 0, "", false
@@ -84,13 +97,13 @@ func (b *Broker) writeGroupStats(sb *strings.Builder, v viewer) {
 			continue
 		}
 		fmt.Fprintf(sb, "%s %s members %d generation %d\r\n", g.Group, g.Topic, g.Members, g.Generation)
-		live[groupTopic{g.Group, g.Topic}] = true
+		live[groupTopic{Group: g.Group, Topic: g.Topic}] = true
 	}
 	// Groups with committed offsets and no live member here (issue 23:
 	// `metaq groups` omitted them, /ui/groups listed them): members 0.
-	for _, c := range b.committed.snapshot() {
-		if !live[groupTopic{c.group, c.topic}] && v.groupTopic(c.group, c.topic) {
-			fmt.Fprintf(sb, "%s %s members 0 generation 0\r\n", c.group, c.topic)
+	for _, c := range b.committed.Snapshot() {
+		if !live[groupTopic{Group: c.Group, Topic: c.Topic}] && v.groupTopic(c.Group, c.Topic) {
+			fmt.Fprintf(sb, "%s %s members 0 generation 0\r\n", c.Group, c.Topic)
 		}
 	}
 	sb.WriteString("END\r\n")
@@ -124,4 +137,156 @@ func (b *Broker) writeMemberStats(sb *strings.Builder, v viewer) {
 		sb.WriteString(m.Group + " " + m.Topic + " member " + m.ID + " partitions " + string(ps) + "\r\n")
 	}
 	sb.WriteString("END\r\n")
+}
+
+// offsetPositions checks the group name (message.ValidateGroup), parses a
+// commit or fetch body and checks that every topic and partition exists
+// here; it replies 400 itself and returns ok=false on a bad group or body.
+// The positions are of this broker's partitions (its broker id).
+func (c *conn) offsetPositions(r *protocol.Request, full bool) (string, []message.Position, bool) {
+	if err := message.ValidateGroup(string(r.Group)); err != nil {
+		c.reply(protocol.StatusBadRequest, r.Op.String()+": group "+protocol.Printable(r.Group)+": "+err.Error(), r.Opaque)
+		return "", nil, false
+	}
+	lines, err := protocol.ParseOffsetLines(r.Body, full)
+	if err != nil {
+		c.reply(protocol.StatusBadRequest, r.Op.String()+": "+err.Error(), r.Opaque)
+		return "", nil, false
+	}
+	group := string(r.Group)
+	out := make([]message.Position, len(lines))
+	for i, l := range lines {
+		t, err := c.b.lookup([]byte(l.Topic), false)
+		if err != nil {
+			c.reply(protocol.StatusBadRequest, r.Op.String()+": unknown topic "+l.Topic, r.Opaque)
+			return "", nil, false
+		}
+		if l.Partition >= int32(len(t.parts)) {
+			c.reply(protocol.StatusBadRequest, r.Op.String()+": "+t.outOfRange(l.Partition), r.Opaque)
+			return "", nil, false
+		}
+		if full && l.Offset < 0 {
+			c.reply(protocol.StatusBadRequest, "commit: negative offset for "+l.Topic+" "+strconv.Itoa(int(l.Partition)), r.Opaque)
+			return "", nil, false
+		}
+		out[i] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: c.b.config().BrokerID, Partition: l.Partition},
+			Offset: l.Offset, MsgID: l.MsgID}
+	}
+	return group, out, true
+}
+
+// goOffsetCall runs a store call off the read loop, so a slow store does
+// not hold up the connection's gets; its reply is queued like a put's.
+func (c *conn) goOffsetCall(fn func(ctx context.Context)) {
+	b := c.b
+	if !b.offsets.Acquire(b.done) {
+		return
+	}
+	c.addPending(1)
+	b.wg.Add(1) // the read loop's own count keeps wg above zero here
+	go func() {
+		defer b.wg.Done()
+		defer b.offsets.Release()
+		defer c.addPending(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), groups.CallTimeout)
+		defer cancel()
+		fn(ctx)
+	}()
+}
+
+// handleCommit stores a group's offsets: 200 once the store has them, 500
+// with the store's error otherwise (the client retries); never dropped.
+func (c *conn) handleCommit(r *protocol.Request) {
+	b := c.b
+	b.offsets.CountCommit()
+	group, ps, ok := c.offsetPositions(r, true)
+	if !ok {
+		return
+	}
+	opaque := r.Opaque
+	c.goOffsetCall(func(ctx context.Context) {
+		if err := b.offsets.Commit(ctx, group, ps); err != nil {
+			b.offsets.CountCommitFailed()
+			b.errorf("commit offsets of group %s (%d partitions) to %s: %v", group, len(ps), b.offsets.Name(), errors.Unwrap(err))
+			c.replyErr(err, opaque)
+			return
+		}
+		c.reply(protocol.StatusOK, strconv.Itoa(len(ps)), opaque)
+	})
+}
+
+// handleFetch answers a group's stored offsets: one full line per
+// requested partition, offset and msgId -1 when nothing is stored.
+func (c *conn) handleFetch(r *protocol.Request) {
+	b := c.b
+	b.offsets.CountFetch()
+	group, ps, ok := c.offsetPositions(r, false)
+	if !ok {
+		return
+	}
+	opaque := r.Opaque
+	c.goOffsetCall(func(ctx context.Context) {
+		res, err := b.offsets.Load(ctx, group, ps)
+		if err != nil {
+			b.errorf("fetch offsets of group %s from %s: %v", group, b.offsets.Name(), errors.Unwrap(err))
+			c.replyErr(err, opaque)
+			return
+		}
+		lines := make([]protocol.OffsetEntry, len(res))
+		for i, x := range res { // Offset and MsgID -1 where nothing is stored
+			lines[i] = protocol.OffsetEntry{Topic: x.Topic, Partition: x.Partition.Partition, Offset: x.Offset, MsgID: x.MsgID}
+		}
+		c.replyBytes(protocol.StatusOK, protocol.AppendOffsetLines(nil, lines, true), opaque)
+	})
+}
+
+// initOffsetStore opens the offset store server.toml names (a step of New).
+func (b *Broker) initOffsetStore() error {
+	oc, err := groups.OffsetsFromConf(b.config())
+	if err != nil {
+		return err
+	}
+	o, err := groups.OpenOffsets(oc, b.plugins, b.committed)
+	if err != nil {
+		return err
+	}
+	b.offsets = o
+	return nil
+}
+
+func (b *Broker) closeOffsetStore() error {
+	if b.offsets == nil {
+		return nil
+	}
+	return b.offsets.Close()
+}
+
+// zkSource is the committed offsets' ZooKeeper reader in cluster mode
+// (nil otherwise): this broker's partitions of its open topics.
+func (b *Broker) zkSource(cfg *conf.Config) groups.ZKSource {
+	if !cfg.ZooKeeper.Enabled() {
+		return nil
+	}
+	return func(lim registry.OffsetLimits) ([]registry.GroupOffsets, bool, error) {
+		b.mu.RLock()
+		reg := b.reg
+		b.mu.RUnlock()
+		if reg == nil {
+			return nil, false, groups.ErrNoZooKeeper
+		}
+		topics := map[string]int{}
+		for _, t := range b.topicList() {
+			topics[t.name] = len(t.parts)
+		}
+		return reg.ConsumerOffsets(b.config().BrokerID, topics, lim)
+	}
+}
+
+// startLagSource restores the saved commits and starts the save loop and,
+// in cluster mode, the ZooKeeper reader. Start calls it before accepting.
+func (b *Broker) startLagSource() {
+	b.committed.Restore()
+	b.wg.Add(2)
+	go func() { defer b.wg.Done(); b.committed.Run(b.done) }()
+	go func() { defer b.wg.Done(); b.committed.RunZK(b.done) }()
 }

@@ -6,7 +6,6 @@ import (
 	"github.com/metaq-go/metaq/core/httpapi"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -94,7 +94,7 @@ func TestLagFromZooKeeper(t *testing.T) {
 	zkCreateAll(t, zc, zkpath.Owner(root, "g-mysql", "t", 3, 0), "g-mysql_c1")
 	// g-bad has an offset node that is not one.
 	zkCreateAll(t, zc, zkpath.Offset(root, "g-bad", "t", 3, 1), "garbage")
-	require.NoError(t, b.refreshZKOffsets())
+	require.NoError(t, b.committed.RefreshZK())
 
 	e := groupEntryOf(b, "g-zk", "t")
 	require.NotNil(t, e, "%+v", b.groupList())
@@ -151,21 +151,21 @@ func TestLagFromZooKeeper(t *testing.T) {
 		return protocol.AppendCommit(d, "g-zk", []protocol.OffsetEntry{{Topic: "t", Partition: 0, Offset: 2 * rec, MsgID: -1}}, op)
 	})
 	require.Equal(t, 200, code, msg)
-	require.NoError(t, b.refreshZKOffsets())
+	require.NoError(t, b.committed.RefreshZK())
 	require.Equal(t, float64(max0-2*rec), metricValue(t, scrapeOf(t, b), `metaq_consumer_group_lag_bytes{group="g-zk",topic="t"}`))
 	// ... then one in ZooKeeper (three records).
 	time.Sleep(5 * time.Millisecond)
 	_, err := zc.Set(zkpath.Offset(root, "g-zk", "t", 3, 0), zkpath.OffsetData(12, 3*rec), -1)
 	require.NoError(t, err)
-	require.NoError(t, b.refreshZKOffsets())
+	require.NoError(t, b.committed.RefreshZK())
 	require.Equal(t, float64(max0-3*rec), metricValue(t, scrapeOf(t, b), `metaq_consumer_group_lag_bytes{group="g-zk",topic="t"}`))
 
-	// The loop reads by itself every zkOffsetsEvery.
+	// The loop reads by itself every groups.ZKOffsetsEvery.
 	zkCreateAll(t, zc, zkpath.Offset(root, "g-later", "t", 3, 1), "0")
 	require.Eventually(t, func() bool {
 		e := groupEntryOf(b, "g-later", "t")
 		return e != nil && e.InZooKeeper
-	}, 3*zkOffsetsEvery, 50*time.Millisecond)
+	}, 3*groups.ZKOffsetsEvery, 50*time.Millisecond)
 }
 
 // TestLagSurvivesRestart: the commits a broker sees are saved in
@@ -188,12 +188,12 @@ func TestLagSurvivesRestart(t *testing.T) {
 	require.Equal(t, 200, code, msg)
 
 	// A save writes the file; another without a commit between does not.
-	path := filepath.Join(dir, committedFileName)
-	require.NoError(t, b.saveCommitted())
+	path := filepath.Join(dir, groups.CommittedFileName)
+	require.NoError(t, b.committed.Save())
 	st, err := os.Stat(path)
 	require.NoError(t, err)
 	require.NoError(t, os.Chtimes(path, time.Time{}, st.ModTime().Add(-time.Hour)))
-	require.NoError(t, b.saveCommitted())
+	require.NoError(t, b.committed.Save())
 	st2, err := os.Stat(path)
 	require.NoError(t, err)
 	require.Equal(t, st.ModTime().Add(-time.Hour), st2.ModTime(), "nothing changed: not written again")
@@ -203,10 +203,19 @@ func TestLagSurvivesRestart(t *testing.T) {
 
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
-	id, m, err := parseCommittedFile(data)
-	require.NoError(t, err)
-	require.Equal(t, 0, id)
-	require.Equal(t, rec, m[groupTopic{"g1", "t"}][0].off)
+	var saved struct {
+		BrokerID int `json:"broker_id"`
+		Groups   []struct {
+			Group, Topic string
+			Offsets      [][]int64
+		} `json:"groups"`
+	}
+	require.NoError(t, json.Unmarshal(data, &saved))
+	require.Equal(t, 0, saved.BrokerID)
+	require.Len(t, saved.Groups, 1)
+	require.Equal(t, "g1", saved.Groups[0].Group)
+	require.Equal(t, "t", saved.Groups[0].Topic)
+	require.Equal(t, rec, saved.Groups[0].Offsets[0][0])
 
 	// Restarted: g1's lag is known before it commits again.
 	b = startBroker(t, 0, inDir)
@@ -227,64 +236,4 @@ func TestLagSurvivesRestart(t *testing.T) {
 	_, err = os.Stat(path + ".bad")
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
-}
-
-// committedSeeds are FuzzCommittedFile's seeds and TestCommittedFile's
-// cases: valid files first.
-var committedSeeds = []string{
-	`{"version":1,"broker_id":0,"groups":[]}`,
-	`{"version":1,"broker_id":7,"groups":[{"group":"g","topic":"t","offsets":[[-1,0],[140,1764633600000]]}]}`,
-	`{"version":1,"broker_id":0,"groups":[{"group":"a","topic":"t","offsets":[]},{"group":"b","topic":"t.x","offsets":[[0,1]]}]}`,
-	``,
-	`{`,
-	`[]`,
-	`{"version":2,"broker_id":0,"groups":[]}`,
-	`{"version":1,"broker_id":-1,"groups":[]}`,
-	`{"version":1,"broker_id":0,"groups":[],"extra":1}`,
-	`{"version":1,"broker_id":0,"groups":[]} {}`,
-	`{"version":1,"broker_id":0,"groups":[{"group":"bad group","topic":"t","offsets":[]}]}`,
-	`{"version":1,"broker_id":0,"groups":[{"group":"g","topic":"a/b","offsets":[]}]}`,
-	`{"version":1,"broker_id":0,"groups":[{"group":"g","topic":"t","offsets":[[-2,0]]}]}`,
-	`{"version":1,"broker_id":0,"groups":[{"group":"g","topic":"t","offsets":[[1,-1]]}]}`,
-	`{"version":1,"broker_id":0,"groups":[{"group":"g","topic":"t","offsets":[[1]]}]}`,
-	`{"version":1,"broker_id":0,"groups":[{"group":"g","topic":"t","offsets":[[1,2,3]]}]}`,
-	`{"version":1,"broker_id":0,"groups":[{"group":"g","topic":"t","offsets":[]},{"group":"g","topic":"t","offsets":[]}]}`,
-	`{"version":1,"broker_id":0,"groups":[{"group":"g","topic":"t","offsets":[[1e99,0]]}]}`,
-}
-
-func TestCommittedFile(t *testing.T) {
-	for i, s := range committedSeeds {
-		_, _, err := parseCommittedFile([]byte(s))
-		if i < 3 {
-			require.NoError(t, err, s)
-		} else {
-			require.Error(t, err, s)
-		}
-	}
-	id, m, err := parseCommittedFile([]byte(committedSeeds[1]))
-	require.NoError(t, err)
-	require.Equal(t, 7, id)
-	require.Equal(t, []commitAt{{-1, 0}, {140, 1764633600000}}, m[groupTopic{"g", "t"}])
-}
-
-// FuzzCommittedFile: committed-offsets.json that parses encodes and
-// parses back to the same; nothing panics.
-func FuzzCommittedFile(f *testing.F) {
-	for _, s := range committedSeeds {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		id, m, err := parseCommittedFile(data)
-		if err != nil {
-			return
-		}
-		enc, err := encodeCommittedFile(id, m)
-		require.NoError(t, err)
-		id2, m2, err := parseCommittedFile(enc)
-		require.NoError(t, err, "%s", enc)
-		require.Equal(t, id, id2)
-		if !reflect.DeepEqual(m, m2) && (len(m) != 0 || len(m2) != 0) {
-			t.Fatalf("round trip: %v, then %v", m, m2)
-		}
-	})
 }

@@ -84,7 +84,7 @@ func (b *Broker) shutdown(ctx context.Context) error {
 	}
 	b.connsMu.Unlock()
 	b.wg.Wait()
-	b.saveCommittedAtClose() // lagsource.go
+	b.committed.SaveAtClose()
 	errs := []error{b.closeFilters(), b.closeOffsetStore(), b.plugins.Close()}
 	errs = append(errs, b.closeStores())
 	<-regDone

@@ -204,14 +204,14 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dRequests, b.stats.cmdPut.Load(), "put")
 	counter(dRequests, b.stats.cmdGet.Load(), "get")
 	counter(dRequests, b.stats.cmdOffset.Load(), "offset")
-	counter(dRequests, b.offsets.commits.Load(), "commit")
-	counter(dRequests, b.offsets.fetches.Load(), "fetch")
+	counter(dRequests, b.offsets.Stats().Commits, "commit")
+	counter(dRequests, b.offsets.Stats().Fetches, "fetch")
 	counter(dPutFailed, b.stats.putFailed.Load())
 	counter(dGetMisses, b.stats.getMiss.Load())
 	counter(dDiskRejects, b.disks.rejects.Load())
 	gauge(dBuffered, float64(b.budget.used.Load()))
-	counter(dCommits, b.offsets.commits.Load())
-	counter(dCommitFailed, b.offsets.commitFailed.Load())
+	counter(dCommits, b.offsets.Stats().Commits)
+	counter(dCommitFailed, b.offsets.Stats().CommitFailed)
 	counter(dTxOpen, b.txm.Counts().Commits, "commit")
 	counter(dTxOpen, b.txm.Counts().Rollbacks, "rollback")
 	ready := 0.0
@@ -332,15 +332,15 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 
-	for _, g := range b.committed.snapshot() {
-		maxs, ok := maxOffsets[g.topic]
+	for _, g := range b.committed.Snapshot() {
+		maxs, ok := maxOffsets[g.Topic]
 		if !ok {
 			continue
 		}
 		var lag, lagMsgs int64
-		sizes := partSizes[g.topic]
-		t := logs[g.topic]
-		for p, off := range g.offsets {
+		sizes := partSizes[g.Topic]
+		t := logs[g.Topic]
+		for p, off := range g.Offsets {
 			if p >= len(maxs) || off < 0 {
 				continue
 			}
@@ -349,11 +349,11 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 			n, _ := lagMessages(t.parts[p], sizes[p], off)
 			lagMsgs += n
 			if perPart {
-				gauge(dGroupPartLag, float64(l), g.group, g.topic, strconv.Itoa(p))
+				gauge(dGroupPartLag, float64(l), g.Group, g.Topic, strconv.Itoa(p))
 			}
 		}
-		gauge(dGroupLag, float64(lag), g.group, g.topic)
-		gauge(dGroupLagMsgs, float64(lagMsgs), g.group, g.topic)
+		gauge(dGroupLag, float64(lag), g.Group, g.Topic)
+		gauge(dGroupLagMsgs, float64(lagMsgs), g.Group, g.Topic)
 	}
 }
 

@@ -154,7 +154,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 						ps = append(ps, message.Position{Topic: "t" + strconv.Itoa(i), Partition: message.Partition{Partition: p}})
 					}
 				}
-				br.committed.record("g"+strconv.Itoa(g), ps)
+				br.committed.Record("g"+strconv.Itoa(g), ps)
 			}
 			h := br.metrics.handler()
 			req := httptest.NewRequest("GET", "/metrics", nil)
@@ -216,7 +216,7 @@ func BenchmarkMetricsScrapeLag(b *testing.B) {
 				ps = append(ps, message.Position{Topic: name, Partition: message.Partition{Partition: int32(p)}, Offset: offs[rng.IntN(len(offs))]})
 			}
 		}
-		br.committed.record("g"+strconv.Itoa(g), ps)
+		br.committed.Record("g"+strconv.Itoa(g), ps)
 	}
 	h := br.metrics.handler()
 	req := httptest.NewRequest("GET", "/metrics", nil)

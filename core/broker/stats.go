@@ -247,9 +247,9 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("auth_failures", b.stats.authFailures.Load())
 	kv("auth_throttled", b.stats.authThrottled.Load())
 	b.connLimitStats(kv) // connlimits.go
-	kv("cmd_commit", b.offsets.commits.Load())
-	kv("cmd_fetch", b.offsets.fetches.Load())
-	kv("commit_failed", b.offsets.commitFailed.Load())
+	kv("cmd_commit", b.offsets.Stats().Commits)
+	kv("cmd_fetch", b.offsets.Stats().Fetches)
+	kv("commit_failed", b.offsets.Stats().CommitFailed)
 	hs := b.web.srv.Stats() // core/httpapi
 	kv("http_connections", hs.Connections)
 	kv("http_evicted", hs.Evicted)

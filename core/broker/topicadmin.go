@@ -73,7 +73,7 @@ func (b *Broker) writeTopicsFile(f *conf.TopicsFile) error {
 		return err
 	}
 	path := b.topicsFilePath()
-	if err := writeFileDurable(path, data); err != nil {
+	if err := fsutil.WriteFileDurable(path, data); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
@@ -286,7 +286,7 @@ func (b *Broker) DeleteTopic(name string, deleteData bool) error {
 	if reg != nil {
 		reg.RemoveTopic(name)
 	}
-	b.committed.forget(name)
+	b.committed.Forget(name)
 	var dirs []string
 	if t != nil {
 		for _, l := range t.parts {

@@ -192,7 +192,7 @@ func LoadEpochs(dataDir string) (*EpochBook, error) {
 // it, and the directory fsynced.
 func (eb *EpochBook) Save(dataDir string) error {
 	path := filepath.Join(dataDir, EpochsFile)
-	if err := writeFileDurable(path, eb.Format()); err != nil {
+	if err := fsutil.WriteFileDurable(path, eb.Format()); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
@@ -244,31 +244,4 @@ func ProtocolLine(s string) string {
 		return s[:77] + "..."
 	}
 	return s
-}
-
-// writeFileDurable writes path durably: a temp file, fsynced, renamed
-// over it, and the directory fsynced.
-func writeFileDurable(path string, data []byte) error {
-	tmp := path + ".tmp"
-	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(data)
-	if err == nil {
-		err = w.Sync()
-	}
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = fsutil.SyncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }

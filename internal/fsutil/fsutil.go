@@ -2,7 +2,10 @@
 // of the project share.
 package fsutil
 
-import "os"
+import (
+	"os"
+	"path/filepath"
+)
 
 // SyncDir fsyncs the directory dir, making the entries created, renamed
 // or removed in it durable.
@@ -33,4 +36,31 @@ func ZeroFill(f *os.File, from, to int64) error {
 		from += n
 	}
 	return nil
+}
+
+// WriteFileDurable replaces path with data: a temporary file, fsynced,
+// renamed over path, and the directory fsynced.
+func WriteFileDurable(path string, data []byte) error {
+	tmp := path + ".tmp"
+	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	if err == nil {
+		err = w.Sync()
+	}
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }

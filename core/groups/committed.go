@@ -1,4 +1,4 @@
-package broker
+package groups
 
 import (
 	"sort"
@@ -9,7 +9,7 @@ import (
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
-// committedSet is the source of the committed offsets behind the lag
+// Committed is the source of the committed offsets behind the lag
 // metrics, the dashboard's lag trend and the admin API's group list
 // (docs/http.md, "Where lag comes from"). It merges:
 //
@@ -22,19 +22,26 @@ import (
 //
 // Per partition the newest commit wins: a commit here is dated when the
 // broker saw it, a ZooKeeper node by its mtime. The offset store stays the
-// truth for a group's describe (admin_http.go reads it). Commits are not
-// on the message path, so a mutex is enough.
-type committedSet struct {
+// truth for a group's describe (Offsets.Committed). Commits are not on
+// the message path, so a mutex is enough.
+type Committed struct {
 	mu    sync.Mutex
-	m     map[groupTopic][]commitAt // committed through this broker
-	zk    map[groupTopic]zkEntry    // read from ZooKeeper at the last refresh
+	m     map[GroupTopic][]commitAt // committed through this broker
+	zkm   map[GroupTopic]zkEntry    // read from ZooKeeper at the last refresh
 	dirty bool                      // m changed since it was last saved
 
 	saveMu      sync.Mutex  // one save at a time (lagsource.go)
 	zkTruncated atomic.Bool // the last ZooKeeper read hit a limit
+
+	path     string   // <data_dir>/committed-offsets.json
+	brokerID int      // this broker's id, in the file
+	zk       ZKSource // nil without ZooKeeper
+	logf     func(format string, args ...any)
+	warnf    func(format string, args ...any)
 }
 
-type groupTopic struct{ group, topic string }
+// GroupTopic names a consumer group's offsets of one topic.
+type GroupTopic struct{ Group, Topic string }
 
 // commitAt is one partition's committed offset (-1: none) and when it was
 // committed (Unix milliseconds).
@@ -48,10 +55,11 @@ type zkEntry struct {
 	err   string
 }
 
-// committedGroup is one entry of a snapshot.
-type committedGroup struct {
-	group, topic string
-	offsets      []int64
+// CommittedGroup is one entry of a Snapshot: a group's committed offsets
+// of a topic by partition, -1 where none is known.
+type CommittedGroup struct {
+	Group, Topic string
+	Offsets      []int64
 }
 
 // maxCommittedEntries bounds each source: a client committing for ever
@@ -61,20 +69,20 @@ const maxCommittedEntries = 100000
 // maxCommittedPartitions bounds a partition index kept.
 const maxCommittedPartitions = 1 << 16
 
-// record notes a successful commit of positions (all of this broker).
-func (s *committedSet) record(group string, ps []message.Position) {
+// Record notes a successful commit of positions (all of this broker).
+func (s *Committed) Record(group string, ps []message.Position) {
 	now := time.Now().UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range ps {
-		s.setLocked(groupTopic{group, p.Topic}, int(p.Partition.Partition), commitAt{p.Offset, now})
+		s.setLocked(GroupTopic{group, p.Topic}, int(p.Partition.Partition), commitAt{p.Offset, now})
 	}
 }
 
 // setLocked sets one partition's commit in m.
-func (s *committedSet) setLocked(k groupTopic, i int, c commitAt) {
+func (s *Committed) setLocked(k GroupTopic, i int, c commitAt) {
 	if s.m == nil {
-		s.m = make(map[groupTopic][]commitAt)
+		s.m = make(map[GroupTopic][]commitAt)
 	}
 	offs, ok := s.m[k]
 	if !ok && len(s.m) >= maxCommittedEntries {
@@ -92,25 +100,25 @@ func (s *committedSet) setLocked(k groupTopic, i int, c commitAt) {
 }
 
 // setZK replaces what was read from ZooKeeper.
-func (s *committedSet) setZK(zk map[groupTopic]zkEntry) {
+func (s *Committed) setZK(zk map[GroupTopic]zkEntry) {
 	s.mu.Lock()
-	s.zk = zk
+	s.zkm = zk
 	s.mu.Unlock()
 }
 
-// forget drops a topic (deleted) from every group.
-func (s *committedSet) forget(topic string) {
+// Forget drops a topic (deleted) from every group.
+func (s *Committed) Forget(topic string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k := range s.m {
-		if k.topic == topic {
+		if k.Topic == topic {
 			delete(s.m, k)
 			s.dirty = true
 		}
 	}
-	for k := range s.zk {
-		if k.topic == topic {
-			delete(s.zk, k)
+	for k := range s.zkm {
+		if k.Topic == topic {
+			delete(s.zkm, k)
 		}
 	}
 }
@@ -131,54 +139,54 @@ func merged(here []commitAt, zk []commitAt) []int64 {
 	return out
 }
 
-// snapshot returns the group/topic pairs with at least one committed
+// Snapshot returns the group/topic pairs with at least one committed
 // offset known, merged, sorted by group and topic.
-func (s *committedSet) snapshot() []committedGroup {
+func (s *Committed) Snapshot() []CommittedGroup {
 	s.mu.Lock()
-	out := make([]committedGroup, 0, len(s.m)+len(s.zk))
+	out := make([]CommittedGroup, 0, len(s.m)+len(s.zkm))
 	for k, offs := range s.m {
-		out = append(out, committedGroup{k.group, k.topic, merged(offs, s.zk[k].offs)})
+		out = append(out, CommittedGroup{k.Group, k.Topic, merged(offs, s.zkm[k].offs)})
 	}
-	for k, e := range s.zk {
+	for k, e := range s.zkm {
 		if _, ok := s.m[k]; ok {
 			continue
 		}
 		offs := merged(nil, e.offs)
 		for _, o := range offs {
 			if o >= 0 {
-				out = append(out, committedGroup{k.group, k.topic, offs})
+				out = append(out, CommittedGroup{k.Group, k.Topic, offs})
 				break
 			}
 		}
 	}
 	s.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
-		if out[i].group != out[j].group {
-			return out[i].group < out[j].group
+		if out[i].Group != out[j].Group {
+			return out[i].Group < out[j].Group
 		}
-		return out[i].topic < out[j].topic
+		return out[i].Topic < out[j].Topic
 	})
 	return out
 }
 
-// groupSource says where a group/topic's offsets are known from.
-type groupSource struct {
+// Source says where a group/topic's offsets are known from.
+type Source struct {
 	Here      bool   // committed through this broker (now or before a restart)
 	ZooKeeper bool   // offsets read from ZooKeeper
 	Owned     bool   // ZooKeeper has owner nodes for it (consumed, maybe with offsets kept elsewhere)
 	Err       string // why ZooKeeper's offsets could not be read
 }
 
-// sources returns, for every group/topic either source knows (with or
+// Sources returns, for every group/topic either source knows (with or
 // without offsets), where it is known from.
-func (s *committedSet) sources() map[groupTopic]groupSource {
+func (s *Committed) Sources() map[GroupTopic]Source {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[groupTopic]groupSource, len(s.m)+len(s.zk))
+	out := make(map[GroupTopic]Source, len(s.m)+len(s.zkm))
 	for k := range s.m {
-		out[k] = groupSource{Here: true}
+		out[k] = Source{Here: true}
 	}
-	for k, e := range s.zk {
+	for k, e := range s.zkm {
 		src := out[k]
 		for _, c := range e.offs {
 			if c.off >= 0 {
@@ -192,12 +200,12 @@ func (s *committedSet) sources() map[groupTopic]groupSource {
 	return out
 }
 
-// zkOffsets returns group's offsets of topic as ZooKeeper had them at the
+// ZKOffsets returns group's offsets of topic as ZooKeeper had them at the
 // last refresh (-1: none), nil if it had none.
-func (s *committedSet) zkOffsets(group, topic string) []int64 {
+func (s *Committed) ZKOffsets(group, topic string) []int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.zk[groupTopic{group, topic}]
+	e, ok := s.zkm[GroupTopic{group, topic}]
 	if !ok {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package broker
+package groups
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/internal/fsutil"
+	"github.com/metaq-go/metaq/internal/logx"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -24,12 +26,17 @@ import (
 // offsets MetaQ consumers keep in ZooKeeper, read every zkOffsetsEvery.
 
 const (
-	committedFileName    = "committed-offsets.json"
+	// CommittedFileName is the file in the data directory.
+	CommittedFileName    = "committed-offsets.json"
 	committedFileVersion = 1
 	committedSaveEvery   = 10 * time.Second
-	zkOffsetsEvery       = 5 * time.Second
-	zkOffsetsMaxGroups   = 1000
-	zkOffsetsMaxReads    = 20000
+	// ZKOffsetsEvery is how often the ZooKeeper offsets are read (at
+	// least: RunZK).
+	ZKOffsetsEvery = 5 * time.Second
+	// ZKOffsetsMaxGroups and ZKOffsetsMaxReads bound one ZooKeeper read
+	// (registry.OffsetLimits).
+	ZKOffsetsMaxGroups = 1000
+	ZKOffsetsMaxReads  = 20000
 	// committedFileMax bounds the file read at start.
 	committedFileMax = 256 << 20
 )
@@ -51,7 +58,7 @@ type committedFileEntry struct {
 
 // parseCommittedFile reads committed-offsets.json: its broker id and
 // entries. Anything malformed is an error naming it.
-func parseCommittedFile(data []byte) (int, map[groupTopic][]commitAt, error) {
+func parseCommittedFile(data []byte) (int, map[GroupTopic][]commitAt, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var f committedFile
@@ -70,7 +77,7 @@ func parseCommittedFile(data []byte) (int, map[groupTopic][]commitAt, error) {
 	if len(f.Groups) > maxCommittedEntries {
 		return 0, nil, fmt.Errorf("%d entries, at most %d", len(f.Groups), maxCommittedEntries)
 	}
-	m := make(map[groupTopic][]commitAt, len(f.Groups))
+	m := make(map[GroupTopic][]commitAt, len(f.Groups))
 	for i, e := range f.Groups {
 		if err := message.ValidateGroup(e.Group); err != nil {
 			return 0, nil, fmt.Errorf("entry %d: group %q: %v", i, e.Group, err)
@@ -78,7 +85,7 @@ func parseCommittedFile(data []byte) (int, map[groupTopic][]commitAt, error) {
 		if !conf.ValidTopicName(e.Topic) {
 			return 0, nil, fmt.Errorf("entry %d: topic %q is not a valid name", i, e.Topic)
 		}
-		k := groupTopic{e.Group, e.Topic}
+		k := GroupTopic{e.Group, e.Topic}
 		if _, dup := m[k]; dup {
 			return 0, nil, fmt.Errorf("entry %d: group %q topic %q given twice", i, e.Group, e.Topic)
 		}
@@ -101,10 +108,10 @@ func parseCommittedFile(data []byte) (int, map[groupTopic][]commitAt, error) {
 }
 
 // encodeCommittedFile is parseCommittedFile's inverse, sorted.
-func encodeCommittedFile(brokerID int, m map[groupTopic][]commitAt) ([]byte, error) {
+func encodeCommittedFile(brokerID int, m map[GroupTopic][]commitAt) ([]byte, error) {
 	f := committedFile{Version: committedFileVersion, BrokerID: brokerID, Groups: make([]committedFileEntry, 0, len(m))}
 	for k, offs := range m {
-		e := committedFileEntry{Group: k.group, Topic: k.topic, Offsets: make([][]int64, len(offs))}
+		e := committedFileEntry{Group: k.Group, Topic: k.Topic, Offsets: make([][]int64, len(offs))}
 		for i, c := range offs {
 			e.Offsets[i] = []int64{c.off, c.at}
 		}
@@ -119,27 +126,42 @@ func encodeCommittedFile(brokerID int, m map[groupTopic][]commitAt) ([]byte, err
 	return json.Marshal(f)
 }
 
-func (b *Broker) committedFilePath() string {
-	return filepath.Join(b.config().DataDir, committedFileName)
+// ZKSource reads, from ZooKeeper, the offsets MetaQ consumers keep there
+// of this broker's partitions (registry.Registry.ConsumerOffsets, with this
+// broker's id and topics). ErrNoZooKeeper: not connected yet; the last
+// read stays.
+type ZKSource func(lim registry.OffsetLimits) ([]registry.GroupOffsets, bool, error)
+
+// ErrNoZooKeeper is a ZKSource's error while the broker has no ZooKeeper
+// session: RefreshZK keeps what it read before and reports no error.
+var ErrNoZooKeeper = errors.New("not registered in ZooKeeper")
+
+// CommittedConfig is the committed offsets' slice of the configuration
+// (restart-only values).
+type CommittedConfig struct {
+	DataDir  string
+	BrokerID int
 }
 
-// startLagSource restores the saved commits and starts the save loop and,
-// in cluster mode, the ZooKeeper reader. Start calls it before accepting.
-func (b *Broker) startLagSource() {
-	b.restoreCommitted()
-	b.wg.Add(1)
-	go b.committedSaveLoop()
-	if b.config().ZooKeeper.Enabled() {
-		b.wg.Add(1)
-		go b.zkOffsetsLoop()
-	}
+// CommittedFromConf returns the committed offsets' configuration in cfg.
+func CommittedFromConf(cfg *conf.Config) CommittedConfig {
+	return CommittedConfig{DataDir: cfg.DataDir, BrokerID: cfg.BrokerID}
 }
 
-// restoreCommitted loads committed-offsets.json. A file that does not
-// parse is renamed to .bad (kept for a person to look at) and lag starts
-// from nothing; the broker starts either way.
-func (b *Broker) restoreCommitted() {
-	path := b.committedFilePath()
+// NewCommitted returns an empty set of committed offsets, saved in
+// cfg.DataDir, reading ZooKeeper through zk (nil: no ZooKeeper). Its lines
+// go to log.
+func NewCommitted(cfg CommittedConfig, zk ZKSource, log *slog.Logger) *Committed {
+	return &Committed{path: filepath.Join(cfg.DataDir, CommittedFileName), brokerID: cfg.BrokerID, zk: zk,
+		logf: logx.Printf(log, slog.LevelInfo), warnf: logx.Printf(log, slog.LevelWarn)}
+}
+
+// Restore loads committed-offsets.json. A file that does not parse is
+// renamed to .bad (kept for a person to look at) and lag starts from
+// nothing; the broker starts either way. The broker calls it at Start,
+// before accepting.
+func (s *Committed) Restore() {
+	path := s.path
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return
@@ -150,7 +172,7 @@ func (b *Broker) restoreCommitted() {
 		f.Close()
 	}
 	if err != nil {
-		b.warnf("lag: cannot read %s (%v): lag starts from the commits seen from now on", path, err)
+		s.warnf("lag: cannot read %s (%v): lag starts from the commits seen from now on", path, err)
 		return
 	}
 	id, m, err := parseCommittedFile(data)
@@ -160,14 +182,13 @@ func (b *Broker) restoreCommitted() {
 	if err != nil {
 		bad := path + ".bad"
 		rerr := os.Rename(path, bad)
-		b.warnf("lag: %s is not a committed-offsets file (%v); moved to %s (rename error: %v); lag starts from the commits seen from now on", path, err, bad, rerr)
+		s.warnf("lag: %s is not a committed-offsets file (%v); moved to %s (rename error: %v); lag starts from the commits seen from now on", path, err, bad, rerr)
 		return
 	}
-	if id != b.config().BrokerID {
-		b.warnf("lag: %s is broker %d's, this is broker %d: not used (its partitions are other partitions)", path, id, b.config().BrokerID)
+	if id != s.brokerID {
+		s.warnf("lag: %s is broker %d's, this is broker %d: not used (its partitions are other partitions)", path, id, s.brokerID)
 		return
 	}
-	s := &b.committed
 	s.mu.Lock()
 	for k, offs := range m {
 		for p, c := range offs {
@@ -178,13 +199,12 @@ func (b *Broker) restoreCommitted() {
 	}
 	s.dirty = false
 	s.mu.Unlock()
-	b.logf("lag: restored the committed offsets of %d group/topic pair(s) from %s", len(m), path)
+	s.logf("lag: restored the committed offsets of %d group/topic pair(s) from %s", len(m), path)
 }
 
-// saveCommitted writes the commits seen here when they changed since the
-// last save: a temporary file, fsynced, renamed, the directory fsynced.
-func (b *Broker) saveCommitted() error {
-	s := &b.committed
+// Save writes the commits seen here when they changed since the last
+// save: a temporary file, fsynced, renamed, the directory fsynced.
+func (s *Committed) Save() error {
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()
 	s.mu.Lock()
@@ -192,15 +212,15 @@ func (b *Broker) saveCommitted() error {
 		s.mu.Unlock()
 		return nil
 	}
-	cp := make(map[groupTopic][]commitAt, len(s.m))
+	cp := make(map[GroupTopic][]commitAt, len(s.m))
 	for k, offs := range s.m {
 		cp[k] = append([]commitAt(nil), offs...)
 	}
 	s.dirty = false
 	s.mu.Unlock()
-	data, err := encodeCommittedFile(b.config().BrokerID, cp)
+	data, err := encodeCommittedFile(s.brokerID, cp)
 	if err == nil {
-		err = writeFileDurable(b.committedFilePath(), data)
+		err = fsutil.WriteFileDurable(s.path, data)
 	}
 	if err != nil {
 		s.mu.Lock()
@@ -211,56 +231,28 @@ func (b *Broker) saveCommitted() error {
 	return nil
 }
 
-// saveCommittedAtClose saves once more after the last commit; a failure
-// is logged (the offset store has the commits: only lag after a restart
-// is missing them).
-func (b *Broker) saveCommittedAtClose() {
-	if err := b.saveCommitted(); err != nil {
-		b.warnf("%v", err)
+// SaveAtClose saves once more after the last commit; a failure is logged
+// (the offset store has the commits: only lag after a restart is missing
+// them).
+func (s *Committed) SaveAtClose() {
+	if err := s.Save(); err != nil {
+		s.warnf("%v", err)
 	}
 }
 
-// writeFileDurable replaces path with data: a temporary file, fsynced,
-// renamed over path, and the directory fsynced.
-func writeFileDurable(path string, data []byte) error {
-	tmp := path + ".tmp"
-	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(data)
-	if err == nil {
-		err = w.Sync()
-	}
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = fsutil.SyncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
-}
-
-// committedSaveLoop saves every committedSaveEvery until the broker
-// closes (Close saves once more, after the last commit).
-func (b *Broker) committedSaveLoop() {
-	defer b.wg.Done()
+// Run saves every committedSaveEvery until done is closed (the broker's
+// Close saves once more, after the last commit: SaveAtClose).
+func (s *Committed) Run(done <-chan struct{}) {
 	t := time.NewTicker(committedSaveEvery)
 	defer t.Stop()
 	var lastErr string
 	for {
 		select {
-		case <-b.done:
+		case <-done:
 			return
 		case <-t.C:
-			if err := b.saveCommitted(); err != nil && err.Error() != lastErr {
-				b.warnf("%v", err)
+			if err := s.Save(); err != nil && err.Error() != lastErr {
+				s.warnf("%v", err)
 				lastErr = err.Error()
 			} else if err == nil {
 				lastErr = ""
@@ -269,55 +261,52 @@ func (b *Broker) committedSaveLoop() {
 	}
 }
 
-// zkOffsetsLoop reads the consumers' offsets from ZooKeeper until the
-// broker closes: every zkOffsetsEvery, or ten times as long as the last
-// read took if that is longer (a ZooKeeper with many groups is read less
-// often rather than kept busy).
-func (b *Broker) zkOffsetsLoop() {
-	defer b.wg.Done()
-	t := time.NewTimer(zkOffsetsEvery)
+// RunZK reads the consumers' offsets from ZooKeeper until done is
+// closed: every ZKOffsetsEvery, or ten times as long as the last read took
+// if that is longer (a ZooKeeper with many groups is read less often
+// rather than kept busy). Without a ZKSource it returns at once.
+func (s *Committed) RunZK(done <-chan struct{}) {
+	if s.zk == nil {
+		return
+	}
+	t := time.NewTimer(ZKOffsetsEvery)
 	defer t.Stop()
 	var lastErr string
 	var lastLog time.Time
 	for {
 		start := time.Now()
-		err := b.refreshZKOffsets()
-		t.Reset(max(zkOffsetsEvery, 10*time.Since(start)))
+		err := s.RefreshZK()
+		t.Reset(max(ZKOffsetsEvery, 10*time.Since(start)))
 		switch {
 		case err == nil:
 			lastErr = ""
 		case err.Error() != lastErr || time.Since(lastLog) > time.Minute:
-			b.warnf("lag: reading consumer offsets from ZooKeeper: %v (lag keeps the last offsets read)", err)
+			s.warnf("lag: reading consumer offsets from ZooKeeper: %v (lag keeps the last offsets read)", err)
 			lastErr, lastLog = err.Error(), time.Now()
 		}
 		select {
-		case <-b.done:
+		case <-done:
 			return
 		case <-t.C:
 		}
 	}
 }
 
-// refreshZKOffsets reads every group's offsets of this broker's
-// partitions from ZooKeeper once and replaces the ZooKeeper source with
-// them. On error the previous read stays.
-func (b *Broker) refreshZKOffsets() error {
-	b.mu.RLock()
-	reg := b.reg
-	b.mu.RUnlock()
-	if reg == nil {
+// RefreshZK reads every group's offsets of this broker's partitions from
+// ZooKeeper once and replaces the ZooKeeper source with them. On error
+// the previous read stays.
+func (s *Committed) RefreshZK() error {
+	if s.zk == nil {
 		return nil
 	}
-	topics := map[string]int{}
-	for _, t := range b.topicList() {
-		topics[t.name] = len(t.parts)
+	res, truncated, err := s.zk(registry.OffsetLimits{MaxGroups: ZKOffsetsMaxGroups, MaxReads: ZKOffsetsMaxReads})
+	if errors.Is(err, ErrNoZooKeeper) {
+		return nil
 	}
-	res, truncated, err := reg.ConsumerOffsets(b.config().BrokerID, topics,
-		registry.OffsetLimits{MaxGroups: zkOffsetsMaxGroups, MaxReads: zkOffsetsMaxReads})
 	if err != nil {
 		return err
 	}
-	m := make(map[groupTopic]zkEntry, len(res))
+	m := make(map[GroupTopic]zkEntry, len(res))
 	for _, g := range res {
 		if len(m) >= maxCommittedEntries {
 			truncated = true
@@ -327,9 +316,13 @@ func (b *Broker) refreshZKOffsets() error {
 		for i, o := range g.Offsets {
 			e.offs[i] = commitAt{o.Offset, o.MTime}
 		}
-		m[groupTopic{g.Group, g.Topic}] = e
+		m[GroupTopic{g.Group, g.Topic}] = e
 	}
-	b.committed.setZK(m)
-	b.committed.zkTruncated.Store(truncated)
+	s.setZK(m)
+	s.zkTruncated.Store(truncated)
 	return nil
 }
+
+// ZKTruncated says whether the last ZooKeeper read hit a limit
+// (ZKOffsetsMaxGroups, ZKOffsetsMaxReads or the entries kept).
+func (s *Committed) ZKTruncated() bool { return s.zkTruncated.Load() }
