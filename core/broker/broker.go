@@ -228,14 +228,14 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	b.startCtx, b.startCancel = context.WithCancel(context.Background())
 	b.initLogging(cfg)
 	if cfg.IsSlave() {
-		b.slave = repl.NewSlave(repl.FromConf(cfg), cfg.SlaveID, slaveHost{partSource{b}}, b.log)
+		b.slave = repl.NewSlave(repl.FromConf(cfg), cfg.SlaveID, replHost{partSource{b}}, b.log)
 	} else if cfg.Replication == conf.ReplicationSync {
 		b.sync = newSyncMaster(b)
 	}
 	if cfg.Failover && !cfg.IsSlave() {
 		// It rejoins as slave failover_slave_id if another member takes
 		// the epoch (rejoin.go).
-		b.slave = repl.NewSlave(repl.FromConf(cfg), cfg.FailoverSlaveID, slaveHost{partSource{b}}, b.log)
+		b.slave = repl.NewSlave(repl.FromConf(cfg), cfg.FailoverSlaveID, replHost{partSource{b}}, b.log)
 	}
 	if cfg.Failover {
 		b.fo = newFailover(b)

@@ -331,11 +331,11 @@ func (f *failover) onExpired() {
 	go f.claimAtStart() // one runs at a time
 }
 
-// setInSync writes insync = slave (-1: none) to the epoch node as the
+// SetInSync writes insync = slave (-1: none) to the epoch node as the
 // holder; the in-memory insync changes only once ZooKeeper has it, so
 // while a slave is being unnamed, puts that would be stored here alone
 // are still refused. It fences this member if it does not hold the epoch.
-func (f *failover) setInSync(slave int) error {
+func (f *failover) SetInSync(slave int) error {
 	f.mu.Lock()
 	if !f.role.Load().Holds() {
 		f.mu.Unlock()
@@ -365,23 +365,23 @@ func (f *failover) setInSync(slave int) error {
 	return nil
 }
 
-// nameInSync names slave in sync in the epoch node if inSync still holds
+// NameInSync names slave in sync in the epoch node if inSync still holds
 // once puts that would be stored here alone see it named: it is named in
 // memory first (such puts are refused from then on, and unname it), then
 // inSync is checked, then ZooKeeper is written; if a degraded put began
 // meanwhile it is unnamed again.
-func (f *failover) nameInSync(slave int, inSync func() bool) error {
+func (f *failover) NameInSync(slave int, inSync func() bool) error {
 	sm := f.b.sync
 	f.insync.Store(int32(slave))
 	seq := sm.DegradeSeq()
 	if !inSync() {
-		return f.setInSync(-1)
+		return f.SetInSync(-1)
 	}
-	if err := f.setInSync(slave); err != nil {
+	if err := f.SetInSync(slave); err != nil {
 		return err // still named in memory: degraded puts unname it first
 	}
 	if sm.DegradeSeq() != seq {
-		return f.setInSync(-1)
+		return f.SetInSync(-1)
 	}
 	return nil
 }
@@ -394,7 +394,7 @@ func (f *failover) clearInSyncSoon() {
 	}
 	go func() {
 		defer f.clearing.Store(false)
-		if err := f.setInSync(-1); err != nil {
+		if err := f.SetInSync(-1); err != nil {
 			f.b.logf("failover: unnaming the in-sync slave: %v", err)
 		}
 	}()
@@ -517,10 +517,10 @@ func (c *conn) failoverRefuses(r *protocol.Request) bool {
 // epoch: `stats sync-epoch:<E>` (docs/protocol.md).
 const syncEpochItem = "sync-epoch:"
 
-// bindLink binds a new sync link to this holder's epoch: the slave checks
+// BindLink binds a new sync link to this holder's epoch: the slave checks
 // it against ZooKeeper and refuses syncs on the connection once it knows
 // a higher one.
-func (f *failover) bindLink(nc net.Conn, timeout time.Duration) error {
+func (f *failover) BindLink(nc net.Conn, timeout time.Duration) error {
 	e := f.epoch.Load()
 	if !f.role.Load().Holds() || e == 0 {
 		return errors.New("not holding the epoch (failover): no sync link yet")
@@ -628,8 +628,16 @@ func (f *failover) markHeld(d zkpath.EpochData) error {
 	return err
 }
 
-// Named reports whether this holder named a slave in sync (repl.Namer).
+// Named reports whether this holder named a slave in sync
+// (repl.SyncFailover).
 func (f *failover) Named() bool { return f.insync.Load() >= 0 }
 
-// UnnameSoon unnames it in the background (repl.Namer).
+// UnnameSoon unnames it in the background (repl.SyncFailover).
 func (f *failover) UnnameSoon() { f.clearInSyncSoon() }
+
+// Holds reports whether this member holds the epoch (repl.SyncFailover).
+func (f *failover) Holds() bool { return f.role.Load().Holds() }
+
+// InSyncSlave is the slave this holder named in sync, -1 for none
+// (repl.SyncFailover).
+func (f *failover) InSyncSlave() int { return int(f.insync.Load()) }

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/internal/fsutil"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -388,7 +387,7 @@ func (f *failover) switchover() (int, string) {
 	}
 	slave := int(f.insync.Load())
 	lk := sm.Link()
-	if slave < 0 || lk == nil || !sm.allInSync(lk) {
+	if slave < 0 || lk == nil || !sm.AllInSync(lk) {
 		return refuse("no slave is in sync (failover_insync " + memberLabelOr(slave) + "): a handover now could lose acknowledged messages; wait until one is (stats: failover_insync s<N>)")
 	}
 	epoch := f.epoch.Load()
@@ -401,7 +400,7 @@ func (f *failover) switchover() (int, string) {
 	}
 	drained = true
 	deadline := time.Now().Add(sm.Timeout() + f.st)
-	ctl, err := sm.control(registry.SlaveNode{Addr: lk.Addr(), TLS: lk.TLS()})
+	ctl, err := sm.Control(lk.Addr(), lk.TLS())
 	if err != nil {
 		return refuse("the slave's control connection: " + err.Error())
 	}

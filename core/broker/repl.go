@@ -42,7 +42,7 @@ func (b *Broker) wireRepl() {
 	}
 	b.sync.Register(b.txm)
 	if b.fo != nil {
-		b.sync.SetNamer(b.fo)
+		b.sync.SetFailover(b.fo)
 	}
 }
 

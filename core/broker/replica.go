@@ -13,12 +13,13 @@ import (
 // Async replication, the slave side (MetaQ's metaslave, reference §9),
 // lives in core/repl (repl.Slave); this is the broker's side of it.
 
-// slaveHost is what the slave's puller needs of the broker (repl.SlaveHost).
-type slaveHost struct{ partSource }
+// replHost is what replication needs of the broker (repl.Host,
+// repl.SlaveHost).
+type replHost struct{ partSource }
 
 // OpenTopic opens topic name (auto-creating it if configured) and returns
 // its partition count.
-func (h slaveHost) OpenTopic(name string) (int, error) {
+func (h replHost) OpenTopic(name string) (int, error) {
 	t, err := h.b.openTopic(name)
 	if err != nil {
 		return 0, err
@@ -26,18 +27,18 @@ func (h slaveHost) OpenTopic(name string) (int, error) {
 	return len(t.parts), nil
 }
 
-func (h slaveHost) Registry() *registry.Registry {
+func (h replHost) Registry() *registry.Registry {
 	h.b.mu.RLock()
 	defer h.b.mu.RUnlock()
 	return h.b.reg
 }
 
-func (h slaveHost) Dial(ctx context.Context, addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
+func (h replHost) Dial(ctx context.Context, addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
 	return h.b.replDial(ctx, addr, tlsPeer, timeout) // repllink.go
 }
 
-func (h slaveHost) Done() <-chan struct{} { return h.b.done }
-func (h slaveHost) Closed() bool          { return h.b.closed.Load() }
+func (h replHost) Done() <-chan struct{} { return h.b.done }
+func (h replHost) Closed() bool          { return h.b.closed.Load() }
 
 // runSlave runs the slave's loop; the caller did b.wg.Add(1).
 func (b *Broker) runSlave() {

@@ -4,11 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/go-zookeeper/zk"
-
-	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 )
@@ -49,7 +45,13 @@ type syncMaster struct {
 }
 
 func newSyncMaster(b *Broker) *syncMaster {
-	return &syncMaster{SyncMaster: repl.NewSyncMaster(repl.FromConf(b.config()), b.log), b: b}
+	return &syncMaster{SyncMaster: repl.NewSyncMaster(repl.FromConf(b.config()), replHost{partSource{b}}, b.log), b: b}
+}
+
+// run runs the manager (core/repl/syncloop.go); the caller did b.wg.Add(1).
+func (sm *syncMaster) run() {
+	defer sm.b.wg.Done()
+	sm.Run()
 }
 
 // appendReplicated is appendEntries on a sync master.
@@ -182,183 +184,4 @@ func (w *syncWait) done() {
 	default:
 		c.AppendDone(w.token, firstID, off, nil)
 	}
-}
-
-// run keeps a link to the registered slave and its partitions in sync
-// until the broker closes.
-func (sm *syncMaster) run() {
-	b := sm.b
-	defer b.wg.Done()
-	b.mu.RLock()
-	reg := b.reg
-	b.mu.RUnlock()
-	logged := ""
-	for !b.closed.Load() && sm.syncActive() { // rejoin.go
-		slaves, watch, err := reg.Slaves()
-		if err != nil || len(slaves) == 0 {
-			msg := "no slave registered"
-			if err != nil {
-				msg = err.Error()
-			}
-			if msg != logged {
-				b.logf("sync: %s; puts %s", msg, sm.refusal())
-				logged = msg
-			}
-			select {
-			case <-watch:
-			case <-b.done:
-				return
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		target := slaves[0]
-		lk, err := sm.dial(target)
-		if err != nil {
-			if msg := err.Error(); msg != logged {
-				b.logf("sync: slave %d at %s: %v; retrying", target.ID, target.Addr, err)
-				logged = msg
-			}
-			sm.sleep(200 * time.Millisecond)
-			continue
-		}
-		logged = ""
-		b.logf("sync: shipping puts to slave %d at %s", target.ID, target.Addr)
-		sm.Serve(lk)
-		sm.serve(lk, target, watch)
-		lk.Fail(&repl.Error{Kind: repl.Disconnected, Msg: "Slave is disconnected"})
-	}
-}
-
-func (sm *syncMaster) refusal() string {
-	if sm.Degrade() {
-		return "are stored on the master alone (sync_degrade = true)"
-	}
-	return `get "500 Slave is disconnected"`
-}
-
-func (sm *syncMaster) sleep(d time.Duration) {
-	select {
-	case <-time.After(d):
-	case <-sm.b.done:
-	}
-}
-
-// dial opens a link to slave s.
-func (sm *syncMaster) dial(s registry.SlaveNode) (*repl.Link, error) {
-	nc, err := sm.b.replDialPeer(s.Addr, s.TLS, 2*time.Second) // repllink.go
-	if err != nil {
-		return nil, err
-	}
-	if f := sm.b.fo; f != nil {
-		if err := f.bindLink(nc, sm.Timeout()); err != nil {
-			nc.Close()
-			return nil, err
-		}
-	}
-	return sm.NewLink(nc, s.Addr, s.TLS), nil
-}
-
-// serve joins the partitions not in sync under lk, again and again, until
-// lk dies, the slave set changes or the broker closes.
-func (sm *syncMaster) serve(lk *repl.Link, target registry.SlaveNode, watch <-chan zk.Event) {
-	b := sm.b
-	ctl, err := sm.control(target)
-	if err != nil {
-		b.logf("sync: slave %s: %v", target.Addr, err)
-		return
-	}
-	defer ctl.Close()
-	if f := b.fo; f != nil && f.insync.Load() >= 0 && int(f.insync.Load()) != target.ID {
-		// failover.go: the slave named in sync misses what this link's
-		// slave will acknowledge: unname it before anything is joined.
-		if err := f.setInSync(-1); err != nil {
-			b.logf("sync: failover: clearing the in-sync slave before linking to slave %d: %v", target.ID, err)
-			return
-		}
-	}
-	tk := time.NewTicker(100 * time.Millisecond)
-	defer tk.Stop()
-	for {
-		all := true
-		// The extension (transactions: the prepared branches) first.
-		if err := sm.SyncExt(lk); err != nil {
-			all = false
-			if lk.Dead() {
-				return
-			}
-			b.logf("sync: shipping the prepared transactions: %v", err)
-		}
-		for _, t := range b.topicList() {
-			for p, l := range t.parts {
-				sp := sm.Part(t.name, int32(p), l)
-				if sp.InSyncUnder(lk) {
-					continue
-				}
-				if err := sm.Join(lk, ctl.SlaveEnd, sp); err != nil {
-					all = false
-					if lk.Dead() {
-						return
-					}
-					if sp.NoteJoin(err) {
-						b.logf("sync: %s-%d not in sync yet: %v", t.name, p, err)
-					}
-					continue
-				}
-				if sp.NoteJoin(nil) {
-					b.logf("sync: %s-%d in sync", t.name, p)
-				}
-			}
-		}
-		if f := b.fo; all && f != nil && f.role.Load().Holds() && int(f.insync.Load()) != target.ID {
-			if err := f.nameInSync(target.ID, func() bool { return sm.allInSync(lk) }); err != nil {
-				b.logf("sync: failover: naming slave %d in sync: %v", target.ID, err)
-			}
-		}
-		if all && sm.EndDegraded() {
-			b.logf("sync: every partition is in sync with slave %d again", target.ID)
-		}
-		select {
-		case <-lk.Done():
-			return
-		case <-watch:
-			// ids/<id>'s children changed: keep the link if its slave is
-			// still the one to ship to.
-			b.mu.RLock()
-			reg := b.reg
-			b.mu.RUnlock()
-			slaves, w, err := reg.Slaves()
-			if err != nil || len(slaves) == 0 || slaves[0] != target {
-				return
-			}
-			watch = w
-		case <-b.done:
-			return
-		case <-tk.C:
-			if !sm.syncActive() {
-				return
-			}
-		}
-	}
-}
-
-// control opens the joiner's own connection to the slave, for offsets.
-func (sm *syncMaster) control(s registry.SlaveNode) (*repl.RoundConn, error) {
-	nc, err := sm.b.replDialPeer(s.Addr, s.TLS, 2*time.Second) // repllink.go
-	if err != nil {
-		return nil, err
-	}
-	return repl.NewRoundConn(nc, sm.Timeout()), nil
-}
-
-// allInSync reports whether every partition is in sync under lk.
-func (sm *syncMaster) allInSync(lk *repl.Link) bool {
-	for _, t := range sm.b.topicList() {
-		for p, l := range t.parts {
-			if !sm.Part(t.name, int32(p), l).InSyncUnder(lk) || lk.Dead() {
-				return false
-			}
-		}
-	}
-	return sm.ExtInSync(lk)
 }

@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/metaq-go/metaq/core/partition"
-	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/internal/logx"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -105,22 +103,13 @@ type replPart struct {
 	lag  int64
 }
 
-// SlaveHost is what the slave needs of the broker: its partitions
-// (partition.Source), opening or creating a topic the master has, the
-// registry, dialing a replication peer, and whether it is closing.
+// SlaveHost is what the slave needs of the broker: Host, and opening or
+// creating a topic the master has.
 type SlaveHost interface {
-	partition.Source
+	Host
 	// OpenTopic opens topic name (creating it if the broker may) and
 	// returns its partition count.
 	OpenTopic(name string) (int, error)
-	Registry() *registry.Registry
-	// Dial opens a replication connection to the peer at addr
-	// (repllink.go).
-	Dial(ctx context.Context, addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error)
-	// Done is closed when the broker closes; Closed reports it (set
-	// first).
-	Done() <-chan struct{}
-	Closed() bool
 }
 
 // SlaveFailover is failover's side of the slave's loop (failover = true).

@@ -56,8 +56,9 @@ type SyncMaster struct {
 	timeout time.Duration
 	degrade atomic.Bool
 	logf    func(format string, args ...any)
+	host    Host
 	ext     Extension
-	fo      Namer
+	fo      SyncFailover
 
 	mu    sync.Mutex
 	parts map[*store.Log]*Part
@@ -76,17 +77,10 @@ type SyncMaster struct {
 	refused      atomic.Int64 // puts refused: slave disconnected
 }
 
-// Namer is failover's side of a degraded put: whether a slave is named in
-// sync in ZooKeeper (a put stored here alone must not be acknowledged
-// then), and unnaming it in the background.
-type Namer interface {
-	Named() bool
-	UnnameSoon()
-}
-
 // NewSyncMaster returns the state of a sync master with cfg.
-func NewSyncMaster(cfg Config, log *slog.Logger) *SyncMaster {
+func NewSyncMaster(cfg Config, host Host, log *slog.Logger) *SyncMaster {
 	sm := &SyncMaster{
+		host:    host,
 		timeout: cfg.SyncTimeout,
 		logf:    logx.Printf(log, slog.LevelInfo),
 		parts:   map[*store.Log]*Part{},
@@ -99,8 +93,8 @@ func NewSyncMaster(cfg Config, log *slog.Logger) *SyncMaster {
 // broker starts.
 func (sm *SyncMaster) Register(e Extension) { sm.ext = e }
 
-// SetNamer sets failover's side of degraded puts (with failover = true).
-func (sm *SyncMaster) SetNamer(n Namer) { sm.fo = n }
+// SetFailover sets failover's side (with failover = true).
+func (sm *SyncMaster) SetFailover(f SyncFailover) { sm.fo = f }
 
 // Timeout is sync_timeout.
 func (sm *SyncMaster) Timeout() time.Duration { return sm.timeout }
@@ -299,9 +293,9 @@ type pendingSync struct {
 	at  time.Time
 }
 
-// NewLink makes nc, a connection to the slave at addr, the live link and
-// starts its reader, flusher and sweeper.
-func (sm *SyncMaster) NewLink(nc net.Conn, addr string, tls bool) *Link {
+// newLink makes nc, a connection to the slave at addr, a link and starts
+// its reader, flusher and sweeper.
+func (sm *SyncMaster) newLink(nc net.Conn, addr string, tls bool) *Link {
 	lk := &Link{sm: sm, id: sm.linkSeq.Add(1), nc: nc, addr: addr, tls: tls, w: bufio.NewWriterSize(nc, 64<<10),
 		pending: map[int32]pendingSync{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	go lk.readLoop()
@@ -309,9 +303,6 @@ func (sm *SyncMaster) NewLink(nc net.Conn, addr string, tls bool) *Link {
 	go lk.sweep()
 	return lk
 }
-
-// Serve makes lk the live link.
-func (sm *SyncMaster) Serve(lk *Link) { sm.link.Store(lk) }
 
 // ID is the link's number (a partition in sync names it).
 func (lk *Link) ID() int64 { return lk.id }
@@ -510,10 +501,6 @@ func (lk *Link) sweep() {
 // DegradeSeq counts the degraded puts begun (failover: naming a slave in
 // sync checks that none began meanwhile).
 func (sm *SyncMaster) DegradeSeq() int64 { return sm.degradeSeq.Load() }
-
-// EndDegraded notes that every partition is in sync again; it reports
-// whether puts were being degraded.
-func (sm *SyncMaster) EndDegraded() bool { return sm.degraded.Swap(false) }
 
 // SyncExt ships the extension's state on lk unless the slave has it.
 func (sm *SyncMaster) SyncExt(lk *Link) error {
