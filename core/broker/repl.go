@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/repl"
-	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -32,7 +31,7 @@ func replStatus(err error) (int, string, bool) {
 // in-sync slave.
 func (b *Broker) wireRepl() {
 	if b.slave != nil {
-		b.slave.Register(pulledBranches{b})
+		b.slave.Register(b.txm)
 		if b.fo != nil {
 			b.slave.SetFailover(b.fo)
 		}
@@ -45,12 +44,6 @@ func (b *Broker) wireRepl() {
 		b.sync.SetFailover(b.fo)
 	}
 }
-
-// pulledBranches is the transaction side of a slave's puller
-// (repl.SlaveExtension): txreplslave.go.
-type pulledBranches struct{ b *Broker }
-
-func (p pulledBranches) Pulled(entries []store.Entry) { p.b.endPulledBranches(entries) }
 
 // replRole is the broker's replication role: failover's state when it runs,
 // else a slave's or a master's, as configured.

@@ -4,7 +4,6 @@ import (
 	"strconv"
 
 	"github.com/metaq-go/metaq/core/repl"
-	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/tx"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -44,8 +43,3 @@ func (c *conn) handleTxSync(r *protocol.Request) {
 	}
 	c.b.txm.ApplySync(c.txs, string(r.Item), r.Body, r.Opaque)
 }
-
-// endPulledBranches is the slave's puller about to append entries: a
-// branch held prepared whose batch is among them is ended
-// (tx.Manager.EndPulled). The caller holds the partition's slaveLog lock.
-func (b *Broker) endPulledBranches(entries []store.Entry) { b.txm.EndPulled(entries) }

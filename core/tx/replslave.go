@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"strconv"
 
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -470,13 +471,16 @@ func (m *Manager) unholdLocked(t *tx) {
 	}
 }
 
-// EndPulled is a slave's puller about to append entries: a branch held
-// prepared whose batch is among them was committed on the master (whose
-// commit did not reach this slave as a txsync), so it is ended here,
-// durably, before its batch is stored: a promoted slave must not list it
-// in RECOVER, where committing it again would store the batch twice. The
-// caller holds the partition's puller lock.
-func (m *Manager) EndPulled(entries []store.Entry) {
+var _ repl.SlaveExtension = (*Manager)(nil)
+
+// Pulled implements repl.SlaveExtension: a slave's puller is about to
+// append entries. A branch held prepared whose batch is among them was
+// committed on the master (whose commit did not reach this slave as a
+// txsync), so it is ended here, durably, before its batch is stored: a
+// promoted slave must not list it in RECOVER, where committing it again
+// would store the batch twice. The caller holds the partition's SlaveLog
+// lock.
+func (m *Manager) Pulled(entries []store.Entry) {
 	if m.nheld.Load() == 0 {
 		return
 	}
