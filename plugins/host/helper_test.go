@@ -5,7 +5,10 @@ package host
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net/rpc"
 	"os"
 	"strconv"
@@ -222,4 +225,19 @@ func readPIDLine(r *bufio.Reader) (int, error) {
 		return 0, fmt.Errorf("host said %q", strings.TrimSpace(line))
 	}
 	return pid, nil
+}
+
+// fileSHA256 is the hex SHA-256 of the file at path, or why it cannot be
+// read.
+func fileSHA256(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "unreadable: " + err.Error()
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "unreadable: " + err.Error()
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -271,19 +271,6 @@ func (p *Plugin) classify(err error) error {
 	return &StartError{Name: spec.Name, Path: spec.Path, Err: err, msg: fmt.Sprintf("plugin %s: start %s: %v", spec.Name, spec.Path, err)}
 }
 
-func fileSHA256(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return "unreadable: " + err.Error()
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "unreadable: " + err.Error()
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // ping checks the plugin's gRPC health service with a deadline. go-plugin's
 // own Ping has none, so a hung (e.g. SIGSTOPped) plugin would block it.
 func (pr *proc) ping(timeout time.Duration) error {
