@@ -28,6 +28,7 @@ func arenaPayload(w, i, size int) []byte {
 // intact at its offset, from the tails while the logs run and from the
 // segment files after a reopen.
 func TestJournalArenas(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	jopts := JournalOptions{CheckpointBytes: 1 << 20, CheckpointInterval: 20 * time.Millisecond}
 	j, err := OpenJournal(dataDir, jopts)

@@ -71,6 +71,7 @@ func groupEntries(g, p, n int) []Entry {
 // the journal holds each group's data records behind its group record.
 // Parts that cannot be appended together are refused.
 func TestJournalAtomicAppend(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	j := openJournal(t, dataDir, smallJournal())
 	logs := openJLogs(t, dataDir, j, 3, Options{MaxSegmentSize: 1 << 10})
@@ -212,6 +213,7 @@ func appendAtomicPuts(t *testing.T, j *Journal, parts []AtomicPart, w *atomicWai
 // nothing past them remains, and a second run after a dropped group
 // never brings it back.
 func TestJournalAtomicCut(t *testing.T) {
+	t.Parallel()
 	opts, src, j, logs := openAtomicPair(t)
 	// Plain puts until the journal's file is nearly full.
 	var acked []crashPut
@@ -317,6 +319,7 @@ func TestJournalAtomicCut(t *testing.T) {
 // either partition, before or after a reopen, and the next group and the
 // plain appends go where the failed one would have gone.
 func TestJournalAtomicRollFailure(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	j := openJournal(t, dataDir, smallJournal())
 	dir0 := filepath.Join(dataDir, partName(0))
@@ -372,6 +375,7 @@ func TestJournalAtomicRollFailure(t *testing.T) {
 // records are judged as any, and with the segments holding the bytes (a
 // kill -9) nothing is lost and every part is there.
 func TestJournalAtomicFlip(t *testing.T) {
+	t.Parallel()
 	opts, src, j, logs := openAtomicPair(t)
 	var all [2][]crashPut
 	plain := func(i int) {

@@ -91,6 +91,7 @@ func appendRandom(t *testing.T, rng *rand.Rand, l *Log, k int) {
 // restart, a crash (a copy of the running data directory), in the three
 // write modes.
 func TestCountRecords(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"journal", "group", "threshold"} {
 		t.Run(mode, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
@@ -233,6 +234,7 @@ func FuzzCountRecords(f *testing.F) {
 // cut inside a sealed segment (which becomes the active one again), in
 // the three write modes, and after a reopen.
 func TestCountRecordsTruncate(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"writer", "threshold", "journal"} {
 		t.Run(mode, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
@@ -308,6 +310,7 @@ func TestCountRecordsTruncate(t *testing.T) {
 // count right, also after appends, a Truncate after the prefix, inside it
 // or at its start made before the scrub got there.
 func TestCountRecordsScrubbedPrefix(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []string{"repaired", "appended", "cut-after-prefix", "cut-in-prefix", "cut-prefix"} {
 		t.Run(tc, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 13))

@@ -33,6 +33,7 @@ func errp(err error) *error { return &err }
 // TestInjectedFailures: a failed fsync fails the append it covers and the
 // log for good (fsyncgate); see TestTransientFailures for write errors.
 func TestInjectedFailures(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		threshold int
@@ -99,6 +100,7 @@ func TestInjectedFailures(t *testing.T) {
 }
 
 func TestFailureFailsAllPending(t *testing.T) {
+	t.Parallel()
 	g := newGateSync()
 	var failNow atomic.Bool
 	h := &hooks{sync: func(f *os.File) error {

@@ -50,6 +50,7 @@ func (w *checkWaiter) AppendDone(token uint64, id, off int64, err error) {
 }
 
 func TestGroupCommitConcurrent(t *testing.T) {
+	t.Parallel()
 	const (
 		producers = 16
 		perProd   = 60
@@ -149,6 +150,7 @@ func (g *gateSync) sync(f *os.File) error {
 }
 
 func TestGroupCommitVisibleOnlyAfterFsync(t *testing.T) {
+	t.Parallel()
 	g := newGateSync()
 	l := openLog(t, t.TempDir(), Options{hooks: &hooks{sync: g.sync}})
 	w := &recWaiter{}
@@ -174,6 +176,7 @@ func TestGroupCommitVisibleOnlyAfterFsync(t *testing.T) {
 }
 
 func TestGroupCommitPendingCapAndChunks(t *testing.T) {
+	t.Parallel()
 	g := newGateSync()
 	var mu sync.Mutex
 	var writes []int
@@ -216,6 +219,7 @@ func TestGroupCommitPendingCapAndChunks(t *testing.T) {
 }
 
 func TestGroupCommitCloseUnblocksWaitingAppender(t *testing.T) {
+	t.Parallel()
 	g := newGateSync()
 	l := openLog(t, t.TempDir(), Options{hooks: &hooks{sync: g.sync, pendingCap: 10}})
 	w := &recWaiter{}
@@ -241,6 +245,7 @@ func TestGroupCommitCloseUnblocksWaitingAppender(t *testing.T) {
 // retention at once: readers see only whole, valid records in id order,
 // and jump to the minimum when retention passes them.
 func TestConcurrentReadersAndRetention(t *testing.T) {
+	t.Parallel()
 	for _, threshold := range []int{0, 8} {
 		t.Run(fmt.Sprintf("threshold=%d", threshold), func(t *testing.T) {
 			const (

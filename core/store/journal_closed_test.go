@@ -14,6 +14,7 @@ import (
 // closed, its directory can be removed and a restart replays nothing into
 // it (deleting a topic must not bring its partitions back).
 func TestJournalCheckpointClosed(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	opts := smallJournal() // no timed checkpoints: CheckpointClosed must ask for one
 	j, err := OpenJournal(dataDir, opts)

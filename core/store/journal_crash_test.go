@@ -326,8 +326,9 @@ func recoverAndCheck(t *testing.T, dir string, opts JournalOptions, parts int, w
 // written without register records (by a binary from before them, which
 // asked for a checkpoint at every registration instead).
 func TestJournalCrashCuts(t *testing.T) {
-	t.Run("registers", func(t *testing.T) { testJournalCrashCuts(t, false) })
-	t.Run("no-registers", func(t *testing.T) { testJournalCrashCuts(t, true) })
+	t.Parallel()
+	t.Run("registers", func(t *testing.T) { t.Parallel(); testJournalCrashCuts(t, false) })
+	t.Run("no-registers", func(t *testing.T) { t.Parallel(); testJournalCrashCuts(t, true) })
 }
 
 func testJournalCrashCuts(t *testing.T, noRegisters bool) {
@@ -367,21 +368,37 @@ func testJournalCrashCuts(t *testing.T, noRegisters bool) {
 	require.GreaterOrEqual(t, first, 0)
 	// Every record boundary, and a sample of zero-filled and torn cuts
 	// inside records.
-	var cuts, inside []cut
+	var cuts, marks, plain, inside []cut
 	for _, r := range recs[first+1:] {
-		cuts = append(cuts, cut{r.pos, 0})
+		if r.typ == recCheckpoint || r.typ == recRegister {
+			marks = append(marks, cut{r.pos, 0})
+		} else {
+			plain = append(plain, cut{r.pos, 0})
+		}
 		if r.end-r.pos > 1 {
 			inside = append(inside, cut{r.pos + 1 + rng.Int64N(r.end-r.pos-1), 0})     // zero tail inside a record
 			inside = append(inside, cut{r.pos, r.pos + 1 + rng.Int64N(r.end-r.pos-1)}) // torn record
 		}
 	}
 	cuts = append(cuts, cut{recs[first].end, 0}, cut{recs[len(recs)-1].end, 0})
-	rng.Shuffle(len(inside), func(i, k int) { inside[i], inside[k] = inside[k], inside[i] })
-	cuts = append(cuts, inside[:min(len(inside), 100)]...)
-	if testing.Short() && len(cuts) > 60 {
-		rng.Shuffle(len(cuts), func(i, k int) { cuts[i], cuts[k] = cuts[k], cuts[i] })
-		cuts = cuts[:60]
+	// make test cuts at a random sample of each kind: boundaries before
+	// checkpoint and register records, other boundaries, and inside
+	// records; make soak (METAQ_JOURNAL_CUTS=all) at every boundary.
+	for _, cs := range [][]cut{marks, plain, inside} {
+		rng.Shuffle(len(cs), func(i, k int) { cs[i], cs[k] = cs[k], cs[i] })
 	}
+	n, nInside := 30, 30
+	switch {
+	case os.Getenv("METAQ_JOURNAL_CUTS") == "all":
+		n, nInside = len(recs), 100
+	case testing.Short():
+		n, nInside = 10, 10
+	}
+	cuts = append(cuts, marks[:min(len(marks), n)]...)
+	cuts = append(cuts, plain[:min(len(plain), n)]...)
+	cuts = append(cuts, inside[:min(len(inside), nInside)]...)
+	t.Logf("%d of %d checkpoint and register boundaries, %d of %d other boundaries, %d of %d cuts inside records",
+		min(len(marks), n), len(marks), min(len(plain), n), len(plain), min(len(inside), nInside), len(inside))
 	t.Logf("%d cuts", len(cuts))
 	for i, c := range cuts {
 		dir, x := cutCopy(t, snap, recs, c, rng)
@@ -410,6 +427,7 @@ func testJournalCrashCuts(t *testing.T, noRegisters bool) {
 // hold its records changes nothing, and applying it twice gives the same
 // files as once.
 func TestJournalReplayIdempotent(t *testing.T) {
+	t.Parallel()
 	const parts = 3
 	opts := JournalOptions{FileSize: 8 << 10, CheckpointBytes: 1 << 40, CheckpointInterval: time.Hour,
 		hooks: &journalHooks{smallFiles: true}}

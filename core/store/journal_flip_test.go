@@ -198,6 +198,7 @@ func openErr(dir string, opts JournalOptions) error {
 // the damaged record's range intact in the segment, says so, and every
 // acknowledged put is there at its offset.
 func TestJournalFlipFollowed(t *testing.T) {
+	t.Parallel()
 	fx := newFlipFixture(t)
 	_, r := fx.victim(t)
 	fields := []struct {
@@ -234,6 +235,7 @@ func TestJournalFlipFollowed(t *testing.T) {
 // (dropping its later records), keeps the other partitions whole, and
 // logs what it dropped.
 func TestJournalFlipLost(t *testing.T) {
+	t.Parallel()
 	fx := newFlipFixture(t)
 	_, r := fx.victim(t)
 	dir := fx.copy(t)
@@ -283,6 +285,7 @@ func TestJournalFlipLost(t *testing.T) {
 // TestJournalFlipTornTail: a flip in the last record (nothing valid after
 // it) is a torn tail: it is cut silently, as a power cut's would be.
 func TestJournalFlipTornTail(t *testing.T) {
+	t.Parallel()
 	fx := newFlipFixture(t)
 	last := fx.recs[len(fx.recs)-1]
 	dir := fx.copy(t)
@@ -301,6 +304,7 @@ func TestJournalFlipTornTail(t *testing.T) {
 // the files before the first were freed), OpenJournal refuses and says
 // why, instead of replaying from a guessed position.
 func TestJournalFlipCheckpoint(t *testing.T) {
+	t.Parallel()
 	// The scenario needs the checkpoint before the last one still in the
 	// journal. Where the journal's file ends fall depends on how the
 	// fixture's puts were grouped into rounds (the machine's load), and
@@ -368,6 +372,7 @@ func TestJournalFlipCheckpoint(t *testing.T) {
 // the spare files ahead of the journal's end (zero-filled or recycled),
 // change nothing: every acknowledged put is there.
 func TestJournalFlipHarmless(t *testing.T) {
+	t.Parallel()
 	fx := newFlipFixture(t)
 	from := fx.recs[fx.last].from
 	dir := fx.copy(t)
@@ -409,6 +414,7 @@ func TestJournalFlipHarmless(t *testing.T) {
 // offset or refuses with a *JournalCorruptError naming a journal file;
 // it never loses a put silently.
 func TestJournalFlipRandom(t *testing.T) {
+	t.Parallel()
 	fx := newFlipFixture(t)
 	tail := fx.recs[fx.last+1 : len(fx.recs)-1]
 	require.NotEmpty(t, tail)
@@ -444,6 +450,7 @@ func TestJournalFlipRandom(t *testing.T) {
 // the data, nothing is lost; with the segment zeroed, OpenJournal refuses
 // naming exactly the record's bytes.
 func TestJournalFlipFileTail(t *testing.T) {
+	t.Parallel()
 	const slack = 19 // < jHeaderSize: no skip record fits
 	opts := JournalOptions{FileSize: 64 << 10, CheckpointBytes: 1 << 40, CheckpointInterval: time.Hour,
 		hooks: &journalHooks{smallFiles: true}}
@@ -560,6 +567,7 @@ func TestJournalFlipFileTail(t *testing.T) {
 // intact in the segments (a kill -9), nothing is lost; zeroed there too (a
 // power loss), the start is refused naming the range.
 func TestJournalFlipTypeToSkip(t *testing.T) {
+	t.Parallel()
 	fx := newFlipFixture(t)
 	k := -1
 	for i := len(fx.recs) - 2; i > fx.last; i-- {
@@ -608,6 +616,7 @@ func TestJournalFlipTypeToSkip(t *testing.T) {
 //   - seeded random flips in both: every acknowledged put at its offset,
 //     or a refusal naming the journal file; never a silent loss.
 func TestJournalFlipFirstRecord(t *testing.T) {
+	t.Parallel()
 	fx := newFlipFixture(t)
 	type first struct{ reg, data jrec }
 	var firsts []first

@@ -35,6 +35,7 @@ func (w chanWaiter) AppendDone(token uint64, id, off int64, err error) {
 // over several partitions every append is acknowledged once, offsets are
 // dense and everything survives a reopen.
 func TestJournalAppendLead(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	j := openJournal(t, dataDir, smallJournal())
 	const parts = 8

@@ -75,6 +75,7 @@ func byPart(acked []crashPut, parts int) [][]crashPut {
 // register record as its partition's checkpoint entry: a trust point at
 // the registered end (so the next Open verifies only what follows it).
 func TestJournalRegisterRecords(t *testing.T) {
+	t.Parallel()
 	rr := newRegisterRun(t, 3, 4)
 	j := openJournal(t, rr.dir, smallJournal())
 	st := j.Stats()
@@ -201,6 +202,7 @@ func registerPayloadAt(t *testing.T, dataDir string, pos int64) []byte {
 // fsynced and survived while the round's fdatasync did not is a case
 // recovery cannot see (docs/storage.md, "Register records").
 func TestJournalCrashCutsLateRegister(t *testing.T) {
+	t.Parallel()
 	const parts = 2
 	rr := newRegisterRun(t, parts, 6)
 	first := len(rr.acked)
@@ -298,6 +300,7 @@ func cutSegments(t *testing.T, pdir string, end int64) {
 // file, the older binary replayed from that checkpoint up to the register
 // record and cut t-0 there, deleting its later acknowledged puts.
 func TestJournalDowngradeAfterCleanClose(t *testing.T) {
+	t.Parallel()
 	rr := &registerRun{dir: t.TempDir()}
 	opts := JournalOptions{FileSize: 8 << 10, CheckpointBytes: 2 << 10, CheckpointInterval: time.Hour, hooks: &journalHooks{smallFiles: true}}
 	j, err := OpenJournal(rr.dir, opts)

@@ -60,6 +60,7 @@ func openManyPartitions(t *testing.T, dataDir string, n int) (*Journal, []*Log, 
 // asked for a checkpoint of its own, listing every partition: about 950
 // checkpoints and 11 MB of journal for 1,000 partitions.
 func TestJournalStartupManyPartitions(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("1,000 partitions")
 	}

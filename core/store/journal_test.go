@@ -53,6 +53,7 @@ func openJLogs(t testing.TB, dataDir string, j *Journal, n int, opts Options) []
 // partition, reads give back what was acknowledged, and far fewer
 // fdatasyncs than appends were needed.
 func TestJournalManyPartitions(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	j := openJournal(t, dataDir, smallJournal())
 	const parts, producers, per = 64, 8, 200
@@ -125,6 +126,7 @@ func assertNoErr(t testing.TB, err error) bool {
 // TestJournalAckAfterFsync: an append is neither acknowledged nor readable
 // before the journal fdatasync that covers it returns.
 func TestJournalAckAfterFsync(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	g := newGateSync()
 	var gate atomic.Bool
@@ -159,6 +161,7 @@ func TestJournalAckAfterFsync(t *testing.T) {
 // appends it covers and every later durable append of every partition,
 // with an error naming the journal; it is never retried.
 func TestJournalFsyncFailureFinal(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	var fail atomic.Bool
 	var syncs atomic.Int64
@@ -198,6 +201,7 @@ func TestJournalFsyncFailureFinal(t *testing.T) {
 // not at appends: TestJournalCheckpointWriteFailure has the write
 // failures.)
 func TestJournalTransientFailures(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		inject func(*fsFaults)
@@ -246,6 +250,7 @@ func TestJournalTransientFailures(t *testing.T) {
 // checkpoint after the fault writes and fsyncs the segments. Nothing is
 // lost and offsets never move, before and after a reopen.
 func TestJournalCheckpointWriteFailure(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		inject func(*fsFaults)
@@ -298,6 +303,7 @@ func TestJournalCheckpointWriteFailure(t *testing.T) {
 // TestJournalCleanReopen: a closed journal replays nothing; the logs keep
 // every record.
 func TestJournalCleanReopen(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	j := openJournal(t, dataDir, smallJournal())
 	logs := openJLogs(t, dataDir, j, 4, Options{MaxSegmentSize: 1 << 10})
@@ -323,6 +329,7 @@ func TestJournalCleanReopen(t *testing.T) {
 // interrupted (its .new name, short, never renamed) is deleted at the next
 // open, and the journal goes on with whole files only.
 func TestJournalUnfinishedFile(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	var lb logBuf
 	o := smallJournal()
@@ -366,6 +373,7 @@ func TestJournalUnfinishedFile(t *testing.T) {
 // journal recycle its files (renamed forward, never more than a few on
 // disk) while the logs keep everything.
 func TestJournalCheckpointFreesFiles(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	opts := smallJournal()
 	opts.CheckpointBytes = 16 << 10
@@ -391,6 +399,7 @@ func TestJournalCheckpointFreesFiles(t *testing.T) {
 // current one from the start and after the journal moves on, so a round
 // never has to create one.
 func TestJournalKeepsSpareFiles(t *testing.T) {
+	t.Parallel()
 	j := openJournal(t, t.TempDir(), smallJournal())
 	spares := func() int {
 		cur := j.curStart.Load()
@@ -412,6 +421,7 @@ func TestJournalKeepsSpareFiles(t *testing.T) {
 // TestJournalRejectsForeignDir: a journaled log must live directly in the
 // journal's data directory.
 func TestJournalRejectsForeignDir(t *testing.T) {
+	t.Parallel()
 	j := openJournal(t, t.TempDir(), smallJournal())
 	_, err := Open(filepath.Join(t.TempDir(), "t-0"), Options{IDs: &seqIDs{}, Journal: j})
 	require.ErrorContains(t, err, "not a partition directory")
@@ -439,6 +449,7 @@ func recordsOf(t testing.TB, dir string) []message.Record {
 // appends are in flight completes every accepted append exactly once, and
 // what was acknowledged is there after a reopen, with nothing to replay.
 func TestJournalCloseDrains(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	j, err := OpenJournal(dataDir, smallJournal())
 	require.NoError(t, err)
@@ -485,6 +496,7 @@ func TestJournalCloseDrains(t *testing.T) {
 // make the next one due (before, an idle journal wrote a checkpoint,
 // listing every partition, and fdatasynced it every interval for good).
 func TestJournalIdleCheckpoints(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	const interval = 20 * time.Millisecond
 	j := openJournal(t, dataDir, JournalOptions{FileSize: 1 << 20, CheckpointInterval: interval, hooks: &journalHooks{smallFiles: true}})

@@ -9,6 +9,7 @@ import (
 )
 
 func TestMkdirAllDurable(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	dir := filepath.Join(root, "a", "b", "c")
 	require.NoError(t, MkdirAllDurable(dir, 0o755))

@@ -70,6 +70,7 @@ func flip(t *testing.T, path string, pos int64, mask byte) {
 // partition, file and offset, leaves the segment as it was and copies the
 // damaged record aside.
 func TestBitFlipInRecord2(t *testing.T) {
+	t.Parallel()
 	const n = 131
 	dir, seg, start, offs := buildLastSegment(t, n)
 	orig, err := os.ReadFile(seg)
@@ -134,6 +135,7 @@ func TestBitFlipInRecord2(t *testing.T) {
 // torn tail refuses to start; a torn tail alone (garbage, zeros, a partial
 // record) is cut silently, as before.
 func TestTornTailAfterDamage(t *testing.T) {
+	t.Parallel()
 	dir, seg, start, offs := buildLastSegment(t, 5)
 	orig, err := os.ReadFile(seg)
 	require.NoError(t, err)
@@ -197,6 +199,7 @@ func (f *fakeRepairer) Bytes(partition string, from, to int64) ([]byte, bool) {
 }
 
 func TestRepairLastSegment(t *testing.T) {
+	t.Parallel()
 	dir, seg, start, offs := buildLastSegment(t, 10)
 	orig, err := os.ReadFile(seg)
 	require.NoError(t, err)
@@ -279,6 +282,7 @@ func buildSealed(t *testing.T) (string, []int64) {
 }
 
 func TestSealedSegmentDamageIsNotServed(t *testing.T) {
+	t.Parallel()
 	dir, _ := buildSealed(t)
 	seg1 := filepath.Join(dir, segmentName(200))
 	orig, err := os.ReadFile(seg1)
@@ -327,6 +331,7 @@ func TestSealedSegmentDamageIsNotServed(t *testing.T) {
 // TestUnverifiedSealedRead checks Read before the scrub has reached a
 // segment: it verifies what it returns.
 func TestUnverifiedSealedRead(t *testing.T) {
+	t.Parallel()
 	dir, _ := buildSealed(t)
 	flip(t, filepath.Join(dir, segmentName(200)), 80+message.HeaderSize, 0x01) // record at 280
 	l := openLog(t, dir, Options{MaxSegmentSize: 200})
@@ -356,6 +361,7 @@ func TestUnverifiedSealedRead(t *testing.T) {
 // does not match (reading on from every refusal's next valid offset), and
 // that every refusal at Open is a *CorruptError with quarantine copies.
 func TestRandomBitFlips(t *testing.T) {
+	t.Parallel()
 	src, offs := buildSealed(t)
 	for seed := range uint64(40) {
 		rng := rand.New(rand.NewPCG(seed, 8))

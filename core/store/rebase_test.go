@@ -12,6 +12,7 @@ import (
 // there, keeps given ids, survives a reopen with that start (own writer,
 // threshold mode and the journal), and a log with records refuses.
 func TestRebase(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"writer", "threshold", "journal"} {
 		t.Run(mode, func(t *testing.T) {
 			dir, opts, l := openModeLog(t, mode, 1)

@@ -45,6 +45,7 @@ func fileSize(t *testing.T, path string) int64 {
 }
 
 func TestReopenKeepsEverything(t *testing.T) {
+	t.Parallel()
 	for _, threshold := range []int{0, 5} {
 		t.Run(fmt.Sprintf("threshold=%d", threshold), func(t *testing.T) {
 			dir := t.TempDir()
@@ -94,6 +95,7 @@ func buildTornFixture(t *testing.T) (dir string, tailStart int64, recOffsets []i
 }
 
 func TestRecoverTornTailEveryByte(t *testing.T) {
+	t.Parallel()
 	dir, tailStart, offs := buildTornFixture(t)
 	seg := lastSegment(t, dir)
 	full := fileSize(t, seg)
@@ -119,6 +121,7 @@ func TestRecoverTornTailEveryByte(t *testing.T) {
 }
 
 func TestRecoverCorruptLastRecord(t *testing.T) {
+	t.Parallel()
 	dir, tailStart, offs := buildTornFixture(t)
 	seg := lastSegment(t, dir)
 	orig, err := os.ReadFile(seg)
@@ -160,6 +163,7 @@ func TestRecoverCorruptLastRecord(t *testing.T) {
 }
 
 func TestRecoverLengthOverMax(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := openLog(t, dir, Options{})
 	mustAppend(t, l, []byte("small"))
@@ -171,6 +175,7 @@ func TestRecoverLengthOverMax(t *testing.T) {
 }
 
 func TestRecoverBrokenChain(t *testing.T) {
+	t.Parallel()
 	rec := message.AppendRecord(nil, 1, 0, make([]byte, 80)) // 100 bytes
 	for _, tc := range []struct {
 		name   string
@@ -191,6 +196,7 @@ func TestRecoverBrokenChain(t *testing.T) {
 }
 
 func TestRecoverIgnoresOtherFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, name := range []string{"00000000000000000000.meta.arc", "00000000000000000000.meta.zip", "notes.txt", "12.meta"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("junk"), 0o644))
@@ -203,6 +209,7 @@ func TestRecoverIgnoresOtherFiles(t *testing.T) {
 }
 
 func TestRecoverEmptyLastSegment(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := openLog(t, dir, Options{MaxSegmentSize: 100, IDs: &seqIDs{}})
 	for range 4 {
@@ -223,6 +230,7 @@ func TestRecoverEmptyLastSegment(t *testing.T) {
 }
 
 func TestRecoverEmptyDirAndZeroLengthSegment(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "topic-0")
 	l := openLog(t, dir, Options{})
 	require.Equal(t, int64(0), l.MaxOffset())
@@ -235,6 +243,7 @@ func TestRecoverEmptyDirAndZeroLengthSegment(t *testing.T) {
 }
 
 func TestRecoverOnlyScansLastSegment(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := openLog(t, dir, Options{MaxSegmentSize: 100})
 	for range 6 {

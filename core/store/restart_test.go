@@ -73,6 +73,7 @@ func (c *readCounter) readAt(f *os.File, b []byte, off int64) (int, error) {
 // same files opened in truncate mode (which keeps the full scan) read the
 // whole segment.
 func TestTrustedOpenReadsCheckpointInterval(t *testing.T) {
+	t.Parallel()
 	const bulk, tail = 4000, 5
 	dir, offs, lastID := crashAfterCheckpoint(t, bulk, tail)
 	segSize := offs[len(offs)-1] + message.HeaderSize + 905
@@ -115,6 +116,7 @@ func TestTrustedOpenReadsCheckpointInterval(t *testing.T) {
 // after the scrub it is quarantined, logged, and refused with the next
 // valid offset; nothing is deleted and every other record is served.
 func TestTrustedOpenBitFlipNotServed(t *testing.T) {
+	t.Parallel()
 	const bulk, tail = 200, 3
 	dir, offs, _ := crashAfterCheckpoint(t, bulk, tail)
 	seg := filepath.Join(dir, partName(0), segmentName(0))
@@ -180,6 +182,7 @@ func TestTrustedOpenBitFlipNotServed(t *testing.T) {
 // still parses (without last ids), the table round-trips, and a damaged
 // table is refused.
 func TestCheckpointFormats(t *testing.T) {
+	t.Parallel()
 	old := appendCheckpointPayload(nil, checkpoint{from: 42, ends: map[string]int64{"t-0": 100, "t-1": 7}})
 	c, err := parseCheckpointPayload(old)
 	require.NoError(t, err)
@@ -229,6 +232,7 @@ func TestCheckpointFormats(t *testing.T) {
 // last ids, and nothing replayed after it, cannot give the last record's
 // id without a scan: Open says so and scans the last segment as before.
 func TestTrustedOpenOldCheckpoint(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	j := openJournal(t, dataDir, JournalOptions{})
 	l := openJLogs(t, dataDir, j, 1, Options{})[0]
@@ -258,6 +262,7 @@ func TestTrustedOpenOldCheckpoint(t *testing.T) {
 // cut at its closed end (the closed table is not an end to cut at), and
 // its next Open sees the mismatch and scans.
 func TestTrustedOpenAfterClose(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	// open opens both partitions, t-1 in threshold mode if threshold is
 	// set; with hold, reads at byte 0 (the background scrub) wait for
@@ -328,6 +333,7 @@ func TestTrustedOpenAfterClose(t *testing.T) {
 // last durable checkpoint (what a restart would replay stays bounded),
 // and go on once it completes.
 func TestAppendsWaitForCheckpoints(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	const ckBytes = 64 << 10
 	j := openJournal(t, dataDir, JournalOptions{FileSize: 1 << 20, CheckpointBytes: ckBytes, CheckpointInterval: time.Hour,
@@ -380,6 +386,7 @@ func TestAppendsWaitForCheckpoints(t *testing.T) {
 // holds appends back for a bounded time only (stallChecks checkpoint
 // intervals each), never for good.
 func TestAppendsOutwaitStalledCheckpoint(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	j := openJournal(t, dataDir, JournalOptions{FileSize: 1 << 20, CheckpointBytes: 16 << 10, CheckpointInterval: 10 * time.Millisecond,
 		hooks: &journalHooks{smallFiles: true}})

@@ -15,6 +15,7 @@ func setAge(t *testing.T, dir string, start int64, mtime time.Time) {
 }
 
 func TestDeleteOlderThan(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := openLog(t, dir, Options{MaxSegmentSize: 100})
 	for range 10 {
@@ -80,6 +81,7 @@ func TestDeleteOlderThan(t *testing.T) {
 }
 
 func TestDeleteWhileCounting(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := openLog(t, dir, Options{MaxSegmentSize: 100})
 	for range 10 {

@@ -90,6 +90,7 @@ func readAllRecords(t testing.TB, l *Log, maxSize int) []message.Record {
 }
 
 func TestSegmentName(t *testing.T) {
+	t.Parallel()
 	require.Equal(t, "00000000000000001234.meta", segmentName(1234))
 	for name, want := range map[string]int64{
 		"00000000000000001234.meta": 1234,
@@ -107,6 +108,7 @@ func TestSegmentName(t *testing.T) {
 }
 
 func TestAppendReadSegments(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name      string
 		threshold int
@@ -177,6 +179,7 @@ func TestAppendReadSegments(t *testing.T) {
 }
 
 func TestReadSemantics(t *testing.T) {
+	t.Parallel()
 	l := openLog(t, t.TempDir(), Options{MaxSegmentSize: 100})
 	// 4 records of 20+30 = 50 bytes: segments [0,100) [100,200).
 	for i := range 4 {
@@ -233,6 +236,7 @@ func TestReadSemantics(t *testing.T) {
 }
 
 func TestAppendErrors(t *testing.T) {
+	t.Parallel()
 	for _, threshold := range []int{0, 10} {
 		t.Run(fmt.Sprintf("threshold=%d", threshold), func(t *testing.T) {
 			l := openLog(t, t.TempDir(), Options{MaxMessageSize: 10, UnflushThreshold: threshold})
@@ -281,6 +285,7 @@ func (w *recWaiter) calls() []doneCall {
 }
 
 func TestCloseWaitsForPendingAppends(t *testing.T) {
+	t.Parallel()
 	l := openLog(t, t.TempDir(), Options{})
 	w := &recWaiter{}
 	for i := range 100 {
@@ -295,6 +300,7 @@ func TestCloseWaitsForPendingAppends(t *testing.T) {
 }
 
 func TestViewOutlivesClose(t *testing.T) {
+	t.Parallel()
 	l := openLog(t, t.TempDir(), Options{})
 	mustAppend(t, l, []byte("hello"))
 	v, err := l.Read(0, 100)
@@ -310,6 +316,7 @@ func TestViewOutlivesClose(t *testing.T) {
 }
 
 func TestOpenLocksDirectory(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := openLog(t, dir, Options{})
 	_, err := Open(dir, Options{IDs: &seqIDs{}})
@@ -323,6 +330,7 @@ func TestOpenLocksDirectory(t *testing.T) {
 // are stored with them, and the log's last id is the batch's last; a batch
 // with ids on some entries only is refused.
 func TestAppendGivenIDs(t *testing.T) {
+	t.Parallel()
 	for _, threshold := range []int{0, 10} {
 		t.Run(fmt.Sprintf("threshold=%d", threshold), func(t *testing.T) {
 			l := openLog(t, t.TempDir(), Options{UnflushThreshold: threshold})

@@ -67,6 +67,7 @@ func appendAll(t *testing.T, j *Journal, logs []*Log) error {
 // with one syncfs of the file system after writing every tail, instead of
 // an fdatasync each; a small one, or CheckpointSyncFsync, fdatasyncs each.
 func TestCheckpointSyncfs(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	count := func(f *os.File) error {
 		calls.Add(1)
@@ -106,6 +107,7 @@ func TestCheckpointSyncfs(t *testing.T) {
 // fsync: the journal fails, no checkpoint is recorded, and puts are
 // refused from then on.
 func TestCheckpointSyncfsFailure(t *testing.T) {
+	t.Parallel()
 	j, logs, _ := syncfsFixture(t, syncfsMinSegments, CheckpointSyncAuto, func(*os.File) error { return errors.New("injected EIO") })
 	err := appendAll(t, j, logs)
 	require.ErrorContains(t, err, "syncfs")
@@ -121,6 +123,7 @@ func TestCheckpointSyncfsFailure(t *testing.T) {
 // (here the test's temporary directory): syncfs on a local ext4, xfs or
 // btrfs (or tmpfs), an fdatasync per segment elsewhere.
 func TestSyncfsFS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ok, name, _ := fsutil.SyncfsFS(dir)
 	t.Logf("%s: syncfs file system %v (%s)", dir, ok, name)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestThresholdVisibility(t *testing.T) {
+	t.Parallel()
 	l := openLog(t, t.TempDir(), Options{UnflushThreshold: 3})
 	w := &recWaiter{}
 	const size = message.HeaderSize + 2
@@ -49,6 +50,7 @@ func TestThresholdVisibility(t *testing.T) {
 }
 
 func TestThresholdIntervalTicker(t *testing.T) {
+	t.Parallel()
 	l := openLog(t, t.TempDir(), Options{UnflushThreshold: 1000, UnflushInterval: 20 * time.Millisecond})
 	_, off, err := l.AppendSync([]Entry{entryf("tick")})
 	require.NoError(t, err)
@@ -63,6 +65,7 @@ func TestThresholdIntervalTicker(t *testing.T) {
 }
 
 func TestThresholdIntervalOnAppend(t *testing.T) {
+	t.Parallel()
 	// A long ticker period: only the append-side check can flush here.
 	l := openLog(t, t.TempDir(), Options{UnflushThreshold: 1000, UnflushInterval: time.Hour})
 	mustAppend(t, l, []byte("a"))
@@ -75,6 +78,7 @@ func TestThresholdIntervalOnAppend(t *testing.T) {
 }
 
 func TestThresholdRollFlushesOldSegment(t *testing.T) {
+	t.Parallel()
 	l := openLog(t, t.TempDir(), Options{UnflushThreshold: 1000, MaxSegmentSize: 100})
 	for i := range 10 {
 		mustAppend(t, l, fmt.Appendf(nil, "%030d", i)) // 50 bytes each
@@ -88,6 +92,7 @@ func TestThresholdRollFlushesOldSegment(t *testing.T) {
 }
 
 func TestCloseFlushesThresholdMode(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := openLog(t, dir, Options{UnflushThreshold: 1000})
 	mustAppend(t, l, []byte("x"), []byte("y"))

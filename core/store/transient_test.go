@@ -136,6 +136,7 @@ func (a *acked) checkFiles(t *testing.T, dir string) {
 // had; what is read back, before and after a reopen, is exactly what was
 // acknowledged.
 func TestTransientFailures(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		inject func(*fsFaults)
@@ -210,6 +211,7 @@ func TestTransientFailures(t *testing.T) {
 // appends fail (the cut is retried first) until the cut succeeds; then
 // they go on at the right offset and nothing of the failed write remains.
 func TestTornWriteCutFails(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name      string
 		threshold int
@@ -252,6 +254,7 @@ func TestTornWriteCutFails(t *testing.T) {
 // TestGroupCommitFailedChunkRequeue: appends queued while a write is
 // failing go into the next write and take the failed records' offsets.
 func TestGroupCommitFailedChunkRequeue(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	entered := make(chan struct{})
 	release := make(chan struct{})
@@ -298,6 +301,7 @@ func TestGroupCommitFailedChunkRequeue(t *testing.T) {
 // TestFsyncFailureAfterTransient: a failed fsync is final even after
 // transient failures the log recovered from.
 func TestFsyncFailureAfterTransient(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fs := &fsFaults{}
 	h := fs.hooks(dir)

@@ -33,6 +33,7 @@ func openModeLog(t *testing.T, mode string, unflush int) (string, Options, *Log)
 // with nothing changed; appends continue at the cut with the right last
 // id, and a reopen sees the cut log (own writer, threshold mode, journal).
 func TestTruncate(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"writer", "threshold", "journal"} {
 		t.Run(mode, func(t *testing.T) {
 			dir, opts, l := openModeLog(t, mode, 1000)
