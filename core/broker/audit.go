@@ -2,7 +2,6 @@ package broker
 
 import (
 	"github.com/metaq-go/metaq/core/httpapi"
-	"net/http"
 	"strconv"
 	"strings"
 )
@@ -55,11 +54,6 @@ func (b *Broker) auditAs(a httpapi.Actor, action string, details ...any) {
 		who = shownName(a.User)
 	}
 	b.audit(who, a.Remote, a.Via, action, details...)
-}
-
-// httpAudit is audit for an HTTP request (httpapi.ActorOf).
-func (b *Broker) httpAudit(r *http.Request, action string, details ...any) {
-	b.auditAs(httpapi.ActorOf(r), action, details...)
 }
 
 // connAudit is audit for a wire-protocol connection.

@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"net/http"
-
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/security"
 )
@@ -27,12 +25,6 @@ func (c *conn) viewer() viewer {
 		return viewer{}
 	}
 	return viewer{on: true, u: c.auth.current(cfg)}
-}
-
-// httpViewer is the viewer of an HTTP request (its user is set by
-// needUser).
-func (b *Broker) httpViewer(r *http.Request) viewer {
-	return viewer{on: b.config().Auth.Enabled, u: requestUser(r)}
 }
 
 // all says whether the viewer sees everything (auth off, or an admin):

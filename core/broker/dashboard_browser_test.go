@@ -96,7 +96,7 @@ func TestDashboardBrowser(t *testing.T) {
 	shots := os.Getenv(screenshotsEnv)
 
 	c := dialAuth(t, m.Addr(), nil)
-	m.dashSample(time.Now().Add(-dashSampleEvery)) // so that the puts below have rates
+	m.web.srv.Sample(time.Now().Add(-15 * time.Second)) // so that the puts below have rates
 	for p := range int32(3) {
 		for i := range 6 {
 			mm := message.Message{Body: []byte(fmt.Sprintf(`order-%d-%d {"amount": %d}`, p, i, 10*i+1))}
@@ -119,10 +119,10 @@ func TestDashboardBrowser(t *testing.T) {
 	},
 		15*time.Second, 10*time.Millisecond, "the slave copies orders")
 	max0 := l0.MaxOffset()
-	m.dashSample(time.Now())
+	m.web.srv.Sample(time.Now())
 	// The group consumes two messages of partition 0.
 	at := consume(t, c, "billing", "orders", 0, 0, 2)
-	m.dashSample(time.Now().Add(-45 * time.Minute)) // a trend to show: samples as if taken earlier
+	m.web.srv.Sample(time.Now().Add(-45 * time.Minute)) // a trend to show: samples as if taken earlier
 
 	// chromedp talks to the browser over a pipe (no debugging port);
 	// the pages it loads are the broker's, on 127.0.0.1.
@@ -238,13 +238,13 @@ func TestDashboardBrowser(t *testing.T) {
 	open("/ui/groups/billing", ".lag-total")
 	require.Equal(t, strconv.FormatInt(lag1, 10), text(".lag-total"))
 	at = consume(t, c, "billing", "orders", 0, at, 3)
-	m.dashSample(time.Now().Add(-20 * time.Minute))
+	m.web.srv.Sample(time.Now().Add(-20 * time.Minute))
 	lag2 := max0 - at
 	require.Less(t, lag2, lag1)
 	open("/ui/groups/billing", ".lag-total")
 	require.Equal(t, strconv.FormatInt(lag2, 10), text(".lag-total"), "the lag changed after the consume")
 	require.Contains(t, text(".gparts"), strconv.FormatInt(at, 10))
-	m.dashSample(time.Now())
+	m.web.srv.Sample(time.Now())
 	open("/ui/groups/billing", "svg.chart")
 	shot("group")
 

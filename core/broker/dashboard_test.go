@@ -61,7 +61,7 @@ func TestDashboardPages(t *testing.T) {
 	})
 	require.Equal(t, 200, code, msg)
 	require.Eventually(t, func() bool { return b.topics["t"].parts[0].MaxOffset() == 140 }, 10*time.Second, 5*time.Millisecond)
-	b.dashSample(time.Now())
+	b.web.srv.Sample(time.Now())
 	h := b.newMux()
 
 	for path, want := range map[string]string{
@@ -261,7 +261,7 @@ func TestDashboardAuth(t *testing.T) {
 	tok = csrfField.FindStringSubmatch(w.Body.String())
 	require.NotNil(t, tok)
 	// Another user's token is refused.
-	other := b.csrfToken("alice")
+	other := b.web.srv.CSRFToken("alice")
 	hdr := asUser("root", "root-pw")
 	w = dashDo(t, h, "POST", "/ui/topics", url.Values{"name": {"x"}, "csrf": {other}}, hdr)
 	require.Equal(t, 403, w.Code, "%s", w.Body)

@@ -3,6 +3,7 @@ package broker
 import (
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -89,6 +90,13 @@ type clusterConsole struct {
 	Err       string
 }
 
+// consoleState is the cluster console's memory: the brokers seen, so
+// that one gone is shown as down for dashGoneFor.
+type consoleState struct {
+	mu   sync.Mutex
+	seen map[int]*seenBroker
+}
+
 // seenBroker is a broker the console saw registered.
 type seenBroker struct {
 	info   cluster.BrokerInfo
@@ -164,7 +172,7 @@ func (b *Broker) clusterConsole(v viewer, now time.Time) clusterConsole {
 // buildConsole merges a read of ZooKeeper with the brokers seen before.
 func (b *Broker) buildConsole(v viewer, layout *cluster.Layout, groups []zkGroupView, truncated bool, errText string, now time.Time) clusterConsole {
 	out := clusterConsole{Truncated: truncated, Err: errText}
-	d := &b.web.dash
+	d := &b.web.console
 	d.mu.Lock()
 	if d.seen == nil {
 		d.seen = map[int]*seenBroker{}

@@ -27,8 +27,8 @@ import (
 // webState is the broker's HTTP side.
 type webState struct {
 	srv *httpapi.Server
-	// dash is the dashboard's state (dashsample.go).
-	dash dashState
+	// console is the cluster console's memory of brokers (dashcluster.go).
+	console consoleState
 }
 
 // httpBackend is the broker as core/httpapi sees it.
@@ -41,10 +41,6 @@ func (b *Broker) newHTTPServer(cfg *conf.Config) *httpapi.Server {
 	return httpapi.New(httpapi.FromConf(cfg), httpBackend{b}, httpapi.Options{
 		Log:      b.log,
 		ErrorLog: b.httpErrorLog(), // tlsfail.go: TLS handshake errors counted and throttled
-		Routes: func(mux *http.ServeMux, user, admin func(pattern string, h http.HandlerFunc)) {
-			b.dashRoutes(mux, user, admin) // dashboard.go
-		},
-		UIError: b.uiError,
 	})
 }
 
@@ -76,8 +72,6 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 	if err := b.web.srv.Serve(ln, tc); err != nil {
 		return err
 	}
-	b.wg.Add(1)
-	go b.sampleLoop() // dashsample.go
 	return nil
 }
 
@@ -333,17 +327,8 @@ func (h httpBackend) Plugins() []httpapi.PluginInfo {
 	return out
 }
 
-// Helpers of the HTTP handlers still in this package (admin_http.go,
-// dashboard.go) until they move to core/httpapi.
-var (
-	writeJSON   = httpapi.WriteJSON
-	writeError  = httpapi.WriteError
-	decodeBody  = httpapi.DecodeBody
-	capMsg      = httpapi.CapMsg
-	crossSite   = httpapi.CrossSite
-	shownName   = httpapi.ShownName
-	requestUser = httpapi.User
-)
+// shownName is a client's name as an error reply or a log line shows it.
+var shownName = httpapi.ShownName
 
 // quoteName quotes a client's name for an error reply or a log line: at
 // most 64 bytes of it, escaped (protocol.Printable).

@@ -311,7 +311,7 @@ func TestAuditLog(t *testing.T) {
 		require.Less(t, code, 300, "%s %s: %s", r.method, r.path, body)
 	}
 	// The dashboard's form.
-	code, body := guardReq(t, b, "POST", "/ui/topics", "name=fromui&partitions=1&csrf="+b.csrfToken("root"),
+	code, body := guardReq(t, b, "POST", "/ui/topics", "name=fromui&partitions=1&csrf="+b.web.srv.CSRFToken("root"),
 		map[string]string{"Authorization": basic("root", "root-pw"), "Content-Type": "application/x-www-form-urlencoded"})
 	require.Equal(t, 303, code, "%s", body)
 

@@ -21,8 +21,8 @@ func (s *Server) needUser(h http.HandlerFunc, admin bool) http.Handler {
 			return
 		}
 		deny := func(r *http.Request, code int, msg string) {
-			if strings.HasPrefix(r.URL.Path, "/ui/") && s.uiError != nil { // the dashboard: an HTML page that says why
-				s.uiError(w, r, code, msg)
+			if strings.HasPrefix(r.URL.Path, "/ui/") { // the dashboard: an HTML page that says why
+				s.UIError(w, r, code, msg)
 			} else {
 				WriteError(w, code, msg)
 			}

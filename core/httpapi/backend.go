@@ -68,4 +68,25 @@ type Backend interface {
 	Cluster() ClusterInfo
 	// Plugins lists the plugin processes.
 	Plugins() []PluginInfo
+
+	// Role is the broker's role for the dashboard's header ("master",
+	// "slave 1", ...).
+	Role() string
+	// Traffic is each open topic's traffic counters; Lags each group's
+	// lag on the open topics, for the dashboard's samples.
+	Traffic() []TopicTraffic
+	Lags() []GroupLag
+	// Messages reads up to n records of partition p of topic from offset
+	// (-1: the partition's min offset), bodies as hex dumps when asHex,
+	// for the messages page. Refusals are *RequestError.
+	Messages(topic string, p int, offset int64, n int, asHex bool) (MessagePage, error)
+	// Config is the configuration page's text.
+	Config() ConfigText
+	// ClusterPage, GroupsPage and GroupPage are those pages' data as v
+	// may see them. GroupPage describes group on topics (and, in cluster
+	// mode without an explicit topic, the topics ZooKeeper has for it that
+	// v may subscribe to); refusals are *RequestError.
+	ClusterPage(v security.Viewer, now time.Time) ClusterPage
+	GroupsPage(v security.Viewer) GroupsPage
+	GroupPage(ctx context.Context, v security.Viewer, group string, topics []string, explicit bool) (GroupPage, error)
 }

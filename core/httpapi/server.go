@@ -63,8 +63,9 @@ type Config struct {
 	ReadHeaderTimeout, IdleTimeout time.Duration
 	// Auth is the [auth] section: users, failure_delay.
 	Auth *conf.Auth
-	// ZooKeeperRoot is zookeeper.root in cluster mode, "" in local mode.
-	ZooKeeperRoot string
+	// DefaultPartitions is num_partitions, the dashboard's default for a
+	// new topic.
+	DefaultPartitions int
 }
 
 // FromConf is the HTTP listener's configuration in c.
@@ -83,9 +84,7 @@ func FromConf(c *conf.Config) Config {
 		ReadHeaderTimeout: ms(c.HTTPReadHeaderTimeout, conf.DefaultHTTPReadHeaderTimeout),
 		IdleTimeout:       ms(c.HTTPIdleTimeout, conf.DefaultHTTPIdleTimeout),
 		Auth:              &c.Auth,
-	}
-	if c.ZooKeeper.Enabled() {
-		cfg.ZooKeeperRoot = c.ZooKeeper.Root
+		DefaultPartitions: c.NumPartitions,
 	}
 	return cfg
 }
@@ -100,10 +99,6 @@ type Options struct {
 	// ErrorLog is the net/http server's error log (the broker counts and
 	// throttles TLS handshake failures in it).
 	ErrorLog *log.Logger
-	// Routes adds the routes still served by the broker itself.
-	Routes func(mux *http.ServeMux, user, admin func(pattern string, h http.HandlerFunc))
-	// UIError answers a refused dashboard request with a page.
-	UIError func(w http.ResponseWriter, r *http.Request, code int, msg string)
 }
 
 // Server is the HTTP listener. Its zero value is not usable: see New.
@@ -132,9 +127,8 @@ type Server struct {
 
 	// scrapes bounds the filtered scrapes of non-admin users (metrics.go).
 	scrapes chan struct{}
-
-	routes  func(mux *http.ServeMux, user, admin func(pattern string, h http.HandlerFunc))
-	uiError func(w http.ResponseWriter, r *http.Request, code int, msg string)
+	// dash is the dashboard's state (dashsample.go).
+	dash dashState
 }
 
 // New returns a server for be under cfg; Serve starts it.
@@ -144,7 +138,7 @@ func New(cfg Config, be Backend, opts Options) *Server {
 		l = slog.Default()
 	}
 	s := &Server{be: be, logf: logx.Printf(l, slog.LevelInfo), errs: opts.ErrorLog, done: make(chan struct{}),
-		scrapes: make(chan struct{}, metricsScrapes), routes: opts.Routes, uiError: opts.UIError}
+		scrapes: make(chan struct{}, metricsScrapes)}
 	s.cfg.Store(&cfg)
 	return s
 }
@@ -186,6 +180,8 @@ func (s *Server) Serve(ln net.Listener, tc *tls.Config) error {
 	s.srv, s.ln = srv, ln
 	lim.hook(srv, httpWriteTimeout) // limit.go: ConnState, ConnContext, the request gate
 	s.limit.Store(lim)
+	s.wg.Add(1)
+	go s.sampleLoop() // dashsample.go
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -241,10 +237,8 @@ func (s *Server) Handler() http.Handler {
 	open("GET /healthz", s.handleHealthz)
 	open("GET /readyz", s.handleReadyz)
 	user("GET /metrics", s.handleMetrics)
-	s.adminRoutes(user, admin) // admin.go
-	if s.routes != nil {
-		s.routes(mux, user, admin)
-	}
+	s.adminRoutes(user, admin)     // admin.go
+	s.dashRoutes(mux, user, admin) // dashboard.go
 	// Go's profiler, for admins: go tool pprof http://host:8120/debug/pprof/profile?seconds=10
 	admin("GET /debug/pprof/", pprof.Index)
 	admin("GET /debug/pprof/cmdline", pprof.Cmdline)

@@ -1,13 +1,15 @@
-package broker
+package httpapi
 
 import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/metaq-go/metaq/core/security"
 )
 
 // The dashboard's samples (docs/dashboard.md): every dashSampleEvery the
-// broker notes each group's lag (from the offsets committed through it,
+// server notes each group's lag (from the offsets committed through it,
 // as the metrics do: no offset store call) into a ring that holds the last
 // hour, and each topic's traffic counters, from which the topics page
 // shows rates over the last interval. Memory is bounded: at most
@@ -96,64 +98,54 @@ type dashState struct {
 	last   map[string]topicSample
 	lastAt time.Time
 	rates  map[string]topicRate
-	seen   map[int]*seenBroker // the cluster console's memory (dashcluster.go)
 	// Throughput over the last hour: by topic (at most dashMaxRings) and
 	// of the whole broker.
 	rateRings map[string]*rateRing
 	total     rateRing
 }
 
-// sampleLoop samples every dashSampleEvery until the broker closes.
-func (b *Broker) sampleLoop() {
-	defer b.wg.Done()
-	b.dashSample(time.Now())
+// groupTopic names a group's positions on a topic.
+type groupTopic struct{ group, topic string }
+
+// TopicTraffic is a topic's traffic counters since start.
+type TopicTraffic struct {
+	Name                      string
+	MsgsIn, BytesIn, BytesOut int64
+}
+
+// GroupLag is a group's lag on a topic in bytes, from the offsets
+// committed through the broker (no offset store call).
+type GroupLag struct {
+	Group, Topic string
+	Lag          int64
+}
+
+// sampleLoop samples every dashSampleEvery until the server closes.
+func (s *Server) sampleLoop() {
+	defer s.wg.Done()
+	s.Sample(time.Now())
 	t := time.NewTicker(dashSampleEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-b.done:
+		case <-s.done:
 			return
 		case now := <-t.C:
-			b.dashSample(now)
+			s.Sample(now)
 		}
 	}
 }
 
-// dashSample takes one sample at now.
-func (b *Broker) dashSample(now time.Time) {
-	topics := b.topicList()
-	byName := make(map[string]*topic, len(topics))
-	samples := make(map[string]topicSample, len(topics))
-	for _, t := range topics {
-		byName[t.name] = t
-		s := topicSample{at: now}
-		for p := range t.parts {
-			s.msgsIn += t.pc[p].msgsIn.Load()
-			s.bytesIn += t.pc[p].bytesIn.Load()
-			s.bytesOut += t.pc[p].bytesOut.Load()
-		}
-		samples[t.name] = s
+// Sample takes one sample dated now (the server takes one every
+// dashSampleEvery; tests date theirs).
+func (s *Server) Sample(now time.Time) {
+	samples := map[string]topicSample{}
+	for _, t := range s.be.Traffic() {
+		samples[t.Name] = topicSample{at: now, msgsIn: t.MsgsIn, bytesIn: t.BytesIn, bytesOut: t.BytesOut}
 	}
-	type lagNow struct {
-		k   groupTopic
-		lag int64
-	}
-	var lags []lagNow
-	for _, g := range b.committed.Snapshot() {
-		t := byName[g.Topic]
-		if t == nil {
-			continue
-		}
-		var lag int64
-		for p, off := range g.Offsets {
-			if off >= 0 && p < len(t.parts) {
-				lag += max(t.parts[p].MaxOffset()-off, 0)
-			}
-		}
-		lags = append(lags, lagNow{groupTopic{Group: g.Group, Topic: g.Topic}, lag})
-	}
+	lags := s.be.Lags()
 
-	d := &b.web.dash
+	d := &s.dash
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lags == nil {
@@ -163,11 +155,11 @@ func (b *Broker) dashSample(now time.Time) {
 	// as tests take, leaves them).
 	if now.After(d.lastAt) {
 		rates := make(map[string]topicRate, len(samples))
-		for name, s := range samples {
+		for name, x := range samples {
 			if p, ok := d.last[name]; ok {
-				sec := s.at.Sub(p.at).Seconds()
-				rates[name] = topicRate{MsgsIn: float64(s.msgsIn-p.msgsIn) / sec, BytesIn: float64(s.bytesIn-p.bytesIn) / sec,
-					BytesOut: float64(s.bytesOut-p.bytesOut) / sec, Over: s.at.Sub(p.at)}
+				sec := x.at.Sub(p.at).Seconds()
+				rates[name] = topicRate{MsgsIn: float64(x.msgsIn-p.msgsIn) / sec, BytesIn: float64(x.bytesIn-p.bytesIn) / sec,
+					BytesOut: float64(x.bytesOut-p.bytesOut) / sec, Over: x.at.Sub(p.at)}
 			}
 		}
 		d.last, d.rates, d.lastAt = samples, rates, now
@@ -176,15 +168,16 @@ func (b *Broker) dashSample(now time.Time) {
 		}
 	}
 	for _, l := range lags {
-		r := d.lags[l.k]
+		k := groupTopic{l.Group, l.Topic}
+		r := d.lags[k]
 		if r == nil {
 			if len(d.lags) >= dashMaxRings {
 				continue
 			}
 			r = &lagRing{}
-			d.lags[l.k] = r
+			d.lags[k] = r
 		}
-		r.add(lagPoint{now, l.lag})
+		r.add(lagPoint{now, l.Lag})
 		r.seen = now
 	}
 	// Forget groups not seen for an hour (their topic went).
@@ -225,8 +218,8 @@ func (d *dashState) addRates(now time.Time, rates map[string]topicRate) {
 
 // rateTrend returns the throughput points of topic ("" for the whole
 // broker), oldest first.
-func (b *Broker) rateTrend(topic string) []ratePoint {
-	d := &b.web.dash
+func (s *Server) rateTrend(topic string) []ratePoint {
+	d := &s.dash
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if topic == "" {
@@ -241,17 +234,17 @@ func (b *Broker) rateTrend(topic string) []ratePoint {
 // rateTrendFor is the broker's throughput as v may see it: the whole
 // broker's for an admin (or without [auth]), else the sum of the topics
 // v may describe.
-func (b *Broker) rateTrendFor(v viewer) []ratePoint {
-	if v.all() {
-		return b.rateTrend("")
+func (s *Server) rateTrendFor(v security.Viewer) []ratePoint {
+	if v.All() {
+		return s.rateTrend("")
 	}
-	d := &b.web.dash
+	d := &s.dash
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	sum := map[time.Time]*ratePoint{}
 	var order []time.Time
 	for name, r := range d.rateRings {
-		if !v.topic(name) {
+		if !v.Topic(name) {
 			continue
 		}
 		for _, p := range r.points() {
@@ -274,19 +267,19 @@ func (b *Broker) rateTrendFor(v viewer) []ratePoint {
 }
 
 // lagTrend returns the lag points of group and topic, oldest first.
-func (b *Broker) lagTrend(group, topic string) []lagPoint {
-	d := &b.web.dash
+func (s *Server) lagTrend(group, topic string) []lagPoint {
+	d := &s.dash
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if r := d.lags[groupTopic{Group: group, Topic: topic}]; r != nil {
+	if r := d.lags[groupTopic{group, topic}]; r != nil {
 		return r.points()
 	}
 	return nil
 }
 
 // topicRates returns the last rates by topic.
-func (b *Broker) topicRates() map[string]topicRate {
-	d := &b.web.dash
+func (s *Server) topicRates() map[string]topicRate {
+	d := &s.dash
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[string]topicRate, len(d.rates))

@@ -1,0 +1,116 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// The dashboard pages whose data the broker assembles from more than one
+// source (ZooKeeper, the offset store, the groups it coordinates): the
+// cluster page, the groups list and a group's page.
+
+// ClusterPage is the cluster page's data.
+type ClusterPage struct {
+	Mode, Addr, TLSAddr, HTTPAddr, ZKRoot string
+	Registered, Serving                   bool
+	Replication                           string
+	Slave                                 [][2]string // the slave's status
+	Sync                                  [][2]string // a sync master's
+	// Console is the cluster console (cluster mode): the brokers, topics
+	// and groups ZooKeeper holds, as v may see them.
+	Console any
+	// Ready and Throughput are filled in here.
+	Ready      []ReadyCheck
+	Throughput []ratePoint
+}
+
+func (s *Server) uiCluster(w http.ResponseWriter, r *http.Request) {
+	v := s.viewer(r)
+	p := s.be.ClusterPage(v, time.Now())
+	p.Ready = s.be.Readiness()
+	p.Throughput = s.rateTrendFor(v)
+	s.Render(w, r, http.StatusOK, "cluster", "Cluster", "cluster", p, "")
+}
+
+// GroupRow is one group and topic of the groups page.
+type GroupRow struct {
+	*GroupEntry
+	Lag    int64
+	HasLag bool
+	// ZooKeeper's members subscribing the topic and owners of its
+	// partitions (cluster mode).
+	ZKMembers, ZKOwners int
+	AllMembers          int
+}
+
+// GroupsPage is the groups page's data.
+type GroupsPage struct {
+	Groups    []GroupRow
+	Every     time.Duration // filled in here
+	ZooKeeper bool
+	// ZKEvery, Truncated, MaxGroups and MaxReads describe the reads of
+	// ZooKeeper's consumer offsets; ZKErr, ZKTruncated and ZKMax the
+	// page's read of ZooKeeper's groups.
+	ZKEvery             time.Duration
+	Truncated           bool
+	MaxGroups, MaxReads int
+	ZKErr               string
+	ZKTruncated         bool
+	ZKMax               int
+}
+
+func (s *Server) uiGroups(w http.ResponseWriter, r *http.Request) {
+	p := s.be.GroupsPage(s.viewer(r))
+	p.Every = dashSampleEvery
+	s.Render(w, r, http.StatusOK, "groups", "Consumer groups", "groups", p, "")
+}
+
+// GroupPage is a group's page's data, as the backend gives it.
+type GroupPage struct {
+	Topics    []GroupTopic
+	ZooKeeper bool
+	// ZKMembers and Elsewhere are ZooKeeper's members of the group and
+	// its owners of partitions on other brokers (cluster mode).
+	ZKMembers, Elsewhere any
+	ZKErr                string
+}
+
+// groupTopicView is a topic of a group's page with its lag trend.
+type groupTopicView struct {
+	GroupTopic
+	Trend []lagPoint
+}
+
+func (s *Server) uiGroup(w http.ResponseWriter, r *http.Request) {
+	group, ok := s.GroupName(w, r)
+	if !ok {
+		return
+	}
+	topics, err := s.groupTopics(r, group) // ?topic= needs subscribe on it; the others are filtered
+	if err != nil {
+		s.UIError(w, r, http.StatusForbidden, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), OffsetCallTimeout)
+	defer cancel()
+	p, err := s.be.GroupPage(ctx, s.viewer(r), group, topics, r.URL.Query().Get("topic") != "")
+	if err != nil {
+		code, msg := statusOf(err)
+		s.UIError(w, r, code, msg)
+		return
+	}
+	var views []groupTopicView
+	for _, d := range p.Topics {
+		views = append(views, groupTopicView{d, s.lagTrend(group, d.Topic)})
+	}
+	flash := ""
+	q := r.URL.Query()
+	if t := q.Get("reset"); t != "" {
+		flash = "Offsets of topic " + t + " reset. " + ResetNote + "."
+	} else if sk := q.Get("skipped"); sk != "" {
+		flash = "Skipped " + sk + " to its end. " + ResetNote + "."
+	}
+	s.Render(w, r, http.StatusOK, "group", "Group "+group, "groups", map[string]any{"Group": group, "Topics": views, "Every": dashSampleEvery,
+		"ZooKeeper": p.ZooKeeper, "ZKMembers": p.ZKMembers, "Elsewhere": p.Elsewhere, "ZKErr": p.ZKErr}, flash)
+}
