@@ -3,13 +3,9 @@ package broker
 import (
 	"crypto/tls"
 	"errors"
-	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/security"
@@ -29,43 +25,16 @@ import (
 // mechPlain is the one SASL mechanism the broker supports.
 const mechPlain = "PLAIN"
 
-// authState is the broker-wide part of authentication.
-type authState struct {
-	// sem bounds the bcrypt comparisons running at once, so that a crowd of
-	// connections sending auth cannot take every CPU.
-	sem chan struct{}
-	// dummy is the bcrypt hash checked for an unknown user (or one without
-	// a password), so that a failure costs the same whether the user
-	// exists. Its cost is that of the first configured hash.
-	dummy []byte
-	// logins is the failed-login limiter the wire and HTTP basic auth
-	// share ([auth] max_failures, lockout, ...; core/security).
-	logins *security.LoginLimiter
-}
-
-// initAuth sets up b.auth when auth is on.
+// initAuth sets up b.users when auth is on.
 func (b *Broker) initAuth() error {
 	if !b.config().Auth.Enabled {
 		return nil
 	}
-	cost := bcrypt.DefaultCost
-	for _, u := range b.config().Auth.Users {
-		if u.PasswordHash == "" {
-			continue
-		}
-		c, err := bcrypt.Cost([]byte(u.PasswordHash))
-		if err != nil {
-			return fmt.Errorf("auth.user %q: password_hash: %w", u.Name, err)
-		}
-		cost = c
-		break
-	}
-	dummy, err := bcrypt.GenerateFromPassword([]byte("metaq-go: no such user"), cost)
+	us, err := security.NewUsers(&b.config().Auth)
 	if err != nil {
-		return fmt.Errorf("auth: %w", err)
+		return err
 	}
-	b.auth = authState{sem: make(chan struct{}, max(1, runtime.GOMAXPROCS(0))), dummy: dummy,
-		logins: security.NewLoginLimiter(func() security.LoginLimits { return loginLimits(&b.config().Auth) }, nil)}
+	b.users = us
 	return nil
 }
 
@@ -254,7 +223,7 @@ func (c *conn) authFromCert() {
 // try passwords faster; closing the connection ends the wait. A failed
 // auth leaves the connection unauthenticated, even if it was before.
 //
-// Across connections, the login limiter (b.auth.logins) counts failures
+// Across connections, the login limiter (b.users.Logins()) counts failures
 // per user, per source address and per user from a source; a locked
 // attempt is refused without a password check, after the same delay, with
 // the failure's text and "too many failed logins, retry after Ns".
@@ -300,10 +269,7 @@ func (c *conn) handleAuth(r *protocol.Request) {
 // checkPlain checks an auth PLAIN request. It returns the user, or the
 // reason for the refusal to send the client (never the password) and why
 // for the broker's log; throttled says the login limiter refused it
-// unchecked. A wrong password, an unknown user and an authorization
-// identity the user may not assume get the same reason (RFC 4616 lets the
-// server refuse an authzid; saying so would tell that the password was
-// right).
+// unchecked.
 func (c *conn) checkPlain(r *protocol.Request) (u *conf.User, reason, why string, throttled bool) {
 	if string(r.Item) != mechPlain {
 		reason = "unsupported SASL mechanism " + strconv.Quote(string(r.Item)) + ": only PLAIN is supported"
@@ -315,69 +281,27 @@ func (c *conn) checkPlain(r *protocol.Request) (u *conf.User, reason, why string
 		return nil, reason, reason, false
 	}
 	cfg := c.b.config()
-	u, wait, why := c.b.checkPassword(cfg, authzid, name, password, c.nc.RemoteAddr().String())
+	u, err := c.b.users.Check(&cfg.Auth, authzid, name, password, c.nc.RemoteAddr().String())
+	var le *security.LoginError
 	switch {
-	case wait > 0:
-		return nil, security.LoginFailed(name) + ": too many failed logins, " + security.RetryAfter(wait), "", true
-	case u == nil:
-		return nil, security.LoginFailed(name), why, false
+	case errors.As(err, &le):
+		return nil, le.Error(), le.Why, le.Wait > 0
+	case err != nil:
+		return nil, err.Error(), err.Error(), false
 	}
 	c.auth.from = cfg
 	return u, "", "", false
 }
 
-// loginLimits are the login limiter's limits under a.
-func loginLimits(a *conf.Auth) security.LoginLimits {
-	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
-	return security.LoginLimits{MaxFailures: a.MaxFailures, Lockout: ms(a.Lockout), MaxLockout: ms(a.MaxLockout), FailureWindow: ms(a.FailureWindow)}
-}
-
-// checkPassword checks a login by name with password (and the
-// authorization identity authzid, "" for none) from remote ("ip:port"),
-// through the login limiter; the wire and HTTP basic auth share it. It
-// returns the user; or wait > 0 when the limiter refused the attempt
-// without a check; or nil and why it failed, for the broker's log only.
-// An unknown user or one without a password is checked against the dummy
-// hash, so every failure costs one bcrypt.
-func (b *Broker) checkPassword(cfg *conf.Config, authzid, name, password, remote string) (u *conf.User, wait time.Duration, why string) {
-	lim := b.auth.logins
-	if wait = lim.Refused(name, remote); wait > 0 {
-		return nil, wait, ""
+// checkPassword is security.Users.Check for HTTP basic auth, in the
+// shape httpapi.Backend asks for: the user; or wait > 0 when the limiter
+// refused the attempt without a check; or nil and why it failed, for the
+// broker's log only.
+func (b *Broker) checkPassword(cfg *conf.Config, authzid, name, password, remote string) (*conf.User, time.Duration, string) {
+	u, err := b.users.Check(&cfg.Auth, authzid, name, password, remote)
+	var le *security.LoginError
+	if errors.As(err, &le) {
+		return nil, le.Wait, le.Why
 	}
-	u, known := cfg.Auth.UserByName(name)
-	hash := b.auth.dummy
-	if known && u.PasswordHash != "" {
-		hash = []byte(u.PasswordHash)
-	}
-	b.auth.sem <- struct{}{}
-	defer func() { <-b.auth.sem }()
-	// Admitted while holding a bcrypt slot: at most GOMAXPROCS checks are
-	// in flight, which bounds what the limiter lets through at once.
-	att, wait := lim.Begin(name, remote)
-	if att == nil {
-		return nil, wait, ""
-	}
-	err := bcrypt.CompareHashAndPassword(hash, []byte(password))
-	switch {
-	case !known:
-		why = "no such user"
-	case u.PasswordHash == "":
-		why = "the user has no password (client certificate only)"
-	case err != nil:
-		why = "the password does not match"
-	case authzid != "" && authzid != name:
-		// The password was right: only the log says so.
-		why = "right password, but a user may only act as itself, not as " + protocol.Printable([]byte(authzid))
-	default:
-		att.Succeed()
-		return u, 0, ""
-	}
-	if locks := att.Fail(); len(locks) > 0 {
-		parts := make([]string, len(locks))
-		for i, l := range locks {
-			parts[i] = l.What + " for " + l.For.String()
-		}
-		why += "; too many failed logins (source " + security.Source(remote) + "), locked: " + strings.Join(parts, ", ")
-	}
-	return nil, 0, why
+	return u, 0, ""
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/repl"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/tx"
 	"github.com/metaq-go/metaq/plugins/host"
@@ -127,10 +128,10 @@ type Broker struct {
 	offsets *groups.Offsets
 	// groups are the consumer groups coordinated here (core/groups).
 	groups *groups.Coordinator
-	// tls is the TLS material (tls.go), nil without [tls]; auth is the
-	// authentication state (auth.go).
-	tls  *tlsState
-	auth authState
+	// tls is the TLS material (tls.go), nil without [tls]; users check
+	// logins (core/security), nil with auth off.
+	tls   *tlsState
+	users *security.Users
 	// reg is the ZooKeeper registration (cluster mode), set by Serve
 	// under mu; nil in local mode.
 	reg *registry.Registry

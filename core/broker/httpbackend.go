@@ -86,7 +86,7 @@ func (b *Broker) closeHTTP() { b.web.srv.Close() }
 func (h httpBackend) Version() string { return Version }
 
 // Logins is the failed-login limiter.
-func (h httpBackend) Logins() *security.LoginLimiter { return h.b.auth.logins }
+func (h httpBackend) Logins() *security.LoginLimiter { return h.b.users.Logins() }
 
 // CheckPassword checks a basic-auth login (auth.go).
 func (h httpBackend) CheckPassword(name, password, remote string) (*conf.User, time.Duration, string) {

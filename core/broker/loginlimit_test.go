@@ -104,7 +104,7 @@ func TestLoginLimiterWire(t *testing.T) {
 	require.Equal(t, 2, statValue(t, root, "auth_throttled"))
 
 	// Once the lock ends the right password works, and is unaffected.
-	require.Eventually(t, func() bool { return b.auth.logins.Refused("alice", "127.0.0.4:1") == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.users.Logins().Refused("alice", "127.0.0.4:1") == 0 }, 10*time.Second, 10*time.Millisecond)
 	code, body = c.login("alice", "alice-pw")
 	require.Equal(t, 200, code, body)
 	code, body = c.put("orders")
@@ -145,7 +145,7 @@ func TestLoginLimiterHTTPCache(t *testing.T) {
 	requireJSONError(t, []byte(body), 401, `authentication failed for user "nosub"`+throttledText)
 	require.Equal(t, "1", retry)
 	// The pair is trusted (it logged in), yet its own failures lock it.
-	require.Eventually(t, func() bool { return b.auth.logins.Refused("nosub", "127.0.0.2:1") == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.users.Logins().Refused("nosub", "127.0.0.2:1") == 0 }, 10*time.Second, 10*time.Millisecond)
 	code, body, _ = basicFrom(t, addr, "127.0.0.2", "nosub", "nosub-pw", "/metrics")
 	require.Equal(t, 200, code, body)
 }

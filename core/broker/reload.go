@@ -171,6 +171,9 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	b.setLogLevels(&eff)
 	b.budget.setLimit(eff.MaxBufferedBytes)
 	b.groups.Reload(groups.FromConf(&eff))
+	if b.users != nil {
+		b.users.Reload(&eff.Auth)
+	}
 	b.txm.Reload(b.txConfig(&eff))
 	if eff.DiskMaxUsedRatio != cur.DiskMaxUsedRatio {
 		b.disks.setMax(eff.DiskMaxUsedRatio)
