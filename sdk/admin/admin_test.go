@@ -110,7 +110,9 @@ func member(t *testing.T, ctx context.Context, cl *client.Client, n int) {
 	}
 }
 
-func TestNewOptions(t *testing.T) {
+// TestDeadBroker: the calls of an Admin of a broker that is down say it
+// cannot be reached, and those of a closed Admin fail with ErrClosed.
+func TestDeadBroker(t *testing.T) {
 	// A broker that is down: New succeeds (connections are lazy), the
 	// calls say it cannot be reached.
 	a := newAdmin(t, client.Brokers("127.0.0.1:1"), client.DialTimeout(time.Second), client.RequestTimeout(2*time.Second))
