@@ -125,3 +125,34 @@ func ExampleAdmin_CreateTopic() {
 	// fewer partitions refused with 400
 	// deleted
 }
+
+// List a broker's transactions: the open ones, then the XA branches it
+// completed heuristically (CommitHeuristically, RollbackHeuristically)
+// and has not been told to Forget.
+func ExampleAdmin_Transactions() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Brokers(brokerAddr))
+	if err != nil {
+		log.Fatal(err)
+	}
+	adm := admin.New(cl)
+	defer adm.Close()
+
+	txs, err := adm.Transactions(ctx, brokerAddr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d open (%d bytes buffered), %d heuristic\n", len(txs.Open), txs.BufferedBytes, len(txs.Heuristic))
+	for _, t := range txs.Open {
+		fmt.Println(t.Key, t.Type, t.State, t.Messages)
+	}
+	prepared, err := adm.PreparedTransactions(ctx, brokerAddr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("prepared:", len(prepared))
+	// Output:
+	// 0 open (0 bytes buffered), 0 heuristic
+	// prepared: 0
+}
