@@ -137,7 +137,7 @@ func (c *conn) serve() {
 	cfg := c.b.config()
 	maxBody := max(cfg.MaxMessageSize, cfg.MaxTransferSize)
 	if c.b.slave != nil {
-		maxBody += 64 << 10 // a txsync frame may hold one record of a message of max_message_size (txreplslave.go)
+		maxBody += 64 << 10 // a txsync frame may hold one record of a message of max_message_size (core/tx/replslave.go)
 	}
 	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout(), drain: &c.b.draining, stop: &c.authExpired}
 	dec := protocol.NewDecoder(dr, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody, Budget: &c.bud})

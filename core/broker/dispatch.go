@@ -47,7 +47,7 @@ func (c *conn) dispatch(r *protocol.Request) {
 	case protocol.OpStats:
 		c.handleStats(r)
 	case protocol.OpTransaction:
-		c.handleTransaction(r) // tx.go
+		c.handleTransaction(r) // txglue.go
 	case protocol.OpSync:
 		if role == repl.RoleSlave {
 			c.handleSync(r) // syncslave.go
@@ -161,7 +161,7 @@ func (c *conn) handlePut(r *protocol.Request) {
 	b := c.b
 	b.stats.cmdPut.Add(1)
 	if len(r.TxKey) > 0 {
-		c.handleTxPut(r) // tx.go
+		c.handleTxPut(r) // txglue.go
 		return
 	}
 	t, l, p, crc, ok := c.checkPut(r)

@@ -34,7 +34,7 @@ import (
 // partitions again as soon as a slave is registered.
 //
 // Transactions (MetaQ's samsa had none) are shipped as txsync frames on
-// the same link: txrepl.go.
+// the same link: core/tx/repl.go.
 
 // syncMaster is a sync master's replication state (core/repl) and the
 // broker's side of it: the manager that links to the slave and joins the

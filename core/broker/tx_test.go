@@ -480,7 +480,7 @@ func TestTxHostile(t *testing.T) {
 // TestTxCommitOneRound: a local commit whose partitions are group-commit
 // partitions of one data directory costs one round of the store journal
 // (one fdatasync) and no fsync of the transaction journal: its batches
-// are one atomic group (txatomic.go), and no commit record is written.
+// are one atomic group (core/tx/atomic.go), and no commit record is written.
 // An XA commit keeps its commit record, fsynced before its batches.
 func TestTxCommitOneRound(t *testing.T) {
 	b := startBroker(t, 0, func(c *conf.Config) { c.JournalCheckpointInterval = 3600_000 })
