@@ -176,6 +176,7 @@ func parseFValue(tb testing.TB, body []byte) []gotRec {
 }
 
 func TestBrokerFilteredGet(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, []conf.TopicFilter{attrFilter("reds", "red")})
 	msgs := produce(t, b.Addr(), "red", "blue", "-", "red", "blue", "blue", "red", "")
 	end := msgs[len(msgs)-1].offset + int64(message.HeaderSize) + int64(4+len(msgs[len(msgs)-1].body))
@@ -217,6 +218,7 @@ func TestBrokerFilteredGet(t *testing.T) {
 }
 
 func TestBrokerNoFilterIsPlainValue(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, []conf.TopicFilter{attrFilter("reds", "red")})
 	msgs := produce(t, b.Addr(), "red", "blue", "-")
 	c := dial(t, b.Addr())
@@ -232,6 +234,7 @@ func TestBrokerNoFilterIsPlainValue(t *testing.T) {
 }
 
 func TestBrokerFilterNothingKept(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, []conf.TopicFilter{attrFilter("reds", "red")})
 	msgs := produce(t, b.Addr(), "blue", "-", "green", "red")
 	c := dial(t, b.Addr())
@@ -248,6 +251,7 @@ func TestBrokerFilterNothingKept(t *testing.T) {
 }
 
 func TestBrokerFilterRecordLargerThanGet(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, []conf.TopicFilter{attrFilter("reds", "red")})
 	produce(t, b.Addr(), "red")
 	c := dial(t, b.Addr())
@@ -259,6 +263,7 @@ func TestBrokerFilterRecordLargerThanGet(t *testing.T) {
 }
 
 func TestBrokerFilterReplyWithinMaxSize(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, []conf.TopicFilter{attrFilter("reds", "red")})
 	attrs := make([]string, 40)
 	for i := range attrs {
@@ -289,6 +294,7 @@ func TestBrokerFilterReplyWithinMaxSize(t *testing.T) {
 // keeps exactly the records that arrived with a body, so a group whose
 // instance asked for bodies gets everything and one that did not gets 301.
 func TestBrokerFilterBodiesOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, []conf.TopicFilter{
 		{Group: "bodies", Filter: "probe", Config: map[string]string{"bodies": "true"}},
 		{Group: "meta", Filter: "probe"},
@@ -326,6 +332,7 @@ func consumeAll(t *testing.T, addr, group string, want int) []*message.Message {
 }
 
 func TestBrokerFilterConsumer(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		tf   conf.TopicFilter
@@ -370,6 +377,7 @@ func TestBrokerFilterConsumer(t *testing.T) {
 // TestBrokerFilteredMessagesOut: a filtered get counts the records it
 // kept as messages out, an unfiltered one every whole record it sent.
 func TestBrokerFilteredMessagesOut(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.HTTP(), brokertest.Edit(func(c *conf.Config) {
 		c.Topics = []conf.Topic{{Name: "t", Filters: []conf.TopicFilter{attrFilter("reds", "red")}}}
 	}))

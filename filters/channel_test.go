@@ -100,6 +100,7 @@ func callMux(ctx context.Context, m *muxConn, c *grpcClient, recs []Record) ([]b
 // them slow (they time out), some failing, some panicking: every call gets
 // its own verdicts or its own error, and the connection survives.
 func TestChannelMux(t *testing.T) {
+	t.Parallel()
 	f := testFilter()
 	if _, err := f.Init(context.Background(), &InitRequest{Instance: "i"}); err != nil {
 		t.Fatal(err)
@@ -163,6 +164,7 @@ func TestChannelMux(t *testing.T) {
 // TestChannelSlowCallHandsOff checks that a slow call running on the
 // plugin's reader does not hold up the calls behind it.
 func TestChannelSlowCallHandsOff(t *testing.T) {
+	t.Parallel()
 	f := testFilter()
 	f.Init(context.Background(), &InitRequest{Instance: "i"})
 	m, c := pipe(t, f)
@@ -194,6 +196,7 @@ func TestChannelSlowCallHandsOff(t *testing.T) {
 // TestChannelStartWaitDiscard checks calls that are sent together and
 // waited for in any order, or given up.
 func TestChannelStartWaitDiscard(t *testing.T) {
+	t.Parallel()
 	f := testFilter()
 	f.Init(context.Background(), &InitRequest{Instance: "i"})
 	m, c := pipe(t, f)
@@ -229,6 +232,7 @@ func TestChannelStartWaitDiscard(t *testing.T) {
 // TestChannelBrokenFailsCalls checks that a connection the plugin closes
 // fails its waiting calls with ErrUnavailable.
 func TestChannelBrokenFailsCalls(t *testing.T) {
+	t.Parallel()
 	a, b := net.Pipe()
 	m := newMuxConn(a)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -253,6 +257,7 @@ func TestChannelBrokenFailsCalls(t *testing.T) {
 // TestFrameReaderDeadline checks that a read that gives up in the middle
 // of a frame leaves it for the next one.
 func TestFrameReaderDeadline(t *testing.T) {
+	t.Parallel()
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
@@ -275,6 +280,7 @@ func TestFrameReaderDeadline(t *testing.T) {
 
 // TestChanCtx checks the timer-free context of plugin-side channel calls.
 func TestChanCtx(t *testing.T) {
+	t.Parallel()
 	c := &chanCtx{deadline: time.Now().Add(30 * time.Millisecond)}
 	if dl, ok := c.Deadline(); !ok || !dl.Equal(c.deadline) {
 		t.Fatalf("Deadline = %v, %v", dl, ok)
@@ -347,6 +353,7 @@ func clientOf(t *testing.T, p *host.Plugin) *grpcClient {
 // TestChannelToPlugin checks that calls to a plugin process go over the
 // batch channel once it is open, and that a timed-out call leaves it open.
 func TestChannelToPlugin(t *testing.T) {
+	t.Parallel()
 	p := launch(t, "slowsome")
 	in, err := Open(context.Background(), OpenOptions{Name: "slowsome", Topic: "t", Group: "g", Launched: p,
 		Timeout: 300 * time.Millisecond})
@@ -396,6 +403,7 @@ func TestChannelToPlugin(t *testing.T) {
 // TestChannelOldPlugins checks that plugins built before the batch channel
 // (and before packed batches) keep working, over gRPC.
 func TestChannelOldPlugins(t *testing.T) {
+	t.Parallel()
 	for _, which := range []string{"old", "oldpacked"} {
 		t.Run(which, func(t *testing.T) {
 			p := launch(t, which)

@@ -53,6 +53,7 @@ func childPIDs(path string) []int {
 // from), the supervisor has the plugin back and filtering within 1 s, and
 // the consumer gets every matching message exactly once, in order.
 func TestBrokerFilterPluginKilled(t *testing.T) {
+	// Not parallel: it counts this binary's plugin processes.
 	bin := examplePlugin(t)
 	for _, policy := range []string{"open", "closed"} {
 		t.Run(policy, func(t *testing.T) {

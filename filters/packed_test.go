@@ -21,6 +21,7 @@ func packedSample() []Record {
 }
 
 func TestPackedRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, recs := range [][]Record{nil, {}, packedSample(), packedSample()[2:3]} {
 		b := appendPacked([]byte("prefix"), recs)
 		if !bytes.HasPrefix(b, []byte("prefix")) || len(b)-len("prefix") != packedSize(recs) {
@@ -50,6 +51,7 @@ func TestPackedRoundTrip(t *testing.T) {
 // TestPackedCopies checks that without alias nothing decoded points into
 // the buffer, which the batch channel reuses for the next call.
 func TestPackedCopies(t *testing.T) {
+	t.Parallel()
 	recs := packedSample()
 	b := appendPacked(nil, recs)
 	got, err := decodePacked(b, nil, false)
@@ -71,6 +73,7 @@ func TestPackedCopies(t *testing.T) {
 }
 
 func TestPackedMalformed(t *testing.T) {
+	t.Parallel()
 	good := appendPacked(nil, packedSample())
 	hdr := func(i, field int) int { return packedPrefix + i*packedHeaderSize + field }
 	mutate := map[string]func(b []byte) []byte{
@@ -94,6 +97,7 @@ func TestPackedMalformed(t *testing.T) {
 }
 
 func TestBitmap(t *testing.T) {
+	t.Parallel()
 	for n := range 20 {
 		keep := make([]bool, n)
 		for i := range keep {

@@ -65,6 +65,7 @@ func next(t *testing.T, r *protocol.Request, offset int64) int64 {
 // record starts and into records. On a log that does not grow the replies
 // are byte for byte the same, and read-ahead batches were used.
 func TestBrokerReadAheadSameReplies(t *testing.T) {
+	t.Parallel()
 	b := readAheadBroker(t)
 	msgs := produce(t, b.Addr(), mixedAttrs(400, 1)...)
 	end := msgs[len(msgs)-1].offset + int64(message.HeaderSize) + 64
@@ -112,6 +113,7 @@ func TestBrokerReadAheadSameReplies(t *testing.T) {
 // anything else, and the consumer still gets every matching message once,
 // in order.
 func TestBrokerReadAheadGrowingLog(t *testing.T) {
+	t.Parallel()
 	b := readAheadBroker(t)
 	var all []sent
 	all = append(all, produce(t, b.Addr(), mixedAttrs(50, 3)...)...)

@@ -113,6 +113,7 @@ func launchHelper(tb testing.TB, which string) (*host.Supervisor, *host.Plugin) 
 }
 
 func TestRemoteConformance(t *testing.T) {
+	t.Parallel()
 	t.Run("attr", func(t *testing.T) {
 		_, p := launchHelper(t, "attr")
 		filtertest.Run(t, func(*testing.T) filters.Filter { return filters.NewRemote(p) }, cases.Attr()...)
@@ -124,6 +125,7 @@ func TestRemoteConformance(t *testing.T) {
 }
 
 func TestRemoteTransport(t *testing.T) {
+	t.Parallel()
 	_, p := launchHelper(t, "probe")
 	filtertest.RunTransport(t, func(*testing.T) filters.Filter { return filters.NewRemote(p) })
 }
@@ -131,6 +133,7 @@ func TestRemoteTransport(t *testing.T) {
 var builtins = map[string]func() filters.Filter{attr.Name: attr.New, expr.Name: expr.New}
 
 func TestOpenBuiltin(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	in, err := filters.Open(ctx, filters.OpenOptions{Name: "expr", Topic: "t", Group: "g", Builtins: builtins,
 		Config: map[string]string{"expr": `attribute == "red"`}})
@@ -172,6 +175,7 @@ func TestOpenBuiltin(t *testing.T) {
 }
 
 func TestOpenRemote(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	sup, p := launchHelper(t, "probe")
 	a, err := filters.Open(ctx, filters.OpenOptions{Name: "probe", Topic: "t", Group: "a", Launched: p,
@@ -211,6 +215,7 @@ func TestOpenRemote(t *testing.T) {
 }
 
 func TestRemoteTimeout(t *testing.T) {
+	t.Parallel()
 	_, p := launchHelper(t, "slow")
 	in, err := filters.Open(context.Background(), filters.OpenOptions{Name: "slow", Topic: "t", Group: "g", Launched: p,
 		Timeout: 100 * time.Millisecond})
@@ -231,6 +236,7 @@ func TestRemoteTimeout(t *testing.T) {
 }
 
 func TestRemotePanicIsAnError(t *testing.T) {
+	t.Parallel()
 	_, p := launchHelper(t, "panic")
 	in, err := filters.Open(context.Background(), filters.OpenOptions{Name: "panic", Topic: "t", Group: "g", Launched: p})
 	if err != nil {
@@ -251,6 +257,7 @@ func TestRemotePanicIsAnError(t *testing.T) {
 // plugins.ErrUnavailable while it is down, and once the supervisor has
 // restarted it the instance is re-initialised and judges as before.
 func TestRemoteRestart(t *testing.T) {
+	t.Parallel()
 	_, p := launchHelper(t, "attr")
 	ctx := context.Background()
 	in, err := filters.Open(ctx, filters.OpenOptions{Name: "attr", Topic: "t", Group: "g", Launched: p,

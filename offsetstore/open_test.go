@@ -54,6 +54,7 @@ func (c *countingStore) Load(_ context.Context, _ string, ps []message.Position)
 func (c *countingStore) Close() error { return nil }
 
 func TestRemoteReinitAfterRestart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := &fakeClient{s: &countingStore{}, gen: 1}
 	r := newRemote(f)
@@ -80,6 +81,7 @@ func TestRemoteReinitAfterRestart(t *testing.T) {
 }
 
 func TestMiddlewareValidatesAndCloses(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := wrap(&countingStore{}, nil, 0)
 	for _, c := range []struct {
@@ -102,6 +104,7 @@ func TestMiddlewareValidatesAndCloses(t *testing.T) {
 }
 
 func TestOpenUnknown(t *testing.T) {
+	t.Parallel()
 	_, err := Open(context.Background(), OpenOptions{Name: "nope"})
 	require.ErrorIs(t, err, ErrUnknownStore)
 }
@@ -135,6 +138,7 @@ func (s *groupsStore) Load(_ context.Context, g string, ps []message.Position) (
 // side hands the store each group's positions in one call, in order, and
 // answers in the keys' order. A bad group fails the whole request.
 func TestServerSplitsGroups(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := &groupsStore{commits: map[string][]message.Position{}}
 	srv := &grpcServer{impl: st}

@@ -110,12 +110,14 @@ func openRemote(t testing.TB, sup *host.Supervisor, kind string, config map[stri
 }
 
 func TestRemoteConformance(t *testing.T) {
+	t.Parallel()
 	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return openRemote(t, quietSupervisor(t), "file", map[string]string{"path": filepath.Join(t.TempDir(), "o.json")})
 	})
 }
 
 func TestRemoteDurable(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "o.json")
 	offsetstoretest.RunDurable(t, func(t *testing.T) offsets.Store {
 		// A new process each time: state lives only in the file.
@@ -124,6 +126,7 @@ func TestRemoteDurable(t *testing.T) {
 }
 
 func TestRemoteBadConfigCrossesBoundary(t *testing.T) {
+	t.Parallel()
 	sup := quietSupervisor(t)
 	_, err := offsetstore.Open(context.Background(), offsetstore.OpenOptions{
 		Name:       "bad",
@@ -136,6 +139,7 @@ func TestRemoteBadConfigCrossesBoundary(t *testing.T) {
 }
 
 func TestRemoteInvalidEntryRejected(t *testing.T) {
+	t.Parallel()
 	s := openRemote(t, quietSupervisor(t), "memory", nil)
 	err := s.Commit(context.Background(), "g", []message.Position{{Offset: 1}})
 	require.ErrorIs(t, err, offsets.ErrInvalid)
@@ -144,6 +148,7 @@ func TestRemoteInvalidEntryRejected(t *testing.T) {
 // TestRemoteKilled: once the plugin process is gone, calls fail with
 // plugins.ErrUnavailable (never a silent success).
 func TestRemoteKilled(t *testing.T) {
+	t.Parallel()
 	sup := quietSupervisor(t)
 	s := openRemote(t, sup, "memory", nil)
 	e := []message.Position{{Topic: "t", Offset: 1, MsgID: 2}}

@@ -46,6 +46,7 @@ func openPlugin(t *testing.T, bin, path string) offsetstore.Store {
 // TestPluginConformance runs the built binary through the supervisor and
 // the remote adapter.
 func TestPluginConformance(t *testing.T) {
+	t.Parallel()
 	bin := buildPlugin(t)
 	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return openPlugin(t, bin, filepath.Join(t.TempDir(), "o.jsonl"))
@@ -56,6 +57,7 @@ func TestPluginConformance(t *testing.T) {
 
 // TestInProcessConformance runs the same store in-process.
 func TestInProcessConformance(t *testing.T) {
+	t.Parallel()
 	open := func(t *testing.T, path string) offsetstore.Store {
 		s := &store{}
 		require.NoError(t, s.Init(context.Background(), &offsetstore.InitRequest{Config: map[string]string{"path": path}}))
@@ -67,6 +69,7 @@ func TestInProcessConformance(t *testing.T) {
 }
 
 func TestTornTailIgnored(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "o.jsonl")
 	data := `{"e":[{"g":"g","t":"t","b":0,"p":0,"o":5,"m":6}]}` + "\n" + `{"e":[{"g":"g","t":"t","b":0,"p":0,"o":9`
 	require.NoError(t, os.WriteFile(path, []byte(data), 0o644))

@@ -27,6 +27,7 @@ func partitionsOf(out string) map[string]map[string]bool {
 }
 
 func TestInProcess(t *testing.T) {
+	t.Parallel()
 	addr := brokertest.Start(t, brokertest.Topics("meta-test"), brokertest.Partitions(4)).Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -41,6 +42,7 @@ func TestInProcess(t *testing.T) {
 }
 
 func TestPlugin(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "selector-plugin")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

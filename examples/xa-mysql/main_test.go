@@ -33,6 +33,7 @@ func TestMain(m *testing.M) { testsvc.Main(m) }
 // again. After each, the balances and the transfer-done events agree:
 // an event exactly for each transfer that moved money.
 func TestTransfers(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	bin := filepath.Join(t.TempDir(), "xa-mysql")

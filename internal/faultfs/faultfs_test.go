@@ -79,6 +79,7 @@ func cut(t *testing.T, m *faultfs.FS, mode faultfs.Mode) *faultfs.CutReport {
 // TestFsyncSurvivesCut: fsynced data survives a cut, data written after
 // the last fsync does not, and a truncate is undone too.
 func TestFsyncSurvivesCut(t *testing.T) {
+	t.Parallel()
 	m, under := mount(t, 1)
 	a := filepath.Join(m.Dir(), "a")
 	writeSynced(t, a, []byte("hello"))
@@ -128,6 +129,7 @@ func TestFsyncSurvivesCut(t *testing.T) {
 // a cut; with one it is kept. Across directories, each directory keeps
 // what its own last fsync saw.
 func TestRenameNeedsDirFsync(t *testing.T) {
+	t.Parallel()
 	m, under := mount(t, 2)
 	x := filepath.Join(m.Dir(), "x")
 	writeSynced(t, x, []byte("data"))
@@ -203,6 +205,7 @@ func TestRenameNeedsDirFsync(t *testing.T) {
 // unlink without a directory fsync is undone; a new directory's children
 // need the new directory fsynced.
 func TestCreateWithoutDirFsyncVanishes(t *testing.T) {
+	t.Parallel()
 	m, under := mount(t, 3)
 	writeSynced(t, filepath.Join(m.Dir(), "old"), []byte("durable"))
 	require.NoError(t, os.Mkdir(filepath.Join(m.Dir(), "sub"), 0o750))
@@ -245,6 +248,7 @@ const pageSize = 4096
 // prefix the report names, and a torn write exactly up to a sector
 // boundary.
 func TestPartialModes(t *testing.T) {
+	t.Parallel()
 	m, under := mount(t, 4)
 	rng := rand.New(rand.NewPCG(4, 4))
 	randBytes := func(n int) []byte {
@@ -333,6 +337,7 @@ func TestPartialModes(t *testing.T) {
 // TestCutWithOpenFile: a cut does not hang on a file still open on the
 // mount; it unmounts lazily, and the open file can change nothing more.
 func TestCutWithOpenFile(t *testing.T) {
+	t.Parallel()
 	m, under := mount(t, 5)
 	path := filepath.Join(m.Dir(), "open")
 	writeSynced(t, path, []byte("synced"))
@@ -358,6 +363,7 @@ func TestCutWithOpenFile(t *testing.T) {
 // journal's checkpoints fdatasync each segment on it and the power-cut
 // tests check that path; the file system underneath is told apart.
 func TestNoSyncfs(t *testing.T) {
+	t.Parallel()
 	m, under := mount(t, 1)
 	ok, name, _ := fsutil.SyncfsFS(m.Dir())
 	require.False(t, ok, "a FUSE mount is not a syncfs file system (got %q)", name)

@@ -74,6 +74,7 @@ type mdir struct{ live, durable map[string]*minode }
 // its last fsync plus the unsynced changes the cut report says it kept; a
 // directory's durable entries are its entries at its last fsync.
 func TestRandomOpsMatchModel(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= 8; seed++ {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { randomOpsMatchModel(t, seed) })
 	}

@@ -47,6 +47,7 @@ func crashHelper(path string) {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		s, err := file.Open(filepath.Join(t.TempDir(), "offsets.json"))
 		require.NoError(t, err)
@@ -55,6 +56,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceWrapped(t *testing.T) {
+	t.Parallel()
 	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		s, err := offsetstore.Open(context.Background(), offsetstore.OpenOptions{
 			Name:     file.Name,
@@ -67,6 +69,7 @@ func TestConformanceWrapped(t *testing.T) {
 }
 
 func TestDurable(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "offsets.json")
 	offsetstoretest.RunDurable(t, func(t *testing.T) offsets.Store {
 		s, err := file.Open(path)
@@ -76,6 +79,7 @@ func TestDurable(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
+	t.Parallel()
 	s := file.New()
 	err := s.Init(context.Background(), &offsetstore.InitRequest{})
 	require.ErrorIs(t, err, offsetstore.ErrBadConfig)
@@ -86,6 +90,7 @@ func TestBadConfig(t *testing.T) {
 }
 
 func TestCorruptFileRefused(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "offsets.json")
 	require.NoError(t, os.WriteFile(path, []byte(`{"version":1,"groups":{"g":[{"topic":`), 0o644))
 	_, err := file.Open(path)
@@ -93,6 +98,7 @@ func TestCorruptFileRefused(t *testing.T) {
 }
 
 func TestLeftoverTempIgnored(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "offsets.json")
 	s, err := file.Open(path)
@@ -115,6 +121,7 @@ func TestLeftoverTempIgnored(t *testing.T) {
 // TestCrashMidWrite kills a process that commits in a tight loop and checks
 // the file is whole: every partition holds the same, complete commit.
 func TestCrashMidWrite(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
@@ -156,6 +163,7 @@ func TestCrashMidWrite(t *testing.T) {
 // ("g\ufffd"), so both groups lost their offsets on restart; Commit now
 // refuses them, and Load too.
 func TestGroupsSurviveReopen(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "offsets.json")
 	s, err := file.Open(path)

@@ -10,6 +10,7 @@ import (
 // MySQL driver; the broker and the CLI never do (the reason the store is a
 // plugin binary).
 func TestBrokerDoesNotLinkDriver(t *testing.T) {
+	t.Parallel()
 	const driver = "github.com/go-sql-driver/mysql"
 	for _, pkg := range []string{
 		"github.com/metaq-go/metaq/cmd/metaq-server",

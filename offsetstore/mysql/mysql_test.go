@@ -44,6 +44,7 @@ func sqlDB(t *testing.T, dsn string) *sql.DB {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.MariaDB(t)
 	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return open(t, map[string]string{"dsn": dsn})
@@ -51,6 +52,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestConformanceWrapped(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.MariaDB(t)
 	offsetstoretest.Run(t, func(t *testing.T) offsets.Store {
 		return offsetstore.Wrap(open(t, map[string]string{"dsn": dsn, "table": "wrapped"}), 0)
@@ -58,6 +60,7 @@ func TestConformanceWrapped(t *testing.T) {
 }
 
 func TestDurable(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.MariaDB(t)
 	offsetstoretest.RunDurable(t, func(t *testing.T) offsets.Store {
 		return open(t, map[string]string{"dsn": dsn})
@@ -68,6 +71,7 @@ func TestDurable(t *testing.T) {
 // offset and msg_id, the unique key, and rows as MetaQ lays them out,
 // read with the real mariadb client and information_schema.
 func TestSchema(t *testing.T) {
+	t.Parallel()
 	srv := testsvc.SharedMariaDB(t)
 	dsn := srv.NewDatabase(t)
 	s := open(t, map[string]string{"dsn": dsn})
@@ -125,6 +129,7 @@ func dsnDB(t *testing.T, dsn string) string {
 }
 
 func TestCustomTable(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.MariaDB(t)
 	s := open(t, map[string]string{"dsn": dsn, "table": "my_offsets"})
 	k := key{Group: "g", Topic: "t", BrokerID: 1, Partition: 2}
@@ -142,6 +147,7 @@ func TestCustomTable(t *testing.T) {
 // truncate msgIds or grow duplicate rows; after the ALTER it works and
 // keeps MetaQ's rows.
 func TestExistingMetaQTable(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.MariaDB(t)
 	db := sqlDB(t, dsn)
 	_, err := db.ExecContext(ctx(t), "CREATE TABLE meta_topic_partition_group_offset ("+
@@ -175,6 +181,7 @@ func TestExistingMetaQTable(t *testing.T) {
 }
 
 func TestNamesAreExact(t *testing.T) {
+	t.Parallel()
 	s := open(t, map[string]string{"dsn": testsvc.MariaDB(t)})
 	a := key{Group: "G", Topic: "T", BrokerID: 1, Partition: 0}
 	b := key{Group: "g", Topic: "t", BrokerID: 1, Partition: 0}
@@ -190,6 +197,7 @@ func TestNamesAreExact(t *testing.T) {
 }
 
 func TestInvalidKeys(t *testing.T) {
+	t.Parallel()
 	s := open(t, map[string]string{"dsn": testsvc.MariaDB(t)})
 	for _, k := range []key{
 		{Group: "g ", Topic: "t"},
@@ -222,6 +230,7 @@ func TestInvalidKeys(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.MariaDB(t)
 	noDB := dsn[:strings.LastIndexByte(dsn, '/')+1]
 	for name, conf := range map[string]map[string]string{
@@ -242,6 +251,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestNotInitializedAndClosed(t *testing.T) {
+	t.Parallel()
 	s := mysql.New()
 	k := key{Group: "g", Topic: "t"}
 	require.ErrorIs(t, commit(ctx(t), s, []entry{{Key: k}}), offsetstore.ErrNotInitialized)
@@ -281,6 +291,7 @@ func TestServerDown(t *testing.T) {
 }
 
 func TestInitUnreachable(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

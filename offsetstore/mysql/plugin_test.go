@@ -49,6 +49,7 @@ func openPlugin(t *testing.T, sup *host.Supervisor, name string, conf map[string
 }
 
 func TestPluginConformance(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.MariaDB(t)
 	sup := newSupervisor(t)
 	newStore := func(t *testing.T) offsets.Store {
@@ -64,6 +65,7 @@ func TestPluginConformance(t *testing.T) {
 // process boundary; after kill -9 of the plugin, commits fail until the
 // supervisor has restarted it, then work again (re-initialised).
 func TestPluginErrorsAndRestart(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.MariaDB(t)
 	sup := newSupervisor(t)
 	_, err := openPlugin(t, sup, "mysql-bad", map[string]string{"table": "x"})

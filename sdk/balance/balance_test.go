@@ -38,6 +38,7 @@ func consumerIDs(n int) []string {
 }
 
 func TestByName(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		want Strategy
@@ -61,6 +62,7 @@ func TestByName(t *testing.T) {
 }
 
 func TestDefault(t *testing.T) {
+	t.Parallel()
 	three := []string{"g_b", "g_c", "g_a"} // unsorted on purpose
 	for _, tc := range []struct {
 		name       string
@@ -143,6 +145,7 @@ func TestDefault(t *testing.T) {
 // TestDefaultMetaQStringOrder checks MetaQ's text order, where "0-10" < "0-2"
 // and "10-0" < "2-0", against the numeric order of Default.
 func TestDefaultMetaQStringOrder(t *testing.T) {
+	t.Parallel()
 	cs := []string{"g_b", "g_a"}
 	for _, tc := range []struct {
 		name          string
@@ -204,6 +207,7 @@ func TestDefaultMetaQStringOrder(t *testing.T) {
 // TestKetamaHash checks the hash against vectors computed independently
 // (Python: struct.unpack('<4I', hashlib.md5(s).digest())).
 func TestKetamaHash(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		s    string
 		want uint32
@@ -233,6 +237,7 @@ func TestKetamaHash(t *testing.T) {
 // TestConsistentGolden checks a full assignment against an independent
 // Python implementation of MetaQ's ConsisHashStrategy.
 func TestConsistentGolden(t *testing.T) {
+	t.Parallel()
 	cs := []string{"g_c", "g_a", "g_b"}
 	ps := parts(2, 6)
 	want := map[string]string{
@@ -257,6 +262,7 @@ func TestConsistentGolden(t *testing.T) {
 }
 
 func TestRingCollision(t *testing.T) {
+	t.Parallel()
 	// Two consumers sharing a point: the greater id wins, whatever the input order.
 	for _, r := range []hashRing{
 		{{5, "a"}, {5, "b"}, {9, "a"}},
@@ -317,6 +323,7 @@ func owners(t *testing.T, s Strategy, members []string, ps []message.Partition) 
 // own every partition exactly once. For CONSIST, a change moves only the
 // partitions of the consumer that left (or to the one that joined).
 func TestJoinsAndLeaves(t *testing.T) {
+	t.Parallel()
 	pool := consumerIDs(10)
 	ps := parts(4, 25)
 	for _, st := range strategies {
@@ -359,6 +366,7 @@ func TestJoinsAndLeaves(t *testing.T) {
 // TestConsistentLeaveStability removes each consumer of ten in turn: only
 // the partitions it owned move.
 func TestConsistentLeaveStability(t *testing.T) {
+	t.Parallel()
 	cs, ps := consumerIDs(10), parts(4, 25)
 	before := owners(t, Consistent(), cs, ps)
 	for i, gone := range cs {
@@ -381,6 +389,7 @@ func TestConsistentLeaveStability(t *testing.T) {
 // TestPermutationInvariance checks that the result does not depend on the
 // order of the inputs, and that the inputs are left alone.
 func TestPermutationInvariance(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, st := range strategies {
 		t.Run(st.name, func(t *testing.T) {
@@ -417,6 +426,7 @@ type onlyAssign struct{ Strategy }
 // shuffled inputs with duplicates, through the batch form and through the
 // per-consumer fallback.
 func TestAssignAll(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, st := range strategies {
 		if _, ok := st.s.(BatchStrategy); !ok {
@@ -478,6 +488,7 @@ func BenchmarkAssign(b *testing.B) {
 // removes; after each, its shares are what Assign gives each member, and
 // its members are sorted.
 func TestGroup(t *testing.T) {
+	t.Parallel()
 	pool := consumerIDs(16)
 	for _, st := range append(strategies, struct {
 		name string
@@ -526,6 +537,7 @@ func countTrue(m map[string]bool) int {
 // TestRingMerge: merged points keep ties, and the greater consumer owns a
 // shared point, as in TestRingCollision.
 func TestRingMerge(t *testing.T) {
+	t.Parallel()
 	r := hashRing{{9, "a"}}.merge(hashRing{{5, "a"}})
 	r = r.merge(hashRing{{5, "b"}, {12, "b"}})
 	want := hashRing{{5, "b"}, {5, "a"}, {9, "a"}, {12, "b"}}
