@@ -197,9 +197,6 @@ func jsonBodyType(r *http.Request) string {
 // flat objects.
 const maxJSONDepth = 32
 
-// errDupKey is jsonDupKeys' error for a key given twice.
-var errDupKey = errors.New("duplicate key")
-
 // jsonDupKeys walks one JSON value in data, tokens only, and reports a key
 // given twice in an object (at any depth), nesting deeper than
 // maxJSONDepth, a syntax error or data after the value. Keys are compared
