@@ -130,7 +130,7 @@ type Broker struct {
 	groups *groups.Coordinator
 	// tls is the TLS material (tls.go), nil without [tls]; users check
 	// logins (core/security), nil with auth off.
-	tls   *tlsState
+	tls   *security.TLS
 	users *security.Users
 	// reg is the ZooKeeper registration (cluster mode), set by Serve
 	// under mu; nil in local mode.
@@ -258,7 +258,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		return nil, err
 	}
 	if cfg.TLS.Enabled() {
-		s, err := newTLSState(cfg.TLS)
+		s, err := security.NewTLS(cfg.TLS)
 		if err != nil {
 			return nil, err
 		}
@@ -552,11 +552,11 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	case ln == nil && tln == nil:
 		return errors.New("serve: no listener")
 	case tln != nil && b.tls == nil:
-		return errNoTLS
+		return security.ErrNoTLS
 	}
 	b.ln = ln
 	if tln != nil {
-		b.tlsLn = tls.NewListener(heldListener{tln}, b.tls.listenerConfig())
+		b.tlsLn = tls.NewListener(heldListener{tln}, b.tls.ListenerConfig())
 	}
 	if b.fo != nil {
 		if err := b.fo.loadBook(); err != nil { // rejoin.go

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/filters"
 )
 
@@ -32,7 +33,7 @@ func CheckConfig(cfg *conf.Config) []string {
 		probs = append(probs, err.Error())
 	}
 	if cfg.TLS.Enabled() {
-		if _, err := newTLSState(cfg.TLS); err != nil {
+		if _, err := security.NewTLS(cfg.TLS); err != nil {
 			probs = append(probs, err.Error())
 		}
 	}

@@ -67,7 +67,7 @@ func (b *Broker) ServeHTTP(ln net.Listener) error {
 	}
 	var tc *tls.Config
 	if b.tls != nil {
-		tc = b.tls.listenerConfig()
+		tc = b.tls.ListenerConfig()
 	}
 	if err := b.web.srv.Serve(ln, tc); err != nil {
 		return err

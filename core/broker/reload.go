@@ -154,7 +154,7 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 
 	// Apply. TLS first: it is the one step that can fail.
 	if b.tls != nil {
-		if err := b.tls.reloadFrom(eff.TLS); err != nil {
+		if err := b.tls.ReloadFrom(eff.TLS); err != nil {
 			return ReloadReport{}, err
 		}
 		what := "TLS certificates reloaded from " + eff.TLS.CertFile

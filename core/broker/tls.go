@@ -2,112 +2,20 @@ package broker
 
 import (
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
 	"net"
-	"os"
 	"sync"
-	"sync/atomic"
 
-	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/security"
 )
-
-// tlsState holds the broker's TLS material ([tls] in server.toml). The
-// certificate and the client CA pool are swapped atomically by reload, so
-// SIGHUP (Broker.ReloadTLS) changes what new handshakes see without
-// touching established connections.
-type tlsState struct {
-	// mu serializes reloads; cfg is the [tls] table last loaded (under mu).
-	mu  sync.Mutex
-	cfg conf.TLS
-	// server is the config of new handshakes: GetConfigForClient returns
-	// it, and its GetCertificate reads cert.
-	server atomic.Pointer[tls.Config]
-	cert   atomic.Pointer[tls.Certificate]
-}
-
-// newTLSState loads the certificate, key and client CA of c.
-func newTLSState(c conf.TLS) (*tlsState, error) {
-	s := &tlsState{cfg: c}
-	if err := s.load(c); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// reload reads the files again; on any error the current material stays.
-func (s *tlsState) reload() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.load(s.cfg)
-}
-
-// reloadFrom loads the material [tls] table c names (Reload: the paths may
-// have changed) and makes c current; on error nothing changes.
-func (s *tlsState) reloadFrom(c conf.TLS) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.load(c); err != nil {
-		return err
-	}
-	s.cfg = c
-	return nil
-}
-
-// load reads the files of c and swaps them in. The caller holds mu.
-func (s *tlsState) load(c conf.TLS) error {
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-	if err != nil {
-		return fmt.Errorf("tls: load cert_file %s and key_file %s: %w", c.CertFile, c.KeyFile, err)
-	}
-	sc := &tls.Config{
-		MinVersion: c.MinTLSVersion(),
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return s.cert.Load(), nil
-		},
-	}
-	if c.ClientCAFile != "" {
-		pem, err := os.ReadFile(c.ClientCAFile)
-		if err != nil {
-			return fmt.Errorf("tls: client_ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("tls: client_ca_file %s: no PEM certificate in it", c.ClientCAFile)
-		}
-		sc.ClientCAs = pool
-		sc.ClientAuth = tls.VerifyClientCertIfGiven
-		if c.RequireClientCert {
-			sc.ClientAuth = tls.RequireAndVerifyClientCert
-		}
-	}
-	s.cert.Store(&cert)
-	s.server.Store(sc)
-	return nil
-}
-
-// listenerConfig is the config the TLS listener is built with: each
-// handshake takes the current material.
-func (s *tlsState) listenerConfig() *tls.Config {
-	return &tls.Config{
-		MinVersion: s.cfg.MinTLSVersion(),
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			return s.server.Load(), nil
-		},
-	}
-}
-
-var errNoTLS = errors.New("tls: not configured (no [tls] cert_file)")
 
 // ReloadTLS reads [tls] cert_file, key_file and client_ca_file again (the
 // server's SIGHUP). New handshakes use the new material; established
 // connections keep theirs. On error nothing changes.
 func (b *Broker) ReloadTLS() error {
 	if b.tls == nil {
-		return errNoTLS
+		return security.ErrNoTLS
 	}
-	return b.tls.reload()
+	return b.tls.Reload()
 }
 
 // heldConn is the TCP connection under a broker TLS connection. tls.Conn
