@@ -152,9 +152,9 @@ type Broker struct {
 	// "sync" (syncrepl.go, core/repl); nil otherwise. The transactions
 	// (txm) are registered on it as its repl.Extension (repl.go).
 	sync *syncMaster
-	// fo is the automatic failover state (failover.go) with failover =
-	// true; nil otherwise.
-	fo *failover
+	// fo is the automatic failover state (core/repl, failover.go) with
+	// failover = true; nil otherwise.
+	fo *repl.Failover
 
 	// metrics are the Prometheus histograms and registry (metrics.go);
 	// committed the offsets groups committed here (core/groups).
@@ -239,13 +239,17 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 		b.slave = repl.NewSlave(repl.FromConf(cfg), cfg.FailoverSlaveID, replHost{partSource{b}}, b.log)
 	}
 	if cfg.Failover {
-		b.fo = newFailover(b)
 		if cfg.IsSlave() {
 			// Run once promoted: a promoted slave ships to the slaves that
 			// join it, acknowledging alone while none is in sync.
 			b.sync = newSyncMaster(b)
 			b.sync.SetDegrade(true)
 		}
+		var sm *repl.SyncMaster
+		if b.sync != nil {
+			sm = b.sync.SyncMaster
+		}
+		b.fo = repl.NewFailover(repl.FromConf(cfg), replHost{partSource{b}}, sm, b.slave, b.log)
 	}
 	gcfg := groups.FromConf(cfg)
 	gcfg.SessionTimeout = opts.GroupSessionTimeout
@@ -559,7 +563,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		b.tlsLn = tls.NewListener(heldListener{tln}, b.tls.ListenerConfig())
 	}
 	if b.fo != nil {
-		if err := b.fo.loadBook(); err != nil { // rejoin.go
+		if err := b.fo.LoadBook(); err != nil { // core/repl
 			return err
 		}
 	}
@@ -570,7 +574,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	}
 	switch {
 	case b.fo != nil && b.config().IsSlave():
-		b.fo.startSlave() // rejoin.go: replica.go's loop
+		b.fo.StartSlave() // core/repl: the slave's loop
 	case b.slave != nil && b.fo == nil:
 		b.wg.Add(1)
 		go b.runSlave() // core/repl
@@ -579,8 +583,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 		go b.sync.run() // syncrepl.go; with failover it runs while holding the epoch (become)
 	}
 	if b.fo != nil && !b.config().IsSlave() && b.reg != nil {
-		b.wg.Add(1)
-		go b.fo.claimAtStart() // failover.go
+		b.fo.Start() // core/repl: the claim loop
 	}
 	b.startLagSource() // groupsglue.go
 	b.wg.Add(1)

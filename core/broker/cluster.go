@@ -136,6 +136,6 @@ func advertiseHost(h string) string {
 // expired is fenced.
 func (b *Broker) foExpired() {
 	if b.fo != nil {
-		b.fo.onExpired()
+		b.fo.OnExpired()
 	}
 }

@@ -583,9 +583,9 @@ func (c *conn) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 		c.reply(protocol.StatusInternalError, "append failed: "+err.Error(), opaque)
 		return
 	}
-	if f := c.b.fo; f != nil && !f.mayAck() { // failover.go: fenced, or no lease
+	if f := c.b.fo; f != nil && !f.MayAck() { // core/repl: fenced, or no lease
 		c.b.stats.putFailed.Add(1)
-		c.reply(protocol.StatusInternalError, f.refusal(), opaque)
+		c.replyErr(f.Refusal(), opaque)
 		return
 	}
 	var body [64]byte

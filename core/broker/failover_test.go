@@ -223,11 +223,15 @@ func TestSwitchoverRefusesPutPastDrain(t *testing.T) {
 	}
 	done := make(chan reply, 1)
 	go func() {
-		code, msg := master.fo.switchover()
+		code, msg := protocol.StatusOK, ""
+		msg, err := master.fo.Switchover()
+		if err != nil {
+			code, msg = statusOf(err)
+		}
 		done <- reply{code, msg}
 	}()
 	waitFor(t, 5*time.Second, func() error {
-		if master.fo.role.Load() != repl.RoleDraining {
+		if master.fo.Role() != repl.RoleDraining {
 			return fmt.Errorf("not draining yet")
 		}
 		return nil
@@ -408,7 +412,7 @@ func TestFailoverBindWaitsForRejoin(t *testing.T) {
 	eb := &repl.EpochBook{}
 	eb.Add(repl.EpochEntry{Epoch: 1, Held: true, Starts: map[repl.PartKey]int64{{Topic: "t", P: 0}: 0, {Topic: "t", P: 1}: 0}})
 	require.NoError(t, eb.Save(dir))
-	held := filepath.Join(dir, heldFile)
+	held := filepath.Join(dir, repl.HeldFile)
 	require.NoError(t, os.WriteFile(held, []byte("broker 3 member s1 held epoch 1\n"), 0o644))
 	// No master is registered: the slave waits, and does not rejoin.
 	s := replBroker(t, zkAddr, root, dir, "", 1, func(c *conf.Config) { c.Failover = true })

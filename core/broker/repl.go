@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/repl"
-	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // The broker's side of replication (core/repl): the wiring of the
@@ -23,7 +22,7 @@ func replStatus(err error) (int, string, bool) {
 	if !errors.As(err, &e) {
 		return 0, "", false
 	}
-	return protocol.StatusInternalError, e.Msg, true // every kind: 500
+	return replFailoverStatus(e), e.Msg, true
 }
 
 // wireRepl registers the other components on the replication state:
@@ -49,7 +48,7 @@ func (b *Broker) wireRepl() {
 // else a slave's or a master's, as configured.
 func (b *Broker) replRole() repl.Role {
 	if b.fo != nil {
-		return b.fo.role.Load()
+		return b.fo.Role()
 	}
 	if b.slave != nil {
 		return repl.RoleSlave
@@ -62,10 +61,4 @@ func (b *Broker) replRole() repl.Role {
 // peer at addr, with the configuration as it is now (core/repl/dial.go).
 func (b *Broker) replDial(ctx context.Context, addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
 	return repl.DialerFromConf(b.config(), b.opts.replAddr).Dial(ctx, addr, tlsPeer, timeout)
-}
-
-// replDialPeer is replDial without a context (a sync master's link and
-// control connection).
-func (b *Broker) replDialPeer(addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
-	return b.replDial(context.Background(), addr, tlsPeer, timeout)
 }

@@ -34,11 +34,20 @@ func (h replHost) Registry() *registry.Registry {
 }
 
 func (h replHost) Dial(ctx context.Context, addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
-	return h.b.replDial(ctx, addr, tlsPeer, timeout) // repllink.go
+	return h.b.replDial(ctx, addr, tlsPeer, timeout) // repl.go
 }
 
 func (h replHost) Done() <-chan struct{} { return h.b.done }
-func (h replHost) Closed() bool          { return h.b.closed.Load() }
+
+// Go runs fn in a goroutine Close waits for.
+func (h replHost) Go(fn func()) {
+	h.b.wg.Add(1)
+	go func() {
+		defer h.b.wg.Done()
+		fn()
+	}()
+}
+func (h replHost) Closed() bool { return h.b.closed.Load() }
 
 // runSlave runs the slave's loop; the caller did b.wg.Add(1).
 func (b *Broker) runSlave() {

@@ -409,7 +409,11 @@ func failoverStatsLines(st repl.FailoverStatus, kv func(k string, v any)) {
 	kv("epoch", st.Epoch)
 	if st.Role.Holds() {
 		kv("failover_lease_ms", st.LeaseMs)
-		kv("failover_insync", memberLabelOr(st.InSync))
+		insync := "-"
+		if st.InSync >= 0 {
+			insync = repl.MemberLabel(st.InSync)
+		}
+		kv("failover_insync", insync)
 	}
 }
 

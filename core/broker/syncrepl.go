@@ -64,10 +64,10 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 	sp := sm.Part(t.name, p, l)
 	sp.Lock()
 	if f := c.b.fo; f != nil {
-		if code, msg := f.lateRefusal(); msg != "" { // rejoin.go
+		if err := f.LateRefusal(); err != nil { // core/repl
 			sp.Unlock()
 			c.b.stats.putFailed.Add(1)
-			c.reply(code, msg, opaque)
+			c.replyErr(err, opaque)
 			return
 		}
 	}

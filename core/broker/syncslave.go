@@ -54,9 +54,9 @@ func (c *conn) handleSync(r *protocol.Request) {
 	}
 	sl := b.slave.LogState(l)
 	sl.Lock()
-	if msg := c.syncRefusal(); msg != "" { // txreplslave.go
+	if err := c.syncRefusal(); err != nil { // txreplslave.go
 		sl.Unlock()
-		c.reply(protocol.StatusInternalError, msg, r.Opaque)
+		c.replyErr(err, r.Opaque)
 		return
 	}
 	if r.MsgID <= sl.LastID() {

@@ -200,8 +200,8 @@ func (t *topic) CountIn(p int32, msgs int, bytes int64) {
 func (h txHost) AppendFailed(err error) { h.b.disks.wakeOn(err) }
 
 func (h txHost) Fence() error {
-	if f := h.b.fo; f != nil && !f.mayAck() {
-		return errors.New(f.refusal())
+	if f := h.b.fo; f != nil && !f.MayAck() {
+		return errors.New(f.Refusal().Error())
 	}
 	return nil
 }

@@ -24,6 +24,14 @@ type Config struct {
 	SlaveMaxDelay time.Duration
 	// MaxMessageSize bounds a copied record.
 	MaxMessageSize int
+	// Failover (failover = true): the ZooKeeper session_timeout that
+	// bounds a lease, unclean_election, failover_slave_id (the master's
+	// slave id when it rejoins as one) and data_dir (epochs,
+	// failover-held).
+	SessionTimeout  time.Duration
+	UncleanElection bool
+	FailoverSlaveID int
+	DataDir         string
 }
 
 // FromConf is cfg's replication slice.
@@ -38,5 +46,10 @@ func FromConf(cfg *conf.Config) Config {
 		SlaveGroup:     cfg.EffectiveSlaveGroup(),
 		SlaveMaxDelay:  time.Duration(cfg.SlaveMaxDelay) * time.Millisecond,
 		MaxMessageSize: cfg.MaxMessageSize,
+
+		SessionTimeout:  time.Duration(cfg.ZooKeeper.SessionTimeout) * time.Millisecond,
+		UncleanElection: cfg.UncleanElection,
+		FailoverSlaveID: cfg.FailoverSlaveID,
+		DataDir:         cfg.DataDir,
 	}
 }

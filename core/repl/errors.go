@@ -10,6 +10,17 @@ const (
 	Disconnected Kind = iota + 1
 	// SlaveFailed: the slave failed, or did not answer, a shipped sync.
 	SlaveFailed
+	// Fenced: a failover member that does not hold the epoch (or its
+	// lease) acknowledges nothing.
+	Fenced
+	// Busy: a put refused while the member is between roles (taking the
+	// epoch, switching over); retry in a moment.
+	Busy
+	// Refused: a replication request this member does not take now
+	// (sync, sync-epoch, epoch-start, switchover).
+	Refused
+	// Invalid: a malformed replication request.
+	Invalid
 )
 
 // Error is a replication refusal or failure. Msg is the text the client
