@@ -76,7 +76,6 @@ func TestClusterKill9UnderLoad(t *testing.T) {
 	// Kill it again and restart it at once, before the killed process's
 	// session has expired: that session still holds ids/2/master, so the
 	// new process registers only once it expires, by itself.
-	n2 = l.count(2)
 	killed = time.Now()
 	b2.kill9(t)
 	b2.restart(t)
