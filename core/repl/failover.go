@@ -915,7 +915,8 @@ func (f *Failover) Switchover() (string, error) {
 		// was set counts itself in flight under sp's lock, or sees
 		// draining there and is refused (LateRefusal).
 		sp.Lock()
-		sp.Unlock() //nolint:staticcheck // a barrier
+		//lint:ignore SA2001 a barrier, see above
+		sp.Unlock()
 		for sp.InFlight() > 0 {
 			if time.Now().After(deadline) {
 				why = fmt.Sprintf("%s-%d: puts in flight did not complete", topic, p)
