@@ -7,10 +7,12 @@
 // gets the same verdict, with the same words, whichever door they use.
 //
 // The rights themselves are the [[auth.user]] tables of server.toml
-// (conf.User: publish, subscribe, groups, admin). The package is meant to
-// grow into the owner of users, ACLs and TLS material (issue 24); for now
-// it decides (authz.go) and limits failed logins (loginlimit.go), and the
-// broker authenticates and applies the verdict. The actions:
+// (conf.User: publish, subscribe, groups, admin). The package owns the
+// decisions about users, ACLs and TLS material: it authorizes (authz.go),
+// checks logins (Users, users.go) through the failed-login limiter
+// (loginlimit.go), and holds the TLS material (TLS, tls.go). The broker
+// carries the conversations (SASL PLAIN on the wire, HTTP basic auth, the
+// TLS handshake) and applies the verdicts. The actions:
 //
 //   - Publish, Subscribe and UseGroup are the ACL lists as they are.
 //   - Describe is a topic's metadata (existence, partitions, offsets,
