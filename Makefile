@@ -123,12 +123,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseEpochData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseOffsetData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzAdminAPI$$' -fuzztime $(FUZZTIME) ./core/broker/
-	$(GO) test -run '^$$' -fuzz '^FuzzTxJournal$$' -fuzztime $(FUZZTIME) ./core/broker/
-	$(GO) test -run '^$$' -fuzz '^FuzzTxSync$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzTxJournal$$' -fuzztime $(FUZZTIME) ./core/tx/
+	$(GO) test -run '^$$' -fuzz '^FuzzTxSync$$' -fuzztime $(FUZZTIME) ./core/tx/
 	$(GO) test -run '^$$' -fuzz '^FuzzDashboard$$' -fuzztime $(FUZZTIME) ./core/broker/
-	$(GO) test -run '^$$' -fuzz '^FuzzCommittedFile$$' -fuzztime $(FUZZTIME) ./core/broker/
-	$(GO) test -run '^$$' -fuzz '^FuzzJSONDupKeys$$' -fuzztime $(FUZZTIME) ./core/broker/
-	$(GO) test -run '^$$' -fuzz '^FuzzEpochs$$' -fuzztime $(FUZZTIME) ./core/broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzCommittedFile$$' -fuzztime $(FUZZTIME) ./core/groups/
+	$(GO) test -run '^$$' -fuzz '^FuzzJSONDupKeys$$' -fuzztime $(FUZZTIME) ./core/httpapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzEpochs$$' -fuzztime $(FUZZTIME) ./core/repl/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCountItem$$' -fuzztime $(FUZZTIME) ./core/broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCountReply$$' -fuzztime $(FUZZTIME) ./sdk/admin/
 
