@@ -11,9 +11,9 @@ import (
 )
 
 // What the HTTP side shows of replication (docs/http.md): the /readyz
-// "replica" check and the metaq_replication_* series. Both read the
-// replication state through its stats lines (replica.go, syncrepl.go), the
-// interface `stats` uses, so the replication code can change inside.
+// "replica" check and the metaq_replication_* series. Both read the typed
+// status of core/repl (Slave.Status, SyncMaster.Status, Failover.Status),
+// as `stats` does (stats.go renders it as text).
 
 var (
 	dReplRole      = desc("metaq_replication_role", "Always 1; the label gives the broker's replication role (master or slave).", "role")
