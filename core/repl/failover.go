@@ -34,7 +34,7 @@ import (
 //   - The master claims the epoch at start (creating the node with epoch 1,
 //     or raising it if it is the holder already) and registers only then
 //     (the registry starts in standby). If a slave holds the epoch, the
-//     master rejoins it as slave failover_slave_id (rejoin.go), cutting
+//     master rejoins it as slave failover_slave_id (Rejoin), cutting
 //     the tail the holder never had first.
 //   - A holder acknowledges a put only under a lease: after a read of the
 //     epoch node, under the session the epoch was claimed in, shows it
@@ -61,7 +61,7 @@ import (
 //   - A member that takes an epoch records where it starts in each
 //     partition (data_dir/epochs) before it acknowledges anything in it;
 //     a fenced member that does not hold the epoch rejoins the holder as
-//     a slave, cutting its divergent tail (rejoin.go).
+//     a slave, cutting its divergent tail (Rejoin).
 type Failover struct {
 	host         FailoverHost
 	cfg          Config
@@ -87,7 +87,7 @@ type Failover struct {
 	known atomic.Int64
 	// clearing is set while clearInSyncSoon runs.
 	clearing atomic.Bool
-	// rejoin.go: the epochs recorded in data_dir/epochs (under bookMu);
+	// The epochs recorded in data_dir/epochs (under bookMu);
 	// the loops running (one of each at a time).
 	bookMu       sync.Mutex
 	book         *EpochBook
@@ -215,7 +215,7 @@ func (f *Failover) claimAtStart() {
 				next = zkpath.EpochData{Epoch: d.Epoch + 1, Holder: f.me(), InSync: d.InSync}
 				err = reg.WriteEpoch(next, ver, false)
 			default:
-				f.demote("epoch " + d.String() + " is held by " + MemberLabel(d.Holder)) // rejoin.go
+				f.demote("epoch " + d.String() + " is held by " + MemberLabel(d.Holder)) // rejoins as a slave
 				return
 			}
 			if err == nil && reg.SessionID() == sess && sess != 0 {
@@ -238,7 +238,7 @@ func (f *Failover) claimAtStart() {
 // the read sent at t0.
 func (f *Failover) become(reg *registry.Registry, d zkpath.EpochData, sess int64, t0 int64) {
 	// Where epoch d starts, recorded before anything is acknowledged in
-	// it (rejoin.go).
+	// it (Rejoin).
 	if err := f.recordHeld(d.Epoch); err != nil {
 		f.errorf("failover: ERROR: recording where epoch %d starts in %s: %v (a former holder rejoining this one may keep a divergent tail)", d.Epoch, EpochsFile, err)
 	}
@@ -257,7 +257,7 @@ func (f *Failover) become(reg *registry.Registry, d zkpath.EpochData, sess int64
 	f.logf("failover: member %s of broker %d holds epoch %d (%s); registering as master", MemberLabel(f.me()), f.cfg.BrokerID, d.Epoch, d)
 	claim := f.claims.Add(1)
 	f.host.Go(func() { f.leaseLoop(claim) })
-	f.startSync() // rejoin.go
+	f.startSync()
 }
 
 // leaseLoop renews the holder's lease until it is fenced or the broker
@@ -541,7 +541,7 @@ func (f *Failover) LearnEpoch() {
 
 // HeldFile, in data_dir, records that this data directory held an epoch:
 // its tail may have diverged from the next holder's (messages stored but
-// never acknowledged). A rejoin (rejoin.go) cuts that tail and deletes
+// never acknowledged). A rejoin (Rejoin) cuts that tail and deletes
 // it; without data_dir/epochs (written before epochs were recorded) a
 // failover member refuses to start on it.
 const HeldFile = "failover-held"
@@ -588,7 +588,7 @@ func (f *Failover) InSyncSlave() int { return int(f.insync.Load()) }
 
 // A former holder rejoins as a slave (docs/replication.md, Failover):
 //
-//   - Every member keeps data_dir/epochs (epochs.go): where each epoch
+//   - Every member keeps data_dir/epochs (epochs.go, EpochBook): where each epoch
 //     whose records it holds starts, per partition. The holder of epoch E
 //     records its own ends when it takes E, before it acknowledges
 //     anything in E.
@@ -833,7 +833,7 @@ func (f *Failover) demote(why string) {
 	f.StartSlave()
 }
 
-// StartSlave runs the slave loop (replica.go) unless it runs already;
+// StartSlave runs the slave loop (Slave.Run) unless it runs already;
 // it ends when this member is promoted.
 func (f *Failover) StartSlave() {
 	if !f.slaveRunning.CompareAndSwap(false, true) {

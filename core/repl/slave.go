@@ -72,7 +72,7 @@ type Slave struct {
 	lastTops time.Time
 
 	// logs are the per-partition append states shared by the puller and
-	// the sync handler (syncslave.go), by log.
+	// the sync handler (core/broker/syncslave.go), by log.
 	logsMu sync.Mutex
 	logs   map[*store.Log]*SlaveLog
 
@@ -81,7 +81,7 @@ type Slave struct {
 	lagBytes  atomic.Int64
 	lagMs     atomic.Int64
 	records   atomic.Int64 // records copied since start
-	syncs     atomic.Int64 // syncs appended (syncslave.go)
+	syncs     atomic.Int64 // syncs appended (core/broker/syncslave.go)
 	syncDups  atomic.Int64 // syncs the puller had copied already
 	refetched atomic.Int64 // bytes the puller fetched that syncs had stored already
 	rounds    atomic.Int64 // pull rounds made
@@ -169,7 +169,7 @@ type SlaveLog struct {
 	// end is where the next append lands (the master's offset of the
 	// next record): the puller skips what lies below it, which a sync or
 	// a txsync appended already, and a txsync's batches must start at it
-	// (txreplslave.go). Transaction batches keep the ids their puts were
+	// (core/tx, AppendAt). Transaction batches keep the ids their puts were
 	// answered with, below later puts' ids: lastID is the highest id
 	// appended, and only single syncs (puts, whose ids rise with their
 	// offsets) are told apart by it.
@@ -251,7 +251,7 @@ func (s *Slave) Run() {
 			continue
 		}
 		lastErr = ""
-		if !ok && s.fo != nil && s.fo.Elect() { // failover.go
+		if !ok && s.fo != nil && s.fo.Elect() { // failover: promoted
 			return
 		}
 		if !ok {
@@ -348,7 +348,7 @@ func (s *Slave) sleep(d time.Duration) {
 // pull copies from the master at addr (TLS-only when tlsMaster) until
 // ctx is done or the connection fails.
 func (s *Slave) pull(ctx context.Context, addr string, tlsMaster bool) error {
-	nc, err := s.host.Dial(ctx, addr, tlsMaster, DialTimeout) // repllink.go
+	nc, err := s.host.Dial(ctx, addr, tlsMaster, DialTimeout) // dial.go
 	if err != nil {
 		return err
 	}
@@ -540,7 +540,7 @@ func (s *Slave) round(rc *RoundConn) (got bool, err error) {
 	}
 	for i, rp := range live {
 		if end := rp.l.MaxOffset(); end > rp.next {
-			// A sync master's syncs (syncslave.go) appended these, at
+			// A sync master's syncs (core/broker/syncslave.go) appended these, at
 			// the master's offsets: do not fetch them again.
 			rp.next = end
 		}
