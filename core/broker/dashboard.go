@@ -224,7 +224,7 @@ func (h httpBackend) GroupsPage(sv security.Viewer) httpapi.GroupsPage {
 	v := viewerOf(sv)
 	var rows []row
 	lags := b.lagsNow()
-	for _, g := range b.groupListFor(v) { // the user's groups, on topics they may subscribe to
+	for _, g := range b.groupEntries(v) { // the user's groups, on topics they may subscribe to
 		x := row{GroupEntry: g}
 		x.Lag, x.HasLag = lags[groupTopic{Group: g.Group, Topic: g.Topic}]
 		x.AllMembers = g.Members

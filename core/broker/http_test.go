@@ -317,18 +317,5 @@ func TestReadyzZooKeeperOutage(t *testing.T) {
 	})
 }
 
-// TestLagMessages: the message lag is exact at the end and from the start,
-// and estimated from the mean record size in between.
-func TestLagMessages(t *testing.T) {
-	s := partSize{min: 1000, max: 11000, msgs: 100} // 100-byte records on average
-	require.Equal(t, int64(0), s.lagMessages(11000))
-	require.Equal(t, int64(0), s.lagMessages(12000))
-	require.Equal(t, int64(100), s.lagMessages(1000))
-	require.Equal(t, int64(100), s.lagMessages(0)) // below min: every message
-	require.Equal(t, int64(50), s.lagMessages(6000))
-	require.Equal(t, int64(1), s.lagMessages(10900))
-	require.Equal(t, int64(0), partSize{min: 0, max: 500, msgs: -1}.lagMessages(100), "count not known yet")
-}
-
 // newMux is b's HTTP handler, for tests that serve requests in process.
 func (b *Broker) newMux() http.Handler { return b.web.srv.Handler() }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/security"
@@ -224,29 +225,55 @@ func (h httpBackend) AddPartitions(a httpapi.Actor, name string, n int) (int, er
 	return old, nil
 }
 
-// Groups lists the groups v may see (admin_http.go).
+// Groups lists the groups v may see (core/groups admin.go).
 func (h httpBackend) Groups(v security.Viewer) []*httpapi.GroupEntry {
-	return h.b.groupListFor(viewerOf(v))
+	return h.b.groupEntries(viewerOf(v))
 }
 
 // GroupTopics are the topics known for group.
-func (h httpBackend) GroupTopics(group string) []string { return h.b.knownGroupTopics(group) }
+func (h httpBackend) GroupTopics(group string) []string { return h.b.groupAdmin().Topics(group) }
 
 // DescribeGroup describes group on topics.
 func (h httpBackend) DescribeGroup(ctx context.Context, group string, topics []string) ([]httpapi.GroupTopic, error) {
-	out, err := h.b.describeGroup(ctx, group, topics)
-	switch {
-	case errors.Is(err, partition.ErrNoTopic):
-		return nil, &httpapi.RequestError{Status: http.StatusNotFound, Msg: err.Error()}
-	case err != nil:
-		return nil, h.b.offsetStoreError(err)
+	ts, err := h.b.groupAdmin().Describe(ctx, group, topics)
+	if err != nil {
+		return nil, h.groupRefusal(err)
+	}
+	out := make([]httpapi.GroupTopic, len(ts))
+	for i, t := range ts {
+		out[i] = httpapi.GroupTopic{Topic: t.Topic, LagBytes: t.LagBytes, LagMessages: t.LagMessages,
+			LagMessagesEstimated: t.LagMessagesEstimated, Partitions: make([]httpapi.GroupPartition, len(t.Partitions))}
+		for j, p := range t.Partitions {
+			out[i].Partitions[j] = httpapi.GroupPartition(p)
+		}
 	}
 	return out, nil
 }
 
 // PlanReset plans a reset of group's offsets.
 func (h httpBackend) PlanReset(ctx context.Context, group string, req httpapi.ResetRequest) (*httpapi.ResetPlan, error) {
-	return h.b.planReset(ctx, group, req)
+	cs, err := h.b.groupAdmin().PlanReset(ctx, group, req.Topic, req.Partition, req.To, req.Offset)
+	if err != nil {
+		return nil, h.groupRefusal(err)
+	}
+	plan := &httpapi.ResetPlan{Topic: req.Topic}
+	for _, c := range cs {
+		plan.Changes = append(plan.Changes, httpapi.ResetChange(c))
+	}
+	return plan, nil
+}
+
+// groupRefusal is the HTTP refusal of a groups.Admin error: 400 for a
+// malformed request, 404 for an unknown topic, 502 for the offset store.
+func (h httpBackend) groupRefusal(err error) error {
+	var ge *groups.Error
+	switch {
+	case errors.As(err, &ge):
+		return &httpapi.RequestError{Status: http.StatusBadRequest, Msg: ge.Msg}
+	case errors.Is(err, partition.ErrNoTopic):
+		return &httpapi.RequestError{Status: http.StatusNotFound, Msg: err.Error()}
+	}
+	return h.b.offsetStoreError(err)
 }
 
 // ApplyReset writes plan for a.

@@ -40,7 +40,7 @@ func zkCreateAll(t *testing.T, c *zk.Conn, path string, data string) {
 
 // groupEntryOf returns the group list's entry of group and topic, or nil.
 func groupEntryOf(b *Broker, group, topic string) *httpapi.GroupEntry {
-	for _, e := range b.groupList() {
+	for _, e := range b.groupEntries(viewer{}) {
 		if e.Group == group && e.Topic == topic {
 			return e
 		}
@@ -98,7 +98,7 @@ func TestLagFromZooKeeper(t *testing.T) {
 	require.NoError(t, b.committed.RefreshZK())
 
 	e := groupEntryOf(b, "g-zk", "t")
-	require.NotNil(t, e, "%+v", b.groupList())
+	require.NotNil(t, e, "%+v", b.groupEntries(viewer{}))
 	require.True(t, e.InZooKeeper)
 	require.True(t, e.LagKnown)
 	require.False(t, e.Committed)
@@ -106,7 +106,7 @@ func TestLagFromZooKeeper(t *testing.T) {
 	e = groupEntryOf(b, "g-mysql", "t")
 	require.NotNil(t, e)
 	require.False(t, e.LagKnown)
-	require.Equal(t, noteOffsetsElsewhere, e.Note)
+	require.Equal(t, groups.NoteOffsetsElsewhere, e.Note)
 	e = groupEntryOf(b, "g-bad", "t")
 	require.NotNil(t, e)
 	require.False(t, e.LagKnown)

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
-	"github.com/metaq-go/metaq/core/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -155,11 +155,11 @@ func (b *Broker) metricsStatus() httpapi.Status {
 	st.Ready = httpapi.Ready(b.readiness())
 
 	topics := b.topicList()
-	partSizes := make(map[string][]partSize, len(topics))
+	partSizes := make(map[string][]groups.PartSize, len(topics))
 	logs := make(map[string]*topic, len(topics))
 	for _, t := range topics {
 		ts := httpapi.TopicStatus{Name: t.name, Partitions: make([]httpapi.PartitionStatus, len(t.parts))}
-		parts := make([]partSize, len(t.parts))
+		parts := make([]groups.PartSize, len(t.parts))
 		for p, l := range t.parts {
 			pc := &t.pc[p]
 			n, mx, mn := l.MessageCount(), l.MaxOffset(), l.MinOffset()
@@ -168,7 +168,7 @@ func (b *Broker) metricsStatus() httpapi.Status {
 			}
 			ts.Partitions[p] = httpapi.PartitionStatus{MsgsIn: pc.msgsIn.Load(), BytesIn: pc.bytesIn.Load(), BytesOut: pc.bytesOut.Load(),
 				MsgsOut: pc.msgsOut.Load(), Gets: pc.gets.Load(), Messages: n, MinOffset: mn, MaxOffset: mx}
-			parts[p] = partSize{min: mn, max: mx, msgs: n}
+			parts[p] = groups.PartSize{Min: mn, Max: mx, Msgs: n}
 		}
 		st.Topics = append(st.Topics, ts)
 		logs[t.name] = t
@@ -217,9 +217,9 @@ func (b *Broker) metricsStatus() httpapi.Status {
 			if p >= len(sizes) || off < 0 {
 				continue
 			}
-			l := max(sizes[p].max-off, 0)
+			l := max(sizes[p].Max-off, 0)
 			gl.Bytes += l
-			n, _ := lagMessages(t.parts[p], sizes[p], off)
+			n, _ := groups.LagMessages(t.parts[p], sizes[p], off)
 			gl.Messages += n
 			if st.PartitionLabels {
 				gl.Partitions = append(gl.Partitions, httpapi.PartitionLag{Partition: p, Bytes: l})
@@ -228,40 +228,4 @@ func (b *Broker) metricsStatus() httpapi.Status {
 		st.Lags = append(st.Lags, gl)
 	}
 	return st
-}
-
-// lagMessages is the number of messages of l from committed to s.max
-// (s is l's offsets and count, read once per scrape): counted with the
-// record-count index, or, while that does not cover the range yet (after
-// a restart, until the background scrub has indexed the old segments),
-// estimated (exact false).
-func lagMessages(l *store.Log, s partSize, committed int64) (n int64, exact bool) {
-	if committed >= s.max {
-		return 0, true
-	}
-	if n, exact, err := l.CountRecords(committed, s.max); err == nil && exact {
-		return n, true
-	}
-	return s.lagMessages(committed), false
-}
-
-// partSize is a partition's offsets and message count at a scrape.
-type partSize struct{ min, max, msgs int64 }
-
-// lagMessages is the number of messages from committed to the end: 0 at
-// the end, every message from the start, else the byte lag over the mean
-// record size (0 while the count is not known yet).
-func (s partSize) lagMessages(committed int64) int64 {
-	lag := s.max - committed
-	switch {
-	case lag <= 0:
-		return 0
-	case s.msgs < 0:
-		return 0
-	case committed <= s.min:
-		return s.msgs
-	case s.max > s.min:
-		return (lag*s.msgs + (s.max-s.min)/2) / (s.max - s.min)
-	}
-	return 0
 }

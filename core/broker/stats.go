@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -338,10 +339,10 @@ func (c *conn) countStats(arg string, opaque int32) {
 		return
 	}
 	l := t.parts[p]
-	s := partSize{min: l.MinOffset(), max: l.MaxOffset(), msgs: l.MessageCount()}
-	n, exact := lagMessages(l, s, from)
+	s := groups.PartSize{Min: l.MinOffset(), Max: l.MaxOffset(), Msgs: l.MessageCount()}
+	n, exact := groups.LagMessages(l, s, from)
 	c.reply(protocol.StatusOK, fmt.Sprintf("STATS\r\n%s part %d from %d to %d messages %d exact %t\r\nEND\r\n",
-		name, p, from, s.max, n, exact), opaque)
+		name, p, from, s.Max, n, exact), opaque)
 }
 
 // parseCountItem parses the argument of a count item,
