@@ -27,7 +27,7 @@ const drainRead = 100 * time.Millisecond
 
 // Shutdown stops the broker gracefully, draining connections until ctx is
 // done (see above). It is idempotent, and Close after it does nothing.
-func (b *Broker) Shutdown(ctx context.Context) error { return b.shutdown(ctx) }
+func (b *Broker) Shutdown(ctx context.Context) error { return b.shutdown(ctx, ctx != nil) }
 
 // AbortStart makes a Start (or Serve) that waits for the first ZooKeeper
 // registration stop waiting and return; the broker keeps running until
@@ -37,11 +37,11 @@ func (b *Broker) AbortStart() { b.startCancel() }
 // Close stops the broker at once: it stops accepting, closes every
 // connection (requests in flight get no reply), waits for them, then
 // flushes and closes every log. It is idempotent.
-func (b *Broker) Close() error { return b.shutdown(nil) }
+func (b *Broker) Close() error { return b.shutdown(context.TODO(), false) }
 
-// shutdown is Shutdown (ctx != nil: drain until ctx is done) and Close
-// (ctx == nil: no drain).
-func (b *Broker) shutdown(ctx context.Context) error {
+// shutdown is Shutdown (drain: drain until ctx is done) and Close (no
+// drain; ctx is not used).
+func (b *Broker) shutdown(ctx context.Context, drain bool) error {
 	b.startCancel()
 	if b.closed.Swap(true) {
 		return nil
@@ -71,7 +71,7 @@ func (b *Broker) shutdown(ctx context.Context) error {
 		}
 	}
 	b.closeHTTP() // http.go: before the stores its handlers read
-	if ctx != nil {
+	if drain {
 		n := b.drain(ctx)
 		if n > 0 {
 			b.log.Warn("shutdown: closing connections that did not finish in time", "connections", n)
@@ -89,7 +89,7 @@ func (b *Broker) shutdown(ctx context.Context) error {
 	errs = append(errs, b.closeStores())
 	<-regDone
 	err := errors.Join(errs...)
-	if ctx != nil && err == nil {
+	if drain && err == nil {
 		b.logf("shutdown: stopped in %v (logs flushed, journal checkpointed)", time.Since(start).Round(time.Millisecond))
 	}
 	return err

@@ -191,8 +191,6 @@ func (b *Broker) sinceReset() time.Duration {
 	return time.Since(time.Unix(0, at))
 }
 
-func (b *Broker) writeSummary(sb *strings.Builder) { b.writeSummaryFor(sb, viewer{}) }
-
 // writeSummaryFor answers `stats`; topics and total_messages count the
 // topics v may see.
 func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {

@@ -179,6 +179,9 @@ func TestPutDiskWatermark(t *testing.T) {
 	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
 	offs, datas := readAll(t, c, "t")
 	require.Len(t, offs, len(acks))
+	for i, a := range acks {
+		require.Equal(t, a.data, datas[i], "message %d", i)
+	}
 	es := []protocol.OffsetEntry{{Topic: "t", Partition: 0, Offset: acks[len(acks)-1].off, MsgID: 1}}
 	r = c.roundTrip(t, commitFrame("g1", es))
 	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
