@@ -195,7 +195,7 @@ func kvLines(f func(kv func(k string, v any))) [][2]string {
 }
 
 // ClusterPage is the cluster page's data.
-func (h httpBackend) ClusterPage(sv security.Viewer, now time.Time) httpapi.ClusterPage {
+func (h httpBackend) ClusterPage(security.Viewer) httpapi.ClusterPage {
 	b := h.b
 	v := httpapi.ClusterPage{Mode: "local", HTTPAddr: b.HTTPAddr(), Serving: b.serving.Load(), Registered: b.Registered(),
 		Replication: b.config().Replication}
@@ -210,7 +210,7 @@ func (h httpBackend) ClusterPage(sv security.Viewer, now time.Time) httpapi.Clus
 	}
 	if b.config().ZooKeeper.Enabled() {
 		v.Mode, v.ZKRoot = "cluster", b.config().ZooKeeper.Root
-		v.Console = b.clusterConsole(viewerOf(sv), now)
+		v.ZK = b.clusterRead()
 	}
 	return v
 }
@@ -231,17 +231,17 @@ func (h httpBackend) GroupsPage(sv security.Viewer) httpapi.GroupsPage {
 		rows = append(rows, x)
 	}
 	zkErr, zkTrunc := "", false
-	var zkGroups []zkGroupView
+	var zkGroups []httpapi.ZKGroup
 	if b.config().ZooKeeper.Enabled() {
 		type read struct {
-			groups    []zkGroupView
+			groups    []httpapi.ZKGroup
 			truncated bool
 		}
 		var x read
 		x, zkErr = readZK(b, func(c *zk.Conn, root string) (read, error) {
 			var x read
 			var err error
-			x.groups, x.truncated, err = readZKGroups(c, root, dashMaxZKGroups)
+			x.groups, x.truncated, err = readZKGroups(c, root, httpapi.MaxZKGroups)
 			return x, err
 		})
 		zkGroups, zkTrunc = x.groups, x.truncated
@@ -282,7 +282,7 @@ func (h httpBackend) GroupsPage(sv security.Viewer) httpapi.GroupsPage {
 	}
 	return httpapi.GroupsPage{Groups: rows, ZooKeeper: b.config().ZooKeeper.Enabled(), ZKEvery: groups.ZKOffsetsEvery,
 		Truncated: b.committed.ZKTruncated(), MaxGroups: groups.ZKOffsetsMaxGroups, MaxReads: groups.ZKOffsetsMaxReads,
-		ZKErr: zkErr, ZKTruncated: zkTrunc, ZKMax: dashMaxZKGroups}
+		ZKErr: zkErr, ZKTruncated: zkTrunc, ZKMax: httpapi.MaxZKGroups}
 }
 
 // lagsNow is each group/topic's lag in bytes now, from the committed
@@ -316,7 +316,7 @@ func (h httpBackend) GroupPage(ctx context.Context, sv security.Viewer, group st
 	v := viewerOf(sv)
 	// Cluster mode: the group as ZooKeeper holds it; its topics open here
 	// are described too (as those it committed here are).
-	var zg *zkGroupView
+	var zg *httpapi.ZKGroup
 	zkErr := ""
 	if b.config().ZooKeeper.Enabled() {
 		zg, zkErr = b.zkGroupOf(group)
@@ -336,8 +336,8 @@ func (h httpBackend) GroupPage(ctx context.Context, sv security.Viewer, group st
 	// Cluster mode: the members and owners ZooKeeper holds (the owners of
 	// this broker's partitions go in the partition tables, the others in
 	// a table of their own).
-	var zkMembers []zkMember
-	var elsewhere []zkOwner
+	var zkMembers []httpapi.ZKMember
+	var elsewhere []httpapi.ZKOwner
 	if zg != nil {
 		self := b.config().BrokerID
 		for _, m := range zg.Members {

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/httpapi"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/client"
@@ -102,9 +104,10 @@ func TestDashboardBrowserCluster(t *testing.T) {
 		})
 		require.Equal(t, 200, code, msg)
 	}
+	var console httpapi.ConsoleMemory
 	require.Eventually(t, func() bool {
-		for _, g := range b0.clusterConsole(viewer{}, time.Now()).Groups {
-			if g.Group == "billing" && len(g.Lags) == 1 && g.Lags[0] == (consoleLag{"orders", 0}) {
+		for _, g := range console.Build(security.Viewer{}, 0, b0.clusterRead(), time.Now()).Groups {
+			if g.Group == "billing" && len(g.Lags) == 1 && g.Lags[0] == (httpapi.ConsoleLag{Topic: "orders", Bytes: 0}) {
 				return true
 			}
 		}

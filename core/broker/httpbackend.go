@@ -28,8 +28,6 @@ import (
 // webState is the broker's HTTP side.
 type webState struct {
 	srv *httpapi.Server
-	// console is the cluster console's memory of brokers (dashcluster.go).
-	console consoleState
 }
 
 // httpBackend is the broker as core/httpapi sees it.

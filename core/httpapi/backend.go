@@ -83,10 +83,11 @@ type Backend interface {
 	// Config is the configuration page's text.
 	Config() ConfigText
 	// ClusterPage, GroupsPage and GroupPage are those pages' data as v
-	// may see them. GroupPage describes group on topics (and, in cluster
+	// may see them (ClusterPage's read of ZooKeeper unfiltered: the
+	// console built from it here filters it). GroupPage describes group on topics (and, in cluster
 	// mode without an explicit topic, the topics ZooKeeper has for it that
 	// v may subscribe to); refusals are *RequestError.
-	ClusterPage(v security.Viewer, now time.Time) ClusterPage
+	ClusterPage(v security.Viewer) ClusterPage
 	GroupsPage(v security.Viewer) GroupsPage
 	GroupPage(ctx context.Context, v security.Viewer, group string, topics []string, explicit bool) (GroupPage, error)
 }

@@ -17,9 +17,11 @@ type ClusterPage struct {
 	Replication                           string
 	Slave                                 [][2]string // the slave's status
 	Sync                                  [][2]string // a sync master's
-	// Console is the cluster console (cluster mode): the brokers, topics
-	// and groups ZooKeeper holds, as v may see them.
-	Console any
+	// ZK is the backend's read of ZooKeeper (cluster mode, else nil).
+	ZK *ClusterRead
+	// Console is the cluster console built from it here: the brokers,
+	// topics and groups ZooKeeper holds, as the reader may see them.
+	Console *Console
 	// Ready and Throughput are filled in here.
 	Ready      []ReadyCheck
 	Throughput []ratePoint
@@ -27,7 +29,12 @@ type ClusterPage struct {
 
 func (s *Server) uiCluster(w http.ResponseWriter, r *http.Request) {
 	v := s.viewer(r)
-	p := s.be.ClusterPage(v, time.Now())
+	now := time.Now()
+	p := s.be.ClusterPage(v)
+	if p.ZK != nil {
+		c := s.console.Build(v, s.config().BrokerID, p.ZK, now)
+		p.Console = &c
+	}
 	p.Ready = s.be.Readiness()
 	p.Throughput = s.rateTrendFor(v)
 	s.Render(w, r, http.StatusOK, "cluster", "Cluster", "cluster", p, "")
@@ -72,8 +79,9 @@ type GroupPage struct {
 	ZooKeeper bool
 	// ZKMembers and Elsewhere are ZooKeeper's members of the group and
 	// its owners of partitions on other brokers (cluster mode).
-	ZKMembers, Elsewhere any
-	ZKErr                string
+	ZKMembers []ZKMember
+	Elsewhere []ZKOwner
+	ZKErr     string
 }
 
 // groupTopicView is a topic of a group's page with its lag trend.

@@ -129,6 +129,8 @@ type Server struct {
 	scrapes chan struct{}
 	// dash is the dashboard's state (dashsample.go).
 	dash dashState
+	// console is the cluster console's memory of brokers (console.go).
+	console ConsoleMemory
 }
 
 // New returns a server for be under cfg; Serve starts it.

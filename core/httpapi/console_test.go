@@ -1,4 +1,4 @@
-package broker
+package httpapi
 
 import (
 	"strings"
@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/cluster"
 )
 
@@ -18,9 +18,7 @@ import (
 // shown down with its partitions and owners unreachable; a user sees only
 // the topics they may describe and the groups they may use.
 func TestDashboardClusterConsole(t *testing.T) {
-	cfg := conf.Default()
-	b := &Broker{committed: &groups.Committed{}}
-	b.cfgp.Store(cfg)
+	var d ConsoleMemory
 	now := time.Now()
 	both := &cluster.Layout{
 		Brokers: []cluster.BrokerInfo{
@@ -35,14 +33,14 @@ func TestDashboardClusterConsole(t *testing.T) {
 			{Name: "secret", Brokers: []cluster.TopicPartition{{Broker: "1-m", BrokerID: 1, NumParts: 1, Publish: true, Subscribe: true}}},
 		},
 	}
-	groups := []zkGroupView{
+	groups := []ZKGroup{
 		{Group: "billing", Topics: []string{"orders"},
-			Members: []zkMember{{ID: "c1", Topics: []string{"orders"}, Partitions: 3}, {ID: "c2", Topics: []string{"orders"}, Partitions: 2}},
-			Owners: []zkOwner{{Topic: "orders", BrokerID: 0, Partition: 0, Owner: "c1"},
+			Members: []ZKMember{{ID: "c1", Topics: []string{"orders"}, Partitions: 3}, {ID: "c2", Topics: []string{"orders"}, Partitions: 2}},
+			Owners: []ZKOwner{{Topic: "orders", BrokerID: 0, Partition: 0, Owner: "c1"},
 				{Topic: "orders", BrokerID: 1, Partition: 1, Owner: "c2"}}},
 		{Group: "spies", Topics: []string{"secret"}},
 	}
-	c := b.buildConsole(viewer{}, both, groups, false, "", now)
+	c := d.Build(security.Viewer{}, 0, &ClusterRead{Layout: both, Groups: groups}, now)
 	require.Len(t, c.Brokers, 2)
 	require.True(t, c.Brokers[0].Self)
 	require.False(t, c.Brokers[1].Down)
@@ -56,14 +54,14 @@ func TestDashboardClusterConsole(t *testing.T) {
 	require.False(t, c.Groups[0].Owners[1].Unreachable)
 
 	// A failed read says nothing about who went.
-	c = b.buildConsole(viewer{}, &cluster.Layout{}, nil, false, "ZooKeeper did not answer", now.Add(time.Second))
+	c = d.Build(security.Viewer{}, 0, &ClusterRead{Layout: &cluster.Layout{}, Err: "ZooKeeper did not answer"}, now.Add(time.Second))
 	require.Empty(t, c.Brokers)
 	require.Equal(t, "ZooKeeper did not answer", c.Err)
 
 	// Broker 1's session ended: its nodes are gone.
 	one := &cluster.Layout{Brokers: both.Brokers[:1], Topics: []cluster.TopicBrokers{
 		{Name: "orders", Brokers: both.Topics[0].Brokers[:2]}}}
-	c = b.buildConsole(viewer{}, one, groups, false, "", now.Add(2*time.Second))
+	c = d.Build(security.Viewer{}, 0, &ClusterRead{Layout: one, Groups: groups}, now.Add(2*time.Second))
 	require.Len(t, c.Brokers, 2)
 	require.True(t, c.Brokers[1].Down)
 	require.Equal(t, "meta://127.0.0.1:2", c.Brokers[1].Master, "the address it had")
@@ -71,25 +69,25 @@ func TestDashboardClusterConsole(t *testing.T) {
 	require.Equal(t, 3, c.Topics[0].Total)
 	require.Equal(t, 2, c.Topics[0].Down)
 	h := c.Topics[0].Holders[2]
-	require.Equal(t, consoleHolder{BrokerID: 1, Name: "1-m", NumParts: 2, Publish: true, Subscribe: true, Master: true, Unreachable: true}, h)
+	require.Equal(t, ConsoleHolder{BrokerID: 1, Name: "1-m", NumParts: 2, Publish: true, Subscribe: true, Master: true, Unreachable: true}, h)
 	require.Equal(t, "secret", c.Topics[1].Name)
 	require.True(t, c.Topics[1].Holders[0].Unreachable)
 	require.False(t, c.Groups[0].Owners[0].Unreachable)
 	require.True(t, c.Groups[0].Owners[1].Unreachable)
 
 	// An id registered with no master is down too.
-	c = b.buildConsole(viewer{}, &cluster.Layout{Brokers: []cluster.BrokerInfo{{ID: 0, Master: "meta://127.0.0.1:1"}, {ID: 1}}}, nil, false, "", now.Add(3*time.Second))
+	c = d.Build(security.Viewer{}, 0, &ClusterRead{Layout: &cluster.Layout{Brokers: []cluster.BrokerInfo{{ID: 0, Master: "meta://127.0.0.1:1"}, {ID: 1}}}}, now.Add(3*time.Second))
 	require.True(t, c.Brokers[1].Down)
 	require.Len(t, c.Brokers, 2)
 
 	// Back: up again, nothing unreachable.
-	c = b.buildConsole(viewer{}, both, groups, false, "", now.Add(4*time.Second))
+	c = d.Build(security.Viewer{}, 0, &ClusterRead{Layout: both, Groups: groups}, now.Add(4*time.Second))
 	require.False(t, c.Brokers[1].Down)
 	require.Zero(t, c.Topics[0].Down)
 
 	// A user who may describe orders and use group billing only.
 	alice := &conf.User{Name: "alice", Subscribe: []string{"orders"}, Groups: []string{"billing"}}
-	c = b.buildConsole(viewer{on: true, u: alice}, both, groups, false, "", now.Add(5*time.Second))
+	c = d.Build(security.Viewer{On: true, User: alice}, 0, &ClusterRead{Layout: both, Groups: groups}, now.Add(5*time.Second))
 	require.Len(t, c.Topics, 1)
 	require.Equal(t, "orders", c.Topics[0].Name)
 	require.Len(t, c.Groups, 1)
