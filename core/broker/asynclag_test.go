@@ -42,8 +42,8 @@ func BenchmarkAsyncLag(b *testing.B) {
 			mod := func(c *conf.Config) { c.NumPartitions = parts }
 			root := fmt.Sprintf("/lag-bench-%d", time.Now().UnixNano())
 			quiet := Options{Logf: func(string, ...any) {}}
-			m := replBrokerOpts(b, zkAddr, root, b.TempDir(), "", -1, mod, quiet)
-			s := replBrokerOpts(b, zkAddr, root, b.TempDir(), "", 1, mod, quiet)
+			m := replBrokerOpts(b, zkAddr, root, b.TempDir(), "", -1, mod, quiet, knobs{})
+			s := replBrokerOpts(b, zkAddr, root, b.TempDir(), "", 1, mod, quiet, knobs{})
 			deadline := time.Now().Add(15 * time.Second)
 			for !s.slave.Status().Connected {
 				if time.Now().After(deadline) {

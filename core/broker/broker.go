@@ -60,17 +60,6 @@ type Options struct {
 	// ReplicaInSync, if set, is a /readyz condition: a slave in sync
 	// mode is ready only once it is in sync (the replication issue).
 	ReplicaInSync ReplicaInSync
-
-	// openHook, if set (tests), is called with the topic's name while a
-	// topic's partitions are being opened, with no broker lock held.
-	openHook func(topic string)
-	// txFileSize, if set (tests), replaces the transaction journal's file
-	// size (txFileSize).
-	txFileSize int64
-	// replAddr, if set (tests), maps the address of a replication peer
-	// (a slave's master, a sync master's slave) to the one to dial, so
-	// that a fault proxy can sit between them.
-	replAddr func(addr string) string
 }
 
 // Broker is one metaq-go broker.
@@ -81,6 +70,7 @@ type Broker struct {
 	// reloadMu serializes Reloads.
 	reloadMu sync.Mutex
 	opts     Options
+	knobs    knobs                            // knobs.go: test-only settings
 	logf     func(format string, args ...any) // b.log at Info
 	// warnf and errorf are b.log at Warn and Error.
 	warnf, errorf func(format string, args ...any)
@@ -203,7 +193,10 @@ type topic struct {
 
 // New opens every configured topic's partitions (running crash recovery on
 // each) and returns a broker ready to Start.
-func New(cfg *conf.Config, opts Options) (*Broker, error) {
+func New(cfg *conf.Config, opts Options) (*Broker, error) { return newBroker(cfg, opts, knobs{}) }
+
+// newBroker is New with the test-only knobs (knobs.go).
+func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -215,6 +208,7 @@ func New(cfg *conf.Config, opts Options) (*Broker, error) {
 	}
 	b := &Broker{
 		opts:     opts,
+		knobs:    k,
 		ids:      newIDWorker(cfg.BrokerID, nil),
 		topics:   make(map[string]*topic),
 		opening:  make(map[string]*topicOpen),
@@ -391,8 +385,8 @@ func (b *Broker) openTopic(name string) (*topic, error) {
 // openPartitions opens the partition logs of topic name. It takes no
 // broker lock.
 func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error) {
-	if b.opts.openHook != nil {
-		b.opts.openHook(name)
+	if b.knobs.openHook != nil {
+		b.knobs.openHook(name)
 	}
 	dir := tc.DataDir
 	if dir == "" {

@@ -176,7 +176,7 @@ func TestOpenTopicOffLock(t *testing.T) {
 	cfg.NumPartitions = 1
 	cfg.AutoCreateTopics = true
 	cfg.Topics = []conf.Topic{{Name: "t"}}
-	b, err := New(cfg, Options{Logf: t.Logf, openHook: func(name string) {
+	b, err := newBroker(cfg, Options{Logf: t.Logf}, knobs{openHook: func(name string) {
 		n, _ := opens.LoadOrStore(name, new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
 		if name == "slow" {

@@ -122,7 +122,7 @@ func TestFailoverInProcess(t *testing.T) {
 	// tail from where epoch 2 starts on the holder, and gets named in sync.
 	var logs logLines
 	old := replBrokerOpts(t, zkAddr, root, mdir, "", -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync },
-		Options{Logf: logs.logf(t)})
+		Options{Logf: logs.logf(t)}, knobs{})
 	oc := dialRaw(t, old.Addr())
 	waitFor(t, 20*time.Second, func() error {
 		if v := sc.stats(t, "")["failover_insync"]; v != "s0" {
@@ -332,8 +332,8 @@ func TestFailoverRejoinCutsTail(t *testing.T) {
 	mu.Unlock()
 	mdir := t.TempDir()
 	master := replBrokerOpts(t, zkAddr, root, mdir, maddr, -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync },
-		Options{Logf: t.Logf, replAddr: to})
-	slave := replBrokerOpts(t, zkAddr, root, t.TempDir(), saddr, 1, fo, Options{Logf: t.Logf, replAddr: to})
+		Options{Logf: t.Logf}, knobs{replAddr: to})
+	slave := replBrokerOpts(t, zkAddr, root, t.TempDir(), saddr, 1, fo, Options{Logf: t.Logf}, knobs{replAddr: to})
 	mc := dialRaw(t, master.Addr())
 	waitFor(t, 15*time.Second, func() error {
 		if v := mc.stats(t, "")["failover_insync"]; v != "s1" {
@@ -375,7 +375,7 @@ func TestFailoverRejoinCutsTail(t *testing.T) {
 
 	var logs logLines
 	old := replBrokerOpts(t, zkAddr, root, mdir, "", -1, func(c *conf.Config) { fo(c); c.Replication = conf.ReplicationSync },
-		Options{Logf: logs.logf(t)})
+		Options{Logf: logs.logf(t)}, knobs{})
 	waitFor(t, 20*time.Second, func() error {
 		if v := sc.stats(t, "")["failover_insync"]; v != "s0" {
 			return fmt.Errorf("failover_insync %q", v)

@@ -60,5 +60,5 @@ func (b *Broker) replRole() repl.Role {
 // master's link and control connection, a rejoin's questions) to the
 // peer at addr, with the configuration as it is now (core/repl/dial.go).
 func (b *Broker) replDial(ctx context.Context, addr string, tlsPeer bool, timeout time.Duration) (net.Conn, error) {
-	return repl.DialerFromConf(b.config(), b.opts.replAddr).Dial(ctx, addr, tlsPeer, timeout)
+	return repl.DialerFromConf(b.config(), b.knobs.replAddr).Dial(ctx, addr, tlsPeer, timeout)
 }

@@ -25,10 +25,10 @@ import (
 // replBroker starts an in-process broker id of a replicated pair (slave
 // < 0: the master) with data in dir, listening on addr ("" picks one).
 func replBroker(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config)) *Broker {
-	return replBrokerOpts(t, zkAddr, root, dir, addr, slave, mod, Options{Logf: t.Logf})
+	return replBrokerOpts(t, zkAddr, root, dir, addr, slave, mod, Options{Logf: t.Logf}, knobs{})
 }
 
-func replBrokerOpts(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config), opts Options) *Broker {
+func replBrokerOpts(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config), opts Options, k knobs) *Broker {
 	t.Helper()
 	cfg := conf.Default()
 	cfg.Port = 0
@@ -45,7 +45,7 @@ func replBrokerOpts(t testing.TB, zkAddr, root, dir, addr string, slave int, mod
 	if mod != nil {
 		mod(cfg)
 	}
-	b, err := New(cfg, opts)
+	b, err := newBroker(cfg, opts, k)
 	require.NoError(t, err)
 	if addr == "" {
 		addr = "127.0.0.1:0"
@@ -342,7 +342,7 @@ func proxiedSyncPair(t *testing.T, zkAddr, root string, degrade bool) (master, s
 		c.Replication = conf.ReplicationSync
 		c.SyncDegrade = degrade
 		c.SyncTimeout = 500
-	}, Options{Logf: t.Logf, replAddr: func(a string) string {
+	}, Options{Logf: t.Logf}, knobs{replAddr: func(a string) string {
 		if a == slave.Addr() {
 			return proxy.Addr()
 		}

@@ -39,7 +39,7 @@ func txStatus(err error) (int, string, bool) {
 // txConfig is the transactions' configuration in cfg.
 func (b *Broker) txConfig(cfg *conf.Config) tx.Config {
 	c := tx.FromConf(cfg)
-	c.FileSize = b.opts.txFileSize
+	c.FileSize = b.knobs.txFileSize
 	return c
 }
 

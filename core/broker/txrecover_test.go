@@ -110,7 +110,7 @@ func TestTxJournalSpace(t *testing.T) {
 	cfg.DataDir = dataDir
 	cfg.NumPartitions = 2
 	cfg.Topics = []conf.Topic{{Name: "t"}}
-	b, err := New(cfg, Options{Logf: func(string, ...any) {}, txFileSize: 4096})
+	b, err := newBroker(cfg, Options{Logf: func(string, ...any) {}}, knobs{txFileSize: 4096})
 	require.NoError(t, err)
 	require.NoError(t, b.Start())
 	t.Cleanup(func() { b.Close() })
