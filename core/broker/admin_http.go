@@ -51,7 +51,7 @@ func (b *Broker) groupAdmin() groups.Admin {
 // groupEntries lists the groups and topics v may see: the group's right
 // and subscribe on the topic (authz.go).
 func (b *Broker) groupEntries(v viewer) []*httpapi.GroupEntry {
-	es := b.groupAdmin().List(v.groupTopic)
+	es := b.groupAdmin().List(v.GroupTopic)
 	out := make([]*httpapi.GroupEntry, len(es))
 	for i, e := range es {
 		ge := httpapi.GroupEntry(*e)

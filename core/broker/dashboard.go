@@ -218,10 +218,9 @@ func (h httpBackend) ClusterPage(security.Viewer) httpapi.ClusterPage {
 // ---- groups ----
 
 // GroupsPage is the groups page's data.
-func (h httpBackend) GroupsPage(sv security.Viewer) httpapi.GroupsPage {
+func (h httpBackend) GroupsPage(v security.Viewer) httpapi.GroupsPage {
 	b := h.b
 	type row = httpapi.GroupRow
-	v := viewerOf(sv)
 	var rows []row
 	lags := b.lagsNow()
 	for _, g := range b.groupEntries(v) { // the user's groups, on topics they may subscribe to
@@ -251,7 +250,7 @@ func (h httpBackend) GroupsPage(sv security.Viewer) httpapi.GroupsPage {
 		}
 		for _, g := range zkGroups {
 			for _, t := range g.Topics {
-				if !v.groupTopic(g.Group, t) {
+				if !v.GroupTopic(g.Group, t) {
 					continue
 				}
 				k := groupTopic{Group: g.Group, Topic: t}
@@ -311,9 +310,8 @@ func (b *Broker) lagsNow() map[groupTopic]int64 {
 // in cluster mode unless the topic was explicit, on the topics ZooKeeper
 // has for it that v may subscribe to), with ZooKeeper's members and
 // owners.
-func (h httpBackend) GroupPage(ctx context.Context, sv security.Viewer, group string, topics []string, explicit bool) (httpapi.GroupPage, error) {
+func (h httpBackend) GroupPage(ctx context.Context, v security.Viewer, group string, topics []string, explicit bool) (httpapi.GroupPage, error) {
 	b := h.b
-	v := viewerOf(sv)
 	// Cluster mode: the group as ZooKeeper holds it; its topics open here
 	// are described too (as those it committed here are).
 	var zg *httpapi.ZKGroup
@@ -322,7 +320,7 @@ func (h httpBackend) GroupPage(ctx context.Context, sv security.Viewer, group st
 		zg, zkErr = b.zkGroupOf(group)
 		if zg != nil && !explicit {
 			for _, t := range zg.Topics {
-				if !slices.Contains(topics, t) && b.topicOpen(t) && v.authorize(security.Subscribe, t) == nil {
+				if !slices.Contains(topics, t) && b.topicOpen(t) && v.Authorize(security.Subscribe, t) == nil {
 					topics = append(topics, t)
 				}
 			}
@@ -343,7 +341,7 @@ func (h httpBackend) GroupPage(ctx context.Context, sv security.Viewer, group st
 		for _, m := range zg.Members {
 			var ts []string
 			for _, t := range m.Topics {
-				if v.authorize(security.Subscribe, t) == nil {
+				if v.Authorize(security.Subscribe, t) == nil {
 					ts = append(ts, t)
 				}
 			}
@@ -351,7 +349,7 @@ func (h httpBackend) GroupPage(ctx context.Context, sv security.Viewer, group st
 			zkMembers = append(zkMembers, m)
 		}
 		for _, o := range zg.Owners {
-			if v.authorize(security.Subscribe, o.Topic) != nil {
+			if v.Authorize(security.Subscribe, o.Topic) != nil {
 				continue
 			}
 			placed := false

@@ -93,7 +93,7 @@ func (b *Broker) writeGroupStats(sb *strings.Builder, v viewer) {
 	sb.WriteString("STATS\r\n")
 	live := make(map[groupTopic]bool)
 	for _, g := range b.groups.Groups() {
-		if !v.groupTopic(g.Group, g.Topic) {
+		if !v.GroupTopic(g.Group, g.Topic) {
 			continue
 		}
 		fmt.Fprintf(sb, "%s %s members %d generation %d\r\n", g.Group, g.Topic, g.Members, g.Generation)
@@ -102,7 +102,7 @@ func (b *Broker) writeGroupStats(sb *strings.Builder, v viewer) {
 	// Groups with committed offsets and no live member here (issue 23:
 	// `metaq groups` omitted them, /ui/groups listed them): members 0.
 	for _, c := range b.committed.Snapshot() {
-		if !live[groupTopic{Group: c.Group, Topic: c.Topic}] && v.groupTopic(c.Group, c.Topic) {
+		if !live[groupTopic{Group: c.Group, Topic: c.Topic}] && v.GroupTopic(c.Group, c.Topic) {
 			fmt.Fprintf(sb, "%s %s members 0 generation 0\r\n", c.Group, c.Topic)
 		}
 	}
@@ -121,7 +121,7 @@ func (b *Broker) writeMemberStats(sb *strings.Builder, v viewer) {
 	sb.WriteString("STATS\r\n")
 	var ps []byte
 	for _, m := range b.groups.Members() {
-		if !v.groupTopic(m.Group, m.Topic) {
+		if !v.GroupTopic(m.Group, m.Topic) {
 			continue
 		}
 		ps = ps[:0]

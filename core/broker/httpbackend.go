@@ -149,13 +149,10 @@ func (b *Broker) readiness() []readyCheck {
 	return s
 }
 
-// viewerOf is the broker's viewer of v.
-func viewerOf(v security.Viewer) viewer { return viewer{on: v.On, u: v.User} }
-
 // Topics lists the topics v may see.
 func (h httpBackend) Topics(v security.Viewer) []httpapi.TopicInfo {
 	var out []httpapi.TopicInfo
-	for _, t := range h.b.visibleTopics(viewerOf(v)) {
+	for _, t := range h.b.visibleTopics(v) {
 		out = append(out, h.b.topicJSON(t, false))
 	}
 	return out
@@ -225,7 +222,7 @@ func (h httpBackend) AddPartitions(a httpapi.Actor, name string, n int) (int, er
 
 // Groups lists the groups v may see (core/groups admin.go).
 func (h httpBackend) Groups(v security.Viewer) []*httpapi.GroupEntry {
-	return h.b.groupEntries(viewerOf(v))
+	return h.b.groupEntries(v)
 }
 
 // GroupTopics are the topics known for group.
@@ -283,7 +280,7 @@ func (h httpBackend) ApplyReset(ctx context.Context, a httpapi.Actor, group, to 
 func (h httpBackend) Summary(v security.Viewer) httpapi.Summary {
 	b := h.b
 	var msgs int64
-	topics := b.visibleTopics(viewerOf(v))
+	topics := b.visibleTopics(v)
 	for _, t := range topics {
 		for _, l := range t.parts {
 			msgs += l.MessageCount()
