@@ -23,19 +23,7 @@ import (
 // restarts) with topic "t" of 2 partitions.
 func liveBroker(t *testing.T, dir string, mods ...func(*conf.Config)) *Broker {
 	t.Helper()
-	cfg := conf.Default()
-	cfg.Port = 0
-	cfg.DataDir = dir
-	cfg.NumPartitions = 2
-	cfg.Topics = []conf.Topic{{Name: "t"}}
-	for _, m := range mods {
-		m(cfg)
-	}
-	b, err := New(cfg, Options{Logf: t.Logf})
-	require.NoError(t, err)
-	require.NoError(t, b.Start())
-	t.Cleanup(func() { b.Close() })
-	return b
+	return fixture{dir: dir, mods: mods, opts: Options{Logf: t.Logf}}.start(t)
 }
 
 // putTo puts one message to topic partition p and returns the code.

@@ -62,22 +62,19 @@ func hashedUsers(t testing.TB) []conf.User {
 func secureBroker(t testing.TB, certs *testsvc.Certs, logs *syncLog, failureDelay int) *Broker {
 	t.Helper()
 	cf, kf, _ := certs.Server(t, "server")
-	cfg := conf.Default()
-	cfg.Host = "127.0.0.1"
-	cfg.DataDir = t.TempDir()
-	cfg.Topics = []conf.Topic{{Name: "orders"}, {Name: "secret"}}
-	cfg.TLS = conf.TLS{CertFile: cf, KeyFile: kf, ClientCAFile: certs.CAFile, MinVersion: "1.2"}
-	cfg.Auth = conf.Auth{Enabled: true, FailureDelay: failureDelay, Users: hashedUsers(t)}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	tln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	cfg.Port, cfg.TLSPort = ln.Addr().(*net.TCPAddr).Port, tln.Addr().(*net.TCPAddr).Port
-	b, err := New(cfg, Options{Logf: logs.Logf})
-	require.NoError(t, err)
-	require.NoError(t, b.ServeListeners(ln, tln))
-	t.Cleanup(func() { b.Close() })
-	return b
+	mod := func(cfg *conf.Config) {
+		cfg.Host = "127.0.0.1"
+		cfg.NumPartitions = conf.Default().NumPartitions
+		cfg.Topics = []conf.Topic{{Name: "orders"}, {Name: "secret"}}
+		cfg.TLS = conf.TLS{CertFile: cf, KeyFile: kf, ClientCAFile: certs.CAFile, MinVersion: "1.2"}
+		cfg.Auth = conf.Auth{Enabled: true, FailureDelay: failureDelay, Users: hashedUsers(t)}
+		cfg.Port, cfg.TLSPort = ln.Addr().(*net.TCPAddr).Port, tln.Addr().(*net.TCPAddr).Port
+	}
+	return fixture{mods: []func(*conf.Config){mod}, opts: Options{Logf: logs.Logf}, serve: func(b *Broker) error { return b.ServeListeners(ln, tln) }}.start(t)
 }
 
 type syncLog struct {

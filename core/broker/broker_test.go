@@ -29,22 +29,11 @@ func startBroker(tb testing.TB, threshold int, with ...func(*conf.Config)) *Brok
 }
 
 // startBrokerWith runs an in-process broker on a free 127.0.0.1 port, with
-// topic "t" of 2 partitions and the config changes edit makes.
-// (internal/brokertest is the helper elsewhere; it imports this package,
-// so these internal tests cannot use it.)
+// topic "t" of 2 partitions and the config changes edit makes
+// (fixture_test.go).
 func startBrokerWith(tb testing.TB, edit func(*conf.Config)) *Broker {
 	tb.Helper()
-	cfg := conf.Default()
-	cfg.Port = 0
-	cfg.DataDir = tb.TempDir()
-	cfg.NumPartitions = 2
-	cfg.Topics = []conf.Topic{{Name: "t"}}
-	edit(cfg)
-	b, err := New(cfg, Options{Logf: func(string, ...any) {}})
-	require.NoError(tb, err)
-	require.NoError(tb, b.Start())
-	tb.Cleanup(func() { b.Close() })
-	return b
+	return fixture{mods: []func(*conf.Config){edit}}.start(tb)
 }
 
 type rawClient struct {

@@ -21,26 +21,17 @@ func TestMain(m *testing.M) { testsvc.Main(m) }
 // to its config.
 func clusterBroker(t *testing.T, zkAddr, root string, id int, mods ...func(*conf.Config)) *Broker {
 	t.Helper()
-	cfg := conf.Default()
-	cfg.Port = 0
-	cfg.BrokerID = id
-	cfg.DataDir = t.TempDir()
-	cfg.NumPartitions = 2
-	cfg.AutoCreateTopics = true
-	pubOff := false
-	cfg.Topics = []conf.Topic{{Name: "t"}, {Name: "nopub", AcceptPublish: &pubOff}}
-	cfg.ZooKeeper.Connect = zkAddr
-	cfg.ZooKeeper.Root = root
-	cfg.ZooKeeper.SessionTimeout = 4000
-	cfg.ZooKeeper.ConnectionTimeout = 1000
-	for _, m := range mods {
-		m(cfg)
+	base := func(cfg *conf.Config) {
+		cfg.BrokerID = id
+		cfg.AutoCreateTopics = true
+		pubOff := false
+		cfg.Topics = []conf.Topic{{Name: "t"}, {Name: "nopub", AcceptPublish: &pubOff}}
+		cfg.ZooKeeper.Connect = zkAddr
+		cfg.ZooKeeper.Root = root
+		cfg.ZooKeeper.SessionTimeout = 4000
+		cfg.ZooKeeper.ConnectionTimeout = 1000
 	}
-	b, err := New(cfg, Options{Logf: t.Logf})
-	require.NoError(t, err)
-	require.NoError(t, b.Start())
-	t.Cleanup(func() { b.Close() })
-	return b
+	return fixture{mods: append([]func(*conf.Config){base}, mods...), opts: Options{Logf: t.Logf}}.start(t)
 }
 
 func zkGet(c *zk.Conn, p string) (string, error) {

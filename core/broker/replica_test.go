@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -30,31 +29,22 @@ func replBroker(t testing.TB, zkAddr, root, dir, addr string, slave int, mod fun
 
 func replBrokerOpts(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config), opts Options, k knobs) *Broker {
 	t.Helper()
-	cfg := conf.Default()
-	cfg.Port = 0
-	cfg.BrokerID = 3
-	cfg.SlaveID = slave
-	cfg.DataDir = dir
-	cfg.NumPartitions = 2
-	cfg.Topics = []conf.Topic{{Name: "t"}}
-	cfg.ZooKeeper.Connect = zkAddr
-	cfg.ZooKeeper.Root = root
-	cfg.ZooKeeper.SessionTimeout = 4000
-	cfg.ZooKeeper.ConnectionTimeout = 5000
-	cfg.SyncTimeout = 1000
+	mods := []func(*conf.Config){func(cfg *conf.Config) {
+		cfg.BrokerID = 3
+		cfg.SlaveID = slave
+		cfg.ZooKeeper.Connect = zkAddr
+		cfg.ZooKeeper.Root = root
+		cfg.ZooKeeper.SessionTimeout = 4000
+		cfg.ZooKeeper.ConnectionTimeout = 5000
+		cfg.SyncTimeout = 1000
+	}}
 	if mod != nil {
-		mod(cfg)
+		mods = append(mods, mod)
 	}
-	b, err := newBroker(cfg, opts, k)
-	require.NoError(t, err)
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	var ln net.Listener
-	require.Eventually(t, func() bool { ln, err = net.Listen("tcp", addr); return err == nil }, 5*time.Second, 20*time.Millisecond)
-	require.NoError(t, b.Serve(ln))
-	t.Cleanup(func() { b.Close() })
-	return b
+	return fixture{dir: dir, mods: mods, opts: opts, knobs: k, listen: addr}.start(t)
 }
 
 // pipelinedPuts puts n messages over partitions 0 and 1 of t, 32 in

@@ -23,38 +23,35 @@ import (
 // the address clients dial.
 func replSecure(t *testing.T, zkAddr, root string, slave int, certs *testsvc.Certs, logs *syncLog, mod func(*conf.Config)) (*Broker, string) {
 	t.Helper()
-	cfg := conf.Default()
-	cfg.Host = "127.0.0.1"
-	cfg.BrokerID = 3
-	cfg.SlaveID = slave
-	cfg.DataDir = t.TempDir()
-	cfg.NumPartitions = 2
-	cfg.Topics = []conf.Topic{{Name: "t"}}
-	cfg.ZooKeeper.Connect = zkAddr
-	cfg.ZooKeeper.Root = root
-	cfg.ZooKeeper.SessionTimeout = 4000
-	cfg.ZooKeeper.ConnectionTimeout = 5000
-	cfg.SyncTimeout = 1000
-	cfg.Auth = conf.Auth{Enabled: true, FailureDelay: 100, Users: hashedUsers(t)}
-	if mod != nil {
-		mod(cfg)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var plain, tln net.Listener
-	if certs != nil {
-		cf, kf, _ := certs.Server(t, fmt.Sprintf("server-%d", slave+1))
-		cfg.TLS = conf.TLS{CertFile: cf, KeyFile: kf, MinVersion: "1.2"}
-		cfg.Port, cfg.TLSPort = 0, ln.Addr().(*net.TCPAddr).Port
-		tln = ln
-	} else {
-		cfg.Port = ln.Addr().(*net.TCPAddr).Port
-		plain = ln
+	mods := []func(*conf.Config){func(cfg *conf.Config) {
+		cfg.Host = "127.0.0.1"
+		cfg.BrokerID = 3
+		cfg.SlaveID = slave
+		cfg.ZooKeeper.Connect = zkAddr
+		cfg.ZooKeeper.Root = root
+		cfg.ZooKeeper.SessionTimeout = 4000
+		cfg.ZooKeeper.ConnectionTimeout = 5000
+		cfg.SyncTimeout = 1000
+		cfg.Auth = conf.Auth{Enabled: true, FailureDelay: 100, Users: hashedUsers(t)}
+	}}
+	if mod != nil {
+		mods = append(mods, mod)
 	}
-	b, err := New(cfg, Options{Logf: logs.Logf})
-	require.NoError(t, err)
-	require.NoError(t, b.ServeListeners(plain, tln))
-	t.Cleanup(func() { b.Close() })
+	mods = append(mods, func(cfg *conf.Config) {
+		if certs != nil {
+			cf, kf, _ := certs.Server(t, fmt.Sprintf("server-%d", slave+1))
+			cfg.TLS = conf.TLS{CertFile: cf, KeyFile: kf, MinVersion: "1.2"}
+			cfg.Port, cfg.TLSPort = 0, ln.Addr().(*net.TCPAddr).Port
+			tln = ln
+		} else {
+			cfg.Port = ln.Addr().(*net.TCPAddr).Port
+			plain = ln
+		}
+	})
+	b := fixture{mods: mods, opts: Options{Logf: logs.Logf}, serve: func(b *Broker) error { return b.ServeListeners(plain, tln) }}.start(t)
 	return b, ln.Addr().String()
 }
 
