@@ -15,15 +15,10 @@ import (
 // address, the xid and the outcome (issue 22, finding 10a).
 func TestAuditHeuristics(t *testing.T) {
 	logs := &syncLog{}
-	cfg := conf.Default()
-	cfg.Host, cfg.Port, cfg.DataDir = "127.0.0.1", 0, t.TempDir()
-	cfg.UnflushThreshold = 1
-	cfg.NumPartitions = 2
-	cfg.Topics = []conf.Topic{{Name: "t"}}
-	b, err := New(cfg, Options{Logf: logs.Logf})
-	require.NoError(t, err)
-	require.NoError(t, b.Start())
-	t.Cleanup(func() { b.Close() })
+	b := fixture{mods: []func(*conf.Config){func(cfg *conf.Config) {
+		cfg.Host = "127.0.0.1"
+		cfg.UnflushThreshold = 1
+	}}, opts: Options{Logf: logs.Logf}}.start(t)
 	c := &txClient{wireConn: dialWire(t, b.Addr())}
 	for _, key := range []string{"XID:1:aa:bb:q", "XID:2:aa:bb:q"} {
 		c.ok("transaction " + key + " s BEGIN q 1\r\n")
@@ -40,13 +35,10 @@ func TestAuditHeuristics(t *testing.T) {
 // like the other admin changes.
 func TestAuditStatsReset(t *testing.T) {
 	logs := &syncLog{}
-	cfg := conf.Default()
-	cfg.Host, cfg.Port, cfg.DataDir = "127.0.0.1", 0, t.TempDir()
-	cfg.Topics = []conf.Topic{{Name: "t"}}
-	b, err := New(cfg, Options{Logf: logs.Logf})
-	require.NoError(t, err)
-	require.NoError(t, b.Start())
-	t.Cleanup(func() { b.Close() })
+	b := fixture{mods: []func(*conf.Config){func(cfg *conf.Config) {
+		cfg.Host = "127.0.0.1"
+		cfg.NumPartitions = conf.Default().NumPartitions
+	}}, opts: Options{Logf: logs.Logf}}.start(t)
 	w := dialWire(t, b.Addr())
 	require.Contains(t, w.call("stats reset 1\r\n"), "reset ok")
 	require.Regexp(t, `audit: stats.reset component=audit user=- remote=127\.0\.0\.1:\d+ via=protocol action=stats.reset`, logs.String())

@@ -23,18 +23,12 @@ import (
 // acknowledged messages at their acknowledged offsets.
 func TestPutDiskFull(t *testing.T) {
 	dir := testsvc.MountTmpfs(t, 8<<20)
-	cfg := conf.Default()
-	cfg.Port = 0
-	cfg.DataDir = dir
-	cfg.NumPartitions = 1
-	cfg.MaxSegmentSize = 64 << 10
-	cfg.JournalFileSize = 1 << 20 // the journal and its two spare files: 3 MiB of the 8
-	cfg.Topics = []conf.Topic{{Name: "t"}}
-	cfg.DiskMaxUsedRatio = 1
-	b, err := New(cfg, Options{Logf: t.Logf})
-	require.NoError(t, err)
-	require.NoError(t, b.Start())
-	t.Cleanup(func() { b.Close() })
+	b := fixture{dir: dir, mods: []func(*conf.Config){func(cfg *conf.Config) {
+		cfg.NumPartitions = 1
+		cfg.MaxSegmentSize = 64 << 10
+		cfg.JournalFileSize = 1 << 20 // the journal and its two spare files: 3 MiB of the 8
+		cfg.DiskMaxUsedRatio = 1
+	}}, opts: Options{Logf: t.Logf}}.start(t)
 	c := dialRaw(t, b.Addr())
 
 	type ack struct {
