@@ -222,18 +222,13 @@ func TestPutDiskWatermark(t *testing.T) {
 // retention run that deletes segments asks for a disk check).
 func TestPutDiskWatermarkRetention(t *testing.T) {
 	dir := testsvc.MountTmpfs(t, 16<<20)
-	cfg := conf.Default()
-	cfg.Port = 0
-	cfg.JournalFileSize = 1 << 20 // the journal and its spare fit the small disk
-	cfg.DataDir = dir
-	cfg.MaxSegmentSize = 256 << 10
-	cfg.DiskMaxUsedRatio = 0.5
-	cfg.DeletePolicy = "delete,1h"
-	cfg.Topics = []conf.Topic{{Name: "t"}}
-	b, err := New(cfg, Options{Logf: t.Logf})
-	require.NoError(t, err)
-	require.NoError(t, b.Start())
-	t.Cleanup(func() { b.Close() })
+	b := fixture{dir: dir, mods: []func(*conf.Config){func(cfg *conf.Config) {
+		cfg.NumPartitions = conf.Default().NumPartitions
+		cfg.JournalFileSize = 1 << 20 // the journal and its spare fit the small disk
+		cfg.MaxSegmentSize = 256 << 10
+		cfg.DiskMaxUsedRatio = 0.5
+		cfg.DeletePolicy = "delete,1h"
+	}}, opts: Options{Logf: t.Logf}}.start(t)
 	c := dialRaw(t, b.Addr())
 
 	data := bytes.Repeat([]byte{'y'}, 1000)
