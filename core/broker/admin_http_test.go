@@ -56,6 +56,7 @@ func topicNames(t *testing.T, h *httpClient) []string {
 // TestAdminTopicsLive creates, alters and deletes topics through the API,
 // with restarts in between, and sends it bad requests.
 func TestAdminTopicsLive(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := liveBroker(t, dir)
 	h := newHTTPClient(t, b.HTTPAddr(), nil)
@@ -185,6 +186,7 @@ func TestAdminTopicsLive(t *testing.T) {
 // TestAdminTopicsZooKeeper: topics created, altered and deleted live are
 // registered in ZooKeeper, updated and unregistered.
 func TestAdminTopicsZooKeeper(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/admintopics"
 	b := clusterBroker(t, addr, root, 7)
@@ -224,6 +226,7 @@ func TestAdminTopicsZooKeeper(t *testing.T) {
 // TestAdminGroups describes a group's lag, resets its offsets (dry run
 // first) and skips a partition.
 func TestAdminGroups(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	c := dialAuth(t, b.Addr(), nil)
 	for p := range int32(2) {
@@ -307,6 +310,7 @@ func TestAdminGroups(t *testing.T) {
 // TestAdminAuth: with [auth], an admin may create a topic over HTTPS; a
 // user may read a group only with the group's rights.
 func TestAdminAuth(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	b := secureBroker(t, certs, &syncLog{}, 50)
 	hln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -330,6 +334,7 @@ func TestAdminAuth(t *testing.T) {
 // put to and get from it: their requests fail cleanly, nothing panics,
 // and the broker goes on serving other topics.
 func TestAdminDeleteUnderLoad(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	h := newHTTPClient(t, b.HTTPAddr(), nil)
 	code, body := h.do("POST", "/api/v1/topics", strings.NewReader(`{"name":"live","num_partitions":2}`))

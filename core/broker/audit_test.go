@@ -14,6 +14,7 @@ import (
 // protocol is audited with the user ("-" with auth off), the remote
 // address, the xid and the outcome (issue 22, finding 10a).
 func TestAuditHeuristics(t *testing.T) {
+	t.Parallel()
 	logs := &syncLog{}
 	b := fixture{mods: []func(*conf.Config){func(cfg *conf.Config) {
 		cfg.Host = "127.0.0.1"
@@ -34,6 +35,7 @@ func TestAuditHeuristics(t *testing.T) {
 // TestAuditStatsReset: `stats reset` clears counters, so it is audited
 // like the other admin changes.
 func TestAuditStatsReset(t *testing.T) {
+	t.Parallel()
 	logs := &syncLog{}
 	b := fixture{mods: []func(*conf.Config){func(cfg *conf.Config) {
 		cfg.Host = "127.0.0.1"
@@ -47,6 +49,7 @@ func TestAuditStatsReset(t *testing.T) {
 // TestLoginFailedNameCut: a failed login quotes at most 64 bytes of the
 // user name it was given, as every other reply quotes a client's name.
 func TestLoginFailedNameCut(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("u", 900)
 	got := security.LoginFailed(long)
 	require.Less(t, len(got), 120, got)

@@ -198,6 +198,7 @@ func statValue(t testing.TB, c *authClient, key string) int {
 // plaintext, TLS, and TLS with a client certificate standing in for the
 // password.
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	logs := &syncLog{}
 	b := secureBroker(t, certs, logs, testFailureDelay)
@@ -403,6 +404,7 @@ func TestAuth(t *testing.T) {
 // TestAuthFailureDelayEndsWithConnection checks that a connection closed
 // while its failed auth waits does not keep the broker waiting.
 func TestAuthFailureDelayEndsWithConnection(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	b := secureBroker(t, certs, &syncLog{}, 60000)
 	c := dialAuth(t, b.Addr(), nil)

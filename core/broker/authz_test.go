@@ -15,6 +15,7 @@ import (
 // only the topics they may publish or subscribe to, and the rest is
 // refused with the text every door gives; an admin sees everything.
 func TestAuthzStatsLists(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	b := secureBroker(t, certs, &syncLog{}, 10)
 	root := dialAuth(t, b.Addr(), nil)
@@ -78,6 +79,7 @@ func TestAuthzStatsLists(t *testing.T) {
 // are byte for byte those of a broker with auth off holding the same data,
 // and a user's lines are a subset of them.
 func TestAuthzAdminLikeAuthOff(t *testing.T) {
+	t.Parallel()
 	setup := func(b *Broker, c *authClient) {
 		for _, topic := range []string{"orders", "secret"} {
 			code, body := c.put(topic)

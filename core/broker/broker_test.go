@@ -52,6 +52,7 @@ func dialRaw(tb testing.TB, addr string) *rawClient {
 }
 
 func TestPutGetRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, threshold := range []int{0, 1} {
 		t.Run("threshold="+strconv.Itoa(threshold), func(t *testing.T) {
 			b := startBroker(t, threshold)
@@ -156,6 +157,7 @@ func BenchmarkBrokerPut(b *testing.B) {
 // topic complete, and a second put to the opening topic waits for the same
 // open instead of opening it again.
 func TestOpenTopicOffLock(t *testing.T) {
+	t.Parallel()
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var opens sync.Map // topic -> *atomic count

@@ -8,6 +8,7 @@ import (
 )
 
 func TestBudget(t *testing.T) {
+	t.Parallel()
 	bg := newBudget(1 << 20) // shared 768 KiB, reserve 256 KiB
 	closed := make(chan struct{})
 	big := &connBudget{bg: bg, wait: time.Minute, closed: closed}

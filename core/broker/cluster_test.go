@@ -93,6 +93,7 @@ func zkClient(t *testing.T, addr string) *zk.Conn {
 // TestClusterTwoBrokers: brokers 1 and 2 (port 0) register side by side
 // with their real ports; an auto-created topic is added; Close unregisters.
 func TestClusterTwoBrokers(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/brokertest"
 	b1 := clusterBroker(t, addr, root, 1)
@@ -128,6 +129,7 @@ func TestClusterTwoBrokers(t *testing.T) {
 // TestClusterZooKeeperDownAtStart: the broker serves within the
 // connection timeout though ZooKeeper is down, and registers when it comes up.
 func TestClusterZooKeeperDownAtStart(t *testing.T) {
+	t.Parallel()
 	z := testsvc.NewZooKeeper(t)
 	z.Stop()
 	start := time.Now()
@@ -151,12 +153,14 @@ func TestClusterZooKeeperDownAtStart(t *testing.T) {
 }
 
 func TestLocalModeHasNoRegistry(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	require.Nil(t, b.reg)
 	require.False(t, b.Registered())
 }
 
 func TestAdvertiseHost(t *testing.T) {
+	t.Parallel()
 	require.Equal(t, "10.1.2.3", advertiseHost("10.1.2.3"))
 	require.Equal(t, "broker.example", advertiseHost("broker.example"))
 	for _, h := range []string{"0.0.0.0", "::", ""} {

@@ -75,6 +75,7 @@ func waitUnauth(t testing.TB, b *Broker, n int) {
 // connection from an address at its cap closes the oldest unauthenticated
 // connection from that address, and no other; the newcomer logs in.
 func TestUnauthEvictPerAddress(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	logs := &syncLog{}
 	b := limitBroker(t, certs, logs, func(c *conf.Config) {
@@ -133,6 +134,7 @@ func TestUnauthEvictPerAddress(t *testing.T) {
 // whatever its address; and at max_connections, the oldest
 // unauthenticated one makes room, but authenticated ones never do (503).
 func TestUnauthEvictGlobal(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	b := limitBroker(t, certs, &syncLog{}, func(c *conf.Config) {
 		c.MaxConnections = 6
@@ -189,6 +191,7 @@ func TestUnauthEvictGlobal(t *testing.T) {
 // connection to the TLS port that never handshakes is closed; one that
 // logs in in time, or by client certificate, stays.
 func TestAuthTimeout(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	logs := &syncLog{}
 	b := limitBroker(t, certs, logs, func(c *conf.Config) { c.AuthTimeout = 300 })
@@ -238,6 +241,7 @@ func TestAuthTimeout(t *testing.T) {
 // handshake alone must complete within auth_timeout, and that plaintext
 // connections are not limited by it.
 func TestTLSHandshakeDeadlineAuthOff(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	b := limitBroker(t, certs, &syncLog{}, func(c *conf.Config) {
 		c.Auth = conf.Auth{FailureDelay: conf.DefaultAuthFailureDelay}
@@ -276,6 +280,7 @@ func TestTLSHandshakeDeadlineAuthOff(t *testing.T) {
 // TestTLSHandshakeFailuresThrottled checks that failed handshakes on the
 // protocol port are all counted, and logged once per source address.
 func TestTLSHandshakeFailuresThrottled(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	logs := &syncLog{}
 	b := limitBroker(t, certs, logs, func(c *conf.Config) {})
@@ -299,6 +304,7 @@ func TestTLSHandshakeFailuresThrottled(t *testing.T) {
 // TestLogThrottle checks the throttle: one line per key and interval, the
 // count of those held back in the next, and a bounded number of keys.
 func TestLogThrottle(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	th := newLogThrottle(time.Minute, 3)
 	th.now = func() time.Time { return now }
@@ -345,6 +351,7 @@ func TestLogThrottle(t *testing.T) {
 // handshake errors are counted and throttled per address; other lines
 // pass through.
 func TestHTTPErrorLogThrottle(t *testing.T) {
+	t.Parallel()
 	logs := &syncLog{}
 	b, err := New(func() *conf.Config {
 		c := conf.Default()
@@ -372,6 +379,7 @@ func TestHTTPErrorLogThrottle(t *testing.T) {
 // (metaq_tls_handshake_failures_total{listener="http"}), and one line per
 // source address is logged.
 func TestHTTPSHandshakeFailuresThrottled(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	logs := &syncLog{}
 	b := limitBroker(t, certs, logs, func(c *conf.Config) {})

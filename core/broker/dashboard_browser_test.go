@@ -88,6 +88,7 @@ func consume(t *testing.T, c *authClient, group, topic string, p int32, from int
 // delete a topic, reset offsets after a dry run, skip a partition). With
 // METAQ_SCREENSHOTS=dir it writes a PNG of each page there.
 func TestDashboardBrowser(t *testing.T) {
+	t.Parallel()
 	chrome := testsvc.Chromium(t)
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/dash-%d", time.Now().UnixNano())
@@ -412,6 +413,7 @@ func (tb *browserTab) open(t *testing.T, url, sel string) {
 // is refused with a page that says so and changes nothing; root (an
 // admin) does each of them, including changing the partition count.
 func TestDashboardBrowserAuth(t *testing.T) {
+	t.Parallel()
 	chrome := testsvc.Chromium(t)
 	// alice may publish and subscribe to t here: the dashboard shows a
 	// user only the topics they may use (TestDashboardAuthz).

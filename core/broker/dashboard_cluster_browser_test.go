@@ -53,6 +53,7 @@ func clusterDashBroker(t *testing.T, zkAddr, root string, id int) *Broker {
 // connection to ZooKeeper is cut and refused, as when the process is
 // killed): the page shows it down with its partitions unreachable.
 func TestDashboardBrowserCluster(t *testing.T) {
+	t.Parallel()
 	chrome := testsvc.Chromium(t)
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/dashc-%d", time.Now().UnixNano())

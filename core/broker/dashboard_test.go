@@ -44,6 +44,7 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 // TestDashboardPages renders every page of a broker with data, and sends
 // the pages hostile parameters: each gets a clear 4xx page, never a 5xx.
 func TestDashboardPages(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	c := dialAuth(t, b.Addr(), nil)
 	for i := range 5 {
@@ -214,6 +215,7 @@ func committedOf(t testing.TB, b *Broker, group, topic string, p int) int64 {
 // TestDashboardAuth: with [auth], pages need a user, actions an admin,
 // and a user sees only the groups it may use.
 func TestDashboardAuth(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 1000, func(c *conf.Config) {
 		c.Auth = conf.Auth{Enabled: true, FailureDelay: 10, Users: hashedUsers(t)}
 	})
@@ -277,6 +279,7 @@ func TestDashboardAuth(t *testing.T) {
 // the keyed-ordering warning is acknowledged; bad forms get a 4xx page
 // and change nothing.
 func TestDashboardAlterPartitions(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	h := b.newMux()
 	w := dashDo(t, h, "GET", "/ui/topics/t", nil, nil)

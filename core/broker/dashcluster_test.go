@@ -45,6 +45,7 @@ func zkPut(t *testing.T, b *Broker, path string, data []byte) {
 // may subscribe to; an admin sees everything. The groups' members and
 // owners come from ZooKeeper.
 func TestDashboardClusterAuthz(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/dashz-%d", time.Now().UnixNano())
 	b := startBroker(t, 1000, func(c *conf.Config) {
@@ -114,6 +115,7 @@ func TestDashboardClusterAuthz(t *testing.T) {
 // the cluster page say so within dashZKTimeout (and a bit), marking no
 // broker down; answering again, the page is whole again.
 func TestDashboardClusterZKStalled(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	proxy, err := faultnet.Start(zkAddr)
 	require.NoError(t, err)

@@ -22,6 +22,7 @@ import (
 // space is freed, puts succeed again, and a get returns exactly the
 // acknowledged messages at their acknowledged offsets.
 func TestPutDiskFull(t *testing.T) {
+	t.Parallel()
 	dir := testsvc.MountTmpfs(t, 8<<20)
 	b := fixture{dir: dir, mods: []func(*conf.Config){func(cfg *conf.Config) {
 		cfg.NumPartitions = 1

@@ -23,6 +23,7 @@ import (
 // is lost (Close: its nodes go at once), the other promotes itself, and
 // the lost one, restarted on its data directory, rejoins the same way.
 func TestFailoverAuthTLS(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	replAuthModes(t, "failover-auth", func(t *testing.T, m authMode) {
 		root, c, tc := m.root, m.c, m.tc

@@ -57,6 +57,7 @@ func failoverPair(t *testing.T, zkAddr, root, mdir string, fo func(*conf.Config)
 }
 
 func TestFailoverInProcess(t *testing.T) {
+	t.Parallel()
 	zkAddr, root, fo := failoverEnv(t, "failover-inproc")
 	mdir := t.TempDir()
 	master, slave, mc := failoverPair(t, zkAddr, root, mdir, fo)
@@ -191,6 +192,7 @@ func requireSlaveStates(t *testing.T, b *Broker, topic string) {
 // interleaving; the switchover then completes with the old holder's end
 // equal to the new holder's.
 func TestSwitchoverRefusesPutPastDrain(t *testing.T) {
+	t.Parallel()
 	zkAddr, root, fo := failoverEnv(t, "switchover-drain")
 	master, slave, _ := failoverPair(t, zkAddr, root, t.TempDir(), fo)
 	ok, fail := pipelinedPuts(t, master.Addr(), 20)
@@ -295,6 +297,7 @@ func (l *logLines) contains(sub string) bool {
 // bytes > 0), rejoins as slave 0, gets named in sync, and its copy ends
 // equal to the holder's.
 func TestFailoverRejoinCutsTail(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/failover-cut-%d", time.Now().UnixNano())
 	fo := func(c *conf.Config) {
@@ -406,6 +409,7 @@ func TestFailoverRejoinCutsTail(t *testing.T) {
 // in sync, with a divergent tail that happens to end where the holder's
 // log ends, a tail the rejoin then cuts.
 func TestFailoverBindWaitsForRejoin(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/failover-bind-%d", time.Now().UnixNano())
 	dir := t.TempDir()

@@ -106,6 +106,7 @@ func pipeline(t *testing.T, c *rawClient, frames []byte, n int) (codes map[int]i
 // than 100 ms; the bound asserted here is generous so that it cannot flake
 // under -race on a loaded machine, and the measured figure is logged).
 func TestGroupJoinFloodOtherGroup(t *testing.T) {
+	t.Parallel()
 	const joins = 1000
 	b := startBroker(t, 0, func(c *conf.Config) { c.MaxMembershipsPerConnection = joins })
 	mb := joinGroup(t, b.Addr(), "gb", "b1")
@@ -177,6 +178,7 @@ func TestGroupJoinFloodOtherGroup(t *testing.T) {
 // TestGroupLimits: max_memberships_per_connection and max_group_members;
 // a join over a limit gets 503 naming it, and nothing else changes.
 func TestGroupLimits(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0, func(c *conf.Config) {
 		c.MaxMembershipsPerConnection = 3
 		c.MaxGroupMembers = 4
@@ -229,6 +231,7 @@ func TestGroupLimits(t *testing.T) {
 // of UTF-8 without control characters; others get 400, and the reply does
 // not echo the raw bytes.
 func TestGroupIDValidation(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	c := dialRaw(t, b.Addr())
 	long := strings.Repeat("g", 256)

@@ -21,6 +21,7 @@ func (c *rawClient) call(t *testing.T, frame []byte) protocol.Request {
 // TestStatsMembers: `stats members` lists each local-mode member with the
 // partitions it holds; `stats groups` keeps its format.
 func TestStatsMembers(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0) // topic t, 2 partitions
 	stats := func() string {
 		c := dialRaw(t, b.Addr())

@@ -87,6 +87,7 @@ func metricValue(t testing.TB, scrape []byte, series string) float64 {
 // TestHTTPMetrics puts, gets and commits through the wire protocol and
 // checks what /metrics shows, and that promtool finds the scrape clean.
 func TestHTTPMetrics(t *testing.T) {
+	t.Parallel()
 	for _, perPart := range []bool{false, true} {
 		t.Run("partition_labels="+strconv.FormatBool(perPart), func(t *testing.T) {
 			b := startBroker(t, 0, func(c *conf.Config) { c.MetricsPartitionLabels = perPart })
@@ -143,6 +144,7 @@ func TestHTTPMetrics(t *testing.T) {
 // TestHTTPHealth checks /healthz and /readyz on a local broker, and that
 // Close stops the listener.
 func TestHTTPHealth(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	h := newHTTPClient(t, b.HTTPAddr(), nil)
 	code, body := h.get("/healthz")
@@ -179,6 +181,7 @@ func requireJSONError(t testing.TB, body []byte, code int, contains string) {
 // HTTPS with the broker's certificate, 401 without or with bad
 // credentials, 403 for a change by a non-admin, client certificates.
 func TestHTTPAuth(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	logs := &syncLog{}
 	b := secureBroker(t, certs, logs, 50)
@@ -243,6 +246,7 @@ func TestHTTPAuth(t *testing.T) {
 // TestHTTPHostile sends malformed HTTP: the broker answers 4xx and goes
 // on serving HTTP and the wire protocol.
 func TestHTTPHostile(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	addr := b.HTTPAddr()
 	raw := func(req string) string {
@@ -278,6 +282,7 @@ func readyCode(t testing.TB, h *httpClient) (int, string) {
 // once it is back; /healthz stays 200 throughout. After a restart on the
 // same data it is ready again.
 func TestReadyzZooKeeperOutage(t *testing.T) {
+	t.Parallel()
 	z := testsvc.NewZooKeeper(t)
 	dir := t.TempDir()
 	b := clusterBroker(t, z.Addr(), "/readyz", 1, func(c *conf.Config) { c.DataDir = dir })

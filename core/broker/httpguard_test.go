@@ -94,6 +94,7 @@ func basic(user, pass string) string {
 // Origin or Referer; it needs Content-Type application/json for bodies.
 // What programs send (no Origin, no Sec-Fetch-Site) passes.
 func TestHTTPCSRF(t *testing.T) {
+	t.Parallel()
 	logs := &syncLog{}
 	b := authBroker(t, logs)
 	self := "http://" + b.HTTPAddr()
@@ -193,6 +194,7 @@ func TestHTTPCSRF(t *testing.T) {
 // pprof and the dashboard; the probes answer every name; with [auth] on
 // the check is not made.
 func TestHTTPHostCheck(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0, func(c *conf.Config) { c.Host = "127.0.0.1" })
 	_, port, err := net.SplitHostPort(b.HTTPAddr())
 	require.NoError(t, err)
@@ -249,6 +251,7 @@ func TestHTTPHostCheck(t *testing.T) {
 // (issue 22, finding 10c): an 800 KB name gives a short reply on every
 // path that echoes one.
 func TestHTTPErrorLength(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	huge := strings.Repeat("n", 800<<10)
 	long := strings.Repeat("p", 12<<10) // a path fits in the 16 KB header limit
@@ -295,6 +298,7 @@ func TestHTTPErrorLength(t *testing.T) {
 // logged with component=audit, the user and the remote address (issue 22,
 // finding 10a).
 func TestAuditLog(t *testing.T) {
+	t.Parallel()
 	logs := &syncLog{}
 	b := authBroker(t, logs)
 	root := map[string]string{"Authorization": basic("root", "root-pw"), "Content-Type": "application/json"}
@@ -342,6 +346,7 @@ func TestAuditLog(t *testing.T) {
 
 // TestAuditAuthOff: with [auth] off the user is "-".
 func TestAuditAuthOff(t *testing.T) {
+	t.Parallel()
 	logs := &syncLog{}
 	cfg := conf.Default()
 	cfg.Host, cfg.Port, cfg.DataDir = "127.0.0.1", 0, t.TempDir()

@@ -18,6 +18,7 @@ import (
 // held open do not keep /healthz, /readyz or /metrics from answering, and
 // /metrics and stats count the evictions.
 func TestHTTPFloodLocal(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0, func(c *conf.Config) {
 		c.HTTPMaxConnections = conf.MinHTTPMaxConnections
 		c.HTTPReadHeaderTimeout = 60000 // only the cap closes the silent connections
@@ -53,6 +54,7 @@ func TestHTTPFloodLocal(t *testing.T) {
 // TestHTTPTimeoutsFromConfig: http_read_header_timeout closes a connection
 // that sends nothing, http_idle_timeout an idle keep-alive one.
 func TestHTTPTimeoutsFromConfig(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0, func(c *conf.Config) {
 		c.HTTPReadHeaderTimeout = 300
 		c.HTTPIdleTimeout = 300

@@ -10,6 +10,7 @@ import (
 )
 
 func TestIDWorkerLayoutAndOrder(t *testing.T) {
+	t.Parallel()
 	now := time.UnixMilli(message.IDEpoch + 5000)
 	w := newIDWorker(7, func() time.Time { return now })
 	id := w.Next(1)
@@ -30,6 +31,7 @@ func TestIDWorkerLayoutAndOrder(t *testing.T) {
 }
 
 func TestIDWorkerClockBackwardsAndRestart(t *testing.T) {
+	t.Parallel()
 	now := time.UnixMilli(message.IDEpoch + 10_000)
 	clock := func() time.Time { return now }
 	w := newIDWorker(1, clock)
@@ -47,6 +49,7 @@ func TestIDWorkerClockBackwardsAndRestart(t *testing.T) {
 }
 
 func TestIDWorkerConcurrentUnique(t *testing.T) {
+	t.Parallel()
 	w := newIDWorker(3, nil)
 	var mu sync.Mutex
 	seen := make(map[int64]bool)

@@ -73,6 +73,7 @@ func scrapeOf(t *testing.T, b *Broker) []byte {
 // wins between ZooKeeper and the commits seen here; the refresh loop
 // picks up new groups by itself.
 func TestLagFromZooKeeper(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/lagzk-%d", time.Now().UnixNano())
 	b := clusterBroker(t, addr, root, 3)
@@ -175,6 +176,7 @@ func TestLagFromZooKeeper(t *testing.T) {
 // the dashboard before it commits again; a file that does not parse is
 // moved aside and the broker starts without it.
 func TestLagSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	inDir := func(c *conf.Config) { c.DataDir = dir }
 	b := startBroker(t, 0, inDir)

@@ -23,6 +23,7 @@ import (
 // before the stop is answered 200, then the connection closes, and the
 // data is there after a restart.
 func TestShutdownAnswersInFlight(t *testing.T) {
+	t.Parallel()
 	cfg := conf.Default()
 	cfg.Port = 0
 	cfg.DataDir = t.TempDir()
@@ -77,6 +78,7 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 // TestShutdownClosesStuckConnections: a connection that does not finish
 // its request is closed when the drain context ends.
 func TestShutdownClosesStuckConnections(t *testing.T) {
+	t.Parallel()
 	b := startBrokerWith(t, func(c *conf.Config) {})
 	nc, err := net.Dial("tcp", b.Addr())
 	require.NoError(t, err)
@@ -97,6 +99,7 @@ func TestShutdownClosesStuckConnections(t *testing.T) {
 // the log level apply, restart-only settings and new or removed topics
 // are reported and keep their values, and a bad config changes nothing.
 func TestReload(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var logs []string
 	logf := func(f string, a ...any) { mu.Lock(); logs = append(logs, fmt.Sprintf(f, a...)); mu.Unlock() }
@@ -187,6 +190,7 @@ func TestReload(t *testing.T) {
 // admin API (topics.toml) survive a SIGHUP reload of the unchanged
 // server.toml, which reports nothing about them.
 func TestReloadKeepsLiveTopics(t *testing.T) {
+	t.Parallel()
 	cfg := conf.Default()
 	cfg.Port = 0
 	cfg.DataDir = t.TempDir()

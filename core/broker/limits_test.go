@@ -31,6 +31,7 @@ func waitClosed(tb testing.TB, nc net.Conn, within time.Duration) (string, time.
 }
 
 func TestMaxConnections(t *testing.T) {
+	t.Parallel()
 	b := startBrokerWith(t, func(c *conf.Config) { c.MaxConnections = 3 })
 	var held []*rawClient
 	for i := 0; i < 3; i++ {
@@ -55,6 +56,7 @@ func TestMaxConnections(t *testing.T) {
 }
 
 func TestRequestTimeout(t *testing.T) {
+	t.Parallel()
 	b := startBrokerWith(t, func(c *conf.Config) { c.RequestTimeout = 300; c.IdleTimeout = 0 })
 	// A half-sent header line.
 	nc, err := net.Dial("tcp", b.Addr())
@@ -90,6 +92,7 @@ func TestRequestTimeout(t *testing.T) {
 }
 
 func TestIdleTimeout(t *testing.T) {
+	t.Parallel()
 	b := startBrokerWith(t, func(c *conf.Config) { c.IdleTimeout = 400 })
 	c := dialRaw(t, b.Addr())
 	// Requests more often than the idle timeout keep the connection.
@@ -103,6 +106,7 @@ func TestIdleTimeout(t *testing.T) {
 }
 
 func TestAcceptFlags(t *testing.T) {
+	t.Parallel()
 	no := false
 	b := startBrokerWith(t, func(c *conf.Config) {
 		c.Topics = []conf.Topic{{Name: "t"}, {Name: "nopub", AcceptPublish: &no}, {Name: "nosub", AcceptSubscribe: &no}}
@@ -127,6 +131,7 @@ func TestAcceptFlags(t *testing.T) {
 // replies stop being read once the budget is spent, while a well-behaved
 // client keeps its round trips.
 func TestBufferedBudget(t *testing.T) {
+	t.Parallel()
 	const limit = 2 << 20
 	b := startBrokerWith(t, func(c *conf.Config) { c.MaxBufferedBytes = limit })
 	frame := []byte(strings.Repeat("stats config\r\n", 256))

@@ -76,6 +76,7 @@ const throttledText = `: too many failed logins, retry after 1s`
 // text, counted in auth_throttled and metaq_auth_throttled_total, and the
 // right password logs in once the lock ends.
 func TestLoginLimiterWire(t *testing.T) {
+	// Not parallel: the lock it checks lasts 300 ms.
 	logs := &syncLog{}
 	b := limitedBroker(t, logs)
 	root := authDialFrom(t, b.Addr(), "127.0.0.9")
@@ -132,6 +133,7 @@ func TestLoginLimiterWire(t *testing.T) {
 // credentials does not get past a lock: cached right credentials from a
 // locked pair are refused like any attempt, and accepted once it ends.
 func TestLoginLimiterHTTPCache(t *testing.T) {
+	t.Parallel()
 	b := limitedBroker(t, &syncLog{})
 	addr := b.HTTPAddr()
 	code, body, _ := basicFrom(t, addr, "127.0.0.2", "nosub", "nosub-pw", "/metrics")
@@ -155,6 +157,7 @@ func TestLoginLimiterHTTPCache(t *testing.T) {
 // and counted as a wrong password, so that no sequence of attempts tells
 // them apart.
 func TestLoginAuthzidCountsAsFailure(t *testing.T) {
+	t.Parallel()
 	logs := &syncLog{}
 	b := limitedBroker(t, logs)
 	authzid := func(c *authClient) (int, string) {
@@ -183,6 +186,7 @@ func TestLoginAuthzidCountsAsFailure(t *testing.T) {
 // TestLoginLimiterReload checks that a Reload applies new limits to the
 // next attempt (the counts are kept) and reports them.
 func TestLoginLimiterReload(t *testing.T) {
+	t.Parallel()
 	b := limitedBroker(t, &syncLog{})
 	c := authDialFrom(t, b.Addr(), "127.0.0.2")
 	for range 2 {

@@ -62,6 +62,7 @@ func consumeLikeMetaQ(t *testing.T, rng *rand.Rand, c *authClient, topic string,
 // API show exactly the whole messages sent and the group's lag in
 // messages, and again after a restart once the old segments are indexed.
 func TestMessagesOutAndLag(t *testing.T) {
+	t.Parallel()
 	const parts = 3
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	dir := t.TempDir()

@@ -53,6 +53,7 @@ func fetchFrame(group string, es []protocol.OffsetEntry) []byte {
 }
 
 func TestCommitFetchFileStore(t *testing.T) {
+	t.Parallel()
 	b, cfg := offsetBroker(t, nil)
 	c := dialRaw(t, b.Addr())
 	es := []protocol.OffsetEntry{
@@ -127,6 +128,7 @@ func TestCommitFetchFileStore(t *testing.T) {
 // the supervisor has restarted it, then succeed again with the offsets
 // committed before the kill still there.
 func TestCommitFetchPlugin(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a plugin")
 	}
@@ -174,6 +176,7 @@ func TestCommitFetchPlugin(t *testing.T) {
 }
 
 func TestUnknownOffsetStoreRefused(t *testing.T) {
+	t.Parallel()
 	cfg := conf.Default()
 	cfg.DataDir = t.TempDir()
 	cfg.Topics = []conf.Topic{{Name: "t"}}

@@ -24,12 +24,14 @@ func statsItem(t *testing.T, b *Broker, item string) string {
 }
 
 func TestStatsPluginsEmpty(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	require.Equal(t, "STATS\r\nEND\r\n", statsItem(t, b, "plugins"))
 	require.Contains(t, statsItem(t, b, "help"), "stats plugins       one line per plugin process")
 }
 
 func TestStatsPluginsFormat(t *testing.T) {
+	t.Parallel()
 	var sb strings.Builder
 	writePluginStats(&sb, []host.Info{
 		{Kind: plugins.KindFilter, Name: "colour", Version: 1, PID: 4242, State: host.StateRunning, Restarts: 2, Calls: 100, Errors: 3},

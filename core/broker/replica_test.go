@@ -81,6 +81,7 @@ func pipelinedPuts(t *testing.T, addr string, n int) (ok int, fail string) {
 // once it is in sync, refused again after it closes, and shipped again
 // after it returns; the slave's copy has every acknowledged put.
 func TestReplicationInProcess(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/repl-inproc-%d", time.Now().UnixNano())
 	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
@@ -128,6 +129,7 @@ func TestReplicationInProcess(t *testing.T) {
 // from the master the records that syncs stored (it used to fetch every
 // one, so that each byte crossed the link twice).
 func TestSyncSlaveSkipsSynced(t *testing.T) {
+	// Not parallel: how much the slave refetches depends on how soon the master's appends are durable, which load delays.
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/repl-skip-%d", time.Now().UnixNano())
 	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
@@ -350,6 +352,7 @@ func proxiedSyncPair(t *testing.T, zkAddr, root string, degrade bool) (master, s
 // slave pulls them before the link joins again. Either way the copies end
 // equal.
 func TestSyncLinkFaults(t *testing.T) {
+	// Not parallel: it times the link against sync_timeout.
 	zkAddr := testsvc.ZooKeeper(t)
 	for _, degrade := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync_degrade=%v", degrade), func(t *testing.T) {

@@ -108,6 +108,7 @@ func replAuthModes(t *testing.T, prefix string, fn func(t *testing.T, m authMode
 // wrong password copies nothing and logs the refusal, and its sync master
 // acknowledges nothing.
 func TestReplicationAuthTLS(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	replAuthModes(t, "repl-auth", func(t *testing.T, m authMode) {
 		root, c, tc := m.root, m.c, m.tc

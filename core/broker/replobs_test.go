@@ -42,6 +42,7 @@ func replicaDetail(t *testing.T, h http.Handler) (int, readyCheck) {
 // in sync and not ready while its master is gone; /metrics shows the role,
 // the slave's lag and the master's sync state, and promtool is clean.
 func TestReplicationReadyAndMetrics(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/repl-obs-%d", time.Now().UnixNano())
 	syncMode := func(c *conf.Config) { c.Replication = conf.ReplicationSync; c.SlaveMaxDelay = 40 }
@@ -98,6 +99,7 @@ func TestReplicationReadyAndMetrics(t *testing.T) {
 // TestReplicaReadyAsync: an async slave's check is there and passes even
 // without a master; a master has no replica check.
 func TestReplicaReadyAsync(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/repl-obs-async-%d", time.Now().UnixNano())
 	s := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)

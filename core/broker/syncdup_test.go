@@ -18,6 +18,7 @@ import (
 // answered only once the puller's appends in flight are durable: 200 with
 // offset -1 then, or their failure; with none in flight, at once.
 func TestSyncDupWaitsForPuller(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/repl-dup-%d", time.Now().UnixNano())
 	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil) // no master: its puller is idle

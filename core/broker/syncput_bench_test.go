@@ -101,6 +101,7 @@ func BenchmarkBrokerSyncPut(b *testing.B) {
 // the rest queued in order for the flusher and never blocks; the client
 // then reads every byte, in order.
 func TestTryWriteNowPartial(t *testing.T) {
+	t.Parallel()
 	b := startBrokerWith(t, func(*conf.Config) {})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

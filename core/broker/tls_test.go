@@ -17,6 +17,7 @@ import (
 // connections, keeps established ones, and keeps the old certificate when
 // the new files are bad.
 func TestReloadTLS(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	b := secureBroker(t, certs, &syncLog{}, 0)
 	serial := func(c *authClient) string {
@@ -52,6 +53,7 @@ func TestReloadTLS(t *testing.T) {
 
 // TestTLSOnly checks that port = 0 with [tls] serves TLS only.
 func TestTLSOnly(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	cf, kf, _ := certs.Server(t, "server")
 	cfg := conf.Default()

@@ -21,6 +21,7 @@ import (
 // meta:// in master and metaqs:// in master_tls; a TLS-only one registers
 // metaqs:// in master.
 func TestClusterTLSRegistration(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/tlsreg"
 	certs := testsvc.NewCerts(t)
@@ -95,6 +96,7 @@ func (m *mismatch) Error() string { return m.path + ": " + m.got + ", want " + m
 // TestReadHandleClosedWithConnection: the segment file a connection's get
 // opened for sendfile is closed when the connection ends.
 func TestReadHandleClosedWithConnection(t *testing.T) {
+	t.Parallel()
 	// Threshold mode: the bytes are in the segment file at once (a
 	// group-commit put is served from memory until a checkpoint).
 	b := startBroker(t, 1)

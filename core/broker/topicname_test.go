@@ -19,6 +19,7 @@ import (
 // API, the dashboard form; topics.toml is not written; a topics.toml or a
 // server.toml naming one fails to load and --check-config says why.
 func TestTopicNameDots(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := liveBroker(t, dir, func(c *conf.Config) { c.AutoCreateTopics = true })
 	bad := []string{".", "..", "a/b", "a\x01", "a\ufff5", strings.Repeat("x", 250)}

@@ -74,6 +74,7 @@ func txPut(topic string, p int, key, data string, opaque int) string {
 // exactly; an empty want means no reply, checked by the version that
 // follows being the next frame.
 func TestTxWire(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	xaErr := func(code int, op int) string {
 		return `result 500 \d+ ` + strconv.Itoa(op) + `\r\nXAException:code=` + regexp.QuoteMeta(strconv.Itoa(code)) + `,msg=[^\r\n]+`
@@ -273,6 +274,7 @@ func (c *txClient) stat(item, key string) string {
 // contiguous batch in put order, with the ids their puts were answered
 // with; a rollback appends nothing.
 func TestTxCommitVisibility(t *testing.T) {
+	t.Parallel()
 	for _, threshold := range []int{0, 1} {
 		t.Run("threshold="+strconv.Itoa(threshold), func(t *testing.T) {
 			b := startBroker(t, threshold)
@@ -335,6 +337,7 @@ func TestTxCommitVisibility(t *testing.T) {
 // TestTxRollbackOnClose: a connection's local transactions are rolled back
 // when it closes, and another connection cannot touch them.
 func TestTxRollbackOnClose(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	c := &txClient{wireConn: dialWire(t, b.Addr())}
 	c.begin("TX:s:1")
@@ -352,6 +355,7 @@ func TestTxRollbackOnClose(t *testing.T) {
 // TestTxTimeout: a transaction not committed within its BEGIN's timeout,
 // or tx_default_timeout, is rolled back; the cap is 60 s.
 func TestTxTimeout(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0, func(c *conf.Config) { c.TxDefaultTimeout = 1 })
 	c := &txClient{wireConn: dialWire(t, b.Addr())}
 	c.ok("transaction TX:s:1 s BEGIN 1 1\r\n")
@@ -371,6 +375,7 @@ func TestTxTimeout(t *testing.T) {
 // TestTxLimits: a put beyond tx_max_bytes or tx_max_buffered_bytes is
 // refused with a clear error and the transaction stays usable.
 func TestTxLimits(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0, func(c *conf.Config) { c.TxMaxBytes = 1024; c.TxMaxBufferedBytes = 1500 })
 	c := &txClient{wireConn: dialWire(t, b.Addr())}
 	c.begin("TX:s:1")
@@ -392,6 +397,7 @@ func TestTxLimits(t *testing.T) {
 // TestTxACL: with auth on, a transactional put needs publish on its topic;
 // stats transactions is admin only.
 func TestTxACL(t *testing.T) {
+	t.Parallel()
 	b := startBrokerWith(t, func(c *conf.Config) {
 		c.Topics = []conf.Topic{{Name: "orders"}, {Name: "secret"}}
 		c.Auth = conf.Auth{Enabled: true, Users: hashedUsers(t)}
@@ -431,6 +437,7 @@ func TestTxACL(t *testing.T) {
 // its messages then appear, in order, with their ids. A prepared one does
 // not time out; an unprepared one does.
 func TestTxXABrokerWide(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0, func(c *conf.Config) { c.TxDefaultTimeout = 1 })
 	a := &txClient{wireConn: dialWire(t, b.Addr())}
 	const key = "XID:7:0102:03:app-1"
@@ -458,6 +465,7 @@ func TestTxXABrokerWide(t *testing.T) {
 // TestTxHostile: malformed transaction commands and transactional puts get
 // error replies and the broker goes on serving the connection.
 func TestTxHostile(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0)
 	w := dialWire(t, b.Addr())
 	bad := []string{
@@ -483,6 +491,7 @@ func TestTxHostile(t *testing.T) {
 // are one atomic group (core/tx/atomic.go), and no commit record is written.
 // An XA commit keeps its commit record, fsynced before its batches.
 func TestTxCommitOneRound(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, 0, func(c *conf.Config) { c.JournalCheckpointInterval = 3600_000 })
 	c := &txClient{wireConn: dialWire(t, b.Addr())}
 	j := b.topics["t"].parts[0].Journal()

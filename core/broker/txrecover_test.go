@@ -24,6 +24,7 @@ func txRecoveryBroker(t *testing.T, dataDir string) *Broker {
 // committed after the second one; one rolled back after a restart leaves
 // nothing.
 func TestTxRecoveryPrepared(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	b := txRecoveryBroker(t, dataDir)
 	c := &txClient{wireConn: dialWire(t, b.Addr())}
@@ -63,6 +64,7 @@ func TestTxRecoveryPrepared(t *testing.T) {
 // XA_HEURRB (6), RECOVER still lists them, this survives restarts, and
 // FORGET removes them. Without admin rights the command is refused.
 func TestTxHeuristics(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	b := txRecoveryBroker(t, dataDir)
 	c := &txClient{wireConn: dialWire(t, b.Addr())}
@@ -104,6 +106,7 @@ func TestTxHeuristics(t *testing.T) {
 // open transaction has a record in them: an open transaction keeps its
 // first file while many others commit, and it goes once it ends.
 func TestTxJournalSpace(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	cfg := conf.Default()
 	cfg.Port = 0

@@ -106,6 +106,7 @@ func txrPut(t *testing.T, c *rawClient, key string, p int32, body string) {
 // gone, commit, prepare and rollback are refused and the transactions stay
 // as they were. In group commit and in threshold mode.
 func TestTxReplicationInProcess(t *testing.T) {
+	t.Parallel()
 	for _, threshold := range []int{0, 3} {
 		t.Run(fmt.Sprintf("unflush_threshold=%d", threshold), func(t *testing.T) { testTxReplication(t, threshold) })
 	}
@@ -243,6 +244,7 @@ func requireCommitReplicated(t *testing.T, mc *rawClient, master, slave *Broker,
 // and the committed batches by pulling, and the branch's later commit
 // reaches it.
 func TestTxReplicationDegrade(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/txrepl-degrade-%d", time.Now().UnixNano())
 	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
@@ -275,6 +277,7 @@ func TestTxReplicationDegrade(t *testing.T) {
 // prepared (else a promoted slave's RECOVER would list a committed
 // branch, and committing it there would store the batch twice).
 func TestTxReplicationPulledCommit(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/txrepl-pulled-%d", time.Now().UnixNano())
 	master, slave, proxy := proxiedSyncPair(t, zkAddr, root, true)
@@ -387,6 +390,7 @@ func BenchmarkReplicatedTxCommit(b *testing.B) {
 // A prepare shipped into the held link fails the same way and the branch
 // stays prepared on the master.
 func TestTxReplicationLinkHeld(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/txrepl-held-%d", time.Now().UnixNano())
 	master, slave, proxy := proxiedSyncPair(t, zkAddr, root, false)
@@ -436,6 +440,7 @@ func TestTxReplicationLinkHeld(t *testing.T) {
 // keeps the connection; a commit whose put records do not match its batch
 // stores nothing; a broker that is not a slave refuses txsync.
 func TestTxSyncBadInput(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/txrepl-bad-%d", time.Now().UnixNano())
 	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)

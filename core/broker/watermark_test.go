@@ -104,6 +104,7 @@ func readAll(t *testing.T, c *rawClient, topic string) (offs []int64, datas [][]
 // "t" resume by themselves, and every acknowledged message is read back
 // at its acknowledged offset.
 func TestPutDiskWatermark(t *testing.T) {
+	t.Parallel()
 	dir := testsvc.MountTmpfs(t, 8<<20)
 	other := t.TempDir()
 	cfg := conf.Default()
@@ -221,6 +222,7 @@ func TestPutDiskWatermark(t *testing.T) {
 // retention: it deletes the old segments, and puts resume at once (a
 // retention run that deletes segments asks for a disk check).
 func TestPutDiskWatermarkRetention(t *testing.T) {
+	t.Parallel()
 	dir := testsvc.MountTmpfs(t, 16<<20)
 	b := fixture{dir: dir, mods: []func(*conf.Config){func(cfg *conf.Config) {
 		cfg.NumPartitions = conf.Default().NumPartitions
@@ -271,6 +273,7 @@ func TestPutDiskWatermarkRetention(t *testing.T) {
 // store wraps it) makes the watcher measure at once, not at its next tick
 // (set to an hour here); other errors do not.
 func TestDiskWatchWakeOnENOSPC(t *testing.T) {
+	t.Parallel()
 	dir := testsvc.MountTmpfs(t, 4<<20)
 	w := newDiskWatch(0.9, t.Logf)
 	w.every = time.Hour
@@ -298,6 +301,7 @@ func TestDiskWatchWakeOnENOSPC(t *testing.T) {
 }
 
 func TestDiskRatioFormat(t *testing.T) {
+	t.Parallel()
 	for r, want := range map[float64]string{0.9: "0.90", 0.5: "0.50", 1: "1.00", 0.955: "0.955", 0.01: "0.01"} {
 		require.Equal(t, want, ratio(r))
 	}

@@ -24,6 +24,7 @@ import (
 // (r). An unauthenticated zkCli.sh cannot repoint the broker (its set of
 // ids/<id>/master fails with NoAuth) but still reads it.
 func TestClusterZooKeeperDigestACL(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/brokeracl"
 	b := clusterBroker(t, addr, root, 5, func(c *conf.Config) {
@@ -77,8 +78,9 @@ func TestClusterZooKeeperDigestACL(t *testing.T) {
 // with a reply naming the node and saying it is owned by another
 // ZooKeeper identity.
 func TestClusterZooKeeperConsumersClosed(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
-	root := "/consumersclosed"
+	root := fmt.Sprintf("/consumersclosed-%d", time.Now().UnixNano())
 	const id = 6
 	anon := zkClient(t, addr)
 	// What an anonymous client (or a cluster without auth) left open, and
