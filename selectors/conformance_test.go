@@ -27,6 +27,7 @@ var byPrefix = selectortest.Affinity(func(m *message.Message) (string, bool) {
 })
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	for name, s := range map[string]func() selector.Selector{
 		"roundrobin": selector.RoundRobin, "random": selector.Random,
 	} {
@@ -63,6 +64,7 @@ func TestConformance(t *testing.T) {
 // TestConformanceRemote runs the suite against a plugin: the test binary
 // re-run as one.
 func TestConformanceRemote(t *testing.T) {
+	t.Parallel()
 	// The bare adapter: what the plugin itself answers, sentinels mapped
 	// across the process boundary.
 	t.Run("adapter/hash", func(t *testing.T) {
@@ -83,6 +85,7 @@ func TestConformanceRemote(t *testing.T) {
 // TestConformanceExamplePlugin runs the suite against
 // examples/selector-plugin, built with go build.
 func TestConformanceExamplePlugin(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a binary")
 	}

@@ -72,6 +72,7 @@ func readPartition(t *testing.T, addr string, part int32, n int) []*message.Mess
 // TestProducerPluginSelector sends through a plugin selector and reads the
 // partitions back: every message is where the plugin put it.
 func TestProducerPluginSelector(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	sel := openHelper(t, "byattr", nil) // attribute "p<N>" -> partition N
 	p := newProducer(t, addr, sel)
@@ -113,6 +114,7 @@ func TestProducerPluginSelector(t *testing.T) {
 // TestProducerBuiltinSelector: the builtin hash keeps a key on one
 // partition, through the same adapter.
 func TestProducerBuiltinSelector(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	sel, err := selectors.Open(ctxT(t, 10*time.Second), selectors.OpenOptions{Name: selectors.NameHash})
 	require.NoError(t, err)
@@ -140,6 +142,7 @@ func TestProducerBuiltinSelector(t *testing.T) {
 // TestFailurePolicyPluginKilled kills the plugin process while a producer
 // uses it: messages go round robin and no send fails.
 func TestFailurePolicyPluginKilled(t *testing.T) {
+	t.Parallel()
 	addr := startBroker(t)
 	log, logs := testLogger(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")

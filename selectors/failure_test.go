@@ -17,6 +17,7 @@ import (
 // TestFailurePolicy: whatever goes wrong in the plugin, Select answers
 // a choice (round robin), and the burst is logged once.
 func TestFailurePolicy(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, impl, topic string
 		timeout           time.Duration
@@ -52,6 +53,7 @@ func TestFailurePolicy(t *testing.T) {
 // machine leaves it in (gRPC then fails the call by the clock while
 // ctx.Err() is still nil).
 func TestCallerCancel(t *testing.T) {
+	t.Parallel()
 	ps, m := selectortest.Partitions(4), selectortest.Messages(1, 0)[0]
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -114,6 +116,7 @@ func (c lateTimer) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // TestRemoteErrors: the plugin's sentinels cross the process boundary.
 func TestRemoteErrors(t *testing.T) {
+	t.Parallel()
 	s := rawAdapter(t, helperSpec(t, "bad"))
 	ctx := ctxT(t, 10*time.Second)
 	sel := func(topic string) error {
@@ -131,6 +134,7 @@ func TestRemoteErrors(t *testing.T) {
 }
 
 func TestOpen(t *testing.T) {
+	t.Parallel()
 	ctx := ctxT(t, 30*time.Second)
 	for _, tc := range []struct {
 		opts selectors.OpenOptions

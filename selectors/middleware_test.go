@@ -53,6 +53,7 @@ var lastIndex = selector.Func(func(_ context.Context, _ string, ps []message.Par
 // TestMiddlewareBursts: fallbacks are counted on the plugin and logged once
 // per burst, with one line when the plugin recovers.
 func TestMiddlewareBursts(t *testing.T) {
+	t.Parallel()
 	var logs bytes.Buffer
 	fp := &fakePlugin{err: plugins.ErrUnavailable}
 	r := &remote{p: fp, g: pluginrpc.Guard{Obs: fp, Timeout: time.Second}, name: "fake",

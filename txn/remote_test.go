@@ -56,6 +56,7 @@ func openRemote(t testing.TB, path string, sup *host.Supervisor) txn.Coordinator
 // TestRemoteConformance: the remote adapter passes the suite; every
 // reopen is a new plugin process on the same log.
 func TestRemoteConformance(t *testing.T) {
+	t.Parallel()
 	txntest.Run(t, func(t *testing.T) func() txn.Coordinator {
 		path := filepath.Join(t.TempDir(), "d.log")
 		return func() txn.Coordinator { return openRemote(t, path, nil) }
@@ -65,6 +66,7 @@ func TestRemoteConformance(t *testing.T) {
 // TestBuiltinConformance: the builtin as Open returns it (middleware
 // included) passes the suite.
 func TestBuiltinConformance(t *testing.T) {
+	t.Parallel()
 	txntest.Run(t, func(t *testing.T) func() txn.Coordinator {
 		path := filepath.Join(t.TempDir(), "d.log")
 		return func() txn.Coordinator {
@@ -77,6 +79,7 @@ func TestBuiltinConformance(t *testing.T) {
 }
 
 func TestOpenErrors(t *testing.T) {
+	t.Parallel()
 	_, err := txn.Open(context.Background(), txn.OpenOptions{Name: "nope"})
 	require.ErrorIs(t, err, txn.ErrUnknownCoordinator)
 	_, err = txn.Open(context.Background(), txn.OpenOptions{Name: "x",
@@ -93,6 +96,7 @@ func TestOpenErrors(t *testing.T) {
 // plugins.ErrUnavailable (a Commit is never silently dropped); after the
 // supervisor's restart the coordinator works again on the same log.
 func TestRemoteKilled(t *testing.T) {
+	t.Parallel()
 	sup := host.NewSupervisor(host.Options{Logger: quietLogger()})
 	t.Cleanup(func() { sup.Close() })
 	path := filepath.Join(t.TempDir(), "d.log")

@@ -9,6 +9,7 @@ import (
 )
 
 func TestXIDKey(t *testing.T) {
+	t.Parallel()
 	x := txn.XID{FormatID: 1, Gtrid: []byte{0xab, 0x01}, Bqual: []byte("1")}
 	k, err := x.Key("XAMessageProducer-host")
 	require.NoError(t, err)
@@ -33,6 +34,7 @@ func TestXIDKey(t *testing.T) {
 }
 
 func TestGlobalXIDOwner(t *testing.T) {
+	t.Parallel()
 	long := "o123456789o123456789o123456789o12345678"
 	require.Len(t, long, txn.MaxOwnerLen)
 	for _, owner := range []string{"a", "app-1.host_2", long} {

@@ -20,6 +20,7 @@ import (
 // with SASL PLAIN against a broker with auth on, then checks the errors of
 // a wrong password and of no credentials.
 func TestTLSAndSASLPlain(t *testing.T) {
+	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	cf, kf, _ := certs.Server(t, "server")
 	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)

@@ -59,6 +59,7 @@ func requireStoredInOrder(t *testing.T, res []SendResult) {
 // they were detached: each goroutine's messages (one partition each, all
 // over the producer's one connection) are stored in send order.
 func TestBatchOrderLingerRace(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t) // 4 partitions
 	ctx := ctxT(t, 60*time.Second)
 	// The partition is the body's first digit.
@@ -92,6 +93,7 @@ func TestBatchOrderLingerRace(t *testing.T) {
 // put) and SendBatch's chunks go after the batched messages of the same
 // partition accepted before them, never ahead of them.
 func TestBatchOrderBypass(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	ctx := ctxT(t, 60*time.Second)
 	// A linger far longer than a send: the batched messages wait for it,

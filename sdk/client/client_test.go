@@ -39,6 +39,7 @@ func brokerWithID(id int) func(*conf.Config) {
 // TestClientOptionsRefused: an option that does not apply is an error
 // from New that names it, never ignored.
 func TestClientOptionsRefused(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		opts []Opt
@@ -102,6 +103,7 @@ func collectBodies(t *testing.T, cl *Client, n int) map[string]*message.Message 
 // TestClientDirect produces, batched, to two brokers given directly and
 // reads everything back with one consumer Client.
 func TestClientDirect(t *testing.T) {
+	t.Parallel()
 	b1, b2 := startBroker(t, brokerWithID(1)), startBroker(t, brokerWithID(2))
 	p := newClient(t, Brokers(b1.addr, b2.addr), Batching(64, 1<<20, time.Millisecond))
 	res := clientProduceN(t, p, 400)
@@ -138,6 +140,7 @@ func indexOf(res []SendResult, r SendResult) int {
 // broker) share the partitions and together get every message once; after
 // they commit and close, a new member resumes where they left off.
 func TestClientDirectGroup(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t, brokerWithID(3))
 	p := newClient(t, Brokers(br.addr))
 	clientProduceN(t, p, 200)
@@ -191,6 +194,7 @@ func TestClientDirectGroup(t *testing.T) {
 // positions in the offsets.Store given, each under its broker's id, and a
 // new member resumes from them.
 func TestClientStoreOffsetsIn(t *testing.T) {
+	t.Parallel()
 	b1, b2 := startBroker(t, brokerWithID(5)), startBroker(t, brokerWithID(6))
 	p := newClient(t, Brokers(b1.addr, b2.addr))
 	res := clientProduceN(t, p, 100)
@@ -235,6 +239,7 @@ func TestClientStoreOffsetsIn(t *testing.T) {
 // TestClientZooKeeper produces batched through ZooKeeper discovery to two
 // brokers, consumes as a group of two and as two broadcast members.
 func TestClientZooKeeper(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	b1, b2 := startBroker(t, brokerWithID(1)), startBroker(t, brokerWithID(2))
 	const root = "/client-zk"
@@ -291,6 +296,7 @@ func TestClientZooKeeper(t *testing.T) {
 // assigned partition (named with its broker id) and reaches the
 // partition's end once everything is handled.
 func TestClientZooKeeperPosition(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	b1, b2 := startBroker(t, brokerWithID(1)), startBroker(t, brokerWithID(2))
 	const root = "/client-zk-pos"
@@ -335,6 +341,7 @@ func TestClientZooKeeperPosition(t *testing.T) {
 // TestClientOrdered: an Ordered Client sends one key's messages to one
 // partition, in call order, through async Produce.
 func TestClientOrdered(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	b1 := startBroker(t, brokerWithID(1))
 	const root = "/client-ordered"
@@ -376,6 +383,7 @@ func TestClientOrdered(t *testing.T) {
 // reader started inside the last record of a partition learns that it
 // is at the end although no message arrives.
 func TestClientPosition(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	p := newClient(t, Brokers(br.addr), Selector(selector.Fixed(0)))
 	last := clientProduceN(t, p, 3)[0]
@@ -419,6 +427,7 @@ func TestClientPosition(t *testing.T) {
 // no failure, arrive on their partition in call order, the first ones
 // (sent while the Client learns the topic and connects) included.
 func TestClientProduceKeepsOrder(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t, brokerWithID(4))
 	p := newClient(t, Brokers(br.addr), Selector(selector.Fixed(2)))
 	var wg sync.WaitGroup

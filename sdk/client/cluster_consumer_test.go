@@ -164,6 +164,7 @@ func waitClusterAssignment(t testing.TB, w *zkWriter, want []message.Partition, 
 // broker appears and its partitions are taken with no restart; at no time
 // do two members fetch one partition.
 func TestClusterConsumerGroup(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	const root = "/cc-group"
 	b1, b2, b3 := startBroker(t), startBroker(t), startBroker(t)
@@ -225,6 +226,7 @@ func TestClusterConsumerGroup(t *testing.T) {
 // TestClusterConsumerBroadcast: every broadcast consumer gets every
 // message, each in its own group "<g>-<id>".
 func TestClusterConsumerBroadcast(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	const root = "/cc-bcast"
 	b1 := startBroker(t)
@@ -264,6 +266,7 @@ func TestClusterConsumerBroadcast(t *testing.T) {
 // expired stops fetching, registers again and gets its share back; the
 // other member takes over meanwhile without overlap.
 func TestClusterConsumerSessionExpiry(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	const root = "/cc-expiry"
 	b1 := startBroker(t)
@@ -292,6 +295,7 @@ func TestClusterConsumerSessionExpiry(t *testing.T) {
 // through a random sequence of joins and leaves; after every change the
 // assignment settles covering every partition exactly once.
 func TestClusterConsumerJoinLeave100(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	const root = "/cc-100"
 	big := func(c *conf.Config) { c.NumPartitions = 50 }
@@ -491,6 +495,7 @@ func (c *faultConn) Read(p []byte) (int, error) {
 // must release the node it does not know it holds, or the other waits for
 // it forever and the partition is never read.
 func TestClusterConsumerClaimReplyLost(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	const root = "/cc-lost-claim"
 	b1 := startBroker(t)
@@ -527,6 +532,7 @@ func TestClusterConsumerClaimReplyLost(t *testing.T) {
 // partition is not its own any more (the failed delete may even have been
 // done).
 func TestClusterConsumerReleaseFails(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	const root = "/cc-release-fails"
 	b1 := startBroker(t)

@@ -176,6 +176,7 @@ func startClusterProducer(t *testing.T, zkAddr, root string, opts ...prodOption)
 // (3-s0) pointing at a third broker is never used. Every acked message is
 // readable on the broker and partition its ack names.
 func TestClusterProducerAddRemoveBroker(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	b1, b2, b3 := startBroker(t), startBroker(t), startBroker(t)
 	w := newZKWriter(t, zkAddr, "/cp-add")
@@ -225,6 +226,7 @@ func TestClusterProducerAddRemoveBroker(t *testing.T) {
 // succeeds within the send timeout, retried on broker 1. Without retries
 // a send to the dead broker fails.
 func TestClusterProducerRetriesOnDeadBroker(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	b1, b2 := startBroker(t), startBroker(t)
 	w := newZKWriter(t, zkAddr, "/cp-kill")

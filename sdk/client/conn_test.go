@@ -62,6 +62,7 @@ func closedTopic() brokertest.Option {
 // each stored message must be found at the offset, with the id, its reply
 // gave.
 func TestPipelinedOutOfOrder(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet(), closedTopic())
 	var dials atomic.Int32
 	p, err := newBrokerProducer(b.Addr(), quiet, withDialer(countDials(&dials)))
@@ -126,6 +127,7 @@ func TestPipelinedOutOfOrder(t *testing.T) {
 // network between the producer and the real broker holds the 8 puts (so
 // they are in flight, unanswered) and then cuts the connection.
 func TestConnectionLossFailsInFlight(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet())
 	fn := startFaultyNet(t, b.Addr())
 	p, err := newBrokerProducer(fn.addr(), quiet, withSendTimeout(time.Minute))
@@ -191,6 +193,7 @@ func stopProcess(t *testing.T, p *os.Process) {
 // kernel still takes the bytes sent to it) makes Send and SendAsync fail
 // with ErrTimeout once the send timeout has passed.
 func TestSendTimeout(t *testing.T) {
+	t.Parallel()
 	s := brokertest.StartServer(t, "--config", "../../conf/server.toml", "--port", "0", "--http-port", "0", "--host", "127.0.0.1", "--data-dir", t.TempDir())
 	p, err := newBrokerProducer(s.Addr, quiet, withSendTimeout(150*time.Millisecond))
 	require.NoError(t, err)
@@ -219,6 +222,7 @@ func TestSendTimeout(t *testing.T) {
 // reply (the network holds the put back from the real broker) ends it
 // with context.Canceled.
 func TestSendContextCancel(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet())
 	fn := startFaultyNet(t, b.Addr())
 	p, err := newBrokerProducer(fn.addr(), quiet, withSendTimeout(time.Minute))
@@ -250,6 +254,7 @@ func TestSendContextCancel(t *testing.T) {
 // puts, 400 for a message over its max_message_size. The client's own
 // refusals come before anything is sent.
 func TestBrokerErrors(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet(), closedTopic(), brokertest.Edit(func(c *conf.Config) { c.MaxMessageSize = 1024 }))
 	// "gone" is no topic of the broker; fixing its partition count has the
 	// producer send to it without asking `stats` first. The producer's own
@@ -300,6 +305,7 @@ var lastPartition = selector.Func(func(_ context.Context, _ string, ps []message
 // count with one `stats` (counted on the way, by a network that lets
 // everything through) and retries once, on a partition the topic has.
 func TestPartitionRefresh(t *testing.T) {
+	t.Parallel()
 	cfg := brokertest.Default(t)
 	cfg.NumPartitions = 4
 	b := brokertest.Start(t, brokertest.Config(cfg), brokertest.Quiet())
@@ -353,6 +359,7 @@ func TestPartitionRefresh(t *testing.T) {
 // its address) sends fail with the deadline and the dial error, and dials
 // are spaced out; once it is back on its address, sends go through.
 func TestRedialBackoff(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet())
 	addr := b.Addr()
 	require.NoError(t, b.Close())
@@ -386,6 +393,7 @@ func TestRedialBackoff(t *testing.T) {
 // real broker sends such replies to a client with a small limit: a get
 // for more bytes than the limit, and `stats topics` of many topics.
 func TestOversizedReply(t *testing.T) {
+	t.Parallel()
 	names := make([]string, 100)
 	for i := range names {
 		names[i] = fmt.Sprintf("a-topic-with-a-long-name-%03d", i)
@@ -422,6 +430,7 @@ func TestOversizedReply(t *testing.T) {
 // Close with a deadline fails what is still in flight (a put the network
 // holds back from the real broker) with ErrClosed.
 func TestClosedErrors(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet())
 	p, err := newBrokerProducer(b.Addr(), quiet)
 	require.NoError(t, err)
@@ -454,6 +463,7 @@ func TestClosedErrors(t *testing.T) {
 }
 
 func TestDataChecksum(t *testing.T) {
+	t.Parallel()
 	for _, m := range []*message.Message{
 		{Body: []byte("hello")},
 		{Body: []byte("hello"), Attribute: "a=b", HasAttribute: true},
@@ -464,6 +474,7 @@ func TestDataChecksum(t *testing.T) {
 }
 
 func TestBrokerErrorIs(t *testing.T) {
+	t.Parallel()
 	err := fmt.Errorf("wrapped: %w", &BrokerError{Code: 404, Msg: "Could not find"})
 	require.ErrorIs(t, err, ErrNoData)
 	require.False(t, errors.Is(err, ErrMoved))

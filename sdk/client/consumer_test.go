@@ -190,6 +190,7 @@ func statInt(t *testing.T, addr, key string) int64 {
 // so the get from 0 (Earliest) is answered 301 with the oldest offset left;
 // the consumer moves there and reads on.
 func TestConsumerMoved(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet(), smallSegments())
 	fill(t, b.Addr(), 5, 1000) // 5 × 1020 bytes: past 4096, the next put starts a segment
 	offs := fill(t, b.Addr(), 5, 0)
@@ -212,6 +213,7 @@ func TestConsumerMoved(t *testing.T) {
 // gets slow down to one per max delay instead of spinning; the broker
 // counts them.
 func TestConsumerNoDataBackoff(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet())
 	c := consumerAt(t, b.Addr(), withMaxFetchDelay(100*time.Millisecond))
 	before := statInt(t, b.Addr(), "cmd_get")
@@ -229,6 +231,7 @@ func TestConsumerNoDataBackoff(t *testing.T) {
 // serves the bytes asked for, not whole records); the consumer advances
 // only by whole records, and a record larger than the get makes it grow.
 func TestConsumerPartialRecords(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet())
 	fill(t, b.Addr(), 10, 25) // 20+26 bytes each
 	sendBodies(t, b.Addr(), make([]byte, 500))
@@ -249,6 +252,7 @@ func TestConsumerPartialRecords(t *testing.T) {
 // segment start, behind the bad record, so the consumer stops with a
 // *CorruptRecordError at that record.
 func TestConsumerCorruptRecord(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet())
 	offs := fill(t, b.Addr(), 5, 0)
 	damage(t, b, offs[2])
@@ -272,6 +276,7 @@ func TestConsumerCorruptRecord(t *testing.T) {
 // refuses a get at it (500 "corrupt data: ..."); the consumer stops with a
 // *CorruptRecordError at that offset, not retry forever.
 func TestConsumerCorruptDataReply(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet(), smallSegments())
 	offs := fill(t, b.Addr(), 5, 1400) // 1420-byte records: 0..2 in the first segment
 	segs := segments(t, b, 0)
@@ -304,6 +309,7 @@ func TestConsumerCorruptDataReply(t *testing.T) {
 // consumer's `offset` request back until retention has deleted that
 // segment, and the answer is then the oldest offset left.
 func TestConsumerResyncForward(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet(), smallSegments())
 	offs := fill(t, b.Addr(), 5, 1400) // 1420-byte records: 0..2 in the first segment
 	segs := segments(t, b, 0)
@@ -353,6 +359,7 @@ func TestConsumerResyncForward(t *testing.T) {
 // broker serves from there, mid-record) resyncs back to the segment start
 // the broker's `offset` reports.
 func TestConsumerMisalignedStart(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet())
 	offs := fill(t, b.Addr(), 3, 40)
 	c := consumerAt(t, b.Addr(), withStartFrom(AtOffset(5)), withMaxFetchSizeLimit(4096))
@@ -365,6 +372,7 @@ func TestConsumerMisalignedStart(t *testing.T) {
 }
 
 func TestConsumerAlreadyRunningAndClose(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet(), brokertest.Partitions(2))
 	c := consumerAt(t, b.Addr())
 	ctx := ctxT(t, 10*time.Second)
@@ -381,6 +389,7 @@ func TestConsumerAlreadyRunningAndClose(t *testing.T) {
 }
 
 func TestParseStats(t *testing.T) {
+	t.Parallel()
 	ts, err := parseStatsTopics("STATS\r\nb partitions 2 message_count 5 message_bytes 100 accept_publish true accept_subscribe false\r\na *Empty*\r\nEND\r\n")
 	require.NoError(t, err)
 	require.Equal(t, []topicInfo{

@@ -100,6 +100,7 @@ func readN(tb testing.TB, c *brokerConsumer, n int) map[pos]*message.Message {
 }
 
 func TestRoundTripSyncAsyncFuture(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	p := newProducer(t, br.addr)
 	ctx := ctxT(t, 20*time.Second)
@@ -164,6 +165,7 @@ func TestRoundTripSyncAsyncFuture(t *testing.T) {
 // TestBatchOffsets checks that mput results (consecutive ids, offsets
 // computed from record sizes) match what the consumer reads back.
 func TestBatchOffsets(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	p := newProducer(t, br.addr, withBatching(64, 16<<10, 5*time.Millisecond), withSelector(selector.HashByKey()))
 	ctx := ctxT(t, 20*time.Second)
@@ -209,6 +211,7 @@ func TestBatchOffsets(t *testing.T) {
 }
 
 func TestConsumerStartFrom(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	p := newProducer(t, br.addr, withSelector(selector.Fixed(2)))
 	ctx := ctxT(t, 20*time.Second)
@@ -267,6 +270,7 @@ func TestConsumerStartFrom(t *testing.T) {
 // TestFetchGrowth: a message larger than the fetch size is read after the
 // size grows; one larger than the limit stops the consumer with a clear error.
 func TestFetchGrowth(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	p := newProducer(t, br.addr, withSelector(selector.Fixed(1)))
 	ctx := ctxT(t, 20*time.Second)
@@ -296,6 +300,7 @@ func TestFetchGrowth(t *testing.T) {
 }
 
 func TestProducerCloseWaitsForInFlight(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	for _, batching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
@@ -325,6 +330,7 @@ func TestProducerCloseWaitsForInFlight(t *testing.T) {
 // TestBrokerRestart: the producer and a running consumer survive a broker
 // restart on the same address.
 func TestBrokerRestart(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	p := newProducer(t, br.addr)
 	ctx := ctxT(t, 30*time.Second)
@@ -354,6 +360,7 @@ func TestBrokerRestart(t *testing.T) {
 }
 
 func TestConsumeRetryAndReject(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	p := newProducer(t, br.addr, withSelector(selector.Fixed(0)))
 	ctx := ctxT(t, 20*time.Second)
@@ -425,6 +432,7 @@ func (s *memStore) Commit(_ context.Context, g string, ps []message.Position) er
 }
 
 func TestOffsetStoreResume(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	p := newProducer(t, br.addr)
 	ctx := ctxT(t, 20*time.Second)
@@ -444,6 +452,7 @@ func TestOffsetStoreResume(t *testing.T) {
 }
 
 func TestAdminTopics(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t, func(c *conf.Config) { c.Topics = append(c.Topics, conf.Topic{Name: "empty"}) })
 	p := newProducer(t, br.addr, withSelector(selector.Fixed(3)))
 	ctx := ctxT(t, 10*time.Second)

@@ -19,6 +19,7 @@ import (
 // the kept records, each with its own offset, and the next offset past
 // the skipped ones, or 301 when it kept none.
 func TestConsumerFilteredReplies(t *testing.T) {
+	t.Parallel()
 	b := brokertest.Start(t, brokertest.Quiet(), brokertest.Edit(func(c *conf.Config) {
 		c.Topics = []conf.Topic{{Name: "t", Filters: []conf.TopicFilter{{
 			Group: defaultGroup, Filter: "attribute", Config: map[string]string{"equals": "keep"}}}}}

@@ -156,6 +156,7 @@ func (o *ownLog[K]) check(t *testing.T) {
 }
 
 func TestGroupLocalBalanceLeaveAndKill(t *testing.T) {
+	t.Parallel()
 	tb := startGroupBroker(t)
 	own := &ownership{owner: map[int32]string{}}
 	stop := make(chan struct{})
@@ -186,6 +187,7 @@ func TestGroupLocalBalanceLeaveAndKill(t *testing.T) {
 }
 
 func TestGroupLocalStrategyMismatch(t *testing.T) {
+	t.Parallel()
 	tb := startGroupBroker(t)
 	own := &ownership{owner: map[int32]string{}}
 	a := startMember(t, tb.addr, "c-a", own, nil)
@@ -200,6 +202,7 @@ func TestGroupLocalStrategyMismatch(t *testing.T) {
 }
 
 func TestGroupLocalEndToEndJoinsAndLeaves(t *testing.T) {
+	t.Parallel()
 	tb := startGroupBroker(t)
 	own := &ownership{owner: map[int32]string{}}
 	stop := make(chan struct{})
@@ -339,6 +342,7 @@ func (p *lingerProxy) kill(linger time.Duration) {
 // broker still holds its old membership (409): it retries until the old
 // connection is gone instead of giving up.
 func TestGroupLocalRejoinBeforeBrokerSeesClose(t *testing.T) {
+	t.Parallel()
 	tb := startGroupBroker(t)
 	own := &ownership{owner: map[int32]string{}}
 	px := newLingerProxy(t, tb.addr)

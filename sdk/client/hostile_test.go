@@ -131,6 +131,7 @@ func statsReply(w *fakeWriter, r *protocol.Request, topic string, n int) bool {
 // real broker sends anything but well-formed replies, so this needs the
 // hostile peer.
 func TestHostileBrokerFlood(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, unit, msg string }{
 		{"newlines", "\n", "too many empty lines"},
 		{"crlf", "\r\n", "too many empty lines"},
@@ -174,6 +175,7 @@ func fvalue(w *fakeWriter, opaque int32, next int64, recs ...struct {
 // records it scanned (their offsets are below the next offset it sends),
 // so only a broken peer sends this one.
 func TestConsumerBrokenFilteredReply(t *testing.T) {
+	t.Parallel()
 	type rec = struct {
 		off  int64
 		data string

@@ -46,6 +46,7 @@ func produceN(t *testing.T, addr string, n int) map[pos]bool {
 // TestBrokerOffsetsResumeAfterClose: a consumer with a group commits on
 // Close through the broker; the next one resumes exactly there.
 func TestBrokerOffsetsResumeAfterClose(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	all := produceN(t, br.addr, 40)
 	ctx := ctxT(t, 20*time.Second)
@@ -83,6 +84,7 @@ func TestBrokerOffsetsResumeAfterClose(t *testing.T) {
 // (no Close) is resumed from its last periodic commit: nothing is lost and
 // only what it handled after that commit is delivered again.
 func TestBrokerOffsetsKilledConsumer(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("spawns a process")
 	}
@@ -146,6 +148,7 @@ func TestBrokerOffsetsKilledConsumer(t *testing.T) {
 // TestBrokerOffsetsSurviveBrokerRestart: offsets live in the broker's
 // file store and survive a broker restart.
 func TestBrokerOffsetsSurviveBrokerRestart(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	produceN(t, br.addr, 20)
 	ctx := ctxT(t, 20*time.Second)
@@ -180,6 +183,7 @@ func brokerPositions(t *testing.T, s *brokerOffsetStore, ps ...int32) []message.
 // TestBrokerOffsetStoreConformance runs the offsets.Store suite on a
 // broker with the suite's topics, ten partitions each.
 func TestBrokerOffsetStoreConformance(t *testing.T) {
+	t.Parallel()
 	topics := []string{"os-a", "os-b", "os.c-x_y"}
 	br := startBroker(t, func(c *conf.Config) {
 		c.NumPartitions = 10
@@ -198,6 +202,7 @@ func TestBrokerOffsetStoreConformance(t *testing.T) {
 }
 
 func TestBrokerOffsetStoreErrors(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	ctx := ctxT(t, 10*time.Second)
 	s, err := newBrokerOffsetStore(br.addr)
@@ -247,6 +252,7 @@ func (s *flakyStore) Commit(ctx context.Context, g string, ps []message.Position
 // TestCommitFailureRetriedAndReported: a failed periodic commit is logged
 // and retried next period; a failed final commit is returned by Close.
 func TestCommitFailureRetriedAndReported(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	produceN(t, br.addr, 20)
 	store := &flakyStore{memStore: memStore{offs: map[string]message.Position{}}}

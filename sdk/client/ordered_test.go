@@ -79,6 +79,7 @@ func seqBodies(prefix string, from, to int) []string {
 // while more "a" messages are sent, and partition 1 of broker 2 then holds
 // exactly a-0..a-44 and "end", in order, with nothing lost or repeated.
 func TestOrderedProducerBrokerDownAndBack(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	b1, b2 := startBroker(t), startBroker(t)
 	w := newZKWriter(t, zkAddr, "/op-down")
@@ -142,6 +143,7 @@ func TestOrderedProducerBrokerDownAndBack(t *testing.T) {
 // new producer on the same directory sends them, in order, once the broker
 // registers, before anything newer.
 func TestOrderedProducerRestartDrainsBacklog(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	w := newZKWriter(t, zkAddr, "/op-restart")
 	base := t.TempDir()
@@ -176,6 +178,7 @@ func TestOrderedProducerRestartDrainsBacklog(t *testing.T) {
 // crash mid-append would: the next producer cuts it and sends the whole
 // records only.
 func TestOrderedProducerTornStoreTail(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	w := newZKWriter(t, zkAddr, "/op-torn")
 	base := t.TempDir()
@@ -291,6 +294,7 @@ func (g *gateBroker) seqBodies() []string {
 // the message to the local store and it is resent once the broker accepts
 // again; a 500 is an error unless withSaveToLocalWhenFailed is on.
 func TestOrderedProducerForbiddenAndSaveAll(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	g := startGate(t)
 	w := newZKWriter(t, zkAddr, "/op-403")

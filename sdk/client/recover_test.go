@@ -135,6 +135,7 @@ func (r *recorder) snapshot() ([]string, map[string]int) {
 }
 
 func TestRecoverLocallyStoresThenReplays(t *testing.T) {
+	t.Parallel()
 	addr := rcvBroker(t)
 	rcvSend(t, addr, "0", "1", "2", "3", "4")
 	base := t.TempDir()
@@ -176,6 +177,7 @@ func TestRecoverLocallyStoresThenReplays(t *testing.T) {
 }
 
 func TestRecoverReplayInInsertionOrder(t *testing.T) {
+	t.Parallel()
 	addr := rcvBroker(t)
 	bodies := []string{"a", "b", "c", "d", "e"}
 	rcvSend(t, addr, bodies...)
@@ -206,6 +208,7 @@ func TestRecoverReplayInInsertionOrder(t *testing.T) {
 }
 
 func TestRecoverRestartReplaysPending(t *testing.T) {
+	t.Parallel()
 	addr := rcvBroker(t)
 	rcvSend(t, addr, "0", "1", "2")
 	base := t.TempDir()
@@ -270,6 +273,7 @@ func TestRecoverDropPolicyDrops(t *testing.T) {
 }
 
 func TestRecoverStoreFailureHoldsPosition(t *testing.T) {
+	t.Parallel()
 	addr := rcvBroker(t)
 	rcvSend(t, addr, "0", "1", "2")
 	base := t.TempDir()
@@ -301,6 +305,7 @@ func TestRecoverStoreFailureHoldsPosition(t *testing.T) {
 }
 
 func TestRecoverCloseStopsReplayer(t *testing.T) {
+	t.Parallel()
 	addr := rcvBroker(t)
 	rcvSend(t, addr, "x")
 	base := t.TempDir()
@@ -360,6 +365,7 @@ func journalWith(t *testing.T, n int, removeLast bool) (dir string, cut int64) {
 }
 
 func TestRecoverTornTailCut(t *testing.T) {
+	t.Parallel()
 	for _, removeLast := range []bool{false, true} {
 		src, cut := journalWith(t, 3, removeLast)
 		data, err := os.ReadFile(filepath.Join(src, recoverJournalName))
@@ -405,6 +411,7 @@ func TestRecoverTornTailCut(t *testing.T) {
 }
 
 func TestRecoverCorruptMiddleKeepsCopy(t *testing.T) {
+	t.Parallel()
 	dir, _ := journalWith(t, 3, false)
 	path := filepath.Join(dir, recoverJournalName)
 	data, err := os.ReadFile(path)
@@ -421,6 +428,7 @@ func TestRecoverCorruptMiddleKeepsCopy(t *testing.T) {
 }
 
 func TestRecoverCompaction(t *testing.T) {
+	t.Parallel()
 	old := recoverCompactMin
 	recoverCompactMin = 1
 	t.Cleanup(func() { recoverCompactMin = old })

@@ -31,6 +31,7 @@ func (c *countingSelector) Select(ctx context.Context, topic string, ps []messag
 }
 
 func TestSendBatch(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t, func(c *conf.Config) { c.Topics = append(c.Topics, conf.Topic{Name: "t2"}) })
 	ctx := ctxT(t, 30*time.Second)
 	for _, tc := range []struct {
@@ -80,6 +81,7 @@ func TestSendBatch(t *testing.T) {
 }
 
 func TestSendBatchErrors(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t)
 	ctx := ctxT(t, 30*time.Second)
 	boom := errors.New("boom")

@@ -121,6 +121,7 @@ var spoolQuietLogger = slog.New(slog.DiscardHandler)
 // address and data, every message arrives exactly once and the spool is
 // empty.
 func TestClientSpoolBrokerDown(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t, brokerWithID(7))
 	dir := t.TempDir()
 	p := newClient(t, Brokers(br.addr), Spool(dir), ProduceTimeout(2*time.Second), MaxBufferedMessages(16))
@@ -161,6 +162,7 @@ func TestClientSpoolBrokerDown(t *testing.T) {
 // spooled when the broker is up, with the messages' keys: each lands on
 // the partition its key hashes to.
 func TestClientSpoolRestart(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t, brokerWithID(8))
 	cfg := *br.cfg
 	require.NoError(t, br.b.Close())
@@ -194,6 +196,7 @@ func TestClientSpoolRestart(t *testing.T) {
 // TestClientSpoolRefusals: what a resend would not fix is not spooled:
 // the promise gets the error.
 func TestClientSpoolRefusals(t *testing.T) {
+	t.Parallel()
 	br := startBroker(t, func(c *conf.Config) { c.MaxMessageSize = 1024 })
 	dir := t.TempDir()
 	p := newClient(t, Brokers(br.addr), Spool(dir), ProduceTimeout(500*time.Millisecond), MaxMessageSize(4096))
@@ -231,6 +234,7 @@ func TestClientSpoolRefusals(t *testing.T) {
 // broker registering again (the same id and data, a new port) gets every
 // message exactly once and the spool empties.
 func TestClientSpoolZooKeeper(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	const root = "/client-spool"
 	cfg := brokerConfig(t)

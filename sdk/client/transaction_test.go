@@ -64,6 +64,7 @@ func txMsgs(prefix string, n int) []*message.Message {
 // message produced while the transaction was open; a rolled-back one's
 // never appear; a consumer never sees either before the commit.
 func TestTransactionDirect(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, onePartition, brokerWithID(7))
 	p := newClient(t, Brokers(b.addr))
 	c := newClient(t, Brokers(b.addr), ConsumeTopics(topic), FetchMaxWait(50*time.Millisecond))
@@ -164,6 +165,7 @@ func TestTransactionDirect(t *testing.T) {
 // rollback-only; a lost connection rolls it back on the broker; bad
 // options and messages are refused before anything is sent.
 func TestTransactionFailures(t *testing.T) {
+	t.Parallel()
 	b := startBroker(t, onePartition, func(c *conf.Config) { c.TxMaxBytes = 1024 })
 	p := newClient(t, Brokers(b.addr))
 	c := newClient(t, Brokers(b.addr), ConsumeTopics(topic), FetchMaxWait(50*time.Millisecond))
@@ -222,6 +224,7 @@ func TestTransactionFailures(t *testing.T) {
 // the broker of its first message; a topic that broker does not serve
 // fails with ErrTransactionBroker and leaves the transaction usable.
 func TestTransactionZooKeeper(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/client-tx-%d", time.Now().UnixNano())
 	addrs := map[int]string{}

@@ -48,6 +48,7 @@ func recovered(t *testing.T, c txn.Coordinator) []txn.Decision {
 // during the append leaves, with or without zero fill): open keeps every
 // earlier decision and the last one exactly when it is whole.
 func TestTornTail(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "d.log")
 	c, err := file.Open(path)
@@ -89,6 +90,7 @@ func TestTornTail(t *testing.T) {
 // TestCorruptMiddle: a damaged record with valid records after it is not a
 // torn tail; open refuses rather than drop the decisions after it.
 func TestCorruptMiddle(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "d.log")
 	c, err := file.Open(path)
 	require.NoError(t, err)
@@ -104,6 +106,7 @@ func TestCorruptMiddle(t *testing.T) {
 }
 
 func TestLocked(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "d.log")
 	c, err := file.Open(path)
 	require.NoError(t, err)
@@ -116,6 +119,7 @@ func TestLocked(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
+	t.Parallel()
 	for _, conf := range []map[string]string{nil, {"path": ""}, {"path": "x", "other": "1"}} {
 		err := file.New().Init(context.Background(), &txn.InitRequest{Config: conf})
 		require.ErrorIs(t, err, txn.ErrBadConfig, "%v", conf)
@@ -128,6 +132,7 @@ func TestBadConfig(t *testing.T) {
 // TestCompaction: a log that is mostly forgotten decisions is rewritten,
 // and the live ones survive the rewrite and a reopen.
 func TestCompaction(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "d.log")
 	c, err := file.Open(path)
 	require.NoError(t, err)

@@ -23,6 +23,7 @@ import (
 // connection), a crash closes it; the work is one message in the branch,
 // counted by reading the topic up to a plain marker put after it.
 func TestResourceConformance(t *testing.T) {
+	t.Parallel()
 	txntest.RunResource(t, func(t *testing.T) *txntest.ResourceEnv {
 		br := brokertest.Start(t, brokertest.Topics(topic), brokertest.Partitions(1), brokertest.Quiet())
 		var mu sync.Mutex

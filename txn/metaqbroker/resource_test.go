@@ -87,6 +87,7 @@ func plain(t *testing.T, cl *client.Client, body string) {
 // branch that produced nothing is read-only and sends nothing; the
 // broker's XA codes come back as *txn.XAError.
 func TestBrokerResource(t *testing.T) {
+	t.Parallel()
 	br := brokertest.Start(t, brokertest.Topics(topic), brokertest.Partitions(1), brokertest.Quiet())
 	cl := newClient(t, client.Brokers(br.Addr()))
 	next := reader(t, br.Addr())
@@ -144,6 +145,7 @@ func TestBrokerResource(t *testing.T) {
 // Manager.Recover: committed with a logged decision, rolled back without
 // (presumed abort).
 func TestBrokerResourceRecover(t *testing.T) {
+	t.Parallel()
 	br := brokertest.Start(t, brokertest.Topics(topic), brokertest.Partitions(1), brokertest.Quiet())
 	next := reader(t, br.Addr())
 	dir := t.TempDir()

@@ -166,6 +166,7 @@ func (a *account) add(t *testing.T, r *mysql.Resource, id, n int) {
 // Resource: the decided one committed on both, the other rolled back on
 // both (presumed abort).
 func TestXAZooKeeperMySQL(t *testing.T) {
+	t.Parallel()
 	opts := zkCluster(t)
 	read := zkReader(t, opts)
 	acct := newAccount(t)
@@ -288,6 +289,7 @@ func startAuthBroker(t *testing.T) string {
 // may be completed only by the user who began it or an admin: another
 // user gets XAER_RMERR for commit and rollback and an empty RECOVER.
 func TestXAAuth(t *testing.T) {
+	t.Parallel()
 	addr := startAuthBroker(t)
 	as := func(user string, opts ...client.Opt) *client.Client {
 		return newClient(t, append([]client.Opt{client.Brokers(addr), client.SASLPlain(user, user+"-pw")}, opts...)...)

@@ -20,6 +20,7 @@ import (
 // of a pool of its own, a crash closes that pool and waits until the
 // server has let the session go; the work is one row.
 func TestResourceConformance(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.MariaDB(t)
 	admin := openDB(t, dsn)
 	n := 0

@@ -28,6 +28,7 @@ func openCoordinator(t *testing.T, conf map[string]string) txn.Coordinator {
 
 // TestCoordinatorConformance: the MySQL coordinator in process.
 func TestCoordinatorConformance(t *testing.T) {
+	t.Parallel()
 	txntest.Run(t, func(t *testing.T) func() txn.Coordinator {
 		dsn := testsvc.MariaDB(t)
 		return func() txn.Coordinator { return openCoordinator(t, map[string]string{"dsn": dsn}) }
@@ -55,6 +56,7 @@ func openPlugin(t *testing.T, conf map[string]string) (txn.Coordinator, error) {
 // TestPluginConformance: the plugin binary; every reopen is a new plugin
 // process on the same table.
 func TestPluginConformance(t *testing.T) {
+	t.Parallel()
 	txntest.Run(t, func(t *testing.T) func() txn.Coordinator {
 		dsn := testsvc.MariaDB(t)
 		return func() txn.Coordinator {
@@ -66,6 +68,7 @@ func TestPluginConformance(t *testing.T) {
 }
 
 func TestPluginBadConfig(t *testing.T) {
+	t.Parallel()
 	_, err := openPlugin(t, map[string]string{"table": "x"})
 	require.ErrorIs(t, err, txn.ErrBadConfig, "a missing dsn comes back as ErrBadConfig")
 	_, err = openPlugin(t, map[string]string{"dsn": testsvc.MariaDB(t), "durability_check": "maybe"})
@@ -77,6 +80,7 @@ func TestPluginBadConfig(t *testing.T) {
 // first dies after its commit decision is logged; the second recovers
 // the first's transaction (naming its owner) and leaves its own alone.
 func TestInstancesRecoverEachOther(t *testing.T) {
+	t.Parallel()
 	bk := newBank(t)
 	logDSN := testsvc.MariaDB(t)
 	c1, err := openPlugin(t, map[string]string{"dsn": logDSN})

@@ -10,6 +10,7 @@ import (
 // coordinator and the suite never link the MySQL driver; only txn/mysql
 // and its plugin binary do.
 func TestOnlyMySQLPackagesLinkDriver(t *testing.T) {
+	t.Parallel()
 	const driver = "github.com/go-sql-driver/mysql"
 	for _, pkg := range []string{
 		"github.com/metaq-go/metaq/txn",

@@ -131,6 +131,7 @@ func fileCoordinator(t *testing.T, path string) *file.Coordinator {
 // connections) in one global transaction commit together and roll back
 // together.
 func TestTwoResourcesCommitRollback(t *testing.T) {
+	t.Parallel()
 	bk := newBank(t)
 	c := fileCoordinator(t, filepath.Join(t.TempDir(), "d.log"))
 	m, err := txn.NewManager(c, txn.ManagerOptions{Owner: txntest.Owner("two")})
@@ -176,6 +177,7 @@ func ours(xids []txn.XID, owner string) []txn.XID {
 // exactly; commit of an unknown xid is XAER_NOTA; a second START with a
 // live xid is refused.
 func TestResourceXA(t *testing.T) {
+	t.Parallel()
 	dsn := testsvc.MariaDB(t)
 	db := openDB(t, dsn)
 	_, err := db.ExecContext(ctx(t), "CREATE TABLE t (k INT PRIMARY KEY) ENGINE=InnoDB")
@@ -243,6 +245,7 @@ const (
 // process's place: the bank and the events end with the same outcome,
 // committed exactly when the decision was logged.
 func TestCrashRecovery(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		stop      string
 		committed bool
@@ -485,6 +488,7 @@ func child(stop string) int {
 // whatever the server answers for a branch attached to a live session,
 // the decision is kept until the branch is really complete.
 func TestRecoverAttachedBranch(t *testing.T) {
+	t.Parallel()
 	bk := newBank(t)
 	logPath := filepath.Join(t.TempDir(), "d.log")
 	owner := txntest.Owner("attached")
