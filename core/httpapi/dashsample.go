@@ -28,21 +28,26 @@ type lagPoint struct {
 
 // lagRing is the last dashSamples lag points of one group and topic.
 type lagRing struct {
-	pts  [dashSamples]lagPoint
-	n    int // points held
-	next int // index of the next write
+	ring[lagPoint]
 	seen time.Time
 }
 
-func (r *lagRing) add(p lagPoint) {
+// ring is the last dashSamples points of a series, oldest overwritten.
+type ring[T any] struct {
+	pts  [dashSamples]T
+	n    int // points held
+	next int // index of the next write
+}
+
+func (r *ring[T]) add(p T) {
 	r.pts[r.next] = p
 	r.next = (r.next + 1) % dashSamples
 	r.n = min(r.n+1, dashSamples)
 }
 
 // points returns the points oldest first.
-func (r *lagRing) points() []lagPoint {
-	out := make([]lagPoint, 0, r.n)
+func (r *ring[T]) points() []T {
+	out := make([]T, 0, r.n)
 	for i := range r.n {
 		out = append(out, r.pts[(r.next-r.n+i+dashSamples)%dashSamples])
 	}
@@ -57,25 +62,7 @@ type ratePoint struct {
 }
 
 // rateRing is the last dashSamples rate points.
-type rateRing struct {
-	pts  [dashSamples]ratePoint
-	n    int
-	next int
-}
-
-func (r *rateRing) add(p ratePoint) {
-	r.pts[r.next] = p
-	r.next = (r.next + 1) % dashSamples
-	r.n = min(r.n+1, dashSamples)
-}
-
-func (r *rateRing) points() []ratePoint {
-	out := make([]ratePoint, 0, r.n)
-	for i := range r.n {
-		out = append(out, r.pts[(r.next-r.n+i+dashSamples)%dashSamples])
-	}
-	return out
-}
+type rateRing = ring[ratePoint]
 
 type topicSample struct {
 	at                        time.Time
