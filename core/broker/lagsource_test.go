@@ -6,7 +6,6 @@ import (
 	"github.com/metaq-go/metaq/core/httpapi"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -229,7 +228,7 @@ func TestLagSurvivesRestart(t *testing.T) {
 	require.Equal(t, float64(max0-rec), metricValue(t, scrapeOf(t, b), `metaq_consumer_group_lag_bytes{group="g1",topic="t"}`))
 	w := dashDo(t, b.newMux(), "GET", "/ui/groups", nil, nil)
 	require.Contains(t, w.Body.String(), `href="/ui/groups/g1"`)
-	require.Contains(t, w.Body.String(), shownBytes(max0-rec))
+	require.Contains(t, w.Body.String(), httpapi.HumanBytes(max0-rec))
 	require.NoError(t, b.Close())
 
 	// A file that does not parse: kept as .bad; the broker starts.
@@ -239,18 +238,4 @@ func TestLagSurvivesRestart(t *testing.T) {
 	_, err = os.Stat(path + ".bad")
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
-}
-
-// shownBytes is n bytes as the dashboard shows them (1 KiB = 1024 B).
-func shownBytes(n int64) string {
-	const unit = 1024
-	if n < unit && n > -unit {
-		return strconv.FormatInt(n, 10) + " B"
-	}
-	f, i := float64(n), 0
-	for (f >= unit || f <= -unit) && i < 6 {
-		f /= unit
-		i++
-	}
-	return strconv.FormatFloat(f, 'f', 1, 64) + " " + "BKMGTPE"[i:i+1] + "iB"
 }

@@ -35,7 +35,7 @@ var dashFS embed.FS
 // dashPages are the templates, one per page, each with the layout.
 var dashPages = func() map[string]*template.Template {
 	funcs := template.FuncMap{
-		"bytes":     humanBytes,
+		"bytes":     HumanBytes,
 		"rate":      func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
 		"lagchart":  lagChart,
 		"ratechart": rateChart,
@@ -531,8 +531,9 @@ func (s *Server) GroupName(w http.ResponseWriter, r *http.Request) (string, bool
 
 // ---- helpers ----
 
-// humanBytes renders n bytes for a person (1 KiB = 1024 B).
-func humanBytes(n int64) string {
+// HumanBytes renders n bytes for a person, as the dashboard shows them
+// (1 KiB = 1024 B).
+func HumanBytes(n int64) string {
 	const unit = 1024
 	if n < unit && n > -unit {
 		return strconv.FormatInt(n, 10) + " B"

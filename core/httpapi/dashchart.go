@@ -171,12 +171,12 @@ func timeChart(title, unit string, series ...chartSeries) template.HTML {
 	return template.HTML(sb.String())
 }
 
-// humanValue is humanBytes of a float.
+// humanValue is HumanBytes of a float.
 func humanValue(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return "?"
 	}
-	return humanBytes(int64(math.Round(v)))
+	return HumanBytes(int64(math.Round(v)))
 }
 
 // shortDur renders a chart's span: "45s", "12m30s", "1h0m0s".
