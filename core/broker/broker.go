@@ -78,7 +78,7 @@ type Broker struct {
 	// logLevel and pluginLevel are log_level and plugin_log_level.
 	logLevel, pluginLevel slog.LevelVar
 	pluginLog             *slog.Logger
-	ids                   *idWorker
+	ids                   *store.IDWorker
 
 	mu     sync.RWMutex
 	topics map[string]*topic
@@ -209,7 +209,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	b := &Broker{
 		opts:     opts,
 		knobs:    k,
-		ids:      newIDWorker(cfg.BrokerID, nil),
+		ids:      store.NewIDWorker(cfg.BrokerID, nil),
 		topics:   make(map[string]*topic),
 		opening:  make(map[string]*topicOpen),
 		conns:    make(map[*conn]struct{}),
@@ -433,7 +433,7 @@ func (b *Broker) openPartitionRange(name string, tc conf.TopicConfig, from, to i
 			(&topic{parts: parts}).close()
 			return nil, fmt.Errorf("open topic %s partition %d: %w", name, p, err)
 		}
-		b.ids.observe(l.LastID())
+		b.ids.Observe(l.LastID())
 		parts = append(parts, l)
 	}
 	return parts, nil

@@ -172,7 +172,7 @@ func (h txHost) OpenTopic(name string) (tx.Topic, error) {
 
 func (h txHost) NextID() int64 { return h.b.ids.Next(1) }
 
-func (h txHost) ObserveID(id int64) { h.b.ids.observe(id) }
+func (h txHost) ObserveID(id int64) { h.b.ids.Observe(id) }
 
 var _ tx.Topic = (*topic)(nil)
 

@@ -1,4 +1,4 @@
-package broker
+package store
 
 import (
 	"sync"
@@ -7,7 +7,7 @@ import (
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
-// idWorker hands out message ids in MetaQ's layout
+// IDWorker hands out message ids (an IDSource) in MetaQ's layout
 // ((ms − epoch) << 22) | (brokerId << 12) | seq, with ms the wall clock.
 //
 // Unlike MetaQ's it never goes backwards: it is seeded from the highest id
@@ -15,7 +15,7 @@ import (
 // back) or a batch does not fit in the current millisecond it moves its own
 // millisecond forward. Ids are therefore unique across restarts of the same
 // broker, and a batch of n ≤ 4096 gets n consecutive ids.
-type idWorker struct {
+type IDWorker struct {
 	mu       sync.Mutex
 	brokerID int64
 	lastMs   int64 // ms since message.IDEpoch of the last id handed out
@@ -28,15 +28,17 @@ const (
 	maxSeq  = 1 << seqBits // ids per millisecond
 )
 
-func newIDWorker(brokerID int, now func() time.Time) *idWorker {
+// NewIDWorker returns the id source of broker brokerID; now is the clock
+// (time.Now if nil).
+func NewIDWorker(brokerID int, now func() time.Time) *IDWorker {
 	if now == nil {
 		now = time.Now
 	}
-	return &idWorker{brokerID: int64(brokerID), lastMs: -1, now: now}
+	return &IDWorker{brokerID: int64(brokerID), lastMs: -1, now: now}
 }
 
-// observe raises the worker past an id already in use.
-func (w *idWorker) observe(id int64) {
+// Observe raises the worker past an id already in use.
+func (w *IDWorker) Observe(id int64) {
 	if id <= 0 {
 		return
 	}
@@ -50,7 +52,7 @@ func (w *idWorker) observe(id int64) {
 }
 
 // Next returns the first of n consecutive ids (1 ≤ n ≤ 4096).
-func (w *idWorker) Next(n int) int64 {
+func (w *IDWorker) Next(n int) int64 {
 	if n < 1 {
 		n = 1
 	}

@@ -1,4 +1,4 @@
-package broker
+package store
 
 import (
 	"sync"
@@ -12,7 +12,7 @@ import (
 func TestIDWorkerLayoutAndOrder(t *testing.T) {
 	t.Parallel()
 	now := time.UnixMilli(message.IDEpoch + 5000)
-	w := newIDWorker(7, func() time.Time { return now })
+	w := NewIDWorker(7, func() time.Time { return now })
 	id := w.Next(1)
 	ms, b, seq := message.IDParts(id)
 	require.Equal(t, message.IDEpoch+5000, ms)
@@ -34,7 +34,7 @@ func TestIDWorkerClockBackwardsAndRestart(t *testing.T) {
 	t.Parallel()
 	now := time.UnixMilli(message.IDEpoch + 10_000)
 	clock := func() time.Time { return now }
-	w := newIDWorker(1, clock)
+	w := NewIDWorker(1, clock)
 	last := w.Next(1)
 	now = now.Add(-5 * time.Second) // the clock steps back
 	for i := 0; i < 10000; i++ {
@@ -43,14 +43,14 @@ func TestIDWorkerClockBackwardsAndRestart(t *testing.T) {
 		last = id
 	}
 	// A restarted broker whose clock is behind the stored ids continues above them.
-	w2 := newIDWorker(1, clock)
-	w2.observe(last)
+	w2 := NewIDWorker(1, clock)
+	w2.Observe(last)
 	require.Greater(t, w2.Next(1), last)
 }
 
 func TestIDWorkerConcurrentUnique(t *testing.T) {
 	t.Parallel()
-	w := newIDWorker(3, nil)
+	w := NewIDWorker(3, nil)
 	var mu sync.Mutex
 	seen := make(map[int64]bool)
 	var wg sync.WaitGroup
