@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -203,23 +202,4 @@ func countBefore(t *testing.T, b *Broker, p int, off int64) int {
 		at = it.NextOffset()
 	}
 	return n
-}
-
-// BenchmarkNoteSent is what messages out cost a get: the connection's
-// stream lookup and the note of the range sent (here a consumer reading
-// on, each get re-fetching the previous one's partial record: an overlap
-// to check later).
-func BenchmarkNoteSent(b *testing.B) {
-	c := &conn{b: &Broker{}}
-	l := new(store.Log)
-	var pc partCounters
-	off := int64(0)
-	b.ReportAllocs()
-	for range b.N {
-		c.noteSent(l, &pc, off, 65536)
-		off += 65000
-		if s := c.outs[l]; len(s.todo) >= 4096 { // what a counting pass takes
-			s.todo = s.todo[:0]
-		}
-	}
 }
