@@ -92,9 +92,9 @@ type Broker struct {
 	connsMu sync.Mutex
 	conns   map[*conn]struct{}
 	// unauth are the connections not authenticated yet, tlsFails the
-	// failed TLS handshakes (connlimits.go, tlsfail.go).
-	unauth   *unauthSet
-	tlsFails *tlsFailures
+	// failed TLS handshakes (core/security, connlimits.go).
+	unauth   *security.Admission[*conn]
+	tlsFails *security.TLSFailures
 	wg       sync.WaitGroup
 	done     chan struct{}
 	closed   atomic.Bool
@@ -207,21 +207,20 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 		opts.WriteTimeout = 30 * time.Second
 	}
 	b := &Broker{
-		opts:     opts,
-		knobs:    k,
-		ids:      store.NewIDWorker(cfg.BrokerID, nil),
-		topics:   make(map[string]*topic),
-		opening:  make(map[string]*topicOpen),
-		conns:    make(map[*conn]struct{}),
-		unauth:   newUnauthSet(),
-		tlsFails: newTLSFailures(),
-		done:     make(chan struct{}),
-		start:    time.Now(),
-		budget:   newBudget(cfg.MaxBufferedBytes),
+		opts:    opts,
+		knobs:   k,
+		ids:     store.NewIDWorker(cfg.BrokerID, nil),
+		topics:  make(map[string]*topic),
+		opening: make(map[string]*topicOpen),
+		conns:   make(map[*conn]struct{}),
+		done:    make(chan struct{}),
+		start:   time.Now(),
+		budget:  newBudget(cfg.MaxBufferedBytes),
 	}
 	b.cfgp.Store(cfg)
 	b.startCtx, b.startCancel = context.WithCancel(context.Background())
 	b.initLogging(cfg)
+	b.unauth, b.tlsFails = security.NewAdmission[*conn](b.log), security.NewTLSFailures(b.log)
 	if cfg.IsSlave() {
 		b.slave = repl.NewSlave(repl.FromConf(cfg), cfg.SlaveID, replHost{partSource{b}}, b.log)
 	} else if cfg.Replication == conf.ReplicationSync {

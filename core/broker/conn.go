@@ -66,13 +66,11 @@ type conn struct {
 
 	// Authentication deadline and caps (connlimits.go): accepted is when
 	// the connection was accepted; unauth is set while it counts as
-	// unauthenticated (read loop after admit), ua is its place in
-	// Broker.unauth (under unauthSet.mu); authExpired is set once
+	// unauthenticated (read loop after admit); authExpired is set once
 	// auth_timeout passed, evicted once it was closed to make room,
 	// handshook once its TLS handshake completed (at once for plaintext).
 	accepted                        time.Time
 	unauth                          bool
-	ua                              *unauthEntry
 	authExpired, evicted, handshook atomic.Bool
 
 	// bud is this connection's share of max_buffered_bytes (budget.go).

@@ -67,8 +67,8 @@ func alive(t testing.TB, nc net.Conn) bool {
 // waitUnauth waits until the broker counts n unauthenticated connections.
 func waitUnauth(t testing.TB, b *Broker, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return b.unauth.len() == n }, 5*time.Second, 2*time.Millisecond,
-		"unauthenticated connections: %d, want %d", b.unauth.len(), n)
+	require.Eventually(t, func() bool { return b.unauth.Len() == n }, 5*time.Second, 2*time.Millisecond,
+		"unauthenticated connections: %d, want %d", b.unauth.Len(), n)
 }
 
 // TestUnauthEvictPerAddress checks max_unauthenticated_per_address: a new
@@ -97,7 +97,7 @@ func TestUnauthEvictPerAddress(t *testing.T) {
 	require.True(t, alive(t, a[1]))
 	require.True(t, alive(t, a[2]))
 	require.True(t, alive(t, other), "another address is not touched")
-	require.Equal(t, int64(1), b.unauth.evicted.Load())
+	require.Equal(t, int64(1), b.unauth.Evictions())
 
 	c := &authClient{t: t, nc: fresh, dec: protocol.NewDecoder(fresh, protocol.Limits{MaxBody: 1 << 20})}
 	code, body := c.login("alice", "alice-pw")
@@ -119,7 +119,7 @@ func TestUnauthEvictPerAddress(t *testing.T) {
 	}
 	code, body = c.put("orders")
 	require.Equal(t, 200, code, body, "the authenticated connection is never evicted")
-	require.Equal(t, int64(3), b.unauth.evicted.Load())
+	require.Equal(t, int64(3), b.unauth.Evictions())
 	require.Contains(t, logs.String(), "unauthenticated connection closed to make room")
 	// Connections the client closes leave the set.
 	other.Close()
@@ -182,7 +182,7 @@ func TestUnauthEvictGlobal(t *testing.T) {
 		code, body := c.put("orders")
 		require.Equal(t, 200, code, body)
 	}
-	require.Equal(t, int64(2), b.unauth.evicted.Load())
+	require.Equal(t, int64(2), b.unauth.Evictions())
 	require.Equal(t, int64(1), b.stats.refusedConns.Load())
 }
 
@@ -231,9 +231,9 @@ func TestAuthTimeout(t *testing.T) {
 	require.Equal(t, 200, code, body)
 	code, body = cert.put("orders")
 	require.Equal(t, 200, code, body)
-	require.Equal(t, int64(4), b.unauth.timeouts.Load())
-	require.Equal(t, 0, b.unauth.len())
-	require.EqualValues(t, 1, b.tlsFails.protocol.Load(), "the bare connection's handshake did not complete")
+	require.Equal(t, int64(4), b.unauth.Timeouts())
+	require.Equal(t, 0, b.unauth.Len())
+	require.EqualValues(t, 1, b.tlsFails.Count("protocol"), "the bare connection's handshake did not complete")
 	require.Contains(t, logs.String(), "not completed within auth_timeout")
 }
 
@@ -260,7 +260,7 @@ func TestTLSHandshakeDeadlineAuthOff(t *testing.T) {
 	require.True(t, alive(t, plain))
 	code, body := tc.put("orders")
 	require.Equal(t, 200, code, body)
-	require.Equal(t, 0, b.unauth.len())
+	require.Equal(t, 0, b.unauth.Len())
 
 	// Handshakes count against the caps: of 12 never-handshaking
 	// connections the first two make room for the last two.
@@ -268,7 +268,7 @@ func TestTLSHandshakeDeadlineAuthOff(t *testing.T) {
 	for range 12 {
 		bares = append(bares, dialFrom(t, "127.0.0.1", b.TLSAddr()))
 	}
-	require.Eventually(t, func() bool { return b.unauth.evicted.Load() == 2 }, 5*time.Second, 2*time.Millisecond)
+	require.Eventually(t, func() bool { return b.unauth.Evictions() == 2 }, 5*time.Second, 2*time.Millisecond)
 	for _, nc := range bares[:2] {
 		waitClosed(t, nc, 5*time.Second)
 	}
@@ -291,7 +291,7 @@ func TestTLSHandshakeFailuresThrottled(t *testing.T) {
 	}
 	nc := dialFrom(t, "127.0.0.2", b.TLSAddr())
 	nc.Close()
-	require.Eventually(t, func() bool { return b.tlsFails.protocol.Load() == 6 }, 5*time.Second, 2*time.Millisecond)
+	require.Eventually(t, func() bool { return b.tlsFails.Count("protocol") == 6 }, 5*time.Second, 2*time.Millisecond)
 	require.Equal(t, 1, strings.Count(logs.String(), "TLS handshake from 127.0.0.1:"), logs.String())
 	require.Equal(t, 1, strings.Count(logs.String(), "TLS handshake from 127.0.0.2:"), logs.String())
 
@@ -299,79 +299,6 @@ func TestTLSHandshakeFailuresThrottled(t *testing.T) {
 	code, body := root.login("root", "root-pw")
 	require.Equal(t, 200, code, body)
 	require.Equal(t, 6, statValue(t, root, "tls_handshake_failures"))
-}
-
-// TestLogThrottle checks the throttle: one line per key and interval, the
-// count of those held back in the next, and a bounded number of keys.
-func TestLogThrottle(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	th := newLogThrottle(time.Minute, 3)
-	th.now = func() time.Time { return now }
-	ok, note := th.allow("a")
-	require.True(t, ok)
-	require.Empty(t, note)
-	for range 4 {
-		ok, _ = th.allow("a")
-		require.False(t, ok)
-	}
-	ok, _ = th.allow("b")
-	require.True(t, ok, "another key has its own interval")
-	now = now.Add(59 * time.Second)
-	ok, _ = th.allow("a")
-	require.False(t, ok)
-	now = now.Add(time.Second)
-	ok, note = th.allow("a")
-	require.True(t, ok)
-	require.Equal(t, " (5 more from a not logged since 03:04:05)", note)
-	ok, note = th.allow("a")
-	require.False(t, ok)
-	require.Empty(t, note)
-
-	ok, _ = th.allow("b")
-	require.True(t, ok)
-	// Bounded: c fills the map; d and e share the overflow entry.
-	ok, _ = th.allow("c")
-	require.True(t, ok)
-	ok, _ = th.allow("d")
-	require.True(t, ok)
-	ok, _ = th.allow("e")
-	require.False(t, ok, "past maxKeys, new keys share one entry")
-	require.Len(t, th.seen, 4) // a, b, c, overflow
-	// A minute on, the old entries are pruned (their held-back lines
-	// reported with the next line).
-	now = now.Add(2 * time.Minute)
-	ok, note = th.allow("f")
-	require.True(t, ok)
-	require.Contains(t, note, "2 more from other addresses not logged")
-	require.LessOrEqual(t, len(th.seen), 3)
-}
-
-// TestHTTPErrorLogThrottle checks the HTTP server's ErrorLog: TLS
-// handshake errors are counted and throttled per address; other lines
-// pass through.
-func TestHTTPErrorLogThrottle(t *testing.T) {
-	t.Parallel()
-	logs := &syncLog{}
-	b, err := New(func() *conf.Config {
-		c := conf.Default()
-		c.DataDir = t.TempDir()
-		c.Topics = []conf.Topic{{Name: "t"}}
-		return c
-	}(), Options{Logf: logs.Logf})
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
-	el := b.httpErrorLog()
-	for i := range 10 {
-		el.Printf("http: TLS handshake error from 10.0.0.1:%d: EOF", 40000+i)
-	}
-	el.Printf("http: TLS handshake error from [2001:db8::1]:443: tls: first record does not look like a TLS handshake")
-	el.Printf("http: Accept error: too many open files; retrying in 5ms")
-	require.EqualValues(t, 11, b.tlsFails.http.Load())
-	out := logs.String()
-	require.Equal(t, 1, strings.Count(out, "TLS handshake from 10.0.0.1:"), out)
-	require.Contains(t, out, `http: TLS handshake from [2001:db8::1]:443 failed: "tls: first record does not look like a TLS handshake"`)
-	require.Contains(t, out, "http: Accept error: too many open files")
 }
 
 // TestHTTPSHandshakeFailuresThrottled checks the HTTPS listener: bare
@@ -390,7 +317,7 @@ func TestHTTPSHandshakeFailuresThrottled(t *testing.T) {
 		nc := dialFrom(t, "127.0.0.3", b.HTTPAddr())
 		nc.Close()
 	}
-	require.Eventually(t, func() bool { return b.tlsFails.http.Load() == 5 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.tlsFails.Count("http") == 5 }, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, 1, strings.Count(logs.String(), "http: TLS handshake from 127.0.0.3:"), logs.String())
 
 	h := newHTTPClient(t, b.HTTPAddr(), certs.ClientConfig(t, "")).as("root", "root-pw")

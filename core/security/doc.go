@@ -10,7 +10,9 @@
 // (conf.User: publish, subscribe, groups, admin). The package owns the
 // decisions about users, ACLs and TLS material: it authorizes (authz.go),
 // checks logins (Users, users.go) through the failed-login limiter
-// (loginlimit.go), and holds the TLS material (TLS, tls.go). The broker
+// (loginlimit.go), holds the TLS material (TLS, tls.go), admits
+// unauthenticated connections (Admission, admission.go) and counts failed
+// TLS handshakes (TLSFailures, tlsfail.go). The broker
 // carries the conversations (SASL PLAIN on the wire, HTTP basic auth, the
 // TLS handshake) and applies the verdicts. The actions:
 //

@@ -1,24 +1,19 @@
-package broker
+package security
 
 import (
-	"log"
-	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // Throttled logging of failures a client can cause at will (issue 22,
 // finding 10b): every bare connect to a TLS port fails its handshake, and
 // each failure used to be one log line. A logThrottle lets one line per
 // source address and minute through and counts the rest, which the next
-// line reports; the failures themselves are all counted (stats
-// tls_handshake_failures, metaq_tls_handshake_failures_total).
+// line reports; the failures themselves are all counted (TLSFailures,
+// Admission).
 
 const (
 	// throttleEvery is how often a line about one source address may be
@@ -116,68 +111,4 @@ func sourceKey(remote string) string {
 		return h
 	}
 	return remote
-}
-
-// tlsFailures counts the failed TLS handshakes of the protocol listener
-// and of the HTTPS listener, and throttles their log lines (each listener
-// its own).
-type tlsFailures struct {
-	protocol, http       atomic.Int64
-	protocolLog, httpLog *logThrottle
-}
-
-func newTLSFailures() *tlsFailures {
-	return &tlsFailures{
-		protocolLog: newLogThrottle(throttleEvery, throttleMaxKeys),
-		httpLog:     newLogThrottle(throttleEvery, throttleMaxKeys),
-	}
-}
-
-// handshakeFailed counts a failed handshake on listener ("protocol" or
-// "http") from remote and logs it if the throttle lets it through.
-func (b *Broker) handshakeFailed(listener, remote, reason string) {
-	f := b.tlsFails
-	th := f.protocolLog
-	if listener == "http" {
-		f.http.Add(1)
-		th = f.httpLog
-	} else {
-		f.protocol.Add(1)
-	}
-	if ok, note := th.allow(sourceKey(remote)); ok {
-		if len(reason) > 200 {
-			reason = reason[:200] + "..."
-		}
-		b.warnf("%s: TLS handshake from %s failed: %s%s", listener, remote, protocol.Printable([]byte(reason)), note)
-	}
-}
-
-// httpErrorLog is the HTTP server's ErrorLog: "http: TLS handshake error"
-// lines are counted and throttled (handshakeFailed); the rest go to the
-// broker's log at warn, as before.
-func (b *Broker) httpErrorLog() *log.Logger {
-	next := slog.NewLogLogger(b.log.With("component", "http").Handler(), slog.LevelWarn)
-	return log.New(&httpErrorFilter{b: b, next: next}, "", 0)
-}
-
-// httpErrorFilter is the writer under httpErrorLog.
-type httpErrorFilter struct {
-	b    *Broker
-	next *log.Logger
-}
-
-// tlsHandshakeErr is how net/http starts its handshake failure lines:
-// "http: TLS handshake error from <addr>: <reason>".
-const tlsHandshakeErr = "http: TLS handshake error from "
-
-func (f *httpErrorFilter) Write(p []byte) (int, error) {
-	line := strings.TrimSuffix(string(p), "\n")
-	if i := strings.Index(line, tlsHandshakeErr); i >= 0 {
-		rest := line[i+len(tlsHandshakeErr):]
-		addr, reason, _ := strings.Cut(rest, ": ")
-		f.b.handshakeFailed("http", addr, reason)
-		return len(p), nil
-	}
-	f.next.Print(line)
-	return len(p), nil
 }
