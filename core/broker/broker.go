@@ -131,7 +131,7 @@ type Broker struct {
 	disks *diskWatch
 	// journals are the group-commit journals by data directory
 	// (journal.go), opened by New before any partition.
-	journals map[string]*store.Journal
+	journals store.JournalSet
 	// txm is the transactions and their journal (core/tx, txglue.go),
 	// opened by New once the topics are.
 	txm *tx.Manager
@@ -767,7 +767,7 @@ func (b *Broker) closeStores() error {
 	if b.txm != nil {
 		errs = append(errs, b.txm.Close())
 	}
-	errs = append(errs, b.closeJournals())
+	errs = append(errs, b.journals.Close())
 	return errors.Join(errs...)
 }
 
