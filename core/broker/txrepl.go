@@ -2,8 +2,6 @@ package broker
 
 import (
 	"github.com/metaq-go/metaq/core/repl"
-	"github.com/metaq-go/metaq/core/store"
-	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // Transactions under sync replication live in core/tx (repl.go, the
@@ -18,13 +16,4 @@ func (b *Broker) syncActive() *syncMaster {
 		return nil
 	}
 	return b.sync
-}
-
-// entriesSize is the bytes entries take in a partition.
-func entriesSize(entries []store.Entry) int64 {
-	var n int64
-	for i := range entries {
-		n += int64(message.HeaderSize + len(entries[i].Data))
-	}
-	return n
 }
