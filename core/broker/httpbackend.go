@@ -118,35 +118,18 @@ type readyCheck = httpapi.ReadyCheck
 // built-in check of a slave (replobs.go). nil: the built-in check.
 type ReplicaInSync func() (ok bool, detail string)
 
-// readiness evaluates /readyz: storage recovered, no journal failed, the
-// listeners open, registered in ZooKeeper in cluster mode, and for a
-// slave in sync mode, in sync with its master.
+// readiness evaluates /readyz (core/httpapi repl.go).
 func (b *Broker) readiness() []readyCheck {
-	var s []readyCheck
-	s = append(s, readyCheck{Name: "storage", OK: b.recovered.Load(), Detail: "partitions opened and recovered"})
-	jok, jdetail := true, ""
+	st := httpapi.ReadyState{Recovered: b.recovered.Load(), Serving: b.serving.Load() && !b.closed.Load(),
+		ZooKeeper: b.config().ZooKeeper.Enabled(), Registered: b.Registered(), ZKRoot: b.config().ZooKeeper.Root,
+		Replica: b.replicaCheck()} // replobs.go
 	for dir, j := range b.journals {
 		if err := j.Err(); err != nil {
-			jok, jdetail = false, "journal of "+dir+" failed: "+err.Error()
+			st.JournalDir, st.JournalErr = dir, err.Error()
 			break
 		}
 	}
-	s = append(s, readyCheck{Name: "journal", OK: jok, Detail: jdetail})
-	s = append(s, readyCheck{Name: "serving", OK: b.serving.Load() && !b.closed.Load(), Detail: "client listeners open"})
-	if b.config().ZooKeeper.Enabled() {
-		reg := b.Registered()
-		// zookeeper.connect is secret (it may carry credentials, and
-		// /readyz needs no user): the root names the cluster.
-		d := "registered in ZooKeeper (root " + b.config().ZooKeeper.Root + ")"
-		if !reg {
-			d = "not registered in ZooKeeper (root " + b.config().ZooKeeper.Root + "; unreachable, or the session is being re-established)"
-		}
-		s = append(s, readyCheck{Name: "zookeeper", OK: reg, Detail: d})
-	}
-	if c, ok := b.replicaCheck(); ok { // replobs.go
-		s = append(s, c)
-	}
-	return s
+	return st.Checks()
 }
 
 // Topics lists the topics v may see.

@@ -115,24 +115,16 @@ func (m *metrics) handler() http.Handler {
 	})
 }
 
-// desc is a series' description, for the series other files keep
-// (connlimits.go, replobs.go).
+// desc is a series' description, for the series connlimits.go keeps.
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
 }
 
 // collectExtra adds the series kept outside the Status: connection
-// limits, replication and the HTTP listener's.
+// limits and the HTTP listener's.
 func (b *Broker) collectExtra(ch chan<- prometheus.Metric) {
-	counter := func(d *prometheus.Desc, v int64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	b.collectConnLimits(ch)              // connlimits.go
-	b.collectReplication(gauge, counter) // replobs.go
-	b.web.srv.Collect(ch)                // core/httpapi
+	b.collectConnLimits(ch) // connlimits.go
+	b.web.srv.Collect(ch)   // core/httpapi
 }
 
 // metricsStatus reads what /metrics shows (httpapi.Collector), at each
@@ -153,6 +145,7 @@ func (b *Broker) metricsStatus() httpapi.Status {
 	tc := b.txm.Counts()
 	st.TxCommits, st.TxRollbacks = tc.Commits, tc.Rollbacks
 	st.Ready = httpapi.Ready(b.readiness())
+	st.Repl = b.replStatus() // replobs.go
 
 	topics := b.topicList()
 	partSizes := make(map[string][]groups.PartSize, len(topics))

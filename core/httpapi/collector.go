@@ -33,6 +33,7 @@ type Status struct {
 	Disks    []DiskStatus
 	Plugins  []PluginInfo
 	Lags     []GroupLagStatus
+	Repl     Replication
 }
 
 // TopicStatus is one open topic at a scrape.
@@ -196,6 +197,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(dTxOpen, st.TxCommits, "commit")
 	counter(dTxOpen, st.TxRollbacks, "rollback")
 	gauge(dReady, flag(st.Ready))
+	st.Repl.collect(gauge, counter)
 	if c.extra != nil {
 		c.extra(ch)
 	}
