@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/diskwatch"
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
@@ -128,7 +129,7 @@ type Broker struct {
 	// budget bounds the memory held for clients (max_buffered_bytes).
 	budget *budget
 	// disks is the disk watermark (disk_max_used_ratio, watermark.go).
-	disks *diskWatch
+	disks *diskwatch.Watch
 	// journals are the group-commit journals by data directory
 	// (journal.go), opened by New before any partition.
 	journals store.JournalSet
@@ -188,7 +189,7 @@ type topic struct {
 	rt topicRealtime
 	// disk is the data directory the partitions are in: puts are refused
 	// while it is full.
-	disk *dataDisk
+	disk *diskwatch.Disk
 }
 
 // New opens every configured topic's partitions (running crash recovery on
@@ -248,7 +249,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	gcfg.SessionTimeout = opts.GroupSessionTimeout
 	b.groups = groups.NewCoordinator(gcfg)
 	b.committed = groups.NewCommitted(groups.CommittedFromConf(cfg), b.zkSource(cfg), b.log)
-	b.disks = newDiskWatch(cfg.DiskMaxUsedRatio, b.logf)
+	b.disks = diskwatch.New(cfg.DiskMaxUsedRatio, b.logf)
 	b.metrics = newMetrics(b)
 	b.web.srv = b.newHTTPServer(cfg) // httpbackend.go
 	if err := b.initAuth(); err != nil {
@@ -269,7 +270,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	if err := b.loadTopicsFile(); err != nil {
 		return nil, err
 	}
-	b.disks.disk(cfg.DataDir)
+	b.disks.Disk(cfg.DataDir)
 	if err := b.openJournals(); err != nil {
 		return nil, err
 	}
@@ -391,7 +392,7 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 	if dir == "" {
 		dir = b.config().DataDir
 	}
-	t := &topic{name: name, disk: b.disks.disk(dir)}
+	t := &topic{name: name, disk: b.disks.Disk(dir)}
 	t.cfgp.Store(&tc)
 	parts, err := b.openPartitionRange(name, tc, 0, tc.NumPartitions)
 	if err != nil {
@@ -584,7 +585,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	b.wg.Add(1)
 	go b.outCountLoop() // msgsout.go
 	b.wg.Add(1)
-	go func() { defer b.wg.Done(); b.disks.run(b.done) }()
+	go func() { defer b.wg.Done(); b.disks.Run(b.done) }()
 	for _, l := range []net.Listener{b.ln, b.tlsLn} {
 		if l == nil {
 			continue
@@ -737,7 +738,7 @@ func (b *Broker) applyRetention(now time.Time) {
 				b.errorf("retention %s-%d: %v", t.name, p, err)
 			} else if n > 0 {
 				b.logf("retention %s-%d: deleted %d segment(s), min offset now %d", t.name, p, n, l.MinOffset())
-				b.disks.wake() // puts refused for a full disk may resume
+				b.disks.Wake() // puts refused for a full disk may resume
 			}
 		}
 	}

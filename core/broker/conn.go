@@ -576,7 +576,7 @@ func (c *conn) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 	c.addPending(-1)
 	if err != nil {
 		c.b.stats.putFailed.Add(1)
-		c.b.disks.wakeOn(err)
+		c.b.disks.WakeOn(err)
 		c.b.errorf("append: %v", err)
 		c.reply(protocol.StatusInternalError, "append failed: "+err.Error(), opaque)
 		return

@@ -115,9 +115,9 @@ func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, 
 		c.reply(protocol.StatusForbidden, "topic "+t.name+" does not accept puts (accept_publish = false)", r.Opaque)
 		return nil, nil, 0, false
 	}
-	if t.disk.full.Load() {
-		c.b.disks.rejects.Add(1)
-		c.putFail(r.Opaque, c.b.disks.refusal(t.disk))
+	if t.disk.Full() {
+		c.b.disks.Rejects.Add(1)
+		c.putFail(r.Opaque, c.b.disks.Refusal(t.disk))
 		return nil, nil, 0, false
 	}
 	p = r.Partition
@@ -203,7 +203,7 @@ func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput
 			c.probeTok.Store(0)
 		}
 		c.addPending(-1)
-		c.b.disks.wakeOn(err)
+		c.b.disks.WakeOn(err)
 		c.putFail(opaque, "append failed: "+err.Error())
 		return
 	}

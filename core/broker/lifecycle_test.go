@@ -158,7 +158,7 @@ func TestReload(t *testing.T) {
 	require.Equal(t, 2, run.NumPartitions)
 	require.Equal(t, []string{"t", "gone"}, run.TopicNames())
 	require.Equal(t, int64(64<<20), b.budget.limit.Load())
-	require.Equal(t, 0.95, b.disks.maxRatio())
+	require.Equal(t, 0.95, b.disks.MaxRatio())
 	require.Equal(t, 7, b.groups.Config().MaxMembers)
 
 	// max_connections and log_level apply to the next connection; t's

@@ -137,7 +137,7 @@ func (b *Broker) metricsStatus() httpapi.Status {
 		Connections: b.stats.connections.Load(), RefusedConns: b.stats.refusedConns.Load(), TimedOutConns: b.stats.timedOutConns.Load(),
 		AuthFailures: b.stats.authFailures.Load(), AuthThrottled: b.stats.authThrottled.Load(), ProtocolErrors: b.stats.protocolErrors.Load(),
 		Puts: b.stats.cmdPut.Load(), Gets: b.stats.cmdGet.Load(), Offsets: b.stats.cmdOffset.Load(),
-		PutFailed: b.stats.putFailed.Load(), GetMisses: b.stats.getMiss.Load(), DiskRejects: b.disks.rejects.Load(),
+		PutFailed: b.stats.putFailed.Load(), GetMisses: b.stats.getMiss.Load(), DiskRejects: b.disks.Rejects.Load(),
 		BufferedBytes: b.budget.used.Load(), PartitionLabels: cfg.MetricsPartitionLabels,
 	}
 	ofs := b.offsets.Stats()
@@ -188,13 +188,13 @@ func (b *Broker) metricsStatus() httpapi.Status {
 			Checkpoints: js.Checkpoints, Syncfs: js.Syncfs, Led: js.Led, Behind: js.Behind, CheckpointAge: age, Failed: j.Err() != nil})
 	}
 
-	for _, dd := range b.disks.list() {
-		u := dd.last.Load()
-		if u == nil || u.err != nil {
+	for _, dd := range b.disks.List() {
+		u := dd.Last()
+		if u == nil || u.Err != nil {
 			continue
 		}
-		st.Disks = append(st.Disks, httpapi.DiskStatus{Dir: filepath.Clean(dd.dir), Used: u.usedBytes, Free: u.freeBytes,
-			Ratio: u.space, Full: dd.full.Load()})
+		st.Disks = append(st.Disks, httpapi.DiskStatus{Dir: filepath.Clean(dd.Dir()), Used: u.UsedBytes, Free: u.FreeBytes,
+			Ratio: u.Space, Full: dd.Full()})
 	}
 
 	st.Plugins = httpBackend{b}.Plugins()

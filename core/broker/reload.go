@@ -176,8 +176,8 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	}
 	b.txm.Reload(b.txConfig(&eff))
 	if eff.DiskMaxUsedRatio != cur.DiskMaxUsedRatio {
-		b.disks.setMax(eff.DiskMaxUsedRatio)
-		b.disks.wake()
+		b.disks.SetMax(eff.DiskMaxUsedRatio)
+		b.disks.Wake()
 	}
 	b.mu.RLock()
 	reg := b.reg

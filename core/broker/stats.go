@@ -159,7 +159,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 	case "members":
 		b.writeMemberStats(&sb, v)
 	case "disks":
-		b.disks.writeStats(&sb)
+		b.disks.WriteStats(&sb)
 	case "transactions":
 		b.writeTxStats(&sb)
 	case "reset":
@@ -237,8 +237,8 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("tx_rollback", b.txm.Counts().Rollbacks)
 	kv("get_miss", b.stats.getMiss.Load())
 	kv("put_failed", b.stats.putFailed.Load())
-	kv("disk_full_rejects", b.disks.rejects.Load())
-	kv("disk_used_ratio", strconv.FormatFloat(b.disks.maxUsed(), 'f', 4, 64))
+	kv("disk_full_rejects", b.disks.Rejects.Load())
+	kv("disk_used_ratio", strconv.FormatFloat(b.disks.MaxUsed(), 'f', 4, 64))
 	kv("protocol_errors", b.stats.protocolErrors.Load())
 	kv("refused_connections", b.stats.refusedConns.Load())
 	kv("timed_out_connections", b.stats.timedOutConns.Load())

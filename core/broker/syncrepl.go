@@ -63,7 +63,7 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 	}
 	if err != nil {
 		c.addPending(-1)
-		c.b.disks.wakeOn(err)
+		c.b.disks.WakeOn(err)
 		c.putFail(opaque, "append failed: "+err.Error())
 		return
 	}

@@ -197,7 +197,7 @@ func (t *topic) CountIn(p int32, msgs int, bytes int64) {
 	}
 }
 
-func (h txHost) AppendFailed(err error) { h.b.disks.wakeOn(err) }
+func (h txHost) AppendFailed(err error) { h.b.disks.WakeOn(err) }
 
 func (h txHost) Fence() error {
 	if f := h.b.fo; f != nil && !f.MayAck() {

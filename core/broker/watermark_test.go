@@ -2,20 +2,19 @@ package broker
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/diskwatch"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -204,7 +203,7 @@ func TestPutDiskWatermark(t *testing.T) {
 		require.Less(t, time.Since(start), 20*time.Second, "puts still refused after the filler was deleted")
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Logf("puts accepted again %v after the filler was deleted (check interval %v)", time.Since(start), diskCheckInterval)
+	t.Logf("puts accepted again %v after the filler was deleted (check interval %v)", time.Since(start), diskwatch.CheckInterval)
 	r = wmMPut(t, c, "t", []byte("batch"), 10, 100)
 	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
 	c.waitDisk(t, dir, false)
@@ -267,45 +266,4 @@ func TestPutDiskWatermarkRetention(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("puts accepted again %v after retention freed the disk", time.Since(start))
-}
-
-// TestDiskWatchWakeOnENOSPC: a write failing with ENOSPC (wrapped, as the
-// store wraps it) makes the watcher measure at once, not at its next tick
-// (set to an hour here); other errors do not.
-func TestDiskWatchWakeOnENOSPC(t *testing.T) {
-	t.Parallel()
-	dir := testsvc.MountTmpfs(t, 4<<20)
-	w := newDiskWatch(0.9, t.Logf)
-	w.every = time.Hour
-	d := w.disk(dir)
-	require.False(t, d.full.Load())
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); w.run(done) }()
-	defer func() { close(done); <-stopped }()
-
-	testsvc.Fill(t, filepath.Join(dir, "filler"), 1)
-	w.wakeOn(fmt.Errorf("store: write x: %w", syscall.EIO))
-	w.wakeOn(errors.New("no space left on device")) // text is not enough
-	time.Sleep(50 * time.Millisecond)
-	require.False(t, d.full.Load(), "measured without an ENOSPC")
-
-	w.wakeOn(fmt.Errorf("store: write x: %w", &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}))
-	start := time.Now()
-	for !d.full.Load() {
-		require.Less(t, time.Since(start), 20*time.Second, "ENOSPC did not wake the watcher")
-		time.Sleep(time.Millisecond)
-	}
-	t.Logf("full %v after the ENOSPC", time.Since(start))
-	require.Regexp(t, `^disk full: data_dir .* is 100\.0% used, over disk_max_used_ratio 0\.90; puts resume when space is freed$`, w.refusal(d))
-}
-
-func TestDiskRatioFormat(t *testing.T) {
-	t.Parallel()
-	for r, want := range map[float64]string{0.9: "0.90", 0.5: "0.50", 1: "1.00", 0.955: "0.955", 0.01: "0.01"} {
-		require.Equal(t, want, ratio(r))
-	}
-	require.Equal(t, "93.1%", percent(0.93149))
-	require.Equal(t, "/data/x", showDir("/data/x"))
-	require.Equal(t, `"/data/a b\x1b"`, showDir("/data/a b\x1b"))
 }
