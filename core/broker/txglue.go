@@ -43,62 +43,22 @@ func (b *Broker) txConfig(cfg *conf.Config) tx.Config {
 	return c
 }
 
+// handleTransaction decodes a transaction command for core/tx
+// (Manager.Do), which answers it through TxDone.
 func (c *conn) handleTransaction(r *protocol.Request) {
-	m, s, op := c.b.txm, c.txs, r.Opaque
 	if r.TxType == protocol.TxRecover {
-		c.reply(protocol.StatusOK, strings.Join(m.Recover(s, r.TxQualifier), "\r\n"), op)
+		c.reply(protocol.StatusOK, strings.Join(c.b.txm.Recover(c.txs, r.TxQualifier), "\r\n"), r.Opaque)
 		return
 	}
 	id, err := protocol.ParseTxKey(r.TxKey)
 	if err != nil { // the decoder checked it; kept for safety
-		c.reply(protocol.StatusBadRequest, err.Error(), op)
+		c.reply(protocol.StatusBadRequest, err.Error(), r.Opaque)
 		return
 	}
-	key := id.String()
 	if r.TxType == protocol.TxEnd {
 		return // MetaQ ignores END and sends no reply
 	}
-	if id.XA {
-		switch r.TxType {
-		case protocol.TxBegin:
-			c.txReply(op, "", m.BeginXA(s, key, string(r.TxSession), r.TxTimeout))
-		case protocol.TxForget:
-			c.txReply(op, "", m.Forget(key))
-		case protocol.TxPrepare:
-			body, err := m.Prepare(s, key)
-			c.txReply(op, body, err)
-		case protocol.TxCommitOnePhase:
-			m.CommitXA(s, key, tx.OnePhase, op)
-		case protocol.TxCommitTwoPhase:
-			m.CommitXA(s, key, tx.TwoPhase, op)
-		case protocol.TxHeuristicCommit:
-			m.CommitXA(s, key, tx.HeuristicCommit, op)
-		case protocol.TxRollback, protocol.TxHeuristicRollback:
-			c.txReply(op, "", m.RollbackXA(s, key, r.TxType == protocol.TxHeuristicRollback))
-		default:
-			c.reply(protocol.StatusBadRequest, "unexpected transaction type "+r.TxType.String(), op)
-		}
-		return
-	}
-	switch r.TxType {
-	case protocol.TxBegin:
-		closed, err := m.BeginLocal(s, key, string(r.TxSession), r.TxTimeout)
-		if !closed {
-			c.txReply(op, "", err)
-		}
-	case protocol.TxPrepare:
-		c.replyErr(&tx.Error{Kind: tx.XA, Code: protocol.XAErRMErr, Msg: "transaction " + key + " is local: it cannot be prepared"}, op)
-	case protocol.TxCommitOnePhase, protocol.TxCommitTwoPhase:
-		// As in MetaQ, a local transaction commits in one phase whichever
-		// type the client sends.
-		m.CommitLocal(s, key, op)
-	case protocol.TxRollback:
-		c.txReply(op, "", m.RollbackLocal(s, key))
-	case protocol.TxForget, protocol.TxHeuristicCommit, protocol.TxHeuristicRollback:
-		c.replyErr(&tx.Error{Kind: tx.Plain, Msg: "transaction " + key + " is local: " + r.TxType.String() + " applies to XA transactions"}, op)
-	default:
-		c.reply(protocol.StatusBadRequest, "unexpected transaction type "+r.TxType.String(), op)
-	}
+	c.b.txm.Do(c.txs, tx.Command{Type: r.TxType, Key: id.String(), XA: id.XA, Session: string(r.TxSession), Timeout: r.TxTimeout}, r.Opaque)
 }
 
 // txReply answers a transaction operation: body, or err's status line.
