@@ -223,6 +223,10 @@ type brokerConsumer struct {
 	// onOwn, if set, is told when a partition's fetching starts (true)
 	// and has fully stopped (false) in group mode (tests).
 	onOwn func(p int32, owned bool)
+	// onLost, if set, is told when a group member learns that the broker
+	// dropped it (its connection broke, or a heartbeat answered 404),
+	// before it stops its partitions (tests).
+	onLost func()
 
 	// Set by newBrokerConsumer from the reject policy: rejectFn for every policy
 	// but RecoverLocally, which sets recoverDir instead.

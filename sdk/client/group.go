@@ -201,6 +201,9 @@ func (g *groupMember) run(ctx context.Context) error {
 		case <-dead:
 			// The connection broke: the broker dropped the membership.
 			t.Stop()
+			if c.onLost != nil {
+				c.onLost()
+			}
 			g.releaseAll()
 			g.joined = false
 			continue
@@ -285,6 +288,9 @@ func (g *groupMember) heartbeat(ctx context.Context) bool {
 	case protocol.StatusOK:
 	case protocol.StatusNotFound:
 		// The broker dropped us (timeout): stop everything, join again.
+		if c.onLost != nil {
+			c.onLost()
+		}
 		g.releaseAll()
 		g.joined = false
 		return false
