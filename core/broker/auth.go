@@ -3,8 +3,6 @@ package broker
 import (
 	"crypto/tls"
 	"errors"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
@@ -12,18 +10,29 @@ import (
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
-// Authentication and authorization (server.toml [auth], docs/security.md).
-//
-// With auth on, a connection starts unauthenticated: it may send version,
-// auth and quit, everything else is answered 401. `auth PLAIN` (RFC 4616)
-// checks the password against the user's bcrypt hash; a TLS client
-// certificate verified against [tls] client_ca_file whose Subject CN names
-// a configured user authenticates the connection before its first request.
-// Once authenticated, each request is checked against the user's rights
-// (conf.User: publish, subscribe, groups, admin) and refused with 403.
+// Authentication and authorization on the protocol ports (server.toml
+// [auth], docs/security.md): the verdicts are core/security's (Users,
+// CheckPlain, CheckRequest); this file applies them to a connection and
+// writes the replies.
 
-// mechPlain is the one SASL mechanism the broker supports.
-const mechPlain = "PLAIN"
+func init() { registerErrors(securityStatus) }
+
+// securityStatus maps core/security's refusals: 401 before authentication
+// and for a failed login, 403 for a missing right.
+func securityStatus(err error) (int, string, bool) {
+	var d *security.Denied
+	var le *security.LoginError
+	var se *security.SASLError
+	switch {
+	case errors.Is(err, security.ErrUnauthenticated):
+		return protocol.StatusUnauthorized, "authentication required: send auth PLAIN first", true
+	case errors.As(err, &d):
+		return protocol.StatusForbidden, err.Error(), true
+	case errors.As(err, &le), errors.As(err, &se):
+		return protocol.StatusUnauthorized, err.Error(), true
+	}
+	return 0, "", false
+}
 
 // initAuth sets up b.users when auth is on.
 func (b *Broker) initAuth() error {
@@ -60,14 +69,24 @@ func (a *connAuth) current(cfg *conf.Config) *conf.User {
 	return u
 }
 
+// statsItems are the stats items whose rights are not a topic's
+// (security.CheckRequest).
+var statsItems = security.StatsItems{
+	Admin:         []string{"config", "reset", "transactions", "plugins", switchoverItem},
+	AdminPrefixes: []string{syncEpochItem, epochStartItem},
+	Lists:         []string{"", "topics", "offsets", "partitions", "realtime", "groups", "members", "disks", "help"},
+	Count:         countItem,
+	CountTopic: func(arg string) (string, bool) {
+		name, _, _, err := parseCountItem(arg)
+		return name, err == nil
+	},
+}
+
 // authorize is called before every request is dispatched. It reports
-// whether the request may run; if not, it has replied 401 or 403. The
-// verdict is security.Authorize's, as on every other door (HTTP API,
-// dashboard): requestChecks lists what the request needs.
+// whether the request may run; if not, it has replied 401 or 403.
 func (c *conn) authorize(r *protocol.Request) bool {
 	cfg := c.b.config()
-	a := &cfg.Auth
-	if !a.Enabled {
+	if !cfg.Auth.Enabled {
 		return true
 	}
 	if !c.auth.certChecked {
@@ -78,119 +97,11 @@ func (c *conn) authorize(r *protocol.Request) bool {
 	case protocol.OpVersion, protocol.OpAuth, protocol.OpQuit:
 		return true
 	}
-	u := c.auth.current(cfg)
-	if u == nil {
-		c.reply(protocol.StatusUnauthorized, "authentication required: send auth PLAIN first", r.Opaque)
+	if err := security.CheckRequest(c.auth.current(cfg), r, &statsItems); err != nil {
+		c.replyErr(err, r.Opaque)
 		return false
 	}
-	for _, ck := range requestChecks(r) {
-		if err := security.Authorize(true, u, ck.act, ck.name); err != nil {
-			var d *security.Denied
-			if errors.As(err, &d) {
-				d.Note = ck.note
-			}
-			c.reply(protocol.StatusForbidden, err.Error(), r.Opaque)
-			return false
-		}
-	}
 	return true
-}
-
-// check is one right a request needs: act on name (for security.Admin,
-// name is the operation and note is added to the denial).
-type check struct {
-	act  security.Action
-	name string
-	note string
-}
-
-// requestChecks lists the rights r needs, in the order they are checked
-// (the first missing one is the denial). Requests not listed need only an
-// authenticated user; stats items are statsChecks'.
-func requestChecks(r *protocol.Request) []check {
-	switch r.Op {
-	case protocol.OpPut, protocol.OpMPut:
-		return []check{{act: security.Publish, name: string(r.Topic)}}
-	case protocol.OpGet, protocol.OpOffset:
-		return []check{{act: security.Subscribe, name: string(r.Topic)}}
-	case protocol.OpCommit, protocol.OpFetch:
-		cks := []check{{act: security.UseGroup, name: string(r.Group)}}
-		// A body that does not parse is answered 400 by the handler.
-		lines, _ := protocol.ParseOffsetLines(r.Body, r.Op == protocol.OpCommit)
-		for _, l := range lines {
-			cks = append(cks, check{act: security.Subscribe, name: l.Topic})
-		}
-		return cks
-	case protocol.OpJoin, protocol.OpHeartbeat, protocol.OpLeave:
-		return []check{{act: security.UseGroup, name: string(r.Group)}, {act: security.Subscribe, name: string(r.Topic)}}
-	case protocol.OpTransaction:
-		if r.TxType == protocol.TxHeuristicCommit || r.TxType == protocol.TxHeuristicRollback {
-			return []check{{act: security.Admin, name: "complete transactions heuristically"}}
-		}
-	case protocol.OpSync:
-		return []check{{act: security.Admin, name: "ship syncs", note: ": a sync master's replication_user"}}
-	case protocol.OpStats:
-		return statsChecks(string(r.Item))
-	}
-	return nil
-}
-
-// statsChecks lists the rights a stats item needs. Items that show the
-// configuration, change state, list other users' transactions or drive
-// replication are admin only; `stats <topic>` needs the topic described
-// (publish or subscribe) and `stats count:` subscribe (it counts from a
-// consumer's position). The lists (topics, offsets, partitions, groups,
-// members, realtime, the summary) are filtered to the user's rights by
-// their writers (stats.go); help is open.
-func statsChecks(item string) []check {
-	if adminStats(item) {
-		return []check{{act: security.Admin, name: "run stats " + statsItemText(item)}}
-	}
-	if arg, ok := strings.CutPrefix(item, countItem); ok {
-		if name, _, _, err := parseCountItem(arg); err == nil { // malformed: 400 from the handler
-			return []check{{act: security.Subscribe, name: name}}
-		}
-		return nil
-	}
-	if !listStats(item) {
-		return []check{{act: security.Describe, name: item}}
-	}
-	return nil
-}
-
-// statsItemText is item for a denial: fixed items as they are, others
-// (prefixed items carrying client bytes) quoted and cut.
-func statsItemText(item string) string {
-	if len(item) <= 64 && protocol.Printable([]byte(item)) == strconv.Quote(item) {
-		return item
-	}
-	return protocol.Printable([]byte(item))
-}
-
-// adminStats reports whether a stats item needs admin: it reveals the
-// configuration (config; plugins: their processes and errors), changes
-// state, lists other users' transactions or belongs to replication and
-// failover (bound to a sync master's replication_user, which is an
-// admin). `stats disks` is the broker's health, as /metrics shows it to
-// every user.
-func adminStats(item string) bool {
-	switch item {
-	case "config", "reset", "transactions", "plugins", switchoverItem:
-		return true
-	}
-	// Binding a sync link to an epoch (failover.go) is a sync master's,
-	// asking for epoch starts (rejoin.go) a rejoining member's.
-	return strings.HasPrefix(item, syncEpochItem) || strings.HasPrefix(item, epochStartItem)
-}
-
-// listStats reports whether item is one of the stats items that are not
-// a topic name: the summary and the lists, filtered per user.
-func listStats(item string) bool {
-	switch item {
-	case "", "topics", "offsets", "partitions", "realtime", "groups", "members", "disks", "help":
-		return true
-	}
-	return false
 }
 
 // authFromCert authenticates the connection from its verified TLS client
@@ -221,29 +132,25 @@ func (c *conn) authFromCert() {
 // (the bcrypt check included, so the time does not tell whether the user
 // exists). The read loop waits for that delay, so one connection cannot
 // try passwords faster; closing the connection ends the wait. A failed
-// auth leaves the connection unauthenticated, even if it was before.
-//
-// Across connections, the login limiter (b.users.Logins()) counts failures
-// per user, per source address and per user from a source; a locked
-// attempt is refused without a password check, after the same delay, with
-// the failure's text and "too many failed logins, retry after Ns".
+// auth leaves the connection unauthenticated, even if it was before. A
+// login the limiter refused is answered after the same delay.
 func (c *conn) handleAuth(r *protocol.Request) {
 	b := c.b
-	if !b.config().Auth.Enabled {
+	cfg := b.config()
+	if !cfg.Auth.Enabled {
 		c.reply(protocol.StatusOK, "", r.Opaque) // auth is off: every connection has every right
 		return
 	}
 	start := time.Now()
-	user, reason, why, throttled := c.checkPlain(r)
-	if reason == "" {
-		c.auth.user = user
+	u, err := b.users.CheckPlain(&cfg.Auth, string(r.Item), r.Body, c.nc.RemoteAddr().String())
+	if err == nil {
+		c.auth.user, c.auth.from = u, cfg
 		c.markAuthenticated() // connlimits.go
 		c.reply(protocol.StatusOK, "", r.Opaque)
 		return
 	}
 	c.auth.user = nil
-	if throttled {
-		// Not logged one by one: the lock was logged when it was set.
+	if why, throttled := security.LoginWhy(err); throttled {
 		b.stats.authThrottled.Add(1)
 	} else {
 		b.stats.authFailures.Add(1)
@@ -253,7 +160,7 @@ func (c *conn) handleAuth(r *protocol.Request) {
 		}
 		b.warnf("conn %s: auth failed for user %s: %s", c.nc.RemoteAddr(), name, why)
 	}
-	delay := time.Until(start.Add(time.Duration(b.config().Auth.FailureDelay) * time.Millisecond))
+	delay := time.Until(start.Add(time.Duration(cfg.Auth.FailureDelay) * time.Millisecond))
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		select {
@@ -263,45 +170,5 @@ func (c *conn) handleAuth(r *protocol.Request) {
 		}
 		t.Stop()
 	}
-	c.reply(protocol.StatusUnauthorized, reason, r.Opaque)
-}
-
-// checkPlain checks an auth PLAIN request. It returns the user, or the
-// reason for the refusal to send the client (never the password) and why
-// for the broker's log; throttled says the login limiter refused it
-// unchecked.
-func (c *conn) checkPlain(r *protocol.Request) (u *conf.User, reason, why string, throttled bool) {
-	if string(r.Item) != mechPlain {
-		reason = "unsupported SASL mechanism " + strconv.Quote(string(r.Item)) + ": only PLAIN is supported"
-		return nil, reason, reason, false
-	}
-	authzid, name, password, ok := protocol.ParseSASLPlain(r.Body)
-	if !ok {
-		reason = "malformed PLAIN message: want [authzid] NUL user NUL password"
-		return nil, reason, reason, false
-	}
-	cfg := c.b.config()
-	u, err := c.b.users.Check(&cfg.Auth, authzid, name, password, c.nc.RemoteAddr().String())
-	var le *security.LoginError
-	switch {
-	case errors.As(err, &le):
-		return nil, le.Error(), le.Why, le.Wait > 0
-	case err != nil:
-		return nil, err.Error(), err.Error(), false
-	}
-	c.auth.from = cfg
-	return u, "", "", false
-}
-
-// checkPassword is security.Users.Check for HTTP basic auth, in the
-// shape httpapi.Backend asks for: the user; or wait > 0 when the limiter
-// refused the attempt without a check; or nil and why it failed, for the
-// broker's log only.
-func (b *Broker) checkPassword(cfg *conf.Config, authzid, name, password, remote string) (*conf.User, time.Duration, string) {
-	u, err := b.users.Check(&cfg.Auth, authzid, name, password, remote)
-	var le *security.LoginError
-	if errors.As(err, &le) {
-		return nil, le.Wait, le.Why
-	}
-	return u, 0, ""
+	c.replyErr(err, r.Opaque)
 }

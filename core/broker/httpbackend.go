@@ -89,7 +89,7 @@ func (h httpBackend) Logins() *security.LoginLimiter { return h.b.users.Logins()
 
 // CheckPassword checks a basic-auth login (auth.go).
 func (h httpBackend) CheckPassword(name, password, remote string) (*conf.User, time.Duration, string) {
-	return h.b.checkPassword(h.b.config(), "", name, password, remote)
+	return h.b.users.CheckPassword(&h.b.config().Auth, name, password, remote)
 }
 
 // AuthFailed counts a failed HTTP login.

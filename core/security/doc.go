@@ -8,8 +8,9 @@
 //
 // The rights themselves are the [[auth.user]] tables of server.toml
 // (conf.User: publish, subscribe, groups, admin). The package owns the
-// decisions about users, ACLs and TLS material: it authorizes (authz.go),
-// checks logins (Users, users.go) through the failed-login limiter
+// decisions about users, ACLs and TLS material: it authorizes (authz.go;
+// a protocol request's rights: CheckRequest, request.go),
+// checks logins (Users, users.go; SASL PLAIN: sasl.go) through the failed-login limiter
 // (loginlimit.go), holds the TLS material (TLS, tls.go), admits
 // unauthenticated connections (Admission, admission.go) and counts failed
 // TLS handshakes (TLSFailures, tlsfail.go). The broker
