@@ -102,10 +102,10 @@ func (h httpBackend) AuthFailed(throttled bool) {
 }
 
 // MetricsHandler serves every series.
-func (h httpBackend) MetricsHandler() http.Handler { return h.b.metrics.handler() }
+func (h httpBackend) MetricsHandler() http.Handler { return h.b.metrics.Handler() }
 
 // Metrics is the broker's registry.
-func (h httpBackend) Metrics() prometheus.Gatherer { return h.b.metrics.reg }
+func (h httpBackend) Metrics() prometheus.Gatherer { return h.b.metrics.Registry }
 
 // Readiness evaluates /readyz.
 func (h httpBackend) Readiness() []httpapi.ReadyCheck { return h.b.readiness() }

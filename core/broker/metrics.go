@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"net/http"
 	"path/filepath"
 	"sort"
 	"sync/atomic"
@@ -10,8 +9,6 @@ import (
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Prometheus metrics (/metrics, docs/http.md).
@@ -19,9 +16,8 @@ import (
 // The hot path does not call Prometheus for counters: the broker's own
 // atomic counters (counters, partCounters, the stores' Stats) are read at
 // scrape time into an httpapi.Status (metricsStatus), from which
-// httpapi.Collector builds constant metrics.
-// Only the latency and batch-size histograms are observed on the hot path,
-// through observers resolved once (an Observe is a few atomic adds).
+// httpapi.Collector builds constant metrics. Only the histograms of
+// httpapi.Registry are observed on the hot path.
 
 // partCounters are one partition's traffic counters, always kept (unlike
 // topicRealtime, which `stats reset` clears and stat = false turns off).
@@ -38,82 +34,25 @@ var monoEpoch = time.Now()
 
 func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 
-// metrics are the broker's histograms and its Prometheus registry.
+// metrics is the broker's Prometheus registry (core/httpapi
+// registry.go), with the hot path's histograms at hand.
 type metrics struct {
-	reg *prometheus.Registry
+	*httpapi.Registry
 	// put and get are the request latency histograms; put is sampled (at
 	// most one put in flight per connection is timed: conn.probeTok).
 	put, get prometheus.Observer
-	// fsyncJournal and fsyncSegment are metaq_fsync_duration_seconds by
-	// kind; rounds is metaq_journal_commit_round_appends.
-	fsyncJournal, fsyncSegment prometheus.Observer
-	rounds                     prometheus.Observer
 }
-
-// latencyBuckets span 50 µs to about 1.6 s.
-var latencyBuckets = prometheus.ExponentialBuckets(0.00005, 2, 16)
 
 func newMetrics(b *Broker) *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
-	put := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "metaq_put_duration_seconds",
-		Help:    "Time from a put or mput being parsed to its reply being queued (sampled: at most one put in flight per connection is timed).",
-		Buckets: latencyBuckets,
-	})
-	get := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "metaq_get_duration_seconds",
-		Help:    "Time to serve a get, from its parse to its reply written.",
-		Buckets: latencyBuckets,
-	})
-	fsync := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "metaq_fsync_duration_seconds",
-		Help:    "Duration of fsync/fdatasync calls: kind journal (group-commit rounds) or segment (checkpoints, threshold-mode flushes, rolls).",
-		Buckets: latencyBuckets,
-	}, []string{"kind"})
-	rounds := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "metaq_journal_commit_round_appends",
-		Help:    "Appends (puts and mputs) committed by one group-commit journal round, all partitions of the data directory together.",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
-	})
-	m.put, m.get, m.rounds = put, get, rounds
-	m.fsyncJournal = fsync.WithLabelValues("journal")
-	m.fsyncSegment = fsync.WithLabelValues("segment")
-	m.reg.MustRegister(put, get, fsync, rounds,
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		httpapi.NewCollector(b.metricsStatus, b.collectExtra))
-	return m
-}
-
-// storeObserver is a store.Observer feeding the fsync and round histograms.
-type storeObserver struct {
-	fsync, rounds prometheus.Observer
-}
-
-func (o storeObserver) ObserveFsync(d time.Duration) { o.fsync.Observe(d.Seconds()) }
-
-func (o storeObserver) ObserveCommitRound(n int) {
-	if o.rounds != nil {
-		o.rounds.Observe(float64(n))
-	}
+	r := httpapi.NewRegistry(httpapi.NewCollector(b.metricsStatus, b.collectExtra))
+	return &metrics{Registry: r, put: r.Put, get: r.Get}
 }
 
 // journalObserver and segmentObserver are the observers of journals and
 // partition logs.
-func (m *metrics) journalObserver() storeObserver {
-	return storeObserver{fsync: m.fsyncJournal, rounds: m.rounds}
-}
+func (m *metrics) journalObserver() httpapi.StoreObserver { return m.JournalObserver() }
 
-func (m *metrics) segmentObserver() storeObserver { return storeObserver{fsync: m.fsyncSegment} }
-
-// handler serves /metrics.
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: 4,
-		Timeout:             10 * time.Second,
-	})
-}
+func (m *metrics) segmentObserver() httpapi.StoreObserver { return m.SegmentObserver() }
 
 // desc is a series' description, for the series connlimits.go keeps.
 func desc(name, help string, labels ...string) *prometheus.Desc {

@@ -156,7 +156,7 @@ func BenchmarkMetricsScrape(b *testing.B) {
 				}
 				br.committed.Record("g"+strconv.Itoa(g), ps)
 			}
-			h := br.metrics.handler()
+			h := br.metrics.Handler()
 			req := httptest.NewRequest("GET", "/metrics", nil)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -218,7 +218,7 @@ func BenchmarkMetricsScrapeLag(b *testing.B) {
 		}
 		br.committed.Record("g"+strconv.Itoa(g), ps)
 	}
-	h := br.metrics.handler()
+	h := br.metrics.Handler()
 	req := httptest.NewRequest("GET", "/metrics", nil)
 	b.ReportAllocs()
 	b.ResetTimer()
