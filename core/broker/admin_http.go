@@ -4,9 +4,7 @@ import (
 	"context"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"net/http"
-	"slices"
 
-	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/sdk/message"
 )
@@ -16,13 +14,7 @@ import (
 func (b *Broker) topicSource(name string) string {
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
-	if slices.ContainsFunc(b.topicsFile.Topics, func(t conf.Topic) bool { return t.Name == name }) {
-		return conf.TopicsFileName
-	}
-	if slices.ContainsFunc(b.serverTopics, func(t conf.Topic) bool { return t.Name == name }) {
-		return "server.toml"
-	}
-	return "auto-created"
+	return b.topicBook.Source(name)
 }
 
 func (b *Broker) topicJSON(t *topic, parts bool) httpapi.TopicInfo {

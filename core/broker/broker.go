@@ -33,6 +33,7 @@ import (
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/topicadmin"
 	"github.com/metaq-go/metaq/core/tx"
 	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -162,12 +163,10 @@ type Broker struct {
 	// serves HTTP first), read those only after it.
 	serving atomic.Bool
 	// adminMu serialises topic changes made through the admin API
-	// (topicadmin.go); topicsFile is <data_dir>/topics.toml as last
-	// written and serverTopics the [[topic]] tables server.toml gave,
-	// both under adminMu after New.
-	adminMu      sync.Mutex
-	topicsFile   *conf.TopicsFile
-	serverTopics []conf.Topic
+	// (topicadmin.go); topicBook (topics.toml and server.toml's [[topic]]
+	// tables) is under adminMu after New.
+	adminMu   sync.Mutex
+	topicBook *topicadmin.Book
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
@@ -267,9 +266,11 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	}
 	// Topics created, altered and deleted live (topicadmin.go) replace
 	// cfg.Topics with server.toml's plus those changes.
-	if err := b.loadTopicsFile(); err != nil {
+	tb, err := topicadmin.Load(b.config(), b.logf)
+	if err != nil {
 		return nil, err
 	}
+	b.topicBook = tb
 	b.disks.Disk(cfg.DataDir)
 	if err := b.openJournals(); err != nil {
 		return nil, err

@@ -4,17 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/security"
+	"github.com/metaq-go/metaq/core/topicadmin"
 	"github.com/metaq-go/metaq/filters"
 )
 
@@ -63,7 +62,7 @@ func CheckConfig(cfg *conf.Config) []string {
 			in.Close()
 		}
 	}
-	if msg := checkTopicsFile(cfg); msg != "" {
+	if msg := topicadmin.Check(cfg); msg != "" {
 		probs = append(probs, msg)
 	}
 	for i, p := range cfg.Plugins {
@@ -72,28 +71,6 @@ func CheckConfig(cfg *conf.Config) []string {
 		}
 	}
 	return probs
-}
-
-// checkTopicsFile says what is wrong with <data_dir>/topics.toml, or ""
-// (also when there is none): what loadTopicsFile would refuse at start.
-func checkTopicsFile(cfg *conf.Config) string {
-	path := filepath.Join(cfg.DataDir, conf.TopicsFileName)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return ""
-	}
-	if err != nil {
-		return fmt.Sprintf("%s: %v", conf.TopicsFileName, err)
-	}
-	f, err := conf.ParseTopicsFile(data, path)
-	if err != nil {
-		return err.Error()
-	}
-	cp := *cfg
-	if err := cp.ApplyTopics(f); err != nil {
-		return err.Error()
-	}
-	return ""
 }
 
 // checkPluginBinary says what is wrong with a plugin binary, or "".

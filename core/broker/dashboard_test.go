@@ -323,7 +323,7 @@ func TestDashboardAlterPartitions(t *testing.T) {
 	// The API and topics.toml see it.
 	w = dashDo(t, h, "GET", "/api/v1/topics/t", nil, nil)
 	require.Contains(t, w.Body.String(), `"partitions": 5,`)
-	tf, err := os.ReadFile(b.topicsFilePath())
+	tf, err := os.ReadFile(b.topicBook.Path())
 	require.NoError(t, err)
 	require.Contains(t, string(tf), "num_partitions = 5")
 	// The same count again: nothing changes.

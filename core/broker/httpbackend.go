@@ -18,6 +18,7 @@ import (
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/security"
+	"github.com/metaq-go/metaq/core/topicadmin"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -163,11 +164,11 @@ func (h httpBackend) Topic(name string) (httpapi.TopicInfo, error) {
 func topicRefusal(err error) error {
 	code := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, errTopicExists):
+	case errors.Is(err, topicadmin.ErrExists):
 		code = http.StatusConflict
 	case errors.Is(err, partition.ErrNoTopic):
 		code = http.StatusNotFound
-	case errors.Is(err, errTopicInvalid):
+	case errors.Is(err, topicadmin.ErrInvalid):
 		code = http.StatusBadRequest
 	case errors.Is(err, errBrokerClosed):
 		code = http.StatusServiceUnavailable

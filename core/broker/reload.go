@@ -84,8 +84,8 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
 	serverTopics := slices.Clone(next.Topics)
-	if b.topicsFile != nil {
-		if err := next.ApplyTopics(b.topicsFile); err != nil {
+	if b.topicBook != nil {
+		if err := next.ApplyTopics(b.topicBook.File()); err != nil {
 			return rep, err
 		}
 	}
@@ -166,7 +166,7 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	b.mu.Lock()
 	b.cfgp.Store(&eff)
 	b.web.srv.Reload(httpapi.FromConf(&eff))
-	b.serverTopics = serverTopics
+	b.topicBook.SetServer(serverTopics)
 	b.mu.Unlock()
 	b.setLogLevels(&eff)
 	b.budget.setLimit(eff.MaxBufferedBytes)

@@ -2,87 +2,30 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/partition"
+	"github.com/metaq-go/metaq/core/topicadmin"
 	"github.com/metaq-go/metaq/internal/fsutil"
 )
 
 // Live topic administration (the admin API, docs/http.md): topics are
 // created, given more partitions and deleted at run time. Every change is
-// written first to <data_dir>/topics.toml (conf.TopicsFile), which New
-// applies on top of server.toml, then made: the config's topic list is
-// replaced under b.mu, the partitions opened or closed, and the topic
-// registered in or removed from ZooKeeper (cluster mode) without waiting
-// for it. Changes are serialised by b.adminMu.
-
-// Errors of the topic changes, mapped to HTTP codes by the admin API.
-var (
-	errTopicExists  = errors.New("topic exists")
-	errTopicInvalid = errors.New("invalid topic")
-)
+// written first to <data_dir>/topics.toml (core/topicadmin, which also
+// validates it and says what the file becomes), then made here: the
+// config's topic list is replaced under b.mu, the partitions opened or
+// closed, and the topic registered in or removed from ZooKeeper (cluster
+// mode) without waiting for it. Changes are serialised by b.adminMu.
 
 // checkpointClosedTimeout bounds the wait, when deleting a topic's data,
 // for a journal checkpoint after its partitions closed.
 const checkpointClosedTimeout = 30 * time.Second
-
-// topicsFilePath is <data_dir>/topics.toml.
-func (b *Broker) topicsFilePath() string {
-	return filepath.Join(b.config().DataDir, conf.TopicsFileName)
-}
-
-// loadTopicsFile reads topics.toml (an empty file when there is none) and
-// applies it to b.config(). New calls it before opening anything.
-func (b *Broker) loadTopicsFile() error {
-	b.serverTopics = slices.Clone(b.config().Topics)
-	data, err := os.ReadFile(b.topicsFilePath())
-	if errors.Is(err, os.ErrNotExist) {
-		b.topicsFile = &conf.TopicsFile{}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", conf.TopicsFileName, err)
-	}
-	f, err := conf.ParseTopicsFile(data, b.topicsFilePath())
-	if err != nil {
-		return err
-	}
-	if err := b.config().ApplyTopics(f); err != nil {
-		return err
-	}
-	if len(f.Topics) > 0 || len(f.Deleted) > 0 {
-		b.logf("topics: %s applied: %d topic(s) created or altered, %d deleted", b.topicsFilePath(), len(f.Topics), len(f.Deleted))
-	}
-	b.topicsFile = f
-	return nil
-}
-
-// writeTopicsFile writes f durably: a temporary file, fsynced, renamed
-// over topics.toml, and the directory fsynced.
-func (b *Broker) writeTopicsFile(f *conf.TopicsFile) error {
-	data, err := f.Encode()
-	if err != nil {
-		return err
-	}
-	path := b.topicsFilePath()
-	if err := fsutil.WriteFileDurable(path, data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-// cloneTopicsFile copies the current topics file for a change.
-func (b *Broker) cloneTopicsFile() *conf.TopicsFile {
-	return &conf.TopicsFile{Deleted: slices.Clone(b.topicsFile.Deleted), Topics: slices.Clone(b.topicsFile.Topics)}
-}
 
 // configTopic returns the [[topic]] table of name in the config.
 func (b *Broker) configTopic(name string) (conf.Topic, bool) {
@@ -97,39 +40,18 @@ func (b *Broker) configTopic(name string) (conf.Topic, bool) {
 }
 
 // applyTopicChange persists f, then makes the config's topics those of
-// base with f applied. It validates first; nothing changes on error.
+// server.toml with f applied. It validates first; nothing changes on error.
 func (b *Broker) applyTopicChange(f *conf.TopicsFile) error {
-	base := *b.config()
-	// The config as server.toml gave it: base topics from the file as
-	// loaded, then every live change.
-	topics := b.liveTopics(f)
-	if _, err := base.WithTopics(topics); err != nil {
-		var ce *conf.Error
-		if errors.As(err, &ce) {
-			var msgs []string
-			for _, p := range ce.Problems {
-				msgs = append(msgs, p.String())
-			}
-			return fmt.Errorf("%w: %s", errTopicInvalid, strings.Join(msgs, "; "))
-		}
-		return fmt.Errorf("%w: %v", errTopicInvalid, err)
-	}
-	if err := b.writeTopicsFile(f); err != nil {
+	topics, err := b.topicBook.Apply(*b.config(), f)
+	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	nc := *b.config() // copy on write: readers hold the old one
 	nc.Topics = topics
 	b.cfgp.Store(&nc)
-	b.topicsFile = f
 	b.mu.Unlock()
 	return nil
-}
-
-// liveTopics is server.toml's topics (b.serverTopics) with f applied.
-func (b *Broker) liveTopics(f *conf.TopicsFile) []conf.Topic {
-	c := conf.Config{Topics: b.serverTopics}
-	return c.TopicsWith(f)
 }
 
 // CreateTopic creates topic t live: persisted in topics.toml, its
@@ -137,23 +59,20 @@ func (b *Broker) liveTopics(f *conf.TopicsFile) []conf.Topic {
 func (b *Broker) CreateTopic(t conf.Topic) error {
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
-	if err := conf.ValidateTopicName(t.Name); err != nil {
-		return fmt.Errorf("%w: %w", errTopicInvalid, err)
+	if err := topicadmin.CheckName(t.Name); err != nil {
+		return err
 	}
 	if _, ok := b.configTopic(t.Name); ok {
-		return fmt.Errorf("%w: %s", errTopicExists, t.Name)
+		return topicadmin.Exists(t.Name, false)
 	}
 	b.mu.RLock()
 	_, open := b.topics[t.Name]
 	b.mu.RUnlock()
-	if open { // auto-created
-		return fmt.Errorf("%w: %s (auto-created)", errTopicExists, t.Name)
+	if open {
+		return topicadmin.Exists(t.Name, true)
 	}
-	f := b.cloneTopicsFile()
-	f.Deleted = slices.DeleteFunc(f.Deleted, func(n string) bool { return n == t.Name })
-	f.Topics = append(f.Topics, t)
-	prev := b.cloneTopicsFile()
-	if err := b.applyTopicChange(f); err != nil {
+	prev := b.topicBook.Snapshot()
+	if err := b.applyTopicChange(b.topicBook.Create(t)); err != nil {
 		return err
 	}
 	if _, err := b.openTopic(t.Name); err != nil {
@@ -187,25 +106,20 @@ func (b *Broker) AddPartitions(name string, n int) (old int, err error) {
 	ct, configured := b.configTopic(name)
 	if t == nil || !configured {
 		if t != nil {
-			return 0, fmt.Errorf("%w: %s is auto-created (it has no [[topic]] table): create it first", errTopicInvalid, name)
+			return 0, topicadmin.NotConfigured(name)
 		}
 		return 0, fmt.Errorf("%w: %s", partition.ErrNoTopic, quoteName(name))
 	}
 	old = len(t.parts)
-	switch {
-	case n == old:
+	if n == old {
 		return old, nil
-	case n < old:
-		return old, fmt.Errorf("%w: %s has %d partitions; removing partitions is not supported (their messages would be lost)", errTopicInvalid, name, old)
-	case n > conf.MaxPartitions:
-		return old, fmt.Errorf("%w: num_partitions must be at most %d", errTopicInvalid, conf.MaxPartitions)
+	}
+	if err := topicadmin.CheckGrow(name, old, n); err != nil {
+		return old, err
 	}
 	ct.NumPartitions = &n
-	f := b.cloneTopicsFile()
-	f.Topics = slices.DeleteFunc(f.Topics, func(x conf.Topic) bool { return x.Name == name })
-	f.Topics = append(f.Topics, ct)
-	prev := b.cloneTopicsFile()
-	if err := b.applyTopicChange(f); err != nil {
+	prev := b.topicBook.Snapshot()
+	if err := b.applyTopicChange(b.topicBook.Alter(ct)); err != nil {
 		return old, err
 	}
 	tc, _ := b.topicConfig(name)
@@ -269,12 +183,7 @@ func (b *Broker) DeleteTopic(name string, deleteData bool) error {
 		return fmt.Errorf("%w: %s", partition.ErrNoTopic, quoteName(name))
 	}
 	if configured {
-		f := b.cloneTopicsFile()
-		f.Topics = slices.DeleteFunc(f.Topics, func(x conf.Topic) bool { return x.Name == name })
-		if slices.Contains(b.serverTopicNames(), name) && !slices.Contains(f.Deleted, name) {
-			f.Deleted = append(f.Deleted, name)
-		}
-		if err := b.applyTopicChange(f); err != nil {
+		if err := b.applyTopicChange(b.topicBook.Delete(name)); err != nil {
 			return err
 		}
 	}
@@ -329,13 +238,4 @@ func (b *Broker) removeTopicData(t *topic, dirs []string) error {
 		}
 	}
 	return fsutil.SyncDir(filepath.Clean(dir))
-}
-
-// serverTopicNames are the names of server.toml's topics.
-func (b *Broker) serverTopicNames() []string {
-	out := make([]string, len(b.serverTopics))
-	for i, t := range b.serverTopics {
-		out[i] = t.Name
-	}
-	return out
 }

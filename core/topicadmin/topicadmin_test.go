@@ -1,0 +1,91 @@
+package topicadmin
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+)
+
+func testConfig(t *testing.T) *conf.Config {
+	t.Helper()
+	cfg := conf.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.Topics = []conf.Topic{{Name: "base"}}
+	require.NoError(t, cfg.Validate())
+	return cfg
+}
+
+// TestBookChangesPersist: created, altered and deleted topics are written
+// to topics.toml and applied again by the next Load; a server.toml topic
+// deleted live is marked deleted.
+func TestBookChangesPersist(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	k, err := Load(cfg, t.Logf)
+	require.NoError(t, err)
+	require.Equal(t, "server.toml", k.Source("base"))
+	require.Equal(t, "auto-created", k.Source("live"))
+
+	two := 2
+	topics, err := k.Apply(*cfg, k.Create(conf.Topic{Name: "live", NumPartitions: &two}))
+	require.NoError(t, err)
+	require.Len(t, topics, 2)
+	require.Equal(t, conf.TopicsFileName, k.Source("live"))
+	prev := k.Snapshot()
+	_, err = k.Apply(*cfg, k.Delete("base"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"base"}, k.File().Deleted)
+
+	again := testConfig(t)
+	again.DataDir = cfg.DataDir
+	k2, err := Load(again, t.Logf)
+	require.NoError(t, err)
+	require.Equal(t, []string{"live"}, again.TopicNames())
+	tc, ok := again.TopicConfig("live")
+	require.True(t, ok)
+	require.Equal(t, 2, tc.NumPartitions)
+	require.Equal(t, "", Check(again))
+
+	// Undo: the snapshot taken before the delete brings base back.
+	_, err = k2.Apply(*again, prev)
+	require.NoError(t, err)
+	require.Empty(t, k2.File().Deleted)
+}
+
+func TestBookRefusals(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	k, err := Load(cfg, t.Logf)
+	require.NoError(t, err)
+
+	err = CheckName("bad name")
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, conf.ErrBadTopicName)
+	require.EqualError(t, Exists("t", false), "topic exists: t")
+	require.EqualError(t, Exists("t", true), "topic exists: t (auto-created)")
+	require.True(t, errors.Is(NotConfigured("t"), ErrInvalid))
+	require.NoError(t, CheckGrow("t", 2, 3))
+	require.EqualError(t, CheckGrow("t", 2, 1), "invalid topic: t has 2 partitions; removing partitions is not supported (their messages would be lost)")
+	require.ErrorIs(t, CheckGrow("t", 2, conf.MaxPartitions+1), ErrInvalid)
+
+	// A change conf refuses is invalid and leaves the file alone.
+	bad := -1
+	_, err = k.Apply(*cfg, k.Create(conf.Topic{Name: "neg", NumPartitions: &bad}))
+	require.ErrorIs(t, err, ErrInvalid)
+	_, statErr := os.Stat(k.Path())
+	require.ErrorIs(t, statErr, os.ErrNotExist)
+	require.Equal(t, "auto-created", k.Source("neg"))
+
+	// A topics.toml that does not parse is what Check and Load refuse.
+	require.NoError(t, os.WriteFile(k.Path(), []byte("[[topic]\n"), 0o644))
+	require.NotEmpty(t, Check(cfg))
+	_, err = Load(testConfig(t), t.Logf)
+	require.NoError(t, err) // another data_dir: no file
+	cp := *cfg
+	_, err = Load(&cp, t.Logf)
+	require.Error(t, err)
+}
