@@ -88,23 +88,11 @@ func (b *Broker) GroupOwners(group, topic string) map[int32]string {
 }
 
 // writeGroupStats writes the `stats groups` lines, of the groups and
-// topics v may see.
+// topics v may see (groups.Coordinator.Listed).
 func (b *Broker) writeGroupStats(sb *strings.Builder, v viewer) {
 	sb.WriteString("STATS\r\n")
-	live := make(map[groupTopic]bool)
-	for _, g := range b.groups.Groups() {
-		if !v.GroupTopic(g.Group, g.Topic) {
-			continue
-		}
+	for _, g := range b.groups.Listed(b.committed, v.GroupTopic) {
 		fmt.Fprintf(sb, "%s %s members %d generation %d\r\n", g.Group, g.Topic, g.Members, g.Generation)
-		live[groupTopic{Group: g.Group, Topic: g.Topic}] = true
-	}
-	// Groups with committed offsets and no live member here (issue 23:
-	// `metaq groups` omitted them, /ui/groups listed them): members 0.
-	for _, c := range b.committed.Snapshot() {
-		if !live[groupTopic{Group: c.Group, Topic: c.Topic}] && v.GroupTopic(c.Group, c.Topic) {
-			fmt.Fprintf(sb, "%s %s members 0 generation 0\r\n", c.Group, c.Topic)
-		}
 	}
 	sb.WriteString("END\r\n")
 }
@@ -139,40 +127,27 @@ func (b *Broker) writeMemberStats(sb *strings.Builder, v viewer) {
 	sb.WriteString("END\r\n")
 }
 
-// offsetPositions checks the group name (message.ValidateGroup), parses a
-// commit or fetch body and checks that every topic and partition exists
-// here; it replies 400 itself and returns ok=false on a bad group or body.
-// The positions are of this broker's partitions (its broker id).
+// offsetPositions is groups.Positions of a commit or fetch; it replies
+// 400 itself and returns ok=false on a bad group or body.
 func (c *conn) offsetPositions(r *protocol.Request, full bool) (string, []message.Position, bool) {
-	if err := message.ValidateGroup(string(r.Group)); err != nil {
-		c.reply(protocol.StatusBadRequest, r.Op.String()+": group "+protocol.Printable(r.Group)+": "+err.Error(), r.Opaque)
-		return "", nil, false
-	}
-	lines, err := protocol.ParseOffsetLines(r.Body, full)
+	group, ps, err := groups.Positions(r.Op.String(), r.Group, r.Body, full, c.b.config().BrokerID, c.b.offsetPartition)
 	if err != nil {
-		c.reply(protocol.StatusBadRequest, r.Op.String()+": "+err.Error(), r.Opaque)
+		c.replyErr(err, r.Opaque)
 		return "", nil, false
 	}
-	group := string(r.Group)
-	out := make([]message.Position, len(lines))
-	for i, l := range lines {
-		t, err := c.b.lookup([]byte(l.Topic), false)
-		if err != nil {
-			c.reply(protocol.StatusBadRequest, r.Op.String()+": unknown topic "+l.Topic, r.Opaque)
-			return "", nil, false
-		}
-		if l.Partition >= int32(len(t.parts)) {
-			c.reply(protocol.StatusBadRequest, r.Op.String()+": "+t.outOfRange(l.Partition), r.Opaque)
-			return "", nil, false
-		}
-		if full && l.Offset < 0 {
-			c.reply(protocol.StatusBadRequest, "commit: negative offset for "+l.Topic+" "+strconv.Itoa(int(l.Partition)), r.Opaque)
-			return "", nil, false
-		}
-		out[i] = message.Position{Topic: t.name, Partition: message.Partition{BrokerID: c.b.config().BrokerID, Partition: l.Partition},
-			Offset: l.Offset, MsgID: l.MsgID}
+	return group, ps, true
+}
+
+// offsetPartition is a commit's or fetch's groups.PartitionCheck.
+func (b *Broker) offsetPartition(topic string, p int32) string {
+	t, err := b.lookup([]byte(topic), false)
+	if err != nil {
+		return "unknown topic " + topic
 	}
-	return group, out, true
+	if p >= int32(len(t.parts)) {
+		return t.outOfRange(p)
+	}
+	return ""
 }
 
 // goOffsetCall runs a store call off the read loop, so a slow store does
@@ -262,31 +237,20 @@ func (b *Broker) closeOffsetStore() error {
 }
 
 // zkSource is the committed offsets' ZooKeeper reader in cluster mode
-// (nil otherwise): this broker's partitions of its open topics.
+// (nil otherwise).
 func (b *Broker) zkSource(cfg *conf.Config) groups.ZKSource {
 	if !cfg.ZooKeeper.Enabled() {
 		return nil
 	}
-	return func(lim registry.OffsetLimits) ([]registry.GroupOffsets, bool, error) {
+	return groups.RegistrySource(cfg.BrokerID, func() *registry.Registry {
 		b.mu.RLock()
-		reg := b.reg
-		b.mu.RUnlock()
-		if reg == nil {
-			return nil, false, groups.ErrNoZooKeeper
-		}
-		topics := map[string]int{}
-		for _, t := range b.topicList() {
-			topics[t.name] = len(t.parts)
-		}
-		return reg.ConsumerOffsets(b.config().BrokerID, topics, lim)
-	}
+		defer b.mu.RUnlock()
+		return b.reg
+	}, partSource{b})
 }
 
-// startLagSource restores the saved commits and starts the save loop and,
-// in cluster mode, the ZooKeeper reader. Start calls it before accepting.
+// startLagSource starts the committed offsets (groups.Committed.Start).
+// Start calls it before accepting.
 func (b *Broker) startLagSource() {
-	b.committed.Restore()
-	b.wg.Add(2)
-	go func() { defer b.wg.Done(); b.committed.Run(b.done) }()
-	go func() { defer b.wg.Done(); b.committed.RunZK(b.done) }()
+	b.committed.Start(b.done, b.goTracked)
 }

@@ -40,10 +40,13 @@ func (h replHost) Dial(ctx context.Context, addr string, tlsPeer bool, timeout t
 func (h replHost) Done() <-chan struct{} { return h.b.done }
 
 // Go runs fn in a goroutine Close waits for.
-func (h replHost) Go(fn func()) {
-	h.b.wg.Add(1)
+func (h replHost) Go(fn func()) { h.b.goTracked(fn) }
+
+// goTracked runs fn in a goroutine Close waits for.
+func (b *Broker) goTracked(fn func()) {
+	b.wg.Add(1)
 	go func() {
-		defer h.b.wg.Done()
+		defer b.wg.Done()
 		fn()
 	}()
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/internal/fsutil"
 	"github.com/metaq-go/metaq/internal/logx"
@@ -135,6 +136,33 @@ type ZKSource func(lim registry.OffsetLimits) ([]registry.GroupOffsets, bool, er
 // ErrNoZooKeeper is a ZKSource's error while the broker has no ZooKeeper
 // session: RefreshZK keeps what it read before and reports no error.
 var ErrNoZooKeeper = errors.New("not registered in ZooKeeper")
+
+// RegistrySource is the ZKSource of broker brokerID's partitions of src's
+// topics, read through the registry reg returns (nil while there is none:
+// ErrNoZooKeeper).
+func RegistrySource(brokerID int, reg func() *registry.Registry, src partition.Source) ZKSource {
+	return func(lim registry.OffsetLimits) ([]registry.GroupOffsets, bool, error) {
+		r := reg()
+		if r == nil {
+			return nil, false, ErrNoZooKeeper
+		}
+		topics := map[string]int{}
+		for _, name := range src.Topics() {
+			if n, err := src.Partitions(name); err == nil {
+				topics[name] = n
+			}
+		}
+		return r.ConsumerOffsets(brokerID, topics, lim)
+	}
+}
+
+// Start restores the saved commits (Restore) and starts the save loop
+// (Run) and the ZooKeeper reader (RunZK) with goFn, until done is closed.
+func (s *Committed) Start(done <-chan struct{}, goFn func(func())) {
+	s.Restore()
+	goFn(func() { s.Run(done) })
+	goFn(func() { s.RunZK(done) })
+}
 
 // CommittedConfig is the committed offsets' slice of the configuration
 // (restart-only values).

@@ -124,3 +124,24 @@ func (gs *Coordinator) GroupOwners(group string) map[TopicPartition]string {
 	}
 	return out
 }
+
+// Listed is `stats groups`' rows: Groups, then members 0 and generation 0
+// for each group and topic with committed offsets and no live member here
+// (issue 23: `metaq groups` omitted them, /ui/groups listed them); only
+// those visible(group, topic) allows.
+func (gs *Coordinator) Listed(committed *Committed, visible func(group, topic string) bool) []Info {
+	var out []Info
+	live := make(map[GroupTopic]bool)
+	for _, g := range gs.Groups() {
+		if visible(g.Group, g.Topic) {
+			out = append(out, g)
+			live[GroupTopic{Group: g.Group, Topic: g.Topic}] = true
+		}
+	}
+	for _, c := range committed.Snapshot() {
+		if !live[GroupTopic{Group: c.Group, Topic: c.Topic}] && visible(c.Group, c.Topic) {
+			out = append(out, Info{Group: c.Group, Topic: c.Topic})
+		}
+	}
+	return out
+}
