@@ -7,7 +7,6 @@ package broker
 import (
 	"cmp"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"github.com/go-zookeeper/zk"
@@ -16,22 +15,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
-	"github.com/metaq-go/metaq/sdk/message"
 )
 
-// Browsing limits: bodies shown up to dashMaxShown bytes; ZooKeeper
-// reads of the pages bounded by dashZKTimeout.
-const (
-	dashMaxShown  = 4096
-	dashZKTimeout = 3 * time.Second
-)
+// dashZKTimeout bounds the pages' reads of ZooKeeper.
+const dashZKTimeout = 3 * time.Second
 
 // Role is the broker's role for the dashboard's header.
 func (h httpBackend) Role() string { return h.b.role() }
@@ -78,112 +71,43 @@ func (h httpBackend) Config() httpapi.ConfigText {
 	return httpapi.ConfigText{Text: string(cfg.Redacted()), Path: cfg.Path(), Checksum: h.b.configChecksum()}
 }
 
-// Messages reads the messages page of partition p of topic.
+// Messages reads the messages page of partition p of topic
+// (core/httpapi messages.go).
 func (h httpBackend) Messages(topic string, p int, offset int64, n int, asHex bool) (httpapi.MessagePage, error) {
-	b := h.b
-	refuse := func(code int, msg string) (httpapi.MessagePage, error) {
-		return httpapi.MessagePage{}, &httpapi.RequestError{Status: code, Msg: msg}
-	}
-	l, err := partSource{b}.Log(topic, p)
+	l, err := partSource{h.b}.Log(topic, p)
 	if err != nil {
-		return refuse(http.StatusNotFound, "no such topic: "+quoteName(topic))
+		return httpapi.MessagePage{}, noTopic(topic)
 	}
-	pg := httpapi.MessagePage{Min: l.MinOffset(), Max: l.MaxOffset(), Offset: offset}
-	if pg.Offset < 0 {
-		pg.Offset = pg.Min
-	}
-	if pg.Offset < pg.Min || pg.Offset > pg.Max {
-		return refuse(http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("offset %d is outside partition %d's offsets %d..%d", pg.Offset, p, pg.Min, pg.Max))
-	}
-	msgs, next, err := b.browse(l, topic, int32(p), pg.Offset, n, asHex)
-	if err != nil {
-		var oor *store.OffsetOutOfRangeError
-		switch {
-		case errors.As(err, &oor):
-			return refuse(http.StatusRequestedRangeNotSatisfiable, err.Error())
-		case errors.Is(err, store.ErrClosed) && len(msgs) == 0:
-			return refuse(http.StatusNotFound, "topic "+quoteName(topic)+" was deleted or is being changed: reload its page")
-		case errors.Is(err, errNotRecord) && len(msgs) == 0:
-			return refuse(http.StatusUnprocessableEntity, fmt.Sprintf("offset %d of partition %d is not the start of a valid record "+
-				"(not a record boundary, or the bytes there are corrupt): start from an offset the partition table or a Next link gives (%v)",
-				pg.Offset, p, err))
-		case len(msgs) == 0:
-			return refuse(http.StatusInternalServerError, "reading partition "+strconv.Itoa(p)+": "+err.Error())
-		}
-		pg.Stopped = err.Error()
-	}
-	pg.Messages, pg.Next = msgs, next
-	return pg, nil
+	return httpapi.ReadMessages(browseLog{l}, topic, p, offset, n, asHex, h.b.config().MaxMessageSize)
 }
 
-// errNotRecord is browse's error for an offset that does not start a
-// valid record.
-var errNotRecord = errors.New("not the start of a valid record")
+// browseLog is a partition as the messages page reads it: store's
+// errors as httpapi.PartitionReader gives them.
+type browseLog struct{ *store.Log }
 
-// browse reads up to n records of l from offset. It stops before a
-// record that does not parse (corrupt, or offset is not a record
-// boundary): such bytes are never shown; err says so when nothing could
-// be shown.
-func (b *Broker) browse(l *store.Log, topic string, part int32, offset int64, n int, asHex bool) ([]httpapi.ShownMessage, int64, error) {
-	maxMsg := b.config().MaxMessageSize
-	chunk := 64 << 10
-	var out []httpapi.ShownMessage
-	cur := offset
-	var buf []byte
-	for len(out) < n {
-		v, err := l.Read(cur, chunk)
-		if errors.Is(err, store.ErrNoData) {
-			break
-		}
-		if err != nil {
-			if len(out) > 0 {
-				break
-			}
-			return nil, cur, err
-		}
-		buf, err = v.ReadAll(buf[:0])
-		v.Release()
-		if err != nil {
-			return out, cur, err
-		}
-		it := message.NewIterator(buf, cur, maxMsg)
-		got := 0
-		for len(out) < n && it.Next() {
-			rec := it.Record()
-			m, err := rec.Message(topic, part)
-			if err != nil {
-				return out, rec.Offset, fmt.Errorf("%w at offset %d: %v", errNotRecord, rec.Offset, err)
-			}
-			size := message.HeaderSize + len(rec.Data)
-			sm := httpapi.ShownMessage{Offset: rec.Offset, ID: rec.ID, Flag: rec.Flag, Size: size, Next: rec.Offset + int64(size),
-				Attribute: m.Attribute, HasAttribute: m.HasAttribute}
-			body := m.Body
-			if len(body) > dashMaxShown {
-				sm.Cut = len(body) - dashMaxShown
-				body = body[:dashMaxShown]
-			}
-			if asHex || !utf8.Valid(body) {
-				sm.Body, sm.Hex = hex.Dump(body), true
-			} else {
-				sm.Body = string(body)
-			}
-			out = append(out, sm)
-			cur = sm.Next
-			got++
-		}
-		if err := it.Err(); err != nil {
-			return out, cur, fmt.Errorf("%w at offset %d: %v", errNotRecord, cur, err)
-		}
-		if got == 0 {
-			// The record at cur is longer than the chunk (or the bytes
-			// there are not a record): read more, up to one whole record.
-			if chunk >= maxMsg+message.HeaderSize || len(buf) < chunk {
-				return out, cur, fmt.Errorf("%w at offset %d", errNotRecord, cur)
-			}
-			chunk = min(chunk*4, maxMsg+message.HeaderSize)
-		}
+func (l browseLog) Read(offset int64, max int) (httpapi.RecordView, error) {
+	v, err := l.Log.Read(offset, max)
+	return browseView{v}, browseErr(err)
+}
+
+type browseView struct{ store.View }
+
+func (v browseView) ReadAll(dst []byte) ([]byte, error) {
+	b, err := v.View.ReadAll(dst)
+	return b, browseErr(err)
+}
+
+func browseErr(err error) error {
+	var oor *store.OffsetOutOfRangeError
+	switch {
+	case errors.Is(err, store.ErrNoData):
+		return httpapi.ErrNoMessages
+	case errors.As(err, &oor):
+		return &httpapi.RequestError{Status: http.StatusRequestedRangeNotSatisfiable, Msg: err.Error()}
+	case errors.Is(err, store.ErrClosed):
+		return &httpapi.GoneError{Err: err}
 	}
-	return out, cur, nil
+	return err
 }
 
 // ---- cluster ----
