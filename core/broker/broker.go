@@ -8,7 +8,6 @@ package broker
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -97,6 +96,7 @@ type Broker struct {
 	// failed TLS handshakes (core/security, connlimits.go).
 	unauth   *security.Admission[*conn]
 	tlsFails *security.TLSFailures
+	audit    *security.Audit // the audit log (audit.go)
 	wg       sync.WaitGroup
 	done     chan struct{}
 	closed   atomic.Bool
@@ -221,6 +221,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	b.startCtx, b.startCancel = context.WithCancel(context.Background())
 	b.initLogging(cfg)
 	b.unauth, b.tlsFails = security.NewAdmission[*conn](b.log), security.NewTLSFailures(b.log)
+	b.audit = security.NewAudit(b.log, shownName)
 	if cfg.IsSlave() {
 		b.slave = repl.NewSlave(repl.FromConf(cfg), cfg.SlaveID, replHost{partSource{b}}, b.log)
 	} else if cfg.Replication == conf.ReplicationSync {
@@ -555,7 +556,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	}
 	b.ln = ln
 	if tln != nil {
-		b.tlsLn = tls.NewListener(heldListener{tln}, b.tls.ListenerConfig())
+		b.tlsLn = b.tls.Listener(tln)
 	}
 	if b.fo != nil {
 		if err := b.fo.LoadBook(); err != nil { // core/repl

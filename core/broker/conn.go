@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/tx"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -472,7 +473,7 @@ func (c *conn) sendValue(v store.View, opaque int32) error {
 	n := cap(queued)
 	buf := protocol.AppendValueHeader(queued, v.Len, opaque)
 	c.omu.Unlock()
-	if v.Mem != nil && heldOf(c.nc) == nil {
+	if v.Mem != nil && security.HeldOf(c.nc) == nil {
 		// In memory (a journaled segment's tail): header and bytes in
 		// one write.
 		buf = append(buf, v.Mem...)
@@ -486,10 +487,10 @@ func (c *conn) sendValue(v store.View, opaque int32) error {
 	}
 	c.bud.Shrink(n)
 	c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.WriteTimeout))
-	if h := heldOf(c.nc); h != nil {
-		h.holdWrites()
+	if h := security.HeldOf(c.nc); h != nil {
+		h.HoldWrites()
 		err := c.sendValueBytes(v)
-		if rerr := h.release(); err == nil {
+		if rerr := h.Release(); err == nil {
 			err = rerr
 		}
 		return err
@@ -508,9 +509,9 @@ func (c *conn) sendValueBytes(v store.View) error {
 		if _, err := f.Seek(v.Pos, io.SeekStart); err == nil {
 			lr := &io.LimitedReader{R: f, N: int64(v.Len)}
 			var n int64
-			if h := heldOf(c.nc); h != nil {
+			if h := security.HeldOf(c.nc); h != nil {
 				// No sendfile through TLS: copy through a pooled buffer
-				// of heldMax (io.Copy would allocate 32 KiB per reply).
+				// of HeldMax (io.Copy would allocate 32 KiB per reply).
 				bp := copyBufs.Get().(*[]byte)
 				n, err = io.CopyBuffer(c.nc, lr, *bp)
 				copyBufs.Put(bp)

@@ -13,7 +13,9 @@
 // checks logins (Users, users.go; SASL PLAIN: sasl.go) through the failed-login limiter
 // (loginlimit.go), holds the TLS material (TLS, tls.go), admits
 // unauthenticated connections (Admission, admission.go) and counts failed
-// TLS handshakes (TLSFailures, tlsfail.go). The broker
+// TLS handshakes (TLSFailures, tlsfail.go); it builds the TLS listener
+// (TLS.Listener, HeldConn: heldconn.go) and writes the audit log (Audit,
+// audit.go). The broker
 // carries the conversations (SASL PLAIN on the wire, HTTP basic auth, the
 // TLS handshake) and applies the verdicts. The actions:
 //
