@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -12,9 +11,9 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/topicadmin"
-	"github.com/metaq-go/metaq/filters"
 )
 
 // CheckConfig runs the checks New makes on cfg beyond cfg.Validate,
@@ -44,24 +43,7 @@ func CheckConfig(cfg *conf.Config) []string {
 			probs = append(probs, fmt.Sprintf("auth.user %q: password_hash: %v", u.Name, err))
 		}
 	}
-	// Builtin topic filters are opened in process (their config parsed,
-	// an expr compiled) and closed again; filter plugins are not started.
-	for _, name := range cfg.TopicNames() {
-		tc, _ := cfg.TopicConfig(name)
-		for _, tf := range tc.Filters {
-			if _, ok := builtinFilters[tf.Filter]; !ok {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), filterOpenTimeout)
-			in, err := filters.Open(ctx, filters.OpenOptions{Name: tf.Filter, Topic: name, Group: tf.Group, Config: tf.Config, Builtins: builtinFilters})
-			cancel()
-			if err != nil {
-				probs = append(probs, fmt.Sprintf("topic %s group %s: filter %s: %v", name, tf.Group, tf.Filter, err))
-				continue
-			}
-			in.Close()
-		}
-	}
+	probs = append(probs, filterset.Check(cfg)...)
 	if msg := topicadmin.Check(cfg); msg != "" {
 		probs = append(probs, msg)
 	}

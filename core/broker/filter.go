@@ -3,45 +3,24 @@ package broker
 import (
 	"context"
 	"encoding/binary"
-	"errors"
-	"fmt"
-	"maps"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
-	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/filters"
-	"github.com/metaq-go/metaq/filters/attr"
-	"github.com/metaq-go/metaq/filters/expr"
-	"github.com/metaq-go/metaq/plugins"
-	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
-
-// builtinFilters are the in-process filters a [[topic.filter]] may name,
-// listed here explicitly (conf.BuiltinFilters holds the same names).
-var builtinFilters = map[string]func() filters.Filter{
-	attr.Name: attr.New,
-	expr.Name: expr.New,
-}
-
-// filterOpenTimeout bounds opening every configured filter at New
-// (launching plugins and their Init).
-const filterOpenTimeout = 30 * time.Second
 
 // maxFilterScratch is the largest read buffer a connection keeps between
 // filtered gets, in bytes.
 const maxFilterScratch = 4 << 20
 
-// filterSet holds the server-side filters configured per topic and consumer
-// group (MetaQ's group.<g>=<class>, reference §11). It is built by New
-// before the broker serves and is read-only afterwards.
+// filterSet is the broker's filters (core/filterset) and the counts of
+// their use by gets.
 type filterSet struct {
-	byTopic map[string]map[string]*filters.Instance // topic -> group -> instance
-	all     []*filters.Instance
+	set *filterset.Set
 	// calls and errors count Accept calls made by gets, for every filter.
 	calls, errors atomic.Int64
 	// taken and dropped count read-ahead batches that a get used and that
@@ -51,10 +30,7 @@ type filterSet struct {
 
 // lookup returns the filter of a topic and group, or nil.
 func (fs *filterSet) lookup(topic string, group []byte) *filters.Instance {
-	if fs.byTopic == nil {
-		return nil
-	}
-	return fs.byTopic[topic][string(group)]
+	return fs.set.Lookup(topic, group)
 }
 
 // filterScratch is a connection's reusable state for filtered gets (used by
@@ -69,89 +45,20 @@ type filterScratch struct {
 	spare []aheadBuffers
 }
 
-// initFilters opens every [[topic.filter]]: a builtin in process, or a
-// filter plugin launched through the supervisor (once per plugin, shared by
-// all its topics and groups). A plugin's [plugin.config] is the base of
-// each instance's config; the topic filter's config overrides it.
+// initFilters opens every [[topic.filter]] (core/filterset).
 func (b *Broker) initFilters() error {
-	ctx, cancel := context.WithTimeout(context.Background(), filterOpenTimeout)
-	defer cancel()
-	launched := map[string]*host.Plugin{}
-	fs := &b.filters
-	for _, name := range b.config().TopicNames() {
-		tc, ok := b.config().TopicConfig(name)
-		if !ok {
-			continue
-		}
-		for _, tf := range tc.Filters {
-			in, err := b.openFilter(ctx, name, tf, launched)
-			if err != nil {
-				b.closeFilters()
-				return fmt.Errorf("topic %s group %s: %w", name, tf.Group, err)
-			}
-			if fs.byTopic == nil {
-				fs.byTopic = make(map[string]map[string]*filters.Instance)
-			}
-			if fs.byTopic[name] == nil {
-				fs.byTopic[name] = make(map[string]*filters.Instance)
-			}
-			if old := fs.byTopic[name][tf.Group]; old != nil {
-				old.Close() // conf rejects duplicates; keep the last one regardless
-			}
-			fs.byTopic[name][tf.Group] = in
-			fs.all = append(fs.all, in)
-		}
+	set, err := filterset.Open(b.config(), b.plugins, b.logf)
+	if err != nil {
+		return err
 	}
-	if len(fs.all) > 0 {
-		b.logf("filters: %d topic filter(s) loaded", len(fs.all))
+	b.filters.set = set
+	if n := set.Len(); n > 0 {
+		b.logf("filters: %d topic filter(s) loaded", n)
 	}
 	return nil
 }
 
-func (b *Broker) openFilter(ctx context.Context, topic string, tf conf.TopicFilter, launched map[string]*host.Plugin) (*filters.Instance, error) {
-	policy, err := filters.ParseFailurePolicy(b.config().FilterFailurePolicy(tf))
-	if err != nil {
-		return nil, err
-	}
-	opts := filters.OpenOptions{
-		Name: tf.Filter, Topic: topic, Group: tf.Group, Config: tf.Config,
-		Builtins: builtinFilters, FailurePolicy: policy, Logf: b.logf,
-	}
-	if _, builtin := builtinFilters[tf.Filter]; !builtin {
-		pc, ok := b.config().PluginByName(conf.PluginKindFilter, tf.Filter)
-		if !ok {
-			return nil, fmt.Errorf("%w: %q is neither a builtin filter nor a filter [[plugin]]", filters.ErrUnknownFilter, tf.Filter)
-		}
-		p := launched[pc.Name]
-		if p == nil {
-			p, err = filters.LaunchPlugin(b.plugins, host.Spec{
-				Kind: plugins.KindFilter, Name: pc.Name, Path: b.config().PluginPath(pc), SHA256: pc.SHA256,
-				Args: pc.Args, Env: pc.Env, Config: pc.Config,
-			})
-			if err != nil {
-				return nil, err
-			}
-			launched[pc.Name] = p
-		}
-		opts.Launched = p
-		if len(pc.Config) > 0 {
-			cfg := maps.Clone(pc.Config)
-			maps.Copy(cfg, tf.Config)
-			opts.Config = cfg
-		}
-	}
-	return filters.Open(ctx, opts)
-}
-
-func (b *Broker) closeFilters() error {
-	fs := &b.filters
-	var errs []error
-	for _, in := range fs.all {
-		errs = append(errs, in.Close())
-	}
-	fs.all, fs.byTopic = nil, nil
-	return errors.Join(errs...)
-}
+func (b *Broker) closeFilters() error { return b.filters.set.Close() }
 
 // sendFiltered answers a get whose group has a filter. It reads the view,
 // walks its whole records (a record failing its checksum stops the walk),

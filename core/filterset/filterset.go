@@ -1,0 +1,158 @@
+// Package filterset opens the server-side filters configured per topic and
+// consumer group (MetaQ's group.<g>=<class>, reference §11): builtins in
+// process, filter plugins through the plugin supervisor. The broker looks
+// a filter up per get (Set.Lookup, allocation-free) and runs it.
+package filterset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/filters"
+	"github.com/metaq-go/metaq/filters/attr"
+	"github.com/metaq-go/metaq/filters/expr"
+	"github.com/metaq-go/metaq/plugins"
+	"github.com/metaq-go/metaq/plugins/host"
+)
+
+// Builtins are the in-process filters a [[topic.filter]] may name, listed
+// here explicitly (conf.BuiltinFilters holds the same names).
+var Builtins = map[string]func() filters.Filter{
+	attr.Name: attr.New,
+	expr.Name: expr.New,
+}
+
+// OpenTimeout bounds opening every configured filter (launching plugins
+// and their Init).
+const OpenTimeout = 30 * time.Second
+
+// Set holds the filters of every topic and group. It is built before the
+// broker serves and is read-only afterwards.
+type Set struct {
+	byTopic map[string]map[string]*filters.Instance // topic -> group -> instance
+	all     []*filters.Instance
+}
+
+// Lookup returns the filter of a topic and group, or nil.
+func (s *Set) Lookup(topic string, group []byte) *filters.Instance {
+	if s == nil || s.byTopic == nil {
+		return nil
+	}
+	return s.byTopic[topic][string(group)]
+}
+
+// Len is the number of filters.
+func (s *Set) Len() int { return len(s.all) }
+
+// Open opens every [[topic.filter]] of cfg: a builtin in process, or a
+// filter plugin launched through sup (once per plugin, shared by all its
+// topics and groups). A plugin's [plugin.config] is the base of each
+// instance's config; the topic filter's config overrides it. On error
+// what was opened is closed again.
+func Open(cfg *conf.Config, sup *host.Supervisor, logf func(string, ...any)) (*Set, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), OpenTimeout)
+	defer cancel()
+	launched := map[string]*host.Plugin{}
+	s := &Set{}
+	for _, name := range cfg.TopicNames() {
+		tc, ok := cfg.TopicConfig(name)
+		if !ok {
+			continue
+		}
+		for _, tf := range tc.Filters {
+			in, err := open(ctx, cfg, sup, logf, name, tf, launched)
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("topic %s group %s: %w", name, tf.Group, err)
+			}
+			if s.byTopic == nil {
+				s.byTopic = make(map[string]map[string]*filters.Instance)
+			}
+			if s.byTopic[name] == nil {
+				s.byTopic[name] = make(map[string]*filters.Instance)
+			}
+			if old := s.byTopic[name][tf.Group]; old != nil {
+				old.Close() // conf rejects duplicates; keep the last one regardless
+			}
+			s.byTopic[name][tf.Group] = in
+			s.all = append(s.all, in)
+		}
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, cfg *conf.Config, sup *host.Supervisor, logf func(string, ...any), topic string, tf conf.TopicFilter, launched map[string]*host.Plugin) (*filters.Instance, error) {
+	policy, err := filters.ParseFailurePolicy(cfg.FilterFailurePolicy(tf))
+	if err != nil {
+		return nil, err
+	}
+	opts := filters.OpenOptions{
+		Name: tf.Filter, Topic: topic, Group: tf.Group, Config: tf.Config,
+		Builtins: Builtins, FailurePolicy: policy, Logf: logf,
+	}
+	if _, builtin := Builtins[tf.Filter]; !builtin {
+		pc, ok := cfg.PluginByName(conf.PluginKindFilter, tf.Filter)
+		if !ok {
+			return nil, fmt.Errorf("%w: %q is neither a builtin filter nor a filter [[plugin]]", filters.ErrUnknownFilter, tf.Filter)
+		}
+		p := launched[pc.Name]
+		if p == nil {
+			p, err = filters.LaunchPlugin(sup, host.Spec{
+				Kind: plugins.KindFilter, Name: pc.Name, Path: cfg.PluginPath(pc), SHA256: pc.SHA256,
+				Args: pc.Args, Env: pc.Env, Config: pc.Config,
+			})
+			if err != nil {
+				return nil, err
+			}
+			launched[pc.Name] = p
+		}
+		opts.Launched = p
+		if len(pc.Config) > 0 {
+			c := maps.Clone(pc.Config)
+			maps.Copy(c, tf.Config)
+			opts.Config = c
+		}
+	}
+	return filters.Open(ctx, opts)
+}
+
+// Close closes every filter; the set is empty afterwards.
+func (s *Set) Close() error {
+	if s == nil {
+		return nil
+	}
+	var errs []error
+	for _, in := range s.all {
+		errs = append(errs, in.Close())
+	}
+	s.all, s.byTopic = nil, nil
+	return errors.Join(errs...)
+}
+
+// Check opens the builtin topic filters of cfg in process (their config
+// parsed, an expr compiled) and closes them again, returning what failed
+// (metaq-server --check-config). Filter plugins are not started.
+func Check(cfg *conf.Config) []string {
+	var probs []string
+	for _, name := range cfg.TopicNames() {
+		tc, _ := cfg.TopicConfig(name)
+		for _, tf := range tc.Filters {
+			if _, ok := Builtins[tf.Filter]; !ok {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), OpenTimeout)
+			in, err := filters.Open(ctx, filters.OpenOptions{Name: tf.Filter, Topic: name, Group: tf.Group, Config: tf.Config, Builtins: Builtins})
+			cancel()
+			if err != nil {
+				probs = append(probs, fmt.Sprintf("topic %s group %s: filter %s: %v", name, tf.Group, tf.Filter, err))
+				continue
+			}
+			in.Close()
+		}
+	}
+	return probs
+}

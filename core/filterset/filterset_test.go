@@ -1,0 +1,58 @@
+package filterset
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/filters"
+	"github.com/metaq-go/metaq/filters/expr"
+	"github.com/metaq-go/metaq/plugins/host"
+)
+
+func filterConfig(t *testing.T, fs ...conf.TopicFilter) *conf.Config {
+	t.Helper()
+	cfg := conf.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.Topics = []conf.Topic{{Name: "t", Filters: fs}, {Name: "plain"}}
+	return cfg
+}
+
+// TestOpenLookupClose: a builtin filter is found by topic and group (and
+// nothing else is), without allocating; Close empties the set.
+func TestOpenLookupClose(t *testing.T) {
+	cfg := filterConfig(t, conf.TopicFilter{Group: "g", Filter: expr.Name, Config: map[string]string{"expr": `attribute == "a"`}})
+	sup := host.NewSupervisor(host.Options{})
+	defer sup.Close()
+	s, err := Open(cfg, sup, t.Logf)
+	require.NoError(t, err)
+	require.Equal(t, 1, s.Len())
+	in := s.Lookup("t", []byte("g"))
+	require.NotNil(t, in)
+	require.Equal(t, expr.Name, in.Name())
+	require.Nil(t, s.Lookup("t", []byte("other")))
+	require.Nil(t, s.Lookup("plain", []byte("g")))
+	group := []byte("g")
+	require.Zero(t, testing.AllocsPerRun(100, func() { s.Lookup("t", group) }))
+	require.NoError(t, s.Close())
+	require.Nil(t, s.Lookup("t", []byte("g")))
+	var none *Set
+	require.Nil(t, none.Lookup("t", []byte("g")))
+	require.NoError(t, none.Close())
+}
+
+func TestOpenAndCheckRefusals(t *testing.T) {
+	t.Parallel()
+	sup := host.NewSupervisor(host.Options{})
+	defer sup.Close()
+	_, err := Open(filterConfig(t, conf.TopicFilter{Group: "g", Filter: "nosuch"}), sup, t.Logf)
+	require.ErrorIs(t, err, filters.ErrUnknownFilter)
+	require.Contains(t, err.Error(), "topic t group g: ")
+
+	bad := filterConfig(t, conf.TopicFilter{Group: "g", Filter: expr.Name, Config: map[string]string{"expr": "(("}})
+	probs := Check(bad)
+	require.Len(t, probs, 1)
+	require.Contains(t, probs[0], "topic t group g: filter expr: ")
+	require.Empty(t, Check(filterConfig(t, conf.TopicFilter{Group: "g", Filter: "a-plugin"})), "plugins are not started")
+}
