@@ -21,6 +21,9 @@ const (
 	Refused
 	// Invalid: a malformed replication request.
 	Invalid
+	// NotStored: a sync this slave could not store (a checksum that
+	// does not match, a failed append).
+	NotStored
 )
 
 // Error is a replication refusal or failure. Msg is the text the client

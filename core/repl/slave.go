@@ -72,7 +72,7 @@ type Slave struct {
 	lastTops time.Time
 
 	// logs are the per-partition append states shared by the puller and
-	// the sync handler (core/broker/syncslave.go), by log.
+	// the sync handler (core/repl/slavesync.go), by log.
 	logsMu sync.Mutex
 	logs   map[*store.Log]*SlaveLog
 
@@ -81,7 +81,7 @@ type Slave struct {
 	lagBytes  atomic.Int64
 	lagMs     atomic.Int64
 	records   atomic.Int64 // records copied since start
-	syncs     atomic.Int64 // syncs appended (core/broker/syncslave.go)
+	syncs     atomic.Int64 // syncs appended (core/repl/slavesync.go)
 	syncDups  atomic.Int64 // syncs the puller had copied already
 	refetched atomic.Int64 // bytes the puller fetched that syncs had stored already
 	rounds    atomic.Int64 // pull rounds made
@@ -540,7 +540,7 @@ func (s *Slave) round(rc *RoundConn) (got bool, err error) {
 	}
 	for i, rp := range live {
 		if end := rp.l.MaxOffset(); end > rp.next {
-			// A sync master's syncs (core/broker/syncslave.go) appended these, at
+			// A sync master's syncs (core/repl/slavesync.go) appended these, at
 			// the master's offsets: do not fetch them again.
 			rp.next = end
 		}
