@@ -5,16 +5,11 @@ package broker
 // page; the httpBackend methods here give them as typed values.
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/go-zookeeper/zk"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
@@ -22,9 +17,6 @@ import (
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 )
-
-// dashZKTimeout bounds the pages' reads of ZooKeeper.
-const dashZKTimeout = 3 * time.Second
 
 // Role is the broker's role for the dashboard's header.
 func (h httpBackend) Role() string { return h.b.role() }
@@ -60,7 +52,7 @@ func (h httpBackend) Traffic() []httpapi.TopicTraffic {
 func (h httpBackend) Lags() []httpapi.GroupLag {
 	var out []httpapi.GroupLag
 	for k, lag := range h.b.lagsNow() {
-		out = append(out, httpapi.GroupLag{Group: k.Group, Topic: k.Topic, Lag: lag})
+		out = append(out, httpapi.GroupLag{Group: k[0], Topic: k[1], Lag: lag})
 	}
 	return out
 }
@@ -141,77 +133,20 @@ func (h httpBackend) ClusterPage(security.Viewer) httpapi.ClusterPage {
 
 // ---- groups ----
 
-// GroupsPage is the groups page's data.
+// GroupsPage is the groups page's data (core/httpapi zkread.go).
 func (h httpBackend) GroupsPage(v security.Viewer) httpapi.GroupsPage {
 	b := h.b
-	type row = httpapi.GroupRow
-	var rows []row
-	lags := b.lagsNow()
-	for _, g := range b.groupEntries(v) { // the user's groups, on topics they may subscribe to
-		x := row{GroupEntry: g}
-		x.Lag, x.HasLag = lags[groupTopic{Group: g.Group, Topic: g.Topic}]
-		x.AllMembers = g.Members
-		rows = append(rows, x)
-	}
-	zkErr, zkTrunc := "", false
-	var zkGroups []httpapi.ZKGroup
-	if b.config().ZooKeeper.Enabled() {
-		type read struct {
-			groups    []httpapi.ZKGroup
-			truncated bool
-		}
-		var x read
-		x, zkErr = readZK(b, func(c *zk.Conn, root string) (read, error) {
-			var x read
-			var err error
-			x.groups, x.truncated, err = readZKGroups(c, root, httpapi.MaxZKGroups)
-			return x, err
-		})
-		zkGroups, zkTrunc = x.groups, x.truncated
-		at := map[groupTopic]int{}
-		for i, x := range rows {
-			at[groupTopic{Group: x.Group, Topic: x.Topic}] = i
-		}
-		for _, g := range zkGroups {
-			for _, t := range g.Topics {
-				if !v.GroupTopic(g.Group, t) {
-					continue
-				}
-				k := groupTopic{Group: g.Group, Topic: t}
-				i, ok := at[k]
-				if !ok {
-					rows = append(rows, row{GroupEntry: &httpapi.GroupEntry{Group: g.Group, Topic: t, Note: "in ZooKeeper; its partitions are on other brokers"}})
-					i = len(rows) - 1
-					at[k] = i
-				}
-				for _, m := range g.Members {
-					if slices.Contains(m.Topics, t) {
-						rows[i].ZKMembers++
-					}
-				}
-				for _, o := range g.Owners {
-					if o.Topic == t {
-						rows[i].ZKOwners++
-					}
-				}
-			}
-		}
-		for i := range rows {
-			rows[i].AllMembers = rows[i].Members + rows[i].ZKMembers
-		}
-		slices.SortFunc(rows, func(a, c row) int {
-			return cmp.Or(strings.Compare(a.Group, c.Group), strings.Compare(a.Topic, c.Topic))
-		})
-	}
-	return httpapi.GroupsPage{Groups: rows, ZooKeeper: b.config().ZooKeeper.Enabled(), ZKEvery: groups.ZKOffsetsEvery,
-		Truncated: b.committed.ZKTruncated(), MaxGroups: groups.ZKOffsetsMaxGroups, MaxReads: groups.ZKOffsetsMaxReads,
-		ZKErr: zkErr, ZKTruncated: zkTrunc, ZKMax: httpapi.MaxZKGroups}
+	pg := httpapi.GroupsPageOf(v, b.groupEntries(v), b.lagsNow(), b.config().ZooKeeper.Enabled(), b.zkRead())
+	pg.ZKEvery, pg.Truncated = groups.ZKOffsetsEvery, b.committed.ZKTruncated()
+	pg.MaxGroups, pg.MaxReads = groups.ZKOffsetsMaxGroups, groups.ZKOffsetsMaxReads
+	return pg
 }
 
-// lagsNow is each group/topic's lag in bytes now, from the committed
-// offsets known (committed.go), for the open topics.
-func (b *Broker) lagsNow() map[groupTopic]int64 {
-	out := map[groupTopic]int64{}
+// lagsNow is each group's lag in bytes on a topic now (by group and
+// topic), from the committed offsets known (committed.go), for the open
+// topics.
+func (b *Broker) lagsNow() map[[2]string]int64 {
+	out := map[[2]string]int64{}
 	for _, g := range b.committed.Snapshot() {
 		b.mu.RLock()
 		t := b.topics[g.Topic]
@@ -225,7 +160,7 @@ func (b *Broker) lagsNow() map[groupTopic]int64 {
 				lag += max(t.parts[p].MaxOffset()-off, 0)
 			}
 		}
-		out[groupTopic{Group: g.Group, Topic: g.Topic}] = lag
+		out[[2]string{g.Group, g.Topic}] = lag
 	}
 	return out
 }
@@ -233,66 +168,24 @@ func (b *Broker) lagsNow() map[groupTopic]int64 {
 // GroupPage is a group's page's data: group described on topics (and,
 // in cluster mode unless the topic was explicit, on the topics ZooKeeper
 // has for it that v may subscribe to), with ZooKeeper's members and
-// owners.
+// owners (core/httpapi zkread.go).
 func (h httpBackend) GroupPage(ctx context.Context, v security.Viewer, group string, topics []string, explicit bool) (httpapi.GroupPage, error) {
 	b := h.b
-	// Cluster mode: the group as ZooKeeper holds it; its topics open here
-	// are described too (as those it committed here are).
 	var zg *httpapi.ZKGroup
-	zkErr := ""
-	if b.config().ZooKeeper.Enabled() {
-		zg, zkErr = b.zkGroupOf(group)
+	pg := httpapi.GroupPage{ZooKeeper: b.config().ZooKeeper.Enabled()}
+	if pg.ZooKeeper {
+		zg, pg.ZKErr = b.zkGroupOf(group)
 		if zg != nil && !explicit {
-			for _, t := range zg.Topics {
-				if !slices.Contains(topics, t) && b.topicOpen(t) && v.Authorize(security.Subscribe, t) == nil {
-					topics = append(topics, t)
-				}
-			}
-			slices.Sort(topics)
+			topics = httpapi.ZKGroupTopics(v, zg, topics, b.topicOpen)
 		}
 	}
 	views, err := h.DescribeGroup(ctx, group, topics)
 	if err != nil {
 		return httpapi.GroupPage{}, err
 	}
-	// Cluster mode: the members and owners ZooKeeper holds (the owners of
-	// this broker's partitions go in the partition tables, the others in
-	// a table of their own).
-	var zkMembers []httpapi.ZKMember
-	var elsewhere []httpapi.ZKOwner
+	pg.Topics = views
 	if zg != nil {
-		self := b.config().BrokerID
-		for _, m := range zg.Members {
-			var ts []string
-			for _, t := range m.Topics {
-				if v.Authorize(security.Subscribe, t) == nil {
-					ts = append(ts, t)
-				}
-			}
-			m.Topics = ts
-			zkMembers = append(zkMembers, m)
-		}
-		for _, o := range zg.Owners {
-			if v.Authorize(security.Subscribe, o.Topic) != nil {
-				continue
-			}
-			placed := false
-			if o.BrokerID == self {
-				for i := range views {
-					if views[i].Topic != o.Topic {
-						continue
-					}
-					for j := range views[i].Partitions {
-						if p := &views[i].Partitions[j]; p.Partition == int(o.Partition) && p.Owner == "" {
-							p.Owner, placed = o.Owner, true
-						}
-					}
-				}
-			}
-			if !placed {
-				elsewhere = append(elsewhere, o)
-			}
-		}
+		pg.ZKMembers, pg.Elsewhere = httpapi.PlaceZKGroup(v, zg, b.config().BrokerID, views)
 	}
-	return httpapi.GroupPage{Topics: views, ZooKeeper: b.config().ZooKeeper.Enabled(), ZKMembers: zkMembers, Elsewhere: elsewhere, ZKErr: zkErr}, nil
+	return pg, nil
 }

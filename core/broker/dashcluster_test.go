@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/internal/zkpath"
@@ -112,7 +113,7 @@ func TestDashboardClusterAuthz(t *testing.T) {
 }
 
 // TestDashboardClusterZKStalled: a ZooKeeper that stops answering makes
-// the cluster page say so within dashZKTimeout (and a bit), marking no
+// the cluster page say so within httpapi.ZKTimeout (and a bit), marking no
 // broker down; answering again, the page is whole again.
 func TestDashboardClusterZKStalled(t *testing.T) {
 	t.Parallel()
@@ -138,7 +139,7 @@ func TestDashboardClusterZKStalled(t *testing.T) {
 	took := time.Since(start)
 	proxy.Release()
 	require.Equal(t, 200, w.Code)
-	require.Less(t, took, dashZKTimeout+2*time.Second, "the page is not held by ZooKeeper")
+	require.Less(t, took, httpapi.ZKTimeout+2*time.Second, "the page is not held by ZooKeeper")
 	require.Contains(t, w.Body.String(), `id="zk-error"`)
 	require.NotContains(t, w.Body.String(), `class="down"`)
 	require.Eventually(t, func() bool {
