@@ -56,7 +56,7 @@ func (c *conn) dispatch(r *protocol.Request) {
 		}
 	case protocol.OpTxSync:
 		if role == repl.RoleSlave {
-			c.handleTxSync(r) // txreplslave.go
+			c.handleTxSync(r) // syncslave.go
 		} else {
 			c.reply(protocol.StatusInternalError, "txsync refused: this broker is not a slave", r.Opaque)
 		}

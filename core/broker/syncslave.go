@@ -2,8 +2,15 @@ package broker
 
 import (
 	"github.com/metaq-go/metaq/core/repl"
+	"github.com/metaq-go/metaq/core/tx"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
+
+// The slave's side of sync replication: syncs (core/repl/slavesync.go)
+// and txsyncs (core/tx/replslave.go) are taken only on a connection bound
+// to the current epoch.
+
+var _ tx.SlaveLogs = (*repl.Slave)(nil)
 
 // handleSync applies a sync from a sync master (core/repl/slavesync.go):
 // the message is appended with the master's msgId and answered like a put
@@ -48,4 +55,25 @@ func (c *conn) SyncDup(opaque int32, id int64, p int32, err error) {
 	}
 	var body [64]byte
 	c.replyBytes(protocol.StatusOK, protocol.AppendPutResultBody(body[:0], id, p, -1), opaque)
+}
+
+// syncRefusal is why this broker takes no sync or txsync on c now (nil
+// when it does): with failover, it is not a slave any more, or c is not
+// bound to the current epoch (repl.Failover.SyncRefusal).
+func (c *conn) syncRefusal() error {
+	if f := c.b.fo; f != nil {
+		return f.SyncRefusal(c.syncEpoch.Load())
+	}
+	return nil
+}
+
+// handleTxSync applies a txsync from the sync master (core/tx/repl.go).
+// Frames of a connection are applied in the order they arrive, with its
+// syncs.
+func (c *conn) handleTxSync(r *protocol.Request) {
+	if err := c.syncRefusal(); err != nil {
+		c.replyErr(err, r.Opaque)
+		return
+	}
+	c.b.txm.ApplySync(c.txs, string(r.Item), r.Body, r.Opaque)
 }

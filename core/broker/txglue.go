@@ -169,7 +169,7 @@ func (h txHost) Fence() error {
 // Master is the sync master when this broker takes puts as one (not as a
 // failover slave).
 func (h txHost) Master() *repl.SyncMaster {
-	if sm := h.b.syncActive(); sm != nil {
+	if sm := h.b.sync; sm != nil && h.b.replRole() != repl.RoleSlave {
 		return sm.SyncMaster
 	}
 	return nil
