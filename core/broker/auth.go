@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -47,28 +46,6 @@ func (b *Broker) initAuth() error {
 	return nil
 }
 
-// connAuth is a connection's authentication state (conn.auth).
-type connAuth struct {
-	// user is the authenticated user, nil before authentication.
-	user *conf.User
-	// certChecked is set once the TLS client certificate was looked at.
-	certChecked bool
-	// from is the configuration user was taken from: after a Reload the
-	// user is looked up again by name, so changed rights apply at once.
-	from *conf.Config
-}
-
-// current returns the connection's user under cfg: the same user after a
-// Reload, with its new rights, or nil if it was removed.
-func (a *connAuth) current(cfg *conf.Config) *conf.User {
-	if a.user == nil || a.from == cfg {
-		return a.user
-	}
-	u, _ := cfg.Auth.UserByName(a.user.Name)
-	a.user, a.from = u, cfg
-	return u
-}
-
 // statsItems are the stats items whose rights are not a topic's
 // (security.CheckRequest).
 var statsItems = security.StatsItems{
@@ -89,15 +66,15 @@ func (c *conn) authorize(r *protocol.Request) bool {
 	if !cfg.Auth.Enabled {
 		return true
 	}
-	if !c.auth.certChecked {
-		c.auth.certChecked = true
+	if !c.auth.CertChecked {
+		c.auth.CertChecked = true
 		c.authFromCert()
 	}
 	switch r.Op {
 	case protocol.OpVersion, protocol.OpAuth, protocol.OpQuit:
 		return true
 	}
-	if err := security.CheckRequest(c.auth.current(cfg), r, &statsItems); err != nil {
+	if err := security.CheckRequest(c.auth.Current(cfg), r, &statsItems); err != nil {
 		c.replyErr(err, r.Opaque)
 		return false
 	}
@@ -112,14 +89,13 @@ func (c *conn) authFromCert() {
 	if !ok {
 		return
 	}
-	st := tc.ConnectionState()
-	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
+	cn, ok := security.CertName(tc.ConnectionState())
+	if !ok {
 		return
 	}
-	cn := st.PeerCertificates[0].Subject.CommonName
 	cfg := c.b.config()
 	if u, ok := cfg.Auth.UserByName(cn); ok {
-		c.auth.user, c.auth.from = u, cfg
+		c.auth.Login(u, cfg)
 		c.markAuthenticated() // connlimits.go
 		c.b.logf("conn %s: authenticated user %s by client certificate", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
 		return
@@ -144,12 +120,12 @@ func (c *conn) handleAuth(r *protocol.Request) {
 	start := time.Now()
 	u, err := b.users.CheckPlain(&cfg.Auth, string(r.Item), r.Body, c.nc.RemoteAddr().String())
 	if err == nil {
-		c.auth.user, c.auth.from = u, cfg
+		c.auth.Login(u, cfg)
 		c.markAuthenticated() // connlimits.go
 		c.reply(protocol.StatusOK, "", r.Opaque)
 		return
 	}
-	c.auth.user = nil
+	c.auth.User = nil
 	if why, throttled := security.LoginWhy(err); throttled {
 		b.stats.authThrottled.Add(1)
 	} else {

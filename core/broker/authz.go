@@ -18,7 +18,7 @@ func (c *conn) viewer() viewer {
 	if !cfg.Auth.Enabled {
 		return viewer{}
 	}
-	return viewer{On: true, User: c.auth.current(cfg)}
+	return viewer{On: true, User: c.auth.Current(cfg)}
 }
 
 // visibleTopics is the open topics the viewer may see, in topicList's order.

@@ -76,8 +76,8 @@ type conn struct {
 
 	// bud is this connection's share of max_buffered_bytes (budget.go).
 	bud    connBudget
-	auth   connAuth       // authentication (auth.go)
-	groups groups.Session // local group memberships (core/groups)
+	auth   security.ConnAuth // authentication (auth.go)
+	groups groups.Session    // local group memberships (core/groups)
 	// txs are the connection's transactions (core/tx, txglue.go).
 	txs *tx.Session
 

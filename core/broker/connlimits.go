@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -28,43 +26,22 @@ func (b *Broker) mustAuthenticate(nc net.Conn) bool {
 	return isTLS
 }
 
-// admit decides on a connection just accepted: it enters it in b.conns,
-// closing unauthenticated ones to make room (security.Admission), or
-// reports false (over max_connections: the caller refuses it).
+// admit decides on a connection just accepted (security.Admission.Enter):
+// it enters it in b.conns and closes the unauthenticated connections that
+// made room, or reports false (over max_connections: the caller refuses it).
 func (b *Broker) admit(c *conn) bool {
 	cfg := b.config()
-	unauth := b.mustAuthenticate(c.nc)
-	c.unauth = unauth
-	var victims []security.Eviction[*conn]
+	c.unauth = b.mustAuthenticate(c.nc)
+	total, perAddr := cfg.UnauthLimits()
 	b.connsMu.Lock()
 	if b.closed.Load() {
 		b.connsMu.Unlock()
 		return false
 	}
-	if unauth {
-		total, perAddr := cfg.UnauthLimits()
-		victims = b.unauth.Admit(c, c.nc.RemoteAddr().String(), c.accepted, total, perAddr)
-		for _, v := range victims {
-			delete(b.conns, v.C) // its fd is closed below, before the next accept
-		}
-	}
-	for len(b.conns) >= cfg.MaxConnections {
-		v, ok := b.unauth.EvictOldest(c, cfg.MaxConnections)
-		if !ok {
-			break
-		}
-		delete(b.conns, v.C)
-		victims = append(victims, v)
-	}
-	ok := len(b.conns) < cfg.MaxConnections
-	if ok {
-		b.conns[c] = struct{}{}
-	} else if unauth {
-		b.unauth.Remove(c)
-	}
+	victims, ok := b.unauth.Enter(b.conns, c, c.unauth, c.nc.RemoteAddr().String(), c.accepted, security.Limits{MaxConnections: cfg.MaxConnections, Total: total, PerAddr: perAddr})
 	b.connsMu.Unlock()
 	for _, v := range victims {
-		v.C.evict(v.Why)
+		v.C.evict(v.Why) // its fd is closed before the next accept
 	}
 	return ok
 }
@@ -196,23 +173,10 @@ func (c *conn) handshake() bool {
 	if !c.b.config().Auth.Enabled {
 		c.markAuthenticated() // auth off: the handshake was all there was
 	} else {
-		c.auth.certChecked = true
+		c.auth.CertChecked = true
 		c.authFromCert() // a client certificate naming a user authenticates now
 	}
 	return true
-}
-
-// connLimitStats writes the stats lines of unauthenticated connections
-// and failed handshakes.
-func (b *Broker) connLimitStats(kv func(string, any)) {
-	b.unauth.Stats(kv)
-	b.tlsFails.Stats(kv)
-}
-
-// collectConnLimits sends their metrics (metrics.go Collect).
-func (b *Broker) collectConnLimits(ch chan<- prometheus.Metric) {
-	b.unauth.Collect(ch)
-	b.tlsFails.Collect(ch)
 }
 
 // httpErrorLog is the HTTP server's ErrorLog: TLS handshake errors are

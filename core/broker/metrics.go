@@ -54,16 +54,12 @@ func (m *metrics) journalObserver() httpapi.StoreObserver { return m.JournalObse
 
 func (m *metrics) segmentObserver() httpapi.StoreObserver { return m.SegmentObserver() }
 
-// desc is a series' description, for the series connlimits.go keeps.
-func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(name, help, labels, nil)
-}
-
 // collectExtra adds the series kept outside the Status: connection
 // limits and the HTTP listener's.
 func (b *Broker) collectExtra(ch chan<- prometheus.Metric) {
-	b.collectConnLimits(ch) // connlimits.go
-	b.web.srv.Collect(ch)   // core/httpapi
+	b.unauth.Collect(ch)   // core/security: connection limits
+	b.tlsFails.Collect(ch) // and failed TLS handshakes
+	b.web.srv.Collect(ch)  // core/httpapi
 }
 
 // metricsStatus reads what /metrics shows (httpapi.Collector), at each

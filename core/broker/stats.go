@@ -245,7 +245,8 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("buffered_bytes", b.budget.used.Load())
 	kv("auth_failures", b.stats.authFailures.Load())
 	kv("auth_throttled", b.stats.authThrottled.Load())
-	b.connLimitStats(kv) // connlimits.go
+	b.unauth.Stats(kv)   // core/security: connection limits
+	b.tlsFails.Stats(kv) // and failed TLS handshakes
 	kv("cmd_commit", b.offsets.Stats().Commits)
 	kv("cmd_fetch", b.offsets.Stats().Fetches)
 	kv("commit_failed", b.offsets.Stats().CommitFailed)

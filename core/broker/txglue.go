@@ -102,7 +102,7 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 
 // TxUser implements tx.Peer.
 func (c *conn) TxUser() (string, bool) {
-	if u := c.auth.user; u != nil {
+	if u := c.auth.User; u != nil {
 		return u.Name, u.Admin
 	}
 	return "", false

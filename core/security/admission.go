@@ -115,11 +115,47 @@ func oldest[C comparable](l *list.List) (C, bool) {
 	return l.Front().Value.(C), true
 }
 
-// Admit makes room for a new unauthenticated connection c from remote
-// ("ip:port"), accepted at, under the caps (total, perAddr) and enters c.
-// It returns the connections taken out to make room, which the caller
-// closes once it released its locks.
-func (s *Admission[C]) Admit(c C, remote string, at time.Time, total, perAddr int) []Eviction[C] {
+// Limits are the caps a new connection is admitted under: max_connections
+// in all, and for unauthenticated ones max_unauthenticated_connections
+// (Total) and max_unauthenticated_per_address (PerAddr).
+type Limits struct{ MaxConnections, Total, PerAddr int }
+
+// Enter decides on a connection c just accepted from remote ("ip:port")
+// at, unauthenticated or not (unauth): it enters c in conns, the broker's
+// open connections (the caller holds their lock), after taking out of
+// conns the unauthenticated connections that make room for it; or it
+// reports false (over max_connections: the caller refuses c). The caller
+// closes the connections returned once it released its lock.
+func (s *Admission[C]) Enter(conns map[C]struct{}, c C, unauth bool, remote string, at time.Time, l Limits) ([]Eviction[C], bool) {
+	var out []Eviction[C]
+	if unauth {
+		out = s.admit(c, remote, at, l.Total, l.PerAddr)
+		for _, v := range out {
+			delete(conns, v.C)
+		}
+	}
+	for len(conns) >= l.MaxConnections {
+		v, ok := s.evictOldest(c, l.MaxConnections)
+		if !ok {
+			break
+		}
+		delete(conns, v.C)
+		out = append(out, v)
+	}
+	if len(conns) >= l.MaxConnections {
+		if unauth {
+			s.Remove(c)
+		}
+		return out, false
+	}
+	conns[c] = struct{}{}
+	return out, true
+}
+
+// admit makes room for a new unauthenticated connection c from remote,
+// accepted at, under the caps (total, perAddr) and enters c. It returns
+// the connections taken out to make room.
+func (s *Admission[C]) admit(c C, remote string, at time.Time, total, perAddr int) []Eviction[C] {
 	addr := sourceKey(remote)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -144,9 +180,9 @@ func (s *Admission[C]) Admit(c C, remote string, at time.Time, total, perAddr in
 	return out
 }
 
-// EvictOldest takes out the oldest unauthenticated connection other than
+// evictOldest takes out the oldest unauthenticated connection other than
 // keep, to make room under max_connections maxConns; false if none.
-func (s *Admission[C]) EvictOldest(keep C, maxConns int) (Eviction[C], bool) {
+func (s *Admission[C]) evictOldest(keep C, maxConns int) (Eviction[C], bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for e := s.all.Front(); e != nil; e = e.Next() {

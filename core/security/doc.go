@@ -14,8 +14,8 @@
 // (loginlimit.go), holds the TLS material (TLS, tls.go), admits
 // unauthenticated connections (Admission, admission.go) and counts failed
 // TLS handshakes (TLSFailures, tlsfail.go); it builds the TLS listener
-// (TLS.Listener, HeldConn: heldconn.go) and writes the audit log (Audit,
-// audit.go). The broker
+// (TLS.Listener, HeldConn: heldconn.go), keeps a protocol connection's
+// login (ConnAuth, connauth.go) and writes the audit log (Audit, audit.go). The broker
 // carries the conversations (SASL PLAIN on the wire, HTTP basic auth, the
 // TLS handshake) and applies the verdicts. The actions:
 //
