@@ -373,7 +373,7 @@ func (b *Broker) openTopic(name string) (*topic, error) {
 	if err == nil {
 		b.topics[name] = t
 		if b.reg != nil {
-			b.reg.AddTopic(registryTopic(tc))
+			b.reg.AddTopic(registry.TopicOf(tc))
 		}
 		b.names = append(b.names, name)
 		sort.Strings(b.names)

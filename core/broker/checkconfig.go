@@ -1,12 +1,7 @@
 package broker
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
-	"os"
-	"strings"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -14,6 +9,7 @@ import (
 	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/topicadmin"
+	"github.com/metaq-go/metaq/plugins/host"
 )
 
 // CheckConfig runs the checks New makes on cfg beyond cfg.Validate,
@@ -48,38 +44,9 @@ func CheckConfig(cfg *conf.Config) []string {
 		probs = append(probs, msg)
 	}
 	for i, p := range cfg.Plugins {
-		if msg := checkPluginBinary(cfg.PluginPath(p), p.SHA256); msg != "" {
-			probs = append(probs, fmt.Sprintf("plugin[%d] %s %q: %s", i, p.Kind, p.Name, msg))
+		if err := host.CheckBinary(cfg.PluginPath(p), p.SHA256); err != nil {
+			probs = append(probs, fmt.Sprintf("plugin[%d] %s %q: %v", i, p.Kind, p.Name, err))
 		}
 	}
 	return probs
-}
-
-// checkPluginBinary says what is wrong with a plugin binary, or "".
-func checkPluginBinary(path, sum string) string {
-	st, err := os.Stat(path)
-	switch {
-	case err != nil:
-		return fmt.Sprintf("binary %s: %v (plugin_dir, or the plugin's path)", path, err)
-	case !st.Mode().IsRegular():
-		return fmt.Sprintf("binary %s is not a regular file", path)
-	case st.Mode().Perm()&0o111 == 0:
-		return fmt.Sprintf("binary %s is not executable", path)
-	}
-	if sum == "" {
-		return ""
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Sprintf("binary %s: %v", path, err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Sprintf("binary %s: %v", path, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, sum) {
-		return fmt.Sprintf("binary %s: sha256 mismatch (want %s, got %s)", path, strings.ToLower(sum), got)
-	}
-	return ""
 }

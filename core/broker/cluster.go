@@ -3,11 +3,8 @@ package broker
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
-	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/sdk/cluster"
 )
@@ -25,7 +22,7 @@ import (
 // topics open now; topics created later are added by openTopic.
 func (b *Broker) openRegistry() error {
 	zc := b.config().ZooKeeper
-	host := advertiseHost(b.config().Host)
+	host := registry.AdvertiseHost(b.config().Host)
 	if host != b.config().Host {
 		b.warnf("registry: host %q is not an address clients can use; advertising %s", b.config().Host, host)
 	}
@@ -35,15 +32,15 @@ func (b *Broker) openRegistry() error {
 	defer b.mu.Unlock()
 	var topics []registry.Topic
 	for _, n := range b.names {
-		topics = append(topics, registryTopic(*b.topics[n].conf()))
+		topics = append(topics, registry.TopicOf(*b.topics[n].conf()))
 	}
 	r, err := registry.Open(ctx, registry.Options{
 		Connect:        zc.Connect,
 		Root:           zc.Root,
 		SessionTimeout: time.Duration(zc.SessionTimeout) * time.Millisecond,
 		BrokerID:       b.config().BrokerID,
-		URI:            listenerURI("meta", host, b.ln),
-		TLSURI:         listenerURI("metaqs", host, b.tlsLn),
+		URI:            registry.ListenerURI("meta", host, b.ln),
+		TLSURI:         registry.ListenerURI("metaqs", host, b.tlsLn),
 		ConfigChecksum: b.configChecksum(),
 		Topics:         topics,
 		Logf:           b.logf,
@@ -59,20 +56,6 @@ func (b *Broker) openRegistry() error {
 	}
 	b.reg = r
 	return nil
-}
-
-// listenerURI is scheme://host:port of ln's bound port, or "" for no
-// listener (a TLS-only broker has no meta:// URI, one without [tls] no
-// metaqs:// URI).
-func listenerURI(scheme, host string, ln net.Listener) string {
-	if ln == nil {
-		return ""
-	}
-	port := 0
-	if a, ok := ln.Addr().(*net.TCPAddr); ok {
-		port = a.Port
-	}
-	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
 }
 
 // waitRegistered waits for the first registration, at most
@@ -104,32 +87,6 @@ func (b *Broker) Registered() bool {
 	r := b.reg
 	b.mu.RUnlock()
 	return r != nil && r.Registered()
-}
-
-func registryTopic(tc conf.TopicConfig) registry.Topic {
-	return registry.Topic{
-		Name:            tc.Name,
-		NumPartitions:   tc.NumPartitions,
-		AcceptPublish:   tc.AcceptPublish,
-		AcceptSubscribe: tc.AcceptSubscribe,
-	}
-}
-
-// advertiseHost is the host put in the registered URI: the listen host,
-// or for a wildcard listen address the first non-loopback IPv4 address of
-// this machine (127.0.0.1 if there is none).
-func advertiseHost(h string) string {
-	ip := net.ParseIP(h)
-	if h != "" && (ip == nil || !ip.IsUnspecified()) {
-		return h
-	}
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-			return n.IP.String()
-		}
-	}
-	return "127.0.0.1"
 }
 
 // foExpired is the registry's OnExpired: a failover holder whose session

@@ -158,15 +158,3 @@ func TestLocalModeHasNoRegistry(t *testing.T) {
 	require.Nil(t, b.reg)
 	require.False(t, b.Registered())
 }
-
-func TestAdvertiseHost(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, "10.1.2.3", advertiseHost("10.1.2.3"))
-	require.Equal(t, "broker.example", advertiseHost("broker.example"))
-	for _, h := range []string{"0.0.0.0", "::", ""} {
-		got := advertiseHost(h)
-		ip := net.ParseIP(got)
-		require.NotNil(t, ip, got)
-		require.False(t, ip.IsUnspecified())
-	}
-}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/registry"
 )
 
 // Reload (metaq-server's SIGHUP) applies a new configuration without
@@ -195,7 +196,7 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 		}
 		tp.cfgp.Store(&tc)
 		if reg != nil && (tc.AcceptPublish != old.AcceptPublish || tc.AcceptSubscribe != old.AcceptSubscribe) {
-			reg.AddTopic(registryTopic(tc))
+			reg.AddTopic(registry.TopicOf(tc))
 		}
 	}
 	b.mu.RUnlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/partition"
+	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/topicadmin"
 	"github.com/metaq-go/metaq/internal/fsutil"
 )
@@ -137,7 +138,7 @@ func (b *Broker) AddPartitions(name string, n int) (old int, err error) {
 	reg := b.reg
 	b.mu.Unlock()
 	if reg != nil {
-		reg.AddTopic(registryTopic(tc))
+		reg.AddTopic(registry.TopicOf(tc))
 	}
 	b.logf("topics: topic %s now has %d partitions (was %d); keys may map to other partitions now", name, n, old)
 	return old, nil
