@@ -263,44 +263,18 @@ func (h httpBackend) ApplyReset(ctx context.Context, a httpapi.Actor, group, to 
 // Summary is the broker's counters as v sees them.
 func (h httpBackend) Summary(v security.Viewer) httpapi.Summary {
 	b := h.b
-	var msgs int64
+	st := b.counters()
+	s := st.Summary()
 	topics := b.visibleTopics(v)
 	for _, t := range topics {
 		for _, l := range t.parts {
-			msgs += l.MessageCount()
+			s.TotalMessages += l.MessageCount()
 		}
 	}
-	return httpapi.Summary{
-		PID:                 os.Getpid(),
-		BrokerID:            b.config().BrokerID,
-		Version:             Version,
-		UptimeSeconds:       int64(time.Since(b.start) / time.Second),
-		Connections:         b.stats.connections.Load(),
-		Goroutines:          runtime.NumGoroutine(),
-		CmdPut:              b.stats.cmdPut.Load(),
-		CmdGet:              b.stats.cmdGet.Load(),
-		CmdOffset:           b.stats.cmdOffset.Load(),
-		CmdCommit:           b.offsets.Stats().Commits,
-		CmdFetch:            b.offsets.Stats().Fetches,
-		GetMiss:             b.stats.getMiss.Load(),
-		PutFailed:           b.stats.putFailed.Load(),
-		CommitFailed:        b.offsets.Stats().CommitFailed,
-		ProtocolErrors:      b.stats.protocolErrors.Load(),
-		RefusedConnections:  b.stats.refusedConns.Load(),
-		TimedOutConnections: b.stats.timedOutConns.Load(),
-		AuthFailures:        b.stats.authFailures.Load(),
-		AuthThrottled:       b.stats.authThrottled.Load(),
-		UnauthEvicted:       b.unauth.Evictions(),
-		AuthTimeouts:        b.unauth.Timeouts(),
-		DiskFullRejects:     b.disks.Rejects.Load(),
-		DiskUsedRatio:       b.disks.MaxUsed(),
-		BufferedBytes:       b.budget.used.Load(),
-		TxCommit:            b.txm.Counts().Commits,
-		TxRollback:          b.txm.Counts().Rollbacks,
-		Topics:              len(topics),
-		TotalMessages:       msgs,
-		ConfigChecksum:      b.configChecksum(),
-	}
+	s.PID, s.UptimeSeconds, s.Goroutines = os.Getpid(), int64(time.Since(b.start)/time.Second), runtime.NumGoroutine()
+	s.UnauthEvicted, s.AuthTimeouts = b.unauth.Evictions(), b.unauth.Timeouts()
+	s.DiskUsedRatio, s.Topics, s.ConfigChecksum = b.disks.MaxUsed(), len(topics), b.configChecksum()
+	return s
 }
 
 // Cluster is the broker's place in its cluster.

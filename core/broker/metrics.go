@@ -62,10 +62,9 @@ func (b *Broker) collectExtra(ch chan<- prometheus.Metric) {
 	b.web.srv.Collect(ch)  // core/httpapi
 }
 
-// metricsStatus reads what /metrics shows (httpapi.Collector), at each
-// scrape.
-func (b *Broker) metricsStatus() httpapi.Status {
-	b.countOut() // msgsout.go: messages out are counted at scrapes
+// counters is the broker's counters (the Status without its topics,
+// journals, disks, plugins, lags and replication).
+func (b *Broker) counters() httpapi.Status {
 	cfg := b.config()
 	st := httpapi.Status{
 		BrokerID: cfg.BrokerID, Version: Version, StartSeconds: float64(b.start.UnixNano()) / 1e9,
@@ -79,15 +78,21 @@ func (b *Broker) metricsStatus() httpapi.Status {
 	st.Commits, st.Fetches, st.CommitFailed = ofs.Commits, ofs.Fetches, ofs.CommitFailed
 	tc := b.txm.Counts()
 	st.TxCommits, st.TxRollbacks = tc.Commits, tc.Rollbacks
+	return st
+}
+
+// metricsStatus reads what /metrics shows (httpapi.Collector), at each
+// scrape.
+func (b *Broker) metricsStatus() httpapi.Status {
+	b.countOut() // msgsout.go: messages out are counted at scrapes
+	st := b.counters()
 	st.Ready = httpapi.Ready(b.readiness())
 	st.Repl = b.replStatus() // replobs.go
 
 	topics := b.topicList()
-	partSizes := make(map[string][]groups.PartSize, len(topics))
 	logs := make(map[string]*topic, len(topics))
 	for _, t := range topics {
 		ts := httpapi.TopicStatus{Name: t.name, Partitions: make([]httpapi.PartitionStatus, len(t.parts))}
-		parts := make([]groups.PartSize, len(t.parts))
 		for p, l := range t.parts {
 			pc := &t.pc[p]
 			n, mx, mn := l.MessageCount(), l.MaxOffset(), l.MinOffset()
@@ -96,11 +101,9 @@ func (b *Broker) metricsStatus() httpapi.Status {
 			}
 			ts.Partitions[p] = httpapi.PartitionStatus{MsgsIn: pc.msgsIn.Load(), BytesIn: pc.bytesIn.Load(), BytesOut: pc.bytesOut.Load(),
 				MsgsOut: pc.msgsOut.Load(), Gets: pc.gets.Load(), Messages: n, MinOffset: mn, MaxOffset: mx}
-			parts[p] = groups.PartSize{Min: mn, Max: mx, Msgs: n}
 		}
 		st.Topics = append(st.Topics, ts)
 		logs[t.name] = t
-		partSizes[t.name] = parts
 	}
 
 	dirs := make([]string, 0, len(b.journals))
@@ -134,26 +137,14 @@ func (b *Broker) metricsStatus() httpapi.Status {
 
 	st.Plugins = httpBackend{b}.Plugins()
 
-	for _, g := range b.committed.Snapshot() {
-		t, ok := logs[g.Topic]
-		if !ok {
-			continue
-		}
-		sizes := partSizes[g.Topic]
-		gl := httpapi.GroupLagStatus{Group: g.Group, Topic: g.Topic}
-		for p, off := range g.Offsets {
-			if p >= len(sizes) || off < 0 {
-				continue
-			}
-			l := max(sizes[p].Max-off, 0)
-			gl.Bytes += l
-			n, _ := groups.LagMessages(t.parts[p], sizes[p], off)
-			gl.Messages += n
-			if st.PartitionLabels {
-				gl.Partitions = append(gl.Partitions, httpapi.PartitionLag{Partition: p, Bytes: l})
-			}
-		}
-		st.Lags = append(st.Lags, gl)
+	snap := b.committed.Snapshot()
+	committed := make([]httpapi.Committed, len(snap))
+	for i, g := range snap {
+		committed[i] = httpapi.Committed(g)
 	}
+	st.AddLags(committed, func(topic string, p int, ps httpapi.PartitionStatus, off int64) int64 {
+		n, _ := groups.LagMessages(logs[topic].parts[p], groups.PartSize{Min: ps.MinOffset, Max: ps.MaxOffset, Msgs: ps.Messages}, off)
+		return n
+	})
 	return st
 }

@@ -267,3 +267,52 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(dGroupLagMsgs, float64(g.Messages), g.Group, g.Topic)
 	}
 }
+
+// Committed is a group's offsets committed on a topic, by partition (-1:
+// none).
+type Committed struct {
+	Group, Topic string
+	Offsets      []int64
+}
+
+// AddLags sets st.Lags: each committed group's lag on st's topics, in
+// bytes from the partitions' max offsets, and in messages as msgs counts
+// them (partition p of topic, ps, from off to its max offset).
+func (st *Status) AddLags(committed []Committed, msgs func(topic string, p int, ps PartitionStatus, off int64) int64) {
+	at := make(map[string][]PartitionStatus, len(st.Topics))
+	for _, t := range st.Topics {
+		at[t.Name] = t.Partitions
+	}
+	for _, g := range committed {
+		parts, ok := at[g.Topic]
+		if !ok {
+			continue
+		}
+		gl := GroupLagStatus{Group: g.Group, Topic: g.Topic}
+		for p, off := range g.Offsets {
+			if p >= len(parts) || off < 0 {
+				continue
+			}
+			l := max(parts[p].MaxOffset-off, 0)
+			gl.Bytes += l
+			gl.Messages += msgs(g.Topic, p, parts[p], off)
+			if st.PartitionLabels {
+				gl.Partitions = append(gl.Partitions, PartitionLag{Partition: p, Bytes: l})
+			}
+		}
+		st.Lags = append(st.Lags, gl)
+	}
+}
+
+// Summary is st's counters as GET /api/v1/stats shows them; the caller
+// fills the fields a Status does not hold.
+func (st *Status) Summary() Summary {
+	return Summary{
+		BrokerID: st.BrokerID, Version: st.Version,
+		Connections: st.Connections, RefusedConnections: st.RefusedConns, TimedOutConnections: st.TimedOutConns,
+		AuthFailures: st.AuthFailures, AuthThrottled: st.AuthThrottled, ProtocolErrors: st.ProtocolErrors,
+		CmdPut: st.Puts, CmdGet: st.Gets, CmdOffset: st.Offsets, CmdCommit: st.Commits, CmdFetch: st.Fetches,
+		GetMiss: st.GetMisses, PutFailed: st.PutFailed, CommitFailed: st.CommitFailed, DiskFullRejects: st.DiskRejects,
+		BufferedBytes: st.BufferedBytes, TxCommit: st.TxCommits, TxRollback: st.TxRollbacks,
+	}
+}
