@@ -88,7 +88,7 @@ func (h httpBackend) Version() string { return Version }
 // Logins is the failed-login limiter.
 func (h httpBackend) Logins() *security.LoginLimiter { return h.b.users.Logins() }
 
-// CheckPassword checks a basic-auth login (auth.go).
+// CheckPassword checks a basic-auth login (security.Users.CheckPassword).
 func (h httpBackend) CheckPassword(name, password, remote string) (*conf.User, time.Duration, string) {
 	return h.b.users.CheckPassword(&h.b.config().Auth, name, password, remote)
 }

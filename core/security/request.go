@@ -60,7 +60,7 @@ func CheckRequest(u *conf.User, r *protocol.Request, items *StatsItems) error {
 
 // requestChecks lists the rights r needs, in the order they are checked
 // (the first missing one is the denial). Requests not listed need only an
-// authenticated user; stats items are statsChecks'.
+// authenticated user; stats items are StatsItems.checks'.
 func requestChecks(r *protocol.Request, items *StatsItems) []check {
 	switch r.Op {
 	case protocol.OpPut, protocol.OpMPut:
