@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/store"
@@ -102,7 +101,7 @@ func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, l *store.
 	} else {
 		fsc.buf = nil
 	}
-	recs, next := scanRecords(fsc.recs[:0], buf, v.Offset, in.NeedBodies())
+	recs, next := filterset.ScanRecords(fsc.recs[:0], buf, v.Offset, in.NeedBodies())
 	fsc.recs = recs
 	if len(recs) == 0 {
 		c.sendPlain(v, r.Opaque, 0) // no whole record
@@ -124,27 +123,6 @@ func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, l *store.
 	if sent := c.replyFiltered(r, buf, v.Offset, recs, keep, next, maxSize); in.Remote() {
 		c.startAhead(in, r, l, sent, next, maxSize)
 	}
-}
-
-// scanRecords appends the whole records of buf (which starts at offset
-// base) to recs and returns them and the offset after the last one. Their
-// attributes and bodies (bodies only if asked for) alias buf.
-func scanRecords(recs []filters.Record, buf []byte, base int64, bodies bool) ([]filters.Record, int64) {
-	it := message.NewIterator(buf, base, 0)
-	for it.Next() {
-		rec := it.Record()
-		fr := filters.Record{Offset: rec.Offset, MsgID: rec.ID, Flag: rec.Flag, Size: len(rec.Data)}
-		a, has, payload := splitAttr(rec.Flag, rec.Data)
-		if has {
-			// Aliases buf: valid for the Accept call (filters.Filter's contract).
-			fr.Attribute, fr.HasAttribute = unsafe.String(unsafe.SliceData(a), len(a)), true
-		}
-		if bodies {
-			fr.Body = payload[:len(payload):len(payload)]
-		}
-		recs = append(recs, fr)
-	}
-	return recs, it.NextOffset()
 }
 
 // replyFiltered sends the kept records of a judged batch (buf starts at
@@ -206,22 +184,6 @@ func (c *conn) sendPlain(v store.View, opaque int32, msgs int) {
 	if err != nil {
 		c.close()
 	}
-}
-
-// splitAttr is message.SplitData without allocating the attribute string.
-// A malformed attribute (the broker validates them on put) reads as none.
-func splitAttr(flag int32, data []byte) (attr []byte, has bool, payload []byte) {
-	if flag&message.FlagHasAttribute == 0 {
-		return nil, false, data
-	}
-	if len(data) < 4 {
-		return nil, false, data
-	}
-	n := binary.BigEndian.Uint32(data)
-	if uint64(n) > uint64(len(data)-4) {
-		return nil, false, data
-	}
-	return data[4 : 4+n], true, data[4+n:]
 }
 
 // FilterStats returns how many gets were judged by a server-side filter

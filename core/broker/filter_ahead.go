@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 
+	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/filters"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -124,7 +125,7 @@ func (fsc *filterScratch) readAhead(in *filters.Instance, l *store.Log, partitio
 	a.buf, err = v.ReadAll(a.buf)
 	v.Release()
 	if err == nil {
-		a.recs, a.next = scanRecords(a.recs, a.buf, offset, in.NeedBodies())
+		a.recs, a.next = filterset.ScanRecords(a.recs, a.buf, offset, in.NeedBodies())
 	}
 	if err != nil || len(a.recs) == 0 {
 		fsc.recycle(a) // the get sends the raw bytes

@@ -3,17 +3,13 @@ package broker
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/topicadmin"
-	"github.com/metaq-go/metaq/internal/fsutil"
 )
 
 // Live topic administration (the admin API, docs/http.md): topics are
@@ -23,10 +19,6 @@ import (
 // config's topic list is replaced under b.mu, the partitions opened or
 // closed, and the topic registered in or removed from ZooKeeper (cluster
 // mode) without waiting for it. Changes are serialised by b.adminMu.
-
-// checkpointClosedTimeout bounds the wait, when deleting a topic's data,
-// for a journal checkpoint after its partitions closed.
-const checkpointClosedTimeout = 30 * time.Second
 
 // configTopic returns the [[topic]] table of name in the config.
 func (b *Broker) configTopic(name string) (conf.Topic, bool) {
@@ -218,25 +210,16 @@ func (b *Broker) DeleteTopic(name string, deleteData bool) error {
 	return nil
 }
 
-// removeTopicData removes a closed topic's partition directories, after
-// a checkpoint of their journal (if any) so that no restart replays
-// records into them.
+// removeTopicData removes a closed topic's partition directories
+// (topicadmin.RemoveData, after a checkpoint of their journal if any).
 func (b *Broker) removeTopicData(t *topic, dirs []string) error {
 	dir := t.conf().DataDir
 	if dir == "" {
 		dir = b.config().DataDir
 	}
+	var checkpoint func(context.Context) error
 	if j := b.journalFor(dir, t.conf().UnflushThreshold); j != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), checkpointClosedTimeout)
-		defer cancel()
-		if err := j.CheckpointClosed(ctx); err != nil {
-			return fmt.Errorf("journal checkpoint: %w", err)
-		}
+		checkpoint = j.CheckpointClosed
 	}
-	for _, d := range dirs {
-		if err := os.RemoveAll(d); err != nil {
-			return err
-		}
-	}
-	return fsutil.SyncDir(filepath.Clean(dir))
+	return topicadmin.RemoveData(dir, dirs, checkpoint)
 }

@@ -6,10 +6,12 @@ package filterset
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
 	"time"
+	"unsafe"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/filters"
@@ -17,6 +19,7 @@ import (
 	"github.com/metaq-go/metaq/filters/expr"
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // Builtins are the in-process filters a [[topic.filter]] may name, listed
@@ -155,4 +158,41 @@ func Check(cfg *conf.Config) []string {
 		}
 	}
 	return probs
+}
+
+// ScanRecords appends the whole records of buf (which starts at offset
+// base) to recs and returns them and the offset after the last one. Their
+// attributes and bodies (bodies only if asked for) alias buf.
+func ScanRecords(recs []filters.Record, buf []byte, base int64, bodies bool) ([]filters.Record, int64) {
+	it := message.NewIterator(buf, base, 0)
+	for it.Next() {
+		rec := it.Record()
+		fr := filters.Record{Offset: rec.Offset, MsgID: rec.ID, Flag: rec.Flag, Size: len(rec.Data)}
+		a, has, payload := splitAttr(rec.Flag, rec.Data)
+		if has {
+			// Aliases buf: valid for the Accept call (filters.Filter's contract).
+			fr.Attribute, fr.HasAttribute = unsafe.String(unsafe.SliceData(a), len(a)), true
+		}
+		if bodies {
+			fr.Body = payload[:len(payload):len(payload)]
+		}
+		recs = append(recs, fr)
+	}
+	return recs, it.NextOffset()
+}
+
+// splitAttr is message.SplitData without allocating the attribute string.
+// A malformed attribute (the broker validates them on put) reads as none.
+func splitAttr(flag int32, data []byte) (attr []byte, has bool, payload []byte) {
+	if flag&message.FlagHasAttribute == 0 {
+		return nil, false, data
+	}
+	if len(data) < 4 {
+		return nil, false, data
+	}
+	n := binary.BigEndian.Uint32(data)
+	if uint64(n) > uint64(len(data)-4) {
+		return nil, false, data
+	}
+	return data[4 : 4+n], true, data[4+n:]
 }

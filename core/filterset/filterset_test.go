@@ -9,6 +9,7 @@ import (
 	"github.com/metaq-go/metaq/filters"
 	"github.com/metaq-go/metaq/filters/expr"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 func filterConfig(t *testing.T, fs ...conf.TopicFilter) *conf.Config {
@@ -55,4 +56,35 @@ func TestOpenAndCheckRefusals(t *testing.T) {
 	require.Len(t, probs, 1)
 	require.Contains(t, probs[0], "topic t group g: filter expr: ")
 	require.Empty(t, Check(filterConfig(t, conf.TopicFilter{Group: "g", Filter: "a-plugin"})), "plugins are not started")
+}
+
+// TestScanRecords: whole records are listed with their offsets, attributes
+// and (when asked) bodies; a partial record at the end is left out.
+func TestScanRecords(t *testing.T) {
+	t.Parallel()
+	m := message.Message{Attribute: "a", HasAttribute: true, Body: []byte("body")}
+	var buf []byte
+	buf = message.AppendRecord(buf, 11, message.FlagHasAttribute, m.AppendData(nil))
+	first := len(buf)
+	buf = message.AppendRecord(buf, 12, 0, []byte("plain"))
+	whole := len(buf)
+	buf = message.AppendRecord(buf, 13, 0, []byte("cut"))[:len(buf)+5]
+
+	recs, next := ScanRecords(nil, buf, 100, true)
+	require.Len(t, recs, 2)
+	require.Equal(t, int64(100+whole), next)
+	require.Equal(t, int64(100), recs[0].Offset)
+	require.Equal(t, int64(11), recs[0].MsgID)
+	require.True(t, recs[0].HasAttribute)
+	require.Equal(t, "a", recs[0].Attribute)
+	require.Equal(t, "body", string(recs[0].Body))
+	require.Equal(t, int64(100+first), recs[1].Offset)
+	require.False(t, recs[1].HasAttribute)
+	require.Equal(t, "plain", string(recs[1].Body))
+
+	recs, _ = ScanRecords(recs[:0], buf, 100, false)
+	require.Nil(t, recs[0].Body)
+	a, has, _ := splitAttr(message.FlagHasAttribute, []byte{0, 0, 0, 9, 'x'})
+	require.False(t, has, "a malformed attribute reads as none")
+	require.Nil(t, a)
 }

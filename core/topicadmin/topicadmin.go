@@ -7,12 +7,14 @@
 package topicadmin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/fsutil"
@@ -23,6 +25,10 @@ var (
 	ErrExists  = errors.New("topic exists")
 	ErrInvalid = errors.New("invalid topic")
 )
+
+// checkpointClosedTimeout bounds the wait, when deleting a topic's data,
+// for a journal checkpoint after its partitions closed.
+const checkpointClosedTimeout = 30 * time.Second
 
 // Book is topics.toml as last written and server.toml's [[topic]] tables.
 // It is not safe for concurrent use: the broker serialises topic changes
@@ -200,4 +206,24 @@ func (k *Book) Apply(base conf.Config, f *conf.TopicsFile) ([]conf.Topic, error)
 	}
 	k.file = f
 	return topics, nil
+}
+
+// RemoveData removes a deleted topic's closed partition directories dirs,
+// under dataDir, after checkpoint (its journal's CheckpointClosed; nil
+// without a journal) so that no restart replays records into them, and
+// fsyncs dataDir.
+func RemoveData(dataDir string, dirs []string, checkpoint func(context.Context) error) error {
+	if checkpoint != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), checkpointClosedTimeout)
+		defer cancel()
+		if err := checkpoint(ctx); err != nil {
+			return fmt.Errorf("journal checkpoint: %w", err)
+		}
+	}
+	for _, d := range dirs {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	return fsutil.SyncDir(filepath.Clean(dataDir))
 }

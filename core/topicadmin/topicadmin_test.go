@@ -1,8 +1,10 @@
 package topicadmin
 
 import (
+	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -88,4 +90,30 @@ func TestBookRefusals(t *testing.T) {
 	cp := *cfg
 	_, err = Load(&cp, t.Logf)
 	require.Error(t, err)
+}
+
+func TestRemoveData(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	parts := []string{filepath.Join(dir, "t-0"), filepath.Join(dir, "t-1")}
+	for _, p := range parts {
+		require.NoError(t, os.MkdirAll(p, 0o755))
+	}
+	boom := errors.New("boom")
+	err := RemoveData(dir, parts, func(context.Context) error { return boom })
+	require.ErrorIs(t, err, boom)
+	require.EqualError(t, err, "journal checkpoint: boom")
+	require.DirExists(t, parts[0], "nothing removed before the checkpoint")
+
+	checked := false
+	require.NoError(t, RemoveData(dir, parts, func(ctx context.Context) error {
+		_, ok := ctx.Deadline()
+		checked = ok
+		return nil
+	}))
+	require.True(t, checked, "the checkpoint is bounded")
+	for _, p := range parts {
+		require.NoDirExists(t, p)
+	}
+	require.NoError(t, RemoveData(dir, nil, nil))
 }
