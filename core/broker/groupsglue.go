@@ -20,10 +20,6 @@ import (
 
 func init() { registerErrors(groupsStatus) }
 
-// groupTopic names a group's offsets of a topic (the committed offsets'
-// key, and the dashboard's).
-type groupTopic = groups.GroupTopic
-
 // groupsStatus maps a refused group request, and a failed offset store
 // call, to its status line.
 func groupsStatus(err error) (int, string, bool) {
