@@ -18,19 +18,10 @@ func (b *Broker) topicSource(name string) string {
 }
 
 func (b *Broker) topicJSON(t *topic, parts bool) httpapi.TopicInfo {
-	j := httpapi.TopicInfo{Name: t.name, Partitions: len(t.parts), AcceptPublish: t.conf().AcceptPublish,
-		AcceptSubscribe: t.conf().AcceptSubscribe, UnflushThreshold: t.conf().UnflushThreshold,
-		DeletePolicy: t.conf().DeletePolicy, Source: b.topicSource(t.name)}
-	for p, l := range t.parts {
-		j.Messages += l.MessageCount()
-		j.SizeBytes += l.SizeBytes()
-		if parts {
-			pc := &t.pc[p]
-			j.PartitionList = append(j.PartitionList, httpapi.PartitionInfo{Partition: p, MinOffset: l.MinOffset(), MaxOffset: l.MaxOffset(),
-				Messages: l.MessageCount(), MessagesIn: pc.msgsIn.Load(), BytesIn: pc.bytesIn.Load(),
-				MessagesOut: pc.msgsOut.Load(), BytesOut: pc.bytesOut.Load(), GetRequests: pc.gets.Load()})
-		}
-	}
+	ts, _ := t.status()
+	j, c := ts.Info(parts), t.conf()
+	j.AcceptPublish, j.AcceptSubscribe, j.UnflushThreshold, j.DeletePolicy = c.AcceptPublish, c.AcceptSubscribe, c.UnflushThreshold, c.DeletePolicy
+	j.Source = b.topicSource(t.name)
 	return j
 }
 

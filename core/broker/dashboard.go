@@ -34,28 +34,16 @@ func (b *Broker) role() string {
 // Traffic is each open topic's traffic counters.
 func (h httpBackend) Traffic() []httpapi.TopicTraffic {
 	topics := h.b.topicList()
-	out := make([]httpapi.TopicTraffic, 0, len(topics))
-	for _, t := range topics {
-		x := httpapi.TopicTraffic{Name: t.name}
-		for p := range t.parts {
-			x.MsgsIn += t.pc[p].msgsIn.Load()
-			x.BytesIn += t.pc[p].bytesIn.Load()
-			x.BytesOut += t.pc[p].bytesOut.Load()
-		}
-		out = append(out, x)
+	ts := make([]httpapi.TopicStatus, len(topics))
+	for i, t := range topics {
+		ts[i], _ = t.status()
 	}
-	return out
+	return httpapi.Traffic(ts)
 }
 
 // Lags is each group's lag in bytes on the open topics, from the offsets
 // committed through this broker (committed.go).
-func (h httpBackend) Lags() []httpapi.GroupLag {
-	var out []httpapi.GroupLag
-	for k, lag := range h.b.lagsNow() {
-		out = append(out, httpapi.GroupLag{Group: k[0], Topic: k[1], Lag: lag})
-	}
-	return out
-}
+func (h httpBackend) Lags() []httpapi.GroupLag { return httpapi.GroupLags(h.b.lagsNow()) }
 
 // Config is the configuration page's text (redacted).
 func (h httpBackend) Config() httpapi.ConfigText {
@@ -113,19 +101,15 @@ func kvLines(f func(kv func(k string, v any))) [][2]string {
 // ClusterPage is the cluster page's data.
 func (h httpBackend) ClusterPage(security.Viewer) httpapi.ClusterPage {
 	b := h.b
-	v := httpapi.ClusterPage{Mode: "local", HTTPAddr: b.HTTPAddr(), Serving: b.serving.Load(), Registered: b.Registered(),
-		Replication: b.config().Replication}
-	if b.serving.Load() {
-		v.Addr, v.TLSAddr = b.Addr(), b.TLSAddr()
-	}
+	v := httpapi.ClusterPageOf(h.Cluster())
+	v.Replication = b.config().Replication
 	if b.replRole() == repl.RoleSlave {
 		v.Slave = kvLines(func(kv func(k string, v any)) { slaveStatsLines(b.slave.Status(), kv) })
 	}
 	if b.sync != nil {
 		v.Sync = kvLines(func(kv func(k string, v any)) { syncStatsLines(b.sync.Status(), kv) })
 	}
-	if b.config().ZooKeeper.Enabled() {
-		v.Mode, v.ZKRoot = "cluster", b.config().ZooKeeper.Root
+	if v.Mode == "cluster" {
 		v.ZK = b.clusterRead()
 	}
 	return v

@@ -81,6 +81,21 @@ func (b *Broker) counters() httpapi.Status {
 	return st
 }
 
+// status is t's counters and offsets, with the number of its partitions
+// whose start-up scrub is not done.
+func (t *topic) status() (ts httpapi.TopicStatus, indexing int) {
+	ts = httpapi.TopicStatus{Name: t.name, Partitions: make([]httpapi.PartitionStatus, len(t.parts))}
+	for p, l := range t.parts {
+		pc := &t.pc[p]
+		if !l.MessageCountComplete() {
+			indexing++
+		}
+		ts.Partitions[p] = httpapi.PartitionStatus{MsgsIn: pc.msgsIn.Load(), BytesIn: pc.bytesIn.Load(), BytesOut: pc.bytesOut.Load(),
+			MsgsOut: pc.msgsOut.Load(), Gets: pc.gets.Load(), Messages: l.MessageCount(), MinOffset: l.MinOffset(), MaxOffset: l.MaxOffset()}
+	}
+	return ts, indexing
+}
+
 // metricsStatus reads what /metrics shows (httpapi.Collector), at each
 // scrape.
 func (b *Broker) metricsStatus() httpapi.Status {
@@ -92,17 +107,8 @@ func (b *Broker) metricsStatus() httpapi.Status {
 	topics := b.topicList()
 	logs := make(map[string]*topic, len(topics))
 	for _, t := range topics {
-		ts := httpapi.TopicStatus{Name: t.name, Partitions: make([]httpapi.PartitionStatus, len(t.parts))}
-		for p, l := range t.parts {
-			pc := &t.pc[p]
-			n, mx, mn := l.MessageCount(), l.MaxOffset(), l.MinOffset()
-			if !l.MessageCountComplete() {
-				st.Indexing++
-			}
-			ts.Partitions[p] = httpapi.PartitionStatus{MsgsIn: pc.msgsIn.Load(), BytesIn: pc.bytesIn.Load(), BytesOut: pc.bytesOut.Load(),
-				MsgsOut: pc.msgsOut.Load(), Gets: pc.gets.Load(), Messages: n, MinOffset: mn, MaxOffset: mx}
-		}
-		st.Topics = append(st.Topics, ts)
+		ts, indexing := t.status()
+		st.Topics, st.Indexing = append(st.Topics, ts), st.Indexing+indexing
 		logs[t.name] = t
 	}
 

@@ -316,3 +316,40 @@ func (st *Status) Summary() Summary {
 		BufferedBytes: st.BufferedBytes, TxCommit: st.TxCommits, TxRollback: st.TxRollbacks,
 	}
 }
+
+// Info is topic t as the admin API describes it, with its partitions when
+// parts; the caller fills its configuration and source.
+func (t TopicStatus) Info(parts bool) TopicInfo {
+	j := TopicInfo{Name: t.Name, Partitions: len(t.Partitions)}
+	for p, x := range t.Partitions {
+		j.Messages += x.Messages
+		j.SizeBytes += x.MaxOffset - x.MinOffset
+		if parts {
+			j.PartitionList = append(j.PartitionList, PartitionInfo{Partition: p, MinOffset: x.MinOffset, MaxOffset: x.MaxOffset,
+				Messages: x.Messages, MessagesIn: x.MsgsIn, BytesIn: x.BytesIn, MessagesOut: x.MsgsOut, BytesOut: x.BytesOut, GetRequests: x.Gets})
+		}
+	}
+	return j
+}
+
+// Traffic is each topic's traffic counters, for the dashboard's samples.
+func Traffic(ts []TopicStatus) []TopicTraffic {
+	out := make([]TopicTraffic, 0, len(ts))
+	for _, t := range ts {
+		x := TopicTraffic{Name: t.Name}
+		for _, p := range t.Partitions {
+			x.MsgsIn, x.BytesIn, x.BytesOut = x.MsgsIn+p.MsgsIn, x.BytesIn+p.BytesIn, x.BytesOut+p.BytesOut
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// GroupLags is lags (by group and topic) as the dashboard samples them.
+func GroupLags(lags map[[2]string]int64) []GroupLag {
+	var out []GroupLag
+	for k, lag := range lags {
+		out = append(out, GroupLag{Group: k[0], Topic: k[1], Lag: lag})
+	}
+	return out
+}

@@ -122,3 +122,16 @@ func (s *Server) uiGroup(w http.ResponseWriter, r *http.Request) {
 	s.Render(w, r, http.StatusOK, "group", "Group "+group, "groups", map[string]any{"Group": group, "Topics": views, "Every": dashSampleEvery,
 		"ZooKeeper": p.ZooKeeper, "ZKMembers": p.ZKMembers, "Elsewhere": p.Elsewhere, "ZKErr": p.ZKErr}, flash)
 }
+
+// ClusterPageOf is the cluster page's header from c; the caller fills
+// the rest.
+func ClusterPageOf(c ClusterInfo) ClusterPage {
+	v := ClusterPage{Mode: c.Mode, HTTPAddr: c.HTTPAddr, Serving: c.Serving, Registered: c.Registered}
+	if c.Addr != nil {
+		v.Addr, v.TLSAddr = *c.Addr, *c.TLSAddr
+	}
+	if c.ZooKeeperRoot != nil {
+		v.ZKRoot = *c.ZooKeeperRoot
+	}
+	return v
+}
