@@ -3,8 +3,6 @@ package broker
 import (
 	"fmt"
 
-	"golang.org/x/crypto/bcrypt"
-
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/security"
@@ -31,14 +29,7 @@ func CheckConfig(cfg *conf.Config) []string {
 			probs = append(probs, err.Error())
 		}
 	}
-	for _, u := range cfg.Auth.Users {
-		if u.PasswordHash == "" {
-			continue
-		}
-		if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
-			probs = append(probs, fmt.Sprintf("auth.user %q: password_hash: %v", u.Name, err))
-		}
-	}
+	probs = append(probs, security.CheckPasswordHashes(&cfg.Auth)...)
 	probs = append(probs, filterset.Check(cfg)...)
 	if msg := topicadmin.Check(cfg); msg != "" {
 		probs = append(probs, msg)
