@@ -54,7 +54,7 @@ func (h httpBackend) Config() httpapi.ConfigText {
 // Messages reads the messages page of partition p of topic
 // (core/httpapi messages.go).
 func (h httpBackend) Messages(topic string, p int, offset int64, n int, asHex bool) (httpapi.MessagePage, error) {
-	l, err := partSource{h.b}.Log(topic, p)
+	l, err := partSource(h).Log(topic, p)
 	if err != nil {
 		return httpapi.MessagePage{}, noTopic(topic)
 	}
