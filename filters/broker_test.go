@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"io"
 	"net"
 	"net/http"
@@ -42,6 +43,10 @@ func examplePlugin(tb testing.TB) string {
 	built.once.Do(func() {
 		built.dir, built.err = os.MkdirTemp("", "metaq-filter-plugin-")
 		if built.err != nil {
+			return
+		}
+		if p := testsvc.Prebuilt("github.com/metaq-go/metaq/examples/filter-plugin"); p != "" {
+			built.path = p
 			return
 		}
 		built.path = filepath.Join(built.dir, "filter-plugin")

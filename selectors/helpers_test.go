@@ -3,8 +3,8 @@ package selectors_test
 import (
 	"bytes"
 	"context"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -102,10 +102,7 @@ func rawAdapter(t *testing.T, pl *selectors.Plugin) selector.Selector {
 func buildExamplePlugin(t *testing.T) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "selector-plugin")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", dst, "github.com/metaq-go/metaq/examples/selector-plugin").CombinedOutput()
-	require.NoError(t, err, "go build examples/selector-plugin: %s", out)
+	testsvc.GoBuildTo(t, "github.com/metaq-go/metaq/examples/selector-plugin", dst)
 	return dst
 }
 

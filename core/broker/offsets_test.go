@@ -1,8 +1,8 @@
 package broker
 
 import (
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -134,9 +134,7 @@ func TestCommitFetchPlugin(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "offsetstore-plugin")
-	build := exec.Command("go", "build", "-o", bin, "../../examples/offsetstore-plugin")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	testsvc.GoBuildTo(t, "github.com/metaq-go/metaq/examples/offsetstore-plugin", bin)
 	b, _ := offsetBroker(t, func(cfg *conf.Config) {
 		cfg.PluginDir = dir
 		cfg.Plugins = []conf.Plugin{{Kind: conf.PluginKindOffsetStore, Name: "jsonl", Path: "offsetstore-plugin",

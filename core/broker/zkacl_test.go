@@ -3,8 +3,6 @@ package broker
 import (
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -99,9 +97,7 @@ func TestClusterZooKeeperConsumersClosed(t *testing.T) {
 	require.NoError(t, err)
 
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "metaq-offsetstore-zk"), "../../cmd/metaq-offsetstore-zk")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	testsvc.GoBuildTo(t, "github.com/metaq-go/metaq/cmd/metaq-offsetstore-zk", filepath.Join(dir, "metaq-offsetstore-zk"))
 	b := clusterBroker(t, addr, root, id, func(c *conf.Config) {
 		c.ZooKeeper.AuthUser, c.ZooKeeper.AuthPassword = "metaq", "zk-secret"
 		c.PluginDir = dir

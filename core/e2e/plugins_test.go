@@ -1,10 +1,9 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,15 +22,9 @@ func TestBrokerSIGKILLLeavesNoPlugins(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	pluginDir := filepath.Join(dir, "plugins")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	root, err := moduleRoot()
-	require.NoError(t, err)
-	for _, pkg := range []string{"./examples/filter-plugin", "./examples/offsetstore-plugin"} {
-		cmd := exec.CommandContext(ctx, goTool(), "build", "-o", pluginDir+"/", pkg)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "go build %s: %s", pkg, out)
+	require.NoError(t, os.MkdirAll(pluginDir, 0o755))
+	for _, name := range []string{"filter-plugin", "offsetstore-plugin"} {
+		testsvc.GoBuildTo(t, "github.com/metaq-go/metaq/examples/"+name, filepath.Join(pluginDir, name))
 	}
 	config := filepath.Join(dir, "server.toml")
 	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`

@@ -3,8 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"os/exec"
-	"path/filepath"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"regexp"
 	"testing"
 	"time"
@@ -43,11 +42,9 @@ func TestInProcess(t *testing.T) {
 
 func TestPlugin(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "selector-plugin")
+	bin := testsvc.GoBuild(t, "github.com/metaq-go/metaq/examples/selector-plugin")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/metaq-go/metaq/examples/selector-plugin").CombinedOutput()
-	require.NoError(t, err, "%s", b)
 
 	addr := brokertest.Start(t, brokertest.Topics("meta-test"), brokertest.Partitions(4)).Addr()
 	var out bytes.Buffer
