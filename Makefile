@@ -5,6 +5,11 @@ PKGS      := ./...
 TESTFLAGS ?= -race -timeout 14m -parallel 4
 CONFIG    ?= conf/server.toml
 
+# -trimpath: what the go command compiles does not depend on where the
+# checkout is, so a fresh clone (or a worktree) reuses the build cache of
+# an earlier one instead of compiling every package of the module again.
+export GOFLAGS ?= -trimpath
+
 # Plugin binaries (shipped offset stores, the MySQL XA coordinator and the
 # example plugins) are built into bin/plugins, the folder the sample
 # server.toml points at.
@@ -66,8 +71,16 @@ fmt-check:
 services:
 	bash .ci/services.sh install
 
-test: fmt-check vet lint build services
-	$(GO) test $(TESTFLAGS) $(PKGS)
+# The tests take the binaries make build just linked (METAQ_TEST_PREBUILT,
+# internal/testsvc) and run side by side with staticcheck; make test fails
+# if either does.
+test: fmt-check vet build services
+	@$(STATICCHECK) $(PKGS) > $(BIN)/lint.out 2>&1 & lint=$$!; \
+	echo "$(STATICCHECK) $(PKGS) (in the background)"; \
+	echo "$(GO) test $(TESTFLAGS) $(PKGS)"; \
+	METAQ_TEST_PREBUILT=$(CURDIR)/$(BIN):$(CURDIR)/$(BIN)/plugins $(GO) test $(TESTFLAGS) $(PKGS); rc=$$?; \
+	if ! wait $$lint; then cat $(BIN)/lint.out; echo "make test: staticcheck failed"; exit 1; fi; \
+	exit $$rc
 
 # Long runs of the crash and power-loss tests of the real binary
 # (core/e2e): SOAK_CUTS power cuts under load over 64 partitions (make test
