@@ -129,7 +129,7 @@ type Broker struct {
 	reg *registry.Registry
 	// budget bounds the memory held for clients (max_buffered_bytes).
 	budget *budget
-	// disks is the disk watermark (disk_max_used_ratio, watermark.go).
+	// disks is the disk watermark (disk_max_used_ratio, core/diskwatch).
 	disks *diskwatch.Watch
 	// journals are the group-commit journals by data directory
 	// (journal.go), opened by New before any partition.
