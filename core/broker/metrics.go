@@ -2,7 +2,6 @@ package broker
 
 import (
 	"path/filepath"
-	"sort"
 	"sync/atomic"
 	"time"
 
@@ -112,13 +111,7 @@ func (b *Broker) metricsStatus() httpapi.Status {
 		logs[t.name] = t
 	}
 
-	dirs := make([]string, 0, len(b.journals))
-	for d := range b.journals {
-		dirs = append(dirs, d)
-	}
-	sort.Strings(dirs)
-	for _, d := range dirs {
-		j := b.journals[d]
+	for d, j := range b.journals { // any order: the registry sorts the series
 		js := j.Stats()
 		at := js.LastCheckpoint
 		if at.IsZero() {
