@@ -15,10 +15,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -279,7 +277,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	names := cfg.TopicNames()
 	if cfg.AutoCreateTopics {
 		// Reopen auto-created topics found on disk.
-		names = append(names, b.topicsOnDisk(cfg.DataDir)...)
+		names = append(names, b.logs().TopicsOnDisk()...)
 	}
 	for _, name := range names {
 		if _, err := b.openTopic(name); err != nil {
@@ -304,29 +302,6 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	}
 	b.recovered.Store(true)
 	return b, nil
-}
-
-// topicsOnDisk lists topic names from `<topic>-<partition>` directories.
-func (b *Broker) topicsOnDisk(dir string) []string {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		i := strings.LastIndexByte(e.Name(), '-')
-		if i <= 0 {
-			continue
-		}
-		if _, err := strconv.Atoi(e.Name()[i+1:]); err != nil {
-			continue
-		}
-		out = append(out, e.Name()[:i])
-	}
-	return out
 }
 
 // openTopic returns a topic, opening its partition logs (crash recovery,
@@ -390,13 +365,10 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 	if b.knobs.openHook != nil {
 		b.knobs.openHook(name)
 	}
-	dir := tc.DataDir
-	if dir == "" {
-		dir = b.config().DataDir
-	}
-	t := &topic{name: name, disk: b.disks.Disk(dir)}
+	lm := b.logs()
+	t := &topic{name: name, disk: b.disks.Disk(lm.Dir(&tc))}
 	t.cfgp.Store(&tc)
-	parts, err := b.openPartitionRange(name, tc, 0, tc.NumPartitions)
+	parts, err := lm.Open(name, &tc, 0, tc.NumPartitions)
 	if err != nil {
 		return nil, err
 	}
@@ -405,52 +377,17 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 	return t, nil
 }
 
-// openPartitionRange opens partitions from..to-1 of topic name; on error
-// it closes those it opened.
-func (b *Broker) openPartitionRange(name string, tc conf.TopicConfig, from, to int) ([]*store.Log, error) {
-	dir := tc.DataDir
-	if dir == "" {
-		dir = b.config().DataDir
-	}
-	recovery := store.RecoverQuarantine
-	if b.config().Recovery == conf.RecoveryTruncate {
-		recovery = store.RecoverTruncate
-	}
-	var parts []*store.Log
-	for p := from; p < to; p++ {
-		l, err := store.Open(filepath.Join(dir, name+"-"+strconv.Itoa(p)), store.Options{
-			Recovery:         recovery,
-			MaxSegmentSize:   b.config().MaxSegmentSize,
-			UnflushThreshold: tc.UnflushThreshold,
-			UnflushInterval:  tc.UnflushInterval,
-			MaxMessageSize:   b.config().MaxMessageSize,
-			IDs:              b.ids,
-			Journal:          b.journalFor(dir, tc.UnflushThreshold),
-			Observer:         b.metrics.segmentObserver(),
-			Logf: func(format string, args ...any) {
-				b.logf("store %s-%d: "+format, append([]any{name, p}, args...)...)
-			},
-		})
-		if err != nil {
-			(&topic{parts: parts}).close()
-			return nil, fmt.Errorf("open topic %s partition %d: %w", name, p, err)
-		}
-		b.ids.Observe(l.LastID())
-		parts = append(parts, l)
-	}
-	return parts, nil
+// logs returns the partition-log settings of the current configuration
+// (core/partition: open, list on disk, retain, close).
+func (b *Broker) logs() *partition.Logs {
+	lm := partition.LogsFromConf(b.config())
+	lm.IDs, lm.Journal, lm.Observer = b.ids, b.journalFor, b.metrics.segmentObserver()
+	lm.Logf, lm.Errorf = b.logf, b.errorf
+	return &lm
 }
 
 // close closes the topic's logs and returns the first error.
-func (t *topic) close() error {
-	var errs []error
-	for _, l := range t.parts {
-		if err := l.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
+func (t *topic) close() error { return partition.CloseLogs(t.parts) }
 
 var errBrokerClosed = errors.New("broker closed")
 
@@ -712,36 +649,15 @@ func isTemporary(err error) bool {
 // retentionLoop applies each topic's delete policy to sealed segments.
 func (b *Broker) retentionLoop() {
 	defer b.wg.Done()
-	every := time.Duration(b.config().DeleteCheckInterval) * time.Second
-	if every <= 0 {
-		every = 5 * time.Minute
-	}
-	tk := time.NewTicker(every)
-	defer tk.Stop()
-	for {
-		select {
-		case <-b.done:
-			return
-		case now := <-tk.C:
-			b.applyRetention(now)
-		}
-	}
+	partition.RetentionLoop(b.done, b.config().DeleteCheckInterval, b.applyRetention)
 }
 
 func (b *Broker) applyRetention(now time.Time) {
 	b.countOut() // count the ranges sent before their segments go (msgsout.go)
+	lm := b.logs()
 	for _, t := range b.topicList() {
-		if t.conf().RetainFor <= 0 {
-			continue
-		}
-		for p, l := range t.parts {
-			n, err := l.DeleteOlderThan(t.conf().RetainFor, now)
-			if err != nil {
-				b.errorf("retention %s-%d: %v", t.name, p, err)
-			} else if n > 0 {
-				b.logf("retention %s-%d: deleted %d segment(s), min offset now %d", t.name, p, n, l.MinOffset())
-				b.disks.Wake() // puts refused for a full disk may resume
-			}
+		if lm.Retain(t.name, t.parts, t.conf().RetainFor, now) {
+			b.disks.Wake() // puts refused for a full disk may resume
 		}
 	}
 }

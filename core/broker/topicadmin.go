@@ -140,7 +140,7 @@ func (b *Broker) AddPartitions(name string, n int) (old int, err error) {
 // the new ones (tc.NumPartitions) opened. The old value stays valid for
 // whoever holds it.
 func (b *Broker) growTopic(t *topic, tc conf.TopicConfig) (*topic, error) {
-	more, err := b.openPartitionRange(t.name, tc, len(t.parts), tc.NumPartitions)
+	more, err := b.logs().Open(t.name, &tc, len(t.parts), tc.NumPartitions)
 	if err != nil {
 		return nil, err
 	}
