@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -363,17 +362,6 @@ func readPartition(c *client, topic string, partition int32, maxSize int32) (rec
 // ---------------------------------------------------------------------------
 // The metaq-server binary
 // ---------------------------------------------------------------------------
-
-// goTool finds the go command.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	if r := os.Getenv("GOROOT"); r != "" {
-		return filepath.Join(r, "bin", "go")
-	}
-	return "/usr/local/go/bin/go"
-}
 
 // moduleRoot walks up from the working directory to go.mod.
 func moduleRoot() (string, error) {

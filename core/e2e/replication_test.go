@@ -486,8 +486,8 @@ func TestSlaveStartsAtMasterMin(t *testing.T) {
 	c := startCluster(t, clusterSpec{Config: cfg})
 	master := startRepl(t, c, 1, -1, "")
 	putMany(t, master.Addr, 1200, "old")
-	waitReadable(t, master.Addr, 1200)
-	// Wait until retention has cut every partition's head.
+	// Wait until retention has cut every partition's head (on a loaded
+	// machine it may do so before all 1200 were ever readable).
 	mc := dial(t, master.Addr)
 	defer mc.close()
 	deadline := time.Now().Add(15 * time.Second)
@@ -520,9 +520,9 @@ func TestSlaveStartsAtMasterMin(t *testing.T) {
 	defer sc.close()
 	for topic, n := range replTopics {
 		for p := range int32(n) {
-			mr, mend, err := readPartition(mc, topic, p, 1<<20)
+			mr, mend, err := readPartitionRetained(mc, topic, p)
 			require.NoError(t, err)
-			sr, send, err := readPartition(sc, topic, p, 1<<20)
+			sr, send, err := readPartitionRetained(sc, topic, p)
 			require.NoError(t, err)
 			require.Equal(t, mend, send)
 			require.Greater(t, sr[0].Offset, int64(0), "%s-%d starts at 0 on the slave", topic, p)
