@@ -239,3 +239,12 @@ func show(v reflect.Value) string {
 	}
 	return fmt.Sprint(v.Interface())
 }
+
+// KeepRestartOnly returns t, the settings a reload gives an open topic,
+// with the restart-only attributes kept as old, the topic as it was
+// opened, has them: only the live ones (see liveTopicKeys) change.
+func (t TopicConfig) KeepRestartOnly(old *TopicConfig) TopicConfig {
+	t.NumPartitions, t.UnflushThreshold, t.UnflushInterval = old.NumPartitions, old.UnflushThreshold, old.UnflushInterval
+	t.DataDir, t.Filters = old.DataDir, old.Filters
+	return t
+}

@@ -91,3 +91,16 @@ func TestDiffAuthAndTLS(t *testing.T) {
 	require.Equal(t, next.Auth, d.Effective.Auth)
 	require.Equal(t, next.TLS, d.Effective.TLS)
 }
+
+// TestKeepRestartOnly: an open topic takes the live attributes of the new
+// file and keeps the restart-only ones it was opened with.
+func TestKeepRestartOnly(t *testing.T) {
+	old := TopicConfig{Name: "t", NumPartitions: 2, UnflushThreshold: 10, UnflushInterval: 1, DataDir: "/a",
+		DeletePolicy: "delete,7d", AcceptPublish: true, AcceptSubscribe: true, Stat: true,
+		Filters: []TopicFilter{{}}}
+	next := TopicConfig{Name: "t", NumPartitions: 5, UnflushThreshold: 20, UnflushInterval: 2, DataDir: "/b",
+		DeletePolicy: "delete,1d", AcceptPublish: false, AcceptSubscribe: false, Stat: false}
+	got := next.KeepRestartOnly(&old)
+	require.Equal(t, TopicConfig{Name: "t", NumPartitions: 2, UnflushThreshold: 10, UnflushInterval: 1, DataDir: "/a",
+		DeletePolicy: "delete,1d", Filters: old.Filters}, got)
+}

@@ -81,9 +81,7 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 			continue
 		}
 		old := tp.conf()
-		// Restart-only attributes stay as the topic was opened.
-		tc.NumPartitions, tc.UnflushThreshold, tc.UnflushInterval = old.NumPartitions, old.UnflushThreshold, old.UnflushInterval
-		tc.DataDir, tc.Filters = old.DataDir, old.Filters
+		tc = tc.KeepRestartOnly(old)
 		if reflect.DeepEqual(&tc, old) {
 			continue
 		}
