@@ -2,10 +2,9 @@ package broker
 
 import (
 	"context"
-	"github.com/metaq-go/metaq/core/httpapi"
-	"net/http"
 
 	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -31,18 +30,6 @@ func (b *Broker) groupAdmin() groups.Admin {
 	return groups.Admin{Parts: partSource{b}, Coord: b.groups, Offsets: b.offsets, Committed: b.committed}
 }
 
-// groupEntries lists the groups and topics v may see: the group's right
-// and subscribe on the topic (authz.go).
-func (b *Broker) groupEntries(v viewer) []*httpapi.GroupEntry {
-	es := b.groupAdmin().List(v.GroupTopic)
-	out := make([]*httpapi.GroupEntry, len(es))
-	for i, e := range es {
-		ge := httpapi.GroupEntry(*e)
-		out[i] = &ge
-	}
-	return out
-}
-
 // topicOpen says whether topic is open here.
 func (b *Broker) topicOpen(topic string) bool {
 	b.mu.RLock()
@@ -58,7 +45,7 @@ func (b *Broker) applyReset(ctx context.Context, a httpapi.Actor, group, to stri
 		ps[i] = message.Position{Topic: plan.Topic, Partition: message.Partition{BrokerID: b.config().BrokerID, Partition: int32(c.Partition)}, Offset: c.To, MsgID: -1}
 	}
 	if err := b.offsets.Commit(ctx, group, ps); err != nil {
-		return b.offsetStoreError(err)
+		return httpapi.OffsetStoreError(err, b.offsets.Name())
 	}
 	action := auditOffsetReset
 	if to == httpapi.SkipTo {
@@ -66,11 +53,6 @@ func (b *Broker) applyReset(ctx context.Context, a httpapi.Actor, group, to stri
 	}
 	b.auditAs(a, action, "group", group, "topic", plan.Topic, "to", to, "partitions", len(ps), "offsets", auditChanges(plan.Changes))
 	return nil
-}
-
-// offsetStoreError is the HTTP refusal of an offset store failure.
-func (b *Broker) offsetStoreError(err error) error {
-	return &httpapi.RequestError{Status: http.StatusBadGateway, Msg: "offset store " + b.offsets.Name() + ": " + groups.Reason(err)}
 }
 
 // auditCreate audits a topic created for a.

@@ -120,7 +120,7 @@ func (h httpBackend) ClusterPage(security.Viewer) httpapi.ClusterPage {
 // GroupsPage is the groups page's data (core/httpapi zkread.go).
 func (h httpBackend) GroupsPage(v security.Viewer) httpapi.GroupsPage {
 	b := h.b
-	pg := httpapi.GroupsPageOf(v, b.groupEntries(v), b.lagsNow(), b.config().ZooKeeper.Enabled(), b.zkRead())
+	pg := httpapi.GroupsPageOf(v, httpBackend{b}.Groups(v), b.lagsNow(), b.config().ZooKeeper.Enabled(), b.zkRead())
 	pg.ZKEvery, pg.Truncated = groups.ZKOffsetsEvery, b.committed.ZKTruncated()
 	pg.MaxGroups, pg.MaxReads = groups.ZKOffsetsMaxGroups, groups.ZKOffsetsMaxReads
 	return pg
@@ -130,23 +130,15 @@ func (h httpBackend) GroupsPage(v security.Viewer) httpapi.GroupsPage {
 // topic), from the committed offsets known (committed.go), for the open
 // topics.
 func (b *Broker) lagsNow() map[[2]string]int64 {
-	out := map[[2]string]int64{}
-	for _, g := range b.committed.Snapshot() {
+	return httpapi.LagsNow(b.committed.Snapshot(), func(topic string) []*store.Log {
 		b.mu.RLock()
-		t := b.topics[g.Topic]
+		t := b.topics[topic]
 		b.mu.RUnlock()
 		if t == nil {
-			continue
+			return nil
 		}
-		var lag int64
-		for p, off := range g.Offsets {
-			if off >= 0 && p < len(t.parts) {
-				lag += max(t.parts[p].MaxOffset()-off, 0)
-			}
-		}
-		out[[2]string{g.Group, g.Topic}] = lag
-	}
-	return out
+		return t.parts
+	})
 }
 
 // GroupPage is a group's page's data: group described on topics (and,

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/security"
@@ -124,12 +123,7 @@ func (b *Broker) readiness() []readyCheck {
 	st := httpapi.ReadyState{Recovered: b.recovered.Load(), Serving: b.serving.Load() && !b.closed.Load(),
 		ZooKeeper: b.config().ZooKeeper.Enabled(), Registered: b.Registered(), ZKRoot: b.config().ZooKeeper.Root,
 		Replica: b.replicaCheck()} // replobs.go
-	for dir, j := range b.journals {
-		if err := j.Err(); err != nil {
-			st.JournalDir, st.JournalErr = dir, err.Error()
-			break
-		}
-	}
+	st.SetJournals(b.journals)
 	return st.Checks()
 }
 
@@ -204,9 +198,10 @@ func (h httpBackend) AddPartitions(a httpapi.Actor, name string, n int) (int, er
 	return old, nil
 }
 
-// Groups lists the groups v may see (core/groups admin.go).
+// Groups lists the groups v may see (core/groups admin.go): the group's
+// right and subscribe on the topic (authz.go).
 func (h httpBackend) Groups(v security.Viewer) []*httpapi.GroupEntry {
-	return h.b.groupEntries(v)
+	return httpapi.GroupEntries(h.b.groupAdmin().List(v.GroupTopic))
 }
 
 // GroupTopics are the topics known for group.
@@ -216,43 +211,18 @@ func (h httpBackend) GroupTopics(group string) []string { return h.b.groupAdmin(
 func (h httpBackend) DescribeGroup(ctx context.Context, group string, topics []string) ([]httpapi.GroupTopic, error) {
 	ts, err := h.b.groupAdmin().Describe(ctx, group, topics)
 	if err != nil {
-		return nil, h.groupRefusal(err)
+		return nil, httpapi.GroupRefusal(err, h.b.offsets.Name())
 	}
-	out := make([]httpapi.GroupTopic, len(ts))
-	for i, t := range ts {
-		out[i] = httpapi.GroupTopic{Topic: t.Topic, LagBytes: t.LagBytes, LagMessages: t.LagMessages,
-			LagMessagesEstimated: t.LagMessagesEstimated, Partitions: make([]httpapi.GroupPartition, len(t.Partitions))}
-		for j, p := range t.Partitions {
-			out[i].Partitions[j] = httpapi.GroupPartition(p)
-		}
-	}
-	return out, nil
+	return httpapi.GroupTopics(ts), nil
 }
 
 // PlanReset plans a reset of group's offsets.
 func (h httpBackend) PlanReset(ctx context.Context, group string, req httpapi.ResetRequest) (*httpapi.ResetPlan, error) {
 	cs, err := h.b.groupAdmin().PlanReset(ctx, group, req.Topic, req.Partition, req.To, req.Offset)
 	if err != nil {
-		return nil, h.groupRefusal(err)
+		return nil, httpapi.GroupRefusal(err, h.b.offsets.Name())
 	}
-	plan := &httpapi.ResetPlan{Topic: req.Topic}
-	for _, c := range cs {
-		plan.Changes = append(plan.Changes, httpapi.ResetChange(c))
-	}
-	return plan, nil
-}
-
-// groupRefusal is the HTTP refusal of a groups.Admin error: 400 for a
-// malformed request, 404 for an unknown topic, 502 for the offset store.
-func (h httpBackend) groupRefusal(err error) error {
-	var ge *groups.Error
-	switch {
-	case errors.As(err, &ge):
-		return &httpapi.RequestError{Status: http.StatusBadRequest, Msg: ge.Msg}
-	case errors.Is(err, partition.ErrNoTopic):
-		return &httpapi.RequestError{Status: http.StatusNotFound, Msg: err.Error()}
-	}
-	return h.b.offsetStoreError(err)
+	return httpapi.ResetPlanOf(req.Topic, cs), nil
 }
 
 // ApplyReset writes plan for a.

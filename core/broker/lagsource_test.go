@@ -39,7 +39,7 @@ func zkCreateAll(t *testing.T, c *zk.Conn, path string, data string) {
 
 // groupEntryOf returns the group list's entry of group and topic, or nil.
 func groupEntryOf(b *Broker, group, topic string) *httpapi.GroupEntry {
-	for _, e := range b.groupEntries(viewer{}) {
+	for _, e := range (httpBackend{b}).Groups(viewer{}) {
 		if e.Group == group && e.Topic == topic {
 			return e
 		}
@@ -98,7 +98,7 @@ func TestLagFromZooKeeper(t *testing.T) {
 	require.NoError(t, b.committed.RefreshZK())
 
 	e := groupEntryOf(b, "g-zk", "t")
-	require.NotNil(t, e, "%+v", b.groupEntries(viewer{}))
+	require.NotNil(t, e, "%+v", httpBackend{b}.Groups(viewer{}))
 	require.True(t, e.InZooKeeper)
 	require.True(t, e.LagKnown)
 	require.False(t, e.Committed)

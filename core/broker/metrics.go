@@ -1,12 +1,11 @@
 package broker
 
 import (
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
+	"github.com/metaq-go/metaq/core/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -104,46 +103,14 @@ func (b *Broker) metricsStatus() httpapi.Status {
 	st.Repl = b.replStatus() // replobs.go
 
 	topics := b.topicList()
-	logs := make(map[string]*topic, len(topics))
+	logs := make(map[string][]*store.Log, len(topics))
 	for _, t := range topics {
 		ts, indexing := t.status()
 		st.Topics, st.Indexing = append(st.Topics, ts), st.Indexing+indexing
-		logs[t.name] = t
+		logs[t.name] = t.parts
 	}
-
-	for d, j := range b.journals { // any order: the registry sorts the series
-		js := j.Stats()
-		at := js.LastCheckpoint
-		if at.IsZero() {
-			at = b.start
-		}
-		age := time.Since(at).Seconds()
-		if js.UpToDate {
-			age = 0 // idle: nothing written since the last checkpoint, which makes no new one
-		}
-		st.Journals = append(st.Journals, httpapi.JournalStatus{Dir: d, Rounds: js.Rounds, Fsyncs: js.Fsyncs, Bytes: js.Bytes,
-			Checkpoints: js.Checkpoints, Syncfs: js.Syncfs, Led: js.Led, Behind: js.Behind, CheckpointAge: age, Failed: j.Err() != nil})
-	}
-
-	for _, dd := range b.disks.List() {
-		u := dd.Last()
-		if u == nil || u.Err != nil {
-			continue
-		}
-		st.Disks = append(st.Disks, httpapi.DiskStatus{Dir: filepath.Clean(dd.Dir()), Used: u.UsedBytes, Free: u.FreeBytes,
-			Ratio: u.Space, Full: dd.Full()})
-	}
-
+	st.Journals, st.Disks = httpapi.JournalStatuses(b.journals, b.start), httpapi.DiskStatuses(b.disks)
 	st.Plugins = httpBackend{b}.Plugins()
-
-	snap := b.committed.Snapshot()
-	committed := make([]httpapi.Committed, len(snap))
-	for i, g := range snap {
-		committed[i] = httpapi.Committed(g)
-	}
-	st.AddLags(committed, func(topic string, p int, ps httpapi.PartitionStatus, off int64) int64 {
-		n, _ := groups.LagMessages(logs[topic].parts[p], groups.PartSize{Min: ps.MinOffset, Max: ps.MaxOffset, Msgs: ps.Messages}, off)
-		return n
-	})
+	st.AddGroupLags(b.committed.Snapshot(), logs)
 	return st
 }
