@@ -46,6 +46,7 @@ unflush_threshold = 0
 max_segment_size = %d
 max_message_size = 65536
 max_transfer_size = 131072
+journal_file_size = 4194304
 
 [[topic]]
 name = %q
