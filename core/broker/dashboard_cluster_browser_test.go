@@ -189,8 +189,18 @@ func TestDashboardBrowserCluster(t *testing.T) {
 			return false
 		}
 		s, err := chromedp.Run(tab.ctx, chromedp.Text(chromedp.CSS(`#brokers tr[data-broker="1"]`)))
-		return err == nil && strings.Contains(s, "down")
-	}, 30*time.Second, 250*time.Millisecond, "broker 1 is shown down once its session ends")
+		if err != nil {
+			return false
+		}
+		// The page reads the brokers and the topics one after the other:
+		// one load may fall between broker 1's session ending and its
+		// partitions being seen as unreachable. The next shows both.
+		topics, err := chromedp.Run(tab.ctx, chromedp.Text(chromedp.CSS(`#cluster-topics`)))
+		if err != nil {
+			return false
+		}
+		return strings.Contains(s, "down") && strings.Contains(topics, "1-m: 3 unreachable")
+	}, 30*time.Second, 250*time.Millisecond, "broker 1 is shown down, its partitions unreachable, once its session ends")
 	t.Logf("broker 1 shown down %v after its ZooKeeper connection was cut (session timeout 2 s)", time.Since(cut).Round(time.Millisecond))
 	require.Contains(t, row("#brokers", "1"), "session ended")
 	require.Contains(t, row("#brokers", "1"), "was meta://127.0.0.1:", "the address it had")
