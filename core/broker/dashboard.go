@@ -6,9 +6,7 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 
 	"github.com/metaq-go/metaq/core/groups"
@@ -58,36 +56,7 @@ func (h httpBackend) Messages(topic string, p int, offset int64, n int, asHex bo
 	if err != nil {
 		return httpapi.MessagePage{}, noTopic(topic)
 	}
-	return httpapi.ReadMessages(browseLog{l}, topic, p, offset, n, asHex, h.b.config().MaxMessageSize)
-}
-
-// browseLog is a partition as the messages page reads it: store's
-// errors as httpapi.PartitionReader gives them.
-type browseLog struct{ *store.Log }
-
-func (l browseLog) Read(offset int64, max int) (httpapi.RecordView, error) {
-	v, err := l.Log.Read(offset, max)
-	return browseView{v}, browseErr(err)
-}
-
-type browseView struct{ store.View }
-
-func (v browseView) ReadAll(dst []byte) ([]byte, error) {
-	b, err := v.View.ReadAll(dst)
-	return b, browseErr(err)
-}
-
-func browseErr(err error) error {
-	var oor *store.OffsetOutOfRangeError
-	switch {
-	case errors.Is(err, store.ErrNoData):
-		return httpapi.ErrNoMessages
-	case errors.As(err, &oor):
-		return &httpapi.RequestError{Status: http.StatusRequestedRangeNotSatisfiable, Msg: err.Error()}
-	case errors.Is(err, store.ErrClosed):
-		return &httpapi.GoneError{Err: err}
-	}
-	return err
+	return httpapi.ReadMessages(httpapi.LogReader{Log: l}, topic, p, offset, n, asHex, h.b.config().MaxMessageSize)
 }
 
 // ---- cluster ----

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,9 +14,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/httpapi"
-	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/security"
-	"github.com/metaq-go/metaq/core/topicadmin"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -155,20 +152,7 @@ func (h httpBackend) Topic(name string) (httpapi.TopicInfo, error) {
 }
 
 // topicRefusal is a topic change's error with its HTTP status.
-func topicRefusal(err error) error {
-	code := http.StatusInternalServerError
-	switch {
-	case errors.Is(err, topicadmin.ErrExists):
-		code = http.StatusConflict
-	case errors.Is(err, partition.ErrNoTopic):
-		code = http.StatusNotFound
-	case errors.Is(err, topicadmin.ErrInvalid):
-		code = http.StatusBadRequest
-	case errors.Is(err, errBrokerClosed):
-		code = http.StatusServiceUnavailable
-	}
-	return &httpapi.RequestError{Status: code, Msg: err.Error()}
-}
+func topicRefusal(err error) error { return httpapi.TopicRefusal(err, errBrokerClosed) }
 
 // CreateTopic creates t for a.
 func (h httpBackend) CreateTopic(a httpapi.Actor, t conf.Topic) error {
@@ -267,14 +251,10 @@ func (h httpBackend) Cluster() httpapi.ClusterInfo {
 
 // Plugins lists the plugin processes.
 func (h httpBackend) Plugins() []httpapi.PluginInfo {
-	var out []httpapi.PluginInfo
-	if h.b.plugins != nil {
-		for _, i := range h.b.plugins.List() {
-			out = append(out, httpapi.PluginInfo{Kind: string(i.Kind), Name: i.Name, Version: i.Version, PID: i.PID, State: i.State,
-				Restarts: i.Restarts, Calls: i.Calls, Errors: i.Errors, Generation: i.Generation, LastError: i.LastError})
-		}
+	if h.b.plugins == nil {
+		return nil
 	}
-	return out
+	return httpapi.PluginInfos(h.b.plugins.List())
 }
 
 // shownName is a client's name as an error reply or a log line shows it.

@@ -14,6 +14,8 @@ import (
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/topicadmin"
+	"github.com/metaq-go/metaq/plugins/host"
 )
 
 // GroupEntries is groups.Admin.List's entries as the API lists them.
@@ -143,6 +145,64 @@ func DiskStatuses(w *diskwatch.Watch) []DiskStatus {
 		}
 		out = append(out, DiskStatus{Dir: filepath.Clean(dd.Dir()), Used: u.UsedBytes, Free: u.FreeBytes,
 			Ratio: u.Space, Full: dd.Full()})
+	}
+	return out
+}
+
+// LogReader is a partition's log as the messages page reads it: store's
+// errors as PartitionReader gives them.
+type LogReader struct{ *store.Log }
+
+// Read reads from offset, at most max bytes.
+func (l LogReader) Read(offset int64, max int) (RecordView, error) {
+	v, err := l.Log.Read(offset, max)
+	return logView{v}, logReadErr(err)
+}
+
+type logView struct{ store.View }
+
+func (v logView) ReadAll(dst []byte) ([]byte, error) {
+	b, err := v.View.ReadAll(dst)
+	return b, logReadErr(err)
+}
+
+func logReadErr(err error) error {
+	var oor *store.OffsetOutOfRangeError
+	switch {
+	case errors.Is(err, store.ErrNoData):
+		return ErrNoMessages
+	case errors.As(err, &oor):
+		return &RequestError{Status: http.StatusRequestedRangeNotSatisfiable, Msg: err.Error()}
+	case errors.Is(err, store.ErrClosed):
+		return &GoneError{Err: err}
+	}
+	return err
+}
+
+// TopicRefusal is a topic change's error (core/topicadmin) with its HTTP
+// status; closed is the broker's error once it is closing (503).
+func TopicRefusal(err, closed error) error {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, topicadmin.ErrExists):
+		code = http.StatusConflict
+	case errors.Is(err, partition.ErrNoTopic):
+		code = http.StatusNotFound
+	case errors.Is(err, topicadmin.ErrInvalid):
+		code = http.StatusBadRequest
+	case errors.Is(err, closed):
+		code = http.StatusServiceUnavailable
+	}
+	return &RequestError{Status: code, Msg: err.Error()}
+}
+
+// PluginInfos is the plugin processes' state (plugins/host) as the API
+// lists them.
+func PluginInfos(is []host.Info) []PluginInfo {
+	var out []PluginInfo
+	for _, i := range is {
+		out = append(out, PluginInfo{Kind: string(i.Kind), Name: i.Name, Version: i.Version, PID: i.PID, State: i.State,
+			Restarts: i.Restarts, Calls: i.Calls, Errors: i.Errors, Generation: i.Generation, LastError: i.LastError})
 	}
 	return out
 }
