@@ -79,7 +79,7 @@ func (h httpBackend) ClusterPage(security.Viewer) httpapi.ClusterPage {
 		v.Sync = kvLines(func(kv func(k string, v any)) { syncStatsLines(b.sync.Status(), kv) })
 	}
 	if v.Mode == "cluster" {
-		v.ZK = b.clusterRead()
+		v.ZK = httpapi.ReadCluster(b.zkRead(), b.lagsNow) // with the lag here of the groups it holds
 	}
 	return v
 }
@@ -119,7 +119,7 @@ func (h httpBackend) GroupPage(ctx context.Context, v security.Viewer, group str
 	var zg *httpapi.ZKGroup
 	pg := httpapi.GroupPage{ZooKeeper: b.config().ZooKeeper.Enabled()}
 	if pg.ZooKeeper {
-		zg, pg.ZKErr = b.zkGroupOf(group)
+		zg, pg.ZKErr = httpapi.ReadZKGroup(b.zkRead(), group)
 		if zg != nil && !explicit {
 			topics = httpapi.ZKGroupTopics(v, zg, topics, b.topicOpen)
 		}
@@ -133,4 +133,17 @@ func (h httpBackend) GroupPage(ctx context.Context, v security.Viewer, group str
 		pg.ZKMembers, pg.Elsewhere = httpapi.PlaceZKGroup(v, zg, b.config().BrokerID, views)
 	}
 	return pg, nil
+}
+
+// zkRead is the registry connection's read for the dashboard's reads of
+// ZooKeeper (docs/dashboard.md; core/httpapi zkread.go); nil while not
+// connected.
+func (b *Broker) zkRead() httpapi.ZKRead {
+	b.mu.RLock()
+	reg := b.reg
+	b.mu.RUnlock()
+	if reg == nil {
+		return nil
+	}
+	return reg.Read
 }

@@ -84,7 +84,7 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	}
 	// Both members own partitions of both brokers (ZooKeeper's owner nodes).
 	require.Eventually(t, func() bool {
-		zg, errText := b0.zkGroupOf("billing")
+		zg, errText := httpapi.ReadZKGroup(b0.zkRead(), "billing")
 		if errText != "" || zg == nil || len(zg.Members) != 2 || len(zg.Owners) != 6 {
 			return false
 		}
@@ -107,7 +107,7 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	}
 	var console httpapi.ConsoleMemory
 	require.Eventually(t, func() bool {
-		for _, g := range console.Build(security.Viewer{}, 0, b0.clusterRead(), time.Now()).Groups {
+		for _, g := range console.Build(security.Viewer{}, 0, httpapi.ReadCluster(b0.zkRead(), b0.lagsNow), time.Now()).Groups {
 			if g.Group == "billing" && len(g.Lags) == 1 && g.Lags[0] == (httpapi.ConsoleLag{Topic: "orders", Bytes: 0}) {
 				return true
 			}
