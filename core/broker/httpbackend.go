@@ -234,17 +234,10 @@ func (h httpBackend) Summary(v security.Viewer) httpapi.Summary {
 // Cluster is the broker's place in its cluster.
 func (h httpBackend) Cluster() httpapi.ClusterInfo {
 	b := h.b
-	c := httpapi.ClusterInfo{BrokerID: b.config().BrokerID, Mode: "local", Role: "master", // slaves come with replication (issue 11)
-		HTTPAddr: b.HTTPAddr(), Registered: b.Registered(), Serving: b.serving.Load()}
+	c := httpapi.ClusterInfoOf(b.config(), b.HTTPAddr(), b.Registered(), b.serving.Load())
 	if c.Serving { // ln and tlsLn are set
 		addr, tlsAddr := b.Addr(), b.TLSAddr()
 		c.Addr, c.TLSAddr = &addr, &tlsAddr
-	}
-	if b.config().ZooKeeper.Enabled() {
-		// zookeeper.connect is secret (it may carry credentials): only
-		// the root is shown.
-		root := b.config().ZooKeeper.Root
-		c.Mode, c.ZooKeeperRoot = "cluster", &root
 	}
 	return c
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/diskwatch"
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/partition"
@@ -205,4 +206,18 @@ func PluginInfos(is []host.Info) []PluginInfo {
 			Restarts: i.Restarts, Calls: i.Calls, Errors: i.Errors, Generation: i.Generation, LastError: i.LastError})
 	}
 	return out
+}
+
+// ClusterInfoOf is the broker's place in its cluster under cfg, without
+// its client addresses (set while serving).
+func ClusterInfoOf(cfg *conf.Config, httpAddr string, registered, serving bool) ClusterInfo {
+	c := ClusterInfo{BrokerID: cfg.BrokerID, Mode: "local", Role: "master", // slaves come with replication (issue 11)
+		HTTPAddr: httpAddr, Registered: registered, Serving: serving}
+	if cfg.ZooKeeper.Enabled() {
+		// zookeeper.connect is secret (it may carry credentials): only
+		// the root is shown.
+		root := cfg.ZooKeeper.Root
+		c.Mode, c.ZooKeeperRoot = "cluster", &root
+	}
+	return c
 }
