@@ -131,6 +131,22 @@ func produce(tb testing.TB, addr string, attrs ...string) []sent {
 	return out
 }
 
+// waitReadable waits until the last of msgs is readable: a put is
+// acknowledged before the flush that makes it readable, and a test that
+// needs a log that no longer grows (a read-ahead batch taken earlier would
+// be a prefix) waits for it. Its get counts in the messages out.
+func waitReadable(tb testing.TB, addr string, msgs []sent) {
+	tb.Helper()
+	c := dial(tb, addr)
+	defer c.nc.Close()
+	last := msgs[len(msgs)-1].offset
+	deadline := time.Now().Add(10 * time.Second)
+	for c.get(tb, "unfiltered-readable-check", last, 1<<20).Op != protocol.OpValue {
+		require.True(tb, time.Now().Before(deadline), "the last message at %d was not readable within 10 s", last)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 type rawConn struct {
 	nc  net.Conn
 	bw  *bufio.Writer

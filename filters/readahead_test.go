@@ -68,6 +68,7 @@ func TestBrokerReadAheadSameReplies(t *testing.T) {
 	t.Parallel()
 	b := readAheadBroker(t)
 	msgs := produce(t, b.Addr(), mixedAttrs(400, 1)...)
+	waitReadable(t, b.Addr(), msgs)
 	end := msgs[len(msgs)-1].offset + int64(message.HeaderSize) + 64
 	cb, cr := dial(t, b.Addr()), dial(t, b.Addr())
 	get := func(what string, offset int64, size int) *protocol.Request {
