@@ -96,7 +96,10 @@ func (c *conn) authFromCert() {
 	cfg := c.b.config()
 	if u, ok := cfg.Auth.UserByName(cn); ok {
 		c.auth.Login(u, cfg)
-		c.markAuthenticated() // connlimits.go
+		if !c.markAuthenticated() { // connlimits.go
+			c.auth.User = nil // too late: auth_timeout passed, the connection closes
+			return
+		}
 		c.b.logf("conn %s: authenticated user %s by client certificate", c.nc.RemoteAddr(), protocol.Printable([]byte(cn)))
 		return
 	}
@@ -121,7 +124,13 @@ func (c *conn) handleAuth(r *protocol.Request) {
 	u, err := b.users.CheckPlain(&cfg.Auth, string(r.Item), r.Body, c.nc.RemoteAddr().String())
 	if err == nil {
 		c.auth.Login(u, cfg)
-		c.markAuthenticated() // connlimits.go
+		if !c.markAuthenticated() { // connlimits.go
+			// auth_timeout passed while the password was checked: the
+			// sweep is closing the connection, so the login is too late.
+			c.auth.User = nil
+			c.reply(protocol.StatusUnauthorized, b.authTimeoutMsg(), r.Opaque)
+			return
+		}
 		c.reply(protocol.StatusOK, "", r.Opaque)
 		return
 	}

@@ -48,13 +48,16 @@ func (b *Broker) admit(c *conn) bool {
 
 // markAuthenticated takes c out of the unauthenticated connections: its
 // handshake completed (auth off), it authenticated, or it closed. Read
-// loop only (or its goroutine once the read loop returned).
-func (c *conn) markAuthenticated() {
+// loop only (or its goroutine once the read loop returned). It reports
+// false when c was no longer among them: the auth_timeout sweep (or an
+// eviction) took it first and is closing it, so a login that finished
+// just now came too late.
+func (c *conn) markAuthenticated() bool {
 	if !c.unauth {
-		return
+		return true
 	}
 	c.unauth = false
-	c.b.unauth.Remove(c)
+	return c.b.unauth.Remove(c)
 }
 
 // hardClose closes the connection now: the socket first (under TLS, the
