@@ -337,3 +337,27 @@ func TestHTTPSHandshakeFailuresThrottled(t *testing.T) {
 	require.Equal(t, 0.0, metricValue(t, body, `metaq_tls_handshake_failures_total{listener="protocol"}`))
 	require.Equal(t, 0.0, metricValue(t, body, `metaq_unauthenticated_connections`))
 }
+
+// TestLoginAfterAuthTimeoutSweep: a login that completes after the
+// auth_timeout sweep took its connection out of the unauthenticated set
+// (the sweep then closes it) is answered 401 with the timeout, never 200.
+func TestLoginAfterAuthTimeoutSweep(t *testing.T) {
+	t.Parallel()
+	certs := testsvc.NewCerts(t)
+	// A long auth_timeout: the test plays the sweep's part itself.
+	b := limitBroker(t, certs, &syncLog{}, func(c *conf.Config) { c.AuthTimeout = 60_000 })
+	a := dialAuth(t, b.Addr(), nil)
+	waitUnauth(t, b, 1)
+	b.connsMu.Lock()
+	var taken int
+	for c := range b.conns {
+		if b.unauth.Remove(c) { // what the sweep does before it closes c
+			taken++
+		}
+	}
+	b.connsMu.Unlock()
+	require.Equal(t, 1, taken)
+	code, body := a.login("alice", "alice-pw")
+	require.Equal(t, 401, code, body)
+	require.Contains(t, body, "authentication timeout")
+}
