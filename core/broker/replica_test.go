@@ -27,9 +27,10 @@ func replBroker(t testing.TB, zkAddr, root, dir, addr string, slave int, mod fun
 	return replBrokerOpts(t, zkAddr, root, dir, addr, slave, mod, Options{Logf: t.Logf}, knobs{})
 }
 
-func replBrokerOpts(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config), opts Options, k knobs) *Broker {
-	t.Helper()
-	mods := []func(*conf.Config){func(cfg *conf.Config) {
+// replConf sets what every replication test broker shares: broker id 3,
+// slave id slave, ZooKeeper at zkAddr under root, short timeouts.
+func replConf(zkAddr, root string, slave int) func(*conf.Config) {
+	return func(cfg *conf.Config) {
 		cfg.BrokerID = 3
 		cfg.SlaveID = slave
 		cfg.ZooKeeper.Connect = zkAddr
@@ -37,7 +38,12 @@ func replBrokerOpts(t testing.TB, zkAddr, root, dir, addr string, slave int, mod
 		cfg.ZooKeeper.SessionTimeout = 4000
 		cfg.ZooKeeper.ConnectionTimeout = 5000
 		cfg.SyncTimeout = 1000
-	}}
+	}
+}
+
+func replBrokerOpts(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config), opts Options, k knobs) *Broker {
+	t.Helper()
+	mods := []func(*conf.Config){replConf(zkAddr, root, slave)}
 	if mod != nil {
 		mods = append(mods, mod)
 	}

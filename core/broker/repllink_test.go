@@ -26,15 +26,8 @@ func replSecure(t *testing.T, zkAddr, root string, slave int, certs *testsvc.Cer
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var plain, tln net.Listener
-	mods := []func(*conf.Config){func(cfg *conf.Config) {
+	mods := []func(*conf.Config){replConf(zkAddr, root, slave), func(cfg *conf.Config) {
 		cfg.Host = "127.0.0.1"
-		cfg.BrokerID = 3
-		cfg.SlaveID = slave
-		cfg.ZooKeeper.Connect = zkAddr
-		cfg.ZooKeeper.Root = root
-		cfg.ZooKeeper.SessionTimeout = 4000
-		cfg.ZooKeeper.ConnectionTimeout = 5000
-		cfg.SyncTimeout = 1000
 		cfg.Auth = conf.Auth{Enabled: true, FailureDelay: 100, Users: hashedUsers(t)}
 	}}
 	if mod != nil {
