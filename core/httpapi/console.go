@@ -268,23 +268,12 @@ func (d *ConsoleMemory) Build(v security.Viewer, self int, r *ClusterRead, now t
 		if v.Authorize(security.UseGroup, g.Group) != nil {
 			continue
 		}
-		cg := ConsoleGroup{Group: g.Group}
-		for _, t := range g.Topics {
-			if v.Authorize(security.Subscribe, t) == nil {
-				cg.Topics = append(cg.Topics, t)
-			}
-		}
+		cg := ConsoleGroup{Group: g.Group, Topics: subscribable(v, g.Topics)}
 		if len(cg.Topics) == 0 && len(g.Topics) > 0 {
 			continue
 		}
 		for _, m := range g.Members {
-			var ts []string
-			for _, t := range m.Topics {
-				if v.Authorize(security.Subscribe, t) == nil {
-					ts = append(ts, t)
-				}
-			}
-			m.Topics = ts
+			m.Topics = subscribable(v, m.Topics)
 			cg.Members = append(cg.Members, m)
 		}
 		for _, o := range g.Owners {

@@ -198,19 +198,25 @@ func ZKGroupTopics(v security.Viewer, zg *ZKGroup, topics []string, open func(st
 	return topics
 }
 
+// subscribable returns the topics of ts that v may subscribe to (nil if
+// none).
+func subscribable(v security.Viewer, ts []string) []string {
+	var out []string
+	for _, t := range ts {
+		if v.Authorize(security.Subscribe, t) == nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // PlaceZKGroup is a group's page's ZooKeeper part: zg's members, with the
 // topics v may subscribe to, and its owners of partitions of those
 // topics; those of broker self's partitions go in views' partition
 // tables (where no owner is known), the others are elsewhere.
 func PlaceZKGroup(v security.Viewer, zg *ZKGroup, self int, views []GroupTopic) (members []ZKMember, elsewhere []ZKOwner) {
 	for _, m := range zg.Members {
-		var ts []string
-		for _, t := range m.Topics {
-			if v.Authorize(security.Subscribe, t) == nil {
-				ts = append(ts, t)
-			}
-		}
-		m.Topics = ts
+		m.Topics = subscribable(v, m.Topics)
 		members = append(members, m)
 	}
 	for _, o := range zg.Owners {
