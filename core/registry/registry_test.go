@@ -30,6 +30,21 @@ func (l *logBuf) logf(format string, args ...any) {
 	l.lines = append(l.lines, fmt.Sprintf(format, args...))
 }
 
+// dumpOnFailure prints the registry's log lines if the test fails, so that
+// a failure says what the registry saw.
+func (l *logBuf) dumpOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, line := range l.lines {
+			t.Logf("registry log: %s", line)
+		}
+	})
+}
+
 func (l *logBuf) contains(s string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -334,6 +349,7 @@ func TestZooKeeperDownAtStart(t *testing.T) {
 	z := testsvc.NewZooKeeper(t)
 	z.Stop()
 	lb := &logBuf{}
+	lb.dumpOnFailure(t)
 	opts := testOpts(z.Addr(), "/down", 1, lb)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
