@@ -25,7 +25,9 @@ import (
 
 // replConfig is the replication tests' server.toml (the harness appends
 // [zookeeper]): small segments, so that copies span several; a
-// group-commit topic and a threshold-mode one.
+// group-commit topic and a threshold-mode one. Journal files of 4 MiB (as
+// the power-loss tests' brokers), not 64: each fresh data directory
+// pre-writes and fsyncs three of them.
 const replConfig = `broker_id = 0
 host = "127.0.0.1"
 port = 8123
@@ -33,6 +35,7 @@ http_port = 0
 data_dir = "data"
 num_partitions = 4
 max_segment_size = 65536
+journal_file_size = 4194304
 delete_check_interval = 1
 
 [[topic]]
