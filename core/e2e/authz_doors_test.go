@@ -102,6 +102,7 @@ func startAuthzServer(t *testing.T) *authzServer {
 		config := filepath.Join(dir, "server.toml")
 		toml := fmt.Sprintf(`data_dir = %q
 host = "127.0.0.1"
+journal_file_size = 1048576
 port = %d
 tls_port = %d
 http_port = %d

@@ -136,6 +136,7 @@ func startHostile(t *testing.T, maxConns int) *hostileBroker {
 	config := filepath.Join(dir, "server.toml")
 	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`# e2e hostile-client suite
 host = "127.0.0.1"
+journal_file_size = 1048576
 data_dir = %q
 max_connections = %d
 request_timeout = %d

@@ -69,6 +69,7 @@ func startFloodBroker(t *testing.T, withTLS bool) *floodBroker {
 		// header timeout, however slow the machine.
 		toml := fmt.Sprintf(`data_dir = %q
 host = "127.0.0.1"
+journal_file_size = 1048576
 http_read_header_timeout = 60000
 %s%s
 [auth]

@@ -47,6 +47,7 @@ func TestServerCSRFCurl(t *testing.T) {
 	require.NoError(t, testsvc.StartOnFreePort(func(port int) error {
 		toml := fmt.Sprintf(`data_dir = %q
 host = "127.0.0.1"
+journal_file_size = 1048576
 port = 0
 tls_port = %d
 

@@ -62,6 +62,7 @@ func TestServerTLSAuth(t *testing.T) {
 		config := filepath.Join(dir, "server.toml")
 		toml := fmt.Sprintf(`data_dir = %q
 host = "127.0.0.1"
+journal_file_size = 1048576
 port = 0
 tls_port = %d
 

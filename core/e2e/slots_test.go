@@ -72,6 +72,7 @@ func startSlotsServer(t *testing.T, extra string) *slotsServer {
 		config := filepath.Join(dir, "server.toml")
 		toml := fmt.Sprintf(`data_dir = %q
 host = "127.0.0.1"
+journal_file_size = 1048576
 port = %d
 tls_port = %d
 http_port = %d
