@@ -63,7 +63,7 @@ func closedTopic() brokertest.Option {
 // gave.
 func TestPipelinedOutOfOrder(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet(), closedTopic())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), closedTopic())
 	var dials atomic.Int32
 	p, err := newBrokerProducer(b.Addr(), quiet, withDialer(countDials(&dials)))
 	require.NoError(t, err)
@@ -128,7 +128,7 @@ func TestPipelinedOutOfOrder(t *testing.T) {
 // they are in flight, unanswered) and then cuts the connection.
 func TestConnectionLossFailsInFlight(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet())
 	fn := startFaultyNet(t, b.Addr())
 	p, err := newBrokerProducer(fn.addr(), quiet, withSendTimeout(time.Minute))
 	require.NoError(t, err)
@@ -194,7 +194,7 @@ func stopProcess(t *testing.T, p *os.Process) {
 // with ErrTimeout once the send timeout has passed.
 func TestSendTimeout(t *testing.T) {
 	t.Parallel()
-	s := brokertest.StartServer(t, "--config", "../../conf/server.toml", "--port", "0", "--http-port", "0", "--host", "127.0.0.1", "--data-dir", t.TempDir())
+	s := brokertest.StartServer(t, "--config", serverConfig(t), "--port", "0", "--http-port", "0", "--host", "127.0.0.1", "--data-dir", t.TempDir())
 	p, err := newBrokerProducer(s.Addr, quiet, withSendTimeout(150*time.Millisecond))
 	require.NoError(t, err)
 	defer p.Close(context.Background())
@@ -223,7 +223,7 @@ func TestSendTimeout(t *testing.T) {
 // with context.Canceled.
 func TestSendContextCancel(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet())
 	fn := startFaultyNet(t, b.Addr())
 	p, err := newBrokerProducer(fn.addr(), quiet, withSendTimeout(time.Minute))
 	require.NoError(t, err)
@@ -255,7 +255,7 @@ func TestSendContextCancel(t *testing.T) {
 // refusals come before anything is sent.
 func TestBrokerErrors(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet(), closedTopic(), brokertest.Edit(func(c *conf.Config) { c.MaxMessageSize = 1024 }))
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), closedTopic(), brokertest.Edit(func(c *conf.Config) { c.MaxMessageSize = 1024 }))
 	// "gone" is no topic of the broker; fixing its partition count has the
 	// producer send to it without asking `stats` first. The producer's own
 	// size limit is above the broker's.
@@ -308,7 +308,7 @@ func TestPartitionRefresh(t *testing.T) {
 	t.Parallel()
 	cfg := brokertest.Default(t)
 	cfg.NumPartitions = 4
-	b := brokertest.Start(t, brokertest.Config(cfg), brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Config(cfg), brokertest.Quiet())
 	addr := b.Addr()
 	fn := startFaultyNet(t, addr)
 	last, err := newBrokerProducer(fn.addr(), quiet, withSelector(lastPartition))
@@ -328,7 +328,7 @@ func TestPartitionRefresh(t *testing.T) {
 	require.NoError(t, b.Close())
 	cfg2 := *cfg
 	cfg2.NumPartitions = 2
-	brokertest.Start(t, brokertest.Config(&cfg2), brokertest.Listen(addr), brokertest.Quiet())
+	brokertest.Start(t, smallJournal(), brokertest.Config(&cfg2), brokertest.Listen(addr), brokertest.Quiet())
 	require.Eventually(t, func() bool { return last.cn.live() == nil && fixed.cn.live() == nil },
 		10*time.Second, time.Millisecond, "the producers saw their connections close")
 
@@ -360,7 +360,7 @@ func TestPartitionRefresh(t *testing.T) {
 // are spaced out; once it is back on its address, sends go through.
 func TestRedialBackoff(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet())
 	addr := b.Addr()
 	require.NoError(t, b.Close())
 	var dials atomic.Int32
@@ -383,7 +383,7 @@ func TestRedialBackoff(t *testing.T) {
 	require.LessOrEqual(t, dials.Load(), int32(12))
 	require.GreaterOrEqual(t, dials.Load(), int32(2))
 
-	brokertest.Start(t, brokertest.Config(b.Config), brokertest.Listen(addr), brokertest.Quiet())
+	brokertest.Start(t, smallJournal(), brokertest.Config(b.Config), brokertest.Listen(addr), brokertest.Quiet())
 	_, err = p.Send(ctxT(t, 20*time.Second), &message.Message{Topic: "t", Body: []byte("x")})
 	require.NoError(t, err)
 }
@@ -398,7 +398,7 @@ func TestOversizedReply(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("a-topic-with-a-long-name-%03d", i)
 	}
-	b := brokertest.Start(t, brokertest.Quiet(), brokertest.Topics(names...))
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.Topics(names...))
 	p, err := newBrokerProducer(b.Addr(), quiet)
 	require.NoError(t, err)
 	defer p.Close(context.Background())
@@ -431,7 +431,7 @@ func TestOversizedReply(t *testing.T) {
 // holds back from the real broker) with ErrClosed.
 func TestClosedErrors(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet())
 	p, err := newBrokerProducer(b.Addr(), quiet)
 	require.NoError(t, err)
 	require.NoError(t, p.Close(context.Background()))

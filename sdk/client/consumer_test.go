@@ -191,7 +191,7 @@ func statInt(t *testing.T, addr, key string) int64 {
 // the consumer moves there and reads on.
 func TestConsumerMoved(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet(), smallSegments())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), smallSegments())
 	fill(t, b.Addr(), 5, 1000) // 5 × 1020 bytes: past 4096, the next put starts a segment
 	offs := fill(t, b.Addr(), 5, 0)
 	segs := segments(t, b, 0)
@@ -214,7 +214,7 @@ func TestConsumerMoved(t *testing.T) {
 // counts them.
 func TestConsumerNoDataBackoff(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet())
 	c := consumerAt(t, b.Addr(), withMaxFetchDelay(100*time.Millisecond))
 	before := statInt(t, b.Addr(), "cmd_get")
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
@@ -232,7 +232,7 @@ func TestConsumerNoDataBackoff(t *testing.T) {
 // only by whole records, and a record larger than the get makes it grow.
 func TestConsumerPartialRecords(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet())
 	fill(t, b.Addr(), 10, 25) // 20+26 bytes each
 	sendBodies(t, b.Addr(), make([]byte, 500))
 	offs := fill(t, b.Addr(), 3, 0)
@@ -253,7 +253,7 @@ func TestConsumerPartialRecords(t *testing.T) {
 // *CorruptRecordError at that record.
 func TestConsumerCorruptRecord(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet())
 	offs := fill(t, b.Addr(), 5, 0)
 	damage(t, b, offs[2])
 	c := consumerAt(t, b.Addr())
@@ -277,14 +277,14 @@ func TestConsumerCorruptRecord(t *testing.T) {
 // *CorruptRecordError at that offset, not retry forever.
 func TestConsumerCorruptDataReply(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet(), smallSegments())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), smallSegments())
 	offs := fill(t, b.Addr(), 5, 1400) // 1420-byte records: 0..2 in the first segment
 	segs := segments(t, b, 0)
 	require.Len(t, segs, 2)
 	require.Equal(t, offs[3], segs[1].start)
 	require.NoError(t, b.Close())
 	damage(t, b, offs[2])
-	b = brokertest.Start(t, brokertest.Config(b.Config), brokertest.Quiet())
+	b = brokertest.Start(t, smallJournal(), brokertest.Config(b.Config), brokertest.Quiet())
 
 	c := consumerAt(t, b.Addr())
 	var got []string
@@ -310,7 +310,7 @@ func TestConsumerCorruptDataReply(t *testing.T) {
 // segment, and the answer is then the oldest offset left.
 func TestConsumerResyncForward(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet(), smallSegments())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), smallSegments())
 	offs := fill(t, b.Addr(), 5, 1400) // 1420-byte records: 0..2 in the first segment
 	segs := segments(t, b, 0)
 	require.Len(t, segs, 2)
@@ -360,7 +360,7 @@ func TestConsumerResyncForward(t *testing.T) {
 // the broker's `offset` reports.
 func TestConsumerMisalignedStart(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet())
 	offs := fill(t, b.Addr(), 3, 40)
 	c := consumerAt(t, b.Addr(), withStartFrom(AtOffset(5)), withMaxFetchSizeLimit(4096))
 	got := collect(t, c, 3)
@@ -373,7 +373,7 @@ func TestConsumerMisalignedStart(t *testing.T) {
 
 func TestConsumerAlreadyRunningAndClose(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet(), brokertest.Partitions(2))
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.Partitions(2))
 	c := consumerAt(t, b.Addr())
 	ctx := ctxT(t, 10*time.Second)
 	done := make(chan error, 1)

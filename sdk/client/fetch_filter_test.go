@@ -20,7 +20,7 @@ import (
 // the skipped ones, or 301 when it kept none.
 func TestConsumerFilteredReplies(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet(), brokertest.Edit(func(c *conf.Config) {
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.Edit(func(c *conf.Config) {
 		c.Topics = []conf.Topic{{Name: "t", Filters: []conf.TopicFilter{{
 			Group: defaultGroup, Filter: "attribute", Config: map[string]string{"equals": "keep"}}}}}
 	}))

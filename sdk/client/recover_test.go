@@ -29,7 +29,7 @@ var rcvQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // rcvBroker runs a real broker with topic rt (2 partitions) on 127.0.0.1.
 func rcvBroker(t *testing.T) string {
 	t.Helper()
-	return brokertest.Start(t, brokertest.Topics(rcvTopic), brokertest.Partitions(2), brokertest.Quiet()).Addr()
+	return brokertest.Start(t, smallJournal(), brokertest.Topics(rcvTopic), brokertest.Partitions(2), brokertest.Quiet()).Addr()
 }
 
 // rcvSend sends bodies to partition 0, in order.

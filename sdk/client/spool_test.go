@@ -242,7 +242,7 @@ func TestClientSpoolZooKeeper(t *testing.T) {
 	start := func() string {
 		c := *cfg
 		c.Port = 0
-		b := brokertest.Start(t, brokertest.Config(&c), brokertest.ZooKeeper(zkAddr, root, 3), brokertest.Quiet())
+		b := brokertest.Start(t, smallJournal(), brokertest.Config(&c), brokertest.ZooKeeper(zkAddr, root, 3), brokertest.Quiet())
 		t.Cleanup(func() { _ = b.Close() })
 		br = b
 		return b.Addr()

@@ -233,7 +233,7 @@ func TestTransactionZooKeeper(t *testing.T) {
 		if id == 2 {
 			topics = append(topics, "only2")
 		}
-		br := brokertest.Start(t, brokertest.Quiet(), brokertest.Topics(topics...), brokertest.Partitions(2),
+		br := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.Topics(topics...), brokertest.Partitions(2),
 			brokertest.ZooKeeper(zkAddr, root, id), brokertest.Edit(func(c *conf.Config) {
 				c.ZooKeeper.SessionTimeout, c.ZooKeeper.ConnectionTimeout = 4000, 5000
 			}))
