@@ -28,7 +28,7 @@ func startZKServer(t *testing.T, zkAddr string, id int) string {
 			default:
 			}
 		}
-	}, "--config", "../../conf/server.toml", "--host", "127.0.0.1", "--port", "0", "--http-port", "0",
+	}, "--config", serverConfig(t), "--host", "127.0.0.1", "--port", "0", "--http-port", "0",
 		"--data-dir", filepath.Join(t.TempDir(), "data"), "--zk", zkAddr, "--broker-id", strconv.Itoa(id))
 	if s != nil {
 		t.Cleanup(s.Kill)

@@ -35,7 +35,7 @@ func TestCLIFailoverTLSAuth(t *testing.T) {
 	}
 	member := func(slave int) *brokertest.Broker {
 		cf, kf, _ := certs.Server(t, fmt.Sprintf("server-%d", slave+1))
-		return brokertest.Start(t, brokertest.Topics("gt"), brokertest.TLSOnly(),
+		return brokertest.Start(t, smallJournal(), brokertest.Topics("gt"), brokertest.TLSOnly(),
 			brokertest.TLS(conf.TLS{CertFile: cf, KeyFile: kf, MinVersion: "1.2"}),
 			brokertest.Auth(conf.Auth{Enabled: true, FailureDelay: 50, Users: users}),
 			brokertest.ZooKeeper(zkAddr, root, 7), brokertest.Edit(func(c *conf.Config) {

@@ -39,7 +39,7 @@ func groupBrokerSeg(t *testing.T, id int, zkAddr, root string, segSize int64) *b
 			c.ZooKeeper.SessionTimeout, c.ZooKeeper.ConnectionTimeout = 4000, 5000
 		}))
 	}
-	return brokertest.Start(t, opts...).Broker
+	return brokertest.Start(t, append(opts, smallJournal())...).Broker
 }
 
 func groupCtx(t *testing.T, d time.Duration) context.Context {

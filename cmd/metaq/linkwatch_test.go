@@ -59,8 +59,9 @@ func TestConsumeGroupBrokerLoss(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	data := filepath.Join(t.TempDir(), "data")
+	cfgPath := serverConfig(t)
 	start := func() *brokertest.Server {
-		return brokertest.StartServer(t, "--config", "../../conf/server.toml", "--host", "127.0.0.1",
+		return brokertest.StartServer(t, "--config", cfgPath, "--host", "127.0.0.1",
 			"--port", strconv.Itoa(port), "--http-port", "0", "--data-dir", data)
 	}
 	srv := start()

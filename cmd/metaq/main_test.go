@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/admin"
@@ -23,9 +24,42 @@ import (
 // the broker's address and the CLI binary.
 func testServer(t *testing.T) (addr, cli string) {
 	t.Helper()
-	srv := brokertest.StartServer(t, "--config", "../../conf/server.toml", "--host", "127.0.0.1", "--port", "0", "--http-port", "0",
+	srv := brokertest.StartServer(t, "--config", serverConfig(t), "--host", "127.0.0.1", "--port", "0", "--http-port", "0",
 		"--data-dir", filepath.Join(t.TempDir(), "data"))
 	return srv.Addr, testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq")
+}
+
+// testJournalFileSize is the test brokers' journal file size: 4 MiB, not
+// the default 64 MiB. A broker pre-writes and fdatasyncs its journal file
+// and two spares when it starts, and these tests commit far less than a
+// file: at 64 MiB that fill was most of a start's CPU and disk time. 4 MiB
+// still holds the largest record (max_message_size 1 MiB).
+const testJournalFileSize = 4 << 20
+
+// smallJournal gives an in-process broker testJournalFileSize.
+func smallJournal() brokertest.Option {
+	return brokertest.Edit(func(c *conf.Config) { c.JournalFileSize = testJournalFileSize })
+}
+
+// serverConfig writes the sample ../../conf/server.toml with
+// journal_file_size = testJournalFileSize into t's temp directory and
+// returns its path, for the metaq-server processes.
+func serverConfig(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile("../../conf/server.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^journal_file_size = [0-9]+$`)
+	if !re.Match(b) {
+		t.Fatal("../../conf/server.toml sets no journal_file_size")
+	}
+	b = re.ReplaceAll(b, []byte("journal_file_size = "+strconv.Itoa(testJournalFileSize)))
+	p := filepath.Join(t.TempDir(), "server.toml")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 type result struct {

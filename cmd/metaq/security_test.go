@@ -50,7 +50,7 @@ func secureCLIBroker(t *testing.T, certs *testsvc.Certs, zkAddr, root string) *b
 			c.ZooKeeper.SessionTimeout, c.ZooKeeper.ConnectionTimeout = 4000, 5000
 		}))
 	}
-	return brokertest.Start(t, opts...).Broker
+	return brokertest.Start(t, append(opts, smallJournal())...).Broker
 }
 
 // TestCLITLSAuth produces and consumes with --tls-ca, --user and

@@ -16,7 +16,7 @@ import (
 // through a real broker's admin API.
 func TestCLITopic(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.Quiet(), brokertest.HTTP())
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.HTTP())
 	at := []string{"--addr", b.Addr(), "--http", b.HTTPAddr()}
 	r := cli("", append(at, "topic", "create", "live", "--partitions", "3")...)
 	mustOK(t, r, "topic create")
@@ -61,8 +61,8 @@ func TestCLITopic(t *testing.T) {
 // topic was created on another broker, or "created" with nothing there).
 func TestCLITopicNamedBroker(t *testing.T) {
 	t.Parallel()
-	b1 := brokertest.Start(t, brokertest.Quiet(), brokertest.HTTP())
-	b2 := brokertest.Start(t, brokertest.Quiet(), brokertest.HTTP())
+	b1 := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.HTTP())
+	b2 := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.HTTP())
 	mustOK(t, cli("", "--addr", b2.Addr(), "topic", "create", "only-on-2", "--partitions", "2"), "topic create on broker 2")
 	has := func(b *brokertest.Broker, topic string) bool {
 		_, err := os.Stat(filepath.Join(b.Config.DataDir, topic+"-0"))
@@ -85,7 +85,7 @@ func TestCLITopicNamedBroker(t *testing.T) {
 	if r := cli("", "--addr", dead, "--timeout", "2s", "topic", "create", "x"); r.code != 1 || !strings.Contains(r.stderr, "cannot reach the broker at "+dead) {
 		t.Fatalf("dead --addr: exit %d, stderr %q", r.code, r.stderr)
 	}
-	noHTTP := brokertest.Start(t, brokertest.Quiet())
+	noHTTP := brokertest.Start(t, smallJournal(), brokertest.Quiet())
 	if r := cli("", "--addr", noHTTP.Addr(), "topic", "create", "x"); r.code != 1 || !strings.Contains(r.stderr, "serves no admin API (http_port = 0") {
 		t.Fatalf("broker without HTTP: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -102,7 +102,7 @@ func TestCLITopicTLSAuth(t *testing.T) {
 	certs := testsvc.NewCerts(t)
 	hash := strings.TrimSpace(mustHash(t, "s3cret"))
 	cf, kf, _ := certs.Server(t, "server")
-	b := brokertest.Start(t, brokertest.Quiet(), brokertest.HTTP(), brokertest.TLS(conf.TLS{CertFile: cf, KeyFile: kf, MinVersion: "1.2"}),
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.HTTP(), brokertest.TLS(conf.TLS{CertFile: cf, KeyFile: kf, MinVersion: "1.2"}),
 		brokertest.Auth(conf.Auth{Enabled: true, FailureDelay: 50, Users: []conf.User{
 			{Name: "cli", PasswordHash: hash, Publish: []string{"*"}},
 			{Name: "boss", PasswordHash: hash, Admin: true},
