@@ -90,7 +90,7 @@ func (l *logBuf) logf(format string, args ...any) {
 // filters and plugins.
 func startBroker(tb testing.TB, fs []conf.TopicFilter, ps ...conf.Plugin) *broker.Broker {
 	tb.Helper()
-	return brokertest.Start(tb, brokertest.Edit(func(c *conf.Config) {
+	return brokertest.Start(tb, smallJournal, brokertest.Edit(func(c *conf.Config) {
 		c.Topics = []conf.Topic{{Name: "t", Filters: fs}}
 		c.Plugins = ps
 	})).Broker
@@ -399,7 +399,7 @@ func TestBrokerFilterConsumer(t *testing.T) {
 // kept as messages out, an unfiltered one every whole record it sent.
 func TestBrokerFilteredMessagesOut(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, brokertest.HTTP(), brokertest.Edit(func(c *conf.Config) {
+	b := brokertest.Start(t, smallJournal, brokertest.HTTP(), brokertest.Edit(func(c *conf.Config) {
 		c.Topics = []conf.Topic{{Name: "t", Filters: []conf.TopicFilter{attrFilter("reds", "red")}}}
 	}))
 	msgs := produce(t, b.Addr(), "red", "blue", "-", "red", "blue", "blue", "red", "")
@@ -418,3 +418,8 @@ func TestBrokerFilteredMessagesOut(t *testing.T) {
 	want := fmt.Sprintf("metaq_topic_messages_out_total{topic=\"t\"} %d\n", 3+len(msgs))
 	require.Contains(t, string(body), want)
 }
+
+// smallJournal gives the brokers 4 MiB journal files, not 64 MiB: a broker
+// pre-writes and fdatasyncs its journal file and two spares when it starts,
+// and these tests commit far less than one file.
+var smallJournal = brokertest.Edit(func(c *conf.Config) { c.JournalFileSize = 4 << 20 })

@@ -114,6 +114,7 @@ func TestPluginSeesOnlyItsOwnConfig(t *testing.T) {
 	cfg := conf.Default()
 	cfg.Port = 0
 	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.JournalFileSize = 4 << 20 // see smallJournal
 	cfg.NumPartitions = 1
 	cfg.Plugins = []conf.Plugin{
 		plugin(conf.PluginKindFilter, "rec-a", "record", recA, map[string]string{"dsn": "a-secret"}, "A_ONLY=a-env"),

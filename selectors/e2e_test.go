@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -28,7 +29,7 @@ var quiet = client.Logger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 // and returns its address.
 func startBroker(t testing.TB) string {
 	t.Helper()
-	return brokertest.Start(t, brokertest.Topics(topic), brokertest.Partitions(4)).Addr()
+	return brokertest.Start(t, brokertest.Topics(topic), brokertest.Partitions(4), smallJournal).Addr()
 }
 
 func newProducer(t testing.TB, addr string, sel selector.Selector) *client.Client {
@@ -190,3 +191,8 @@ func TestFailurePolicyPluginKilled(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the restarted plugin is used again")
 	require.Equal(t, 1, logs.count("selector plugin recovered"), "%s", logs)
 }
+
+// smallJournal gives the brokers 4 MiB journal files, not 64 MiB: a broker
+// pre-writes and fdatasyncs its journal file and two spares when it starts,
+// and these tests commit far less than one file.
+var smallJournal = brokertest.Edit(func(c *conf.Config) { c.JournalFileSize = 4 << 20 })

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/brokertest"
 )
 
@@ -27,7 +28,7 @@ func partitionsOf(out string) map[string]map[string]bool {
 
 func TestInProcess(t *testing.T) {
 	t.Parallel()
-	addr := brokertest.Start(t, brokertest.Topics("meta-test"), brokertest.Partitions(4)).Addr()
+	addr := brokertest.Start(t, brokertest.Topics("meta-test"), brokertest.Partitions(4), smallJournal).Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
@@ -46,7 +47,7 @@ func TestPlugin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	addr := brokertest.Start(t, brokertest.Topics("meta-test"), brokertest.Partitions(4)).Addr()
+	addr := brokertest.Start(t, brokertest.Topics("meta-test"), brokertest.Partitions(4), smallJournal).Addr()
 	var out bytes.Buffer
 	require.NoError(t, run(ctx, &out, addr, "meta-test", 12, bin))
 	got := partitionsOf(out.String())
@@ -56,3 +57,8 @@ func TestPlugin(t *testing.T) {
 	}
 	require.Equal(t, got["orders.created"], got["orders.paid"], "same prefix, same partition")
 }
+
+// smallJournal gives the brokers 4 MiB journal files, not 64 MiB: a broker
+// pre-writes and fdatasyncs its journal file and two spares when it starts,
+// and these tests commit far less than one file.
+var smallJournal = brokertest.Edit(func(c *conf.Config) { c.JournalFileSize = 4 << 20 })

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/client"
@@ -40,7 +41,7 @@ func TestTransfers(t *testing.T) {
 	b, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/metaq-go/metaq/examples/xa-mysql").CombinedOutput()
 	require.NoError(t, err, "%s", b)
 
-	br := brokertest.Start(t, brokertest.Topics("transfer-done"), brokertest.Partitions(1), brokertest.Quiet())
+	br := brokertest.Start(t, brokertest.Topics("transfer-done"), brokertest.Partitions(1), brokertest.Quiet(), smallJournal)
 	dsn := testsvc.MariaDB(t)
 	cfg := config{addr: br.Addr(), dsn: dsn, logPath: filepath.Join(t.TempDir(), "decisions"), owner: "xa-test",
 		topic: "transfer-done", from: 1, to: 2, amount: 10}
@@ -162,3 +163,8 @@ func killAt(t *testing.T, ctx context.Context, db *sql.DB, bin string, c config,
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// smallJournal gives the brokers 4 MiB journal files, not 64 MiB: a broker
+// pre-writes and fdatasyncs its journal file and two spares when it starts,
+// and these tests commit far less than one file.
+var smallJournal = brokertest.Edit(func(c *conf.Config) { c.JournalFileSize = 4 << 20 })
