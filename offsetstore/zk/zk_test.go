@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -83,18 +84,20 @@ func TestZNodeLayout(t *testing.T) {
 	}
 	require.NoError(t, commit(ctx(t), s, entries))
 
+	// One zkCli.sh (one JVM) for the three gets and the ls: it prints
+	// their outputs in order.
+	var cmds, want []string
 	for _, c := range []struct{ path, data string }{
 		{zkpath.Offset(zkpath.DefaultRoot, group, "meta-test", 0, 1), "123-456"},
 		{zkpath.Offset(zkpath.DefaultRoot, group, "meta-test", 3, 10), "-1-7"},
 		{zkpath.Offset(zkpath.DefaultRoot, group, "other", 12, 0), fmt.Sprintf("%d-%d", int64(1<<62+1), int64(1<<40))},
 	} {
-		lines, err := testsvc.ZkCliGet(t, addr, c.path)
-		require.NoError(t, err)
-		require.Contains(t, lines, c.data, "zkCli.sh get %s", c.path)
+		cmds, want = append(cmds, "get "+c.path), append(want, c.data)
 	}
-	out, err := testsvc.ZkCli(t, addr, "ls", zkpath.OffsetsTopic(zkpath.DefaultRoot, group, "meta-test"))
+	cmds, want = append(cmds, "ls "+zkpath.OffsetsTopic(zkpath.DefaultRoot, group, "meta-test")), append(want, "[0-1, 3-10]")
+	lines, err := testsvc.ZkCliScript(t, addr, cmds...)
 	require.NoError(t, err)
-	require.Contains(t, out, "[0-1, 3-10]")
+	require.Equal(t, want, lines, "zkCli.sh %q", cmds)
 
 	// The nodes are persistent: a new session still sees them.
 	c := raw(t, addr)
@@ -107,7 +110,7 @@ func TestZNodeLayout(t *testing.T) {
 	// An overwrite changes the data in place.
 	entries[0].Offset, entries[0].MsgID = 999, 124
 	require.NoError(t, commit(ctx(t), s, entries[:1]))
-	lines, err := testsvc.ZkCliGet(t, addr, zkpath.Offset(zkpath.DefaultRoot, group, "meta-test", 0, 1))
+	lines, err = testsvc.ZkCliGet(t, addr, zkpath.Offset(zkpath.DefaultRoot, group, "meta-test", 0, 1))
 	require.NoError(t, err)
 	require.Contains(t, lines, "124-999")
 }
@@ -228,11 +231,14 @@ func TestConfigErrors(t *testing.T) {
 
 func TestInitUnreachable(t *testing.T) {
 	t.Parallel()
-	z := testsvc.NewZooKeeper(t)
-	addr := z.Addr()
-	z.Stop()
+	// A port nobody listens on, as a stopped ZooKeeper's is (without
+	// starting and stopping one).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
 	start := time.Now()
-	err := zk.New().Init(ctx(t), &offsetstore.InitRequest{Config: map[string]string{"connect": addr, "timeout_ms": "1500"}})
+	err = zk.New().Init(ctx(t), &offsetstore.InitRequest{Config: map[string]string{"connect": addr, "timeout_ms": "1500"}})
 	require.Error(t, err)
 	require.Contains(t, err.Error(), addr)
 	require.Less(t, time.Since(start), 10*time.Second, "Init must be bounded by timeout_ms")
