@@ -35,16 +35,15 @@ func TestClusterZooKeeperDigestACL(t *testing.T) {
 	pub := zkpath.TopicsPub.Node(root, "t", zkpath.MasterName(5))
 	private := []string{"'digest,'metaq:x", ": cdrwa", "'world,'anyone", ": r"}
 
-	lines, err := testsvc.ZkCliScript(t, addr, "getAcl "+master, "getAcl "+pub, "get "+master)
+	// One zkCli.sh run: the ACLs and the data, a set of the master node
+	// (its NoAuth goes to stderr, naming the node; set prints nothing),
+	// and the data again, unchanged.
+	lines, stderr, exitErr, err := testsvc.ZkCliSession(t, addr, "getAcl "+master, "getAcl "+pub, "get "+master,
+		"set "+master+" meta://10.6.6.6:8123", "get "+master)
 	require.NoError(t, err)
-	require.Equal(t, append(append(append([]string{}, private...), private...), uri), lines)
-
-	out, err := testsvc.ZkCli(t, addr, "set", master, "meta://10.6.6.6:8123")
-	require.Error(t, err, "unauthenticated set of %s: %s", master, out)
-	require.Contains(t, err.Error(), "Insufficient permission")
-	got, err := testsvc.ZkCliGet(t, addr, master)
-	require.NoError(t, err)
-	require.Equal(t, []string{uri}, got)
+	require.NoError(t, exitErr)
+	require.Equal(t, append(append(append([]string{}, private...), private...), uri, uri), lines)
+	require.Contains(t, stderr, "Insufficient permission : "+master, "unauthenticated set of %s", master)
 
 	c := zkClient(t, addr)
 	_, err = c.Set(pub, []byte(`{"numParts":64,"broker":"5-m"}`), -1)
@@ -128,10 +127,18 @@ func TestClusterZooKeeperConsumersClosed(t *testing.T) {
 	})
 
 	// zkCli.sh without credentials: no new group, no offset node.
-	for _, p := range []string{zkpath.Group(root, "newgroup"), zkpath.Offset(root, "good", "t", id, 1), zkpath.Offset(root, "sq2", "t", id, 1)} {
-		out, err := testsvc.ZkCli(t, addr, "create", p, "1-999")
-		require.Error(t, err, "an anonymous create of %s must fail: %s", p, out)
-		require.Contains(t, err.Error(), "Insufficient permission", p)
+	// (One zkCli.sh run: each create's NoAuth goes to stderr, naming the
+	// node; the last one's failure is zkCli.sh's exit status.)
+	var creates []string
+	anonPaths := []string{zkpath.Group(root, "newgroup"), zkpath.Offset(root, "good", "t", id, 1), zkpath.Offset(root, "sq2", "t", id, 1)}
+	for _, p := range anonPaths {
+		creates = append(creates, "create "+p+" 1-999")
+	}
+	out, stderr, exitErr, err := testsvc.ZkCliSession(t, addr, creates...)
+	require.NoError(t, err)
+	require.Error(t, exitErr, "an anonymous create must fail: %q", out)
+	for _, p := range anonPaths {
+		require.Contains(t, stderr, "Insufficient permission : "+p, "an anonymous create of %s must fail", p)
 	}
 	for _, p := range []string{zkpath.Group(root, "newgroup"), zkpath.Offsets(root, "good"), zkpath.Members(root, "good"), zkpath.Owners(root, "good")} {
 		_, err := anon.Create(p, nil, 0, zk.WorldACL(zk.PermAll))

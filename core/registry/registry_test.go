@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -170,14 +172,20 @@ func TestLayoutWithZkCli(t *testing.T) {
 	c := client(t, addr)
 	require.NoError(t, checkLayout(c, root, 7, r.SessionID()))
 
-	// The real zkCli.sh reads the same data.
-	for p, want := range wantLayout(root, 7) {
-		lines, err := testsvc.ZkCliGet(t, addr, p)
-		require.NoError(t, err)
-		require.Equal(t, []string{want}, lines, p)
+	// The real zkCli.sh reads the same data (one zkCli.sh run for every
+	// get: each prints its node's data as one line, in order), and its get
+	// of topics-pub/subonly, the last command, fails.
+	var gets, wantLines []string
+	for _, p := range slices.Sorted(maps.Keys(wantLayout(root, 7))) {
+		gets = append(gets, "get "+p)
+		wantLines = append(wantLines, wantLayout(root, 7)[p])
 	}
-	_, err := testsvc.ZkCli(t, addr, "get", zkpath.TopicsPub.Node(root, "subonly", zkpath.MasterName(7)))
-	require.Error(t, err, "accept_publish = false must not write topics-pub")
+	subonlyPub := zkpath.TopicsPub.Node(root, "subonly", zkpath.MasterName(7))
+	lines, stderr, exitErr, err := testsvc.ZkCliSession(t, addr, append(gets, "get "+subonlyPub)...)
+	require.NoError(t, err)
+	require.Equal(t, wantLines, lines)
+	require.Error(t, exitErr, "accept_publish = false must not write topics-pub")
+	require.Contains(t, stderr, "Node does not exist: "+subonlyPub)
 
 	// AddTopic (an auto-created topic).
 	r.AddTopic(Topic{Name: "auto", NumPartitions: 3, AcceptPublish: true, AcceptSubscribe: false})

@@ -220,6 +220,32 @@ func ZkCliScript(t testing.TB, addr string, commands ...string) ([]string, error
 	return lines, nil
 }
 
+// ZkCliSession runs zkCli.sh once against addr with commands on its
+// standard input, like ZkCliScript, for scripts where commands are meant to
+// fail: it returns the lines the commands printed (see zkCliLines), what
+// zkCli.sh wrote to stderr (a failing command's message, such as
+// "Node does not exist: /x" or "Insufficient permission : /x", one line
+// each) and exitErr, non-nil when zkCli.sh exited non-zero, which it does
+// when the last command failed. err is for zkCli.sh not running at all.
+func ZkCliSession(t testing.TB, addr string, commands ...string) (lines []string, stderr string, exitErr, err error) {
+	t.Helper()
+	stdin := strings.NewReader(strings.Join(append(commands, "quit"), "\n") + "\n")
+	stdout, stderr, runErr := runZkCli(t, addr, stdin)
+	var ee *exec.ExitError
+	switch {
+	case runErr == nil:
+	case errors.As(runErr, &ee) && ee.Exited():
+		exitErr = runErr
+	default:
+		return nil, stderr, nil, fmt.Errorf("zkCli.sh: %w", runErr)
+	}
+	lines = zkCliLines(stdout)
+	if t.Failed() || len(lines) == 0 {
+		t.Logf("zkCli.sh stderr:\n%s", stderr)
+	}
+	return lines, stderr, exitErr, nil
+}
+
 // runZkCli runs zkCli.sh -server addr args with stdin (nil for none),
 // installing the zookeeper package first if needed. When it fails, the
 // error carries the end of its output.
