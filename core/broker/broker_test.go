@@ -161,7 +161,7 @@ func TestOpenTopicOffLock(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var opens sync.Map // topic -> *atomic count
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 0
 	cfg.DataDir = t.TempDir()
 	cfg.NumPartitions = 1

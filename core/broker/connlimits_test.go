@@ -20,7 +20,7 @@ import (
 func limitBroker(t testing.TB, certs *testsvc.Certs, logs *syncLog, edit func(*conf.Config)) *Broker {
 	t.Helper()
 	cf, kf, _ := certs.Server(t, "server")
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Host = "127.0.0.1"
 	cfg.DataDir = t.TempDir()
 	cfg.Topics = []conf.Topic{{Name: "orders"}}

@@ -39,7 +39,7 @@ const screenshotsEnv = "METAQ_SCREENSHOTS"
 // partitions) and payments (2).
 func dashBroker(t *testing.T, zkAddr, root string, slave int) *Broker {
 	t.Helper()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 0
 	cfg.SlaveID = slave
 	cfg.DataDir = t.TempDir()

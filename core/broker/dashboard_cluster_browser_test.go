@@ -28,7 +28,7 @@ import (
 // cut off is expired soon).
 func clusterDashBroker(t *testing.T, zkAddr, root string, id int) *Broker {
 	t.Helper()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 0
 	cfg.BrokerID = id
 	cfg.DataDir = t.TempDir()

@@ -33,10 +33,25 @@ type fixture struct {
 	serve func(*Broker) error
 }
 
+// testJournalFileSize is the journal file size of the tests' brokers
+// (testConfig): the smallest accepted. A broker pre-writes its current
+// journal file and two spares at its start, 192 MiB written and fsynced at
+// the default 64 MiB; the tests' brokers hold little data, and a test
+// about the journal's size sets its own.
+const testJournalFileSize = 1 << 20
+
+// testConfig is conf.Default() with the tests' journal file size: the
+// configuration every broker of these tests starts from.
+func testConfig() *conf.Config {
+	cfg := conf.Default()
+	cfg.JournalFileSize = testJournalFileSize
+	return cfg
+}
+
 // start opens and starts the broker; it is closed when tb's test ends.
 func (f fixture) start(tb testing.TB) *Broker {
 	tb.Helper()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 0
 	cfg.DataDir = f.dir
 	if cfg.DataDir == "" {

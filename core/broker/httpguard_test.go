@@ -48,7 +48,7 @@ func guardReq(t testing.TB, b *Broker, method, path, body string, hdr map[string
 // partition 0; logs gets its log lines.
 func authBroker(t testing.TB, logs *syncLog) *Broker {
 	t.Helper()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Host = "127.0.0.1"
 	cfg.Port = 0
 	cfg.DataDir = t.TempDir()
@@ -348,7 +348,7 @@ func TestAuditLog(t *testing.T) {
 func TestAuditAuthOff(t *testing.T) {
 	t.Parallel()
 	logs := &syncLog{}
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Host, cfg.Port, cfg.DataDir = "127.0.0.1", 0, t.TempDir()
 	cfg.Topics = []conf.Topic{{Name: "t"}}
 	b, err := New(cfg, Options{Logf: logs.Logf})

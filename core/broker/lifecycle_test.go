@@ -24,7 +24,7 @@ import (
 // data is there after a restart.
 func TestShutdownAnswersInFlight(t *testing.T) {
 	t.Parallel()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 0
 	cfg.DataDir = t.TempDir()
 	cfg.Topics = []conf.Topic{{Name: "t"}}
@@ -113,7 +113,7 @@ func TestReload(t *testing.T) {
 		}
 		return false
 	}
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 0
 	cfg.DataDir = t.TempDir()
 	cfg.NumPartitions = 2
@@ -191,7 +191,7 @@ func TestReload(t *testing.T) {
 // server.toml, which reports nothing about them.
 func TestReloadKeepsLiveTopics(t *testing.T) {
 	t.Parallel()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 0
 	cfg.DataDir = t.TempDir()
 	cfg.NumPartitions = 2

@@ -20,7 +20,7 @@ import (
 // its HTTP listener.
 func limitedBroker(t *testing.T, logs *syncLog) *Broker {
 	t.Helper()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Host = "127.0.0.1"
 	cfg.DataDir = t.TempDir()
 	cfg.Topics = []conf.Topic{{Name: "orders"}}

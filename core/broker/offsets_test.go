@@ -28,7 +28,7 @@ func (c *rawClient) roundTrip(t *testing.T, frame []byte) protocol.Request {
 
 func offsetBroker(t *testing.T, mod func(*conf.Config)) (*Broker, *conf.Config) {
 	t.Helper()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 8123
 	cfg.DataDir = t.TempDir()
 	cfg.NumPartitions = 2
@@ -175,7 +175,7 @@ func TestCommitFetchPlugin(t *testing.T) {
 
 func TestUnknownOffsetStoreRefused(t *testing.T) {
 	t.Parallel()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.Topics = []conf.Topic{{Name: "t"}}
 	cfg.PluginDir = t.TempDir()

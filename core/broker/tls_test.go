@@ -56,7 +56,7 @@ func TestTLSOnly(t *testing.T) {
 	t.Parallel()
 	certs := testsvc.NewCerts(t)
 	cf, kf, _ := certs.Server(t, "server")
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Host, cfg.Port, cfg.DataDir = "127.0.0.1", 0, t.TempDir()
 	cfg.Topics = []conf.Topic{{Name: "t"}}
 	cfg.TLS.CertFile, cfg.TLS.KeyFile = cf, kf

@@ -29,7 +29,7 @@ func TestClusterTLSRegistration(t *testing.T) {
 	start := func(id int, plain bool) *Broker {
 		var b *Broker
 		require.NoError(t, testsvc.StartOnFreePort(func(port int) error {
-			cfg := conf.Default()
+			cfg := testConfig()
 			// Port 0: no plaintext listener for Start (TLS only); the
 			// broker with both gets its listeners from ServeListeners.
 			cfg.Port, cfg.BrokerID, cfg.DataDir = 0, id, t.TempDir()

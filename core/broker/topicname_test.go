@@ -69,7 +69,7 @@ func TestTopicNameDots(t *testing.T) {
 	// A topics.toml naming ".." (an old broker's, or edited): the broker
 	// does not start, and --check-config (CheckConfig) says why.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, conf.TopicsFileName), []byte("[[topic]]\nname = \"..\"\n"), 0o644))
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 0
 	cfg.DataDir = dir
 	cfg.Topics = []conf.Topic{{Name: "t"}}

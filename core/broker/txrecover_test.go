@@ -108,7 +108,7 @@ func TestTxHeuristics(t *testing.T) {
 func TestTxJournalSpace(t *testing.T) {
 	t.Parallel()
 	dataDir := t.TempDir()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 0
 	cfg.DataDir = dataDir
 	cfg.NumPartitions = 2

@@ -106,7 +106,7 @@ func TestPutDiskWatermark(t *testing.T) {
 	t.Parallel()
 	dir := testsvc.MountTmpfs(t, 8<<20)
 	other := t.TempDir()
-	cfg := conf.Default()
+	cfg := testConfig()
 	cfg.Port = 0
 	cfg.JournalFileSize = 1 << 20 // the journal and its spare fit the small disk
 	cfg.DataDir = dir
