@@ -61,6 +61,7 @@ func seen(acl []zk.ACL) []zk.ACL {
 // zkCli.sh's set of the master node fails with NoAuth, and so do deleting
 // it (the parent is closed too) and registering a broker id of its own.
 func TestDigestACLWithZkCli(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/aclcli/meta"
 	opts := testOpts(addr, root, 7, &logBuf{})
@@ -169,6 +170,7 @@ func (d *dropDialer) dialCount() int {
 // layout on the new session), which fails with NoAuth on a session that is
 // not logged in.
 func TestAuthSurvivesReconnectAndExpiry(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/aclre"
 	d := &dropDialer{}
@@ -227,6 +229,7 @@ func TestAuthSurvivesReconnectAndExpiry(t *testing.T) {
 // ACL); a squatted group (a foreign identity's ACL) is logged once as an
 // error naming it.
 func TestAuthRestrictsOpenNodes(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/aclopen"
 	c := client(t, addr)
@@ -290,6 +293,7 @@ func TestAuthRestrictsOpenNodes(t *testing.T) {
 
 // TestNoAuthKeepsOpenACL: without auth every node keeps MetaQ's open ACL.
 func TestNoAuthKeepsOpenACL(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/aclnone"
 	open(t, testOpts(addr, root, 2, &logBuf{}))
@@ -305,6 +309,7 @@ func TestNoAuthKeepsOpenACL(t *testing.T) {
 // TLS-only broker registers metaqs:// as master. sdk/cluster reads both,
 // and Close removes master_tls with the rest.
 func TestTLSRegistration(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/tlsreg"
 	c := client(t, addr)
@@ -373,6 +378,7 @@ func TestTLSRegistration(t *testing.T) {
 }
 
 func TestOpenRejectsBadURIsAndAuth(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		change func(*Options)

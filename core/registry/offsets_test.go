@@ -18,6 +18,7 @@ import (
 // and unreadable (ACL) nodes said per group, owner-only groups marked, and
 // the limits cut the reading short.
 func TestConsumerOffsets(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/offsets-%d", time.Now().UnixNano())
 	c := client(t, addr)

@@ -162,6 +162,7 @@ func checkLayout(c *zk.Conn, root string, id int, sess int64) error {
 }
 
 func TestLayoutWithZkCli(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	addr := testsvc.ZooKeeper(t)
 	root := "/layout/meta"
@@ -216,6 +217,7 @@ func TestLayoutWithZkCli(t *testing.T) {
 }
 
 func TestCloseKeepsParentWithSlaves(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/slaves"
 	r := open(t, testOpts(addr, root, 3, &logBuf{}))
@@ -231,6 +233,7 @@ func TestCloseKeepsParentWithSlaves(t *testing.T) {
 }
 
 func TestTwoBrokersSideBySide(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/two"
 	r1 := open(t, testOpts(addr, root, 1, &logBuf{}))
@@ -252,6 +255,7 @@ func TestTwoBrokersSideBySide(t *testing.T) {
 // the master node; it logs an error, keeps retrying, and registers once
 // the first one is gone.
 func TestDuplicateBrokerID(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/dup"
 	r1 := open(t, testOpts(addr, root, 5, &logBuf{}))
@@ -288,6 +292,8 @@ func TestDuplicateBrokerID(t *testing.T) {
 // A real expired session's nodes are removed by the server together with
 // the session, so the lingering node is staged: a node of another live
 // session that the registry is told (through the test hook) was its own.
+//
+// Not parallel: testHookOpen is package state that every Open reads.
 func TestOldSessionNodesReplaced(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
 	root := "/oldsess"
@@ -322,6 +328,7 @@ func TestOldSessionNodesReplaced(t *testing.T) {
 // re-registers everything under a new session by itself, within the
 // session timeout plus a margin.
 func TestSessionExpiryReregisters(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	root := "/expiry"
 	sn := &testsvc.SessionSniffer{}
@@ -354,6 +361,7 @@ func TestSessionExpiryReregisters(t *testing.T) {
 // TestZooKeeperDownAtStart: Open returns when its context ends though
 // ZooKeeper is down, and registers once ZooKeeper is up.
 func TestZooKeeperDownAtStart(t *testing.T) {
+	t.Parallel()
 	z := testsvc.NewZooKeeper(t)
 	z.Stop()
 	lb := &logBuf{}
@@ -377,6 +385,7 @@ func TestZooKeeperDownAtStart(t *testing.T) {
 }
 
 func TestOpenRejectsBadOptions(t *testing.T) {
+	t.Parallel()
 	for _, o := range []Options{
 		{Connect: "", URI: "meta://h:1"},
 		{Connect: "h:1/chroot", URI: "meta://h:1"},
@@ -391,6 +400,7 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 
 // TestCloseWithZooKeeperDown is bounded.
 func TestCloseWithZooKeeperDown(t *testing.T) {
+	t.Parallel()
 	z := testsvc.NewZooKeeper(t)
 	r := open(t, testOpts(z.Addr(), "/closedown", 1, &logBuf{}))
 	z.Kill()
@@ -406,6 +416,7 @@ func TestCloseWithZooKeeperDown(t *testing.T) {
 // the registry does not retry it (no "invalid path" from ZooKeeper, no
 // repeated log lines) over a few seconds.
 func TestInvalidTopicNeverLoops(t *testing.T) {
+	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
 	lb := &logBuf{}
 	opts := testOpts(addr, "/badnames", 1, lb)
