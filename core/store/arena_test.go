@@ -31,7 +31,7 @@ func TestJournalArenas(t *testing.T) {
 	t.Parallel()
 	dataDir := t.TempDir()
 	jopts := JournalOptions{CheckpointBytes: 1 << 20, CheckpointInterval: 20 * time.Millisecond}
-	j, err := OpenJournal(dataDir, jopts)
+	j, err := OpenJournal(dataDir, testFileSize(jopts))
 	require.NoError(t, err)
 	const parts, producers, per = 3, 4, 150
 	open := func(j *Journal) []*Log {
@@ -109,7 +109,7 @@ func TestJournalArenas(t *testing.T) {
 		require.NoError(t, l.Close())
 	}
 	require.NoError(t, j.Close())
-	j, err = OpenJournal(dataDir, jopts)
+	j, err = OpenJournal(dataDir, testFileSize(jopts))
 	require.NoError(t, err)
 	logs = open(j)
 	check(logs, "reopened")

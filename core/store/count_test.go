@@ -107,7 +107,7 @@ func TestCountRecords(t *testing.T) {
 				switch mode {
 				case "journal":
 					var err error
-					j, err = OpenJournal(dir, JournalOptions{Logf: t.Logf, CheckpointInterval: 20 * time.Millisecond})
+					j, err = OpenJournal(dir, testFileSize(JournalOptions{Logf: t.Logf, CheckpointInterval: 20 * time.Millisecond}))
 					require.NoError(t, err)
 					opts.Journal = j
 				case "threshold":

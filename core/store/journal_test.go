@@ -23,10 +23,22 @@ func openJournal(t testing.TB, dataDir string, opts JournalOptions) *Journal {
 	if opts.Logf == nil {
 		opts.Logf = t.Logf
 	}
-	j, err := OpenJournal(dataDir, opts)
+	j, err := OpenJournal(dataDir, testFileSize(opts))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
 	return j
+}
+
+// testFileSize gives opts without a FileSize the smallest accepted,
+// MinJournalFileSize: a journal pre-writes (zero-fills and fsyncs) its
+// current file and two spares, 192 MiB at DefaultJournalFileSize, which
+// these tests' data never needs. (TestJournalStartupManyPartitions keeps
+// the defaults: it measures the journal as the broker opens it.)
+func testFileSize(opts JournalOptions) JournalOptions {
+	if opts.FileSize == 0 {
+		opts.FileSize = MinJournalFileSize
+	}
+	return opts
 }
 
 // smallJournal gives 64 KiB journal files and no timed checkpoints.

@@ -68,15 +68,18 @@ func (c *readCounter) readAt(f *os.File, b []byte, off int64) (int, error) {
 
 // TestTrustedOpenReadsCheckpointInterval: after a crash, a journaled
 // log's Open reads only the bytes past the last checkpoint's end (a few
-// records here), not its whole last segment (megabytes); the background
+// records here), not its whole last segment (hundreds of KiB); the background
 // scrub reads the rest, after which the message count is complete. The
 // same files opened in truncate mode (which keeps the full scan) read the
 // whole segment.
 func TestTrustedOpenReadsCheckpointInterval(t *testing.T) {
 	t.Parallel()
-	const bulk, tail = 4000, 5
+	// 400 records of ~930 bytes: a segment several times what Open may read.
+	const bulk, tail = 400, 5
 	dir, offs, lastID := crashAfterCheckpoint(t, bulk, tail)
-	segSize := offs[len(offs)-1] + message.HeaderSize + 905
+	lastLen := int64(len(fmt.Sprintf("%900s#%d", "", bulk+tail-1))) // crashAfterCheckpoint's last put
+	segSize := offs[len(offs)-1] + message.HeaderSize + lastLen
+	require.Greater(t, segSize, int64(4*64<<10), "a scan of the whole segment reads far more than the limit below")
 
 	j := openJournal(t, dir, JournalOptions{})
 	rc := &readCounter{open: make(chan struct{})}
@@ -243,7 +246,7 @@ func TestTrustedOpenOldCheckpoint(t *testing.T) {
 	require.NoError(t, l.Close())
 	require.NoError(t, j.Close())
 
-	j, err := OpenJournal(dataDir, JournalOptions{Logf: t.Logf})
+	j, err := OpenJournal(dataDir, testFileSize(JournalOptions{Logf: t.Logf}))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
 	j.noteTrusted(&checkpoint{ends: map[string]int64{partName(0): end}}, nil, map[string]int64{partName(0): end})
@@ -268,7 +271,7 @@ func TestTrustedOpenAfterClose(t *testing.T) {
 	// set; with hold, reads at byte 0 (the background scrub) wait for
 	// the caller to close the counter's open.
 	open := func(threshold int, hold bool) (*Journal, []*Log, *readCounter, *logBuf) {
-		j, err := OpenJournal(dataDir, JournalOptions{Logf: t.Logf})
+		j, err := OpenJournal(dataDir, testFileSize(JournalOptions{Logf: t.Logf}))
 		require.NoError(t, err)
 		rc := &readCounter{open: make(chan struct{})}
 		if !hold {
