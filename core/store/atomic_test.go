@@ -174,7 +174,14 @@ func TestJournalAtomicAppend(t *testing.T) {
 // and two partitions' logs on it (2 KiB segments).
 func openAtomicPair(t *testing.T) (JournalOptions, string, *Journal, []*Log) {
 	t.Helper()
+	return openAtomicPairSize(t, smallJournal().FileSize)
+}
+
+// openAtomicPairSize is openAtomicPair with journal files of fileSize bytes.
+func openAtomicPairSize(t *testing.T, fileSize int64) (JournalOptions, string, *Journal, []*Log) {
+	t.Helper()
 	opts := smallJournal()
+	opts.FileSize = fileSize
 	opts.Logf = func(string, ...any) {}
 	src := t.TempDir()
 	j, err := OpenJournal(src, opts)
@@ -214,7 +221,10 @@ func appendAtomicPuts(t *testing.T, j *Journal, parts []AtomicPart, w *atomicWai
 // never brings it back.
 func TestJournalAtomicCut(t *testing.T) {
 	t.Parallel()
-	opts, src, j, logs := openAtomicPair(t)
+	// 8 KiB journal files: every cut's recovery replays the whole first
+	// file (no checkpoint), so a small one keeps each of the hundreds of
+	// recoveries short; the group still crosses its end.
+	opts, src, j, logs := openAtomicPairSize(t, 8<<10)
 	// Plain puts until the journal's file is nearly full.
 	var acked []crashPut
 	for i := 0; j.Stats().Bytes < opts.FileSize-260; i++ {
