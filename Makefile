@@ -85,7 +85,7 @@ test: fmt-check vet build services
 # Long runs of the crash and power-loss tests of the real binary
 # (core/e2e): SOAK_CUTS power cuts under load over 64 partitions (make test
 # does 20), and the kill -9 tests repeated SOAK_COUNT times; the journal
-# cut at every record boundary (make test samples 30 of each kind).
+# cut at every record boundary (make test samples 20 of each kind).
 SOAK_CUTS  ?= 100
 SOAK_COUNT ?= 5
 soak: build
