@@ -93,7 +93,9 @@ func TestRequestTimeout(t *testing.T) {
 
 func TestIdleTimeout(t *testing.T) {
 	t.Parallel()
-	b := startBrokerWith(t, func(c *conf.Config) { c.IdleTimeout = 400 })
+	// 1 s: requests 150 ms apart stay well within it on a loaded machine
+	// (at 400 ms a stalled sleep or reply let it close the connection).
+	b := startBrokerWith(t, func(c *conf.Config) { c.IdleTimeout = 1000 })
 	c := dialRaw(t, b.Addr())
 	// Requests more often than the idle timeout keep the connection.
 	for i := 0; i < 6; i++ {
