@@ -310,7 +310,8 @@ func partOffsets(t testing.TB, c *client) map[string][2]int64 {
 	return out
 }
 
-// record is a record read back from the broker, data copied.
+// record is a record read back from the broker; its data is a slice of
+// the reply it came in (a copy of its own).
 type record struct {
 	Offset int64
 	ID     int64
@@ -335,10 +336,12 @@ func readPartition(c *client, topic string, partition int32, maxSize int32) (rec
 			if len(r.Body) == 0 {
 				return recs, off, fmt.Errorf("empty value reply at offset %d", off)
 			}
+			// r.Body is the reply's own copy (client.read): the records'
+			// data can stay in it.
 			it := message.NewIterator(r.Body, off, 0)
 			for it.Next() {
 				rec := it.Record()
-				recs = append(recs, record{Offset: rec.Offset, ID: rec.ID, Flag: rec.Flag, Data: bytes.Clone(rec.Data)})
+				recs = append(recs, record{Offset: rec.Offset, ID: rec.ID, Flag: rec.Flag, Data: rec.Data})
 			}
 			if it.Err() != nil {
 				return recs, off, fmt.Errorf("%s-%d: corrupt record served at offset %d: %w", topic, partition, it.NextOffset(), it.Err())
