@@ -506,6 +506,22 @@ func TestSlaveStartsAtMasterMin(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "retention did not cut every partition: %v", offs)
 		time.Sleep(100 * time.Millisecond)
 	}
+	// Then until it has nothing more to cut: min offsets unchanged over
+	// 2.5 s, longer than the 1 s age plus the 1 s check interval, so every
+	// sealed segment is gone. Otherwise, on a loaded machine, retention
+	// went on cutting segments that aged past 1 s while the new slave
+	// copied, and overtook it ("the master deleted records the slave never
+	// copied").
+	deadline = time.Now().Add(20 * time.Second)
+	for prev := partOffsets(t, mc); ; {
+		time.Sleep(2500 * time.Millisecond)
+		cur := partOffsets(t, mc)
+		if maps.Equal(prev, cur) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "retention still cutting after 20s: %v, then %v", prev, cur)
+		prev = cur
+	}
 	before := partOffsets(t, mc)
 	slave := startRepl(t, c, 1, 1, "")
 	waitCaughtUp(t, master, slave, 20*time.Second)
