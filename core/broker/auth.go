@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -52,9 +53,9 @@ var statsItems = security.StatsItems{
 	Admin:         []string{"config", "reset", "transactions", "plugins", switchoverItem},
 	AdminPrefixes: []string{syncEpochItem, epochStartItem},
 	Lists:         []string{"", "topics", "offsets", "partitions", "realtime", "groups", "members", "disks", "help"},
-	Count:         countItem,
+	Count:         groups.CountItem,
 	CountTopic: func(arg string) (string, bool) {
-		name, _, _, err := parseCountItem(arg)
+		name, _, _, err := groups.ParseCountItem(arg)
 		return name, err == nil
 	},
 }

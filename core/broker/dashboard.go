@@ -73,10 +73,10 @@ func (h httpBackend) ClusterPage(security.Viewer) httpapi.ClusterPage {
 	v := httpapi.ClusterPageOf(h.Cluster())
 	v.Replication = b.config().Replication
 	if b.replRole() == repl.RoleSlave {
-		v.Slave = kvLines(func(kv func(k string, v any)) { slaveStatsLines(b.slave.Status(), kv) })
+		v.Slave = kvLines(b.slave.Status().StatsLines)
 	}
 	if b.sync != nil {
-		v.Sync = kvLines(func(kv func(k string, v any)) { syncStatsLines(b.sync.Status(), kv) })
+		v.Sync = kvLines(b.sync.Status().StatsLines)
 	}
 	if v.Mode == "cluster" {
 		v.ZK = httpapi.ReadCluster(b.zkRead(), b.lagsNow) // with the lag here of the groups it holds

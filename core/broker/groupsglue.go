@@ -3,9 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/groups"
@@ -81,46 +79,6 @@ func (c *conn) handleGroup(r *protocol.Request) {
 // tests.
 func (b *Broker) GroupOwners(group, topic string) map[int32]string {
 	return b.groups.Owners(group, topic)
-}
-
-// writeGroupStats writes the `stats groups` lines, of the groups and
-// topics v may see (groups.Coordinator.Listed).
-func (b *Broker) writeGroupStats(sb *strings.Builder, v viewer) {
-	sb.WriteString("STATS\r\n")
-	for _, g := range b.groups.Listed(b.committed, v.GroupTopic) {
-		fmt.Fprintf(sb, "%s %s members %d generation %d\r\n", g.Group, g.Topic, g.Members, g.Generation)
-	}
-	sb.WriteString("END\r\n")
-}
-
-// writeMemberStats writes the `stats members` lines: one per member of each
-// consumer group coordinated here (local mode),
-//
-//	<group> <topic> member <consumerId> partitions <p1,p2,...>
-//
-// with the partitions the member holds (may be fetching: GroupOwners), in
-// numeric order, or `-` when it holds none. Sorted by group, topic, id.
-// Only the groups and topics v may see are written.
-func (b *Broker) writeMemberStats(sb *strings.Builder, v viewer) {
-	sb.WriteString("STATS\r\n")
-	var ps []byte
-	for _, m := range b.groups.Members() {
-		if !v.GroupTopic(m.Group, m.Topic) {
-			continue
-		}
-		ps = ps[:0]
-		for i, p := range m.Held {
-			if i > 0 {
-				ps = append(ps, ',')
-			}
-			ps = strconv.AppendInt(ps, int64(p), 10)
-		}
-		if len(ps) == 0 {
-			ps = append(ps, '-')
-		}
-		sb.WriteString(m.Group + " " + m.Topic + " member " + m.ID + " partitions " + string(ps) + "\r\n")
-	}
-	sb.WriteString("END\r\n")
 }
 
 // offsetPositions is groups.Positions of a commit or fetch; it replies

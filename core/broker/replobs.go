@@ -33,7 +33,7 @@ func (b *Broker) replStatus() httpapi.Replication {
 	var r httpapi.Replication
 	if b.fo != nil {
 		st := b.fo.Status()
-		r.Failover = &httpapi.FailoverGauge{Epoch: st.Epoch, Role: failoverRoleName(st.Role)}
+		r.Failover = &httpapi.FailoverGauge{Epoch: st.Epoch, Role: st.Role.StatsName()}
 	}
 	if b.replRole() == repl.RoleSlave {
 		st := b.slave.Status()

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -95,7 +94,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 		c.switchover(r.Opaque) // rejoin.go
 		return
 	}
-	if arg, ok := strings.CutPrefix(item, countItem); ok {
+	if arg, ok := strings.CutPrefix(item, groups.CountItem); ok {
 		c.countStats(arg, r.Opaque)
 		return
 	}
@@ -153,15 +152,15 @@ func (c *conn) handleStats(r *protocol.Request) {
 		if b.plugins != nil {
 			infos = b.plugins.List()
 		}
-		writePluginStats(&sb, infos)
-	case "groups":
-		b.writeGroupStats(&sb, v)
+		writeStatsLines(&sb, func(line func(string)) { host.StatsLines(infos, line) })
+	case "groups": // core/groups, of the groups and topics v may see
+		writeStatsLines(&sb, func(line func(string)) { b.groups.StatsLines(b.committed, v.GroupTopic, line) })
 	case "members":
-		b.writeMemberStats(&sb, v)
+		writeStatsLines(&sb, func(line func(string)) { b.groups.MemberLines(v.GroupTopic, line) })
 	case "disks":
 		b.disks.WriteStats(&sb)
 	case "transactions":
-		b.writeTxStats(&sb)
+		writeStatsLines(&sb, func(line func(string)) { b.txm.Status().StatsLines(time.Now(), line) }) // core/tx
 	case "reset":
 		for _, t := range b.topicList() {
 			t.rt.reset()
@@ -175,6 +174,14 @@ func (c *conn) handleStats(r *protocol.Request) {
 		b.writeTopicStats(&sb, item)
 	}
 	c.reply(protocol.StatusOK, sb.String(), r.Opaque)
+}
+
+// writeStatsLines writes a stats reply's body: STATS, the lines lines
+// emits (a component's: core/tx, core/groups, plugins/host), END.
+func writeStatsLines(sb *strings.Builder, lines func(line func(string))) {
+	sb.WriteString("STATS\r\n")
+	lines(func(l string) { sb.WriteString(l); sb.WriteString("\r\n") })
+	sb.WriteString("END\r\n")
 }
 
 var realtimeNames = [...]string{"put", "get", "offset", "get_miss", "put_failed", "message_size"}
@@ -214,17 +221,17 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	role := b.replRole() // repl.go
 	kv("slave", role == repl.RoleSlave)
 	if b.fo != nil {
-		failoverStatsLines(b.fo.Status(), kv) // failover.go
+		b.fo.Status().StatsLines(kv) // core/repl
 	} else {
 		kv("epoch", 0) // no failover, no epoch (docs/replication.md)
 	}
 	if role == repl.RoleSlave {
-		slaveStatsLines(b.slave.Status(), kv) // core/repl
+		b.slave.Status().StatsLines(kv) // core/repl
 	} else {
 		kv("replication", b.config().Replication)
 	}
 	if b.sync != nil && role != repl.RoleSlave {
-		syncStatsLines(b.sync.Status(), kv) // core/repl
+		b.sync.Status().StatsLines(kv) // core/repl
 	}
 	kv("curr_connections", b.stats.connections.Load())
 	kv("threads", runtime.NumGoroutine())
@@ -301,32 +308,12 @@ func (b *Broker) writeTopicStats(sb *strings.Builder, name string) {
 	sb.WriteString("END\r\n")
 }
 
-// writePluginStats answers `stats plugins`: one line per supervised plugin,
-// "<kind> <name> version <v> pid <pid> state <s> restarts <n> calls <n>
-// errors <n>" (pid 0 while the process is down).
-func writePluginStats(sb *strings.Builder, infos []host.Info) {
-	sb.WriteString("STATS\r\n")
-	for _, p := range infos {
-		fmt.Fprintf(sb, "%s %s version %d pid %d state %s restarts %d calls %d errors %d\r\n",
-			p.Kind, p.Name, p.Version, p.PID, p.State, p.Restarts, p.Calls, p.Errors)
-	}
-	sb.WriteString("END\r\n")
-}
-
-// countItem is the stats item that counts a partition's messages from an
-// offset to its end: `stats count:<topic>:<partition>:<offset>` answers
-//
-//	<topic> part <p> from <offset> to <max_offset> messages <n> exact <true|false>
-//
-// exact false (n estimated from the mean record size) while the range is
-// not indexed yet (after a restart, until the background scrub has walked
-// the old segments). metaq group describe uses it for LAG_MSGS.
-const countItem = "count:"
-
+// countStats answers `stats count:<topic>:<partition>:<offset>`
+// (groups.CountItem).
 func (c *conn) countStats(arg string, opaque int32) {
-	name, p, from, err := parseCountItem(arg)
+	name, p, from, err := groups.ParseCountItem(arg)
 	if err != nil {
-		c.reply(protocol.StatusBadRequest, "stats "+countItem+"<topic>:<partition>:<offset>: "+err.Error(), opaque)
+		c.reply(protocol.StatusBadRequest, "stats "+groups.CountItem+"<topic>:<partition>:<offset>: "+err.Error(), opaque)
 		return
 	}
 	b := c.b
@@ -334,7 +321,7 @@ func (c *conn) countStats(arg string, opaque int32) {
 	t := b.topics[name]
 	b.mu.RUnlock()
 	if t == nil || p >= len(t.parts) {
-		c.reply(protocol.StatusBadRequest, "stats "+countItem+": no partition "+strconv.Itoa(p)+" of topic "+quoteName(name), opaque)
+		c.reply(protocol.StatusBadRequest, "stats "+groups.CountItem+": no partition "+strconv.Itoa(p)+" of topic "+quoteName(name), opaque)
 		return
 	}
 	l := t.parts[p]
@@ -342,90 +329,4 @@ func (c *conn) countStats(arg string, opaque int32) {
 	n, exact := groups.LagMessages(l, s, from)
 	c.reply(protocol.StatusOK, fmt.Sprintf("STATS\r\n%s part %d from %d to %d messages %d exact %t\r\nEND\r\n",
 		name, p, from, s.Max, n, exact), opaque)
-}
-
-// parseCountItem parses the argument of a count item,
-// <topic>:<partition>:<offset> (the topic may hold colons: the last two
-// fields are the numbers).
-func parseCountItem(arg string) (topic string, partition int, from int64, err error) {
-	i := strings.LastIndexByte(arg, ':')
-	if i < 0 {
-		return "", 0, 0, errors.New("missing fields")
-	}
-	from, err = strconv.ParseInt(arg[i+1:], 10, 64)
-	if err != nil || from < 0 {
-		return "", 0, 0, fmt.Errorf("bad offset %q", arg[i+1:])
-	}
-	arg = arg[:i]
-	i = strings.LastIndexByte(arg, ':')
-	if i < 0 {
-		return "", 0, 0, errors.New("missing fields")
-	}
-	p, err := strconv.ParseInt(arg[i+1:], 10, 32)
-	if err != nil || p < 0 {
-		return "", 0, 0, fmt.Errorf("bad partition %q", arg[i+1:])
-	}
-	if arg[:i] == "" {
-		return "", 0, 0, errors.New("empty topic")
-	}
-	return arg[:i], int(p), from, nil
-}
-
-// syncStatsLines are a sync master's lines of stats.
-func syncStatsLines(st repl.SyncStatus, kv func(k string, v any)) {
-	addr := st.Slave
-	if addr == "" {
-		addr = "none"
-	}
-	kv("sync_slave", addr)
-	kv("sync_partitions_in_sync", strconv.Itoa(st.InSync)+"/"+strconv.Itoa(st.Partitions))
-	kv("sync_shipped", st.Shipped)
-	kv("sync_failed", st.Failed)
-	kv("sync_refused", st.Refused)
-	kv("sync_degraded_puts", st.Degraded)
-	kv("sync_tx_shipped", st.ExtShipped)
-}
-
-// slaveStatsLines are a slave's lines of stats.
-func slaveStatsLines(st repl.SlaveStatus, kv func(k string, v any)) {
-	kv("slave_id", st.ID)
-	m := st.Master
-	if m == "" {
-		m = "none"
-	}
-	kv("slave_master", m)
-	kv("slave_connected", st.Connected)
-	kv("slave_lag_bytes", st.LagBytes)
-	kv("slave_lag_ms", st.LagMs)
-	kv("slave_copied_messages", st.Copied)
-	kv("slave_sync_messages", st.Syncs)
-	kv("slave_sync_duplicates", st.SyncDups)
-	kv("slave_refetched_bytes", st.Refetched)
-}
-
-// failoverStatsLines are the failover lines of stats.
-func failoverStatsLines(st repl.FailoverStatus, kv func(k string, v any)) {
-	kv("failover_role", failoverRoleName(st.Role))
-	kv("epoch", st.Epoch)
-	if st.Role.Holds() {
-		kv("failover_lease_ms", st.LeaseMs)
-		insync := "-"
-		if st.InSync >= 0 {
-			insync = repl.MemberLabel(st.InSync)
-		}
-		kv("failover_insync", insync)
-	}
-}
-
-// failoverRoleName is the role as stats and metrics name it
-// (docs/replication.md): a draining holder is still the master, a member
-// fenced by a switchover is fenced.
-func failoverRoleName(r repl.Role) string {
-	switch r {
-	case repl.RoleDraining:
-		return "master"
-	case repl.RoleHandover:
-		return "fenced"
-	}
-	return r.String()
 }

@@ -2,10 +2,8 @@ package broker
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/repl"
@@ -180,28 +178,6 @@ func (h txHost) Slave() tx.SlaveLogs {
 		return h.b.slave
 	}
 	return nil
-}
-
-// writeTxStats answers `stats transactions`: one line per open transaction,
-// oldest first, then the heuristic outcomes.
-func (b *Broker) writeTxStats(sb *strings.Builder) {
-	st := b.txm.Status()
-	now := time.Now()
-	sb.WriteString("STATS\r\n")
-	fmt.Fprintf(sb, "open %d buffered_bytes %d\r\n", len(st.Open), st.BufferedBytes)
-	for _, t := range st.Open {
-		kind := "local"
-		if t.XA {
-			kind = "xa"
-		}
-		fmt.Fprintf(sb, "%s type %s state %s session %s messages %d bytes %d age_ms %d timeout_s %d\r\n",
-			t.Key, kind, t.State, t.Session, t.Messages, t.Bytes, now.Sub(t.Began).Milliseconds(), int64(t.Timeout/time.Second))
-	}
-	fmt.Fprintf(sb, "heuristic %d\r\n", len(st.Heuristic))
-	for _, h := range st.Heuristic {
-		sb.WriteString(h.Key + " type xa state heuristic_" + h.Outcome + "\r\n")
-	}
-	sb.WriteString("END\r\n")
 }
 
 // userName is the connection's authenticated user, "" with auth off.

@@ -604,3 +604,22 @@ func showToken(s string) string {
 func oneLine(s string) string {
 	return strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
 }
+
+// StatsLines are the lines of `stats transactions` (the broker frames
+// them): the open transactions, oldest first, then the heuristic
+// outcomes.
+func (st Status) StatsLines(now time.Time, line func(string)) {
+	line(fmt.Sprintf("open %d buffered_bytes %d", len(st.Open), st.BufferedBytes))
+	for _, t := range st.Open {
+		kind := "local"
+		if t.XA {
+			kind = "xa"
+		}
+		line(fmt.Sprintf("%s type %s state %s session %s messages %d bytes %d age_ms %d timeout_s %d",
+			t.Key, kind, t.State, t.Session, t.Messages, t.Bytes, now.Sub(t.Began).Milliseconds(), int64(t.Timeout/time.Second)))
+	}
+	line(fmt.Sprintf("heuristic %d", len(st.Heuristic)))
+	for _, h := range st.Heuristic {
+		line(h.Key + " type xa state heuristic_" + h.Outcome)
+	}
+}
