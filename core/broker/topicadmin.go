@@ -1,50 +1,24 @@
 package broker
 
 import (
-	"context"
-	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/topicadmin"
 )
 
-// Live topic administration (the admin API, docs/http.md): topics are
-// created, given more partitions and deleted at run time. Every change is
-// written first to <data_dir>/topics.toml (core/topicadmin, which also
-// validates it and says what the file becomes), then made here: the
-// config's topic list is replaced under b.mu, the partitions opened or
-// closed, and the topic registered in or removed from ZooKeeper (cluster
-// mode) without waiting for it. Changes are serialised by b.adminMu.
+// Live topic administration (the admin API, docs/http.md): the sequence
+// of a create, an alter or a delete (validate, persist to topics.toml,
+// apply, undo) is core/topicadmin's Admin; topicHost is the broker as its
+// topicadmin.Host: the config's topic list replaced under b.mu, the
+// partitions opened or closed, the topic registered in or removed from
+// ZooKeeper (cluster mode) without waiting for it. Changes are serialised
+// by b.adminMu.
 
-// configTopic returns the [[topic]] table of name in the config.
-func (b *Broker) configTopic(name string) (conf.Topic, bool) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	for _, t := range b.config().Topics {
-		if t.Name == name {
-			return t, true
-		}
-	}
-	return conf.Topic{}, false
-}
-
-// applyTopicChange persists f, then makes the config's topics those of
-// server.toml with f applied. It validates first; nothing changes on error.
-func (b *Broker) applyTopicChange(f *conf.TopicsFile) error {
-	topics, err := b.topicBook.Apply(*b.config(), f)
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	nc := *b.config() // copy on write: readers hold the old one
-	nc.Topics = topics
-	b.cfgp.Store(&nc)
-	b.mu.Unlock()
-	return nil
+// topicAdmin is the topic changes over b's topics.toml; hold b.adminMu.
+func (b *Broker) topicAdmin() topicadmin.Admin {
+	return topicadmin.Admin{Book: b.topicBook, Host: topicHost{b}, Logf: b.logf}
 }
 
 // CreateTopic creates topic t live: persisted in topics.toml, its
@@ -52,32 +26,23 @@ func (b *Broker) applyTopicChange(f *conf.TopicsFile) error {
 func (b *Broker) CreateTopic(t conf.Topic) error {
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
-	if err := topicadmin.CheckName(t.Name); err != nil {
-		return err
-	}
-	if _, ok := b.configTopic(t.Name); ok {
-		return topicadmin.Exists(t.Name, false)
-	}
-	b.mu.RLock()
-	_, open := b.topics[t.Name]
-	b.mu.RUnlock()
-	if open {
-		return topicadmin.Exists(t.Name, true)
-	}
-	prev := b.topicBook.Snapshot()
-	if err := b.applyTopicChange(b.topicBook.Create(t)); err != nil {
-		return err
-	}
-	if _, err := b.openTopic(t.Name); err != nil {
-		b.logf("topics: create %s: %v; undoing", t.Name, err)
-		if uerr := b.applyTopicChange(prev); uerr != nil {
-			b.logf("topics: undo create %s: %v", t.Name, uerr)
-		}
-		return err
-	}
-	tc, _ := b.topicConfig(t.Name)
-	b.logf("topics: created topic %s with %d partition(s)", t.Name, tc.NumPartitions)
-	return nil
+	return b.topicAdmin().Create(t)
+}
+
+// AddPartitions raises a topic's partition count to n live
+// (topicadmin.Admin.AddPartitions).
+func (b *Broker) AddPartitions(name string, n int) (old int, err error) {
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	return b.topicAdmin().AddPartitions(name, n)
+}
+
+// DeleteTopic deletes a topic live, and with deleteData its partition
+// directories (topicadmin.Admin.Delete).
+func (b *Broker) DeleteTopic(name string, deleteData bool) error {
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	return b.topicAdmin().Delete(name, deleteData)
 }
 
 // topicConfig is b.config().TopicConfig under b.mu.
@@ -87,41 +52,47 @@ func (b *Broker) topicConfig(name string) (conf.TopicConfig, bool) {
 	return b.config().TopicConfig(name)
 }
 
-// AddPartitions raises a topic's partition count to n live. Keyed
-// ordering changes: a key hashed to partition k of the old count may map
-// elsewhere now. Fewer partitions are refused (their data would be lost).
-func (b *Broker) AddPartitions(name string, n int) (old int, err error) {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
+// topicHost is the broker as topicadmin.Host.
+type topicHost struct{ b *Broker }
+
+var _ topicadmin.Host = topicHost{}
+
+func (h topicHost) Config() *conf.Config { return h.b.config() }
+
+func (h topicHost) TopicConfig(name string) (conf.TopicConfig, bool) { return h.b.topicConfig(name) }
+
+func (h topicHost) SetTopics(topics []conf.Topic) {
+	b := h.b
+	b.mu.Lock()
+	nc := *b.config() // copy on write: readers hold the old one
+	nc.Topics = topics
+	b.cfgp.Store(&nc)
+	b.mu.Unlock()
+}
+
+func (h topicHost) Open(name string) (int, bool) {
+	h.b.mu.RLock()
+	t := h.b.topics[name]
+	h.b.mu.RUnlock()
+	if t == nil {
+		return 0, false
+	}
+	return len(t.parts), true
+}
+
+func (h topicHost) OpenTopic(name string) error {
+	_, err := h.b.openTopic(name)
+	return err
+}
+
+func (h topicHost) Grow(name string, tc conf.TopicConfig) error {
+	b := h.b
 	b.mu.RLock()
 	t := b.topics[name]
 	b.mu.RUnlock()
-	ct, configured := b.configTopic(name)
-	if t == nil || !configured {
-		if t != nil {
-			return 0, topicadmin.NotConfigured(name)
-		}
-		return 0, fmt.Errorf("%w: %s", partition.ErrNoTopic, quoteName(name))
-	}
-	old = len(t.parts)
-	if n == old {
-		return old, nil
-	}
-	if err := topicadmin.CheckGrow(name, old, n); err != nil {
-		return old, err
-	}
-	ct.NumPartitions = &n
-	prev := b.topicBook.Snapshot()
-	if err := b.applyTopicChange(b.topicBook.Alter(ct)); err != nil {
-		return old, err
-	}
-	tc, _ := b.topicConfig(name)
 	nt, err := b.growTopic(t, tc)
 	if err != nil {
-		if uerr := b.applyTopicChange(prev); uerr != nil {
-			b.logf("topics: undo alter %s: %v", name, uerr)
-		}
-		return old, err
+		return err
 	}
 	b.mu.Lock()
 	if b.topics[name] == t {
@@ -132,8 +103,7 @@ func (b *Broker) AddPartitions(name string, n int) (old int, err error) {
 	if reg != nil {
 		reg.AddTopic(registry.TopicOf(tc))
 	}
-	b.logf("topics: topic %s now has %d partitions (was %d); keys may map to other partitions now", name, n, old)
-	return old, nil
+	return nil
 }
 
 // growTopic returns a new topic value sharing t's open partitions, with
@@ -159,28 +129,10 @@ func (b *Broker) growTopic(t *topic, tc conf.TopicConfig) (*topic, error) {
 	return nt, nil
 }
 
-// DeleteTopic deletes a topic live: it is removed from topics.toml (or
-// marked deleted there when server.toml has it), unregistered from
-// ZooKeeper and its partitions closed; puts and gets to it then fail.
-// With deleteData its partition directories are removed too, once a
-// journal checkpoint guarantees that a restart replays nothing into them;
-// without, they stay on disk (creating the topic again reopens them).
-func (b *Broker) DeleteTopic(name string, deleteData bool) error {
-	b.adminMu.Lock()
-	defer b.adminMu.Unlock()
-	_, configured := b.configTopic(name)
-	b.mu.RLock()
-	t := b.topics[name]
-	b.mu.RUnlock()
-	if !configured && t == nil {
-		return fmt.Errorf("%w: %s", partition.ErrNoTopic, quoteName(name))
-	}
-	if configured {
-		if err := b.applyTopicChange(b.topicBook.Delete(name)); err != nil {
-			return err
-		}
-	}
+func (h topicHost) Remove(name string) topicadmin.Removed {
+	b := h.b
 	b.mu.Lock()
+	t := b.topics[name]
 	delete(b.topics, name)
 	b.names = slices.DeleteFunc(b.names, func(n string) bool { return n == name })
 	reg := b.reg
@@ -189,37 +141,20 @@ func (b *Broker) DeleteTopic(name string, deleteData bool) error {
 		reg.RemoveTopic(name)
 	}
 	b.committed.Forget(name)
-	var dirs []string
-	if t != nil {
-		for _, l := range t.parts {
-			dirs = append(dirs, l.Dir())
-		}
-		if err := t.close(); err != nil {
-			b.logf("topics: delete %s: closing its partitions: %v", name, err)
-		}
+	var r topicadmin.Removed
+	if t == nil {
+		return r
 	}
-	what := "data kept on disk"
-	if deleteData && len(dirs) > 0 {
-		if err := b.removeTopicData(t, dirs); err != nil {
-			b.logf("topics: deleted topic %s, but its data stays: %v", name, err)
-			return fmt.Errorf("topic %s deleted, but its data was not removed: %w", name, err)
-		}
-		what = "data removed (" + strconv.Itoa(len(dirs)) + " partition directories)"
+	for _, l := range t.parts {
+		r.Dirs = append(r.Dirs, l.Dir())
 	}
-	b.logf("topics: deleted topic %s; %s", name, what)
-	return nil
-}
-
-// removeTopicData removes a closed topic's partition directories
-// (topicadmin.RemoveData, after a checkpoint of their journal if any).
-func (b *Broker) removeTopicData(t *topic, dirs []string) error {
-	dir := t.conf().DataDir
-	if dir == "" {
-		dir = b.config().DataDir
+	r.CloseErr = t.close()
+	r.DataDir = t.conf().DataDir
+	if r.DataDir == "" {
+		r.DataDir = b.config().DataDir
 	}
-	var checkpoint func(context.Context) error
-	if j := b.journalFor(dir, t.conf().UnflushThreshold); j != nil {
-		checkpoint = j.CheckpointClosed
+	if j := b.journalFor(r.DataDir, t.conf().UnflushThreshold); j != nil {
+		r.Checkpoint = j.CheckpointClosed
 	}
-	return topicadmin.RemoveData(dir, dirs, checkpoint)
+	return r
 }
