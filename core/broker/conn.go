@@ -138,7 +138,7 @@ func (c *conn) serve() {
 	if c.b.slave != nil {
 		maxBody += 64 << 10 // a txsync frame may hold one record of a message of max_message_size (core/tx/replslave.go)
 	}
-	dr := &deadlineReader{nc: c.nc, idle: c.b.idleTimeout(), request: c.b.requestTimeout(), drain: &c.b.draining, stop: &c.authExpired}
+	dr := &security.DeadlineReader{Conn: c.nc, Idle: c.b.idleTimeout(), Request: c.b.requestTimeout(), Drain: &c.b.draining, Stop: &c.authExpired}
 	dec := protocol.NewDecoder(dr, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody, Budget: &c.bud})
 	// close first: the flusher exits only once the connection is closed.
 	defer func() { c.close(); fw.Wait(); c.release(dec); c.closeOuts() }()
@@ -164,7 +164,7 @@ func (c *conn) serve() {
 					c.flushAndClose()
 					return
 				}
-				dr.frameDone(dec.Buffered() > 0)
+				dr.FrameDone(dec.Buffered() > 0)
 				continue
 			}
 			if errors.Is(err, io.EOF) {
@@ -186,10 +186,10 @@ func (c *conn) serve() {
 				c.flushAndClose()
 				return
 			}
-			if msg, ok := dr.timedOut(err); ok {
+			if msg, ok := dr.TimedOut(err); ok {
 				c.b.stats.timedOutConns.Add(1)
 				c.b.logf("conn %s: %s, closing", c.nc.RemoteAddr(), msg)
-				if dr.inFrame() {
+				if dr.InFrame() {
 					c.reply(protocol.StatusTimeout, msg, 0)
 				}
 				c.waitPending()
@@ -208,7 +208,7 @@ func (c *conn) serve() {
 			return
 		}
 		errRun = 0
-		dr.frameDone(dec.Buffered() > 0)
+		dr.FrameDone(dec.Buffered() > 0)
 		if req.Op == protocol.OpQuit {
 			c.waitPending()
 			c.flushAndClose()
@@ -216,7 +216,7 @@ func (c *conn) serve() {
 		}
 		// A request with nothing read behind it may have its append
 		// committed by this goroutine (appendEntries).
-		c.lone = dec.Buffered() == 0 && !dr.full
+		c.lone = dec.Buffered() == 0 && !dr.Full()
 		c.omu.Lock()
 		c.dispatching = true
 		c.omu.Unlock()
@@ -228,7 +228,7 @@ func (c *conn) serve() {
 		if queued == 0 {
 			continue
 		}
-		if (dec.Buffered() == 0 && !dr.full) || queued > inlineWriteThreshold {
+		if (dec.Buffered() == 0 && !dr.Full()) || queued > inlineWriteThreshold {
 			// Nothing more to read right now (or a lot to send): write the
 			// replies from this goroutine rather than waking the flusher,
 			// which saves a handoff on the request/reply path.
@@ -594,97 +594,4 @@ func (c *conn) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 		bb = strconv.AppendInt(bb, int64(count), 10)
 	}
 	c.replyBytes(protocol.StatusOK, bb, opaque)
-}
-
-// deadlineReader sets the connection's read deadline before every read:
-// idle_timeout from the end of the last request while no new one has
-// started, request_timeout from the first byte of a request (its header
-// line and body must arrive within it).
-type deadlineReader struct {
-	nc            net.Conn
-	idle, request time.Duration
-	started       time.Time // when the current request's first bytes came; zero while idle
-	set           time.Time // the deadline last set
-	setReq        bool      // set is a request deadline
-	// drain is Broker.draining: once set, no Read waits past it (the
-	// broker is stopping).
-	drain *atomic.Int64
-	// stop is conn.authExpired: once set, no Read waits (the connection
-	// did not authenticate within auth_timeout).
-	stop *atomic.Bool
-	// full is whether the last read filled the decoder's buffer: more
-	// bytes are then likely waiting in the socket (or, for TLS, already
-	// decrypted in the tls.Conn), so the read loop goes on reading rather
-	// than writing its replies one small batch at a time.
-	full bool
-}
-
-func (r *deadlineReader) Read(p []byte) (int, error) {
-	if !r.started.IsZero() {
-		if dl := r.started.Add(r.request); !r.setReq || !dl.Equal(r.set) {
-			r.nc.SetReadDeadline(dl)
-			r.set, r.setReq = dl, true
-		}
-	} else if r.idle > 0 {
-		// Moving an idle deadline later by a little (an eighth of it, at
-		// most a second) is not worth a timer update on every read.
-		if dl := time.Now().Add(r.idle); r.setReq || r.set.IsZero() || dl.Sub(r.set) >= min(r.idle/8, time.Second) {
-			r.nc.SetReadDeadline(dl)
-			r.set, r.setReq = dl, false
-		}
-	} else if r.setReq {
-		r.nc.SetReadDeadline(time.Time{})
-		r.set, r.setReq = time.Time{}, false
-	}
-	if d := r.drainAt(); d != 0 {
-		// After the deadline above, so that Shutdown's deadline is not
-		// undone by a connection that read the flag too early.
-		dl := time.Unix(0, d)
-		r.nc.SetReadDeadline(dl)
-		r.set, r.setReq = dl, true
-	}
-	if r.stop != nil && r.stop.Load() {
-		// After the deadlines above, as for drain: expireAuth stores the
-		// flag before it sets its own deadline.
-		dl := time.Unix(1, 0)
-		r.nc.SetReadDeadline(dl)
-		r.set, r.setReq = dl, true
-	}
-	n, err := r.nc.Read(p)
-	r.full = n == len(p)
-	if n > 0 && r.started.IsZero() {
-		r.started = time.Now()
-	}
-	return n, err
-}
-
-// frameDone is called after each Decode: the next request has started if
-// bytes of it are already buffered.
-func (r *deadlineReader) frameDone(more bool) {
-	if more {
-		r.started = time.Now()
-	} else {
-		r.started = time.Time{}
-	}
-}
-
-func (r *deadlineReader) inFrame() bool { return !r.started.IsZero() }
-
-// timedOut reports whether err is the read deadline passing, and says which.
-func (r *deadlineReader) timedOut(err error) (string, bool) {
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		return "", false
-	}
-	if r.inFrame() {
-		return "request not completed within request_timeout " + r.request.String(), true
-	}
-	return "idle for idle_timeout " + r.idle.String(), true
-}
-
-// drainAt is the Shutdown read deadline in Unix ns, 0 when not stopping.
-func (r *deadlineReader) drainAt() int64 {
-	if r.drain == nil {
-		return 0
-	}
-	return r.drain.Load()
 }
