@@ -183,7 +183,7 @@ type topic struct {
 	parts []*store.Log
 	// pc are the partitions' traffic counters (metrics.go), one per part.
 	pc []partCounters
-	rt topicRealtime
+	rt partition.Realtime // stats realtime (core/partition)
 	// disk is the data directory the partitions are in: puts are refused
 	// while it is full.
 	disk *diskwatch.Disk

@@ -211,8 +211,8 @@ func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput
 	pc.msgsIn.Add(int64(len(c.entries)))
 	pc.bytesIn.Add(size)
 	if t.conf().Stat {
-		t.rt.put.add(int64(len(c.entries)))
-		t.rt.size.add(size)
+		t.rt.Put.Add(int64(len(c.entries)))
+		t.rt.Size.Add(size)
 	}
 }
 
@@ -282,7 +282,7 @@ func (c *conn) handleGet(r *protocol.Request) {
 	pc.gets.Add(1)
 	defer func() { b.metrics.get.Observe(float64(monoNow()-start) / 1e9) }()
 	if t.conf().Stat {
-		t.rt.get.add(1)
+		t.rt.Get.Add(1)
 	}
 	if r.MaxSize <= 0 {
 		c.reply(protocol.StatusBadRequest, "maxSize must be positive", r.Opaque)
@@ -302,7 +302,7 @@ func (c *conn) handleGet(r *protocol.Request) {
 			}
 			b.stats.getMiss.Add(1)
 			if t.conf().Stat {
-				t.rt.getMiss.add(1)
+				t.rt.GetMiss.Add(1)
 			}
 			c.reply(protocol.StatusNotFound, "Could not find message at position "+strconv.FormatInt(r.Offset, 10), r.Opaque)
 		case errors.Is(err, store.ErrCorrupt):
@@ -337,7 +337,7 @@ func (c *conn) handleOffset(r *protocol.Request) {
 		return
 	}
 	if t.conf().Stat {
-		t.rt.offset.add(1)
+		t.rt.Offset.Add(1)
 	}
 	c.replyInt(protocol.StatusOK, l.NearestOffset(r.Offset), r.Opaque)
 }

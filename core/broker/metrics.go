@@ -18,7 +18,7 @@ import (
 // httpapi.Registry are observed on the hot path.
 
 // partCounters are one partition's traffic counters, always kept (unlike
-// topicRealtime, which `stats reset` clears and stat = false turns off).
+// partition.Realtime, which `stats reset` clears and stat = false turns off).
 type partCounters struct {
 	msgsIn, bytesIn, bytesOut, gets atomic.Int64
 	// msgsOut is counted off the get path (msgsout.go).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -30,33 +31,6 @@ type counters struct {
 	authFailures   atomic.Int64 // failed auth requests
 	authThrottled  atomic.Int64 // logins the login limiter refused unchecked
 	resetAt        atomic.Int64 // unix nanos of the last `stats reset`
-}
-
-// stat is one realtime statistic: how many events and the sum of their values.
-type stat struct{ count, value atomic.Int64 }
-
-func (s *stat) add(v int64) { s.count.Add(1); s.value.Add(v) }
-
-func (s *stat) reset() { s.count.Store(0); s.value.Store(0) }
-
-// format renders MetaQ's realtime line value.
-func (s *stat) format(since time.Duration) string {
-	c, v := s.count.Load(), s.value.Load()
-	if c == 0 {
-		return "null"
-	}
-	secs := max(int64(since/time.Second), 1)
-	return fmt.Sprintf("Count=%d,Value=%d,Value/Count=%d,Count/Duration=%d,Duration=%d", c, v, v/c, c/secs, secs)
-}
-
-type topicRealtime struct {
-	put, get, offset, getMiss, putFailed, size stat
-}
-
-func (r *topicRealtime) reset() {
-	for _, s := range []*stat{&r.put, &r.get, &r.offset, &r.getMiss, &r.putFailed, &r.size} {
-		s.reset()
-	}
 }
 
 const statsHelp = `STATS
@@ -133,16 +107,13 @@ func (c *conn) handleStats(r *protocol.Request) {
 		sb.WriteString("END\r\n")
 	case "realtime":
 		since := b.sinceReset()
-		var agg topicRealtime
+		var agg partition.Realtime // core/partition
 		for _, t := range b.visibleTopics(v) {
-			for i, s := range t.rt.all() {
-				agg.all()[i].count.Add(s.count.Load())
-				agg.all()[i].value.Add(s.value.Load())
-			}
+			t.rt.AddTo(&agg)
 		}
 		sb.WriteString("STATS\r\n")
-		for i, name := range realtimeNames {
-			fmt.Fprintf(&sb, "realtime_%s %s\r\n", name, agg.all()[i].format(since))
+		for i, name := range partition.RealtimeNames {
+			fmt.Fprintf(&sb, "realtime_%s %s\r\n", name, agg.All()[i].Format(since))
 		}
 		sb.WriteString("END\r\n")
 	case "config":
@@ -163,7 +134,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 		writeStatsLines(&sb, func(line func(string)) { b.txm.Status().StatsLines(time.Now(), line) }) // core/tx
 	case "reset":
 		for _, t := range b.topicList() {
-			t.rt.reset()
+			t.rt.Reset()
 		}
 		b.stats.resetAt.Store(time.Now().UnixNano())
 		c.connAudit("stats.reset") // audit.go
@@ -182,12 +153,6 @@ func writeStatsLines(sb *strings.Builder, lines func(line func(string))) {
 	sb.WriteString("STATS\r\n")
 	lines(func(l string) { sb.WriteString(l); sb.WriteString("\r\n") })
 	sb.WriteString("END\r\n")
-}
-
-var realtimeNames = [...]string{"put", "get", "offset", "get_miss", "put_failed", "message_size"}
-
-func (r *topicRealtime) all() [6]*stat {
-	return [6]*stat{&r.put, &r.get, &r.offset, &r.getMiss, &r.putFailed, &r.size}
 }
 
 func (b *Broker) sinceReset() time.Duration {
@@ -298,10 +263,10 @@ func (b *Broker) writeTopicStats(sb *strings.Builder, name string) {
 	fmt.Fprintf(sb, "message_count %d\r\n", count)
 	fmt.Fprintf(sb, "message_bytes %d\r\n", size)
 	since := b.sinceReset()
-	for i, n := range realtimeNames {
+	for i, n := range partition.RealtimeNames {
 		v := "null"
 		if t != nil {
-			v = t.rt.all()[i].format(since)
+			v = t.rt.All()[i].Format(since)
 		}
 		sb.WriteString("topic_realtime_" + n + " " + v + "\r\n")
 	}

@@ -68,8 +68,8 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 		return
 	}
 	if t.conf().Stat {
-		t.rt.put.add(int64(len(c.entries)))
-		t.rt.size.add(size)
+		t.rt.Put.Add(int64(len(c.entries)))
+		t.rt.Size.Add(size)
 	}
 }
 

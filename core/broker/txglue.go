@@ -91,8 +91,8 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	}
 	if t.conf().Stat {
 		n := int64(len(r.Body))
-		t.rt.put.add(1)
-		t.rt.size.add(n)
+		t.rt.Put.Add(1)
+		t.rt.Size.Add(n)
 	}
 	var body [64]byte
 	c.replyBytes(protocol.StatusOK, protocol.AppendPutResultBody(body[:0], msgID, p, -1), r.Opaque)
@@ -150,8 +150,8 @@ func (t *topic) CountIn(p int32, msgs int, bytes int64) {
 		pc.bytesIn.Add(bytes)
 	}
 	if t.conf().Stat {
-		t.rt.put.add(int64(msgs))
-		t.rt.size.add(bytes)
+		t.rt.Put.Add(int64(msgs))
+		t.rt.Size.Add(bytes)
 	}
 }
 
