@@ -26,43 +26,21 @@ func (sm *syncMaster) run() {
 	sm.Run()
 }
 
-// appendReplicated is appendEntries on a sync master.
+// appendReplicated is appendEntries on a sync master
+// (repl.SyncMaster.Put): a refusal is answered with its status line, a
+// failed append as a put's.
 func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, mput bool, size int64) {
-	sm := c.b.sync
 	token := uint64(uint32(opaque)) | uint64(uint16(p))<<32
 	if mput {
 		token |= uint64(len(c.entries)) << 48
 	}
-	sp := sm.Part(t.name, p, l)
-	sp.Lock()
-	if f := c.b.fo; f != nil {
-		if err := f.LateRefusal(); err != nil { // core/repl
-			sp.Unlock()
-			c.b.stats.putFailed.Add(1)
-			c.replyErr(err, opaque)
-			return
-		}
-	}
-	lk, ok := sm.InSync(sp)
-	if !ok && !sm.DegradePuts(sp) {
-		sp.Unlock()
+	refused, err := c.b.sync.Put(t.name, p, l, c.entries, c.b.ids, c, token, c.addPending)
+	switch {
+	case refused != nil:
 		c.b.stats.putFailed.Add(1)
-		c.replyErr(sm.Refuse("puts"), opaque)
+		c.replyErr(refused, opaque)
 		return
-	}
-	c.addPending(1)
-	var err error
-	if ok {
-		first := c.b.ids.Next(len(c.entries))
-		for i := range c.entries {
-			c.entries[i].ID = first + int64(i)
-		}
-		err = sp.AppendShip(lk, c.entries, sm.NewPutWait(c, sp, token, len(c.entries)), token)
-	} else {
-		err = sm.AppendAlone(sp, c.entries, c, token)
-	}
-	if err != nil {
-		c.addPending(-1)
+	case err != nil:
 		c.b.disks.WakeOn(err)
 		c.putFail(opaque, "append failed: "+err.Error())
 		return

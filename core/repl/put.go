@@ -37,6 +37,47 @@ import (
 // Transactions (MetaQ's samsa had none) are shipped as txsync frames on
 // the same link: core/tx/repl.go.
 
+// Put is the put path of a sync master, whichever protocol took the put
+// (docs/architecture.md, "A sync-replicated put"): entries, a put's or an
+// mput's, go to partition p of topic (log l) under the partition's lock.
+// With failover, a member that may not take puts now refuses
+// (LateRefusal); a partition not in sync refuses unless puts may be stored
+// on the master alone (DegradePuts). Otherwise the entries take their ids
+// from ids and are appended and shipped to the slave (AppendShip, done
+// told through a PutWait), or stored alone (AppendAlone, done told the
+// append's outcome). pending(1) is called before the append, pending(-1)
+// if it fails. Put returns the refusal (nothing appended), or the
+// append's error.
+func (sm *SyncMaster) Put(topic string, p int32, l *store.Log, entries []store.Entry, ids store.IDSource, done PutDone, token uint64, pending func(int)) (refused, err error) {
+	sp := sm.Part(topic, p, l)
+	sp.Lock()
+	if sm.fo != nil {
+		if err := sm.fo.LateRefusal(); err != nil {
+			sp.Unlock()
+			return err, nil
+		}
+	}
+	lk, ok := sm.InSync(sp)
+	if !ok && !sm.DegradePuts(sp) {
+		sp.Unlock()
+		return sm.Refuse("puts"), nil
+	}
+	pending(1)
+	if ok {
+		first := ids.Next(len(entries))
+		for i := range entries {
+			entries[i].ID = first + int64(i)
+		}
+		err = sp.AppendShip(lk, entries, sm.NewPutWait(done, sp, token, len(entries)), token)
+	} else {
+		err = sm.AppendAlone(sp, entries, done, token)
+	}
+	if err != nil {
+		pending(-1)
+	}
+	return nil, err
+}
+
 // DegradePuts reports whether puts to sp, which is not in sync, are stored
 // on the master alone now (sync_degrade; DegradeOK).
 func (sm *SyncMaster) DegradePuts(sp *Part) bool {

@@ -34,6 +34,9 @@ type SyncFailover interface {
 	InSyncSlave() int
 	SetInSync(slave int) error
 	NameInSync(slave int, inSync func() bool) error
+	// LateRefusal refuses a put under its partition's lock when this
+	// member may not take puts now (SyncMaster.Put).
+	LateRefusal() error
 }
 
 // Host is what replication needs of the broker: its partitions, the
