@@ -14,12 +14,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"os"
 	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
@@ -565,31 +563,19 @@ func (b *Broker) TLSAddr() string {
 	return b.tlsLn.Addr().String()
 }
 
-// acceptLoop serves the connections of one listener (plaintext or TLS).
+// acceptLoop serves the connections of one listener (plaintext or TLS);
+// security.Acceptor backs off from accept errors that pass.
 func (b *Broker) acceptLoop(ln net.Listener) {
 	defer b.wg.Done()
-	var delay time.Duration
+	acc := security.Acceptor{Listener: ln, Done: b.done, Closed: b.closed.Load, Warnf: b.warnf}
 	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if b.closed.Load() {
-				return
+		nc, err := acc.Accept()
+		if nc == nil {
+			if err != nil {
+				b.errorf("accept: %v", err)
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err) {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				b.warnf("accept: %v; retrying in %v", err, delay)
-				select {
-				case <-time.After(delay):
-				case <-b.done:
-					return
-				}
-				continue
-			}
-			b.errorf("accept: %v", err)
 			return
 		}
-		delay = 0
 		c := newConn(b, nc)
 		if !b.admit(c) { // connlimits.go: unauthenticated connections make room
 			if b.closed.Load() {
@@ -633,17 +619,6 @@ func (b *Broker) refuse(nc net.Conn) {
 	nc.SetDeadline(time.Now().Add(time.Second))
 	msg := "too many connections (max_connections " + strconv.Itoa(b.config().MaxConnections) + ")"
 	nc.Write(protocol.AppendResult(nil, protocol.StatusBusy, msg, 0))
-}
-
-// isTemporary reports accept errors to back off from rather than stop
-// accepting: out of file descriptors or memory, or an aborted connection.
-func isTemporary(err error) bool {
-	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.EAGAIN, syscall.ECONNABORTED} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 // retentionLoop applies each topic's delete policy to sealed segments.

@@ -1,0 +1,63 @@
+package security
+
+import (
+	"errors"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Acceptor accepts a listener's connections for the broker's accept loop
+// (core/broker broker.go), backing off from errors that pass rather than
+// stop accepting: out of file descriptors or memory, an aborted
+// connection, a timeout. The delay doubles from 5 ms up to a second and
+// starts again after a connection is accepted.
+type Acceptor struct {
+	Listener net.Listener
+	// Done is closed when the broker closes; Closed reports it (set
+	// first).
+	Done   <-chan struct{}
+	Closed func() bool
+	// Warnf logs each error backed off from.
+	Warnf func(format string, args ...any)
+	delay time.Duration
+}
+
+// Accept returns the next connection. It returns nil and nil when the
+// broker closed (the loop ends quietly), nil and the error when accepting
+// cannot go on (the loop logs it and ends).
+func (a *Acceptor) Accept() (net.Conn, error) {
+	for {
+		nc, err := a.Listener.Accept()
+		if err == nil {
+			a.delay = 0
+			return nc, nil
+		}
+		if a.Closed() {
+			return nil, nil
+		}
+		var ne net.Error
+		if !(errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) || isTemporary(err)) {
+			return nil, err
+		}
+		a.delay = min(max(2*a.delay, 5*time.Millisecond), time.Second)
+		a.Warnf("accept: %v; retrying in %v", err, a.delay)
+		select {
+		case <-time.After(a.delay):
+		case <-a.Done:
+			return nil, nil
+		}
+	}
+}
+
+// isTemporary reports accept errors to back off from rather than stop
+// accepting: out of file descriptors or memory, or an aborted connection.
+func isTemporary(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.EAGAIN, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
