@@ -15,7 +15,10 @@
 // unauthenticated connections (Admission, admission.go) and counts failed
 // TLS handshakes (TLSFailures, tlsfail.go); it builds the TLS listener
 // (TLS.Listener, HeldConn: heldconn.go), keeps a protocol connection's
-// login (ConnAuth, connauth.go) and writes the audit log (Audit, audit.go). The broker
+// login (ConnAuth, connauth.go) and writes the audit log (Audit, audit.go); it
+// enforces a protocol connection's read timeouts (DeadlineReader,
+// deadline.go) and backs the accept loop off errors that pass (Acceptor,
+// accept.go). The broker
 // carries the conversations (SASL PLAIN on the wire, HTTP basic auth, the
 // TLS handshake) and applies the verdicts. The actions:
 //

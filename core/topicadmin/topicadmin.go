@@ -1,8 +1,9 @@
 // Package topicadmin is the bookkeeping of live topic administration (the
 // admin API, docs/http.md): <data_dir>/topics.toml (conf.TopicsFile),
 // which the broker applies on top of server.toml at start and on reload,
-// the validation of a change and the file it makes. The broker applies a
-// change: it swaps its config's topic list, opens or closes partitions and
+// the validation of a change and the file it makes, and the sequence of a
+// change (Admin, admin.go: check, persist, apply, undo). The broker is its
+// Host: it swaps its config's topic list, opens or closes partitions and
 // registers in ZooKeeper.
 package topicadmin
 
