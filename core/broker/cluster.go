@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/registry"
-	"github.com/metaq-go/metaq/sdk/cluster"
 )
 
 // Cluster mode: the broker registers itself in ZooKeeper (core/registry)
@@ -21,7 +20,6 @@ import (
 // openRegistry starts the registration (without waiting for it) with the
 // topics open now; topics created later are added by openTopic.
 func (b *Broker) openRegistry() error {
-	zc := b.config().ZooKeeper
 	host := registry.AdvertiseHost(b.config().Host)
 	if host != b.config().Host {
 		b.warnf("registry: host %q is not an address clients can use; advertising %s", b.config().Host, host)
@@ -34,23 +32,16 @@ func (b *Broker) openRegistry() error {
 	for _, n := range b.names {
 		topics = append(topics, registry.TopicOf(*b.topics[n].conf()))
 	}
-	r, err := registry.Open(ctx, registry.Options{
-		Connect:        zc.Connect,
-		Root:           zc.Root,
-		SessionTimeout: time.Duration(zc.SessionTimeout) * time.Millisecond,
-		BrokerID:       b.config().BrokerID,
-		URI:            registry.ListenerURI("meta", host, b.ln),
-		TLSURI:         registry.ListenerURI("metaqs", host, b.tlsLn),
-		ConfigChecksum: b.configChecksum(),
-		Topics:         topics,
-		Logf:           b.logf,
-		Auth:           cluster.Auth{User: zc.AuthUser, Password: zc.AuthPassword},
-		Slave:          b.config().IsSlave(),
-		SlaveID:        b.config().SlaveID,
-		Standby:        b.fo != nil && !b.config().IsSlave(),
-		FenceOnExpiry:  b.fo != nil,
-		OnExpired:      b.foExpired,
-	})
+	o := registry.FromConf(b.config()) // [zookeeper], broker and slave ids
+	o.URI = registry.ListenerURI("meta", host, b.ln)
+	o.TLSURI = registry.ListenerURI("metaqs", host, b.tlsLn)
+	o.ConfigChecksum = b.configChecksum()
+	o.Topics = topics
+	o.Logf = b.logf
+	o.Standby = b.fo != nil && !b.config().IsSlave()
+	o.FenceOnExpiry = b.fo != nil
+	o.OnExpired = b.foExpired
+	r, err := registry.Open(ctx, o)
 	if err != nil {
 		return fmt.Errorf("zookeeper: %w", err)
 	}
