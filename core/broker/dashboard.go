@@ -6,7 +6,6 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	"github.com/metaq-go/metaq/core/groups"
@@ -61,22 +60,16 @@ func (h httpBackend) Messages(topic string, p int, offset int64, n int, asHex bo
 
 // ---- cluster ----
 
-func kvLines(f func(kv func(k string, v any))) [][2]string {
-	var out [][2]string
-	f(func(k string, v any) { out = append(out, [2]string{k, fmt.Sprint(v)}) })
-	return out
-}
-
 // ClusterPage is the cluster page's data.
 func (h httpBackend) ClusterPage(security.Viewer) httpapi.ClusterPage {
 	b := h.b
 	v := httpapi.ClusterPageOf(h.Cluster())
 	v.Replication = b.config().Replication
 	if b.replRole() == repl.RoleSlave {
-		v.Slave = kvLines(b.slave.Status().StatsLines)
+		v.Slave = httpapi.KVLines(b.slave.Status().StatsLines) // core/repl
 	}
 	if b.sync != nil {
-		v.Sync = kvLines(b.sync.Status().StatsLines)
+		v.Sync = httpapi.KVLines(b.sync.Status().StatsLines)
 	}
 	if v.Mode == "cluster" {
 		v.ZK = httpapi.ReadCluster(b.zkRead(), b.lagsNow) // with the lag here of the groups it holds

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 )
@@ -25,6 +26,14 @@ type ClusterPage struct {
 	// Ready and Throughput are filled in here.
 	Ready      []ReadyCheck
 	Throughput []ratePoint
+}
+
+// KVLines are the key/value pairs f emits (a status's StatsLines, core/repl
+// stats.go), as the cluster page's Slave and Sync show them.
+func KVLines(f func(kv func(k string, v any))) [][2]string {
+	var out [][2]string
+	f(func(k string, v any) { out = append(out, [2]string{k, fmt.Sprint(v)}) })
+	return out
 }
 
 func (s *Server) uiCluster(w http.ResponseWriter, r *http.Request) {
