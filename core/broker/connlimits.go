@@ -153,16 +153,7 @@ func (c *conn) handshake() bool {
 		c.handshook.Store(true)
 		return true
 	}
-	var dl time.Time
-	if at := c.b.authTimeout(); at > 0 {
-		dl = c.accepted.Add(at)
-	} else if it := c.b.idleTimeout(); it > 0 {
-		dl = c.accepted.Add(it)
-	}
-	tc.SetDeadline(dl)
-	err := tc.Handshake()
-	tc.SetDeadline(time.Time{})
-	if err != nil {
+	if err := security.Handshake(tc, c.accepted, c.b.authTimeout(), c.b.idleTimeout()); err != nil {
 		if !c.evicted.Load() && !c.b.closed.Load() {
 			reason, timedOut := security.HandshakeReason(err, c.authExpired.Load())
 			if timedOut && c.b.authTimeout() > 0 {

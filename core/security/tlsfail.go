@@ -1,12 +1,14 @@
 package security
 
 import (
+	"crypto/tls"
 	"errors"
 	"log"
 	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -57,6 +59,22 @@ func (f *TLSFailures) Count(listener string) int64 {
 		return f.http.Load()
 	}
 	return f.protocol.Load()
+}
+
+// Handshake runs a protocol connection's TLS handshake within auth_timeout
+// of its accept (idle_timeout if that is 0; no limit if both are), then
+// clears the deadline.
+func Handshake(tc *tls.Conn, accepted time.Time, authTimeout, idleTimeout time.Duration) error {
+	var dl time.Time
+	if authTimeout > 0 {
+		dl = accepted.Add(authTimeout)
+	} else if idleTimeout > 0 {
+		dl = accepted.Add(idleTimeout)
+	}
+	tc.SetDeadline(dl)
+	err := tc.Handshake()
+	tc.SetDeadline(time.Time{})
+	return err
 }
 
 // HandshakeReason is what Failed logs of a protocol handshake that failed
