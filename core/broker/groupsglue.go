@@ -104,23 +104,18 @@ func (b *Broker) offsetPartition(topic string, p int32) string {
 	return ""
 }
 
-// goOffsetCall runs a store call off the read loop, so a slow store does
-// not hold up the connection's gets; its reply is queued like a put's.
+// goOffsetCall runs a store call off the read loop (groups.Offsets.Go),
+// so a slow store does not hold up the connection's gets; its reply is
+// queued like a put's.
 func (c *conn) goOffsetCall(fn func(ctx context.Context)) {
 	b := c.b
-	if !b.offsets.Acquire(b.done) {
-		return
-	}
-	c.addPending(1)
-	b.wg.Add(1) // the read loop's own count keeps wg above zero here
-	go func() {
-		defer b.wg.Done()
-		defer b.offsets.Release()
+	b.offsets.Go(b.done, func(run func()) {
+		c.addPending(1)
+		b.goTracked(run) // the read loop's own count keeps wg above zero here
+	}, func(ctx context.Context) {
 		defer c.addPending(-1)
-		ctx, cancel := context.WithTimeout(context.Background(), groups.CallTimeout)
-		defer cancel()
 		fn(ctx)
-	}()
+	})
 }
 
 // handleCommit stores a group's offsets: 200 once the store has them, 500

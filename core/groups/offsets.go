@@ -117,6 +117,24 @@ func (o *Offsets) Acquire(done <-chan struct{}) bool {
 // Release gives back a slot Acquire took.
 func (o *Offsets) Release() { <-o.sem }
 
+// Go runs fn, a store call made off a connection's read loop, with a
+// CallTimeout context, on a goroutine start starts (one the broker waits
+// for when it closes), holding one of the maxOffsetCalls slots: it waits
+// for a slot (Acquire) and reports false, fn not run, when done closes
+// first.
+func (o *Offsets) Go(done <-chan struct{}, start func(func()), fn func(ctx context.Context)) bool {
+	if !o.Acquire(done) {
+		return false
+	}
+	start(func() {
+		defer o.Release()
+		ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
+		defer cancel()
+		fn(ctx)
+	})
+	return true
+}
+
 // StoreError is a failed offset store call: Op is "commit" or "fetch".
 type StoreError struct {
 	Op  string
