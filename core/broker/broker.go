@@ -235,11 +235,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 			b.sync = newSyncMaster(b)
 			b.sync.SetDegrade(true)
 		}
-		var sm *repl.SyncMaster
-		if b.sync != nil {
-			sm = b.sync.SyncMaster
-		}
-		b.fo = repl.NewFailover(repl.FromConf(cfg), replHost{partSource{b}}, sm, b.slave, b.log)
+		b.fo = repl.NewFailover(repl.FromConf(cfg), replHost{partSource{b}}, b.sync.master(), b.slave, b.log)
 	}
 	gcfg := groups.FromConf(cfg)
 	gcfg.SessionTimeout = opts.GroupSessionTimeout

@@ -183,21 +183,7 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("http_addr", cmp.Or(b.HTTPAddr(), "-"))
 	kv("uptime", int64(time.Since(b.start)/time.Second))
 	kv("version", Version)
-	role := b.replRole() // repl.go
-	kv("slave", role == repl.RoleSlave)
-	if b.fo != nil {
-		b.fo.Status().StatsLines(kv) // core/repl
-	} else {
-		kv("epoch", 0) // no failover, no epoch (docs/replication.md)
-	}
-	if role == repl.RoleSlave {
-		b.slave.Status().StatsLines(kv) // core/repl
-	} else {
-		kv("replication", b.config().Replication)
-	}
-	if b.sync != nil && role != repl.RoleSlave {
-		b.sync.Status().StatsLines(kv) // core/repl
-	}
+	repl.SummaryLines(b.replRole(), b.config().Replication, b.fo, b.slave, b.sync.master(), kv) // core/repl
 	kv("curr_connections", b.stats.connections.Load())
 	kv("threads", runtime.NumGoroutine())
 	kv("cmd_put", b.stats.cmdPut.Load())

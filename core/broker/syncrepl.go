@@ -20,6 +20,14 @@ func newSyncMaster(b *Broker) *syncMaster {
 	return &syncMaster{SyncMaster: repl.NewSyncMaster(repl.FromConf(b.config()), replHost{partSource{b}}, b.log), b: b}
 }
 
+// master is the sync master, nil when there is none (sm nil).
+func (sm *syncMaster) master() *repl.SyncMaster {
+	if sm == nil {
+		return nil
+	}
+	return sm.SyncMaster
+}
+
 // run runs the manager (core/repl/syncloop.go); the caller did b.wg.Add(1).
 func (sm *syncMaster) run() {
 	defer sm.b.wg.Done()

@@ -7,6 +7,28 @@ import "strconv"
 // through kv, in the order the reply shows them; the broker writes them
 // into the reply.
 
+// SummaryLines are the replication lines of the broker's `stats`
+// summary for a broker in role, with replication its configured mode:
+// whether it is a slave; failover's lines (fo nil without failover: epoch
+// 0, docs/replication.md); a slave's lines, or the mode; a sync master's
+// lines (sm nil when there is no sync master).
+func SummaryLines(role Role, replication string, fo *Failover, slave *Slave, sm *SyncMaster, kv func(k string, v any)) {
+	kv("slave", role == RoleSlave)
+	if fo != nil {
+		fo.Status().StatsLines(kv)
+	} else {
+		kv("epoch", 0) // no failover, no epoch (docs/replication.md)
+	}
+	if role == RoleSlave {
+		slave.Status().StatsLines(kv)
+	} else {
+		kv("replication", replication)
+	}
+	if sm != nil && role != RoleSlave {
+		sm.Status().StatsLines(kv)
+	}
+}
+
 // StatsLines are a sync master's lines of stats.
 func (st SyncStatus) StatsLines(kv func(k string, v any)) {
 	addr := st.Slave
