@@ -23,6 +23,7 @@ import (
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/diskwatch"
 	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/repl"
@@ -450,7 +451,7 @@ func (b *Broker) Start() error {
 			return fmt.Errorf("listen tls: %w", err)
 		}
 	}
-	if hln, err = b.listenHTTP(); err != nil {
+	if hln, err = httpapi.Listen(b.config()); err != nil {
 		closeAll()
 		return err
 	}

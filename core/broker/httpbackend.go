@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -38,19 +37,6 @@ func (b *Broker) newHTTPServer(cfg *conf.Config) *httpapi.Server {
 		Log:      b.log,
 		ErrorLog: b.httpErrorLog(), // tlsfail.go: TLS handshake errors counted and throttled
 	})
-}
-
-// listenHTTP binds http_port for Start (nil when it is 0).
-func (b *Broker) listenHTTP() (net.Listener, error) {
-	addr, on := b.config().HTTPAddr()
-	if !on {
-		return nil, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen http (http_port): %w", err)
-	}
-	return ln, nil
 }
 
 // ServeHTTP serves the HTTP API (docs/http.md) on ln in the background:

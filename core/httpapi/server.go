@@ -16,6 +16,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log"
 	"log/slog"
 	"net"
@@ -87,6 +88,19 @@ func FromConf(c *conf.Config) Config {
 		DefaultPartitions: c.NumPartitions,
 	}
 	return cfg
+}
+
+// Listen binds c's http_port for the broker's Start (nil when it is 0).
+func Listen(c *conf.Config) (net.Listener, error) {
+	addr, on := c.HTTPAddr()
+	if !on {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen http (http_port): %w", err)
+	}
+	return ln, nil
 }
 
 // authOn says whether [auth] is enabled.
