@@ -85,7 +85,8 @@ test: fmt-check vet build services
 # Long runs of the crash and power-loss tests of the real binary
 # (core/e2e): SOAK_CUTS power cuts under load over 64 partitions (make test
 # does 20), and the kill -9 tests repeated SOAK_COUNT times; the journal
-# cut at every record boundary (make test samples 20 of each kind).
+# cut at every record boundary (make test samples 20 of each kind); and
+# sdk/balance's joins and leaves over 5 seeded sequences (make test runs 1).
 SOAK_CUTS  ?= 100
 SOAK_COUNT ?= 5
 soak: build
@@ -95,6 +96,7 @@ soak: build
 	METAQ_FAILOVER_ROUNDS=30 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverKill9$$' ./core/e2e/
 	METAQ_FAILOVER_POWERCUTS=5 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverPowerCut$$' ./core/e2e/
 	METAQ_TX_FAILOVER_ROUNDS=20 $(GO) test -timeout 20m -count=1 -v -run '^TestTxSyncFailoverKill9$$' ./core/e2e/
+	METAQ_BALANCE_SEEDS=5 $(GO) test -race -timeout 10m -count=1 -run '^TestJoinsAndLeaves$$' ./sdk/balance/
 
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with
 # the raw-disk baseline measured in the same command (see docs/benchmarks.md).

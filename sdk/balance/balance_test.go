@@ -3,7 +3,9 @@ package balance
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -318,17 +320,27 @@ func owners(t *testing.T, s Strategy, members []string, ps []message.Partition) 
 	return own
 }
 
+// joinLeaveSeeds is how many seeded sequences TestJoinsAndLeaves runs: 1
+// (seed 0), or METAQ_BALANCE_SEEDS (make soak runs 5).
+func joinLeaveSeeds() uint64 {
+	if v, err := strconv.ParseUint(os.Getenv("METAQ_BALANCE_SEEDS"), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	return 1
+}
+
 // TestJoinsAndLeaves runs 10 consumers × 100 partitions through a seeded
-// random sequence of 200 joins and leaves; after every change the members
-// own every partition exactly once. For CONSIST, a change moves only the
-// partitions of the consumer that left (or to the one that joined).
+// random sequence of 200 joins and leaves (joinLeaveSeeds sequences);
+// after every change the members own every partition exactly once. For
+// CONSIST, a change moves only the partitions of the consumer that left
+// (or to the one that joined).
 func TestJoinsAndLeaves(t *testing.T) {
 	t.Parallel()
 	pool := consumerIDs(10)
 	ps := parts(4, 25)
 	for _, st := range strategies {
 		t.Run(st.name, func(t *testing.T) {
-			for seed := range uint64(5) {
+			for seed := range joinLeaveSeeds() {
 				rng := rand.New(rand.NewPCG(seed, 42))
 				live := map[string]bool{}
 				var prev map[message.Partition]string
