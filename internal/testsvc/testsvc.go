@@ -64,12 +64,19 @@ var (
 // Main runs the tests of a package whose tests share servers, then stops
 // those servers and exits: call it from TestMain.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main without the exit, for a TestMain with more to do after the
+// tests: it runs them with the servers shared, stops those servers and
+// returns m.Run's exit code.
+func Run(m *testing.M) int {
 	mainMu.Lock()
 	mainActive = true
 	mainMu.Unlock()
 	code := m.Run()
 	StopShared()
-	os.Exit(code)
+	return code
 }
 
 // StopShared stops the servers the shared helpers started. Main calls it;
