@@ -242,7 +242,7 @@ func TestClientZooKeeper(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	b1, b2 := startBroker(t, brokerWithID(1)), startBroker(t, brokerWithID(2))
-	const root = "/client-zk"
+	root := zkRoot("/client-zk")
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 4)
 	w.registerBoth(2, b2.addr, 4)
@@ -299,7 +299,7 @@ func TestClientZooKeeperPosition(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	b1, b2 := startBroker(t, brokerWithID(1)), startBroker(t, brokerWithID(2))
-	const root = "/client-zk-pos"
+	root := zkRoot("/client-zk-pos")
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 2)
 	w.registerBoth(2, b2.addr, 2)
@@ -344,7 +344,7 @@ func TestClientOrdered(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	b1 := startBroker(t, brokerWithID(1))
-	const root = "/client-ordered"
+	root := zkRoot("/client-ordered")
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 4)
 	p := newClient(t, ZooKeeper(zkAddr, root), Ordered(t.TempDir()))

@@ -166,7 +166,7 @@ func waitClusterAssignment(t testing.TB, w *zkWriter, want []message.Partition, 
 func TestClusterConsumerGroup(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
-	const root = "/cc-group"
+	root := zkRoot("/cc-group")
 	b1, b2, b3 := startBroker(t), startBroker(t), startBroker(t)
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 4)
@@ -228,7 +228,7 @@ func TestClusterConsumerGroup(t *testing.T) {
 func TestClusterConsumerBroadcast(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
-	const root = "/cc-bcast"
+	root := zkRoot("/cc-bcast")
 	b1 := startBroker(t)
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 4)
@@ -268,7 +268,7 @@ func TestClusterConsumerBroadcast(t *testing.T) {
 func TestClusterConsumerSessionExpiry(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
-	const root = "/cc-expiry"
+	root := zkRoot("/cc-expiry")
 	b1 := startBroker(t)
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 4)
@@ -297,7 +297,7 @@ func TestClusterConsumerSessionExpiry(t *testing.T) {
 func TestClusterConsumerJoinLeave100(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
-	const root = "/cc-100"
+	root := zkRoot("/cc-100")
 	big := func(c *conf.Config) { c.NumPartitions = 50 }
 	b1, b2 := startBroker(t, big), startBroker(t, big)
 	w := newZKWriter(t, zkAddr, root)
@@ -349,7 +349,7 @@ func TestClusterConsumerJoinLeave100(t *testing.T) {
 // ZooKeeper write round trip (create + delete of an ephemeral node).
 func BenchmarkClusterRebalance(b *testing.B) {
 	zkAddr := testsvc.ZooKeeper(b)
-	const root = "/cc-bench"
+	root := zkRoot("/cc-bench")
 	big := func(c *conf.Config) { c.NumPartitions = 50 }
 	b1, b2 := startBroker(b, big), startBroker(b, big)
 	w := newZKWriter(b, zkAddr, root)
@@ -497,7 +497,7 @@ func (c *faultConn) Read(p []byte) (int, error) {
 func TestClusterConsumerClaimReplyLost(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
-	const root = "/cc-lost-claim"
+	root := zkRoot("/cc-lost-claim")
 	b1 := startBroker(t)
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 4)
@@ -534,7 +534,7 @@ func TestClusterConsumerClaimReplyLost(t *testing.T) {
 func TestClusterConsumerReleaseFails(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
-	const root = "/cc-release-fails"
+	root := zkRoot("/cc-release-fails")
 	b1 := startBroker(t)
 	w := newZKWriter(t, zkAddr, root)
 	w.registerBoth(1, b1.addr, 4)

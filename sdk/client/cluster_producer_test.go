@@ -178,11 +178,12 @@ func startClusterProducer(t *testing.T, zkAddr, root string, opts ...prodOption)
 func TestClusterProducerAddRemoveBroker(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
+	root := zkRoot("/cp-add")
 	b1, b2, b3 := startBroker(t), startBroker(t), startBroker(t)
-	w := newZKWriter(t, zkAddr, "/cp-add")
+	w := newZKWriter(t, zkAddr, root)
 	w.register(1, "m", b1.addr, 4)
 	w.register(3, "s0", b3.addr, 4)
-	p := startClusterProducer(t, zkAddr, "/cp-add")
+	p := startClusterProducer(t, zkAddr, root)
 
 	ps, err := p.Partitions(ctxT(t, 10*time.Second), topic)
 	require.NoError(t, err)
@@ -228,13 +229,14 @@ func TestClusterProducerAddRemoveBroker(t *testing.T) {
 func TestClusterProducerRetriesOnDeadBroker(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
+	root := zkRoot("/cp-kill")
 	b1, b2 := startBroker(t), startBroker(t)
-	w := newZKWriter(t, zkAddr, "/cp-kill")
+	w := newZKWriter(t, zkAddr, root)
 	w.register(1, "m", b1.addr, 4)
 	w.register(2, "m", b2.addr, 4)
 	sendTimeout := 3 * time.Second
-	p := startClusterProducer(t, zkAddr, "/cp-kill", withSendTimeout(sendTimeout))
-	noRetry := startClusterProducer(t, zkAddr, "/cp-kill", withRetryOnFailure(false), withSelector(selector.Fixed(4)))
+	p := startClusterProducer(t, zkAddr, root, withSendTimeout(sendTimeout))
+	noRetry := startClusterProducer(t, zkAddr, root, withRetryOnFailure(false), withSelector(selector.Fixed(4)))
 
 	l := startLoad(t, p, 4)
 	require.Eventually(t, func() bool { return l.count(2) > 50 && l.count(1) > 50 }, 10*time.Second, 10*time.Millisecond)

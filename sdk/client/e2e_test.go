@@ -79,6 +79,13 @@ func serverConfig(tb testing.TB) string {
 	return p
 }
 
+var zkRoots atomic.Int64
+
+// zkRoot returns name with a suffix unique in this test binary: the tests
+// share one ZooKeeper (testsvc.Run), and a run with -count above 1 must
+// not find the nodes an earlier run of the same test left there.
+func zkRoot(name string) string { return name + "-" + strconv.FormatInt(zkRoots.Add(1), 10) }
+
 func runBroker(tb testing.TB, cfg *conf.Config) *testBroker {
 	return runBrokerAt(tb, cfg, "", broker.Options{})
 }

@@ -38,9 +38,10 @@ func TestMain(m *testing.M) {
 		return
 	}
 	stop := startExampleBroker()
-	code := m.Run()
+	// One ZooKeeper for the package's tests (each keeps to its own root),
+	// stopped after them.
+	code := testsvc.Run(m)
 	stop()
-	testsvc.StopShared()
 	os.Exit(code)
 }
 

@@ -81,12 +81,13 @@ func seqBodies(prefix string, from, to int) []string {
 func TestOrderedProducerBrokerDownAndBack(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
+	root := zkRoot("/op-down")
 	b1, b2 := startBroker(t), startBroker(t)
-	w := newZKWriter(t, zkAddr, "/op-down")
+	w := newZKWriter(t, zkAddr, root)
 	w.register(1, "m", b1.addr, 4)
 	w.register(2, "m", b2.addr, 4)
 	base := t.TempDir()
-	p := newOrdered(t, zkAddr, "/op-down", base, withSelector(keySelector{"a": 5, "b": 0}),
+	p := newOrdered(t, zkAddr, root, base, withSelector(keySelector{"a": 5, "b": 0}),
 		withPartitionLayout(topic, map[int]int{1: 4, 2: 4}))
 
 	for i := range 5 {
@@ -145,11 +146,12 @@ func TestOrderedProducerBrokerDownAndBack(t *testing.T) {
 func TestOrderedProducerRestartDrainsBacklog(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
-	w := newZKWriter(t, zkAddr, "/op-restart")
+	root := zkRoot("/op-restart")
+	w := newZKWriter(t, zkAddr, root)
 	base := t.TempDir()
 	opts := []prodOption{withSelector(selector.Fixed(2)), withPartitionLayout(topic, map[int]int{1: 4})}
 
-	p1 := newOrdered(t, zkAddr, "/op-restart", base, opts...)
+	p1 := newOrdered(t, zkAddr, root, base, opts...)
 	for i := range 10 {
 		r := orderedSend(t, p1, "", fmt.Sprintf("m-%d", i))
 		require.True(t, r.StoredLocally())
@@ -157,12 +159,12 @@ func TestOrderedProducerRestartDrainsBacklog(t *testing.T) {
 	}
 	require.Equal(t, 10, p1.Backlog(topic))
 	// A second producer on the same directory is refused while p1 is open.
-	_, err := openOrderedProducer(ctxT(t, 10*time.Second), zkAddr, quiet, withZKRoot("/op-restart"),
+	_, err := openOrderedProducer(ctxT(t, 10*time.Second), zkAddr, quiet, withZKRoot(root),
 		withLocalStore(base))
 	require.Error(t, err)
 	require.NoError(t, p1.Close(ctxT(t, 10*time.Second)))
 
-	p2 := newOrdered(t, zkAddr, "/op-restart", base, opts...)
+	p2 := newOrdered(t, zkAddr, root, base, opts...)
 	require.Equal(t, 10, p2.Backlog(topic), "backlog found on restart")
 	r := orderedSend(t, p2, "", "m-10")
 	require.True(t, r.StoredLocally(), "queued behind the backlog")
@@ -180,11 +182,12 @@ func TestOrderedProducerRestartDrainsBacklog(t *testing.T) {
 func TestOrderedProducerTornStoreTail(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
-	w := newZKWriter(t, zkAddr, "/op-torn")
+	root := zkRoot("/op-torn")
+	w := newZKWriter(t, zkAddr, root)
 	base := t.TempDir()
 	opts := []prodOption{withSelector(selector.Fixed(0)), withPartitionLayout(topic, map[int]int{1: 4})}
 
-	p1 := newOrdered(t, zkAddr, "/op-torn", base, opts...)
+	p1 := newOrdered(t, zkAddr, root, base, opts...)
 	for i := range 3 {
 		require.True(t, orderedSend(t, p1, "", fmt.Sprintf("m-%d", i)).StoredLocally())
 	}
@@ -201,7 +204,7 @@ func TestOrderedProducerTornStoreTail(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 
-	p2 := newOrdered(t, zkAddr, "/op-torn", base, opts...)
+	p2 := newOrdered(t, zkAddr, root, base, opts...)
 	require.Equal(t, 3, p2.Backlog(topic))
 	fi, err = os.Stat(path)
 	require.NoError(t, err)
@@ -296,11 +299,12 @@ func (g *gateBroker) seqBodies() []string {
 func TestOrderedProducerForbiddenAndSaveAll(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
+	root := zkRoot("/op-403")
 	g := startGate(t)
-	w := newZKWriter(t, zkAddr, "/op-403")
+	w := newZKWriter(t, zkAddr, root)
 	w.register(1, "m", g.ln.Addr().String(), 1)
 	opts := []prodOption{withSelector(selector.Fixed(0)), withPartitionLayout(topic, map[int]int{1: 1})}
-	p := newOrdered(t, zkAddr, "/op-403", t.TempDir(), opts...)
+	p := newOrdered(t, zkAddr, root, t.TempDir(), opts...)
 
 	require.False(t, orderedSend(t, p, "", "m-0").StoredLocally())
 	g.code.Store(protocol.StatusForbidden)
@@ -319,7 +323,7 @@ func TestOrderedProducerForbiddenAndSaveAll(t *testing.T) {
 	require.ErrorIs(t, err, ErrInternal)
 	require.Zero(t, p.Backlog(topic))
 
-	all := newOrdered(t, zkAddr, "/op-403", t.TempDir(), append(opts, withSaveToLocalWhenFailed(true))...)
+	all := newOrdered(t, zkAddr, root, t.TempDir(), append(opts, withSaveToLocalWhenFailed(true))...)
 	require.True(t, orderedSend(t, all, "", "s-0").StoredLocally())
 	require.True(t, orderedSend(t, all, "", "s-1").StoredLocally())
 	g.code.Store(0)

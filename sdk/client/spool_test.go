@@ -236,7 +236,7 @@ func TestClientSpoolRefusals(t *testing.T) {
 func TestClientSpoolZooKeeper(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
-	const root = "/client-spool"
+	root := zkRoot("/client-spool")
 	cfg := brokerConfig(t)
 	var br *brokertest.Broker
 	start := func() string {
