@@ -50,7 +50,9 @@ func TestClusterCommand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts brokers")
 	}
-	zkAddr := testsvc.ZooKeeper(t)
+	// A ZooKeeper of its own: metaq-server registers under the default
+	// root, /meta, as TestConsumeZK's does.
+	zkAddr := testsvc.NewZooKeeper(t).Addr()
 	a1 := startZKServer(t, zkAddr, 1)
 	a2 := startZKServer(t, zkAddr, 2)
 

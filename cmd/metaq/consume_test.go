@@ -196,7 +196,9 @@ func TestConsumeZK(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts a broker")
 	}
-	zkAddr := testsvc.ZooKeeper(t)
+	// A ZooKeeper of its own: metaq-server registers under the default
+	// root, /meta, as TestClusterCommand's does.
+	zkAddr := testsvc.NewZooKeeper(t).Addr()
 	addr := startZKServer(t, zkAddr, 1)
 
 	r := cli("", "consume", "--zk", zkAddr, "--topic", "meta-test")

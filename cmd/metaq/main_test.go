@@ -370,5 +370,6 @@ func TestMain(m *testing.M) {
 	if os.Getenv(echoServerEnv) == "1" {
 		os.Exit(echoServerMain())
 	}
-	os.Exit(m.Run())
+	// One ZooKeeper for the tests that keep to a root of their own.
+	os.Exit(testsvc.Run(m))
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -108,7 +110,7 @@ func TestCLITLSAuth(t *testing.T) {
 
 	t.Run("zookeeper", func(t *testing.T) {
 		zkAddr := testsvc.ZooKeeper(t)
-		root := "/metaq-cli-tls-" + strings.ReplaceAll(t.Name(), "/", "-")
+		root := "/metaq-cli-tls-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 		zb := secureCLIBroker(t, certs, zkAddr, root)
 		zsec := []string{"--tls-ca", certs.CAFile, "--user", "cli", "--password-file", pwFile}
 		mustOK(t, cli("z1\nz2\n", append(zsec, "--addr", zb.TLSAddr(), "produce", "--topic", "gt")...), "produce")
