@@ -114,7 +114,7 @@ func TestDigestACLWithZkCli(t *testing.T) {
 // restricts it, and its offsets parents, when it first writes it.
 func TestAuthRestrictsOpenOffsets(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
-	root := "/storeopen"
+	root := fmt.Sprintf("/storeopen-%d", time.Now().UnixNano()) // unique per run: the ZooKeeper is shared
 	old := open(t, map[string]string{"connect": addr, "root": root})
 	k := key{Group: "g", Topic: "t", BrokerID: 0, Partition: 0}
 	require.NoError(t, commit(ctx(t), old, []entry{{Key: k, Offset: 1, MsgID: 1}}))
@@ -200,7 +200,7 @@ func digestClient(t *testing.T, addr, user, pw string) *gozk.Conn {
 // version made shared is restricted to the private ACL.
 func TestSquattedNodes(t *testing.T) {
 	addr := testsvc.ZooKeeper(t)
-	root := "/squat"
+	root := fmt.Sprintf("/squat-%d", time.Now().UnixNano()) // unique per run: the ZooKeeper is shared
 	cons := zkpath.Consumers(root)
 	anon := raw(t, addr)
 	// A tree made before auth was on (open), as MetaQ makes it.
