@@ -53,12 +53,13 @@ func TestDigestACLWithZkCli(t *testing.T) {
 	require.NoError(t, commit(ctx(t), s, []entry{{Key: k, Offset: 77, MsgID: 66}}))
 	node := zkpath.Offset(root, g, "t", 2, 5)
 
-	lines, err := testsvc.ZkCliScript(t, addr, "getAcl "+node, "get "+node)
+	// One zkCli.sh (one JVM): the ACL and data, then a set, last, so that
+	// its failure is zkCli.sh's exit status.
+	lines, stderr, exitErr, err := testsvc.ZkCliSession(t, addr, "getAcl "+node, "get "+node, "set "+node+" 1-999999")
 	require.NoError(t, err)
 	require.Equal(t, []string{"'digest,'store:x", ": cdrwa", "'world,'anyone", ": r", "66-77"}, lines)
-	out, err := testsvc.ZkCli(t, addr, "set", node, "1-999999")
-	require.Error(t, err, "an unauthenticated set of an offset must fail: %s", out)
-	require.Contains(t, err.Error(), "Insufficient permission")
+	require.Error(t, exitErr, "an unauthenticated set of an offset must fail: %v", lines)
+	require.Contains(t, stderr, "Insufficient permission")
 
 	c := raw(t, addr)
 	require.ErrorIs(t, c.Delete(node, -1), gozk.ErrNoAuth)
