@@ -132,7 +132,7 @@ func (c *conn) expireAuth() {
 		c.hardClose()
 		return
 	}
-	c.nc.SetReadDeadline(time.Unix(1, 0)) // deadlineReader also checks authExpired
+	c.nc.SetReadDeadline(time.Unix(1, 0)) // security.DeadlineReader also checks authExpired (its Stop)
 	time.AfterFunc(authCloseGrace, c.hardClose)
 }
 
