@@ -28,19 +28,7 @@ func (b *Broker) replicaCheck() *readyCheck {
 	return nil
 }
 
-// replStatus is the replication /metrics shows.
+// replStatus is the replication /metrics shows (core/httpapi).
 func (b *Broker) replStatus() httpapi.Replication {
-	var r httpapi.Replication
-	if b.fo != nil {
-		st := b.fo.Status()
-		r.Failover = &httpapi.FailoverGauge{Epoch: st.Epoch, Role: st.Role.StatsName()}
-	}
-	if b.replRole() == repl.RoleSlave {
-		st := b.slave.Status()
-		r.Slave = &st
-	} else if b.sync != nil {
-		st := b.sync.Status()
-		r.Sync = &st
-	}
-	return r
+	return httpapi.ReplicationOf(b.replRole(), b.fo, b.slave, b.sync.master())
 }

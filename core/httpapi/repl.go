@@ -24,6 +24,26 @@ type Replication struct {
 	Sync  *repl.SyncStatus
 }
 
+// ReplicationOf reads the replication of a broker in role: failover's
+// (fo nil without failover), a slave's while it is one, else a sync
+// master's (sm nil when there is none), as repl.SummaryLines does for
+// stats.
+func ReplicationOf(role repl.Role, fo *repl.Failover, slave *repl.Slave, sm *repl.SyncMaster) Replication {
+	var r Replication
+	if fo != nil {
+		st := fo.Status()
+		r.Failover = &FailoverGauge{Epoch: st.Epoch, Role: st.Role.StatsName()}
+	}
+	if role == repl.RoleSlave {
+		st := slave.Status()
+		r.Slave = &st
+	} else if sm != nil {
+		st := sm.Status()
+		r.Sync = &st
+	}
+	return r
+}
+
 // FailoverGauge is failover's epoch and role name ("master", "slave",
 // "fenced").
 type FailoverGauge struct {
