@@ -85,6 +85,14 @@ func (j *Journal) takeTrusted(name string) (trustPoint, bool) {
 	return t, ok
 }
 
+// peekTrusted returns partition name's trust point without taking it.
+func (j *Journal) peekTrusted(name string) (trustPoint, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	t, ok := j.trusted[name]
+	return t, ok
+}
+
 // trustedTail is the outcome of recoverTrusted.
 type trustedTail struct {
 	count  int64        // records of the last segment from where the scan started in it
