@@ -85,14 +85,17 @@ test: fmt-check vet build services
 # Long runs of the crash and power-loss tests of the real binary
 # (core/e2e): SOAK_CUTS power cuts under load over 64 partitions (make test
 # does 20), and the kill -9 tests repeated SOAK_COUNT times; the journal
-# cut at every record boundary (make test samples 20 of each kind); and
-# sdk/balance's joins and leaves over 5 seeded sequences (make test runs 1).
+# cut at every record boundary (make test samples 20 of each kind); the
+# store's tests on the disk's temporary directory (make test runs them on a
+# tmpfs when /dev/shm is one); and sdk/balance's joins and leaves over 5
+# seeded sequences (make test runs 1).
 SOAK_CUTS  ?= 100
 SOAK_COUNT ?= 5
 soak: build
 	METAQ_POWER_CUTS=$(SOAK_CUTS) $(GO) test -race -timeout 60m -count=1 -v -run '^TestPowerCuts64$$' ./core/e2e/
 	$(GO) test -race -timeout 60m -count=$(SOAK_COUNT) -run '^(TestCrashGroupCommit64|TestPowerCutsThreshold|TestThousandPartitions)$$' ./core/e2e/
 	METAQ_JOURNAL_CUTS=all $(GO) test -race -timeout 60m -count=1 -run '^TestJournalCrashCuts$$' ./core/store/
+	METAQ_STORE_TEST_DISK=1 $(GO) test -race -timeout 30m -count=1 ./core/store/
 	METAQ_FAILOVER_ROUNDS=30 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverKill9$$' ./core/e2e/
 	METAQ_FAILOVER_POWERCUTS=5 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverPowerCut$$' ./core/e2e/
 	METAQ_TX_FAILOVER_ROUNDS=20 $(GO) test -timeout 20m -count=1 -v -run '^TestTxSyncFailoverKill9$$' ./core/e2e/
