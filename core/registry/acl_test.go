@@ -231,7 +231,7 @@ func TestAuthSurvivesReconnectAndExpiry(t *testing.T) {
 func TestAuthRestrictsOpenNodes(t *testing.T) {
 	t.Parallel()
 	addr := testsvc.ZooKeeper(t)
-	root := "/aclopen"
+	root := fmt.Sprintf("/aclopen-%d", time.Now().UnixNano()) // it creates open nodes first: a fresh root each run (-count)
 	c := client(t, addr)
 	for _, p := range []string{root, zkpath.Brokers(root), zkpath.BrokerIDs(root), zkpath.Broker(root, 4), zkpath.Consumers(root)} {
 		_, err := c.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
