@@ -114,6 +114,8 @@ func TestHTTPMetrics(t *testing.T) {
 			require.GreaterOrEqual(t, metricValue(t, scrape, `metaq_put_duration_seconds_count`), 1.0)
 			require.Equal(t, 1.0, metricValue(t, scrape, `metaq_get_duration_seconds_count`))
 			require.GreaterOrEqual(t, metricValue(t, scrape, `metaq_fsync_duration_seconds_count{kind="journal"}`), 1.0)
+			// Checkpoint fsyncs have their own kind, present from the start.
+			require.GreaterOrEqual(t, metricValue(t, scrape, `metaq_fsync_duration_seconds_count{kind="checkpoint"}`), 0.0)
 			require.GreaterOrEqual(t, metricValue(t, scrape, `metaq_journal_commit_round_appends_sum`), 3.0)
 			require.Equal(t, 1.0, metricValue(t, scrape, `metaq_connections`))
 			require.Equal(t, 1.0, metricValue(t, scrape, `metaq_ready`))

@@ -18,9 +18,10 @@ type Registry struct {
 	// Put and Get are the request latency histograms; Put is sampled (at
 	// most one put in flight per connection is timed).
 	Put, Get prometheus.Observer
-	// fsyncJournal and fsyncSegment are metaq_fsync_duration_seconds by
-	// kind; rounds is metaq_journal_commit_round_appends.
-	fsyncJournal, fsyncSegment, rounds prometheus.Observer
+	// fsyncJournal, fsyncSegment and fsyncCheckpoint are
+	// metaq_fsync_duration_seconds by kind; rounds is
+	// metaq_journal_commit_round_appends.
+	fsyncJournal, fsyncSegment, fsyncCheckpoint, rounds prometheus.Observer
 }
 
 // latencyBuckets span 50 µs to about 1.6 s.
@@ -40,7 +41,7 @@ func NewRegistry(c *Collector) *Registry {
 	})
 	fsync := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "metaq_fsync_duration_seconds",
-		Help:    "Duration of fsync/fdatasync calls: kind journal (group-commit rounds) or segment (checkpoints, threshold-mode flushes, rolls).",
+		Help:    "Duration of fsync/fdatasync calls: kind journal (group-commit rounds), checkpoint (the segment fsyncs and the syncfs of the journal's checkpoints) or segment (threshold-mode flushes, rolls, closes).",
 		Buckets: latencyBuckets,
 	}, []string{"kind"})
 	rounds := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -49,7 +50,8 @@ func NewRegistry(c *Collector) *Registry {
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 	})
 	r := &Registry{Registry: prometheus.NewRegistry(), Put: put, Get: get, rounds: rounds,
-		fsyncJournal: fsync.WithLabelValues("journal"), fsyncSegment: fsync.WithLabelValues("segment")}
+		fsyncJournal: fsync.WithLabelValues("journal"), fsyncSegment: fsync.WithLabelValues("segment"),
+		fsyncCheckpoint: fsync.WithLabelValues("checkpoint")}
 	r.MustRegister(put, get, fsync, rounds,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -67,13 +69,23 @@ func (r *Registry) Handler() http.Handler {
 }
 
 // StoreObserver is a store.Observer feeding the fsync and round
-// histograms.
+// histograms, and a store.CheckpointObserver.
 type StoreObserver struct {
-	fsync, rounds prometheus.Observer
+	fsync, rounds, ckpt prometheus.Observer
 }
 
 // ObserveFsync observes an fsync's duration.
 func (o StoreObserver) ObserveFsync(d time.Duration) { o.fsync.Observe(d.Seconds()) }
+
+// ObserveCheckpointFsync observes the duration of a checkpoint's segment
+// fsync or syncfs (kind checkpoint; journals only, else as ObserveFsync).
+func (o StoreObserver) ObserveCheckpointFsync(d time.Duration) {
+	if o.ckpt == nil {
+		o.ObserveFsync(d)
+		return
+	}
+	o.ckpt.Observe(d.Seconds())
+}
 
 // ObserveCommitRound observes a journal round's appends (journals only).
 func (o StoreObserver) ObserveCommitRound(n int) {
@@ -85,7 +97,7 @@ func (o StoreObserver) ObserveCommitRound(n int) {
 // JournalObserver and SegmentObserver are the observers of journals and
 // partition logs.
 func (r *Registry) JournalObserver() StoreObserver {
-	return StoreObserver{fsync: r.fsyncJournal, rounds: r.rounds}
+	return StoreObserver{fsync: r.fsyncJournal, rounds: r.rounds, ckpt: r.fsyncCheckpoint}
 }
 
 // SegmentObserver: see JournalObserver.

@@ -200,6 +200,8 @@ type Journal struct {
 	noRegisters  bool // journalHooks.noRegisters
 	recovery     RecoveryMode
 	observer     Observer
+	// ckptObs is observer as a CheckpointObserver, nil when it is not one.
+	ckptObs CheckpointObserver
 
 	failErr  atomic.Pointer[error] // set once: a journal write or fsync failed
 	isClosed atomic.Bool
@@ -326,6 +328,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		logf:         opts.Logf,
 		recovery:     opts.Recovery,
 		observer:     opts.Observer,
+		ckptObs:      ckptObserver(opts.Observer),
 		writeAt:      (*os.File).WriteAt,
 		syncFile:     fdatasync,
 		logs:         make(map[*Log]struct{}),
@@ -1210,6 +1213,27 @@ func (j *Journal) snapshot() *ckptJob {
 	return job
 }
 
+// ckptObserver is o as a CheckpointObserver, or nil.
+func ckptObserver(o Observer) CheckpointObserver {
+	if c, ok := o.(CheckpointObserver); ok {
+		return c
+	}
+	return nil
+}
+
+// ckptSync fsyncs f, a segment of l, for a checkpoint: timed as a
+// checkpoint fsync when the journal's Observer tells them apart, else as
+// one of l's segment fsyncs.
+func (j *Journal) ckptSync(l *Log, f *os.File) error {
+	if j.ckptObs == nil {
+		return l.syncFile(f)
+	}
+	t0 := time.Now()
+	err := l.rawSync(f)
+	j.ckptObs.ObserveCheckpointFsync(time.Since(t0))
+	return err
+}
+
 // syncSegments writes the job's segments' tails and makes them durable,
 // then drops their references: an fdatasync each, or, for a checkpoint of
 // many segments on a file system whose syncfs covers them, one syncfs
@@ -1259,7 +1283,7 @@ func (j *Journal) syncSegments(job *ckptJob) {
 				if failed || covered(d) {
 					continue
 				}
-				if err := d.log.syncFile(d.seg.f); err != nil {
+				if err := j.ckptSync(d.log, d.seg.f); err != nil {
 					emu.Lock()
 					if job.err == nil {
 						job.err = j.fail(fmt.Errorf("checkpoint fsync %s: %w", d.seg.path, err))
@@ -1274,7 +1298,12 @@ func (j *Journal) syncSegments(job *ckptJob) {
 		// Every tail is written: one syncfs makes them durable, with
 		// their sizes (and everything else the file system holds dirty).
 		// Its error, like an fsync's, is final.
-		if err := j.syncfs(j.fsDir); err != nil {
+		t0 := time.Now()
+		err := j.syncfs(j.fsDir)
+		if j.ckptObs != nil {
+			j.ckptObs.ObserveCheckpointFsync(time.Since(t0))
+		}
+		if err != nil {
 			job.err = j.fail(fmt.Errorf("checkpoint syncfs of %s (%s): %w", j.dataDir, j.fsName, err))
 		} else {
 			j.nSyncfs.Add(1)

@@ -91,6 +91,15 @@ type Observer interface {
 	ObserveCommitRound(appends int)
 }
 
+// CheckpointObserver is implemented by a journal's Observer
+// (JournalOptions.Observer) that wants the fsyncs and the syncfs its
+// checkpoints do apart: each is then observed with
+// ObserveCheckpointFsync, not by the segment's Observer. Without it they
+// count as segment fsyncs. Same rules as Observer: cheap, never blocks.
+type CheckpointObserver interface {
+	ObserveCheckpointFsync(d time.Duration)
+}
+
 // observeSync wraps sync so that o sees how long each call took.
 func observeSync(sync func(*os.File) error, o Observer) func(*os.File) error {
 	if o == nil {
@@ -177,6 +186,7 @@ type Log struct {
 	repairer    Repairer
 	writeAt     func(f *os.File, b []byte, off int64) (int, error)
 	syncFile    func(f *os.File) error
+	rawSync     func(f *os.File) error // syncFile without the Observer (Journal.ckptSync)
 	openFile    func(name string, flag int, perm os.FileMode) (*os.File, error)
 	truncate    func(f *os.File, size int64) error
 	readAt      func(f *os.File, b []byte, off int64) (int, error) // nil: f.ReadAt
@@ -316,6 +326,7 @@ func Open(dir string, opts Options) (*Log, error) {
 			l.pendingCap = h.pendingCap
 		}
 	}
+	l.rawSync = l.syncFile
 	l.syncFile = observeSync(l.syncFile, opts.Observer)
 	l.workCond.L = &l.mu
 	l.spaceCond.L = &l.mu

@@ -137,3 +137,60 @@ func TestSyncfsFS(t *testing.T) {
 		require.Positive(t, segSyncs.Load())
 	}
 }
+
+// countObs counts the observations of a store Observer.
+type countObs struct{ fsyncs, rounds atomic.Int64 }
+
+func (o *countObs) ObserveFsync(time.Duration)               { o.fsyncs.Add(1) }
+func (o *countObs) ObserveCommitRound(n int)                 { o.rounds.Add(1) }
+func (o *ckptCountObs) ObserveCheckpointFsync(time.Duration) { o.ckpts.Add(1) }
+
+// ckptCountObs is a countObs that also tells checkpoint fsyncs apart.
+type ckptCountObs struct {
+	countObs
+	ckpts atomic.Int64
+}
+
+// TestCheckpointObserver: a journal Observer that is a CheckpointObserver
+// sees each fsync and syncfs of a checkpoint (kind checkpoint in
+// /metrics), which then no longer reach the segments' Observer; a plain
+// Observer leaves them counted as segment fsyncs.
+func TestCheckpointObserver(t *testing.T) {
+	t.Parallel()
+	open := func(t *testing.T, n int, jobs Observer, sfs func(*os.File) error) (*Journal, []*Log, *countObs) {
+		dataDir := t.TempDir()
+		jo := JournalOptions{CheckpointInterval: time.Hour, Logf: t.Logf, Observer: jobs}
+		if sfs != nil {
+			jo.hooks = &journalHooks{syncfs: sfs, syncfsFS: true}
+		}
+		j := openJournal(t, dataDir, jo)
+		seg := &countObs{}
+		return j, openJLogs(t, dataDir, j, n, Options{Observer: seg}), seg
+	}
+	t.Run("fsync each", func(t *testing.T) {
+		jobs := &ckptCountObs{}
+		j, logs, seg := open(t, 4, jobs, nil)
+		require.NoError(t, appendAll(t, j, logs))
+		require.GreaterOrEqual(t, jobs.ckpts.Load(), int64(4), "each segment's checkpoint fsync")
+		require.Positive(t, jobs.fsyncs.Load(), "journal fdatasyncs")
+		require.Zero(t, seg.fsyncs.Load(), "checkpoint fsyncs are not segment fsyncs")
+	})
+	t.Run("syncfs", func(t *testing.T) {
+		var calls atomic.Int64
+		jobs := &ckptCountObs{}
+		j, logs, seg := open(t, syncfsMinSegments+1, jobs, func(f *os.File) error {
+			calls.Add(1)
+			return fsutil.Syncfs(f)
+		})
+		require.NoError(t, appendAll(t, j, logs))
+		require.Positive(t, calls.Load())
+		require.GreaterOrEqual(t, jobs.ckpts.Load(), calls.Load(), "each syncfs observed")
+		require.Zero(t, seg.fsyncs.Load())
+	})
+	t.Run("plain observer", func(t *testing.T) {
+		jobs := &countObs{}
+		j, logs, seg := open(t, 4, jobs, nil)
+		require.NoError(t, appendAll(t, j, logs))
+		require.GreaterOrEqual(t, seg.fsyncs.Load(), int64(4), "checkpoint fsyncs counted as segment fsyncs")
+	})
+}
