@@ -45,7 +45,9 @@ func brokerConfig(tb testing.TB, mods ...func(*conf.Config)) *conf.Config {
 	cfg := brokertest.Default(tb)
 	cfg.Topics = []conf.Topic{{Name: topic}}
 	cfg.NumPartitions = 4
-	setSmallJournal(cfg)
+	if _, bench := tb.(*testing.B); !bench {
+		setSmallJournal(cfg) // benchmarks measure the default, as a user's broker runs
+	}
 	for _, m := range mods {
 		m(cfg)
 	}
@@ -95,7 +97,11 @@ func runBroker(tb testing.TB, cfg *conf.Config) *testBroker {
 func runBrokerAt(tb testing.TB, cfg *conf.Config, addr string, opts broker.Options) *testBroker {
 	tb.Helper()
 	opts.Logf = func(string, ...any) {}
-	b := brokertest.Start(tb, smallJournal(), brokertest.Config(cfg), brokertest.Listen(addr), brokertest.BrokerOptions(opts))
+	bo := []brokertest.Option{brokertest.Config(cfg), brokertest.Listen(addr), brokertest.BrokerOptions(opts)}
+	if _, bench := tb.(*testing.B); !bench {
+		bo = append(bo, smallJournal()) // benchmarks measure the default, as a user's broker runs
+	}
+	b := brokertest.Start(tb, bo...)
 	return &testBroker{b: b.Broker, cfg: cfg, addr: b.Addr()}
 }
 
