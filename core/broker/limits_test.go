@@ -91,17 +91,21 @@ func TestRequestTimeout(t *testing.T) {
 	require.GreaterOrEqual(t, b.stats.timedOutConns.Load(), int64(2))
 }
 
+// Not parallel: it times the idle timeout (a stall of the package's other
+// tests' making longer than it closes the connection).
 func TestIdleTimeout(t *testing.T) {
-	t.Parallel()
 	// 1 s: requests 150 ms apart stay well within it on a loaded machine
 	// (at 400 ms a stalled sleep or reply let it close the connection).
 	b := startBrokerWith(t, func(c *conf.Config) { c.IdleTimeout = 1000 })
 	c := dialRaw(t, b.Addr())
-	// Requests more often than the idle timeout keep the connection.
-	for i := 0; i < 6; i++ {
+	// Requests more often than the idle timeout keep the connection, over
+	// three idle timeouts.
+	start := time.Now()
+	for i := 0; i < 20; i++ {
 		require.Equal(t, protocol.StatusOK, c.roundTrip(t, []byte("version 1\r\n")).Code)
 		time.Sleep(150 * time.Millisecond)
 	}
+	require.Greater(t, time.Since(start), 3*time.Second, "the requests span three idle timeouts")
 	got, took := waitClosed(t, c.nc, 10*time.Second)
 	require.Empty(t, got)
 	require.GreaterOrEqual(t, took, 200*time.Millisecond)
