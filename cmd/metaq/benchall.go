@@ -55,6 +55,9 @@ type benchRow struct {
 	Met      *bool   `json:"met,omitempty"`
 	Value    float64 `json:"value"`
 	Error    string  `json:"error,omitempty"`
+	// Tail: the tail-latency figures of bench durable's rows 6 and 7
+	// (printed after the table).
+	Tail *tailStats `json:"tail,omitempty"`
 }
 
 func benchAllCmd(e *env) *cobra.Command {
@@ -295,17 +298,19 @@ func findServer(flagVal string) string {
 }
 
 type childServer struct {
-	cmd     *exec.Cmd
-	addr    string
-	dataDir string
-	logDone chan struct{}
+	cmd      *exec.Cmd
+	addr     string
+	httpAddr string // set by a caller that enabled the HTTP listener
+	dataDir  string
+	logDone  chan struct{}
 }
 
 var readyRE = regexp.MustCompile(`metaq-server ready on (\S+) data `)
 
 // startServer starts a broker on a free port and waits for its ready line.
 // Its later output goes to dataDir/../broker.log.
-func startServer(ctx context.Context, bin, config, dataDir string, stderr io.Writer) (*childServer, error) {
+// extra arguments go after the defaults (a later flag wins).
+func startServer(ctx context.Context, bin, config, dataDir string, stderr io.Writer, extra ...string) (*childServer, error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -315,7 +320,7 @@ func startServer(ctx context.Context, bin, config, dataDir string, stderr io.Wri
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--config", config, "--port", strconv.Itoa(port), "--http-port", "0", "--data-dir", dataDir)
+	cmd := exec.Command(bin, append([]string{"--config", config, "--port", strconv.Itoa(port), "--http-port", "0", "--data-dir", dataDir}, extra...)...)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

@@ -130,6 +130,8 @@ type rawResult struct {
 	Elapsed    time.Duration `json:"elapsed_ns"`
 	RecsPerS   float64       `json:"records_per_s"`
 	MBPerS     float64       `json:"mb_per_s"`
+	// Sync is the latency of each fdatasync (the call alone).
+	Sync latSummary `json:"fdatasync"`
 }
 
 // runRawBench appends batches of batch size-byte records to a new file in
@@ -155,15 +157,18 @@ func runRawBench(ctx context.Context, dir string, size, batch int, d time.Durati
 		rec[i] = byte('a' + i%26)
 	}
 	chunk := bytes.Repeat(rec, batch)
+	lat := newLatRec(latSampleLimit)
 	t0 := time.Now()
 	deadline := t0.Add(d)
 	for {
 		if _, err := f.Write(chunk); err != nil {
 			return res, err
 		}
+		ts := time.Now()
 		if err := fsutil.Fdatasync(f); err != nil {
 			return res, err
 		}
+		lat.add(int64(time.Since(ts)))
 		res.Records += int64(batch)
 		res.Fdatasyncs++
 		if res.Fdatasyncs%8 == 0 || batch >= 8 {
@@ -177,6 +182,7 @@ func runRawBench(ctx context.Context, dir string, size, batch int, d time.Durati
 		res.RecsPerS = float64(res.Records) / s
 		res.MBPerS = float64(res.Records) * float64(size) / s / 1e6
 	}
+	res.Sync = latStats(lat)
 	return res, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,6 +43,15 @@ rate as a ratio of it. --ceiling=false skips these runs. Row 6 starts
 after --warmup untimed puts, so that the journal recycles its files as a
 long-running broker's does instead of zero-filling new ones.
 
+After the table, TAIL gives for each point of 6 and figure of 7 the
+client's put latency (p50, p99, p99.9, p99.99, max) and p99.9/p50 against
+the tail bound, the larger of 8 x p50 and 1.5 x the raw fdatasync p99.9 +
+p50 (raw: a run at the broker's bytes per journal fdatasync after each
+point of 6 unless --tail-raw=false, else row 1's; the 100 B raw baseline
+for 7), and the broker's journal, checkpoint and segment fsyncs and put
+durations over that row only, from its /metrics before and after
+(bucket-resolution estimates). --json: the rows' "tail" field.
+
 It starts its own brokers (--server, else bin/metaq-server, else
 metaq-server next to this executable) on generated configurations in
 --data-dir: one with topics durable-<n> (n partitions, group commit) for 6
@@ -63,6 +73,7 @@ type durableOpts struct {
 	keep         bool
 	ceiling      bool
 	warmup       int64
+	tailRaw      bool
 }
 
 func benchDurableCmd(e *env) *cobra.Command {
@@ -119,8 +130,9 @@ func durableFlags(fs *pflag.FlagSet) func() (durableOpts, error) {
 	rbig := fs.Int64("restart-mb-large", 0, "a second, larger restart point in MB (for example 10000; 0 = none)")
 	warmup := fs.Int64("warmup", 300000, "untimed 1 KiB puts before row 6, so that the journal recycles its files as a long-running broker's does (more than its first file and two spares of 64 MiB; 0 = none)")
 	ceiling := fs.Bool("ceiling", true, "after each durable-produce point, run the same load with no fsync (threshold mode) as its ceiling")
+	tailRaw := fs.Bool("tail-raw", true, "after each durable-produce point, a raw append run of the same length at the bytes per fdatasync of the broker's journal rounds in it, whose fdatasync p99.9 sets the tail bound (false: row 1's)")
 	return func() (durableOpts, error) {
-		o := durableOpts{syncN: *syncN, restartParts: *rparts, restartMB: *rmb, restartMBBig: *rbig, ceiling: *ceiling, warmup: *warmup}
+		o := durableOpts{syncN: *syncN, restartParts: *rparts, restartMB: *rmb, restartMBBig: *rbig, ceiling: *ceiling, warmup: *warmup, tailRaw: *tailRaw}
 		for _, f := range strings.Split(*parts, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n < 1 || n > 1024 {
@@ -156,7 +168,11 @@ func printRows(e *env, rows []benchRow) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, dash(r.Baseline), dash(r.Ratio), dash(r.Target), dash(m))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	printTails(e.stdout, rows)
+	return nil
 }
 
 // durableConfig is a broker configuration with one group-commit topic per
@@ -253,11 +269,27 @@ func runDurableBench(e *env, o durableOpts, raw rawResult) []benchRow {
 	if err := durableConfig(cfgPath, topics, nofsync); err != nil {
 		return []benchRow{fail("6 durable produce", err)}
 	}
-	srv, err := startServer(e.ctx, o.bin, cfgPath, filepath.Join(o.dir, "durable"), e.stderr)
+	// The HTTP listener serves /metrics, scraped around each row for the
+	// broker's side of the tail figures.
+	httpPort, err := freePort()
+	if err != nil {
+		return []benchRow{fail("6 durable produce", err)}
+	}
+	srv, err := startServer(e.ctx, o.bin, cfgPath, filepath.Join(o.dir, "durable"), e.stderr, "--http-port", strconv.Itoa(httpPort))
 	if err != nil {
 		return []benchRow{fail("6 durable produce", err)}
 	}
 	defer srv.stop(o.keep)
+	srv.httpAddr = "127.0.0.1:" + strconv.Itoa(httpPort)
+	// scrape reads the broker's /metrics (ok false: no broker figures).
+	scrape := func() (metricsScrape, bool) { return scrapeMetrics(e.ctx, srv.httpAddr, e.timeout) }
+	brokerSide := func(a metricsScrape, aok bool) *brokerTail {
+		b, bok := scrape()
+		if !aok || !bok {
+			return nil
+		}
+		return brokerDelta(a, b)
+	}
 
 	// load is row 6's load over durable-<n>: 1 KiB puts, 4 x 64 in flight.
 	load := func(n int) prodConfig {
@@ -286,7 +318,9 @@ func runDurableBench(e *env, o durableOpts, raw rawResult) []benchRow {
 		}
 		progress("durable produce over " + partitionsN(n))
 		pc := load(n)
+		before, bok := scrape()
 		r, cpu, err := measuredProduce(e, srv, pc)
+		broker := brokerSide(before, bok)
 		row := produceRow(benchRow{Name: name, Target: target}, r, err)
 		if err == nil && r.Errors == 0 {
 			row.Result = fmt.Sprintf("%s rec/s (%.1f MB/s, p50 %s, p99 %s)", fmtRate(r.MsgsPerS), r.MBPerS, fmtDur(r.P50), fmtDur(r.P99))
@@ -300,6 +334,7 @@ func runDurableBench(e *env, o durableOpts, raw rawResult) []benchRow {
 				}
 				row.Met = met(ok)
 			}
+			row.Tail = rowTail(e, o, r.Lat, raw, broker)
 		}
 		rows = append(rows, row)
 		if o.ceiling && err == nil && r.Errors == 0 {
@@ -310,11 +345,14 @@ func runDurableBench(e *env, o durableOpts, raw rawResult) []benchRow {
 	// 7. Synchronous durable put latency, next to one raw write+fdatasync.
 	progress("synchronous durable put")
 	writeBack()
-	oneLat, rawErr := rawSyncP50(e.ctx, o.dir, 100, o.syncN)
+	oneSync, rawErr := rawSyncLat(e.ctx, o.dir, 100, o.syncN)
+	oneLat := oneSync.P50
 	for _, n := range []int{1, 512} {
 		name := fmt.Sprintf("7 sync durable put p50 (100 B), %s", partitionsN(n))
+		before, bok := scrape()
 		r, err := runProduceBench(e.ctx, prodConfig{addr: srv.addr, topic: "durable-" + strconv.Itoa(n), size: 100, producers: 1, batch: 1,
 			sync: true, messages: int64(o.syncN), partition: -1, partitions: n})
+		broker := brokerSide(before, bok)
 		row := produceRow(benchRow{Name: name, Target: "<= 260µs"}, r, err)
 		if err == nil && r.Errors == 0 {
 			row.Value = float64(r.P50)
@@ -323,6 +361,7 @@ func runDurableBench(e *env, o durableOpts, raw rawResult) []benchRow {
 			if rawErr == nil && oneLat > 0 {
 				row.Baseline = fmt.Sprintf("raw write+fdatasync p50 %s", fmtDur(oneLat))
 				row.Ratio = fmt.Sprintf("%.2fx", float64(r.P50)/float64(oneLat))
+				row.Tail = newTail(r.Lat, oneSync, fmt.Sprintf("raw write+fdatasync of 100 B, %d in this run", oneSync.N), broker)
 			}
 		}
 		rows = append(rows, row)
@@ -366,12 +405,13 @@ func partitionsN(n int) string {
 	return strconv.Itoa(n) + " partitions"
 }
 
-// rawSyncP50 is the p50 of n appends of one size-byte record to a new file
-// in dir, each one write() and one fdatasync: one durable put's disk cost.
-func rawSyncP50(ctx context.Context, dir string, size, n int) (time.Duration, error) {
+// rawSyncLat is the latency of n appends of one size-byte record to a new
+// file in dir, each one write() and one fdatasync: one durable put's disk
+// cost.
+func rawSyncLat(ctx context.Context, dir string, size, n int) (latSummary, error) {
 	f, err := os.CreateTemp(dir, "metaq-raw-*.dat")
 	if err != nil {
-		return 0, err
+		return latSummary{}, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
@@ -380,15 +420,29 @@ func rawSyncP50(ctx context.Context, dir string, size, n int) (time.Duration, er
 	for i := 0; i < n && ctx.Err() == nil; i++ {
 		t0 := time.Now()
 		if _, err := f.Write(rec); err != nil {
-			return 0, err
+			return latSummary{}, err
 		}
 		if err := fsutil.Fdatasync(f); err != nil {
-			return 0, err
+			return latSummary{}, err
 		}
 		lat.add(int64(time.Since(t0)))
 	}
-	p50, _, _ := percentiles(lat)
-	return p50, ctx.Err()
+	return latStats(lat), ctx.Err()
+}
+
+// rowTail is the tail figures of a row 6 point: client latencies c, with
+// the raw fdatasync p99.9 of a raw run at the broker's bytes per journal
+// fdatasync in that point (--tail-raw), else of row 1's raw run.
+func rowTail(e *env, o durableOpts, c latSummary, raw rawResult, broker *brokerTail) *tailStats {
+	sync, from := raw.Sync, fmt.Sprintf("row 1: %d B per fdatasync", raw.Size*raw.Batch)
+	if o.tailRaw && broker != nil && broker.BytesPerFsync >= 1 {
+		size := int(math.Round(broker.BytesPerFsync))
+		fmt.Fprintf(e.stderr, "  running raw append at %d B per fdatasync...\n", size)
+		if r, err := runRawBench(e.ctx, o.dir, size, 1, o.dur); err == nil && r.Sync.N > 0 {
+			sync, from = r.Sync, fmt.Sprintf("raw run of %d B per fdatasync, as the broker's rounds", size)
+		}
+	}
+	return newTail(c, sync, from, broker)
 }
 
 func contains(s []int, v int) bool {

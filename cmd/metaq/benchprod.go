@@ -50,12 +50,15 @@ type prodResult struct {
 	P99      time.Duration `json:"p99_ns"`
 	P999     time.Duration `json:"p999_ns"`
 	FirstErr string        `json:"first_error,omitempty"`
+	// Lat is the same latency distribution with p99.99 and max.
+	Lat latSummary `json:"latency"`
 }
 
 // latRec keeps up to cap(s) latency samples (a uniform reservoir beyond).
 type latRec struct {
 	s   []int64
 	n   int64
+	max int64 // the largest sample, reservoir or not
 	rng *rand.PCG
 }
 
@@ -65,6 +68,7 @@ func newLatRec(limit int) *latRec {
 
 func (r *latRec) add(ns int64) {
 	r.n++
+	r.max = max(r.max, ns)
 	if len(r.s) < cap(r.s) {
 		r.s = append(r.s, ns)
 		return
@@ -409,6 +413,7 @@ func runProduceBench(ctx context.Context, cfg prodConfig) (prodResult, error) {
 		recs = append(recs, w.lat)
 	}
 	res.P50, res.P99, res.P999 = percentiles(recs...)
+	res.Lat = latStats(recs...)
 	if sec := elapsed.Seconds(); sec > 0 {
 		res.MsgsPerS = float64(res.Msgs) / sec
 		res.MBPerS = float64(res.Msgs) * float64(cfg.size) / sec / 1e6

@@ -351,6 +351,10 @@ func TestCLI(t *testing.T) {
 			`(?m)^8 restart after kill -9, 8 partitions, 2 MB +\S+ to ready +\S+ empty \(same run\) +[0-9.]+x `,
 			`(?m)^8 restart after kill -9, 8 partitions, 4 MB +\S+ to ready +\S+ at 2 MB \(same run\) `,
 			`(?m)^  info: broker with 8 partitions, idle after restart +RSS [0-9]+ MB, [0-9]+ goroutines`,
+			// The tail figures after the table: client and broker lines per row 6 point and row 7 figure.
+			`(?m)^TAIL \(client: exact from samples; broker: .*bucket-resolution estimates`,
+			`(?m)^6 durable 1 KiB put, 4x64 in flight, 8 partitions\n  client put p50 \S+ p99 \S+ p99\.9 \S+ p99\.99 \S+ max \S+; p99\.9/p50 [0-9.]+; bound \S+ \((8 x p50|1\.5 x raw fdatasync p99\.9 \+ p50); raw fdatasync p99\.9 \S+, .*\) met (yes|no)\n  broker journal fdatasync n=[1-9][0-9]* sum .*; checkpoint fsync n=.*; segment fsync n=.*; put n=[1-9]`,
+			`(?m)^7 sync durable put p50 \(100 B\), 512 partitions\n  client put p50 .*raw write\+fdatasync of 100 B, 20 in this run\) met (yes|no)\n  broker journal fdatasync n=[1-9]`,
 		} {
 			if !regexp.MustCompile(re).MatchString(r.stdout) {
 				t.Fatalf("bench durable output %q does not match %s", r.stdout, re)
@@ -360,6 +364,42 @@ func TestCLI(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, d)); !os.IsNotExist(err) {
 				t.Fatalf("bench durable left %s in its data dir (%v)", d, err)
 			}
+		}
+		// The same tail figures in JSON, on a short run of rows 6 and 7.
+		r = cli("", "bench", "durable", "--server", brokertest.ServerBinary(t), "--data-dir", dir, "--json",
+			"--seconds", "0.2", "--partitions", "1", "--sync-n", "20", "--restart-mb", "0", "--warmup", "0", "--ceiling=false")
+		mustOK(t, r, "bench durable --json")
+		var out struct{ Results []benchRow }
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatalf("bench durable --json: %v\n%s", err, r.stdout)
+		}
+		tails := 0
+		for _, row := range out.Results {
+			if !strings.HasPrefix(row.Name, "6 ") && !strings.HasPrefix(row.Name, "7 ") {
+				continue
+			}
+			tails++
+			tl := row.Tail
+			if tl == nil {
+				t.Fatalf("bench durable --json: row %q has no tail", row.Name)
+			}
+			c := tl.Client
+			if c.N <= 0 || c.P50 <= 0 || c.P50 > c.P99 || c.P99 > c.P999 || c.P999 > c.P9999 || c.P9999 > c.Max ||
+				tl.P999OverP50 < 1 || tl.Bound < 8*c.P50 || tl.BoundBy == "" || tl.Raw.N <= 0 || tl.Raw.P50 > tl.Raw.Max || tl.Broker == nil {
+				t.Fatalf("bench durable --json: row %q tail %+v", row.Name, tl)
+			}
+			for _, k := range []string{"journal_fsync", "put"} {
+				h := tl.Broker.Series[k]
+				if h.Count <= 0 || h.SumS <= 0 || h.P50S <= 0 || h.P50S > h.P99S || h.P99S > h.P999S || h.P999S > h.P9999S {
+					t.Fatalf("bench durable --json: row %q broker %s %+v", row.Name, k, h)
+				}
+			}
+			if _, ok := tl.Broker.Series["checkpoint_fsync"]; !ok || tl.Broker.BytesPerFsync <= 0 {
+				t.Fatalf("bench durable --json: row %q broker %+v", row.Name, tl.Broker)
+			}
+		}
+		if tails != 3 {
+			t.Fatalf("bench durable --json: %d rows with tails, want 3:\n%s", tails, r.stdout)
 		}
 	})
 }
