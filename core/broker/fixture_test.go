@@ -52,6 +52,9 @@ func testConfig() *conf.Config {
 func (f fixture) start(tb testing.TB) *Broker {
 	tb.Helper()
 	cfg := testConfig()
+	if _, bench := tb.(*testing.B); bench {
+		cfg.JournalFileSize = conf.Default().JournalFileSize // benchmarks measure a user's broker
+	}
 	cfg.Port = 0
 	cfg.DataDir = f.dir
 	if cfg.DataDir == "" {
