@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -100,7 +101,7 @@ func histQuantile(h promHist, q float64) (v float64, ok bool) {
 			bs = append(bs, bucket{le, h.Cum[i]})
 		}
 	}
-	slices.SortFunc(bs, func(a, b bucket) int { return cmpFloat(a.le, b.le) })
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
 	if len(bs) == 0 {
 		return 0, false
 	}
@@ -115,7 +116,7 @@ func histQuantile(h promHist, q float64) (v float64, ok bool) {
 		return 0, false
 	}
 	rank := q * total
-	i, _ := slices.BinarySearchFunc(bs, rank, func(b bucket, r float64) int { return cmpFloat(b.cum, r) })
+	i, _ := slices.BinarySearchFunc(bs, rank, func(b bucket, r float64) int { return cmp.Compare(b.cum, r) })
 	i = min(i, len(bs)-1)
 	if math.IsInf(bs[i].le, 1) {
 		return bs[len(bs)-2].le, true
@@ -131,16 +132,6 @@ func histQuantile(h promHist, q float64) (v float64, ok bool) {
 		return lower, true
 	}
 	return lower + (bs[i].le-lower)*(rank-prev)/n, true
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // histSummary is a broker histogram over one row: count and sum exact,
