@@ -63,6 +63,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/zkdial"
 	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/cluster"
 )
@@ -265,7 +266,9 @@ func Open(ctx context.Context, opts Options) (*Registry, error) {
 		zk.WithLogger(zkLogger{r.logf}),
 		zk.WithLogInfo(false),
 		zk.WithEventCallback(func(zk.Event) { r.nudge() }),
-		zk.WithDialer(dial))
+		// A ZooKeeper that never answers the connect request holds the
+		// client about the session timeout, not 10 times it.
+		zk.WithDialer(zkdial.Bounded(dial, opts.SessionTimeout)))
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
