@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,10 +77,20 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 }
 
 // TestShutdownClosesStuckConnections: a connection that does not finish
-// its request is closed when the drain context ends.
+// its request is closed when the drain context ends, not when its
+// request timeout (60 s here) would close it.
+//
+// What is timed is the stuck connection's close, from the start of
+// Shutdown: not the rest of Shutdown (closing the stores, with their
+// final fsync and checkpoint), which under a loaded machine's disk took
+// seconds and made the test fail though the connection was closed on
+// time (with a disk-bound dd beside it, Shutdown took up to 4 times as
+// long as the connection's close). The bounds, 10 s for the close and
+// 30 s for Shutdown, only have to tell the drain context's 300 ms from
+// the request timeout's 60 s.
 func TestShutdownClosesStuckConnections(t *testing.T) {
 	t.Parallel()
-	b := startBrokerWith(t, func(c *conf.Config) {})
+	b := startBrokerWith(t, func(c *conf.Config) { c.RequestTimeout = 60000 })
 	nc, err := net.Dial("tcp", b.Addr())
 	require.NoError(t, err)
 	defer nc.Close()
@@ -88,11 +99,29 @@ func TestShutdownClosesStuckConnections(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
+	type closed struct {
+		got   string
+		err   error
+		after time.Duration
+	}
 	start := time.Now()
+	done := make(chan closed, 1)
+	go func() {
+		nc.SetReadDeadline(start.Add(30 * time.Second))
+		b, err := io.ReadAll(nc)
+		if errors.Is(err, syscall.ECONNRESET) {
+			err = nil
+		}
+		done <- closed{string(b), err, time.Since(start)}
+	}()
 	require.NoError(t, b.Shutdown(ctx))
-	require.Less(t, time.Since(start), 3*time.Second)
-	got, _ := waitClosed(t, nc, 5*time.Second)
-	require.NotContains(t, got, "result 200")
+	took := time.Since(start)
+	require.Less(t, took, 30*time.Second, "Shutdown does not wait for the stuck request's timeout")
+	c := <-done
+	require.NoError(t, c.err, "the broker did not close the stuck connection")
+	require.Less(t, c.after, 10*time.Second, "the stuck connection is closed when the drain context ends")
+	require.NotContains(t, c.got, "result 200")
+	t.Logf("stuck connection closed %v after Shutdown started; Shutdown took %v", c.after.Round(time.Millisecond), took.Round(time.Millisecond))
 }
 
 // TestReload applies a new configuration to a running broker: limits and
