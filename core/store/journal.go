@@ -1202,10 +1202,13 @@ func (j *Journal) snapshot() *ckptJob {
 		// Everything staged, which is in the segment and before from in
 		// the journal: a durable checkpoint record implies every record
 		// before it is durable too.
-		end := l.active.end()
+		// stagedID under mu too: Truncate sets it (and the end) with mu
+		// held while the log is idle, which a snapshot does not wait for;
+		// read together, the two are of the same moment.
+		end, lastID := l.active.end(), l.stagedID
 		l.mu.Unlock()
 		job.c.ends[l.jname] = end
-		job.c.lastIDs[l.jname] = l.stagedID // committer-owned, like end
+		job.c.lastIDs[l.jname] = lastID
 	}
 	j.sinceCkpt = 0
 	j.retryCkpt = false

@@ -199,8 +199,12 @@ type Log struct {
 	dev   uint64
 	devOK bool
 	// stagedID is the id of the last record written to the segment (not
-	// necessarily synced yet), for the journal's checkpoints; owned by
-	// the committer.
+	// necessarily synced yet), for the journal's checkpoints. The
+	// committer writes it, without mu, while it stages the log's appends
+	// (committing > 0); Truncate writes it with mu held while the log is
+	// idle (lockIdle). So the committer may read it without mu only for a
+	// log in its round; a checkpoint snapshot, which takes every log,
+	// reads it with mu held (Journal.snapshot), as does closeJournaled.
 	stagedID int64
 	// regPending (committer-owned once registered): the log's register
 	// record is not written yet; it goes right before the log's first
