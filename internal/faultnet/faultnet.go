@@ -2,12 +2,13 @@
 // network between two real processes: it forwards bytes both ways and, on
 // demand, holds them (a network that stops delivering: the bytes wait in
 // the proxy, nothing is lost), delays them, or cuts every connection (and
-// can refuse new ones). It knows nothing of the protocol on top, so the
+// can refuse new ones, or swallow them: read, never answer). It knows nothing of the protocol on top, so the
 // replication link, a client and ZooKeeper can all run through it.
 // (sdk/client's faultyNet is a frame-aware proxy for the SDK's own tests.)
 package faultnet
 
 import (
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ type Proxy struct {
 	held    bool
 	delay   time.Duration
 	refuse  bool
+	swallow int // connections still to swallow
 	closed  bool
 	conns   map[net.Conn]struct{}
 	accepts int
@@ -90,6 +92,15 @@ func (p *Proxy) Refuse(on bool) {
 	p.mu.Unlock()
 }
 
+// Swallow makes the next n connections a server that accepted and hangs:
+// the proxy reads what they send and never answers nor forwards it, until
+// Cut or Close. (A ZooKeeper still starting did that to a connect request.)
+func (p *Proxy) Swallow(n int) {
+	p.mu.Lock()
+	p.swallow = n
+	p.mu.Unlock()
+}
+
 // Accepts is the number of connections accepted so far.
 func (p *Proxy) Accepts() int {
 	p.mu.Lock()
@@ -117,9 +128,19 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.accepts++
 		refuse := p.refuse || p.closed
+		swallow := !refuse && p.swallow > 0
+		if swallow {
+			p.swallow--
+			p.conns[down] = struct{}{}
+			p.wg.Add(1)
+		}
 		p.mu.Unlock()
 		if refuse {
 			down.Close()
+			continue
+		}
+		if swallow {
+			go p.drain(down)
 			continue
 		}
 		up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
@@ -182,4 +203,14 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// drain reads c until it ends (Cut or Close closes it), answering nothing.
+func (p *Proxy) drain(c net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(io.Discard, c)
+	c.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
 }

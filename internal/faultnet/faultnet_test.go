@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -76,4 +77,37 @@ func TestProxy(t *testing.T) {
 	s, err = bufio.NewReader(c3).ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "three\n", s)
+}
+
+// TestSwallow: a swallowed connection takes bytes and never answers; the
+// next one is forwarded; Close ends the swallowed one.
+func TestSwallow(t *testing.T) {
+	p, err := Start(echoServer(t))
+	require.NoError(t, err)
+	p.Swallow(1)
+	c1, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c1.Close()
+	_, err = c1.Write([]byte("one\n"))
+	require.NoError(t, err)
+	c1.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err = c1.Read(make([]byte, 1))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "a swallowed connection answered")
+
+	c2, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c2.Close()
+	_, err = c2.Write([]byte("two\n"))
+	require.NoError(t, err)
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	s, err := bufio.NewReader(c2).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "two\n", s)
+	require.Equal(t, 2, p.Accepts())
+
+	p.Close()
+	c1.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c1.Read(make([]byte, 1))
+	require.Error(t, err)
+	require.NotErrorIs(t, err, os.ErrDeadlineExceeded, "Close left the swallowed connection open")
 }
