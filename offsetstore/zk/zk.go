@@ -56,6 +56,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/metaq-go/metaq/internal/zkdial"
 	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/offsetstore"
 	"github.com/metaq-go/metaq/sdk/cluster"
@@ -204,7 +205,10 @@ func (s *Store) Init(ctx context.Context, req *offsetstore.InitRequest) error {
 		return offsets.ErrClosed
 	}
 	conn, events, err := zk.Connect(cfg.servers, cfg.sessionTimeout,
-		zk.WithLogger(stderrLogger()), zk.WithLogInfo(false))
+		zk.WithLogger(stderrLogger()), zk.WithLogInfo(false),
+		// A ZooKeeper that never answers the connect request holds the
+		// client about the session timeout, not 10 times it.
+		zk.WithDialer(zkdial.Bounded(nil, cfg.sessionTimeout)))
 	if err != nil {
 		return fmt.Errorf("offsetstore/zk: connect %s: %w", strings.Join(cfg.servers, ","), err)
 	}

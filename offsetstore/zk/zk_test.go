@@ -12,6 +12,7 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/offsetstore"
@@ -369,4 +370,26 @@ func TestCloseDuringOutage(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("commit did not return after Close")
 	}
+}
+
+// TestStuckHandshakeReconnects: a ZooKeeper that accepts the connection
+// and never answers the connect request (one still starting did that) does
+// not hold Init for go-zookeeper's 10 x recvTimeout (recvTimeout =
+// session_timeout_ms*2/3: 13.3 s here, 200 s at the default 30 s): the
+// handshake gives up after about recvTimeout and the client reconnects
+// (after its 1 s pause once every server was tried).
+func TestStuckHandshakeReconnects(t *testing.T) {
+	t.Parallel()
+	p, err := faultnet.Start(testsvc.ZooKeeper(t))
+	require.NoError(t, err)
+	defer p.Close()
+	p.Swallow(1)
+	const session = 2 * time.Second
+	start := time.Now()
+	open(t, map[string]string{"connect": p.Addr(), "session_timeout_ms": "2000", "timeout_ms": "20000"})
+	took := time.Since(start)
+	t.Logf("session after %v (%d connections)", took, p.Accepts())
+	require.GreaterOrEqual(t, p.Accepts(), 2, "the first connection was swallowed")
+	// About recvTimeout (1.33 s) + 1 s; well under 10 x recvTimeout (13.3 s).
+	require.Less(t, took, 4*session)
 }

@@ -41,6 +41,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/metaq-go/metaq/internal/zkdial"
 	"github.com/metaq-go/metaq/internal/zkpath"
 )
 
@@ -153,7 +154,10 @@ func Open(ctx context.Context, o Options) (*Cluster, error) {
 		}
 		c.mu.Unlock()
 	})
-	conn, _, err := zk.Connect(servers, o.SessionTimeout, zk.WithLogger(quietLogger{o.Logf}), cbOpt, zk.WithDialer(o.Dialer))
+	conn, _, err := zk.Connect(servers, o.SessionTimeout, zk.WithLogger(quietLogger{o.Logf}), cbOpt,
+		// A ZooKeeper that never answers the connect request holds the
+		// client about the session timeout, not 10 times it.
+		zk.WithDialer(zkdial.Bounded(o.Dialer, o.SessionTimeout)))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect %s: %w", o.Connect, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/cluster"
@@ -184,4 +185,26 @@ func TestSessionExpiryRecovers(t *testing.T) {
 	}
 	unregister(t, w, root, 1, "t")
 	waitParts(t, v, []message.Partition{{BrokerID: 20}, {BrokerID: 21}})
+}
+
+// TestStuckHandshakeReconnects: a ZooKeeper that accepts the connection
+// and never answers the connect request (one still starting did that) does
+// not hold Open for go-zookeeper's 10 x recvTimeout (recvTimeout =
+// SessionTimeout*2/3: 13.3 s here, 200 s at the default 30 s session): the
+// handshake gives up after about recvTimeout and the client reconnects
+// (after its 1 s pause once every server was tried).
+func TestStuckHandshakeReconnects(t *testing.T) {
+	t.Parallel()
+	p, err := faultnet.Start(testsvc.ZooKeeper(t))
+	require.NoError(t, err)
+	defer p.Close()
+	p.Swallow(1)
+	const session = 2 * time.Second
+	start := time.Now()
+	open(t, cluster.Options{Connect: p.Addr(), SessionTimeout: session})
+	took := time.Since(start)
+	t.Logf("session after %v (%d connections)", took, p.Accepts())
+	require.GreaterOrEqual(t, p.Accepts(), 2, "the first connection was swallowed")
+	// About recvTimeout (1.33 s) + 1 s; well under 10 x recvTimeout (13.3 s).
+	require.Less(t, took, 4*session)
 }
