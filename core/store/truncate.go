@@ -95,7 +95,9 @@ func (l *Log) lockIdle() error {
 			l.mu.Unlock()
 			return err
 		}
-		if len(l.pendComps) == 0 && !l.queued && l.committing == 0 && l.unflushed == 0 && len(l.pend) == 0 {
+		// atomicPending: a part of an AppendAtomic waiting for its round
+		// is an append in flight too (its ids are taken).
+		if len(l.pendComps) == 0 && !l.queued && l.committing == 0 && l.atomicPending == 0 && l.unflushed == 0 && len(l.pend) == 0 {
 			return nil
 		}
 		l.mu.Unlock()

@@ -3,7 +3,9 @@ package store
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,4 +169,65 @@ func TestTruncateDuringCheckpoints(t *testing.T) {
 	l = openLog(t, dir, opts)
 	require.Equal(t, end, l.MaxOffset())
 	require.Equal(t, last, l.LastID())
+}
+
+// TestTruncateWaitsForAtomic: Truncate of a log with a part of an
+// AppendAtomic waiting for its round (the committer busy staging another
+// partition's round) waits for it like for any append in flight: the cut
+// removes the atomic part's records too, and its Waiter is called first.
+func TestTruncateWaitsForAtomic(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	var armed atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	jopts := smallJournal()
+	jopts.hooks.writeAt = func(f *os.File, b []byte, off int64) (int, error) {
+		if armed.CompareAndSwap(true, false) {
+			close(entered)
+			<-release
+		}
+		return f.WriteAt(b, off)
+	}
+	j := openJournal(t, data, jopts)
+	l := openLog(t, filepath.Join(data, "t-0"), Options{Journal: j, MaxSegmentSize: 4096})
+	other := openLog(t, filepath.Join(data, "t-1"), Options{Journal: j})
+	var es []Entry
+	for i := range 10 {
+		es = append(es, entryf("m%03d", i))
+	}
+	_, _, err := l.AppendSync(es)
+	require.NoError(t, err)
+	const rec = 24 // header + 4 bytes
+
+	// The committer stops in the journal write of t-1's round.
+	armed.Store(true)
+	ow := make(chanWaiter, 1)
+	require.NoError(t, other.Append([]Entry{entryf("o")}, ow, 1))
+	<-entered
+	aw := newAtomicWaiter(1)
+	require.NoError(t, j.AppendAtomic([]AtomicPart{{Log: l, Entries: []Entry{entryf("a000"), entryf("a001"), entryf("a002")}, Token: 7}}, aw))
+	type result struct {
+		c   Cut
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		c, err := l.Truncate(5 * rec)
+		res <- result{c, err}
+	}()
+	time.Sleep(20 * time.Millisecond) // Truncate waits (or, wrongly, cuts now)
+	close(release)
+	r := <-res
+	require.NoError(t, r.err)
+	select {
+	case <-aw.done:
+	default:
+		t.Fatal("Truncate returned before the atomic append in flight completed")
+	}
+	require.NoError(t, aw.got[7].err)
+	require.Equal(t, int64(10*rec), aw.got[7].off, "the atomic part went after the 10 records")
+	require.Equal(t, Cut{From: 5 * rec, To: 13 * rec, Records: 8, LastID: 5}, r.c)
+	require.Equal(t, int64(5*rec), l.MaxOffset())
+	require.Equal(t, int64(5), l.LastID())
+	require.NoError(t, (<-ow).err)
 }
