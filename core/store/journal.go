@@ -494,7 +494,7 @@ func (j *Journal) closeFiles() {
 	j.files = nil
 	j.fmu.Unlock()
 	if j.lock != nil {
-		_ = j.lock.Close()
+		_ = unlockDir(j.lock)
 		j.lock = nil
 	}
 	if j.fsDir != nil {

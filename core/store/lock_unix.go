@@ -32,3 +32,14 @@ func lockDir(dir string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// unlockDir releases a lock from lockDir and closes its file. The flock
+// belongs to the open file description, which a child forked by any
+// goroutine of this process (a plugin start, an exec) shares until its
+// exec closes its close-on-exec copy; left to Close alone the lock can
+// outlive Close for that moment, and reopening the directory right after
+// fails with ErrLocked. LOCK_UN drops it for every copy.
+func unlockDir(f *os.File) error {
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return f.Close()
+}

@@ -438,7 +438,7 @@ func (l *Log) close() error {
 
 func (l *Log) unlockDir() {
 	if l.lock != nil {
-		_ = l.lock.Close()
+		_ = unlockDir(l.lock)
 		l.lock = nil
 	}
 }

@@ -181,7 +181,7 @@ func (c *Coordinator) Init(_ context.Context, req *txn.InitRequest) error {
 	}
 	live, size, seq, err := replay(f, path)
 	if err != nil {
-		f.Close()
+		closeLocked(f)
 		return err
 	}
 	os.Remove(path + ".compact") // a rewrite a crash interrupted
@@ -484,7 +484,7 @@ func (c *Coordinator) maybeCompact() error {
 		return fmt.Errorf("txn/file: compact: %w", err)
 	}
 	fail := func(err error) error {
-		tmp.Close()
+		closeLocked(tmp)
 		os.Remove(tmpPath)
 		return fmt.Errorf("txn/file: compact: %w", err)
 	}
@@ -504,7 +504,7 @@ func (c *Coordinator) maybeCompact() error {
 		// The rename may not be durable; either file is a valid log.
 		c.syncErr = err
 	}
-	c.f.Close()
+	closeLocked(c.f)
 	c.f, c.size = tmp, int64(buf.Len())
 	c.durable, c.dirty, c.synced = c.appended, false, true
 	for _, e := range c.live {
@@ -564,7 +564,7 @@ func (c *Coordinator) Close() error {
 	if c.dirty && c.syncErr == nil {
 		err = c.f.Sync()
 	}
-	if cerr := c.f.Close(); err == nil {
+	if cerr := closeLocked(c.f); err == nil {
 		err = cerr
 	}
 	return err
