@@ -33,7 +33,11 @@ func TestFailoverAuthTLS(t *testing.T) {
 				cfg.DataDir = dir
 				cfg.Failover = true
 				cfg.Replication = conf.ReplicationSync
-				cfg.ZooKeeper.SessionTimeout = 2000
+				// 6 s, not 2: the holder's lease is session_timeout/2,
+				// read again every session_timeout/6, and a 1 s lease ran
+				// out under load (puts answered "fenced"); the members
+				// leave by Close or switchover, never by session expiry.
+				cfg.ZooKeeper.SessionTimeout = 6000
 				m.replCreds(cfg)
 			}
 		}

@@ -302,7 +302,13 @@ func TestFailoverRejoinCutsTail(t *testing.T) {
 	root := fmt.Sprintf("/failover-cut-%d", time.Now().UnixNano())
 	fo := func(c *conf.Config) {
 		c.Failover = true
-		c.ZooKeeper.SessionTimeout = 2000
+		// The holder acknowledges under a lease of session_timeout/2,
+		// read again every session_timeout/6: with 2 s, a ZooKeeper read
+		// held up 0.7 s on a loaded machine let the lease run out and the
+		// puts this test expects acknowledged were answered "fenced".
+		// Nothing here waits for a session to expire (the master stops
+		// with Close, its nodes go at once), so a longer one costs nothing.
+		c.ZooKeeper.SessionTimeout = 6000
 		c.SyncTimeout = 500
 	}
 	var mu sync.Mutex
