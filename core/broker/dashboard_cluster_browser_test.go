@@ -24,9 +24,8 @@ import (
 )
 
 // clusterDashBroker starts master id of a cluster under root, topic
-// orders with 3 partitions, ZooKeeper sessions of 2 s (so that a broker
-// cut off is expired soon).
-func clusterDashBroker(t *testing.T, zkAddr, root string, id int) *Broker {
+// orders with 3 partitions, with ZooKeeper sessions of session ms.
+func clusterDashBroker(t *testing.T, zkAddr, root string, id, session int) *Broker {
 	t.Helper()
 	cfg := testConfig()
 	cfg.Port = 0
@@ -35,7 +34,7 @@ func clusterDashBroker(t *testing.T, zkAddr, root string, id int) *Broker {
 	cfg.Topics = []conf.Topic{{Name: "orders", NumPartitions: ptr(3)}}
 	cfg.ZooKeeper.Connect = zkAddr
 	cfg.ZooKeeper.Root = root
-	cfg.ZooKeeper.SessionTimeout = 2000
+	cfg.ZooKeeper.SessionTimeout = session
 	cfg.ZooKeeper.ConnectionTimeout = 5000
 	b, err := New(cfg, Options{Logf: func(string, ...any) {}})
 	require.NoError(t, err)
@@ -60,8 +59,15 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	proxy, err := faultnet.Start(zkAddr) // broker 1's way to ZooKeeper
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
-	b0 := clusterDashBroker(t, zkAddr, root, 0)
-	clusterDashBroker(t, proxy.Addr(), root, 1)
+	// Broker 0, whose page is read, never loses its session: a long one
+	// (a 2 s one could expire, or its connection be dropped, on a loaded
+	// machine, and the page then shows it down or ZooKeeper unanswered).
+	// Broker 1 is cut off below: a short one, so that it expires soon,
+	// but not so short that load alone expires it before the cut (the
+	// page must show it up until then).
+	const session1 = 4000
+	b0 := clusterDashBroker(t, zkAddr, root, 0, 30000)
+	clusterDashBroker(t, proxy.Addr(), root, 1, session1)
 	shots := os.Getenv(screenshotsEnv)
 
 	// Two members of group billing, balanced through ZooKeeper.
@@ -180,7 +186,7 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	require.Len(t, strings.Split(strings.TrimSpace(tab.text(t, "#zk-elsewhere")), "\n"), 4, "3 partitions of broker 1")
 	shot("cluster-group")
 
-	// Broker 1 is cut off from ZooKeeper: its session expires (2 s) and
+	// Broker 1 is cut off from ZooKeeper: its session expires (4 s) and
 	// its nodes go. The page shows it down within a bounded wait.
 	proxy.Cut(true)
 	cut := time.Now()
@@ -201,7 +207,7 @@ func TestDashboardBrowserCluster(t *testing.T) {
 		}
 		return strings.Contains(s, "down") && strings.Contains(topics, "1-m: 3 unreachable")
 	}, 30*time.Second, 250*time.Millisecond, "broker 1 is shown down, its partitions unreachable, once its session ends")
-	t.Logf("broker 1 shown down %v after its ZooKeeper connection was cut (session timeout 2 s)", time.Since(cut).Round(time.Millisecond))
+	t.Logf("broker 1 shown down %v after its ZooKeeper connection was cut (session timeout %d ms)", time.Since(cut).Round(time.Millisecond), session1)
 	require.Contains(t, row("#brokers", "1"), "session ended")
 	require.Contains(t, row("#brokers", "1"), "was meta://127.0.0.1:", "the address it had")
 	require.Contains(t, row("#brokers", "0"), "up")
