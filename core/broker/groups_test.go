@@ -100,11 +100,18 @@ func pipeline(t *testing.T, c *rawClient, frames []byte, n int) (codes map[int]i
 
 // TestGroupJoinFloodOtherGroup: one connection pipelines 1000 joins into
 // group a, then 1000 leaves, for at least three rounds and 2 s, while a
-// member of group b heartbeats every 100 ms. b is never evicted and its
-// worst heartbeat round trip stays far below the session timeout (issue 7:
+// member of group b heartbeats every 100 ms. b is never evicted and the
+// flood delays its heartbeats far less than the session timeout (issue 7:
 // a flood in one group may not delay another group's heartbeats by more
 // than 100 ms; the bound asserted here is generous so that it cannot flake
-// under -race on a loaded machine, and the measured figure is logged).
+// under -race on a loaded machine, and the measured figures are logged).
+//
+// The delay measured is the heartbeat's round trip less that of a version
+// request sent at the same moment on a connection of its own, which no
+// group lock holds up: a stall of the whole process or machine (the
+// test's own flood client decoding replies, other packages' tests, a GC)
+// delays both alike and is not the flood holding group b up. Measured raw,
+// such stalls alone made the worst round trip exceed 1 s under load.
 func TestGroupJoinFloodOtherGroup(t *testing.T) {
 	t.Parallel()
 	const joins = 1000
@@ -112,10 +119,11 @@ func TestGroupJoinFloodOtherGroup(t *testing.T) {
 	mb := joinGroup(t, b.Addr(), "gb", "b1")
 
 	stop := make(chan struct{})
+	probe := dialRaw(t, b.Addr())
 	type result struct {
-		worst  time.Duration
-		beats  int
-		failed string
+		worst, worstRaw, worstProbe time.Duration
+		beats                       int
+		failed                      string
 	}
 	done := make(chan result, 1)
 	go func() {
@@ -132,8 +140,22 @@ func TestGroupJoinFloodOtherGroup(t *testing.T) {
 				return
 			case <-tick.C:
 			}
+			pd := make(chan time.Duration, 1)
+			go func() {
+				pr, d, err := roundTrip(probe, protocol.AppendVersion(nil, 1))
+				if err != nil || pr.Code != protocol.StatusOK {
+					d = -1
+				}
+				pd <- d
+			}()
 			r, d, err := mb.heartbeat()
-			res.worst = max(res.worst, d)
+			p := <-pd
+			if p < 0 && err == nil {
+				res.failed = "version probe failed"
+				return
+			}
+			res.worst = max(res.worst, d-p)
+			res.worstRaw, res.worstProbe = max(res.worstRaw, d), max(res.worstProbe, p)
 			switch {
 			case err != nil:
 				res.failed = err.Error()
@@ -167,11 +189,11 @@ func TestGroupJoinFloodOtherGroup(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	res := <-done
-	t.Logf("%d rounds of %d joins and leaves in %v; group b: %d heartbeats, worst round trip %v",
-		rounds, joins, flood, res.beats, res.worst)
+	t.Logf("%d rounds of %d joins and leaves in %v; group b: %d heartbeats, worst delay over a version sent alongside %v (worst round trips: heartbeat %v, version %v)",
+		rounds, joins, flood, res.beats, res.worst, res.worstRaw, res.worstProbe)
 	require.Empty(t, res.failed, "group b's member was evicted or failed")
 	require.Greater(t, res.beats, 0)
-	require.Less(t, res.worst, time.Second, "group b's worst heartbeat round trip")
+	require.Less(t, res.worst, time.Second, "group b's worst heartbeat delay over a version request sent alongside")
 	require.Equal(t, map[int32]string{0: "b1", 1: "b1"}, b.GroupOwners("gb", "t"))
 }
 
