@@ -1,0 +1,5 @@
+//go:build !race
+
+package filters_test
+
+const raceEnabled = false
