@@ -224,8 +224,19 @@ func (m *MariaDBServer) Start() error {
 		return err
 	}
 	logFile := filepath.Join(m.dir, "server.log")
+	// Its temporary tables in a directory of its own, not the shared /tmp
+	// (a make test run once failed a query with "Error on delete of
+	// '/tmp/#sql-temptable-...MAI' (Errcode: 2)").
+	tmp := filepath.Join(m.dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+	if err := chownTo(tmp, u); err != nil {
+		return err
+	}
 	args := []string{"--no-defaults",
 		"--datadir=" + filepath.Join(m.dir, "data"),
+		"--tmpdir=" + tmp,
 		"--socket=" + filepath.Join(m.dir, "mysqld.sock"),
 		"--pid-file=" + filepath.Join(m.dir, "mysqld.pid"),
 		"--log-error=" + logFile,
