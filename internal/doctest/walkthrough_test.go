@@ -83,7 +83,7 @@ type step struct {
 
 const (
 	cmdTimeout   = 60 * time.Second // one command
-	retryFor     = 30 * time.Second // a retried command, all runs
+	retryFor     = 90 * time.Second // a retried command, all runs (a ZooKeeper started as the docs do, and each zkCli.sh that looks, is a JVM: 30 s ran out once under make test's load)
 	readyTimeout = 90 * time.Second // a foreground stand-in until ready
 	stopTimeout  = 60 * time.Second // a foreground stand-in after Ctrl-C
 )
