@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/metaq-go/metaq/internal/faultnet"
 )
 
 // Where Debian's zookeeper package puts things.
@@ -298,4 +300,32 @@ func ZkCliGet(t testing.TB, addr, path string) ([]string, error) {
 		return nil, errors.New("zkCli.sh printed no data line")
 	}
 	return lines, nil
+}
+
+// StuckHandshake is the shared ZooKeeper (ZooKeeper) behind a proxy whose
+// first connection is accepted and never answered, as a ZooKeeper still
+// starting once did: the client's connect request gets no reply. A client
+// must give the handshake up after about its recvTimeout (session*2/3)
+// and reconnect. Call the returned check with the time the client took
+// to get a session: it requires a second connection and, well under
+// go-zookeeper's own 10 x recvTimeout, less than 4 x session.
+func StuckHandshake(t testing.TB) (addr string, check func(took, session time.Duration)) {
+	t.Helper()
+	p, err := faultnet.Start(ZooKeeper(t))
+	if err != nil {
+		t.Fatalf("proxy to ZooKeeper: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.Swallow(1)
+	return p.Addr(), func(took, session time.Duration) {
+		t.Helper()
+		t.Logf("session after %v (%d connections)", took, p.Accepts())
+		if p.Accepts() < 2 {
+			t.Fatalf("%d connections: the first one was swallowed, so the client must have made another", p.Accepts())
+		}
+		// About recvTimeout + go-zookeeper's 1 s pause once every server was tried.
+		if took >= 4*session {
+			t.Fatalf("session after %v, not within 4 x the %v session", took, session)
+		}
+	}
 }
