@@ -103,9 +103,6 @@ func (l *Log) recover() (toCount []*segment, err error) {
 		}
 	}
 	slices.Sort(starts)
-	if starts, err = l.dropPastGap(starts); err != nil {
-		return nil, err
-	}
 
 	if len(starts) == 0 {
 		seg, err := l.createSegment(0)
@@ -147,6 +144,16 @@ func (l *Log) recover() (toCount []*segment, err error) {
 		if i > 0 {
 			prev := segs[i-1]
 			if prev.end() != start {
+				if mended, err := l.dropPastGap(prev, starts[i:]); err != nil || mended {
+					if err != nil {
+						return nil, err
+					}
+					for _, s := range segs {
+						s.release()
+					}
+					segs = nil
+					return l.recover() // the chain ends before the gap now
+				}
 				what := "gap"
 				if prev.end() > start {
 					what = "overlap"
@@ -478,49 +485,35 @@ func abs(x int64) int64 {
 }
 
 // dropPastGap handles a chain that a power cut broke at a roll: the
-// segment before a gap lost its unsynced end while the next segment's
-// directory entry survived. If the journal vouches for every byte of the
-// partition it holds (its trust point's end) before the gap, the
-// segments from the gap on hold only bytes written after the last
-// durable journal round: never acknowledged, never readable. They are
-// removed (one line says so), and the rest of recovery cuts the new last
-// segment's torn end as after any crash. Any other break (an overlap, a
-// gap inside what the journal vouches for, a log without a journal or in
-// truncate mode) is left for the chain check to refuse, as before.
-func (l *Log) dropPastGap(starts []int64) ([]int64, error) {
-	if l.j == nil || l.recovery != RecoverQuarantine || len(starts) < 2 {
-		return starts, nil
+// segment before a gap (prev) lost its unsynced end while the next
+// segment's directory entry survived. If the journal vouches for every
+// byte of the partition it holds (its trust point's end) before the gap,
+// the segments from the gap on (later) hold only bytes written after the
+// last durable journal round: never acknowledged, never readable. They are
+// removed (one line says so) and mended is true; the rest of recovery
+// cuts the new last segment's torn end as after any crash. Any other break
+// (an overlap, a gap inside what the journal vouches for, a log without a
+// journal or in truncate mode) is left for the chain check to refuse.
+func (l *Log) dropPastGap(prev *segment, later []int64) (mended bool, err error) {
+	end := prev.end()
+	if l.j == nil || l.recovery != RecoverQuarantine || end > later[0] {
+		return false, nil
 	}
 	t, ok := l.j.peekTrusted(l.jname)
-	if !ok {
-		return starts, nil
+	if !ok || t.end > end {
+		return false, nil
 	}
-	for i := 1; i < len(starts); i++ {
-		prev := filepath.Join(l.dir, segmentName(starts[i-1]))
-		fi, err := os.Stat(prev)
-		if err != nil {
-			return nil, fmt.Errorf("store: stat segment: %w", err)
+	for _, start := range later {
+		path := filepath.Join(l.dir, segmentName(start))
+		if err := os.Remove(path); err != nil {
+			return false, fmt.Errorf("store: remove %s: %w", path, err)
 		}
-		end := starts[i-1] + fi.Size()
-		if end == starts[i] {
-			continue
-		}
-		if end > starts[i] || t.end > end {
-			return starts, nil // an overlap, or a gap in vouched-for data: refused by the chain check
-		}
-		for _, start := range starts[i:] {
-			path := filepath.Join(l.dir, segmentName(start))
-			if err := os.Remove(path); err != nil {
-				return nil, fmt.Errorf("store: remove %s: %w", path, err)
-			}
-		}
-		if err := l.syncDir(); err != nil {
-			return nil, err
-		}
-		l.logf("store: %s: removed %d segment(s) from %s on: %s ends at %d, a gap of %d bytes before them, "+
-			"past the journal's durable end %d (a power cut kept a roll but not the unsynced end before it; nothing there was acknowledged)",
-			l.dir, len(starts)-i, segmentName(starts[i]), filepath.Base(prev), end, starts[i]-end, t.end)
-		return starts[:i], nil
 	}
-	return starts, nil
+	if err := l.syncDir(); err != nil {
+		return false, err
+	}
+	l.logf("store: %s: removed %d segment(s) from %s on: %s ends at %d, a gap of %d bytes before them, "+
+		"past the journal's durable end %d (a power cut kept a roll but not the unsynced end before it; nothing there was acknowledged)",
+		l.dir, len(later), segmentName(later[0]), filepath.Base(prev.path), end, later[0]-end, t.end)
+	return true, nil
 }
