@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -78,18 +77,10 @@ func (r *latRec) add(ns int64) {
 	}
 }
 
-// percentiles sorts all samples and returns p50, p99, p99.9.
+// percentiles sorts all samples and returns p50, p99, p99.9 (latStats).
 func percentiles(recs ...*latRec) (p50, p99, p999 time.Duration) {
-	var all []int64
-	for _, r := range recs {
-		all = append(all, r.s...)
-	}
-	if len(all) == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(all)
-	q := func(f float64) time.Duration { return time.Duration(all[int(f*float64(len(all)-1))]) }
-	return q(0.5), q(0.99), q(0.999)
+	s := latStats(recs...)
+	return s.P50, s.P99, s.P999
 }
 
 const latSampleLimit = 1 << 20
