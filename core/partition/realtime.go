@@ -55,8 +55,9 @@ func (r *Realtime) Reset() {
 
 // AddTo adds r's statistics to sum (`stats realtime` sums the topics).
 func (r *Realtime) AddTo(sum *Realtime) {
+	dst := sum.All()
 	for i, s := range r.All() {
-		sum.All()[i].count.Add(s.count.Load())
-		sum.All()[i].value.Add(s.value.Load())
+		dst[i].count.Add(s.count.Load())
+		dst[i].value.Add(s.value.Load())
 	}
 }
