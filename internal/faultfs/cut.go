@@ -179,7 +179,7 @@ func (f *FS) rollback(mode Mode, rng *rand.Rand, rep *CutReport, durablePath map
 		return int(a.size - b.size)
 	})
 	for _, st := range dirty {
-		fc := FileCut{Path: durablePath[st.ino], Writes: len(st.log), TornAt: -1, SizeBefore: st.size}
+		fc := FileCut{Path: durablePath[st.ino], Writes: len(st.log), TornAt: -1, TornWrite: -1, SizeBefore: st.size}
 		if fc.Path == "" {
 			rep.Files = append(rep.Files, fc)
 			continue
@@ -202,6 +202,8 @@ func (f *FS) rollbackFile(st *fileState, mode Mode, rng *rand.Rand, rep *CutRepo
 	n := len(st.log)
 	k, tear := n, false
 	switch mode {
+	case KeepRandom:
+		return f.rollbackRandom(st, rng, rep, fc)
 	case DropAll:
 		k = 0
 	case KeepPrefix:
@@ -220,7 +222,7 @@ func (f *FS) rollbackFile(st *fileState, mode Mode, rng *rand.Rand, rep *CutRepo
 		t := int64(-1)
 		if i == k && tear && !r.trunc {
 			t = tearPoint(r, rng)
-			fc.TornAt = t
+			fc.TornAt, fc.TornWrite = t, i
 			rep.TornWrites++
 			rep.KeptBytes += t - r.off
 			rep.DroppedBytes += r.off + r.n - t
@@ -240,6 +242,77 @@ func (f *FS) rollbackFile(st *fileState, mode Mode, rng *rand.Rand, rep *CutRepo
 			rep.KeptBytes += r.n
 		}
 	}
+	return nil
+}
+
+// rollbackRandom undoes every unsynced change of the file and applies
+// again, in order, a random subset of them (KeepRandom): each is kept
+// with a probability drawn for the file, and in half the files one of
+// the writes not kept is torn (its bytes before a sector boundary kept).
+// Undoing from the newest back, the file holds each write's own bytes
+// just before its undo: they are read then, for the replay.
+func (f *FS) rollbackRandom(st *fileState, rng *rand.Rand, rep *CutReport, fc *FileCut) error {
+	n := len(st.log)
+	p := rng.Float64()
+	keep := make([]bool, n)
+	var lost []int
+	for i := range keep {
+		keep[i] = rng.Float64() < p
+		if !keep[i] && !st.log[i].trunc {
+			lost = append(lost, i)
+		}
+	}
+	torn, tornAt := -1, int64(-1)
+	if len(lost) > 0 && rng.IntN(2) == 0 {
+		torn = lost[rng.IntN(len(lost))]
+		tornAt = tearPoint(st.log[torn], rng)
+	}
+	data := make([][]byte, n)
+	for i := n - 1; i >= 0; i-- {
+		r := st.log[i]
+		if !r.trunc && (keep[i] || i == torn) {
+			data[i] = make([]byte, r.n)
+			if _, err := st.f.ReadAt(data[i], r.off); err != nil {
+				return fmt.Errorf("reading write %d [%d,%d): %v", i, r.off, r.off+r.n, err)
+			}
+		}
+		if err := st.undo(r, -1); err != nil {
+			return err
+		}
+	}
+	fd := int(st.f.Fd())
+	for i, r := range st.log {
+		switch {
+		case r.trunc && keep[i]:
+			if err := syscall.Ftruncate(fd, r.off); err != nil {
+				return err
+			}
+			rep.KeptWrites++
+			fc.Kept++
+		case r.trunc:
+			rep.DroppedWrites++
+		case keep[i]:
+			if _, err := syscall.Pwrite(fd, data[i], r.off); err != nil {
+				return err
+			}
+			rep.KeptWrites++
+			rep.KeptBytes += r.n
+			fc.Kept++
+		case i == torn:
+			if k := tornAt - r.off; k > 0 {
+				if _, err := syscall.Pwrite(fd, data[i][:k], r.off); err != nil {
+					return err
+				}
+			}
+			rep.TornWrites++
+			rep.KeptBytes += tornAt - r.off
+			rep.DroppedBytes += r.off + r.n - tornAt
+		default:
+			rep.DroppedWrites++
+			rep.DroppedBytes += r.n
+		}
+	}
+	fc.Survived, fc.TornWrite, fc.TornAt = keep, torn, tornAt
 	return nil
 }
 

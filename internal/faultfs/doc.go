@@ -41,8 +41,11 @@
 //
 // What a cut keeps of each file's unsynced writes is chosen by the Mode:
 // nothing (DropAll), a random prefix (KeepPrefix), all but the last with
-// the last one torn at a 512-byte sector boundary (TearLast), or a random
-// prefix followed by one torn write (PrefixTorn). Unsynced directory
+// the last one torn at a 512-byte sector boundary (TearLast), a random
+// prefix followed by one torn write (PrefixTorn), or a random subset
+// (KeepRandom, "torn" cuts: a disk with a volatile write cache that
+// persists a later dirty page and loses an earlier one), maybe with one
+// of the lost writes torn. Unsynced directory
 // changes are dropped in every mode. A "write" is one FUSE WRITE request:
 // the kernel splits a write(2) that crosses page (4 KiB) boundaries into
 // several, much as writeback would persist its pages independently, and

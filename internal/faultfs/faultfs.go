@@ -60,6 +60,16 @@ const (
 	// PrefixTorn keeps a random prefix of each file's unsynced writes and
 	// tears the next one, as TearLast does.
 	PrefixTorn
+	// KeepRandom ("torn") keeps a random subset of each file's unsynced
+	// writes, not only a prefix: a disk with a volatile write cache
+	// persists dirty pages in any order, so a later page may survive an
+	// earlier one that is lost. Each write (one FUSE WRITE, inside one
+	// page) survives independently with a probability drawn per file,
+	// and in half the files one lost write is torn at a 512-byte sector
+	// boundary instead (its bytes before the boundary kept). Truncates
+	// are kept or lost like writes. FileCut.Survived says which writes
+	// were kept, TornWrite and TornAt which one was torn and where.
+	KeepRandom
 )
 
 // String names the mode.
@@ -73,6 +83,8 @@ func (m Mode) String() string {
 		return "tear-last"
 	case PrefixTorn:
 		return "prefix-torn"
+	case KeepRandom:
+		return "torn"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
@@ -91,12 +103,18 @@ type Options struct {
 
 // FileCut is what a cut did to one file that had unsynced writes.
 type FileCut struct {
-	Path       string // durable path after the cut, relative to the root; "" when the file is gone
-	Writes     int    // unsynced writes, truncates and fallocates at the cut
-	Kept       int    // of those, kept whole (the first Kept)
-	TornAt     int64  // file offset where the next write was torn (a multiple of SectorSize, or its start); -1: none torn
-	SizeBefore int64  // size at the cut (the live size)
-	SizeAfter  int64  // size after the cut
+	Path      string // durable path after the cut, relative to the root; "" when the file is gone
+	Writes    int    // unsynced writes, truncates and fallocates at the cut
+	Kept      int    // of those, kept whole (the first Kept; KeepRandom: how many, Survived says which)
+	TornAt    int64  // file offset where the next write was torn (a multiple of SectorSize, or its start); -1: none torn
+	TornWrite int    // index of the torn write among the Writes; -1: none torn
+	// Survived, for KeepRandom only, says for each unsynced change, in
+	// the order they were made, whether it was kept whole. The file holds
+	// its content at its last fsync with the kept changes applied in
+	// order, the torn write's bytes before TornAt in their place.
+	Survived   []bool
+	SizeBefore int64 // size at the cut (the live size)
+	SizeAfter  int64 // size after the cut
 }
 
 // CutReport describes one cut.

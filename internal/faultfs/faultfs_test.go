@@ -371,3 +371,81 @@ func TestNoSyncfs(t *testing.T) {
 		t.Logf("underlying file system: %s (syncfs covers it)", name)
 	}
 }
+
+// TestKeepRandom: a torn cut keeps exactly the writes the report says
+// survived, in any order (a later page kept while an earlier one is lost,
+// as a disk with a volatile write cache may), and tears at most one lost
+// write at a sector boundary.
+func TestKeepRandom(t *testing.T) {
+	t.Parallel()
+	m, under := mount(t, 7)
+	rng := rand.New(rand.NewPCG(7, 7))
+	laterKept, torn := 0, 0
+	for round := 0; round < 12; round++ {
+		path := filepath.Join(m.Dir(), "f")
+		base := bytes.Repeat([]byte{'s'}, 1000)
+		writeSynced(t, path, base)
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		require.NoError(t, err)
+		var ws []write
+		size := int64(len(base))
+		for i := 0; i < 8; i++ {
+			// Appends, each inside one page, as a journal round's or a
+			// segment's unsynced writes are.
+			n := 1 + rng.IntN(pageSize-int(size%pageSize))
+			w := write{off: size, data: bytes.Repeat([]byte{byte('a' + i)}, n)}
+			_, err := f.WriteAt(w.data, w.off)
+			require.NoError(t, err)
+			size += int64(n)
+			ws = append(ws, w)
+		}
+		require.NoError(t, f.Close())
+
+		rep := cut(t, m, faultfs.KeepRandom)
+		require.Len(t, rep.Files, 1)
+		fc := rep.Files[0]
+		require.Equal(t, len(ws), fc.Writes)
+		require.Len(t, fc.Survived, len(ws))
+		want := bytes.Clone(base)
+		apply := func(w write, n int) {
+			if n == 0 {
+				return // a write torn at its start keeps nothing, not even its offset
+			}
+			end := w.off + int64(n)
+			if int64(len(want)) < end {
+				want = append(want, make([]byte, end-int64(len(want)))...)
+			}
+			copy(want[w.off:end], w.data[:n])
+		}
+		kept, lostBefore := 0, false
+		for i, w := range ws {
+			switch {
+			case fc.Survived[i]:
+				apply(w, len(w.data))
+				kept++
+				if lostBefore {
+					laterKept++
+				}
+			case i == fc.TornWrite:
+				end := w.off + int64(len(w.data))
+				require.True(t, fc.TornAt == w.off || (fc.TornAt > w.off && fc.TornAt < end && fc.TornAt%faultfs.SectorSize == 0),
+					"torn at %d, write [%d,%d)", fc.TornAt, w.off, end)
+				apply(w, int(fc.TornAt-w.off))
+				torn++
+				lostBefore = true
+			default:
+				lostBefore = true
+			}
+		}
+		require.Equal(t, kept, fc.Kept)
+		got, err := os.ReadFile(filepath.Join(under, "f"))
+		require.NoError(t, err)
+		require.Equal(t, len(want), len(got), "round %d: size", round)
+		require.True(t, bytes.Equal(want, got), "round %d: content differs", round)
+		require.Equal(t, int64(len(want)), fc.SizeAfter)
+		t.Logf("round %d: kept %v, torn write %d at %d, size %d -> %d", round, fc.Survived, fc.TornWrite, fc.TornAt, fc.SizeBefore, fc.SizeAfter)
+		require.NoError(t, m.Remount())
+	}
+	require.NotZero(t, laterKept, "no cut kept a write after a lost one")
+	require.NotZero(t, torn, "no write was torn")
+}

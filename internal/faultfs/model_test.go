@@ -92,7 +92,7 @@ func randomOpsMatchModel(t *testing.T, seed uint64) {
 	}
 	names := []string{"a", "b", "c", "d"}
 
-	for round := 0; round < 6; round++ {
+	for round := 0; round < 10; round++ {
 		for op := 0; op < 80; op++ {
 			dn := dirNames[rng.IntN(len(dirNames))]
 			d := dirs[dn]
@@ -160,7 +160,7 @@ func randomOpsMatchModel(t *testing.T, seed uint64) {
 				}
 			}
 		}
-		mode := []faultfs.Mode{faultfs.DropAll, faultfs.KeepPrefix, faultfs.TearLast, faultfs.PrefixTorn}[round%4]
+		mode := []faultfs.Mode{faultfs.DropAll, faultfs.KeepPrefix, faultfs.TearLast, faultfs.PrefixTorn, faultfs.KeepRandom}[round%5]
 		rep, err := m.Cut(mode)
 		require.NoError(t, err)
 		t.Logf("round %d %v: %d files with unsynced changes: kept %d, dropped %d, torn %d; lost %d names, restored %d",
@@ -192,6 +192,20 @@ func randomOpsMatchModel(t *testing.T, seed uint64) {
 				continue
 			}
 			require.Equal(t, len(ino.pending), fc.Writes, "round %d (%v): %v: unsynced changes", round, mode, ps)
+			if mode == faultfs.KeepRandom {
+				require.Len(t, fc.Survived, fc.Writes)
+				for i, op := range ino.pending {
+					switch {
+					case fc.Survived[i]:
+						ino.durable = op.apply(ino.durable, -1)
+					case i == fc.TornWrite:
+						require.False(t, op.trunc)
+						ino.durable = op.apply(ino.durable, int(fc.TornAt))
+					}
+				}
+				ino.pending = nil
+				continue
+			}
 			for _, op := range ino.pending[:fc.Kept] {
 				ino.durable = op.apply(ino.durable, -1)
 			}
