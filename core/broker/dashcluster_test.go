@@ -102,6 +102,15 @@ func TestDashboardClusterAuthz(t *testing.T) {
 	require.NotContains(t, page, "spies")
 	page = get("root", "/ui/groups", 200)
 	require.Contains(t, page, "spies")
+	// GET /api/v1/groups lists them as the page does, with ZooKeeper's
+	// members and owned partitions.
+	api := get("alice", "/api/v1/groups", 200)
+	for _, s := range []string{`"group": "billing-a"`, `"topic": "orders-a"`, `"zk_members": 1`, `"zk_owned_partitions": 1`} {
+		require.Contains(t, api, s)
+	}
+	require.NotContains(t, api, "secret")
+	require.NotContains(t, api, "spies")
+	require.Contains(t, get("root", "/api/v1/groups", 200), `"group": "spies"`)
 
 	// A group's page: the member and owner, the other topic left out.
 	page = get("alice", "/ui/groups/billing-b", 200)

@@ -278,12 +278,30 @@ type GroupEntry struct {
 	Note string `json:"note,omitempty"`
 }
 
+// groupListEntry is one entry of GET /api/v1/groups: a group and topic
+// known here and, in cluster mode, ZooKeeper's members of the group
+// subscribing the topic and its partitions with an owner node, as the
+// groups page counts them (absent when ZooKeeper could not be read).
+type groupListEntry struct {
+	*GroupEntry
+	ZKMembers *int `json:"zk_members,omitempty"`
+	ZKOwned   *int `json:"zk_owned_partitions,omitempty"`
+}
+
 func (s *Server) apiGroups(w http.ResponseWriter, r *http.Request) {
-	out := s.be.Groups(s.viewer(r))
-	if out == nil {
-		out = []*GroupEntry{}
+	pg := s.be.GroupsPage(s.viewer(r)) // in cluster mode merged with ZooKeeper's groups, as /ui/groups
+	out := make([]groupListEntry, len(pg.Groups))
+	for i, g := range pg.Groups {
+		out[i].GroupEntry = g.GroupEntry
+		if pg.ZooKeeper && pg.ZKErr == "" {
+			out[i].ZKMembers, out[i].ZKOwned = &g.ZKMembers, &g.ZKOwners
+		}
 	}
-	WriteJSON(w, http.StatusOK, map[string]any{"groups": out})
+	res := map[string]any{"groups": out}
+	if pg.ZKErr != "" {
+		res["zookeeper_error"] = pg.ZKErr
+	}
+	WriteJSON(w, http.StatusOK, res)
 }
 
 // groupTopics returns the topics to describe for group: ?topic= (which
