@@ -313,7 +313,7 @@ func (j *Journal) journalGroups(r *jround, groups []*atomicGroup) error {
 			p.l.markDirty(a.seg)
 		}
 		copy(j.buf[at+jHeaderSize:], appendGroupPayload(nil, groupRecord{end: j.wpos, records: uint32(records)}))
-		sealJRecord(j.buf[at:at+need], pos, j.epoch, recGroup)
+		sealJRecord(j.buf[at:at+need], pos, j.epoch, j.rmark, recGroup)
 	}
 	return nil
 }

@@ -243,6 +243,13 @@ type Journal struct {
 	// ckptEnd is the journal position just past the last durable
 	// checkpoint's record (the last record of its round).
 	ckptEnd atomic.Int64
+	// synced is the journal position up to which the journal is known
+	// durable: the end of the last round whose fdatasync returned (at
+	// open, where recovery resumes writing: everything before it is in
+	// fsynced segments). Each round's records carry it as their durable
+	// mark, the way a WAL records its flushed position, so that recovery
+	// tells an unsynced torn tail from damage (tornCandidate).
+	synced atomic.Int64
 	// closeSeq counts logs unregistered (under mu); ckptClosedSeq is the
 	// closeSeq of the last durable checkpoint's snapshot
 	// (CheckpointClosed).
@@ -257,10 +264,13 @@ type Journal struct {
 	prepMu sync.Mutex
 
 	// Owned by the committer goroutine (and by OpenJournal before it).
-	pos       int64  // next record position
-	epoch     uint32 // of this run
-	cur       *jfile // file containing pos
-	wpos      int64  // position after the records buffered this round
+	pos   int64  // next record position
+	epoch uint32 // of this run
+	cur   *jfile // file containing pos
+	wpos  int64  // position after the records buffered this round
+	// rmark is the durable mark of the round being staged: synced when
+	// it began (the records' headers carry it).
+	rmark     int64
 	wfile     *jfile
 	buf       []byte
 	pieces    []piece
@@ -655,6 +665,7 @@ type jround struct {
 	ckBytes int64    // the size of ck's record
 	ckEnd   int64    // the journal position past it
 	files   []*jfile // journal files written, to fdatasync
+	end     int64    // the journal position past its records
 	err     error    // staging or sync failure: every append of the round fails
 }
 
@@ -818,7 +829,22 @@ func (j *Journal) syncBatch(batch []*jround, files []*jfile) {
 			r.err = err
 		}
 	}
+	if err == nil {
+		j.noteSynced(batch[len(batch)-1].end)
+	}
 	clear(files)
+}
+
+// noteSynced raises the durable mark to end, the end of a round whose
+// fdatasync returned (rounds are synced in order, so everything before
+// it is durable too).
+func (j *Journal) noteSynced(end int64) {
+	for {
+		cur := j.synced.Load()
+		if end <= cur || j.synced.CompareAndSwap(cur, end) {
+			return
+		}
+	}
 }
 
 // completer completes synced rounds in order (so each log's readable mark
@@ -839,6 +865,7 @@ func (j *Journal) stage(logs []*Log, groups []*atomicGroup, ck *ckptJob, slot in
 	j.buf = j.buf[:0]
 	j.pieces = append(j.pieces[:0], piece{f: j.cur, from: 0})
 	j.wpos, j.wfile = j.pos, j.cur
+	j.rmark = j.synced.Load()
 	j.roundSeq++
 	var need int64
 	for _, l := range logs {
@@ -905,6 +932,7 @@ func (j *Journal) stage(logs []*Log, groups []*atomicGroup, ck *ckptJob, slot in
 	if len(j.buf) > 0 {
 		r.err = j.writeRound(r)
 	}
+	r.end = j.pos
 	if j.observer != nil && r.appends > 0 {
 		j.observer.ObserveCommitRound(r.appends)
 	}
@@ -928,7 +956,9 @@ func (j *Journal) syncRound(r *jround) {
 	// A round staged before an earlier one failed must fail too.
 	if err := j.Err(); err != nil {
 		r.err = err
+		return
 	}
+	j.noteSynced(r.end)
 }
 
 // complete acknowledges (or fails) the appends of a synced round,
@@ -1023,7 +1053,7 @@ func (j *Journal) nextFile() error {
 	if j.room() >= jHeaderSize {
 		start := len(j.buf)
 		j.buf = append(j.buf, make([]byte, jHeaderSize)...)
-		sealJRecord(j.buf[start:], j.wpos, j.epoch, recSkip)
+		sealJRecord(j.buf[start:], j.wpos, j.epoch, j.rmark, recSkip)
 	}
 	next, err := j.fileAfter(j.wfile)
 	if err != nil {
@@ -1058,7 +1088,7 @@ func (j *Journal) addDataCount(name string, segStart, offset int64, b []byte) (i
 		start := len(j.buf)
 		j.buf = append(j.buf, make([]byte, jHeaderSize)...)
 		j.buf = appendDataPayload(j.buf, name, segStart, offset, b[:n])
-		sealJRecord(j.buf[start:], j.wpos, j.epoch, recData)
+		sealJRecord(j.buf[start:], j.wpos, j.epoch, j.rmark, recData)
 		j.wpos += int64(len(j.buf) - start)
 		b = b[n:]
 		offset += int64(n)
@@ -1122,7 +1152,7 @@ func (j *Journal) addRecord(typ byte, p []byte) (int64, error) {
 	start := len(j.buf)
 	j.buf = append(j.buf, make([]byte, jHeaderSize)...)
 	j.buf = append(j.buf, p...)
-	sealJRecord(j.buf[start:], j.wpos, j.epoch, typ)
+	sealJRecord(j.buf[start:], j.wpos, j.epoch, j.rmark, typ)
 	j.wpos += need
 	return need, nil
 }

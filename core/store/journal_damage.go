@@ -234,6 +234,11 @@ func jRecordSize(name string, n int64) int64 {
 // mode it sets sc.cuts so that replay cuts each partition at the start of
 // its lost range, and logs what is dropped.
 func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
+	return j.checkDamageLog(sc, files, j.logf)
+}
+
+// checkDamageLog is checkDamage logging with logf.
+func (j *Journal) checkDamageLog(sc *journalScan, files []*jfile, logf func(format string, args ...any)) error {
 	if sc.last == nil && files[0].start > 0 {
 		why := "it holds no valid checkpoint"
 		if len(sc.holes) > 0 {
@@ -244,7 +249,7 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 			why += " (" + sc.stopped + ")"
 		}
 		err := &JournalCorruptError{Dir: j.dir, Checkpoint: why + ", so the position to replay from is not known"}
-		j.logf("%v", err)
+		logf("%v", err)
 		return err
 	}
 	from := files[0].start
@@ -260,7 +265,7 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 			holes = append(holes, h)
 			continue
 		}
-		j.logf("store: journal %s: damaged records at %s: %s; they lie before the last checkpoint's replay start %d, so their data is in fsynced segments: nothing lost",
+		logf("store: journal %s: damaged records at %s: %s; they lie before the last checkpoint's replay start %d, so their data is in fsynced segments: nothing lost",
 			j.dir, j.holeWhere(h.pos, h.end, h), h.reason, from)
 	}
 	if len(holes) == 0 {
@@ -453,7 +458,7 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 			}
 			if !ok {
 				dmg.Lost = append(dmg.Lost, r)
-				j.logf("store: journal %s: damaged records at %s: partition %q offsets %d..%d are not in the segment either: %s", j.dir, where, r.Partition, r.From, r.To, why)
+				logf("store: journal %s: damaged records at %s: partition %q offsets %d..%d are not in the segment either: %s", j.dir, where, r.Partition, r.From, r.To, why)
 				continue
 			}
 			held = append(held, fmt.Sprintf("%q offsets %d..%d", r.Partition, r.From, r.To))
@@ -472,7 +477,7 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 			what += "; " + strings.Join(notes, "; ")
 		}
 		if len(dmg.Lost) == 0 && !dmg.Unattributed {
-			j.logf("store: journal %s: damaged record at %s: %s; valid records follow; it held %s: nothing lost", j.dir, where, dmg.Reason, what)
+			logf("store: journal %s: damaged record at %s: %s; valid records follow; it held %s: nothing lost", j.dir, where, dmg.Reason, what)
 			continue
 		}
 		if j.recovery != RecoverTruncate {
@@ -488,17 +493,17 @@ func (j *Journal) checkDamage(sc *journalScan, files []*jfile) error {
 			}
 		}
 		if dmg.Unattributed {
-			j.logf("store: journal %s: recovery = \"truncate\": damaged records at %s: %s; what they held beyond %s is dropped",
+			logf("store: journal %s: recovery = \"truncate\": damaged records at %s: %s; what they held beyond %s is dropped",
 				j.dir, where, dmg.Reason, what)
 		}
 	}
 	if len(bad) > 0 {
 		err := &JournalCorruptError{Dir: j.dir, Damage: bad}
-		j.logf("%v", err)
+		logf("%v", err)
 		return err
 	}
 	for _, name := range sortedKeys(sc.cuts) {
-		j.logf("store: journal %s: recovery = \"truncate\": cutting partition %q at offset %d: the damaged journal records that held it are not in its segment; every later record of it is dropped",
+		logf("store: journal %s: recovery = \"truncate\": cutting partition %q at offset %d: the damaged journal records that held it are not in its segment; every later record of it is dropped",
 			j.dir, name, sc.cuts[name])
 	}
 	return nil

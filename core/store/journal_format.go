@@ -42,15 +42,41 @@ const (
 
 // jHeaderSize is the size of a journal record header:
 //
-//	[u32 crc32c][u32 payload length][u64 journal position][u32 epoch][u8 type][3 zero bytes]
+//	[u32 crc32c][u32 payload length][u64 journal position][u32 epoch][u8 type][u24 durable mark]
 //
 // all big-endian. The crc (Castagnoli) covers header bytes 4..24 and the
 // payload. The position is where the record itself starts in the
 // journal, so a stale record in a recycled file (renamed forward to a new
 // position) never verifies. The epoch rises by one on every open; a
 // record with a lower epoch than one before it is a stale tail of an
-// earlier run and ends the journal.
+// earlier run and ends the journal. The durable mark says how far the
+// journal was known durable when the record's round was staged (see
+// markField); 0, as binaries before it wrote, says nothing.
 const jHeaderSize = 24
+
+// The durable mark of a record header (bytes 21..24) is the distance from
+// the record's position back to the end of the last round whose
+// fdatasync had returned when the record's round was staged, in units of
+// markUnit bytes rounded up, plus one; 0 is no mark. Rounding up the
+// distance rounds the mark down by less than markUnit, less than a
+// record header: a damaged record that starts before the true mark still
+// starts before the decoded one. A distance too large for the field is
+// written as the largest value, which says less (a lower mark) but
+// nothing false. Recovery tells a torn tail from damage by it
+// (tornCandidate, docs/storage.md "Torn tails").
+const (
+	markUnit = 16
+	markMax  = 1<<24 - 1
+)
+
+// markField encodes mark m (a journal position, -1: none) for a record
+// at pos.
+func markField(pos, m int64) uint32 {
+	if m < 0 || m > pos {
+		return 0
+	}
+	return uint32(min((pos-m+markUnit-1)/markUnit+1, markMax))
+}
 
 // jDataFixed is the fixed part of a data record's payload after the name:
 // [u64 segment start][u64 partition offset].
@@ -68,16 +94,29 @@ type jHeader struct {
 	pos   int64
 	epoch uint32
 	typ   byte
+	markv uint32 // the durable mark field (markField)
+}
+
+// mark returns the durable mark the header carries (a journal position:
+// the journal before it was durable when the record was staged), or -1
+// when it carries none.
+func (h jHeader) mark() int64 {
+	if h.markv == 0 {
+		return -1
+	}
+	return max(h.pos-markUnit*int64(h.markv-1), 0)
 }
 
 // sealJRecord fills in the header of rec, a record whose payload follows
-// jHeaderSize reserved bytes, and its crc.
-func sealJRecord(rec []byte, pos int64, epoch uint32, typ byte) {
+// jHeaderSize reserved bytes, and its crc; mark is the durable mark of
+// its round (-1: none).
+func sealJRecord(rec []byte, pos int64, epoch uint32, mark int64, typ byte) {
 	binary.BigEndian.PutUint32(rec[4:], uint32(len(rec)-jHeaderSize))
 	binary.BigEndian.PutUint64(rec[8:], uint64(pos))
 	binary.BigEndian.PutUint32(rec[16:], epoch)
+	v := markField(pos, mark)
 	rec[20] = typ
-	rec[21], rec[22], rec[23] = 0, 0, 0
+	rec[21], rec[22], rec[23] = byte(v>>16), byte(v>>8), byte(v)
 	binary.BigEndian.PutUint32(rec[0:], crc32.Checksum(rec[4:], castagnoli))
 }
 
@@ -89,6 +128,7 @@ func parseJHeader(b []byte) jHeader {
 		pos:   int64(binary.BigEndian.Uint64(b[8:])),
 		epoch: binary.BigEndian.Uint32(b[16:]),
 		typ:   b[20],
+		markv: uint32(b[21])<<16 | uint32(b[22])<<8 | uint32(b[23]),
 	}
 }
 

@@ -38,6 +38,17 @@ func FuzzJournalPayloads(f *testing.F) {
 		closed: map[string]closedEnd{}, registers: true}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	f.Add(make([]byte, jHeaderSize))
+	// Headers with durable marks (bytes 21..24): at the record, far
+	// behind it, the largest field, and one past the journal's start.
+	for _, hm := range [][2]int64{{4096, 4096}, {1 << 30, 1 << 20}, {64, 0}, {1 << 40, -1}, {100, 48}} {
+		rec := make([]byte, jHeaderSize+3)
+		sealJRecord(rec, hm[0], 2, hm[1], recSkip)
+		f.Add(rec)
+	}
+	big := make([]byte, jHeaderSize)
+	sealJRecord(big, 10, 1, -1, recData)
+	big[21], big[22], big[23] = 0xff, 0xff, 0xff
+	f.Add(big)
 	f.Fuzz(func(t *testing.T, p []byte) {
 		if d, err := parseDataPayload(p); err == nil {
 			again, err := parseDataPayload(appendDataPayload(nil, d.name, d.segStart, d.offset, d.bytes))
@@ -92,9 +103,12 @@ func FuzzJournalPayloads(f *testing.F) {
 			h := parseJHeader(p)
 			_ = verifyJRecord(p)
 			rec := append(make([]byte, jHeaderSize), p[jHeaderSize:]...)
-			sealJRecord(rec, h.pos, h.epoch, h.typ)
+			sealJRecord(rec, h.pos, h.epoch, h.mark(), h.typ)
 			if !verifyJRecord(rec) {
 				t.Fatal("a sealed record does not verify")
+			}
+			if again := parseJHeader(rec); again.mark() != h.mark() || again.mark() > again.pos {
+				t.Fatalf("durable mark %d (field %d) at %d does not round-trip: %d", h.mark(), h.markv, h.pos, again.mark())
 			}
 		}
 	})

@@ -61,6 +61,10 @@ type journalScan struct {
 	// journal does not reach (a torn round): not replayed; each names its
 	// partition's journaled end at its offset (the cut).
 	dropped []dataRef
+	// maxMark is the highest durable mark of the valid records (-1:
+	// none), lastUnmarked the position of the last valid record that
+	// carries no mark (-1: none), for tornCandidate.
+	maxMark, lastUnmarked int64
 }
 
 // openGroup is an atomic group the scan is inside of.
@@ -82,6 +86,7 @@ func (j *Journal) recover() error {
 			return err
 		}
 		j.cur, j.pos, j.epoch = f, 0, 1
+		j.synced.Store(0)
 		return j.writeRecoveryCheckpoint()
 	}
 	if err != nil {
@@ -107,7 +112,7 @@ func (j *Journal) recover() error {
 	if err != nil {
 		return err
 	}
-	if err := j.checkDamage(&sc, files); err != nil {
+	if err := j.judgeDamage(&sc, files); err != nil {
 		return err
 	}
 	from := files[0].start
@@ -145,7 +150,70 @@ func (j *Journal) recover() error {
 		}
 		j.cur, j.pos = next, next.start
 	}
+	// Everything before j.pos is in fsynced segments now: the recovery
+	// checkpoint's round carries it as its durable mark.
+	j.synced.Store(j.pos)
 	return j.writeRecoveryCheckpoint()
+}
+
+// judgeDamage decides what the damaged stretches of sc mean
+// (checkDamage), telling a torn unsynced tail from damage first: when
+// checkDamage would refuse the start and a stretch lies past every
+// durable mark (tornCandidate), that stretch is where a power cut's torn
+// tail begins, and the journal is taken to end there, silently as at any
+// torn tail (the recovery line says so); the stretches before it are
+// judged again as damage. Without such a stretch, or when the damage
+// before it still refuses, the start is refused as before.
+func (j *Journal) judgeDamage(sc *journalScan, files []*jfile) error {
+	var held []string
+	err := j.checkDamageLog(sc, files, func(format string, args ...any) {
+		held = append(held, fmt.Sprintf(format, args...))
+	})
+	var je *JournalCorruptError
+	if errors.As(err, &je) {
+		if h, ok := sc.tornCandidate(); ok {
+			sc2, serr := scanJournalTo(files, h.pos)
+			if serr != nil {
+				return serr
+			}
+			sc2.stopped = fmt.Sprintf("a torn unsynced tail at %d (%s): the %d valid records after it were written past the last durable mark %d, never acknowledged",
+				h.pos, h.reason, sc.records-sc2.records, max(sc.maxMark, 0))
+			if err := j.checkDamage(&sc2, files); err != nil {
+				return err
+			}
+			*sc = sc2
+			return nil
+		}
+	}
+	for _, m := range held {
+		j.logf("%s", m)
+	}
+	return err
+}
+
+// tornCandidate returns the first damaged stretch of sc in the replay
+// range that lies past every durable mark: every valid record of the
+// journal carries a durable mark at or before the stretch's start (and
+// every record after it carries one). Such a stretch was never covered by
+// a completed fdatasync (a mark is the end of the last round synced when
+// a record was staged, so any round synced before the records after the
+// stretch were staged ends at or before it): a power cut tore it, the
+// disk keeping later unsynced pages and losing an earlier one, and
+// nothing at or after it was acknowledged. A stretch some mark lies past
+// was durable: damage. Marks are rounded down by less than a record
+// header, and the stretch starts at a record boundary, so a stretch
+// starting before a round's end is never taken for torn.
+func (sc *journalScan) tornCandidate() (jHole, bool) {
+	from := sc.firstPos
+	if sc.last != nil {
+		from = sc.last.from
+	}
+	for _, h := range sc.holes {
+		if h.end > from && h.pos >= sc.maxMark && h.pos > sc.lastUnmarked {
+			return h, true
+		}
+	}
+	return jHole{}, false
 }
 
 // writeRecoveryCheckpoint writes the checkpoint that ends recovery: every
@@ -170,7 +238,13 @@ func (j *Journal) writeRecoveryCheckpoint() error {
 // stretch up to it is recorded as a hole and the walk goes on from there.
 // A valid record of a type this version does not read ends the journal.
 func scanJournal(files []*jfile) (journalScan, error) {
-	sc := journalScan{firstPos: files[0].start}
+	return scanJournalTo(files, -1)
+}
+
+// scanJournalTo is scanJournal ending the journal at position limit (-1:
+// no limit): the start of a torn tail (judgeDamage).
+func scanJournalTo(files []*jfile, limit int64) (journalScan, error) {
+	sc := journalScan{firstPos: files[0].start, maxMark: -1, lastUnmarked: -1}
 	var open *openGroup // the earliest group whose end the scan has not reached
 	var hdr [jHeaderSize]byte
 	var payload, sbuf, srec []byte
@@ -188,6 +262,10 @@ func scanJournal(files []*jfile) (journalScan, error) {
 		return false
 	}
 	for {
+		if limit >= 0 && pos >= limit {
+			sc.stopped = fmt.Sprintf("torn tail at %d", pos)
+			break
+		}
 		f := files[fi]
 		rel := pos - f.start
 		if f.size-rel < jHeaderSize {
@@ -313,6 +391,11 @@ func scanJournal(files []*jfile) (journalScan, error) {
 		}
 		sc.records++
 		sc.epoch = h.epoch
+		if m := h.mark(); m < 0 {
+			sc.lastUnmarked = pos
+		} else if m > sc.maxMark {
+			sc.maxMark = m
+		}
 		if h.typ == recSkip {
 			if !next() {
 				sc.stopped = "skip record in the last file"

@@ -339,7 +339,7 @@ func TestJournalDowngradeAfterCleanClose(t *testing.T) {
 			if _, valid, err := validJRecord(f, rel, hdr, 0, &rec); err != nil || !valid {
 				continue
 			}
-			sealJRecord(rec, h.pos, h.epoch, 17)
+			sealJRecord(rec, h.pos, h.epoch, h.mark(), 17)
 			_, err = f.f.WriteAt(rec, rel)
 			require.NoError(t, err)
 		}
