@@ -164,6 +164,9 @@ type Broker struct {
 	// tables) is under adminMu after New.
 	adminMu   sync.Mutex
 	topicBook *topicadmin.Book
+	// peers are other brokers' offsets read for the dashboard
+	// (peeroffsets.go).
+	peers peerOffsets
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or

@@ -351,15 +351,30 @@ func (s *Server) apiGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), OffsetCallTimeout)
 	defer cancel()
-	out, err := s.be.DescribeGroup(ctx, group, topics)
+	// As a group's page: in cluster mode without ?topic= the topics
+	// ZooKeeper has for the group that are open here are described too,
+	// and the partitions of its topics on other brokers are listed.
+	p, err := s.be.GroupPage(ctx, s.viewer(r), group, topics, r.URL.Query().Get("topic") != "")
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	out := p.Topics
 	if out == nil {
 		out = []GroupTopic{}
 	}
-	WriteJSON(w, http.StatusOK, map[string]any{"group": group, "lag_unit": "bytes", "topics": out})
+	res := map[string]any{"group": group, "lag_unit": "bytes", "topics": out}
+	if p.ZooKeeper {
+		remote := p.Remote
+		if remote == nil {
+			remote = []RemotePartition{}
+		}
+		res["elsewhere"] = remote
+		if p.ZKErr != "" {
+			res["zookeeper_error"] = p.ZKErr
+		}
+	}
+	WriteJSON(w, http.StatusOK, res)
 }
 
 // ResetRequest is the body of POST /api/v1/groups/{group}/offsets.

@@ -91,6 +91,9 @@ type GroupPage struct {
 	ZKMembers []ZKMember
 	Elsewhere []ZKOwner
 	ZKErr     string
+	// Remote are the partitions of the group's topics on other brokers
+	// with their committed offsets and lag (remotelag.go).
+	Remote []RemotePartition
 }
 
 // groupTopicView is a topic of a group's page with its lag trend.
@@ -129,7 +132,8 @@ func (s *Server) uiGroup(w http.ResponseWriter, r *http.Request) {
 		flash = "Skipped " + sk + " to its end. " + ResetNote + "."
 	}
 	s.Render(w, r, http.StatusOK, "group", "Group "+group, "groups", map[string]any{"Group": group, "Topics": views, "Every": dashSampleEvery,
-		"ZooKeeper": p.ZooKeeper, "ZKMembers": p.ZKMembers, "Elsewhere": p.Elsewhere, "ZKErr": p.ZKErr}, flash)
+		"ZooKeeper": p.ZooKeeper, "ZKMembers": p.ZKMembers, "ZKErr": p.ZKErr,
+		"Remote": p.Remote, "RemoteLags": remoteLagsOf(p.Remote), "PeerEvery": PeerOffsetsEvery, "PeerWait": RemoteLagWait}, flash)
 }
 
 // ClusterPageOf is the cluster page's header from c; the caller fills
@@ -143,4 +147,23 @@ func ClusterPageOf(c ClusterInfo) ClusterPage {
 		v.ZKRoot = *c.ZooKeeperRoot
 	}
 	return v
+}
+
+// remoteLag is a topic's lag on other brokers, for a group's page.
+type remoteLag struct {
+	Topic   string
+	Bytes   int64
+	Unknown int // partitions whose lag is unknown
+}
+
+// remoteLagsOf sums rows by topic.
+func remoteLagsOf(rows []RemotePartition) []remoteLag {
+	lag, unknown := RemoteLags(rows)
+	var out []remoteLag
+	for _, r := range rows {
+		if len(out) == 0 || out[len(out)-1].Topic != r.Topic {
+			out = append(out, remoteLag{r.Topic, lag[r.Topic], unknown[r.Topic]})
+		}
+	}
+	return out
 }

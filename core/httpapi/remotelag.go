@@ -1,0 +1,290 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/metaq-go/metaq/core/security"
+	"github.com/metaq-go/metaq/internal/zkpath"
+	"github.com/metaq-go/metaq/sdk/cluster"
+)
+
+// The lag of a group's partitions on other brokers (cluster mode,
+// docs/dashboard.md): a group's page, the groups list and GET
+// /api/v1/groups/{group} show, for every partition of the group's topics
+// that another broker holds, the committed offset (from the offset store
+// the broker uses, else the consumers' own offsets in ZooKeeper, where
+// MetaQ's consumers commit, readable from any broker), that broker's max
+// offset (asked of it: the backend's PeerOffsets) and the lag in bytes.
+// A broker whose ZooKeeper session ended is unreachable: its partitions'
+// lag is unknown, and says so.
+
+// PeerOffsetsEvery is how long a broker's answer is reused (at most one
+// read per broker in that time, whatever the page views), RemoteLagWait
+// how long a page waits for the reads of its partitions on other brokers
+// (the offset store's and the brokers'): a broker that has not answered
+// by then has its lag unknown, and the page is not held up.
+const (
+	PeerOffsetsEvery = 3 * time.Second
+	RemoteLagWait    = 2 * time.Second
+)
+
+// PeerBroker is another broker to ask for its offsets: its id and the
+// address its master registered (TLS: a metaqs:// one).
+type PeerBroker struct {
+	ID   int
+	Addr string
+	TLS  bool
+}
+
+// PeerOffsets is a broker's answer: the max offset of each partition by
+// topic, or Err saying why there is none.
+type PeerOffsets struct {
+	Max map[string]map[int32]int64
+	Err string
+}
+
+// RemotePartition is a partition of a group's topic on another broker.
+type RemotePartition struct {
+	Topic     string `json:"topic"`
+	BrokerID  int    `json:"broker_id"`
+	Partition int32  `json:"partition"`
+	// Committed is the group's committed offset (-1: none known); Source
+	// where it comes from: "offset_store" or "zookeeper".
+	Committed int64  `json:"committed_offset"`
+	Source    string `json:"source,omitempty"`
+	// MaxOffset is the broker's max offset (absent: unknown), LagBytes
+	// MaxOffset minus Committed (absent: unknown, LagUnknown says why).
+	MaxOffset  *int64 `json:"max_offset,omitempty"`
+	LagBytes   *int64 `json:"lag_bytes,omitempty"`
+	LagUnknown string `json:"lag_unknown,omitempty"`
+	// Unreachable: the broker has no live master in ZooKeeper (its
+	// session ended).
+	Unreachable bool   `json:"unreachable,omitempty"`
+	Owner       string `json:"owner,omitempty"`
+}
+
+// ZKGroupRead is a group's page's read of ZooKeeper: the group's nodes,
+// the cluster's layout (the brokers and the partitions they hold) and
+// the consumers' offsets of every broker's partitions of the group's
+// topics.
+type ZKGroupRead struct {
+	Group   *ZKGroup // nil: no such group
+	Layout  *cluster.Layout
+	Offsets map[cluster.OwnerKey]int64
+	// OffsetsErr says why some offsets were not read (a node's ACL, bad
+	// data, maxGroupOffsetNodes).
+	OffsetsErr string
+}
+
+// maxGroupOffsetNodes bounds the offset nodes one group's read takes.
+const maxGroupOffsetNodes = 4096
+
+// ReadZKGroupCluster reads group g, the layout and the group's offsets
+// through read, bounded by ZKTimeout (errText says why there is none).
+func ReadZKGroupCluster(read ZKRead, g string) (*ZKGroupRead, string) {
+	return ReadZK(read, func(c *zk.Conn, root string) (*ZKGroupRead, error) {
+		zg, err := readZKGroup(c, root, g)
+		if err != nil || zg == nil {
+			return &ZKGroupRead{}, err
+		}
+		x := &ZKGroupRead{Group: zg}
+		r := root
+		if r == "" {
+			r = "/"
+		}
+		if x.Layout, err = cluster.ReadLayout(c, r); err != nil {
+			return nil, err
+		}
+		x.Offsets, x.OffsetsErr, err = readGroupOffsets(c, strings.TrimRight(root, "/"), g, zg.Topics)
+		return x, err
+	})
+}
+
+// readGroupOffsets reads R/consumers/<g>/offsets/<t>/<brokerId>-<p> of
+// topics: the offsets by partition, and why some were not read.
+func readGroupOffsets(c *zk.Conn, root, g string, topics []string) (map[cluster.OwnerKey]int64, string, error) {
+	out := map[cluster.OwnerKey]int64{}
+	var why string
+	for _, t := range topics {
+		kids, err := cluster.ReadChildren(c, zkpath.OffsetsTopic(root, g, t))
+		if errors.Is(err, zk.ErrNoAuth) {
+			why = "offsets not readable (ZooKeeper ACL)"
+			continue
+		}
+		if err != nil {
+			return out, why, err
+		}
+		for _, k := range kids {
+			id, p, err := zkpath.ParsePartitionName(k)
+			if err != nil {
+				continue
+			}
+			if len(out) >= maxGroupOffsetNodes {
+				return out, fmt.Sprintf("more than %d offset nodes: the others are not read", maxGroupOffsetNodes), nil
+			}
+			v, ok, err := cluster.ReadData(c, zkpath.Offset(root, g, t, id, p))
+			switch {
+			case errors.Is(err, zk.ErrNoAuth):
+				why = "offsets not readable (ZooKeeper ACL)"
+				continue
+			case err != nil:
+				return out, why, err
+			case !ok:
+				continue
+			}
+			off, _, err := zkpath.ParseOffsetData([]byte(v))
+			if err != nil {
+				why = err.Error()
+				continue
+			}
+			out[cluster.OwnerKey{Topic: t, BrokerID: id, Partition: p}] = off
+		}
+	}
+	return out, why, nil
+}
+
+// RemotePartitions lists the partitions of x's group on brokers other
+// than self, of its topics v may subscribe to (only: of those topics; nil
+// all): those the brokers register now, those ZooKeeper has offsets or
+// owners of (elsewhere: PlaceZKGroup's), with their committed offsets in
+// ZooKeeper and owners; and the brokers to ask for their offsets. The
+// partitions of a broker with no live master are unreachable.
+func RemotePartitions(v security.Viewer, x *ZKGroupRead, self int, elsewhere []ZKOwner, only []string) ([]RemotePartition, []PeerBroker) {
+	if x == nil || x.Group == nil {
+		return nil, nil
+	}
+	want := func(t string) bool {
+		return (only == nil || slices.Contains(only, t)) && v.Authorize(security.Subscribe, t) == nil
+	}
+	rows := map[cluster.OwnerKey]*RemotePartition{}
+	add := func(k cluster.OwnerKey) *RemotePartition {
+		r := rows[k]
+		if r == nil {
+			r = &RemotePartition{Topic: k.Topic, BrokerID: k.BrokerID, Partition: k.Partition, Committed: -1}
+			rows[k] = r
+		}
+		return r
+	}
+	up := map[int]PeerBroker{}
+	if x.Layout != nil {
+		for _, bi := range x.Layout.Brokers {
+			if b := bi.Broker(); b.Addr != "" {
+				up[bi.ID] = PeerBroker{ID: bi.ID, Addr: b.Addr}
+			} else if b.TLSAddr != "" {
+				up[bi.ID] = PeerBroker{ID: bi.ID, Addr: b.TLSAddr, TLS: true}
+			}
+		}
+		for _, t := range x.Layout.Topics {
+			if !slices.Contains(x.Group.Topics, t.Name) || !want(t.Name) {
+				continue
+			}
+			for _, tp := range t.Brokers {
+				if bn, err := zkpath.ParseBrokerName(tp.Broker); err != nil || !bn.IsMaster() || tp.BrokerID == self {
+					continue
+				}
+				for p := range tp.NumParts {
+					add(cluster.OwnerKey{Topic: t.Name, BrokerID: tp.BrokerID, Partition: int32(p)})
+				}
+			}
+		}
+	}
+	for k, off := range x.Offsets {
+		if k.BrokerID != self && want(k.Topic) {
+			r := add(k)
+			r.Committed, r.Source = off, "zookeeper"
+		}
+	}
+	for _, o := range elsewhere {
+		if want(o.Topic) {
+			add(cluster.OwnerKey{Topic: o.Topic, BrokerID: o.BrokerID, Partition: o.Partition}).Owner = o.Owner
+		}
+	}
+	out := make([]RemotePartition, 0, len(rows))
+	ask := map[int]bool{}
+	var peers []PeerBroker
+	for _, r := range rows {
+		switch pb, ok := up[r.BrokerID]; {
+		case r.BrokerID == self:
+			r.LagUnknown = "the topic is not open on this broker"
+		case !ok:
+			r.Unreachable, r.LagUnknown = true, fmt.Sprintf("broker %d unreachable", r.BrokerID)
+		case !ask[r.BrokerID]:
+			ask[r.BrokerID] = true
+			peers = append(peers, pb)
+		}
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, c := out[i], out[j]
+		if a.Topic != c.Topic {
+			return a.Topic < c.Topic
+		}
+		if a.BrokerID != c.BrokerID {
+			return a.BrokerID < c.BrokerID
+		}
+		return a.Partition < c.Partition
+	})
+	sort.Slice(peers, func(i, j int) bool { return peers[i].ID < peers[j].ID })
+	return out, peers
+}
+
+// FinishRemote sets rows' committed offsets from the offset store
+// (stored: by partition, -1 none; storeErr why it could not be read),
+// where it has one, and their max offsets and lag from the brokers'
+// answers.
+func FinishRemote(rows []RemotePartition, stored map[cluster.OwnerKey]int64, storeErr string, peers map[int]PeerOffsets) {
+	for i := range rows {
+		r := &rows[i]
+		if off, ok := stored[cluster.OwnerKey{Topic: r.Topic, BrokerID: r.BrokerID, Partition: r.Partition}]; ok && off >= 0 {
+			r.Committed, r.Source = off, "offset_store"
+		}
+		if r.LagUnknown != "" { // unreachable, or not a partition to ask about
+			continue
+		}
+		res, ok := peers[r.BrokerID]
+		switch {
+		case !ok:
+			r.LagUnknown = fmt.Sprintf("broker %d not asked", r.BrokerID)
+			continue
+		case res.Err != "":
+			r.LagUnknown = res.Err
+			continue
+		}
+		hi, ok := res.Max[r.Topic][r.Partition]
+		if !ok {
+			r.LagUnknown = fmt.Sprintf("broker %d does not list partition %d of %s", r.BrokerID, r.Partition, r.Topic)
+			continue
+		}
+		r.MaxOffset = &hi
+		if r.Committed < 0 {
+			r.LagUnknown = "no committed offset known"
+			if storeErr != "" {
+				r.LagUnknown += " (offset store: " + storeErr + ")"
+			}
+			continue
+		}
+		lag := max(hi-r.Committed, 0)
+		r.LagBytes = &lag
+	}
+}
+
+// RemoteLags sums rows' known lag by topic, and counts the partitions
+// whose lag is unknown.
+func RemoteLags(rows []RemotePartition) (lag map[string]int64, unknown map[string]int) {
+	lag, unknown = map[string]int64{}, map[string]int{}
+	for _, r := range rows {
+		if r.LagBytes != nil {
+			lag[r.Topic] += *r.LagBytes
+		} else {
+			unknown[r.Topic]++
+		}
+	}
+	return lag, unknown
+}
