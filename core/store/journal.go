@@ -96,6 +96,9 @@ const syncfsMinSegments = 32
 type journalHooks struct {
 	writeAt func(f *os.File, b []byte, off int64) (int, error) // journal file write
 	sync    func(f *os.File) error                             // journal file fdatasync
+	// writeBack replaces the write-back of checkpoints' segment tails
+	// (sync_file_range, writeBehind).
+	writeBack writeBackFunc
 	// smallFiles allows files below MinJournalFileSize.
 	smallFiles bool
 	// replayLimit, if positive, makes recovery stop with errReplayStopped
@@ -196,10 +199,16 @@ type Journal struct {
 	logf         func(format string, args ...any)
 	writeAt      func(f *os.File, b []byte, off int64) (int, error)
 	syncFile     func(f *os.File) error
-	replayLimit  int
-	noRegisters  bool // journalHooks.noRegisters
-	recovery     RecoveryMode
-	observer     Observer
+	// writeBack paces the write-back of the segment tails checkpoints
+	// write (writeBehind); nil when there is none (not Linux).
+	writeBack writeBackFunc
+	// noWriteBack: sync_file_range failed as unsupported here (logged
+	// once); checkpoints still try it, each worker giving up at once.
+	noWriteBack atomic.Bool
+	replayLimit int
+	noRegisters bool // journalHooks.noRegisters
+	recovery    RecoveryMode
+	observer    Observer
 	// ckptObs is observer as a CheckpointObserver, nil when it is not one.
 	ckptObs CheckpointObserver
 
@@ -365,12 +374,18 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 	if j.logf == nil {
 		j.logf = func(string, ...any) {}
 	}
+	if fsutil.WriteBackSupported {
+		j.writeBack = writeBack
+	}
 	if h := opts.hooks; h != nil {
 		if h.writeAt != nil {
 			j.writeAt = h.writeAt
 		}
 		if h.sync != nil {
 			j.syncFile = h.sync
+		}
+		if h.writeBack != nil {
+			j.writeBack = h.writeBack
 		}
 		j.replayLimit = h.replayLimit
 		j.noRegisters = h.noRegisters
@@ -1291,17 +1306,40 @@ func (j *Journal) syncSegments(job *ckptJob) {
 	// concurrent fsyncs (the blocks the writes allocated, the sizes) in
 	// shared journal transactions instead of one each, which is most of a
 	// checkpoint's cost at hundreds of partitions.
+	wbFail := func(wb *writeBehind) {
+		if wb == nil || wb.err == nil {
+			return
+		}
+		emu.Lock()
+		if job.err == nil {
+			job.err = j.fail(fmt.Errorf("checkpoint write-back: %w", wb.err))
+		}
+		emu.Unlock()
+	}
 	for range workers {
 		wg.Go(func() {
+			var wb *writeBehind
+			if !j.noWriteBack.Load() {
+				wb = newWriteBehind(j.writeBack, workers)
+			}
+			defer func() {
+				// Before the files are released (closed).
+				wb.finish()
+				wbFail(wb)
+				if wb != nil && wb.unsupported && j.noWriteBack.CompareAndSwap(false, true) {
+					j.logf("store: journal %s: no write-back of segment tails here (sync_file_range unsupported); checkpoints fdatasync them whole", j.dir)
+				}
+			}()
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(job.segs) {
 					return
 				}
 				d := job.segs[i]
-				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt)
+				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt, wb)
 				d.log.nWrites.Add(int64(writes))
 				d.log.nBytes.Add(n)
+				wbFail(wb)
 				if err != nil {
 					emu.Lock()
 					if job.skip == nil {
@@ -1314,6 +1352,13 @@ func (j *Journal) syncSegments(job *ckptJob) {
 				failed := job.err != nil
 				emu.Unlock()
 				if failed || covered(d) {
+					continue
+				}
+				// The fdatasync would wait for all of it anyway; a range
+				// left pending would be waited for after this file's
+				// fdatasync, by which time it is written.
+				wb.finish()
+				if wbFail(wb); wb != nil && wb.err != nil {
 					continue
 				}
 				if err := j.ckptSync(d.log, d.seg.f); err != nil {

@@ -557,7 +557,7 @@ func flushTails(t *testing.T, j *Journal) {
 		segs := slices.Clone(l.segs)
 		l.segMu.RUnlock()
 		for _, s := range segs {
-			_, _, err := s.flushTail(s.size.Load(), l.writeAt)
+			_, _, err := s.flushTail(s.size.Load(), l.writeAt, nil)
 			require.NoError(t, err)
 		}
 	}

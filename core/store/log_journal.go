@@ -218,7 +218,7 @@ func (l *Log) closeJournaled() error {
 	}
 	l.segMu.RUnlock()
 	for _, s := range segs {
-		writes, n, werr := s.flushTail(s.size.Load(), l.writeAt)
+		writes, n, werr := s.flushTail(s.size.Load(), l.writeAt, nil)
 		l.nWrites.Add(int64(writes))
 		l.nBytes.Add(n)
 		if werr != nil && err == nil {

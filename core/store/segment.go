@@ -156,8 +156,10 @@ func (s *segment) tailRead(pos, n int64) ([]byte, int64) {
 // flushTail writes the in-memory tail below upTo to the file (no fsync)
 // and drops it from memory; it returns the number of write()s and bytes.
 // On a write error nothing is dropped: a later flush writes the same
-// bytes at the same place again.
-func (s *segment) flushTail(upTo int64, writeAt func(f *os.File, b []byte, off int64) (int, error)) (int, int64, error) {
+// bytes at the same place again. With wb set (a checkpoint's), the bytes
+// go in write()s of at most wb.step, each noted to wb, which starts their
+// write-back as they go (writeBehind).
+func (s *segment) flushTail(upTo int64, writeAt func(f *os.File, b []byte, off int64) (int, error), wb *writeBehind) (int, int64, error) {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	s.tmu.Lock()
@@ -172,14 +174,22 @@ func (s *segment) flushTail(upTo int64, writeAt func(f *os.File, b []byte, off i
 	var writes int
 	var bytes int64
 	for _, c := range todo {
-		n, err := writeAt(s.f, c.b, c.pos)
-		writes++
-		bytes += int64(n)
-		if err == nil && n < len(c.b) {
-			err = io.ErrShortWrite
-		}
-		if err != nil {
-			return writes, bytes, fmt.Errorf("write %s at %d: %w", filepath.Base(s.path), c.pos, err)
+		for len(c.b) > 0 {
+			b := c.b
+			if wb != nil && int64(len(b)) > wb.step {
+				b = b[:wb.step]
+			}
+			n, err := writeAt(s.f, b, c.pos)
+			writes++
+			bytes += int64(n)
+			if err == nil && n < len(b) {
+				err = io.ErrShortWrite
+			}
+			if err != nil {
+				return writes, bytes, fmt.Errorf("write %s at %d: %w", filepath.Base(s.path), c.pos, err)
+			}
+			wb.wrote(s.f, c.pos, int64(n))
+			c.b, c.pos = c.b[n:], c.pos+int64(n)
 		}
 	}
 	if len(todo) == 0 {

@@ -132,7 +132,7 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 	// segment holds its last bytes in memory until a checkpoint; one that
 	// runs later finds nothing left to write).
 	for _, s := range segs[i:] {
-		if _, _, err := s.flushTail(s.size.Load(), l.writeAt); err != nil {
+		if _, _, err := s.flushTail(s.size.Load(), l.writeAt, nil); err != nil {
 			return Cut{}, fmt.Errorf("store: truncate %s: %w", l.dir, err)
 		}
 	}

@@ -1,0 +1,297 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// wbCall is one call of a recording writeBackFunc.
+type wbCall struct {
+	f      *os.File
+	off, n int64
+	wait   bool
+}
+
+// wbRecorder records the write-back calls of checkpoints and passes them
+// on to the real write-back (or fails them with err).
+type wbRecorder struct {
+	mu    sync.Mutex
+	calls []wbCall
+	err   error
+	// block, if set, holds every wait until it is closed.
+	block chan struct{}
+	// waiting gets a value when a wait is held by block.
+	waiting chan struct{}
+}
+
+func (r *wbRecorder) writeBack(f *os.File, off, n int64, wait bool) error {
+	r.mu.Lock()
+	r.calls = append(r.calls, wbCall{f, off, n, wait})
+	err, block := r.err, r.block
+	r.mu.Unlock()
+	if wait && block != nil {
+		select {
+		case r.waiting <- struct{}{}:
+		default:
+		}
+		<-block
+	}
+	if err != nil && wait {
+		return err
+	}
+	return writeBack(f, off, n, wait)
+}
+
+func (r *wbRecorder) snapshot() []wbCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]wbCall(nil), r.calls...)
+}
+
+// TestWriteBehindPacing: a worker's write-back starts every step bytes
+// written, over contiguous writes of one file merged into one range and
+// over several files; each kick waits for the ranges the kick before it
+// started, not its own; finish starts the rest and waits for everything.
+func TestWriteBehindPacing(t *testing.T) {
+	var calls []wbCall
+	w := newWriteBehind(func(f *os.File, off, n int64, wait bool) error {
+		calls = append(calls, wbCall{f, off, n, wait})
+		return nil
+	}, 1)
+	require.Equal(t, int64(ckptWriteBehind), w.step)
+	require.Equal(t, int64(minWriteBehind), newWriteBehind(writeBack, 64).step, "at least minWriteBehind per worker")
+	a, b := &os.File{}, &os.File{}
+	const step = ckptWriteBehind
+	w.wrote(a, 0, step/2)
+	w.wrote(a, step/2, step/2) // contiguous: one range, and a step
+	require.Equal(t, []wbCall{{a, 0, step, false}}, calls)
+	w.wrote(a, step, step/4)
+	w.wrote(b, 0, step/2)
+	w.wrote(a, 2*step, step/4) // not contiguous with a's last range
+	require.Equal(t, []wbCall{
+		{a, 0, step, false},
+		{a, step, step / 4, false}, {b, 0, step / 2, false}, {a, 2 * step, step / 4, false},
+		{a, 0, step, true}, // the previous kick's, now
+	}, calls)
+	calls = nil
+	w.wrote(b, step/2, 100)
+	w.finish()
+	require.Equal(t, []wbCall{
+		{b, step / 2, 100, false},
+		{a, step, step / 4, true}, {b, 0, step / 2, true}, {a, 2 * step, step / 4, true},
+		{b, step / 2, 100, true},
+	}, calls)
+	calls = nil
+	w.finish()
+	require.Empty(t, calls, "nothing left")
+
+	// An error is kept and ends the write-back; unsupported ends it too,
+	// without an error.
+	fail := errors.New("EIO")
+	n := 0
+	w = newWriteBehind(func(*os.File, int64, int64, bool) error { n++; return fail }, 1)
+	w.wrote(a, 0, step)
+	w.wrote(a, step, step)
+	w.finish()
+	require.Equal(t, 1, n)
+	require.ErrorIs(t, w.err, fail)
+	n = 0
+	w = newWriteBehind(func(*os.File, int64, int64, bool) error {
+		n++
+		return &os.PathError{Op: "sync_file_range", Err: syscall.ENOSYS}
+	}, 1)
+	w.wrote(a, 0, step)
+	w.wrote(a, step, step)
+	w.finish()
+	require.Equal(t, 1, n)
+	require.NoError(t, w.err)
+	require.True(t, w.unsupported)
+
+	var nilW *writeBehind
+	nilW.wrote(a, 0, step) // no write-back: nothing to do
+	nilW.finish()
+	require.Nil(t, newWriteBehind(nil, 4))
+}
+
+// TestCheckpointWriteBack: a checkpoint writes its segments' tails in
+// steps whose write-back it starts as it goes and waits for before the
+// segment's fdatasync: every byte of the tails is in a range started and
+// then waited for, and what was acknowledged reads back after a reopen.
+func TestCheckpointWriteBack(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	rec := &wbRecorder{}
+	opts := JournalOptions{CheckpointBytes: 1 << 40, CheckpointInterval: time.Hour, hooks: &journalHooks{writeBack: rec.writeBack}}
+	j := openJournal(t, dataDir, opts)
+	logs := openJLogs(t, dataDir, j, 2, Options{MaxSegmentSize: 3 << 20})
+	data := make([]byte, 64<<10)
+	for i := range data {
+		data[i] = byte('a' + i%26)
+	}
+	var before [2]int64
+	for i, l := range logs {
+		before[i] = l.Stats().Bytes
+	}
+	const puts = 80 // 5 MiB per log: several steps, and a roll
+	for i := range puts {
+		for _, l := range logs {
+			_, _, err := l.AppendSync([]Entry{entry(data[:len(data)-i])})
+			require.NoError(t, err)
+		}
+	}
+	forceCheckpoint(t, j)
+	require.NoError(t, j.Err())
+	calls := rec.snapshot()
+	started, waited := map[wbCall]int{}, map[wbCall]int{}
+	var startedBytes int64
+	for _, c := range calls {
+		require.Positive(t, c.n)
+		require.LessOrEqual(t, c.n, int64(ckptWriteBehind)+int64(len(data)), "a range is about a step")
+		if c.wait {
+			c.wait = false
+			waited[c]++
+		} else {
+			started[c]++
+			startedBytes += c.n
+		}
+	}
+	require.Equal(t, started, waited, "every range started is waited for, once")
+	var written int64
+	for i, l := range logs {
+		written += l.Stats().Bytes - before[i]
+	}
+	require.Positive(t, written)
+	require.Equal(t, written, startedBytes, "the write-back covers every byte the checkpoint wrote")
+	require.Greater(t, len(started), 2*4, "several steps per log")
+
+	for _, l := range logs {
+		require.NoError(t, l.Close())
+	}
+	require.NoError(t, j.Close())
+	j2 := openJournal(t, dataDir, JournalOptions{})
+	for p, l := range openJLogs(t, dataDir, j2, 2, Options{MaxSegmentSize: 3 << 20}) {
+		recs := readAllRecords(t, l, 1<<20)
+		require.Len(t, recs, puts, "partition %d", p)
+		for i, r := range recs {
+			require.Equal(t, data[:len(data)-i], r.Data, "partition %d record %d", p, i)
+		}
+	}
+}
+
+// TestCheckpointWriteBackFailureFinal: a write-back error of a checkpoint
+// fails the journal as its fdatasync's would (the wait consumed the error
+// the fdatasync would have reported): no checkpoint record is written and
+// every later durable append fails.
+func TestCheckpointWriteBackFailureFinal(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	rec := &wbRecorder{err: &os.PathError{Op: "sync_file_range", Path: "x", Err: syscall.EIO}}
+	opts := JournalOptions{CheckpointBytes: 1 << 40, CheckpointInterval: time.Hour, hooks: &journalHooks{writeBack: rec.writeBack}}
+	j := openJournal(t, dataDir, opts)
+	logs := openJLogs(t, dataDir, j, 1, Options{})
+	_, _, err := logs[0].AppendSync([]Entry{entry(make([]byte, 4096))})
+	require.NoError(t, err)
+	n := j.Stats().Checkpoints
+	j.mu.Lock()
+	j.due, j.tableCh = true, true
+	j.cond.Signal()
+	j.mu.Unlock()
+	require.Eventually(t, func() bool { return j.Err() != nil }, 10*time.Second, time.Millisecond)
+	require.ErrorIs(t, j.Err(), ErrFailed)
+	require.ErrorIs(t, j.Err(), syscall.EIO)
+	require.Contains(t, j.Err().Error(), "write-back")
+	require.Equal(t, n, j.Stats().Checkpoints, "no checkpoint record after a failed write-back")
+	_, _, err = logs[0].AppendSync([]Entry{entryf("after")})
+	require.ErrorIs(t, err, ErrFailed)
+}
+
+// TestCheckpointDoesNotHoldRounds: while a checkpoint is held in its
+// segment's fdatasync, or in the write-back of its tail, commit rounds go
+// on: durable appends to the same log and to others are acknowledged, and
+// the checkpoint completes once released.
+func TestCheckpointDoesNotHoldRounds(t *testing.T) {
+	t.Parallel()
+	for _, held := range []string{"fdatasync", "write-back"} {
+		t.Run(held, func(t *testing.T) {
+			t.Parallel()
+			dataDir := t.TempDir()
+			rec := &wbRecorder{}
+			opts := JournalOptions{CheckpointBytes: 1 << 40, CheckpointInterval: time.Hour, hooks: &journalHooks{writeBack: rec.writeBack}}
+			j := openJournal(t, dataDir, opts)
+			g := newGateSync()
+			var gate atomic.Bool
+			logs := openJLogs(t, dataDir, j, 3, Options{hooks: &hooks{sync: func(f *os.File) error {
+				if gate.Load() {
+					return g.sync(f)
+				}
+				return fdatasync(f)
+			}}})
+			big := make([]byte, 600<<10) // more than a step: a wait before the fdatasync
+			for _, l := range logs {
+				_, _, err := l.AppendSync([]Entry{entry(big)})
+				require.NoError(t, err)
+			}
+			var started chan struct{}
+			if held == "fdatasync" {
+				gate.Store(true)
+				started = g.started
+			} else {
+				rec.mu.Lock()
+				rec.block, rec.waiting = make(chan struct{}), make(chan struct{}, 1)
+				rec.mu.Unlock()
+				started = rec.waiting
+			}
+			n := j.Stats().Checkpoints
+			j.mu.Lock()
+			j.due, j.tableCh = true, true
+			j.cond.Signal()
+			j.mu.Unlock()
+			select {
+			case <-started:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the checkpoint never reached its " + held)
+			}
+			// The checkpoint is held: rounds go on.
+			for i := range 50 {
+				for _, l := range logs {
+					_, _, err := l.AppendSync([]Entry{entryf("during-%d", i)})
+					require.NoError(t, err)
+				}
+			}
+			require.Equal(t, n, j.Stats().Checkpoints, "the checkpoint is still held")
+			require.True(t, j.ckptBusy.Load())
+			if held == "fdatasync" {
+				gate.Store(false)
+				close(g.release)
+			} else {
+				rec.mu.Lock()
+				close(rec.block)
+				rec.block = nil
+				rec.mu.Unlock()
+			}
+			require.Eventually(t, func() bool { return j.Stats().Checkpoints > n }, 10*time.Second, time.Millisecond)
+			require.NoError(t, j.Err())
+			for p, l := range logs {
+				recs := readAllRecords(t, l, 1<<20)
+				require.Len(t, recs, 51, "partition %d", p)
+			}
+		})
+	}
+}
+
+// writeBackFiles returns the distinct files whose write-back rec saw.
+func writeBackFiles(rec *wbRecorder) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range rec.snapshot() {
+		out[filepath.Base(c.f.Name())] = true
+	}
+	return out
+}
