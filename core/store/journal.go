@@ -1543,6 +1543,9 @@ func (j *Journal) prepare() error {
 	}
 }
 
+// zeroFillStep is the write() size of a journal file's zero fill.
+const zeroFillStep = 256 << 10
+
 // createFileLocked creates the journal file starting at start, zero-fills
 // it and makes it and its directory entry durable, so that later
 // fdatasyncs never change its size. The caller holds prepMu.
@@ -1559,10 +1562,27 @@ func (j *Journal) createFileLocked(start int64) (*jfile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: create journal file: %w", err)
 	}
-	if err := fsutil.ZeroFill(f, 0, j.fileSize); err != nil {
+	// The zeros' write-back is paced as a checkpoint's tails are
+	// (writeBehind): 64 MiB written at once and then fdatasynced held
+	// the journal's fdatasyncs behind them on the device.
+	wb := newWriteBehind(j.writeBack, 1)
+	if j.noWriteBack.Load() {
+		wb = nil
+	}
+	for off := int64(0); off < j.fileSize; {
+		n := min(j.fileSize-off, zeroFillStep)
+		if err := fsutil.ZeroFill(f, off, off+n); err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+			return nil, fmt.Errorf("store: pre-write journal file %s: %w", path, err)
+		}
+		wb.wrote(f, off, n)
+		off += n
+	}
+	wb.finish()
+	if wb != nil && wb.err != nil {
 		_ = f.Close()
-		_ = os.Remove(tmp)
-		return nil, fmt.Errorf("store: pre-write journal file %s: %w", path, err)
+		return nil, j.fail(fmt.Errorf("write-back of new file %s: %w", tmp, wb.err))
 	}
 	if err := fdatasync(f); err != nil {
 		_ = f.Close()

@@ -151,9 +151,11 @@ func TestPowerCutWriteBack(t *testing.T) {
 			require.NoError(t, m.Remount())
 		}
 	}
-	files := writeBackFiles(rec)
-	require.NotEmpty(t, files)
-	for name := range files {
-		require.True(t, strings.HasSuffix(name, segmentSuffix), "write-back of %s, not a segment", name)
+	segs := 0
+	for name := range writeBackFiles(rec) {
+		if strings.HasSuffix(name, segmentSuffix) {
+			segs++
+		}
 	}
+	require.Positive(t, segs, "segments written back")
 }

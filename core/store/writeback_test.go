@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,13 +21,14 @@ type wbCall struct {
 	wait   bool
 }
 
-// wbRecorder records the write-back calls of checkpoints and passes them
-// on to the real write-back (or fails them with err).
+// wbRecorder records the write-back calls of a journal and passes them
+// on to the real write-back (or fails the waits of segments' with err).
 type wbRecorder struct {
 	mu    sync.Mutex
 	calls []wbCall
 	err   error
-	// block, if set, holds every wait until it is closed.
+	// block, if set, holds every wait of a segment's range until it is
+	// closed.
 	block chan struct{}
 	// waiting gets a value when a wait is held by block.
 	waiting chan struct{}
@@ -37,14 +39,14 @@ func (r *wbRecorder) writeBack(f *os.File, off, n int64, wait bool) error {
 	r.calls = append(r.calls, wbCall{f, off, n, wait})
 	err, block := r.err, r.block
 	r.mu.Unlock()
-	if wait && block != nil {
+	if wait && block != nil && strings.HasSuffix(f.Name(), segmentSuffix) {
 		select {
 		case r.waiting <- struct{}{}:
 		default:
 		}
 		<-block
 	}
-	if err != nil && wait {
+	if err != nil && wait && strings.HasSuffix(f.Name(), segmentSuffix) {
 		return err
 	}
 	return writeBack(f, off, n, wait)
@@ -153,6 +155,9 @@ func TestCheckpointWriteBack(t *testing.T) {
 	started, waited := map[wbCall]int{}, map[wbCall]int{}
 	var startedBytes int64
 	for _, c := range calls {
+		if !strings.HasSuffix(c.f.Name(), segmentSuffix) {
+			continue // a new journal file's zero fill
+		}
 		require.Positive(t, c.n)
 		require.LessOrEqual(t, c.n, int64(ckptWriteBehind)+int64(len(data)), "a range is about a step")
 		if c.wait {
@@ -294,4 +299,35 @@ func writeBackFiles(rec *wbRecorder) map[string]bool {
 		out[filepath.Base(c.f.Name())] = true
 	}
 	return out
+}
+
+// TestJournalFileZeroFillWriteBack: a new journal file's zero fill is
+// written back in steps as it goes, each waited for, before its
+// fdatasync: every byte of every file the journal created.
+func TestJournalFileZeroFillWriteBack(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	rec := &wbRecorder{}
+	j := openJournal(t, dataDir, JournalOptions{FileSize: 4 << 20, hooks: &journalHooks{writeBack: rec.writeBack}})
+	require.Eventually(t, func() bool {
+		j.fmu.Lock()
+		defer j.fmu.Unlock()
+		return len(j.files) == 1+wantSpareJournalFiles
+	}, 10*time.Second, time.Millisecond, "the spare files")
+	started, waited := map[string]int64{}, map[string]int64{}
+	for _, c := range rec.snapshot() {
+		name := filepath.Base(c.f.Name())
+		require.True(t, strings.HasSuffix(name, journalNewSuffix), "write-back of %s", name)
+		require.LessOrEqual(t, c.n, int64(ckptWriteBehind))
+		if c.wait {
+			waited[name] += c.n
+		} else {
+			started[name] += c.n
+		}
+	}
+	require.Len(t, started, 1+wantSpareJournalFiles)
+	for name, n := range started {
+		require.Equal(t, int64(4<<20), n, name)
+	}
+	require.Equal(t, started, waited)
 }
