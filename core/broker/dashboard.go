@@ -85,6 +85,13 @@ func (h httpBackend) ClusterPage(security.Viewer) httpapi.ClusterPage {
 func (h httpBackend) GroupsPage(v security.Viewer) httpapi.GroupsPage {
 	b := h.b
 	pg := httpapi.GroupsPageOf(v, httpBackend{b}.Groups(v), b.lagsNow(), b.config().ZooKeeper.Enabled(), b.zkRead())
+	if pg.ZooKeeper && pg.ZKErr == "" {
+		pg.AddRemoteLag(v, b.config().BrokerID, func(ps []httpapi.PeerBroker) map[int]httpapi.PeerOffsets {
+			ctx, cancel := context.WithTimeout(context.Background(), httpapi.RemoteLagWait)
+			defer cancel()
+			return b.peerOffsetsOf(ctx, ps)
+		})
+	}
 	pg.ZKEvery, pg.Truncated = groups.ZKOffsetsEvery, b.committed.ZKTruncated()
 	pg.MaxGroups, pg.MaxReads = groups.ZKOffsetsMaxGroups, groups.ZKOffsetsMaxReads
 	return pg

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
@@ -18,6 +19,8 @@ import (
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/offsetstore"
+	zkstore "github.com/metaq-go/metaq/offsetstore/zk"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -67,7 +70,9 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	// page must show it up until then).
 	const session1 = 4000
 	b0 := clusterDashBroker(t, zkAddr, root, 0, 30000)
-	clusterDashBroker(t, proxy.Addr(), root, 1, session1)
+	b1 := clusterDashBroker(t, proxy.Addr(), root, 1, session1)
+	b2 := clusterDashBroker(t, zkAddr, root, 2, 30000)
+	brokers := []*Broker{b0, b1, b2}
 	shots := os.Getenv(screenshotsEnv)
 
 	// Two members of group billing, balanced through ZooKeeper.
@@ -88,10 +93,10 @@ func TestDashboardBrowserCluster(t *testing.T) {
 			<-done
 		})
 	}
-	// Both members own partitions of both brokers (ZooKeeper's owner nodes).
+	// Both members own partitions of the brokers (ZooKeeper's owner nodes).
 	require.Eventually(t, func() bool {
 		zg, errText := httpapi.ReadZKGroup(b0.zkRead(), "billing")
-		if errText != "" || zg == nil || len(zg.Members) != 2 || len(zg.Owners) != 6 {
+		if errText != "" || zg == nil || len(zg.Members) != 2 || len(zg.Owners) != 9 {
 			return false
 		}
 		owners := map[string]bool{}
@@ -101,15 +106,66 @@ func TestDashboardBrowserCluster(t *testing.T) {
 		return len(owners) == 2
 	}, 30*time.Second, 100*time.Millisecond, "both members own partitions")
 
-	// Messages on broker 0: the members consume them and commit their
-	// offsets to ZooKeeper (the cluster's offset store), which broker 0
-	// reads: the group's lag here becomes known, 0 once consumed.
-	c := dialAuth(t, b0.Addr(), nil)
-	for p := range int32(3) {
+	// Messages on every broker: the members consume them and commit
+	// their offsets to ZooKeeper (the cluster's offset store), which
+	// broker 0 reads: the group's lag here becomes known, 0 once consumed.
+	// Group audit commits to ZooKeeper too (offsetstore/zk, as MetaQ's
+	// ZkOffsetStorage writes) after the first message of each partition,
+	// then partition p of each broker gets p+1 more: a known backlog on
+	// every broker.
+	put := func(b *Broker, p int32) {
+		t.Helper()
+		c := dialAuth(t, b.Addr(), nil)
 		code, msg := c.call(func(d []byte, op int32) []byte {
 			return protocol.AppendPut(d, "orders", p, 0, -1, op, []byte("order"))
 		})
 		require.Equal(t, 200, code, msg)
+	}
+	for _, b := range brokers {
+		for p := range int32(3) {
+			put(b, p)
+		}
+	}
+	first := b0.topics["orders"].parts[0].MaxOffset() // one record
+	audit := zkstore.New()
+	ctx := context.Background()
+	require.NoError(t, audit.Init(ctx, &offsetstore.InitRequest{Config: map[string]string{"connect": zkAddr, "root": root}}))
+	t.Cleanup(func() { audit.Close() })
+	var ps []message.Position
+	for id := range brokers {
+		for p := range int32(3) {
+			ps = append(ps, message.Position{Topic: "orders", Partition: message.Partition{BrokerID: id, Partition: p}, Offset: first, MsgID: -1})
+		}
+	}
+	require.NoError(t, audit.Commit(ctx, "audit", ps))
+	for _, b := range brokers {
+		for p := range int32(3) {
+			for range p + 1 {
+				put(b, p)
+			}
+		}
+	}
+	// auditLag is group audit's lag on broker id's partitions.
+	auditLag := func(id int) (lag int64) {
+		for p := range 3 {
+			lag += brokers[id].topics["orders"].parts[p].MaxOffset() - first
+		}
+		return lag
+	}
+	// auditRows are the rows of the audit group's page on broker self:
+	// its own partitions (.gparts) and the others' (#zk-elsewhere).
+	auditRows := func(self int) (own, others []string) {
+		for id, b := range brokers {
+			for p := range 3 {
+				hi := b.topics["orders"].parts[p].MaxOffset()
+				if id == self {
+					own = append(own, fmt.Sprintf("%d\t%d (ZooKeeper)\t0\t%d\t%d\t–\tSkip", p, first, hi, hi-first))
+				} else {
+					others = append(others, fmt.Sprintf("orders\t%d\t%d\t%d (ZooKeeper)\t%d\t%d\t–", id, p, first, hi, hi-first))
+				}
+			}
+		}
+		return own, others
 	}
 	var console httpapi.ConsoleMemory
 	require.Eventually(t, func() bool {
@@ -159,7 +215,8 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	orders := row("#cluster-topics", "orders")
 	require.Contains(t, orders, "0-m: 3")
 	require.Contains(t, orders, "1-m: 3")
-	require.Contains(t, orders, "\t6\t", "6 partitions in all")
+	require.Contains(t, orders, "2-m: 3")
+	require.Contains(t, orders, "\t9\t", "9 partitions in all")
 	g := tab.text(t, `#cluster-groups tr[data-group="billing"]`)
 	require.Contains(t, g, "billing_a")
 	require.Contains(t, g, "billing_b")
@@ -168,14 +225,14 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	require.Contains(t, g, "orders: 0 B", "lag here")
 	shot("cluster-console")
 
-	// /ui/groups: the group with its two members and six owned partitions.
+	// /ui/groups: the group with its two members and nine owned partitions.
 	tab.open(t, base+"/ui/groups", "#groups")
 	cells := strings.Split(row("#groups", "billing\torders"), "\t")
-	require.Len(t, cells, 7, cells)
-	require.Equal(t, "2", cells[5], "members")
-	require.Equal(t, "6", cells[6], "owned partitions")
+	require.Len(t, cells, 8, cells)
+	require.Equal(t, "2", cells[6], "members")
+	require.Equal(t, "9", cells[7], "owned partitions")
 	// The group's page: the owners of this broker's partitions, the
-	// members, and broker 1's partitions with their owners.
+	// members, and brokers 1's and 2's partitions with their owners.
 	tab.open(t, base+"/ui/groups/billing", "#zk-members")
 	zm := tab.text(t, "#zk-members")
 	require.Contains(t, zm, "billing_a")
@@ -183,8 +240,43 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	parts := tab.text(t, ".gparts")
 	require.NotContains(t, parts, "–", "every partition here shows its owner")
 	require.Contains(t, parts, "billing_")
-	require.Len(t, strings.Split(strings.TrimSpace(tab.text(t, "#zk-elsewhere")), "\n"), 4, "3 partitions of broker 1")
+	require.Len(t, strings.Split(strings.TrimSpace(tab.text(t, "#zk-elsewhere")), "\n"), 7, "3 partitions of brokers 1 and 2")
 	shot("cluster-group")
+
+	// Group audit on each broker's page: the exact lag of every
+	// partition, this broker's (from ZooKeeper's offsets, read every
+	// groups.ZKOffsetsEvery) and the other brokers' (asked of them).
+	for self, b := range brokers {
+		own, others := auditRows(self)
+		var got string
+		ok := assert.Eventually(t, func() bool {
+			if chromedp.Do(tab.ctx, chromedp.Navigate("http://"+b.HTTPAddr()+"/ui/groups/audit"), chromedp.WaitVisible(chromedp.CSS("#zk-elsewhere"))) != nil {
+				return false
+			}
+			parts, err1 := chromedp.Run(tab.ctx, chromedp.Text(chromedp.CSS(".gparts")))
+			elsewhere, err2 := chromedp.Run(tab.ctx, chromedp.Text(chromedp.CSS("#zk-elsewhere")))
+			if err1 != nil || err2 != nil {
+				return false
+			}
+			got = parts + "\n" + elsewhere
+			for _, r := range append(own, others...) {
+				if !strings.Contains(got, r) {
+					return false
+				}
+			}
+			return true
+		}, 30*time.Second, 250*time.Millisecond, "broker %d's page of group audit", self)
+		require.True(t, ok, "broker %d's page of group audit:\n%s\nwant rows:\n%s", self, got, strings.Join(append(own, others...), "\n"))
+		if self == 0 {
+			shot("cluster-group-lag")
+		}
+	}
+	// The groups list: audit's lag here and on all the brokers.
+	tab.open(t, base+"/ui/groups", "#groups")
+	cells = strings.Split(row("#groups", "audit\torders"), "\t")
+	require.Len(t, cells, 8, cells)
+	require.Equal(t, httpapi.HumanBytes(auditLag(0)), cells[2], "lag here")
+	require.Equal(t, httpapi.HumanBytes(auditLag(0)+auditLag(1)+auditLag(2)), cells[3], "lag, all brokers")
 
 	// Broker 1 is cut off from ZooKeeper: its session expires (4 s) and
 	// its nodes go. The page shows it down within a bounded wait.
@@ -222,4 +314,33 @@ func TestDashboardBrowserCluster(t *testing.T) {
 		require.Contains(t, g, "unreachable")
 	}
 	shot("cluster-down")
+
+	// The audit group's page on brokers 0 and 2: broker 1's partitions
+	// are unreachable, their lag unknown; the others' exact; the page
+	// quick.
+	for _, self := range []int{0, 2} {
+		own, others := auditRows(self)
+		start := time.Now()
+		tab.open(t, "http://"+brokers[self].HTTPAddr()+"/ui/groups/audit", "#zk-elsewhere")
+		took := time.Since(start)
+		t.Logf("broker %d's page of group audit with broker 1 down: %v", self, took.Round(time.Millisecond))
+		require.Less(t, took, 3*time.Second)
+		got := tab.text(t, ".gparts") + "\n" + tab.text(t, "#zk-elsewhere")
+		for _, r := range append(own, others...) {
+			if strings.Contains(r, "orders\t1\t") {
+				continue
+			}
+			require.Contains(t, got, r)
+		}
+		for p := range 3 {
+			require.Contains(t, row("#zk-elsewhere", fmt.Sprintf("orders\t1 unreachable\t%d\t", p)),
+				fmt.Sprintf("\t%d (ZooKeeper)\tunknown\tunknown (broker 1 unreachable)\t", first))
+		}
+	}
+	shot("cluster-group-down")
+	// The groups list: the lag of brokers 0 and 2, broker 1's unknown.
+	tab.open(t, base+"/ui/groups", "#groups")
+	cells = strings.Split(row("#groups", "audit\torders"), "\t")
+	require.Len(t, cells, 8, cells)
+	require.Equal(t, httpapi.HumanBytes(auditLag(0)+auditLag(2))+" (3 of 6 partitions on other brokers unknown)", cells[3], "lag, all brokers")
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,6 +183,16 @@ func TestDashboardRemoteLagAuth(t *testing.T) {
 	page := dashDo(t, b1.newMux(), "GET", "/ui/groups/billing-x", nil, basicAuth("root")).Body.String()
 	require.Contains(t, page, `id="zk-elsewhere"`)
 	require.Contains(t, page, "unknown (broker 0 needs a login (users are configured there) and replication_user is not set")
+
+	// The groups list: the lag here, and on all the brokers with broker
+	// 0's partitions unknown; on broker 0 all known.
+	page = dashDo(t, b1.newMux(), "GET", "/ui/groups", nil, basicAuth("root")).Body.String()
+	require.Contains(t, page, fmt.Sprintf(`<td class="n lagall">%s <span class="muted" title="broker 0 needs a login`, httpapi.HumanBytes((max10-first)+max11)))
+	require.Contains(t, page, "(2 of 2 partitions on other brokers unknown)")
+	require.Eventually(t, func() bool {
+		page = dashDo(t, b0.newMux(), "GET", "/ui/groups", nil, basicAuth("alice")).Body.String()
+		return strings.Contains(page, fmt.Sprintf(`<td class="n lagall">%s</td>`, httpapi.HumanBytes((max00-first)+max01+(max10-first)+max11)))
+	}, 20*time.Second, 100*time.Millisecond, "broker 0's groups list: the lag on both brokers")
 
 	// GET /api/v1/groups counts ZooKeeper's members and owners.
 	code, body := newHTTPClient(t, b1.HTTPAddr(), nil).as("root", "root-pw").get("/api/v1/groups")

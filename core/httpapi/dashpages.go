@@ -58,7 +58,37 @@ type GroupRow struct {
 	// partitions (cluster mode).
 	ZKMembers, ZKOwners int
 	AllMembers          int
+	// RemoteParts are the partitions of the topic on other brokers
+	// (cluster mode), RemoteKnown those whose lag is known, RemoteLag
+	// their lag and RemoteWhy why the others' is not (AddRemoteLag).
+	RemoteParts, RemoteKnown int
+	RemoteLag                int64
+	RemoteWhy                []string
 }
+
+// AllLag is the row's lag here plus its known lag on other brokers
+// (cluster mode); ok is false when none is known.
+func (r GroupRow) AllLag() (lag int64, ok bool) {
+	if r.HasLag {
+		lag, ok = r.Lag, true
+	}
+	if r.RemoteKnown > 0 {
+		lag, ok = lag+r.RemoteLag, true
+	}
+	return lag, ok
+}
+
+// AllLagText is AllLag for the page: the bytes, or "unknown".
+func (r GroupRow) AllLagText() string {
+	if lag, ok := r.AllLag(); ok {
+		return HumanBytes(lag)
+	}
+	return "unknown"
+}
+
+// RemoteUnknown is the number of partitions on other brokers whose lag
+// is unknown (not in AllLag).
+func (r GroupRow) RemoteUnknown() int { return r.RemoteParts - r.RemoteKnown }
 
 // GroupsPage is the groups page's data.
 type GroupsPage struct {
@@ -74,6 +104,9 @@ type GroupsPage struct {
 	ZKErr               string
 	ZKTruncated         bool
 	ZKMax               int
+	// Remote: the rows have their lag on other brokers (AddRemoteLag).
+	Remote bool
+	zk     *groupsZK
 }
 
 func (s *Server) uiGroups(w http.ResponseWriter, r *http.Request) {

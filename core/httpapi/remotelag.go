@@ -102,14 +102,19 @@ func ReadZKGroupCluster(read ZKRead, g string) (*ZKGroupRead, string) {
 		if x.Layout, err = cluster.ReadLayout(c, r); err != nil {
 			return nil, err
 		}
-		x.Offsets, x.OffsetsErr, err = readGroupOffsets(c, strings.TrimRight(root, "/"), g, zg.Topics)
+		x.Offsets, x.OffsetsErr, err = readGroupOffsets(c, strings.TrimRight(root, "/"), g, zg.Topics, maxGroupOffsetNodes)
 		return x, err
 	})
 }
 
+// maxListOffsetNodes bounds the offset nodes the groups list reads, over
+// all its groups.
+const maxListOffsetNodes = 20000
+
 // readGroupOffsets reads R/consumers/<g>/offsets/<t>/<brokerId>-<p> of
-// topics: the offsets by partition, and why some were not read.
-func readGroupOffsets(c *zk.Conn, root, g string, topics []string) (map[cluster.OwnerKey]int64, string, error) {
+// topics, at most limit of them: the offsets by partition, and why some
+// were not read.
+func readGroupOffsets(c *zk.Conn, root, g string, topics []string, limit int) (map[cluster.OwnerKey]int64, string, error) {
 	out := map[cluster.OwnerKey]int64{}
 	var why string
 	for _, t := range topics {
@@ -126,8 +131,8 @@ func readGroupOffsets(c *zk.Conn, root, g string, topics []string) (map[cluster.
 			if err != nil {
 				continue
 			}
-			if len(out) >= maxGroupOffsetNodes {
-				return out, fmt.Sprintf("more than %d offset nodes: the others are not read", maxGroupOffsetNodes), nil
+			if len(out) >= limit {
+				return out, "too many offset nodes to read for one page: the others are not read", nil
 			}
 			v, ok, err := cluster.ReadData(c, zkpath.Offset(root, g, t, id, p))
 			switch {
@@ -287,4 +292,78 @@ func RemoteLags(rows []RemotePartition) (lag map[string]int64, unknown map[strin
 		}
 	}
 	return lag, unknown
+}
+
+// groupsZK is the groups page's read of ZooKeeper: the groups, the
+// layout and the groups' offsets of every broker's partitions.
+type groupsZK struct {
+	groups     []ZKGroup
+	truncated  bool
+	layout     *cluster.Layout
+	offsets    map[string]map[cluster.OwnerKey]int64 // by group
+	offsetsErr string
+}
+
+// AddRemoteLag gives, in cluster mode, each row of the groups page of a
+// group ZooKeeper holds its lag on all the brokers: the lag here plus the
+// lag of the group's partitions on the other brokers (self is this
+// broker), their committed offsets the consumers' in ZooKeeper and their
+// max offsets asked of the brokers through peers (one read for all the
+// groups).
+func (pg *GroupsPage) AddRemoteLag(v security.Viewer, self int, peers func([]PeerBroker) map[int]PeerOffsets) {
+	x := pg.zk
+	if x == nil || x.layout == nil {
+		return
+	}
+	type groupRows struct {
+		group string
+		rows  []RemotePartition
+	}
+	var all []groupRows
+	ask := map[int]PeerBroker{}
+	for i := range x.groups {
+		g := &x.groups[i]
+		var elsewhere []ZKOwner
+		for _, o := range g.Owners {
+			if o.BrokerID != self {
+				elsewhere = append(elsewhere, o)
+			}
+		}
+		rows, ps := RemotePartitions(v, &ZKGroupRead{Group: g, Layout: x.layout, Offsets: x.offsets[g.Group]}, self, elsewhere, nil)
+		for _, p := range ps {
+			ask[p.ID] = p
+		}
+		all = append(all, groupRows{g.Group, rows})
+	}
+	list := make([]PeerBroker, 0, len(ask))
+	for _, p := range ask {
+		list = append(list, p)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	var got map[int]PeerOffsets
+	if len(list) > 0 {
+		got = peers(list)
+	}
+	at := map[[2]string]int{}
+	for i, r := range pg.Groups {
+		at[[2]string{r.Group, r.Topic}] = i
+	}
+	for _, g := range all {
+		FinishRemote(g.rows, nil, "", got)
+		for _, r := range g.rows {
+			i, ok := at[[2]string{g.group, r.Topic}]
+			if !ok {
+				continue
+			}
+			row := &pg.Groups[i]
+			row.RemoteParts++
+			if r.LagBytes != nil {
+				row.RemoteLag += *r.LagBytes
+				row.RemoteKnown++
+			} else if !slices.Contains(row.RemoteWhy, r.LagUnknown) && len(row.RemoteWhy) < 4 {
+				row.RemoteWhy = append(row.RemoteWhy, r.LagUnknown)
+			}
+		}
+	}
+	pg.Remote = true
 }

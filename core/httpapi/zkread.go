@@ -135,17 +135,40 @@ func GroupsPageOf(v security.Viewer, entries []*GroupEntry, lags map[[2]string]i
 		pg.Groups = rows
 		return pg
 	}
-	type zkRead struct {
-		groups    []ZKGroup
-		truncated bool
-	}
-	var x zkRead
-	x, pg.ZKErr = ReadZK(read, func(c *zk.Conn, root string) (zkRead, error) {
-		var x zkRead
+	var x *groupsZK
+	x, pg.ZKErr = ReadZK(read, func(c *zk.Conn, root string) (*groupsZK, error) {
+		x := &groupsZK{offsets: map[string]map[cluster.OwnerKey]int64{}}
 		var err error
-		x.groups, x.truncated, err = readZKGroups(c, root, MaxZKGroups)
-		return x, err
+		if x.groups, x.truncated, err = readZKGroups(c, root, MaxZKGroups); err != nil {
+			return nil, err
+		}
+		// For the lag on other brokers (remotelag.go): the layout and the
+		// groups' offsets of every broker, within one budget.
+		r := root
+		if r == "" {
+			r = "/"
+		}
+		if x.layout, err = cluster.ReadLayout(c, r); err != nil {
+			return nil, err
+		}
+		left := maxListOffsetNodes
+		for _, g := range x.groups {
+			offs, why, err := readGroupOffsets(c, strings.TrimRight(root, "/"), g.Group, g.Topics, min(left, maxGroupOffsetNodes))
+			if err != nil {
+				return nil, err
+			}
+			left -= len(offs)
+			x.offsets[g.Group] = offs
+			if why != "" {
+				x.offsetsErr = g.Group + ": " + why
+			}
+		}
+		return x, nil
 	})
+	if x == nil {
+		x = &groupsZK{}
+	}
+	pg.zk = x
 	pg.ZKTruncated = x.truncated
 	at := map[[2]string]int{}
 	for i, x := range rows {
