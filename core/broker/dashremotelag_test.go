@@ -20,11 +20,13 @@ import (
 // groupsList is GET /api/v1/groups's answer.
 type groupsList struct {
 	Groups []struct {
-		Group     string `json:"group"`
-		Topic     string `json:"topic"`
-		Members   int    `json:"members"`
-		ZKMembers *int   `json:"zk_members"`
-		ZKOwned   *int   `json:"zk_owned_partitions"`
+		Group            string `json:"group"`
+		Topic            string `json:"topic"`
+		Members          int    `json:"members"`
+		ZKMembers        *int   `json:"zk_members"`
+		ZKOwned          *int   `json:"zk_owned_partitions"`
+		LagAll           *int64 `json:"lag_bytes_all_brokers"`
+		ElsewhereUnknown *int   `json:"elsewhere_lag_unknown"`
 	} `json:"groups"`
 	ZKErr string `json:"zookeeper_error"`
 }
@@ -194,8 +196,14 @@ func TestDashboardRemoteLagAuth(t *testing.T) {
 		return strings.Contains(page, fmt.Sprintf(`<td class="n lagall">%s</td>`, httpapi.HumanBytes((max00-first)+max01+(max10-first)+max11)))
 	}, 20*time.Second, 100*time.Millisecond, "broker 0's groups list: the lag on both brokers")
 
+	// GET /api/v1/groups gives the same lag on all the brokers.
+	code, body := newHTTPClient(t, b0.HTTPAddr(), nil).as("alice", "alice-pw").get("/api/v1/groups")
+	require.Equal(t, 200, code, "%s", body)
+	require.Contains(t, string(body), fmt.Sprintf(`"lag_bytes_all_brokers": %d,`, (max00-first)+max01+(max10-first)+max11))
+	require.Contains(t, string(body), `"elsewhere_lag_unknown": 0`)
+
 	// GET /api/v1/groups counts ZooKeeper's members and owners.
-	code, body := newHTTPClient(t, b1.HTTPAddr(), nil).as("root", "root-pw").get("/api/v1/groups")
+	code, body = newHTTPClient(t, b1.HTTPAddr(), nil).as("root", "root-pw").get("/api/v1/groups")
 	require.Equal(t, 200, code, "%s", body)
 	var gl groupsList
 	require.NoError(t, json.Unmarshal(body, &gl), "%s", body)
@@ -207,6 +215,9 @@ func TestDashboardRemoteLagAuth(t *testing.T) {
 			require.NotNil(t, g.ZKMembers, "%s", body)
 			require.Equal(t, 1, *g.ZKMembers, "%s", body)
 			require.Equal(t, 1, *g.ZKOwned, "%s", body)
+			require.NotNil(t, g.LagAll, "%s", body)
+			require.Equal(t, (max10-first)+max11, *g.LagAll, "%s", body)
+			require.Equal(t, 2, *g.ElsewhereUnknown, "%s", body)
 		}
 	}
 	require.True(t, found, "%s", body)

@@ -286,6 +286,12 @@ type groupListEntry struct {
 	*GroupEntry
 	ZKMembers *int `json:"zk_members,omitempty"`
 	ZKOwned   *int `json:"zk_owned_partitions,omitempty"`
+	// LagAll is the lag on all the brokers (the groups page's "lag, all
+	// brokers": the lag here plus the known lag of the group's partitions
+	// on the other brokers), ElsewhereUnknown the number of those whose
+	// lag is unknown (cluster mode; absent when none is known).
+	LagAll           *int64 `json:"lag_bytes_all_brokers,omitempty"`
+	ElsewhereUnknown *int   `json:"elsewhere_lag_unknown,omitempty"`
 }
 
 func (s *Server) apiGroups(w http.ResponseWriter, r *http.Request) {
@@ -295,6 +301,10 @@ func (s *Server) apiGroups(w http.ResponseWriter, r *http.Request) {
 		out[i].GroupEntry = g.GroupEntry
 		if pg.ZooKeeper && pg.ZKErr == "" {
 			out[i].ZKMembers, out[i].ZKOwned = &g.ZKMembers, &g.ZKOwners
+		}
+		if lag, ok := g.AllLag(); pg.Remote && ok {
+			n := g.RemoteUnknown()
+			out[i].LagAll, out[i].ElsewhereUnknown = &lag, &n
 		}
 	}
 	res := map[string]any{"groups": out}
