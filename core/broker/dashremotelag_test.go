@@ -136,6 +136,19 @@ func TestDashboardRemoteLagAuth(t *testing.T) {
 		require.False(t, r.Unreachable)
 	}
 	require.Positive(t, proxy.Accepts(), "through the proxy")
+	// The next read reuses the connection (logged in already).
+	accepts := proxy.Accepts()
+	again := b0.readPeerOffsets(httpapi.PeerBroker{ID: 1, Addr: b1Addr})
+	require.Empty(t, again.Err)
+	require.Equal(t, max10, again.Max["orders"][0])
+	require.Equal(t, accepts, proxy.Accepts(), "no new connection")
+	// A connection broker 1 closed (its idle_timeout, a restart) is
+	// replaced within the same read.
+	proxy.Cut(false)
+	again = b0.readPeerOffsets(httpapi.PeerBroker{ID: 1, Addr: b1Addr})
+	require.Empty(t, again.Err)
+	require.Equal(t, max10, again.Max["orders"][0])
+	require.Equal(t, accepts+1, proxy.Accepts(), "a new connection")
 
 	// Broker 1 hangs: within PeerOffsetsEvery the answer is still the one
 	// read; then the read is bounded, the lag unknown, saying why, and

@@ -70,7 +70,8 @@ func (b *Broker) shutdown(ctx context.Context, drain bool) error {
 			l.Close()
 		}
 	}
-	b.closeHTTP() // http.go: before the stores its handlers read
+	b.closeHTTP()      // http.go: before the stores its handlers read
+	b.peers.closeAll() // peeroffsets.go
 	if drain {
 		n := b.drain(ctx)
 		if n > 0 {

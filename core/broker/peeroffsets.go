@@ -3,7 +3,8 @@ package broker
 // The dashboard's reads of other brokers' partition offsets (cluster
 // mode, docs/dashboard.md): the lag of a group's partitions on another
 // broker needs that broker's max offsets. Each is one `stats offsets`
-// request over the broker's data port, with the replication link's
+// request over the broker's data port (on a connection kept for the next
+// read), with the replication link's
 // dialer (core/repl: TLS to a TLS-only broker, replication_tls_ca_file)
 // and, with replication_user set, its login. A read is bounded by
 // peerReadTimeout, the reads of several brokers run at once, one read per
@@ -20,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/internal/brokerstats"
@@ -36,10 +38,13 @@ const (
 	peerMaxBody = 16 << 20
 )
 
-// peerOffsets caches other brokers' `stats offsets`, by broker id.
+// peerOffsets caches other brokers' `stats offsets`, by broker id, and
+// keeps a connection to each.
 type peerOffsets struct {
-	mu sync.Mutex
-	m  map[int]*peerRead
+	mu     sync.Mutex
+	m      map[int]*peerRead
+	conns  map[int]*peerConn
+	closed bool
 }
 
 // peerRead is one read of a broker's offsets: done is closed when res is
@@ -97,47 +102,143 @@ func (b *Broker) peerOffsetsOf(ctx context.Context, ps []httpapi.PeerBroker) map
 	return out
 }
 
-// readPeerOffsets asks broker p for `stats offsets`.
+// peerConn is a connection to another broker, logged in, kept between
+// reads (one per broker: a login costs the other broker a password hash
+// check).
+type peerConn struct {
+	nc   net.Conn
+	dec  *protocol.Decoder
+	addr string
+	tls  bool
+	user string
+}
+
+func (c *peerConn) close() {
+	c.nc.Close()
+	c.dec.Release()
+}
+
+// take returns broker p's idle connection if it was opened as p and user
+// say, nil otherwise.
+func (ps *peerOffsets) take(p httpapi.PeerBroker, user string) *peerConn {
+	ps.mu.Lock()
+	c := ps.conns[p.ID]
+	delete(ps.conns, p.ID)
+	ps.mu.Unlock()
+	if c != nil && (c.addr != p.Addr || c.tls != p.TLS || c.user != user) {
+		c.close()
+		c = nil
+	}
+	return c
+}
+
+// put keeps c as broker id's idle connection (closed when the broker
+// closes or one is kept already).
+func (ps *peerOffsets) put(id int, c *peerConn) {
+	ps.mu.Lock()
+	if ps.conns == nil {
+		ps.conns = map[int]*peerConn{}
+	}
+	if ps.closed || ps.conns[id] != nil {
+		ps.mu.Unlock()
+		c.close()
+		return
+	}
+	ps.conns[id] = c
+	ps.mu.Unlock()
+}
+
+// closeAll closes the idle connections; none is kept after it (Close).
+func (ps *peerOffsets) closeAll() {
+	ps.mu.Lock()
+	cs := ps.conns
+	ps.conns, ps.closed = nil, true
+	ps.mu.Unlock()
+	for _, c := range cs {
+		c.close()
+	}
+}
+
+// readPeerOffsets asks broker p for `stats offsets`, on the connection
+// kept from the last read (again on a new one if the broker closed it:
+// its idle_timeout, a restart) or a new one.
 func (b *Broker) readPeerOffsets(p httpapi.PeerBroker) httpapi.PeerOffsets {
 	cfg := b.config()
 	ctx, cancel := context.WithTimeout(context.Background(), peerReadTimeout)
 	defer cancel()
-	d := repl.DialerFromConf(cfg, b.knobs.replAddr)
-	user, password := d.User, d.Password
-	d.User = "" // logged in below, within the deadline (Dial waits out a refusal's failure_delay)
-	nc, err := d.Dial(ctx, p.Addr, p.TLS, peerReadTimeout)
+	deadline, _ := ctx.Deadline()
+	user := cfg.ReplicationUser
+	if c := b.peers.take(p, user); c != nil {
+		res, err := peerStats(c, p, deadline)
+		if err == nil {
+			b.peers.put(p.ID, c)
+			return res
+		}
+		c.close()
+	}
+	c, err := b.dialPeer(ctx, cfg, p, deadline)
 	if err != nil {
 		return peerFailed(p, err)
 	}
-	defer nc.Close()
-	deadline, _ := ctx.Deadline()
-	nc.SetDeadline(deadline)
-	dec := protocol.NewDecoder(nc, protocol.Limits{MaxBody: peerMaxBody})
-	defer dec.Release()
+	res, err := peerStats(c, p, deadline)
+	if err != nil {
+		c.close()
+		var refused peerRefused
+		if errors.As(err, &refused) {
+			return httpapi.PeerOffsets{Err: string(refused)}
+		}
+		return peerFailed(p, err)
+	}
+	b.peers.put(p.ID, c)
+	return res
+}
+
+// dialPeer opens a connection to broker p and logs in as
+// replication_user when it is set, by deadline.
+func (b *Broker) dialPeer(ctx context.Context, cfg *conf.Config, p httpapi.PeerBroker, deadline time.Time) (*peerConn, error) {
+	d := repl.DialerFromConf(cfg, b.knobs.replAddr)
+	user, password := d.User, d.Password
+	d.User = "" // logged in below, by the deadline (Dial waits out a refusal's failure_delay)
+	nc, err := d.Dial(ctx, p.Addr, p.TLS, peerReadTimeout)
+	if err != nil {
+		return nil, err
+	}
+	c := &peerConn{nc: nc, dec: protocol.NewDecoder(nc, protocol.Limits{MaxBody: peerMaxBody}), addr: p.Addr, tls: p.TLS, user: user}
 	if user != "" {
-		r, err := peerCall(nc, dec, protocol.AppendAuthPlain(nil, user, password, 1))
+		nc.SetDeadline(deadline)
+		r, err := peerCall(c, protocol.AppendAuthPlain(nil, user, password, 1))
 		if err == nil && r.Code != protocol.StatusOK {
 			err = fmt.Errorf("login as replication_user %q refused: %d %s", user, r.Code, protocol.Printable(r.Body))
 		}
 		if err != nil {
-			return peerFailed(p, err)
+			c.close()
+			return nil, err
 		}
 	}
-	r, err := peerCall(nc, dec, protocol.AppendStats(nil, "offsets", 2))
+	return c, nil
+}
+
+// peerRefused is a broker's refusal that says all (no address needed).
+type peerRefused string
+
+func (e peerRefused) Error() string { return string(e) }
+
+// peerStats sends `stats offsets` on c by deadline.
+func peerStats(c *peerConn, p httpapi.PeerBroker, deadline time.Time) (httpapi.PeerOffsets, error) {
+	c.nc.SetDeadline(deadline)
+	r, err := peerCall(c, protocol.AppendStats(nil, "offsets", 2))
 	switch {
 	case err != nil:
-	case r.Code == protocol.StatusUnauthorized && user == "":
-		return httpapi.PeerOffsets{Err: fmt.Sprintf("broker %d needs a login (users are configured there) and replication_user is not set: "+
-			"this broker cannot read its offsets", p.ID)}
+		return httpapi.PeerOffsets{}, err
+	case r.Code == protocol.StatusUnauthorized && c.user == "":
+		return httpapi.PeerOffsets{}, peerRefused(fmt.Sprintf("broker %d needs a login (users are configured there) and replication_user is not set: "+
+			"this broker cannot read its offsets", p.ID))
 	case r.Code != protocol.StatusOK:
-		err = fmt.Errorf("stats offsets refused: %d %s", r.Code, protocol.Printable(r.Body))
+		return httpapi.PeerOffsets{}, fmt.Errorf("stats offsets refused: %d %s", r.Code, protocol.Printable(r.Body))
 	}
-	var parts map[string][]brokerstats.Partition
-	if err == nil {
-		parts, err = brokerstats.ParsePartitions(string(r.Body))
-	}
+	parts, err := brokerstats.ParsePartitions(string(r.Body))
 	if err != nil {
-		return peerFailed(p, err)
+		return httpapi.PeerOffsets{}, err
 	}
 	out := httpapi.PeerOffsets{Max: make(map[string]map[int32]int64, len(parts))}
 	for t, ps := range parts {
@@ -147,16 +248,16 @@ func (b *Broker) readPeerOffsets(p httpapi.PeerBroker) httpapi.PeerOffsets {
 		}
 		out.Max[t] = m
 	}
-	return out
+	return out, nil
 }
 
-// peerCall sends req on nc and decodes its answer.
-func peerCall(nc net.Conn, dec *protocol.Decoder, req []byte) (*protocol.Request, error) {
-	if _, err := nc.Write(req); err != nil {
+// peerCall sends req on c and decodes its answer.
+func peerCall(c *peerConn, req []byte) (*protocol.Request, error) {
+	if _, err := c.nc.Write(req); err != nil {
 		return nil, err
 	}
 	var r protocol.Request
-	if err := dec.Decode(&r); err != nil {
+	if err := c.dec.Decode(&r); err != nil {
 		return nil, err
 	}
 	if r.Op != protocol.OpResult {
