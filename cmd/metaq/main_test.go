@@ -348,6 +348,7 @@ func TestCLI(t *testing.T) {
 			`(?m)^6 durable 1 KiB put, 4x64 in flight, 8 partitions .*\n  info: same load, ack after write\(\), no fsync +\S+ rec/s; broker CPU/put [0-9.]+µs \(durable [0-9.]+µs\) +durable / this +[0-9.]+x `,
 			`(?m)^7 sync durable put p50 \(100 B\), 1 partition +p50 \S+ .*raw write\+fdatasync p50 \S+ +[0-9.]+x +<= 260µs +(yes|no)$`,
 			`(?m)^7 sync durable put p50 \(100 B\), 512 partitions +p50 `,
+			`(?m)^7 sync durable put p50 \(100 B\), 512 partitions +p50 \S+ \(p99 \S+\), broker CPU/put ([0-9.]+µs|\?) `,
 			`(?m)^8 restart after kill -9, 8 partitions, 2 MB +\S+ to ready +\S+ empty \(same run\) +[0-9.]+x `,
 			`(?m)^8 restart after kill -9, 8 partitions, 4 MB +\S+ to ready +\S+ at 2 MB \(same run\) `,
 			`(?m)^  info: broker with 8 partitions, idle after restart +RSS [0-9]+ MB, [0-9]+ goroutines`,
