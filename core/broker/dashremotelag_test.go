@@ -62,7 +62,7 @@ func TestDashboardRemoteLagAuth(t *testing.T) {
 	}
 	start := func(id int, replUser string) *Broker {
 		b := fixture{knobs: knobs{replAddr: peerAddr}, mods: []func(*conf.Config){func(c *conf.Config) {
-			c.UnflushThreshold = 1000
+			c.UnflushThreshold = 0 // group commit: a put acknowledged is readable (MaxOffset), so the expected lags are read right after the puts
 			c.BrokerID = id
 			c.Auth = conf.Auth{Enabled: true, FailureDelay: 10, Users: hashedUsers(t)}
 			c.Topics = []conf.Topic{{Name: "orders", NumPartitions: ptr(2)}}
