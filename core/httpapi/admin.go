@@ -311,6 +311,9 @@ func (s *Server) apiGroups(w http.ResponseWriter, r *http.Request) {
 	if pg.ZKErr != "" {
 		res["zookeeper_error"] = pg.ZKErr
 	}
+	if pg.RemoteErr != "" {
+		res["elsewhere_error"] = pg.RemoteErr
+	}
 	WriteJSON(w, http.StatusOK, res)
 }
 

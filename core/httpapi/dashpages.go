@@ -104,9 +104,11 @@ type GroupsPage struct {
 	ZKErr               string
 	ZKTruncated         bool
 	ZKMax               int
-	// Remote: the rows have their lag on other brokers (AddRemoteLag).
-	Remote bool
-	zk     *groupsZK
+	// Remote: the rows have their lag on other brokers (AddRemoteLag);
+	// RemoteErr says why not.
+	Remote    bool
+	RemoteErr string
+	zk        *groupsZK
 }
 
 func (s *Server) uiGroups(w http.ResponseWriter, r *http.Request) {

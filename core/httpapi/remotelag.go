@@ -294,14 +294,46 @@ func RemoteLags(rows []RemotePartition) (lag map[string]int64, unknown map[strin
 	return lag, unknown
 }
 
-// groupsZK is the groups page's read of ZooKeeper: the groups, the
-// layout and the groups' offsets of every broker's partitions.
+// groupsZK is the groups page's read of ZooKeeper for the lag on other
+// brokers: the groups, the layout and the groups' offsets of every
+// broker's partitions.
 type groupsZK struct {
-	groups     []ZKGroup
-	truncated  bool
-	layout     *cluster.Layout
-	offsets    map[string]map[cluster.OwnerKey]int64 // by group
-	offsetsErr string
+	groups  []ZKGroup
+	layout  *cluster.Layout
+	offsets map[string]map[cluster.OwnerKey]int64 // by group
+	err     string                                // why they were not read
+}
+
+// readGroupsOffsets reads, for the groups page, the layout and the offsets
+// of groups (at most maxListOffsetNodes in all), bounded by RemoteLagWait
+// apart from the page's read of the groups: a read too slow leaves the
+// lag on other brokers out, not the groups.
+func readGroupsOffsets(read ZKRead, groups []ZKGroup) *groupsZK {
+	x, errText := readZKWithin(read, RemoteLagWait, func(c *zk.Conn, root string) (*groupsZK, error) {
+		x := &groupsZK{groups: groups, offsets: map[string]map[cluster.OwnerKey]int64{}}
+		r := root
+		if r == "" {
+			r = "/"
+		}
+		var err error
+		if x.layout, err = cluster.ReadLayout(c, r); err != nil {
+			return nil, err
+		}
+		left := maxListOffsetNodes
+		for _, g := range groups {
+			offs, _, err := readGroupOffsets(c, strings.TrimRight(root, "/"), g.Group, g.Topics, min(left, maxGroupOffsetNodes))
+			if err != nil {
+				return nil, err
+			}
+			left -= len(offs)
+			x.offsets[g.Group] = offs
+		}
+		return x, nil
+	})
+	if x == nil {
+		x = &groupsZK{err: errText}
+	}
+	return x
 }
 
 // AddRemoteLag gives, in cluster mode, each row of the groups page of a
@@ -312,7 +344,11 @@ type groupsZK struct {
 // groups).
 func (pg *GroupsPage) AddRemoteLag(v security.Viewer, self int, peers func([]PeerBroker) map[int]PeerOffsets) {
 	x := pg.zk
-	if x == nil || x.layout == nil {
+	if x == nil {
+		return
+	}
+	if x.layout == nil {
+		pg.RemoteErr = "lag on other brokers not read: " + x.err
 		return
 	}
 	type groupRows struct {

@@ -30,6 +30,11 @@ type ZKRead func(f func(c *zk.Conn, root string) error) error
 // its own; after a timeout its result is dropped (never shared with the
 // caller).
 func ReadZK[T any](read ZKRead, f func(c *zk.Conn, root string) (T, error)) (out T, errText string) {
+	return readZKWithin(read, ZKTimeout, f)
+}
+
+// readZKWithin is ReadZK bounded by d.
+func readZKWithin[T any](read ZKRead, d time.Duration, f func(c *zk.Conn, root string) (T, error)) (out T, errText string) {
 	if read == nil {
 		return out, "not connected to ZooKeeper yet"
 	}
@@ -53,8 +58,8 @@ func ReadZK[T any](read ZKRead, f func(c *zk.Conn, root string) (T, error)) (out
 			return out, "reading ZooKeeper: " + x.err.Error()
 		}
 		return x.v, ""
-	case <-time.After(ZKTimeout):
-		return out, "ZooKeeper did not answer within " + ZKTimeout.String()
+	case <-time.After(d):
+		return out, "ZooKeeper did not answer within " + d.String()
 	}
 }
 
@@ -135,40 +140,20 @@ func GroupsPageOf(v security.Viewer, entries []*GroupEntry, lags map[[2]string]i
 		pg.Groups = rows
 		return pg
 	}
-	var x *groupsZK
-	x, pg.ZKErr = ReadZK(read, func(c *zk.Conn, root string) (*groupsZK, error) {
-		x := &groupsZK{offsets: map[string]map[cluster.OwnerKey]int64{}}
-		var err error
-		if x.groups, x.truncated, err = readZKGroups(c, root, MaxZKGroups); err != nil {
-			return nil, err
-		}
-		// For the lag on other brokers (remotelag.go): the layout and the
-		// groups' offsets of every broker, within one budget.
-		r := root
-		if r == "" {
-			r = "/"
-		}
-		if x.layout, err = cluster.ReadLayout(c, r); err != nil {
-			return nil, err
-		}
-		left := maxListOffsetNodes
-		for _, g := range x.groups {
-			offs, why, err := readGroupOffsets(c, strings.TrimRight(root, "/"), g.Group, g.Topics, min(left, maxGroupOffsetNodes))
-			if err != nil {
-				return nil, err
-			}
-			left -= len(offs)
-			x.offsets[g.Group] = offs
-			if why != "" {
-				x.offsetsErr = g.Group + ": " + why
-			}
-		}
-		return x, nil
-	})
-	if x == nil {
-		x = &groupsZK{}
+	type zkRead struct {
+		groups    []ZKGroup
+		truncated bool
 	}
-	pg.zk = x
+	var x zkRead
+	x, pg.ZKErr = ReadZK(read, func(c *zk.Conn, root string) (zkRead, error) {
+		var x zkRead
+		var err error
+		x.groups, x.truncated, err = readZKGroups(c, root, MaxZKGroups)
+		return x, err
+	})
+	if pg.ZKErr == "" {
+		pg.zk = readGroupsOffsets(read, x.groups)
+	}
 	pg.ZKTruncated = x.truncated
 	at := map[[2]string]int{}
 	for i, x := range rows {
