@@ -21,10 +21,11 @@ import (
 // (writeBehind) through power cuts on the fault file system: 4 producers
 // append durably to 4 journaled partitions, with checkpoints every 96 KiB
 // of journal and every 10 ms, small segments (rolls) and small journal
-// files (recycling), until a power cut of each mode in turn; the data
-// directory as the cut left it then opens, and every acknowledged put of
-// every round so far is there at its acknowledged offset with its bytes,
-// and nothing is served that was never sent. Each cut comes while a
+// files (recycling), until a power cut of each faultfs mode in turn
+// (torn random subsets included); the data directory as the cut left it
+// then opens, and every acknowledged put of every round so far is there
+// at its acknowledged offset with its bytes, and nothing is served that
+// was never sent. Each cut comes while a
 // checkpoint is held in a write-back wait (its segments' tails written,
 // not fdatasynced), so the cut drops or tears tails whose write-back
 // started.
@@ -50,7 +51,7 @@ func TestPowerCutWriteBack(t *testing.T) {
 	}
 	var sentMu sync.Mutex
 	sent := map[string]int{} // data -> partition
-	modes := []faultfs.Mode{faultfs.DropAll, faultfs.KeepPrefix, faultfs.TearLast, faultfs.PrefixTorn}
+	modes := []faultfs.Mode{faultfs.DropAll, faultfs.KeepPrefix, faultfs.TearLast, faultfs.PrefixTorn, faultfs.KeepRandom}
 	for round, mode := range modes {
 		dir := m.Dir()
 		j, err := OpenJournal(dir, opts(true))
