@@ -102,6 +102,9 @@ type Broker struct {
 	// already sent until then, answer it, and close (lifecycle.go).
 	// once they answered what they received (lifecycle.go).
 	draining atomic.Int64
+	// grownReads counts the connections whose decoder reads
+	// pipelinedReadSize bytes at a time (conn.go, growRead).
+	grownReads atomic.Int32
 	// startCtx is cancelled by AbortStart and Shutdown: Start stops
 	// waiting for the first ZooKeeper registration.
 	startCtx    context.Context

@@ -53,8 +53,9 @@ func bodyClass(n int) int {
 
 // readBufferSize is the smallest read buffer of a Decoder in bytes (it is
 // at least MaxLine), as in net/http's server: it is held by every
-// connection, pipelined small frames still take one read call per 4 KiB,
-// and bodies larger than it are read straight into the body buffer.
+// connection, pipelined small frames still take one read call per 4 KiB
+// (unless Grow gives the decoder a larger one), and bodies larger than it
+// are read straight into the body buffer.
 const readBufferSize = 4 << 10
 
 // Decoder reads frames from a stream. It allocates nothing per frame once its
@@ -72,12 +73,15 @@ const readBufferSize = 4 << 10
 // frame once the next Decode (or Release) starts, they must not be used
 // after it.
 type Decoder struct {
-	r    *bufio.Reader
-	lim  Limits
-	line []byte
-	tok  [maxTokens + 1][]byte
-	ntok int
-	body []byte
+	r *bufio.Reader
+	// under is the reader r had before Grow wrapped it (nil until then):
+	// r reads through it, so bytes it still buffers come first.
+	under *bufio.Reader
+	lim   Limits
+	line  []byte
+	tok   [maxTokens + 1][]byte
+	ntok  int
+	body  []byte
 	// bodyp is body's handle in bodyPools if its capacity is a pooled size.
 	bodyp *[]byte
 }
@@ -115,7 +119,28 @@ func (d *Decoder) putBody() {
 }
 
 // Buffered returns how many bytes are read from the stream but not decoded.
-func (d *Decoder) Buffered() int { return d.r.Buffered() }
+func (d *Decoder) Buffered() int {
+	if d.under != nil {
+		return d.r.Buffered() + d.under.Buffered()
+	}
+	return d.r.Buffered()
+}
+
+// Grow makes the decoder read up to n bytes from its stream per read call
+// from now on, if its buffer is smaller: for a connection that pipelines
+// small frames, which otherwise takes one read call per 4 KiB (a read
+// syscall per 3 or 4 puts of 1 KiB). The new buffer wraps the old one, so
+// that what that one holds is decoded first and nothing is copied twice
+// once it is empty (a read as large as its buffer goes past it). Only the
+// first Grow has an effect; the buffer is held until the decoder is
+// dropped.
+func (d *Decoder) Grow(n int) {
+	if d.under != nil || n <= d.r.Size() {
+		return
+	}
+	d.under = d.r
+	d.r = bufio.NewReaderSize(d.under, n)
+}
 
 // Decode reads the next frame into req. It returns io.EOF at a clean end of
 // stream, io.ErrUnexpectedEOF if the stream ends inside a frame, a *Error for
@@ -279,7 +304,7 @@ func (d *Decoder) fillBody(n int) error {
 	d.body = d.body[:0]
 	for len(d.body) < n {
 		if len(d.body) == cap(d.body) || len(d.body) == 0 && cap(d.body) < min(n, bodyChunk) {
-			if err := d.growBody(n, len(d.body)+d.r.Buffered()); err != nil {
+			if err := d.growBody(n, len(d.body)+d.Buffered()); err != nil {
 				return err
 			}
 		}

@@ -363,3 +363,65 @@ func TestOffsetCommands(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+// readSizes is a stream that records the size of each read asked of it
+// and gives at most what was asked.
+type readSizes struct {
+	r     io.Reader
+	sizes []int
+}
+
+func (s *readSizes) Read(p []byte) (int, error) {
+	s.sizes = append(s.sizes, len(p))
+	return s.r.Read(p)
+}
+
+// TestDecoderGrow: a decoder grown in the middle of a pipelined stream
+// decodes every frame in order, the bytes its first buffer held first;
+// Buffered counts both buffers; and reads then ask for the larger size.
+func TestDecoderGrow(t *testing.T) {
+	body := bytes.Repeat([]byte("b"), 1000)
+	var stream []byte
+	const frames = 300
+	for i := range frames {
+		stream = append(stream, AppendPut(nil, "t", int32(i%7), 0, NoChecksum, int32(i), body)...)
+	}
+	src := &readSizes{r: bytes.NewReader(stream)}
+	d := NewDecoder(src, Limits{})
+	var req Request
+	for i := range frames {
+		if i == 5 {
+			before := d.Buffered()
+			if before == 0 {
+				t.Fatal("nothing buffered after 5 frames of a 4 KiB read")
+			}
+			d.Grow(64 << 10)
+			if d.Buffered() != before {
+				t.Fatalf("Buffered %d after Grow, %d before", d.Buffered(), before)
+			}
+			d.Grow(128 << 10) // only the first Grow counts
+			if d.r.Size() != 64<<10 {
+				t.Fatalf("buffer of %d bytes after a second Grow", d.r.Size())
+			}
+		}
+		if err := d.Decode(&req); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if req.Op != OpPut || req.Opaque != int32(i) || req.Partition != int32(i%7) || !bytes.Equal(req.Body, body) {
+			t.Fatalf("frame %d: %+v", i, req)
+		}
+	}
+	if err := d.Decode(&req); err != io.EOF {
+		t.Fatalf("after the last frame: %v", err)
+	}
+	big := 0
+	for _, n := range src.sizes {
+		if n >= 32<<10 {
+			big++
+		}
+	}
+	// 300 frames of about 1 KiB: a few 64 KiB reads, not one per 4 KiB.
+	if big == 0 || len(src.sizes) > 20 {
+		t.Fatalf("reads asked of the stream: %v", src.sizes)
+	}
+}

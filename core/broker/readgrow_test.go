@@ -1,0 +1,54 @@
+package broker
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPipelinedReadGrows: a connection that sends puts back to back (more
+// than the 4 KiB its decoder reads at first) gets a pipelinedReadSize read
+// buffer, and every put is answered in order; one that waits for each
+// reply does not; the place is given back when the connection closes.
+func TestPipelinedReadGrows(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, 0)
+	data := bytes.Repeat([]byte("p"), 1000)
+	frame := func(opaque int32) []byte {
+		return protocol.AppendPut(nil, "t", 0, 0, int64(message.Checksum(data)), opaque, data)
+	}
+	var req protocol.Request
+
+	sync := dialRaw(t, b.Addr())
+	for i := range 20 {
+		sync.bw.Write(frame(int32(i)))
+		require.NoError(t, sync.bw.Flush())
+		require.NoError(t, sync.dec.Decode(&req))
+		require.Equal(t, protocol.StatusOK, req.Code)
+		require.Equal(t, int32(i), req.Opaque)
+	}
+	require.Equal(t, int32(0), b.grownReads.Load(), "a synchronous producer's reads fill no buffer")
+
+	const n = 500
+	pipe := dialRaw(t, b.Addr())
+	var all []byte
+	for i := range n {
+		all = append(all, frame(int32(i))...)
+	}
+	pipe.bw.Write(all) // about 550 KiB in one go
+	require.NoError(t, pipe.bw.Flush())
+	for i := range n {
+		require.NoError(t, pipe.dec.Decode(&req))
+		require.Equal(t, protocol.StatusOK, req.Code, "put %d: %s", i, req.Body)
+		require.Equal(t, int32(i), req.Opaque)
+	}
+	require.Equal(t, int32(1), b.grownReads.Load())
+
+	pipe.nc.Close()
+	require.Eventually(t, func() bool { return b.grownReads.Load() == 0 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, int64(20+n), b.topics["t"].parts[0].MaxOffset()/int64(message.HeaderSize+len(data)))
+}
