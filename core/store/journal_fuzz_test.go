@@ -144,7 +144,17 @@ func FuzzJournalScan(f *testing.F) {
 		}
 	}
 	snap := filepath.Join(f.TempDir(), "snap")
-	require.NoError(f, os.CopyFS(snap, os.DirFS(src)))
+	// The copy races with the spare journal files' pre-write (a .new file
+	// renamed away while it is listed): copy again until it holds still.
+	for attempt := 0; ; attempt++ {
+		require.NoError(f, os.RemoveAll(snap))
+		err := os.CopyFS(snap, os.DirFS(src))
+		if err == nil {
+			break
+		}
+		require.Less(f, attempt, 20, "copying the live data directory: %v", err)
+		time.Sleep(50 * time.Millisecond)
+	}
 	require.NoError(f, l.Close())
 	require.NoError(f, l2.Close())
 	require.NoError(f, j.Close())
