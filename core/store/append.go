@@ -275,6 +275,7 @@ func (l *Log) rollThresholdLocked() error {
 		return l.failLocked(fmt.Errorf("fsync %s: %w", filepath.Base(old.path), err))
 	}
 	l.nFsyncs.Add(1)
+	l.noteFlushed(old.end())
 	if end := old.end(); end > l.readable.Load() {
 		l.readable.Store(end)
 	}
@@ -371,6 +372,9 @@ func (l *Log) flush() error {
 	err := l.syncFile(seg.f)
 	l.nFsyncs.Add(1)
 	seg.release()
+	if err == nil {
+		l.noteFlushed(end)
+	}
 
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -244,6 +244,8 @@ type Log struct {
 	roundSeq int64
 	dirty    []*segment           // written since the last checkpoint snapshot, a reference each
 	rounds   [roundSlots]logRound // owned by the journal's round pipeline
+	// fm is the flush mark of a log that is not journaled (flushmark.go).
+	fm flushMark
 	// threshold mode
 	wbuf      []byte
 	unflushed int // messages written since the last flush
@@ -357,6 +359,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.lock = lock
 	toCount, err := l.recover()
 	if err != nil {
+		l.closeFlushMark()
 		l.unlockDir()
 		return nil, err
 	}
@@ -432,6 +435,7 @@ func (l *Log) close() error {
 	for _, s := range segs {
 		s.release()
 	}
+	l.closeFlushMark()
 	l.unlockDir()
 	return err
 }

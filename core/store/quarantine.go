@@ -263,12 +263,15 @@ func (l *Log) partition() string { return filepath.Base(l.dir) }
 
 // recoverDamage runs in RecoverQuarantine mode when the verifying scan of
 // the last segment stopped at first.good before the end. A torn tail
-// (nothing valid after it) is left to the caller to cut. Damaged ranges
-// followed by valid records are copied to the quarantine directory and
-// repaired from the Repairer if it has them; if all are repaired the
-// segment is scanned again and that result returned, otherwise a
-// *CorruptError.
-func (l *Log) recoverDamage(br *bufio.Reader, tail *segment, first scanResult, buf *[]byte) (scanResult, error) {
+// (nothing valid after it) is left to the caller to cut. So is a damaged
+// range at or past mark, the log's durable end by its flush mark
+// (flushmark.go; -1: none), although valid records follow it: those were
+// written after the last fsync that returned, and a power cut kept their
+// pages and lost an earlier one. Damaged ranges before mark followed by
+// valid records are copied to the quarantine directory and repaired from
+// the Repairer if it has them; if all are repaired the segment is scanned
+// again and that result returned, otherwise a *CorruptError.
+func (l *Log) recoverDamage(br *bufio.Reader, tail *segment, first scanResult, mark int64, buf *[]byte) (scanResult, error) {
 	for attempt := 0; ; attempt++ {
 		w, err := walkDamage(br, tail, first, l.maxMsg, buf, nil)
 		if err != nil {
@@ -277,6 +280,21 @@ func (l *Log) recoverDamage(br *bufio.Reader, tail *segment, first scanResult, b
 		ds := w.damage
 		if n := len(ds); n > 0 && !ds[n-1].followed() {
 			ds = ds[:n-1] // the torn tail: cut by the caller
+		}
+		if mark >= 0 {
+			for i, d := range ds {
+				if tail.start+d.pos < mark {
+					continue
+				}
+				if i == 0 {
+					// The scan stopped here: the caller cuts the tail.
+					first.stop = fmt.Sprintf("%s, a torn unsynced tail: the valid records after it were written past the durable end %d of the last flush, never fsynced",
+						first.stop, mark)
+					return first, nil
+				}
+				ds = ds[:i] // damage before it is judged first
+				break
+			}
 		}
 		if len(ds) == 0 {
 			return first, nil

@@ -103,8 +103,17 @@ func (l *Log) recover() (toCount []*segment, err error) {
 		}
 	}
 	slices.Sort(starts)
+	mark := int64(-1)
+	if l.j == nil {
+		// Not journaled: its flush mark tells a torn tail from damage
+		// (flushmark.go). Opened before the directory's fsync below.
+		mark = l.openFlushMark()
+	}
 
 	if len(starts) == 0 {
+		if err := l.settleFlushMark(0); err != nil {
+			return nil, err
+		}
 		seg, err := l.createSegment(0)
 		if err != nil {
 			return nil, err
@@ -181,7 +190,7 @@ func (l *Log) recover() (toCount []*segment, err error) {
 	}
 	res, err := scanSegment(br, tail, l.maxMsg, true, &buf, nil)
 	if err == nil && res.good < tail.size.Load() && l.recovery == RecoverQuarantine {
-		res, err = l.recoverDamage(br, tail, res, &buf) // quarantine.go
+		res, err = l.recoverDamage(br, tail, res, mark, &buf) // quarantine.go
 	}
 	if err != nil {
 		return nil, err
@@ -202,6 +211,9 @@ func (l *Log) recover() (toCount []*segment, err error) {
 		return nil, fmt.Errorf("store: fsync %s: %w", tail.path, err)
 	}
 	if err := l.syncDir(); err != nil {
+		return nil, err
+	}
+	if err := l.settleFlushMark(tail.end()); err != nil { // everything before it is durable now
 		return nil, err
 	}
 	tail.count.Store(res.count)

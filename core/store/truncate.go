@@ -194,6 +194,7 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 		}
 		return Cut{}, l.failLocked(fmt.Errorf("store: truncate %s at %d: %w", l.dir, offset, err))
 	}
+	l.resetFlushed(offset) // bytes written from here on are new
 	nseg := seg
 	if f != seg.f {
 		// The background count skips the replaced segment: nseg's

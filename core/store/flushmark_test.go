@@ -1,0 +1,175 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// tornThresholdCopy writes 10 records to a threshold-mode log, flushes
+// them, writes 10 more (acknowledged, not flushed) and returns a copy of
+// its directory taken while it is open (what a power cut leaves before a
+// writeback reorders anything), the records' offsets and the flushed end.
+func tornThresholdCopy(t *testing.T) (dir string, offs []int64, flushed int64) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "topic-0")
+	l, err := Open(src, Options{IDs: &seqIDs{}, UnflushThreshold: 1000})
+	require.NoError(t, err)
+	for i := range 20 {
+		if i == 10 {
+			require.NoError(t, l.Flush())
+			flushed = l.MaxOffset()
+		}
+		_, off, err := l.AppendSync([]Entry{entryf("threshold record %02d %s", i, "payload")})
+		require.NoError(t, err)
+		offs = append(offs, off)
+	}
+	require.Equal(t, offs[10], flushed)
+	dir = copyDir(t, src)
+	require.NoError(t, l.Close())
+	return dir, offs, flushed
+}
+
+// zeroRecordHeader zeroes the header of the record at off (segment 0 of
+// dir): a page the disk never wrote back, in a file grown past it by a
+// later page it did write.
+func zeroRecordHeader(t *testing.T, dir string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, segmentName(0)), os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt(make([]byte, message.HeaderSize), off)
+	require.NoError(t, err)
+}
+
+// TestThresholdTornUnsyncedTail: in threshold mode a power cut that keeps
+// a later unflushed page of the last segment and loses an earlier one
+// leaves a zero-filled record header with valid records after it. Past
+// the flush mark (the durable end of the last flush) it is a torn tail:
+// Open cuts it, logs why, and every flushed record is there. Before the
+// mark, the same damage is in fsynced data and still refuses the start;
+// so it does in a directory without a mark (written before it).
+func TestThresholdTornUnsyncedTail(t *testing.T) {
+	t.Parallel()
+	t.Run("past-mark", func(t *testing.T) {
+		t.Parallel()
+		dir, offs, flushed := tornThresholdCopy(t)
+		zeroRecordHeader(t, dir, offs[13])
+		lb := &logBuf{}
+		l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000, Logf: lb.logf})
+		require.NoError(t, err, "a torn unsynced tail is cut, not refused")
+		defer l.Close()
+		require.Equal(t, offs[13], l.MaxOffset(), "cut where the lost page starts")
+		recs := readAllRecords(t, l, 1<<20)
+		require.Len(t, recs, 13)
+		for i, r := range recs {
+			require.Equal(t, offs[i], r.Offset)
+			require.Equal(t, fmt.Sprintf("threshold record %02d %s", i, "payload"), string(r.Data))
+		}
+		require.Contains(t, lb.String(), fmt.Sprintf("a torn unsynced tail: the valid records after it were written past the durable end %d", flushed))
+		require.NoDirExists(t, filepath.Join(dir, QuarantineDir))
+		// The mark now says the recovered end.
+		b, err := os.ReadFile(filepath.Join(dir, FlushMarkName))
+		require.NoError(t, err)
+		require.Equal(t, offs[13], decodeFlushMark(b))
+	})
+	t.Run("at-mark", func(t *testing.T) {
+		t.Parallel()
+		dir, offs, _ := tornThresholdCopy(t)
+		zeroRecordHeader(t, dir, offs[10]) // the first record after the flush
+		l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000})
+		require.NoError(t, err)
+		defer l.Close()
+		require.Equal(t, offs[10], l.MaxOffset())
+	})
+	for _, tc := range []struct {
+		name string
+		at   int // record whose header is zeroed
+		mark bool
+	}{
+		{"before-mark", 5, true},
+		{"no-mark", 13, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir, offs, _ := tornThresholdCopy(t)
+			zeroRecordHeader(t, dir, offs[tc.at])
+			if !tc.mark {
+				require.NoError(t, os.Remove(filepath.Join(dir, FlushMarkName)))
+			}
+			seg := filepath.Join(dir, segmentName(0))
+			before, err := os.ReadFile(seg)
+			require.NoError(t, err)
+			_, err = Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000})
+			var ce *CorruptError
+			require.ErrorAs(t, err, &ce, "damage the mark does not put past the durable end refuses")
+			require.Equal(t, offs[tc.at], ce.Ranges[0].Offset)
+			after, err := os.ReadFile(seg)
+			require.NoError(t, err)
+			require.Equal(t, before, after, "nothing cut")
+		})
+	}
+	t.Run("damage-then-torn", func(t *testing.T) {
+		t.Parallel()
+		// Damage before the mark and a torn tail past it: the damage is
+		// judged first, and refuses.
+		dir, offs, _ := tornThresholdCopy(t)
+		zeroRecordHeader(t, dir, offs[4])
+		zeroRecordHeader(t, dir, offs[15])
+		_, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000})
+		var ce *CorruptError
+		require.ErrorAs(t, err, &ce)
+		require.Len(t, ce.Ranges, 1)
+		require.Equal(t, offs[4], ce.Ranges[0].Offset)
+	})
+}
+
+// TestFlushMark: every fsync of a log that is not journaled raises its
+// flush mark (threshold flushes and rolls, group-commit chunks), Truncate
+// lowers it, and a mark that does not decode is none.
+func TestFlushMark(t *testing.T) {
+	t.Parallel()
+	read := func(dir string) int64 {
+		b, err := os.ReadFile(filepath.Join(dir, FlushMarkName))
+		require.NoError(t, err)
+		return decodeFlushMark(b)
+	}
+	dir := filepath.Join(t.TempDir(), "topic-1")
+	l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000, MaxSegmentSize: 200})
+	require.NoError(t, err)
+	require.Equal(t, int64(0), read(dir), "a new log's mark is its empty end")
+	mustAppend(t, l, []byte("one"), []byte("two"))
+	require.Equal(t, int64(0), read(dir), "unflushed")
+	require.NoError(t, l.Flush())
+	end := l.MaxOffset()
+	require.Equal(t, end, read(dir))
+	for range 20 { // rolls fsync the full segment
+		mustAppend(t, l, []byte("rolling along"))
+	}
+	require.Greater(t, read(dir), end)
+	require.NoError(t, l.Flush())
+	require.Equal(t, l.MaxOffset(), read(dir))
+	_, err = l.Truncate(end)
+	require.NoError(t, err)
+	require.Equal(t, end, read(dir), "Truncate lowers the mark")
+	require.NoError(t, l.Close())
+
+	gdir := filepath.Join(t.TempDir(), "topic-2")
+	g, err := Open(gdir, Options{IDs: &seqIDs{}})
+	require.NoError(t, err)
+	mustAppend(t, g, []byte("group commit without a journal"))
+	require.Equal(t, g.MaxOffset(), read(gdir))
+	require.NoError(t, g.Close())
+
+	var b [flushMarkSize]byte
+	encodeFlushMark(b[:], 12345)
+	require.Equal(t, int64(12345), decodeFlushMark(b[:]))
+	b[6] ^= 1
+	require.Equal(t, int64(-1), decodeFlushMark(b[:]))
+	require.Equal(t, int64(-1), decodeFlushMark(make([]byte, flushMarkSize)))
+}
