@@ -246,31 +246,43 @@ func (f *FS) rollbackFile(st *fileState, mode Mode, rng *rand.Rand, rep *CutRepo
 }
 
 // rollbackRandom undoes every unsynced change of the file and applies
-// again, in order, a random subset of them (KeepRandom): each is kept
-// with a probability drawn for the file, and in half the files one of
-// the writes not kept is torn (its bytes before a sector boundary kept).
+// again, in order, a random subset of their pages (KeepRandom): each
+// piece (a write's part inside one page, or a size change) is kept with a
+// probability drawn for the file, and in half the files one of the write
+// pieces not kept is torn (its bytes before a sector boundary kept).
 // Undoing from the newest back, the file holds each write's own bytes
 // just before its undo: they are read then, for the replay.
 func (f *FS) rollbackRandom(st *fileState, rng *rand.Rand, rep *CutReport, fc *FileCut) error {
-	n := len(st.log)
-	p := rng.Float64()
-	keep := make([]bool, n)
-	var lost []int
-	for i := range keep {
-		keep[i] = rng.Float64() < p
-		if !keep[i] && !st.log[i].trunc {
-			lost = append(lost, i)
+	var pieces []Piece
+	for i, r := range st.log {
+		if r.trunc {
+			pieces = append(pieces, Piece{Write: i, Off: r.off, End: r.off, Trunc: true, TornAt: -1})
+			continue
+		}
+		for off := r.off; off < r.off+r.n; {
+			end := min((off/PageSize+1)*PageSize, r.off+r.n)
+			pieces = append(pieces, Piece{Write: i, Off: off, End: end, TornAt: -1})
+			off = end
 		}
 	}
-	torn, tornAt := -1, int64(-1)
-	if len(lost) > 0 && rng.IntN(2) == 0 {
-		torn = lost[rng.IntN(len(lost))]
-		tornAt = tearPoint(st.log[torn], rng)
+	p := rng.Float64()
+	var lost []int
+	for k := range pieces {
+		pieces[k].Kept = rng.Float64() < p
+		if !pieces[k].Kept && !pieces[k].Trunc {
+			lost = append(lost, k)
+		}
 	}
-	data := make([][]byte, n)
-	for i := n - 1; i >= 0; i-- {
+	if len(lost) > 0 && rng.IntN(2) == 0 {
+		k := lost[rng.IntN(len(lost))]
+		pc := &pieces[k]
+		pc.TornAt = tearPoint(undoRec{off: pc.Off, n: pc.End - pc.Off}, rng)
+		fc.TornWrite, fc.TornAt = pc.Write, pc.TornAt
+	}
+	data := make([][]byte, len(st.log))
+	for i := len(st.log) - 1; i >= 0; i-- {
 		r := st.log[i]
-		if !r.trunc && (keep[i] || i == torn) {
+		if !r.trunc {
 			data[i] = make([]byte, r.n)
 			if _, err := st.f.ReadAt(data[i], r.off); err != nil {
 				return fmt.Errorf("reading write %d [%d,%d): %v", i, r.off, r.off+r.n, err)
@@ -281,38 +293,37 @@ func (f *FS) rollbackRandom(st *fileState, rng *rand.Rand, rep *CutReport, fc *F
 		}
 	}
 	fd := int(st.f.Fd())
-	for i, r := range st.log {
+	for _, pc := range pieces {
+		r := st.log[pc.Write]
 		switch {
-		case r.trunc && keep[i]:
-			if err := syscall.Ftruncate(fd, r.off); err != nil {
+		case pc.Trunc && pc.Kept:
+			if err := syscall.Ftruncate(fd, pc.Off); err != nil {
 				return err
 			}
 			rep.KeptWrites++
-			fc.Kept++
-		case r.trunc:
+		case pc.Trunc:
 			rep.DroppedWrites++
-		case keep[i]:
-			if _, err := syscall.Pwrite(fd, data[i], r.off); err != nil {
+		case pc.Kept:
+			if _, err := syscall.Pwrite(fd, data[pc.Write][pc.Off-r.off:pc.End-r.off], pc.Off); err != nil {
 				return err
 			}
 			rep.KeptWrites++
-			rep.KeptBytes += r.n
-			fc.Kept++
-		case i == torn:
-			if k := tornAt - r.off; k > 0 {
-				if _, err := syscall.Pwrite(fd, data[i][:k], r.off); err != nil {
+			rep.KeptBytes += pc.End - pc.Off
+		case pc.TornAt >= 0:
+			if pc.TornAt > pc.Off {
+				if _, err := syscall.Pwrite(fd, data[pc.Write][pc.Off-r.off:pc.TornAt-r.off], pc.Off); err != nil {
 					return err
 				}
 			}
 			rep.TornWrites++
-			rep.KeptBytes += tornAt - r.off
-			rep.DroppedBytes += r.off + r.n - tornAt
+			rep.KeptBytes += pc.TornAt - pc.Off
+			rep.DroppedBytes += pc.End - pc.TornAt
 		default:
 			rep.DroppedWrites++
-			rep.DroppedBytes += r.n
+			rep.DroppedBytes += pc.End - pc.Off
 		}
 	}
-	fc.Survived, fc.TornWrite, fc.TornAt = keep, torn, tornAt
+	fc.Pieces = pieces
 	return nil
 }
 

@@ -42,10 +42,13 @@
 // What a cut keeps of each file's unsynced writes is chosen by the Mode:
 // nothing (DropAll), a random prefix (KeepPrefix), all but the last with
 // the last one torn at a 512-byte sector boundary (TearLast), a random
-// prefix followed by one torn write (PrefixTorn), or a random subset
-// (KeepRandom, "torn" cuts: a disk with a volatile write cache that
-// persists a later dirty page and loses an earlier one), maybe with one
-// of the lost writes torn. Unsynced directory
+// prefix followed by one torn write (PrefixTorn), or a random subset of
+// the unsynced pages (KeepRandom, "torn" cuts: a disk with a volatile
+// write cache that persists a later dirty page and loses an earlier one),
+// maybe with one of the lost pages torn. StallAtSync makes the power fail
+// at the next fsync of a file with two or more unsynced writes, while the
+// program runs (it sees that fsync and every later change hang, then
+// EIO at the cut), so that a cut finds the most to tear. Unsynced directory
 // changes are dropped in every mode. A "write" is one FUSE WRITE request:
 // the kernel splits a write(2) that crosses page (4 KiB) boundaries into
 // several, much as writeback would persist its pages independently, and

@@ -61,14 +61,14 @@ const (
 	// tears the next one, as TearLast does.
 	PrefixTorn
 	// KeepRandom ("torn") keeps a random subset of each file's unsynced
-	// writes, not only a prefix: a disk with a volatile write cache
+	// pages, not only a prefix: a disk with a volatile write cache
 	// persists dirty pages in any order, so a later page may survive an
-	// earlier one that is lost. Each write (one FUSE WRITE, inside one
-	// page) survives independently with a probability drawn per file,
-	// and in half the files one lost write is torn at a 512-byte sector
-	// boundary instead (its bytes before the boundary kept). Truncates
-	// are kept or lost like writes. FileCut.Survived says which writes
-	// were kept, TornWrite and TornAt which one was torn and where.
+	// earlier one that is lost. Each unsynced write is split at page
+	// (PageSize) boundaries into pieces; each piece survives
+	// independently with a probability drawn per file, and in half the
+	// files one lost piece is torn at a 512-byte sector boundary instead
+	// (its bytes before the boundary kept). Truncates are kept or lost
+	// like pieces. FileCut.Pieces says exactly what was kept.
 	KeepRandom
 )
 
@@ -105,16 +105,30 @@ type Options struct {
 type FileCut struct {
 	Path      string // durable path after the cut, relative to the root; "" when the file is gone
 	Writes    int    // unsynced writes, truncates and fallocates at the cut
-	Kept      int    // of those, kept whole (the first Kept; KeepRandom: how many, Survived says which)
+	Kept      int    // of those, kept whole (the first Kept; KeepRandom: none, see Pieces)
 	TornAt    int64  // file offset where the next write was torn (a multiple of SectorSize, or its start); -1: none torn
 	TornWrite int    // index of the torn write among the Writes; -1: none torn
-	// Survived, for KeepRandom only, says for each unsynced change, in
-	// the order they were made, whether it was kept whole. The file holds
-	// its content at its last fsync with the kept changes applied in
-	// order, the torn write's bytes before TornAt in their place.
-	Survived   []bool
+	// Pieces, for KeepRandom only, are the unsynced changes split at
+	// page boundaries, in the order the changes were made and, inside a
+	// write, by offset, each kept or not. The file holds its content at
+	// its last fsync with the kept pieces applied in that order, and the
+	// torn piece's bytes before TornAt in its place.
+	Pieces     []Piece
 	SizeBefore int64 // size at the cut (the live size)
 	SizeAfter  int64 // size after the cut
+}
+
+// PageSize is the unit KeepRandom keeps or loses.
+const PageSize = 4096
+
+// Piece is one part of an unsynced change that KeepRandom kept or lost
+// as a unit: the part of a write inside one page, or a whole size change.
+type Piece struct {
+	Write    int   // index of its change among the file's unsynced changes
+	Off, End int64 // its byte range; a size change: the new size, twice
+	Trunc    bool  // a size change
+	Kept     bool
+	TornAt   int64 // a torn piece: its bytes before TornAt were kept; -1 otherwise
 }
 
 // CutReport describes one cut.
@@ -124,7 +138,7 @@ type CutReport struct {
 	Number uint64    // cuts of this FS before this one
 	Files  []FileCut // files with unsynced writes, by Path then size
 
-	KeptWrites, DroppedWrites, TornWrites int
+	KeptWrites, DroppedWrites, TornWrites int   // KeepRandom: pieces (Piece)
 	KeptBytes, DroppedBytes               int64 // bytes of unsynced writes kept and not kept (a torn write's rest is dropped)
 
 	Lost     []string // paths (relative) that existed before the cut and do not after, sorted
@@ -164,6 +178,14 @@ type FS struct {
 	gate    sync.RWMutex
 	frozen  bool
 	mounted bool
+	// The stall trap (StallAtSync): trap is armed; stalled once it fired,
+	// after which every changing request waits for stallCh, which the
+	// next cut closes (they fail with EIO then).
+	stallMu sync.Mutex
+	trap    bool
+	trapped chan struct{}
+	stallCh chan struct{}
+	stalled atomic.Bool
 
 	// ns serializes namespace changes, directory fsyncs and the bookkeeping
 	// of snapshots and hidden inodes.
@@ -392,6 +414,7 @@ func (f *FS) Cut(mode Mode) (*CutReport, error) {
 	if !f.freeze() {
 		return nil, ErrNotMounted
 	}
+	f.releaseStall()
 	detached, err := f.unmount()
 	if err != nil {
 		return nil, err
@@ -404,6 +427,69 @@ func (f *FS) Cut(mode Mode) (*CutReport, error) {
 	err = f.cut(mode, rng, rep)
 	f.lastCut = rep
 	return rep, err
+}
+
+// StallAtSync arms a trap for the power cut that tears the most: the next
+// fsync or fdatasync of a file with at least two unsynced writes does not
+// happen, and from then on every changing request (that one included)
+// hangs, as on a disk whose power failed just before the flush, until the
+// next Cut or Unmount fails them with EIO. The process under test sees no
+// error before it is killed (so it acknowledges nothing more), and the cut
+// finds the unsynced writes the fsync would have made durable. Killing a
+// process that waits in a stalled request takes effect once the cut
+// releases it. The returned channel is closed when the trap fires. On
+// FUSE a write waits for an fsync of its file in progress, so without the
+// trap a killed process rarely leaves a file more than one write past its
+// last fsync.
+func (f *FS) StallAtSync() <-chan struct{} {
+	f.stallMu.Lock()
+	defer f.stallMu.Unlock()
+	f.trap = true
+	f.trapped = make(chan struct{})
+	f.stallCh = make(chan struct{})
+	return f.trapped
+}
+
+// springTrap fires the StallAtSync trap, if it is armed, for an fsync of
+// st: it reports whether the fsync must stall.
+func (f *FS) springTrap(st *fileState) bool {
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	n := len(st.log)
+	st.mu.Unlock()
+	f.stallMu.Lock()
+	defer f.stallMu.Unlock()
+	if !f.trap || n < 2 {
+		return false
+	}
+	f.trap = false
+	f.stalled.Store(true)
+	close(f.trapped)
+	return true
+}
+
+// waitStall waits until the cut releases the stalled requests.
+func (f *FS) waitStall() {
+	f.stallMu.Lock()
+	ch := f.stallCh
+	f.stallMu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// releaseStall lets the stalled requests fail (the file system is frozen
+// by then) and disarms the trap.
+func (f *FS) releaseStall() {
+	f.stallMu.Lock()
+	defer f.stallMu.Unlock()
+	if f.stallCh != nil {
+		close(f.stallCh)
+	}
+	f.trap, f.trapped, f.stallCh = false, nil, nil
+	f.stalled.Store(false)
 }
 
 // Remount mounts the file system again over the underlying directory
@@ -424,6 +510,7 @@ func (f *FS) Unmount() error {
 	if !f.freeze() {
 		return ErrNotMounted
 	}
+	f.releaseStall()
 	if _, err := f.unmount(); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -372,15 +373,15 @@ func TestNoSyncfs(t *testing.T) {
 	}
 }
 
-// TestKeepRandom: a torn cut keeps exactly the writes the report says
+// TestKeepRandom: a torn cut keeps exactly the pages the report says
 // survived, in any order (a later page kept while an earlier one is lost,
-// as a disk with a volatile write cache may), and tears at most one lost
-// write at a sector boundary.
+// as a disk with a volatile write cache may), splits writes at page
+// boundaries, and tears at most one lost piece at a sector boundary.
 func TestKeepRandom(t *testing.T) {
 	t.Parallel()
 	m, under := mount(t, 7)
 	rng := rand.New(rand.NewPCG(7, 7))
-	laterKept, torn := 0, 0
+	laterKept, torn, split := 0, 0, 0
 	for round := 0; round < 12; round++ {
 		path := filepath.Join(m.Dir(), "f")
 		base := bytes.Repeat([]byte{'s'}, 1000)
@@ -389,10 +390,14 @@ func TestKeepRandom(t *testing.T) {
 		require.NoError(t, err)
 		var ws []write
 		size := int64(len(base))
-		for i := 0; i < 8; i++ {
-			// Appends, each inside one page, as a journal round's or a
-			// segment's unsynced writes are.
+		for i := 0; i < 6; i++ {
+			// Appends, some inside a page and some across several (the
+			// kernel may send a large write as one request), as a
+			// journal round's or a segment's unsynced writes are.
 			n := 1 + rng.IntN(pageSize-int(size%pageSize))
+			if i%2 == 1 {
+				n = 3000 + rng.IntN(3*pageSize)
+			}
 			w := write{off: size, data: bytes.Repeat([]byte{byte('a' + i)}, n)}
 			_, err := f.WriteAt(w.data, w.off)
 			require.NoError(t, err)
@@ -404,48 +409,117 @@ func TestKeepRandom(t *testing.T) {
 		rep := cut(t, m, faultfs.KeepRandom)
 		require.Len(t, rep.Files, 1)
 		fc := rep.Files[0]
-		require.Equal(t, len(ws), fc.Writes)
-		require.Len(t, fc.Survived, len(ws))
 		want := bytes.Clone(base)
-		apply := func(w write, n int) {
-			if n == 0 {
-				return // a write torn at its start keeps nothing, not even its offset
+		apply := func(off int64, b []byte) {
+			if len(b) == 0 {
+				return // a piece torn at its start keeps nothing, not even its offset
 			}
-			end := w.off + int64(n)
+			end := off + int64(len(b))
 			if int64(len(want)) < end {
 				want = append(want, make([]byte, end-int64(len(want)))...)
 			}
-			copy(want[w.off:end], w.data[:n])
+			copy(want[off:end], b)
 		}
-		kept, lostBefore := 0, false
-		for i, w := range ws {
+		// The pieces cover every unsynced write (the kernel's requests:
+		// it may split a WriteAt), in order, each inside one page.
+		next, lostBefore := 0, false
+		for _, pc := range fc.Pieces {
+			require.False(t, pc.Trunc)
+			if pc.Write != next {
+				require.Equal(t, next+1, pc.Write)
+				next++
+			}
+			k := slices.IndexFunc(ws, func(w write) bool { return pc.Off >= w.off && pc.Off < w.off+int64(len(w.data)) })
+			require.GreaterOrEqual(t, k, 0, "piece [%d,%d) in no write", pc.Off, pc.End)
+			w := ws[k]
+			require.LessOrEqual(t, pc.End, w.off+int64(len(w.data)))
+			require.Equal(t, (pc.Off)/faultfs.PageSize, (pc.End-1)/faultfs.PageSize, "a piece inside one page")
+			if pc.Off > w.off {
+				split++
+			}
+			data := w.data[pc.Off-w.off : pc.End-w.off]
 			switch {
-			case fc.Survived[i]:
-				apply(w, len(w.data))
-				kept++
+			case pc.Kept:
+				apply(pc.Off, data)
 				if lostBefore {
 					laterKept++
 				}
-			case i == fc.TornWrite:
-				end := w.off + int64(len(w.data))
-				require.True(t, fc.TornAt == w.off || (fc.TornAt > w.off && fc.TornAt < end && fc.TornAt%faultfs.SectorSize == 0),
-					"torn at %d, write [%d,%d)", fc.TornAt, w.off, end)
-				apply(w, int(fc.TornAt-w.off))
+			case pc.TornAt >= 0:
+				require.True(t, pc.TornAt == pc.Off || (pc.TornAt > pc.Off && pc.TornAt < pc.End && pc.TornAt%faultfs.SectorSize == 0),
+					"torn at %d, piece [%d,%d)", pc.TornAt, pc.Off, pc.End)
+				require.Equal(t, pc.TornAt, fc.TornAt)
+				require.Equal(t, pc.Write, fc.TornWrite)
+				apply(pc.Off, data[:pc.TornAt-pc.Off])
 				torn++
 				lostBefore = true
 			default:
 				lostBefore = true
 			}
 		}
-		require.Equal(t, kept, fc.Kept)
+		require.Equal(t, fc.Writes-1, next, "every write has pieces")
 		got, err := os.ReadFile(filepath.Join(under, "f"))
 		require.NoError(t, err)
 		require.Equal(t, len(want), len(got), "round %d: size", round)
 		require.True(t, bytes.Equal(want, got), "round %d: content differs", round)
 		require.Equal(t, int64(len(want)), fc.SizeAfter)
-		t.Logf("round %d: kept %v, torn write %d at %d, size %d -> %d", round, fc.Survived, fc.TornWrite, fc.TornAt, fc.SizeBefore, fc.SizeAfter)
+		t.Logf("round %d: %d writes, %d pieces, %d kept, %d dropped, torn %d; size %d -> %d",
+			round, fc.Writes, len(fc.Pieces), rep.KeptWrites, rep.DroppedWrites, rep.TornWrites, fc.SizeBefore, fc.SizeAfter)
 		require.NoError(t, m.Remount())
 	}
-	require.NotZero(t, laterKept, "no cut kept a write after a lost one")
-	require.NotZero(t, torn, "no write was torn")
+	require.NotZero(t, laterKept, "no cut kept a page after a lost one")
+	require.NotZero(t, torn, "no piece was torn")
+	require.NotZero(t, split, "no write was split at a page boundary")
+}
+
+// TestStallAtSync: the trap lets an fsync of a file with one unsynced
+// write through, fires at the next fsync of a file with two or more: that
+// fsync and later changes hang (no error) until the cut, which fails them
+// and finds the writes the fsync would have made durable unsynced.
+func TestStallAtSync(t *testing.T) {
+	t.Parallel()
+	m, under := mount(t, 8)
+	a, b := filepath.Join(m.Dir(), "a"), filepath.Join(m.Dir(), "b")
+	writeSynced(t, a, []byte("a0"))
+	writeSynced(t, b, []byte("b0"))
+	trapped := m.StallAtSync()
+	appendFile(t, a, []byte(" a1"), true) // one unsynced write: synced
+	select {
+	case <-trapped:
+		t.Fatal("the trap fired at a file with one unsynced write")
+	default:
+	}
+	f, err := os.OpenFile(b, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt([]byte(" b1"), 2)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte(" b2"), 5)
+	require.NoError(t, err)
+	synced := make(chan error, 1)
+	go func() { synced <- f.Sync() }()
+	select {
+	case <-trapped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the trap did not fire")
+	}
+	wrote := make(chan error, 1)
+	go func() { _, err := f.WriteAt([]byte(" b3"), 8); wrote <- err }()
+	select {
+	case err := <-synced:
+		t.Fatalf("the stalled fsync returned (%v) before the cut", err)
+	case err := <-wrote:
+		t.Fatalf("a write after the trap returned (%v) before the cut", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	rep := cut(t, m, faultfs.KeepRandom)
+	require.Error(t, <-synced, "the stalled fsync fails at the cut")
+	require.Error(t, <-wrote)
+	require.Equal(t, "a0 a1", readFile(t, filepath.Join(under, "a")))
+	got := readFile(t, filepath.Join(under, "b"))
+	require.Len(t, rep.Files, 1, "b's two writes were never synced")
+	require.Equal(t, 2, rep.Files[0].Writes)
+	require.Contains(t, []string{"b0", "b0 b1", "b0\x00\x00\x00 b2", "b0 b1 b2"}, got)
+	require.NoError(t, m.Remount())
+	writeSynced(t, filepath.Join(m.Dir(), "c"), []byte("after"))
+	require.Equal(t, "after", readFile(t, filepath.Join(under, "c")), "the stall ends with the cut")
 }

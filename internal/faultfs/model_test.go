@@ -193,14 +193,18 @@ func randomOpsMatchModel(t *testing.T, seed uint64) {
 			}
 			require.Equal(t, len(ino.pending), fc.Writes, "round %d (%v): %v: unsynced changes", round, mode, ps)
 			if mode == faultfs.KeepRandom {
-				require.Len(t, fc.Survived, fc.Writes)
-				for i, op := range ino.pending {
+				for _, pc := range fc.Pieces {
+					op := ino.pending[pc.Write]
 					switch {
-					case fc.Survived[i]:
-						ino.durable = op.apply(ino.durable, -1)
-					case i == fc.TornWrite:
-						require.False(t, op.trunc)
-						ino.durable = op.apply(ino.durable, int(fc.TornAt))
+					case pc.Trunc:
+						require.True(t, op.trunc)
+						if pc.Kept {
+							ino.durable = op.apply(ino.durable, -1)
+						}
+					case pc.Kept:
+						ino.durable = mop{off: int(pc.Off), data: op.data[int(pc.Off)-op.off : int(pc.End)-op.off]}.apply(ino.durable, -1)
+					case pc.TornAt > pc.Off:
+						ino.durable = mop{off: int(pc.Off), data: op.data[int(pc.Off)-op.off : int(pc.TornAt)-op.off]}.apply(ino.durable, -1)
 					}
 				}
 				ino.pending = nil

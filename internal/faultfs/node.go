@@ -51,11 +51,17 @@ func (n *node) WrapChild(ctx context.Context, ops fs.InodeEmbedder) fs.InodeEmbe
 func (n *node) upath() string { return filepath.Join(n.fsys.root, n.Path(nil)) }
 
 // enter admits one changing request; it fails with EIO once a cut has
-// frozen the file system. Call the returned function when done.
+// frozen the file system, and waits for the cut first once a StallAtSync
+// trap has fired. Call the returned function when done.
 func (f *FS) enter() (func(), syscall.Errno) {
 	f.gate.RLock()
 	if f.frozen {
 		f.gate.RUnlock()
+		return nil, syscall.EIO
+	}
+	if f.stalled.Load() {
+		f.gate.RUnlock()
+		f.waitStall()
 		return nil, syscall.EIO
 	}
 	return f.gate.RUnlock, 0
@@ -442,14 +448,18 @@ func (f *FS) truncatePath(path string, size int64, ifExists bool) syscall.Errno 
 
 // fsyncFile makes ino's writes before the call durable, fsyncing fd.
 func (f *FS) fsyncFile(fd int, ino uint64, flags uint32) syscall.Errno {
+	f.fmu.Lock()
+	st := f.files[ino]
+	f.fmu.Unlock()
+	if f.springTrap(st) {
+		f.waitStall()
+		return syscall.EIO
+	}
 	done, errno := f.enter()
 	if errno != 0 {
 		return errno
 	}
 	defer done()
-	f.fmu.Lock()
-	st := f.files[ino]
-	f.fmu.Unlock()
 	var mark int64
 	if st != nil {
 		st.mu.Lock()
