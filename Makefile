@@ -84,15 +84,20 @@ test: fmt-check vet build services
 
 # Long runs of the crash and power-loss tests of the real binary
 # (core/e2e): SOAK_CUTS power cuts under load over 64 partitions (make test
-# does 20), and the kill -9 tests repeated SOAK_COUNT times; the journal
+# does 20), SOAK_TORN_CUTS torn cuts only (a random subset of the unsynced
+# pages kept: issue 25) in group-commit mode and 7 x 6 in threshold mode,
+# and the kill -9 tests repeated SOAK_COUNT times; the journal
 # cut at every record boundary (make test samples 20 of each kind); the
 # store's tests on the disk's temporary directory (make test runs them on a
 # tmpfs when /dev/shm is one); and sdk/balance's joins and leaves over 5
 # seeded sequences (make test runs 1).
 SOAK_CUTS  ?= 100
+SOAK_TORN_CUTS ?= 40
 SOAK_COUNT ?= 5
 soak: build
 	METAQ_POWER_CUTS=$(SOAK_CUTS) $(GO) test -race -timeout 60m -count=1 -v -run '^TestPowerCuts64$$' ./core/e2e/
+	METAQ_POWER_CUTS=$(SOAK_TORN_CUTS) METAQ_POWER_CUT_MODES=torn $(GO) test -race -timeout 60m -count=1 -v -run '^TestPowerCuts64$$' ./core/e2e/
+	METAQ_POWER_CUT_MODES=torn $(GO) test -race -timeout 60m -count=7 -v -run '^TestPowerCutsThreshold$$' ./core/e2e/
 	$(GO) test -race -timeout 60m -count=$(SOAK_COUNT) -run '^(TestCrashGroupCommit64|TestPowerCutsThreshold|TestThousandPartitions)$$' ./core/e2e/
 	METAQ_JOURNAL_CUTS=all $(GO) test -race -timeout 60m -count=1 -run '^TestJournalCrashCuts$$' ./core/store/
 	METAQ_STORE_TEST_DISK=1 $(GO) test -race -timeout 30m -count=1 ./core/store/

@@ -491,6 +491,14 @@ func crashGroupCommit(t *testing.T, parts, rounds int) {
 // and returns what was acknowledged and how many messages were sent.
 func loadRound(t *testing.T, srv *brokertest.Server, topic string, parts, producers, round int, seqs []int, seed uint64, d time.Duration) (acks []ack, sent int) {
 	t.Helper()
+	return loadRoundThen(t, srv, topic, parts, producers, round, seqs, seed, d, nil)
+}
+
+// loadRoundThen is loadRound running beforeKill (if not nil) after d,
+// before it kills the server: TestPowerCuts64's torn rounds cut the power
+// there, while the server runs (faultfs.FS.StallAtSync).
+func loadRoundThen(t *testing.T, srv *brokertest.Server, topic string, parts, producers, round int, seqs []int, seed uint64, d time.Duration, beforeKill func()) (acks []ack, sent int) {
+	t.Helper()
 	stop := make(chan struct{})
 	results := make([]producerResult, producers)
 	var wg sync.WaitGroup
@@ -502,6 +510,9 @@ func loadRound(t *testing.T, srv *brokertest.Server, topic string, parts, produc
 		}()
 	}
 	time.Sleep(d)
+	if beforeKill != nil {
+		beforeKill()
+	}
 	srv.Kill()
 	close(stop)
 	done := make(chan struct{})
