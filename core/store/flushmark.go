@@ -104,6 +104,22 @@ func (l *Log) settleFlushMark(end int64) error {
 	return nil
 }
 
+// dropFlushMark removes the flush mark a journaled log finds, left from a
+// run in threshold mode, and makes the removal durable: the journaled log
+// does not keep it up to date, so if the partition went back to threshold
+// mode later, the stale (lower) mark would take damage in data fsynced
+// since for a torn tail. Nothing to do, and no fsync, when there is none.
+func (l *Log) dropFlushMark() error {
+	err := os.Remove(filepath.Join(l.dir, FlushMarkName))
+	if isNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("store: remove %s: %w", filepath.Join(l.dir, FlushMarkName), err)
+	}
+	return l.syncDir()
+}
+
 // noteFlushed records end as the log's durable end if it is higher than
 // the one recorded: everything before it was just fsynced.
 func (l *Log) noteFlushed(end int64) {

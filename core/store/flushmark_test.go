@@ -173,3 +173,34 @@ func TestFlushMark(t *testing.T) {
 	require.Equal(t, int64(-1), decodeFlushMark(b[:]))
 	require.Equal(t, int64(-1), decodeFlushMark(make([]byte, flushMarkSize)))
 }
+
+// TestFlushMarkDroppedByJournal: a partition opened with the journal
+// removes the flush mark of an earlier threshold-mode run (it would go
+// stale: a later threshold-mode run would take damage in data fsynced
+// meanwhile for a torn tail), and threshold mode writes a new one.
+func TestFlushMarkDroppedByJournal(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	dir := filepath.Join(dataDir, "t-0")
+	l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 10})
+	require.NoError(t, err)
+	mustAppend(t, l, []byte("threshold"))
+	require.NoError(t, l.Close())
+	require.FileExists(t, filepath.Join(dir, FlushMarkName))
+
+	j, err := OpenJournal(dataDir, JournalOptions{})
+	require.NoError(t, err)
+	g, err := Open(dir, Options{IDs: &seqIDs{}, Journal: j})
+	require.NoError(t, err)
+	require.NoFileExists(t, filepath.Join(dir, FlushMarkName))
+	mustAppend(t, g, []byte("group commit"))
+	require.NoError(t, g.Close())
+	require.NoError(t, j.Close())
+
+	l, err = Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 10})
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(dir, FlushMarkName))
+	require.NoError(t, err)
+	require.Equal(t, l.MaxOffset(), decodeFlushMark(b))
+	require.NoError(t, l.Close())
+}

@@ -224,5 +224,21 @@ func FuzzJournalScan(f *testing.F) {
 				}
 			}
 		}
+		// And as recovery judges it, telling a torn tail (past every
+		// durable mark) from damage: a refusal is a *JournalCorruptError;
+		// a journal taken to end at a torn tail ends no later, and
+		// replays nothing from there on.
+		j.recovery = RecoverQuarantine
+		s := sc
+		s.keep, s.cuts = nil, nil
+		if err := j.judgeDamage(&s, files); err != nil {
+			var je *JournalCorruptError
+			require.ErrorAs(t, err, &je)
+			return
+		}
+		require.LessOrEqual(t, s.end, sc.end)
+		for _, r := range s.refs {
+			require.Less(t, r.pos, s.end)
+		}
 	})
 }

@@ -108,6 +108,8 @@ func (l *Log) recover() (toCount []*segment, err error) {
 		// Not journaled: its flush mark tells a torn tail from damage
 		// (flushmark.go). Opened before the directory's fsync below.
 		mark = l.openFlushMark()
+	} else if err := l.dropFlushMark(); err != nil {
+		return nil, err
 	}
 
 	if len(starts) == 0 {
