@@ -101,7 +101,7 @@ type jHeader struct {
 // the journal before it was durable when the record was staged), or -1
 // when it carries none.
 func (h jHeader) mark() int64 {
-	if h.markv == 0 {
+	if h.markv == 0 || h.pos < 0 { // (no valid record has a negative position)
 		return -1
 	}
 	return max(h.pos-markUnit*int64(h.markv-1), 0)
