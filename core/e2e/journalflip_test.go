@@ -20,12 +20,14 @@ import (
 
 // jrecord is a journal record as this test reads it from the files
 // (docs/storage.md, "Record format"): 24-byte header [crc32c][payload
-// length][journal position][epoch][type][3 zero bytes], and for data
+// length][journal position][epoch][type][u24 durable mark], and for data
 // records the payload [u16 n][partition name][u64 segment start][u64
 // partition offset][bytes].
 type jrecord struct {
 	file     string // journal file path
 	at       int64  // byte position of the record in the file
+	pos      int64  // journal position
+	mark     int64  // the durable mark it carries (-1: none)
 	size     int64  // header and payload
 	typ      byte
 	part     string // data records: the partition directory's name
@@ -60,7 +62,10 @@ func journalRecords(t *testing.T, dataDir string) []jrecord {
 				break
 			}
 			epoch = binary.BigEndian.Uint32(h[16:])
-			r := jrecord{file: name, at: at, size: 24 + n, typ: h[20]}
+			r := jrecord{file: name, at: at, pos: start + at, mark: -1, size: 24 + n, typ: h[20]}
+			if v := int64(h[21])<<16 | int64(h[22])<<8 | int64(h[23]); v > 0 {
+				r.mark = max(r.pos-16*(v-1), 0)
+			}
 			if r.typ == 1 {
 				p := h[24 : 24+n]
 				k := int(binary.BigEndian.Uint16(p))
@@ -114,7 +119,8 @@ func flipAt(t *testing.T, path string, at int64, mask byte) {
 //     file, the byte position and the partition range, and changes
 //     nothing; recovery = "truncate" starts, cuts that partition there and
 //     keeps every other acknowledged message;
-//   - seeded random flips in any record but the last (whose damage is a
+//   - seeded random flips in any record before the journal's last durable
+//     mark (damage past it, in the rounds in flight at the kill, is a
 //     torn tail): the broker starts and serves every acknowledged message,
 //     or refuses naming the journal file; a record with a bad crc is never
 //     served (readLog reads everything back through the iterator's crc
@@ -273,8 +279,16 @@ num_partitions = %d
 	})
 
 	t.Run("random", func(t *testing.T) {
-		// Any record but the last one: a flip there is a torn tail.
-		flippable := recs[:len(recs)-1]
+		// Any record before the journal's last durable mark: a flip past
+		// it (in the last record, or in the rounds in flight at the
+		// kill, whose records no later mark covers) is a torn tail.
+		maxMark := int64(-1)
+		for _, r := range recs {
+			maxMark = max(maxMark, r.mark)
+		}
+		flippable := slices.DeleteFunc(slices.Clone(recs), func(r jrecord) bool { return r.pos >= maxMark })
+		require.NotEmpty(t, flippable)
+		t.Logf("%d of %d records lie before the last durable mark %d", len(flippable), len(recs), maxMark)
 		served, refusals := 0, 0
 		for s := range uint64(6) {
 			rng := rand.New(rand.NewPCG(seed, s))
