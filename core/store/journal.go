@@ -1320,7 +1320,9 @@ func (j *Journal) syncSegments(job *ckptJob) {
 		wg.Go(func() {
 			var wb *writeBehind
 			if !j.noWriteBack.Load() {
-				wb = newWriteBehind(j.writeBack, workers)
+				if wb = newWriteBehind(j.writeBack, workers); wb != nil {
+					wb.hurry = j.ckptBehind
+				}
 			}
 			defer func() {
 				// Before the files are released (closed).
@@ -1395,6 +1397,13 @@ func (j *Journal) syncSegments(job *ckptJob) {
 	}
 	job.segs = nil
 }
+
+// ckptBehind says a checkpoint in progress is falling behind: the journal
+// is more than three quarters of maxBehind past the last durable
+// checkpoint (it starts at about half of it), so appends will soon wait
+// for the checkpoint (waitCheckpoint); its write-back then stops pacing
+// itself (writeBehind.hurry).
+func (j *Journal) ckptBehind() bool { return j.behind() > j.maxBehind/4*3 }
 
 // ckptSyncWorkers is the number of segment fsyncs a checkpoint runs at
 // once.
@@ -1568,6 +1577,8 @@ func (j *Journal) createFileLocked(start int64) (*jfile, error) {
 	wb := newWriteBehind(j.writeBack, 1)
 	if j.noWriteBack.Load() {
 		wb = nil
+	} else if wb != nil {
+		wb.hurry = j.ckptBehind
 	}
 	for off := int64(0); off < j.fileSize; {
 		n := min(j.fileSize-off, zeroFillStep)

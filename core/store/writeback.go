@@ -61,6 +61,12 @@ type writeBehind struct {
 	// unsupported: the file system or kernel has no sync_file_range
 	// (ENOSYS, EINVAL, EOPNOTSUPP); the fdatasync does it all.
 	unsupported bool
+	// hurry, if set, says the checkpoint is falling behind (appends will
+	// soon wait for it): the write-back is then started but not waited
+	// for, and the fdatasync or syncfs waits for all of it at once, at the
+	// device's full queue depth, as before write-back. Pacing must not
+	// make a congested device's checkpoints slower than puts.
+	hurry func() bool
 }
 
 // newWriteBehind returns the pacing of one of workers checkpoint workers,
@@ -98,7 +104,11 @@ func (w *writeBehind) kick() {
 	}
 	old := w.prev
 	w.prev, w.curN = w.cur, 0
-	w.waitPrev(old)
+	if w.hurry != nil && w.hurry() {
+		clear(old) // started; the fdatasync or syncfs waits for them
+	} else {
+		w.waitPrev(old)
+	}
 	w.cur = old[:0]
 }
 
@@ -120,7 +130,11 @@ func (w *writeBehind) finish() {
 		return
 	}
 	w.kick()
-	w.waitPrev(w.prev)
+	if w.hurry != nil && w.hurry() {
+		clear(w.prev)
+	} else {
+		w.waitPrev(w.prev)
+	}
 	w.prev = w.prev[:0]
 }
 

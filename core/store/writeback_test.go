@@ -117,6 +117,26 @@ func TestWriteBehindPacing(t *testing.T) {
 	require.NoError(t, w.err)
 	require.True(t, w.unsupported)
 
+	// In a hurry (the checkpoint falling behind), write-back is started
+	// but never waited for.
+	calls = nil
+	hurry := true
+	w = newWriteBehind(func(f *os.File, off, n int64, wait bool) error {
+		calls = append(calls, wbCall{f, off, n, wait})
+		return nil
+	}, 1)
+	w.hurry = func() bool { return hurry }
+	w.wrote(a, 0, step)
+	w.wrote(a, step, step)
+	w.wrote(a, 2*step, 100)
+	w.finish()
+	require.Equal(t, []wbCall{{a, 0, step, false}, {a, step, step, false}, {a, 2 * step, 100, false}}, calls)
+	calls = nil
+	w.wrote(a, 3*step, step)
+	hurry = false // caught up: waits again, from the next step
+	w.wrote(a, 4*step, step)
+	require.Equal(t, []wbCall{{a, 3 * step, step, false}, {a, 4 * step, step, false}, {a, 3 * step, step, true}}, calls)
+
 	var nilW *writeBehind
 	nilW.wrote(a, 0, step) // no write-back: nothing to do
 	nilW.finish()
@@ -330,4 +350,49 @@ func TestJournalFileZeroFillWriteBack(t *testing.T) {
 		require.Equal(t, int64(4<<20), n, name)
 	}
 	require.Equal(t, started, waited)
+}
+
+// TestCheckpointWriteBackHurry: a checkpoint that starts with the journal
+// more than three quarters of its lag bound behind the last durable
+// checkpoint (appends will soon wait for it) starts its tails' write-back
+// without waiting for any of it: its fdatasync waits for all at once.
+func TestCheckpointWriteBackHurry(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	rec := &wbRecorder{}
+	// Files of 16 MiB: the puts fit in the first, so no spare file is
+	// zero-filled after the ones made at open (their write-back reads
+	// maxBehind too).
+	opts := JournalOptions{FileSize: 16 << 20, CheckpointBytes: 1 << 40, CheckpointInterval: time.Hour, hooks: &journalHooks{writeBack: rec.writeBack}}
+	j := openJournal(t, dataDir, opts)
+	require.Eventually(t, func() bool {
+		j.fmu.Lock()
+		defer j.fmu.Unlock()
+		return len(j.files) == 1+wantSpareJournalFiles
+	}, 10*time.Second, time.Millisecond, "the spare files")
+	logs := openJLogs(t, dataDir, j, 1, Options{})
+	big := make([]byte, 512<<10)
+	for range 8 {
+		_, _, err := logs[0].AppendSync([]Entry{entry(big)})
+		require.NoError(t, err)
+	}
+	j.mu.Lock()
+	require.Positive(t, j.behind())
+	j.maxBehind = j.behind() // 4 MiB behind, bound 4 MiB: in a hurry
+	require.True(t, j.ckptBehind())
+	j.mu.Unlock()
+	forceCheckpoint(t, j)
+	require.NoError(t, j.Err())
+	var started int64
+	for _, c := range rec.snapshot() {
+		if !strings.HasSuffix(c.f.Name(), segmentSuffix) {
+			continue
+		}
+		require.False(t, c.wait, "a checkpoint in a hurry waits for no write-back")
+		started += c.n
+	}
+	require.GreaterOrEqual(t, started, int64(8*len(big)), "its write-back was started")
+	j.mu.Lock()
+	require.False(t, j.ckptBehind(), "the checkpoint caught up")
+	j.mu.Unlock()
 }
