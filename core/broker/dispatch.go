@@ -89,7 +89,7 @@ func (c *conn) checkPut(r *protocol.Request) (t *topic, l *store.Log, p int32, c
 	}
 	if _, _, _, err := message.SplitData(r.Flag, r.Body); err != nil {
 		b.stats.putFailed.Add(1)
-		c.reply(protocol.StatusBadRequest, "flag says attribute but body has none: "+err.Error(), r.Opaque)
+		c.reply(protocol.StatusBadRequest, badDataReason("", err), r.Opaque)
 		return nil, nil, 0, 0, false
 	}
 	return t, l, p, crc, true
@@ -242,7 +242,7 @@ func (c *conn) handleMPut(r *protocol.Request) {
 		}
 		if _, _, _, err := message.SplitData(e.Flag, e.Data); err != nil {
 			b.stats.putFailed.Add(1)
-			c.reply(protocol.StatusBadRequest, "mput: message "+strconv.Itoa(len(c.entries))+": "+err.Error(), r.Opaque)
+			c.reply(protocol.StatusBadRequest, badDataReason("mput: message "+strconv.Itoa(len(c.entries))+": ", err), r.Opaque)
 			return
 		}
 		c.entries = append(c.entries, store.Entry{Flag: e.Flag, CRC: crc, Data: e.Data})
@@ -345,4 +345,17 @@ func (c *conn) handleOffset(r *protocol.Request) {
 func (c *conn) replyInt(code int, v int64, opaque int32) {
 	var buf [24]byte
 	c.replyBytes(code, strconv.AppendInt(buf[:0], v, 10), opaque)
+}
+
+// badDataReason is the 400 body for a put body SplitData refused: a
+// properties block's (with its cause, docs/protocol.md "Properties") or an
+// attribute's. where prefixes the explanation (an mput's entry).
+func badDataReason(where string, err error) string {
+	if errors.Is(err, message.ErrBadProperties) || errors.Is(err, message.ErrPropertiesLimit) {
+		return protocol.WithCause(protocol.CauseBadProperties, where+err.Error())
+	}
+	if where != "" {
+		return where + err.Error()
+	}
+	return "flag says attribute but body has none: " + err.Error()
 }

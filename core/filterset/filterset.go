@@ -181,18 +181,21 @@ func ScanRecords(recs []filters.Record, buf []byte, base int64, bodies bool) ([]
 	return recs, it.NextOffset()
 }
 
-// splitAttr is message.SplitData without allocating the attribute string.
-// A malformed attribute (the broker validates them on put) reads as none.
+// splitAttr is message.SplitData without allocating the attribute string
+// or checking the properties block (the broker validates both on put): a
+// malformed attribute reads as none. The payload excludes the properties
+// block (flag bit 1), as the Go consumer's does.
 func splitAttr(flag int32, data []byte) (attr []byte, has bool, payload []byte) {
-	if flag&message.FlagHasAttribute == 0 {
-		return nil, false, data
+	payload = data
+	if flag&message.FlagHasAttribute != 0 && len(data) >= 4 {
+		if n := binary.BigEndian.Uint32(data); uint64(n) <= uint64(len(data)-4) {
+			attr, has, payload = data[4:4+n], true, data[4+n:]
+		}
 	}
-	if len(data) < 4 {
-		return nil, false, data
+	if flag&message.FlagHasProperties != 0 && len(payload) >= 4 {
+		if n := binary.BigEndian.Uint32(payload); uint64(n) <= uint64(len(payload)-4) {
+			payload = payload[4+n:]
+		}
 	}
-	n := binary.BigEndian.Uint32(data)
-	if uint64(n) > uint64(len(data)-4) {
-		return nil, false, data
-	}
-	return data[4 : 4+n], true, data[4+n:]
+	return attr, has, payload
 }

@@ -88,3 +88,21 @@ func TestScanRecords(t *testing.T) {
 	require.False(t, has, "a malformed attribute reads as none")
 	require.Nil(t, a)
 }
+
+// TestScanRecordsProperties: a filter sees a record's attribute as before
+// and, as its body, the payload after the properties block (flag bit 1).
+func TestScanRecordsProperties(t *testing.T) {
+	t.Parallel()
+	for _, m := range []message.Message{
+		{Attribute: "a", HasAttribute: true, Body: []byte("body"), Key: []byte("k"), Headers: message.Headers{{Key: "h", Value: []byte("v")}}},
+		{Body: []byte("body"), Tags: []string{"TagA"}},
+	} {
+		buf := message.AppendRecord(nil, 11, m.Flag(), m.AppendData(nil))
+		recs, _ := ScanRecords(nil, buf, 0, true)
+		require.Len(t, recs, 1)
+		require.Equal(t, m.HasAttribute, recs[0].HasAttribute)
+		require.Equal(t, m.Attribute, recs[0].Attribute)
+		require.Equal(t, "body", string(recs[0].Body))
+		require.Equal(t, m.DataLen(), recs[0].Size)
+	}
+}

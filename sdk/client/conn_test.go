@@ -468,6 +468,10 @@ func TestDataChecksum(t *testing.T) {
 		{Body: []byte("hello")},
 		{Body: []byte("hello"), Attribute: "a=b", HasAttribute: true},
 		{Body: nil, Attribute: "", HasAttribute: true},
+		{Body: []byte("hello"), Key: []byte{}},
+		{Body: []byte("hello"), Key: []byte("k"), Tags: []string{"a"}, Attribute: "x", HasAttribute: true},
+		{Body: []byte("hello"), Headers: message.Headers{{Key: "big", Value: make([]byte, 1000)}}},
+		{Body: []byte("hello"), Timestamp: time.UnixMilli(1)},
 	} {
 		require.Equal(t, message.Checksum(m.AppendData(nil)), dataChecksum(m))
 	}

@@ -209,7 +209,7 @@ func (f *fetcher) deliver(total int, next int64, scanned int) *fetched {
 		if err != nil {
 			// The broker validates attributes on put, so this is unexpected:
 			// deliver the raw data rather than lose the message.
-			c.cfg.logger.Warn("metaq: bad attribute", "topic", c.topic, "partition", ps.p, "offset", r.Offset, "err", err)
+			c.cfg.logger.Warn("metaq: bad attribute or properties", "topic", c.topic, "partition", ps.p, "offset", r.Offset, "err", err)
 			m = message.Message{Topic: c.topic, Body: r.Data, ID: r.ID, Partition: ps.p, Offset: r.Offset}
 		}
 		msgs[i] = m

@@ -175,14 +175,18 @@ func newBrokerProducer(addr string, opts ...prodOption) (*brokerProducer, error)
 	return p, nil
 }
 
-// checkMessage rejects a message without a topic or over maxSize bytes,
-// and a ctx that is done already.
+// checkMessage rejects a message without a topic, over maxSize bytes or
+// whose properties break a limit (message.CheckProperties), and a ctx that
+// is done already.
 func checkMessage(ctx context.Context, m *message.Message, maxSize int) error {
 	if m == nil || m.Topic == "" {
 		return fmt.Errorf("%w: no topic", ErrInvalidMessage)
 	}
 	if n := m.DataLen(); n > maxSize {
 		return fmt.Errorf("%w: %d bytes exceeds the maximum message size %d", ErrInvalidMessage, n, maxSize)
+	}
+	if err := m.CheckProperties(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 	}
 	return ctx.Err()
 }
@@ -476,6 +480,9 @@ func (p *brokerProducer) SendBatch(ctx context.Context, msgs []*message.Message)
 		if n := m.DataLen(); n > p.cfg.maxMessageSize {
 			return nil, fmt.Errorf("%w: message %d: %d bytes exceeds the maximum message size %d", ErrInvalidMessage, i, n, p.cfg.maxMessageSize)
 		}
+		if err := m.CheckProperties(); err != nil {
+			return nil, fmt.Errorf("%w: message %d: %w", ErrInvalidMessage, i, err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -670,13 +677,20 @@ var crcTable = crc32.MakeTable(crc32.IEEE)
 
 // dataChecksum is message.Checksum(m.AppendData(nil)) without building the data.
 func dataChecksum(m *message.Message) uint32 {
-	if !m.HasAttribute {
+	if !m.HasAttribute && !m.HasProperties() {
 		return message.Checksum(m.Body)
 	}
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(m.Attribute)))
-	c := crc32.Update(0, crcTable, n[:])
-	c = crc32.Update(c, crcTable, []byte(m.Attribute))
+	var c uint32
+	if m.HasAttribute {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(m.Attribute)))
+		c = crc32.Update(0, crcTable, n[:])
+		c = crc32.Update(c, crcTable, []byte(m.Attribute))
+	}
+	if m.HasProperties() {
+		var buf [256]byte
+		c = crc32.Update(c, crcTable, m.AppendProperties(buf[:0]))
+	}
 	c = crc32.Update(c, crcTable, m.Body)
 	return c & 0x7FFFFFFF
 }

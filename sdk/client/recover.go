@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -189,12 +190,15 @@ func (c *brokerConsumer) replayLoop(ctx context.Context, rs *recoverStore, h Han
 // [uint16 topicLen][topic][int32 partition][int64 offset][int64 msgId]
 // [byte hasAttr][uint32 attrLen][attr][uint32 bodyLen][body]. A keyed put
 // (a message with a Key, kept by the Spool for the selector) is a put
-// followed by [uint32 keyLen][key]. A tombstone removes the put with its
-// seq.
+// followed by [uint32 keyLen][key]. A put of a message with properties
+// (key, timestamp, tags, headers) is a put followed by its properties block
+// as the wire carries it, [int32 n][n bytes] (docs/protocol.md). A
+// tombstone removes the put with its seq.
 const (
 	recPut       byte = 1
 	recTombstone byte = 2
 	recPutKeyed  byte = 3
+	recPutProps  byte = 4
 	recHeader         = 8
 	recMaxLen         = 1 << 30
 )
@@ -204,7 +208,12 @@ var errBadRecord = errors.New("bad recovery record")
 func encodePut(seq uint64, m *message.Message) []byte {
 	n := 1 + 8 + 2 + len(m.Topic) + 4 + 8 + 8 + 1 + 4 + len(m.Attribute) + 4 + len(m.Body)
 	kind := recPut
-	if len(m.Key) > 0 {
+	var props []byte
+	if m.HasProperties() {
+		kind = recPutProps
+		props = m.AppendProperties(nil)
+		n += len(props)
+	} else if len(m.Key) > 0 {
 		kind = recPutKeyed
 		n += 4 + len(m.Key)
 	}
@@ -229,6 +238,7 @@ func encodePut(seq uint64, m *message.Message) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(len(m.Key)))
 		b = append(b, m.Key...)
 	}
+	b = append(b, props...)
 	return frame(b)
 }
 
@@ -258,7 +268,7 @@ func decodeRecord(p []byte) (kind byte, seq uint64, m *message.Message, err erro
 			return 0, 0, nil, errBadRecord
 		}
 		return kind, seq, nil, nil
-	case recPut, recPutKeyed:
+	case recPut, recPutKeyed, recPutProps:
 	default:
 		return 0, 0, nil, errBadRecord
 	}
@@ -304,6 +314,13 @@ func decodeRecord(p []byte) (kind byte, seq uint64, m *message.Message, err erro
 	m.Body = slices.Clone(take(int(u32())))
 	if kind == recPutKeyed {
 		m.Key = slices.Clone(take(int(u32())))
+		kind = recPut
+	}
+	if kind == recPutProps {
+		block := slices.Clone(take(int(u32())))
+		if err == nil && message.DecodeProperties(block, m) != nil {
+			err = errBadRecord
+		}
 		kind = recPut
 	}
 	if err == nil && len(p) != 0 {
@@ -555,6 +572,7 @@ func (s *recoverStore) putAll(msgs []*message.Message) error {
 	for i, m := range msgs {
 		c := *m
 		c.Body, c.Key = slices.Clone(m.Body), slices.Clone(m.Key)
+		clonePropsOf(&c)
 		s.ents = append(s.ents, &recoverEntry{seq: s.nextSeq, msg: &c, size: int64(sizes[i])})
 		s.nextSeq++
 		s.live += int64(sizes[i])
@@ -670,6 +688,7 @@ func (s *recoverStore) replay(ctx context.Context, h Handler, l *slog.Logger) {
 		}
 		m := *e.msg
 		m.Body = slices.Clone(e.msg.Body)
+		clonePropsOf(&m)
 		if err := h(ctx, &m); err != nil {
 			if ctx.Err() == nil {
 				l.Warn("metaq: replay of a recovered message failed; kept for the next round", "topic", m.Topic,
@@ -681,5 +700,18 @@ func (s *recoverStore) replay(ctx context.Context, h Handler, l *slog.Logger) {
 			l.Error("metaq: could not remove a replayed message from the recovery store; it will be replayed again",
 				"path", s.path, "err", err)
 		}
+	}
+}
+
+// clonePropsOf gives m copies of its tags and headers (values included), so
+// that it shares no memory with the message it was copied from.
+func clonePropsOf(m *message.Message) {
+	m.Tags = slices.Clone(m.Tags)
+	if m.Headers != nil {
+		h := make(message.Headers, len(m.Headers))
+		for i, x := range m.Headers {
+			h[i] = message.Header{Key: x.Key, Value: bytes.Clone(x.Value)}
+		}
+		m.Headers = h
 	}
 }

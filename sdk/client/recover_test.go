@@ -456,3 +456,36 @@ func TestRecoverCompaction(t *testing.T) {
 	}
 	require.Equal(t, []string{"3", "4"}, got)
 }
+
+// TestRecoverRecordProperties: a pending message keeps its key, timestamp,
+// tags and headers in the recovery journal; one without them is written as
+// before (a put, or a keyed put).
+func TestRecoverRecordProperties(t *testing.T) {
+	t.Parallel()
+	for _, m := range []*message.Message{
+		{Topic: "t", Body: []byte("b"), ID: 5, Partition: 2, Offset: 40},
+		{Topic: "t", Body: []byte("b"), Attribute: "a", HasAttribute: true, Key: []byte("k")},
+		propsMsg(3),
+		{Topic: "t", Body: []byte("b"), Key: []byte{}},
+	} {
+		rec := encodePut(7, m)
+		kind, seq, got, err := decodeRecord(rec[recHeader:])
+		require.NoError(t, err)
+		require.Equal(t, recPut, kind)
+		require.Equal(t, uint64(7), seq)
+		require.Equal(t, m.Body, got.Body)
+		require.Equal(t, m.Attribute, got.Attribute)
+		require.Equal(t, m.Key, got.Key)
+		require.Equal(t, m.Tags, got.Tags)
+		require.Equal(t, m.Headers, got.Headers)
+		require.True(t, m.Timestamp.Equal(got.Timestamp))
+		require.Equal(t, m.ID, got.ID)
+		if !m.HasProperties() {
+			want := recPut
+			if len(m.Key) > 0 {
+				want = recPutKeyed
+			}
+			require.Equal(t, want, rec[recHeader], "written as before")
+		}
+	}
+}

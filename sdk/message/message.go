@@ -8,7 +8,8 @@
 //
 // where data is the put body and crc(x) = CRC32-IEEE(x) & 0x7FFFFFFF.
 // The put body is the payload, preceded by [int32 BE attrLen][attr] when
-// bit 0 of flag is set.
+// bit 0 of flag is set, and by a properties block (props.go) after the
+// attribute when bit 1 is set.
 package message
 
 import (
@@ -16,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"time"
 	"unicode/utf8"
 )
 
@@ -61,9 +63,19 @@ type Message struct {
 	// empty attribute from none.
 	Attribute    string
 	HasAttribute bool
-	// Key is used only on the client to choose a partition (hash selector);
-	// it is not sent to the broker.
+	// Key is the message's key: the default selector hashes it to choose
+	// a partition, and it is stored with the message (in its properties
+	// block, flag bit 1). nil is no key; an empty non-nil Key is an empty
+	// key and is sent (as Kafka tells a null key from an empty one).
 	Key []byte
+	// Headers are ordered key/value pairs carried with the message.
+	Headers Headers
+	// Tags are short labels (no spaces or control characters).
+	Tags []string
+	// Timestamp is the create time the producer gives (sent in
+	// milliseconds); zero sends none. On a received message it is the time
+	// sent, or zero: Time() then falls back to the id's millisecond.
+	Timestamp time.Time
 
 	// Set by the broker.
 	ID        int64
@@ -79,47 +91,101 @@ type Message struct {
 
 // Flag returns the wire flag for m.
 func (m *Message) Flag() int32 {
+	var f int32
 	if m.HasAttribute {
-		return FlagHasAttribute
+		f = FlagHasAttribute
 	}
-	return 0
+	if m.HasProperties() {
+		f |= FlagHasProperties
+	}
+	return f
 }
 
 // DataLen returns the length of the put body for m.
 func (m *Message) DataLen() int {
+	n := len(m.Body)
 	if m.HasAttribute {
-		return 4 + len(m.Attribute) + len(m.Body)
+		n += 4 + len(m.Attribute)
 	}
-	return len(m.Body)
+	if m.HasProperties() {
+		n += 4 + m.propsLen()
+	}
+	return n
 }
 
-// AppendData appends m's put body (attribute prefix and payload) to dst.
+// AppendData appends m's put body (attribute prefix, properties block and
+// payload) to dst.
 func (m *Message) AppendData(dst []byte) []byte {
 	if m.HasAttribute {
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.Attribute)))
 		dst = append(dst, m.Attribute...)
 	}
+	if m.HasProperties() {
+		dst = m.appendProps(dst, m.propsLen())
+	}
 	return append(dst, m.Body...)
 }
 
-// SplitData splits a put body into attribute and payload according to flag.
-// The returned payload aliases data.
+// AppendPrefix appends what AppendData puts before the payload: the
+// attribute prefix and the properties block (nothing for a message with
+// neither).
+func (m *Message) AppendPrefix(dst []byte) []byte {
+	if m.HasAttribute {
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.Attribute)))
+		dst = append(dst, m.Attribute...)
+	}
+	if m.HasProperties() {
+		dst = m.appendProps(dst, m.propsLen())
+	}
+	return dst
+}
+
+// SplitData splits a put body into attribute and payload according to flag,
+// checking the properties block (flag bit 1) if there is one: against its
+// format and limits (ValidateProperties), without allocating beyond the
+// attribute string. The returned payload aliases data and excludes the
+// block.
 func SplitData(flag int32, data []byte) (attr string, hasAttr bool, payload []byte, err error) {
-	if flag&FlagHasAttribute == 0 {
-		return "", false, data, nil
+	a, hasAttr, _, payload, err := SplitDataProps(flag, data)
+	if err != nil {
+		return "", false, nil, err
 	}
-	if len(data) < 4 {
-		return "", false, nil, ErrBadAttribute
+	if hasAttr {
+		attr = string(a)
 	}
-	n := binary.BigEndian.Uint32(data)
-	if uint64(n) > uint64(len(data)-4) {
-		return "", false, nil, ErrBadAttribute
+	return attr, hasAttr, payload, nil
+}
+
+// SplitDataProps splits a put body into attribute, properties block (the
+// bytes after its length prefix, nil without flag bit 1) and payload, all
+// aliasing data. It checks the attribute is UTF-8 and the block is valid
+// (ValidateProperties); other flag bits are ignored.
+func SplitDataProps(flag int32, data []byte) (attr []byte, hasAttr bool, props, payload []byte, err error) {
+	payload = data
+	if flag&FlagHasAttribute != 0 {
+		if len(data) < 4 {
+			return nil, false, nil, nil, ErrBadAttribute
+		}
+		n := binary.BigEndian.Uint32(data)
+		if uint64(n) > uint64(len(data)-4) {
+			return nil, false, nil, nil, ErrBadAttribute
+		}
+		attr = data[4 : 4+n]
+		if !utf8.Valid(attr) {
+			return nil, false, nil, nil, ErrBadAttribute
+		}
+		hasAttr = true
+		payload = data[4+n:]
 	}
-	a := data[4 : 4+n]
-	if !utf8.Valid(a) {
-		return "", false, nil, ErrBadAttribute
+	if flag&FlagHasProperties != 0 {
+		if props, payload, err = splitProps(payload); err != nil {
+			return nil, false, nil, nil, err
+		}
+		if err = ValidateProperties(props); err != nil {
+			return nil, false, nil, nil, err
+		}
 	}
-	return string(a), true, data[4+n:], nil
+	return attr, hasAttr, props, payload, nil
 }
 
 // Record is one decoded record. Data aliases the buffer it was parsed from.
@@ -138,12 +204,21 @@ func (r *Record) Size() int { return HeaderSize + len(r.Data) }
 // Message converts the record into a Message of topic and partition.
 // Body aliases r.Data.
 func (r *Record) Message(topic string, partition int32) (Message, error) {
-	attr, has, body, err := SplitData(r.Flag, r.Data)
+	a, has, props, body, err := SplitDataProps(r.Flag, r.Data)
 	if err != nil {
 		return Message{}, err
 	}
-	return Message{Topic: topic, Body: body, Attribute: attr, HasAttribute: has,
-		ID: r.ID, Partition: partition, Offset: r.Offset}, nil
+	m := Message{Topic: topic, Body: body, HasAttribute: has,
+		ID: r.ID, Partition: partition, Offset: r.Offset}
+	if has {
+		m.Attribute = string(a)
+	}
+	if props != nil {
+		if err := DecodeProperties(props, &m); err != nil {
+			return Message{}, err
+		}
+	}
+	return m, nil
 }
 
 // AppendRecord appends one encoded record to dst.

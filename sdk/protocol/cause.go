@@ -17,9 +17,13 @@ const (
 	// CauseReadOnly: the broker is a slave (a read-only replica): puts and
 	// transactions go to its master.
 	CauseReadOnly = "read-only slave"
+	// CauseBadProperties: a put's properties block (key, timestamp, tags,
+	// headers) is malformed or breaks a limit (docs/protocol.md,
+	// "Properties"); nothing was stored and a retry would fail the same.
+	CauseBadProperties = "bad properties"
 )
 
-var knownCauses = []string{CausePartitionOutOfRange, CauseCorruptData, CauseReadOnly}
+var knownCauses = []string{CausePartitionOutOfRange, CauseCorruptData, CauseReadOnly, CauseBadProperties}
 
 // WithCause returns the error body for cause and msg: "<cause>: <msg>".
 func WithCause(cause, msg string) string { return cause + ": " + msg }
