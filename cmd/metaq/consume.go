@@ -50,11 +50,15 @@ offset. --broadcast makes it a broadcast member: its own group
 large numbers), attribute (null when the message has none), body, and
 encoding: "utf8" when body is the message as text, "base64" when it is not
 valid UTF-8 and body holds it base64-encoded; with --zk also "broker".
+A message with a key, timestamp, tags or headers also has key (keyEncoding
+"base64" when it is not UTF-8), timestamp (unix ms), tags and headers
+([{"key","value"}], value null for a null one, encoding "base64" when not
+UTF-8); they are left out for a message without them.
 
--f formats, as kcat's: %t topic, %p partition, %o offset, %k key (always
-empty: metaq does not store keys), %K key length, %s body, %S body length,
-%a attribute, %i msgId, %T timestamp (unix ms, from the msgId), %b broker
-id, %% a percent sign; \n \r \t \\ are escapes. Example: -f '%p:%o %s\n'.
+-f formats, as kcat's: %t topic, %p partition, %o offset, %k key, %K key
+length, %h headers (k=v,k2=v2), %s body, %S body length, %a attribute, %i
+msgId, %T timestamp (unix ms: the create time sent, else the msgId's), %b
+broker id, %% a percent sign; \n \r \t \\ are escapes. Example: -f '%p:%o %s\n'.
 
 examples:
   metaq consume --topic meta-test
@@ -103,6 +107,47 @@ type jsonMessage struct {
 	Attribute *string `json:"attribute"`
 	Body      string  `json:"body"`
 	Encoding  string  `json:"encoding"`
+	// The properties (docs/protocol.md), left out when the message has none.
+	Key         *string      `json:"key,omitempty"`
+	KeyEncoding string       `json:"keyEncoding,omitempty"`
+	Timestamp   *int64       `json:"timestamp,omitempty"`
+	Tags        []string     `json:"tags,omitempty"`
+	Headers     []jsonHeader `json:"headers,omitempty"`
+}
+
+// jsonHeader is one header of consume --json: a null value is JSON null;
+// a value that is not UTF-8 is in base64, with encoding "base64".
+type jsonHeader struct {
+	Key      string  `json:"key"`
+	Value    *string `json:"value"`
+	Encoding string  `json:"encoding,omitempty"`
+}
+
+// setProps fills j's properties from m's.
+func (j *jsonMessage) setProps(m *message.Message) {
+	if m.Key != nil {
+		k := string(m.Key)
+		if !utf8.Valid(m.Key) {
+			k, j.KeyEncoding = base64.StdEncoding.EncodeToString(m.Key), "base64"
+		}
+		j.Key = &k
+	}
+	if !m.Timestamp.IsZero() {
+		ms := m.Timestamp.UnixMilli()
+		j.Timestamp = &ms
+	}
+	j.Tags = m.Tags
+	for _, h := range m.Headers {
+		jh := jsonHeader{Key: h.Key}
+		if h.Value != nil {
+			v := string(h.Value)
+			if !utf8.Valid(h.Value) {
+				v, jh.Encoding = base64.StdEncoding.EncodeToString(h.Value), "base64"
+			}
+			jh.Value = &v
+		}
+		j.Headers = append(j.Headers, jh)
+	}
 }
 
 // consumeOpts are the flags of consume.
@@ -506,6 +551,7 @@ func (pr *printer) write(m *message.Message) error {
 			a := m.Attribute
 			j.Attribute = &a
 		}
+		j.setProps(m)
 		if utf8.Valid(m.Body) {
 			j.Body = string(m.Body)
 		} else {
@@ -575,11 +621,11 @@ func parseFormat(s string) ([]fmtPart, error) {
 			switch v := s[i]; v {
 			case '%':
 				lit.WriteByte('%')
-			case 't', 'p', 'o', 'k', 'K', 's', 'S', 'a', 'i', 'T', 'b':
+			case 't', 'p', 'o', 'k', 'K', 'h', 's', 'S', 'a', 'i', 'T', 'b':
 				flushLit()
 				parts = append(parts, fmtPart{verb: v})
 			default:
-				return nil, fmt.Errorf("unknown field %q (want %%t %%p %%o %%k %%K %%s %%S %%a %%i %%T %%b or %%%%)", "%"+string(rune(v)))
+				return nil, fmt.Errorf("unknown field %q (want %%t %%p %%o %%k %%K %%h %%s %%S %%a %%i %%T %%b or %%%%)", "%"+string(rune(v)))
 			}
 		case c == '%':
 			return nil, errors.New("a format ends with a lone %")
@@ -630,9 +676,17 @@ func appendFormat(dst []byte, f []fmtPart, m *message.Message) []byte {
 			dst = append(dst, m.Attribute...)
 		case 'i':
 			dst = strconv.AppendInt(dst, m.ID, 10)
+		case 'h':
+			for i, h := range m.Headers {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = append(dst, h.Key...)
+				dst = append(dst, '=')
+				dst = append(dst, h.Value...)
+			}
 		case 'T':
-			ms, _, _ := message.IDParts(m.ID)
-			dst = strconv.AppendInt(dst, ms, 10)
+			dst = strconv.AppendInt(dst, m.Time().UnixMilli(), 10)
 		case 'b':
 			dst = strconv.AppendInt(dst, int64(m.BrokerID), 10)
 		}

@@ -159,6 +159,19 @@ func TestConsumeBugs(t *testing.T) {
 		}
 	}
 
+	// A key given to produce reaches the broker: --json and -f show it.
+	r = cli("keyed\n", a, "produce", "--topic", "meta-test", "--partition", "2", "--key", "user42")
+	mustOK(t, r, "produce --key")
+	r = cliWithin(t, 60*time.Second, "", a, "consume", "--topic", "meta-test", "--partition", "2", "--json")
+	mustOK(t, r, "consume --json of a keyed message")
+	if !strings.Contains(r.stdout, `"body":"keyed","encoding":"utf8","key":"user42"}`) {
+		t.Fatalf("consume --json of a keyed message: %q", r.stdout)
+	}
+	r = cliWithin(t, 60*time.Second, "", a, "consume", "--topic", "meta-test", "--partition", "2", "-f", `%k|%K|%h|%s\n`)
+	if r.code != 0 || !strings.HasSuffix(r.stdout, "user42|6||keyed\n") {
+		t.Fatalf("-f %%k of a keyed message: %+v", r)
+	}
+
 	// A local group member: it reads, commits on exit, and the next
 	// member resumes after what was printed.
 	r = cliWithin(t, 60*time.Second, "", a, "consume", "--topic", "meta-test", "--partition", "3", "--group", "cli-g", "--count", "2")
