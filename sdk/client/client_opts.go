@@ -14,8 +14,11 @@ import (
 // Selector sets how Produce chooses a message's partition among the
 // topic's partitions: s gets the list of (broker id, partition), sorted
 // by broker id, then number, as MetaQ's selectors do, and returns an
-// index into it. Default selector.RoundRobin(); selector.HashByKey() with
-// Ordered. A plugin selector (selectors.Open) is one too.
+// index into it. Default selector.HashByKey(): a message with a Key goes
+// to the partition its key hashes to (selector.KeyIndex, as Kafka's default
+// partitioner hashes a key), one without round robin as
+// selector.RoundRobin() sends it; selector.HashByKey() with Ordered too.
+// A plugin selector (selectors.Open) is one too.
 func Selector(s selector.Selector) Opt {
 	return optFunc(func(c *config) {
 		if s == nil {

@@ -42,7 +42,9 @@ type producerConfig struct {
 	noRetry bool // withRetryOnFailure(false)
 }
 
-// withSelector sets the partition selector. Default selector.RoundRobin().
+// withSelector sets the partition selector. Default selector.HashByKey():
+// a message with a key goes to the partition its key hashes to, one
+// without is sent round robin (selector.RoundRobin's order).
 func withSelector(s selector.Selector) prodOption {
 	return producerOpt(func(c *producerConfig) {
 		if s != nil {
@@ -143,7 +145,7 @@ type brokerProducer struct {
 // newProducerConfig applies opts to the defaults; maxInFlight stays 0
 // unless set (its default depends on the producer).
 func newProducerConfig(opts []prodOption) producerConfig {
-	cfg := producerConfig{conn: defaultConnOptions(), logger: slog.Default(), selector: selector.RoundRobin(),
+	cfg := producerConfig{conn: defaultConnOptions(), logger: slog.Default(), selector: selector.HashByKey(),
 		sendTimeout: DefaultSendTimeout, maxMessageSize: message.DefaultMaxMessageSize}
 	for _, o := range opts {
 		o.applyProducer(&cfg)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
+	"github.com/metaq-go/metaq/sdk/selector"
 )
 
 // rawConn speaks the text protocol as a MetaQ 1.4 client does.
@@ -289,4 +290,26 @@ func appendMPutEntry(dst []byte, m *message.Message) []byte {
 	dst = append(dst, byte(len(data)>>24), byte(len(data)>>16), byte(len(data)>>8), byte(len(data)))
 	dst = append(dst, 0xff, 0xff, 0xff, 0xff)
 	return append(dst, data...)
+}
+
+// TestDefaultSelectorHashesKey: without a Selector option a keyed message
+// goes to the partition its key hashes to; unkeyed ones go round robin.
+func TestDefaultSelectorHashesKey(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	p := newProducer(t, b.addr)
+	ctx := ctxT(t, 20*time.Second)
+	for i := range 20 {
+		key := []byte("k" + strconv.Itoa(i))
+		r, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte("x"), Key: key})
+		require.NoError(t, err)
+		require.Equal(t, int32(selector.KeyIndex(key, 4)), r.Partition, "key %s", key)
+	}
+	seen := map[int32]int{}
+	for range 8 {
+		r, err := p.Send(ctx, &message.Message{Topic: topic, Body: []byte("x")})
+		require.NoError(t, err)
+		seen[r.Partition]++
+	}
+	require.Equal(t, map[int32]int{0: 2, 1: 2, 2: 2, 3: 2}, seen)
 }
