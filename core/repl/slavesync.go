@@ -1,6 +1,7 @@
 package repl
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/metaq-go/metaq/core/store"
@@ -54,6 +55,9 @@ func SyncEntry(id int64, flag int32, body []byte, hasChecksum bool, checksum int
 		return store.Entry{}, errorf(NotStored, "sync: checksum mismatch")
 	}
 	if _, _, _, err := message.SplitData(flag, body); err != nil {
+		if errors.Is(err, message.ErrBadProperties) || errors.Is(err, message.ErrPropertiesLimit) {
+			return store.Entry{}, errorf(Invalid, "sync: bad properties: "+err.Error())
+		}
 		return store.Entry{}, errorf(Invalid, "sync: flag says attribute but body has none: "+err.Error())
 	}
 	return store.Entry{ID: id, Flag: flag, CRC: crc, Data: body}, nil
