@@ -56,7 +56,7 @@ A message with a key, timestamp, tags or headers also has key (keyEncoding
 UTF-8); they are left out for a message without them.
 
 -f formats, as kcat's: %t topic, %p partition, %o offset, %k key, %K key
-length, %h headers (k=v,k2=v2), %s body, %S body length, %a attribute, %i
+length, %h headers (k=v,k2=v2; k alone for a null value), %s body, %S body length, %a attribute, %i
 msgId, %T timestamp (unix ms: the create time sent, else the msgId's), %b
 broker id, %% a percent sign; \n \r \t \\ are escapes. Example: -f '%p:%o %s\n'.
 
@@ -682,8 +682,10 @@ func appendFormat(dst []byte, f []fmtPart, m *message.Message) []byte {
 					dst = append(dst, ',')
 				}
 				dst = append(dst, h.Key...)
-				dst = append(dst, '=')
-				dst = append(dst, h.Value...)
+				if h.Value != nil { // a null value: the key alone, as produce --header takes it
+					dst = append(dst, '=')
+					dst = append(dst, h.Value...)
+				}
 			}
 		case 'T':
 			dst = strconv.AppendInt(dst, m.Time().UnixMilli(), 10)

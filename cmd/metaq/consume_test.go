@@ -172,6 +172,46 @@ func TestConsumeBugs(t *testing.T) {
 		t.Fatalf("-f %%k of a keyed message: %+v", r)
 	}
 
+	// --header, --tag and --timestamp reach the broker; -f and --json show
+	// them, a binary header value in base64.
+	r = cli("h1\nh2\n", a, "produce", "--topic", "meta-test", "--partition", "2", "--key", "k7", "--verbose",
+		"--header", "trace=a=b", "--header", "empty=", "--header", "null", "--header", "bin=\xff\xfe", "--tag", "TagA", "--tag", "TagB",
+		"--timestamp", "1700000000123")
+	mustOK(t, r, "produce --header --tag --timestamp")
+	hl := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(hl) != 2 {
+		t.Fatalf("produce --verbose: %q", r.stdout)
+	}
+	from := strings.Fields(hl[0])[2]
+	r = cliWithin(t, 60*time.Second, "", a, "consume", "--topic", "meta-test", "--partition", "2", "--from", from, "-f", `%k|%h|%T|%p|%o|%s\n`)
+	want = "k7|trace=a=b,empty=,null,bin=\xff\xfe|1700000000123|2|" + from + "|h1\n" +
+		"k7|trace=a=b,empty=,null,bin=\xff\xfe|1700000000123|2|" + strings.Fields(hl[1])[2] + "|h2\n"
+	if r.code != 0 || r.stdout != want {
+		t.Fatalf("-f of a message with headers: got %q, want %q (%+v)", r.stdout, want, r)
+	}
+	r = cliWithin(t, 60*time.Second, "", a, "consume", "--topic", "meta-test", "--partition", "2", "--from", from, "--count", "1", "--json")
+	mustOK(t, r, "consume --json of a message with headers")
+	for _, w := range []string{`"key":"k7"`, `"timestamp":1700000000123`, `"tags":["TagA","TagB"]`,
+		`"headers":[{"key":"trace","value":"a=b"},{"key":"empty","value":""},{"key":"null","value":null},{"key":"bin","value":"//4=","encoding":"base64"}]`} {
+		if !strings.Contains(r.stdout, w) {
+			t.Fatalf("consume --json: %q lacks %s", r.stdout, w)
+		}
+	}
+	// --timestamp now sends the time of the send.
+	before := time.Now().UnixMilli()
+	r = cli("n\n", a, "produce", "--topic", "meta-test", "--partition", "2", "--timestamp", "now", "--verbose")
+	mustOK(t, r, "produce --timestamp now")
+	r = cliWithin(t, 60*time.Second, "", a, "consume", "--topic", "meta-test", "--partition", "2", "--from", strings.Fields(r.stdout)[2], "--json")
+	var tj struct{ Timestamp *int64 }
+	if err := json.Unmarshal([]byte(r.stdout), &tj); err != nil || tj.Timestamp == nil || *tj.Timestamp < before || *tj.Timestamp > time.Now().UnixMilli() {
+		t.Fatalf("--timestamp now: %v %q", err, r.stdout)
+	}
+	for _, bad := range [][]string{{"--header", "=v"}, {"--tag", "a b"}, {"--timestamp", "yesterday"}, {"--header", "\xffk=v"}} {
+		if r := cli("x\n", append([]string{a, "produce", "--topic", "meta-test"}, bad...)...); r.code != 2 {
+			t.Fatalf("produce %q: want a usage error, got %+v", bad, r)
+		}
+	}
+
 	// A local group member: it reads, commits on exit, and the next
 	// member resumes after what was printed.
 	r = cliWithin(t, 60*time.Second, "", a, "consume", "--topic", "meta-test", "--partition", "3", "--group", "cli-g", "--count", "2")

@@ -36,11 +36,22 @@ input order; with --json one JSON object per message, its msgId a string)
 and "sent N messages" on stderr. Any failed send makes the exit status 1.
 With --file and stderr at a terminal, the progress shows on stderr.
 
+--key, --header, --tag and --timestamp give every message a key, headers,
+tags and a create time (the properties block of docs/protocol.md). --header
+k=v is repeatable and splits at the first "=": the key is what comes before
+it (UTF-8, no "="), the value every byte after it, taken as is (no escapes:
+"a=b=c" is key "a", value "b=c"; "k=" an empty value; "k" alone a null
+value). --tag T is repeatable (no spaces or control characters). No create
+time is sent unless --timestamp is given (now, unix ms, or RFC 3339): a
+message without one reads with its msgId's millisecond (the broker's append
+time), and one without any of these flags is sent byte for byte as before.
+
 examples:
   echo hello | metaq produce --topic meta-test
   metaq produce --topic meta-test --key user42 --verbose < lines.txt
   metaq produce --topic meta-test --json < lines.txt
   metaq produce --topic meta-test --partition 2 --attribute tag-a --file lines.txt
+  metaq produce --topic meta-test --key user42 --header trace=abc --header n=7 --tag TagA --timestamp now < lines.txt
   metaq produce --zk 127.0.0.1:2181 --topic meta-test < lines.txt
 `
 
@@ -48,9 +59,12 @@ examples:
 var silentLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func cmdProduce(e *env) *cobra.Command {
-	return leaf(e, "produce", "produce --topic T [--key K] [--partition P] [--attribute A] [--file F] [--zk CONNECT] [--verbose|--json]", produceHelp, func(fs *pflag.FlagSet) func(args []string) error {
+	return leaf(e, "produce", "produce --topic T [--key K] [--header k=v]... [--tag T]... [--timestamp now|MS|RFC3339] [--partition P] [--attribute A] [--file F] [--zk CONNECT] [--verbose|--json]", produceHelp, func(fs *pflag.FlagSet) func(args []string) error {
 		topic := fs.String("topic", "", "topic to send to (required)")
 		key := fs.String("key", "", "partition key: messages with the same key go to the same partition")
+		headers := fs.StringArray("header", nil, "header `k=v` on every message (repeatable; splits at the first =, the value taken as is; k alone: a null value)")
+		tags := fs.StringArray("tag", nil, "tag on every message (repeatable)")
+		timestamp := fs.String("timestamp", "", "create time sent with every message: now (each message's send time), unix ms or RFC 3339 (default: none, the msgId's time)")
 		partition := fs.Int("partition", -1, "send every message to this partition (default: round robin, or by --key)")
 		attribute := fs.String("attribute", "", "attribute string attached to every message")
 		file := fs.String("file", "", "read messages from this file instead of stdin")
@@ -76,6 +90,10 @@ func cmdProduce(e *env) *cobra.Command {
 				return usagef("--verbose and --json do not go together")
 			}
 			hasAttr := fs.Changed("attribute")
+			props, err := parseProduceProps(*headers, *tags, *timestamp)
+			if err != nil {
+				return err
+			}
 			in := e.stdin
 			var size int64 = -1
 			if *file != "" {
@@ -133,9 +151,66 @@ func cmdProduce(e *env) *cobra.Command {
 				out = outJSON
 			}
 			return produceLines(e, cl, in, size, produceSpec{topic: *topic, key: *key, attribute: *attribute, hasAttr: hasAttr,
-				out: out, maxSize: *maxSize})
+				props: props, out: out, maxSize: *maxSize})
 		}
 	})
+}
+
+// produceProps are the headers, tags and create time of --header, --tag
+// and --timestamp, given to every message.
+type produceProps struct {
+	headers message.Headers
+	tags    []string
+	now     bool      // --timestamp now: each message's send time
+	ts      time.Time // a fixed --timestamp
+}
+
+// parseProduceProps reads --header, --tag and --timestamp and checks them
+// against the properties limits (message.CheckProperties), so that a bad
+// one is a usage error before anything is sent.
+func parseProduceProps(headers, tags []string, timestamp string) (produceProps, error) {
+	var p produceProps
+	for _, h := range headers {
+		k, v, ok := strings.Cut(h, "=")
+		if k == "" {
+			return p, usagef("--header %q: the key before = is empty", h)
+		}
+		var val []byte
+		if ok {
+			val = []byte(v) // "k=": empty, non-nil
+		}
+		p.headers = append(p.headers, message.Header{Key: k, Value: val})
+	}
+	p.tags = append(p.tags, tags...)
+	switch timestamp {
+	case "":
+	case "now":
+		p.now = true
+	default:
+		if ms, err := strconv.ParseInt(timestamp, 10, 64); err == nil {
+			p.ts = time.UnixMilli(ms)
+		} else if t, err := time.Parse(time.RFC3339Nano, timestamp); err == nil {
+			p.ts = t
+		} else {
+			return p, usagef("--timestamp %q: want now, unix ms or RFC 3339 (2026-12-07T02:00:00Z)", timestamp)
+		}
+	}
+	probe := &message.Message{Headers: p.headers, Tags: p.tags, Timestamp: p.ts}
+	if err := probe.CheckProperties(); err != nil {
+		return p, usagef("%v", err)
+	}
+	return p, nil
+}
+
+// apply gives m the headers, tags and create time (shared, never modified).
+func (p *produceProps) apply(m *message.Message) {
+	m.Headers, m.Tags = p.headers, p.tags
+	switch {
+	case p.now:
+		m.Timestamp = time.Now()
+	case !p.ts.IsZero():
+		m.Timestamp = p.ts
+	}
 }
 
 // What produce prints per message.
@@ -149,6 +224,7 @@ const (
 type produceSpec struct {
 	topic, key, attribute string
 	hasAttr               bool
+	props                 produceProps
 	out                   int
 	maxSize               int
 }
@@ -208,6 +284,7 @@ func produceLines(e *env, cl *client.Client, in io.Reader, size int64, sp produc
 		if hasAttr {
 			m.Attribute, m.HasAttribute = attribute, true
 		}
+		sp.props.apply(m)
 		n := line
 		cl.Produce(e.ctx, m, func(res client.SendResult, err error) {
 			mu.Lock()
