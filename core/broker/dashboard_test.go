@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -331,4 +332,42 @@ func TestDashboardAlterPartitions(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
 	w = dashDo(t, h, "GET", w.Header().Get("Location"), nil, nil)
 	require.Contains(t, w.Body.String(), "already has 5 partitions")
+}
+
+// TestDashboardMessageProps: the messages page shows a message's key,
+// create time, tags and headers, escaped as text (hostile bytes never make
+// markup), binary values in hex with a marker; a message without them
+// shows "none".
+func TestDashboardMessageProps(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, 0)
+	c := dialAuth(t, b.Addr(), nil)
+	m := &message.Message{Topic: "t", Body: []byte("with-props"), Key: []byte(`<b>k1</b>`),
+		Timestamp: time.UnixMilli(1_765_000_000_123), Tags: []string{"TagA", "<i>"},
+		Headers: message.Headers{{Key: "trace", Value: []byte(`"><script>alert(1)</script>`)}, {Key: "bin", Value: []byte{0xff, 0x00, '<'}},
+			{Key: "null", Value: nil}, {Key: "rtl\u202e", Value: []byte("x\x1by")}}}
+	for _, msg := range []*message.Message{m, {Topic: "t", Body: []byte("plain")}} {
+		code, s := c.call(func(d []byte, op int32) []byte {
+			return protocol.AppendPut(d, "t", 1, msg.Flag(), -1, op, msg.AppendData(nil))
+		})
+		require.Equal(t, 200, code, s)
+	}
+	w := dashDo(t, b.newMux(), "GET", "/ui/topics/t/messages?partition=1", nil, nil)
+	require.Equal(t, 200, w.Code, "%s", w.Body)
+	page := w.Body.String()
+	for _, want := range []string{
+		`<dt>key</dt><dd class="key"><code>&lt;b&gt;k1&lt;/b&gt;</code></dd>`,
+		`<dt>time</dt><dd class="ts">2025-12-06T05:46:40.123Z</dd>`,
+		`<code class="tag">TagA</code> <code class="tag">&lt;i&gt;</code>`,
+		`<dt class="hk">trace</dt><dd class="hv"><code>&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;</code></dd>`,
+		`<dt class="hk">bin</dt><dd class="hv"><span class="muted">hex</span> <code class="hex">ff003c</code></dd>`,
+		`<dt class="hk">null</dt><dd class="hv"><span class="muted">null</span></dd>`,
+		`<dt class="hk">&#34;rtl\u202e&#34;</dt><dd class="hv"><span class="muted">hex</span> <code class="hex">781b79</code></dd>`,
+		"with-props", "plain",
+	} {
+		require.Contains(t, page, want)
+	}
+	require.NotContains(t, page, "<script>alert")
+	require.NotContains(t, page, "\u202e")
+	require.Equal(t, 1, strings.Count(page, `<dl class="props">`), "only the message with properties has them")
 }

@@ -269,6 +269,26 @@ type ShownMessage struct {
 	Body             string // text, or a hex dump
 	Hex              bool   // Body is hex (asked for, or not UTF-8)
 	Cut              int    // bytes not shown
+	// The properties (docs/protocol.md), zero for a message without them.
+	Key       *ShownBytes // nil: no key
+	Timestamp string      // the create time sent (RFC 3339, ms), "" when none
+	Tags      []string
+	Headers   []ShownHeader
+}
+
+// ShownHeader is one header of a message on the messages page.
+type ShownHeader struct {
+	Key   string
+	Value *ShownBytes // nil: a null value
+}
+
+// ShownBytes is a key or header value as the page shows it: text when it
+// is printable UTF-8, else hex (Hex set, the page marks it); at most
+// maxShownValue bytes of it, Cut the rest.
+type ShownBytes struct {
+	Text string
+	Hex  bool
+	Cut  int
 }
 
 // browseQuery is the messages page's query: ?partition=&offset=&count=&format=.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/metaq-go/metaq/sdk/message"
@@ -119,6 +120,7 @@ func browse(l PartitionReader, topic string, part int32, offset int64, n int, as
 			size := message.HeaderSize + len(rec.Data)
 			sm := ShownMessage{Offset: rec.Offset, ID: rec.ID, Flag: rec.Flag, Size: size, Next: rec.Offset + int64(size),
 				Attribute: m.Attribute, HasAttribute: m.HasAttribute}
+			sm.setProps(&m)
 			body := m.Body
 			if len(body) > MaxShown {
 				sm.Cut = len(body) - MaxShown
@@ -146,4 +148,57 @@ func browse(l PartitionReader, topic string, part int32, offset int64, n int, as
 		}
 	}
 	return out, cur, nil
+}
+
+// maxShownValue is the most bytes of a key or header value the messages
+// page shows.
+const maxShownValue = 1024
+
+// setProps fills sm's key, timestamp, tags and headers from m's. The page
+// escapes them as text (html/template); what is not printable UTF-8 is
+// shown in hex and marked so.
+func (sm *ShownMessage) setProps(m *message.Message) {
+	if m.Key != nil {
+		sm.Key = showBytes(m.Key)
+	}
+	if !m.Timestamp.IsZero() {
+		sm.Timestamp = m.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	}
+	for _, t := range m.Tags {
+		sm.Tags = append(sm.Tags, printableText(t))
+	}
+	for _, h := range m.Headers {
+		sh := ShownHeader{Key: printableText(h.Key)}
+		if h.Value != nil {
+			sh.Value = showBytes(h.Value)
+		}
+		sm.Headers = append(sm.Headers, sh)
+	}
+}
+
+// showBytes returns b as the page shows it: text when printable UTF-8,
+// else a hex string, up to maxShownValue bytes.
+func showBytes(b []byte) *ShownBytes {
+	v := &ShownBytes{}
+	if len(b) > maxShownValue {
+		v.Cut = len(b) - maxShownValue
+		b = b[:maxShownValue]
+	}
+	if utf8.Valid(b) && printableText(string(b)) == string(b) {
+		v.Text = string(b)
+	} else {
+		v.Text, v.Hex = hex.EncodeToString(b), true
+	}
+	return v
+}
+
+// printableText returns s, or s quoted (Go escapes) when it holds a
+// control or other non-printable character (bidi overrides included).
+func printableText(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) && r != ' ' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
