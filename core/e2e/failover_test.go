@@ -448,6 +448,9 @@ func checkSyncFenced(t testing.TB, n *replNode, current int64) {
 // through ZooKeeper, its watches on topics-pub and ids/<id>/master) moves
 // to the promoted slave by itself after kill -9 of the master; every
 // message it was told was stored is on the promoted slave at its offset.
+// Every other message carries a key, create time, tags and headers (issue
+// 26): those acknowledged before and after the kill are read from the
+// promoted slave with them intact, decoded as a consumer does.
 func TestSyncFailoverSDKProducer(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, clusterSpec{Config: failoverConfig(), SessionTimeout: foSession})
@@ -460,17 +463,25 @@ func TestSyncFailoverSDKProducer(t *testing.T) {
 		off  int64
 		body string
 		at   time.Time
+		m    *message.Message
 	}
 	var acks []stored
 	send := func(i int) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		body := fmt.Sprintf("sdk-%d", i)
-		rs, err := p.ProduceSync(ctx, &message.Message{Topic: "repl", Body: []byte(body)})
+		m := &message.Message{Topic: "repl", Body: []byte(body)}
+		if i%2 == 0 {
+			m.Key = []byte(fmt.Sprintf("key-%d", i%7))
+			m.Timestamp = time.UnixMilli(1_765_000_000_000 + int64(i))
+			m.Tags = []string{"TagA", fmt.Sprintf("T%d", i%3)}
+			m.Headers = message.Headers{{Key: "i", Value: []byte(strconv.Itoa(i))}, {Key: "bin", Value: []byte{0, 0xff, byte(i)}}, {Key: "null"}}
+		}
+		rs, err := p.ProduceSync(ctx, m)
 		if err != nil {
 			return false
 		}
-		acks = append(acks, stored{rs[0].Partition, rs[0].Offset, body, time.Now()})
+		acks = append(acks, stored{rs[0].Partition, rs[0].Offset, body, time.Now(), m})
 		return true
 	}
 	i := 0
@@ -488,8 +499,24 @@ func TestSyncFailoverSDKProducer(t *testing.T) {
 	}
 	t.Logf("SDK producer: first message stored after the kill at +%v (session timeout %v)", acks[before].at.Sub(killed), foSession)
 	at := replRecords(t, slave)
-	for _, a := range acks {
-		got := string(at[a.part][a.off].Data)
-		require.Equal(t, a.body, got, "repl-%d offset %d: stored %q, the promoted slave has %q", a.part, a.off, a.body, got)
+	withProps, propsBefore := 0, 0
+	for i, a := range acks {
+		r := at[a.part][a.off]
+		rec := message.Record{Offset: r.Offset, ID: r.ID, Flag: r.Flag, Data: r.Data}
+		got, err := rec.Message("repl", a.part)
+		require.NoError(t, err, "repl-%d offset %d", a.part, a.off)
+		require.Equal(t, a.body, string(got.Body), "repl-%d offset %d: stored %q, the promoted slave has %q", a.part, a.off, a.body, got.Body)
+		require.Equal(t, a.m.Key, got.Key, "repl-%d offset %d: key", a.part, a.off)
+		require.Equal(t, a.m.Timestamp.UnixMilli(), got.Timestamp.UnixMilli(), "repl-%d offset %d: timestamp", a.part, a.off)
+		require.Equal(t, a.m.Tags, got.Tags, "repl-%d offset %d: tags", a.part, a.off)
+		require.Equal(t, a.m.Headers, got.Headers, "repl-%d offset %d: headers", a.part, a.off)
+		if a.m.HasProperties() {
+			withProps++
+			if i < before {
+				propsBefore++
+			}
+		}
 	}
+	t.Logf("%d of %d acknowledged messages carried properties, %d of them acknowledged before the kill", withProps, len(acks), propsBefore)
+	require.Positive(t, propsBefore)
 }
