@@ -1338,7 +1338,14 @@ func (j *Journal) syncSegments(job *ckptJob) {
 					return
 				}
 				d := job.segs[i]
-				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt, wb)
+				w := wb
+				if covered(d) && d.seg.tailBytes(d.upTo) < syncfsWriteBackMin {
+					// A small tail of a syncfs checkpoint: left to the
+					// syncfs, whose flusher writes many small files
+					// back for less than a write-back call each.
+					w = nil
+				}
+				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt, w)
 				d.log.nWrites.Add(int64(writes))
 				d.log.nBytes.Add(n)
 				wbFail(wb)
@@ -1404,6 +1411,10 @@ func (j *Journal) syncSegments(job *ckptJob) {
 // for the checkpoint (waitCheckpoint); its write-back then stops pacing
 // itself (writeBehind.hurry).
 func (j *Journal) ckptBehind() bool { return j.behind() > j.maxBehind/4*3 }
+
+// syncfsWriteBackMin is the smallest segment tail a checkpoint made
+// durable by syncfs writes back itself (writeBehind).
+const syncfsWriteBackMin = 256 << 10
 
 // ckptSyncWorkers is the number of segment fsyncs a checkpoint runs at
 // once.

@@ -396,3 +396,36 @@ func TestCheckpointWriteBackHurry(t *testing.T) {
 	require.False(t, j.ckptBehind(), "the checkpoint caught up")
 	j.mu.Unlock()
 }
+
+// TestSyncfsCheckpointSmallTails: a checkpoint made durable by one syncfs
+// writes back only its segments' large tails itself; the small ones (at
+// hundreds of partitions, most) are left to the syncfs.
+func TestSyncfsCheckpointSmallTails(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	rec := &wbRecorder{}
+	var syncfs atomic.Int64
+	opts := JournalOptions{FileSize: 16 << 20, CheckpointBytes: 1 << 40, CheckpointInterval: time.Hour,
+		hooks: &journalHooks{writeBack: rec.writeBack, syncfsFS: true, syncfs: func(*os.File) error { syncfs.Add(1); return nil }}}
+	j := openJournal(t, dataDir, opts)
+	logs := openJLogs(t, dataDir, j, syncfsMinSegments+8, Options{})
+	for i, l := range logs {
+		size := 4 << 10
+		if i == 0 {
+			size = 2 * syncfsWriteBackMin
+		}
+		_, _, err := l.AppendSync([]Entry{entry(make([]byte, size))})
+		require.NoError(t, err)
+	}
+	n := syncfs.Load()
+	forceCheckpoint(t, j)
+	require.NoError(t, j.Err())
+	require.Greater(t, syncfs.Load(), n, "made durable by syncfs")
+	dirs := map[string]bool{}
+	for _, c := range rec.snapshot() {
+		if strings.HasSuffix(c.f.Name(), segmentSuffix) {
+			dirs[filepath.Base(filepath.Dir(c.f.Name()))] = true
+		}
+	}
+	require.Equal(t, map[string]bool{partName(0): true}, dirs, "only the large tail is written back by the checkpoint")
+}
