@@ -41,6 +41,7 @@ type Client struct {
 	closeErr  error
 	txs       txSession        // local transactions' session (transaction.go)
 	raw       map[string]*conn // Request's connections (request.go)
+	dedup     *idCache         // handled message ids (MessageIDCache); nil: off
 }
 
 // consumerRun is one topic's consumer of a Client (per broker in direct
@@ -91,6 +92,7 @@ type config struct {
 	broadcast bool
 	storeSet  bool
 	cOpts     []consOption
+	idCache   int // MessageIDCache's size; 0: off
 }
 
 func (c *config) errorf(format string, args ...any) {
@@ -264,7 +266,7 @@ func Logger(l *slog.Logger) Opt {
 // it opens the session (waiting for it at most the session timeout);
 // broker connections are made when first needed.
 func New(opts ...Opt) (*Client, error) {
-	cfg := config{conn: defaultConnOptions(), logger: slog.Default(), parts: map[string][]int32{}}
+	cfg := config{conn: defaultConnOptions(), logger: slog.Default(), parts: map[string][]int32{}, idCache: DefaultMessageIDCacheSize}
 	for _, o := range opts {
 		if o == nil {
 			cfg.errorf("nil option")
@@ -370,8 +372,12 @@ func (c *config) check() {
 // buildConsumers makes the consumers of the topics to consume.
 func (c *Client) buildConsumers() error {
 	cfg := &c.cfg
+	if cfg.idCache > 0 {
+		c.dedup = newIDCache(cfg.idCache)
+	}
 	base := []consOption{consumerOpt(func(cc *consumerConfig) {
 		cc.conn, cc.logger = cfg.conn, cfg.logger
+		cc.dedup = c.dedup
 		cc.zk, cc.cluster = cfg.zk, c.zk
 		cc.reject = Drop() // overridden by RejectPolicy
 	})}

@@ -240,3 +240,13 @@ func (c *Client) lone() *directConsumer {
 	}
 	return d
 }
+
+// DuplicatesDropped returns how many messages this Client did not hand to
+// its handler (or Messages loop) because their id was in its
+// MessageIDCache: redeliveries of messages it had handled already.
+func (c *Client) DuplicatesDropped() int64 {
+	if c.dedup == nil {
+		return 0
+	}
+	return c.dedup.dropped.Load()
+}

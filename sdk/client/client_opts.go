@@ -291,6 +291,27 @@ func Reject(p RejectPolicy) Opt {
 	})
 }
 
+// MessageIDCache sets how many message ids a consuming Client remembers
+// to drop a redelivered message within this member: MetaQ 1.4.6's
+// MessageIdCache, an LRU of the ids (per topic) its handler returned nil
+// for, or its Messages loop went on from. A message fetched again whose id
+// is in it (after an offset reset, a partition that comes back to this
+// member, a commit that failed, a slave promoted after a failover, which
+// serves the master's ids) is not handed to the handler again: its
+// position moves past it and DuplicatesDropped counts it. A message whose
+// handler failed is not remembered, so it is retried as before. Default
+// DefaultMessageIDCacheSize (4096; on, as in MetaQ); 0 turns it off. Ids
+// are remembered per Client, not across restarts, and a replay from the
+// RecoverLocally store is not checked against them.
+func MessageIDCache(size int) Opt {
+	return consumerOption("MessageIDCache", func(c *config) {
+		if size < 0 {
+			c.errorf("MessageIDCache needs a size >= 0")
+		}
+		c.idCache = size
+	})
+}
+
 // Balance sets the group's partition assignment strategy: "DEFAULT"
 // (MetaQ's, partitions in numeric order) or "CONSIST" (consistent
 // hashing). Needs ConsumerGroup.

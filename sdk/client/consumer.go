@@ -88,6 +88,9 @@ type consumerConfig struct {
 
 	reject          RejectPolicy // nil: RecoverLocally("") with a group, else Drop()
 	recoverInterval time.Duration
+	// dedup drops messages whose id was handled already (the Client's,
+	// shared by its consumers); nil: none dropped.
+	dedup *idCache
 
 	// Group membership (group.go): with withGroup and no withPartitions.
 	heartbeat  time.Duration
@@ -628,7 +631,7 @@ func (c *brokerConsumer) runPartition(rctx context.Context, ps *partState, h Han
 			}
 			for i := range f.msgs {
 				m := &f.msgs[i]
-				if !c.handle(rctx, m, h, rej) {
+				if !c.cfg.dedup.drop(c.topic, m.ID) && !c.handle(rctx, m, h, rej) {
 					return
 				}
 				ps.lastID.Store(m.ID)
@@ -657,6 +660,7 @@ func (c *brokerConsumer) handle(ctx context.Context, m *message.Message, h Handl
 	for attempt := 0; ; attempt++ {
 		err := h(ctx, m)
 		if err == nil {
+			c.cfg.dedup.handled(c.topic, m.ID)
 			return true
 		}
 		if ctx.Err() != nil {
@@ -723,7 +727,15 @@ func (c *brokerConsumer) Messages(ctx context.Context) iter.Seq2[*message.Messag
 				ps := f.part
 				for i := range f.msgs {
 					m := &f.msgs[i]
+					if c.cfg.dedup.drop(c.topic, m.ID) {
+						ps.lastID.Store(m.ID)
+						ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
+						continue
+					}
 					ok := yield(m, nil)
+					if ok {
+						c.cfg.dedup.handled(c.topic, m.ID)
+					}
 					ps.lastID.Store(m.ID)
 					ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
 					if !ok {
