@@ -1,7 +1,6 @@
 package client
 
 import (
-	"container/list"
 	"sync"
 	"sync/atomic"
 )
@@ -22,17 +21,56 @@ type idKey struct {
 // Messages loop) has handled, shared by all its partitions and brokers:
 // a message fetched again (an offset reset, a rebalance that brings a
 // partition back, a redelivery after a commit failed) whose id is in it is
-// dropped and counted. Safe for concurrent use.
+// dropped and counted. The entries are a fixed slice linked by index (no
+// allocation per message once full). Safe for concurrent use.
 type idCache struct {
 	mu      sync.Mutex
 	size    int
-	ll      *list.List // front: most recently handled; values are idKey
-	byKey   map[idKey]*list.Element
+	ents    []idEntry // up to size; ents[head] the most recently handled
+	head    int32     // -1: empty
+	byKey   map[idKey]int32
 	dropped atomic.Int64
 }
 
+// idEntry is one id of an idCache, in its ring of recency.
+type idEntry struct {
+	key        idKey
+	prev, next int32 // neighbours in recency order (a circular list)
+}
+
 func newIDCache(size int) *idCache {
-	return &idCache{size: size, ll: list.New(), byKey: make(map[idKey]*list.Element, size)}
+	return &idCache{size: size, head: -1, byKey: make(map[idKey]int32, size)}
+}
+
+// unlink takes entry i out of the ring (not the last one).
+func (c *idCache) unlink(i int32) {
+	e := &c.ents[i]
+	c.ents[e.prev].next, c.ents[e.next].prev = e.next, e.prev
+	if c.head == i {
+		c.head = e.next
+	}
+}
+
+// pushFront links entry i in as the most recent (head).
+func (c *idCache) pushFront(i int32) {
+	if c.head < 0 {
+		c.ents[i].prev, c.ents[i].next, c.head = i, i, i
+		return
+	}
+	h := c.head
+	t := c.ents[h].prev
+	c.ents[i].prev, c.ents[i].next = t, h
+	c.ents[t].next, c.ents[h].prev = i, i
+	c.head = i
+}
+
+// touch makes entry i the most recent.
+func (c *idCache) touch(i int32) {
+	if c.head == i {
+		return
+	}
+	c.unlink(i)
+	c.pushFront(i)
 }
 
 // drop reports whether the message with id on topic was handled already
@@ -43,9 +81,9 @@ func (c *idCache) drop(topic string, id int64) bool {
 		return false
 	}
 	c.mu.Lock()
-	e, ok := c.byKey[idKey{topic, id}]
+	i, ok := c.byKey[idKey{topic, id}]
 	if ok {
-		c.ll.MoveToFront(e)
+		c.touch(i)
 	}
 	c.mu.Unlock()
 	if ok {
@@ -54,8 +92,8 @@ func (c *idCache) drop(topic string, id int64) bool {
 	return ok
 }
 
-// handled records that the message with id on topic was handled,
-// evicting the least recently handled id beyond the cache's size.
+// handled records that the message with id on topic was handled; once
+// full, the least recently handled id makes room.
 func (c *idCache) handled(topic string, id int64) {
 	if c == nil || id == 0 {
 		return
@@ -63,21 +101,29 @@ func (c *idCache) handled(topic string, id int64) {
 	k := idKey{topic, id}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.byKey[k]; ok {
-		c.ll.MoveToFront(e)
+	if i, ok := c.byKey[k]; ok {
+		c.touch(i)
 		return
 	}
-	c.byKey[k] = c.ll.PushFront(k)
-	if c.ll.Len() > c.size {
-		old := c.ll.Back()
-		c.ll.Remove(old)
-		delete(c.byKey, old.Value.(idKey))
+	if len(c.ents) < c.size {
+		i := int32(len(c.ents))
+		c.ents = append(c.ents, idEntry{key: k})
+		c.pushFront(i)
+		c.byKey[k] = i
+		return
 	}
+	// Reuse the least recent entry, the head's predecessor: it becomes
+	// the head by moving the head back one step.
+	i := c.ents[c.head].prev
+	delete(c.byKey, c.ents[i].key)
+	c.ents[i].key = k
+	c.head = i
+	c.byKey[k] = i
 }
 
 // len returns the number of ids held.
 func (c *idCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.ll.Len()
+	return len(c.ents)
 }

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -55,6 +57,37 @@ func TestIDCache(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, DefaultMessageIDCacheSize, c.len())
+}
+
+// TestIDCacheModel compares the cache with a slice kept in recency order
+// under random drops and handles, at sizes 1 to 6.
+func TestIDCacheModel(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(1, 2))
+	for size := 1; size <= 6; size++ {
+		c := newIDCache(size)
+		var model []int64 // most recent first
+		for range 5000 {
+			id := int64(r.IntN(10) + 1)
+			i := slices.Index(model, id)
+			if r.IntN(2) == 0 {
+				require.Equal(t, i >= 0, c.drop("t", id), "size %d, model %v, drop %d", size, model, id)
+				if i >= 0 {
+					model = append([]int64{id}, slices.Delete(model, i, i+1)...)
+				}
+				continue
+			}
+			c.handled("t", id)
+			if i >= 0 {
+				model = slices.Delete(model, i, i+1)
+			}
+			model = append([]int64{id}, model...)
+			if len(model) > size {
+				model = model[:size]
+			}
+			require.Equal(t, len(model), c.len())
+		}
+	}
 }
 
 // TestMessageIDCacheRedelivery: a group member's Client handles 20
@@ -176,4 +209,18 @@ func TestMessageIDCacheMessages(t *testing.T) {
 	}
 	require.Len(t, got, 5, "%v", got)
 	require.EqualValues(t, 5, cl.DuplicatesDropped())
+}
+
+// BenchmarkIDCache is what MessageIDCache costs a consumed message: a
+// miss (drop) and a handled, at the default size, full.
+func BenchmarkIDCache(b *testing.B) {
+	c := newIDCache(DefaultMessageIDCacheSize)
+	id := int64(1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if !c.drop(topic, id) {
+			c.handled(topic, id)
+		}
+		id++
+	}
 }
