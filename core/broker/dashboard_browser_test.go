@@ -104,6 +104,11 @@ func TestDashboardBrowser(t *testing.T) {
 			if i%2 == 0 {
 				mm.Attribute, mm.HasAttribute = "type=order;region=eu", true
 			}
+			if p == 1 && i == 1 { // a key, create time, tags and headers (issue 26)
+				mm.Key, mm.Timestamp, mm.Tags = []byte("customer-7"), time.UnixMilli(1_765_000_000_123), []string{"vip"}
+				mm.Headers = message.Headers{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")},
+					{Key: "sig", Value: []byte{0xde, 0xad, 0xbe, 0xef}}}
+			}
 			code, msg := c.call(func(d []byte, op int32) []byte {
 				return protocol.AppendPut(d, "orders", p, mm.Flag(), -1, op, mm.AppendData(nil))
 			})
@@ -222,6 +227,9 @@ func TestDashboardBrowser(t *testing.T) {
 	require.Contains(t, mt, `order-1-0 {"amount": 1}`)
 	require.Contains(t, mt, "type=order;region=eu")
 	require.Contains(t, mt, `order-1-3 {"amount": 31}`)
+	for _, w := range []string{"customer-7", "2025-12-06T05:46:40.123Z", "vip", "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "hex deadbeef"} {
+		require.Contains(t, mt, w)
+	}
 	require.NotContains(t, mt, "order-1-4")
 	shot("messages")
 	run(chromedp.Click(css("#next")), chromedp.WaitVisible(css("#messages")))
