@@ -3,6 +3,7 @@ package otelmetaq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -308,4 +309,66 @@ func TestErrorRecorded(t *testing.T) {
 	require.Contains(t, attrs(proc), attribute.Key("error.type"))
 	require.Len(t, proc.Events(), 1)
 	require.Equal(t, "exception", proc.Events()[0].Name)
+}
+
+// TestBatchedAndTransaction: the trace headers travel in mput batches
+// (Batching) and in a transaction's puts (StartPublish around
+// Transaction.Produce): every consumed message's process span is the child
+// of its own publish span.
+func TestBatchedAndTransaction(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Topics("bt"), brokertest.Partitions(3))
+	sr, tp := newRecorder(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	pc, err := client.New(client.Brokers(b.Addr()), client.Batching(64, 1<<20, 5*time.Millisecond))
+	require.NoError(t, err)
+	defer pc.Close(ctx)
+	prod := otelmetaq.NewProducer(pc, otelmetaq.WithTracerProvider(tp))
+	const batched = 30
+	msgs := make([]*message.Message, batched)
+	for i := range msgs {
+		msgs[i] = &message.Message{Topic: "bt", Body: fmt.Appendf(nil, "b-%d", i)}
+	}
+	_, err = prod.ProduceSync(ctx, msgs...)
+	require.NoError(t, err)
+
+	tx, err := pc.BeginTransaction(ctx)
+	require.NoError(t, err)
+	txm := []*message.Message{{Topic: "bt", Body: []byte("tx-0")}, {Topic: "bt", Body: []byte("tx-1")}}
+	var ends []func(client.SendResult, error)
+	for _, m := range txm {
+		_, end := prod.StartPublish(ctx, m)
+		ends = append(ends, end)
+	}
+	txres, err := tx.Produce(ctx, txm...)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	for i, end := range ends {
+		end(txres[i], nil)
+	}
+
+	pubByID := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range spansNamed(sr, "bt publish") {
+		pubByID[attrs(s)["messaging.message.id"].AsString()] = s
+	}
+	require.Len(t, pubByID, batched+len(txm))
+
+	cc, err := client.New(client.Brokers(b.Addr()), client.ConsumeTopics("bt"))
+	require.NoError(t, err)
+	defer cc.Close(ctx)
+	h := otelmetaq.WrapHandler(func(context.Context, *message.Message) error { return nil }, otelmetaq.WithTracerProvider(tp))
+	got := consumeN(t, cc, batched+len(txm), h)
+	procByID := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range spansNamed(sr, "bt process") {
+		procByID[attrs(s)["messaging.message.id"].AsString()] = s
+	}
+	for _, m := range got {
+		id := strconv.FormatInt(m.ID, 10)
+		pub, proc := pubByID[id], procByID[id]
+		require.NotNil(t, pub, "publish span of %q", m.Body)
+		require.NotNil(t, proc, "process span of %q", m.Body)
+		require.Equal(t, pub.SpanContext().SpanID(), proc.Parent().SpanID(), "%q", m.Body)
+		require.Equal(t, pub.SpanContext().TraceID(), proc.SpanContext().TraceID(), "%q", m.Body)
+	}
 }
