@@ -273,7 +273,7 @@ func TestHostileTraceHeaders(t *testing.T) {
 // TestErrorRecorded: a handler's error is recorded on its process span
 // (status Error, an exception event, error.type); a send that fails ends
 // its publish span with the error, and an explicit propagator is used for
-// both sides.
+// both sides. A spooled message's publish span says so, without an id.
 func TestErrorRecorded(t *testing.T) {
 	sr, tp := newRecorder(t)
 	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
@@ -292,9 +292,16 @@ func TestErrorRecorded(t *testing.T) {
 	err := tr.WrapHandler(func(context.Context, *message.Message) error { return boom })(context.Background(), m)
 	require.ErrorIs(t, err, boom)
 
+	sp := &message.Message{Topic: "e", Body: []byte("s")}
+	_, end = tr.StartPublish(context.Background(), sp)
+	end(client.SendResult{Topic: "e", Partition: -1, Offset: -1, ID: -1, BrokerID: -1, Spooled: true}, nil)
+
 	spans := sr.Ended()
-	require.Len(t, spans, 2)
-	pub, proc := spans[0], spans[1]
+	require.Len(t, spans, 3)
+	pub, proc, spooled := spans[0], spans[1], spans[2]
+	require.True(t, attrs(spooled)["messaging.metaq.spooled"].AsBool())
+	require.NotContains(t, attrs(spooled), attribute.Key("messaging.message.id"), "a spooled message has no id yet")
+	require.Equal(t, codes.Unset, spooled.Status().Code)
 	require.Equal(t, "e publish", pub.Name())
 	require.Equal(t, codes.Error, pub.Status().Code)
 	require.NotContains(t, attrs(pub), attribute.Key("messaging.message.id"))
