@@ -60,7 +60,7 @@ func Example() {
 	fmt.Println("child of the publish span:", proc.Parent().SpanID() == pub.SpanContext().SpanID())
 	// Output:
 	// handled hello
-	// ex-otel publish producer
-	// ex-otel process consumer
+	// publish ex-otel producer
+	// process ex-otel consumer
 	// child of the publish span: true
 }

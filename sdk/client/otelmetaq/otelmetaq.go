@@ -1,12 +1,12 @@
 // Package otelmetaq traces metaq-go messages with OpenTelemetry, as the otel
 // instrumentations of Kafka clients do (franz-go's kotel, otelsarama).
 //
-// A Producer (or Tracer.StartPublish) starts a "<topic> publish" span of kind
+// A Producer (or Tracer.StartPublish) starts a "publish <topic>" span of kind
 // Producer for each message, injects its context into the message's headers
 // with the configured propagator (W3C traceparent and tracestate by default)
 // and ends it with the send's outcome (the message id, partition). A wrapped
 // Handler (or Tracer.StartProcess in a Messages loop) extracts that context
-// and runs the handler in a "<topic> process" span of kind Consumer, its
+// and runs the handler in a "process <topic>" span of kind Consumer, its
 // child, ended when the handler returns, with its error. Attributes follow
 // OpenTelemetry's messaging semantic conventions (semconv v1.43.0).
 //
@@ -131,7 +131,7 @@ func (t *Tracer) StartPublish(ctx context.Context, m *message.Message) (context.
 		semconv.MessagingOperationName(OpPublish),
 		semconv.MessagingMessageBodySize(len(m.Body)))
 	attrs = append(attrs, t.cfg.attrs...)
-	ctx, span := t.tracer.Start(ctx, m.Topic+" "+OpPublish,
+	ctx, span := t.tracer.Start(ctx, OpPublish+" "+m.Topic,
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	t.cfg.prop.Inject(ctx, NewHeadersCarrier(m))
 	return ctx, func(res client.SendResult, err error) {
@@ -170,7 +170,7 @@ func (t *Tracer) StartProcess(ctx context.Context, m *message.Message) (context.
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(t.cfg.group))
 	}
 	attrs = append(attrs, t.cfg.attrs...)
-	ctx, span := t.tracer.Start(ctx, m.Topic+" "+OpProcess,
+	ctx, span := t.tracer.Start(ctx, OpProcess+" "+m.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 	return ctx, func(err error) {
 		if err != nil {

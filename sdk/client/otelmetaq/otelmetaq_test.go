@@ -119,7 +119,7 @@ func TestProduceConsume(t *testing.T) {
 	require.Regexp(t, `^00-[0-9a-f]{32}-[0-9a-f]{16}-01$`, tpv)
 	require.Len(t, m1.Headers, 2)
 
-	pubs := spansNamed(sr, "tr publish")
+	pubs := spansNamed(sr, "publish tr")
 	require.Len(t, pubs, 2)
 	pubByID := map[string]sdktrace.ReadOnlySpan{}
 	for i, s := range pubs {
@@ -160,7 +160,7 @@ func TestProduceConsume(t *testing.T) {
 	}, otelmetaq.WithTracerProvider(tp), otelmetaq.WithConsumerGroup("g1"))
 	got := consumeN(t, cc, 3, h)
 
-	procs := spansNamed(sr, "tr process")
+	procs := spansNamed(sr, "process tr")
 	require.Len(t, procs, 3)
 	procByID := map[string]sdktrace.ReadOnlySpan{}
 	for _, s := range procs {
@@ -254,7 +254,7 @@ func TestHostileTraceHeaders(t *testing.T) {
 		}
 	}
 
-	procs := spansNamed(sr, "ho process")
+	procs := spansNamed(sr, "process ho")
 	require.Len(t, procs, len(cases))
 	for _, s := range procs {
 		i, err := strconv.Atoi(ids[attrs(s)["messaging.message.id"].AsString()])
@@ -302,12 +302,12 @@ func TestErrorRecorded(t *testing.T) {
 	require.True(t, attrs(spooled)["messaging.metaq.spooled"].AsBool())
 	require.NotContains(t, attrs(spooled), attribute.Key("messaging.message.id"), "a spooled message has no id yet")
 	require.Equal(t, codes.Unset, spooled.Status().Code)
-	require.Equal(t, "e publish", pub.Name())
+	require.Equal(t, "publish e", pub.Name())
 	require.Equal(t, codes.Error, pub.Status().Code)
 	require.NotContains(t, attrs(pub), attribute.Key("messaging.message.id"))
 	require.Equal(t, "t", attrs(pub)["app"].AsString())
 
-	require.Equal(t, "e process", proc.Name())
+	require.Equal(t, "process e", proc.Name())
 	require.Equal(t, pub.SpanContext().SpanID(), proc.Parent().SpanID())
 	require.Equal(t, codes.Error, proc.Status().Code)
 	require.Equal(t, "boom", proc.Status().Description)
@@ -356,7 +356,7 @@ func TestBatchedAndTransaction(t *testing.T) {
 	}
 
 	pubByID := map[string]sdktrace.ReadOnlySpan{}
-	for _, s := range spansNamed(sr, "bt publish") {
+	for _, s := range spansNamed(sr, "publish bt") {
 		pubByID[attrs(s)["messaging.message.id"].AsString()] = s
 	}
 	require.Len(t, pubByID, batched+len(txm))
@@ -367,7 +367,7 @@ func TestBatchedAndTransaction(t *testing.T) {
 	h := otelmetaq.WrapHandler(func(context.Context, *message.Message) error { return nil }, otelmetaq.WithTracerProvider(tp))
 	got := consumeN(t, cc, batched+len(txm), h)
 	procByID := map[string]sdktrace.ReadOnlySpan{}
-	for _, s := range spansNamed(sr, "bt process") {
+	for _, s := range spansNamed(sr, "process bt") {
 		procByID[attrs(s)["messaging.message.id"].AsString()] = s
 	}
 	for _, m := range got {
