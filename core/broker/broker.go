@@ -167,9 +167,9 @@ type Broker struct {
 	// tables) is under adminMu after New.
 	adminMu   sync.Mutex
 	topicBook *topicadmin.Book
-	// peers are other brokers' offsets read for the dashboard
-	// (peeroffsets.go).
-	peers peerOffsets
+	// peers reads other brokers' offsets for the dashboard
+	// (core/httpapi peeroffsets.go).
+	peers httpapi.PeerReader
 }
 
 // topicOpen is one open of a topic in progress: done is closed when t or
@@ -221,6 +221,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 		budget:  newBudget(cfg.MaxBufferedBytes),
 	}
 	b.cfgp.Store(cfg)
+	b.peers.Dialer = func() repl.Dialer { return repl.DialerFromConf(b.config(), b.knobs.replAddr) }
 	b.startCtx, b.startCancel = context.WithCancel(context.Background())
 	b.initLogging(cfg)
 	b.unauth, b.tlsFails = security.NewAdmission[*conn](b.log), security.NewTLSFailures(b.log)

@@ -89,7 +89,7 @@ func (h httpBackend) GroupsPage(v security.Viewer) httpapi.GroupsPage {
 		pg.AddRemoteLag(v, b.config().BrokerID, func(ps []httpapi.PeerBroker) map[int]httpapi.PeerOffsets {
 			ctx, cancel := context.WithTimeout(context.Background(), httpapi.RemoteLagWait)
 			defer cancel()
-			return b.peerOffsetsOf(ctx, ps)
+			return b.peers.Offsets(ctx, ps)
 		})
 	}
 	pg.ZKEvery, pg.Truncated = groups.ZKOffsetsEvery, b.committed.ZKTruncated()
@@ -180,7 +180,7 @@ func (b *Broker) remoteLag(ctx context.Context, group string, rows []httpapi.Rem
 		}
 		ch <- x
 	}()
-	got := b.peerOffsetsOf(ctx, peers)
+	got := b.peers.Offsets(ctx, peers)
 	var st storeRead
 	select {
 	case st = <-ch:

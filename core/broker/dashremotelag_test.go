@@ -138,14 +138,14 @@ func TestDashboardRemoteLagAuth(t *testing.T) {
 	require.Positive(t, proxy.Accepts(), "through the proxy")
 	// The next read reuses the connection (logged in already).
 	accepts := proxy.Accepts()
-	again := b0.readPeerOffsets(httpapi.PeerBroker{ID: 1, Addr: b1Addr})
+	again := b0.peers.ReadOnce(httpapi.PeerBroker{ID: 1, Addr: b1Addr})
 	require.Empty(t, again.Err)
 	require.Equal(t, max10, again.Max["orders"][0])
 	require.Equal(t, accepts, proxy.Accepts(), "no new connection")
 	// A connection broker 1 closed (its idle_timeout, a restart) is
 	// replaced within the same read.
 	proxy.Cut(false)
-	again = b0.readPeerOffsets(httpapi.PeerBroker{ID: 1, Addr: b1Addr})
+	again = b0.peers.ReadOnce(httpapi.PeerBroker{ID: 1, Addr: b1Addr})
 	require.Empty(t, again.Err)
 	require.Equal(t, max10, again.Max["orders"][0])
 	require.Equal(t, accepts+1, proxy.Accepts(), "a new connection")

@@ -70,8 +70,8 @@ func (b *Broker) shutdown(ctx context.Context, drain bool) error {
 			l.Close()
 		}
 	}
-	b.closeHTTP()      // http.go: before the stores its handlers read
-	b.peers.closeAll() // peeroffsets.go
+	b.closeHTTP()   // http.go: before the stores its handlers read
+	b.peers.Close() // core/httpapi peeroffsets.go
 	if drain {
 		n := b.drain(ctx)
 		if n > 0 {

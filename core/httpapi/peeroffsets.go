@@ -1,4 +1,4 @@
-package broker
+package httpapi
 
 // The dashboard's reads of other brokers' partition offsets (cluster
 // mode, docs/dashboard.md): the lag of a group's partitions on another
@@ -21,8 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/internal/brokerstats"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -33,14 +31,19 @@ const (
 	// login and the stats request.
 	peerReadTimeout = 1500 * time.Millisecond
 	// peerOffsetsTTL is how long an answer is reused.
-	peerOffsetsTTL = httpapi.PeerOffsetsEvery
+	peerOffsetsTTL = PeerOffsetsEvery
 	// peerMaxBody bounds the stats reply read.
 	peerMaxBody = 16 << 20
 )
 
-// peerOffsets caches other brokers' `stats offsets`, by broker id, and
-// keeps a connection to each.
-type peerOffsets struct {
+// PeerReader reads other brokers' `stats offsets` for the dashboard,
+// caches the answers by broker id and keeps a connection to each. Dialer
+// gives the replication link's dialer as configured now (its address
+// mapping, TLS and replication_user's login). The zero value with Dialer
+// set is ready; Close closes the kept connections.
+type PeerReader struct {
+	Dialer func() repl.Dialer
+
 	mu     sync.Mutex
 	m      map[int]*peerRead
 	conns  map[int]*peerConn
@@ -54,22 +57,22 @@ type peerRead struct {
 	tls  bool
 	done chan struct{}
 	at   time.Time
-	res  httpapi.PeerOffsets
+	res  PeerOffsets
 }
 
-// peerOffsetsOf reads the offsets of brokers ps (answers younger than
+// Offsets reads the offsets of brokers (answers younger than
 // peerOffsetsTTL are reused), at most until ctx ends: a broker that has
 // not answered by then is reported as such, and its read goes on in the
 // background (bounded by peerReadTimeout) for the next page view.
-func (b *Broker) peerOffsetsOf(ctx context.Context, ps []httpapi.PeerBroker) map[int]httpapi.PeerOffsets {
+func (ps *PeerReader) Offsets(ctx context.Context, brokers []PeerBroker) map[int]PeerOffsets {
 	now := time.Now()
-	reads := make(map[int]*peerRead, len(ps))
-	b.peers.mu.Lock()
-	if b.peers.m == nil {
-		b.peers.m = map[int]*peerRead{}
+	reads := make(map[int]*peerRead, len(brokers))
+	ps.mu.Lock()
+	if ps.m == nil {
+		ps.m = map[int]*peerRead{}
 	}
-	for _, p := range ps {
-		r := b.peers.m[p.ID]
+	for _, p := range brokers {
+		r := ps.m[p.ID]
 		fresh := r != nil && r.addr == p.Addr && r.tls == p.TLS
 		if fresh {
 			select {
@@ -80,23 +83,23 @@ func (b *Broker) peerOffsetsOf(ctx context.Context, ps []httpapi.PeerBroker) map
 		}
 		if !fresh {
 			r = &peerRead{addr: p.Addr, tls: p.TLS, done: make(chan struct{})}
-			b.peers.m[p.ID] = r
+			ps.m[p.ID] = r
 			go func() {
-				r.res = b.readPeerOffsets(p)
+				r.res = ps.ReadOnce(p)
 				r.at = time.Now()
 				close(r.done)
 			}()
 		}
 		reads[p.ID] = r
 	}
-	b.peers.mu.Unlock()
-	out := make(map[int]httpapi.PeerOffsets, len(reads))
+	ps.mu.Unlock()
+	out := make(map[int]PeerOffsets, len(reads))
 	for id, r := range reads {
 		select {
 		case <-r.done:
 			out[id] = r.res
 		case <-ctx.Done():
-			out[id] = httpapi.PeerOffsets{Err: fmt.Sprintf("broker %d did not answer within %v", id, time.Since(now).Round(100*time.Millisecond))}
+			out[id] = PeerOffsets{Err: fmt.Sprintf("broker %d did not answer within %v", id, time.Since(now).Round(100*time.Millisecond))}
 		}
 	}
 	return out
@@ -120,7 +123,7 @@ func (c *peerConn) close() {
 
 // take returns broker p's idle connection if it was opened as p and user
 // say, nil otherwise.
-func (ps *peerOffsets) take(p httpapi.PeerBroker, user string) *peerConn {
+func (ps *PeerReader) take(p PeerBroker, user string) *peerConn {
 	ps.mu.Lock()
 	c := ps.conns[p.ID]
 	delete(ps.conns, p.ID)
@@ -134,7 +137,7 @@ func (ps *peerOffsets) take(p httpapi.PeerBroker, user string) *peerConn {
 
 // put keeps c as broker id's idle connection (closed when the broker
 // closes or one is kept already).
-func (ps *peerOffsets) put(id int, c *peerConn) {
+func (ps *PeerReader) put(id int, c *peerConn) {
 	ps.mu.Lock()
 	if ps.conns == nil {
 		ps.conns = map[int]*peerConn{}
@@ -148,8 +151,8 @@ func (ps *peerOffsets) put(id int, c *peerConn) {
 	ps.mu.Unlock()
 }
 
-// closeAll closes the idle connections; none is kept after it (Close).
-func (ps *peerOffsets) closeAll() {
+// Close closes the idle connections; none is kept after it.
+func (ps *PeerReader) Close() {
 	ps.mu.Lock()
 	cs := ps.conns
 	ps.conns, ps.closed = nil, true
@@ -159,24 +162,25 @@ func (ps *peerOffsets) closeAll() {
 	}
 }
 
-// readPeerOffsets asks broker p for `stats offsets`, on the connection
+// ReadOnce asks broker p now (no cached answer) for `stats offsets`, on
+// the connection
 // kept from the last read (again on a new one if the broker closed it:
 // its idle_timeout, a restart) or a new one.
-func (b *Broker) readPeerOffsets(p httpapi.PeerBroker) httpapi.PeerOffsets {
-	cfg := b.config()
+func (ps *PeerReader) ReadOnce(p PeerBroker) PeerOffsets {
+	d := ps.Dialer()
 	ctx, cancel := context.WithTimeout(context.Background(), peerReadTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	user := cfg.ReplicationUser
-	if c := b.peers.take(p, user); c != nil {
+	user := d.User
+	if c := ps.take(p, user); c != nil {
 		res, err := peerStats(c, p, deadline)
 		if err == nil {
-			b.peers.put(p.ID, c)
+			ps.put(p.ID, c)
 			return res
 		}
 		c.close()
 	}
-	c, err := b.dialPeer(ctx, cfg, p, deadline)
+	c, err := dialPeer(ctx, d, p, deadline)
 	if err != nil {
 		return peerFailed(p, err)
 	}
@@ -185,18 +189,17 @@ func (b *Broker) readPeerOffsets(p httpapi.PeerBroker) httpapi.PeerOffsets {
 		c.close()
 		var refused peerRefused
 		if errors.As(err, &refused) {
-			return httpapi.PeerOffsets{Err: string(refused)}
+			return PeerOffsets{Err: string(refused)}
 		}
 		return peerFailed(p, err)
 	}
-	b.peers.put(p.ID, c)
+	ps.put(p.ID, c)
 	return res
 }
 
 // dialPeer opens a connection to broker p and logs in as
 // replication_user when it is set, by deadline.
-func (b *Broker) dialPeer(ctx context.Context, cfg *conf.Config, p httpapi.PeerBroker, deadline time.Time) (*peerConn, error) {
-	d := repl.DialerFromConf(cfg, b.knobs.replAddr)
+func dialPeer(ctx context.Context, d repl.Dialer, p PeerBroker, deadline time.Time) (*peerConn, error) {
 	user, password := d.User, d.Password
 	d.User = "" // logged in below, by the deadline (Dial waits out a refusal's failure_delay)
 	nc, err := d.Dial(ctx, p.Addr, p.TLS, peerReadTimeout)
@@ -224,23 +227,23 @@ type peerRefused string
 func (e peerRefused) Error() string { return string(e) }
 
 // peerStats sends `stats offsets` on c by deadline.
-func peerStats(c *peerConn, p httpapi.PeerBroker, deadline time.Time) (httpapi.PeerOffsets, error) {
+func peerStats(c *peerConn, p PeerBroker, deadline time.Time) (PeerOffsets, error) {
 	c.nc.SetDeadline(deadline)
 	r, err := peerCall(c, protocol.AppendStats(nil, "offsets", 2))
 	switch {
 	case err != nil:
-		return httpapi.PeerOffsets{}, err
+		return PeerOffsets{}, err
 	case r.Code == protocol.StatusUnauthorized && c.user == "":
-		return httpapi.PeerOffsets{}, peerRefused(fmt.Sprintf("broker %d needs a login (users are configured there) and replication_user is not set: "+
+		return PeerOffsets{}, peerRefused(fmt.Sprintf("broker %d needs a login (users are configured there) and replication_user is not set: "+
 			"this broker cannot read its offsets", p.ID))
 	case r.Code != protocol.StatusOK:
-		return httpapi.PeerOffsets{}, fmt.Errorf("stats offsets refused: %d %s", r.Code, protocol.Printable(r.Body))
+		return PeerOffsets{}, fmt.Errorf("stats offsets refused: %d %s", r.Code, protocol.Printable(r.Body))
 	}
 	parts, err := brokerstats.ParsePartitions(string(r.Body))
 	if err != nil {
-		return httpapi.PeerOffsets{}, err
+		return PeerOffsets{}, err
 	}
-	out := httpapi.PeerOffsets{Max: make(map[string]map[int32]int64, len(parts))}
+	out := PeerOffsets{Max: make(map[string]map[int32]int64, len(parts))}
 	for t, ps := range parts {
 		m := make(map[int32]int64, len(ps))
 		for _, x := range ps {
@@ -267,9 +270,9 @@ func peerCall(c *peerConn, req []byte) (*protocol.Request, error) {
 }
 
 // peerFailed is a failed read of broker p's offsets.
-func peerFailed(p httpapi.PeerBroker, err error) httpapi.PeerOffsets {
+func peerFailed(p PeerBroker, err error) PeerOffsets {
 	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
-		return httpapi.PeerOffsets{Err: fmt.Sprintf("broker %d at %s did not answer within %v", p.ID, p.Addr, peerReadTimeout)}
+		return PeerOffsets{Err: fmt.Sprintf("broker %d at %s did not answer within %v", p.ID, p.Addr, peerReadTimeout)}
 	}
-	return httpapi.PeerOffsets{Err: fmt.Sprintf("broker %d at %s: %v", p.ID, p.Addr, err)}
+	return PeerOffsets{Err: fmt.Sprintf("broker %d at %s: %v", p.ID, p.Addr, err)}
 }
