@@ -275,7 +275,7 @@ func (l *Log) rollThresholdLocked() error {
 		return l.failLocked(fmt.Errorf("fsync %s: %w", filepath.Base(old.path), err))
 	}
 	l.nFsyncs.Add(1)
-	l.noteFlushed(old.end())
+	l.noteFlushed(old.end(), true)
 	if end := old.end(); end > l.readable.Load() {
 		l.readable.Store(end)
 	}
@@ -373,7 +373,7 @@ func (l *Log) flush() error {
 	l.nFsyncs.Add(1)
 	seg.release()
 	if err == nil {
-		l.noteFlushed(end)
+		l.noteFlushed(end, false)
 	}
 
 	l.mu.Lock()

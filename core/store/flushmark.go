@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // FlushMarkName is the file, in the directory of a partition that is not
@@ -19,9 +20,19 @@ import (
 // unsynced page and lost an earlier one) and cuts it; damage before it
 // is damage, as before.
 //
-// The file is never fsynced: what it says was durable when it was
-// written, so whatever version of it a power cut leaves says nothing
-// false (an older one says less). It is 16 bytes:
+// The file is rewritten in place and fdatasynced only now and then, so
+// after a power cut its on-disk version may be an older one. An older
+// mark is LOWER than the true durable end, and recovery takes damage
+// between the two, in data fsynced and acknowledged, for a torn tail and
+// cuts it: so the staleness is bounded. The mark is fdatasynced at every
+// threshold-mode segment roll, and otherwise by a timer at most every
+// flushMarkSyncEvery (1 s) after it changed, off the put path: a bit flip
+// in about the last second of acknowledged data before a power cut may be
+// cut as a torn tail. A mark that goes down (Truncate, a recovery cut) is
+// fdatasynced at once: an older, higher mark coming back would take a
+// torn tail in the rewritten range for damage and refuse the start.
+// Close fdatasyncs a mark changed since its last sync. After a kill -9
+// the page cache keeps the latest version. It is 16 bytes:
 //
 //	[4 bytes "mqfl"][u64 durable end][u32 crc32c of the 12 bytes before]
 const FlushMarkName = ".flushed"
@@ -30,16 +41,28 @@ const flushMarkSize = 16
 
 var flushMarkMagic = [4]byte{'m', 'q', 'f', 'l'}
 
+// flushMarkSyncEvery bounds how long a raised flush mark may stay
+// unsynced: the first change after a sync arms a timer that fdatasyncs
+// the file this long after (at most one fdatasync per interval per
+// partition, and none while the mark does not change).
+var flushMarkSyncEvery = time.Second
+
 // flushMark is a log's flush mark file.
 type flushMark struct {
 	mu  sync.Mutex
 	f   *os.File // nil: the log keeps none (journaled, or it could not be opened)
 	end int64    // the end last written (-1: none)
-	// fresh: the file held no valid mark at Open (new, or written before
-	// a power cut kept none of its writes): recovery fsyncs the first
-	// one, so that some valid version of it is always durable.
-	fresh bool
-	buf   [flushMarkSize]byte
+	buf [flushMarkSize]byte
+	// dirty: written since its last fdatasync.
+	dirty bool
+	// timer fdatasyncs a dirty mark (syncFlushMarkLater); armed: pending.
+	timer *time.Timer
+	armed bool
+	// syncMu is held by the timer's fdatasync (without mu, so that the
+	// put path's rewrites never wait for it) and by closeFlushMark, so
+	// that the file is not closed under it. Taken before mu.
+	syncMu sync.Mutex
+	sync   func(*os.File) error // fdatasync (hooks.markSync in tests)
 }
 
 func encodeFlushMark(b []byte, end int64) {
@@ -82,26 +105,16 @@ func (l *Log) openFlushMark() int64 {
 	if n, _ := f.ReadAt(b[:], 0); n == flushMarkSize {
 		l.fm.end = decodeFlushMark(b[:])
 	}
-	l.fm.fresh = l.fm.end < 0
 	return l.fm.end
 }
 
 // settleFlushMark records end, the end recovery left durable, as the
-// log's durable end, and fsyncs the mark if the file held no valid one:
-// the rewrites that follow are never fsynced, and a power cut may keep
-// none of them, so a valid version must be durable first.
+// log's durable end. A mark it lowers (a recovery cut) or that the file
+// did not hold validly (new, or written before a power cut kept none of
+// its writes) is fdatasynced at once (resetFlushed); a failure fails the
+// Open.
 func (l *Log) settleFlushMark(end int64) error {
-	l.resetFlushed(end)
-	l.fm.mu.Lock()
-	defer l.fm.mu.Unlock()
-	if l.fm.f == nil || !l.fm.fresh || l.fm.end < 0 {
-		return nil
-	}
-	if err := fdatasync(l.fm.f); err != nil {
-		return fmt.Errorf("store: fsync %s: %w", filepath.Join(l.dir, FlushMarkName), err)
-	}
-	l.fm.fresh = false
-	return nil
+	return l.resetFlushed(end)
 }
 
 // dropFlushMark removes the flush mark a journaled log finds, left from a
@@ -121,45 +134,129 @@ func (l *Log) dropFlushMark() error {
 }
 
 // noteFlushed records end as the log's durable end if it is higher than
-// the one recorded: everything before it was just fsynced.
-func (l *Log) noteFlushed(end int64) {
+// the one recorded: everything before it was just fsynced. With roll (a
+// threshold-mode segment roll) the mark is fdatasynced at once if it
+// changed since its last sync; otherwise the timer does it within
+// flushMarkSyncEvery.
+func (l *Log) noteFlushed(end int64, roll bool) {
 	l.fm.mu.Lock()
 	defer l.fm.mu.Unlock()
-	if l.fm.f == nil || end <= l.fm.end {
+	if l.fm.f == nil {
 		return
 	}
-	l.writeFlushMarkLocked(end)
+	if end > l.fm.end {
+		l.writeFlushMarkLocked(end)
+	}
+	if roll && l.fm.dirty {
+		if err := l.syncFlushMarkLocked(); err != nil {
+			l.logf("store: %s: %v", l.dir, err)
+		}
+		return
+	}
+	l.syncFlushMarkLater()
 }
 
 // resetFlushed records end as the log's durable end even if it is lower
 // (recovery cut the log there, or Truncate did): a mark past the end
-// would take a later torn tail below it for damage.
-func (l *Log) resetFlushed(end int64) {
+// would take a later torn tail below it for damage. A lowered mark (or
+// one replacing no known mark) is fdatasynced before it returns, so that
+// the old, higher one cannot come back after a power cut; a failed
+// fdatasync is returned (and logged by callers that cannot fail on it).
+func (l *Log) resetFlushed(end int64) error {
 	l.fm.mu.Lock()
 	defer l.fm.mu.Unlock()
 	if l.fm.f == nil || end == l.fm.end {
-		return
+		return nil
 	}
+	lower := l.fm.end < 0 || end < l.fm.end
 	l.writeFlushMarkLocked(end)
+	if !lower {
+		l.syncFlushMarkLater()
+		return nil
+	}
+	if l.fm.end != end {
+		// The write failed (not fatal, as in writeFlushMarkLocked): an
+		// older, higher mark left in the file may refuse a later start
+		// for a torn tail past end.
+		l.logf("store: %s: could not write the flush mark %d", l.dir, end)
+		return nil
+	}
+	return l.syncFlushMarkLocked()
 }
 
 func (l *Log) writeFlushMarkLocked(end int64) {
 	encodeFlushMark(l.fm.buf[:], end)
+	l.fm.dirty = true
 	if _, err := l.fm.f.WriteAt(l.fm.buf[:], 0); err != nil {
-		// Not fatal: the mark only lets recovery cut a torn tail. The
-		// old one stays true; an unknown one is dropped from the next
-		// recovery's view by its crc.
+		// Not fatal: the mark only lets recovery cut a torn tail. An
+		// unknown one is dropped from the next recovery's view by its
+		// crc.
 		l.fm.end = -1
 		return
 	}
 	l.fm.end = end
 }
 
-// closeFlushMark closes the mark file.
+// syncFlushMarkLocked fdatasyncs the mark now. Callers hold fm.mu.
+func (l *Log) syncFlushMarkLocked() error {
+	l.fm.dirty = false
+	if err := l.fm.sync(l.fm.f); err != nil {
+		return fmt.Errorf("store: fsync %s: %w", filepath.Join(l.dir, FlushMarkName), err)
+	}
+	return nil
+}
+
+// syncFlushMarkLater arms the timer that fdatasyncs a dirty mark within
+// flushMarkSyncEvery, unless it is armed. Callers hold fm.mu.
+func (l *Log) syncFlushMarkLater() {
+	if !l.fm.dirty || l.fm.armed {
+		return
+	}
+	l.fm.armed = true
+	if l.fm.timer == nil {
+		l.fm.timer = time.AfterFunc(flushMarkSyncEvery, l.syncFlushMarkTimer)
+		return
+	}
+	l.fm.timer.Reset(flushMarkSyncEvery)
+}
+
+// syncFlushMarkTimer is the timer's fdatasync, on its own goroutine and
+// without fm.mu: a rewrite while it runs marks the file dirty again and
+// arms the timer again.
+func (l *Log) syncFlushMarkTimer() {
+	l.fm.syncMu.Lock()
+	defer l.fm.syncMu.Unlock()
+	l.fm.mu.Lock()
+	l.fm.armed = false
+	f := l.fm.f
+	if f == nil || !l.fm.dirty {
+		l.fm.mu.Unlock()
+		return
+	}
+	l.fm.dirty = false
+	l.fm.mu.Unlock()
+	if err := l.fm.sync(f); err != nil {
+		l.logf("store: %s: fsync %s: %v", l.dir, FlushMarkName, err)
+	}
+}
+
+// closeFlushMark stops the timer, fdatasyncs the mark if it changed
+// since its last sync, and closes the file.
 func (l *Log) closeFlushMark() {
+	l.fm.syncMu.Lock()
+	defer l.fm.syncMu.Unlock()
 	l.fm.mu.Lock()
 	defer l.fm.mu.Unlock()
+	if l.fm.timer != nil {
+		l.fm.timer.Stop()
+		l.fm.armed = false
+	}
 	if l.fm.f != nil {
+		if l.fm.dirty {
+			if err := l.syncFlushMarkLocked(); err != nil {
+				l.logf("store: %s: %v", l.dir, err)
+			}
+		}
 		_ = l.fm.f.Close()
 		l.fm.f = nil
 	}

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -203,4 +205,133 @@ func TestFlushMarkDroppedByJournal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, l.MaxOffset(), decodeFlushMark(b))
 	require.NoError(t, l.Close())
+}
+
+// markSyncRecorder is a flush mark fdatasync that records the mark each
+// sync made durable: what a power cut that drops every unsynced write
+// (faultfs.DropAll) leaves in the file.
+type markSyncRecorder struct {
+	durable atomic.Int64
+	n       atomic.Int64
+}
+
+func (r *markSyncRecorder) sync(f *os.File) error {
+	var b [flushMarkSize]byte
+	_, err := f.ReadAt(b[:], 0)
+	if err == nil {
+		err = fdatasync(f)
+	}
+	if err == nil {
+		r.durable.Store(decodeFlushMark(b[:]))
+		r.n.Add(1)
+	}
+	return err
+}
+
+// TestFlushMarkDurable: the flush mark a power cut leaves is never far
+// behind the data fsynced and acknowledged before it (a lower mark takes
+// damage in that data for a torn tail and cuts it): a raised mark is
+// fdatasynced within about flushMarkSyncEvery, off the put path and at
+// most once per interval however often it changes, at once at a
+// threshold-mode roll and at Close; a lowered one (Truncate) before
+// Truncate returns, so that the old higher mark cannot come back.
+func TestFlushMarkDurable(t *testing.T) {
+	t.Parallel()
+	within := func(r *markSyncRecorder, want int64, what string) {
+		t.Helper()
+		start := time.Now()
+		require.Eventually(t, func() bool { return r.durable.Load() == want },
+			3*flushMarkSyncEvery, 5*time.Millisecond, "%s: the durable mark %d never reached %d", what, r.durable.Load(), want)
+		t.Logf("%s: durable after %v", what, time.Since(start))
+	}
+	read := func(dir string) int64 {
+		b, err := os.ReadFile(filepath.Join(dir, FlushMarkName))
+		require.NoError(t, err)
+		return decodeFlushMark(b)
+	}
+
+	t.Run("threshold", func(t *testing.T) {
+		t.Parallel()
+		r := &markSyncRecorder{}
+		r.durable.Store(-1)
+		dir := filepath.Join(t.TempDir(), "topic-0")
+		l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000, MaxSegmentSize: 400,
+			hooks: &hooks{markSync: r.sync}})
+		require.NoError(t, err)
+		defer l.Close()
+		require.Equal(t, int64(0), r.durable.Load(), "a new log's first mark is durable at Open")
+
+		// Many flushes in a burst: the mark follows within the bound,
+		// with at most one fdatasync per interval.
+		n0 := r.n.Load()
+		start := time.Now()
+		for i := range 30 {
+			mustAppend(t, l, fmt.Appendf(nil, "flushed %d", i))
+			require.NoError(t, l.Flush())
+			if l.MaxOffset() > 300 {
+				break // no roll yet
+			}
+		}
+		end := l.MaxOffset()
+		require.Equal(t, end, read(dir))
+		within(r, end, "flushes")
+		require.LessOrEqual(t, r.n.Load()-n0, int64(time.Since(start)/flushMarkSyncEvery)+1, "at most one fdatasync per interval")
+
+		// A roll fdatasyncs the mark at once.
+		for range 40 {
+			before := read(dir)
+			mustAppend(t, l, []byte("rolling along"))
+			if m := read(dir); m != before {
+				require.Equal(t, m, r.durable.Load(), "a roll fdatasyncs the mark")
+				break
+			}
+		}
+		require.Greater(t, r.durable.Load(), end, "rolled")
+
+		// Truncate lowers it durably before it returns.
+		require.NoError(t, l.Flush())
+		high := l.MaxOffset()
+		within(r, high, "flush before truncate")
+		_, err = l.Truncate(end)
+		require.NoError(t, err)
+		require.Equal(t, end, read(dir))
+		require.Equal(t, end, r.durable.Load(), "a lowered mark is durable when Truncate returns")
+
+		// Close fdatasyncs a mark it has not yet.
+		mustAppend(t, l, []byte("last"))
+		require.NoError(t, l.Flush())
+		last := l.MaxOffset()
+		require.NoError(t, l.Close())
+		require.Equal(t, last, r.durable.Load(), "Close leaves the mark durable")
+	})
+
+	t.Run("group-commit", func(t *testing.T) {
+		t.Parallel()
+		r := &markSyncRecorder{}
+		dir := filepath.Join(t.TempDir(), "topic-1")
+		g, err := Open(dir, Options{IDs: &seqIDs{}, hooks: &hooks{markSync: r.sync}})
+		require.NoError(t, err)
+		defer g.Close()
+		for i := range 20 {
+			mustAppend(t, g, fmt.Appendf(nil, "group commit %d", i))
+		}
+		within(r, g.MaxOffset(), "group commit")
+	})
+
+	t.Run("recovery-cut", func(t *testing.T) {
+		t.Parallel()
+		// A recovery cut below the mark lowers it durably during Open.
+		dir, offs, _ := tornThresholdCopy(t)
+		var b [flushMarkSize]byte
+		encodeFlushMark(b[:], offs[19]) // as if every record had been flushed
+		require.NoError(t, os.WriteFile(filepath.Join(dir, FlushMarkName), b[:], 0o644))
+		seg := filepath.Join(dir, segmentName(0))
+		require.NoError(t, os.Truncate(seg, offs[15]+5)) // a torn last record
+		r := &markSyncRecorder{}
+		l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000, hooks: &hooks{markSync: r.sync}})
+		require.NoError(t, err)
+		defer l.Close()
+		require.Equal(t, offs[15], l.MaxOffset())
+		require.Equal(t, offs[15], r.durable.Load(), "the lowered mark is durable when Open returns")
+	})
 }

@@ -93,7 +93,7 @@ func (l *Log) writeChunk(b []byte, comps []completion) (int64, error) {
 	if err != nil {
 		return 0, l.fail(fmt.Errorf("fsync %s: %w", filepath.Base(seg.path), err))
 	}
-	l.noteFlushed(seg.start + pos + int64(len(b)))
+	l.noteFlushed(seg.start+pos+int64(len(b)), false)
 	l.completeChunk(seg, seg.start+pos+int64(len(b)), comps)
 	return seg.start + pos, nil
 }

@@ -123,6 +123,7 @@ type hooks struct {
 	readAt     func(f *os.File, b []byte, off int64) (int, error)              // segment read by Open's recovery scans
 	pendingCap int                                                             // group-commit pending cap
 	scrubStart func()                                                          // called before the background count starts
+	markSync   func(f *os.File) error                                          // flush mark fdatasync
 }
 
 // Entry is one message to append. CRC must be message.Checksum(Data); the
@@ -331,6 +332,10 @@ func Open(dir string, opts Options) (*Log, error) {
 		if h.pendingCap > 0 {
 			l.pendingCap = h.pendingCap
 		}
+	}
+	l.fm.sync = fdatasync
+	if h := opts.hooks; h != nil && h.markSync != nil {
+		l.fm.sync = h.markSync
 	}
 	l.rawSync = l.syncFile
 	l.syncFile = observeSync(l.syncFile, opts.Observer)

@@ -194,7 +194,10 @@ func (l *Log) truncateLocked(offset int64) (Cut, error) {
 		}
 		return Cut{}, l.failLocked(fmt.Errorf("store: truncate %s at %d: %w", l.dir, offset, err))
 	}
-	l.resetFlushed(offset) // bytes written from here on are new
+	// Bytes written from here on are new; the lowered mark is fdatasynced.
+	if err := l.resetFlushed(offset); err != nil {
+		l.logf("store: %s: %v (a torn tail past %d may be refused as damage after a power cut)", l.dir, err, offset)
+	}
 	nseg := seg
 	if f != seg.f {
 		// The background count skips the replaced segment: nseg's
