@@ -635,7 +635,7 @@ func (c *brokerConsumer) runPartition(rctx context.Context, ps *partState, h Han
 					return
 				}
 				ps.lastID.Store(m.ID)
-				ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
+				ps.pos.Store(f.ends[i])
 			}
 			ps.pos.Store(f.next)
 		}
@@ -729,7 +729,7 @@ func (c *brokerConsumer) Messages(ctx context.Context) iter.Seq2[*message.Messag
 					m := &f.msgs[i]
 					if c.cfg.dedup.drop(c.topic, m.ID) {
 						ps.lastID.Store(m.ID)
-						ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
+						ps.pos.Store(f.ends[i])
 						continue
 					}
 					ok := yield(m, nil)
@@ -737,7 +737,7 @@ func (c *brokerConsumer) Messages(ctx context.Context) iter.Seq2[*message.Messag
 						c.cfg.dedup.handled(c.topic, m.ID)
 					}
 					ps.lastID.Store(m.ID)
-					ps.pos.Store(m.Offset + int64(message.HeaderSize+m.DataLen()))
+					ps.pos.Store(f.ends[i])
 					if !ok {
 						return
 					}

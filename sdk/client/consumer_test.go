@@ -209,6 +209,73 @@ func TestConsumerMoved(t *testing.T) {
 	require.Equal(t, offs[4]+message.HeaderSize+1, c.Position(0))
 }
 
+// TestConsumerPositionIgnoresHandlerChanges: a handler, or a Messages loop
+// body, that changes the message it was given (adds a trace header as
+// otelmetaq's StartPublish does when it is forwarded, a tag, a longer body)
+// does not move the consumer's position: it is the next record's offset,
+// from the record as fetched. The committed offset is thus a record start,
+// and the next consumer of the group gets every following message once.
+func TestConsumerPositionIgnoresHandlerChanges(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet())
+	offs := fill(t, b.Addr(), 10, 0)
+	mutate := func(m *message.Message) {
+		m.Headers.Add("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+		m.Tags = append(m.Tags, "forwarded")
+		m.Body = append([]byte("forwarded "), m.Body...)
+	}
+
+	// Consume handles 0..4, changing each, then stops.
+	c1 := consumerAt(t, b.Addr(), withGroup("g"), withCommitInterval(0))
+	ctx, cancel := context.WithCancel(ctxT(t, 20*time.Second))
+	defer cancel()
+	var handled []*message.Message
+	err := c1.Consume(ctx, func(hctx context.Context, m *message.Message) error {
+		if len(handled) == 5 {
+			return hctx.Err() // cancelled: not handled
+		}
+		handled = append(handled, &message.Message{Body: m.Body, Offset: m.Offset})
+		mutate(m)
+		if len(handled) == 5 {
+			cancel()
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Len(t, handled, 5)
+	for i, m := range handled {
+		require.Equal(t, offs[i], m.Offset)
+		require.Equal(t, strconv.Itoa(i), string(m.Body))
+	}
+	require.Equal(t, offs[5], c1.Position(0), "position after a changed message")
+	require.NoError(t, c1.Close(ctxT(t, 20*time.Second)))
+
+	// A Messages loop resumes at 5 and handles 5..7, changing each.
+	c2 := consumerAt(t, b.Addr(), withGroup("g"), withCommitInterval(0))
+	var got []string
+	for m, err := range c2.Messages(ctxT(t, 20*time.Second)) {
+		require.NoError(t, err)
+		require.Equal(t, offs[5+len(got)], m.Offset)
+		got = append(got, string(m.Body))
+		mutate(m)
+		if len(got) == 3 {
+			break
+		}
+	}
+	require.Equal(t, []string{"5", "6", "7"}, got)
+	require.Equal(t, offs[8], c2.Position(0), "position after a changed message")
+	require.NoError(t, c2.Close(ctxT(t, 20*time.Second)))
+
+	// The next consumer of the group gets 8 and 9, and ends after 9.
+	c3 := consumerAt(t, b.Addr(), withGroup("g"))
+	rest := collect(t, c3, 2)
+	for i, m := range rest {
+		require.Equal(t, offs[8+i], m.Offset)
+		require.Equal(t, strconv.Itoa(8+i), string(m.Body))
+	}
+	require.Equal(t, offs[9]+message.HeaderSize+1, c3.Position(0))
+}
+
 // TestConsumerNoDataBackoff: with nothing to read (the broker answers 404),
 // gets slow down to one per max delay instead of spinning; the broker
 // counts them.

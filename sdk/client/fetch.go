@@ -12,12 +12,15 @@ import (
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
-// fetched is what a partition's fetcher hands to delivery: whole messages,
-// then the position after them (which a 301 or resync may move without
-// messages), or a permanent error.
+// fetched is what a partition's fetcher hands to delivery: whole messages
+// with the offset after each (ends[i], from the record's decoded size: never
+// recomputed from msgs[i], which the handler may change), then the position
+// after them (which a 301 or resync may move without messages), or a
+// permanent error.
 type fetched struct {
 	part *partState
 	msgs []message.Message
+	ends []int64
 	next int64
 	err  error
 }
@@ -201,8 +204,10 @@ func (f *fetcher) deliver(total int, next int64, scanned int) *fetched {
 	c, ps := f.c, f.ps
 	slab := make([]byte, total)
 	msgs := make([]message.Message, len(f.recs))
+	ends := make([]int64, len(f.recs))
 	for i := range f.recs {
 		r := &f.recs[i]
+		ends[i] = r.Offset + int64(r.Size())
 		n := copy(slab, r.Data)
 		r.Data, slab = slab[:n:n], slab[n:]
 		m, err := r.Message(c.topic, ps.p)
@@ -220,7 +225,7 @@ func (f *fetcher) deliver(total int, next int64, scanned int) *fetched {
 	if scanned < ps.fetchSize/2 && ps.fetchSize > c.cfg.fetchSize {
 		ps.fetchSize = max(ps.fetchSize/2, c.cfg.fetchSize)
 	}
-	return &fetched{part: ps, msgs: msgs, next: f.offset}
+	return &fetched{part: ps, msgs: msgs, ends: ends, next: f.offset}
 }
 
 // tooSmall handles a reply with no whole record: grow the get if the first
