@@ -60,18 +60,30 @@ const jHeaderSize = 24
 // markUnit bytes rounded up, plus one; 0 is no mark. Rounding up the
 // distance rounds the mark down by less than markUnit, less than a
 // record header: a damaged record that starts before the true mark still
-// starts before the decoded one. A distance too large for the field is
-// written as the largest value, which says less (a lower mark) but
-// nothing false. Recovery tells a torn tail from damage by it
-// (tornCandidate, docs/storage.md "Torn tails").
+// starts before the decoded one. A distance the field cannot hold
+// (markMax-1 units, about 256 MiB, or more) is written as markMax, which
+// says only that the record carries a mark, somewhere before the record
+// by at least about 256 MiB: it is decoded as markCapped, "a mark, no
+// position" (decoding it as a distance would give a mark higher than the
+// true one, and a torn tail inside such a round would be refused as
+// damage). Recovery tells a torn tail from damage by the marks
+// (tornCandidate, docs/storage.md "Torn tails"); a capped mark neither
+// raises the highest mark nor counts as a record without one.
 const (
 	markUnit = 16
 	markMax  = 1<<24 - 1
 )
 
-// markField encodes mark m (a journal position, -1: none) for a record
-// at pos.
+// markCapped is the mark of a header whose field is markMax: it carries
+// a mark, too far back for the field to say where.
+const markCapped = -2
+
+// markField encodes mark m (a journal position, -1: none, markCapped: a
+// mark too far back to say) for a record at pos.
 func markField(pos, m int64) uint32 {
+	if m == markCapped {
+		return markMax
+	}
 	if m < 0 || m > pos {
 		return 0
 	}
@@ -98,11 +110,15 @@ type jHeader struct {
 }
 
 // mark returns the durable mark the header carries (a journal position:
-// the journal before it was durable when the record was staged), or -1
-// when it carries none.
+// the journal before it was durable when the record was staged), -1
+// when it carries none, or markCapped when its field is capped (markMax:
+// a mark about 256 MiB or more before the record, position unknown).
 func (h jHeader) mark() int64 {
 	if h.markv == 0 || h.pos < 0 { // (no valid record has a negative position)
 		return -1
+	}
+	if h.markv == markMax {
+		return markCapped
 	}
 	return max(h.pos-markUnit*int64(h.markv-1), 0)
 }

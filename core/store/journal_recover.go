@@ -193,8 +193,9 @@ func (j *Journal) judgeDamage(sc *journalScan, files []*jfile) error {
 
 // tornCandidate returns the first damaged stretch of sc in the replay
 // range that lies past every durable mark: every valid record of the
-// journal carries a durable mark at or before the stretch's start (and
-// every record after it carries one). Such a stretch was never covered by
+// journal carries a durable mark at or before the stretch's start, or a
+// capped one (markCapped: too far back for its field, which says
+// nothing of where), and every record after it carries one. Such a stretch was never covered by
 // a completed fdatasync (a mark is the end of the last round synced when
 // a record was staged, so any round synced before the records after the
 // stretch were staged ends at or before it): a power cut tore it, the
@@ -391,7 +392,9 @@ func scanJournalTo(files []*jfile, limit int64) (journalScan, error) {
 		}
 		sc.records++
 		sc.epoch = h.epoch
-		if m := h.mark(); m < 0 {
+		// A capped mark (markCapped) is a mark without a position: it
+		// neither raises maxMark nor makes the record unmarked.
+		if m := h.mark(); m == -1 {
 			sc.lastUnmarked = pos
 		} else if m > sc.maxMark {
 			sc.maxMark = m
