@@ -63,7 +63,9 @@ func journalRecords(t *testing.T, dataDir string) []jrecord {
 			}
 			epoch = binary.BigEndian.Uint32(h[16:])
 			r := jrecord{file: name, at: at, pos: start + at, mark: -1, size: 24 + n, typ: h[20]}
-			if v := int64(h[21])<<16 | int64(h[22])<<8 | int64(h[23]); v > 0 {
+			// 0: no mark; 2^24-1: a mark too far back for the field,
+			// no position (core/store markCapped).
+			if v := int64(h[21])<<16 | int64(h[22])<<8 | int64(h[23]); v > 0 && v < 1<<24-1 {
 				r.mark = max(r.pos-16*(v-1), 0)
 			}
 			if r.typ == 1 {
@@ -120,8 +122,8 @@ func flipAt(t *testing.T, path string, at int64, mask byte) {
 //     nothing; recovery = "truncate" starts, cuts that partition there and
 //     keeps every other acknowledged message;
 //   - seeded random flips in any record before the journal's last durable
-//     mark (damage past it, in the rounds in flight at the kill, is a
-//     torn tail): the broker starts and serves every acknowledged message,
+//     mark (damage past it, in the last rounds staged before the kill,
+//     acknowledged or not, is taken for a torn tail): the broker starts and serves every acknowledged message,
 //     or refuses naming the journal file; a record with a bad crc is never
 //     served (readLog reads everything back through the iterator's crc
 //     check).
@@ -280,8 +282,10 @@ num_partitions = %d
 
 	t.Run("random", func(t *testing.T) {
 		// Any record before the journal's last durable mark: a flip past
-		// it (in the last record, or in the rounds in flight at the
-		// kill, whose records no later mark covers) is a torn tail.
+		// it (in the last rounds staged before the kill, whose records no
+		// later mark covers, synced and acknowledged or not) is taken for
+		// a torn tail, and their acknowledged messages are lost
+		// (docs/storage.md, "Torn tails with valid records after them").
 		maxMark := int64(-1)
 		for _, r := range recs {
 			maxMark = max(maxMark, r.mark)

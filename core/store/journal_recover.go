@@ -176,7 +176,7 @@ func (j *Journal) judgeDamage(sc *journalScan, files []*jfile) error {
 			if serr != nil {
 				return serr
 			}
-			sc2.stopped = fmt.Sprintf("a torn unsynced tail at %d (%s): the %d valid records after it were written past the last durable mark %d, never acknowledged",
+			sc2.stopped = fmt.Sprintf("a torn unsynced tail at %d (%s): the %d valid records after it were written past the last durable mark %d, not known synced",
 				h.pos, h.reason, sc.records-sc2.records, max(sc.maxMark, 0))
 			if err := j.checkDamage(&sc2, files); err != nil {
 				return err
@@ -195,15 +195,30 @@ func (j *Journal) judgeDamage(sc *journalScan, files []*jfile) error {
 // range that lies past every durable mark: every valid record of the
 // journal carries a durable mark at or before the stretch's start, or a
 // capped one (markCapped: too far back for its field, which says
-// nothing of where), and every record after it carries one. Such a stretch was never covered by
-// a completed fdatasync (a mark is the end of the last round synced when
-// a record was staged, so any round synced before the records after the
-// stretch were staged ends at or before it): a power cut tore it, the
-// disk keeping later unsynced pages and losing an earlier one, and
-// nothing at or after it was acknowledged. A stretch some mark lies past
-// was durable: damage. Marks are rounded down by less than a record
-// header, and the stretch starts at a record boundary, so a stretch
-// starting before a round's end is never taken for torn.
+// nothing of where), and every record after it carries one. No record
+// says such a stretch was covered by a completed fdatasync (a mark is
+// the end of the last round synced when a record was staged, so any
+// round synced before the records after the stretch were staged ends at
+// or before it): a power cut may have torn it, the disk keeping later
+// unsynced pages and losing an earlier one, and it is taken for torn. A
+// stretch some mark lies past was durable: damage. Marks are rounded
+// down by less than a record header, and the stretch starts at a record
+// boundary, so a stretch starting before a round's end is never taken
+// for torn.
+//
+// The converse does not hold: a record carries the mark as it stood when
+// its round was staged, so the records past the highest mark (the last
+// round staged before the crash and the rounds still unsynced when it
+// was staged: at most roundSlots rounds) may well have been synced and
+// acknowledged before it. Only a later round's records say so: when the
+// journal goes idle, the next time-based checkpoint's round (within
+// about ckptInterval, 1 s by default, and the segments' fsync) carries a
+// mark past them, and its own records hold no data. Until then (a crash
+// within about a checkpoint interval of the last put, or at any moment
+// under a steady stream of puts) a bit flip in them (damage, not a
+// tear: a kill -9 alone leaves them intact) is taken for a torn tail all
+// the same, and their acknowledged puts are lost without a refusal
+// (docs/storage.md, "Torn tails with valid records after them").
 func (sc *journalScan) tornCandidate() (jHole, bool) {
 	from := sc.firstPos
 	if sc.last != nil {
