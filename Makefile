@@ -125,6 +125,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTransaction$$' -fuzztime $(FUZZTIME) ./sdk/protocol/
 	$(GO) test -run '^$$' -fuzz '^FuzzTxKey$$' -fuzztime $(FUZZTIME) ./sdk/protocol/
 	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime $(FUZZTIME) ./sdk/message/
+	$(GO) test -run '^$$' -fuzz '^FuzzPropsRoundTrip$$' -fuzztime $(FUZZTIME) ./sdk/message/
+	$(GO) test -run '^$$' -fuzz '^FuzzPropsHostile$$' -fuzztime $(FUZZTIME) ./sdk/message/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./conf/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicsFile$$' -fuzztime $(FUZZTIME) ./conf/
 	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime $(FUZZTIME) ./filters/expr/
