@@ -138,7 +138,9 @@ func TestLoginLimiterWire(t *testing.T) {
 // locked pair are refused like any attempt, and accepted once it ends.
 func TestLoginLimiterHTTPCache(t *testing.T) {
 	t.Parallel()
-	b := limitedBroker(t, &syncLog{})
+	// A lockout that outlasts the attempts below: at 300 ms it ended
+	// before the third on a loaded machine (bcrypt under -race).
+	b := limitedBroker(t, &syncLog{}, func(c *conf.Config) { c.Auth.Lockout, c.Auth.MaxLockout = 3000, 6000 })
 	addr := b.HTTPAddr()
 	code, body, _ := basicFrom(t, addr, "127.0.0.2", "nosub", "nosub-pw", "/metrics")
 	require.Equal(t, 200, code, body) // cached now
@@ -148,10 +150,10 @@ func TestLoginLimiterHTTPCache(t *testing.T) {
 	}
 	code, body, retry := basicFrom(t, addr, "127.0.0.2", "nosub", "nosub-pw", "/metrics")
 	require.Equal(t, 401, code, "cached credentials passed a lock")
-	requireJSONError(t, []byte(body), 401, `authentication failed for user "nosub"`+throttledText)
-	require.Equal(t, "1", retry)
+	require.Contains(t, []string{"1", "2", "3"}, retry, "Retry-After: the seconds left of a 3 s lock")
+	requireJSONError(t, []byte(body), 401, `authentication failed for user "nosub": too many failed logins, retry after `+retry+"s")
 	// The pair is trusted (it logged in), yet its own failures lock it.
-	require.Eventually(t, func() bool { return b.users.Logins().Refused("nosub", "127.0.0.2:1") == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.users.Logins().Refused("nosub", "127.0.0.2:1") == 0 }, 20*time.Second, 10*time.Millisecond)
 	code, body, _ = basicFrom(t, addr, "127.0.0.2", "nosub", "nosub-pw", "/metrics")
 	require.Equal(t, 200, code, body)
 }
@@ -194,7 +196,9 @@ func TestLoginAuthzidCountsAsFailure(t *testing.T) {
 // next attempt (the counts are kept) and reports them.
 func TestLoginLimiterReload(t *testing.T) {
 	t.Parallel()
-	b := limitedBroker(t, &syncLog{})
+	// A lockout that outlasts the third attempt on a loaded machine
+	// (bcrypt under -race): at 300 ms it could end before it.
+	b := limitedBroker(t, &syncLog{}, func(c *conf.Config) { c.Auth.Lockout, c.Auth.MaxLockout = 3000, 6000 })
 	c := authDialFrom(t, b.Addr(), "127.0.0.2")
 	for range 2 {
 		code, _ := c.login("alice", "wrong")
@@ -205,12 +209,12 @@ func TestLoginLimiterReload(t *testing.T) {
 	require.Contains(t, body, "too many failed logins")
 
 	next := *b.config()
-	next.Auth.MaxFailures, next.Auth.Lockout, next.Auth.MaxLockout = 3, 400, 800
+	next.Auth.MaxFailures, next.Auth.Lockout, next.Auth.MaxLockout = 3, 4000, 8000
 	rep, err := b.Reload(&next)
 	require.NoError(t, err)
 	require.Contains(t, rep.Applied, "auth.max_failures 2 -> 3")
-	require.Contains(t, rep.Applied, "auth.lockout 300 -> 400")
-	require.Contains(t, rep.Applied, "auth.max_lockout 600 -> 800")
+	require.Contains(t, rep.Applied, "auth.lockout 3000 -> 4000")
+	require.Contains(t, rep.Applied, "auth.max_lockout 6000 -> 8000")
 	// Two failures are under the new limit of 3: the right password works.
 	code, body = c.login("alice", "alice-pw")
 	require.Equal(t, 200, code, body)
