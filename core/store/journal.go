@@ -1318,12 +1318,7 @@ func (j *Journal) syncSegments(job *ckptJob) {
 	}
 	for range workers {
 		wg.Go(func() {
-			var wb *writeBehind
-			if !j.noWriteBack.Load() {
-				if wb = newWriteBehind(j.writeBack, workers); wb != nil {
-					wb.hurry = j.ckptBehind
-				}
-			}
+			wb := j.newWriteBehind(workers)
 			defer func() {
 				// Before the files are released (closed).
 				wb.finish()
@@ -1411,6 +1406,21 @@ func (j *Journal) syncSegments(job *ckptJob) {
 // for the checkpoint (waitCheckpoint); its write-back then stops pacing
 // itself (writeBehind.hurry).
 func (j *Journal) ckptBehind() bool { return j.behind() > j.maxBehind/4*3 }
+
+// newWriteBehind returns the write-back pacing of one of workers writers
+// of the journal's checkpoint tails or new files, hurried when the
+// checkpoint falls behind (ckptBehind), or nil when there is none (not
+// Linux, or sync_file_range found unsupported here).
+func (j *Journal) newWriteBehind(workers int) *writeBehind {
+	if j.noWriteBack.Load() {
+		return nil
+	}
+	wb := newWriteBehind(j.writeBack, workers)
+	if wb != nil {
+		wb.hurry = j.ckptBehind
+	}
+	return wb
+}
 
 // syncfsWriteBackMin is the smallest segment tail a checkpoint made
 // durable by syncfs writes back itself (writeBehind).
@@ -1585,12 +1595,7 @@ func (j *Journal) createFileLocked(start int64) (*jfile, error) {
 	// The zeros' write-back is paced as a checkpoint's tails are
 	// (writeBehind): 64 MiB written at once and then fdatasynced held
 	// the journal's fdatasyncs behind them on the device.
-	wb := newWriteBehind(j.writeBack, 1)
-	if j.noWriteBack.Load() {
-		wb = nil
-	} else if wb != nil {
-		wb.hurry = j.ckptBehind
-	}
+	wb := j.newWriteBehind(1)
 	for off := int64(0); off < j.fileSize; {
 		n := min(j.fileSize-off, zeroFillStep)
 		if err := fsutil.ZeroFill(f, off, off+n); err != nil {
