@@ -95,14 +95,10 @@ func ReadZKGroupCluster(read ZKRead, g string) (*ZKGroupRead, string) {
 			return &ZKGroupRead{}, err
 		}
 		x := &ZKGroupRead{Group: zg}
-		r := root
-		if r == "" {
-			r = "/"
-		}
-		if x.Layout, err = cluster.ReadLayout(c, r); err != nil {
+		if x.Layout, err = readLayout(c, root); err != nil {
 			return nil, err
 		}
-		x.Offsets, x.OffsetsErr, err = readGroupOffsets(c, strings.TrimRight(root, "/"), g, zg.Topics, maxGroupOffsetNodes)
+		x.Offsets, x.OffsetsErr, err = readGroupOffsets(c, root, g, zg.Topics, maxGroupOffsetNodes)
 		return x, err
 	})
 }
@@ -115,6 +111,7 @@ const maxListOffsetNodes = 20000
 // topics, at most limit of them: the offsets by partition, and why some
 // were not read.
 func readGroupOffsets(c *zk.Conn, root, g string, topics []string, limit int) (map[cluster.OwnerKey]int64, string, error) {
+	root = strings.TrimRight(root, "/")
 	out := map[cluster.OwnerKey]int64{}
 	var why string
 	for _, t := range topics {
@@ -311,17 +308,13 @@ type groupsZK struct {
 func readGroupsOffsets(read ZKRead, groups []ZKGroup) *groupsZK {
 	x, errText := readZKWithin(read, RemoteLagWait, func(c *zk.Conn, root string) (*groupsZK, error) {
 		x := &groupsZK{groups: groups, offsets: map[string]map[cluster.OwnerKey]int64{}}
-		r := root
-		if r == "" {
-			r = "/"
-		}
 		var err error
-		if x.layout, err = cluster.ReadLayout(c, r); err != nil {
+		if x.layout, err = readLayout(c, root); err != nil {
 			return nil, err
 		}
 		left := maxListOffsetNodes
 		for _, g := range groups {
-			offs, _, err := readGroupOffsets(c, strings.TrimRight(root, "/"), g.Group, g.Topics, min(left, maxGroupOffsetNodes))
+			offs, _, err := readGroupOffsets(c, root, g.Group, g.Topics, min(left, maxGroupOffsetNodes))
 			if err != nil {
 				return nil, err
 			}

@@ -68,12 +68,8 @@ func readZKWithin[T any](read ZKRead, d time.Duration, f func(c *zk.Conn, root s
 func ReadCluster(read ZKRead, lags func() map[[2]string]int64) *ClusterRead {
 	x, errText := ReadZK(read, func(c *zk.Conn, root string) (ClusterRead, error) {
 		var x ClusterRead
-		r := root
-		if r == "" {
-			r = "/"
-		}
 		var err error
-		if x.Layout, err = cluster.ReadLayout(c, r); err != nil {
+		if x.Layout, err = readLayout(c, root); err != nil {
 			return x, err
 		}
 		x.Groups, x.Truncated, err = readZKGroups(c, root, MaxZKGroups)
@@ -84,6 +80,15 @@ func ReadCluster(read ZKRead, lags func() map[[2]string]int64) *ClusterRead {
 		x.Lags = lags()
 	}
 	return &x
+}
+
+// readLayout reads the layout under root, the registry's root ("" is
+// ZooKeeper's own root, not cluster.ReadLayout's DefaultRoot).
+func readLayout(c *zk.Conn, root string) (*cluster.Layout, error) {
+	if root == "" {
+		root = "/"
+	}
+	return cluster.ReadLayout(c, root)
 }
 
 // ReadZKGroup reads group g through read for the groups pages (nil when
