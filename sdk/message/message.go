@@ -116,14 +116,7 @@ func (m *Message) DataLen() int {
 // AppendData appends m's put body (attribute prefix, properties block and
 // payload) to dst.
 func (m *Message) AppendData(dst []byte) []byte {
-	if m.HasAttribute {
-		dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.Attribute)))
-		dst = append(dst, m.Attribute...)
-	}
-	if m.HasProperties() {
-		dst = m.appendProps(dst, m.propsLen())
-	}
-	return append(dst, m.Body...)
+	return append(m.AppendPrefix(dst), m.Body...)
 }
 
 // AppendPrefix appends what AppendData puts before the payload: the
