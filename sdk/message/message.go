@@ -154,6 +154,13 @@ func SplitData(flag int32, data []byte) (attr string, hasAttr bool, payload []by
 // aliasing data. It checks the attribute is UTF-8 and the block is valid
 // (ValidateProperties); other flag bits are ignored.
 func SplitDataProps(flag int32, data []byte) (attr []byte, hasAttr bool, props, payload []byte, err error) {
+	return splitData(flag, data, true)
+}
+
+// splitData is SplitDataProps, checking the properties block only when
+// validate is set (Record.Message leaves it to DecodeProperties, which
+// checks it as it decodes: one walk of the block, not two).
+func splitData(flag int32, data []byte, validate bool) (attr []byte, hasAttr bool, props, payload []byte, err error) {
 	payload = data
 	if flag&FlagHasAttribute != 0 {
 		if len(data) < 4 {
@@ -174,8 +181,10 @@ func SplitDataProps(flag int32, data []byte) (attr []byte, hasAttr bool, props, 
 		if props, payload, err = splitProps(payload); err != nil {
 			return nil, false, nil, nil, err
 		}
-		if err = ValidateProperties(props); err != nil {
-			return nil, false, nil, nil, err
+		if validate {
+			if err = ValidateProperties(props); err != nil {
+				return nil, false, nil, nil, err
+			}
 		}
 	}
 	return attr, hasAttr, props, payload, nil
@@ -197,7 +206,7 @@ func (r *Record) Size() int { return HeaderSize + len(r.Data) }
 // Message converts the record into a Message of topic and partition.
 // Body aliases r.Data.
 func (r *Record) Message(topic string, partition int32) (Message, error) {
-	a, has, props, body, err := SplitDataProps(r.Flag, r.Data)
+	a, has, props, body, err := splitData(r.Flag, r.Data, false)
 	if err != nil {
 		return Message{}, err
 	}
