@@ -108,15 +108,6 @@ func (l *Log) openFlushMark() int64 {
 	return l.fm.end
 }
 
-// settleFlushMark records end, the end recovery left durable, as the
-// log's durable end. A mark it lowers (a recovery cut) or that the file
-// did not hold validly (new, or written before a power cut kept none of
-// its writes) is fdatasynced at once (resetFlushed); a failure fails the
-// Open.
-func (l *Log) settleFlushMark(end int64) error {
-	return l.resetFlushed(end)
-}
-
 // dropFlushMark removes the flush mark a journaled log finds, left from a
 // run in threshold mode, and makes the removal durable: the journaled log
 // does not keep it up to date, so if the partition went back to threshold
@@ -159,9 +150,11 @@ func (l *Log) noteFlushed(end int64, roll bool) {
 // resetFlushed records end as the log's durable end even if it is lower
 // (recovery cut the log there, or Truncate did): a mark past the end
 // would take a later torn tail below it for damage. A lowered mark (or
-// one replacing no known mark) is fdatasynced before it returns, so that
+// one replacing no known mark: the file new, or written before a power
+// cut kept none of its writes) is fdatasynced before it returns, so that
 // the old, higher one cannot come back after a power cut; a failed
-// fdatasync is returned (and logged by callers that cannot fail on it).
+// fdatasync is returned (recovery fails the Open on it; Truncate, which
+// cannot fail on it, logs it).
 func (l *Log) resetFlushed(end int64) error {
 	l.fm.mu.Lock()
 	defer l.fm.mu.Unlock()

@@ -113,7 +113,7 @@ func (l *Log) recover() (toCount []*segment, err error) {
 	}
 
 	if len(starts) == 0 {
-		if err := l.settleFlushMark(0); err != nil {
+		if err := l.resetFlushed(0); err != nil {
 			return nil, err
 		}
 		seg, err := l.createSegment(0)
@@ -215,7 +215,7 @@ func (l *Log) recover() (toCount []*segment, err error) {
 	if err := l.syncDir(); err != nil {
 		return nil, err
 	}
-	if err := l.settleFlushMark(tail.end()); err != nil { // everything before it is durable now
+	if err := l.resetFlushed(tail.end()); err != nil { // everything before it is durable now
 		return nil, err
 	}
 	tail.count.Store(res.count)
