@@ -347,7 +347,6 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		logf:         opts.Logf,
 		recovery:     opts.Recovery,
 		observer:     opts.Observer,
-		ckptObs:      ckptObserver(opts.Observer),
 		writeAt:      (*os.File).WriteAt,
 		syncFile:     fdatasync,
 		logs:         make(map[*Log]struct{}),
@@ -359,6 +358,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		slots:        make(chan int, roundSlots),
 		done:         make(chan struct{}),
 	}
+	j.ckptObs, _ = opts.Observer.(CheckpointObserver)
 	if j.fileSize <= 0 {
 		j.fileSize = DefaultJournalFileSize
 	}
@@ -1259,14 +1259,6 @@ func (j *Journal) snapshot() *ckptJob {
 	j.retryCkpt = false
 	j.lastCkpt = time.Now()
 	return job
-}
-
-// ckptObserver is o as a CheckpointObserver, or nil.
-func ckptObserver(o Observer) CheckpointObserver {
-	if c, ok := o.(CheckpointObserver); ok {
-		return c
-	}
-	return nil
 }
 
 // ckptSync fsyncs f, a segment of l, for a checkpoint: timed as a
