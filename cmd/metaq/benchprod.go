@@ -403,8 +403,8 @@ func runProduceBench(ctx context.Context, cfg prodConfig) (prodResult, error) {
 		}
 		recs = append(recs, w.lat)
 	}
-	res.P50, res.P99, res.P999 = percentiles(recs...)
 	res.Lat = latStats(recs...)
+	res.P50, res.P99, res.P999 = res.Lat.P50, res.Lat.P99, res.Lat.P999
 	if sec := elapsed.Seconds(); sec > 0 {
 		res.MsgsPerS = float64(res.Msgs) / sec
 		res.MBPerS = float64(res.Msgs) * float64(cfg.size) / sec / 1e6
