@@ -210,14 +210,12 @@ func ZkCli(t testing.TB, addr string, args ...string) (string, error) {
 // line is left or t has failed.
 func ZkCliScript(t testing.TB, addr string, commands ...string) ([]string, error) {
 	t.Helper()
-	stdin := strings.NewReader(strings.Join(append(commands, "quit"), "\n") + "\n")
-	stdout, stderr, err := runZkCli(t, addr, stdin)
-	if err != nil {
-		return nil, fmt.Errorf("zkCli.sh: %w", err)
+	lines, _, exitErr, err := ZkCliSession(t, addr, commands...)
+	if err == nil && exitErr != nil {
+		err = fmt.Errorf("zkCli.sh: %w", exitErr)
 	}
-	lines := zkCliLines(stdout)
-	if t.Failed() || len(lines) == 0 {
-		t.Logf("zkCli.sh stderr:\n%s", stderr)
+	if err != nil {
+		return nil, err
 	}
 	return lines, nil
 }
