@@ -112,7 +112,8 @@ func (l *Log) openFlushMark() int64 {
 // run in threshold mode, and makes the removal durable: the journaled log
 // does not keep it up to date, so if the partition went back to threshold
 // mode later, the stale (lower) mark would take damage in data fsynced
-// since for a torn tail. Nothing to do, and no fsync, when there is none.
+// since for a torn tail. Recovery calls it only when the directory lists
+// one; nothing to do, and no fsync, when there is none.
 func (l *Log) dropFlushMark() error {
 	err := os.Remove(filepath.Join(l.dir, FlushMarkName))
 	if isNotExist(err) {

@@ -97,9 +97,12 @@ func (l *Log) recover() (toCount []*segment, err error) {
 		return nil, fmt.Errorf("store: list %s: %w", l.dir, err)
 	}
 	var starts []int64
+	hasMark := false
 	for _, e := range ents {
 		if start, ok := parseSegmentName(e.Name()); ok && e.Type().IsRegular() {
 			starts = append(starts, start)
+		} else if e.Name() == FlushMarkName {
+			hasMark = true
 		}
 	}
 	slices.Sort(starts)
@@ -108,8 +111,11 @@ func (l *Log) recover() (toCount []*segment, err error) {
 		// Not journaled: its flush mark tells a torn tail from damage
 		// (flushmark.go). Opened before the directory's fsync below.
 		mark = l.openFlushMark()
-	} else if err := l.dropFlushMark(); err != nil {
-		return nil, err
+	} else if hasMark {
+		// Only when listed: no unlink attempt per journaled partition at every open.
+		if err := l.dropFlushMark(); err != nil {
+			return nil, err
+		}
 	}
 
 	if len(starts) == 0 {
