@@ -517,8 +517,19 @@ func TestJournalIdleCheckpoints(t *testing.T) {
 		mustAppend(t, l, fmt.Appendf(nil, "m%d", i))
 	}
 	require.Eventually(t, func() bool { return j.Stats().Checkpoints > 0 && !j.ckptBusy.Load() }, 10*time.Second, time.Millisecond)
-	time.Sleep(5 * interval) // a checkpoint due at the next interval completes
+	// A checkpoint due at the next interval completes: wait until the
+	// count holds still for 5 intervals (bounded; on a loaded machine the
+	// due one may take longer than 5 intervals). A journal that kept
+	// checkpointing while idle never holds still and fails below.
 	st := j.Stats()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(5 * interval)
+		next := j.Stats()
+		if next.Checkpoints == st.Checkpoints && !j.ckptBusy.Load() {
+			break
+		}
+		st = next
+	}
 	time.Sleep(20 * interval)
 	after := j.Stats()
 	require.Equal(t, st.Checkpoints, after.Checkpoints, "checkpoints while idle")
