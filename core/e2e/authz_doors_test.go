@@ -68,18 +68,23 @@ type authzServer struct {
 	stopBeat, beatDone chan struct{}
 }
 
-// freePorts returns n distinct free 127.0.0.1 ports (the caller retries
-// when one is taken meanwhile: testsvc.StartOnFreePort).
-func freePorts(t testing.TB, n int) []int {
+// freePorts returns n distinct free 127.0.0.1 ports other than avoid (the
+// caller retries when one is taken meanwhile: testsvc.StartOnFreePort,
+// whose port, released before its start runs, the kernel may hand out
+// again).
+func freePorts(t testing.TB, n, avoid int) []int {
 	t.Helper()
 	var out []int
 	var lns []net.Listener
-	for range n {
+	for len(out) < n && len(lns) < n+8 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		lns = append(lns, ln)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+		if p := ln.Addr().(*net.TCPAddr).Port; p != avoid {
+			out = append(out, p)
+		}
 	}
+	require.Len(t, out, n, "free ports besides %d", avoid)
 	for _, ln := range lns {
 		ln.Close()
 	}
@@ -98,7 +103,7 @@ func startAuthzServer(t *testing.T) *authzServer {
 	}
 	s := &authzServer{certs: certs, conns: map[string]*client{}, tlsCfg: certs.ClientConfig(t, "")}
 	require.NoError(t, testsvc.StartOnFreePort(func(port int) error {
-		ps := freePorts(t, 2)
+		ps := freePorts(t, 2, port)
 		config := filepath.Join(dir, "server.toml")
 		toml := fmt.Sprintf(`data_dir = %q
 host = "127.0.0.1"
