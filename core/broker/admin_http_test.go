@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"net"
@@ -219,7 +220,14 @@ func TestAdminTopicsZooKeeper(t *testing.T) {
 		}
 		return nil
 	})
-	require.True(t, b.Registered())
+	// The deletion bumps the registry's generation; the nodes may be gone
+	// before it has recorded the new generation as registered.
+	waitFor(t, 10*time.Second, func() error {
+		if !b.Registered() {
+			return errors.New("broker not registered")
+		}
+		return nil
+	})
 	require.NoError(t, checkBroker(zc, root, b), "the other topics stay registered")
 }
 

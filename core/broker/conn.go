@@ -31,6 +31,9 @@ const (
 	// once written; a larger one goes back to the allocator, so an idle
 	// connection holds little.
 	maxSpareOut = 64 << 10
+	// largeOutRoom is the room lockOut keeps in a reply queue longer than
+	// maxSpareOut (most replies fit; a larger one grows it by append).
+	largeOutRoom = 16 << 10
 	// pipelinedReadSize is the read buffer of a connection whose read filled
 	// the decoder's first one (4 KiB): a producer with puts in flight. With
 	// 1 KiB puts the first takes a read syscall per 3 or 4 puts; this one
@@ -343,6 +346,16 @@ func (c *conn) lockOut() (buf []byte, ok bool) {
 	if c.dead {
 		c.omu.Unlock()
 		return nil, false
+	}
+	if n := len(c.out); n >= maxSpareOut && cap(c.out)-n < largeOutRoom {
+		// A long queue (a client that does not read) grows by doubling
+		// here rather than by append's 1.25 steps: each step leaves the
+		// old array to the garbage collector, and 1.25 steps leave four
+		// times the final size behind where doubling leaves one.
+		nb := make([]byte, n, 2*cap(c.out))
+		copy(nb, c.out)
+		c.bud.queued(cap(nb) - cap(c.out))
+		c.out = nb
 	}
 	return c.out, true
 }
