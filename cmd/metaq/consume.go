@@ -36,7 +36,8 @@ with --follow it keeps waiting for new messages until Ctrl-C. --from
 applies to every selected partition: earliest (the oldest stored message,
 the default), latest (only messages sent from now on), a byte offset (a
 record start, such as the offset "metaq produce --verbose" prints), or a
-time (RFC 3339, or @<unix ms>): the first message stored at or after it.
+time (RFC 3339, or @<unix ms>): the first message whose time (its create
+timestamp, else when it was stored) is at or after it.
 
 With --group G the command is a member of consumer group G: the group's
 members share the partitions (coordinated by the broker, or with --zk by

@@ -75,7 +75,8 @@ Move a consumer group's committed offsets. --to is one of:
   latest        the end of each partition (only new messages)
   OFFSET        a byte offset, which must be a record start in every
                 selected partition (e.g. from "metaq produce --verbose")
-  TIME          the first message stored at or after TIME: RFC 3339
+  TIME          the first message created (its timestamp) or else stored
+                at or after TIME: RFC 3339
                 (2024-05-01T10:00:00Z, 2024-05-01T12:00:00.250+02:00) or
                 @<unix milliseconds> (@1714557600000); the end of the
                 partition if every message is older

@@ -572,3 +572,48 @@ func TestTopicAdmin(t *testing.T) {
 		t.Fatalf("two brokers: %v", err)
 	}
 }
+
+// TestOffsetForCreateTime: records that carry a create timestamp (a replay
+// of old data, stamped 2020) are found by that timestamp, and records
+// without one by the time they were stored; a time after every record is
+// the log end.
+func TestOffsetForCreateTime(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Quiet(), brokertest.Topics("ts"))
+	p := producer(t, client.Brokers(b.Addr()))
+	ctx := ctxT(t, 30*time.Second)
+	base := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	var res []client.SendResult
+	for i := range 20 {
+		r, err := p.ProduceSync(ctx, &message.Message{Topic: "ts", Partition: 0, Body: []byte("replayed"),
+			Timestamp: base.Add(time.Duration(i) * time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = append(res, r...)
+	}
+	stamped := time.Now()
+	time.Sleep(5 * time.Millisecond)
+	r, err := p.ProduceSync(ctx, &message.Message{Topic: "ts", Partition: 0, Body: []byte("live")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = append(res, r...)
+	a := newAdmin(t, client.Brokers(b.Addr()))
+	for _, c := range []struct {
+		at   time.Time
+		want int64
+	}{
+		{base.Add(-time.Hour), res[0].Offset},
+		{base, res[0].Offset},
+		{base.Add(7*time.Minute - time.Second), res[7].Offset},
+		{base.Add(19 * time.Minute), res[19].Offset},
+		{base.Add(20 * time.Minute), res[20].Offset}, // the live message, stored now
+		{stamped, res[20].Offset},
+		{time.Now().Add(time.Hour), res[20].Offset + int64(message.HeaderSize+len("live"))},
+	} {
+		got, err := a.OffsetForTime(ctx, "ts", 0, 0, c.at)
+		if err != nil || got != c.want {
+			t.Fatalf("OffsetForTime(%s) = %d, %v; want %d", c.at, got, err, c.want)
+		}
+	}
+}

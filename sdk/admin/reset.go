@@ -17,9 +17,14 @@ import (
 // Resetting a group's offsets, and finding the offset of a time.
 //
 // A time is found without any broker extension, from what every broker
-// answers: message ids carry the wall-clock millisecond at which the broker
-// stored them, and ids rise with offsets, so the times of a partition's
-// records never decrease. The only offsets known to be record starts
+// answers. The time of a record is its create timestamp when it carries
+// one (Message.Timestamp), else the wall-clock millisecond at which the
+// broker stored it, which its id carries. Ids rise with offsets, and
+// producers that stamp messages from their clock stamp them in the same
+// order, so the times of a partition's records do not decrease; where a
+// producer's timestamps go back, the answer is a record at or after the
+// first one whose time is at or after the time asked for, in the segment
+// the bisection finds. The only offsets known to be record starts
 // without reading are the segment starts, which the `offset` command
 // returns for any offset inside a segment. So:
 //
@@ -52,7 +57,8 @@ func Latest() ResetTarget { return ResetTarget{kind: "latest"} }
 // partition reset (as a produce result or a consumed message gives it).
 func ToOffset(off int64) ResetTarget { return ResetTarget{kind: "offset", offset: off} }
 
-// ToTime is the first message stored at or after t (rounded up to the
+// ToTime is the first message whose time (its create timestamp, else when
+// it was stored: message.Record.RecordTime) is at or after t (rounded up to the
 // millisecond), or the end of a partition whose messages are all older.
 func ToTime(t time.Time) ResetTarget {
 	ms := t.UnixMilli()
@@ -262,7 +268,7 @@ func (a *Admin) commit(ctx context.Context, g string, addrs map[int]string, plan
 }
 
 // OffsetForTime returns the offset of the first message of a partition
-// stored at or after t, or the partition's end when every message is
+// whose time (create timestamp, else stored) is at or after t, or the partition's end when every message is
 // older.
 func (a *Admin) OffsetForTime(ctx context.Context, topic string, brokerID int, partition int32, t time.Time) (int64, error) {
 	b, err := a.broker(ctx, brokerID)
@@ -327,17 +333,32 @@ func grownSize(body []byte, size int) int {
 	return n
 }
 
-// recordMs returns the time (unix ms) of the record starting at off.
+// recordMs returns the time (unix ms) of the record starting at off: its
+// create timestamp when it carries one, else when it was stored
+// (message.Record.RecordTime). A record without a properties block needs
+// only its header; one with a block is read whole.
 func (a *Admin) recordMs(ctx context.Context, addr, topic string, part int32, off int64) (int64, error) {
-	body, err := a.getRecords(ctx, addr, topic, part, off, message.HeaderSize)
-	if err != nil {
-		return 0, err
+	size := message.HeaderSize
+	for {
+		body, err := a.getRecords(ctx, addr, topic, part, off, size)
+		if err != nil {
+			return 0, err
+		}
+		if len(body) < message.HeaderSize {
+			return 0, fmt.Errorf("get at %d: %d bytes, not a record header", off, len(body))
+		}
+		flag := int32(binary.BigEndian.Uint32(body[16:20]))
+		if flag&message.FlagHasProperties == 0 {
+			ms, _, _ := message.IDParts(int64(binary.BigEndian.Uint64(body[8:16])))
+			return ms, nil
+		}
+		if r, _, err := message.ParseRecord(body, 0); err == nil {
+			return r.RecordTime(), nil
+		}
+		if size = grownSize(body, size); size == 0 {
+			return 0, fmt.Errorf("record at %d: bad length", off)
+		}
 	}
-	if len(body) < message.HeaderSize {
-		return 0, fmt.Errorf("get at %d: %d bytes, not a record header", off, len(body))
-	}
-	ms, _, _ := message.IDParts(int64(binary.BigEndian.Uint64(body[8:16])))
-	return ms, nil
 }
 
 // segmentStart returns the start of the segment holding off.
@@ -405,7 +426,7 @@ func (a *Admin) scanForTime(ctx context.Context, addr, topic string, part int32,
 		it := message.NewIterator(body, off, 0)
 		for it.Next() {
 			r := it.Record()
-			if t, _, _ := message.IDParts(r.ID); t >= ms {
+			if r.RecordTime() >= ms {
 				return r.Offset, nil
 			}
 			if it.NextOffset() >= end {
