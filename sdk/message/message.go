@@ -76,6 +76,14 @@ type Message struct {
 	// milliseconds); zero sends none. On a received message it is the time
 	// sent, or zero: Time() then falls back to the id's millisecond.
 	Timestamp time.Time
+	// ProducerID and ProducerSeq are the idempotent producer's id and this
+	// message's sequence in its partition (properties field bit 4): a
+	// Client with Idempotence on (the default) sets them when it binds the
+	// message to a partition, overwriting what the caller set; 0 is none.
+	// The broker stores a message whose (ProducerID, ProducerSeq) it
+	// already holds only once (docs/protocol.md, "Idempotent producer").
+	ProducerID  int64
+	ProducerSeq int64
 
 	// Set by the broker.
 	ID        int64

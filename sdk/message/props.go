@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -19,8 +20,10 @@ import (
 // ([uvarint len][bytes]), bit 1 the create timestamp ([int64 BE Unix ms]),
 // bit 2 the tags ([uvarint count], each [uvarint len][UTF-8]), bit 3 the
 // headers ([uvarint count], each [uvarint keyLen][UTF-8 key][uvarint
-// valueLen+1][value], 0 for a null value). The block ends exactly after
-// its last field; it has no checksum of its own (the record's covers it).
+// valueLen+1][value], 0 for a null value), bit 4 the idempotent
+// producer ([uvarint producerId][uvarint seq], both in 1..2^63-1 and
+// 0..2^63-1). The block ends exactly after its last field; it has no
+// checksum of its own (the record's covers it).
 const FlagHasProperties int32 = 2
 
 // PropsVersion is the properties block's version byte.
@@ -32,7 +35,8 @@ const (
 	propTimestamp = 1 << 1
 	propTags      = 1 << 2
 	propHeaders   = 1 << 3
-	propAll       = propKey | propTimestamp | propTags | propHeaders
+	propProducer  = 1 << 4
+	propAll       = propKey | propTimestamp | propTags | propHeaders | propProducer
 )
 
 // Limits of a properties block, checked by the SDK before a send and by the
@@ -113,9 +117,10 @@ func (h *Headers) AddInt64(key string, n int64) {
 }
 
 // HasProperties reports whether m carries a properties block: a key (a
-// non-nil Key, empty or not), a timestamp, tags or headers.
+// non-nil Key, empty or not), a timestamp, tags, headers or an
+// idempotent producer's id and sequence (ProducerID non-zero).
 func (m *Message) HasProperties() bool {
-	return m.Key != nil || !m.Timestamp.IsZero() || len(m.Tags) > 0 || len(m.Headers) > 0
+	return m.Key != nil || !m.Timestamp.IsZero() || len(m.Tags) > 0 || len(m.Headers) > 0 || m.ProducerID != 0
 }
 
 // Time returns m's create time: Timestamp when the message carries one,
@@ -162,6 +167,9 @@ func (m *Message) propsLen() int {
 			}
 		}
 	}
+	if m.ProducerID != 0 {
+		n += uvarintLen(uint64(m.ProducerID)) + uvarintLen(uint64(m.ProducerSeq))
+	}
 	return n
 }
 
@@ -190,6 +198,9 @@ func (m *Message) appendProps(dst []byte, n int) []byte {
 	if len(m.Headers) > 0 {
 		fields |= propHeaders
 	}
+	if m.ProducerID != 0 {
+		fields |= propProducer
+	}
 	dst = append(dst, PropsVersion, fields)
 	if m.Key != nil {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Key)))
@@ -217,6 +228,10 @@ func (m *Message) appendProps(dst []byte, n int) []byte {
 				dst = append(dst, h.Value...)
 			}
 		}
+	}
+	if m.ProducerID != 0 {
+		dst = binary.AppendUvarint(dst, uint64(m.ProducerID))
+		dst = binary.AppendUvarint(dst, uint64(m.ProducerSeq))
 	}
 	return dst
 }
@@ -251,6 +266,9 @@ func (m *Message) CheckProperties() error {
 		if !utf8.ValidString(h.Key) {
 			return fmt.Errorf("%w: header key %q is not UTF-8", ErrBadProperties, h.Key)
 		}
+	}
+	if m.ProducerID < 0 || m.ProducerSeq < 0 {
+		return fmt.Errorf("%w: producer id %d, sequence %d: negative", ErrBadProperties, m.ProducerID, m.ProducerSeq)
 	}
 	if n := m.propsLen(); n > MaxPropertiesBytes {
 		return limitErr("properties (key, tags and headers)", n, MaxPropertiesBytes)
@@ -325,6 +343,7 @@ type PropsVisitor struct {
 	Timestamp func(ms int64)
 	Tag       func(t []byte)
 	Header    func(k, v []byte, null bool)
+	Producer  func(id, seq int64)
 }
 
 // ValidateProperties checks a properties block (the bytes after its length
@@ -444,10 +463,42 @@ func WalkProperties(block []byte, v *PropsVisitor) error {
 			}
 		}
 	}
+	if fields&propProducer != 0 {
+		id, ok := r.uvarint(math.MaxInt64)
+		if !ok || id == 0 {
+			return bad("producer id")
+		}
+		seq, ok := r.uvarint(math.MaxInt64)
+		if !ok {
+			return bad("producer sequence")
+		}
+		if v != nil && v.Producer != nil {
+			v.Producer(int64(id), int64(seq))
+		}
+	}
 	if r.pos != len(block) {
 		return bad("trailing bytes")
 	}
 	return nil
+}
+
+// ProducerOf returns the idempotent producer's id and sequence in a
+// properties block (the bytes after its length prefix), checking the
+// block as ValidateProperties does; ok is false when it has none.
+func ProducerOf(block []byte) (id, seq int64, ok bool, err error) {
+	err = WalkProperties(block, &PropsVisitor{Producer: func(i, s int64) { id, seq, ok = i, s, true }})
+	return id, seq, ok, err
+}
+
+// SplitDataProducer is SplitData for the broker's put path: it checks the
+// body as SplitData does and returns the idempotent producer's id and
+// sequence when the properties block carries them (ok), in the same walk.
+func SplitDataProducer(flag int32, data []byte) (id, seq int64, ok bool, err error) {
+	_, _, props, _, err := splitData(flag, data, false)
+	if err != nil || props == nil {
+		return 0, 0, false, err
+	}
+	return ProducerOf(props)
 }
 
 // DecodeProperties sets m's Key, Timestamp, Tags and Headers from a
@@ -459,6 +510,7 @@ func DecodeProperties(block []byte, m *Message) error {
 	var hasTS bool
 	var tags []string
 	var hdrs Headers
+	var pid, pseq int64
 	err := WalkProperties(block, &PropsVisitor{
 		Key:       func(k []byte) { key = k },
 		Timestamp: func(ms int64) { ts, hasTS = ms, true },
@@ -469,11 +521,13 @@ func DecodeProperties(block []byte, m *Message) error {
 			}
 			hdrs = append(hdrs, Header{Key: string(k), Value: v})
 		},
+		Producer: func(id, seq int64) { pid, pseq = id, seq },
 	})
 	if err != nil {
 		return err
 	}
 	m.Key, m.Tags, m.Headers = key, tags, hdrs
+	m.ProducerID, m.ProducerSeq = pid, pseq
 	m.Timestamp = time.Time{}
 	if hasTS {
 		m.Timestamp = time.UnixMilli(ts)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +174,8 @@ func FuzzPropsRoundTrip(f *testing.F) {
 	f.Add([]byte("k"), true, int64(1_765_000_000_123), "TagA", "h", []byte("v"), uint8(2), []byte("body"))
 	f.Add([]byte{}, true, int64(0), "", "", []byte(nil), uint8(0), []byte(nil))
 	f.Add([]byte(nil), false, int64(-1), "x", "", []byte{}, uint8(1), []byte("b"))
+	f.Add([]byte(nil), false, int64(0x7123456789abcdef), "", "", []byte(nil), uint8(0x10), []byte("b"))
+	f.Add([]byte("k"), true, int64(1), "T", "h", []byte("v"), uint8(0x13), []byte(nil))
 	f.Fuzz(func(t *testing.T, key []byte, hasKey bool, ms int64, tag, hk string, hv []byte, nh uint8, body []byte) {
 		m := Message{Body: body}
 		if hasKey {
@@ -196,6 +199,13 @@ func FuzzPropsRoundTrip(f *testing.F) {
 			}
 			m.Headers = append(m.Headers, Header{Key: hk, Value: v})
 		}
+		if nh&0x10 != 0 { // the idempotent producer's field (bit 4)
+			m.ProducerID = ms & math.MaxInt64
+			if m.ProducerID == 0 {
+				m.ProducerID = 1
+			}
+			m.ProducerSeq = int64(nh>>5) * int64(len(body)+1)
+		}
 		data := m.AppendData(nil)
 		if len(data) != m.DataLen() {
 			t.Fatalf("DataLen %d, AppendData %d", m.DataLen(), len(data))
@@ -213,6 +223,9 @@ func FuzzPropsRoundTrip(f *testing.F) {
 		}
 		if !bytes.Equal(got.Body, body) || (got.Key == nil) != (m.Key == nil) || !bytes.Equal(got.Key, m.Key) {
 			t.Fatalf("body/key: %q %q", got.Body, got.Key)
+		}
+		if got.ProducerID != m.ProducerID || got.ProducerSeq != m.ProducerSeq {
+			t.Fatalf("producer %d/%d, want %d/%d", got.ProducerID, got.ProducerSeq, m.ProducerID, m.ProducerSeq)
 		}
 		if !got.Timestamp.Equal(m.Timestamp) || len(got.Tags) != len(m.Tags) || len(got.Headers) != len(m.Headers) {
 			t.Fatalf("got %+v want %+v", got, m)
@@ -243,6 +256,9 @@ func FuzzPropsHostile(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 6, 1, propHeaders, 1, 1, 'k', 0})
 	f.Add([]byte{0, 0, 0, 5, 1, propTags, 1, 0x80, 0x80})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{0, 0, 0, 4, 1, propProducer, 7, 0})
+	f.Add([]byte{0, 0, 0, 4, 1, propProducer, 0, 0})
+	f.Add([]byte{0, 0, 0, 13, 1, propProducer, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _, props, payload, err := SplitDataProps(FlagHasProperties, data)
 		if err != nil {
@@ -284,5 +300,41 @@ func BenchmarkSplitData(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestPropsProducer: the idempotent producer's field (bit 4) round-trips
+// alone and after the other fields, SplitDataProducer finds it in the
+// broker's one walk, and a zero id or an over-long value is refused.
+func TestPropsProducer(t *testing.T) {
+	for _, m := range []Message{
+		{Body: []byte("x"), ProducerID: 1, ProducerSeq: 0},
+		{Body: []byte("x"), ProducerID: math.MaxInt64, ProducerSeq: math.MaxInt64, Key: []byte("k"),
+			Tags: []string{"a"}, Headers: Headers{{"h", nil}}, HasAttribute: true, Attribute: "at"},
+	} {
+		data := m.AppendData(nil)
+		require.Equal(t, m.DataLen(), len(data))
+		require.NoError(t, m.CheckProperties())
+		id, seq, ok, err := SplitDataProducer(m.Flag(), data)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, m.ProducerID, id)
+		require.Equal(t, m.ProducerSeq, seq)
+		got, err := (&Record{Flag: m.Flag(), Data: data}).Message("t", 0)
+		require.NoError(t, err)
+		require.Equal(t, m.ProducerID, got.ProducerID)
+		require.Equal(t, m.ProducerSeq, got.ProducerSeq)
+	}
+	plain := Message{Body: []byte("x"), Key: []byte("k")}
+	_, _, ok, err := SplitDataProducer(plain.Flag(), plain.AppendData(nil))
+	require.NoError(t, err)
+	require.False(t, ok)
+	_, _, ok, err = SplitDataProducer(0, []byte("no block"))
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.ErrorIs(t, (&Message{ProducerID: -1}).CheckProperties(), ErrBadProperties)
+	for _, block := range [][]byte{{1, propProducer, 0, 0}, {1, propProducer, 1}, {1, propProducer, 0x80, 0, 0}} {
+		_, _, _, err := ProducerOf(block)
+		require.ErrorIs(t, err, ErrBadProperties, "%x", block)
 	}
 }
