@@ -112,6 +112,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./sdk/protocol/ ./core/store/ ./core/broker/
 	$(GO) test -run '^$$' -bench BenchmarkClusterRebalance -benchtime 5x ./sdk/client/
 	$(GO) test -run '^$$' -bench BenchmarkTransaction -benchtime 3s ./sdk/client/
+	$(GO) test -run '^$$' -bench BenchmarkProducerProperties -benchtime 3s ./sdk/client/
 	$(GO) test -run '^$$' -bench BenchmarkXA -benchtime 3s ./txn/metaqbroker/
 	$(GO) test -run '^$$' -bench '^BenchmarkFailover$$' -benchtime 5x ./core/e2e/
 	$(BIN)/metaq bench all
