@@ -4,23 +4,25 @@
 # have), MariaDB (Debian's mariadb-server), promtool (Debian's prometheus
 # package, for `promtool check metrics`) and chromium (Debian's chromium, the
 # browser the dashboard test drives headless through chromedp), nc and curl
-# (netcat-openbsd and curl: the README's walkthroughs, run by internal/doctest).
+# (netcat-openbsd and curl: the README's walkthroughs, run by internal/doctest)
+# and python (python3 with python3-pytest, python3-setuptools and python3-pip:
+# the Python client's tests, clients/python).
 # It only installs: the tests
 # start their own servers on free 127.0.0.1 ports with scratch data dirs
 # (internal/testsvc), so nothing is left running.
 #
-#   .ci/services.sh install [zookeeper] [mariadb] [promtool] [chromium] [tools]   (default: all)
+#   .ci/services.sh install [zookeeper] [mariadb] [promtool] [chromium] [tools] [python]   (default: all)
 #
 # Idempotent and cheap once installed (a dpkg check). Concurrent callers (go
 # test runs packages in parallel) serialise on a lock file. The packages'
 # maintainer scripts are kept from starting system services (policy-rc.d).
 set -euo pipefail
 
-usage() { echo "usage: $0 install [zookeeper] [mariadb] [promtool] [chromium] [tools]" >&2; exit 2; }
+usage() { echo "usage: $0 install [zookeeper] [mariadb] [promtool] [chromium] [tools] [python]" >&2; exit 2; }
 [ "${1:-}" = install ] || usage
 shift
 wanted=("$@")
-[ ${#wanted[@]} -gt 0 ] || wanted=(zookeeper mariadb promtool chromium tools)
+[ ${#wanted[@]} -gt 0 ] || wanted=(zookeeper mariadb promtool chromium tools python)
 
 # pkgs_for NAME prints the Debian packages of a service.
 pkgs_for() {
@@ -30,6 +32,7 @@ pkgs_for() {
 	promtool) echo "prometheus" ;; # promtool, for `promtool check metrics`
 	chromium) echo "chromium" ;;   # the dashboard's browser test (chromedp)
 	tools) echo "netcat-openbsd curl" ;; # nc -q1 and curl of the README's walkthroughs (internal/doctest)
+	python) echo "python3 python3-pytest python3-setuptools python3-pip" ;; # clients/python's tests
 	*) echo "unknown service $1" >&2; exit 2 ;;
 	esac
 }
