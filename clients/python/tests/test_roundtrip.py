@@ -1,0 +1,101 @@
+"""Round trips against the real broker: sync, async pipelined, batched,
+keys and headers, direct reads, partial records and 301."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import metaq
+from metaq.message import key_index
+
+
+def test_sync_roundtrip_with_properties(broker) -> None:
+    with metaq.Producer(broker.addr) as p:
+        r = p.send("t", b"hello", key="k1", headers=[("h", b"v"), ("null", None), ("e", b"")], tags=["red"],
+                   timestamp=1700000000123, partition=1)
+        assert r.partition == 1 and r.offset == 0 and r.id > 0
+        r2 = p.send("t", "plain", partition=1, attribute="attr")
+    with metaq.Consumer(broker.addr, "t", partitions=[1]) as c:
+        res = c.read(1, 0)
+        assert [m.offset for m in res.messages] == [0, r2.offset]
+        m = res.messages[0]
+        assert (m.value, m.key, m.tags, m.timestamp, m.id) == (b"hello", b"k1", ["red"], 1700000000123, r.id)
+        assert m.headers == [("h", b"v"), ("null", None), ("e", b"")]
+        assert m.header("h") == b"v" and m.header("null") is None
+        m2 = res.messages[1]
+        assert (m2.value, m2.key, m2.attribute, m2.headers) == (b"plain", None, "attr", [])
+        assert res.next_offset == m2.next_offset
+
+
+def test_async_pipelined_and_batched(broker) -> None:
+    for linger in (0.0, 0.01):
+        with metaq.Producer(broker.addr, linger=linger, batch_size=50) as p:
+            futs = [p.send_async("t", b"m%d" % i, partition=i % 4) for i in range(400)]
+            p.flush(30)
+            res = [f.result() for f in futs]
+        by_part: dict = {}
+        for r in res:
+            by_part.setdefault(r.partition, []).append(r)
+        for part, rs in by_part.items():
+            offs = [r.offset for r in rs]
+            assert offs == sorted(offs) and len(set(offs)) == len(offs), part
+    with metaq.Consumer(broker.addr, "t") as c:
+        got = c.poll(5, max_messages=10000)
+        while len(got) < 800:
+            more = c.poll(2, max_messages=10000)
+            assert more, len(got)
+            got += more
+    assert sorted(m.value for m in got) == sorted([b"m%d" % i for i in range(400)] * 2)
+    for m in got:  # SendResult offsets name the records
+        assert m.next_offset == m.offset + 20 + len(m.value)
+
+
+def test_hash_by_key_matches_go(broker) -> None:
+    with metaq.Producer(broker.addr) as p:
+        for k in ("a", "order-17", "日本"):
+            r = p.send("t", b"x", key=k)
+            assert r.partition == key_index(k.encode(), 4)
+
+
+def test_partial_record_and_growth(broker) -> None:
+    with metaq.Producer(broker.addr) as p:
+        big = p.send("t", b"x" * 5000, partition=2)
+        small = p.send("t", b"y", partition=2)
+    with metaq.Consumer(broker.addr, "t", partitions=[2], max_size=1024) as c:
+        # 1024 bytes hold part of the first record only: the read doubles
+        # its size until the record fits.
+        res = c.read(2, big.offset, 1024)
+        assert [m.value for m in res.messages][:1] == [b"x" * 5000]
+        # A reply that ends inside a record: the whole ones only.
+        res = c.read(2, big.offset, 5020 + 10)
+        assert [m.offset for m in res.messages] == [big.offset]
+        assert res.next_offset == small.offset
+        it = [c.next(5), c.next(5)]
+        assert [m.value for m in it] == [b"x" * 5000, b"y"]
+
+
+def test_moved_and_not_found(broker) -> None:
+    with metaq.Consumer(broker.addr, "t", partitions=[3]) as c:
+        res = c.read(3, 0)
+        assert res.messages == [] and not res.moved
+        res = c.read(3, metaq.consumer.NEWEST)
+        assert res.moved and res.next_offset == 0
+        assert c.next(0.3) is None
+
+
+def test_typed_errors(broker) -> None:
+    with metaq.Producer(broker.addr, partitions={"t": 9}) as p:
+        with pytest.raises(metaq.PartitionOutOfRangeError) as ei:
+            p.send("t", b"x", partition=7)
+        assert ei.value.code == 500 and ei.value.cause == "partition out of range"
+        with pytest.raises(metaq.PropertiesError):
+            p.send("t", b"x", key=b"k" * 5000)
+        with pytest.raises(metaq.PropertiesError):
+            p.send("t", b"x", tags=["has space"])
+        with pytest.raises(metaq.BrokerError) as ei:
+            p.send("nosuchtopic", b"x", partition=0)
+        assert ei.value.code == 500
+    with pytest.raises(metaq.MetaqError):
+        metaq.Producer(broker.addr).send("nosuchtopic", b"x")
