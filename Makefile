@@ -131,6 +131,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./conf/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicsFile$$' -fuzztime $(FUZZTIME) ./conf/
 	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime $(FUZZTIME) ./filters/expr/
+	$(GO) test -run '^$$' -fuzz FuzzMatchHostile -fuzztime $(FUZZTIME) ./filters/expr/
 	$(GO) test -run '^$$' -fuzz "^FuzzRecover$$" -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz FuzzDecodePacked -fuzztime $(FUZZTIME) ./filters/
 	$(GO) test -run '^$$' -fuzz FuzzParseChanRequest -fuzztime $(FUZZTIME) ./filters/

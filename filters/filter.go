@@ -58,6 +58,11 @@ type Record struct {
 	// Body is the payload (without the attribute), present only if the
 	// instance's InitResponse asked for bodies; nil otherwise.
 	Body []byte
+	// Properties is the message's properties block (key, timestamp, tags,
+	// headers; sdk/message, flag bit 1) after its length prefix, nil when
+	// it has none. Builtins in the broker's process see it (filters/expr);
+	// it is not sent to filter plugins.
+	Properties []byte
 }
 
 // AcceptRequest is one get batch to judge: the whole records of one get

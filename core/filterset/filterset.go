@@ -168,7 +168,8 @@ func ScanRecords(recs []filters.Record, buf []byte, base int64, bodies bool) ([]
 	for it.Next() {
 		rec := it.Record()
 		fr := filters.Record{Offset: rec.Offset, MsgID: rec.ID, Flag: rec.Flag, Size: len(rec.Data)}
-		a, has, payload := splitAttr(rec.Flag, rec.Data)
+		a, has, props, payload := splitAttr(rec.Flag, rec.Data)
+		fr.Properties = props
 		if has {
 			// Aliases buf: valid for the Accept call (filters.Filter's contract).
 			fr.Attribute, fr.HasAttribute = unsafe.String(unsafe.SliceData(a), len(a)), true
@@ -183,9 +184,10 @@ func ScanRecords(recs []filters.Record, buf []byte, base int64, bodies bool) ([]
 
 // splitAttr is message.SplitData without allocating the attribute string
 // or checking the properties block (the broker validates both on put): a
-// malformed attribute reads as none. The payload excludes the properties
-// block (flag bit 1), as the Go consumer's does.
-func splitAttr(flag int32, data []byte) (attr []byte, has bool, payload []byte) {
+// malformed attribute reads as none. props is the properties block (flag
+// bit 1) after its length prefix, nil without one; the payload excludes
+// it, as the Go consumer's does.
+func splitAttr(flag int32, data []byte) (attr []byte, has bool, props, payload []byte) {
 	payload = data
 	if flag&message.FlagHasAttribute != 0 && len(data) >= 4 {
 		if n := binary.BigEndian.Uint32(data); uint64(n) <= uint64(len(data)-4) {
@@ -194,8 +196,8 @@ func splitAttr(flag int32, data []byte) (attr []byte, has bool, payload []byte) 
 	}
 	if flag&message.FlagHasProperties != 0 && len(payload) >= 4 {
 		if n := binary.BigEndian.Uint32(payload); uint64(n) <= uint64(len(payload)-4) {
-			payload = payload[4+n:]
+			props, payload = payload[4:4+n:4+n], payload[4+n:]
 		}
 	}
-	return attr, has, payload
+	return attr, has, props, payload
 }

@@ -84,7 +84,7 @@ func TestScanRecords(t *testing.T) {
 
 	recs, _ = ScanRecords(recs[:0], buf, 100, false)
 	require.Nil(t, recs[0].Body)
-	a, has, _ := splitAttr(message.FlagHasAttribute, []byte{0, 0, 0, 9, 'x'})
+	a, has, _, _ := splitAttr(message.FlagHasAttribute, []byte{0, 0, 0, 9, 'x'})
 	require.False(t, has, "a malformed attribute reads as none")
 	require.Nil(t, a)
 }
@@ -104,5 +104,12 @@ func TestScanRecordsProperties(t *testing.T) {
 		require.Equal(t, m.Attribute, recs[0].Attribute)
 		require.Equal(t, "body", string(recs[0].Body))
 		require.Equal(t, m.DataLen(), recs[0].Size)
+		var got message.Message
+		require.NoError(t, message.DecodeProperties(recs[0].Properties, &got), "Properties is the block after its length prefix")
+		require.Equal(t, m.Key, got.Key)
+		require.Equal(t, m.Tags, got.Tags)
+		require.Equal(t, m.Headers, got.Headers)
 	}
+	recs, _ := ScanRecords(nil, message.AppendRecord(nil, 1, 0, []byte("plain")), 0, false)
+	require.Nil(t, recs[0].Properties, "no properties block")
 }

@@ -3,9 +3,12 @@ package expr_test
 import (
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/metaq-go/metaq/filters"
 	"github.com/metaq-go/metaq/filters/expr"
 	"github.com/metaq-go/metaq/filters/filtertest"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // FuzzParseExpr checks that Parse never panics, and that whatever it
@@ -19,10 +22,16 @@ func FuzzParseExpr(f *testing.F) {
 		`attribute not in ("x", "y\n") && offset != -5`,
 		`((true)) && !false`,
 		`flag == 1 || size > 2`,
+		`TagA || TagB`,
+		`*`,
+		`tag == "TagA" && header("region") == "eu"`,
+		`has_tag("x") || key == "k1" || !has_key`,
+		`header("n") in ("1","2") || header("n") > 3 || has_header("n")`,
+		`tag not in ("a", "b") && (order-created.v1 || x:y/z)`,
 	} {
 		f.Add(s)
 	}
-	recs := filtertest.Sample()
+	recs := append(filtertest.Sample(), propsSample()...)
 	f.Fuzz(func(t *testing.T, src string) {
 		e, err := expr.Parse(src)
 		if err != nil {
@@ -50,6 +59,41 @@ func FuzzParseExpr(f *testing.F) {
 		for i := range recs {
 			if e.Match(&recs[i]) != e2.Match(&recs[i]) {
 				t.Fatalf("%q and its canonical form %q disagree on record %d", src, canon, i)
+			}
+		}
+	})
+}
+
+// propsSample is records with properties blocks, for the fuzz targets.
+func propsSample() []filters.Record {
+	return []filters.Record{
+		propsRecord(message.Message{Tags: []string{"TagA"}, Headers: message.Headers{{Key: "region", Value: []byte("eu")}}}),
+		propsRecord(message.Message{Tags: []string{"TagB", "x"}, Key: []byte("k1"), Headers: message.Headers{{Key: "n", Value: []byte("1")}}}),
+		propsRecord(message.Message{Key: []byte{}, Headers: message.Headers{{Key: "n", Value: []byte("7")}, {Key: "n", Value: nil}}}),
+		propsRecord(message.Message{Timestamp: time.UnixMilli(1), Tags: []string{"order-created.v1"}}),
+	}
+}
+
+// FuzzMatchHostile judges records whose properties block is arbitrary
+// bytes (the broker validates blocks on put, but the engine must not
+// trust them): Match never panics, and a block that does not decode reads
+// as none.
+func FuzzMatchHostile(f *testing.F) {
+	for _, r := range propsSample() {
+		f.Add(`TagA || tag in ("x") || key == "k1" || header("n") > 3 || has_header("region")`, r.Properties)
+	}
+	f.Add(`has_key`, []byte{1, 1, 0x80})
+	f.Add(`header("n") == "1"`, []byte{1, 8, 1, 1, 'n', 2, '1'})
+	f.Fuzz(func(t *testing.T, src string, block []byte) {
+		e, err := expr.Parse(src)
+		if err != nil {
+			return
+		}
+		r := filters.Record{Properties: block, Flag: message.FlagHasProperties}
+		got := e.Match(&r)
+		if message.ValidateProperties(block) != nil {
+			if none := e.Match(&filters.Record{Flag: message.FlagHasProperties}); got != none {
+				t.Fatalf("%q: a bad block matched %v, no block %v", src, got, none)
 			}
 		}
 	})

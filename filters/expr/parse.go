@@ -49,19 +49,31 @@ type parser struct {
 
 // Parse compiles src. The grammar:
 //
+//	top     = "*" | expr
 //	expr    = and { "||" and }
 //	and     = unary { "&&" unary }
 //	unary   = "!" unary | primary
-//	primary = "(" expr ")" | "true" | "false" | "has_attribute"
+//	primary = "(" expr ")" | "true" | "false" | "has_attribute" | "has_key"
+//	        | "has_tag" "(" string ")" | "has_header" "(" string ")"
 //	        | field op literal | field ["not"] "in" "(" literal { "," literal } ")"
-//	field   = "attribute" | "size" | "msgid" | "offset" | "flag"
+//	        | word
+//	field   = "attribute" | "size" | "msgid" | "offset" | "flag" | "key" | "tag"
+//	        | "header" "(" string ")"
 //	op      = "==" | "!=" | "<" | "<=" | ">" | ">="
 //
-// attribute takes double-quoted string literals (Go escapes); the other
-// fields take decimal integers.
+// attribute, key and tag take double-quoted string literals (Go escapes),
+// tag with == != in and not in only; header takes either strings or
+// integers (all of one kind in an in list); the other fields take decimal
+// integers. A word is an identifier ([A-Za-z_] then [A-Za-z0-9_.:/-]) that
+// is not a field or keyword, followed by ||, &&, ) or the end: the tag test
+// has_tag("word"), so that RocketMQ's `TagA || TagB` works as written. `*`
+// alone matches every message.
 func Parse(src string) (*Expr, error) {
 	if len(src) > MaxLen {
 		return nil, &SyntaxError{Pos: MaxLen, Msg: "expression longer than " + strconv.Itoa(MaxLen) + " bytes"}
+	}
+	if strings.TrimSpace(src) == "*" {
+		return &Expr{root: constNode(true)}, nil
 	}
 	p := &parser{src: src}
 	if err := p.next(); err != nil {
@@ -107,7 +119,7 @@ func (p *parser) next() error {
 	c := s[start]
 	switch {
 	case isLetter(c):
-		for p.pos < len(s) && (isLetter(s[p.pos]) || isDigit(s[p.pos])) {
+		for p.pos < len(s) && (isLetter(s[p.pos]) || isDigit(s[p.pos]) || isWordPunct(s[p.pos])) {
 			p.pos++
 		}
 		p.tok = token{kind: tIdent, pos: start, text: s[start:p.pos]}
@@ -162,6 +174,10 @@ func (p *parser) next() error {
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' }
 func isDigit(c byte) bool  { return c >= '0' && c <= '9' }
+
+// isWordPunct: the bytes other than letters, digits and _ that a word (a
+// bare tag) may hold after its first byte.
+func isWordPunct(c byte) bool { return c == '-' || c == '.' || c == ':' || c == '/' }
 
 func (p *parser) is(text string) bool {
 	return (p.tok.kind == tPunct || p.tok.kind == tIdent) && p.tok.text == text
@@ -252,13 +268,38 @@ func (p *parser) parsePrimary() (node, error) {
 		return constNode(t.text == "true"), p.next()
 	case "has_attribute":
 		return hasAttrNode{}, p.next()
+	case "has_key":
+		return hasKeyNode{}, p.next()
+	case "has_tag", "has_header":
+		if err := p.next(); err != nil {
+			return nil, err
+		}
+		arg, err := p.parseArg(t.text)
+		if err != nil {
+			return nil, err
+		}
+		if t.text == "has_tag" {
+			return &hasTagNode{v: strValue(arg)}, nil
+		}
+		return &hasHeaderNode{name: arg}, nil
 	}
 	f, ok := fieldByName[t.text]
-	if !ok {
-		return nil, p.errf("unknown field %q (want attribute, size, msgid, offset or flag)", t.text)
-	}
 	if err := p.next(); err != nil {
 		return nil, err
+	}
+	if !ok {
+		if p.tok.kind == tEOF || p.is("||") || p.is("&&") || p.is(")") {
+			return &hasTagNode{v: strValue(t.text)}, nil // a bare tag
+		}
+		return nil, &SyntaxError{Pos: t.pos, Msg: fmt.Sprintf("unknown field %q (want attribute, size, msgid, offset, flag, key, tag or header(\"name\"); "+
+			"a bare word is a tag only before ||, && or ))", t.text)}
+	}
+	x := ref{f: f}
+	if f == fHeader {
+		var err error
+		if x.name, err = p.parseArg("header"); err != nil {
+			return nil, err
+		}
 	}
 	neg := false
 	if p.is("not") {
@@ -271,7 +312,7 @@ func (p *parser) parsePrimary() (node, error) {
 		}
 	}
 	if p.is("in") {
-		return p.parseIn(f, neg)
+		return p.parseIn(x, neg)
 	}
 	if p.tok.kind != tPunct {
 		return nil, p.errf("expected a comparison after %s, found %s", f, p.tok.describe())
@@ -280,26 +321,48 @@ func (p *parser) parsePrimary() (node, error) {
 	if !ok {
 		return nil, p.errf("expected a comparison after %s, found %s", f, p.tok.describe())
 	}
+	if f == fTag && o != opEq && o != opNe {
+		return nil, p.errf("tag compares with ==, !=, in or not in, found %s", p.tok.describe())
+	}
 	if err := p.next(); err != nil {
 		return nil, err
 	}
-	v, err := p.parseLiteral(f)
+	v, err := p.parseLiteral(f, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &cmpNode{f: f, op: o, v: v}, nil
+	return &cmpNode{x: x, op: o, v: v}, nil
 }
 
-func (p *parser) parseIn(f field, neg bool) (node, error) {
+// parseArg parses `"(" string ")"` after has_tag, has_header or header.
+func (p *parser) parseArg(what string) (string, error) {
+	if err := p.expect("("); err != nil {
+		return "", err
+	}
+	if p.tok.kind != tString {
+		return "", p.errf("%s takes a string literal, found %s", what, p.tok.describe())
+	}
+	s := p.tok.text
+	if err := p.next(); err != nil {
+		return "", err
+	}
+	return s, p.expect(")")
+}
+
+func (p *parser) parseIn(x ref, neg bool) (node, error) {
 	if err := p.next(); err != nil { // "in"
 		return nil, err
 	}
 	if err := p.expect("("); err != nil {
 		return nil, err
 	}
-	n := &inNode{f: f, neg: neg}
+	n := &inNode{x: x, neg: neg}
 	for {
-		v, err := p.parseLiteral(f)
+		var first *value
+		if len(n.vs) > 0 {
+			first = &n.vs[0]
+		}
+		v, err := p.parseLiteral(x.f, first)
 		if err != nil {
 			return nil, err
 		}
@@ -313,15 +376,25 @@ func (p *parser) parseIn(f field, neg bool) (node, error) {
 	}
 }
 
-func (p *parser) parseLiteral(f field) (value, error) {
+// parseLiteral parses f's literal; in an in list, first is the list's
+// first literal, whose kind a header's others must have.
+func (p *parser) parseLiteral(f field, first *value) (value, error) {
 	t := p.tok
 	switch {
-	case f == fAttribute && t.kind == tString:
-		return value{s: t.text}, p.next()
-	case f != fAttribute && t.kind == tInt:
+	case f == fHeader && first != nil && first.isStr != (t.kind == tString):
+		what := "an integer"
+		if first.isStr {
+			what = "a string literal"
+		}
+		return value{}, p.errf("header in list mixes kinds: want %s, found %s", what, t.describe())
+	case (f.str() || f == fHeader) && t.kind == tString:
+		return strValue(t.text), p.next()
+	case !f.str() && t.kind == tInt:
 		return value{n: t.n}, p.next()
-	case f == fAttribute:
-		return value{}, p.errf("attribute compares with a string literal, found %s", t.describe())
+	case f == fHeader:
+		return value{}, p.errf("header compares with a string literal or an integer, found %s", t.describe())
+	case f.str():
+		return value{}, p.errf("%s compares with a string literal, found %s", f, t.describe())
 	}
 	return value{}, p.errf("%s compares with an integer, found %s", f, t.describe())
 }
