@@ -140,6 +140,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzJournalScan -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz '^FuzzCountRecords$$' -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBrokerName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseChunk$$' -fuzztime $(FUZZTIME) ./core/index/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConsumerID$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseMemberData$$' -fuzztime $(FUZZTIME) ./internal/zkpath/
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePartitionName$$' -fuzztime $(FUZZTIME) ./internal/zkpath/

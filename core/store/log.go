@@ -265,6 +265,8 @@ type Log struct {
 	toCount   []*segment  // what the background count walks (set by Open)
 	scrubHook func()      // hooks.scrubStart
 	isClosed  atomic.Bool
+	// cuts counts Truncate's cuts, cutFrom is the last one's offset (Cuts).
+	cuts, cutFrom atomic.Int64
 
 	nAppends, nMessages, nWrites, nFsyncs, nBytes, nRolls atomic.Int64
 

@@ -52,6 +52,10 @@ func (l *Log) Truncate(offset int64) (Cut, error) {
 		return Cut{}, err
 	}
 	c, err := l.truncateLocked(offset)
+	if err == nil && c.Bytes() > 0 {
+		l.cutFrom.Store(c.From)
+		l.cuts.Add(1)
+	}
 	l.mu.Unlock()
 	if err != nil || c.Bytes() == 0 || l.j == nil {
 		return c, err
@@ -67,6 +71,14 @@ func (l *Log) Truncate(offset int64) (Cut, error) {
 		return c, fmt.Errorf("store: truncate %s: waiting for the journal checkpoint after the cut: %w", l.dir, err)
 	}
 	return c, nil
+}
+
+// Cuts returns how many times Truncate removed records since Open, and
+// where the last of them cut the log: a reader that keeps its own view of
+// the log (core/index) drops what lies past the cut when the count moved.
+func (l *Log) Cuts() (n int64, lastFrom int64) {
+	n = l.cuts.Load()
+	return n, l.cutFrom.Load()
 }
 
 // Settle waits (at most 10 s) until no append of the log is in flight
