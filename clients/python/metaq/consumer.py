@@ -485,9 +485,11 @@ class Consumer:
             except (ConnectionLostError, BrokerError, RequestTimeoutError):
                 continue
 
-    def close(self) -> None:
+    def close(self, processed: bool = True) -> None:
         """Commit, leave the group and close the connection (if the
-        consumer opened it)."""
+        consumer opened it). processed=False leaves out the last message
+        handed out (its processing failed), so that it is read again; the
+        context manager passes it when the block raised."""
         if self._closed:
             return
         self._stop.set()
@@ -495,7 +497,8 @@ class Consumer:
             self._thread.join(5)
         try:
             if self.group is not None:
-                self._settle()
+                if processed:
+                    self._settle()
                 with self._mu:
                     parts = list(self._parts.values())
                 self._commit_parts(parts)
@@ -514,8 +517,8 @@ class Consumer:
     def __enter__(self) -> "Consumer":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, typ: object, exc: object, tb: object) -> None:
+        self.close(processed=exc is None)
 
 
 def _parse_view(body: bytes) -> Tuple[int, List[int]]:

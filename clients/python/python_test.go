@@ -1,0 +1,188 @@
+// Package python holds the Go side of the Python client's tests
+// (clients/python, package metaq): the golden bytes the Python encoder must
+// match, and the test that runs the client's pytest suite against the
+// real broker, so that `go test ./...` (and make test) runs it.
+package python
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/metaq-go/metaq/internal/brokertest"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
+)
+
+func TestMain(m *testing.M) { testsvc.Main(m) }
+
+var update = flag.Bool("update", false, "rewrite testdata/golden.json from the Go encoder")
+
+// goldenHeader is a header in golden.json: Value nil is a null value.
+type goldenHeader struct {
+	Key   string  `json:"key"`
+	Value *string `json:"value_hex"`
+}
+
+// goldenMessage is one message, its fields and the bytes the Go SDK
+// encodes for it: the properties block (with its length prefix) and the
+// whole put body.
+type goldenMessage struct {
+	Name      string         `json:"name"`
+	Key       *string        `json:"key_hex"`
+	Timestamp *int64         `json:"timestamp"`
+	Tags      []string       `json:"tags"`
+	Headers   []goldenHeader `json:"headers"`
+	Attribute *string        `json:"attribute"`
+	Value     string         `json:"value_hex"`
+	Flag      int32          `json:"flag"`
+	Props     string         `json:"props_hex"`
+	Data      string         `json:"data_hex"`
+	Checksum  uint32         `json:"checksum"`
+}
+
+// goldenHash is selector.KeyIndex of a key among n partitions.
+type goldenHash struct {
+	Key   string `json:"key_hex"`
+	N     int    `json:"n"`
+	Index int    `json:"index"`
+}
+
+type golden struct {
+	Note     string          `json:"note"`
+	Messages []goldenMessage `json:"messages"`
+	Hashes   []goldenHash    `json:"hashes"`
+}
+
+func hexp(b []byte) *string { s := hex.EncodeToString(b); return &s }
+
+// goldenMessages are the cases: each field alone, all together, lengths
+// that take multi-byte varints, null, empty and repeated headers.
+func goldenMessages() []message.Message {
+	ts := func(ms int64) time.Time { return time.UnixMilli(ms) }
+	return []message.Message{
+		{Body: []byte("plain")},
+		{Body: []byte("v"), Key: []byte("k1")},
+		{Body: []byte("v"), Key: []byte{}},
+		{Body: []byte("v"), Timestamp: ts(1700000000123)},
+		{Body: []byte("v"), Timestamp: ts(-1)},
+		{Body: []byte("v"), Tags: []string{"red", "blue"}},
+		{Body: []byte("v"), Headers: message.Headers{{Key: "h", Value: []byte("v")}, {Key: "null"},
+			{Key: "e", Value: []byte{}}, {Key: "", Value: []byte("empty key")}, {Key: "dup", Value: []byte("1")},
+			{Key: "dup", Value: []byte("2")}}},
+		{Body: []byte("payload"), Key: []byte("order-17"), Timestamp: ts(1234567890123), Tags: []string{"t1"},
+			Headers: message.Headers{{Key: "trace", Value: []byte("abc")}}, Attribute: "attr", HasAttribute: true},
+		{Body: []byte("x"), Key: bytes.Repeat([]byte("k"), 300),
+			Headers: message.Headers{{Key: "big", Value: bytes.Repeat([]byte{0xff}, 200)}}},
+		{Body: []byte("日本"), Key: []byte("日本"), Tags: []string{"ü"}},
+		{Body: []byte{}, Attribute: "only-attr", HasAttribute: true},
+	}
+}
+
+func buildGolden() golden {
+	g := golden{Note: "written by clients/python/python_test.go (go test ./clients/python -run TestGolden -update): " +
+		"the Go SDK's bytes for these messages; clients/python/tests/test_golden.py checks the Python encoder against them"}
+	for i, m := range goldenMessages() {
+		gm := goldenMessage{Name: "case" + string(rune('A'+i)), Tags: m.Tags, Value: hex.EncodeToString(m.Body),
+			Flag: m.Flag(), Props: hex.EncodeToString(m.AppendProperties(nil)), Data: hex.EncodeToString(m.AppendData(nil))}
+		gm.Checksum = message.Checksum(m.AppendData(nil))
+		if m.Key != nil {
+			gm.Key = hexp(m.Key)
+		}
+		if !m.Timestamp.IsZero() {
+			ms := m.Timestamp.UnixMilli()
+			gm.Timestamp = &ms
+		}
+		if m.HasAttribute {
+			a := m.Attribute
+			gm.Attribute = &a
+		}
+		for _, h := range m.Headers {
+			gh := goldenHeader{Key: h.Key}
+			if h.Value != nil {
+				gh.Value = hexp(h.Value)
+			}
+			gm.Headers = append(gm.Headers, gh)
+		}
+		g.Messages = append(g.Messages, gm)
+	}
+	for _, k := range []string{"a", "k1", "order-17", "日本", "user:12345", string(bytes.Repeat([]byte{0xff}, 33))} {
+		for _, n := range []int{1, 3, 4, 7, 64, 1000} {
+			g.Hashes = append(g.Hashes, goldenHash{Key: hex.EncodeToString([]byte(k)), N: n,
+				Index: selector.KeyIndex([]byte(k), n)})
+		}
+	}
+	return g
+}
+
+// TestGolden checks testdata/golden.json against the Go encoder (the
+// Python test checks its encoder against the same file).
+func TestGolden(t *testing.T) {
+	want, err := json.MarshalIndent(buildGolden(), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, '\n')
+	path := filepath.Join("testdata", "golden.json")
+	if *update {
+		if err := os.WriteFile(path, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from the Go encoder's bytes; rerun with -update if the format changed on purpose", path)
+	}
+}
+
+// pytestEnv is the environment of the pytest run: the binaries, the TLS
+// files, and no bytecode written into the source tree.
+func pytestEnv(t *testing.T) []string {
+	certs := testsvc.NewCerts(t)
+	cert, key, _ := certs.Server(t, "broker")
+	env := append(os.Environ(),
+		"METAQ_SERVER_BIN="+brokertest.ServerBinary(t),
+		"METAQ_BIN="+testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq"),
+		"METAQ_TEST_CERT_FILE="+cert, "METAQ_TEST_KEY_FILE="+key, "METAQ_TEST_CA_FILE="+certs.CAFile,
+		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1")
+	return env
+}
+
+// TestPytest runs the Python client's tests (clients/python/tests) with
+// Debian's pytest against the real metaq-server; a missing pytest fails in
+// CI (testsvc.Python).
+func TestPytest(t *testing.T) {
+	py := testsvc.Python(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	args := []string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", filepath.Join(t.TempDir(), "pytest"), "tests"}
+	if testing.Verbose() {
+		args = append(args, "-v")
+	}
+	cmd := exec.CommandContext(ctx, py, args...)
+	cmd.Env = pytestEnv(t)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err != nil || testing.Verbose() {
+		t.Logf("%s %s:\n%s", py, strings.Join(args, " "), out.String())
+	}
+	if err != nil {
+		t.Fatalf("pytest: %v", err)
+	}
+	if !strings.Contains(out.String(), " passed") || strings.Contains(out.String(), " skipped") {
+		t.Fatalf("pytest ran no tests or skipped some:\n%s", out.String())
+	}
+}
