@@ -108,6 +108,10 @@ type Config struct {
 	AcceptSubscribe bool `toml:"accept_subscribe"`
 	// Stat enables realtime statistics per topic.
 	Stat bool `toml:"stat"`
+	// IndexKeys keeps the key and message id index of every partition
+	// (core/index, docs/storage.md "Key and id index"); off, lookups by
+	// key or id scan the log.
+	IndexKeys bool `toml:"index_keys"`
 	// LogLevel is one of debug, info, warn, error.
 	LogLevel string `toml:"log_level"`
 	// PluginDir is where plugin binaries are looked up (see PluginPath).
@@ -403,6 +407,7 @@ func Default() *Config {
 		AcceptPublish:         true,
 		AcceptSubscribe:       true,
 		Stat:                  true,
+		IndexKeys:             true,
 		LogLevel:              "info",
 		PluginDir:             DefaultPluginDir,
 		OffsetStore:           OffsetStoreBuiltin,
