@@ -28,6 +28,9 @@ type Proxy struct {
 	closed  bool
 	conns   map[net.Conn]struct{}
 	accepts int
+	drop    int // DropReplies' n (0: off)
+	chunks  int // chunks read from targets since DropReplies
+	dropped int
 	wg      sync.WaitGroup
 }
 
@@ -101,6 +104,24 @@ func (p *Proxy) Swallow(n int) {
 	p.mu.Unlock()
 }
 
+// DropReplies makes every nth chunk of bytes a target sends back lost
+// with its connection: the proxy discards the chunk and cuts that
+// connection, so that the client sent its requests, the target handled
+// them, and their replies never arrived (n <= 0: off). Dropped counts
+// the chunks lost so.
+func (p *Proxy) DropReplies(n int) {
+	p.mu.Lock()
+	p.drop, p.chunks = n, 0
+	p.mu.Unlock()
+}
+
+// Dropped is the number of chunks DropReplies discarded so far.
+func (p *Proxy) Dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
+}
+
 // Accepts is the number of connections accepted so far.
 func (p *Proxy) Accepts() int {
 	p.mu.Lock()
@@ -158,14 +179,14 @@ func (p *Proxy) accept() {
 		p.conns[down], p.conns[up] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(up, down)
-		go p.pipe(down, up)
+		go p.pipe(up, down, false)
+		go p.pipe(down, up, true)
 	}
 }
 
-// pipe copies src to dst, obeying hold and delay; either side ending
-// closes both.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst, obeying hold, delay and (fromTarget: src is
+// the target) DropReplies; either side ending closes both.
+func (p *Proxy) pipe(dst, src net.Conn, fromTarget bool) {
 	defer p.wg.Done()
 	defer func() {
 		src.Close()
@@ -188,8 +209,15 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			}
 			_, live := p.conns[src]
 			d := p.delay
+			lose := false
+			if fromTarget && p.drop > 0 && live {
+				p.chunks++
+				if lose = p.chunks%p.drop == 0; lose {
+					p.dropped++
+				}
+			}
 			p.mu.Unlock()
-			if !live {
+			if !live || lose {
 				return
 			}
 			if d > 0 {

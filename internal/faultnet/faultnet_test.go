@@ -111,3 +111,39 @@ func TestSwallow(t *testing.T) {
 	require.Error(t, err)
 	require.NotErrorIs(t, err, os.ErrDeadlineExceeded, "Close left the swallowed connection open")
 }
+
+// TestDropReplies: with DropReplies(2) the first reply arrives, the
+// second is lost with its connection, and the next connection's first
+// reply arrives again.
+func TestDropReplies(t *testing.T) {
+	p, err := Start(echoServer(t))
+	require.NoError(t, err)
+	defer p.Close()
+	p.DropReplies(2)
+	c, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	r := bufio.NewReader(c)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.Write([]byte("one\n"))
+	require.NoError(t, err)
+	s, err := r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "one\n", s)
+	_, err = c.Write([]byte("two\n"))
+	require.NoError(t, err)
+	_, err = r.ReadString('\n')
+	require.Error(t, err, "the dropped reply arrived")
+	require.NotErrorIs(t, err, os.ErrDeadlineExceeded, "the connection was not cut")
+	require.Equal(t, 1, p.Dropped())
+
+	c2, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer c2.Close()
+	c2.SetDeadline(time.Now().Add(5 * time.Second))
+	_, err = c2.Write([]byte("three\n"))
+	require.NoError(t, err)
+	s, err = bufio.NewReader(c2).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "three\n", s)
+}
