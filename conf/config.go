@@ -95,6 +95,17 @@ type Config struct {
 	MaxMessageSize int `toml:"max_message_size"`
 	// MaxLineLength is the longest protocol header line in bytes (64..65536).
 	MaxLineLength int `toml:"max_line_length"`
+	// IdempotentProducers is how many idempotent producers a partition
+	// remembers (1..1000000, the least recently used forgotten first).
+	// Default 1024. docs/protocol.md, "Idempotent producer".
+	IdempotentProducers int `toml:"idempotent_producers"`
+	// IdempotentIdleExpiry forgets an idempotent producer that has not put
+	// to a partition for this many seconds (60..2592000). Default 86400.
+	IdempotentIdleExpiry int `toml:"idempotent_idle_expiry"`
+	// IdempotentRebuildBytes is how far back from a partition's end the
+	// broker reads its records to rebuild the producers' state after a
+	// start or a failover (1048576..1073741824). Default 67108864.
+	IdempotentRebuildBytes int64 `toml:"idempotent_rebuild_bytes"`
 	// DeletePolicy is the retention policy, "delete,N[s|m|h]" (no unit = hours).
 	DeletePolicy string `toml:"delete_policy"`
 	// DeleteCheckInterval is the time between retention runs, in seconds.
@@ -388,29 +399,32 @@ const (
 // Validate only once AutoCreateTopics is set or a topic is added.
 func Default() *Config {
 	c := &Config{
-		BrokerID:              0,
-		Host:                  "127.0.0.1",
-		Port:                  8123,
-		DataDir:               "data",
-		NumPartitions:         1,
-		UnflushThreshold:      0,
-		UnflushInterval:       10000,
-		MaxSegmentSize:        1 << 30,
-		Recovery:              RecoveryQuarantine,
-		JournalCheckpointSync: CheckpointSyncAuto,
-		MaxTransferSize:       2 << 20,
-		MaxMessageSize:        1 << 20,
-		MaxLineLength:         1024,
-		DeletePolicy:          "delete,168",
-		DeleteCheckInterval:   300,
-		AutoCreateTopics:      false,
-		AcceptPublish:         true,
-		AcceptSubscribe:       true,
-		Stat:                  true,
-		IndexKeys:             true,
-		LogLevel:              "info",
-		PluginDir:             DefaultPluginDir,
-		OffsetStore:           OffsetStoreBuiltin,
+		BrokerID:               0,
+		Host:                   "127.0.0.1",
+		Port:                   8123,
+		DataDir:                "data",
+		NumPartitions:          1,
+		UnflushThreshold:       0,
+		UnflushInterval:        10000,
+		MaxSegmentSize:         1 << 30,
+		Recovery:               RecoveryQuarantine,
+		JournalCheckpointSync:  CheckpointSyncAuto,
+		MaxTransferSize:        2 << 20,
+		MaxMessageSize:         1 << 20,
+		MaxLineLength:          1024,
+		IdempotentProducers:    1024,
+		IdempotentIdleExpiry:   86400,
+		IdempotentRebuildBytes: 64 << 20,
+		DeletePolicy:           "delete,168",
+		DeleteCheckInterval:    300,
+		AutoCreateTopics:       false,
+		AcceptPublish:          true,
+		AcceptSubscribe:        true,
+		Stat:                   true,
+		IndexKeys:              true,
+		LogLevel:               "info",
+		PluginDir:              DefaultPluginDir,
+		OffsetStore:            OffsetStoreBuiltin,
 		ZooKeeper: ZooKeeper{
 			Root:              "/meta",
 			SessionTimeout:    30000,

@@ -268,6 +268,9 @@ func (c *Config) check() []Problem {
 			RecordHeaderSize, c.MaxTransferSize, c.MaxMessageSize)
 	}
 	k.intRange("max_line_length", int64(c.MaxLineLength), minLineLength, maxLineLengthCap)
+	k.intRange("idempotent_producers", int64(c.IdempotentProducers), 1, 1_000_000)
+	k.intRange("idempotent_idle_expiry", int64(c.IdempotentIdleExpiry), 60, 30*86400)
+	k.intRange("idempotent_rebuild_bytes", c.IdempotentRebuildBytes, 1<<20, 1<<30)
 	k.policy("delete_policy", c.DeletePolicy)
 	k.intRange("delete_check_interval", int64(c.DeleteCheckInterval), 1, maxDeleteCheck)
 	if r := c.DiskMaxUsedRatio; !(r > 0 && r <= 1) { // NaN too

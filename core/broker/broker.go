@@ -62,6 +62,9 @@ type Options struct {
 
 // Broker is one metaq-go broker.
 type Broker struct {
+	// idem holds the partitions' idempotent-producer tables (idem.go):
+	// *store.Log -> *idemPart.
+	idem sync.Map
 	// cfgp is the configuration; Reload swaps it (reload.go). Read it
 	// with config(), once per operation where the values must agree.
 	cfgp atomic.Pointer[conf.Config]

@@ -70,29 +70,32 @@ func (c *conn) dispatch(r *protocol.Request) {
 // checkPut checks a put (plain or transactional) before it is stored:
 // its size, its target partition, its checksum and its attribute flag.
 // On a failure it has answered the put and ok is false.
-func (c *conn) checkPut(r *protocol.Request) (t *topic, l *store.Log, p int32, crc uint32, ok bool) {
+// ps is the idempotent producer's id and sequence when the body carries
+// them (docs/protocol.md, "Idempotent producer").
+func (c *conn) checkPut(r *protocol.Request) (t *topic, l *store.Log, p int32, crc uint32, ps producerSeq, ok bool) {
 	b := c.b
 	if len(r.Body) > b.config().MaxMessageSize {
 		b.stats.putFailed.Add(1)
 		c.reply(protocol.StatusBadRequest, "message of "+strconv.Itoa(len(r.Body))+
 			" bytes exceeds max_message_size "+strconv.Itoa(b.config().MaxMessageSize), r.Opaque)
-		return nil, nil, 0, 0, false
+		return nil, nil, 0, 0, ps, false
 	}
 	if t, l, p, ok = c.putTarget(r); !ok {
-		return nil, nil, 0, 0, false
+		return nil, nil, 0, 0, ps, false
 	}
 	crc = message.Checksum(r.Body)
 	if r.HasChecksum() && int64(crc) != r.Checksum {
 		c.putFail(r.Opaque, "checksum mismatch: body has "+strconv.FormatUint(uint64(crc), 10)+
 			", request says "+strconv.FormatInt(r.Checksum, 10))
-		return nil, nil, 0, 0, false
+		return nil, nil, 0, 0, ps, false
 	}
-	if _, _, _, err := message.SplitData(r.Flag, r.Body); err != nil {
+	var err error
+	if ps.id, ps.seq, ps.ok, err = message.SplitDataProducer(r.Flag, r.Body); err != nil {
 		b.stats.putFailed.Add(1)
 		c.reply(protocol.StatusBadRequest, badDataReason("", err), r.Opaque)
-		return nil, nil, 0, 0, false
+		return nil, nil, 0, 0, ps, false
 	}
-	return t, l, p, crc, true
+	return t, l, p, crc, ps, true
 }
 
 func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, ok bool) {
@@ -164,20 +167,29 @@ func (c *conn) handlePut(r *protocol.Request) {
 		c.handleTxPut(r) // txglue.go
 		return
 	}
-	t, l, p, crc, ok := c.checkPut(r)
+	t, l, p, crc, ps, ok := c.checkPut(r)
 	if !ok {
 		return
 	}
+	var w repl.PutDone = c
+	if ps.ok {
+		iw := c.idemBegin(l, p, r.Opaque, ps, 1, false) // idem.go
+		if iw == nil {
+			return
+		}
+		w = iw
+	}
 	c.entries = append(c.entries[:0], store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})
-	c.appendEntries(t, l, p, r.Opaque, false, int64(len(r.Body)))
+	c.appendEntries(t, l, p, r.Opaque, false, int64(len(r.Body)), w)
 }
 
 // appendEntries appends c.entries (a put's or an mput's, whose reply also
 // carries the count) to partition p's log; the reply is queued when the
 // store completes the append. size is the data bytes, for realtime stats.
-func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput bool, size int64) {
+// w is told the outcome: c, or an idempotent put's *idemWaiter.
+func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput bool, size int64, w repl.PutDone) {
 	if c.b.sync != nil {
-		c.appendReplicated(t, l, p, opaque, mput, size) // syncrepl.go
+		c.appendReplicated(t, l, p, opaque, mput, size, w) // syncrepl.go
 		return
 	}
 	token := uint64(uint32(opaque)) | uint64(uint16(p))<<32
@@ -198,9 +210,12 @@ func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput
 	if c.lone {
 		app = l.AppendLead
 	}
-	if err := app(c.entries, c, token); err != nil {
+	if err := app(c.entries, w, token); err != nil {
 		if probe {
 			c.probeTok.Store(0)
+		}
+		if iw, ok := w.(*idemWaiter); ok {
+			iw.failed()
 		}
 		c.addPending(-1)
 		c.b.disks.WakeOn(err)
@@ -226,6 +241,7 @@ func (c *conn) handleMPut(r *protocol.Request) {
 	c.entries = c.entries[:0]
 	body := r.Body
 	var size int64
+	var ps producerSeq
 	for len(body) > 0 {
 		var e protocol.MPutEntry
 		e, body = protocol.NextMPutEntry(body)
@@ -240,15 +256,34 @@ func (c *conn) handleMPut(r *protocol.Request) {
 			c.putFail(r.Opaque, "mput: checksum mismatch in message "+strconv.Itoa(len(c.entries)))
 			return
 		}
-		if _, _, _, err := message.SplitData(e.Flag, e.Data); err != nil {
+		id, seq, hasProducer, err := message.SplitDataProducer(e.Flag, e.Data)
+		if err != nil {
 			b.stats.putFailed.Add(1)
 			c.reply(protocol.StatusBadRequest, badDataReason("mput: message "+strconv.Itoa(len(c.entries))+": ", err), r.Opaque)
+			return
+		}
+		// An idempotent mput's messages are one producer's consecutive
+		// sequences (docs/protocol.md, "Idempotent producer").
+		if len(c.entries) == 0 {
+			ps = producerSeq{id: id, seq: seq, ok: hasProducer}
+		} else if hasProducer != ps.ok || (ps.ok && (id != ps.id || seq != ps.seq+int64(len(c.entries)))) {
+			b.stats.putFailed.Add(1)
+			c.reply(protocol.StatusBadRequest, "mput: message "+strconv.Itoa(len(c.entries))+
+				": idempotent producer id and sequence do not follow message 0's (one producer, consecutive sequences, or none)", r.Opaque)
 			return
 		}
 		c.entries = append(c.entries, store.Entry{Flag: e.Flag, CRC: crc, Data: e.Data})
 		size += int64(len(e.Data))
 	}
-	c.appendEntries(t, l, p, r.Opaque, true, size)
+	var w repl.PutDone = c
+	if ps.ok {
+		iw := c.idemBegin(l, p, r.Opaque, ps, len(c.entries), true) // idem.go
+		if iw == nil {
+			return
+		}
+		w = iw
+	}
+	c.appendEntries(t, l, p, r.Opaque, true, size, w)
 }
 
 // readTarget resolves a get or offset's topic and partition.

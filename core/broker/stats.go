@@ -25,6 +25,8 @@ type counters struct {
 	cmdOffset      atomic.Int64
 	getMiss        atomic.Int64
 	putFailed      atomic.Int64
+	idemDuplicates atomic.Int64 // idempotent puts' messages answered as stored already (idem.go)
+	idemOutOfOrder atomic.Int64 // idempotent puts refused with a sequence gap
 	protocolErrors atomic.Int64
 	refusedConns   atomic.Int64 // connections refused over max_connections
 	timedOutConns  atomic.Int64 // connections closed by idle_timeout or request_timeout
@@ -195,6 +197,8 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("tx_rollback", b.txm.Counts().Rollbacks)
 	kv("get_miss", b.stats.getMiss.Load())
 	kv("put_failed", b.stats.putFailed.Load())
+	kv("idempotent_duplicates", b.stats.idemDuplicates.Load())
+	kv("idempotent_out_of_order", b.stats.idemOutOfOrder.Load())
 	kv("disk_full_rejects", b.disks.Rejects.Load())
 	kv("disk_used_ratio", strconv.FormatFloat(b.disks.MaxUsed(), 'f', 4, 64))
 	kv("protocol_errors", b.stats.protocolErrors.Load())

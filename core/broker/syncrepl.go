@@ -37,12 +37,15 @@ func (sm *syncMaster) run() {
 // appendReplicated is appendEntries on a sync master
 // (repl.SyncMaster.Put): a refusal is answered with its status line, a
 // failed append as a put's.
-func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, mput bool, size int64) {
+func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, mput bool, size int64, w repl.PutDone) {
 	token := uint64(uint32(opaque)) | uint64(uint16(p))<<32
 	if mput {
 		token |= uint64(len(c.entries)) << 48
 	}
-	refused, err := c.b.sync.Put(t.name, p, l, c.entries, c.b.ids, c, token, c.addPending)
+	refused, err := c.b.sync.Put(t.name, p, l, c.entries, c.b.ids, w, token, c.addPending)
+	if iw, ok := w.(*idemWaiter); ok && (refused != nil || err != nil) {
+		iw.failed()
+	}
 	switch {
 	case refused != nil:
 		c.b.stats.putFailed.Add(1)

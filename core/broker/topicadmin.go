@@ -149,6 +149,7 @@ func (h topicHost) Remove(name string) topicadmin.Removed {
 		r.Dirs = append(r.Dirs, l.Dir())
 	}
 	r.CloseErr = t.close()
+	b.forgetIdem(t.parts) // idem.go
 	r.DataDir = t.conf().DataDir
 	if r.DataDir == "" {
 		r.DataDir = b.config().DataDir

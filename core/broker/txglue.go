@@ -79,7 +79,7 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 		c.putFail(r.Opaque, "a transactional put must name its partition (got "+strconv.Itoa(int(r.Partition))+")")
 		return
 	}
-	t, l, p, crc, ok := c.checkPut(r)
+	t, l, p, crc, _, ok := c.checkPut(r) // a transaction is not deduplicated: its commit stores it once
 	if !ok {
 		return
 	}

@@ -21,9 +21,22 @@ const (
 	// headers) is malformed or breaks a limit (docs/protocol.md,
 	// "Properties"); nothing was stored and a retry would fail the same.
 	CauseBadProperties = "bad properties"
+	// CauseOutOfOrderSequence: an idempotent producer's put skips
+	// sequences (or overlaps stored ones without matching a put); nothing
+	// was stored (docs/protocol.md, "Idempotent producer").
+	CauseOutOfOrderSequence = "out of order sequence"
+	// CauseSequenceInFlight: a retry of an idempotent put whose first copy
+	// is still being stored; nothing was stored, retry after a pause.
+	CauseSequenceInFlight = "sequence in flight"
+	// CauseDuplicateSequence: every message of an idempotent put is
+	// stored already, by a put too old for its offsets to be known; the
+	// put is a success whose offsets are unknown (Kafka's
+	// DUPLICATE_SEQUENCE_NUMBER).
+	CauseDuplicateSequence = "duplicate sequence"
 )
 
-var knownCauses = []string{CausePartitionOutOfRange, CauseCorruptData, CauseReadOnly, CauseBadProperties}
+var knownCauses = []string{CausePartitionOutOfRange, CauseCorruptData, CauseReadOnly, CauseBadProperties,
+	CauseOutOfOrderSequence, CauseSequenceInFlight, CauseDuplicateSequence}
 
 // WithCause returns the error body for cause and msg: "<cause>: <msg>".
 func WithCause(cause, msg string) string { return cause + ": " + msg }

@@ -1,0 +1,227 @@
+package broker
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/metaq-go/metaq/core/idem"
+	"github.com/metaq-go/metaq/core/repl"
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// The idempotent producer, the broker's side (core/idem holds the table;
+// docs/protocol.md, "Idempotent producer"): a put or mput whose messages
+// carry a producer id and sequences (properties field bit 4) is judged by
+// its partition's table before it is appended, and the table learns its
+// result when the append completes. Transactional puts are not judged:
+// a transaction is stored once by its commit.
+
+// producerSeq is the idempotent producer's id and the first sequence of a
+// put (ok false: the put carries none).
+type producerSeq struct {
+	id, seq int64
+	ok      bool
+}
+
+// idemPart is a partition's table and the failover epoch it describes.
+type idemPart struct {
+	t     *idem.Table
+	epoch atomic.Int64
+}
+
+// idemTable returns partition l's table, made on first use with the
+// configured bounds. With failover, a table built under another epoch is
+// reset first: this broker was a slave (or fenced) meanwhile, and its log
+// changed under the table (a promotion always takes a new epoch).
+func (b *Broker) idemTable(l *store.Log) *idem.Table {
+	v, ok := b.idem.Load(l)
+	if !ok {
+		cfg := b.config()
+		v, _ = b.idem.LoadOrStore(l, &idemPart{t: idem.NewTable(idem.Config{
+			MaxProducers: cfg.IdempotentProducers,
+			IdleExpiry:   time.Duration(cfg.IdempotentIdleExpiry) * time.Second,
+			RebuildBytes: cfg.IdempotentRebuildBytes,
+		})})
+	}
+	ip := v.(*idemPart)
+	if b.fo != nil {
+		e := b.fo.Status().Epoch
+		if old := ip.epoch.Load(); old != e && ip.epoch.CompareAndSwap(old, e) {
+			ip.t.Reset()
+		}
+	}
+	return ip.t
+}
+
+// forgetIdem drops the tables of logs that closed (a deleted topic).
+func (b *Broker) forgetIdem(logs []*store.Log) {
+	for _, l := range logs {
+		b.idem.Delete(l)
+	}
+}
+
+// idemBegin judges an idempotent put of count messages with sequences
+// ps.seq.. in partition p (l). It returns the waiter to append with, or
+// nil when it has answered the put: with the original result (a retry of
+// a stored put), or with a cause (docs/protocol.md's cause table).
+func (c *conn) idemBegin(l *store.Log, p int32, opaque int32, ps producerSeq, count int, mput bool) *idemWaiter {
+	t := c.b.idemTable(l)
+	now := time.Now()
+	err := t.Build(now, func() (func() (idem.Record, bool), error) {
+		start := time.Now()
+		recs, from, err := scanProducers(l, t.Config().RebuildBytes)
+		if err == nil {
+			c.b.logf("idempotent producer: partition %s rebuilt from %d records of producers in [%d, %d) in %v",
+				l.Dir(), len(recs), from, l.MaxOffset(), time.Since(start).Round(time.Millisecond))
+		}
+		return func() (idem.Record, bool) {
+			if len(recs) == 0 {
+				return idem.Record{}, false
+			}
+			r := recs[0]
+			recs = recs[1:]
+			return r, true
+		}, err
+	})
+	if err != nil {
+		c.b.errorf("idempotent producer: rebuild of %s: %v", l.Dir(), err)
+		c.putFail(opaque, "idempotent producer state: "+oneLine(err.Error()))
+		return nil
+	}
+	last := ps.seq + int64(count) - 1
+	v, res := t.Begin(ps.id, ps.seq, last, now)
+	seqs := func() string {
+		return "producer " + strconv.FormatInt(ps.id, 10) + " sequences " + strconv.FormatInt(ps.seq, 10) +
+			".." + strconv.FormatInt(last, 10)
+	}
+	switch v {
+	case idem.Append:
+		return &idemWaiter{c: c, t: t, id: ps.id, first: ps.seq}
+	case idem.Duplicate:
+		if res.Count > 0 {
+			c.b.stats.idemDuplicates.Add(int64(count))
+			c.replyStored(opaque, p, res, mput)
+			return nil
+		}
+		fallthrough // stored, its result unknown (the slave failed it)
+	case idem.Stored:
+		c.b.stats.idemDuplicates.Add(int64(count))
+		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseDuplicateSequence,
+			seqs()+" are stored already, by a put whose offsets this broker no longer holds"), opaque)
+	case idem.InFlight:
+		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseSequenceInFlight,
+			seqs()+" are being stored by an earlier copy of this put; retry"), opaque)
+	default:
+		c.b.stats.idemOutOfOrder.Add(1)
+		c.putFail(opaque, protocol.WithCause(protocol.CauseOutOfOrderSequence,
+			seqs()+": the broker expects the producer's next sequence, not a gap or a part of a stored put"))
+	}
+	return nil
+}
+
+// replyStored answers a retried put with the result its first copy had.
+func (c *conn) replyStored(opaque int32, p int32, r idem.Result, mput bool) {
+	if f := c.b.fo; f != nil && !f.MayAck() { // as AppendDone
+		c.b.stats.putFailed.Add(1)
+		c.replyErr(f.Refusal(), opaque)
+		return
+	}
+	var body [64]byte
+	bb := protocol.AppendPutResultBody(body[:0], r.FirstID, p, r.FirstOffset)
+	if mput {
+		bb = append(bb, ' ')
+		bb = strconv.AppendInt(bb, int64(r.Count), 10)
+	}
+	c.replyBytes(protocol.StatusOK, bb, opaque)
+}
+
+// idemWaiter is an idempotent put's store.Waiter (and repl.PutDone): it
+// tells the table the outcome, then the connection.
+type idemWaiter struct {
+	c         *conn
+	t         *idem.Table
+	id, first int64
+}
+
+var _ repl.PutDone = (*idemWaiter)(nil)
+
+func (w *idemWaiter) AppendDone(token uint64, firstID, firstOffset int64, err error) {
+	if err != nil {
+		w.t.Fail(w.id, w.first)
+	} else {
+		w.t.Done(w.id, w.first, idem.Result{FirstID: firstID, FirstOffset: firstOffset, Count: max(1, int(token>>48))})
+	}
+	w.c.AppendDone(token, firstID, firstOffset, err)
+}
+
+// SyncFailed: stored here, the slave failed it; a retry is answered as
+// stored, its offsets unknown (the slave catches up by the master's log).
+func (w *idemWaiter) SyncFailed(token uint64, err error) {
+	w.t.Done(w.id, w.first, idem.Result{})
+	w.c.SyncFailed(token, err)
+}
+
+// failed is the waiter's put refused before the store took it.
+func (w *idemWaiter) failed() { w.t.Fail(w.id, w.first) }
+
+// scanProducers reads partition l's records from the start of the
+// segment holding MaxOffset-back to MaxOffset and returns those that
+// carry an idempotent producer, oldest first. A damaged record ends the
+// scan (recovery cut the log at the first bad record of its tail; one
+// found here is never served either).
+func scanProducers(l *store.Log, back int64) (recs []idem.Record, from int64, err error) {
+	end := l.MaxOffset()
+	from = l.NearestOffset(max(l.MinOffset(), end-back))
+	chunk := 1 << 20
+	var buf []byte
+	for off := from; off < end; {
+		v, err := l.Read(off, chunk)
+		if err != nil {
+			var below *store.OffsetOutOfRangeError
+			switch {
+			case errors.As(err, &below): // retention deleted the segment meanwhile
+				off = below.Min
+				continue
+			case errors.Is(err, store.ErrNoData):
+				return recs, from, nil
+			}
+			return nil, from, err
+		}
+		buf, err = v.ReadAll(buf[:0])
+		v.Release()
+		if err != nil {
+			return nil, from, err
+		}
+		it := message.NewIterator(buf, off, 0)
+		for it.Next() {
+			r := it.Record()
+			if r.Flag&message.FlagHasProperties == 0 {
+				continue
+			}
+			if id, seq, ok, err := message.SplitDataProducer(r.Flag, r.Data); err == nil && ok {
+				recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset, Size: int64(r.Size())})
+			}
+		}
+		if it.Err() != nil {
+			return recs, from, nil
+		}
+		if it.Consumed() == 0 { // a record longer than the chunk
+			if len(buf) < message.HeaderSize {
+				return recs, from, nil
+			}
+			need := message.HeaderSize + int(binary.BigEndian.Uint32(buf))
+			if need <= chunk {
+				return recs, from, nil
+			}
+			chunk = need
+			continue
+		}
+		off += int64(it.Consumed())
+	}
+	return recs, from, nil
+}

@@ -1,0 +1,357 @@
+// Package idem is the broker's idempotent-producer state: per partition, a
+// bounded table of producer id -> the last sequence stored and the
+// results of its last few puts, so that a retried put or mput whose
+// messages are already stored is answered with the original result and
+// not appended again (docs/protocol.md, "Idempotent producer").
+//
+// The producer id and sequence travel in the record (properties field
+// bit 4), so the table is not persisted: it is rebuilt from the log's
+// tail (Table.Rebuild), lazily, on the first put that carries them after
+// the partition was opened or after a failover made this broker a master.
+package idem
+
+import (
+	"container/list"
+	"sync"
+	"time"
+)
+
+// Window is the number of puts per producer whose results a table keeps
+// (Kafka keeps 5 batches): a retry of one of them is answered with its
+// offsets; an older duplicate only as "already stored".
+const Window = 8
+
+// Defaults of Config.
+const (
+	DefaultMaxProducers = 1024
+	DefaultIdleExpiry   = 24 * time.Hour // Kafka's producer.id.expiration.ms
+	DefaultRebuildBytes = 64 << 20
+)
+
+// Config bounds a Table.
+type Config struct {
+	// MaxProducers is how many producers a partition's table remembers;
+	// the least recently used is forgotten first.
+	MaxProducers int
+	// IdleExpiry forgets a producer that has not put to the partition
+	// for this long.
+	IdleExpiry time.Duration
+	// RebuildBytes is how far back from the end of the log Rebuild
+	// reads (from the start of the segment holding that point).
+	RebuildBytes int64
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxProducers <= 0 {
+		c.MaxProducers = DefaultMaxProducers
+	}
+	if c.IdleExpiry <= 0 {
+		c.IdleExpiry = DefaultIdleExpiry
+	}
+	if c.RebuildBytes <= 0 {
+		c.RebuildBytes = DefaultRebuildBytes
+	}
+	return c
+}
+
+// Verdict is what a table says of a put.
+type Verdict int
+
+// The verdicts of Begin.
+const (
+	// Append: new sequences (or a producer first seen); append the put,
+	// then call Done or Fail with the ticket.
+	Append Verdict = iota
+	// Duplicate: every sequence is stored; Result is the original put's.
+	Duplicate
+	// Stored: every sequence is stored, by a put older than the window:
+	// its offsets are no longer known.
+	Stored
+	// InFlight: the same put is being appended now; the retry must wait.
+	InFlight
+	// OutOfOrder: the first sequence is past the next one expected (a
+	// gap), or the put overlaps stored sequences without matching a put.
+	OutOfOrder
+)
+
+// Result is a stored put's reply: the first message's id and offset and
+// the number of messages.
+type Result struct {
+	FirstID     int64
+	FirstOffset int64
+	Count       int
+}
+
+// batch is one put of a producer: sequences first..last.
+type batch struct {
+	first, last int64
+	res         Result
+	pending     bool
+}
+
+type producer struct {
+	id      int64
+	last    int64 // last sequence stored or being stored
+	batches [Window]batch
+	n, head int // batches[head] is the oldest of n
+	used    time.Time
+	elem    *list.Element
+}
+
+func (p *producer) push(b batch) {
+	if p.n < Window {
+		p.batches[(p.head+p.n)%Window] = b
+		p.n++
+		return
+	}
+	p.batches[p.head] = b
+	p.head = (p.head + 1) % Window
+}
+
+func (p *producer) find(first int64) *batch {
+	for i := p.n - 1; i >= 0; i-- {
+		b := &p.batches[(p.head+i)%Window]
+		if b.first == first {
+			return b
+		}
+	}
+	return nil
+}
+
+// Table is one partition's producer state. Safe for concurrent use.
+type Table struct {
+	cfg Config
+
+	buildMu sync.Mutex // one Build at a time
+
+	mu        sync.Mutex
+	built     bool
+	producers map[int64]*producer
+	lru       list.List // of *producer, most recently used at the front
+	evicted   int64
+}
+
+// NewTable returns an empty table, not yet built.
+func NewTable(cfg Config) *Table {
+	return &Table{cfg: cfg.withDefaults(), producers: map[int64]*producer{}}
+}
+
+// Config returns the table's configuration, defaults applied.
+func (t *Table) Config() Config { return t.cfg }
+
+// Built reports whether Rebuild has run (or Reset has not since).
+func (t *Table) Built() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.built
+}
+
+// Reset forgets every producer and marks the table unbuilt: the log it
+// described may have changed under it (this broker was a slave).
+func (t *Table) Reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.built = false
+	clear(t.producers)
+	t.lru.Init()
+}
+
+// Len returns the number of producers remembered.
+func (t *Table) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.producers)
+}
+
+// Evicted returns how many producers the bounds made the table forget.
+func (t *Table) Evicted() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.evicted
+}
+
+// Begin judges a put of producer id with sequences first..last (an mput's
+// entries are consecutive). On Append the put is recorded as in flight
+// and the caller must call Done or Fail with the same id and first.
+func (t *Table) Begin(id, first, last int64, now time.Time) (Verdict, Result) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expire(now)
+	p := t.producers[id]
+	if p == nil {
+		p = &producer{id: id}
+		p.elem = t.lru.PushFront(p)
+		t.producers[id] = p
+		t.bound()
+	} else {
+		t.lru.MoveToFront(p.elem)
+		switch {
+		case first == p.last+1:
+		case first > p.last+1:
+			p.used = now
+			return OutOfOrder, Result{}
+		case last <= p.last:
+			p.used = now
+			b := p.find(first)
+			switch {
+			case b == nil:
+				return Stored, Result{}
+			case b.last != last:
+				return OutOfOrder, Result{}
+			case b.pending:
+				return InFlight, Result{}
+			}
+			return Duplicate, b.res
+		default: // overlaps the stored sequences and goes past them
+			p.used = now
+			return OutOfOrder, Result{}
+		}
+	}
+	p.used = now
+	p.last = last
+	p.push(batch{first: first, last: last, pending: true})
+	return Append, Result{}
+}
+
+// Done records the result of a put Begin let append.
+func (t *Table) Done(id, first int64, r Result) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.producers[id]; p != nil {
+		if b := p.find(first); b != nil && b.pending {
+			b.pending, b.res = false, r
+		}
+	}
+}
+
+// Fail records that a put Begin let append was not stored: the producer
+// is forgotten (a later put of it is a first sight), since puts of it
+// behind the failed one may have been stored or not.
+func (t *Table) Fail(id, first int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.producers[id]; p != nil && p.find(first) != nil {
+		t.forget(p)
+	}
+}
+
+func (t *Table) forget(p *producer) {
+	t.lru.Remove(p.elem)
+	delete(t.producers, p.id)
+}
+
+// bound forgets the least recently used producers over MaxProducers.
+func (t *Table) bound() {
+	for len(t.producers) > t.cfg.MaxProducers {
+		t.forget(t.lru.Back().Value.(*producer))
+		t.evicted++
+	}
+}
+
+// expire forgets producers idle longer than IdleExpiry (from the least
+// recently used end, which is the longest idle).
+func (t *Table) expire(now time.Time) {
+	for e := t.lru.Back(); e != nil; e = t.lru.Back() {
+		p := e.Value.(*producer)
+		if now.Sub(p.used) < t.cfg.IdleExpiry {
+			return
+		}
+		t.forget(p)
+		t.evicted++
+	}
+}
+
+// Build rebuilds the table with the records scan returns unless it is
+// built already; concurrent callers wait for the first one's rebuild.
+// scan's error leaves the table unbuilt, for the next Build to retry.
+func (t *Table) Build(now time.Time, scan func() (next func() (Record, bool), err error)) error {
+	if t.Built() {
+		return nil
+	}
+	t.buildMu.Lock()
+	defer t.buildMu.Unlock()
+	if t.Built() {
+		return nil
+	}
+	next, err := scan()
+	if err != nil {
+		return err
+	}
+	t.Rebuild(now, next)
+	return nil
+}
+
+// Record is one stored record as Rebuild reads it.
+type Record struct {
+	Producer, Seq int64
+	ID, Offset    int64
+	Size          int64 // encoded size, header included
+}
+
+// Rebuild marks the table built and replays records (oldest first, from
+// the log's tail; next returns false at the end) into it: per producer the
+// last sequence and, as its puts, runs of consecutive sequences stored
+// back to back. A put of an mput is such a run; back-to-back single puts
+// merge into one, so a retry of one of them after a restart is answered
+// as Stored rather than with its offset. Entries already in the table
+// (puts that raced the rebuild) stay.
+func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
+	type run struct {
+		b   batch
+		end int64 // offset after the run's last record
+	}
+	runs := map[int64]*run{}
+	seen := map[int64]*producer{}
+	var order []int64
+	for {
+		r, ok := next()
+		if !ok {
+			break
+		}
+		p := seen[r.Producer]
+		if p == nil {
+			p = &producer{id: r.Producer, last: -1}
+			seen[r.Producer] = p
+		}
+		order = append(order, r.Producer)
+		cur := runs[r.Producer]
+		if cur != nil && r.Seq == cur.b.last+1 && r.Offset == cur.end && r.ID == cur.b.res.FirstID+int64(cur.b.res.Count) {
+			cur.b.last = r.Seq
+			cur.b.res.Count++
+			cur.end += r.Size
+		} else {
+			if cur != nil {
+				p.push(cur.b)
+			}
+			runs[r.Producer] = &run{b: batch{first: r.Seq, last: r.Seq, res: Result{FirstID: r.ID, FirstOffset: r.Offset, Count: 1}}, end: r.Offset + r.Size}
+		}
+		p.last = r.Seq
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.built = true
+	// Least recently used first, so that the last producer seen ends at
+	// the front of the LRU.
+	done := map[int64]bool{}
+	for i := len(order) - 1; i >= 0; i-- {
+		id := order[i]
+		if done[id] {
+			continue
+		}
+		done[id] = true
+		if len(done) > t.cfg.MaxProducers {
+			break
+		}
+		if _, live := t.producers[id]; live {
+			continue
+		}
+		p := seen[id]
+		if r := runs[id]; r != nil {
+			p.push(r.b)
+		}
+		p.used = now
+		p.elem = t.lru.PushBack(p)
+		t.producers[id] = p
+	}
+	t.bound()
+}

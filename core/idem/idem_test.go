@@ -1,0 +1,137 @@
+package idem
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Unix(1_765_000_000, 0)
+
+func begin(t *testing.T, tb *Table, id, first, last int64, want Verdict) Result {
+	t.Helper()
+	v, r := tb.Begin(id, first, last, t0)
+	require.Equal(t, want, v, "producer %d seqs %d..%d", id, first, last)
+	return r
+}
+
+// TestTableDupGap: first sight accepted at any sequence, the next one
+// appended, a retry of a stored put answered with its result, a retry of
+// one still in flight told so, a gap and a misaligned overlap refused,
+// a retry from inside a stored put answered as stored.
+func TestTableDupGap(t *testing.T) {
+	tb := NewTable(Config{})
+	begin(t, tb, 7, 10, 10, Append) // first sight, not at 0
+	begin(t, tb, 7, 10, 10, InFlight)
+	tb.Done(7, 10, Result{FirstID: 100, FirstOffset: 0, Count: 1})
+	require.Equal(t, Result{FirstID: 100, FirstOffset: 0, Count: 1}, begin(t, tb, 7, 10, 10, Duplicate))
+	begin(t, tb, 7, 11, 13, Append) // an mput of three
+	tb.Done(7, 11, Result{FirstID: 101, FirstOffset: 50, Count: 3})
+	require.Equal(t, Result{FirstID: 101, FirstOffset: 50, Count: 3}, begin(t, tb, 7, 11, 13, Duplicate))
+	begin(t, tb, 7, 15, 15, OutOfOrder) // 14 missing
+	begin(t, tb, 7, 12, 13, Stored)     // inside a put, not one: stored, offsets unknown
+	begin(t, tb, 7, 11, 12, OutOfOrder) // a put's start, another end
+	begin(t, tb, 7, 13, 14, OutOfOrder) // overlaps and goes past
+	begin(t, tb, 8, 0, 0, Append)       // another producer, its own sequences
+	begin(t, tb, 7, 14, 14, Append)
+	for s := int64(15); s < 15+Window; s++ {
+		begin(t, tb, 7, s, s, Append)
+		tb.Done(7, s, Result{FirstID: s, Count: 1})
+	}
+	begin(t, tb, 7, 10, 10, Stored) // out of the window: stored, offsets unknown
+	require.Equal(t, Result{FirstID: 15 + Window - 1, Count: 1}, begin(t, tb, 7, 15+Window-1, 15+Window-1, Duplicate))
+
+	// A failed append forgets the producer: its next put is a first sight.
+	begin(t, tb, 8, 1, 1, Append)
+	tb.Fail(8, 1)
+	begin(t, tb, 8, 1, 1, Append)
+}
+
+// TestTableBounds: the least recently used producer is forgotten past
+// MaxProducers, an idle one after IdleExpiry; a forgotten producer's next
+// put is a first sight.
+func TestTableBounds(t *testing.T) {
+	tb := NewTable(Config{MaxProducers: 3, IdleExpiry: time.Minute})
+	for id := int64(1); id <= 3; id++ {
+		begin(t, tb, id, 0, 0, Append)
+		tb.Done(id, 0, Result{Count: 1})
+	}
+	begin(t, tb, 1, 0, 0, Duplicate) // 1 is now the most recently used
+	begin(t, tb, 4, 0, 0, Append)    // evicts 2
+	require.Equal(t, 3, tb.Len())
+	require.EqualValues(t, 1, tb.Evicted())
+	begin(t, tb, 2, 5, 5, Append) // forgotten: first sight (evicts 3)
+	begin(t, tb, 1, 0, 0, Duplicate)
+
+	v, _ := tb.Begin(1, 0, 0, t0.Add(2*time.Minute)) // everyone idle: all expire
+	require.Equal(t, Append, v)
+	require.Equal(t, 1, tb.Len())
+}
+
+// recs feeds Rebuild from a slice.
+func recs(rs []Record) func() (Record, bool) {
+	return func() (Record, bool) {
+		if len(rs) == 0 {
+			return Record{}, false
+		}
+		r := rs[0]
+		rs = rs[1:]
+		return r, true
+	}
+}
+
+// TestTableRebuild: a table rebuilt from the log's records knows each
+// producer's last sequence, answers a retried mput (a run of consecutive
+// sequences stored back to back) with its first record, and a retry from
+// inside a merged run as Stored; a damaged tail (the records Rebuild
+// never got) leaves the sequences after it new.
+func TestTableRebuild(t *testing.T) {
+	var rs []Record
+	off, id := int64(0), int64(1000)
+	add := func(p, seq int64) {
+		rs = append(rs, Record{Producer: p, Seq: seq, ID: id, Offset: off, Size: 40})
+		off += 40
+		id++
+	}
+	add(1, 0)
+	add(2, 0)
+	add(1, 1) // producer 1: 0 and 1 apart, 2..4 an mput
+	add(1, 2)
+	add(1, 3)
+	add(1, 4)
+	add(2, 1)
+	tb := NewTable(Config{})
+	require.False(t, tb.Built())
+	calls := 0
+	scan := func() (func() (Record, bool), error) { calls++; return recs(rs), nil }
+	require.NoError(t, tb.Build(t0, scan))
+	require.NoError(t, tb.Build(t0, scan))
+	require.Equal(t, 1, calls)
+	require.True(t, tb.Built())
+	require.Equal(t, 2, tb.Len())
+	require.Equal(t, Result{FirstID: 1002, FirstOffset: 80, Count: 4}, begin(t, tb, 1, 1, 4, Duplicate))
+	require.Equal(t, Result{FirstID: 1000, FirstOffset: 0, Count: 1}, begin(t, tb, 1, 0, 0, Duplicate))
+	begin(t, tb, 1, 3, 4, Stored)
+	begin(t, tb, 2, 1, 1, Duplicate)
+	begin(t, tb, 1, 6, 6, OutOfOrder)
+	begin(t, tb, 1, 5, 5, Append)
+
+	// Damaged tail: recovery cut the log after producer 1's seq 2, so the
+	// rebuilt table expects 3 next, and the retry of 3..4 is appended.
+	tb = NewTable(Config{})
+	tb.Rebuild(t0, recs(rs[:4]))
+	begin(t, tb, 1, 3, 4, Append)
+
+	// Reset (a failover made the log change under the table) unbuilds it.
+	tb.Reset()
+	require.False(t, tb.Built())
+	require.Zero(t, tb.Len())
+
+	// A rebuild keeps only MaxProducers, the most recently seen.
+	tb = NewTable(Config{MaxProducers: 1})
+	tb.Rebuild(t0, recs(rs))
+	require.Equal(t, 1, tb.Len())
+	begin(t, tb, 2, 1, 1, Duplicate)
+	begin(t, tb, 1, 5, 5, Append) // forgotten by the bound: first sight
+}
