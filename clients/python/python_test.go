@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/internal/brokertest"
+	"github.com/metaq-go/metaq/internal/doctest"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/selector"
@@ -184,5 +186,118 @@ func TestPytest(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), " passed") || strings.Contains(out.String(), " skipped") {
 		t.Fatalf("pytest ran no tests or skipped some:\n%s", out.String())
+	}
+}
+
+// copyTree copies the regular files under src to dst, leaving out what a
+// build or a test run leaves behind.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() {
+			switch d.Name() {
+			case "build", "__pycache__", ".pytest_cache", "metaq.egg-info":
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDocPython runs the commands of docs/python.md (the doctest
+// "python" blocks) as written, in a scratch copy of clients/python and
+// examples/python, against a broker on a free port ($METAQ_ADDR): pip
+// installs the package offline (into a target directory, PIP_TARGET, on
+// PYTHONPATH, so the example and the benchmark import the installed
+// package, not the source tree), then the quickstart and the benchmark
+// run.
+func TestDocPython(t *testing.T) {
+	py := testsvc.Python(t)
+	if out, err := exec.Command(py, "-m", "pip", "--version").CombinedOutput(); err != nil {
+		if testsvc.InCI() {
+			t.Fatalf("pip is required in CI (Debian package python3-pip): %v: %s", err, out)
+		}
+		t.Skipf("no pip for %s (Debian package python3-pip): %v", py, err)
+	}
+	src, err := os.ReadFile("../../docs/python.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := doctest.Parse("docs/python.md", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := doctest.Walkthrough(blocks, "python")
+	if len(cmds) < 3 {
+		t.Fatalf("docs/python.md: %d commands in the python walkthrough, want the install, the quickstart and the benchmark", len(cmds))
+	}
+	dir := t.TempDir()
+	copyTree(t, ".", filepath.Join(dir, "clients", "python"))
+	copyTree(t, "../../examples/python", filepath.Join(dir, "examples", "python"))
+	// python3 on the shell's PATH is the one with pytest (Debian's).
+	binDir := filepath.Join(dir, ".bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(py, filepath.Join(binDir, "python3")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "server.toml")
+	toml := "broker_id = 0\nhost = \"127.0.0.1\"\nport = 0\nhttp_port = 0\ndata_dir = \"" + filepath.Join(dir, "data") +
+		"\"\nnum_partitions = 4\njournal_file_size = 4194304\n[[topic]]\nname = \"meta-test\"\n"
+	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := brokertest.StartServer(t, "--config", cfg)
+	site := filepath.Join(dir, "site")
+	env := append(os.Environ(), "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"METAQ_ADDR="+srv.Addr, "PIP_TARGET="+site, "PYTHONPATH="+site, "PIP_NO_INDEX=1", "PIP_NO_CACHE_DIR=1",
+		"PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_ROOT_USER_ACTION=ignore", "PYTHONDONTWRITEBYTECODE=1")
+	outDir := t.TempDir()
+	sh, err := doctest.StartShell(dir, outDir, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close(5 * time.Second)
+	want := map[string]string{
+		"python3 -m pip install":             "Successfully installed metaq",
+		"python3 examples/python/quickstart": "read 103 messages back",
+		"python3 -m metaq.bench":             "batched / sync",
+	}
+	for _, c := range cmds {
+		r, err := sh.Run(c.Text, 3*time.Minute)
+		if err != nil || r.Exit != 0 {
+			t.Fatalf("%s: %s: exit %d, %v:\n%s", c.Where(), c.Text, r.Exit, err, r.Output)
+		}
+		for prefix, w := range want {
+			if strings.HasPrefix(c.Key, prefix) {
+				if !strings.Contains(r.Output, w) {
+					t.Errorf("%s: %s: output lacks %q:\n%s", c.Where(), c.Text, w, r.Output)
+				}
+				delete(want, prefix)
+			}
+		}
+		t.Logf("%s: %s (%v)\n%s", c.Where(), c.Text, r.Elapsed.Round(time.Millisecond), r.Output)
+	}
+	if len(want) > 0 {
+		t.Errorf("docs/python.md no longer runs %v", want)
+	}
+	if _, err := os.Stat(filepath.Join(site, "metaq", "producer.py")); err != nil {
+		t.Errorf("pip did not install the package into %s: %v", site, err)
 	}
 }

@@ -293,6 +293,7 @@ class Connection:
         buf = bytearray()
         pos = 0
         sock = link.sock
+        chunk = memoryview(bytearray(_READ_SIZE))  # recv_into: no 256 KiB allocation per read
         err: BaseException = ConnectionLostError(f"metaq: connection to {self.address} closed by the broker")
         try:
             while True:
@@ -306,10 +307,10 @@ class Connection:
                     if pos:
                         del buf[:pos]
                         pos = 0
-                    chunk = sock.recv(_READ_SIZE)
-                    if not chunk:
+                    got = sock.recv_into(chunk)
+                    if not got:
                         return
-                    buf += chunk
+                    buf += chunk[:got]
                 line = bytes(buf[pos:i]).rstrip(b"\r")
                 pos = i + 1
                 if not line:
@@ -333,10 +334,10 @@ class Connection:
                     if pos:
                         del buf[:pos]
                         pos = 0
-                    chunk = sock.recv(max(_READ_SIZE, n - len(buf)))
-                    if not chunk:
+                    got = sock.recv_into(chunk)
+                    if not got:
                         return
-                    buf += chunk
+                    buf += chunk[:got]
                 body = bytes(buf[pos:pos + n])
                 pos += n
                 if pos == len(buf):

@@ -199,6 +199,8 @@ def encode_properties(m: Message) -> bytes:
 def encode_data(m: Message) -> bytes:
     """The put body of m: attribute prefix, properties block, payload
     (message.AppendData)."""
+    if m.attribute is None and not m.has_properties():
+        return m.value if isinstance(m.value, bytes) else bytes(m.value)
     prefix = b""
     if m.attribute is not None:
         a = m.attribute.encode("utf-8")

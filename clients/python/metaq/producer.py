@@ -153,8 +153,7 @@ class Producer:
 
     def partition_count(self, topic: str) -> int:
         """The topic's partition count, learnt from `stats topics`."""
-        with self._plock:
-            n = self._parts.get(topic)
+        n = self._parts.get(topic)  # a dict read is atomic
         if n:
             return n
         found = parse_stats_topics(self.conn.stats("topics"))
@@ -221,19 +220,25 @@ class Producer:
         unknown topic) raise here."""
         if self._closed:
             raise ClosedError("metaq: producer closed")
-        m = value if isinstance(value, Message) else make_message(value, key=key, headers=headers, tags=tags,
-                                                                  timestamp=timestamp, attribute=attribute)
+        if isinstance(value, Message):
+            m = value
+        elif (key is None and headers is None and tags is None and timestamp is None and attribute is None
+              and isinstance(value, bytes)):
+            m = Message(value)  # the common case, without make_message's conversions
+        else:
+            m = make_message(value, key=key, headers=headers, tags=tags, timestamp=timestamp, attribute=attribute)
         data = encode_data(m)
         p = self._choose(topic, m, partition)
         fut: Future = Future()
         it = _Item(topic, p, partition is not None, m, data, fut)
-        with self._cv:
-            self._outstanding += 1
         if self.linger <= 0 or self.batch_size == 1:
+            with self._cv:
+                self._outstanding += 1
             self._submit([it], 0)
             return fut
         k = (topic, p)
         with self._cv:
+            self._outstanding += 1
             q = self._queues.get(k)
             if q is None:
                 q = self._queues[k] = []
@@ -245,7 +250,8 @@ class Producer:
             if full:
                 del self._queues[k], self._qbytes[k], self._deadlines[k]
             else:
-                self._start_flusher()
+                if self._thread is None:
+                    self._start_flusher()
                 if len(q) == 1:
                     self._cv.notify()
         if full:
