@@ -15,6 +15,7 @@ import (
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/tx"
+	"github.com/metaq-go/metaq/filters/expr"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -103,6 +104,11 @@ type conn struct {
 	// served (filtered gets). Both owned by the read loop.
 	outs  map[*store.Log]*outStream
 	getPC *partCounters
+	// subs are the filters this connection's consumers chose (filter
+	// requests, consumerfilter.go): topic -> group -> expression. Owned by
+	// the read loop.
+	subs  map[string]map[string]*expr.Expr
+	nsubs int
 
 	entries []store.Entry
 	scratch []byte

@@ -32,6 +32,8 @@ func (c *conn) dispatch(r *protocol.Request) {
 		c.handleMPut(r)
 	case protocol.OpGet:
 		c.handleGet(r)
+	case protocol.OpFilter:
+		c.handleFilter(r) // consumerfilter.go
 	case protocol.OpOffset:
 		c.handleOffset(r)
 	case protocol.OpCommit:
@@ -347,9 +349,9 @@ func (c *conn) handleGet(r *protocol.Request) {
 		}
 		return
 	}
-	if in := b.filters.lookup(t.name, r.Group); in != nil {
+	if in, cf := b.filters.lookup(t.name, r.Group), c.consumerFilter(t.name, r.Group); in != nil || cf != nil {
 		c.getPC = pc
-		c.sendFiltered(in, r, l, v, maxSize)
+		c.sendFiltered(in, cf, r, l, v, maxSize)
 		return
 	}
 	// Counted before the send: a consumer that has read the reply then

@@ -8,6 +8,7 @@ import (
 	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/filters"
+	"github.com/metaq-go/metaq/filters/expr"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -42,6 +43,8 @@ type filterScratch struct {
 	// for the next ones.
 	ahead []*readAhead
 	spare []aheadBuffers
+	// keep holds the verdicts of a get judged by a consumer's filter only.
+	keep []bool
 }
 
 // initFilters opens every [[topic.filter]] (core/filterset).
@@ -59,9 +62,12 @@ func (b *Broker) initFilters() error {
 
 func (b *Broker) closeFilters() error { return b.filters.set.Close() }
 
-// sendFiltered answers a get whose group has a filter. It reads the view,
-// walks its whole records (a record failing its checksum stops the walk),
-// asks the filter once for the whole batch and replies
+// sendFiltered answers a get whose group has a filter: in, the topic's
+// [[topic.filter]] for the group, and cf, the one the consumer chose on
+// this connection (consumerfilter.go); either may be nil, and with both a
+// record is kept when both keep it. It reads the view, walks its whole
+// records (a record failing its checksum stops the walk), asks in once for
+// the whole batch, matches cf against each record and replies
 //
 //   - fvalue <len> <opaque> <next>, the kept records each prefixed by its
 //     int64 BE offset, where next = offset + bytes of whole records scanned
@@ -71,20 +77,24 @@ func (b *Broker) closeFilters() error { return b.filters.set.Close() }
 //   - the raw bytes as a plain value when there is no whole record (one
 //     record larger than maxSize: the client grows its get; or a bad record
 //     at the offset: the client resyncs);
-//   - when the filter fails: the plain value, unfiltered (failure_policy
-//     open), or 503 (closed).
+//   - when in fails: the plain value, unfiltered (failure_policy open; with
+//     cf, the records cf keeps), or 503 (closed).
 //
 // For a remote filter the batch may already have been read and judged
 // ahead of this get (filter_ahead.go); either way it then starts judging
 // the batch at next, which a consumer reading on asks for next.
 //
 // l is the partition's log, which v was read from. It releases v.
-func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, l *store.Log, v store.View, maxSize int) {
+func (c *conn) sendFiltered(in *filters.Instance, cf *expr.Expr, r *protocol.Request, l *store.Log, v store.View, maxSize int) {
 	b := c.b
 	fsc := &c.filt
-	if a := c.takeAhead(in, r, l, v, maxSize); a != nil {
+	if in == nil {
+		b.filters.dropped.Add(int64(len(fsc.ahead))) // read-aheads serve a topic filter's gets
+		fsc.dropAhead()
+	} else if a := c.takeAhead(in, r, l, v, maxSize); a != nil {
 		v.Release()
 		b.filters.calls.Add(1)
+		matchAll(cf, a.recs, a.keep)
 		next := c.replyFiltered(r, a.buf, a.offset, a.recs, a.keep, a.next, maxSize)
 		fsc.recycle(a)
 		c.startAhead(in, r, l, next, a.next, maxSize)
@@ -101,27 +111,54 @@ func (c *conn) sendFiltered(in *filters.Instance, r *protocol.Request, l *store.
 	} else {
 		fsc.buf = nil
 	}
-	recs, next := filterset.ScanRecords(fsc.recs[:0], buf, v.Offset, in.NeedBodies())
+	recs, next := filterset.ScanRecords(fsc.recs[:0], buf, v.Offset, in != nil && in.NeedBodies())
 	fsc.recs = recs
 	if len(recs) == 0 {
 		c.sendPlain(v, r.Opaque, 0) // no whole record
 		return
 	}
-	keep, err := in.Accept(context.Background(), r.Partition, recs)
-	b.filters.calls.Add(1)
-	if err != nil {
-		b.filters.errors.Add(1)
-		if in.Policy() == filters.FailOpen {
-			c.sendPlain(v, r.Opaque, len(recs))
-			return
+	var keep []bool
+	if in != nil {
+		var err error
+		keep, err = in.Accept(context.Background(), r.Partition, recs)
+		b.filters.calls.Add(1)
+		if err != nil {
+			b.filters.errors.Add(1)
+			if in.Policy() != filters.FailOpen {
+				v.Release()
+				c.reply(protocol.StatusBusy, "filter "+in.Name()+" unavailable", r.Opaque)
+				return
+			}
+			if cf == nil {
+				c.sendPlain(v, r.Opaque, len(recs))
+				return
+			}
+			keep = nil // open: as if it kept every record
 		}
-		v.Release()
-		c.reply(protocol.StatusBusy, "filter "+in.Name()+" unavailable", r.Opaque)
+	}
+	if keep == nil {
+		fsc.keep = fsc.keep[:0]
+		for range recs {
+			fsc.keep = append(fsc.keep, true)
+		}
+		keep = fsc.keep
+	}
+	matchAll(cf, recs, keep)
+	v.Release()
+	if sent := c.replyFiltered(r, buf, v.Offset, recs, keep, next, maxSize); in != nil && in.Remote() {
+		c.startAhead(in, r, l, sent, next, maxSize)
+	}
+}
+
+// matchAll clears keep[i] for each record cf does not match (cf nil: none).
+func matchAll(cf *expr.Expr, recs []filters.Record, keep []bool) {
+	if cf == nil {
 		return
 	}
-	v.Release()
-	if sent := c.replyFiltered(r, buf, v.Offset, recs, keep, next, maxSize); in.Remote() {
-		c.startAhead(in, r, l, sent, next, maxSize)
+	for i := range recs {
+		if keep[i] && !cf.Match(&recs[i]) {
+			keep[i] = false
+		}
 	}
 }
 

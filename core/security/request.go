@@ -65,7 +65,7 @@ func requestChecks(r *protocol.Request, items *StatsItems) []check {
 	switch r.Op {
 	case protocol.OpPut, protocol.OpMPut:
 		return []check{{act: Publish, name: string(r.Topic)}}
-	case protocol.OpGet, protocol.OpOffset:
+	case protocol.OpGet, protocol.OpOffset, protocol.OpFilter:
 		return []check{{act: Subscribe, name: string(r.Topic)}}
 	case protocol.OpCommit, protocol.OpFetch:
 		cks := []check{{act: UseGroup, name: string(r.Group)}}

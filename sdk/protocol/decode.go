@@ -208,6 +208,8 @@ func (d *Decoder) Decode(req *Request) error {
 		return d.decodeAuth(req, t)
 	case "txsync":
 		return d.decodeTxSync(req, t)
+	case "filter":
+		return d.decodeFilter(req, t)
 	}
 	return &Error{Code: StatusBadRequest, Msg: "unknown command " + Printable(cmd), Opaque: d.lastOpaque()}
 }
@@ -738,6 +740,33 @@ func (d *Decoder) decodeAuth(req *Request, t [][]byte) error {
 		return d.bad(OpAuth, "auth: bad opaque "+Printable(t[3]))
 	case len(req.Item) == 0:
 		return d.bad(OpAuth, "auth: empty mechanism")
+	}
+	return nil
+}
+
+// filter <topic> <group> <len> <opaque> + body of the expression.
+func (d *Decoder) decodeFilter(req *Request, t [][]byte) error {
+	req.Op = OpFilter
+	if len(t) != 5 {
+		return d.fatal(OpFilter, "filter: want 5 tokens, got "+strconv.Itoa(len(t)))
+	}
+	n, ok := parseInt(t[3], 32)
+	if !ok || n < 0 {
+		return d.fatal(OpFilter, "filter: bad length "+Printable(t[3]))
+	}
+	v, okOp := parseInt(t[4], 32)
+	req.Opaque = int32(v)
+	req.Topic, req.Group = t[1], t[2]
+	body, err := d.readBody(OpFilter, n)
+	if err != nil {
+		return err
+	}
+	req.Body = body
+	switch {
+	case !okOp:
+		return d.bad(OpFilter, "filter: bad opaque "+Printable(t[4]))
+	case len(req.Topic) == 0 || len(req.Group) == 0:
+		return d.bad(OpFilter, "filter: empty topic or group")
 	}
 	return nil
 }

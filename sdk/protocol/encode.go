@@ -153,6 +153,40 @@ func AppendGet(dst []byte, topic, group string, partition int32, offset int64, m
 	return append(dst, '\r', '\n')
 }
 
+// AppendFilter appends a filter request: the consumer's filter expression
+// for its gets of topic as group on this connection, an empty one to clear
+// it. The body is the expression with a space before and after it, then
+// "\r\n" follows the body (an empty line, which a broker skips): a broker
+// without the command answers it as an unknown command, reads the body as
+// one more line whose first token is empty and whose last token is no
+// opaque, and stays in frame (docs/protocol.md, filter). Line breaks in
+// expr are sent as spaces (they are white space to the expression).
+func AppendFilter(dst []byte, topic, group, expr string, opaque int32) []byte {
+	n := 0
+	if expr != "" {
+		n = len(expr) + 2
+	}
+	dst = append(dst, "filter "...)
+	dst = append(dst, topic...)
+	dst = append(dst, ' ')
+	dst = append(dst, group...)
+	dst = appendSpaceInt(dst, int64(n))
+	dst = appendSpaceInt(dst, int64(opaque))
+	dst = append(dst, '\r', '\n')
+	if n > 0 {
+		dst = append(dst, ' ')
+		for i := 0; i < len(expr); i++ {
+			c := expr[i]
+			if c == '\r' || c == '\n' {
+				c = ' '
+			}
+			dst = append(dst, c)
+		}
+		dst = append(dst, ' ')
+	}
+	return append(dst, '\r', '\n')
+}
+
 // AppendOffset appends an offset request.
 func AppendOffset(dst []byte, topic, group string, partition int32, offset int64, opaque int32) []byte {
 	dst = append(dst, "offset "...)

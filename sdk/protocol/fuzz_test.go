@@ -23,6 +23,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("put t 0 -1 0 1\r\n\x00\xff"))
 	f.Add([]byte("commit g 13 1\r\nt 0 100 -1\r\nfetch g 5 2\r\nt 0\r\n"))
 	f.Add([]byte("fvalue 4 1 99\r\nabcd"))
+	f.Add(AppendFilter(AppendFilter(nil, "t", "g", "TagA || TagB", 5), "t", "g", "", 6))
+	f.Add([]byte("filter t g 3 x\r\nabcfilter t  0 1\r\nfilter t g -1 2\r\n"))
 	f.Add([]byte("join g t c1 default 1\r\nheartbeat g t c1 3 2\r\nleave g t c1 3\r\n"))
 	f.Add([]byte("heartbeat g t c1 -1 2\r\njoin g t  default 1\r\nleave g t c1\r\n"))
 	// Floods and short bodies (issue 7).

@@ -11,7 +11,8 @@
 // metaq-go extensions mput (many messages to one partition in one request),
 // commit and fetch (consumer offsets kept by the broker), join, heartbeat and
 // leave (consumer groups coordinated by the broker in local mode), auth
-// (SASL PLAIN authentication), and the fvalue reply
+// (SASL PLAIN authentication), filter (a consumer's own filter expression
+// for its gets), and the fvalue reply
 // (a filtered get reply whose records carry their offsets).
 // transaction carries MetaQ's local and XA transactions (transaction.go);
 // sync is framed so that a broker can refuse it without losing the
@@ -50,10 +51,11 @@ const (
 	OpLeave
 	OpAuth
 	OpTxSync
+	OpFilter
 )
 
 var opNames = [...]string{"unknown", "put", "mput", "get", "offset", "version", "stats", "quit", "transaction", "sync", "result", "value",
-	"commit", "fetch", "fvalue", "join", "heartbeat", "leave", "auth", "txsync"}
+	"commit", "fetch", "fvalue", "join", "heartbeat", "leave", "auth", "txsync", "filter"}
 
 // String is the command's name on the wire.
 func (o Op) String() string {
