@@ -137,6 +137,8 @@ type Broker struct {
 	// journals are the group-commit journals by data directory
 	// (journal.go), opened by New before any partition.
 	journals store.JournalSet
+	// indexes is the key and id index of the partitions (msgindex.go).
+	indexes indexSet
 	// txm is the transactions and their journal (core/tx, txglue.go),
 	// opened by New once the topics are.
 	txm *tx.Manager
@@ -195,6 +197,8 @@ type topic struct {
 	// disk is the data directory the partitions are in: puts are refused
 	// while it is full.
 	disk *diskwatch.Disk
+	// ix is the broker's index set, which follows parts (msgindex.go).
+	ix *indexSet
 }
 
 // New opens every configured topic's partitions (running crash recovery on
@@ -371,12 +375,13 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 		b.knobs.openHook(name)
 	}
 	lm := b.logs()
-	t := &topic{name: name, disk: b.disks.Disk(lm.Dir(&tc))}
+	t := &topic{name: name, disk: b.disks.Disk(lm.Dir(&tc)), ix: &b.indexes}
 	t.cfgp.Store(&tc)
 	parts, err := lm.Open(name, &tc, 0, tc.NumPartitions)
 	if err != nil {
 		return nil, err
 	}
+	b.indexLogs(lm.Dir(&tc), parts)
 	t.parts = parts
 	t.pc = make([]partCounters, len(t.parts))
 	return t, nil
@@ -392,7 +397,12 @@ func (b *Broker) logs() *partition.Logs {
 }
 
 // close closes the topic's logs and returns the first error.
-func (t *topic) close() error { return partition.CloseLogs(t.parts) }
+func (t *topic) close() error {
+	if t.ix != nil {
+		t.ix.unindex(t.parts)
+	}
+	return partition.CloseLogs(t.parts)
+}
 
 var errBrokerClosed = errors.New("broker closed")
 
@@ -659,6 +669,7 @@ func (b *Broker) closeStores() error {
 	if b.txm != nil {
 		b.txm.Wait() // its commits have handed their batches to the logs
 	}
+	b.indexes.close() // its goroutines read the logs
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var errs []error

@@ -110,11 +110,13 @@ func (h topicHost) Grow(name string, tc conf.TopicConfig) error {
 // the new ones (tc.NumPartitions) opened. The old value stays valid for
 // whoever holds it.
 func (b *Broker) growTopic(t *topic, tc conf.TopicConfig) (*topic, error) {
-	more, err := b.logs().Open(t.name, &tc, len(t.parts), tc.NumPartitions)
+	lm := b.logs()
+	more, err := lm.Open(t.name, &tc, len(t.parts), tc.NumPartitions)
 	if err != nil {
 		return nil, err
 	}
-	nt := &topic{name: t.name, disk: t.disk, parts: append(slices.Clip(t.parts), more...)}
+	b.indexLogs(lm.Dir(&tc), more)
+	nt := &topic{name: t.name, disk: t.disk, parts: append(slices.Clip(t.parts), more...), ix: t.ix}
 	nt.cfgp.Store(&tc)
 	nt.pc = make([]partCounters, len(nt.parts))
 	for i := range t.pc {

@@ -90,6 +90,7 @@ func (s *Server) adminRoutes(user, admin func(pattern string, h http.HandlerFunc
 	admin("POST /api/v1/groups/{group}/offsets", s.apiResetOffsets)
 	admin("POST /api/v1/groups/{group}/skip", s.apiSkip)
 	user("GET /api/v1/stats", s.apiStats)
+	user("GET /api/v1/messages", s.apiFindMessages)
 	user("GET /api/v1/cluster", s.apiCluster)
 	admin("GET /api/v1/plugins", s.apiPlugins) // plugin names, pids and errors are configuration (security.Admin)
 }

@@ -80,6 +80,9 @@ type Backend interface {
 	// (-1: the partition's min offset), bodies as hex dumps when asHex,
 	// for the messages page. Refusals are *RequestError.
 	Messages(topic string, p int, offset int64, n int, asHex bool) (MessagePage, error)
+	// FindMessages looks q up in the partitions of topics (find.go),
+	// through the key and id index, within a time budget.
+	FindMessages(topics []string, q FindQuery) (FindResult, error)
 	// Config is the configuration page's text.
 	Config() ConfigText
 	// ClusterPage, GroupsPage and GroupPage are those pages' data as v

@@ -227,3 +227,13 @@ func (p *Part) scan(from, to int64, res *Result, deadline time.Time, match func(
 	}
 	return nil
 }
+
+// Scan looks q up in log l without an index (index_keys off): a scan of
+// the whole log, bounded by q's deadline.
+func Scan(l *store.Log, q Query, maxMsg int) (Result, error) {
+	if maxMsg <= 0 {
+		maxMsg = message.DefaultMaxMessageSize
+	}
+	p := &Part{dir: l.Dir(), log: l, maxMsg: maxMsg, logf: func(string, ...any) {}, indexed: l.MinOffset()}
+	return p.Lookup(q)
+}

@@ -1,0 +1,228 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/metaq-go/metaq/core/security"
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// Finding messages by key or msgId (docs/http.md, "Find messages"):
+// GET /api/v1/messages?key=K or ?id=ID, optionally &topic=T&limit=N, and
+// the search box of the dashboard's topic page.
+
+// FindQuery is a lookup by Key, or by ID when ByID is set; Limit bounds
+// the records returned (the newest).
+type FindQuery struct {
+	Key   []byte
+	ID    int64
+	ByID  bool
+	Limit int
+}
+
+// FoundRecord is a record a lookup found.
+type FoundRecord struct {
+	Topic     string
+	Partition int
+	Record    message.Record
+}
+
+// FindResult is what a lookup found.
+type FindResult struct {
+	Found []FoundRecord
+	// More: more records matched than Limit; TimedOut: the time budget
+	// ended the lookup (Found is what it had found).
+	More, TimedOut bool
+	Limit          int
+	// Candidates are the index entries whose records were read and
+	// compared; ScannedBytes the bytes of the logs scanned (not indexed
+	// yet, damaged index files, or index_keys off).
+	Candidates   int
+	ScannedBytes int64
+	Notes        []string
+	Took         time.Duration
+	Indexed      bool // index_keys is on
+}
+
+// Find bounds.
+const (
+	FindDefaultLimit = 20
+	FindMaxLimit     = 1000
+)
+
+// ParseFindQuery reads a lookup from a query string: key or id (one of
+// them), limit.
+func ParseFindQuery(v url.Values) (FindQuery, error) {
+	q := FindQuery{Limit: FindDefaultLimit}
+	key, hasKey := v["key"]
+	id := v.Get("id")
+	switch {
+	case hasKey && id != "":
+		return q, fmt.Errorf("give key or id, not both")
+	case hasKey:
+		q.Key = []byte(key[0])
+		if len(q.Key) > message.MaxKeyBytes {
+			return q, fmt.Errorf("key is %d bytes, more than a key may have (%d)", len(q.Key), message.MaxKeyBytes)
+		}
+	case id != "":
+		n, err := strconv.ParseInt(id, 10, 64)
+		if err != nil || n <= 0 {
+			return q, fmt.Errorf("id must be a msgId (a positive decimal integer), got %s", quoteName(id))
+		}
+		q.ID, q.ByID = n, true
+	default:
+		return q, fmt.Errorf("give key=K or id=MSGID")
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > FindMaxLimit {
+			return q, fmt.Errorf("limit must be 1..%d, got %s", FindMaxLimit, quoteName(s))
+		}
+		q.Limit = n
+	}
+	return q, nil
+}
+
+// findTopics returns the topics a lookup searches: topic when given (a
+// 403 or 404 *RequestError when v may not read it or it is not open),
+// else every open topic v may subscribe to.
+func (s *Server) findTopics(v security.Viewer, topic string) ([]string, error) {
+	if topic != "" {
+		if err := v.Authorize(security.Subscribe, topic); err != nil {
+			return nil, &RequestError{Status: http.StatusForbidden, Msg: err.Error()}
+		}
+		if _, err := s.be.Topic(topic); err != nil {
+			return nil, err
+		}
+		return []string{topic}, nil
+	}
+	var out []string
+	for _, t := range s.be.Topics(v) {
+		if v.Authorize(security.Subscribe, t.Name) == nil {
+			out = append(out, t.Name)
+		}
+	}
+	return out, nil
+}
+
+// FoundJSON is one record of GET /api/v1/messages: the shape of `metaq
+// consume --json`'s objects. Body, key and header values are UTF-8 text
+// when they are, else base64 (encoding "base64").
+type FoundJSON struct {
+	Topic       string       `json:"topic"`
+	Partition   int          `json:"partition"`
+	Offset      int64        `json:"offset"`
+	MsgID       string       `json:"msgId"`
+	Time        int64        `json:"time"` // unix ms: the create time, else the msgId's
+	Attribute   *string      `json:"attribute"`
+	Body        string       `json:"body"`
+	Encoding    string       `json:"encoding"`
+	Key         *string      `json:"key,omitempty"`
+	KeyEncoding string       `json:"keyEncoding,omitempty"`
+	Timestamp   *int64       `json:"timestamp,omitempty"`
+	Tags        []string     `json:"tags,omitempty"`
+	Headers     []HeaderJSON `json:"headers,omitempty"`
+}
+
+// HeaderJSON is one header of a FoundJSON; a null value is JSON null.
+type HeaderJSON struct {
+	Key      string  `json:"key"`
+	Value    *string `json:"value"`
+	Encoding string  `json:"encoding,omitempty"`
+}
+
+// FindJSON is GET /api/v1/messages's reply.
+type FindJSON struct {
+	Messages     []FoundJSON `json:"messages"`
+	More         bool        `json:"more"`
+	TimedOut     bool        `json:"timedOut"`
+	Limit        int         `json:"limit"`
+	Indexed      bool        `json:"indexed"`
+	Candidates   int         `json:"candidates"`
+	ScannedBytes int64       `json:"scannedBytes"`
+	TookMs       float64     `json:"tookMs"`
+	Notes        []string    `json:"notes,omitempty"`
+}
+
+func textOr64(b []byte) (string, string) {
+	if utf8.Valid(b) {
+		return string(b), "utf8"
+	}
+	return base64.StdEncoding.EncodeToString(b), "base64"
+}
+
+// foundJSON converts f for the JSON reply.
+func foundJSON(f FoundRecord) (FoundJSON, error) {
+	m, err := f.Record.Message(f.Topic, int32(f.Partition))
+	if err != nil {
+		return FoundJSON{}, err
+	}
+	j := FoundJSON{Topic: f.Topic, Partition: f.Partition, Offset: f.Record.Offset,
+		MsgID: strconv.FormatInt(f.Record.ID, 10), Time: m.Time().UnixMilli()}
+	if m.HasAttribute {
+		a := m.Attribute
+		j.Attribute = &a
+	}
+	j.Body, j.Encoding = textOr64(m.Body)
+	if m.Key != nil {
+		k, enc := textOr64(m.Key)
+		j.Key = &k
+		if enc != "utf8" {
+			j.KeyEncoding = enc
+		}
+	}
+	if !m.Timestamp.IsZero() {
+		ts := m.Timestamp.UnixMilli()
+		j.Timestamp = &ts
+	}
+	j.Tags = m.Tags
+	for _, h := range m.Headers {
+		hj := HeaderJSON{Key: h.Key}
+		if h.Value != nil {
+			v, enc := textOr64(h.Value)
+			hj.Value = &v
+			if enc != "utf8" {
+				hj.Encoding = enc
+			}
+		}
+		j.Headers = append(j.Headers, hj)
+	}
+	return j, nil
+}
+
+// apiFindMessages is GET /api/v1/messages: it reads messages, so each
+// topic searched needs subscribe, as get does.
+func (s *Server) apiFindMessages(w http.ResponseWriter, r *http.Request) {
+	q, err := ParseFindQuery(r.URL.Query())
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	topics, err := s.findTopics(s.viewer(r), r.URL.Query().Get("topic"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	res, err := s.be.FindMessages(topics, q)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := FindJSON{Messages: []FoundJSON{}, More: res.More, TimedOut: res.TimedOut, Limit: q.Limit, Indexed: res.Indexed,
+		Candidates: res.Candidates, ScannedBytes: res.ScannedBytes, TookMs: float64(res.Took.Microseconds()) / 1000, Notes: res.Notes}
+	for _, f := range res.Found {
+		j, err := foundJSON(f)
+		if err != nil {
+			out.Notes = append(out.Notes, fmt.Sprintf("%s-%d offset %d: %v", f.Topic, f.Partition, f.Record.Offset, err))
+			continue
+		}
+		out.Messages = append(out.Messages, j)
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
