@@ -130,7 +130,11 @@ type JournalStats struct {
 	Syncfs int64
 	// Led counts rounds run by the appending goroutine itself, on an
 	// idle journal (Log.AppendLead).
-	Led      int64
+	Led int64
+	// Marks counts mark records written: a round's completion found no
+	// record written since its fdatasync returned that carried a durable
+	// mark past it (docs/storage.md, "Mark records").
+	Marks    int64
 	Replayed int64 // data records written to segments by recovery
 	Skipped  int64 // data records recovery found already in place
 	// Behind is the journal bytes written after the last durable
@@ -259,6 +263,11 @@ type Journal struct {
 	// mark, the way a WAL records its flushed position, so that recovery
 	// tells an unsynced torn tail from damage (tornCandidate).
 	synced atomic.Int64
+	// marked is the highest durable mark carried by a record written so
+	// far (a round's records or a mark record); roundEnd the journal
+	// position past the last round's records (mark records after it
+	// hold nothing a restart replays). Both only rise, under wmu.
+	marked, roundEnd atomic.Int64
 	// closeSeq counts logs unregistered (under mu); ckptClosedSeq is the
 	// closeSeq of the last durable checkpoint's snapshot
 	// (CheckpointClosed).
@@ -272,7 +281,14 @@ type Journal struct {
 	// prepMu serialises creating, renaming and removing journal files.
 	prepMu sync.Mutex
 
-	// Owned by the committer goroutine (and by OpenJournal before it).
+	// wmu guards the journal's write state (pos, cur, wpos, rmark, wfile,
+	// buf, pieces, newerInFiles): the committer (or a leading appender,
+	// or commitNow) holds it while it stages a round, and a round's
+	// completion while it writes a mark record (cover). Locks taken under
+	// it: a Log's mu, fmu, prepMu.
+	wmu sync.Mutex
+	// Owned by the committer goroutine (and by OpenJournal before it);
+	// the write state among them under wmu.
 	pos   int64  // next record position
 	epoch uint32 // of this run
 	cur   *jfile // file containing pos
@@ -284,14 +300,14 @@ type Journal struct {
 	buf       []byte
 	pieces    []piece
 	sinceCkpt int64 // journal bytes since the last checkpoint snapshot
-	// regsInFiles: the journal files may hold register records (this run
-	// wrote one, or recovery found one), which a binary from before them
-	// takes for the end of the journal; the final checkpoint then starts
-	// a file of its own (finalCheckpoint).
-	regsInFiles bool
-	roundSeq    int64 // rounds staged (Log.roundSeq)
-	lastCkpt    time.Time
-	curStart    atomic.Int64 // cur.start, for the recycler
+	// newerInFiles: the journal files may hold register or mark records
+	// (this run wrote one, or recovery found one), which a binary from
+	// before them takes for the end of the journal; the final checkpoint
+	// then starts a file of its own (finalCheckpoint).
+	newerInFiles bool
+	roundSeq     int64 // rounds staged (Log.roundSeq)
+	lastCkpt     time.Time
+	curStart     atomic.Int64 // cur.start, for the recycler
 	// ckptBusy: a checkpoint is between its snapshot and the completion
 	// of the round holding its record (set by the committer, cleared by
 	// the committer or the completer).
@@ -317,7 +333,7 @@ type Journal struct {
 	once     sync.Once
 
 	nRounds, nFsyncs, nBytes, nCheckpoints, nRecycled, nReplayed, nSkipped atomic.Int64
-	nSyncfs, nLed                                                          atomic.Int64
+	nSyncfs, nLed, nMarks                                                  atomic.Int64
 
 	// syncfs is how a checkpoint makes many segments durable at once
 	// (syncSegments); nil when each segment is fdatasynced. fsDev is
@@ -476,6 +492,7 @@ func (j *Journal) Stats() JournalStats {
 		Recycled:    j.nRecycled.Load(),
 		Syncfs:      j.nSyncfs.Load(),
 		Led:         j.nLed.Load(),
+		Marks:       j.nMarks.Load(),
 		Replayed:    j.nReplayed.Load(),
 		Skipped:     j.nSkipped.Load(),
 		Behind:      j.behind(),
@@ -485,7 +502,7 @@ func (j *Journal) Stats() JournalStats {
 			}
 			return time.Time{}
 		}(),
-		UpToDate: j.ckptAt.Load() != 0 && j.basePos+j.nBytes.Load() <= j.ckptEnd.Load(),
+		UpToDate: j.ckptAt.Load() != 0 && j.roundEnd.Load() <= j.ckptEnd.Load(),
 	}
 }
 
@@ -875,6 +892,8 @@ func (j *Journal) completer() {
 // journal records (and ck's checkpoint record) to the journal, with
 // write()s only.
 func (j *Journal) stage(logs []*Log, groups []*atomicGroup, ck *ckptJob, slot int) *jround {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
 	r := &jround{logs: logs, slot: slot}
 	failed := j.Err()
 	j.buf = j.buf[:0]
@@ -947,6 +966,9 @@ func (j *Journal) stage(logs []*Log, groups []*atomicGroup, ck *ckptJob, slot in
 	if len(j.buf) > 0 {
 		r.err = j.writeRound(r)
 	}
+	if r.err == nil && j.rmark > j.marked.Load() {
+		j.marked.Store(j.rmark)
+	}
 	r.end = j.pos
 	if j.observer != nil && r.appends > 0 {
 		j.observer.ObserveCommitRound(r.appends)
@@ -977,8 +999,13 @@ func (j *Journal) syncRound(r *jround) {
 }
 
 // complete acknowledges (or fails) the appends of a synced round,
-// finishes its checkpoint and frees its slot.
+// finishes its checkpoint and frees its slot. Before the round's bytes
+// become readable or acknowledged, a record written since its fdatasync
+// returned carries a durable mark past it (cover).
 func (j *Journal) complete(r *jround) {
+	if r.err == nil && len(r.logs) > 0 {
+		j.cover(r.end)
+	}
 	for _, l := range r.logs {
 		l.finishJournaled(r.err, r.slot)
 	}
@@ -1129,7 +1156,7 @@ func (j *Journal) addRegister(l *Log) error {
 		return err
 	}
 	l.regPending = false
-	j.regsInFiles = true
+	j.newerInFiles = true
 	return nil
 }
 
@@ -1176,6 +1203,25 @@ func (j *Journal) addRecord(typ byte, p []byte) (int64, error) {
 // and notes them for the round's fdatasync. Any error is final for the
 // journal.
 func (j *Journal) writeRound(r *jround) error {
+	n := j.wpos - j.pos
+	if err := j.writeBuf(&r.files); err != nil {
+		return err
+	}
+	j.nRounds.Add(1)
+	j.nBytes.Add(n)
+	// A checkpoint record does not make the next checkpoint due: an idle
+	// journal would otherwise write one every interval for good (each
+	// listing every partition), since each counted as written since the
+	// last.
+	j.sinceCkpt += n - r.ckBytes
+	j.roundEnd.Store(j.pos)
+	return nil
+}
+
+// writeBuf writes the round buffer to its journal files with write(),
+// adding them to files, and moves the journal position past it. Any
+// error is final for the journal.
+func (j *Journal) writeBuf(files *[]*jfile) error {
 	for i, p := range j.pieces {
 		to := len(j.buf)
 		if i+1 < len(j.pieces) {
@@ -1196,16 +1242,8 @@ func (j *Journal) writeRound(r *jround) error {
 		if err != nil {
 			return j.fail(fmt.Errorf("write %s at %d: %w", journalName(p.f.start), off, err))
 		}
-		r.files = append(r.files, p.f)
+		*files = append(*files, p.f)
 	}
-	n := j.wpos - j.pos
-	j.nRounds.Add(1)
-	j.nBytes.Add(n)
-	// A checkpoint record does not make the next checkpoint due: an idle
-	// journal would otherwise write one every interval for good (each
-	// listing every partition), since each counted as written since the
-	// last.
-	j.sinceCkpt += n - r.ckBytes
 	j.pos = j.wpos
 	if j.cur != j.wfile {
 		j.cur = j.wfile
@@ -1213,6 +1251,51 @@ func (j *Journal) writeRound(r *jround) error {
 		j.requestPrep()
 	}
 	return nil
+}
+
+// cover makes sure that a record written since the fdatasync that made
+// the journal durable up to end (the end of a synced round) carries a
+// durable mark at or past end, writing a mark record if none does: a
+// round staged after that fdatasync returned carries it already (under
+// load, often the next one); otherwise (the journal went idle, or every
+// later round was staged while this one was being synced) a mark record
+// of 24 bytes, written but not synced, carries it. It runs before the
+// round's appends are acknowledged, so that a kill -9 at any moment
+// leaves every acknowledged round under a later mark in the page cache,
+// and recovery never takes damage in one for a torn tail. The mark record
+// is not fdatasynced: the next round's fdatasync covers it when one
+// follows (it is written before that round, to the same or an earlier
+// file synced before it), and until then only a power cut can lose it,
+// which leaves the journal as it was before mark records
+// (docs/storage.md, "Mark records").
+func (j *Journal) cover(end int64) {
+	if j.marked.Load() >= end {
+		return
+	}
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if j.marked.Load() >= end || j.Err() != nil {
+		return
+	}
+	j.buf = j.buf[:0]
+	j.pieces = append(j.pieces[:0], piece{f: j.cur, from: 0})
+	j.wpos, j.wfile = j.pos, j.cur
+	j.rmark = j.synced.Load()
+	n := j.wpos
+	if _, err := j.addRecord(recMark, nil); err != nil {
+		j.fail(fmt.Errorf("mark record: %w", err))
+		return
+	}
+	n = j.wpos - n
+	var files [2]*jfile
+	written := files[:0]
+	if err := j.writeBuf(&written); err != nil {
+		return
+	}
+	j.nBytes.Add(n)
+	j.nMarks.Add(1)
+	j.newerInFiles = true
+	j.marked.Store(j.rmark)
 }
 
 // startCheckpoint snapshots, at a round boundary, the position every
@@ -1235,7 +1318,10 @@ func (j *Journal) snapshot() *ckptJob {
 	closed := j.closedTableLocked()
 	seq := j.closeSeq
 	j.mu.Unlock()
-	job := &ckptJob{c: checkpoint{from: j.pos, ends: make(map[string]int64, len(logs)), lastIDs: make(map[string]int64, len(logs)), closed: closed,
+	j.wmu.Lock() // a round's completion may be writing a mark record
+	from := j.pos
+	j.wmu.Unlock()
+	job := &ckptJob{c: checkpoint{from: from, ends: make(map[string]int64, len(logs)), lastIDs: make(map[string]int64, len(logs)), closed: closed,
 		registers: !j.noRegisters}, closeSeq: seq}
 	for _, l := range logs {
 		l.mu.Lock()
@@ -1437,10 +1523,10 @@ func (j *Journal) finalCheckpoint() {
 		return
 	}
 	job := j.snapshot()
-	if j.regsInFiles && j.pos != j.cur.start {
+	if j.newerInFiles && j.pos != j.cur.start {
 		job.fresh, job.c.from = true, j.cur.end()
 	}
-	free := j.regsInFiles
+	free := j.newerInFiles
 	j.syncSegments(job)
 	if job.skip != nil {
 		j.logf("store: journal %s: final checkpoint skipped, the next open replays the journal: %v", j.dir, job.skip)

@@ -36,6 +36,7 @@ type jrec struct {
 	from     int64  // checkpoints
 	ends     map[string]int64
 	groupEnd int64 // group records
+	mark     int64 // the durable mark the header carries (jHeader.mark)
 }
 
 // walkJournal decodes every record of the journal in dir from its first
@@ -72,7 +73,7 @@ func walkJournal(t testing.TB, dir string) []jrec {
 			return out
 		}
 		epoch = h.epoch
-		r := jrec{pos: pos, end: pos + int64(len(rec)), typ: h.typ}
+		r := jrec{pos: pos, end: pos + int64(len(rec)), typ: h.typ, mark: h.mark()}
 		switch h.typ {
 		case recData:
 			d, err := parseDataPayload(rec[jHeaderSize:])
@@ -90,7 +91,7 @@ func walkJournal(t testing.TB, dir string) []jrec {
 			g, err := parseRegisterPayload(rec[jHeaderSize:])
 			require.NoError(t, err)
 			r.name, r.dataOff, r.dataEnd = g.name, g.end, g.end
-		case recSkip:
+		case recSkip, recMark:
 		default:
 			return out
 		}

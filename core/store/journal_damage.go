@@ -102,7 +102,7 @@ func (e *JournalCorruptError) Is(target error) bool { return target == ErrCorrup
 
 // isJRecordType reports whether typ is a record type this version reads.
 func isJRecordType(typ byte) bool {
-	return typ == recData || typ == recCheckpoint || typ == recSkip || typ == recGroup || typ == recRegister
+	return typ == recData || typ == recCheckpoint || typ == recSkip || typ == recGroup || typ == recRegister || typ == recMark
 }
 
 // validJRecord reads the record at rel of f (its header is hdr) and
@@ -136,7 +136,7 @@ func validJRecord(f *jfile, rel int64, hdr []byte, minEpoch uint32, rec *[]byte)
 		_, err := parseRegisterPayload(b[jHeaderSize:])
 		return h, err == nil, nil
 	}
-	return h, h.n == 0, nil // a skip record is empty
+	return h, h.n == 0, nil // a skip or mark record is empty
 }
 
 // jSearchChunk is how much of a journal file the resync search reads at a
@@ -547,7 +547,21 @@ func (j *Journal) holeWhere(pos, end int64, h *jHole) string {
 // data whatever the type byte says (a data record's type flipped to skip
 // must not hide its bytes), a skip record is empty, a group record has
 // its fixed size; otherwise the record is damage that may have held data.
+//
+// A stretch inside one file shorter than the smallest data record
+// (minDataRecord) held none whatever its header says, nor a register
+// record: it was a mark record (or a skip or group record), and is
+// reported as a mark record.
 func holdsNoData(h *jHole, rec *[]byte) (byte, error) {
+	kind, err := holdsNoDataKind(h, rec)
+	if kind == 0 && err == nil && h.end <= h.f.end() && h.end-h.pos < minDataRecord {
+		kind = recMark
+	}
+	return kind, err
+}
+
+// holdsNoDataKind is holdsNoData but for the stretches too short for data.
+func holdsNoDataKind(h *jHole, rec *[]byte) (byte, error) {
 	if h.framed && h.hdr.typ == recSkip && h.hdr.n == 0 {
 		return recSkip, nil
 	}

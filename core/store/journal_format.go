@@ -29,6 +29,13 @@ const (
 	// before the partition's first data record after the registration,
 	// in the same round (docs/storage.md, "Register records").
 	recRegister = 4
+	// recMark holds no payload: its header's durable mark covers every
+	// round synced when it was written. A round's completion writes one
+	// (not synced) before it acknowledges the round's appends when no
+	// record written since the round's fdatasync returned carries a mark
+	// past it, so that every acknowledged round is under a later mark
+	// (docs/storage.md, "Mark records").
+	recMark = 5
 
 	// recGroup starts an atomic group (AppendAtomic, atomic.go): the data
 	// records after it up to the journal position it gives are one unit,
@@ -89,6 +96,11 @@ func markField(pos, m int64) uint32 {
 	}
 	return uint32(min((pos-m+markUnit-1)/markUnit+1, markMax))
 }
+
+// minDataRecord is the size of the smallest data record (a one-byte
+// name, one byte of data): a damaged stretch shorter than it held no
+// partition data, nor a register record (one byte shorter).
+const minDataRecord = jHeaderSize + 2 + 1 + jDataFixed + 1
 
 // jDataFixed is the fixed part of a data record's payload after the name:
 // [u64 segment start][u64 partition offset].

@@ -1,10 +1,16 @@
 package store
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -82,4 +88,170 @@ func TestJournalMarkCapped(t *testing.T) {
 	h, ok := sc.tornCandidate()
 	require.True(t, ok, "a torn tail past every durable mark is refused as damage")
 	require.Equal(t, torn, h.pos)
+}
+
+// maxMark returns the highest durable mark of recs (-1: none).
+func maxMark(recs []jrec) int64 {
+	m := int64(-1)
+	for _, r := range recs {
+		m = max(m, r.mark)
+	}
+	return m
+}
+
+// TestJournalMarkRecords: every acknowledged put's journal record lies
+// under a durable mark carried by a record written before the put was
+// acknowledged, so a copy of the journal taken right after the
+// acknowledgement (a kill -9) already says the put was synced. On an
+// idle journal that record is a mark record written after the round's
+// fdatasync, not synced itself; there is at most one per fdatasync, and
+// an idle journal writes nothing more (no fdatasync, no checkpoint).
+func TestJournalMarkRecords(t *testing.T) {
+	t.Parallel()
+	opts := JournalOptions{FileSize: 64 << 10, CheckpointBytes: 1 << 40, CheckpointInterval: 50 * time.Millisecond,
+		hooks: &journalHooks{smallFiles: true}}
+	dir := t.TempDir()
+	j, err := OpenJournal(dir, opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, j.Close()) }()
+	logs := make([]*Log, 2)
+	for p := range logs {
+		logs[p], err = Open(filepath.Join(dir, partName(p)), Options{IDs: &seqIDs{}, MaxSegmentSize: 16 << 10, Journal: j})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, logs[p].Close()) }()
+	}
+	jdir := filepath.Join(dir, JournalDirName)
+	// covered checks that the journal as it is now on disk holds the
+	// put at off of partition p, under a mark.
+	covered := func(p int, off int64, what string) {
+		t.Helper()
+		recs := walkJournal(t, jdir)
+		k := slices.IndexFunc(recs, func(r jrec) bool {
+			return r.typ == recData && r.name == partName(p) && r.dataOff <= off && off < r.dataEnd
+		})
+		require.GreaterOrEqual(t, k, 0, "%s: the put's record is in the journal", what)
+		require.Less(t, recs[k].end, maxMark(recs)+markUnit, "%s: the put's record lies under a durable mark", what)
+	}
+	for i := range 40 {
+		p := i % 2
+		_, off, err := logs[p].AppendSync([]Entry{entry(fmt.Appendf(nil, "seq-%d-%s", i, strings.Repeat("m", i*37)))})
+		require.NoError(t, err)
+		covered(p, off, fmt.Sprintf("sequential put %d", i))
+	}
+	st := j.Stats()
+	require.Positive(t, st.Marks, "sequential puts on an idle journal wrote mark records")
+	require.LessOrEqual(t, st.Marks, st.Fsyncs, "at most one mark record per fdatasync")
+
+	// Concurrent puts: every one is under a mark once acknowledged.
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 30 {
+				p := (g + i) % 2
+				_, off, err := logs[p].AppendSync([]Entry{entry(fmt.Appendf(nil, "conc-%d-%d", g, i))})
+				if !assert.NoError(t, err) {
+					return
+				}
+				recs := walkJournal(t, jdir)
+				k := slices.IndexFunc(recs, func(r jrec) bool {
+					return r.typ == recData && r.name == partName(p) && r.dataOff <= off && off < r.dataEnd
+				})
+				if assert.GreaterOrEqual(t, k, 0) {
+					assert.Less(t, recs[k].end, maxMark(recs)+markUnit, "concurrent put %d/%d under a mark", g, i)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st = j.Stats()
+	require.LessOrEqual(t, st.Marks, st.Fsyncs, "at most one mark record per fdatasync")
+
+	// Idle: the last mark record neither is synced nor makes a
+	// checkpoint due, and nothing more is written.
+	time.Sleep(4 * opts.CheckpointInterval) // the checkpoint of the puts' bytes
+	before := j.Stats()
+	time.Sleep(4 * opts.CheckpointInterval)
+	after := j.Stats()
+	require.Equal(t, before.Fsyncs, after.Fsyncs, "fdatasyncs while idle")
+	require.Equal(t, before.Checkpoints, after.Checkpoints, "checkpoints while idle")
+	require.Equal(t, before.Bytes, after.Bytes, "journal bytes while idle")
+}
+
+// TestJournalFlipLastAcked: a flip in the last acknowledged round's data
+// record, the journal copied right after its acknowledgement (a kill
+// -9): the mark record after it says that round was synced, so the flip
+// is damage, not a torn tail. The segment holding the bytes (as a kill
+// -9 that caught a checkpoint's write-back leaves them), nothing is
+// lost; the segment not holding them (a power cut), the start is
+// refused, naming the range. Before mark records, that round lay past
+// every mark, and the flip was taken for a torn tail: its acknowledged
+// put was dropped without a word.
+func TestJournalFlipLastAcked(t *testing.T) {
+	t.Parallel()
+	fx := newFlipFixture(t)
+	k := len(fx.recs) - 1
+	for k >= 0 && fx.recs[k].typ != recData {
+		k--
+	}
+	require.Positive(t, k)
+	r := fx.recs[k]
+	require.Equal(t, byte(recMark), fx.recs[len(fx.recs)-1].typ, "a mark record ends the journal")
+	require.LessOrEqual(t, r.end, maxMark(fx.recs), "the last data record lies under the mark record's mark")
+
+	t.Run("held", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), r.end-2, 0x20)
+		o, lb := fx.logged()
+		recoverAndCheck(t, dir, o, flipParts, fx.all(), "flip in the last acknowledged record")
+		require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd))
+	})
+	t.Run("lost", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), r.end-2, 0x20)
+		zeroSegments(t, filepath.Join(dir, r.name), r.dataOff, r.dataEnd)
+		before := treeBytes(t, dir)
+		err := openErr(dir, fx.opts)
+		var je *JournalCorruptError
+		require.ErrorAs(t, err, &je)
+		require.Len(t, je.Damage, 1)
+		require.Equal(t, []PartitionRange{{r.name, r.dataOff, r.dataEnd}}, je.Damage[0].Lost)
+		require.Equal(t, before, treeBytes(t, dir), "a refused recovery changes nothing")
+	})
+}
+
+// TestJournalFlipMarkRecord: a flip anywhere in a mark record with valid
+// records after it (its crc, length, position, epoch, type or mark
+// field) is damage that held no partition data: nothing is lost, also
+// when the flip leaves its extent unknown (a stretch shorter than the
+// smallest data record held none). A flip in the last one, which ends
+// the journal, is a torn tail; the records before it are intact.
+func TestJournalFlipMarkRecord(t *testing.T) {
+	t.Parallel()
+	fx := newFlipFixture(t)
+	k := slices.IndexFunc(fx.recs[fx.last+1:len(fx.recs)-1], func(r jrec) bool { return r.typ == recMark })
+	require.GreaterOrEqual(t, k, 0, "a mark record in the replay range")
+	r := fx.recs[fx.last+1+k]
+	require.Equal(t, int64(jHeaderSize), r.end-r.pos)
+	for _, fl := range []struct {
+		name string
+		at   int64
+	}{{"crc", 2}, {"length", 6}, {"length-high", 4}, {"position", 15}, {"epoch", 19}, {"type", 20}, {"mark", 23}} {
+		t.Run(fl.name, func(t *testing.T) {
+			dir := fx.copy(t)
+			flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+fl.at, 0x02)
+			o, lb := fx.logged()
+			recoverAndCheck(t, dir, o, flipParts, fx.all(), "flip in a mark record's "+fl.name)
+			require.Contains(t, lb.String(), "no partition data")
+			require.Contains(t, lb.String(), "nothing lost")
+		})
+	}
+	t.Run("last", func(t *testing.T) {
+		last := fx.recs[len(fx.recs)-1]
+		require.Equal(t, byte(recMark), last.typ)
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), last.pos+6, 0x02)
+		o, lb := fx.logged()
+		recoverAndCheck(t, dir, o, flipParts, fx.all(), "flip in the last mark record")
+		require.NotContains(t, lb.String(), "damaged record")
+	})
 }

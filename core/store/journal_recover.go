@@ -42,11 +42,13 @@ type journalScan struct {
 	// regs are the register records at or after last.from: they name the
 	// partitions that registered after the checkpoint's snapshot.
 	regs []regRef
-	// sawRegister: the journal files hold a register record (anywhere).
-	sawRegister bool
-	records     int
-	stopped     string // why the scan stopped
-	firstPos    int64
+	// sawNewer: the journal files hold a register or mark record
+	// (anywhere), which a binary from before them takes for the end of
+	// the journal.
+	sawNewer bool
+	records  int
+	stopped  string // why the scan stopped
+	firstPos int64
 	// holes are the damaged stretches with valid records after them, in
 	// journal order (checkDamage decides what they mean).
 	holes []jHole
@@ -135,7 +137,7 @@ func (j *Journal) recover() error {
 		j.logf("store: journal %s: %d records from %d to %d, last checkpoint replays from %d: %d data records to replay, %d partitions registered since (%s; %d damaged stretches)",
 			j.dir, sc.records, files[0].start, sc.end, from, len(sc.refs), len(sc.regs), sc.stopped, len(sc.holes))
 	}
-	j.regsInFiles = sc.sawRegister
+	j.newerInFiles = sc.sawNewer
 	if err := j.replay(sc, j.replayLimit); err != nil {
 		return err
 	}
@@ -206,19 +208,20 @@ func (j *Journal) judgeDamage(sc *journalScan, files []*jfile) error {
 // boundary, so a stretch starting before a round's end is never taken
 // for torn.
 //
-// The converse does not hold: a record carries the mark as it stood when
-// its round was staged, so the records past the highest mark (the last
-// round staged before the crash and the rounds still unsynced when it
-// was staged: at most roundSlots rounds) may well have been synced and
-// acknowledged before it. Only a later round's records say so: when the
-// journal goes idle, the next time-based checkpoint's round (within
-// about ckptInterval, 1 s by default, and the segments' fsync) carries a
-// mark past them, and its own records hold no data. Until then (a crash
-// within about a checkpoint interval of the last put, or at any moment
-// under a steady stream of puts) a bit flip in them (damage, not a
-// tear: a kill -9 alone leaves them intact) is taken for a torn tail all
-// the same, and their acknowledged puts are lost without a refusal
-// (docs/storage.md, "Torn tails with valid records after them").
+// The converse holds for every acknowledged round since mark records: a
+// record carries the mark as it stood when its round was staged, so the
+// last rounds staged before a crash are covered by no mark of their own;
+// but before a round's appends are acknowledged (or readable), a record
+// written after its fdatasync returned carries a mark past it (a later
+// round's, or a mark record's: Journal.cover). So after a kill -9 a flip
+// in acknowledged data is always under a mark: damage, refused when the
+// segments do not hold it. What lies past every mark is the rounds not
+// yet acknowledged (synced or not), and, after a power cut only, the
+// last acknowledged rounds when the power cut lost their mark record,
+// which is not fdatasynced itself (the next round's fdatasync makes it
+// durable): a bit flip in those is taken for a torn tail, and their
+// puts are lost without a refusal, like a flip in the last record
+// (docs/storage.md, "Mark records").
 func (sc *journalScan) tornCandidate() (jHole, bool) {
 	from := sc.firstPos
 	if sc.last != nil {
@@ -342,12 +345,16 @@ func scanJournalTo(files []*jfile, limit int64) (journalScan, error) {
 				if h.n != 0 {
 					bad = fmt.Sprintf("skip record at %d with a payload of %d bytes", pos, h.n)
 				}
+			case h.typ == recMark:
+				if h.n != 0 {
+					bad = fmt.Sprintf("mark record at %d with a payload of %d bytes", pos, h.n)
+				}
 			default:
 				bad, final = fmt.Sprintf("record type %d at %d", h.typ, pos), true
 			}
 		}
-		if h.typ == recRegister {
-			sc.sawRegister = true // even a damaged one: a binary from before them stops there too
+		if h.typ == recRegister || h.typ == recMark {
+			sc.sawNewer = true // even a damaged one: a binary from before them stops there too
 		}
 		if bad != "" {
 			if final {

@@ -153,8 +153,9 @@ func (l *Log) recoverTrusted(br *bufio.Reader, segs []*segment, t trustPoint, bu
 }
 
 // behind returns the journal bytes written after the last durable
-// checkpoint's from: what a restart would read and replay.
-func (j *Journal) behind() int64 { return j.basePos + j.nBytes.Load() - j.ckptFrom.Load() }
+// checkpoint's from, up to the last round's end (mark records after it
+// hold nothing to replay): what a restart would read and replay.
+func (j *Journal) behind() int64 { return j.roundEnd.Load() - j.ckptFrom.Load() }
 
 // waitCheckpoint holds an append back while the journal is more than
 // maxBehind bytes (two checkpoints' worth) past the last durable
