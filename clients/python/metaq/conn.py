@@ -36,6 +36,9 @@ class Reply:
     opaque: int
     body: bytes
     next_offset: int = -1
+    #: The generation (Connection.generation) of the socket that carried
+    #: it: what the broker tied to that socket (a membership) ends with it.
+    generation: int = 0
 
     def text(self) -> str:
         return self.body.decode("utf-8", "replace")
@@ -228,7 +231,7 @@ class Connection:
             if not reply:
                 raise link.dead  # type: ignore[misc]
         if not reply:
-            fut.set_result(Reply("none", OK, op, b""))
+            fut.set_result(Reply("none", OK, op, b"", -1, link.generation))
         return fut
 
     def send(self, frame: Callable[[int], bytes], command: str = "", reply: bool = True) -> Future:
@@ -351,7 +354,7 @@ class Connection:
                     continue
                 fut = entry[0]
                 if not fut.done():
-                    fut.set_result(Reply(kind.decode(), code, op, body, nxt))
+                    fut.set_result(Reply(kind.decode(), code, op, body, nxt, link.generation))
         except ProtocolError as e:
             err = e
         except OSError as e:

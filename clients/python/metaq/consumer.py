@@ -426,17 +426,16 @@ class Consumer:
                 again = self._heartbeat()
 
     def _join(self) -> None:
-        gen0 = self.conn.generation
         rep = self.conn.call(lambda op: b"join %s %s %s %s %d\r\n" % (
             self.group.encode(), self.topic.encode(), self.consumer_id.encode(),  # type: ignore[union-attr]
             self.strategy.encode(), op), "join")
         if rep.code != OK:
             raise broker_error(rep.code, rep.body, "join")
         gen, view = _parse_view(rep.body)
-        conn_gen = self.conn.generation
-        if gen0 != conn_gen and gen0 != 0:
-            raise ConnectionLostError("metaq: connection lost around the join")
-        self._joined_conn = conn_gen
+        # The membership lives on the socket that carried the join: if that
+        # one is gone already, the loop sees another generation and joins
+        # again.
+        self._joined_conn = rep.generation
         self.generation = gen
         self._apply(view)
 
