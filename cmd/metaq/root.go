@@ -94,7 +94,7 @@ func newRootCmd(e *env) *cobra.Command {
 		return &usageError{msg: err.Error()}
 	})
 	addGlobalFlags(root.PersistentFlags(), e)
-	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdTopic(e), cmdPlugins(e), cmdCluster(e), cmdFailover(e),
+	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdTopic(e), cmdMessage(e), cmdPlugins(e), cmdCluster(e), cmdFailover(e),
 		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
 	return root
 }
