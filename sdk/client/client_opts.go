@@ -202,6 +202,30 @@ func Broadcast() Opt {
 	return consumerOption("Broadcast", func(c *config) { c.broadcast = true })
 }
 
+// Filter makes the brokers send this Client only the messages expr
+// matches, for every topic it consumes: RocketMQ's tag form (`TagA ||
+// TagB`, `*` for all) or an expression over the key, tags, headers and
+// attribute (`tag == "TagA" && header("region") == "eu"`, `has_tag("x")`,
+// `key == "k1"`, `header("n") in ("1", "2")`; docs/filters.md). The broker
+// compiles it once per connection and skips the other messages, moving the
+// positions past them, so a group member commits past what it was not
+// sent; with a server.toml filter for the group too, a message must pass
+// both. It is registered again on every new connection (a reconnect, a
+// failover). A bad expression stops the consumer with ErrBadFilter and the
+// broker's message (with the column); a broker without consumer filters
+// stops it with ErrFilterUnsupported. Default none.
+func Filter(expr string) Opt {
+	return consumerOption("Filter", func(c *config) {
+		if len(expr) > maxFilterLen {
+			c.errorf("Filter: expression of %d bytes, over the limit of %d", len(expr), maxFilterLen)
+		}
+		c.cOpts = append(c.cOpts, withFilter(expr))
+	})
+}
+
+// maxFilterLen is the longest Filter expression a broker takes.
+const maxFilterLen = 4096
+
 // ConsumeFrom sets where a partition with no committed offset starts:
 // Earliest (the default), Latest or AtOffset(n).
 func ConsumeFrom(s StartFrom) Opt { return consumerPass("ConsumeFrom", withStartFrom(s)) }

@@ -76,6 +76,30 @@ type wire struct {
 	pending map[int32]*call
 	wbuf    []byte // frames not yet handed to the writer
 	err     error  // why the wire failed; non-nil once dead is closed
+	// filters are the consumer filters the broker has registered on this
+	// connection (fetch.go), by topic and group.
+	filters map[filterKey]string
+}
+
+// filterKey is a (topic, group) a consumer filter is registered for.
+type filterKey struct{ topic, group string }
+
+// hasFilter reports whether expr is registered on w for topic and group.
+func (w *wire) hasFilter(k filterKey, expr string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	got, ok := w.filters[k]
+	return ok && got == expr
+}
+
+// setFilter notes that expr is registered on w for topic and group.
+func (w *wire) setFilter(k filterKey, expr string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.filters == nil {
+		w.filters = make(map[filterKey]string)
+	}
+	w.filters[k] = expr
 }
 
 func newWire(cn *conn, nc net.Conn) *wire {

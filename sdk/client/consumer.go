@@ -85,6 +85,9 @@ type consumerConfig struct {
 	commitInterval time.Duration // 0: no periodic commits
 	maxRetries     int
 	retryBackoff   time.Duration
+	// filter is the expression the broker runs the gets through (Filter;
+	// "" or "*": none).
+	filter string
 
 	reject          RejectPolicy // nil: RecoverLocally("") with a group, else Drop()
 	recoverInterval time.Duration
@@ -190,6 +193,16 @@ func withRetries(n int, backoff time.Duration) consOption {
 		if backoff > 0 {
 			c.retryBackoff = backoff
 		}
+	})
+}
+
+// withFilter sets the consumer's filter expression (Filter).
+func withFilter(expr string) consOption {
+	return consumerOpt(func(c *consumerConfig) {
+		if strings.TrimSpace(expr) == "*" {
+			expr = ""
+		}
+		c.filter = expr
 	})
 }
 

@@ -31,6 +31,14 @@ var (
 	// ErrAlreadyConsuming is returned by Consume or Messages while another
 	// Consume or Messages call on the same Client is running.
 	ErrAlreadyConsuming = errors.New("metaq: consumer is already running")
+	// ErrFilterUnsupported means a consumer with a Filter reached a broker
+	// that predates consumer-chosen filters (it answered the filter
+	// request as an unknown command). The consumer stops rather than
+	// filter on the client, which would fetch every record.
+	ErrFilterUnsupported = errors.New("metaq: the broker does not support consumer filters (the filter command); upgrade it, or consume without Filter")
+	// ErrBadFilter means the broker refused a consumer's Filter expression
+	// (a syntax error, with its column).
+	ErrBadFilter = errors.New("metaq: bad filter expression")
 	// ErrInvalidMessage means a message cannot be sent: no topic, or a body
 	// over the maximum message size.
 	ErrInvalidMessage = errors.New("metaq: invalid message")

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/metaq-go/metaq/internal/backoff"
@@ -75,9 +77,25 @@ func (f *fetcher) fetchOnce(ctx context.Context) (*fetched, error) {
 	c, ps := f.c, f.ps
 	rctx, cancel := context.WithTimeout(ctx, c.cn.opts.requestTimeout)
 	offset, size := f.offset, ps.fetchSize
-	call, err := c.cn.roundTripBuf(rctx, f.buf, func(dst []byte, op int32) []byte {
+	encode := func(dst []byte, op int32) []byte {
 		return protocol.AppendGet(dst, c.topic, c.cfg.group, ps.p, offset, int32(size), op)
-	})
+	}
+	var call *call
+	var err error
+	if c.cfg.filter == "" {
+		call, err = c.cn.roundTripBuf(rctx, f.buf, encode)
+	} else {
+		// The get must go on a connection the filter is registered on.
+		var w *wire
+		if w, err = c.filterWire(rctx); err == nil {
+			call, err = w.roundTripBuf(rctx, f.buf, encode)
+		}
+		var ferr *filterError
+		if errors.As(err, &ferr) {
+			cancel()
+			return nil, ferr.err
+		}
+	}
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -130,6 +148,46 @@ func (f *fetcher) fetchOnce(ctx context.Context) (*fetched, error) {
 		f.backoff()
 		return nil, nil
 	}
+}
+
+// filterError is a permanent failure to register the consumer's filter.
+type filterError struct{ err error }
+
+func (e *filterError) Error() string { return e.err.Error() }
+
+// filterWire returns the live connection to c's broker with c's filter
+// registered on it for c's topic and group, sending the filter request
+// first on a connection that does not have it (a new one after a
+// reconnect, or a failover to another broker). A refusal that retrying
+// cannot cure (a bad expression, a broker without the command) is a
+// *filterError.
+func (c *brokerConsumer) filterWire(ctx context.Context) (*wire, error) {
+	w, err := c.cn.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k := filterKey{c.topic, c.cfg.group}
+	if w.hasFilter(k, c.cfg.filter) {
+		return w, nil
+	}
+	call, err := w.roundTripBuf(ctx, nil, func(dst []byte, op int32) []byte {
+		return protocol.AppendFilter(dst, c.topic, c.cfg.group, c.cfg.filter, op)
+	})
+	if err != nil {
+		return nil, err
+	}
+	code, body := call.code, string(call.body)
+	putCall(call)
+	switch {
+	case code == protocol.StatusOK:
+		w.setFilter(k, c.cfg.filter)
+		return w, nil
+	case code == protocol.StatusBadRequest && strings.HasPrefix(body, "unknown command"):
+		return nil, &filterError{fmt.Errorf("%w: %s answered %q", ErrFilterUnsupported, c.cn.addr, body)}
+	case code == protocol.StatusBadRequest:
+		return nil, &filterError{fmt.Errorf("%w %q for %s as %s: %s", ErrBadFilter, c.cfg.filter, c.topic, c.cfg.group, body)}
+	}
+	return nil, fmt.Errorf("metaq: filter for %s as %s: %w", c.topic, c.cfg.group, resultError(code, []byte(body)))
 }
 
 // parse walks a value reply: whole records become messages (bodies copied
