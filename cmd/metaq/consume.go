@@ -47,6 +47,14 @@ committed every 5 s and on exit, and it runs until Ctrl-C or --count;
 offset. --broadcast makes it a broadcast member: its own group
 "<group>-<id>", every message. --zk needs --group.
 
+--filter EXPR has the broker send only the messages EXPR matches (it
+registers the expression for the command's connections; nothing changes
+in server.toml): RocketMQ's tag form 'TagA || TagB', or an expression
+over the key, tags, headers and attribute, such as
+'tag == "TagA" && header("region") == "eu"' (docs/filters.md). The
+positions move past the messages left out, so a group commits past them.
+A bad expression stops the command with the broker's message and column.
+
 --json objects have: topic, partition, offset, msgId (a string: jq rounds
 large numbers), attribute (null when the message has none), body, and
 encoding: "utf8" when body is the message as text, "base64" when it is not
@@ -65,6 +73,7 @@ examples:
   metaq consume --topic meta-test
   metaq consume --topic meta-test --partition 0,1 --from 1044 --json
   metaq consume --topic meta-test --from 2024-05-01T10:00:00Z -f '%o %T %s\n'
+  metaq consume --topic meta-test --filter 'TagA || TagB'
   metaq consume --topic meta-test --from latest --follow
   metaq consume --topic meta-test --group g1 --count 10
   metaq consume --zk 127.0.0.1:2181 --topic meta-test --group g1 --json
@@ -166,10 +175,11 @@ type consumeOpts struct {
 	id        string
 	broadcast bool
 	session   time.Duration
+	filter    string
 }
 
 func cmdConsume(e *env) *cobra.Command {
-	return leaf(e, "consume", "consume --topic T [--partition P[,P..]] [--from earliest|latest|OFFSET|TIME] [--follow] [--count N] [--json | -f FORMAT] [--group G [--zk CONNECT] [--broadcast]]", consumeHelp, func(fs *pflag.FlagSet) func(args []string) error {
+	return leaf(e, "consume", "consume --topic T [--partition P[,P..]] [--from earliest|latest|OFFSET|TIME] [--follow] [--count N] [--json | -f FORMAT] [--filter EXPR] [--group G [--zk CONNECT] [--broadcast]]", consumeHelp, func(fs *pflag.FlagSet) func(args []string) error {
 		var o consumeOpts
 		fs.StringVar(&o.topic, "topic", "", "topic to read (required)")
 		fs.Var(&o.parts, "partition", "partition to read, repeatable or a comma list (default: all)")
@@ -186,6 +196,7 @@ func cmdConsume(e *env) *cobra.Command {
 		fs.StringVar(&o.id, "id", "", "consumer id in the group (default host-pid-random)")
 		fs.BoolVar(&o.broadcast, "broadcast", false, "broadcast member: every message (needs --group)")
 		fs.DurationVar(&o.session, "session-timeout", 30*time.Second, "ZooKeeper session timeout (with --zk): how long a killed member's partitions wait")
+		fs.StringVar(&o.filter, "filter", "", "only the messages this `expression` matches, judged by the broker: 'TagA || TagB', or over key, tags, headers (docs/filters.md)")
 		return func(args []string) error {
 			if len(args) > 0 {
 				return usagef("unexpected argument %q", args[0])
@@ -333,6 +344,9 @@ func consumeDirect(e *env, o *consumeOpts, from resetTo, pr *printer) error {
 	for _, sf := range order {
 		opts := append(clientOpts(e), client.Brokers(e.addr), client.ConsumePartitions(o.topic, byStart[sf]...),
 			client.ConsumeFrom(sf), client.FetchMaxWait(500*time.Millisecond))
+		if o.filter != "" {
+			opts = append(opts, client.Filter(o.filter))
+		}
 		cl, err := client.New(opts...)
 		if err != nil {
 			return err
@@ -445,6 +459,9 @@ func consumeGroup(e *env, o *consumeOpts, from resetTo, pr *printer) error {
 	}
 	if o.id != "" {
 		opts = append(opts, client.ConsumerID(o.id))
+	}
+	if o.filter != "" {
+		opts = append(opts, client.Filter(o.filter))
 	}
 	cl, err := client.New(opts...)
 	if err != nil {
