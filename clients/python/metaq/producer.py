@@ -55,12 +55,10 @@ class RoundRobin:
     """A shared counter modulo the partition count (MetaQ's default)."""
 
     def __init__(self) -> None:
-        self._n = itertools.count()
-        self._lock = threading.Lock()
+        self._n = itertools.count()  # next() on a count is atomic
 
     def __call__(self, topic: str, n: int, m: Message) -> int:
-        with self._lock:
-            return next(self._n) % n
+        return next(self._n) % n
 
 
 class HashByKey:
@@ -96,6 +94,40 @@ class _Item:
         self.topic, self.partition, self.explicit, self.msg = topic, partition, explicit, msg
         self.data, self.flag, self.crc = data, msg.flag, checksum(data)
         self.future = future
+
+
+def _future_maker() -> Callable[[object], Future]:
+    """A function making a pending Future that shares the given
+    threading.Condition with others (the futures of one batch, completed
+    together): a Future's own Condition costs more than the rest of a
+    send_async. Future keeps its state in its __dict__; the maker copies a
+    new Future's, with fresh lists (waiters, callbacks) and the shared
+    Condition. Where Future is not built that way it returns plain
+    Futures."""
+    proto = Future().__dict__
+    conds = [k for k, v in proto.items() if isinstance(v, threading.Condition)]
+    if len(conds) != 1:
+        return lambda cond: Future()
+    ck = conds[0]
+    fixed = {k: v for k, v in proto.items() if not isinstance(v, (list, dict, set)) and k != ck}
+    lists = [k for k, v in proto.items() if isinstance(v, list) and not v]
+    if len(fixed) + len(lists) + 1 != len(proto):
+        return lambda cond: Future()
+    new = Future.__new__
+
+    def make(cond: object) -> Future:
+        f = new(Future)
+        d = f.__dict__
+        d.update(fixed)
+        for k in lists:
+            d[k] = []
+        d[ck] = cond
+        return f
+
+    return make
+
+
+_new_future = _future_maker()
 
 
 def _retriable(err: BaseException) -> bool:
@@ -137,10 +169,11 @@ class Producer:
         self._parts: Dict[str, int] = dict(self._fixed)
         self._plock = threading.Lock()
         self._inflight = threading.BoundedSemaphore(max_in_flight)
-        self._cv = threading.Condition()
+        self._cv = threading.Condition(threading.Lock())  # never taken twice by one thread
         self._queues: Dict[Tuple[str, int], List[_Item]] = {}
         self._qbytes: Dict[Tuple[str, int], int] = {}
         self._deadlines: Dict[Tuple[str, int], float] = {}
+        self._qcond: Dict[Tuple[str, int], threading.Condition] = {}
         self._retry: List[Tuple[float, int, List[_Item], int]] = []
         self._retry_seq = itertools.count()
         self._outstanding = 0
@@ -229,12 +262,11 @@ class Producer:
             m = make_message(value, key=key, headers=headers, tags=tags, timestamp=timestamp, attribute=attribute)
         data = encode_data(m)
         p = self._choose(topic, m, partition)
-        fut: Future = Future()
-        it = _Item(topic, p, partition is not None, m, data, fut)
         if self.linger <= 0 or self.batch_size == 1:
+            fut: Future = Future()
             with self._cv:
                 self._outstanding += 1
-            self._submit([it], 0)
+            self._submit([_Item(topic, p, partition is not None, m, data, fut)], 0)
             return fut
         k = (topic, p)
         with self._cv:
@@ -244,11 +276,13 @@ class Producer:
                 q = self._queues[k] = []
                 self._qbytes[k] = 0
                 self._deadlines[k] = time.monotonic() + self.linger
-            q.append(it)
+                self._qcond[k] = threading.Condition()  # shared by the batch's futures
+            fut = _new_future(self._qcond[k])
+            q.append(_Item(topic, p, partition is not None, m, data, fut))
             self._qbytes[k] += len(data) + 12
             full = len(q) >= self.batch_size or self._qbytes[k] >= self.batch_bytes
             if full:
-                del self._queues[k], self._qbytes[k], self._deadlines[k]
+                del self._queues[k], self._qbytes[k], self._deadlines[k], self._qcond[k]
             else:
                 if self._thread is None:
                     self._start_flusher()
@@ -273,7 +307,7 @@ class Producer:
                     for k, d in list(self._deadlines.items()):
                         if d <= now or self._closed:
                             due.append(self._queues.pop(k))
-                            del self._qbytes[k], self._deadlines[k]
+                            del self._qbytes[k], self._deadlines[k], self._qcond[k]
                     while self._retry and (self._retry[0][0] <= now or self._closed):
                         _, _, items, attempt = heapq.heappop(self._retry)
                         retry.append((items, attempt))
