@@ -222,6 +222,18 @@ func TestDashboardBrowser(t *testing.T) {
 	open("/ui/topics/orders", "#partitions")
 	require.Contains(t, text("#partitions"), "0\t0\t"+strconv.FormatInt(max0, 10)+"\t6")
 	shot("topic")
+	// The topic page's search box: the message with key customer-7,
+	// found through the key index, shown as the messages page shows it.
+	run(chromedp.SendKeys(css("#find-q"), "customer-7"), chromedp.Click(css("#find-submit")), chromedp.WaitVisible(css("#found")))
+	ft := text("#found")
+	for _, w := range []string{"customer-7", "order-1-1", "vip", "traceparent", "hex deadbeef"} {
+		require.Contains(t, ft, w)
+	}
+	require.NotContains(t, ft, "order-1-0")
+	shot("find")
+	open("/ui/topics/orders/find?by=key&q=nobody", "#found-none")
+	open("/ui/topics/orders/find?by=id&q=x", "#error")
+	require.Contains(t, text("#error"), "id must be a msgId")
 	open("/ui/topics/orders/messages?partition=1&offset=0&count=4", "#messages")
 	mt := text("#messages")
 	require.Contains(t, mt, `order-1-0 {"amount": 1}`)

@@ -75,6 +75,7 @@ func (s *Server) dashRoutes(mux *http.ServeMux, user, admin func(pattern string,
 	user("GET /ui/topics", s.uiTopics)
 	user("GET /ui/topics/{name}", s.uiTopic)
 	user("GET /ui/topics/{name}/messages", s.uiMessages)
+	user("GET /ui/topics/{name}/find", s.uiFind)
 	user("GET /ui/groups", s.uiGroups)
 	user("GET /ui/groups/{group}", s.uiGroup)
 	// The configuration (every user's ACLs) and the plugins (names, pids,

@@ -226,3 +226,56 @@ func (s *Server) apiFindMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	WriteJSON(w, http.StatusOK, out)
 }
+
+// FoundShown is a record of the dashboard's search results.
+type FoundShown struct {
+	Partition int
+	ShownMessage
+}
+
+// uiFind is the topic page's search: the messages of the topic with a
+// key or msgId (?by=key|id&q=...), shown as the messages page shows them.
+// It reads messages, so it needs subscribe, as get does.
+func (s *Server) uiFind(w http.ResponseWriter, r *http.Request) {
+	t, ok := s.uiTopicNamed(w, r, security.Subscribe)
+	if !ok {
+		return
+	}
+	by, text := r.URL.Query().Get("by"), r.URL.Query().Get("q")
+	v := url.Values{}
+	switch by {
+	case "key", "":
+		by = "key"
+		v.Set("key", text)
+	case "id":
+		v.Set("id", text)
+	default:
+		s.UIError(w, r, http.StatusBadRequest, "by must be key or id, got "+quoteName(by))
+		return
+	}
+	q, err := ParseFindQuery(v)
+	if err != nil {
+		s.UIError(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	res, err := s.be.FindMessages([]string{t.Name}, q)
+	if err != nil {
+		code, msg := statusOf(err)
+		s.UIError(w, r, code, msg)
+		return
+	}
+	var found []FoundShown
+	notes := res.Notes
+	for _, f := range res.Found {
+		m, err := f.Record.Message(f.Topic, int32(f.Partition))
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("partition %d offset %d: %v", f.Partition, f.Record.Offset, err))
+			continue
+		}
+		found = append(found, FoundShown{Partition: f.Partition, ShownMessage: shownRecord(&f.Record, &m, false)})
+	}
+	s.Render(w, r, http.StatusOK, "find", "Find in "+t.Name, "topics", map[string]any{
+		"Topic": t.Name, "By": by, "Q": text, "Found": found, "More": res.More, "TimedOut": res.TimedOut,
+		"Limit": q.Limit, "Notes": notes, "Indexed": res.Indexed, "TookMs": float64(res.Took.Microseconds()) / 1000,
+	}, "")
+}

@@ -117,20 +117,7 @@ func browse(l PartitionReader, topic string, part int32, offset int64, n int, as
 			if err != nil {
 				return out, rec.Offset, fmt.Errorf("%w at offset %d: %v", errNotRecord, rec.Offset, err)
 			}
-			size := message.HeaderSize + len(rec.Data)
-			sm := ShownMessage{Offset: rec.Offset, ID: rec.ID, Flag: rec.Flag, Size: size, Next: rec.Offset + int64(size),
-				Attribute: m.Attribute, HasAttribute: m.HasAttribute}
-			sm.setProps(&m)
-			body := m.Body
-			if len(body) > MaxShown {
-				sm.Cut = len(body) - MaxShown
-				body = body[:MaxShown]
-			}
-			if asHex || !utf8.Valid(body) {
-				sm.Body, sm.Hex = hex.Dump(body), true
-			} else {
-				sm.Body = string(body)
-			}
+			sm := shownRecord(rec, &m, asHex)
 			out = append(out, sm)
 			cur = sm.Next
 			got++
@@ -148,6 +135,25 @@ func browse(l PartitionReader, topic string, part int32, offset int64, n int, as
 		}
 	}
 	return out, cur, nil
+}
+
+// shownRecord is rec, decoded as m, as the messages page shows it.
+func shownRecord(rec *message.Record, m *message.Message, asHex bool) ShownMessage {
+	size := message.HeaderSize + len(rec.Data)
+	sm := ShownMessage{Offset: rec.Offset, ID: rec.ID, Flag: rec.Flag, Size: size, Next: rec.Offset + int64(size),
+		Attribute: m.Attribute, HasAttribute: m.HasAttribute}
+	sm.setProps(m)
+	body := m.Body
+	if len(body) > MaxShown {
+		sm.Cut = len(body) - MaxShown
+		body = body[:MaxShown]
+	}
+	if asHex || !utf8.Valid(body) {
+		sm.Body, sm.Hex = hex.Dump(body), true
+	} else {
+		sm.Body = string(body)
+	}
+	return sm
 }
 
 // maxShownValue is the most bytes of a key or header value the messages
