@@ -230,9 +230,7 @@ class Consumer:
         """The messages handed out before this call are processed."""
         with self._mu:
             for part in self._parts.values():
-                if part.delivered is not None:
-                    part.done, part.done_id = part.delivered
-                    part.delivered = None
+                _settle_part(part)
 
     def _commit_parts(self, parts: List[_Part]) -> None:
         todo = [pt for pt in parts if pt.done != pt.committed]
@@ -250,9 +248,7 @@ class Consumer:
         (including the one being processed)."""
         with self._mu:
             for part in self._parts.values():
-                if part.delivered is not None:
-                    part.done, part.done_id = part.delivered
-                    part.delivered = None
+                _settle_part(part)
             parts = list(self._parts.values())
         self._commit_parts(parts)
         self._last_commit = time.monotonic()
@@ -518,6 +514,17 @@ class Consumer:
 
     def __exit__(self, typ: object, exc: object, tb: object) -> None:
         self.close(processed=exc is None)
+
+
+def _settle_part(part: _Part) -> None:
+    """The messages of part handed out so far are processed: its position
+    moves past them, and past what a filter dropped after them (an fvalue's
+    next offset) once nothing fetched is left."""
+    if part.delivered is not None:
+        part.done, part.done_id = part.delivered
+        part.delivered = None
+    if not part.buf and part.fetch > part.done:
+        part.done = part.fetch
 
 
 def _parse_view(body: bytes) -> Tuple[int, List[int]]:

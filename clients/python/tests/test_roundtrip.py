@@ -99,3 +99,37 @@ def test_typed_errors(broker) -> None:
         assert ei.value.code == 500
     with pytest.raises(metaq.MetaqError):
         metaq.Producer(broker.addr).send("nosuchtopic", b"x")
+
+
+def test_filtered_reads(make_broker) -> None:
+    # A server-side filter answers fvalue (kept records with their own
+    # offsets) or 301 past a range it dropped whole.
+    b = make_broker({"t": 1}, extra='[[topic]]\nname = "f"\nnum_partitions = 1\n[[topic.filter]]\n'
+                                     'group = "red-only"\nfilter = "attribute"\n[topic.filter.config]\n'
+                                     'equals = "red"\n\n')
+    with metaq.Producer(b.addr) as p:
+        rs = [p.send("f", b"m%d" % i, attribute="red" if i % 3 == 0 else "blue", partition=0) for i in range(9)]
+        tail = [p.send("f", b"tail%d" % i, attribute="blue", partition=0) for i in range(3)]
+    with metaq.Consumer(b.addr, "f", group="red-only", partitions=[0]) as c:
+        got = []
+        while True:
+            m = c.next(1)
+            if m is None:
+                break
+            got.append(m)
+        assert [(m.value, m.offset) for m in got] == [(b"m%d" % i, rs[i].offset) for i in (0, 3, 6)]
+        # The blue tail was skipped by a 301: the position is past it.
+        assert c.positions()[0] == tail[-1].offset + 20 + len(b"tail2") + 4 + len("blue")
+    with metaq.Consumer(b.addr, "f", group="everyone", partitions=[0]) as c:
+        assert len(c.poll(2, max_messages=100)) == 12
+
+
+def test_concurrent_futures_wait(broker) -> None:
+    import concurrent.futures as cf
+    with metaq.Producer(broker.addr, linger=0.01, batch_size=64) as p:
+        futs = [p.send_async("t", b"w%d" % i, partition=0) for i in range(300)]
+        done, not_done = cf.wait(futs, timeout=30)
+        assert not not_done and all(f.exception() is None for f in done)
+        assert [f.result().offset for f in futs] == sorted(f.result().offset for f in futs)
+        for f in cf.as_completed(futs[:10], timeout=5):
+            assert f.result().partition == 0
