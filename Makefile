@@ -129,6 +129,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPropsRoundTrip$$' -fuzztime $(FUZZTIME) ./sdk/message/
 	$(GO) test -run '^$$' -fuzz '^FuzzPropsHostile$$' -fuzztime $(FUZZTIME) ./sdk/message/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./conf/
+	$(GO) test -run '^$$' -fuzz '^FuzzTailSplit$$' -fuzztime $(FUZZTIME) ./cmd/metaq/
+	$(GO) test -run '^$$' -fuzz '^FuzzTailState$$' -fuzztime $(FUZZTIME) ./cmd/metaq/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicsFile$$' -fuzztime $(FUZZTIME) ./conf/
 	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime $(FUZZTIME) ./filters/expr/
 	$(GO) test -run '^$$' -fuzz FuzzMatchHostile -fuzztime $(FUZZTIME) ./filters/expr/

@@ -55,6 +55,7 @@ var summaries = map[string]string{
 	"tx list":             "list open transactions and heuristic outcomes",
 	"tx commit":           "commit an XA branch heuristically",
 	"tx rollback":         "roll back an XA branch heuristically",
+	"tail":                "ship log files to a topic, following them as tail -F does",
 	"tx forget":           "forget a heuristically completed XA branch",
 }
 
@@ -95,7 +96,7 @@ func newRootCmd(e *env) *cobra.Command {
 	})
 	addGlobalFlags(root.PersistentFlags(), e)
 	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdTopic(e), cmdMessage(e), cmdPlugins(e), cmdCluster(e), cmdFailover(e),
-		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
+		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdTail(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
 	return root
 }
 

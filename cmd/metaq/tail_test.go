@@ -1,0 +1,203 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/metaq-go/metaq/internal/brokertest"
+)
+
+// tailMsg is a shipped message as `metaq consume -f '%h\t%s\n'` prints it.
+type tailMsg struct{ file, host, body string }
+
+// consumeTail reads every message of topic from the broker at addr; the
+// bodies must be single lines.
+func consumeTail(t *testing.T, addr, topic string) []tailMsg {
+	t.Helper()
+	r := cli("", "--addr", addr, "consume", "--topic", topic, "-f", `%h\t%s\n`)
+	mustOK(t, r, "consume")
+	var out []tailMsg
+	for _, line := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		h, body, _ := strings.Cut(line, "\t")
+		var m tailMsg
+		for _, kv := range strings.Split(h, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "file":
+				m.file = v
+			case "host":
+				m.host = v
+			}
+		}
+		m.body = body
+		out = append(out, m)
+	}
+	return out
+}
+
+// bodies returns the sorted bodies of msgs.
+func bodies(msgs []tailMsg) []string {
+	var b []string
+	for _, m := range msgs {
+		b = append(b, m.body)
+	}
+	sort.Strings(b)
+	return b
+}
+
+func appendFile(t *testing.T, path, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func numbered(prefix string, from, to int) string {
+	var b strings.Builder
+	for i := from; i < to; i++ {
+		fmt.Fprintf(&b, "%s%06d\n", prefix, i)
+	}
+	return b.String()
+}
+
+// TestTailOnce: `metaq tail --once` in-process (under -race) on plain
+// files and globs over many files, with multi-line records, a restart
+// that ships only what is new, the state file's checks and the usage
+// errors.
+func TestTailOnce(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.Topics("logs", "multi", "other"))
+	a := "--addr=" + b.Addr()
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+
+	// One named file and a glob over 12 more, some appearing between runs.
+	if err := os.Mkdir(filepath.Join(dir, "svc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	app := filepath.Join(dir, "app.log")
+	appendFile(t, app, numbered("app-", 0, 500)+"last-no-newline")
+	for i := 0; i < 8; i++ {
+		appendFile(t, filepath.Join(dir, "svc", fmt.Sprintf("s%02d.log", i)), numbered(fmt.Sprintf("s%02d-", i), 0, 50))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "svc", "ignored.txt"), []byte("not a log\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) result {
+		t.Helper()
+		return cliWithin(t, time.Minute, "", append([]string{a, "tail", "--topic", "logs", "--state", state, "--host", "h1", "--once", "--batch", "64"}, args...)...)
+	}
+	r := run(app, filepath.Join(dir, "svc", "*.log"))
+	mustOK(t, r, "tail --once")
+	if !strings.Contains(r.stderr, "shipped 901 records") {
+		t.Fatalf("first run: %s", r.stderr)
+	}
+	got := consumeTail(t, b.Addr(), "logs")
+	want := strings.Split(numbered("app-", 0, 500)+"last-no-newline", "\n")
+	for i := 0; i < 8; i++ {
+		want = append(want, strings.Split(strings.TrimSuffix(numbered(fmt.Sprintf("s%02d-", i), 0, 50), "\n"), "\n")...)
+	}
+	sort.Strings(want)
+	if g := bodies(got); strings.Join(g, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("shipped %d messages, want %d", len(g), len(want))
+	}
+	for _, m := range got {
+		if m.host != "h1" || !strings.HasPrefix(m.body, strings.TrimSuffix(filepath.Base(m.file), ".log")) && !strings.HasPrefix(m.body, "last") {
+			t.Fatalf("message %+v: wrong headers", m)
+		}
+	}
+
+	// Again: nothing new. Then new lines, a new file in the glob.
+	r = run(app, filepath.Join(dir, "svc", "*.log"))
+	mustOK(t, r, "tail --once again")
+	if !strings.Contains(r.stderr, "shipped 0 records") {
+		t.Fatalf("second run: %s", r.stderr)
+	}
+	appendFile(t, app, "\n"+numbered("more-", 0, 10))
+	for i := 8; i < 12; i++ {
+		appendFile(t, filepath.Join(dir, "svc", fmt.Sprintf("s%02d.log", i)), numbered(fmt.Sprintf("s%02d-", i), 0, 5))
+	}
+	r = run(app, filepath.Join(dir, "svc", "*.log"))
+	mustOK(t, r, "tail --once third")
+	if !strings.Contains(r.stderr, "shipped 31 records") { // "" (the line end of last-no-newline), 10 more-, 4 x 5
+		t.Fatalf("third run: %s", r.stderr)
+	}
+	if n := len(consumeTail(t, b.Addr(), "logs")); n != 901+31 {
+		t.Fatalf("%d messages in all, want %d", n, 901+31)
+	}
+
+	// Multi-line records with a start pattern, keyed by file.
+	ml := filepath.Join(dir, "java.log")
+	appendFile(t, ml, "2026-12-07 one\n\tat a\n\tat b\n2026-12-07 two\n2026-12-07 three\ncaused by x\n\tat c\n")
+	mustOK(t, cliWithin(t, time.Minute, "", a, "tail", "--topic", "multi", "--state", filepath.Join(dir, "mstate"), "--once",
+		"--start-pattern", `^\d{4}-\d\d-\d\d `, "--key-from", "file", ml), "tail multi-line")
+	r = cli("", a, "consume", "--topic", "multi", "-f", `%k|%s~`)
+	mustOK(t, r, "consume multi")
+	recs := strings.Split(strings.TrimSuffix(r.stdout, "~"), "~")
+	sort.Strings(recs)
+	wantRecs := []string{ml + "|2026-12-07 one\n\tat a\n\tat b", ml + "|2026-12-07 three\ncaused by x\n\tat c", ml + "|2026-12-07 two"}
+	if strings.Join(recs, "~") != strings.Join(wantRecs, "~") {
+		t.Fatalf("multi-line records:\n%q\nwant\n%q", recs, wantRecs)
+	}
+
+	// The state file: another topic's is refused; a corrupt one is
+	// refused, and replaced only with --reset-state.
+	r = cli("", a, "tail", "--topic", "other", "--state", state, "--once", app)
+	if r.code != 1 || !strings.Contains(r.stderr, "belongs to topic logs") {
+		t.Fatalf("other topic's state: %+v", r)
+	}
+	bad := filepath.Join(dir, "bad.state")
+	if err := os.WriteFile(bad, []byte(`{"version":1,"files":[{"path":"rel","offset":1}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = cli("", a, "tail", "--topic", "other", "--state", bad, "--once", app)
+	if r.code != 1 || !strings.Contains(r.stderr, "corrupt") || !strings.Contains(r.stderr, "--reset-state") {
+		t.Fatalf("corrupt state: %+v", r)
+	}
+	r = cli("", a, "tail", "--topic", "other", "--state", bad, "--once", "--reset-state", app)
+	mustOK(t, r, "--reset-state")
+	if !strings.Contains(r.stderr, "starting over") || !strings.Contains(r.stderr, "shipped 511 records") {
+		t.Fatalf("--reset-state: %s", r.stderr)
+	}
+
+	// Usage errors and clear failures.
+	for args, want := range map[string]string{
+		"--topic logs":                        "name at least one file or glob",
+		"--topic logs x[":                     `bad glob "x["`,
+		"--topic logs --key-from nobody x":    "--key-from: want file, host or none",
+		"--topic logs --start-pattern ( x":    "--start-pattern",
+		"x":                                   "--topic is required",
+		"--topic logs --max-record 5000000 x": "--max-record must be between",
+	} {
+		r := cli("", append([]string{a, "tail", "--state", filepath.Join(dir, "u.state")}, strings.Fields(args)...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, want) {
+			t.Errorf("tail %s: exit %d, stderr %q; want 2 and %q", args, r.code, r.stderr, want)
+		}
+	}
+	r = cli("", a, "tail", "--topic", "nosuch", "--state", filepath.Join(dir, "n.state"), "--once", app)
+	if r.code != 1 || !strings.Contains(r.stderr, `unknown topic "nosuch"`) {
+		t.Fatalf("unknown topic: %+v", r)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "adir.log"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = cli("", a, "tail", "--topic", "other", "--state", filepath.Join(dir, "d.state"), "--once", filepath.Join(dir, "adir.log"))
+	if r.code != 0 || !strings.Contains(r.stderr, "is not a regular file; skipped") {
+		t.Fatalf("a directory: %+v", r)
+	}
+}
