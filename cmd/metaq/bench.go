@@ -164,6 +164,14 @@ Make sure the partition ends with --messages records of --size bytes
 records with one consumer: one connection, --depth pipelined gets of
 --fetch bytes, every record's CRC checked. Recently written data is read
 from the page cache.
+
+With --filter-pass PCT it measures consumer filters instead: it appends
+--messages records of --size payload bytes tagged TagA (PCT% of them) or
+TagB (not timed), then reads them alternately unfiltered and through the
+consumer filter "TagA" (the broker judges every record and sends the
+kept ones), --rounds times each, and reports the records examined per
+second of both (medians) and their ratio; with --broker-pid, the local
+broker's CPU time per record examined, for each.
 `
 
 func benchConsumeCmd(e *env) *cobra.Command {
@@ -176,15 +184,32 @@ func benchConsumeCmd(e *env) *cobra.Command {
 		fs.IntVar(&cfg.depth, "depth", 4, "gets in flight")
 		fs.IntVar(&cfg.fetch, "fetch", 2<<20, "bytes per get (the broker clamps it to max_transfer_size)")
 		asJSON := fs.Bool("json", false, "print JSON")
+		pass := fs.Int("filter-pass", 0, "measure a consumer tag filter passing this `percent` of the records against unfiltered gets (0: off)")
+		rounds := fs.Int("rounds", 3, "with --filter-pass: runs of each, alternating")
+		brokerPID := fs.Int("broker-pid", 0, "with --filter-pass: also report this local broker process's CPU time per record (Linux /proc)")
 		return func(args []string) error {
 			if cfg.size < 0 || cfg.messages < 1 || *p < 0 {
 				return usagef("--size, --messages and --partition must be positive")
+			}
+			if *pass < 0 || *pass > 100 || *rounds < 1 {
+				return usagef("--filter-pass must be 0 to 100 and --rounds positive")
 			}
 			cfg.partition = int32(*p)
 			if err := checkBroker(e); err != nil {
 				return err
 			}
 			cfg.addr, cfg.sec = e.addr, e.sec
+			if *pass > 0 {
+				res, err := benchConsumeFilter(e.ctx, cfg, *pass, *rounds, *brokerPID)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return writeJSON(e.stdout, res)
+				}
+				printConsumeFilter(e.stdout, cfg, res)
+				return nil
+			}
 			res, err := benchConsume(e, cfg)
 			if err != nil {
 				return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,5 +75,15 @@ func TestConsumeFilterDocs(t *testing.T) {
 	mustOK(t, r, "consume --group --filter")
 	if r.stdout != "order 1\norder 2\norder 3\n" {
 		t.Fatalf("consume --group fg --filter created: %q", r.stdout)
+	}
+
+	// The benchmark of issue 26: a tag filter passing 10% against
+	// unfiltered gets, in one run.
+	r = cliWithin(t, 60*time.Second, "", a, "bench", "consume", "--partition", "1", "--filter-pass", "10", "--messages", "2000",
+		"--size", "100", "--rounds", "1", "--json")
+	mustOK(t, r, "bench consume --filter-pass")
+	var res filterBenchResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res.Delivered != 200 || res.PlainPerS <= 0 || res.FiltPerS <= 0 || res.Ratio <= 0 {
+		t.Fatalf("bench consume --filter-pass: %v %s", err, r.stdout)
 	}
 }
