@@ -284,6 +284,8 @@ class Consumer:
         """One pipelined get per assigned partition with nothing buffered;
         True when something was buffered."""
         with self._mu:
+            if not self._parts:
+                return False  # nothing assigned (yet): wait
             parts = [pt for pt in self._parts.values() if not pt.buf]
         if not parts:
             return True

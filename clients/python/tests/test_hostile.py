@@ -115,3 +115,15 @@ def test_conflicting_member_id(broker) -> None:
         assert isinstance(err, metaq.ConflictError) and err.code == 409
     finally:
         a.close()
+
+
+def test_idle_consumer_does_not_spin(broker) -> None:
+    # Nothing assigned yet, or nothing new: the consumer sleeps between
+    # rounds instead of spinning.
+    c = metaq.Consumer(broker.addr, "g", group="idle", consumer_id="x", heartbeat_interval=5)
+    try:
+        c0 = time.process_time()
+        assert c.next(1.0) is None
+        assert time.process_time() - c0 < 0.5
+    finally:
+        c.close()
