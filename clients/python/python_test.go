@@ -150,11 +150,14 @@ func TestGolden(t *testing.T) {
 }
 
 // pytestEnv is the environment of the pytest run: the binaries, the TLS
-// files, and no bytecode written into the source tree.
+// files (a CA, the broker's certificate, a client certificate with CN
+// "bob"), and no bytecode written into the source tree.
 func pytestEnv(t *testing.T) []string {
 	certs := testsvc.NewCerts(t)
 	cert, key, _ := certs.Server(t, "broker")
+	ccert, ckey := certs.Client(t, "client", "bob")
 	env := append(os.Environ(),
+		"METAQ_TEST_CLIENT_CERT_FILE="+ccert, "METAQ_TEST_CLIENT_KEY_FILE="+ckey,
 		"METAQ_SERVER_BIN="+brokertest.ServerBinary(t),
 		"METAQ_BIN="+testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq"),
 		"METAQ_TEST_CERT_FILE="+cert, "METAQ_TEST_KEY_FILE="+key, "METAQ_TEST_CA_FILE="+certs.CAFile,

@@ -51,15 +51,28 @@ def bins(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
 
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
-    c, k, ca = (os.environ.get(v) for v in ("METAQ_TEST_CERT_FILE", "METAQ_TEST_KEY_FILE", "METAQ_TEST_CA_FILE"))
-    if c and k and ca:
-        return {"cert": c, "key": k, "ca": ca}
+    """A CA, the broker's certificate for 127.0.0.1 and a client
+    certificate with CN "bob", all PEM files."""
+    names = ("METAQ_TEST_CERT_FILE", "METAQ_TEST_KEY_FILE", "METAQ_TEST_CA_FILE", "METAQ_TEST_CLIENT_CERT_FILE",
+             "METAQ_TEST_CLIENT_KEY_FILE")
+    vals = [os.environ.get(v) for v in names]
+    if all(vals):
+        return dict(zip(("cert", "key", "ca", "client_cert", "client_key"), vals))  # type: ignore[arg-type]
     d = tmp_path_factory.mktemp("certs")
-    cert, key = str(d / "broker.pem"), str(d / "broker-key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", key, "-out", cert], check=True, capture_output=True, timeout=60)
-    return {"cert": cert, "key": key, "ca": cert}
+
+    def ossl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60, cwd=d)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    ossl("req", "-x509", *ec, "-days", "2", "-subj", "/CN=metaq test CA", "-keyout", "ca-key.pem", "-out", "ca.pem")
+    for name, cn, ext in (("broker", "127.0.0.1", "subjectAltName=IP:127.0.0.1"),
+                          ("client", "bob", "extendedKeyUsage=clientAuth")):
+        ossl("req", *ec, "-subj", f"/CN={cn}", "-keyout", f"{name}-key.pem", "-out", f"{name}.csr")
+        (d / f"{name}.ext").write_text(ext + "\n")
+        ossl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
+             "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
+    return {"cert": str(d / "broker.pem"), "key": str(d / "broker-key.pem"), "ca": str(d / "ca.pem"),
+            "client_cert": str(d / "client.pem"), "client_key": str(d / "client-key.pem")}
 
 
 def password_hash(metaq_bin: str, password: str) -> str:

@@ -16,10 +16,12 @@ from conftest import free_port, password_hash
 def secure_broker(make_broker, bins, certs):
     h = password_hash(bins["metaq"], "s3cret")
     tls_port = free_port()
-    extra = (f'[tls]\ncert_file = "{certs["cert"]}"\nkey_file = "{certs["key"]}"\n\n'
+    extra = (f'[tls]\ncert_file = "{certs["cert"]}"\nkey_file = "{certs["key"]}"\n'
+             f'client_ca_file = "{certs["ca"]}"\n\n'
              f'[auth]\nenabled = true\nfailure_delay = 0\nmax_failures = 0\n\n'
              f'[[auth.user]]\nname = "alice"\npassword_hash = "{h}"\npublish = ["t"]\nsubscribe = ["t"]\n'
-             f'groups = ["g*"]\n\n')
+             f'groups = ["g*"]\n\n'
+             f'[[auth.user]]\nname = "bob"\npassword_hash = ""\npublish = ["other"]\nsubscribe = ["other"]\n\n')
     b = make_broker({"t": 2, "other": 1}, extra=extra, top=f"tls_port = {tls_port}\n")
     b.tls_addr = f"127.0.0.1:{tls_port}"
     return b
@@ -49,6 +51,19 @@ def test_tls_and_auth(secure_broker, certs) -> None:
     # The certificate is verified: without the CA the handshake fails.
     with pytest.raises(metaq.ConnectionLostError):
         metaq.Connection(addr, tls=True, reconnect_timeout=0.2).connect()
+
+
+def test_client_certificate(secure_broker, certs) -> None:
+    # mTLS: a verified client certificate's CN is the user, without a
+    # password.
+    with metaq.Producer(secure_broker.tls_addr, ca_file=certs["ca"], cert_file=certs["client_cert"],
+                        key_file=certs["client_key"]) as p:
+        r = p.send("other", b"by certificate", partition=0)
+        with pytest.raises(metaq.ForbiddenError):
+            p.send("t", b"not bob's", partition=0)
+    with metaq.Consumer(secure_broker.tls_addr, "other", partitions=[0], ca_file=certs["ca"],
+                        cert_file=certs["client_cert"], key_file=certs["client_key"]) as c:
+        assert c.read(0, r.offset).messages[0].value == b"by certificate"
 
 
 def test_broker_restart_mid_stream(make_broker) -> None:
