@@ -110,6 +110,7 @@ soak: build
 # the raw-disk baseline measured in the same command (see docs/benchmarks.md).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./sdk/protocol/ ./core/store/ ./core/broker/
+	$(GO) test -run '^$$' -bench BenchmarkLookup -benchtime 5000x ./core/index/
 	$(GO) test -run '^$$' -bench BenchmarkClusterRebalance -benchtime 5x ./sdk/client/
 	$(GO) test -run '^$$' -bench BenchmarkTransaction -benchtime 3s ./sdk/client/
 	$(GO) test -run '^$$' -bench BenchmarkProducerProperties -benchtime 3s ./sdk/client/
