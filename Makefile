@@ -90,10 +90,12 @@ test: fmt-check vet build services
 # cut at every record boundary (make test samples 20 of each kind); the
 # store's tests on the disk's temporary directory (make test runs them on a
 # tmpfs when /dev/shm is one); and sdk/balance's joins and leaves over 5
-# seeded sequences (make test runs 1).
+# seeded sequences (make test runs 1); and metaq tail killed with SIGKILL
+# SOAK_TAIL_ROUNDS times while it follows a rotating file (make test: 4).
 SOAK_CUTS  ?= 100
 SOAK_TORN_CUTS ?= 40
 SOAK_COUNT ?= 5
+SOAK_TAIL_ROUNDS ?= 30
 soak: build
 	METAQ_POWER_CUTS=$(SOAK_CUTS) $(GO) test -race -timeout 60m -count=1 -v -run '^TestPowerCuts64$$' ./core/e2e/
 	METAQ_POWER_CUTS=$(SOAK_TORN_CUTS) METAQ_POWER_CUT_MODES=torn $(GO) test -race -timeout 60m -count=1 -v -run '^TestPowerCuts64$$' ./core/e2e/
@@ -105,6 +107,7 @@ soak: build
 	METAQ_FAILOVER_POWERCUTS=5 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverPowerCut$$' ./core/e2e/
 	METAQ_TX_FAILOVER_ROUNDS=20 $(GO) test -timeout 20m -count=1 -v -run '^TestTxSyncFailoverKill9$$' ./core/e2e/
 	METAQ_BALANCE_SEEDS=5 $(GO) test -race -timeout 10m -count=1 -run '^TestJoinsAndLeaves$$' ./sdk/balance/
+	METAQ_TAIL_ROUNDS=$(SOAK_TAIL_ROUNDS) $(GO) test -race -timeout 20m -count=1 -v -run '^TestTailKill9$$' ./cmd/metaq/
 
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with
 # the raw-disk baseline measured in the same command (see docs/benchmarks.md).

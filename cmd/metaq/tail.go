@@ -76,7 +76,8 @@ examples:
 type tailConfig struct {
 	topic      string
 	patterns   []string // absolute
-	state      string
+	state      string   // absolute
+	stateShown string   // as given
 	start      *regexp.Regexp
 	keyFrom    string
 	host       string
@@ -172,7 +173,7 @@ func cmdTail(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg.state = abs
+			cfg.state, cfg.stateShown = abs, *state
 			return runTail(e, cfg)
 		}
 	})
@@ -315,9 +316,9 @@ func runTail(e *env, cfg tailConfig) error {
 	_ = cl.Close(ctx)
 	cancel()
 	left := cl.SpoolBacklog()
-	fmt.Fprintf(e.stderr, "metaq tail: shipped %d records (%d bytes) from %d files; state in %s\n", t.records, t.bytes, len(t.files), cfg.state)
+	fmt.Fprintf(e.stderr, "metaq tail: shipped %d records (%d bytes) from %d file(s); state in %s\n", t.records, t.bytes, len(t.files), cfg.stateShown)
 	if left > 0 {
-		fmt.Fprintf(e.stderr, "metaq tail: %d records wait in the spool %s.spool: the next run with this --state resends them\n", left, cfg.state)
+		fmt.Fprintf(e.stderr, "metaq tail: %d records wait in the spool %s.spool: the next run with this --state resends them\n", left, cfg.stateShown)
 	}
 	return runErr
 }
