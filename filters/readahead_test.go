@@ -151,3 +151,81 @@ func TestBrokerReadAheadGrowingLog(t *testing.T) {
 	}
 	require.Equal(t, want, got, "every red message exactly once, in order")
 }
+
+// TestBrokerReadAheadConsumerFilter: with a consumer's own filter on the
+// connection as well (consumer filters), gets of the group filtered in
+// process and of the group filtered by a plugin (read ahead) still get
+// the same replies, byte for byte, with read-ahead batches used; and the
+// consumer's filter does drop records the topic filter keeps.
+func TestBrokerReadAheadConsumerFilter(t *testing.T) {
+	t.Parallel()
+	b := readAheadBroker(t)
+	msgs := produce(t, b.Addr(), mixedAttrs(400, 5)...)
+	waitReadable(t, b.Addr(), msgs)
+	end := msgs[len(msgs)-1].offset + int64(message.HeaderSize) + 64
+	cut := msgs[100].offset
+	cf := fmt.Sprintf("offset < %d || offset >= %d", cut, msgs[200].offset)
+	cb, cr := dial(t, b.Addr()), dial(t, b.Addr())
+	for _, c := range []struct {
+		c     *rawConn
+		group string
+	}{{cb, "builtin"}, {cr, "remote"}} {
+		c.c.op++
+		c.c.bw.Write(protocol.AppendFilter(nil, "t", c.group, cf, c.c.op))
+		require.NoError(t, c.c.bw.Flush())
+		var r protocol.Request
+		require.NoError(t, c.c.dec.Decode(&r))
+		require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	}
+	kept := 0
+	for _, size := range []int{200, 700, 3000} {
+		offset := int64(0)
+		for i := 0; offset >= 0 && offset < end; i++ {
+			rb := cb.get(t, "builtin", offset, size)
+			rb = &protocol.Request{Op: rb.Op, Code: rb.Code, Offset: rb.Offset, Body: bytes.Clone(rb.Body)}
+			rr := cr.get(t, "remote", offset, size)
+			sameReply(t, fmt.Sprintf("size %d get %d at %d", size, i, offset), rb, rr)
+			if rr.Op == protocol.OpFValue {
+				for _, g := range parseFValue(t, rr.Body) {
+					require.True(t, g.offset < cut || g.offset >= msgs[200].offset, "record at %d passed the consumer's filter", g.offset)
+					a, has, _, err := message.SplitData(g.rec.Flag, g.rec.Data)
+					require.NoError(t, err)
+					require.True(t, has && a == "red", "record at %d passed the topic filter", g.offset)
+					kept++
+				}
+			}
+			offset = next(t, rr, offset)
+		}
+	}
+	require.Positive(t, kept)
+	taken, _ := b.FilterReadAheadStats()
+	require.Positive(t, taken, "no read-ahead batch was used")
+}
+
+// TestBrokerConsumerFilterFailOpen: when the group's plugin filter fails
+// (a plugin slower than the call timeout) with failure_policy "open", a
+// get is served as if that filter kept everything, and a consumer's own
+// filter on the connection still applies.
+func TestBrokerConsumerFilterFailOpen(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, []conf.TopicFilter{{Group: "slow", Filter: "slow-plugin", FailurePolicy: "open"}},
+		helperPlugin(t, "slow-plugin", "slow"))
+	msgs := produce(t, b.Addr(), "red", "blue", "red", "-")
+	waitReadable(t, b.Addr(), msgs)
+	c := dial(t, b.Addr())
+	c.op++
+	c.bw.Write(protocol.AppendFilter(nil, "t", "slow", `attribute == "red"`, c.op))
+	require.NoError(t, c.bw.Flush())
+	var r protocol.Request
+	require.NoError(t, c.dec.Decode(&r))
+	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	rr := c.get(t, "slow", 0, 1<<20)
+	require.Equal(t, protocol.OpFValue, rr.Op, "%d %s", rr.Code, rr.Body)
+	var got []int64
+	for _, g := range parseFValue(t, rr.Body) {
+		got = append(got, g.offset)
+	}
+	require.Equal(t, []int64{msgs[0].offset, msgs[2].offset}, got)
+	_, errs := b.FilterStats()
+	require.Positive(t, errs, "the plugin failed")
+}
