@@ -76,6 +76,12 @@ class _Link:
                 raise self.dead
             self.pending[opaque] = (fut, command)
 
+    def forget(self, opaque: int) -> None:
+        """Stop waiting for opaque's reply (its request timed out): a late
+        reply is dropped."""
+        with self.lock:
+            self.pending.pop(opaque, None)
+
     def kill(self, err: BaseException) -> None:
         with self.lock:
             if self.dead is None:
@@ -223,6 +229,7 @@ class Connection:
         data = frame(op)
         if reply:
             link.register(op, fut, command)
+            fut.metaq_forget = lambda: link.forget(op)  # type: ignore[attr-defined]
         try:
             with link.wlock:
                 link.sock.sendall(data)
@@ -370,4 +377,7 @@ def wait(fut: Future, timeout: Optional[float], command: str = "") -> Reply:
     try:
         return fut.result(timeout)
     except FutureTimeout:
+        forget = getattr(fut, "metaq_forget", None)
+        if forget is not None:
+            forget()
         raise RequestTimeoutError(f"metaq: {command}: no reply in {timeout}s") from None

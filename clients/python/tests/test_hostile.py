@@ -127,3 +127,23 @@ def test_idle_consumer_does_not_spin(broker) -> None:
         assert time.process_time() - c0 < 0.5
     finally:
         c.close()
+
+
+def test_request_timeout_forgets_the_request() -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    held = []
+    t = threading.Thread(target=lambda: held.append(srv.accept()[0]), daemon=True)
+    t.start()
+    try:
+        conn = metaq.Connection("127.0.0.1:%d" % srv.getsockname()[1], request_timeout=0.2)
+        with pytest.raises(metaq.RequestTimeoutError):
+            conn.version()  # the broker never answers
+        link = conn._link
+        assert link is not None and link.pending == {}
+        conn.close()
+    finally:
+        srv.close()
+        for c in held:
+            c.close()
