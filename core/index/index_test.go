@@ -413,3 +413,53 @@ func containsOff(c []int64, off int64) bool {
 	}
 	return false
 }
+
+// TestIndexerBoundsOpenChunks: the open chunks of an Indexer's partitions
+// hold at most MaxOpenEntries entries after a pass (the largest sealed),
+// and lookups find everything across the sealed pieces.
+func TestIndexerBoundsOpenChunks(t *testing.T) {
+	x := NewIndexer(t.Logf)
+	x.MaxOpenEntries = 30
+	defer x.Close()
+	var parts []*Part
+	var logs []*store.Log
+	for i := 0; i < 3; i++ {
+		dir := t.TempDir()
+		l := openLog(t, dir, 1<<20)
+		defer l.Close()
+		p, err := x.Add(l, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts, logs = append(parts, p), append(logs, l)
+	}
+	for round := 0; round < 3; round++ {
+		for i, l := range logs {
+			for k := 0; k < 4+4*i; k++ {
+				put(t, l, fmt.Sprintf("b%d", k%3))
+			}
+		}
+		x.Pass()
+		total := 0
+		for _, p := range parts {
+			total += p.OpenEntries()
+		}
+		if total > x.MaxOpenEntries {
+			t.Fatalf("round %d: %d open entries, bound %d", round, total, x.MaxOpenEntries)
+		}
+	}
+	for i, p := range parts {
+		if p.Stats().Chunks == 0 && i == 2 {
+			t.Fatal("the largest partition's open chunk was never sealed")
+		}
+		want := 0
+		for k := 0; k < 4+4*i; k++ {
+			if k%3 == 1 {
+				want++
+			}
+		}
+		if res := lookupKey(t, p, "b1", 100); len(res.Records) != 3*want || res.Scanned != 0 {
+			t.Fatalf("partition %d: b1 %d records (want %d), scanned %d", i, len(res.Records), 3*want, res.Scanned)
+		}
+	}
+}

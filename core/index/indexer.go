@@ -1,6 +1,7 @@
 package index
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -15,13 +16,19 @@ const DefaultInterval = 50 * time.Millisecond
 // meanwhile.
 const DefaultBudget = 32 << 20
 
+// DefaultMaxOpenEntries bounds the entries of the open chunks of all the
+// partitions of an Indexer (8 bytes each: 64 MiB).
+const DefaultMaxOpenEntries = 8 << 20
+
 // Indexer follows the logs of one data directory in the background, off
 // the put path: every Interval it indexes what each log committed since
-// the last pass.
+// the last pass. When the open chunks of its partitions hold more than
+// MaxOpenEntries entries in all, it seals the largest.
 type Indexer struct {
-	Interval time.Duration
-	Budget   int64
-	Logf     func(format string, args ...any)
+	Interval       time.Duration
+	Budget         int64
+	MaxOpenEntries int
+	Logf           func(format string, args ...any)
 
 	mu    sync.Mutex
 	parts map[*store.Log]*Part
@@ -37,7 +44,7 @@ func NewIndexer(logf func(format string, args ...any)) *Indexer {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	return &Indexer{Interval: DefaultInterval, Budget: DefaultBudget, Logf: logf,
+	return &Indexer{Interval: DefaultInterval, Budget: DefaultBudget, MaxOpenEntries: DefaultMaxOpenEntries, Logf: logf,
 		parts: map[*store.Log]*Part{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -141,5 +148,36 @@ func (x *Indexer) Pass() {
 		if _, err := p.Advance(x.Budget); err != nil {
 			x.Logf("index %s: %v", p.dir, err)
 		}
+	}
+	x.boundOpen(ps)
+}
+
+// boundOpen seals the largest open chunks while they hold more than
+// MaxOpenEntries entries in all.
+func (x *Indexer) boundOpen(ps []*Part) {
+	type open struct {
+		p *Part
+		n int
+	}
+	var os []open
+	total := 0
+	for _, p := range ps {
+		n := p.OpenEntries()
+		total += n
+		os = append(os, open{p, n})
+	}
+	if total <= x.MaxOpenEntries {
+		return
+	}
+	slices.SortFunc(os, func(a, b open) int { return b.n - a.n })
+	for _, o := range os {
+		if total <= x.MaxOpenEntries/2 {
+			break
+		}
+		if err := o.p.SealOpen(); err != nil {
+			x.Logf("index %s: %v", o.p.dir, err)
+			continue
+		}
+		total -= o.n
 	}
 }

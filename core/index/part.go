@@ -320,12 +320,24 @@ func (p *Part) follow() {
 	}
 }
 
-// checkChunks validates the chunks not checked yet and rebuilds the bad.
+// checkChunks validates the first chunk not checked yet (one a pass, so
+// that a restart's checks do not hold up the indexing of new records) and
+// rebuilds the bad ones.
 func (p *Part) checkChunks() error {
 	p.mu.Lock()
 	cs := slices.Clone(p.chunks)
 	p.mu.Unlock()
+	checked := false
 	for _, c := range cs {
+		switch c.state.Load() {
+		case chunkValid:
+			continue
+		case chunkUnchecked:
+			if checked {
+				continue
+			}
+			checked = true
+		}
 		if p.validate(c) {
 			continue
 		}
@@ -540,6 +552,27 @@ func (p *Part) writeChunk(o *open, to int64) (*chunk, error) {
 	c := &chunk{hdr: hdr, path: path}
 	c.state.Store(chunkValid)
 	return c, nil
+}
+
+// OpenEntries returns the number of entries of the open chunk (memory).
+func (p *Part) OpenEntries() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.open.ents)
+}
+
+// SealOpen writes the open chunk to its file now (the Indexer's bound on
+// the memory of the open chunks of all partitions).
+func (p *Part) SealOpen() error {
+	p.advMu.Lock()
+	defer p.advMu.Unlock()
+	p.mu.Lock()
+	to, closed := p.indexed, p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil
+	}
+	return p.seal(to)
 }
 
 // Close seals the open chunk, so that a restart need not index its
