@@ -195,6 +195,7 @@ type tailFile struct {
 	eof     bool   // the last read found nothing
 	grew    time.Time
 	gone    bool // no pattern matches its path any more (renamed away, deleted)
+	cutting bool // the last record was cut at --max-record
 
 	fpLen int64
 	fpCRC uint32
@@ -472,7 +473,7 @@ func (t *tailer) resumeRenamed(seen map[string]bool) {
 		}
 		if !found {
 			delete(t.resume, key)
-			fmt.Fprintf(t.e.stderr, "metaq tail: %s, shipped up to %d, is gone: what it held past that is lost\n", rs, rs.Offset)
+			fmt.Fprintf(t.e.stderr, "metaq tail: %s, shipped up to offset %d, is gone (deleted, or moved out of its directory): anything it held past that was not shipped\n", rs, rs.Offset)
 		}
 	}
 }
@@ -531,9 +532,10 @@ func (t *tailer) take(tf *tailFile, batch []*tailRecord, max int) []*tailRecord 
 			read = got == 0 // at the end: one more look, as final may now hold
 			continue
 		}
-		if split {
+		if split && !tf.cutting {
 			fmt.Fprintf(t.e.stderr, "metaq tail: %s offset %d: record longer than --max-record %d bytes: cut into several messages\n", tf.path, tf.bufOff, t.cfg.maxRecord)
 		}
+		tf.cutting = split // the pieces after the first are not reported
 		tf.buf = tf.buf[n:]
 		tf.bufOff += int64(n)
 		m := &message.Message{Topic: t.cfg.topic, Body: rec, Headers: tf.headers, Key: tf.msgKey}

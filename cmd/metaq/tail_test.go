@@ -193,6 +193,23 @@ func TestTailOnce(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, `unknown topic "nosuch"`) {
 		t.Fatalf("unknown topic: %+v", r)
 	}
+	if os.Geteuid() != 0 { // root reads anything
+		noread := filepath.Join(dir, "noread.log")
+		if err := os.WriteFile(noread, []byte("x\n"), 0o200); err != nil {
+			t.Fatal(err)
+		}
+		r = cli("", a, "tail", "--topic", "other", "--state", filepath.Join(dir, "r.state"), "--once", noread)
+		if r.code != 1 || !strings.Contains(r.stderr, "cannot read "+noread) {
+			t.Fatalf("an unreadable file: %+v", r)
+		}
+	}
+	// A record over --max-record: cut, reported once.
+	long := filepath.Join(dir, "long.log")
+	appendFile(t, long, strings.Repeat("y", 1000)+"\nshort\n")
+	r = cli("", a, "tail", "--topic", "other", "--state", filepath.Join(dir, "l.state"), "--once", "--max-record", "300", long)
+	if r.code != 0 || strings.Count(r.stderr, "longer than --max-record 300 bytes") != 1 || !strings.Contains(r.stderr, "shipped 5 records (1005 bytes)") {
+		t.Fatalf("a long record: %+v", r)
+	}
 	if err := os.Mkdir(filepath.Join(dir, "adir.log"), 0o755); err != nil {
 		t.Fatal(err)
 	}
