@@ -107,3 +107,39 @@ func TestFindMessagesAPI(t *testing.T) {
 		})
 	}
 }
+
+// TestFindMessagesAuth: GET /api/v1/messages needs a user; a named topic
+// needs subscribe on it (403 otherwise); without a topic only the topics
+// the user may subscribe to are searched.
+func TestFindMessagesAuth(t *testing.T) {
+	t.Parallel()
+	b := authBroker(t, &syncLog{})
+	v, err := b.topics["t"].parts[0].Read(0, 4096)
+	require.NoError(t, err)
+	buf, err := v.ReadAll(nil)
+	v.Release()
+	require.NoError(t, err)
+	rec, _, err := message.ParseRecord(buf, 0)
+	require.NoError(t, err)
+	path := "/api/v1/messages?id=" + strconv.FormatInt(rec.ID, 10)
+	as := func(user string) map[string]string {
+		return map[string]string{"Authorization": basic(user, user+"-pw")}
+	}
+	code, body := guardReq(t, b, "GET", path, "", nil)
+	require.Equal(t, 401, code, "%s", body)
+	code, body = guardReq(t, b, "GET", path+"&topic=t", "", as("alice"))
+	require.Equal(t, 403, code, "%s", body)
+	require.Contains(t, string(body), "alice")
+	code, body = guardReq(t, b, "GET", path, "", as("alice"))
+	require.Equal(t, 200, code, "%s", body)
+	var res httpapi.FindJSON
+	require.NoError(t, json.Unmarshal(body, &res))
+	require.Empty(t, res.Messages, "alice may not read t")
+	for _, p := range []string{path, path + "&topic=t"} {
+		code, body = guardReq(t, b, "GET", p, "", as("root"))
+		require.Equal(t, 200, code, "%s", body)
+		require.NoError(t, json.Unmarshal(body, &res))
+		require.Len(t, res.Messages, 1, "%s", body)
+		require.Equal(t, int64(0), res.Messages[0].Offset)
+	}
+}
