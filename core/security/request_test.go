@@ -36,6 +36,8 @@ func TestCheckRequest(t *testing.T) {
 	require.Equal(t, `user "bob" may not publish to topic "x"`, check(bob, protocol.Request{Op: protocol.OpPut, Topic: []byte("x")}))
 	require.Empty(t, check(bob, protocol.Request{Op: protocol.OpPut, Topic: []byte("orders")}))
 	require.Equal(t, `user "bob" may not subscribe to topic "orders"`, check(bob, protocol.Request{Op: protocol.OpJoin, Group: []byte("shipping"), Topic: []byte("orders")}))
+	require.Equal(t, `user "bob" may not subscribe to topic "orders"`, check(bob, protocol.Request{Op: protocol.OpFilter, Group: []byte("g"), Topic: []byte("orders")}),
+		"a consumer filter needs subscribe, as a get does")
 	require.Equal(t, `user "alice" may not ship syncs (admin only: a sync master's replication_user)`, check(alice, protocol.Request{Op: protocol.OpSync}))
 	require.Equal(t, `user "alice" may not run stats config (admin only)`, check(alice, protocol.Request{Op: protocol.OpStats, Item: []byte("config")}))
 	require.Equal(t, `user "alice" may not run stats epoch:7 (admin only)`, check(alice, protocol.Request{Op: protocol.OpStats, Item: []byte("epoch:7")}))
