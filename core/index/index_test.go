@@ -463,3 +463,45 @@ func TestIndexerBoundsOpenChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexConcurrentLookups: lookups while puts, indexing, seals and
+// retention run never return a record of another key, and find every
+// record put before they started.
+func TestIndexConcurrentLookups(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, 4096)
+	defer l.Close()
+	x := NewIndexer(t.Logf)
+	x.Interval = time.Millisecond
+	x.MaxOpenEntries = 40
+	x.Start()
+	defer x.Close()
+	p, err := x.Add(l, Options{MaxEntries: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			put(t, l, fmt.Sprintf("c%d", i%5), "")
+		}
+	}()
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		k := fmt.Sprintf("c%d", time.Now().Nanosecond()%5)
+		before := lookupKey(t, p, k, 1000) // lookupKey checks every key
+		after := lookupKey(t, p, k, 1000)
+		if len(after.Records) < len(before.Records) {
+			t.Fatalf("%s: %d records, then %d", k, len(before.Records), len(after.Records))
+		}
+	}
+	close(stop)
+	<-done
+}
