@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,6 +61,8 @@ func TestClientOptionsRefused(t *testing.T) {
 		{"bad group", []Opt{Brokers("127.0.0.1:1"), ConsumeTopics("t"), ConsumerGroup("a b")}, "bad consumer group"},
 		{"bad topic", []Opt{Brokers("127.0.0.1:1"), ConsumeTopics("a/b")}, "bad topic"},
 		{"bad batching", []Opt{Brokers("127.0.0.1:1"), Batching(0, 1, 0)}, "Batching needs"},
+		{"filter without topics", []Opt{Brokers("127.0.0.1:1"), Filter("TagA")}, "Filter applies to consuming"},
+		{"filter too long", []Opt{Brokers("127.0.0.1:1"), ConsumeTopics("t"), Filter(strings.Repeat("x", 4097))}, "over the limit of 4096"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
