@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metaq-go/metaq/core/broker"
 	"github.com/metaq-go/metaq/internal/brokertest"
+	"github.com/metaq-go/metaq/internal/testsvc"
 )
 
 // tailMsg is a shipped message as `metaq consume -f '%h\t%s\n'` prints it.
@@ -216,5 +218,43 @@ func TestTailOnce(t *testing.T) {
 	r = cli("", a, "tail", "--topic", "other", "--state", filepath.Join(dir, "d.state"), "--once", filepath.Join(dir, "adir.log"))
 	if r.code != 0 || !strings.Contains(r.stderr, "is not a regular file; skipped") {
 		t.Fatalf("a directory: %+v", r)
+	}
+}
+
+// TestTailZooKeeper: with --zk the shipper finds the brokers in ZooKeeper
+// (MetaQ's layout under --root); a topic no broker publishes there is an
+// error.
+func TestTailZooKeeper(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ZooKeeper")
+	}
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/tail-test-%d", time.Now().UnixNano())
+	b1 := groupBroker(t, 1, zkAddr, root)
+	b2 := groupBroker(t, 2, zkAddr, root)
+	for _, b := range []*broker.Broker{b1, b2} {
+		deadline := time.Now().Add(10 * time.Second)
+		for !b.Registered() {
+			if time.Now().After(deadline) {
+				t.Fatal("broker not registered")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	dir := t.TempDir()
+	app := filepath.Join(dir, "app.log")
+	appendFile(t, app, numbered("z-", 0, 300))
+	r := cliWithin(t, time.Minute, "", "tail", "--zk", zkAddr, "--root", root, "--topic", "gt", "--state", filepath.Join(dir, "state"), "--once", app)
+	mustOK(t, r, "tail --zk")
+	got := append(consumeTail(t, b1.Addr(), "gt"), consumeTail(t, b2.Addr(), "gt")...)
+	if n := len(lineCounts(got)); n != 300 || len(got) != 300 {
+		t.Fatalf("%d messages, %d distinct lines; want 300", len(got), n)
+	}
+	if len(consumeTail(t, b1.Addr(), "gt")) == 0 || len(consumeTail(t, b2.Addr(), "gt")) == 0 {
+		t.Fatal("want messages on both brokers")
+	}
+	r = cli("", "tail", "--zk", zkAddr, "--root", root, "--topic", "nosuch", "--state", filepath.Join(dir, "n.state"), "--once", app)
+	if r.code != 1 || !strings.Contains(r.stderr, `unknown topic "nosuch": no broker registered it in ZooKeeper`) {
+		t.Fatalf("unknown topic with --zk: %+v", r)
 	}
 }
