@@ -15,6 +15,16 @@ import (
 // (401 otherwise), and an admin when admin is set or the method changes
 // something (403 otherwise).
 func (s *Server) needUser(h http.HandlerFunc, admin bool) http.Handler {
+	return s.needUserFor(h, admin, false)
+}
+
+// needDataUser wraps a data plane handler with the [auth] check: a user
+// is needed, whatever the method; the broker checks the request's rights
+// (publish, subscribe) as on the wire.
+func (s *Server) needDataUser(h http.HandlerFunc) http.Handler { return s.needUserFor(h, false, true) }
+
+// needUserFor is needUser; data skips the admin check of changes.
+func (s *Server) needUserFor(h http.HandlerFunc, admin, data bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.config().authOn() {
 			h(w, r)
@@ -37,7 +47,7 @@ func (s *Server) needUser(h http.HandlerFunc, admin bool) http.Handler {
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), userKey{}, u))
-		change := r.Method != http.MethodGet && r.Method != http.MethodHead
+		change := r.Method != http.MethodGet && r.Method != http.MethodHead && !data
 		if admin || change {
 			if err := security.Authorize(true, u, security.Admin, r.Method+" "+r.URL.Path); err != nil {
 				deny(r, http.StatusForbidden, err.Error())

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"time"
 
@@ -93,4 +94,12 @@ type Backend interface {
 	ClusterPage(v security.Viewer) ClusterPage
 	GroupsPage(v security.Viewer) GroupsPage
 	GroupPage(ctx context.Context, v security.Viewer, group string, topics []string, explicit bool) (GroupPage, error)
+
+	// DataConn opens an in-process protocol connection for the data
+	// plane (dataconn.go), authenticated as u (nil with [auth] off), for
+	// the HTTP client at remote. The caller closes it.
+	DataConn(u *conf.User, remote string) (net.Conn, error)
+	// Partitions is the number of partitions of topic, 0 when it is not
+	// open here.
+	Partitions(topic string) int
 }

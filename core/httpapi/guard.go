@@ -110,13 +110,17 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			WriteError(w, http.StatusForbidden, "refused: "+why+": the API does not take requests from web pages of other sites (docs/http.md)")
 			return
 		}
-		if why := jsonBodyType(r); why != "" {
+		if why := jsonBodyType(r); why != "" && !metaqPath(p) { // MetaQ's put: the body is the message
 			WriteError(w, http.StatusUnsupportedMediaType, why)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
+
+// metaqPath says whether p is one of MetaQ's HTTP endpoints
+// (metaqhttp.go), whose bodies are not JSON.
+func metaqPath(p string) bool { return p == "/put" || p == "/get" || p == "/offset" }
 
 // misdirected says why r's Host is not a name of this broker ("" if it
 // is one), for the check made with [auth] off.

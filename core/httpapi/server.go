@@ -253,6 +253,7 @@ func (s *Server) Handler() http.Handler {
 	open("GET /healthz", s.handleHealthz)
 	open("GET /readyz", s.handleReadyz)
 	user("GET /metrics", s.handleMetrics)
+	s.dataRoutes(mux)              // data.go: MetaQ's /put, /get, /offset; the records API
 	s.adminRoutes(user, admin)     // admin.go
 	s.dashRoutes(mux, user, admin) // dashboard.go
 	// Go's profiler, for admins: go tool pprof http://host:8120/debug/pprof/profile?seconds=10

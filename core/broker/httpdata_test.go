@@ -1,0 +1,366 @@
+package broker
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/core/httpapi"
+	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// rawHTTP sends a request as a MetaQ HTTP client would: the body as is,
+// no JSON content type. It returns the status, Content-Type and body.
+func (h *httpClient) raw(method, path string, body []byte) (int, string, []byte) {
+	h.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, h.base+path, rd)
+	require.NoError(h.t, err)
+	if h.user != "" {
+		req.SetBasicAuth(h.user, h.pass)
+	}
+	resp, err := h.c.Do(req)
+	require.NoError(h.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(h.t, err)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+}
+
+// TestHTTPMetaQEndpoints drives MetaQ's jettyBroker interface (reference
+// §14): /put, /get and /offset with their query parameters, the meta code
+// as the HTTP status, the bodies as the wire's.
+func TestHTTPMetaQEndpoints(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, 0)
+	h := newHTTPClient(t, b.HTTPAddr(), nil)
+
+	// put: the body is the message data; the reply is the put's result.
+	var offs []int64
+	for i := range 3 {
+		data := []byte("hello " + strconv.Itoa(i))
+		code, ct, body := h.raw("POST", "/put?topic=t&partition=1&flag=0&length="+strconv.Itoa(len(data)), data)
+		require.Equal(t, 200, code, "%s", body)
+		require.Contains(t, ct, "text/plain")
+		f := strings.Fields(string(body)) // msgId partition offset
+		require.Len(t, f, 3, "%s", body)
+		require.Equal(t, "1", f[1])
+		off, err := strconv.ParseInt(f[2], 10, 64)
+		require.NoError(t, err)
+		offs = append(offs, off)
+	}
+	require.Equal(t, int64(0), offs[0])
+	// With a checksum: a wrong one is refused by the broker (its code).
+	data := []byte("checked")
+	code, _, body := h.raw("POST", "/put?topic=t&partition=1&flag=0&length=7&checksum="+strconv.Itoa(int(message.Checksum(data))), data)
+	require.Equal(t, 200, code, "%s", body)
+	code, _, body = h.raw("POST", "/put?topic=t&partition=1&flag=0&length=7&checksum=1", data)
+	require.NotEqual(t, 200, code, "%s", body)
+
+	// get: the records as the wire's value reply.
+	code, ct, body := h.raw("GET", "/get?topic=t&partition=1&group=g&offset=0&maxsize=65536", nil)
+	require.Equal(t, 200, code, "%s", body)
+	require.Equal(t, "application/octet-stream", ct)
+	it := message.NewIterator(body, 0, 0)
+	var got []string
+	for it.Next() {
+		m, err := it.Record().Message("t", 1)
+		require.NoError(t, err)
+		got = append(got, string(m.Body))
+	}
+	require.NoError(t, it.Err())
+	require.Equal(t, []string{"hello 0", "hello 1", "hello 2", "checked"}, got)
+	// Nothing at the end yet: the broker's 404, its text.
+	code, ct, body = h.raw("GET", "/get?topic=t&partition=1&group=g&offset="+strconv.Itoa(len(body))+"&maxsize=1024", nil)
+	require.Equal(t, 404, code, "%s", body)
+	require.Contains(t, ct, "text/plain")
+	require.Contains(t, string(body), "Could not find message at position")
+
+	// offset: the broker's answer for a time offset or position.
+	code, _, body = h.raw("GET", "/offset?topic=t&partition=1&group=g&offset=0", nil)
+	require.Equal(t, 200, code, "%s", body)
+
+	// Bad parameters: 400 with the reason; a name that would break the
+	// request line never reaches the broker.
+	for _, q := range []string{
+		"/put?topic=t&partition=0&flag=0",                      // no length
+		"/put?topic=t%20x&partition=0&flag=0&length=1",         // space
+		"/put?topic=t%0d%0aquit&partition=0&flag=0&length=1",   // CRLF
+		"/get?topic=t&partition=x&group=g&offset=0&maxsize=10", // not a number
+		"/get?topic=t&partition=0&offset=0&maxsize=10",         // no group
+		"/offset?topic=t&partition=0&group=g",                  // no offset
+	} {
+		code, _, body = h.raw("POST", q, []byte("x"))
+		require.Equal(t, 400, code, "%s: %s", q, body)
+	}
+	// A body shorter than length.
+	code, _, body = h.raw("POST", "/put?topic=t&partition=0&flag=0&length=10", []byte("short"))
+	require.Equal(t, 400, code, "%s", body)
+	// A partition out of range: the broker's refusal, its code.
+	code, _, body = h.raw("POST", "/put?topic=t&partition=9&flag=0&length=1", []byte("x"))
+	require.Equal(t, 500, code, "%s", body)
+	// The broker still serves the wire protocol and HTTP.
+	c := dialAuth(t, b.Addr(), nil)
+	code, rb := c.put("t")
+	require.Equal(t, 200, code, rb)
+}
+
+// produceJSON posts a produce body and decodes its reply.
+func produceJSON(t *testing.T, h *httpClient, path string, body any) (int, httpapi.ProduceReply, []byte) {
+	t.Helper()
+	js, err := json.Marshal(body)
+	require.NoError(t, err)
+	code, rb := h.do("POST", path, bytes.NewReader(js))
+	var rep httpapi.ProduceReply
+	if code < 300 || bytes.Contains(rb, []byte(`"offsets"`)) {
+		require.NoError(t, json.Unmarshal(rb, &rep), "%s", rb)
+	}
+	return code, rep, rb
+}
+
+// TestHTTPRecords produces records with keys, headers, tags and
+// timestamps in the three formats, reads them back over HTTP and over
+// the wire, and long-polls for a record produced while waiting.
+func TestHTTPRecords(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, 0)
+	h := newHTTPClient(t, b.HTTPAddr(), nil)
+
+	hv := "v1"
+	code, rep, rb := produceJSON(t, h, "/api/v1/data/topics/t/partitions/0/records", map[string]any{
+		"records": []map[string]any{
+			{"key": "k1", "value": map[string]any{"n": 1}, "headers": []map[string]any{{"key": "h1", "value": hv}, {"key": "h2", "value": nil}}, "tags": []string{"a", "b"}, "timestamp": 1700000000000},
+			{"value": []int{1, 2, 3}},
+		},
+	})
+	require.Equal(t, 200, code, "%s", rb)
+	require.Len(t, rep.Offsets, 2)
+	require.Equal(t, int64(0), *rep.Offsets[0].Offset)
+	require.Equal(t, int32(0), *rep.Offsets[0].Partition)
+	require.Greater(t, *rep.Offsets[1].Offset, int64(0))
+	require.Equal(t, *rep.Offsets[0].MsgID+1, *rep.Offsets[1].MsgID)
+
+	code, rep, rb = produceJSON(t, h, "/api/v1/data/topics/t/partitions/0/records", map[string]any{
+		"format": "binary",
+		"records": []map[string]any{
+			{"key": base64.StdEncoding.EncodeToString([]byte{0, 1}), "value": base64.StdEncoding.EncodeToString([]byte{0xff, 0, 0xfe})},
+			{"value": "not base64!"},
+		},
+	})
+	require.Equal(t, 200, code, "%s", rb)
+	require.NotNil(t, rep.Offsets[0].Offset)
+	require.Equal(t, 400, rep.Offsets[1].ErrorCode, "%s", rb)
+	require.Contains(t, rep.Offsets[1].Error, "record 1: value: not base64")
+
+	// Over the wire: the JSON value's text, the key, headers, tags, time.
+	c := dialAuth(t, b.Addr(), nil)
+	code, data := c.call(func(d []byte, op int32) []byte { return protocol.AppendGet(d, "t", "g", 0, 0, 65536, op) })
+	require.Equal(t, 200, code, data)
+	it := message.NewIterator([]byte(data), 0, 0)
+	require.True(t, it.Next())
+	m, err := it.Record().Message("t", 0)
+	require.NoError(t, err)
+	require.Equal(t, `{"n":1}`, string(m.Body))
+	require.Equal(t, `"k1"`, string(m.Key)) // format json: the key's JSON text
+	require.Equal(t, []string{"a", "b"}, m.Tags)
+	require.Equal(t, int64(1700000000000), m.Timestamp.UnixMilli())
+	require.Len(t, m.Headers, 2)
+	require.Equal(t, "h1", m.Headers[0].Key)
+	require.Nil(t, m.Headers[1].Value)
+
+	// Over HTTP, as text: the third record (binary) is not UTF-8.
+	code, rb = h.get("/api/v1/data/topics/t/partitions/0/records?format=text&offset=0")
+	require.Equal(t, 406, code, "%s", rb)
+	code, rb = h.get("/api/v1/data/topics/t/partitions/0/records?format=binary&offset=0")
+	require.Equal(t, 200, code, "%s", rb)
+	var rr httpapi.ReadReply
+	require.NoError(t, json.Unmarshal(rb, &rr))
+	require.Len(t, rr.Records, 3)
+	require.Equal(t, `"`+base64.StdEncoding.EncodeToString([]byte{0xff, 0, 0xfe})+`"`, string(rr.Records[2].Value))
+	require.Equal(t, int64(1700000000000), rr.Records[0].Timestamp)
+	require.Equal(t, "v1", *rr.Records[0].Headers[0].Value)
+	end := rr.NextOffset
+
+	// A long poll at the end returns nothing after its timeout...
+	start := time.Now()
+	code, rb = h.get("/api/v1/data/topics/t/partitions/0/records?timeout_ms=300&offset=" + strconv.FormatInt(end, 10))
+	require.Equal(t, 200, code, "%s", rb)
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	require.Contains(t, string(rb), `"records": []`)
+	// ... or the record produced while it waits.
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		produceJSON(t, h, "/api/v1/data/topics/t/partitions/0/records", map[string]any{"format": "text", "records": []map[string]any{{"value": "late"}}})
+	}()
+	code, rb = h.get("/api/v1/data/topics/t/partitions/0/records?format=text&timeout_ms=10000&offset=" + strconv.FormatInt(end, 10))
+	require.Equal(t, 200, code, "%s", rb)
+	require.NoError(t, json.Unmarshal(rb, &rr))
+	require.Len(t, rr.Records, 1, "%s", rb)
+	require.Equal(t, `"late"`, string(rr.Records[0].Value))
+
+	// A key picks the partition as the Go client's default selector.
+	code, rep, rb = produceJSON(t, h, "/api/v1/data/topics/t/records", map[string]any{"format": "text", "records": []map[string]any{{"key": "abc", "value": "x"}, {"key": "abc", "value": "y"}}})
+	require.Equal(t, 200, code, "%s", rb)
+	require.Equal(t, *rep.Offsets[0].Partition, *rep.Offsets[1].Partition)
+
+	// Errors: clear 4xx JSON.
+	code, rb = h.do("POST", "/api/v1/data/topics/t/records", strings.NewReader(`{"records":[]}`))
+	requireJSONError(t, rb, 400, "at least one record")
+	require.Equal(t, 400, code)
+	code, rb = h.do("POST", "/api/v1/data/topics/t/records", strings.NewReader(`{"format":"xml","records":[{"value":1}]}`))
+	require.Equal(t, 400, code, "%s", rb)
+	code, _, rb = produceJSON(t, h, "/api/v1/data/topics/nosuch/records", map[string]any{"records": []map[string]any{{"value": 1}}})
+	require.Equal(t, 500, code, "%s", rb)
+	require.Contains(t, string(rb), "do not accept topic")
+	code, rb = h.do("POST", "/api/v1/data/topics/t/records", strings.NewReader(`{"records":[{"value":"`+strings.Repeat("x", httpapi.MaxBody)+`"}]}`))
+	require.Equal(t, 413, code, "%s", rb[:min(len(rb), 200)])
+	code, rb = h.get("/api/v1/data/topics/t/partitions/0/records?offset=x")
+	require.Equal(t, 400, code, "%s", rb)
+}
+
+// sseEvent is one event of a stream.
+type sseEvent struct{ id, event, data string }
+
+// readEvents reads n events (comments and retry skipped) from r.
+func readEvents(t *testing.T, r *bufio.Reader, n int) []sseEvent {
+	t.Helper()
+	var out []sseEvent
+	var ev sseEvent
+	for len(out) < n {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			if ev.event != "" {
+				out = append(out, ev)
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, "id: "):
+			ev.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			ev.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			ev.data = line[6:]
+		}
+	}
+	return out
+}
+
+// TestHTTPEvents follows a partition as Server-Sent Events: records
+// already there, one produced while streaming, then a resume from
+// Last-Event-ID.
+func TestHTTPEvents(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, 0)
+	h := newHTTPClient(t, b.HTTPAddr(), nil)
+	produce := func(vals ...string) {
+		var recs []map[string]any
+		for _, v := range vals {
+			recs = append(recs, map[string]any{"value": v})
+		}
+		code, _, rb := produceJSON(t, h, "/api/v1/data/topics/t/partitions/1/records", map[string]any{"format": "text", "records": recs})
+		require.Equal(t, 200, code, "%s", rb)
+	}
+	produce("a", "b")
+	open := func(lastID string) (*http.Response, *bufio.Reader) {
+		req, err := http.NewRequest("GET", h.base+"/api/v1/data/topics/t/partitions/1/events?format=text", nil)
+		require.NoError(t, err)
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
+		}
+		resp, err := (&http.Client{}).Do(req)
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+		return resp, bufio.NewReader(resp.Body)
+	}
+	resp, rd := open("")
+	evs := readEvents(t, rd, 2)
+	produce("c")
+	evs = append(evs, readEvents(t, rd, 1)...)
+	resp.Body.Close()
+	var vals []string
+	for _, e := range evs {
+		require.Equal(t, "record", e.event)
+		var cr httpapi.ConsumedRecord
+		require.NoError(t, json.Unmarshal([]byte(e.data), &cr))
+		vals = append(vals, string(cr.Value))
+	}
+	require.Equal(t, []string{`"a"`, `"b"`, `"c"`}, vals)
+	// Resume after b: c, then what comes next.
+	resp, rd = open(evs[1].id)
+	defer resp.Body.Close()
+	produce("d")
+	evs = readEvents(t, rd, 2)
+	require.Contains(t, evs[0].data, `"value":"c"`)
+	require.Contains(t, evs[1].data, `"value":"d"`)
+
+	// A stream of a topic that is not there is a JSON error, no stream.
+	code, rb := h.get("/api/v1/data/topics/nosuch/partitions/0/events")
+	require.GreaterOrEqual(t, code, 400, "%s", rb)
+}
+
+// TestHTTPDataAuth checks the data plane under [auth] and TLS: basic auth
+// and client certificates against the same users, the rights the wire
+// enforces (publish, subscribe), 401 without a user.
+func TestHTTPDataAuth(t *testing.T) {
+	t.Parallel()
+	certs := testsvc.NewCerts(t)
+	b := secureBroker(t, certs, &syncLog{}, 0)
+	hln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, b.ServeHTTP(hln))
+	pem, err := os.ReadFile(certs.CAFile)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(pem))
+	h := newHTTPClient(t, b.HTTPAddr(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	recs := map[string]any{"format": "text", "records": []map[string]any{{"value": "x"}}}
+
+	code, _, rb := produceJSON(t, h, "/api/v1/data/topics/orders/partitions/0/records", recs)
+	require.Equal(t, 401, code, "%s", rb)
+	code, _, rb = produceJSON(t, h.as("alice", "alice-pw"), "/api/v1/data/topics/orders/partitions/0/records", recs)
+	require.Equal(t, 200, code, "%s", rb)
+	code, _, rb = produceJSON(t, h.as("alice", "alice-pw"), "/api/v1/data/topics/secret/partitions/0/records", recs)
+	require.Equal(t, 403, code, "%s", rb)
+	code, _, rb = produceJSON(t, h.as("nopub", "nopub-pw"), "/api/v1/data/topics/orders/partitions/0/records", recs)
+	require.Equal(t, 403, code, "%s", rb)
+	code, rb = h.as("nopub", "nopub-pw").get("/api/v1/data/topics/orders/partitions/0/records?format=text")
+	require.Equal(t, 200, code, "%s", rb)
+	require.Contains(t, string(rb), `"x"`)
+	code, rb = h.as("nosub", "nosub-pw").get("/api/v1/data/topics/orders/partitions/0/records")
+	require.Equal(t, 403, code, "%s", rb)
+	code, _, rb = h.as("nosub", "nosub-pw").raw("GET", "/get?topic=orders&partition=0&group=billing-1&offset=0&maxsize=1024", nil)
+	require.Equal(t, 403, code, "%s", rb)
+	code, _, rb = h.as("alice", "alice-pw").raw("POST", "/put?topic=orders&partition=0&flag=0&length=1", []byte("y"))
+	require.Equal(t, 200, code, "%s", rb)
+	code, _, rb = h.as("alice", "wrong").raw("POST", "/put?topic=orders&partition=0&flag=0&length=1", []byte("y"))
+	require.Equal(t, 401, code, "%s", rb)
+
+	// A client certificate naming a user.
+	ccf, ckf := certs.Client(t, "certonly", "certonly")
+	cert, err := tls.LoadX509KeyPair(ccf, ckf)
+	require.NoError(t, err)
+	hc := newHTTPClient(t, b.HTTPAddr(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}})
+	code, _, rb = produceJSON(t, hc, "/api/v1/data/topics/orders/partitions/0/records", recs)
+	require.Equal(t, 200, code, "%s", rb)
+}

@@ -1,0 +1,278 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// Reading a partition from an offset without a group (GET .../records)
+// and following it as Server-Sent Events (GET .../events).
+
+const (
+	// defaultReadBytes is a read's max_bytes unless given.
+	defaultReadBytes = 256 << 10
+	// maxReadWait bounds a read's timeout_ms (the request's own context
+	// ends after the listener's write timeout).
+	maxReadWait = 30 * time.Second
+	// readPollMin and readPollMax are the waits between gets while a
+	// long poll or a stream finds no new record.
+	readPollMin = 10 * time.Millisecond
+	readPollMax = 200 * time.Millisecond
+	// eventStreamFor is how long one event stream lasts: the listener
+	// ends every request within its write timeout, so a stream ends
+	// before and the client reconnects with Last-Event-ID (EventSource
+	// does so by itself after the retry the stream sets).
+	eventStreamFor = 50 * time.Second
+	// eventKeepAlive is the wait between comments on an idle stream.
+	eventKeepAlive = 15 * time.Second
+	// defaultReadGroup names the reader in the broker's statistics when
+	// the request names no group.
+	defaultReadGroup = "metaq-http"
+)
+
+// readParams are a read's or a stream's query parameters.
+type readParams struct {
+	topic, group, format string
+	part                 int32
+	offset               int64
+	maxBytes             int32
+	wait                 time.Duration
+}
+
+// parseRead reads r's path and query; it answers 400 and reports false
+// for a bad one.
+func parseRead(w http.ResponseWriter, r *http.Request) (readParams, bool) {
+	q := r.URL.Query()
+	rp := readParams{topic: r.PathValue("topic"), group: q.Get("group"), format: q.Get("format"), maxBytes: defaultReadBytes}
+	bad := func(msg string) (readParams, bool) {
+		WriteError(w, http.StatusBadRequest, msg)
+		return readParams{}, false
+	}
+	if err := wireToken("topic", rp.topic); err != nil {
+		return bad(err.Error())
+	}
+	if rp.group == "" {
+		rp.group = defaultReadGroup
+	} else if err := wireToken("group", rp.group); err != nil {
+		return bad(err.Error())
+	}
+	if rp.format == "" {
+		rp.format = formatBinary
+	}
+	if !validFormat(rp.format) {
+		return bad("format " + quoteName(rp.format) + ": want json, text or binary")
+	}
+	p, ok := pathPartition(w, r)
+	if !ok {
+		return readParams{}, false
+	}
+	rp.part = p
+	num := func(name string, lo, hi int64) (int64, bool) {
+		v := q.Get(name)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < lo || n > hi {
+			bad(name + " " + quoteName(v) + " is not an integer from " + strconv.FormatInt(lo, 10) + " to " + strconv.FormatInt(hi, 10))
+			return 0, false
+		}
+		return n, true
+	}
+	if q.Has("offset") {
+		if rp.offset, ok = num("offset", 0, 1<<62); !ok {
+			return readParams{}, false
+		}
+	}
+	if q.Has("max_bytes") {
+		n, ok := num("max_bytes", 1, maxDataGet)
+		if !ok {
+			return readParams{}, false
+		}
+		rp.maxBytes = int32(n)
+	}
+	if q.Has("timeout_ms") {
+		n, ok := num("timeout_ms", 0, int64(maxReadWait/time.Millisecond))
+		if !ok {
+			return readParams{}, false
+		}
+		rp.wait = time.Duration(n) * time.Millisecond
+	}
+	return rp, true
+}
+
+// readOnce gets rp's partition at rp.offset. It returns the records (none
+// when there is nothing new) and the next offset; moved says the offset
+// was out of range and next is the one to use.
+func readOnce(ctx context.Context, d *dataConn, rp *readParams) (recs []ConsumedRecord, next int64, moved bool, err error) {
+	rep, err := d.one(ctx, protocol.AppendGet(nil, rp.topic, rp.group, rp.part, rp.offset, rp.maxBytes, 1))
+	if err != nil {
+		return nil, 0, false, err
+	}
+	switch {
+	case rep.Op == protocol.OpValue:
+	case rep.Code == protocol.StatusMoved:
+		n, ok := protocol.ParseInt64(bytes.TrimSpace(rep.Body))
+		if !ok {
+			return nil, 0, false, &RequestError{Status: http.StatusBadGateway, Msg: "bad 301 reply: " + quoteName(string(rep.Body))}
+		}
+		return nil, n, true, nil
+	case rep.Code == protocol.StatusNotFound && strings.HasPrefix(string(rep.Body), "Could not find message at position"):
+		return nil, rp.offset, false, nil
+	default:
+		return nil, 0, false, &RequestError{Status: httpStatus(rep.Code), Msg: string(rep.Body)}
+	}
+	it := message.NewIterator(rep.Body, rp.offset, 0)
+	for it.Next() {
+		c, err := consumedRecord(rp.topic, rp.part, rp.format, it.Record())
+		if err != nil {
+			return nil, 0, false, &RequestError{Status: http.StatusNotAcceptable, Msg: err.Error()}
+		}
+		recs = append(recs, c)
+	}
+	if err := it.Err(); err != nil {
+		return nil, 0, false, &RequestError{Status: http.StatusBadGateway, Msg: err.Error()}
+	}
+	if len(recs) == 0 && len(rep.Body) > 0 {
+		return nil, 0, false, &RequestError{Status: http.StatusRequestEntityTooLarge,
+			Msg: "the record at offset " + strconv.FormatInt(rp.offset, 10) + " is larger than max_bytes " + strconv.Itoa(int(rp.maxBytes))}
+	}
+	return recs, it.NextOffset(), false, nil
+}
+
+// pollWait sleeps for d or until ctx ends (false then).
+func pollWait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// handleRead is GET /api/v1/data/topics/{topic}/partitions/{partition}/records.
+func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
+	rp, ok := parseRead(w, r)
+	if !ok {
+		return
+	}
+	d, ok := s.dial(w, r)
+	if !ok {
+		return
+	}
+	defer d.Close()
+	ctx := r.Context()
+	until := time.Now().Add(rp.wait)
+	poll := readPollMin
+	for {
+		recs, next, moved, err := readOnce(ctx, d, &rp)
+		if err != nil {
+			failed(w, err)
+			return
+		}
+		if len(recs) > 0 || moved || !time.Now().Before(until) {
+			if recs == nil {
+				recs = []ConsumedRecord{}
+			}
+			WriteJSON(w, http.StatusOK, ReadReply{Records: recs, NextOffset: next, OutOfRange: moved})
+			return
+		}
+		if !pollWait(ctx, min(poll, time.Until(until))) {
+			WriteJSON(w, http.StatusOK, ReadReply{Records: []ConsumedRecord{}, NextOffset: rp.offset})
+			return
+		}
+		poll = min(2*poll, readPollMax)
+	}
+}
+
+// handleEvents is GET /api/v1/data/topics/{topic}/partitions/{partition}/events:
+// the partition's records from offset (or Last-Event-ID, the offset after
+// the last record the client got) as Server-Sent Events, "record" events
+// whose id is the offset after the record, for up to eventStreamFor.
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	rp, ok := parseRead(w, r)
+	if !ok {
+		return
+	}
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		n, err := strconv.ParseInt(id, 10, 64)
+		if err != nil || n < 0 {
+			WriteError(w, http.StatusBadRequest, "Last-Event-ID "+quoteName(id)+" is not an offset")
+			return
+		}
+		rp.offset = n
+	}
+	d, ok := s.dial(w, r)
+	if !ok {
+		return
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(r.Context(), eventStreamFor)
+	defer cancel()
+	// The first get answers what a plain read would (no topic, no
+	// right, ...) with a JSON error before the stream starts.
+	recs, next, moved, err := readOnce(ctx, d, &rp)
+	if err != nil {
+		failed(w, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	var buf bytes.Buffer
+	buf.WriteString("retry: 1000\n\n")
+	lastSent := time.Now()
+	poll := readPollMin
+	for {
+		for i := range recs {
+			body, _ := json.Marshal(&recs[i])
+			nextOff := next
+			if i+1 < len(recs) {
+				nextOff = recs[i+1].Offset
+			}
+			buf.WriteString("id: ")
+			buf.WriteString(strconv.FormatInt(nextOff, 10))
+			buf.WriteString("\nevent: record\ndata: ")
+			buf.Write(body)
+			buf.WriteString("\n\n")
+		}
+		if moved {
+			buf.WriteString("event: moved\ndata: {\"next_offset\":" + strconv.FormatInt(next, 10) + "}\n\n")
+		}
+		if len(recs) == 0 && !moved && time.Since(lastSent) >= eventKeepAlive {
+			buf.WriteString(": keep-alive\n\n")
+		}
+		if buf.Len() > 0 {
+			if _, err := w.Write(buf.Bytes()); err != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+			buf.Reset()
+			lastSent = time.Now()
+		}
+		rp.offset = next
+		if len(recs) > 0 || moved {
+			poll = readPollMin
+		} else {
+			if !pollWait(ctx, poll) {
+				return
+			}
+			poll = min(2*poll, readPollMax)
+		}
+		if recs, next, moved, err = readOnce(ctx, d, &rp); err != nil {
+			return // the stream is open: it ends, the client reconnects
+		}
+	}
+}

@@ -1,0 +1,358 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+	"github.com/metaq-go/metaq/sdk/selector"
+)
+
+// The JSON records API (docs/http.md, "Records"), in the style of the
+// Confluent REST proxy v2 and Redpanda's pandaproxy, under
+// /api/v1/data/: produce records to a topic or a partition, read a
+// partition from an offset, follow it as Server-Sent Events (events.go).
+
+// Formats of keys and values in the records API.
+const (
+	formatJSON   = "json"   // any JSON value, stored as its JSON text
+	formatText   = "text"   // a JSON string, stored as its UTF-8 bytes
+	formatBinary = "binary" // a base64 string (standard, padded)
+)
+
+func validFormat(f string) bool { return f == formatJSON || f == formatText || f == formatBinary }
+
+// ProduceRequest is the body of a produce.
+type ProduceRequest struct {
+	// Format is how keys and values are given: json (default), text or
+	// binary (base64).
+	Format  string          `json:"format,omitempty"`
+	Records []ProduceRecord `json:"records"`
+}
+
+// ProduceRecord is one record to produce.
+type ProduceRecord struct {
+	// Partition, if set, is the record's partition; else the path's, else
+	// the key's hash (as the Go client's default selector), else one the
+	// broker picks.
+	Partition *int32          `json:"partition,omitempty"`
+	Key       json.RawMessage `json:"key,omitempty"`
+	Value     json.RawMessage `json:"value,omitempty"`
+	Headers   []RecordHeader  `json:"headers,omitempty"`
+	Tags      []string        `json:"tags,omitempty"`
+	// Timestamp is the record's create time in Unix milliseconds.
+	Timestamp *int64 `json:"timestamp,omitempty"`
+}
+
+// RecordHeader is one header: a UTF-8 key and a text value (null: a
+// header without value).
+type RecordHeader struct {
+	Key   string  `json:"key"`
+	Value *string `json:"value"`
+}
+
+// ProduceResult is one record's outcome: where it was stored, or why not.
+type ProduceResult struct {
+	Partition *int32 `json:"partition,omitempty"`
+	Offset    *int64 `json:"offset,omitempty"`
+	MsgID     *int64 `json:"msg_id,omitempty"`
+	ErrorCode int    `json:"error_code,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// ProduceReply is the reply of a produce, one result per record in order.
+type ProduceReply struct {
+	Offsets []ProduceResult `json:"offsets"`
+}
+
+// decodeField turns a key or value of format f into bytes; raw is nil
+// (absent) or JSON null for none.
+func decodeField(f string, raw json.RawMessage) ([]byte, bool, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, false, nil
+	}
+	switch f {
+	case formatJSON:
+		return []byte(raw), true, nil
+	case formatText:
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, false, errors.New("not a JSON string (format text)")
+		}
+		return []byte(s), true, nil
+	default:
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, false, errors.New("not a JSON string (format binary: base64)")
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, false, errors.New("not base64 (format binary): " + err.Error())
+		}
+		return b, true, nil
+	}
+}
+
+// pathPartition is the {partition} of r's path, or -1 without one; it
+// answers 400 and reports false for a bad one.
+func pathPartition(w http.ResponseWriter, r *http.Request) (int32, bool) {
+	v := r.PathValue("partition")
+	if v == "" {
+		return -1, true
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < 0 {
+		WriteError(w, http.StatusBadRequest, "partition "+quoteName(v)+" is not a partition number")
+		return 0, false
+	}
+	return int32(n), true
+}
+
+// pending is a run of records bound for one partition, sent as one mput.
+type pending struct {
+	part  int32
+	idx   []int // the records' indexes in the request
+	sizes []int // their data lengths
+	body  []byte
+}
+
+// maxMPutBody bounds one mput's body (max_transfer_size defaults to 2 MiB).
+const maxMPutBody = 1 << 20
+
+// handleProduce is POST /api/v1/data/topics/{topic}/records and
+// /api/v1/data/topics/{topic}/partitions/{partition}/records.
+func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
+	topic := r.PathValue("topic")
+	if err := wireToken("topic", topic); err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	pathPart, ok := pathPartition(w, r)
+	if !ok {
+		return
+	}
+	var req ProduceRequest
+	if !DecodeBody(w, r, &req) {
+		return
+	}
+	if req.Format == "" {
+		req.Format = formatJSON
+	}
+	if !validFormat(req.Format) {
+		WriteError(w, http.StatusBadRequest, "format "+quoteName(req.Format)+": want json, text or binary")
+		return
+	}
+	if len(req.Records) == 0 {
+		WriteError(w, http.StatusBadRequest, "records: at least one record is required")
+		return
+	}
+	if len(req.Records) > protocol.MaxMPutCount {
+		WriteError(w, http.StatusBadRequest, "records: at most "+strconv.Itoa(protocol.MaxMPutCount)+" in one request")
+		return
+	}
+	res := make([]ProduceResult, len(req.Records))
+	nparts := s.be.Partitions(topic)
+	// Records with neither partition nor key go to one partition chosen
+	// at random for the request (0 for a topic not open here yet, which
+	// auto_create_topics may create).
+	anyPart := int32(0)
+	if nparts > 0 {
+		anyPart = int32(rand.IntN(nparts))
+	}
+	var runs []*pending
+	open := map[int32]*pending{}
+	var data []byte
+	for i := range req.Records {
+		rec := &req.Records[i]
+		m, err := recordMessage(req.Format, rec)
+		if err != nil {
+			res[i] = ProduceResult{ErrorCode: http.StatusBadRequest, Error: "record " + strconv.Itoa(i) + ": " + err.Error()}
+			continue
+		}
+		p := pathPart
+		if rec.Partition != nil {
+			p = *rec.Partition
+			if p < 0 {
+				res[i] = ProduceResult{ErrorCode: http.StatusBadRequest, Error: "record " + strconv.Itoa(i) + ": partition must not be negative"}
+				continue
+			}
+		} else if p < 0 && m.Key != nil && nparts > 0 {
+			p = int32(selector.KeyIndex(m.Key, nparts))
+		}
+		if p < 0 {
+			p = anyPart
+		}
+		data = m.AppendData(data[:0])
+		run := open[p]
+		if run == nil || len(run.idx) == protocol.MaxMPutCount || len(run.body)+len(data)+protocol.MPutEntryHeader > maxMPutBody {
+			run = &pending{part: p}
+			open[p] = run
+			runs = append(runs, run)
+		}
+		run.idx = append(run.idx, i)
+		run.sizes = append(run.sizes, len(data))
+		run.body = protocol.AppendMPutEntry(run.body, m.Flag(), int32(message.Checksum(data)), data)
+	}
+	if len(runs) > 0 {
+		d, ok := s.dial(w, r)
+		if !ok {
+			return
+		}
+		defer d.Close()
+		var wire []byte
+		for k, run := range runs {
+			wire = protocol.AppendMPutHeader(wire, topic, run.part, len(run.body), len(run.idx), int32(k+1))
+			wire = append(wire, run.body...)
+		}
+		reps, err := d.do(r.Context(), wire, len(runs))
+		if err != nil {
+			failed(w, err)
+			return
+		}
+		for k, run := range runs {
+			produced(res, run, reps[k])
+		}
+	}
+	status := http.StatusOK
+	okCount := 0
+	for _, x := range res {
+		if x.ErrorCode == 0 {
+			okCount++
+		}
+	}
+	if okCount == 0 {
+		status = httpStatus(res[0].ErrorCode)
+	}
+	WriteJSON(w, status, ProduceReply{Offsets: res})
+}
+
+// produced fills the results of run's records from its mput reply.
+func produced(res []ProduceResult, run *pending, rep reply) {
+	if rep.Code != protocol.StatusOK {
+		for _, i := range run.idx {
+			res[i] = ProduceResult{ErrorCode: rep.Code, Error: string(rep.Body)}
+		}
+		return
+	}
+	id, part, off, _, err := protocol.ParsePutResult(rep.Body)
+	if err != nil {
+		for _, i := range run.idx {
+			res[i] = ProduceResult{ErrorCode: http.StatusBadGateway, Error: "bad put reply: " + err.Error()}
+		}
+		return
+	}
+	for k, i := range run.idx {
+		p, o, m := part, off, id+int64(k)
+		res[i] = ProduceResult{Partition: &p, Offset: &o, MsgID: &m}
+		off += int64(message.HeaderSize + run.sizes[k])
+	}
+}
+
+// recordMessage is rec as a message (its properties checked).
+func recordMessage(format string, rec *ProduceRecord) (*message.Message, error) {
+	m := &message.Message{}
+	var err error
+	if m.Key, _, err = decodeField(format, rec.Key); err != nil {
+		return nil, errors.New("key: " + err.Error())
+	}
+	if m.Body, _, err = decodeField(format, rec.Value); err != nil {
+		return nil, errors.New("value: " + err.Error())
+	}
+	for _, h := range rec.Headers {
+		hv := message.Header{Key: h.Key}
+		if h.Value != nil {
+			hv.Value = []byte(*h.Value)
+		}
+		m.Headers = append(m.Headers, hv)
+	}
+	m.Tags = rec.Tags
+	if rec.Timestamp != nil {
+		if *rec.Timestamp <= 0 {
+			return nil, errors.New("timestamp must be positive (Unix milliseconds)")
+		}
+		m.Timestamp = time.UnixMilli(*rec.Timestamp)
+	}
+	if err := m.CheckProperties(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// ConsumedRecord is one record read.
+type ConsumedRecord struct {
+	Topic     string          `json:"topic"`
+	Partition int32           `json:"partition"`
+	Offset    int64           `json:"offset"`
+	MsgID     int64           `json:"msg_id"`
+	Key       json.RawMessage `json:"key,omitempty"`
+	Value     json.RawMessage `json:"value"`
+	Headers   []RecordHeader  `json:"headers,omitempty"`
+	Tags      []string        `json:"tags,omitempty"`
+	Timestamp int64           `json:"timestamp"`
+	Attribute *string         `json:"attribute,omitempty"`
+}
+
+// ReadReply is the reply of a read: the records and the offset to read
+// next.
+type ReadReply struct {
+	Records    []ConsumedRecord `json:"records"`
+	NextOffset int64            `json:"next_offset"`
+	// OutOfRange says the offset asked for is no longer (or not yet) in
+	// the partition: NextOffset is the one to use.
+	OutOfRange bool `json:"out_of_range,omitempty"`
+}
+
+// encodeField is b in format f as JSON.
+func encodeField(f string, b []byte) (json.RawMessage, error) {
+	switch f {
+	case formatJSON:
+		if !json.Valid(b) {
+			return nil, errors.New("is not JSON: read it with format=binary or format=text")
+		}
+		return json.RawMessage(b), nil
+	case formatText:
+		if !utf8.Valid(b) {
+			return nil, errors.New("is not UTF-8 text: read it with format=binary")
+		}
+		return json.Marshal(string(b))
+	default:
+		return json.Marshal(base64.StdEncoding.EncodeToString(b))
+	}
+}
+
+// consumedRecord is rec of topic's partition p in format f.
+func consumedRecord(topic string, p int32, f string, rec *message.Record) (ConsumedRecord, error) {
+	m, err := rec.Message(topic, p)
+	if err != nil {
+		return ConsumedRecord{}, err
+	}
+	c := ConsumedRecord{Topic: topic, Partition: p, Offset: rec.Offset, MsgID: rec.ID, Tags: m.Tags, Timestamp: m.Time().UnixMilli()}
+	if m.Key != nil {
+		if c.Key, err = encodeField(f, m.Key); err != nil {
+			return ConsumedRecord{}, errors.New("key of the record at offset " + strconv.FormatInt(rec.Offset, 10) + " " + err.Error())
+		}
+	}
+	if c.Value, err = encodeField(f, m.Body); err != nil {
+		return ConsumedRecord{}, errors.New("value of the record at offset " + strconv.FormatInt(rec.Offset, 10) + " " + err.Error())
+	}
+	for _, h := range m.Headers {
+		rh := RecordHeader{Key: h.Key}
+		if h.Value != nil {
+			v := string(h.Value)
+			rh.Value = &v
+		}
+		c.Headers = append(c.Headers, rh)
+	}
+	if m.HasAttribute {
+		a := m.Attribute
+		c.Attribute = &a
+	}
+	return c, nil
+}
