@@ -110,6 +110,7 @@ func (b *Broker) metricsStatus() httpapi.Status {
 		logs[t.name] = t.parts
 	}
 	st.Journals, st.Disks = httpapi.JournalStatuses(b.journals, b.start), httpapi.DiskStatuses(b.disks)
+	st.KeyIndexes = b.indexes.statuses()
 	st.Plugins = httpBackend{b}.Plugins()
 	st.AddGroupLags(b.committed.Snapshot(), logs)
 	return st

@@ -78,6 +78,25 @@ func (s *indexSet) part(l *store.Log) *index.Part {
 	return nil
 }
 
+// statuses are the metrics of each data directory's index.
+func (s *indexSet) statuses() []httpapi.KeyIndexStatus {
+	s.mu.Lock()
+	dirs := make([]string, 0, len(s.byDir))
+	xs := map[string]*index.Indexer{}
+	for d, x := range s.byDir {
+		dirs = append(dirs, d)
+		xs[d] = x
+	}
+	s.mu.Unlock()
+	slices.Sort(dirs)
+	out := make([]httpapi.KeyIndexStatus, 0, len(dirs))
+	for _, d := range dirs {
+		st := xs[d].Stats()
+		out = append(out, httpapi.KeyIndexStatus{Dir: d, Bytes: st.Bytes, Entries: st.Entries, Lag: st.Lag})
+	}
+	return out
+}
+
 // close stops every Indexer (before the logs close).
 func (s *indexSet) close() {
 	s.mu.Lock()

@@ -97,6 +97,16 @@ func TestFindMessagesAPI(t *testing.T) {
 					return res.ScannedBytes == 0
 				}, 10*time.Second, 10*time.Millisecond)
 				check()
+				// The metrics: 41 messages, 40 with a key, all indexed.
+				code, scrape := h.get("/metrics")
+				require.Equal(t, 200, code)
+				dir := strconv.Quote(b.config().DataDir)
+				require.Eventually(t, func() bool {
+					_, scrape = h.get("/metrics")
+					return metricValue(t, scrape, `metaq_key_index_entries{data_dir=`+dir+`}`) == 81
+				}, 10*time.Second, 10*time.Millisecond, "%s", scrape)
+				require.Equal(t, 0.0, metricValue(t, scrape, `metaq_key_index_lag_bytes{data_dir=`+dir+`}`))
+				require.GreaterOrEqual(t, metricValue(t, scrape, `metaq_key_index_bytes{data_dir=`+dir+`}`), 0.0)
 			}
 			for _, bad := range []url.Values{{}, {"key": {"a"}, "id": {"1"}}, {"id": {"x"}}, {"key": {"a"}, "limit": {"0"}}} {
 				code, _, body := findMessages(t, h, bad)

@@ -30,10 +30,12 @@ type Status struct {
 	// Indexing counts the partitions whose start-up scrub is not done.
 	Indexing int
 	Journals []JournalStatus
-	Disks    []DiskStatus
-	Plugins  []PluginInfo
-	Lags     []GroupLagStatus
-	Repl     Replication
+	// KeyIndexes is the key and id index of each data directory.
+	KeyIndexes []KeyIndexStatus
+	Disks      []DiskStatus
+	Plugins    []PluginInfo
+	Lags       []GroupLagStatus
+	Repl       Replication
 }
 
 // TopicStatus is one open topic at a scrape.
@@ -46,6 +48,14 @@ type TopicStatus struct {
 type PartitionStatus struct {
 	MsgsIn, BytesIn, BytesOut, MsgsOut, Gets int64
 	Messages, MinOffset, MaxOffset           int64
+}
+
+// KeyIndexStatus is one data directory's key and id index at a scrape
+// (core/index): its files' bytes, its entries (sealed and in memory), and
+// the bytes of the logs not indexed yet.
+type KeyIndexStatus struct {
+	Dir                 string
+	Bytes, Entries, Lag int64
 }
 
 // JournalStatus is one data directory's journal at a scrape.
@@ -122,6 +132,9 @@ var (
 	dJCkpts        = desc("metaq_journal_checkpoints_total", "Journal checkpoints made durable.", "data_dir")
 	dJSyncfs       = desc("metaq_journal_checkpoint_syncfs_total", "Journal checkpoints whose segments one syncfs of the file system made durable (journal_checkpoint_sync = \"auto\").", "data_dir")
 	dJLed          = desc("metaq_journal_led_rounds_total", "Group-commit rounds run by the appending connection itself on an idle journal (a lone synchronous put: no handoff to the committer).", "data_dir")
+	dKIBytes       = desc("metaq_key_index_bytes", "Bytes of the key and msgId index files of the data directory's partitions (index_keys).", "data_dir")
+	dKIEntries     = desc("metaq_key_index_entries", "Entries of the key and msgId index (a message has one for its msgId and one for its key), in files and in memory.", "data_dir")
+	dKILag         = desc("metaq_key_index_lag_bytes", "Bytes of the partitions' logs the indexer has not indexed yet (a lookup scans them).", "data_dir")
 	dJLag          = desc("metaq_journal_lag_bytes", "Journal bytes written after the last durable checkpoint: what a restart would replay.", "data_dir")
 	dJCkptAge      = desc("metaq_journal_checkpoint_age_seconds", "Seconds since the last durable checkpoint (since start before the first); 0 while nothing was written after it.", "data_dir")
 	dJFailed       = desc("metaq_journal_failed", "1 once a journal write or fsync failed (every durable put is then refused until restart).", "data_dir")
@@ -241,6 +254,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(dJLag, float64(j.Behind), d)
 		gauge(dJCkptAge, j.CheckpointAge, d)
 		gauge(dJFailed, flag(j.Failed), d)
+	}
+
+	for _, k := range st.KeyIndexes {
+		gauge(dKIBytes, float64(k.Bytes), k.Dir)
+		gauge(dKIEntries, float64(k.Entries), k.Dir)
+		gauge(dKILag, float64(k.Lag), k.Dir)
 	}
 
 	for _, dd := range st.Disks {

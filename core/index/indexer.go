@@ -181,3 +181,22 @@ func (x *Indexer) boundOpen(ps []*Part) {
 		total -= o.n
 	}
 }
+
+// Stats sums the Stats of the partitions followed.
+func (x *Indexer) Stats() Stats {
+	x.mu.Lock()
+	ps := make([]*Part, 0, len(x.parts))
+	for _, p := range x.parts {
+		ps = append(ps, p)
+	}
+	x.mu.Unlock()
+	var s Stats
+	for _, p := range ps {
+		ps := p.Stats()
+		s.Chunks += ps.Chunks
+		s.Bytes += ps.Bytes
+		s.Entries += ps.Entries
+		s.Lag += ps.Lag
+	}
+	return s
+}
