@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -134,5 +135,20 @@ func TestSyncPairProperties(t *testing.T) {
 		require.Equal(t, w.HasAttribute, g.HasAttribute)
 		require.Equal(t, w.Attribute, g.Attribute)
 		require.True(t, w.Timestamp.Equal(g.Timestamp))
+	}
+	// Both find each message by key and by msgId (the slave indexes
+	// what it copies): a put's and a transaction's.
+	for _, w := range []*message.Message{want[2], txm[1]} {
+		for _, b := range []*Broker{master, slave} {
+			res, err := httpBackend{b}.FindMessages([]string{"t"}, httpapi.FindQuery{Key: w.Key, Limit: 5})
+			require.NoError(t, err)
+			require.Len(t, res.Found, 1, "key %s", w.Key)
+			require.Equal(t, int(w.Partition), res.Found[0].Partition)
+			id := res.Found[0].Record.ID
+			res, err = httpBackend{b}.FindMessages([]string{"t"}, httpapi.FindQuery{ID: id, ByID: true, Limit: 5})
+			require.NoError(t, err)
+			require.Len(t, res.Found, 1, "msgId %d", id)
+			require.Equal(t, w.Key, func() []byte { m, _ := res.Found[0].Record.Message("t", 0); return m.Key }())
+		}
 	}
 }
