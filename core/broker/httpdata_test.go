@@ -121,6 +121,16 @@ func TestHTTPMetaQEndpoints(t *testing.T) {
 	c := dialAuth(t, b.Addr(), nil)
 	code, rb := c.put("t")
 	require.Equal(t, 200, code, rb)
+
+	// Per endpoint: requests, errors, durations; promtool accepts them.
+	code, scrape := h.get("/metrics")
+	require.Equal(t, 200, code, "%s", scrape)
+	require.Equal(t, 10.0, metricValue(t, scrape, `metaq_http_data_requests_total{endpoint="put"}`))
+	require.Equal(t, 6.0, metricValue(t, scrape, `metaq_http_data_errors_total{endpoint="put"}`))
+	require.Equal(t, 4.0, metricValue(t, scrape, `metaq_http_data_requests_total{endpoint="get"}`))
+	require.Equal(t, 2.0, metricValue(t, scrape, `metaq_http_data_request_duration_seconds_count{endpoint="offset"}`))
+	require.Equal(t, 0.0, metricValue(t, scrape, `metaq_http_data_requests_total{endpoint="events"}`))
+	require.Empty(t, testsvc.PromtoolCheckMetrics(t, scrape), "promtool check metrics")
 }
 
 // produceJSON posts a produce body and decodes its reply.

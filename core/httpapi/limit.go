@@ -601,4 +601,5 @@ func (s *Server) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(dHTTPEvicted, prometheus.CounterValue, float64(st.Evicted))
 	ch <- prometheus.MustNewConstMetric(dHTTPRefused, prometheus.CounterValue, float64(st.Refused))
 	ch <- prometheus.MustNewConstMetric(dHTTPBusy, prometheus.CounterValue, float64(st.Busy))
+	s.data.collect(ch) // data.go
 }

@@ -145,6 +145,8 @@ type Server struct {
 	dash dashState
 	// console is the cluster console's memory of brokers (console.go).
 	console ConsoleMemory
+	// data is the data plane's series (data.go).
+	data *dataMetrics
 }
 
 // New returns a server for be under cfg; Serve starts it.
@@ -154,7 +156,7 @@ func New(cfg Config, be Backend, opts Options) *Server {
 		l = slog.Default()
 	}
 	s := &Server{be: be, logf: logx.Printf(l, slog.LevelInfo), errs: opts.ErrorLog, done: make(chan struct{}),
-		scrapes: make(chan struct{}, metricsScrapes)}
+		scrapes: make(chan struct{}, metricsScrapes), data: newDataMetrics()}
 	s.cfg.Store(&cfg)
 	return s
 }
