@@ -6,6 +6,3 @@ import "os"
 
 // fileIdentity is not known here: files are identified by path alone.
 func fileIdentity(fi os.FileInfo) (dev, ino uint64) { return 0, 0 }
-
-// lockFile is a no-op where flock(2) is not available.
-func lockFile(f *os.File) error { return nil }

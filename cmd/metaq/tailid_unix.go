@@ -15,7 +15,3 @@ func fileIdentity(fi os.FileInfo) (dev, ino uint64) {
 	}
 	return 0, 0
 }
-
-// lockFile takes an exclusive lock on f without waiting: another shipper
-// on the same state file is refused.
-func lockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) }
