@@ -104,7 +104,7 @@ type Config struct {
 	IdempotentIdleExpiry int `toml:"idempotent_idle_expiry"`
 	// IdempotentRebuildBytes is how far back from a partition's end the
 	// broker reads its records to rebuild the producers' state after a
-	// start or a failover (1048576..1073741824). Default 67108864.
+	// start or a failover (1048576..1073741824). Default 8388608.
 	IdempotentRebuildBytes int64 `toml:"idempotent_rebuild_bytes"`
 	// DeletePolicy is the retention policy, "delete,N[s|m|h]" (no unit = hours).
 	DeletePolicy string `toml:"delete_policy"`
@@ -414,7 +414,7 @@ func Default() *Config {
 		MaxLineLength:          1024,
 		IdempotentProducers:    1024,
 		IdempotentIdleExpiry:   86400,
-		IdempotentRebuildBytes: 64 << 20,
+		IdempotentRebuildBytes: 8 << 20,
 		DeletePolicy:           "delete,168",
 		DeleteCheckInterval:    300,
 		AutoCreateTopics:       false,

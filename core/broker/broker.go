@@ -539,6 +539,8 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	b.wg.Add(1)
 	go b.outCountLoop() // msgsout.go
 	b.wg.Add(1)
+	go b.idemClockLoop() // idem.go
+	b.wg.Add(1)
 	go func() { defer b.wg.Done(); b.disks.Run(b.done) }()
 	for _, l := range []net.Listener{b.ln, b.tlsLn} {
 		if l == nil {

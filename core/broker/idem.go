@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,28 @@ func (b *Broker) idemTable(l *store.Log) *idem.Table {
 	return ip.t
 }
 
+// idemTick is how often idemClockLoop advances the tables' clocks.
+const idemTick = 5 * time.Second
+
+// idemClockLoop advances every table's coarse clock (idem.Table.Tick),
+// which also forgets its idle producers.
+func (b *Broker) idemClockLoop() {
+	defer b.wg.Done()
+	tk := time.NewTicker(idemTick)
+	defer tk.Stop()
+	for {
+		select {
+		case <-b.done:
+			return
+		case now := <-tk.C:
+			b.idem.Range(func(_, v any) bool {
+				v.(*idemPart).t.Tick(now)
+				return true
+			})
+		}
+	}
+}
+
 // forgetIdem drops the tables of logs that closed (a deleted topic).
 func (b *Broker) forgetIdem(logs []*store.Log) {
 	for _, l := range logs {
@@ -71,10 +94,10 @@ func (b *Broker) forgetIdem(logs []*store.Log) {
 // a stored put), or with a cause (docs/protocol.md's cause table).
 func (c *conn) idemBegin(l *store.Log, p int32, opaque int32, ps producerSeq, count int, mput bool) *idemWaiter {
 	t := c.b.idemTable(l)
-	now := time.Now()
+	now := t.Clock() // idemClockLoop's: no clock read per put
 	err := t.Build(now, func() (func() (idem.Record, bool), error) {
 		start := time.Now()
-		recs, from, err := scanProducers(l, t.Config().RebuildBytes)
+		recs, from, err := scanProducers(l, t.Config().RebuildBytes, c.b.config().MaxMessageSize)
 		if err == nil {
 			c.b.logf("idempotent producer: partition %s rebuilt from %d records of producers in [%d, %d) in %v",
 				l.Dir(), len(recs), from, l.MaxOffset(), time.Since(start).Round(time.Millisecond))
@@ -101,7 +124,9 @@ func (c *conn) idemBegin(l *store.Log, p int32, opaque int32, ps producerSeq, co
 	}
 	switch v {
 	case idem.Append:
-		return &idemWaiter{c: c, t: t, id: ps.id, first: ps.seq}
+		w := idemWaiters.Get().(*idemWaiter)
+		w.c, w.t, w.id, w.first = c, t, ps.id, ps.seq
+		return w
 	case idem.Duplicate:
 		if res.Count > 0 {
 			c.b.stats.idemDuplicates.Add(int64(count))
@@ -150,33 +175,108 @@ type idemWaiter struct {
 
 var _ repl.PutDone = (*idemWaiter)(nil)
 
+// idemWaiters recycles the waiters: exactly one of AppendDone, SyncFailed
+// and failed ends a waiter's use.
+var idemWaiters = sync.Pool{New: func() any { return new(idemWaiter) }}
+
+func (w *idemWaiter) release() {
+	*w = idemWaiter{}
+	idemWaiters.Put(w)
+}
+
 func (w *idemWaiter) AppendDone(token uint64, firstID, firstOffset int64, err error) {
 	if err != nil {
 		w.t.Fail(w.id, w.first)
 	} else {
 		w.t.Done(w.id, w.first, idem.Result{FirstID: firstID, FirstOffset: firstOffset, Count: max(1, int(token>>48))})
 	}
-	w.c.AppendDone(token, firstID, firstOffset, err)
+	c := w.c
+	w.release()
+	c.AppendDone(token, firstID, firstOffset, err)
 }
 
 // SyncFailed: stored here, the slave failed it; a retry is answered as
 // stored, its offsets unknown (the slave catches up by the master's log).
 func (w *idemWaiter) SyncFailed(token uint64, err error) {
 	w.t.Done(w.id, w.first, idem.Result{})
-	w.c.SyncFailed(token, err)
+	c := w.c
+	w.release()
+	c.SyncFailed(token, err)
 }
 
 // failed is the waiter's put refused before the store took it.
-func (w *idemWaiter) failed() { w.t.Fail(w.id, w.first) }
+func (w *idemWaiter) failed() {
+	w.t.Fail(w.id, w.first)
+	w.release()
+}
 
-// scanProducers reads partition l's records from the start of the
-// segment holding MaxOffset-back to MaxOffset and returns those that
-// carry an idempotent producer, oldest first. A damaged record ends the
+// resyncSlack is how far past a segment's start the rebuild's starting
+// point may be before resync looks for a record boundary there instead of
+// reading the segment from its start (segments are 1 GiB by default).
+const resyncSlack = 4 << 20
+
+// resyncChain is how many records must follow a candidate, back to back,
+// each with its checksum right, for resync to take it as a boundary.
+const resyncChain = 8
+
+// resync finds the first record boundary at or after offset start of l,
+// in the segment holding it: the first position where a record (length
+// within maxLen, checksum right) is followed by resyncChain more, or by
+// records up to the end of what was read (two or more when the read cuts
+// the last one). ok is false when there is none
+// in the first 2*maxLen+64 KiB (the caller reads from the segment start).
+func resync(l *store.Log, start int64, maxLen int) (int64, bool) {
+	v, err := l.Read(start, 2*(maxLen+message.HeaderSize)+64<<10)
+	if err != nil {
+		return 0, false
+	}
+	buf, err := v.ReadAll(nil)
+	v.Release()
+	if err != nil {
+		return 0, false
+	}
+	for i := 0; i+message.HeaderSize <= len(buf); i++ {
+		_, n, err := message.ParseRecord(buf[i:], maxLen)
+		if err != nil {
+			continue
+		}
+		j, k := i+n, 0
+		for ; k < resyncChain; k++ {
+			_, n, err := message.ParseRecord(buf[j:], maxLen)
+			if err != nil {
+				break
+			}
+			j += n
+		}
+		// Enough records back to back, or records up to the end of what
+		// was read (at least two, when the last one is cut by the read).
+		if k == resyncChain || j == len(buf) || (k >= 1 && errors.Is(firstErr(buf[j:], maxLen), message.ErrShortRecord)) {
+			return start + int64(i), true
+		}
+	}
+	return 0, false
+}
+
+func firstErr(b []byte, maxLen int) error {
+	_, _, err := message.ParseRecord(b, maxLen)
+	return err
+}
+
+// scanProducers reads partition l's records from MaxOffset-back (a record
+// boundary: the start of the segment holding it, or one resync finds past
+// it) to MaxOffset and returns those that carry an idempotent producer,
+// oldest first. A damaged record ends the
 // scan (recovery cut the log at the first bad record of its tail; one
 // found here is never served either).
-func scanProducers(l *store.Log, back int64) (recs []idem.Record, from int64, err error) {
+func scanProducers(l *store.Log, back int64, maxLen int) (recs []idem.Record, from int64, err error) {
 	end := l.MaxOffset()
-	from = l.NearestOffset(max(l.MinOffset(), end-back))
+	start := max(l.MinOffset(), end-back)
+	from = l.NearestOffset(start)
+	if start-from > resyncSlack { // far into a large segment: find a record there
+		if off, ok := resync(l, start, maxLen); ok {
+			from = off
+		}
+	}
 	chunk := 1 << 20
 	var buf []byte
 	for off := from; off < end; {

@@ -13,6 +13,7 @@ package idem
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,7 +26,7 @@ const Window = 8
 const (
 	DefaultMaxProducers = 1024
 	DefaultIdleExpiry   = 24 * time.Hour // Kafka's producer.id.expiration.ms
-	DefaultRebuildBytes = 64 << 20
+	DefaultRebuildBytes = 8 << 20
 )
 
 // Config bounds a Table.
@@ -62,15 +63,18 @@ const (
 	// Append: new sequences (or a producer first seen); append the put,
 	// then call Done or Fail with the ticket.
 	Append Verdict = iota
-	// Duplicate: every sequence is stored; Result is the original put's.
+	// Duplicate: every sequence is stored, from the start of one of the
+	// last puts; Result is the original put's (Count the retry's).
 	Duplicate
-	// Stored: every sequence is stored, by a put older than the window:
-	// its offsets are no longer known.
+	// Stored: every sequence is stored, by a put older than the window
+	// or from inside one: its offsets are not known.
 	Stored
-	// InFlight: the same put is being appended now; the retry must wait.
+	// InFlight: some of the sequences are being appended now; the retry
+	// must wait.
 	InFlight
 	// OutOfOrder: the first sequence is past the next one expected (a
-	// gap), or the put overlaps stored sequences without matching a put.
+	// gap), the put holds stored and new sequences together, or it is an
+	// unknown producer's put that does not start at 0.
 	OutOfOrder
 )
 
@@ -118,14 +122,38 @@ func (p *producer) find(first int64) *batch {
 	return nil
 }
 
+// judge answers a put of sequences first..last, all at or below last: a
+// retry of one of the last puts (or of the start of one: a batch retried
+// message by message) gets its result; one still being stored, InFlight;
+// the rest is Stored.
+func (p *producer) judge(first, last int64) (Verdict, Result) {
+	for i := p.n - 1; i >= 0; i-- {
+		b := &p.batches[(p.head+i)%Window]
+		if b.last < first || b.first > last {
+			continue
+		}
+		if b.pending {
+			return InFlight, Result{}
+		}
+		if b.first == first && last <= b.last && b.res.Count > 0 {
+			r := b.res
+			r.Count = int(last - first + 1)
+			return Duplicate, r
+		}
+	}
+	return Stored, Result{}
+}
+
 // Table is one partition's producer state. Safe for concurrent use.
 type Table struct {
 	cfg Config
 
 	buildMu sync.Mutex // one Build at a time
 
+	clock atomic.Int64 // Unix ns: Tick's last time (Clock)
+
 	mu        sync.Mutex
-	built     bool
+	built     atomic.Bool // set under mu
 	producers map[int64]*producer
 	lru       list.List // of *producer, most recently used at the front
 	evicted   int64
@@ -133,25 +161,37 @@ type Table struct {
 
 // NewTable returns an empty table, not yet built.
 func NewTable(cfg Config) *Table {
-	return &Table{cfg: cfg.withDefaults(), producers: map[int64]*producer{}}
+	t := &Table{cfg: cfg.withDefaults(), producers: map[int64]*producer{}}
+	t.clock.Store(time.Now().UnixNano())
+	return t
+}
+
+// Clock returns the time of the last Tick (or of NewTable): a coarse
+// clock for Begin on the put path, which then reads no clock itself. Its
+// resolution (the caller's tick) only delays an idle expiry.
+func (t *Table) Clock() time.Time { return time.Unix(0, t.clock.Load()) }
+
+// Tick advances Clock to now and forgets the producers idle longer than
+// IdleExpiry: the owner calls it every few seconds.
+func (t *Table) Tick(now time.Time) {
+	t.clock.Store(now.UnixNano())
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expire(now)
 }
 
 // Config returns the table's configuration, defaults applied.
 func (t *Table) Config() Config { return t.cfg }
 
 // Built reports whether Rebuild has run (or Reset has not since).
-func (t *Table) Built() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.built
-}
+func (t *Table) Built() bool { return t.built.Load() }
 
 // Reset forgets every producer and marks the table unbuilt: the log it
 // described may have changed under it (this broker was a slave).
 func (t *Table) Reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.built = false
+	t.built.Store(false)
 	clear(t.producers)
 	t.lru.Init()
 }
@@ -179,32 +219,27 @@ func (t *Table) Begin(id, first, last int64, now time.Time) (Verdict, Result) {
 	t.expire(now)
 	p := t.producers[id]
 	if p == nil {
+		// A producer starts at sequence 0 (Kafka's rule): a first sight
+		// past 0 could be a producer this table forgot, or one whose
+		// earlier puts were lost and may yet be retried; accepting it
+		// would answer such a retry as stored. The producer starts over
+		// with a new id instead.
+		if first != 0 {
+			return OutOfOrder, Result{}
+		}
 		p = &producer{id: id}
 		p.elem = t.lru.PushFront(p)
 		t.producers[id] = p
 		t.bound()
 	} else {
 		t.lru.MoveToFront(p.elem)
+		p.used = now
 		switch {
 		case first == p.last+1:
-		case first > p.last+1:
-			p.used = now
+		case first > p.last+1 || last > p.last: // a gap, or stored and new together
 			return OutOfOrder, Result{}
-		case last <= p.last:
-			p.used = now
-			b := p.find(first)
-			switch {
-			case b == nil:
-				return Stored, Result{}
-			case b.last != last:
-				return OutOfOrder, Result{}
-			case b.pending:
-				return InFlight, Result{}
-			}
-			return Duplicate, b.res
-		default: // overlaps the stored sequences and goes past them
-			p.used = now
-			return OutOfOrder, Result{}
+		default: // every sequence is stored or being stored
+			return p.judge(first, last)
 		}
 	}
 	p.used = now
@@ -329,7 +364,7 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.built = true
+	t.built.Store(true)
 	// Least recently used first, so that the last producer seen ends at
 	// the front of the LRU.
 	done := map[int64]bool{}

@@ -16,36 +16,49 @@ func begin(t *testing.T, tb *Table, id, first, last int64, want Verdict) Result 
 	return r
 }
 
-// TestTableDupGap: first sight accepted at any sequence, the next one
-// appended, a retry of a stored put answered with its result, a retry of
-// one still in flight told so, a gap and a misaligned overlap refused,
-// a retry from inside a stored put answered as stored.
+// TestTableDupGap: a producer starts at 0 (a first sight past it is
+// refused), the next put is appended, a retry of a stored put (or of its
+// start) is answered with its result, a retry of one still in flight told
+// so, a gap or a put of stored and new sequences together refused, a
+// retry from inside a stored put answered as stored.
 func TestTableDupGap(t *testing.T) {
 	tb := NewTable(Config{})
-	begin(t, tb, 7, 10, 10, Append) // first sight, not at 0
-	begin(t, tb, 7, 10, 10, InFlight)
-	tb.Done(7, 10, Result{FirstID: 100, FirstOffset: 0, Count: 1})
-	require.Equal(t, Result{FirstID: 100, FirstOffset: 0, Count: 1}, begin(t, tb, 7, 10, 10, Duplicate))
-	begin(t, tb, 7, 11, 13, Append) // an mput of three
-	tb.Done(7, 11, Result{FirstID: 101, FirstOffset: 50, Count: 3})
-	require.Equal(t, Result{FirstID: 101, FirstOffset: 50, Count: 3}, begin(t, tb, 7, 11, 13, Duplicate))
-	begin(t, tb, 7, 15, 15, OutOfOrder) // 14 missing
-	begin(t, tb, 7, 12, 13, Stored)     // inside a put, not one: stored, offsets unknown
-	begin(t, tb, 7, 11, 12, OutOfOrder) // a put's start, another end
-	begin(t, tb, 7, 13, 14, OutOfOrder) // overlaps and goes past
-	begin(t, tb, 8, 0, 0, Append)       // another producer, its own sequences
-	begin(t, tb, 7, 14, 14, Append)
-	for s := int64(15); s < 15+Window; s++ {
+	begin(t, tb, 7, 10, 10, OutOfOrder) // unknown producer, not at 0
+	begin(t, tb, 7, 0, 0, Append)
+	begin(t, tb, 7, 0, 0, InFlight)
+	tb.Done(7, 0, Result{FirstID: 100, FirstOffset: 0, Count: 1})
+	require.Equal(t, Result{FirstID: 100, FirstOffset: 0, Count: 1}, begin(t, tb, 7, 0, 0, Duplicate))
+	begin(t, tb, 7, 1, 3, Append) // an mput of three
+	begin(t, tb, 7, 2, 2, InFlight)
+	tb.Done(7, 1, Result{FirstID: 101, FirstOffset: 50, Count: 3})
+	require.Equal(t, Result{FirstID: 101, FirstOffset: 50, Count: 3}, begin(t, tb, 7, 1, 3, Duplicate))
+	// Its messages retried one by one: the first gets its offset, the
+	// others are known stored.
+	require.Equal(t, Result{FirstID: 101, FirstOffset: 50, Count: 1}, begin(t, tb, 7, 1, 1, Duplicate))
+	begin(t, tb, 7, 2, 2, Stored)
+	begin(t, tb, 7, 2, 3, Stored)
+	begin(t, tb, 7, 5, 5, OutOfOrder) // 4 missing
+	begin(t, tb, 7, 3, 4, OutOfOrder) // stored and new together
+	begin(t, tb, 8, 0, 0, Append)     // another producer, its own sequences
+	begin(t, tb, 7, 4, 4, Append)
+	for s := int64(5); s < 5+Window; s++ {
 		begin(t, tb, 7, s, s, Append)
 		tb.Done(7, s, Result{FirstID: s, Count: 1})
 	}
-	begin(t, tb, 7, 10, 10, Stored) // out of the window: stored, offsets unknown
-	require.Equal(t, Result{FirstID: 15 + Window - 1, Count: 1}, begin(t, tb, 7, 15+Window-1, 15+Window-1, Duplicate))
+	begin(t, tb, 7, 0, 0, Stored) // out of the window: stored, offsets unknown
+	require.Equal(t, Result{FirstID: 5 + Window - 1, Count: 1}, begin(t, tb, 7, 5+Window-1, 5+Window-1, Duplicate))
 
-	// A failed append forgets the producer: its next put is a first sight.
+	// A failed append forgets the producer: its next put is refused
+	// unless it starts over (a new producer at 0).
 	begin(t, tb, 8, 1, 1, Append)
 	tb.Fail(8, 1)
-	begin(t, tb, 8, 1, 1, Append)
+	begin(t, tb, 8, 2, 2, OutOfOrder)
+	begin(t, tb, 9, 0, 0, Append)
+
+	// A put the slave failed (stored here, result unknown) is Stored.
+	begin(t, tb, 9, 1, 1, Append)
+	tb.Done(9, 1, Result{})
+	begin(t, tb, 9, 1, 1, Stored)
 }
 
 // TestTableBounds: the least recently used producer is forgotten past
@@ -61,12 +74,18 @@ func TestTableBounds(t *testing.T) {
 	begin(t, tb, 4, 0, 0, Append)    // evicts 2
 	require.Equal(t, 3, tb.Len())
 	require.EqualValues(t, 1, tb.Evicted())
-	begin(t, tb, 2, 5, 5, Append) // forgotten: first sight (evicts 3)
+	begin(t, tb, 2, 1, 1, OutOfOrder) // forgotten: must start over
+	begin(t, tb, 2, 0, 0, Append)     // a first sight at 0 (evicts 3)
 	begin(t, tb, 1, 0, 0, Duplicate)
 
+	tb.Tick(t0.Add(30 * time.Second)) // the owner's clock: nobody idle long enough
+	require.Equal(t, 3, tb.Len())
+	require.Equal(t, t0.Add(30*time.Second), tb.Clock())
 	v, _ := tb.Begin(1, 0, 0, t0.Add(2*time.Minute)) // everyone idle: all expire
 	require.Equal(t, Append, v)
 	require.Equal(t, 1, tb.Len())
+	tb.Tick(t0.Add(5 * time.Minute)) // Tick forgets idle producers too
+	require.Zero(t, tb.Len())
 }
 
 // recs feeds Rebuild from a slice.
@@ -113,6 +132,7 @@ func TestTableRebuild(t *testing.T) {
 	require.Equal(t, Result{FirstID: 1002, FirstOffset: 80, Count: 4}, begin(t, tb, 1, 1, 4, Duplicate))
 	require.Equal(t, Result{FirstID: 1000, FirstOffset: 0, Count: 1}, begin(t, tb, 1, 0, 0, Duplicate))
 	begin(t, tb, 1, 3, 4, Stored)
+	require.Equal(t, Result{FirstID: 1002, FirstOffset: 80, Count: 2}, begin(t, tb, 1, 1, 2, Duplicate))
 	begin(t, tb, 2, 1, 1, Duplicate)
 	begin(t, tb, 1, 6, 6, OutOfOrder)
 	begin(t, tb, 1, 5, 5, Append)
@@ -133,5 +153,5 @@ func TestTableRebuild(t *testing.T) {
 	tb.Rebuild(t0, recs(rs))
 	require.Equal(t, 1, tb.Len())
 	begin(t, tb, 2, 1, 1, Duplicate)
-	begin(t, tb, 1, 5, 5, Append) // forgotten by the bound: first sight
+	begin(t, tb, 1, 5, 5, OutOfOrder) // forgotten by the bound: must start over
 }
