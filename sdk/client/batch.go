@@ -69,8 +69,12 @@ func newAccumulator(p *brokerProducer) *accumulator {
 
 func (a *accumulator) add(pm *pendingMsg) {
 	cfg := &a.p.cfg.batch
-	pm.crc = dataChecksum(pm.msg)
 	size := protocol.MPutEntryHeader + pm.msg.DataLen()
+	if !a.p.cfg.idempotent {
+		pm.crc = dataChecksum(pm.msg)
+	} else {
+		size += idemReserve // bound when sent (idem.go), then checksummed
+	}
 	key := tpKey{pm.msg.Topic, pm.part}
 	a.mu.Lock()
 	queued := len(a.ready)
@@ -182,6 +186,14 @@ func (a *accumulator) send(b *batch) {
 	bodyLen := b.bytes
 	deadline := time.Now().Add(p.cfg.sendTimeout)
 	p.cn.sendAsync(context.Background(), deadline, func(dst []byte, op int32) []byte {
+		if p.cfg.idempotent { // bind, in order, under the wire's lock
+			bodyLen = 0
+			for _, pm := range b.msgs {
+				p.bind(pm.msg, b.key.part)
+				pm.crc = dataChecksum(pm.msg)
+				bodyLen += protocol.MPutEntryHeader + pm.msg.DataLen()
+			}
+		}
 		dst = protocol.AppendMPutHeader(dst, b.key.topic, b.key.part, bodyLen, len(b.msgs), op)
 		for _, pm := range b.msgs {
 			m := pm.msg
@@ -204,6 +216,7 @@ func (a *accumulator) complete(b *batch, c *call) {
 	var err error
 	var id, off int64
 	var part int32
+	unknown := false
 	switch {
 	case c.err != nil:
 		err = c.err
@@ -211,6 +224,13 @@ func (a *accumulator) complete(b *batch, c *call) {
 		err = resultError(c.code, c.body)
 		if isPartitionError(err) {
 			p.forgetTopic(b.key.topic)
+		}
+		if sendCause(err) == protocol.CauseDuplicateSequence { // stored already
+			for _, pm := range b.msgs {
+				pm.res = storedUnknown(pm.msg, b.key.part)
+			}
+			unknown = true
+			err = nil
 		}
 	default:
 		var n int
@@ -220,9 +240,11 @@ func (a *accumulator) complete(b *batch, c *call) {
 		}
 	}
 	for i, pm := range b.msgs {
-		if err != nil {
+		switch {
+		case unknown:
+		case err != nil:
 			pm.err = err
-		} else {
+		default:
 			m := pm.msg
 			m.ID, m.Partition, m.Offset = id+int64(i), part, off
 			pm.res = SendResult{Topic: m.Topic, Partition: part, Offset: off, ID: m.ID}

@@ -45,10 +45,13 @@ func Example() {
 			break
 		}
 	}
+	// Offsets are bytes: each record is a 20-byte header, the idempotent
+	// producer's 16 bytes (its id and the message's sequence) and the body.
+
 	// Output:
 	// one at offset 0
-	// two at offset 23
-	// three at offset 46
+	// two at offset 39
+	// three at offset 78
 }
 
 // Produce is asynchronous: the promise runs with each outcome, and Flush

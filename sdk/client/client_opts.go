@@ -66,14 +66,31 @@ func Batching(maxMessages, maxBytes int, linger time.Duration) Opt {
 }
 
 // ProduceRetries sets whether a message whose broker failed (refused,
-// unreachable, connection lost, 403, 5xx) is retried on another partition
-// within the produce timeout. Default true, false with Ordered. A retry
-// after a lost connection may duplicate the message (at least once).
+// unreachable, connection lost, 403, 5xx) is retried within the produce
+// timeout. Default true, false with Ordered. A message that may have
+// reached its broker is retried on its partition and stored once (see
+// Idempotence); one that did not reach it (a broker that could not be
+// reached) is retried on another partition. With Idempotence(false) every
+// retry may change the partition, and a retry after a lost connection may
+// duplicate the message (at least once).
 func ProduceRetries(on bool) Opt {
 	return optFunc(func(c *config) {
 		c.retrySet, c.retry = true, on
 		c.prodOpts = append(c.prodOpts, withRetryOnFailure(on))
 	})
+}
+
+// Idempotence sets whether the producer is idempotent (default true,
+// Kafka's enable.idempotence): each message carries the Client's producer
+// id for its partition and a sequence (docs/protocol.md, "Idempotent
+// producer"), so that the broker stores a retried message once and answers
+// the retry with the first copy's offset. Idempotence is per Client: a
+// new Client (a restarted process) has new producer ids, and what it
+// resends is not recognised as a retry. Idempotence(false) sends messages
+// without a key, timestamp, tags or headers byte for byte as MetaQ 1.4
+// clients do (docs/protocol.md, "What an older client sees").
+func Idempotence(on bool) Opt {
+	return optFunc(func(c *config) { c.prodOpts = append(c.prodOpts, withIdempotence(on)) })
 }
 
 // MaxMessageSize refuses, before sending, messages whose data (body and

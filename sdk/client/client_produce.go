@@ -31,6 +31,7 @@ func (c *Client) producer() (*clusterProducer, *orderedProducer, error) {
 	cfg := &c.cfg
 	opts := append([]prodOption{producerOpt(func(pc *producerConfig) {
 		pc.conn, pc.logger = cfg.conn, cfg.logger
+		pc.idempotent = true // unless Idempotence(false), among prodOpts
 	})}, cfg.prodOpts...)
 	newCP := func(opts []prodOption) (*clusterProducer, error) {
 		pc := newProducerConfig(opts)

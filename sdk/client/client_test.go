@@ -78,13 +78,22 @@ func TestClientOptionsRefused(t *testing.T) {
 // their results.
 func clientProduceN(t *testing.T, cl *Client, n int) []SendResult {
 	t.Helper()
+	res, _ := clientProduceMsgs(t, cl, n)
+	return res
+}
+
+// clientProduceMsgs is clientProduceN that also returns the messages: a
+// record's size is message.HeaderSize + msgs[i].DataLen() (the idempotent
+// producer's field included once sent).
+func clientProduceMsgs(t *testing.T, cl *Client, n int) ([]SendResult, []*message.Message) {
+	t.Helper()
 	msgs := make([]*message.Message, n)
 	for i := range msgs {
 		msgs[i] = &message.Message{Topic: topic, Body: fmt.Appendf(nil, "m%d", i)}
 	}
 	res, err := cl.ProduceSync(ctxT(t, 20*time.Second), msgs...)
 	require.NoError(t, err)
-	return res
+	return res, msgs
 }
 
 // collectBodies consumes with Messages until n distinct bodies arrived.
@@ -200,7 +209,7 @@ func TestClientStoreOffsetsIn(t *testing.T) {
 	t.Parallel()
 	b1, b2 := startBroker(t, brokerWithID(5)), startBroker(t, brokerWithID(6))
 	p := newClient(t, Brokers(b1.addr, b2.addr))
-	res := clientProduceN(t, p, 100)
+	res, msgs := clientProduceMsgs(t, p, 100)
 	store := &memStore{offs: map[string]message.Position{}}
 	opts := []Opt{Brokers(b1.addr, b2.addr), ConsumeTopics(topic), ConsumerGroup("g"),
 		StoreOffsetsIn(store), HeartbeatInterval(100 * time.Millisecond), FetchMaxWait(100 * time.Millisecond)}
@@ -217,9 +226,9 @@ func TestClientStoreOffsetsIn(t *testing.T) {
 	require.NoError(t, c.Close(ctxT(t, 10*time.Second)))
 
 	end := map[message.Partition]int64{} // the next offset of every partition
-	for _, r := range res {
+	for i, r := range res {
 		part := message.Partition{BrokerID: r.BrokerID, Partition: r.Partition}
-		end[part] = max(end[part], r.Offset+int64(message.HeaderSize+len(fmt.Sprint("m", indexOf(res, r)))))
+		end[part] = max(end[part], r.Offset+int64(message.HeaderSize+msgs[i].DataLen()))
 	}
 	store.mu.Lock()
 	stored := map[message.Partition]int64{}
@@ -310,9 +319,10 @@ func TestClientZooKeeperPosition(t *testing.T) {
 
 	p := newClient(t, zkOpts...)
 	ends := map[message.Partition]int64{} // past each partition's last record
-	for i, r := range clientProduceN(t, p, 100) {
+	res, msgs := clientProduceMsgs(t, p, 100)
+	for i, r := range res {
 		mp := message.Partition{BrokerID: r.BrokerID, Partition: r.Partition}
-		ends[mp] = max(ends[mp], r.Offset+int64(message.HeaderSize+len(fmt.Sprintf("m%d", i))))
+		ends[mp] = max(ends[mp], r.Offset+int64(message.HeaderSize+msgs[i].DataLen()))
 	}
 	require.Len(t, ends, 4)
 
@@ -389,13 +399,15 @@ func TestClientPosition(t *testing.T) {
 	t.Parallel()
 	br := startBroker(t)
 	p := newClient(t, Brokers(br.addr), Selector(selector.Fixed(0)))
-	last := clientProduceN(t, p, 3)[0]
-	for _, r := range clientProduceN(t, p, 3) {
+	res, msgs := clientProduceMsgs(t, p, 3)
+	last, lastMsg := res[0], msgs[0]
+	res, msgs = clientProduceMsgs(t, p, 3)
+	for i, r := range res {
 		if r.Offset > last.Offset {
-			last = r
+			last, lastMsg = r, msgs[i]
 		}
 	}
-	end := last.Offset + int64(message.HeaderSize+len("m0"))
+	end := last.Offset + int64(message.HeaderSize+lastMsg.DataLen())
 
 	c := newClient(t, Brokers(br.addr), ConsumePartitions(topic, 0),
 		ConsumeFrom(AtOffset(last.Offset+1)), FetchMaxWait(50*time.Millisecond))

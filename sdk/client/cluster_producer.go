@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/internal/backoff"
+	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -21,7 +22,10 @@ import (
 // Default true.
 //
 // Retrying changes the partition, and a send whose connection was lost may
-// have been stored, so a retry can duplicate it (at least once). Turn it
+// have been stored, so a retry can duplicate it (at least once), unless
+// the idempotent producer is on (the default, idem.go): then a retry of a
+// message that went out stays on its partition with its sequence, and the
+// broker stores it once. Turn it
 // off for ordered sends (a Fixed or key-hashing selector): a failed send
 // then fails, with one attempt, as in MetaQ. For MetaQ's ordered producer,
 // which keeps such messages in a local on-disk store and resends them in
@@ -209,6 +213,7 @@ func (cp *clusterProducer) begin(ctx context.Context, m *message.Message) error 
 // admit admits one message: it takes an in-flight slot, waiting for one
 // (within ctx) only if wait is set, else failing with errWindowFull.
 func (cp *clusterProducer) admit(ctx context.Context, m *message.Message, wait bool) error {
+	unbind(m) // bound afresh when sent (idem.go)
 	if err := checkMessage(ctx, m, cp.cfg.maxMessageSize); err != nil {
 		return err
 	}
@@ -367,14 +372,19 @@ func (cp *clusterProducer) sendFast(ctx context.Context, m *message.Message, cb 
 		if errors.Is(err, ErrConnectionLost) {
 			cp.markDown(t.addr)
 		}
-		if cp.cfg.noRetry || !retryable(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
+		// A refusal as out of order stored nothing: resent (bound again)
+		// even without retries.
+		oo := sendCause(err) == protocol.CauseOutOfOrderSequence
+		if (!oo && (cp.cfg.noRetry || !retryable(err))) || ctx.Err() != nil || !time.Now().Before(deadline) {
 			cp.cbs.push(cb, SendResult{}, err, cp.end)
 			return
 		}
+		cp.outOfOrder(m, t, err)
+		pin := cp.pinOf(m, t.part)
 		go func() {
 			dctx, cancel := context.WithDeadline(ctx, deadline)
 			defer cancel()
-			res, err := cp.sendWith(dctx, m, t.addr, err)
+			res, err := cp.sendWith(dctx, m, t.addr, err, pin)
 			cp.cbs.push(cb, res, err, cp.end)
 		}()
 	})
@@ -391,12 +401,38 @@ type target struct {
 func (cp *clusterProducer) send(ctx context.Context, m *message.Message) (SendResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, cp.cfg.sendTimeout)
 	defer cancel()
-	return cp.sendWith(ctx, m, "", nil)
+	return cp.sendWith(ctx, m, "", nil, nil)
 }
 
+// pinOf returns the partition a retry of m must go to: with idempotence,
+// the one m's sequence was bound in (the broker deduplicates a retry
+// there), or nil when m is not bound (nothing of it was sent).
+func (cp *clusterProducer) pinOf(m *message.Message, part message.Partition) *message.Partition {
+	if !cp.cfg.idempotent || m.ProducerID == 0 {
+		return nil
+	}
+	return &part
+}
+
+// pinned returns the target of partition pin in snap ("" addr: not
+// listed now, as while its broker restarts or fails over).
+func pinned(snap *cluster.Snapshot, pin *message.Partition) target {
+	for _, p := range snap.Partitions {
+		if p == *pin {
+			return target{p, snap.Addrs[p.BrokerID]}
+		}
+	}
+	return target{part: *pin}
+}
+
+// pinPause is the pause before an idempotent retry on its partition: a
+// broker that restarts or fails over is not asked in a tight loop.
+const pinPause = 50 * time.Millisecond
+
 // sendWith makes the attempts of one message within ctx; failedAddr, if
-// set, is a broker that already failed it with lastErr.
-func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, failedAddr string, lastErr error) (SendResult, error) {
+// set, is a broker that already failed it with lastErr. pin, if set, is
+// the partition m is bound to (pinOf): every attempt goes there.
+func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, failedAddr string, lastErr error, pin *message.Partition) (SendResult, error) {
 	v := cp.view(m.Topic)
 	if err := v.Wait(ctx); err != nil {
 		return SendResult{}, fmt.Errorf("metaq: read partitions of %s %s: %w", m.Topic, cp.src.where(), err)
@@ -410,6 +446,14 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 	for {
 		if lastErr != nil && cp.isClosed() {
 			return SendResult{}, lastErr
+		}
+		if pin != nil && retry {
+			res, done, err := cp.pinnedAttempt(ctx, v, m, pin, lastErr)
+			if done {
+				return res, err
+			}
+			lastErr = err
+			continue
 		}
 		snap := v.Snapshot()
 		now := time.Now()
@@ -476,6 +520,11 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 		if !retry || !retryable(err) || ctx.Err() != nil {
 			return SendResult{}, err
 		}
+		cp.outOfOrder(m, t, err)
+		if pin = cp.pinOf(m, t.part); pin != nil {
+			lastErr = err
+			continue
+		}
 		cp.cfg.logger.Debug("metaq: send failed; retrying on another partition", "topic", m.Topic,
 			"partition", t.part.String(), "addr", t.addr, "err", err)
 		lastErr = err
@@ -483,6 +532,52 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 			failed = make(map[string]bool)
 		}
 		failed[t.addr] = true
+	}
+}
+
+// pinnedAttempt is one attempt of an idempotent retry of m on partition
+// pin, after a pause (none after an out-of-order refusal, which unbinds
+// m: it is sent again at once with a new sequence). done is set when the
+// send ends, with res and err; otherwise err is the attempt's failure.
+func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *message.Message, pin *message.Partition, lastErr error) (res SendResult, done bool, err error) {
+	if sendCause(lastErr) != protocol.CauseOutOfOrderSequence {
+		t := time.NewTimer(pinPause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return SendResult{}, true, fmt.Errorf("metaq: send to %s: %w (last failure: %w)", m.Topic, ErrTimeout, lastErr)
+		}
+	}
+	t := pinned(v.Snapshot(), pin)
+	if t.addr == "" {
+		return SendResult{}, false, lastErr
+	}
+	res, err = cp.attempt(ctx, m, t, true)
+	switch {
+	case err == nil:
+		return res, true, nil
+	case !retryable(err) || ctx.Err() != nil:
+		return SendResult{}, true, err
+	}
+	cp.outOfOrder(m, t, err)
+	cp.cfg.logger.Debug("metaq: send failed; retrying on its partition (idempotent)", "topic", m.Topic,
+		"partition", t.part.String(), "addr", t.addr, "err", err)
+	return SendResult{}, false, err
+}
+
+// outOfOrder handles an attempt of m on t that failed with err: when the
+// broker refused m's sequence as out of order, nothing was stored, the
+// partition starts over with a new producer id and m is bound again when
+// resent.
+func (cp *clusterProducer) outOfOrder(m *message.Message, t target, err error) {
+	if sendCause(err) != protocol.CauseOutOfOrderSequence {
+		return
+	}
+	if p, perr := cp.broker(t.addr); perr == nil {
+		p.renew(m, t.part.Partition)
+	} else {
+		unbind(m)
 	}
 }
 

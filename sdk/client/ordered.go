@@ -94,7 +94,7 @@ func withPartitionLayout(topic string, partitionsByBroker map[int]int) prodOptio
 // (Topic, BrokerID and Partition name the partition it waits for) and
 // sends it, in order, when the partition is back; a Client with Spool
 // writes it to the spool (then Spooled is true too) and resends it later.
-func (r SendResult) StoredLocally() bool { return r.Offset < 0 }
+func (r SendResult) StoredLocally() bool { return r.Offset < 0 && !r.OffsetUnknown }
 
 // orderedProducer sends messages in order to fixed partitions of a MetaQ
 // cluster and keeps those it cannot send in a local on-disk store, which
@@ -372,6 +372,7 @@ func (op *orderedProducer) enter() bool {
 // after an error wrapping ErrTimeout or ErrConnectionLost it is unknown
 // whether the broker stored it. m must not be modified until Send returns.
 func (op *orderedProducer) Send(ctx context.Context, m *message.Message) (SendResult, error) {
+	unbind(m) // bound afresh when sent (idem.go)
 	if err := checkMessage(ctx, m, op.maxSize); err != nil {
 		return SendResult{}, err
 	}

@@ -40,6 +40,9 @@ type producerConfig struct {
 	// Cluster mode (openClusterProducer).
 	zk      zkConfig
 	noRetry bool // withRetryOnFailure(false)
+	// idempotent: withIdempotence(true), a Client's default; messages
+	// carry a producer id and sequence (idem.go).
+	idempotent bool
 }
 
 // withSelector sets the partition selector. Default selector.HashByKey():
@@ -120,6 +123,11 @@ type SendResult struct {
 	// (Partition, Offset, ID and BrokerID are -1) and is resent later,
 	// at least once (see Spool).
 	Spooled bool
+	// OffsetUnknown is true when the idempotent producer's retry found
+	// the message stored already, by a put whose offsets the broker no
+	// longer holds (docs/protocol.md, "Idempotent producer"): it is
+	// stored once, and Offset and ID are -1.
+	OffsetUnknown bool
 }
 
 // brokerProducer sends messages to one broker. It is safe for concurrent use; all
@@ -140,6 +148,11 @@ type brokerProducer struct {
 
 	pmu   sync.RWMutex
 	parts map[string]int
+
+	// smu guards seqs: the idempotent producer's id and next sequence per
+	// partition (idem.go).
+	smu  sync.Mutex
+	seqs map[tpKey]*seqState
 }
 
 // newProducerConfig applies opts to the defaults; maxInFlight stays 0
@@ -236,6 +249,7 @@ func (p *brokerProducer) end() {
 // a message whose ctx ends while it waits in a batch is still sent. m must
 // not be modified until Send returns (or SendAsync's callback runs).
 func (p *brokerProducer) Send(ctx context.Context, m *message.Message) (SendResult, error) {
+	unbind(m) // a new send (idem.go)
 	if err := p.begin(ctx, m); err != nil {
 		return SendResult{}, err
 	}
@@ -284,7 +298,25 @@ func (p *brokerProducer) sendTo(ctx context.Context, m *message.Message, part in
 // sendPart is sendTo through the batch accumulator when batching is on
 // and m fits a batch: a clusterProducer's attempt.
 func (p *brokerProducer) sendPart(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
-	if p.acc == nil || m.DataLen() > p.cfg.batch.maxBytes {
+	for try := 0; ; try++ {
+		res, err := p.sendPartOnce(ctx, m, part)
+		if try < outOfOrderResends && sendCause(err) == protocol.CauseOutOfOrderSequence {
+			p.renew(m, part) // nothing stored: bound again, under a new producer id
+			continue
+		}
+		return res, err
+	}
+}
+
+// outOfOrderResends is how many times a message the broker refused as
+// out of order (nothing stored: idem.go) is bound again and resent.
+const outOfOrderResends = 3
+
+func (p *brokerProducer) sendPartOnce(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
+	if p.acc == nil || m.DataLen() > p.cfg.batch.maxBytes || m.ProducerID != 0 {
+		// A bound message (an idempotent retry) goes alone: the broker
+		// judges a put by its sequences, and a batch of new messages
+		// must not straddle one already stored.
 		return p.sendTo(ctx, m, part)
 	}
 	if err := p.begin(ctx, m); err != nil {
@@ -315,12 +347,8 @@ func (p *brokerProducer) sendAsyncPart(ctx context.Context, deadline time.Time, 
 		return
 	}
 	p.afterBatches(m.Topic, part)
-	crc := int64(dataChecksum(m))
-	p.cn.sendAsync(ctx, deadline, func(dst []byte, op int32) []byte {
-		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
-		return m.AppendData(dst)
-	}, func(c *call) {
-		res, err := putResult(m, c)
+	p.cn.sendAsync(ctx, deadline, p.putEncoder(m, part, p.checksum(m)), func(c *call) {
+		res, err := putResult(m, part, c)
 		putCall(c)
 		p.end()
 		done(res, err)
@@ -338,26 +366,33 @@ func (p *brokerProducer) afterBatches(topic string, part int32) {
 
 func (p *brokerProducer) put(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
 	p.afterBatches(m.Topic, part)
-	crc := int64(dataChecksum(m))
-	c, err := p.cn.roundTrip(ctx, func(dst []byte, op int32) []byte {
-		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
-		return m.AppendData(dst)
-	})
-	if err != nil {
-		return SendResult{}, err
+	for try := 0; ; try++ {
+		c, err := p.cn.roundTrip(ctx, p.putEncoder(m, part, p.checksum(m)))
+		if err != nil {
+			return SendResult{}, err
+		}
+		res, err := putResult(m, part, c)
+		putCall(c)
+		if try < outOfOrderResends && sendCause(err) == protocol.CauseOutOfOrderSequence {
+			p.renew(m, part) // nothing stored: bound again, under a new producer id
+			continue
+		}
+		return res, err
 	}
-	res, err := putResult(m, c)
-	putCall(c)
-	return res, err
 }
 
-// putResult parses a put or mput reply for its first message.
-func putResult(m *message.Message, c *call) (SendResult, error) {
+// putResult parses a put or mput reply for its first message, sent to
+// partition part.
+func putResult(m *message.Message, part int32, c *call) (SendResult, error) {
 	if c.err != nil {
 		return SendResult{}, c.err
 	}
 	if c.code != protocol.StatusOK {
-		return SendResult{}, resultError(c.code, c.body)
+		err := resultError(c.code, c.body)
+		if sendCause(err) == protocol.CauseDuplicateSequence {
+			return storedUnknown(m, part), nil
+		}
+		return SendResult{}, err
 	}
 	id, part, off, _, err := protocol.ParsePutResult(c.body)
 	if err != nil {
@@ -375,6 +410,7 @@ func (p *brokerProducer) SendAsync(ctx context.Context, m *message.Message, cb f
 	if cb == nil {
 		cb = func(SendResult, error) {}
 	}
+	unbind(m) // a new send (idem.go)
 	if err := p.begin(ctx, m); err != nil {
 		p.cbs.push(cb, SendResult{}, err, nil)
 		return
@@ -389,12 +425,8 @@ func (p *brokerProducer) SendAsync(ctx context.Context, m *message.Message, cb f
 		return
 	}
 	p.afterBatches(m.Topic, part)
-	crc := int64(dataChecksum(m))
-	p.cn.sendAsync(ctx, time.Now().Add(p.cfg.sendTimeout), func(dst []byte, op int32) []byte {
-		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
-		return m.AppendData(dst)
-	}, func(c *call) {
-		res, err := putResult(m, c)
+	p.cn.sendAsync(ctx, time.Now().Add(p.cfg.sendTimeout), p.putEncoder(m, part, p.checksum(m)), func(c *call) {
+		res, err := putResult(m, part, c)
 		putCall(c)
 		if isPartitionError(err) {
 			p.forgetTopic(m.Topic)
@@ -474,6 +506,9 @@ func (p *brokerProducer) Close(ctx context.Context) error {
 func (p *brokerProducer) SendBatch(ctx context.Context, msgs []*message.Message) ([]SendResult, error) {
 	if len(msgs) == 0 {
 		return nil, nil
+	}
+	for _, m := range msgs {
+		unbind(m) // a new send (idem.go)
 	}
 	for i, m := range msgs {
 		if m == nil || m.Topic == "" {
@@ -609,11 +644,8 @@ func (p *brokerProducer) sendChunk(b *batch) {
 	pm := b.msgs[0]
 	m := pm.msg
 	p.afterBatches(m.Topic, pm.part)
-	p.cn.sendAsync(context.Background(), time.Now().Add(p.cfg.sendTimeout), func(dst []byte, op int32) []byte {
-		dst = protocol.AppendPutHeader(dst, m.Topic, pm.part, m.DataLen(), m.Flag(), int64(pm.crc), op)
-		return m.AppendData(dst)
-	}, func(c *call) {
-		pm.res, pm.err = putResult(m, c)
+	p.cn.sendAsync(context.Background(), time.Now().Add(p.cfg.sendTimeout), p.putEncoder(m, pm.part, int64(pm.crc)), func(c *call) {
+		pm.res, pm.err = putResult(m, pm.part, c)
 		putCall(c)
 		if isPartitionError(pm.err) {
 			p.forgetTopic(m.Topic)
@@ -676,6 +708,15 @@ func isPartitionError(err error) bool {
 }
 
 var crcTable = crc32.MakeTable(crc32.IEEE)
+
+// checksum is m's checksum for a put encoder, or 0 when the encoder
+// computes it after binding m (idempotence on: binding changes the data).
+func (p *brokerProducer) checksum(m *message.Message) int64 {
+	if p.cfg.idempotent {
+		return 0
+	}
+	return int64(dataChecksum(m))
+}
 
 // dataChecksum is message.Checksum(m.AppendData(nil)) without building the data.
 func dataChecksum(m *message.Message) uint32 {

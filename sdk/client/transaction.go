@@ -202,6 +202,7 @@ func (t *Transaction) Produce(ctx context.Context, msgs ...*message.Message) ([]
 		return nil, nil
 	}
 	for i, m := range msgs {
+		unbind(m) // a transaction is stored once by its commit: no producer sequence
 		if err := checkMessage(ctx, m, t.cp.cfg.maxMessageSize); err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -285,7 +286,7 @@ func (t *Transaction) Produce(ctx context.Context, msgs ...*message.Message) ([]
 			} else {
 				m := msgs[j]
 				var res SendResult
-				if res, err = putResult(m, c); err == nil {
+				if res, err = putResult(m, parts[j].Partition, c); err == nil {
 					m.Offset = -1
 					res.BrokerID, res.Offset = t.brokerID, -1
 					results[j] = res

@@ -174,6 +174,7 @@ const xaSession = "xa"
 // ErrTransactionBroker before anything is sent.
 func (b *XABroker) Produce(ctx context.Context, key string, msgs ...*message.Message) ([]SendResult, error) {
 	for i, m := range msgs {
+		unbind(m) // a transaction is stored once by its commit: no producer sequence
 		if err := checkMessage(ctx, m, b.cp.cfg.maxMessageSize); err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -227,7 +228,7 @@ func (b *XABroker) Produce(ctx context.Context, key string, msgs ...*message.Mes
 				}
 				if err == nil {
 					var res SendResult
-					if res, err = putResult(msgs[i], c); err == nil {
+					if res, err = putResult(msgs[i], parts[i], c); err == nil {
 						msgs[i].Offset = -1
 						res.BrokerID, res.Offset = b.id, -1
 						results[i] = res

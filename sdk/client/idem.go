@@ -1,0 +1,126 @@
+package client
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"math"
+
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// The idempotent producer, the SDK's side (docs/protocol.md, "Idempotent
+// producer"; docs/sdk.md). A brokerProducer keeps per (topic, partition)
+// a producer id, drawn at random when it first sends there, and the next
+// sequence. A message is bound to its (producer id, sequence) when its
+// put or mput frame is written to the connection, under the wire's lock,
+// so sequences go out in the order the broker receives them; a retry of
+// it keeps the binding (its ProducerID is set), so the broker stores it
+// once. A broker that refuses a sequence as out of order (a gap: an
+// earlier message was never stored) makes the partition start over with
+// a new producer id, and the refused message is bound again.
+
+// idemReserve is what binding may add to a message's data: a properties
+// block's length, version and fields (6) when it had none, and two
+// uvarints of up to 9 bytes.
+const idemReserve = 6 + 9 + 9
+
+// seqState is one partition's producer id and next sequence.
+type seqState struct {
+	pid  int64
+	next int64
+}
+
+// newProducerID draws a random producer id in 2^56..2^63-1: 62 random
+// bits, and always 9 bytes as a uvarint, so that a message's size does
+// not depend on the draw.
+func newProducerID() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return int64(binary.BigEndian.Uint64(b[:])&math.MaxInt64 | 1<<62)
+}
+
+// withIdempotence turns the idempotent producer on or off: on for a
+// Client unless Idempotence(false); off for a bare brokerProducer.
+func withIdempotence(on bool) prodOption {
+	return producerOpt(func(c *producerConfig) { c.idempotent = on })
+}
+
+// bind gives m its producer id and sequence in partition part (and sets
+// m.Partition, which the broker's answer sets again), unless it has them
+// for part (a retry). Without idempotence it clears them: a message
+// carries no producer of another session.
+func (p *brokerProducer) bind(m *message.Message, part int32) {
+	if !p.cfg.idempotent {
+		m.ProducerID, m.ProducerSeq = 0, 0
+		return
+	}
+	if m.ProducerID != 0 && m.Partition == part {
+		return // a retry keeps its binding
+	}
+	p.smu.Lock()
+	key := tpKey{m.Topic, part}
+	st := p.seqs[key]
+	if st == nil {
+		if p.seqs == nil {
+			p.seqs = make(map[tpKey]*seqState)
+		}
+		st = &seqState{pid: newProducerID()}
+		p.seqs[key] = st
+	}
+	m.ProducerID, m.ProducerSeq, m.Partition = st.pid, st.next, part
+	st.next++
+	p.smu.Unlock()
+}
+
+// renew handles a broker's out-of-order refusal of m in partition part:
+// the partition starts over with a new producer id (unless another
+// refusal renewed it since m was bound), and m is unbound, to be bound
+// again when it is resent.
+func (p *brokerProducer) renew(m *message.Message, part int32) {
+	p.smu.Lock()
+	if st := p.seqs[tpKey{m.Topic, part}]; st != nil && st.pid == m.ProducerID {
+		st.pid, st.next = newProducerID(), 0
+	}
+	p.smu.Unlock()
+	m.ProducerID, m.ProducerSeq = 0, 0
+}
+
+// unbind clears what a caller (or an earlier send of m) set: a send binds
+// m afresh.
+func unbind(m *message.Message) {
+	if m != nil {
+		m.ProducerID, m.ProducerSeq = 0, 0
+	}
+}
+
+// putEncoder returns the encoder of m's put to partition part: it binds m
+// first. crc is m's checksum computed by the caller, used when binding
+// cannot change the data (idempotence off).
+func (p *brokerProducer) putEncoder(m *message.Message, part int32, crc int64) func(dst []byte, op int32) []byte {
+	return func(dst []byte, op int32) []byte {
+		if p.cfg.idempotent {
+			p.bind(m, part)
+			crc = int64(dataChecksum(m))
+		}
+		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
+		return m.AppendData(dst)
+	}
+}
+
+// sendCause returns the cause of a broker's refusal ("" for none).
+func sendCause(err error) string {
+	var be *BrokerError
+	if errors.As(err, &be) {
+		return be.Cause
+	}
+	return ""
+}
+
+// storedUnknown is the result of a put the broker found stored already,
+// by a put whose offsets it no longer holds (cause duplicate sequence).
+func storedUnknown(m *message.Message, part int32) SendResult {
+	m.ID, m.Partition, m.Offset = -1, part, -1
+	return SendResult{Topic: m.Topic, Partition: part, Offset: -1, ID: -1, OffsetUnknown: true}
+}
