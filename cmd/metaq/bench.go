@@ -91,10 +91,20 @@ for each reply before sending the next request (a synchronous put);
 otherwise up to --inflight requests per producer are in flight. Latency is
 per request, from the write to the reply. --partition -1 spreads requests
 over all partitions round robin. Give --messages or --duration.
+
+Messages are sent as the SDK's idempotent producer sends them (the
+default): each carries a producer id (one per producer and partition) and
+its sequence, so each request is built and checksummed as it is sent;
+--idempotence=false sends the plain pre-encoded messages. --ab R runs R
+rounds, each one run with --idempotence=false and one with it on (both
+building and checksumming each request as it is sent, as the SDK does), and
+prints the ratio on/off of the medians of msgs/s and of the broker's CPU
+per message (utime+stime from /proc/<pid>/stat, pid from stats: a broker on
+this host; "?" otherwise).
 `
 
 func benchProduceCmd(e *env) *cobra.Command {
-	return leaf(e, "bench produce", "bench produce [--topic T] [--size B] [--producers N] [--messages N | --duration D] [--batch B] [--sync] [--inflight K] [--partition P]", benchProduceHelp, func(fs *pflag.FlagSet) func(args []string) error {
+	return leaf(e, "bench produce", "bench produce [--topic T] [--size B] [--producers N] [--messages N | --duration D] [--batch B] [--sync] [--inflight K] [--partition P] [--idempotence=false] [--ab R]", benchProduceHelp, func(fs *pflag.FlagSet) func(args []string) error {
 		cfg := prodConfig{}
 		fs.StringVar(&cfg.topic, "topic", "meta-test", "topic")
 		fs.IntVar(&cfg.size, "size", 1024, "message size in bytes")
@@ -105,8 +115,13 @@ func benchProduceCmd(e *env) *cobra.Command {
 		fs.BoolVar(&cfg.sync, "sync", false, "wait for each reply before the next request")
 		fs.IntVar(&cfg.inflight, "inflight", 256, "requests in flight per producer")
 		fs.IntVar(&cfg.partition, "partition", -1, "partition, or -1 to spread over all")
+		fs.BoolVar(&cfg.idem, "idempotence", true, "send as the idempotent producer: a producer id and a sequence per message")
+		ab := fs.Int("ab", 0, "rounds alternating --idempotence=false and true; prints the ratio on/off")
 		asJSON := fs.Bool("json", false, "print JSON")
 		return func(args []string) error {
+			if *ab < 0 {
+				return usagef("--ab must be >= 0")
+			}
 			if cfg.size < 0 || cfg.producers < 1 || cfg.batch < 1 || cfg.inflight < 1 || cfg.messages < 0 {
 				return usagef("--size, --producers, --batch, --inflight and --messages must be positive")
 			}
@@ -121,6 +136,9 @@ func benchProduceCmd(e *env) *cobra.Command {
 				return usagef("--partition %d out of range: %s has %d partitions", cfg.partition, cfg.topic, n)
 			}
 			cfg.addr, cfg.sec, cfg.partitions = e.addr, e.sec, n
+			if *ab > 0 {
+				return runIdemAB(e, cfg, *ab)
+			}
 			cfg.prog = newProgress(e, "bench produce")
 			res, err := runProduceBench(e.ctx, cfg)
 			if *asJSON {
@@ -144,7 +162,71 @@ func benchProduceCmd(e *env) *cobra.Command {
 
 func prodConfigMap(cfg prodConfig) map[string]any {
 	return map[string]any{"topic": cfg.topic, "size": cfg.size, "producers": cfg.producers, "batch": cfg.batch,
-		"inflight": cfg.inflight, "sync": cfg.sync, "partition": cfg.partition}
+		"inflight": cfg.inflight, "sync": cfg.sync, "partition": cfg.partition, "idempotence": cfg.idem}
+}
+
+// runIdemAB runs rounds of the produce benchmark alternating idempotence
+// off and on, and prints each run and the ratios on/off of the medians.
+func runIdemAB(e *env, cfg prodConfig, rounds int) error {
+	pid := brokerPID(e)
+	rate := map[bool][]float64{}
+	cpu := map[bool][]float64{}
+	for r := range rounds {
+		for _, on := range []bool{false, true} {
+			c := cfg
+			c.idem, c.build = on, true
+			c0, ok0 := procCPU(pid)
+			res, err := runProduceBench(e.ctx, c)
+			c1, ok1 := procCPU(pid)
+			if err != nil {
+				return err
+			}
+			if res.Errors > 0 {
+				return fmt.Errorf("%d messages failed, first: %s", res.Errors, res.FirstErr)
+			}
+			per := time.Duration(0)
+			if pid > 0 && ok0 && ok1 && res.Msgs > 0 {
+				per = (c1 - c0) / time.Duration(res.Msgs)
+				cpu[on] = append(cpu[on], float64(c1-c0)/float64(res.Msgs))
+			}
+			rate[on] = append(rate[on], res.MsgsPerS)
+			fmt.Fprintf(e.stdout, "round %d idempotence=%t msgs/s=%.0f p50=%s p99=%s broker CPU/msg=%s\n",
+				r+1, on, res.MsgsPerS, fmtDur(res.P50), fmtDur(res.P99), fmtCPU(per))
+		}
+	}
+	ratio := func(m map[bool][]float64) string {
+		if len(m[false]) == 0 || len(m[true]) == 0 {
+			return "?"
+		}
+		return fmt.Sprintf("%.3fx", median(m[true])/median(m[false]))
+	}
+	fmt.Fprintf(e.stdout, "idempotence on/off (medians of %d rounds): msgs/s %s, broker CPU per message %s\n",
+		rounds, ratio(rate), ratio(cpu))
+	return nil
+}
+
+// brokerPID is the pid the broker's stats report when that process is on
+// this host (its /proc entry exists), else 0.
+func brokerPID(e *env) int {
+	adm, err := newAdmin(e)
+	if err != nil {
+		return 0
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
+	defer cancel()
+	st, err := adm.Stats(ctx, e.addr, "")
+	if err != nil {
+		return 0
+	}
+	pid, err := st.Int("pid")
+	if err != nil {
+		return 0
+	}
+	if _, ok := procCPU(int(pid)); !ok {
+		return 0
+	}
+	return int(pid)
 }
 
 func printProduce(w io.Writer, cfg prodConfig, r prodResult) {
@@ -152,8 +234,8 @@ func printProduce(w io.Writer, cfg prodConfig, r prodResult) {
 	if cfg.partition < 0 {
 		part = "spread"
 	}
-	fmt.Fprintf(w, "bench produce: topic=%s size=%d producers=%d batch=%d inflight=%d sync=%t partition=%s\n",
-		cfg.topic, cfg.size, cfg.producers, cfg.batch, cfg.inflight, cfg.sync, part)
+	fmt.Fprintf(w, "bench produce: topic=%s size=%d producers=%d batch=%d inflight=%d sync=%t partition=%s idempotence=%t\n",
+		cfg.topic, cfg.size, cfg.producers, cfg.batch, cfg.inflight, cfg.sync, part, cfg.idem)
 	fmt.Fprintf(w, "msgs=%d errors=%d elapsed=%.3fs msgs/s=%.0f MB/s=%.2f\n", r.Msgs, r.Errors, r.Elapsed.Seconds(), r.MsgsPerS, r.MBPerS)
 	fmt.Fprintf(w, "latency per request: p50=%s p99=%s p99.9=%s requests=%d\n", fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.P999), r.Requests)
 }

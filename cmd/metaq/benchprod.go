@@ -34,6 +34,14 @@ type prodConfig struct {
 	duration   time.Duration
 	partition  int // -1 = spread over all partitions
 	partitions int // partition count (for spread)
+	// idem sends as the SDK's idempotent producer does: each message
+	// carries a producer id (one per producer and partition) and its
+	// sequence, so each request is encoded as it is sent.
+	idem bool
+	// build encodes each request as it is sent even without idem (and
+	// checksums it), as the SDK does: bench produce --ab's baseline, so
+	// that its two arms differ only by the producer's id and sequence.
+	build bool
 	// prog, if set, shows the acknowledged messages while it runs.
 	prog *progress
 }
@@ -103,6 +111,15 @@ type prodWorker struct {
 	firstErr atomic.Value // string
 	rerr     error
 	started  bool // the reader goroutine runs
+
+	// With cfg.idem: per partition (index into parts) the producer id
+	// and next sequence, and the buffers a request is built in.
+	parts   []int
+	pids    []int64
+	seqs    []int64
+	payload []byte
+	data    []byte
+	entries []byte
 }
 
 func newProdWorker(cfg *prodConfig, id int, nc net.Conn, base time.Time) *prodWorker {
@@ -118,6 +135,13 @@ func newProdWorker(cfg *prodConfig, id int, nc net.Conn, base time.Time) *prodWo
 		parts = parts[:0]
 		for p := 0; p < max(cfg.partitions, 1); p++ {
 			parts = append(parts, p)
+		}
+	}
+	w.parts, w.payload = parts, payload
+	if cfg.idem || cfg.build {
+		for range parts {
+			w.pids = append(w.pids, rand.Int64()|1<<62)
+			w.seqs = append(w.seqs, 0)
 		}
 	}
 	if cfg.batch <= 1 {
@@ -146,6 +170,39 @@ func newProdWorker(cfg *prodConfig, id int, nc net.Conn, base time.Time) *prodWo
 }
 
 func (w *prodWorker) now() int64 { return int64(time.Since(w.base)) + 1 }
+
+// appendReq appends the request to partition parts[part] with opaque op:
+// pre-encoded, or with cfg.idem built with the partition's next
+// sequences (and their checksums), as the SDK builds it.
+func (w *prodWorker) appendReq(buf []byte, part int, op uint32) []byte {
+	if !w.cfg.idem && !w.cfg.build {
+		buf = append(buf, w.prefix[part]...)
+		buf = strconv.AppendUint(buf, uint64(op&0x7FFFFFFF), 10)
+		buf = append(buf, '\r', '\n')
+		return append(buf, w.body...)
+	}
+	p := int32(w.parts[part])
+	m := message.Message{Body: w.payload}
+	if w.cfg.idem {
+		m.ProducerID = w.pids[part]
+	}
+	if w.cfg.batch <= 1 {
+		m.ProducerSeq = w.seqs[part]
+		w.seqs[part]++
+		w.data = m.AppendData(w.data[:0])
+		buf = protocol.AppendPutHeader(buf, w.cfg.topic, p, len(w.data), m.Flag(), int64(message.Checksum(w.data)), int32(op&0x7FFFFFFF))
+		return append(buf, w.data...)
+	}
+	w.entries = w.entries[:0]
+	for range w.cfg.batch {
+		m.ProducerSeq = w.seqs[part]
+		w.seqs[part]++
+		w.data = m.AppendData(w.data[:0])
+		w.entries = protocol.AppendMPutEntry(w.entries, m.Flag(), int32(message.Checksum(w.data)), w.data)
+	}
+	buf = protocol.AppendMPutHeader(buf, w.cfg.topic, p, len(w.entries), w.cfg.batch, int32(op&0x7FFFFFFF))
+	return append(buf, w.entries...)
+}
 
 func (w *prodWorker) fail(code int, body []byte) {
 	w.errMsgs.Add(w.perReq)
@@ -212,10 +269,7 @@ func (w *prodWorker) run(ctx context.Context, quota int64, deadline time.Time) (
 				break
 			}
 			slot.Store(now)
-			buf = append(buf, w.prefix[part]...)
-			buf = strconv.AppendUint(buf, uint64(seq&0x7FFFFFFF), 10)
-			buf = append(buf, '\r', '\n')
-			buf = append(buf, w.body...)
+			buf = w.appendReq(buf, part, seq)
 			seq++
 			sent++
 			if part++; part == np {
@@ -268,10 +322,7 @@ func (w *prodWorker) runSync(ctx context.Context, quota int64, deadline time.Tim
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			break
 		}
-		buf = append(buf[:0], w.prefix[part]...)
-		buf = strconv.AppendUint(buf, uint64(seq&0x7FFFFFFF), 10)
-		buf = append(buf, '\r', '\n')
-		buf = append(buf, w.body...)
+		buf = w.appendReq(buf[:0], part, seq)
 		if part++; part == len(w.prefix) {
 			part = 0
 		}

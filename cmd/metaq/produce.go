@@ -44,7 +44,11 @@ it (UTF-8, no "="), the value every byte after it, taken as is (no escapes:
 value). --tag T is repeatable (no spaces or control characters). No create
 time is sent unless --timestamp is given (now, unix ms, or RFC 3339): a
 message without one reads with its msgId's millisecond (the broker's append
-time), and one without any of these flags is sent byte for byte as before.
+time). Messages are sent by an idempotent producer (docs/sdk.md): a send
+retried after a lost reply is stored once, and each message carries the
+producer's id and sequence (16 bytes) in its properties block; with
+--idempotence=false one without any of the flags above is sent byte for
+byte as a MetaQ 1.4 client sends it.
 
 examples:
   echo hello | metaq produce --topic meta-test
@@ -59,7 +63,7 @@ examples:
 var silentLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func cmdProduce(e *env) *cobra.Command {
-	return leaf(e, "produce", "produce --topic T [--key K] [--header k=v]... [--tag T]... [--timestamp now|MS|RFC3339] [--partition P] [--attribute A] [--file F] [--zk CONNECT] [--verbose|--json]", produceHelp, func(fs *pflag.FlagSet) func(args []string) error {
+	return leaf(e, "produce", "produce --topic T [--key K] [--header k=v]... [--tag T]... [--timestamp now|MS|RFC3339] [--partition P] [--attribute A] [--file F] [--idempotence=false] [--zk CONNECT] [--verbose|--json]", produceHelp, func(fs *pflag.FlagSet) func(args []string) error {
 		topic := fs.String("topic", "", "topic to send to (required)")
 		key := fs.String("key", "", "partition key: messages with the same key go to the same partition")
 		headers := fs.StringArray("header", nil, "header `k=v` on every message (repeatable; splits at the first =, the value taken as is; k alone: a null value)")
@@ -70,6 +74,7 @@ func cmdProduce(e *env) *cobra.Command {
 		file := fs.String("file", "", "read messages from this file instead of stdin")
 		verbose := fs.Bool("verbose", false, "print msgId, partition and offset of each message on stdout")
 		asJSON := fs.Bool("json", false, "print each message's result as a JSON object on stdout")
+		idem := fs.Bool("idempotence", true, "idempotent producer: a retried send is stored once (false: messages without the producer's id and sequence)")
 		maxSize := fs.Int("max-size", message.DefaultMaxMessageSize, "longest accepted line in bytes")
 		zkc := fs.String("zk", "", "send to the cluster registered at this ZooKeeper `host:port[,...]` instead of --addr")
 		root := fs.String("root", cluster.DefaultRoot, "MetaQ's zkRoot (with --zk)")
@@ -112,7 +117,7 @@ func cmdProduce(e *env) *cobra.Command {
 			if err := e.sec.prepare(); err != nil {
 				return err
 			}
-			opts := append(clientOpts(e), client.ProduceTimeout(e.timeout), client.MaxMessageSize(*maxSize))
+			opts := append(clientOpts(e), client.ProduceTimeout(e.timeout), client.MaxMessageSize(*maxSize), client.Idempotence(*idem))
 			if *zkc != "" {
 				if err := zkTopicExists(e, *zkc, *root, *topic); err != nil {
 					return err
