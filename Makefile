@@ -90,8 +90,10 @@ test: fmt-check vet build services
 # cut at every record boundary (make test samples 20 of each kind); the
 # store's tests on the disk's temporary directory (make test runs them on a
 # tmpfs when /dev/shm is one); and sdk/balance's joins and leaves over 5
-# seeded sequences (make test runs 1); and metaq tail killed with SIGKILL
-# SOAK_TAIL_ROUNDS times while it follows a rotating file (make test: 4).
+# seeded sequences (make test runs 1); metaq tail killed with SIGKILL
+# SOAK_TAIL_ROUNDS times while it follows a rotating file (make test: 4);
+# and the idempotent producer's fault tests with 10,000 messages (make test
+# sends 2,000).
 SOAK_CUTS  ?= 100
 SOAK_TORN_CUTS ?= 40
 SOAK_COUNT ?= 5
@@ -108,6 +110,7 @@ soak: build
 	METAQ_TX_FAILOVER_ROUNDS=20 $(GO) test -timeout 20m -count=1 -v -run '^TestTxSyncFailoverKill9$$' ./core/e2e/
 	METAQ_BALANCE_SEEDS=5 $(GO) test -race -timeout 10m -count=1 -run '^TestJoinsAndLeaves$$' ./sdk/balance/
 	METAQ_TAIL_ROUNDS=$(SOAK_TAIL_ROUNDS) $(GO) test -race -timeout 20m -count=1 -v -run '^TestTailKill9$$' ./cmd/metaq/
+	METAQ_IDEM_MESSAGES=10000 $(GO) test -race -timeout 20m -count=1 -run '^TestIdempotent' ./sdk/client/ ./core/e2e/
 
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with
 # the raw-disk baseline measured in the same command (see docs/benchmarks.md).
