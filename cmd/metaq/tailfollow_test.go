@@ -131,6 +131,10 @@ func TestTailFollow(t *testing.T) {
 		return len(c) >= want
 	}
 	tailWaitFor(t, 30*time.Second, "the first 100 lines", arrived)
+	if r := cli("", "--addr", b.Addr(), "tail", "--topic", "logs", "--state", state, "--once", app); r.code != 1 ||
+		!strings.Contains(r.stderr, "is in use by another metaq tail") {
+		t.Fatalf("a second shipper on the state file: %+v", r)
+	}
 
 	// Rename: more lines, the rename, lines the old writer still adds, the
 	// new file.
