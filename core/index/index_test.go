@@ -505,3 +505,45 @@ func TestIndexConcurrentLookups(t *testing.T) {
 	close(stop)
 	<-done
 }
+
+// TestIndexStopsAndRetries: a chunk that cannot be written stops indexing
+// (lookups scan past the indexed mark meanwhile, and find everything);
+// after stopRetry it tries again and catches up.
+func TestIndexStopsAndRetries(t *testing.T) {
+	old := stopRetry
+	stopRetry = 50 * time.Millisecond
+	defer func() { stopRetry = old }()
+	dir := t.TempDir()
+	l := openLog(t, dir, 1<<20)
+	defer l.Close()
+	p, err := Open(dir, l, Options{MaxEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first chunk's temporary file is a directory: its write fails.
+	block := filepath.Join(dir, chunkName(0)+tmpSuffix)
+	if err := os.Mkdir(block, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	put(t, l, "s0", "s1", "s2", "s3", "s4")
+	if _, err := p.Advance(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+	if p.Indexed() >= l.MaxOffset() {
+		t.Fatal("indexing did not stop at the failed seal")
+	}
+	if res := lookupKey(t, p, "s4", 10); len(res.Records) != 1 || res.Scanned == 0 || len(res.Notes) == 0 {
+		t.Fatalf("while stopped: %v scanned %d notes %v", keysOf(t, res), res.Scanned, res.Notes)
+	}
+	os.RemoveAll(block) // the failed seal may have removed it already
+	time.Sleep(2 * stopRetry)
+	if _, err := p.Advance(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+	if p.Indexed() != l.MaxOffset() {
+		t.Fatalf("after the retry: indexed %d of %d", p.Indexed(), l.MaxOffset())
+	}
+	if res := lookupKey(t, p, "s4", 10); len(res.Records) != 1 || res.Scanned != 0 {
+		t.Fatalf("after the retry: %v scanned %d", keysOf(t, res), res.Scanned)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -78,9 +79,10 @@ type Part struct {
 	mu      sync.Mutex // guards what follows
 	chunks  []*chunk   // sealed, ascending, tiling [first from, last to)
 	open    open
-	indexed int64 // the log is indexed below this offset
-	stopped error // indexing stopped at indexed (a record that does not parse)
-	cuts    int64 // the log's Cuts count the index follows
+	indexed int64     // the log is indexed below this offset
+	stopped error     // indexing stopped at indexed (a record that does not parse, a failed write)
+	retryAt time.Time // when indexing tries again after stopped
+	cuts    int64     // the log's Cuts count the index follows
 	closed  bool
 }
 
@@ -428,11 +430,29 @@ func (p *Part) readRecords(cur, end int64, buf *[]byte) (recs []message.Record, 
 // index indexes up to budget bytes past the indexed mark.
 func (p *Part) index(budget int64) (int64, error) {
 	p.mu.Lock()
-	cur, stopped := p.indexed, p.stopped
+	cur, stopped, retryAt := p.indexed, p.stopped, p.retryAt
+	if stopped != nil && !time.Now().Before(retryAt) {
+		p.stopped = nil // try again
+	}
 	p.mu.Unlock()
-	if stopped != nil {
+	if stopped != nil && time.Now().Before(retryAt) {
 		return 0, nil
 	}
+	n, err := p.indexFrom(cur, budget)
+	if err != nil {
+		p.mu.Lock()
+		p.stopped, p.retryAt = err, time.Now().Add(stopRetry)
+		p.mu.Unlock()
+		p.logf("index %s: indexing stopped at offset %d (%v): lookups scan the log from there; trying again in %v", p.dir, cur+n, err, stopRetry)
+	}
+	return n, nil
+}
+
+// stopRetry is how long indexing waits after it stopped on an error.
+var stopRetry = 30 * time.Second
+
+// indexFrom indexes up to budget bytes from cur, the indexed mark.
+func (p *Part) indexFrom(cur, budget int64) (int64, error) {
 	buf := make([]byte, 0, readSize)
 	start := cur
 	var batch open
@@ -459,13 +479,6 @@ func (p *Part) index(budget int64) (int64, error) {
 		if err != nil {
 			if errors.Is(err, store.ErrNoData) || errors.Is(err, store.ErrBelowMin) {
 				break // truncated or retained meanwhile: follow sees it next time
-			}
-			if errors.Is(err, message.ErrCorruptRecord) {
-				p.mu.Lock()
-				p.stopped = err
-				p.mu.Unlock()
-				p.logf("index %s: indexing stopped at %v: lookups scan the log past it", p.dir, err)
-				return cur - start, nil
 			}
 			return cur - start, err
 		}
