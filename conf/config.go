@@ -213,6 +213,13 @@ type Config struct {
 	// HTTPIdleTimeout is how long, in milliseconds, a keep-alive HTTP
 	// connection may wait for its next request (100..300000). Default 30000.
 	HTTPIdleTimeout int `toml:"http_idle_timeout"`
+	// HTTPConsumerTimeout is how long, in milliseconds, an HTTP consumer
+	// instance (docs/http.md) lives without a request before it is
+	// deleted and leaves its group (1000..86400000). Default 300000.
+	HTTPConsumerTimeout int `toml:"http_consumer_timeout"`
+	// HTTPMaxConsumers bounds the HTTP consumer instances open at once
+	// (1..100000); a create beyond gets 503. Default 1000.
+	HTTPMaxConsumers int `toml:"http_max_consumers"`
 
 	// DiskMaxUsedRatio is the disk watermark (RocketMQ's
 	// diskMaxUsedSpaceRatio), a fraction in (0, 1]: once the file system
@@ -461,6 +468,8 @@ func Default() *Config {
 	c.HTTPMaxConnections = DefaultHTTPMaxConnections
 	c.HTTPReadHeaderTimeout = DefaultHTTPReadHeaderTimeout
 	c.HTTPIdleTimeout = DefaultHTTPIdleTimeout
+	c.HTTPConsumerTimeout = DefaultHTTPConsumerTimeout
+	c.HTTPMaxConsumers = DefaultHTTPMaxConsumers
 	return c
 }
 

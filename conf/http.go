@@ -29,6 +29,11 @@ const (
 	MaxHTTPMaxConnections        = 65536
 	maxHTTPReadHeaderTimeout     = 60000  // ms (1 min)
 	maxHTTPIdleTimeout           = 300000 // ms (5 min)
+	// HTTP consumer instances (docs/http.md, "Consumer groups").
+	DefaultHTTPConsumerTimeout = 300000 // ms (5 min, as the REST proxy's)
+	DefaultHTTPMaxConsumers    = 1000
+	maxHTTPConsumerTimeout     = 86400000 // ms (a day)
+	maxHTTPMaxConsumers        = 100000
 )
 
 // HTTPAddr returns the HTTP listener's address (docs/http.md) and whether
@@ -60,6 +65,8 @@ func (k *checker) http(c *Config) {
 	k.intRange("http_max_connections", int64(c.HTTPMaxConnections), MinHTTPMaxConnections, MaxHTTPMaxConnections)
 	k.intRange("http_read_header_timeout", int64(c.HTTPReadHeaderTimeout), 100, maxHTTPReadHeaderTimeout)
 	k.intRange("http_idle_timeout", int64(c.HTTPIdleTimeout), 100, maxHTTPIdleTimeout)
+	k.intRange("http_consumer_timeout", int64(c.HTTPConsumerTimeout), 1000, maxHTTPConsumerTimeout)
+	k.intRange("http_max_consumers", int64(c.HTTPMaxConsumers), 1, maxHTTPMaxConsumers)
 	if !k.intRange("http_port", int64(c.HTTPPort), HTTPPortDefault, 65535) {
 		return
 	}

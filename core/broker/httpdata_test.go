@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -373,4 +374,137 @@ func TestHTTPDataAuth(t *testing.T) {
 	hc := newHTTPClient(t, b.HTTPAddr(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}})
 	code, _, rb = produceJSON(t, hc, "/api/v1/data/topics/orders/partitions/0/records", recs)
 	require.Equal(t, 200, code, "%s", rb)
+}
+
+// hjson sends a JSON request and decodes a 2xx reply into out (if not nil).
+func hjson(t *testing.T, h *httpClient, method, path string, in, out any) int {
+	t.Helper()
+	var body io.Reader
+	if in != nil {
+		js, err := json.Marshal(in)
+		require.NoError(t, err)
+		body = bytes.NewReader(js)
+	} else if method == "POST" {
+		body = strings.NewReader("")
+	}
+	code, rb := h.do(method, path, body)
+	if code < 300 && out != nil {
+		require.NoError(t, json.Unmarshal(rb, out), "%s", rb)
+	}
+	if code >= 300 {
+		t.Logf("%s %s: %d %s", method, path, code, rb)
+	}
+	return code
+}
+
+// TestHTTPConsumerGroup runs two HTTP consumer instances and a wire
+// member in one group: the broker's local groups split the partitions
+// between them, fetched records are committed to the offset store, a
+// deleted instance's partitions go to the others, and what it did not
+// commit is read again (at least once).
+func TestHTTPConsumerGroup(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, 0, func(c *conf.Config) { c.NumPartitions = 3 })
+	h := newHTTPClient(t, b.HTTPAddr(), nil)
+	for p := range 3 {
+		var recs []map[string]any
+		for i := range 5 {
+			recs = append(recs, map[string]any{"value": strconv.Itoa(p*100 + i)})
+		}
+		code, _, rb := produceJSON(t, h, "/api/v1/data/topics/t/partitions/"+strconv.Itoa(p)+"/records", map[string]any{"format": "text", "records": recs})
+		require.Equal(t, 200, code, "%s", rb)
+	}
+	create := func() string {
+		var cr httpapi.CreateConsumerReply
+		require.Equal(t, 200, hjson(t, h, "POST", "/api/v1/data/consumers/g1", map[string]any{"format": "text"}, &cr))
+		require.Equal(t, 204, hjson(t, h, "POST", cr.BaseURI+"/subscription", map[string]any{"topics": []string{"t"}}, nil))
+		return cr.BaseURI
+	}
+	owned := func(base string) []httpapi.TopicPartition {
+		var a httpapi.AssignmentsReply
+		require.Equal(t, 200, hjson(t, h, "GET", base+"/assignments", nil, &a))
+		return a.Partitions
+	}
+	a := create()
+	require.Len(t, owned(a), 3)
+	bb := create()
+	// A wire member of the same group.
+	w := dialAuth(t, b.Addr(), nil)
+	code, body := w.call(func(d []byte, op int32) []byte { return protocol.AppendJoin(d, "g1", "t", "wire-1", "default", op) })
+	require.Equal(t, 200, code, body)
+	gen, _, _ := strings.Cut(body, " ")
+	require.Eventually(t, func() bool {
+		// The wire member acknowledges its views as the SDK does.
+		code, body = w.call(func(d []byte, op int32) []byte {
+			g, _ := strconv.ParseInt(gen, 10, 64)
+			return protocol.AppendHeartbeat(d, "g1", "t", "wire-1", g, op)
+		})
+		gen, _, _ = strings.Cut(body, " ")
+		wire := strings.TrimSpace(body[len(gen):])
+		return len(owned(a)) == 1 && len(owned(bb)) == 1 && wire != "" && !strings.Contains(wire, ",")
+	}, 15*time.Second, 300*time.Millisecond)
+	leave := func() {
+		w.call(func(d []byte, op int32) []byte { return protocol.AppendLeave(d, "g1", "t", "wire-1", op) })
+	}
+	leave()
+
+	fetch := func(base string) []string {
+		var rr httpapi.ReadReply
+		require.Equal(t, 200, hjson(t, h, "GET", base+"/records?timeout_ms=200", nil, &rr))
+		var vals []string
+		for _, r := range rr.Records {
+			vals = append(vals, string(r.Value))
+		}
+		return vals
+	}
+	// Once the wire member left, a and b own all three between them.
+	require.Eventually(t, func() bool { return len(owned(a))+len(owned(bb)) == 3 }, 15*time.Second, 100*time.Millisecond)
+	seen := map[string]bool{}
+	for range 10 {
+		for _, v := range append(fetch(a), fetch(bb)...) {
+			require.False(t, seen[v], "record %s twice", v)
+			seen[v] = true
+		}
+		if len(seen) == 15 {
+			break
+		}
+	}
+	require.Len(t, seen, 15)
+	// a commits; b does not and is deleted: its partitions go to a, which
+	// reads their records again.
+	var cm httpapi.CommitReply
+	require.Equal(t, 200, hjson(t, h, "POST", a+"/offsets", nil, &cm))
+	require.NotEmpty(t, cm.Offsets)
+	bParts := owned(bb)
+	require.Equal(t, 204, hjson(t, h, "DELETE", bb, nil, nil))
+	require.Equal(t, 404, hjson(t, h, "GET", bb+"/assignments", nil, nil))
+	require.Eventually(t, func() bool { return len(owned(a)) == 3 }, 15*time.Second, 100*time.Millisecond)
+	again := 0
+	for range 5 {
+		again += len(fetch(a))
+	}
+	require.Equal(t, 5*len(bParts), again)
+	// The committed offsets are in the offset store, as the wire reads them.
+	code, body = w.call(func(d []byte, op int32) []byte {
+		return protocol.AppendFetch(d, "g1", []protocol.OffsetEntry{{Topic: cm.Offsets[0].Topic, Partition: cm.Offsets[0].Partition}}, op)
+	})
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, " "+strconv.FormatInt(cm.Offsets[0].Offset, 10)+" ")
+	require.Equal(t, 204, hjson(t, h, "DELETE", a, nil, nil))
+}
+
+// TestHTTPConsumerLimits checks http_consumer_timeout (an instance not
+// used is deleted) and http_max_consumers (503 beyond).
+func TestHTTPConsumerLimits(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, 0, func(c *conf.Config) { c.HTTPConsumerTimeout = 1000; c.HTTPMaxConsumers = 1 })
+	h := newHTTPClient(t, b.HTTPAddr(), nil)
+	var cr httpapi.CreateConsumerReply
+	require.Equal(t, 200, hjson(t, h, "POST", "/api/v1/data/consumers/g", nil, &cr))
+	require.Equal(t, 503, hjson(t, h, "POST", "/api/v1/data/consumers/g", nil, nil))
+	time.Sleep(3 * time.Second) // a request would reset its timer: wait past it, then ask
+	code, body := h.get(cr.BaseURI + "/assignments")
+	require.Equal(t, 404, code, "%s", body)
+	require.Equal(t, 200, hjson(t, h, "POST", "/api/v1/data/consumers/g", nil, &cr))
+	require.Equal(t, 400, hjson(t, h, "POST", "/api/v1/data/consumers/g%20x", nil, nil))
 }

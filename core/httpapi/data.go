@@ -23,10 +23,17 @@ func (s *Server) dataRoutes(mux *http.ServeMux) {
 	data("POST /api/v1/data/topics/{topic}/partitions/{partition}/records", "produce", s.handleProduce)
 	data("GET /api/v1/data/topics/{topic}/partitions/{partition}/records", "read", s.handleRead)
 	data("GET /api/v1/data/topics/{topic}/partitions/{partition}/events", "events", s.handleEvents)
+	// Consumer instances (consumers.go).
+	data("POST /api/v1/data/consumers/{group}", "consumer", s.handleCreateConsumer)
+	data("DELETE /api/v1/data/consumers/{group}/instances/{instance}", "consumer", s.handleDeleteConsumer)
+	data("POST /api/v1/data/consumers/{group}/instances/{instance}/subscription", "consumer", s.handleSubscribe)
+	data("GET /api/v1/data/consumers/{group}/instances/{instance}/assignments", "consumer", s.handleAssignments)
+	data("GET /api/v1/data/consumers/{group}/instances/{instance}/records", "consumer_records", s.handleConsumerRecords)
+	data("POST /api/v1/data/consumers/{group}/instances/{instance}/offsets", "commit", s.handleCommit)
 }
 
 // dataEndpoints are the endpoint labels of the data plane's series.
-var dataEndpoints = []string{"put", "get", "offset", "produce", "read", "events"}
+var dataEndpoints = []string{"put", "get", "offset", "produce", "read", "events", "consumer", "consumer_records", "commit"}
 
 // dataMetrics are the data plane's series, by endpoint: requests, those
 // answered with an error status (4xx, 5xx; 401 included, counted before

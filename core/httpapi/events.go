@@ -56,7 +56,8 @@ func parseRead(w http.ResponseWriter, r *http.Request) (readParams, bool) {
 		WriteError(w, http.StatusBadRequest, msg)
 		return readParams{}, false
 	}
-	if err := wireToken("topic", rp.topic); err != nil {
+	group := r.PathValue("instance") != "" // a consumer instance's fetch: its own topics and group
+	if err := wireToken("topic", rp.topic); err != nil && !group {
 		return bad(err.Error())
 	}
 	if rp.group == "" {
@@ -75,6 +76,9 @@ func parseRead(w http.ResponseWriter, r *http.Request) (readParams, bool) {
 		return readParams{}, false
 	}
 	rp.part = p
+	if group && (q.Has("offset") || q.Has("group")) {
+		return bad("a consumer instance reads from its group's offsets: offset and group are not parameters of its fetch")
+	}
 	num := func(name string, lo, hi int64) (int64, bool) {
 		v := q.Get(name)
 		n, err := strconv.ParseInt(v, 10, 64)

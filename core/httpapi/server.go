@@ -67,6 +67,9 @@ type Config struct {
 	// DefaultPartitions is num_partitions, the dashboard's default for a
 	// new topic.
 	DefaultPartitions int
+	// ConsumerTimeout (ms) and MaxConsumers are http_consumer_timeout and
+	// http_max_consumers (consumers.go).
+	ConsumerTimeout, MaxConsumers int
 }
 
 // FromConf is the HTTP listener's configuration in c.
@@ -86,6 +89,14 @@ func FromConf(c *conf.Config) Config {
 		IdleTimeout:       ms(c.HTTPIdleTimeout, conf.DefaultHTTPIdleTimeout),
 		Auth:              &c.Auth,
 		DefaultPartitions: c.NumPartitions,
+		ConsumerTimeout:   c.HTTPConsumerTimeout,
+		MaxConsumers:      c.HTTPMaxConsumers,
+	}
+	if cfg.ConsumerTimeout <= 0 { // a Config not from conf.Default
+		cfg.ConsumerTimeout = conf.DefaultHTTPConsumerTimeout
+	}
+	if cfg.MaxConsumers <= 0 {
+		cfg.MaxConsumers = conf.DefaultHTTPMaxConsumers
 	}
 	return cfg
 }
@@ -147,6 +158,8 @@ type Server struct {
 	console ConsoleMemory
 	// data is the data plane's series (data.go).
 	data *dataMetrics
+	// cons is the HTTP consumer instances (consumers.go).
+	cons consumers
 }
 
 // New returns a server for be under cfg; Serve starts it.
