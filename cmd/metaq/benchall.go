@@ -303,9 +303,20 @@ type childServer struct {
 	httpAddr string // set by a caller that enabled the HTTP listener
 	dataDir  string
 	logDone  chan struct{}
+	// replay is what the journal's recovery did before the ready line
+	// (replayRE, replayedRE): "" when it logged neither.
+	replay string
 }
 
 var readyRE = regexp.MustCompile(`metaq-server ready on (\S+) data `)
+
+// replayRE and replayedRE match the recovery lines of a journal
+// (core/store): the data records after the last checkpoint, and those of
+// them written into the segments (the others were in place already).
+var (
+	replayRE   = regexp.MustCompile(`replaying ([0-9]+) data records from the checkpoint`)
+	replayedRE = regexp.MustCompile(`replayed ([0-9]+) records \(([0-9]+) already in place\) in (\S+)`)
+)
 
 // startServer starts a broker on a free port and waits for its ready line.
 // Its later output goes to dataDir/../broker.log.
@@ -334,10 +345,27 @@ func startServer(ctx context.Context, bin, config, dataDir string, stderr io.Wri
 	go func() {
 		defer close(s.logDone)
 		sc := bufio.NewScanner(pipe)
+		var replaying, replayed int64
+		var took string
 		for sc.Scan() {
 			if m := readyRE.FindStringSubmatch(sc.Text()); m != nil {
+				if replaying > 0 {
+					s.replay = fmt.Sprintf("%d journal records after the last checkpoint, %d replayed into the segments, in %s", replaying, replayed, took)
+					if took == "" {
+						s.replay = fmt.Sprintf("%d journal records after the last checkpoint, all in place already", replaying)
+					}
+				}
 				ready <- m[1]
 				break
+			}
+			if m := replayRE.FindStringSubmatch(sc.Text()); m != nil {
+				n, _ := strconv.ParseInt(m[1], 10, 64)
+				replaying += n
+			}
+			if m := replayedRE.FindStringSubmatch(sc.Text()); m != nil {
+				n, _ := strconv.ParseInt(m[1], 10, 64)
+				replayed += n
+				took = m[3]
 			}
 			early.WriteString(sc.Text() + "\n")
 		}

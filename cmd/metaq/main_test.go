@@ -351,6 +351,7 @@ func TestCLI(t *testing.T) {
 			`(?m)^7 sync durable put p50 \(100 B\), 512 partitions +p50 \S+ \(p99 \S+\), broker CPU/put ([0-9.]+µs|\?) `,
 			`(?m)^8 restart after kill -9, 8 partitions, 2 MB +\S+ to ready +\S+ empty \(same run\) +[0-9.]+x `,
 			`(?m)^8 restart after kill -9, 8 partitions, 4 MB +\S+ to ready +\S+ at 2 MB \(same run\) `,
+			`(?m)^8 restart after kill -9, 8 partitions, 2 MB .*\n  info: its journal recovery +([0-9]+ journal records after the last checkpoint, ([0-9]+ replayed into the segments, in \S+|all in place already)|nothing to replay) +- `,
 			`(?m)^  info: broker with 8 partitions, idle after restart +RSS [0-9]+ MB, [0-9]+ goroutines`,
 			// The tail figures after the table: client and broker lines per row 6 point and row 7 figure.
 			`(?m)^TAIL \(client: exact from samples; broker: .*bucket-resolution estimates`,
