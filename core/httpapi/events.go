@@ -144,7 +144,8 @@ func readOnce(ctx context.Context, d *dataConn, rp *readParams) (recs []Consumed
 	}
 	if len(recs) == 0 && len(rep.Body) > 0 {
 		return nil, 0, false, &RequestError{Status: http.StatusRequestEntityTooLarge,
-			Msg: "the record at offset " + strconv.FormatInt(rp.offset, 10) + " is larger than max_bytes " + strconv.Itoa(int(rp.maxBytes))}
+			Msg: "no whole record at offset " + strconv.FormatInt(rp.offset, 10) + " within max_bytes " + strconv.Itoa(int(rp.maxBytes)) +
+				": a larger record, or an offset that is not a record's start"}
 	}
 	return recs, it.NextOffset(), false, nil
 }
