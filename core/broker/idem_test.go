@@ -96,17 +96,23 @@ func TestIdempotentPut(t *testing.T) {
 	require.Equal(t, protocol.StatusOK, c.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, -1, 3, []byte("plain"))).Code)
 }
 
-// BenchmarkBrokerPutIdempotent: pipelined 1 KiB puts on one connection,
-// each frame built and checksummed as it is sent, without and with the
-// idempotent producer's field (the broker's table judged on every put).
+// BenchmarkBrokerPutIdempotent: pipelined durable (group commit) 1 KiB
+// puts on one connection, each frame built and checksummed as it is sent:
+// plain (off), with a 13-byte key (key: a properties block of the
+// producer field's size) and with the idempotent producer's field (on:
+// the partition's table judges every put).
 func BenchmarkBrokerPutIdempotent(b *testing.B) {
-	for _, idem := range []bool{false, true} {
-		b.Run(map[bool]string{false: "off", true: "on"}[idem], func(b *testing.B) {
-			br := startBroker(b, 100000)
+	for _, arm := range []string{"off", "key", "on"} {
+		idem := arm == "on"
+		b.Run(arm, func(b *testing.B) {
+			br := startBroker(b, 0)
 			c := dialRaw(b, br.Addr())
 			m := message.Message{Body: bytes.Repeat([]byte("x"), 1024)}
 			if idem {
 				m.ProducerID = 1<<62 | 12345
+			}
+			if arm == "key" { // a block of the same size without the producer
+				m.Key = []byte("0123456789abc")
 			}
 			const window = 512
 			sem := make(chan struct{}, window)
