@@ -248,7 +248,10 @@ func TestTailKill9(t *testing.T) {
 	r := cliWithin(t, 2*time.Minute, "", append([]string{"--timeout", "10s"}, append(args[:len(args)-1], "--once", app)...)...)
 	mustOK(t, r, "tail --once after the kills")
 	counts := lineCounts(consumeTail(t, b.Addr(), "logs"))
-	dups := 0
+	// The duplicates of a kill are the lines of its unacknowledged batch:
+	// runs of consecutive lines (two when the batch spans a rotation),
+	// each at most a batch long.
+	dups, runs, run := 0, 0, 0
 	for i := 0; i < written; i++ {
 		l := fmt.Sprintf("l-%06d", i)
 		switch n := counts[l]; {
@@ -256,13 +259,24 @@ func TestTailKill9(t *testing.T) {
 			t.Errorf("line %s lost", l)
 		case n > 1:
 			dups += n - 1
+			if run == 0 {
+				runs++
+			}
+			if run++; run > batch {
+				t.Errorf("line %s: more than a batch (%d) of consecutive lines sent twice", l, batch)
+			}
+		default:
+			run = 0
 		}
 		delete(counts, l)
+	}
+	if runs > 2*rounds {
+		t.Errorf("%d runs of duplicates after %d kills", runs, rounds)
 	}
 	if len(counts) != 0 {
 		t.Errorf("lines never written arrived: %d", len(counts))
 	}
-	t.Logf("%d lines, %d kills, %d rotations: %d duplicates (bound: %d, a batch per kill)", written, rounds, rotations, dups, rounds*batch)
+	t.Logf("%d lines, %d kills, %d rotations: %d duplicates in %d runs (bound: %d, a batch per kill)", written, rounds, rotations, dups, runs, rounds*batch)
 	if dups > rounds*batch {
 		t.Errorf("%d duplicates, more than a batch (%d) per kill", dups, batch)
 	}
