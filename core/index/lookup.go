@@ -210,7 +210,7 @@ func (p *Part) scan(from, to int64, res *Result, deadline time.Time, match func(
 			res.TimedOut = true
 			return errDeadline
 		}
-		recs, next, err := p.readRecords(cur, to, &buf)
+		recs, next, err := p.readRecords(cur, to, &buf, nil, true)
 		if err != nil {
 			if errors.Is(err, store.ErrNoData) {
 				return nil

@@ -365,7 +365,7 @@ func (p *Part) rebuild(h chunkHeader) (*chunk, error) {
 	buf := make([]byte, 0, readSize)
 	cur := h.from
 	for cur < h.to {
-		recs, next, err := p.readRecords(cur, h.to, &buf)
+		recs, next, err := p.readRecords(cur, h.to, &buf, nil, false)
 		if err != nil {
 			return nil, err
 		}
@@ -392,39 +392,77 @@ func (o *open) add(rec *message.Record, rel int64) {
 }
 
 // readRecords reads the whole records of the log from cur (a record
-// boundary) up to at most end, one read's worth; next is where the next
-// read starts. Records alias *buf.
-func (p *Part) readRecords(cur, end int64, buf *[]byte) (recs []message.Record, next int64, err error) {
+// boundary) up to at most end, one read's worth, appending them to
+// recs[:0]; next is where the next read starts. Records alias *buf. With
+// verify, each record's checksum is checked (a lookup's scan); without,
+// only its framing (the indexer: the log checked the records when they
+// were appended or recovered, and every entry is checked at lookup).
+func (p *Part) readRecords(cur, end int64, buf *[]byte, recs []message.Record, verify bool) (_ []message.Record, next int64, err error) {
+	recs = recs[:0]
 	size := readSize
 	for {
 		want := int(min(int64(size), end-cur))
 		v, err := p.log.Read(cur, want)
 		if err != nil {
-			return nil, cur, err
+			return recs, cur, err
 		}
 		b, err := v.ReadAll((*buf)[:0])
 		v.Release()
 		*buf = b
 		if err != nil {
-			return nil, cur, err
+			return recs, cur, err
 		}
-		it := message.NewIterator(b, cur, p.maxMsg)
-		for it.Next() {
-			recs = append(recs, *it.Record())
-		}
-		if err := it.Err(); err != nil && len(recs) == 0 {
-			return nil, cur, fmt.Errorf("offset %d: %w", it.NextOffset(), err)
+		pos := 0
+		for {
+			r, n, err := p.parse(b[pos:], verify)
+			if err != nil {
+				if errors.Is(err, message.ErrShortRecord) {
+					break
+				}
+				if len(recs) == 0 {
+					return recs, cur, fmt.Errorf("offset %d: %w", cur+int64(pos), err)
+				}
+				break // report it at the next read
+			}
+			r.Offset = cur + int64(pos)
+			recs = append(recs, r)
+			pos += n
 		}
 		if len(recs) > 0 {
-			return recs, it.NextOffset(), nil
+			return recs, cur + int64(pos), nil
 		}
 		// The record at cur is longer than what was read, or cut by the
 		// segment's end (a record never spans two segments).
 		if len(b) < want || size >= p.maxMsg+message.HeaderSize {
-			return nil, cur, fmt.Errorf("offset %d: %w", cur, message.ErrCorruptRecord)
+			return recs, cur, fmt.Errorf("offset %d: %w", cur, message.ErrCorruptRecord)
 		}
 		size = min(size*4, p.maxMsg+message.HeaderSize)
 	}
+}
+
+// parse decodes the record at the start of b: message.ParseRecord with
+// verify, else its framing only (length in range, the whole record there).
+func (p *Part) parse(b []byte, verify bool) (message.Record, int, error) {
+	if verify {
+		return message.ParseRecord(b, p.maxMsg)
+	}
+	if len(b) < message.HeaderSize {
+		return message.Record{}, 0, message.ErrShortRecord
+	}
+	l := int32(binary.BigEndian.Uint32(b))
+	if l < 0 || int(l) > p.maxMsg {
+		return message.Record{}, 0, fmt.Errorf("%w: length %d", message.ErrCorruptRecord, l)
+	}
+	n := message.HeaderSize + int(l)
+	if len(b) < n {
+		return message.Record{}, 0, message.ErrShortRecord
+	}
+	return message.Record{
+		CRC:  binary.BigEndian.Uint32(b[4:]),
+		ID:   int64(binary.BigEndian.Uint64(b[8:])),
+		Flag: int32(binary.BigEndian.Uint32(b[16:])),
+		Data: b[message.HeaderSize:n:n],
+	}, n, nil
 }
 
 // index indexes up to budget bytes past the indexed mark.
@@ -448,12 +486,33 @@ func (p *Part) index(budget int64) (int64, error) {
 	return n, nil
 }
 
+// readBuf is the indexer's read buffer and the records of a read, reused
+// across passes and partitions (a pass of many partitions allocated a
+// buffer each).
+type readBuf struct {
+	b    []byte
+	recs []message.Record
+}
+
+var readBufs = sync.Pool{New: func() any { return &readBuf{b: make([]byte, 0, readSize)} }}
+
 // stopRetry is how long indexing waits after it stopped on an error.
 var stopRetry = 30 * time.Second
 
 // indexFrom indexes up to budget bytes from cur, the indexed mark.
 func (p *Part) indexFrom(cur, budget int64) (int64, error) {
-	buf := make([]byte, 0, readSize)
+	if cur >= p.log.MaxOffset() {
+		return 0, nil
+	}
+	rb := readBufs.Get().(*readBuf)
+	buf := rb.b
+	defer func() {
+		if cap(buf) <= readSize {
+			rb.b = buf[:0]
+		}
+		clear(rb.recs[:cap(rb.recs)]) // drop the references to buf
+		readBufs.Put(rb)
+	}()
 	start := cur
 	var batch open
 	for cur-start < budget {
@@ -475,7 +534,11 @@ func (p *Part) indexFrom(cur, budget int64) (int64, error) {
 			p.restart(cur, seg)
 			from, n = cur, 0
 		}
-		recs, next, err := p.readRecords(cur, end, &buf)
+		var recs []message.Record
+		var next int64
+		var err error
+		recs, next, err = p.readRecords(cur, end, &buf, rb.recs, false)
+		rb.recs = recs
 		if err != nil {
 			if errors.Is(err, store.ErrNoData) || errors.Is(err, store.ErrBelowMin) {
 				break // truncated or retained meanwhile: follow sees it next time
