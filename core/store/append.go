@@ -404,6 +404,16 @@ func (l *Log) flusher() {
 		l.mu.Unlock()
 		if need {
 			_ = l.flush() // a failure is logged by failLocked and kept in failErr
+			// The ticker's flush is the one that makes the last puts
+			// of a burst durable (the threshold's come before it): its
+			// flush mark is fdatasynced now, not up to
+			// flushMarkSyncEvery later, so that a power cut after the
+			// puts stop finds it exact. At most one fdatasync per
+			// interval, so only with an interval of at least
+			// flushMarkSyncEvery: no more than the timer's.
+			if l.interval >= flushMarkSyncEvery {
+				l.syncFlushMarkNow()
+			}
 		}
 	}
 }

@@ -25,10 +25,13 @@ import (
 // mark is LOWER than the true durable end, and recovery takes damage
 // between the two, in data fsynced and acknowledged, for a torn tail and
 // cuts it: so the staleness is bounded. The mark is fdatasynced at every
-// threshold-mode segment roll, and otherwise by a timer at most every
-// flushMarkSyncEvery (1 s) after it changed, off the put path: a bit flip
-// in about the last second of acknowledged data before a power cut may be
-// cut as a torn tail. A mark that goes down (Truncate, a recovery cut) is
+// threshold-mode segment roll, after the flush of the threshold-mode
+// ticker when its interval is at least flushMarkSyncEvery (the flush that
+// ends a burst of puts: at most one fdatasync per interval), and otherwise
+// by a timer at most every flushMarkSyncEvery (1 s) after it changed, off
+// the put path: a bit flip in about the last second of acknowledged data
+// before a power cut may be cut as a torn tail (after a flush of the
+// threshold or of a roll, under a steady stream of puts). A mark that goes down (Truncate, a recovery cut) is
 // fdatasynced at once: an older, higher mark coming back would take a
 // torn tail in the rewritten range for damage and refuse the start.
 // Close fdatasyncs a mark changed since its last sync. After a kill -9
@@ -218,10 +221,20 @@ func (l *Log) syncFlushMarkLater() {
 // without fm.mu: a rewrite while it runs marks the file dirty again and
 // arms the timer again.
 func (l *Log) syncFlushMarkTimer() {
+	l.fm.mu.Lock()
+	l.fm.armed = false
+	l.fm.mu.Unlock()
+	l.syncFlushMarkNow()
+}
+
+// syncFlushMarkNow fdatasyncs the mark if it changed since its last
+// sync, without fm.mu (the put path's rewrites never wait for it): the
+// timer's, and the threshold-mode ticker's after its flush (flusher). A
+// timer still armed then finds the mark clean, unless it changed again.
+func (l *Log) syncFlushMarkNow() {
 	l.fm.syncMu.Lock()
 	defer l.fm.syncMu.Unlock()
 	l.fm.mu.Lock()
-	l.fm.armed = false
 	f := l.fm.f
 	if f == nil || !l.fm.dirty {
 		l.fm.mu.Unlock()

@@ -233,7 +233,8 @@ func (r *markSyncRecorder) sync(f *os.File) error {
 // damage in that data for a torn tail and cuts it): a raised mark is
 // fdatasynced within about flushMarkSyncEvery, off the put path and at
 // most once per interval however often it changes, at once at a
-// threshold-mode roll and at Close; a lowered one (Truncate) before
+// threshold-mode roll, after the threshold-mode ticker's flush and at
+// Close; a lowered one (Truncate) before
 // Truncate returns, so that the old higher mark cannot come back.
 func TestFlushMarkDurable(t *testing.T) {
 	t.Parallel()
@@ -303,6 +304,34 @@ func TestFlushMarkDurable(t *testing.T) {
 		last := l.MaxOffset()
 		require.NoError(t, l.Close())
 		require.Equal(t, last, r.durable.Load(), "Close leaves the mark durable")
+	})
+
+	t.Run("ticker", func(t *testing.T) {
+		t.Parallel()
+		// The threshold-mode ticker's flush (the one that makes the last
+		// puts of a burst durable) fdatasyncs the mark at once, not a
+		// timer's interval later.
+		r := &markSyncRecorder{}
+		dir := filepath.Join(t.TempDir(), "topic-2")
+		l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000, UnflushInterval: flushMarkSyncEvery,
+			hooks: &hooks{markSync: r.sync}})
+		require.NoError(t, err)
+		defer l.Close()
+		for i := range 2 {
+			prev := l.MaxOffset() // readable: flushed
+			mustAppend(t, l, fmt.Appendf(nil, "left to the ticker %d", i))
+			deadline := time.Now().Add(3 * flushMarkSyncEvery)
+			for l.MaxOffset() == prev {
+				require.True(t, time.Now().Before(deadline), "the ticker flushed within its interval")
+				time.Sleep(2 * time.Millisecond)
+			}
+			end := l.MaxOffset()
+			require.Equal(t, end, read(dir))
+			start := time.Now()
+			require.Eventually(t, func() bool { return r.durable.Load() == end },
+				flushMarkSyncEvery/2, 2*time.Millisecond, "the ticker's flush fdatasyncs its mark at once")
+			t.Logf("tick %d: the mark durable %v after the flush", i, time.Since(start))
+		}
 	})
 
 	t.Run("group-commit", func(t *testing.T) {
