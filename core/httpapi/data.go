@@ -13,23 +13,36 @@ import (
 // rights of each request as on the wire. Each is counted under its
 // endpoint label (dataMetrics).
 func (s *Server) dataRoutes(mux *http.ServeMux) {
-	data := func(pattern, endpoint string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.data.wrap(endpoint, s.needDataUser(h).ServeHTTP))
+	for _, rt := range dataRouteTable {
+		mux.Handle(rt.pattern, s.data.wrap(rt.endpoint, s.needDataUser(rt.handler(s)).ServeHTTP))
 	}
-	data("/put", "put", s.handleMetaQPut)
-	data("/get", "get", s.handleMetaQGet)
-	data("/offset", "offset", s.handleMetaQOffset)
-	data("POST /api/v1/data/topics/{topic}/records", "produce", s.handleProduce)
-	data("POST /api/v1/data/topics/{topic}/partitions/{partition}/records", "produce", s.handleProduce)
-	data("GET /api/v1/data/topics/{topic}/partitions/{partition}/records", "read", s.handleRead)
-	data("GET /api/v1/data/topics/{topic}/partitions/{partition}/events", "events", s.handleEvents)
+}
+
+// dataRoute is one route of the data plane.
+type dataRoute struct {
+	pattern, endpoint string
+	handler           func(*Server) http.HandlerFunc
+}
+
+// dataRouteTable is the data plane's routes (docs/openapi.json lists
+// them: TestOpenAPIRoutes).
+var dataRouteTable = []dataRoute{
+	// MetaQ's jettyBroker endpoints (metaqhttp.go): any method.
+	{"/put", "put", func(s *Server) http.HandlerFunc { return s.handleMetaQPut }},
+	{"/get", "get", func(s *Server) http.HandlerFunc { return s.handleMetaQGet }},
+	{"/offset", "offset", func(s *Server) http.HandlerFunc { return s.handleMetaQOffset }},
+	// Records (records.go, events.go).
+	{"POST /api/v1/data/topics/{topic}/records", "produce", func(s *Server) http.HandlerFunc { return s.handleProduce }},
+	{"POST /api/v1/data/topics/{topic}/partitions/{partition}/records", "produce", func(s *Server) http.HandlerFunc { return s.handleProduce }},
+	{"GET /api/v1/data/topics/{topic}/partitions/{partition}/records", "read", func(s *Server) http.HandlerFunc { return s.handleRead }},
+	{"GET /api/v1/data/topics/{topic}/partitions/{partition}/events", "events", func(s *Server) http.HandlerFunc { return s.handleEvents }},
 	// Consumer instances (consumers.go).
-	data("POST /api/v1/data/consumers/{group}", "consumer", s.handleCreateConsumer)
-	data("DELETE /api/v1/data/consumers/{group}/instances/{instance}", "consumer", s.handleDeleteConsumer)
-	data("POST /api/v1/data/consumers/{group}/instances/{instance}/subscription", "consumer", s.handleSubscribe)
-	data("GET /api/v1/data/consumers/{group}/instances/{instance}/assignments", "consumer", s.handleAssignments)
-	data("GET /api/v1/data/consumers/{group}/instances/{instance}/records", "consumer_records", s.handleConsumerRecords)
-	data("POST /api/v1/data/consumers/{group}/instances/{instance}/offsets", "commit", s.handleCommit)
+	{"POST /api/v1/data/consumers/{group}", "consumer", func(s *Server) http.HandlerFunc { return s.handleCreateConsumer }},
+	{"DELETE /api/v1/data/consumers/{group}/instances/{instance}", "consumer", func(s *Server) http.HandlerFunc { return s.handleDeleteConsumer }},
+	{"POST /api/v1/data/consumers/{group}/instances/{instance}/subscription", "consumer", func(s *Server) http.HandlerFunc { return s.handleSubscribe }},
+	{"GET /api/v1/data/consumers/{group}/instances/{instance}/assignments", "consumer", func(s *Server) http.HandlerFunc { return s.handleAssignments }},
+	{"GET /api/v1/data/consumers/{group}/instances/{instance}/records", "consumer_records", func(s *Server) http.HandlerFunc { return s.handleConsumerRecords }},
+	{"POST /api/v1/data/consumers/{group}/instances/{instance}/offsets", "commit", func(s *Server) http.HandlerFunc { return s.handleCommit }},
 }
 
 // dataEndpoints are the endpoint labels of the data plane's series.
