@@ -37,8 +37,8 @@ default the hostname); --key-from file or host also makes that its key
 Rotation is followed both ways: by rename (the old file is read to its
 end, then the new one from its start; with a glob that also matches the
 renamed file, that file is recognized by its device and inode and not
-shipped again) and by copytruncate (a file that shrank is read again from
-its start). A record longer than --max-record is cut into messages of
+shipped again) and by copytruncate (a file that shrank, or whose first
+bytes changed, is read again from its start). A record longer than --max-record is cut into messages of
 --max-record bytes, with a warning. A line is shipped once its "\n" is
 written; a multi-line record once the next record begins or nothing was
 written for --record-wait. The last line of a file without "\n" waits,
@@ -194,8 +194,9 @@ type tailFile struct {
 	acked   int64  // the end of the last acknowledged record
 	eof     bool   // the last read found nothing
 	grew    time.Time
-	gone    bool // no pattern matches its path any more (renamed away, deleted)
-	cutting bool // the last record was cut at --max-record
+	gone    bool  // no pattern matches its path any more (renamed away, deleted)
+	cutting bool  // the last record was cut at --max-record
+	size    int64 // at the last look (scan)
 
 	fpLen int64
 	fpCRC uint32
@@ -395,7 +396,13 @@ func (t *tailer) track(path string, seen map[string]bool) error {
 			t.setHeaders(tf)
 		}
 		tf.gone = false
-		if fi.Size() < tf.readOff {
+		if fi.Size() == tf.size {
+			return nil
+		}
+		tf.size = fi.Size()
+		// Truncated: shorter than what was read, or (truncated and written
+		// again between two looks) no longer starting with the same bytes.
+		if fi.Size() < tf.readOff || !matchesFingerprint(tf.f, tailFileState{FpLen: tf.fpLen, FpCRC: tf.fpCRC}) {
 			fmt.Fprintf(t.e.stderr, "metaq tail: %s was truncated (%d bytes, was read up to %d): reading it again from its start\n", path, fi.Size(), tf.readOff)
 			tf.readOff, tf.bufOff, tf.buf, tf.acked, tf.eof = 0, 0, nil, 0, false
 			tf.fpLen, tf.fpCRC, _ = fingerprint(tf.f, fi.Size())

@@ -154,6 +154,18 @@ func TestTailFollow(t *testing.T) {
 	appendFile(t, app, numbered("e-", 0, 5))
 	want += 5
 	tailWaitFor(t, 30*time.Second, "the lines after the truncation", arrived)
+	// Truncated and written again, longer than before, at once (between
+	// two looks): the file's first bytes changed.
+	f, err := os.OpenFile(app, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(numbered("i-", 0, 50)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	want += 50
+	tailWaitFor(t, 30*time.Second, "the lines after a truncation and a longer write", arrived)
 
 	// The glob: a new file, renamed to a name it still matches and
 	// written on, and another new file.
