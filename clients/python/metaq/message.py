@@ -24,8 +24,8 @@ MAX_PROPERTIES_BYTES = 32 << 10
 HEADER_SIZE = 20
 _HEADER = struct.Struct(">iiqi")
 
-_P_KEY, _P_TS, _P_TAGS, _P_HEADERS = 1, 2, 4, 8
-_P_ALL = 15
+_P_KEY, _P_TS, _P_TAGS, _P_HEADERS, _P_PRODUCER = 1, 2, 4, 8, 16
+_P_ALL = 31
 _ZERO_TIME_MS = -62135596800000  # Go's time.Time{}.UnixMilli(): no timestamp
 
 # msgId layout: ((ms - epoch) << 22) | (brokerId << 12) | seq.
@@ -220,7 +220,7 @@ class _Reader:
     def bad(self, what: str) -> PropertiesError:
         return PropertiesError(f"message: bad properties: {what} at byte {self.pos}")
 
-    def uvarint(self, what: str) -> int:
+    def uvarint(self, what: str, limit: int = 1 << 31) -> int:
         x, shift, start = 0, 0, self.pos
         while True:
             if self.pos >= len(self.b) or shift > 63:
@@ -231,7 +231,7 @@ class _Reader:
             if c < 0x80:
                 break
             shift += 7
-        if self.pos - start != len(_uvarint(x)) or x > 1 << 31:  # shortest form only
+        if self.pos - start != len(_uvarint(x)) or x > limit:  # shortest form only
             self.pos = start
             raise self.bad(what)
         return x
@@ -292,6 +292,12 @@ def decode_properties(block: bytes, m: Message) -> None:
                 raise r.bad("header key not UTF-8") from None
             vn = r.uvarint("header value length")
             m.headers.append((k, None if vn == 0 else r.take(vn - 1, "short header value")))
+    if fields & _P_PRODUCER:
+        # The Go SDK's idempotent producer id and sequence (docs/protocol.md,
+        # "Idempotent producer"): checked and read past.
+        if r.uvarint("producer id", (1 << 63) - 1) == 0:
+            raise r.bad("producer id")
+        r.uvarint("producer sequence", (1 << 63) - 1)
     if r.pos != len(block):
         raise r.bad("trailing bytes")
 

@@ -45,7 +45,7 @@ def test_hash_by_key_matches_go() -> None:
 
 @pytest.mark.parametrize("block,why", [
     (b"", "block of 0 bytes"), (b"\x02\x01", "version 2"), (b"\x01\x00", "fields 0x00"),
-    (b"\x01\x10", "fields 0x10"), (b"\x01\x01\x05ab", "short key"), (b"\x01\x01\x81\x00", "key length"),
+    (b"\x01\x20", "fields 0x20"), (b"\x01\x10\x00\x00", "producer id"), (b"\x01\x01\x05ab", "short key"), (b"\x01\x01\x81\x00", "key length"),
     (b"\x01\x04\x00", "tag count"), (b"\x01\x01\x01ax", "trailing bytes"), (b"\x01\x04\x01\x01 ", "space"),
 ])
 def test_decode_refuses_malformed(block: bytes, why: str) -> None:
