@@ -1263,10 +1263,10 @@ func (j *Journal) writeBuf(files *[]*jfile) error {
 // round's appends are acknowledged, so that a kill -9 at any moment
 // leaves every acknowledged round under a later mark in the page cache,
 // and recovery never takes damage in one for a torn tail. The mark record
-// is not fdatasynced: the next round's fdatasync covers it when one
-// follows (it is written before that round, to the same or an earlier
-// file synced before it), and until then only a power cut can lose it,
-// which leaves the journal as it was before mark records
+// is not fdatasynced: once a next round is staged, that round's records
+// carry a mark at least as high (and its fdatasync covers the mark record
+// too when they share a file), and until then only a power cut can lose
+// it, which leaves the journal as it was before mark records
 // (docs/storage.md, "Mark records").
 func (j *Journal) cover(end int64) {
 	if j.marked.Load() >= end {
