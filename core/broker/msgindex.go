@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/index"
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // indexSet is the key and id index of the broker's partitions
@@ -180,6 +182,13 @@ func (h httpBackend) FindMessages(topics []string, q httpapi.FindQuery) (httpapi
 		}
 		return cmpInt64(a.Record.Offset, b.Record.Offset)
 	})
+	if q.ByID && len(res.Found) == 0 {
+		ms, broker, _ := message.IDParts(q.ID)
+		if self := b.config().BrokerID; broker != self {
+			res.Notes = append(res.Notes, fmt.Sprintf("msgId %d was assigned by broker %d at %s; this is broker %d: ask broker %d (or its slaves)",
+				q.ID, broker, time.UnixMilli(ms).UTC().Format(time.RFC3339Nano), self, broker))
+		}
+	}
 	res.Took = time.Since(start)
 	res.Indexed = b.config().IndexKeys
 	return res, nil

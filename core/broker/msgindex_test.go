@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,7 +113,13 @@ func TestFindMessagesAPI(t *testing.T) {
 				code, _, body := findMessages(t, h, bad)
 				require.Equal(t, 400, code, "%v: %s", bad, body)
 			}
-			code, _, body := findMessages(t, h, url.Values{"key": {"a"}, "topic": {"nope"}})
+			// A msgId of another broker: a miss that says where to ask.
+			other := int64(1)<<22 | int64(b.config().BrokerID+1)<<12
+			code, res, body := findMessages(t, h, url.Values{"id": {strconv.FormatInt(other, 10)}})
+			require.Equal(t, 200, code, body)
+			require.Empty(t, res.Messages)
+			require.Contains(t, strings.Join(res.Notes, "\n"), fmt.Sprintf("ask broker %d", b.config().BrokerID+1))
+			code, _, body = findMessages(t, h, url.Values{"key": {"a"}, "topic": {"nope"}})
 			require.Equal(t, 404, code, body)
 		})
 	}
