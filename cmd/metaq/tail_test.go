@@ -177,7 +177,11 @@ func TestTailOnce(t *testing.T) {
 		t.Fatalf("--reset-state: %s", r.stderr)
 	}
 
-	// Usage errors and clear failures.
+	// --help, and usage errors and clear failures.
+	if r := cli("", "tail", "--help"); r.code != 0 || !strings.Contains(r.stdout, "Usage:") || !strings.Contains(r.stdout, "--start-pattern string") ||
+		!strings.Contains(r.stdout, "Delivery is at least once") {
+		t.Fatalf("tail --help: %+v", r)
+	}
 	for args, want := range map[string]string{
 		"--topic logs":                        "name at least one file or glob",
 		"--topic logs x[":                     `bad glob "x["`,
