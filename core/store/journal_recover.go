@@ -218,8 +218,8 @@ func (j *Journal) judgeDamage(sc *journalScan, files []*jfile) error {
 // segments do not hold it. What lies past every mark is the rounds not
 // yet acknowledged (synced or not), and, after a power cut only, the
 // last acknowledged rounds when the power cut lost their mark record,
-// which is not fdatasynced itself (the next round's fdatasync makes it
-// durable): a bit flip in those is taken for a torn tail, and their
+// which is not fdatasynced itself (a next round's records carry the mark
+// themselves, made durable by its fdatasync): a bit flip in those is taken for a torn tail, and their
 // puts are lost without a refusal, like a flip in the last record
 // (docs/storage.md, "Mark records").
 func (sc *journalScan) tornCandidate() (jHole, bool) {
