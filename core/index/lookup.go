@@ -141,6 +141,9 @@ func (p *Part) Lookup(q Query) (Result, error) {
 		if timedOut() || len(found) > limit {
 			break
 		}
+		if c.hdr.to <= p.log.MinOffset() {
+			continue // its segment is gone (retention): nothing to scan
+		}
 		res.Notes = append(res.Notes, fmt.Sprintf("index file %s is damaged: its range %d..%d of the log was scanned", filepath.Base(c.path), c.hdr.from, c.hdr.to))
 		if err := p.scan(c.hdr.from, c.hdr.to, &res, q.Deadline, match, keep); err != nil && !errors.Is(err, errDeadline) {
 			res.Notes = append(res.Notes, fmt.Sprintf("scan of %d..%d: %v", c.hdr.from, c.hdr.to, err))
@@ -203,14 +206,26 @@ func (p *Part) readRecord(off int64) (message.Record, error) {
 
 // scan reads the log's records in [from, to) and keeps those that match.
 func (p *Part) scan(from, to int64, res *Result, deadline time.Time, match func(*message.Record) bool, keep func(*message.Record)) error {
-	buf := make([]byte, 0, readSize)
+	if from >= to {
+		return nil
+	}
+	rb := readBufs.Get().(*readBuf)
+	buf := rb.b
+	defer func() {
+		if cap(buf) <= readSize {
+			rb.b = buf[:0]
+		}
+		clear(rb.recs[:cap(rb.recs)])
+		readBufs.Put(rb)
+	}()
 	cur := from
 	for cur < to {
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			res.TimedOut = true
 			return errDeadline
 		}
-		recs, next, err := p.readRecords(cur, to, &buf, nil, true)
+		recs, next, err := p.readRecords(cur, to, &buf, rb.recs, true)
+		rb.recs = recs
 		if err != nil {
 			if errors.Is(err, store.ErrNoData) {
 				return nil
