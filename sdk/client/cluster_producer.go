@@ -629,10 +629,11 @@ func (cp *clusterProducer) attempt(ctx context.Context, m *message.Message, t ta
 	return res, nil
 }
 
-// retryable reports whether a failed attempt may be retried on another
-// broker: the broker was unreachable, the connection was lost (the
-// message may have been stored: at least once), the producer of a
-// vanished broker was closed, or the broker refused (403, 5xx).
+// retryable reports whether a failed attempt may be retried: the broker
+// was unreachable, the connection was lost (the message may have been
+// stored: with idempotence its retry stays on its partition and is stored
+// once, pinOf; without, at least once), the producer of a vanished broker
+// was closed, or the broker refused (403, 5xx).
 func retryable(err error) bool {
 	var ce *connError
 	var ne net.Error
