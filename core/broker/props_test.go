@@ -125,7 +125,9 @@ func TestSyncPairProperties(t *testing.T) {
 			break
 		}
 	}
-	require.False(t, got["plain"].HasProperties())
+	plainGot := got["plain"] // no key, timestamp, tags or headers: only the idempotent producer's field
+	require.True(t, plainGot.Key == nil && plainGot.Timestamp.IsZero() && len(plainGot.Tags) == 0 && len(plainGot.Headers) == 0, "%+v", plainGot)
+	require.NotZero(t, plainGot.ProducerID)
 	for _, w := range want {
 		g := got[string(w.Body)]
 		require.NotNil(t, g, "%s", w.Body)

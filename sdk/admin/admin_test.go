@@ -421,6 +421,7 @@ func TestLagMessages(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	const n = 5000
 	var res []client.SendResult
+	var last *message.Message
 	for i := 0; i < n; i += 500 {
 		msgs := make([]*message.Message, 500)
 		for j := range msgs {
@@ -431,6 +432,7 @@ func TestLagMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 		res = append(res, r...)
+		last = msgs[len(msgs)-1]
 	}
 	a := newAdmin(t, client.Brokers(b.Addr()))
 	for _, c := range []struct {
@@ -441,7 +443,7 @@ func TestLagMessages(t *testing.T) {
 		if c.from < n {
 			off = res[c.from].Offset
 		} else {
-			off = res[n-1].Offset + int64(message.HeaderSize+1000)
+			off = res[n-1].Offset + int64(message.HeaderSize+last.DataLen()) // the producer's field included
 		}
 		if _, err := a.ResetOffsets(ctx, "lag", admin.ToOffset(off), admin.ResetOptions{Topics: []string{"big"}, Execute: true}); err != nil {
 			t.Fatal(err)
@@ -593,7 +595,8 @@ func TestOffsetForCreateTime(t *testing.T) {
 	}
 	stamped := time.Now()
 	time.Sleep(5 * time.Millisecond)
-	r, err := p.ProduceSync(ctx, &message.Message{Topic: "ts", Partition: 0, Body: []byte("live")})
+	live := &message.Message{Topic: "ts", Partition: 0, Body: []byte("live")}
+	r, err := p.ProduceSync(ctx, live)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,7 +612,7 @@ func TestOffsetForCreateTime(t *testing.T) {
 		{base.Add(19 * time.Minute), res[19].Offset},
 		{base.Add(20 * time.Minute), res[20].Offset}, // the live message, stored now
 		{stamped, res[20].Offset},
-		{time.Now().Add(time.Hour), res[20].Offset + int64(message.HeaderSize+len("live"))},
+		{time.Now().Add(time.Hour), res[20].Offset + int64(message.HeaderSize+live.DataLen())},
 	} {
 		got, err := a.OffsetForTime(ctx, "ts", 0, 0, c.at)
 		if err != nil || got != c.want {

@@ -82,10 +82,13 @@ func Example() {
 	for _, r := range plan.Partitions {
 		fmt.Printf("dry run: %s-%d %d -> %d\n", r.Topic, r.Partition, *r.Current, r.New)
 	}
+	// (Offsets are bytes: a record is a 20-byte header, the idempotent
+	// producer's 16 bytes and the body.)
+
 	// Output:
-	// ex-admin-0: offsets [0, 119), 5 messages
-	// audit at 71: lag 48 bytes, 2 messages
-	// dry run: ex-admin-0 71 -> 0
+	// ex-admin-0: offsets [0, 199), 5 messages
+	// audit at 119: lag 80 bytes, 2 messages
+	// dry run: ex-admin-0 119 -> 0
 }
 
 // Create a topic through the broker's HTTP admin API (found from its

@@ -453,6 +453,9 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 				return res, err
 			}
 			lastErr = err
+			if m.ProducerID == 0 { // refused, nothing stored: free to go elsewhere
+				pin = nil
+			}
 			continue
 		}
 		snap := v.Snapshot()
@@ -521,8 +524,8 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 			return SendResult{}, err
 		}
 		cp.outOfOrder(m, t, err)
-		if pin = cp.pinOf(m, t.part); pin != nil {
-			lastErr = err
+		if pin = cp.pinOf(m, t.part); pin != nil || sendCause(err) == protocol.CauseOutOfOrderSequence {
+			lastErr = err // pinned, or bound again at once: the broker is fine
 			continue
 		}
 		cp.cfg.logger.Debug("metaq: send failed; retrying on another partition", "topic", m.Topic,
@@ -566,17 +569,19 @@ func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *me
 	return SendResult{}, false, err
 }
 
-// outOfOrder handles an attempt of m on t that failed with err: when the
-// broker refused m's sequence as out of order, nothing was stored, the
-// partition starts over with a new producer id and m is bound again when
-// resent.
+// outOfOrder handles an attempt of m on t that failed with err, when the
+// broker refused it and stored nothing: m is unbound (no longer pinned to
+// its partition; bound again when resent), and after an out-of-order
+// refusal the partition starts over with a new producer id.
 func (cp *clusterProducer) outOfOrder(m *message.Message, t target, err error) {
-	if sendCause(err) != protocol.CauseOutOfOrderSequence {
-		return
-	}
-	if p, perr := cp.broker(t.addr); perr == nil {
-		p.renew(m, t.part.Partition)
-	} else {
+	switch {
+	case sendCause(err) == protocol.CauseOutOfOrderSequence:
+		if p, perr := cp.broker(t.addr); perr == nil {
+			p.renew(m, t.part.Partition)
+		} else {
+			unbind(m)
+		}
+	case isPartitionError(err): // the partition is gone: choose again
 		unbind(m)
 	}
 }
