@@ -810,7 +810,11 @@ func (c *testCluster) verifyAcked(t testing.TB, acks []clusterAck) map[int]int {
 		require.NoError(t, err, "read back broker %d %s-%d", k.broker, k.topic, k.part)
 		at := make(map[int64][]byte, len(recs))
 		for _, r := range recs {
-			at[r.Offset] = r.Data
+			// The payload: the producer's properties block (the idempotent
+			// producer's id and sequence) is not part of the body sent.
+			m, err := (&message.Record{Offset: r.Offset, ID: r.ID, Flag: r.Flag, Data: r.Data}).Message(k.topic, k.part)
+			require.NoError(t, err, "broker %d %s-%d offset %d", k.broker, k.topic, k.part, r.Offset)
+			at[r.Offset] = m.Body
 		}
 		var missing []string
 		for _, a := range byPart[k] {
