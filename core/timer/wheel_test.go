@@ -1,0 +1,186 @@
+package timer
+
+import (
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+type testLog struct {
+	t   *testing.T
+	dir string
+	l   *store.Log
+}
+
+func openTestLog(t *testing.T, dir string) *testLog {
+	t.Helper()
+	l, err := store.Open(filepath.Join(dir, "log"), store.Options{IDs: store.NewIDWorker(1, time.Now), MaxSegmentSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testLog{t: t, dir: dir, l: l}
+}
+
+func (tl *testLog) put(data []byte) (id, off int64) {
+	tl.t.Helper()
+	id, off, err := tl.l.AppendSync([]store.Entry{{Data: data, CRC: message.Checksum(data)}})
+	if err != nil {
+		tl.t.Fatal(err)
+	}
+	return id, off
+}
+
+func (tl *testLog) message(due int64) int64 {
+	id, _ := tl.put(AppendMessage(nil, &Message{Due: due, Topic: "t", Partition: 1, Data: []byte("x")}))
+	return id
+}
+
+// deliverAll runs the wheel at each time of times, returning the ids
+// delivered and checking none is early or delivered twice; marks are
+// appended to the log as the broker does.
+func deliverAll(t *testing.T, tl *testLog, w *Wheel, now int64, seen map[int64]int64, due map[int64]int64) {
+	t.Helper()
+	if err := w.Index(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		es, mk, ok, err := w.Due(now, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			if e.Due > now {
+				t.Fatalf("id %d due %d delivered at %d", e.ID, e.Due, now)
+			}
+			if d, ok := due[e.ID]; !ok || d != e.Due {
+				t.Fatalf("id %d: due %d, want %d (%v)", e.ID, e.Due, d, ok)
+			}
+			if _, dup := seen[e.ID]; dup {
+				t.Fatalf("id %d delivered twice", e.ID)
+			}
+			seen[e.ID] = now
+		}
+		if ok {
+			tl.put(AppendMark(nil, mk))
+			w.Marked(mk)
+		}
+		if len(es) == 0 && !ok {
+			return
+		}
+	}
+}
+
+func TestWheelFakeClock(t *testing.T) {
+	dir := t.TempDir()
+	tl := openTestLog(t, dir)
+	defer func() { tl.l.Close() }()
+	w, err := Open(filepath.Join(dir, "wheel"), tl.l, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const base = int64(1_700_000_000_000)
+	due := map[int64]int64{}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		d := base + r.Int64N(10*SlotMs)
+		due[tl.message(d)] = d
+	}
+	// A message in the past: due now.
+	past := tl.message(base - 5*SlotMs)
+	due[past] = base - 5*SlotMs
+	// A cancelled one.
+	cid := tl.message(base + 3*SlotMs)
+	tl.put(AppendCancel(nil, cid))
+	if err := w.Index(); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Pending(); got != 2002 {
+		t.Fatalf("pending %d, want 2002", got)
+	}
+	if len(w.window) != 0 {
+		t.Fatalf("window holds %d before any is due", len(w.window))
+	}
+	seen := map[int64]int64{}
+	now := base
+	deliverAll(t, tl, w, now, seen, due)
+	if _, ok := seen[past]; !ok {
+		t.Fatal("past message not delivered at once")
+	}
+	// Half way: restart (rebuild from the log), then go on.
+	for ; now < base+5*SlotMs; now += 1000 {
+		deliverAll(t, tl, w, now, seen, due)
+	}
+	// Late acceptance of a message due before the mark.
+	late := tl.message(base + SlotMs)
+	due[late] = base + SlotMs
+	if w, err = Open(filepath.Join(dir, "wheel"), tl.l, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	// A clock step back: nothing is redelivered.
+	deliverAll(t, tl, w, base, seen, due)
+	deliverAll(t, tl, w, now, seen, due)
+	if _, ok := seen[late]; !ok {
+		t.Fatal("late message not delivered after the restart")
+	}
+	for ; now < base+11*SlotMs; now += 1000 {
+		deliverAll(t, tl, w, now, seen, due)
+		if now == base+8*SlotMs { // and a restart with its log reopened
+			if err := tl.l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			tl = openTestLog(t, dir)
+			if w, err = Open(filepath.Join(dir, "wheel"), tl.l, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, ok := seen[cid]; ok {
+		t.Fatal("cancelled message delivered")
+	}
+	if len(seen) != len(due) {
+		t.Fatalf("delivered %d of %d", len(seen), len(due))
+	}
+	if p := w.Pending(); p != 0 {
+		t.Fatalf("pending %d after all delivered", p)
+	}
+}
+
+func TestParseRecords(t *testing.T) {
+	m := Message{Due: 42, Topic: "topic", Partition: 3, Flag: 2, Data: []byte("body")}
+	r, err := Parse(AppendMessage(nil, &m))
+	if err != nil || r.Kind != KindMessage || r.Msg.Due != 42 || r.Msg.Topic != "topic" || r.Msg.Partition != 3 ||
+		r.Msg.Flag != 2 || string(r.Msg.Data) != "body" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if r, err = Parse(AppendCancel(nil, 7)); err != nil || r.Cancel != 7 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if r, err = Parse(AppendMark(nil, Mark{5, 6})); err != nil || r.Mark != (Mark{5, 6}) {
+		t.Fatalf("%+v %v", r, err)
+	}
+	for _, b := range [][]byte{nil, {9}, {1, 0}, {2, 0}, {3}} {
+		if _, err := Parse(b); err == nil {
+			t.Fatalf("%x parsed", b)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(AppendMessage(nil, &Message{Due: 1, Topic: "t", Data: []byte("d")}))
+	f.Add(AppendCancel(nil, 1))
+	f.Add(AppendMark(nil, Mark{1, 2}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := Parse(b)
+		if err != nil || r.Kind != KindMessage {
+			return
+		}
+		again, err := Parse(AppendMessage(nil, &r.Msg))
+		if err != nil || again.Msg.Due != r.Msg.Due || again.Msg.Topic != r.Msg.Topic {
+			t.Fatalf("round trip: %+v %v", again, err)
+		}
+	})
+}
