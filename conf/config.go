@@ -221,6 +221,13 @@ type Config struct {
 	// (1..100000); a create beyond gets 503. Default 1000.
 	HTTPMaxConsumers int `toml:"http_max_consumers"`
 
+	// MaxDelay is the longest delay, in milliseconds, a delayed message may
+	// ask (docs/delayed.md; 1000..31536000000, a year). Default 40 days.
+	MaxDelay int64 `toml:"max_delay"`
+	// TimerPartitions is the number of partitions of the internal timer
+	// topic that holds delayed messages (1..64). Default 4.
+	TimerPartitions int `toml:"timer_partitions"`
+
 	// DiskMaxUsedRatio is the disk watermark (RocketMQ's
 	// diskMaxUsedSpaceRatio), a fraction in (0, 1]: once the file system
 	// of a data directory (data_dir or a topic's data_dir) is more used
@@ -470,6 +477,8 @@ func Default() *Config {
 	c.HTTPIdleTimeout = DefaultHTTPIdleTimeout
 	c.HTTPConsumerTimeout = DefaultHTTPConsumerTimeout
 	c.HTTPMaxConsumers = DefaultHTTPMaxConsumers
+	c.MaxDelay = DefaultMaxDelay
+	c.TimerPartitions = DefaultTimerPartitions
 	return c
 }
 
@@ -528,6 +537,9 @@ func (c *Config) Validate() error {
 // settings), gives ok = true; otherwise ok is false. It assumes the config
 // passed Validate and scans the topic list, so cache the result on hot paths.
 func (c *Config) TopicConfig(name string) (TopicConfig, bool) {
+	if name == TimerTopic {
+		return c.TimerTopicConfig(), true
+	}
 	for i := range c.Topics {
 		if c.Topics[i].Name == name {
 			return c.resolve(&c.Topics[i]), true

@@ -289,6 +289,7 @@ func (c *Config) check() []Problem {
 	k.zookeeper(&c.ZooKeeper)
 	k.security(c)
 	k.http(c)
+	k.delay(c)
 
 	if len(c.Topics) == 0 && !c.AutoCreateTopics {
 		k.add("topic", "at least one [[topic]] is required unless auto_create_topics = true")

@@ -65,6 +65,8 @@ type Broker struct {
 	// idem holds the partitions' idempotent-producer tables (idem.go):
 	// *store.Log -> *idemPart.
 	idem sync.Map
+	// delay is the timer of delayed messages (delay.go).
+	delay *delayStats
 	// cfgp is the configuration; Reload swaps it (reload.go). Read it
 	// with config(), once per operation where the values must agree.
 	cfgp atomic.Pointer[conf.Config]
@@ -220,6 +222,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 		opts:    opts,
 		knobs:   k,
 		ids:     store.NewIDWorker(cfg.BrokerID, nil),
+		delay:   newDelayStats(cfg.TimerPartitions),
 		topics:  make(map[string]*topic),
 		opening: make(map[string]*topicOpen),
 		conns:   make(map[*conn]struct{}),
@@ -287,6 +290,9 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	if cfg.AutoCreateTopics {
 		// Reopen auto-created topics found on disk.
 		names = append(names, b.logs().TopicsOnDisk()...)
+	}
+	if b.hasTimerLog() { // delay.go: delayed messages held
+		names = append(names, conf.TimerTopic)
 	}
 	for _, name := range names {
 		if _, err := b.openTopic(name); err != nil {
@@ -356,7 +362,7 @@ func (b *Broker) openTopic(name string) (*topic, error) {
 	}
 	if err == nil {
 		b.topics[name] = t
-		if b.reg != nil {
+		if b.reg != nil && name != conf.TimerTopic { // internal: not for clients
 			b.reg.AddTopic(registry.TopicOf(tc))
 		}
 		b.names = append(b.names, name)
@@ -540,6 +546,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	go b.outCountLoop() // msgsout.go
 	b.wg.Add(1)
 	go b.idemClockLoop() // idem.go
+	b.startTimers()      // delay.go
 	b.wg.Add(1)
 	go func() { defer b.wg.Done(); b.disks.Run(b.done) }()
 	for _, l := range []net.Listener{b.ln, b.tlsLn} {

@@ -173,6 +173,16 @@ func (c *conn) handlePut(r *protocol.Request) {
 	if !ok {
 		return
 	}
+	if r.Flag&message.FlagHasProperties != 0 { // delay.go: a delayed message, or a cancel of one
+		d, cancel, delayed, bad := c.delayOf(r)
+		if bad {
+			return
+		}
+		if delayed {
+			c.delayedPut(r, t, p, d, cancel, ps)
+			return
+		}
+	}
 	var w repl.PutDone = c
 	if ps.ok {
 		iw := c.idemBegin(l, p, r.Opaque, ps, 1, false) // idem.go
@@ -262,6 +272,12 @@ func (c *conn) handleMPut(r *protocol.Request) {
 		if err != nil {
 			b.stats.putFailed.Add(1)
 			c.reply(protocol.StatusBadRequest, badDataReason("mput: message "+strconv.Itoa(len(c.entries))+": ", err), r.Opaque)
+			return
+		}
+		if e.Flag&message.FlagHasProperties != 0 && isDelayed(e.Flag, e.Data) {
+			b.stats.putFailed.Add(1)
+			c.reply(protocol.StatusBadRequest, "mput: message "+strconv.Itoa(len(c.entries))+
+				": a delayed message (metaq-deliver-at, metaq-delay or metaq-cancel) goes in a put of its own", r.Opaque)
 			return
 		}
 		// An idempotent mput's messages are one producer's consecutive

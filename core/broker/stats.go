@@ -132,6 +132,8 @@ func (c *conn) handleStats(r *protocol.Request) {
 		writeStatsLines(&sb, func(line func(string)) { b.groups.MemberLines(v.GroupTopic, line) })
 	case "disks":
 		b.disks.WriteStats(&sb)
+	case "delayed": // delay.go
+		writeStatsLines(&sb, b.writeDelayedStats)
 	case "transactions":
 		writeStatsLines(&sb, func(line func(string)) { b.txm.Status().StatsLines(time.Now(), line) }) // core/tx
 	case "reset":

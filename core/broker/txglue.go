@@ -9,6 +9,7 @@ import (
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/tx"
+	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -81,6 +82,11 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	}
 	t, l, p, crc, _, ok := c.checkPut(r) // a transaction is not deduplicated: its commit stores it once
 	if !ok {
+		return
+	}
+	if r.Flag&message.FlagHasProperties != 0 && isDelayed(r.Flag, r.Body) {
+		c.b.stats.putFailed.Add(1)
+		c.reply(protocol.StatusBadRequest, "delayed messages are not taken in transactions yet (docs/delayed.md)", r.Opaque)
 		return
 	}
 	msgID, err := c.b.txm.Put(c.txs, id.String(), id.XA, t, l, p, store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})

@@ -52,7 +52,7 @@ func withIdempotence(on bool) prodOption {
 // for part (a retry). Without idempotence it clears them: a message
 // carries no producer of another session.
 func (p *brokerProducer) bind(m *message.Message, part int32) {
-	if !p.cfg.idempotent {
+	if !p.cfg.idempotent || m.Delayed() { // a delayed message is not sequenced (docs/delayed.md)
 		m.ProducerID, m.ProducerSeq = 0, 0
 		return
 	}

@@ -258,7 +258,7 @@ func (p *brokerProducer) Send(ctx context.Context, m *message.Message) (SendResu
 		p.end()
 		return SendResult{}, err
 	}
-	if p.acc != nil && m.DataLen() <= p.cfg.batch.maxBytes {
+	if p.acc != nil && m.DataLen() <= p.cfg.batch.maxBytes && !m.Delayed() { // a delayed message goes in a put of its own
 		// The batch completes pm (and releases its slot) even if we stop
 		// waiting for it.
 		pm := &pendingMsg{msg: m, part: part, done: make(chan struct{})}
@@ -313,7 +313,7 @@ func (p *brokerProducer) sendPart(ctx context.Context, m *message.Message, part 
 const outOfOrderResends = 3
 
 func (p *brokerProducer) sendPartOnce(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
-	if p.acc == nil || m.DataLen() > p.cfg.batch.maxBytes || m.ProducerID != 0 {
+	if p.acc == nil || m.DataLen() > p.cfg.batch.maxBytes || m.ProducerID != 0 || m.Delayed() {
 		// A bound message (an idempotent retry) goes alone: the broker
 		// judges a put by its sequences, and a batch of new messages
 		// must not straddle one already stored.
@@ -342,7 +342,7 @@ func (p *brokerProducer) sendAsyncPart(ctx context.Context, deadline time.Time, 
 		done(SendResult{}, err)
 		return
 	}
-	if p.acc != nil && m.DataLen() <= p.cfg.batch.maxBytes {
+	if p.acc != nil && m.DataLen() <= p.cfg.batch.maxBytes && !m.Delayed() { // a delayed message goes in a put of its own
 		p.acc.add(&pendingMsg{msg: m, part: part, direct: done})
 		return
 	}
@@ -420,7 +420,7 @@ func (p *brokerProducer) SendAsync(ctx context.Context, m *message.Message, cb f
 		p.cbs.push(cb, SendResult{}, err, p.end)
 		return
 	}
-	if p.acc != nil && m.DataLen() <= p.cfg.batch.maxBytes {
+	if p.acc != nil && m.DataLen() <= p.cfg.batch.maxBytes && !m.Delayed() { // a delayed message goes in a put of its own
 		p.acc.add(&pendingMsg{msg: m, part: part, cb: cb})
 		return
 	}
@@ -592,7 +592,7 @@ func (p *brokerProducer) chunk(msgs []*message.Message, parts []int32) (out []*b
 		pms[i] = pm
 		key := tpKey{m.Topic, parts[i]}
 		size := protocol.MPutEntryHeader + m.DataLen()
-		if size > maxBytes {
+		if size > maxBytes || m.Delayed() { // a delayed message goes in a put of its own
 			// Later messages of this partition go after it.
 			delete(open, key)
 			out = append(out, &batch{key: key, msgs: []*pendingMsg{pm}, bytes: -1})

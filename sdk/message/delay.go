@@ -79,3 +79,71 @@ func DeliveryOf(flag int32, data []byte) (d Delivery, ok bool, err error) {
 	}
 	return Delivery{Delay: n}, true, nil
 }
+
+// HeaderCancel, on a put of an empty message to a delayed message's topic
+// and partition, cancels it: the value is its msgId in decimal.
+const HeaderCancel = "metaq-cancel"
+
+// CancelOf returns the msgId a put's metaq-cancel header names; ok is
+// false without one.
+func CancelOf(flag int32, data []byte) (id int64, ok bool, err error) {
+	if flag&FlagHasProperties == 0 {
+		return 0, false, nil
+	}
+	_, _, props, _, err := splitData(flag, data, false)
+	if err != nil || len(props) < 2 || props[1]&propHeaders == 0 {
+		return 0, false, err
+	}
+	var v []byte
+	err = WalkProperties(props, &PropsVisitor{Header: func(k, val []byte, null bool) {
+		if string(k) == HeaderCancel {
+			v, ok = val, true
+		}
+	}})
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	id, perr := strconv.ParseInt(string(v), 10, 64)
+	if perr != nil {
+		return 0, true, fmt.Errorf("%w: %s %q is not a decimal msgId", ErrBadDelay, HeaderCancel, v)
+	}
+	return id, true, nil
+}
+
+// Delayed reports whether m asks for a delivery time (DeliverAt or Delay).
+func (m *Message) Delayed() bool { return !m.DeliverAt.IsZero() || m.Delay > 0 }
+
+// delayHeaders is the number of headers DeliverAt or Delay add (0 or 1).
+func (m *Message) delayHeaders() int {
+	if m.Delayed() {
+		return 1
+	}
+	return 0
+}
+
+// delayHeader returns the header DeliverAt or Delay is sent as.
+func (m *Message) delayHeader() (key string, value []byte) {
+	if !m.DeliverAt.IsZero() {
+		return HeaderDeliverAt, strconv.AppendInt(nil, m.DeliverAt.UnixMilli(), 10)
+	}
+	return HeaderDelay, strconv.AppendInt(nil, m.Delay.Milliseconds(), 10)
+}
+
+// checkDelay refuses DeliverAt and Delay together, and a delivery header
+// among Headers as well as the fields.
+func (m *Message) checkDelay() error {
+	if !m.DeliverAt.IsZero() && m.Delay != 0 {
+		return fmt.Errorf("%w: DeliverAt and Delay both set", ErrBadDelay)
+	}
+	if m.Delay < 0 {
+		return fmt.Errorf("%w: negative Delay %v", ErrBadDelay, m.Delay)
+	}
+	if m.Delayed() {
+		for _, h := range m.Headers {
+			if h.Key == HeaderDeliverAt || h.Key == HeaderDelay {
+				return fmt.Errorf("%w: header %s given with DeliverAt or Delay", ErrBadDelay, h.Key)
+			}
+		}
+	}
+	return nil
+}

@@ -84,6 +84,14 @@ type Message struct {
 	// already holds only once (docs/protocol.md, "Idempotent producer").
 	ProducerID  int64
 	ProducerSeq int64
+	// DeliverAt, when set, asks the broker to hold the message and append
+	// it to its partition at that time; Delay, when positive, after that
+	// long from its acceptance (docs/delayed.md). They are sent as the
+	// reserved headers metaq-deliver-at and metaq-delay; at most one may be
+	// set. A delayed message is sent alone, without the idempotent
+	// producer's id and sequence.
+	DeliverAt time.Time
+	Delay     time.Duration
 
 	// Set by the broker.
 	ID        int64

@@ -120,7 +120,8 @@ func (h *Headers) AddInt64(key string, n int64) {
 // non-nil Key, empty or not), a timestamp, tags, headers or an
 // idempotent producer's id and sequence (ProducerID non-zero).
 func (m *Message) HasProperties() bool {
-	return m.Key != nil || !m.Timestamp.IsZero() || len(m.Tags) > 0 || len(m.Headers) > 0 || m.ProducerID != 0
+	return m.Key != nil || !m.Timestamp.IsZero() || len(m.Tags) > 0 || len(m.Headers) > 0 || m.ProducerID != 0 ||
+		m.Delayed()
 }
 
 // Time returns m's create time: Timestamp when the message carries one,
@@ -156,8 +157,8 @@ func (m *Message) propsLen() int {
 			n += uvarintLen(uint64(len(t))) + len(t)
 		}
 	}
-	if len(m.Headers) > 0 {
-		n += uvarintLen(uint64(len(m.Headers)))
+	if nh := len(m.Headers) + m.delayHeaders(); nh > 0 {
+		n += uvarintLen(uint64(nh))
 		for _, h := range m.Headers {
 			n += uvarintLen(uint64(len(h.Key))) + len(h.Key)
 			if h.Value == nil {
@@ -165,6 +166,10 @@ func (m *Message) propsLen() int {
 			} else {
 				n += uvarintLen(uint64(len(h.Value))+1) + len(h.Value)
 			}
+		}
+		if m.delayHeaders() > 0 {
+			k, v := m.delayHeader()
+			n += uvarintLen(uint64(len(k))) + len(k) + uvarintLen(uint64(len(v))+1) + len(v)
 		}
 	}
 	if m.ProducerID != 0 {
@@ -195,7 +200,7 @@ func (m *Message) appendProps(dst []byte, n int) []byte {
 	if len(m.Tags) > 0 {
 		fields |= propTags
 	}
-	if len(m.Headers) > 0 {
+	if len(m.Headers)+m.delayHeaders() > 0 {
 		fields |= propHeaders
 	}
 	if m.ProducerID != 0 {
@@ -216,8 +221,8 @@ func (m *Message) appendProps(dst []byte, n int) []byte {
 			dst = append(dst, t...)
 		}
 	}
-	if len(m.Headers) > 0 {
-		dst = binary.AppendUvarint(dst, uint64(len(m.Headers)))
+	if nh := len(m.Headers) + m.delayHeaders(); nh > 0 {
+		dst = binary.AppendUvarint(dst, uint64(nh))
 		for _, h := range m.Headers {
 			dst = binary.AppendUvarint(dst, uint64(len(h.Key)))
 			dst = append(dst, h.Key...)
@@ -227,6 +232,13 @@ func (m *Message) appendProps(dst []byte, n int) []byte {
 				dst = binary.AppendUvarint(dst, uint64(len(h.Value))+1)
 				dst = append(dst, h.Value...)
 			}
+		}
+		if m.delayHeaders() > 0 {
+			k, v := m.delayHeader()
+			dst = binary.AppendUvarint(dst, uint64(len(k)))
+			dst = append(dst, k...)
+			dst = binary.AppendUvarint(dst, uint64(len(v))+1)
+			dst = append(dst, v...)
 		}
 	}
 	if m.ProducerID != 0 {
@@ -259,8 +271,11 @@ func (m *Message) CheckProperties() error {
 			return err
 		}
 	}
-	if len(m.Headers) > MaxHeaders {
-		return limitErr("header count", len(m.Headers), MaxHeaders)
+	if len(m.Headers)+m.delayHeaders() > MaxHeaders {
+		return limitErr("header count", len(m.Headers)+m.delayHeaders(), MaxHeaders)
+	}
+	if err := m.checkDelay(); err != nil {
+		return err
 	}
 	for _, h := range m.Headers {
 		if !utf8.ValidString(h.Key) {

@@ -1,0 +1,178 @@
+package broker
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// delivered reads partition p of topic t on the broker at addr from 0 and
+// returns each record's msgId with its offset.
+func deliveredIDs(t *testing.T, addr, topic string, p int32) map[int64]message.Record {
+	t.Helper()
+	c := dialRaw(t, addr)
+	out := map[int64]message.Record{}
+	var off int64
+	for {
+		r := c.roundTrip(t, protocol.AppendGet(nil, topic, "g", p, off, 1<<20, 5))
+		if r.Op != protocol.OpValue {
+			return out
+		}
+		it := message.NewIterator(r.Body, off, 0)
+		for it.Next() {
+			rec := *it.Record()
+			rec.Data = append([]byte(nil), rec.Data...)
+			if _, dup := out[rec.ID]; dup {
+				t.Fatalf("msgId %d twice in %s-%d", rec.ID, topic, p)
+			}
+			out[rec.ID] = rec
+		}
+		if it.NextOffset() == off {
+			return out
+		}
+		off = it.NextOffset()
+	}
+}
+
+// TestDelayedMessages: delayed messages (Delay, DeliverAt, one in the past)
+// are answered at once with offset -1, appear in their partitions only when
+// due, with the msgIds their puts were answered with, exactly once; a
+// cancelled one never appears; plain messages flow meanwhile; a restart
+// with messages pending delivers them after it; stats delayed counts.
+func TestDelayedMessages(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := fixture{dir: dir}.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	quiet := client.Logger(slog.New(slog.DiscardHandler))
+	cl, err := client.New(client.Brokers(b.Addr()), quiet, client.Batching(16, 1<<20, time.Millisecond))
+	require.NoError(t, err)
+	defer cl.Close(ctx)
+
+	type sent struct {
+		due  time.Time
+		part int32
+	}
+	want := map[int64]sent{}
+	var msgs []*message.Message
+	start := time.Now()
+	for i := range 40 {
+		m := &message.Message{Topic: "t", Body: []byte("d" + strconv.Itoa(i)), Key: []byte(strconv.Itoa(i))}
+		switch {
+		case i == 0:
+			m.DeliverAt = start.Add(-time.Hour) // past: now
+		case i%2 == 0:
+			m.Delay = time.Duration(i*30) * time.Millisecond
+		default:
+			m.DeliverAt = start.Add(time.Duration(i*30) * time.Millisecond)
+		}
+		msgs = append(msgs, m)
+	}
+	res, err := cl.ProduceSync(ctx, msgs...)
+	require.NoError(t, err)
+	for i, r := range res {
+		require.Equal(t, int64(-1), r.Offset, "delayed put answered with offset -1")
+		due := msgs[i].DeliverAt
+		if msgs[i].Delay > 0 {
+			due = start.Add(msgs[i].Delay)
+		}
+		if i == 0 {
+			due = start
+		}
+		want[r.ID] = sent{due, r.Partition}
+	}
+	// One to cancel, and one plain message that is there at once.
+	cm := &message.Message{Topic: "t", Body: []byte("cancelled"), Delay: 1500 * time.Millisecond}
+	cr, err := cl.ProduceSync(ctx, cm)
+	require.NoError(t, err)
+	require.NoError(t, cl.CancelDelayed(ctx, b.Addr(), "t", cr[0].Partition, cr[0].ID))
+	pr, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: []byte("plain")})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, pr[0].Offset, int64(0))
+
+	// Poll: each message appears no earlier than its due time.
+	seen := map[int64]time.Time{}
+	for deadline := time.Now().Add(20 * time.Second); len(seen) < len(want) && time.Now().Before(deadline); {
+		for p := int32(0); p < 2; p++ {
+			ids := deliveredIDs(t, b.Addr(), "t", p)
+			read := time.Now() // each record read was appended by now
+			for id := range ids {
+				w, ok := want[id]
+				if !ok || !seen[id].IsZero() {
+					continue
+				}
+				require.Equal(t, w.part, p, "msgId %d in its partition", id)
+				require.False(t, read.Before(w.due), "msgId %d read by %v, due %v: early", id, read, w.due)
+				seen[id] = read
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Len(t, seen, len(want))
+	time.Sleep(time.Until(start.Add(2 * time.Second)))
+	for p := int32(0); p < 2; p++ {
+		_, ok := deliveredIDs(t, b.Addr(), "t", p)[cr[0].ID]
+		require.False(t, ok, "cancelled message delivered")
+	}
+
+	// Pending across a restart.
+	late, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: []byte("after restart"), Delay: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return strings.Contains(statsItem(t, b, "delayed"), "STATS\r\npending 1\r\n")
+	}, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, b.Close())
+	b = fixture{dir: dir}.start(t)
+	require.Eventually(t, func() bool {
+		_, ok := deliveredIDs(t, b.Addr(), "t", late[0].Partition)[late[0].ID]
+		return ok
+	}, 20*time.Second, 50*time.Millisecond)
+	// Nothing delivered before the restart came again.
+	n := 0
+	for p := int32(0); p < 2; p++ {
+		n += len(deliveredIDs(t, b.Addr(), "t", p))
+	}
+	require.Equal(t, len(want)+2, n, "40 delayed, 1 plain, 1 after the restart")
+	require.Eventually(t, func() bool {
+		return strings.Contains(statsItem(t, b, "delayed"), "STATS\r\npending 0\r\n")
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// TestDelayedRefusals: what the broker refuses of delayed puts.
+func TestDelayedRefusals(t *testing.T) {
+	t.Parallel()
+	b := fixture{mods: []func(*conf.Config){func(c *conf.Config) { c.MaxDelay = 60_000 }}}.start(t)
+	c := dialRaw(t, b.Addr())
+	put := func(h message.Headers, producer bool) protocol.Request {
+		m := &message.Message{Topic: "t", Body: []byte("x"), Headers: h}
+		if producer {
+			m.ProducerID, m.ProducerSeq = 7, 0
+		}
+		data := m.AppendData(nil)
+		return c.roundTrip(t, append(protocol.AppendPutHeader(nil, "t", 0, len(data), m.Flag(), int64(message.Checksum(data)), 1), data...))
+	}
+	r := put(message.Headers{{Key: message.HeaderDelay, Value: []byte("120000")}}, false)
+	require.Equal(t, protocol.StatusBadRequest, r.Code)
+	require.Contains(t, string(r.Body), "exceeds max_delay")
+	r = put(message.Headers{{Key: message.HeaderDelay, Value: []byte("soon")}}, false)
+	require.Equal(t, protocol.StatusBadRequest, r.Code, "%s", r.Body)
+	r = put(message.Headers{{Key: message.HeaderDelay, Value: []byte("10")}}, true)
+	require.Equal(t, protocol.StatusBadRequest, r.Code)
+	require.True(t, strings.Contains(string(r.Body), "idempotent"), "%s", r.Body)
+	r = put(message.Headers{{Key: message.HeaderDelay, Value: []byte("10")}, {Key: message.HeaderDeliverAt, Value: []byte("10")}}, false)
+	require.Equal(t, protocol.StatusBadRequest, r.Code)
+	// Clients do not put into the timer topic.
+	r = c.roundTrip(t, append(protocol.AppendPutHeader(nil, conf.TimerTopic, 0, 1, 0, -1, 1), 'x'))
+	require.NotEqual(t, protocol.StatusOK, r.Code)
+}
