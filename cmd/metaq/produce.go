@@ -50,6 +50,13 @@ producer's id and sequence (16 bytes) in its properties block; with
 --idempotence=false one without any of the flags above is sent byte for
 byte as a MetaQ 1.4 client sends it.
 
+--delay D (a Go duration: 30s, 5m, 2h) and --deliver-at T (RFC 3339) make
+every message a delayed one (docs/delayed.md): the broker holds it and
+appends it to its partition when it is due; the reply's offset is -1. A
+time in the past means now. Delayed messages are sent one per put, without
+the idempotent producer's id and sequence; cancel one with
+metaq delayed cancel.
+
 examples:
   echo hello | metaq produce --topic meta-test
   metaq produce --topic meta-test --key user42 --verbose < lines.txt
@@ -57,18 +64,22 @@ examples:
   metaq produce --topic meta-test --partition 2 --attribute tag-a --file lines.txt
   metaq produce --topic meta-test --key user42 --header trace=abc --header n=7 --tag TagA --timestamp now < lines.txt
   metaq produce --zk 127.0.0.1:2181 --topic meta-test < lines.txt
+  echo later | metaq produce --topic meta-test --delay 30s --verbose
+  echo at-nine | metaq produce --topic meta-test --deliver-at 2026-12-08T09:00:00+01:00
 `
 
 // silentLogger discards the SDK's log output: the CLI reports errors itself.
 var silentLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func cmdProduce(e *env) *cobra.Command {
-	return leaf(e, "produce", "produce --topic T [--key K] [--header k=v]... [--tag T]... [--timestamp now|MS|RFC3339] [--partition P] [--attribute A] [--file F] [--idempotence=false] [--zk CONNECT] [--verbose|--json]", produceHelp, func(fs *pflag.FlagSet) func(args []string) error {
+	return leaf(e, "produce", "produce --topic T [--key K] [--header k=v]... [--tag T]... [--timestamp now|MS|RFC3339] [--delay D | --deliver-at RFC3339] [--partition P] [--attribute A] [--file F] [--idempotence=false] [--zk CONNECT] [--verbose|--json]", produceHelp, func(fs *pflag.FlagSet) func(args []string) error {
 		topic := fs.String("topic", "", "topic to send to (required)")
 		key := fs.String("key", "", "partition key: messages with the same key go to the same partition")
 		headers := fs.StringArray("header", nil, "header `k=v` on every message (repeatable; splits at the first =, the value taken as is; k alone: a null value)")
 		tags := fs.StringArray("tag", nil, "tag on every message (repeatable)")
 		timestamp := fs.String("timestamp", "", "create time sent with every message: now (each message's send time), unix ms or RFC 3339 (default: none, the msgId's time)")
+		delay := fs.Duration("delay", 0, "deliver every message this long after the broker accepts it (30s, 5m, 2h)")
+		deliverAt := fs.String("deliver-at", "", "deliver every message at this RFC 3339 `time` (the past: now)")
 		partition := fs.Int("partition", -1, "send every message to this partition (default: round robin, or by --key)")
 		attribute := fs.String("attribute", "", "attribute string attached to every message")
 		file := fs.String("file", "", "read messages from this file instead of stdin")
@@ -97,6 +108,9 @@ func cmdProduce(e *env) *cobra.Command {
 			hasAttr := fs.Changed("attribute")
 			props, err := parseProduceProps(*headers, *tags, *timestamp)
 			if err != nil {
+				return err
+			}
+			if props.delay, props.deliverAt, err = parseDelayFlags(*delay, *deliverAt); err != nil {
 				return err
 			}
 			in := e.stdin
@@ -168,6 +182,9 @@ type produceProps struct {
 	tags    []string
 	now     bool      // --timestamp now: each message's send time
 	ts      time.Time // a fixed --timestamp
+	// delay and deliverAt are --delay and --deliver-at.
+	delay     time.Duration
+	deliverAt time.Time
 }
 
 // parseProduceProps reads --header, --tag and --timestamp and checks them
@@ -210,6 +227,7 @@ func parseProduceProps(headers, tags []string, timestamp string) (produceProps, 
 // apply gives m the headers, tags and create time (shared, never modified).
 func (p *produceProps) apply(m *message.Message) {
 	m.Headers, m.Tags = p.headers, p.tags
+	m.Delay, m.DeliverAt = p.delay, p.deliverAt
 	switch {
 	case p.now:
 		m.Timestamp = time.Now()

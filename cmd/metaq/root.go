@@ -57,6 +57,9 @@ var summaries = map[string]string{
 	"tx rollback":         "roll back an XA branch heuristically",
 	"tail":                "ship log files to a topic, following them as tail -F does",
 	"tx forget":           "forget a heuristically completed XA branch",
+	"delayed":             "delayed messages: timer stats, cancel one",
+	"delayed stats":       "print the broker's timer counters",
+	"delayed cancel":      "cancel a delayed message before it is due",
 }
 
 // versionString is the client's version as `metaq --version` prints it.
@@ -96,7 +99,7 @@ func newRootCmd(e *env) *cobra.Command {
 	})
 	addGlobalFlags(root.PersistentFlags(), e)
 	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdTopic(e), cmdMessage(e), cmdPlugins(e), cmdCluster(e), cmdFailover(e),
-		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdTail(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
+		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdDelayed(e), cmdTail(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
 	return root
 }
 
