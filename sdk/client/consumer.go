@@ -329,11 +329,12 @@ func (c *brokerConsumer) startRun(ctx context.Context) (rctx context.Context, ca
 	closeCh := c.closeCh
 	c.mu.Unlock()
 	rctx, cancelCtx := context.WithCancel(ctx)
+	rdone := rctx.Done() // rctx is a result: the error return below writes it
 	go func() {
 		select {
 		case <-closeCh:
 			cancelCtx()
-		case <-rctx.Done():
+		case <-rdone:
 		}
 	}()
 	finish = func() {
