@@ -42,6 +42,7 @@ type Client struct {
 	txs       txSession        // local transactions' session (transaction.go)
 	raw       map[string]*conn // Request's connections (request.go)
 	dedup     *idCache         // handled message ids (MessageIDCache); nil: off
+	retrier   *retrier         // Reject(RetryTopics(...)); nil: another policy
 }
 
 // consumerRun is one topic's consumer of a Client (per broker in direct
@@ -92,7 +93,8 @@ type config struct {
 	broadcast bool
 	storeSet  bool
 	cOpts     []consOption
-	idCache   int // MessageIDCache's size; 0: off
+	idCache   int           // MessageIDCache's size; 0: off
+	retryOpts *RetryOptions // Reject(RetryTopics(...)); nil: another policy
 }
 
 func (c *config) errorf(format string, args ...any) {
@@ -345,6 +347,9 @@ func (c *config) check() {
 	if c.broadcast && c.group == "" {
 		c.errorf("Broadcast needs a ConsumerGroup (offsets are kept per member under it)")
 	}
+	if c.retryOpts != nil && (c.group == "" || c.broadcast) {
+		c.errorf("RetryTopics needs a ConsumerGroup, not Broadcast (the group's members share its retry topic)")
+	}
 	if c.storeSet && c.group == "" {
 		c.errorf("StoreOffsetsIn needs a ConsumerGroup (offsets are kept per group)")
 	}
@@ -382,6 +387,18 @@ func (c *Client) buildConsumers() error {
 		cc.reject = Drop() // overridden by RejectPolicy
 	})}
 	base = append(base, cfg.cOpts...)
+	topics := cfg.topics
+	if cfg.retryOpts != nil {
+		r, err := newRetrier(cfg.group, *cfg.retryOpts, clientSender{c}, cfg.logger)
+		if err != nil {
+			return err
+		}
+		c.retrier = r
+		base = append(base, withRejectPolicy(r))
+		if !slices.Contains(topics, r.retryTopic) {
+			topics = append(slices.Clip(topics), r.retryTopic)
+		}
+	}
 	if cfg.group != "" {
 		base = append(base, withGroup(cfg.group))
 	} else {
@@ -402,7 +419,7 @@ func (c *Client) buildConsumers() error {
 		c.cons = append(c.cons, r)
 		return nil
 	}
-	for _, t := range cfg.topics {
+	for _, t := range topics {
 		if c.zk != nil {
 			cc, err := openClusterConsumer(context.Background(), "", t, base...)
 			if err := add(cc, err); err != nil {

@@ -27,6 +27,9 @@ func (c *Client) Consume(ctx context.Context, h Handler) error {
 		return err
 	}
 	defer c.stopConsuming()
+	if c.retrier != nil {
+		h = c.retrier.wrap(h)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(runs))

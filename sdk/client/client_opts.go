@@ -322,11 +322,18 @@ func HandlerRetries(n int, backoff time.Duration) Opt {
 // Reject sets what happens to a message its handler failed on after the
 // retries: Drop() (the default: it is logged at error level and
 // skipped), RecoverLocally(dir) (kept on disk and handed to the handler
-// again later, MetaQ's policy), or a RejectFunc.
+// again later, MetaQ's policy), RetryTopics(o) (sent to the group's
+// retry topic and redelivered with backoff, then to its dead-letter
+// topic: docs/retry.md), or a RejectFunc.
 func Reject(p RejectPolicy) Opt {
 	return consumerOption("Reject", func(c *config) {
 		if p == nil {
 			c.errorf("Reject needs a policy")
+		}
+		c.retryOpts = nil
+		if rp, ok := p.(retryTopics); ok {
+			c.retryOpts = &rp.o // the Client makes the policy (buildConsumers)
+			return
 		}
 		c.cOpts = append(c.cOpts, withRejectPolicy(p))
 	})

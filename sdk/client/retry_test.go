@@ -1,0 +1,202 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/stretchr/testify/require"
+)
+
+type sentAt struct {
+	m  *message.Message
+	at time.Time
+}
+
+type fakeSender struct{ sent []sentAt }
+
+func (f *fakeSender) sendAt(_ context.Context, m *message.Message, at time.Time) error {
+	f.sent = append(f.sent, sentAt{m, at})
+	return nil
+}
+
+// TestRetryPoisonFakeClock: a message its handler always fails on is
+// delivered exactly MaxDeliveries times, each redelivery the schedule's
+// backoff after the rejection before it, and then goes to the dead-letter
+// topic with its origin, its delivery count and the last error.
+func TestRetryPoisonFakeClock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    RetryOptions
+		want []time.Duration
+	}{
+		{"default", RetryOptions{}, DefaultRetryBackoff[:15]},
+		{"short schedule repeats its last", RetryOptions{Backoff: []time.Duration{time.Second, 5 * time.Second}, MaxDeliveries: 5},
+			[]time.Duration{time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second}},
+		{"straight to the dead letters", RetryOptions{MaxDeliveries: 1}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := &fakeSender{}
+			r, err := newRetrier("g", tc.o, fs, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			require.NoError(t, err)
+			now := time.Unix(1_700_000_000, 0)
+			r.now = func() time.Time { return now }
+			orig := &message.Message{Topic: "orders", Partition: 3, Offset: 4096, ID: 77, Body: []byte("poison"),
+				Key: []byte("k1"), Headers: message.Headers{{Key: "trace", Value: []byte("abc")}}}
+			m := orig
+			var seen []int
+			var spacing []time.Duration
+			for range 100 {
+				v := *m
+				r.view(&v)
+				require.Equal(t, "orders", v.Topic)
+				require.Equal(t, int64(77), v.ID)
+				require.Equal(t, int32(3), v.Partition)
+				require.Equal(t, int64(4096), v.Offset)
+				require.Equal(t, []byte("k1"), v.Key)
+				tr, _ := v.Headers.String("trace")
+				require.Equal(t, "abc", tr)
+				seen = append(seen, deliveries(&v))
+				require.NoError(t, r.reject(context.Background(), m, fmt.Errorf("boom %d", len(seen))))
+				s := fs.sent[len(fs.sent)-1]
+				if s.m.Topic == "g.dlq" {
+					break
+				}
+				require.Equal(t, "g.retry", s.m.Topic)
+				due, ok, err := s.m.Headers.Int64(headerDeliverAt)
+				require.True(t, ok)
+				require.NoError(t, err)
+				require.Equal(t, s.at.UnixMilli(), due)
+				spacing = append(spacing, s.at.Sub(now))
+				now = s.at // the broker delivers it when due
+				// As the consumer reads it from the retry topic.
+				m = &message.Message{Topic: s.m.Topic, Partition: 0, Offset: int64(len(seen)) * 100, ID: int64(1000 + len(seen)),
+					Body: s.m.Body, Key: s.m.Key, Headers: s.m.Headers}
+			}
+			max := tc.o.MaxDeliveries
+			if max == 0 {
+				max = DefaultMaxDeliveries
+			}
+			require.Len(t, seen, max)
+			for i, n := range seen {
+				require.Equal(t, i+1, n, "delivery counts")
+			}
+			require.Equal(t, tc.want, spacing)
+			dl := fs.sent[len(fs.sent)-1].m
+			require.Equal(t, "g.dlq", dl.Topic)
+			h := func(k string) string { v, _ := dl.Headers.String(k); return v }
+			require.Equal(t, "orders", h(HeaderOriginTopic))
+			require.Equal(t, "3", h(HeaderOriginPartition))
+			require.Equal(t, "4096", h(HeaderOriginOffset))
+			require.Equal(t, "77", h(HeaderOriginID))
+			require.Equal(t, fmt.Sprint(max), h(HeaderDeliveryCount))
+			require.Equal(t, fmt.Sprintf("boom %d", max), h(HeaderLastError))
+			require.Equal(t, "abc", h("trace"))
+			_, due := dl.Headers.Get(headerDeliverAt)
+			require.False(t, due, "a dead letter is not delayed")
+			require.Len(t, dl.Headers, 7, "no header repeated")
+			require.Equal(t, "orders", orig.Topic, "the fetched message is left alone")
+		})
+	}
+}
+
+func TestRetryOptionsChecked(t *testing.T) {
+	fs := &fakeSender{}
+	_, err := newRetrier("g", RetryOptions{MaxDeliveries: -1}, fs, slog.Default())
+	require.Error(t, err)
+	_, err = newRetrier("g", RetryOptions{Backoff: []time.Duration{-1}}, fs, slog.Default())
+	require.Error(t, err)
+	_, err = newRetrier("a%b", RetryOptions{}, fs, slog.Default())
+	require.ErrorContains(t, err, "valid retry and dead-letter topic names")
+	_, err = New(Brokers("127.0.0.1:1"), ConsumeTopics("t"), Reject(RetryTopics(RetryOptions{})))
+	require.ErrorContains(t, err, "RetryTopics needs a ConsumerGroup")
+	_, err = New(Brokers("127.0.0.1:1"), ConsumeTopics("t"), ConsumerGroup("g"), Broadcast(), Reject(RetryTopics(RetryOptions{})))
+	require.ErrorContains(t, err, "RetryTopics needs a ConsumerGroup")
+	require.Error(t, RetryTopics(RetryOptions{}).Reject(context.Background(), &message.Message{}, nil))
+	var long [3000]byte
+	for i := range long {
+		long[i] = 'x'
+	}
+	r, err := newRetrier("g", RetryOptions{}, fs, slog.Default())
+	require.NoError(t, err)
+	out, _, _ := r.next(&message.Message{Topic: "t"}, errors.New(string(long[:])), time.Now())
+	v, _ := out.Headers.String(HeaderLastError)
+	require.Len(t, v, MaxLastErrorLen)
+}
+
+// TestRetryTopicsE2E: a group member with RetryTopics gets a poison
+// message MaxDeliveries times through the group's retry topic, seeing its
+// original topic and id with a growing delivery count, then finds it in
+// the dead-letter topic; the other messages flow.
+func TestRetryTopicsE2E(t *testing.T) {
+	t.Parallel()
+	br := startBroker(t, func(c *conf.Config) {
+		c.Topics = append(c.Topics, conf.Topic{Name: RetryTopicOf("rg")}, conf.Topic{Name: DeadLetterTopicOf("rg")})
+	})
+	p := newClient(t, Brokers(br.addr))
+	res, err := p.ProduceSync(ctxT(t, 5*time.Second), &message.Message{Topic: topic, Body: []byte("ok1")},
+		&message.Message{Topic: topic, Body: []byte("poison"), Key: []byte("pk")}, &message.Message{Topic: topic, Body: []byte("ok2")})
+	require.NoError(t, err)
+	poisonID := res[1].ID
+
+	c := newClient(t, Brokers(br.addr), ConsumeTopics(topic), ConsumerGroup("rg"), HandlerRetries(1, time.Millisecond),
+		Reject(RetryTopics(RetryOptions{Backoff: []time.Duration{10 * time.Millisecond}, MaxDeliveries: 3})),
+		HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
+	var mu sync.Mutex
+	counts := map[int]int{} // delivery count -> handler calls
+	var ok []string
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Consume(ctx, func(_ context.Context, m *message.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if string(m.Body) != "poison" {
+				ok = append(ok, string(m.Body))
+				return nil
+			}
+			if m.Topic != topic || m.ID != poisonID || string(m.Key) != "pk" {
+				return fmt.Errorf("bad view %s %d %q", m.Topic, m.ID, m.Key)
+			}
+			counts[deliveries(m)]++
+			return errors.New("always fails")
+		})
+	}()
+	dlq := newClient(t, Brokers(br.addr), ConsumeTopics(DeadLetterTopicOf("rg")), FetchMaxWait(50*time.Millisecond))
+	got := make(chan *message.Message, 1)
+	go func() {
+		_ = dlq.Consume(ctx, func(_ context.Context, m *message.Message) error {
+			select {
+			case got <- m:
+			default:
+			}
+			return nil
+		})
+	}()
+	var dl *message.Message
+	select {
+	case dl = <-got:
+	case <-ctx.Done():
+		t.Fatal("no dead letter")
+	}
+	h := func(k string) string { v, _ := dl.Headers.String(k); return v }
+	require.Equal(t, "poison", string(dl.Body))
+	require.Equal(t, topic, h(HeaderOriginTopic))
+	require.Equal(t, fmt.Sprint(poisonID), h(HeaderOriginID))
+	require.Equal(t, "3", h(HeaderDeliveryCount))
+	require.Equal(t, "always fails", h(HeaderLastError))
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[int]int{1: 2, 2: 2, 3: 2}, counts, "3 deliveries of 2 attempts each")
+	require.ElementsMatch(t, []string{"ok1", "ok2"}, ok)
+}
