@@ -513,6 +513,17 @@ func SplitDataProducer(flag int32, data []byte) (id, seq int64, ok bool, err err
 	if err != nil || props == nil {
 		return 0, 0, false, err
 	}
+	// The idempotent producer's common block, its field alone: read
+	// directly; anything else (or a bad one, for its error) is walked.
+	if len(props) >= 4 && len(props) <= 2+2*9 && props[0] == PropsVersion && props[1] == propProducer {
+		r := propsReader{b: props, pos: 2}
+		i, ok1 := r.uvarint(math.MaxInt64)
+		if ok1 && i != 0 {
+			if s, ok2 := r.uvarint(math.MaxInt64); ok2 && r.pos == len(props) {
+				return int64(i), int64(s), true, nil
+			}
+		}
+	}
 	return ProducerOf(props)
 }
 

@@ -261,6 +261,10 @@ func FuzzPropsHostile(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 13, 1, propProducer, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _, props, payload, err := SplitDataProps(FlagHasProperties, data)
+		pid, pseq, hasP, perr := SplitDataProducer(FlagHasProperties, data) // the broker's walk agrees
+		if (err == nil) != (perr == nil) {
+			t.Fatalf("SplitDataProps %v, SplitDataProducer %v", err, perr)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrBadProperties) && !errors.Is(err, ErrPropertiesLimit) {
 				t.Fatalf("unexpected error %v", err)
@@ -270,6 +274,9 @@ func FuzzPropsHostile(f *testing.F) {
 		var got Message
 		if err := DecodeProperties(props, &got); err != nil {
 			t.Fatalf("validated block fails to decode: %v", err)
+		}
+		if hasP != (got.ProducerID != 0) || pid != got.ProducerID || pseq != got.ProducerSeq {
+			t.Fatalf("SplitDataProducer %d/%d/%t, decoded %d/%d", pid, pseq, hasP, got.ProducerID, got.ProducerSeq)
 		}
 		if err := got.CheckProperties(); err != nil {
 			t.Fatalf("validated block breaks a limit: %v", err)
