@@ -105,9 +105,14 @@ func Open(dir string, l *store.Log, opts Options) (*Part, error) {
 	if p.logf == nil {
 		p.logf = func(string, ...any) {}
 	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("index: list %s: %w", dir, err)
+	// The log's open listed the directory: its listing is used when it
+	// is of this directory (no chunk file is written before Open).
+	ents := l.TakeListing()
+	if ents == nil || filepath.Clean(dir) != filepath.Clean(l.Dir()) {
+		var err error
+		if ents, err = os.ReadDir(dir); err != nil {
+			return nil, fmt.Errorf("index: list %s: %w", dir, err)
+		}
 	}
 	var found []*chunk
 	for _, e := range ents {

@@ -174,7 +174,9 @@ type completion struct {
 // Log is the segmented message log of one topic partition. See the package
 // documentation for its modes, visibility rules and lock order.
 type Log struct {
-	dir         string
+	dir string
+	// listing is the directory listing recover read, until TakeListing.
+	listing     atomic.Pointer[[]os.DirEntry]
 	maxSeg      int64
 	maxMsg      int
 	threshold   int
@@ -606,4 +608,15 @@ func (l *Log) SegmentCount() int {
 	l.segMu.RLock()
 	defer l.segMu.RUnlock()
 	return len(l.segs)
+}
+
+// TakeListing returns the listing of the log's directory that its open
+// read (every entry then, sorted by name) and forgets it, so that a
+// companion keeping files beside the segments (core/index) need not list
+// the directory again at a start; nil after the first call.
+func (l *Log) TakeListing() []os.DirEntry {
+	if p := l.listing.Swap(nil); p != nil {
+		return *p
+	}
+	return nil
 }

@@ -96,6 +96,7 @@ func (l *Log) recover() (toCount []*segment, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: list %s: %w", l.dir, err)
 	}
+	l.listing.Store(&ents)
 	var starts []int64
 	hasMark := false
 	for _, e := range ents {
