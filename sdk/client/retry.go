@@ -39,9 +39,6 @@ const (
 	// HeaderLastError is the text of the handler's last error (at most
 	// MaxLastErrorLen bytes).
 	HeaderLastError = "metaq-last-error"
-	// headerDeliverAt is the broker's delivery-time header (decimal Unix
-	// milliseconds; docs/protocol.md, "Delayed messages").
-	headerDeliverAt = "metaq-deliver-at"
 )
 
 // MaxLastErrorLen bounds HeaderLastError's value.
@@ -156,7 +153,7 @@ func (r *retrier) view(m *message.Message) {
 	m.Headers = slices.DeleteFunc(slices.Clone(m.Headers), func(h message.Header) bool {
 		switch h.Key {
 		case HeaderOriginTopic, HeaderOriginPartition, HeaderOriginOffset, HeaderOriginID,
-			HeaderLastError, headerDeliverAt:
+			HeaderLastError, message.HeaderDeliverAt, message.HeaderDelay:
 			return true
 		}
 		return false
@@ -186,7 +183,7 @@ func (r *retrier) next(m *message.Message, herr error, now time.Time) (out *mess
 	for _, h := range m.Headers {
 		switch h.Key {
 		case HeaderDeliveryCount, HeaderOriginTopic, HeaderOriginPartition, HeaderOriginOffset, HeaderOriginID,
-			HeaderLastError, headerDeliverAt:
+			HeaderLastError, message.HeaderDeliverAt, message.HeaderDelay:
 			continue
 		}
 		out.Headers = append(out.Headers, h)
@@ -209,7 +206,7 @@ func (r *retrier) next(m *message.Message, herr error, now time.Time) (out *mess
 	}
 	out.Headers.AddInt64(HeaderDeliveryCount, int64(n+1))
 	at = now.Add(r.delay(n))
-	out.Headers.AddInt64(headerDeliverAt, at.UnixMilli())
+	out.DeliverAt = at // held by the broker's timer (docs/delayed.md)
 	return out, at, false
 }
 
@@ -235,7 +232,8 @@ func (r *retrier) Reject(ctx context.Context, m *message.Message, err error) err
 	return r.reject(ctx, m, err)
 }
 
-// clientSender sends through a Client's producer.
+// clientSender sends through a Client's producer; m carries its delivery
+// time in DeliverAt already (next).
 type clientSender struct{ c *Client }
 
 func (s clientSender) sendAt(ctx context.Context, m *message.Message, _ time.Time) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -70,15 +71,15 @@ func TestRetryPoisonFakeClock(t *testing.T) {
 					break
 				}
 				require.Equal(t, "g.retry", s.m.Topic)
-				due, ok, err := s.m.Headers.Int64(headerDeliverAt)
-				require.True(t, ok)
-				require.NoError(t, err)
-				require.Equal(t, s.at.UnixMilli(), due)
+				require.Equal(t, s.at, s.m.DeliverAt)
+				due := s.at.UnixMilli()
 				spacing = append(spacing, s.at.Sub(now))
 				now = s.at // the broker delivers it when due
-				// As the consumer reads it from the retry topic.
+				// As the consumer reads it from the retry topic: with the
+				// broker's delivery header among the others.
+				hs := append(slices.Clone(s.m.Headers), message.Header{Key: message.HeaderDeliverAt, Value: []byte(fmt.Sprint(due))})
 				m = &message.Message{Topic: s.m.Topic, Partition: 0, Offset: int64(len(seen)) * 100, ID: int64(1000 + len(seen)),
-					Body: s.m.Body, Key: s.m.Key, Headers: s.m.Headers}
+					Body: s.m.Body, Key: s.m.Key, Headers: hs}
 			}
 			max := tc.o.MaxDeliveries
 			if max == 0 {
@@ -99,8 +100,7 @@ func TestRetryPoisonFakeClock(t *testing.T) {
 			require.Equal(t, fmt.Sprint(max), h(HeaderDeliveryCount))
 			require.Equal(t, fmt.Sprintf("boom %d", max), h(HeaderLastError))
 			require.Equal(t, "abc", h("trace"))
-			_, due := dl.Headers.Get(headerDeliverAt)
-			require.False(t, due, "a dead letter is not delayed")
+			require.True(t, dl.DeliverAt.IsZero(), "a dead letter is not delayed")
 			require.Len(t, dl.Headers, 7, "no header repeated")
 			require.Equal(t, "orders", orig.Topic, "the fetched message is left alone")
 		})
@@ -147,10 +147,11 @@ func TestRetryTopicsE2E(t *testing.T) {
 	poisonID := res[1].ID
 
 	c := newClient(t, Brokers(br.addr), ConsumeTopics(topic), ConsumerGroup("rg"), HandlerRetries(1, time.Millisecond),
-		Reject(RetryTopics(RetryOptions{Backoff: []time.Duration{10 * time.Millisecond}, MaxDeliveries: 3})),
+		Reject(RetryTopics(RetryOptions{Backoff: []time.Duration{300 * time.Millisecond, 600 * time.Millisecond}, MaxDeliveries: 3})),
 		HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
 	var mu sync.Mutex
 	counts := map[int]int{} // delivery count -> handler calls
+	var calls []time.Time   // of the poison message
 	var ok []string
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -167,6 +168,7 @@ func TestRetryTopicsE2E(t *testing.T) {
 				return fmt.Errorf("bad view %s %d %q", m.Topic, m.ID, m.Key)
 			}
 			counts[deliveries(m)]++
+			calls = append(calls, time.Now())
 			return errors.New("always fails")
 		})
 	}()
@@ -198,5 +200,13 @@ func TestRetryTopicsE2E(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, map[int]int{1: 2, 2: 2, 3: 2}, counts, "3 deliveries of 2 attempts each")
+	// The broker's timer holds each redelivery for its backoff: from the
+	// rejection (after a delivery's last attempt) to the next delivery.
+	require.Len(t, calls, 6)
+	for i, want := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond} {
+		gap := calls[2*i+2].Sub(calls[2*i+1])
+		require.GreaterOrEqual(t, gap, want-5*time.Millisecond, "redelivery %d came early", i+2)
+		t.Logf("redelivery %d: %v after the rejection (backoff %v)", i+2, gap, want)
+	}
 	require.ElementsMatch(t, []string{"ok1", "ok2"}, ok)
 }
