@@ -140,6 +140,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTailState$$' -fuzztime $(FUZZTIME) ./cmd/metaq/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTopicsFile$$' -fuzztime $(FUZZTIME) ./conf/
 	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime $(FUZZTIME) ./filters/expr/
+	$(GO) test -run '^$$' -fuzz '^FuzzProduceBody$$' -fuzztime $(FUZZTIME) ./core/httpapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzRecordJSON$$' -fuzztime $(FUZZTIME) ./core/httpapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseView$$' -fuzztime $(FUZZTIME) ./core/httpapi/
 	$(GO) test -run '^$$' -fuzz FuzzMatchHostile -fuzztime $(FUZZTIME) ./filters/expr/
 	$(GO) test -run '^$$' -fuzz "^FuzzRecover$$" -fuzztime $(FUZZTIME) ./core/store/
 	$(GO) test -run '^$$' -fuzz FuzzDecodePacked -fuzztime $(FUZZTIME) ./filters/

@@ -492,14 +492,11 @@ func (s *Server) handleConsumerRecords(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if len(recs) > 0 || !time.Now().Before(until) {
-			if recs == nil {
-				recs = []ConsumedRecord{}
-			}
-			WriteJSON(w, http.StatusOK, ReadReply{Records: recs, NextOffset: -1})
+			writeRecords(w, recs, -1, false)
 			return
 		}
 		if !pollWait(ctx, min(poll, time.Until(until))) {
-			WriteJSON(w, http.StatusOK, ReadReply{Records: []ConsumedRecord{}, NextOffset: -1})
+			writeRecords(w, nil, -1, false)
 			return
 		}
 		poll = min(2*poll, readPollMax)
@@ -508,14 +505,14 @@ func (s *Server) handleConsumerRecords(w http.ResponseWriter, r *http.Request) {
 
 // fetchRound gets each owned partition once, from the one after the last
 // round's first, until maxBytes of records. Under c.mu.
-func (c *consumer) fetchRound(ctx context.Context, maxBytes int32) ([]ConsumedRecord, error) {
+func (c *consumer) fetchRound(ctx context.Context, maxBytes int32) ([]recJSON, error) {
 	var all []TopicPartition
 	for _, t := range c.topics {
 		for _, p := range c.owned[t] {
 			all = append(all, TopicPartition{Topic: t, Partition: p})
 		}
 	}
-	var out []ConsumedRecord
+	var out []recJSON
 	left := maxBytes
 	for i := range all {
 		if left <= 0 {
@@ -534,7 +531,7 @@ func (c *consumer) fetchRound(ctx context.Context, maxBytes int32) ([]ConsumedRe
 		}
 		c.pos[k] = next
 		for _, rec := range recs {
-			left -= int32(message.HeaderSize + len(rec.Value))
+			left -= int32(len(rec.js))
 		}
 		out = append(out, recs...)
 	}

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -110,10 +109,16 @@ func parseRead(w http.ResponseWriter, r *http.Request) (readParams, bool) {
 	return rp, true
 }
 
+// recJSON is one record read, as JSON (appendRecordJSON).
+type recJSON struct {
+	offset int64
+	js     []byte
+}
+
 // readOnce gets rp's partition at rp.offset. It returns the records (none
 // when there is nothing new) and the next offset; moved says the offset
 // was out of range and next is the one to use.
-func readOnce(ctx context.Context, d *dataConn, rp *readParams) (recs []ConsumedRecord, next int64, moved bool, err error) {
+func readOnce(ctx context.Context, d *dataConn, rp *readParams) (recs []recJSON, next int64, moved bool, err error) {
 	rep, err := d.one(ctx, protocol.AppendGet(nil, rp.topic, rp.group, rp.part, rp.offset, rp.maxBytes, 1))
 	if err != nil {
 		return nil, 0, false, err
@@ -132,12 +137,14 @@ func readOnce(ctx context.Context, d *dataConn, rp *readParams) (recs []Consumed
 		return nil, 0, false, &RequestError{Status: httpStatus(rep.Code), Msg: string(rep.Body)}
 	}
 	it := message.NewIterator(rep.Body, rp.offset, 0)
+	buf := make([]byte, 0, len(rep.Body)*4/3+256)
+	var ends []int
 	for it.Next() {
-		c, err := consumedRecord(rp.topic, rp.part, rp.format, it.Record())
-		if err != nil {
+		if buf, err = appendRecordJSON(buf, rp.topic, rp.part, rp.format, it.Record()); err != nil {
 			return nil, 0, false, &RequestError{Status: http.StatusNotAcceptable, Msg: err.Error()}
 		}
-		recs = append(recs, c)
+		recs = append(recs, recJSON{offset: it.Record().Offset})
+		ends = append(ends, len(buf))
 	}
 	if err := it.Err(); err != nil {
 		return nil, 0, false, &RequestError{Status: http.StatusBadGateway, Msg: err.Error()}
@@ -147,7 +154,39 @@ func readOnce(ctx context.Context, d *dataConn, rp *readParams) (recs []Consumed
 			Msg: "no whole record at offset " + strconv.FormatInt(rp.offset, 10) + " within max_bytes " + strconv.Itoa(int(rp.maxBytes)) +
 				": a larger record, or an offset that is not a record's start"}
 	}
+	start := 0
+	for i, e := range ends {
+		recs[i].js = buf[start:e:e]
+		start = e
+	}
 	return recs, it.NextOffset(), false, nil
+}
+
+// writeRecords writes a read's reply: ReadReply's JSON (compact).
+func writeRecords(w http.ResponseWriter, recs []recJSON, next int64, moved bool) {
+	n := 64
+	for _, r := range recs {
+		n += len(r.js) + 1
+	}
+	out := make([]byte, 0, n)
+	out = append(out, `{"records":[`...)
+	for i, r := range recs {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, r.js...)
+	}
+	out = append(out, `],"next_offset":`...)
+	out = strconv.AppendInt(out, next, 10)
+	if moved {
+		out = append(out, `,"out_of_range":true`...)
+	}
+	out = append(out, "}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(out)
 }
 
 // pollWait sleeps for d or until ctx ends (false then).
@@ -183,14 +222,11 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if len(recs) > 0 || moved || !time.Now().Before(until) {
-			if recs == nil {
-				recs = []ConsumedRecord{}
-			}
-			WriteJSON(w, http.StatusOK, ReadReply{Records: recs, NextOffset: next, OutOfRange: moved})
+			writeRecords(w, recs, next, moved)
 			return
 		}
 		if !pollWait(ctx, min(poll, time.Until(until))) {
-			WriteJSON(w, http.StatusOK, ReadReply{Records: []ConsumedRecord{}, NextOffset: rp.offset})
+			writeRecords(w, nil, rp.offset, false)
 			return
 		}
 		poll = min(2*poll, readPollMax)
@@ -240,10 +276,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	poll := readPollMin
 	for {
 		for i := range recs {
-			body, _ := json.Marshal(&recs[i])
+			body := recs[i].js
 			nextOff := next
 			if i+1 < len(recs) {
-				nextOff = recs[i+1].Offset
+				nextOff = recs[i+1].offset
 			}
 			buf.WriteString("id: ")
 			buf.WriteString(strconv.FormatInt(nextOff, 10))

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -78,6 +78,18 @@ func decodeField(f string, raw json.RawMessage) ([]byte, bool, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, false, nil
 	}
+	if f != formatJSON && len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		// A string without escapes (the decoder checked it): its bytes.
+		if f == formatText {
+			return raw[1 : len(raw)-1], true, nil
+		}
+		b := make([]byte, base64.StdEncoding.DecodedLen(len(raw)-2))
+		n, err := base64.StdEncoding.Decode(b, raw[1:len(raw)-1])
+		if err != nil {
+			return nil, false, errors.New("not base64 (format binary): " + err.Error())
+		}
+		return b[:n], true, nil
+	}
 	switch f {
 	case formatJSON:
 		return []byte(raw), true, nil
@@ -139,7 +151,7 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ProduceRequest
-	if !DecodeBody(w, r, &req) {
+	if !decodeBody(w, r, &req, false) {
 		return
 	}
 	if req.Format == "" {
@@ -307,52 +319,4 @@ type ReadReply struct {
 	// OutOfRange says the offset asked for is no longer (or not yet) in
 	// the partition: NextOffset is the one to use.
 	OutOfRange bool `json:"out_of_range,omitempty"`
-}
-
-// encodeField is b in format f as JSON.
-func encodeField(f string, b []byte) (json.RawMessage, error) {
-	switch f {
-	case formatJSON:
-		if !json.Valid(b) {
-			return nil, errors.New("is not JSON: read it with format=binary or format=text")
-		}
-		return json.RawMessage(b), nil
-	case formatText:
-		if !utf8.Valid(b) {
-			return nil, errors.New("is not UTF-8 text: read it with format=binary")
-		}
-		return json.Marshal(string(b))
-	default:
-		return json.Marshal(base64.StdEncoding.EncodeToString(b))
-	}
-}
-
-// consumedRecord is rec of topic's partition p in format f.
-func consumedRecord(topic string, p int32, f string, rec *message.Record) (ConsumedRecord, error) {
-	m, err := rec.Message(topic, p)
-	if err != nil {
-		return ConsumedRecord{}, err
-	}
-	c := ConsumedRecord{Topic: topic, Partition: p, Offset: rec.Offset, MsgID: rec.ID, Tags: m.Tags, Timestamp: m.Time().UnixMilli()}
-	if m.Key != nil {
-		if c.Key, err = encodeField(f, m.Key); err != nil {
-			return ConsumedRecord{}, errors.New("key of the record at offset " + strconv.FormatInt(rec.Offset, 10) + " " + err.Error())
-		}
-	}
-	if c.Value, err = encodeField(f, m.Body); err != nil {
-		return ConsumedRecord{}, errors.New("value of the record at offset " + strconv.FormatInt(rec.Offset, 10) + " " + err.Error())
-	}
-	for _, h := range m.Headers {
-		rh := RecordHeader{Key: h.Key}
-		if h.Value != nil {
-			v := string(h.Value)
-			rh.Value = &v
-		}
-		c.Headers = append(c.Headers, rh)
-	}
-	if m.HasAttribute {
-		a := m.Attribute
-		c.Attribute = &a
-	}
-	return c, nil
 }
