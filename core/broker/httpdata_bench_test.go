@@ -131,7 +131,7 @@ func BenchmarkHTTPData(b *testing.B) {
 			res[name] = &sum{}
 		}
 		res[name].rate += r / pairs
-		res[name].cpu += float64(c.Microseconds()) / pairs
+		res[name].cpu += float64(c.Nanoseconds()) / 1e3 / pairs
 	}
 	b.ResetTimer()
 	for range b.N {
