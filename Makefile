@@ -135,6 +135,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseRecord -fuzztime $(FUZZTIME) ./sdk/message/
 	$(GO) test -run '^$$' -fuzz '^FuzzPropsRoundTrip$$' -fuzztime $(FUZZTIME) ./sdk/message/
 	$(GO) test -run '^$$' -fuzz '^FuzzPropsHostile$$' -fuzztime $(FUZZTIME) ./sdk/message/
+	$(GO) test -run '^$$' -fuzz '^FuzzTimerHeaders$$' -fuzztime $(FUZZTIME) ./sdk/message/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./core/timer/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./conf/
 	$(GO) test -run '^$$' -fuzz '^FuzzTailSplit$$' -fuzztime $(FUZZTIME) ./cmd/metaq/
 	$(GO) test -run '^$$' -fuzz '^FuzzTailState$$' -fuzztime $(FUZZTIME) ./cmd/metaq/

@@ -166,13 +166,7 @@ func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Deli
 // cancel of a msgId (cancel != 0). On a malformed header it has answered
 // the put and bad is set.
 func (c *conn) delayOf(r *protocol.Request) (d message.Delivery, cancel int64, ok, bad bool) {
-	d, ok, err := message.DeliveryOf(r.Flag, r.Body)
-	if err == nil && !ok {
-		cancel, ok, err = message.CancelOf(r.Flag, r.Body)
-		if ok && err == nil && cancel == 0 {
-			err = fmt.Errorf("%w: %s of msgId 0", message.ErrBadDelay, message.HeaderCancel)
-		}
-	}
+	d, cancel, ok, err := message.TimerHeaders(r.Flag, r.Body)
 	if err != nil {
 		c.b.stats.putFailed.Add(1)
 		c.reply(protocol.StatusBadRequest, badDataReason("", err), r.Opaque)
@@ -475,11 +469,7 @@ func (b *Broker) writeDelayedStats(line func(string)) {
 // isDelayed reports whether a body carries a delivery or cancel header
 // (malformed ones included).
 func isDelayed(flag int32, data []byte) bool {
-	_, ok, err := message.DeliveryOf(flag, data)
-	if ok || err != nil {
-		return true
-	}
-	_, ok, err = message.CancelOf(flag, data)
+	_, _, ok, err := message.TimerHeaders(flag, data)
 	return ok || err != nil
 }
 

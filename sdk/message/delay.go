@@ -38,77 +38,9 @@ func (d Delivery) Due(now int64) int64 {
 	return now + d.Delay
 }
 
-// DeliveryOf returns the delivery a put body (flag and data) asks for; ok
-// is false when it carries neither header. It assumes the body was
-// checked (SplitDataProducer on the put path); a malformed header value
-// is ErrBadDelay.
-func DeliveryOf(flag int32, data []byte) (d Delivery, ok bool, err error) {
-	if flag&FlagHasProperties == 0 {
-		return d, false, nil
-	}
-	_, _, props, _, err := splitData(flag, data, false)
-	if err != nil || len(props) < 2 || props[1]&propHeaders == 0 {
-		return d, false, err
-	}
-	var at, delay []byte
-	var nAt, nDelay int
-	err = WalkProperties(props, &PropsVisitor{Header: func(k, v []byte, null bool) {
-		switch string(k) {
-		case HeaderDeliverAt:
-			at, nAt = v, nAt+1
-		case HeaderDelay:
-			delay, nDelay = v, nDelay+1
-		}
-	}})
-	if err != nil || nAt+nDelay == 0 {
-		return d, false, err
-	}
-	if nAt+nDelay > 1 {
-		return d, true, fmt.Errorf("%w: %s and %s given together or repeated", ErrBadDelay, HeaderDeliverAt, HeaderDelay)
-	}
-	if nAt == 1 {
-		n, err := strconv.ParseInt(string(at), 10, 64)
-		if err != nil {
-			return d, true, fmt.Errorf("%w: %s %q is not decimal Unix milliseconds", ErrBadDelay, HeaderDeliverAt, at)
-		}
-		return Delivery{At: n, IsAt: true}, true, nil
-	}
-	n, err := strconv.ParseInt(string(delay), 10, 64)
-	if err != nil || n < 0 {
-		return d, true, fmt.Errorf("%w: %s %q is not a non-negative decimal of milliseconds", ErrBadDelay, HeaderDelay, delay)
-	}
-	return Delivery{Delay: n}, true, nil
-}
-
 // HeaderCancel, on a put of an empty message to a delayed message's topic
 // and partition, cancels it: the value is its msgId in decimal.
 const HeaderCancel = "metaq-cancel"
-
-// CancelOf returns the msgId a put's metaq-cancel header names; ok is
-// false without one.
-func CancelOf(flag int32, data []byte) (id int64, ok bool, err error) {
-	if flag&FlagHasProperties == 0 {
-		return 0, false, nil
-	}
-	_, _, props, _, err := splitData(flag, data, false)
-	if err != nil || len(props) < 2 || props[1]&propHeaders == 0 {
-		return 0, false, err
-	}
-	var v []byte
-	err = WalkProperties(props, &PropsVisitor{Header: func(k, val []byte, null bool) {
-		if string(k) == HeaderCancel {
-			v, ok = val, true
-		}
-	}})
-	if err != nil || !ok {
-		return 0, false, err
-	}
-	id, perr := strconv.ParseInt(string(v), 10, 64)
-	if perr != nil {
-		return 0, true, fmt.Errorf("%w: %s %q is not a decimal msgId", ErrBadDelay, HeaderCancel, v)
-	}
-	return id, true, nil
-}
 
 // Delayed reports whether m asks for a delivery time (DeliverAt or Delay).
 func (m *Message) Delayed() bool { return !m.DeliverAt.IsZero() || m.Delay > 0 }
@@ -146,4 +78,59 @@ func (m *Message) checkDelay() error {
 		}
 	}
 	return nil
+}
+
+// TimerHeaders reads a put body's delivery and cancel headers in one walk
+// of its properties block: the broker's put path. ok is false when it has
+// none of metaq-deliver-at, metaq-delay and metaq-cancel; cancel is the
+// msgId of a metaq-cancel (then d is zero). Two of them, or one repeated,
+// or a value that is not decimal, is ErrBadDelay.
+func TimerHeaders(flag int32, data []byte) (d Delivery, cancel int64, ok bool, err error) {
+	if flag&FlagHasProperties == 0 {
+		return d, 0, false, nil
+	}
+	_, _, props, _, err := splitData(flag, data, false)
+	if err != nil || len(props) < 2 || props[1]&propHeaders == 0 {
+		return d, 0, false, err
+	}
+	var at, delay, cn []byte
+	n := 0
+	err = WalkProperties(props, &PropsVisitor{Header: func(k, v []byte, null bool) {
+		if len(k) < 6 || string(k[:6]) != "metaq-" {
+			return
+		}
+		switch string(k) {
+		case HeaderDeliverAt:
+			at, n = v, n+1
+		case HeaderDelay:
+			delay, n = v, n+1
+		case HeaderCancel:
+			cn, n = v, n+1
+		}
+	}})
+	switch {
+	case err != nil || n == 0:
+		return d, 0, false, err
+	case n > 1:
+		return d, 0, true, fmt.Errorf("%w: more than one of %s, %s and %s, or one repeated",
+			ErrBadDelay, HeaderDeliverAt, HeaderDelay, HeaderCancel)
+	case at != nil:
+		ms, perr := strconv.ParseInt(string(at), 10, 64)
+		if perr != nil {
+			return d, 0, true, fmt.Errorf("%w: %s %q is not decimal Unix milliseconds", ErrBadDelay, HeaderDeliverAt, at)
+		}
+		return Delivery{At: ms, IsAt: true}, 0, true, nil
+	case delay != nil:
+		ms, perr := strconv.ParseInt(string(delay), 10, 64)
+		if perr != nil || ms < 0 {
+			return d, 0, true, fmt.Errorf("%w: %s %q is not a non-negative decimal of milliseconds", ErrBadDelay, HeaderDelay, delay)
+		}
+		return Delivery{Delay: ms}, 0, true, nil
+	default:
+		id, perr := strconv.ParseInt(string(cn), 10, 64)
+		if perr != nil || id == 0 {
+			return d, 0, true, fmt.Errorf("%w: %s %q is not a decimal msgId", ErrBadDelay, HeaderCancel, cn)
+		}
+		return d, id, true, nil
+	}
 }
