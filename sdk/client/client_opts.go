@@ -324,7 +324,9 @@ func HandlerRetries(n int, backoff time.Duration) Opt {
 // skipped), RecoverLocally(dir) (kept on disk and handed to the handler
 // again later, MetaQ's policy), RetryTopics(o) (sent to the group's
 // retry topic and redelivered with backoff, then to its dead-letter
-// topic: docs/retry.md), or a RejectFunc.
+// topic: docs/retry.md), RetryInPlace(max) (never rejected: retried
+// in place, its partition waiting, as ordered consumption needs), or a
+// RejectFunc.
 func Reject(p RejectPolicy) Opt {
 	return consumerOption("Reject", func(c *config) {
 		if p == nil {

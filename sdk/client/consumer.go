@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -245,9 +246,11 @@ type brokerConsumer struct {
 	onLost func()
 
 	// Set by newBrokerConsumer from the reject policy: rejectFn for every policy
-	// but RecoverLocally, which sets recoverDir instead.
+	// but RecoverLocally, which sets recoverDir instead, and RetryInPlace,
+	// which sets inPlaceMax (the longest pause between attempts).
 	rejectFn   rejecter
 	recoverDir string
+	inPlaceMax time.Duration
 }
 
 // newBrokerConsumer returns a consumer of topic at the broker at addr. It
@@ -680,11 +683,21 @@ func (c *brokerConsumer) handle(ctx context.Context, m *message.Message, h Handl
 		if ctx.Err() != nil {
 			return false
 		}
-		if attempt >= c.cfg.maxRetries {
+		pause := backoff.Policy{Min: c.cfg.retryBackoff, Max: c.cfg.retryBackoff << 5}
+		switch {
+		case c.inPlaceMax > 0:
+			// RetryInPlace: never rejected; the pause doubles up to
+			// inPlaceMax, from retryBackoff (100 ms when that is 0).
+			if attempt == c.cfg.maxRetries {
+				c.cfg.logger.Warn("metaq: handler failing; retrying in place, the partition waits", "topic", m.Topic,
+					"partition", m.Partition, "offset", m.Offset, "id", m.ID, "attempts", attempt+1, "err", err)
+			}
+			pause = backoff.Policy{Min: cmp.Or(c.cfg.retryBackoff, defaultRetryBackoff), Max: c.inPlaceMax}
+		case attempt >= c.cfg.maxRetries:
 			return c.reject(ctx, m, err, rej)
 		}
 		// The pause doubles from retryBackoff, up to 32 times it.
-		if (backoff.Policy{Min: c.cfg.retryBackoff, Max: c.cfg.retryBackoff << 5}).Sleep(ctx, attempt+1) != nil {
+		if pause.Sleep(ctx, attempt+1) != nil {
 			return false
 		}
 	}

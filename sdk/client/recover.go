@@ -57,6 +57,30 @@ func (dropPolicy) Reject(context.Context, *message.Message, error) error { retur
 // it (MetaQ's DropPolicy). It is the default Reject policy.
 func Drop() RejectPolicy { return dropPolicy{} }
 
+type retryInPlace struct{ max time.Duration }
+
+func (retryInPlace) Reject(context.Context, *message.Message, error) error {
+	return errors.New("metaq: RetryInPlace is never asked to reject")
+}
+
+// DefaultInPlaceMaxBackoff is RetryInPlace's default longest pause.
+const DefaultInPlaceMaxBackoff = time.Minute
+
+// RetryInPlace is the policy of ordered consumption (RocketMQ's orderly
+// listener): a message its handler fails on is never rejected nor skipped;
+// it is handed to the handler again and again, the pause between attempts
+// doubling from HandlerRetries' backoff up to maxBackoff (0:
+// DefaultInPlaceMaxBackoff), until the handler succeeds or Consume ends.
+// Its partition waits meanwhile (its position stays before the message),
+// while the consumer's other partitions flow. A warning is logged when the
+// attempts pass HandlerRetries' count.
+func RetryInPlace(maxBackoff time.Duration) RejectPolicy {
+	if maxBackoff <= 0 {
+		maxBackoff = DefaultInPlaceMaxBackoff
+	}
+	return retryInPlace{max: maxBackoff}
+}
+
 type localRecover struct{ base string }
 
 func (localRecover) Reject(context.Context, *message.Message, error) error {
@@ -124,6 +148,9 @@ func (c *brokerConsumer) resolveReject() {
 		}
 	case localRecover:
 		c.recoverDir = recoverDir(p.base, c.topic, c.cfg.group)
+	case retryInPlace:
+		c.inPlaceMax = p.max
+		c.rejectFn = p.Reject // never called
 	default:
 		c.rejectFn = p.Reject
 	}

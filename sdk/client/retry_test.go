@@ -13,6 +13,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/selector"
 	"github.com/stretchr/testify/require"
 )
 
@@ -209,4 +210,57 @@ func TestRetryTopicsE2E(t *testing.T) {
 		t.Logf("redelivery %d: %v after the rejection (backoff %v)", i+2, gap, want)
 	}
 	require.ElementsMatch(t, []string{"ok1", "ok2"}, ok)
+}
+
+// TestRetryInPlaceOrdered: with RetryInPlace a poison message blocks its
+// partition only, is never skipped, and once it succeeds its partition
+// goes on in order; the other partition flows meanwhile.
+func TestRetryInPlaceOrdered(t *testing.T) {
+	t.Parallel()
+	br := startBroker(t)
+	ctx := ctxT(t, 20*time.Second)
+	for p, bodies := range [][]string{{"a0", "a1", "poison", "a3", "a4"}, {"b0", "b1", "b2"}} {
+		pr := newProducer(t, br.addr, withSelector(selector.Fixed(p)))
+		for _, b := range bodies {
+			_, err := pr.Send(ctx, &message.Message{Topic: topic, Body: []byte(b)})
+			require.NoError(t, err)
+		}
+	}
+	c := newClient(t, Brokers(br.addr), ConsumeTopics(topic), ConsumerGroup("og"), HandlerRetries(2, time.Millisecond),
+		Reject(RetryInPlace(20*time.Millisecond)), HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
+	var mu sync.Mutex
+	var healed bool
+	attempts := 0
+	got := map[int32][]string{}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Consume(cctx, func(_ context.Context, m *message.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if string(m.Body) == "poison" && !healed {
+				attempts++
+				return errors.New("not yet")
+			}
+			got[m.Partition] = append(got[m.Partition], string(m.Body))
+			return nil
+		})
+	}()
+	snap := func() (map[int32][]string, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return map[int32][]string{0: slices.Clone(got[0]), 1: slices.Clone(got[1])}, attempts
+	}
+	require.Eventually(t, func() bool { g, a := snap(); return len(g[1]) == 3 && a > 10 }, 10*time.Second, 10*time.Millisecond)
+	g, _ := snap()
+	require.Equal(t, []string{"a0", "a1"}, g[0], "partition 0 waits at the poison message")
+	require.Equal(t, []string{"b0", "b1", "b2"}, g[1], "partition 1 flows")
+	mu.Lock()
+	healed = true
+	mu.Unlock()
+	require.Eventually(t, func() bool { g, _ := snap(); return len(g[0]) == 5 }, 10*time.Second, 10*time.Millisecond)
+	g, _ = snap()
+	require.Equal(t, []string{"a0", "a1", "poison", "a3", "a4"}, g[0], "in order, nothing skipped")
+	cancel()
+	<-done
 }
