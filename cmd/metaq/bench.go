@@ -198,7 +198,11 @@ func runIdemAB(e *env, cfg prodConfig, rounds int) error {
 		if len(m[false]) == 0 || len(m[true]) == 0 {
 			return "?"
 		}
-		return fmt.Sprintf("%.3fx", median(m[true])/median(m[false]))
+		off, on := median(m[false]), median(m[true])
+		if off <= 0 || on <= 0 { // no CPU measured (a clock tick is 10 ms)
+			return "?"
+		}
+		return fmt.Sprintf("%.3fx", on/off)
 	}
 	fmt.Fprintf(e.stdout, "idempotence on/off (medians of %d rounds): msgs/s %s, broker CPU per message %s\n",
 		rounds, ratio(rate), ratio(cpu))

@@ -310,6 +310,16 @@ func TestCLI(t *testing.T) {
 		}
 		r = cli("", a, "bench", "produce", "--messages", "50", "--sync", "--producers", "1")
 		mustOK(t, r, "bench produce --sync")
+		// Idempotence off and on alternated (mputs of 4: each entry its own
+		// sequence), and the ratio.
+		r = cli("", a, "bench", "produce", "--messages", "400", "--batch", "4", "--producers", "2", "--ab", "1")
+		mustOK(t, r, "bench produce --ab")
+		for _, re := range []string{`(?m)^round 1 idempotence=false msgs/s=[0-9]+ `, `(?m)^round 1 idempotence=true msgs/s=[0-9]+ `,
+			`(?m)^idempotence on/off \(medians of 1 rounds\): msgs/s [0-9.]+x, broker CPU per message ([0-9.]+x|\?)$`} {
+			if !regexp.MustCompile(re).MatchString(r.stdout) {
+				t.Fatalf("bench produce --ab output %q does not match %s", r.stdout, re)
+			}
+		}
 		r = cli("", a, "bench", "consume", "--messages", "2000", "--size", "512")
 		mustOK(t, r, "bench consume")
 		if !regexp.MustCompile(`(?m)^msgs=2000 elapsed=[0-9.]+s msgs/s=[0-9]+ MB/s=[0-9.]+ gets=[0-9]+$`).MatchString(r.stdout) ||
