@@ -93,7 +93,9 @@ test: fmt-check vet build services
 # seeded sequences (make test runs 1); metaq tail killed with SIGKILL
 # SOAK_TAIL_ROUNDS times while it follows a rotating file (make test: 4);
 # and the idempotent producer's fault tests with 10,000 messages (make test
-# sends 2,000).
+# sends 2,000); and 1,000,000 delayed messages over 120 s across 64
+# partitions, without -race: the lateness p99 is a figure of the timer
+# (make test sends 20,000 over 3 s).
 SOAK_CUTS  ?= 100
 SOAK_TORN_CUTS ?= 40
 SOAK_COUNT ?= 5
@@ -110,6 +112,7 @@ soak: build
 	METAQ_TX_FAILOVER_ROUNDS=20 $(GO) test -timeout 20m -count=1 -v -run '^TestTxSyncFailoverKill9$$' ./core/e2e/
 	METAQ_BALANCE_SEEDS=5 $(GO) test -race -timeout 10m -count=1 -run '^TestJoinsAndLeaves$$' ./sdk/balance/
 	METAQ_TAIL_ROUNDS=$(SOAK_TAIL_ROUNDS) $(GO) test -race -timeout 20m -count=1 -v -run '^TestTailKill9$$' ./cmd/metaq/
+	METAQ_DELAYED_COUNT=1000000 METAQ_DELAYED_SPAN=120 $(GO) test -timeout 30m -count=1 -v -run '^TestDelayedScale$$' ./core/broker/
 	METAQ_IDEM_MESSAGES=10000 $(GO) test -race -timeout 20m -count=1 -run '^TestIdempotent' ./sdk/client/ ./core/e2e/
 
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with

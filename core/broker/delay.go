@@ -290,7 +290,9 @@ func (b *Broker) timerRound(i int, w *timer.Wheel, l *store.Log) error {
 			}
 		}
 		if ok {
-			if err := b.timerAppend(l, int32(i), []store.Entry{markEntry(mk)}); err != nil {
+			// The mark is not waited for: one lost in a crash only means
+			// the round it covers is delivered again (at least once).
+			if err := b.appendTo(conf.TimerTopic, l, int32(i), []store.Entry{markEntry(mk)}, noWait{}); err != nil {
 				return fmt.Errorf("delivered mark: %w", err)
 			}
 			w.Marked(mk)
@@ -383,15 +385,11 @@ func (b *Broker) appendTo(topic string, l *store.Log, p int32, entries []store.E
 	return l.Append(entries, w, 0)
 }
 
-// timerAppend appends entries to timer partition p and waits.
-func (b *Broker) timerAppend(l *store.Log, p int32, entries []store.Entry) error {
-	bw := &batchWait{}
-	bw.add(1)
-	if err := b.appendTo(conf.TimerTopic, l, p, entries, bw); err != nil {
-		bw.done(err)
-	}
-	return bw.wait()
-}
+// noWait is the waiter of an append nobody waits for.
+type noWait struct{}
+
+func (noWait) AppendDone(uint64, int64, int64, error) {}
+func (noWait) SyncFailed(uint64, error)               {}
 
 // readTimerRecord reads the timer log record at off.
 func readTimerRecord(l *store.Log, off int64, buf []byte) ([]byte, timer.Record, int64, error) {
