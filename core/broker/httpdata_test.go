@@ -508,3 +508,57 @@ func TestHTTPConsumerLimits(t *testing.T) {
 	require.Equal(t, 200, hjson(t, h, "POST", "/api/v1/data/consumers/g", nil, &cr))
 	require.Equal(t, 400, hjson(t, h, "POST", "/api/v1/data/consumers/g%20x", nil, nil))
 }
+
+// TestHTTPDataHostile holds every request slot with event streams and a
+// put whose body drips: newcomers get 503 at once, the probes and the
+// wire protocol go on, and the slots come back when the streams end.
+func TestHTTPDataHostile(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, 0, func(c *conf.Config) { c.HTTPMaxConnections = conf.MinHTTPMaxConnections })
+	addr := b.HTTPAddr()
+	h := newHTTPClient(t, addr, nil)
+	// 16 connections: 12 request slots, 6 per address; 127.0.0.1 is one.
+	var streams []net.Conn
+	for range 8 {
+		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		require.NoError(t, err)
+		t.Cleanup(func() { nc.Close() })
+		nc.SetDeadline(time.Now().Add(20 * time.Second))
+		_, err = nc.Write([]byte("GET /api/v1/data/topics/t/partitions/0/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
+		require.NoError(t, err)
+		streams = append(streams, nc)
+	}
+	// A put whose body never completes holds a slot too (until the 30 s
+	// read timeout); it is counted among the address's.
+	slow, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer slow.Close()
+	_, err = slow.Write([]byte("POST /put?topic=t&partition=0&flag=0&length=1000 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nabc"))
+	require.NoError(t, err)
+	busy := 0
+	for _, nc := range streams {
+		line, err := bufio.NewReader(nc).ReadString('\n')
+		require.NoError(t, err)
+		if strings.HasPrefix(line, "HTTP/1.1 503") {
+			busy++
+		} else {
+			require.True(t, strings.HasPrefix(line, "HTTP/1.1 200"), line)
+		}
+	}
+	require.GreaterOrEqual(t, busy, 2, "streams beyond the address's slots are refused")
+	code, body := h.get("/api/v1/data/topics/t/partitions/0/records")
+	require.Equal(t, 503, code, "%s", body)
+	code, _ = h.get("/healthz")
+	require.Equal(t, 200, code)
+	c := dialAuth(t, b.Addr(), nil)
+	code, rb := c.put("t")
+	require.Equal(t, 200, code, rb)
+	// The streams end (the clients go away): the slots come back.
+	for _, nc := range streams {
+		nc.Close()
+	}
+	require.Eventually(t, func() bool {
+		code, _ := h.get("/api/v1/data/topics/t/partitions/0/records")
+		return code == 200
+	}, 10*time.Second, 100*time.Millisecond)
+}
