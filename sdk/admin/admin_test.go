@@ -620,3 +620,63 @@ func TestOffsetForCreateTime(t *testing.T) {
 		}
 	}
 }
+
+// TestOffsetForTimeSkipsNothing: with small segments, runs of live
+// records, of records stamped 2020 (a replay) and of live records again,
+// and a delayed message delivered at a segment's start (it keeps the older
+// id of its acceptance), a time between two live records finds the first
+// live record stored at or after it: the bisection runs on stored times,
+// so no record newer than the time is skipped.
+func TestOffsetForTimeSkipsNothing(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Quiet(), brokertest.Topics("tsk"),
+		brokertest.Edit(func(c *conf.Config) { c.MaxSegmentSize = 4 << 10 }))
+	p := producer(t, client.Brokers(b.Addr()))
+	ctx := ctxT(t, 30*time.Second)
+	send := func(m *message.Message) client.SendResult {
+		t.Helper()
+		m.Topic, m.Partition = "tsk", 0
+		r, err := p.ProduceSync(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r[0]
+	}
+	body := []byte(strings.Repeat("v", 300))
+	// A delayed message, accepted first, delivered after the first live run.
+	send(&message.Message{Body: body, Delay: 1500 * time.Millisecond})
+	type rec struct {
+		off int64
+		at  time.Time
+	}
+	var live []rec
+	for range 12 {
+		live = append(live, rec{send(&message.Message{Body: body}).Offset, time.Now()})
+		time.Sleep(3 * time.Millisecond)
+	}
+	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 12 {
+		send(&message.Message{Body: body, Timestamp: old.Add(time.Duration(i) * time.Second)})
+	}
+	time.Sleep(1600 * time.Millisecond) // the delayed message is delivered
+	for range 12 {
+		live = append(live, rec{send(&message.Message{Body: body}).Offset, time.Now()})
+		time.Sleep(3 * time.Millisecond)
+	}
+	a := newAdmin(t, client.Brokers(b.Addr()))
+	for i := 1; i < len(live); i++ {
+		// Just after live[i-1] was acknowledged: live[i] was stored at or
+		// after it; the answer may be earlier (a replayed or delivered
+		// record) but never past live[i].
+		at := live[i-1].at.Add(time.Millisecond)
+		got, err := a.OffsetForTime(ctx, "tsk", 0, 0, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got > live[i].off {
+			t.Fatalf("OffsetForTime(just after live[%d]) = %d, past live[%d] at %d", i-1, got, i, live[i].off)
+		}
+		if got <= live[i-1].off && i-1 < 12 {
+			t.Fatalf("OffsetForTime(just after live[%d]) = %d, at or before it (%d)", i-1, got, live[i-1].off)
+		}
+	}
+}

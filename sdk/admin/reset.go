@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -19,25 +20,28 @@ import (
 // A time is found without any broker extension, from what every broker
 // answers. The time of a record is its create timestamp when it carries
 // one (Message.Timestamp), else the wall-clock millisecond at which the
-// broker stored it, which its id carries. Ids rise with offsets, and
-// producers that stamp messages from their clock stamp them in the same
-// order, so the times of a partition's records do not decrease; where a
-// producer's timestamps go back, the answer is a record at or after the
-// first one whose time is at or after the time asked for, in the segment
-// the bisection finds. The only offsets known to be record starts
+// broker stored it, which its id carries (a delayed message keeps the id
+// of its acceptance: its due time stands for its store). Ids of the
+// records the timer did not deliver rise with offsets, so the bisection
+// below runs on them, and the scan after it on the records' times. A
+// record created after the time asked for but stored before it (a
+// producer's clock ahead of the broker's) lies before where the scan
+// starts and is not found. The only offsets known to be record starts
 // without reading are the segment starts, which the `offset` command
 // returns for any offset inside a segment. So:
 //
 //  1. bisect the byte range [min, max): for a probe x, s = offset(x) is the
-//     start of x's segment and a 20-byte get at s is the header of its
-//     first record, whose id gives the time; this finds the last segment
-//     whose first record is older than the time (O(log bytes) small
-//     requests);
-//  2. scan that segment's records with gets, up to its end: the answer is
-//     the first record at or after the time, else the next segment's start
-//     (or the log end).
+//     start of x's segment and a small get at s reads its first records,
+//     whose first undelivered one's id gives the time; this finds the last
+//     segment whose first record was stored before the time (O(log bytes)
+//     small requests);
+//  2. scan from that segment's start with gets: the answer is the first
+//     record whose time is at or after the time asked for, else the log
+//     end.
 //
-// The scan reads at most one segment (max_segment_size, 1 GiB by default).
+// The scan reads at most about one segment (max_segment_size, 1 GiB by
+// default), unless records carry create timestamps older than when they
+// were stored (a replay of old data), which it reads past.
 
 // ResetTarget is where ResetOffsets moves a group's offsets: Earliest,
 // Latest, ToOffset or ToTime.
@@ -333,32 +337,43 @@ func grownSize(body []byte, size int) int {
 	return n
 }
 
-// recordMs returns the time (unix ms) of the record starting at off: its
-// create timestamp when it carries one, else when it was stored
-// (message.Record.RecordTime). A record without a properties block needs
-// only its header; one with a block is read whole.
-func (a *Admin) recordMs(ctx context.Context, addr, topic string, part int32, off int64) (int64, error) {
-	size := message.HeaderSize
-	for {
-		body, err := a.getRecords(ctx, addr, topic, part, off, size)
+// segmentKey returns the bisection's key of the segment starting at off:
+// when its first record that the broker's timer did not deliver was
+// stored (the millisecond in its id: ids rise with offsets for them). A
+// delivered delayed message keeps the id of its acceptance, so it is
+// walked past. When no such record lies in the first keyScan bytes the key
+// is math.MaxInt64: the bisection then takes the segment as not older than
+// the time, which can only make the scan start earlier.
+func (a *Admin) segmentKey(ctx context.Context, addr, topic string, part int32, off, end int64) (int64, error) {
+	const keyScan = 256 << 10
+	size := 16 << 10
+	for from := off; from < end && from-off < keyScan; {
+		body, err := a.getRecords(ctx, addr, topic, part, from, size)
 		if err != nil {
 			return 0, err
 		}
-		if len(body) < message.HeaderSize {
-			return 0, fmt.Errorf("get at %d: %d bytes, not a record header", off, len(body))
+		it := message.NewIterator(body, from, 0)
+		for it.Next() {
+			if r := it.Record(); !r.Delivered() {
+				ms, _, _ := message.IDParts(r.ID)
+				return ms, nil
+			}
+			if it.NextOffset() >= end {
+				return math.MaxInt64, nil
+			}
 		}
-		flag := int32(binary.BigEndian.Uint32(body[16:20]))
-		if flag&message.FlagHasProperties == 0 {
-			ms, _, _ := message.IDParts(int64(binary.BigEndian.Uint64(body[8:16])))
-			return ms, nil
+		if err := it.Err(); err != nil {
+			return 0, fmt.Errorf("record at %d: %w", it.NextOffset(), err)
 		}
-		if r, _, err := message.ParseRecord(body, 0); err == nil {
-			return r.RecordTime(), nil
+		if it.Consumed() == 0 {
+			if size = grownSize(body, size); size == 0 {
+				return 0, fmt.Errorf("record at %d: bad length", from)
+			}
+			continue
 		}
-		if size = grownSize(body, size); size == 0 {
-			return 0, fmt.Errorf("record at %d: bad length", off)
-		}
+		from = it.NextOffset()
 	}
+	return math.MaxInt64, nil
 }
 
 // segmentStart returns the start of the segment holding off.
@@ -374,22 +389,32 @@ func (a *Admin) segmentStart(ctx context.Context, addr, topic string, part int32
 }
 
 // offsetForTime returns the offset of the first record of the partition
-// stored at or after ms (unix milliseconds), or hi when there is none; lo
-// and hi are the partition's min and max offsets.
+// whose time (message.Record.RecordTime: its create timestamp, else when
+// it was stored) is at or after ms (unix milliseconds), or hi when there
+// is none; lo and hi are the partition's min and max offsets.
+//
+// The bisection finds, by stored time, the last segment whose first
+// (undelivered) record was stored before ms: every record before it was
+// stored before ms, so it was also created before ms (a producer stamps a
+// message before the broker stores it). The scan then walks from there to
+// the first record whose time is at or after ms: in the next segment at
+// the latest, unless records carry create timestamps older than their
+// store (a replay of old data), which it walks past.
 func (a *Admin) offsetForTime(ctx context.Context, addr, topic string, part int32, ms, lo, hi int64) (int64, error) {
 	if lo >= hi {
 		return hi, nil
 	}
-	t, err := a.recordMs(ctx, addr, topic, part, lo)
+	end := hi
+	t, err := a.segmentKey(ctx, addr, topic, part, lo, end)
 	if err != nil {
 		return 0, err
 	}
 	if t >= ms {
-		return lo, nil
+		return a.scanForTime(ctx, addr, topic, part, ms, lo, end)
 	}
-	// Invariant: the segment starting at seg holds x and its first record
-	// is older than ms; hi is the start of a segment whose first record is
-	// not older, or the log end.
+	// Invariant: the segment starting at seg holds x and its key is older
+	// than ms; hi is the start of a segment whose key is not older, or
+	// the log end.
 	x, seg := lo, lo
 	for hi-x > 1 {
 		mid := x + (hi-x)/2
@@ -401,7 +426,7 @@ func (a *Admin) offsetForTime(ctx context.Context, addr, topic string, part int3
 			x = mid
 			continue
 		}
-		t, err := a.recordMs(ctx, addr, topic, part, s)
+		t, err := a.segmentKey(ctx, addr, topic, part, s, end)
 		if err != nil {
 			return 0, err
 		}
@@ -411,11 +436,11 @@ func (a *Admin) offsetForTime(ctx context.Context, addr, topic string, part int3
 			hi = s
 		}
 	}
-	return a.scanForTime(ctx, addr, topic, part, ms, seg, hi)
+	return a.scanForTime(ctx, addr, topic, part, ms, seg, end)
 }
 
 // scanForTime walks the records from off (a record start) and returns the
-// first one stored at or after ms, or end if they are all older.
+// first one whose time (RecordTime) is at or after ms, or end if none is.
 func (a *Admin) scanForTime(ctx context.Context, addr, topic string, part int32, ms, off, end int64) (int64, error) {
 	size := 256 << 10
 	for off < end {
