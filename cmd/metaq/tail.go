@@ -59,7 +59,8 @@ with status 0.
 With --once it ships what the files hold (their last lines without "\n"
 included), waits up to twice --timeout for the spool to drain, and exits:
 for scripts and tests. A state file that cannot be
-read is an error: move it away, or --reset-state to start over (files are
+read, or that belongs to another topic, is an error: move it away, or
+--reset-state to start over (files are
 then shipped from their start, or their end with --from-end). An argument
 that is not a valid glob, or a named file that exists and cannot be read,
 is an error at start; files that appear later and cannot be read are
@@ -101,7 +102,7 @@ func cmdTail(e *env) *cobra.Command {
 		host := fs.String("host", "", "value of the host header (default: the hostname)")
 		once := fs.Bool("once", false, "ship what the files hold and exit")
 		fromEnd := fs.Bool("from-end", false, "start files the state file does not know at their end, not their start (files that appear later start at 0)")
-		resetState := fs.Bool("reset-state", false, "start over when the state file cannot be read (it is replaced)")
+		resetState := fs.Bool("reset-state", false, "start over when the state file cannot be read or belongs to another topic (it is replaced)")
 		batch := fs.Int("batch", 4096, "records per batch: sent together, acknowledged, then the state saved")
 		maxRecord := fs.Int("max-record", 512<<10, "longest record in bytes; a longer one is cut into several messages")
 		poll := fs.Duration("poll", 250*time.Millisecond, "how often files are checked for new lines, new files and rotation")
@@ -260,7 +261,11 @@ func runTail(e *env, cfg tailConfig) error {
 		st = &tailState{Version: tailStateVersion}
 	}
 	if st.Topic != "" && st.Topic != cfg.topic {
-		return fmt.Errorf("state file %s belongs to topic %s, not %s: give each topic its own --state", cfg.state, st.Topic, cfg.topic)
+		if !cfg.resetState {
+			return fmt.Errorf("state file %s belongs to topic %s, not %s: give each topic its own --state, or give --reset-state to start over (files are shipped again from their start, or their end with --from-end)", cfg.state, st.Topic, cfg.topic)
+		}
+		fmt.Fprintf(e.stderr, "metaq tail: state file %s belongs to topic %s, not %s; starting over (--reset-state)\n", cfg.state, st.Topic, cfg.topic)
+		st = &tailState{Version: tailStateVersion}
 	}
 	t := &tailer{e: e, cfg: cfg, split: recordSplitter{start: cfg.start, max: cfg.maxRecord},
 		files: map[string]*tailFile{}, resume: map[string]tailFileState{}, warned: map[string]bool{}, first: true}

@@ -157,11 +157,23 @@ func TestTailOnce(t *testing.T) {
 		t.Fatalf("multi-line records:\n%q\nwant\n%q", recs, wantRecs)
 	}
 
-	// The state file: another topic's is refused; a corrupt one is
-	// refused, and replaced only with --reset-state.
+	// The state file: another topic's is refused, and replaced with
+	// --reset-state (the files shipped again from their start, to this
+	// topic); a corrupt one is refused, and replaced only with
+	// --reset-state.
 	r = cli("", a, "tail", "--topic", "other", "--state", state, "--once", app)
-	if r.code != 1 || !strings.Contains(r.stderr, "belongs to topic logs") {
+	if r.code != 1 || !strings.Contains(r.stderr, "belongs to topic logs") || !strings.Contains(r.stderr, "--reset-state") {
 		t.Fatalf("other topic's state: %+v", r)
+	}
+	r = cli("", a, "tail", "--topic", "other", "--state", state, "--once", "--reset-state", app)
+	mustOK(t, r, "--reset-state over another topic's state")
+	if !strings.Contains(r.stderr, "belongs to topic logs, not other; starting over (--reset-state)") || !strings.Contains(r.stderr, "shipped 511 records") {
+		t.Fatalf("--reset-state over another topic's state: %s", r.stderr)
+	}
+	r = cli("", a, "tail", "--topic", "other", "--state", state, "--once", app)
+	mustOK(t, r, "the replaced state")
+	if !strings.Contains(r.stderr, "shipped 0 records") {
+		t.Fatalf("the replaced state file: %s", r.stderr)
 	}
 	bad := filepath.Join(dir, "bad.state")
 	if err := os.WriteFile(bad, []byte(`{"version":1,"files":[{"path":"rel","offset":1}]}`), 0o644); err != nil {
