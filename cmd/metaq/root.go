@@ -60,6 +60,8 @@ var summaries = map[string]string{
 	"delayed":             "delayed messages: timer stats, cancel one",
 	"delayed stats":       "print the broker's timer counters",
 	"delayed cancel":      "cancel a delayed message before it is due",
+	"dlq":                 "a consumer group's retry and dead-letter topics",
+	"dlq list":            "list a group's retry and dead-letter topics with their counts",
 }
 
 // versionString is the client's version as `metaq --version` prints it.
@@ -99,7 +101,7 @@ func newRootCmd(e *env) *cobra.Command {
 	})
 	addGlobalFlags(root.PersistentFlags(), e)
 	root.AddCommand(cmdProduce(e), cmdConsume(e), cmdStats(e), cmdTopics(e), cmdTopic(e), cmdMessage(e), cmdPlugins(e), cmdCluster(e), cmdFailover(e),
-		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdDelayed(e), cmdTail(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
+		cmdGroups(e), cmdGroup(e), cmdTx(e), cmdDelayed(e), cmdDLQ(e), cmdTail(e), cmdBench(e), cmdVersion(e), cmdPasswd(e), cmdGenMan(e))
 	return root
 }
 
