@@ -14,7 +14,7 @@ from typing import Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .conn import Connection, Reply, wait
 from .errors import (NOT_FOUND, OK, MOVED, BrokerError, ChecksumError, ClosedError, ConflictError,
-                     ConnectionLostError, MetaqError, RequestTimeoutError, broker_error)
+                     ConnectionLostError, MetaqError, ProtocolError, RequestTimeoutError, broker_error)
 from .message import HEADER_SIZE, Message, checksum, iter_records, record_message
 
 #: get with this offset answers 301 with the partition's maximum.
@@ -393,6 +393,19 @@ class Consumer:
         return self.assignment()
 
     def _group_loop(self) -> None:
+        try:
+            self._group_rounds()
+        except BaseException as e:  # noqa: BLE001 - any error ends the membership, visibly
+            # The thread ends: whatever it was (a failed login on a
+            # reconnect, the connection closed under us, a bug), the
+            # partitions are no longer ours to read, and next() raises it.
+            if self._error is None:
+                self._error = e
+            self.generation = -1
+            self._release(list(self._parts))
+            self._assigned.set()
+
+    def _group_rounds(self) -> None:
         conflict_since = 0.0
         while not self._stop.is_set():
             if self._joined_conn != self.conn.generation or self.generation < 0:
@@ -420,8 +433,15 @@ class Consumer:
             if self._stop.wait(self.heartbeat_interval):
                 return
             again = True
-            while again and not self._stop.is_set():
-                again = self._heartbeat()
+            try:
+                while again and not self._stop.is_set():
+                    again = self._heartbeat()
+            except ProtocolError:
+                # An unreadable reply: the connection is dropped (its
+                # framing is lost), and with it the membership: give the
+                # partitions up and join again, as after a lost connection.
+                self._release(list(self._parts))
+                self.generation = -1
 
     def _join(self) -> None:
         rep = self.conn.call(lambda op: b"join %s %s %s %s %d\r\n" % (
@@ -481,6 +501,8 @@ class Consumer:
                 return
             except (ConnectionLostError, BrokerError, RequestTimeoutError):
                 continue
+            except MetaqError:
+                return  # closed, or an unreadable reply: given up all the same
 
     def close(self, processed: bool = True) -> None:
         """Commit, leave the group and close the connection (if the
@@ -530,7 +552,12 @@ def _settle_part(part: _Part) -> None:
 
 
 def _parse_view(body: bytes) -> Tuple[int, List[int]]:
-    text = body.decode()
-    gen, _, rest = text.partition(" ")
-    rest = rest.strip()
-    return int(gen), sorted(int(x) for x in rest.split(",")) if rest else []
+    """(generation, partitions) of a join or heartbeat reply's body;
+    ProtocolError when it is not one."""
+    try:
+        text = body.decode()
+        gen, _, rest = text.partition(" ")
+        rest = rest.strip()
+        return int(gen), sorted(int(x) for x in rest.split(",")) if rest else []
+    except ValueError:
+        raise ProtocolError(f"metaq: bad group view {body[:64]!r}") from None

@@ -147,3 +147,139 @@ def test_request_timeout_forgets_the_request() -> None:
         srv.close()
         for c in held:
             c.close()
+
+
+class _ScriptedBroker:
+    """A fake broker on 127.0.0.1 that reads request lines (and the bodies
+    of fetch, commit, put and mput) and answers with answer(conn_no, cmd,
+    toks): bytes to send, or None for no reply. Every request is logged as
+    (conn_no, cmd)."""
+
+    BODY_AT = {"fetch": 2, "commit": 2, "put": 3, "mput": 3, "auth": 2}
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.log: "list[tuple[int, str]]" = []
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(8)
+        self.addr = "127.0.0.1:%d" % self.srv.getsockname()[1]
+        self.socks: "list[socket.socket]" = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        n = 0
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            self.socks.append(c)
+            threading.Thread(target=self._serve, args=(c, n), daemon=True).start()
+            n += 1
+
+    def _serve(self, c: socket.socket, n: int) -> None:
+        f = c.makefile("rb")
+        try:
+            while True:
+                line = f.readline(4096)
+                if not line:
+                    return
+                toks = line.decode().split()
+                if not toks:
+                    continue
+                cmd = toks[0]
+                if cmd in self.BODY_AT and len(toks) > self.BODY_AT[cmd]:
+                    f.read(int(toks[self.BODY_AT[cmd]]))
+                self.log.append((n, cmd))
+                out = self.answer(n, cmd, toks)
+                if out:
+                    c.sendall(out)
+        except (OSError, ValueError):
+            return
+        finally:
+            c.close()
+
+    def close(self) -> None:
+        self.srv.close()
+        for c in self.socks:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+
+def _result(code: int, body: bytes, op: str) -> bytes:
+    return b"result %d %d %s\r\n" % (code, len(body), op.encode()) + body
+
+
+def _group_answer(hb_reply):
+    """Answers for one group member: join gives partitions 0 and 1, reads
+    find nothing, the first heartbeat on the first connection gets
+    hb_reply(op), later ones an unchanged view."""
+    hbs = []
+
+    def answer(n: int, cmd: str, toks: "list[str]") -> "bytes | None":
+        op = toks[-1]
+        if cmd == "join":
+            return _result(200, b"1 0,1", op)
+        if cmd == "heartbeat":
+            hbs.append(n)
+            if n == 0 and len(hbs) == 1:
+                return hb_reply(op)
+            return _result(200, b"1 0,1", op)
+        if cmd == "get":
+            return _result(404, b"", op)
+        if cmd in ("fetch", "commit", "leave"):
+            return _result(200, b"", op)
+        return None
+    return answer
+
+
+@pytest.mark.parametrize("hb_reply", [
+    lambda op: b"garbage heartbeat line\r\n",           # framing lost: the reader drops the socket
+    lambda op: _result(200, b"not a view", op),         # a reply whose view cannot be read
+])
+def test_member_rejoins_after_unreadable_heartbeat(hb_reply) -> None:
+    fake = _ScriptedBroker(_group_answer(hb_reply))
+    c = metaq.Consumer(fake.addr, "t", group="g", consumer_id="m", start=0, heartbeat_interval=0.05,
+                       request_timeout=2, reconnect_timeout=2)
+    try:
+        assert c.wait_assignment(5) == [0, 1]
+        end = time.monotonic() + 5
+        while [cmd for _, cmd in fake.log].count("join") < 2:  # released, then joined again
+            assert time.monotonic() < end, fake.log
+            assert c._thread is not None and c._thread.is_alive()
+            time.sleep(0.02)
+        while c.assignment() != [0, 1]:
+            assert time.monotonic() < end
+            time.sleep(0.02)
+        assert c._error is None
+        assert c.next(0.05) is None  # no error: the member goes on
+        assert c._thread.is_alive()
+    finally:
+        c.close()
+        fake.close()
+
+
+def test_member_error_stops_reading() -> None:
+    # An error the group thread cannot recover from (here the connection
+    # closed under it) ends the membership: the partitions are given up and
+    # next() raises it, instead of the thread dying silently while the
+    # consumer reads partitions it no longer owns.
+    fake = _ScriptedBroker(_group_answer(lambda op: _result(200, b"1 0,1", op)))
+    conn = metaq.Connection(fake.addr, request_timeout=2, reconnect_timeout=2)
+    c = metaq.Consumer(conn, "t", group="g", consumer_id="m", start=0, heartbeat_interval=0.05)
+    try:
+        assert c.wait_assignment(5) == [0, 1]
+        conn.close()
+        assert c._thread is not None
+        c._thread.join(5)
+        assert not c._thread.is_alive()
+        assert c.assignment() == []
+        assert isinstance(c._error, metaq.ClosedError)
+        with pytest.raises(metaq.ClosedError):
+            c.next(0.1)
+    finally:
+        c.close()
+        fake.close()
