@@ -141,6 +141,11 @@ func (c *conn) idemBegin(l *store.Log, p int32, opaque int32, ps producerSeq, co
 	case idem.InFlight:
 		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseSequenceInFlight,
 			seqs()+" are being stored by an earlier copy of this put; retry"), opaque)
+	case idem.UnknownProducer:
+		c.b.stats.idemUnknown.Add(1)
+		c.putFail(opaque, protocol.WithCause(protocol.CauseUnknownProducer,
+			seqs()+": the broker does not know the producer (it starts at sequence 0) or forgot it "+
+				"(idempotent_producers, idle expiry, a restart or failover); a retry's first copy may be stored"))
 	default:
 		c.b.stats.idemOutOfOrder.Add(1)
 		c.putFail(opaque, protocol.WithCause(protocol.CauseOutOfOrderSequence,

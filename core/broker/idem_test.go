@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -66,7 +67,7 @@ func TestIdempotentPut(t *testing.T) {
 	mixed := idemMPut(t, c, 0, pid, 4, 6)
 	require.Equal(t, protocol.StatusBadRequest, mixed.Code, string(mixed.Body))
 	// Another producer and another partition have their own sequences.
-	requireCause(t, idemPut(t, c, 0, pid+1, 9), protocol.CauseOutOfOrderSequence) // a producer starts at 0
+	requireCause(t, idemPut(t, c, 0, pid+1, 9), protocol.CauseUnknownProducer) // a producer starts at 0
 	require.Equal(t, protocol.StatusOK, idemPut(t, c, 0, pid+1, 0).Code)
 	require.Equal(t, protocol.StatusOK, idemPut(t, c, 1, pid, 0).Code)
 	last := idemPut(t, c, 0, pid, 4)
@@ -74,7 +75,8 @@ func TestIdempotentPut(t *testing.T) {
 
 	st := c.stats(t, "")
 	require.Equal(t, "5", st["idempotent_duplicates"]) // 1 + 3 + 1 (the retry from inside the mput)
-	require.Equal(t, "2", st["idempotent_out_of_order"])
+	require.Equal(t, "1", st["idempotent_out_of_order"])
+	require.Equal(t, "1", st["idempotent_unknown_producer"])
 	end := b.topics["t"].parts[0].MaxOffset()
 	require.NoError(t, b.Close())
 
@@ -94,6 +96,30 @@ func TestIdempotentPut(t *testing.T) {
 	plain := c.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, -1, 3, []byte("plain")))
 	require.Equal(t, protocol.StatusOK, plain.Code)
 	require.Equal(t, protocol.StatusOK, c.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, -1, 3, []byte("plain"))).Code)
+}
+
+// TestIdempotentForgotten: a producer the table forgot (evicted past
+// idempotent_producers) is refused as an unknown producer, at its next
+// sequence and at sequence 0 alike, and nothing is stored: a retry of its
+// stored put is not stored twice. A known producer's gap is still out of
+// order.
+func TestIdempotentForgotten(t *testing.T) {
+	t.Parallel()
+	b := fixture{mods: []func(*conf.Config){func(c *conf.Config) { c.IdempotentProducers = 1 }}}.start(t)
+	c := dialRaw(t, b.Addr())
+	const a, o = 0x1111_0000_0001, 0x2222_0000_0002
+
+	first := idemPut(t, c, 0, a, 0) // A seq 0 stored
+	require.Equal(t, protocol.StatusOK, first.Code, string(first.Body))
+	require.Equal(t, protocol.StatusOK, idemPut(t, c, 0, o, 0).Code) // O evicts A
+	end := b.topics["t"].parts[0].MaxOffset()
+	requireCause(t, idemPut(t, c, 0, a, 1), protocol.CauseUnknownProducer) // A's next put
+	requireCause(t, idemPut(t, c, 0, a, 0), protocol.CauseUnknownProducer) // a retry of A's stored put
+	require.Equal(t, end, b.topics["t"].parts[0].MaxOffset(), "a put of a forgotten producer was stored")
+	requireCause(t, idemPut(t, c, 0, o, 2), protocol.CauseOutOfOrderSequence) // a known producer's gap
+	st := c.stats(t, "")
+	require.Equal(t, "2", st["idempotent_unknown_producer"])
+	require.Equal(t, "1", st["idempotent_out_of_order"])
 }
 
 // BenchmarkBrokerPutIdempotent: pipelined durable (group commit) 1 KiB

@@ -27,6 +27,7 @@ type counters struct {
 	putFailed      atomic.Int64
 	idemDuplicates atomic.Int64 // idempotent puts' messages answered as stored already (idem.go)
 	idemOutOfOrder atomic.Int64 // idempotent puts refused with a sequence gap
+	idemUnknown    atomic.Int64 // idempotent puts refused as of an unknown producer
 	protocolErrors atomic.Int64
 	refusedConns   atomic.Int64 // connections refused over max_connections
 	timedOutConns  atomic.Int64 // connections closed by idle_timeout or request_timeout
@@ -201,6 +202,7 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("put_failed", b.stats.putFailed.Load())
 	kv("idempotent_duplicates", b.stats.idemDuplicates.Load())
 	kv("idempotent_out_of_order", b.stats.idemOutOfOrder.Load())
+	kv("idempotent_unknown_producer", b.stats.idemUnknown.Load())
 	kv("disk_full_rejects", b.disks.Rejects.Load())
 	kv("disk_used_ratio", strconv.FormatFloat(b.disks.MaxUsed(), 'f', 4, 64))
 	kv("protocol_errors", b.stats.protocolErrors.Load())

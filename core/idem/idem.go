@@ -72,10 +72,16 @@ const (
 	// InFlight: some of the sequences are being appended now; the retry
 	// must wait.
 	InFlight
-	// OutOfOrder: the first sequence is past the next one expected (a
-	// gap), the put holds stored and new sequences together, or it is an
-	// unknown producer's put that does not start at 0.
+	// OutOfOrder: a known producer's put whose first sequence is past
+	// the next one expected (a gap), or that holds stored and new
+	// sequences together: the put itself was certainly not stored.
 	OutOfOrder
+	// UnknownProducer: a put of a producer the table does not know that
+	// does not start at 0, or of one it forgot lately (evicted, expired,
+	// failed) at any sequence: it may be a retry of a put stored before
+	// the table forgot the producer, so its outcome is unknown to the
+	// broker and nothing is stored.
+	UnknownProducer
 )
 
 // Result is a stored put's reply: the first message's id and offset and
@@ -157,6 +163,13 @@ type Table struct {
 	producers map[int64]*producer
 	lru       list.List // of *producer, most recently used at the front
 	evicted   int64
+	// forgotten holds the ids of the last MaxProducers producers the
+	// table forgot (a ring, oldest at ghostHead): a put of one of them
+	// at sequence 0 is refused as UnknownProducer, not taken for a new
+	// producer (a retry of its first put would be stored twice).
+	forgotten map[int64]struct{}
+	ghosts    []int64
+	ghostHead int
 }
 
 // NewTable returns an empty table, not yet built.
@@ -194,6 +207,8 @@ func (t *Table) Reset() {
 	t.built.Store(false)
 	clear(t.producers)
 	t.lru.Init()
+	clear(t.forgotten)
+	t.ghosts, t.ghostHead = t.ghosts[:0], 0
 }
 
 // Len returns the number of producers remembered.
@@ -222,10 +237,12 @@ func (t *Table) Begin(id, first, last int64, now time.Time) (Verdict, Result) {
 		// A producer starts at sequence 0 (Kafka's rule): a first sight
 		// past 0 could be a producer this table forgot, or one whose
 		// earlier puts were lost and may yet be retried; accepting it
-		// would answer such a retry as stored. The producer starts over
-		// with a new id instead.
-		if first != 0 {
-			return OutOfOrder, Result{}
+		// would store such a retry again. So is a producer the table
+		// forgot lately, even at 0. The client starts over with a new
+		// id if the put is a first attempt, and reports the outcome as
+		// unknown if it is a retry.
+		if _, gone := t.forgotten[id]; gone || first != 0 {
+			return UnknownProducer, Result{}
 		}
 		p = &producer{id: id}
 		p.elem = t.lru.PushFront(p)
@@ -260,8 +277,8 @@ func (t *Table) Done(id, first int64, r Result) {
 }
 
 // Fail records that a put Begin let append was not stored: the producer
-// is forgotten (a later put of it is a first sight), since puts of it
-// behind the failed one may have been stored or not.
+// is forgotten (a later put of it is refused as UnknownProducer), since
+// puts of it behind the failed one may have been stored or not.
 func (t *Table) Fail(id, first int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -273,6 +290,25 @@ func (t *Table) Fail(id, first int64) {
 func (t *Table) forget(p *producer) {
 	t.lru.Remove(p.elem)
 	delete(t.producers, p.id)
+	t.ghost(p.id)
+}
+
+// ghost remembers id as forgotten (bounded: the oldest ghost goes).
+func (t *Table) ghost(id int64) {
+	if t.forgotten == nil {
+		t.forgotten = make(map[int64]struct{})
+	}
+	if _, dup := t.forgotten[id]; dup {
+		return
+	}
+	if len(t.ghosts) < t.cfg.MaxProducers {
+		t.ghosts = append(t.ghosts, id)
+	} else {
+		delete(t.forgotten, t.ghosts[t.ghostHead])
+		t.ghosts[t.ghostHead] = id
+		t.ghostHead = (t.ghostHead + 1) % len(t.ghosts)
+	}
+	t.forgotten[id] = struct{}{}
 }
 
 // bound forgets the least recently used producers over MaxProducers.
@@ -374,8 +410,11 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 			continue
 		}
 		done[id] = true
-		if len(done) > t.cfg.MaxProducers {
-			break
+		if len(done) > t.cfg.MaxProducers { // past the bound: known as forgotten
+			if _, live := t.producers[id]; !live {
+				t.ghost(id)
+			}
+			continue
 		}
 		if _, live := t.producers[id]; live {
 			continue

@@ -23,7 +23,7 @@ func begin(t *testing.T, tb *Table, id, first, last int64, want Verdict) Result 
 // retry from inside a stored put answered as stored.
 func TestTableDupGap(t *testing.T) {
 	tb := NewTable(Config{})
-	begin(t, tb, 7, 10, 10, OutOfOrder) // unknown producer, not at 0
+	begin(t, tb, 7, 10, 10, UnknownProducer) // unknown producer, not at 0
 	begin(t, tb, 7, 0, 0, Append)
 	begin(t, tb, 7, 0, 0, InFlight)
 	tb.Done(7, 0, Result{FirstID: 100, FirstOffset: 0, Count: 1})
@@ -48,11 +48,12 @@ func TestTableDupGap(t *testing.T) {
 	begin(t, tb, 7, 0, 0, Stored) // out of the window: stored, offsets unknown
 	require.Equal(t, Result{FirstID: 5 + Window - 1, Count: 1}, begin(t, tb, 7, 5+Window-1, 5+Window-1, Duplicate))
 
-	// A failed append forgets the producer: its next put is refused
-	// unless it starts over (a new producer at 0).
+	// A failed append forgets the producer: its next put is refused,
+	// at 0 too, and it starts over (a new producer id at 0).
 	begin(t, tb, 8, 1, 1, Append)
 	tb.Fail(8, 1)
-	begin(t, tb, 8, 2, 2, OutOfOrder)
+	begin(t, tb, 8, 2, 2, UnknownProducer)
+	begin(t, tb, 8, 0, 0, UnknownProducer)
 	begin(t, tb, 9, 0, 0, Append)
 
 	// A put the slave failed (stored here, result unknown) is Stored.
@@ -62,8 +63,9 @@ func TestTableDupGap(t *testing.T) {
 }
 
 // TestTableBounds: the least recently used producer is forgotten past
-// MaxProducers, an idle one after IdleExpiry; a forgotten producer's next
-// put is a first sight.
+// MaxProducers, an idle one after IdleExpiry; a forgotten producer's puts
+// are refused as UnknownProducer (at 0 too: it may be a retry of its
+// first put), the last MaxProducers forgotten ones remembered so.
 func TestTableBounds(t *testing.T) {
 	tb := NewTable(Config{MaxProducers: 3, IdleExpiry: time.Minute})
 	for id := int64(1); id <= 3; id++ {
@@ -74,18 +76,32 @@ func TestTableBounds(t *testing.T) {
 	begin(t, tb, 4, 0, 0, Append)    // evicts 2
 	require.Equal(t, 3, tb.Len())
 	require.EqualValues(t, 1, tb.Evicted())
-	begin(t, tb, 2, 1, 1, OutOfOrder) // forgotten: must start over
-	begin(t, tb, 2, 0, 0, Append)     // a first sight at 0 (evicts 3)
+	begin(t, tb, 2, 1, 1, UnknownProducer) // forgotten: must start over
+	begin(t, tb, 2, 0, 0, UnknownProducer) // at 0 too (a retry of its first put?)
+	begin(t, tb, 5, 0, 0, Append)          // a new producer (evicts 3)
 	begin(t, tb, 1, 0, 0, Duplicate)
 
 	tb.Tick(t0.Add(30 * time.Second)) // the owner's clock: nobody idle long enough
 	require.Equal(t, 3, tb.Len())
 	require.Equal(t, t0.Add(30*time.Second), tb.Clock())
-	v, _ := tb.Begin(1, 0, 0, t0.Add(2*time.Minute)) // everyone idle: all expire
+	v, _ := tb.Begin(6, 0, 0, t0.Add(2*time.Minute)) // everyone idle: all expire
 	require.Equal(t, Append, v)
+	v, _ = tb.Begin(1, 0, 0, t0.Add(2*time.Minute)) // expired: forgotten
+	require.Equal(t, UnknownProducer, v)
 	require.Equal(t, 1, tb.Len())
 	tb.Tick(t0.Add(5 * time.Minute)) // Tick forgets idle producers too
 	require.Zero(t, tb.Len())
+
+	// The forgotten ids are bounded by MaxProducers too: the oldest
+	// ghost goes (a put of it at 0 is then a first sight again).
+	tb = NewTable(Config{MaxProducers: 2})
+	for id := int64(10); id < 14; id++ {
+		begin(t, tb, id, 0, 0, Append) // 12 and 13 evict 10 and 11
+	}
+	begin(t, tb, 10, 0, 0, UnknownProducer)
+	begin(t, tb, 14, 0, 0, Append) // evicts 12: 10 is the oldest ghost, forgotten
+	begin(t, tb, 12, 0, 0, UnknownProducer)
+	begin(t, tb, 10, 0, 0, Append)
 }
 
 // recs feeds Rebuild from a slice.
@@ -153,5 +169,7 @@ func TestTableRebuild(t *testing.T) {
 	tb.Rebuild(t0, recs(rs))
 	require.Equal(t, 1, tb.Len())
 	begin(t, tb, 2, 1, 1, Duplicate)
-	begin(t, tb, 1, 5, 5, OutOfOrder) // forgotten by the bound: must start over
+	begin(t, tb, 1, 5, 5, UnknownProducer) // forgotten by the bound: must start over
+	begin(t, tb, 1, 0, 0, UnknownProducer)
+	begin(t, tb, 3, 0, 0, Append)
 }

@@ -21,10 +21,15 @@ const (
 	// headers) is malformed or breaks a limit (docs/protocol.md,
 	// "Properties"); nothing was stored and a retry would fail the same.
 	CauseBadProperties = "bad properties"
-	// CauseOutOfOrderSequence: an idempotent producer's put skips
-	// sequences (or overlaps stored ones without matching a put); nothing
-	// was stored (docs/protocol.md, "Idempotent producer").
+	// CauseOutOfOrderSequence: a known idempotent producer's put skips
+	// sequences (or overlaps stored ones without matching a put); the put
+	// was certainly not stored (docs/protocol.md, "Idempotent producer").
 	CauseOutOfOrderSequence = "out of order sequence"
+	// CauseUnknownProducer: an idempotent put of a producer the broker
+	// does not know (past sequence 0) or forgot lately: nothing was
+	// stored now, but if the put is a retry its first copy may have been
+	// stored before the broker forgot the producer.
+	CauseUnknownProducer = "unknown producer"
 	// CauseSequenceInFlight: a retry of an idempotent put whose first copy
 	// is still being stored; nothing was stored, retry after a pause.
 	CauseSequenceInFlight = "sequence in flight"
@@ -36,7 +41,7 @@ const (
 )
 
 var knownCauses = []string{CausePartitionOutOfRange, CauseCorruptData, CauseReadOnly, CauseBadProperties,
-	CauseOutOfOrderSequence, CauseSequenceInFlight, CauseDuplicateSequence}
+	CauseOutOfOrderSequence, CauseSequenceInFlight, CauseDuplicateSequence, CauseUnknownProducer}
 
 // WithCause returns the error body for cause and msg: "<cause>: <msg>".
 func WithCause(cause, msg string) string { return cause + ": " + msg }
