@@ -79,6 +79,7 @@ func TestDelayedScale(t *testing.T) {
 	deadline := time.Now().Add(span + 2*time.Minute)
 	for len(seen) < n && time.Now().Before(deadline) {
 		got := 0
+		c.nc.SetDeadline(time.Now().Add(time.Minute)) // dialRaw's is 2 min: the soak runs longer
 		for p := range parts {
 			r := c.roundTrip(t, protocol.AppendGet(nil, "t", "g", int32(p), offs[p], 1<<20, 5))
 			if r.Op != protocol.OpValue {
