@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -119,6 +120,8 @@ var (
 	dTopicGets     = desc("metaq_topic_get_requests_total", "Gets served (with data or a miss) since start.", "topic")
 	dTopicMsgs     = desc("metaq_topic_messages", "Messages stored (low while the start-up count of old segments runs).", "topic")
 	dTopicBytes    = desc("metaq_topic_size_bytes", "Bytes stored: max_offset - min_offset summed over the partitions.", "topic")
+	dDLQMsgs       = desc("metaq_dlq_messages", "Messages stored in the group's dead-letter topic <group>.dlq (docs/sdk.md, RetryTopics).", "group")
+	dRetriesIn     = desc("metaq_retry_messages_in_total", "Messages accepted for append to the group's retry topic <group>.retry since start: the redeliveries its consumers asked for.", "group")
 	dPartMsgsIn    = desc("metaq_partition_messages_in_total", "Messages accepted for append since start (metrics_partition_labels).", "topic", "partition")
 	dPartBytesIn   = desc("metaq_partition_bytes_in_total", "Message body bytes accepted for append since start (metrics_partition_labels).", "topic", "partition")
 	dPartBytesOut  = desc("metaq_partition_bytes_out_total", "Bytes of stored records served to gets since start (metrics_partition_labels).", "topic", "partition")
@@ -240,6 +243,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dTopicGets, gets, t.Name)
 		gauge(dTopicMsgs, float64(msgs), t.Name)
 		gauge(dTopicBytes, float64(size), t.Name)
+		if g, ok := strings.CutSuffix(t.Name, ".dlq"); ok && g != "" {
+			gauge(dDLQMsgs, float64(msgs), g)
+		} else if g, ok := strings.CutSuffix(t.Name, ".retry"); ok && g != "" {
+			counter(dRetriesIn, in, g)
+		}
 	}
 	gauge(dIndexing, float64(st.Indexing))
 
