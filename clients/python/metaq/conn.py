@@ -165,6 +165,12 @@ class Connection:
         raw = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         try:
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # A half-open connection (the broker's host gone) is found by
+            # keepalive probes instead of never.
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            for opt, val in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+                if hasattr(socket, opt):
+                    raw.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), val)
             sock = raw
             if self.tls is not None:
                 sock = self.tls.wrap_socket(raw, server_hostname=self.server_hostname)

@@ -145,7 +145,10 @@ class Producer:
     seconds (or ``batch_size`` messages, ``batch_bytes`` bytes) and sent in
     one `mput`; with ``linger`` = 0 each is a `put` of its own, pipelined
     (many in flight, matched by opaque). ``max_in_flight`` bounds the
-    requests waiting for replies. Sends that fail with a lost connection, a
+    requests waiting for replies; a request unanswered after
+    ``send_timeout`` (default the connection's ``request_timeout``) fails its
+    futures with RequestTimeoutError (not retried: the broker may or may
+    not have stored it). Sends that fail with a lost connection, a
     busy broker or a stale partition count are retried ``retries`` times (a
     put whose reply was lost may then be stored twice: at least once).
 
@@ -179,6 +182,14 @@ class Producer:
         self._outstanding = 0
         self._closed = False
         self._thread: Optional[threading.Thread] = None
+        # The requests sent and not answered, by sequence: (deadline, Future
+        # of the reply). One timeout for all, so insertion order is deadline
+        # order. A thread of its own fails those past their deadline (the
+        # flusher may be blocked on max_in_flight, waiting for them).
+        self._tcond = threading.Condition(threading.Lock())
+        self._waiting: Dict[int, Tuple[float, Future]] = {}
+        self._wseq = itertools.count()
+        self._tthread: Optional[threading.Thread] = None
         self._tx_session = f"{_local_ip()}-{int(time.time() * 1000)}-{os.getpid()}-{id(self) & 0xFFFF}"
         self._tx_n = itertools.count(1)
 
@@ -354,12 +365,56 @@ class Producer:
             self._inflight.release()
             self._done(items, attempt, None, e)
             return
-        fut.add_done_callback(lambda f: self._on_reply(items, attempt, f))
+        seq = next(self._wseq)
+        with self._tcond:
+            self._waiting[seq] = (time.monotonic() + self.send_timeout, fut)
+            if self._tthread is None:
+                self._tthread = threading.Thread(target=self._timeout_loop, name="metaq-producer-timeouts",
+                                                 daemon=True)
+                self._tthread.start()
+            elif len(self._waiting) == 1:
+                self._tcond.notify()
+        fut.add_done_callback(lambda f: self._on_reply(items, attempt, f, seq))
 
-    def _on_reply(self, items: List[_Item], attempt: int, f: Future) -> None:
+    def _on_reply(self, items: List[_Item], attempt: int, f: Future, seq: int) -> None:
+        with self._tcond:
+            self._waiting.pop(seq, None)
         self._inflight.release()
         err = f.exception()
         self._done(items, attempt, None if err else f.result(), err)
+
+    def _timeout_loop(self) -> None:
+        """Fail the requests unanswered past send_timeout with
+        RequestTimeoutError (their late replies are dropped): a hung broker
+        or a half-open connection does not leave futures pending forever,
+        max_in_flight full, close() waiting."""
+        while True:
+            expired: List[Future] = []
+            with self._tcond:
+                while True:
+                    now = time.monotonic()
+                    for seq, (deadline, fut) in self._waiting.items():
+                        if deadline > now:
+                            break
+                        expired.append(fut)
+                    for _ in expired:
+                        self._waiting.pop(next(iter(self._waiting)))
+                    if expired:
+                        break
+                    if self._closed and not self._waiting:
+                        self._tthread = None
+                        return
+                    first = next(iter(self._waiting.values()), None)
+                    self._tcond.wait(None if first is None else max(0.0, first[0] - now) + 0.001)
+            for fut in expired:
+                forget = getattr(fut, "metaq_forget", None)
+                if forget is not None:
+                    forget()
+                try:
+                    fut.set_exception(RequestTimeoutError(
+                        f"metaq: no reply to a put in {self.send_timeout}s: the message may or may not be stored"))
+                except Exception:  # answered meanwhile (InvalidStateError)
+                    pass
 
     def _done(self, items: List[_Item], attempt: int, rep: Optional[Reply], err: Optional[BaseException]) -> None:
         if rep is not None and rep.code != OK:
@@ -417,6 +472,8 @@ class Producer:
             with self._cv:
                 self._closed = True
                 self._cv.notify_all()
+            with self._tcond:
+                self._tcond.notify_all()
             if self._own_conn:
                 self.conn.close()
 

@@ -283,3 +283,35 @@ def test_member_error_stops_reading() -> None:
     finally:
         c.close()
         fake.close()
+
+
+@pytest.mark.parametrize("linger", [0, 0.005])
+def test_async_send_times_out(linger: float) -> None:
+    # A broker that takes requests and never answers: each future fails
+    # with RequestTimeoutError after send_timeout (the request is forgotten,
+    # its slot in max_in_flight given back), and close() returns.
+    fake = _ScriptedBroker(lambda n, cmd, toks: None)
+    p = metaq.Producer(fake.addr, partitions={"t": 2}, linger=linger, max_in_flight=2, send_timeout=0.3,
+                       request_timeout=0.3, reconnect_timeout=1)
+    try:
+        t0 = time.monotonic()
+        futs: "list" = []
+        # More than max_in_flight: with linger=0 send_async waits for a slot.
+        th = threading.Thread(target=lambda: futs.extend(p.send_async("t", b"v%d" % i, partition=i % 2)
+                                                         for i in range(6)), daemon=True)
+        th.start()
+        th.join(10)
+        assert not th.is_alive() and len(futs) == 6
+        for f in futs:
+            assert isinstance(f.exception(timeout=10), metaq.RequestTimeoutError)
+        assert time.monotonic() - t0 < 8
+        link = p.conn._link
+        assert link is not None and link.pending == {}
+        assert p._waiting == {}
+        sock = link.sock
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
+    finally:
+        t0 = time.monotonic()
+        p.close(timeout=10)
+        assert time.monotonic() - t0 < 2
+        fake.close()
