@@ -64,9 +64,11 @@ func (s *recordSplitter) next(buf []byte, final, idle bool) (rec []byte, n int, 
 				return trimNL(buf), len(buf), false
 			case idle && pos == len(buf):
 				return trimNL(buf[:pos]), pos, false
-			case len(buf) > s.max:
-				// A partial continuation line past the bound: the record
-				// cannot grow into one message anyway.
+			case len(buf)-pos > s.max:
+				// A partial line longer than the bound: whether it begins
+				// a record or continues this one, this record ends within
+				// buf[:s.max] or is cut there. (A shorter partial line may
+				// still begin the next record: wait for its line end.)
 				return buf[:s.max], s.max, true
 			}
 			return nil, 0, false

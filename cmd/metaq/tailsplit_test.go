@@ -57,6 +57,11 @@ func TestTailSplit(t *testing.T) {
 		// Lines before the first start line form a record of their own.
 		{in: "x\ny\n1 a\n2 b\n", want: []string{"x\ny", "1 a"}, rest: 4},
 		{in: "1 a\r\n b\r\n2\r\n", idle: true, want: []string{"1 a\r\n b", "2"}},
+		// A record within max followed by a partial line that takes buf
+		// past max: wait for that line's end (it may begin the next
+		// record), then cut nothing.
+		{in: "1 " + strings.Repeat("x", 20) + "\n2 " + strings.Repeat("y", 20), want: nil, rest: 45},
+		{in: "1 " + strings.Repeat("x", 20) + "\n2 " + strings.Repeat("y", 20) + "\n", idle: true, want: []string{"1 " + strings.Repeat("x", 20), "2 " + strings.Repeat("y", 20)}},
 		// Longer than max: cut.
 		{in: "1 " + strings.Repeat("x", 40) + "\n2\n", idle: true, want: []string{"1 " + strings.Repeat("x", 30), strings.Repeat("x", 10), "2"}, splits: 1},
 		{in: "1\n" + strings.Repeat(" c\n", 20) + "2\n", idle: true, want: []string{("1\n" + strings.Repeat(" c\n", 20))[:32], (strings.Repeat(" c\n", 20))[30:59], "2"}, splits: 1},
