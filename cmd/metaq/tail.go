@@ -45,7 +45,7 @@ written for --record-wait. The last line of a file without "\n" waits,
 except with --once and in a renamed file read to its end.
 
 Delivery is at least once. Lines are sent in batches of at most --batch
-records through the Go client; the position of every file (device, inode,
+records and --batch-bytes bytes through the Go client; the position of every file (device, inode,
 path, offset) is written to the --state file (a temporary file, fsynced,
 renamed) only after the broker acknowledged the batch, so that a shipper
 killed at any moment resends at most its last unacknowledged batch when
@@ -86,6 +86,7 @@ type tailConfig struct {
 	fromEnd    bool
 	resetState bool
 	batch      int
+	batchBytes int
 	maxRecord  int
 	poll       time.Duration
 	recordWait time.Duration
@@ -104,6 +105,7 @@ func cmdTail(e *env) *cobra.Command {
 		fromEnd := fs.Bool("from-end", false, "start files the state file does not know at their end, not their start (files that appear later start at 0)")
 		resetState := fs.Bool("reset-state", false, "start over when the state file cannot be read or belongs to another topic (it is replaced)")
 		batch := fs.Int("batch", 4096, "records per batch: sent together, acknowledged, then the state saved")
+		batchBytes := fs.Int("batch-bytes", 8<<20, "bytes of records per batch, at most (a record longer than this is a batch of its own): bounds the shipper's memory with long lines")
 		maxRecord := fs.Int("max-record", 512<<10, "longest record in bytes; a longer one is cut into several messages")
 		poll := fs.Duration("poll", 250*time.Millisecond, "how often files are checked for new lines, new files and rotation")
 		recordWait := fs.Duration("record-wait", time.Second, "a multi-line record ends after this long without new lines; a renamed file is closed after this long at its end")
@@ -118,7 +120,7 @@ func cmdTail(e *env) *cobra.Command {
 				return usagef("name at least one file or glob to follow")
 			}
 			cfg := tailConfig{topic: *topic, keyFrom: *keyFrom, host: *host, once: *once, fromEnd: *fromEnd, resetState: *resetState,
-				batch: *batch, maxRecord: *maxRecord, poll: *poll, recordWait: *recordWait, spoolMax: *spoolMax, zk: *zkc, root: *root}
+				batch: *batch, batchBytes: *batchBytes, maxRecord: *maxRecord, poll: *poll, recordWait: *recordWait, spoolMax: *spoolMax, zk: *zkc, root: *root}
 			for _, a := range args {
 				if _, err := filepath.Match(a, ""); err != nil {
 					return usagef("bad glob %q: %v", a, err)
@@ -143,6 +145,9 @@ func cmdTail(e *env) *cobra.Command {
 			}
 			if *batch <= 0 || *batch > 1<<20 {
 				return usagef("--batch must be between 1 and 1048576")
+			}
+			if *batchBytes <= 0 || *batchBytes > 1<<30 {
+				return usagef("--batch-bytes must be between 1 and 1073741824")
 			}
 			if *maxRecord <= 0 || *maxRecord > message.DefaultMaxMessageSize-64<<10 {
 				return usagef("--max-record must be between 1 and %d", message.DefaultMaxMessageSize-64<<10)
@@ -525,10 +530,13 @@ func (tf *tailFile) fill() (int, error) {
 }
 
 // take cuts up to max records of tf into the batch, reading more of the
-// file while its buffer holds no complete record.
-func (t *tailer) take(tf *tailFile, batch []*tailRecord, max int) []*tailRecord {
+// file while its buffer holds no complete record. *room is how many bytes
+// of records the batch may still take: a record longer than that is left
+// in tf's buffer for the next batch, unless the batch is empty (then it is
+// a batch of its own).
+func (t *tailer) take(tf *tailFile, batch []*tailRecord, max int, room *int) []*tailRecord {
 	read := false // read and found nothing new
-	for max > 0 {
+	for max > 0 && *room > 0 {
 		idle := time.Since(tf.grew) >= t.cfg.recordWait
 		final := tf.eof && (t.cfg.once || tf.gone && idle)
 		rec, n, split := t.split.next(tf.buf, final, idle && tf.eof)
@@ -544,6 +552,10 @@ func (t *tailer) take(tf *tailFile, batch []*tailRecord, max int) []*tailRecord 
 			read = got == 0 // at the end: one more look, as final may now hold
 			continue
 		}
+		if len(rec) > *room && len(batch) > 0 {
+			return batch
+		}
+		*room -= len(rec)
 		if split && !tf.cutting {
 			fmt.Fprintf(t.e.stderr, "metaq tail: %s offset %d: record longer than --max-record %d bytes: cut into several messages\n", tf.path, tf.bufOff, t.cfg.maxRecord)
 		}
@@ -557,7 +569,8 @@ func (t *tailer) take(tf *tailFile, batch []*tailRecord, max int) []*tailRecord 
 	return batch
 }
 
-// collect takes up to --batch records, in turns from every file.
+// collect takes up to --batch records and --batch-bytes bytes of them,
+// in turns from every file.
 func (t *tailer) collect() []*tailRecord {
 	files := make([]*tailFile, 0, len(t.files))
 	for _, tf := range t.files {
@@ -565,16 +578,17 @@ func (t *tailer) collect() []*tailRecord {
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
 	var batch []*tailRecord
+	room := t.cfg.batchBytes
 	for {
 		before := len(batch)
 		quota := max(1, (t.cfg.batch-len(batch))/max(1, len(files)))
 		for _, tf := range files {
-			if len(batch) >= t.cfg.batch {
+			if len(batch) >= t.cfg.batch || room <= 0 {
 				return batch
 			}
-			batch = t.take(tf, batch, min(quota, t.cfg.batch-len(batch)))
+			batch = t.take(tf, batch, min(quota, t.cfg.batch-len(batch)), &room)
 		}
-		if len(batch) == before || len(batch) >= t.cfg.batch {
+		if len(batch) == before || len(batch) >= t.cfg.batch || room <= 0 {
 			return batch
 		}
 	}

@@ -201,6 +201,7 @@ func TestTailOnce(t *testing.T) {
 		"--topic logs --start-pattern ( x":    "--start-pattern",
 		"x":                                   "--topic is required",
 		"--topic logs --max-record 5000000 x": "--max-record must be between",
+		"--topic logs --batch-bytes 0 x":      "--batch-bytes must be between",
 	} {
 		r := cli("", append([]string{a, "tail", "--state", filepath.Join(dir, "u.state")}, strings.Fields(args)...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, want) {
@@ -227,6 +228,16 @@ func TestTailOnce(t *testing.T) {
 	r = cli("", a, "tail", "--topic", "other", "--state", filepath.Join(dir, "l.state"), "--once", "--max-record", "300", long)
 	if r.code != 0 || strings.Count(r.stderr, "longer than --max-record 300 bytes") != 1 || !strings.Contains(r.stderr, "shipped 5 records (1005 bytes)") {
 		t.Fatalf("a long record: %+v", r)
+	}
+	// Long lines with a small --batch-bytes: several batches, nothing lost
+	// (TestTailBatchBytes checks each batch's bytes).
+	longLines := filepath.Join(dir, "longlines.log")
+	for i := 0; i < 12; i++ {
+		appendFile(t, longLines, fmt.Sprintf("%02d%s\n", i, strings.Repeat("z", 300<<10)))
+	}
+	r = cli("", a, "tail", "--topic", "other", "--state", filepath.Join(dir, "ll.state"), "--once", "--batch-bytes", "1048576", longLines)
+	if r.code != 0 || !strings.Contains(r.stderr, fmt.Sprintf("shipped 12 records (%d bytes)", 12*(2+300<<10))) {
+		t.Fatalf("long lines with --batch-bytes: %+v", r)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "adir.log"), 0o755); err != nil {
 		t.Fatal(err)
