@@ -13,7 +13,8 @@ See docs/python.md. The main types:
 from .conn import Connection, Reply
 from .consumer import Consumer, FetchResult
 from .errors import (AuthenticationError, BadPropertiesError, BrokerError, BusyError, ChecksumError, ClosedError,
-                     ConflictError, ConnectionLostError, CorruptDataError, ForbiddenError, MetaqError,
+                     ConflictError, ConnectionLostError, CorruptDataError, CorruptRecordError,
+                     ForbiddenError, MetaqError,
                      PartitionOutOfRangeError, PropertiesError, ProtocolError, RequestTimeoutError,
                      TransactionError)
 from .message import Message, id_parts, key_index, make_message
@@ -23,7 +24,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AuthenticationError", "BadPropertiesError", "BrokerError", "BusyError", "ChecksumError", "ClosedError",
-    "ConflictError", "Connection", "ConnectionLostError", "Consumer", "CorruptDataError", "FetchResult",
+    "ConflictError", "Connection", "ConnectionLostError", "Consumer", "CorruptDataError", "CorruptRecordError",
+    "FetchResult",
     "ForbiddenError", "HashByKey", "Message", "MetaqError", "PartitionOutOfRangeError", "Producer",
     "PropertiesError", "ProtocolError", "Reply", "RequestTimeoutError", "RoundRobin", "SendResult",
     "Transaction", "TransactionError", "id_parts", "key_index", "make_message",

@@ -51,6 +51,12 @@ class ProtocolError(MetaqError):
     """The broker sent a reply this client cannot read (framing lost)."""
 
 
+class CorruptRecordError(ProtocolError, ValueError):
+    """A fetched block holds a record header that cannot be (a negative
+    length): the bytes were damaged, or the read did not start at a
+    record. (A ValueError too, as iter_records raised before.)"""
+
+
 class ConnectionLostError(MetaqError, ConnectionError):
     """The connection broke (or could not be made) before the reply came.
 

@@ -8,7 +8,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
-from .errors import PropertiesError
+from .errors import CorruptRecordError, PropertiesError
 
 FLAG_HAS_ATTRIBUTE = 1
 FLAG_HAS_PROPERTIES = 2
@@ -345,14 +345,14 @@ def encode_record(msg_id: int, flag: int, data: bytes) -> bytes:
 
 def iter_records(buf: Bytes, base: int) -> Iterator[Record]:
     """The whole records at the start of buf (a get reply read at offset
-    base); a partial record at the end is left out. Raises ValueError for a
-    negative length."""
+    base); a partial record at the end is left out. Raises
+    CorruptRecordError (a MetaqError) for a negative length."""
     mv = memoryview(buf)
     pos, n = 0, len(buf)
     while n - pos >= HEADER_SIZE:
         ln, crc, mid, flag = _HEADER.unpack_from(mv, pos)
         if ln < 0:
-            raise ValueError(f"record at {base + pos}: negative length {ln}")
+            raise CorruptRecordError(f"metaq: record at {base + pos}: negative length {ln}")
         if n - pos - HEADER_SIZE < ln:
             return
         data = bytes(mv[pos + HEADER_SIZE:pos + HEADER_SIZE + ln])

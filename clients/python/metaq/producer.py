@@ -280,9 +280,17 @@ class Producer:
             self._submit([_Item(topic, p, partition is not None, m, data, fut)], 0)
             return fut
         k = (topic, p)
+        size = len(data) + 12  # the mput entry
+        before: Optional[List[_Item]] = None
         with self._cv:
             self._outstanding += 1
             q = self._queues.get(k)
+            if q is not None and self._qbytes[k] + size > self.batch_bytes:
+                # This one would take the batch over batch_bytes: the batch
+                # goes as it is, and this one starts the next.
+                before = q
+                del self._queues[k], self._qbytes[k], self._deadlines[k], self._qcond[k]
+                q = None
             if q is None:
                 q = self._queues[k] = []
                 self._qbytes[k] = 0
@@ -290,7 +298,7 @@ class Producer:
                 self._qcond[k] = threading.Condition()  # shared by the batch's futures
             fut = _new_future(self._qcond[k])
             q.append(_Item(topic, p, partition is not None, m, data, fut))
-            self._qbytes[k] += len(data) + 12
+            self._qbytes[k] += size
             full = len(q) >= self.batch_size or self._qbytes[k] >= self.batch_bytes
             if full:
                 del self._queues[k], self._qbytes[k], self._deadlines[k], self._qcond[k]
@@ -299,6 +307,8 @@ class Producer:
                     self._start_flusher()
                 if len(q) == 1:
                     self._cv.notify()
+        if before is not None:
+            self._submit(before, 0)
         if full:
             self._submit(q, 0)
         return fut

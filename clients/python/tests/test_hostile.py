@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import socket
+import struct
 import threading
 import time
 
@@ -315,3 +316,40 @@ def test_async_send_times_out(linger: float) -> None:
         p.close(timeout=10)
         assert time.monotonic() - t0 < 2
         fake.close()
+
+
+def test_mput_batch_stays_within_batch_bytes() -> None:
+    # A message that would take a batch over batch_bytes starts the next
+    # batch: no mput body is larger (the broker refuses one over its
+    # max_transfer_size with a 400 for the whole batch).
+    sizes: "list[int]" = []
+
+    def answer(n: int, cmd: str, toks: "list[str]") -> "bytes | None":
+        if cmd == "mput":
+            sizes.append(int(toks[3]))
+            return _result(200, b"1 0 0 %s" % toks[4].encode(), toks[-1])
+        if cmd == "put":
+            sizes.append(int(toks[3]) + 12)
+            return _result(200, b"1 0 0", toks[-1])
+        return None
+
+    fake = _ScriptedBroker(answer)
+    entry = len(mm.encode_data(mm.Message(b"x" * 100))) + 12
+    limit = 3 * entry - 1  # two entries fit, a third would not
+    p = metaq.Producer(fake.addr, partitions={"t": 1}, linger=0.2, batch_bytes=limit, request_timeout=5)
+    try:
+        futs = [p.send_async("t", b"x" * 100, partition=0) for _ in range(7)]
+        p.flush(10)
+        assert all(f.result().partition == 0 for f in futs)
+        assert sizes and max(sizes) <= limit and sum(sizes) == 7 * entry, sizes
+    finally:
+        p.close(5)
+        fake.close()
+
+
+def test_negative_record_length_is_a_metaq_error() -> None:
+    rec = struct.pack(">iiqi", -5, 0, 1, 0) + b"junk"
+    with pytest.raises(metaq.CorruptRecordError) as ei:
+        list(mm.iter_records(rec, 100))
+    assert isinstance(ei.value, metaq.MetaqError) and isinstance(ei.value, ValueError)
+    assert "record at 100" in str(ei.value)
