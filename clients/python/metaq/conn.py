@@ -7,8 +7,10 @@ import itertools
 import random
 import socket
 import ssl
+import sys
 import threading
 import time
+import warnings
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -24,6 +26,10 @@ MAX_LINE = 4096
 MAX_BODY = 256 << 20
 _READ_SIZE = 256 << 10
 _MAX_OPAQUE = 2**31 - 1
+#: CPython 3.13.6 serialized an SSLSocket's reads and writes with a lock
+#: (gh-137583, reverted in 3.13.7): with one thread blocked reading, the
+#: others cannot write. Elsewhere reads and writes run concurrently.
+_TLS_LOCKS_SOCKET = sys.implementation.name == "cpython" and sys.version_info[:3] == (3, 13, 6)
 
 
 @dataclass
@@ -129,6 +135,10 @@ class Connection:
                 ctx.load_cert_chain(cert_file, key_file)
             tls = ctx
         self.tls: Optional[ssl.SSLContext] = tls or None
+        if self.tls is not None and _TLS_LOCKS_SOCKET:
+            warnings.warn("metaq: CPython 3.13.6 locks an SSLSocket around reads and writes, so the reader thread's "
+                          "read blocks every request: TLS connections hang (gh-137583); use 3.13.7 or another "
+                          "version", RuntimeWarning, stacklevel=2)
         self.server_hostname = server_hostname or self.host
         self.user, self.password = user, password
         self.connect_timeout = connect_timeout

@@ -63,9 +63,11 @@ class RoundRobin:
 
 class HashByKey:
     """Messages with the same key go to the same partition: 32-bit FNV-1a of
-    the key modulo the partition count, as the Go SDK's selector.HashByKey,
-    so both pick the same partition; messages without a key go round
-    robin."""
+    the key modulo the partition count, as the Go SDK's selector.HashByKey.
+    Both pick the same partition only for a topic on one broker (the Go SDK
+    hashes over the partitions of every broker in the cluster, this client
+    over those of the broker it is connected to). Messages without a key go
+    round robin."""
 
     def __init__(self) -> None:
         self._rr = RoundRobin()
