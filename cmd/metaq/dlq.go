@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -21,6 +23,18 @@ partition and in all ("absent" when the topic does not exist).
 
 examples:
   metaq dlq list --group orders-billing
+`
+
+const dlqShowHelp = `
+Print a group's dead letters, from the earliest, as metaq consume prints
+them (--json: one object per message with its headers): the headers
+metaq-origin-topic, metaq-origin-partition, metaq-origin-offset and
+metaq-origin-id say where each came from, metaq-delivery-count how often it
+was delivered and metaq-last-error why it failed. It reads without a group
+and commits nothing.
+
+examples:
+  metaq dlq show --group orders-billing --json
 `
 
 func cmdDLQ(e *env) *cobra.Command {
@@ -63,6 +77,23 @@ func cmdDLQ(e *env) *cobra.Command {
 					}
 				}
 				return nil
+			}
+		}),
+		leaf(e, "dlq show", "dlq show --group G [--json | -f FORMAT] [--count N]", dlqShowHelp, func(fs *pflag.FlagSet) func(args []string) error {
+			group := fs.String("group", "", "the consumer group (required)")
+			var o consumeOpts
+			fs.BoolVar(&o.asJSON, "json", false, "print one JSON object per message, with its headers")
+			fs.StringVarP(&o.format, "format", "f", "", "print each message with this kcat-style `format` (see metaq consume --help)")
+			fs.Int64Var(&o.count, "count", 0, "stop after this many messages (0: no limit)")
+			return func(args []string) error {
+				if len(args) > 0 {
+					return usagef("unexpected argument %q", args[0])
+				}
+				if *group == "" {
+					return usagef("--group is required")
+				}
+				o.topic, o.from, o.session, o.root = client.DeadLetterTopicOf(*group), "earliest", 30*time.Second, cluster.DefaultRoot
+				return consume(e, &o)
 			}
 		}))
 }

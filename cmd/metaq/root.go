@@ -62,6 +62,7 @@ var summaries = map[string]string{
 	"delayed cancel":      "cancel a delayed message before it is due",
 	"dlq":                 "a consumer group's retry and dead-letter topics",
 	"dlq list":            "list a group's retry and dead-letter topics with their counts",
+	"dlq show":            "print a group's dead letters with their origin and last error",
 }
 
 // versionString is the client's version as `metaq --version` prints it.
