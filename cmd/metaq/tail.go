@@ -38,7 +38,9 @@ Rotation is followed both ways: by rename (the old file is read to its
 end, then the new one from its start; with a glob that also matches the
 renamed file, that file is recognized by its device and inode and not
 shipped again) and by copytruncate (a file that shrank, or whose first
-bytes changed, is read again from its start). A record longer than --max-record is cut into messages of
+bytes changed, is read again from its start). Compressed files (.gz and
+the like, or a gzip, bzip2, xz, zstd, lz4 or zip header) are skipped with a
+warning. A record longer than --max-record is cut into messages of
 --max-record bytes, with a warning. A line is shipped once its "\n" is
 written; a multi-line record once the next record begins or nothing was
 written for --record-wait. The last line of a file without "\n" waits,
@@ -69,6 +71,7 @@ reported and skipped.
 examples:
   metaq tail --topic logs /var/log/app.log
   metaq tail --topic logs --state /var/lib/metaq/app.state '/var/log/app/*.log'
+  metaq tail --topic logs '/var/log/app/app.log*'     # and its rotations (not the .gz)
   metaq tail --topic logs --start-pattern '^\d{4}-\d\d-\d\d ' --key-from host app.log
   metaq tail --topic logs --once --state run.state app.log
 `
@@ -400,7 +403,14 @@ func (t *tailer) track(path string, seen map[string]bool) error {
 		return nil
 	}
 	seen[key] = true
-	if tf := t.files[key]; tf != nil {
+	tf := t.files[key]
+	if tf == nil {
+		if ext := compressedExt(path); ext != "" {
+			t.warnOnce("compressed:"+path, "%s is compressed (%s): skipped (metaq tail ships text lines)", path, ext)
+			return nil
+		}
+	}
+	if tf != nil {
 		if tf.path != path {
 			tf.path = path
 			t.setHeaders(tf)
@@ -434,6 +444,11 @@ func (t *tailer) track(path string, seen map[string]bool) error {
 // open starts following f, at its saved position if the state file knows
 // it (and it still starts with the same bytes).
 func (t *tailer) open(f *os.File, path, key string, dev, ino uint64, size int64, gone bool) error {
+	if kind := compressedMagic(f); kind != "" {
+		f.Close()
+		t.warnOnce("compressed:"+key, "%s is compressed (%s data): skipped (metaq tail ships text lines)", path, kind)
+		return nil
+	}
 	tf := &tailFile{key: key, dev: dev, ino: ino, path: path, f: f, grew: time.Now(), gone: gone}
 	t.setHeaders(tf)
 	if rs, ok := t.resume[key]; ok {
@@ -493,6 +508,41 @@ func (t *tailer) resumeRenamed(seen map[string]bool) {
 			fmt.Fprintf(t.e.stderr, "metaq tail: %s, shipped up to offset %d, is gone (deleted, or moved out of its directory): anything it held past that was not shipped\n", rs, rs.Offset)
 		}
 	}
+}
+
+// compressedExt returns the extension of path if it is one of a
+// compressed file (logrotate's compress makes app.log.1.gz), else "".
+func compressedExt(path string) string {
+	switch ext := strings.ToLower(filepath.Ext(path)); ext {
+	case ".gz", ".tgz", ".bz2", ".xz", ".lz4", ".lzma", ".zst", ".zip", ".z":
+		return ext
+	}
+	return ""
+}
+
+// compressedMagic returns the format of f if its first bytes are a
+// compressed file's magic number, else "". A file that starts with a
+// line of text never matches: each magic holds a control byte, or (bzip2)
+// a 10-byte header that no log line begins with.
+func compressedMagic(f *os.File) string {
+	var b [10]byte
+	n, _ := f.ReadAt(b[:], 0)
+	h := b[:n]
+	switch {
+	case len(h) >= 2 && h[0] == 0x1f && (h[1] == 0x8b || h[1] == 0x9d):
+		return "gzip"
+	case len(h) >= 6 && string(h[:6]) == "\xfd7zXZ\x00":
+		return "xz"
+	case len(h) >= 4 && string(h[:4]) == "\x28\xb5\x2f\xfd":
+		return "zstd"
+	case len(h) >= 4 && string(h[:4]) == "\x04\x22\x4d\x18":
+		return "lz4"
+	case len(h) >= 10 && string(h[:3]) == "BZh" && h[3] >= '1' && h[3] <= '9' && string(h[4:10]) == "\x31\x41\x59\x26\x53\x59":
+		return "bzip2"
+	case len(h) >= 4 && string(h[:4]) == "PK\x03\x04":
+		return "zip"
+	}
+	return ""
 }
 
 func (t *tailer) setHeaders(tf *tailFile) {

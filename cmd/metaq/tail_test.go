@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -83,7 +85,7 @@ func numbered(prefix string, from, to int) string {
 // errors.
 func TestTailOnce(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.Topics("logs", "multi", "other"))
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.Topics("logs", "multi", "other", "rot"))
 	a := "--addr=" + b.Addr()
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")
@@ -229,6 +231,31 @@ func TestTailOnce(t *testing.T) {
 	if r.code != 0 || strings.Count(r.stderr, "longer than --max-record 300 bytes") != 1 || !strings.Contains(r.stderr, "shipped 5 records (1005 bytes)") {
 		t.Fatalf("a long record: %+v", r)
 	}
+	// A glob over a logrotate directory with compress: the text files are
+	// shipped, the compressed ones (by name, or by their first bytes)
+	// skipped with a warning each.
+	rot := filepath.Join(dir, "rot")
+	if err := os.Mkdir(rot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	appendFile(t, filepath.Join(rot, "app.log"), "now-1\nnow-2\n")
+	appendFile(t, filepath.Join(rot, "app.log.1"), "old-1\n")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte("older-1\nolder-2\n"))
+	_ = zw.Close()
+	appendFile(t, filepath.Join(rot, "app.log.2.gz"), gz.String())
+	appendFile(t, filepath.Join(rot, "app.log.3"), gz.String()) // compressed, without .gz
+	r = cli("", a, "tail", "--topic", "rot", "--state", filepath.Join(dir, "rot.state"), "--once", filepath.Join(rot, "app.log*"))
+	if r.code != 0 || !strings.Contains(r.stderr, "shipped 3 records (15 bytes) from 2 file(s)") ||
+		!strings.Contains(r.stderr, filepath.Join(rot, "app.log.2.gz")+" is compressed (.gz): skipped") ||
+		!strings.Contains(r.stderr, filepath.Join(rot, "app.log.3")+" is compressed (gzip data): skipped") {
+		t.Fatalf("a glob over compressed rotations: %+v", r)
+	}
+	if g := bodies(consumeTail(t, b.Addr(), "rot")); strings.Join(g, " ") != "now-1 now-2 old-1" {
+		t.Fatalf("a glob over compressed rotations shipped %q", g)
+	}
+
 	// Long lines with a small --batch-bytes: several batches, nothing lost
 	// (TestTailBatchBytes checks each batch's bytes).
 	longLines := filepath.Join(dir, "longlines.log")
