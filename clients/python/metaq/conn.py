@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import warnings
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple, Union
@@ -376,8 +376,10 @@ class Connection:
                         link.last_error = f"{code} {body.decode('utf-8', 'replace')}"
                     continue
                 fut = entry[0]
-                if not fut.done():
+                try:
                     fut.set_result(Reply(kind.decode(), code, op, body, nxt, link.generation))
+                except InvalidStateError:
+                    pass  # failed meanwhile (a producer's send_timeout): the late reply is dropped
         except ProtocolError as e:
             err = e
         except OSError as e:

@@ -370,3 +370,26 @@ def test_tls_warns_on_cpython_3_13_6(monkeypatch) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         metaq.Connection("127.0.0.1:1", tls=ctx)
+
+
+def test_reply_to_a_failed_future_keeps_the_connection() -> None:
+    # A reply whose Future was already failed (a producer's send_timeout
+    # racing the reader) or cancelled is dropped; the reader goes on.
+    def answer(n: int, cmd: str, toks: "list[str]") -> "bytes | None":
+        if cmd == "stats":
+            time.sleep(0.2)
+        return _result(200, b"1.0", toks[-1])
+
+    fake = _ScriptedBroker(answer)
+    conn = metaq.Connection(fake.addr, request_timeout=5)
+    try:
+        f1 = conn.send(lambda op: b"stats %d\r\n" % op, "stats")
+        f2 = conn.send(lambda op: b"stats %d\r\n" % op, "stats")
+        f1.set_exception(metaq.RequestTimeoutError("gave up"))  # still registered: the reply comes to it
+        assert f2.cancel()
+        assert conn.version() == "1.0"  # answered after both replies
+        link = conn._link
+        assert link is not None and link.dead is None and conn.connects == 1
+    finally:
+        conn.close()
+        fake.close()
