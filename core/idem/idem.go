@@ -12,6 +12,7 @@ package idem
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,14 +164,19 @@ type Table struct {
 	producers map[int64]*producer
 	lru       list.List // of *producer, most recently used at the front
 	evicted   int64
-	// forgotten holds the ids of the last MaxProducers producers the
-	// table forgot (a ring, oldest at ghostHead): a put of one of them
-	// at sequence 0 is refused as UnknownProducer, not taken for a new
-	// producer (a retry of its first put would be stored twice).
-	forgotten map[int64]struct{}
+	// ghosts holds the ids of the last ghostCap producers the table
+	// forgot (a ring, oldest at ghostHead): a put of one of them at
+	// sequence 0 is refused as UnknownProducer, not taken for a new
+	// producer (a retry of its first put would be stored twice). Looked
+	// up only for a producer the table does not know.
 	ghosts    []int64
 	ghostHead int
 }
+
+// ghostCap is how many forgotten ids a table keeps: 4 x MaxProducers, at
+// least 1024 (8 bytes each), so that producers that churn through a small
+// table do not push a forgotten one out before its retry comes.
+func (t *Table) ghostCap() int { return max(4*t.cfg.MaxProducers, 1024) }
 
 // NewTable returns an empty table, not yet built.
 func NewTable(cfg Config) *Table {
@@ -207,7 +213,6 @@ func (t *Table) Reset() {
 	t.built.Store(false)
 	clear(t.producers)
 	t.lru.Init()
-	clear(t.forgotten)
 	t.ghosts, t.ghostHead = t.ghosts[:0], 0
 }
 
@@ -241,7 +246,7 @@ func (t *Table) Begin(id, first, last int64, now time.Time) (Verdict, Result) {
 		// forgot lately, even at 0. The client starts over with a new
 		// id if the put is a first attempt, and reports the outcome as
 		// unknown if it is a retry.
-		if _, gone := t.forgotten[id]; gone || first != 0 {
+		if first != 0 || slices.Contains(t.ghosts, id) {
 			return UnknownProducer, Result{}
 		}
 		p = &producer{id: id}
@@ -295,20 +300,12 @@ func (t *Table) forget(p *producer) {
 
 // ghost remembers id as forgotten (bounded: the oldest ghost goes).
 func (t *Table) ghost(id int64) {
-	if t.forgotten == nil {
-		t.forgotten = make(map[int64]struct{})
-	}
-	if _, dup := t.forgotten[id]; dup {
+	if len(t.ghosts) < t.ghostCap() {
+		t.ghosts = append(t.ghosts, id)
 		return
 	}
-	if len(t.ghosts) < t.cfg.MaxProducers {
-		t.ghosts = append(t.ghosts, id)
-	} else {
-		delete(t.forgotten, t.ghosts[t.ghostHead])
-		t.ghosts[t.ghostHead] = id
-		t.ghostHead = (t.ghostHead + 1) % len(t.ghosts)
-	}
-	t.forgotten[id] = struct{}{}
+	t.ghosts[t.ghostHead] = id
+	t.ghostHead = (t.ghostHead + 1) % len(t.ghosts)
 }
 
 // bound forgets the least recently used producers over MaxProducers.

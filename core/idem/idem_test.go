@@ -92,15 +92,15 @@ func TestTableBounds(t *testing.T) {
 	tb.Tick(t0.Add(5 * time.Minute)) // Tick forgets idle producers too
 	require.Zero(t, tb.Len())
 
-	// The forgotten ids are bounded by MaxProducers too: the oldest
-	// ghost goes (a put of it at 0 is then a first sight again).
+	// The forgotten ids are bounded (4 x MaxProducers, at least 1024):
+	// the oldest ghost goes (a put of it at 0 is a first sight again).
 	tb = NewTable(Config{MaxProducers: 2})
-	for id := int64(10); id < 14; id++ {
-		begin(t, tb, id, 0, 0, Append) // 12 and 13 evict 10 and 11
+	for id := int64(10); id < 12+1024; id++ {
+		begin(t, tb, id, 0, 0, Append) // from 12 on, evicts id-2
 	}
-	begin(t, tb, 10, 0, 0, UnknownProducer)
-	begin(t, tb, 14, 0, 0, Append) // evicts 12: 10 is the oldest ghost, forgotten
-	begin(t, tb, 12, 0, 0, UnknownProducer)
+	begin(t, tb, 10, 0, 0, UnknownProducer) // ghosts: 10 .. 1033
+	begin(t, tb, 12+1024, 0, 0, Append)     // evicts 1034: 10 goes
+	begin(t, tb, 11, 0, 0, UnknownProducer)
 	begin(t, tb, 10, 0, 0, Append)
 }
 

@@ -372,9 +372,10 @@ func (cp *clusterProducer) sendFast(ctx context.Context, m *message.Message, cb 
 		if errors.Is(err, ErrConnectionLost) {
 			cp.markDown(t.addr)
 		}
-		// A refusal as out of order stored nothing: resent (bound again)
-		// even without retries.
-		oo := sendCause(err) == protocol.CauseOutOfOrderSequence
+		// A refusal as out of order (or of an unknown producer: this is
+		// m's first attempt) stored nothing: resent (bound again) even
+		// without retries.
+		oo := renewable(err)
 		if (!oo && (cp.cfg.noRetry || !retryable(err))) || ctx.Err() != nil || !time.Now().Before(deadline) {
 			cp.cbs.push(cb, SendResult{}, err, cp.end)
 			return
@@ -425,6 +426,11 @@ func pinned(snap *cluster.Snapshot, pin *message.Partition) target {
 	return target{part: *pin}
 }
 
+// unknownGrace is how long a retry the broker refuses as of an unknown
+// producer is resent with its binding (every pinPause) before the send
+// fails with ErrOutcomeUnknown (sendWith).
+const unknownGrace = 5 * time.Second
+
 // pinPause is the pause before an idempotent retry on its partition: a
 // broker that restarts or fails over is not asked in a tight loop.
 const pinPause = 50 * time.Millisecond
@@ -443,12 +449,29 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 		failed = map[string]bool{failedAddr: true}
 	}
 	var cands, preferred []target
+	var unknownSince time.Time // a retry's first refusal as of an unknown producer
 	for {
 		if lastErr != nil && cp.isClosed() {
 			return SendResult{}, lastErr
 		}
 		if pin != nil && retry {
 			res, done, err := cp.pinnedAttempt(ctx, v, m, pin, lastErr)
+			if done && errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil {
+				// The broker does not know m's producer: it forgot it
+				// (m's first copy may be stored), or an earlier message
+				// of it, lost with the same connection, is being retried
+				// too and has not reached it yet. Resending m with its
+				// binding stores nothing twice: for a while, so that such
+				// a message can make the producer known.
+				now := time.Now()
+				if unknownSince.IsZero() {
+					unknownSince = now
+				}
+				if now.Sub(unknownSince) < unknownGrace {
+					lastErr = err
+					continue
+				}
+			}
 			if done {
 				return res, err
 			}
@@ -524,7 +547,7 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 			return SendResult{}, err
 		}
 		cp.outOfOrder(m, t, err)
-		if pin = cp.pinOf(m, t.part); pin != nil || sendCause(err) == protocol.CauseOutOfOrderSequence {
+		if pin = cp.pinOf(m, t.part); pin != nil || renewable(err) {
 			lastErr = err // pinned, or bound again at once: the broker is fine
 			continue
 		}
@@ -543,7 +566,7 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 // m: it is sent again at once with a new sequence). done is set when the
 // send ends, with res and err; otherwise err is the attempt's failure.
 func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *message.Message, pin *message.Partition, lastErr error) (res SendResult, done bool, err error) {
-	if sendCause(lastErr) != protocol.CauseOutOfOrderSequence {
+	if !renewable(lastErr) {
 		t := time.NewTimer(pinPause)
 		select {
 		case <-t.C:
@@ -571,11 +594,12 @@ func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *me
 
 // outOfOrder handles an attempt of m on t that failed with err, when the
 // broker refused it and stored nothing: m is unbound (no longer pinned to
-// its partition; bound again when resent), and after an out-of-order
-// refusal the partition starts over with a new producer id.
+// its partition; bound again when resent), and after an out-of-order or
+// unknown-producer refusal of a first attempt the partition starts over
+// with a new producer id.
 func (cp *clusterProducer) outOfOrder(m *message.Message, t target, err error) {
 	switch {
-	case sendCause(err) == protocol.CauseOutOfOrderSequence:
+	case renewable(err):
 		if p, perr := cp.broker(t.addr); perr == nil {
 			p.renew(m, t.part.Partition)
 		} else {
@@ -644,6 +668,8 @@ func retryable(err error) bool {
 	var ne net.Error
 	var be *BrokerError
 	switch {
+	case errors.Is(err, ErrOutcomeUnknown): // a resend could store it twice
+		return false
 	case errors.As(err, &ce), errors.Is(err, ErrConnectionLost), errors.Is(err, ErrClosed), errors.As(err, &ne):
 		return true
 	case errors.As(err, &be):

@@ -21,6 +21,13 @@ var (
 	// before the broker replied. As with ErrConnectionLost the request may
 	// still have been applied.
 	ErrTimeout = errors.New("metaq: request timed out")
+	// ErrOutcomeUnknown is returned (wrapping the broker's refusal, cause
+	// protocol.CauseUnknownProducer) by a send whose earlier attempt's
+	// reply was lost and whose retry found that the broker had forgotten
+	// the idempotent producer (docs/sdk.md, "The idempotent producer"):
+	// the message may be stored (once), or not at all; the SDK does not
+	// resend it, which could store it twice.
+	ErrOutcomeUnknown = errors.New("metaq: send outcome unknown: the message may be stored")
 	// ErrUnknownTopic means the broker does not list the topic in
 	// `stats topics` (for Produce in direct mode: none of the brokers
 	// given to Brokers does, and they all answered).

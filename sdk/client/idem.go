@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/metaq-go/metaq/sdk/message"
@@ -19,7 +20,10 @@ import (
 // it keeps the binding (its ProducerID is set), so the broker stores it
 // once. A broker that refuses a sequence as out of order (a gap: an
 // earlier message was never stored) makes the partition start over with
-// a new producer id, and the refused message is bound again.
+// a new producer id, and the refused message is bound again. So does a
+// refusal as of an unknown producer (the broker forgot it) of a message
+// sent for the first time under its binding; for a retry (an earlier
+// attempt's outcome unknown) it fails the send with ErrOutcomeUnknown.
 
 // idemReserve is what binding may add to a message's data: a properties
 // block's length, version and fields (6) when it had none, and two
@@ -74,7 +78,7 @@ func (p *brokerProducer) bind(m *message.Message, part int32) {
 	p.smu.Unlock()
 }
 
-// renew handles a broker's out-of-order refusal of m in partition part:
+// renew handles a broker's renewable refusal of m in partition part:
 // the partition starts over with a new producer id (unless another
 // refusal renewed it since m was bound), and m is unbound, to be bound
 // again when it is resent.
@@ -107,6 +111,34 @@ func (p *brokerProducer) putEncoder(m *message.Message, part int32, crc int64) f
 		dst = protocol.AppendPutHeader(dst, m.Topic, part, m.DataLen(), m.Flag(), crc, op)
 		return m.AppendData(dst)
 	}
+}
+
+// renewable reports whether err is a broker's refusal of an idempotent
+// put after which the message is bound again under a new producer id and
+// resent: out of order, or unknown producer for a first attempt (put
+// turns a retry's into ErrOutcomeUnknown).
+func renewable(err error) bool {
+	if err == nil || errors.Is(err, ErrOutcomeUnknown) {
+		return false
+	}
+	c := sendCause(err)
+	return c == protocol.CauseOutOfOrderSequence || c == protocol.CauseUnknownProducer
+}
+
+// retryOutcome turns a broker's unknown-producer refusal of a retry (m's
+// binding kept from an earlier attempt whose outcome is unknown) into
+// ErrOutcomeUnknown.
+func retryOutcome(err error, retry bool) error {
+	if retry && sendCause(err) == protocol.CauseUnknownProducer {
+		return fmt.Errorf("%w (the broker forgot the idempotent producer before this retry): %w", ErrOutcomeUnknown, err)
+	}
+	return err
+}
+
+// kept reports whether a put of m to partition part keeps m's binding
+// from an earlier attempt (bind): a retry.
+func (p *brokerProducer) kept(m *message.Message, part int32) bool {
+	return p.cfg.idempotent && !m.Delayed() && m.ProducerID != 0 && m.Partition == part
 }
 
 // sendCause returns the cause of a broker's refusal ("" for none).

@@ -140,3 +140,110 @@ func TestIdempotentDroppedReplies(t *testing.T) {
 		})
 	}
 }
+
+// TestIdempotentForgottenProducer: the broker forgets the producer while
+// its replies are lost (idempotent_producers = 2 per partition, four other
+// clients churning the tables, every third reply chunk dropped with its
+// connection). A retry the broker can no longer judge is not resent: it
+// fails with ErrOutcomeUnknown. No value is stored twice, and every
+// acknowledged one is stored once, at its offset.
+func TestIdempotentForgottenProducer(t *testing.T) {
+	t.Parallel()
+	const parts = 2
+	b := startBroker(t, func(c *conf.Config) { c.NumPartitions = parts; c.IdempotentProducers = 2 })
+	proxy, err := faultnet.Start(b.addr)
+	require.NoError(t, err)
+	defer proxy.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	for i := range 4 {
+		c := newClient(t, Brokers(b.addr), quietLog)
+		churn.Add(1)
+		go func() {
+			defer churn.Done()
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := c.ProduceSync(ctx, &message.Message{Topic: topic, Body: []byte(fmt.Sprintf("c%d-%d", i, j))})
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("churn: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); churn.Wait() }()
+
+	proxy.DropReplies(3)
+	p := newClient(t, Brokers(proxy.Addr()), ProduceTimeout(30*time.Second), quietLog)
+	const n = 300
+	type outcome struct {
+		res SendResult
+		err error
+	}
+	outs := make([]outcome, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		p.Produce(ctx, &message.Message{Topic: topic, Body: []byte(fmt.Sprintf("v%06d", i))}, func(r SendResult, err error) {
+			defer wg.Done()
+			outs[i] = outcome{r, err}
+		})
+		if i%10 == 9 {
+			time.Sleep(5 * time.Millisecond) // a few seconds in all under -race: the churn interleaves
+		}
+	}
+	wg.Wait()
+	require.Positive(t, proxy.Dropped(), "no reply was dropped")
+
+	// Read every partition: value -> count, and each partition's offsets.
+	raw := dialRaw(t, b.addr)
+	seen := map[string]int{}
+	at := map[[2]int64]string{}
+	for part := range parts {
+		off := int64(0)
+		for {
+			kind, code, body := raw.do(fmt.Sprintf("get %s g %d %d %d 3", topic, part, off, 1<<20), nil)
+			if kind == "result" {
+				require.Equal(t, 404, code, string(body))
+				break
+			}
+			it := message.NewIterator(body, off, 0)
+			for it.Next() {
+				m, err := it.Record().Message(topic, int32(part))
+				require.NoError(t, err)
+				seen[string(m.Body)]++
+				at[[2]int64{int64(part), m.Offset}] = string(m.Body)
+			}
+			require.NoError(t, it.Err())
+			require.Positive(t, it.Consumed())
+			off = it.NextOffset()
+		}
+	}
+	acked, unknown, stored := 0, 0, 0
+	for i, o := range outs {
+		v := fmt.Sprintf("v%06d", i)
+		require.LessOrEqual(t, seen[v], 1, "value %s stored %d times", v, seen[v])
+		stored += seen[v]
+		switch {
+		case o.err != nil:
+			require.ErrorIs(t, o.err, ErrOutcomeUnknown, "send %s", v)
+			unknown++
+		case o.res.OffsetUnknown:
+			require.Equal(t, 1, seen[v], "value %s acknowledged as stored", v)
+			acked++
+		default:
+			require.Equal(t, 1, seen[v], "value %s acknowledged", v)
+			require.Equal(t, v, at[[2]int64{int64(o.res.Partition), o.res.Offset}], "value %s's offset", v)
+			acked++
+		}
+	}
+	t.Logf("%d sent: %d acknowledged, %d outcome unknown (%d stored in all); %d replies dropped",
+		n, acked, unknown, stored, proxy.Dropped())
+}

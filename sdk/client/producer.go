@@ -278,6 +278,7 @@ func (p *brokerProducer) Send(ctx context.Context, m *message.Message) (SendResu
 		// The topic shrank or was misread: nothing was stored, so relearn
 		// the partition count and try once more.
 		p.forgetTopic(m.Topic)
+		unbind(m) // nothing stored: bound afresh
 		if part, err2 := p.selectPartition(ctx, m); err2 == nil {
 			res, err = p.put(ctx, m, part)
 		}
@@ -300,7 +301,7 @@ func (p *brokerProducer) sendTo(ctx context.Context, m *message.Message, part in
 func (p *brokerProducer) sendPart(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
 	for try := 0; ; try++ {
 		res, err := p.sendPartOnce(ctx, m, part)
-		if try < outOfOrderResends && sendCause(err) == protocol.CauseOutOfOrderSequence {
+		if try < outOfOrderResends && renewable(err) {
 			p.renew(m, part) // nothing stored: bound again, under a new producer id
 			continue
 		}
@@ -309,7 +310,8 @@ func (p *brokerProducer) sendPart(ctx context.Context, m *message.Message, part 
 }
 
 // outOfOrderResends is how many times a message the broker refused as
-// out of order (nothing stored: idem.go) is bound again and resent.
+// out of order or of an unknown producer, at its first attempt (nothing
+// stored: idem.go), is bound again and resent.
 const outOfOrderResends = 3
 
 func (p *brokerProducer) sendPartOnce(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
@@ -367,13 +369,15 @@ func (p *brokerProducer) afterBatches(topic string, part int32) {
 func (p *brokerProducer) put(ctx context.Context, m *message.Message, part int32) (SendResult, error) {
 	p.afterBatches(m.Topic, part)
 	for try := 0; ; try++ {
+		retry := p.kept(m, part)
 		c, err := p.cn.roundTrip(ctx, p.putEncoder(m, part, p.checksum(m)))
 		if err != nil {
 			return SendResult{}, err
 		}
 		res, err := putResult(m, part, c)
 		putCall(c)
-		if try < outOfOrderResends && sendCause(err) == protocol.CauseOutOfOrderSequence {
+		err = retryOutcome(err, retry)
+		if try < outOfOrderResends && renewable(err) {
 			p.renew(m, part) // nothing stored: bound again, under a new producer id
 			continue
 		}
