@@ -384,8 +384,8 @@ class Producer:
                 self._tthread = threading.Thread(target=self._timeout_loop, name="metaq-producer-timeouts",
                                                  daemon=True)
                 self._tthread.start()
-            elif len(self._waiting) == 1:
-                self._tcond.notify()
+            # No notify: the thread never sleeps past now + send_timeout,
+            # this request's deadline.
         fut.add_done_callback(lambda f: self._on_reply(items, attempt, f, seq))
 
     def _on_reply(self, items: List[_Item], attempt: int, f: Future, seq: int) -> None:
@@ -417,7 +417,7 @@ class Producer:
                         self._tthread = None
                         return
                     first = next(iter(self._waiting.values()), None)
-                    self._tcond.wait(None if first is None else max(0.0, first[0] - now) + 0.001)
+                    self._tcond.wait(self.send_timeout if first is None else max(0.0, first[0] - now) + 0.001)
             for fut in expired:
                 forget = getattr(fut, "metaq_forget", None)
                 if forget is not None:
