@@ -98,6 +98,7 @@ type batch struct {
 	first, last int64
 	res         Result
 	pending     bool
+	failed      bool // its append failed: not stored, a retry of it is appended
 }
 
 type producer struct {
@@ -109,14 +110,47 @@ type producer struct {
 	elem    *list.Element
 }
 
-func (p *producer) push(b batch) {
+// push adds b as the newest batch; lost reports that the oldest one went
+// out of the window still failed (a retry of it could no longer be told
+// from a stored put).
+func (p *producer) push(b batch) (lost bool) {
 	if p.n < Window {
 		p.batches[(p.head+p.n)%Window] = b
 		p.n++
-		return
+		return false
 	}
+	lost = p.batches[p.head].failed
 	p.batches[p.head] = b
 	p.head = (p.head + 1) % Window
+	return lost
+}
+
+// refill judges a put of sequences first..last, all at or below last,
+// against the failed batches (ok false: it overlaps none): a retry from
+// the start of one is appended again (Append; the batch's rest stays
+// failed); one that overlaps one otherwise must wait for the start's
+// retry (InFlight). UnknownProducer: the split pushed a failed batch out
+// of the window.
+func (p *producer) refill(first, last int64) (v Verdict, ok bool) {
+	for i := p.n - 1; i >= 0; i-- {
+		b := &p.batches[(p.head+i)%Window]
+		if !b.failed || b.last < first || b.first > last {
+			continue
+		}
+		switch {
+		case b.first != first || last > b.last:
+			return InFlight, true
+		case last == b.last:
+			b.failed, b.pending = false, true
+		default: // the start of it: the rest stays failed
+			b.first = last + 1
+			if p.push(batch{first: first, last: last, pending: true}) {
+				return UnknownProducer, true
+			}
+		}
+		return Append, true
+	}
+	return Append, false
 }
 
 func (p *producer) find(first int64) *batch {
@@ -136,7 +170,7 @@ func (p *producer) find(first int64) *batch {
 func (p *producer) judge(first, last int64) (Verdict, Result) {
 	for i := p.n - 1; i >= 0; i-- {
 		b := &p.batches[(p.head+i)%Window]
-		if b.last < first || b.first > last {
+		if b.failed || b.last < first || b.first > last {
 			continue
 		}
 		if b.pending {
@@ -260,13 +294,25 @@ func (t *Table) Begin(id, first, last int64, now time.Time) (Verdict, Result) {
 		case first == p.last+1:
 		case first > p.last+1 || last > p.last: // a gap, or stored and new together
 			return OutOfOrder, Result{}
-		default: // every sequence is stored or being stored
+		default: // every sequence is stored, being stored, or failed
+			if v, ok := p.refill(first, last); ok {
+				if v == UnknownProducer { // a failed batch went out of the window
+					t.forget(p)
+				}
+				return v, Result{}
+			}
 			return p.judge(first, last)
 		}
 	}
 	p.used = now
 	p.last = last
-	p.push(batch{first: first, last: last, pending: true})
+	if p.push(batch{first: first, last: last, pending: true}) {
+		// A failed batch went out of the window: its retry would be
+		// taken for stored. Forget the producer (its puts are refused
+		// as UnknownProducer) rather than say so; this put is appended,
+		// its Done lost.
+		t.forget(p)
+	}
 	return Append, Result{}
 }
 
@@ -281,15 +327,27 @@ func (t *Table) Done(id, first int64, r Result) {
 	}
 }
 
-// Fail records that a put Begin let append was not stored: the producer
-// is forgotten (a later put of it is refused as UnknownProducer), since
-// puts of it behind the failed one may have been stored or not.
+// Fail records that a put Begin let append was not stored. The producer
+// and its other puts stay (those in flight still land with Done): the
+// newest put is simply taken back, an older one is marked failed, and a
+// retry of it (or of its start) is appended again.
 func (t *Table) Fail(id, first int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.producers[id]; p != nil && p.find(first) != nil {
-		t.forget(p)
+	p := t.producers[id]
+	if p == nil {
+		return
 	}
+	b := p.find(first)
+	if b == nil || !b.pending {
+		return
+	}
+	if newest := &p.batches[(p.head+p.n-1)%Window]; b == newest && b.last == p.last {
+		p.last = b.first - 1
+		p.n--
+		return
+	}
+	b.pending, b.failed = false, true
 }
 
 func (t *Table) forget(p *producer) {

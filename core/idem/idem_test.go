@@ -48,12 +48,42 @@ func TestTableDupGap(t *testing.T) {
 	begin(t, tb, 7, 0, 0, Stored) // out of the window: stored, offsets unknown
 	require.Equal(t, Result{FirstID: 5 + Window - 1, Count: 1}, begin(t, tb, 7, 5+Window-1, 5+Window-1, Duplicate))
 
-	// A failed append forgets the producer: its next put is refused,
-	// at 0 too, and it starts over (a new producer id at 0).
+	// A failed append keeps the producer. The newest put is taken back:
+	// the next sequence is a gap, the retry is appended.
 	begin(t, tb, 8, 1, 1, Append)
 	tb.Fail(8, 1)
-	begin(t, tb, 8, 2, 2, UnknownProducer)
-	begin(t, tb, 8, 0, 0, UnknownProducer)
+	begin(t, tb, 8, 2, 2, OutOfOrder)
+	begin(t, tb, 8, 1, 1, Append)
+	tb.Done(8, 1, Result{FirstID: 11, Count: 1})
+	// An older one is marked failed while later puts are in flight: their
+	// Done still lands, a retry from inside the failed put waits for its
+	// start, and the start's retry (alone, then the rest) is appended.
+	begin(t, tb, 8, 2, 4, Append)
+	begin(t, tb, 8, 5, 5, Append)
+	tb.Fail(8, 2)
+	begin(t, tb, 8, 3, 3, InFlight)
+	tb.Done(8, 5, Result{FirstID: 55, Count: 1})
+	require.Equal(t, Result{FirstID: 55, Count: 1}, begin(t, tb, 8, 5, 5, Duplicate))
+	begin(t, tb, 8, 2, 2, Append)
+	tb.Done(8, 2, Result{FirstID: 56, Count: 1})
+	begin(t, tb, 8, 3, 4, Append)
+	tb.Done(8, 3, Result{FirstID: 57, Count: 2})
+	require.Equal(t, Result{FirstID: 56, Count: 1}, begin(t, tb, 8, 2, 2, Duplicate))
+	require.Equal(t, Result{FirstID: 57, Count: 2}, begin(t, tb, 8, 3, 4, Duplicate))
+	begin(t, tb, 8, 6, 6, Append)
+	// A failed put pushed out of the window by newer ones: its retry
+	// could be taken for stored, so the producer is forgotten.
+	begin(t, tb, 8, 7, 7, Append)
+	tb.Fail(8, 7)
+	begin(t, tb, 8, 8, 8, OutOfOrder) // 7 taken back
+	begin(t, tb, 8, 7, 7, Append)
+	begin(t, tb, 8, 8, 8, Append)
+	tb.Fail(8, 7)
+	for s := int64(9); tb.producers[8] != nil; s++ { // until a put pushes 7 out
+		require.Less(t, s, int64(9+Window))
+		begin(t, tb, 8, s, s, Append)
+	}
+	begin(t, tb, 8, 7, 7, UnknownProducer)
 	begin(t, tb, 9, 0, 0, Append)
 
 	// A put the slave failed (stored here, result unknown) is Stored.
