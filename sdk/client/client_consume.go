@@ -28,6 +28,9 @@ func (c *Client) Consume(ctx context.Context, h Handler) error {
 	}
 	defer c.stopConsuming()
 	if c.retrier != nil {
+		if err := c.ensureRetryTopics(ctx); err != nil {
+			return err
+		}
 		h = c.retrier.wrap(h)
 	}
 	ctx, cancel := context.WithCancel(ctx)

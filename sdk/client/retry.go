@@ -86,9 +86,11 @@ func (retryTopics) Reject(context.Context, *message.Message, error) error {
 // group's retry topic, to be delivered again after a backoff, and after
 // MaxDeliveries deliveries to the group's dead-letter topic
 // (docs/retry.md). It needs a Client with a Group; the Client consumes
-// the retry topic too. Both topics must exist (created with `metaq
-// topic create` or the admin API, or by a broker with
-// auto_create_topics).
+// the retry topic too. Consume creates either topic on a broker of the
+// group's topics that lacks it, through the broker's admin API with the
+// Client's credentials (retrycreate.go: the retry topic with the topic's
+// partitions up to MaxRetryPartitions, the dead-letter topic with one);
+// when it cannot, Consume fails saying so.
 func RetryTopics(o RetryOptions) RejectPolicy { return retryTopics{o: o} }
 
 // delayedSender sends a message to be delivered at (not before) at.

@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/selector"
 	"github.com/stretchr/testify/require"
@@ -261,6 +263,74 @@ func TestRetryInPlaceOrdered(t *testing.T) {
 	require.Eventually(t, func() bool { g, _ := snap(); return len(g[0]) == 5 }, 10*time.Second, 10*time.Millisecond)
 	g, _ = snap()
 	require.Equal(t, []string{"a0", "a1", "poison", "a3", "a4"}, g[0], "in order, nothing skipped")
+	cancel()
+	<-done
+}
+
+// TestRetryTopicsCreated: a group with RetryTopics on a broker that lacks
+// <group>.retry and <group>.dlq creates them when it starts consuming (the
+// retry topic with the group's topic's partitions, the dead-letter topic
+// with one), and a poison message reaches the dead-letter topic through
+// them; a second member finds them and creates nothing.
+func TestRetryTopicsCreated(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.Config(brokerConfig(t)), brokertest.HTTP(), brokertest.Quiet())
+	br := struct{ addr string }{b.Addr()}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := newClient(t, Brokers(br.addr))
+	_, err := p.ProduceSync(ctx, &message.Message{Topic: topic, Body: []byte("poison")})
+	require.NoError(t, err)
+	c := newClient(t, Brokers(br.addr), ConsumeTopics(topic), ConsumerGroup("cg"), HandlerRetries(1, time.Millisecond),
+		Reject(RetryTopics(RetryOptions{Backoff: []time.Duration{50 * time.Millisecond}, MaxDeliveries: 2})),
+		HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
+	var calls atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Consume(ctx, func(context.Context, *message.Message) error {
+			calls.Add(1)
+			return errors.New("always fails")
+		})
+	}()
+	dlq := newClient(t, Brokers(br.addr), ConsumeTopics(DeadLetterTopicOf("cg")), FetchMaxWait(50*time.Millisecond))
+	got := make(chan *message.Message, 1)
+	go func() {
+		for ctx.Err() == nil { // until Consume above has created the topic
+			_ = dlq.Consume(ctx, func(_ context.Context, m *message.Message) error {
+				select {
+				case got <- m:
+				default:
+				}
+				return nil
+			})
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	select {
+	case m := <-got:
+		require.Equal(t, "poison", string(m.Body))
+		v, _ := m.Headers.String(HeaderDeliveryCount)
+		require.Equal(t, "2", v)
+	case err := <-done:
+		t.Fatalf("Consume ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no dead letter")
+	}
+	require.EqualValues(t, 4, calls.Load(), "2 deliveries of 2 attempts")
+	cn, err := c.rawConn(br.addr)
+	require.NoError(t, err)
+	infos, err := statsTopics(ctx, cn)
+	require.NoError(t, err)
+	parts := map[string]int{}
+	for _, ti := range infos {
+		parts[ti.Name] = ti.Partitions
+	}
+	require.Equal(t, 4, parts[RetryTopicOf("cg")])
+	require.Equal(t, 1, parts[DeadLetterTopicOf("cg")])
+	// Another member: the topics exist, Consume starts.
+	c2 := newClient(t, Brokers(br.addr), ConsumeTopics(topic), ConsumerGroup("cg"), Reject(RetryTopics(RetryOptions{})),
+		HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
+	require.NoError(t, c2.ensureRetryTopics(ctx))
 	cancel()
 	<-done
 }
