@@ -36,8 +36,8 @@ func (c *Config) TimerTopicConfig() TopicConfig {
 	tc.NumPartitions = c.TimerPartitions
 	tc.UnflushThreshold = 0
 	tc.UnflushInterval = 0
-	tc.AcceptSubscribe = false
-	tc.AcceptPublish = false // the broker appends; clients do not
+	tc.AcceptSubscribe = true // offsets only: core/broker refuses gets of it
+	tc.AcceptPublish = false  // the broker appends; clients do not
 	tc.Filters = nil
 	hours := (2*c.MaxDelay + 3600_000 - 1) / 3600_000
 	tc.DeletePolicy = "delete," + strconv.FormatInt(hours, 10) + "h"

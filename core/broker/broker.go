@@ -420,6 +420,9 @@ func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
 	if t != nil {
 		return t, nil
 	}
+	if string(name) == conf.TimerTopic { // delay.go: opened on first use, a sync slave's too (clients are refused by its accept_*)
+		return b.openTopic(conf.TimerTopic)
+	}
 	if !create || !b.config().AutoCreateTopics {
 		return nil, partition.ErrNoTopic
 	}

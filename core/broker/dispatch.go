@@ -311,6 +311,10 @@ func (c *conn) readTarget(r *protocol.Request) (*topic, *store.Log, bool) {
 		c.reply(protocol.StatusInternalError, "unknown topic "+showTopic(r.Topic), r.Opaque)
 		return nil, nil, false
 	}
+	if t.name == conf.TimerTopic && r.Op != protocol.OpOffset { // delay.go: the timer log is the broker's; a sync master asks its slave's end
+		c.reply(protocol.StatusForbidden, "topic "+t.name+" is the broker's internal timer log: it does not accept gets", r.Opaque)
+		return nil, nil, false
+	}
 	if !t.conf().AcceptSubscribe {
 		c.reply(protocol.StatusForbidden, "topic "+t.name+" does not accept gets (accept_subscribe = false)", r.Opaque)
 		return nil, nil, false
