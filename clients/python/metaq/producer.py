@@ -287,24 +287,29 @@ class Producer:
         with self._cv:
             self._outstanding += 1
             q = self._queues.get(k)
-            if q is not None and self._qbytes[k] + size > self.batch_bytes:
-                # This one would take the batch over batch_bytes: the batch
-                # goes as it is, and this one starts the next.
-                before = q
-                del self._queues[k], self._qbytes[k], self._deadlines[k], self._qcond[k]
-                q = None
+            if q is not None:
+                qb = self._qbytes[k] + size
+                if qb > self.batch_bytes:
+                    # This one would take the batch over batch_bytes: the
+                    # batch goes as it is, and this one starts the next.
+                    before = q
+                    del self._queues[k], self._deadlines[k], self._qcond[k]
+                    q = None
             if q is None:
                 q = self._queues[k] = []
-                self._qbytes[k] = 0
+                qb = size
                 self._deadlines[k] = time.monotonic() + self.linger
-                self._qcond[k] = threading.Condition()  # shared by the batch's futures
-            fut = _new_future(self._qcond[k])
-            q.append(_Item(topic, p, partition is not None, m, data, fut))
-            self._qbytes[k] += size
-            full = len(q) >= self.batch_size or self._qbytes[k] >= self.batch_bytes
-            if full:
-                del self._queues[k], self._qbytes[k], self._deadlines[k], self._qcond[k]
+                cond = self._qcond[k] = threading.Condition()  # shared by the batch's futures
             else:
+                cond = self._qcond[k]
+            fut = _new_future(cond)
+            q.append(_Item(topic, p, partition is not None, m, data, fut))
+            full = len(q) >= self.batch_size or qb >= self.batch_bytes
+            if full:
+                del self._queues[k], self._deadlines[k], self._qcond[k]
+                self._qbytes.pop(k, None)
+            else:
+                self._qbytes[k] = qb
                 if self._thread is None:
                     self._start_flusher()
                 if len(q) == 1:
