@@ -62,6 +62,34 @@ func keysOf(t testing.TB, res Result) []string {
 	return out
 }
 
+// openPart opens a log of maxSeg-byte segments in a new directory, closed
+// when the test ends, and its index with opts.
+func openPart(t testing.TB, maxSeg int64, opts Options) (string, *store.Log, *Part) {
+	t.Helper()
+	dir := t.TempDir()
+	l := openLog(t, dir, maxSeg)
+	t.Cleanup(func() { l.Close() })
+	return dir, l, openIndex(t, dir, l, opts)
+}
+
+// openIndex opens the index in dir of l.
+func openIndex(t testing.TB, dir string, l *store.Log, opts Options) *Part {
+	t.Helper()
+	p, err := Open(dir, l, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// advance indexes all of p's log.
+func advance(t testing.TB, p *Part) {
+	t.Helper()
+	if _, err := p.Advance(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func lookupKey(t testing.TB, p *Part, key string, limit int) Result {
 	t.Helper()
 	res, err := p.Lookup(Query{Key: []byte(key), Limit: limit, Deadline: time.Now().Add(5 * time.Second)})
@@ -77,13 +105,7 @@ func lookupKey(t testing.TB, p *Part, key string, limit int) Result {
 }
 
 func TestIndexLookupSealedAndOpen(t *testing.T) {
-	dir := t.TempDir()
-	l := openLog(t, dir, 4096) // small segments: several seals
-	defer l.Close()
-	p, err := Open(dir, l, Options{MaxEntries: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, l, p := openPart(t, 4096, Options{MaxEntries: 16}) // small segments: several seals
 	for i := 0; i < 60; i++ {
 		put(t, l, fmt.Sprintf("k%d", i%7), "")
 	}
@@ -91,9 +113,7 @@ func TestIndexLookupSealedAndOpen(t *testing.T) {
 	if res := lookupKey(t, p, "k3", 100); len(res.Records) == 0 || res.Scanned == 0 {
 		t.Fatalf("unindexed lookup: %+v", res)
 	}
-	if _, err := p.Advance(1 << 30); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, p)
 	st := p.Stats()
 	if st.Chunks < 3 || st.Lag != 0 {
 		t.Fatalf("stats after indexing: %+v", st)
@@ -122,10 +142,7 @@ func TestIndexLookupSealedAndOpen(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	p2, err := Open(dir, l, Options{MaxEntries: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2 := openIndex(t, dir, l, Options{MaxEntries: 16})
 	if p2.Indexed() != l.MaxOffset() {
 		t.Fatalf("reopened index at %d, log at %d", p2.Indexed(), l.MaxOffset())
 	}
@@ -146,21 +163,11 @@ func collidingKeys(t *testing.T) (string, string) {
 
 func TestIndexCollisions(t *testing.T) {
 	a, b := collidingKeys(t)
-	dir := t.TempDir()
-	l := openLog(t, dir, 1<<20)
-	defer l.Close()
-	p, err := Open(dir, l, Options{MaxEntries: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l, p := openPart(t, 1<<20, Options{MaxEntries: 8})
 	put(t, l, a, b, a, b, b)
-	if _, err := p.Advance(1 << 30); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, p)
 	put(t, l, a, b) // in the open chunk
-	if _, err := p.Advance(1 << 30); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, p)
 	ra, rb := lookupKey(t, p, a, 100), lookupKey(t, p, b, 100)
 	if len(ra.Records) != 3 || len(rb.Records) != 4 {
 		t.Fatalf("colliding keys %q %q: %v / %v", a, b, keysOf(t, ra), keysOf(t, rb))
@@ -171,19 +178,11 @@ func TestIndexCollisions(t *testing.T) {
 }
 
 func TestIndexRetentionDeletesChunks(t *testing.T) {
-	dir := t.TempDir()
-	l := openLog(t, dir, 512)
-	defer l.Close()
-	p, err := Open(dir, l, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, l, p := openPart(t, 512, Options{})
 	for i := 0; i < 40; i++ {
 		put(t, l, fmt.Sprintf("r%d", i))
 	}
-	if _, err := p.Advance(1 << 30); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, p)
 	before := chunkFiles(t, dir)
 	if len(before) < 3 {
 		t.Fatalf("chunk files: %v", before)
@@ -192,9 +191,7 @@ func TestIndexRetentionDeletesChunks(t *testing.T) {
 	if err != nil || n == 0 {
 		t.Fatalf("retention: %d %v", n, err)
 	}
-	if _, err := p.Advance(1 << 30); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, p)
 	after := chunkFiles(t, dir)
 	for _, f := range after {
 		from, _ := parseChunkName(f)
@@ -233,19 +230,11 @@ func chunkFiles(t testing.TB, dir string) []string {
 // everywhere, truncation, removal, garbage): each lookup returns the
 // right records or misses, never a wrong one, and Advance rebuilds.
 func TestIndexDamagedChunks(t *testing.T) {
-	dir := t.TempDir()
-	l := openLog(t, dir, 1<<20)
-	defer l.Close()
-	p, err := Open(dir, l, Options{MaxEntries: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, l, p := openPart(t, 1<<20, Options{MaxEntries: 64})
 	for i := 0; i < 100; i++ {
 		put(t, l, fmt.Sprintf("d%d", i%10))
 	}
-	if _, err := p.Advance(1 << 30); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, p)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -267,14 +256,9 @@ func TestIndexDamagedChunks(t *testing.T) {
 	}
 	check := func(what string, rebuild bool) {
 		t.Helper()
-		p, err := Open(dir, l, Options{MaxEntries: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := openIndex(t, dir, l, Options{MaxEntries: 64})
 		if rebuild {
-			if _, err := p.Advance(1 << 30); err != nil {
-				t.Fatal(err)
-			}
+			advance(t, p)
 		}
 		for k := 0; k < 10; k++ {
 			res := lookupKey(t, p, fmt.Sprintf("d%d", k), 100)
@@ -320,19 +304,11 @@ func TestIndexDamagedChunks(t *testing.T) {
 // TestIndexTruncatedLog: a log cut back (a replica's truncation) drops
 // the chunks past the cut and indexes the new records.
 func TestIndexTruncatedLog(t *testing.T) {
-	dir := t.TempDir()
-	l := openLog(t, dir, 1<<20)
-	defer l.Close()
-	p, err := Open(dir, l, Options{MaxEntries: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l, p := openPart(t, 1<<20, Options{MaxEntries: 8})
 	for i := 0; i < 20; i++ {
 		put(t, l, fmt.Sprintf("t%d", i))
 	}
-	if _, err := p.Advance(1 << 30); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, p)
 	r := lookupKey(t, p, "t10", 1)
 	if len(r.Records) != 1 {
 		t.Fatal("t10 missing")
@@ -341,9 +317,7 @@ func TestIndexTruncatedLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, l, "new1", "new2")
-	if _, err := p.Advance(1 << 30); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, p)
 	if res := lookupKey(t, p, "t15", 10); len(res.Records) != 0 {
 		t.Fatalf("a truncated record found: %v", keysOf(t, res))
 	}
@@ -513,22 +487,14 @@ func TestIndexStopsAndRetries(t *testing.T) {
 	old := stopRetry
 	stopRetry = 50 * time.Millisecond
 	defer func() { stopRetry = old }()
-	dir := t.TempDir()
-	l := openLog(t, dir, 1<<20)
-	defer l.Close()
-	p, err := Open(dir, l, Options{MaxEntries: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, l, p := openPart(t, 1<<20, Options{MaxEntries: 4})
 	// The first chunk's temporary file is a directory: its write fails.
 	block := filepath.Join(dir, chunkName(0)+tmpSuffix)
 	if err := os.Mkdir(block, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	put(t, l, "s0", "s1", "s2", "s3", "s4")
-	if _, err := p.Advance(1 << 30); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, p)
 	if p.Indexed() >= l.MaxOffset() {
 		t.Fatal("indexing did not stop at the failed seal")
 	}
@@ -537,9 +503,7 @@ func TestIndexStopsAndRetries(t *testing.T) {
 	}
 	os.RemoveAll(block) // the failed seal may have removed it already
 	time.Sleep(2 * stopRetry)
-	if _, err := p.Advance(1 << 30); err != nil {
-		t.Fatal(err)
-	}
+	advance(t, p)
 	if p.Indexed() != l.MaxOffset() {
 		t.Fatalf("after the retry: indexed %d of %d", p.Indexed(), l.MaxOffset())
 	}
