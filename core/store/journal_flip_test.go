@@ -162,6 +162,33 @@ func (fx *flipFixture) copy(t *testing.T) string {
 // all is every acknowledged put, by partition.
 func (fx *flipFixture) all() [][]crashPut { return byPart(fx.acked, flipParts) }
 
+// heldAndLost checks a flip of mask at journal position pos, in the
+// record r of partition data, on copies of fx's tree: "held", r's data
+// intact in the segments (a kill -9), recovery keeps every acknowledged
+// put and logs r's range as intact; "lost", zeroed there too (a power
+// loss), the start is refused naming exactly r's range, changing nothing.
+func (fx *flipFixture) heldAndLost(t *testing.T, r jrec, pos int64, mask byte, what string) {
+	t.Run("held", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), pos, mask)
+		o, lb := fx.logged()
+		recoverAndCheck(t, dir, o, flipParts, fx.all(), what)
+		require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd))
+	})
+	t.Run("lost", func(t *testing.T) {
+		dir := fx.copy(t)
+		flipJournal(t, filepath.Join(dir, JournalDirName), pos, mask)
+		zeroSegments(t, filepath.Join(dir, r.name), r.dataOff, r.dataEnd)
+		before := treeBytes(t, dir)
+		err := openErr(dir, fx.opts)
+		var je *JournalCorruptError
+		require.ErrorAs(t, err, &je)
+		require.Len(t, je.Damage, 1)
+		require.Equal(t, []PartitionRange{{r.name, r.dataOff, r.dataEnd}}, je.Damage[0].Lost)
+		require.Equal(t, before, treeBytes(t, dir), "a refused recovery changes nothing")
+	})
+}
+
 // victim returns a data record after the last checkpoint whose partition
 // has a later data record (so valid records follow it, of its partition
 // too), and its index. It may be its partition's first record since it
@@ -579,25 +606,7 @@ func TestJournalFlipTypeToSkip(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, k, 0, "a partition's last data record with valid records after it")
 	r := fx.recs[k]
-	t.Run("held", func(t *testing.T) {
-		dir := fx.copy(t)
-		flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+20, recData^recSkip)
-		o, lb := fx.logged()
-		recoverAndCheck(t, dir, o, flipParts, fx.all(), "data record flipped to skip")
-		require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd))
-	})
-	t.Run("lost", func(t *testing.T) {
-		dir := fx.copy(t)
-		flipJournal(t, filepath.Join(dir, JournalDirName), r.pos+20, recData^recSkip)
-		zeroSegments(t, filepath.Join(dir, r.name), r.dataOff, r.dataEnd)
-		before := treeBytes(t, dir)
-		err := openErr(dir, fx.opts)
-		var je *JournalCorruptError
-		require.ErrorAs(t, err, &je)
-		require.Len(t, je.Damage, 1)
-		require.Equal(t, []PartitionRange{{r.name, r.dataOff, r.dataEnd}}, je.Damage[0].Lost)
-		require.Equal(t, before, treeBytes(t, dir), "a refused recovery changes nothing")
-	})
+	fx.heldAndLost(t, r, r.pos+20, recData^recSkip, "data record flipped to skip")
 }
 
 // TestJournalFlipFirstRecord: flips in a partition's first records since

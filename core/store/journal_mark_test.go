@@ -198,25 +198,7 @@ func TestJournalFlipLastAcked(t *testing.T) {
 	require.Equal(t, byte(recMark), fx.recs[len(fx.recs)-1].typ, "a mark record ends the journal")
 	require.LessOrEqual(t, r.end, maxMark(fx.recs), "the last data record lies under the mark record's mark")
 
-	t.Run("held", func(t *testing.T) {
-		dir := fx.copy(t)
-		flipJournal(t, filepath.Join(dir, JournalDirName), r.end-2, 0x20)
-		o, lb := fx.logged()
-		recoverAndCheck(t, dir, o, flipParts, fx.all(), "flip in the last acknowledged record")
-		require.Contains(t, lb.String(), fmt.Sprintf("%q offsets %d..%d, intact in the segments", r.name, r.dataOff, r.dataEnd))
-	})
-	t.Run("lost", func(t *testing.T) {
-		dir := fx.copy(t)
-		flipJournal(t, filepath.Join(dir, JournalDirName), r.end-2, 0x20)
-		zeroSegments(t, filepath.Join(dir, r.name), r.dataOff, r.dataEnd)
-		before := treeBytes(t, dir)
-		err := openErr(dir, fx.opts)
-		var je *JournalCorruptError
-		require.ErrorAs(t, err, &je)
-		require.Len(t, je.Damage, 1)
-		require.Equal(t, []PartitionRange{{r.name, r.dataOff, r.dataEnd}}, je.Damage[0].Lost)
-		require.Equal(t, before, treeBytes(t, dir), "a refused recovery changes nothing")
-	})
+	fx.heldAndLost(t, r, r.end-2, 0x20, "flip in the last acknowledged record")
 }
 
 // TestJournalFlipMarkRecord: a flip anywhere in a mark record with valid
