@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -109,55 +107,12 @@ func (p *partList) Set(v string) error {
 
 // jsonMessage is one message of consume --json.
 type jsonMessage struct {
-	Topic     string  `json:"topic"`
-	Broker    *int    `json:"broker,omitempty"`
-	Partition int32   `json:"partition"`
-	Offset    int64   `json:"offset"`
-	MsgID     string  `json:"msgId"`
-	Attribute *string `json:"attribute"`
-	Body      string  `json:"body"`
-	Encoding  string  `json:"encoding"`
-	// The properties (docs/protocol.md), left out when the message has none.
-	Key         *string      `json:"key,omitempty"`
-	KeyEncoding string       `json:"keyEncoding,omitempty"`
-	Timestamp   *int64       `json:"timestamp,omitempty"`
-	Tags        []string     `json:"tags,omitempty"`
-	Headers     []jsonHeader `json:"headers,omitempty"`
-}
-
-// jsonHeader is one header of consume --json: a null value is JSON null;
-// a value that is not UTF-8 is in base64, with encoding "base64".
-type jsonHeader struct {
-	Key      string  `json:"key"`
-	Value    *string `json:"value"`
-	Encoding string  `json:"encoding,omitempty"`
-}
-
-// setProps fills j's properties from m's.
-func (j *jsonMessage) setProps(m *message.Message) {
-	if m.Key != nil {
-		k := string(m.Key)
-		if !utf8.Valid(m.Key) {
-			k, j.KeyEncoding = base64.StdEncoding.EncodeToString(m.Key), "base64"
-		}
-		j.Key = &k
-	}
-	if !m.Timestamp.IsZero() {
-		ms := m.Timestamp.UnixMilli()
-		j.Timestamp = &ms
-	}
-	j.Tags = m.Tags
-	for _, h := range m.Headers {
-		jh := jsonHeader{Key: h.Key}
-		if h.Value != nil {
-			v := string(h.Value)
-			if !utf8.Valid(h.Value) {
-				v, jh.Encoding = base64.StdEncoding.EncodeToString(h.Value), "base64"
-			}
-			jh.Value = &v
-		}
-		j.Headers = append(j.Headers, jh)
-	}
+	Topic     string `json:"topic"`
+	Broker    *int   `json:"broker,omitempty"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	MsgID     string `json:"msgId"`
+	message.JSONContent
 }
 
 // consumeOpts are the flags of consume.
@@ -560,20 +515,11 @@ func (pr *printer) print(ctx context.Context, m *message.Message, stop func(), f
 func (pr *printer) write(m *message.Message) error {
 	switch {
 	case pr.asJSON:
-		j := jsonMessage{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, MsgID: strconv.FormatInt(m.ID, 10), Encoding: "utf8"}
+		j := jsonMessage{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, MsgID: strconv.FormatInt(m.ID, 10),
+			JSONContent: message.NewJSONContent(m)}
 		if m.BrokerID != 0 {
 			b := m.BrokerID
 			j.Broker = &b
-		}
-		if m.HasAttribute {
-			a := m.Attribute
-			j.Attribute = &a
-		}
-		j.setProps(m)
-		if utf8.Valid(m.Body) {
-			j.Body = string(m.Body)
-		} else {
-			j.Body, j.Encoding = base64.StdEncoding.EncodeToString(m.Body), "base64"
 		}
 		return pr.enc.Encode(&j)
 	case pr.format != nil:

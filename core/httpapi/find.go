@@ -1,13 +1,11 @@
 package httpapi
 
 import (
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -112,32 +110,18 @@ func (s *Server) findTopics(v security.Viewer, topic string) ([]string, error) {
 }
 
 // FoundJSON is one record of GET /api/v1/messages: the shape of `metaq
-// consume --json`'s objects. Body, key and header values are UTF-8 text
-// when they are, else base64 (encoding "base64").
+// consume --json`'s objects (sdk/admin.FoundMessage, which this package
+// may not import: sdk/client's tests import the broker).
 type FoundJSON struct {
-	Topic       string       `json:"topic"`
-	Partition   int          `json:"partition"`
-	Offset      int64        `json:"offset"`
-	MsgID       string       `json:"msgId"`
-	Time        int64        `json:"time"` // unix ms: the create time, else the msgId's
-	Attribute   *string      `json:"attribute"`
-	Body        string       `json:"body"`
-	Encoding    string       `json:"encoding"`
-	Key         *string      `json:"key,omitempty"`
-	KeyEncoding string       `json:"keyEncoding,omitempty"`
-	Timestamp   *int64       `json:"timestamp,omitempty"`
-	Tags        []string     `json:"tags,omitempty"`
-	Headers     []HeaderJSON `json:"headers,omitempty"`
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	Offset    int64  `json:"offset"`
+	MsgID     string `json:"msgId"`
+	Time      int64  `json:"time"` // unix ms: the create time, else the msgId's
+	message.JSONContent
 }
 
-// HeaderJSON is one header of a FoundJSON; a null value is JSON null.
-type HeaderJSON struct {
-	Key      string  `json:"key"`
-	Value    *string `json:"value"`
-	Encoding string  `json:"encoding,omitempty"`
-}
-
-// FindJSON is GET /api/v1/messages's reply.
+// FindJSON is GET /api/v1/messages's reply (sdk/admin.Found).
 type FindJSON struct {
 	Messages     []FoundJSON `json:"messages"`
 	More         bool        `json:"more"`
@@ -150,50 +134,14 @@ type FindJSON struct {
 	Notes        []string    `json:"notes,omitempty"`
 }
 
-func textOr64(b []byte) (string, string) {
-	if utf8.Valid(b) {
-		return string(b), "utf8"
-	}
-	return base64.StdEncoding.EncodeToString(b), "base64"
-}
-
 // foundJSON converts f for the JSON reply.
 func foundJSON(f FoundRecord) (FoundJSON, error) {
 	m, err := f.Record.Message(f.Topic, int32(f.Partition))
 	if err != nil {
 		return FoundJSON{}, err
 	}
-	j := FoundJSON{Topic: f.Topic, Partition: f.Partition, Offset: f.Record.Offset,
-		MsgID: strconv.FormatInt(f.Record.ID, 10), Time: m.Time().UnixMilli()}
-	if m.HasAttribute {
-		a := m.Attribute
-		j.Attribute = &a
-	}
-	j.Body, j.Encoding = textOr64(m.Body)
-	if m.Key != nil {
-		k, enc := textOr64(m.Key)
-		j.Key = &k
-		if enc != "utf8" {
-			j.KeyEncoding = enc
-		}
-	}
-	if !m.Timestamp.IsZero() {
-		ts := m.Timestamp.UnixMilli()
-		j.Timestamp = &ts
-	}
-	j.Tags = m.Tags
-	for _, h := range m.Headers {
-		hj := HeaderJSON{Key: h.Key}
-		if h.Value != nil {
-			v, enc := textOr64(h.Value)
-			hj.Value = &v
-			if enc != "utf8" {
-				hj.Encoding = enc
-			}
-		}
-		j.Headers = append(j.Headers, hj)
-	}
-	return j, nil
+	return FoundJSON{Topic: f.Topic, Partition: f.Partition, Offset: f.Record.Offset,
+		MsgID: strconv.FormatInt(f.Record.ID, 10), Time: m.Time().UnixMilli(), JSONContent: message.NewJSONContent(&m)}, nil
 }
 
 // apiFindMessages is GET /api/v1/messages: it reads messages, so each

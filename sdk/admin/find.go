@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // FoundMessage is a message FindMessages found (GET /api/v1/messages):
@@ -12,26 +14,12 @@ import (
 // time (unix ms), else the msgId's. Body, Key and header values are text
 // when their Encoding is "utf8" (or empty), base64 when "base64".
 type FoundMessage struct {
-	Topic       string        `json:"topic"`
-	Partition   int           `json:"partition"`
-	Offset      int64         `json:"offset"`
-	MsgID       string        `json:"msgId"`
-	Time        int64         `json:"time"`
-	Attribute   *string       `json:"attribute"`
-	Body        string        `json:"body"`
-	Encoding    string        `json:"encoding"`
-	Key         *string       `json:"key,omitempty"`
-	KeyEncoding string        `json:"keyEncoding,omitempty"`
-	Timestamp   *int64        `json:"timestamp,omitempty"`
-	Tags        []string      `json:"tags,omitempty"`
-	Headers     []FoundHeader `json:"headers,omitempty"`
-}
-
-// FoundHeader is one header of a FoundMessage; a nil Value is null.
-type FoundHeader struct {
-	Key      string  `json:"key"`
-	Value    *string `json:"value"`
-	Encoding string  `json:"encoding,omitempty"`
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	Offset    int64  `json:"offset"`
+	MsgID     string `json:"msgId"`
+	Time      int64  `json:"time"`
+	message.JSONContent
 }
 
 // Found is FindMessages's answer: the messages (by topic, partition and
@@ -47,7 +35,7 @@ type Found struct {
 	Candidates   int            `json:"candidates"`
 	ScannedBytes int64          `json:"scannedBytes"`
 	TookMs       float64        `json:"tookMs"`
-	Notes        []string       `json:"notes"`
+	Notes        []string       `json:"notes,omitempty"`
 }
 
 // FindQuery is a lookup: by Key, or by ID (a msgId) when Key is nil; in
