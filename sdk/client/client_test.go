@@ -248,17 +248,25 @@ func TestClientStoreOffsetsIn(t *testing.T) {
 	}
 }
 
+// zkTwoBrokers starts ZooKeeper and brokers 1 and 2, registers topic
+// with parts partitions on each under root, and returns the options of a
+// client that finds them there.
+func zkTwoBrokers(t *testing.T, root string, parts int) []Opt {
+	t.Helper()
+	zkAddr := testsvc.ZooKeeper(t)
+	b1, b2 := startBroker(t, brokerWithID(1)), startBroker(t, brokerWithID(2))
+	root = zkRoot(root)
+	w := newZKWriter(t, zkAddr, root)
+	w.registerBoth(1, b1.addr, parts)
+	w.registerBoth(2, b2.addr, parts)
+	return []Opt{ZooKeeper(zkAddr, root), ZooKeeperSessionTimeout(4 * time.Second)}
+}
+
 // TestClientZooKeeper produces batched through ZooKeeper discovery to two
 // brokers, consumes as a group of two and as two broadcast members.
 func TestClientZooKeeper(t *testing.T) {
 	t.Parallel()
-	zkAddr := testsvc.ZooKeeper(t)
-	b1, b2 := startBroker(t, brokerWithID(1)), startBroker(t, brokerWithID(2))
-	root := zkRoot("/client-zk")
-	w := newZKWriter(t, zkAddr, root)
-	w.registerBoth(1, b1.addr, 4)
-	w.registerBoth(2, b2.addr, 4)
-	zkOpts := []Opt{ZooKeeper(zkAddr, root), ZooKeeperSessionTimeout(4 * time.Second)}
+	zkOpts := zkTwoBrokers(t, "/client-zk", 4)
 
 	p := newClient(t, append(zkOpts, Batching(64, 1<<20, time.Millisecond))...)
 	res := clientProduceN(t, p, 400)
@@ -309,13 +317,7 @@ func TestClientZooKeeper(t *testing.T) {
 // partition's end once everything is handled.
 func TestClientZooKeeperPosition(t *testing.T) {
 	t.Parallel()
-	zkAddr := testsvc.ZooKeeper(t)
-	b1, b2 := startBroker(t, brokerWithID(1)), startBroker(t, brokerWithID(2))
-	root := zkRoot("/client-zk-pos")
-	w := newZKWriter(t, zkAddr, root)
-	w.registerBoth(1, b1.addr, 2)
-	w.registerBoth(2, b2.addr, 2)
-	zkOpts := []Opt{ZooKeeper(zkAddr, root), ZooKeeperSessionTimeout(4 * time.Second)}
+	zkOpts := zkTwoBrokers(t, "/client-zk-pos", 2)
 
 	p := newClient(t, zkOpts...)
 	ends := map[message.Partition]int64{} // past each partition's last record

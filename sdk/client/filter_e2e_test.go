@@ -15,7 +15,6 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/brokertest"
-	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/selector"
 )
@@ -119,13 +118,7 @@ func TestClientFilterDirectGroup(t *testing.T) {
 // and tag expression gets exactly the matching messages of both brokers.
 func TestClientFilterZooKeeper(t *testing.T) {
 	t.Parallel()
-	zkAddr := testsvc.ZooKeeper(t)
-	b1, b2 := startBroker(t, brokerWithID(1)), startBroker(t, brokerWithID(2))
-	root := zkRoot("/client-zk-filter")
-	w := newZKWriter(t, zkAddr, root)
-	w.registerBoth(1, b1.addr, 4)
-	w.registerBoth(2, b2.addr, 4)
-	zkOpts := []Opt{ZooKeeper(zkAddr, root), ZooKeeperSessionTimeout(4 * time.Second)}
+	zkOpts := zkTwoBrokers(t, "/client-zk-filter", 4)
 
 	p := newClient(t, zkOpts...)
 	msgs := make([]*message.Message, 100)
