@@ -376,7 +376,13 @@ func (b *Broker) deliver(l *store.Log, es []timer.Entry, now int64, buf []byte) 
 // is: through the sync master when there is one.
 func (b *Broker) appendTo(topic string, l *store.Log, p int32, entries []store.Entry, w repl.PutDone) error {
 	if b.sync != nil {
-		refused, err := b.sync.Put(topic, p, l, entries, b.ids, w, 0, func(int) {})
+		// nil ids: a due message keeps the msgId of its acceptance (a
+		// delivered mark gets one from the log, which has b.ids).
+		ids := store.IDSource(nil)
+		if entries[0].ID == 0 {
+			ids = b.ids
+		}
+		refused, err := b.sync.Put(topic, p, l, entries, ids, w, 0, func(int) {})
 		if refused != nil {
 			return refused
 		}

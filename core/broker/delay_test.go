@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/timer"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/client"
@@ -230,4 +231,56 @@ func TestSyncPairDelayed(t *testing.T) {
 		pending += w.Pending()
 	}
 	require.Equal(t, int64(21), pending, "the slave's timer log holds the 21 pending, %d among them", late[0].ID)
+}
+
+// TestSyncPairDelayedDelivery: on a sync pair the master delivers due
+// messages (each to the partition its put chose), with their msgIds, and
+// the slave's copy of each target partition holds them too.
+func TestSyncPairDelayedDelivery(t *testing.T) {
+	t.Parallel()
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/repl-delayed-deliver-%d", time.Now().UnixNano())
+	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
+	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
+	waitInSync(t, master, "2/2")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Brokers(master.Addr()), client.Logger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer cl.Close(ctx)
+	ids := map[int64]bool{}
+	for i := range 10 {
+		res, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: []byte("due" + strconv.Itoa(i)), Delay: 300 * time.Millisecond})
+		require.NoError(t, err)
+		ids[res[0].ID] = true
+	}
+	mt, err := master.lookup([]byte("t"), false)
+	require.NoError(t, err)
+	// Every due message is delivered on the master, and copied to the slave.
+	found := func(parts []*store.Log) map[int64]bool {
+		got := map[int64]bool{}
+		for _, l := range parts {
+			v, err := l.Read(l.MinOffset(), 1<<20)
+			if err != nil {
+				continue
+			}
+			b, err := v.ReadAll(nil)
+			v.Release()
+			if err != nil {
+				continue
+			}
+			it := message.NewIterator(b, 0, 0)
+			for it.Next() {
+				got[it.Record().ID] = true
+			}
+		}
+		return got
+	}
+	require.Eventually(t, func() bool { return len(found(mt.parts)) == len(ids) }, 15*time.Second, 50*time.Millisecond,
+		"the sync master delivers the due messages")
+	require.Equal(t, ids, found(mt.parts), "delivered with the msgIds their puts were answered with")
+	require.Eventually(t, func() bool {
+		st, err := slave.lookup([]byte("t"), false)
+		return err == nil && len(found(st.parts)) == len(ids)
+	}, 15*time.Second, 50*time.Millisecond, "the slave holds the delivered messages")
 }

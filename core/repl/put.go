@@ -44,7 +44,8 @@ import (
 // (LateRefusal); a partition not in sync refuses unless puts may be stored
 // on the master alone (DegradePuts). Otherwise the entries take their ids
 // from ids and are appended and shipped to the slave (AppendShip, done
-// told through a PutWait), or stored alone (AppendAlone, done told the
+// told through a PutWait; a nil ids keeps the ids the entries carry, as a
+// delayed message's delivery does), or stored alone (AppendAlone, done told the
 // append's outcome). pending(1) is called before the append, pending(-1)
 // if it fails. Put returns the refusal (nothing appended), or the
 // append's error.
@@ -64,9 +65,11 @@ func (sm *SyncMaster) Put(topic string, p int32, l *store.Log, entries []store.E
 	}
 	pending(1)
 	if ok {
-		first := ids.Next(len(entries))
-		for i := range entries {
-			entries[i].ID = first + int64(i)
+		if ids != nil {
+			first := ids.Next(len(entries))
+			for i := range entries {
+				entries[i].ID = first + int64(i)
+			}
 		}
 		err = sp.AppendShip(lk, entries, sm.NewPutWait(done, sp, token, len(entries)), token)
 	} else {
