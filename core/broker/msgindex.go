@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -167,7 +168,7 @@ func (h httpBackend) FindMessages(topics []string, q httpapi.FindQuery) (httpapi
 	// The newest q.Limit of all (ids rise with time), shown by topic,
 	// partition and offset.
 	if len(res.Found) > q.Limit {
-		slices.SortFunc(res.Found, func(a, b httpapi.FoundRecord) int { return cmpInt64(b.Record.ID, a.Record.ID) })
+		slices.SortFunc(res.Found, func(a, b httpapi.FoundRecord) int { return cmp.Compare(b.Record.ID, a.Record.ID) })
 		res.Found, res.More = res.Found[:q.Limit], true
 	}
 	slices.SortFunc(res.Found, func(a, b httpapi.FoundRecord) int {
@@ -180,7 +181,7 @@ func (h httpBackend) FindMessages(topics []string, q httpapi.FindQuery) (httpapi
 		case a.Partition != b.Partition:
 			return a.Partition - b.Partition
 		}
-		return cmpInt64(a.Record.Offset, b.Record.Offset)
+		return cmp.Compare(a.Record.Offset, b.Record.Offset)
 	})
 	if q.ByID && len(res.Found) == 0 {
 		ms, broker, _ := message.IDParts(q.ID)
@@ -192,14 +193,4 @@ func (h httpBackend) FindMessages(topics []string, q httpapi.FindQuery) (httpapi
 	res.Took = time.Since(start)
 	res.Indexed = b.config().IndexKeys
 	return res, nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

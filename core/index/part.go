@@ -1,6 +1,7 @@
 package index
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -136,7 +137,7 @@ func Open(dir string, l *store.Log, opts Options) (*Part, error) {
 		}
 		found = append(found, &chunk{hdr: h, path: path})
 	}
-	slices.SortFunc(found, func(a, b *chunk) int { return compare(a.hdr.from, b.hdr.from) })
+	slices.SortFunc(found, func(a, b *chunk) int { return cmp.Compare(a.hdr.from, b.hdr.from) })
 	min, max := l.MinOffset(), l.MaxOffset()
 	next := min
 	for _, c := range found {
@@ -154,16 +155,6 @@ func Open(dir string, l *store.Log, opts Options) (*Part, error) {
 	p.indexed = next
 	p.cuts, _ = l.Cuts()
 	return p, nil
-}
-
-func compare(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 const tmpSuffix = ".tmp"
