@@ -26,15 +26,7 @@ func TestConsumeFilterDocs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(binDir, "metaq"), []byte(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("../../docs/filters.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks, err := doctest.Parse("docs/filters.md", src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds := doctest.Walkthrough(blocks, "consumer-filter")
+	cmds := docWalkthrough(t, "docs/filters.md", "consumer-filter")
 	if len(cmds) < 4 {
 		t.Fatalf("docs/filters.md: %d commands in the consumer-filter walkthrough", len(cmds))
 	}
@@ -50,20 +42,7 @@ func TestConsumeFilterDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sh.Close(5 * time.Second)
-	for _, c := range cmds {
-		res, err := sh.Run(c.Text, 60*time.Second)
-		if err != nil {
-			t.Fatalf("%s: %s: %v", c.Where(), c.Key, err)
-		}
-		if res.Exit != 0 {
-			t.Fatalf("%s: %s: exit %d\n%s", c.Where(), c.Key, res.Exit, res.Output)
-		}
-		if c.Output != nil {
-			if err := doctest.Match(c.Output, res.Output); err != nil {
-				t.Fatalf("%s: %s: %v", c.Where(), c.Key, err)
-			}
-		}
-	}
+	runWalkthrough(t, sh, cmds, 60*time.Second)
 
 	a := "--addr=" + addr
 	r := cliWithin(t, 60*time.Second, "", a, "consume", "--topic", "meta-test", "--partition", "0", "--filter", "paid ||")

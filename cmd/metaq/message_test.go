@@ -76,18 +76,7 @@ func TestCLIMessageGetDocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the CLI and runs it")
 	}
-	src, err := os.ReadFile("../../docs/cli.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks, err := doctest.Parse("docs/cli.md", src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds := doctest.Walkthrough(blocks, "message")
-	if len(cmds) == 0 {
-		t.Fatal("docs/cli.md has no message walkthrough")
-	}
+	cmds := docWalkthrough(t, "docs/cli.md", "message")
 	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.HTTP(), brokertest.Topics("meta-test"))
 	bin := testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq")
 	dir := t.TempDir()
@@ -102,23 +91,7 @@ func TestCLIMessageGetDocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sh.Close(5 * time.Second)
-	compared := 0
-	for _, c := range cmds {
-		res, err := sh.Run(c.Text, time.Minute)
-		if err != nil {
-			t.Fatalf("%s: %s: %v", c.Where(), c.Text, err)
-		}
-		if res.Exit != 0 {
-			t.Fatalf("%s: %s: exit %d\n%s", c.Where(), c.Text, res.Exit, res.Output)
-		}
-		if c.Output == nil {
-			continue // printf: shows nothing
-		}
-		compared++
-		if err := doctest.Match(c.Output, res.Output); err != nil {
-			t.Fatalf("%s: %s: %v\noutput:\n%s", c.Where(), c.Text, err, res.Output)
-		}
-	}
+	compared := runWalkthrough(t, sh, cmds, time.Minute)
 	if compared < 4 {
 		t.Fatalf("the docs show the output of %d commands, want produce, cat, message get --key and --id", compared)
 	}
