@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strconv"
@@ -15,7 +14,6 @@ import (
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/timer"
-	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -188,11 +186,7 @@ func TestDelayedRefusals(t *testing.T) {
 // sync master is not checked here: docs/delayed.md, "Not built yet".)
 func TestSyncPairDelayed(t *testing.T) {
 	t.Parallel()
-	zkAddr := testsvc.ZooKeeper(t)
-	root := fmt.Sprintf("/repl-delayed-%d", time.Now().UnixNano())
-	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
-	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
-	waitInSync(t, master, "2/2")
+	master, slave := syncPair(t, "delayed")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -238,11 +232,7 @@ func TestSyncPairDelayed(t *testing.T) {
 // the slave's copy of each target partition holds them too.
 func TestSyncPairDelayedDelivery(t *testing.T) {
 	t.Parallel()
-	zkAddr := testsvc.ZooKeeper(t)
-	root := fmt.Sprintf("/repl-delayed-deliver-%d", time.Now().UnixNano())
-	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
-	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
-	waitInSync(t, master, "2/2")
+	master, slave := syncPair(t, "delayed-deliver")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl, err := client.New(client.Brokers(master.Addr()), client.Logger(slog.New(slog.DiscardHandler)))

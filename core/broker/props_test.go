@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -10,9 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/httpapi"
-	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -52,11 +49,7 @@ func readPartition(t *testing.T, addr, topic string, p int32, end int64) []byte 
 // refused by the slave.
 func TestSyncPairProperties(t *testing.T) {
 	t.Parallel()
-	zkAddr := testsvc.ZooKeeper(t)
-	root := fmt.Sprintf("/repl-props-%d", time.Now().UnixNano())
-	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
-	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
-	waitInSync(t, master, "2/2")
+	master, slave := syncPair(t, "props")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

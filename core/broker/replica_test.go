@@ -136,11 +136,7 @@ func TestReplicationInProcess(t *testing.T) {
 // one, so that each byte crossed the link twice).
 func TestSyncSlaveSkipsSynced(t *testing.T) {
 	// Not parallel: how much the slave refetches depends on how soon the master's appends are durable, which load delays.
-	zkAddr := testsvc.ZooKeeper(t)
-	root := fmt.Sprintf("/repl-skip-%d", time.Now().UnixNano())
-	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
-	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
-	waitInSync(t, master, "2/2")
+	master, slave := syncPair(t, "skip")
 	ok, fail := pipelinedPuts(t, master.Addr(), 400)
 	require.Equal(t, 400, ok, fail)
 	requireSameEnds(t, master, slave, "t")
@@ -313,6 +309,18 @@ func (b *Broker) statsText() string {
 	var sb strings.Builder
 	b.writeSummary(&sb)
 	return sb.String()
+}
+
+// syncPair starts a sync master and its slave on a new ZooKeeper root
+// /repl-<name>-<now> and waits until they are in sync.
+func syncPair(t *testing.T, name string) (master, slave *Broker) {
+	t.Helper()
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/repl-%s-%d", name, time.Now().UnixNano())
+	master = replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
+	slave = replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
+	waitInSync(t, master, "2/2")
+	return master, slave
 }
 
 // waitInSync waits until the sync master has all partitions in sync.
