@@ -108,6 +108,13 @@ type producer struct {
 	n, head int // batches[head] is the oldest of n
 	used    time.Time
 	elem    *list.Element
+	// rebuilt: the producer was read back from the log (Rebuild), whose
+	// sequences up to rebuiltUpTo are known stored only inside the runs
+	// the window kept: a put that failed before a restart leaves no trace
+	// but a gap, so a retry of a sequence outside them is not taken for
+	// stored.
+	rebuilt     bool
+	rebuiltUpTo int64
 }
 
 // push adds b as the newest batch; lost reports that the oldest one went
@@ -168,6 +175,7 @@ func (p *producer) find(first int64) *batch {
 // message by message) gets its result; one still being stored, InFlight;
 // the rest is Stored.
 func (p *producer) judge(first, last int64) (Verdict, Result) {
+	covered := false
 	for i := p.n - 1; i >= 0; i-- {
 		b := &p.batches[(p.head+i)%Window]
 		if b.failed || b.last < first || b.first > last {
@@ -181,6 +189,15 @@ func (p *producer) judge(first, last int64) (Verdict, Result) {
 			r.Count = int(last - first + 1)
 			return Duplicate, r
 		}
+		if b.first <= first && last <= b.last && b.res.Count > 0 {
+			covered = true
+		}
+	}
+	if p.rebuilt && first <= p.rebuiltUpTo && !covered {
+		// Read back from the log, and not inside a run it holds: maybe
+		// stored before the window, maybe a put that failed before the
+		// restart (a gap). The broker cannot tell; nothing is stored.
+		return UnknownProducer, Result{}
 	}
 	return Stored, Result{}
 }
@@ -478,6 +495,7 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 		if r := runs[id]; r != nil {
 			p.push(r.b)
 		}
+		p.rebuilt, p.rebuiltUpTo = true, p.last
 		p.used = now
 		p.elem = t.lru.PushBack(p)
 		t.producers[id] = p
