@@ -115,6 +115,24 @@ type producer struct {
 	// stored.
 	rebuilt     bool
 	rebuiltUpTo int64
+	// ranges are the sequences the rebuild read records for, as merged
+	// intervals (ascending; at most maxRanges, the newest): a sequence
+	// in one is stored, one in a gap between them is not known to be.
+	ranges [][2]int64
+}
+
+// maxRanges bounds the intervals of stored sequences a rebuild keeps per
+// producer (a gap is a put that failed and was never retried: rare).
+const maxRanges = 64
+
+// inRanges reports whether first..last lie in one of p's rebuilt ranges.
+func (p *producer) inRanges(first, last int64) bool {
+	for _, r := range p.ranges {
+		if r[0] <= first && last <= r[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // push adds b as the newest batch; lost reports that the oldest one went
@@ -193,7 +211,7 @@ func (p *producer) judge(first, last int64) (Verdict, Result) {
 			covered = true
 		}
 	}
-	if p.rebuilt && first <= p.rebuiltUpTo && !covered {
+	if p.rebuilt && first <= p.rebuiltUpTo && !covered && !p.inRanges(first, last) {
 		// Read back from the log, and not inside a run it holds: maybe
 		// stored before the window, maybe a put that failed before the
 		// restart (a gap). The broker cannot tell; nothing is stored.
@@ -457,6 +475,15 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 			seen[r.Producer] = p
 		}
 		order = append(order, r.Producer)
+		switch n := len(p.ranges); {
+		case n > 0 && r.Seq == p.ranges[n-1][1]+1:
+			p.ranges[n-1][1] = r.Seq
+		case n == 0 || r.Seq > p.ranges[n-1][1]+1:
+			if n == maxRanges {
+				p.ranges = append(p.ranges[:0], p.ranges[1:]...)
+			}
+			p.ranges = append(p.ranges, [2]int64{r.Seq, r.Seq})
+		}
 		cur := runs[r.Producer]
 		if cur != nil && r.Seq == cur.b.last+1 && r.Offset == cur.end && r.ID == cur.b.res.FirstID+int64(cur.b.res.Count) {
 			cur.b.last = r.Seq
