@@ -405,7 +405,10 @@ func consumeGroup(e *env, o *consumeOpts, from resetTo, pr *printer) error {
 	} else {
 		opts = append(opts, client.ConsumeTopics(o.topic))
 	}
-	opts = append(opts, client.ConsumerGroup(o.group), client.FetchMaxWait(500*time.Millisecond))
+	// Reject(Drop()): a reader that prints creates no retry topics (the
+	// group default, docs/sdk.md); its handler fails only when it cannot
+	// write, which ends the command.
+	opts = append(opts, client.ConsumerGroup(o.group), client.FetchMaxWait(500*time.Millisecond), client.Reject(client.Drop()))
 	if from.kind == "latest" {
 		opts = append(opts, client.ConsumeFrom(client.Latest))
 	}

@@ -36,7 +36,10 @@ func Example() {
 		}
 	}
 	send("one", "two", "three")
-	cl, err := client.New(client.Brokers(brokerAddr), client.ConsumeTopics("ex-admin"), client.ConsumerGroup("audit"))
+	// Reject(Drop()): no audit.retry and audit.dlq topics (the group
+	// default creates them) in the listing below.
+	cl, err := client.New(client.Brokers(brokerAddr), client.ConsumeTopics("ex-admin"), client.ConsumerGroup("audit"),
+		client.Reject(client.Drop()))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -42,7 +42,12 @@ type Client struct {
 	txs       txSession        // local transactions' session (transaction.go)
 	raw       map[string]*conn // Request's connections (request.go)
 	dedup     *idCache         // handled message ids (MessageIDCache); nil: off
-	retrier   *retrier         // Reject(RetryTopics(...)); nil: another policy
+	retrier   *retrier         // Reject(RetryTopics(...)) or the default; nil: another policy
+	// retryDefault: retrier is the group's default policy, not chosen
+	// with Reject; Consume falls back to Drop when it cannot create the
+	// topics (retryRuns, the retry topic's consumers, are then not run).
+	retryDefault bool
+	retryRuns    map[consumerRun]bool
 }
 
 // consumerRun is one topic's consumer of a Client (per broker in direct
@@ -95,6 +100,7 @@ type config struct {
 	cOpts     []consOption
 	idCache   int           // MessageIDCache's size; 0: off
 	retryOpts *RetryOptions // Reject(RetryTopics(...)); nil: another policy
+	rejectSet bool          // Reject was given
 }
 
 func (c *config) errorf(format string, args ...any) {
@@ -388,8 +394,18 @@ func (c *Client) buildConsumers() error {
 	})}
 	base = append(base, cfg.cOpts...)
 	topics := cfg.topics
-	if cfg.retryOpts != nil {
-		r, err := newRetrier(cfg.group, *cfg.retryOpts, clientSender{c}, cfg.logger)
+	retryOpts := cfg.retryOpts
+	if retryOpts == nil && !cfg.rejectSet && cfg.group != "" && !cfg.broadcast && len(cfg.topics) > 0 && len(cfg.parts) == 0 {
+		// RetryTopics is the default policy of a group's members; a group
+		// whose name makes no topic name keeps Drop (and says so).
+		if _, err := newRetrier(cfg.group, RetryOptions{}, nil, cfg.logger); err == nil {
+			retryOpts, c.retryDefault = &RetryOptions{}, true
+		} else {
+			cfg.logger.Warn("metaq: the group keeps Reject(Drop()): no retry topics for it", "group", cfg.group, "err", err)
+		}
+	}
+	if retryOpts != nil {
+		r, err := newRetrier(cfg.group, *retryOpts, clientSender{c}, cfg.logger)
 		if err != nil {
 			return err
 		}
@@ -419,7 +435,28 @@ func (c *Client) buildConsumers() error {
 		c.cons = append(c.cons, r)
 		return nil
 	}
+	// markRetry notes the consumers just added for the default policy's
+	// retry topic (not one the Client was asked to consume).
+	markRetry := func(t string, from int) {
+		if c.retryDefault && t == c.retrier.retryTopic && !slices.Contains(cfg.topics, t) {
+			if c.retryRuns == nil {
+				c.retryRuns = map[consumerRun]bool{}
+			}
+			for _, r := range c.cons[from:] {
+				c.retryRuns[r] = true
+			}
+		}
+	}
 	for _, t := range topics {
+		from := len(c.cons)
+		if c.zk != nil {
+			cc, err := openClusterConsumer(context.Background(), "", t, base...)
+			if err := add(cc, err); err != nil {
+				return err
+			}
+			markRetry(t, from)
+			continue
+		}
 		if c.zk != nil {
 			cc, err := openClusterConsumer(context.Background(), "", t, base...)
 			if err := add(cc, err); err != nil {
@@ -440,6 +477,7 @@ func (c *Client) buildConsumers() error {
 				return err
 			}
 		}
+		markRetry(t, from)
 	}
 	for t, ps := range cfg.parts {
 		cn, err := newBrokerConsumer(cfg.brokers[0], t, append(slices.Clip(base), withPartitions(ps...))...)

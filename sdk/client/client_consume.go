@@ -28,8 +28,20 @@ func (c *Client) Consume(ctx context.Context, h Handler) error {
 	}
 	defer c.stopConsuming()
 	if c.retrier != nil {
-		if err := c.ensureRetryTopics(ctx); err != nil {
-			return err
+		if !c.retrier.dropping.Load() {
+			if err := c.ensureRetryTopics(ctx); err != nil {
+				if !c.retryDefault {
+					return err
+				}
+				// The default policy: the group goes on as with Drop()
+				// for this Client's life.
+				c.cfg.logger.Warn("metaq: rejected messages will be dropped: the group's retry topics cannot be created "+
+					"(create them, or choose a policy with Reject)", "group", c.cfg.group, "err", err)
+				c.retrier.dropping.Store(true)
+			}
+		}
+		if c.retrier.dropping.Load() {
+			runs = slices.DeleteFunc(runs, func(r consumerRun) bool { return c.retryRuns[r] })
 		}
 		h = c.retrier.wrap(h)
 	}

@@ -320,8 +320,11 @@ func HandlerRetries(n int, backoff time.Duration) Opt {
 }
 
 // Reject sets what happens to a message its handler failed on after the
-// retries: Drop() (the default: it is logged at error level and
-// skipped), RecoverLocally(dir) (kept on disk and handed to the handler
+// retries: RetryTopics (the default of a ConsumerGroup's members that
+// consume ConsumeTopics, not Broadcast: RetryTopics(RetryOptions{}), which
+// falls back to Drop() when Consume cannot create the group's retry and
+// dead-letter topics), Drop() (the default otherwise: it is logged at
+// error level and skipped), RecoverLocally(dir) (kept on disk and handed to the handler
 // again later, MetaQ's policy), RetryTopics(o) (sent to the group's
 // retry topic and redelivered with backoff, then to its dead-letter
 // topic: docs/retry.md), RetryInPlace(max) (never rejected: retried
@@ -332,7 +335,7 @@ func Reject(p RejectPolicy) Opt {
 		if p == nil {
 			c.errorf("Reject needs a policy")
 		}
-		c.retryOpts = nil
+		c.retryOpts, c.rejectSet = nil, true
 		if rp, ok := p.(retryTopics); ok {
 			c.retryOpts = &rp.o // the Client makes the policy (buildConsumers)
 			return

@@ -53,8 +53,10 @@
 // gives every member every message. Each partition is delivered in
 // order, one message at a time; different partitions concurrently. A
 // message the handler fails on is retried (HandlerRetries), then given to
-// the Reject policy: Drop by default (logged at error level), or
-// RecoverLocally, MetaQ's local recovery store.
+// the Reject policy: for a group's members RetryTopics by default (the
+// group's retry topic with backoff, then its dead-letter topic; Drop when
+// the topics cannot be created), Drop otherwise (logged at error level),
+// or RecoverLocally, MetaQ's local recovery store.
 //
 // # Transactions
 //

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
@@ -106,6 +107,9 @@ type retrier struct {
 	send                        delayedSender
 	now                         func() time.Time
 	logger                      *slog.Logger
+	// dropping: the default policy could not create its topics, so it
+	// drops as Drop() does (Client.Consume).
+	dropping atomic.Bool
 }
 
 func newRetrier(group string, o RetryOptions, send delayedSender, logger *slog.Logger) (*retrier, error) {
@@ -215,6 +219,11 @@ func (r *retrier) next(m *message.Message, herr error, now time.Time) (out *mess
 // reject is the consumers' reject function: it sends m on and returns nil
 // once the retry or dead-letter topic has it.
 func (r *retrier) reject(ctx context.Context, fetched *message.Message, herr error) error {
+	if r.dropping.Load() {
+		r.logger.Error("metaq: message rejected after retries and dropped", "topic", fetched.Topic,
+			"partition", fetched.Partition, "offset", fetched.Offset, "id", fetched.ID, "err", herr)
+		return nil
+	}
 	v := *fetched
 	m := &v
 	r.view(m)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -333,4 +334,79 @@ func TestRetryTopicsCreated(t *testing.T) {
 	require.NoError(t, c2.ensureRetryTopics(ctx))
 	cancel()
 	<-done
+}
+
+// TestRetryTopicsDefault: a group member given no Reject policy uses
+// RetryTopics: it creates the group's topics and a rejected message goes
+// to <group>.retry. On a broker with no admin API it cannot create them
+// and falls back to Drop: Consume runs, the poison message is dropped and
+// the next one handled.
+func TestRetryTopicsDefault(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	withAPI := brokertest.Start(t, brokertest.Config(brokerConfig(t)), brokertest.HTTP(), brokertest.Quiet()).Addr()
+	noAPI := startBroker(t).addr
+	for _, addr := range []string{withAPI, noAPI} {
+		p := newClient(t, Brokers(addr))
+		_, err := p.ProduceSync(ctx, &message.Message{Topic: topic, Body: []byte("poison"), Key: []byte("k")},
+			&message.Message{Topic: topic, Body: []byte("ok"), Key: []byte("k")})
+		require.NoError(t, err)
+		c := newClient(t, Brokers(addr), ConsumeTopics(topic), ConsumerGroup("dg"), HandlerRetries(0, 0),
+			HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
+		require.NotNil(t, c.retrier, "RetryTopics is the default")
+		cctx, ccancel := context.WithCancel(ctx)
+		okc := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- c.Consume(cctx, func(_ context.Context, m *message.Message) error {
+				if string(m.Body) == "poison" {
+					return errors.New("poison")
+				}
+				close(okc)
+				return nil
+			})
+		}()
+		select {
+		case <-okc:
+		case err := <-done:
+			t.Fatalf("%s: Consume ended: %v", addr, err)
+		case <-ctx.Done():
+			t.Fatalf("%s: the message after the poison one was not handled", addr)
+		}
+		cn, err := c.rawConn(addr)
+		require.NoError(t, err)
+		retried := func() int64 {
+			infos, err := statsTopics(ctx, cn)
+			require.NoError(t, err)
+			for _, ti := range infos {
+				if ti.Name == RetryTopicOf("dg") {
+					return ti.MessageCount
+				}
+			}
+			return -1 // absent
+		}
+		if addr == noAPI {
+			require.True(t, c.retrier.dropping.Load(), "fell back to Drop")
+			require.EqualValues(t, -1, retried())
+		} else {
+			require.False(t, c.retrier.dropping.Load())
+			pending := func() string {
+				body, err := stats(ctx, cn, "delayed")
+				require.NoError(t, err)
+				for _, l := range statsLines(body) {
+					if v, ok := strings.CutPrefix(l, "pending "); ok {
+						return v
+					}
+				}
+				return ""
+			}
+			// The poison message waits 10 s (DefaultRetryBackoff[0]) in
+			// the broker's timer for the retry topic, which exists.
+			require.Eventually(t, func() bool { return retried() == 0 && pending() == "1" }, 10*time.Second, 20*time.Millisecond,
+				"the poison message is held for the retry topic")
+		}
+		ccancel()
+		<-done
+	}
 }

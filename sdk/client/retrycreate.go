@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Retry and dead-letter topics are created on demand (issue 28): when a
@@ -19,6 +20,10 @@ import (
 // broker (the most of its topics), at most MaxRetryPartitions, so that
 // the retry load spreads over the members as the topic's does; the
 // dead-letter topic gets one (operators read it, it is not consumed).
+
+// retryCreateTimeout bounds ensureRetryTopics (a ZooKeeper view that
+// never gets ready, a broker that does not answer).
+const retryCreateTimeout = 30 * time.Second
 
 // MaxRetryPartitions bounds the partitions of a retry topic the Client
 // creates.
@@ -37,6 +42,8 @@ func (c *Client) ensureRetryTopics(ctx context.Context) error {
 	if r == nil {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, retryCreateTimeout)
+	defer cancel()
 	hosts, err := c.retryHosts(ctx)
 	if err != nil {
 		return fmt.Errorf("metaq: RetryTopics: finding the brokers of %s: %w", strings.Join(c.cfg.topics, ","), err)
