@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import itertools
 import random
+import select
 import socket
 import ssl
-import sys
 import threading
 import time
-import warnings
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -26,10 +25,6 @@ MAX_LINE = 4096
 MAX_BODY = 256 << 20
 _READ_SIZE = 256 << 10
 _MAX_OPAQUE = 2**31 - 1
-#: CPython 3.13.6 serialized an SSLSocket's reads and writes with a lock
-#: (gh-137583, reverted in 3.13.7): with one thread blocked reading, the
-#: others cannot write. Elsewhere reads and writes run concurrently.
-_TLS_LOCKS_SOCKET = sys.implementation.name == "cpython" and sys.version_info[:3] == (3, 13, 6)
 
 
 @dataclass
@@ -71,10 +66,61 @@ class _Link:
         self.generation = generation
         self.pending: Dict[int, Tuple[Future, str]] = {}
         self.lock = threading.Lock()  # pending, dead
-        self.wlock = threading.Lock()  # writes
+        self.wlock = threading.Lock()  # writes (whole frames, in order)
+        # TLS: every call into the SSL object (read, write) holds sslock,
+        # never while waiting for the socket (it is non-blocking): OpenSSL
+        # does not allow SSL_read and SSL_write at once on one connection.
+        self.tls = isinstance(sock, ssl.SSLSocket)
+        self.sslock = threading.Lock()
         self.dead: Optional[BaseException] = None
         self.closed_event = threading.Event()
         self.last_error = ""  # an unsolicited error reply (opaque 0) before a close
+
+    def sendall(self, data: bytes) -> None:
+        """Write data whole; the caller holds wlock."""
+        if not self.tls:
+            self.sock.sendall(data)
+            return
+        view = memoryview(data)
+        while view:
+            want = None
+            with self.sslock:
+                try:
+                    n = self.sock.send(view)
+                    view = view[n:]
+                except ssl.SSLWantWriteError:
+                    want = "w"
+                except ssl.SSLWantReadError:
+                    want = "r"
+            if want is not None:
+                self._wait(want)
+
+    def recv_into(self, buf: memoryview) -> int:
+        if not self.tls:
+            return self.sock.recv_into(buf)
+        while True:
+            want = None
+            with self.sslock:
+                try:
+                    return self.sock.recv_into(buf)
+                except ssl.SSLWantReadError:
+                    want = "r"
+                except ssl.SSLWantWriteError:
+                    want = "w"
+            self._wait(want)
+
+    def _wait(self, want: str) -> None:
+        """Wait (at most 1 s, then the caller tries again) until the TLS
+        socket is readable ("r") or writable ("w")."""
+        if self.dead is not None:
+            raise OSError("connection closed")
+        try:
+            if want == "r":
+                select.select([self.sock], [], [], 1.0)
+            else:
+                select.select([], [self.sock], [], 1.0)
+        except ValueError as e:  # closed meanwhile (fileno -1)
+            raise OSError(f"connection closed: {e}") from None
 
     def register(self, opaque: int, fut: Future, command: str) -> None:
         with self.lock:
@@ -135,10 +181,6 @@ class Connection:
                 ctx.load_cert_chain(cert_file, key_file)
             tls = ctx
         self.tls: Optional[ssl.SSLContext] = tls or None
-        if self.tls is not None and _TLS_LOCKS_SOCKET:
-            warnings.warn("metaq: CPython 3.13.6 locks an SSLSocket around reads and writes, so the reader thread's "
-                          "read blocks every request: TLS connections hang (gh-137583); use 3.13.7 or another "
-                          "version", RuntimeWarning, stacklevel=2)
         self.server_hostname = server_hostname or self.host
         self.user, self.password = user, password
         self.connect_timeout = connect_timeout
@@ -184,7 +226,9 @@ class Connection:
             sock = raw
             if self.tls is not None:
                 sock = self.tls.wrap_socket(raw, server_hostname=self.server_hostname)
-            sock.settimeout(None)
+            # TLS is non-blocking: the reader waits for data outside the
+            # SSL object's lock (_Link.recv_into), so writers get in.
+            sock.settimeout(0.0 if self.tls is not None else None)
         except BaseException:
             raw.close()
             raise
@@ -248,7 +292,7 @@ class Connection:
             fut.metaq_forget = lambda: link.forget(op)  # type: ignore[attr-defined]
         try:
             with link.wlock:
-                link.sock.sendall(data)
+                link.sendall(data)
         except OSError as e:
             link.kill(ConnectionLostError(f"metaq: {command} to {self.address}: {e}"))
             if not reply:
@@ -302,7 +346,7 @@ class Connection:
         if link is not None:
             try:
                 with link.wlock:
-                    link.sock.sendall(b"quit\r\n")
+                    link.sendall(b"quit\r\n")
             except OSError:
                 pass
             link.kill(ClosedError("metaq: connection closed"))
@@ -333,7 +377,7 @@ class Connection:
                     if pos:
                         del buf[:pos]
                         pos = 0
-                    got = sock.recv_into(chunk)
+                    got = link.recv_into(chunk)
                     if not got:
                         return
                     buf += chunk[:got]
@@ -360,7 +404,7 @@ class Connection:
                     if pos:
                         del buf[:pos]
                         pos = 0
-                    got = sock.recv_into(chunk)
+                    got = link.recv_into(chunk)
                     if not got:
                         return
                     buf += chunk[:got]

@@ -355,23 +355,6 @@ def test_negative_record_length_is_a_metaq_error() -> None:
     assert "record at 100" in str(ei.value)
 
 
-def test_tls_warns_on_cpython_3_13_6(monkeypatch) -> None:
-    import ssl
-    import warnings
-    from metaq import conn as mc
-    ctx = ssl.create_default_context()
-    monkeypatch.setattr(mc, "_TLS_LOCKS_SOCKET", True)
-    with pytest.warns(RuntimeWarning, match="gh-137583"):
-        metaq.Connection("127.0.0.1:1", tls=ctx)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        metaq.Connection("127.0.0.1:1")  # plaintext: nothing to say
-    monkeypatch.setattr(mc, "_TLS_LOCKS_SOCKET", False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        metaq.Connection("127.0.0.1:1", tls=ctx)
-
-
 def test_reply_to_a_failed_future_keeps_the_connection() -> None:
     # A reply whose Future was already failed (a producer's send_timeout
     # racing the reader) or cancelled is dropped; the reader goes on.

@@ -109,3 +109,35 @@ def test_broker_restart_mid_stream(make_broker) -> None:
     assert len(sent) > 100 and c.conn.connects >= 2
     # Every acknowledged message is there after the restart, and was read.
     assert set(sent) <= set(m.value for m in consumed)
+
+
+def test_tls_many_threads(secure_broker, certs) -> None:
+    # One TLS connection, a reader thread and writers on four threads: the
+    # SSL object is never read and written at once (non-blocking socket,
+    # one lock, select outside it), and nothing hangs.
+    import concurrent.futures as cf
+    conn = metaq.Connection(secure_broker.tls_addr, ca_file=certs["ca"], user="alice", password="s3cret",
+                            request_timeout=10)
+    try:
+        conn.connect()
+        link = conn._link
+        assert link is not None and link.tls and link.sock.gettimeout() == 0.0
+        from metaq.message import checksum
+        from metaq.producer import _put_frame
+        body = b"x" * 100_000  # writes larger than a TLS record and the socket buffer
+        crc = checksum(body)
+
+        def work(i: int) -> int:
+            n = 0
+            for _ in range(20):
+                rep = conn.call(lambda op: _put_frame("t", 0, body, 0, crc, op), "put")
+                assert rep.code == 200, rep.text()
+                n += 1
+                assert conn.version()
+            return n
+
+        with cf.ThreadPoolExecutor(4) as ex:
+            assert sum(ex.map(work, range(4))) == 80
+        assert conn.connects == 1
+    finally:
+        conn.close()
