@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -409,4 +410,29 @@ func TestRetryTopicsDefault(t *testing.T) {
 		ccancel()
 		<-done
 	}
+}
+
+// TestRetryTopicsBrokerDown: a broker of the Client that cannot be reached
+// when Consume starts is skipped (its consumers wait for it as before);
+// the topics are created on the others.
+func TestRetryTopicsBrokerDown(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t, 20*time.Second)
+	up := brokertest.Start(t, brokertest.Config(brokerConfig(t)), brokertest.HTTP(), brokertest.Quiet()).Addr()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	down := ln.Addr().String()
+	ln.Close()
+	c := newClient(t, Brokers(up, down), ConsumeTopics(topic), ConsumerGroup("bd"), Reject(RetryTopics(RetryOptions{})),
+		DialTimeout(500*time.Millisecond), RequestTimeout(time.Second))
+	require.NoError(t, c.ensureRetryTopics(ctx))
+	cn, err := c.rawConn(up)
+	require.NoError(t, err)
+	infos, err := statsTopics(ctx, cn)
+	require.NoError(t, err)
+	var names []string
+	for _, ti := range infos {
+		names = append(names, ti.Name)
+	}
+	require.Subset(t, names, []string{RetryTopicOf("bd"), DeadLetterTopicOf("bd")})
 }

@@ -98,9 +98,20 @@ func (c *Client) ensureTopicsOn(ctx context.Context, addr string, topicParts int
 	if err != nil {
 		return err
 	}
-	infos, err := statsTopics(ctx, cn)
+	sctx, cancel := context.WithTimeout(ctx, cn.opts.requestTimeout)
+	infos, err := statsTopics(sctx, cn)
+	cancel()
 	if err != nil {
-		return fmt.Errorf("listing the topics of the broker at %s: %w", addr, err)
+		var be *BrokerError
+		var ae *AuthError
+		if errors.As(err, &be) || errors.As(err, &ae) {
+			return fmt.Errorf("listing the topics of the broker at %s: %w", addr, err)
+		}
+		// Not reached (down, restarting): its consumers wait for it as
+		// for any broker; the topics are not created there by this start.
+		c.cfg.logger.Warn("metaq: RetryTopics: a broker not reached is skipped; its retry and dead-letter topics are not checked",
+			"broker", addr, "err", err)
+		return nil
 	}
 	have := map[string]bool{}
 	for _, ti := range infos {
