@@ -449,7 +449,8 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 		failed = map[string]bool{failedAddr: true}
 	}
 	var cands, preferred []target
-	var unknownSince time.Time // a retry's first refusal as of an unknown producer
+	var unknownSince time.Time               // a retry's first refusal as of an unknown producer
+	var unreachableSince, giveUpAt time.Time // a pinned retry's partition out of reach
 	for {
 		if lastErr != nil && cp.isClosed() {
 			return SendResult{}, lastErr
@@ -478,6 +479,37 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 			lastErr = err
 			if m.ProducerID == 0 { // refused, nothing stored: free to go elsewhere
 				pin = nil
+				continue
+			}
+			// A partition whose broker cannot be reached (killed, or gone
+			// from the cluster) for half of the time left when it became
+			// unreachable: m goes to another partition, unbound, as a send
+			// without idempotence would (at least once: its first copy may
+			// be stored there). Sooner would store twice what a failover
+			// or a restart of the broker would have answered.
+			var ce *connError
+			if t := pinned(v.Snapshot(), pin); errors.As(err, &ce) || t.addr == "" {
+				now := time.Now()
+				if unreachableSince.IsZero() {
+					unreachableSince, giveUpAt = now, now.Add(30*time.Second)
+					if dl, ok := ctx.Deadline(); ok {
+						giveUpAt = now.Add(dl.Sub(now) / 2)
+					}
+				}
+				if now.After(giveUpAt) {
+					cp.cfg.logger.Warn("metaq: the partition of an idempotent retry is unreachable; sending it to another partition (it may be stored twice)",
+						"topic", m.Topic, "partition", pin.String(), "unreachable_for", now.Sub(unreachableSince).Round(time.Millisecond), "err", err)
+					unbind(m)
+					pin = nil
+					if t.addr != "" {
+						if failed == nil {
+							failed = make(map[string]bool)
+						}
+						failed[t.addr] = true
+					}
+				}
+			} else {
+				unreachableSince = time.Time{}
 			}
 			continue
 		}
