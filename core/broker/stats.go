@@ -36,6 +36,9 @@ type counters struct {
 	resetAt        atomic.Int64 // unix nanos of the last `stats reset`
 }
 
+// statsHelpCRLF is statsHelp with the protocol's line ends, built once.
+var statsHelpCRLF = strings.ReplaceAll(statsHelp, "\n", "\r\n")
+
 const statsHelp = `STATS
 stats               broker summary (pid, broker_id, uptime, counters, ...)
 stats topics        one line per topic: partitions, message_count, message_bytes, accept flags
@@ -145,7 +148,8 @@ func (c *conn) handleStats(r *protocol.Request) {
 		c.connAudit("stats.reset") // audit.go
 		sb.WriteString("reset ok")
 	case "help":
-		sb.WriteString(strings.ReplaceAll(statsHelp, "\n", "\r\n"))
+		c.reply(protocol.StatusOK, statsHelpCRLF, r.Opaque) // no garbage per request
+		return
 	default:
 		b.writeTopicStats(&sb, item)
 	}
