@@ -119,7 +119,10 @@ func TestIdempotentKill9(t *testing.T) {
 	var restarted *brokertest.Server
 	h := idemRun(t, p, topic, n, func() {
 		srv.Kill()
-		restarted = brokertest.StartServer(t, "--config", config, "--port", port, "--data-dir", dataDir, "--host", "127.0.0.1")
+		// No HTTP listener: its port, derived from the data port, may
+		// have been taken meanwhile (bind: address already in use in a
+		// make test run).
+		restarted = brokertest.StartServer(t, "--config", config, "--port", port, "--http-port", "0", "--data-dir", dataDir, "--host", "127.0.0.1")
 	})
 	require.NotNil(t, restarted)
 	require.Equal(t, srv.Addr, restarted.Addr)
