@@ -2,10 +2,13 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/internal/doctest"
+	"github.com/metaq-go/metaq/internal/testsvc"
 )
 
 // docWalkthrough returns the commands of the walkthrough name in doc (a
@@ -50,4 +53,28 @@ func runWalkthrough(t *testing.T, sh *doctest.Shell, cmds []doctest.Command, tim
 		}
 	}
 	return compared
+}
+
+// runCLIWalkthrough runs doc's walkthrough name as written, in a scratch
+// directory whose bin/metaq is the CLI built from this tree, with
+// METAQ_ADDR naming a broker that has topic, and compares every output the
+// doc shows.
+func runCLIWalkthrough(t *testing.T, doc, name, topic string) {
+	t.Helper()
+	cmds := docWalkthrough(t, doc, name)
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.Topics(topic))
+	bin := testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq")
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin, filepath.Join(dir, "bin", "metaq")); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := doctest.StartShell(dir, t.TempDir(), []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "METAQ_ADDR=" + b.Addr(), "LC_ALL=C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close(5 * time.Second)
+	runWalkthrough(t, sh, cmds, time.Minute)
 }
