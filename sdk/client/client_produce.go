@@ -149,11 +149,17 @@ func (c *Client) SpoolBacklog() int {
 // the order of msgs; if some failed, err joins their errors (each naming
 // the message's index) and the failed messages' results are zero.
 func (c *Client) ProduceSync(ctx context.Context, msgs ...*message.Message) ([]SendResult, error) {
+	return ProduceSyncVia(ctx, c.Produce, msgs...)
+}
+
+// ProduceSyncVia is ProduceSync over produce, a function that sends like
+// Client.Produce (a wrapper of it, such as otelmetaq.Producer.Produce).
+func ProduceSyncVia(ctx context.Context, produce func(context.Context, *message.Message, func(SendResult, error)), msgs ...*message.Message) ([]SendResult, error) {
 	res := make([]SendResult, len(msgs))
 	errs := make([]error, len(msgs))
 	done := make(chan struct{}, len(msgs))
 	for i, m := range msgs {
-		c.Produce(ctx, m, func(r SendResult, err error) {
+		produce(ctx, m, func(r SendResult, err error) {
 			res[i], errs[i] = r, err
 			done <- struct{}{}
 		})

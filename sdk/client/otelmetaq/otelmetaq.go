@@ -16,8 +16,6 @@ package otelmetaq
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strconv"
 
 	"go.opentelemetry.io/otel"
@@ -225,25 +223,7 @@ func (p *Producer) Produce(ctx context.Context, m *message.Message, promise func
 // ProduceSync is client.Client.ProduceSync with a publish span per message,
 // each ended with that message's outcome.
 func (p *Producer) ProduceSync(ctx context.Context, msgs ...*message.Message) ([]client.SendResult, error) {
-	res := make([]client.SendResult, len(msgs))
-	errs := make([]error, len(msgs))
-	done := make(chan struct{}, len(msgs))
-	for i, m := range msgs {
-		p.Produce(ctx, m, func(r client.SendResult, err error) {
-			res[i], errs[i] = r, err
-			done <- struct{}{}
-		})
-	}
-	for range msgs {
-		<-done
-	}
-	var failed []error
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, fmt.Errorf("message %d: %w", i, err))
-		}
-	}
-	return res, errors.Join(failed...)
+	return client.ProduceSyncVia(ctx, p.Produce, msgs...)
 }
 
 // partitionID is messaging.destination.partition.id: MetaQ's partition
