@@ -39,6 +39,16 @@ func newAdmin(e *env) (*admin.Admin, error) {
 	return adminOf(e)
 }
 
+// openAdmin is newAdmin with a context bounded by --timeout; done closes
+// both.
+func openAdmin(e *env) (adm *admin.Admin, ctx context.Context, done func(), err error) {
+	if adm, err = newAdmin(e); err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
+	return adm, ctx, func() { cancel(); adm.Close() }, nil
+}
+
 // adminOf returns an Admin of the broker at --addr without checking it
 // (connections are made when first needed).
 func adminOf(e *env) (*admin.Admin, error) {
@@ -56,13 +66,11 @@ func cmdStats(e *env) *cobra.Command {
 			if len(args) > 1 {
 				return usagef("at most one item, got %q", strings.Join(args, " "))
 			}
-			adm, err := newAdmin(e)
+			adm, ctx, done, err := openAdmin(e)
 			if err != nil {
 				return err
 			}
-			defer adm.Close()
-			ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-			defer cancel()
+			defer done()
 			item := ""
 			if len(args) == 1 {
 				item = args[0]
@@ -117,13 +125,11 @@ func cmdTopics(e *env) *cobra.Command {
 			if len(args) > 0 {
 				return usagef("unexpected argument %q", args[0])
 			}
-			adm, err := newAdmin(e)
+			adm, ctx, done, err := openAdmin(e)
 			if err != nil {
 				return err
 			}
-			defer adm.Close()
-			ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-			defer cancel()
+			defer done()
 			infos, err := adm.Topics(ctx)
 			if err != nil {
 				return err

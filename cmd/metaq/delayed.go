@@ -60,13 +60,11 @@ func cmdDelayed(e *env) *cobra.Command {
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
 				}
-				adm, err := newAdmin(e)
+				adm, ctx, done, err := openAdmin(e)
 				if err != nil {
 					return err
 				}
-				defer adm.Close()
-				ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-				defer cancel()
+				defer done()
 				st, err := adm.Stats(ctx, e.addr, "delayed")
 				if err != nil {
 					return err

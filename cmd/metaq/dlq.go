@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -48,13 +47,11 @@ func cmdDLQ(e *env) *cobra.Command {
 				if *group == "" {
 					return usagef("--group is required")
 				}
-				adm, err := newAdmin(e)
+				adm, ctx, done, err := openAdmin(e)
 				if err != nil {
 					return err
 				}
-				defer adm.Close()
-				ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-				defer cancel()
+				defer done()
 				ts, err := adm.Topics(ctx)
 				if err != nil {
 					return err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"text/tabwriter"
 
@@ -28,13 +27,11 @@ func cmdPlugins(e *env) *cobra.Command {
 			if len(args) > 0 {
 				return usagef("unexpected argument %q", args[0])
 			}
-			adm, err := newAdmin(e)
+			adm, ctx, done, err := openAdmin(e)
 			if err != nil {
 				return err
 			}
-			defer adm.Close()
-			ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
-			defer cancel()
+			defer done()
 			rows, err := adm.Plugins(ctx, e.addr)
 			if err != nil {
 				return err
