@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/metaq-go/metaq/sdk/admin"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/spf13/cobra"
@@ -18,7 +21,11 @@ docs/sdk.md): <group>.retry holds the messages waiting for a redelivery,
 
 const dlqListHelp = `
 List a group's retry and dead-letter topics with their message counts, per
-partition and in all ("absent" when the topic does not exist).
+partition and in all ("absent" when the topic does not exist), then how
+many dead letters are pending: past the position replay and purge moved
+(the offsets committed on the dead-letter topic by the group
+<group>.dlq-replay). Those counts are of the log, which is append-only:
+replayed and purged dead letters stay in it until retention deletes them.
 
 examples:
   metaq dlq list --group orders-billing
@@ -38,16 +45,12 @@ examples:
 
 func cmdDLQ(e *env) *cobra.Command {
 	return parent(e, "dlq", dlqHelp,
-		leaf(e, "dlq list", "dlq list --group G", dlqListHelp, func(fs *pflag.FlagSet) func(args []string) error {
+		leaf(e, "dlq list", "dlq list --group G [--zk CONNECT [--root /meta]]", dlqListHelp, func(fs *pflag.FlagSet) func(args []string) error {
 			group := fs.String("group", "", "the consumer group (required)")
+			var o groupOpts
+			addZKFlags(fs, &o)
 			return func(args []string) error {
-				if len(args) > 0 {
-					return usagef("unexpected argument %q", args[0])
-				}
-				if *group == "" {
-					return usagef("--group is required")
-				}
-				adm, ctx, done, err := openAdmin(e)
+				adm, ctx, done, err := dlqAdmin(e, args, *group, o)
 				if err != nil {
 					return err
 				}
@@ -73,9 +76,20 @@ func cmdDLQ(e *env) *cobra.Command {
 						fmt.Fprintf(e.stdout, "%s absent\n", name)
 					}
 				}
+				dl, err := adm.DeadLetters(ctx, *group)
+				if errors.Is(err, admin.ErrNoDeadLetterTopic) || errors.Is(err, admin.ErrUnknownGroup) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "%s pending %s (past the replay and purge position, group %s)\n",
+					dl.Topic, countOrDash(dl.Pending), dl.PositionGroup)
 				return nil
 			}
 		}),
+		cmdDLQReplay(e),
+		cmdDLQPurge(e),
 		leaf(e, "dlq show", "dlq show --group G [--json | -f FORMAT] [--count N]", dlqShowHelp, func(fs *pflag.FlagSet) func(args []string) error {
 			group := fs.String("group", "", "the consumer group (required)")
 			var o consumeOpts
@@ -93,4 +107,155 @@ func cmdDLQ(e *env) *cobra.Command {
 				return consume(e, &o)
 			}
 		}))
+}
+
+const dlqReplayHelp = `
+Send a group's pending dead letters (past the replay position, from the
+earliest) back: --to origin (the default) appends each to the topic it came
+from (the metaq-origin-topic header) with a fresh msgId, its key, tags,
+attribute, create time and user headers kept and the metaq-origin-*,
+metaq-delivery-count and metaq-last-error headers removed; --to retry
+appends it to the group's retry topic, whose members deliver it at once as
+it first was, with its delivery count reset (so it gets all its deliveries
+again).
+
+Without --yes it is a dry run: it prints how many it would send and the
+first few (partition, offset, msgId, origin topic, last error) and sends
+nothing. With --yes it sends them (the idempotent producer) and, after each
+read's worth, commits the position past them as the offsets of the group
+<group>.dlq-replay on the dead-letter topic: a replay resumes where the last
+stopped and never sends a dead letter twice, except those sent when a
+failure came between their send and the commit after it. --limit N replays
+at most N. Local mode asks the broker at --addr; --zk finds the brokers
+(and sends to the origin topics) through ZooKeeper.
+
+examples:
+  metaq dlq replay --group orders-billing
+  metaq dlq replay --group orders-billing --yes
+  metaq dlq replay --group orders-billing --to retry --limit 10 --yes
+`
+
+const dlqPurgeHelp = `
+Move a group's replay position to the end of its dead-letter topic: the
+dead letters before it are no longer pending, listed as pending nor
+replayed. The log is append-only, so nothing is deleted: purge hides,
+retention (the topic's delete_when) deletes. Without --yes it is a dry run
+that prints how many it would hide.
+
+examples:
+  metaq dlq purge --group orders-billing --yes
+`
+
+// addZKFlags adds the cluster mode flags (--zk, --root) of the group
+// commands.
+func addZKFlags(fs *pflag.FlagSet, o *groupOpts) {
+	fs.StringVar(&o.zk, "zk", "", "cluster mode: ZooKeeper connect string `host:port[,...]` (default: local mode, the broker at --addr)")
+	fs.StringVar(&o.root, "root", cluster.DefaultRoot, "MetaQ's zkRoot (cluster mode)")
+}
+
+// dlqAdmin checks a dlq command's arguments and opens its Admin (local or
+// cluster mode) with a context bounded like the group commands'.
+func dlqAdmin(e *env, args []string, group string, o groupOpts) (*admin.Admin, context.Context, func(), error) {
+	if len(args) > 0 {
+		return nil, nil, nil, usagef("unexpected argument %q", args[0])
+	}
+	if group == "" {
+		return nil, nil, nil, usagef("--group is required")
+	}
+	if err := o.check(); err != nil {
+		return nil, nil, nil, err
+	}
+	adm, _, err := groupAdmin(e, o)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := groupCmdCtx(e)
+	return adm, ctx, func() { cancel(); adm.Close() }, nil
+}
+
+func cmdDLQReplay(e *env) *cobra.Command {
+	return leaf(e, "dlq replay", "dlq replay --group G [--to origin|retry] [--limit N] [--yes] [--json] [--zk CONNECT [--root /meta]]", dlqReplayHelp, func(fs *pflag.FlagSet) func(args []string) error {
+		group := fs.String("group", "", "the consumer group (required)")
+		to := fs.String("to", admin.ReplayToOrigin, "where to: origin (each message's original topic) or retry (the group's retry topic)")
+		limit := fs.Int("limit", 0, "replay at most this many (0: all pending)")
+		yes := fs.Bool("yes", false, "send them (default: a dry run)")
+		asJSON := fs.Bool("json", false, "print JSON")
+		var o groupOpts
+		addZKFlags(fs, &o)
+		return func(args []string) error {
+			if *to != admin.ReplayToOrigin && *to != admin.ReplayToRetry {
+				return usagef("--to must be origin or retry, got %q", *to)
+			}
+			if *limit < 0 {
+				return usagef("--limit must be >= 0, got %d", *limit)
+			}
+			adm, ctx, done, err := dlqAdmin(e, args, *group, o)
+			if err != nil {
+				return err
+			}
+			defer done()
+			res, err := adm.ReplayDeadLetters(ctx, *group, admin.ReplayOptions{To: *to, Limit: *limit, Execute: *yes})
+			if res != nil && *asJSON {
+				if jerr := writeJSON(e.stdout, res); jerr != nil && err == nil {
+					err = jerr
+				}
+			} else if res != nil {
+				printReplay(e, res)
+			}
+			return err
+		}
+	})
+}
+
+// printReplay prints a replay's result: what was (or would be) sent.
+func printReplay(e *env, res *admin.ReplayResult) {
+	where := "their origin topics"
+	if res.To == admin.ReplayToRetry {
+		where = client.RetryTopicOf(res.Group) + " (delivery count reset)"
+	}
+	if res.Executed {
+		fmt.Fprintf(e.stdout, "replayed %d of %s dead letters of %s to %s\n", res.Count, countOrDash(res.Pending), res.Topic, where)
+	} else {
+		fmt.Fprintf(e.stdout, "would replay %d of %s dead letters of %s to %s\n", res.Count, countOrDash(res.Pending), res.Topic, where)
+	}
+	for _, m := range res.Messages {
+		fmt.Fprintf(e.stdout, "  broker %d partition %d offset %d msgId %s origin %s error %q\n",
+			m.BrokerID, m.Partition, m.Offset, m.MsgID, m.Origin, m.LastError)
+	}
+	if more := res.Count - len(res.Messages); more > 0 {
+		fmt.Fprintf(e.stdout, "  ... and %d more\n", more)
+	}
+	if !res.Executed {
+		fmt.Fprintln(e.stdout, "dry run: nothing sent (--yes to send)")
+	}
+}
+
+func cmdDLQPurge(e *env) *cobra.Command {
+	return leaf(e, "dlq purge", "dlq purge --group G [--yes] [--zk CONNECT [--root /meta]]", dlqPurgeHelp, func(fs *pflag.FlagSet) func(args []string) error {
+		group := fs.String("group", "", "the consumer group (required)")
+		yes := fs.Bool("yes", false, "move the position (default: a dry run)")
+		var o groupOpts
+		addZKFlags(fs, &o)
+		return func(args []string) error {
+			adm, ctx, done, err := dlqAdmin(e, args, *group, o)
+			if err != nil {
+				return err
+			}
+			defer done()
+			res, err := adm.PurgeDeadLetters(ctx, *group, *yes)
+			if err != nil {
+				return err
+			}
+			verb := "would hide"
+			if res.Executed {
+				verb = "hid"
+			}
+			fmt.Fprintf(e.stdout, "%s %s dead letters of %s (the log keeps them until retention deletes them)\n",
+				verb, countOrDash(res.Pending), res.Topic)
+			if !res.Executed {
+				fmt.Fprintln(e.stdout, "dry run: nothing changed (--yes to purge)")
+			}
+			return nil
+		}
+	})
 }
