@@ -112,6 +112,8 @@ type journalHooks struct {
 	// records: none, checkpoints without their section, and a checkpoint
 	// asked for by every registration.
 	noRegisters bool
+	// markSyncDelay replaces defaultMarkSyncDelay.
+	markSyncDelay time.Duration
 }
 
 // errReplayStopped is returned by a recovery stopped by a test hook.
@@ -134,9 +136,12 @@ type JournalStats struct {
 	// Marks counts mark records written: a round's completion found no
 	// record written since its fdatasync returned that carried a durable
 	// mark past it (docs/storage.md, "Mark records").
-	Marks    int64
-	Replayed int64 // data records written to segments by recovery
-	Skipped  int64 // data records recovery found already in place
+	Marks int64
+	// MarkSyncs counts mark records fdatasynced by themselves: no later
+	// round made a mark as high durable within 10 ms (an idle journal).
+	MarkSyncs int64
+	Replayed  int64 // data records written to segments by recovery
+	Skipped   int64 // data records recovery found already in place
 	// Behind is the journal bytes written after the last durable
 	// checkpoint's start: what a restart would replay (journal lag).
 	Behind int64
@@ -268,6 +273,19 @@ type Journal struct {
 	// position past the last round's records (mark records after it
 	// hold nothing a restart replays). Both only rise, under wmu.
 	marked, roundEnd atomic.Int64
+	// durMarked is the highest durable mark known durable on disk: carried
+	// by a round's records whose fdatasync returned, or by a mark record
+	// the checkpointer fdatasynced (syncMark).
+	durMarked atomic.Int64
+	// markMu guards markPend, the last mark record written (its mark and
+	// file), and markArmed: markTimer will ask the checkpointer to
+	// fdatasync it (syncMark). A leaf lock.
+	markMu    sync.Mutex
+	markPend  pendingMark
+	markArmed bool
+	markTimer *time.Timer
+	markDue   chan struct{}
+	markDelay time.Duration
 	// closeSeq counts logs unregistered (under mu); ckptClosedSeq is the
 	// closeSeq of the last durable checkpoint's snapshot
 	// (CheckpointClosed).
@@ -333,7 +351,7 @@ type Journal struct {
 	once     sync.Once
 
 	nRounds, nFsyncs, nBytes, nCheckpoints, nRecycled, nReplayed, nSkipped atomic.Int64
-	nSyncfs, nLed, nMarks                                                  atomic.Int64
+	nSyncfs, nLed, nMarks, nMarkSyncs                                      atomic.Int64
 
 	// syncfs is how a checkpoint makes many segments durable at once
 	// (syncSegments); nil when each segment is fdatasynced. fsDev is
@@ -373,6 +391,8 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		doneq:        make(chan *jround, 1),
 		slots:        make(chan int, roundSlots),
 		done:         make(chan struct{}),
+		markDue:      make(chan struct{}, 1),
+		markDelay:    defaultMarkSyncDelay,
 	}
 	j.ckptObs, _ = opts.Observer.(CheckpointObserver)
 	if j.fileSize <= 0 {
@@ -405,6 +425,9 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		}
 		j.replayLimit = h.replayLimit
 		j.noRegisters = h.noRegisters
+		if h.markSyncDelay > 0 {
+			j.markDelay = h.markSyncDelay
+		}
 	}
 	j.syncFile = observeSync(j.syncFile, opts.Observer)
 	if opts.CheckpointSync == CheckpointSyncAuto {
@@ -493,6 +516,7 @@ func (j *Journal) Stats() JournalStats {
 		Syncfs:      j.nSyncfs.Load(),
 		Led:         j.nLed.Load(),
 		Marks:       j.nMarks.Load(),
+		MarkSyncs:   j.nMarkSyncs.Load(),
 		Replayed:    j.nReplayed.Load(),
 		Skipped:     j.nSkipped.Load(),
 		Behind:      j.behind(),
@@ -522,6 +546,11 @@ func (j *Journal) Close() error {
 		j.swg.Wait()
 		close(j.done)
 		j.wg.Wait()
+		j.markMu.Lock()
+		if j.markTimer != nil {
+			j.markTimer.Stop()
+		}
+		j.markMu.Unlock()
 		j.closeFiles()
 		j.closeErr = j.Err()
 	})
@@ -698,7 +727,10 @@ type jround struct {
 	ckEnd   int64    // the journal position past it
 	files   []*jfile // journal files written, to fdatasync
 	end     int64    // the journal position past its records
-	err     error    // staging or sync failure: every append of the round fails
+	// mark is the durable mark its records carry (-1: it wrote none):
+	// durable on disk once its fdatasync returns (durMarked).
+	mark int64
+	err  error // staging or sync failure: every append of the round fails
 }
 
 // committer runs the group-commit rounds of every log of the journal,
@@ -863,6 +895,9 @@ func (j *Journal) syncBatch(batch []*jround, files []*jfile) {
 	}
 	if err == nil {
 		j.noteSynced(batch[len(batch)-1].end)
+		for _, r := range batch {
+			raise(&j.durMarked, r.mark)
+		}
 	}
 	clear(files)
 }
@@ -870,10 +905,13 @@ func (j *Journal) syncBatch(batch []*jround, files []*jfile) {
 // noteSynced raises the durable mark to end, the end of a round whose
 // fdatasync returned (rounds are synced in order, so everything before
 // it is durable too).
-func (j *Journal) noteSynced(end int64) {
+func (j *Journal) noteSynced(end int64) { raise(&j.synced, end) }
+
+// raise raises v to x if x is higher.
+func raise(v *atomic.Int64, x int64) {
 	for {
-		cur := j.synced.Load()
-		if end <= cur || j.synced.CompareAndSwap(cur, end) {
+		cur := v.Load()
+		if x <= cur || v.CompareAndSwap(cur, x) {
 			return
 		}
 	}
@@ -963,8 +1001,10 @@ func (j *Journal) stage(logs []*Log, groups []*atomicGroup, ck *ckptJob, slot in
 		r.err = failed
 		return r
 	}
+	r.mark = -1
 	if len(j.buf) > 0 {
 		r.err = j.writeRound(r)
+		r.mark = j.rmark
 	}
 	if r.err == nil && j.rmark > j.marked.Load() {
 		j.marked.Store(j.rmark)
@@ -996,6 +1036,7 @@ func (j *Journal) syncRound(r *jround) {
 		return
 	}
 	j.noteSynced(r.end)
+	raise(&j.durMarked, r.mark)
 }
 
 // complete acknowledges (or fails) the appends of a synced round,
@@ -1263,11 +1304,12 @@ func (j *Journal) writeBuf(files *[]*jfile) error {
 // round's appends are acknowledged, so that a kill -9 at any moment
 // leaves every acknowledged round under a later mark in the page cache,
 // and recovery never takes damage in one for a torn tail. The mark record
-// is not fdatasynced: once a next round is staged, that round's records
-// carry a mark at least as high (and its fdatasync covers the mark record
-// too when they share a file), and until then only a power cut can lose
-// it, which leaves the journal as it was before mark records
-// (docs/storage.md, "Mark records").
+// is not fdatasynced on the put path: once a next round is staged, that
+// round's records carry a mark at least as high (and its fdatasync covers
+// the mark record too when they share a file); when none is synced within
+// markDelay (the journal went idle), the checkpointer fdatasyncs the mark
+// record by itself (syncMark), so a power cut can lose it only within
+// that delay (docs/storage.md, "Mark records").
 func (j *Journal) cover(end int64) {
 	if j.marked.Load() >= end {
 		return
@@ -1296,6 +1338,73 @@ func (j *Journal) cover(end int64) {
 	j.nMarks.Add(1)
 	j.newerInFiles = true
 	j.marked.Store(j.rmark)
+	j.markLater(j.rmark, written[len(written)-1])
+}
+
+// defaultMarkSyncDelay is how long a mark record may stay the journal's last
+// durable word on its rounds before it is fdatasynced by itself: a round
+// staged after it carries a mark at least as high, made durable by its
+// own fdatasync, so under load (any put within the delay) no fdatasync
+// is added; an idle journal adds one after its last round.
+const defaultMarkSyncDelay = 10 * time.Millisecond
+
+// pendingMark is a mark record written and perhaps not durable yet.
+type pendingMark struct {
+	mark int64
+	f    *jfile
+}
+
+// markLater notes the mark record just written (its mark m, in file f)
+// and arms the timer that has the checkpointer fdatasync it after
+// markDelay (defaultMarkSyncDelay) unless a later round's fdatasync made a mark as high
+// durable by then (syncMark). Callers hold wmu.
+func (j *Journal) markLater(m int64, f *jfile) {
+	j.markMu.Lock()
+	defer j.markMu.Unlock()
+	j.markPend = pendingMark{mark: m, f: f}
+	if j.markArmed {
+		return
+	}
+	j.markArmed = true
+	if j.markTimer == nil {
+		j.markTimer = time.AfterFunc(j.markDelay, func() {
+			select {
+			case j.markDue <- struct{}{}:
+			default:
+			}
+		})
+		return
+	}
+	j.markTimer.Reset(j.markDelay)
+}
+
+// syncMark fdatasyncs the last mark record written if no round's
+// fdatasync made a mark as high durable since: it closes the window in
+// which a power cut could lose the only record saying the last
+// acknowledged rounds were synced (docs/storage.md, "Mark records"). It
+// runs on the checkpointer, which alone frees journal files, so the file
+// stays open meanwhile. A failure is final for the journal, as any
+// journal fdatasync's.
+func (j *Journal) syncMark() {
+	j.markMu.Lock()
+	p := j.markPend
+	j.markArmed = false
+	j.markMu.Unlock()
+	if p.f == nil || j.durMarked.Load() >= p.mark || j.Err() != nil {
+		return
+	}
+	j.fmu.Lock()
+	live := slices.Contains(j.files, p.f)
+	j.fmu.Unlock()
+	if !live {
+		return // freed: a later checkpoint's round carried the mark
+	}
+	if err := j.syncFile(p.f.f); err != nil {
+		j.fail(fmt.Errorf("fdatasync %s (a mark record): %w", journalName(p.f.start), err))
+		return
+	}
+	j.nMarkSyncs.Add(1)
+	raise(&j.durMarked, p.mark)
 }
 
 // startCheckpoint snapshots, at a round boundary, the position every
@@ -1570,6 +1679,8 @@ func (j *Journal) checkpointer() {
 			if err := j.free(from); err != nil {
 				j.logf("store: journal %s: freeing files: %v", j.dir, err)
 			}
+		case <-j.markDue:
+			j.syncMark()
 		case <-j.prep:
 			if err := j.prepare(); err != nil {
 				j.logf("store: journal %s: preparing a spare file: %v", j.dir, err)
