@@ -27,11 +27,13 @@ import (
 // cuts it: so the staleness is bounded. The mark is fdatasynced at every
 // threshold-mode segment roll, after the flush of the threshold-mode
 // ticker when its interval is at least flushMarkSyncEvery (the flush that
-// ends a burst of puts: at most one fdatasync per interval), and otherwise
-// by a timer at most every flushMarkSyncEvery (1 s) after it changed, off
-// the put path: a bit flip in about the last second of acknowledged data
-// before a power cut may be cut as a torn tail (after a flush of the
-// threshold or of a roll, under a steady stream of puts). A mark that goes down (Truncate, a recovery cut) is
+// ends a burst of puts: at most one fdatasync per interval), when the log
+// is found idle flushMarkIdleAfter (10 ms) after a flush (the puts
+// stopped right after a flush of the threshold, leaving the ticker
+// nothing to flush), and otherwise by a timer at most every
+// flushMarkSyncEvery (1 s) after it changed, off the put path: a bit flip
+// in about the last second of acknowledged data before a power cut may be
+// cut as a torn tail only under a steady stream of puts. A mark that goes down (Truncate, a recovery cut) is
 // fdatasynced at once: an older, higher mark coming back would take a
 // torn tail in the rewritten range for damage and refuse the start.
 // Close fdatasyncs a mark changed since its last sync. After a kill -9
@@ -50,6 +52,13 @@ var flushMarkMagic = [4]byte{'m', 'q', 'f', 'l'}
 // partition, and none while the mark does not change).
 var flushMarkSyncEvery = time.Second
 
+// flushMarkIdleAfter is how soon after a flush that raised the mark the
+// log is checked for idleness: if nothing was appended since (the flush
+// was the last of a burst), the mark is fdatasynced then, not up to
+// flushMarkSyncEvery later. A log still appending leaves it to the
+// next flush, or to the timer.
+const flushMarkIdleAfter = 10 * time.Millisecond
+
 // flushMark is a log's flush mark file.
 type flushMark struct {
 	mu  sync.Mutex
@@ -61,6 +70,11 @@ type flushMark struct {
 	// timer fdatasyncs a dirty mark (syncFlushMarkLater); armed: pending.
 	timer *time.Timer
 	armed bool
+	// idle fdatasyncs a dirty mark flushMarkIdleAfter after a flush that
+	// raised it if the log is idle by then (flushMarkIdle); idleArmed:
+	// pending.
+	idle      *time.Timer
+	idleArmed bool
 	// syncMu is held by the timer's fdatasync (without mu, so that the
 	// put path's rewrites never wait for it) and by closeFlushMark, so
 	// that the file is not closed under it. Taken before mu.
@@ -149,6 +163,42 @@ func (l *Log) noteFlushed(end int64, roll bool) {
 		return
 	}
 	l.syncFlushMarkLater()
+	l.syncFlushMarkIfIdle()
+}
+
+// syncFlushMarkIfIdle arms the timer that fdatasyncs a dirty mark
+// flushMarkIdleAfter from now if the log appended nothing since
+// (flushMarkIdle), unless it is armed. Callers hold fm.mu.
+func (l *Log) syncFlushMarkIfIdle() {
+	if !l.fm.dirty || l.fm.idleArmed {
+		return
+	}
+	l.fm.idleArmed = true
+	if l.fm.idle == nil {
+		l.fm.idle = time.AfterFunc(flushMarkIdleAfter, l.flushMarkIdle)
+		return
+	}
+	l.fm.idle.Reset(flushMarkIdleAfter)
+}
+
+// flushMarkIdle fdatasyncs a dirty mark when the log holds nothing past
+// it: the puts stopped right after a flush (the threshold's, after which
+// the ticker finds nothing to flush, or a group-commit chunk's), so the
+// mark is exact on disk within flushMarkIdleAfter of the last flush. A
+// log with appends past the mark gets a flush that raises the mark again
+// and arms this again (Close's, at the latest), so under a steady stream
+// of puts it adds no fdatasync: the timer's bound applies.
+func (l *Log) flushMarkIdle() {
+	l.fm.mu.Lock()
+	l.fm.idleArmed = false
+	end := l.fm.end
+	l.fm.mu.Unlock()
+	l.mu.Lock()
+	busy := l.failErr != nil || l.final || l.active == nil || l.active.end() > end
+	l.mu.Unlock()
+	if !busy {
+		l.syncFlushMarkNow()
+	}
 }
 
 // resetFlushed records end as the log's durable end even if it is lower
@@ -257,6 +307,10 @@ func (l *Log) closeFlushMark() {
 	if l.fm.timer != nil {
 		l.fm.timer.Stop()
 		l.fm.armed = false
+	}
+	if l.fm.idle != nil {
+		l.fm.idle.Stop()
+		l.fm.idleArmed = false
 	}
 	if l.fm.f != nil {
 		if l.fm.dirty {

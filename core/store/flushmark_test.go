@@ -306,6 +306,36 @@ func TestFlushMarkDurable(t *testing.T) {
 		require.Equal(t, last, r.durable.Load(), "Close leaves the mark durable")
 	})
 
+	t.Run("threshold-idle", func(t *testing.T) {
+		t.Parallel()
+		// The puts stop right after a flush of the threshold (nothing
+		// left for the ticker, an hour away): the mark is fdatasynced
+		// once the log is found idle, flushMarkIdleAfter later, not a
+		// timer's interval later; puts going on leave it to the timer.
+		r := &markSyncRecorder{}
+		r.durable.Store(-1)
+		dir := filepath.Join(t.TempDir(), "topic-3")
+		l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 4, UnflushInterval: time.Hour,
+			hooks: &hooks{markSync: r.sync}})
+		require.NoError(t, err)
+		defer l.Close()
+		for burst := range 2 {
+			n0 := r.n.Load()
+			prev := l.MaxOffset()
+			for i := range 5 { // the fifth passes the threshold: flushed
+				mustAppend(t, l, fmt.Appendf(nil, "burst %d put %d", burst, i))
+			}
+			end := l.MaxOffset()
+			require.Greater(t, end, prev, "burst %d: the threshold flushed", burst)
+			require.Equal(t, end, read(dir))
+			start := time.Now()
+			require.Eventually(t, func() bool { return r.durable.Load() == end },
+				flushMarkSyncEvery/2, 2*time.Millisecond, "burst %d: the mark of the last flush of the threshold fdatasynced once idle", burst)
+			t.Logf("burst %d: the mark durable %v after the flush", burst, time.Since(start))
+			require.LessOrEqual(t, r.n.Load()-n0, int64(1), "burst %d: one fdatasync of the mark", burst)
+		}
+	})
+
 	t.Run("ticker", func(t *testing.T) {
 		t.Parallel()
 		// The threshold-mode ticker's flush (the one that makes the last
