@@ -3,6 +3,7 @@ linger, partition selection and local transactions."""
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import os
@@ -153,6 +154,9 @@ class Producer:
     not have stored it). Sends that fail with a lost connection, a
     busy broker or a stale partition count are retried ``retries`` times (a
     put whose reply was lost may then be stored twice: at least once).
+    One thread's sends to one partition are stored in send order (batches
+    leave in the order they were formed); a retried one may be stored
+    after later sends of its partition, as with the Go SDK.
 
     Futures complete on the connection's reader thread: callbacks must not
     block. ``selector`` is "hash" (the default: by key, else round robin),
@@ -180,6 +184,15 @@ class Producer:
         self._deadlines: Dict[Tuple[str, int], float] = {}
         self._qcond: Dict[Tuple[str, int], threading.Condition] = {}
         self._retry: List[Tuple[float, int, List[_Item], int]] = []
+        # Batches detached from _queues and not sent yet, in detach order
+        # (under _cv). _send_ready sends them one after another under
+        # _slock, so a partition's batches go on the wire in the order they
+        # were formed: each sent by the thread that detached it, after
+        # unlocking _cv, a newer batch could overtake an older one (the
+        # flusher detaching a lingered batch, the caller sending the next,
+        # full one first), as the Go SDK's accumulator also avoids.
+        self._ready: "collections.deque[List[_Item]]" = collections.deque()
+        self._slock = threading.Lock()
         self._retry_seq = itertools.count()
         self._outstanding = 0
         self._closed = False
@@ -305,20 +318,33 @@ class Producer:
             fut = _new_future(cond)
             q.append(_Item(topic, p, partition is not None, m, data, fut))
             full = len(q) >= self.batch_size or qb >= self.batch_bytes
+            if before is not None:
+                self._ready.append(before)
             if full:
                 del self._queues[k], self._deadlines[k], self._qcond[k]
                 self._qbytes.pop(k, None)
+                self._ready.append(q)
             else:
                 self._qbytes[k] = qb
                 if self._thread is None:
                     self._start_flusher()
                 if len(q) == 1:
                     self._cv.notify()
-        if before is not None:
-            self._submit(before, 0)
-        if full:
-            self._submit(q, 0)
+        if before is not None or full:
+            self._send_ready()
         return fut
+
+    def _send_ready(self) -> None:
+        """Send the detached batches (_ready), oldest first. A thread that
+        finds another sending waits for it: its batch is then sent, or
+        being sent, when this returns (max_in_flight bounds both)."""
+        with self._slock:
+            while True:
+                with self._cv:
+                    if not self._ready:
+                        return
+                    items = self._ready.popleft()
+                self._submit(items, 0)
 
     def _start_flusher(self) -> None:
         if self._thread is None:
@@ -327,15 +353,16 @@ class Producer:
 
     def _flush_loop(self) -> None:
         while True:
-            due: List[List[_Item]] = []
+            due = False
             retry: List[Tuple[List[_Item], int]] = []
             with self._cv:
                 while True:
                     now = time.monotonic()
                     for k, d in list(self._deadlines.items()):
                         if d <= now or self._closed:
-                            due.append(self._queues.pop(k))
+                            self._ready.append(self._queues.pop(k))
                             del self._qbytes[k], self._deadlines[k], self._qcond[k]
+                            due = True
                     while self._retry and (self._retry[0][0] <= now or self._closed):
                         _, _, items, attempt = heapq.heappop(self._retry)
                         retry.append((items, attempt))
@@ -345,8 +372,8 @@ class Producer:
                         return
                     nxt = min(list(self._deadlines.values()) + [r[0] for r in self._retry[:1]], default=now + 0.5)
                     self._cv.wait(max(0.0, nxt - now))
-            for items in due:
-                self._submit(items, 0)
+            if due:
+                self._send_ready()
             for items, attempt in retry:
                 if items[0].partition < 0:
                     self._reroute(items, attempt)
