@@ -63,6 +63,15 @@ func runCLIWalkthrough(t *testing.T, doc, name, topic string) {
 	t.Helper()
 	cmds := docWalkthrough(t, doc, name)
 	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.Topics(topic))
+	sh, _ := cliShell(t, b.Addr())
+	defer sh.Close(5 * time.Second)
+	runWalkthrough(t, sh, cmds, time.Minute)
+}
+
+// cliShell starts a shell in a scratch directory (returned) whose
+// bin/metaq is the CLI built from this tree, with METAQ_ADDR set to addr.
+func cliShell(t *testing.T, addr string) (*doctest.Shell, string) {
+	t.Helper()
 	bin := testsvc.GoBuild(t, "github.com/metaq-go/metaq/cmd/metaq")
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
@@ -71,10 +80,9 @@ func runCLIWalkthrough(t *testing.T, doc, name, topic string) {
 	if err := os.Symlink(bin, filepath.Join(dir, "bin", "metaq")); err != nil {
 		t.Fatal(err)
 	}
-	sh, err := doctest.StartShell(dir, t.TempDir(), []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "METAQ_ADDR=" + b.Addr(), "LC_ALL=C"})
+	sh, err := doctest.StartShell(dir, t.TempDir(), []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "METAQ_ADDR=" + addr, "LC_ALL=C"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sh.Close(5 * time.Second)
-	runWalkthrough(t, sh, cmds, time.Minute)
+	return sh, dir
 }
