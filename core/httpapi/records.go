@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -150,9 +151,18 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req ProduceRequest
-	if !decodeBody(w, r, &req, false) {
+	body, err := readBody(r)
+	defer putBody(body) // the records' keys and values alias it
+	if err != nil {
+		bodyError(w, err)
 		return
+	}
+	var req ProduceRequest
+	if !parseProduce(body.Bytes(), &req) {
+		req = ProduceRequest{}
+		if !decodeData(w, body.Bytes(), nil, &req, false) {
+			return
+		}
 	}
 	if req.Format == "" {
 		req.Format = formatJSON
@@ -180,7 +190,6 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 	}
 	var runs []*pending
 	open := map[int32]*pending{}
-	var data []byte
 	for i := range req.Records {
 		rec := &req.Records[i]
 		m, err := recordMessage(req.Format, rec)
@@ -201,16 +210,27 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 		if p < 0 {
 			p = anyPart
 		}
-		data = m.AppendData(data[:0])
+		n := m.DataLen()
 		run := open[p]
-		if run == nil || len(run.idx) == protocol.MaxMPutCount || len(run.body)+len(data)+protocol.MPutEntryHeader > maxMPutBody {
-			run = &pending{part: p}
+		if run == nil || len(run.idx) == protocol.MaxMPutCount || len(run.body)+n+protocol.MPutEntryHeader > maxMPutBody {
+			run = &pending{part: p, idx: make([]int, 0, len(req.Records)-i), sizes: make([]int, 0, len(req.Records)-i)}
+			if len(runs) == 0 { // most requests: one run of every record
+				run.body = make([]byte, 0, min(maxMPutBody, len(body.Bytes())+len(req.Records)*protocol.MPutEntryHeader))
+			}
 			open[p] = run
 			runs = append(runs, run)
 		}
 		run.idx = append(run.idx, i)
-		run.sizes = append(run.sizes, len(data))
-		run.body = protocol.AppendMPutEntry(run.body, m.Flag(), int32(message.Checksum(data)), data)
+		run.sizes = append(run.sizes, n)
+		// The entry's header, then its data in place: flag, length and
+		// checksum filled in after.
+		at := len(run.body)
+		run.body = m.AppendData(append(run.body, make([]byte, protocol.MPutEntryHeader)...))
+		data := run.body[at+protocol.MPutEntryHeader:]
+		h := run.body[at:]
+		binary.BigEndian.PutUint32(h, uint32(m.Flag()))
+		binary.BigEndian.PutUint32(h[4:], uint32(len(data)))
+		binary.BigEndian.PutUint32(h[8:], uint32(int32(message.Checksum(data))))
 	}
 	if len(runs) > 0 {
 		d, ok := s.dial(w, r)
@@ -242,7 +262,47 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 	if okCount == 0 {
 		status = httpStatus(res[0].ErrorCode)
 	}
-	WriteJSON(w, status, ProduceReply{Offsets: res})
+	writeProduceReply(w, status, res)
+}
+
+// writeProduceReply writes ProduceReply{res} as WriteJSON does; a reply
+// of records all stored is written here, without reflection
+// (TestProduceReplyJSON).
+func writeProduceReply(w http.ResponseWriter, status int, res []ProduceResult) {
+	js := appendProduceReply(make([]byte, 0, 32+len(res)*96), res)
+	if js == nil {
+		WriteJSON(w, status, ProduceReply{Offsets: res})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(js)
+}
+
+// appendProduceReply appends the indented JSON of ProduceReply{res}, or
+// returns nil if a result is not a stored record's.
+func appendProduceReply(dst []byte, res []ProduceResult) []byte {
+	dst = append(dst, "{\n  \"offsets\": ["...)
+	for i, x := range res {
+		if x.ErrorCode != 0 || x.Error != "" || x.Partition == nil || x.Offset == nil || x.MsgID == nil {
+			return nil
+		}
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, "\n    {\n      \"partition\": "...)
+		dst = strconv.AppendInt(dst, int64(*x.Partition), 10)
+		dst = append(dst, ",\n      \"offset\": "...)
+		dst = strconv.AppendInt(dst, *x.Offset, 10)
+		dst = append(dst, ",\n      \"msg_id\": "...)
+		dst = strconv.AppendInt(dst, *x.MsgID, 10)
+		dst = append(dst, "\n    }"...)
+	}
+	if len(res) > 0 {
+		dst = append(dst, "\n  "...)
+	}
+	return append(dst, "]\n}\n"...)
 }
 
 // produced fills the results of run's records from its mput reply.

@@ -1,0 +1,136 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// produceSeeds are produce bodies of every shape: the fast decoder's and
+// others it leaves to encoding/json.
+var produceSeeds = []string{
+	`{"format":"text","records":[{"key":"k","value":"v","headers":[{"key":"h","value":null}],"tags":["a"],"timestamp":1}]}`,
+	`{"format":"binary","records":[{"value":"AAEC"},{"value":"not base64"},{"value":"\u0041QID"}]}`,
+	`{"records":[{"value":{"a":[1,2]}},{"key":null,"value":null},{"partition":3,"value":"x\"y"}]}`,
+	` { "records" : [ { "partition" : -1 , "value" : [ 1 , { "b" : "]}" } ] , "key" : 12.5e3 } ] , "format" : "json" } `,
+	`{"records":[{"value":true,"key":false,"headers":[],"tags":[]},{"value":"x","headers":null,"tags":null,"timestamp":null,"partition":null}]}`,
+	`{"records":[]}`,
+	`{}`,
+	`{"records":[{"timestamp":-5,"value":1}]}`,
+	`{"Records":[{"value":1}]}`,
+	`{"records":[{"value":1,"value":2}]}`,
+	`{"records":[{"value":1}],"records":[]}`,
+	`{"records":[{"value":1,"extra":2}]}`,
+	`{"records":[{"partition":"1","value":1}]}`,
+	`{"records":[{"partition":1.0,"value":1}]}`,
+	`{"records":[{"partition":2147483648,"value":1}]}`,
+	`{"records":[{"partition":01,"value":1}]}`,
+	`{"records":[{"value":"a` + "\x01" + `b"}]}`,
+	`{"records":[{"value":"\x"}]}`,
+	`{"records":[{"value":"\u12"}]}`,
+	`{"records":[{"headers":[{"key":"\u0041","value":"b"}],"value":1}]}`,
+	`{"records":[{"headers":[{"key":"a","value":"b","key":"c"}],"value":1}]}`,
+	`{"records":[{"tags":["a\nb"],"value":1}]}`,
+	"{\"records\":[{\"tags\":[\"\xff\"],\"value\":\"\xfe\"}]}",
+	`{"records":[{"value":[1,2}]}`,
+	`{"records":[{"value":{"a":1]]}`,
+	`{"records":[{"value":1}]} {"x":1}`,
+	`{"records":[{"value":1}]`,
+	`{"records":[{"value":nul}]}`,
+	`{"records":[{"value":}]}`,
+	`{"records":[null]}`,
+	`null`,
+	``,
+	`{"format":"text","records":[{"value":"v"},]}`,
+	`{"format":"text",}`,
+}
+
+// FuzzProduceFast: a body the fast decoder (parseProduce) accepts is one
+// encoding/json accepts as well, giving the same request.
+func FuzzProduceFast(f *testing.F) {
+	for _, s := range produceSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var fast ProduceRequest
+		if !parseProduce(body, &fast) {
+			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("%q: accepted, not JSON", body)
+		}
+		var slow ProduceRequest
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&slow); err != nil {
+			t.Fatalf("%q: accepted, encoding/json refuses it: %v", body, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			fj, _ := json.Marshal(fast)
+			sj, _ := json.Marshal(slow)
+			t.Fatalf("%q:\nfast %s\nencoding/json %s", body, fj, sj)
+		}
+	})
+}
+
+// TestProduceFastShapes: the bodies clients send take the fast decoder
+// (docs/http.md's, the benchmark's); the others fall back.
+func TestProduceFastShapes(t *testing.T) {
+	fast := []string{produceSeeds[0], produceSeeds[1], produceSeeds[2], produceSeeds[3], produceSeeds[4], produceSeeds[5], produceSeeds[6], produceSeeds[7],
+		`{"format":"binary","records":[{"value":"` + strings.Repeat("QUJD", 300) + `"}]}`}
+	for _, s := range fast {
+		var req ProduceRequest
+		if !parseProduce([]byte(s), &req) {
+			t.Errorf("%s: not the fast decoder's", s)
+		}
+	}
+	for _, s := range produceSeeds[8:] {
+		var req ProduceRequest
+		if parseProduce([]byte(s), &req) {
+			t.Errorf("%q: fast decoder accepted it", s)
+		}
+	}
+}
+
+// TestProduceReplyJSON: appendProduceReply writes what WriteJSON does.
+func TestProduceReplyJSON(t *testing.T) {
+	p, o, m := int32(3), int64(1<<40), int64(-7)
+	ok := ProduceResult{Partition: &p, Offset: &o, MsgID: &m}
+	for _, res := range [][]ProduceResult{{}, {ok}, {ok, ok, ok}} {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetIndent("", "  ")
+		enc.Encode(ProduceReply{Offsets: res})
+		if got := appendProduceReply(nil, res); string(got) != want.String() {
+			t.Errorf("got\n%s\nwant\n%s", got, want.String())
+		}
+	}
+	if appendProduceReply(nil, []ProduceResult{ok, {ErrorCode: 400, Error: "x"}}) != nil {
+		t.Error("a failed record: not written by WriteJSON")
+	}
+}
+
+// TestSpecial8: special8 finds a quote, a backslash or a control byte
+// among eight exactly when one is there.
+func TestSpecial8(t *testing.T) {
+	picks := []byte{0, 1, 0x1f, 0x20, 0x21, '"', '#', '\\', ']', 'A', 0x7f, 0x80, 0x9f, 0xa0, 0xdc, 0xff}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		var w [8]byte
+		want := false
+		for k := range w {
+			w[k] = picks[rng.IntN(len(picks))]
+			if rng.IntN(3) == 0 {
+				w[k] = byte(rng.IntN(256))
+			}
+			want = want || w[k] < 0x20 || w[k] == '"' || w[k] == '\\'
+		}
+		if got := special8(binary.LittleEndian.Uint64(w[:])); got != want {
+			t.Fatalf("% x: %v, want %v", w, got, want)
+		}
+	}
+}
