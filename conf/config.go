@@ -106,6 +106,11 @@ type Config struct {
 	// broker reads its records to rebuild the producers' state after a
 	// start or a failover (1048576..1073741824). Default 8388608.
 	IdempotentRebuildBytes int64 `toml:"idempotent_rebuild_bytes"`
+	// IdempotentMemory bounds the idempotent producer tables of all
+	// partitions together, in bytes (65536..1099511627776): past it the
+	// least recently used producer of the broker is forgotten. Default
+	// 67108864 (64 MiB).
+	IdempotentMemory int64 `toml:"idempotent_memory"`
 	// DeletePolicy is the retention policy, "delete,N[s|m|h]" (no unit = hours).
 	DeletePolicy string `toml:"delete_policy"`
 	// DeleteCheckInterval is the time between retention runs, in seconds.
@@ -429,6 +434,7 @@ func Default() *Config {
 		IdempotentProducers:    1024,
 		IdempotentIdleExpiry:   86400,
 		IdempotentRebuildBytes: 8 << 20,
+		IdempotentMemory:       64 << 20,
 		DeletePolicy:           "delete,168",
 		DeleteCheckInterval:    300,
 		AutoCreateTopics:       false,

@@ -271,6 +271,7 @@ func (c *Config) check() []Problem {
 	k.intRange("idempotent_producers", int64(c.IdempotentProducers), 1, 1_000_000)
 	k.intRange("idempotent_idle_expiry", int64(c.IdempotentIdleExpiry), 60, 30*86400)
 	k.intRange("idempotent_rebuild_bytes", c.IdempotentRebuildBytes, 1<<20, 1<<30)
+	k.intRange("idempotent_memory", c.IdempotentMemory, 64<<10, 1<<40)
 	k.policy("delete_policy", c.DeletePolicy)
 	k.intRange("delete_check_interval", int64(c.DeleteCheckInterval), 1, maxDeleteCheck)
 	if r := c.DiskMaxUsedRatio; !(r > 0 && r <= 1) { // NaN too

@@ -24,6 +24,7 @@ import (
 	"github.com/metaq-go/metaq/core/diskwatch"
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
+	"github.com/metaq-go/metaq/core/idem"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/repl"
@@ -65,6 +66,10 @@ type Broker struct {
 	// idem holds the partitions' idempotent-producer tables (idem.go):
 	// *store.Log -> *idemPart.
 	idem sync.Map
+	// idemBudgetV bounds all the tables' memory (idempotent_memory),
+	// made once by idemBudget.
+	idemBudgetOnce sync.Once
+	idemBudgetV    *idem.Budget
 	// delay is the timer of delayed messages (delay.go).
 	delay *delayStats
 	// cfgp is the configuration; Reload swaps it (reload.go). Read it

@@ -185,7 +185,7 @@ func (c *conn) handlePut(r *protocol.Request) {
 	}
 	var w repl.PutDone = c
 	if ps.ok {
-		iw := c.idemBegin(l, p, r.Opaque, ps, 1, false) // idem.go
+		iw := c.idemBegin(t, l, p, r.Opaque, ps, 1, false) // idem.go
 		if iw == nil {
 			return
 		}
@@ -295,7 +295,7 @@ func (c *conn) handleMPut(r *protocol.Request) {
 	}
 	var w repl.PutDone = c
 	if ps.ok {
-		iw := c.idemBegin(l, p, r.Opaque, ps, len(c.entries), true) // idem.go
+		iw := c.idemBegin(t, l, p, r.Opaque, ps, len(c.entries), true) // idem.go
 		if iw == nil {
 			return
 		}

@@ -31,25 +31,33 @@ type producerSeq struct {
 
 // idemPart is a partition's table and the failover epoch it describes.
 type idemPart struct {
+	l     *store.Log
 	t     *idem.Table
 	epoch atomic.Int64
 }
 
-// idemTable returns partition l's table, made on first use with the
-// configured bounds. With failover, a table built under another epoch is
+// idemTable returns partition p's (l's) table, made on first use with the
+// configured bounds and kept in t.pc[p] too, so that the put path finds
+// it without the map. With failover, a table built under another epoch is
 // reset first: this broker was a slave (or fenced) meanwhile, and its log
 // changed under the table (a promotion always takes a new epoch).
-func (b *Broker) idemTable(l *store.Log) *idem.Table {
-	v, ok := b.idem.Load(l)
-	if !ok {
-		cfg := b.config()
-		v, _ = b.idem.LoadOrStore(l, &idemPart{t: idem.NewTable(idem.Config{
-			MaxProducers: cfg.IdempotentProducers,
-			IdleExpiry:   time.Duration(cfg.IdempotentIdleExpiry) * time.Second,
-			RebuildBytes: cfg.IdempotentRebuildBytes,
-		})})
+func (b *Broker) idemTable(t *topic, p int32, l *store.Log) *idem.Table {
+	pc := &t.pc[p]
+	ip := pc.idem.Load()
+	if ip == nil || ip.l != l {
+		v, ok := b.idem.Load(l)
+		if !ok {
+			cfg := b.config()
+			v, _ = b.idem.LoadOrStore(l, &idemPart{l: l, t: idem.NewTable(idem.Config{
+				MaxProducers: cfg.IdempotentProducers,
+				IdleExpiry:   time.Duration(cfg.IdempotentIdleExpiry) * time.Second,
+				RebuildBytes: cfg.IdempotentRebuildBytes,
+				Budget:       b.idemBudget(),
+			})})
+		}
+		ip = v.(*idemPart)
+		pc.idem.Store(ip)
 	}
-	ip := v.(*idemPart)
 	if b.fo != nil {
 		e := b.fo.Status().Epoch
 		if old := ip.epoch.Load(); old != e && ip.epoch.CompareAndSwap(old, e) {
@@ -57,6 +65,13 @@ func (b *Broker) idemTable(l *store.Log) *idem.Table {
 		}
 	}
 	return ip.t
+}
+
+// idemBudget returns the broker's bound on all the tables' memory
+// (idempotent_memory), made on first use.
+func (b *Broker) idemBudget() *idem.Budget {
+	b.idemBudgetOnce.Do(func() { b.idemBudgetV = idem.NewBudget(b.config().IdempotentMemory) })
+	return b.idemBudgetV
 }
 
 // idemTick is how often idemClockLoop advances the tables' clocks.
@@ -84,7 +99,9 @@ func (b *Broker) idemClockLoop() {
 // forgetIdem drops the tables of logs that closed (a deleted topic).
 func (b *Broker) forgetIdem(logs []*store.Log) {
 	for _, l := range logs {
-		b.idem.Delete(l)
+		if v, ok := b.idem.LoadAndDelete(l); ok {
+			v.(*idemPart).t.Release()
+		}
 	}
 }
 
@@ -92,8 +109,8 @@ func (b *Broker) forgetIdem(logs []*store.Log) {
 // ps.seq.. in partition p (l). It returns the waiter to append with, or
 // nil when it has answered the put: with the original result (a retry of
 // a stored put), or with a cause (docs/protocol.md's cause table).
-func (c *conn) idemBegin(l *store.Log, p int32, opaque int32, ps producerSeq, count int, mput bool) *idemWaiter {
-	t := c.b.idemTable(l)
+func (c *conn) idemBegin(tp *topic, l *store.Log, p int32, opaque int32, ps producerSeq, count int, mput bool) *idemWaiter {
+	t := c.b.idemTable(tp, p, l)
 	now := t.Clock() // idemClockLoop's: no clock read per put
 	err := t.Build(now, func() (func() (idem.Record, bool), error) {
 		start := time.Now()
@@ -117,7 +134,7 @@ func (c *conn) idemBegin(l *store.Log, p int32, opaque int32, ps producerSeq, co
 		return nil
 	}
 	last := ps.seq + int64(count) - 1
-	v, res := t.Begin(ps.id, ps.seq, last, now)
+	v, res, tk := t.Start(ps.id, ps.seq, last, now)
 	seqs := func() string {
 		return "producer " + strconv.FormatInt(ps.id, 10) + " sequences " + strconv.FormatInt(ps.seq, 10) +
 			".." + strconv.FormatInt(last, 10)
@@ -125,7 +142,7 @@ func (c *conn) idemBegin(l *store.Log, p int32, opaque int32, ps producerSeq, co
 	switch v {
 	case idem.Append:
 		w := idemWaiters.Get().(*idemWaiter)
-		w.c, w.t, w.id, w.first = c, t, ps.id, ps.seq
+		w.c, w.t, w.tk = c, t, tk
 		return w
 	case idem.Duplicate:
 		if res.Count > 0 {
@@ -173,9 +190,9 @@ func (c *conn) replyStored(opaque int32, p int32, r idem.Result, mput bool) {
 // idemWaiter is an idempotent put's store.Waiter (and repl.PutDone): it
 // tells the table the outcome, then the connection.
 type idemWaiter struct {
-	c         *conn
-	t         *idem.Table
-	id, first int64
+	c  *conn
+	t  *idem.Table
+	tk idem.Ticket
 }
 
 var _ repl.PutDone = (*idemWaiter)(nil)
@@ -190,11 +207,7 @@ func (w *idemWaiter) release() {
 }
 
 func (w *idemWaiter) AppendDone(token uint64, firstID, firstOffset int64, err error) {
-	if err != nil {
-		w.t.Fail(w.id, w.first)
-	} else {
-		w.t.Done(w.id, w.first, idem.Result{FirstID: firstID, FirstOffset: firstOffset, Count: max(1, int(token>>48))})
-	}
+	w.t.Finish(w.tk, idem.Result{FirstID: firstID, FirstOffset: firstOffset, Count: max(1, int(token>>48))}, err == nil)
 	c := w.c
 	w.release()
 	c.AppendDone(token, firstID, firstOffset, err)
@@ -203,7 +216,7 @@ func (w *idemWaiter) AppendDone(token uint64, firstID, firstOffset int64, err er
 // SyncFailed: stored here, the slave failed it; a retry is answered as
 // stored, its offsets unknown (the slave catches up by the master's log).
 func (w *idemWaiter) SyncFailed(token uint64, err error) {
-	w.t.Done(w.id, w.first, idem.Result{})
+	w.t.Finish(w.tk, idem.Result{}, true)
 	c := w.c
 	w.release()
 	c.SyncFailed(token, err)
@@ -211,7 +224,7 @@ func (w *idemWaiter) SyncFailed(token uint64, err error) {
 
 // failed is the waiter's put refused before the store took it.
 func (w *idemWaiter) failed() {
-	w.t.Fail(w.id, w.first)
+	w.t.Finish(w.tk, idem.Result{}, false)
 	w.release()
 }
 

@@ -122,6 +122,49 @@ func TestIdempotentForgotten(t *testing.T) {
 	require.Equal(t, "1", st["idempotent_out_of_order"])
 }
 
+// TestIdempotentMemory: past idempotent_memory the broker forgets its
+// least recently used producers, of any partition; a forgotten producer's
+// next put and a retry of its stored put are refused as unknown producer
+// and nothing is stored twice; the others' puts go on.
+func TestIdempotentMemory(t *testing.T) {
+	t.Parallel()
+	const limit = 64 << 10 // 128 producers at 512 bytes, less the forgotten ids
+	b := fixture{mods: []func(*conf.Config){func(c *conf.Config) { c.IdempotentMemory = limit }}}.start(t)
+	c := dialRaw(t, b.Addr())
+	const n, base = 160, 0x3333_0000_0000
+	for i := range int64(n) {
+		r := idemPut(t, c, int32(i%2), base+i, 0)
+		require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	}
+	st := c.stats(t, "")
+	evicted, err := strconv.Atoi(st["idempotent_memory_evicted"])
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, evicted, n-limit/512)
+	used, err := strconv.Atoi(st["idempotent_memory_bytes"])
+	require.NoError(t, err)
+	require.LessOrEqual(t, used, limit)
+	ends := []int64{b.topics["t"].parts[0].MaxOffset(), b.topics["t"].parts[1].MaxOffset()}
+	var forgotten []int64
+	for i := range int64(n) {
+		r := idemPut(t, c, int32(i%2), base+i, 0) // a retry of the first put
+		if r.Code == protocol.StatusOK {
+			continue // remembered: answered with its offset
+		}
+		requireCause(t, r, protocol.CauseUnknownProducer)
+		forgotten = append(forgotten, i)
+		requireCause(t, idemPut(t, c, int32(i%2), base+i, 1), protocol.CauseUnknownProducer)
+	}
+	require.Equal(t, ends, []int64{b.topics["t"].parts[0].MaxOffset(), b.topics["t"].parts[1].MaxOffset()},
+		"a retry was stored again")
+	require.Len(t, forgotten, evicted)
+	for i := range int64(n) {
+		if !slices.Contains(forgotten, i) {
+			r := idemPut(t, c, int32(i%2), base+i, 1)
+			require.Equal(t, protocol.StatusOK, r.Code, "producer %d: %s", i, r.Body)
+		}
+	}
+}
+
 // BenchmarkBrokerPutIdempotent: pipelined durable (group commit) 1 KiB
 // puts on one connection, each frame built and checksummed as it is sent:
 // plain (off), with a 13-byte key (key: a properties block of the

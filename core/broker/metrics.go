@@ -23,7 +23,10 @@ type partCounters struct {
 	msgsIn, bytesIn, bytesOut, gets atomic.Int64
 	// msgsOut is counted off the get path (msgsout.go).
 	msgsOut atomic.Int64
-	_       [24]byte // keep neighbouring partitions' counters off one cache line
+	// idem is the partition's idempotent producer table (idem.go), found
+	// here by the put path before the broker's map.
+	idem atomic.Pointer[idemPart]
+	_    [16]byte // keep neighbouring partitions' counters off one cache line
 }
 
 // monoEpoch is the origin of monoNow, a monotonic clock in nanoseconds

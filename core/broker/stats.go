@@ -207,6 +207,8 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("idempotent_duplicates", b.stats.idemDuplicates.Load())
 	kv("idempotent_out_of_order", b.stats.idemOutOfOrder.Load())
 	kv("idempotent_unknown_producer", b.stats.idemUnknown.Load())
+	kv("idempotent_memory_bytes", b.idemBudget().Used())
+	kv("idempotent_memory_evicted", b.idemBudget().Evicted())
 	kv("disk_full_rejects", b.disks.Rejects.Load())
 	kv("disk_used_ratio", strconv.FormatFloat(b.disks.MaxUsed(), 'f', 4, 64))
 	kv("protocol_errors", b.stats.protocolErrors.Load())

@@ -41,6 +41,10 @@ type Config struct {
 	// RebuildBytes is how far back from the end of the log Rebuild
 	// reads (from the start of the segment holding that point).
 	RebuildBytes int64
+	// Budget, if set, bounds the memory of this table and the others
+	// sharing it (budget.go): over it, the least recently used producer
+	// of them all is forgotten.
+	Budget *Budget
 }
 
 func (c Config) withDefaults() Config {
@@ -105,8 +109,8 @@ type producer struct {
 	id      int64
 	last    int64 // last sequence stored or being stored
 	batches [Window]batch
-	n, head int // batches[head] is the oldest of n
-	used    time.Time
+	n, head int   // batches[head] is the oldest of n
+	used    int64 // Unix ns of the last put (the caller's coarse clock)
 	elem    *list.Element
 	// rebuilt: the producer was read back from the log (Rebuild), whose
 	// sequences up to rebuiltUpTo are known stored only inside the runs
@@ -240,6 +244,10 @@ type Table struct {
 	// up only for a producer the table does not know.
 	ghosts    []int64
 	ghostHead int
+	// bytes is the table's estimated memory (ProducerBytes per producer,
+	// rangeBytes per rebuilt range, GhostBytes per forgotten id), also
+	// counted in cfg.Budget.
+	bytes int64
 }
 
 // ghostCap is how many forgotten ids a table keeps: 4 x MaxProducers, at
@@ -251,7 +259,36 @@ func (t *Table) ghostCap() int { return max(4*t.cfg.MaxProducers, 1024) }
 func NewTable(cfg Config) *Table {
 	t := &Table{cfg: cfg.withDefaults(), producers: map[int64]*producer{}}
 	t.clock.Store(time.Now().UnixNano())
+	if b := t.cfg.Budget; b != nil {
+		b.add(t)
+	}
 	return t
+}
+
+// charge adds n bytes to the table's estimated memory and its budget's.
+// Called with mu held.
+func (t *Table) charge(n int64) {
+	t.bytes += n
+	if b := t.cfg.Budget; b != nil {
+		b.used.Add(n)
+	}
+}
+
+// Bytes returns the table's estimated memory (ProducerBytes per producer
+// remembered, GhostBytes per forgotten id kept).
+func (t *Table) Bytes() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.bytes
+}
+
+// Release forgets every producer and takes the table out of its budget:
+// its partition is gone (a deleted topic).
+func (t *Table) Release() {
+	t.Reset()
+	if b := t.cfg.Budget; b != nil {
+		b.remove(t)
+	}
 }
 
 // Clock returns the time of the last Tick (or of NewTable): a coarse
@@ -282,7 +319,8 @@ func (t *Table) Reset() {
 	t.built.Store(false)
 	clear(t.producers)
 	t.lru.Init()
-	t.ghosts, t.ghostHead = t.ghosts[:0], 0
+	t.ghosts, t.ghostHead = nil, 0
+	t.charge(-t.bytes)
 }
 
 // Len returns the number of producers remembered.
@@ -303,9 +341,50 @@ func (t *Table) Evicted() int64 {
 // entries are consecutive). On Append the put is recorded as in flight
 // and the caller must call Done or Fail with the same id and first.
 func (t *Table) Begin(id, first, last int64, now time.Time) (Verdict, Result) {
+	v, r, _ := t.Start(id, first, last, now)
+	return v, r
+}
+
+// Ticket is a put Start let append, for Finish: it holds the producer, so
+// that the put path looks the producer up once.
+type Ticket struct {
+	p     *producer
+	first int64
+}
+
+// Start is Begin that also returns the put's Ticket (valid on Append),
+// which Finish takes instead of the id. With a Budget over its bound, it
+// forgets the least recently used producers of the budget's tables after
+// judging the put.
+func (t *Table) Start(id, first, last int64, now time.Time) (Verdict, Result, Ticket) {
+	t.mu.Lock()
+	v, r, p := t.begin(id, first, last, now)
+	t.mu.Unlock()
+	if b := t.cfg.Budget; b != nil && b.used.Load() > b.limit {
+		b.evict()
+	}
+	return v, r, Ticket{p: p, first: first}
+}
+
+// Finish records the outcome of a put Start let append: Done's with ok,
+// Fail's without. A producer forgotten meanwhile is left forgotten.
+func (t *Table) Finish(k Ticket, r Result, ok bool) {
+	if k.p == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.expire(now)
+	if ok {
+		k.p.done(k.first, r)
+	} else {
+		k.p.fail(k.first)
+	}
+}
+
+// begin is Start's judgement, with mu held; p is the producer on Append.
+func (t *Table) begin(id, first, last int64, at time.Time) (Verdict, Result, *producer) {
+	now := at.UnixNano()
+	t.expireNs(now)
 	p := t.producers[id]
 	if p == nil {
 		// A producer starts at sequence 0 (Kafka's rule): a first sight
@@ -316,11 +395,12 @@ func (t *Table) Begin(id, first, last int64, now time.Time) (Verdict, Result) {
 		// id if the put is a first attempt, and reports the outcome as
 		// unknown if it is a retry.
 		if first != 0 || slices.Contains(t.ghosts, id) {
-			return UnknownProducer, Result{}
+			return UnknownProducer, Result{}, nil
 		}
 		p = &producer{id: id}
 		p.elem = t.lru.PushFront(p)
 		t.producers[id] = p
+		t.charge(ProducerBytes)
 		t.bound()
 	} else {
 		t.lru.MoveToFront(p.elem)
@@ -328,15 +408,16 @@ func (t *Table) Begin(id, first, last int64, now time.Time) (Verdict, Result) {
 		switch {
 		case first == p.last+1:
 		case first > p.last+1 || last > p.last: // a gap, or stored and new together
-			return OutOfOrder, Result{}
+			return OutOfOrder, Result{}, nil
 		default: // every sequence is stored, being stored, or failed
 			if v, ok := p.refill(first, last); ok {
 				if v == UnknownProducer { // a failed batch went out of the window
 					t.forget(p)
 				}
-				return v, Result{}
+				return v, Result{}, nil
 			}
-			return p.judge(first, last)
+			v, r := p.judge(first, last)
+			return v, r, nil
 		}
 	}
 	p.used = now
@@ -348,7 +429,7 @@ func (t *Table) Begin(id, first, last int64, now time.Time) (Verdict, Result) {
 		// its Done lost.
 		t.forget(p)
 	}
-	return Append, Result{}
+	return Append, Result{}, p
 }
 
 // Done records the result of a put Begin let append.
@@ -356,9 +437,13 @@ func (t *Table) Done(id, first int64, r Result) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p := t.producers[id]; p != nil {
-		if b := p.find(first); b != nil && b.pending {
-			b.pending, b.res = false, r
-		}
+		p.done(first, r)
+	}
+}
+
+func (p *producer) done(first int64, r Result) {
+	if b := p.find(first); b != nil && b.pending {
+		b.pending, b.res = false, r
 	}
 }
 
@@ -369,10 +454,12 @@ func (t *Table) Done(id, first int64, r Result) {
 func (t *Table) Fail(id, first int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := t.producers[id]
-	if p == nil {
-		return
+	if p := t.producers[id]; p != nil {
+		p.fail(first)
 	}
+}
+
+func (p *producer) fail(first int64) {
 	b := p.find(first)
 	if b == nil || !b.pending {
 		return
@@ -388,6 +475,7 @@ func (t *Table) Fail(id, first int64) {
 func (t *Table) forget(p *producer) {
 	t.lru.Remove(p.elem)
 	delete(t.producers, p.id)
+	t.charge(-p.bytes())
 	t.ghost(p.id)
 }
 
@@ -395,6 +483,7 @@ func (t *Table) forget(p *producer) {
 func (t *Table) ghost(id int64) {
 	if len(t.ghosts) < t.ghostCap() {
 		t.ghosts = append(t.ghosts, id)
+		t.charge(GhostBytes)
 		return
 	}
 	t.ghosts[t.ghostHead] = id
@@ -411,10 +500,12 @@ func (t *Table) bound() {
 
 // expire forgets producers idle longer than IdleExpiry (from the least
 // recently used end, which is the longest idle).
-func (t *Table) expire(now time.Time) {
+func (t *Table) expire(now time.Time) { t.expireNs(now.UnixNano()) }
+
+func (t *Table) expireNs(now int64) {
 	for e := t.lru.Back(); e != nil; e = t.lru.Back() {
 		p := e.Value.(*producer)
-		if now.Sub(p.used) < t.cfg.IdleExpiry {
+		if now-p.used < int64(t.cfg.IdleExpiry) {
 			return
 		}
 		t.forget(p)
@@ -523,9 +614,10 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 			p.push(r.b)
 		}
 		p.rebuilt, p.rebuiltUpTo = true, p.last
-		p.used = now
+		p.used = now.UnixNano()
 		p.elem = t.lru.PushBack(p)
 		t.producers[id] = p
+		t.charge(p.bytes())
 	}
 	t.bound()
 }

@@ -1,0 +1,127 @@
+package idem
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestBudget: tables sharing a budget forget, past its bound, the least
+// recently used producer of them all (here in another table than the new
+// producer's); the forgotten producer is refused as UnknownProducer at its
+// next sequence and at 0 (never stored twice), the others are untouched;
+// Reset and Release give their bytes back.
+func TestBudget(t *testing.T) {
+	bud := NewBudget(3*ProducerBytes + 8*GhostBytes)
+	a := NewTable(Config{Budget: bud})
+	b := NewTable(Config{Budget: bud})
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	start := func(tb *Table, id, seq int64, now time.Time, want Verdict) {
+		t.Helper()
+		v, _, k := tb.Start(id, seq, seq, now)
+		require.Equal(t, want, v, "producer %d seq %d", id, seq)
+		if v == Append {
+			tb.Finish(k, Result{FirstID: id*100 + seq, Count: 1}, true)
+		}
+	}
+	start(a, 1, 0, at(0), Append)
+	start(b, 2, 0, at(1), Append)
+	start(a, 3, 0, at(2), Append)
+	require.EqualValues(t, 3*ProducerBytes, bud.Used())
+	start(a, 1, 1, at(3), Append) // 1 is used again: 2 (in b) is now the oldest
+	start(a, 4, 0, at(4), Append) // over the bound: 2 goes
+	require.EqualValues(t, 1, bud.Evicted())
+	require.EqualValues(t, 3*ProducerBytes+GhostBytes, bud.Used())
+	require.Equal(t, 0, b.Len())
+	require.Equal(t, 3, a.Len())
+	start(b, 2, 1, at(5), UnknownProducer) // its next put
+	start(b, 2, 0, at(5), UnknownProducer) // a retry of its first put
+	start(a, 1, 2, at(5), Append)
+	v, r := a.Begin(1, 1, 1, at(5)) // the others keep their results
+	require.Equal(t, Duplicate, v)
+	require.EqualValues(t, 101, r.FirstID)
+	require.Equal(t, a.Bytes()+b.Bytes(), bud.Used())
+
+	// A ticket whose producer was forgotten meanwhile changes nothing.
+	start(b, 5, 0, at(6), Append) // evicts 3, the oldest of a
+	v, _, k := a.Start(4, 1, 1, at(7))
+	require.Equal(t, Append, v)
+	start(b, 6, 0, at(8), Append)  // evicts 1
+	start(b, 7, 0, at(9), Append)  // evicts 5
+	start(b, 9, 0, at(10), Append) // evicts 4, its put in flight
+	a.Finish(k, Result{FirstID: 9, Count: 1}, true)
+	start(a, 4, 2, at(11), UnknownProducer)
+	require.EqualValues(t, 5, bud.Evicted())
+	require.LessOrEqual(t, bud.Used(), bud.Limit())
+
+	a.Reset()
+	require.Zero(t, a.Bytes())
+	require.Equal(t, b.Bytes(), bud.Used())
+	b.Release()
+	require.Zero(t, bud.Used())
+	// A released table is out of the budget: no eviction picks it.
+	start(a, 10, 0, at(12), Append)
+	require.EqualValues(t, ProducerBytes, bud.Used())
+}
+
+// TestBudgetRebuild: a rebuilt table counts its producers (and their
+// ranges) and evicts past the budget like one filled by puts.
+func TestBudgetRebuild(t *testing.T) {
+	bud := NewBudget(2 * ProducerBytes)
+	tb := NewTable(Config{Budget: bud})
+	var recs []Record
+	for id := int64(1); id <= 3; id++ {
+		recs = append(recs, Record{Producer: id, Seq: 0, ID: id, Offset: id * 100, Size: 100})
+	}
+	tb.Rebuild(t0, func() (Record, bool) {
+		if len(recs) == 0 {
+			return Record{}, false
+		}
+		r := recs[0]
+		recs = recs[1:]
+		return r, true
+	})
+	require.Equal(t, tb.Bytes(), bud.Used())
+	require.Greater(t, bud.Used(), bud.Limit()) // a rebuild does not evict by itself ...
+	v, _ := tb.Begin(3, 1, 1, t0)               // ... the next put does
+	require.Equal(t, Append, v)
+	require.LessOrEqual(t, bud.Used(), bud.Limit())
+	require.Less(t, tb.Len(), 3)
+}
+
+// BenchmarkTablePut: the table's work per put of a pipelined producer
+// (16 producers taking turns, one sequence each): Begin and Done by the
+// producer's id (two map lookups), Start and Finish with its ticket (one),
+// and the same with a budget.
+func BenchmarkTablePut(b *testing.B) {
+	const producers = 16
+	for _, arm := range []string{"begin-done", "start-finish", "budget"} {
+		b.Run(arm, func(b *testing.B) {
+			cfg := Config{}
+			if arm == "budget" {
+				cfg.Budget = NewBudget(64 << 20)
+			}
+			tb := NewTable(cfg)
+			var seq [producers]int64
+			b.ReportAllocs()
+			for i := range b.N {
+				id := int64(i%producers) + 1<<62
+				s := seq[i%producers]
+				seq[i%producers]++
+				if arm == "begin-done" {
+					if v, _ := tb.Begin(id, s, s, t0); v != Append {
+						b.Fatal(v)
+					}
+					tb.Done(id, s, Result{FirstID: int64(i), FirstOffset: int64(i), Count: 1})
+					continue
+				}
+				v, _, k := tb.Start(id, s, s, t0)
+				if v != Append {
+					b.Fatal(v)
+				}
+				tb.Finish(k, Result{FirstID: int64(i), FirstOffset: int64(i), Count: 1}, true)
+			}
+		})
+	}
+}
