@@ -95,7 +95,8 @@ test: fmt-check vet build services
 # and the idempotent producer's fault tests with 10,000 messages (make test
 # sends 2,000); and 1,000,000 delayed messages over 120 s across 64
 # partitions, without -race: the lateness p99 is a figure of the timer
-# (make test sends 20,000 over 3 s).
+# (make test sends 20,000 over 3 s); and delayed messages due over 60 s
+# through 10 kill -9s and 10 power cuts (make test: 3 each over 3 s).
 SOAK_CUTS  ?= 100
 SOAK_TORN_CUTS ?= 40
 SOAK_COUNT ?= 5
@@ -113,6 +114,7 @@ soak: build
 	METAQ_BALANCE_SEEDS=5 $(GO) test -race -timeout 10m -count=1 -run '^TestJoinsAndLeaves$$' ./sdk/balance/
 	METAQ_TAIL_ROUNDS=$(SOAK_TAIL_ROUNDS) $(GO) test -race -timeout 20m -count=1 -v -run '^TestTailKill9$$' ./cmd/metaq/
 	METAQ_DELAYED_COUNT=1000000 METAQ_DELAYED_SPAN=120 $(GO) test -timeout 30m -count=1 -v -run '^TestDelayedScale$$' ./core/broker/
+	METAQ_DELAYED_CRASH_ROUNDS=10 METAQ_DELAYED_CRASH_SPAN=60 $(GO) test -race -timeout 30m -count=1 -v -run '^(TestDelayedKill9|TestDelayedPowerCut)$$' ./core/e2e/
 	METAQ_IDEM_MESSAGES=10000 $(GO) test -race -timeout 20m -count=1 -run '^TestIdempotent' ./sdk/client/ ./core/e2e/
 
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with

@@ -258,6 +258,9 @@ func (b *Broker) openWheel(i int) (*timer.Wheel, *store.Log, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := b.skipDelivered(i, w); err != nil {
+		return nil, nil, err
+	}
 	b.delay.pending[i].Store(w.Pending())
 	if w.Pending() > 0 || l.MaxOffset() > 0 {
 		b.logf("timer %d: wheel rebuilt from %d bytes of timer log in %v: %d pending, delivered up to %s",
@@ -265,6 +268,94 @@ func (b *Broker) openWheel(i int) (*timer.Wheel, *store.Log, error) {
 			time.UnixMilli(w.Mark().DueUpTo).UTC().Format(time.RFC3339Nano))
 	}
 	return w, l, nil
+}
+
+// skipDelivered finds, in the partitions the delivery rounds after the
+// timer log's last mark appended to (their intents), the due messages
+// those rounds delivered before a crash lost their mark, and makes the
+// wheel skip them: a due message is delivered again only when the
+// intent's range cannot be read.
+func (b *Broker) skipDelivered(i int, w *timer.Wheel) error {
+	its := w.Intents()
+	if len(its) == 0 {
+		return nil
+	}
+	type key struct {
+		topic string
+		p     int32
+	}
+	from := map[key]int64{}
+	for _, t := range its {
+		k := key{t.Topic, t.Partition}
+		if f, ok := from[k]; !ok || t.From < f {
+			from[k] = t.From
+		}
+	}
+	ids := map[int64]struct{}{}
+	var buf []byte
+	for k, f := range from {
+		t, err := b.lookup([]byte(k.topic), true)
+		if err != nil {
+			continue
+		}
+		tl := t.partition(k.p)
+		if tl == nil {
+			continue
+		}
+		if buf, err = collectIDs(tl, f, b.config().MaxMessageSize, ids, buf); err != nil {
+			b.errorf("timer %d: reading %s partition %d from %d for messages delivered before a crash: %v (they may be delivered again)",
+				i, k.topic, k.p, f, err)
+		}
+	}
+	n, err := w.SkipDelivered(time.Now().UnixMilli(), func(id int64) bool { _, ok := ids[id]; return ok })
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		b.logf("timer %d: %d due message(s) were delivered before the restart, their delivered mark lost: not delivered again", i, n)
+	}
+	return nil
+}
+
+// collectIDs adds the msgIds of log l's records from offset from to its
+// end to ids.
+func collectIDs(l *store.Log, from int64, maxMsg int, ids map[int64]struct{}, buf []byte) ([]byte, error) {
+	off := max(from, l.MinOffset())
+	end := l.MaxOffset()
+	size := max(maxMsg+message.HeaderSize, 1<<20)
+	for off < end {
+		v, err := l.Read(off, size)
+		if err != nil {
+			var oor *store.OffsetOutOfRangeError
+			if errors.As(err, &oor) && oor.Min > off {
+				off = oor.Min
+				continue
+			}
+			if errors.Is(err, store.ErrNoData) {
+				return buf, nil
+			}
+			return buf, err
+		}
+		buf, err = v.ReadAll(buf[:0])
+		v.Release()
+		if err != nil {
+			return buf, err
+		}
+		it := message.NewIterator(buf, off, size)
+		n := 0
+		for it.Next() {
+			ids[it.Record().ID] = struct{}{}
+			n++
+		}
+		if err := it.Err(); err != nil {
+			return buf, err
+		}
+		if n == 0 {
+			return buf, fmt.Errorf("no whole record at %d", off)
+		}
+		off = it.NextOffset()
+	}
+	return buf, nil
 }
 
 // timerRound indexes what the timer log gained and delivers what is due.
@@ -284,12 +375,12 @@ func (b *Broker) timerRound(i int, w *timer.Wheel, l *store.Log) error {
 			return nil
 		}
 		if len(es) > 0 {
-			if buf, err = b.deliver(l, es, now, buf[:0]); err != nil {
+			if buf, err = b.deliver(i, l, es, now, buf[:0]); err != nil {
 				w.Requeue(es)
 				return err
 			}
 		}
-		if ok {
+		if ok && !b.knobs.noTimerMarks {
 			// The mark is not waited for: one lost in a crash only means
 			// the round it covers is delivered again (at least once).
 			if err := b.appendTo(conf.TimerTopic, l, int32(i), []store.Entry{markEntry(mk)}, noWait{}); err != nil {
@@ -311,10 +402,13 @@ func markEntry(mk timer.Mark) store.Entry {
 	return store.Entry{CRC: message.Checksum(data), Data: data}
 }
 
-// deliver appends due messages es (read back from timer log l) to their
-// partitions with their msgIds, waiting until every append is durable
-// (and replicated, with a sync slave).
-func (b *Broker) deliver(l *store.Log, es []timer.Entry, now int64, buf []byte) ([]byte, error) {
+// deliver appends due messages es (read back from timer partition i's
+// log l) to their partitions with their msgIds, waiting until every
+// append is durable (and replicated, with a sync slave). Before it
+// appends, it writes the round's intent (the partitions and their end
+// offsets) to l and waits for it: after a crash that loses the round's
+// mark, skipDelivered finds what the round delivered from there.
+func (b *Broker) deliver(i int, l *store.Log, es []timer.Entry, now int64, buf []byte) ([]byte, error) {
 	type target struct {
 		topic string
 		p     int32
@@ -337,7 +431,13 @@ func (b *Broker) deliver(l *store.Log, es []timer.Entry, now int64, buf []byte) 
 		}
 		groups[k] = append(groups[k], store.Entry{ID: id, Flag: m.Flag, CRC: message.Checksum(data), Data: data})
 	}
-	bw := &batchWait{}
+	type dest struct {
+		k  target
+		t  *topic
+		tl *store.Log
+	}
+	dests := make([]dest, 0, len(order))
+	intent := make([]timer.Target, 0, len(order))
 	for _, k := range order {
 		t, err := b.lookup([]byte(k.topic), true)
 		var tl *store.Log
@@ -350,6 +450,23 @@ func (b *Broker) deliver(l *store.Log, es []timer.Entry, now int64, buf []byte) 
 				len(groups[k]), k.topic, k.p, err)
 			continue
 		}
+		dests = append(dests, dest{k, t, tl})
+		intent = append(intent, timer.Target{Topic: k.topic, Partition: k.p, From: tl.MaxOffset()})
+	}
+	if len(intent) > 0 {
+		data := timer.AppendIntent(nil, intent)
+		iw := &batchWait{}
+		iw.add(1)
+		if err := b.appendTo(conf.TimerTopic, l, int32(i), []store.Entry{{CRC: message.Checksum(data), Data: data}}, iw); err != nil {
+			iw.done(err)
+		}
+		if err := iw.wait(); err != nil {
+			return buf, fmt.Errorf("delivery intent: %w", err)
+		}
+	}
+	bw := &batchWait{}
+	for _, d := range dests {
+		k, t, tl := d.k, d.t, d.tl
 		ents := groups[k]
 		// One append per target: group commit makes it one write and sync.
 		for len(ents) > 0 {

@@ -152,6 +152,50 @@ func TestDelayedMessages(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
+// TestDelayedLostMarks: a broker whose delivered marks are lost (a test
+// knob writes none, as if a crash lost each round's mark) delivers due
+// messages; after a restart the rebuilt wheel holds them as pending
+// again, and the restarted timer finds them in their partitions from its
+// delivery intents and does not deliver them twice (docs/delayed.md,
+// "Durability").
+func TestDelayedLostMarks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := fixture{dir: dir, knobs: knobs{noTimerMarks: true}}.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Brokers(b.Addr()), client.Logger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer cl.Close(ctx)
+	want := map[int64]int32{}
+	for i := range 30 {
+		r, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: []byte("d" + strconv.Itoa(i)),
+			Delay: time.Duration(i%3) * 100 * time.Millisecond})
+		require.NoError(t, err)
+		want[r[0].ID] = r[0].Partition
+	}
+	all := func(b *Broker) int {
+		n := 0
+		for p := int32(0); p < 2; p++ {
+			for id := range deliveredIDs(t, b.Addr(), "t", p) { // fails on a msgId twice
+				if _, ok := want[id]; ok {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	require.Eventually(t, func() bool { return all(b) == len(want) }, 20*time.Second, 20*time.Millisecond)
+	require.NoError(t, b.Close())
+	b = fixture{dir: dir}.start(t)
+	require.Eventually(t, func() bool {
+		return strings.Contains(statsItem(t, b, "delayed"), "STATS\r\npending 0\r\n")
+	}, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(3 * timerTick)
+	require.Equal(t, len(want), all(b), "each delivered once")
+	require.Contains(t, statsItem(t, b, "delayed"), "\r\ndelivered 0\r\n", "nothing delivered again")
+}
+
 // TestDelayedRefusals: what the broker refuses of delayed puts.
 func TestDelayedRefusals(t *testing.T) {
 	t.Parallel()

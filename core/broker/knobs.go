@@ -13,4 +13,7 @@ type knobs struct {
 	// master, a sync master's slave) to the one to dial, so that a fault
 	// proxy can sit between them.
 	replAddr func(addr string) string
+	// noTimerMarks, if set, makes the timer loops write no delivered
+	// marks: every round is as if a crash lost its mark.
+	noTimerMarks bool
 }

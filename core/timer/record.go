@@ -18,6 +18,7 @@ const (
 	KindMessage = 1 // a delayed message
 	KindCancel  = 2 // a tombstone: the message with this id is not delivered
 	KindMark    = 3 // a delivered mark
+	KindIntent  = 4 // the partitions a delivery round is about to append to
 )
 
 // ErrBadRecord means a timer log record does not parse.
@@ -38,6 +39,31 @@ type Message struct {
 type Mark struct {
 	DueUpTo   int64
 	IndexedTo int64
+}
+
+// Target is a partition a delivery round appends to and its end offset
+// before the round: a message the round delivered is in it at or after
+// From.
+type Target struct {
+	Topic     string
+	Partition int32
+	From      int64
+}
+
+// AppendIntent encodes a delivery round's intent, written (and durable)
+// before the round appends anything:
+//
+//	[u8 4][u16 n] n x ([int32 partition][int64 from][u16 topicLen][topic])
+func AppendIntent(dst []byte, ts []Target) []byte {
+	dst = append(dst, KindIntent)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(ts)))
+	for _, t := range ts {
+		dst = binary.BigEndian.AppendUint32(dst, uint32(t.Partition))
+		dst = binary.BigEndian.AppendUint64(dst, uint64(t.From))
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(t.Topic)))
+		dst = append(dst, t.Topic...)
+	}
+	return dst
 }
 
 // AppendMessage encodes m as a timer log record's data:
@@ -73,6 +99,7 @@ type Record struct {
 	Msg    Message
 	Cancel int64
 	Mark   Mark
+	Intent []Target
 }
 
 // Parse decodes a timer log record's data.
@@ -107,6 +134,29 @@ func Parse(b []byte) (Record, error) {
 		}
 		r.Mark.DueUpTo = int64(binary.BigEndian.Uint64(b[1:]))
 		r.Mark.IndexedTo = int64(binary.BigEndian.Uint64(b[9:]))
+	case KindIntent:
+		if len(b) < 3 {
+			return r, fmt.Errorf("%w: intent of %d bytes", ErrBadRecord, len(b))
+		}
+		n := int(binary.BigEndian.Uint16(b[1:]))
+		rest := b[3:]
+		r.Intent = make([]Target, 0, min(n, len(rest)/15))
+		for range n {
+			if len(rest) < 14 {
+				return r, fmt.Errorf("%w: intent target of %d bytes", ErrBadRecord, len(rest))
+			}
+			t := Target{Partition: int32(binary.BigEndian.Uint32(rest)), From: int64(binary.BigEndian.Uint64(rest[4:]))}
+			tl := int(binary.BigEndian.Uint16(rest[12:]))
+			if tl == 0 || len(rest) < 14+tl {
+				return r, fmt.Errorf("%w: intent topic of %d bytes", ErrBadRecord, tl)
+			}
+			t.Topic = string(rest[14 : 14+tl])
+			r.Intent = append(r.Intent, t)
+			rest = rest[14+tl:]
+		}
+		if len(rest) != 0 {
+			return r, fmt.Errorf("%w: %d bytes after an intent", ErrBadRecord, len(rest))
+		}
 	default:
 		return r, fmt.Errorf("%w: kind %d", ErrBadRecord, r.Kind)
 	}

@@ -54,6 +54,9 @@ type Wheel struct {
 	indexedTo int64
 	mark      Mark
 	cancelled map[int64]struct{}
+	// intents are the delivery rounds' targets read after the last mark
+	// at Open (rounds whose mark may have been lost in a crash).
+	intents []Target
 	// slots are the slot numbers above loaded with a file or buffered
 	// entries, ascending; counts their entry counts.
 	slots  []int64
@@ -112,6 +115,28 @@ func Open(dir string, src Source, maxRecord int) (*Wheel, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+// Intents returns the targets of the delivery rounds the timer log holds
+// after its last mark, as Open read them: the rounds that may have
+// appended messages before a crash lost their mark.
+func (w *Wheel) Intents() []Target { return slices.Clone(w.intents) }
+
+// SkipDelivered makes Due skip the messages due by now that delivered
+// reports as already in their partitions (found by the caller in the
+// Intents' ranges), as if cancelled; it returns how many.
+func (w *Wheel) SkipDelivered(now int64, delivered func(id int64) bool) (int, error) {
+	if err := w.loadThrough(slotOf(now), math.MinInt64); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range w.window {
+		if _, c := w.cancelled[e.ID]; !c && delivered(e.ID) {
+			w.cancelled[e.ID] = struct{}{}
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Mark returns the last delivered mark.
@@ -311,6 +336,11 @@ func (w *Wheel) scan(from int64, fn func(Entry), marks bool) error {
 			case KindMark:
 				if marks && rec.Mark.DueUpTo >= w.mark.DueUpTo {
 					w.mark = rec.Mark
+					w.intents = w.intents[:0]
+				}
+			case KindIntent:
+				if marks {
+					w.intents = append(w.intents, rec.Intent...)
 				}
 			}
 			n++

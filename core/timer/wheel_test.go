@@ -3,6 +3,7 @@ package timer
 import (
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -162,7 +163,12 @@ func TestParseRecords(t *testing.T) {
 	if r, err = Parse(AppendMark(nil, Mark{5, 6})); err != nil || r.Mark != (Mark{5, 6}) {
 		t.Fatalf("%+v %v", r, err)
 	}
-	for _, b := range [][]byte{nil, {9}, {1, 0}, {2, 0}, {3}} {
+	ts := []Target{{Topic: "a", Partition: 3, From: 77}, {Topic: "orders", Partition: 0, From: 0}}
+	if r, err = Parse(AppendIntent(nil, ts)); err != nil || !slices.Equal(r.Intent, ts) {
+		t.Fatalf("%+v %v", r, err)
+	}
+	good := AppendIntent(nil, ts)
+	for _, b := range [][]byte{nil, {9}, {1, 0}, {2, 0}, {3}, {4}, {4, 0, 1}, good[:len(good)-1], append(good, 0)} {
 		if _, err := Parse(b); err == nil {
 			t.Fatalf("%x parsed", b)
 		}
@@ -173,8 +179,15 @@ func FuzzParse(f *testing.F) {
 	f.Add(AppendMessage(nil, &Message{Due: 1, Topic: "t", Data: []byte("d")}))
 	f.Add(AppendCancel(nil, 1))
 	f.Add(AppendMark(nil, Mark{1, 2}))
+	f.Add(AppendIntent(nil, []Target{{Topic: "t", Partition: 1, From: 2}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := Parse(b)
+		if err == nil && r.Kind == KindIntent {
+			again, err := Parse(AppendIntent(nil, r.Intent))
+			if err != nil || !slices.Equal(again.Intent, r.Intent) {
+				t.Fatalf("intent round trip: %+v %v", again, err)
+			}
+		}
 		if err != nil || r.Kind != KindMessage {
 			return
 		}
