@@ -58,6 +58,7 @@ type consumerRun interface {
 	commit(ctx context.Context) error
 	assigned() []message.Partition
 	position(topic string, p message.Partition) (int64, bool)
+	rollback()
 }
 
 // Opt configures a Client (see New).
@@ -101,6 +102,7 @@ type config struct {
 	idCache   int           // MessageIDCache's size; 0: off
 	retryOpts *RetryOptions // Reject(RetryTopics(...)); nil: another policy
 	rejectSet bool          // Reject was given
+	manualAck int           // ManualAck's bound; 0: not given
 }
 
 func (c *config) errorf(format string, args ...any) {

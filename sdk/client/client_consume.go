@@ -22,6 +22,16 @@ var errNotConsuming = errors.New("metaq: this Client consumes nothing: build it 
 // concurrent use. A message h fails on is retried (HandlerRetries), then
 // given to the Reject policy. One Consume or Messages runs at a time.
 func (c *Client) Consume(ctx context.Context, h Handler) error {
+	if c.cfg.manualAck > 0 {
+		return errManualAck
+	}
+	return c.consume(ctx, h)
+}
+
+// errManualAck is returned by Consume and Messages of a ManualAck Client.
+var errManualAck = errors.New("metaq: a Client built with ManualAck consumes with ConsumeAcked")
+
+func (c *Client) consume(ctx context.Context, h Handler) error {
 	runs, err := c.startConsuming()
 	if err != nil {
 		return err
@@ -106,6 +116,10 @@ func (c *Client) stopConsuming() {
 //	}
 func (c *Client) Messages(ctx context.Context) iter.Seq2[*message.Message, error] {
 	return func(yield func(*message.Message, error) bool) {
+		if c.cfg.manualAck > 0 {
+			yield(nil, errManualAck)
+			return
+		}
 		if d := c.lone(); d != nil {
 			// One broker and no group: its consumer's own iterator,
 			// with no handoff per message.

@@ -90,6 +90,10 @@ type consumerConfig struct {
 	// "" or "*": none).
 	filter string
 
+	// maxUnacked > 0: ManualAck (ack.go), with that many unsettled
+	// messages per partition at most.
+	maxUnacked int
+
 	reject          RejectPolicy // nil: RecoverLocally("") with a group, else Drop()
 	recoverInterval time.Duration
 	// dedup drops messages whose id was handled already (the Client's,
@@ -215,6 +219,7 @@ type partState struct {
 	committed int64        // last committed position (commit goroutine only)
 	fetchSize int          // current get size, kept across runs (fetcher only)
 	unaligned bool         // pos came from AtOffset and no record was read yet (fetcher only)
+	acks      *ackState    // ManualAck; nil: a message is settled when its handler returns
 }
 
 // brokerConsumer reads one topic's partitions from one broker. Assignment (which
@@ -420,6 +425,9 @@ func (c *brokerConsumer) newPartState(p int32, off int64, unaligned bool) *partS
 	ps := &partState{p: p, committed: off, fetchSize: c.cfg.fetchSize, unaligned: unaligned}
 	ps.pos.Store(off)
 	ps.lastID.Store(-1)
+	if c.cfg.maxUnacked > 0 {
+		ps.acks = newAckState(ps, c.cfg.maxUnacked)
+	}
 	return ps
 }
 
@@ -622,6 +630,10 @@ func (c *brokerConsumer) runWith(ctx context.Context, h Handler,
 // sends its error to errCh.
 func (c *brokerConsumer) runPartition(rctx context.Context, ps *partState, h Handler,
 	rej rejecter, errCh chan<- error, wg *sync.WaitGroup) {
+	if ps.acks != nil {
+		c.runAckPartition(rctx, ps, h, rej, errCh, wg)
+		return
+	}
 	ch := make(chan *fetched, 1)
 	wg.Add(2)
 	go func() {
@@ -677,7 +689,9 @@ func (c *brokerConsumer) handle(ctx context.Context, m *message.Message, h Handl
 	for attempt := 0; ; attempt++ {
 		err := h(ctx, m)
 		if err == nil {
-			c.cfg.dedup.handled(c.topic, m.ID)
+			if c.cfg.maxUnacked == 0 { // ManualAck: on Ack
+				c.cfg.dedup.handled(c.topic, m.ID)
+			}
 			return true
 		}
 		if ctx.Err() != nil {
@@ -713,6 +727,10 @@ func (c *brokerConsumer) Messages(ctx context.Context) iter.Seq2[*message.Messag
 	return func(yield func(*message.Message, error) bool) {
 		if c.groupMode() {
 			yield(nil, errGroupMessages)
+			return
+		}
+		if c.cfg.maxUnacked > 0 {
+			yield(nil, errManualAck)
 			return
 		}
 		rctx, cancel, finish, err := c.startRun(ctx)

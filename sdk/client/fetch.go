@@ -43,7 +43,13 @@ type fetcher struct {
 // fetchLoop gets records from ps until ctx ends or a permanent error;
 // emit returns false when delivery has stopped.
 func (c *brokerConsumer) fetchLoop(ctx context.Context, ps *partState, emit func(*fetched) bool) {
-	f := &fetcher{c: c, ps: ps, offset: ps.pos.Load(), aligned: !ps.unaligned}
+	c.fetchLoopFrom(ctx, ps, ps.pos.Load(), emit)
+}
+
+// fetchLoopFrom is fetchLoop from offset from (ps.pos, or a ManualAck
+// partition's rewind offset).
+func (c *brokerConsumer) fetchLoopFrom(ctx context.Context, ps *partState, from int64, emit func(*fetched) bool) {
+	f := &fetcher{c: c, ps: ps, offset: from, aligned: !ps.unaligned}
 	for {
 		if f.delay > 0 && backoff.Sleep(ctx, f.delay) != nil {
 			return

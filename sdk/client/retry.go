@@ -179,6 +179,12 @@ func deliveries(m *message.Message) int {
 // for the retry topic and its delivery time, or (dead) the message for the
 // dead-letter topic.
 func (r *retrier) next(m *message.Message, herr error, now time.Time) (out *message.Message, at time.Time, dead bool) {
+	return r.nextAfter(m, herr, now, -1)
+}
+
+// nextAfter is next with the redelivery after delay (< 0: the backoff
+// schedule's).
+func (r *retrier) nextAfter(m *message.Message, herr error, now time.Time, delay time.Duration) (out *message.Message, at time.Time, dead bool) {
 	n := deliveries(m)
 	dead = n >= r.max
 	out = &message.Message{Topic: r.retryTopic, Body: m.Body, Attribute: m.Attribute, HasAttribute: m.HasAttribute,
@@ -211,7 +217,10 @@ func (r *retrier) next(m *message.Message, herr error, now time.Time) (out *mess
 		return out, time.Time{}, true
 	}
 	out.Headers.AddInt64(HeaderDeliveryCount, int64(n+1))
-	at = now.Add(r.delay(n))
+	if delay < 0 {
+		delay = r.delay(n)
+	}
+	at = now.Add(delay)
 	out.DeliverAt = at // held by the broker's timer (docs/delayed.md)
 	return out, at, false
 }

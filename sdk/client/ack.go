@@ -1,0 +1,533 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/metaq-go/metaq/internal/backoff"
+	"github.com/metaq-go/metaq/sdk/message"
+)
+
+// Acknowledged consumption (MetaQ's autoAck = false, issue 28): with
+// ManualAck a group member's positions move only when the application
+// acks. Each partition keeps its delivered messages in offset order; its
+// position (what is committed) is the start of the first one neither
+// acked nor nacked, or the end of what was read when there is none.
+
+// DefaultMaxUnacked is ManualAck's bound on the messages of one
+// partition delivered past its position.
+const DefaultMaxUnacked = 1024
+
+// ErrDeliveryStale is returned by Delivery.Ack and Delivery.Nack when the
+// message will be delivered again: Rollback (or an ordered group's Nack of
+// an earlier message) rewound its partition past it, the partition went
+// to another member, or consumption stopped. Its position was not
+// committed past it.
+var ErrDeliveryStale = errors.New("metaq: the delivery is stale: its partition was rewound or released, and the message will be delivered again")
+
+// ErrNacked is the error a nacked message carries to the Reject policy
+// (HeaderLastError of the retry and dead-letter topics).
+var ErrNacked = errors.New("metaq: nacked by the application")
+
+// ManualAck makes a ConsumerGroup member's positions move only when the
+// application acks (MetaQ's setAutoAck(false)): consume with
+// ConsumeAcked, whose handler gets each message as a *Delivery to Ack or
+// Nack, then or later, from any goroutine. A partition's committed
+// position is the start of its first message neither acked nor nacked;
+// Client.Rollback redelivers the unacked ones; a partition that goes to
+// another member is redelivered there from that position (a message
+// acked after an unsettled one is then delivered again: only an ack the
+// position has passed is final). At most maxUnacked messages of a
+// partition are delivered past its position, unsettled or acked after an
+// unsettled one (0: DefaultMaxUnacked): the partition waits for acks
+// before it hands out more. Needs ConsumerGroup.
+func ManualAck(maxUnacked int) Opt {
+	return consumerOption("ManualAck", func(c *config) {
+		c.groupOnly = append(c.groupOnly, "ManualAck")
+		if maxUnacked < 0 {
+			c.errorf("ManualAck needs maxUnacked >= 0")
+		}
+		if maxUnacked == 0 {
+			maxUnacked = DefaultMaxUnacked
+		}
+		c.manualAck = maxUnacked
+		c.cOpts = append(c.cOpts, consumerOpt(func(cc *consumerConfig) { cc.maxUnacked = maxUnacked }))
+	})
+}
+
+// AckHandler processes one message of a ManualAck Client (ConsumeAcked).
+// Returning nil leaves the message waiting for d.Ack or d.Nack; returning
+// an error (without having acked) retries it as Consume's handler errors
+// are (HandlerRetries, then the Reject policy, which settles it).
+type AckHandler func(ctx context.Context, d *Delivery) error
+
+// Delivery is one delivered message of a ManualAck Client.
+type Delivery struct {
+	// Message is the message, as Consume's handler would see it.
+	Message *message.Message
+
+	c       *brokerConsumer
+	a       *ackState // nil: a message replayed from RecoverLocally's store
+	e       *ackEntry
+	fetched *message.Message // as fetched (a retry topic's message)
+	rej     rejecter         // the run's reject function
+}
+
+type deliveryKey struct{}
+
+// Ack settles the message: the partition's position may move past it
+// (once every earlier message is settled too). It returns
+// ErrDeliveryStale when the message will be delivered again instead; a
+// second Ack returns nil.
+func (d *Delivery) Ack() error {
+	if d.a == nil {
+		return nil // replayed: settled when the handler returns nil
+	}
+	if err := d.a.settle(d.e, false); err != nil {
+		return err
+	}
+	d.c.cfg.dedup.handled(d.c.topic, d.fetched.ID)
+	return nil
+}
+
+// Nack sends the message back through the group's retry path, to be
+// delivered again after delay: with RetryTopics, to the group's retry
+// topic with that delay (it counts as a delivery: on the last one it goes
+// to the dead-letter topic); with RetryInPlace (ordered groups) the
+// partition is rewound to it after delay, so it and every later message
+// not acked yet come again in order; other policies get it as a rejected
+// message (ErrNacked). It returns ErrDeliveryStale when the message will
+// be delivered again anyway, and an error when it was settled already or
+// the retry topic could not take it (it stays unsettled: Nack again, or
+// Rollback).
+func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
+	if delay < 0 {
+		return errors.New("metaq: Nack needs delay >= 0")
+	}
+	if d.a == nil {
+		return errors.New("metaq: Nack of a message replayed from the recovery store: return an error from the handler instead")
+	}
+	if err := d.a.check(d.e); err != nil {
+		return err
+	}
+	c := d.c
+	switch {
+	case c.inPlaceMax > 0:
+		return d.a.rewindAt(d.e, delay)
+	}
+	var err error
+	if r, ok := c.cfg.reject.(*retrier); ok {
+		err = r.rejectAfter(ctx, d.fetched, ErrNacked, delay)
+	} else {
+		err = d.rej(ctx, d.fetched, ErrNacked)
+	}
+	if err != nil {
+		return err
+	}
+	return d.a.settle(d.e, true)
+}
+
+// ConsumeAcked is Consume for a Client built with ManualAck: h gets each
+// message as a *Delivery, and positions move only past messages acked
+// or nacked (see ManualAck). Messages of one partition are handed to h one
+// at a time, in order; h may return before acking. Consume and Messages
+// refuse a ManualAck Client.
+func (c *Client) ConsumeAcked(ctx context.Context, h AckHandler) error {
+	if c.cfg.manualAck == 0 {
+		return errors.New("metaq: ConsumeAcked needs a Client built with ManualAck")
+	}
+	if h == nil {
+		return errors.New("metaq: ConsumeAcked needs a handler")
+	}
+	return c.consume(ctx, func(ctx context.Context, m *message.Message) error {
+		d, _ := ctx.Value(deliveryKey{}).(*Delivery)
+		if d == nil {
+			d = &Delivery{Message: m}
+		} else {
+			d.Message = m
+		}
+		return h(ctx, d)
+	})
+}
+
+// Rollback makes every partition of a ManualAck Client deliver again,
+// in order, its messages not acked or nacked yet (those acked after the
+// first of them are not delivered again). Their Deliveries turn stale.
+// It returns at once; the partitions rewind as their handlers finish
+// the message at hand.
+func (c *Client) Rollback() error {
+	if c.cfg.manualAck == 0 {
+		return errors.New("metaq: Rollback needs a Client built with ManualAck")
+	}
+	c.mu.Lock()
+	runs := c.cons
+	c.mu.Unlock()
+	for _, r := range runs {
+		r.rollback()
+	}
+	return nil
+}
+
+// rollback rewinds every partition of c to its first unsettled message.
+func (c *brokerConsumer) rollback() {
+	c.mu.Lock()
+	parts := c.parts
+	c.mu.Unlock()
+	for _, ps := range parts {
+		if ps.acks != nil {
+			ps.acks.rollback()
+		}
+	}
+}
+
+func (d *directConsumer) rollback() { d.brokerConsumer.rollback() }
+
+func (cc *clusterConsumer) rollback() {
+	cc.mu.Lock()
+	cs := make([]*brokerConsumer, 0, len(cc.consumers))
+	for c := range cc.consumers {
+		cs = append(cs, c)
+	}
+	cc.mu.Unlock()
+	for _, c := range cs {
+		c.rollback()
+	}
+}
+
+// ackEntry is one delivered message of a partition.
+type ackEntry struct {
+	off, end, id int64
+	settled      bool // acked or nacked
+	stale        bool // rewound or released: will be delivered again
+}
+
+// ackState tracks a ManualAck partition's delivered messages.
+type ackState struct {
+	ps  *partState
+	max int
+
+	mu     sync.Mutex
+	q      []*ackEntry // delivered, in offset order; q[0] unsettled
+	read   int64       // the offset after everything delivered or skipped
+	done   map[int64]bool
+	rewind int64 // offset to rewind to; -1: none
+	delay  time.Duration
+	closed bool
+	// wake is signalled when an entry settles or a rewind is asked for.
+	wake chan struct{}
+}
+
+func newAckState(ps *partState, max int) *ackState {
+	return &ackState{ps: ps, max: max, read: ps.pos.Load(), rewind: -1, wake: make(chan struct{}, 1)}
+}
+
+func (a *ackState) signal() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// advance drops the settled head and publishes the position (a.mu held):
+// lastID before pos, as commit reads them.
+func (a *ackState) advance() {
+	i := 0
+	for i < len(a.q) && a.q[i].settled {
+		a.ps.lastID.Store(a.q[i].id)
+		i++
+	}
+	if i > 0 {
+		clear(a.q[:i])
+		a.q = a.q[i:]
+	}
+	if len(a.q) > 0 {
+		a.ps.pos.Store(a.q[0].off)
+	} else {
+		a.ps.pos.Store(a.read)
+	}
+}
+
+func (a *ackState) check(e *ackEntry) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case e.stale:
+		return ErrDeliveryStale
+	case e.settled:
+		return errors.New("metaq: the message was acked or nacked already")
+	}
+	return nil
+}
+
+// settle marks e acked (or nacked: then a second settle is an error).
+func (a *ackState) settle(e *ackEntry, nack bool) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case e.stale:
+		return ErrDeliveryStale
+	case e.settled && nack:
+		return errors.New("metaq: the message was acked or nacked already")
+	case e.settled:
+		return nil
+	}
+	e.settled = true
+	a.advance()
+	a.signal()
+	return nil
+}
+
+// add registers the message at off..end about to be delivered, waiting
+// while max messages are unsettled. It returns nil when ctx ended or a
+// rewind is pending, and an entry already settled for a message acked
+// before a rewind (not to be delivered again).
+func (a *ackState) add(ctx context.Context, off, end, id int64) *ackEntry {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for len(a.q) >= a.max && a.rewind < 0 {
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-a.wake:
+		}
+		a.mu.Lock()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+	if a.rewind >= 0 {
+		return nil
+	}
+	e := &ackEntry{off: off, end: end, id: id}
+	a.read = end
+	if a.done[off] {
+		delete(a.done, off)
+		e.settled = true
+		if len(a.q) == 0 {
+			a.ps.lastID.Store(id)
+		}
+		a.advance()
+		return e
+	}
+	a.q = append(a.q, e)
+	a.advance()
+	return e
+}
+
+// readTo notes that everything before next was read (records a fetch
+// skipped past its last message).
+func (a *ackState) readTo(next int64) {
+	a.mu.Lock()
+	if a.rewind < 0 && next > a.read {
+		a.read = next
+		a.advance()
+	}
+	a.mu.Unlock()
+}
+
+func (a *ackState) pending() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rewind >= 0
+}
+
+// rollback asks for a rewind to the first unsettled message.
+func (a *ackState) rollback() {
+	a.mu.Lock()
+	if len(a.q) > 0 && !a.closed {
+		a.askRewind(a.q[0].off, 0)
+	}
+	a.mu.Unlock()
+}
+
+// rewindAt asks for a rewind to e after delay (an ordered group's Nack).
+func (a *ackState) rewindAt(e *ackEntry, delay time.Duration) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if e.stale || a.closed {
+		return ErrDeliveryStale
+	}
+	if e.settled {
+		return errors.New("metaq: the message was acked or nacked already")
+	}
+	a.askRewind(e.off, delay)
+	return nil
+}
+
+func (a *ackState) askRewind(off int64, delay time.Duration) {
+	if a.rewind < 0 || off < a.rewind {
+		a.rewind = off
+	}
+	a.delay = max(a.delay, delay)
+	a.signal()
+}
+
+// takeRewind performs the pending rewind: the messages from its offset on
+// turn stale (those settled are remembered, not to be delivered again),
+// and it returns where fetching starts again and after what pause.
+func (a *ackState) takeRewind() (int64, time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	off, delay := a.rewind, a.delay
+	a.rewind, a.delay = -1, 0
+	keep := a.q[:0:0]
+	for _, e := range a.q {
+		switch {
+		case e.off < off:
+			keep = append(keep, e)
+		case e.settled:
+			if a.done == nil {
+				a.done = map[int64]bool{}
+			}
+			a.done[e.off] = true
+		default:
+			e.stale = true
+		}
+	}
+	a.q = keep
+	a.read = off
+	a.advance()
+	return off, delay
+}
+
+// close makes every unsettled delivery stale: the partition stopped.
+func (a *ackState) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	for _, e := range a.q {
+		e.stale = true
+	}
+}
+
+// runAckPartition is runPartition for a ManualAck consumer: one goroutine
+// (in wg) fetches (in another) and delivers, rewinding when asked to.
+func (c *brokerConsumer) runAckPartition(rctx context.Context, ps *partState, h Handler,
+	rej rejecter, errCh chan<- error, wg *sync.WaitGroup) {
+	a := ps.acks
+	wg.Go(func() {
+		defer a.close()
+		from := ps.pos.Load()
+		for {
+			fctx, fcancel := context.WithCancel(rctx)
+			ch := make(chan *fetched, 1)
+			fdone := make(chan struct{})
+			go func() {
+				defer close(fdone)
+				defer close(ch)
+				c.fetchLoopFrom(fctx, ps, from, func(f *fetched) bool {
+					select {
+					case ch <- f:
+						return true
+					case <-fctx.Done():
+						return false
+					}
+				})
+			}()
+			rewind, err := c.deliverAcked(rctx, ps, ch, h, rej)
+			fcancel()
+			<-fdone
+			if err != nil {
+				select {
+				case errCh <- err:
+				default:
+				}
+				return
+			}
+			if !rewind {
+				return
+			}
+			off, delay := a.takeRewind()
+			if delay > 0 && backoff.Sleep(rctx, delay) != nil {
+				return
+			}
+			from = off
+		}
+	})
+}
+
+// deliverAcked hands the fetched messages of ps to h until ctx ends (false),
+// a rewind is asked for (true) or the partition fails (its error).
+func (c *brokerConsumer) deliverAcked(ctx context.Context, ps *partState, ch <-chan *fetched, h Handler,
+	rej rejecter) (bool, error) {
+	a := ps.acks
+	for {
+		var f *fetched
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-a.wake:
+			if a.pending() {
+				return true, nil
+			}
+			continue
+		case f = <-ch:
+		}
+		if f == nil {
+			return false, nil
+		}
+		if f.err != nil {
+			return false, f.err
+		}
+		for i := range f.msgs {
+			m := &f.msgs[i]
+			e := a.add(ctx, m.Offset, f.ends[i], m.ID)
+			if e == nil {
+				return ctx.Err() == nil, nil
+			}
+			if e.settled {
+				continue // acked before a rollback
+			}
+			if c.cfg.dedup.drop(c.topic, m.ID) {
+				_ = a.settle(e, false)
+				continue
+			}
+			d := &Delivery{Message: m, c: c, a: a, e: e, fetched: m, rej: rej}
+			hctx := context.WithValue(ctx, deliveryKey{}, d)
+			rejected := false
+			erej := func(ctx context.Context, m *message.Message, err error) error {
+				if err := rej(ctx, m, err); err != nil {
+					return err
+				}
+				rejected = true
+				return nil
+			}
+			if !c.handle(hctx, m, h, erej) {
+				return false, nil
+			}
+			if rejected {
+				if err := a.settle(e, true); err != nil && !errors.Is(err, ErrDeliveryStale) {
+					c.cfg.logger.Warn("metaq: a rejected message was settled by its handler", "topic", m.Topic,
+						"partition", m.Partition, "offset", m.Offset, "err", err)
+				}
+			}
+			if a.pending() {
+				return true, nil
+			}
+		}
+		a.readTo(f.next)
+	}
+}
+
+// rejectAfter is reject with the redelivery after delay (Delivery.Nack)
+// instead of the backoff schedule's.
+func (r *retrier) rejectAfter(ctx context.Context, fetched *message.Message, herr error, delay time.Duration) error {
+	if r.dropping.Load() {
+		return r.reject(ctx, fetched, herr)
+	}
+	v := *fetched
+	m := &v
+	r.view(m)
+	out, at, dead := r.nextAfter(m, herr, r.now(), delay)
+	if err := r.send.sendAt(ctx, out, at); err != nil {
+		return fmt.Errorf("metaq: sending a nacked message to %s: %w", out.Topic, err)
+	}
+	if dead {
+		r.logger.Warn("metaq: message nacked on its last delivery; sent to the dead-letter topic", "topic", m.Topic,
+			"partition", m.Partition, "offset", m.Offset, "id", m.ID, "deliveries", deliveries(m), "dlq", r.dlqTopic)
+	}
+	return nil
+}
