@@ -55,6 +55,18 @@ func (c *Client) consume(ctx context.Context, h Handler) error {
 		}
 		h = c.retrier.wrap(h)
 	}
+	// A ZooKeeper member registers once, with every topic it consumes.
+	var joined []string
+	for _, r := range runs {
+		if cc, ok := r.(*clusterConsumer); ok {
+			joined = append(joined, cc.topic)
+		}
+	}
+	for _, r := range runs {
+		if cc, ok := r.(*clusterConsumer); ok {
+			cc.joinTopics = joined
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(runs))

@@ -82,6 +82,12 @@ type clusterConsumer struct {
 	// onOwn, if set, is told when a partition's fetching starts (true) and
 	// has fully stopped (false) (tests).
 	onOwn func(p message.Partition, owned bool)
+	// joinTopics, if set (by the Client, before Consume), are the topics
+	// the member registers in the group: every topic its Client consumes
+	// in it. The consumers of one Client share one consumer id on one
+	// session, so its registration (created by the first) must list them
+	// all, or the others' topics would not count the member.
+	joinTopics []string
 }
 
 // openClusterConsumer connects to ZooKeeper (zkConnect: comma-separated
@@ -261,7 +267,11 @@ func (cc *clusterConsumer) Consume(ctx context.Context, h Handler) error {
 			"ZooKeeper session (another process, or another clusterConsumer with this id, perhaps for another topic)",
 			"group", cc.group, "id", cc.ConsumerID())
 	})
-	m, err := cc.cl.JoinGroup(rctx, cc.group, cc.cfg.consumerID, []string{cc.topic})
+	topics := cc.joinTopics
+	if !slices.Contains(topics, cc.topic) {
+		topics = append(slices.Clip(topics), cc.topic)
+	}
+	m, err := cc.cl.JoinGroup(rctx, cc.group, cc.cfg.consumerID, topics)
 	slow.Stop()
 	if err != nil {
 		return runErr(ctx, fmt.Errorf("metaq: %w", err))
