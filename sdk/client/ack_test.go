@@ -3,12 +3,15 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/selector"
 )
@@ -127,4 +130,152 @@ func TestManualAckRollback(t *testing.T) {
 		off, ok := c2.Position(topic, message.Partition{BrokerID: -1, Partition: 0})
 		return ok && off == ends[10]+(ends[10]-offs["m10"])
 	}, 5*time.Second, 10*time.Millisecond)
+}
+
+// ackMode is a discovery mode for the acked-consumption tests: the
+// options of a Client that finds the broker, which has topic t1 (4
+// partitions) and group's retry and dead-letter topics.
+type ackMode struct {
+	name  string
+	start func(t *testing.T, group string) []Opt
+	// member: the options of a group member in this mode.
+	member []Opt
+}
+
+var ackModes = []ackMode{
+	{"direct", func(t *testing.T, group string) []Opt {
+		br := startBroker(t, withRetryTopics(group))
+		return []Opt{Brokers(br.addr)}
+	}, []Opt{HeartbeatInterval(100 * time.Millisecond)}},
+	{"zookeeper", func(t *testing.T, group string) []Opt {
+		zkAddr := testsvc.ZooKeeper(t)
+		root := zkRoot("/ack")
+		startBroker(t, withRetryTopics(group), func(c *conf.Config) {
+			c.BrokerID, c.ZooKeeper.Connect, c.ZooKeeper.Root = 1, zkAddr, root
+		})
+		return []Opt{ZooKeeper(zkAddr, root), ZooKeeperSessionTimeout(4 * time.Second)}
+	}, nil},
+}
+
+func withRetryTopics(group string) func(*conf.Config) {
+	return func(c *conf.Config) {
+		c.Topics = append(c.Topics, conf.Topic{Name: RetryTopicOf(group)}, conf.Topic{Name: DeadLetterTopicOf(group)})
+	}
+}
+
+// TestManualAckRebalance: acked consumption across a rebalance, with
+// direct brokers and with ZooKeeper. Member A acks most messages, nacks
+// some (they come back through the retry topic) and leaves some unacked
+// for good; B joins mid-stream, then A leaves. Each time a member starts
+// on a partition, its first message is exactly the first one no member
+// had settled (acked or nacked): nothing whose ack the position passed is
+// delivered again, and nothing unacked is skipped. At the end every
+// message has been acked.
+func TestManualAckRebalance(t *testing.T) {
+	t.Parallel()
+	for _, mode := range ackModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			const group, n = "ackrb", 120
+			base := mode.start(t, group)
+			p := newClient(t, base...)
+			res, msgs := clientProduceMsgs(t, p, n)
+			type at struct {
+				p   int32
+				off int64
+			}
+			where := map[string]at{}
+			for i, r := range res {
+				where[string(msgs[i].Body)] = at{r.Partition, r.Offset}
+			}
+			var mu sync.Mutex
+			settled := map[string]bool{} // first deliveries acked or nacked
+			acked := map[string]int{}
+			last := map[int32]string{} // the member that delivered a partition's latest first delivery
+			delivered := map[string]int{}
+			var checks int
+			var bad []string
+			firstUnsettled := func(p int32) int64 {
+				lo := int64(-1)
+				for b, w := range where {
+					if w.p == p && !settled[b] && (lo < 0 || w.off < lo) {
+						lo = w.off
+					}
+				}
+				return lo
+			}
+			handler := func(member string, hold bool) AckHandler {
+				return func(ctx context.Context, d *Delivery) error {
+					m := d.Message
+					b := string(m.Body)
+					var i int
+					_, _ = fmt.Sscanf(b, "m%d", &i)
+					mu.Lock()
+					defer mu.Unlock()
+					delivered[member]++
+					if deliveries(m) > 1 { // back from the retry topic
+						if d.Ack() == nil {
+							acked[b]++
+						}
+						return nil
+					}
+					if last[m.Partition] != member {
+						checks++
+						if want := firstUnsettled(m.Partition); m.Offset != want {
+							bad = append(bad, fmt.Sprintf("%s started partition %d at %s (offset %d), the first unsettled is at %d",
+								member, m.Partition, b, m.Offset, want))
+						}
+						last[m.Partition] = member
+					}
+					switch {
+					case hold && i%7 == 3:
+						// never settled by this member
+					case i%5 == 0:
+						if d.Nack(ctx, 0) == nil {
+							settled[b] = true
+						}
+					default:
+						if d.Ack() == nil {
+							settled[b] = true
+							acked[b]++
+						}
+					}
+					return nil
+				}
+			}
+			ctx := ctxT(t, 60*time.Second)
+			member := func(id string, hold bool) (*Client, chan error) {
+				opts := append(slices.Clone(base), ConsumeTopics(topic), ConsumerGroup(group), ConsumerID(id),
+					ManualAck(8), Reject(RetryTopics(RetryOptions{Backoff: []time.Duration{50 * time.Millisecond}})),
+					FetchMaxWait(50*time.Millisecond))
+				c := newClient(t, append(opts, mode.member...)...)
+				done := make(chan error, 1)
+				go func() { done <- c.ConsumeAcked(ctx, handler(id, hold)) }()
+				return c, done
+			}
+			count := func(f func() bool) func() bool {
+				return func() bool { mu.Lock(); defer mu.Unlock(); return f() }
+			}
+			a, aDone := member("a", true)
+			require.Eventually(t, count(func() bool { return delivered["a"] >= 30 }), 20*time.Second, 10*time.Millisecond)
+			_, bDone := member("b", false)
+			require.Eventually(t, count(func() bool { return delivered["b"] >= 10 }), 20*time.Second, 10*time.Millisecond,
+				"b takes partitions from a")
+			require.NoError(t, a.Close(ctx))
+			require.ErrorIs(t, <-aDone, ErrClosed)
+			require.Eventually(t, count(func() bool { return len(acked) == n }), 30*time.Second, 10*time.Millisecond,
+				"every message acked")
+			mu.Lock()
+			defer mu.Unlock()
+			require.Empty(t, bad)
+			require.GreaterOrEqual(t, checks, 5, "partitions started by a then by b")
+			t.Logf("%d deliveries (a %d, b %d) of %d messages; %d partition starts checked",
+				delivered["a"]+delivered["b"], delivered["a"], delivered["b"], n, checks)
+			select {
+			case err := <-bDone:
+				t.Fatalf("b stopped: %v", err)
+			default:
+			}
+		})
+	}
 }
