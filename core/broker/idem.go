@@ -292,9 +292,26 @@ func scanProducers(l *store.Log, back int64, maxLen int) (recs []idem.Record, fr
 	from = l.NearestOffset(start)
 	if start-from > resyncSlack { // far into a large segment: find a record there
 		if off, ok := resync(l, start, maxLen); ok {
-			from = off
+			recs, complete, err := scanFrom(l, off, end, maxLen)
+			if err != nil || complete {
+				return recs, off, err
+			}
+			// The records from the boundary resync found do not run
+			// back to back to the end: it was a guess inside a record
+			// (a body that embeds records), and reading on from it
+			// would miss the real records after that body. Read from
+			// the segment's start, a boundary for certain.
 		}
 	}
+	recs, _, err = scanFrom(l, from, end, maxLen)
+	return recs, from, err
+}
+
+// scanFrom reads l's records from offset from (a record boundary) to end
+// and returns those that carry an idempotent producer, oldest first;
+// complete reports that the records ran back to back up to end (a damaged
+// record, or the log ending before end, stops the scan).
+func scanFrom(l *store.Log, from, end int64, maxLen int) (recs []idem.Record, complete bool, err error) {
 	chunk := 1 << 20
 	var buf []byte
 	for off := from; off < end; {
@@ -306,14 +323,14 @@ func scanProducers(l *store.Log, back int64, maxLen int) (recs []idem.Record, fr
 				off = below.Min
 				continue
 			case errors.Is(err, store.ErrNoData):
-				return recs, from, nil
+				return recs, off >= end, nil
 			}
-			return nil, from, err
+			return nil, false, err
 		}
 		buf, err = v.ReadAll(buf[:0])
 		v.Release()
 		if err != nil {
-			return nil, from, err
+			return nil, false, err
 		}
 		it := message.NewIterator(buf, off, 0)
 		for it.Next() {
@@ -326,20 +343,20 @@ func scanProducers(l *store.Log, back int64, maxLen int) (recs []idem.Record, fr
 			}
 		}
 		if it.Err() != nil {
-			return recs, from, nil
+			return recs, false, nil
 		}
 		if it.Consumed() == 0 { // a record longer than the chunk
 			if len(buf) < message.HeaderSize {
-				return recs, from, nil
+				return recs, false, nil
 			}
 			need := message.HeaderSize + int(binary.BigEndian.Uint32(buf))
 			if need <= chunk {
-				return recs, from, nil
+				return recs, false, nil
 			}
 			chunk = need
 			continue
 		}
 		off += int64(it.Consumed())
 	}
-	return recs, from, nil
+	return recs, true, nil
 }

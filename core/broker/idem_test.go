@@ -165,6 +165,55 @@ func TestIdempotentMemory(t *testing.T) {
 	}
 }
 
+// TestIdempotentRebuildEmbedded: the rebuild's starting point falls in a
+// message whose body embeds records (of another producer) followed by
+// bytes that are none: resync's boundary in there does not run back to
+// back to the end, so the rebuild reads from the segment's start and
+// finds the producer's real records after that message (reading on from
+// the guess stopped at the body's end and missed them: their retries
+// would have been stored again), and none of the embedded ones.
+func TestIdempotentRebuildEmbedded(t *testing.T) {
+	t.Parallel()
+	b := fixture{}.start(t)
+	c := dialRaw(t, b.Addr())
+	filler := bytes.Repeat([]byte("f"), 1000)
+	for range 50 { // 5 MB of plain records: past resyncSlack
+		var body []byte
+		for range 100 {
+			body = protocol.AppendMPutEntry(body, 0, -1, filler)
+		}
+		r := c.roundTrip(t, append(protocol.AppendMPutHeader(nil, "t", 0, len(body), 100, 2), body...))
+		require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	}
+	l := b.topics["t"].parts[0]
+	const fake, pid = 0x7777_0000_0001, 0x5555_0000_0001
+	prefix := bytes.Repeat([]byte("z"), 4096)
+	body := slices.Clone(prefix)
+	for seq := range int64(20) { // records of another producer, back to back
+		body = message.AppendRecord(body, 1000+seq, message.FlagHasProperties, idemData(fake, seq))
+	}
+	body = append(body, bytes.Repeat([]byte("q"), 100)...) // and then bytes that are no record
+	bodyAt := l.MaxOffset() + message.HeaderSize
+	r := c.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, -1, 3, body))
+	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
+	for seq := range int64(10) {
+		require.Equal(t, protocol.StatusOK, idemPut(t, c, 0, pid, seq).Code)
+	}
+	end := l.MaxOffset()
+	back := end - (bodyAt + int64(len(prefix))/2) // the point: inside the prefix
+	_, ok := resync(l, end-back, 1<<20)
+	require.True(t, ok, "resync finds the embedded records")
+
+	recs, from, err := scanProducers(l, back, 1<<20)
+	require.NoError(t, err)
+	require.Zero(t, from, "read from the segment's start")
+	require.Len(t, recs, 10)
+	for i, r := range recs {
+		require.Equal(t, int64(pid), r.Producer)
+		require.Equal(t, int64(i), r.Seq)
+	}
+}
+
 // BenchmarkBrokerPutIdempotent: pipelined durable (group commit) 1 KiB
 // puts on one connection, each frame built and checksummed as it is sent:
 // plain (off), with a 13-byte key (key: a properties block of the
