@@ -125,3 +125,43 @@ func BenchmarkTablePut(b *testing.B) {
 		})
 	}
 }
+
+// TestBuildSettles: a Build after a Reset waits for the puts begun before
+// it to finish before it reads the log (one not in the log yet would make
+// its retry look new), and fails, to be retried, when they do not.
+func TestBuildSettles(t *testing.T) {
+	tb := NewTable(Config{})
+	none := func() (func() (Record, bool), error) {
+		return func() (Record, bool) { return Record{}, false }, nil
+	}
+	require.NoError(t, tb.Build(t0, none))
+	v, _, k := tb.Start(1, 0, 0, t0)
+	require.Equal(t, Append, v)
+	tb.Reset()
+	scanned := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- tb.Build(t0, func() (func() (Record, bool), error) {
+			close(scanned)
+			return none()
+		})
+	}()
+	select {
+	case <-scanned:
+		t.Fatal("the rebuild read the log with a put in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	tb.Finish(k, Result{Count: 1}, true)
+	require.NoError(t, <-done)
+	<-scanned
+
+	old := settleWait
+	settleWait = 20 * time.Millisecond
+	defer func() { settleWait = old }()
+	_, _, k = tb.Start(2, 0, 0, t0)
+	tb.Reset()
+	require.ErrorContains(t, tb.Build(t0, none), "still in flight")
+	require.False(t, tb.Built())
+	tb.Finish(k, Result{}, false)
+	require.NoError(t, tb.Build(t0, none))
+}

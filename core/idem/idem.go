@@ -12,6 +12,7 @@ package idem
 
 import (
 	"container/list"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -244,6 +245,9 @@ type Table struct {
 	// up only for a producer the table does not know.
 	ghosts    []int64
 	ghostHead int
+	// pending counts the puts Start let append whose Finish has not come
+	// (Build waits for those begun before a Reset).
+	pending int
 	// bytes is the table's estimated memory (ProducerBytes per producer,
 	// rangeBytes per rebuilt range, GhostBytes per forgotten id), also
 	// counted in cfg.Budget.
@@ -341,7 +345,7 @@ func (t *Table) Evicted() int64 {
 // entries are consecutive). On Append the put is recorded as in flight
 // and the caller must call Done or Fail with the same id and first.
 func (t *Table) Begin(id, first, last int64, now time.Time) (Verdict, Result) {
-	v, r, _ := t.Start(id, first, last, now)
+	v, r, _ := t.start(id, first, last, now, false)
 	return v, r
 }
 
@@ -357,8 +361,17 @@ type Ticket struct {
 // forgets the least recently used producers of the budget's tables after
 // judging the put.
 func (t *Table) Start(id, first, last int64, now time.Time) (Verdict, Result, Ticket) {
+	return t.start(id, first, last, now, true)
+}
+
+func (t *Table) start(id, first, last int64, now time.Time, ticket bool) (Verdict, Result, Ticket) {
 	t.mu.Lock()
 	v, r, p := t.begin(id, first, last, now)
+	if p != nil && ticket {
+		t.pending++
+	} else {
+		p = nil
+	}
 	t.mu.Unlock()
 	if b := t.cfg.Budget; b != nil && b.used.Load() > b.limit {
 		b.evict()
@@ -374,6 +387,7 @@ func (t *Table) Finish(k Ticket, r Result, ok bool) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.pending--
 	if ok {
 		k.p.done(k.first, r)
 	} else {
@@ -514,7 +528,9 @@ func (t *Table) expireNs(now int64) {
 }
 
 // Build rebuilds the table with the records scan returns unless it is
-// built already; concurrent callers wait for the first one's rebuild.
+// built already; concurrent callers wait for the first one's rebuild. It
+// first waits for the puts in flight (Start's without their Finish yet):
+// after a Reset, those begun before it.
 // scan's error leaves the table unbuilt, for the next Build to retry.
 func (t *Table) Build(now time.Time, scan func() (next func() (Record, bool), err error)) error {
 	if t.Built() {
@@ -525,12 +541,38 @@ func (t *Table) Build(now time.Time, scan func() (next func() (Record, bool), er
 	if t.Built() {
 		return nil
 	}
+	if err := t.settle(); err != nil {
+		return err
+	}
 	next, err := scan()
 	if err != nil {
 		return err
 	}
 	t.Rebuild(now, next)
 	return nil
+}
+
+// settleWait bounds how long Build waits for the puts in flight.
+var settleWait = 30 * time.Second
+
+// settle waits (at most settleWait) until no put Start let append is in
+// flight: after a Reset those begun before it may not be in the log yet,
+// and a rebuild that read the log without them would take their retries
+// for new puts (stored twice when the first copy lands).
+func (t *Table) settle() error {
+	deadline := time.Now().Add(settleWait)
+	for {
+		t.mu.Lock()
+		n := t.pending
+		t.mu.Unlock()
+		if n <= 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d idempotent puts begun before the table was reset are still in flight after %v", n, settleWait)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Record is one stored record as Rebuild reads it.
