@@ -267,8 +267,10 @@ type Log struct {
 	toCount   []*segment  // what the background count walks (set by Open)
 	scrubHook func()      // hooks.scrubStart
 	isClosed  atomic.Bool
-	// cuts counts Truncate's cuts, cutFrom is the last one's offset (Cuts).
-	cuts, cutFrom atomic.Int64
+	// cut is Truncate's count of cuts and the last one's offset (Cuts),
+	// swapped as one so that a reader never pairs a count with another
+	// cut's offset.
+	cut atomic.Pointer[cutMark]
 
 	nAppends, nMessages, nWrites, nFsyncs, nBytes, nRolls atomic.Int64
 

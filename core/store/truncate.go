@@ -53,8 +53,11 @@ func (l *Log) Truncate(offset int64) (Cut, error) {
 	}
 	c, err := l.truncateLocked(offset)
 	if err == nil && c.Bytes() > 0 {
-		l.cutFrom.Store(c.From)
-		l.cuts.Add(1)
+		n := int64(1)
+		if m := l.cut.Load(); m != nil {
+			n = m.n + 1
+		}
+		l.cut.Store(&cutMark{n: n, from: c.From}) // under mu: one Truncate at a time
 	}
 	l.mu.Unlock()
 	if err != nil || c.Bytes() == 0 || l.j == nil {
@@ -77,9 +80,14 @@ func (l *Log) Truncate(offset int64) (Cut, error) {
 // where the last of them cut the log: a reader that keeps its own view of
 // the log (core/index) drops what lies past the cut when the count moved.
 func (l *Log) Cuts() (n int64, lastFrom int64) {
-	n = l.cuts.Load()
-	return n, l.cutFrom.Load()
+	if m := l.cut.Load(); m != nil {
+		return m.n, m.from
+	}
+	return 0, 0
 }
+
+// cutMark is a count of Truncate's cuts and the offset of the last one.
+type cutMark struct{ n, from int64 }
 
 // Settle waits (at most 10 s) until no append of the log is in flight
 // (threshold mode: flushed) and returns its end: a failover member that

@@ -231,3 +231,46 @@ func TestTruncateWaitsForAtomic(t *testing.T) {
 	require.Equal(t, int64(5), l.LastID())
 	require.NoError(t, (<-ow).err)
 }
+
+// TestCutsConsistent: Cuts pairs a count with its own cut's offset while
+// cuts go on (core/index follows a single cut from its offset: paired
+// with a later cut's offset, it kept what the earlier one removed).
+func TestCutsConsistent(t *testing.T) {
+	t.Parallel()
+	_, _, l := openModeLog(t, "writer", 0)
+	const rec, rounds = 24, 60
+	froms := make([]int64, rounds+1) // froms[n]: where cut n cut
+	var done atomic.Bool
+	go func() {
+		defer done.Store(true)
+		for n := 1; n <= rounds; n++ {
+			var es []Entry
+			for i := range 10 {
+				es = append(es, entryf("m%03d", i))
+			}
+			if _, _, err := l.AppendSync(es); err != nil {
+				t.Error(err)
+				return
+			}
+			from := l.MaxOffset() - int64(1+n%5)*rec
+			froms[n] = from // before the cut: a reader may see it right after
+			if _, err := l.Truncate(from); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	type pair struct{ n, from int64 }
+	var seen []pair
+	for !done.Load() {
+		if n, from := l.Cuts(); n > 0 && (len(seen) == 0 || seen[len(seen)-1].n != n) {
+			seen = append(seen, pair{n, from})
+		}
+	}
+	n, from := l.Cuts()
+	require.EqualValues(t, rounds, n)
+	seen = append(seen, pair{n, from})
+	for _, p := range seen {
+		require.Equal(t, froms[p.n], p.from, "cut %d", p.n)
+	}
+}
