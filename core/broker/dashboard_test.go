@@ -76,6 +76,8 @@ func TestDashboardPages(t *testing.T) {
 		"/ui/groups/g1":      "lag-total",
 		"/ui/config":         "num_partitions",
 		"/ui/plugins":        "no plugins configured",
+		"/ui/dlq":            "no dead-letter topics on this broker",
+		"/ui/delayed":        `id="delayed-buckets"`,
 		"/ui/static/dash.js": "auto-refresh",
 	} {
 		w := dashDo(t, h, "GET", path, nil, nil)

@@ -42,12 +42,16 @@ type delayStats struct {
 	pending                               []atomic.Int64 // per timer partition
 	lateness                              prometheus.Histogram
 	wake                                  []chan struct{}
+	// ask carries the dashboard's requests for pending messages by due
+	// time to each timer loop (dashdelayed.go).
+	ask []chan dueAsk
 }
 
 func newDelayStats(parts int) *delayStats {
-	d := &delayStats{pending: make([]atomic.Int64, parts), wake: make([]chan struct{}, parts)}
+	d := &delayStats{pending: make([]atomic.Int64, parts), wake: make([]chan struct{}, parts), ask: make([]chan dueAsk, parts)}
 	for i := range d.wake {
 		d.wake[i] = make(chan struct{}, 1)
+		d.ask[i] = make(chan dueAsk, 1)
 	}
 	d.lateness = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "metaq_delayed_lateness_seconds",
@@ -209,6 +213,9 @@ func (b *Broker) timerLoop(i int) {
 			return
 		case <-tk.C:
 		case <-b.delay.wake[i]:
+		case a := <-b.delay.ask[i]:
+			a.answer(w)
+			continue
 		}
 		if b.replRole() == repl.RoleSlave || (b.fo != nil && !b.fo.MayAck()) {
 			w = nil // a slave's wheel is rebuilt at its promotion

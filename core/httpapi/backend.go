@@ -102,4 +102,11 @@ type Backend interface {
 	// Partitions is the number of partitions of topic, 0 when it is not
 	// open here.
 	Partitions(topic string) int
+	// CountMessages counts the messages of partition p of topic from
+	// offset from (a record start) to its end; false when the count is
+	// not known exactly (dlq.go).
+	CountMessages(topic string, p int, from int64) (int64, bool)
+	// DelayedPage is the pending delayed messages by due-time bucket
+	// (DelayedBuckets) and the timer's counters (dlq.go).
+	DelayedPage(ctx context.Context) DelayedPage
 }

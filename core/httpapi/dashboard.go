@@ -78,6 +78,8 @@ func (s *Server) dashRoutes(mux *http.ServeMux, user, admin func(pattern string,
 	user("GET /ui/topics/{name}/find", s.uiFind)
 	user("GET /ui/groups", s.uiGroups)
 	user("GET /ui/groups/{group}", s.uiGroup)
+	user("GET /ui/dlq", s.uiDLQ)
+	user("GET /ui/delayed", s.uiDelayed)
 	// The configuration (every user's ACLs) and the plugins (names, pids,
 	// errors) cannot be checked per topic or group: admin only, as stats
 	// config and stats plugins are on the protocol port.
@@ -88,6 +90,7 @@ func (s *Server) dashRoutes(mux *http.ServeMux, user, admin func(pattern string,
 	admin("POST /ui/topics/{name}/partitions", s.uiCSRF(s.uiAlterPartitions))
 	admin("POST /ui/groups/{group}/reset", s.uiCSRF(s.uiReset))
 	admin("POST /ui/groups/{group}/skip", s.uiCSRF(s.uiSkip))
+	admin("POST /ui/dlq/{group}/replay", s.uiCSRF(s.uiDLQReplay))
 	user("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		s.UIError(w, r, http.StatusNotFound, "no such page: "+ShownName(r.Method)+" "+ShownName(r.URL.Path))
 	})
