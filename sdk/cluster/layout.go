@@ -80,44 +80,12 @@ func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 	if cl.Root == "" {
 		cl.Root = "/"
 	}
-	ids, err := ReadChildren(c, zkpath.BrokerIDs(root))
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range ids {
-		id, err := zkpath.ParseBrokerID(s)
-		if err != nil {
-			continue
-		}
-		b := BrokerInfo{ID: id}
-		base := zkpath.Broker(root, id)
-		kids, err := ReadChildren(c, base)
-		if err != nil {
-			return nil, err
-		}
-		for _, k := range kids {
-			v, _, err := ReadData(c, base+"/"+k)
-			if err != nil {
-				return nil, err
-			}
-			switch {
-			case k == zkpath.MasterNode:
-				b.Master = v
-			case k == zkpath.MasterTLSNode:
-				b.MasterTLS = v
-			case k == zkpath.MasterChecksumNode:
-				b.ConfigChecksum = v
-			case strings.HasPrefix(k, zkpath.SlavePrefix) && !strings.Contains(k, "config_checksum"):
-				if b.Slaves == nil {
-					b.Slaves = map[string]string{}
-				}
-				b.Slaves[k] = v
-			}
-		}
-		cl.Brokers = append(cl.Brokers, b)
-	}
-	sort.Slice(cl.Brokers, func(i, j int) bool { return cl.Brokers[i].ID < cl.Brokers[j].ID })
-
+	// The topics first, then the brokers: a broker's ephemeral nodes go
+	// together when its session ends, so a broker listed here with a
+	// master had its registrations read while it was still up. Read the
+	// other way round, a session ending between the two reads gave a
+	// master without its topics (the dashboard's cluster console then
+	// forgot the partitions of a broker that went).
 	topics := map[string]map[string]*TopicPartition{}
 	for _, kind := range []zkpath.Kind{zkpath.TopicsPub, zkpath.TopicsSub} {
 		names, err := ReadChildren(c, kind.Dir(root))
@@ -177,6 +145,44 @@ func ReadLayout(c *zk.Conn, root string) (*Layout, error) {
 		cl.Topics = append(cl.Topics, tb)
 	}
 	sort.Slice(cl.Topics, func(i, j int) bool { return cl.Topics[i].Name < cl.Topics[j].Name })
+
+	ids, err := ReadChildren(c, zkpath.BrokerIDs(root))
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range ids {
+		id, err := zkpath.ParseBrokerID(s)
+		if err != nil {
+			continue
+		}
+		b := BrokerInfo{ID: id}
+		base := zkpath.Broker(root, id)
+		kids, err := ReadChildren(c, base)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range kids {
+			v, _, err := ReadData(c, base+"/"+k)
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case k == zkpath.MasterNode:
+				b.Master = v
+			case k == zkpath.MasterTLSNode:
+				b.MasterTLS = v
+			case k == zkpath.MasterChecksumNode:
+				b.ConfigChecksum = v
+			case strings.HasPrefix(k, zkpath.SlavePrefix) && !strings.Contains(k, "config_checksum"):
+				if b.Slaves == nil {
+					b.Slaves = map[string]string{}
+				}
+				b.Slaves[k] = v
+			}
+		}
+		cl.Brokers = append(cl.Brokers, b)
+	}
+	sort.Slice(cl.Brokers, func(i, j int) bool { return cl.Brokers[i].ID < cl.Brokers[j].ID })
 	return cl, nil
 }
 
