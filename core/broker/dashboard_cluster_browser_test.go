@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -280,27 +281,35 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	require.Equal(t, httpapi.HumanBytes(auditLag(0)), cells[2], "lag here")
 	require.Equal(t, httpapi.HumanBytes(auditLag(0)+auditLag(1)+auditLag(2)), cells[3], "lag, all brokers")
 
-	// Broker 1 is cut off from ZooKeeper: its session expires (4 s) and
-	// its nodes go. The page shows it down within a bounded wait.
+	// Broker 1 is cut off from ZooKeeper: its session expires (4 s, seen
+	// by ZooKeeper within a tick of 500 ms) and its nodes go. The page
+	// shows it down at its next load, its partitions unreachable: the
+	// console remembers them from a read that saw broker 1 up
+	// (cluster.ReadLayout reads the topics before the brokers, so such a
+	// read holds its registrations; TestReadLayoutSessionEndsMidRead). The
+	// 30 s are the session, a tick and page loads of seconds under load.
 	proxy.Cut(true)
 	cut := time.Now()
-	require.Eventually(t, func() bool {
-		if chromedp.Do(tab.ctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#brokers"))) != nil {
+	var mu sync.Mutex
+	var last string // what the last load showed, for a failure
+	ok := assert.Eventually(t, func() bool {
+		if err := chromedp.Do(tab.ctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#brokers"))); err != nil {
+			mu.Lock()
+			last = fmt.Sprintf("%v: %v", time.Since(cut).Round(time.Millisecond), err)
+			mu.Unlock()
 			return false
 		}
-		s, err := chromedp.Run(tab.ctx, chromedp.Text(chromedp.CSS(`#brokers tr[data-broker="1"]`)))
-		if err != nil {
-			return false
-		}
-		// The page reads the brokers and the topics one after the other:
-		// one load may fall between broker 1's session ending and its
-		// partitions being seen as unreachable. The next shows both.
-		topics, err := chromedp.Run(tab.ctx, chromedp.Text(chromedp.CSS(`#cluster-topics`)))
-		if err != nil {
-			return false
-		}
-		return strings.Contains(s, "down") && strings.Contains(topics, "1-m: 3 unreachable")
+		s, err1 := chromedp.Run(tab.ctx, chromedp.Text(chromedp.CSS(`#brokers tr[data-broker="1"]`)))
+		topics, err2 := chromedp.Run(tab.ctx, chromedp.Text(chromedp.CSS(`#cluster-topics`)))
+		mu.Lock()
+		last = fmt.Sprintf("%v: broker 1 %q (%v), topics %q (%v)", time.Since(cut).Round(time.Millisecond), s, err1, topics, err2)
+		mu.Unlock()
+		return err1 == nil && err2 == nil && strings.Contains(s, "down") && strings.Contains(topics, "1-m: 3 unreachable")
 	}, 30*time.Second, 250*time.Millisecond, "broker 1 is shown down, its partitions unreachable, once its session ends")
+	mu.Lock()
+	shown := last
+	mu.Unlock()
+	require.True(t, ok, "the last load after the cut, at %s", shown)
 	t.Logf("broker 1 shown down %v after its ZooKeeper connection was cut (session timeout %d ms)", time.Since(cut).Round(time.Millisecond), session1)
 	require.Contains(t, row("#brokers", "1"), "session ended")
 	require.Contains(t, row("#brokers", "1"), "was meta://127.0.0.1:", "the address it had")
