@@ -279,3 +279,61 @@ func TestManualAckRebalance(t *testing.T) {
 		})
 	}
 }
+
+// TestManualAckOrderedNack: in an ordered group (RetryInPlace) Nack(delay)
+// rewinds the partition to the message after delay: it comes again, then
+// the later messages not acked yet, in order; the other partition flows.
+func TestManualAckOrderedNack(t *testing.T) {
+	t.Parallel()
+	br := startBroker(t)
+	ctx := ctxT(t, 20*time.Second)
+	for p, bodies := range [][]string{{"a0", "a1", "a2", "a3"}, {"b0", "b1"}} {
+		pr := newProducer(t, br.addr, withSelector(selector.Fixed(p)))
+		for _, b := range bodies {
+			_, err := pr.Send(ctx, &message.Message{Topic: topic, Body: []byte(b)})
+			require.NoError(t, err)
+		}
+	}
+	c := newClient(t, Brokers(br.addr), ConsumeTopics(topic), ConsumerGroup("ackord"), ManualAck(0),
+		Reject(RetryInPlace(time.Second)), HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
+	var mu sync.Mutex
+	got := map[int32][]string{}
+	var nackedAt, againAt time.Time
+	var first, held *Delivery
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_ = c.ConsumeAcked(cctx, func(ctx context.Context, d *Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			b := string(d.Message.Body)
+			got[d.Message.Partition] = append(got[d.Message.Partition], b)
+			switch {
+			case b == "a1" && first == nil:
+				first = d // settled later
+				return nil
+			case b == "a2" && held == nil:
+				// a1 fails after a2 was delivered (async processing):
+				// a1 and a2 come again in order; a2's delivery is stale.
+				held, nackedAt = d, time.Now()
+				return first.Nack(ctx, 200*time.Millisecond)
+			case b == "a1" && againAt.IsZero():
+				againAt = time.Now()
+			}
+			return d.Ack()
+		})
+	}()
+	want := []string{"a0", "a1", "a2", "a1", "a2", "a3"}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got[0]) == len(want) && len(got[1]) == 2
+	}, 10*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, want, got[0], "a1 again after its nack, then a2 (not acked then), in order")
+	require.ErrorIs(t, first.Ack(), ErrDeliveryStale)
+	require.Equal(t, []string{"b0", "b1"}, got[1])
+	require.GreaterOrEqual(t, againAt.Sub(nackedAt), 190*time.Millisecond, "the nack's delay")
+	require.ErrorIs(t, held.Ack(), ErrDeliveryStale)
+}

@@ -170,3 +170,47 @@ func ExampleBroadcast() {
 	// cache-a: config changed
 	// cache-b: config changed
 }
+
+// Acknowledged consumption (docs/sdk.md): positions move only past what
+// the handler acked; Rollback delivers the rest again.
+func ExampleManualAck() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := client.New(client.Brokers(brokerAddr))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close(ctx)
+	if _, err := p.ProduceSync(ctx, &message.Message{Topic: "ex-ack", Body: []byte("job 1")},
+		&message.Message{Topic: "ex-ack", Body: []byte("job 2")}); err != nil {
+		log.Fatal(err)
+	}
+
+	cl, err := client.New(client.Brokers(brokerAddr), client.ConsumeTopics("ex-ack"), client.ConsumerGroup("workers"),
+		client.ManualAck(100), client.Reject(client.Drop()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close(ctx)
+	hctx, stop := context.WithCancel(ctx)
+	rolledBack := false
+	err = cl.ConsumeAcked(hctx, func(_ context.Context, d *client.Delivery) error {
+		fmt.Printf("got %q\n", d.Message.Body)
+		switch {
+		case string(d.Message.Body) == "job 1":
+			return d.Ack() // done: the position moves past it
+		case !rolledBack:
+			rolledBack = true
+			return cl.Rollback() // job 2 not done: deliver it again
+		default:
+			stop() // enough for the example
+			return d.Ack()
+		}
+	})
+	fmt.Println("consume returned:", err)
+	// Output:
+	// got "job 1"
+	// got "job 2"
+	// got "job 2"
+	// consume returned: context canceled
+}

@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 // partition per topic, so their output is in order) and points
 // brokerAddr at it.
 func startExampleBroker() (stop func()) {
-	brokerAddr, exampleBase, stop = brokertest.StartMain("ex-quick", "ex-produce", "ex-group", "ex-ordered", "ex-broadcast")
+	brokerAddr, exampleBase, stop = brokertest.StartMain("ex-quick", "ex-produce", "ex-group", "ex-ordered", "ex-broadcast", "ex-ack")
 	return stop
 }
 
