@@ -29,9 +29,13 @@ const (
 type dataConn struct {
 	nc  net.Conn
 	dec *protocol.Decoder
+	// shared: one's reply body is the decoder's, valid until the next
+	// round trip or Close (not copied: a read's may be megabytes).
+	shared bool
 }
 
-// reply is one reply read on a dataConn; Body is the caller's.
+// reply is one reply read on a dataConn; Body is the caller's (but see
+// dataConn.shared).
 type reply struct {
 	Op   protocol.Op
 	Code int
@@ -96,7 +100,10 @@ func (d *dataConn) do(ctx context.Context, req []byte, n int) ([]reply, error) {
 			}
 			continue
 		}
-		out[i] = reply{Op: rr.Op, Code: rr.Code, Body: append([]byte(nil), rr.Body...)}
+		out[i] = reply{Op: rr.Op, Code: rr.Code, Body: rr.Body}
+		if !d.shared || n > 1 {
+			out[i].Body = append([]byte(nil), rr.Body...)
+		}
 		if rr.Op == protocol.OpValue {
 			out[i].Code = protocol.StatusOK
 		}

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math/rand/v2"
+	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -131,6 +133,44 @@ func TestSpecial8(t *testing.T) {
 		}
 		if got := special8(binary.LittleEndian.Uint64(w[:])); got != want {
 			t.Fatalf("% x: %v, want %v", w, got, want)
+		}
+	}
+}
+
+// TestWriteRecordsRuns: writeRecords writes each read's run of records as
+// it would write the records one by one, whole runs, a run cut short and
+// single records alike, with the Content-Length of what it wrote.
+func TestWriteRecordsRuns(t *testing.T) {
+	read := func(js ...string) []recJSON {
+		run := []byte(strings.Join(js, ","))
+		var recs []recJSON
+		at := 0
+		for i, j := range js {
+			recs = append(recs, recJSON{offset: int64(i), js: run[at : at+len(j)]})
+			at += len(j) + 1
+		}
+		recs[0].run, recs[0].n = run, len(recs)
+		return recs
+	}
+	a, b := read(`{"a":1}`, `{"b":2}`, `{"c":3}`), read(`{"d":4}`)
+	single := []recJSON{{js: []byte(`{"e":5}`)}}
+	for _, tc := range []struct {
+		recs []recJSON
+		want string
+	}{
+		{nil, `{"records":[],"next_offset":7}` + "\n"},
+		{a, `{"records":[{"a":1},{"b":2},{"c":3}],"next_offset":7}` + "\n"},
+		{append(append(append([]recJSON{}, a...), b...), single...), `{"records":[{"a":1},{"b":2},{"c":3},{"d":4},{"e":5}],"next_offset":7}` + "\n"},
+		{a[:2], `{"records":[{"a":1},{"b":2}],"next_offset":7}` + "\n"},
+		{a[1:], `{"records":[{"b":2},{"c":3}],"next_offset":7}` + "\n"},
+	} {
+		w := httptest.NewRecorder()
+		writeRecords(w, tc.recs, 7, false)
+		if got := w.Body.String(); got != tc.want {
+			t.Errorf("got %s want %s", got, tc.want)
+		}
+		if cl := w.Header().Get("Content-Length"); cl != strconv.Itoa(len(tc.want)) {
+			t.Errorf("Content-Length %s, wrote %d", cl, len(tc.want))
 		}
 	}
 }
