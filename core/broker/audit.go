@@ -17,7 +17,14 @@ const (
 	auditOffsetSkip  = "group.skip"
 	auditSwitchover  = "failover.switchover"
 	auditHeuristic   = "tx.heuristic"
+	auditDLQReplay   = "group.dlq_replay"
 )
+
+// AuditDLQReplay audits a replay of group's dead letters (core/httpapi
+// dlq.go).
+func (h httpBackend) AuditDLQReplay(a httpapi.Actor, group, to string, count int) {
+	h.b.auditAs(a, auditDLQReplay, "group", group, "to", to, "messages", count)
+}
 
 // auditAs audits a change made over HTTP (httpapi.Actor: its user, remote
 // address and door).

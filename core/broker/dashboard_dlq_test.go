@@ -24,11 +24,11 @@ import (
 // (2 partitions) and the group billing's retry and dead-letter topics
 // holding n dead letters from partition 1 of orders, and returns it with
 // a wire client.
-func dlqBroker(t *testing.T, n int) (*Broker, *authClient) {
+func dlqBroker(t *testing.T, n int, logs *syncLog) (*Broker, *authClient) {
 	t.Helper()
 	b := fixture{mods: []func(*conf.Config){func(c *conf.Config) {
 		c.Topics = []conf.Topic{{Name: "orders"}, {Name: "billing.retry"}, {Name: "billing.dlq", NumPartitions: ptr(1)}}
-	}}}.start(t)
+	}}, opts: Options{Logf: logs.Logf}}.start(t)
 	require.NotEmpty(t, b.HTTPAddr())
 	c := dialAuth(t, b.Addr(), nil)
 	for i := range n {
@@ -58,7 +58,8 @@ func putDLQ(t *testing.T, c *authClient, topic string, m message.Message) {
 // messages by due time.
 func TestDashboardDLQAPI(t *testing.T) {
 	t.Parallel()
-	b, c := dlqBroker(t, 3)
+	logs := &syncLog{}
+	b, c := dlqBroker(t, 3, logs)
 	h := b.newMux()
 	api := func(method, path, body string) (int, string) {
 		t.Helper()
@@ -96,6 +97,8 @@ func TestDashboardDLQAPI(t *testing.T) {
 	require.Equal(t, 200, code, body)
 	require.NoError(t, json.Unmarshal([]byte(body), &list))
 	require.Equal(t, int64(1), list[0].Pending, body)
+	require.Regexp(t, `audit: group.dlq_replay component=audit user=- remote=\S+ via=api action=group.dlq_replay group=billing to=origin messages=2`, logs.String())
+	require.NotContains(t, logs.String(), "messages=3", "a dry run is not audited")
 	code, body = api("POST", "/api/v1/groups/billing/dlq/replay", `{"to": "retry"}`)
 	require.Equal(t, 200, code, body)
 	require.NoError(t, json.Unmarshal([]byte(body), &rep))
@@ -186,7 +189,7 @@ func TestDashboardDLQAPI(t *testing.T) {
 func TestDashboardBrowserDLQ(t *testing.T) {
 	t.Parallel()
 	chrome := testsvc.Chromium(t)
-	b, c := dlqBroker(t, 3)
+	b, c := dlqBroker(t, 3, &syncLog{})
 	for _, d := range []time.Duration{30 * time.Second, 3 * time.Minute, 3 * time.Hour, 72 * time.Hour} {
 		putDLQ(t, c, "orders", message.Message{Body: []byte("later"), Delay: d})
 	}

@@ -106,6 +106,9 @@ type Backend interface {
 	// offset from (a record start) to its end; false when the count is
 	// not known exactly (dlq.go).
 	CountMessages(topic string, p int, from int64) (int64, bool)
+	// AuditDLQReplay audits a replay of group's dead letters by a: count
+	// sent to (to) "origin" or "retry" (dlq.go).
+	AuditDLQReplay(a Actor, group, to string, count int)
 	// DelayedPage is the pending delayed messages by due-time bucket
 	// (DelayedBuckets) and the timer's counters (dlq.go).
 	DelayedPage(ctx context.Context) DelayedPage

@@ -166,9 +166,16 @@ func (s *Server) deadLetterTopic(ctx context.Context, d *dataConn, group string)
 // origin topic (to "origin") or the group's retry topic ("retry") on this
 // broker, committing the position past each get's worth once sent; with
 // dryRun it only reads the first few and counts.
-func (s *Server) replayDeadLetters(ctx context.Context, d *dataConn, group string, req DLQReplayRequest) (DLQReplayReply, error) {
+// On an error, out.Count is how many were sent and committed before it.
+func (s *Server) replayDeadLetters(ctx context.Context, d *dataConn, group string, req DLQReplayRequest) (out DLQReplayReply, err error) {
+	sent := 0
+	defer func() {
+		if err != nil && !req.DryRun {
+			out.Count = sent
+		}
+	}()
 	to := cmpOr(req.To, "origin")
-	out := DLQReplayReply{Group: group, Topic: group + dlqSuffix, To: to, DryRun: req.DryRun, Messages: []DLQReplayed{}}
+	out = DLQReplayReply{Group: group, Topic: group + dlqSuffix, To: to, DryRun: req.DryRun, Messages: []DLQReplayed{}}
 	if to != "origin" && to != "retry" {
 		return out, &RequestError{Status: http.StatusBadRequest, Msg: "to " + quoteName(req.To) + ": want origin or retry"}
 	}
@@ -260,6 +267,7 @@ func (s *Server) replayDeadLetters(ctx context.Context, d *dataConn, group strin
 				if rep.Code != protocol.StatusOK {
 					return out, &RequestError{Status: httpStatus(rep.Code), Msg: "committing the replay position: " + string(bytes.TrimSpace(rep.Body))}
 				}
+				sent += n
 			}
 			off = next
 		}
@@ -348,11 +356,14 @@ func (s *Server) apiDLQReplay(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := s.replayDeadLetters(ctx, d, group, req)
 	if err != nil {
+		if !req.DryRun && res.Count > 0 {
+			s.be.AuditDLQReplay(ActorOf(r), group, res.To, res.Count)
+		}
 		failed(w, err)
 		return
 	}
 	if !req.DryRun {
-		s.logf("dlq: %s replayed %d dead letters of %s to %s (%s)", ShownName(ActorOf(r).User), res.Count, res.Topic, res.To, ActorOf(r).Via)
+		s.be.AuditDLQReplay(ActorOf(r), group, res.To, res.Count)
 	}
 	WriteJSON(w, http.StatusOK, res)
 }
@@ -401,6 +412,9 @@ func (s *Server) uiDLQReplay(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := s.replayDeadLetters(ctx, d, group, req)
 	if err != nil {
+		if !req.DryRun && res.Count > 0 {
+			s.be.AuditDLQReplay(ActorOf(r), group, res.To, res.Count)
+		}
 		var re *RequestError
 		if errors.As(err, &re) {
 			s.UIError(w, r, httpStatus(re.Status), re.Msg)
@@ -410,7 +424,7 @@ func (s *Server) uiDLQReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !req.DryRun {
-		s.logf("dlq: %s replayed %d dead letters of %s to %s (dashboard)", ShownName(ActorOf(r).User), res.Count, res.Topic, res.To)
+		s.be.AuditDLQReplay(ActorOf(r), group, res.To, res.Count)
 		http.Redirect(w, r, "/ui/dlq?replayed="+strconv.Itoa(res.Count)+"&group="+url.QueryEscape(group)+"&to="+url.QueryEscape(res.To), http.StatusSeeOther)
 		return
 	}
