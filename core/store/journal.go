@@ -1338,7 +1338,7 @@ func (j *Journal) cover(end int64) {
 	j.nMarks.Add(1)
 	j.newerInFiles = true
 	j.marked.Store(j.rmark)
-	j.markLater(j.rmark, written[len(written)-1])
+	j.markLater(pendingMark{mark: j.rmark, f: written[len(written)-1], end: j.pos})
 }
 
 // defaultMarkSyncDelay is how long a mark record may stay the journal's last
@@ -1352,16 +1352,22 @@ const defaultMarkSyncDelay = 10 * time.Millisecond
 type pendingMark struct {
 	mark int64
 	f    *jfile
+	end  int64 // the journal position past it
 }
 
-// markLater notes the mark record just written (its mark m, in file f)
-// and arms the timer that has the checkpointer fdatasync it after
+// markLater notes the mark record just written (p) and arms the timer that has the checkpointer fdatasync it after
 // markDelay (defaultMarkSyncDelay) unless a later round's fdatasync made a mark as high
 // durable by then (syncMark). Callers hold wmu.
-func (j *Journal) markLater(m int64, f *jfile) {
+func (j *Journal) markLater(p pendingMark) {
 	j.markMu.Lock()
 	defer j.markMu.Unlock()
-	j.markPend = pendingMark{mark: m, f: f}
+	j.markPend = p
+	j.armMarkLocked()
+}
+
+// armMarkLocked arms the mark record's timer unless it is armed.
+// Callers hold markMu.
+func (j *Journal) armMarkLocked() {
 	if j.markArmed {
 		return
 	}
@@ -1391,6 +1397,17 @@ func (j *Journal) syncMark() {
 	j.markArmed = false
 	j.markMu.Unlock()
 	if p.f == nil || j.durMarked.Load() >= p.mark || j.Err() != nil {
+		return
+	}
+	if j.roundEnd.Load() > p.end {
+		// A round staged after it, whose records carry a mark at least
+		// as high, is being synced (a slow device): its fdatasync makes
+		// that mark durable; look again then rather than add one.
+		j.markMu.Lock()
+		if j.markPend == p {
+			j.armMarkLocked()
+		}
+		j.markMu.Unlock()
 		return
 	}
 	j.fmu.Lock()
