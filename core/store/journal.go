@@ -1399,10 +1399,12 @@ func (j *Journal) syncMark() {
 	if p.f == nil || j.durMarked.Load() >= p.mark || j.Err() != nil {
 		return
 	}
-	if j.roundEnd.Load() > p.end {
-		// A round staged after it, whose records carry a mark at least
-		// as high, is being synced (a slow device): its fdatasync makes
-		// that mark durable; look again then rather than add one.
+	if j.roundEnd.Load() > j.synced.Load() {
+		// A round is being synced (a slow device, or pipelined rounds):
+		// if it was staged after the mark record, its records carry a
+		// mark at least as high, which its fdatasync makes durable; if
+		// before, its completion writes a later mark record or finds a
+		// round covering it. Look again then rather than add one.
 		j.markMu.Lock()
 		if j.markPend == p {
 			j.armMarkLocked()

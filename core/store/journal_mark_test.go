@@ -242,8 +242,9 @@ func TestJournalFlipMarkRecord(t *testing.T) {
 
 // TestJournalMarkSyncSlowDevice: on a slow device (every fdatasync 25
 // ms, over the mark record's 10 ms delay) under a steady stream of puts,
-// a mark record's own fdatasync is not added while a later round, whose
-// records carry the mark, is being synced: the mark records are made
+// a mark record's own fdatasync is not added while a round is being
+// synced (a later round's records carry the mark; an earlier one's
+// completion writes a later mark record): the mark records are made
 // durable by the rounds, and the last one, once the journal is idle, by
 // an fdatasync of its own.
 func TestJournalMarkSyncSlowDevice(t *testing.T) {
