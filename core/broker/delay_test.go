@@ -273,7 +273,8 @@ func TestSyncPairDelayed(t *testing.T) {
 
 // TestSyncPairDelayedDelivery: on a sync pair the master delivers due
 // messages (each to the partition its put chose), with their msgIds, and
-// the slave's copy of each target partition holds them too.
+// the slave's copy of each target partition holds them too, though plain
+// puts with higher ids came before them.
 func TestSyncPairDelayedDelivery(t *testing.T) {
 	t.Parallel()
 	master, slave := syncPair(t, "delayed-deliver")
@@ -285,6 +286,14 @@ func TestSyncPairDelayedDelivery(t *testing.T) {
 	ids := map[int64]bool{}
 	for i := range 10 {
 		res, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: []byte("due" + strconv.Itoa(i)), Delay: 300 * time.Millisecond})
+		require.NoError(t, err)
+		ids[res[0].ID] = true
+	}
+	// Plain puts to both partitions before they are due: the deliveries'
+	// ids (their acceptances') are below the partitions' last ids, which
+	// the slave must not take for syncs its puller copied already.
+	for p := range int32(2) {
+		res, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Partition: p, Body: []byte("plain")})
 		require.NoError(t, err)
 		ids[res[0].ID] = true
 	}
@@ -317,4 +326,24 @@ func TestSyncPairDelayedDelivery(t *testing.T) {
 		st, err := slave.lookup([]byte("t"), false)
 		return err == nil && len(found(st.parts)) == len(ids)
 	}, 15*time.Second, 50*time.Millisecond, "the slave holds the delivered messages")
+	// Later puts land at the same offsets on both: the copies are equal.
+	for range 4 {
+		_, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: []byte("after")})
+		require.NoError(t, err)
+	}
+	bytesOf := func(l *store.Log) []byte {
+		v, err := l.Read(l.MinOffset(), 1<<20)
+		if err != nil {
+			return nil
+		}
+		b, _ := v.ReadAll(nil)
+		v.Release()
+		return b
+	}
+	st, err := slave.lookup([]byte("t"), false)
+	require.NoError(t, err)
+	for p, l := range mt.parts {
+		require.Eventually(t, func() bool { return string(bytesOf(l)) == string(bytesOf(st.parts[p])) }, 15*time.Second, 50*time.Millisecond,
+			"partition %d: the slave's copy equals the master's", p)
+	}
 }

@@ -171,9 +171,13 @@ type SlaveLog struct {
 	// a txsync appended already, and a txsync's batches must start at it
 	// (core/tx, AppendAt). Transaction batches keep the ids their puts were
 	// answered with, below later puts' ids: lastID is the highest id
-	// appended, and only single syncs (puts, whose ids rise with their
-	// offsets) are told apart by it.
-	end int64
+	// appended, and only single syncs of puts (whose ids rise with their
+	// offsets) are told apart by it. A delayed message's delivery keeps
+	// the id of its acceptance, below lastID too: pulledOld holds the ids
+	// below lastID the puller appended (at most maxPulledOld), so that
+	// such a sync is a dup only when the puller copied it.
+	end       int64
+	pulledOld map[int64]struct{}
 
 	// dmu (after mu, and alone in store completions) guards pulling, the
 	// puller's appends queued and not completed yet, and dups, the syncs
@@ -717,6 +721,9 @@ func (s *Slave) apply(rp *replPart, r *protocol.Request, entries []store.Entry, 
 		res.err = err
 	} else {
 		for _, e := range entries {
+			if e.ID <= sl.lastID {
+				sl.notePulledOld(e.ID)
+			}
 			sl.lastID = max(sl.lastID, e.ID)
 		}
 		sl.end += entriesSize(entries)
@@ -824,6 +831,29 @@ func (sl *SlaveLog) Lock() { sl.mu.Lock() }
 
 // Unlock releases it.
 func (sl *SlaveLog) Unlock() { sl.mu.Unlock() }
+
+// maxPulledOld bounds SlaveLog.pulledOld: past it the set starts again
+// (the ids the puller copies below lastID are a transaction's batches and
+// delayed messages' deliveries near the master's end, whose syncs follow
+// within a round trip).
+const maxPulledOld = 4096
+
+// notePulledOld records id, appended by the puller below lastID (under
+// the lock).
+func (sl *SlaveLog) notePulledOld(id int64) {
+	if sl.pulledOld == nil || len(sl.pulledOld) >= maxPulledOld {
+		sl.pulledOld = map[int64]struct{}{}
+	}
+	sl.pulledOld[id] = struct{}{}
+}
+
+// TakePulledOld reports whether the puller appended id below lastID, and
+// forgets it (under the lock).
+func (sl *SlaveLog) TakePulledOld(id int64) bool {
+	_, ok := sl.pulledOld[id]
+	delete(sl.pulledOld, id)
+	return ok
+}
 
 // LastID is the highest id appended (under the lock).
 func (sl *SlaveLog) LastID() int64 { return sl.lastID }

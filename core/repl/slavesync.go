@@ -74,7 +74,7 @@ func (s *Slave) ApplySync(c SyncConn, l *store.Log, p int32, entries []store.Ent
 		sl.Unlock()
 		return err
 	}
-	if id := entries[0].ID; id <= sl.LastID() {
+	if id := entries[0].ID; id <= sl.LastID() && (!isDelivery(entries[0]) || sl.TakePulledOld(id)) {
 		s.CountSyncDup()
 		d := &dupSync{c: c, opaque: opaque, id: id, part: p}
 		c.SyncPending(1)
@@ -100,6 +100,17 @@ func (s *Slave) ApplySync(c SyncConn, l *store.Log, p int32, entries []store.Ent
 	}
 	s.CountSyncs(1)
 	return nil
+}
+
+// isDelivery reports whether e is a delayed message's delivery (it
+// carries a delivery header and keeps the id of its acceptance: an id
+// below the partition's last one is no sign that the puller copied it).
+func isDelivery(e store.Entry) bool {
+	if e.Flag&message.FlagHasProperties == 0 {
+		return false
+	}
+	_, _, ok, _ := message.TimerHeaders(e.Flag, e.Data)
+	return ok
 }
 
 // dupSync is a sync answered by a puller's append still in flight
