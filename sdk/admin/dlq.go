@@ -72,7 +72,8 @@ func (a *Admin) DeadLetters(ctx context.Context, group string) (*DeadLetters, er
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(ts, func(t Topic) bool { return t.Name == topic }) {
+	ti := slices.IndexFunc(ts, func(t Topic) bool { return t.Name == topic })
+	if ti < 0 {
 		d, _, gerr := a.loadGroup(ctx, group, nil, false)
 		if gerr == nil && !d.Found() {
 			return nil, fmt.Errorf("%w %q: it has no members, no committed offsets and no dead-letter topic %s", ErrUnknownGroup, group, topic)
@@ -100,7 +101,14 @@ func (a *Admin) DeadLetters(ctx context.Context, group string) (*DeadLetters, er
 				p.Pending = n
 			}
 		default:
-			if n, err := a.countRecords(ctx, p.addr, topic, p.Partition, p.Start, p.End); err == nil {
+			// The whole partition: the broker's count (stats partitions),
+			// else counted here.
+			i := slices.IndexFunc(ts[ti].Offsets, func(o PartitionOffsets) bool {
+				return o.BrokerID == r.BrokerID && o.Partition == r.Partition
+			})
+			if i >= 0 && ts[ti].Offsets[i].Messages >= 0 && ts[ti].Offsets[i].Min == p.Start && ts[ti].Offsets[i].Max == p.End {
+				p.Pending = ts[ti].Offsets[i].Messages
+			} else if n, err := a.countRecords(ctx, p.addr, topic, p.Partition, p.Start, p.End); err == nil {
 				p.Pending = n
 			}
 		}
