@@ -105,8 +105,13 @@ func (s *Server) handleMetaQPut(w http.ResponseWriter, r *http.Request) {
 		metaqText(w, http.StatusBadRequest, []byte(p.err.Error()))
 		return
 	}
-	if length < 0 || length > MaxBody {
-		metaqText(w, http.StatusBadRequest, []byte("length "+strconv.FormatInt(length, 10)+" out of range (0 to "+strconv.Itoa(MaxBody)+")"))
+	limit := s.maxBody(r) // max_message_size, at least MaxBody
+	if length < 0 {
+		metaqText(w, http.StatusBadRequest, []byte("length "+strconv.FormatInt(length, 10)+" out of range (0 to "+strconv.Itoa(limit)+")"))
+		return
+	}
+	if length > int64(limit) {
+		metaqText(w, http.StatusRequestEntityTooLarge, []byte("length "+strconv.FormatInt(length, 10)+" over the largest message, "+strconv.Itoa(limit)+" bytes (max_message_size)"))
 		return
 	}
 	data := make([]byte, length)
@@ -114,7 +119,7 @@ func (s *Server) handleMetaQPut(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			metaqText(w, http.StatusRequestEntityTooLarge, []byte("request body over "+strconv.Itoa(MaxBody)+" bytes"))
+			metaqText(w, http.StatusRequestEntityTooLarge, []byte("request body over "+strconv.Itoa(limit)+" bytes (max_message_size)"))
 			return
 		}
 		metaqText(w, http.StatusBadRequest, []byte("body of "+strconv.Itoa(n)+" bytes is shorter than length "+strconv.FormatInt(length, 10)))

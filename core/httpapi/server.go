@@ -70,6 +70,29 @@ type Config struct {
 	// ConsumerTimeout (ms) and MaxConsumers are http_consumer_timeout and
 	// http_max_consumers (consumers.go).
 	ConsumerTimeout, MaxConsumers int
+	// MaxPutBody bounds a MetaQ /put's body: max_message_size, the
+	// largest put the broker takes (MaxBody if unset or smaller).
+	MaxPutBody int
+}
+
+// bodyLimit bounds request bodies: MaxBody, or for MetaQ's /put the
+// broker's max_message_size (Config.MaxPutBody) when that is larger.
+func (s *Server) bodyLimit(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r2 := *r
+		r2.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody(r)))
+		h.ServeHTTP(w, &r2)
+	})
+}
+
+// maxBody is the limit of r's body (bodyLimit).
+func (s *Server) maxBody(r *http.Request) int {
+	if r.URL.Path == "/put" {
+		if n := s.cfg.Load().MaxPutBody; n > MaxBody {
+			return n
+		}
+	}
+	return MaxBody
 }
 
 // FromConf is the HTTP listener's configuration in c.
@@ -91,6 +114,7 @@ func FromConf(c *conf.Config) Config {
 		DefaultPartitions: c.NumPartitions,
 		ConsumerTimeout:   c.HTTPConsumerTimeout,
 		MaxConsumers:      c.HTTPMaxConsumers,
+		MaxPutBody:        max(c.MaxMessageSize, MaxBody),
 	}
 	if cfg.ConsumerTimeout <= 0 { // a Config not from conf.Default
 		cfg.ConsumerTimeout = conf.DefaultHTTPConsumerTimeout
@@ -280,5 +304,5 @@ func (s *Server) Handler() http.Handler {
 	user("/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusNotFound, "no such endpoint: "+ShownName(r.Method)+" "+ShownName(r.URL.Path)+" (see docs/http.md)")
 	})
-	return s.guard(http.MaxBytesHandler(mux, MaxBody))
+	return s.guard(s.bodyLimit(mux))
 }
