@@ -395,6 +395,18 @@ func (c *Client) buildConsumers() error {
 		cc.reject = Drop() // overridden by RejectPolicy
 	})}
 	base = append(base, cfg.cOpts...)
+	if c.zk != nil && cfg.group != "" {
+		// One member id for the Client's consumers (its topics' and its
+		// retry topic's): they register once in the group, with every
+		// topic (clusterConsumer.joinTopics). Not withConsumerID: a
+		// broadcast group is still named after the host.
+		id := defaultConsumerID()
+		base = append(base, consumerOpt(func(cc *consumerConfig) {
+			if cc.consumerID == "" {
+				cc.consumerID = id
+			}
+		}))
+	}
 	topics := cfg.topics
 	retryOpts := cfg.retryOpts
 	if retryOpts == nil && !cfg.rejectSet && cfg.group != "" && !cfg.broadcast && len(cfg.topics) > 0 && len(cfg.parts) == 0 {
