@@ -132,28 +132,29 @@ func TestManualAckRollback(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 }
 
-// ackMode is a discovery mode for the acked-consumption tests: the
-// options of a Client that finds the broker, which has topic t1 (4
-// partitions) and group's retry and dead-letter topics.
+// ackMode is a discovery mode for the acked-consumption and retry tests:
+// start runs a broker with topic t1 (4 partitions) and group's retry and
+// dead-letter topics, and returns its address and the options of a Client
+// that finds it.
 type ackMode struct {
 	name  string
-	start func(t *testing.T, group string) []Opt
+	start func(t *testing.T, group string) (string, []Opt)
 	// member: the options of a group member in this mode.
 	member []Opt
 }
 
 var ackModes = []ackMode{
-	{"direct", func(t *testing.T, group string) []Opt {
+	{"direct", func(t *testing.T, group string) (string, []Opt) {
 		br := startBroker(t, withRetryTopics(group))
-		return []Opt{Brokers(br.addr)}
+		return br.addr, []Opt{Brokers(br.addr)}
 	}, []Opt{HeartbeatInterval(100 * time.Millisecond)}},
-	{"zookeeper", func(t *testing.T, group string) []Opt {
+	{"zookeeper", func(t *testing.T, group string) (string, []Opt) {
 		zkAddr := testsvc.ZooKeeper(t)
 		root := zkRoot("/ack")
-		startBroker(t, withRetryTopics(group), func(c *conf.Config) {
+		br := startBroker(t, withRetryTopics(group), func(c *conf.Config) {
 			c.BrokerID, c.ZooKeeper.Connect, c.ZooKeeper.Root = 1, zkAddr, root
 		})
-		return []Opt{ZooKeeper(zkAddr, root), ZooKeeperSessionTimeout(4 * time.Second)}
+		return br.addr, []Opt{ZooKeeper(zkAddr, root), ZooKeeperSessionTimeout(4 * time.Second)}
 	}, nil},
 }
 
@@ -177,7 +178,7 @@ func TestManualAckRebalance(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			const group, n = "ackrb", 120
-			base := mode.start(t, group)
+			_, base := mode.start(t, group)
 			p := newClient(t, base...)
 			res, msgs := clientProduceMsgs(t, p, n)
 			type at struct {

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/selector"
@@ -142,18 +141,25 @@ func TestRetryOptionsChecked(t *testing.T) {
 // the dead-letter topic; the other messages flow.
 func TestRetryTopicsE2E(t *testing.T) {
 	t.Parallel()
-	br := startBroker(t, func(c *conf.Config) {
-		c.Topics = append(c.Topics, conf.Topic{Name: RetryTopicOf("rg")}, conf.Topic{Name: DeadLetterTopicOf("rg")})
-	})
-	p := newClient(t, Brokers(br.addr))
+	for _, mode := range ackModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			retryTopicsE2E(t, mode)
+		})
+	}
+}
+
+func retryTopicsE2E(t *testing.T, mode ackMode) {
+	_, base := mode.start(t, "rg")
+	p := newClient(t, base...)
 	res, err := p.ProduceSync(ctxT(t, 5*time.Second), &message.Message{Topic: topic, Body: []byte("ok1")},
 		&message.Message{Topic: topic, Body: []byte("poison"), Key: []byte("pk")}, &message.Message{Topic: topic, Body: []byte("ok2")})
 	require.NoError(t, err)
 	poisonID := res[1].ID
 
-	c := newClient(t, Brokers(br.addr), ConsumeTopics(topic), ConsumerGroup("rg"), HandlerRetries(1, time.Millisecond),
+	c := newClient(t, append(append(slices.Clone(base), ConsumeTopics(topic), ConsumerGroup("rg"), HandlerRetries(1, time.Millisecond),
 		Reject(RetryTopics(RetryOptions{Backoff: []time.Duration{300 * time.Millisecond, 600 * time.Millisecond}, MaxDeliveries: 3})),
-		HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
+		FetchMaxWait(50*time.Millisecond)), mode.member...)...)
 	var mu sync.Mutex
 	counts := map[int]int{} // delivery count -> handler calls
 	var calls []time.Time   // of the poison message
@@ -177,7 +183,8 @@ func TestRetryTopicsE2E(t *testing.T) {
 			return errors.New("always fails")
 		})
 	}()
-	dlq := newClient(t, Brokers(br.addr), ConsumeTopics(DeadLetterTopicOf("rg")), FetchMaxWait(50*time.Millisecond))
+	dlq := newClient(t, append(slices.Clone(base), ConsumeTopics(DeadLetterTopicOf("rg")), ConsumerGroup("rg-dlq-reader"),
+		Reject(Drop()), FetchMaxWait(50*time.Millisecond))...)
 	got := make(chan *message.Message, 1)
 	go func() {
 		_ = dlq.Consume(ctx, func(_ context.Context, m *message.Message) error {
@@ -192,7 +199,9 @@ func TestRetryTopicsE2E(t *testing.T) {
 	select {
 	case dl = <-got:
 	case <-ctx.Done():
-		t.Fatal("no dead letter")
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("no dead letter; the poison message's deliveries: %v; the reader reads %v, the member %v", counts, dlq.Assigned(), c.Assigned())
 	}
 	h := func(k string) string { v, _ := dl.Headers.String(k); return v }
 	require.Equal(t, "poison", string(dl.Body))
