@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -205,14 +207,25 @@ func TestDashboardBrowserDLQ(t *testing.T) {
 	defer cancelT()
 	tab := &browserTab{ctx: ctx}
 	base := "http://" + b.HTTPAddr()
+	shot := func(name string) { // METAQ_SCREENSHOTS: docs/dashboard's pictures
+		t.Helper()
+		if dir := os.Getenv(screenshotsEnv); dir != "" {
+			buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+			require.NoError(t, err)
+			require.NoError(t, os.MkdirAll(dir, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), buf, 0o644))
+		}
+	}
 
 	tab.open(t, base+"/ui/dlq", "#dlq")
 	require.Equal(t, "3", strings.TrimSpace(tab.text(t, `tr[data-group="billing"] td.messages`)))
 	require.Equal(t, "3", strings.TrimSpace(tab.text(t, `tr[data-group="billing"] td.pending`)))
+	shot("dlq")
 	tab.run(t, chromedp.Click(chromedp.CSS(`tr[data-group="billing"] button.replay-dry`)), chromedp.WaitVisible(chromedp.CSS("#dry-run")))
 	require.Contains(t, tab.text(t, "#dry-run"), "replaying 3 of 3 pending dead letters of billing.dlq")
 	require.Contains(t, tab.text(t, "#replay-sample"), "card declined")
 	require.Zero(t, b.topics["orders"].parts[1].MessageCount(), "the dry run sent nothing")
+	shot("dlq-replay")
 	tab.run(t, chromedp.Click(chromedp.CSS("#apply-replay")))
 	require.Eventually(t, func() bool {
 		loc, err := chromedp.Run(ctx, chromedp.Location())
@@ -225,6 +238,7 @@ func TestDashboardBrowserDLQ(t *testing.T) {
 
 	tab.open(t, base+"/ui/delayed", "#delayed-buckets")
 	require.Equal(t, "4", tab.text(t, "#delayed-pending"))
+	shot("delayed")
 	rows := tab.text(t, "#delayed-buckets")
 	for _, want := range []string{"< 1 min\t1", "1–10 min\t1", "10 min–1 h\t0", "1 h–1 day\t1", "> 1 day\t1"} {
 		require.Contains(t, rows, want)
