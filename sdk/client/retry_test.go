@@ -230,17 +230,26 @@ func retryTopicsE2E(t *testing.T, mode ackMode) {
 // goes on in order; the other partition flows meanwhile.
 func TestRetryInPlaceOrdered(t *testing.T) {
 	t.Parallel()
-	br := startBroker(t)
+	for _, mode := range ackModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			retryInPlaceOrdered(t, mode)
+		})
+	}
+}
+
+func retryInPlaceOrdered(t *testing.T, mode ackMode) {
+	addr, base := mode.start(t, "og")
 	ctx := ctxT(t, 20*time.Second)
 	for p, bodies := range [][]string{{"a0", "a1", "poison", "a3", "a4"}, {"b0", "b1", "b2"}} {
-		pr := newProducer(t, br.addr, withSelector(selector.Fixed(p)))
+		pr := newProducer(t, addr, withSelector(selector.Fixed(p)))
 		for _, b := range bodies {
 			_, err := pr.Send(ctx, &message.Message{Topic: topic, Body: []byte(b)})
 			require.NoError(t, err)
 		}
 	}
-	c := newClient(t, Brokers(br.addr), ConsumeTopics(topic), ConsumerGroup("og"), HandlerRetries(2, time.Millisecond),
-		Reject(RetryInPlace(20*time.Millisecond)), HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
+	c := newClient(t, append(append(slices.Clone(base), ConsumeTopics(topic), ConsumerGroup("og"), HandlerRetries(2, time.Millisecond),
+		Reject(RetryInPlace(20*time.Millisecond)), FetchMaxWait(50*time.Millisecond)), mode.member...)...)
 	var mu sync.Mutex
 	var healed bool
 	attempts := 0
