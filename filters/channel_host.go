@@ -127,6 +127,7 @@ func (m *muxConn) start(ctx context.Context, deadline time.Time, c *grpcClient, 
 	}
 
 	n := len(req.Records)
+	props := c.wantsProps(req.Instance)
 	send := m.w.send
 	if hold {
 		send = m.w.queue
@@ -140,7 +141,7 @@ func (m *muxConn) start(ctx context.Context, deadline time.Time, c *grpcClient, 
 		w = appendString32(w, req.Instance)
 		w = appendString32(w, req.Topic)
 		w = appendString32(w, req.Group)
-		w = appendPacked(w, req.Records)
+		w = appendPacked(w, req.Records, props)
 		binary.LittleEndian.PutUint32(w[start:], uint32(len(w)-start-4))
 		return w
 	})

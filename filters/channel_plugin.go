@@ -308,6 +308,9 @@ func parseChanRequest(frame []byte, recs []Record, names map[string]string) (id 
 	if req.Records, err = decodePacked(rest, recs, false); err != nil {
 		return id, nil, 0, bad(err.Error())
 	}
+	if err = fillProps(req.Records); err != nil {
+		return id, nil, 0, bad(err.Error())
+	}
 	return id, req, time.Duration(t), nil
 }
 

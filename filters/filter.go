@@ -18,7 +18,12 @@
 // whenever its plugin process has been restarted.
 package filters
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
+)
 
 // InitRequest sets up one logical instance of a filter.
 type InitRequest struct {
@@ -40,6 +45,12 @@ type InitResponse struct {
 	// (false) sends metadata only, which is much cheaper across a process
 	// boundary.
 	NeedBodies bool
+	// NeedProperties asks a filter plugin's process for each record's
+	// properties, decoded into Record.Key, CreateTime, Tags and Headers.
+	// The default (false) sends none, which costs nothing per record. A
+	// broker built before properties reached plugins ignores it: the fields
+	// stay empty. In-process builtins read Record.Properties instead.
+	NeedProperties bool
 }
 
 // Record is the metadata (and, if asked for, the payload) of one message.
@@ -61,8 +72,20 @@ type Record struct {
 	// Properties is the message's properties block (key, timestamp, tags,
 	// headers; sdk/message, flag bit 1) after its length prefix, nil when
 	// it has none. Builtins in the broker's process see it (filters/expr);
-	// it is not sent to filter plugins.
+	// it is sent to a filter plugin only if the instance's InitResponse
+	// asked for properties.
 	Properties []byte
+
+	// Key, CreateTime, Tags and Headers are the properties decoded, filled
+	// in a filter plugin's process for an instance whose InitResponse said
+	// NeedProperties (zero otherwise, and in the broker's process). Key is
+	// nil when the message has no key; CreateTime is zero when it carries
+	// no create time. Key and header values alias the batch, which a plugin
+	// process does not reuse: a filter may keep them.
+	Key        []byte
+	CreateTime time.Time
+	Tags       []string
+	Headers    message.Headers
 }
 
 // AcceptRequest is one get batch to judge: the whole records of one get

@@ -25,6 +25,20 @@ type grpcClient struct {
 	packed atomic.Bool
 	// ch is the batch channel to the process (channel.go).
 	ch *channel
+	// anyProps is set once an instance asked for properties (InitResponse
+	// NeedProperties); props holds those instances (instance -> true). A
+	// process none of whose instances asks costs one atomic load per call.
+	anyProps atomic.Bool
+	props    sync.Map
+}
+
+// wantsProps reports whether the instance asked for properties.
+func (c *grpcClient) wantsProps(instance string) bool {
+	if !c.anyProps.Load() {
+		return false
+	}
+	_, ok := c.props.Load(instance)
+	return ok
 }
 
 func newGRPCClient(done context.Context, client filterpb.FilterServiceClient) *grpcClient {
@@ -48,11 +62,17 @@ func (c *grpcClient) Init(ctx context.Context, req *InitRequest) (*InitResponse,
 	if err != nil {
 		return nil, c.fromStatus(ctx, err)
 	}
+	if resp.GetNeedProperties() {
+		c.props.Store(req.Instance, true)
+		c.anyProps.Store(true)
+	} else if c.anyProps.Load() {
+		c.props.Delete(req.Instance)
+	}
 	if resp.GetPacked() {
 		c.packed.Store(true)
 		c.ch.open() // have the batch channel ready for the first Accept
 	}
-	return &InitResponse{NeedBodies: resp.GetNeedBodies()}, nil
+	return &InitResponse{NeedBodies: resp.GetNeedBodies(), NeedProperties: resp.GetNeedProperties()}, nil
 }
 
 func (c *grpcClient) Accept(ctx context.Context, req *AcceptRequest) (*AcceptResponse, error) {
@@ -93,6 +113,12 @@ func (c *grpcClient) Accept(ctx context.Context, req *AcceptRequest) (*AcceptRes
 			}
 		}
 	}
+	if c.wantsProps(req.Instance) {
+		var err error
+		if in.Properties, err = propsColumn(req.Records); err != nil {
+			return nil, fmt.Errorf("filters: properties: %w", err)
+		}
+	}
 	resp, err := c.client.Accept(ctx, in)
 	if err != nil {
 		return nil, c.fromStatus(ctx, err)
@@ -123,7 +149,7 @@ func (c *grpcClient) channelFor(req *AcceptRequest) *muxConn {
 		return nil
 	}
 	m := c.ch.get()
-	if m != nil && packedSize(req.Records) > chanMaxFrame-1<<20 {
+	if m != nil && packedSize(req.Records, c.wantsProps(req.Instance)) > chanMaxFrame-1<<20 {
 		return nil
 	}
 	return m
@@ -153,7 +179,7 @@ var packBufs = sync.Pool{New: func() any { return new([]byte) }}
 // verdicts from a bitmap.
 func (c *grpcClient) acceptPacked(ctx context.Context, req *AcceptRequest) (*AcceptResponse, error) {
 	bp := packBufs.Get().(*[]byte)
-	buf := appendPacked((*bp)[:0], req.Records)
+	buf := appendPacked((*bp)[:0], req.Records, c.wantsProps(req.Instance))
 	resp, err := c.client.Accept(ctx, &filterpb.AcceptRequest{
 		Instance: req.Instance, Topic: req.Topic, Group: req.Group, Partition: req.Partition, Packed: buf,
 	})

@@ -27,21 +27,25 @@ func (s *grpcServer) Init(ctx context.Context, in *filterpb.InitRequest) (*filte
 	if resp == nil {
 		resp = &InitResponse{}
 	}
-	return &filterpb.InitResponse{NeedBodies: resp.NeedBodies, Packed: true}, nil
+	return &filterpb.InitResponse{NeedBodies: resp.NeedBodies, NeedProperties: resp.NeedProperties, Packed: true}, nil
 }
 
 func (s *grpcServer) Accept(ctx context.Context, in *filterpb.AcceptRequest) (*filterpb.AcceptResponse, error) {
 	n := len(in.GetOffsets())
 	if len(in.GetMsgIds()) != n || len(in.GetFlags()) != n || len(in.GetAttributes()) != n ||
-		len(in.GetHasAttribute()) != n || len(in.GetSizes()) != n || (len(in.GetBodies()) != 0 && len(in.GetBodies()) != n) {
+		len(in.GetHasAttribute()) != n || len(in.GetSizes()) != n || (len(in.GetBodies()) != 0 && len(in.GetBodies()) != n) ||
+		(len(in.GetProperties()) != 0 && len(in.GetProperties()) != n) {
 		return nil, status.Error(codes.InvalidArgument, "filters: accept request columns differ in length")
 	}
 	if len(in.GetPacked()) != 0 {
-		if n != 0 || len(in.GetBodies()) != 0 {
+		if n != 0 || len(in.GetBodies()) != 0 || len(in.GetProperties()) != 0 {
 			return nil, status.Error(codes.InvalidArgument, "filters: accept request has both columns and a packed batch")
 		}
 		// The records alias in.Packed, which nothing else uses.
 		recs, err := decodePacked(in.Packed, nil, true)
+		if err == nil {
+			err = fillProps(recs)
+		}
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
@@ -63,6 +67,7 @@ func (s *grpcServer) Accept(ctx context.Context, in *filterpb.AcceptRequest) (*f
 			recs[i].Body = in.Bodies[i]
 		}
 	}
+	propsFromColumn(recs, in.GetProperties())
 	keep, err := s.accept(ctx, &AcceptRequest{
 		Instance: in.GetInstance(), Topic: in.GetTopic(), Group: in.GetGroup(), Partition: in.GetPartition(), Records: recs,
 	})

@@ -18,10 +18,17 @@ import (
 //	u32 n, the number of records
 //	n × 40-byte headers: i64 offset, i64 msg id, i64 size, i32 flag,
 //	    i32 attribute length (-1: no attribute), i32 body length (-1: no
-//	    body), 4 reserved bytes (zero)
+//	    body), u32 properties length (0: none sent)
 //	the attributes, concatenated in record order
 //	the bodies, concatenated in record order
+//	the properties blocks (sdk/message, after their length prefix),
+//	    concatenated in record order
 //
+// The properties length was 4 reserved zero bytes before properties reached
+// plugins; a host sends properties only to an instance whose InitResponse
+// asked for them, so a plugin built before (which rejects a nonzero
+// reserved field) never receives one. A block is never empty (it starts
+// with its version byte), so 0 means none.
 // The lengths must account for every byte after the headers exactly.
 //
 // A verdict list travels as a bitmap: bit i%8 of byte i/8 is record i's keep
@@ -36,20 +43,26 @@ const (
 // errPacked is a malformed packed batch or bitmap.
 var errPacked = errors.New("filters: malformed packed batch")
 
-// packedSize is the encoded size of recs.
-func packedSize(recs []Record) int {
+// packedSize is the encoded size of recs, with their properties if props.
+func packedSize(recs []Record, props bool) int {
 	n := packedPrefix + len(recs)*packedHeaderSize
 	for i := range recs {
 		n += len(recs[i].Attribute) + len(recs[i].Body)
 	}
+	if props {
+		for i := range recs {
+			n += len(recs[i].Properties)
+		}
+	}
 	return n
 }
 
-// appendPacked appends recs in the packed format to dst. Attributes and
-// bodies longer than math.MaxInt32 bytes cannot be encoded (a get reply is
-// far smaller); it panics on one rather than send a corrupt batch.
-func appendPacked(dst []byte, recs []Record) []byte {
-	start, n := len(dst), packedSize(recs)
+// appendPacked appends recs in the packed format to dst, with their
+// properties blocks if props. Attributes and bodies longer than
+// math.MaxInt32 bytes cannot be encoded (a get reply is far smaller); it
+// panics on one rather than send a corrupt batch.
+func appendPacked(dst []byte, recs []Record, props bool) []byte {
+	start, n := len(dst), packedSize(recs, props)
 	dst = slices.Grow(dst, n)[:start+n]
 	b := dst[start:]
 	b[0] = packedFormat
@@ -66,7 +79,11 @@ func appendPacked(dst []byte, recs []Record) []byte {
 		if r.Body != nil {
 			bl = int64(len(r.Body))
 		}
-		if al > math.MaxInt32 || bl > math.MaxInt32 {
+		pl := 0
+		if props {
+			pl = len(r.Properties)
+		}
+		if al > math.MaxInt32 || bl > math.MaxInt32 || pl > math.MaxInt32 {
 			panic("filters: record too large for a packed batch")
 		}
 		binary.LittleEndian.PutUint64(h[0:], uint64(r.Offset))
@@ -75,7 +92,7 @@ func appendPacked(dst []byte, recs []Record) []byte {
 		binary.LittleEndian.PutUint32(h[24:], uint32(r.Flag))
 		binary.LittleEndian.PutUint32(h[28:], uint32(int32(al)))
 		binary.LittleEndian.PutUint32(h[32:], uint32(int32(bl)))
-		binary.LittleEndian.PutUint32(h[36:], 0)
+		binary.LittleEndian.PutUint32(h[36:], uint32(pl))
 		h = h[packedHeaderSize:]
 		if r.HasAttribute {
 			pos += copy(data[pos:], r.Attribute)
@@ -83,6 +100,11 @@ func appendPacked(dst []byte, recs []Record) []byte {
 	}
 	for i := range recs {
 		pos += copy(data[pos:], recs[i].Body)
+	}
+	if props {
+		for i := range recs {
+			pos += copy(data[pos:], recs[i].Properties)
+		}
 	}
 	return dst
 }
@@ -109,22 +131,24 @@ func decodePacked(b []byte, recs []Record, alias bool) ([]Record, error) {
 	n := int(n64)
 	h, data := rest[:n*packedHeaderSize], rest[n*packedHeaderSize:]
 	// First pass: the lengths must add up to the data exactly.
-	var attrTotal, total uint64
+	var attrTotal, bodyTotal, propTotal uint64
 	for i := 0; i < n; i++ {
 		hh := h[i*packedHeaderSize:]
 		al := int32(binary.LittleEndian.Uint32(hh[28:]))
 		bl := int32(binary.LittleEndian.Uint32(hh[32:]))
-		if al < -1 || bl < -1 || binary.LittleEndian.Uint32(hh[36:]) != 0 {
+		pl := int32(binary.LittleEndian.Uint32(hh[36:]))
+		if al < -1 || bl < -1 || pl < 0 {
 			return nil, fmt.Errorf("%w: record %d header", errPacked, i)
 		}
 		if al > 0 {
 			attrTotal += uint64(al)
 		}
 		if bl > 0 {
-			total += uint64(bl)
+			bodyTotal += uint64(bl)
 		}
+		propTotal += uint64(pl)
 	}
-	total += attrTotal
+	total := attrTotal + bodyTotal + propTotal
 	if total != uint64(len(data)) {
 		return nil, fmt.Errorf("%w: %d data bytes, lengths say %d", errPacked, len(data), total)
 	}
@@ -132,10 +156,13 @@ func decodePacked(b []byte, recs []Record, alias bool) ([]Record, error) {
 		recs = make([]Record, n)
 	}
 	recs = recs[:n]
-	attrs, bodies := data[:attrTotal], data[attrTotal:]
+	attrs, bodies, props := data[:attrTotal], data[attrTotal:attrTotal+bodyTotal], data[attrTotal+bodyTotal:]
 	if !alias {
 		attrs = []byte(string(attrs))
 		bodies = append(make([]byte, 0, len(bodies)), bodies...)
+		if len(props) > 0 {
+			props = append(make([]byte, 0, len(props)), props...)
+		}
 	}
 	for i := range recs {
 		hh := h[i*packedHeaderSize:]
@@ -159,6 +186,12 @@ func decodePacked(b []byte, recs []Record, alias bool) ([]Record, error) {
 			bodies = bodies[bl:]
 		} else if r.Body != nil {
 			r.Body = nil
+		}
+		if pl := int32(binary.LittleEndian.Uint32(hh[36:])); pl > 0 {
+			r.Properties = props[:pl:pl]
+			props = props[pl:]
+		} else if r.Properties != nil {
+			r.Properties = nil
 		}
 	}
 	return recs, nil

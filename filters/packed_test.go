@@ -6,6 +6,9 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // packedSample is a batch with every kind of record: attributes present,
@@ -20,12 +23,89 @@ func packedSample() []Record {
 	}
 }
 
+// propsSample is packedSample with properties blocks on some records: a
+// full one, a key alone, none.
+func propsSample(tb testing.TB) []Record {
+	tb.Helper()
+	block := func(m *message.Message) []byte {
+		b := m.AppendProperties(nil)
+		return b[4:]
+	}
+	recs := packedSample()
+	recs[0].Properties = block(&message.Message{Key: []byte("k1"), Timestamp: time.UnixMilli(1700000000123),
+		Tags: []string{"TagA", "TagB"}, Headers: message.Headers{{Key: "region", Value: []byte("eu")}, {Key: "n", Value: nil}}})
+	recs[2].Properties = block(&message.Message{Key: []byte{}})
+	recs[4].Properties = block(&message.Message{Headers: message.Headers{{Key: "region", Value: []byte("us")}}})
+	return recs
+}
+
+// TestPackedProperties checks the properties blocks' round trip, that a
+// batch packed without them is byte for byte the format before them (the
+// length field zero), and the decoded fields a plugin sees.
+func TestPackedProperties(t *testing.T) {
+	t.Parallel()
+	recs := propsSample(t)
+	without := appendPacked(nil, recs, false)
+	for i := range recs {
+		if v := binary.LittleEndian.Uint32(without[packedPrefix+i*packedHeaderSize+36:]); v != 0 {
+			t.Fatalf("record %d: properties length %d in a batch without properties", i, v)
+		}
+	}
+	if !bytes.Equal(without, appendPacked(nil, packedSample(), false)) {
+		t.Fatal("a batch without properties differs from one of records that have none")
+	}
+	b := appendPacked(nil, recs, true)
+	if len(b) != packedSize(recs, true) {
+		t.Fatalf("%d bytes, packedSize %d", len(b), packedSize(recs, true))
+	}
+	got, err := decodePacked(b, nil, false)
+	if err != nil || !reflect.DeepEqual(got, recs) {
+		t.Fatalf("decode = %+v, %v; want %+v", got, err, recs)
+	}
+	if err := fillProps(got); err != nil {
+		t.Fatal(err)
+	}
+	r := got[0]
+	if string(r.Key) != "k1" || r.CreateTime.UnixMilli() != 1700000000123 || !reflect.DeepEqual(r.Tags, []string{"TagA", "TagB"}) ||
+		len(r.Headers) != 2 || string(r.Headers[0].Value) != "eu" || r.Headers[1].Value != nil {
+		t.Fatalf("record 0: %+v", r)
+	}
+	if got[2].Key == nil || len(got[2].Key) != 0 || got[1].Key != nil || !got[1].CreateTime.IsZero() {
+		t.Fatalf("records 1, 2: %+v %+v", got[1], got[2])
+	}
+	// Reused for a batch without properties, the fields are cleared.
+	got, err = decodePacked(without, got, false)
+	if err == nil {
+		err = fillProps(got)
+	}
+	if err != nil || got[0].Key != nil || got[0].Tags != nil || got[0].Headers != nil || !got[0].CreateTime.IsZero() || got[0].Properties != nil {
+		t.Fatalf("reused: %+v, %v", got[0], err)
+	}
+	// The gRPC columns carry the same fields.
+	col, err := propsColumn(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromCol := packedSample()
+	propsFromColumn(fromCol, col)
+	for i := range fromCol {
+		fromCol[i].Properties = recs[i].Properties
+	}
+	want, _ := decodePacked(b, nil, false)
+	if err := fillProps(want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fromCol, want) {
+		t.Fatalf("columns: %+v\nwant %+v", fromCol, want)
+	}
+}
+
 func TestPackedRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, recs := range [][]Record{nil, {}, packedSample(), packedSample()[2:3]} {
-		b := appendPacked([]byte("prefix"), recs)
-		if !bytes.HasPrefix(b, []byte("prefix")) || len(b)-len("prefix") != packedSize(recs) {
-			t.Fatalf("appendPacked: %d bytes after the prefix, packedSize %d", len(b)-len("prefix"), packedSize(recs))
+		b := appendPacked([]byte("prefix"), recs, false)
+		if !bytes.HasPrefix(b, []byte("prefix")) || len(b)-len("prefix") != packedSize(recs, false) {
+			t.Fatalf("appendPacked: %d bytes after the prefix, packedSize %d", len(b)-len("prefix"), packedSize(recs, false))
 		}
 		b = b[len("prefix"):]
 		for _, alias := range []bool{true, false} {
@@ -53,7 +133,7 @@ func TestPackedRoundTrip(t *testing.T) {
 func TestPackedCopies(t *testing.T) {
 	t.Parallel()
 	recs := packedSample()
-	b := appendPacked(nil, recs)
+	b := appendPacked(nil, recs, false)
 	got, err := decodePacked(b, nil, false)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +146,7 @@ func TestPackedCopies(t *testing.T) {
 	}
 	// Reusing the record slice clears what a shorter batch leaves behind.
 	short := []Record{{Offset: 9, MsgID: 9, Size: 1}}
-	got, err = decodePacked(appendPacked(nil, short), got, false)
+	got, err = decodePacked(appendPacked(nil, short, false), got, false)
 	if err != nil || !reflect.DeepEqual(got, short) {
 		t.Fatalf("reused slice: %+v, %v", got, err)
 	}
@@ -74,7 +154,7 @@ func TestPackedCopies(t *testing.T) {
 
 func TestPackedMalformed(t *testing.T) {
 	t.Parallel()
-	good := appendPacked(nil, packedSample())
+	good := appendPacked(nil, propsSample(t), true)
 	hdr := func(i, field int) int { return packedPrefix + i*packedHeaderSize + field }
 	mutate := map[string]func(b []byte) []byte{
 		"empty":          func(b []byte) []byte { return nil },
@@ -86,7 +166,8 @@ func TestPackedMalformed(t *testing.T) {
 		"attr len -2":    func(b []byte) []byte { binary.LittleEndian.PutUint32(b[hdr(0, 28):], 0xfffffffe); return b },
 		"attr too long":  func(b []byte) []byte { binary.LittleEndian.PutUint32(b[hdr(0, 28):], 4); return b },
 		"body too long":  func(b []byte) []byte { binary.LittleEndian.PutUint32(b[hdr(0, 32):], 1<<30); return b },
-		"reserved bytes": func(b []byte) []byte { b[hdr(1, 36)] = 1; return b },
+		"props too long": func(b []byte) []byte { b[hdr(1, 36)]++; return b },
+		"props len < 0":  func(b []byte) []byte { binary.LittleEndian.PutUint32(b[hdr(0, 36):], 0xffffffff); return b },
 	}
 	for name, f := range mutate {
 		b := f(bytes.Clone(good))
@@ -129,9 +210,10 @@ func TestBitmap(t *testing.T) {
 // accepts encodes back to the same bytes, and that copying and aliasing
 // decode alike. The seeds run as a normal test.
 func FuzzDecodePacked(f *testing.F) {
-	f.Add(appendPacked(nil, packedSample()))
-	f.Add(appendPacked(nil, nil))
-	f.Add(appendPacked(nil, packedSample()[2:3]))
+	f.Add(appendPacked(nil, packedSample(), false))
+	f.Add(appendPacked(nil, nil, false))
+	f.Add(appendPacked(nil, packedSample()[2:3], false))
+	f.Add(appendPacked(nil, propsSample(f), true))
 	f.Add([]byte{packedFormat, 1, 0, 0, 0})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -142,7 +224,7 @@ func FuzzDecodePacked(f *testing.F) {
 			}
 			return
 		}
-		if again := appendPacked(nil, recs); !bytes.Equal(again, b) {
+		if again := appendPacked(nil, recs, true); !bytes.Equal(again, b) {
 			t.Fatalf("re-encoded %x, decoded from %x", again, b)
 		}
 		copied, err := decodePacked(b, nil, false)
@@ -161,7 +243,7 @@ func encodeChanRequest(id uint32, timeout uint64, req *AcceptRequest) []byte {
 	w = appendString32(w, req.Instance)
 	w = appendString32(w, req.Topic)
 	w = appendString32(w, req.Group)
-	return appendPacked(w, req.Records)
+	return appendPacked(w, req.Records, true)
 }
 
 // FuzzParseChanRequest checks that the plugin side of the batch channel
@@ -171,6 +253,7 @@ func encodeChanRequest(id uint32, timeout uint64, req *AcceptRequest) []byte {
 func FuzzParseChanRequest(f *testing.F) {
 	f.Add(encodeChanRequest(7, 1e9, &AcceptRequest{Instance: "t/g", Topic: "t", Group: "g", Partition: 3, Records: packedSample()}))
 	f.Add(encodeChanRequest(1, 0, &AcceptRequest{}))
+	f.Add(encodeChanRequest(8, 1e9, &AcceptRequest{Instance: "t/g", Topic: "t", Group: "g", Records: propsSample(f)}))
 	f.Add(encodeChanRequest(2, 1<<63, &AcceptRequest{Instance: "x"}))
 	f.Add([]byte{chanOpAccept, 1, 0, 0, 0})
 	f.Add([]byte{9, 9, 9, 9, 9, 9})

@@ -68,3 +68,25 @@ func (f *recordFilter) Close() error {
 	f.mu.Unlock()
 	return nil
 }
+
+// WithProperties returns f with every Init's response asking for
+// properties (InitResponse.NeedProperties): in a filter plugin's process
+// the records then carry Key, CreateTime, Tags and Headers. For a plugin
+// built on NewRecordFilter whose predicates read them:
+//
+//	filters.Serve(filters.WithProperties(filters.NewRecordFilter(compile)))
+func WithProperties(f Filter) Filter { return propsFilter{f} }
+
+type propsFilter struct{ Filter }
+
+func (f propsFilter) Init(ctx context.Context, req *InitRequest) (*InitResponse, error) {
+	resp, err := f.Filter.Init(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil {
+		resp = &InitResponse{}
+	}
+	resp.NeedProperties = true
+	return resp, nil
+}

@@ -101,9 +101,15 @@ type InitResponse struct {
 	NeedBodies bool `protobuf:"varint,1,opt,name=need_bodies,json=needBodies,proto3" json:"need_bodies,omitempty"`
 	// packed says the plugin reads AcceptRequest.packed and answers
 	// AcceptResponse.keep_bits for it. Hosts send packed only to such plugins.
-	Packed        bool `protobuf:"varint,2,opt,name=packed,proto3" json:"packed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Packed bool `protobuf:"varint,2,opt,name=packed,proto3" json:"packed,omitempty"`
+	// need_properties asks for each record's properties (key, create time,
+	// tags, headers): in AcceptRequest.properties for a request in columns,
+	// in the packed format's per-record properties blocks for a packed one.
+	// A host built before properties ignores it and sends none; a plugin
+	// built before them never sets it and is sent none.
+	NeedProperties bool `protobuf:"varint,3,opt,name=need_properties,json=needProperties,proto3" json:"need_properties,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *InitResponse) Reset() {
@@ -150,6 +156,13 @@ func (x *InitResponse) GetPacked() bool {
 	return false
 }
 
+func (x *InitResponse) GetNeedProperties() bool {
+	if x != nil {
+		return x.NeedProperties
+	}
+	return false
+}
+
 // AcceptRequest carries a batch of records column by column (one entry per
 // record in each repeated field), which keeps a 256-record batch to a few
 // allocations on either side instead of one message per record.
@@ -173,7 +186,11 @@ type AcceptRequest struct {
 	// packed, if not empty, holds the whole batch in the packed format
 	// (filters/packed.go) and the columns 5 to 11 are empty. Sent only to a
 	// plugin whose InitResponse said packed.
-	Packed        []byte `protobuf:"bytes,12,opt,name=packed,proto3" json:"packed,omitempty"`
+	Packed []byte `protobuf:"bytes,12,opt,name=packed,proto3" json:"packed,omitempty"`
+	// properties is empty unless the instance asked for properties at Init
+	// (and the request is in columns); then it has one entry per record,
+	// empty for a record without properties.
+	Properties    []*RecordProperties `protobuf:"bytes,13,rep,name=properties,proto3" json:"properties,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -292,6 +309,163 @@ func (x *AcceptRequest) GetPacked() []byte {
 	return nil
 }
 
+func (x *AcceptRequest) GetProperties() []*RecordProperties {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+// RecordProperties is one record's properties (sdk/message, flag bit 1).
+type RecordProperties struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the message key; has_key tells an empty key from none.
+	Key    []byte `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	HasKey bool   `protobuf:"varint,2,opt,name=has_key,json=hasKey,proto3" json:"has_key,omitempty"`
+	// create_time_ms is the create time in Unix milliseconds; has_create_time
+	// tells the epoch from none.
+	CreateTimeMs  int64    `protobuf:"varint,3,opt,name=create_time_ms,json=createTimeMs,proto3" json:"create_time_ms,omitempty"`
+	HasCreateTime bool     `protobuf:"varint,4,opt,name=has_create_time,json=hasCreateTime,proto3" json:"has_create_time,omitempty"`
+	Tags          []string `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty"`
+	// headers in the message's order; a key may repeat.
+	Headers       []*Header `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordProperties) Reset() {
+	*x = RecordProperties{}
+	mi := &file_filters_proto_filter_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordProperties) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordProperties) ProtoMessage() {}
+
+func (x *RecordProperties) ProtoReflect() protoreflect.Message {
+	mi := &file_filters_proto_filter_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordProperties.ProtoReflect.Descriptor instead.
+func (*RecordProperties) Descriptor() ([]byte, []int) {
+	return file_filters_proto_filter_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RecordProperties) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *RecordProperties) GetHasKey() bool {
+	if x != nil {
+		return x.HasKey
+	}
+	return false
+}
+
+func (x *RecordProperties) GetCreateTimeMs() int64 {
+	if x != nil {
+		return x.CreateTimeMs
+	}
+	return 0
+}
+
+func (x *RecordProperties) GetHasCreateTime() bool {
+	if x != nil {
+		return x.HasCreateTime
+	}
+	return false
+}
+
+func (x *RecordProperties) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *RecordProperties) GetHeaders() []*Header {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+// Header is one message header. null is Kafka's null value (value empty).
+type Header struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Null          bool                   `protobuf:"varint,3,opt,name=null,proto3" json:"null,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Header) Reset() {
+	*x = Header{}
+	mi := &file_filters_proto_filter_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Header) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Header) ProtoMessage() {}
+
+func (x *Header) ProtoReflect() protoreflect.Message {
+	mi := &file_filters_proto_filter_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Header.ProtoReflect.Descriptor instead.
+func (*Header) Descriptor() ([]byte, []int) {
+	return file_filters_proto_filter_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Header) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Header) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *Header) GetNull() bool {
+	if x != nil {
+		return x.Null
+	}
+	return false
+}
+
 type AcceptResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// keep has one flag per request record, in order (for a request in
@@ -305,7 +479,7 @@ type AcceptResponse struct {
 
 func (x *AcceptResponse) Reset() {
 	*x = AcceptResponse{}
-	mi := &file_filters_proto_filter_proto_msgTypes[3]
+	mi := &file_filters_proto_filter_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +491,7 @@ func (x *AcceptResponse) String() string {
 func (*AcceptResponse) ProtoMessage() {}
 
 func (x *AcceptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filters_proto_filter_proto_msgTypes[3]
+	mi := &file_filters_proto_filter_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +504,7 @@ func (x *AcceptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptResponse.ProtoReflect.Descriptor instead.
 func (*AcceptResponse) Descriptor() ([]byte, []int) {
-	return file_filters_proto_filter_proto_rawDescGZIP(), []int{3}
+	return file_filters_proto_filter_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AcceptResponse) GetKeep() []bool {
@@ -363,7 +537,7 @@ type OpenChannelRequest struct {
 
 func (x *OpenChannelRequest) Reset() {
 	*x = OpenChannelRequest{}
-	mi := &file_filters_proto_filter_proto_msgTypes[4]
+	mi := &file_filters_proto_filter_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +549,7 @@ func (x *OpenChannelRequest) String() string {
 func (*OpenChannelRequest) ProtoMessage() {}
 
 func (x *OpenChannelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_filters_proto_filter_proto_msgTypes[4]
+	mi := &file_filters_proto_filter_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +562,7 @@ func (x *OpenChannelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenChannelRequest.ProtoReflect.Descriptor instead.
 func (*OpenChannelRequest) Descriptor() ([]byte, []int) {
-	return file_filters_proto_filter_proto_rawDescGZIP(), []int{4}
+	return file_filters_proto_filter_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OpenChannelRequest) GetNetwork() string {
@@ -429,7 +603,7 @@ type OpenChannelResponse struct {
 
 func (x *OpenChannelResponse) Reset() {
 	*x = OpenChannelResponse{}
-	mi := &file_filters_proto_filter_proto_msgTypes[5]
+	mi := &file_filters_proto_filter_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +615,7 @@ func (x *OpenChannelResponse) String() string {
 func (*OpenChannelResponse) ProtoMessage() {}
 
 func (x *OpenChannelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_filters_proto_filter_proto_msgTypes[5]
+	mi := &file_filters_proto_filter_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +628,7 @@ func (x *OpenChannelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenChannelResponse.ProtoReflect.Descriptor instead.
 func (*OpenChannelResponse) Descriptor() ([]byte, []int) {
-	return file_filters_proto_filter_proto_rawDescGZIP(), []int{5}
+	return file_filters_proto_filter_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OpenChannelResponse) GetConns() int32 {
@@ -476,11 +650,12 @@ const file_filters_proto_filter_proto_rawDesc = "" +
 	"\x06config\x18\x04 \x03(\v2(.metaq.filter.v1.InitRequest.ConfigEntryR\x06config\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"p\n" +
 	"\fInitResponse\x12\x1f\n" +
 	"\vneed_bodies\x18\x01 \x01(\bR\n" +
 	"needBodies\x12\x16\n" +
-	"\x06packed\x18\x02 \x01(\bR\x06packed\"\xc9\x02\n" +
+	"\x06packed\x18\x02 \x01(\bR\x06packed\x12'\n" +
+	"\x0fneed_properties\x18\x03 \x01(\bR\x0eneedProperties\"\x8c\x03\n" +
 	"\rAcceptRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x14\n" +
@@ -496,7 +671,21 @@ const file_filters_proto_filter_proto_rawDesc = "" +
 	"\x05sizes\x18\n" +
 	" \x03(\x03R\x05sizes\x12\x16\n" +
 	"\x06bodies\x18\v \x03(\fR\x06bodies\x12\x16\n" +
-	"\x06packed\x18\f \x01(\fR\x06packed\"A\n" +
+	"\x06packed\x18\f \x01(\fR\x06packed\x12A\n" +
+	"\n" +
+	"properties\x18\r \x03(\v2!.metaq.filter.v1.RecordPropertiesR\n" +
+	"properties\"\xd2\x01\n" +
+	"\x10RecordProperties\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x17\n" +
+	"\ahas_key\x18\x02 \x01(\bR\x06hasKey\x12$\n" +
+	"\x0ecreate_time_ms\x18\x03 \x01(\x03R\fcreateTimeMs\x12&\n" +
+	"\x0fhas_create_time\x18\x04 \x01(\bR\rhasCreateTime\x12\x12\n" +
+	"\x04tags\x18\x05 \x03(\tR\x04tags\x121\n" +
+	"\aheaders\x18\x06 \x03(\v2\x17.metaq.filter.v1.HeaderR\aheaders\"D\n" +
+	"\x06Header\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12\x12\n" +
+	"\x04null\x18\x03 \x01(\bR\x04null\"A\n" +
 	"\x0eAcceptResponse\x12\x12\n" +
 	"\x04keep\x18\x01 \x03(\bR\x04keep\x12\x1b\n" +
 	"\tkeep_bits\x18\x02 \x01(\fR\bkeepBits\"t\n" +
@@ -524,29 +713,33 @@ func file_filters_proto_filter_proto_rawDescGZIP() []byte {
 	return file_filters_proto_filter_proto_rawDescData
 }
 
-var file_filters_proto_filter_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_filters_proto_filter_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_filters_proto_filter_proto_goTypes = []any{
 	(*InitRequest)(nil),         // 0: metaq.filter.v1.InitRequest
 	(*InitResponse)(nil),        // 1: metaq.filter.v1.InitResponse
 	(*AcceptRequest)(nil),       // 2: metaq.filter.v1.AcceptRequest
-	(*AcceptResponse)(nil),      // 3: metaq.filter.v1.AcceptResponse
-	(*OpenChannelRequest)(nil),  // 4: metaq.filter.v1.OpenChannelRequest
-	(*OpenChannelResponse)(nil), // 5: metaq.filter.v1.OpenChannelResponse
-	nil,                         // 6: metaq.filter.v1.InitRequest.ConfigEntry
+	(*RecordProperties)(nil),    // 3: metaq.filter.v1.RecordProperties
+	(*Header)(nil),              // 4: metaq.filter.v1.Header
+	(*AcceptResponse)(nil),      // 5: metaq.filter.v1.AcceptResponse
+	(*OpenChannelRequest)(nil),  // 6: metaq.filter.v1.OpenChannelRequest
+	(*OpenChannelResponse)(nil), // 7: metaq.filter.v1.OpenChannelResponse
+	nil,                         // 8: metaq.filter.v1.InitRequest.ConfigEntry
 }
 var file_filters_proto_filter_proto_depIdxs = []int32{
-	6, // 0: metaq.filter.v1.InitRequest.config:type_name -> metaq.filter.v1.InitRequest.ConfigEntry
-	0, // 1: metaq.filter.v1.FilterService.Init:input_type -> metaq.filter.v1.InitRequest
-	2, // 2: metaq.filter.v1.FilterService.Accept:input_type -> metaq.filter.v1.AcceptRequest
-	4, // 3: metaq.filter.v1.FilterService.OpenChannel:input_type -> metaq.filter.v1.OpenChannelRequest
-	1, // 4: metaq.filter.v1.FilterService.Init:output_type -> metaq.filter.v1.InitResponse
-	3, // 5: metaq.filter.v1.FilterService.Accept:output_type -> metaq.filter.v1.AcceptResponse
-	5, // 6: metaq.filter.v1.FilterService.OpenChannel:output_type -> metaq.filter.v1.OpenChannelResponse
-	4, // [4:7] is the sub-list for method output_type
-	1, // [1:4] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	8, // 0: metaq.filter.v1.InitRequest.config:type_name -> metaq.filter.v1.InitRequest.ConfigEntry
+	3, // 1: metaq.filter.v1.AcceptRequest.properties:type_name -> metaq.filter.v1.RecordProperties
+	4, // 2: metaq.filter.v1.RecordProperties.headers:type_name -> metaq.filter.v1.Header
+	0, // 3: metaq.filter.v1.FilterService.Init:input_type -> metaq.filter.v1.InitRequest
+	2, // 4: metaq.filter.v1.FilterService.Accept:input_type -> metaq.filter.v1.AcceptRequest
+	6, // 5: metaq.filter.v1.FilterService.OpenChannel:input_type -> metaq.filter.v1.OpenChannelRequest
+	1, // 6: metaq.filter.v1.FilterService.Init:output_type -> metaq.filter.v1.InitResponse
+	5, // 7: metaq.filter.v1.FilterService.Accept:output_type -> metaq.filter.v1.AcceptResponse
+	7, // 8: metaq.filter.v1.FilterService.OpenChannel:output_type -> metaq.filter.v1.OpenChannelResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_filters_proto_filter_proto_init() }
@@ -560,7 +753,7 @@ func file_filters_proto_filter_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_filters_proto_filter_proto_rawDesc), len(file_filters_proto_filter_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
