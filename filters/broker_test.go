@@ -65,6 +65,9 @@ func removeBuilt() {
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
 	}
+	if builtHeader.dir != "" {
+		os.RemoveAll(builtHeader.dir)
+	}
 }
 
 // helperPlugin is a [[plugin]] running the test binary as filter which.

@@ -2,6 +2,8 @@ package filters
 
 import (
 	"context"
+	"fmt"
+	"slices"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -73,4 +75,42 @@ func ChannelOpen(in *Instance) bool {
 	}
 	m := c.ch.cur.Load()
 	return m != nil && !m.broken.Load()
+}
+
+// PropsCheckFilter asks for properties and keeps a record whose key is
+// "k", with tag "TagA", header region "eu" and create time
+// 1700000000123 ms; a record without properties it keeps iff its MsgID is
+// even.
+func PropsCheckFilter() Filter {
+	return WithProperties(NewRecordFilter(func(*InitRequest) (func(*Record) bool, bool, error) {
+		return propsCheck, false, nil
+	}))
+}
+
+func propsCheck(r *Record) bool {
+	if r.Key == nil && r.Tags == nil && r.Headers == nil {
+		return r.Key == nil && r.Tags == nil && r.Headers == nil && r.CreateTime.IsZero() && r.MsgID%2 == 0
+	}
+	region, _ := r.Headers.String("region")
+	return string(r.Key) == "k" && slices.Contains(r.Tags, "TagA") && region == "eu" &&
+		r.CreateTime.UnixMilli() == 1700000000123
+}
+
+// NoPropsFilter does not ask for properties and fails a batch in which a
+// record carries any (the host must not send them), else keeps all.
+func NoPropsFilter() Filter { return noPropsFilter{NewRecordFilter(keepAllCompile)} }
+
+func keepAllCompile(*InitRequest) (func(*Record) bool, bool, error) {
+	return func(*Record) bool { return true }, false, nil
+}
+
+type noPropsFilter struct{ Filter }
+
+func (f noPropsFilter) Accept(ctx context.Context, req *AcceptRequest) (*AcceptResponse, error) {
+	for _, r := range req.Records {
+		if r.Properties != nil || r.Key != nil || r.Tags != nil || r.Headers != nil || !r.CreateTime.IsZero() {
+			return nil, fmt.Errorf("%w: record %d carries properties unasked", ErrPlugin, r.Offset)
+		}
+	}
+	return f.Filter.Accept(ctx, req)
 }

@@ -72,8 +72,9 @@ type Record struct {
 	// Properties is the message's properties block (key, timestamp, tags,
 	// headers; sdk/message, flag bit 1) after its length prefix, nil when
 	// it has none. Builtins in the broker's process see it (filters/expr);
-	// it is sent to a filter plugin only if the instance's InitResponse
-	// asked for properties.
+	// a filter plugin gets it only if the instance's InitResponse asked
+	// for properties, and only in a packed batch (every plugin built with
+	// this package; a request in gRPC columns carries the decoded fields).
 	Properties []byte
 
 	// Key, CreateTime, Tags and Headers are the properties decoded, filled

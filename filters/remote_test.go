@@ -48,6 +48,14 @@ func TestMain(m *testing.M) {
 		filters.ServeOld(attr.New(), false)
 	case "oldpacked":
 		filters.ServeOld(attr.New(), true)
+	case "props":
+		filters.Serve(filters.PropsCheckFilter())
+	case "oldprops":
+		filters.ServeOld(filters.PropsCheckFilter(), false)
+	case "oldpackedprops":
+		filters.ServeOld(filters.PropsCheckFilter(), true)
+	case "noprops":
+		filters.Serve(filters.NoPropsFilter())
 	}
 	os.Exit(0)
 }
