@@ -8,7 +8,22 @@ import (
 
 	"github.com/metaq-go/metaq/filters"
 	"github.com/metaq-go/metaq/plugins/host"
+	"github.com/metaq-go/metaq/sdk/message"
 )
+
+// withProps gives every record a properties block: a 16-byte key, a create
+// time, a tag and 3 headers (issue 26's benchmark message).
+func withProps(recs []filters.Record) []filters.Record {
+	for i := range recs {
+		m := &message.Message{Key: []byte("0123456789abcdef"), Timestamp: time.UnixMilli(1700000000000 + int64(i)), Tags: []string{"TagA"}}
+		m.Headers.Add("region", "eu")
+		m.Headers.Add("trace", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+		m.Headers.AddInt64("n", int64(i))
+		recs[i].Properties = m.AppendProperties(nil)[4:]
+		recs[i].Flag |= message.FlagHasProperties
+	}
+	return recs
+}
 
 // benchRecords is a batch of n records, half of them with attribute "red".
 func benchRecords(n int) []filters.Record {
@@ -30,12 +45,16 @@ func benchRecords(n int) []filters.Record {
 // "remote" over the batch channel (the default), "remote-grpc-packed" over
 // gRPC with packed batches (a plugin without the channel) and "remote-grpc"
 // over gRPC with one protobuf column per field (a plugin from before both).
+// "remote-unasked" is "remote" with records that carry properties (which
+// the plugin does not ask for), "remote-props" the same with a plugin that
+// asks for them (the attribute filter wrapped in filters.WithProperties).
 func BenchmarkFilter(b *testing.B) {
 	ctx := context.Background()
 	plugins := map[string]*host.Plugin{} // one plugin process per kind
-	helpers := map[string]string{"remote": "attr", "remote-grpc-packed": "oldpacked", "remote-grpc": "old"}
+	helpers := map[string]string{"remote": "attr", "remote-grpc-packed": "oldpacked", "remote-grpc": "old",
+		"remote-unasked": "attr", "remote-props": "attrprops"}
 	parent := b
-	for _, kind := range []string{"builtin", "remote", "remote-grpc-packed", "remote-grpc"} {
+	for _, kind := range []string{"builtin", "remote", "remote-grpc-packed", "remote-grpc", "remote-unasked", "remote-props"} {
 		for _, n := range []int{1, 16, 256} {
 			b.Run(kind+"/batch="+strconv.Itoa(n), func(b *testing.B) {
 				opts := filters.OpenOptions{Name: "attribute", Topic: "t", Group: "g", Builtins: builtins,
@@ -54,7 +73,10 @@ func BenchmarkFilter(b *testing.B) {
 				}
 				defer in.Close()
 				recs := benchRecords(n)
-				if kind == "remote" {
+				if kind == "remote-unasked" || kind == "remote-props" {
+					recs = withProps(recs)
+				}
+				if kind == "remote" || kind == "remote-unasked" || kind == "remote-props" {
 					waitChannel(b, in, recs)
 				}
 				b.ReportAllocs()

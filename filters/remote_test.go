@@ -54,6 +54,8 @@ func TestMain(m *testing.M) {
 		filters.ServeOld(filters.PropsCheckFilter(), false)
 	case "oldpackedprops":
 		filters.ServeOld(filters.PropsCheckFilter(), true)
+	case "attrprops":
+		filters.Serve(filters.WithProperties(attr.New()))
 	case "noprops":
 		filters.Serve(filters.NoPropsFilter())
 	}
