@@ -218,6 +218,14 @@ type Config struct {
 	// HTTPIdleTimeout is how long, in milliseconds, a keep-alive HTTP
 	// connection may wait for its next request (100..300000). Default 30000.
 	HTTPIdleTimeout int `toml:"http_idle_timeout"`
+	// HTTPWriteTimeout is how long, in milliseconds, a reply may take
+	// from the end of its request, and an event stream each of its
+	// writes (100..600000). Default 60000.
+	HTTPWriteTimeout int `toml:"http_write_timeout"`
+	// HTTPEventKeepAlive is the wait, in milliseconds, between the comments
+	// an idle event stream sends to keep proxies from closing it
+	// (100..300000). Default 15000.
+	HTTPEventKeepAlive int `toml:"http_event_keepalive"`
 	// HTTPConsumerTimeout is how long, in milliseconds, an HTTP consumer
 	// instance (docs/http.md) lives without a request before it is
 	// deleted and leaves its group (1000..86400000). Default 300000.
@@ -481,6 +489,8 @@ func Default() *Config {
 	c.HTTPMaxConnections = DefaultHTTPMaxConnections
 	c.HTTPReadHeaderTimeout = DefaultHTTPReadHeaderTimeout
 	c.HTTPIdleTimeout = DefaultHTTPIdleTimeout
+	c.HTTPWriteTimeout = DefaultHTTPWriteTimeout
+	c.HTTPEventKeepAlive = DefaultHTTPEventKeepAlive
 	c.HTTPConsumerTimeout = DefaultHTTPConsumerTimeout
 	c.HTTPMaxConsumers = DefaultHTTPMaxConsumers
 	c.MaxDelay = DefaultMaxDelay

@@ -25,10 +25,14 @@ const (
 	DefaultHTTPMaxConnections    = 512
 	DefaultHTTPReadHeaderTimeout = 5000  // ms
 	DefaultHTTPIdleTimeout       = 30000 // ms
+	DefaultHTTPWriteTimeout      = 60000 // ms
+	DefaultHTTPEventKeepAlive    = 15000 // ms
 	MinHTTPMaxConnections        = 16
 	MaxHTTPMaxConnections        = 65536
 	maxHTTPReadHeaderTimeout     = 60000  // ms (1 min)
 	maxHTTPIdleTimeout           = 300000 // ms (5 min)
+	maxHTTPWriteTimeout          = 600000 // ms (10 min)
+	maxHTTPEventKeepAlive        = 300000 // ms (5 min)
 	// HTTP consumer instances (docs/http.md, "Consumer groups").
 	DefaultHTTPConsumerTimeout = 300000 // ms (5 min, as the REST proxy's)
 	DefaultHTTPMaxConsumers    = 1000
@@ -65,6 +69,8 @@ func (k *checker) http(c *Config) {
 	k.intRange("http_max_connections", int64(c.HTTPMaxConnections), MinHTTPMaxConnections, MaxHTTPMaxConnections)
 	k.intRange("http_read_header_timeout", int64(c.HTTPReadHeaderTimeout), 100, maxHTTPReadHeaderTimeout)
 	k.intRange("http_idle_timeout", int64(c.HTTPIdleTimeout), 100, maxHTTPIdleTimeout)
+	k.intRange("http_write_timeout", int64(c.HTTPWriteTimeout), 100, maxHTTPWriteTimeout)
+	k.intRange("http_event_keepalive", int64(c.HTTPEventKeepAlive), 100, maxHTTPEventKeepAlive)
 	k.intRange("http_consumer_timeout", int64(c.HTTPConsumerTimeout), 1000, maxHTTPConsumerTimeout)
 	k.intRange("http_max_consumers", int64(c.HTTPMaxConsumers), 1, maxHTTPMaxConsumers)
 	if !k.intRange("http_port", int64(c.HTTPPort), HTTPPortDefault, 65535) {

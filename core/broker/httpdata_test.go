@@ -330,6 +330,87 @@ func TestHTTPEvents(t *testing.T) {
 	require.GreaterOrEqual(t, code, 400, "%s", rb)
 }
 
+// TestHTTPEventsOutliveWriteTimeout: an event stream lasts as long as its
+// client stays, past the listener's write timeout (a second here), idle
+// stretches kept alive by comments every http_event_keepalive; it still
+// delivers what is produced after them, and the listener closing ends it.
+func TestHTTPEventsOutliveWriteTimeout(t *testing.T) {
+	t.Parallel()
+	const writeTimeout = time.Second
+	b := startBroker(t, 0, func(c *conf.Config) {
+		c.HTTPWriteTimeout, c.HTTPEventKeepAlive = int(writeTimeout/time.Millisecond), 200
+	})
+	h := newHTTPClient(t, b.HTTPAddr(), nil)
+	produce := func(v string) {
+		code, _, rb := produceJSON(t, h, "/api/v1/data/topics/t/partitions/0/records",
+			map[string]any{"format": "text", "records": []map[string]any{{"value": v}}})
+		require.Equal(t, 200, code, "%s", rb)
+	}
+	produce("a")
+	start := time.Now()
+	resp, err := http.Get(h.base + "/api/v1/data/topics/t/partitions/0/events?format=text")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		rd := bufio.NewReader(resp.Body)
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- strings.TrimSuffix(line, "\n")
+		}
+	}()
+	next := func(within time.Duration) (string, bool) {
+		select {
+		case l, ok := <-lines:
+			return l, ok
+		case <-time.After(within):
+			t.Fatalf("no line from the stream in %v", within)
+			return "", false
+		}
+	}
+	// Wait for a, then idle for three write timeouts: comments only.
+	var datas []string
+	keepAlives := 0
+	for time.Since(start) < 3*writeTimeout {
+		l, ok := next(5 * time.Second)
+		require.True(t, ok, "the stream ended after %v", time.Since(start))
+		switch {
+		case l == ": keep-alive":
+			keepAlives++
+		case strings.HasPrefix(l, "data: "):
+			datas = append(datas, l)
+		}
+	}
+	require.Len(t, datas, 1)
+	require.Contains(t, datas[0], `"value":"a"`)
+	require.GreaterOrEqual(t, keepAlives, 5, "keep-alive comments in %v", time.Since(start))
+	// Past the old limit the stream still delivers.
+	produce("b")
+	for {
+		l, ok := next(5 * time.Second)
+		require.True(t, ok, "the stream ended after %v", time.Since(start))
+		if strings.HasPrefix(l, "data: ") {
+			require.Contains(t, l, `"value":"b"`)
+			break
+		}
+	}
+	// The listener closing ends the stream at once, not after the
+	// shutdown's wait.
+	closed := time.Now()
+	b.closeHTTP()
+	for {
+		if _, ok := next(5 * time.Second); !ok {
+			break
+		}
+	}
+	require.Less(t, time.Since(closed), 3*time.Second)
+}
+
 // TestHTTPDataAuth checks the data plane under [auth] and TLS: basic auth
 // and client certificates against the same users, the rights the wire
 // enforces (publish, subscribe), 401 without a user.

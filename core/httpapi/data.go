@@ -51,7 +51,7 @@ var dataEndpoints = []string{"put", "get", "offset", "produce", "read", "events"
 // dataMetrics are the data plane's series, by endpoint: requests, those
 // answered with an error status (4xx, 5xx; 401 included, counted before
 // authentication), and their durations (an event stream's is its whole
-// life, up to 50 s).
+// life).
 type dataMetrics struct {
 	requests, errors *prometheus.CounterVec
 	duration         *prometheus.HistogramVec

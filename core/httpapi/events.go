@@ -26,13 +26,6 @@ const (
 	// long poll or a stream finds no new record.
 	readPollMin = 10 * time.Millisecond
 	readPollMax = 200 * time.Millisecond
-	// eventStreamFor is how long one event stream lasts: the listener
-	// ends every request within its write timeout, so a stream ends
-	// before and the client reconnects with Last-Event-ID (EventSource
-	// does so by itself after the retry the stream sets).
-	eventStreamFor = 50 * time.Second
-	// eventKeepAlive is the wait between comments on an idle stream.
-	eventKeepAlive = 15 * time.Second
 	// defaultReadGroup names the reader in the broker's statistics when
 	// the request names no group.
 	defaultReadGroup = "metaq-http"
@@ -221,6 +214,12 @@ func writeRecords(w http.ResponseWriter, recs []recJSON, next int64, moved bool)
 	w.Write(tail)
 }
 
+// isEventStream reports whether r is for an event stream (handleEvents),
+// which has no overall timeout.
+func isEventStream(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/api/v1/data/topics/") && strings.HasSuffix(r.URL.Path, "/events")
+}
+
 // pollWait sleeps for d or until ctx ends (false then).
 func pollWait(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -268,7 +267,14 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 // handleEvents is GET /api/v1/data/topics/{topic}/partitions/{partition}/events:
 // the partition's records from offset (or Last-Event-ID, the offset after
 // the last record the client got) as Server-Sent Events, "record" events
-// whose id is the offset after the record, for up to eventStreamFor.
+// whose id is the offset after the record, for as long as the client
+// stays: the request's context has no timeout (the gate's isEventStream),
+// the connection no read deadline (a client that goes away ends the read
+// net/http keeps pending, and so the context), and each write its own
+// deadline, http_write_timeout (a client that stops reading ends the
+// stream); an idle stream gets a comment every http_event_keepalive. The
+// stream holds a request slot (http_max_connections bounds them) and ends
+// when the listener closes.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	rp, ok := parseRead(w, r)
 	if !ok {
@@ -287,8 +293,15 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer d.Close()
-	ctx, cancel := context.WithTimeout(r.Context(), eventStreamFor)
+	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	go func() { // the listener closing ends the stream
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	// The first get answers what a plain read would (no topic, no
 	// right, ...) with a JSON error before the stream starts.
 	recs, next, moved, err := readOnce(ctx, d, &rp)
@@ -297,6 +310,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
+	cfg := s.config()
+	rc.SetReadDeadline(time.Time{}) // the listener's read timeout is the request's
+	rc.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -322,10 +338,13 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		if moved {
 			buf.WriteString("event: moved\ndata: {\"next_offset\":" + strconv.FormatInt(next, 10) + "}\n\n")
 		}
-		if len(recs) == 0 && !moved && time.Since(lastSent) >= eventKeepAlive {
+		if len(recs) == 0 && !moved && time.Since(lastSent) >= s.config().EventKeepAlive {
 			buf.WriteString(": keep-alive\n\n")
 		}
 		if buf.Len() > 0 {
+			if rc.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout)) != nil {
+				return
+			}
 			if _, err := w.Write(buf.Bytes()); err != nil {
 				return
 			}

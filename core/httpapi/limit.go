@@ -457,7 +457,8 @@ func isProbe(r *http.Request) bool {
 
 // gate wraps h with the request limit: every request but the probes takes
 // one of httpWorkSlots, at most half of them per source address (503 at
-// once when none is free), and gets a context that ends after timeout.
+// once when none is free), and gets a context that ends after timeout
+// (an event stream's does not: it ends with its client).
 func (l *httpLimiter) gate(h http.Handler, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := r.Context().Value(httpConnKey{}).(*httpConn); ok {
@@ -478,7 +479,10 @@ func (l *httpLimiter) gate(h http.Handler, timeout time.Duration) http.Handler {
 			return
 		}
 		defer l.doneWork(ip)
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		ctx, cancel := r.Context(), context.CancelFunc(func() {})
+		if !isEventStream(r) { // events.go: its writes have deadlines
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+		}
 		defer cancel()
 		if r.ContentLength != 0 {
 			w = &closeOnError{ResponseWriter: w, r: r}

@@ -33,15 +33,16 @@ import (
 // HTTP limits: a request's header must arrive within
 // http_read_header_timeout (a TLS handshake too: net/http gives it the
 // shortest of the read-header, read and write timeouts), the whole request
-// within httpReadTimeout, and its reply be written within httpWriteTimeout,
-// which also ends the context of every request but the probes; a
-// keep-alive connection waits http_idle_timeout for its next request.
+// within httpReadTimeout, and its reply be written within
+// http_write_timeout, which also ends the context of every request but the
+// probes and event streams (an event stream lasts as long as its client
+// stays, each write within http_write_timeout: events.go); a keep-alive
+// connection waits http_idle_timeout for its next request.
 // Bodies are at most MaxBody bytes. http_max_connections bounds the
 // connections (limit.go).
 const (
-	httpReadTimeout  = 30 * time.Second
-	httpWriteTimeout = 60 * time.Second
-	httpMaxHeader    = 16 << 10
+	httpReadTimeout = 30 * time.Second
+	httpMaxHeader   = 16 << 10
 	// MaxBody bounds a request body.
 	MaxBody = 1 << 20
 	// httpShutdownTimeout bounds Close's wait for HTTP requests in flight.
@@ -70,6 +71,13 @@ type Config struct {
 	// ConsumerTimeout (ms) and MaxConsumers are http_consumer_timeout and
 	// http_max_consumers (consumers.go).
 	ConsumerTimeout, MaxConsumers int
+	// WriteTimeout is http_write_timeout (read when serving starts): a
+	// reply's time from the end of its request; an event stream's per
+	// write.
+	WriteTimeout time.Duration
+	// EventKeepAlive is http_event_keepalive: the wait between the
+	// comments of an idle event stream.
+	EventKeepAlive time.Duration
 	// MaxPutBody bounds a MetaQ /put's body: max_message_size, the
 	// largest put the broker takes (MaxBody if unset or smaller).
 	MaxPutBody int
@@ -110,6 +118,8 @@ func FromConf(c *conf.Config) Config {
 		MaxConnections:    c.HTTPMaxConnections,
 		ReadHeaderTimeout: ms(c.HTTPReadHeaderTimeout, conf.DefaultHTTPReadHeaderTimeout),
 		IdleTimeout:       ms(c.HTTPIdleTimeout, conf.DefaultHTTPIdleTimeout),
+		WriteTimeout:      ms(c.HTTPWriteTimeout, conf.DefaultHTTPWriteTimeout),
+		EventKeepAlive:    ms(c.HTTPEventKeepAlive, conf.DefaultHTTPEventKeepAlive),
 		Auth:              &c.Auth,
 		DefaultPartitions: c.NumPartitions,
 		ConsumerTimeout:   c.HTTPConsumerTimeout,
@@ -227,13 +237,13 @@ func (s *Server) Serve(ln net.Listener, tc *tls.Config) error {
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       httpReadTimeout,
-		WriteTimeout:      httpWriteTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    httpMaxHeader,
 		ErrorLog:          s.errs,
 	}
 	s.srv, s.ln = srv, ln
-	lim.hook(srv, httpWriteTimeout) // limit.go: ConnState, ConnContext, the request gate
+	lim.hook(srv, cfg.WriteTimeout) // limit.go: ConnState, ConnContext, the request gate
 	s.limit.Store(lim)
 	s.wg.Add(1)
 	go s.sampleLoop() // dashsample.go
