@@ -338,3 +338,35 @@ func TestManualAckOrderedNack(t *testing.T) {
 	require.GreaterOrEqual(t, againAt.Sub(nackedAt), 190*time.Millisecond, "the nack's delay")
 	require.ErrorIs(t, held.Ack(), ErrDeliveryStale)
 }
+
+// TestZooKeeperMemberTopics: a ZooKeeper Client consuming two topics is
+// one member of its group (one consumer id, registered with both topics):
+// alone, a group member reads every partition of both, with a default id
+// or its own; a broadcast member too.
+func TestZooKeeperMemberTopics(t *testing.T) {
+	t.Parallel()
+	zkAddr := testsvc.ZooKeeper(t)
+	root := zkRoot("/member-topics")
+	startBroker(t, func(c *conf.Config) {
+		c.Topics = append(c.Topics, conf.Topic{Name: "t2"})
+		c.BrokerID, c.ZooKeeper.Connect, c.ZooKeeper.Root = 1, zkAddr, root
+	})
+	ctx := ctxT(t, 20*time.Second)
+	for i, opts := range [][]Opt{
+		{ConsumerGroup("mt1")},
+		{ConsumerGroup("mt2"), ConsumerID("me")},
+		{ConsumerGroup("mt3"), Broadcast()},
+	} {
+		c := newClient(t, append([]Opt{ZooKeeper(zkAddr, root), ZooKeeperSessionTimeout(4 * time.Second),
+			ConsumeTopics(topic, "t2"), Reject(Drop())}, opts...)...)
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- c.Consume(cctx, func(context.Context, *message.Message) error { return nil }) }()
+		require.Eventually(t, func() bool { return len(c.Assigned()) == 8 }, 10*time.Second, 20*time.Millisecond,
+			"case %d: every partition of both topics", i)
+		time.Sleep(200 * time.Millisecond) // settled: no second member shows up
+		require.Len(t, c.Assigned(), 8, "case %d", i)
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+	}
+}
