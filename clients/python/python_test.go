@@ -6,6 +6,7 @@ package python
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +15,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,10 +62,42 @@ type goldenHash struct {
 	Index int    `json:"index"`
 }
 
+// goldenClusterKey is the (broker, partition) the Go SDK's cluster
+// producer sends a key to with the default selector (HashByKey), the
+// topic's masters having Counts partitions by broker id (its list: every
+// broker's partitions sorted by (BrokerID, Partition), as
+// cluster.TopicView.Partitions gives it).
+type goldenClusterKey struct {
+	Key       string         `json:"key_hex"`
+	Counts    map[string]int `json:"counts"`
+	Broker    int            `json:"broker"`
+	Partition int32          `json:"partition"`
+}
+
 type golden struct {
-	Note     string          `json:"note"`
-	Messages []goldenMessage `json:"messages"`
-	Hashes   []goldenHash    `json:"hashes"`
+	Note        string             `json:"note"`
+	Messages    []goldenMessage    `json:"messages"`
+	Hashes      []goldenHash       `json:"hashes"`
+	ClusterKeys []goldenClusterKey `json:"cluster_keys"`
+}
+
+// clusterKey is goldenClusterKey's choice for key, made as the cluster
+// producer makes it (client.selectOne over the view's sorted list).
+func clusterKey(key []byte, counts map[int]int) (message.Partition, error) {
+	var ps []message.Partition
+	for b, n := range counts {
+		for p := range n {
+			ps = append(ps, message.Partition{BrokerID: b, Partition: int32(p)})
+		}
+	}
+	slices.SortFunc(ps, func(a, b message.Partition) int {
+		return cmp.Or(cmp.Compare(a.BrokerID, b.BrokerID), cmp.Compare(a.Partition, b.Partition))
+	})
+	i, err := selector.HashByKey().Select(context.Background(), "t", ps, &message.Message{Topic: "t", Key: key})
+	if err != nil {
+		return message.Partition{}, err
+	}
+	return ps[i], nil
 }
 
 func hexp(b []byte) *string { s := hex.EncodeToString(b); return &s }
@@ -92,7 +127,8 @@ func goldenMessages() []message.Message {
 
 func buildGolden() golden {
 	g := golden{Note: "written by clients/python/python_test.go (go test ./clients/python -run TestGolden -update): " +
-		"the Go SDK's bytes for these messages; clients/python/tests/test_golden.py checks the Python encoder against them"}
+		"the Go SDK's bytes for these messages, and its partitions for keys (one broker: hashes; several: cluster_keys); " +
+		"clients/python/tests/test_golden.py checks the Python client against them"}
 	for i, m := range goldenMessages() {
 		gm := goldenMessage{Name: "case" + string(rune('A'+i)), Tags: m.Tags, Value: hex.EncodeToString(m.Body),
 			Flag: m.Flag(), Props: hex.EncodeToString(m.AppendProperties(nil)), Data: hex.EncodeToString(m.AppendData(nil))}
@@ -121,6 +157,19 @@ func buildGolden() golden {
 		for _, n := range []int{1, 3, 4, 7, 64, 1000} {
 			g.Hashes = append(g.Hashes, goldenHash{Key: hex.EncodeToString([]byte(k)), N: n,
 				Index: selector.KeyIndex([]byte(k), n)})
+		}
+	}
+	for _, counts := range []map[int]int{{0: 4}, {1: 4, 2: 4}, {1: 4, 2: 2, 5: 3}, {3: 1, 7: 16, 12: 8}, {1: 1, 2: 1, 3: 1, 4: 1, 5: 1}} {
+		sc := map[string]int{}
+		for b, n := range counts {
+			sc[strconv.Itoa(b)] = n
+		}
+		for _, k := range []string{"a", "k1", "order-17", "日本", "user:12345", "user:12346", "user:12347", string(bytes.Repeat([]byte{0xff}, 33))} {
+			p, err := clusterKey([]byte(k), counts)
+			if err != nil {
+				panic(err)
+			}
+			g.ClusterKeys = append(g.ClusterKeys, goldenClusterKey{Key: hex.EncodeToString([]byte(k)), Counts: sc, Broker: p.BrokerID, Partition: p.Partition})
 		}
 	}
 	return g

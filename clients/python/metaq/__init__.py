@@ -17,7 +17,7 @@ from .errors import (AuthenticationError, BadPropertiesError, BrokerError, BusyE
                      ForbiddenError, MetaqError,
                      PartitionOutOfRangeError, PropertiesError, ProtocolError, RequestTimeoutError,
                      TransactionError)
-from .message import Message, id_parts, key_index, make_message
+from .message import Message, cluster_partitions, id_parts, key_index, key_partition, make_message
 from .producer import HashByKey, Producer, RoundRobin, SendResult, Transaction
 
 __version__ = "0.1.0"
@@ -28,5 +28,6 @@ __all__ = [
     "FetchResult",
     "ForbiddenError", "HashByKey", "Message", "MetaqError", "PartitionOutOfRangeError", "Producer",
     "PropertiesError", "ProtocolError", "Reply", "RequestTimeoutError", "RoundRobin", "SendResult",
-    "Transaction", "TransactionError", "id_parts", "key_index", "make_message",
+    "Transaction", "TransactionError", "cluster_partitions", "id_parts", "key_index", "key_partition",
+    "make_message",
 ]

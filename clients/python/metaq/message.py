@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import CorruptRecordError, PropertiesError
 
@@ -50,6 +50,26 @@ def key_index(key: Union[str, bytes], n: int) -> int:
     for c in key:
         h = ((h ^ c) * 16777619) & 0xFFFFFFFF
     return h % n
+
+
+def cluster_partitions(counts: Mapping[int, int]) -> List[Tuple[int, int]]:
+    """The partition list the Go SDK's cluster producer chooses from for a
+    topic whose master on broker id ``b`` has ``counts[b]`` partitions: every
+    ``(broker id, partition)``, sorted (cluster.TopicView.Partitions)."""
+    return sorted((b, p) for b, n in counts.items() for p in range(n))
+
+
+def key_partition(key: Union[str, bytes], partitions: Iterable[Tuple[int, int]]) -> Tuple[int, int]:
+    """The ``(broker id, partition)`` the Go SDK's hash-by-key selector sends
+    ``key`` to among a topic's partitions on several brokers: ``partitions``
+    is every ``(broker id, partition)`` of the topic's masters (in any order;
+    the Go SDK sorts them, as ZooKeeper lists them, and so does this), the
+    choice ``key_index(key, len(partitions))`` of that list. With one broker
+    it is ``(id, key_index(key, n))``."""
+    ps = sorted(partitions)
+    if not ps:
+        raise ValueError("metaq: the topic has no partitions")
+    return ps[key_index(key, len(ps))]
 
 
 def id_parts(msg_id: int) -> Tuple[int, int, int]:

@@ -65,10 +65,11 @@ class RoundRobin:
 class HashByKey:
     """Messages with the same key go to the same partition: 32-bit FNV-1a of
     the key modulo the partition count, as the Go SDK's selector.HashByKey.
-    Both pick the same partition only for a topic on one broker (the Go SDK
-    hashes over the partitions of every broker in the cluster, this client
-    over those of the broker it is connected to). Messages without a key go
-    round robin."""
+    A Producer knows the partitions of the broker it is connected to: for a
+    topic on several brokers the Go SDK hashes over the partitions of all of
+    them, and :func:`metaq.key_partition` gives its choice (route the message
+    to that broker's Producer with ``partition=``). Messages without a key
+    go round robin."""
 
     def __init__(self) -> None:
         self._rr = RoundRobin()

@@ -65,3 +65,25 @@ def test_records_partial_tail() -> None:
 def test_id_parts() -> None:
     mid = ((1700000000000 - mm.ID_EPOCH_MS) << 22) | (3 << 12) | 9
     assert mm.id_parts(mid) == (1700000000000, 3, 9)
+
+
+def test_key_partition_matches_go_cluster() -> None:
+    """A key goes to the (broker, partition) the Go SDK's cluster producer
+    picks with its default selector, over the partitions of several brokers
+    (given in any order)."""
+    assert len({tuple(sorted(c["counts"].items())) for c in GOLDEN["cluster_keys"]}) >= 3
+    for c in GOLDEN["cluster_keys"]:
+        counts = {int(b): n for b, n in c["counts"].items()}
+        ps = mm.cluster_partitions(counts)
+        assert len(ps) == sum(counts.values())
+        key = bytes.fromhex(c["key_hex"])
+        want = (c["broker"], c["partition"])
+        assert mm.key_partition(key, ps) == want, c
+        assert mm.key_partition(key, list(reversed(ps))) == want, c
+        if len(counts) == 1:  # one broker: key_index over its partitions
+            assert mm.key_index(key, len(ps)) == c["partition"], c
+
+
+def test_key_partition_no_partitions() -> None:
+    with pytest.raises(ValueError):
+        mm.key_partition(b"k", [])
