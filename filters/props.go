@@ -3,6 +3,7 @@ package filters
 import (
 	"fmt"
 	"time"
+	"unsafe"
 
 	filterpb "github.com/metaq-go/metaq/filters/proto"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -10,25 +11,57 @@ import (
 
 // fillProps decodes each record's Properties into its Key, CreateTime, Tags
 // and Headers (the plugin side, after a batch arrived), and clears those
-// fields of a record without properties (recs may be reused). A malformed
-// block is an error wrapping errPacked: the host checked it on put, so the
-// batch is damaged.
+// fields of a record without properties (recs may be reused). Tags and
+// header keys alias the blocks (which the plugin side never reuses: they
+// are copies, or the gRPC request's own bytes), and the batch's Tags and
+// Headers share two backing arrays, so a batch costs a few allocations,
+// not several per record. A malformed block is an error wrapping
+// errPacked: the host checked it on put, so the batch is damaged.
 func fillProps(recs []Record) error {
-	var m message.Message
+	d := propsDecoder{}
+	d.v = message.PropsVisitor{
+		Key:       func(k []byte) { d.r.Key = k },
+		Timestamp: func(ms int64) { d.r.CreateTime = time.UnixMilli(ms) },
+		Tag:       func(t []byte) { d.tags = append(d.tags, unsafe.String(unsafe.SliceData(t), len(t))) },
+		Header: func(k, v []byte, null bool) {
+			if null {
+				v = nil
+			} else if v == nil {
+				v = []byte{}
+			}
+			d.hdrs = append(d.hdrs, message.Header{Key: unsafe.String(unsafe.SliceData(k), len(k)), Value: v})
+		},
+	}
 	for i := range recs {
 		r := &recs[i]
+		if r.Key != nil || r.Tags != nil || r.Headers != nil || !r.CreateTime.IsZero() {
+			r.Key, r.Tags, r.Headers, r.CreateTime = nil, nil, nil, time.Time{}
+		}
 		if r.Properties == nil {
-			if r.Key != nil || r.Tags != nil || r.Headers != nil || !r.CreateTime.IsZero() {
-				r.Key, r.Tags, r.Headers, r.CreateTime = nil, nil, nil, time.Time{}
-			}
 			continue
 		}
-		if err := message.DecodeProperties(r.Properties, &m); err != nil {
+		d.r = r
+		t0, h0 := len(d.tags), len(d.hdrs)
+		if err := message.WalkProperties(r.Properties, &d.v); err != nil {
 			return fmt.Errorf("%w: record %d: %v", errPacked, i, err)
 		}
-		r.Key, r.Tags, r.Headers, r.CreateTime = m.Key, m.Tags, m.Headers, m.Timestamp
+		if len(d.tags) > t0 {
+			r.Tags = d.tags[t0:len(d.tags):len(d.tags)]
+		}
+		if len(d.hdrs) > h0 {
+			r.Headers = d.hdrs[h0:len(d.hdrs):len(d.hdrs)]
+		}
 	}
 	return nil
+}
+
+// propsDecoder is fillProps' state: the record being decoded and the
+// batch's tags and headers so far.
+type propsDecoder struct {
+	r    *Record
+	v    message.PropsVisitor
+	tags []string
+	hdrs message.Headers
 }
 
 // propsColumn converts the records' properties blocks to the request's
