@@ -601,6 +601,29 @@ func isDelayed(flag int32, data []byte) bool {
 	return ok || err != nil
 }
 
+// copiesTimer reports whether get r of the timer topic is a slave's
+// copy of it: it names this broker's slave group (slave_group, the
+// slaves' default "meta-slave-group_<broker_id>"), and with auth on its
+// user is an admin (the timer log holds the payloads of every topic).
+func (c *conn) copiesTimer(r *protocol.Request) bool {
+	cfg := c.b.config()
+	if r.Op != protocol.OpGet || string(r.Group) != cfg.EffectiveSlaveGroup() {
+		return false
+	}
+	if !cfg.Auth.Enabled {
+		return true
+	}
+	u := c.auth.Current(cfg)
+	return u != nil && u.Admin
+}
+
+// timerOpen reports whether the timer topic is open here.
+func (b *Broker) timerOpen() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.topics[conf.TimerTopic] != nil
+}
+
 // hasTimerLog reports whether the data directory holds timer partitions.
 func (b *Broker) hasTimerLog() bool {
 	tc := b.config().TimerTopicConfig()

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/timer"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -346,4 +348,69 @@ func TestSyncPairDelayedDelivery(t *testing.T) {
 		require.Eventually(t, func() bool { return string(bytesOf(l)) == string(bytesOf(st.parts[p])) }, 15*time.Second, 50*time.Millisecond,
 			"partition %d: the slave's copy equals the master's", p)
 	}
+}
+
+// TestAsyncSlaveDelayed: an async slave copies the timer topic (it is not
+// registered in ZooKeeper, where the slave learns the other topics) with
+// its get in the slave group, which no other group may do: its copy of
+// the timer log rebuilds to the master's pending messages, so a promoted
+// async slave delivers them too; and the due ones it copies like any put.
+func TestAsyncSlaveDelayed(t *testing.T) {
+	t.Parallel()
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/async-delayed-%d", time.Now().UnixNano())
+	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, nil)
+	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Brokers(master.Addr()), client.Logger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer cl.Close(ctx)
+	for i := range 20 {
+		d := time.Hour
+		if i%2 == 0 {
+			d = 200 * time.Millisecond
+		}
+		_, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: []byte("d" + strconv.Itoa(i)), Delay: d})
+		require.NoError(t, err)
+	}
+	// A client may not read the timer log, in any other group.
+	mc := dialRaw(t, master.Addr())
+	r := mc.roundTrip(t, protocol.AppendGet(nil, conf.TimerTopic, "g", 0, 0, 1<<20, 5))
+	require.Equal(t, protocol.StatusForbidden, r.Code, "%s", r.Body)
+	mt, err := master.lookup([]byte(conf.TimerTopic), false)
+	require.NoError(t, err)
+	same := func(topic string) bool {
+		a, err := master.lookup([]byte(topic), false)
+		if err != nil {
+			return false
+		}
+		b, err := slave.lookup([]byte(topic), false)
+		if err != nil || len(b.parts) != len(a.parts) {
+			return false
+		}
+		for p, l := range a.parts {
+			if b.parts[p].MaxOffset() != l.MaxOffset() {
+				return false
+			}
+		}
+		return true
+	}
+	// The ten due ones are delivered on the master, then both copies match.
+	require.Eventually(t, func() bool {
+		return strings.Contains(statsItem(t, master, "delayed"), "\r\ndelivered 10\r\n")
+	}, 15*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return same(conf.TimerTopic) && same("t") }, 15*time.Second, 20*time.Millisecond,
+		"the async slave copies the timer log and the deliveries")
+	requireSameEnds(t, master, slave, "t")
+	st, err := slave.lookup([]byte(conf.TimerTopic), false)
+	require.NoError(t, err)
+	var pending int64
+	for p, l := range st.parts {
+		require.Equal(t, mt.parts[p].MaxOffset(), l.MaxOffset())
+		w, err := timer.Open(filepath.Join(t.TempDir(), strconv.Itoa(p)), l, 1<<20)
+		require.NoError(t, err)
+		pending += w.Pending()
+	}
+	require.Equal(t, int64(10), pending, "the slave's timer log holds the 10 pending")
 }

@@ -306,16 +306,26 @@ func (c *conn) handleMPut(r *protocol.Request) {
 
 // readTarget resolves a get or offset's topic and partition.
 func (c *conn) readTarget(r *protocol.Request) (*topic, *store.Log, bool) {
+	if string(r.Topic) == conf.TimerTopic && string(r.Group) == c.b.config().EffectiveSlaveGroup() && !c.b.timerOpen() {
+		// A slave's copy asks before this broker took a delayed message:
+		// none to copy (the timer topic is not opened for it).
+		c.reply(protocol.StatusInternalError, "unknown topic "+conf.TimerTopic+": no delayed message taken", r.Opaque)
+		return nil, nil, false
+	}
 	t, err := c.b.lookup(r.Topic, false)
 	if err != nil {
 		c.reply(protocol.StatusInternalError, "unknown topic "+showTopic(r.Topic), r.Opaque)
 		return nil, nil, false
 	}
+	timerCopy := false
 	if t.name == conf.TimerTopic && r.Op != protocol.OpOffset { // delay.go: the timer log is the broker's; a sync master asks its slave's end
-		c.reply(protocol.StatusForbidden, "topic "+t.name+" is the broker's internal timer log: it does not accept gets", r.Opaque)
-		return nil, nil, false
+		if !c.copiesTimer(r) {
+			c.reply(protocol.StatusForbidden, "topic "+t.name+" is the broker's internal timer log: it does not accept gets", r.Opaque)
+			return nil, nil, false
+		}
+		timerCopy = true
 	}
-	if !t.conf().AcceptSubscribe {
+	if !timerCopy && !t.conf().AcceptSubscribe {
 		c.reply(protocol.StatusForbidden, "topic "+t.name+" does not accept gets (accept_subscribe = false)", r.Opaque)
 		return nil, nil, false
 	}

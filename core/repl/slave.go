@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/internal/logx"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -453,15 +454,38 @@ func (s *Slave) refreshTopics(rc *RoundConn) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	// The timer topic (delayed messages, docs/delayed.md) is not
+	// registered: it is copied last, once the master has one
+	// (masterHasTimer), with this broker's timer_partitions (the master's
+	// must be the same); a failure to start it is logged, not an end of
+	// the round.
+	if _, ok := tops[conf.TimerTopic]; !ok {
+		names = append(names, conf.TimerTopic)
+	}
 	for _, name := range names {
 		n := tops[name]
 		if ps, ok := s.parts[name]; ok && len(ps) == n {
 			continue
 		}
+		if name == conf.TimerTopic {
+			if _, ok := s.parts[name]; ok || !s.masterHasTimer(rc) {
+				continue
+			}
+		}
 		have, err := s.host.OpenTopic(name)
 		if err != nil {
 			s.warn(name, fmt.Sprintf("not replicated: %v (configure it in the slave's server.toml, or set auto_create_topics)", err))
 			continue
+		}
+		if name == conf.TimerTopic {
+			// The master's timer_partitions must be this broker's: it
+			// answers for partition have-1 (masterHasTimer asked 0) and
+			// refuses partition have.
+			if have < 1 || !s.masterHasTimerPart(rc, have-1) || s.masterHasTimerPart(rc, have) {
+				s.warn(name, fmt.Sprintf("not replicated: the master's timer_partitions differ from this slave's %d (give the slave the same timer_partitions)", have))
+				continue
+			}
+			n = have
 		}
 		if have != n {
 			s.warn(name, fmt.Sprintf("not replicated: the master has %d partitions, this slave %d (give the slave the same num_partitions)", n, have))
@@ -476,6 +500,10 @@ func (s *Slave) refreshTopics(rc *RoundConn) {
 			}
 			rp := &replPart{topic: name, p: int32(p), l: l, fetch: slaveFetchSize}
 			if err := s.startPart(rc, rp); err != nil {
+				if name == conf.TimerTopic && !errors.Is(err, net.ErrClosed) {
+					s.warn(name, fmt.Sprintf("not replicated: partition %d: %v", p, err))
+					return
+				}
 				s.logf("slave %d: %s-%d: %v", s.id, name, p, err)
 				return // the connection is probably gone; the next round says
 			}
@@ -485,6 +513,20 @@ func (s *Slave) refreshTopics(rc *RoundConn) {
 		delete(s.warned, name)
 		s.logf("slave %d: replicating topic %s (%d partitions)", s.id, name, n)
 	}
+}
+
+// masterHasTimer reports whether the master holds a timer log (it has
+// taken delayed messages): its offset of the timer topic's partition 0
+// is answered.
+func (s *Slave) masterHasTimer(rc *RoundConn) bool {
+	return s.masterHasTimerPart(rc, 0)
+}
+
+// masterHasTimerPart reports whether the master answers an offset
+// request for partition p of its timer topic.
+func (s *Slave) masterHasTimerPart(rc *RoundConn, p int) bool {
+	r, err := rc.roundTrip(protocol.AppendOffset(rc.buf[:0], conf.TimerTopic, s.group, int32(p), 0, 0))
+	return err == nil && r.Code == protocol.StatusOK
 }
 
 func (s *Slave) warn(topic, msg string) {
