@@ -30,6 +30,7 @@ import (
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/timer"
 	"github.com/metaq-go/metaq/core/topicadmin"
 	"github.com/metaq-go/metaq/core/tx"
 	"github.com/metaq-go/metaq/plugins/host"
@@ -71,7 +72,7 @@ type Broker struct {
 	idemBudgetOnce sync.Once
 	idemBudgetV    *idem.Budget
 	// delay is the timer of delayed messages (delay.go).
-	delay *delayStats
+	delay *timer.Service
 	// cfgp is the configuration; Reload swaps it (reload.go). Read it
 	// with config(), once per operation where the values must agree.
 	cfgp atomic.Pointer[conf.Config]
@@ -227,7 +228,6 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 		opts:    opts,
 		knobs:   k,
 		ids:     store.NewIDWorker(cfg.BrokerID, nil),
-		delay:   newDelayStats(cfg.TimerPartitions),
 		topics:  make(map[string]*topic),
 		opening: make(map[string]*topicOpen),
 		conns:   make(map[*conn]struct{}),
@@ -239,6 +239,9 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	b.peers.Dialer = func() repl.Dialer { return repl.DialerFromConf(b.config(), b.knobs.replAddr) }
 	b.startCtx, b.startCancel = context.WithCancel(context.Background())
 	b.initLogging(cfg)
+	b.delay = timer.New(timerHost{b}, timer.Options{Partitions: cfg.TimerPartitions, NoMarks: k.noTimerMarks,
+		Logf:   func(f string, a ...any) { b.logf(f, a...) },
+		Errorf: func(f string, a ...any) { b.errorf(f, a...) }})
 	b.unauth, b.tlsFails = security.NewAdmission[*conn](b.log), security.NewTLSFailures(b.log)
 	b.audit = security.NewAudit(b.log, shownName)
 	if cfg.IsSlave() {
@@ -553,8 +556,8 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	b.wg.Add(1)
 	go b.outCountLoop() // msgsout.go
 	b.wg.Add(1)
-	go b.idemClockLoop() // idem.go
-	b.startTimers()      // delay.go
+	go b.idemClockLoop()         // idem.go
+	b.delay.Start(b.done, &b.wg) // core/timer, through timerHost (delay.go)
 	b.wg.Add(1)
 	go func() { defer b.wg.Done(); b.disks.Run(b.done) }()
 	for _, l := range []net.Listener{b.ln, b.tlsLn} {

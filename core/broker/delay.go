@@ -1,15 +1,11 @@
 package broker
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
@@ -18,73 +14,16 @@ import (
 	"github.com/metaq-go/metaq/core/timer"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Delayed and scheduled messages (docs/delayed.md). A put whose
 // properties carry metaq-deliver-at or metaq-delay is appended, wrapped in
 // a timer record, to a partition of the internal timer topic (so group
 // commit, the journal, recovery and replication cover it) and answered
-// with its msgId and offset -1. One timer loop per timer partition
-// indexes it into an on-disk wheel (core/timer) and, when it is due,
-// appends it to its target partition with its original msgId, then a
+// with its msgId and offset -1. The timer loops (core/timer's Service,
+// through timerHost) index it into an on-disk wheel and, when it is due,
+// append it to its target partition with its original msgId, then a
 // delivered mark to the timer log.
-
-// timerTick is how often a timer loop looks for due messages.
-const timerTick = 50 * time.Millisecond
-
-// timerChunk bounds the messages one delivery round appends.
-const timerChunk = 4096
-
-// delayStats are the timer's counters and metrics.
-type delayStats struct {
-	accepted, delivered, cancels, dropped atomic.Int64
-	pending                               []atomic.Int64 // per timer partition
-	lateness                              prometheus.Histogram
-	wake                                  []chan struct{}
-	// ask carries the dashboard's requests for pending messages by due
-	// time to each timer loop (dashdelayed.go).
-	ask []chan dueAsk
-}
-
-func newDelayStats(parts int) *delayStats {
-	d := &delayStats{pending: make([]atomic.Int64, parts), wake: make([]chan struct{}, parts), ask: make([]chan dueAsk, parts)}
-	for i := range d.wake {
-		d.wake[i] = make(chan struct{}, 1)
-		d.ask[i] = make(chan dueAsk, 1)
-	}
-	d.lateness = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "metaq_delayed_lateness_seconds",
-		Help:    "How late delayed messages were appended to their partitions, from their due time.",
-		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300},
-	})
-	return d
-}
-
-// Pending returns the delayed messages held, over every timer partition.
-func (d *delayStats) Pending() int64 {
-	var n int64
-	for i := range d.pending {
-		n += d.pending[i].Load()
-	}
-	return n
-}
-
-// collect adds the timer's series to a scrape.
-func (d *delayStats) collect(ch chan<- prometheus.Metric) {
-	gauge := func(name, help string, v float64) {
-		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, nil, nil), prometheus.GaugeValue, v)
-	}
-	counter := func(name, help string, v float64) {
-		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue, v)
-	}
-	gauge("metaq_delayed_pending", "Delayed messages held by the timer, not yet due (or due and not appended yet).", float64(d.Pending()))
-	counter("metaq_delayed_accepted_total", "Delayed messages accepted into the timer log.", float64(d.accepted.Load()))
-	counter("metaq_delayed_delivered_total", "Delayed messages appended to their partitions when due.", float64(d.delivered.Load()))
-	counter("metaq_delayed_cancels_total", "Cancellations of delayed messages recorded.", float64(d.cancels.Load()))
-	counter("metaq_delayed_dropped_total", "Due delayed messages whose topic or partition no longer exists.", float64(d.dropped.Load()))
-	d.lateness.Collect(ch)
-}
 
 // timerPartition is the timer partition of target partition p of topic.
 func timerPartition(topic string, p int32, n int) int32 {
@@ -108,7 +47,7 @@ func (w *delayWaiter) fix(token uint64) uint64 {
 
 func (w *delayWaiter) AppendDone(token uint64, id, _ int64, err error) {
 	if err == nil && !w.cancel {
-		w.c.b.delay.accepted.Add(1)
+		w.c.b.delay.Accepted.Add(1)
 	}
 	w.c.AppendDone(w.fix(token), id, -1, err)
 }
@@ -158,11 +97,11 @@ func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Deli
 	tp := timerPartition(t.name, p, len(tt.parts))
 	c.entries = append(c.entries[:0], store.Entry{Flag: 0, CRC: message.Checksum(data), Data: data})
 	if cancel != 0 {
-		b.delay.cancels.Add(1)
+		b.delay.Cancels.Add(1)
 	}
 	c.appendEntries(tt, tt.parts[tp], tp, r.Opaque, false, int64(len(data)), &delayWaiter{c: c, p: p, cancel: cancel != 0})
 	if cancel == 0 && (d.IsAt && d.At <= time.Now().UnixMilli() || !d.IsAt && d.Delay == 0) { // due on arrival
-		b.wakeTimer(int(tp))
+		b.delay.Wake(int(tp))
 	}
 }
 
@@ -179,326 +118,43 @@ func (c *conn) delayOf(r *protocol.Request) (d message.Delivery, cancel int64, o
 	return d, cancel, ok, false
 }
 
-func (b *Broker) wakeTimer(i int) {
-	if i < len(b.delay.wake) {
-		select {
-		case b.delay.wake[i] <- struct{}{}:
-		default:
-		}
-	}
+// timerHost is what the timer loops (core/timer) need of the broker.
+type timerHost struct{ b *Broker }
+
+// Delivering: a master that may acknowledge delivers; a slave's wheel
+// is rebuilt at its promotion.
+func (h timerHost) Delivering() bool {
+	b := h.b
+	return b.replRole() != repl.RoleSlave && (b.fo == nil || b.fo.MayAck())
 }
 
-// startTimers starts one timer loop per timer partition.
-func (b *Broker) startTimers() {
-	for i := range b.delay.wake {
-		b.wg.Add(1)
-		go b.timerLoop(i)
-	}
-}
-
-// timerLoop runs timer partition i's wheel while this broker takes puts
-// (not as a slave, not fenced): the wheel is rebuilt from the timer log
-// when the loop starts and after a promotion, so the delivery position is
-// the last delivered mark the log holds.
-func (b *Broker) timerLoop(i int) {
-	defer b.wg.Done()
-	tk := time.NewTicker(timerTick)
-	defer tk.Stop()
-	var w *timer.Wheel
-	var l *store.Log
-	var failing time.Time
-	for {
-		select {
-		case <-b.done:
-			return
-		case <-tk.C:
-		case <-b.delay.wake[i]:
-		case a := <-b.delay.ask[i]:
-			a.answer(w)
-			continue
-		}
-		if b.replRole() == repl.RoleSlave || (b.fo != nil && !b.fo.MayAck()) {
-			w = nil // a slave's wheel is rebuilt at its promotion
-			continue
-		}
-		if time.Now().Before(failing) {
-			continue
-		}
-		if w == nil {
-			var err error
-			if w, l, err = b.openWheel(i); err != nil {
-				if w == nil && l == nil && errors.Is(err, errNoTimerLog) {
-					continue
-				}
-				b.errorf("timer %d: %v (retrying in 5s)", i, err)
-				w, failing = nil, time.Now().Add(5*time.Second)
-				continue
-			}
-		}
-		if err := b.timerRound(i, w, l); err != nil {
-			b.errorf("timer %d: %v (retrying in 1s)", i, err)
-			w, failing = nil, time.Now().Add(time.Second)
-		}
-	}
-}
-
-var errNoTimerLog = errors.New("no timer log")
-
-// openWheel rebuilds timer partition i's wheel; errNoTimerLog while the
-// timer topic has never been used here.
-func (b *Broker) openWheel(i int) (*timer.Wheel, *store.Log, error) {
-	cfg := b.config()
-	tc := cfg.TimerTopicConfig()
+func (h timerHost) TimerLog(i int) (*store.Log, string, error) {
+	b := h.b
+	tc := b.config().TimerTopicConfig()
 	b.mu.RLock()
 	tt := b.topics[conf.TimerTopic]
 	b.mu.RUnlock()
-	if tt == nil {
-		return nil, nil, errNoTimerLog
+	if tt == nil || i >= len(tt.parts) {
+		return nil, "", timer.ErrNoLog
 	}
-	if i >= len(tt.parts) {
-		return nil, nil, errNoTimerLog
-	}
-	l := tt.parts[i]
-	dir := filepath.Join(b.logs().Dir(&tc), conf.TimerTopic+".wheel", strconv.Itoa(i))
-	start := time.Now()
-	w, err := timer.Open(dir, l, cfg.MaxMessageSize)
+	return tt.parts[i], filepath.Join(b.logs().Dir(&tc), conf.TimerTopic+".wheel", strconv.Itoa(i)), nil
+}
+
+func (h timerHost) Target(topic string, p int32) (*store.Log, error) {
+	t, err := h.b.lookup([]byte(topic), true)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if err := b.skipDelivered(i, w); err != nil {
-		return nil, nil, err
+	if l := t.partition(p); l != nil {
+		return l, nil
 	}
-	b.delay.pending[i].Store(w.Pending())
-	if w.Pending() > 0 || l.MaxOffset() > 0 {
-		b.logf("timer %d: wheel rebuilt from %d bytes of timer log in %v: %d pending, delivered up to %s",
-			i, l.MaxOffset()-l.MinOffset(), time.Since(start).Round(time.Millisecond), w.Pending(),
-			time.UnixMilli(w.Mark().DueUpTo).UTC().Format(time.RFC3339Nano))
-	}
-	return w, l, nil
+	return nil, fmt.Errorf("%s has no partition %d", topic, p)
 }
 
-// skipDelivered finds, in the partitions the delivery rounds after the
-// timer log's last mark appended to (their intents), the due messages
-// those rounds delivered before a crash lost their mark, and makes the
-// wheel skip them: a due message is delivered again only when the
-// intent's range cannot be read.
-func (b *Broker) skipDelivered(i int, w *timer.Wheel) error {
-	its := w.Intents()
-	if len(its) == 0 {
-		return nil
-	}
-	type key struct {
-		topic string
-		p     int32
-	}
-	from := map[key]int64{}
-	for _, t := range its {
-		k := key{t.Topic, t.Partition}
-		if f, ok := from[k]; !ok || t.From < f {
-			from[k] = t.From
-		}
-	}
-	ids := map[int64]struct{}{}
-	var buf []byte
-	for k, f := range from {
-		t, err := b.lookup([]byte(k.topic), true)
-		if err != nil {
-			continue
-		}
-		tl := t.partition(k.p)
-		if tl == nil {
-			continue
-		}
-		if buf, err = collectIDs(tl, f, b.config().MaxMessageSize, ids, buf); err != nil {
-			b.errorf("timer %d: reading %s partition %d from %d for messages delivered before a crash: %v (they may be delivered again)",
-				i, k.topic, k.p, f, err)
-		}
-	}
-	n, err := w.SkipDelivered(time.Now().UnixMilli(), func(id int64) bool { _, ok := ids[id]; return ok })
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		b.logf("timer %d: %d due message(s) were delivered before the restart, their delivered mark lost: not delivered again", i, n)
-	}
-	return nil
-}
-
-// collectIDs adds the msgIds of log l's records from offset from to its
-// end to ids.
-func collectIDs(l *store.Log, from int64, maxMsg int, ids map[int64]struct{}, buf []byte) ([]byte, error) {
-	off := max(from, l.MinOffset())
-	end := l.MaxOffset()
-	size := max(maxMsg+message.HeaderSize, 1<<20)
-	for off < end {
-		v, err := l.Read(off, size)
-		if err != nil {
-			var oor *store.OffsetOutOfRangeError
-			if errors.As(err, &oor) && oor.Min > off {
-				off = oor.Min
-				continue
-			}
-			if errors.Is(err, store.ErrNoData) {
-				return buf, nil
-			}
-			return buf, err
-		}
-		buf, err = v.ReadAll(buf[:0])
-		v.Release()
-		if err != nil {
-			return buf, err
-		}
-		it := message.NewIterator(buf, off, size)
-		n := 0
-		for it.Next() {
-			ids[it.Record().ID] = struct{}{}
-			n++
-		}
-		if err := it.Err(); err != nil {
-			return buf, err
-		}
-		if n == 0 {
-			return buf, fmt.Errorf("no whole record at %d", off)
-		}
-		off = it.NextOffset()
-	}
-	return buf, nil
-}
-
-// timerRound indexes what the timer log gained and delivers what is due.
-func (b *Broker) timerRound(i int, w *timer.Wheel, l *store.Log) error {
-	if err := w.Index(); err != nil {
-		return err
-	}
-	defer func() { b.delay.pending[i].Store(w.Pending()) }()
-	var buf []byte
-	for {
-		now := time.Now().UnixMilli()
-		es, mk, ok, err := w.Due(now, timerChunk)
-		if err != nil {
-			return err
-		}
-		if len(es) == 0 && !ok {
-			return nil
-		}
-		if len(es) > 0 {
-			if buf, err = b.deliver(i, l, es, now, buf[:0]); err != nil {
-				w.Requeue(es)
-				return err
-			}
-		}
-		if ok && !b.knobs.noTimerMarks {
-			// The mark is not waited for: one lost in a crash only means
-			// the round it covers is delivered again (at least once).
-			if err := b.appendTo(conf.TimerTopic, l, int32(i), []store.Entry{markEntry(mk)}, noWait{}); err != nil {
-				return fmt.Errorf("delivered mark: %w", err)
-			}
-			w.Marked(mk)
-		}
-		b.delay.pending[i].Store(w.Pending())
-		select {
-		case <-b.done:
-			return nil
-		default:
-		}
-	}
-}
-
-func markEntry(mk timer.Mark) store.Entry {
-	data := timer.AppendMark(nil, mk)
-	return store.Entry{CRC: message.Checksum(data), Data: data}
-}
-
-// deliver appends due messages es (read back from timer partition i's
-// log l) to their partitions with their msgIds, waiting until every
-// append is durable (and replicated, with a sync slave). Before it
-// appends, it writes the round's intent (the partitions and their end
-// offsets) to l and waits for it: after a crash that loses the round's
-// mark, skipDelivered finds what the round delivered from there.
-func (b *Broker) deliver(i int, l *store.Log, es []timer.Entry, now int64, buf []byte) ([]byte, error) {
-	type target struct {
-		topic string
-		p     int32
-	}
-	groups := map[target][]store.Entry{}
-	var order []target
-	for _, e := range es {
-		var rec timer.Record
-		var id int64
-		var err error
-		buf, rec, id, err = readTimerRecord(l, e.Offset, buf)
-		if err != nil {
-			return buf, err
-		}
-		m := rec.Msg
-		data := append([]byte(nil), m.Data...)
-		k := target{m.Topic, m.Partition}
-		if _, seen := groups[k]; !seen {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], store.Entry{ID: id, Flag: m.Flag, CRC: message.Checksum(data), Data: data})
-	}
-	type dest struct {
-		k  target
-		t  *topic
-		tl *store.Log
-	}
-	dests := make([]dest, 0, len(order))
-	intent := make([]timer.Target, 0, len(order))
-	for _, k := range order {
-		t, err := b.lookup([]byte(k.topic), true)
-		var tl *store.Log
-		if err == nil {
-			tl = t.partition(k.p)
-		}
-		if tl == nil || k.p < 0 {
-			b.delay.dropped.Add(int64(len(groups[k])))
-			b.errorf("timer: %d due message(s) for %s partition %d dropped: the topic or partition no longer exists (%v)",
-				len(groups[k]), k.topic, k.p, err)
-			continue
-		}
-		dests = append(dests, dest{k, t, tl})
-		intent = append(intent, timer.Target{Topic: k.topic, Partition: k.p, From: tl.MaxOffset()})
-	}
-	if len(intent) > 0 {
-		data := timer.AppendIntent(nil, intent)
-		iw := &batchWait{}
-		iw.add(1)
-		if err := b.appendTo(conf.TimerTopic, l, int32(i), []store.Entry{{CRC: message.Checksum(data), Data: data}}, iw); err != nil {
-			iw.done(err)
-		}
-		if err := iw.wait(); err != nil {
-			return buf, fmt.Errorf("delivery intent: %w", err)
-		}
-	}
-	bw := &batchWait{}
-	for _, d := range dests {
-		k, t, tl := d.k, d.t, d.tl
-		ents := groups[k]
-		// One append per target: group commit makes it one write and sync.
-		for len(ents) > 0 {
-			n := min(len(ents), 512)
-			bw.add(1)
-			if err := b.appendTo(t.name, tl, k.p, ents[:n], bw); err != nil {
-				bw.done(err)
-			}
-			t.pc[k.p].msgsIn.Add(int64(n))
-			ents = ents[n:]
-		}
-	}
-	if err := bw.wait(); err != nil {
-		return buf, fmt.Errorf("delivering %d due message(s): %w", len(es), err)
-	}
-	b.delay.delivered.Add(int64(len(es)))
-	for _, e := range es {
-		b.delay.lateness.Observe(float64(max(now-e.Due, 0)) / 1000)
-	}
-	return buf, nil
-}
-
-// appendTo appends entries to partition p of topic (log l) the way a put
-// is: through the sync master when there is one.
-func (b *Broker) appendTo(topic string, l *store.Log, p int32, entries []store.Entry, w repl.PutDone) error {
+// Append appends entries the way a put is: through the sync master when
+// there is one.
+func (h timerHost) Append(topic string, l *store.Log, p int32, entries []store.Entry, w timer.Waiter) error {
+	b := h.b
 	if b.sync != nil {
 		// nil ids: a due message keeps the msgId of its acceptance (a
 		// delivered mark gets one from the log, which has b.ids).
@@ -515,82 +171,28 @@ func (b *Broker) appendTo(topic string, l *store.Log, p int32, entries []store.E
 	return l.Append(entries, w, 0)
 }
 
-// noWait is the waiter of an append nobody waits for.
-type noWait struct{}
-
-func (noWait) AppendDone(uint64, int64, int64, error) {}
-func (noWait) SyncFailed(uint64, error)               {}
-
-// readTimerRecord reads the timer log record at off.
-func readTimerRecord(l *store.Log, off int64, buf []byte) ([]byte, timer.Record, int64, error) {
-	size := 4096
-	for range 2 {
-		v, err := l.Read(off, size)
-		if err != nil {
-			return buf, timer.Record{}, 0, fmt.Errorf("timer log at %d: %w", off, err)
-		}
-		buf, err = v.ReadAll(buf[:0])
-		v.Release()
-		if err != nil {
-			return buf, timer.Record{}, 0, err
-		}
-		if len(buf) >= message.HeaderSize {
-			if need := message.HeaderSize + int(binary.BigEndian.Uint32(buf)); need > len(buf) && need > size {
-				size = need
-				continue
-			}
-		}
-		r, _, err := message.ParseRecord(buf, 0)
-		if err != nil {
-			return buf, timer.Record{}, 0, fmt.Errorf("timer log at %d: %w", off, err)
-		}
-		rec, err := timer.Parse(r.Data)
-		if err == nil && rec.Kind != timer.KindMessage {
-			err = fmt.Errorf("timer log at %d: kind %d where a message was indexed", off, rec.Kind)
-		}
-		return buf, rec, r.ID, err
+func (h timerHost) Delivered(topic string, p int32, n int) {
+	b := h.b
+	b.mu.RLock()
+	t := b.topics[topic]
+	b.mu.RUnlock()
+	if t != nil && int(p) < len(t.pc) {
+		t.pc[p].msgsIn.Add(int64(n))
 	}
-	return buf, timer.Record{}, 0, fmt.Errorf("timer log at %d: record does not fit", off)
 }
 
-// batchWait waits for a number of appends (store.Waiter, repl.PutDone).
-type batchWait struct {
-	wg  sync.WaitGroup
-	mu  sync.Mutex
-	err error
-}
-
-func (w *batchWait) add(n int) { w.wg.Add(n) }
-
-func (w *batchWait) done(err error) {
-	if err != nil {
-		w.mu.Lock()
-		if w.err == nil {
-			w.err = err
-		}
-		w.mu.Unlock()
-	}
-	w.wg.Done()
-}
-
-func (w *batchWait) AppendDone(_ uint64, _, _ int64, err error) { w.done(err) }
-func (w *batchWait) SyncFailed(_ uint64, err error)             { w.done(err) }
-
-func (w *batchWait) wait() error {
-	w.wg.Wait()
-	return w.err
-}
+func (h timerHost) MaxMessageSize() int { return h.b.config().MaxMessageSize }
 
 // writeDelayedStats answers `stats delayed`.
 func (b *Broker) writeDelayedStats(line func(string)) {
 	d := b.delay
 	line("pending " + strconv.FormatInt(d.Pending(), 10))
-	line("accepted " + strconv.FormatInt(d.accepted.Load(), 10))
-	line("delivered " + strconv.FormatInt(d.delivered.Load(), 10))
-	line("cancels " + strconv.FormatInt(d.cancels.Load(), 10))
-	line("dropped " + strconv.FormatInt(d.dropped.Load(), 10))
-	for i := range d.pending {
-		line("timer_partition_" + strconv.Itoa(i) + "_pending " + strconv.FormatInt(d.pending[i].Load(), 10))
+	line("accepted " + strconv.FormatInt(d.Accepted.Load(), 10))
+	line("delivered " + strconv.FormatInt(d.Delivered.Load(), 10))
+	line("cancels " + strconv.FormatInt(d.Cancels.Load(), 10))
+	line("dropped " + strconv.FormatInt(d.Dropped.Load(), 10))
+	for i := range d.Partitions() {
+		line("timer_partition_" + strconv.Itoa(i) + "_pending " + strconv.FormatInt(d.PartitionPending(i), 10))
 	}
 }
 

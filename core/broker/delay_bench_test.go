@@ -139,16 +139,16 @@ func BenchmarkDelayedDrain(b *testing.B) {
 		b.Logf("%d sent; pending %d", n, br.delay.Pending())
 		time.Sleep(time.Until(time.UnixMilli(due)))
 		start := time.Now()
-		for br.delay.delivered.Load() < int64(n) {
+		for br.delay.Delivered.Load() < int64(n) {
 			time.Sleep(5 * time.Millisecond)
 			if time.Since(start) > 10*time.Minute {
-				b.Fatalf("delivered %d of %d in 10 min", br.delay.delivered.Load(), n)
+				b.Fatalf("delivered %d of %d in 10 min", br.delay.Delivered.Load(), n)
 			}
 		}
 		d := time.Since(start)
 		b.ReportMetric(d.Seconds(), "drain-s")
 		b.ReportMetric(float64(n)/d.Seconds(), "delivered-msgs/s")
-		if dropped := br.delay.dropped.Load(); dropped != 0 {
+		if dropped := br.delay.Dropped.Load(); dropped != 0 {
 			b.Fatalf("%d dropped", dropped)
 		}
 		br.Close()

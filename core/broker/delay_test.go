@@ -193,7 +193,7 @@ func TestDelayedLostMarks(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(statsItem(t, b, "delayed"), "STATS\r\npending 0\r\n")
 	}, 10*time.Second, 20*time.Millisecond)
-	time.Sleep(3 * timerTick)
+	time.Sleep(3 * timer.Tick)
 	require.Equal(t, len(want), all(b), "each delivered once")
 	require.Contains(t, statsItem(t, b, "delayed"), "\r\ndelivered 0\r\n", "nothing delivered again")
 }

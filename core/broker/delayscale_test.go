@@ -105,7 +105,7 @@ func TestDelayedScale(t *testing.T) {
 	require.Len(t, seen, n, "every delayed message delivered")
 
 	var h dto.Metric
-	require.NoError(t, b.delay.lateness.Write(&h))
+	require.NoError(t, b.delay.Lateness().Write(&h))
 	total := h.GetHistogram().GetSampleCount()
 	var within1s uint64
 	for _, bk := range h.GetHistogram().GetBucket() {

@@ -61,7 +61,7 @@ func (b *Broker) collectExtra(ch chan<- prometheus.Metric) {
 	b.unauth.Collect(ch)   // core/security: connection limits
 	b.tlsFails.Collect(ch) // and failed TLS handshakes
 	b.web.srv.Collect(ch)  // core/httpapi
-	b.delay.collect(ch)    // delay.go
+	b.delay.Collect(ch)    // core/timer
 }
 
 // counters is the broker's counters (the Status without its topics,
