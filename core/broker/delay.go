@@ -64,30 +64,19 @@ func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Deli
 			"on a delayed message (send it with idempotence off; docs/delayed.md)", r.Opaque)
 		return
 	}
-	cfg := b.config()
 	var data []byte
 	if cancel != 0 {
 		data = timer.AppendCancel(nil, cancel)
 	} else {
 		now := time.Now().UnixMilli()
-		due := d.Due(now)
-		if due-now > cfg.MaxDelay {
+		if reason := b.delayRefusal(t, r.Body, d, now); reason != "" {
 			b.stats.putFailed.Add(1)
-			c.reply(protocol.StatusBadRequest, "delayed message: delivery in "+
-				(time.Duration(due-now)*time.Millisecond).String()+" exceeds max_delay "+
-				(time.Duration(cfg.MaxDelay)*time.Millisecond).String(), r.Opaque)
+			c.reply(protocol.StatusBadRequest, reason, r.Opaque)
 			return
 		}
-		due = max(due, now) // a time in the past is now
+		due := max(d.Due(now), now) // a time in the past is now
 		data = timer.AppendMessage(make([]byte, 0, len(r.Body)+32+len(t.name)),
 			&timer.Message{Due: due, Topic: t.name, Partition: p, Flag: r.Flag, Data: r.Body})
-		if len(data) > cfg.MaxMessageSize {
-			b.stats.putFailed.Add(1)
-			c.reply(protocol.StatusBadRequest, "delayed message of "+strconv.Itoa(len(r.Body))+
-				" bytes: with its timer header ("+strconv.Itoa(len(data)-len(r.Body))+" bytes) it exceeds max_message_size "+
-				strconv.Itoa(cfg.MaxMessageSize), r.Opaque)
-			return
-		}
 	}
 	tt, err := b.openTopic(conf.TimerTopic)
 	if err != nil {
@@ -103,6 +92,23 @@ func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Deli
 	if cancel == 0 && (d.IsAt && d.At <= time.Now().UnixMilli() || !d.IsAt && d.Delay == 0) { // due on arrival
 		b.delay.Wake(int(tp))
 	}
+}
+
+// delayRefusal is why a delayed put of body to topic t asking for d is
+// refused at now (Unix ms), or "": a delivery further than max_delay, or
+// a record that with its timer header exceeds max_message_size. A
+// transactional put is checked so too (its delay counts from its commit).
+func (b *Broker) delayRefusal(t *topic, body []byte, d message.Delivery, now int64) string {
+	cfg := b.config()
+	if due := d.Due(now); due-now > cfg.MaxDelay {
+		return "delayed message: delivery in " + (time.Duration(due-now) * time.Millisecond).String() +
+			" exceeds max_delay " + (time.Duration(cfg.MaxDelay) * time.Millisecond).String()
+	}
+	if hdr := timer.MessageHeaderSize(t.name); len(body)+hdr > cfg.MaxMessageSize {
+		return "delayed message of " + strconv.Itoa(len(body)) + " bytes: with its timer header (" + strconv.Itoa(hdr) +
+			" bytes) it exceeds max_message_size " + strconv.Itoa(cfg.MaxMessageSize)
+	}
+	return ""
 }
 
 // delayOf returns what a put asks of the timer: a delivery (ok), or a

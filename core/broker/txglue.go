@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/repl"
@@ -84,10 +85,26 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 	if !ok {
 		return
 	}
-	if r.Flag&message.FlagHasProperties != 0 && isDelayed(r.Flag, r.Body) {
-		c.b.stats.putFailed.Add(1)
-		c.reply(protocol.StatusBadRequest, "delayed messages are not taken in transactions yet (docs/delayed.md)", r.Opaque)
-		return
+	if r.Flag&message.FlagHasProperties != 0 {
+		// A delayed message: its delay starts at the commit (core/tx
+		// delayed.go); max_delay and the size with its timer header are
+		// checked now.
+		d, cancel, ok, bad := c.delayOf(r)
+		if bad {
+			return
+		}
+		if cancel != 0 {
+			c.b.stats.putFailed.Add(1)
+			c.reply(protocol.StatusBadRequest, "a cancel of a delayed message is not taken in a transaction (send it as a plain put; docs/delayed.md)", r.Opaque)
+			return
+		}
+		if ok {
+			if reason := c.b.delayRefusal(t, r.Body, d, time.Now().UnixMilli()); reason != "" {
+				c.b.stats.putFailed.Add(1)
+				c.reply(protocol.StatusBadRequest, reason, r.Opaque)
+				return
+			}
+		}
 	}
 	msgID, err := c.b.txm.Put(c.txs, id.String(), id.XA, t, l, p, store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})
 	if err != nil {
@@ -177,6 +194,32 @@ func (h txHost) Master() *repl.SyncMaster {
 		return sm.SyncMaster
 	}
 	return nil
+}
+
+// TimerLog implements tx.Host: a committed delayed message goes to the
+// timer partition of its target, as an accepted delayed put does
+// (delay.go).
+func (h txHost) TimerLog(topic string, p int32) (tx.Topic, *store.Log, int32, error) {
+	tt, err := h.b.openTopic(conf.TimerTopic)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	tp := timerPartition(topic, p, len(tt.parts))
+	return timerTxTopic{tt, h.b}, tt.parts[tp], tp, nil
+}
+
+// timerTxTopic is the timer topic as a commit's delayed messages go to
+// it: once stored they count as accepted, and their timer loop is woken
+// (one due at once is delivered without waiting for its tick).
+type timerTxTopic struct {
+	*topic
+	b *Broker
+}
+
+func (t timerTxTopic) CountIn(p int32, msgs int, bytes int64) {
+	t.topic.CountIn(p, msgs, bytes)
+	t.b.delay.accepted.Add(int64(msgs))
+	t.b.wakeTimer(int(p))
 }
 
 func (h txHost) Slave() tx.SlaveLogs {

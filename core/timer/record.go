@@ -66,6 +66,9 @@ func AppendIntent(dst []byte, ts []Target) []byte {
 	return dst
 }
 
+// MessageHeaderSize is what AppendMessage adds to a message for topic.
+func MessageHeaderSize(topic string) int { return 1 + 8 + 4 + 4 + 2 + len(topic) }
+
 // AppendMessage encodes m as a timer log record's data:
 //
 //	[u8 1][int64 due][int32 partition][int32 flag][u16 topicLen][topic][data]

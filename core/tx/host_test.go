@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
@@ -22,12 +23,18 @@ import (
 // from a counter.
 type testHost struct {
 	parts []*store.Log
+	// timer is partition 0 of the timer topic, the one partition of it
+	// (delayed.go).
+	timer *store.Log
 	maxID atomic.Int64
 }
 
 func (h *testHost) Next(n int) int64 { return h.maxID.Add(int64(n)) - int64(n) + 1 }
 
 func (h *testHost) Log(topic string, p int) (*store.Log, error) {
+	if topic == conf.TimerTopic && p == 0 {
+		return h.timer, nil
+	}
 	if topic != "t" {
 		return nil, partition.ErrNoTopic
 	}
@@ -47,10 +54,10 @@ func (h *testHost) Partitions(topic string) (int, error) {
 func (h *testHost) Topics() []string { return []string{"t"} }
 
 func (h *testHost) OpenTopic(topic string) (Topic, error) {
-	if topic != "t" {
+	if topic != "t" && topic != conf.TimerTopic {
 		return nil, errors.New("unknown topic")
 	}
-	return testTopic("t"), nil
+	return testTopic(topic), nil
 }
 
 // testTopic is a threshold-mode topic without counters.
@@ -76,10 +83,15 @@ func (h *testHost) Fence() error             { return nil }
 func (h *testHost) Master() *repl.SyncMaster { return nil }
 func (h *testHost) Slave() SlaveLogs         { return nil }
 
+func (h *testHost) TimerLog(string, int32) (Topic, *store.Log, int32, error) {
+	return testTopic(conf.TimerTopic), h.timer, 0, nil
+}
+
 func (h *testHost) close() {
 	for _, l := range h.parts {
 		l.Close()
 	}
+	h.timer.Close()
 }
 
 func (h *testHost) records(t testing.TB, p int) []message.Record { return logRecords(t, h.parts[p]) }
@@ -96,6 +108,9 @@ func openTestHost(t testing.TB, dataDir string) *testHost {
 			h.ObserveID(r.ID)
 		}
 	}
+	l, err := store.Open(filepath.Join(dataDir, conf.TimerTopic+"-0"), store.Options{IDs: h, UnflushThreshold: 1})
+	require.NoError(t, err)
+	h.timer = l
 	return h
 }
 

@@ -550,12 +550,18 @@ func encodeTxAppend(key string, m *txMsg) []byte {
 
 // appendTxAppendHead appends a put record's payload up to its data.
 func appendTxAppendHead(p []byte, key string, m *txMsg) []byte {
+	return appendPutHead(p, key, m.t.Name(), m.p, &m.e)
+}
+
+// appendPutHead appends the payload of a put record of e, for partition
+// part of topic, up to its data.
+func appendPutHead(p []byte, key, topic string, part int32, e *store.Entry) []byte {
 	p = appendStr(p, key)
-	p = binary.BigEndian.AppendUint64(p, uint64(m.e.ID))
-	p = appendStr(p, m.t.Name())
-	p = binary.BigEndian.AppendUint32(p, uint32(m.p))
-	p = binary.BigEndian.AppendUint32(p, uint32(m.e.Flag))
-	return binary.BigEndian.AppendUint32(p, uint32(len(m.e.Data)))
+	p = binary.BigEndian.AppendUint64(p, uint64(e.ID))
+	p = appendStr(p, topic)
+	p = binary.BigEndian.AppendUint32(p, uint32(part))
+	p = binary.BigEndian.AppendUint32(p, uint32(e.Flag))
+	return binary.BigEndian.AppendUint32(p, uint32(len(e.Data)))
 }
 
 func encodeTxPrepare(key, user string) []byte { return appendStr(appendStr(nil, key), user) }

@@ -90,6 +90,10 @@ type Host interface {
 	// Slave is the slave side of replication when this broker is a
 	// slave, else nil.
 	Slave() SlaveLogs
+	// TimerLog is where a committed delayed message for partition p of
+	// topic goes (delayed.go): the timer topic, the log of its timer
+	// partition and that partition's number.
+	TimerLog(topic string, p int32) (Topic, *store.Log, int32, error)
 }
 
 // Topic is a topic a transactional message goes to, as the broker gives

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/internal/fsutil"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -136,6 +137,7 @@ func (m *Manager) openJournal() error {
 	for _, t := range order {
 		switch {
 		case t.prepared && t.locs == nil && !t.done && !t.rolled:
+			t.msgs = withoutTimerMsgs(t.msgs) // a commit not recorded (delayed.go)
 			prepared = append(prepared, t)
 		case t.locs != nil:
 			n, logs, err := m.completeCommit(t)
@@ -255,6 +257,9 @@ func (m *Manager) holdPreparedLocked(rt *replayedTx, session string) (int64, err
 func (m *Manager) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 	appended := 0
 	var logs []*store.Log
+	// The commit turned these ids' puts into timer log records (delayed.go):
+	// the records stand for them.
+	timerIDs := replayedTimerIDs(t.msgs)
 	for _, loc := range t.locs {
 		_, l, err := m.openLog(loc.topic, loc.partition)
 		if errors.Is(err, errNoPartition) {
@@ -266,7 +271,7 @@ func (m *Manager) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 		logs = append(logs, l)
 		var entries []store.Entry
 		for _, rm := range t.msgs {
-			if rm.topic == loc.topic && rm.partition == loc.partition {
+			if rm.topic == loc.topic && rm.partition == loc.partition && (rm.topic == conf.TimerTopic || !timerIDs[rm.e.ID]) {
 				entries = append(entries, rm.e)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"strconv"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -408,8 +409,24 @@ func (m *Manager) applyCommit(s *Session, cm *txSyncCommit, opaque int32) {
 	}
 	var pos int64
 	if t != nil {
+		// The master's commit turned its delayed messages into timer log
+		// records: they go before the commit record here too, so that a
+		// replay can complete their batches (delayed.go).
 		var err error
-		if pos, err = m.j.write(t, txRecCommit, encodeTxCommit(cm.key, cm.locs)); err != nil {
+		var head [128]byte
+		for i := range msgs {
+			rm := &msgs[i]
+			if rm.topic != conf.TimerTopic {
+				continue
+			}
+			if _, err = m.j.write2(t, txRecAppend, appendPutHead(head[:0], cm.key, rm.topic, rm.partition, &rm.e), rm.e.Data); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			pos, err = m.j.write(t, txRecCommit, encodeTxCommit(cm.key, cm.locs))
+		}
+		if err != nil {
 			m.mu.Unlock()
 			s.peer.TxDone(opaque, "", plainErr("txsync: commit of "+cm.key+": "+err.Error()))
 			return

@@ -439,7 +439,13 @@ func (t *tx) fail(code int, msg string) error {
 // has checked that t may commit; it is unlocked on return.
 func (m *Manager) startCommitLocked(s *Session, t *tx, opaque int32, heur bool) {
 	key := t.key
-	batches := txBatches(t.msgs)
+	msgs, timers, err := m.commitTimerMsgs(t.msgs, time.Now().UnixMilli()) // delayed.go
+	if err != nil {
+		m.mu.Unlock()
+		s.peer.TxDone(opaque, "", t.fail(protocol.XAErRMFail, "commit of "+key+" refused: "+oneLine(err.Error())))
+		return
+	}
+	batches := txBatches(msgs)
 	sm := m.host.Master()
 	if err := m.commitRefusal(sm, t, batches); err != nil { // repl.go
 		m.mu.Unlock()
@@ -463,7 +469,19 @@ func (m *Manager) startCommitLocked(s *Session, t *tx, opaque int32, heur bool) 
 		locs[i] = txBatchLoc{topic: bt.t.Name(), partition: bt.p, notBefore: bt.l.MaxOffset(),
 			firstID: bt.entries[0].ID, n: len(bt.entries), crc: batchCRC(bt.entries)}
 	}
-	pos, err := m.j.write(t, txRecCommit, encodeTxCommit(key, locs))
+	// The delayed messages' timer records go before the commit record, so
+	// that a replay can complete their batches (delayed.go).
+	var head [128]byte
+	for i := range timers {
+		tm := &timers[i]
+		if _, err = m.j.write2(t, txRecAppend, appendTxAppendHead(head[:0], key, tm), tm.e.Data); err != nil {
+			break
+		}
+	}
+	var pos int64
+	if err == nil {
+		pos, err = m.j.write(t, txRecCommit, encodeTxCommit(key, locs))
+	}
 	if err != nil {
 		m.mu.Unlock()
 		s.peer.TxDone(opaque, "", t.fail(protocol.XAErRMFail, "commit of "+key+" refused: "+err.Error()))
