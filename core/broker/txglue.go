@@ -218,8 +218,8 @@ type timerTxTopic struct {
 
 func (t timerTxTopic) CountIn(p int32, msgs int, bytes int64) {
 	t.topic.CountIn(p, msgs, bytes)
-	t.b.delay.accepted.Add(int64(msgs))
-	t.b.wakeTimer(int(p))
+	t.b.delay.Accepted.Add(int64(msgs))
+	t.b.delay.Wake(int(p))
 }
 
 func (h txHost) Slave() tx.SlaveLogs {
