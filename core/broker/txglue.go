@@ -104,6 +104,7 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 				c.reply(protocol.StatusBadRequest, reason, r.Opaque)
 				return
 			}
+			c.b.timerSyncReady(t.name, p)
 		}
 	}
 	msgID, err := c.b.txm.Put(c.txs, id.String(), id.XA, t, l, p, store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})
@@ -206,6 +207,29 @@ func (h txHost) TimerLog(topic string, p int32) (tx.Topic, *store.Log, int32, er
 	}
 	tp := timerPartition(topic, p, len(tt.parts))
 	return timerTxTopic{tt, h.b}, tt.parts[tp], tp, nil
+}
+
+// timerSyncReady readies, on a sync master, the timer partition a
+// transactional delayed message for partition p of topic goes to at its
+// commit, whose check refuses a partition not in sync with the slave: it
+// opens the timer topic (the sync loop then brings its partitions in
+// sync) and waits, at most sync_timeout, until that partition is in sync.
+// That wait happens once per timer partition and link.
+func (b *Broker) timerSyncReady(topic string, p int32) {
+	sm := txHost{partSource{b}}.Master()
+	if sm == nil {
+		return
+	}
+	_, l, tp, err := txHost{partSource{b}}.TimerLog(topic, p)
+	if err != nil {
+		return // the commit says why
+	}
+	sp := sm.Part(conf.TimerTopic, tp, l)
+	for deadline := time.Now().Add(sm.Timeout()); ; time.Sleep(5 * time.Millisecond) {
+		if _, ok := sm.InSync(sp); ok || sm.Link() == nil || time.Now().After(deadline) {
+			return
+		}
+	}
 }
 
 // timerTxTopic is the timer topic as a commit's delayed messages go to

@@ -1,0 +1,238 @@
+package broker
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/timer"
+	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// firstSeen polls topic t's partitions on the broker at addr until every
+// msgId of want is there (or 20 s pass) and returns when each was first
+// read; deliveredIDs fails on a msgId twice.
+func firstSeen(t *testing.T, addr string, want map[int64]int32) map[int64]time.Time {
+	t.Helper()
+	seen := map[int64]time.Time{}
+	for deadline := time.Now().Add(20 * time.Second); len(seen) < len(want) && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for p := int32(0); p < 2; p++ {
+			ids := deliveredIDs(t, addr, "t", p)
+			read := time.Now()
+			for id := range ids {
+				if wp, ok := want[id]; ok && seen[id].IsZero() {
+					require.Equal(t, wp, p, "msgId %d in its partition", id)
+					seen[id] = read
+				}
+			}
+		}
+	}
+	require.Len(t, seen, len(want), "every message delivered")
+	return seen
+}
+
+// TestTxDelayedLocal: a local transaction (the SDK's Transaction) with
+// plain and delayed messages: nothing is visible before the commit; at
+// the commit the plain message is, and the delayed ones are delivered
+// from it (a delay counts from the commit, not from the put; a time in
+// the past is now), each once, with the msgId its put was answered with.
+// A rolled-back transaction's delayed message is never delivered, and a
+// delay over max_delay is refused at the put.
+func TestTxDelayedLocal(t *testing.T) {
+	t.Parallel()
+	b := fixture{mods: []func(*conf.Config){func(c *conf.Config) { c.MaxDelay = 3600_000 }}}.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Brokers(b.Addr()), client.Logger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer cl.Close(ctx)
+
+	// Rolled back: its due-now message is never delivered.
+	rb, err := cl.BeginTransaction(ctx)
+	require.NoError(t, err)
+	rbRes, err := rb.Produce(ctx, &message.Message{Topic: "t", Body: []byte("rolled back"), DeliverAt: time.Now().Add(-time.Minute)})
+	require.NoError(t, err)
+	require.NoError(t, rb.Rollback(ctx))
+
+	tx, err := cl.BeginTransaction(ctx)
+	require.NoError(t, err)
+	const delay = 600 * time.Millisecond
+	res, err := tx.Produce(ctx,
+		&message.Message{Topic: "t", Body: []byte("plain")},
+		&message.Message{Topic: "t", Body: []byte("delayed"), Delay: delay},
+		&message.Message{Topic: "t", Body: []byte("past"), DeliverAt: time.Now().Add(-time.Hour)})
+	require.NoError(t, err)
+	for _, r := range res {
+		require.Equal(t, int64(-1), r.Offset)
+	}
+	// A delay from the put would be due now.
+	time.Sleep(delay + 100*time.Millisecond)
+	for p := int32(0); p < 2; p++ {
+		require.Empty(t, deliveredIDs(t, b.Addr(), "t", p), "nothing before the commit")
+	}
+	committing := time.Now()
+	require.NoError(t, tx.Commit(ctx))
+	_, ok := deliveredIDs(t, b.Addr(), "t", res[0].Partition)[res[0].ID]
+	require.True(t, ok, "the plain message is stored by the commit")
+
+	want := map[int64]int32{}
+	for _, r := range res {
+		want[r.ID] = r.Partition
+	}
+	seen := firstSeen(t, b.Addr(), want)
+	require.False(t, seen[res[1].ID].Before(committing.Add(delay)), "delivered %v after the commit began: early",
+		seen[res[1].ID].Sub(committing))
+	time.Sleep(3 * timer.Tick)
+	n := 0
+	for p := int32(0); p < 2; p++ {
+		ids := deliveredIDs(t, b.Addr(), "t", p)
+		n += len(ids)
+		_, ok := ids[rbRes[0].ID]
+		require.False(t, ok, "a rolled-back delayed message is delivered")
+	}
+	require.Equal(t, 3, n, "each once")
+	require.Contains(t, statsItem(t, b, "delayed"), "\r\naccepted 2\r\ndelivered 2\r\n")
+
+	// max_delay is checked at the put: the transaction is rollback-only.
+	over, err := cl.BeginTransaction(ctx)
+	require.NoError(t, err)
+	_, err = over.Produce(ctx, &message.Message{Topic: "t", Body: []byte("x"), Delay: 2 * time.Hour})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "exceeds max_delay")
+	require.ErrorIs(t, over.Commit(ctx), client.ErrTransactionRolledBack)
+}
+
+// TestTxDelayedXARestart: XA branches with delayed messages are prepared
+// (the SDK's XABroker), the broker restarts, and one is committed after
+// the restart: its delayed message is delivered once, with its put's
+// msgId, its delay counted from the commit; the other, rolled back after
+// the restart, delivers nothing.
+func TestTxDelayedXARestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := fixture{dir: dir}.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	quiet := client.Logger(slog.New(slog.DiscardHandler))
+	cl, err := client.New(client.Brokers(b.Addr()), quiet)
+	require.NoError(t, err)
+	const delay = 500 * time.Millisecond
+	keys := []string{"XID:1:aa:bb:q", "XID:1:aa:cc:q"}
+	var ids []client.SendResult
+	xb, err := cl.XABroker(ctx, "t")
+	require.NoError(t, err)
+	for _, key := range keys {
+		_, err := xb.Command(ctx, protocol.TxBegin, key, 0)
+		require.NoError(t, err)
+		res, err := xb.Produce(ctx, key, &message.Message{Topic: "t", Body: []byte(key), Delay: delay})
+		require.NoError(t, err)
+		ids = append(ids, res[0])
+		_, err = xb.Command(ctx, protocol.TxEnd, key, 0)
+		require.NoError(t, err)
+		out, err := xb.Command(ctx, protocol.TxPrepare, key, 0)
+		require.NoError(t, err)
+		require.Equal(t, "0", out)
+	}
+	require.NoError(t, cl.Close(ctx))
+	require.NoError(t, b.Close())
+	time.Sleep(delay) // due now if the delay counted from the put
+
+	b = fixture{dir: dir}.start(t)
+	cl, err = client.New(client.Brokers(b.Addr()), quiet)
+	require.NoError(t, err)
+	defer cl.Close(ctx)
+	xb, err = cl.XABroker(ctx, "t")
+	require.NoError(t, err)
+	out, err := xb.Command(ctx, protocol.TxRecover, protocol.NullTxKey, 0)
+	require.NoError(t, err)
+	require.Equal(t, strings.Join(keys, "\r\n"), out)
+	_, err = xb.Command(ctx, protocol.TxRollback, keys[1], 0)
+	require.NoError(t, err)
+	committing := time.Now()
+	_, err = xb.Command(ctx, protocol.TxCommitTwoPhase, keys[0], 0)
+	require.NoError(t, err)
+	seen := firstSeen(t, b.Addr(), map[int64]int32{ids[0].ID: ids[0].Partition})
+	require.False(t, seen[ids[0].ID].Before(committing.Add(delay)), "delivered %v after the commit began: early",
+		seen[ids[0].ID].Sub(committing))
+	time.Sleep(3 * timer.Tick)
+	n := 0
+	for p := int32(0); p < 2; p++ {
+		n += len(deliveredIDs(t, b.Addr(), "t", p))
+	}
+	require.Equal(t, 1, n, "the committed branch's message, once; nothing of the rolled-back one")
+}
+
+// TestTxDelayedSyncPair: a transaction committed on a sync master stores
+// its delayed message in the timer log of both: the slave's copy of the
+// timer log holds it, with its put's msgId, as the master's does.
+func TestTxDelayedSyncPair(t *testing.T) {
+	t.Parallel()
+	master, slave := syncPair(t, "txdelayed")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Brokers(master.Addr()), client.Logger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer cl.Close(ctx)
+	tx, err := cl.BeginTransaction(ctx)
+	require.NoError(t, err)
+	res, err := tx.Produce(ctx,
+		&message.Message{Topic: "t", Body: []byte("plain")},
+		&message.Message{Topic: "t", Body: []byte("in an hour"), Delay: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	timerIDs := func(b *Broker) map[int64]timer.Message {
+		out := map[int64]timer.Message{}
+		tt, err := b.lookup([]byte(conf.TimerTopic), false)
+		if err != nil {
+			return out
+		}
+		for _, l := range tt.parts {
+			for _, r := range logRecordsOf(t, l) {
+				if rec, err := timer.Parse(r.Data); err == nil && rec.Kind == timer.KindMessage {
+					out[r.ID] = rec.Msg
+				}
+			}
+		}
+		return out
+	}
+	mt := timerIDs(master)
+	require.Contains(t, mt, res[1].ID, "the master's timer log")
+	require.Equal(t, "t", mt[res[1].ID].Topic)
+	// The commit is answered once the slave has it: no waiting.
+	st := timerIDs(slave)
+	require.Contains(t, st, res[1].ID, "the slave's timer log")
+	require.Equal(t, mt[res[1].ID], st[res[1].ID])
+	_, ok := deliveredIDs(t, master.Addr(), "t", res[0].Partition)[res[0].ID]
+	require.True(t, ok)
+}
+
+// logRecordsOf reads every record of l.
+func logRecordsOf(t *testing.T, l *store.Log) []message.Record {
+	t.Helper()
+	var out []message.Record
+	var buf []byte
+	for off := l.MinOffset(); off < l.MaxOffset(); {
+		v, err := l.Read(off, 1<<20)
+		require.NoError(t, err)
+		buf, err = v.ReadAll(buf[:0])
+		v.Release()
+		require.NoError(t, err)
+		it := message.NewIterator(buf, off, 0)
+		for it.Next() {
+			r := *it.Record()
+			r.Data = append([]byte(nil), r.Data...)
+			out = append(out, r)
+		}
+		require.Positive(t, it.Consumed())
+		off = it.NextOffset()
+	}
+	return out
+}
