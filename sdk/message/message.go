@@ -143,10 +143,24 @@ func (m *Message) AppendPrefix(dst []byte) []byte {
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.Attribute)))
 		dst = append(dst, m.Attribute...)
 	}
+	if m.producerOnly() { // the idempotent producer's common block, written directly
+		n := 2 + uvarintLen(uint64(m.ProducerID)) + uvarintLen(uint64(m.ProducerSeq))
+		dst = binary.BigEndian.AppendUint32(dst, uint32(n))
+		dst = append(dst, PropsVersion, propProducer)
+		dst = binary.AppendUvarint(dst, uint64(m.ProducerID))
+		return binary.AppendUvarint(dst, uint64(m.ProducerSeq))
+	}
 	if m.HasProperties() {
 		dst = m.appendProps(dst, m.propsLen())
 	}
 	return dst
+}
+
+// producerOnly reports whether m's properties block holds the idempotent
+// producer's field alone.
+func (m *Message) producerOnly() bool {
+	return m.ProducerID != 0 && m.Key == nil && m.Timestamp.IsZero() && len(m.Tags) == 0 && len(m.Headers) == 0 &&
+		!m.Delayed()
 }
 
 // SplitData splits a put body into attribute and payload according to flag,

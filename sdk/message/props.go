@@ -509,9 +509,17 @@ func ProducerOf(block []byte) (id, seq int64, ok bool, err error) {
 // body as SplitData does and returns the idempotent producer's id and
 // sequence when the properties block carries them (ok), in the same walk.
 func SplitDataProducer(flag int32, data []byte) (id, seq int64, ok bool, err error) {
+	id, seq, ok, _, err = SplitDataProducerOnly(flag, data)
+	return id, seq, ok, err
+}
+
+// SplitDataProducerOnly is SplitDataProducer that also reports whether
+// the properties block holds the producer's field alone (only: no key,
+// timestamp, tags or headers, so no delivery or cancel header either).
+func SplitDataProducerOnly(flag int32, data []byte) (id, seq int64, ok, only bool, err error) {
 	_, _, props, _, err := splitData(flag, data, false)
 	if err != nil || props == nil {
-		return 0, 0, false, err
+		return 0, 0, false, false, err
 	}
 	// The idempotent producer's common block, its field alone: read
 	// directly; anything else (or a bad one, for its error) is walked.
@@ -520,11 +528,12 @@ func SplitDataProducer(flag int32, data []byte) (id, seq int64, ok bool, err err
 		i, ok1 := r.uvarint(math.MaxInt64)
 		if ok1 && i != 0 {
 			if s, ok2 := r.uvarint(math.MaxInt64); ok2 && r.pos == len(props) {
-				return int64(i), int64(s), true, nil
+				return int64(i), int64(s), true, true, nil
 			}
 		}
 	}
-	return ProducerOf(props)
+	id, seq, ok, err = ProducerOf(props)
+	return id, seq, ok, false, err
 }
 
 // DecodeProperties sets m's Key, Timestamp, Tags and Headers from a

@@ -261,7 +261,7 @@ func FuzzPropsHostile(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 13, 1, propProducer, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _, props, payload, err := SplitDataProps(FlagHasProperties, data)
-		pid, pseq, hasP, perr := SplitDataProducer(FlagHasProperties, data) // the broker's walk agrees
+		pid, pseq, hasP, only, perr := SplitDataProducerOnly(FlagHasProperties, data) // the broker's walk agrees
 		if (err == nil) != (perr == nil) {
 			t.Fatalf("SplitDataProps %v, SplitDataProducer %v", err, perr)
 		}
@@ -277,6 +277,9 @@ func FuzzPropsHostile(f *testing.F) {
 		}
 		if hasP != (got.ProducerID != 0) || pid != got.ProducerID || pseq != got.ProducerSeq {
 			t.Fatalf("SplitDataProducer %d/%d/%t, decoded %d/%d", pid, pseq, hasP, got.ProducerID, got.ProducerSeq)
+		}
+		if only && (!hasP || got.Key != nil || !got.Timestamp.IsZero() || got.Tags != nil || got.Headers != nil) {
+			t.Fatalf("SplitDataProducerOnly says the producer's field alone, decoded %+v", got)
 		}
 		if err := got.CheckProperties(); err != nil {
 			t.Fatalf("validated block breaks a limit: %v", err)
@@ -322,9 +325,10 @@ func TestPropsProducer(t *testing.T) {
 		data := m.AppendData(nil)
 		require.Equal(t, m.DataLen(), len(data))
 		require.NoError(t, m.CheckProperties())
-		id, seq, ok, err := SplitDataProducer(m.Flag(), data)
+		id, seq, ok, only, err := SplitDataProducerOnly(m.Flag(), data)
 		require.NoError(t, err)
 		require.True(t, ok)
+		require.Equal(t, m.Key == nil, only, "the producer's field alone")
 		require.Equal(t, m.ProducerID, id)
 		require.Equal(t, m.ProducerSeq, seq)
 		got, err := (&Record{Flag: m.Flag(), Data: data}).Message("t", 0)
@@ -332,10 +336,24 @@ func TestPropsProducer(t *testing.T) {
 		require.Equal(t, m.ProducerID, got.ProducerID)
 		require.Equal(t, m.ProducerSeq, got.ProducerSeq)
 	}
+	// AppendPrefix writes the producer's field alone directly: the same
+	// bytes as the general encoder.
+	for _, v := range []int64{0, 1, 127, 128, 1 << 20, 1<<62 | 12345, math.MaxInt64} {
+		m := Message{ProducerID: max(v, 1), ProducerSeq: v}
+		require.True(t, m.producerOnly())
+		require.Equal(t, m.appendProps(nil, m.propsLen()), m.AppendPrefix(nil), "id %d seq %d", m.ProducerID, v)
+		require.Equal(t, m.DataLen(), len(m.AppendData(nil)))
+	}
+	for _, m := range []Message{{ProducerID: 1, Key: []byte{}}, {ProducerID: 1, Tags: []string{"a"}},
+		{ProducerID: 1, Headers: Headers{{"h", nil}}}, {ProducerID: 1, Delay: time.Second},
+		{ProducerID: 1, Timestamp: time.UnixMilli(1)}, {}} {
+		require.False(t, m.producerOnly(), "%+v", m)
+	}
 	plain := Message{Body: []byte("x"), Key: []byte("k")}
-	_, _, ok, err := SplitDataProducer(plain.Flag(), plain.AppendData(nil))
+	_, _, ok, only, err := SplitDataProducerOnly(plain.Flag(), plain.AppendData(nil))
 	require.NoError(t, err)
 	require.False(t, ok)
+	require.False(t, only)
 	_, _, ok, err = SplitDataProducer(0, []byte("no block"))
 	require.NoError(t, err)
 	require.False(t, ok)
