@@ -93,6 +93,10 @@ type conn struct {
 	// txs are the connection's transactions (core/tx, txglue.go).
 	txs *tx.Session
 
+	// idemSlab is what is left of the read loop's last allocation of
+	// idempotent puts' waiters (idem.go, newIdemWaiter).
+	idemSlab []idemWaiter
+
 	// probeTok is token+1 of the put being timed for
 	// metaq_put_duration_seconds (0: none), probeStart when it was
 	// appended (monoNow); set by the read loop, cleared by AppendDone.

@@ -92,7 +92,7 @@ func (c *conn) checkPut(r *protocol.Request) (t *topic, l *store.Log, p int32, c
 		return nil, nil, 0, 0, ps, false
 	}
 	var err error
-	if ps.id, ps.seq, ps.ok, err = message.SplitDataProducer(r.Flag, r.Body); err != nil {
+	if ps.id, ps.seq, ps.ok, ps.only, err = message.SplitDataProducerOnly(r.Flag, r.Body); err != nil {
 		b.stats.putFailed.Add(1)
 		c.reply(protocol.StatusBadRequest, badDataReason("", err), r.Opaque)
 		return nil, nil, 0, 0, ps, false
@@ -173,7 +173,7 @@ func (c *conn) handlePut(r *protocol.Request) {
 	if !ok {
 		return
 	}
-	if r.Flag&message.FlagHasProperties != 0 { // delay.go: a delayed message, or a cancel of one
+	if r.Flag&message.FlagHasProperties != 0 && !ps.only { // delay.go: a delayed message, or a cancel of one
 		d, cancel, delayed, bad := c.delayOf(r)
 		if bad {
 			return
@@ -268,13 +268,13 @@ func (c *conn) handleMPut(r *protocol.Request) {
 			c.putFail(r.Opaque, "mput: checksum mismatch in message "+strconv.Itoa(len(c.entries)))
 			return
 		}
-		id, seq, hasProducer, err := message.SplitDataProducer(e.Flag, e.Data)
+		id, seq, hasProducer, only, err := message.SplitDataProducerOnly(e.Flag, e.Data)
 		if err != nil {
 			b.stats.putFailed.Add(1)
 			c.reply(protocol.StatusBadRequest, badDataReason("mput: message "+strconv.Itoa(len(c.entries))+": ", err), r.Opaque)
 			return
 		}
-		if e.Flag&message.FlagHasProperties != 0 && isDelayed(e.Flag, e.Data) {
+		if e.Flag&message.FlagHasProperties != 0 && !only && isDelayed(e.Flag, e.Data) {
 			b.stats.putFailed.Add(1)
 			c.reply(protocol.StatusBadRequest, "mput: message "+strconv.Itoa(len(c.entries))+
 				": a delayed message (metaq-deliver-at, metaq-delay or metaq-cancel) goes in a put of its own", r.Opaque)

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +26,9 @@ import (
 type producerSeq struct {
 	id, seq int64
 	ok      bool
+	// only: the properties block holds the producer's field alone (no
+	// headers, so no delivery or cancel header to look for).
+	only bool
 }
 
 // idemPart is a partition's table and the failover epoch it describes.
@@ -141,7 +143,7 @@ func (c *conn) idemBegin(tp *topic, l *store.Log, p int32, opaque int32, ps prod
 	}
 	switch v {
 	case idem.Append:
-		w := idemWaiters.Get().(*idemWaiter)
+		w := c.newIdemWaiter()
 		w.c, w.t, w.tk = c, t, tk
 		return w
 	case idem.Duplicate:
@@ -197,13 +199,29 @@ type idemWaiter struct {
 
 var _ repl.PutDone = (*idemWaiter)(nil)
 
-// idemWaiters recycles the waiters: exactly one of AppendDone, SyncFailed
-// and failed ends a waiter's use.
-var idemWaiters = sync.Pool{New: func() any { return new(idemWaiter) }}
+// idemSlabSize is how many waiters a connection takes from one allocation.
+const idemSlabSize = 64
 
+// newIdemWaiter returns a waiter for an idempotent put, from c's slab (the
+// read loop's: idemBegin runs there). Waiters are not reused: a slab is
+// garbage once the last of its puts completed. A sync.Pool did reuse
+// them, but its waiters went back to the pool on the store's completer
+// and were taken out on the read loop, so nearly every Get took one from
+// another P (getSlow) and both sides missed the cache on it.
+func (c *conn) newIdemWaiter() *idemWaiter {
+	if len(c.idemSlab) == 0 {
+		c.idemSlab = make([]idemWaiter, idemSlabSize)
+	}
+	w := &c.idemSlab[0]
+	c.idemSlab = c.idemSlab[1:]
+	return w
+}
+
+// release ends a waiter's use: exactly one of AppendDone, SyncFailed and
+// failed ends it. Its table and producer are dropped, so that a slab kept
+// by a slower put of it holds no forgotten producer.
 func (w *idemWaiter) release() {
-	*w = idemWaiter{}
-	idemWaiters.Put(w)
+	w.t, w.tk = nil, idem.Ticket{}
 }
 
 func (w *idemWaiter) AppendDone(token uint64, firstID, firstOffset int64, err error) {
