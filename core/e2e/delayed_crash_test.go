@@ -183,6 +183,15 @@ func delayedLoad(cl *mqclient.Client, topic string, span, sendTimeout time.Durat
 // must be delivered, none before its time; it returns how many msgIds
 // were delivered more than once (the test logs it).
 func delayedCrashes(t *testing.T, topic string, parts, rounds int, start func(round int) *brokertest.Server, crash func(round int, srv *brokertest.Server)) (dups int) {
+	return delayedCrashesWith(t, topic, parts, rounds, delayedLoad, start, crash)
+}
+
+// delayedLoadFunc sends delayed messages to topic through cl until stop
+// is closed and returns the acknowledged ones (delayedLoad, txDelayedLoad).
+type delayedLoadFunc func(cl *mqclient.Client, topic string, span, sendTimeout time.Duration, seed uint64, stop <-chan struct{}) []delayedSent
+
+// delayedCrashesWith is delayedCrashes with the workload load.
+func delayedCrashesWith(t *testing.T, topic string, parts, rounds int, load delayedLoadFunc, start func(round int) *brokertest.Server, crash func(round int, srv *brokertest.Server)) (dups int) {
 	span := delayedCrashSpan(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -211,7 +220,7 @@ func delayedCrashes(t *testing.T, topic string, parts, rounds int, start func(ro
 		require.NoError(t, err)
 		go func() {
 			defer cl.Close(context.Background())
-			res <- delayedLoad(cl, topic, span, 3*time.Second, seed+uint64(round), stop)
+			res <- load(cl, topic, span, 3*time.Second, seed+uint64(round), stop)
 		}()
 		d := time.Duration(300+rng.IntN(700)) * time.Millisecond
 		time.Sleep(d)
