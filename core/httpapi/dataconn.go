@@ -61,6 +61,12 @@ func (d *dataConn) Close() {
 // do writes req, n pipelined requests with opaques 1..n, and reads their
 // n replies, returned by opaque (replies[i] for opaque i+1).
 func (d *dataConn) do(ctx context.Context, req []byte, n int) ([]reply, error) {
+	return d.doBuffers(ctx, [][]byte{req}, n)
+}
+
+// doBuffers is do for a request in pieces, written one after the other
+// (not joined into one buffer first).
+func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply, error) {
 	dl := time.Now().Add(dataOpTimeout)
 	if t, ok := ctx.Deadline(); ok && t.Before(dl) {
 		dl = t
@@ -70,7 +76,12 @@ func (d *dataConn) do(ctx context.Context, req []byte, n int) ([]reply, error) {
 	defer stop()
 	werr := make(chan error, 1)
 	go func() { // a pipe write waits for the broker's read: never block the replies on it
-		_, err := d.nc.Write(req)
+		var err error
+		for _, b := range req {
+			if _, err = d.nc.Write(b); err != nil {
+				break
+			}
+		}
 		werr <- err
 	}()
 	out := make([]reply, n)

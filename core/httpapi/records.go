@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -134,6 +135,7 @@ type pending struct {
 	idx   []int // the records' indexes in the request
 	sizes []int // their data lengths
 	body  []byte
+	buf   *bytes.Buffer // body's pooled buffer, or nil
 }
 
 // maxMPutBody bounds one mput's body (max_transfer_size defaults to 2 MiB).
@@ -192,7 +194,7 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 	open := map[int32]*pending{}
 	for i := range req.Records {
 		rec := &req.Records[i]
-		m, err := recordMessage(req.Format, rec)
+		m, b64, err := recordMessageBase64(req.Format, rec)
 		if err != nil {
 			res[i] = ProduceResult{ErrorCode: http.StatusBadRequest, Error: "record " + strconv.Itoa(i) + ": " + err.Error()}
 			continue
@@ -211,39 +213,60 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 			p = anyPart
 		}
 		n := m.DataLen()
+		if b64 != nil {
+			n += plainBase64(rec.Value)
+		}
 		run := open[p]
 		if run == nil || len(run.idx) == protocol.MaxMPutCount || len(run.body)+n+protocol.MPutEntryHeader > maxMPutBody {
 			run = &pending{part: p, idx: make([]int, 0, len(req.Records)-i), sizes: make([]int, 0, len(req.Records)-i)}
 			if len(runs) == 0 { // most requests: one run of every record
-				run.body = make([]byte, 0, min(maxMPutBody, len(body.Bytes())+len(req.Records)*protocol.MPutEntryHeader))
+				run.buf = bodyPool.Get().(*bytes.Buffer)
+				run.buf.Reset()
+				run.buf.Grow(min(maxMPutBody, len(body.Bytes())+len(req.Records)*protocol.MPutEntryHeader))
+				run.body = run.buf.AvailableBuffer()
+				defer putBody(run.buf) // the pipe's write copies the body: free once do returns
 			}
 			open[p] = run
 			runs = append(runs, run)
 		}
-		run.idx = append(run.idx, i)
-		run.sizes = append(run.sizes, n)
 		// The entry's header, then its data in place: flag, length and
 		// checksum filled in after.
 		at := len(run.body)
 		run.body = m.AppendData(append(run.body, make([]byte, protocol.MPutEntryHeader)...))
+		if b64 != nil { // a base64 value decoded straight into the body
+			to := len(run.body)
+			run.body = slices.Grow(run.body, base64.StdEncoding.DecodedLen(len(b64)))
+			k, err := base64.StdEncoding.Decode(run.body[to:to+base64.StdEncoding.DecodedLen(len(b64))], b64)
+			if err != nil {
+				run.body = run.body[:at]
+				res[i] = ProduceResult{ErrorCode: http.StatusBadRequest, Error: "record " + strconv.Itoa(i) + ": " + valueBase64Error(err).Error()}
+				continue
+			}
+			run.body = run.body[:to+k]
+		}
+		run.idx = append(run.idx, i)
+		run.sizes = append(run.sizes, n)
 		data := run.body[at+protocol.MPutEntryHeader:]
 		h := run.body[at:]
 		binary.BigEndian.PutUint32(h, uint32(m.Flag()))
 		binary.BigEndian.PutUint32(h[4:], uint32(len(data)))
 		binary.BigEndian.PutUint32(h[8:], uint32(int32(message.Checksum(data))))
 	}
+	// A run whose every record failed (a bad base64 value found in
+	// place) is not sent.
+	runs = slices.DeleteFunc(runs, func(run *pending) bool { return len(run.idx) == 0 })
 	if len(runs) > 0 {
 		d, ok := s.dial(w, r)
 		if !ok {
 			return
 		}
 		defer d.Close()
-		var wire []byte
+		// Each run's header, then its body as it is (not copied again).
+		wire := make([][]byte, 0, 2*len(runs))
 		for k, run := range runs {
-			wire = protocol.AppendMPutHeader(wire, topic, run.part, len(run.body), len(run.idx), int32(k+1))
-			wire = append(wire, run.body...)
+			wire = append(wire, protocol.AppendMPutHeader(nil, topic, run.part, len(run.body), len(run.idx), int32(k+1)), run.body)
 		}
-		reps, err := d.do(r.Context(), wire, len(runs))
+		reps, err := d.doBuffers(r.Context(), wire, len(runs))
 		if err != nil {
 			failed(w, err)
 			return
@@ -329,13 +352,52 @@ func produced(res []ProduceResult, run *pending, rep reply) {
 
 // recordMessage is rec as a message (its properties checked).
 func recordMessage(format string, rec *ProduceRecord) (*message.Message, error) {
-	m := &message.Message{}
-	var err error
-	if m.Key, _, err = decodeField(format, rec.Key); err != nil {
-		return nil, errors.New("key: " + err.Error())
+	m, b64, err := recordMessageBase64(format, rec)
+	if err != nil || b64 == nil {
+		return m, err
 	}
-	if m.Body, _, err = decodeField(format, rec.Value); err != nil {
-		return nil, errors.New("value: " + err.Error())
+	m.Body = make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
+	n, err := base64.StdEncoding.Decode(m.Body, b64)
+	if err != nil {
+		return nil, valueBase64Error(err)
+	}
+	m.Body = m.Body[:n]
+	return m, nil
+}
+
+// valueBase64Error is the error of a value in format binary that is not
+// base64 (decodeField's words).
+func valueBase64Error(err error) error {
+	return errors.New("value: not base64 (format binary): " + err.Error())
+}
+
+// plainBase64 is s's decoded length if s is a JSON string without
+// escapes of a length base64 (standard, padded) allows, else -1.
+func plainBase64(raw json.RawMessage) int {
+	if len(raw) < 2 || raw[0] != '"' || (len(raw)-2)%4 != 0 || bytes.IndexByte(raw, '\\') >= 0 {
+		return -1
+	}
+	s := raw[1 : len(raw)-1]
+	n := len(s) / 4 * 3
+	for k := 0; k < 2 && len(s) > k && s[len(s)-1-k] == '='; k++ {
+		n--
+	}
+	return n
+}
+
+// recordMessageBase64 is recordMessage, except that a value in format
+// binary given as a plain string (plainBase64) is not decoded: m.Body is
+// nil and b64 is its base64 text, for the caller to decode in place
+// (handleProduce, into the mput body). A bad value is then found there.
+func recordMessageBase64(format string, rec *ProduceRecord) (m *message.Message, b64 []byte, err error) {
+	m = &message.Message{}
+	if m.Key, _, err = decodeField(format, rec.Key); err != nil {
+		return nil, nil, errors.New("key: " + err.Error())
+	}
+	if format == formatBinary && plainBase64(rec.Value) >= 0 {
+		b64 = rec.Value[1 : len(rec.Value)-1]
+	} else if m.Body, _, err = decodeField(format, rec.Value); err != nil {
+		return nil, nil, errors.New("value: " + err.Error())
 	}
 	for _, h := range rec.Headers {
 		hv := message.Header{Key: h.Key}
@@ -347,14 +409,14 @@ func recordMessage(format string, rec *ProduceRecord) (*message.Message, error) 
 	m.Tags = rec.Tags
 	if rec.Timestamp != nil {
 		if *rec.Timestamp <= 0 {
-			return nil, errors.New("timestamp must be positive (Unix milliseconds)")
+			return nil, nil, errors.New("timestamp must be positive (Unix milliseconds)")
 		}
 		m.Timestamp = time.UnixMilli(*rec.Timestamp)
 	}
 	if err := m.CheckProperties(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return m, nil
+	return m, b64, nil
 }
 
 // ConsumedRecord is one record read.

@@ -14,6 +14,7 @@ import (
 func FuzzProduceBody(f *testing.F) {
 	f.Add([]byte(`{"format":"text","records":[{"key":"k","value":"v","headers":[{"key":"h","value":null}],"tags":["a"],"timestamp":1}]}`))
 	f.Add([]byte(`{"format":"binary","records":[{"value":"AAEC"},{"value":"not base64"},{"value":"\u0041QID"}]}`))
+	f.Add([]byte(`{"format":"binary","records":[{"value":"!!!!"},{"value":"AA=="},{"value":"AAE="},{"value":""},{"value":"A==="}]}`))
 	f.Add([]byte(`{"records":[{"value":{"a":[1,2]}},{"key":null,"value":null},{"partition":3,"value":"x\"y"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req ProduceRequest
@@ -22,6 +23,14 @@ func FuzzProduceBody(f *testing.F) {
 		}
 		for i := range req.Records {
 			rec := &req.Records[i]
+			if n := plainBase64(rec.Value); n >= 0 {
+				// What handleProduce decodes in place: plainBase64's
+				// length is the decoded one when the value is base64.
+				got, _, err := decodeField(formatBinary, rec.Value)
+				if err == nil && len(got) != n {
+					t.Fatalf("%q: plainBase64 %d, decoded %d bytes", rec.Value, n, len(got))
+				}
+			}
 			for _, fm := range []string{formatJSON, formatText, formatBinary} {
 				recordMessage(fm, rec) // no panic
 				for _, raw := range []json.RawMessage{rec.Key, rec.Value} {
