@@ -93,11 +93,15 @@ def _selector(s: Union[str, Selector]) -> Selector:
 class _Item:
     __slots__ = ("topic", "partition", "explicit", "msg", "data", "flag", "crc", "future")
 
-    def __init__(self, topic: str, partition: int, explicit: bool, msg: Message, data: bytes,
+    def __init__(self, topic: str, partition: int, explicit: bool, msg: Optional[Message], data: bytes,
                  future: Future) -> None:
+        # msg None: a plain value (data), no Message made for it (send_async)
         self.topic, self.partition, self.explicit, self.msg = topic, partition, explicit, msg
-        self.data, self.flag, self.crc = data, msg.flag, checksum(data)
+        self.data, self.flag, self.crc = data, msg.flag if msg is not None else 0, checksum(data)
         self.future = future
+
+    def message(self) -> Message:
+        return self.msg if self.msg is not None else Message(self.data)
 
 
 def _future_maker() -> Callable[[object], Future]:
@@ -280,15 +284,28 @@ class Producer:
         unknown topic) raise here."""
         if self._closed:
             raise ClosedError("metaq: producer closed")
+        m: Optional[Message]
         if isinstance(value, Message):
             m = value
         elif (key is None and headers is None and tags is None and timestamp is None and attribute is None
-              and isinstance(value, bytes)):
-            m = Message(value)  # the common case, without make_message's conversions
+              and type(value) is bytes):
+            m = None  # the common case: the value is the put body, no Message made (nor its lists)
         else:
             m = make_message(value, key=key, headers=headers, tags=tags, timestamp=timestamp, attribute=attribute)
-        data = encode_data(m)
-        p = self._choose(topic, m, partition)
+        if m is None:
+            data = value  # type: ignore[assignment]
+            sel = self.selector
+            if partition is not None:
+                p = partition
+            elif type(sel) is HashByKey:  # no key: its round robin
+                p = next(sel._rr._n) % self.partition_count(topic)
+            elif type(sel) is RoundRobin:
+                p = next(sel._n) % self.partition_count(topic)
+            else:  # the caller's selector is given a Message
+                p = self._choose(topic, Message(data), None)
+        else:
+            data = encode_data(m)
+            p = self._choose(topic, m, partition)
         if self.linger <= 0 or self.batch_size == 1:
             fut: Future = Future()
             with self._cv:
@@ -387,7 +404,7 @@ class Producer:
         groups: Dict[int, List[_Item]] = {}
         for it in items:
             try:
-                it.partition = self._choose(it.topic, it.msg, None)
+                it.partition = self._choose(it.topic, it.message(), None)
             except BaseException as e:
                 self._done([it], self.retries, None, e)
                 continue

@@ -52,6 +52,35 @@ def test_async_pipelined_and_batched(broker) -> None:
         assert m.next_offset == m.offset + 20 + len(m.value)
 
 
+def test_async_plain_values_and_selectors(broker) -> None:
+    """send_async of a plain bytes value makes no Message: the built-in
+    selectors still spread it round robin, a selector of the caller's is
+    given a Message of the value, and the bytes stored are the value."""
+    seen = []
+
+    def mine(topic: str, n: int, m: metaq.Message) -> int:
+        seen.append(m.value)
+        return 3
+
+    for sel in ("hash", "round_robin", mine):
+        with metaq.Producer(broker.addr, selector=sel, linger=0.01, batch_size=8) as p:
+            futs = [p.send_async("g", b"v%d" % i) for i in range(16)]
+            p.flush(30)
+            parts = [f.result().partition for f in futs]
+        if sel is mine:
+            assert parts == [3] * 16 and seen == [b"v%d" % i for i in range(16)]
+        else:
+            assert sorted(parts.count(k) for k in range(4)) == [4, 4, 4, 4], (sel, parts)
+    with metaq.Consumer(broker.addr, "g") as c:
+        got = []
+        while len(got) < 48:
+            more = c.poll(5, max_messages=1000)
+            assert more, len(got)
+            got += more
+    assert sorted(m.value for m in got) == sorted([b"v%d" % i for i in range(16)] * 3)
+    assert all(m.key is None and m.headers == [] and m.attribute is None for m in got)
+
+
 def test_hash_by_key_matches_go(broker) -> None:
     with metaq.Producer(broker.addr) as p:
         for k in ("a", "order-17", "日本"):
