@@ -3,7 +3,8 @@
 // value. Its InitResponse asks for properties (filters.WithProperties), so
 // the broker sends each record's key, create time, tags and headers, and
 // the plugin reads them from filters.Record. Build it into the plugins
-// folder and name it in server.toml; see README.md.
+// folder and name it in server.toml; see docs/plugins.md, "Properties
+// for filter plugins".
 package main
 
 import (

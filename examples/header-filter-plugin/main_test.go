@@ -1,10 +1,14 @@
 package main
 
 import (
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/metaq-go/metaq/filters"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/stretchr/testify/require"
 )
 
 // TestCompile checks the predicate on records as a plugin process sees
@@ -40,4 +44,19 @@ func TestCompile(t *testing.T) {
 			t.Errorf("config %v accepted", cfg)
 		}
 	}
+}
+
+// TestDocsShowMain: the Go block of docs/plugins.md marked
+// "<!-- example: header-filter-plugin -->" is this plugin's main as
+// main.go has it, so the docs show code that builds (and runs under a
+// broker in filters' TestBrokerFilterPluginProperties).
+func TestDocsShowMain(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/plugins.md")
+	require.NoError(t, err)
+	src, err := os.ReadFile("main.go")
+	require.NoError(t, err)
+	m := regexp.MustCompile("(?s)<!-- example: header-filter-plugin -->\n```go\n(.*?\n)```\n").FindSubmatch(doc)
+	require.NotNil(t, m, "no marked header-filter-plugin block in docs/plugins.md")
+	require.True(t, strings.HasPrefix(string(m[1]), "func main() {"), "the block shows %q", m[1])
+	require.Contains(t, string(src), string(m[1]), "docs/plugins.md's block differs from main.go")
 }
