@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/idem"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/timer"
@@ -39,7 +40,22 @@ type delayWaiter struct {
 	c      *conn
 	p      int32
 	cancel bool
+	// it and tk: an idempotent delayed put's table and ticket
+	// (delayidem.go), finished when the timer record is stored.
+	it *idem.Table
+	tk idem.Ticket
 }
+
+// finish tells an idempotent delayed put's table its outcome: stored
+// (ok) with msgId id, or not.
+func (w *delayWaiter) finish(id int64, ok bool) {
+	if w.it != nil {
+		w.it.Finish(w.tk, idem.Result{FirstID: id, FirstOffset: -1, Count: 1}, ok)
+		w.it, w.tk = nil, idem.Ticket{}
+	}
+}
+
+func (w *delayWaiter) failed() { w.finish(0, false) }
 
 func (w *delayWaiter) fix(token uint64) uint64 {
 	return token&^(uint64(0xffff)<<32) | uint64(uint16(w.p))<<32
@@ -49,19 +65,25 @@ func (w *delayWaiter) AppendDone(token uint64, id, _ int64, err error) {
 	if err == nil && !w.cancel {
 		w.c.b.delay.Accepted.Add(1)
 	}
+	w.finish(id, err == nil)
 	w.c.AppendDone(w.fix(token), id, -1, err)
 }
 
-func (w *delayWaiter) SyncFailed(token uint64, err error) { w.c.SyncFailed(w.fix(token), err) }
+// SyncFailed: held here, the slave failed it; a retry is answered as
+// stored, its msgId unknown (as idemWaiter's).
+func (w *delayWaiter) SyncFailed(token uint64, err error) {
+	w.finish(0, true)
+	w.c.SyncFailed(w.fix(token), err)
+}
 
 // delayedPut stores a put that asks for a delivery time (or a cancel) in
 // the timer log. It has answered the put when it returns.
 func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Delivery, cancel int64, ps producerSeq) {
 	b := c.b
-	if ps.ok {
+	if ps.ok && cancel != 0 {
 		b.stats.putFailed.Add(1)
 		c.reply(protocol.StatusBadRequest, "delayed message: the idempotent producer's id and sequence are not taken "+
-			"on a delayed message (send it with idempotence off; docs/delayed.md)", r.Opaque)
+			"on a cancel (docs/delayed.md)", r.Opaque)
 		return
 	}
 	var data []byte
@@ -84,11 +106,23 @@ func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Deli
 		return
 	}
 	tp := timerPartition(t.name, p, len(tt.parts))
+	w := &delayWaiter{c: c, p: p, cancel: cancel != 0}
+	if ps.ok {
+		l := t.partition(p)
+		if l == nil {
+			c.putFail(r.Opaque, "delayed message: no partition "+strconv.Itoa(int(p)))
+			return
+		}
+		var ok bool
+		if w.it, w.tk, ok = c.delayIdemBegin(t.name, l, tt.parts[tp], p, r.Opaque, ps); !ok { // delayidem.go
+			return
+		}
+	}
 	c.entries = append(c.entries[:0], store.Entry{Flag: 0, CRC: message.Checksum(data), Data: data})
 	if cancel != 0 {
 		b.delay.Cancels.Add(1)
 	}
-	c.appendEntries(tt, tt.parts[tp], tp, r.Opaque, false, int64(len(data)), &delayWaiter{c: c, p: p, cancel: cancel != 0})
+	c.appendEntries(tt, tt.parts[tp], tp, r.Opaque, false, int64(len(data)), w)
 	if cancel == 0 && (d.IsAt && d.At <= time.Now().UnixMilli() || !d.IsAt && d.Delay == 0) { // due on arrival
 		b.delay.Wake(int(tp))
 	}

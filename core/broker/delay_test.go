@@ -216,7 +216,7 @@ func TestDelayedRefusals(t *testing.T) {
 	require.Contains(t, string(r.Body), "exceeds max_delay")
 	r = put(message.Headers{{Key: message.HeaderDelay, Value: []byte("soon")}}, false)
 	require.Equal(t, protocol.StatusBadRequest, r.Code, "%s", r.Body)
-	r = put(message.Headers{{Key: message.HeaderDelay, Value: []byte("10")}}, true)
+	r = put(message.Headers{{Key: message.HeaderCancel, Value: []byte("10")}}, true)
 	require.Equal(t, protocol.StatusBadRequest, r.Code)
 	require.True(t, strings.Contains(string(r.Body), "idempotent"), "%s", r.Body)
 	r = put(message.Headers{{Key: message.HeaderDelay, Value: []byte("10")}, {Key: message.HeaderDeliverAt, Value: []byte("10")}}, false)

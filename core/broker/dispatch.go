@@ -226,7 +226,7 @@ func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput
 		if probe {
 			c.probeTok.Store(0)
 		}
-		if iw, ok := w.(*idemWaiter); ok {
+		if iw, ok := w.(putFailer); ok {
 			iw.failed()
 		}
 		c.addPending(-1)

@@ -104,6 +104,9 @@ func (b *Broker) forgetIdem(logs []*store.Log) {
 		if v, ok := b.idem.LoadAndDelete(l); ok {
 			v.(*idemPart).t.Release()
 		}
+		if v, ok := b.idem.LoadAndDelete(delayIdemKey{l}); ok { // delayidem.go
+			v.(*idemPart).t.Release()
+		}
 	}
 }
 

@@ -43,7 +43,7 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 		token |= uint64(len(c.entries)) << 48
 	}
 	refused, err := c.b.sync.Put(t.name, p, l, c.entries, c.b.ids, w, token, c.addPending)
-	if iw, ok := w.(*idemWaiter); ok && (refused != nil || err != nil) {
+	if iw, ok := w.(putFailer); ok && (refused != nil || err != nil) {
 		iw.failed()
 	}
 	switch {

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -235,4 +236,64 @@ func logRecordsOf(t *testing.T, l *store.Log) []message.Record {
 		off = it.NextOffset()
 	}
 	return out
+}
+
+// TestDelayedIdempotent: an idempotent producer's delayed put sent twice
+// (a retry after a lost reply) is held once and the copy answered with
+// the first one's msgId and offset -1; a gap in the sequences is refused
+// as out of order; after a restart the table is rebuilt from the timer
+// log, so a retry is still answered as held; the plain puts of the
+// partition, another producer, are not disturbed; each delayed message is
+// delivered once.
+func TestDelayedIdempotent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := fixture{dir: dir}.start(t)
+	put := func(b *Broker, pid, seq int64, delay time.Duration, body string) protocol.Request {
+		c := dialRaw(t, b.Addr())
+		m := &message.Message{Topic: "t", Body: []byte(body), Delay: delay, ProducerID: pid, ProducerSeq: seq}
+		data := m.AppendData(nil)
+		return c.roundTrip(t, append(protocol.AppendPutHeader(nil, "t", 1, len(data), m.Flag(), int64(message.Checksum(data)), 1), data...))
+	}
+	result := func(r protocol.Request) (id, off int64) {
+		require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
+		f := strings.Fields(string(r.Body))
+		require.Len(t, f, 3)
+		id, _ = strconv.ParseInt(f[0], 10, 64)
+		off, _ = strconv.ParseInt(f[2], 10, 64)
+		return id, off
+	}
+	const pid, plainPID = 1<<62 | 7, 1<<62 | 8
+	id0, off := result(put(b, pid, 0, 300*time.Millisecond, "soon"))
+	require.Equal(t, int64(-1), off)
+	again, off := result(put(b, pid, 0, 300*time.Millisecond, "soon"))
+	require.Equal(t, id0, again, "the retry is answered with the first copy's msgId")
+	require.Equal(t, int64(-1), off)
+	id1, _ := result(put(b, pid, 1, time.Hour, "later"))
+	r := put(b, pid, 5, time.Hour, "gap")
+	require.Equal(t, protocol.StatusInternalError, r.Code)
+	require.Contains(t, string(r.Body), protocol.CauseOutOfOrderSequence)
+	// A plain put of the partition's own producer.
+	_, off = result(put(b, plainPID, 0, 0, "plain"))
+	require.GreaterOrEqual(t, off, int64(0))
+	require.Contains(t, statsItem(t, b, "delayed"), "\r\naccepted 2\r\n")
+	seen := firstSeen(t, b.Addr(), map[int64]int32{id0: 1})
+	require.NotZero(t, seen[id0])
+
+	require.NoError(t, b.Close())
+	b = fixture{dir: dir}.start(t)
+	again, _ = result(put(b, pid, 1, time.Hour, "later"))
+	require.Equal(t, id1, again, "after a restart, the table rebuilt from the timer log")
+	id2, _ := result(put(b, pid, 2, time.Hour, "next"))
+	require.NotEqual(t, id1, id2)
+	_, off = result(put(b, plainPID, 1, 0, "plain 2"))
+	require.GreaterOrEqual(t, off, int64(0), "the plain producer's sequences go on")
+	require.Eventually(t, func() bool {
+		return strings.Contains(statsItem(t, b, "delayed"), "STATS\r\npending 2\r\n")
+	}, 10*time.Second, 20*time.Millisecond, "later and next held, once each")
+	time.Sleep(3 * timer.Tick)
+	ids := deliveredIDs(t, b.Addr(), "t", 1) // fails on a msgId twice
+	_, ok := ids[id0]
+	require.True(t, ok)
+	require.Len(t, ids, 3, "soon, plain, plain 2")
 }

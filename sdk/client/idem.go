@@ -56,7 +56,7 @@ func withIdempotence(on bool) prodOption {
 // for part (a retry). Without idempotence it clears them: a message
 // carries no producer of another session.
 func (p *brokerProducer) bind(m *message.Message, part int32) {
-	if !p.cfg.idempotent || m.Delayed() { // a delayed message is not sequenced (docs/delayed.md)
+	if !p.cfg.idempotent {
 		m.ProducerID, m.ProducerSeq = 0, 0
 		return
 	}
@@ -65,13 +65,14 @@ func (p *brokerProducer) bind(m *message.Message, part int32) {
 	}
 	p.smu.Lock()
 	key := tpKey{m.Topic, part}
-	st := p.seqs[key]
+	seqs := p.seqMap(m)
+	st := (*seqs)[key]
 	if st == nil {
-		if p.seqs == nil {
-			p.seqs = make(map[tpKey]*seqState)
+		if *seqs == nil {
+			*seqs = make(map[tpKey]*seqState)
 		}
 		st = &seqState{pid: newProducerID()}
-		p.seqs[key] = st
+		(*seqs)[key] = st
 	}
 	m.ProducerID, m.ProducerSeq, m.Partition = st.pid, st.next, part
 	st.next++
@@ -84,11 +85,23 @@ func (p *brokerProducer) bind(m *message.Message, part int32) {
 // again when it is resent.
 func (p *brokerProducer) renew(m *message.Message, part int32) {
 	p.smu.Lock()
-	if st := p.seqs[tpKey{m.Topic, part}]; st != nil && st.pid == m.ProducerID {
+	if st := (*p.seqMap(m))[tpKey{m.Topic, part}]; st != nil && st.pid == m.ProducerID {
 		st.pid, st.next = newProducerID(), 0
 	}
 	p.smu.Unlock()
 	m.ProducerID, m.ProducerSeq = 0, 0
+}
+
+// seqMap is where m's producer and sequences are kept: a delayed
+// message's apart from the plain ones' (docs/delayed.md): the broker
+// holds it in its timer log, not in the partition, and judges it by a
+// table of the partition's delayed puts, and its delivery later must not
+// look like a plain put of the partition's producer.
+func (p *brokerProducer) seqMap(m *message.Message) *map[tpKey]*seqState {
+	if m.Delayed() {
+		return &p.dseqs
+	}
+	return &p.seqs
 }
 
 // unbind clears what a caller (or an earlier send of m) set: a send binds
@@ -138,7 +151,7 @@ func retryOutcome(err error, retry bool) error {
 // kept reports whether a put of m to partition part keeps m's binding
 // from an earlier attempt (bind): a retry.
 func (p *brokerProducer) kept(m *message.Message, part int32) bool {
-	return p.cfg.idempotent && !m.Delayed() && m.ProducerID != 0 && m.Partition == part
+	return p.cfg.idempotent && m.ProducerID != 0 && m.Partition == part
 }
 
 // sendCause returns the cause of a broker's refusal ("" for none).

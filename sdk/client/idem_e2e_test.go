@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,4 +247,86 @@ func TestIdempotentForgottenProducer(t *testing.T) {
 	}
 	t.Logf("%d sent: %d acknowledged, %d outcome unknown (%d stored in all); %d replies dropped",
 		n, acked, unknown, stored, proxy.Dropped())
+}
+
+// TestIdempotentDelayedDroppedReplies: delayed messages sent while their
+// replies are lost with their connection (DropReplies) are retried by the
+// idempotent producer and held once each (docs/delayed.md, "Retries and
+// the idempotent producer"): every one is delivered exactly once, with the
+// msgId its send returned, and the broker's timer accepted each once.
+func TestIdempotentDelayedDroppedReplies(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	proxy, err := faultnet.Start(b.addr)
+	require.NoError(t, err)
+	defer proxy.Close()
+	proxy.DropReplies(3)
+	p := newClient(t, Brokers(proxy.Addr()), ProduceTimeout(time.Minute), quietLog)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 120
+	var mu sync.Mutex
+	ids := map[string]int64{}
+	var wg sync.WaitGroup
+	for i := range n {
+		v := fmt.Sprintf("d%04d", i)
+		wg.Add(1)
+		p.Produce(ctx, &message.Message{Topic: topic, Body: []byte(v), Delay: 300 * time.Millisecond}, func(r SendResult, err error) {
+			defer wg.Done()
+			if err != nil {
+				t.Errorf("send %s: %v", v, err)
+				return
+			}
+			mu.Lock()
+			ids[v] = r.ID // -1 when answered as held already, its msgId unknown
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	require.Positive(t, proxy.Dropped(), "no reply was dropped")
+	raw := dialRaw(t, b.addr)
+	seen := map[string]int64{}
+	count := map[string]int{}
+	require.Eventually(t, func() bool {
+		clear(seen)
+		clear(count)
+		for part := range 4 {
+			off := int64(0)
+			for {
+				kind, code, body := raw.do(fmt.Sprintf("get %s g %d %d %d 3", topic, part, off, 1<<20), nil)
+				if kind == "result" {
+					require.Equal(t, 404, code, string(body))
+					break
+				}
+				it := message.NewIterator(body, off, 0)
+				for it.Next() {
+					m, err := it.Record().Message(topic, int32(part))
+					require.NoError(t, err)
+					seen[string(m.Body)] = m.ID
+					count[string(m.Body)]++
+				}
+				require.Positive(t, it.Consumed())
+				off = it.NextOffset()
+			}
+		}
+		return len(seen) == n
+	}, 30*time.Second, 50*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // nothing more comes
+	for v, id := range ids {
+		require.Equal(t, 1, count[v], "%s delivered %d times", v, count[v])
+		if id > 0 {
+			require.Equal(t, id, seen[v], "%s delivered with the msgId its send returned", v)
+		}
+	}
+	// stats delayed: STATS, its lines, END.
+	_, err = raw.c.Write([]byte("stats delayed 9\r\n"))
+	require.NoError(t, err)
+	var st strings.Builder
+	for !strings.HasSuffix(st.String(), "END\r\n") {
+		l, err := raw.br.ReadString('\n')
+		require.NoError(t, err)
+		st.WriteString(l)
+	}
+	require.Contains(t, st.String(), fmt.Sprintf("\r\naccepted %d\r\n", n), "each held once")
+	t.Logf("%d delayed messages, %d replies dropped", n, proxy.Dropped())
 }

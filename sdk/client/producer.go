@@ -150,9 +150,10 @@ type brokerProducer struct {
 	parts map[string]int
 
 	// smu guards seqs: the idempotent producer's id and next sequence per
-	// partition (idem.go).
-	smu  sync.Mutex
-	seqs map[tpKey]*seqState
+	// partition (idem.go); dseqs: those of its delayed messages.
+	smu   sync.Mutex
+	seqs  map[tpKey]*seqState
+	dseqs map[tpKey]*seqState
 }
 
 // newProducerConfig applies opts to the defaults; maxInFlight stays 0

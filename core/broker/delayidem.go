@@ -1,0 +1,196 @@
+package broker
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/metaq-go/metaq/core/idem"
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/timer"
+	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
+)
+
+// The idempotent producer for delayed puts (docs/delayed.md, "Retries and
+// the idempotent producer"). A delayed put is stored in the timer log,
+// not in its partition, so it is judged by a table of its own per target
+// partition: the delayed puts to it, whose producers are not those of the
+// partition's plain puts (the Go SDK draws a producer id per partition
+// for its delayed messages apart from the plain one's), so that neither
+// sees the other's sequences as gaps. The table is rebuilt, like a
+// partition's, from the tail of the log that holds the puts: the target's
+// timer partition, its message records for that target (the producer's
+// id and sequence are in the put's record inside). A retried delayed put
+// that is stored already is answered with its msgId and offset -1 and is
+// not held twice.
+
+// delayIdemKey keys a target partition's delayed-put table in Broker.idem
+// (whose other keys are the partitions' logs).
+type delayIdemKey struct{ l *store.Log }
+
+// putFailer is a put's waiter that must hear of a put refused or failed
+// before the store took it (idemWaiter, delayWaiter).
+type putFailer interface{ failed() }
+
+// delayIdemTable returns the delayed-put table of target partition l,
+// made on first use (reset, with failover, when the epoch changed, as a
+// partition's table is).
+func (b *Broker) delayIdemTable(l *store.Log) *idem.Table {
+	k := delayIdemKey{l}
+	v, ok := b.idem.Load(k)
+	if !ok {
+		cfg := b.config()
+		v, _ = b.idem.LoadOrStore(k, &idemPart{l: l, t: idem.NewTable(idem.Config{
+			MaxProducers: cfg.IdempotentProducers,
+			IdleExpiry:   time.Duration(cfg.IdempotentIdleExpiry) * time.Second,
+			RebuildBytes: cfg.IdempotentRebuildBytes,
+			Budget:       b.idemBudget(),
+		})})
+	}
+	ip := v.(*idemPart)
+	if b.fo != nil {
+		e := b.fo.Status().Epoch
+		if old := ip.epoch.Load(); old != e && ip.epoch.CompareAndSwap(old, e) {
+			ip.t.Reset()
+		}
+	}
+	return ip.t
+}
+
+// delayIdemBegin judges an idempotent delayed put (producer ps) for
+// partition p of topic (log l), held in timer partition tl. It returns
+// the table and ticket to finish when the timer record is stored, or ok
+// false when it has answered the put: a retry of a stored put with the
+// msgId of its first copy, or a refusal with its cause.
+func (c *conn) delayIdemBegin(topic string, l, tl *store.Log, p int32, opaque int32, ps producerSeq) (*idem.Table, idem.Ticket, bool) {
+	b := c.b
+	t := b.delayIdemTable(l)
+	now := t.Clock()
+	err := t.Build(now, func() (func() (idem.Record, bool), error) {
+		start := time.Now()
+		recs, err := scanTimerProducers(tl, topic, p, t.Config().RebuildBytes, b.config().MaxMessageSize)
+		if err == nil {
+			b.logf("idempotent producer: delayed puts to %s-%d rebuilt from %d records of producers in %s in %v",
+				topic, p, len(recs), tl.Dir(), time.Since(start).Round(time.Millisecond))
+		}
+		return func() (idem.Record, bool) {
+			if len(recs) == 0 {
+				return idem.Record{}, false
+			}
+			r := recs[0]
+			recs = recs[1:]
+			return r, true
+		}, err
+	})
+	if err != nil {
+		b.errorf("idempotent producer: rebuild of the delayed puts to %s-%d: %v", topic, p, err)
+		c.putFail(opaque, "idempotent producer state: "+oneLine(err.Error()))
+		return nil, idem.Ticket{}, false
+	}
+	v, res, tk := t.Start(ps.id, ps.seq, ps.seq, now)
+	seqs := func() string {
+		return "delayed message of producer " + strconv.FormatInt(ps.id, 10) + " sequence " + strconv.FormatInt(ps.seq, 10)
+	}
+	switch v {
+	case idem.Append:
+		return t, tk, true
+	case idem.Duplicate:
+		if res.Count > 0 {
+			b.stats.idemDuplicates.Add(1)
+			c.replyStored(opaque, p, idem.Result{FirstID: res.FirstID, FirstOffset: -1, Count: 1}, false)
+			return nil, idem.Ticket{}, false
+		}
+		fallthrough
+	case idem.Stored:
+		b.stats.idemDuplicates.Add(1)
+		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseDuplicateSequence,
+			seqs()+" is held already, by a put whose msgId this broker no longer holds"), opaque)
+	case idem.InFlight:
+		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseSequenceInFlight,
+			seqs()+" is being stored by an earlier copy of this put; retry"), opaque)
+	case idem.UnknownProducer:
+		b.stats.idemUnknown.Add(1)
+		c.putFail(opaque, protocol.WithCause(protocol.CauseUnknownProducer,
+			seqs()+": the broker does not know the producer (it starts at sequence 0) or forgot it "+
+				"(idempotent_producers, idle expiry, a restart or failover); a retry's first copy may be stored"))
+	default:
+		b.stats.idemOutOfOrder.Add(1)
+		c.putFail(opaque, protocol.WithCause(protocol.CauseOutOfOrderSequence,
+			seqs()+": the broker expects the producer's next sequence, not a gap"))
+	}
+	return nil, idem.Ticket{}, false
+}
+
+// scanTimerProducers reads timer log tl's records from MaxOffset-back (a
+// record boundary, as scanProducers finds one) to its end and returns, as
+// records of the target, the message records for partition p of topic
+// whose put carries an idempotent producer, oldest first. A damaged record
+// ends the scan.
+func scanTimerProducers(tl *store.Log, topic string, p int32, back int64, maxLen int) ([]idem.Record, error) {
+	end := tl.MaxOffset()
+	start := max(tl.MinOffset(), end-back)
+	from := tl.NearestOffset(start)
+	if start-from > resyncSlack {
+		if off, ok := resync(tl, start, maxLen); ok {
+			if recs, complete, err := scanTimerFrom(tl, off, end, topic, p); err != nil || complete {
+				return recs, err
+			}
+		}
+	}
+	recs, _, err := scanTimerFrom(tl, from, end, topic, p)
+	return recs, err
+}
+
+// scanTimerFrom is scanFrom for scanTimerProducers.
+func scanTimerFrom(tl *store.Log, from, end int64, topic string, p int32) (recs []idem.Record, complete bool, err error) {
+	chunk := 1 << 20
+	var buf []byte
+	for off := from; off < end; {
+		v, err := tl.Read(off, chunk)
+		if err != nil {
+			var below *store.OffsetOutOfRangeError
+			switch {
+			case errors.As(err, &below):
+				off = below.Min
+				continue
+			case errors.Is(err, store.ErrNoData):
+				return recs, off >= end, nil
+			}
+			return nil, false, err
+		}
+		buf, err = v.ReadAll(buf[:0])
+		v.Release()
+		if err != nil {
+			return nil, false, err
+		}
+		it := message.NewIterator(buf, off, 0)
+		for it.Next() {
+			r := it.Record()
+			rec, err := timer.Parse(r.Data)
+			if err != nil || rec.Kind != timer.KindMessage || rec.Msg.Partition != p || rec.Msg.Topic != topic {
+				continue
+			}
+			if id, seq, ok, err := message.SplitDataProducer(rec.Msg.Flag, rec.Msg.Data); err == nil && ok {
+				recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset, Size: int64(r.Size())})
+			}
+		}
+		if it.Err() != nil {
+			return recs, false, nil
+		}
+		if it.Consumed() == 0 {
+			if len(buf) < message.HeaderSize {
+				return recs, false, nil
+			}
+			need := message.HeaderSize + int(binary.BigEndian.Uint32(buf))
+			if need <= chunk {
+				return recs, false, nil
+			}
+			chunk = need
+			continue
+		}
+		off += int64(it.Consumed())
+	}
+	return recs, true, nil
+}
