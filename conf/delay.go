@@ -28,9 +28,9 @@ func (k *checker) delay(c *Config) {
 
 // TimerTopicConfig is the internal timer topic's settings: timer_partitions
 // partitions in data_dir, group commit (every accepted delayed message is
-// durable before its put is answered), never deleted by retention (the
-// wheel drops nothing; delivered segments go with the log's own retention
-// of 2 × max_delay).
+// durable before its put is answered), retained for 2 × max_delay (the
+// broker's retention of it also keeps every segment from the first one
+// holding a message not delivered yet: core/timer's Keeper).
 func (c *Config) TimerTopicConfig() TopicConfig {
 	tc := c.resolve(&Topic{Name: TimerTopic})
 	tc.NumPartitions = c.TimerPartitions

@@ -75,6 +75,9 @@ type Broker struct {
 	idemBudgetV    *idem.Budget
 	// delay is the timer of delayed messages (delay.go).
 	delay *timer.Service
+	// timerKeep keeps the timer log's retention off pending delayed
+	// messages (timerkeep.go).
+	timerKeep timerKeep
 	// cfgp is the configuration; Reload swaps it (reload.go). Read it
 	// with config(), once per operation where the values must agree.
 	cfgp atomic.Pointer[conf.Config]
@@ -242,8 +245,10 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	b.startCtx, b.startCancel = context.WithCancel(context.Background())
 	b.initLogging(cfg)
 	b.delay = timer.New(timerHost{b}, timer.Options{Partitions: cfg.TimerPartitions, NoMarks: k.noTimerMarks,
-		Logf:   func(f string, a ...any) { b.logf(f, a...) },
-		Errorf: func(f string, a ...any) { b.errorf(f, a...) }})
+		Logf:     func(f string, a ...any) { b.logf(f, a...) },
+		Warnf:    func(f string, a ...any) { b.warnf(f, a...) },
+		Errorf:   func(f string, a ...any) { b.errorf(f, a...) },
+		MaxDelay: func() time.Duration { return time.Duration(b.config().MaxDelay) * time.Millisecond }})
 	b.unauth, b.tlsFails = security.NewAdmission[*conn](b.log), security.NewTLSFailures(b.log)
 	b.audit = security.NewAudit(b.log, shownName)
 	if cfg.IsSlave() {
@@ -670,6 +675,12 @@ func (b *Broker) applyRetention(now time.Time) {
 	b.countOut() // count the ranges sent before their segments go (msgsout.go)
 	lm := b.logs()
 	for _, t := range b.topicList() {
+		if t.name == conf.TimerTopic {
+			if b.retainTimer(t, now) { // timerkeep.go
+				b.disks.Wake()
+			}
+			continue
+		}
 		if lm.Retain(t.name, t.parts, t.conf().RetainFor, now) {
 			b.disks.Wake() // puts refused for a full disk may resume
 		}

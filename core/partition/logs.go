@@ -3,6 +3,7 @@ package partition
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -115,11 +116,32 @@ func (m *Logs) Open(name string, tc *conf.TopicConfig, from, to int) ([]*store.L
 // segments of topic name's logs parts, logging what it deleted. It
 // reports whether any segment went.
 func (m *Logs) Retain(name string, parts []*store.Log, retainFor time.Duration, now time.Time) (deleted bool) {
+	deleted, _ = m.RetainBelow(name, parts, retainFor, now, nil)
+	return deleted
+}
+
+// RetainBelow is Retain where keep, when not nil, says for each partition
+// the offset after which no segment may be deleted (the timer log's
+// pending delayed messages: core/timer's Keeper); a partition whose keep
+// fails loses nothing this time. held[p] is how many of partition p's
+// segments old enough to go its keep offset held back.
+func (m *Logs) RetainBelow(name string, parts []*store.Log, retainFor time.Duration, now time.Time,
+	keep func(p int, l *store.Log) (int64, error)) (deleted bool, held []int) {
 	if retainFor <= 0 {
-		return false
+		return false, nil
 	}
+	held = make([]int, len(parts))
 	for p, l := range parts {
-		n, err := l.DeleteOlderThan(retainFor, now)
+		limit := int64(math.MaxInt64)
+		if keep != nil {
+			var err error
+			if limit, err = keep(p, l); err != nil {
+				m.Errorf("retention %s-%d: nothing deleted: %v", name, p, err)
+				continue
+			}
+		}
+		n, h, err := l.DeleteOlderThanBelow(retainFor, now, limit)
+		held[p] = h
 		if err != nil {
 			m.Errorf("retention %s-%d: %v", name, p, err)
 		} else if n > 0 {
@@ -127,7 +149,7 @@ func (m *Logs) Retain(name string, parts []*store.Log, retainFor time.Duration, 
 			deleted = true
 		}
 	}
-	return deleted
+	return deleted, held
 }
 
 // RetentionLoop calls apply every `every` seconds (5 minutes if <= 0)

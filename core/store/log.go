@@ -612,6 +612,18 @@ func (l *Log) SegmentCount() int {
 	return len(l.segs)
 }
 
+// SegmentStarts returns the starting offsets of the log's segments,
+// ascending.
+func (l *Log) SegmentStarts() []int64 {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	out := make([]int64, len(l.segs))
+	for i, s := range l.segs {
+		out[i] = s.start
+	}
+	return out
+}
+
 // TakeListing returns the listing of the log's directory that its open
 // read (every entry then, sorted by name) and forgets it, so that a
 // companion keeping files beside the segments (core/index) need not list

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,10 +16,19 @@ import (
 // stays open until the last View on it is released. It returns how many
 // segments were deleted.
 func (l *Log) DeleteOlderThan(maxAge time.Duration, now time.Time) (deleted int, err error) {
+	deleted, _, err = l.DeleteOlderThanBelow(maxAge, now, math.MaxInt64)
+	return deleted, err
+}
+
+// DeleteOlderThanBelow is DeleteOlderThan that also keeps every segment
+// ending after limit (a reader of the log still needs its records: the
+// timer log's pending delayed messages, core/timer's Keeper). held is how
+// many segments old enough to go it kept for limit.
+func (l *Log) DeleteOlderThanBelow(maxAge time.Duration, now time.Time, limit int64) (deleted, held int, err error) {
 	l.segMu.Lock()
 	if len(l.segs) == 0 {
 		l.segMu.Unlock()
-		return 0, ErrClosed
+		return 0, 0, ErrClosed
 	}
 	k := 0
 	for ; k < len(l.segs)-1; k++ {
@@ -26,10 +36,19 @@ func (l *Log) DeleteOlderThan(maxAge time.Duration, now time.Time) (deleted int,
 		if err != nil || now.Sub(fi.ModTime()) <= maxAge {
 			break
 		}
+		if l.segs[k].end() > limit {
+			for j := k; j < len(l.segs)-1; j++ {
+				if fi, err := l.segs[j].f.Stat(); err != nil || now.Sub(fi.ModTime()) <= maxAge {
+					break
+				}
+				held++
+			}
+			break
+		}
 	}
 	if k == 0 {
 		l.segMu.Unlock()
-		return 0, nil
+		return 0, held, nil
 	}
 	victims := make([]*segment, k)
 	copy(victims, l.segs[:k])
@@ -60,7 +79,7 @@ func (l *Log) DeleteOlderThan(maxAge time.Duration, now time.Time) (deleted int,
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return k, fmt.Errorf("store: retention in %s: %w", l.dir, err)
+		return k, held, fmt.Errorf("store: retention in %s: %w", l.dir, err)
 	}
-	return k, nil
+	return k, held, nil
 }

@@ -98,3 +98,29 @@ func TestDeleteWhileCounting(t *testing.T) {
 	require.Eventually(t, l2.MessageCountComplete, 5*time.Second, time.Millisecond)
 	require.Equal(t, int64(4), l2.MessageCount(), "deleted segments are not counted, counted ones are subtracted")
 }
+
+// TestDeleteOlderThanBelow: a limit keeps the segments ending after it,
+// old as they are, and says how many it held.
+func TestDeleteOlderThanBelow(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l := openLog(t, dir, Options{MaxSegmentSize: 100})
+	for range 10 {
+		mustAppend(t, l, make([]byte, 30)) // 5 segments of 2 records
+	}
+	require.Equal(t, []int64{0, 100, 200, 300, 400}, l.SegmentStarts())
+	now := time.Now()
+	for _, s := range []int64{0, 100, 200, 300} {
+		setAge(t, dir, s, now.Add(-2*time.Hour))
+	}
+	n, held, err := l.DeleteOlderThanBelow(time.Hour, now, 150) // segment 100 ends at 200
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, 3, held)
+	require.Equal(t, int64(100), l.MinOffset())
+	n, held, err = l.DeleteOlderThanBelow(time.Hour, now, 300)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, 1, held)
+	require.Equal(t, []int64{300, 400}, l.SegmentStarts())
+}

@@ -68,10 +68,14 @@ type Options struct {
 	Partitions int // timer_partitions
 	// NoMarks makes the loops write no delivered marks (a test knob:
 	// every round's mark lost, as in a crash).
-	NoMarks        bool
-	Logf, Errorf   func(format string, args ...any)
-	Now            func() time.Time // time.Now when nil
-	LatenessBucket []float64        // the lateness histogram's buckets; a default when nil
+	NoMarks             bool
+	Logf, Warnf, Errorf func(format string, args ...any) // Warnf is Errorf when nil
+	Now                 func() time.Time                 // time.Now when nil
+	LatenessBucket      []float64                        // the lateness histogram's buckets; a default when nil
+	// MaxDelay is max_delay now: a rebuilt wheel holding messages due
+	// later than now + MaxDelay (max_delay lowered) logs a warning. None
+	// when nil.
+	MaxDelay func() time.Duration
 }
 
 // Service runs the timer loops and keeps their counters.
@@ -100,6 +104,9 @@ func New(h Host, opts Options) *Service {
 	}
 	if opts.Errorf == nil {
 		opts.Errorf = opts.Logf
+	}
+	if opts.Warnf == nil {
+		opts.Warnf = opts.Errorf
 	}
 	if opts.LatenessBucket == nil {
 		opts.LatenessBucket = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300}
@@ -277,6 +284,13 @@ func (s *Service) open(i int) (*Wheel, *store.Log, error) {
 		s.opts.Logf("timer %d: wheel rebuilt from %d bytes of timer log in %v: %d pending, delivered up to %s",
 			i, l.MaxOffset()-l.MinOffset(), time.Since(start).Round(time.Millisecond), w.Pending(),
 			time.UnixMilli(w.Mark().DueUpTo).UTC().Format(time.RFC3339Nano))
+	}
+	if s.opts.MaxDelay != nil {
+		md := s.opts.MaxDelay()
+		if n, last := w.PendingAfter(s.opts.Now().Add(md).UnixMilli()); n > 0 {
+			s.opts.Warnf("timer %d: %d pending message(s) due later than now + max_delay (%v), the last at %s: they stay in the timer log and are delivered when due (max_delay applies to new puts)",
+				i, n, md, time.UnixMilli(last).UTC().Format(time.RFC3339))
+		}
 	}
 	return w, l, nil
 }

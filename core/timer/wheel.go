@@ -368,6 +368,19 @@ func (w *Wheel) slotPath(s int64) string {
 	return filepath.Join(w.dir, strconv.FormatInt(s, 10)+".slot")
 }
 
+// PendingAfter returns how many pending messages are due in the slots
+// after the minute of ms, and the start of the last slot (0 if none).
+func (w *Wheel) PendingAfter(ms int64) (n, last int64) {
+	from := slotOf(ms)
+	for _, s := range w.slots {
+		if s > from {
+			n += w.counts[s]
+			last = s * SlotMs
+		}
+	}
+	return n, last
+}
+
 // Slots returns the slot numbers on disk (for stats and tests).
 func (w *Wheel) Slots() []int64 { return slices.Clone(w.slots) }
 
