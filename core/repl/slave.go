@@ -175,10 +175,12 @@ type SlaveLog struct {
 	// appended, and only single syncs of puts (whose ids rise with their
 	// offsets) are told apart by it. A delayed message's delivery keeps
 	// the id of its acceptance, below lastID too: pulledOld holds the ids
-	// below lastID the puller appended (at most maxPulledOld), so that
-	// such a sync is a dup only when the puller copied it.
+	// of deliveries below lastID the puller appended (at most
+	// maxPulledOld, pulledQ in the order noted, oldest evicted first), so
+	// that such a sync is a dup only when the puller copied it.
 	end       int64
 	pulledOld map[int64]struct{}
+	pulledQ   []int64
 
 	// dmu (after mu, and alone in store completions) guards pulling, the
 	// puller's appends queued and not completed yet, and dups, the syncs
@@ -762,13 +764,7 @@ func (s *Slave) apply(rp *replPart, r *protocol.Request, entries []store.Entry, 
 		wg.done()
 		res.err = err
 	} else {
-		for _, e := range entries {
-			if e.ID <= sl.lastID {
-				sl.notePulledOld(e.ID)
-			}
-			sl.lastID = max(sl.lastID, e.ID)
-		}
-		sl.end += entriesSize(entries)
+		sl.PulledAppended(entries)
 	}
 	clear(entries) // Append copied the data
 	return entries, nil
@@ -874,23 +870,56 @@ func (sl *SlaveLog) Lock() { sl.mu.Lock() }
 // Unlock releases it.
 func (sl *SlaveLog) Unlock() { sl.mu.Unlock() }
 
-// maxPulledOld bounds SlaveLog.pulledOld: past it the set starts again
-// (the ids the puller copies below lastID are a transaction's batches and
-// delayed messages' deliveries near the master's end, whose syncs follow
-// within a round trip).
+// maxPulledOld bounds SlaveLog.pulledOld: past it the oldest ids go
+// first (a delivery's sync follows the puller's copy within a round
+// trip; what stays longer is a delivery copied while no sync came, at a
+// join, which no sync will take).
 const maxPulledOld = 4096
 
-// notePulledOld records id, appended by the puller below lastID (under
-// the lock).
-func (sl *SlaveLog) notePulledOld(id int64) {
-	if sl.pulledOld == nil || len(sl.pulledOld) >= maxPulledOld {
-		sl.pulledOld = map[int64]struct{}{}
+// PulledAppended records entries, which the puller appended, in the
+// append state (under the lock): the end, the last id, and the ids of
+// the delayed messages' deliveries among them below the last id, whose
+// syncs are then dups (TakePulledOld). A transaction's batches, below the
+// last id too, come in txsyncs, which skip by offset.
+func (sl *SlaveLog) PulledAppended(entries []store.Entry) {
+	for _, e := range entries {
+		if e.ID <= sl.lastID && isDelivery(e) {
+			sl.notePulledOld(e.ID)
+		}
+		sl.lastID = max(sl.lastID, e.ID)
 	}
-	sl.pulledOld[id] = struct{}{}
+	sl.end += entriesSize(entries)
 }
 
-// TakePulledOld reports whether the puller appended id below lastID, and
-// forgets it (under the lock).
+// notePulledOld records id, a delivery the puller appended below lastID
+// (under the lock), evicting the oldest past maxPulledOld.
+func (sl *SlaveLog) notePulledOld(id int64) {
+	if sl.pulledOld == nil {
+		sl.pulledOld = map[int64]struct{}{}
+	}
+	if _, ok := sl.pulledOld[id]; ok {
+		return
+	}
+	for len(sl.pulledOld) >= maxPulledOld && len(sl.pulledQ) > 0 {
+		old := sl.pulledQ[0]
+		sl.pulledQ = sl.pulledQ[1:]
+		delete(sl.pulledOld, old) // a no-op for an id taken already
+	}
+	if len(sl.pulledQ) >= 2*maxPulledOld { // mostly taken ids: compact
+		q := make([]int64, 0, len(sl.pulledOld)+1)
+		for _, x := range sl.pulledQ {
+			if _, ok := sl.pulledOld[x]; ok {
+				q = append(q, x)
+			}
+		}
+		sl.pulledQ = q
+	}
+	sl.pulledOld[id] = struct{}{}
+	sl.pulledQ = append(sl.pulledQ, id)
+}
+
+// TakePulledOld reports whether the puller appended id, a delivery, below
+// lastID, and forgets it (under the lock).
 func (sl *SlaveLog) TakePulledOld(id int64) bool {
 	_, ok := sl.pulledOld[id]
 	delete(sl.pulledOld, id)
