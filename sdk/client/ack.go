@@ -61,7 +61,10 @@ func ManualAck(maxUnacked int) Opt {
 // AckHandler processes one message of a ManualAck Client (ConsumeAcked).
 // Returning nil leaves the message waiting for d.Ack or d.Nack; returning
 // an error (without having acked) retries it as Consume's handler errors
-// are (HandlerRetries, then the Reject policy, which settles it).
+// are (HandlerRetries, then the Reject policy, which settles it). An error
+// returned after d.Ack or d.Nack (or once the delivery is stale, or a
+// Rollback will deliver it again) is logged and ends the delivery: the
+// handler is not run again for it and the Reject policy does not get it.
 type AckHandler func(ctx context.Context, d *Delivery) error
 
 // Delivery is one delivered message of a ManualAck Client.
@@ -334,6 +337,14 @@ func (a *ackState) pending() bool {
 	return a.rewind >= 0
 }
 
+// over reports whether the delivery of e ended: settled, stale, or to be
+// delivered again by a pending rewind.
+func (a *ackState) over(e *ackEntry) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return e.settled || e.stale || a.closed || (a.rewind >= 0 && e.off >= a.rewind)
+}
+
 // rollback asks for a rewind to the first unsettled message.
 func (a *ackState) rollback() {
 	a.mu.Lock()
@@ -487,6 +498,17 @@ func (c *brokerConsumer) deliverAcked(ctx context.Context, ps *partState, ch <-c
 			}
 			d := &Delivery{Message: m, c: c, a: a, e: e, fetched: m, rej: rej}
 			hctx := context.WithValue(ctx, deliveryKey{}, d)
+			// An error returned once the delivery is over (acked, nacked,
+			// stale, or to be rewound) ends it: no retry, no reject.
+			eh := func(ctx context.Context, m *message.Message) error {
+				err := h(ctx, m)
+				if err != nil && ctx.Err() == nil && a.over(e) {
+					c.cfg.logger.Warn("metaq: handler error after the delivery was settled; not retried", "topic", m.Topic,
+						"partition", m.Partition, "offset", m.Offset, "id", m.ID, "err", err)
+					return nil
+				}
+				return err
+			}
 			rejected := false
 			erej := func(ctx context.Context, m *message.Message, err error) error {
 				if err := rej(ctx, m, err); err != nil {
@@ -495,7 +517,7 @@ func (c *brokerConsumer) deliverAcked(ctx context.Context, ps *partState, ch <-c
 				rejected = true
 				return nil
 			}
-			if !c.handle(hctx, m, h, erej) {
+			if !c.handle(hctx, m, eh, erej) {
 				return false, nil
 			}
 			if rejected {

@@ -370,3 +370,68 @@ func TestZooKeeperMemberTopics(t *testing.T) {
 		require.ErrorIs(t, <-done, context.Canceled)
 	}
 }
+
+// TestManualAckErrorAfterSettle: a handler that settles its delivery
+// (Ack, Nack) or rolls it back and then returns an error ends that
+// delivery: it is not run again for it, and the Reject policy does not get
+// it (a Nack's own reject aside). A handler that fails without settling is
+// retried and rejected as before.
+func TestManualAckErrorAfterSettle(t *testing.T) {
+	t.Parallel()
+	br := startBroker(t)
+	ctx := ctxT(t, 20*time.Second)
+	pr := newProducer(t, br.addr, withSelector(selector.Fixed(0)))
+	bodies := []string{"nack", "ack", "rollback", "plain", "last"}
+	var lastEnd int64
+	for _, b := range bodies {
+		res, err := pr.Send(ctx, &message.Message{Topic: topic, Body: []byte(b)})
+		require.NoError(t, err)
+		lastEnd = res.Offset
+	}
+	var mu, rmu sync.Mutex // mu: the handler's; rmu: the Reject policy's
+	calls, rejects := map[string]int{}, map[string]int{}
+	c := newClient(t, Brokers(br.addr), ConsumeTopics(topic), ConsumerGroup("ackerr"), ManualAck(0),
+		HandlerRetries(2, time.Millisecond), Reject(RejectFunc(func(_ context.Context, m *message.Message, _ error) {
+			rmu.Lock()
+			rejects[string(m.Body)]++
+			rmu.Unlock()
+		})), HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var nackErr, ackErr, rollbackErr error
+	go func() {
+		_ = c.ConsumeAcked(cctx, func(ctx context.Context, d *Delivery) error {
+			b := string(d.Message.Body)
+			mu.Lock()
+			defer mu.Unlock()
+			calls[b]++
+			switch b {
+			case "nack":
+				nackErr = d.Nack(ctx, 0)
+			case "ack":
+				ackErr = d.Ack()
+			case "rollback":
+				if calls[b] > 1 {
+					return d.Ack()
+				}
+				rollbackErr = c.Rollback() // delivered again by the rewind
+			case "last":
+				return d.Ack()
+			}
+			return fmt.Errorf("failed %s", b)
+		})
+	}()
+	require.Eventually(t, func() bool {
+		off, ok := c.Position(topic, message.Partition{BrokerID: -1, Partition: 0})
+		return ok && off > lastEnd
+	}, 10*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int{"nack": 1, "ack": 1, "rollback": 2, "plain": 3, "last": 1}, calls)
+	rmu.Lock()
+	defer rmu.Unlock()
+	require.Equal(t, map[string]int{"nack": 1, "plain": 1}, rejects)
+	require.NoError(t, nackErr)
+	require.NoError(t, ackErr)
+	require.NoError(t, rollbackErr)
+}
