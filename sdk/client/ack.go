@@ -83,13 +83,13 @@ type deliveryKey struct{}
 
 // Ack settles the message: the partition's position may move past it
 // (once every earlier message is settled too). It returns
-// ErrDeliveryStale when the message will be delivered again instead; a
-// second Ack returns nil.
+// ErrDeliveryStale when the message will be delivered again instead, and
+// an error when it was nacked; a second Ack returns nil.
 func (d *Delivery) Ack() error {
 	if d.a == nil {
 		return nil // replayed: settled when the handler returns nil
 	}
-	if err := d.a.settle(d.e, false); err != nil {
+	if err := d.a.settle(d.e); err != nil {
 		return err
 	}
 	d.c.cfg.dedup.handled(d.c.topic, d.fetched.ID)
@@ -102,10 +102,14 @@ func (d *Delivery) Ack() error {
 // to the dead-letter topic); with RetryInPlace (ordered groups) the
 // partition is rewound to it after delay, so it and every later message
 // not acked yet come again in order; other policies get it as a rejected
-// message (ErrNacked). It returns ErrDeliveryStale when the message will
-// be delivered again anyway, and an error when it was settled already or
-// the retry topic could not take it (it stays unsettled: Nack again, or
-// Rollback).
+// message (ErrNacked). Either way the message is settled by the Nack: a
+// later Ack or Nack of it returns an error. It returns ErrDeliveryStale,
+// having sent nothing, when the message will be delivered again anyway
+// (Rollback or a release came first); an error when it was settled
+// already; and the error of the retry path when that could not take it
+// (it stays unsettled: Nack again, or Rollback). A Rollback or a release
+// that comes while the Nack sends the message waits for it: sent, the
+// message is settled and not delivered again from its partition.
 func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 	if delay < 0 {
 		return errors.New("metaq: Nack needs delay >= 0")
@@ -113,13 +117,12 @@ func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 	if d.a == nil {
 		return errors.New("metaq: Nack of a message replayed from the recovery store: return an error from the handler instead")
 	}
-	if err := d.a.check(d.e); err != nil {
-		return err
-	}
 	c := d.c
-	switch {
-	case c.inPlaceMax > 0:
+	if c.inPlaceMax > 0 {
 		return d.a.rewindAt(d.e, delay)
+	}
+	if err := d.a.beginNack(d.e); err != nil {
+		return err
 	}
 	var err error
 	if r, ok := c.cfg.reject.(*retrier); ok {
@@ -127,10 +130,8 @@ func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 	} else {
 		err = d.rej(ctx, d.fetched, ErrNacked)
 	}
-	if err != nil {
-		return err
-	}
-	return d.a.settle(d.e, true)
+	d.a.endNack(d.e, err == nil)
+	return err
 }
 
 // ConsumeAcked is Consume for a Client built with ManualAck: h gets each
@@ -203,9 +204,16 @@ func (cc *clusterConsumer) rollback() {
 // ackEntry is one delivered message of a partition.
 type ackEntry struct {
 	off, end, id int64
-	settled      bool // acked or nacked
+	settled      bool // acked or nacked: the position may pass it
+	nacked       bool // nacked (settled, or an ordered group's rewind to it asked for)
+	nacking      bool // a Nack (or the Reject policy) is sending it to the retry path
 	stale        bool // rewound or released: will be delivered again
 }
+
+var (
+	errNackedAlready  = errors.New("metaq: the message was nacked already")
+	errSettledAlready = errors.New("metaq: the message was acked or nacked already")
+)
 
 // ackState tracks a ManualAck partition's delivered messages.
 type ackState struct {
@@ -221,10 +229,15 @@ type ackState struct {
 	closed bool
 	// wake is signalled when an entry settles or a rewind is asked for.
 	wake chan struct{}
+	// nackDone is broadcast when a Nack's send ends (a rewind or a
+	// release waits for those of the entries it would make stale).
+	nackDone *sync.Cond
 }
 
 func newAckState(ps *partState, max int) *ackState {
-	return &ackState{ps: ps, max: max, read: ps.pos.Load(), rewind: -1, wake: make(chan struct{}, 1)}
+	a := &ackState{ps: ps, max: max, read: ps.pos.Load(), rewind: -1, wake: make(chan struct{}, 1)}
+	a.nackDone = sync.NewCond(&a.mu)
+	return a
 }
 
 func (a *ackState) signal() {
@@ -253,27 +266,16 @@ func (a *ackState) advance() {
 	}
 }
 
-func (a *ackState) check(e *ackEntry) error {
+// settle marks e acked: an error when it is stale or was nacked, nil when
+// it was acked already.
+func (a *ackState) settle(e *ackEntry) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
 	case e.stale:
 		return ErrDeliveryStale
-	case e.settled:
-		return errors.New("metaq: the message was acked or nacked already")
-	}
-	return nil
-}
-
-// settle marks e acked (or nacked: then a second settle is an error).
-func (a *ackState) settle(e *ackEntry, nack bool) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	switch {
-	case e.stale:
-		return ErrDeliveryStale
-	case e.settled && nack:
-		return errors.New("metaq: the message was acked or nacked already")
+	case e.nacked || e.nacking:
+		return errNackedAlready
 	case e.settled:
 		return nil
 	}
@@ -281,6 +283,67 @@ func (a *ackState) settle(e *ackEntry, nack bool) error {
 	a.advance()
 	a.signal()
 	return nil
+}
+
+// beginNack claims e for sending it to the retry path (a Nack, or the
+// Reject policy after the handler failed): it fails when e is settled or
+// nacked already, and with ErrDeliveryStale when e will be delivered again
+// (stale, released, or a rewind to it or before it asked for), so that
+// nothing is sent then. Until endNack nothing else settles e, and a rewind
+// or a release waits (it would deliver e again besides the copy sent).
+func (a *ackState) beginNack(e *ackEntry) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case e.stale || a.closed || (a.rewind >= 0 && e.off >= a.rewind):
+		return ErrDeliveryStale
+	case e.nacked || e.nacking:
+		return errNackedAlready
+	case e.settled:
+		return errSettledAlready
+	}
+	e.nacking = true
+	return nil
+}
+
+// endNack ends beginNack's claim: sent, e is settled (nacked); else it
+// stays unsettled.
+func (a *ackState) endNack(e *ackEntry, sent bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e.nacking = false
+	if sent {
+		e.settled, e.nacked = true, true
+		a.advance()
+		a.signal()
+	}
+	a.nackDone.Broadcast()
+}
+
+// waitNacks waits (a.mu held) until no entry from off on is being sent
+// by a Nack.
+func (a *ackState) waitNacks(off int64) {
+	for {
+		busy := false
+		for _, e := range a.q {
+			if e.nacking && e.off >= off {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			return
+		}
+		a.nackDone.Wait()
+	}
+}
+
+// over reports whether the delivery of e ended: settled, nacked (or being
+// nacked), stale, or to be delivered again by a pending rewind.
+func (a *ackState) over(e *ackEntry) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return e.settled || e.nacked || e.nacking || e.stale || a.closed || (a.rewind >= 0 && e.off >= a.rewind)
 }
 
 // add registers the message at off..end about to be delivered, waiting
@@ -337,14 +400,6 @@ func (a *ackState) pending() bool {
 	return a.rewind >= 0
 }
 
-// over reports whether the delivery of e ended: settled, stale, or to be
-// delivered again by a pending rewind.
-func (a *ackState) over(e *ackEntry) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return e.settled || e.stale || a.closed || (a.rewind >= 0 && e.off >= a.rewind)
-}
-
 // rollback asks for a rewind to the first unsettled message.
 func (a *ackState) rollback() {
 	a.mu.Lock()
@@ -354,16 +409,21 @@ func (a *ackState) rollback() {
 	a.mu.Unlock()
 }
 
-// rewindAt asks for a rewind to e after delay (an ordered group's Nack).
+// rewindAt asks for a rewind to e after delay (an ordered group's Nack):
+// e is nacked, not settled (the position stays before it), and delivered
+// again by the rewind.
 func (a *ackState) rewindAt(e *ackEntry, delay time.Duration) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if e.stale || a.closed {
+	switch {
+	case e.stale || a.closed:
 		return ErrDeliveryStale
+	case e.nacked || e.nacking:
+		return errNackedAlready
+	case e.settled:
+		return errSettledAlready
 	}
-	if e.settled {
-		return errors.New("metaq: the message was acked or nacked already")
-	}
+	e.nacked = true
 	a.askRewind(e.off, delay)
 	return nil
 }
@@ -378,11 +438,15 @@ func (a *ackState) askRewind(off int64, delay time.Duration) {
 
 // takeRewind performs the pending rewind: the messages from its offset on
 // turn stale (those settled are remembered, not to be delivered again),
-// and it returns where fetching starts again and after what pause.
+// and it returns where fetching starts again and after what pause. It
+// first waits for the Nacks sending those messages.
 func (a *ackState) takeRewind() (int64, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	off, delay := a.rewind, a.delay
+	a.waitNacks(a.rewind)
+	// Not before the position: the head may have been settled (acked, or
+	// nacked by the Nacks waited for) since the rewind was asked for.
+	off, delay := max(a.rewind, a.ps.pos.Load()), a.delay
 	a.rewind, a.delay = -1, 0
 	keep := a.q[:0:0]
 	for _, e := range a.q {
@@ -404,11 +468,14 @@ func (a *ackState) takeRewind() (int64, time.Duration) {
 	return off, delay
 }
 
-// close makes every unsettled delivery stale: the partition stopped.
+// close makes every unsettled delivery stale: the partition stopped. It
+// first waits for the Nacks being sent (settled, the position passes
+// them before the final commit).
 func (a *ackState) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.closed = true
+	a.waitNacks(0)
 	for _, e := range a.q {
 		e.stale = true
 	}
@@ -493,7 +560,7 @@ func (c *brokerConsumer) deliverAcked(ctx context.Context, ps *partState, ch <-c
 				continue // acked before a rollback
 			}
 			if c.cfg.dedup.drop(c.topic, m.ID) {
-				_ = a.settle(e, false)
+				_ = a.settle(e)
 				continue
 			}
 			d := &Delivery{Message: m, c: c, a: a, e: e, fetched: m, rej: rej}
@@ -509,22 +576,18 @@ func (c *brokerConsumer) deliverAcked(ctx context.Context, ps *partState, ch <-c
 				}
 				return err
 			}
-			rejected := false
-			erej := func(ctx context.Context, m *message.Message, err error) error {
-				if err := rej(ctx, m, err); err != nil {
-					return err
+			// The Reject policy has the message only while nothing else
+			// settled it (an Ack or Nack from another goroutine).
+			erej := func(ctx context.Context, m *message.Message, herr error) error {
+				if a.beginNack(e) != nil {
+					return nil
 				}
-				rejected = true
-				return nil
+				err := rej(ctx, m, herr)
+				a.endNack(e, err == nil)
+				return err
 			}
 			if !c.handle(hctx, m, eh, erej) {
 				return false, nil
-			}
-			if rejected {
-				if err := a.settle(e, true); err != nil && !errors.Is(err, ErrDeliveryStale) {
-					c.cfg.logger.Warn("metaq: a rejected message was settled by its handler", "topic", m.Topic,
-						"partition", m.Partition, "offset", m.Offset, "err", err)
-				}
 			}
 			if a.pending() {
 				return true, nil

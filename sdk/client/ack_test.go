@@ -398,7 +398,7 @@ func TestManualAckErrorAfterSettle(t *testing.T) {
 		})), HeartbeatInterval(100*time.Millisecond), FetchMaxWait(50*time.Millisecond))
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var nackErr, ackErr, rollbackErr error
+	var nackErr, ackAfterNack, ackErr, nackAfterAck, rollbackErr error
 	go func() {
 		_ = c.ConsumeAcked(cctx, func(ctx context.Context, d *Delivery) error {
 			b := string(d.Message.Body)
@@ -408,8 +408,10 @@ func TestManualAckErrorAfterSettle(t *testing.T) {
 			switch b {
 			case "nack":
 				nackErr = d.Nack(ctx, 0)
+				ackAfterNack = d.Ack()
 			case "ack":
 				ackErr = d.Ack()
+				nackAfterAck = d.Nack(ctx, 0)
 			case "rollback":
 				if calls[b] > 1 {
 					return d.Ack()
@@ -434,4 +436,155 @@ func TestManualAckErrorAfterSettle(t *testing.T) {
 	require.NoError(t, nackErr)
 	require.NoError(t, ackErr)
 	require.NoError(t, rollbackErr)
+	require.ErrorContains(t, ackAfterNack, "nacked already", "an Ack after a Nack")
+	require.ErrorContains(t, nackAfterAck, "acked or nacked already", "a Nack after an Ack")
+}
+
+// TestManualAckNackSettles: a Nack settles its message. In an ordered
+// group (RetryInPlace) an Ack after the Nack, before the rewind, fails and
+// does not cancel it: the message comes again. With a policy that sends
+// it away, a Rollback, and the release when consumption stops, that come
+// while the Nack is sending the message wait for it: the Nack succeeds,
+// and the message is neither delivered again from its partition nor
+// committed before it (a new member starts after it).
+func TestManualAckNackSettles(t *testing.T) {
+	t.Parallel()
+	br := startBroker(t)
+	ctx := ctxT(t, 20*time.Second)
+	pr := newProducer(t, br.addr, withSelector(selector.Fixed(0)))
+	for _, b := range []string{"m0", "m1", "m2"} {
+		_, err := pr.Send(ctx, &message.Message{Topic: topic, Body: []byte(b)})
+		require.NoError(t, err)
+	}
+	opts := []Opt{Brokers(br.addr), ConsumeTopics(topic), HeartbeatInterval(100 * time.Millisecond),
+		FetchMaxWait(50 * time.Millisecond), CommitInterval(0)}
+	consume := func(c *Client, cctx context.Context, h AckHandler) chan error {
+		done := make(chan error, 1)
+		go func() { done <- c.ConsumeAcked(cctx, h) }()
+		return done
+	}
+
+	t.Run("ordered", func(t *testing.T) {
+		c := newClient(t, append(opts, ConsumerGroup("acksettle-ord"), ManualAck(0), Reject(RetryInPlace(time.Second)))...)
+		var mu sync.Mutex
+		var got []string
+		var ackErr error
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		consume(c, cctx, func(ctx context.Context, d *Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, string(d.Message.Body))
+			if len(got) == 1 {
+				if err := d.Nack(ctx, 50*time.Millisecond); err != nil {
+					return err
+				}
+				ackErr = d.Ack() // too late: nacked
+				return nil
+			}
+			return d.Ack()
+		})
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got) == 4
+		}, 10*time.Second, 10*time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		require.ErrorContains(t, ackErr, "nacked already")
+		require.Equal(t, []string{"m0", "m0", "m1", "m2"}, got)
+	})
+
+	t.Run("sending", func(t *testing.T) {
+		var rmu sync.Mutex
+		entered, release := map[string]chan struct{}{}, map[string]chan struct{}{}
+		for _, b := range []string{"m0", "m1"} {
+			entered[b], release[b] = make(chan struct{}), make(chan struct{})
+		}
+		rejected := map[string]int{}
+		reject := RejectFunc(func(_ context.Context, m *message.Message, _ error) {
+			b := string(m.Body)
+			rmu.Lock()
+			rejected[b]++
+			first := rejected[b] == 1
+			rmu.Unlock()
+			if first && entered[b] != nil {
+				close(entered[b])
+				<-release[b] // the send takes a while
+			}
+		})
+		group := []Opt{ConsumerGroup("acksettle"), ManualAck(2), Reject(reject)}
+		c := newClient(t, append(opts, group...)...)
+		ds := make(chan *Delivery, 10)
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := consume(c, cctx, func(_ context.Context, d *Delivery) error {
+			ds <- d
+			return nil
+		})
+		next := func(want string) *Delivery {
+			t.Helper()
+			select {
+			case d := <-ds:
+				require.Equal(t, want, string(d.Message.Body))
+				return d
+			case <-ctx.Done():
+				t.Fatalf("no delivery; want %s", want)
+				return nil
+			}
+		}
+		wait := func(ch chan struct{}) {
+			t.Helper()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				t.Fatal("timeout")
+			}
+		}
+		nack := func(d *Delivery) chan error {
+			res := make(chan error, 1)
+			go func() { res <- d.Nack(ctx, 0) }()
+			return res
+		}
+		// A Rollback while m0's Nack sends it (m2 waits: 2 unsettled): m0
+		// is not delivered again.
+		d0 := next("m0")
+		next("m1")
+		res := nack(d0)
+		wait(entered["m0"])
+		require.NoError(t, c.Rollback())
+		time.Sleep(200 * time.Millisecond) // the partition takes the rewind
+		close(release["m0"])
+		require.NoError(t, <-res)
+		require.ErrorContains(t, d0.Ack(), "nacked already")
+		d1 := next("m1") // rolled back
+		next("m2")
+		select {
+		case d := <-ds:
+			t.Fatalf("unexpected delivery of %s", d.Message.Body)
+		case <-time.After(200 * time.Millisecond):
+		}
+		// Consumption stops while m1's Nack sends it: the final commit
+		// passes m1, so the next member starts at m2.
+		res = nack(d1)
+		wait(entered["m1"])
+		cancel()
+		time.Sleep(200 * time.Millisecond) // the partition is released
+		close(release["m1"])
+		require.NoError(t, <-res)
+		require.ErrorIs(t, <-done, context.Canceled)
+		require.NoError(t, c.Close(ctx))
+
+		c2 := newClient(t, append(opts, group...)...)
+		cctx2, cancel2 := context.WithCancel(ctx)
+		defer cancel2()
+		consume(c2, cctx2, func(_ context.Context, d *Delivery) error {
+			ds <- d
+			return d.Ack()
+		})
+		next("m2")
+		rmu.Lock()
+		defer rmu.Unlock()
+		require.Equal(t, map[string]int{"m0": 1, "m1": 1}, rejected)
+	})
 }
