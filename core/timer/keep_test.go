@@ -1,8 +1,12 @@
 package timer
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // TestKeeper: a timer log's retention stops at the first segment holding
@@ -73,4 +77,47 @@ func TestKeeper(t *testing.T) {
 	if got := keep(); got != want {
 		t.Fatalf("keep %d after the deletion, want %d", got, want)
 	}
+}
+
+// TestWheelCancelBeforeMessage: a tombstone that comes before its
+// message (a transactional delayed put cancelled before its commit)
+// skips the message, in the running wheel and after a rebuild.
+func TestWheelCancelBeforeMessage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tl := openTestLog(t, dir)
+	defer tl.l.Close()
+	w, err := Open(filepath.Join(dir, "wheel"), tl.l, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const due = int64(1_700_000_000_000)
+	tl.put(AppendCancel(nil, 42))
+	if err := w.Index(); err != nil {
+		t.Fatal(err)
+	}
+	data := AppendMessage(nil, &Message{Due: due, Topic: "t", Partition: 1, Data: []byte("x")})
+	if _, _, err := tl.l.AppendSync([]store.Entry{{ID: 42, Data: data, CRC: message.Checksum(data)}}); err != nil {
+		t.Fatal(err)
+	}
+	other := tl.message(due)
+	check := func(w *Wheel) {
+		t.Helper()
+		if err := w.Index(); err != nil {
+			t.Fatal(err)
+		}
+		es, _, _, err := w.Due(due+1, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) != 1 || es[0].ID != other {
+			t.Fatalf("due %+v, want only id %d", es, other)
+		}
+	}
+	check(w)
+	w2, err := Open(filepath.Join(dir, "wheel2"), tl.l, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(w2)
 }
