@@ -123,10 +123,19 @@ func (m *Message) DataLen() int {
 	if m.HasAttribute {
 		n += 4 + len(m.Attribute)
 	}
+	if m.producerOnly() {
+		return n + 4 + producerBlockLen(m.ProducerID, m.ProducerSeq)
+	}
 	if m.HasProperties() {
 		n += 4 + m.propsLen()
 	}
 	return n
+}
+
+// producerBlockLen is the length of a properties block (after its length
+// prefix) holding only the idempotent producer's field.
+func producerBlockLen(id, seq int64) int {
+	return 2 + uvarintLen(uint64(id)) + uvarintLen(uint64(seq))
 }
 
 // AppendData appends m's put body (attribute prefix, properties block and
@@ -144,8 +153,7 @@ func (m *Message) AppendPrefix(dst []byte) []byte {
 		dst = append(dst, m.Attribute...)
 	}
 	if m.producerOnly() { // the idempotent producer's common block, written directly
-		n := 2 + uvarintLen(uint64(m.ProducerID)) + uvarintLen(uint64(m.ProducerSeq))
-		dst = binary.BigEndian.AppendUint32(dst, uint32(n))
+		dst = binary.BigEndian.AppendUint32(dst, uint32(producerBlockLen(m.ProducerID, m.ProducerSeq)))
 		dst = append(dst, PropsVersion, propProducer)
 		dst = binary.AppendUvarint(dst, uint64(m.ProducerID))
 		return binary.AppendUvarint(dst, uint64(m.ProducerSeq))

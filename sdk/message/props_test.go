@@ -343,6 +343,7 @@ func TestPropsProducer(t *testing.T) {
 		require.True(t, m.producerOnly())
 		require.Equal(t, m.appendProps(nil, m.propsLen()), m.AppendPrefix(nil), "id %d seq %d", m.ProducerID, v)
 		require.Equal(t, m.DataLen(), len(m.AppendData(nil)))
+		require.Equal(t, 4+m.propsLen(), m.DataLen())
 	}
 	for _, m := range []Message{{ProducerID: 1, Key: []byte{}}, {ProducerID: 1, Tags: []string{"a"}},
 		{ProducerID: 1, Headers: Headers{{"h", nil}}}, {ProducerID: 1, Delay: time.Second},
