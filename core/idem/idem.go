@@ -13,6 +13,7 @@ package idem
 import (
 	"container/list"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -245,6 +246,13 @@ type Table struct {
 	// up only for a producer the table does not know.
 	ghosts    []int64
 	ghostHead int
+	// expiredAt is the time of the last expiry (expireNs; MinInt64 after
+	// a Rebuild). Begin expires only when its time differs: at one time
+	// the producers idle too long are those of the last expiry at it,
+	// since every producer seen since took that time. Begin's callers pass
+	// the coarse clock, so this skips reading the LRU's oldest producer
+	// (another core's cache line) on nearly every put.
+	expiredAt int64
 	// pending counts the puts Start let append whose Finish has not come
 	// (Build waits for those begun before a Reset).
 	pending int
@@ -398,7 +406,9 @@ func (t *Table) Finish(k Ticket, r Result, ok bool) {
 // begin is Start's judgement, with mu held; p is the producer on Append.
 func (t *Table) begin(id, first, last int64, at time.Time) (Verdict, Result, *producer) {
 	now := at.UnixNano()
-	t.expireNs(now)
+	if now != t.expiredAt { // the caller's coarse clock moved: see expiredAt
+		t.expireNs(now)
+	}
 	p := t.producers[id]
 	if p == nil {
 		// A producer starts at sequence 0 (Kafka's rule): a first sight
@@ -517,6 +527,7 @@ func (t *Table) bound() {
 func (t *Table) expire(now time.Time) { t.expireNs(now.UnixNano()) }
 
 func (t *Table) expireNs(now int64) {
+	t.expiredAt = now
 	for e := t.lru.Back(); e != nil; e = t.lru.Back() {
 		p := e.Value.(*producer)
 		if now-p.used < int64(t.cfg.IdleExpiry) {
@@ -633,6 +644,7 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.built.Store(true)
+	t.expiredAt = math.MinInt64 // its producers took its time, maybe an older one: expire at the next Begin
 	// Least recently used first, so that the last producer seen ends at
 	// the front of the LRU.
 	done := map[int64]bool{}

@@ -134,6 +134,29 @@ func TestTableBounds(t *testing.T) {
 	begin(t, tb, 10, 0, 0, Append)
 }
 
+// TestTableExpiryOnce: Begin expires when its time moves, not again at
+// the same time (nothing idle can appear at one time), except after a
+// Rebuild, whose producers took its own, maybe older, time.
+func TestTableExpiryOnce(t *testing.T) {
+	tb := NewTable(Config{IdleExpiry: time.Minute})
+	begin(t, tb, 1, 0, 0, Append)
+	later := t0.Add(2 * time.Minute)
+	v, _ := tb.Begin(2, 0, 0, later) // the time moved: 1 expires
+	require.Equal(t, Append, v)
+	require.Equal(t, 1, tb.Len())
+	v, _ = tb.Begin(2, 1, 1, later) // the same time: 2 stays
+	require.Equal(t, Append, v)
+	require.Equal(t, 1, tb.Len())
+
+	tb.Rebuild(t0, recs([]Record{{Producer: 3, Seq: 0, ID: 1, Offset: 0, Size: 10}})) // 3 took t0
+	require.Equal(t, 2, tb.Len())
+	v, _ = tb.Begin(2, 2, 2, later) // the same time as the last expiry, but after the rebuild: 3 expires
+	require.Equal(t, Append, v)
+	require.Equal(t, 1, tb.Len())
+	v, _ = tb.Begin(3, 1, 1, later)
+	require.Equal(t, UnknownProducer, v)
+}
+
 // recs feeds Rebuild from a slice.
 func recs(rs []Record) func() (Record, bool) {
 	return func() (Record, bool) {
