@@ -117,26 +117,12 @@ func (b *Broker) forgetIdem(logs []*store.Log) {
 func (c *conn) idemBegin(tp *topic, l *store.Log, p int32, opaque int32, ps producerSeq, count int, mput bool) *idemWaiter {
 	t := c.b.idemTable(tp, p, l)
 	now := t.Clock() // idemClockLoop's: no clock read per put
-	err := t.Build(now, func() (func() (idem.Record, bool), error) {
-		start := time.Now()
-		recs, from, err := scanProducers(l, t.Config().RebuildBytes, c.b.config().MaxMessageSize)
-		if err == nil {
-			c.b.logf("idempotent producer: partition %s rebuilt from %d records of producers in [%d, %d) in %v",
-				l.Dir(), len(recs), from, l.MaxOffset(), time.Since(start).Round(time.Millisecond))
+	if !t.Built() {
+		if err := c.idemBuild(t, l, now); err != nil {
+			c.b.errorf("idempotent producer: rebuild of %s: %v", l.Dir(), err)
+			c.putFail(opaque, "idempotent producer state: "+oneLine(err.Error()))
+			return nil
 		}
-		return func() (idem.Record, bool) {
-			if len(recs) == 0 {
-				return idem.Record{}, false
-			}
-			r := recs[0]
-			recs = recs[1:]
-			return r, true
-		}, err
-	})
-	if err != nil {
-		c.b.errorf("idempotent producer: rebuild of %s: %v", l.Dir(), err)
-		c.putFail(opaque, "idempotent producer state: "+oneLine(err.Error()))
-		return nil
 	}
 	last := ps.seq + int64(count) - 1
 	v, res, tk := t.Start(ps.id, ps.seq, last, now)
@@ -174,6 +160,28 @@ func (c *conn) idemBegin(tp *topic, l *store.Log, p int32, opaque int32, ps prod
 			seqs()+": the broker expects the producer's next sequence, not a gap or a part of a stored put"))
 	}
 	return nil
+}
+
+// idemBuild rebuilds table t of partition l from the log's tail, once
+// (idem.Table.Build): the first idempotent put after the partition opened
+// or after a failover.
+func (c *conn) idemBuild(t *idem.Table, l *store.Log, now time.Time) error {
+	return t.Build(now, func() (func() (idem.Record, bool), error) {
+		start := time.Now()
+		recs, from, err := scanProducers(l, t.Config().RebuildBytes, c.b.config().MaxMessageSize)
+		if err == nil {
+			c.b.logf("idempotent producer: partition %s rebuilt from %d records of producers in [%d, %d) in %v",
+				l.Dir(), len(recs), from, l.MaxOffset(), time.Since(start).Round(time.Millisecond))
+		}
+		return func() (idem.Record, bool) {
+			if len(recs) == 0 {
+				return idem.Record{}, false
+			}
+			r := recs[0]
+			recs = recs[1:]
+			return r, true
+		}, err
+	})
 }
 
 // replyStored answers a retried put with the result its first copy had.
