@@ -242,7 +242,7 @@ func fmtCPU(d time.Duration) string {
 	if d <= 0 {
 		return "?"
 	}
-	return fmt.Sprintf("%.1fµs", float64(d)/1e3)
+	return fmt.Sprintf("%.2fµs", float64(d)/1e3)
 }
 
 // runDurableBench runs rows 6 to 8 against brokers it starts, with raw as
