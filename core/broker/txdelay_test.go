@@ -213,6 +213,29 @@ func TestTxDelayedSyncPair(t *testing.T) {
 	require.Equal(t, mt[res[1].ID], st[res[1].ID])
 	_, ok := deliveredIDs(t, master.Addr(), "t", res[0].Partition)[res[0].ID]
 	require.True(t, ok)
+
+	// An XA branch: prepared on both (the slave holds it with its put),
+	// then committed: the slave ends its branch with the timer record.
+	xb, err := cl.XABroker(ctx, "t")
+	require.NoError(t, err)
+	const key = "XID:1:aa:dd:q"
+	_, err = xb.Command(ctx, protocol.TxBegin, key, 0)
+	require.NoError(t, err)
+	xres, err := xb.Produce(ctx, key, &message.Message{Topic: "t", Body: []byte("xa in an hour"), Delay: time.Hour})
+	require.NoError(t, err)
+	_, err = xb.Command(ctx, protocol.TxEnd, key, 0)
+	require.NoError(t, err)
+	_, err = xb.Command(ctx, protocol.TxPrepare, key, 0)
+	require.NoError(t, err)
+	_, held := txOpen(slave)
+	require.Equal(t, []string{key}, held, "the slave holds the branch prepared")
+	_, err = xb.Command(ctx, protocol.TxCommitTwoPhase, key, 0)
+	require.NoError(t, err)
+	mt, st = timerIDs(master), timerIDs(slave)
+	require.Contains(t, st, xres[0].ID, "the slave's timer log")
+	require.Equal(t, mt[xres[0].ID], st[xres[0].ID])
+	require.Eventually(t, func() bool { n, _ := txOpen(slave); return n == 0 }, 5*time.Second, 20*time.Millisecond,
+		"the slave ended its branch")
 }
 
 // logRecordsOf reads every record of l.
