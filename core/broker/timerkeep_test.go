@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/timer"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/stretchr/testify/require"
@@ -85,4 +87,48 @@ func TestTimerRetentionKeepsPending(t *testing.T) {
 	require.Eventually(t, func() bool { return pending(b) == "STATS\r\npending 40" }, 10*time.Second, 20*time.Millisecond)
 	time.Sleep(3 * 50 * time.Millisecond)
 	require.Equal(t, "STATS\r\npending 40", pending(b), "every pending message kept")
+}
+
+// TestSlaveTimerRetention: a sync slave (which runs no timer) applies the
+// same rule to its copy of the timer log: the delivered messages'
+// segments go, and what is left rebuilds to the master's pending
+// messages, which a promotion needs.
+func TestSlaveTimerRetention(t *testing.T) {
+	t.Parallel()
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/repl-timerkeep-%d", time.Now().UnixNano())
+	small := func(c *conf.Config) { c.TimerPartitions, c.MaxSegmentSize = 1, 64<<10 }
+	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { small(c); c.Replication = conf.ReplicationSync })
+	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, small)
+	waitInSync(t, master, "2/2")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Brokers(master.Addr()), client.Logger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer cl.Close(ctx)
+	body := make([]byte, 4000)
+	for range 40 {
+		_, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: body, Delay: time.Millisecond})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		return strings.Contains(statsItem(t, master, "delayed"), "STATS\r\npending 0\r\naccepted 40\r\ndelivered 40\r\n")
+	}, 20*time.Second, 20*time.Millisecond)
+	time.Sleep(3 * 50 * time.Millisecond) // the last round's mark
+	for range 40 {
+		_, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: body, Delay: 24 * time.Hour})
+		require.NoError(t, err)
+	}
+	ml, _, err := timerHost{master}.TimerLog(0)
+	require.NoError(t, err)
+	sl, _, err := timerHost{slave}.TimerLog(0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return sl.MaxOffset() == ml.MaxOffset() }, 15*time.Second, 20*time.Millisecond)
+	segs := sl.SegmentCount()
+	slave.applyRetention(time.Now().Add(100 * 24 * time.Hour)) // past 2 × max_delay (40 days)
+	require.Greater(t, sl.MinOffset(), int64(0), "the delivered messages' segments go")
+	require.Less(t, sl.SegmentCount(), segs)
+	w, err := timer.Open(t.TempDir(), sl, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, int64(40), w.Pending(), "the slave's copy rebuilds to the 40 pending messages")
 }
