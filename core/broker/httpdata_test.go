@@ -179,6 +179,13 @@ func TestHTTPProduceBase64InPlace(t *testing.T) {
 	}
 	require.False(t, it.Next())
 
+	// A record with a bad value and a bad timestamp: the value's error,
+	// named first as when the value was decoded before the rest.
+	code, rep, rb = produceJSON(t, h, "/api/v1/data/topics/t/partitions/1/records", map[string]any{"format": "binary", "records": []map[string]any{{"value": "!!!!", "timestamp": -1}, {"value": "AAAA", "timestamp": -1}}})
+	require.Equal(t, 400, code, "%s", rb)
+	require.Contains(t, rep.Offsets[0].Error, "record 0: value: not base64", "%s", rb)
+	require.Contains(t, rep.Offsets[1].Error, "record 1: timestamp must be positive", "%s", rb)
+
 	// Every record bad: nothing is sent, the reply is the first's error.
 	code, rep, rb = produceJSON(t, h, "/api/v1/data/topics/t/partitions/1/records", map[string]any{"format": "binary", "records": []map[string]any{{"value": "!!!!"}, {"value": "AAAA===="}}})
 	require.Equal(t, 400, code, "%s", rb)

@@ -415,14 +415,26 @@ func recordMessageBase64(format string, rec *ProduceRecord) (m *message.Message,
 	m.Tags = rec.Tags
 	if rec.Timestamp != nil {
 		if *rec.Timestamp <= 0 {
-			return nil, nil, errors.New("timestamp must be positive (Unix milliseconds)")
+			return nil, nil, laterError(b64, errors.New("timestamp must be positive (Unix milliseconds)"))
 		}
 		m.Timestamp = time.UnixMilli(*rec.Timestamp)
 	}
 	if err := m.CheckProperties(); err != nil {
-		return nil, nil, err
+		return nil, nil, laterError(b64, err)
 	}
 	return m, b64, nil
+}
+
+// laterError is err, found after the value, unless the value b64 (not
+// decoded yet) is not base64: a record's first error is named, the
+// value's before the timestamp's and the properties'.
+func laterError(b64 []byte, err error) error {
+	if b64 != nil {
+		if _, berr := base64.StdEncoding.Decode(make([]byte, base64.StdEncoding.DecodedLen(len(b64))), b64); berr != nil {
+			return valueBase64Error(berr)
+		}
+	}
+	return err
 }
 
 // ConsumedRecord is one record read.
