@@ -209,20 +209,21 @@ func (h txHost) TimerLog(topic string, p int32) (tx.Topic, *store.Log, int32, er
 	return timerTxTopic{tt, h.b}, tt.parts[tp], tp, nil
 }
 
-// timerSyncReady readies, on a sync master, the timer partition a
-// transactional delayed message for partition p of topic goes to at its
-// commit, whose check refuses a partition not in sync with the slave: it
-// opens the timer topic (the sync loop then brings its partitions in
-// sync) and waits, at most sync_timeout, until that partition is in sync.
-// That wait happens once per timer partition and link.
+// timerSyncReady readies the timer partition a transactional delayed
+// message for partition p of topic goes to at its commit: it opens the
+// timer topic (not under the transactions' lock at the commit, the first
+// time), and on a sync master, whose commit check refuses a partition not
+// in sync with the slave, waits at most sync_timeout until that partition
+// is in sync (the sync loop brings a newly opened one in): once per timer
+// partition and link.
 func (b *Broker) timerSyncReady(topic string, p int32) {
-	sm := txHost{partSource{b}}.Master()
-	if sm == nil {
-		return
-	}
 	_, l, tp, err := txHost{partSource{b}}.TimerLog(topic, p)
 	if err != nil {
 		return // the commit says why
+	}
+	sm := txHost{partSource{b}}.Master()
+	if sm == nil {
+		return
 	}
 	sp := sm.Part(conf.TimerTopic, tp, l)
 	for deadline := time.Now().Add(sm.Timeout()); ; time.Sleep(5 * time.Millisecond) {
