@@ -125,8 +125,11 @@ nothing. With --yes it sends them (the idempotent producer) and, after each
 read's worth, commits the position past them as the offsets of the group
 <group>.dlq-replay on the dead-letter topic: a replay resumes where the last
 stopped and never sends a dead letter twice, except those sent when a
-failure came between their send and the commit after it. --limit N replays
-at most N. Local mode asks the broker at --addr; --zk finds the brokers
+failure came between their send and the commit after it. One replay or
+purge of a group runs at a time: with --yes it holds a lease on
+<group>.dlq-replay (a membership of the broker's group coordinator), and
+another one fails with "another replay of the dead letters is running"
+until it ends. --limit N replays at most N. Local mode asks the broker at --addr; --zk finds the brokers
 (and sends to the origin topics) through ZooKeeper.
 
 examples:
@@ -140,7 +143,7 @@ Move a group's replay position to the end of its dead-letter topic: the
 dead letters before it are no longer pending, listed as pending nor
 replayed. The log is append-only, so nothing is deleted: purge hides,
 retention (the topic's delete_when) deletes. Without --yes it is a dry run
-that prints how many it would hide.
+that prints how many it would hide. It fails while a replay runs.
 
 examples:
   metaq dlq purge --group orders-billing --yes

@@ -1,15 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/internal/testsvc"
+	"github.com/metaq-go/metaq/sdk/admin"
+	"github.com/metaq-go/metaq/sdk/client"
+	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // TestCLIDLQReplay: metaq dlq replay is a dry run without --yes; with it
@@ -214,5 +221,142 @@ func TestCLIDLQReplayCluster(t *testing.T) {
 	r = cli("", append([]string{"dlq", "list", "--group", "billing"}, z...)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "billing.dlq pending 0 ") {
 		t.Fatalf("dlq list --zk after replay and purge: %q %q", r.stdout, r.stderr)
+	}
+}
+
+// TestCLIDLQReplayConcurrent: replays of one group's dead letters run one
+// at a time. Four `metaq dlq replay --yes` and one POST
+// /api/v1/groups/{group}/dlq/replay at once over 3000 dead letters: each
+// is sent once (the replays that ran add up to 3000, and orders holds
+// 3000 distinct messages), the others refused with "another replay of the
+// dead letters is running". While another holds the lease (a join of the
+// position group as metaq-dlq-replay), both the CLI's replay and purge and
+// the API's replay are refused, and nothing is sent; once it leaves they
+// run.
+func TestCLIDLQReplayConcurrent(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, smallJournal(), brokertest.Quiet(), brokertest.Partitions(1), brokertest.HTTP(),
+		brokertest.Edit(func(c *conf.Config) {
+			c.Topics = append(c.Topics, conf.Topic{Name: "orders"}, conf.Topic{Name: "billing.dlq"}, conf.Topic{Name: "billing.retry"})
+		}))
+	a := "--addr=" + b.Addr()
+	const n = 3000
+	var in strings.Builder
+	pad := strings.Repeat("x", 200) // several gets' worth
+	for i := range n {
+		fmt.Fprintf(&in, "refund-%d-%s\n", i, pad)
+	}
+	mustOK(t, cli(in.String(), a, "produce", "--topic", "billing.dlq", "--header", "metaq-origin-topic=orders",
+		"--header", "metaq-last-error=boom"), "produce the dead letters")
+	const running = "another replay of the dead letters is running"
+	apiReplay := func() (int, string) {
+		resp, err := http.Post("http://"+b.HTTPAddr()+"/api/v1/groups/billing/dlq/replay", "application/json",
+			strings.NewReader(`{"to": "origin"}`))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	sent, refused := 0, 0
+	for range 4 {
+		wg.Go(func() {
+			r := cli("", a, "dlq", "replay", "--group", "billing", "--to", "origin", "--yes")
+			mu.Lock()
+			defer mu.Unlock()
+			var got, pending int
+			switch {
+			case r.code == 0:
+				if _, err := fmt.Sscanf(r.stdout, "replayed %d of %d", &got, &pending); err != nil {
+					t.Errorf("replay printed %q", r.stdout)
+				}
+				sent += got
+			case r.code == 1 && strings.Contains(r.stderr, running):
+				refused++
+			default:
+				t.Errorf("replay: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+		})
+	}
+	wg.Go(func() {
+		code, body := apiReplay()
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case code == http.StatusOK:
+			var rep struct{ Count int }
+			if err := json.Unmarshal([]byte(body), &rep); err != nil {
+				t.Errorf("API replay: %v: %s", err, body)
+			}
+			sent += rep.Count
+		case code == http.StatusConflict && strings.Contains(body, running):
+			refused++
+		default:
+			t.Errorf("API replay: %d %s", code, body)
+		}
+	})
+	wg.Wait()
+	t.Logf("%d replays refused", refused)
+	if sent != n {
+		t.Fatalf("the replays sent %d in all, want %d", sent, n)
+	}
+	countOrders := func() int {
+		t.Helper()
+		r := cli("", a, "consume", "--topic", "orders", "-f", "%s\n")
+		mustOK(t, r, "consume orders")
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		seen := map[string]bool{}
+		for _, l := range lines {
+			if seen[l] {
+				t.Fatalf("%.20s... sent twice", l)
+			}
+			seen[l] = true
+		}
+		return len(lines)
+	}
+	if got := countOrders(); got != n {
+		t.Fatalf("orders holds %d messages, want %d", got, n)
+	}
+
+	// Another holds the lease: everything that would move the position is refused.
+	mustOK(t, cli("late-1\nlate-2\n", a, "produce", "--topic", "billing.dlq", "--header", "metaq-origin-topic=orders"), "produce more")
+	cl, err := client.New(client.Brokers(b.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder := func(req func(dst []byte, op int32) []byte) {
+		t.Helper()
+		if _, err := cl.Request(ctx, b.Addr(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder(func(dst []byte, op int32) []byte {
+		return protocol.AppendJoin(dst, "billing.dlq-replay", "billing.dlq", admin.DLQReplayMember, "default", op)
+	})
+	for _, args := range [][]string{{"replay", "--to", "origin"}, {"purge"}} {
+		r := cli("", append([]string{a, "dlq", args[0], "--group", "billing", "--yes"}, args[1:]...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, running) {
+			t.Fatalf("dlq %s while held: exit %d, stdout %q, stderr %q", args[0], r.code, r.stdout, r.stderr)
+		}
+	}
+	if code, body := apiReplay(); code != http.StatusConflict || !strings.Contains(body, running) {
+		t.Fatalf("API replay while held: %d %s", code, body)
+	}
+	if got := countOrders(); got != n {
+		t.Fatalf("orders holds %d messages while the lease was held, want %d", got, n)
+	}
+	holder(func(dst []byte, op int32) []byte {
+		return protocol.AppendLeave(dst, "billing.dlq-replay", "billing.dlq", admin.DLQReplayMember, op)
+	})
+	r := cli("", a, "dlq", "replay", "--group", "billing", "--to", "origin", "--yes")
+	if r.code != 0 || !strings.Contains(r.stdout, "replayed 2 of 2 dead letters") {
+		t.Fatalf("replay after the lease was left: exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
 }

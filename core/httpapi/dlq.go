@@ -52,6 +52,8 @@ type DLQPartition struct {
 	// (-1: unknown).
 	Position int64 `json:"position"`
 	Pending  int64 `json:"pending"`
+
+	committed int64 // the position group's committed offset; -1: none
 }
 
 // DLQTopic is a group's dead-letter topic on this broker.
@@ -143,7 +145,8 @@ func (s *Server) deadLetterTopic(ctx context.Context, d *dataConn, group string)
 		}
 	}
 	for i, p := range ti.PartitionList {
-		dp := DLQPartition{Partition: p.Partition, Min: p.MinOffset, Max: p.MaxOffset, Messages: p.Messages, Position: p.MinOffset, Pending: p.Messages}
+		dp := DLQPartition{Partition: p.Partition, Min: p.MinOffset, Max: p.MaxOffset, Messages: p.Messages, Position: p.MinOffset,
+			Pending: p.Messages, committed: max(lines[i].Offset, -1)}
 		if c := lines[i].Offset; c > p.MinOffset {
 			dp.Position = min(c, p.MaxOffset)
 			dp.Pending = -1
@@ -165,9 +168,12 @@ func (s *Server) deadLetterTopic(ctx context.Context, d *dataConn, group string)
 // replayDeadLetters sends group's pending dead letters here to their
 // origin topic (to "origin") or the group's retry topic ("retry") on this
 // broker, committing the position past each get's worth once sent; with
-// dryRun it only reads the first few and counts.
+// dryRun it only reads the first few and counts. A replay that sends
+// holds the group's replay lease here (dlqlease.go; 409 while another
+// replay holds it) and checks before each send that the committed
+// position is still the one it read (409 when another moved it).
 // On an error, out.Count is how many were sent and committed before it.
-func (s *Server) replayDeadLetters(ctx context.Context, d *dataConn, group string, req DLQReplayRequest) (out DLQReplayReply, err error) {
+func (s *Server) replayDeadLetters(ctx context.Context, r *http.Request, d *dataConn, group string, req DLQReplayRequest) (out DLQReplayReply, err error) {
 	sent := 0
 	defer func() {
 		if err != nil && !req.DryRun {
@@ -190,10 +196,22 @@ func (s *Server) replayDeadLetters(ctx context.Context, d *dataConn, group strin
 	if err != nil {
 		return out, err
 	}
+	var lease *dlqLease
+	if !req.DryRun {
+		if lease, err = s.leaseDLQ(ctx, User(r), r.RemoteAddr, t); err != nil {
+			return out, err
+		}
+		defer lease.release()
+		// The position as it is now that no other replay moves it.
+		if t, err = s.deadLetterTopic(ctx, d, group); err != nil {
+			return out, err
+		}
+	}
 	out.Pending = t.Pending
 	const sample = 5
 	for _, p := range t.Partitions {
 		off := p.Position
+		committed := p.committed
 		for off < p.Max && out.Count < limit {
 			if req.DryRun && len(out.Messages) >= sample && t.Pending >= 0 {
 				out.Count = int(min(t.Pending, int64(limit)))
@@ -246,6 +264,12 @@ func (s *Server) replayDeadLetters(ctx context.Context, d *dataConn, group strin
 					strconv.FormatInt(off, 10) + " of " + t.Topic + " within " + strconv.Itoa(dlqGetSize) + " bytes"}
 			}
 			if !req.DryRun {
+				if err := lease.err(); err != nil {
+					return out, err
+				}
+				if err := checkDLQPosition(ctx, d, t, p, committed); err != nil {
+					return out, err
+				}
 				if n > 0 {
 					reps, err := d.do(ctx, wire, n)
 					if err != nil {
@@ -267,6 +291,7 @@ func (s *Server) replayDeadLetters(ctx context.Context, d *dataConn, group strin
 				if rep.Code != protocol.StatusOK {
 					return out, &RequestError{Status: httpStatus(rep.Code), Msg: "committing the replay position: " + string(bytes.TrimSpace(rep.Body))}
 				}
+				committed = next
 				sent += n
 			}
 			off = next
@@ -354,7 +379,7 @@ func (s *Server) apiDLQReplay(w http.ResponseWriter, r *http.Request) {
 	defer d.Close()
 	ctx, cancel := context.WithTimeout(r.Context(), dlqReplayWait)
 	defer cancel()
-	res, err := s.replayDeadLetters(ctx, d, group, req)
+	res, err := s.replayDeadLetters(ctx, r, d, group, req)
 	if err != nil {
 		if !req.DryRun && res.Count > 0 {
 			s.be.AuditDLQReplay(ActorOf(r), group, res.To, res.Count)
@@ -410,7 +435,7 @@ func (s *Server) uiDLQReplay(w http.ResponseWriter, r *http.Request) {
 	defer d.Close()
 	ctx, cancel := context.WithTimeout(r.Context(), dlqReplayWait)
 	defer cancel()
-	res, err := s.replayDeadLetters(ctx, d, group, req)
+	res, err := s.replayDeadLetters(ctx, r, d, group, req)
 	if err != nil {
 		if !req.DryRun && res.Count > 0 {
 			s.be.AuditDLQReplay(ActorOf(r), group, res.To, res.Count)

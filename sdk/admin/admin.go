@@ -62,6 +62,7 @@ type Admin struct {
 	mu       sync.Mutex
 	httpAddr string // SetHTTPAddr
 	closed   bool
+	leases   map[string]bool // the dead-letter replay leases held (dlqlease.go)
 }
 
 // ErrClosed is returned by the calls of a closed Admin.

@@ -48,7 +48,8 @@ type DeadLetterPartition struct {
 	// the broker could not count them.
 	Pending int64 `json:"pending"`
 
-	addr string
+	addr      string
+	committed int64 // the position group's committed offset; -1: none
 }
 
 // DeadLetters is a group's dead-letter topic and its replay position.
@@ -91,7 +92,10 @@ func (a *Admin) DeadLetters(ctx context.Context, group string) (*DeadLetters, er
 			return nil, fmt.Errorf("%s: the log bounds are unknown (broker %d not readable)", partName(r), r.BrokerID)
 		}
 		p := DeadLetterPartition{BrokerID: r.BrokerID, Partition: r.Partition, Start: *r.LogStart, End: *r.LogEnd,
-			Position: *r.LogStart, Pending: -1, addr: addrs[r.BrokerID]}
+			Position: *r.LogStart, Pending: -1, addr: addrs[r.BrokerID], committed: -1}
+		if r.Committed != nil {
+			p.committed = *r.Committed
+		}
 		switch {
 		case r.Committed != nil && *r.Committed > p.Start:
 			p.Position = min(*r.Committed, p.End)
@@ -183,7 +187,11 @@ type ReplayResult struct {
 // idempotence). After each get's worth of messages sent it commits the
 // position past them: a replay stopped midway resumes, and a dead letter
 // is sent twice only when the replay fails between a send and the commit
-// that follows it.
+// that follows it. One replay or purge of a group runs at a time: a
+// replay that executes holds a lease on the position group (dlqlease.go)
+// and fails with ErrReplayRunning while another holds it; before each
+// send it checks that the committed position is still the one it read,
+// and stops (ErrReplayRunning) when not.
 func (a *Admin) ReplayDeadLetters(ctx context.Context, group string, o ReplayOptions) (*ReplayResult, error) {
 	to := o.To
 	if to == "" {
@@ -203,11 +211,23 @@ func (a *Admin) ReplayDeadLetters(ctx context.Context, group string, o ReplayOpt
 	if err != nil {
 		return nil, err
 	}
+	var lease *replayLease
+	if o.Execute {
+		if lease, err = a.leaseReplay(ctx, dl); err != nil {
+			return nil, err
+		}
+		defer lease.release()
+		// The position as it is now that no other replay moves it.
+		if dl, err = a.DeadLetters(ctx, group); err != nil {
+			return nil, err
+		}
+	}
 	res := &ReplayResult{Group: group, Topic: dl.Topic, To: to, Pending: dl.Pending, Messages: []ReplayedMessage{}}
 	retryTopic := client.RetryTopicOf(group)
 parts:
 	for _, p := range dl.Partitions {
 		off := p.Position
+		committed := p.committed // what the position group holds
 		size := 256 << 10
 		for off < p.End && (o.Limit == 0 || res.Count < o.Limit) {
 			if !o.Execute && len(res.Messages) >= sample && dl.Pending >= 0 {
@@ -260,6 +280,13 @@ parts:
 				continue
 			}
 			if o.Execute {
+				if err := lease.err(); err != nil {
+					return res, err
+				}
+				if err := a.checkPosition(ctx, dl, p, committed); err != nil {
+					res.Count -= len(batch)
+					return res, err
+				}
 				if len(batch) > 0 {
 					if _, err := a.cl.ProduceSync(ctx, batch...); err != nil {
 						return res, fmt.Errorf("replaying %s partition %d from offset %d: %w (the position stays at %d)",
@@ -269,6 +296,7 @@ parts:
 				if err := a.commitPosition(ctx, dl, p, next); err != nil {
 					return res, err
 				}
+				committed = next
 			}
 			off = next
 		}
@@ -289,11 +317,22 @@ type PurgeResult struct {
 // PurgeDeadLetters moves group's replay position to the end of each
 // partition of its dead-letter topic (with execute; else a dry run): what
 // lies before is never replayed nor counted as pending. Nothing is
-// deleted: retention deletes the records.
+// deleted: retention deletes the records. It holds the replay lease as a
+// replay does: ErrReplayRunning while a replay runs.
 func (a *Admin) PurgeDeadLetters(ctx context.Context, group string, execute bool) (*PurgeResult, error) {
 	dl, err := a.DeadLetters(ctx, group)
 	if err != nil {
 		return nil, err
+	}
+	if execute {
+		lease, err := a.leaseReplay(ctx, dl)
+		if err != nil {
+			return nil, err
+		}
+		defer lease.release()
+		if dl, err = a.DeadLetters(ctx, group); err != nil {
+			return nil, err
+		}
 	}
 	res := &PurgeResult{Group: group, Topic: dl.Topic, Pending: dl.Pending}
 	if !execute {
