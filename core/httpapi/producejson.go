@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // parseProduce is a produce body's decoder for the shape clients send:
@@ -59,6 +61,11 @@ func parseProduce(data []byte, req *ProduceRequest) bool {
 			if !p.lit(']') {
 				for {
 					p.ws()
+					if len(req.Records) == protocol.MaxMPutCount {
+						// One more than a request may hold: refused
+						// (produceArrayLen) before any more is built.
+						return false
+					}
 					req.Records = append(req.Records, ProduceRecord{})
 					if !p.record(&req.Records[len(req.Records)-1]) {
 						return false
@@ -491,4 +498,58 @@ func (p *jsonParser) tags(rec *ProduceRecord) bool {
 			return false
 		}
 	}
+}
+
+// produceArrayLen returns the most elements of an array that is the
+// value of a member of the body's top-level object: for a valid produce
+// request, the number of its records (or more, with "records" twice). It
+// allocates nothing, so a body of a million empty records is refused
+// before encoding/json builds them (records.go). For a body that is not
+// valid JSON the count means nothing, and the decoder refuses the body
+// anyway.
+func produceArrayLen(b []byte) int {
+	depth, n, most := 0, 0, 0
+	inArray := false // inside an array at depth 2 (the value of a top-level member)
+	empty := true
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if inArray && depth == 2 {
+				empty = false
+			}
+		case '{', '[':
+			depth++
+			if depth == 2 && c == '[' {
+				inArray, n, empty = true, 0, true
+			} else if inArray && depth == 3 {
+				empty = false
+			}
+		case '}', ']':
+			if depth == 2 && inArray {
+				if !empty {
+					n++
+				}
+				most, inArray = max(most, n), false
+			}
+			depth--
+		case ',':
+			if depth == 2 && inArray {
+				n++
+			}
+		case ' ', '\t', '\n', '\r':
+		default:
+			if inArray && depth == 2 {
+				empty = false
+			}
+		}
+	}
+	if inArray {
+		most = max(most, n+1)
+	}
+	return most
 }

@@ -162,6 +162,10 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 	var req ProduceRequest
 	if !parseProduce(body.Bytes(), &req) {
 		req = ProduceRequest{}
+		if produceArrayLen(body.Bytes()) > protocol.MaxMPutCount {
+			WriteError(w, http.StatusBadRequest, "records: at most "+strconv.Itoa(protocol.MaxMPutCount)+" in one request")
+			return
+		}
 		if !decodeData(w, body.Bytes(), nil, &req, false) {
 			return
 		}
