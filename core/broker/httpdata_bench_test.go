@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,8 +33,18 @@ import (
 // docs/http.md, "Benchmark"), and the process's CPU per record (client
 // and broker: one process).
 func BenchmarkHTTPData(b *testing.B) {
-	const parts, conns, batch, size, pairs = 4, 4, 100, 1024, 3
-	phaseLen := 1500 * time.Millisecond
+	const parts, batch, size, pairs = 4, 100, 1024, 3
+	// METAQ_HTTP_BENCH_CONNS clients on each side (4), phases of
+	// METAQ_HTTP_BENCH_PHASE seconds (1.5): with few clients the ratio
+	// follows how their requests fall into group-commit rounds
+	// (docs/benchmarks.md), so it is given at 4 and at 16.
+	conns, phaseLen := 4, 1500*time.Millisecond
+	if v, err := strconv.Atoi(os.Getenv("METAQ_HTTP_BENCH_CONNS")); err == nil && v > 0 {
+		conns = v
+	}
+	if v, err := strconv.ParseFloat(os.Getenv("METAQ_HTTP_BENCH_PHASE"), 64); err == nil && v > 0 {
+		phaseLen = time.Duration(v * float64(time.Second))
+	}
 	br := startBroker(b, 0, func(c *conf.Config) { c.NumPartitions = parts })
 	base := "http://" + br.HTTPAddr()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns}, Timeout: time.Minute}
