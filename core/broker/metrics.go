@@ -20,13 +20,17 @@ import (
 // partCounters are one partition's traffic counters, always kept (unlike
 // partition.Realtime, which `stats reset` clears and stat = false turns off).
 type partCounters struct {
+	// idem is the partition's idempotent producer table (idem.go), found
+	// here by the put path before the broker's map. Set once, read by
+	// every idempotent put: it has a cache line of its own, not the one
+	// the counters below, written by every put, keep moving between cores.
+	idem atomic.Pointer[idemPart]
+	_    [56]byte
+
 	msgsIn, bytesIn, bytesOut, gets atomic.Int64
 	// msgsOut is counted off the get path (msgsout.go).
 	msgsOut atomic.Int64
-	// idem is the partition's idempotent producer table (idem.go), found
-	// here by the put path before the broker's map.
-	idem atomic.Pointer[idemPart]
-	_    [16]byte // keep neighbouring partitions' counters off one cache line
+	_       [24]byte // keep neighbouring partitions' counters off one cache line
 }
 
 // monoEpoch is the origin of monoNow, a monotonic clock in nanoseconds
