@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/metaq-go/metaq/sdk/admin"
@@ -111,13 +112,15 @@ func cmdDLQ(e *env) *cobra.Command {
 
 const dlqReplayHelp = `
 Send a group's pending dead letters (past the replay position, from the
-earliest) back: --to origin (the default) appends each to the topic it came
-from (the metaq-origin-topic header) with a fresh msgId, its key, tags,
-attribute, create time and user headers kept and the metaq-origin-*,
-metaq-delivery-count and metaq-last-error headers removed; --to retry
-appends it to the group's retry topic, whose members deliver it at once as
-it first was, with its delivery count reset (so it gets all its deliveries
-again).
+earliest) back: --to retry (the default) appends each to the group's retry
+topic, whose members deliver it at once as it first was, with its delivery
+count reset (so it gets all its deliveries again): only this group handles
+it again. --to origin appends each to the topic it came from (the
+metaq-origin-topic header) with a fresh msgId, its key, tags, attribute,
+create time and user headers kept and the metaq-origin-*,
+metaq-delivery-count and metaq-last-error headers removed: every group
+consuming that topic handles it again, and the output names the other
+groups it knows of.
 
 Without --yes it is a dry run: it prints how many it would send and the
 first few (partition, offset, msgId, origin topic, last error) and sends
@@ -135,7 +138,7 @@ until it ends. --limit N replays at most N. Local mode asks the broker at --addr
 examples:
   metaq dlq replay --group orders-billing
   metaq dlq replay --group orders-billing --yes
-  metaq dlq replay --group orders-billing --to retry --limit 10 --yes
+  metaq dlq replay --group orders-billing --to origin --limit 10 --yes
 `
 
 const dlqPurgeHelp = `
@@ -179,7 +182,7 @@ func dlqAdmin(e *env, args []string, group string, o groupOpts) (*admin.Admin, c
 func cmdDLQReplay(e *env) *cobra.Command {
 	return leaf(e, "dlq replay", "dlq replay --group G [--to origin|retry] [--limit N] [--yes] [--json] [--zk CONNECT [--root /meta]]", dlqReplayHelp, func(fs *pflag.FlagSet) func(args []string) error {
 		group := fs.String("group", "", "the consumer group (required)")
-		to := fs.String("to", admin.ReplayToOrigin, "where to: origin (each message's original topic) or retry (the group's retry topic)")
+		to := fs.String("to", admin.ReplayToRetry, "where to: retry (the group's retry topic: only the group handles them) or origin (each message's original topic: every group consuming it does)")
 		limit := fs.Int("limit", 0, "replay at most this many (0: all pending)")
 		yes := fs.Bool("yes", false, "send them (default: a dry run)")
 		asJSON := fs.Bool("json", false, "print JSON")
@@ -227,6 +230,10 @@ func printReplay(e *env, res *admin.ReplayResult) {
 	}
 	if more := res.Count - len(res.Messages); more > 0 {
 		fmt.Fprintf(e.stdout, "  ... and %d more\n", more)
+	}
+	if len(res.OtherGroups) > 0 {
+		fmt.Fprintf(e.stdout, "note: the groups %s consume the origin topics too and handle these messages again "+
+			"(--to retry: %s only)\n", strings.Join(res.OtherGroups, ", "), res.Group)
 	}
 	if !res.Executed {
 		fmt.Fprintln(e.stdout, "dry run: nothing sent (--yes to send)")

@@ -69,18 +69,25 @@ func TestCLIDLQReplay(t *testing.T) {
 		}
 	}
 
-	want(cli("", a, "dlq", "replay", "--group", "billing"), "dry run",
+	want(cli("", a, "dlq", "replay", "--group", "billing"), "dry run (to the retry topic by default)",
+		"would replay 3 of 3 dead letters of billing.dlq to billing.retry (delivery count reset)\n", `origin orders error "boom one"`,
+		"dry run: nothing sent")
+	want(cli("", a, "dlq", "replay", "--group", "billing", "--to", "origin"), "dry run to origin",
 		"would replay 3 of 3 dead letters of billing.dlq to their origin topics\n", `origin orders error "boom one"`,
 		"dry run: nothing sent")
-	if n := len(consumed("orders")); n != 0 {
+	if n := len(consumed("orders")) + len(consumed("billing.retry")); n != 0 {
 		t.Fatalf("a dry run sent %d messages", n)
 	}
-	want(cli("", a, "dlq", "replay", "--group", "billing", "--limit", "1", "--yes"), "replay --limit 1",
+	want(cli("", a, "dlq", "replay", "--group", "billing", "--to", "origin", "--limit", "1", "--yes"), "replay --limit 1",
 		"replayed 1 of 3 dead letters")
 	want(cli("", a, "dlq", "list", "--group", "billing"), "dlq list", "billing.dlq messages 3\n",
 		"billing.dlq pending 2 (past the replay and purge position, group billing.dlq-replay)\n")
-	want(cli("", a, "dlq", "replay", "--group", "billing", "--yes"), "replay the rest", "replayed 2 of 2 dead letters")
-	want(cli("", a, "dlq", "replay", "--group", "billing", "--yes"), "replay again", "replayed 0 of 0 dead letters")
+	// Another group consumes orders: a replay to the origin topic names it.
+	mustOK(t, cli("", a, "consume", "--topic", "orders", "--group", "shipping", "--count", "1"), "consume as shipping")
+	want(cli("", a, "dlq", "replay", "--group", "billing", "--to", "origin"), "dry run to origin names the other groups",
+		"note: the groups shipping consume the origin topics too and handle these messages again (--to retry: billing only)\n")
+	want(cli("", a, "dlq", "replay", "--group", "billing", "--to", "origin", "--yes"), "replay the rest", "replayed 2 of 2 dead letters")
+	want(cli("", a, "dlq", "replay", "--group", "billing", "--to", "origin", "--yes"), "replay again", "replayed 0 of 0 dead letters")
 	got := consumed("orders")
 	if len(got) != 3 {
 		t.Fatalf("orders holds %d messages, want 3: %v", len(got), got)
@@ -97,7 +104,7 @@ func TestCLIDLQReplay(t *testing.T) {
 	}
 
 	dead("four")
-	want(cli("", a, "dlq", "replay", "--group", "billing", "--to", "retry", "--yes"), "replay to retry",
+	want(cli("", a, "dlq", "replay", "--group", "billing", "--yes"), "replay to retry (the default)",
 		"replayed 1 of 1 dead letters of billing.dlq to billing.retry (delivery count reset)")
 	r := consumed("billing.retry")
 	if len(r) != 1 {
@@ -200,7 +207,7 @@ func TestCLIDLQReplayCluster(t *testing.T) {
 	if !strings.Contains(r.stdout, "billing.dlq messages 4\n") || !strings.Contains(r.stdout, "billing.dlq pending 4 ") {
 		t.Fatalf("dlq list --zk printed %q", r.stdout)
 	}
-	r = cli("", append([]string{"dlq", "replay", "--group", "billing", "--limit", "3", "--yes"}, z...)...)
+	r = cli("", append([]string{"dlq", "replay", "--group", "billing", "--to", "origin", "--limit", "3", "--yes"}, z...)...)
 	mustOK(t, r, "dlq replay --zk")
 	if !strings.Contains(r.stdout, "replayed 3 of 4 dead letters") {
 		t.Fatalf("dlq replay --zk printed %q", r.stdout)

@@ -86,11 +86,13 @@ func TestDashboardDLQAPI(t *testing.T) {
 	require.Equal(t, 200, code, body)
 	require.NoError(t, json.Unmarshal([]byte(body), &rep))
 	require.Equal(t, 3, rep.Count)
+	require.Equal(t, "retry", rep.To, "the default target: the group's retry topic")
+	require.Equal(t, "billing.retry", rep.Messages[0].To)
 	require.Len(t, rep.Messages, 3)
 	require.Equal(t, "card declined", rep.Messages[0].LastError)
 	require.Zero(t, b.topics["orders"].parts[1].MessageCount(), "a dry run sends nothing")
 
-	code, body = api("POST", "/api/v1/groups/billing/dlq/replay", `{"limit": 2}`)
+	code, body = api("POST", "/api/v1/groups/billing/dlq/replay", `{"to": "origin", "limit": 2}`)
 	require.Equal(t, 200, code, body)
 	require.NoError(t, json.Unmarshal([]byte(body), &rep))
 	require.Equal(t, 2, rep.Count, body)
@@ -221,10 +223,23 @@ func TestDashboardBrowserDLQ(t *testing.T) {
 	require.Equal(t, "3", strings.TrimSpace(tab.text(t, `tr[data-group="billing"] td.messages`)))
 	require.Equal(t, "3", strings.TrimSpace(tab.text(t, `tr[data-group="billing"] td.pending`)))
 	shot("dlq")
+	// To the origin topic (chosen): the dry run says every group of it handles them.
+	tab.run(t, chromedp.SetValue(chromedp.CSS(`tr[data-group="billing"] select[name="to"]`), "origin"),
+		chromedp.Click(chromedp.CSS(`tr[data-group="billing"] button.replay-dry`)), chromedp.WaitVisible(chromedp.CSS("#dry-run")))
+	require.Contains(t, tab.text(t, "#dry-run"), "to their origin topics")
+	require.Contains(t, tab.text(t, "#origin-note"), "Every consumer group of the origin topics handles these messages again, not only billing")
+	// The default: the group's retry topic.
+	tab.open(t, base+"/ui/dlq", "#dlq")
 	tab.run(t, chromedp.Click(chromedp.CSS(`tr[data-group="billing"] button.replay-dry`)), chromedp.WaitVisible(chromedp.CSS("#dry-run")))
-	require.Contains(t, tab.text(t, "#dry-run"), "replaying 3 of 3 pending dead letters of billing.dlq")
+	require.Contains(t, tab.text(t, "#dry-run"), "replaying 3 of 3 pending dead letters of billing.dlq to the group's retry topic")
 	require.Contains(t, tab.text(t, "#replay-sample"), "card declined")
-	require.Zero(t, b.topics["orders"].parts[1].MessageCount(), "the dry run sent nothing")
+	retried := func() (n int64) {
+		for _, p := range b.topics["billing.retry"].parts {
+			n += p.MessageCount()
+		}
+		return n
+	}
+	require.Zero(t, retried(), "the dry run sent nothing")
 	shot("dlq-replay")
 	tab.run(t, chromedp.Click(chromedp.CSS("#apply-replay")))
 	require.Eventually(t, func() bool {
@@ -234,7 +249,8 @@ func TestDashboardBrowserDLQ(t *testing.T) {
 	require.Contains(t, tab.text(t, "#flash"), "Replayed 3 dead letters of billing")
 	require.Equal(t, "0", strings.TrimSpace(tab.text(t, `tr[data-group="billing"] td.pending`)))
 	require.Equal(t, "3", strings.TrimSpace(tab.text(t, `tr[data-group="billing"] td.messages`)))
-	require.Equal(t, int64(3), b.topics["orders"].parts[1].MessageCount(), "the dead letters are back on orders")
+	require.Equal(t, int64(3), retried(), "the dead letters are in billing.retry")
+	require.Zero(t, b.topics["orders"].parts[1].MessageCount(), "nothing sent to orders")
 
 	tab.open(t, base+"/ui/delayed", "#delayed-buckets")
 	require.Equal(t, "4", tab.text(t, "#delayed-pending"))

@@ -70,7 +70,8 @@ type DLQTopic struct {
 
 // DLQReplayRequest is POST /api/v1/groups/{group}/dlq/replay's body.
 type DLQReplayRequest struct {
-	// To is "origin" (default) or "retry".
+	// To is "retry" (default: the group's retry topic, which only the
+	// group consumes) or "origin".
 	To string `json:"to"`
 	// Limit is the most messages replayed (0: all pending, at most
 	// 100000 per request).
@@ -165,9 +166,9 @@ func (s *Server) deadLetterTopic(ctx context.Context, d *dataConn, group string)
 	return t, nil
 }
 
-// replayDeadLetters sends group's pending dead letters here to their
-// origin topic (to "origin") or the group's retry topic ("retry") on this
-// broker, committing the position past each get's worth once sent; with
+// replayDeadLetters sends group's pending dead letters here to the
+// group's retry topic (to "retry", the default) or their origin topic
+// ("origin") on this broker, committing the position past each get's worth once sent; with
 // dryRun it only reads the first few and counts. A replay that sends
 // holds the group's replay lease here (dlqlease.go; 409 while another
 // replay holds it) and checks before each send that the committed
@@ -180,7 +181,7 @@ func (s *Server) replayDeadLetters(ctx context.Context, r *http.Request, d *data
 			out.Count = sent
 		}
 	}()
-	to := cmpOr(req.To, "origin")
+	to := cmpOr(req.To, "retry")
 	out = DLQReplayReply{Group: group, Topic: group + dlqSuffix, To: to, DryRun: req.DryRun, Messages: []DLQReplayed{}}
 	if to != "origin" && to != "retry" {
 		return out, &RequestError{Status: http.StatusBadRequest, Msg: "to " + quoteName(req.To) + ": want origin or retry"}

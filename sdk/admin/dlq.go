@@ -130,16 +130,18 @@ func (a *Admin) DeadLetters(ctx context.Context, group string) (*DeadLetters, er
 
 // Replay targets.
 const (
-	// ReplayToOrigin sends each dead letter back to its original topic.
-	ReplayToOrigin = "origin"
 	// ReplayToRetry sends each dead letter to the group's retry topic,
-	// its delivery count reset.
+	// its delivery count reset: only the group's members deliver it
+	// again. It is the default.
 	ReplayToRetry = "retry"
+	// ReplayToOrigin sends each dead letter back to its original topic,
+	// where every group consuming that topic handles it again.
+	ReplayToOrigin = "origin"
 )
 
 // ReplayOptions says what ReplayDeadLetters does.
 type ReplayOptions struct {
-	// To is ReplayToOrigin ("" too) or ReplayToRetry.
+	// To is ReplayToRetry ("" too) or ReplayToOrigin.
 	To string
 	// Limit is the most dead letters replayed (0: all pending).
 	Limit int
@@ -175,6 +177,10 @@ type ReplayResult struct {
 	Count int `json:"count"`
 	// Messages are the first Sample of them.
 	Messages []ReplayedMessage `json:"messages"`
+	// OtherGroups, for a replay to the origin topics, are the other
+	// consumer groups of those topics (of the messages read: a dry run's
+	// sample), which handle the replayed messages again too.
+	OtherGroups []string `json:"other_groups,omitempty"`
 }
 
 // ReplayDeadLetters sends group's dead letters past the position, from
@@ -195,10 +201,10 @@ type ReplayResult struct {
 func (a *Admin) ReplayDeadLetters(ctx context.Context, group string, o ReplayOptions) (*ReplayResult, error) {
 	to := o.To
 	if to == "" {
-		to = ReplayToOrigin
+		to = ReplayToRetry
 	}
 	if to != ReplayToOrigin && to != ReplayToRetry {
-		return nil, fmt.Errorf("admin: replay to %q: want %s or %s", o.To, ReplayToOrigin, ReplayToRetry)
+		return nil, fmt.Errorf("admin: replay to %q: want %s or %s", o.To, ReplayToRetry, ReplayToOrigin)
 	}
 	if o.Limit < 0 {
 		return nil, fmt.Errorf("admin: replay limit %d < 0", o.Limit)
@@ -224,6 +230,10 @@ func (a *Admin) ReplayDeadLetters(ctx context.Context, group string, o ReplayOpt
 	}
 	res := &ReplayResult{Group: group, Topic: dl.Topic, To: to, Pending: dl.Pending, Messages: []ReplayedMessage{}}
 	retryTopic := client.RetryTopicOf(group)
+	origins := map[string]bool{}
+	if to == ReplayToOrigin {
+		defer func() { res.OtherGroups = a.otherGroups(ctx, group, origins) }()
+	}
 parts:
 	for _, p := range dl.Partitions {
 		off := p.Position
@@ -258,6 +268,7 @@ parts:
 				if err != nil {
 					return res, fmt.Errorf("%s partition %d offset %d: %w", dl.Topic, p.Partition, rec.Offset, err)
 				}
+				origins[origin] = true
 				if len(res.Messages) < sample {
 					lastErr, _ := m.Headers.String(client.HeaderLastError)
 					res.Messages = append(res.Messages, ReplayedMessage{BrokerID: p.BrokerID, Partition: p.Partition,
@@ -303,6 +314,25 @@ parts:
 	}
 	res.Executed = o.Execute
 	return res, nil
+}
+
+// otherGroups lists the consumer groups other than group that consume
+// one of topics (none when they cannot be listed).
+func (a *Admin) otherGroups(ctx context.Context, group string, topics map[string]bool) []string {
+	if len(topics) == 0 {
+		return nil
+	}
+	gs, err := a.ListGroups(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, g := range gs {
+		if g.Group != group && slices.ContainsFunc(g.Topics, func(t string) bool { return topics[t] }) {
+			out = append(out, g.Group)
+		}
+	}
+	return out
 }
 
 // PurgeResult is what PurgeDeadLetters did or, as a dry run, would do.
