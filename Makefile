@@ -149,6 +149,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseExpr -fuzztime $(FUZZTIME) ./filters/expr/
 	$(GO) test -run '^$$' -fuzz '^FuzzProduceBody$$' -fuzztime $(FUZZTIME) ./core/httpapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzProduceFast$$' -fuzztime $(FUZZTIME) ./core/httpapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzBase64$$' -fuzztime $(FUZZTIME) ./core/httpapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzRecordJSON$$' -fuzztime $(FUZZTIME) ./core/httpapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseView$$' -fuzztime $(FUZZTIME) ./core/httpapi/
 	$(GO) test -run '^$$' -fuzz FuzzMatchHostile -fuzztime $(FUZZTIME) ./filters/expr/

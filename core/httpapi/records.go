@@ -86,7 +86,7 @@ func decodeField(f string, raw json.RawMessage) ([]byte, bool, error) {
 			return raw[1 : len(raw)-1], true, nil
 		}
 		b := make([]byte, base64.StdEncoding.DecodedLen(len(raw)-2))
-		n, err := base64.StdEncoding.Decode(b, raw[1:len(raw)-1])
+		n, err := decodeBase64(b, raw[1:len(raw)-1])
 		if err != nil {
 			return nil, false, errors.New("not base64 (format binary): " + err.Error())
 		}
@@ -240,7 +240,7 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 		if b64 != nil { // a base64 value decoded straight into the body
 			to := len(run.body)
 			run.body = slices.Grow(run.body, base64.StdEncoding.DecodedLen(len(b64)))
-			k, err := base64.StdEncoding.Decode(run.body[to:to+base64.StdEncoding.DecodedLen(len(b64))], b64)
+			k, err := decodeBase64(run.body[to:to+base64.StdEncoding.DecodedLen(len(b64))], b64)
 			if err != nil {
 				run.body = run.body[:at]
 				res[i] = ProduceResult{ErrorCode: http.StatusBadRequest, Error: "record " + strconv.Itoa(i) + ": " + valueBase64Error(err).Error()}
@@ -367,7 +367,7 @@ func recordMessage(format string, rec *ProduceRecord) (*message.Message, error) 
 		return m, err
 	}
 	m.Body = make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
-	n, err := base64.StdEncoding.Decode(m.Body, b64)
+	n, err := decodeBase64(m.Body, b64)
 	if err != nil {
 		return nil, valueBase64Error(err)
 	}
