@@ -141,6 +141,36 @@ func TestSpecial8(t *testing.T) {
 	}
 }
 
+// TestStringEndFast: stringEnd (the first quote when nothing before it
+// is a backslash or a control byte) ends every string where the byte by
+// byte scan does, strings of 0..100 bytes with a special byte at each
+// place, and plainBytes finds a control byte or backslash exactly.
+func TestStringEndFast(t *testing.T) {
+	picks := []byte{0, 1, 0x1f, 0x20, '"', '\\', 'n', 'u', 'A', 0x7f, 0x80, 0xff}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := range 100 {
+		for range 40 {
+			b := []byte(`"` + strings.Repeat("QUJD", n/4+1)[:n] + `"xx`)
+			for range rng.IntN(3) {
+				b[1+rng.IntN(len(b)-1)] = picks[rng.IntN(len(picks))]
+			}
+			p := &jsonParser{b: b}
+			ge, gesc := p.stringEnd(0)
+			we, wesc := stringEndSlow(b, 0)
+			if ge != we || gesc != wesc {
+				t.Fatalf("%q: stringEnd %d %v, the slow scan's %d %v", b, ge, gesc, we, wesc)
+			}
+			want := true
+			for _, c := range b {
+				want = want && c >= 0x20 && c != '\\'
+			}
+			if plainBytes(b) != want {
+				t.Fatalf("%q: plainBytes %v", b, !want)
+			}
+		}
+	}
+}
+
 // TestWriteRecordsRuns: writeRecords writes each read's run of records as
 // it would write the records one by one, whole runs, a run cut short and
 // single records alike, with the Content-Length of what it wrote.
