@@ -38,6 +38,7 @@ func (a httpAddr) String() string  { return string(a) }
 func (b *Broker) localConn(u *conf.User, remote string) (net.Conn, error) {
 	cli, srv := net.Pipe()
 	c := newConn(b, pipeConn{Conn: srv, remote: httpAddr(remote)})
+	c.local = true
 	c.handshook.Store(true)
 	c.auth.CertChecked = true
 	if u != nil {
