@@ -285,6 +285,19 @@ func (m *Manager) completeCommit(t *replayedTx) (int, []*store.Log, error) {
 		if present == loc.n {
 			continue
 		}
+		if loc.notBefore < l.MinOffset() {
+			// Retention deleted the segment the batch was written to, so
+			// it was in place (a crash's torn tail is in the active
+			// segment and never moves MinOffset): the journal replays a
+			// transaction finished long ago. Appending it again would
+			// store its messages twice (and schedule its delayed ones
+			// again).
+			if !t.done {
+				m.logf("transaction journal: %s: its batch for %s-%d lay in segments retention has deleted since; not appended again",
+					t.key, loc.topic, loc.partition)
+			}
+			continue
+		}
 		if entries == nil {
 			// Only possible if files were lost by other means: say so
 			// loudly rather than append something else.
