@@ -173,7 +173,12 @@ func scanTimerFrom(tl *store.Log, from, end int64, topic string, p int32) (recs 
 				continue
 			}
 			if id, seq, ok, err := message.SplitDataProducer(rec.Msg.Flag, rec.Msg.Data); err == nil && ok {
-				recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset, Size: int64(r.Size())})
+				// Size 0: each delayed put stays a batch of its own in the
+				// rebuilt table (puts next to each other with consecutive
+				// ids would merge into one run, whose retries after the
+				// first are answered without their msgIds, which a cancel
+				// needs).
+				recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset})
 			}
 		}
 		if it.Err() != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/idem"
 	"github.com/metaq-go/metaq/core/timer"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -319,4 +320,48 @@ func TestDelayedIdempotent(t *testing.T) {
 	_, ok := ids[id0]
 	require.True(t, ok)
 	require.Len(t, ids, 3, "soon, plain, plain 2")
+}
+
+// TestDelayedIdempotentPipelinedRestart: delayed puts of one producer
+// pipelined on one connection lie next to each other in the timer log,
+// with consecutive ids; after a restart the table rebuilt from it answers
+// each one's retry with its own msgId, as it does before a restart (the
+// review's probe 2: all but the first were answered "held already",
+// without the msgId a cancel needs).
+func TestDelayedIdempotentPipelinedRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// idem.Window puts: the table keeps each producer's last Window
+	// results (an older retry is answered "held already", restart or not).
+	const pid, n = 1<<62 | 9, idem.Window
+	pipeline := func(b *Broker) []int64 {
+		c := dialRaw(t, b.Addr())
+		var out []byte
+		for seq := range int64(n) {
+			m := &message.Message{Topic: "t", Body: []byte("m" + strconv.FormatInt(seq, 10)), Delay: time.Hour, ProducerID: pid, ProducerSeq: seq}
+			data := m.AppendData(nil)
+			out = append(out, protocol.AppendPutHeader(nil, "t", 0, len(data), m.Flag(), int64(message.Checksum(data)), int32(seq))...)
+			out = append(out, data...)
+		}
+		c.nc.SetDeadline(time.Now().Add(30 * time.Second))
+		_, err := c.nc.Write(out)
+		require.NoError(t, err)
+		ids := make([]int64, n)
+		for range n {
+			var r protocol.Request
+			require.NoError(t, c.dec.Decode(&r))
+			require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
+			f := strings.Fields(string(r.Body))
+			require.Len(t, f, 3, "%s", r.Body)
+			ids[r.Opaque], err = strconv.ParseInt(f[0], 10, 64)
+			require.NoError(t, err)
+		}
+		return ids
+	}
+	b := fixture{dir: dir}.start(t)
+	first := pipeline(b)
+	require.NoError(t, b.Close())
+	b = fixture{dir: dir}.start(t)
+	require.Equal(t, first, pipeline(b), "each retry answered with its put's msgId")
+	require.Contains(t, statsItem(t, b, "delayed"), "\r\naccepted 0\r\n", "none scheduled again")
 }
