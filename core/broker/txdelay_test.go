@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/idem"
+	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/timer"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/message"

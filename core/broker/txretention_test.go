@@ -59,7 +59,7 @@ func TestTxReplayAfterRetention(t *testing.T) {
 		return strings.Contains(statsItem(t, b, "delayed"), "\r\ndelivered 41\r\n")
 	}, 20*time.Second, 20*time.Millisecond, "the 40 delayed ones delivered to t-0 as well")
 	time.Sleep(3 * timer.Tick) // the last round's mark
-	for range 40 { // a delivery round is one append: plain puts roll t-0's segments
+	for range 40 {             // a delivery round is one append: plain puts roll t-0's segments
 		_, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: body})
 		require.NoError(t, err)
 	}
