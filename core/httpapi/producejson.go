@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -60,12 +61,21 @@ func parseProduce(data []byte, req *ProduceRequest) bool {
 			req.Records = make([]ProduceRecord, 0, 16)
 			p.ws()
 			if !p.lit(']') {
+				from := p.i
 				for {
 					p.ws()
 					if len(req.Records) == protocol.MaxMPutCount {
 						// One more than a request may hold: refused
 						// (produceArrayLen) before any more is built.
 						return false
+					}
+					if n := len(req.Records); n == cap(req.Records) {
+						// Room for as many more as the rest of the
+						// body holds at the records' size so far (one
+						// allocation for records of one size, not
+						// append's doublings), within the limit.
+						more := (len(p.b) - p.i) / max(1, (p.i-from)/n)
+						req.Records = slices.Grow(req.Records, min(protocol.MaxMPutCount-n, max(n, more+1)))
 					}
 					req.Records = append(req.Records, ProduceRecord{})
 					if !p.record(&req.Records[len(req.Records)-1]) {

@@ -196,9 +196,10 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 	}
 	var runs []*pending
 	open := map[int32]*pending{}
+	m := &message.Message{} // each record's in turn (fillRecordMessage)
 	for i := range req.Records {
 		rec := &req.Records[i]
-		m, b64, err := recordMessageBase64(req.Format, rec)
+		b64, err := fillRecordMessage(m, req.Format, rec)
 		if err != nil {
 			res[i] = ProduceResult{ErrorCode: http.StatusBadRequest, Error: "record " + strconv.Itoa(i) + ": " + err.Error()}
 			continue
@@ -401,13 +402,25 @@ func plainBase64(raw json.RawMessage) int {
 // (handleProduce, into the mput body). A bad value is then found there.
 func recordMessageBase64(format string, rec *ProduceRecord) (m *message.Message, b64 []byte, err error) {
 	m = &message.Message{}
+	b64, err = fillRecordMessage(m, format, rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, b64, nil
+}
+
+// fillRecordMessage is recordMessageBase64 into *m, which it resets
+// (keeping its headers' array): handleProduce fills one message per
+// request, not one allocated per record.
+func fillRecordMessage(m *message.Message, format string, rec *ProduceRecord) (b64 []byte, err error) {
+	*m = message.Message{Headers: m.Headers[:0]}
 	if m.Key, _, err = decodeField(format, rec.Key); err != nil {
-		return nil, nil, errors.New("key: " + err.Error())
+		return nil, errors.New("key: " + err.Error())
 	}
 	if format == formatBinary && plainBase64(rec.Value) >= 0 {
 		b64 = rec.Value[1 : len(rec.Value)-1]
 	} else if m.Body, _, err = decodeField(format, rec.Value); err != nil {
-		return nil, nil, errors.New("value: " + err.Error())
+		return nil, errors.New("value: " + err.Error())
 	}
 	for _, h := range rec.Headers {
 		hv := message.Header{Key: h.Key}
@@ -419,14 +432,14 @@ func recordMessageBase64(format string, rec *ProduceRecord) (m *message.Message,
 	m.Tags = rec.Tags
 	if rec.Timestamp != nil {
 		if *rec.Timestamp <= 0 {
-			return nil, nil, laterError(b64, errors.New("timestamp must be positive (Unix milliseconds)"))
+			return nil, laterError(b64, errors.New("timestamp must be positive (Unix milliseconds)"))
 		}
 		m.Timestamp = time.UnixMilli(*rec.Timestamp)
 	}
 	if err := m.CheckProperties(); err != nil {
-		return nil, nil, laterError(b64, err)
+		return nil, laterError(b64, err)
 	}
-	return m, b64, nil
+	return b64, nil
 }
 
 // laterError is err, found after the value, unless the value b64 (not
