@@ -114,7 +114,7 @@ soak: build
 	METAQ_BALANCE_SEEDS=5 $(GO) test -race -timeout 10m -count=1 -run '^TestJoinsAndLeaves$$' ./sdk/balance/
 	METAQ_TAIL_ROUNDS=$(SOAK_TAIL_ROUNDS) $(GO) test -race -timeout 20m -count=1 -v -run '^TestTailKill9$$' ./cmd/metaq/
 	METAQ_DELAYED_COUNT=1000000 METAQ_DELAYED_SPAN=120 $(GO) test -timeout 30m -count=1 -v -run '^TestDelayedScale$$' ./core/broker/
-	METAQ_DELAYED_CRASH_ROUNDS=10 METAQ_DELAYED_CRASH_SPAN=60 $(GO) test -race -timeout 30m -count=1 -v -run '^(TestDelayedKill9|TestDelayedPowerCut|TestTxDelayedKill9)$$' ./core/e2e/
+	METAQ_DELAYED_CRASH_ROUNDS=10 METAQ_DELAYED_CRASH_SPAN=60 METAQ_DELAYED_CRASH_PARTS=64 $(GO) test -race -timeout 30m -count=1 -v -run '^(TestDelayedKill9|TestDelayedPowerCut|TestTxDelayedKill9)$$' ./core/e2e/
 	METAQ_IDEM_MESSAGES=10000 $(GO) test -race -timeout 20m -count=1 -run '^TestIdempotent' ./sdk/client/ ./core/e2e/
 
 # Benchmarks: Go benchmarks for the hot paths, then whole-system runs with
