@@ -70,7 +70,7 @@ func (c *conn) delayIdemBegin(topic string, l, tl *store.Log, p int32, opaque in
 	now := t.Clock()
 	err := t.Build(now, func() (func() (idem.Record, bool), error) {
 		start := time.Now()
-		recs, err := scanTimerProducers(tl, topic, p, t.Config().RebuildBytes, b.config().MaxMessageSize)
+		recs, err := scanTimerProducers(tl, topic, p, t.Config().RebuildBytes)
 		if err == nil {
 			b.logf("idempotent producer: delayed puts to %s-%d rebuilt from %d records of producers in %s in %v",
 				topic, p, len(recs), tl.Dir(), time.Since(start).Round(time.Millisecond))
@@ -128,18 +128,9 @@ func (c *conn) delayIdemBegin(topic string, l, tl *store.Log, p int32, opaque in
 // records of the target, the message records for partition p of topic
 // whose put carries an idempotent producer, oldest first. A damaged record
 // ends the scan.
-func scanTimerProducers(tl *store.Log, topic string, p int32, back int64, maxLen int) ([]idem.Record, error) {
+func scanTimerProducers(tl *store.Log, topic string, p int32, back int64) ([]idem.Record, error) {
 	end := tl.MaxOffset()
-	start := max(tl.MinOffset(), end-back)
-	from := tl.NearestOffset(start)
-	if start-from > resyncSlack {
-		if off, ok := resync(tl, start, maxLen); ok {
-			if recs, complete, err := scanTimerFrom(tl, off, end, topic, p); err != nil || complete {
-				return recs, err
-			}
-		}
-	}
-	recs, _, err := scanTimerFrom(tl, from, end, topic, p)
+	recs, _, err := scanTimerFrom(tl, tl.RecordStartBefore(max(tl.MinOffset(), end-back)), end, topic, p)
 	return recs, err
 }
 

@@ -257,81 +257,16 @@ func (w *idemWaiter) failed() {
 	w.release()
 }
 
-// resyncSlack is how far past a segment's start the rebuild's starting
-// point may be before resync looks for a record boundary there instead of
-// reading the segment from its start (segments are 1 GiB by default).
-const resyncSlack = 4 << 20
-
-// resyncChain is how many records must follow a candidate, back to back,
-// each with its checksum right, for resync to take it as a boundary.
-const resyncChain = 8
-
-// resync finds the first record boundary at or after offset start of l,
-// in the segment holding it: the first position where a record (length
-// within maxLen, checksum right) is followed by resyncChain more, or by
-// records up to the end of what was read (two or more when the read cuts
-// the last one). ok is false when there is none
-// in the first 2*maxLen+64 KiB (the caller reads from the segment start).
-func resync(l *store.Log, start int64, maxLen int) (int64, bool) {
-	v, err := l.Read(start, 2*(maxLen+message.HeaderSize)+64<<10)
-	if err != nil {
-		return 0, false
-	}
-	buf, err := v.ReadAll(nil)
-	v.Release()
-	if err != nil {
-		return 0, false
-	}
-	for i := 0; i+message.HeaderSize <= len(buf); i++ {
-		_, n, err := message.ParseRecord(buf[i:], maxLen)
-		if err != nil {
-			continue
-		}
-		j, k := i+n, 0
-		for ; k < resyncChain; k++ {
-			_, n, err := message.ParseRecord(buf[j:], maxLen)
-			if err != nil {
-				break
-			}
-			j += n
-		}
-		// Enough records back to back, or records up to the end of what
-		// was read (at least two, when the last one is cut by the read).
-		if k == resyncChain || j == len(buf) || (k >= 1 && errors.Is(firstErr(buf[j:], maxLen), message.ErrShortRecord)) {
-			return start + int64(i), true
-		}
-	}
-	return 0, false
-}
-
-func firstErr(b []byte, maxLen int) error {
-	_, _, err := message.ParseRecord(b, maxLen)
-	return err
-}
-
-// scanProducers reads partition l's records from MaxOffset-back (a record
-// boundary: the start of the segment holding it, or one resync finds past
-// it) to MaxOffset and returns those that carry an idempotent producer,
-// oldest first. A damaged record ends the
-// scan (recovery cut the log at the first bad record of its tail; one
-// found here is never served either).
+// scanProducers reads partition l's records from MaxOffset-back (from a
+// record start at or before it that the log's record-count index knows,
+// else from the start of the segment holding it: never a guess, which a
+// body embedding whole records could mislead) to MaxOffset and returns
+// those that carry an idempotent producer, oldest first. A damaged record
+// ends the scan (recovery cut the log at the first bad record of its
+// tail; one found here is never served either).
 func scanProducers(l *store.Log, back int64, maxLen int) (recs []idem.Record, from int64, err error) {
 	end := l.MaxOffset()
-	start := max(l.MinOffset(), end-back)
-	from = l.NearestOffset(start)
-	if start-from > resyncSlack { // far into a large segment: find a record there
-		if off, ok := resync(l, start, maxLen); ok {
-			recs, complete, err := scanFrom(l, off, end, maxLen)
-			if err != nil || complete {
-				return recs, off, err
-			}
-			// The records from the boundary resync found do not run
-			// back to back to the end: it was a guess inside a record
-			// (a body that embeds records), and reading on from it
-			// would miss the real records after that body. Read from
-			// the segment's start, a boundary for certain.
-		}
-	}
+	from = l.RecordStartBefore(max(l.MinOffset(), end-back))
 	recs, _, err = scanFrom(l, from, end, maxLen)
 	return recs, from, err
 }

@@ -166,51 +166,58 @@ func TestIdempotentMemory(t *testing.T) {
 }
 
 // TestIdempotentRebuildEmbedded: the rebuild's starting point falls in a
-// message whose body embeds records (of another producer) followed by
-// bytes that are none: resync's boundary in there does not run back to
-// back to the end, so the rebuild reads from the segment's start and
-// finds the producer's real records after that message (reading on from
-// the guess stopped at the body's end and missed them: their retries
-// would have been stored again), and none of the embedded ones.
+// message whose body embeds whole records (of another producer), with or
+// without bytes after them that are none: the rebuild starts at a record
+// start the log knows (its record-count index), before that message,
+// and finds the producer's real records after it and none of the
+// embedded ones. (A guess of a boundary from the bytes, resync, took the
+// embedded records for real ones when they ran to the body's end and on
+// into the real records after it: a retry of the real put of sequence 0
+// would have been stored again, the review's probe.)
 func TestIdempotentRebuildEmbedded(t *testing.T) {
 	t.Parallel()
-	b := fixture{}.start(t)
-	c := dialRaw(t, b.Addr())
-	filler := bytes.Repeat([]byte("f"), 1000)
-	for range 50 { // 5 MB of plain records: past resyncSlack
-		var body []byte
-		for range 100 {
-			body = protocol.AppendMPutEntry(body, 0, -1, filler)
+	for _, tail := range []string{"", "qqqq"} {
+		b := fixture{}.start(t)
+		c := dialRaw(t, b.Addr())
+		filler := bytes.Repeat([]byte("f"), 1000)
+		for range 50 { // 5 MB of plain records
+			var body []byte
+			for range 100 {
+				body = protocol.AppendMPutEntry(body, 0, -1, filler)
+			}
+			r := c.roundTrip(t, append(protocol.AppendMPutHeader(nil, "t", 0, len(body), 100, 2), body...))
+			require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
 		}
-		r := c.roundTrip(t, append(protocol.AppendMPutHeader(nil, "t", 0, len(body), 100, 2), body...))
+		l := b.topics["t"].parts[0]
+		const fake, pid = 0x7777_0000_0001, 0x5555_0000_0001
+		prefix := bytes.Repeat([]byte("z"), 4096)
+		body := slices.Clone(prefix)
+		for seq := range int64(20) { // records of another producer, back to back
+			body = message.AppendRecord(body, 1000+seq, message.FlagHasProperties, idemData(fake, seq))
+		}
+		body = append(body, tail...)
+		msgAt := l.MaxOffset()
+		bodyAt := msgAt + message.HeaderSize
+		// The container message is itself an idempotent put of pid, sequence 0.
+		m := message.Message{Body: body, ProducerID: pid, ProducerSeq: 0}
+		d := m.AppendData(nil)
+		r := c.roundTrip(t, append(protocol.AppendPutHeader(nil, "t", 0, len(d), m.Flag(), int64(message.Checksum(d)), 3), d...))
 		require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
-	}
-	l := b.topics["t"].parts[0]
-	const fake, pid = 0x7777_0000_0001, 0x5555_0000_0001
-	prefix := bytes.Repeat([]byte("z"), 4096)
-	body := slices.Clone(prefix)
-	for seq := range int64(20) { // records of another producer, back to back
-		body = message.AppendRecord(body, 1000+seq, message.FlagHasProperties, idemData(fake, seq))
-	}
-	body = append(body, bytes.Repeat([]byte("q"), 100)...) // and then bytes that are no record
-	bodyAt := l.MaxOffset() + message.HeaderSize
-	r := c.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, -1, 3, body))
-	require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
-	for seq := range int64(10) {
-		require.Equal(t, protocol.StatusOK, idemPut(t, c, 0, pid, seq).Code)
-	}
-	end := l.MaxOffset()
-	back := end - (bodyAt + int64(len(prefix))/2) // the point: inside the prefix
-	_, ok := resync(l, end-back, 1<<20)
-	require.True(t, ok, "resync finds the embedded records")
-
-	recs, from, err := scanProducers(l, back, 1<<20)
-	require.NoError(t, err)
-	require.Zero(t, from, "read from the segment's start")
-	require.Len(t, recs, 10)
-	for i, r := range recs {
-		require.Equal(t, int64(pid), r.Producer)
-		require.Equal(t, int64(i), r.Seq)
+		for seq := int64(1); seq < 10; seq++ {
+			require.Equal(t, protocol.StatusOK, idemPut(t, c, 0, pid, seq).Code)
+		}
+		end := l.MaxOffset()
+		back := end - (bodyAt + int64(len(prefix))/2) // the point: inside the prefix
+		recs, from, err := scanProducers(l, back, 1<<20)
+		require.NoError(t, err)
+		require.LessOrEqual(t, from, msgAt, "tail %q: a record start at or before the container message", tail)
+		require.Less(t, msgAt-from, int64(256<<10), "tail %q: near it, not the segment's start", tail)
+		require.Len(t, recs, 10, "tail %q", tail)
+		for i, r := range recs {
+			require.Equal(t, int64(pid), r.Producer, "tail %q", tail)
+			require.Equal(t, int64(i), r.Seq, "tail %q", tail)
+		}
+		require.NoError(t, b.Close())
 	}
 }
 
@@ -276,9 +283,9 @@ func BenchmarkBrokerPutIdempotent(b *testing.B) {
 }
 
 // TestIdempotentRebuildResync: the rebuild reads back a bounded distance:
-// far into a large segment it finds a record boundary there (resync)
-// instead of reading the segment from its start, and returns exactly the
-// records from that boundary on.
+// far into a large segment it starts at a record start the log's
+// record-count index knows there instead of reading the segment from its
+// start, and returns exactly the records from that boundary on.
 func TestIdempotentRebuildResync(t *testing.T) {
 	t.Parallel()
 	b := fixture{}.start(t)
@@ -301,12 +308,14 @@ func TestIdempotentRebuildResync(t *testing.T) {
 	}
 	l := b.topics["t"].parts[0]
 	require.Equal(t, off, l.MaxOffset())
-	require.Greater(t, off, int64(resyncSlack+(1<<20)))
+	require.Greater(t, off, int64(5<<20))
 
 	recs, from, err := scanProducers(l, 1<<20, 1<<20)
 	require.NoError(t, err)
-	want := slices.IndexFunc(starts, func(o int64) bool { return o >= off-1<<20 })
-	require.Equal(t, starts[want], from, "the first boundary at or after the point")
+	want := slices.Index(starts, from)
+	require.GreaterOrEqual(t, want, 0, "a record start")
+	require.LessOrEqual(t, from, off-1<<20, "at or before the point")
+	require.Less(t, off-1<<20-from, int64(256<<10), "near it (the index's entries are 64 KiB apart, an mput's records one append)")
 	require.Len(t, recs, len(starts)-want)
 	for i, r := range recs {
 		require.Equal(t, starts[want+i], r.Offset)

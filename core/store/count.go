@@ -328,3 +328,41 @@ func (s *segment) readRange(pos, n int64, dst []byte) ([]byte, error) {
 	}
 	return dst, nil
 }
+
+// RecordStartBefore returns a position at or before offset where a record
+// certainly starts, in the segment holding offset: the last entry of the
+// segment's record-count index at or before it (entries sit at record
+// starts, about countStep apart), else the segment's start. It reads no
+// data, so it never takes bytes inside a record's body for a boundary (a
+// body may embed whole records). An offset past the readable end gives
+// that end; one before the log, its start.
+func (l *Log) RecordStartBefore(offset int64) int64 {
+	hwm := l.readable.Load()
+	if offset >= hwm {
+		return hwm
+	}
+	l.segMu.RLock()
+	segs := l.segs
+	if len(segs) == 0 {
+		l.segMu.RUnlock()
+		return hwm
+	}
+	if offset < segs[0].start {
+		l.segMu.RUnlock()
+		return segs[0].start
+	}
+	s := segs[findSegment(segs, offset)]
+	l.segMu.RUnlock()
+	rel := offset - s.start
+	x := &s.cidx
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.ready || rel < x.base {
+		return s.start
+	}
+	best := x.base
+	if i := sort.Search(len(x.ents), func(i int) bool { return x.ents[i].pos > rel }); i > 0 {
+		best = x.ents[i-1].pos
+	}
+	return s.start + best
+}
