@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"encoding/binary"
-	"errors"
 	"strconv"
 	"time"
 
@@ -130,63 +128,24 @@ func (c *conn) delayIdemBegin(topic string, l, tl *store.Log, p int32, opaque in
 // ends the scan.
 func scanTimerProducers(tl *store.Log, topic string, p int32, back int64) ([]idem.Record, error) {
 	end := tl.MaxOffset()
-	recs, _, err := scanTimerFrom(tl, tl.RecordStartBefore(max(tl.MinOffset(), end-back)), end, topic, p)
-	return recs, err
+	return scanTimerFrom(tl, tl.RecordStartBefore(max(tl.MinOffset(), end-back)), end, topic, p)
 }
 
 // scanTimerFrom is scanFrom for scanTimerProducers.
-func scanTimerFrom(tl *store.Log, from, end int64, topic string, p int32) (recs []idem.Record, complete bool, err error) {
-	chunk := 1 << 20
-	var buf []byte
-	for off := from; off < end; {
-		v, err := tl.Read(off, chunk)
-		if err != nil {
-			var below *store.OffsetOutOfRangeError
-			switch {
-			case errors.As(err, &below):
-				off = below.Min
-				continue
-			case errors.Is(err, store.ErrNoData):
-				return recs, off >= end, nil
-			}
-			return nil, false, err
+func scanTimerFrom(tl *store.Log, from, end int64, topic string, p int32) (recs []idem.Record, err error) {
+	_, err = tl.Walk(from, end, func(r *message.Record) {
+		rec, err := timer.Parse(r.Data)
+		if err != nil || rec.Kind != timer.KindMessage || rec.Msg.Partition != p || rec.Msg.Topic != topic {
+			return
 		}
-		buf, err = v.ReadAll(buf[:0])
-		v.Release()
-		if err != nil {
-			return nil, false, err
+		if id, seq, ok, err := message.SplitDataProducer(rec.Msg.Flag, rec.Msg.Data); err == nil && ok {
+			// Size 0: each delayed put stays a batch of its own in the
+			// rebuilt table (puts next to each other with consecutive
+			// ids would merge into one run, whose retries after the
+			// first are answered without their msgIds, which a cancel
+			// needs).
+			recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset})
 		}
-		it := message.NewIterator(buf, off, 0)
-		for it.Next() {
-			r := it.Record()
-			rec, err := timer.Parse(r.Data)
-			if err != nil || rec.Kind != timer.KindMessage || rec.Msg.Partition != p || rec.Msg.Topic != topic {
-				continue
-			}
-			if id, seq, ok, err := message.SplitDataProducer(rec.Msg.Flag, rec.Msg.Data); err == nil && ok {
-				// Size 0: each delayed put stays a batch of its own in the
-				// rebuilt table (puts next to each other with consecutive
-				// ids would merge into one run, whose retries after the
-				// first are answered without their msgIds, which a cancel
-				// needs).
-				recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset})
-			}
-		}
-		if it.Err() != nil {
-			return recs, false, nil
-		}
-		if it.Consumed() == 0 {
-			if len(buf) < message.HeaderSize {
-				return recs, false, nil
-			}
-			need := message.HeaderSize + int(binary.BigEndian.Uint32(buf))
-			if need <= chunk {
-				return recs, false, nil
-			}
-			chunk = need
-			continue
-		}
-		off += int64(it.Consumed())
-	}
-	return recs, true, nil
+	})
+	return recs, err
 }

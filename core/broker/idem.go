@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"encoding/binary"
-	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -168,7 +166,7 @@ func (c *conn) idemBegin(tp *topic, l *store.Log, p int32, opaque int32, ps prod
 func (c *conn) idemBuild(t *idem.Table, l *store.Log, now time.Time) error {
 	return t.Build(now, func() (func() (idem.Record, bool), error) {
 		start := time.Now()
-		recs, from, err := scanProducers(l, t.Config().RebuildBytes, c.b.config().MaxMessageSize)
+		recs, from, err := scanProducers(l, t.Config().RebuildBytes)
 		if err == nil {
 			c.b.logf("idempotent producer: partition %s rebuilt from %d records of producers in [%d, %d) in %v",
 				l.Dir(), len(recs), from, l.MaxOffset(), time.Since(start).Round(time.Millisecond))
@@ -264,63 +262,24 @@ func (w *idemWaiter) failed() {
 // those that carry an idempotent producer, oldest first. A damaged record
 // ends the scan (recovery cut the log at the first bad record of its
 // tail; one found here is never served either).
-func scanProducers(l *store.Log, back int64, maxLen int) (recs []idem.Record, from int64, err error) {
+func scanProducers(l *store.Log, back int64) (recs []idem.Record, from int64, err error) {
 	end := l.MaxOffset()
 	from = l.RecordStartBefore(max(l.MinOffset(), end-back))
-	recs, _, err = scanFrom(l, from, end, maxLen)
+	recs, err = scanFrom(l, from, end)
 	return recs, from, err
 }
 
 // scanFrom reads l's records from offset from (a record boundary) to end
-// and returns those that carry an idempotent producer, oldest first;
-// complete reports that the records ran back to back up to end (a damaged
-// record, or the log ending before end, stops the scan).
-func scanFrom(l *store.Log, from, end int64, maxLen int) (recs []idem.Record, complete bool, err error) {
-	chunk := 1 << 20
-	var buf []byte
-	for off := from; off < end; {
-		v, err := l.Read(off, chunk)
-		if err != nil {
-			var below *store.OffsetOutOfRangeError
-			switch {
-			case errors.As(err, &below): // retention deleted the segment meanwhile
-				off = below.Min
-				continue
-			case errors.Is(err, store.ErrNoData):
-				return recs, off >= end, nil
-			}
-			return nil, false, err
+// and returns those that carry an idempotent producer, oldest first (a
+// damaged record, or the log ending before end, stops the scan).
+func scanFrom(l *store.Log, from, end int64) (recs []idem.Record, err error) {
+	_, err = l.Walk(from, end, func(r *message.Record) {
+		if r.Flag&message.FlagHasProperties == 0 {
+			return
 		}
-		buf, err = v.ReadAll(buf[:0])
-		v.Release()
-		if err != nil {
-			return nil, false, err
+		if id, seq, ok, err := message.SplitDataProducer(r.Flag, r.Data); err == nil && ok {
+			recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset, Size: int64(r.Size())})
 		}
-		it := message.NewIterator(buf, off, 0)
-		for it.Next() {
-			r := it.Record()
-			if r.Flag&message.FlagHasProperties == 0 {
-				continue
-			}
-			if id, seq, ok, err := message.SplitDataProducer(r.Flag, r.Data); err == nil && ok {
-				recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset, Size: int64(r.Size())})
-			}
-		}
-		if it.Err() != nil {
-			return recs, false, nil
-		}
-		if it.Consumed() == 0 { // a record longer than the chunk
-			if len(buf) < message.HeaderSize {
-				return recs, false, nil
-			}
-			need := message.HeaderSize + int(binary.BigEndian.Uint32(buf))
-			if need <= chunk {
-				return recs, false, nil
-			}
-			chunk = need
-			continue
-		}
-		off += int64(it.Consumed())
-	}
-	return recs, true, nil
+	})
+	return recs, err
 }
