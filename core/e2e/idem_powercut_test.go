@@ -87,4 +87,9 @@ func idemPowerCut(t *testing.T, mode faultfs.Mode) {
 	require.NotNil(t, restarted)
 	require.Equal(t, srv.Addr, restarted.Addr)
 	idemCheck(t, h, restarted.Addr, topic, parts, n)
+	c := dial(t, restarted.Addr)
+	defer c.close()
+	st := serverStats(t, c)
+	t.Logf("after the restart: idempotent_duplicates %s, idempotent_unknown_producer %s, idempotent_out_of_order %s",
+		st["idempotent_duplicates"], st["idempotent_unknown_producer"], st["idempotent_out_of_order"])
 }
