@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
@@ -133,10 +134,10 @@ func scanTimerProducers(tl *store.Log, topic string, p int32, back int64) ([]ide
 
 // scanTimerFrom is scanFrom for scanTimerProducers.
 func scanTimerFrom(tl *store.Log, from, end int64, topic string, p int32) (recs []idem.Record, err error) {
-	_, err = tl.Walk(from, end, func(r *message.Record) {
+	_, err = tl.Walk(from, end, func(r *message.Record) error {
 		rec, err := timer.Parse(r.Data)
 		if err != nil || rec.Kind != timer.KindMessage || rec.Msg.Partition != p || rec.Msg.Topic != topic {
-			return
+			return nil
 		}
 		if id, seq, ok, err := message.SplitDataProducer(rec.Msg.Flag, rec.Msg.Data); err == nil && ok {
 			// Size 0: each delayed put stays a batch of its own in the
@@ -146,6 +147,10 @@ func scanTimerFrom(tl *store.Log, from, end int64, topic string, p int32) (recs 
 			// needs).
 			recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset})
 		}
+		return nil
 	})
+	if errors.Is(err, store.ErrDamagedRecord) {
+		err = nil
+	}
 	return recs, err
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -273,13 +274,17 @@ func scanProducers(l *store.Log, back int64) (recs []idem.Record, from int64, er
 // and returns those that carry an idempotent producer, oldest first (a
 // damaged record, or the log ending before end, stops the scan).
 func scanFrom(l *store.Log, from, end int64) (recs []idem.Record, err error) {
-	_, err = l.Walk(from, end, func(r *message.Record) {
+	_, err = l.Walk(from, end, func(r *message.Record) error {
 		if r.Flag&message.FlagHasProperties == 0 {
-			return
+			return nil
 		}
 		if id, seq, ok, err := message.SplitDataProducer(r.Flag, r.Data); err == nil && ok {
 			recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset, Size: int64(r.Size())})
 		}
+		return nil
 	})
+	if errors.Is(err, store.ErrDamagedRecord) {
+		err = nil
+	}
 	return recs, err
 }

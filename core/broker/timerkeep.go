@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/timer"
 )
@@ -38,11 +37,10 @@ func (b *Broker) retainTimer(t *topic, now time.Time) (deleted bool) {
 			delete(k.held, l)
 		}
 	}
-	maxMsg := b.config().MaxMessageSize
 	deleted, held := b.logs().RetainBelow(t.name, t.parts, t.conf().RetainFor, now, func(_ int, l *store.Log) (int64, error) {
 		kp := k.keepers[l]
 		if kp == nil {
-			kp = timer.NewKeeper(maxMsg + timer.MessageHeaderSize(conf.TimerTopic) + 64*1024)
+			kp = timer.NewKeeper()
 			k.keepers[l] = kp
 		}
 		return kp.KeepFrom(l)

@@ -1,17 +1,17 @@
 package timer
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
-	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // KeepSource is a timer log as its Keeper reads it (a *store.Log).
 type KeepSource interface {
-	Source
+	MinOffset() int64
+	MaxOffset() int64
+	Walk(from, end int64, fn func(r *message.Record) error) (next int64, err error)
 	SegmentStarts() []int64
 	Cuts() (n, lastFrom int64)
 }
@@ -37,16 +37,13 @@ type Keeper struct {
 	// offset are pruned.
 	bounds []keepBound
 	keep   int64
-	size   int
-	buf    []byte
 }
 
 type keepBound struct{ off, maxDue int64 }
 
-// NewKeeper returns a Keeper for a timer log whose records are at most
-// maxRecord bytes of data.
-func NewKeeper(maxRecord int) *Keeper {
-	k := &Keeper{size: max(maxRecord+message.HeaderSize, 1<<20)}
+// NewKeeper returns a Keeper for a timer log.
+func NewKeeper() *Keeper {
+	k := &Keeper{}
 	k.reset(0)
 	return k
 }
@@ -75,52 +72,24 @@ func (k *Keeper) KeepFrom(l KeepSource) (int64, error) {
 			}
 		}
 	}
-	end := l.MaxOffset()
-	off := k.cursor
-	for off < end {
-		v, err := l.Read(off, k.size)
+	off, err := l.Walk(k.cursor, l.MaxOffset(), func(r *message.Record) error {
+		pass(r.Offset)
+		rec, err := Parse(r.Data)
 		if err != nil {
-			var oor *store.OffsetOutOfRangeError
-			if errors.As(err, &oor) && oor.Min > off {
-				off = oor.Min
-				continue
+			return fmt.Errorf("record at %d: %w", r.Offset, err)
+		}
+		switch rec.Kind {
+		case KindMessage:
+			k.maxDue = max(k.maxDue, rec.Msg.Due)
+		case KindMark:
+			if rec.Mark.DueUpTo >= k.mark.DueUpTo {
+				k.mark = rec.Mark
 			}
-			if errors.Is(err, store.ErrNoData) {
-				break
-			}
-			return k.keep, err
 		}
-		k.buf, err = v.ReadAll(k.buf[:0])
-		v.Release()
-		if err != nil {
-			return k.keep, err
-		}
-		it := message.NewIterator(k.buf, off, k.size)
-		n := 0
-		for it.Next() {
-			r := it.Record()
-			pass(r.Offset)
-			rec, perr := Parse(r.Data)
-			if perr != nil {
-				return k.keep, fmt.Errorf("timer log at %d: %w", r.Offset, perr)
-			}
-			switch rec.Kind {
-			case KindMessage:
-				k.maxDue = max(k.maxDue, rec.Msg.Due)
-			case KindMark:
-				if rec.Mark.DueUpTo >= k.mark.DueUpTo {
-					k.mark = rec.Mark
-				}
-			}
-			n++
-		}
-		if err := it.Err(); err != nil {
-			return k.keep, fmt.Errorf("timer log at %d: %w", it.NextOffset(), err)
-		}
-		if n == 0 {
-			return k.keep, fmt.Errorf("timer log at %d: no whole record in %d bytes", off, len(k.buf))
-		}
-		off = it.NextOffset()
+		return nil
+	})
+	if err != nil {
+		return k.keep, fmt.Errorf("timer log: %w", err)
 	}
 	k.cursor = max(off, k.cursor)
 	pass(k.cursor)

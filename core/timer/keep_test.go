@@ -20,7 +20,7 @@ func TestKeeper(t *testing.T) {
 	msg := func(due int64) (id, off int64) {
 		return tl.put(AppendMessage(nil, &Message{Due: due, Topic: "t", Partition: 1, Data: big}))
 	}
-	k := NewKeeper(1 << 16)
+	k := NewKeeper()
 	keep := func() int64 {
 		t.Helper()
 		n, err := k.KeepFrom(tl.l)

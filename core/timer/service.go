@@ -317,13 +317,15 @@ func (s *Service) skipDelivered(i int, w *Wheel) error {
 		}
 	}
 	ids := map[int64]struct{}{}
-	var buf []byte
 	for k, f := range from {
 		tl, err := s.host.Target(k.topic, k.p)
 		if err != nil || tl == nil {
 			continue
 		}
-		if buf, err = collectIDs(tl, f, s.host.MaxMessageSize(), ids, buf); err != nil {
+		if _, err = tl.Walk(max(f, tl.MinOffset()), tl.MaxOffset(), func(r *message.Record) error {
+			ids[r.ID] = struct{}{}
+			return nil
+		}); err != nil {
 			s.opts.Errorf("timer %d: reading %s partition %d from %d for messages delivered before a crash: %v (they may be delivered again)",
 				i, k.topic, k.p, f, err)
 		}
@@ -336,47 +338,6 @@ func (s *Service) skipDelivered(i int, w *Wheel) error {
 		s.opts.Logf("timer %d: %d due message(s) were delivered before the restart, their delivered mark lost: not delivered again", i, n)
 	}
 	return nil
-}
-
-// collectIDs adds the msgIds of log l's records from offset from to its
-// end to ids.
-func collectIDs(l *store.Log, from int64, maxMsg int, ids map[int64]struct{}, buf []byte) ([]byte, error) {
-	off := max(from, l.MinOffset())
-	end := l.MaxOffset()
-	size := max(maxMsg+message.HeaderSize, 1<<20)
-	for off < end {
-		v, err := l.Read(off, size)
-		if err != nil {
-			var oor *store.OffsetOutOfRangeError
-			if errors.As(err, &oor) && oor.Min > off {
-				off = oor.Min
-				continue
-			}
-			if errors.Is(err, store.ErrNoData) {
-				return buf, nil
-			}
-			return buf, err
-		}
-		buf, err = v.ReadAll(buf[:0])
-		v.Release()
-		if err != nil {
-			return buf, err
-		}
-		it := message.NewIterator(buf, off, size)
-		n := 0
-		for it.Next() {
-			ids[it.Record().ID] = struct{}{}
-			n++
-		}
-		if err := it.Err(); err != nil {
-			return buf, err
-		}
-		if n == 0 {
-			return buf, fmt.Errorf("no whole record at %d", off)
-		}
-		off = it.NextOffset()
-	}
-	return buf, nil
 }
 
 // round indexes what the timer log gained and delivers what is due.
