@@ -37,25 +37,7 @@ type putFailer interface{ failed() }
 // made on first use (reset, with failover, when the epoch changed, as a
 // partition's table is).
 func (b *Broker) delayIdemTable(l *store.Log) *idem.Table {
-	k := delayIdemKey{l}
-	v, ok := b.idem.Load(k)
-	if !ok {
-		cfg := b.config()
-		v, _ = b.idem.LoadOrStore(k, &idemPart{l: l, t: idem.NewTable(idem.Config{
-			MaxProducers: cfg.IdempotentProducers,
-			IdleExpiry:   time.Duration(cfg.IdempotentIdleExpiry) * time.Second,
-			RebuildBytes: cfg.IdempotentRebuildBytes,
-			Budget:       b.idemBudget(),
-		})})
-	}
-	ip := v.(*idemPart)
-	if b.fo != nil {
-		e := b.fo.Status().Epoch
-		if old := ip.epoch.Load(); old != e && ip.epoch.CompareAndSwap(old, e) {
-			ip.t.Reset()
-		}
-	}
-	return ip.t
+	return b.idemEpoch(b.idemPartOf(delayIdemKey{l}, l))
 }
 
 // delayIdemBegin judges an idempotent delayed put (producer ps) for
@@ -74,14 +56,7 @@ func (c *conn) delayIdemBegin(topic string, l, tl *store.Log, p int32, opaque in
 			b.logf("idempotent producer: delayed puts to %s-%d rebuilt from %d records of producers in %s in %v",
 				topic, p, len(recs), tl.Dir(), time.Since(start).Round(time.Millisecond))
 		}
-		return func() (idem.Record, bool) {
-			if len(recs) == 0 {
-				return idem.Record{}, false
-			}
-			r := recs[0]
-			recs = recs[1:]
-			return r, true
-		}, err
+		return feed(recs), err
 	})
 	if err != nil {
 		b.errorf("idempotent producer: rebuild of the delayed puts to %s-%d: %v", topic, p, err)

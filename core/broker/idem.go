@@ -46,19 +46,32 @@ func (b *Broker) idemTable(t *topic, p int32, l *store.Log) *idem.Table {
 	pc := &t.pc[p]
 	ip := pc.idem.Load()
 	if ip == nil || ip.l != l {
-		v, ok := b.idem.Load(l)
-		if !ok {
-			cfg := b.config()
-			v, _ = b.idem.LoadOrStore(l, &idemPart{l: l, t: idem.NewTable(idem.Config{
-				MaxProducers: cfg.IdempotentProducers,
-				IdleExpiry:   time.Duration(cfg.IdempotentIdleExpiry) * time.Second,
-				RebuildBytes: cfg.IdempotentRebuildBytes,
-				Budget:       b.idemBudget(),
-			})})
-		}
-		ip = v.(*idemPart)
+		ip = b.idemPartOf(l, l)
 		pc.idem.Store(ip)
 	}
+	return b.idemEpoch(ip)
+}
+
+// idemPartOf returns the table kept in b.idem under key (a partition's
+// log, or a delayIdemKey) for log l, made on first use with the
+// configured bounds.
+func (b *Broker) idemPartOf(key any, l *store.Log) *idemPart {
+	v, ok := b.idem.Load(key)
+	if !ok {
+		cfg := b.config()
+		v, _ = b.idem.LoadOrStore(key, &idemPart{l: l, t: idem.NewTable(idem.Config{
+			MaxProducers: cfg.IdempotentProducers,
+			IdleExpiry:   time.Duration(cfg.IdempotentIdleExpiry) * time.Second,
+			RebuildBytes: cfg.IdempotentRebuildBytes,
+			Budget:       b.idemBudget(),
+		})})
+	}
+	return v.(*idemPart)
+}
+
+// idemEpoch returns ip's table, reset first, with failover, when it was
+// built under another epoch.
+func (b *Broker) idemEpoch(ip *idemPart) *idem.Table {
 	if b.fo != nil {
 		e := b.fo.Status().Epoch
 		if old := ip.epoch.Load(); old != e && ip.epoch.CompareAndSwap(old, e) {
@@ -66,6 +79,18 @@ func (b *Broker) idemTable(t *topic, p int32, l *store.Log) *idem.Table {
 		}
 	}
 	return ip.t
+}
+
+// feed hands recs to idem.Table.Build one at a time.
+func feed(recs []idem.Record) func() (idem.Record, bool) {
+	return func() (idem.Record, bool) {
+		if len(recs) == 0 {
+			return idem.Record{}, false
+		}
+		r := recs[0]
+		recs = recs[1:]
+		return r, true
+	}
 }
 
 // idemBudget returns the broker's bound on all the tables' memory
@@ -172,14 +197,7 @@ func (c *conn) idemBuild(t *idem.Table, l *store.Log, now time.Time) error {
 			c.b.logf("idempotent producer: partition %s rebuilt from %d records of producers in [%d, %d) in %v",
 				l.Dir(), len(recs), from, l.MaxOffset(), time.Since(start).Round(time.Millisecond))
 		}
-		return func() (idem.Record, bool) {
-			if len(recs) == 0 {
-				return idem.Record{}, false
-			}
-			r := recs[0]
-			recs = recs[1:]
-			return r, true
-		}, err
+		return feed(recs), err
 	})
 }
 
