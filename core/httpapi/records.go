@@ -135,7 +135,6 @@ type pending struct {
 	idx   []int // the records' indexes in the request
 	sizes []int // their data lengths
 	body  []byte
-	buf   *bytes.Buffer // body's pooled buffer, or nil
 }
 
 // maxMPutBody bounds one mput's body (max_transfer_size defaults to 2 MiB).
@@ -219,17 +218,17 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 		}
 		n := m.DataLen()
 		if b64 != nil {
-			n += plainBase64(rec.Value)
+			n += base64Len(b64) // fillRecordMessage checked it is plainBase64
 		}
 		run := open[p]
 		if run == nil || len(run.idx) == protocol.MaxMPutCount || len(run.body)+n+protocol.MPutEntryHeader > maxMPutBody {
 			run = &pending{part: p, idx: make([]int, 0, len(req.Records)-i), sizes: make([]int, 0, len(req.Records)-i)}
 			if len(runs) == 0 { // most requests: one run of every record
-				run.buf = bodyPool.Get().(*bytes.Buffer)
-				run.buf.Reset()
-				run.buf.Grow(min(maxMPutBody, len(body.Bytes())+len(req.Records)*protocol.MPutEntryHeader))
-				run.body = run.buf.AvailableBuffer()
-				defer putBody(run.buf) // the pipe's write copies the body: free once do returns
+				buf := bodyPool.Get().(*bytes.Buffer)
+				buf.Reset()
+				buf.Grow(min(maxMPutBody, len(body.Bytes())+len(req.Records)*protocol.MPutEntryHeader))
+				run.body = buf.AvailableBuffer()
+				defer putBody(buf) // the pipe's write copies the body: free once do returns
 			}
 			open[p] = run
 			runs = append(runs, run)
@@ -239,9 +238,9 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 		at := len(run.body)
 		run.body = m.AppendData(append(run.body, make([]byte, protocol.MPutEntryHeader)...))
 		if b64 != nil { // a base64 value decoded straight into the body
-			to := len(run.body)
-			run.body = slices.Grow(run.body, base64.StdEncoding.DecodedLen(len(b64)))
-			k, err := decodeBase64(run.body[to:to+base64.StdEncoding.DecodedLen(len(b64))], b64)
+			to, dl := len(run.body), base64.StdEncoding.DecodedLen(len(b64))
+			run.body = slices.Grow(run.body, dl)
+			k, err := decodeBase64(run.body[to:to+dl], b64)
 			if err != nil {
 				run.body = run.body[:at]
 				res[i] = ProduceResult{ErrorCode: http.StatusBadRequest, Error: "record " + strconv.Itoa(i) + ": " + valueBase64Error(err).Error()}
@@ -363,9 +362,13 @@ func produced(res []ProduceResult, run *pending, rep reply) {
 
 // recordMessage is rec as a message (its properties checked).
 func recordMessage(format string, rec *ProduceRecord) (*message.Message, error) {
-	m, b64, err := recordMessageBase64(format, rec)
-	if err != nil || b64 == nil {
-		return m, err
+	m := &message.Message{}
+	b64, err := fillRecordMessage(m, format, rec)
+	if err != nil {
+		return nil, err
+	}
+	if b64 == nil {
+		return m, nil
 	}
 	m.Body = make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
 	n, err := decodeBase64(m.Body, b64)
@@ -388,7 +391,12 @@ func plainBase64(raw json.RawMessage) int {
 	if len(raw) < 2 || raw[0] != '"' || (len(raw)-2)%4 != 0 || bytes.IndexByte(raw, '\\') >= 0 {
 		return -1
 	}
-	s := raw[1 : len(raw)-1]
+	return base64Len(raw[1 : len(raw)-1])
+}
+
+// base64Len is the decoded length of s, base64 (standard, padded) of a
+// length that is a multiple of 4.
+func base64Len(s []byte) int {
 	n := len(s) / 4 * 3
 	for k := 0; k < 2 && len(s) > k && s[len(s)-1-k] == '='; k++ {
 		n--
@@ -396,22 +404,13 @@ func plainBase64(raw json.RawMessage) int {
 	return n
 }
 
-// recordMessageBase64 is recordMessage, except that a value in format
-// binary given as a plain string (plainBase64) is not decoded: m.Body is
-// nil and b64 is its base64 text, for the caller to decode in place
-// (handleProduce, into the mput body). A bad value is then found there.
-func recordMessageBase64(format string, rec *ProduceRecord) (m *message.Message, b64 []byte, err error) {
-	m = &message.Message{}
-	b64, err = fillRecordMessage(m, format, rec)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m, b64, nil
-}
-
-// fillRecordMessage is recordMessageBase64 into *m, which it resets
-// (keeping its headers' array): handleProduce fills one message per
-// request, not one allocated per record.
+// fillRecordMessage fills *m with rec (its properties checked), which
+// it resets (keeping its headers' array: handleProduce fills one message
+// per request, not one allocated per record), except that a value in
+// format binary given as a plain string (plainBase64) is not decoded:
+// m.Body is nil and b64 is its base64 text, for the caller to decode in
+// place (handleProduce, into the mput body; recordMessage). A bad value
+// is then found there.
 func fillRecordMessage(m *message.Message, format string, rec *ProduceRecord) (b64 []byte, err error) {
 	*m = message.Message{Headers: m.Headers[:0]}
 	if m.Key, _, err = decodeField(format, rec.Key); err != nil {
