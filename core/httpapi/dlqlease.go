@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/dlqlease"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -21,10 +22,10 @@ import (
 // connection closes, or it misses the coordinator's session timeout.
 
 const (
-	dlqReplayMember  = "metaq-dlq-replay"
-	dlqLeaseInterval = time.Second
+	dlqReplayMember  = dlqlease.Member
+	dlqLeaseInterval = dlqlease.Heartbeat
 	// errReplayRunning is sdk/admin's ErrReplayRunning's text.
-	errReplayRunning = "another replay of the dead letters is running"
+	errReplayRunning = dlqlease.Running
 )
 
 // dlqLease is a held lease of a group's replay position here.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/metaq-go/metaq/internal/dlqlease"
 	"github.com/metaq-go/metaq/sdk/client"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -26,15 +27,15 @@ import (
 
 // DLQReplayMember is the consumer id a replay or purge of dead letters
 // holds the position group with (see ReplayDeadLetters).
-const DLQReplayMember = "metaq-dlq-replay"
+const DLQReplayMember = dlqlease.Member
 
 // ErrReplayRunning: another replay or purge of the group's dead letters
 // holds the replay position, or moved it during this one.
-var ErrReplayRunning = errors.New("another replay of the dead letters is running")
+var ErrReplayRunning = errors.New(dlqlease.Running)
 
 // replayHeartbeat is how often a lease holder heartbeats: a third of the
 // coordinator's default session timeout.
-const replayHeartbeat = time.Second
+const replayHeartbeat = dlqlease.Heartbeat
 
 // replayLease is a held lease; ctx ends when it is lost.
 type replayLease struct {
