@@ -294,6 +294,18 @@ func (a *ackState) settle(e *ackEntry) error {
 func (a *ackState) beginNack(e *ackEntry) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := a.ended(e); err != nil {
+		return err
+	}
+	e.nacking = true
+	return nil
+}
+
+// ended says (a.mu held) why the delivery of e ended, nil while it has
+// not: ErrDeliveryStale when e will be delivered again (stale, released,
+// or a rewind to it or before it asked for), else whether it was nacked
+// (or is being nacked) or settled.
+func (a *ackState) ended(e *ackEntry) error {
 	switch {
 	case e.stale || a.closed || (a.rewind >= 0 && e.off >= a.rewind):
 		return ErrDeliveryStale
@@ -302,7 +314,6 @@ func (a *ackState) beginNack(e *ackEntry) error {
 	case e.settled:
 		return errSettledAlready
 	}
-	e.nacking = true
 	return nil
 }
 
@@ -343,7 +354,7 @@ func (a *ackState) waitNacks(off int64) {
 func (a *ackState) over(e *ackEntry) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return e.settled || e.nacked || e.nacking || e.stale || a.closed || (a.rewind >= 0 && e.off >= a.rewind)
+	return a.ended(e) != nil
 }
 
 // add registers the message at off..end about to be delivered, waiting
