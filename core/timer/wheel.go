@@ -83,17 +83,19 @@ func Open(dir string, src Source, maxRecord int) (*Wheel, error) {
 		loaded: math.MinInt64}
 	w.indexedTo = src.MinOffset()
 	// Pass 1: every message to its slot file, the cancels, the last mark.
-	if err := w.scan(w.indexedTo, func(e Entry) { w.add(e) }, true); err != nil {
+	if err := w.scan(w.indexedTo, -1, func(e Entry) { w.add(e) }, true); err != nil {
 		return nil, err
 	}
 	if err := w.flush(); err != nil {
 		return nil, err
 	}
 	// Pass 2, over the tail after the last mark only: the messages due by
-	// the mark that it does not cover (accepted late, or past due).
+	// the mark that it does not cover (accepted late, or past due). It
+	// ends where pass 1 ended: a put appended since is pass 1's to index
+	// (Index reads it), not pass 2's to drop for being due after the mark.
 	m := w.mark
 	if m.IndexedTo > 0 && m.IndexedTo < w.indexedTo {
-		if err := w.scan(m.IndexedTo, func(e Entry) {
+		if err := w.scan(m.IndexedTo, w.indexedTo, func(e Entry) {
 			if e.Due <= m.DueUpTo {
 				heap.Push(&w.window, e)
 			}
@@ -169,7 +171,7 @@ func (w *Wheel) Index() error {
 	if w.src.MaxOffset() <= w.indexedTo {
 		return nil
 	}
-	if err := w.scan(w.indexedTo, func(e Entry) { w.add(e) }, false); err != nil {
+	if err := w.scan(w.indexedTo, -1, func(e Entry) { w.add(e) }, false); err != nil {
 		return err
 	}
 	return w.flush()
@@ -296,11 +298,16 @@ func (w *Wheel) loadThrough(s int64, skipTo int64) error {
 	return nil
 }
 
-// scan reads the timer log from offset from to its end, handing each
-// message to fn; cancels are noted, and marks too when marks is set. It
-// advances indexedTo.
-func (w *Wheel) scan(from int64, fn func(Entry), marks bool) error {
-	end := w.src.MaxOffset()
+// scan reads the timer log from offset from to offset to (a record
+// boundary), or to its end now when to is negative, handing each message
+// to fn; cancels are noted, and marks too when marks is set. It advances
+// indexedTo. Records appended while it reads, past its end, are left for
+// the next scan.
+func (w *Wheel) scan(from, to int64, fn func(Entry), marks bool) error {
+	end := to
+	if end < 0 {
+		end = w.src.MaxOffset()
+	}
 	off := from
 	for off < end {
 		v, err := w.src.Read(off, max(w.readSize, 1<<20))
@@ -322,8 +329,13 @@ func (w *Wheel) scan(from int64, fn func(Entry), marks bool) error {
 		}
 		it := message.NewIterator(w.buf, off, w.readSize)
 		n := 0
+		next := int64(-1) // the end offset when it stops there
 		for it.Next() {
 			r := it.Record()
+			if r.Offset >= end {
+				next = r.Offset
+				break
+			}
 			rec, perr := Parse(r.Data)
 			if perr != nil {
 				return fmt.Errorf("timer log at %d: %w", r.Offset, perr)
@@ -344,6 +356,10 @@ func (w *Wheel) scan(from int64, fn func(Entry), marks bool) error {
 				}
 			}
 			n++
+		}
+		if next >= 0 {
+			off = next
+			break
 		}
 		if err := it.Err(); err != nil {
 			return fmt.Errorf("timer log at %d: %w", it.NextOffset(), err)

@@ -260,3 +260,61 @@ func TestWheelClockStep(t *testing.T) {
 		t.Fatalf("%d of %d delivered, %d pending", len(seen), len(due), w.Pending())
 	}
 }
+
+// appendingSource is a timer log that, the n-th time its end is asked
+// for, first appends a message (a put accepted while the wheel opens).
+type appendingSource struct {
+	*store.Log
+	tl    *testLog
+	calls int
+	n     int
+	due   int64
+	id    int64
+}
+
+func (s *appendingSource) MaxOffset() int64 {
+	s.calls++
+	if s.calls == s.n {
+		s.id = s.tl.message(s.due)
+	}
+	return s.Log.MaxOffset()
+}
+
+// TestWheelOpenRacesPut: a put appended to the timer log while Open
+// reads it (between its pass over the whole log and its pass over the
+// tail after the last mark), due after that mark, is delivered when due.
+// Before the fix the second pass read it, dropped it for being due after
+// the mark, and moved the wheel's read position past it: the next mark
+// covered it and it was never delivered (the delayed crash tests'
+// "acknowledged delayed message never delivered", under load).
+func TestWheelOpenRacesPut(t *testing.T) {
+	// n: the put lands before the n-th time Open asks for the log's end
+	// (2: after the pass over the whole log, as in the crash tests).
+	for n := 1; n <= 3; n++ {
+		dir := t.TempDir()
+		tl := openTestLog(t, dir)
+		// A message, a mark covering it, then a message after the mark.
+		due := map[int64]int64{tl.message(1000): 1000}
+		tl.put(AppendMark(nil, Mark{DueUpTo: 1000, IndexedTo: tl.l.MaxOffset()}))
+		due[tl.message(1500)] = 1500
+		src := &appendingSource{Log: tl.l, tl: tl, n: n, due: 2000}
+		w, err := Open(filepath.Join(dir, "wheel"), src, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.n = 0        // no more puts from MaxOffset
+		if src.id == 0 { // Open did not ask that often: the put comes after it
+			src.id = tl.message(2000)
+		}
+		due[src.id] = 2000
+		seen := map[int64]int64{}
+		deliverAll(t, tl, w, 3000, seen, due)
+		for id, d := range due {
+			if d > 1000 {
+				if _, ok := seen[id]; !ok {
+					t.Errorf("n %d: message %d due %d, appended while the wheel opened, never delivered", n, id, d)
+				}
+			}
+		}
+	}
+}
