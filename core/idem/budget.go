@@ -7,8 +7,9 @@ import (
 )
 
 // The estimated memory a table counts (Table.Bytes, Budget.Used): a
-// producer's struct (its last Window puts), its LRU element and map
-// entry; each range a rebuild kept of it; each forgotten id kept.
+// producer's struct (its last Window puts), its entries in the LRU order
+// (lru.go) and its map entry; each range a rebuild kept of it; each
+// forgotten id kept.
 const (
 	ProducerBytes = 512
 	rangeBytes    = 16
@@ -89,22 +90,22 @@ func (b *Budget) evict() {
 func (t *Table) oldestUse() (int64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.lru.Back()
-	if e == nil {
+	p := t.oldest()
+	if p == nil {
 		return 0, false
 	}
-	return e.Value.(*producer).used, true
+	return p.used, true
 }
 
 // evictOldest forgets the table's least recently used producer.
 func (t *Table) evictOldest() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.lru.Back()
-	if e == nil {
+	p := t.oldest()
+	if p == nil {
 		return false
 	}
-	t.forget(e.Value.(*producer))
+	t.forget(p)
 	t.evicted++
 	return true
 }

@@ -11,7 +11,6 @@
 package idem
 
 import (
-	"container/list"
 	"fmt"
 	"math"
 	"slices"
@@ -113,7 +112,7 @@ type producer struct {
 	batches [Window]batch
 	n, head int   // batches[head] is the oldest of n
 	used    int64 // Unix ns of the last put (the caller's coarse clock)
-	elem    *list.Element
+	stamp   int64 // the table's use counter at its last put (lru.go); 0: forgotten
 	// rebuilt: the producer was read back from the log (Rebuild), whose
 	// sequences up to rebuiltUpTo are known stored only inside the runs
 	// the window kept: a put that failed before a restart leaves no trace
@@ -237,8 +236,14 @@ type Table struct {
 	mu        sync.Mutex
 	built     atomic.Bool // set under mu
 	producers map[int64]*producer
-	lru       list.List // of *producer, most recently used at the front
-	evicted   int64
+	// The least-recently-used order (lru.go): order holds the uses
+	// oldest first from head, stale ones among them; stamp counts uses;
+	// newest is the producer of the last use.
+	order   []use
+	head    int
+	stamp   int64
+	newest  *producer
+	evicted int64
 	// ghosts holds the ids of the last ghostCap producers the table
 	// forgot (a ring, oldest at ghostHead): a put of one of them at
 	// sequence 0 is refused as UnknownProducer, not taken for a new
@@ -330,7 +335,7 @@ func (t *Table) Reset() {
 	defer t.mu.Unlock()
 	t.built.Store(false)
 	clear(t.producers)
-	t.lru.Init()
+	t.resetOrder()
 	t.ghosts, t.ghostHead = nil, 0
 	t.charge(-t.bytes)
 }
@@ -394,13 +399,13 @@ func (t *Table) Finish(k Ticket, r Result, ok bool) {
 		return
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.pending--
 	if ok {
 		k.p.done(k.first, r)
 	} else {
 		k.p.fail(k.first)
 	}
+	t.mu.Unlock()
 }
 
 // begin is Start's judgement, with mu held; p is the producer on Append.
@@ -422,12 +427,12 @@ func (t *Table) begin(id, first, last int64, at time.Time) (Verdict, Result, *pr
 			return UnknownProducer, Result{}, nil
 		}
 		p = &producer{id: id}
-		p.elem = t.lru.PushFront(p)
+		t.touch(p)
 		t.producers[id] = p
 		t.charge(ProducerBytes)
 		t.bound()
 	} else {
-		t.lru.MoveToFront(p.elem)
+		t.touch(p)
 		p.used = now
 		switch {
 		case first == p.last+1:
@@ -497,7 +502,7 @@ func (p *producer) fail(first int64) {
 }
 
 func (t *Table) forget(p *producer) {
-	t.lru.Remove(p.elem)
+	t.unlink(p)
 	delete(t.producers, p.id)
 	t.charge(-p.bytes())
 	t.ghost(p.id)
@@ -517,7 +522,7 @@ func (t *Table) ghost(id int64) {
 // bound forgets the least recently used producers over MaxProducers.
 func (t *Table) bound() {
 	for len(t.producers) > t.cfg.MaxProducers {
-		t.forget(t.lru.Back().Value.(*producer))
+		t.forget(t.oldest())
 		t.evicted++
 	}
 }
@@ -528,8 +533,7 @@ func (t *Table) expire(now time.Time) { t.expireNs(now.UnixNano()) }
 
 func (t *Table) expireNs(now int64) {
 	t.expiredAt = now
-	for e := t.lru.Back(); e != nil; e = t.lru.Back() {
-		p := e.Value.(*producer)
+	for p := t.oldest(); p != nil; p = t.oldest() {
 		if now-p.used < int64(t.cfg.IdleExpiry) {
 			return
 		}
@@ -648,6 +652,7 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 	// Least recently used first, so that the last producer seen ends at
 	// the front of the LRU.
 	done := map[int64]bool{}
+	var back []*producer // least recently used first, from the end
 	for i := len(order) - 1; i >= 0; i-- {
 		id := order[i]
 		if done[id] {
@@ -669,9 +674,11 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 		}
 		p.rebuilt, p.rebuiltUpTo = true, p.last
 		p.used = now.UnixNano()
-		p.elem = t.lru.PushBack(p)
+		back = append(back, p)
 		t.producers[id] = p
 		t.charge(p.bytes())
 	}
+	slices.Reverse(back)
+	t.prepend(back)
 	t.bound()
 }
