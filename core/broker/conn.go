@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
@@ -125,12 +126,13 @@ type conn struct {
 	// lone says nothing was read behind the request being dispatched
 	// (read loop only): its put may be committed on this goroutine.
 	lone bool
-	filt filterScratch // filtered gets (filter.go)
+	filt filterset.Scratch // filtered gets (filter.go, core/filterset)
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {
 	c := &conn{b: b, nc: nc, kick: make(chan struct{}, 1), closed: make(chan struct{}), accepted: time.Now()}
 	c.drained = sync.NewCond(&c.omu)
+	c.filt = filterset.NewScratch(&b.filters.cnt)
 	if tc, ok := nc.(*net.TCPConn); ok {
 		c.raw, _ = tc.SyscallConn()
 	}

@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"context"
 	"encoding/binary"
-	"sync/atomic"
 
 	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/store"
@@ -13,38 +11,16 @@ import (
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
-// maxFilterScratch is the largest read buffer a connection keeps between
-// filtered gets, in bytes.
-const maxFilterScratch = 4 << 20
-
 // filterSet is the broker's filters (core/filterset) and the counts of
 // their use by gets.
 type filterSet struct {
 	set *filterset.Set
-	// calls and errors count Accept calls made by gets, for every filter.
-	calls, errors atomic.Int64
-	// taken and dropped count read-ahead batches that a get used and that
-	// were discarded (filter_ahead.go).
-	taken, dropped atomic.Int64
+	cnt filterset.Counters
 }
 
 // lookup returns the filter of a topic and group, or nil.
 func (fs *filterSet) lookup(topic string, group []byte) *filters.Instance {
 	return fs.set.Lookup(topic, group)
-}
-
-// filterScratch is a connection's reusable state for filtered gets (used by
-// the read loop only).
-type filterScratch struct {
-	buf  []byte
-	recs []filters.Record
-	// ahead are the batches being judged ahead of the gets expected next,
-	// oldest first, for a remote filter (filter_ahead.go); spare are buffers
-	// for the next ones.
-	ahead []*readAhead
-	spare []aheadBuffers
-	// keep holds the verdicts of a get judged by a consumer's filter only.
-	keep []bool
 }
 
 // initFilters opens every [[topic.filter]] (core/filterset).
@@ -64,15 +40,14 @@ func (b *Broker) closeFilters() error { return b.filters.set.Close() }
 
 // sendFiltered answers a get whose group has a filter: in, the topic's
 // [[topic.filter]] for the group, and cf, the one the consumer chose on
-// this connection (consumerfilter.go); either may be nil, and with both a
-// record is kept when both keep it. It reads the view, walks its whole
-// records (a record failing its checksum stops the walk), asks in once for
-// the whole batch, matches cf against each record and replies
+// this connection (consumerfilter.go); either may be nil. The connection's
+// filterset.Scratch judges the view (or takes the batch a remote filter
+// judged ahead of this get), and the get is answered
 //
 //   - fvalue <len> <opaque> <next>, the kept records each prefixed by its
 //     int64 BE offset, where next = offset + bytes of whole records scanned
 //     (or, if the kept records would overflow maxSize+8 bytes, the offset
-//     of the first one left out);
+//     of the first one left out: Batch.Layout);
 //   - 301 with next when nothing is kept (reference §1);
 //   - the raw bytes as a plain value when there is no whole record (one
 //     record larger than maxSize: the client grows its get; or a bad record
@@ -80,106 +55,46 @@ func (b *Broker) closeFilters() error { return b.filters.set.Close() }
 //   - when in fails: the plain value, unfiltered (failure_policy open; with
 //     cf, the records cf keeps), or 503 (closed).
 //
-// For a remote filter the batch may already have been read and judged
-// ahead of this get (filter_ahead.go); either way it then starts judging
-// the batch at next, which a consumer reading on asks for next.
+// For a remote filter it then starts judging the batches after the
+// reply's next, which a consumer reading on asks for next
+// (core/filterset/ahead.go).
 //
 // l is the partition's log, which v was read from. It releases v.
 func (c *conn) sendFiltered(in *filters.Instance, cf *expr.Expr, r *protocol.Request, l *store.Log, v store.View, maxSize int) {
-	b := c.b
 	fsc := &c.filt
-	if in == nil {
-		b.filters.dropped.Add(int64(len(fsc.ahead))) // read-aheads serve a topic filter's gets
-		fsc.dropAhead()
-	} else if a := c.takeAhead(in, r, l, v, maxSize); a != nil {
-		v.Release()
-		b.filters.calls.Add(1)
-		matchAll(cf, a.recs, a.keep)
-		next := c.replyFiltered(r, a.buf, a.offset, a.recs, a.keep, a.next, maxSize)
-		fsc.recycle(a)
-		c.startAhead(in, r, l, next, a.next, maxSize)
+	out, batch, msgs, err := fsc.Judge(in, cf, r.Partition, l, v, maxSize)
+	switch out {
+	case filterset.Plain:
+		c.sendPlain(v, r.Opaque, msgs)
+		return
+	case filterset.Failed:
+		if err == filterset.ErrUnavailable {
+			c.reply(protocol.StatusBusy, "filter "+in.Name()+" unavailable", r.Opaque)
+		} else {
+			c.reply(protocol.StatusInternalError, "read failed: "+err.Error(), r.Opaque)
+		}
 		return
 	}
-	buf, err := v.ReadAll(fsc.buf[:0])
-	if err != nil {
-		v.Release()
-		c.reply(protocol.StatusInternalError, "read failed: "+err.Error(), r.Opaque)
-		return
-	}
-	if cap(buf) <= maxFilterScratch {
-		fsc.buf = buf[:0]
-	} else {
-		fsc.buf = nil
-	}
-	recs, next := filterset.ScanRecords(fsc.recs[:0], buf, v.Offset, in != nil && in.NeedBodies())
-	fsc.recs = recs
-	if len(recs) == 0 {
-		c.sendPlain(v, r.Opaque, 0) // no whole record
-		return
-	}
-	var keep []bool
-	if in != nil {
-		var err error
-		keep, err = in.Accept(context.Background(), r.Partition, recs)
-		b.filters.calls.Add(1)
-		if err != nil {
-			b.filters.errors.Add(1)
-			if in.Policy() != filters.FailOpen {
-				v.Release()
-				c.reply(protocol.StatusBusy, "filter "+in.Name()+" unavailable", r.Opaque)
+	sent := c.replyFiltered(r, batch, maxSize)
+	scanned := batch.Next
+	fsc.Done(batch)
+	if from, ok := fsc.AheadFrom(in, r.Partition, l, sent, scanned, maxSize); ok {
+		if c.wmu.TryLock() { // the replies queued so far first
+			err := c.writeQueuedLocked()
+			c.wmu.Unlock()
+			if err != nil {
+				c.close()
 				return
 			}
-			if cf == nil {
-				c.sendPlain(v, r.Opaque, len(recs))
-				return
-			}
-			keep = nil // open: as if it kept every record
 		}
-	}
-	if keep == nil {
-		fsc.keep = fsc.keep[:0]
-		for range recs {
-			fsc.keep = append(fsc.keep, true)
-		}
-		keep = fsc.keep
-	}
-	matchAll(cf, recs, keep)
-	v.Release()
-	if sent := c.replyFiltered(r, buf, v.Offset, recs, keep, next, maxSize); in != nil && in.Remote() {
-		c.startAhead(in, r, l, sent, next, maxSize)
+		fsc.StartAhead(in, r.Partition, l, from, maxSize)
 	}
 }
 
-// matchAll clears keep[i] for each record cf does not match (cf nil: none).
-func matchAll(cf *expr.Expr, recs []filters.Record, keep []bool) {
-	if cf == nil {
-		return
-	}
-	for i := range recs {
-		if keep[i] && !cf.Match(&recs[i]) {
-			keep[i] = false
-		}
-	}
-}
-
-// replyFiltered sends the kept records of a judged batch (buf starts at
-// offset base) and returns the next offset it announced.
-func (c *conn) replyFiltered(r *protocol.Request, buf []byte, base int64, recs []filters.Record, keep []bool, next int64, maxSize int) int64 {
-	// The reply stays within the get's maxSize (plus one offset prefix), so
-	// that it fits the client's reply limit even for tiny records: kept
-	// records past that are left for the next get, which starts at them.
-	total, end := 0, len(keep)
-	for i, k := range keep {
-		if !k {
-			continue
-		}
-		n := 8 + message.HeaderSize + recs[i].Size
-		if total > 0 && total+n > maxSize+8 {
-			end, next = i, recs[i].Offset
-			break
-		}
-		total += n
-	}
+// replyFiltered sends the kept records of a judged batch and returns the
+// next offset it announced.
+func (c *conn) replyFiltered(r *protocol.Request, b *filterset.Batch, maxSize int) int64 {
+	total, end, next := b.Layout(maxSize)
 	if total == 0 {
 		c.replyInt(protocol.StatusMoved, next, r.Opaque)
 		return next
@@ -190,14 +105,15 @@ func (c *conn) replyFiltered(r *protocol.Request, buf []byte, base int64, recs [
 	}
 	out = protocol.AppendFValueHeader(out, total, r.Opaque, next)
 	kept := 0
-	for i, k := range keep[:end] {
+	for i, k := range b.Keep[:end] {
 		if !k {
 			continue
 		}
 		kept++
-		pos := int(recs[i].Offset - base)
-		out = binary.BigEndian.AppendUint64(out, uint64(recs[i].Offset))
-		out = append(out, buf[pos:pos+message.HeaderSize+recs[i].Size]...)
+		rec := &b.Recs[i]
+		pos := int(rec.Offset - b.Base)
+		out = binary.BigEndian.AppendUint64(out, uint64(rec.Offset))
+		out = append(out, b.Buf[pos:pos+message.HeaderSize+rec.Size]...)
 	}
 	// Counted before the send, as unfiltered gets are (dispatch.go).
 	if pc := c.getPC; pc != nil {
@@ -226,12 +142,12 @@ func (c *conn) sendPlain(v store.View, opaque int32, msgs int) {
 // FilterStats returns how many gets were judged by a server-side filter
 // and how many of those the filter failed (served per its failure policy).
 func (b *Broker) FilterStats() (calls, errors int64) {
-	return b.filters.calls.Load(), b.filters.errors.Load()
+	return b.filters.cnt.Calls.Load(), b.filters.cnt.Errors.Load()
 }
 
 // FilterReadAheadStats returns how many batches read ahead for remote
 // filters a get used, and how many were discarded (the consumer asked for
 // something else, or the read-ahead failed).
 func (b *Broker) FilterReadAheadStats() (taken, dropped int64) {
-	return b.filters.taken.Load(), b.filters.dropped.Load()
+	return b.filters.cnt.Taken.Load(), b.filters.cnt.Dropped.Load()
 }
