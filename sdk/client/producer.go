@@ -593,7 +593,9 @@ func (p *brokerProducer) chunk(msgs []*message.Message, parts []int32) (out []*b
 	pms = make([]*pendingMsg, len(msgs))
 	open := make(map[tpKey]*batch)
 	for i, m := range msgs {
-		pm := &pendingMsg{msg: m, part: parts[i], crc: dataChecksum(m), done: make(chan struct{})}
+		// Checksummed here without idempotence; with it, when sent, after
+		// binding (which changes the data).
+		pm := &pendingMsg{msg: m, part: parts[i], crc: uint32(p.checksum(m)), done: make(chan struct{})}
 		pms[i] = pm
 		key := tpKey{m.Topic, parts[i]}
 		size := protocol.MPutEntryHeader + m.DataLen()
