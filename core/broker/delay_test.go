@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
@@ -345,9 +346,60 @@ func TestSyncPairDelayedDelivery(t *testing.T) {
 	st, err := slave.lookup([]byte("t"), false)
 	require.NoError(t, err)
 	for p, l := range mt.parts {
-		require.Eventually(t, func() bool { return string(bytesOf(l)) == string(bytesOf(st.parts[p])) }, 15*time.Second, 50*time.Millisecond,
-			"partition %d: the slave's copy equals the master's", p)
+		if !assert.Eventually(t, func() bool { return string(bytesOf(l)) == string(bytesOf(st.parts[p])) }, 15*time.Second, 50*time.Millisecond,
+			"partition %d: the slave's copy equals the master's", p) {
+			t.Fatalf("partition %d differs:\n%s", p, logDiff(bytesOf(l), bytesOf(st.parts[p])))
+		}
 	}
+}
+
+// logDiff lists two copies of a partition's records side by side (offset,
+// id, flag, length, body), marking the records that differ, so a test that
+// finds a slave's copy unlike its master's shows how.
+func logDiff(master, slave []byte) string {
+	type rec struct {
+		off  int64
+		id   int64
+		flag int32
+		n    int
+		body string
+	}
+	recs := func(b []byte) ([]rec, int) {
+		var rs []rec
+		it := message.NewIterator(b, 0, 0)
+		end := 0
+		for it.Next() {
+			r := it.Record()
+			body := string(r.Data)
+			if len(body) > 24 {
+				body = body[:24] + "..."
+			}
+			rs = append(rs, rec{r.Offset, r.ID, r.Flag, r.Size(), strconv.Quote(body)})
+			end = int(r.Offset) + r.Size()
+		}
+		return rs, len(b) - end
+	}
+	m, mt := recs(master)
+	s, st := recs(slave)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "master %d bytes, %d records (%d bytes after them); slave %d bytes, %d records (%d bytes after them)\n",
+		len(master), len(m), mt, len(slave), len(s), st)
+	for i := 0; i < max(len(m), len(s)); i++ {
+		var a, b string
+		same := i < len(m) && i < len(s) && m[i] == s[i]
+		if i < len(m) {
+			a = fmt.Sprintf("off %d id %d flag %d len %d %s", m[i].off, m[i].id, m[i].flag, m[i].n, m[i].body)
+		}
+		if i < len(s) {
+			b = fmt.Sprintf("off %d id %d flag %d len %d %s", s[i].off, s[i].id, s[i].flag, s[i].n, s[i].body)
+		}
+		mark := "  "
+		if !same {
+			mark = "!="
+		}
+		fmt.Fprintf(&sb, "%s #%d master: %s | slave: %s\n", mark, i, a, b)
+	}
+	return sb.String()
 }
 
 // TestAsyncSlaveDelayed: an async slave copies the timer topic (it is not
