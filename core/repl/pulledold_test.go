@@ -8,8 +8,8 @@ import (
 )
 
 // TestPulledOldDeliveries: a sync slave's puller notes only the
-// deliveries of delayed messages it copies below the last id, and past
-// the bound it forgets the oldest first: a delivery whose sync is still
+// deliveries of delayed messages it copies (TestPulledDeliveryAboveLastID:
+// whatever their ids), and past the bound it forgets the oldest first: a delivery whose sync is still
 // in flight stays a dup however many transaction batches (not noted) and
 // deliveries copied at a join (never taken) came before and after it.
 // (The set was cleared at 4096 entries, batches included: the sync was

@@ -175,9 +175,9 @@ type SlaveLog struct {
 	// appended, and only single syncs of puts (whose ids rise with their
 	// offsets) are told apart by it. A delayed message's delivery keeps
 	// the id of its acceptance, below lastID too: pulledOld holds the ids
-	// of deliveries below lastID the puller appended (at most
-	// maxPulledOld, pulledQ in the order noted, oldest evicted first), so
-	// that such a sync is a dup only when the puller copied it.
+	// of the deliveries the puller appended (at most maxPulledOld, pulledQ
+	// in the order noted, oldest evicted first), so that such a sync is a
+	// dup only when the puller copied it.
 	end       int64
 	pulledOld map[int64]struct{}
 	pulledQ   []int64
@@ -878,12 +878,17 @@ const maxPulledOld = 4096
 
 // PulledAppended records entries, which the puller appended, in the
 // append state (under the lock): the end, the last id, and the ids of
-// the delayed messages' deliveries among them below the last id, whose
-// syncs are then dups (TakePulledOld). A transaction's batches, below the
+// the delayed messages' deliveries among them, whose syncs are then dups
+// (TakePulledOld). Every delivery is noted, not only one below the last
+// id as it was: once appended its id is at or below the last id however
+// high it was (the puller raises the last id to it), so its sync, still
+// in flight, is told apart only by the note; a delivery to a partition
+// with no put since the message was accepted, or the first of a copied
+// batch, was appended a second time. A transaction's batches, below the
 // last id too, come in txsyncs, which skip by offset.
 func (sl *SlaveLog) PulledAppended(entries []store.Entry) {
 	for _, e := range entries {
-		if e.ID <= sl.lastID && isDelivery(e) {
+		if isDelivery(e) {
 			sl.notePulledOld(e.ID)
 		}
 		sl.lastID = max(sl.lastID, e.ID)
@@ -891,8 +896,8 @@ func (sl *SlaveLog) PulledAppended(entries []store.Entry) {
 	sl.end += entriesSize(entries)
 }
 
-// notePulledOld records id, a delivery the puller appended below lastID
-// (under the lock), evicting the oldest past maxPulledOld.
+// notePulledOld records id, a delivery the puller appended (under the
+// lock), evicting the oldest past maxPulledOld.
 func (sl *SlaveLog) notePulledOld(id int64) {
 	if sl.pulledOld == nil {
 		sl.pulledOld = map[int64]struct{}{}
@@ -918,8 +923,8 @@ func (sl *SlaveLog) notePulledOld(id int64) {
 	sl.pulledQ = append(sl.pulledQ, id)
 }
 
-// TakePulledOld reports whether the puller appended id, a delivery, below
-// lastID, and forgets it (under the lock).
+// TakePulledOld reports whether the puller appended id, a delivery, and
+// forgets it (under the lock).
 func (sl *SlaveLog) TakePulledOld(id int64) bool {
 	_, ok := sl.pulledOld[id]
 	delete(sl.pulledOld, id)
