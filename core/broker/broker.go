@@ -25,6 +25,7 @@ import (
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/idem"
+	"github.com/metaq-go/metaq/core/index"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/repl"
@@ -151,7 +152,7 @@ type Broker struct {
 	// (journal.go), opened by New before any partition.
 	journals store.JournalSet
 	// indexes is the key and id index of the partitions (msgindex.go).
-	indexes indexSet
+	indexes index.Set
 	// txm is the transactions and their journal (core/tx, txglue.go),
 	// opened by New once the topics are.
 	txm *tx.Manager
@@ -211,7 +212,7 @@ type topic struct {
 	// while it is full.
 	disk *diskwatch.Disk
 	// ix is the broker's index set, which follows parts (msgindex.go).
-	ix *indexSet
+	ix *index.Set
 }
 
 // New opens every configured topic's partitions (running crash recovery on
@@ -420,7 +421,7 @@ func (b *Broker) logs() *partition.Logs {
 // close closes the topic's logs and returns the first error.
 func (t *topic) close() error {
 	if t.ix != nil {
-		t.ix.unindex(t.parts)
+		t.ix.Remove(t.parts)
 	}
 	return partition.CloseLogs(t.parts)
 }
@@ -702,7 +703,7 @@ func (b *Broker) closeStores() error {
 	if b.txm != nil {
 		b.txm.Wait() // its commits have handed their batches to the logs
 	}
-	b.indexes.close() // its goroutines read the logs
+	b.indexes.Close() // its goroutines read the logs
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var errs []error

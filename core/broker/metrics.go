@@ -118,7 +118,9 @@ func (b *Broker) metricsStatus() httpapi.Status {
 		logs[t.name] = t.parts
 	}
 	st.Journals, st.Disks = httpapi.JournalStatuses(b.journals, b.start), httpapi.DiskStatuses(b.disks)
-	st.KeyIndexes = b.indexes.statuses()
+	for _, d := range b.indexes.Stats() {
+		st.KeyIndexes = append(st.KeyIndexes, httpapi.KeyIndexStatus{Dir: d.Dir, Bytes: d.Bytes, Entries: d.Entries, Lag: d.Lag})
+	}
 	st.Plugins = httpBackend{b}.Plugins()
 	st.AddGroupLags(b.committed.Snapshot(), logs)
 	return st

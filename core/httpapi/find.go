@@ -1,13 +1,17 @@
 package httpapi
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/metaq-go/metaq/core/index"
 	"github.com/metaq-go/metaq/core/security"
+	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -226,4 +230,82 @@ func (s *Server) uiFind(w http.ResponseWriter, r *http.Request) {
 		"Topic": t.Name, "By": by, "Q": text, "Found": found, "More": res.More, "TimedOut": res.TimedOut,
 		"Limit": q.Limit, "Notes": notes, "Indexed": res.Indexed, "TookMs": float64(res.Took.Microseconds()) / 1000,
 	}, "")
+}
+
+// FindBudget bounds a lookup's time (docs/http.md, "Find messages").
+const FindBudget = 3 * time.Second
+
+// FindSource is what Find searches: the partitions of an open topic (nil
+// when it is not open), a partition's lookup (core/index: its index, or a
+// scan of its log), and this broker's id and index_keys for the notes.
+type FindSource struct {
+	Parts    func(topic string) []*store.Log
+	Lookup   func(l *store.Log, q index.Query) (index.Result, error)
+	BrokerID int
+	Indexed  bool
+}
+
+// Find looks messages up by key or id in topics' partitions: at most
+// q.Limit records, the newest, within FindBudget, shown by topic,
+// partition and offset.
+func Find(topics []string, q FindQuery, src FindSource) FindResult {
+	start := time.Now()
+	if q.Limit <= 0 {
+		q.Limit = FindDefaultLimit
+	}
+	iq := index.Query{Key: q.Key, ID: q.ID, ByID: q.ByID, Limit: q.Limit, Deadline: start.Add(FindBudget)}
+	res := FindResult{Limit: q.Limit}
+	for _, name := range topics {
+		for p, l := range src.Parts(name) {
+			r, err := src.Lookup(l, iq)
+			if err != nil {
+				res.Notes = append(res.Notes, name+"-"+strconv.Itoa(p)+": "+err.Error())
+				continue
+			}
+			res.Candidates += r.Candidates
+			res.ScannedBytes += r.Scanned
+			res.More = res.More || r.More
+			res.TimedOut = res.TimedOut || r.TimedOut
+			for _, n := range r.Notes {
+				res.Notes = append(res.Notes, name+"-"+strconv.Itoa(p)+": "+n)
+			}
+			for _, rec := range r.Records {
+				res.Found = append(res.Found, FoundRecord{Topic: name, Partition: p, Record: rec})
+			}
+			if r.TimedOut {
+				break
+			}
+		}
+		if res.TimedOut {
+			break
+		}
+	}
+	// The newest q.Limit of all (ids rise with time), shown by topic,
+	// partition and offset.
+	if len(res.Found) > q.Limit {
+		slices.SortFunc(res.Found, func(a, b FoundRecord) int { return cmp.Compare(b.Record.ID, a.Record.ID) })
+		res.Found, res.More = res.Found[:q.Limit], true
+	}
+	slices.SortFunc(res.Found, func(a, b FoundRecord) int {
+		switch {
+		case a.Topic != b.Topic:
+			if a.Topic < b.Topic {
+				return -1
+			}
+			return 1
+		case a.Partition != b.Partition:
+			return a.Partition - b.Partition
+		}
+		return cmp.Compare(a.Record.Offset, b.Record.Offset)
+	})
+	if q.ByID && len(res.Found) == 0 {
+		ms, broker, _ := message.IDParts(q.ID)
+		if self := src.BrokerID; broker != self {
+			res.Notes = append(res.Notes, fmt.Sprintf("msgId %d was assigned by broker %d at %s; this is broker %d: ask broker %d (or its slaves)",
+				q.ID, broker, time.UnixMilli(ms).UTC().Format(time.RFC3339Nano), self, broker))
+		}
+	}
+	res.Took = time.Since(start)
+	res.Indexed = src.Indexed
+	return res
 }
