@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/budget"
 	"github.com/metaq-go/metaq/core/diskwatch"
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
@@ -145,7 +146,7 @@ type Broker struct {
 	// under mu; nil in local mode.
 	reg *registry.Registry
 	// budget bounds the memory held for clients (max_buffered_bytes).
-	budget *budget
+	budget *budget.Budget
 	// disks is the disk watermark (disk_max_used_ratio, core/diskwatch).
 	disks *diskwatch.Watch
 	// journals are the group-commit journals by data directory
@@ -239,7 +240,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 		conns:   make(map[*conn]struct{}),
 		done:    make(chan struct{}),
 		start:   time.Now(),
-		budget:  newBudget(cfg.MaxBufferedBytes),
+		budget:  budget.New(cfg.MaxBufferedBytes),
 	}
 	b.cfgp.Store(cfg)
 	b.peers.Dialer = func() repl.Dialer { return repl.DialerFromConf(b.config(), b.knobs.replAddr) }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/metaq-go/metaq/core/budget"
 	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/security"
@@ -94,7 +95,7 @@ type conn struct {
 	authExpired, evicted, handshook atomic.Bool
 
 	// bud is this connection's share of max_buffered_bytes (budget.go).
-	bud    connBudget
+	bud    budget.Conn
 	auth   security.ConnAuth // authentication (auth.go)
 	groups groups.Session    // local group memberships (core/groups)
 	// txs are the connection's transactions (core/tx, txglue.go).
@@ -136,7 +137,7 @@ func newConn(b *Broker, nc net.Conn) *conn {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		c.raw, _ = tc.SyscallConn()
 	}
-	c.bud = connBudget{bg: b.budget, wait: b.requestTimeout(), closed: c.closed}
+	c.bud.Init(b.budget, b.requestTimeout(), c.closed)
 	c.txs = b.txm.NewSession(c)
 	return c
 }
@@ -184,7 +185,7 @@ func (c *conn) serve() {
 	var req protocol.Request
 	errRun := 0
 	for {
-		if !c.waitOutRoom() || !c.bud.waitRead() {
+		if !c.waitOutRoom() || !c.bud.WaitRead() {
 			return
 		}
 		err := dec.Decode(&req)
@@ -234,7 +235,7 @@ func (c *conn) serve() {
 				c.flushAndClose()
 				return
 			}
-			if errors.Is(err, errBudgetWait) {
+			if errors.Is(err, budget.ErrWait) {
 				c.b.logf("conn %s: %v, closing", c.nc.RemoteAddr(), err)
 				c.reply(protocol.StatusBusy, err.Error(), 0)
 				c.flushAndClose()
@@ -372,7 +373,7 @@ func (c *conn) lockOut() (buf []byte, ok bool) {
 		// times the final size behind where doubling leaves one.
 		nb := make([]byte, n, 2*cap(c.out))
 		copy(nb, c.out)
-		c.bud.queued(cap(nb) - cap(c.out))
+		c.bud.Queued(cap(nb) - cap(c.out))
 		c.out = nb
 	}
 	return c.out, true
@@ -380,7 +381,7 @@ func (c *conn) lockOut() (buf []byte, ok bool) {
 
 func (c *conn) unlockOut(buf []byte) {
 	// The budget counts the queue's capacity: that is what it holds.
-	c.bud.queued(cap(buf) - cap(c.out))
+	c.bud.Queued(cap(buf) - cap(c.out))
 	c.out = buf
 	inline := c.dispatching
 	// Nothing else in flight: the client waits for this reply alone, so
@@ -505,7 +506,7 @@ func (c *conn) takeOutLocked() []byte {
 	buf := c.out
 	c.out = c.spare[:0]
 	c.spare = nil
-	c.bud.queued(cap(c.out))
+	c.bud.Queued(cap(c.out))
 	c.drained.Broadcast()
 	return buf
 }

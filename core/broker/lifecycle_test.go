@@ -186,7 +186,7 @@ func TestReload(t *testing.T) {
 	require.Equal(t, cfg.DataDir, run.DataDir, "restart-only values keep running")
 	require.Equal(t, 2, run.NumPartitions)
 	require.Equal(t, []string{"t", "gone"}, run.TopicNames())
-	require.Equal(t, int64(64<<20), b.budget.limit.Load())
+	require.Equal(t, int64(64<<20), b.budget.Limit())
 	require.Equal(t, 0.95, b.disks.MaxRatio())
 	require.Equal(t, 7, b.groups.Config().MaxMembers)
 

@@ -161,7 +161,7 @@ func TestBufferedBudget(t *testing.T) {
 	for time.Now().Before(deadline) {
 		r := good.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, protocol.NoChecksum, 1, []byte("x")))
 		require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
-		peak = max(peak, b.budget.used.Load())
+		peak = max(peak, b.budget.Used())
 	}
 	t.Logf("peak buffered %d bytes (limit %d)", peak, limit)
 	// Replies are queued before the read loop checks the budget, so one

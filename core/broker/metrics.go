@@ -78,7 +78,7 @@ func (b *Broker) counters() httpapi.Status {
 		AuthFailures: b.stats.authFailures.Load(), AuthThrottled: b.stats.authThrottled.Load(), ProtocolErrors: b.stats.protocolErrors.Load(),
 		Puts: b.stats.cmdPut.Load(), Gets: b.stats.cmdGet.Load(), Offsets: b.stats.cmdOffset.Load(),
 		PutFailed: b.stats.putFailed.Load(), GetMisses: b.stats.getMiss.Load(), DiskRejects: b.disks.Rejects.Load(),
-		BufferedBytes: b.budget.used.Load(), PartitionLabels: cfg.MetricsPartitionLabels,
+		BufferedBytes: b.budget.Used(), PartitionLabels: cfg.MetricsPartitionLabels,
 	}
 	ofs := b.offsets.Stats()
 	st.Commits, st.Fetches, st.CommitFailed = ofs.Commits, ofs.Fetches, ofs.CommitFailed

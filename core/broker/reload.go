@@ -63,7 +63,7 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	b.topicBook.SetServer(serverTopics)
 	b.mu.Unlock()
 	b.setLogLevels(eff)
-	b.budget.setLimit(eff.MaxBufferedBytes)
+	b.budget.SetLimit(eff.MaxBufferedBytes)
 	b.groups.Reload(groups.FromConf(eff))
 	if b.users != nil {
 		b.users.Reload(&eff.Auth)

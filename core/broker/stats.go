@@ -214,7 +214,7 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("protocol_errors", b.stats.protocolErrors.Load())
 	kv("refused_connections", b.stats.refusedConns.Load())
 	kv("timed_out_connections", b.stats.timedOutConns.Load())
-	kv("buffered_bytes", b.budget.used.Load())
+	kv("buffered_bytes", b.budget.Used())
 	kv("auth_failures", b.stats.authFailures.Load())
 	kv("auth_throttled", b.stats.authThrottled.Load())
 	b.unauth.Stats(kv)   // core/security: connection limits

@@ -1,4 +1,8 @@
-package broker
+// Package budget bounds the memory a broker holds for its clients across
+// every connection (max_buffered_bytes): partly received request bodies
+// and queued replies. The broker's connections each hold a Conn, their
+// decoder's protocol.Budget. Nothing here allocates on a request's path.
+package budget
 
 import (
 	"errors"
@@ -7,14 +11,14 @@ import (
 	"time"
 )
 
-// smallHolding is how much a connection may hold (partial body plus queued
+// SmallHolding is how much a connection may hold (partial body plus queued
 // replies) and still count as small: small holders draw on the reserve when
 // the shared part of the budget is spent, so that well-behaved clients,
 // which hold a request or two at a time, keep being served while the
 // connections that hold the most wait.
-const smallHolding = 64 << 10
+const SmallHolding = 64 << 10
 
-// budget bounds the memory held for clients across every connection
+// Budget bounds the memory held for clients across every connection
 // (max_buffered_bytes): partly received bodies and queued replies. A quarter
 // of it is a reserve that only small holders may use. A connection that
 // wants more than the budget allows waits (it stops reading) until others
@@ -22,7 +26,7 @@ const smallHolding = 64 << 10
 // store completions queue are counted but never wait (they must not block
 // the store), so the read loop checks the budget before it reads the next
 // request instead.
-type budget struct {
+type Budget struct {
 	limit  atomic.Int64 // everything
 	shared atomic.Int64 // what large holders may fill
 	used   atomic.Int64
@@ -32,15 +36,16 @@ type budget struct {
 	waiters atomic.Int32  // connections waiting on freed
 }
 
-func newBudget(limit int64) *budget {
-	bg := &budget{freed: make(chan struct{})}
-	bg.setLimit(limit)
+// New returns a Budget of limit bytes.
+func New(limit int64) *Budget {
+	bg := &Budget{freed: make(chan struct{})}
+	bg.SetLimit(limit)
 	return bg
 }
 
-// setLimit changes max_buffered_bytes (Reload). Lowering it takes effect
+// SetLimit changes max_buffered_bytes (Reload). Lowering it takes effect
 // as memory is freed: nothing held is taken back.
-func (bg *budget) setLimit(limit int64) {
+func (bg *Budget) SetLimit(limit int64) {
 	bg.shared.Store(limit - limit/4)
 	bg.limit.Store(limit)
 	bg.mu.Lock()
@@ -51,23 +56,23 @@ func (bg *budget) setLimit(limit int64) {
 	bg.mu.Unlock()
 }
 
-// errBudgetWait is returned when a connection waited for buffer memory
+// ErrWait is returned when a connection waited for buffer memory
 // longer than its request timeout.
-var errBudgetWait = errors.New("waited too long for buffer memory (max_buffered_bytes)")
+var ErrWait = errors.New("waited too long for buffer memory (max_buffered_bytes)")
 
 // fits reports whether a connection holding held bytes may add n.
-func (bg *budget) fits(held, n int64) bool {
+func (bg *Budget) fits(held, n int64) bool {
 	room := bg.shared.Load()
-	if held+n <= smallHolding {
+	if held+n <= SmallHolding {
 		room = bg.limit.Load()
 	}
 	return bg.used.Load()+n <= room
 }
 
 // acquire adds n bytes for a connection holding held bytes, waiting while
-// they do not fit. It gives up with errBudgetWait after wait, or with
-// errConnClosed when closed is closed.
-func (bg *budget) acquire(held, n int64, wait time.Duration, closed <-chan struct{}) error {
+// they do not fit. It gives up with ErrWait after wait, or with
+// ErrClosed when closed is closed.
+func (bg *Budget) acquire(held, n int64, wait time.Duration, closed <-chan struct{}) error {
 	if bg.fits(held, n) {
 		bg.used.Add(n)
 		return nil
@@ -83,9 +88,9 @@ func (bg *budget) acquire(held, n int64, wait time.Duration, closed <-chan struc
 		select {
 		case <-freed:
 		case <-closed:
-			return errConnClosed
+			return ErrClosed
 		case <-timer.C:
-			return errBudgetWait
+			return ErrWait
 		}
 	}
 }
@@ -93,7 +98,7 @@ func (bg *budget) acquire(held, n int64, wait time.Duration, closed <-chan struc
 // wait returns true if cond holds; otherwise a channel closed once memory
 // is freed. The waiter is counted before cond is checked, so a release
 // that cond misses sees the waiter and closes the channel.
-func (bg *budget) wait(cond func() bool) (<-chan struct{}, bool) {
+func (bg *Budget) wait(cond func() bool) (<-chan struct{}, bool) {
 	bg.mu.Lock()
 	defer bg.mu.Unlock()
 	bg.waiters.Add(1)
@@ -104,11 +109,17 @@ func (bg *budget) wait(cond func() bool) (<-chan struct{}, bool) {
 	return bg.freed, false
 }
 
+// Used is the bytes held now.
+func (bg *Budget) Used() int64 { return bg.used.Load() }
+
+// Limit is max_buffered_bytes.
+func (bg *Budget) Limit() int64 { return bg.limit.Load() }
+
 // force adds n bytes without waiting (replies queued by store completions).
-func (bg *budget) force(n int64) { bg.used.Add(n) }
+func (bg *Budget) force(n int64) { bg.used.Add(n) }
 
 // release frees n bytes and wakes the connections waiting for memory.
-func (bg *budget) release(n int64) {
+func (bg *Budget) release(n int64) {
 	if n <= 0 {
 		return
 	}
@@ -123,19 +134,27 @@ func (bg *budget) release(n int64) {
 	bg.mu.Unlock()
 }
 
-var errConnClosed = errors.New("connection closed")
+// ErrClosed is returned when the connection closed while it waited.
+var ErrClosed = errors.New("connection closed")
 
-// connBudget is one connection's share: it implements protocol.Budget for
+// Conn is one connection's share: it implements protocol.Budget for
 // the connection's decoder and counts its queued replies.
-type connBudget struct {
-	bg     *budget
+type Conn struct {
+	bg     *Budget
 	held   atomic.Int64
 	wait   time.Duration
 	closed <-chan struct{}
 }
 
+// Init sets the connection's budget up: bg is the broker's, wait the
+// longest a Grow waits (request_timeout), closed closed when the connection
+// closes.
+func (cb *Conn) Init(bg *Budget, wait time.Duration, closed <-chan struct{}) {
+	cb.bg, cb.wait, cb.closed = bg, wait, closed
+}
+
 // Grow implements protocol.Budget: it may block (backpressure).
-func (cb *connBudget) Grow(n int) error {
+func (cb *Conn) Grow(n int) error {
 	if err := cb.bg.acquire(cb.held.Load(), int64(n), cb.wait, cb.closed); err != nil {
 		return err
 	}
@@ -144,30 +163,30 @@ func (cb *connBudget) Grow(n int) error {
 }
 
 // Shrink implements protocol.Budget.
-func (cb *connBudget) Shrink(n int) {
+func (cb *Conn) Shrink(n int) {
 	cb.held.Add(-int64(n))
 	cb.bg.release(int64(n))
 }
 
-// queued counts n reply bytes queued (never waits).
-func (cb *connBudget) queued(n int) {
+// Queued counts n reply bytes queued (never waits).
+func (cb *Conn) Queued(n int) {
 	cb.held.Add(int64(n))
 	cb.bg.force(int64(n))
 }
 
-// mayRead reports whether the connection may read its next request: not
+// MayRead reports whether the connection may read its next request: not
 // while the budget is spent and it is one of the large holders.
-func (cb *connBudget) mayRead() bool {
+func (cb *Conn) MayRead() bool {
 	held := cb.held.Load()
-	return held <= smallHolding || cb.bg.used.Load() <= cb.bg.shared.Load()
+	return held <= SmallHolding || cb.bg.used.Load() <= cb.bg.shared.Load()
 }
 
-// waitRead blocks until mayRead (true) or the connection closes (false).
+// WaitRead blocks until MayRead (true) or the connection closes (false).
 // It needs no deadline: what a large holder holds is its queued replies,
 // which drain as the client reads or are dropped when a write times out.
-func (cb *connBudget) waitRead() bool {
-	for !cb.mayRead() {
-		freed, ok := cb.bg.wait(cb.mayRead)
+func (cb *Conn) WaitRead() bool {
+	for !cb.MayRead() {
+		freed, ok := cb.bg.wait(cb.MayRead)
 		if ok {
 			return true
 		}
