@@ -58,8 +58,9 @@ type conn struct {
 	// (localConn), whose reads are copies from the HTTP handler's
 	// buffers, not syscalls: it takes no pipelinedReadSize buffer (64 KiB
 	// allocated and cleared for each produce request of over 4 KiB, 15%
-	// of the bytes BenchmarkHTTPData's produce allocated).
-	local bool
+	// of the bytes BenchmarkHTTPData's produce allocated). Its writes of
+	// replies never wait (localpipe.go): tryWriteNow writes to it.
+	local *localEnd
 	// syncEpoch is the epoch a failover master bound this connection to
 	// (failover.go, stats sync-epoch:<E>); 0 if none.
 	syncEpoch atomic.Int64
@@ -248,7 +249,7 @@ func (c *conn) serve() {
 		}
 		errRun = 0
 		dr.FrameDone(dec.Buffered() > 0)
-		if !grown && !c.local && dr.Full() {
+		if !grown && c.local == nil && dr.Full() {
 			grown = c.b.growRead(dec)
 		}
 		if req.Op == protocol.OpQuit {
@@ -405,10 +406,10 @@ const directWriteMax = 64 << 10
 // non-blocking write: a reply then costs no wake-up of the flusher. It
 // reports false when something is left for the flusher (the socket's
 // buffer was full, or another goroutine is writing, or the connection is
-// not plain TCP). It never blocks, so a client that does not read cannot
-// stall the completer.
+// not plain TCP or in-process). It never blocks, so a client that does
+// not read cannot stall the completer.
 func (c *conn) tryWriteNow() bool {
-	if c.raw == nil || !c.wmu.TryLock() {
+	if c.raw == nil && c.local == nil || !c.wmu.TryLock() {
 		return false
 	}
 	defer c.wmu.Unlock()
@@ -422,6 +423,17 @@ func (c *conn) tryWriteNow() bool {
 		return false
 	}
 	buf := c.out
+	if c.local != nil { // copied to the HTTP handler's end, never waits (directWriteMax is localPipeCopy)
+		n, err := c.local.Write(buf)
+		if err == nil && n == len(buf) {
+			c.out = buf[:0]
+			c.drained.Broadcast()
+			c.omu.Unlock()
+			return true
+		}
+		c.omu.Unlock()
+		return false
+	}
 	var n int
 	var werr error
 	err := c.raw.Write(func(fd uintptr) bool {

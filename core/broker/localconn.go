@@ -8,7 +8,7 @@ import (
 
 // The HTTP data plane (core/httpapi data.go: MetaQ's /put, /get and
 // /offset, the JSON records API, the event streams) reaches the broker
-// through in-process connections: one end of a net.Pipe is served as a
+// through in-process connections: one end of a localPipe is served as a
 // client connection is, already authenticated as the HTTP request's
 // user, so every request takes the wire's own path (ACLs, properties
 // checks, filters, the memory budget, group commit and sync
@@ -36,9 +36,9 @@ func (a httpAddr) String() string  { return string(a) }
 // broker's connections (stats, drain at shutdown) but not against
 // max_connections: http_max_connections bounds the HTTP requests.
 func (b *Broker) localConn(u *conf.User, remote string) (net.Conn, error) {
-	cli, srv := net.Pipe()
+	cli, srv := newLocalPipe()
 	c := newConn(b, pipeConn{Conn: srv, remote: httpAddr(remote)})
-	c.local = true
+	c.local = srv
 	c.handshook.Store(true)
 	c.auth.CertChecked = true
 	if u != nil {

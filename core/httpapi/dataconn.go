@@ -34,6 +34,15 @@ type dataConn struct {
 	shared bool
 }
 
+// lentWriter is a connection that takes a request's buffers as they are
+// and does not wait for them to be read (the broker's in-process
+// connection, core/broker/localpipe.go): the caller leaves them untouched
+// until the replies to what they hold have come or it closed the
+// connection.
+type lentWriter interface {
+	WriteLent(bufs [][]byte) error
+}
+
 // reply is one reply read on a dataConn; Body is the caller's (but see
 // dataConn.shared).
 type reply struct {
@@ -75,15 +84,23 @@ func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply,
 	stop := context.AfterFunc(ctx, func() { d.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	werr := make(chan error, 1)
-	go func() { // a pipe write waits for the broker's read: never block the replies on it
-		var err error
-		for _, b := range req {
-			if _, err = d.nc.Write(b); err != nil {
-				break
+	if lw, ok := d.nc.(lentWriter); ok {
+		// The broker's in-process connection: req is queued for it as it
+		// is, without a goroutine (the write does not wait for the
+		// broker's read). The replies come once it was read; an error
+		// path closes d.nc, which drops what is unread.
+		werr <- lw.WriteLent(req)
+	} else {
+		go func() { // a pipe write waits for the broker's read: never block the replies on it
+			var err error
+			for _, b := range req {
+				if _, err = d.nc.Write(b); err != nil {
+					break
+				}
 			}
-		}
-		werr <- err
-	}()
+			werr <- err
+		}()
+	}
 	out := make([]reply, n)
 	var rr protocol.Request
 	for got := 0; got < n; got++ {

@@ -228,7 +228,7 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 				buf.Reset()
 				buf.Grow(min(maxMPutBody, len(body.Bytes())+len(req.Records)*protocol.MPutEntryHeader))
 				run.body = buf.AvailableBuffer()
-				defer putBody(buf) // the pipe's write copies the body: free once do returns
+				defer putBody(buf) // lent to the data connection: free once it is closed (deferred after this)
 			}
 			open[p] = run
 			runs = append(runs, run)
