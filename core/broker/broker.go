@@ -449,6 +449,16 @@ func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
 	return b.openTopic(string(name))
 }
 
+// openParts is the partitions of topic name when it is open, else nil.
+func (b *Broker) openParts(name string) []*store.Log {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if t := b.topics[name]; t != nil {
+		return t.parts
+	}
+	return nil
+}
+
 // validTopicName is conf.ValidateTopicName for a name from a client.
 func validTopicName(b []byte) bool { return conf.ValidateTopicName(string(b)) == nil }
 

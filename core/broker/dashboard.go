@@ -12,7 +12,6 @@ import (
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
-	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/metaq-go/metaq/sdk/message"
 )
@@ -101,15 +100,7 @@ func (h httpBackend) GroupsPage(v security.Viewer) httpapi.GroupsPage {
 // topic), from the committed offsets known (committed.go), for the open
 // topics.
 func (b *Broker) lagsNow() map[[2]string]int64 {
-	return httpapi.LagsNow(b.committed.Snapshot(), func(topic string) []*store.Log {
-		b.mu.RLock()
-		t := b.topics[topic]
-		b.mu.RUnlock()
-		if t == nil {
-			return nil
-		}
-		return t.parts
-	})
+	return httpapi.LagsNow(b.committed.Snapshot(), b.openParts)
 }
 
 // GroupPage is a group's page's data: group described on topics (and,

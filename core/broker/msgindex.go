@@ -24,15 +24,7 @@ func (h httpBackend) FindMessages(topics []string, q httpapi.FindQuery) (httpapi
 	b := h.b
 	maxMsg := b.config().MaxMessageSize
 	return httpapi.Find(topics, q, httpapi.FindSource{
-		Parts: func(name string) []*store.Log {
-			b.mu.RLock()
-			t := b.topics[name]
-			b.mu.RUnlock()
-			if t == nil {
-				return nil
-			}
-			return t.parts
-		},
+		Parts:    b.openParts,
 		Lookup:   func(l *store.Log, q index.Query) (index.Result, error) { return b.indexes.Lookup(l, q, maxMsg) },
 		BrokerID: b.config().BrokerID,
 		Indexed:  b.config().IndexKeys,

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"cmp"
-	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -11,8 +10,8 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/groups"
-	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
+	"github.com/metaq-go/metaq/core/stats"
 	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -35,28 +34,6 @@ type counters struct {
 	authThrottled  atomic.Int64 // logins the login limiter refused unchecked
 	resetAt        atomic.Int64 // unix nanos of the last `stats reset`
 }
-
-// statsHelpCRLF is statsHelp with the protocol's line ends, built once.
-var statsHelpCRLF = strings.ReplaceAll(statsHelp, "\n", "\r\n")
-
-const statsHelp = `STATS
-stats               broker summary (pid, broker_id, uptime, counters, ...)
-stats topics        one line per topic: partitions, message_count, message_bytes, accept flags
-stats offsets       one line per partition: min_offset and max_offset
-stats partitions    one line per partition: min_offset, max_offset and message_count
-stats realtime      counters since the last reset, all topics with stat=true
-stats config        the effective configuration, secrets shown as <redacted>
-stats plugins       one line per plugin process: kind, name, version, pid, state, restarts, calls, errors
-stats groups        one line per consumer group coordinated here (local mode): members, generation; groups with committed offsets and no live member: members 0
-stats members       one line per member of those groups: its id and the partitions it holds
-stats disks         one line per data directory: used_ratio, inodes_used_ratio, full (disk_max_used_ratio)
-stats transactions  the open transactions, oldest first: key, type, state, session, messages, bytes, age, timeout
-stats count:T:P:O   the messages of topic T partition P from offset O to its max offset: messages N exact true|false
-stats reset         reset the realtime counters
-stats help          this text
-stats <topic>       one topic: result code (0 exists, 1 unknown, 2 configured but empty), partitions, counts
-END
-`
 
 func (c *conn) handleStats(r *protocol.Request) {
 	b := c.b
@@ -83,45 +60,11 @@ func (c *conn) handleStats(r *protocol.Request) {
 	case "":
 		b.writeSummaryFor(&sb, v)
 	case "topics":
-		sb.WriteString("STATS\r\n")
-		for _, t := range b.visibleTopics(v) {
-			var count, size int64
-			for _, l := range t.parts {
-				count += l.MessageCount()
-				size += l.SizeBytes()
-			}
-			fmt.Fprintf(&sb, "%s partitions %d message_count %d message_bytes %d accept_publish %t accept_subscribe %t\r\n",
-				t.name, len(t.parts), count, size, t.conf().AcceptPublish, t.conf().AcceptSubscribe)
-		}
-		sb.WriteString("END\r\n")
-	case "offsets":
-		sb.WriteString("STATS\r\n")
-		for _, t := range b.visibleTopics(v) {
-			for p, l := range t.parts {
-				fmt.Fprintf(&sb, "%s part %d min_offset %d max_offset %d\r\n", t.name, p, l.MinOffset(), l.MaxOffset())
-			}
-		}
-		sb.WriteString("END\r\n")
-	case "partitions":
-		sb.WriteString("STATS\r\n")
-		for _, t := range b.visibleTopics(v) {
-			for p, l := range t.parts {
-				fmt.Fprintf(&sb, "%s part %d min_offset %d max_offset %d message_count %d\r\n", t.name, p,
-					l.MinOffset(), l.MaxOffset(), l.MessageCount())
-			}
-		}
-		sb.WriteString("END\r\n")
+		stats.Topics(&sb, statsTopics(b.visibleTopics(v)))
+	case "offsets", "partitions":
+		stats.Offsets(&sb, statsTopics(b.visibleTopics(v)), item == "partitions")
 	case "realtime":
-		since := b.sinceReset()
-		var agg partition.Realtime // core/partition
-		for _, t := range b.visibleTopics(v) {
-			t.rt.AddTo(&agg)
-		}
-		sb.WriteString("STATS\r\n")
-		for i, name := range partition.RealtimeNames {
-			fmt.Fprintf(&sb, "realtime_%s %s\r\n", name, agg.All()[i].Format(since))
-		}
-		sb.WriteString("END\r\n")
+		stats.Realtime(&sb, statsTopics(b.visibleTopics(v)), b.sinceReset())
 	case "config":
 		sb.Write(b.config().Redacted())
 	case "plugins":
@@ -129,17 +72,17 @@ func (c *conn) handleStats(r *protocol.Request) {
 		if b.plugins != nil {
 			infos = b.plugins.List()
 		}
-		writeStatsLines(&sb, func(line func(string)) { host.StatsLines(infos, line) })
+		stats.Lines(&sb, func(line func(string)) { host.StatsLines(infos, line) })
 	case "groups": // core/groups, of the groups and topics v may see
-		writeStatsLines(&sb, func(line func(string)) { b.groups.StatsLines(b.committed, v.GroupTopic, line) })
+		stats.Lines(&sb, func(line func(string)) { b.groups.StatsLines(b.committed, v.GroupTopic, line) })
 	case "members":
-		writeStatsLines(&sb, func(line func(string)) { b.groups.MemberLines(v.GroupTopic, line) })
+		stats.Lines(&sb, func(line func(string)) { b.groups.MemberLines(v.GroupTopic, line) })
 	case "disks":
 		b.disks.WriteStats(&sb)
 	case "delayed": // delay.go
-		writeStatsLines(&sb, b.writeDelayedStats)
+		stats.Lines(&sb, b.writeDelayedStats)
 	case "transactions":
-		writeStatsLines(&sb, func(line func(string)) { b.txm.Status().StatsLines(time.Now(), line) }) // core/tx
+		stats.Lines(&sb, func(line func(string)) { b.txm.Status().StatsLines(time.Now(), line) }) // core/tx
 	case "reset":
 		for _, t := range b.topicList() {
 			t.rt.Reset()
@@ -148,20 +91,12 @@ func (c *conn) handleStats(r *protocol.Request) {
 		c.connAudit("stats.reset") // audit.go
 		sb.WriteString("reset ok")
 	case "help":
-		c.reply(protocol.StatusOK, statsHelpCRLF, r.Opaque) // no garbage per request
+		c.reply(protocol.StatusOK, stats.Help, r.Opaque) // no garbage per request
 		return
 	default:
 		b.writeTopicStats(&sb, item)
 	}
 	c.reply(protocol.StatusOK, sb.String(), r.Opaque)
-}
-
-// writeStatsLines writes a stats reply's body: STATS, the lines lines
-// emits (a component's: core/tx, core/groups, plugins/host), END.
-func writeStatsLines(sb *strings.Builder, lines func(line func(string))) {
-	sb.WriteString("STATS\r\n")
-	lines(func(l string) { sb.WriteString(l); sb.WriteString("\r\n") })
-	sb.WriteString("END\r\n")
 }
 
 func (b *Broker) sinceReset() time.Duration {
@@ -182,8 +117,11 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 			total += l.MessageCount()
 		}
 	}
-	kv := func(k string, v any) { fmt.Fprintf(sb, "%s %v\r\n", k, v) }
-	sb.WriteString("STATS\r\n")
+	stats.KV(sb, func(kv func(k string, v any)) { b.summary(kv, total, len(topics)) })
+}
+
+// summary emits `stats`' pairs.
+func (b *Broker) summary(kv func(k string, v any), total int64, topics int) {
 	kv("pid", os.Getpid())
 	kv("broker_id", b.config().BrokerID)
 	kv("port", b.config().Port)
@@ -228,70 +166,43 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	kv("http_refused", hs.Refused)
 	kv("http_busy", hs.Busy)
 	kv("total_messages", total)
-	kv("topics", len(topics))
+	kv("topics", topics)
 	kv("config_checksum", b.configChecksum())
-	sb.WriteString("END\r\n")
 }
 
 // writeTopicStats answers `stats <topic>`.
 func (b *Broker) writeTopicStats(sb *strings.Builder, name string) {
-	sb.WriteString("STATS\r\n")
 	b.mu.RLock()
 	t := b.topics[name]
 	b.mu.RUnlock()
-	code := 0
-	var count, size int64
-	parts := 0
-	if t == nil {
-		code = 1
-		if tc, ok := b.topicConfig(name); ok && !b.config().AutoCreateTopics {
-			code, parts = 2, tc.NumPartitions
-		}
-	} else {
-		parts = len(t.parts)
-		for _, l := range t.parts {
-			count += l.MessageCount()
-			size += l.SizeBytes()
-		}
-		if count == 0 {
-			code = 2
-		}
+	configured := -1
+	if tc, ok := b.topicConfig(name); ok && !b.config().AutoCreateTopics {
+		configured = tc.NumPartitions
 	}
-	fmt.Fprintf(sb, "topic %s\r\n", showTopic([]byte(name)))
-	fmt.Fprintf(sb, "result_code %d\r\n", code)
-	fmt.Fprintf(sb, "partitions %d\r\n", parts)
-	fmt.Fprintf(sb, "message_count %d\r\n", count)
-	fmt.Fprintf(sb, "message_bytes %d\r\n", size)
-	since := b.sinceReset()
-	for i, n := range partition.RealtimeNames {
-		v := "null"
-		if t != nil {
-			v = t.rt.All()[i].Format(since)
-		}
-		sb.WriteString("topic_realtime_" + n + " " + v + "\r\n")
+	var st *stats.Topic
+	if t != nil {
+		st = &statsTopics([]*topic{t})[0]
 	}
-	sb.WriteString("END\r\n")
+	stats.One(sb, showTopic([]byte(name)), st, configured, b.sinceReset())
+}
+
+// statsTopics are ts for the stats reports.
+func statsTopics(ts []*topic) []stats.Topic {
+	out := make([]stats.Topic, len(ts))
+	for i, t := range ts {
+		tc := t.conf()
+		out[i] = stats.Topic{Name: t.name, Parts: t.parts, AcceptPublish: tc.AcceptPublish, AcceptSubscribe: tc.AcceptSubscribe, RT: &t.rt}
+	}
+	return out
 }
 
 // countStats answers `stats count:<topic>:<partition>:<offset>`
 // (groups.CountItem).
 func (c *conn) countStats(arg string, opaque int32) {
-	name, p, from, err := groups.ParseCountItem(arg)
+	body, err := stats.Count(arg, c.b.openParts)
 	if err != nil {
-		c.reply(protocol.StatusBadRequest, "stats "+groups.CountItem+"<topic>:<partition>:<offset>: "+err.Error(), opaque)
+		c.reply(protocol.StatusBadRequest, err.Error(), opaque)
 		return
 	}
-	b := c.b
-	b.mu.RLock()
-	t := b.topics[name]
-	b.mu.RUnlock()
-	if t == nil || p >= len(t.parts) {
-		c.reply(protocol.StatusBadRequest, "stats "+groups.CountItem+": no partition "+strconv.Itoa(p)+" of topic "+quoteName(name), opaque)
-		return
-	}
-	l := t.parts[p]
-	s := groups.PartSize{Min: l.MinOffset(), Max: l.MaxOffset(), Msgs: l.MessageCount()}
-	n, exact := groups.LagMessages(l, s, from)
-	c.reply(protocol.StatusOK, fmt.Sprintf("STATS\r\n%s part %d from %d to %d messages %d exact %t\r\nEND\r\n",
-		name, p, from, s.Max, n, exact), opaque)
+	c.reply(protocol.StatusOK, body, opaque)
 }
