@@ -17,7 +17,6 @@ import (
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/tx"
-	"github.com/metaq-go/metaq/filters/expr"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -118,10 +117,8 @@ type conn struct {
 	outs  map[*store.Log]*outStream
 	getPC *partCounters
 	// subs are the filters this connection's consumers chose (filter
-	// requests, consumerfilter.go): topic -> group -> expression. Owned by
-	// the read loop.
-	subs  map[string]map[string]*expr.Expr
-	nsubs int
+	// requests, consumerfilter.go). Owned by the read loop.
+	subs filterset.ConnFilters
 
 	entries []store.Entry
 	scratch []byte

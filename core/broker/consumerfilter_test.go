@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/filters/expr"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -174,7 +175,7 @@ func TestConsumerFilterErrors(t *testing.T) {
 
 	// The per-connection limit: the 64th filter registers, the 65th not;
 	// replacing and clearing are always allowed.
-	for i := 1; i < maxConnFilters; i++ {
+	for i := 1; i < filterset.MaxConnFilters; i++ {
 		requireOK(t, cfSet(t, c, "t", "g"+strconv.Itoa(i), "TagA"))
 	}
 	r := cfSet(t, c, "t", "over", "TagA")
