@@ -12,7 +12,6 @@ import (
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
-	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -134,52 +133,11 @@ func (h httpBackend) GroupPage(ctx context.Context, v security.Viewer, group str
 			only = topics
 		}
 		rows, peers := httpapi.RemotePartitions(v, zr, self, pg.Elsewhere, only)
-		pg.Remote = b.remoteLag(ctx, group, rows, peers)
+		pg.Remote = httpapi.RemoteLag(ctx, rows, peers, func(ctx context.Context, ps []message.Position) ([]message.Position, error) {
+			return b.offsets.Load(ctx, group, ps)
+		}, b.peers.Offsets)
 	}
 	return pg, nil
-}
-
-// remoteLag fills rows, the partitions of group on other brokers, with
-// their committed offsets (the offset store's, where it has them; the
-// ZooKeeper ones already read otherwise), the max offsets peers answer,
-// and their lag.
-func (b *Broker) remoteLag(ctx context.Context, group string, rows []httpapi.RemotePartition, peers []httpapi.PeerBroker) []httpapi.RemotePartition {
-	if len(rows) == 0 {
-		return rows
-	}
-	ctx, cancel := context.WithTimeout(ctx, httpapi.RemoteLagWait)
-	defer cancel()
-	type storeRead struct {
-		m   map[cluster.OwnerKey]int64
-		err string
-	}
-	ps := make([]message.Position, len(rows))
-	for i, r := range rows {
-		ps[i] = message.Position{Topic: r.Topic, Partition: message.Partition{BrokerID: r.BrokerID, Partition: r.Partition}}
-	}
-	ch := make(chan storeRead, 1)
-	go func() {
-		var x storeRead
-		res, err := b.offsets.Load(ctx, group, ps)
-		if err != nil {
-			x.err = groups.Reason(err)
-		} else {
-			x.m = make(map[cluster.OwnerKey]int64, len(res))
-			for _, p := range res {
-				x.m[cluster.OwnerKey{Topic: p.Topic, BrokerID: p.Partition.BrokerID, Partition: p.Partition.Partition}] = p.Offset
-			}
-		}
-		ch <- x
-	}()
-	got := b.peers.Offsets(ctx, peers)
-	var st storeRead
-	select {
-	case st = <-ch:
-	case <-ctx.Done():
-		st.err = "offset store did not answer within " + httpapi.RemoteLagWait.String()
-	}
-	httpapi.FinishRemote(rows, st.m, st.err, got)
-	return rows
 }
 
 // zkRead is the registry connection's read for the dashboard's reads of

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,9 +11,11 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/internal/zkpath"
 	"github.com/metaq-go/metaq/sdk/cluster"
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // The lag of a group's partitions on other brokers (cluster mode,
@@ -395,4 +398,50 @@ func (pg *GroupsPage) AddRemoteLag(v security.Viewer, self int, peers func([]Pee
 		}
 	}
 	pg.Remote = true
+}
+
+// RemoteLag fills rows, the partitions of a group on other brokers, with
+// their committed offsets (the offset store's, which load reads, where it
+// has them; the ZooKeeper ones already read otherwise), the max offsets
+// peers answer (peerOffsets), and their lag, within RemoteLagWait: the two
+// reads run at once.
+func RemoteLag(ctx context.Context, rows []RemotePartition, peers []PeerBroker,
+	load func(ctx context.Context, ps []message.Position) ([]message.Position, error),
+	peerOffsets func(ctx context.Context, ps []PeerBroker) map[int]PeerOffsets) []RemotePartition {
+	if len(rows) == 0 {
+		return rows
+	}
+	ctx, cancel := context.WithTimeout(ctx, RemoteLagWait)
+	defer cancel()
+	type storeRead struct {
+		m   map[cluster.OwnerKey]int64
+		err string
+	}
+	ps := make([]message.Position, len(rows))
+	for i, r := range rows {
+		ps[i] = message.Position{Topic: r.Topic, Partition: message.Partition{BrokerID: r.BrokerID, Partition: r.Partition}}
+	}
+	ch := make(chan storeRead, 1)
+	go func() {
+		var x storeRead
+		res, err := load(ctx, ps)
+		if err != nil {
+			x.err = groups.Reason(err)
+		} else {
+			x.m = make(map[cluster.OwnerKey]int64, len(res))
+			for _, p := range res {
+				x.m[cluster.OwnerKey{Topic: p.Topic, BrokerID: p.Partition.BrokerID, Partition: p.Partition.Partition}] = p.Offset
+			}
+		}
+		ch <- x
+	}()
+	got := peerOffsets(ctx, peers)
+	var st storeRead
+	select {
+	case st = <-ch:
+	case <-ctx.Done():
+		st.err = "offset store did not answer within " + RemoteLagWait.String()
+	}
+	FinishRemote(rows, st.m, st.err, got)
+	return rows
 }
