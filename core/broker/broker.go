@@ -152,7 +152,7 @@ type Broker struct {
 	// journals are the group-commit journals by data directory
 	// (journal.go), opened by New before any partition.
 	journals store.JournalSet
-	// indexes is the key and id index of the partitions (msgindex.go).
+	// indexes is the key and id index of the partitions (core/index Set, msgindex.go).
 	indexes index.Set
 	// txm is the transactions and their journal (core/tx, txglue.go),
 	// opened by New once the topics are.
@@ -212,7 +212,7 @@ type topic struct {
 	// disk is the data directory the partitions are in: puts are refused
 	// while it is full.
 	disk *diskwatch.Disk
-	// ix is the broker's index set, which follows parts (msgindex.go).
+	// ix is the broker's index set, which follows parts (core/index Set, msgindex.go).
 	ix *index.Set
 }
 

@@ -94,7 +94,7 @@ type conn struct {
 	unauth                          bool
 	authExpired, evicted, handshook atomic.Bool
 
-	// bud is this connection's share of max_buffered_bytes (budget.go).
+	// bud is this connection's share of max_buffered_bytes (core/budget).
 	bud    budget.Conn
 	auth   security.ConnAuth // authentication (auth.go)
 	groups groups.Session    // local group memberships (core/groups)
