@@ -166,7 +166,11 @@ func (c *conn) serve() {
 	if c.b.slave != nil {
 		maxBody += 64 << 10 // a txsync frame may hold one record of a message of max_message_size (core/tx/replslave.go)
 	}
-	dr := &security.DeadlineReader{Conn: c.nc, Idle: c.b.idleTimeout(), Request: c.b.requestTimeout(), Drain: &c.b.draining, Stop: &c.authExpired}
+	idle := c.b.idleTimeout()
+	if c.local != nil {
+		idle = 0 // the HTTP data plane closes its idle in-process connections (core/httpapi datapool.go)
+	}
+	dr := &security.DeadlineReader{Conn: c.nc, Idle: idle, Request: c.b.requestTimeout(), Drain: &c.b.draining, Stop: &c.authExpired}
 	dec := protocol.NewDecoder(dr, protocol.Limits{MaxLine: cfg.MaxLineLength, MaxBody: maxBody, Budget: &c.bud})
 	grown := false // dec reads pipelinedReadSize at a time (growRead)
 	// close first: the flusher exits only once the connection is closed.

@@ -721,3 +721,34 @@ func TestHTTPMetaQPutLimit(t *testing.T) {
 	require.Equal(t, 413, code, "%s", body)
 	require.Contains(t, string(body), strconv.Itoa(httpapi.MaxBody)+" bytes (max_message_size)")
 }
+
+// TestHTTPProduceKeepsConn: the produce handler keeps its in-process
+// connection for the next request of the same user (one connection for
+// three produces); one the broker closed meanwhile is not used.
+func TestHTTPProduceKeepsConn(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, 0)
+	h := newHTTPClient(t, b.HTTPAddr(), nil)
+	recs := map[string]any{"format": "text", "records": []map[string]any{{"value": "x"}}}
+	locals := func() (n int, last *conn) {
+		b.connsMu.Lock()
+		defer b.connsMu.Unlock()
+		for c := range b.conns {
+			if c.local != nil {
+				n, last = n+1, c
+			}
+		}
+		return n, last
+	}
+	for range 3 {
+		code, _, rb := produceJSON(t, h, "/api/v1/data/topics/t/partitions/0/records", recs)
+		require.Equal(t, 200, code, "%s", rb)
+		n, _ := locals()
+		require.Equal(t, 1, n)
+	}
+	_, c := locals()
+	c.close()
+	code, _, rb := produceJSON(t, h, "/api/v1/data/topics/t/partitions/0/records", recs)
+	require.Equal(t, 200, code, "%s", rb)
+	require.Eventually(t, func() bool { n, c2 := locals(); return n == 1 && c2 != c }, 10*time.Second, 10*time.Millisecond)
+}

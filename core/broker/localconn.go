@@ -15,13 +15,13 @@ import (
 // replication) and nothing of it is written twice.
 
 // pipeConn is the broker's end of a local connection: its remote
-// address is the HTTP client's, for the logs.
+// address is the HTTP client's, for the logs (that of the request using
+// it: the produce handler keeps its connections for the next request).
 type pipeConn struct {
-	net.Conn
-	remote net.Addr
+	*localEnd
 }
 
-func (p pipeConn) RemoteAddr() net.Addr { return p.remote }
+func (p pipeConn) RemoteAddr() net.Addr { return httpAddr(*p.p.remote.Load()) }
 
 // httpAddr is an HTTP client's address as a local connection's remote
 // address.
@@ -37,7 +37,8 @@ func (a httpAddr) String() string  { return string(a) }
 // max_connections: http_max_connections bounds the HTTP requests.
 func (b *Broker) localConn(u *conf.User, remote string) (net.Conn, error) {
 	cli, srv := newLocalPipe()
-	c := newConn(b, pipeConn{Conn: srv, remote: httpAddr(remote)})
+	cli.SetRemote(remote)
+	c := newConn(b, pipeConn{srv})
 	c.local = srv
 	c.handshook.Store(true)
 	c.auth.CertChecked = true

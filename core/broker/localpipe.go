@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -61,6 +62,9 @@ func (q *pipeQueue) dropLent(drop func(pipeChunk) bool) {
 }
 
 type localPipe struct {
+	// remote is the HTTP client's address (SetRemote), the broker end's
+	// RemoteAddr.
+	remote atomic.Pointer[string]
 	mu     sync.Mutex
 	q      [2]pipeQueue // q[i]: written by end i^1, read by end i
 	closed [2]chan struct{}
@@ -248,6 +252,15 @@ func (e *localEnd) Close() error {
 	})
 	return nil
 }
+
+// Closed reports whether either end was closed.
+func (e *localEnd) Closed() bool {
+	return isClosedChan(e.p.closed[0]) || isClosedChan(e.p.closed[1])
+}
+
+// SetRemote sets the address the broker's end reports as its
+// RemoteAddr (pipeConn).
+func (e *localEnd) SetRemote(remote string) { e.p.remote.Store(&remote) }
 
 func (e *localEnd) LocalAddr() net.Addr  { return pipeAddr{} }
 func (e *localEnd) RemoteAddr() net.Addr { return pipeAddr{} }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -32,6 +33,11 @@ type dataConn struct {
 	// shared: one's reply body is the decoder's, valid until the next
 	// round trip or Close (not copied: a read's may be megabytes).
 	shared bool
+	// u is the user it logged in as (dialKept); tainted is set once a
+	// round trip did not end with its replies read (or its context's
+	// deadline could still fire): it is closed, not kept.
+	u       *conf.User
+	tainted bool
 }
 
 // lentWriter is a connection that takes a request's buffers as they are
@@ -82,7 +88,12 @@ func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply,
 	}
 	d.nc.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { d.nc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	clean := false
+	defer func() {
+		if !stop() || !clean {
+			d.tainted = true
+		}
+	}()
 	werr := make(chan error, 1)
 	if lw, ok := d.nc.(lentWriter); ok {
 		// The broker's in-process connection: req is queued for it as it
@@ -139,6 +150,7 @@ func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply,
 	if err := <-werr; err != nil {
 		return nil, err
 	}
+	clean = true
 	return out, nil
 }
 

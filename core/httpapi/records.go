@@ -228,7 +228,7 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 				buf.Reset()
 				buf.Grow(min(maxMPutBody, len(body.Bytes())+len(req.Records)*protocol.MPutEntryHeader))
 				run.body = buf.AvailableBuffer()
-				defer putBody(buf) // lent to the data connection: free once it is closed (deferred after this)
+				defer putBody(buf) // lent to the data connection: free once it was read or the connection closed (keep)
 			}
 			open[p] = run
 			runs = append(runs, run)
@@ -260,17 +260,17 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 	// place) is not sent.
 	runs = slices.DeleteFunc(runs, func(run *pending) bool { return len(run.idx) == 0 })
 	if len(runs) > 0 {
-		d, ok := s.dial(w, r)
+		d, ok := s.dialKept(w, r)
 		if !ok {
 			return
 		}
-		defer d.Close()
 		// Each run's header, then its body as it is (not copied again).
 		wire := make([][]byte, 0, 2*len(runs))
 		for k, run := range runs {
 			wire = append(wire, protocol.AppendMPutHeader(nil, topic, run.part, len(run.body), len(run.idx), int32(k+1)), run.body)
 		}
 		reps, err := d.doBuffers(r.Context(), wire, len(runs))
+		s.keep(d) // before the deferred putBody: what it lent is read, or dropped by a close
 		if err != nil {
 			failed(w, err)
 			return

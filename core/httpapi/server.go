@@ -194,6 +194,8 @@ type Server struct {
 	data *dataMetrics
 	// cons is the HTTP consumer instances (consumers.go).
 	cons consumers
+	// pool is the produce handler's idle data connections (datapool.go).
+	pool dataPool
 }
 
 // New returns a server for be under cfg; Serve starts it.
@@ -289,6 +291,7 @@ func (s *Server) Close() {
 		}
 	}
 	s.wg.Wait()
+	s.pool.close()
 }
 
 // Handler builds every HTTP route, behind the guard (guard.go). Routes
