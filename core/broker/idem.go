@@ -218,15 +218,11 @@ func (c *conn) replyStored(opaque int32, p int32, r idem.Result, mput bool) {
 }
 
 // idemWaiter is an idempotent put's store.Waiter (and repl.PutDone): it
-// tells the table the outcome, then the connection. The outcome is queued
-// in fin (idem.Table.Complete), without the table's lock, which the read
-// loops take to judge puts: the table applies it before the next
-// judgement.
+// tells the table the outcome, then the connection.
 type idemWaiter struct {
-	c   *conn
-	t   *idem.Table
-	tk  idem.Ticket
-	fin idem.Completion
+	c  *conn
+	t  *idem.Table
+	tk idem.Ticket
 }
 
 var _ repl.PutDone = (*idemWaiter)(nil)
@@ -250,15 +246,14 @@ func (c *conn) newIdemWaiter() *idemWaiter {
 }
 
 // release ends a waiter's use: exactly one of AppendDone, SyncFailed and
-// failed ends it. Its table and producer are dropped (fin's when the
-// table applied it), so that a slab kept by a slower put of it holds no
-// forgotten producer.
+// failed ends it. Its table and producer are dropped, so that a slab kept
+// by a slower put of it holds no forgotten producer.
 func (w *idemWaiter) release() {
 	w.t, w.tk = nil, idem.Ticket{}
 }
 
 func (w *idemWaiter) AppendDone(token uint64, firstID, firstOffset int64, err error) {
-	w.t.Complete(&w.fin, w.tk, idem.Result{FirstID: firstID, FirstOffset: firstOffset, Count: max(1, int(token>>48))}, err == nil)
+	w.t.Finish(w.tk, idem.Result{FirstID: firstID, FirstOffset: firstOffset, Count: max(1, int(token>>48))}, err == nil)
 	c := w.c
 	w.release()
 	c.AppendDone(token, firstID, firstOffset, err)
@@ -267,7 +262,7 @@ func (w *idemWaiter) AppendDone(token uint64, firstID, firstOffset int64, err er
 // SyncFailed: stored here, the slave failed it; a retry is answered as
 // stored, its offsets unknown (the slave catches up by the master's log).
 func (w *idemWaiter) SyncFailed(token uint64, err error) {
-	w.t.Complete(&w.fin, w.tk, idem.Result{}, true)
+	w.t.Finish(w.tk, idem.Result{}, true)
 	c := w.c
 	w.release()
 	c.SyncFailed(token, err)
@@ -275,7 +270,7 @@ func (w *idemWaiter) SyncFailed(token uint64, err error) {
 
 // failed is the waiter's put refused before the store took it.
 func (w *idemWaiter) failed() {
-	w.t.Complete(&w.fin, w.tk, idem.Result{}, false)
+	w.t.Finish(w.tk, idem.Result{}, false)
 	w.release()
 }
 

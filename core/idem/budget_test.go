@@ -93,11 +93,10 @@ func TestBudgetRebuild(t *testing.T) {
 // BenchmarkTablePut: the table's work per put of a pipelined producer
 // (16 producers taking turns, one sequence each): Begin and Done by the
 // producer's id (two map lookups), Start and Finish with its ticket (one),
-// Start and Complete (the outcome queued without the lock, as the broker
-// does), and Start and Finish with a budget.
+// and the same with a budget.
 func BenchmarkTablePut(b *testing.B) {
 	const producers = 16
-	for _, arm := range []string{"begin-done", "start-finish", "start-complete", "budget"} {
+	for _, arm := range []string{"begin-done", "start-finish", "budget"} {
 		b.Run(arm, func(b *testing.B) {
 			cfg := Config{}
 			if arm == "budget" {
@@ -105,7 +104,6 @@ func BenchmarkTablePut(b *testing.B) {
 			}
 			tb := NewTable(cfg)
 			var seq [producers]int64
-			var cs [producers]Completion // applied by the next Start: free again
 			b.ReportAllocs()
 			for i := range b.N {
 				id := int64(i%producers) + 1<<62
@@ -121,10 +119,6 @@ func BenchmarkTablePut(b *testing.B) {
 				v, _, k := tb.Start(id, s, s, t0)
 				if v != Append {
 					b.Fatal(v)
-				}
-				if arm == "start-complete" {
-					tb.Complete(&cs[i%len(cs)], k, Result{FirstID: int64(i), FirstOffset: int64(i), Count: 1}, true)
-					continue
 				}
 				tb.Finish(k, Result{FirstID: int64(i), FirstOffset: int64(i), Count: 1}, true)
 			}

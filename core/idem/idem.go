@@ -233,13 +233,6 @@ type Table struct {
 
 	clock atomic.Int64 // Unix ns: Tick's last time (Clock)
 
-	// completed is the stack of Complete's outcomes not yet applied
-	// (newest first), on a cache line of its own: the store's completer
-	// pushes, the read loops (under mu) take them all at once.
-	_         [64]byte
-	completed atomic.Pointer[Completion]
-	_         [64]byte
-
 	mu        sync.Mutex
 	built     atomic.Bool // set under mu
 	producers map[int64]*producer
@@ -326,7 +319,6 @@ func (t *Table) Tick(now time.Time) {
 	t.clock.Store(now.UnixNano())
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.apply()
 	t.expire(now)
 }
 
@@ -341,7 +333,6 @@ func (t *Table) Built() bool { return t.built.Load() }
 func (t *Table) Reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.apply()
 	t.built.Store(false)
 	clear(t.producers)
 	t.resetOrder()
@@ -388,7 +379,6 @@ func (t *Table) Start(id, first, last int64, now time.Time) (Verdict, Result, Ti
 
 func (t *Table) start(id, first, last int64, now time.Time, ticket bool) (Verdict, Result, Ticket) {
 	t.mu.Lock()
-	t.apply()
 	v, r, p := t.begin(id, first, last, now)
 	if p != nil && ticket {
 		t.pending++
@@ -409,69 +399,13 @@ func (t *Table) Finish(k Ticket, r Result, ok bool) {
 		return
 	}
 	t.mu.Lock()
-	t.finish(k, r, ok)
-	t.mu.Unlock()
-}
-
-// finish is Finish with mu held.
-func (t *Table) finish(k Ticket, r Result, ok bool) {
 	t.pending--
 	if ok {
 		k.p.done(k.first, r)
 	} else {
 		k.p.fail(k.first)
 	}
-}
-
-// Completion is the outcome of a put Start let append, queued by Complete.
-type Completion struct {
-	k    Ticket
-	r    Result
-	ok   bool
-	next *Completion
-}
-
-// Complete is Finish without the table's lock, for the store's completer:
-// it queues the outcome in c, which the caller must not use again, and the
-// table applies it (as Finish would) before it judges the next put, or
-// Tick, Reset, Done, Fail or a Build's wait for the puts in flight look at
-// the table. Every judgement after Complete returns sees the outcome.
-func (t *Table) Complete(c *Completion, k Ticket, r Result, ok bool) {
-	if k.p == nil {
-		return
-	}
-	c.k, c.r, c.ok = k, r, ok
-	for {
-		old := t.completed.Load()
-		c.next = old
-		if t.completed.CompareAndSwap(old, c) {
-			return
-		}
-	}
-}
-
-// apply applies the queued completions, in the order Complete queued
-// them. Called with mu held.
-func (t *Table) apply() {
-	c := t.completed.Swap(nil)
-	if c == nil {
-		return
-	}
-	var fifo *Completion
-	for c != nil {
-		next := c.next
-		c.next = fifo
-		fifo = c
-		c = next
-	}
-	for c := fifo; c != nil; {
-		t.finish(c.k, c.r, c.ok)
-		// Drop the references: a caller's Completion may be kept long
-		// after (the broker's waiters come in slabs).
-		next := c.next
-		*c = Completion{}
-		c = next
-	}
+	t.mu.Unlock()
 }
 
 // begin is Start's judgement, with mu held; p is the producer on Append.
@@ -531,7 +465,6 @@ func (t *Table) begin(id, first, last int64, at time.Time) (Verdict, Result, *pr
 func (t *Table) Done(id, first int64, r Result) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.apply()
 	if p := t.producers[id]; p != nil {
 		p.done(first, r)
 	}
@@ -550,7 +483,6 @@ func (p *producer) done(first int64, r Result) {
 func (t *Table) Fail(id, first int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.apply()
 	if p := t.producers[id]; p != nil {
 		p.fail(first)
 	}
@@ -646,7 +578,6 @@ func (t *Table) settle() error {
 	deadline := time.Now().Add(settleWait)
 	for {
 		t.mu.Lock()
-		t.apply()
 		n := t.pending
 		t.mu.Unlock()
 		if n <= 0 {
@@ -716,7 +647,6 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.apply()
 	t.built.Store(true)
 	t.expiredAt = math.MinInt64 // its producers took its time, maybe an older one: expire at the next Begin
 	// Least recently used first, so that the last producer seen ends at

@@ -118,8 +118,8 @@ func TestTableLRURebuild(t *testing.T) {
 }
 
 // TestTableConcurrent: producers putting to one table from several
-// goroutines at once (Start, then Finish or Complete from another
-// goroutine, as the store's completer does), with Tick and a shared budget evicting from a
+// goroutines at once (Start, then Finish from another goroutine, as the
+// store's completer does), with Tick and a shared budget evicting from a
 // second table, under -race: every put of a producer is appended until
 // the producer is forgotten, then refused as UnknownProducer; the bounds
 // hold at the end.
@@ -174,18 +174,13 @@ func TestTableConcurrent(t *testing.T) {
 					if !assert.Equal(t, Append, v, "producer %d seq %d", id, seq) {
 						return
 					}
-					if seq%2 == 0 { // wait for the outcome (Finish, locked)
-						var fin sync.WaitGroup
-						fin.Add(1)
-						finish <- func() {
-							tb.Finish(tk, Result{FirstID: seq, Count: 1}, true)
-							fin.Done()
-						}
-						fin.Wait()
-						continue
+					var fin sync.WaitGroup
+					fin.Add(1)
+					finish <- func() {
+						tb.Finish(tk, Result{FirstID: seq, Count: 1}, true)
+						fin.Done()
 					}
-					c := new(Completion) // pipelined: queued without the lock
-					finish <- func() { tb.Complete(c, tk, Result{FirstID: seq, Count: 1}, true) }
+					fin.Wait()
 				}
 			}
 		}()
@@ -202,59 +197,4 @@ func TestTableConcurrent(t *testing.T) {
 		ids := lruIDs(tb)
 		require.Len(t, ids, tb.Len())
 	}
-}
-
-// TestTableComplete: Complete queues a put's outcome without the lock and
-// the table applies it, in the order queued, before the next judgement: a
-// retry of a completed put is answered with its result, of a failed one
-// appended again, and the newest put taken back by its failure frees its
-// sequence; a Build waits for the queued ones too (they are in flight
-// until applied); an outcome queued for a producer forgotten meanwhile
-// changes nothing.
-func TestTableComplete(t *testing.T) {
-	tb := NewTable(Config{MaxProducers: 2})
-	var ks []Ticket
-	for seq := range int64(4) {
-		v, _, k := tb.Start(1, seq, seq, t0)
-		require.Equal(t, Append, v)
-		ks = append(ks, k)
-	}
-	cs := make([]Completion, 4)
-	tb.Complete(&cs[0], ks[0], Result{FirstID: 100, FirstOffset: 0, Count: 1}, true)
-	tb.Complete(&cs[1], ks[1], Result{}, false) // an older put failed: marked failed
-	tb.Complete(&cs[3], ks[3], Result{}, false) // the newest: taken back
-	require.Equal(t, Result{FirstID: 100, FirstOffset: 0, Count: 1}, begin(t, tb, 1, 0, 0, Duplicate))
-	require.Zero(t, cs[0], "an applied completion keeps no references")
-	begin(t, tb, 1, 2, 2, InFlight) // still in flight
-	begin(t, tb, 1, 1, 1, Append)   // the failed one's retry
-	begin(t, tb, 1, 3, 3, Append)   // the taken-back sequence is next again
-
-	// Build waits for the puts in flight, queued outcomes included.
-	tb.Reset()
-	done := make(chan error, 1)
-	none := func() (func() (Record, bool), error) {
-		return func() (Record, bool) { return Record{}, false }, nil
-	}
-	go func() { done <- tb.Build(t0, none) }()
-	select {
-	case err := <-done:
-		t.Fatalf("the rebuild did not wait for the puts in flight: %v", err)
-	case <-time.After(30 * time.Millisecond):
-	}
-	tb.Complete(&cs[2], ks[2], Result{FirstID: 102, Count: 1}, true) // the last one in flight
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the rebuild still waits")
-	}
-
-	// A completion for a producer the table forgot changes nothing.
-	v, _, k := tb.Start(7, 0, 0, t0)
-	require.Equal(t, Append, v)
-	begin(t, tb, 8, 0, 0, Append)
-	begin(t, tb, 9, 0, 0, Append) // evicts 7
-	tb.Complete(new(Completion), k, Result{FirstID: 1, Count: 1}, true)
-	begin(t, tb, 7, 1, 1, UnknownProducer)
-	require.Equal(t, 2, tb.Len())
 }
