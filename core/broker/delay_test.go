@@ -353,6 +353,79 @@ func TestSyncPairDelayedDelivery(t *testing.T) {
 	}
 }
 
+// TestSyncPairDeliveryPulledFirst: the link to a sync slave is slow when
+// delayed messages are delivered, so the slave's puller, which pulls the
+// master's partitions meanwhile, copies the deliveries before their syncs
+// arrive: those syncs are duplicates whether a delivery's id (its
+// acceptance's) was above the partition's last id when the puller copied
+// it (no put to the partition since the delayed ones: such a sync was
+// appended a second time) or below it (a plain put after them), and the
+// copies end equal.
+func TestSyncPairDeliveryPulledFirst(t *testing.T) {
+	t.Parallel()
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/delayed-pulled-first-%d", time.Now().UnixNano())
+	master, slave, proxy := proxiedSyncPairConf(t, zkAddr, root, func(c *conf.Config) { c.SyncTimeout = 10000 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Brokers(master.Addr()), client.Logger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	defer cl.Close(ctx)
+	// A put whose sync the proxy holds until the puller copied it: the
+	// puller has read the master's topics (every 2 s) and pulls t.
+	proxy.Hold()
+	first := make(chan error, 1)
+	go func() {
+		_, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: []byte("first")})
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return slave.slave.Status().Copied > 0 }, 10*time.Second, 10*time.Millisecond,
+		"the puller copies a put whose sync is held")
+	proxy.Release()
+	require.NoError(t, <-first)
+	// Round-robin: two due messages to each partition, then a plain put
+	// to one of them.
+	var placed []int32
+	for i := range 5 {
+		m := &message.Message{Topic: "t", Body: []byte("due" + strconv.Itoa(i)), Delay: time.Second}
+		if i == 4 {
+			m = &message.Message{Topic: "t", Body: []byte("plain")}
+		}
+		res, err := cl.ProduceSync(ctx, m)
+		require.NoError(t, err)
+		placed = append(placed, res[0].Partition)
+	}
+	t.Logf("partitions %v", placed)
+	// Each chunk on the link waits 250 ms: the puller polls at least every
+	// slave_max_delay/4 (125 ms) and sees a delivery once the master's
+	// copy is durable, before its sync.
+	proxy.Delay(250 * time.Millisecond)
+	require.Eventually(t, func() bool { return master.delay.Delivered.Load() == 4 }, 20*time.Second, 20*time.Millisecond,
+		"the sync master delivers the due messages")
+	proxy.Delay(0)
+	st := slave.slave.Status()
+	t.Logf("slave: %d copied by the puller, %d syncs stored, %d syncs of copied messages", st.Copied, st.Syncs, st.SyncDups)
+	bytesOf := func(l *store.Log) []byte {
+		v, err := l.Read(l.MinOffset(), 1<<20)
+		if err != nil {
+			return nil
+		}
+		b, _ := v.ReadAll(nil)
+		v.Release()
+		return b
+	}
+	mt, err := master.lookup([]byte("t"), false)
+	require.NoError(t, err)
+	stp, err := slave.lookup([]byte("t"), false)
+	require.NoError(t, err)
+	for p, l := range mt.parts {
+		if !assert.Eventually(t, func() bool { return string(bytesOf(l)) == string(bytesOf(stp.parts[p])) }, 10*time.Second, 50*time.Millisecond,
+			"partition %d: the slave's copy equals the master's", p) {
+			t.Fatalf("partition %d differs:\n%s", p, logDiff(bytesOf(l), bytesOf(stp.parts[p])))
+		}
+	}
+}
+
 // logDiff lists two copies of a partition's records side by side (offset,
 // id, flag, length, body), marking the records that differ, so a test that
 // finds a slave's copy unlike its master's shows how.

@@ -340,14 +340,23 @@ func waitInSync(t *testing.T, m *Broker, want string) {
 // are in sync.
 func proxiedSyncPair(t *testing.T, zkAddr, root string, degrade bool) (master, slave *Broker, proxy *faultnet.Proxy) {
 	t.Helper()
+	return proxiedSyncPairConf(t, zkAddr, root, func(c *conf.Config) {
+		c.SyncDegrade = degrade
+		c.SyncTimeout = 500
+	})
+}
+
+// proxiedSyncPairConf is proxiedSyncPair with the master's configuration
+// changed by mod (replication = "sync" set before it).
+func proxiedSyncPairConf(t *testing.T, zkAddr, root string, mod func(*conf.Config)) (master, slave *Broker, proxy *faultnet.Proxy) {
+	t.Helper()
 	slave = replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil)
 	proxy, err := faultnet.Start(slave.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
 	master = replBrokerOpts(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) {
 		c.Replication = conf.ReplicationSync
-		c.SyncDegrade = degrade
-		c.SyncTimeout = 500
+		mod(c)
 	}, Options{Logf: t.Logf}, knobs{replAddr: func(a string) string {
 		if a == slave.Addr() {
 			return proxy.Addr()
