@@ -260,7 +260,11 @@ func (e *localEnd) Closed() bool {
 
 // SetRemote sets the address the broker's end reports as its
 // RemoteAddr (pipeConn).
-func (e *localEnd) SetRemote(remote string) { e.p.remote.Store(&remote) }
+func (e *localEnd) SetRemote(remote string) {
+	if r := e.p.remote.Load(); r == nil || *r != remote { // a kept connection's client is mostly the same
+		e.p.remote.Store(&remote)
+	}
+}
 
 func (e *localEnd) LocalAddr() net.Addr  { return pipeAddr{} }
 func (e *localEnd) RemoteAddr() net.Addr { return pipeAddr{} }
@@ -300,10 +304,12 @@ func makePipeDeadline() pipeDeadline { return pipeDeadline{cancel: make(chan str
 func (d *pipeDeadline) set(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.timer != nil && !d.timer.Stop() {
+	stopped := d.timer != nil && d.timer.Stop()
+	if d.timer != nil && !stopped {
 		<-d.cancel // the timer fired: wait until it closed cancel
 	}
-	d.timer = nil
+	tm := d.timer
+	d.timer = nil // unless reused below
 	closed := isClosedChan(d.cancel)
 	if t.IsZero() {
 		if closed {
@@ -312,6 +318,11 @@ func (d *pipeDeadline) set(t time.Time) {
 		return
 	}
 	if dur := time.Until(t); dur > 0 {
+		if stopped { // the same cancel, still open: its timer again (a deadline set per request)
+			tm.Reset(dur)
+			d.timer = tm
+			return
+		}
 		if closed {
 			d.cancel = make(chan struct{})
 		}

@@ -70,9 +70,16 @@ func TestLocalPipe(t *testing.T) {
 	c, d := newLocalPipe()
 	defer c.Close()
 	defer d.Close()
-	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	c.SetReadDeadline(time.Now().Add(time.Hour))
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond)) // the hour's timer, reset
 	if _, err := c.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read past deadline: %v", err)
+	}
+	c.SetReadDeadline(time.Now().Add(time.Hour))
+	c.SetReadDeadline(time.Time{})
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := c.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past a deadline set after a cleared one: %v", err)
 	}
 	d.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
 	if n, err := d.Write(big); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {

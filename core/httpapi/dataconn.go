@@ -94,14 +94,17 @@ func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply,
 			d.tainted = true
 		}
 	}()
-	werr := make(chan error, 1)
+	var werr chan error
 	if lw, ok := d.nc.(lentWriter); ok {
 		// The broker's in-process connection: req is queued for it as it
 		// is, without a goroutine (the write does not wait for the
 		// broker's read). The replies come once it was read; an error
 		// path closes d.nc, which drops what is unread.
-		werr <- lw.WriteLent(req)
+		if err := lw.WriteLent(req); err != nil {
+			return nil, err
+		}
 	} else {
+		werr = make(chan error, 1)
 		go func() { // a pipe write waits for the broker's read: never block the replies on it
 			var err error
 			for _, b := range req {
@@ -117,7 +120,7 @@ func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply,
 	for got := 0; got < n; got++ {
 		if err := d.dec.Decode(&rr); err != nil {
 			d.nc.Close()
-			<-werr
+			waitWrite(werr)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -126,7 +129,7 @@ func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply,
 		i := int(rr.Opaque) - 1
 		if rr.Op != protocol.OpResult && rr.Op != protocol.OpValue {
 			d.nc.Close()
-			<-werr
+			waitWrite(werr)
 			return nil, errors.New("unexpected " + rr.Op.String() + " reply")
 		}
 		if i < 0 || i >= n {
@@ -134,7 +137,7 @@ func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply,
 			// frame it could not read (opaque 0). Keep its words.
 			if got == 0 && rr.Code >= 400 {
 				d.nc.Close()
-				<-werr
+				waitWrite(werr)
 				return nil, &RequestError{Status: rr.Code, Msg: string(rr.Body)}
 			}
 			continue
@@ -147,11 +150,19 @@ func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply,
 			out[i].Code = protocol.StatusOK
 		}
 	}
-	if err := <-werr; err != nil {
+	if err := waitWrite(werr); err != nil {
 		return nil, err
 	}
 	clean = true
 	return out, nil
+}
+
+// waitWrite is the writer goroutine's error (none without one).
+func waitWrite(werr chan error) error {
+	if werr == nil {
+		return nil
+	}
+	return <-werr
 }
 
 // one is do for a single request.

@@ -296,7 +296,7 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 // of records all stored is written here, without reflection
 // (TestProduceReplyJSON).
 func writeProduceReply(w http.ResponseWriter, status int, res []ProduceResult) {
-	js := appendProduceReply(make([]byte, 0, 32+len(res)*96), res)
+	js := appendProduceReply(make([]byte, 0, 32+len(res)*128), res) // a result is 80 to 110 bytes
 	if js == nil {
 		WriteJSON(w, status, ProduceReply{Offsets: res})
 		return
