@@ -12,7 +12,6 @@ import (
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
-	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // Role is the broker's role for the dashboard's header.
@@ -102,42 +101,13 @@ func (b *Broker) lagsNow() map[[2]string]int64 {
 	return httpapi.LagsNow(b.committed.Snapshot(), b.openParts)
 }
 
-// GroupPage is a group's page's data: group described on topics (and,
-// in cluster mode unless the topic was explicit, on the topics ZooKeeper
-// has for it that v may subscribe to), with ZooKeeper's members and
-// owners (core/httpapi zkread.go).
+// GroupPage is a group's page's data (httpapi.BuildGroupPage).
 func (h httpBackend) GroupPage(ctx context.Context, v security.Viewer, group string, topics []string, explicit bool) (httpapi.GroupPage, error) {
 	b := h.b
-	var zr *httpapi.ZKGroupRead
-	var zg *httpapi.ZKGroup
-	pg := httpapi.GroupPage{ZooKeeper: b.config().ZooKeeper.Enabled()}
-	if pg.ZooKeeper {
-		zr, pg.ZKErr = httpapi.ReadZKGroupCluster(b.zkRead(), group)
-		if zr != nil {
-			zg = zr.Group
-		}
-		if zg != nil && !explicit {
-			topics = httpapi.ZKGroupTopics(v, zg, topics, b.topicOpen)
-		}
-	}
-	views, err := h.DescribeGroup(ctx, group, topics)
-	if err != nil {
-		return httpapi.GroupPage{}, err
-	}
-	pg.Topics = views
-	if zg != nil {
-		self := b.config().BrokerID
-		pg.ZKMembers, pg.Elsewhere = httpapi.PlaceZKGroup(v, zg, self, views)
-		var only []string
-		if explicit {
-			only = topics
-		}
-		rows, peers := httpapi.RemotePartitions(v, zr, self, pg.Elsewhere, only)
-		pg.Remote = httpapi.RemoteLag(ctx, rows, peers, func(ctx context.Context, ps []message.Position) ([]message.Position, error) {
-			return b.offsets.Load(ctx, group, ps)
-		}, b.peers.Offsets)
-	}
-	return pg, nil
+	return httpapi.BuildGroupPage(ctx, v, group, topics, explicit, httpapi.GroupPageSource{
+		ZooKeeper: b.config().ZooKeeper.Enabled(), ZK: b.zkRead(), Self: b.config().BrokerID, TopicOpen: b.topicOpen,
+		Describe: h.DescribeGroup, Load: b.offsets.Load, PeerOffsets: b.peers.Offsets,
+	})
 }
 
 // zkRead is the registry connection's read for the dashboard's reads of

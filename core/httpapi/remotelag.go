@@ -445,3 +445,54 @@ func RemoteLag(ctx context.Context, rows []RemotePartition, peers []PeerBroker,
 	FinishRemote(rows, st.m, st.err, got)
 	return rows
 }
+
+// GroupPageSource is what a group's page reads: whether the broker runs
+// in cluster mode (ZooKeeper) and the registry's read, this broker's id,
+// whether a topic is open here, the group described on topics
+// (Backend.DescribeGroup), and, for its partitions on other brokers, the
+// offset store's committed offsets and the peers' max offsets (RemoteLag).
+type GroupPageSource struct {
+	ZooKeeper   bool
+	ZK          ZKRead
+	Self        int
+	TopicOpen   func(topic string) bool
+	Describe    func(ctx context.Context, group string, topics []string) ([]GroupTopic, error)
+	Load        func(ctx context.Context, group string, ps []message.Position) ([]message.Position, error)
+	PeerOffsets func(ctx context.Context, ps []PeerBroker) map[int]PeerOffsets
+}
+
+// BuildGroupPage is a group's page's data: group described on topics
+// (and, in cluster mode unless the topic was explicit, on the topics
+// ZooKeeper has for it that v may subscribe to), with ZooKeeper's members
+// and owners (zkread.go) and the lag of its partitions on other brokers.
+func BuildGroupPage(ctx context.Context, v security.Viewer, group string, topics []string, explicit bool, src GroupPageSource) (GroupPage, error) {
+	var zr *ZKGroupRead
+	var zg *ZKGroup
+	pg := GroupPage{ZooKeeper: src.ZooKeeper}
+	if pg.ZooKeeper {
+		zr, pg.ZKErr = ReadZKGroupCluster(src.ZK, group)
+		if zr != nil {
+			zg = zr.Group
+		}
+		if zg != nil && !explicit {
+			topics = ZKGroupTopics(v, zg, topics, src.TopicOpen)
+		}
+	}
+	views, err := src.Describe(ctx, group, topics)
+	if err != nil {
+		return GroupPage{}, err
+	}
+	pg.Topics = views
+	if zg != nil {
+		pg.ZKMembers, pg.Elsewhere = PlaceZKGroup(v, zg, src.Self, views)
+		var only []string
+		if explicit {
+			only = topics
+		}
+		rows, peers := RemotePartitions(v, zr, src.Self, pg.Elsewhere, only)
+		pg.Remote = RemoteLag(ctx, rows, peers, func(ctx context.Context, ps []message.Position) ([]message.Position, error) {
+			return src.Load(ctx, group, ps)
+		}, src.PeerOffsets)
+	}
+	return pg, nil
+}
