@@ -58,7 +58,7 @@ func parseProduce(data []byte, req *ProduceRequest) bool {
 				return false
 			}
 			seen |= 2
-			req.Records = make([]ProduceRecord, 0, 16)
+			req.Records = slices.Grow(req.Records[:0], 16) // the caller's, if it gave room
 			p.ws()
 			if !p.lit(']') {
 				from := p.i
