@@ -72,7 +72,7 @@ type Broker struct {
 	// idemBudgetV bounds all the tables' memory (idempotent_memory),
 	// made once by idemBudget.
 	// The delayed puts' tables are in idem too, keyed by delayIdemKey
-	// (delayidem.go).
+	// (delay.go).
 	idemBudgetOnce sync.Once
 	idemBudgetV    *idem.Budget
 	// delay is the timer of delayed messages (delay.go).

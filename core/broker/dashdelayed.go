@@ -16,7 +16,7 @@ import (
 func (h httpBackend) DelayedPage(ctx context.Context) httpapi.DelayedPage {
 	b := h.b
 	pg := httpapi.DelayedPage{Pending: b.delay.Pending()}
-	b.writeDelayedStats(func(l string) {
+	b.delay.StatsLines(func(l string) {
 		k, v, _ := strings.Cut(l, " ")
 		pg.Counters = append(pg.Counters, [2]string{k, v})
 	})

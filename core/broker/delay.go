@@ -1,10 +1,8 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
-	"hash/fnv"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -18,19 +16,29 @@ import (
 )
 
 // Delayed and scheduled messages (docs/delayed.md). A put whose
-// properties carry metaq-deliver-at or metaq-delay is appended, wrapped in
-// a timer record, to a partition of the internal timer topic (so group
-// commit, the journal, recovery and replication cover it) and answered
-// with its msgId and offset -1. The timer loops (core/timer's Service,
-// through timerHost) index it into an on-disk wheel and, when it is due,
-// append it to its target partition with its original msgId, then a
-// delivered mark to the timer log.
+// properties carry metaq-deliver-at or metaq-delay is checked and wrapped
+// in a timer record by core/timer (accept.go), appended to a partition of
+// the internal timer topic and answered here with its msgId and offset
+// -1. The timer loops (core/timer's Service, through timerHost) index it
+// into an on-disk wheel and, when it is due, append it to its target
+// partition with its original msgId, then a delivered mark to the timer
+// log.
 
-// timerPartition is the timer partition of target partition p of topic.
-func timerPartition(topic string, p int32, n int) int32 {
-	h := fnv.New32a()
-	h.Write([]byte(topic))
-	return int32((h.Sum32() + uint32(p)) % uint32(n))
+func init() { registerErrors(timerStatus) }
+
+// timerStatus maps a *timer.RefusedError (400).
+func timerStatus(err error) (int, string, bool) {
+	var e *timer.RefusedError
+	if errors.As(err, &e) {
+		return protocol.StatusBadRequest, e.Msg, true
+	}
+	return 0, "", false
+}
+
+// putRefused answers a put refused by err (counted as a failed put).
+func (c *conn) putRefused(err error, opaque int32) {
+	c.b.stats.putFailed.Add(1)
+	c.replyErr(err, opaque)
 }
 
 // delayWaiter answers a delayed put once its timer record is stored: with
@@ -41,7 +49,7 @@ type delayWaiter struct {
 	p      int32
 	cancel bool
 	// it and tk: an idempotent delayed put's table and ticket
-	// (delayidem.go), finished when the timer record is stored.
+	// (timer.BeginIdem), finished when the timer record is stored.
 	it *idem.Table
 	tk idem.Ticket
 }
@@ -76,73 +84,89 @@ func (w *delayWaiter) SyncFailed(token uint64, err error) {
 	w.c.SyncFailed(w.fix(token), err)
 }
 
+// putFailer is a put's waiter that must hear of a put refused or failed
+// before the store took it (idemWaiter, delayWaiter).
+type putFailer interface{ failed() }
+
+// delayIdemKey keys a target partition's delayed-put table in Broker.idem
+// (whose other keys are the partitions' logs).
+type delayIdemKey struct{ l *store.Log }
+
 // delayedPut stores a put that asks for a delivery time (or a cancel) in
 // the timer log. It has answered the put when it returns.
 func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Delivery, cancel int64, ps producerSeq) {
 	b := c.b
 	if ps.ok && cancel != 0 {
-		b.stats.putFailed.Add(1)
-		c.reply(protocol.StatusBadRequest, "delayed message: the idempotent producer's id and sequence are not taken "+
-			"on a cancel (docs/delayed.md)", r.Opaque)
+		c.putRefused(timer.ErrIdempotentCancel, r.Opaque)
 		return
 	}
-	var data []byte
-	if cancel != 0 {
-		data = timer.AppendCancel(nil, cancel)
-	} else {
-		now := time.Now().UnixMilli()
-		if reason := b.delayRefusal(t, r.Body, d, now); reason != "" {
-			b.stats.putFailed.Add(1)
-			c.reply(protocol.StatusBadRequest, reason, r.Opaque)
+	now := time.Now().UnixMilli()
+	if cancel == 0 {
+		if err := timer.Check(t.name, len(r.Body), d, now, timer.LimitsOf(b.config())); err != nil {
+			c.putRefused(err, r.Opaque)
 			return
 		}
-		due := max(d.Due(now), now) // a time in the past is now
-		data = timer.AppendMessage(make([]byte, 0, len(r.Body)+32+len(t.name)),
-			&timer.Message{Due: due, Topic: t.name, Partition: p, Flag: r.Flag, Data: r.Body})
 	}
+	data := timer.PutRecord(t.name, p, r.Flag, r.Body, d, cancel, now)
 	tt, err := b.openTopic(conf.TimerTopic)
 	if err != nil {
 		c.putFail(r.Opaque, "delayed message: timer topic: "+oneLine(err.Error()))
 		return
 	}
-	tp := timerPartition(t.name, p, len(tt.parts))
+	tp := timer.PartitionOf(t.name, p, len(tt.parts))
 	w := &delayWaiter{c: c, p: p, cancel: cancel != 0}
-	if ps.ok {
-		l := t.partition(p)
-		if l == nil {
-			c.putFail(r.Opaque, "delayed message: no partition "+strconv.Itoa(int(p)))
-			return
-		}
-		var ok bool
-		if w.it, w.tk, ok = c.delayIdemBegin(t.name, l, tt.parts[tp], p, r.Opaque, ps); !ok { // delayidem.go
-			return
-		}
+	if ps.ok && !c.delayIdemBegin(w, t.name, tt.parts[tp], t.partition(p), p, r.Opaque, ps) {
+		return
 	}
 	c.entries = append(c.entries[:0], store.Entry{Flag: 0, CRC: message.Checksum(data), Data: data})
 	if cancel != 0 {
 		b.delay.Cancels.Add(1)
 	}
 	c.appendEntries(tt, tt.parts[tp], tp, r.Opaque, false, int64(len(data)), w)
-	if cancel == 0 && (d.IsAt && d.At <= time.Now().UnixMilli() || !d.IsAt && d.Delay == 0) { // due on arrival
+	if cancel == 0 && timer.DueOnArrival(d, time.Now().UnixMilli()) {
 		b.delay.Wake(int(tp))
 	}
 }
 
-// delayRefusal is why a delayed put of body to topic t asking for d is
-// refused at now (Unix ms), or "": a delivery further than max_delay, or
-// a record that with its timer header exceeds max_message_size. A
-// transactional put is checked so too (its delay counts from its commit).
-func (b *Broker) delayRefusal(t *topic, body []byte, d message.Delivery, now int64) string {
-	cfg := b.config()
-	if due := d.Due(now); due-now > cfg.MaxDelay {
-		return "delayed message: delivery in " + (time.Duration(due-now) * time.Millisecond).String() +
-			" exceeds max_delay " + (time.Duration(cfg.MaxDelay) * time.Millisecond).String()
+// delayIdemBegin judges an idempotent delayed put (producer ps) for
+// partition p of topic (log l, nil when there is none), held in timer
+// partition tl (timer.BeginIdem) with the delayed-put table of l (made on
+// first use, reset with failover when the epoch changed, as a partition's
+// table is). It sets w's table and ticket, or returns false when it has
+// answered the put: a retry of a stored put with the msgId of its first
+// copy, or a refusal with its cause.
+func (c *conn) delayIdemBegin(w *delayWaiter, topic string, tl, l *store.Log, p int32, opaque int32, ps producerSeq) bool {
+	b := c.b
+	if l == nil {
+		c.putFail(opaque, "delayed message: no partition "+strconv.Itoa(int(p)))
+		return false
 	}
-	if hdr := timer.MessageHeaderSize(t.name); len(body)+hdr > cfg.MaxMessageSize {
-		return "delayed message of " + strconv.Itoa(len(body)) + " bytes: with its timer header (" + strconv.Itoa(hdr) +
-			" bytes) it exceeds max_message_size " + strconv.Itoa(cfg.MaxMessageSize)
+	t := b.idemEpoch(b.idemPartOf(delayIdemKey{l}, l))
+	tk, res, err := timer.BeginIdem(t, tl, topic, p, ps.id, ps.seq, b.logf)
+	var ie *timer.IdemError
+	switch {
+	case err == nil && res.Count == 0:
+		w.it, w.tk = t, tk
+		return true
+	case err == nil:
+		b.stats.idemDuplicates.Add(1)
+		c.replyStored(opaque, p, res, false)
+	case !errors.As(err, &ie):
+		b.errorf("idempotent producer: rebuild of the delayed puts to %s-%d: %v", topic, p, err)
+		c.putFail(opaque, "idempotent producer state: "+oneLine(err.Error()))
+	case ie.Verdict == idem.Stored:
+		b.stats.idemDuplicates.Add(1)
+		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseDuplicateSequence, ie.Msg), opaque)
+	case ie.Verdict == idem.InFlight:
+		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseSequenceInFlight, ie.Msg), opaque)
+	case ie.Verdict == idem.UnknownProducer:
+		b.stats.idemUnknown.Add(1)
+		c.putFail(opaque, protocol.WithCause(protocol.CauseUnknownProducer, ie.Msg))
+	default:
+		b.stats.idemOutOfOrder.Add(1)
+		c.putFail(opaque, protocol.WithCause(protocol.CauseOutOfOrderSequence, ie.Msg))
 	}
-	return ""
+	return false
 }
 
 // delayOf returns what a put asks of the timer: a delivery (ok), or a
@@ -177,7 +201,7 @@ func (h timerHost) TimerLog(i int) (*store.Log, string, error) {
 	if tt == nil || i >= len(tt.parts) {
 		return nil, "", timer.ErrNoLog
 	}
-	return tt.parts[i], filepath.Join(b.logs().Dir(&tc), conf.TimerTopic+".wheel", strconv.Itoa(i)), nil
+	return tt.parts[i], timer.WheelDir(b.logs().Dir(&tc), i), nil
 }
 
 func (h timerHost) Target(topic string, p int32) (*store.Log, error) {
@@ -223,40 +247,14 @@ func (h timerHost) Delivered(topic string, p int32, n int) {
 
 func (h timerHost) MaxMessageSize() int { return h.b.config().MaxMessageSize }
 
-// writeDelayedStats answers `stats delayed`.
-func (b *Broker) writeDelayedStats(line func(string)) {
-	d := b.delay
-	line("pending " + strconv.FormatInt(d.Pending(), 10))
-	line("accepted " + strconv.FormatInt(d.Accepted.Load(), 10))
-	line("delivered " + strconv.FormatInt(d.Delivered.Load(), 10))
-	line("cancels " + strconv.FormatInt(d.Cancels.Load(), 10))
-	line("dropped " + strconv.FormatInt(d.Dropped.Load(), 10))
-	for i := range d.Partitions() {
-		line("timer_partition_" + strconv.Itoa(i) + "_pending " + strconv.FormatInt(d.PartitionPending(i), 10))
-	}
-}
-
-// isDelayed reports whether a body carries a delivery or cancel header
-// (malformed ones included).
-func isDelayed(flag int32, data []byte) bool {
-	_, _, ok, err := message.TimerHeaders(flag, data)
-	return ok || err != nil
-}
-
-// copiesTimer reports whether get r of the timer topic is a slave's
-// copy of it: it names this broker's slave group (slave_group, the
-// slaves' default "meta-slave-group_<broker_id>"), and with auth on its
-// user is an admin (the timer log holds the payloads of every topic).
+// copiesTimer reports whether get r of the timer topic is a slave's copy
+// of it (timer.MayCopy).
 func (c *conn) copiesTimer(r *protocol.Request) bool {
 	cfg := c.b.config()
-	if r.Op != protocol.OpGet || string(r.Group) != cfg.EffectiveSlaveGroup() {
-		return false
-	}
-	if !cfg.Auth.Enabled {
-		return true
-	}
-	u := c.auth.Current(cfg)
-	return u != nil && u.Admin
+	return r.Op == protocol.OpGet && timer.MayCopy(string(r.Group), cfg.EffectiveSlaveGroup(), cfg.Auth.Enabled, func() bool {
+		u := c.auth.Current(cfg)
+		return u != nil && u.Admin
+	})
 }
 
 // timerOpen reports whether the timer topic is open here.
@@ -269,6 +267,5 @@ func (b *Broker) timerOpen() bool {
 // hasTimerLog reports whether the data directory holds timer partitions.
 func (b *Broker) hasTimerLog() bool {
 	tc := b.config().TimerTopicConfig()
-	_, err := os.Stat(filepath.Join(b.logs().Dir(&tc), conf.TimerTopic+"-0"))
-	return err == nil
+	return timer.HasLog(b.logs().Dir(&tc))
 }

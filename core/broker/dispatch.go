@@ -10,6 +10,7 @@ import (
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/timer"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -274,7 +275,7 @@ func (c *conn) handleMPut(r *protocol.Request) {
 			c.reply(protocol.StatusBadRequest, badDataReason("mput: message "+strconv.Itoa(len(c.entries))+": ", err), r.Opaque)
 			return
 		}
-		if e.Flag&message.FlagHasProperties != 0 && !only && isDelayed(e.Flag, e.Data) {
+		if e.Flag&message.FlagHasProperties != 0 && !only && timer.IsDelayed(e.Flag, e.Data) {
 			b.stats.putFailed.Add(1)
 			c.reply(protocol.StatusBadRequest, "mput: message "+strconv.Itoa(len(c.entries))+
 				": a delayed message (metaq-deliver-at, metaq-delay or metaq-cancel) goes in a put of its own", r.Opaque)

@@ -128,7 +128,7 @@ func (b *Broker) forgetIdem(logs []*store.Log) {
 		if v, ok := b.idem.LoadAndDelete(l); ok {
 			v.(*idemPart).t.Release()
 		}
-		if v, ok := b.idem.LoadAndDelete(delayIdemKey{l}); ok { // delayidem.go
+		if v, ok := b.idem.LoadAndDelete(delayIdemKey{l}); ok { // delay.go
 			v.(*idemPart).t.Release()
 		}
 	}

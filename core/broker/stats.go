@@ -80,7 +80,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 	case "disks":
 		b.disks.WriteStats(&sb)
 	case "delayed": // delay.go
-		stats.Lines(&sb, b.writeDelayedStats)
+		stats.Lines(&sb, b.delay.StatsLines)
 	case "transactions":
 		stats.Lines(&sb, func(line func(string)) { b.txm.Status().StatsLines(time.Now(), line) }) // core/tx
 	case "reset":

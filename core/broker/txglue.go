@@ -9,6 +9,7 @@ import (
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
+	"github.com/metaq-go/metaq/core/timer"
 	"github.com/metaq-go/metaq/core/tx"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -94,14 +95,12 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 			return
 		}
 		if cancel != 0 {
-			c.b.stats.putFailed.Add(1)
-			c.reply(protocol.StatusBadRequest, "a cancel of a delayed message is not taken in a transaction (send it as a plain put; docs/delayed.md)", r.Opaque)
+			c.putRefused(timer.ErrCancelInTx, r.Opaque)
 			return
 		}
 		if ok {
-			if reason := c.b.delayRefusal(t, r.Body, d, time.Now().UnixMilli()); reason != "" {
-				c.b.stats.putFailed.Add(1)
-				c.reply(protocol.StatusBadRequest, reason, r.Opaque)
+			if err := timer.Check(t.name, len(r.Body), d, time.Now().UnixMilli(), timer.LimitsOf(c.b.config())); err != nil {
+				c.putRefused(err, r.Opaque)
 				return
 			}
 			c.b.timerSyncReady(t.name, p)
@@ -205,7 +204,7 @@ func (h txHost) TimerLog(topic string, p int32) (tx.Topic, *store.Log, int32, er
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	tp := timerPartition(topic, p, len(tt.parts))
+	tp := timer.PartitionOf(topic, p, len(tt.parts))
 	return timerTxTopic{tt, h.b}, tt.parts[tp], tp, nil
 }
 
@@ -243,8 +242,7 @@ type timerTxTopic struct {
 
 func (t timerTxTopic) CountIn(p int32, msgs int, bytes int64) {
 	t.topic.CountIn(p, msgs, bytes)
-	t.b.delay.Accepted.Add(int64(msgs))
-	t.b.delay.Wake(int(p))
+	t.b.delay.Stored(int(p), msgs)
 }
 
 func (h txHost) Slave() tx.SlaveLogs {
