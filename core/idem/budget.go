@@ -7,9 +7,8 @@ import (
 )
 
 // The estimated memory a table counts (Table.Bytes, Budget.Used): a
-// producer's struct (its last Window puts), its entries in the LRU order
-// (lru.go) and its map entry; each range a rebuild kept of it; each
-// forgotten id kept.
+// producer's struct (its last Window puts), its LRU element and map
+// entry; each range a rebuild kept of it; each forgotten id kept.
 const (
 	ProducerBytes = 512
 	rangeBytes    = 16
@@ -90,22 +89,22 @@ func (b *Budget) evict() {
 func (t *Table) oldestUse() (int64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := t.oldest()
-	if p == nil {
+	e := t.lru.Back()
+	if e == nil {
 		return 0, false
 	}
-	return p.used, true
+	return e.Value.(*producer).used, true
 }
 
 // evictOldest forgets the table's least recently used producer.
 func (t *Table) evictOldest() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := t.oldest()
-	if p == nil {
+	e := t.lru.Back()
+	if e == nil {
 		return false
 	}
-	t.forget(p)
+	t.forget(e.Value.(*producer))
 	t.evicted++
 	return true
 }

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -93,22 +94,36 @@ func TestBudgetRebuild(t *testing.T) {
 // BenchmarkTablePut: the table's work per put of a pipelined producer
 // (16 producers taking turns, one sequence each): Begin and Done by the
 // producer's id (two map lookups), Start and Finish with its ticket (one),
-// and the same with a budget.
+// and the same with a budget; then Start and Finish of 1,000 producers
+// putting in a random order (the least-recently-used order's work on
+// producers whose neighbours are not in the cache).
 func BenchmarkTablePut(b *testing.B) {
-	const producers = 16
-	for _, arm := range []string{"begin-done", "start-finish", "budget"} {
+	for _, arm := range []string{"begin-done", "start-finish", "budget", "start-finish-1000"} {
 		b.Run(arm, func(b *testing.B) {
+			producers := 16
+			if arm == "start-finish-1000" {
+				producers = 1000
+			}
 			cfg := Config{}
 			if arm == "budget" {
 				cfg.Budget = NewBudget(64 << 20)
 			}
 			tb := NewTable(cfg)
-			var seq [producers]int64
+			seq := make([]int64, producers)
+			turns := make([]int, 1<<16) // which producer puts at each turn
+			rng := rand.New(rand.NewPCG(1, 2))
+			for i := range turns {
+				turns[i] = i % producers
+				if producers > 16 {
+					turns[i] = rng.IntN(producers)
+				}
+			}
 			b.ReportAllocs()
 			for i := range b.N {
-				id := int64(i%producers) + 1<<62
-				s := seq[i%producers]
-				seq[i%producers]++
+				j := turns[i%len(turns)]
+				id := int64(j) + 1<<62
+				s := seq[j]
+				seq[j]++
 				if arm == "begin-done" {
 					if v, _ := tb.Begin(id, s, s, t0); v != Append {
 						b.Fatal(v)

@@ -11,6 +11,7 @@
 package idem
 
 import (
+	"container/list"
 	"fmt"
 	"math"
 	"slices"
@@ -112,7 +113,7 @@ type producer struct {
 	batches [Window]batch
 	n, head int   // batches[head] is the oldest of n
 	used    int64 // Unix ns of the last put (the caller's coarse clock)
-	stamp   int64 // the table's use counter at its last put (lru.go); 0: forgotten
+	elem    *list.Element
 	// rebuilt: the producer was read back from the log (Rebuild), whose
 	// sequences up to rebuiltUpTo are known stored only inside the runs
 	// the window kept: a put that failed before a restart leaves no trace
@@ -236,14 +237,8 @@ type Table struct {
 	mu        sync.Mutex
 	built     atomic.Bool // set under mu
 	producers map[int64]*producer
-	// The least-recently-used order (lru.go): order holds the uses
-	// oldest first from head, stale ones among them; stamp counts uses;
-	// newest is the producer of the last use.
-	order   []use
-	head    int
-	stamp   int64
-	newest  *producer
-	evicted int64
+	lru       list.List // of *producer, most recently used at the front
+	evicted   int64
 	// ghosts holds the ids of the last ghostCap producers the table
 	// forgot (a ring, oldest at ghostHead): a put of one of them at
 	// sequence 0 is refused as UnknownProducer, not taken for a new
@@ -335,7 +330,7 @@ func (t *Table) Reset() {
 	defer t.mu.Unlock()
 	t.built.Store(false)
 	clear(t.producers)
-	t.resetOrder()
+	t.lru.Init()
 	t.ghosts, t.ghostHead = nil, 0
 	t.charge(-t.bytes)
 }
@@ -399,13 +394,13 @@ func (t *Table) Finish(k Ticket, r Result, ok bool) {
 		return
 	}
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.pending--
 	if ok {
 		k.p.done(k.first, r)
 	} else {
 		k.p.fail(k.first)
 	}
-	t.mu.Unlock()
 }
 
 // begin is Start's judgement, with mu held; p is the producer on Append.
@@ -427,12 +422,12 @@ func (t *Table) begin(id, first, last int64, at time.Time) (Verdict, Result, *pr
 			return UnknownProducer, Result{}, nil
 		}
 		p = &producer{id: id}
-		t.touch(p)
+		p.elem = t.lru.PushFront(p)
 		t.producers[id] = p
 		t.charge(ProducerBytes)
 		t.bound()
 	} else {
-		t.touch(p)
+		t.lru.MoveToFront(p.elem)
 		p.used = now
 		switch {
 		case first == p.last+1:
@@ -502,7 +497,7 @@ func (p *producer) fail(first int64) {
 }
 
 func (t *Table) forget(p *producer) {
-	t.unlink(p)
+	t.lru.Remove(p.elem)
 	delete(t.producers, p.id)
 	t.charge(-p.bytes())
 	t.ghost(p.id)
@@ -522,7 +517,7 @@ func (t *Table) ghost(id int64) {
 // bound forgets the least recently used producers over MaxProducers.
 func (t *Table) bound() {
 	for len(t.producers) > t.cfg.MaxProducers {
-		t.forget(t.oldest())
+		t.forget(t.lru.Back().Value.(*producer))
 		t.evicted++
 	}
 }
@@ -533,7 +528,8 @@ func (t *Table) expire(now time.Time) { t.expireNs(now.UnixNano()) }
 
 func (t *Table) expireNs(now int64) {
 	t.expiredAt = now
-	for p := t.oldest(); p != nil; p = t.oldest() {
+	for e := t.lru.Back(); e != nil; e = t.lru.Back() {
+		p := e.Value.(*producer)
 		if now-p.used < int64(t.cfg.IdleExpiry) {
 			return
 		}
@@ -652,7 +648,6 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 	// Least recently used first, so that the last producer seen ends at
 	// the front of the LRU.
 	done := map[int64]bool{}
-	var back []*producer // least recently used first, from the end
 	for i := len(order) - 1; i >= 0; i-- {
 		id := order[i]
 		if done[id] {
@@ -674,11 +669,9 @@ func (t *Table) Rebuild(now time.Time, next func() (Record, bool)) {
 		}
 		p.rebuilt, p.rebuiltUpTo = true, p.last
 		p.used = now.UnixNano()
-		back = append(back, p)
+		p.elem = t.lru.PushBack(p)
 		t.producers[id] = p
 		t.charge(p.bytes())
 	}
-	slices.Reverse(back)
-	t.prepend(back)
 	t.bound()
 }
