@@ -47,6 +47,7 @@ func startZKServer(t *testing.T, zkAddr string, id int) string {
 // TestClusterCommand runs two broker processes registered in a real
 // ZooKeeper through --zk and --broker-id, and reads them with `metaq cluster`.
 func TestClusterCommand(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and starts brokers")
 	}
@@ -175,6 +176,7 @@ func replServer(t *testing.T, config string, id, slave int) string {
 // failover role, the epoch, the in-sync state and the slave's lag in bytes
 // and ms, from the brokers' stats.
 func TestClusterReplication(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and starts brokers")
 	}

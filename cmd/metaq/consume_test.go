@@ -246,6 +246,7 @@ func TestConsumeBugs(t *testing.T) {
 // TestConsumeZK: consume --zk needs a group, and names a topic that no
 // broker registered instead of waiting for it.
 func TestConsumeZK(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and starts a broker")
 	}

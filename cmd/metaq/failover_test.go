@@ -21,6 +21,7 @@ import (
 // broker's 403 and nothing changes; with --tls-ca, --user and
 // --password-file of an admin it hands broker 7 over to slave 1.
 func TestCLIFailoverTLSAuth(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	certs := testsvc.NewCerts(t)
 	root := "/metaq-cli-failover-" + strconv.FormatInt(time.Now().UnixNano(), 10)

@@ -428,6 +428,7 @@ func TestParseResetTo(t *testing.T) {
 // TestGroupsCluster: two brokers registered in a real ZooKeeper, and a
 // group's members and owners as MetaQ's consumers register them.
 func TestGroupsCluster(t *testing.T) {
+	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
 	root := fmt.Sprintf("/groups-test-%d", time.Now().UnixNano())
 	b1 := groupBroker(t, 1, zkAddr, root)
@@ -536,10 +537,12 @@ func TestGroupsCluster(t *testing.T) {
 	}
 	eph(zkpath.Master(root, 9), "meta://"+dead)
 	eph(zkpath.TopicsSub.Node(root, "gt", zkpath.MasterName(9)), `{"numParts":1,"broker":"9-m"}`)
-	r = cli("", append([]string{"group", "describe", g, "--topic", "gt"}, z...)...)
+	// --timeout 2s: each command waits that long for broker 9 (5 s by
+	// default), the other brokers answer at once.
+	r = cli("", append([]string{"--timeout", "2s", "group", "describe", g, "--topic", "gt"}, z...)...)
 	if r.code != 1 || !strings.Contains(r.stderr, "broker 9 ("+dead+"): cannot reach the broker") ||
 		!regexp.MustCompile(`\ngt +9 +0 +- +- +- +- +-\n`).MatchString(r.stdout) || !regexp.MustCompile(`\ngt +2 +1 +0 +`).MatchString(r.stdout) {
 		t.Fatalf("unreachable broker: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	mustFailGroup(t, cli("", append([]string{"group", "reset-offsets", g, "--to", "earliest", "--topic", "gt"}, z...)...), 1, "broker 9")
+	mustFailGroup(t, cli("", append([]string{"--timeout", "2s", "group", "reset-offsets", g, "--to", "earliest", "--topic", "gt"}, z...)...), 1, "broker 9")
 }

@@ -279,6 +279,7 @@ func TestTailOnce(t *testing.T) {
 // (MetaQ's layout under --root); a topic no broker publishes there is an
 // error.
 func TestTailZooKeeper(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs ZooKeeper")
 	}
