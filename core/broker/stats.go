@@ -79,7 +79,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 		stats.Lines(&sb, func(line func(string)) { b.groups.MemberLines(v.GroupTopic, line) })
 	case "disks":
 		b.disks.WriteStats(&sb)
-	case "delayed": // delay.go
+	case "delayed": // core/timer
 		stats.Lines(&sb, b.delay.StatsLines)
 	case "transactions":
 		stats.Lines(&sb, func(line func(string)) { b.txm.Status().StatsLines(time.Now(), line) }) // core/tx

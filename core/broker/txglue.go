@@ -103,7 +103,7 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 				c.putRefused(err, r.Opaque)
 				return
 			}
-			c.b.timerSyncReady(t.name, p)
+			c.b.txm.ReadyTimer(t.name, p) // core/tx delayed.go
 		}
 	}
 	msgID, err := c.b.txm.Put(c.txs, id.String(), id.XA, t, l, p, store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})
@@ -205,44 +205,7 @@ func (h txHost) TimerLog(topic string, p int32) (tx.Topic, *store.Log, int32, er
 		return nil, nil, 0, err
 	}
 	tp := timer.PartitionOf(topic, p, len(tt.parts))
-	return timerTxTopic{tt, h.b}, tt.parts[tp], tp, nil
-}
-
-// timerSyncReady readies the timer partition a transactional delayed
-// message for partition p of topic goes to at its commit: it opens the
-// timer topic (not under the transactions' lock at the commit, the first
-// time), and on a sync master, whose commit check refuses a partition not
-// in sync with the slave, waits at most sync_timeout until that partition
-// is in sync (the sync loop brings a newly opened one in): once per timer
-// partition and link.
-func (b *Broker) timerSyncReady(topic string, p int32) {
-	_, l, tp, err := txHost{partSource{b}}.TimerLog(topic, p)
-	if err != nil {
-		return // the commit says why
-	}
-	sm := txHost{partSource{b}}.Master()
-	if sm == nil {
-		return
-	}
-	sp := sm.Part(conf.TimerTopic, tp, l)
-	for deadline := time.Now().Add(sm.Timeout()); ; time.Sleep(5 * time.Millisecond) {
-		if _, ok := sm.InSync(sp); ok || sm.Link() == nil || time.Now().After(deadline) {
-			return
-		}
-	}
-}
-
-// timerTxTopic is the timer topic as a commit's delayed messages go to
-// it: once stored they count as accepted, and their timer loop is woken
-// (one due at once is delivered without waiting for its tick).
-type timerTxTopic struct {
-	*topic
-	b *Broker
-}
-
-func (t timerTxTopic) CountIn(p int32, msgs int, bytes int64) {
-	t.topic.CountIn(p, msgs, bytes)
-	t.b.delay.Stored(int(p), msgs)
+	return tx.TimerTopic{Topic: tt, Timer: h.b.delay}, tt.parts[tp], tp, nil
 }
 
 func (h txHost) Slave() tx.SlaveLogs {

@@ -2,6 +2,7 @@ package tx
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
@@ -56,9 +57,7 @@ func (m *Manager) commitTimerMsgs(msgs []txMsg, now int64) ([]txMsg, []txMsg, er
 		if err != nil {
 			return nil, nil, fmt.Errorf("delayed message %d for %s-%d: timer topic: %w", tm.e.ID, tm.t.Name(), tm.p, err)
 		}
-		due := max(d.Due(now), now) // a time in the past is now
-		data := timer.AppendMessage(make([]byte, 0, len(tm.e.Data)+32+len(tm.t.Name())),
-			&timer.Message{Due: due, Topic: tm.t.Name(), Partition: tm.p, Flag: tm.e.Flag, Data: tm.e.Data})
+		data := timer.PutRecord(tm.t.Name(), tm.p, tm.e.Flag, tm.e.Data, d, 0, now) // a time in the past is now
 		rec := txMsg{t: tt, l: tl, p: tp, e: store.Entry{ID: tm.e.ID, CRC: message.Checksum(data), Data: data}}
 		out = append(out, rec)
 		timers = append(timers, rec)
@@ -67,6 +66,46 @@ func (m *Manager) commitTimerMsgs(msgs []txMsg, now int64) ([]txMsg, []txMsg, er
 		return msgs, nil, nil
 	}
 	return out, timers, nil
+}
+
+// TimerTopic is the timer topic as a commit's delayed messages go to it
+// (Host.TimerLog): once stored they count in Topic's traffic and as
+// accepted by Timer, whose loop of that timer partition is woken (one due
+// at once is delivered without waiting for its tick).
+type TimerTopic struct {
+	Topic
+	Timer interface{ Stored(i int, msgs int) } // *timer.Service
+}
+
+// CountIn implements Topic.
+func (t TimerTopic) CountIn(p int32, msgs int, bytes int64) {
+	t.Topic.CountIn(p, msgs, bytes)
+	t.Timer.Stored(int(p), msgs)
+}
+
+// ReadyTimer readies the timer partition a transactional delayed message
+// for partition p of topic goes to at its commit, when the broker takes
+// the put: it opens the timer topic (Host.TimerLog: not under the
+// transactions' lock at the commit, the first time), and on a sync
+// master, whose commit check refuses a partition not in sync with the
+// slave, waits at most sync_timeout until that partition is in sync (the
+// sync loop brings a newly opened one in): once per timer partition and
+// link. An error is left for the commit to tell.
+func (m *Manager) ReadyTimer(topic string, p int32) {
+	_, l, tp, err := m.host.TimerLog(topic, p)
+	if err != nil {
+		return
+	}
+	sm := m.host.Master()
+	if sm == nil {
+		return
+	}
+	sp := sm.Part(conf.TimerTopic, tp, l)
+	for deadline := time.Now().Add(sm.Timeout()); ; time.Sleep(5 * time.Millisecond) {
+		if _, ok := sm.InSync(sp); ok || sm.Link() == nil || time.Now().After(deadline) {
+			return
+		}
+	}
 }
 
 // replayedTimerIDs returns the ids of msgs' timer log records (put records

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/timer"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -167,3 +168,29 @@ func TestTxRecoveryDelayed(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+type countTopic struct {
+	testTopic
+	msgs *int
+}
+
+func (t countTopic) CountIn(_ int32, msgs int, _ int64) { *t.msgs += msgs }
+
+type storedTimer [][2]int
+
+func (s *storedTimer) Stored(i int, msgs int) { *s = append(*s, [2]int{i, msgs}) }
+
+// TestTimerTopic: a commit's timer batch counts in the timer topic's
+// traffic and as accepted by the timer service (its partition woken);
+// ReadyTimer, without a sync master, only opens the timer log.
+func TestTimerTopic(t *testing.T) {
+	n, st := 0, storedTimer{}
+	tt := TimerTopic{Topic: countTopic{testTopic(conf.TimerTopic), &n}, Timer: &st}
+	tt.CountIn(3, 2, 100)
+	if n != 2 || len(st) != 1 || st[0] != [2]int{3, 2} || tt.Name() != conf.TimerTopic {
+		t.Fatalf("%d %v", n, st)
+	}
+	m, _, done := openTestManager(t, t.TempDir())
+	defer done()
+	m.ReadyTimer("t", 1)
+}
