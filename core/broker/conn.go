@@ -17,6 +17,7 @@ import (
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/tx"
+	"github.com/metaq-go/metaq/internal/localpipe"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -59,7 +60,7 @@ type conn struct {
 	// allocated and cleared for each produce request of over 4 KiB, 15%
 	// of the bytes BenchmarkHTTPData's produce allocated). Its writes of
 	// replies never wait (localpipe.go): tryWriteNow writes to it.
-	local *localEnd
+	local *localpipe.End
 	// syncEpoch is the epoch a failover master bound this connection to
 	// (failover.go, stats sync-epoch:<E>); 0 if none.
 	syncEpoch atomic.Int64
@@ -424,7 +425,7 @@ func (c *conn) tryWriteNow() bool {
 		return false
 	}
 	buf := c.out
-	if c.local != nil { // copied to the HTTP handler's end, never waits (directWriteMax is localPipeCopy)
+	if c.local != nil { // copied to the HTTP handler's end, never waits (directWriteMax is localpipe.CopyMax)
 		n, err := c.local.Write(buf)
 		if err == nil && n == len(buf) {
 			c.out = buf[:0]

@@ -4,11 +4,12 @@ import (
 	"net"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/internal/localpipe"
 )
 
 // The HTTP data plane (core/httpapi data.go: MetaQ's /put, /get and
 // /offset, the JSON records API, the event streams) reaches the broker
-// through in-process connections: one end of a localPipe is served as a
+// through in-process connections: one end of a localpipe is served as a
 // client connection is, already authenticated as the HTTP request's
 // user, so every request takes the wire's own path (ACLs, properties
 // checks, filters, the memory budget, group commit and sync
@@ -18,10 +19,10 @@ import (
 // address is the HTTP client's, for the logs (that of the request using
 // it: the produce handler keeps its connections for the next request).
 type pipeConn struct {
-	*localEnd
+	*localpipe.End
 }
 
-func (p pipeConn) RemoteAddr() net.Addr { return httpAddr(*p.p.remote.Load()) }
+func (p pipeConn) RemoteAddr() net.Addr { return httpAddr(p.Remote()) }
 
 // httpAddr is an HTTP client's address as a local connection's remote
 // address.
@@ -36,7 +37,7 @@ func (a httpAddr) String() string  { return string(a) }
 // broker's connections (stats, drain at shutdown) but not against
 // max_connections: http_max_connections bounds the HTTP requests.
 func (b *Broker) localConn(u *conf.User, remote string) (net.Conn, error) {
-	cli, srv := newLocalPipe()
+	cli, srv := localpipe.New()
 	cli.SetRemote(remote)
 	c := newConn(b, pipeConn{srv})
 	c.local = srv

@@ -1,4 +1,6 @@
-package broker
+// Package localpipe is the in-process connection of the broker's HTTP
+// data plane (core/broker's localConn, core/httpapi's data connections).
+package localpipe
 
 import (
 	"io"
@@ -10,8 +12,8 @@ import (
 	"time"
 )
 
-// localPipe is the in-process connection of the HTTP data plane
-// (localConn): net.Pipe's ends, but a write of up to localPipeCopy bytes
+// A localPipe is the in-process connection of the HTTP data plane
+// (core/broker's localConn): net.Pipe's ends, but a write of up to CopyMax bytes
 // is copied into the other end's queue and returns at once, where
 // net.Pipe's waits for a read to take it. So a put's reply is written to
 // the HTTP handler straight from the store's completion (tryWriteNow),
@@ -26,8 +28,8 @@ import (
 // other end's close or the deadline (os.ErrDeadlineExceeded); what was
 // written before a close is read before io.EOF.
 
-// localPipeCopy is the largest write a localPipe copies rather than lends.
-const localPipeCopy = 64 << 10
+// CopyMax is the largest write a localPipe copies rather than lends.
+const CopyMax = 64 << 10
 
 // pipeQueue is one direction of a localPipe: what was written to it and
 // not yet read, in order, under the pipe's mu.
@@ -71,8 +73,8 @@ type localPipe struct {
 	once   [2]sync.Once
 }
 
-// localEnd is one end of a localPipe.
-type localEnd struct {
+// End is one end of a localPipe.
+type End struct {
 	p    *localPipe
 	i    int        // this end: reads q[i], writes q[i^1]
 	wrMu sync.Mutex // one write at a time
@@ -80,16 +82,16 @@ type localEnd struct {
 	wdl  pipeDeadline
 }
 
-// newLocalPipe returns the two ends of a new localPipe.
-func newLocalPipe() (*localEnd, *localEnd) {
+// New returns the two ends of a new localPipe.
+func New() (*End, *End) {
 	p := &localPipe{}
 	for i := range p.q {
 		p.q[i].data = make(chan struct{}, 1)
 		p.q[i].taken = make(chan struct{}, 1)
 		p.closed[i] = make(chan struct{})
 	}
-	a := &localEnd{p: p, i: 0, rdl: makePipeDeadline(), wdl: makePipeDeadline()}
-	b := &localEnd{p: p, i: 1, rdl: makePipeDeadline(), wdl: makePipeDeadline()}
+	a := &End{p: p, i: 0, rdl: makePipeDeadline(), wdl: makePipeDeadline()}
+	b := &End{p: p, i: 1, rdl: makePipeDeadline(), wdl: makePipeDeadline()}
 	return a, b
 }
 
@@ -110,7 +112,7 @@ func isClosedChan(c <-chan struct{}) bool {
 }
 
 // Read reads what the other end wrote.
-func (e *localEnd) Read(b []byte) (int, error) {
+func (e *End) Read(b []byte) (int, error) {
 	p, q := e.p, &e.p.q[e.i]
 	for {
 		p.mu.Lock()
@@ -155,9 +157,9 @@ func (e *localEnd) Read(b []byte) (int, error) {
 	}
 }
 
-// Write writes b to the other end: a copy of it up to localPipeCopy
+// Write writes b to the other end: a copy of it up to CopyMax
 // bytes, else b itself, lent until it is read.
-func (e *localEnd) Write(b []byte) (int, error) {
+func (e *End) Write(b []byte) (int, error) {
 	e.wrMu.Lock()
 	defer e.wrMu.Unlock()
 	p, q := e.p, &e.p.q[e.i^1]
@@ -166,7 +168,7 @@ func (e *localEnd) Write(b []byte) (int, error) {
 		p.mu.Unlock()
 		return 0, err
 	}
-	if len(b) <= localPipeCopy {
+	if len(b) <= CopyMax {
 		at := len(q.own)
 		q.own = append(q.own, b...)
 		q.chunks = append(q.chunks, pipeChunk{b: q.own[at:len(q.own):len(q.own)], at: q.queued})
@@ -205,7 +207,7 @@ func (e *localEnd) Write(b []byte) (int, error) {
 }
 
 // writeErrLocked is why a write cannot go on, if it cannot.
-func (e *localEnd) writeErrLocked() error {
+func (e *End) writeErrLocked() error {
 	switch {
 	case isClosedChan(e.p.closed[e.i]), isClosedChan(e.p.closed[e.i^1]):
 		return io.ErrClosedPipe
@@ -219,7 +221,7 @@ func (e *localEnd) writeErrLocked() error {
 // without waiting: the caller leaves them untouched until the other end
 // has read them (its reply to the request they hold has come) or this
 // end is closed, which drops what is unread.
-func (e *localEnd) WriteLent(bufs [][]byte) error {
+func (e *End) WriteLent(bufs [][]byte) error {
 	e.wrMu.Lock()
 	defer e.wrMu.Unlock()
 	p, q := e.p, &e.p.q[e.i^1]
@@ -241,7 +243,7 @@ func (e *localEnd) WriteLent(bufs [][]byte) error {
 
 // Close closes this end: the other end reads what was copied to it, then
 // io.EOF; buffers this end lent and were not read are dropped.
-func (e *localEnd) Close() error {
+func (e *End) Close() error {
 	p := e.p
 	p.once[e.i].Do(func() {
 		p.mu.Lock()
@@ -254,33 +256,41 @@ func (e *localEnd) Close() error {
 }
 
 // Closed reports whether either end was closed.
-func (e *localEnd) Closed() bool {
+func (e *End) Closed() bool {
 	return isClosedChan(e.p.closed[0]) || isClosedChan(e.p.closed[1])
 }
 
 // SetRemote sets the address the broker's end reports as its
 // RemoteAddr (pipeConn).
-func (e *localEnd) SetRemote(remote string) {
+func (e *End) SetRemote(remote string) {
 	if r := e.p.remote.Load(); r == nil || *r != remote { // a kept connection's client is mostly the same
 		e.p.remote.Store(&remote)
 	}
 }
 
-func (e *localEnd) LocalAddr() net.Addr  { return pipeAddr{} }
-func (e *localEnd) RemoteAddr() net.Addr { return pipeAddr{} }
+// Remote returns the address SetRemote last set ("" before any).
+func (e *End) Remote() string {
+	if r := e.p.remote.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
 
-func (e *localEnd) SetDeadline(t time.Time) error {
+func (e *End) LocalAddr() net.Addr  { return pipeAddr{} }
+func (e *End) RemoteAddr() net.Addr { return pipeAddr{} }
+
+func (e *End) SetDeadline(t time.Time) error {
 	e.rdl.set(t)
 	e.wdl.set(t)
 	return nil
 }
 
-func (e *localEnd) SetReadDeadline(t time.Time) error {
+func (e *End) SetReadDeadline(t time.Time) error {
 	e.rdl.set(t)
 	return nil
 }
 
-func (e *localEnd) SetWriteDeadline(t time.Time) error {
+func (e *End) SetWriteDeadline(t time.Time) error {
 	e.wdl.set(t)
 	return nil
 }

@@ -1,4 +1,4 @@
-package broker
+package localpipe
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 // (net.Pipe's tests): reads, writes, deadlines, close, concurrent use.
 func TestLocalPipeConn(t *testing.T) {
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-		a, b := newLocalPipe()
+		a, b := New()
 		return a, b, func() { a.Close(); b.Close() }, nil
 	})
 }
@@ -26,12 +26,12 @@ func TestLocalPipeConn(t *testing.T) {
 // then io.EOF; what was lent and not read is dropped by the lender's
 // close; a read times out with os.ErrDeadlineExceeded.
 func TestLocalPipe(t *testing.T) {
-	a, b := newLocalPipe()
+	a, b := New()
 	defer b.Close()
 	if n, err := a.Write([]byte("hello")); n != 5 || err != nil { // nothing reads yet: returns
 		t.Fatalf("small write: %d %v", n, err)
 	}
-	big := bytes.Repeat([]byte("x"), localPipeCopy+1)
+	big := bytes.Repeat([]byte("x"), CopyMax+1)
 	done := make(chan error, 1)
 	go func() { _, err := a.Write(big); done <- err }()
 	select {
@@ -67,7 +67,7 @@ func TestLocalPipe(t *testing.T) {
 
 	// A read past its deadline; a lent large write taken back on its
 	// deadline.
-	c, d := newLocalPipe()
+	c, d := New()
 	defer c.Close()
 	defer d.Close()
 	c.SetReadDeadline(time.Now().Add(time.Hour))
