@@ -143,28 +143,15 @@ func (c *conn) delayIdemBegin(w *delayWaiter, topic string, tl, l *store.Log, p 
 	}
 	t := b.idemEpoch(b.idemPartOf(delayIdemKey{l}, l))
 	tk, res, err := timer.BeginIdem(t, tl, topic, p, ps.id, ps.seq, b.logf)
-	var ie *timer.IdemError
 	switch {
-	case err == nil && res.Count == 0:
-		w.it, w.tk = t, tk
-		return true
-	case err == nil:
+	case err != nil:
+		c.idemRefused(opaque, err, 1) // idem.go
+	case res.Count > 0:
 		b.stats.idemDuplicates.Add(1)
 		c.replyStored(opaque, p, res, false)
-	case !errors.As(err, &ie):
-		b.errorf("idempotent producer: rebuild of the delayed puts to %s-%d: %v", topic, p, err)
-		c.putFail(opaque, "idempotent producer state: "+oneLine(err.Error()))
-	case ie.Verdict == idem.Stored:
-		b.stats.idemDuplicates.Add(1)
-		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseDuplicateSequence, ie.Msg), opaque)
-	case ie.Verdict == idem.InFlight:
-		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseSequenceInFlight, ie.Msg), opaque)
-	case ie.Verdict == idem.UnknownProducer:
-		b.stats.idemUnknown.Add(1)
-		c.putFail(opaque, protocol.WithCause(protocol.CauseUnknownProducer, ie.Msg))
 	default:
-		b.stats.idemOutOfOrder.Add(1)
-		c.putFail(opaque, protocol.WithCause(protocol.CauseOutOfOrderSequence, ie.Msg))
+		w.it, w.tk = t, tk
+		return true
 	}
 	return false
 }

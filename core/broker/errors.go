@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 
+	"github.com/metaq-go/metaq/core/idem"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -25,7 +26,7 @@ var errMappers []errMapper
 
 func registerErrors(m ...errMapper) { errMappers = append(errMappers, m...) }
 
-func init() { registerErrors(partitionStatus) }
+func init() { registerErrors(partitionStatus, idemStatus) }
 
 // partitionStatus maps the partition seam's sentinels.
 func partitionStatus(err error) (int, string, bool) {
@@ -34,6 +35,30 @@ func partitionStatus(err error) (int, string, bool) {
 		return protocol.StatusForbidden, err.Error(), true
 	}
 	return 0, "", false
+}
+
+// idemStatus maps the idempotent producer's refusals (core/partition's
+// and core/timer's BeginIdem) to their causes (docs/protocol.md's cause
+// table), and a table that could not be rebuilt to its state's error.
+func idemStatus(err error) (int, string, bool) {
+	var re *idem.RebuildError
+	if errors.As(err, &re) {
+		return protocol.StatusInternalError, "idempotent producer state: " + oneLine(re.Error()), true
+	}
+	var ie *idem.RefusedError
+	if !errors.As(err, &ie) {
+		return 0, "", false
+	}
+	cause := protocol.CauseOutOfOrderSequence
+	switch ie.Verdict {
+	case idem.Stored:
+		cause = protocol.CauseDuplicateSequence
+	case idem.InFlight:
+		cause = protocol.CauseSequenceInFlight
+	case idem.UnknownProducer:
+		cause = protocol.CauseUnknownProducer
+	}
+	return protocol.StatusInternalError, protocol.WithCause(cause, ie.Msg), true
 }
 
 // statusOf maps err to the status code and body a reply carries. An error

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/idem"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
-	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -81,18 +81,6 @@ func (b *Broker) idemEpoch(ip *idemPart) *idem.Table {
 	return ip.t
 }
 
-// feed hands recs to idem.Table.Build one at a time.
-func feed(recs []idem.Record) func() (idem.Record, bool) {
-	return func() (idem.Record, bool) {
-		if len(recs) == 0 {
-			return idem.Record{}, false
-		}
-		r := recs[0]
-		recs = recs[1:]
-		return r, true
-	}
-}
-
 // idemBudget returns the broker's bound on all the tables' memory
 // (idempotent_memory), made on first use.
 func (b *Broker) idemBudget() *idem.Budget {
@@ -135,70 +123,52 @@ func (b *Broker) forgetIdem(logs []*store.Log) {
 }
 
 // idemBegin judges an idempotent put of count messages with sequences
-// ps.seq.. in partition p (l). It returns the waiter to append with, or
-// nil when it has answered the put: with the original result (a retry of
-// a stored put), or with a cause (docs/protocol.md's cause table).
+// ps.seq.. in partition p (l) (partition.BeginIdem). It returns the
+// waiter to append with, or nil when it has answered the put: with the
+// original result (a retry of a stored put), or with a cause
+// (docs/protocol.md's cause table).
 func (c *conn) idemBegin(tp *topic, l *store.Log, p int32, opaque int32, ps producerSeq, count int, mput bool) *idemWaiter {
 	t := c.b.idemTable(tp, p, l)
-	now := t.Clock() // idemClockLoop's: no clock read per put
-	if !t.Built() {
-		if err := c.idemBuild(t, l, now); err != nil {
-			c.b.errorf("idempotent producer: rebuild of %s: %v", l.Dir(), err)
-			c.putFail(opaque, "idempotent producer state: "+oneLine(err.Error()))
-			return nil
-		}
-	}
-	last := ps.seq + int64(count) - 1
-	v, res, tk := t.Start(ps.id, ps.seq, last, now)
-	seqs := func() string {
-		return "producer " + strconv.FormatInt(ps.id, 10) + " sequences " + strconv.FormatInt(ps.seq, 10) +
-			".." + strconv.FormatInt(last, 10)
-	}
-	switch v {
-	case idem.Append:
+	tk, res, err := partition.BeginIdem(t, l, ps.id, ps.seq, ps.seq+int64(count)-1, c.b.logf)
+	switch {
+	case err != nil:
+		c.idemRefused(opaque, err, count)
+	case res.Count > 0:
+		c.b.stats.idemDuplicates.Add(int64(count))
+		c.replyStored(opaque, p, res, mput)
+	default:
 		w := c.newIdemWaiter()
 		w.c, w.t, w.tk = c, t, tk
 		return w
-	case idem.Duplicate:
-		if res.Count > 0 {
-			c.b.stats.idemDuplicates.Add(int64(count))
-			c.replyStored(opaque, p, res, mput)
-			return nil
-		}
-		fallthrough // stored, its result unknown (the slave failed it)
-	case idem.Stored:
-		c.b.stats.idemDuplicates.Add(int64(count))
-		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseDuplicateSequence,
-			seqs()+" are stored already, by a put whose offsets this broker no longer holds"), opaque)
-	case idem.InFlight:
-		c.reply(protocol.StatusInternalError, protocol.WithCause(protocol.CauseSequenceInFlight,
-			seqs()+" are being stored by an earlier copy of this put; retry"), opaque)
-	case idem.UnknownProducer:
-		c.b.stats.idemUnknown.Add(1)
-		c.putFail(opaque, protocol.WithCause(protocol.CauseUnknownProducer,
-			seqs()+": the broker does not know the producer (it starts at sequence 0) or forgot it "+
-				"(idempotent_producers, idle expiry, a restart or failover); a retry's first copy may be stored"))
-	default:
-		c.b.stats.idemOutOfOrder.Add(1)
-		c.putFail(opaque, protocol.WithCause(protocol.CauseOutOfOrderSequence,
-			seqs()+": the broker expects the producer's next sequence, not a gap or a part of a stored put"))
 	}
 	return nil
 }
 
-// idemBuild rebuilds table t of partition l from the log's tail, once
-// (idem.Table.Build): the first idempotent put after the partition opened
-// or after a failover.
-func (c *conn) idemBuild(t *idem.Table, l *store.Log, now time.Time) error {
-	return t.Build(now, func() (func() (idem.Record, bool), error) {
-		start := time.Now()
-		recs, from, err := scanProducers(l, t.Config().RebuildBytes)
-		if err == nil {
-			c.b.logf("idempotent producer: partition %s rebuilt from %d records of producers in [%d, %d) in %v",
-				l.Dir(), len(recs), from, l.MaxOffset(), time.Since(start).Round(time.Millisecond))
-		}
-		return feed(recs), err
-	})
+// idemRefused answers an idempotent put of count messages (a partition's,
+// or a delayed put's: delay.go) that its table refused (an
+// *idem.RefusedError) or could not judge (an *idem.RebuildError), and
+// counts it; idemStatus (errors.go) gives the reply's status and cause.
+func (c *conn) idemRefused(opaque int32, err error, count int) {
+	b := c.b
+	var re *idem.RebuildError
+	var ie *idem.RefusedError
+	switch {
+	case errors.As(err, &re):
+		b.errorf("idempotent producer: rebuild of %s: %v", re.Of, re.Err)
+		b.stats.putFailed.Add(1)
+	case !errors.As(err, &ie):
+		b.stats.putFailed.Add(1)
+	case ie.Verdict == idem.Stored:
+		b.stats.idemDuplicates.Add(int64(count))
+	case ie.Verdict == idem.InFlight:
+	case ie.Verdict == idem.UnknownProducer:
+		b.stats.idemUnknown.Add(1)
+		b.stats.putFailed.Add(1)
+	default:
+		b.stats.idemOutOfOrder.Add(1)
+		b.stats.putFailed.Add(1)
+	}
+	c.replyErr(err, opaque)
 }
 
 // replyStored answers a retried put with the result its first copy had.
@@ -272,37 +242,4 @@ func (w *idemWaiter) SyncFailed(token uint64, err error) {
 func (w *idemWaiter) failed() {
 	w.t.Finish(w.tk, idem.Result{}, false)
 	w.release()
-}
-
-// scanProducers reads partition l's records from MaxOffset-back (from a
-// record start at or before it that the log's record-count index knows,
-// else from the start of the segment holding it: never a guess, which a
-// body embedding whole records could mislead) to MaxOffset and returns
-// those that carry an idempotent producer, oldest first. A damaged record
-// ends the scan (recovery cut the log at the first bad record of its
-// tail; one found here is never served either).
-func scanProducers(l *store.Log, back int64) (recs []idem.Record, from int64, err error) {
-	end := l.MaxOffset()
-	from = l.RecordStartBefore(max(l.MinOffset(), end-back))
-	recs, err = scanFrom(l, from, end)
-	return recs, from, err
-}
-
-// scanFrom reads l's records from offset from (a record boundary) to end
-// and returns those that carry an idempotent producer, oldest first (a
-// damaged record, or the log ending before end, stops the scan).
-func scanFrom(l *store.Log, from, end int64) (recs []idem.Record, err error) {
-	_, err = l.Walk(from, end, func(r *message.Record) error {
-		if r.Flag&message.FlagHasProperties == 0 {
-			return nil
-		}
-		if id, seq, ok, err := message.SplitDataProducer(r.Flag, r.Data); err == nil && ok {
-			recs = append(recs, idem.Record{Producer: id, Seq: seq, ID: r.ID, Offset: r.Offset, Size: int64(r.Size())})
-		}
-		return nil
-	})
-	if errors.Is(err, store.ErrDamagedRecord) {
-		err = nil
-	}
-	return recs, err
 }

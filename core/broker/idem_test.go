@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -208,7 +209,7 @@ func TestIdempotentRebuildEmbedded(t *testing.T) {
 		}
 		end := l.MaxOffset()
 		back := end - (bodyAt + int64(len(prefix))/2) // the point: inside the prefix
-		recs, from, err := scanProducers(l, back)
+		recs, from, err := partition.ScanProducers(l, back)
 		require.NoError(t, err)
 		require.LessOrEqual(t, from, msgAt, "tail %q: a record start at or before the container message", tail)
 		require.Less(t, msgAt-from, int64(256<<10), "tail %q: near it, not the segment's start", tail)
@@ -310,7 +311,7 @@ func TestIdempotentRebuildResync(t *testing.T) {
 	require.Equal(t, off, l.MaxOffset())
 	require.Greater(t, off, int64(5<<20))
 
-	recs, from, err := scanProducers(l, 1<<20)
+	recs, from, err := partition.ScanProducers(l, 1<<20)
 	require.NoError(t, err)
 	want := slices.Index(starts, from)
 	require.GreaterOrEqual(t, want, 0, "a record start")
@@ -324,7 +325,7 @@ func TestIdempotentRebuildResync(t *testing.T) {
 	}
 
 	// Reading back more than the log holds starts at its start.
-	recs, from, err = scanProducers(l, 1<<30)
+	recs, from, err = partition.ScanProducers(l, 1<<30)
 	require.NoError(t, err)
 	require.Zero(t, from)
 	require.Len(t, recs, len(starts))

@@ -55,7 +55,7 @@ func TestCheck(t *testing.T) {
 // TestBeginIdem: a delayed-put table rebuilt from its timer partition's
 // message records for its target: a retry of a stored put gets its msgId,
 // a new sequence a ticket, a gap, a stored sequence and an unknown
-// producer their *IdemError.
+// producer their *idem.RefusedError.
 func TestBeginIdem(t *testing.T) {
 	tl := openTestLog(t, t.TempDir())
 	defer tl.l.Close()
@@ -82,7 +82,7 @@ func TestBeginIdem(t *testing.T) {
 	if err != nil || res.Count != 0 {
 		t.Fatalf("%+v %v", res, err)
 	}
-	var ie *IdemError
+	var ie *idem.RefusedError
 	if _, _, err := BeginIdem(tab, tl.l, "t", 1, 7, 2, logf); !errors.As(err, &ie) || ie.Verdict != idem.InFlight {
 		t.Fatalf("%v", err)
 	}

@@ -23,29 +23,14 @@ import (
 // that is stored already is answered with its msgId and offset -1 and is
 // not held twice.
 
-// IdemError is an idempotent delayed put the table does not let through:
-// Verdict is idem.Stored (a Duplicate whose result is unknown included),
-// InFlight, UnknownProducer or OutOfOrder, Msg why.
-type IdemError struct {
-	Verdict idem.Verdict
-	Msg     string
-}
-
-func (e *IdemError) Error() string { return e.Msg }
-
-// RebuildError is a delayed-put table that could not be rebuilt from its
-// timer partition.
-type RebuildError struct{ Err error }
-
-func (e *RebuildError) Error() string { return e.Err.Error() }
-func (e *RebuildError) Unwrap() error { return e.Err }
-
 // BeginIdem judges an idempotent delayed put of producer id, sequence
 // seq, for partition p of topic, held in timer partition tl, by table t
 // (rebuilt first from tl when it is not built; logf notes the rebuild).
 // It returns the ticket to finish when the timer record is stored; or,
 // for a retry of a stored put, its first copy's result (Count 1, offset
-// -1); or a *RebuildError or *IdemError.
+// -1); or an *idem.RebuildError or *idem.RefusedError (the verdicts'
+// texts name the delayed message; core/partition.BeginIdem judges a
+// partition's puts).
 func BeginIdem(t *idem.Table, tl *store.Log, topic string, p int32, id, seq int64,
 	logf func(string, ...any)) (idem.Ticket, idem.Result, error) {
 	now := t.Clock()
@@ -56,17 +41,11 @@ func BeginIdem(t *idem.Table, tl *store.Log, topic string, p int32, id, seq int6
 			logf("idempotent producer: delayed puts to %s-%d rebuilt from %d records of producers in %s in %v",
 				topic, p, len(recs), tl.Dir(), time.Since(start).Round(time.Millisecond))
 		}
-		return func() (idem.Record, bool) {
-			if len(recs) == 0 {
-				return idem.Record{}, false
-			}
-			r := recs[0]
-			recs = recs[1:]
-			return r, true
-		}, err
+		return idem.Feed(recs), err
 	})
 	if err != nil {
-		return idem.Ticket{}, idem.Result{}, &RebuildError{err}
+		return idem.Ticket{}, idem.Result{}, &idem.RebuildError{
+			Of: "the delayed puts to " + topic + "-" + strconv.Itoa(int(p)), Err: err}
 	}
 	v, res, tk := t.Start(id, seq, seq, now)
 	seqs := func() string {
@@ -81,16 +60,16 @@ func BeginIdem(t *idem.Table, tl *store.Log, topic string, p int32, id, seq int6
 		}
 		fallthrough
 	case idem.Stored:
-		return idem.Ticket{}, idem.Result{}, &IdemError{idem.Stored,
-			seqs() + " is held already, by a put whose msgId this broker no longer holds"}
+		return idem.Ticket{}, idem.Result{}, &idem.RefusedError{Verdict: idem.Stored,
+			Msg: seqs() + " is held already, by a put whose msgId this broker no longer holds"}
 	case idem.InFlight:
-		return idem.Ticket{}, idem.Result{}, &IdemError{v, seqs() + " is being stored by an earlier copy of this put; retry"}
+		return idem.Ticket{}, idem.Result{}, &idem.RefusedError{Verdict: v, Msg: seqs() + " is being stored by an earlier copy of this put; retry"}
 	case idem.UnknownProducer:
-		return idem.Ticket{}, idem.Result{}, &IdemError{v, seqs() + ": the broker does not know the producer (it starts at sequence 0) or forgot it " +
+		return idem.Ticket{}, idem.Result{}, &idem.RefusedError{Verdict: v, Msg: seqs() + ": the broker does not know the producer (it starts at sequence 0) or forgot it " +
 			"(idempotent_producers, idle expiry, a restart or failover); a retry's first copy may be stored"}
 	}
-	return idem.Ticket{}, idem.Result{}, &IdemError{idem.OutOfOrder,
-		seqs() + ": the broker expects the producer's next sequence, not a gap"}
+	return idem.Ticket{}, idem.Result{}, &idem.RefusedError{Verdict: idem.OutOfOrder,
+		Msg: seqs() + ": the broker expects the producer's next sequence, not a gap"}
 }
 
 // ScanProducers reads timer log tl's records from MaxOffset-back (a
