@@ -236,6 +236,27 @@ func (h httpBackend) Plugins() []httpapi.PluginInfo {
 	return httpapi.PluginInfos(h.b.plugins.List())
 }
 
+// DelayedPage is the dashboard's delayed page (core/httpapi dlq.go): the
+// pending delayed messages by due-time bucket, from each timer loop,
+// bounded by the request's context.
+func (h httpBackend) DelayedPage(ctx context.Context) httpapi.DelayedPage {
+	return httpapi.BuildDelayedPage(ctx, h.b.delay, time.Now())
+}
+
+// CountMessages counts partition p of topic from offset from to its end.
+func (h httpBackend) CountMessages(topic string, p int, from int64) (int64, bool) {
+	b := h.b
+	b.mu.RLock()
+	t := b.topics[topic]
+	b.mu.RUnlock()
+	if t == nil || p < 0 || p >= len(t.parts) {
+		return 0, false
+	}
+	l := t.parts[p]
+	n, exact, err := l.CountRecords(from, l.MaxOffset())
+	return n, exact && err == nil
+}
+
 // shownName is a client's name as an error reply or a log line shows it.
 var shownName = httpapi.ShownName
 

@@ -513,3 +513,32 @@ func BucketsOf(counts []int64) []DelayedBucket {
 	}
 	return out
 }
+
+// DelayedSource is what the delayed page reads of the timer
+// (timer.Service): the pending delayed messages, `stats delayed`' lines,
+// and the counts by due time of each timer loop, bounded by ctx.
+type DelayedSource interface {
+	Pending() int64
+	StatsLines(line func(string))
+	DueCounts(ctx context.Context, now int64, bounds []int64) (total []int64, answered, asked int)
+}
+
+// BuildDelayedPage is the delayed page's data at now: src's pending
+// messages by due-time bucket (DelayedBuckets) and its counters.
+func BuildDelayedPage(ctx context.Context, src DelayedSource, now time.Time) DelayedPage {
+	pg := DelayedPage{Pending: src.Pending()}
+	src.StatsLines(func(l string) {
+		k, v, _ := strings.Cut(l, " ")
+		pg.Counters = append(pg.Counters, [2]string{k, v})
+	})
+	bounds := make([]int64, len(DelayedBuckets))
+	for i, d := range DelayedBuckets {
+		bounds[i] = d.Milliseconds()
+	}
+	total, answered, asked := src.DueCounts(ctx, now.UnixMilli(), bounds)
+	pg.Buckets = BucketsOf(total)
+	if answered < asked && pg.Pending > 0 {
+		pg.Note = "Some timer partitions did not answer (not running here: a slave, or starting): their messages are not in the buckets."
+	}
+	return pg
+}
