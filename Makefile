@@ -73,12 +73,17 @@ services:
 
 # The tests take the binaries make build just linked (METAQ_TEST_PREBUILT,
 # internal/testsvc) and run side by side with staticcheck; make test fails
-# if either does.
+# if either does. A -race binary sleeps atexit_sleep_ms (1 s by default)
+# when it exits, for races in goroutines still running then: a second per
+# test binary (60 packages, go test runs -p of them at once) and per -race
+# process a test starts; TEST_GORACE turns it off (options of $GORACE
+# still apply after it).
+TEST_GORACE ?= atexit_sleep_ms=0
 test: fmt-check vet build services
 	@$(STATICCHECK) $(PKGS) > $(BIN)/lint.out 2>&1 & lint=$$!; \
 	echo "$(STATICCHECK) $(PKGS) (in the background)"; \
 	echo "$(GO) test $(TESTFLAGS) $(PKGS)"; \
-	METAQ_TEST_PREBUILT=$(CURDIR)/$(BIN):$(CURDIR)/$(BIN)/plugins $(GO) test $(TESTFLAGS) $(PKGS); rc=$$?; \
+	GORACE="$(TEST_GORACE) $$GORACE" METAQ_TEST_PREBUILT=$(CURDIR)/$(BIN):$(CURDIR)/$(BIN)/plugins $(GO) test $(TESTFLAGS) $(PKGS); rc=$$?; \
 	if ! wait $$lint; then cat $(BIN)/lint.out; echo "make test: staticcheck failed"; exit 1; fi; \
 	exit $$rc
 
