@@ -8,7 +8,6 @@ import (
 	"context"
 	"strconv"
 
-	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
@@ -59,39 +58,28 @@ func (h httpBackend) Messages(topic string, p int, offset int64, n int, asHex bo
 
 // ---- cluster ----
 
-// ClusterPage is the cluster page's data.
+// ClusterPage is the cluster page's data (httpapi.BuildClusterPage).
 func (h httpBackend) ClusterPage(security.Viewer) httpapi.ClusterPage {
 	b := h.b
-	v := httpapi.ClusterPageOf(h.Cluster())
-	v.Replication = b.config().Replication
+	src := httpapi.ClusterPageSource{Cluster: h.Cluster(), Replication: b.config().Replication, ZK: b.zkRead, Lags: b.lagsNow}
 	if b.replRole() == repl.RoleSlave {
-		v.Slave = httpapi.KVLines(b.slave.Status().StatsLines) // core/repl
+		src.Slave = b.slave.Status().StatsLines // core/repl
 	}
 	if b.sync != nil {
-		v.Sync = httpapi.KVLines(b.sync.Status().StatsLines)
+		src.Sync = b.sync.Status().StatsLines
 	}
-	if v.Mode == "cluster" {
-		v.ZK = httpapi.ReadCluster(b.zkRead(), b.lagsNow) // with the lag here of the groups it holds
-	}
-	return v
+	return httpapi.BuildClusterPage(src)
 }
 
 // ---- groups ----
 
-// GroupsPage is the groups page's data (core/httpapi zkread.go).
+// GroupsPage is the groups page's data (httpapi.BuildGroupsPage).
 func (h httpBackend) GroupsPage(v security.Viewer) httpapi.GroupsPage {
 	b := h.b
-	pg := httpapi.GroupsPageOf(v, httpBackend{b}.Groups(v), b.lagsNow(), b.config().ZooKeeper.Enabled(), b.zkRead())
-	if pg.ZooKeeper && pg.ZKErr == "" {
-		pg.AddRemoteLag(v, b.config().BrokerID, func(ps []httpapi.PeerBroker) map[int]httpapi.PeerOffsets {
-			ctx, cancel := context.WithTimeout(context.Background(), httpapi.RemoteLagWait)
-			defer cancel()
-			return b.peers.Offsets(ctx, ps)
-		})
-	}
-	pg.ZKEvery, pg.Truncated = groups.ZKOffsetsEvery, b.committed.ZKTruncated()
-	pg.MaxGroups, pg.MaxReads = groups.ZKOffsetsMaxGroups, groups.ZKOffsetsMaxReads
-	return pg
+	return httpapi.BuildGroupsPage(v, httpapi.GroupsPageSource{
+		Groups: h.Groups(v), Lags: b.lagsNow(), ZooKeeper: b.config().ZooKeeper.Enabled(), ZK: b.zkRead(),
+		Self: b.config().BrokerID, PeerOffsets: b.peers.Offsets, ZKTruncated: b.committed.ZKTruncated,
+	})
 }
 
 // lagsNow is each group's lag in bytes on a topic now (by group and

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/security"
 )
 
 // The dashboard pages whose data the broker assembles from more than one
@@ -182,6 +185,66 @@ func ClusterPageOf(c ClusterInfo) ClusterPage {
 		v.ZKRoot = *c.ZooKeeperRoot
 	}
 	return v
+}
+
+// ClusterPageSource is what the cluster page reads: the broker's place in
+// its cluster (Backend.Cluster), its replication setting, the slave's and
+// the sync master's status lines when it is one (nil when not), and, in
+// cluster mode, the registry's read and the lag here of the groups it
+// holds.
+type ClusterPageSource struct {
+	Cluster     ClusterInfo
+	Replication string
+	Slave, Sync func(kv func(k string, v any))
+	ZK          func() ZKRead
+	Lags        func() map[[2]string]int64
+}
+
+// BuildClusterPage is the cluster page's data.
+func BuildClusterPage(src ClusterPageSource) ClusterPage {
+	v := ClusterPageOf(src.Cluster)
+	v.Replication = src.Replication
+	if src.Slave != nil {
+		v.Slave = KVLines(src.Slave)
+	}
+	if src.Sync != nil {
+		v.Sync = KVLines(src.Sync)
+	}
+	if v.Mode == "cluster" {
+		v.ZK = ReadCluster(src.ZK(), src.Lags) // with the lag here of the groups it holds
+	}
+	return v
+}
+
+// GroupsPageSource is what the groups page reads: the groups v may see
+// (Backend.Groups), the lag of each on the open topics here, whether the
+// broker runs in cluster mode and the registry's read, this broker's id,
+// the peers' max offsets (for the lag on other brokers) and whether the
+// offset store's reads of ZooKeeper's groups were cut short.
+type GroupsPageSource struct {
+	Groups      []*GroupEntry
+	Lags        map[[2]string]int64
+	ZooKeeper   bool
+	ZK          ZKRead
+	Self        int
+	PeerOffsets func(ctx context.Context, ps []PeerBroker) map[int]PeerOffsets
+	ZKTruncated func() bool
+}
+
+// BuildGroupsPage is the groups page's data for v (zkread.go, with the
+// lag on other brokers: remotelag.go).
+func BuildGroupsPage(v security.Viewer, src GroupsPageSource) GroupsPage {
+	pg := GroupsPageOf(v, src.Groups, src.Lags, src.ZooKeeper, src.ZK)
+	if pg.ZooKeeper && pg.ZKErr == "" {
+		pg.AddRemoteLag(v, src.Self, func(ps []PeerBroker) map[int]PeerOffsets {
+			ctx, cancel := context.WithTimeout(context.Background(), RemoteLagWait)
+			defer cancel()
+			return src.PeerOffsets(ctx, ps)
+		})
+	}
+	pg.ZKEvery, pg.Truncated = groups.ZKOffsetsEvery, src.ZKTruncated()
+	pg.MaxGroups, pg.MaxReads = groups.ZKOffsetsMaxGroups, groups.ZKOffsetsMaxReads
+	return pg
 }
 
 // remoteLag is a topic's lag on other brokers, for a group's page.
