@@ -24,6 +24,14 @@ import (
 // (go-plugin's helper-process pattern).
 const helperEnv = "METAQ_TXN_TEST_PLUGIN"
 
+// helperEnvs is the plugin's environment: helperEnv=file and the test's
+// $GORACE (the plugin host passes on no other variable), so that a plugin
+// process exits as the test binary does (make test: atexit_sleep_ms=0, not
+// the race detector's 1 s sleep at every exit of a plugin).
+func helperEnvs() []string {
+	return []string{helperEnv + "=file", "GORACE=" + os.Getenv("GORACE")}
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "file" {
 		txn.Serve(file.New())
@@ -45,7 +53,7 @@ func openRemote(t testing.TB, path string, sup *host.Supervisor) txn.Coordinator
 	c, err := txn.Open(ctx, txn.OpenOptions{
 		Name:       "test-file",
 		Config:     map[string]string{"path": path},
-		Plugin:     &host.Spec{Path: os.Args[0], Env: []string{helperEnv + "=file"}},
+		Plugin:     &host.Spec{Path: os.Args[0], Env: helperEnvs()},
 		Supervisor: sup,
 		Logger:     quietLogger(),
 	})
@@ -87,7 +95,7 @@ func TestOpenErrors(t *testing.T) {
 	require.ErrorIs(t, err, plugins.ErrWrongKind)
 	// A bad config crosses the process boundary as ErrBadConfig.
 	_, err = txn.Open(context.Background(), txn.OpenOptions{Name: "bad", Config: map[string]string{"nope": "1"},
-		Plugin: &host.Spec{Path: os.Args[0], Env: []string{helperEnv + "=file"}}, Logger: quietLogger()})
+		Plugin: &host.Spec{Path: os.Args[0], Env: helperEnvs()}, Logger: quietLogger()})
 	require.ErrorIs(t, err, txn.ErrBadConfig)
 	require.ErrorContains(t, err, `"path"`)
 }
