@@ -25,7 +25,6 @@ import (
 	"github.com/metaq-go/metaq/core/diskwatch"
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
-	"github.com/metaq-go/metaq/core/idem"
 	"github.com/metaq-go/metaq/core/index"
 	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
@@ -66,15 +65,10 @@ type Options struct {
 
 // Broker is one metaq-go broker.
 type Broker struct {
-	// idem holds the partitions' idempotent-producer tables (idem.go):
-	// *store.Log -> *idemPart.
-	idem sync.Map
-	// idemBudgetV bounds all the tables' memory (idempotent_memory),
-	// made once by idemBudget.
-	// The delayed puts' tables are in idem too, keyed by delayIdemKey
-	// (delay.go).
-	idemBudgetOnce sync.Once
-	idemBudgetV    *idem.Budget
+	// idem holds the idempotent-producer tables (idem.go): a
+	// partition's keyed by its *store.Log, the delayed puts' to it by
+	// delayIdemKey (delay.go).
+	idem *partition.IdemTables
 	// delay is the timer of delayed messages (delay.go).
 	delay *timer.Service
 	// timerKeep keeps the timer log's retention off pending delayed
@@ -243,6 +237,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 		budget:  budget.New(cfg.MaxBufferedBytes),
 	}
 	b.cfgp.Store(cfg)
+	b.idem = b.newIdemTables() // idem.go
 	b.peers.Dialer = func() repl.Dialer { return repl.DialerFromConf(b.config(), b.knobs.replAddr) }
 	b.startCtx, b.startCancel = context.WithCancel(context.Background())
 	b.initLogging(cfg)

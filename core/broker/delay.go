@@ -141,7 +141,7 @@ func (c *conn) delayIdemBegin(w *delayWaiter, topic string, tl, l *store.Log, p 
 		c.putFail(opaque, "delayed message: no partition "+strconv.Itoa(int(p)))
 		return false
 	}
-	t := b.idemEpoch(b.idemPartOf(delayIdemKey{l}, l))
+	t := b.idem.Table(b.idem.Part(delayIdemKey{l}, l))
 	tk, res, err := timer.BeginIdem(t, tl, topic, p, ps.id, ps.seq, b.logf)
 	switch {
 	case err != nil:

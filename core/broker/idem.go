@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/metaq-go/metaq/core/idem"
@@ -30,62 +29,36 @@ type producerSeq struct {
 	only bool
 }
 
-// idemPart is a partition's table and the failover epoch it describes.
-type idemPart struct {
-	l     *store.Log
-	t     *idem.Table
-	epoch atomic.Int64
-}
-
-// idemTable returns partition p's (l's) table, made on first use with the
-// configured bounds and kept in t.pc[p] too, so that the put path finds
-// it without the map. With failover, a table built under another epoch is
-// reset first: this broker was a slave (or fenced) meanwhile, and its log
-// changed under the table (a promotion always takes a new epoch).
+// idemTable returns partition p's (l's) table (b.idem's, made on first
+// use) and keeps it in t.pc[p] too, so that the put path finds it without
+// the map; with failover it is reset first when it was built under
+// another epoch (partition.IdemTables).
 func (b *Broker) idemTable(t *topic, p int32, l *store.Log) *idem.Table {
 	pc := &t.pc[p]
 	ip := pc.idem.Load()
-	if ip == nil || ip.l != l {
-		ip = b.idemPartOf(l, l)
+	if ip == nil || ip.Log() != l {
+		ip = b.idem.Part(l, l)
 		pc.idem.Store(ip)
 	}
-	return b.idemEpoch(ip)
+	return b.idem.Table(ip)
 }
 
-// idemPartOf returns the table kept in b.idem under key (a partition's
-// log, or a delayIdemKey) for log l, made on first use with the
-// configured bounds.
-func (b *Broker) idemPartOf(key any, l *store.Log) *idemPart {
-	v, ok := b.idem.Load(key)
-	if !ok {
+// newIdemTables makes b.idem: its tables' bounds from the configuration
+// when each is made, failover's epoch.
+func (b *Broker) newIdemTables() *partition.IdemTables {
+	return partition.NewIdemTables(func() idem.Config {
 		cfg := b.config()
-		v, _ = b.idem.LoadOrStore(key, &idemPart{l: l, t: idem.NewTable(idem.Config{
+		return idem.Config{
 			MaxProducers: cfg.IdempotentProducers,
 			IdleExpiry:   time.Duration(cfg.IdempotentIdleExpiry) * time.Second,
 			RebuildBytes: cfg.IdempotentRebuildBytes,
-			Budget:       b.idemBudget(),
-		})})
-	}
-	return v.(*idemPart)
-}
-
-// idemEpoch returns ip's table, reset first, with failover, when it was
-// built under another epoch.
-func (b *Broker) idemEpoch(ip *idemPart) *idem.Table {
-	if b.fo != nil {
-		e := b.fo.Status().Epoch
-		if old := ip.epoch.Load(); old != e && ip.epoch.CompareAndSwap(old, e) {
-			ip.t.Reset()
 		}
-	}
-	return ip.t
-}
-
-// idemBudget returns the broker's bound on all the tables' memory
-// (idempotent_memory), made on first use.
-func (b *Broker) idemBudget() *idem.Budget {
-	b.idemBudgetOnce.Do(func() { b.idemBudgetV = idem.NewBudget(b.config().IdempotentMemory) })
-	return b.idemBudgetV
+	}, func() int64 { return b.config().IdempotentMemory }, func() (int64, bool) {
+		if b.fo == nil {
+			return 0, false
+		}
+		return b.fo.Status().Epoch, true
+	})
 }
 
 // idemTick is how often idemClockLoop advances the tables' clocks.
@@ -102,10 +75,7 @@ func (b *Broker) idemClockLoop() {
 		case <-b.done:
 			return
 		case now := <-tk.C:
-			b.idem.Range(func(_, v any) bool {
-				v.(*idemPart).t.Tick(now)
-				return true
-			})
+			b.idem.Tick(now)
 		}
 	}
 }
@@ -113,12 +83,7 @@ func (b *Broker) idemClockLoop() {
 // forgetIdem drops the tables of logs that closed (a deleted topic).
 func (b *Broker) forgetIdem(logs []*store.Log) {
 	for _, l := range logs {
-		if v, ok := b.idem.LoadAndDelete(l); ok {
-			v.(*idemPart).t.Release()
-		}
-		if v, ok := b.idem.LoadAndDelete(delayIdemKey{l}); ok { // delay.go
-			v.(*idemPart).t.Release()
-		}
+		b.idem.Forget(l, delayIdemKey{l}) // delay.go
 	}
 }
 

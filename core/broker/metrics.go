@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/httpapi"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -24,7 +25,7 @@ type partCounters struct {
 	// here by the put path before the broker's map. Set once, read by
 	// every idempotent put: it has a cache line of its own, not the one
 	// the counters below, written by every put, keep moving between cores.
-	idem atomic.Pointer[idemPart]
+	idem atomic.Pointer[partition.IdemPart]
 	_    [56]byte
 
 	msgsIn, bytesIn, bytesOut, gets atomic.Int64

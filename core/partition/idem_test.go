@@ -66,3 +66,43 @@ func TestBeginIdem(t *testing.T) {
 		t.Fatalf("rebuilt %d times", logs)
 	}
 }
+
+// TestIdemTables: a table is made once per key with the configured
+// bounds under the tables' budget, reset when the failover epoch changed
+// since its last use, and released by Forget.
+func TestIdemTables(t *testing.T) {
+	l, err := store.Open(filepath.Join(t.TempDir(), "t-0"), store.Options{IDs: store.NewIDWorker(1, time.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	epoch, confs := int64(1), 0
+	ts := NewIdemTables(func() idem.Config {
+		confs++
+		return idem.Config{MaxProducers: 4, IdleExpiry: time.Hour, RebuildBytes: 1 << 20}
+	}, func() int64 { return 1 << 20 }, func() (int64, bool) { return epoch, true })
+	type delayKey struct{ l *store.Log }
+	ip := ts.Part(l, l)
+	if ip.Log() != l || ts.Part(l, l) != ip || ts.Part(delayKey{l}, l) == ip || confs != 2 {
+		t.Fatalf("parts: %d configs", confs)
+	}
+	tab := ts.Table(ip)
+	if c := tab.Config(); c.MaxProducers != 4 || c.Budget != ts.Budget() {
+		t.Fatalf("%+v", c)
+	}
+	if err := tab.Build(time.Now(), func() (func() (idem.Record, bool), error) { return idem.Feed(nil), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !ts.Table(ip).Built() {
+		t.Fatal("reset in the same epoch")
+	}
+	epoch = 2
+	if ts.Table(ip).Built() {
+		t.Fatal("not reset in a new epoch")
+	}
+	ts.Tick(time.Now())
+	ts.Forget(l, delayKey{l})
+	if ts.Part(l, l) == ip || confs != 3 {
+		t.Fatal("not forgotten")
+	}
+}
