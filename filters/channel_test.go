@@ -335,7 +335,7 @@ func launch(t *testing.T, which string) *host.Plugin {
 		t.Fatal(err)
 	}
 	p, err := LaunchPlugin(sup, host.Spec{Kind: plugins.KindFilter, Name: "chan-" + which, Path: exe,
-		Args: []string{"-test.run=^$"}, Env: []string{"METAQ_FILTERS_TEST_PLUGIN=" + which}})
+		Args: []string{"-test.run=^$"}, Env: []string{"METAQ_FILTERS_TEST_PLUGIN=" + which, "GORACE=" + os.Getenv("GORACE")}})
 	if err != nil {
 		t.Fatal(err)
 	}

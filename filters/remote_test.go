@@ -114,7 +114,7 @@ func launchHelper(tb testing.TB, which string) (*host.Supervisor, *host.Plugin) 
 	}
 	p, err := filters.LaunchPlugin(sup, host.Spec{
 		Kind: plugins.KindFilter, Name: "helper-" + which, Path: exe,
-		Args: []string{"-test.run=^$"}, Env: []string{helperEnv + "=" + which},
+		Args: []string{"-test.run=^$"}, Env: []string{helperEnv + "=" + which, "GORACE=" + os.Getenv("GORACE")},
 	})
 	if err != nil {
 		tb.Fatalf("launch helper %s: %v", which, err)

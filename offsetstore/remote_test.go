@@ -102,7 +102,7 @@ func openRemote(t testing.TB, sup *host.Supervisor, kind string, config map[stri
 	s, err := offsetstore.Open(ctx, offsetstore.OpenOptions{
 		Name:       "test-" + kind,
 		Config:     config,
-		Plugin:     &host.Spec{Kind: plugins.KindOffsetStore, Path: os.Args[0], Env: []string{helperEnv + "=" + kind}},
+		Plugin:     &host.Spec{Kind: plugins.KindOffsetStore, Path: os.Args[0], Env: []string{helperEnv + "=" + kind, "GORACE=" + os.Getenv("GORACE")}},
 		Supervisor: sup,
 	})
 	require.NoError(t, err)
@@ -131,7 +131,7 @@ func TestRemoteBadConfigCrossesBoundary(t *testing.T) {
 	_, err := offsetstore.Open(context.Background(), offsetstore.OpenOptions{
 		Name:       "bad",
 		Config:     map[string]string{"nope": "1"},
-		Plugin:     &host.Spec{Path: os.Args[0], Env: []string{helperEnv + "=file"}},
+		Plugin:     &host.Spec{Path: os.Args[0], Env: []string{helperEnv + "=file", "GORACE=" + os.Getenv("GORACE")}},
 		Supervisor: sup,
 	})
 	require.ErrorIs(t, err, offsetstore.ErrBadConfig)

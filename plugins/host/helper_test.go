@@ -92,7 +92,7 @@ func runHost() {
 	}
 	s := NewSupervisor(Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "plugins", Level: hclog.Debug, Output: out})})
 	exe, _ := os.Executable()
-	p, err := s.Launch(Spec{Kind: plugins.KindSelector, Name: "child", Path: exe, Env: []string{envRole + "=plugin"}}, &testPlugin{})
+	p, err := s.Launch(Spec{Kind: plugins.KindSelector, Name: "child", Path: exe, Env: []string{envRole + "=plugin", raceEnv()}}, &testPlugin{})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)

@@ -45,13 +45,19 @@ func newSup(t *testing.T, opts Options) (*Supervisor, *syncBuffer) {
 	return s, logs
 }
 
-// selfSpec runs the test binary as a selector plugin.
+// selfSpec runs the test binary as a selector plugin, with the test's
+// $GORACE configured (the host passes on no other variable), so that the
+// plugin process exits as the test binary does (make test:
+// atexit_sleep_ms=0, not the race detector's 1 s sleep at every exit).
 func selfSpec(t *testing.T, name string, env ...string) Spec {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	return Spec{Kind: plugins.KindSelector, Name: name, Path: exe, Env: append([]string{envRole + "=plugin"}, env...)}
+	return Spec{Kind: plugins.KindSelector, Name: name, Path: exe, Env: append([]string{envRole + "=plugin", raceEnv()}, env...)}
 }
+
+// raceEnv is GORACE=$GORACE, for the plugins the tests start.
+func raceEnv() string { return "GORACE=" + os.Getenv("GORACE") }
 
 // echo calls the plugin's Echo with a timeout.
 func echo(t *testing.T, p *Plugin, in string) (string, error) {
@@ -388,6 +394,7 @@ func TestEnvAllowList(t *testing.T) {
 	for k := range env {
 		switch {
 		case k == "PATH", k == "HOME", k == "LANG", k == "METAQ_CONFIGURED", k == envRole,
+			k == "GORACE", // configured by selfSpec
 			k == plugins.Handshake.MagicCookieKey, strings.HasPrefix(k, "PLUGIN_"):
 		default:
 			t.Errorf("plugin environment has %s, which is neither allowed nor configured", k)
