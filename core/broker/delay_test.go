@@ -334,21 +334,31 @@ func TestSyncPairDelayedDelivery(t *testing.T) {
 		_, err := cl.ProduceSync(ctx, &message.Message{Topic: "t", Body: []byte("after")})
 		require.NoError(t, err)
 	}
-	bytesOf := func(l *store.Log) []byte {
-		v, err := l.Read(l.MinOffset(), 1<<20)
-		if err != nil {
-			return nil
-		}
-		b, _ := v.ReadAll(nil)
-		v.Release()
-		return b
-	}
 	st, err := slave.lookup([]byte("t"), false)
 	require.NoError(t, err)
-	for p, l := range mt.parts {
-		if !assert.Eventually(t, func() bool { return string(bytesOf(l)) == string(bytesOf(st.parts[p])) }, 15*time.Second, 50*time.Millisecond,
+	requireCopiesEqual(t, mt.parts, st.parts, 15*time.Second)
+}
+
+// logBytes is what log l holds, from its start (up to 1 MiB).
+func logBytes(l *store.Log) []byte {
+	v, err := l.Read(l.MinOffset(), 1<<20)
+	if err != nil {
+		return nil
+	}
+	b, _ := v.ReadAll(nil)
+	v.Release()
+	return b
+}
+
+// requireCopiesEqual waits up to wait for each slave partition to hold
+// the bytes of the master's, and lists both copies (logDiff) if one
+// never does.
+func requireCopiesEqual(t *testing.T, master, slave []*store.Log, wait time.Duration) {
+	t.Helper()
+	for p, l := range master {
+		if !assert.Eventually(t, func() bool { return string(logBytes(l)) == string(logBytes(slave[p])) }, wait, 50*time.Millisecond,
 			"partition %d: the slave's copy equals the master's", p) {
-			t.Fatalf("partition %d differs:\n%s", p, logDiff(bytesOf(l), bytesOf(st.parts[p])))
+			t.Fatalf("partition %d differs:\n%s", p, logDiff(logBytes(l), logBytes(slave[p])))
 		}
 	}
 }
@@ -405,25 +415,11 @@ func TestSyncPairDeliveryPulledFirst(t *testing.T) {
 	proxy.Delay(0)
 	st := slave.slave.Status()
 	t.Logf("slave: %d copied by the puller, %d syncs stored, %d syncs of copied messages", st.Copied, st.Syncs, st.SyncDups)
-	bytesOf := func(l *store.Log) []byte {
-		v, err := l.Read(l.MinOffset(), 1<<20)
-		if err != nil {
-			return nil
-		}
-		b, _ := v.ReadAll(nil)
-		v.Release()
-		return b
-	}
 	mt, err := master.lookup([]byte("t"), false)
 	require.NoError(t, err)
 	stp, err := slave.lookup([]byte("t"), false)
 	require.NoError(t, err)
-	for p, l := range mt.parts {
-		if !assert.Eventually(t, func() bool { return string(bytesOf(l)) == string(bytesOf(stp.parts[p])) }, 10*time.Second, 50*time.Millisecond,
-			"partition %d: the slave's copy equals the master's", p) {
-			t.Fatalf("partition %d differs:\n%s", p, logDiff(bytesOf(l), bytesOf(stp.parts[p])))
-		}
-	}
+	requireCopiesEqual(t, mt.parts, stp.parts, 10*time.Second)
 }
 
 // logDiff lists two copies of a partition's records side by side (offset,
