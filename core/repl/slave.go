@@ -566,6 +566,31 @@ func (s *Slave) startPart(rc *RoundConn, rp *replPart) error {
 	return nil
 }
 
+// forgetFailed: a puller append to rp failed (ENOSPC, a failed log,
+// closing) and left nothing behind, so the slave's state of its log goes
+// back to what the log holds: the records are copied again, and a sync of
+// one of them is not taken for one the puller copied.
+func (s *Slave) forgetFailed(rp *replPart) {
+	sl := s.LogState(rp.l)
+	sl.mu.Lock()
+	sl.lastID = rp.l.LastID()
+	sl.end = rp.l.MaxOffset()
+	sl.mu.Unlock()
+}
+
+// abandonRound waits for a round's appends when the round ends early (the
+// connection failed, a bad reply) and forgets the failed ones as the
+// round's end would: else the slave's state would count their records
+// as present.
+func (s *Slave) abandonRound(live []*replPart, wg *roundWaiter) {
+	wg.wait()
+	for i, rp := range live {
+		if res := &wg.res[i]; res.n > 0 && res.err != nil {
+			s.forgetFailed(rp)
+		}
+	}
+}
+
 // round asks every partition's end and next records of the master,
 // appends what came and waits for the appends. got reports whether any
 // record was copied.
@@ -609,12 +634,12 @@ func (s *Slave) round(rc *RoundConn) (got bool, err error) {
 	for range 2 * len(live) {
 		r, err := rc.next()
 		if err != nil {
-			wg.wait()
+			s.abandonRound(live, wg)
 			return false, err
 		}
 		i := int(r.Opaque / 2)
 		if r.Opaque < 0 || i >= len(live) {
-			wg.wait()
+			s.abandonRound(live, wg)
 			return false, fmt.Errorf("reply with unknown opaque %d", r.Opaque)
 		}
 		rp := live[i]
@@ -626,7 +651,7 @@ func (s *Slave) round(rc *RoundConn) (got bool, err error) {
 		}
 		entries, err = s.apply(rp, r, entries[:0], wg, i)
 		if err != nil {
-			wg.wait()
+			s.abandonRound(live, wg)
 			return false, err
 		}
 	}
@@ -641,12 +666,7 @@ func (s *Slave) round(rc *RoundConn) (got bool, err error) {
 		}
 		if res.n > 0 {
 			if res.err != nil { // ENOSPC, a failed log, closing: retried next round
-				// The failed records left nothing behind: copy them again.
-				sl := s.LogState(rp.l)
-				sl.mu.Lock()
-				sl.lastID = rp.l.LastID()
-				sl.end = rp.l.MaxOffset()
-				sl.mu.Unlock()
+				s.forgetFailed(rp)
 				key := rp.topic + "#" + strconv.Itoa(int(rp.p))
 				if msg := "append: " + res.err.Error(); s.warned[key] != msg {
 					s.warned[key] = msg
