@@ -75,7 +75,7 @@ func helperPlugin(tb testing.TB, name, which string) conf.Plugin {
 	exe, err := os.Executable()
 	require.NoError(tb, err)
 	return conf.Plugin{Kind: conf.PluginKindFilter, Name: name, Path: exe,
-		Args: []string{"-test.run=^$"}, Env: []string{helperEnv + "=" + which}}
+		Args: []string{"-test.run=^$"}, Env: []string{helperEnv + "=" + which, "GORACE=" + os.Getenv("GORACE")}}
 }
 
 type logBuf struct {

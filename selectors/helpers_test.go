@@ -56,7 +56,7 @@ func helperSpec(t testing.TB, impl string, env ...string) *selectors.Plugin {
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	return &selectors.Plugin{Name: "helper-" + impl, Path: exe,
-		Env: append([]string{helperEnv + "=" + impl}, env...)}
+		Env: append([]string{helperEnv + "=" + impl, "GORACE=" + os.Getenv("GORACE")}, env...)}
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
