@@ -88,7 +88,20 @@ func newTornFixture(t *testing.T) *tornFixture {
 	for g := range 24 {
 		wg.Go(func() { put(g%tornParts, 100+g, &fx.pending) })
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Every put queued in its log (a fixed sleep was too short under
+	// load: the round held next then had one record, not enough to reach
+	// past the lost page), then a moment for the last to reach the journal.
+	appends := func() (n int64) {
+		for _, l := range logs {
+			n += l.Stats().Appends
+		}
+		return n
+	}
+	for deadline := time.Now().Add(10 * time.Second); appends() < 30+1+24; {
+		require.True(t, time.Now().Before(deadline), "the puts were not queued: %d appends", appends())
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
 	close(queued)
 	// Wait until the committer has staged what it can (its slots are
 	// taken or every put is staged): the journal stops growing.

@@ -515,13 +515,30 @@ func abs(x int64) int64 {
 // cuts the new last segment's torn end as after any crash. Any other break
 // (an overlap, a gap inside what the journal vouches for, a log without a
 // journal or in truncate mode) is left for the chain check to refuse.
+//
+// Without a trust point (a partition whose replayed end no checkpoint
+// recorded since: a restart that replayed its records and was killed
+// before its next checkpoint), the later segments are removed only when
+// every one is empty: a roll creates the next segment's file as soon as
+// the journaled tail before it, held in memory until a checkpoint writes
+// it, passes the threshold, so a crash before that round's journal write
+// leaves the new, empty file behind a segment that never got the bytes.
+// Removing empty files loses nothing; a later segment with bytes is left
+// for the chain check to refuse.
 func (l *Log) dropPastGap(prev *segment, later []int64) (mended bool, err error) {
 	end := prev.end()
 	if l.j == nil || l.recovery != RecoverQuarantine || end > later[0] {
 		return false, nil
 	}
 	t, ok := l.j.peekTrusted(l.jname)
-	if !ok || t.end > end {
+	if !ok {
+		empty, err := l.allEmpty(later)
+		if err != nil || !empty {
+			return false, err
+		}
+		t.end = end
+	}
+	if t.end > end {
 		return false, nil
 	}
 	for _, start := range later {
@@ -533,8 +550,29 @@ func (l *Log) dropPastGap(prev *segment, later []int64) (mended bool, err error)
 	if err := l.syncDir(); err != nil {
 		return false, err
 	}
+	if !ok {
+		l.logf("store: %s: removed %d empty segment(s) from %s on: %s ends at %d, a gap of %d bytes before them "+
+			"(a crash kept a roll but not the journaled end before it, which no journal record holds; nothing there was acknowledged)",
+			l.dir, len(later), segmentName(later[0]), filepath.Base(prev.path), end, later[0]-end)
+		return true, nil
+	}
 	l.logf("store: %s: removed %d segment(s) from %s on: %s ends at %d, a gap of %d bytes before them, "+
 		"past the journal's durable end %d (a power cut kept a roll but not the unsynced end before it; nothing there was acknowledged)",
 		l.dir, len(later), segmentName(later[0]), filepath.Base(prev.path), end, later[0]-end, t.end)
+	return true, nil
+}
+
+// allEmpty reports whether the segment files starting at starts are all
+// empty.
+func (l *Log) allEmpty(starts []int64) (bool, error) {
+	for _, start := range starts {
+		fi, err := os.Stat(filepath.Join(l.dir, segmentName(start)))
+		if err != nil {
+			return false, fmt.Errorf("store: stat segment: %w", err)
+		}
+		if fi.Size() != 0 {
+			return false, nil
+		}
+	}
 	return true, nil
 }

@@ -429,7 +429,8 @@ func TestAppendsOutwaitStalledCheckpoint(t *testing.T) {
 // the journal's durable end nothing was acknowledged: the log opens, the
 // later segment is removed with one line saying why, every acknowledged
 // record reads back and appends go on. A gap inside what the journal
-// vouches for is still refused.
+// vouches for is still refused. Without a trust point, only empty later
+// segments are removed.
 func TestPowerCutGapAfterRoll(t *testing.T) {
 	t.Parallel()
 	src := t.TempDir()
@@ -486,6 +487,37 @@ func TestPowerCutGapAfterRoll(t *testing.T) {
 		}
 		mustAppend(t, lo, []byte("after the cut"))
 		require.Len(t, readAllRecords(t, lo, 1<<20), len(datas)+1)
+	})
+
+	// Not vouched for: the journal holds no trust point for the partition
+	// (a fresh journal here; in TestTxPowerCutMidRound, a restart that
+	// replayed its records was killed before its next checkpoint, so the
+	// recovery checkpoints after it named it nowhere). An empty later
+	// segment is a roll whose journaled end before it never reached the
+	// disk: removed. One with bytes is still refused.
+	untrusted := func(gapBytes int) (string, string) {
+		dir := filepath.Join(t.TempDir(), "untrusted")
+		require.NoError(t, os.CopyFS(filepath.Join(dir, partName(0)), os.DirFS(filepath.Join(src, partName(0)))))
+		gapSeg := filepath.Join(dir, partName(0), segmentName(end+20980))
+		require.NoError(t, os.WriteFile(gapSeg, bytes.Repeat([]byte{'z'}, gapBytes), 0o644))
+		return dir, gapSeg
+	}
+	t.Run("an empty roll, not vouched for", func(t *testing.T) {
+		dir, gapSeg := untrusted(0)
+		lo, lines, err := open(dir)
+		require.NoError(t, err)
+		require.Contains(t, lines.String(), "removed 1 empty segment(s) from "+segmentName(end+20980))
+		require.NoFileExists(t, gapSeg)
+		require.Equal(t, end, lo.MaxOffset())
+		require.Len(t, readAllRecords(t, lo, 1<<20), len(datas))
+		mustAppend(t, lo, []byte("after the cut"))
+		require.Len(t, readAllRecords(t, lo, 1<<20), len(datas)+1)
+	})
+	t.Run("a roll with bytes, not vouched for", func(t *testing.T) {
+		dir, gapSeg := untrusted(3000)
+		_, _, err := open(dir)
+		require.ErrorIs(t, err, ErrBrokenChain)
+		require.FileExists(t, gapSeg)
 	})
 
 	t.Run("inside vouched-for data", func(t *testing.T) {
