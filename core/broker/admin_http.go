@@ -32,9 +32,7 @@ func (b *Broker) groupAdmin() groups.Admin {
 
 // topicOpen says whether topic is open here.
 func (b *Broker) topicOpen(topic string) bool {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.topics[topic] != nil
+	return b.topics.Get(topic) != nil
 }
 
 // applyReset writes plan through the offset store, for a (audited as a

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -90,12 +89,10 @@ type Broker struct {
 	pluginLog             *slog.Logger
 	ids                   *store.IDWorker
 
-	mu     sync.RWMutex
-	topics map[string]*topic
-	names  []string // sorted topic names
-	// opening holds the topics whose partitions are being opened (without
-	// mu); a second opener of the same topic waits for the first.
-	opening map[string]*topicOpen
+	// mu guards reg and the configuration's writers.
+	mu sync.RWMutex
+	// topics are the open topics (core/partition Topics).
+	topics *partition.Topics[topic]
 
 	ln      net.Listener // plaintext; nil when port = 0 with TLS on
 	tlsLn   net.Listener // TLS (tls.go); nil without [tls]
@@ -186,14 +183,6 @@ type Broker struct {
 	peers httpapi.PeerReader
 }
 
-// topicOpen is one open of a topic in progress: done is closed when t or
-// err is set.
-type topicOpen struct {
-	done chan struct{}
-	t    *topic
-	err  error
-}
-
 type topic struct {
 	name string
 	// cfgp is the topic's settings; Reload swaps them (accept_*, stat,
@@ -226,15 +215,14 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 		opts.WriteTimeout = 30 * time.Second
 	}
 	b := &Broker{
-		opts:    opts,
-		knobs:   k,
-		ids:     store.NewIDWorker(cfg.BrokerID, nil),
-		topics:  make(map[string]*topic),
-		opening: make(map[string]*topicOpen),
-		conns:   make(map[*conn]struct{}),
-		done:    make(chan struct{}),
-		start:   time.Now(),
-		budget:  budget.New(cfg.MaxBufferedBytes),
+		opts:   opts,
+		knobs:  k,
+		ids:    store.NewIDWorker(cfg.BrokerID, nil),
+		topics: partition.NewTopics[topic](),
+		conns:  make(map[*conn]struct{}),
+		done:   make(chan struct{}),
+		start:  time.Now(),
+		budget: budget.New(cfg.MaxBufferedBytes),
 	}
 	b.cfgp.Store(cfg)
 	b.idem = b.newIdemTables() // idem.go
@@ -332,57 +320,30 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 }
 
 // openTopic returns a topic, opening its partition logs (crash recovery,
-// file I/O) first if it is not open yet. The open runs without b.mu, so
-// lookups of other topics, and opens of them, go on meanwhile; concurrent
-// opens of the same topic wait for one open and share its outcome. A
-// failed open is not remembered: the next lookup tries again.
+// file I/O) first if it is not open yet (partition.Topics.Open: other
+// topics go on meanwhile, concurrent opens share one). A topic opened
+// here is registered in ZooKeeper (cluster mode).
 func (b *Broker) openTopic(name string) (*topic, error) {
-	b.mu.RLock()
-	t := b.topics[name]
-	b.mu.RUnlock()
-	if t != nil {
-		return t, nil
+	var tc conf.TopicConfig
+	t, opened, err := b.topics.Open(name, func() error {
+		var ok bool
+		if tc, ok = b.config().TopicConfig(name); !ok {
+			return partition.ErrNoTopic
+		}
+		return nil
+	}, func() (*topic, error) { return b.openPartitions(name, tc) }, func(t *topic) { t.close() })
+	if errors.Is(err, partition.ErrTopicsClosed) {
+		return nil, errBrokerClosed
 	}
-	b.mu.Lock()
-	if t := b.topics[name]; t != nil {
-		b.mu.Unlock()
-		return t, nil
-	}
-	if op := b.opening[name]; op != nil {
-		b.mu.Unlock()
-		<-op.done
-		return op.t, op.err
-	}
-	tc, ok := b.config().TopicConfig(name)
-	if !ok {
-		b.mu.Unlock()
-		return nil, partition.ErrNoTopic
-	}
-	op := &topicOpen{done: make(chan struct{})}
-	b.opening[name] = op
-	b.mu.Unlock()
-
-	t, err := b.openPartitions(name, tc)
-
-	b.mu.Lock()
-	delete(b.opening, name)
-	if err == nil && b.closed.Load() {
-		// Close has run closeStores, or will after we unlock: either way
-		// it must not miss these logs, and the topic is not published.
-		t.close()
-		t, err = nil, errBrokerClosed
-	}
-	if err == nil {
-		b.topics[name] = t
-		if b.reg != nil && name != conf.TimerTopic { // internal: not for clients
+	if opened && name != conf.TimerTopic { // internal: not for clients
+		// After the publish: openRegistry, under b.mu, lists the topics
+		// before it sets b.reg, so the topic is in its list or seen here.
+		b.mu.RLock()
+		if b.reg != nil {
 			b.reg.AddTopic(registry.TopicOf(tc))
 		}
-		b.names = append(b.names, name)
-		sort.Strings(b.names)
+		b.mu.RUnlock()
 	}
-	b.mu.Unlock()
-	op.t, op.err = t, err
-	close(op.done)
 	return t, err
 }
 
@@ -426,10 +387,7 @@ var errBrokerClosed = errors.New("broker closed")
 
 // lookup returns a topic by name, creating it if auto-creation is on.
 func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
-	b.mu.RLock()
-	t := b.topics[string(name)]
-	b.mu.RUnlock()
-	if t != nil {
+	if t := b.topics.GetBytes(name); t != nil {
 		return t, nil
 	}
 	if string(name) == conf.TimerTopic { // delay.go: opened on first use, a sync slave's too (clients are refused by its accept_*)
@@ -446,9 +404,7 @@ func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
 
 // openParts is the partitions of topic name when it is open, else nil.
 func (b *Broker) openParts(name string) []*store.Log {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if t := b.topics[name]; t != nil {
+	if t := b.topics.Get(name); t != nil {
 		return t.parts
 	}
 	return nil
@@ -695,25 +651,15 @@ func (b *Broker) applyRetention(now time.Time) {
 }
 
 // topicList returns the topics sorted by name.
-func (b *Broker) topicList() []*topic {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	out := make([]*topic, 0, len(b.names))
-	for _, n := range b.names {
-		out = append(out, b.topics[n])
-	}
-	return out
-}
+func (b *Broker) topicList() []*topic { return b.topics.List() }
 
 func (b *Broker) closeStores() error {
 	if b.txm != nil {
 		b.txm.Wait() // its commits have handed their batches to the logs
 	}
 	b.indexes.Close() // its goroutines read the logs
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var errs []error
-	for _, t := range b.topics {
+	for _, t := range b.topics.Close() {
 		errs = append(errs, t.close())
 	}
 	if b.txm != nil {

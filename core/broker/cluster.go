@@ -29,8 +29,8 @@ func (b *Broker) openRegistry() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var topics []registry.Topic
-	for _, n := range b.names {
-		topics = append(topics, registry.TopicOf(*b.topics[n].conf()))
+	for _, t := range b.topics.List() { // openTopic registers the later ones
+		topics = append(topics, registry.TopicOf(*t.conf()))
 	}
 	o := registry.FromConf(b.config()) // [zookeeper], broker and slave ids
 	o.URI = registry.ListenerURI("meta", host, b.ln)

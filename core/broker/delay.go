@@ -182,9 +182,7 @@ func (h timerHost) Delivering() bool {
 func (h timerHost) TimerLog(i int) (*store.Log, string, error) {
 	b := h.b
 	tc := b.config().TimerTopicConfig()
-	b.mu.RLock()
-	tt := b.topics[conf.TimerTopic]
-	b.mu.RUnlock()
+	tt := b.topics.Get(conf.TimerTopic)
 	if tt == nil || i >= len(tt.parts) {
 		return nil, "", timer.ErrNoLog
 	}
@@ -224,9 +222,7 @@ func (h timerHost) Append(topic string, l *store.Log, p int32, entries []store.E
 
 func (h timerHost) Delivered(topic string, p int32, n int) {
 	b := h.b
-	b.mu.RLock()
-	t := b.topics[topic]
-	b.mu.RUnlock()
+	t := b.topics.Get(topic)
 	if t != nil && int(p) < len(t.pc) {
 		t.pc[p].msgsIn.Add(int64(n))
 	}
@@ -246,9 +242,7 @@ func (c *conn) copiesTimer(r *protocol.Request) bool {
 
 // timerOpen reports whether the timer topic is open here.
 func (b *Broker) timerOpen() bool {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.topics[conf.TimerTopic] != nil
+	return b.topics.Get(conf.TimerTopic) != nil
 }
 
 // hasTimerLog reports whether the data directory holds timer partitions.

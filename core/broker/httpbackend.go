@@ -127,9 +127,7 @@ func noTopic(name string) error {
 // Topic describes topic name with its partitions.
 func (h httpBackend) Topic(name string) (httpapi.TopicInfo, error) {
 	b := h.b
-	b.mu.RLock()
-	t := b.topics[name]
-	b.mu.RUnlock()
+	t := b.topics.Get(name)
 	if t == nil {
 		return httpapi.TopicInfo{}, noTopic(name)
 	}
@@ -246,9 +244,7 @@ func (h httpBackend) DelayedPage(ctx context.Context) httpapi.DelayedPage {
 // CountMessages counts partition p of topic from offset from to its end.
 func (h httpBackend) CountMessages(topic string, p int, from int64) (int64, bool) {
 	b := h.b
-	b.mu.RLock()
-	t := b.topics[topic]
-	b.mu.RUnlock()
+	t := b.topics.Get(topic)
 	if t == nil || p < 0 || p >= len(t.parts) {
 		return 0, false
 	}

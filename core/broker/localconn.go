@@ -76,9 +76,7 @@ func (h httpBackend) DataConn(u *conf.User, remote string) (net.Conn, error) {
 // Partitions is the number of partitions of topic (0: not open here).
 func (h httpBackend) Partitions(topic string) int {
 	b := h.b
-	b.mu.RLock()
-	t := b.topics[topic]
-	b.mu.RUnlock()
+	t := b.topics.Get(topic)
 	if t == nil {
 		return 0
 	}

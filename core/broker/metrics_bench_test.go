@@ -187,7 +187,7 @@ func BenchmarkMetricsScrapeLag(b *testing.B) {
 	starts := map[string][][]int64{} // topic -> partition -> batch start offsets
 	for i := range 20 {
 		name := "t" + strconv.Itoa(i)
-		t := br.topics[name]
+		t := br.topics.Get(name)
 		for _, l := range t.parts {
 			var offs []int64
 			for range 20 {

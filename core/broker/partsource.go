@@ -13,9 +13,7 @@ type partSource struct{ b *Broker }
 var _ partition.Source = partSource{}
 
 func (s partSource) topic(name string) (*topic, error) {
-	s.b.mu.RLock()
-	t := s.b.topics[name]
-	s.b.mu.RUnlock()
+	t := s.b.topics.Get(name)
 	if t == nil {
 		return nil, partition.ErrNoTopic
 	}
@@ -45,7 +43,5 @@ func (s partSource) Partitions(name string) (int, error) {
 
 // Topics returns the topic names, sorted.
 func (s partSource) Topics() []string {
-	s.b.mu.RLock()
-	defer s.b.mu.RUnlock()
-	return append([]string(nil), s.b.names...)
+	return s.b.topics.Names()
 }

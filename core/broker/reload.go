@@ -75,7 +75,7 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	}
 	b.mu.RLock()
 	reg := b.reg
-	for _, tp := range b.topics {
+	for _, tp := range b.topics.List() {
 		tc, ok := eff.TopicConfig(tp.name)
 		if !ok { // removed from the file: keeps its settings
 			continue

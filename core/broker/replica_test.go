@@ -417,8 +417,8 @@ func TestSyncLinkFaults(t *testing.T) {
 // offset with the same last id on a and b (a master and its replica).
 func requireSameEnds(t *testing.T, a, b *Broker, topic string) {
 	t.Helper()
-	for p, l := range a.topics[topic].parts {
-		o := b.topics[topic].parts[p]
+	for p, l := range a.topics.Get(topic).parts {
+		o := b.topics.Get(topic).parts[p]
 		require.Equal(t, l.MaxOffset(), o.MaxOffset(), "partition %d", p)
 		require.Equal(t, l.LastID(), o.LastID(), "partition %d", p)
 	}

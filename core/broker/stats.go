@@ -172,9 +172,7 @@ func (b *Broker) summary(kv func(k string, v any), total int64, topics int) {
 
 // writeTopicStats answers `stats <topic>`.
 func (b *Broker) writeTopicStats(sb *strings.Builder, name string) {
-	b.mu.RLock()
-	t := b.topics[name]
-	b.mu.RUnlock()
+	t := b.topics.Get(name)
 	configured := -1
 	if tc, ok := b.topicConfig(name); ok && !b.config().AutoCreateTopics {
 		configured = tc.NumPartitions

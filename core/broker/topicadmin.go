@@ -71,9 +71,7 @@ func (h topicHost) SetTopics(topics []conf.Topic) {
 }
 
 func (h topicHost) Open(name string) (int, bool) {
-	h.b.mu.RLock()
-	t := h.b.topics[name]
-	h.b.mu.RUnlock()
+	t := h.b.topics.Get(name)
 	if t == nil {
 		return 0, false
 	}
@@ -87,19 +85,15 @@ func (h topicHost) OpenTopic(name string) error {
 
 func (h topicHost) Grow(name string, tc conf.TopicConfig) error {
 	b := h.b
-	b.mu.RLock()
-	t := b.topics[name]
-	b.mu.RUnlock()
+	t := b.topics.Get(name)
 	nt, err := b.growTopic(t, tc)
 	if err != nil {
 		return err
 	}
-	b.mu.Lock()
-	if b.topics[name] == t {
-		b.topics[name] = nt
-	}
+	b.topics.Replace(name, t, nt)
+	b.mu.RLock()
 	reg := b.reg
-	b.mu.Unlock()
+	b.mu.RUnlock()
 	if reg != nil {
 		reg.AddTopic(registry.TopicOf(tc))
 	}
@@ -133,12 +127,10 @@ func (b *Broker) growTopic(t *topic, tc conf.TopicConfig) (*topic, error) {
 
 func (h topicHost) Remove(name string) topicadmin.Removed {
 	b := h.b
-	b.mu.Lock()
-	t := b.topics[name]
-	delete(b.topics, name)
-	b.names = slices.DeleteFunc(b.names, func(n string) bool { return n == name })
+	t := b.topics.Remove(name)
+	b.mu.RLock()
 	reg := b.reg
-	b.mu.Unlock()
+	b.mu.RUnlock()
 	if reg != nil {
 		reg.RemoveTopic(name)
 	}
