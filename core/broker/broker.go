@@ -124,7 +124,7 @@ type Broker struct {
 
 	// plugins supervises the plugin processes named in server.toml.
 	plugins *host.Supervisor
-	// filters and offsets are set up by initFilters and initOffsetStore.
+	// filters and offsets are set up by initFilters and openOffsets.
 	filters filterSet
 	offsets *groups.Offsets
 	// groups are the consumer groups coordinated here (core/groups).
@@ -258,7 +258,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	gcfg := groups.FromConf(cfg)
 	gcfg.SessionTimeout = opts.GroupSessionTimeout
 	b.groups = groups.NewCoordinator(gcfg)
-	b.committed = groups.NewCommitted(groups.CommittedFromConf(cfg), b.zkSource(cfg), b.log)
+	b.committed = groups.NewCommitted(groups.CommittedFromConf(cfg), groups.ZKSourceFromConf(cfg, b.registry, partSource{b}), b.log)
 	b.disks = diskwatch.New(cfg.DiskMaxUsedRatio, b.logf)
 	b.metrics = newMetrics(b)
 	b.web.srv = b.newHTTPServer(cfg) // httpbackend.go
@@ -308,7 +308,11 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 	b.txm = txm
 	b.wireRepl() // repl.go
 	b.plugins = host.NewSupervisor(host.Options{Logger: b.pluginHCLogger()})
-	for _, step := range []func() error{b.initFilters, b.initOffsetStore} {
+	openOffsets := func() (err error) {
+		b.offsets, err = groups.OpenOffsetsFromConf(b.config(), b.plugins, b.committed)
+		return err
+	}
+	for _, step := range []func() error{b.initFilters, openOffsets} {
 		if err := step(); err != nil {
 			b.plugins.Close()
 			b.closeStores()
@@ -520,7 +524,7 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	if b.fo != nil && !b.config().IsSlave() && b.reg != nil {
 		b.fo.Start() // core/repl: the claim loop
 	}
-	b.startLagSource() // groupsglue.go
+	b.committed.Start(b.done, b.goTracked) // core/groups: saved commits, lag
 	b.wg.Add(1)
 	go b.retentionLoop()
 	b.wg.Add(1)
@@ -667,6 +671,14 @@ func (b *Broker) closeStores() error {
 	}
 	errs = append(errs, b.journals.Close())
 	return errors.Join(errs...)
+}
+
+// registry is the ZooKeeper registration, nil before Serve and in local
+// mode.
+func (b *Broker) registry() *registry.Registry {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.reg
 }
 
 // config returns the current configuration.

@@ -52,9 +52,7 @@ func (b *Broker) openRegistry() error {
 // waitRegistered waits for the first registration, at most
 // zookeeper.connection_timeout.
 func (b *Broker) waitRegistered() {
-	b.mu.RLock()
-	r := b.reg
-	b.mu.RUnlock()
+	r := b.registry()
 	if r == nil {
 		return
 	}
@@ -74,9 +72,7 @@ func (b *Broker) waitRegistered() {
 // Registered reports whether the broker is registered in ZooKeeper under
 // its current session (false in local mode).
 func (b *Broker) Registered() bool {
-	b.mu.RLock()
-	r := b.reg
-	b.mu.RUnlock()
+	r := b.registry()
 	return r != nil && r.Registered()
 }
 

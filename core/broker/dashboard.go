@@ -102,9 +102,7 @@ func (h httpBackend) GroupPage(ctx context.Context, v security.Viewer, group str
 // ZooKeeper (docs/dashboard.md; core/httpapi zkread.go); nil while not
 // connected.
 func (b *Broker) zkRead() httpapi.ZKRead {
-	b.mu.RLock()
-	reg := b.reg
-	b.mu.RUnlock()
+	reg := b.registry()
 	if reg == nil {
 		return nil
 	}

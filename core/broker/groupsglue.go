@@ -5,9 +5,7 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/groups"
-	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -162,44 +160,4 @@ func (c *conn) handleFetch(r *protocol.Request) {
 		}
 		c.replyBytes(protocol.StatusOK, protocol.AppendOffsetLines(nil, lines, true), opaque)
 	})
-}
-
-// initOffsetStore opens the offset store server.toml names (a step of New).
-func (b *Broker) initOffsetStore() error {
-	oc, err := groups.OffsetsFromConf(b.config())
-	if err != nil {
-		return err
-	}
-	o, err := groups.OpenOffsets(oc, b.plugins, b.committed)
-	if err != nil {
-		return err
-	}
-	b.offsets = o
-	return nil
-}
-
-func (b *Broker) closeOffsetStore() error {
-	if b.offsets == nil {
-		return nil
-	}
-	return b.offsets.Close()
-}
-
-// zkSource is the committed offsets' ZooKeeper reader in cluster mode
-// (nil otherwise).
-func (b *Broker) zkSource(cfg *conf.Config) groups.ZKSource {
-	if !cfg.ZooKeeper.Enabled() {
-		return nil
-	}
-	return groups.RegistrySource(cfg.BrokerID, func() *registry.Registry {
-		b.mu.RLock()
-		defer b.mu.RUnlock()
-		return b.reg
-	}, partSource{b})
-}
-
-// startLagSource starts the committed offsets (groups.Committed.Start).
-// Start calls it before accepting.
-func (b *Broker) startLagSource() {
-	b.committed.Start(b.done, b.goTracked)
 }

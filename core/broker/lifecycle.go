@@ -50,9 +50,7 @@ func (b *Broker) shutdown(ctx context.Context, drain bool) error {
 	// Unregister first, so clients stop choosing this broker; with
 	// ZooKeeper down that may take up to the registry's close timeout, so
 	// it runs while the connections drain.
-	b.mu.RLock()
-	reg := b.reg
-	b.mu.RUnlock()
+	reg := b.registry()
 	regDone := make(chan struct{})
 	go func() {
 		defer close(regDone)
@@ -86,7 +84,7 @@ func (b *Broker) shutdown(ctx context.Context, drain bool) error {
 	b.connsMu.Unlock()
 	b.wg.Wait()
 	b.committed.SaveAtClose()
-	errs := []error{b.closeFilters(), b.closeOffsetStore(), b.plugins.Close()}
+	errs := []error{b.closeFilters(), b.offsets.Close(), b.plugins.Close()}
 	errs = append(errs, b.closeStores())
 	<-regDone
 	err := errors.Join(errs...)

@@ -91,9 +91,7 @@ func (h topicHost) Grow(name string, tc conf.TopicConfig) error {
 		return err
 	}
 	b.topics.Replace(name, t, nt)
-	b.mu.RLock()
-	reg := b.reg
-	b.mu.RUnlock()
+	reg := b.registry()
 	if reg != nil {
 		reg.AddTopic(registry.TopicOf(tc))
 	}
@@ -128,9 +126,7 @@ func (b *Broker) growTopic(t *topic, tc conf.TopicConfig) (*topic, error) {
 func (h topicHost) Remove(name string) topicadmin.Removed {
 	b := h.b
 	t := b.topics.Remove(name)
-	b.mu.RLock()
-	reg := b.reg
-	b.mu.RUnlock()
+	reg := b.registry()
 	if reg != nil {
 		reg.RemoveTopic(name)
 	}

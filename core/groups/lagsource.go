@@ -156,6 +156,15 @@ func RegistrySource(brokerID int, reg func() *registry.Registry, src partition.S
 	}
 }
 
+// ZKSourceFromConf is RegistrySource of cfg's broker in cluster mode, nil
+// in local mode (no ZooKeeper).
+func ZKSourceFromConf(cfg *conf.Config, reg func() *registry.Registry, src partition.Source) ZKSource {
+	if !cfg.ZooKeeper.Enabled() {
+		return nil
+	}
+	return RegistrySource(cfg.BrokerID, reg, src)
+}
+
 // Start restores the saved commits (Restore) and starts the save loop
 // (Run) and the ZooKeeper reader (RunZK) with goFn, until done is closed.
 func (s *Committed) Start(done <-chan struct{}, goFn func(func())) {

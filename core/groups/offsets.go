@@ -96,8 +96,24 @@ func OpenOffsets(cfg OffsetsConfig, sup *host.Supervisor, committed *Committed) 
 		sem: make(chan struct{}, maxOffsetCalls)}, nil
 }
 
-// Close closes the store.
-func (o *Offsets) Close() error { return o.store.Close() }
+// OpenOffsetsFromConf opens the offset store server.toml names
+// (OffsetsFromConf, OpenOffsets).
+func OpenOffsetsFromConf(cfg *conf.Config, sup *host.Supervisor, committed *Committed) (*Offsets, error) {
+	oc, err := OffsetsFromConf(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return OpenOffsets(oc, sup, committed)
+}
+
+// Close closes the store; a nil Offsets (never opened) has nothing to
+// close.
+func (o *Offsets) Close() error {
+	if o == nil {
+		return nil
+	}
+	return o.store.Close()
+}
 
 // Name is the store's name (offset_store).
 func (o *Offsets) Name() string { return o.name }
