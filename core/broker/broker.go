@@ -33,6 +33,7 @@ import (
 	"github.com/metaq-go/metaq/core/timer"
 	"github.com/metaq-go/metaq/core/topicadmin"
 	"github.com/metaq-go/metaq/core/tx"
+	"github.com/metaq-go/metaq/internal/logx"
 	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -84,10 +85,10 @@ type Broker struct {
 	// warnf and errorf are b.log at Warn and Error.
 	warnf, errorf func(format string, args ...any)
 	log           *slog.Logger
-	// logLevel and pluginLevel are log_level and plugin_log_level.
-	logLevel, pluginLevel slog.LevelVar
-	pluginLog             *slog.Logger
-	ids                   *store.IDWorker
+	// levels are log_level and plugin_log_level (internal/logx).
+	levels    logx.Levels
+	pluginLog *slog.Logger
+	ids       *store.IDWorker
 
 	// mu guards reg and the configuration's writers.
 	mu sync.RWMutex

@@ -15,30 +15,18 @@ import (
 // bridge, host.HCLog) at plugin_log_level. Both levels are LevelVars, so
 // Reload changes them live.
 
-// initLogging sets b.log, b.logf and the plugin logger's level from cfg.
+// initLogging sets b.log, b.logf and the plugin logger at cfg's levels.
 func (b *Broker) initLogging(cfg *conf.Config) {
-	root := b.opts.LogHandler
-	switch {
-	case root != nil:
-	case b.opts.Logf != nil:
-		root = logx.PrintfHandler(b.opts.Logf)
-	default:
-		root = slog.Default().Handler()
-	}
 	b.setLogLevels(cfg)
-	b.log = slog.New(logx.Filter(root, &b.logLevel))
+	b.log, b.pluginLog = b.levels.Loggers(logx.Root(b.opts.LogHandler, b.opts.Logf))
 	b.logf = logx.Printf(b.log, slog.LevelInfo)
 	b.warnf = logx.Printf(b.log, slog.LevelWarn)
 	b.errorf = logx.Printf(b.log, slog.LevelError)
-	b.pluginLog = slog.New(logx.Filter(root, &b.pluginLevel))
 }
 
 // setLogLevels applies cfg's log_level and plugin_log_level.
 func (b *Broker) setLogLevels(cfg *conf.Config) {
-	l, _ := logx.ParseLevel(cfg.LogLevel)
-	b.logLevel.Set(l)
-	pl, _ := logx.ParseLevel(cfg.EffectivePluginLogLevel())
-	b.pluginLevel.Set(pl)
+	b.levels.Set(cfg.LogLevel, cfg.EffectivePluginLogLevel())
 }
 
 // pluginHCLogger is the plugin supervisor's logger: every level goes to

@@ -244,3 +244,34 @@ func needsQuote(s string) bool {
 	}
 	return bytes.ContainsAny([]byte(s), " \t\r\n\"=\\") || strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0
 }
+
+// Levels are a program's two levels over one root handler (Loggers): its
+// own lines' (log_level) and its plugins' (plugin_log_level). Both are
+// LevelVars, so Set changes them live (a reload).
+type Levels struct{ own, plugin slog.LevelVar }
+
+// Set sets the two levels from their configured names (ParseLevel's level
+// even when the name is bad: the configuration was validated before).
+func (l *Levels) Set(own, plugin string) {
+	lv, _ := ParseLevel(own)
+	l.own.Set(lv)
+	pl, _ := ParseLevel(plugin)
+	l.plugin.Set(pl)
+}
+
+// Loggers returns the loggers of the two levels over root.
+func (l *Levels) Loggers(root slog.Handler) (own, plugin *slog.Logger) {
+	return slog.New(Filter(root, &l.own)), slog.New(Filter(root, &l.plugin))
+}
+
+// Root is a program's root handler: h when set, else one writing through
+// logf when set (PrintfHandler), else slog.Default's.
+func Root(h slog.Handler, logf func(format string, args ...any)) slog.Handler {
+	switch {
+	case h != nil:
+		return h
+	case logf != nil:
+		return PrintfHandler(logf)
+	}
+	return slog.Default().Handler()
+}

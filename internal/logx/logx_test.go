@@ -76,3 +76,29 @@ func TestPrintf(t *testing.T) {
 	l.Error("bad", "k", "v")
 	require.Equal(t, []string{`store t-0: a "quoted" word`, "ERROR bad k=v"}, lines)
 }
+
+// TestLevels: the two loggers over one root each pass their own level,
+// changed live by Set; Root prefers the handler, then the printf func.
+func TestLevels(t *testing.T) {
+	var got []string
+	root := Root(nil, func(format string, args ...any) { got = append(got, fmt.Sprintf(format, args...)) })
+	var lv Levels
+	lv.Set("warn", "debug")
+	own, plugin := lv.Loggers(root)
+	own.Info("own info")
+	own.Warn("own warn")
+	plugin.Debug("plugin debug")
+	lv.Set("info", "error")
+	own.Info("own info 2")
+	plugin.Warn("plugin warn")
+	require.Len(t, got, 3, "%q", got)
+	require.Contains(t, got[0], "own warn")
+	require.Contains(t, got[1], "plugin debug")
+	require.Contains(t, got[2], "own info 2")
+
+	var buf bytes.Buffer
+	h, err := NewHandler(&buf, FormatText)
+	require.NoError(t, err)
+	require.Equal(t, h, Root(h, func(string, ...any) { t.Fatal("printf used over a handler") }))
+	require.Equal(t, slog.Default().Handler(), Root(nil, nil))
+}
