@@ -162,12 +162,11 @@ func (e *End) Read(b []byte) (int, error) {
 func (e *End) Write(b []byte) (int, error) {
 	e.wrMu.Lock()
 	defer e.wrMu.Unlock()
-	p, q := e.p, &e.p.q[e.i^1]
-	p.mu.Lock()
-	if err := e.writeErrLocked(); err != nil {
-		p.mu.Unlock()
+	q, err := e.lockOpen()
+	if err != nil {
 		return 0, err
 	}
+	p := e.p
 	if len(b) <= CopyMax {
 		at := len(q.own)
 		q.own = append(q.own, b...)
@@ -177,9 +176,7 @@ func (e *End) Write(b []byte) (int, error) {
 		signal(q.data)
 		return len(b), nil
 	}
-	q.chunks = append(q.chunks, pipeChunk{b: b, lent: true, at: q.queued})
-	start := q.queued
-	q.queued += int64(len(b))
+	start := q.lend(b)
 	end := q.queued
 	p.mu.Unlock()
 	signal(q.data)
@@ -206,6 +203,26 @@ func (e *End) Write(b []byte) (int, error) {
 	}
 }
 
+// lockOpen takes the pipe's lock for a write and returns the other end's
+// queue, or, unlocked, why a write cannot go on.
+func (e *End) lockOpen() (*pipeQueue, error) {
+	e.p.mu.Lock()
+	if err := e.writeErrLocked(); err != nil {
+		e.p.mu.Unlock()
+		return nil, err
+	}
+	return &e.p.q[e.i^1], nil
+}
+
+// lend queues b, not copied, under the pipe's lock, and returns the
+// position it starts at.
+func (q *pipeQueue) lend(b []byte) int64 {
+	at := q.queued
+	q.chunks = append(q.chunks, pipeChunk{b: b, lent: true, at: at})
+	q.queued += int64(len(b))
+	return at
+}
+
 // writeErrLocked is why a write cannot go on, if it cannot.
 func (e *End) writeErrLocked() error {
 	switch {
@@ -224,19 +241,16 @@ func (e *End) writeErrLocked() error {
 func (e *End) WriteLent(bufs [][]byte) error {
 	e.wrMu.Lock()
 	defer e.wrMu.Unlock()
-	p, q := e.p, &e.p.q[e.i^1]
-	p.mu.Lock()
-	if err := e.writeErrLocked(); err != nil {
-		p.mu.Unlock()
+	q, err := e.lockOpen()
+	if err != nil {
 		return err
 	}
 	for _, b := range bufs {
 		if len(b) > 0 {
-			q.chunks = append(q.chunks, pipeChunk{b: b, lent: true, at: q.queued})
-			q.queued += int64(len(b))
+			q.lend(b)
 		}
 	}
-	p.mu.Unlock()
+	e.p.mu.Unlock()
 	signal(q.data)
 	return nil
 }
