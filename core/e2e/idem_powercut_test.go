@@ -3,10 +3,7 @@
 package e2e
 
 import (
-	"context"
-	"log/slog"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +11,6 @@ import (
 
 	"github.com/metaq-go/metaq/internal/brokertest"
 	"github.com/metaq-go/metaq/internal/faultfs"
-	mqclient "github.com/metaq-go/metaq/sdk/client"
 )
 
 // TestIdempotentPowerCut: TestIdempotentKill9 on the power-loss harness
@@ -41,11 +37,7 @@ func idemPowerCut(t *testing.T, mode faultfs.Mode) {
 	m, config, _, _ := powerLossDisk(t, topic, parts, "")
 	dataDir := filepath.Join(m.Dir(), "data")
 	srv := startServer(t, config, dataDir)
-	port := srv.Addr[strings.LastIndexByte(srv.Addr, ':')+1:]
-	p, err := mqclient.New(mqclient.Brokers(srv.Addr), mqclient.ProduceTimeout(2*time.Minute),
-		mqclient.Logger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	defer p.Close(context.Background())
+	p, port := idemProducer(t, srv)
 	n := idemMessages(t)
 	var restarted *brokertest.Server
 	done := make(chan struct{})

@@ -35,6 +35,18 @@ func idemMessages(t *testing.T) int {
 // idemRun sends n messages "v<i>" of topic through p without waiting
 // (Produce), calling fault once a tenth of them are acknowledged, and
 // waits for every outcome: each must succeed (the produce timeout covers
+// idemProducer is the client of the idempotent fault tests, on the broker
+// srv (closed when the test ends), and srv's port, which the restarted
+// broker takes again.
+func idemProducer(t *testing.T, srv *brokertest.Server) (*mqclient.Client, string) {
+	t.Helper()
+	p, err := mqclient.New(mqclient.Brokers(srv.Addr), mqclient.ProduceTimeout(2*time.Minute),
+		mqclient.Logger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p, srv.Addr[strings.LastIndexByte(srv.Addr, ':')+1:]
+}
+
 // the fault). It returns the history of the sends.
 func idemRun(t *testing.T, p *mqclient.Client, topic string, n int, fault func()) *queuecheck.History {
 	h := queuecheck.New()
@@ -110,11 +122,7 @@ func TestIdempotentKill9(t *testing.T) {
 	config := groupCommitConfig(t, dir, topic, parts, 1<<20, "")
 	dataDir := filepath.Join(dir, "data")
 	srv := startServer(t, config, dataDir)
-	port := srv.Addr[strings.LastIndexByte(srv.Addr, ':')+1:]
-	p, err := mqclient.New(mqclient.Brokers(srv.Addr), mqclient.ProduceTimeout(2*time.Minute),
-		mqclient.Logger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	defer p.Close(context.Background())
+	p, port := idemProducer(t, srv)
 	n := idemMessages(t)
 	var restarted *brokertest.Server
 	h := idemRun(t, p, topic, n, func() {
