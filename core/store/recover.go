@@ -531,15 +531,13 @@ func (l *Log) dropPastGap(prev *segment, later []int64) (mended bool, err error)
 		return false, nil
 	}
 	t, ok := l.j.peekTrusted(l.jname)
+	if ok && t.end > end {
+		return false, nil
+	}
 	if !ok {
-		empty, err := l.allEmpty(later)
-		if err != nil || !empty {
+		if empty, err := l.allEmpty(later); err != nil || !empty {
 			return false, err
 		}
-		t.end = end
-	}
-	if t.end > end {
-		return false, nil
 	}
 	for _, start := range later {
 		path := filepath.Join(l.dir, segmentName(start))
