@@ -129,3 +129,23 @@ func TestDocsFlags(t *testing.T) {
 		t.Fatalf("docs/cli.md's flag reference differs from the command tree; run METAQ_UPDATE_DOCS=1 go test -run TestDocsFlags ./cmd/metaq/ and review the diff")
 	}
 }
+
+// TestEverySummary: every command has its one-line description in
+// `metaq --help` and its parent's help (a command missing from summaries
+// is listed with a blank).
+func TestEverySummary(t *testing.T) {
+	t.Parallel()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if sub.Hidden || sub.Name() == "help" || sub.Name() == "completion" {
+				continue
+			}
+			if strings.TrimSpace(sub.Short) == "" {
+				t.Errorf("%q has no summary (add it to summaries in root.go)", sub.CommandPath())
+			}
+			walk(sub)
+		}
+	}
+	walk(newRootCmd(&env{sec: &security{}}))
+}

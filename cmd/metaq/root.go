@@ -63,6 +63,10 @@ var summaries = map[string]string{
 	"dlq":                 "a consumer group's retry and dead-letter topics",
 	"dlq list":            "list a group's retry and dead-letter topics with their counts",
 	"dlq show":            "print a group's dead letters with their origin and last error",
+	"dlq replay":          "send a group's pending dead letters back to its retry or origin topic",
+	"dlq purge":           "mark a group's dead letters as handled (nothing is deleted)",
+	"message":             "find messages by key or msgId",
+	"message get":         "print the messages with a key, or the message with a msgId",
 }
 
 // versionString is the client's version as `metaq --version` prints it.
