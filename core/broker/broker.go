@@ -72,8 +72,8 @@ type Broker struct {
 	// delay is the timer of delayed messages (delay.go).
 	delay *timer.Service
 	// timerKeep keeps the timer log's retention off pending delayed
-	// messages (timerkeep.go).
-	timerKeep timerKeep
+	// messages (core/timer Keepers).
+	timerKeep timer.Keepers
 	// cfgp is the configuration; Reload swaps it (reload.go). Read it
 	// with config(), once per operation where the values must agree.
 	cfgp atomic.Pointer[conf.Config]
@@ -644,7 +644,7 @@ func (b *Broker) applyRetention(now time.Time) {
 	lm := b.logs()
 	for _, t := range b.topicList() {
 		if t.name == conf.TimerTopic {
-			if b.retainTimer(t, now) { // timerkeep.go
+			if b.timerKeep.Retain(t.name, t.parts, t.conf().RetainFor, now, lm.RetainBelow, b.logf) { // core/timer
 				b.disks.Wake()
 			}
 			continue
