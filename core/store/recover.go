@@ -516,13 +516,19 @@ func abs(x int64) int64 {
 // (an overlap, a gap inside what the journal vouches for, a log without a
 // journal or in truncate mode) is left for the chain check to refuse.
 //
-// Without a trust point (a partition whose replayed end no checkpoint
-// recorded since: a restart that replayed its records and was killed
-// before its next checkpoint), the later segments are removed only when
-// every one is empty: a roll creates the next segment's file as soon as
-// the journaled tail before it, held in memory until a checkpoint writes
-// it, passes the threshold, so a crash before that round's journal write
-// leaves the new, empty file behind a segment that never got the bytes.
+// A partition replayed by a restart that was killed before it registered
+// again has a trust point too: the closed table of that restart's
+// checkpoints carries its replayed end (noteTrusted).
+//
+// Without a trust point (no journal record names the partition: a new
+// journal, a checkpoint of the format without register records, or a
+// restart before whose replay did not write up to the partition's
+// journaled end and left it out of its closed table), the later segments
+// are removed only when every one is empty: a roll creates the next
+// segment's file as soon as the journaled tail before it, held in memory
+// until a checkpoint writes it, passes the threshold, so a crash before
+// that round's journal write leaves the new, empty file behind a segment
+// that never got the bytes.
 // Removing empty files loses nothing; a later segment with bytes is left
 // for the chain check to refuse.
 func (l *Log) dropPastGap(prev *segment, later []int64) (mended bool, err error) {

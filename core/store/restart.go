@@ -24,11 +24,21 @@ type trustPoint struct {
 // checkpoint names, in its ends or its closed table, or a register record
 // after it names (the latest one: the partition's registration in the
 // run that wrote it, newer than the checkpoint), once replay has made the
-// partitions durable; ends are the journaled ends replay cut them at.
-// Those with nothing after the trusted end also go into the closed table
-// of the checkpoints to come, until they register: a crash before they do
-// finds them trusted again.
-func (j *Journal) noteTrusted(last *checkpoint, regs []regRef, ends map[string]int64) {
+// partitions durable; ends are the journaled ends replay cut them at, and
+// tails, for the partitions replay wrote records to, the end of the
+// furthest one and the id of the last message record before it.
+//
+// Every trusted partition whose whole journaled end is vouched for with
+// its last id also goes into the closed table of the checkpoints to come,
+// until it registers: a crash before it does finds it trusted again. That
+// is one with nothing after the trusted end, or one replay made durable
+// up to its journaled end (replay fsynced every byte from the trusted end
+// on, the checkpoint or registration every byte before it): without that
+// entry, the recovery checkpoint and those after it named a replayed
+// partition nowhere until it registered, and a second crash before then
+// found it untrusted (dropPastGap refused a roll's gap with bytes after
+// the replayed end).
+func (j *Journal) noteTrusted(last *checkpoint, regs []regRef, ends map[string]int64, tails map[string]closedEnd) {
 	if last == nil && len(regs) == 0 {
 		return
 	}
@@ -55,8 +65,13 @@ func (j *Journal) noteTrusted(last *checkpoint, regs []regRef, ends map[string]i
 	}
 	closed := make(map[string]closedEnd)
 	for name, t := range trusted {
-		if t.haveID && t.end == t.ckEnd {
+		switch tl, ok := tails[name]; {
+		case t.haveID && t.end == t.ckEnd:
 			closed[name] = closedEnd{end: t.end, lastID: t.lastID}
+		case ok && tl.end == t.end && t.end >= t.ckEnd && tl.lastID >= 0:
+			// Replayed up to its journaled end (not one a damaged record
+			// kept or a truncate cut moved).
+			closed[name] = tl
 		}
 	}
 	j.mu.Lock()

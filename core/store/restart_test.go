@@ -249,7 +249,7 @@ func TestTrustedOpenOldCheckpoint(t *testing.T) {
 	j, err := OpenJournal(dataDir, testFileSize(JournalOptions{Logf: t.Logf}))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = j.Close() })
-	j.noteTrusted(&checkpoint{ends: map[string]int64{partName(0): end}}, nil, map[string]int64{partName(0): end})
+	j.noteTrusted(&checkpoint{ends: map[string]int64{partName(0): end}}, nil, map[string]int64{partName(0): end}, nil)
 	var lb logBuf
 	rc := &readCounter{open: make(chan struct{})}
 	close(rc.open)
@@ -490,9 +490,9 @@ func TestPowerCutGapAfterRoll(t *testing.T) {
 	})
 
 	// Not vouched for: the journal holds no trust point for the partition
-	// (a fresh journal here; in TestTxPowerCutMidRound, a restart that
-	// replayed its records was killed before its next checkpoint, so the
-	// recovery checkpoints after it named it nowhere). An empty later
+	// (a fresh journal here; TestReplayedTrustSurvivesSecondCrash has the
+	// restart killed after a replay, which the closed table now covers).
+	// An empty later
 	// segment is a roll whose journaled end before it never reached the
 	// disk: removed. One with bytes is still refused.
 	untrusted := func(gapBytes int) (string, string) {
@@ -528,4 +528,136 @@ func TestPowerCutGapAfterRoll(t *testing.T) {
 		_, _, err := open(dir)
 		require.ErrorIs(t, err, ErrBrokenChain)
 	})
+}
+
+// TestReplayedTrustSurvivesSecondCrash: a restart replays a partition's
+// records past the last checkpoint and is killed before the partition
+// opens (or before a checkpoint lists it): the recovery checkpoint's
+// closed table vouches for the replayed end, so the next restart trusts
+// the partition. A roll's gap with bytes past that end (a power cut kept
+// the new segment, not the end before it) is mended; a gap inside it is
+// damage and refused. Once the partition registers, the closed table no
+// longer carries it (its register record and the checkpoints' ends do).
+func TestReplayedTrustSurvivesSecondCrash(t *testing.T) {
+	t.Parallel()
+	crash, offs, lastID := crashAfterCheckpoint(t, 20, 6)
+	name := partName(0)
+	seg0 := filepath.Join(crash, name, segmentName(0))
+	// A power cut lost the segment's unsynced tail: replay writes it.
+	require.NoError(t, os.Truncate(seg0, offs[20]))
+	open := func(dir string) (*Journal, *logBuf) {
+		lb := &logBuf{}
+		j, err := OpenJournal(dir, testFileSize(JournalOptions{Logf: lb.logf}))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = j.Close() })
+		return j, lb
+	}
+	closedOf := func(j *Journal) (closedEnd, bool) {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		c, ok := j.closedTableLocked()[name]
+		return c, ok
+	}
+
+	// The restart that replays: killed once recovery is done.
+	j, _ := open(crash)
+	fi, err := os.Stat(seg0)
+	require.NoError(t, err)
+	end := fi.Size()
+	require.Greater(t, end, offs[25], "replay wrote the records past the checkpoint")
+	c, ok := closedOf(j)
+	require.True(t, ok, "the replayed partition is in the closed table")
+	require.Equal(t, closedEnd{end: end, lastID: lastID}, c)
+	twice := filepath.Join(t.TempDir(), "twice")
+	require.NoError(t, os.CopyFS(twice, os.DirFS(crash)))
+
+	// The partition registers: the closed table drops it, and a
+	// checkpoint lists it in its ends instead.
+	l := openLog(t, filepath.Join(crash, name), Options{Journal: j, MaxSegmentSize: 1 << 30})
+	_, ok = closedOf(j)
+	require.False(t, ok, "a registered partition is not in the closed table")
+	forceCheckpoint(t, j)
+	_, ok = closedOf(j)
+	require.False(t, ok)
+	require.Equal(t, end, l.MaxOffset())
+	require.Equal(t, lastID, l.LastID())
+
+	copyTwice := func() string {
+		dir := filepath.Join(t.TempDir(), "cut")
+		require.NoError(t, os.CopyFS(dir, os.DirFS(twice)))
+		return dir
+	}
+	openLogErr := func(dir string, lb *logBuf, j *Journal) (*Log, error) {
+		lo, err := Open(filepath.Join(dir, name), Options{Journal: j, IDs: &seqIDs{}, Logf: lb.logf, MaxSegmentSize: 1 << 30})
+		if err == nil {
+			t.Cleanup(func() { _ = lo.Close() })
+		}
+		return lo, err
+	}
+
+	t.Run("a gap with bytes past the replayed end", func(t *testing.T) {
+		dir := copyTwice()
+		gapSeg := filepath.Join(dir, name, segmentName(end+20980))
+		require.NoError(t, os.WriteFile(gapSeg, bytes.Repeat([]byte{'z'}, 3000), 0o644))
+		j, lb := open(dir)
+		c, ok := closedOf(j)
+		require.True(t, ok, "a second recovery still vouches for the partition")
+		require.Equal(t, closedEnd{end: end, lastID: lastID}, c)
+		lo, err := openLogErr(dir, lb, j)
+		require.NoError(t, err, "the restart after the second crash starts")
+		require.Contains(t, lb.String(), "removed 1 segment(s) from "+segmentName(end+20980))
+		require.NoFileExists(t, gapSeg)
+		require.Equal(t, end, lo.MaxOffset())
+		require.Equal(t, lastID, lo.LastID())
+		recs := readAllRecords(t, lo, 1<<20)
+		require.Len(t, recs, len(offs))
+		for i, r := range recs {
+			require.Equal(t, fmt.Appendf(bytes.Repeat([]byte{'a' + byte(i%26)}, 900), "#%d", i), r.Data)
+		}
+		_, off := mustAppend(t, lo, []byte("after the mend"))
+		require.Equal(t, end, off)
+	})
+
+	t.Run("a gap inside the replayed end", func(t *testing.T) {
+		dir := copyTwice()
+		// Bytes the replay fsynced are missing: damage, not a torn roll.
+		require.NoError(t, os.Truncate(filepath.Join(dir, name, segmentName(0)), end-100))
+		gapSeg := filepath.Join(dir, name, segmentName(end))
+		require.NoError(t, os.WriteFile(gapSeg, bytes.Repeat([]byte{'z'}, 3000), 0o644))
+		j, lb := open(dir)
+		_, err := openLogErr(dir, lb, j)
+		require.ErrorIs(t, err, ErrBrokenChain)
+		require.FileExists(t, gapSeg)
+	})
+}
+
+// TestNoteTrustedReplayedTails: which trusted partitions the closed table
+// of the checkpoints after a recovery carries. A partition replayed to its
+// journaled end goes in with the replayed last id, also under a
+// checkpoint of the format without last ids; one whose journaled end a
+// damaged record kept (or a truncate cut) beyond what replay wrote, one
+// whose last replayed bytes do not parse as records, and one the journal
+// names nowhere (data records only) do not.
+func TestNoteTrustedReplayedTails(t *testing.T) {
+	t.Parallel()
+	j := &Journal{}
+	for _, withIDs := range []bool{true, false} {
+		last := &checkpoint{ends: map[string]int64{"a": 100, "b": 100, "c": 100, "d": 100}}
+		if withIDs {
+			last.lastIDs = map[string]int64{"a": 5, "b": 5, "c": 5, "d": 5}
+		}
+		ends := map[string]int64{"a": 300, "b": 400, "c": 300, "d": 100, "e": 200}
+		tails := map[string]closedEnd{"a": {300, 9}, "b": {300, 9}, "c": {300, -1}, "e": {200, 3}}
+		j.noteTrusted(last, nil, ends, tails)
+		want := map[string]closedEnd{"a": {300, 9}}
+		wantA := trustPoint{ckEnd: 100, end: 300} // this run's Open verifies from the checkpoint's end
+		if withIDs {
+			want["d"] = closedEnd{100, 5}
+			wantA.lastID, wantA.haveID = 5, true
+		}
+		j.mu.Lock()
+		require.Equal(t, want, j.closedTableLocked(), "last ids: %v", withIDs)
+		require.Equal(t, wantA, j.trusted["a"])
+		j.mu.Unlock()
+	}
 }
