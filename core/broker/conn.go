@@ -14,6 +14,7 @@ import (
 	"github.com/metaq-go/metaq/core/budget"
 	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/tx"
@@ -68,6 +69,8 @@ type conn struct {
 	// syncEpoch is the epoch a failover master bound this connection to
 	// (failover.go, stats sync-epoch:<E>); 0 if none.
 	syncEpoch atomic.Int64
+	// syncGate refuses the syncs that follow a failed one (repl.SyncGate).
+	syncGate repl.SyncGate
 
 	wmu sync.Mutex // serializes socket writes
 	// raw is the socket for tryWriteNow's non-blocking writes (nil: not

@@ -16,7 +16,8 @@ import (
 // TestSyncDupWaitsForPuller: a sync whose message the slave's puller has
 // appended already (its msgId at or below the last one appended) is
 // answered only once the puller's appends in flight are durable: 200 with
-// offset -1 then, or their failure; with none in flight, at once.
+// offset -1 then, or their failure; with none in flight, at once. After
+// a failure the connection refuses the syncs that follow.
 func TestSyncDupWaitsForPuller(t *testing.T) {
 	t.Parallel()
 	zkAddr := testsvc.ZooKeeper(t)
@@ -88,10 +89,20 @@ func TestSyncDupWaitsForPuller(t *testing.T) {
 	require.Equal(t, protocol.StatusInternalError, r.Code, "%s", r.Body)
 	require.Contains(t, string(r.Body), "no space left on device")
 
-	// Nothing in flight: answered at once, and nothing was appended.
+	// The connection refuses the syncs after a failed one (repl.SyncGate):
+	// the master drops the link and joins again on a new one.
 	sync(70, 9)
-	r = next("idle")
+	r = next("after the failure")
 	require.Equal(t, int32(9), r.Opaque)
+	require.NotEqual(t, protocol.StatusOK, r.Code, "%s", r.Body)
+	require.Contains(t, string(r.Body), "an earlier sync on this connection failed")
+
+	// Nothing in flight, on a new connection: answered at once, and
+	// nothing was appended.
+	c2 := dialRaw(t, slave.Addr())
+	r = c2.call(t, protocol.AppendSync(nil, "t", 0, 0, 70, int64(message.Checksum(data)), 10, data))
+	require.Equal(t, int32(10), r.Opaque)
 	require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
+	require.Equal(t, "70 0 -1", string(r.Body))
 	require.Equal(t, int64(0), tp.partition(0).MaxOffset())
 }

@@ -17,27 +17,36 @@ var _ tx.SlaveLogs = (*repl.Slave)(nil)
 // once it is durable here, or, if the puller copied it already, by SyncDup.
 func (c *conn) handleSync(r *protocol.Request) {
 	b := c.b
+	if err := c.syncGate.Check(); err != nil {
+		c.replyErr(err, r.Opaque)
+		return
+	}
 	if err := repl.CheckSync(r.MsgID, len(r.Body), b.config().MaxMessageSize); err != nil {
+		c.syncGate.Fail()
 		c.replyErr(err, r.Opaque)
 		return
 	}
 	t, err := b.lookup(r.Topic, true)
 	if err != nil {
+		c.syncGate.Fail()
 		c.reply(protocol.StatusInternalError, "sync: The server do not accept topic "+showTopic(r.Topic), r.Opaque)
 		return
 	}
 	l := t.partition(r.Partition)
 	if l == nil || r.Partition < 0 {
+		c.syncGate.Fail()
 		c.reply(protocol.StatusInternalError, t.outOfRange(r.Partition), r.Opaque)
 		return
 	}
 	e, err := repl.SyncEntry(r.MsgID, r.Flag, r.Body, r.HasChecksum(), r.Checksum)
 	if err != nil {
+		c.syncGate.Fail()
 		c.replyErr(err, r.Opaque)
 		return
 	}
 	c.entries = append(c.entries[:0], e)
 	if err := b.slave.ApplySync(c, l, r.Partition, c.entries, r.Opaque, c.syncRefusal); err != nil {
+		c.syncGate.Fail()
 		c.replyErr(err, r.Opaque)
 	}
 }
@@ -50,6 +59,7 @@ func (c *conn) SyncPending(n int) { c.addPending(n) }
 func (c *conn) SyncDup(opaque int32, id int64, p int32, err error) {
 	c.addPending(-1)
 	if err != nil {
+		c.syncGate.Fail()
 		c.reply(protocol.StatusInternalError, "sync: append failed: "+err.Error(), opaque)
 		return
 	}

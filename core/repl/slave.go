@@ -3,6 +3,7 @@ package repl
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -746,9 +747,17 @@ func (s *Slave) apply(rp *replPart, r *protocol.Request, entries []store.Entry, 
 			break
 		}
 		if err != nil {
-			// A damaged record at the master: do not copy it; the next
-			// round asks again (the master may repair it, or say corrupt).
-			s.logf("slave %d: %s-%d: record at %d from the master: %v", s.id, rp.topic, rp.p, rp.next+int64(used), err)
+			// A damaged record at the master, or one over this slave's
+			// max_message_size: do not copy it; the next round asks again
+			// (the master may repair it, or say corrupt). Logged once.
+			msg := fmt.Sprintf("record at %d from the master: %v", rp.next+int64(used), err)
+			if l := int32(binary.BigEndian.Uint32(body[used:])); s.cfg.MaxMessageSize > 0 && int64(l) > int64(s.cfg.MaxMessageSize) {
+				msg += fmt.Sprintf(" (over this slave's max_message_size %d: give the slave at least the master's)", s.cfg.MaxMessageSize)
+			}
+			if key := rp.topic + "#" + strconv.Itoa(int(rp.p)); s.warned[key] != msg {
+				s.warned[key] = msg
+				s.logf("slave %d: %s-%d: %s", s.id, rp.topic, rp.p, msg)
+			}
 			break
 		}
 		if rec.ID == 0 {

@@ -3,6 +3,7 @@ package repl
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/message"
@@ -35,6 +36,27 @@ type SyncConn interface {
 	// puller's append. It counts the reply as come (SyncPending(-1)).
 	SyncDup(opaque int32, id int64, p int32, err error)
 }
+
+// SyncGate is a sync connection's memory of a failed sync. Once a sync
+// on it failed, the master has a message this slave lacks, and a later
+// sync of that partition would be stored here at a lower offset than
+// there (a sync carries no offset): every later sync on the connection is
+// refused. The master drops the link when told of the failure, and its
+// next link joins each partition again once the puller has copied what
+// the slave lacks.
+type SyncGate struct{ failed atomic.Bool }
+
+// Check is the refusal of a sync on a connection whose earlier sync
+// failed (nil while none did).
+func (g *SyncGate) Check() error {
+	if g.failed.Load() {
+		return errorf(NotStored, "sync: refused: an earlier sync on this connection failed (the master links again and the slave pulls what it lacks)")
+	}
+	return nil
+}
+
+// Fail records that a sync on the connection failed.
+func (g *SyncGate) Fail() { g.failed.Store(true) }
 
 // CheckSync checks a sync's message id and size (n bytes, at most maxSize).
 func CheckSync(id int64, n, maxSize int) error {

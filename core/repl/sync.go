@@ -466,7 +466,18 @@ func (lk *Link) readLoop() {
 			}
 			ps.w.SlaveDone(nil)
 		} else {
-			ps.w.SlaveDone(errorf(SlaveFailed, fmt.Sprintf("slave failed the sync: %d %s", r.Code, protocol.Printable(r.Body))))
+			err := errorf(SlaveFailed, fmt.Sprintf("slave failed the sync: %d %s", r.Code, protocol.Printable(r.Body)))
+			ps.w.SlaveDone(err)
+			if !ps.ext {
+				// The master stored what the slave did not: the next
+				// sync of that partition would land at a lower offset
+				// there. The link goes (every partition out of sync, the
+				// slave refuses the syncs still coming on it: SyncGate);
+				// the next one joins each partition again once the slave
+				// has pulled what it lacks.
+				lk.Fail(err)
+				return
+			}
 		}
 	}
 }
