@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,8 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // dataRef locates a data record found by the recovery scan.
@@ -496,12 +493,15 @@ func (j *Journal) replay(sc journalScan, limit int) error {
 			_ = rf.f.Close()
 		}
 	}()
-	// tails holds, per partition, the end of the replayed record that ends
-	// furthest and the id of the last message record before it (lastID
-	// -1: its bytes do not parse as whole records): once replay has made
-	// the partition durable, what the closed table of the checkpoints to
-	// come vouches for (noteTrusted).
-	tails := map[string]closedEnd{}
+	// walks follow the record boundaries of every trusted partition through
+	// the replayed bytes, from its checkpointed end: once replay has made
+	// the partition durable, the end and id of its last whole record are
+	// what the closed table of the checkpoints to come vouches for
+	// (noteTrusted).
+	walks := map[string]*recWalk{}
+	for name, t := range trustBases(sc.last, sc.regs) {
+		walks[name] = newRecWalk(t)
+	}
 	var buf, have []byte
 	for _, r := range sc.refs {
 		buf = slices.Grow(buf[:0], r.n)[:r.n]
@@ -566,12 +566,8 @@ func (j *Journal) replay(sc journalScan, limit int) error {
 			rf.written = true
 			j.nReplayed.Add(1)
 		}
-		if e := d.offset + int64(len(d.bytes)); len(d.bytes) > 0 && e >= tails[d.name].end {
-			id, ok := lastRecordID(d.bytes)
-			if !ok {
-				id = -1
-			}
-			tails[d.name] = closedEnd{end: e, lastID: id}
+		if w := walks[d.name]; w != nil {
+			w.feed(d.offset, d.bytes)
 		}
 	}
 
@@ -667,35 +663,14 @@ func (j *Journal) replay(sc journalScan, limit int) error {
 			return fmt.Errorf("store: replay: %w", err)
 		}
 	}
+	tails := map[string]closedEnd{}
+	for name, w := range walks {
+		if !w.lost && w.end >= 0 {
+			tails[name] = closedEnd{end: w.end, lastID: w.id}
+		}
+	}
 	j.noteTrusted(sc.last, sc.regs, ends, tails) // restart.go
 	return nil
-}
-
-// lastRecordID returns the id of the last message record of b, the bytes
-// of a journal data record: whole records, as appended. ok is false when
-// b does not walk as whole records to its end or its last record does
-// not parse.
-func lastRecordID(b []byte) (id int64, ok bool) {
-	last := -1
-	for pos := 0; pos < len(b); {
-		if len(b)-pos < message.HeaderSize {
-			return 0, false
-		}
-		n := int64(int32(binary.BigEndian.Uint32(b[pos:])))
-		if n < 0 || n > int64(len(b)-pos-message.HeaderSize) {
-			return 0, false
-		}
-		last = pos
-		pos += message.HeaderSize + int(n)
-	}
-	if last < 0 {
-		return 0, false
-	}
-	rec, _, err := message.ParseRecord(b[last:], 0)
-	if err != nil {
-		return 0, false
-	}
-	return rec.ID, true
 }
 
 // listSegments returns the starts and sizes of the segment files of dir,

@@ -2,9 +2,12 @@ package store
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/metaq-go/metaq/sdk/message"
 )
 
 // trustPoint is what journal recovery vouches for in one partition that
@@ -25,8 +28,9 @@ type trustPoint struct {
 // after it names (the latest one: the partition's registration in the
 // run that wrote it, newer than the checkpoint), once replay has made the
 // partitions durable; ends are the journaled ends replay cut them at, and
-// tails, for the partitions replay wrote records to, the end of the
-// furthest one and the id of the last message record before it.
+// tails, for the trusted partitions whose record boundaries replay
+// followed from the trusted end (recWalk), the end of the last whole
+// record it wrote and that record's id.
 //
 // Every trusted partition whose whole journaled end is vouched for with
 // its last id also goes into the closed table of the checkpoints to come,
@@ -42,33 +46,19 @@ func (j *Journal) noteTrusted(last *checkpoint, regs []regRef, ends map[string]i
 	if last == nil && len(regs) == 0 {
 		return
 	}
-	trusted := make(map[string]trustPoint)
-	if last != nil {
-		for name, ck := range last.ends {
-			id, ok := last.lastIDs[name]
-			trusted[name] = trustPoint{ckEnd: ck, end: ends[name], lastID: id, haveID: ok}
+	trusted := trustBases(last, regs)
+	for name, t := range trusted {
+		if end, ok := ends[name]; ok {
+			t.end = end
+			trusted[name] = t
 		}
-		for name, c := range last.closed {
-			end, ok := ends[name] // replayed: it registered again after the checkpoint
-			if !ok {
-				end = c.end
-			}
-			trusted[name] = trustPoint{ckEnd: c.end, end: end, lastID: c.lastID, haveID: true}
-		}
-	}
-	// A register record is a checkpoint entry of its own partition: every
-	// byte before its end was fsynced when the partition registered (its
-	// Open's recovery made the last segment durable), and its last id is
-	// that of the record before the end.
-	for _, r := range regs {
-		trusted[r.name] = trustPoint{ckEnd: r.end, end: ends[r.name], lastID: r.lastID, haveID: true}
 	}
 	closed := make(map[string]closedEnd)
 	for name, t := range trusted {
 		switch tl, ok := tails[name]; {
 		case t.haveID && t.end == t.ckEnd:
 			closed[name] = closedEnd{end: t.end, lastID: t.lastID}
-		case ok && tl.end == t.end && t.end >= t.ckEnd && tl.lastID >= 0:
+		case ok && tl.end == t.end && t.end >= t.ckEnd:
 			// Replayed up to its journaled end (not one a damaged record
 			// kept or a truncate cut moved).
 			closed[name] = tl
@@ -77,6 +67,95 @@ func (j *Journal) noteTrusted(last *checkpoint, regs []regRef, ends map[string]i
 	j.mu.Lock()
 	j.trusted, j.closedEnds = trusted, closed
 	j.mu.Unlock()
+}
+
+// trustBases returns the trust points the last checkpoint (its ends and
+// closed table) and the register records after it give, before replay:
+// each one's end is its checkpointed end, which replay may raise
+// (noteTrusted). Every ckEnd is a record boundary.
+func trustBases(last *checkpoint, regs []regRef) map[string]trustPoint {
+	trusted := make(map[string]trustPoint)
+	if last != nil {
+		for name, ck := range last.ends {
+			id, ok := last.lastIDs[name]
+			trusted[name] = trustPoint{ckEnd: ck, end: ck, lastID: id, haveID: ok}
+		}
+		for name, c := range last.closed {
+			trusted[name] = trustPoint{ckEnd: c.end, end: c.end, lastID: c.lastID, haveID: true}
+		}
+	}
+	// A register record is a checkpoint entry of its own partition: every
+	// byte before its end was fsynced when the partition registered (its
+	// Open's recovery made the last segment durable), and its last id is
+	// that of the record before the end.
+	for _, r := range regs {
+		trusted[r.name] = trustPoint{ckEnd: r.end, end: r.end, lastID: r.lastID, haveID: true}
+	}
+	return trusted
+}
+
+// recWalk follows the record boundaries of one partition through the
+// data records replay writes, in journal order, from a known boundary (its
+// trust point's checkpointed end): a data record holds whole records,
+// except that one whose bytes did not fit in a journal file continues in
+// the next file's first data record, so a record, even its header, may
+// span two data records. It ends up with the end of the last whole record
+// walked and its id.
+type recWalk struct {
+	next    int64                    // partition offset of the next record's header
+	covered int64                    // the bytes from next up to here were walked
+	hdr     [message.HeaderSize]byte // the next record's header bytes seen so far
+	have    int                      // how many
+	end, id int64                    // the last whole record walked (end -1: none)
+	lost    bool                     // a data record left a gap: the boundary is lost
+}
+
+func newRecWalk(t trustPoint) *recWalk {
+	w := &recWalk{next: t.ckEnd, covered: t.ckEnd, end: -1}
+	if t.haveID {
+		w.end, w.id = t.ckEnd, t.lastID
+	}
+	return w
+}
+
+// feed walks the partition bytes b at offset off. Bytes before what was
+// walked are the ones already walked (replay's overlap with the
+// checkpoint) and are skipped; bytes that start past it lose the walk.
+func (w *recWalk) feed(off int64, b []byte) {
+	end := off + int64(len(b))
+	switch {
+	case w.lost || end <= w.covered:
+		return
+	case off > w.covered:
+		w.lost = true
+		return
+	}
+	w.covered = end
+	for {
+		if w.have < message.HeaderSize {
+			// The header's bytes from next+have on: they start in b, at
+			// or after off (the walk covered up to next+have before b).
+			at := w.next + int64(w.have) - off
+			w.have += copy(w.hdr[w.have:], b[at:])
+			if w.have < message.HeaderSize {
+				return
+			}
+		}
+		n := int64(int32(binary.BigEndian.Uint32(w.hdr[:])))
+		if n < 0 {
+			w.lost = true
+			return
+		}
+		rend := w.next + message.HeaderSize + n
+		if rend > end {
+			return // its data continues in a later data record
+		}
+		w.end, w.id = rend, int64(binary.BigEndian.Uint64(w.hdr[8:]))
+		w.next, w.have = rend, 0
+		if rend == end {
+			return
+		}
+	}
 }
 
 // closedTableLocked returns a copy of the closed table for a checkpoint.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -636,7 +637,7 @@ func TestReplayedTrustSurvivesSecondCrash(t *testing.T) {
 // journaled end goes in with the replayed last id, also under a
 // checkpoint of the format without last ids; one whose journaled end a
 // damaged record kept (or a truncate cut) beyond what replay wrote, one
-// whose last replayed bytes do not parse as records, and one the journal
+// whose record boundaries replay lost (no tail), and one the journal
 // names nowhere (data records only) do not.
 func TestNoteTrustedReplayedTails(t *testing.T) {
 	t.Parallel()
@@ -647,7 +648,7 @@ func TestNoteTrustedReplayedTails(t *testing.T) {
 			last.lastIDs = map[string]int64{"a": 5, "b": 5, "c": 5, "d": 5}
 		}
 		ends := map[string]int64{"a": 300, "b": 400, "c": 300, "d": 100, "e": 200}
-		tails := map[string]closedEnd{"a": {300, 9}, "b": {300, 9}, "c": {300, -1}, "e": {200, 3}}
+		tails := map[string]closedEnd{"a": {300, 9}, "b": {300, 9}, "e": {200, 3}}
 		j.noteTrusted(last, nil, ends, tails)
 		want := map[string]closedEnd{"a": {300, 9}}
 		wantA := trustPoint{ckEnd: 100, end: 300} // this run's Open verifies from the checkpoint's end
@@ -660,4 +661,112 @@ func TestNoteTrustedReplayedTails(t *testing.T) {
 		require.Equal(t, wantA, j.trusted["a"])
 		j.mu.Unlock()
 	}
+}
+
+// TestRecWalk: replay's walk of a partition's record boundaries finds the
+// end and id of the last whole record however the bytes are split into
+// data records (a record, even its header, spanning two of them: a chunk
+// that did not fit in a journal file), skips bytes before what it walked
+// (replay's overlap with the checkpoint), and is lost at a gap or a
+// negative record length.
+func TestRecWalk(t *testing.T) {
+	t.Parallel()
+	const ckEnd, ckID = 1000, 40
+	rng := rand.New(rand.NewPCG(7, 25))
+	for round := range 300 {
+		// Records from ckEnd on, ids from ckID+1, then one more partial
+		// record the walk must not count.
+		var stream []byte
+		var lastEnd, lastID int64 = ckEnd, ckID
+		n := rng.IntN(6)
+		for i := range n {
+			stream = message.AppendRecord(stream, ckID+1+int64(i), 0, bytes.Repeat([]byte{'r'}, rng.IntN(40)))
+			lastEnd, lastID = ckEnd+int64(len(stream)), ckID+1+int64(i)
+		}
+		partial := rng.IntN(2) == 1
+		if partial {
+			rec := message.AppendRecord(nil, 99, 0, []byte("partial"))
+			stream = append(stream, rec[:1+rng.IntN(len(rec)-1)]...)
+		}
+		// Some bytes before ckEnd (replay's overlap), then the stream in
+		// pieces cut anywhere, some overlapping the one before.
+		pre := rng.IntN(30)
+		data := append(bytes.Repeat([]byte{0xee}, pre), stream...)
+		base := int64(ckEnd - pre)
+		w := newRecWalk(trustPoint{ckEnd: ckEnd, end: ckEnd, lastID: ckID, haveID: true})
+		for at := 0; at < len(data); {
+			k := min(len(data), at+1+rng.IntN(30))
+			from := at
+			if at > 0 && rng.IntN(4) == 0 {
+				from = max(0, at-rng.IntN(10)) // an overlap
+			}
+			w.feed(base+int64(from), data[from:k])
+			at = k
+		}
+		require.False(t, w.lost, "round %d", round)
+		require.Equal(t, lastEnd, w.end, "round %d: %d records, partial %v", round, n, partial)
+		require.Equal(t, lastID, w.id, "round %d", round)
+	}
+
+	// Without a last id (the older checkpoint format) nothing walked is no end.
+	w := newRecWalk(trustPoint{ckEnd: ckEnd, end: ckEnd})
+	require.Equal(t, int64(-1), w.end)
+	rec := message.AppendRecord(nil, 7, 0, []byte("x"))
+	w.feed(ckEnd, rec)
+	require.Equal(t, ckEnd+int64(len(rec)), w.end)
+	require.Equal(t, int64(7), w.id)
+
+	// A gap loses the walk for good.
+	w = newRecWalk(trustPoint{ckEnd: ckEnd, end: ckEnd, lastID: ckID, haveID: true})
+	w.feed(ckEnd+1, rec)
+	require.True(t, w.lost)
+	w.feed(ckEnd, rec)
+	require.True(t, w.lost)
+	// So does a negative length.
+	w = newRecWalk(trustPoint{ckEnd: ckEnd, end: ckEnd, lastID: ckID, haveID: true})
+	w.feed(ckEnd, []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	require.True(t, w.lost)
+}
+
+// TestReplayedTrustSplitRecords: records past the checkpoint whose data
+// records a journal file boundary split (a record's bytes in two data
+// records, the second at the next file's start): replay still finds the
+// last record's end and id for the closed table.
+func TestReplayedTrustSplitRecords(t *testing.T) {
+	t.Parallel()
+	src := t.TempDir()
+	opts := JournalOptions{FileSize: 64 << 10, CheckpointBytes: 1 << 40, CheckpointInterval: time.Hour, hooks: &journalHooks{smallFiles: true}}
+	j := openJournal(t, src, opts)
+	l := openJLogs(t, src, j, 1, Options{MaxSegmentSize: 1 << 30})[0]
+	bounds := map[int64]bool{}
+	var lastID int64
+	for i := range 160 {
+		if i == 10 {
+			forceCheckpoint(t, j)
+			forceCheckpoint(t, j)
+		}
+		id, off := mustAppend(t, l, bytes.Repeat([]byte{'a' + byte(i%26)}, 700+i*7%300))
+		bounds[off], lastID = true, id
+	}
+	end := l.MaxOffset()
+	bounds[end] = true
+	crash := filepath.Join(t.TempDir(), "crash")
+	require.NoError(t, os.CopyFS(crash, os.DirFS(src)))
+	splits := 0
+	for _, r := range walkJournal(t, filepath.Join(crash, JournalDirName)) {
+		if r.typ == recData && (!bounds[r.dataOff] || !bounds[r.dataEnd]) {
+			splits++
+		}
+	}
+	require.Positive(t, splits, "a record spans two data records")
+
+	opts.Logf = t.Logf
+	j2, err := OpenJournal(crash, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = j2.Close() })
+	j2.mu.Lock()
+	c, ok := j2.closedTableLocked()[partName(0)]
+	j2.mu.Unlock()
+	require.True(t, ok)
+	require.Equal(t, closedEnd{end: end, lastID: lastID}, c)
 }
