@@ -120,3 +120,54 @@ func TestPulledDeliveryAboveLastID(t *testing.T) {
 		})
 	}
 }
+
+// TestForgetFailedDeliveries: when a puller append that noted deliveries
+// as copied fails once queued (a failed fsync), the round forgets them
+// with the rest of its state: a sync of one of them is then not answered
+// as the puller's copy (200 with the slave lacking it), and the
+// deliveries noted before, whose append succeeded, stay noted.
+func TestForgetFailedDeliveries(t *testing.T) {
+	t.Parallel()
+	delivery := func(id int64) store.Entry {
+		m := &message.Message{Body: []byte("due"), Headers: message.Headers{{Key: message.HeaderDelay, Value: []byte("300")}}}
+		data := m.AppendData(nil)
+		return store.Entry{ID: id, Flag: m.Flag(), CRC: message.Checksum(data), Data: data}
+	}
+	l, err := store.Open(t.TempDir(), store.Options{IDs: &testIDs{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s := NewSlave(Config{MaxMessageSize: 1 << 20}, 1, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	rp := &replPart{topic: "t", l: l, fetch: 1 << 20}
+	pull := func(ids ...int64) *roundWaiter {
+		t.Helper()
+		var body []byte
+		for _, id := range ids {
+			e := delivery(id)
+			body = message.AppendRecordCRC(body, e.ID, e.Flag, e.CRC, e.Data)
+		}
+		wg := &roundWaiter{res: make([]roundResult, 1)}
+		if _, err := s.apply(rp, &protocol.Request{Op: protocol.OpValue, Body: body}, nil, wg, 0); err != nil {
+			t.Fatal(err)
+		}
+		wg.wait()
+		rp.next += wg.res[0].bytes
+		return wg
+	}
+	pull(3)
+	wg := pull(5, 7)
+	if got := wg.res[0].noted; len(got) != 2 || got[0] != 5 || got[1] != 7 {
+		t.Fatalf("noted %v, want [5 7]", got)
+	}
+	s.forgetFailed(rp, wg.res[0].noted) // as round does when res.err is set
+	sl := s.LogState(l)
+	sl.Lock()
+	defer sl.Unlock()
+	if sl.TakePulledOld(5) || sl.TakePulledOld(7) {
+		t.Fatal("a delivery of a failed append still counts as copied")
+	}
+	if !sl.TakePulledOld(3) {
+		t.Fatal("a delivery of an append that succeeded was forgotten")
+	}
+}

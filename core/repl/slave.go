@@ -570,12 +570,17 @@ func (s *Slave) startPart(rc *RoundConn, rp *replPart) error {
 // forgetFailed: a puller append to rp failed (ENOSPC, a failed log,
 // closing) and left nothing behind, so the slave's state of its log goes
 // back to what the log holds: the records are copied again, and a sync of
-// one of them is not taken for one the puller copied.
-func (s *Slave) forgetFailed(rp *replPart) {
+// one of them is not taken for one the puller copied; noted are the
+// deliveries among them (PulledAppended noted them as copied), whose syncs
+// are then appended, not answered as copied.
+func (s *Slave) forgetFailed(rp *replPart, noted []int64) {
 	sl := s.LogState(rp.l)
 	sl.mu.Lock()
 	sl.lastID = rp.l.LastID()
 	sl.end = rp.l.MaxOffset()
+	for _, id := range noted {
+		delete(sl.pulledOld, id) // pulledQ keeps it: a no-op when evicted
+	}
 	sl.mu.Unlock()
 }
 
@@ -587,7 +592,7 @@ func (s *Slave) abandonRound(live []*replPart, wg *roundWaiter) {
 	wg.wait()
 	for i, rp := range live {
 		if res := &wg.res[i]; res.n > 0 && res.err != nil {
-			s.forgetFailed(rp)
+			s.forgetFailed(rp, res.noted)
 		}
 	}
 }
@@ -667,7 +672,7 @@ func (s *Slave) round(rc *RoundConn) (got bool, err error) {
 		}
 		if res.n > 0 {
 			if res.err != nil { // ENOSPC, a failed log, closing: retried next round
-				s.forgetFailed(rp)
+				s.forgetFailed(rp, res.noted)
 				key := rp.topic + "#" + strconv.Itoa(int(rp.p))
 				if msg := "append: " + res.err.Error(); s.warned[key] != msg {
 					s.warned[key] = msg
@@ -793,7 +798,7 @@ func (s *Slave) apply(rp *replPart, r *protocol.Request, entries []store.Entry, 
 		wg.done()
 		res.err = err
 	} else {
-		sl.PulledAppended(entries)
+		res.noted = sl.pulledAppended(entries, res.noted[:0])
 	}
 	clear(entries) // Append copied the data
 	return entries, nil
@@ -807,6 +812,7 @@ type roundResult struct {
 	off     int64
 	err     error
 	sl      *SlaveLog // the partition's state, told when the append ends
+	noted   []int64   // the deliveries appended, noted as copied (forgetFailed)
 }
 
 // roundWaiter collects a round's appends (a store.Waiter).
@@ -915,14 +921,20 @@ const maxPulledOld = 4096
 // with no put since the message was accepted, or the first of a copied
 // batch, was appended a second time. A transaction's batches, below the
 // last id too, come in txsyncs, which skip by offset.
-func (sl *SlaveLog) PulledAppended(entries []store.Entry) {
+func (sl *SlaveLog) PulledAppended(entries []store.Entry) { sl.pulledAppended(entries, nil) }
+
+// pulledAppended is PulledAppended, returning noted with the ids of the
+// deliveries noted appended.
+func (sl *SlaveLog) pulledAppended(entries []store.Entry, noted []int64) []int64 {
 	for _, e := range entries {
 		if isDelivery(e) {
 			sl.notePulledOld(e.ID)
+			noted = append(noted, e.ID)
 		}
 		sl.lastID = max(sl.lastID, e.ID)
 	}
 	sl.end += entriesSize(entries)
+	return noted
 }
 
 // notePulledOld records id, a delivery the puller appended (under the
