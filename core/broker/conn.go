@@ -14,6 +14,7 @@ import (
 	"github.com/metaq-go/metaq/core/budget"
 	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/idem"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
@@ -109,9 +110,9 @@ type conn struct {
 	// txs are the connection's transactions (core/tx, txglue.go).
 	txs *tx.Session
 
-	// idemSlab is what is left of the read loop's last allocation of
-	// idempotent puts' waiters (idem.go, newIdemWaiter).
-	idemSlab []idemWaiter
+	// idemWaiters are the read loop's idempotent puts' waiters (idem.go,
+	// core/idem).
+	idemWaiters idem.Waiters
 
 	// probeTok is token+1 of the put being timed for
 	// metaq_put_duration_seconds (0: none), probeStart when it was

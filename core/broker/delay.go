@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
-	"github.com/metaq-go/metaq/core/idem"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/timer"
@@ -41,52 +40,9 @@ func (c *conn) putRefused(err error, opaque int32) {
 	c.replyErr(err, opaque)
 }
 
-// delayWaiter answers a delayed put once its timer record is stored: with
-// the msgId, the target partition and offset -1 (the message is not in
-// its partition yet).
-type delayWaiter struct {
-	c      *conn
-	p      int32
-	cancel bool
-	// it and tk: an idempotent delayed put's table and ticket
-	// (timer.BeginIdem), finished when the timer record is stored.
-	it *idem.Table
-	tk idem.Ticket
-}
-
-// finish tells an idempotent delayed put's table its outcome: stored
-// (ok) with msgId id, or not.
-func (w *delayWaiter) finish(id int64, ok bool) {
-	if w.it != nil {
-		w.it.Finish(w.tk, idem.Result{FirstID: id, FirstOffset: -1, Count: 1}, ok)
-		w.it, w.tk = nil, idem.Ticket{}
-	}
-}
-
-func (w *delayWaiter) failed() { w.finish(0, false) }
-
-func (w *delayWaiter) fix(token uint64) uint64 {
-	return token&^(uint64(0xffff)<<32) | uint64(uint16(w.p))<<32
-}
-
-func (w *delayWaiter) AppendDone(token uint64, id, _ int64, err error) {
-	if err == nil && !w.cancel {
-		w.c.b.delay.Accepted.Add(1)
-	}
-	w.finish(id, err == nil)
-	w.c.AppendDone(w.fix(token), id, -1, err)
-}
-
-// SyncFailed: held here, the slave failed it; a retry is answered as
-// stored, its msgId unknown (as idemWaiter's).
-func (w *delayWaiter) SyncFailed(token uint64, err error) {
-	w.finish(0, true)
-	w.c.SyncFailed(w.fix(token), err)
-}
-
 // putFailer is a put's waiter that must hear of a put refused or failed
-// before the store took it (idemWaiter, delayWaiter).
-type putFailer interface{ failed() }
+// before the store took it (idem.Waiter, timer.PutWaiter).
+type putFailer interface{ Failed() }
 
 // delayIdemKey keys a target partition's delayed-put table in Broker.idem
 // (whose other keys are the partitions' logs).
@@ -114,7 +70,8 @@ func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Deli
 		return
 	}
 	tp := timer.PartitionOf(t.name, p, len(tt.parts))
-	w := &delayWaiter{c: c, p: p, cancel: cancel != 0}
+	// Answered with the target partition's token (count 0: a put).
+	w := b.delay.NewPutWaiter(c, uint64(uint32(r.Opaque))|uint64(uint16(p))<<32, cancel != 0)
 	if ps.ok && !c.delayIdemBegin(w, t.name, tt.parts[tp], t.partition(p), p, r.Opaque, ps) {
 		return
 	}
@@ -135,7 +92,7 @@ func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Deli
 // table is). It sets w's table and ticket, or returns false when it has
 // answered the put: a retry of a stored put with the msgId of its first
 // copy, or a refusal with its cause.
-func (c *conn) delayIdemBegin(w *delayWaiter, topic string, tl, l *store.Log, p int32, opaque int32, ps producerSeq) bool {
+func (c *conn) delayIdemBegin(w *timer.PutWaiter, topic string, tl, l *store.Log, p int32, opaque int32, ps producerSeq) bool {
 	b := c.b
 	if l == nil {
 		c.putFail(opaque, "delayed message: no partition "+strconv.Itoa(int(p)))
@@ -150,7 +107,7 @@ func (c *conn) delayIdemBegin(w *delayWaiter, topic string, tl, l *store.Log, p 
 		b.stats.idemDuplicates.Add(1)
 		c.replyStored(opaque, p, res, false)
 	default:
-		w.it, w.tk = t, tk
+		w.Idem(t, tk)
 		return true
 	}
 	return false

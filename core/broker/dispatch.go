@@ -199,7 +199,8 @@ func (c *conn) handlePut(r *protocol.Request) {
 // appendEntries appends c.entries (a put's or an mput's, whose reply also
 // carries the count) to partition p's log; the reply is queued when the
 // store completes the append. size is the data bytes, for realtime stats.
-// w is told the outcome: c, or an idempotent put's *idemWaiter.
+// w is told the outcome: c, an idempotent put's *idem.Waiter or a
+// delayed put's *timer.PutWaiter.
 func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput bool, size int64, w repl.PutDone) {
 	if c.b.sync != nil {
 		c.appendReplicated(t, l, p, opaque, mput, size, w) // syncrepl.go
@@ -228,7 +229,7 @@ func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput
 			c.probeTok.Store(0)
 		}
 		if iw, ok := w.(putFailer); ok {
-			iw.failed()
+			iw.Failed()
 		}
 		c.addPending(-1)
 		c.b.disks.WakeOn(err)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/metaq-go/metaq/core/idem"
 	"github.com/metaq-go/metaq/core/partition"
-	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
@@ -92,7 +91,7 @@ func (b *Broker) forgetIdem(logs []*store.Log) {
 // waiter to append with, or nil when it has answered the put: with the
 // original result (a retry of a stored put), or with a cause
 // (docs/protocol.md's cause table).
-func (c *conn) idemBegin(tp *topic, l *store.Log, p int32, opaque int32, ps producerSeq, count int, mput bool) *idemWaiter {
+func (c *conn) idemBegin(tp *topic, l *store.Log, p int32, opaque int32, ps producerSeq, count int, mput bool) *idem.Waiter {
 	t := c.b.idemTable(tp, p, l)
 	tk, res, err := partition.BeginIdem(t, l, ps.id, ps.seq, ps.seq+int64(count)-1, c.b.logf)
 	switch {
@@ -102,9 +101,7 @@ func (c *conn) idemBegin(tp *topic, l *store.Log, p int32, opaque int32, ps prod
 		c.b.stats.idemDuplicates.Add(int64(count))
 		c.replyStored(opaque, p, res, mput)
 	default:
-		w := c.newIdemWaiter()
-		w.c, w.t, w.tk = c, t, tk
-		return w
+		return c.idemWaiters.New(c, t, tk, count)
 	}
 	return nil
 }
@@ -150,61 +147,4 @@ func (c *conn) replyStored(opaque int32, p int32, r idem.Result, mput bool) {
 		bb = strconv.AppendInt(bb, int64(r.Count), 10)
 	}
 	c.replyBytes(protocol.StatusOK, bb, opaque)
-}
-
-// idemWaiter is an idempotent put's store.Waiter (and repl.PutDone): it
-// tells the table the outcome, then the connection.
-type idemWaiter struct {
-	c  *conn
-	t  *idem.Table
-	tk idem.Ticket
-}
-
-var _ repl.PutDone = (*idemWaiter)(nil)
-
-// idemSlabSize is how many waiters a connection takes from one allocation.
-const idemSlabSize = 64
-
-// newIdemWaiter returns a waiter for an idempotent put, from c's slab (the
-// read loop's: idemBegin runs there). Waiters are not reused: a slab is
-// garbage once the last of its puts completed. A sync.Pool did reuse
-// them, but its waiters went back to the pool on the store's completer
-// and were taken out on the read loop, so nearly every Get took one from
-// another P (getSlow) and both sides missed the cache on it.
-func (c *conn) newIdemWaiter() *idemWaiter {
-	if len(c.idemSlab) == 0 {
-		c.idemSlab = make([]idemWaiter, idemSlabSize)
-	}
-	w := &c.idemSlab[0]
-	c.idemSlab = c.idemSlab[1:]
-	return w
-}
-
-// release ends a waiter's use: exactly one of AppendDone, SyncFailed and
-// failed ends it. Its table and producer are dropped, so that a slab kept
-// by a slower put of it holds no forgotten producer.
-func (w *idemWaiter) release() {
-	w.t, w.tk = nil, idem.Ticket{}
-}
-
-func (w *idemWaiter) AppendDone(token uint64, firstID, firstOffset int64, err error) {
-	w.t.Finish(w.tk, idem.Result{FirstID: firstID, FirstOffset: firstOffset, Count: max(1, int(token>>48))}, err == nil)
-	c := w.c
-	w.release()
-	c.AppendDone(token, firstID, firstOffset, err)
-}
-
-// SyncFailed: stored here, the slave failed it; a retry is answered as
-// stored, its offsets unknown (the slave catches up by the master's log).
-func (w *idemWaiter) SyncFailed(token uint64, err error) {
-	w.t.Finish(w.tk, idem.Result{}, true)
-	c := w.c
-	w.release()
-	c.SyncFailed(token, err)
-}
-
-// failed is the waiter's put refused before the store took it.
-func (w *idemWaiter) failed() {
-	w.t.Finish(w.tk, idem.Result{}, false)
-	w.release()
 }

@@ -44,7 +44,7 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 	}
 	refused, err := c.b.sync.Put(t.name, p, l, c.entries, c.b.ids, w, token, c.addPending)
 	if iw, ok := w.(putFailer); ok && (refused != nil || err != nil) {
-		iw.failed()
+		iw.Failed()
 	}
 	switch {
 	case refused != nil:
