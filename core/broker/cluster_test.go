@@ -34,6 +34,20 @@ func clusterBroker(t *testing.T, zkAddr, root string, id int, mods ...func(*conf
 	return fixture{mods: append([]func(*conf.Config){base}, mods...), opts: Options{Logf: t.Logf}}.start(t)
 }
 
+// waitRegistered waits until b is registered in ZooKeeper: a broker whose
+// connection to ZooKeeper takes longer than its connection_timeout (a
+// loaded machine) starts serving first and registers once connected
+// (TestClusterZooKeeperDownAtStart).
+func waitRegistered(t *testing.T, b *Broker) {
+	t.Helper()
+	waitFor(t, 20*time.Second, func() error {
+		if !b.Registered() {
+			return errors.New("not registered in ZooKeeper")
+		}
+		return nil
+	})
+}
+
 func zkGet(c *zk.Conn, p string) (string, error) {
 	v, _, err := c.Get(p)
 	return string(v), err
@@ -98,8 +112,8 @@ func TestClusterTwoBrokers(t *testing.T) {
 	root := "/brokertest"
 	b1 := clusterBroker(t, addr, root, 1)
 	b2 := clusterBroker(t, addr, root, 2)
-	require.True(t, b1.Registered())
-	require.True(t, b2.Registered())
+	waitRegistered(t, b1)
+	waitRegistered(t, b2)
 	c := zkClient(t, addr)
 	require.NoError(t, checkBroker(c, root, b1))
 	require.NoError(t, checkBroker(c, root, b2))

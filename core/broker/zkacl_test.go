@@ -28,7 +28,7 @@ func TestClusterZooKeeperDigestACL(t *testing.T) {
 	b := clusterBroker(t, addr, root, 5, func(c *conf.Config) {
 		c.ZooKeeper.AuthUser, c.ZooKeeper.AuthPassword = "metaq", "zk-secret"
 	})
-	require.True(t, b.Registered())
+	waitRegistered(t, b)
 	_, port, _ := net.SplitHostPort(b.Addr())
 	uri := "meta://127.0.0.1:" + port
 	master := zkpath.Master(root, 5)
@@ -104,7 +104,7 @@ func TestClusterZooKeeperConsumersClosed(t *testing.T) {
 			Config: map[string]string{"connect": addr, "root": root, "auth_user": "metaq", "auth_password": "zk-secret"}}}
 		c.OffsetStore = "zk"
 	})
-	require.True(t, b.Registered())
+	waitRegistered(t, b)
 	c := dialRaw(t, b.Addr())
 
 	// A group the store writes.
