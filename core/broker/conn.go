@@ -77,8 +77,9 @@ type conn struct {
 	// raw is the socket for tryWriteNow's non-blocking writes (nil: not
 	// plain TCP).
 	raw syscall.RawConn
-	rf  *os.File // cached read handle for sendfile (under wmu)
-	rfP string
+	// send writes get replies' bytes (sendfile; core/store Sender);
+	// under wmu.
+	send store.Sender
 
 	omu     sync.Mutex
 	out     []byte
@@ -130,7 +131,6 @@ type conn struct {
 	subs filterset.ConnFilters
 
 	entries []store.Entry
-	scratch []byte
 	// lone says nothing was read behind the request being dispatched
 	// (read loop only): its put may be committed on this goroutine.
 	lone bool
@@ -322,10 +322,7 @@ func (c *conn) release(dec *protocol.Decoder) {
 	c.omu.Unlock()
 	c.bud.Shrink(n)
 	c.wmu.Lock()
-	if c.rf != nil {
-		c.rf.Close()
-		c.rf, c.rfP = nil, ""
-	}
+	c.send.Close()
 	c.wmu.Unlock()
 }
 
@@ -580,77 +577,13 @@ func (c *conn) sendValue(v store.View, opaque int32) error {
 	c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.WriteTimeout))
 	if h := security.HeldOf(c.nc); h != nil {
 		h.HoldWrites()
-		err := c.sendValueBytes(v)
+		err := c.send.Send(c.nc, v, &copyBufs) // no sendfile through TLS
 		if rerr := h.Release(); err == nil {
 			err = rerr
 		}
 		return err
 	}
-	return c.sendValueBytes(v)
-}
-
-// sendValueBytes writes v's bytes (sendfile on plain TCP). The caller
-// holds wmu.
-func (c *conn) sendValueBytes(v store.View) error {
-	if v.Mem != nil { // a journaled segment's in-memory tail
-		_, err := c.nc.Write(v.Mem)
-		return err
-	}
-	if f := c.readFile(v.Path); f != nil {
-		if _, err := f.Seek(v.Pos, io.SeekStart); err == nil {
-			lr := &io.LimitedReader{R: f, N: int64(v.Len)}
-			var n int64
-			if h := security.HeldOf(c.nc); h != nil {
-				// No sendfile through TLS: copy through a pooled buffer
-				// of HeldMax (io.Copy would allocate 32 KiB per reply).
-				bp := copyBufs.Get().(*[]byte)
-				n, err = io.CopyBuffer(c.nc, lr, *bp)
-				copyBufs.Put(bp)
-			} else {
-				n, err = io.Copy(c.nc, lr)
-			}
-			if err != nil || n != int64(v.Len) {
-				return errShortSend(err)
-			}
-			return nil
-		}
-	}
-	// The file is gone (retention) or unreadable by path: copy from the
-	// view's own descriptor.
-	c.scratch = c.scratch[:0]
-	buf, err := v.ReadAll(c.scratch)
-	if err != nil || len(buf) != v.Len {
-		return errShortSend(err)
-	}
-	c.scratch = buf[:0]
-	_, err = c.nc.Write(buf)
-	return err
-}
-
-func errShortSend(err error) error {
-	if err == nil {
-		return io.ErrShortWrite
-	}
-	return err
-}
-
-// readFile returns this connection's handle on a segment file, opening it
-// when the path changes. Each connection has its own handle so that its
-// file position (which sendfile uses) is private. The caller holds wmu.
-func (c *conn) readFile(path string) *os.File {
-	if c.rf != nil && c.rfP == path {
-		return c.rf
-	}
-	if c.rf != nil {
-		c.rf.Close()
-		c.rf = nil
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	c.rf, c.rfP = f, path
-	return f
+	return c.send.Send(c.nc, v, nil)
 }
 
 // AppendDone implements store.Waiter: it queues the put reply.

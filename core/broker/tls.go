@@ -17,5 +17,6 @@ func (b *Broker) ReloadTLS() error {
 }
 
 // copyBufs are the buffers value replies over TLS are read into
-// (security.HeldConn: no sendfile through TLS).
+// (security.HeldConn: no sendfile through TLS; store.Sender copies
+// through them).
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, security.HeldMax); return &b }}
