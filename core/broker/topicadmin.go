@@ -146,6 +146,7 @@ func (h topicHost) Remove(name string) topicadmin.Removed {
 	}
 	if j := b.journalFor(r.DataDir, t.conf().UnflushThreshold); j != nil {
 		r.Checkpoint = j.CheckpointClosed
+		r.Forget = j.ForgetRemoved
 	}
 	return r
 }

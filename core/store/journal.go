@@ -286,9 +286,9 @@ type Journal struct {
 	markTimer *time.Timer
 	markDue   chan struct{}
 	markDelay time.Duration
-	// closeSeq counts logs unregistered (under mu); ckptClosedSeq is the
-	// closeSeq of the last durable checkpoint's snapshot
-	// (CheckpointClosed).
+	// closeSeq counts logs unregistered and removed partitions forgotten
+	// (under mu); ckptClosedSeq is the closeSeq of the last durable
+	// checkpoint's snapshot (CheckpointClosed, ForgetRemoved).
 	closeSeq           int64
 	ckptClosedSeq      atomic.Int64
 	basePos, maxBehind int64
@@ -646,6 +646,35 @@ func (j *Journal) CheckpointClosed(ctx context.Context) error {
 			j.mu.Unlock()
 		}
 	}
+}
+
+// ForgetRemoved drops what the journal holds of the closed partitions
+// whose directories dirs were removed (a deleted topic's): their entries
+// in the checkpoints' closed table and their trust points, and waits,
+// like CheckpointClosed, until a checkpoint without them is durable.
+// Without that, a topic created again under the same name inherited the
+// old one's trusted end: a crash at a roll before the new partition's
+// first journal round was durable left an empty gap its restart refused
+// instead of removing (dropPastGap), and a walk of replayed records could
+// start at an end that is no record boundary of the new partition. A dir
+// of an open log, or not in the journal's data directory, is skipped.
+func (j *Journal) ForgetRemoved(ctx context.Context, dirs []string) error {
+	j.mu.Lock()
+	open := make(map[string]bool, len(j.logs))
+	for l := range j.logs {
+		open[l.jname] = true
+	}
+	for _, d := range dirs {
+		name, err := j.partitionName(d)
+		if err != nil || open[name] {
+			continue
+		}
+		delete(j.closedEnds, name)
+		delete(j.trusted, name)
+	}
+	j.closeSeq++
+	j.mu.Unlock()
+	return j.CheckpointClosed(ctx)
 }
 
 // enqueue hands l, which has pending appends, to the committer. It

@@ -670,7 +670,7 @@ func (j *Journal) replay(sc journalScan, limit int) error {
 		}
 	}
 	j.noteTrusted(sc.last, sc.regs, ends, tails) // restart.go
-	return nil
+	return j.forgetAbsent()
 }
 
 // listSegments returns the starts and sizes of the segment files of dir,

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -67,6 +68,36 @@ func (j *Journal) noteTrusted(last *checkpoint, regs []regRef, ends map[string]i
 	j.mu.Lock()
 	j.trusted, j.closedEnds = trusted, closed
 	j.mu.Unlock()
+}
+
+// forgetAbsent drops the trust points and closed-table entries of the
+// partitions whose directories are not in the data directory after
+// replay: a deleted topic's, removed after the checkpoint that last named
+// them (a crash before ForgetRemoved's checkpoint, or a binary from
+// before it, whose checkpoints carried them on). A topic created again
+// under that name must not inherit them.
+func (j *Journal) forgetAbsent() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	names := make(map[string]bool, len(j.trusted)+len(j.closedEnds))
+	for name := range j.trusted {
+		names[name] = true
+	}
+	for name := range j.closedEnds {
+		names[name] = true
+	}
+	for name := range names {
+		_, err := os.Lstat(filepath.Join(j.dataDir, name))
+		if err == nil {
+			continue
+		}
+		if !isNotExist(err) {
+			return fmt.Errorf("store: journal %s: %w", j.dir, err)
+		}
+		delete(j.trusted, name)
+		delete(j.closedEnds, name)
+	}
+	return nil
 }
 
 // trustBases returns the trust points the last checkpoint (its ends and

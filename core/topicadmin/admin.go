@@ -46,11 +46,13 @@ type Host interface {
 
 // Removed is what Host.Remove closed of a topic: its partition
 // directories, the data directory they are in, the checkpoint of their
-// journal (nil without one) and the error closing them.
+// journal and its ForgetRemoved (nil without one) and the error closing
+// them.
 type Removed struct {
 	Dirs       []string
 	DataDir    string
 	Checkpoint func(context.Context) error
+	Forget     func(context.Context, []string) error
 	CloseErr   error
 }
 
@@ -174,7 +176,7 @@ func (a Admin) Delete(name string, deleteData bool) error {
 	}
 	what := "data kept on disk"
 	if deleteData && len(r.Dirs) > 0 {
-		if err := RemoveData(r.DataDir, r.Dirs, r.Checkpoint); err != nil {
+		if err := RemoveData(r.DataDir, r.Dirs, r.Checkpoint, r.Forget); err != nil {
 			a.Logf("topics: deleted topic %s, but its data stays: %v", name, err)
 			return fmt.Errorf("topic %s deleted, but its data was not removed: %w", name, err)
 		}

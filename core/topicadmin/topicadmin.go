@@ -212,11 +212,13 @@ func (k *Book) Apply(base conf.Config, f *conf.TopicsFile) ([]conf.Topic, error)
 // RemoveData removes a deleted topic's closed partition directories dirs,
 // under dataDir, after checkpoint (its journal's CheckpointClosed; nil
 // without a journal) so that no restart replays records into them, and
-// fsyncs dataDir.
-func RemoveData(dataDir string, dirs []string, checkpoint func(context.Context) error) error {
+// fsyncs dataDir; then forget (its journal's ForgetRemoved; nil without
+// one) drops the journal's trust state of them, so that a topic created
+// again under the name does not inherit it.
+func RemoveData(dataDir string, dirs []string, checkpoint func(context.Context) error, forget func(context.Context, []string) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), checkpointClosedTimeout)
+	defer cancel()
 	if checkpoint != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), checkpointClosedTimeout)
-		defer cancel()
 		if err := checkpoint(ctx); err != nil {
 			return fmt.Errorf("journal checkpoint: %w", err)
 		}
@@ -226,5 +228,13 @@ func RemoveData(dataDir string, dirs []string, checkpoint func(context.Context) 
 			return err
 		}
 	}
-	return fsutil.SyncDir(filepath.Clean(dataDir))
+	if err := fsutil.SyncDir(filepath.Clean(dataDir)); err != nil {
+		return err
+	}
+	if forget != nil {
+		if err := forget(ctx, dirs); err != nil {
+			return fmt.Errorf("journal checkpoint after removing: %w", err)
+		}
+	}
+	return nil
 }

@@ -100,20 +100,31 @@ func TestRemoveData(t *testing.T) {
 		require.NoError(t, os.MkdirAll(p, 0o755))
 	}
 	boom := errors.New("boom")
-	err := RemoveData(dir, parts, func(context.Context) error { return boom })
+	forgot := 0
+	forget := func(_ context.Context, dirs []string) error {
+		for _, p := range dirs {
+			require.NoDirExists(t, p, "forgotten once removed")
+		}
+		require.Equal(t, parts, dirs)
+		forgot++
+		return nil
+	}
+	err := RemoveData(dir, parts, func(context.Context) error { return boom }, forget)
 	require.ErrorIs(t, err, boom)
 	require.EqualError(t, err, "journal checkpoint: boom")
 	require.DirExists(t, parts[0], "nothing removed before the checkpoint")
+	require.Zero(t, forgot)
 
 	checked := false
 	require.NoError(t, RemoveData(dir, parts, func(ctx context.Context) error {
 		_, ok := ctx.Deadline()
 		checked = ok
 		return nil
-	}))
+	}, forget))
 	require.True(t, checked, "the checkpoint is bounded")
+	require.Equal(t, 1, forgot, "the journal forgets the removed partitions")
 	for _, p := range parts {
 		require.NoDirExists(t, p)
 	}
-	require.NoError(t, RemoveData(dir, nil, nil))
+	require.NoError(t, RemoveData(dir, nil, nil, nil))
 }
