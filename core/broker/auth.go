@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"crypto/tls"
 	"errors"
 	"time"
 
@@ -86,16 +85,12 @@ func (c *conn) authorize(r *protocol.Request) bool {
 // certificate, if the certificate's CN names a configured user. The first
 // request has been read, so the handshake is complete.
 func (c *conn) authFromCert() {
-	tc, ok := c.nc.(*tls.Conn)
-	if !ok {
-		return
-	}
-	cn, ok := security.CertName(tc.ConnectionState())
-	if !ok {
-		return
-	}
 	cfg := c.b.config()
-	if u, ok := cfg.Auth.UserByName(cn); ok {
+	u, cn, cert, ok := security.CertUser(c.nc, &cfg.Auth)
+	if !cert {
+		return
+	}
+	if ok {
 		c.auth.Login(u, cfg)
 		if !c.markAuthenticated() { // connlimits.go
 			c.auth.User = nil // too late: auth_timeout passed, the connection closes
@@ -136,25 +131,12 @@ func (c *conn) handleAuth(r *protocol.Request) {
 		return
 	}
 	c.auth.User = nil
-	if why, throttled := security.LoginWhy(err); throttled {
+	if name, why, throttled := security.FailedLogin(err, r.Body); throttled {
 		b.stats.authThrottled.Add(1)
 	} else {
 		b.stats.authFailures.Add(1)
-		name := "(none)"
-		if _, u, _, ok := protocol.ParseSASLPlain(r.Body); ok {
-			name = protocol.Printable([]byte(u))
-		}
 		b.warnf("conn %s: auth failed for user %s: %s", c.nc.RemoteAddr(), name, why)
 	}
-	delay := time.Until(start.Add(time.Duration(cfg.Auth.FailureDelay) * time.Millisecond))
-	if delay > 0 {
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-c.closed:
-		case <-b.done:
-		}
-		t.Stop()
-	}
+	security.WaitFailureDelay(&cfg.Auth, start, c.closed, b.done)
 	c.replyErr(err, r.Opaque)
 }

@@ -2,6 +2,7 @@ package security
 
 import (
 	"crypto/tls"
+	"net"
 
 	"github.com/metaq-go/metaq/conf"
 )
@@ -38,4 +39,19 @@ func CertName(st tls.ConnectionState) (string, bool) {
 		return "", false
 	}
 	return st.PeerCertificates[0].Subject.CommonName, true
+}
+
+// CertUser is the [[auth.user]] of a that the verified TLS client
+// certificate of nc names by its CN: ok false when none does; cert false
+// (and cn "") when nc is not TLS or has no verified certificate.
+func CertUser(nc net.Conn, a *conf.Auth) (u *conf.User, cn string, cert, ok bool) {
+	tc, isTLS := nc.(*tls.Conn)
+	if !isTLS {
+		return nil, "", false, false
+	}
+	if cn, cert = CertName(tc.ConnectionState()); !cert {
+		return nil, "", false, false
+	}
+	u, ok = a.UserByName(cn)
+	return u, cn, true, ok
 }

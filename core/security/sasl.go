@@ -55,6 +55,37 @@ func LoginWhy(err error) (why string, throttled bool) {
 	return err.Error(), false
 }
 
+// FailedLogin is what the broker counts and logs of a failed `auth`
+// carrying msg (CheckPlain's err): the user msg names, printable ("(none)"
+// when it names none), why it failed, and whether the limiter refused it
+// unchecked (LoginWhy).
+func FailedLogin(err error, msg []byte) (name, why string, throttled bool) {
+	why, throttled = LoginWhy(err)
+	name = "(none)"
+	if _, u, _, ok := protocol.ParseSASLPlain(msg); ok {
+		name = protocol.Printable([]byte(u))
+	}
+	return name, why, throttled
+}
+
+// WaitFailureDelay waits until a.failure_delay has passed since start (a
+// failed login's answer, so that its time does not tell whether the user
+// exists and one connection cannot try passwords faster), or until stop
+// or done closes.
+func WaitFailureDelay(a *conf.Auth, start time.Time, stop, done <-chan struct{}) {
+	delay := time.Until(start.Add(time.Duration(a.FailureDelay) * time.Millisecond))
+	if delay <= 0 {
+		return
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-stop:
+	case <-done:
+	}
+}
+
 // CheckPassword is Check for HTTP basic auth, in the shape
 // httpapi.Backend asks for: the user; or wait > 0 when the limiter
 // refused the attempt without a check; or nil and why it failed, for the
