@@ -5,6 +5,7 @@ import (
 
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/message"
 )
 
@@ -45,9 +46,9 @@ func (b *Broker) applyReset(ctx context.Context, a httpapi.Actor, group, to stri
 	if err := b.offsets.Commit(ctx, group, ps); err != nil {
 		return httpapi.OffsetStoreError(err, b.offsets.Name())
 	}
-	action := auditOffsetReset
+	action := security.AuditOffsetReset
 	if to == httpapi.SkipTo {
-		action = auditOffsetSkip
+		action = security.AuditOffsetSkip
 	}
 	b.auditAs(a, action, "group", group, "topic", plan.Topic, "to", to, "partitions", len(ps), "offsets", auditChanges(plan.Changes))
 	return nil
@@ -56,13 +57,13 @@ func (b *Broker) applyReset(ctx context.Context, a httpapi.Actor, group, to stri
 // auditCreate audits a topic created for a.
 func (b *Broker) auditCreate(a httpapi.Actor, name string) {
 	tc, _ := b.topicConfig(name)
-	b.auditAs(a, auditTopicCreate, "topic", name, "partitions", tc.NumPartitions)
+	b.auditAs(a, security.AuditTopicCreate, "topic", name, "partitions", tc.NumPartitions)
 }
 
 // auditAlter audits a topic's partitions changed for a (nothing when the
 // count stayed).
 func (b *Broker) auditAlter(a httpapi.Actor, name string, old, n int) {
 	if n != old {
-		b.auditAs(a, auditTopicAlter, "topic", name, "partitions_before", old, "partitions", n)
+		b.auditAs(a, security.AuditTopicAlter, "topic", name, "partitions_before", old, "partitions", n)
 	}
 }

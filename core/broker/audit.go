@@ -5,25 +5,13 @@ import (
 	"github.com/metaq-go/metaq/core/security"
 )
 
-// The audit log is security.Audit (docs/security.md); these are its
-// actions and its doors' glue.
-
-// Audit actions.
-const (
-	auditTopicCreate = "topic.create"
-	auditTopicDelete = "topic.delete"
-	auditTopicAlter  = "topic.partitions"
-	auditOffsetReset = "group.reset"
-	auditOffsetSkip  = "group.skip"
-	auditSwitchover  = "failover.switchover"
-	auditHeuristic   = "tx.heuristic"
-	auditDLQReplay   = "group.dlq_replay"
-)
+// The audit log is security.Audit (docs/security.md, its actions
+// security.Audit*); this is its doors' glue.
 
 // AuditDLQReplay audits a replay of group's dead letters (core/httpapi
 // dlq.go).
 func (h httpBackend) AuditDLQReplay(a httpapi.Actor, group, to string, count int) {
-	h.b.auditAs(a, auditDLQReplay, "group", group, "to", to, "messages", count)
+	h.b.auditAs(a, security.AuditDLQReplay, "group", group, "to", to, "messages", count)
 }
 
 // auditAs audits a change made over HTTP (httpapi.Actor: its user, remote

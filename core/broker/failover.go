@@ -2,6 +2,7 @@ package broker
 
 import (
 	"github.com/metaq-go/metaq/core/repl"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -76,7 +77,7 @@ func (c *conn) switchover(opaque int32) {
 		if err != nil {
 			code, msg = statusOf(err)
 		}
-		c.connAudit(auditSwitchover, "status", code, "result", msg) // audit.go
+		c.connAudit(security.AuditSwitchover, "status", code, "result", msg) // audit.go
 		c.reply(code, msg, opaque)
 	}()
 }

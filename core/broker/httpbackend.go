@@ -152,7 +152,7 @@ func (h httpBackend) DeleteTopic(a httpapi.Actor, name string, deleteData bool) 
 	if err := h.b.DeleteTopic(name, deleteData); err != nil {
 		return topicRefusal(err)
 	}
-	h.b.auditAs(a, auditTopicDelete, "topic", name, "delete_data", deleteData)
+	h.b.auditAs(a, security.AuditTopicDelete, "topic", name, "delete_data", deleteData)
 	return nil
 }
 

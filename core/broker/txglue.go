@@ -8,6 +8,7 @@ import (
 
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/repl"
+	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/timer"
 	"github.com/metaq-go/metaq/core/tx"
@@ -136,7 +137,7 @@ func (c *conn) TxPending(n int) { c.addPending(n) }
 func (c *conn) TxDone(opaque int32, body string, err error) { c.txReply(opaque, body, err) }
 
 // TxHeuristic implements tx.Peer (audit.go).
-func (c *conn) TxHeuristic(details ...any) { c.connAudit(auditHeuristic, details...) }
+func (c *conn) TxHeuristic(details ...any) { c.connAudit(security.AuditHeuristic, details...) }
 
 // txHost is the broker as the transactions' tx.Host.
 type txHost struct{ partSource }

@@ -26,6 +26,18 @@ func NewAudit(log *slog.Logger, shown func(string) string) *Audit {
 	return &Audit{log: log, shown: shown}
 }
 
+// The audit log's actions.
+const (
+	AuditTopicCreate = "topic.create"
+	AuditTopicDelete = "topic.delete"
+	AuditTopicAlter  = "topic.partitions"
+	AuditOffsetReset = "group.reset"
+	AuditOffsetSkip  = "group.skip"
+	AuditSwitchover  = "failover.switchover"
+	AuditHeuristic   = "tx.heuristic"
+	AuditDLQReplay   = "group.dlq_replay"
+)
+
 // AuditMaxChanges bounds the partitions an offset change lists.
 const AuditMaxChanges = 32
 
