@@ -22,6 +22,7 @@ import (
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/budget"
 	"github.com/metaq-go/metaq/core/diskwatch"
+	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/index"
@@ -126,7 +127,7 @@ type Broker struct {
 	// plugins supervises the plugin processes named in server.toml.
 	plugins *host.Supervisor
 	// filters and offsets are set up by initFilters and openOffsets.
-	filters filterSet
+	filters *filterset.Set
 	offsets *groups.Offsets
 	// groups are the consumer groups coordinated here (core/groups).
 	groups *groups.Coordinator

@@ -140,7 +140,7 @@ type conn struct {
 func newConn(b *Broker, nc net.Conn) *conn {
 	c := &conn{b: b, nc: nc, kick: make(chan struct{}, 1), closed: make(chan struct{}), accepted: time.Now()}
 	c.drained = sync.NewCond(&c.omu)
-	c.filt = filterset.NewScratch(&b.filters.cnt)
+	c.filt = b.filters.NewScratch()
 	if tc, ok := nc.(*net.TCPConn); ok {
 		c.raw, _ = tc.SyscallConn()
 	}

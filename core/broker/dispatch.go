@@ -381,7 +381,7 @@ func (c *conn) handleGet(r *protocol.Request) {
 		}
 		return
 	}
-	if in, cf := b.filters.lookup(t.name, r.Group), c.subs.Lookup(t.name, r.Group); in != nil || cf != nil {
+	if in, cf := b.filters.Lookup(t.name, r.Group), c.subs.Lookup(t.name, r.Group); in != nil || cf != nil {
 		c.getPC = pc
 		c.sendFiltered(in, cf, r, l, v, maxSize)
 		return

@@ -11,32 +11,20 @@ import (
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
-// filterSet is the broker's filters (core/filterset) and the counts of
-// their use by gets.
-type filterSet struct {
-	set *filterset.Set
-	cnt filterset.Counters
-}
-
-// lookup returns the filter of a topic and group, or nil.
-func (fs *filterSet) lookup(topic string, group []byte) *filters.Instance {
-	return fs.set.Lookup(topic, group)
-}
-
 // initFilters opens every [[topic.filter]] (core/filterset).
 func (b *Broker) initFilters() error {
 	set, err := filterset.Open(b.config(), b.plugins, b.logf)
 	if err != nil {
 		return err
 	}
-	b.filters.set = set
+	b.filters = set
 	if n := set.Len(); n > 0 {
 		b.logf("filters: %d topic filter(s) loaded", n)
 	}
 	return nil
 }
 
-func (b *Broker) closeFilters() error { return b.filters.set.Close() }
+func (b *Broker) closeFilters() error { return b.filters.Close() }
 
 // sendFiltered answers a get whose group has a filter: in, the topic's
 // [[topic.filter]] for the group, and cf, the one the consumer chose on
@@ -142,12 +130,12 @@ func (c *conn) sendPlain(v store.View, opaque int32, msgs int) {
 // FilterStats returns how many gets were judged by a server-side filter
 // and how many of those the filter failed (served per its failure policy).
 func (b *Broker) FilterStats() (calls, errors int64) {
-	return b.filters.cnt.Calls.Load(), b.filters.cnt.Errors.Load()
+	return b.filters.Counters().Calls.Load(), b.filters.Counters().Errors.Load()
 }
 
 // FilterReadAheadStats returns how many batches read ahead for remote
 // filters a get used, and how many were discarded (the consumer asked for
 // something else, or the read-ahead failed).
 func (b *Broker) FilterReadAheadStats() (taken, dropped int64) {
-	return b.filters.cnt.Taken.Load(), b.filters.cnt.Dropped.Load()
+	return b.filters.Counters().Taken.Load(), b.filters.Counters().Dropped.Load()
 }

@@ -33,12 +33,22 @@ var Builtins = map[string]func() filters.Filter{
 // and their Init).
 const OpenTimeout = 30 * time.Second
 
-// Set holds the filters of every topic and group. It is built before the
-// broker serves and is read-only afterwards.
+// Set holds the filters of every topic and group, and counts the gets
+// judged with them. It is built before the broker serves and is
+// read-only afterwards (but for its Counters).
 type Set struct {
 	byTopic map[string]map[string]*filters.Instance // topic -> group -> instance
 	all     []*filters.Instance
+	cnt     Counters
 }
+
+// NewScratch returns a connection's scratch for filtered gets, counting
+// into s's Counters.
+func (s *Set) NewScratch() Scratch { return NewScratch(&s.cnt) }
+
+// Counters is the counts of the gets judged with s's filters (and the
+// consumers' own).
+func (s *Set) Counters() *Counters { return &s.cnt }
 
 // Lookup returns the filter of a topic and group, or nil.
 func (s *Set) Lookup(topic string, group []byte) *filters.Instance {
