@@ -127,9 +127,7 @@ func (c *conn) handleCommit(r *protocol.Request) {
 	}
 	opaque := r.Opaque
 	c.goOffsetCall(func(ctx context.Context) {
-		if err := b.offsets.Commit(ctx, group, ps); err != nil {
-			b.offsets.CountCommitFailed()
-			b.errorf("commit offsets of group %s (%d partitions) to %s: %v", group, len(ps), b.offsets.Name(), errors.Unwrap(err))
+		if err := b.offsets.CommitRequest(ctx, group, ps, b.errorf); err != nil {
 			c.replyErr(err, opaque)
 			return
 		}
@@ -148,15 +146,10 @@ func (c *conn) handleFetch(r *protocol.Request) {
 	}
 	opaque := r.Opaque
 	c.goOffsetCall(func(ctx context.Context) {
-		res, err := b.offsets.Load(ctx, group, ps)
+		lines, err := b.offsets.FetchRequest(ctx, group, ps, b.errorf)
 		if err != nil {
-			b.errorf("fetch offsets of group %s from %s: %v", group, b.offsets.Name(), errors.Unwrap(err))
 			c.replyErr(err, opaque)
 			return
-		}
-		lines := make([]protocol.OffsetEntry, len(res))
-		for i, x := range res { // Offset and MsgID -1 where nothing is stored
-			lines[i] = protocol.OffsetEntry{Topic: x.Topic, Partition: x.Partition.Partition, Offset: x.Offset, MsgID: x.MsgID}
 		}
 		c.replyBytes(protocol.StatusOK, protocol.AppendOffsetLines(nil, lines, true), opaque)
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/metaq-go/metaq/plugins"
 	"github.com/metaq-go/metaq/plugins/host"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 const (
@@ -206,6 +207,33 @@ func (o *Offsets) Load(ctx context.Context, group string, ps []message.Position)
 		return nil, &StoreError{"fetch", err}
 	}
 	return res, nil
+}
+
+// CommitRequest is a commit request's store call (Commit): a failure is
+// counted (CountCommitFailed) and logged through errorf.
+func (o *Offsets) CommitRequest(ctx context.Context, group string, ps []message.Position, errorf func(string, ...any)) error {
+	err := o.Commit(ctx, group, ps)
+	if err != nil {
+		o.CountCommitFailed()
+		errorf("commit offsets of group %s (%d partitions) to %s: %v", group, len(ps), o.name, errors.Unwrap(err))
+	}
+	return err
+}
+
+// FetchRequest is a fetch request's store call (Load): its reply's
+// lines, offset and msgId -1 where nothing is stored; a failure is
+// logged through errorf.
+func (o *Offsets) FetchRequest(ctx context.Context, group string, ps []message.Position, errorf func(string, ...any)) ([]protocol.OffsetEntry, error) {
+	res, err := o.Load(ctx, group, ps)
+	if err != nil {
+		errorf("fetch offsets of group %s from %s: %v", group, o.name, errors.Unwrap(err))
+		return nil, err
+	}
+	lines := make([]protocol.OffsetEntry, len(res))
+	for i, x := range res {
+		lines[i] = protocol.OffsetEntry{Topic: x.Topic, Partition: x.Partition.Partition, Offset: x.Offset, MsgID: x.MsgID}
+	}
+	return lines, nil
 }
 
 // Committed returns group's stored offsets of every partition of topic
