@@ -67,6 +67,10 @@ func (c *conn) SyncDup(opaque int32, id int64, p int32, err error) {
 	c.replyBytes(protocol.StatusOK, protocol.AppendPutResultBody(body[:0], id, p, -1), opaque)
 }
 
+// FailSyncs refuses the later syncs on c: one's append failed once
+// queued (repl.SyncConn).
+func (c *conn) FailSyncs() { c.syncGate.Fail() }
+
 // syncRefusal is why this broker takes no sync or txsync on c now (nil
 // when it does): with failover, it is not a slave any more, or c is not
 // bound to the current epoch (repl.Failover.SyncRefusal).

@@ -19,6 +19,7 @@ type syncConn struct {
 	appended []int64 // ids whose syncs were appended here
 	dups     []int64 // ids answered as the puller's copies
 	pending  atomic.Int32
+	failed   atomic.Bool // FailSyncs was called
 	done     chan struct{}
 }
 
@@ -33,6 +34,8 @@ func (c *syncConn) AppendDone(_ uint64, firstID, _ int64, err error) {
 }
 
 func (c *syncConn) SyncPending(n int) { c.pending.Add(int32(n)) }
+
+func (c *syncConn) FailSyncs() { c.failed.Store(true) }
 
 func (c *syncConn) SyncDup(_ int32, id int64, _ int32, err error) {
 	c.mu.Lock()

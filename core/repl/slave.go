@@ -182,6 +182,16 @@ type SlaveLog struct {
 	end       int64
 	pulledOld map[int64]struct{}
 	pulledQ   []int64
+	// log is the partition's log. stale says a sync's append failed once
+	// queued (ENOSPC: the store then puts the appends queued behind it
+	// where it would have gone): end and lastID counted it, so Lock sets
+	// them to the log's own once its appends in flight are done; until
+	// then the puller took the master's copy of that message for one the
+	// sync appended and skipped it, and the copies diverged. sw is the
+	// waiter of the syncs of the connection that synced last (under mu).
+	log   *store.Log
+	stale atomic.Bool
+	sw    *syncWaiter
 
 	// dmu (after mu, and alone in store completions) guards pulling, the
 	// puller's appends queued and not completed yet, and dups, the syncs
@@ -232,7 +242,7 @@ func (s *Slave) LogState(l *store.Log) *SlaveLog {
 	defer s.logsMu.Unlock()
 	sl := s.logs[l]
 	if sl == nil {
-		sl = &SlaveLog{lastID: l.LastID(), end: l.MaxOffset()}
+		sl = &SlaveLog{lastID: l.LastID(), end: l.MaxOffset(), log: l}
 		s.logs[l] = sl
 	}
 	return sl
@@ -744,7 +754,7 @@ func (s *Slave) apply(rp *replPart, r *protocol.Request, entries []store.Entry, 
 	body := r.Body
 	used, skipped := 0, 0
 	sl := s.LogState(rp.l)
-	sl.mu.Lock()
+	sl.Lock()
 	defer sl.mu.Unlock()
 	for used < len(body) {
 		rec, n, err := message.ParseRecord(body[used:], s.cfg.MaxMessageSize)
@@ -900,7 +910,18 @@ func entriesSize(entries []store.Entry) int64 {
 
 // Lock takes sl's lock: it serialises the partition's appends (the
 // puller's, syncs', txsyncs').
-func (sl *SlaveLog) Lock() { sl.mu.Lock() }
+// If a sync's append failed since (stale), the append state is first set
+// to the log's, once no append of it is in flight (every append of the
+// slave's to the log is made under this lock).
+func (sl *SlaveLog) Lock() {
+	sl.mu.Lock()
+	if sl.stale.Load() && sl.log != nil {
+		if end, err := sl.log.Settle(); err == nil {
+			sl.stale.Store(false)
+			sl.lastID, sl.end = sl.log.LastID(), end
+		}
+	}
+}
 
 // Unlock releases it.
 func (sl *SlaveLog) Unlock() { sl.mu.Unlock() }
@@ -1028,7 +1049,7 @@ func (sl *SlaveLog) Present(off int64, entries []store.Entry) (int, error) {
 // (It implements tx.SlaveLogs.)
 func (s *Slave) AppendAt(l *store.Log, off int64, entries []store.Entry, w store.Waiter, token uint64) (bool, error) {
 	sl := s.LogState(l)
-	sl.mu.Lock()
+	sl.Lock()
 	defer sl.mu.Unlock()
 	skip, err := sl.Present(off, entries)
 	if err != nil || skip == len(entries) {

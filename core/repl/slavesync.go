@@ -35,6 +35,28 @@ type SyncConn interface {
 	// puller had appended: 200 with offset -1, or err, the failure of the
 	// puller's append. It counts the reply as come (SyncPending(-1)).
 	SyncDup(opaque int32, id int64, p int32, err error)
+	// FailSyncs refuses the later syncs on the connection (its SyncGate's
+	// Fail): one's append failed once queued, told right before its
+	// AppendDone.
+	FailSyncs()
+}
+
+// syncWaiter is the store.Waiter of the syncs of one connection to one
+// partition: a failed append (once queued: ENOSPC, a failed log) marks
+// the partition's append state stale (SlaveLog.Lock sets it to the log's)
+// and refuses the connection's later syncs, before the connection answers
+// it.
+type syncWaiter struct {
+	sl *SlaveLog
+	c  SyncConn
+}
+
+func (w *syncWaiter) AppendDone(token uint64, firstID, firstOffset int64, err error) {
+	if err != nil {
+		w.sl.stale.Store(true)
+		w.c.FailSyncs()
+	}
+	w.c.AppendDone(token, firstID, firstOffset, err)
 }
 
 // SyncGate is a sync connection's memory of a failed sync. Once a sync
@@ -110,8 +132,11 @@ func (s *Slave) ApplySync(c SyncConn, l *store.Log, p int32, entries []store.Ent
 		return nil
 	}
 	token := uint64(uint32(opaque)) | uint64(uint16(p))<<32
+	if sl.sw == nil || sl.sw.c != c {
+		sl.sw = &syncWaiter{sl: sl, c: c}
+	}
 	c.SyncPending(1)
-	err := l.Append(entries, c, token)
+	err := l.Append(entries, sl.sw, token)
 	if err == nil {
 		sl.Appended(entries)
 	}
