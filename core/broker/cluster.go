@@ -50,22 +50,10 @@ func (b *Broker) openRegistry() error {
 }
 
 // waitRegistered waits for the first registration, at most
-// zookeeper.connection_timeout.
+// zookeeper.connection_timeout (registry.Registry.WaitStart).
 func (b *Broker) waitRegistered() {
-	r := b.registry()
-	if r == nil {
-		return
-	}
-	d := time.Duration(b.config().ZooKeeper.ConnectionTimeout) * time.Millisecond
-	ctx, cancel := context.WithTimeout(b.startCtx, d)
-	defer cancel()
-	if err := r.Wait(ctx); err != nil {
-		if b.startCtx.Err() != nil {
-			b.logf("registry: start-up stopped before broker %d registered in ZooKeeper", b.config().BrokerID)
-			return
-		}
-		b.warnf("registry: broker %d is not registered in ZooKeeper %s after %v; serving anyway and registering in the background",
-			b.config().BrokerID, b.config().ZooKeeper.Connect, d)
+	if r := b.registry(); r != nil {
+		r.WaitStart(b.startCtx, time.Duration(b.config().ZooKeeper.ConnectionTimeout)*time.Millisecond, b.logf, b.warnf)
 	}
 }
 

@@ -318,6 +318,24 @@ func (r *Registry) Wait(ctx context.Context) error {
 	return nil
 }
 
+// WaitStart waits at most timeout (zookeeper.connection_timeout) for the
+// first registration, or until start is cancelled, as a starting broker
+// does: a ZooKeeper that is down or slow does not stop it, it serves and
+// keeps registering in the background, and logs which it was (logf,
+// warnf).
+func (r *Registry) WaitStart(start context.Context, timeout time.Duration, logf, warnf func(string, ...any)) {
+	ctx, cancel := context.WithTimeout(start, timeout)
+	defer cancel()
+	if err := r.Wait(ctx); err != nil {
+		if start.Err() != nil {
+			logf("registry: start-up stopped before broker %d registered in ZooKeeper", r.opts.BrokerID)
+			return
+		}
+		warnf("registry: broker %d is not registered in ZooKeeper %s after %v; serving anyway and registering in the background",
+			r.opts.BrokerID, r.opts.Connect, timeout)
+	}
+}
+
 // AddTopic registers one more topic (an auto-created one), or updates it
 // (a reload): a topics-pub or topics-sub node it no longer wants is
 // deleted. It does not wait for ZooKeeper.
