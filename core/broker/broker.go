@@ -376,7 +376,7 @@ func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error
 // (core/partition: open, list on disk, retain, close).
 func (b *Broker) logs() *partition.Logs {
 	lm := partition.LogsFromConf(b.config())
-	lm.IDs, lm.Journal, lm.Observer = b.ids, b.journalFor, b.metrics.segmentObserver()
+	lm.IDs, lm.Journal, lm.Observer = b.ids, b.journalFor, b.metrics.SegmentObserver()
 	lm.Logf, lm.Errorf = b.logf, b.errorf
 	return &lm
 }

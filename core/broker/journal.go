@@ -8,7 +8,7 @@ import (
 // openJournals opens the group-commit journals of the data directories
 // server.toml names (partition.OpenJournals).
 func (b *Broker) openJournals() error {
-	js, err := partition.OpenJournals(b.config(), b.logf, b.metrics.journalObserver())
+	js, err := partition.OpenJournals(b.config(), b.logf, b.metrics.JournalObserver())
 	if err != nil {
 		return err
 	}

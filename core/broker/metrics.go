@@ -54,12 +54,6 @@ func newMetrics(b *Broker) *metrics {
 	return &metrics{Registry: r, put: r.Put, get: r.Get}
 }
 
-// journalObserver and segmentObserver are the observers of journals and
-// partition logs.
-func (m *metrics) journalObserver() httpapi.StoreObserver { return m.JournalObserver() }
-
-func (m *metrics) segmentObserver() httpapi.StoreObserver { return m.SegmentObserver() }
-
 // collectExtra adds the series kept outside the Status: connection
 // limits and the HTTP listener's.
 func (b *Broker) collectExtra(ch chan<- prometheus.Metric) {
