@@ -6,7 +6,6 @@ package broker
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/metaq-go/metaq/core/httpapi"
 	"github.com/metaq-go/metaq/core/repl"
@@ -14,17 +13,7 @@ import (
 )
 
 // Role is the broker's role for the dashboard's header.
-func (h httpBackend) Role() string { return h.b.role() }
-
-func (b *Broker) role() string {
-	switch {
-	case b.replRole() == repl.RoleSlave:
-		return "slave " + strconv.Itoa(b.slave.ID())
-	case b.sync != nil:
-		return "master (sync replication)"
-	}
-	return "master"
-}
+func (h httpBackend) Role() string { return h.b.replRole().Title(h.b.slave, h.b.sync != nil) }
 
 // Traffic is each open topic's traffic counters.
 func (h httpBackend) Traffic() []httpapi.TopicTraffic {

@@ -1,6 +1,9 @@
 package repl
 
-import "sync/atomic"
+import (
+	"strconv"
+	"sync/atomic"
+)
 
 // Role is what a broker is in replication, and with failover where it is
 // in the failover state machine. The transitions are in one place,
@@ -37,6 +40,19 @@ func (r Role) String() string {
 		return "unknown"
 	}
 	return roleNames[r]
+}
+
+// Title is the broker's role as the dashboard's header shows it: the
+// slave's id (s) while it is a slave, a master's replication mode (sync:
+// it is a sync master) otherwise.
+func (r Role) Title(s *Slave, sync bool) string {
+	switch {
+	case r == RoleSlave:
+		return "slave " + strconv.Itoa(s.ID())
+	case sync:
+		return "master (sync replication)"
+	}
+	return "master"
 }
 
 // Holds reports whether the role holds the epoch (with failover): it

@@ -51,3 +51,22 @@ func TestRoleTransitions(t *testing.T) {
 		}
 	}
 }
+
+// TestRoleTitle: the dashboard header's role.
+func TestRoleTitle(t *testing.T) {
+	for _, c := range []struct {
+		r    Role
+		sync bool
+		want string
+	}{
+		{RoleSlave, false, "slave 2"},
+		{RoleSlave, true, "slave 2"},
+		{RoleMaster, true, "master (sync replication)"},
+		{RolePromoting, false, "master"},
+		{RoleMaster, false, "master"},
+	} {
+		if got := c.r.Title(&Slave{id: 2}, c.sync); got != c.want {
+			t.Errorf("%v sync=%v: %q, want %q", c.r, c.sync, got, c.want)
+		}
+	}
+}
