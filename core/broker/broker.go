@@ -444,24 +444,16 @@ func (t *topic) partition(p int32) *store.Log {
 // then serves connections in the background. With [tls], port = 0 means
 // TLS only: no plaintext listener.
 func (b *Broker) Start() error {
-	var ln, tln, hln net.Listener
-	var err error
+	ln, tln, err := security.Listen(b.config(), b.tls != nil)
+	if err != nil {
+		return err
+	}
+	var hln net.Listener
 	closeAll := func() {
 		for _, l := range []net.Listener{ln, tln, hln} {
 			if l != nil {
 				l.Close()
 			}
-		}
-	}
-	if b.config().Port != 0 || b.tls == nil {
-		if ln, err = net.Listen("tcp", b.config().Addr()); err != nil {
-			return fmt.Errorf("listen: %w", err)
-		}
-	}
-	if b.tls != nil {
-		if tln, err = net.Listen("tcp", net.JoinHostPort(b.config().Host, strconv.Itoa(b.config().TLSPort))); err != nil {
-			closeAll()
-			return fmt.Errorf("listen tls: %w", err)
 		}
 	}
 	if hln, err = httpapi.Listen(b.config()); err != nil {

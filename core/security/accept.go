@@ -2,11 +2,36 @@ package security
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/metaq-go/metaq/conf"
 )
+
+// Listen binds the protocol ports of c for the broker's Start: port
+// (plaintext; none when port = 0 with TLS on, meaning TLS only) and, with
+// TLS on (tlsOn: [tls] is configured), tls_port. On error neither is
+// left open.
+func Listen(c *conf.Config, tlsOn bool) (ln, tln net.Listener, err error) {
+	if c.Port != 0 || !tlsOn {
+		if ln, err = net.Listen("tcp", c.Addr()); err != nil {
+			return nil, nil, fmt.Errorf("listen: %w", err)
+		}
+	}
+	if tlsOn {
+		if tln, err = net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.TLSPort))); err != nil {
+			if ln != nil {
+				ln.Close()
+			}
+			return nil, nil, fmt.Errorf("listen tls: %w", err)
+		}
+	}
+	return ln, tln, nil
+}
 
 // Acceptor accepts a listener's connections for the broker's accept loop
 // (core/broker broker.go), backing off from errors that pass rather than
