@@ -89,3 +89,37 @@ func TestSyncSlaveFailsSync(t *testing.T) {
 	require.Contains(t, string(r.Body), "an earlier sync on this connection failed")
 	require.Equal(t, end1, slave.topics.Get("t").parts[1].MaxOffset())
 }
+
+// TestSyncSlaveFailsTxCommit: a transaction's commit the slave fails (a
+// message over its smaller max_message_size) leaves the master with a
+// batch the slave lacks, like a failed sync: the puts after it must not be
+// stored on the slave at lower offsets than on the master. The slave's
+// copy stays a prefix of the master's.
+func TestSyncSlaveFailsTxCommit(t *testing.T) {
+	t.Parallel()
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/repl-txsyncfail-%d", time.Now().UnixNano())
+	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
+	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, func(c *conf.Config) { c.MaxMessageSize = 1000 })
+	waitInSync(t, master, "2/2")
+
+	mc := dialRaw(t, master.Addr())
+	put := func(p int32, body []byte, opaque int32) protocol.Request {
+		return mc.call(t, protocol.AppendPut(nil, "t", p, 0, int64(message.Checksum(body)), opaque, body))
+	}
+	r := put(0, []byte("before"), 1)
+	require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
+	txDo(t, mc, "TX:s:1", protocol.TxBegin)
+	txrPut(t, mc, "TX:s:1", 0, strings.Repeat("b", 2000))
+	r = txDo(t, mc, "TX:s:1", protocol.TxCommitOnePhase)
+	require.NotEqual(t, protocol.StatusOK, r.Code, "a commit the slave failed acknowledged")
+	for i := range 4 {
+		r = put(0, []byte(fmt.Sprintf("after-%d", i)), int32(10+i))
+		require.NotEqual(t, protocol.StatusOK, r.Code, "a put acknowledged on a partition whose slave lacks a committed batch")
+	}
+
+	sEnd := slave.topics.Get("t").parts[0].MaxOffset()
+	mEnd := master.topics.Get("t").parts[0].MaxOffset()
+	require.LessOrEqual(t, sEnd, mEnd)
+	require.Equal(t, readPartition(t, master.Addr(), "t", 0, sEnd), readPartition(t, slave.Addr(), "t", 0, sEnd))
+}

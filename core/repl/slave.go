@@ -1056,12 +1056,29 @@ func (s *Slave) AppendAt(l *store.Log, off int64, entries []store.Entry, w store
 		return false, err
 	}
 	rest := entries[skip:]
-	if err := l.Append(rest, w, token); err != nil {
+	if err := l.Append(rest, &atWaiter{sl: sl, w: w}, token); err != nil {
 		return false, err
 	}
 	sl.Appended(rest)
 	s.syncs.Add(int64(len(rest)))
 	return true, nil
+}
+
+// atWaiter is the store.Waiter of an AppendAt: a failed append (once
+// queued) marks the partition's append state stale, as a sync's does
+// (syncWaiter), before w is told.
+type atWaiter struct {
+	sl *SlaveLog
+	w  store.Waiter
+}
+
+func (a *atWaiter) AppendDone(token uint64, firstID, firstOffset int64, err error) {
+	if err != nil {
+		a.sl.stale.Store(true)
+	}
+	if a.w != nil {
+		a.w.AppendDone(token, firstID, firstOffset, err)
+	}
 }
 
 // CountSyncs counts n messages stored from a sync master; CountSyncDup a

@@ -195,14 +195,18 @@ func decodeTxAppend(p []byte) (string, replayedMsg, bool) {
 // s's Peer.
 func (m *Manager) ApplySync(s *Session, kind string, body []byte, opaque int32) {
 	cfg := m.config()
+	done := func(err error) { s.peer.TxDone(opaque, "", err) }
+	if kind == protocol.TxSyncCommit {
+		done = func(err error) { s.commitFailed(opaque, err) }
+	}
 	sm, err := decodeTxSync(kind, body, cfg.MaxMessageSize)
 	if err != nil {
-		s.peer.TxDone(opaque, "", malformed("txsync "+kind+": "+err.Error()))
+		done(malformed("txsync " + kind + ": " + err.Error()))
 		return
 	}
 	for _, p := range sm.puts {
 		if !s.stage.add(p.key, p.m, cfg.MaxBufferedBytes) {
-			s.peer.TxDone(opaque, "", plainErr("txsync: the put records held on this connection would exceed tx_max_buffered_bytes; "+p.key+"'s are dropped"))
+			done(plainErr("txsync: the put records held on this connection would exceed tx_max_buffered_bytes; " + p.key + "'s are dropped"))
 			return
 		}
 		m.host.ObserveID(p.m.e.ID)
@@ -314,6 +318,18 @@ func (m *Manager) applyRollback(s *Session, key string, opaque int32) {
 	m.forceThenDone(s, pos, opaque)
 }
 
+// commitFailed answers opaque, a commit (or a frame of one) this slave
+// did not store, with err, after refusing the later syncs on s's
+// connection (its Peer's FailSyncs, repl.SyncGate): the master stored the
+// commit's batches, and a sync after it, which carries no offset, would
+// land here at a lower offset than there.
+func (s *Session) commitFailed(opaque int32, err error) {
+	if g, ok := s.peer.(interface{ FailSyncs() }); ok {
+		g.FailSyncs()
+	}
+	s.peer.TxDone(opaque, "", err)
+}
+
 // slaveCommit completes a replicated commit on the slave.
 type slaveCommit struct {
 	m      *Manager
@@ -334,7 +350,7 @@ func (sc *slaveCommit) finish() {
 	m := sc.m
 	defer sc.s.peer.TxPending(-1)
 	if len(sc.errs) > 0 {
-		sc.s.peer.TxDone(sc.opaque, "", plainErr("txsync: commit: "+oneLine(fmt.Sprint(sc.errs))))
+		sc.s.commitFailed(sc.opaque, plainErr("txsync: commit: "+oneLine(fmt.Sprint(sc.errs))))
 		return
 	}
 	if t := sc.t; t != nil {
@@ -342,7 +358,7 @@ func (sc *slaveCommit) finish() {
 		// branch (threshold-mode partitions are flushed).
 		for _, l := range sc.logs {
 			if err := l.Flush(); err != nil {
-				sc.s.peer.TxDone(sc.opaque, "", plainErr("txsync: commit: "+err.Error()))
+				sc.s.commitFailed(sc.opaque, plainErr("txsync: commit: "+err.Error()))
 				return
 			}
 		}
@@ -385,13 +401,13 @@ func (m *Manager) applyCommit(s *Session, cm *txSyncCommit, opaque int32) {
 	for i, loc := range cm.locs {
 		if sl == nil {
 			m.mu.Unlock()
-			s.peer.TxDone(opaque, "", plainErr("txsync: commit of "+cm.key+": this broker is not a slave"))
+			s.commitFailed(opaque, plainErr("txsync: commit of "+cm.key+": this broker is not a slave"))
 			return
 		}
 		_, l, err := m.openLog(loc.topic, loc.partition)
 		if err != nil {
 			m.mu.Unlock()
-			s.peer.TxDone(opaque, "", plainErr("txsync: commit of "+cm.key+": no partition "+loc.topic+"-"+strconv.Itoa(int(loc.partition))))
+			s.commitFailed(opaque, plainErr("txsync: commit of "+cm.key+": no partition "+loc.topic+"-"+strconv.Itoa(int(loc.partition))))
 			return
 		}
 		var entries []store.Entry
@@ -402,7 +418,7 @@ func (m *Manager) applyCommit(s *Session, cm *txSyncCommit, opaque int32) {
 		}
 		if len(entries) != loc.n || entries[0].ID != loc.firstID || batchCRC(entries) != loc.crc {
 			m.mu.Unlock()
-			s.peer.TxDone(opaque, "", malformed("txsync: commit of "+cm.key+": its put records do not match its batch for "+loc.topic+"-"+strconv.Itoa(int(loc.partition))))
+			s.commitFailed(opaque, malformed("txsync: commit of "+cm.key+": its put records do not match its batch for "+loc.topic+"-"+strconv.Itoa(int(loc.partition))))
 			return
 		}
 		batches[i] = batch{l: l, entries: entries}
@@ -428,7 +444,7 @@ func (m *Manager) applyCommit(s *Session, cm *txSyncCommit, opaque int32) {
 		}
 		if err != nil {
 			m.mu.Unlock()
-			s.peer.TxDone(opaque, "", plainErr("txsync: commit of "+cm.key+": "+err.Error()))
+			s.commitFailed(opaque, plainErr("txsync: commit of "+cm.key+": "+err.Error()))
 			return
 		}
 		t.state = txCommitting
@@ -437,7 +453,7 @@ func (m *Manager) applyCommit(s *Session, cm *txSyncCommit, opaque int32) {
 	m.mu.Unlock()
 	if t != nil {
 		if err := m.j.force(pos); err != nil {
-			s.peer.TxDone(opaque, "", plainErr("txsync: commit of "+cm.key+": "+err.Error()))
+			s.commitFailed(opaque, plainErr("txsync: commit of "+cm.key+": "+err.Error()))
 			return
 		}
 	}
