@@ -76,7 +76,9 @@ func (j *Journal) noteTrusted(last *checkpoint, regs []regRef, ends map[string]i
 // them (a crash before ForgetRemoved's checkpoint, or a binary from
 // before it, whose checkpoints carried them on). A topic created again
 // under that name must not inherit them.
-func (j *Journal) forgetAbsent() error {
+// Only a directory known to be gone is dropped: any other error keeps
+// the entry, as before, rather than refusing the start.
+func (j *Journal) forgetAbsent() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	names := make(map[string]bool, len(j.trusted)+len(j.closedEnds))
@@ -87,17 +89,11 @@ func (j *Journal) forgetAbsent() error {
 		names[name] = true
 	}
 	for name := range names {
-		_, err := os.Lstat(filepath.Join(j.dataDir, name))
-		if err == nil {
-			continue
+		if _, err := os.Lstat(filepath.Join(j.dataDir, name)); isNotExist(err) {
+			delete(j.trusted, name)
+			delete(j.closedEnds, name)
 		}
-		if !isNotExist(err) {
-			return fmt.Errorf("store: journal %s: %w", j.dir, err)
-		}
-		delete(j.trusted, name)
-		delete(j.closedEnds, name)
 	}
-	return nil
 }
 
 // trustBases returns the trust points the last checkpoint (its ends and
