@@ -52,18 +52,11 @@ type delayIdemKey struct{ l *store.Log }
 // the timer log. It has answered the put when it returns.
 func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Delivery, cancel int64, ps producerSeq) {
 	b := c.b
-	if ps.ok && cancel != 0 {
-		c.putRefused(timer.ErrIdempotentCancel, r.Opaque)
+	data, err := timer.Accept(t.name, p, r.Flag, r.Body, d, cancel, ps.ok, time.Now().UnixMilli(), timer.LimitsOf(b.config()))
+	if err != nil {
+		c.putRefused(err, r.Opaque)
 		return
 	}
-	now := time.Now().UnixMilli()
-	if cancel == 0 {
-		if err := timer.Check(t.name, len(r.Body), d, now, timer.LimitsOf(b.config())); err != nil {
-			c.putRefused(err, r.Opaque)
-			return
-		}
-	}
-	data := timer.PutRecord(t.name, p, r.Flag, r.Body, d, cancel, now)
 	tt, err := b.openTopic(conf.TimerTopic)
 	if err != nil {
 		c.putFail(r.Opaque, "delayed message: timer topic: "+oneLine(err.Error()))

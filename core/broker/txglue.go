@@ -95,12 +95,8 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 		if bad {
 			return
 		}
-		if cancel != 0 {
-			c.putRefused(timer.ErrCancelInTx, r.Opaque)
-			return
-		}
-		if ok {
-			if err := timer.Check(t.name, len(r.Body), d, time.Now().UnixMilli(), timer.LimitsOf(c.b.config())); err != nil {
+		if ok || cancel != 0 {
+			if err := timer.CheckInTx(t.name, len(r.Body), d, cancel, time.Now().UnixMilli(), timer.LimitsOf(c.b.config())); err != nil {
 				c.putRefused(err, r.Opaque)
 				return
 			}

@@ -69,6 +69,33 @@ func Check(topic string, size int, d message.Delivery, now int64, lim Limits) er
 	return nil
 }
 
+// Accept checks a delayed put of body (flag) to partition p of topic
+// asking for d, or a cancel of msgId cancel when it is not 0, at now
+// (Unix ms): idempotent says it carries an idempotent producer's id and
+// sequence. It returns the put's timer record (PutRecord), or why it is
+// refused, a *RefusedError (ErrIdempotentCancel, or Check's).
+func Accept(topic string, p int32, flag int32, body []byte, d message.Delivery, cancel int64, idempotent bool,
+	now int64, lim Limits) ([]byte, error) {
+	if cancel != 0 {
+		if idempotent {
+			return nil, ErrIdempotentCancel
+		}
+	} else if err := Check(topic, len(body), d, now, lim); err != nil {
+		return nil, err
+	}
+	return PutRecord(topic, p, flag, body, d, cancel, now), nil
+}
+
+// CheckInTx returns why a transactional put of size bytes to topic asking
+// for d, or a cancel (cancel != 0), is refused at now: ErrCancelInTx, or
+// Check's (its delay counts from the commit); nil when it is taken.
+func CheckInTx(topic string, size int, d message.Delivery, cancel int64, now int64, lim Limits) error {
+	if cancel != 0 {
+		return ErrCancelInTx
+	}
+	return Check(topic, size, d, now, lim)
+}
+
 // PutRecord is the timer record of an accepted delayed put: a cancel of
 // msgId cancel when it is not 0, else message body (flag) for partition p
 // of topic, due by d at now (a time in the past is now). It does not

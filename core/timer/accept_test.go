@@ -98,3 +98,36 @@ func TestBeginIdem(t *testing.T) {
 		t.Fatalf("rebuilt %d times", logs)
 	}
 }
+
+// TestAccept: a delayed put's record, a cancel's, an idempotent cancel
+// and a put past max_delay refused; in a transaction a cancel refused
+// and a delivery checked as a put is.
+func TestAccept(t *testing.T) {
+	lim := Limits{MaxDelay: 60_000, MaxMessageSize: 100}
+	now := int64(1_000_000)
+	d := message.Delivery{Delay: 5_000}
+	rec, err := Accept("t", 2, 0, []byte("x"), d, 0, true, now, lim)
+	if err != nil || string(rec) != string(PutRecord("t", 2, 0, []byte("x"), d, 0, now)) {
+		t.Fatalf("put: %q, %v", rec, err)
+	}
+	rec, err = Accept("t", 2, 0, nil, message.Delivery{}, 77, false, now, lim)
+	if err != nil || string(rec) != string(AppendCancel(nil, 77)) {
+		t.Fatalf("cancel: %q, %v", rec, err)
+	}
+	if _, err := Accept("t", 2, 0, nil, message.Delivery{}, 77, true, now, lim); err != ErrIdempotentCancel {
+		t.Fatalf("idempotent cancel: %v", err)
+	}
+	far := message.Delivery{Delay: 61_000}
+	if _, err := Accept("t", 2, 0, []byte("x"), far, 0, false, now, lim); err == nil || err.Error() != Check("t", 1, far, now, lim).Error() {
+		t.Fatalf("past max_delay: %v", err)
+	}
+	if err := CheckInTx("t", 1, message.Delivery{}, 77, now, lim); err != ErrCancelInTx {
+		t.Fatalf("cancel in a transaction: %v", err)
+	}
+	if err := CheckInTx("t", 1, d, 0, now, lim); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckInTx("t", 1, far, 0, now, lim); err == nil {
+		t.Fatal("a transactional put past max_delay taken")
+	}
+}
