@@ -105,7 +105,7 @@ type ReplicaInSync func() (ok bool, detail string)
 func (b *Broker) readiness() []readyCheck {
 	st := httpapi.ReadyState{Recovered: b.recovered.Load(), Serving: b.serving.Load() && !b.closed.Load(),
 		ZooKeeper: b.config().ZooKeeper.Enabled(), Registered: b.Registered(), ZKRoot: b.config().ZooKeeper.Root,
-		Replica: b.replicaCheck()} // replobs.go
+		Replica: httpapi.ReplicaCheck(b.opts.ReplicaInSync, b.replRole(), b.slave, b.config())}
 	st.SetJournals(b.journals)
 	return st.Checks()
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/repl"
 )
 
@@ -98,6 +99,22 @@ func (r Replication) collect(gauge func(d *prometheus.Desc, v float64, labels ..
 	counter(dSyncFailed, st.Failed)
 	counter(dSyncRefused, st.Refused)
 	counter(dSyncDegraded, st.Degraded)
+}
+
+// ReplicaCheck is /readyz's "replica" check: hook's when it is set (the
+// broker's Options.ReplicaInSync), else a slave's built-in one
+// (SlaveReady, under cfg); nil for a master without a hook.
+func ReplicaCheck(hook func() (bool, string), role repl.Role, slave *repl.Slave, cfg *conf.Config) *ReadyCheck {
+	if hook != nil {
+		ok, d := hook()
+		return &ReadyCheck{Name: "replica", OK: ok, Detail: d}
+	}
+	if role == repl.RoleSlave {
+		c := SlaveReady(slave.Status(), cfg.SlaveID, cfg.BrokerID, cfg.Replication == conf.ReplicationSync,
+			time.Duration(cfg.SyncTimeout)*time.Millisecond)
+		return &c
+	}
+	return nil
 }
 
 // SlaveReady is the built-in "replica" check of slave slaveID of broker
