@@ -50,19 +50,7 @@ func (b *Broker) shutdown(ctx context.Context, drain bool) error {
 	// Unregister first, so clients stop choosing this broker; with
 	// ZooKeeper down that may take up to the registry's close timeout, so
 	// it runs while the connections drain.
-	reg := b.registry()
-	regDone := make(chan struct{})
-	go func() {
-		defer close(regDone)
-		if reg == nil {
-			return
-		}
-		if err := reg.Close(); err != nil {
-			b.log.Warn(err.Error())
-		} else {
-			b.logf("registry: broker %d unregistered from ZooKeeper", b.config().BrokerID)
-		}
-	}()
+	regDone := b.registry().CloseAsync(b.logf, b.log.Warn)
 	for _, l := range []net.Listener{b.ln, b.tlsLn} {
 		if l != nil {
 			l.Close()

@@ -889,6 +889,26 @@ func parentOf(path string) string {
 	return path[:i]
 }
 
+// CloseAsync closes r (nil: local mode, nothing to do) on a goroutine of
+// its own, as a broker that shuts down does while its connections drain:
+// with ZooKeeper down, Close may take up to its timeout. It logs the
+// outcome (logf, warn) and returns a channel closed once done.
+func (r *Registry) CloseAsync(logf, warn func(string, ...any)) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if r == nil {
+			return
+		}
+		if err := r.Close(); err != nil {
+			warn(err.Error())
+		} else {
+			logf("registry: broker %d unregistered from ZooKeeper", r.opts.BrokerID)
+		}
+	}()
+	return done
+}
+
 // Close stops registering, deletes this session's ephemeral nodes and
 // ids/<id> (or empties it if slaves remain), and closes the session. It is
 // bounded: if ZooKeeper does not answer within 5 s it just closes the

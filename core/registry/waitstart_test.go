@@ -36,4 +36,11 @@ func TestWaitStart(t *testing.T) {
 	stop()
 	r.WaitStart(stopped, time.Minute, logf, warnf)
 	require.Equal(t, []string{"info registry: start-up stopped before broker 3 registered in ZooKeeper"}, lines)
+
+	lines = nil
+	<-(*Registry)(nil).CloseAsync(logf, warnf) // local mode
+	require.Empty(t, lines)
+	<-r.CloseAsync(logf, warnf)
+	require.Len(t, lines, 1)
+	t.Log(lines[0])
 }
