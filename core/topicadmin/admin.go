@@ -2,6 +2,7 @@ package topicadmin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -176,7 +177,10 @@ func (a Admin) Delete(name string, deleteData bool) error {
 	}
 	what := "data kept on disk"
 	if deleteData && len(r.Dirs) > 0 {
-		if err := RemoveData(r.DataDir, r.Dirs, r.Checkpoint, r.Forget); err != nil {
+		var fe *ForgetError
+		if err := RemoveData(r.DataDir, r.Dirs, r.Checkpoint, r.Forget); errors.As(err, &fe) {
+			a.Logf("topics: deleted topic %s: %v", name, err)
+		} else if err != nil {
 			a.Logf("topics: deleted topic %s, but its data stays: %v", name, err)
 			return fmt.Errorf("topic %s deleted, but its data was not removed: %w", name, err)
 		}

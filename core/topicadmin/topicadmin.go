@@ -209,6 +209,17 @@ func (k *Book) Apply(base conf.Config, f *conf.TopicsFile) ([]conf.Topic, error)
 	return topics, nil
 }
 
+// ForgetError is RemoveData's error when the directories are removed but
+// the journal's checkpoint without them failed: a restart drops them then
+// (their directories are gone).
+type ForgetError struct{ Err error }
+
+func (e *ForgetError) Error() string {
+	return "data removed, but the journal checkpoint after it failed (a restart forgets the partitions): " + e.Err.Error()
+}
+
+func (e *ForgetError) Unwrap() error { return e.Err }
+
 // RemoveData removes a deleted topic's closed partition directories dirs,
 // under dataDir, after checkpoint (its journal's CheckpointClosed; nil
 // without a journal) so that no restart replays records into them, and
@@ -233,7 +244,7 @@ func RemoveData(dataDir string, dirs []string, checkpoint func(context.Context) 
 	}
 	if forget != nil {
 		if err := forget(ctx, dirs); err != nil {
-			return fmt.Errorf("journal checkpoint after removing: %w", err)
+			return &ForgetError{Err: err}
 		}
 	}
 	return nil

@@ -127,4 +127,10 @@ func TestRemoveData(t *testing.T) {
 		require.NoDirExists(t, p)
 	}
 	require.NoError(t, RemoveData(dir, nil, nil, nil))
+	var fe *ForgetError
+	require.NoError(t, os.MkdirAll(parts[0], 0o755))
+	err = RemoveData(dir, parts[:1], nil, func(context.Context, []string) error { return boom })
+	require.ErrorAs(t, err, &fe, "a failed forget is told apart: the data is removed")
+	require.ErrorIs(t, err, boom)
+	require.NoDirExists(t, parts[0])
 }
