@@ -524,8 +524,8 @@ func (b *Broker) ServeListeners(ln, tln net.Listener) error {
 	b.wg.Add(1)
 	go b.outCountLoop() // msgsout.go
 	b.wg.Add(1)
-	go b.idemClockLoop()         // idem.go
-	b.delay.Start(b.done, &b.wg) // core/timer, through timerHost (delay.go)
+	go func() { defer b.wg.Done(); b.idem.Run(b.done) }() // core/partition: the idempotent tables' clock
+	b.delay.Start(b.done, &b.wg)                          // core/timer, through timerHost (delay.go)
 	b.wg.Add(1)
 	go func() { defer b.wg.Done(); b.disks.Run(b.done) }()
 	for _, l := range []net.Listener{b.ln, b.tlsLn} {

@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/metaq-go/metaq/core/idem"
 	"github.com/metaq-go/metaq/core/partition"
@@ -45,38 +44,13 @@ func (b *Broker) idemTable(t *topic, p int32, l *store.Log) *idem.Table {
 // newIdemTables makes b.idem: its tables' bounds from the configuration
 // when each is made, failover's epoch.
 func (b *Broker) newIdemTables() *partition.IdemTables {
-	return partition.NewIdemTables(func() idem.Config {
-		cfg := b.config()
-		return idem.Config{
-			MaxProducers: cfg.IdempotentProducers,
-			IdleExpiry:   time.Duration(cfg.IdempotentIdleExpiry) * time.Second,
-			RebuildBytes: cfg.IdempotentRebuildBytes,
-		}
-	}, func() int64 { return b.config().IdempotentMemory }, func() (int64, bool) {
-		if b.fo == nil {
-			return 0, false
-		}
-		return b.fo.Status().Epoch, true
-	})
-}
-
-// idemTick is how often idemClockLoop advances the tables' clocks.
-const idemTick = 5 * time.Second
-
-// idemClockLoop advances every table's coarse clock (idem.Table.Tick),
-// which also forgets its idle producers.
-func (b *Broker) idemClockLoop() {
-	defer b.wg.Done()
-	tk := time.NewTicker(idemTick)
-	defer tk.Stop()
-	for {
-		select {
-		case <-b.done:
-			return
-		case now := <-tk.C:
-			b.idem.Tick(now)
-		}
-	}
+	return partition.NewIdemTables(func() idem.Config { return partition.IdemConfig(b.config()) },
+		func() int64 { return b.config().IdempotentMemory }, func() (int64, bool) {
+			if b.fo == nil {
+				return 0, false
+			}
+			return b.fo.Status().Epoch, true
+		})
 }
 
 // forgetIdem drops the tables of logs that closed (a deleted topic).

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/idem"
 	"github.com/metaq-go/metaq/core/store"
 )
@@ -78,6 +79,34 @@ func (ts *IdemTables) Tick(now time.Time) {
 		v.(*IdemPart).t.Tick(now)
 		return true
 	})
+}
+
+// IdemTick is how often Run advances the tables' clocks.
+const IdemTick = 5 * time.Second
+
+// Run advances every table's coarse clock (Tick) every IdemTick until done
+// closes.
+func (ts *IdemTables) Run(done <-chan struct{}) {
+	tk := time.NewTicker(IdemTick)
+	defer tk.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-tk.C:
+			ts.Tick(now)
+		}
+	}
+}
+
+// IdemConfig is a new table's bounds in cfg (idempotent_producers,
+// idempotent_idle_expiry, idempotent_rebuild_bytes).
+func IdemConfig(cfg *conf.Config) idem.Config {
+	return idem.Config{
+		MaxProducers: cfg.IdempotentProducers,
+		IdleExpiry:   time.Duration(cfg.IdempotentIdleExpiry) * time.Second,
+		RebuildBytes: cfg.IdempotentRebuildBytes,
+	}
 }
 
 // Forget drops the tables kept under keys (of logs that closed: a
