@@ -22,6 +22,21 @@ import (
 // the same request (FuzzProduceFast).
 func parseProduce(data []byte, req *ProduceRequest) bool {
 	p := jsonParser{b: data}
+	return p.produce(req)
+}
+
+// parseProduceMarks is parseProduce that also returns, in plain (its
+// room reused), whether each record's value is a JSON string without
+// escapes, whose text between the quotes is its value: what plainBase64
+// would otherwise find by scanning each value for a backslash again.
+func parseProduceMarks(data []byte, req *ProduceRequest, plain []bool) ([]bool, bool) {
+	p := jsonParser{b: data, marks: true, plain: plain[:0]}
+	ok := p.produce(req)
+	return p.plain, ok
+}
+
+// produce is parseProduce.
+func (p *jsonParser) produce(req *ProduceRequest) bool {
 	p.ws()
 	if !p.lit('{') {
 		return false
@@ -81,6 +96,9 @@ func parseProduce(data []byte, req *ProduceRequest) bool {
 					if !p.record(&req.Records[len(req.Records)-1]) {
 						return false
 					}
+					if p.marks {
+						p.plain = append(p.plain, p.valuePlain)
+					}
 					p.ws()
 					if p.lit(']') {
 						break
@@ -107,6 +125,11 @@ func parseProduce(data []byte, req *ProduceRequest) bool {
 type jsonParser struct {
 	b []byte
 	i int
+	// marks: the caller wants plain, each record's valuePlain (the last
+	// record's value was a string without escapes).
+	marks      bool
+	plain      []bool
+	valuePlain bool
 }
 
 func (p *jsonParser) ws() {
@@ -362,6 +385,7 @@ func (p *jsonParser) integer(bits int) (int64, bool) {
 
 // record consumes one ProduceRecord.
 func (p *jsonParser) record(rec *ProduceRecord) bool {
+	p.valuePlain = false
 	if !p.lit('{') {
 		return false
 	}
@@ -400,7 +424,15 @@ func (p *jsonParser) record(rec *ProduceRecord) bool {
 			}
 		case "value":
 			bit = 4
-			if rec.Value, ok = p.raw(); !ok {
+			if p.i < len(p.b) && p.b[p.i] == '"' {
+				start := p.i
+				end, esc := p.stringEnd(p.i)
+				if end < 0 {
+					return false
+				}
+				p.i = end
+				rec.Value, p.valuePlain = p.b[start:end:end], !esc
+			} else if rec.Value, ok = p.raw(); !ok {
 				return false
 			}
 		case "headers":

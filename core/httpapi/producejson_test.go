@@ -80,6 +80,18 @@ func FuzzProduceFast(f *testing.F) {
 			sj, _ := json.Marshal(slow)
 			t.Fatalf("%q:\nfast %s\nencoding/json %s", body, fj, sj)
 		}
+		// parseProduceMarks: the same request, and each value's mark
+		// says whether it is a string without a backslash.
+		var marked ProduceRequest
+		plain, ok := parseProduceMarks(body, &marked, nil)
+		if !ok || !reflect.DeepEqual(fast, marked) || len(plain) != len(fast.Records) {
+			t.Fatalf("%q: parseProduceMarks %v, %d marks for %d records", body, ok, len(plain), len(fast.Records))
+		}
+		for i, r := range fast.Records {
+			if want := len(r.Value) > 0 && r.Value[0] == '"' && bytes.IndexByte(r.Value, '\\') < 0; plain[i] != want {
+				t.Fatalf("%q: record %d's value %s marked %v", body, i, r.Value, plain[i])
+			}
+		}
 	})
 }
 

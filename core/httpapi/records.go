@@ -164,10 +164,11 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 	defer sc.put()
 	var req ProduceRequest
 	req.Records = sc.records[:0]
-	ok = parseProduce(body.Bytes(), &req)
+	sc.plain, ok = parseProduceMarks(body.Bytes(), &req, sc.plain)
 	sc.records = req.Records // grown by parseProduce, or as it was
+	plain := sc.plain
 	if !ok {
-		req = ProduceRequest{}
+		req, plain = ProduceRequest{}, nil
 		if produceArrayLen(body.Bytes()) > protocol.MaxMPutCount {
 			WriteError(w, http.StatusBadRequest, "records: at most "+strconv.Itoa(protocol.MaxMPutCount)+" in one request")
 			return
@@ -205,7 +206,7 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 	m := &message.Message{} // each record's in turn (fillRecordMessage)
 	for i := range req.Records {
 		rec := &req.Records[i]
-		b64, err := fillRecordMessage(m, req.Format, rec)
+		b64, err := fillRecordMessage(m, req.Format, rec, i < len(plain) && plain[i])
 		if err != nil {
 			res[i] = ProduceResult{ErrorCode: http.StatusBadRequest, Error: "record " + strconv.Itoa(i) + ": " + err.Error()}
 			continue
@@ -309,8 +310,10 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 // before: 11, 6 and 8 KiB for 100 records).
 type produceScratch struct {
 	records []ProduceRecord
-	res     []ProduceResult
-	js      []byte
+	plain   []bool // parseProduceMarks'
+
+	res []ProduceResult
+	js  []byte
 }
 
 var produceScratchPool = sync.Pool{New: func() any { return new(produceScratch) }}
@@ -413,7 +416,7 @@ func produced(res []ProduceResult, run *pending, rep reply) {
 // recordMessage is rec as a message (its properties checked).
 func recordMessage(format string, rec *ProduceRecord) (*message.Message, error) {
 	m := &message.Message{}
-	b64, err := fillRecordMessage(m, format, rec)
+	b64, err := fillRecordMessage(m, format, rec, false)
 	if err != nil {
 		return nil, err
 	}
@@ -437,8 +440,11 @@ func valueBase64Error(err error) error {
 
 // plainBase64 is s's decoded length if s is a JSON string without
 // escapes of a length base64 (standard, padded) allows, else -1.
-func plainBase64(raw json.RawMessage) int {
-	if len(raw) < 2 || raw[0] != '"' || (len(raw)-2)%4 != 0 || bytes.IndexByte(raw, '\\') >= 0 {
+//
+// plain says raw is known to be a string without escapes
+// (parseProduceMarks): it is not scanned for a backslash again.
+func plainBase64(raw json.RawMessage, plain bool) int {
+	if len(raw) < 2 || raw[0] != '"' || (len(raw)-2)%4 != 0 || !plain && bytes.IndexByte(raw, '\\') >= 0 {
 		return -1
 	}
 	return base64Len(raw[1 : len(raw)-1])
@@ -461,12 +467,15 @@ func base64Len(s []byte) int {
 // m.Body is nil and b64 is its base64 text, for the caller to decode in
 // place (handleProduce, into the mput body; recordMessage). A bad value
 // is then found there.
-func fillRecordMessage(m *message.Message, format string, rec *ProduceRecord) (b64 []byte, err error) {
+//
+// plain says rec's value is known to be a string without escapes
+// (parseProduceMarks).
+func fillRecordMessage(m *message.Message, format string, rec *ProduceRecord, plain bool) (b64 []byte, err error) {
 	*m = message.Message{Headers: m.Headers[:0]}
 	if m.Key, _, err = decodeField(format, rec.Key); err != nil {
 		return nil, errors.New("key: " + err.Error())
 	}
-	if format == formatBinary && plainBase64(rec.Value) >= 0 {
+	if format == formatBinary && plainBase64(rec.Value, plain) >= 0 {
 		b64 = rec.Value[1 : len(rec.Value)-1]
 	} else if m.Body, _, err = decodeField(format, rec.Value); err != nil {
 		return nil, errors.New("value: " + err.Error())
