@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"log"
 	"log/slog"
-	"net"
 	"syscall"
 	"time"
 
@@ -16,22 +15,12 @@ import (
 // (caps, eviction, auth_timeout, counting and logging) is core/security's
 // Admission and TLSFailures; this file carries it out on *conn.
 
-// mustAuthenticate reports whether a connection starts unauthenticated:
-// with [auth] on, or on the TLS listener (its handshake).
-func (b *Broker) mustAuthenticate(nc net.Conn) bool {
-	if b.config().Auth.Enabled {
-		return true
-	}
-	_, isTLS := nc.(*tls.Conn)
-	return isTLS
-}
-
 // admit decides on a connection just accepted (security.Admission.Enter):
 // it enters it in b.conns and closes the unauthenticated connections that
 // made room, or reports false (over max_connections: the caller refuses it).
 func (b *Broker) admit(c *conn) bool {
 	cfg := b.config()
-	c.unauth = b.mustAuthenticate(c.nc)
+	c.unauth = security.MustAuthenticate(c.nc, cfg.Auth.Enabled)
 	total, perAddr := cfg.UnauthLimits()
 	b.connsMu.Lock()
 	if b.closed.Load() {

@@ -2,7 +2,9 @@ package security
 
 import (
 	"container/list"
+	"crypto/tls"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -302,4 +304,15 @@ func (s *Admission[C]) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(dUnauthConns, prometheus.GaugeValue, float64(s.Len()))
 	ch <- prometheus.MustNewConstMetric(dUnauthEvict, prometheus.CounterValue, float64(s.evicted.Load()))
 	ch <- prometheus.MustNewConstMetric(dAuthTimeouts, prometheus.CounterValue, float64(s.timeouts.Load()))
+}
+
+// MustAuthenticate reports whether a connection nc starts
+// unauthenticated (and so counts in the Admission): with [auth] on
+// (authOn), or on the TLS listener (until its handshake completes).
+func MustAuthenticate(nc net.Conn, authOn bool) bool {
+	if authOn {
+		return true
+	}
+	_, isTLS := nc.(*tls.Conn)
+	return isTLS
 }

@@ -1,6 +1,7 @@
 package security
 
 import (
+	"crypto/tls"
 	"net"
 	"strconv"
 	"testing"
@@ -41,4 +42,15 @@ func TestListen(t *testing.T) {
 	require.NotNil(t, tln)
 	ln.Close()
 	tln.Close()
+}
+
+// TestMustAuthenticate: every connection with [auth] on; without it only
+// a TLS one (until its handshake completes).
+func TestMustAuthenticate(t *testing.T) {
+	c1, c2 := net.Pipe()
+	defer c1.Close()
+	defer c2.Close()
+	require.True(t, MustAuthenticate(c1, true))
+	require.False(t, MustAuthenticate(c1, false))
+	require.True(t, MustAuthenticate(tls.Server(c1, &tls.Config{}), false))
 }
