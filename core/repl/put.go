@@ -114,8 +114,9 @@ func (sp *Part) AppendShip(lk *Link, entries []store.Entry, w *PutWait, token ui
 		sp.Release()
 		return err
 	}
+	first := sp.End()
 	sp.Advance(entriesSize(entries))
-	lk.Ship(sp.topic, sp.p, entries, w)
+	lk.Ship(sp.topic, sp.p, first, entries, w)
 	sp.Unlock()
 	return nil
 }

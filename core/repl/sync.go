@@ -23,6 +23,7 @@ import (
 
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/internal/logx"
+	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
@@ -291,6 +292,7 @@ type pendingSync struct {
 	w   Waiter
 	ext bool // an extension's frame
 	at  time.Time
+	off int64 // a sync's offset on the master (-1: not known)
 }
 
 // newLink makes nc, a connection to the slave at addr, a link and starts
@@ -325,7 +327,7 @@ func (lk *Link) Dead() bool {
 
 // register takes the next op for w and records it as pending; on a dead
 // link it tells w why and returns false. Callers hold wmu.
-func (lk *Link) register(w Waiter, ext bool, now time.Time) (int32, bool) {
+func (lk *Link) register(w Waiter, ext bool, off int64, now time.Time) (int32, bool) {
 	lk.pmu.Lock()
 	if lk.dead {
 		err := lk.deadErr
@@ -338,7 +340,7 @@ func (lk *Link) register(w Waiter, ext bool, now time.Time) (int32, bool) {
 		lk.op = 1
 	}
 	op := lk.op
-	lk.pending[op] = pendingSync{w: w, ext: ext, at: now}
+	lk.pending[op] = pendingSync{w: w, ext: ext, at: now, off: off}
 	lk.pmu.Unlock()
 	return op, true
 }
@@ -351,14 +353,21 @@ func (lk *Link) writeBuf() {
 }
 
 // Ship writes one sync per entry and registers them for their replies
-// (w is told once per entry). Callers hold the partition's lock.
-func (lk *Link) Ship(topic string, p int32, entries []store.Entry, w Waiter) {
+// (w is told once per entry). first is the master's offset of entries[0]
+// (-1: not known): a slave that answers a sync with another offset than
+// the master's has diverged (readLoop). Callers hold the partition's
+// lock.
+func (lk *Link) Ship(topic string, p int32, first int64, entries []store.Entry, w Waiter) {
 	lk.wmu.Lock()
 	defer lk.wmu.Unlock()
 	now := time.Now()
+	off := first
 	for i := range entries {
 		e := &entries[i]
-		op, ok := lk.register(w, false, now)
+		op, ok := lk.register(w, false, off, now)
+		if off >= 0 {
+			off += int64(message.HeaderSize + len(e.Data))
+		}
 		if !ok {
 			continue
 		}
@@ -375,7 +384,7 @@ func (lk *Link) ShipFrames(frames []Frame, w Waiter) {
 	defer lk.wmu.Unlock()
 	now := time.Now()
 	for _, f := range frames {
-		op, ok := lk.register(w, true, now)
+		op, ok := lk.register(w, true, -1, now)
 		if !ok {
 			continue
 		}
@@ -441,6 +450,20 @@ func (lk *Link) Fail(err error) {
 	}
 }
 
+// diverged is the error of a sync the slave answered 200 (body) at
+// another offset than the master's (nil when it is the same, when either
+// is not known, or when the puller had copied it: -1).
+func (ps *pendingSync) diverged(body []byte) error {
+	if ps.ext || ps.off < 0 {
+		return nil
+	}
+	_, _, off, _, err := protocol.ParsePutResult(body)
+	if err != nil || off < 0 || off == ps.off {
+		return nil
+	}
+	return errorf(SlaveFailed, fmt.Sprintf("slave stored the sync at offset %d, the master at %d (the copies diverged)", off, ps.off))
+}
+
 // readLoop matches the slave's replies to the pending syncs.
 func (lk *Link) readLoop() {
 	dec := protocol.NewDecoder(lk.nc, protocol.Limits{})
@@ -459,6 +482,15 @@ func (lk *Link) readLoop() {
 			continue
 		}
 		if r.Op == protocol.OpResult && r.Code == protocol.StatusOK {
+			if err := ps.diverged(r.Body); err != nil {
+				// The slave stored it elsewhere than the master: every
+				// later record of the partition would be too. Fail the
+				// put and the link; the next one cannot join the
+				// partition while the copies differ (WaitSlave).
+				ps.w.SlaveDone(err)
+				lk.Fail(err)
+				return
+			}
 			if ps.ext {
 				lk.sm.extShipped.Add(1)
 			} else {

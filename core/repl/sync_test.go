@@ -83,7 +83,7 @@ func TestLinkShipsAndCounts(t *testing.T) {
 
 	w := newWaiter()
 	data := []byte("hello")
-	lk.Ship("t", 2, []store.Entry{{ID: 7, CRC: message.Checksum(data), Data: data}, {ID: 8, Data: data}}, w)
+	lk.Ship("t", 2, -1, []store.Entry{{ID: 7, CRC: message.Checksum(data), Data: data}, {ID: 8, Data: data}}, w)
 	lk.ShipFrames([]Frame{{Kind: protocol.TxSyncPuts, Body: []byte("records")}}, w)
 	for _, err := range w.wait(t, 3) {
 		if err != nil {
@@ -116,7 +116,7 @@ func TestLinkFailures(t *testing.T) {
 	fakeSlave(t, sc, protocol.StatusInternalError)
 	lk := sm.newLink(mc, "slave:1", false)
 	w := newWaiter()
-	lk.Ship("t", 0, []store.Entry{{ID: 1, Data: []byte("a")}}, w)
+	lk.Ship("t", 0, -1, []store.Entry{{ID: 1, Data: []byte("a")}}, w)
 	var e *Error
 	if errs := w.wait(t, 1); !errors.As(errs[0], &e) || e.Kind != SlaveFailed {
 		t.Fatalf("want SlaveFailed, got %v", errs[0])
@@ -129,7 +129,7 @@ func TestLinkFailures(t *testing.T) {
 	lk = sm.newLink(mc, "slave:2", false)
 	sm.link.Store(lk)
 	w = newWaiter()
-	lk.Ship("t", 0, []store.Entry{{ID: 1, Data: []byte("a")}}, w)
+	lk.Ship("t", 0, -1, []store.Entry{{ID: 1, Data: []byte("a")}}, w)
 	errs := w.wait(t, 1)
 	if !errors.As(errs[0], &e) || e.Kind != Disconnected || e.Msg[:len("Slave is disconnected")] != "Slave is disconnected" {
 		t.Fatalf("want Disconnected, got %v", errs[0])
@@ -182,5 +182,65 @@ func TestSlaveLogPresent(t *testing.T) {
 	sl.Appended(entries)
 	if sl.End() != 100+2*rec || sl.LastID() != 2 {
 		t.Fatalf("after Appended: end %d last id %d", sl.End(), sl.LastID())
+	}
+}
+
+// TestLinkDivergedOffset: a slave that answers a sync 200 at another
+// offset than the master's has diverged: the sync fails (SlaveFailed,
+// naming both offsets) and so does the link; the same offset, -1 (the
+// puller had copied it) and a master offset not known pass.
+func TestLinkDivergedOffset(t *testing.T) {
+	slave := func(nc net.Conn, shift int64) {
+		dec := protocol.NewDecoder(nc, protocol.Limits{})
+		defer dec.Release()
+		off := int64(1000)
+		for {
+			var r protocol.Request
+			if err := dec.Decode(&r); err != nil {
+				return
+			}
+			at := off + shift
+			if r.MsgID == 3 {
+				at = -1
+			}
+			body := protocol.AppendPutResultBody(nil, r.MsgID, r.Partition, at)
+			off += int64(message.HeaderSize + len(r.Body))
+			if _, err := nc.Write(protocol.AppendResult(nil, protocol.StatusOK, string(body), r.Opaque)); err != nil {
+				return
+			}
+		}
+	}
+	entries := []store.Entry{{ID: 1, Data: []byte("a")}, {ID: 2, Data: []byte("bb")}, {ID: 3, Data: []byte("c")}}
+
+	sm := testMaster(5 * time.Second)
+	mc, sc := net.Pipe()
+	go slave(sc, 0)
+	lk := sm.newLink(mc, "slave:1", false)
+	w := newWaiter()
+	lk.Ship("t", 0, 1000, entries, w)
+	lk.Ship("t", 0, -1, entries[:1], w)
+	for _, err := range w.wait(t, 4) {
+		if err != nil {
+			t.Fatalf("same offsets: %v", err)
+		}
+	}
+	if lk.Dead() {
+		t.Fatal("the link died")
+	}
+	lk.Fail(errors.New("done"))
+
+	sm = testMaster(5 * time.Second)
+	mc, sc = net.Pipe()
+	go slave(sc, -int64(message.HeaderSize+1)) // one record short
+	lk = sm.newLink(mc, "slave:2", false)
+	w = newWaiter()
+	lk.Ship("t", 0, 1000, entries[:1], w)
+	var e *Error
+	if errs := w.wait(t, 1); !errors.As(errs[0], &e) || e.Kind != SlaveFailed ||
+		e.Msg != "slave stored the sync at offset 979, the master at 1000 (the copies diverged)" {
+		t.Fatalf("want SlaveFailed naming the offsets, got %v", errs[0])
+	}
+	if !lk.Dead() {
+		t.Fatal("the link outlived a diverged slave")
 	}
 }
