@@ -20,10 +20,7 @@ import (
 // openRegistry starts the registration (without waiting for it) with the
 // topics open now; topics created later are added by openTopic.
 func (b *Broker) openRegistry() error {
-	host := registry.AdvertiseHost(b.config().Host)
-	if host != b.config().Host {
-		b.warnf("registry: host %q is not an address clients can use; advertising %s", b.config().Host, host)
-	}
+	o := registry.ListenerOptions(b.config(), b.ln, b.tlsLn, b.warnf) // [zookeeper], ids, URIs
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // Open must not wait: Serve waits after starting to accept
 	b.mu.Lock()
@@ -32,9 +29,6 @@ func (b *Broker) openRegistry() error {
 	for _, t := range b.topics.List() { // openTopic registers the later ones
 		topics = append(topics, registry.TopicOf(*t.conf()))
 	}
-	o := registry.FromConf(b.config()) // [zookeeper], broker and slave ids
-	o.URI = registry.ListenerURI("meta", host, b.ln)
-	o.TLSURI = registry.ListenerURI("metaqs", host, b.tlsLn)
 	o.ConfigChecksum = b.configChecksum()
 	o.Topics = topics
 	o.Logf = b.logf

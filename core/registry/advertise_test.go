@@ -33,3 +33,23 @@ func TestListenerURIAndTopicOf(t *testing.T) {
 	require.Equal(t, Topic{Name: "t", NumPartitions: 3, AcceptPublish: true},
 		TopicOf(conf.TopicConfig{Name: "t", NumPartitions: 3, AcceptPublish: true}))
 }
+
+// TestListenerOptions: FromConf with the listeners' URIs on the advertised
+// host, and a warning when that is not the configured one.
+func TestListenerOptions(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	var warned []string
+	warnf := func(f string, a ...any) { warned = append(warned, f) }
+	o := ListenerOptions(&conf.Config{Host: "127.0.0.1", BrokerID: 4}, nil, ln, warnf)
+	require.Equal(t, 4, o.BrokerID)
+	require.Equal(t, "", o.URI)
+	require.Equal(t, "metaqs://127.0.0.1:"+port, o.TLSURI)
+	require.Empty(t, warned)
+	o = ListenerOptions(&conf.Config{Host: "0.0.0.0"}, ln, nil, warnf)
+	require.NotContains(t, o.URI, "0.0.0.0")
+	require.Len(t, warned, 1)
+}

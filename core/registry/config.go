@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"net"
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
@@ -22,4 +23,19 @@ func FromConf(cfg *conf.Config) Options {
 		Slave:          cfg.IsSlave(),
 		SlaveID:        cfg.SlaveID,
 	}
+}
+
+// ListenerOptions is FromConf with the URIs of the broker's listeners ln
+// (plaintext, "meta") and tlsLn (TLS, "metaqs"), either nil when it has
+// none, on the advertised host (AdvertiseHost of cfg's host: warnf says
+// so when it is not the configured one).
+func ListenerOptions(cfg *conf.Config, ln, tlsLn net.Listener, warnf func(string, ...any)) Options {
+	host := AdvertiseHost(cfg.Host)
+	if host != cfg.Host {
+		warnf("registry: host %q is not an address clients can use; advertising %s", cfg.Host, host)
+	}
+	o := FromConf(cfg)
+	o.URI = ListenerURI("meta", host, ln)
+	o.TLSURI = ListenerURI("metaqs", host, tlsLn)
+	return o
 }
