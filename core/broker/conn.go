@@ -63,10 +63,6 @@ type conn struct {
 	// of the bytes BenchmarkHTTPData's produce allocated). Its writes of
 	// replies never wait (localpipe.go): tryWriteNow writes to it.
 	local *localpipe.End
-	// session: the connection of an HTTP produce's put session
-	// (localconn.go), whose requests are dispatched on the handler's
-	// goroutine and whose replies are handed to it (no flusher).
-	session *putSession
 	// syncEpoch is the epoch a failover master bound this connection to
 	// (failover.go, stats sync-epoch:<E>); 0 if none.
 	syncEpoch atomic.Int64
@@ -391,11 +387,6 @@ func (c *conn) unlockOut(buf []byte) {
 	// The budget counts the queue's capacity: that is what it holds.
 	c.bud.Queued(cap(buf) - cap(c.out))
 	c.out = buf
-	if c.session != nil { // the handler takes the replies (putSession.RoundTrip)
-		c.session.queued()
-		c.omu.Unlock()
-		return
-	}
 	inline := c.dispatching
 	// Nothing else in flight: the client waits for this reply alone, so
 	// write it now rather than wake the flusher (one wake-up less on a

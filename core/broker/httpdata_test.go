@@ -3,7 +3,6 @@ package broker
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -741,7 +740,7 @@ func TestHTTPProduceKeepsConn(t *testing.T) {
 		b.connsMu.Lock()
 		defer b.connsMu.Unlock()
 		for c := range b.conns {
-			if c.session != nil {
+			if c.local != nil {
 				n, last = n+1, c
 			}
 		}
@@ -758,88 +757,4 @@ func TestHTTPProduceKeepsConn(t *testing.T) {
 	code, _, rb := produceJSON(t, h, "/api/v1/data/topics/t/partitions/0/records", recs)
 	require.Equal(t, 200, code, "%s", rb)
 	require.Eventually(t, func() bool { n, c2 := locals(); return n == 1 && c2 != c }, 10*time.Second, 10*time.Millisecond)
-}
-
-// TestPutSession drives the produce handler's put session directly: its
-// frames are dispatched on the caller's goroutine and answered in
-// order; a frame other than a put is refused; a frame that cannot be
-// read is answered and closes the session after the replies of what
-// came before it; a round trip that stops waiting leaves it to be closed.
-func TestPutSession(t *testing.T) {
-	t.Parallel()
-	b := startBroker(t, 0)
-	s, err := b.putSession(nil, "127.0.0.1:1")
-	require.NoError(t, err)
-	defer s.Close()
-	payload := []byte("hello")
-	mput := func(part, opaque int32) []byte {
-		body := protocol.AppendMPutEntry(nil, 0, int32(message.Checksum(payload)), payload)
-		body = protocol.AppendMPutEntry(body, 0, -1, payload)
-		return append(protocol.AppendMPutHeader(nil, "t", part, len(body), 2, opaque), body...)
-	}
-	replies := func(rb []byte) []protocol.Request {
-		dec := protocol.NewDecoder(bytes.NewReader(rb), protocol.Limits{})
-		var out []protocol.Request
-		for {
-			var r protocol.Request
-			if err := dec.Decode(&r); err != nil {
-				require.ErrorIs(t, err, io.EOF)
-				return out
-			}
-			r.Body = append([]byte(nil), r.Body...)
-			out = append(out, r)
-		}
-	}
-	far := time.Now().Add(time.Minute)
-	rb, err := s.RoundTrip(nil, [][]byte{mput(0, 1), mput(1, 2)}, nil, far)
-	require.NoError(t, err)
-	rs := replies(rb)
-	require.Len(t, rs, 2)
-	for _, r := range rs {
-		require.Equal(t, 200, r.Code, "%s", r.Body)
-		require.True(t, strings.HasSuffix(string(r.Body), " 2"), "%s", r.Body)
-	}
-	require.ElementsMatch(t, []int32{1, 2}, []int32{rs[0].Opaque, rs[1].Opaque})
-
-	rb, err = s.RoundTrip(nil, [][]byte{protocol.AppendGet(nil, "t", "g", 0, 0, 1024, 7), mput(9, 8)}, nil, far)
-	require.NoError(t, err)
-	rs = replies(rb)
-	require.Len(t, rs, 2)
-	if rs[0].Opaque != 7 {
-		rs[0], rs[1] = rs[1], rs[0]
-	}
-	require.Equal(t, int32(7), rs[0].Opaque)
-	require.Equal(t, 400, rs[0].Code)
-	require.Contains(t, string(rs[0].Body), "put session")
-	require.Equal(t, int32(8), rs[1].Opaque)
-	require.Equal(t, 500, rs[1].Code) // partition 9 of 1
-	require.False(t, s.Closed())
-
-	rb, err = s.RoundTrip(nil, [][]byte{mput(0, 3), []byte("mput t 0 -5 2 4\r\n")}, nil, far)
-	require.NoError(t, err)
-	rs = replies(rb)
-	require.Len(t, rs, 2) // in the order they were queued: the put's when its append completed
-	if rs[0].Opaque != 3 {
-		rs[0], rs[1] = rs[1], rs[0]
-	}
-	require.Equal(t, int32(3), rs[0].Opaque)
-	require.Equal(t, 200, rs[0].Code, "%s", rs[0].Body)
-	require.Equal(t, 400, rs[1].Code)
-	require.Contains(t, string(rs[1].Body), "bad length")
-	require.True(t, s.Closed())
-	_, err = s.RoundTrip(nil, [][]byte{mput(0, 1)}, nil, far)
-	require.ErrorIs(t, err, net.ErrClosed)
-	require.Equal(t, int64(4), b.topics.Get("t").parts[0].MaxOffset()/int64(message.HeaderSize+len(payload)))
-
-	// A round trip whose caller gives up: the session reports it.
-	s2, err := b.putSession(nil, "127.0.0.1:2")
-	require.NoError(t, err)
-	done := make(chan struct{})
-	close(done)
-	_, err = s2.RoundTrip(nil, [][]byte{mput(0, 1)}, done, far)
-	if err != nil {
-		require.ErrorIs(t, err, context.Canceled)
-	}
-	s2.Close()
-	require.True(t, s2.Closed())
 }

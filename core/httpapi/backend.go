@@ -99,10 +99,6 @@ type Backend interface {
 	// plane (dataconn.go), authenticated as u (nil with [auth] off), for
 	// the HTTP client at remote. The caller closes it.
 	DataConn(u *conf.User, remote string) (net.Conn, error)
-	// DataPuts opens a put session for the produce handler (dataconn.go),
-	// authenticated as u (nil with [auth] off), for the HTTP client at
-	// remote. The caller closes it.
-	DataPuts(u *conf.User, remote string) (PutSession, error)
 	// Partitions is the number of partitions of topic, 0 when it is not
 	// open here.
 	Partitions(topic string) int

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -17,9 +16,7 @@ import (
 // in-process connection (Backend.DataConn) authenticated as the
 // request's user and speaks the wire protocol on it, so that puts, gets
 // and offsets take the wire's own path: ACLs, properties checks, the
-// memory budget, group commit and sync replication. A produce's mputs
-// go through a put session instead (Backend.DataPuts, PutSession): the
-// same frames and replies, dispatched on the handler's goroutine.
+// memory budget, group commit and sync replication.
 
 const (
 	// maxDataGet is the largest get an HTTP request makes (the broker
@@ -33,11 +30,6 @@ const (
 type dataConn struct {
 	nc  net.Conn
 	dec *protocol.Decoder
-	// ps, in place of nc: a produce handler's put session (dialPuts),
-	// whose replies come in rbuf, read by dec through rd.
-	ps   PutSession
-	rbuf []byte
-	rd   bytes.Reader
 	// shared: one's reply body is the decoder's, valid until the next
 	// round trip or Close (not copied: a read's may be megabytes).
 	shared bool
@@ -75,36 +67,10 @@ func (s *Server) dial(w http.ResponseWriter, r *http.Request) (*dataConn, bool) 
 	return &dataConn{nc: nc, dec: protocol.NewDecoder(nc, protocol.Limits{MaxLine: 4096, MaxBody: maxDataGet + 64<<10})}, true
 }
 
-// dialPuts opens a put session for r's produce; on failure it has
-// answered 503.
-func (s *Server) dialPuts(w http.ResponseWriter, r *http.Request) (*dataConn, bool) {
-	ps, err := s.be.DataPuts(User(r), r.RemoteAddr)
-	if err != nil {
-		WriteError(w, http.StatusServiceUnavailable, "broker unavailable: "+err.Error())
-		return nil, false
-	}
-	d := &dataConn{ps: ps}
-	d.dec = protocol.NewDecoder(&d.rd, protocol.Limits{MaxLine: 4096, MaxBody: maxDataGet + 64<<10})
-	return d, true
-}
-
 // Close ends the connection (the broker's end closes with it).
 func (d *dataConn) Close() {
-	if d.ps != nil {
-		d.ps.Close()
-	} else {
-		d.nc.Close()
-	}
+	d.nc.Close()
 	d.dec.Release()
-}
-
-// abort closes a connection whose round trip failed (a put session is
-// tainted: closed rather than kept).
-func (d *dataConn) abort() {
-	d.tainted = true
-	if d.nc != nil {
-		d.nc.Close()
-	}
 }
 
 // do writes req, n pipelined requests with opaques 1..n, and reads their
@@ -119,25 +85,6 @@ func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply,
 	dl := time.Now().Add(dataOpTimeout)
 	if t, ok := ctx.Deadline(); ok && t.Before(dl) {
 		dl = t
-	}
-	if d.ps != nil {
-		// A put session: the frames are dispatched on this goroutine,
-		// and their replies read from rbuf.
-		var err error
-		d.rbuf, err = d.ps.RoundTrip(d.rbuf[:0], req, ctx.Done(), dl)
-		if err != nil {
-			d.abort()
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
-		}
-		d.rd.Reset(d.rbuf)
-		out, err := d.readReplies(ctx, nil, n)
-		if err == nil && (d.dec.Buffered() > 0 || d.rd.Len() > 0) {
-			d.tainted = true // a reply to no request of ours left: not kept
-		}
-		return out, err
 	}
 	d.nc.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { d.nc.SetDeadline(time.Unix(1, 0)) })
@@ -168,25 +115,11 @@ func (d *dataConn) doBuffers(ctx context.Context, req [][]byte, n int) ([]reply,
 			werr <- err
 		}()
 	}
-	out, err := d.readReplies(ctx, werr, n)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitWrite(werr); err != nil {
-		return nil, err
-	}
-	clean = true
-	return out, nil
-}
-
-// readReplies reads the n replies of a round trip (see do); on an error
-// it has closed the connection and waited for werr.
-func (d *dataConn) readReplies(ctx context.Context, werr chan error, n int) ([]reply, error) {
 	out := make([]reply, n)
 	var rr protocol.Request
 	for got := 0; got < n; got++ {
 		if err := d.dec.Decode(&rr); err != nil {
-			d.abort()
+			d.nc.Close()
 			waitWrite(werr)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -195,7 +128,7 @@ func (d *dataConn) readReplies(ctx context.Context, werr chan error, n int) ([]r
 		}
 		i := int(rr.Opaque) - 1
 		if rr.Op != protocol.OpResult && rr.Op != protocol.OpValue {
-			d.abort()
+			d.nc.Close()
 			waitWrite(werr)
 			return nil, errors.New("unexpected " + rr.Op.String() + " reply")
 		}
@@ -203,7 +136,7 @@ func (d *dataConn) readReplies(ctx context.Context, werr chan error, n int) ([]r
 			// A reply to no request of ours: the broker answering a
 			// frame it could not read (opaque 0). Keep its words.
 			if got == 0 && rr.Code >= 400 {
-				d.abort()
+				d.nc.Close()
 				waitWrite(werr)
 				return nil, &RequestError{Status: rr.Code, Msg: string(rr.Body)}
 			}
@@ -217,6 +150,10 @@ func (d *dataConn) readReplies(ctx context.Context, werr chan error, n int) ([]r
 			out[i].Code = protocol.StatusOK
 		}
 	}
+	if err := waitWrite(werr); err != nil {
+		return nil, err
+	}
+	clean = true
 	return out, nil
 }
 
@@ -274,25 +211,4 @@ func failed(w http.ResponseWriter, err error) {
 	default:
 		WriteError(w, http.StatusBadGateway, "broker connection failed: "+err.Error())
 	}
-}
-
-// PutSession is the broker's way for the produce handler's mputs: they
-// are dispatched on the handler's goroutine as a connection's would be
-// (the same frames and put path), and their reply frames handed back,
-// with no in-process connection between (a handoff to the broker's
-// read loop and the copies of the request and its replies through a
-// pipe, per request). One goroutine uses a session at a time.
-type PutSession interface {
-	// RoundTrip dispatches the put and mput frames req holds and
-	// appends the reply frame of each (in the order they were queued)
-	// to dst once all are in; it stops waiting when done is closed or at
-	// deadline (with an error: the session must then be closed). Once
-	// the frames cannot be read any further, it answers what came
-	// before them and the session is closed.
-	RoundTrip(dst []byte, req [][]byte, done <-chan struct{}, deadline time.Time) ([]byte, error)
-	// SetRemote sets the address the broker logs for it.
-	SetRemote(remote string)
-	// Closed reports whether the broker closed it.
-	Closed() bool
-	Close() error
 }

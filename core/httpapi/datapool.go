@@ -8,11 +8,12 @@ import (
 	"github.com/metaq-go/metaq/conf"
 )
 
-// The produce handler's put sessions (Backend.DataPuts) are kept for
-// the next request of the same user rather than opened and closed for
-// each (a broker connection, its decoder): a produce only puts, which
-// leave nothing on the connection (no group membership, transaction or
-// filter), and it has read every reply before giving the session back.
+// The produce handler's in-process data connections are kept for the
+// next request of the same user rather than opened and closed for each
+// (a connection, its read loop and flusher goroutines, its decoder): a
+// produce only puts, which leave nothing on the connection (no group
+// membership, transaction or filter), and it has read every reply
+// before giving the connection back.
 
 const (
 	// maxIdleData bounds the idle connections kept.
@@ -21,11 +22,14 @@ const (
 	idleDataFor = 30 * time.Second
 )
 
-// closed reports whether the broker closed d's put session.
-func (d *dataConn) closed() bool { return d.ps == nil || d.ps.Closed() }
-
-// setRemote sets the address the broker logs for d's put session.
-func (d *dataConn) setRemote(remote string) { d.ps.SetRemote(remote) }
+// pooledNetConn is a data connection that can be kept: the broker's
+// in-process connection (core/broker/localpipe.go).
+type pooledNetConn interface {
+	// Closed reports whether either end was closed.
+	Closed() bool
+	// SetRemote sets the address the broker logs for it.
+	SetRemote(remote string)
+}
 
 type idleData struct {
 	u     *conf.User
@@ -42,7 +46,7 @@ type dataPool struct {
 	sweep  *time.Timer
 }
 
-// dialKept is dialPuts, taking a kept session of r's user when there is
+// dialKept is dial, taking a kept connection of r's user when there is
 // one; give it back with keep.
 func (s *Server) dialKept(w http.ResponseWriter, r *http.Request) (*dataConn, bool) {
 	u := User(r)
@@ -52,16 +56,17 @@ func (s *Server) dialKept(w http.ResponseWriter, r *http.Request) (*dataConn, bo
 		if e := p.idle[i]; e.u == u {
 			p.idle = append(p.idle[:i], p.idle[i+1:]...)
 			p.mu.Unlock()
-			if e.d.closed() { // the broker closed it (shutting down)
+			pc := e.d.nc.(pooledNetConn)
+			if pc.Closed() { // the broker closed it (shutting down)
 				e.d.Close()
-				return s.dialPuts(w, r)
+				return s.dial(w, r)
 			}
-			e.d.setRemote(r.RemoteAddr)
+			pc.SetRemote(r.RemoteAddr)
 			return e.d, true
 		}
 	}
 	p.mu.Unlock()
-	d, ok := s.dialPuts(w, r)
+	d, ok := s.dial(w, r)
 	if ok {
 		d.u = u
 	}
@@ -71,7 +76,8 @@ func (s *Server) dialKept(w http.ResponseWriter, r *http.Request) (*dataConn, bo
 // keep gives back d, whose round trips all ended with their replies read
 // (else it closes it).
 func (s *Server) keep(d *dataConn) {
-	if d.tainted || d.closed() {
+	pc, ok := d.nc.(pooledNetConn)
+	if !ok || d.tainted || pc.Closed() {
 		d.Close()
 		return
 	}

@@ -282,7 +282,7 @@ func (s *Server) handleProduce(w http.ResponseWriter, r *http.Request) {
 			wire = append(wire, protocol.AppendMPutHeader(nil, topic, run.part, len(run.body), len(run.idx), int32(k+1)), run.body)
 		}
 		reps, err := d.doBuffers(r.Context(), wire, len(runs))
-		s.keep(d) // the frames were read (copied) before RoundTrip returned: the deferred putBody may free them
+		s.keep(d) // before the deferred putBody: what it lent is read, or dropped by a close
 		if err != nil {
 			failed(w, err)
 			return
