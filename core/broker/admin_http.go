@@ -5,6 +5,7 @@ import (
 
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/httpapi"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/sdk/message"
 )
@@ -17,11 +18,11 @@ func (b *Broker) topicSource(name string) string {
 	return b.topicBook.Source(name)
 }
 
-func (b *Broker) topicJSON(t *topic, parts bool) httpapi.TopicInfo {
-	ts, _ := t.status()
-	j, c := ts.Info(parts), t.conf()
+func (b *Broker) topicJSON(t *partition.Topic, parts bool) httpapi.TopicInfo {
+	ts, _ := httpapi.TopicStatusOf(t)
+	j, c := ts.Info(parts), t.Conf()
 	j.AcceptPublish, j.AcceptSubscribe, j.UnflushThreshold, j.DeletePolicy = c.AcceptPublish, c.AcceptSubscribe, c.UnflushThreshold, c.DeletePolicy
-	j.Source = b.topicSource(t.name)
+	j.Source = b.topicSource(t.Name())
 	return j
 }
 

@@ -245,7 +245,7 @@ func TestAdminGroups(t *testing.T) {
 	}
 	code, msg := c.commit("g1", "t") // partition 0 at offset 0
 	require.Equal(t, 200, code, msg)
-	max0, max1 := b.topics.Get("t").parts[0].MaxOffset(), b.topics.Get("t").parts[1].MaxOffset()
+	max0, max1 := b.topics.Get("t").Parts[0].MaxOffset(), b.topics.Get("t").Parts[1].MaxOffset()
 	h := newHTTPClient(t, b.HTTPAddr(), nil)
 
 	code2, body := h.get("/api/v1/groups")

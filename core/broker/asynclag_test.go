@@ -105,7 +105,7 @@ func runAsyncLag(b *testing.B, m, s *Broker, parts, rate int, d time.Duration) l
 	// vis[p]: the slave's readable end of p over time (ends rise).
 	type seen struct{ end, at int64 }
 	vis := make([][]seen, parts)
-	slaveLogs := s.topics.Get("t").parts
+	slaveLogs := s.topics.Get("t").Parts
 	start := time.Now()
 	mono := func() int64 { return int64(time.Since(start)) }
 
@@ -225,7 +225,7 @@ func runAsyncLag(b *testing.B, m, s *Broker, parts, rate int, d time.Duration) l
 	// Wait (bounded) until the slave has everything acknowledged.
 	deadline := time.Now().Add(30 * time.Second)
 	for p := range parts {
-		ends := m.topics.Get("t").parts[p].MaxOffset()
+		ends := m.topics.Get("t").Parts[p].MaxOffset()
 		for slaveLogs[p].MaxOffset() < ends {
 			if time.Now().After(deadline) {
 				b.Fatalf("partition %d: the slave is at %d, the master at %d, 30 s after the load", p, slaveLogs[p].MaxOffset(), ends)

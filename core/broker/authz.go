@@ -1,6 +1,9 @@
 package broker
 
-import "github.com/metaq-go/metaq/core/security"
+import (
+	"github.com/metaq-go/metaq/core/partition"
+	"github.com/metaq-go/metaq/core/security"
+)
 
 // The read side of authorization: what one reader may see. Requests are
 // checked by security.Authorize on every door (auth.go for the protocol
@@ -22,14 +25,14 @@ func (c *conn) viewer() viewer {
 }
 
 // visibleTopics is the open topics the viewer may see, in topicList's order.
-func (b *Broker) visibleTopics(v viewer) []*topic {
+func (b *Broker) visibleTopics(v viewer) []*partition.Topic {
 	ts := b.topicList()
 	if v.All() {
 		return ts
 	}
 	out := ts[:0]
 	for _, t := range ts {
-		if v.Topic(t.name) {
+		if v.Topic(t.Name()) {
 			out = append(out, t)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -94,7 +93,7 @@ type Broker struct {
 	// mu guards reg and the configuration's writers.
 	mu sync.RWMutex
 	// topics are the open topics (core/partition Topics).
-	topics *partition.Topics[topic]
+	topics *partition.Topics[partition.Topic]
 
 	ln      net.Listener // plaintext; nil when port = 0 with TLS on
 	tlsLn   net.Listener // TLS (tls.go); nil without [tls]
@@ -185,22 +184,6 @@ type Broker struct {
 	peers httpapi.PeerReader
 }
 
-type topic struct {
-	name string
-	// cfgp is the topic's settings; Reload swaps them (accept_*, stat,
-	// delete_policy). Read with conf().
-	cfgp  atomic.Pointer[conf.TopicConfig]
-	parts []*store.Log
-	// pc are the partitions' traffic counters (metrics.go), one per part.
-	pc []partCounters
-	rt partition.Realtime // stats realtime (core/partition)
-	// disk is the data directory the partitions are in: puts are refused
-	// while it is full.
-	disk *diskwatch.Disk
-	// ix is the broker's index set, which follows parts (core/index Set, msgindex.go).
-	ix *index.Set
-}
-
 // New opens every configured topic's partitions (running crash recovery on
 // each) and returns a broker ready to Start.
 func New(cfg *conf.Config, opts Options) (*Broker, error) { return newBroker(cfg, opts, knobs{}) }
@@ -220,7 +203,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 		opts:   opts,
 		knobs:  k,
 		ids:    store.NewIDWorker(cfg.BrokerID, nil),
-		topics: partition.NewTopics[topic](),
+		topics: partition.NewTopics[partition.Topic](),
 		conns:  make(map[*conn]struct{}),
 		done:   make(chan struct{}),
 		start:  time.Now(),
@@ -329,7 +312,7 @@ func newBroker(cfg *conf.Config, opts Options, k knobs) (*Broker, error) {
 // file I/O) first if it is not open yet (partition.Topics.Open: other
 // topics go on meanwhile, concurrent opens share one). A topic opened
 // here is registered in ZooKeeper (cluster mode).
-func (b *Broker) openTopic(name string) (*topic, error) {
+func (b *Broker) openTopic(name string) (*partition.Topic, error) {
 	var tc conf.TopicConfig
 	t, opened, err := b.topics.Open(name, func() error {
 		var ok bool
@@ -337,7 +320,7 @@ func (b *Broker) openTopic(name string) (*topic, error) {
 			return partition.ErrNoTopic
 		}
 		return nil
-	}, func() (*topic, error) { return b.openPartitions(name, tc) }, func(t *topic) { t.close() })
+	}, func() (*partition.Topic, error) { return b.openPartitions(name, tc) }, func(t *partition.Topic) { t.Close() })
 	if errors.Is(err, partition.ErrTopicsClosed) {
 		return nil, errBrokerClosed
 	}
@@ -355,21 +338,17 @@ func (b *Broker) openTopic(name string) (*topic, error) {
 
 // openPartitions opens the partition logs of topic name. It takes no
 // broker lock.
-func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*topic, error) {
+func (b *Broker) openPartitions(name string, tc conf.TopicConfig) (*partition.Topic, error) {
 	if b.knobs.openHook != nil {
 		b.knobs.openHook(name)
 	}
 	lm := b.logs()
-	t := &topic{name: name, disk: b.disks.Disk(lm.Dir(&tc)), ix: &b.indexes}
-	t.cfgp.Store(&tc)
 	parts, err := lm.Open(name, &tc, 0, tc.NumPartitions)
 	if err != nil {
 		return nil, err
 	}
 	b.indexLogs(lm.Dir(&tc), parts)
-	t.parts = parts
-	t.pc = make([]partCounters, len(t.parts))
-	return t, nil
+	return partition.NewTopic(name, &tc, parts, b.disks.Disk(lm.Dir(&tc)), &b.indexes), nil
 }
 
 // logs returns the partition-log settings of the current configuration
@@ -381,18 +360,10 @@ func (b *Broker) logs() *partition.Logs {
 	return &lm
 }
 
-// close closes the topic's logs and returns the first error.
-func (t *topic) close() error {
-	if t.ix != nil {
-		t.ix.Remove(t.parts)
-	}
-	return partition.CloseLogs(t.parts)
-}
-
 var errBrokerClosed = errors.New("broker closed")
 
 // lookup returns a topic by name, creating it if auto-creation is on.
-func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
+func (b *Broker) lookup(name []byte, create bool) (*partition.Topic, error) {
 	if t := b.topics.GetBytes(name); t != nil {
 		return t, nil
 	}
@@ -411,7 +382,7 @@ func (b *Broker) lookup(name []byte, create bool) (*topic, error) {
 // openParts is the partitions of topic name when it is open, else nil.
 func (b *Broker) openParts(name string) []*store.Log {
 	if t := b.topics.Get(name); t != nil {
-		return t.parts
+		return t.Parts
 	}
 	return nil
 }
@@ -427,16 +398,6 @@ func showTopic(b []byte) string {
 		return string(b)
 	}
 	return protocol.Printable(b)
-}
-
-func (t *topic) partition(p int32) *store.Log {
-	if p == -1 {
-		return t.parts[rand.IntN(len(t.parts))]
-	}
-	if p < 0 || int(p) >= len(t.parts) {
-		return nil
-	}
-	return t.parts[p]
 }
 
 // Start listens on the configured host and port (port 0 picks a free one),
@@ -636,20 +597,20 @@ func (b *Broker) applyRetention(now time.Time) {
 	b.countOut() // count the ranges sent before their segments go (msgsout.go)
 	lm := b.logs()
 	for _, t := range b.topicList() {
-		if t.name == conf.TimerTopic {
-			if b.timerKeep.Retain(t.name, t.parts, t.conf().RetainFor, now, lm.RetainBelow, b.logf) { // core/timer
+		if t.Name() == conf.TimerTopic {
+			if b.timerKeep.Retain(t.Name(), t.Parts, t.Conf().RetainFor, now, lm.RetainBelow, b.logf) { // core/timer
 				b.disks.Wake()
 			}
 			continue
 		}
-		if lm.Retain(t.name, t.parts, t.conf().RetainFor, now) {
+		if lm.Retain(t.Name(), t.Parts, t.Conf().RetainFor, now) {
 			b.disks.Wake() // puts refused for a full disk may resume
 		}
 	}
 }
 
 // topicList returns the topics sorted by name.
-func (b *Broker) topicList() []*topic { return b.topics.List() }
+func (b *Broker) topicList() []*partition.Topic { return b.topics.List() }
 
 func (b *Broker) closeStores() error {
 	if b.txm != nil {
@@ -658,7 +619,7 @@ func (b *Broker) closeStores() error {
 	b.indexes.Close() // its goroutines read the logs
 	var errs []error
 	for _, t := range b.topics.Close() {
-		errs = append(errs, t.close())
+		errs = append(errs, t.Close())
 	}
 	if b.txm != nil {
 		errs = append(errs, b.txm.Close())
@@ -677,8 +638,5 @@ func (b *Broker) registry() *registry.Registry {
 
 // config returns the current configuration.
 func (b *Broker) config() *conf.Config { return b.cfgp.Load() }
-
-// conf returns the topic's current settings.
-func (t *topic) conf() *conf.TopicConfig { return t.cfgp.Load() }
 
 func (b *Broker) configChecksum() uint32 { return crc32.ChecksumIEEE(b.config().Raw()) }

@@ -73,7 +73,7 @@ func TestPutGetRoundTrip(t *testing.T) {
 			}
 			require.Len(t, offsets, 2)
 			if threshold > 0 { // readable after the flush
-				require.Eventually(t, func() bool { return b.topics.Get("t").parts[1].MaxOffset() == 50 }, 5*time.Second, time.Millisecond)
+				require.Eventually(t, func() bool { return b.topics.Get("t").Parts[1].MaxOffset() == 50 }, 5*time.Second, time.Millisecond)
 			}
 			c.bw.Write(protocol.AppendGet(nil, "t", "g", 1, 0, 1024, 9))
 			require.NoError(t, c.bw.Flush())
@@ -252,5 +252,5 @@ func TestOpenTopicOffLock(t *testing.T) {
 	n1, _ := opens.Load("slow")
 	require.Equal(t, int32(1), n1.(*atomic.Int32).Load(), "two concurrent puts opened the topic twice")
 	slow := b.topics.Get("slow")
-	require.Equal(t, int64(2*(message.HeaderSize+len("m-slow"))), slow.parts[0].MaxOffset())
+	require.Equal(t, int64(2*(message.HeaderSize+len("m-slow"))), slow.Parts[0].MaxOffset())
 }

@@ -27,7 +27,7 @@ func (b *Broker) openRegistry() error {
 	defer b.mu.Unlock()
 	var topics []registry.Topic
 	for _, t := range b.topics.List() { // openTopic registers the later ones
-		topics = append(topics, registry.TopicOf(*t.conf()))
+		topics = append(topics, registry.TopicOf(*t.Conf()))
 	}
 	o.ConfigChecksum = b.configChecksum()
 	o.Topics = topics

@@ -15,6 +15,7 @@ import (
 	"github.com/metaq-go/metaq/core/filterset"
 	"github.com/metaq-go/metaq/core/groups"
 	"github.com/metaq-go/metaq/core/idem"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
@@ -121,7 +122,7 @@ type conn struct {
 	// (msgsout.go); getPC is the partition counters of the get being
 	// served (filtered gets). Both owned by the read loop.
 	outs  map[*store.Log]*outStream
-	getPC *partCounters
+	getPC *partition.Counters
 	// subs are the filters this connection's consumers chose (filter
 	// requests, consumerfilter.go). Owned by the read loop.
 	subs filterset.ConnFilters

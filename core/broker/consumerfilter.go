@@ -23,11 +23,11 @@ func (c *conn) handleFilter(r *protocol.Request) {
 		c.reply(protocol.StatusInternalError, "unknown topic "+showTopic(r.Topic), r.Opaque)
 		return
 	}
-	if !t.conf().AcceptSubscribe {
-		c.reply(protocol.StatusForbidden, "topic "+t.name+" does not accept gets (accept_subscribe = false)", r.Opaque)
+	if !t.Conf().AcceptSubscribe {
+		c.reply(protocol.StatusForbidden, "topic "+t.Name()+" does not accept gets (accept_subscribe = false)", r.Opaque)
 		return
 	}
-	if err := c.subs.Set(t.name, string(r.Group), r.Body); err != nil {
+	if err := c.subs.Set(t.Name(), string(r.Group), r.Body); err != nil {
 		c.reply(protocol.StatusBadRequest, err.Error(), r.Opaque)
 		return
 	}

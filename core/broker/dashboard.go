@@ -20,7 +20,7 @@ func (h httpBackend) Traffic() []httpapi.TopicTraffic {
 	topics := h.b.topicList()
 	ts := make([]httpapi.TopicStatus, len(topics))
 	for i, t := range topics {
-		ts[i], _ = t.status()
+		ts[i], _ = httpapi.TopicStatusOf(t)
 	}
 	return httpapi.Traffic(ts)
 }

@@ -119,9 +119,9 @@ func TestDashboardBrowser(t *testing.T) {
 		return protocol.AppendPut(d, "payments", 0, 0, -1, op, []byte{0, 1, 2, 0xfe, 0xff, 'p', 'a', 'y'})
 	})
 	require.Equal(t, 200, code, msg)
-	l0 := m.topics.Get("orders").parts[0]
+	l0 := m.topics.Get("orders").Parts[0]
 	require.Eventually(t, func() bool {
-		return l0.MessageCount() == 6 && s.topics.Get("orders").parts[0].MaxOffset() == l0.MaxOffset()
+		return l0.MessageCount() == 6 && s.topics.Get("orders").Parts[0].MaxOffset() == l0.MaxOffset()
 	},
 		15*time.Second, 10*time.Millisecond, "the slave copies orders")
 	max0 := l0.MaxOffset()
@@ -279,7 +279,7 @@ func TestDashboardBrowser(t *testing.T) {
 	submit("#apply-reset", "?reset=")
 	require.Contains(t, text("#flash"), "Offsets of topic orders reset")
 	var sum int64
-	for _, l := range m.topics.Get("orders").parts {
+	for _, l := range m.topics.Get("orders").Parts {
 		sum += l.MaxOffset()
 	}
 	require.Equal(t, strconv.FormatInt(sum, 10), text(".lag-total"))
@@ -298,7 +298,7 @@ func TestDashboardBrowser(t *testing.T) {
 	submit("#create-topic-submit", "?created=")
 	require.Contains(t, text("#flash"), "Topic made-in-browser created")
 	require.Contains(t, text("#topics"), "made-in-browser\t4\t0")
-	require.Len(t, m.topics.Get("made-in-browser").parts, 4)
+	require.Len(t, m.topics.Get("made-in-browser").Parts, 4)
 	// Creating it again: a clear error page.
 	open("/ui/topics", "#create-topic")
 	run(chromedp.SendKeys(css("#new-topic-name"), "made-in-browser"),
@@ -470,9 +470,9 @@ func TestDashboardBrowserAuth(t *testing.T) {
 			require.Equal(t, 200, code, msg)
 		}
 	}
-	require.Eventually(t, func() bool { return b.topics.Get("t").parts[1].MessageCount() == 4 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.topics.Get("t").Parts[1].MessageCount() == 4 }, 10*time.Second, 5*time.Millisecond)
 	at := consume(t, c, "billing-web", "t", 0, 0, 1)
-	max0, max1 := b.topics.Get("t").parts[0].MaxOffset(), b.topics.Get("t").parts[1].MaxOffset()
+	max0, max1 := b.topics.Get("t").Parts[0].MaxOffset(), b.topics.Get("t").Parts[1].MaxOffset()
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
@@ -526,7 +526,7 @@ func TestDashboardBrowserAuth(t *testing.T) {
 	// Nothing changed.
 	b.mu.RLock()
 	require.Nil(t, b.topics.Get("by-alice"))
-	require.Len(t, b.topics.Get("t").parts, 2)
+	require.Len(t, b.topics.Get("t").Parts, 2)
 	b.mu.RUnlock()
 	require.Equal(t, at, committedOf(t, b, "billing-web", "t", 0))
 
@@ -540,7 +540,7 @@ func TestDashboardBrowserAuth(t *testing.T) {
 	require.Contains(t, root.text(t, "#flash"), "Topic t now has 4 partitions (was 2). Warning: "+httpapi.KeyedOrderingWarning)
 	require.Contains(t, root.text(t, "#partitions"), "3\t0\t0\t0")
 	b.mu.RLock()
-	require.Len(t, b.topics.Get("t").parts, 4)
+	require.Len(t, b.topics.Get("t").Parts, 4)
 	b.mu.RUnlock()
 	req, err := http.NewRequest("GET", base+"/api/v1/topics/t", nil)
 	require.NoError(t, err)

@@ -129,7 +129,7 @@ func TestDashboardBrowserCluster(t *testing.T) {
 			put(b, p)
 		}
 	}
-	first := b0.topics.Get("orders").parts[0].MaxOffset() // one record
+	first := b0.topics.Get("orders").Parts[0].MaxOffset() // one record
 	audit := zkstore.New()
 	ctx := context.Background()
 	require.NoError(t, audit.Init(ctx, &offsetstore.InitRequest{Config: map[string]string{"connect": zkAddr, "root": root}}))
@@ -151,7 +151,7 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	// auditLag is group audit's lag on broker id's partitions.
 	auditLag := func(id int) (lag int64) {
 		for p := range 3 {
-			lag += brokers[id].topics.Get("orders").parts[p].MaxOffset() - first
+			lag += brokers[id].topics.Get("orders").Parts[p].MaxOffset() - first
 		}
 		return lag
 	}
@@ -160,7 +160,7 @@ func TestDashboardBrowserCluster(t *testing.T) {
 	auditRows := func(self int) (own, others []string) {
 		for id, b := range brokers {
 			for p := range 3 {
-				hi := b.topics.Get("orders").parts[p].MaxOffset()
+				hi := b.topics.Get("orders").Parts[p].MaxOffset()
 				if id == self {
 					own = append(own, fmt.Sprintf("%d\t%d (ZooKeeper)\t0\t%d\t%d\t–\tSkip", p, first, hi, hi-first))
 				} else {

@@ -90,13 +90,13 @@ func TestDashboardDLQAPI(t *testing.T) {
 	require.Equal(t, "billing.retry", rep.Messages[0].To)
 	require.Len(t, rep.Messages, 3)
 	require.Equal(t, "card declined", rep.Messages[0].LastError)
-	require.Zero(t, b.topics.Get("orders").parts[1].MessageCount(), "a dry run sends nothing")
+	require.Zero(t, b.topics.Get("orders").Parts[1].MessageCount(), "a dry run sends nothing")
 
 	code, body = api("POST", "/api/v1/groups/billing/dlq/replay", `{"to": "origin", "limit": 2}`)
 	require.Equal(t, 200, code, body)
 	require.NoError(t, json.Unmarshal([]byte(body), &rep))
 	require.Equal(t, 2, rep.Count, body)
-	require.Eventually(t, func() bool { return b.topics.Get("orders").parts[1].MessageCount() == 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.topics.Get("orders").Parts[1].MessageCount() == 2 }, 5*time.Second, 5*time.Millisecond)
 	code, body = api("GET", "/api/v1/dlq", "")
 	require.Equal(t, 200, code, body)
 	require.NoError(t, json.Unmarshal([]byte(body), &list))
@@ -234,7 +234,7 @@ func TestDashboardBrowserDLQ(t *testing.T) {
 	require.Contains(t, tab.text(t, "#dry-run"), "replaying 3 of 3 pending dead letters of billing.dlq to the group's retry topic")
 	require.Contains(t, tab.text(t, "#replay-sample"), "card declined")
 	retried := func() (n int64) {
-		for _, p := range b.topics.Get("billing.retry").parts {
+		for _, p := range b.topics.Get("billing.retry").Parts {
 			n += p.MessageCount()
 		}
 		return n
@@ -250,7 +250,7 @@ func TestDashboardBrowserDLQ(t *testing.T) {
 	require.Equal(t, "0", strings.TrimSpace(tab.text(t, `tr[data-group="billing"] td.pending`)))
 	require.Equal(t, "3", strings.TrimSpace(tab.text(t, `tr[data-group="billing"] td.messages`)))
 	require.Equal(t, int64(3), retried(), "the dead letters are in billing.retry")
-	require.Zero(t, b.topics.Get("orders").parts[1].MessageCount(), "nothing sent to orders")
+	require.Zero(t, b.topics.Get("orders").Parts[1].MessageCount(), "nothing sent to orders")
 
 	tab.open(t, base+"/ui/delayed", "#delayed-buckets")
 	require.Equal(t, "4", tab.text(t, "#delayed-pending"))

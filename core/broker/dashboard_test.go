@@ -62,7 +62,7 @@ func TestDashboardPages(t *testing.T) {
 		return protocol.AppendCommit(d, "g1", []protocol.OffsetEntry{{Topic: "t", Partition: 0, Offset: 0, MsgID: -1}}, op)
 	})
 	require.Equal(t, 200, code, msg)
-	require.Eventually(t, func() bool { return b.topics.Get("t").parts[0].MaxOffset() == 140 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.topics.Get("t").Parts[0].MaxOffset() == 140 }, 10*time.Second, 5*time.Millisecond)
 	b.web.srv.Sample(time.Now())
 	h := b.newMux()
 
@@ -93,7 +93,7 @@ func TestDashboardPages(t *testing.T) {
 	require.Equal(t, http.StatusFound, w.Code)
 	require.Equal(t, "/ui/", w.Header().Get("Location"))
 
-	max0 := b.topics.Get("t").parts[0].MaxOffset()
+	max0 := b.topics.Get("t").Parts[0].MaxOffset()
 	for _, tc := range []struct {
 		path string
 		code int
@@ -144,7 +144,7 @@ func TestDashboardPages(t *testing.T) {
 	require.Equal(t, 403, w.Code, "%s", w.Body)
 	w = dashDo(t, h, "POST", "/ui/topics", form, map[string]string{"Origin": "http://localhost"}) // localReq's Host
 	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
-	require.Len(t, b.topics.Get("made").parts, 3)
+	require.Len(t, b.topics.Get("made").Parts, 3)
 	w = dashDo(t, h, "POST", "/ui/topics", form, nil)
 	require.Equal(t, 409, w.Code, "%s", w.Body)
 	for _, p := range []string{"0", "-1", "x", "100000"} {
@@ -210,7 +210,7 @@ func itoa64(v int64) string { return strconv.FormatInt(v, 10) }
 // the offset store.
 func committedOf(t testing.TB, b *Broker, group, topic string, p int) int64 {
 	t.Helper()
-	offs, err := b.offsets.Committed(t.Context(), group, topic, len(b.topics.Get(topic).parts))
+	offs, err := b.offsets.Committed(t.Context(), group, topic, len(b.topics.Get(topic).Parts))
 	require.NoError(t, err)
 	return offs[p]
 }
@@ -257,7 +257,7 @@ func TestDashboardAuth(t *testing.T) {
 		require.Contains(t, w.Header().Get("Content-Type"), "text/html", a.path)
 		require.Contains(t, w.Body.String(), `user &#34;alice&#34; may not POST `+a.path+` (admin only)`, a.path)
 	}
-	require.Len(t, b.topics.Get("t").parts, 2)
+	require.Len(t, b.topics.Get("t").Parts, 2)
 	require.NotNil(t, b.topics.Get("t"))
 	w = dashDo(t, h, "GET", "/ui/topics", nil, asUser("root", "root-pw"))
 	require.Equal(t, 200, w.Code)
@@ -315,12 +315,12 @@ func TestDashboardAlterPartitions(t *testing.T) {
 		require.Contains(t, w.Body.String(), tc.msg, "%v", tc.form)
 		require.Contains(t, w.Header().Get("Content-Type"), "text/html")
 	}
-	require.Len(t, b.topics.Get("t").parts, 2, "refused forms change nothing")
+	require.Len(t, b.topics.Get("t").Parts, 2, "refused forms change nothing")
 
 	w = alter("t", url.Values{"partitions": {"5"}, "ack_ordering": {"yes"}})
 	require.Equal(t, http.StatusSeeOther, w.Code, "%s", w.Body)
 	require.Equal(t, "/ui/topics/t?altered=2", w.Header().Get("Location"))
-	require.Len(t, b.topics.Get("t").parts, 5)
+	require.Len(t, b.topics.Get("t").Parts, 5)
 	w = dashDo(t, h, "GET", "/ui/topics/t?altered=2", nil, nil)
 	require.Contains(t, w.Body.String(), "Topic t now has 5 partitions (was 2). Warning: "+template.HTMLEscapeString(httpapi.KeyedOrderingWarning))
 	// The API and topics.toml see it.

@@ -97,15 +97,15 @@ func TestDashboardRemoteLagAuth(t *testing.T) {
 	// Group billing-x: one member, owning broker 0's partition 0; its
 	// offsets in ZooKeeper after the first message of partition 0 of
 	// each broker and at the start of partition 1.
-	first := b1.topics.Get("orders").parts[0].MaxOffset() / 3
+	first := b1.topics.Get("orders").Parts[0].MaxOffset() / 3
 	zkPut(t, b0, zkpath.Member(root, "billing-x", "billing-x_m"), []byte("orders"))
 	zkPut(t, b0, zkpath.Owner(root, "billing-x", "orders", 0, 0), []byte("billing-x_m"))
 	for id := range 2 {
 		zkPut(t, b0, zkpath.Offset(root, "billing-x", "orders", id, 0), fmt.Appendf(nil, "7-%d", first))
 		zkPut(t, b0, zkpath.Offset(root, "billing-x", "orders", id, 1), []byte("0"))
 	}
-	max10, max11 := b1.topics.Get("orders").parts[0].MaxOffset(), b1.topics.Get("orders").parts[1].MaxOffset()
-	max00, max01 := b0.topics.Get("orders").parts[0].MaxOffset(), b0.topics.Get("orders").parts[1].MaxOffset()
+	max10, max11 := b1.topics.Get("orders").Parts[0].MaxOffset(), b1.topics.Get("orders").Parts[1].MaxOffset()
+	max00, max01 := b0.topics.Get("orders").Parts[0].MaxOffset(), b0.topics.Get("orders").Parts[1].MaxOffset()
 
 	describe := func(b *Broker, user string) groupDescribe {
 		t.Helper()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/core/timer"
@@ -50,9 +51,9 @@ type delayIdemKey struct{ l *store.Log }
 
 // delayedPut stores a put that asks for a delivery time (or a cancel) in
 // the timer log. It has answered the put when it returns.
-func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Delivery, cancel int64, ps producerSeq) {
+func (c *conn) delayedPut(r *protocol.Request, t *partition.Topic, p int32, d message.Delivery, cancel int64, ps producerSeq) {
 	b := c.b
-	data, err := timer.Accept(t.name, p, r.Flag, r.Body, d, cancel, ps.ok, time.Now().UnixMilli(), timer.LimitsOf(b.config()))
+	data, err := timer.Accept(t.Name(), p, r.Flag, r.Body, d, cancel, ps.ok, time.Now().UnixMilli(), timer.LimitsOf(b.config()))
 	if err != nil {
 		c.putRefused(err, r.Opaque)
 		return
@@ -62,17 +63,17 @@ func (c *conn) delayedPut(r *protocol.Request, t *topic, p int32, d message.Deli
 		c.putFail(r.Opaque, "delayed message: timer topic: "+oneLine(err.Error()))
 		return
 	}
-	tp := timer.PartitionOf(t.name, p, len(tt.parts))
+	tp := timer.PartitionOf(t.Name(), p, len(tt.Parts))
 	// Answered with the target partition's token (count 0: a put).
 	w := b.delay.NewPutWaiter(c, uint64(uint32(r.Opaque))|uint64(uint16(p))<<32, cancel != 0)
-	if ps.ok && !c.delayIdemBegin(w, t.name, tt.parts[tp], t.partition(p), p, r.Opaque, ps) {
+	if ps.ok && !c.delayIdemBegin(w, t.Name(), tt.Parts[tp], t.Partition(p), p, r.Opaque, ps) {
 		return
 	}
 	c.entries = append(c.entries[:0], store.Entry{Flag: 0, CRC: message.Checksum(data), Data: data})
 	if cancel != 0 {
 		b.delay.Cancels.Add(1)
 	}
-	c.appendEntries(tt, tt.parts[tp], tp, r.Opaque, false, int64(len(data)), w)
+	c.appendEntries(tt, tt.Parts[tp], tp, r.Opaque, false, int64(len(data)), w)
 	if cancel == 0 && timer.DueOnArrival(d, time.Now().UnixMilli()) {
 		b.delay.Wake(int(tp))
 	}
@@ -133,10 +134,10 @@ func (h timerHost) TimerLog(i int) (*store.Log, string, error) {
 	b := h.b
 	tc := b.config().TimerTopicConfig()
 	tt := b.topics.Get(conf.TimerTopic)
-	if tt == nil || i >= len(tt.parts) {
+	if tt == nil || i >= len(tt.Parts) {
 		return nil, "", timer.ErrNoLog
 	}
-	return tt.parts[i], timer.WheelDir(b.logs().Dir(&tc), i), nil
+	return tt.Parts[i], timer.WheelDir(b.logs().Dir(&tc), i), nil
 }
 
 func (h timerHost) Target(topic string, p int32) (*store.Log, error) {
@@ -144,7 +145,7 @@ func (h timerHost) Target(topic string, p int32) (*store.Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l := t.partition(p); l != nil {
+	if l := t.Partition(p); l != nil {
 		return l, nil
 	}
 	return nil, fmt.Errorf("%s has no partition %d", topic, p)
@@ -173,8 +174,8 @@ func (h timerHost) Append(topic string, l *store.Log, p int32, entries []store.E
 func (h timerHost) Delivered(topic string, p int32, n int) {
 	b := h.b
 	t := b.topics.Get(topic)
-	if t != nil && int(p) < len(t.pc) {
-		t.pc[p].msgsIn.Add(int64(n))
+	if t != nil && int(p) < len(t.PC) {
+		t.PC[p].MsgsIn.Add(int64(n))
 	}
 }
 

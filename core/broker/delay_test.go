@@ -256,8 +256,8 @@ func TestSyncPairDelayed(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		for p, l := range mt.parts {
-			if st.parts[p].MaxOffset() != l.MaxOffset() {
+		for p, l := range mt.Parts {
+			if st.Parts[p].MaxOffset() != l.MaxOffset() {
 				return false
 			}
 		}
@@ -266,7 +266,7 @@ func TestSyncPairDelayed(t *testing.T) {
 	// The slave's copy rebuilds to one pending message: the hour-long one.
 	st, _ := slave.lookup([]byte(conf.TimerTopic), false)
 	var pending int64
-	for p, l := range st.parts {
+	for p, l := range st.Parts {
 		w, err := timer.Open(filepath.Join(t.TempDir(), strconv.Itoa(p)), l, 1<<20)
 		require.NoError(t, err)
 		pending += w.Pending()
@@ -322,12 +322,12 @@ func TestSyncPairDelayedDelivery(t *testing.T) {
 		}
 		return got
 	}
-	require.Eventually(t, func() bool { return len(found(mt.parts)) == len(ids) }, 15*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return len(found(mt.Parts)) == len(ids) }, 15*time.Second, 50*time.Millisecond,
 		"the sync master delivers the due messages")
-	require.Equal(t, ids, found(mt.parts), "delivered with the msgIds their puts were answered with")
+	require.Equal(t, ids, found(mt.Parts), "delivered with the msgIds their puts were answered with")
 	require.Eventually(t, func() bool {
 		st, err := slave.lookup([]byte("t"), false)
-		return err == nil && len(found(st.parts)) == len(ids)
+		return err == nil && len(found(st.Parts)) == len(ids)
 	}, 15*time.Second, 50*time.Millisecond, "the slave holds the delivered messages")
 	// Later puts land at the same offsets on both: the copies are equal.
 	for range 4 {
@@ -336,7 +336,7 @@ func TestSyncPairDelayedDelivery(t *testing.T) {
 	}
 	st, err := slave.lookup([]byte("t"), false)
 	require.NoError(t, err)
-	requireCopiesEqual(t, mt.parts, st.parts, 15*time.Second)
+	requireCopiesEqual(t, mt.Parts, st.Parts, 15*time.Second)
 }
 
 // logBytes is what log l holds, from its start (up to 1 MiB).
@@ -419,7 +419,7 @@ func TestSyncPairDeliveryPulledFirst(t *testing.T) {
 	require.NoError(t, err)
 	stp, err := slave.lookup([]byte("t"), false)
 	require.NoError(t, err)
-	requireCopiesEqual(t, mt.parts, stp.parts, 10*time.Second)
+	requireCopiesEqual(t, mt.Parts, stp.Parts, 10*time.Second)
 }
 
 // logDiff lists two copies of a partition's records side by side (offset,
@@ -507,11 +507,11 @@ func TestAsyncSlaveDelayed(t *testing.T) {
 			return false
 		}
 		b, err := slave.lookup([]byte(topic), false)
-		if err != nil || len(b.parts) != len(a.parts) {
+		if err != nil || len(b.Parts) != len(a.Parts) {
 			return false
 		}
-		for p, l := range a.parts {
-			if b.parts[p].MaxOffset() != l.MaxOffset() {
+		for p, l := range a.Parts {
+			if b.Parts[p].MaxOffset() != l.MaxOffset() {
 				return false
 			}
 		}
@@ -527,8 +527,8 @@ func TestAsyncSlaveDelayed(t *testing.T) {
 	st, err := slave.lookup([]byte(conf.TimerTopic), false)
 	require.NoError(t, err)
 	var pending int64
-	for p, l := range st.parts {
-		require.Equal(t, mt.parts[p].MaxOffset(), l.MaxOffset())
+	for p, l := range st.Parts {
+		require.Equal(t, mt.Parts[p].MaxOffset(), l.MaxOffset())
 		w, err := timer.Open(filepath.Join(t.TempDir(), strconv.Itoa(p)), l, 1<<20)
 		require.NoError(t, err)
 		pending += w.Pending()

@@ -75,7 +75,7 @@ func (c *conn) dispatch(r *protocol.Request) {
 // On a failure it has answered the put and ok is false.
 // ps is the idempotent producer's id and sequence when the body carries
 // them (docs/protocol.md, "Idempotent producer").
-func (c *conn) checkPut(r *protocol.Request) (t *topic, l *store.Log, p int32, crc uint32, ps producerSeq, ok bool) {
+func (c *conn) checkPut(r *protocol.Request) (t *partition.Topic, l *store.Log, p int32, crc uint32, ps producerSeq, ok bool) {
 	b := c.b
 	if len(r.Body) > b.config().MaxMessageSize {
 		b.stats.putFailed.Add(1)
@@ -101,7 +101,7 @@ func (c *conn) checkPut(r *protocol.Request) (t *topic, l *store.Log, p int32, c
 	return t, l, p, crc, ps, true
 }
 
-func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, ok bool) {
+func (c *conn) putTarget(r *protocol.Request) (t *partition.Topic, l *store.Log, p int32, ok bool) {
 	t, err := c.b.lookup(r.Topic, true)
 	if errors.Is(err, partition.ErrNoTopic) {
 		msg := "The server do not accept topic " + showTopic(r.Topic)
@@ -116,46 +116,32 @@ func (c *conn) putTarget(r *protocol.Request) (t *topic, l *store.Log, p int32, 
 		c.putFail(r.Opaque, oneLine(err.Error()))
 		return nil, nil, 0, false
 	}
-	if !t.conf().AcceptPublish {
+	if !t.Conf().AcceptPublish {
 		c.b.stats.putFailed.Add(1)
-		c.reply(protocol.StatusForbidden, "topic "+t.name+" does not accept puts (accept_publish = false)", r.Opaque)
+		c.reply(protocol.StatusForbidden, "topic "+t.Name()+" does not accept puts (accept_publish = false)", r.Opaque)
 		return nil, nil, 0, false
 	}
-	if t.disk.Full() {
+	if t.Disk.Full() {
 		c.b.disks.Rejects.Add(1)
-		c.putFail(r.Opaque, c.b.disks.Refusal(t.disk))
+		c.putFail(r.Opaque, c.b.disks.Refusal(t.Disk))
 		return nil, nil, 0, false
 	}
 	p = r.Partition
 	if p == -1 {
-		p = int32(rand.IntN(len(t.parts)))
+		p = int32(rand.IntN(len(t.Parts)))
 	}
-	l = t.partition(p)
+	l = t.Partition(p)
 	if l == nil {
-		c.putFail(r.Opaque, t.outOfRange(r.Partition))
+		c.putFail(r.Opaque, outOfRange(t, r.Partition))
 		return nil, nil, 0, false
 	}
 	return t, l, p, true
 }
 
-// counters returns the traffic counters of partition p (l): a get of
-// partition -1 reads a random one.
-func (t *topic) counters(p int32, l *store.Log) *partCounters {
-	if p >= 0 {
-		return &t.pc[p]
-	}
-	for i, x := range t.parts {
-		if x == l {
-			return &t.pc[i]
-		}
-	}
-	return &t.pc[0]
-}
-
 // outOfRange is the error text for a partition the topic does not have.
-func (t *topic) outOfRange(p int32) string {
-	return protocol.WithCause(protocol.CausePartitionOutOfRange, strconv.Itoa(int(p))+" for topic "+t.name+
-		" (0.."+strconv.Itoa(len(t.parts)-1)+")")
+func outOfRange(t *partition.Topic, p int32) string {
+	return protocol.WithCause(protocol.CausePartitionOutOfRange, strconv.Itoa(int(p))+" for topic "+t.Name()+
+		" (0.."+strconv.Itoa(len(t.Parts)-1)+")")
 }
 
 func (c *conn) putFail(opaque int32, msg string) {
@@ -201,7 +187,7 @@ func (c *conn) handlePut(r *protocol.Request) {
 // store completes the append. size is the data bytes, for realtime stats.
 // w is told the outcome: c, an idempotent put's *idem.Waiter or a
 // delayed put's *timer.PutWaiter.
-func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput bool, size int64, w repl.PutDone) {
+func (c *conn) appendEntries(t *partition.Topic, l *store.Log, p int32, opaque int32, mput bool, size int64, w repl.PutDone) {
 	if c.b.sync != nil {
 		c.appendReplicated(t, l, p, opaque, mput, size, w) // syncrepl.go
 		return
@@ -236,12 +222,12 @@ func (c *conn) appendEntries(t *topic, l *store.Log, p int32, opaque int32, mput
 		c.putFail(opaque, "append failed: "+err.Error())
 		return
 	}
-	pc := &t.pc[p]
-	pc.msgsIn.Add(int64(len(c.entries)))
-	pc.bytesIn.Add(size)
-	if t.conf().Stat {
-		t.rt.Put.Add(int64(len(c.entries)))
-		t.rt.Size.Add(size)
+	pc := &t.PC[p]
+	pc.MsgsIn.Add(int64(len(c.entries)))
+	pc.BytesIn.Add(size)
+	if t.Conf().Stat {
+		t.RT.Put.Add(int64(len(c.entries)))
+		t.RT.Size.Add(size)
 	}
 }
 
@@ -307,7 +293,7 @@ func (c *conn) handleMPut(r *protocol.Request) {
 }
 
 // readTarget resolves a get or offset's topic and partition.
-func (c *conn) readTarget(r *protocol.Request) (*topic, *store.Log, bool) {
+func (c *conn) readTarget(r *protocol.Request) (*partition.Topic, *store.Log, bool) {
 	if string(r.Topic) == conf.TimerTopic && string(r.Group) == c.b.config().EffectiveSlaveGroup() && !c.b.timerOpen() {
 		// A slave's copy asks before this broker took a delayed message:
 		// none to copy (the timer topic is not opened for it).
@@ -320,20 +306,20 @@ func (c *conn) readTarget(r *protocol.Request) (*topic, *store.Log, bool) {
 		return nil, nil, false
 	}
 	timerCopy := false
-	if t.name == conf.TimerTopic && r.Op != protocol.OpOffset { // delay.go: the timer log is the broker's; a sync master asks its slave's end
+	if t.Name() == conf.TimerTopic && r.Op != protocol.OpOffset { // delay.go: the timer log is the broker's; a sync master asks its slave's end
 		if !c.copiesTimer(r) {
-			c.reply(protocol.StatusForbidden, "topic "+t.name+" is the broker's internal timer log: it does not accept gets", r.Opaque)
+			c.reply(protocol.StatusForbidden, "topic "+t.Name()+" is the broker's internal timer log: it does not accept gets", r.Opaque)
 			return nil, nil, false
 		}
 		timerCopy = true
 	}
-	if !timerCopy && !t.conf().AcceptSubscribe {
-		c.reply(protocol.StatusForbidden, "topic "+t.name+" does not accept gets (accept_subscribe = false)", r.Opaque)
+	if !timerCopy && !t.Conf().AcceptSubscribe {
+		c.reply(protocol.StatusForbidden, "topic "+t.Name()+" does not accept gets (accept_subscribe = false)", r.Opaque)
 		return nil, nil, false
 	}
-	l := t.partition(r.Partition)
+	l := t.Partition(r.Partition)
 	if l == nil {
-		c.reply(protocol.StatusInternalError, t.outOfRange(r.Partition), r.Opaque)
+		c.reply(protocol.StatusInternalError, outOfRange(t, r.Partition), r.Opaque)
 		return nil, nil, false
 	}
 	return t, l, true
@@ -347,11 +333,11 @@ func (c *conn) handleGet(r *protocol.Request) {
 	if !ok {
 		return
 	}
-	pc := t.counters(r.Partition, l)
-	pc.gets.Add(1)
+	pc := t.Counters(r.Partition, l)
+	pc.Gets.Add(1)
 	defer func() { b.metrics.get.Observe(float64(monoNow()-start) / 1e9) }()
-	if t.conf().Stat {
-		t.rt.Get.Add(1)
+	if t.Conf().Stat {
+		t.RT.Get.Add(1)
 	}
 	if r.MaxSize <= 0 {
 		c.reply(protocol.StatusBadRequest, "maxSize must be positive", r.Opaque)
@@ -370,8 +356,8 @@ func (c *conn) handleGet(r *protocol.Request) {
 				return
 			}
 			b.stats.getMiss.Add(1)
-			if t.conf().Stat {
-				t.rt.GetMiss.Add(1)
+			if t.Conf().Stat {
+				t.RT.GetMiss.Add(1)
 			}
 			c.reply(protocol.StatusNotFound, "Could not find message at position "+strconv.FormatInt(r.Offset, 10), r.Opaque)
 		case errors.Is(err, store.ErrCorrupt):
@@ -381,7 +367,7 @@ func (c *conn) handleGet(r *protocol.Request) {
 		}
 		return
 	}
-	if in, cf := b.filters.Lookup(t.name, r.Group), c.subs.Lookup(t.name, r.Group); in != nil || cf != nil {
+	if in, cf := b.filters.Lookup(t.Name(), r.Group), c.subs.Lookup(t.Name(), r.Group); in != nil || cf != nil {
 		c.getPC = pc
 		c.sendFiltered(in, cf, r, l, v, maxSize)
 		return
@@ -390,7 +376,7 @@ func (c *conn) handleGet(r *protocol.Request) {
 	// finds it in the counters (a scrape right after it raced the note).
 	// A send that fails closes the connection; its range counts as sent,
 	// since some of it may have left.
-	pc.bytesOut.Add(int64(v.Len))
+	pc.BytesOut.Add(int64(v.Len))
 	c.noteSent(l, pc, v.Offset, v.Len) // msgsout.go
 	err = c.sendValue(v, r.Opaque)
 	v.Release()
@@ -405,8 +391,8 @@ func (c *conn) handleOffset(r *protocol.Request) {
 	if !ok {
 		return
 	}
-	if t.conf().Stat {
-		t.rt.Offset.Add(1)
+	if t.Conf().Stat {
+		t.RT.Offset.Add(1)
 	}
 	c.replyInt(protocol.StatusOK, l.NearestOffset(r.Offset), r.Opaque)
 }

@@ -174,7 +174,7 @@ func TestFailoverInProcess(t *testing.T) {
 // the end where the next sync or pulled record lands.
 func requireSlaveStates(t *testing.T, b *Broker, topic string) {
 	t.Helper()
-	for p, l := range b.topics.Get(topic).parts {
+	for p, l := range b.topics.Get(topic).Parts {
 		sl := b.slave.LogState(l)
 		sl.Lock()
 		end, lastID := sl.End(), sl.LastID()
@@ -198,7 +198,7 @@ func TestSwitchoverRefusesPutPastDrain(t *testing.T) {
 	ok, fail := pipelinedPuts(t, master.Addr(), 20)
 	require.Equal(t, 20, ok, fail)
 
-	l := master.topics.Get("t").parts[0]
+	l := master.topics.Get("t").Parts[0]
 	end := l.MaxOffset()
 	sp := master.sync.Part("t", 0, l)
 	sp.Lock()
@@ -252,7 +252,7 @@ func TestSwitchoverRefusesPutPastDrain(t *testing.T) {
 		t.Fatal("the switchover did not return within 30 s")
 	}
 	require.Equal(t, end, l.MaxOffset(), "the put was appended on the old holder")
-	require.Equal(t, end, slave.topics.Get("t").parts[0].MaxOffset())
+	require.Equal(t, end, slave.topics.Get("t").Parts[0].MaxOffset())
 }
 
 // fixedIDs is an IDSource for entries that carry their ids.
@@ -361,7 +361,7 @@ func TestFailoverRejoinCutsTail(t *testing.T) {
 	toMaster.Cut(true)
 	toSlave.Cut(true)
 	ends := map[int]int64{}
-	for p, l := range master.topics.Get("t").parts {
+	for p, l := range master.topics.Get("t").Parts {
 		ends[p] = l.MaxOffset()
 	}
 	require.NoError(t, master.Close())
@@ -374,7 +374,7 @@ func TestFailoverRejoinCutsTail(t *testing.T) {
 		return nil
 	})
 	cut := int64(0)
-	for p, l := range slave.topics.Get("t").parts {
+	for p, l := range slave.topics.Get("t").Parts {
 		require.LessOrEqual(t, l.MaxOffset(), ends[p])
 		cut += ends[p] - l.MaxOffset()
 	}

@@ -105,8 +105,8 @@ func (c *conn) replyFiltered(r *protocol.Request, b *filterset.Batch, maxSize in
 	}
 	// Counted before the send, as unfiltered gets are (dispatch.go).
 	if pc := c.getPC; pc != nil {
-		pc.bytesOut.Add(int64(total - 8*kept)) // the records, without their offset prefixes
-		pc.msgsOut.Add(int64(kept))
+		pc.BytesOut.Add(int64(total - 8*kept)) // the records, without their offset prefixes
+		pc.MsgsOut.Add(int64(kept))
 	}
 	c.unlockOut(out)
 	return next
@@ -117,8 +117,8 @@ func (c *conn) replyFiltered(r *protocol.Request, b *filterset.Batch, maxSize in
 func (c *conn) sendPlain(v store.View, opaque int32, msgs int) {
 	// Counted before the send, as unfiltered gets are (dispatch.go).
 	if pc := c.getPC; pc != nil {
-		pc.bytesOut.Add(int64(v.Len))
-		pc.msgsOut.Add(int64(msgs))
+		pc.BytesOut.Add(int64(v.Len))
+		pc.MsgsOut.Add(int64(msgs))
 	}
 	err := c.sendValue(v, opaque)
 	v.Release()

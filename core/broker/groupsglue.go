@@ -59,7 +59,7 @@ func (c *conn) handleGroup(r *protocol.Request) {
 			c.reply(protocol.StatusInternalError, "unknown topic "+showTopic(r.Topic), r.Opaque)
 			return
 		}
-		gen, view, err = gs.Join(&c.groups, group, t.name, id, string(r.Strategy), len(t.parts), c.b.config().BrokerID)
+		gen, view, err = gs.Join(&c.groups, group, t.Name(), id, string(r.Strategy), len(t.Parts), c.b.config().BrokerID)
 	case protocol.OpHeartbeat:
 		gen, view, err = gs.Heartbeat(&c.groups, group, topic, id, r.Generation)
 	}
@@ -96,8 +96,8 @@ func (b *Broker) offsetPartition(topic string, p int32) string {
 	if err != nil {
 		return "unknown topic " + topic
 	}
-	if p >= int32(len(t.parts)) {
-		return t.outOfRange(p)
+	if p >= int32(len(t.Parts)) {
+		return outOfRange(t, p)
 	}
 	return ""
 }

@@ -121,7 +121,7 @@ func TestHTTPMetrics(t *testing.T) {
 			require.Equal(t, 1.0, metricValue(t, scrape, `metaq_ready`))
 			// The group committed offset 0 of partition 0: its lag is
 			// everything stored there (puts went to partition 0).
-			p0 := float64(b.topics.Get("t").parts[0].MaxOffset())
+			p0 := float64(b.topics.Get("t").Parts[0].MaxOffset())
 			require.Equal(t, p0, metricValue(t, scrape, `metaq_consumer_group_lag_bytes{group="g1",topic="t"}`))
 			require.Equal(t, 3.0, metricValue(t, scrape, `metaq_consumer_group_lag_messages{group="g1",topic="t"}`))
 			dir := strconv.Quote(b.config().DataDir)

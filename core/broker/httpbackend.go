@@ -205,7 +205,7 @@ func (h httpBackend) Summary(v security.Viewer) httpapi.Summary {
 	s := st.Summary()
 	topics := b.visibleTopics(v)
 	for _, t := range topics {
-		for _, l := range t.parts {
+		for _, l := range t.Parts {
 			s.TotalMessages += l.MessageCount()
 		}
 	}
@@ -245,10 +245,10 @@ func (h httpBackend) DelayedPage(ctx context.Context) httpapi.DelayedPage {
 func (h httpBackend) CountMessages(topic string, p int, from int64) (int64, bool) {
 	b := h.b
 	t := b.topics.Get(topic)
-	if t == nil || p < 0 || p >= len(t.parts) {
+	if t == nil || p < 0 || p >= len(t.Parts) {
 		return 0, false
 	}
-	l := t.parts[p]
+	l := t.Parts[p]
 	n, exact, err := l.CountRecords(from, l.MaxOffset())
 	return n, exact && err == nil
 }

@@ -182,7 +182,7 @@ func BenchmarkHTTPData(b *testing.B) {
 
 	// Consume: partition 0 holds what the produce phases wrote (at least
 	// 20000 records); each phase reads from the start as far as it gets.
-	end := br.topics.Get("t").parts[0].MaxOffset()
+	end := br.topics.Get("t").Parts[0].MaxOffset()
 	const readMax = 256 << 10
 	offs := make([]int64, conns)
 	nget := func(i int) int {

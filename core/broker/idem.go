@@ -28,15 +28,15 @@ type producerSeq struct {
 }
 
 // idemTable returns partition p's (l's) table (b.idem's, made on first
-// use) and keeps it in t.pc[p] too, so that the put path finds it without
+// use) and keeps it in t.PC[p] too, so that the put path finds it without
 // the map; with failover it is reset first when it was built under
 // another epoch (partition.IdemTables).
-func (b *Broker) idemTable(t *topic, p int32, l *store.Log) *idem.Table {
-	pc := &t.pc[p]
-	ip := pc.idem.Load()
+func (b *Broker) idemTable(t *partition.Topic, p int32, l *store.Log) *idem.Table {
+	pc := &t.PC[p]
+	ip := pc.Idem.Load()
 	if ip == nil || ip.Log() != l {
 		ip = b.idem.Part(l, l)
-		pc.idem.Store(ip)
+		pc.Idem.Store(ip)
 	}
 	return b.idem.Table(ip)
 }
@@ -65,7 +65,7 @@ func (b *Broker) forgetIdem(logs []*store.Log) {
 // waiter to append with, or nil when it has answered the put: with the
 // original result (a retry of a stored put), or with a cause
 // (docs/protocol.md's cause table).
-func (c *conn) idemBegin(tp *topic, l *store.Log, p int32, opaque int32, ps producerSeq, count int, mput bool) *idem.Waiter {
+func (c *conn) idemBegin(tp *partition.Topic, l *store.Log, p int32, opaque int32, ps producerSeq, count int, mput bool) *idem.Waiter {
 	t := c.b.idemTable(tp, p, l)
 	tk, res, err := partition.BeginIdem(t, l, ps.id, ps.seq, ps.seq+int64(count)-1, c.b.logf)
 	switch {

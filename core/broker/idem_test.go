@@ -78,7 +78,7 @@ func TestIdempotentPut(t *testing.T) {
 	require.Equal(t, "5", st["idempotent_duplicates"]) // 1 + 3 + 1 (the retry from inside the mput)
 	require.Equal(t, "1", st["idempotent_out_of_order"])
 	require.Equal(t, "1", st["idempotent_unknown_producer"])
-	end := b.topics.Get("t").parts[0].MaxOffset()
+	end := b.topics.Get("t").Parts[0].MaxOffset()
 	require.NoError(t, b.Close())
 
 	// Restart: the table is rebuilt lazily from the log.
@@ -86,7 +86,7 @@ func TestIdempotentPut(t *testing.T) {
 	c = dialRaw(t, b.Addr())
 	require.Equal(t, string(last.Body), string(idemPut(t, c, 0, pid, 4).Body))
 	requireCause(t, idemPut(t, c, 0, pid, 6), protocol.CauseOutOfOrderSequence)
-	require.Equal(t, end, b.topics.Get("t").parts[0].MaxOffset(), "a retry was stored")
+	require.Equal(t, end, b.topics.Get("t").Parts[0].MaxOffset(), "a retry was stored")
 	next := idemPut(t, c, 0, pid, 5)
 	require.Equal(t, protocol.StatusOK, next.Code, string(next.Body))
 	_, _, off, _, err := protocol.ParsePutResult(next.Body)
@@ -113,10 +113,10 @@ func TestIdempotentForgotten(t *testing.T) {
 	first := idemPut(t, c, 0, a, 0) // A seq 0 stored
 	require.Equal(t, protocol.StatusOK, first.Code, string(first.Body))
 	require.Equal(t, protocol.StatusOK, idemPut(t, c, 0, o, 0).Code) // O evicts A
-	end := b.topics.Get("t").parts[0].MaxOffset()
+	end := b.topics.Get("t").Parts[0].MaxOffset()
 	requireCause(t, idemPut(t, c, 0, a, 1), protocol.CauseUnknownProducer) // A's next put
 	requireCause(t, idemPut(t, c, 0, a, 0), protocol.CauseUnknownProducer) // a retry of A's stored put
-	require.Equal(t, end, b.topics.Get("t").parts[0].MaxOffset(), "a put of a forgotten producer was stored")
+	require.Equal(t, end, b.topics.Get("t").Parts[0].MaxOffset(), "a put of a forgotten producer was stored")
 	requireCause(t, idemPut(t, c, 0, o, 2), protocol.CauseOutOfOrderSequence) // a known producer's gap
 	st := c.stats(t, "")
 	require.Equal(t, "2", st["idempotent_unknown_producer"])
@@ -144,7 +144,7 @@ func TestIdempotentMemory(t *testing.T) {
 	used, err := strconv.Atoi(st["idempotent_memory_bytes"])
 	require.NoError(t, err)
 	require.LessOrEqual(t, used, limit)
-	ends := []int64{b.topics.Get("t").parts[0].MaxOffset(), b.topics.Get("t").parts[1].MaxOffset()}
+	ends := []int64{b.topics.Get("t").Parts[0].MaxOffset(), b.topics.Get("t").Parts[1].MaxOffset()}
 	var forgotten []int64
 	for i := range int64(n) {
 		r := idemPut(t, c, int32(i%2), base+i, 0) // a retry of the first put
@@ -155,7 +155,7 @@ func TestIdempotentMemory(t *testing.T) {
 		forgotten = append(forgotten, i)
 		requireCause(t, idemPut(t, c, int32(i%2), base+i, 1), protocol.CauseUnknownProducer)
 	}
-	require.Equal(t, ends, []int64{b.topics.Get("t").parts[0].MaxOffset(), b.topics.Get("t").parts[1].MaxOffset()},
+	require.Equal(t, ends, []int64{b.topics.Get("t").Parts[0].MaxOffset(), b.topics.Get("t").Parts[1].MaxOffset()},
 		"a retry was stored again")
 	require.Len(t, forgotten, evicted)
 	for i := range int64(n) {
@@ -189,7 +189,7 @@ func TestIdempotentRebuildEmbedded(t *testing.T) {
 			r := c.roundTrip(t, append(protocol.AppendMPutHeader(nil, "t", 0, len(body), 100, 2), body...))
 			require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
 		}
-		l := b.topics.Get("t").parts[0]
+		l := b.topics.Get("t").Parts[0]
 		const fake, pid = 0x7777_0000_0001, 0x5555_0000_0001
 		prefix := bytes.Repeat([]byte("z"), 4096)
 		body := slices.Clone(prefix)
@@ -307,7 +307,7 @@ func TestIdempotentRebuildResync(t *testing.T) {
 		r := c.roundTrip(t, append(protocol.AppendMPutHeader(nil, "t", 0, len(body), perMPut, 2), body...))
 		require.Equal(t, protocol.StatusOK, r.Code, string(r.Body))
 	}
-	l := b.topics.Get("t").parts[0]
+	l := b.topics.Get("t").Parts[0]
 	require.Equal(t, off, l.MaxOffset())
 	require.Greater(t, off, int64(5<<20))
 

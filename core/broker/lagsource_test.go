@@ -79,7 +79,7 @@ func TestLagFromZooKeeper(t *testing.T) {
 	c := dialAuth(t, b.Addr(), nil)
 	putN(t, c, "t", 0, 4)
 	putN(t, c, "t", 1, 2)
-	l0, l1 := b.topics.Get("t").parts[0], b.topics.Get("t").parts[1]
+	l0, l1 := b.topics.Get("t").Parts[0], b.topics.Get("t").Parts[1]
 	require.Eventually(t, func() bool { return l0.MessageCount() == 4 && l1.MessageCount() == 2 }, 10*time.Second, 5*time.Millisecond)
 	rec := l0.MaxOffset() / 4
 	max0 := l0.MaxOffset()
@@ -181,7 +181,7 @@ func TestLagSurvivesRestart(t *testing.T) {
 	b := startBroker(t, 0, inDir)
 	c := dialAuth(t, b.Addr(), nil)
 	putN(t, c, "t", 0, 3)
-	l0 := b.topics.Get("t").parts[0]
+	l0 := b.topics.Get("t").Parts[0]
 	require.Eventually(t, func() bool { return l0.MessageCount() == 3 }, 10*time.Second, 5*time.Millisecond)
 	rec, max0 := l0.MaxOffset()/3, l0.MaxOffset()
 	code, msg := c.call(func(d []byte, op int32) []byte {

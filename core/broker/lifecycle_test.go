@@ -73,7 +73,7 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 	defer b2.Close()
 	tp, err := b2.openTopic("t")
 	require.NoError(t, err)
-	require.Equal(t, int64(n*(20+4)), tp.parts[0].MaxOffset(), "every acknowledged put is on disk")
+	require.Equal(t, int64(n*(20+4)), tp.Parts[0].MaxOffset(), "every acknowledged put is on disk")
 }
 
 // TestShutdownClosesStuckConnections: a connection that does not finish

@@ -80,5 +80,5 @@ func (h httpBackend) Partitions(topic string) int {
 	if t == nil {
 		return 0
 	}
-	return len(t.parts)
+	return len(t.Parts)
 }

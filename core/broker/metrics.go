@@ -1,11 +1,9 @@
 package broker
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/metaq-go/metaq/core/httpapi"
-	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -13,26 +11,10 @@ import (
 // Prometheus metrics (/metrics, docs/http.md).
 //
 // The hot path does not call Prometheus for counters: the broker's own
-// atomic counters (counters, partCounters, the stores' Stats) are read at
+// atomic counters (counters, partition.Counters, the stores' Stats) are read at
 // scrape time into an httpapi.Status (metricsStatus), from which
 // httpapi.Collector builds constant metrics. Only the histograms of
 // httpapi.Registry are observed on the hot path.
-
-// partCounters are one partition's traffic counters, always kept (unlike
-// partition.Realtime, which `stats reset` clears and stat = false turns off).
-type partCounters struct {
-	// idem is the partition's idempotent producer table (idem.go), found
-	// here by the put path before the broker's map. Set once, read by
-	// every idempotent put: it has a cache line of its own, not the one
-	// the counters below, written by every put, keep moving between cores.
-	idem atomic.Pointer[partition.IdemPart]
-	_    [56]byte
-
-	msgsIn, bytesIn, bytesOut, gets atomic.Int64
-	// msgsOut is counted off the get path (msgsout.go).
-	msgsOut atomic.Int64
-	_       [24]byte // keep neighbouring partitions' counters off one cache line
-}
 
 // monoEpoch is the origin of monoNow, a monotonic clock in nanoseconds
 // that fits an atomic.Int64.
@@ -82,21 +64,6 @@ func (b *Broker) counters() httpapi.Status {
 	return st
 }
 
-// status is t's counters and offsets, with the number of its partitions
-// whose start-up scrub is not done.
-func (t *topic) status() (ts httpapi.TopicStatus, indexing int) {
-	ts = httpapi.TopicStatus{Name: t.name, Partitions: make([]httpapi.PartitionStatus, len(t.parts))}
-	for p, l := range t.parts {
-		pc := &t.pc[p]
-		if !l.MessageCountComplete() {
-			indexing++
-		}
-		ts.Partitions[p] = httpapi.PartitionStatus{MsgsIn: pc.msgsIn.Load(), BytesIn: pc.bytesIn.Load(), BytesOut: pc.bytesOut.Load(),
-			MsgsOut: pc.msgsOut.Load(), Gets: pc.gets.Load(), Messages: l.MessageCount(), MinOffset: l.MinOffset(), MaxOffset: l.MaxOffset()}
-	}
-	return ts, indexing
-}
-
 // metricsStatus reads what /metrics shows (httpapi.Collector), at each
 // scrape.
 func (b *Broker) metricsStatus() httpapi.Status {
@@ -108,9 +75,9 @@ func (b *Broker) metricsStatus() httpapi.Status {
 	topics := b.topicList()
 	logs := make(map[string][]*store.Log, len(topics))
 	for _, t := range topics {
-		ts, indexing := t.status()
+		ts, indexing := httpapi.TopicStatusOf(t)
 		st.Topics, st.Indexing = append(st.Topics, ts), st.Indexing+indexing
-		logs[t.name] = t.parts
+		logs[t.Name()] = t.Parts
 	}
 	st.Journals, st.Disks = httpapi.JournalStatuses(b.journals, b.start), httpapi.DiskStatuses(b.disks)
 	for _, d := range b.indexes.Stats() {

@@ -188,7 +188,7 @@ func BenchmarkMetricsScrapeLag(b *testing.B) {
 	for i := range 20 {
 		name := "t" + strconv.Itoa(i)
 		t := br.topics.Get(name)
-		for _, l := range t.parts {
+		for _, l := range t.Parts {
 			var offs []int64
 			for range 20 {
 				es := make([]store.Entry, 100)

@@ -131,7 +131,7 @@ func TestFindMessagesAPI(t *testing.T) {
 func TestFindMessagesAuth(t *testing.T) {
 	t.Parallel()
 	b := authBroker(t, &syncLog{})
-	v, err := b.topics.Get("t").parts[0].Read(0, 4096)
+	v, err := b.topics.Get("t").Parts[0].Read(0, 4096)
 	require.NoError(t, err)
 	buf, err := v.ReadAll(nil)
 	v.Release()

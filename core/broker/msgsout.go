@@ -2,6 +2,7 @@ package broker
 
 import (
 	"github.com/metaq-go/metaq/core/msgsout"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/store"
 )
 
@@ -18,7 +19,7 @@ type (
 
 // noteSent records a get's sent range [off, off+n) of partition l (the
 // read loop only: c.outs is its own).
-func (c *conn) noteSent(l *store.Log, pc *partCounters, off int64, n int) {
+func (c *conn) noteSent(l *store.Log, pc *partition.Counters, off int64, n int) {
 	if n <= 0 {
 		return
 	}
@@ -30,7 +31,7 @@ func (c *conn) noteSent(l *store.Log, pc *partCounters, off int64, n int) {
 		}
 		c.outs[l] = s
 	}
-	s.Note(&pc.msgsOut, off, n)
+	s.Note(&pc.MsgsOut, off, n)
 }
 
 // closeOuts marks the connection's streams dead (conn.close); the next

@@ -163,7 +163,7 @@ func TestMessagesOutAndLag(t *testing.T) {
 		require.Equal(t, int64(sent), out, "%s", body)
 	}
 	check(b, c, sent)
-	for p, l := range b.topics.Get("t").parts {
+	for p, l := range b.topics.Get("t").Parts {
 		require.Greater(t, l.SegmentCount(), 1, "partition %d rolled", p)
 	}
 
@@ -171,7 +171,7 @@ func TestMessagesOutAndLag(t *testing.T) {
 	// counters of messages out start again; the group commits again).
 	b.Close()
 	b = startBrokerWith(t, cfgOf)
-	for _, l := range b.topics.Get("t").parts {
+	for _, l := range b.topics.Get("t").Parts {
 		require.Eventually(t, l.MessageCountComplete, 20*time.Second, time.Millisecond)
 	}
 	c = dialAuth(t, b.Addr(), nil)
@@ -185,7 +185,7 @@ func TestMessagesOutAndLag(t *testing.T) {
 // counted by reading them (not with the index).
 func countBefore(t *testing.T, b *Broker, p int, off int64) int {
 	t.Helper()
-	l := b.topics.Get("t").parts[p]
+	l := b.topics.Get("t").Parts[p]
 	n := 0
 	for at := l.MinOffset(); at < off; {
 		v, err := l.Read(at, 1<<20)

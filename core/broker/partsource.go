@@ -12,7 +12,7 @@ type partSource struct{ b *Broker }
 
 var _ partition.Source = partSource{}
 
-func (s partSource) topic(name string) (*topic, error) {
+func (s partSource) topic(name string) (*partition.Topic, error) {
 	t := s.b.topics.Get(name)
 	if t == nil {
 		return nil, partition.ErrNoTopic
@@ -26,10 +26,10 @@ func (s partSource) Log(name string, p int) (*store.Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p < 0 || p >= len(t.parts) {
+	if p < 0 || p >= len(t.Parts) {
 		return nil, partition.ErrNoPartition
 	}
-	return t.parts[p], nil
+	return t.Parts[p], nil
 }
 
 // Partitions returns topic name's partition count.
@@ -38,7 +38,7 @@ func (s partSource) Partitions(name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return len(t.parts), nil
+	return len(t.Parts), nil
 }
 
 // Topics returns the topic names, sorted.

@@ -78,7 +78,7 @@ func TestSyncPairProperties(t *testing.T) {
 
 	// A limit broken: refused on the master, nothing stored anywhere.
 	ends := func(b *Broker) [2]int64 {
-		return [2]int64{b.topics.Get("t").parts[0].MaxOffset(), b.topics.Get("t").parts[1].MaxOffset()}
+		return [2]int64{b.topics.Get("t").Parts[0].MaxOffset(), b.topics.Get("t").Parts[1].MaxOffset()}
 	}
 	before := ends(master)
 	mc := dialRaw(t, master.Addr())

@@ -50,7 +50,7 @@ func TestPipelinedReadGrows(t *testing.T) {
 
 	pipe.nc.Close()
 	require.Eventually(t, func() bool { return b.grownReads.Load() == 0 }, 10*time.Second, time.Millisecond)
-	require.Equal(t, int64(20+n), b.topics.Get("t").parts[0].MaxOffset()/int64(message.HeaderSize+len(data)))
+	require.Equal(t, int64(20+n), b.topics.Get("t").Parts[0].MaxOffset()/int64(message.HeaderSize+len(data)))
 }
 
 // TestLocalConnReadNotGrown: an in-process connection of the HTTP data
@@ -83,5 +83,5 @@ func TestLocalConnReadNotGrown(t *testing.T) {
 	}
 	require.NoError(t, <-werr)
 	require.Equal(t, int32(0), b.grownReads.Load())
-	require.Equal(t, int64(150), b.topics.Get("t").parts[0].MaxOffset()/int64(message.HeaderSize+len(data)))
+	require.Equal(t, int64(150), b.topics.Get("t").Parts[0].MaxOffset()/int64(message.HeaderSize+len(data)))
 }

@@ -76,16 +76,16 @@ func (b *Broker) Reload(next *conf.Config) (ReloadReport, error) {
 	b.mu.RLock()
 	reg := b.reg
 	for _, tp := range b.topics.List() {
-		tc, ok := eff.TopicConfig(tp.name)
+		tc, ok := eff.TopicConfig(tp.Name())
 		if !ok { // removed from the file: keeps its settings
 			continue
 		}
-		old := tp.conf()
+		old := tp.Conf()
 		tc = tc.KeepRestartOnly(old)
 		if reflect.DeepEqual(&tc, old) {
 			continue
 		}
-		tp.cfgp.Store(&tc)
+		tp.SetConf(&tc)
 		if reg != nil && (tc.AcceptPublish != old.AcceptPublish || tc.AcceptSubscribe != old.AcceptSubscribe) {
 			reg.AddTopic(registry.TopicOf(tc))
 		}

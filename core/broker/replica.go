@@ -24,7 +24,7 @@ func (h replHost) OpenTopic(name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return len(t.parts), nil
+	return len(t.Parts), nil
 }
 
 func (h replHost) Registry() *registry.Registry {

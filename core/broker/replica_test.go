@@ -142,7 +142,7 @@ func TestSyncSlaveSkipsSynced(t *testing.T) {
 	requireSameEnds(t, master, slave, "t")
 	time.Sleep(500 * time.Millisecond) // a few pull rounds (at most slave_max_delay/4 apart)
 	var stored int64
-	for _, l := range master.topicList()[0].parts {
+	for _, l := range master.topicList()[0].Parts {
 		stored += l.MaxOffset() - l.MinOffset()
 	}
 	sc := dialRaw(t, slave.Addr())
@@ -417,8 +417,8 @@ func TestSyncLinkFaults(t *testing.T) {
 // offset with the same last id on a and b (a master and its replica).
 func requireSameEnds(t *testing.T, a, b *Broker, topic string) {
 	t.Helper()
-	for p, l := range a.topics.Get(topic).parts {
-		o := b.topics.Get(topic).parts[p]
+	for p, l := range a.topics.Get(topic).Parts {
+		o := b.topics.Get(topic).Parts[p]
 		require.Equal(t, l.MaxOffset(), o.MaxOffset(), "partition %d", p)
 		require.Equal(t, l.LastID(), o.LastID(), "partition %d", p)
 	}

@@ -172,7 +172,7 @@ func TestReplicationAuthTLS(t *testing.T) {
 		require.Equal(t, 500, code, "a sync master without a linked slave acknowledged: %s", body)
 		require.Contains(t, body, "Slave is disconnected")
 		require.Contains(t, master.statsText(), "sync_slave none\r\n")
-		for _, l := range slave.topics.Get("t").parts {
+		for _, l := range slave.topics.Get("t").Parts {
 			require.Zero(t, l.MaxOffset(), "the slave copied without logging in")
 		}
 	})

@@ -113,7 +113,7 @@ func BenchmarkSecurity(b *testing.B) {
 			c := dial(b, tr.br, tr.tls, tr.auth)
 			// The produce runs filled the partition: read it from the start
 			// in 1 MiB gets, wrapping around.
-			max := tr.br.topics.Get("bench").parts[0].MaxOffset()
+			max := tr.br.topics.Get("bench").Parts[0].MaxOffset()
 			if max < 4<<20 {
 				b.Skip("run with the produce benchmarks first (the partition is empty)")
 			}

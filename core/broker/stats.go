@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/core/groups"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/stats"
 	"github.com/metaq-go/metaq/plugins/host"
@@ -85,7 +86,7 @@ func (c *conn) handleStats(r *protocol.Request) {
 		stats.Lines(&sb, func(line func(string)) { b.txm.Status().StatsLines(time.Now(), line) }) // core/tx
 	case "reset":
 		for _, t := range b.topicList() {
-			t.rt.Reset()
+			t.RT.Reset()
 		}
 		b.stats.resetAt.Store(time.Now().UnixNano())
 		c.connAudit("stats.reset") // audit.go
@@ -113,7 +114,7 @@ func (b *Broker) writeSummaryFor(sb *strings.Builder, v viewer) {
 	var total int64
 	topics := b.visibleTopics(v)
 	for _, t := range topics {
-		for _, l := range t.parts {
+		for _, l := range t.Parts {
 			total += l.MessageCount()
 		}
 	}
@@ -179,17 +180,17 @@ func (b *Broker) writeTopicStats(sb *strings.Builder, name string) {
 	}
 	var st *stats.Topic
 	if t != nil {
-		st = &statsTopics([]*topic{t})[0]
+		st = &statsTopics([]*partition.Topic{t})[0]
 	}
 	stats.One(sb, showTopic([]byte(name)), st, configured, b.sinceReset())
 }
 
 // statsTopics are ts for the stats reports.
-func statsTopics(ts []*topic) []stats.Topic {
+func statsTopics(ts []*partition.Topic) []stats.Topic {
 	out := make([]stats.Topic, len(ts))
 	for i, t := range ts {
-		tc := t.conf()
-		out[i] = stats.Topic{Name: t.name, Parts: t.parts, AcceptPublish: tc.AcceptPublish, AcceptSubscribe: tc.AcceptSubscribe, RT: &t.rt}
+		tc := t.Conf()
+		out[i] = stats.Topic{Name: t.Name(), Parts: t.Parts, AcceptPublish: tc.AcceptPublish, AcceptSubscribe: tc.AcceptSubscribe, RT: &t.RT}
 	}
 	return out
 }

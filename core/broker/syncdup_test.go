@@ -25,7 +25,7 @@ func TestSyncDupWaitsForPuller(t *testing.T) {
 	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, nil) // no master: its puller is idle
 	tp, err := slave.lookup([]byte("t"), true)
 	require.NoError(t, err)
-	sl := slave.slave.LogState(tp.partition(0))
+	sl := slave.slave.LogState(tp.Partition(0))
 	sl.Lock()
 	sl.Reset(100, sl.End()) // as if the puller had queued messages up to id 100
 	sl.Unlock()
@@ -104,5 +104,5 @@ func TestSyncDupWaitsForPuller(t *testing.T) {
 	require.Equal(t, int32(10), r.Opaque)
 	require.Equal(t, protocol.StatusOK, r.Code, "%s", r.Body)
 	require.Equal(t, "70 0 -1", string(r.Body))
-	require.Equal(t, int64(0), tp.partition(0).MaxOffset())
+	require.Equal(t, int64(0), tp.Partition(0).MaxOffset())
 }

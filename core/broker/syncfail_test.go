@@ -70,12 +70,12 @@ func TestSyncSlaveFailsSync(t *testing.T) {
 
 	// The slave's copy of partition 0 is a prefix of the master's: what it
 	// holds sits at the master's offsets.
-	sEnd := slave.topics.Get("t").parts[0].MaxOffset()
-	mEnd := master.topics.Get("t").parts[0].MaxOffset()
+	sEnd := slave.topics.Get("t").Parts[0].MaxOffset()
+	mEnd := master.topics.Get("t").Parts[0].MaxOffset()
 	require.LessOrEqual(t, sEnd, mEnd)
 	require.Equal(t, readPartition(t, master.Addr(), "t", 0, sEnd), readPartition(t, slave.Addr(), "t", 0, sEnd))
-	end1 := master.topics.Get("t").parts[1].MaxOffset()
-	require.Equal(t, end1, slave.topics.Get("t").parts[1].MaxOffset())
+	end1 := master.topics.Get("t").Parts[1].MaxOffset()
+	require.Equal(t, end1, slave.topics.Get("t").Parts[1].MaxOffset())
 	require.Equal(t, readPartition(t, master.Addr(), "t", 1, end1), readPartition(t, slave.Addr(), "t", 1, end1))
 
 	// On the slave, a connection whose sync failed refuses the next ones.
@@ -87,7 +87,7 @@ func TestSyncSlaveFailsSync(t *testing.T) {
 	r = sc.call(t, protocol.AppendSync(nil, "t", 1, 0, 1<<50+1, int64(message.Checksum(small)), 2, small))
 	require.NotEqual(t, protocol.StatusOK, r.Code)
 	require.Contains(t, string(r.Body), "an earlier sync on this connection failed")
-	require.Equal(t, end1, slave.topics.Get("t").parts[1].MaxOffset())
+	require.Equal(t, end1, slave.topics.Get("t").Parts[1].MaxOffset())
 }
 
 // TestSyncSlaveFailsTxCommit: a transaction's commit the slave fails (a
@@ -118,8 +118,8 @@ func TestSyncSlaveFailsTxCommit(t *testing.T) {
 		require.NotEqual(t, protocol.StatusOK, r.Code, "a put acknowledged on a partition whose slave lacks a committed batch")
 	}
 
-	sEnd := slave.topics.Get("t").parts[0].MaxOffset()
-	mEnd := master.topics.Get("t").parts[0].MaxOffset()
+	sEnd := slave.topics.Get("t").Parts[0].MaxOffset()
+	mEnd := master.topics.Get("t").Parts[0].MaxOffset()
 	require.LessOrEqual(t, sEnd, mEnd)
 	require.Equal(t, readPartition(t, master.Addr(), "t", 0, sEnd), readPartition(t, slave.Addr(), "t", 0, sEnd))
 }

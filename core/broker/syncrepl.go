@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/store"
 )
@@ -37,12 +38,12 @@ func (sm *syncMaster) run() {
 // appendReplicated is appendEntries on a sync master
 // (repl.SyncMaster.Put): a refusal is answered with its status line, a
 // failed append as a put's.
-func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, mput bool, size int64, w repl.PutDone) {
+func (c *conn) appendReplicated(t *partition.Topic, l *store.Log, p int32, opaque int32, mput bool, size int64, w repl.PutDone) {
 	token := uint64(uint32(opaque)) | uint64(uint16(p))<<32
 	if mput {
 		token |= uint64(len(c.entries)) << 48
 	}
-	refused, err := c.b.sync.Put(t.name, p, l, c.entries, c.b.ids, w, token, c.addPending)
+	refused, err := c.b.sync.Put(t.Name(), p, l, c.entries, c.b.ids, w, token, c.addPending)
 	if iw, ok := w.(putFailer); ok && (refused != nil || err != nil) {
 		iw.Failed()
 	}
@@ -56,9 +57,9 @@ func (c *conn) appendReplicated(t *topic, l *store.Log, p int32, opaque int32, m
 		c.putFail(opaque, "append failed: "+err.Error())
 		return
 	}
-	if t.conf().Stat {
-		t.rt.Put.Add(int64(len(c.entries)))
-		t.rt.Size.Add(size)
+	if t.Conf().Stat {
+		t.RT.Put.Add(int64(len(c.entries)))
+		t.RT.Size.Add(size)
 	}
 }
 

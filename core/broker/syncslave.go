@@ -32,10 +32,10 @@ func (c *conn) handleSync(r *protocol.Request) {
 		c.reply(protocol.StatusInternalError, "sync: The server do not accept topic "+showTopic(r.Topic), r.Opaque)
 		return
 	}
-	l := t.partition(r.Partition)
+	l := t.Partition(r.Partition)
 	if l == nil || r.Partition < 0 {
 		c.syncGate.Fail()
-		c.reply(protocol.StatusInternalError, t.outOfRange(r.Partition), r.Opaque)
+		c.reply(protocol.StatusInternalError, outOfRange(t, r.Partition), r.Opaque)
 		return
 	}
 	e, err := repl.SyncEntry(r.MsgID, r.Flag, r.Body, r.HasChecksum(), r.Checksum)

@@ -105,7 +105,7 @@ func TestReadHandleClosedWithConnection(t *testing.T) {
 	require.Equal(t, protocol.StatusOK, r.Code)
 	r = c.roundTrip(t, protocol.AppendPut(nil, "t", 0, 0, protocol.NoChecksum, 1, []byte("hello"))) // over the threshold: flushed, readable
 	require.Equal(t, protocol.StatusOK, r.Code)
-	require.Eventually(t, func() bool { return b.topics.Get("t").parts[0].MaxOffset() > 0 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return b.topics.Get("t").Parts[0].MaxOffset() > 0 }, 5*time.Second, time.Millisecond)
 	r = c.roundTrip(t, protocol.AppendGet(nil, "t", "g", 0, 0, 1024, 2))
 	require.Equal(t, protocol.OpValue, r.Op)
 	seg := filepath.Join(b.config().DataDir, "t-0")

@@ -1,9 +1,8 @@
 package broker
 
 import (
-	"slices"
-
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/registry"
 	"github.com/metaq-go/metaq/core/topicadmin"
 )
@@ -75,7 +74,7 @@ func (h topicHost) Open(name string) (int, bool) {
 	if t == nil {
 		return 0, false
 	}
-	return len(t.parts), true
+	return len(t.Parts), true
 }
 
 func (h topicHost) OpenTopic(name string) error {
@@ -99,28 +98,16 @@ func (h topicHost) Grow(name string, tc conf.TopicConfig) error {
 }
 
 // growTopic returns a new topic value sharing t's open partitions, with
-// the new ones (tc.NumPartitions) opened. The old value stays valid for
-// whoever holds it.
-func (b *Broker) growTopic(t *topic, tc conf.TopicConfig) (*topic, error) {
+// the new ones (tc.NumPartitions) opened (partition.Topic.Grow). The old
+// value stays valid for whoever holds it.
+func (b *Broker) growTopic(t *partition.Topic, tc conf.TopicConfig) (*partition.Topic, error) {
 	lm := b.logs()
-	more, err := lm.Open(t.name, &tc, len(t.parts), tc.NumPartitions)
+	more, err := lm.Open(t.Name(), &tc, len(t.Parts), tc.NumPartitions)
 	if err != nil {
 		return nil, err
 	}
 	b.indexLogs(lm.Dir(&tc), more)
-	nt := &topic{name: t.name, disk: t.disk, parts: append(slices.Clip(t.parts), more...), ix: t.ix}
-	nt.cfgp.Store(&tc)
-	nt.pc = make([]partCounters, len(nt.parts))
-	for i := range t.pc {
-		nt.pc[i].msgsIn.Store(t.pc[i].msgsIn.Load())
-		nt.pc[i].bytesIn.Store(t.pc[i].bytesIn.Load())
-		nt.pc[i].bytesOut.Store(t.pc[i].bytesOut.Load())
-		nt.pc[i].msgsOut.Store(t.pc[i].msgsOut.Load())
-		nt.pc[i].gets.Store(t.pc[i].gets.Load())
-	}
-	// The realtime stats start again for the new value: `stats <topic>`
-	// reads the current one.
-	return nt, nil
+	return t.Grow(&tc, more), nil
 }
 
 func (h topicHost) Remove(name string) topicadmin.Removed {
@@ -135,16 +122,16 @@ func (h topicHost) Remove(name string) topicadmin.Removed {
 	if t == nil {
 		return r
 	}
-	for _, l := range t.parts {
+	for _, l := range t.Parts {
 		r.Dirs = append(r.Dirs, l.Dir())
 	}
-	r.CloseErr = t.close()
-	b.forgetIdem(t.parts) // idem.go
-	r.DataDir = t.conf().DataDir
+	r.CloseErr = t.Close()
+	b.forgetIdem(t.Parts) // idem.go
+	r.DataDir = t.Conf().DataDir
 	if r.DataDir == "" {
 		r.DataDir = b.config().DataDir
 	}
-	if j := b.journalFor(r.DataDir, t.conf().UnflushThreshold); j != nil {
+	if j := b.journalFor(r.DataDir, t.Conf().UnflushThreshold); j != nil {
 		r.Checkpoint = j.CheckpointClosed
 		r.Forget = j.ForgetRemoved
 	}

@@ -289,9 +289,9 @@ func TestTxCommitVisibility(t *testing.T) {
 				c.put("TX:s:2", 0, "rolled")
 				other.plainPut(0, "plain"+strconv.Itoa(i))
 			}
-			require.Equal(t, int64(0), b.topics.Get("t").parts[1].MaxOffset(), "uncommitted messages take no space")
+			require.Equal(t, int64(0), b.topics.Get("t").Parts[1].MaxOffset(), "uncommitted messages take no space")
 			flushed := func(p int, n int64) {
-				l := b.topics.Get("t").parts[p]
+				l := b.topics.Get("t").Parts[p]
 				require.Eventually(t, func() bool { return l.MessageCount() == n }, 10*time.Second, time.Millisecond)
 				require.NoError(t, l.Flush()) // threshold mode: readable once flushed
 			}
@@ -325,10 +325,10 @@ func TestTxCommitVisibility(t *testing.T) {
 			require.Equal(t, "0 buffered_bytes 0", c.stat("transactions", "open"))
 			// The committed batches count in the topic's in-counters (the
 			// rolled-back puts do not), as plain puts do.
-			pc := b.topics.Get("t").pc
-			require.Equal(t, int64(7), pc[0].msgsIn.Load())
-			require.Equal(t, int64(3), pc[1].msgsIn.Load())
-			require.Equal(t, int64(6), pc[1].bytesIn.Load())
+			pc := b.topics.Get("t").PC
+			require.Equal(t, int64(7), pc[0].MsgsIn.Load())
+			require.Equal(t, int64(3), pc[1].MsgsIn.Load())
+			require.Equal(t, int64(6), pc[1].BytesIn.Load())
 			require.Equal(t, 10.0, metricValue(t, scrapeOf(t, b), `metaq_topic_messages_in_total{topic="t"}`))
 		})
 	}
@@ -388,7 +388,7 @@ func TestTxLimits(t *testing.T) {
 	require.Regexp(t, `^result 500 \d+ 51\r\nopen transactions hold 1500 message bytes, tx_max_buffered_bytes is 1500; the put is refused$`, got)
 	c.commit("TX:s:1")
 	c.commit("TX:s:2")
-	require.Eventually(t, func() bool { return b.topics.Get("t").parts[0].MessageCount() == 2 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return b.topics.Get("t").Parts[0].MessageCount() == 2 }, 10*time.Second, time.Millisecond)
 	recs := c.records(0)
 	require.Len(t, recs, 2)
 	require.Equal(t, strings.Repeat("x", 1000), string(recs[0].Data))
@@ -494,9 +494,9 @@ func TestTxCommitOneRound(t *testing.T) {
 	t.Parallel()
 	b := startBroker(t, 0, func(c *conf.Config) { c.JournalCheckpointInterval = 3600_000 })
 	c := &txClient{wireConn: dialWire(t, b.Addr())}
-	j := b.topics.Get("t").parts[0].Journal()
+	j := b.topics.Get("t").Parts[0].Journal()
 	require.NotNil(t, j)
-	require.Same(t, j, b.topics.Get("t").parts[1].Journal())
+	require.Same(t, j, b.topics.Get("t").Parts[1].Journal())
 	c.begin("TX:s:99")
 	c.put("TX:s:99", 0, "warm")
 	c.commit("TX:s:99")
@@ -521,8 +521,8 @@ func TestTxCommitOneRound(t *testing.T) {
 	require.Equal(t, [2]int64{1, 1}, best, "one journal round, one fdatasync")
 	require.Equal(t, "4", c.stat("", "tx_commit"))
 	require.Equal(t, "0 buffered_bytes 0", c.stat("transactions", "open"))
-	require.Equal(t, int64(7), b.topics.Get("t").parts[0].MessageCount())
-	require.Equal(t, int64(6), b.topics.Get("t").parts[1].MessageCount())
+	require.Equal(t, int64(7), b.topics.Get("t").Parts[0].MessageCount())
+	require.Equal(t, int64(6), b.topics.Get("t").Parts[1].MessageCount())
 
 	// XA: the decision first, fsynced, then the batch.
 	x := "XID:1:01:02:q"
@@ -533,5 +533,5 @@ func TestTxCommitOneRound(t *testing.T) {
 	synced := txSynced()
 	c.ok(fmt.Sprintf("transaction %s s COMMIT_TWO_PHASE 93\r\n", x))
 	require.Greater(t, txSynced(), synced, "an XA commit record is fsynced")
-	require.Equal(t, int64(8), b.topics.Get("t").parts[0].MessageCount())
+	require.Equal(t, int64(8), b.topics.Get("t").Parts[0].MessageCount())
 }

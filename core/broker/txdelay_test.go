@@ -196,7 +196,7 @@ func TestTxDelayedSyncPair(t *testing.T) {
 		if err != nil {
 			return out
 		}
-		for _, l := range tt.parts {
+		for _, l := range tt.Parts {
 			for _, r := range logRecordsOf(t, l) {
 				if rec, err := timer.Parse(r.Data); err == nil && rec.Kind == timer.KindMessage {
 					out[r.ID] = rec.Msg

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/metaq-go/metaq/conf"
+	"github.com/metaq-go/metaq/core/partition"
 	"github.com/metaq-go/metaq/core/repl"
 	"github.com/metaq-go/metaq/core/security"
 	"github.com/metaq-go/metaq/core/store"
@@ -96,11 +97,11 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 			return
 		}
 		if ok || cancel != 0 {
-			if err := timer.CheckInTx(t.name, len(r.Body), d, cancel, time.Now().UnixMilli(), timer.LimitsOf(c.b.config())); err != nil {
+			if err := timer.CheckInTx(t.Name(), len(r.Body), d, cancel, time.Now().UnixMilli(), timer.LimitsOf(c.b.config())); err != nil {
 				c.putRefused(err, r.Opaque)
 				return
 			}
-			c.b.txm.ReadyTimer(t.name, p) // core/tx delayed.go
+			c.b.txm.ReadyTimer(t.Name(), p) // core/tx delayed.go
 		}
 	}
 	msgID, err := c.b.txm.Put(c.txs, id.String(), id.XA, t, l, p, store.Entry{Flag: r.Flag, CRC: crc, Data: r.Body})
@@ -109,10 +110,10 @@ func (c *conn) handleTxPut(r *protocol.Request) {
 		c.putFail(r.Opaque, body)
 		return
 	}
-	if t.conf().Stat {
+	if t.Conf().Stat {
 		n := int64(len(r.Body))
-		t.rt.Put.Add(1)
-		t.rt.Size.Add(n)
+		t.RT.Put.Add(1)
+		t.RT.Size.Add(n)
 	}
 	var body [64]byte
 	c.replyBytes(protocol.StatusOK, protocol.AppendPutResultBody(body[:0], msgID, p, -1), r.Opaque)
@@ -152,28 +153,7 @@ func (h txHost) NextID() int64 { return h.b.ids.Next(1) }
 
 func (h txHost) ObserveID(id int64) { h.b.ids.Observe(id) }
 
-var _ tx.Topic = (*topic)(nil)
-
-// Name implements tx.Topic.
-func (t *topic) Name() string { return t.name }
-
-// ThresholdFlush implements tx.Topic.
-func (t *topic) ThresholdFlush() bool { return t.conf().UnflushThreshold > 0 }
-
-// CountIn implements tx.Topic: a committed batch counts in its
-// partition's traffic counters (metaq_topic_messages_in_total and
-// bytes_in_total, the dashboard's rates) as an accepted put does.
-func (t *topic) CountIn(p int32, msgs int, bytes int64) {
-	if int(p) < len(t.pc) {
-		pc := &t.pc[p]
-		pc.msgsIn.Add(int64(msgs))
-		pc.bytesIn.Add(bytes)
-	}
-	if t.conf().Stat {
-		t.rt.Put.Add(int64(msgs))
-		t.rt.Size.Add(bytes)
-	}
-}
+var _ tx.Topic = (*partition.Topic)(nil)
 
 func (h txHost) AppendFailed(err error) { h.b.disks.WakeOn(err) }
 
@@ -201,8 +181,8 @@ func (h txHost) TimerLog(topic string, p int32) (tx.Topic, *store.Log, int32, er
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	tp := timer.PartitionOf(topic, p, len(tt.parts))
-	return tx.TimerTopic{Topic: tt, Timer: h.b.delay}, tt.parts[tp], tp, nil
+	tp := timer.PartitionOf(topic, p, len(tt.Parts))
+	return tx.TimerTopic{Topic: tt, Timer: h.b.delay}, tt.Parts[tp], tp, nil
 }
 
 func (h txHost) Slave() tx.SlaveLogs {

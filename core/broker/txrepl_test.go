@@ -28,7 +28,7 @@ type logRecord struct {
 // partRecords reads every readable record of b's partition p of topic.
 func partRecords(t *testing.T, b *Broker, topic string, p int) []logRecord {
 	t.Helper()
-	l := b.topics.Get(topic).parts[p]
+	l := b.topics.Get(topic).Parts[p]
 	var out []logRecord
 	var buf []byte
 	for off := l.MinOffset(); off < l.MaxOffset(); {
@@ -53,7 +53,7 @@ func partRecords(t *testing.T, b *Broker, topic string, p int) []logRecord {
 // slave: the same records (ids, data) at the same offsets.
 func requireSameRecords(t *testing.T, m, s *Broker, topic string) {
 	t.Helper()
-	for p := range m.topics.Get(topic).parts {
+	for p := range m.topics.Get(topic).Parts {
 		require.Equal(t, partRecords(t, m, topic, p), partRecords(t, s, topic, p), "partition %d", p)
 	}
 }
@@ -123,7 +123,7 @@ func testTxReplication(t *testing.T, threshold int) {
 		mode(c)
 		c.Replication = conf.ReplicationSync
 	})
-	require.Equal(t, threshold, master.topics.Get("t").conf().UnflushThreshold)
+	require.Equal(t, threshold, master.topics.Get("t").Conf().UnflushThreshold)
 	mc := dialRaw(t, master.Addr())
 
 	// No slave: a commit is refused and the transaction stays open; a
@@ -196,7 +196,7 @@ func testTxReplication(t *testing.T, threshold int) {
 	n, keys := txOpen(slave)
 	require.Zero(t, n, "the slave holds %v", keys)
 	require.Eventually(t, func() bool {
-		return master.topics.Get("t").parts[0].MaxOffset() == slave.topics.Get("t").parts[0].MaxOffset()
+		return master.topics.Get("t").Parts[0].MaxOffset() == slave.topics.Get("t").Parts[0].MaxOffset()
 	}, 5*time.Second, time.Millisecond)
 	requireSameRecords(t, master, slave, "t")
 
@@ -235,7 +235,7 @@ func requireCommitReplicated(t *testing.T, mc *rawClient, master, slave *Broker,
 	n, keys := txOpen(slave)
 	require.Zero(t, n, "the slave holds %v", keys)
 	require.Eventually(t, func() bool {
-		return master.topics.Get("t").parts[part].MaxOffset() == slave.topics.Get("t").parts[part].MaxOffset()
+		return master.topics.Get("t").Parts[part].MaxOffset() == slave.topics.Get("t").Parts[part].MaxOffset()
 	}, 5*time.Second, time.Millisecond)
 	requireSameRecords(t, master, slave, "t")
 }
@@ -308,7 +308,7 @@ func TestTxReplicationPulledCommit(t *testing.T) {
 		return nil
 	})
 	require.Eventually(t, func() bool {
-		return master.topics.Get("t").parts[0].MaxOffset() == slave.topics.Get("t").parts[0].MaxOffset()
+		return master.topics.Get("t").Parts[0].MaxOffset() == slave.topics.Get("t").Parts[0].MaxOffset()
 	}, 5*time.Second, time.Millisecond)
 	requireSameRecords(t, master, slave, "t")
 	proxy.Refuse(false)
@@ -431,7 +431,7 @@ func TestTxReplicationLinkHeld(t *testing.T) {
 	require.Equal(t, protocol.StatusOK, txDo(t, xc, key, protocol.TxRollback).Code)
 	for p := range 2 {
 		require.Eventually(t, func() bool {
-			return master.topics.Get("t").parts[p].MaxOffset() == slave.topics.Get("t").parts[p].MaxOffset()
+			return master.topics.Get("t").Parts[p].MaxOffset() == slave.topics.Get("t").Parts[p].MaxOffset()
 		}, 5*time.Second, time.Millisecond)
 	}
 	requireSameRecords(t, master, slave, "t")
@@ -464,7 +464,7 @@ func TestTxSyncBadInput(t *testing.T) {
 	r = sc.roundTrip(t, frame(protocol.TxSyncCommit, append(put, commit...)))
 	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
 	require.Contains(t, string(r.Body), "do not match")
-	require.Zero(t, slave.topics.Get("t").parts[0].MaxOffset())
+	require.Zero(t, slave.topics.Get("t").Parts[0].MaxOffset())
 	r = sc.roundTrip(t, frame(protocol.TxSyncPrepare, txRecord(2, txStr("XID:1:aa:01:q"), txStr(""))))
 	require.Equal(t, protocol.StatusBadRequest, r.Code, string(r.Body))
 	require.Contains(t, string(r.Body), "without its put records")

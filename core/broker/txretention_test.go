@@ -70,8 +70,8 @@ func TestTxReplayAfterRetention(t *testing.T) {
 	require.NoError(t, err)
 	b.applyRetention(time.Now().Add(100 * 24 * time.Hour))
 	require.Greater(t, tl.MinOffset(), int64(0), "the timer log's first segment, with the transaction's timer record, is gone")
-	require.Greater(t, p0.parts[0].MinOffset(), int64(0), "t-0's first segment, with the transaction's plain message, is gone")
-	ends := []int64{tl.MaxOffset(), p0.parts[0].MaxOffset()}
+	require.Greater(t, p0.Parts[0].MinOffset(), int64(0), "t-0's first segment, with the transaction's plain message, is gone")
+	ends := []int64{tl.MaxOffset(), p0.Parts[0].MaxOffset()}
 	require.NoError(t, b.Close())
 
 	b = fixture{dir: dir, mods: small}.start(t)
@@ -80,7 +80,7 @@ func TestTxReplayAfterRetention(t *testing.T) {
 	require.NoError(t, err)
 	p0, err = b.lookup([]byte("t"), false)
 	require.NoError(t, err)
-	require.Equal(t, ends, []int64{tl.MaxOffset(), p0.parts[0].MaxOffset()}, "nothing appended again at the start")
+	require.Equal(t, ends, []int64{tl.MaxOffset(), p0.Parts[0].MaxOffset()}, "nothing appended again at the start")
 	require.Contains(t, statsItem(t, b, "delayed"), "\r\ndelivered 0\r\n", "the delayed message is not delivered again")
 	recs := deliveredIDs(t, b.Addr(), "t", 0) // fails on a msgId twice
 	require.NotContains(t, recs, res[0].ID, "the plain message's segment was deleted: not there again")

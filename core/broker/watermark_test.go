@@ -253,11 +253,11 @@ func TestPutDiskWatermarkRetention(t *testing.T) {
 	}
 	t.Logf("refused after %d acknowledged messages (%d puts hit ENOSPC first): %s", acked, enospc, refusal)
 	require.Contains(t, refusal, "over disk_max_used_ratio 0.50; puts resume when space is freed")
-	minOff := b.topics.Get("t").parts[0].MinOffset()
+	minOff := b.topics.Get("t").Parts[0].MinOffset()
 
 	start := time.Now()
 	b.applyRetention(time.Now().Add(2 * time.Hour)) // as the retention loop does, two hours later
-	require.Greater(t, b.topics.Get("t").parts[0].MinOffset(), minOff, "retention deleted nothing")
+	require.Greater(t, b.topics.Get("t").Parts[0].MinOffset(), minOff, "retention deleted nothing")
 	for {
 		r := wmMPut(t, c, "t", data, 32, 7)
 		if r.Code == protocol.StatusOK {
