@@ -1,11 +1,14 @@
 package broker
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/metaq-go/metaq/core/httpapi"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -385,4 +388,27 @@ func TestAdminDeleteUnderLoad(t *testing.T) {
 	require.Equal(t, 200, code2, msg)
 	code2, msg = putTo(t, c, "live", 0)
 	require.Equal(t, 500, code2, msg)
+}
+
+// TestHTTPBodyOverLimitFirst: a request whose Content-Length is over the
+// body limit is answered 413 before a byte of its body is read, so a
+// client that sent Expect: 100-continue (curl, for bodies over 1 MiB) is
+// told without sending it, and gets no 100 Continue.
+func TestHTTPBodyOverLimitFirst(t *testing.T) {
+	t.Parallel()
+	b := liveBroker(t, t.TempDir())
+	nc, err := net.DialTimeout("tcp", b.HTTPAddr(), 5*time.Second)
+	require.NoError(t, err)
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	_, err = io.WriteString(nc, "POST /api/v1/topics HTTP/1.1\r\nHost: "+b.HTTPAddr()+"\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 3000000\r\nExpect: 100-continue\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 413, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Contains(t, string(body), "request body over")
 }

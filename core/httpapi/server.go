@@ -84,14 +84,30 @@ type Config struct {
 }
 
 // bodyLimit bounds request bodies: MaxBody, or for MetaQ's /put the
-// broker's max_message_size (Config.MaxPutBody) when that is larger.
+// broker's max_message_size (Config.MaxPutBody) when that is larger. A
+// body whose Content-Length is over the limit is refused before a byte
+// of it is read (its handler's 413): a client that asked to be told
+// first (Expect: 100-continue, as curl does for bodies over 1 MiB) gets
+// the 413 without sending the body.
 func (s *Server) bodyLimit(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r2 := *r
-		r2.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody(r)))
+		limit := int64(s.maxBody(r))
+		if r.ContentLength > limit {
+			r2.Body = tooLarge{limit}
+		} else {
+			r2.Body = http.MaxBytesReader(w, r.Body, limit)
+		}
 		h.ServeHTTP(w, &r2)
 	})
 }
+
+// tooLarge is the body of a request whose Content-Length is over its
+// limit: reading it fails as http.MaxBytesReader's would at the limit.
+type tooLarge struct{ limit int64 }
+
+func (b tooLarge) Read([]byte) (int, error) { return 0, &http.MaxBytesError{Limit: b.limit} }
+func (b tooLarge) Close() error             { return nil }
 
 // maxBody is the limit of r's body (bodyLimit).
 func (s *Server) maxBody(r *http.Request) int {
