@@ -518,7 +518,13 @@ func TestMakeClusterBrokerDies(t *testing.T) {
 		t.Helper()
 		for end := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
 			if time.Now().After(end) {
-				t.Fatalf("not within %v: %s\n%s", d, what, out.String())
+				logs := ""
+				for _, f := range []string{"broker-1.log", "broker-2.log"} {
+					if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+						logs += "\n--- " + f + " (last 3000 bytes):\n" + string(b[max(0, len(b)-3000):])
+					}
+				}
+				t.Fatalf("not within %v: %s\n%s%s", d, what, out.String(), logs)
 			}
 		}
 	}
