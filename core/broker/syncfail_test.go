@@ -15,6 +15,19 @@ import (
 	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
+// smallSlavePair starts a sync master and a slave whose max_message_size
+// (1000) is smaller than the master's, on a new ZooKeeper root
+// /repl-<name>-<now>, and waits until they are in sync.
+func smallSlavePair(t *testing.T, name string) (master, slave *Broker) {
+	t.Helper()
+	zkAddr := testsvc.ZooKeeper(t)
+	root := fmt.Sprintf("/repl-%s-%d", name, time.Now().UnixNano())
+	master = replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
+	slave = replBroker(t, zkAddr, root, t.TempDir(), "", 1, func(c *conf.Config) { c.MaxMessageSize = 1000 })
+	waitInSync(t, master, "2/2")
+	return master, slave
+}
+
 // TestSyncSlaveFailsSync: when the slave fails a sync (here a message over
 // its smaller max_message_size; a full disk is another cause), the master
 // holds a message the slave lacks. The puts whose syncs follow must not be
@@ -25,11 +38,7 @@ import (
 // the other partition joins again.
 func TestSyncSlaveFailsSync(t *testing.T) {
 	t.Parallel()
-	zkAddr := testsvc.ZooKeeper(t)
-	root := fmt.Sprintf("/repl-syncfail-%d", time.Now().UnixNano())
-	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
-	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, func(c *conf.Config) { c.MaxMessageSize = 1000 })
-	waitInSync(t, master, "2/2")
+	master, slave := smallSlavePair(t, "syncfail")
 
 	mc := dialRaw(t, master.Addr())
 	put := func(p int32, body []byte, opaque int32) []byte {
@@ -97,11 +106,7 @@ func TestSyncSlaveFailsSync(t *testing.T) {
 // copy stays a prefix of the master's.
 func TestSyncSlaveFailsTxCommit(t *testing.T) {
 	t.Parallel()
-	zkAddr := testsvc.ZooKeeper(t)
-	root := fmt.Sprintf("/repl-txsyncfail-%d", time.Now().UnixNano())
-	master := replBroker(t, zkAddr, root, t.TempDir(), "", -1, func(c *conf.Config) { c.Replication = conf.ReplicationSync })
-	slave := replBroker(t, zkAddr, root, t.TempDir(), "", 1, func(c *conf.Config) { c.MaxMessageSize = 1000 })
-	waitInSync(t, master, "2/2")
+	master, slave := smallSlavePair(t, "txsyncfail")
 
 	mc := dialRaw(t, master.Addr())
 	put := func(p int32, body []byte, opaque int32) protocol.Request {
