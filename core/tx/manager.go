@@ -122,6 +122,9 @@ type Peer interface {
 	// TxHeuristic audits a heuristic completion (details: slog
 	// key/value pairs).
 	TxHeuristic(details ...any)
+	// FailSyncs refuses the later syncs on the connection (repl.SyncGate):
+	// a txsync commit on it was not stored (commitFailed).
+	FailSyncs()
 }
 
 // Counts are the transactions' counters since start.

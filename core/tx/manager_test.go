@@ -28,6 +28,7 @@ func newTestPeer() *testPeer { return &testPeer{done: make(chan testAnswer, 16)}
 func (p *testPeer) TxUser() (string, bool) { return p.user, p.admin }
 func (p *testPeer) TxPending(int)          {}
 func (p *testPeer) TxHeuristic(...any)     {}
+func (p *testPeer) FailSyncs()             {}
 func (p *testPeer) TxDone(opaque int32, body string, err error) {
 	p.done <- testAnswer{opaque, body, err}
 }

@@ -324,9 +324,7 @@ func (m *Manager) applyRollback(s *Session, key string, opaque int32) {
 // commit's batches, and a sync after it, which carries no offset, would
 // land here at a lower offset than there.
 func (s *Session) commitFailed(opaque int32, err error) {
-	if g, ok := s.peer.(interface{ FailSyncs() }); ok {
-		g.FailSyncs()
-	}
+	s.peer.FailSyncs()
 	s.peer.TxDone(opaque, "", err)
 }
 
