@@ -15,40 +15,44 @@ var _ tx.SlaveLogs = (*repl.Slave)(nil)
 // handleSync applies a sync from a sync master (core/repl/slavesync.go):
 // the message is appended with the master's msgId and answered like a put
 // once it is durable here, or, if the puller copied it already, by SyncDup.
+// A sync refused here refuses the later ones on c (repl.SyncGate).
 func (c *conn) handleSync(r *protocol.Request) {
-	b := c.b
 	if err := c.syncGate.Check(); err != nil {
 		c.replyErr(err, r.Opaque)
 		return
 	}
-	if err := repl.CheckSync(r.MsgID, len(r.Body), b.config().MaxMessageSize); err != nil {
+	if code, body, ok := c.applySync(r); !ok {
 		c.syncGate.Fail()
-		c.replyErr(err, r.Opaque)
-		return
+		c.reply(code, body, r.Opaque)
+	}
+}
+
+// applySync checks r, a sync, and applies it; ok false with the refusal's
+// reply when it is not applied.
+func (c *conn) applySync(r *protocol.Request) (code int, body string, ok bool) {
+	b := c.b
+	if err := repl.CheckSync(r.MsgID, len(r.Body), b.config().MaxMessageSize); err != nil {
+		code, body = statusOf(err)
+		return code, body, false
 	}
 	t, err := b.lookup(r.Topic, true)
 	if err != nil {
-		c.syncGate.Fail()
-		c.reply(protocol.StatusInternalError, "sync: The server do not accept topic "+showTopic(r.Topic), r.Opaque)
-		return
+		return protocol.StatusInternalError, "sync: The server do not accept topic " + showTopic(r.Topic), false
 	}
 	l := t.Partition(r.Partition)
 	if l == nil || r.Partition < 0 {
-		c.syncGate.Fail()
-		c.reply(protocol.StatusInternalError, outOfRange(t, r.Partition), r.Opaque)
-		return
+		return protocol.StatusInternalError, outOfRange(t, r.Partition), false
 	}
 	e, err := repl.SyncEntry(r.MsgID, r.Flag, r.Body, r.HasChecksum(), r.Checksum)
+	if err == nil {
+		c.entries = append(c.entries[:0], e)
+		err = b.slave.ApplySync(c, l, r.Partition, c.entries, r.Opaque, c.syncRefusal)
+	}
 	if err != nil {
-		c.syncGate.Fail()
-		c.replyErr(err, r.Opaque)
-		return
+		code, body = statusOf(err)
+		return code, body, false
 	}
-	c.entries = append(c.entries[:0], e)
-	if err := b.slave.ApplySync(c, l, r.Partition, c.entries, r.Opaque, c.syncRefusal); err != nil {
-		c.syncGate.Fail()
-		c.replyErr(err, r.Opaque)
-	}
+	return 0, "", true
 }
 
 // SyncPending implements repl.SyncConn.
