@@ -51,6 +51,31 @@ type testIDs struct{ n atomic.Int64 }
 
 func (s *testIDs) Next(n int) int64 { return s.n.Add(int64(n)) - int64(n) + 1 }
 
+// testDelivery is a delayed message's delivery (it carries a delivery
+// header) with id.
+func testDelivery(id int64) store.Entry {
+	m := &message.Message{Body: []byte("due"), Headers: message.Headers{{Key: message.HeaderDelay, Value: []byte("300")}}}
+	data := m.AppendData(nil)
+	return store.Entry{ID: id, Flag: m.Flag(), CRC: message.Checksum(data), Data: data}
+}
+
+// pullRecords has s's puller take entries, one get reply of the master's,
+// for rp and waits for its append: the round's result for rp, and the
+// reply's body.
+func pullRecords(t *testing.T, s *Slave, rp *replPart, entries ...store.Entry) (roundResult, []byte) {
+	t.Helper()
+	var body []byte
+	for _, e := range entries {
+		body = message.AppendRecordCRC(body, e.ID, e.Flag, e.CRC, e.Data)
+	}
+	wg := &roundWaiter{res: make([]roundResult, 1)}
+	if _, err := s.apply(rp, &protocol.Request{Op: protocol.OpValue, Body: body}, nil, wg, 0); err != nil {
+		t.Fatal(err)
+	}
+	wg.wait()
+	return wg.res[0], body
+}
+
 // TestPulledDeliveryAboveLastID: a delivery of a delayed message (it keeps
 // the id of its acceptance) that the puller copies before its sync
 // arrives is a dup whatever the partition's last id was when the puller
@@ -62,11 +87,6 @@ func (s *testIDs) Next(n int) int64 { return s.n.Add(int64(n)) - int64(n) + 1 }
 // time (TestSyncPairDelayedDelivery's copies differed).
 func TestPulledDeliveryAboveLastID(t *testing.T) {
 	t.Parallel()
-	delivery := func(id int64) store.Entry {
-		m := &message.Message{Body: []byte("due"), Headers: message.Headers{{Key: message.HeaderDelay, Value: []byte("300")}}}
-		data := m.AppendData(nil)
-		return store.Entry{ID: id, Flag: m.Flag(), CRC: message.Checksum(data), Data: data}
-	}
 	plain := func(id int64) store.Entry {
 		data := []byte("plain")
 		return store.Entry{ID: id, CRC: message.Checksum(data), Data: data}
@@ -76,10 +96,10 @@ func TestPulledDeliveryAboveLastID(t *testing.T) {
 		pulled []store.Entry // the puller's copy, in one get reply
 		syncs  []store.Entry // then the syncs of the same records arrive
 	}{
-		{"a delivery alone", []store.Entry{delivery(5)}, []store.Entry{delivery(5)}},
-		{"deliveries in rising ids", []store.Entry{delivery(3), delivery(5), delivery(7)}, []store.Entry{delivery(3), delivery(5), delivery(7)}},
-		{"a delivery before a put", []store.Entry{delivery(5), plain(50)}, []store.Entry{delivery(5), plain(50)}},
-		{"a put before a delivery", []store.Entry{plain(50), delivery(5)}, []store.Entry{plain(50), delivery(5)}},
+		{"a delivery alone", []store.Entry{testDelivery(5)}, []store.Entry{testDelivery(5)}},
+		{"deliveries in rising ids", []store.Entry{testDelivery(3), testDelivery(5), testDelivery(7)}, []store.Entry{testDelivery(3), testDelivery(5), testDelivery(7)}},
+		{"a delivery before a put", []store.Entry{testDelivery(5), plain(50)}, []store.Entry{testDelivery(5), plain(50)}},
+		{"a put before a delivery", []store.Entry{plain(50), testDelivery(5)}, []store.Entry{plain(50), testDelivery(5)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := store.Open(t.TempDir(), store.Options{IDs: &testIDs{}})
@@ -88,17 +108,8 @@ func TestPulledDeliveryAboveLastID(t *testing.T) {
 			}
 			defer l.Close()
 			s := NewSlave(Config{MaxMessageSize: 1 << 20}, 1, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			var body []byte
-			for _, e := range tc.pulled {
-				body = message.AppendRecordCRC(body, e.ID, e.Flag, e.CRC, e.Data)
-			}
-			rp := &replPart{topic: "t", l: l, fetch: 1 << 20}
-			wg := &roundWaiter{res: make([]roundResult, 1)}
-			if _, err := s.apply(rp, &protocol.Request{Op: protocol.OpValue, Body: body}, nil, wg, 0); err != nil {
-				t.Fatal(err)
-			}
-			wg.wait()
-			if res := wg.res[0]; res.err != nil || res.n != len(tc.pulled) {
+			res, body := pullRecords(t, s, &replPart{topic: "t", l: l, fetch: 1 << 20}, tc.pulled...)
+			if res.err != nil || res.n != len(tc.pulled) {
 				t.Fatalf("the puller's append: %d records, %v", res.n, res.err)
 			}
 			c := &syncConn{done: make(chan struct{}, len(tc.syncs))}
@@ -131,11 +142,6 @@ func TestPulledDeliveryAboveLastID(t *testing.T) {
 // deliveries noted before, whose append succeeded, stay noted.
 func TestForgetFailedDeliveries(t *testing.T) {
 	t.Parallel()
-	delivery := func(id int64) store.Entry {
-		m := &message.Message{Body: []byte("due"), Headers: message.Headers{{Key: message.HeaderDelay, Value: []byte("300")}}}
-		data := m.AppendData(nil)
-		return store.Entry{ID: id, Flag: m.Flag(), CRC: message.Checksum(data), Data: data}
-	}
 	l, err := store.Open(t.TempDir(), store.Options{IDs: &testIDs{}})
 	if err != nil {
 		t.Fatal(err)
@@ -143,27 +149,22 @@ func TestForgetFailedDeliveries(t *testing.T) {
 	defer l.Close()
 	s := NewSlave(Config{MaxMessageSize: 1 << 20}, 1, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	rp := &replPart{topic: "t", l: l, fetch: 1 << 20}
-	pull := func(ids ...int64) *roundWaiter {
+	pull := func(ids ...int64) roundResult {
 		t.Helper()
-		var body []byte
+		var entries []store.Entry
 		for _, id := range ids {
-			e := delivery(id)
-			body = message.AppendRecordCRC(body, e.ID, e.Flag, e.CRC, e.Data)
+			entries = append(entries, testDelivery(id))
 		}
-		wg := &roundWaiter{res: make([]roundResult, 1)}
-		if _, err := s.apply(rp, &protocol.Request{Op: protocol.OpValue, Body: body}, nil, wg, 0); err != nil {
-			t.Fatal(err)
-		}
-		wg.wait()
-		rp.next += wg.res[0].bytes
-		return wg
+		res, _ := pullRecords(t, s, rp, entries...)
+		rp.next += res.bytes
+		return res
 	}
 	pull(3)
-	wg := pull(5, 7)
-	if got := wg.res[0].noted; len(got) != 2 || got[0] != 5 || got[1] != 7 {
+	res := pull(5, 7)
+	if got := res.noted; len(got) != 2 || got[0] != 5 || got[1] != 7 {
 		t.Fatalf("noted %v, want [5 7]", got)
 	}
-	s.forgetFailed(rp, wg.res[0].noted) // as round does when res.err is set
+	s.forgetFailed(rp, res.noted) // as round does when res.err is set
 	sl := s.LogState(l)
 	sl.Lock()
 	defer sl.Unlock()

@@ -21,22 +21,19 @@ func TestPulledOldDeliveries(t *testing.T) {
 		data := m.AppendData(nil)
 		return store.Entry{ID: id, Flag: m.Flag(), CRC: message.Checksum(data), Data: data}
 	}
-	delivery := func(id int64) store.Entry {
-		return entry(id, message.Headers{{Key: message.HeaderDelay, Value: []byte("10")}})
-	}
 	sl := &SlaveLog{}
 	sl.PulledAppended([]store.Entry{entry(1_000_000, nil)})
 	for i := range maxPulledOld - 1 { // copied at a join: no sync takes them
-		sl.PulledAppended([]store.Entry{delivery(int64(100_000 + i))})
+		sl.PulledAppended([]store.Entry{testDelivery(int64(100_000 + i))})
 	}
-	sl.PulledAppended([]store.Entry{delivery(5)}) // its sync is in flight
-	batch := make([]store.Entry, 2*maxPulledOld)  // a transaction's batches
+	sl.PulledAppended([]store.Entry{testDelivery(5)}) // its sync is in flight
+	batch := make([]store.Entry, 2*maxPulledOld)      // a transaction's batches
 	for i := range batch {
 		batch[i] = entry(int64(10+i), nil)
 	}
 	sl.PulledAppended(batch)
 	for i := range 100 {
-		sl.PulledAppended([]store.Entry{delivery(int64(900_000 + i))})
+		sl.PulledAppended([]store.Entry{testDelivery(int64(900_000 + i))})
 	}
 	if len(sl.pulledOld) > maxPulledOld {
 		t.Fatalf("%d ids noted, bound %d", len(sl.pulledOld), maxPulledOld)
@@ -51,7 +48,7 @@ func TestPulledOldDeliveries(t *testing.T) {
 		t.Fatal("the newest should stay, the oldest go")
 	}
 	for i := range 4 * maxPulledOld { // taken as they come: the queue stays bounded
-		sl.PulledAppended([]store.Entry{delivery(int64(200_000 + i))})
+		sl.PulledAppended([]store.Entry{testDelivery(int64(200_000 + i))})
 		sl.TakePulledOld(int64(200_000 + i))
 	}
 	if len(sl.pulledQ) > 2*maxPulledOld+1 {

@@ -12,7 +12,6 @@ import (
 	"github.com/metaq-go/metaq/core/store"
 	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
-	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // TestSyncAppendFailsQueued: a sync whose append fails once queued (a
@@ -67,18 +66,8 @@ func TestSyncAppendFailsQueued(t *testing.T) {
 	}
 
 	// The puller reads the master's records 1 and 2 from offset 0.
-	var body []byte
-	for id := int64(1); id <= 2; id++ {
-		e := entry(id)
-		body = message.AppendRecordCRC(body, e.ID, e.Flag, e.CRC, e.Data)
-	}
-	rp := &replPart{topic: "t", l: l, fetch: 1 << 20}
-	wg := &roundWaiter{res: make([]roundResult, 1)}
-	if _, err := s.apply(rp, &protocol.Request{Op: protocol.OpValue, Body: body}, nil, wg, 0); err != nil {
-		t.Fatal(err)
-	}
-	wg.wait()
-	if err := wg.res[0].err; err != nil {
+	res, body := pullRecords(t, s, &replPart{topic: "t", l: l, fetch: 1 << 20}, entry(1), entry(2))
+	if err := res.err; err != nil {
 		t.Fatal(err)
 	}
 	if l.MaxOffset() != int64(len(body)) {
