@@ -3,11 +3,12 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -312,10 +313,19 @@ func TestRecoverCloseStopsReplayer(t *testing.T) {
 	dir := recoverDir(base, rcvTopic, "g")
 	var calls atomic.Int64
 	h := func(context.Context, *message.Message) error { calls.Add(1); return errors.New("always") }
-	c := rcvConsumer(t, addr, withGroup("g"), withRejectPolicy(RecoverLocally(base)),
-		withRecoverInterval(5*time.Millisecond))
-	stop := rcvRun(t, c, h)
+	// Every goroutine the consumer starts inherits this label, so the
+	// check below sees this consumer's goroutines and not those of the
+	// tests running in parallel.
+	label := pprof.Labels("leakcheck", t.Name())
+	var c *brokerConsumer
+	var stop func() error
+	pprof.Do(context.Background(), label, func(context.Context) {
+		c = rcvConsumer(t, addr, withGroup("g"), withRejectPolicy(RecoverLocally(base)),
+			withRecoverInterval(5*time.Millisecond))
+		stop = rcvRun(t, c, h)
+	})
 	require.Eventually(t, func() bool { return calls.Load() > 12 }, 10*time.Second, time.Millisecond, "replayed repeatedly")
+	require.NotEmpty(t, labelledGoroutines(t.Name()), "the check sees the running consumer")
 	require.ErrorIs(t, stop(), ErrClosed)
 	n := calls.Load()
 	time.Sleep(100 * time.Millisecond)
@@ -325,22 +335,33 @@ func TestRecoverCloseStopsReplayer(t *testing.T) {
 	recoverStores.mu.Unlock()
 	require.False(t, open)
 	// Bounded wait: no goroutine of the consumer (replayer, fetchers,
-	// handlers) is left.
-	stacks := func() string {
-		buf := make([]byte, 4<<20)
-		return string(buf[:runtime.Stack(buf, true)])
-	}
-	leaked := func(st string) bool {
-		return strings.Contains(st, "replayLoop") || strings.Contains(st, "client.(*brokerConsumer)")
-	}
+	// handlers, its connection) is left.
 	deadline := time.Now().Add(5 * time.Second)
-	for leaked(stacks()) && time.Now().Before(deadline) {
+	left := labelledGoroutines(t.Name())
+	for left != "" && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
+		left = labelledGoroutines(t.Name())
 	}
-	if st := stacks(); leaked(st) {
-		t.Fatalf("consumer goroutines left after Close:\n%s", st)
+	if left != "" {
+		t.Fatalf("consumer goroutines left after Close:\n%s", left)
 	}
 	require.Equal(t, []string{"x"}, pendingBodies(t, dir))
+}
+
+// labelledGoroutines returns the stacks of the live goroutines labelled
+// leakcheck=name (by pprof.Do, inherited by the goroutines they start), or
+// "" when there are none.
+func labelledGoroutines(name string) string {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+	want := fmt.Sprintf("%q:%q", "leakcheck", name)
+	var out []string
+	for _, rec := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(rec, "# labels: ") && strings.Contains(rec, want) {
+			out = append(out, rec)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
 
 // journalWith writes a store with msgs (and tombstones for drop) in a new
