@@ -100,7 +100,13 @@ rounds, each one run with --idempotence=false and one with it on, taking
 turns going first (both building and checksumming each request as it is sent, as the SDK does), and
 prints the ratio on/off of the medians of msgs/s and of the broker's CPU
 per message (utime+stime from /proc/<pid>/stat, pid from stats: a broker on
-this host; "?" otherwise).
+this host; "?" otherwise). Under each run a line tells where its cost went:
+the broker's user and system CPU and context switches per message (from
+/proc), this client's own CPU per message (it shares the machine), and from
+the broker's /metrics (when it has an HTTP listener) messages per journal
+round, fsyncs per round, journal bytes per message, key index bytes added
+(a chunk sealed in the run when large), GC cycles and heap allocated per
+message; the medians of each arm and their ratios follow the summary.
 `
 
 func benchProduceCmd(e *env) *cobra.Command {
@@ -169,8 +175,10 @@ func prodConfigMap(cfg prodConfig) map[string]any {
 // off and on, and prints each run and the ratios on/off of the medians.
 func runIdemAB(e *env, cfg prodConfig, rounds int) error {
 	pid := brokerPID(e)
+	probe := newArmProbe(e, pid)
 	rate := map[bool][]float64{}
 	cpu := map[bool][]float64{}
+	costs := map[bool][]armCost{}
 	for r := range rounds {
 		// The arms take turns going first: the second of a pair runs
 		// after the first one's writes (dirty pages under writeback), and
@@ -182,9 +190,11 @@ func runIdemAB(e *env, cfg prodConfig, rounds int) error {
 		for _, on := range order {
 			c := cfg
 			c.idem, c.build = on, true
+			s0 := probe.sample(e.ctx)
 			c0, ok0 := procCPU(pid)
 			res, err := runProduceBench(e.ctx, c)
 			c1, ok1 := procCPU(pid)
+			s1 := probe.sample(e.ctx)
 			if err != nil {
 				return err
 			}
@@ -199,6 +209,9 @@ func runIdemAB(e *env, cfg prodConfig, rounds int) error {
 			rate[on] = append(rate[on], res.MsgsPerS)
 			fmt.Fprintf(e.stdout, "round %d idempotence=%t msgs/s=%.0f p50=%s p99=%s broker CPU/msg=%s\n",
 				r+1, on, res.MsgsPerS, fmtDur(res.P50), fmtDur(res.P99), fmtCPU(per))
+			ac := armCostOf(s0, s1, res.Msgs)
+			costs[on] = append(costs[on], ac)
+			fmt.Fprintf(e.stdout, "  %s\n", ac)
 		}
 	}
 	ratio := func(m map[bool][]float64) string {
@@ -213,6 +226,7 @@ func runIdemAB(e *env, cfg prodConfig, rounds int) error {
 	}
 	fmt.Fprintf(e.stdout, "idempotence on/off (medians of %d rounds): msgs/s %s, broker CPU per message %s\n",
 		rounds, ratio(rate), ratio(cpu))
+	printArmMedians(e.stdout, costs)
 	return nil
 }
 

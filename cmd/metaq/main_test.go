@@ -315,7 +315,8 @@ func TestCLI(t *testing.T) {
 		r = cli("", a, "bench", "produce", "--messages", "400", "--batch", "4", "--producers", "2", "--ab", "1")
 		mustOK(t, r, "bench produce --ab")
 		for _, re := range []string{`(?m)^round 1 idempotence=false msgs/s=[0-9]+ `, `(?m)^round 1 idempotence=true msgs/s=[0-9]+ `,
-			`(?m)^idempotence on/off \(medians of 1 rounds\): msgs/s [0-9.]+x, broker CPU per message ([0-9.]+x|\?)$`} {
+			`(?m)^idempotence on/off \(medians of 1 rounds\): msgs/s [0-9.]+x, broker CPU per message ([0-9.]+x|\?)$`,
+			`(?m)^  .*client CPU/msg=[0-9.]+µs`, `(?m)^  client CPU per message: off [0-9.]+µs, on [0-9.]+µs, on/off ([0-9.]+x|\?)$`} {
 			if !regexp.MustCompile(re).MatchString(r.stdout) {
 				t.Fatalf("bench produce --ab output %q does not match %s", r.stdout, re)
 			}
