@@ -131,6 +131,58 @@ func TestThresholdTornUnsyncedTail(t *testing.T) {
 	})
 }
 
+// TestThresholdTornHeaderReadsEmpty: a power cut that loses the page
+// holding the start of a record header and keeps the next page leaves a
+// header whose length, checksum and first id bytes are zero, and whose
+// last bytes are the real id's and flag's. With length 0 its checksum (of
+// no bytes) is right, so it reads as an empty record, followed by the
+// real record's data read as a header. TestPowerCutsThreshold served such
+// a record as a message (body ""). Past the durable end the empty record
+// is cut with the torn tail behind it; an empty record that was really
+// sent stays when nothing torn follows it.
+func TestThresholdTornHeaderReadsEmpty(t *testing.T) {
+	t.Parallel()
+	t.Run("torn", func(t *testing.T) {
+		t.Parallel()
+		dir, offs, flushed := tornThresholdCopy(t)
+		f, err := os.OpenFile(filepath.Join(dir, segmentName(0)), os.O_RDWR, 0)
+		require.NoError(t, err)
+		_, err = f.WriteAt(make([]byte, 13), offs[13]) // length, checksum, 5 id bytes
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		lb := &logBuf{}
+		l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000, Logf: lb.logf})
+		require.NoError(t, err, "a torn unsynced tail is cut, not refused")
+		defer l.Close()
+		require.Equal(t, offs[13], l.MaxOffset(), "cut before the torn header")
+		recs := readAllRecords(t, l, 1<<20)
+		require.Len(t, recs, 13)
+		for i, r := range recs {
+			require.Equal(t, fmt.Sprintf("threshold record %02d %s", i, "payload"), string(r.Data))
+		}
+		require.Contains(t, lb.String(), fmt.Sprintf("past the durable end %d of the last flush, never fsynced (and 1 empty record(s) before it", flushed))
+	})
+	t.Run("sent-empty-kept", func(t *testing.T) {
+		t.Parallel()
+		src := filepath.Join(t.TempDir(), "topic-0")
+		l, err := Open(src, Options{IDs: &seqIDs{}, UnflushThreshold: 1000})
+		require.NoError(t, err)
+		_, _, err = l.AppendSync([]Entry{entryf("flushed")})
+		require.NoError(t, err)
+		require.NoError(t, l.Flush())
+		_, off, err := l.AppendSync([]Entry{entry(nil), entry(nil)}) // two empty messages, never flushed
+		require.NoError(t, err)
+		end := off + 2*message.HeaderSize
+		dir := copyDir(t, src)
+		require.NoError(t, l.Close())
+		l2, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000})
+		require.NoError(t, err)
+		defer l2.Close()
+		require.Equal(t, end, l2.MaxOffset(), "empty records with nothing torn after them stay")
+		require.Len(t, readAllRecords(t, l2, 1<<20), 3)
+	})
+}
+
 // TestFlushMark: every fsync of a log that is not journaled raises its
 // flush mark (threshold flushes and rolls, group-commit chunks), Truncate
 // lowers it, and a mark that does not decode is none.

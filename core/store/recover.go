@@ -205,6 +205,9 @@ func (l *Log) recover() (toCount []*segment, err error) {
 		return nil, err
 	}
 	if res.good < tail.size.Load() {
+		if res, err = dropTornEmpty(br, tail, res, mark, l.maxMsg, &buf); err != nil {
+			return nil, err
+		}
 		l.logf("store: %s: cutting last segment %s from %d to %d bytes (%d bytes, offsets %d..%d): %s",
 			l.dir, filepath.Base(tail.path), tail.size.Load(), res.good, tail.size.Load()-res.good,
 			tail.start+res.good, tail.end(), res.stop)
@@ -289,10 +292,12 @@ func (l *Log) installRecovered(segs, sealed []*segment) {
 
 // scanResult is the outcome of walking a segment's records.
 type scanResult struct {
-	good   int64  // bytes of whole valid records from the segment start
-	count  int64  // records in [0, good)
-	lastID int64  // id of the last of them (0 if none)
-	stop   string // why the walk stopped before the end ("" if it did not)
+	good    int64  // bytes of whole valid records from the segment start
+	count   int64  // records in [0, good)
+	lastID  int64  // id of the last of them (0 if none)
+	lastPos int64  // where the last of them starts (if count > 0)
+	lastLen int64  // its data length
+	stop    string // why the walk stopped before the end ("" if it did not)
 	// idx are record-count index entries for [from, good), about every
 	// countStep bytes, counting records from the scan's start (count.go).
 	idx []countEntry
@@ -318,7 +323,11 @@ func scanSegment(br *bufio.Reader, seg *segment, maxMsg int, verify bool, buf *[
 // an all-zero header (a zero-filled tail: no record has id 0 and crc 0)
 // is invalid too.
 func scanSegmentFrom(br *bufio.Reader, seg *segment, from int64, maxMsg int, verify bool, buf *[]byte, stop <-chan struct{}) (scanResult, error) {
-	size := seg.scanEnd()
+	return scanSegmentRange(br, seg, from, seg.scanEnd(), maxMsg, verify, buf, stop)
+}
+
+// scanSegmentRange is scanSegmentFrom over the bytes [from, size) of seg.
+func scanSegmentRange(br *bufio.Reader, seg *segment, from, size int64, maxMsg int, verify bool, buf *[]byte, stop <-chan struct{}) (scanResult, error) {
 	br.Reset(io.NewSectionReader(seg.reader(), from, size-from))
 	res := scanResult{good: from}
 	var hdr [message.HeaderSize]byte
@@ -377,11 +386,44 @@ func scanSegmentFrom(br *bufio.Reader, seg *segment, from int64, maxMsg int, ver
 			}
 			id = int64(binary.BigEndian.Uint64(hdr[8:]))
 		}
+		res.lastPos, res.lastLen = pos, n
 		pos += message.HeaderSize + n
 		res.good = pos
 		res.count++
 		res.lastID = id
 	}
+}
+
+// dropTornEmpty moves the cut of a torn tail (res, a verifying scan from
+// byte 0 that stopped before the end) back over the empty records just
+// before it that lie at or past mark, the durable end (all of them when
+// mark < 0: no mark says what was synced). An empty record is a bare
+// header whose length and checksum are 0, and its checksum proves
+// nothing: a header torn across a page boundary, its first page an
+// earlier write-back (zeros from the header on) and the next page a later
+// one, reads as such a record, with the id's low bytes and the flag of
+// the record that was written there. Its "body" is the real record's data
+// read as the next header, so it is always the last valid record before a
+// torn tail. An empty record that was really sent and is cut with it was
+// never synced: the loss threshold mode allows.
+func dropTornEmpty(br *bufio.Reader, tail *segment, res scanResult, mark int64, maxMsg int, buf *[]byte) (scanResult, error) {
+	stop := res.stop
+	dropped := 0
+	for res.count > 0 && res.lastLen == 0 && (mark < 0 || tail.start+res.lastPos >= mark) {
+		dropped++
+		r, err := scanSegmentRange(br, tail, 0, res.lastPos, maxMsg, true, buf, nil)
+		if err != nil {
+			return res, err
+		}
+		if r.good != res.lastPos {
+			return res, fmt.Errorf("store: rescan of %s stopped at %d, not at %d where it stopped before (%s)", tail.path, r.good, res.lastPos, r.stop)
+		}
+		res = r
+	}
+	if dropped > 0 {
+		res.stop = fmt.Sprintf("%s (and %d empty record(s) before it: a header torn at a page boundary reads as one)", stop, dropped)
+	}
+	return res, nil
 }
 
 // countSealed counts the records of the sealed segments found at Open, one
