@@ -384,6 +384,9 @@ type recoverStore struct {
 	dead    int64           // bytes of removed puts and tombstones
 	broken  error           // a failed write could not be undone; writes fail
 	closed  bool
+	// compactMin is recoverCompactMin, a field so that a test can lower it
+	// for its own store alone.
+	compactMin int64
 }
 
 var recoverStores = struct {
@@ -394,7 +397,7 @@ var recoverStores = struct {
 // recoverCompactMin is how many dead bytes a journal may hold before it
 // is compacted (when they also outweigh the pending bytes); a journal is
 // always compacted when nothing is pending.
-var recoverCompactMin int64 = 1 << 20
+const recoverCompactMin int64 = 1 << 20
 
 // acquireRecoverStore returns the store of dir, loading its journal on
 // first use; release it when done.
@@ -409,7 +412,8 @@ func acquireRecoverStore(dir string, logger *slog.Logger) (*recoverStore, error)
 		s.refs++
 		return s, nil
 	}
-	s := &recoverStore{dir: abs, path: filepath.Join(abs, recoverJournalName), logger: logger, refs: 1}
+	s := &recoverStore{dir: abs, path: filepath.Join(abs, recoverJournalName), logger: logger, refs: 1,
+		compactMin: recoverCompactMin}
 	if err := s.load(); err != nil {
 		return nil, fmt.Errorf("metaq: recovery store %s: %w", abs, err)
 	}
@@ -642,7 +646,7 @@ func (s *recoverStore) removeAll(seqs []uint64) (int, error) {
 		s.live -= e.size
 		s.dead += e.size + tomb
 	}
-	if len(s.ents) == 0 || (s.dead >= recoverCompactMin && s.dead > s.live) {
+	if len(s.ents) == 0 || (s.dead >= s.compactMin && s.dead > s.live) {
 		if err := s.compactLocked(); err != nil {
 			s.logger.Warn("metaq: recovery journal compaction failed; will retry", "path", s.path, "err", err)
 		}

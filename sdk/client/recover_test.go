@@ -450,12 +450,14 @@ func TestRecoverCorruptMiddleKeepsCopy(t *testing.T) {
 
 func TestRecoverCompaction(t *testing.T) {
 	t.Parallel()
-	old := recoverCompactMin
-	recoverCompactMin = 1
-	t.Cleanup(func() { recoverCompactMin = old })
 	dir := t.TempDir()
 	s, err := acquireRecoverStore(dir, rcvQuiet)
 	require.NoError(t, err)
+	// Only this store compacts at every removal (a package variable set
+	// here raced with the removals of the parallel tests' stores).
+	s.mu.Lock()
+	s.compactMin = 1
+	s.mu.Unlock()
 	for i := range 4 {
 		require.NoError(t, s.put(&message.Message{Topic: rcvTopic, Body: []byte(strconv.Itoa(i))}))
 	}
