@@ -237,8 +237,15 @@ type Table struct {
 	mu        sync.Mutex
 	built     atomic.Bool // set under mu
 	producers map[int64]*producer
-	lru       list.List // of *producer, most recently used at the front
-	evicted   int64
+	// recent holds the producers looked up last (lookup), so that a put
+	// of one of a partition's few active producers finds it by scanning
+	// a cache line of ids instead of hashing into the map: only live
+	// producers (forget and Reset take theirs out), replaced in turn.
+	recentID   [recentN]int64
+	recentP    [recentN]*producer
+	recentNext int
+	lru        list.List // of *producer, most recently used at the front
+	evicted    int64
 	// ghosts holds the ids of the last ghostCap producers the table
 	// forgot (a ring, oldest at ghostHead): a put of one of them at
 	// sequence 0 is refused as UnknownProducer, not taken for a new
@@ -260,6 +267,33 @@ type Table struct {
 	// rangeBytes per rebuilt range, GhostBytes per forgotten id), also
 	// counted in cfg.Budget.
 	bytes int64
+}
+
+// recentN is how many producers a table's recent cache holds.
+const recentN = 16
+
+// lookup returns producer id, or nil when the table does not know it;
+// with mu held.
+func (t *Table) lookup(id int64) *producer {
+	for i, rid := range &t.recentID {
+		if rid == id {
+			if p := t.recentP[i]; p != nil {
+				return p
+			}
+		}
+	}
+	p := t.producers[id]
+	if p != nil {
+		t.remember(p)
+	}
+	return p
+}
+
+// remember puts p in the recent cache, in place of the oldest entry.
+func (t *Table) remember(p *producer) {
+	i := t.recentNext
+	t.recentID[i], t.recentP[i] = p.id, p
+	t.recentNext = (i + 1) % recentN
 }
 
 // ghostCap is how many forgotten ids a table keeps: 4 x MaxProducers, at
@@ -330,6 +364,8 @@ func (t *Table) Reset() {
 	defer t.mu.Unlock()
 	t.built.Store(false)
 	clear(t.producers)
+	clear(t.recentID[:])
+	clear(t.recentP[:])
 	t.lru.Init()
 	t.ghosts, t.ghostHead = nil, 0
 	t.charge(-t.bytes)
@@ -394,13 +430,13 @@ func (t *Table) Finish(k Ticket, r Result, ok bool) {
 		return
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.pending--
 	if ok {
 		k.p.done(k.first, r)
 	} else {
 		k.p.fail(k.first)
 	}
+	t.mu.Unlock()
 }
 
 // begin is Start's judgement, with mu held; p is the producer on Append.
@@ -409,7 +445,7 @@ func (t *Table) begin(id, first, last int64, at time.Time) (Verdict, Result, *pr
 	if now != t.expiredAt { // the caller's coarse clock moved: see expiredAt
 		t.expireNs(now)
 	}
-	p := t.producers[id]
+	p := t.lookup(id)
 	if p == nil {
 		// A producer starts at sequence 0 (Kafka's rule): a first sight
 		// past 0 could be a producer this table forgot, or one whose
@@ -424,6 +460,7 @@ func (t *Table) begin(id, first, last int64, at time.Time) (Verdict, Result, *pr
 		p = &producer{id: id}
 		p.elem = t.lru.PushFront(p)
 		t.producers[id] = p
+		t.remember(p)
 		t.charge(ProducerBytes)
 		t.bound()
 	} else {
@@ -460,7 +497,7 @@ func (t *Table) begin(id, first, last int64, at time.Time) (Verdict, Result, *pr
 func (t *Table) Done(id, first int64, r Result) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.producers[id]; p != nil {
+	if p := t.lookup(id); p != nil {
 		p.done(first, r)
 	}
 }
@@ -478,7 +515,7 @@ func (p *producer) done(first int64, r Result) {
 func (t *Table) Fail(id, first int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.producers[id]; p != nil {
+	if p := t.lookup(id); p != nil {
 		p.fail(first)
 	}
 }
@@ -499,6 +536,11 @@ func (p *producer) fail(first int64) {
 func (t *Table) forget(p *producer) {
 	t.lru.Remove(p.elem)
 	delete(t.producers, p.id)
+	for i, rp := range &t.recentP {
+		if rp == p {
+			t.recentID[i], t.recentP[i] = 0, nil
+		}
+	}
 	t.charge(-p.bytes())
 	t.ghost(p.id)
 }

@@ -121,6 +121,15 @@ func TestTableBounds(t *testing.T) {
 	require.Equal(t, 1, tb.Len())
 	tb.Tick(t0.Add(5 * time.Minute)) // Tick forgets idle producers too
 	require.Zero(t, tb.Len())
+	checkRecent(t, tb)
+
+	// Reset forgets every producer, the recently used ones too.
+	tb = NewTable(Config{})
+	begin(t, tb, 1, 0, 0, Append)
+	tb.Done(1, 0, Result{Count: 1})
+	tb.Reset()
+	checkRecent(t, tb)
+	begin(t, tb, 1, 1, 1, UnknownProducer)
 
 	// The forgotten ids are bounded (4 x MaxProducers, at least 1024):
 	// the oldest ghost goes (a put of it at 0 is a first sight again).

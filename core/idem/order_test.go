@@ -22,6 +22,20 @@ func lruIDs(tb *Table) []int64 {
 	return ids
 }
 
+// checkRecent checks the recent cache against the map: each entry is a
+// producer the table knows, under its id.
+func checkRecent(t *testing.T, tb *Table) {
+	t.Helper()
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for i, p := range tb.recentP {
+		if p != nil {
+			require.Equal(t, p.id, tb.recentID[i])
+			require.Same(t, p, tb.producers[p.id], "recent entry %d: producer %d", i, p.id)
+		}
+	}
+}
+
 // TestTableLRUOrder: the table keeps the exact least-recently-used order
 // (a model list here), through random puts of known producers, new ones,
 // evictions past MaxProducers and idle expiry.
@@ -81,6 +95,7 @@ func TestTableLRUOrder(t *testing.T) {
 			}
 			require.Equal(t, want, lruIDs(tb), "put %d", i)
 			require.Equal(t, len(want), tb.Len())
+			checkRecent(t, tb)
 		}
 	}
 }
