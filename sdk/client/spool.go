@@ -354,6 +354,13 @@ func (sp *spooler) resend() {
 // round resends up to spoolRound messages, the oldest first, and removes
 // those a broker acknowledged. It starts no more sends after one failed
 // for want of a broker. err is a failure, if any.
+//
+// The round takes the in-flight slot of each resend itself, before
+// starting it, so that at most one resend waits for a slot: resends that
+// each waited for one would take it in turn while a Flush holds the
+// others (Flush takes every slot that frees until it has them all), one
+// send timeout each when no broker answers, and the Flush would wait for
+// all of them.
 func (sp *spooler) round() (sent int, err error) {
 	ents := sp.store.pending()
 	if len(ents) > spoolRound {
@@ -367,6 +374,47 @@ func (sp *spooler) round() (sent int, err error) {
 	)
 	down := make(chan struct{}) // a resend found no broker
 	var downOnce sync.Once
+	// note records the outcome of the resend of the message seq.
+	note := func(seq uint64, m *message.Message, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			acked = append(acked, seq)
+			return
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		if spoolable(sp.resendCtx, err) {
+			downOnce.Do(func() { close(down) })
+			return
+		}
+		if n := sp.refusals.Add(1); n == 1 || n%spoolLogEvery == 0 {
+			sp.logger.Error("metaq: a broker refuses a spooled message; it stays in the spool and is retried",
+				"dir", sp.dir, "topic", m.Topic, "refusals", n, "err", err)
+		}
+	}
+	// admitCtx ends the wait for an in-flight slot when the round stops.
+	admitCtx, stopAdmit := context.WithCancel(sp.resendCtx)
+	defer stopAdmit()
+	go func() {
+		select {
+		case <-down:
+		case <-sp.stop:
+		case <-admitCtx.Done():
+		}
+		stopAdmit()
+	}()
+	stopped := func() bool {
+		select {
+		case <-down:
+			return true
+		case <-sp.stop:
+			return true
+		default:
+			return false
+		}
+	}
 	slots := make(chan struct{}, max(1, min(spoolResenders, sp.cp.cfg.maxInFlight/2)))
 launch:
 	for _, e := range ents {
@@ -377,38 +425,31 @@ launch:
 		case <-sp.stop:
 			break launch
 		}
-		select {
-		case <-down:
+		if stopped() {
 			<-slots
 			break launch
-		case <-sp.stop:
+		}
+		// A copy: the reply sets its ID and offset, and the store may be
+		// reading the original (compaction).
+		m := *e.msg
+		if err := sp.cp.begin(admitCtx, &m); err != nil {
+			<-slots
+			if admitCtx.Err() != nil {
+				break launch
+			}
+			note(e.seq, &m, err) // refused before sending (closed, invalid)
+			continue
+		}
+		if stopped() { // a slot freed as the round stopped
+			sp.cp.end()
 			<-slots
 			break launch
-		default:
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			// A copy: the reply sets its ID and offset, and the store may
-			// be reading the original (compaction).
-			m := *e.msg
-			_, err := sp.cp.Send(sp.resendCtx, &m)
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil {
-				acked = append(acked, e.seq)
-				return
-			}
-			if firstErr == nil {
-				firstErr = err
-			}
-			if spoolable(sp.resendCtx, err) {
-				downOnce.Do(func() { close(down) })
-				return
-			}
-			if n := sp.refusals.Add(1); n == 1 || n%spoolLogEvery == 0 {
-				sp.logger.Error("metaq: a broker refuses a spooled message; it stays in the spool and is retried",
-					"dir", sp.dir, "topic", m.Topic, "refusals", n, "err", err)
-			}
+			_, err := sp.cp.send(sp.resendCtx, &m)
+			note(e.seq, &m, err) // before the slot frees: a failure stops the launches first
+			sp.cp.end()
 		})
 	}
 	wg.Wait()

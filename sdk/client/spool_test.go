@@ -3,6 +3,7 @@ package client
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -271,4 +272,54 @@ func TestClientSpoolZooKeeper(t *testing.T) {
 	requireDeliveredOnce(t, addr2, append(before, down...))
 	require.NoError(t, p.Close(ctxT(t, 10*time.Second)))
 	requireSpoolEmpty(t, dir)
+}
+
+// TestClientSpoolFlushDuringResends: a Flush while the brokers are down
+// and the spool is resending waits about one send timeout for the
+// resends, not one per resend. Flush holds every in-flight slot that
+// frees until it has them all; resends that each waited for a slot then
+// took the one left in turn, one send timeout each, so that Flush took
+// as many send timeouts as a round has resends (a make test saw the
+// 50-message Flush of TestClientSpoolZooKeeper time out after 30 s).
+func TestClientSpoolFlushDuringResends(t *testing.T) {
+	t.Parallel()
+	// A broker that never answers: every send and resend fails after its
+	// ProduceTimeout.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	const timeout = 500 * time.Millisecond
+	dir := t.TempDir()
+	p := newClient(t, Brokers(ln.Addr().String()), Spool(dir), ProduceTimeout(timeout), MaxBufferedMessages(16))
+	cp, _, err := p.producer()
+	require.NoError(t, err)
+
+	// One slot stands for a message in flight; a Flush takes the others.
+	cp.sem <- struct{}{}
+	flushed := make(chan error, 1)
+	go func() { flushed <- p.Flush(ctxT(t, 30*time.Second)) }()
+	require.Eventually(t, func() bool { return len(cp.sem) == cap(cp.sem) }, 10*time.Second, time.Millisecond)
+	// Messages produced meanwhile find no slot: spooled at once, and the
+	// resender starts a round of 8 resends (half the window).
+	res, errs := make([]SendResult, 8), make([]error, 8)
+	var wg sync.WaitGroup
+	for i, m := range spoolMsgs("r", 0, 8) {
+		wg.Add(1)
+		p.Produce(ctxT(t, 10*time.Second), m, func(r SendResult, err error) { res[i], errs[i] = r, err; wg.Done() })
+	}
+	wg.Wait()
+	requireSpooled(t, res, errs)
+	time.Sleep(300 * time.Millisecond) // the round's resends wait for slots
+
+	start := time.Now()
+	<-cp.sem // the message in flight completes
+	select {
+	case err := <-flushed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Flush did not return")
+	}
+	took := time.Since(start)
+	t.Logf("Flush returned %v after the last message's slot was freed (send timeout %v)", took.Round(time.Millisecond), timeout)
+	require.Less(t, took, 4*timeout, "Flush waited for the resends one after another")
 }
