@@ -438,11 +438,8 @@ func TestMakeCluster(t *testing.T) {
 	root, err := moduleRoot()
 	require.NoError(t, err)
 	var ports []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		ports = append(ports, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
-		ln.Close()
+	for _, p := range testsvc.StablePorts(t, 3) { // free until the script binds them (ZooKeeper takes seconds)
+		ports = append(ports, strconv.Itoa(p))
 	}
 	dir := t.TempDir()
 	cmd := exec.Command("bash", "examples/deploy/cluster.sh")
@@ -486,12 +483,14 @@ func TestMakeClusterBrokerDies(t *testing.T) {
 	bin := brokertest.ServerBinary(t)
 	root, err := moduleRoot()
 	require.NoError(t, err)
+	// Ports no bind to port 0 or connect of another test can take while
+	// their process is down (testsvc.StablePorts): ZooKeeper takes seconds
+	// to start, and broker 2 is restarted on its port. A port from a listen
+	// on :0 can be handed out again meanwhile, and the restarted broker
+	// then exits: address already in use.
 	var ports []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		ports = append(ports, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
-		ln.Close()
+	for _, p := range testsvc.StablePorts(t, 3) {
+		ports = append(ports, strconv.Itoa(p))
 	}
 	dir := t.TempDir()
 	cmd := exec.Command("bash", "examples/deploy/cluster.sh")

@@ -31,7 +31,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,14 +169,16 @@ func servicesScript() (string, error) {
 	}
 }
 
-// freePort returns a port on 127.0.0.1 that was free a moment ago.
+// freePort returns a port on 127.0.0.1 that was free a moment ago, one
+// of StablePorts: a server started on it (ZooKeeper, MariaDB take
+// seconds), or stopped and started again on it (NewZooKeeper), does not
+// find it taken by a bind to port 0 or a connect of another test.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := stablePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // StartOnFreePort calls start with a port of 127.0.0.1 that was free a
