@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -39,6 +40,16 @@ func replConf(zkAddr, root string, slave int) func(*conf.Config) {
 		cfg.ZooKeeper.ConnectionTimeout = 5000
 		cfg.SyncTimeout = 1000
 	}
+}
+
+// stableAddr is an address for a broker that a test stops and starts
+// again on it: a port of testsvc.StablePorts, which no bind to port 0 or
+// connect of the tests alongside takes while the broker is down (one from
+// a listen on :0 may be handed out again meanwhile, and the restart then
+// fails: address already in use).
+func stableAddr(tb testing.TB) string {
+	tb.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(testsvc.StablePorts(tb, 1)[0]))
 }
 
 func replBrokerOpts(t testing.TB, zkAddr, root, dir, addr string, slave int, mod func(*conf.Config), opts Options, k knobs) *Broker {
@@ -96,7 +107,7 @@ func TestReplicationInProcess(t *testing.T) {
 	require.Equal(t, "Slave is disconnected ", fail)
 
 	sdir := t.TempDir()
-	slave := replBroker(t, zkAddr, root, sdir, "", 1, nil)
+	slave := replBroker(t, zkAddr, root, sdir, stableAddr(t), 1, nil) // restarted on its address below
 	mc := dialRaw(t, master.Addr())
 	waitFor(t, 15*time.Second, func() error {
 		if v := mc.stats(t, "")["sync_partitions_in_sync"]; v != "2/2" {

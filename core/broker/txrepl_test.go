@@ -143,7 +143,7 @@ func testTxReplication(t *testing.T, threshold int) {
 	require.Contains(t, string(r.Body), "prepared on the master alone")
 
 	sdir := t.TempDir()
-	slave := replBroker(t, zkAddr, root, sdir, "", 1, mode)
+	slave := replBroker(t, zkAddr, root, sdir, stableAddr(t), 1, mode) // restarted on its address below
 	waitInSync(t, master, "2/2")
 	waitFor(t, 5*time.Second, func() error {
 		if _, keys := txOpen(slave); len(keys) != 1 || keys[0] != early {

@@ -308,7 +308,7 @@ func TestPartitionRefresh(t *testing.T) {
 	t.Parallel()
 	cfg := brokertest.Default(t)
 	cfg.NumPartitions = 4
-	b := brokertest.Start(t, smallJournal(), brokertest.Config(cfg), brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Config(cfg), brokertest.Listen(stableAddr(t)), brokertest.Quiet())
 	addr := b.Addr()
 	fn := startFaultyNet(t, addr)
 	last, err := newBrokerProducer(fn.addr(), quiet, withSelector(lastPartition))
@@ -360,7 +360,7 @@ func TestPartitionRefresh(t *testing.T) {
 // are spaced out; once it is back on its address, sends go through.
 func TestRedialBackoff(t *testing.T) {
 	t.Parallel()
-	b := brokertest.Start(t, smallJournal(), brokertest.Quiet())
+	b := brokertest.Start(t, smallJournal(), brokertest.Listen(stableAddr(t)), brokertest.Quiet())
 	addr := b.Addr()
 	require.NoError(t, b.Close())
 	var dials atomic.Int32

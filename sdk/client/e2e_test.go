@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,6 +20,7 @@ import (
 	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/core/broker"
 	"github.com/metaq-go/metaq/internal/brokertest"
+	"github.com/metaq-go/metaq/internal/testsvc"
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/offsets"
 	"github.com/metaq-go/metaq/sdk/selector"
@@ -90,6 +92,16 @@ func zkRoot(name string) string { return name + "-" + strconv.FormatInt(zkRoots.
 
 func runBroker(tb testing.TB, cfg *conf.Config) *testBroker {
 	return runBrokerAt(tb, cfg, "", broker.Options{})
+}
+
+// stableAddr is an address for a broker that a test stops and starts
+// again on it: a port of testsvc.StablePorts, which no bind to port 0 or
+// connect of the tests alongside takes while the broker is down (one from
+// a listen on :0 may be handed out again meanwhile, and the restart then
+// fails: address already in use).
+func stableAddr(tb testing.TB) string {
+	tb.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(testsvc.StablePorts(tb, 1)[0]))
 }
 
 // runBrokerAt runs a broker with cfg and opts (its log silenced) on a
@@ -375,7 +387,7 @@ func TestProducerCloseWaitsForInFlight(t *testing.T) {
 // restart on the same address.
 func TestBrokerRestart(t *testing.T) {
 	t.Parallel()
-	br := startBroker(t)
+	br := runBrokerAt(t, brokerConfig(t), stableAddr(t), broker.Options{})
 	p := newProducer(t, br.addr)
 	ctx := ctxT(t, 30*time.Second)
 	c := newConsumer(t, br.addr)

@@ -123,7 +123,7 @@ var spoolQuietLogger = slog.New(slog.DiscardHandler)
 // empty.
 func TestClientSpoolBrokerDown(t *testing.T) {
 	t.Parallel()
-	br := startBroker(t, brokerWithID(7))
+	br := runBrokerAt(t, brokerConfig(t, brokerWithID(7)), stableAddr(t), broker.Options{})
 	dir := t.TempDir()
 	p := newClient(t, Brokers(br.addr), Spool(dir), ProduceTimeout(2*time.Second), MaxBufferedMessages(16))
 	before := spoolMsgs("before", 0, 10)
@@ -164,7 +164,7 @@ func TestClientSpoolBrokerDown(t *testing.T) {
 // the partition its key hashes to.
 func TestClientSpoolRestart(t *testing.T) {
 	t.Parallel()
-	br := startBroker(t, brokerWithID(8))
+	br := runBrokerAt(t, brokerConfig(t, brokerWithID(8)), stableAddr(t), broker.Options{})
 	cfg := *br.cfg
 	require.NoError(t, br.b.Close())
 	dir := t.TempDir()
