@@ -447,17 +447,18 @@ func TestMakeCluster(t *testing.T) {
 	cmd.Env = append(os.Environ(), "CLUSTER_ONESHOT=1", "CLUSTER_DIR="+dir, "BIN="+filepath.Dir(bin),
 		"ZK_PORT="+ports[0], "PORT1="+ports[1], "PORT2="+ports[2], "HTTP1=0", "HTTP2=0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	type result struct {
-		out []byte
-		err error
-	}
-	done := make(chan result, 1)
-	go func() { b, err := cmd.CombinedOutput(); done <- result{b, err} }()
+	var out logBuf
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// Started here, not in the goroutine that waits: the kill below reads
+	// cmd.Process.
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
 	select {
-	case r := <-done:
-		require.NoError(t, r.err, "%s", r.out)
-		require.Contains(t, string(r.out), "cluster: ready")
-		require.Contains(t, string(r.out), "cluster: stopped")
+	case err := <-done:
+		require.NoError(t, err, "%s", out.String())
+		require.Contains(t, out.String(), "cluster: ready")
+		require.Contains(t, out.String(), "cluster: stopped")
 		for id := 1; id <= 2; id++ {
 			log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("broker-%d.log", id)))
 			require.NoError(t, err)
@@ -467,7 +468,7 @@ func TestMakeCluster(t *testing.T) {
 		}
 	case <-time.After(90 * time.Second):
 		cmd.Process.Kill()
-		t.Fatal("cluster.sh did not finish within 90 s")
+		t.Fatalf("cluster.sh did not finish within 90 s:\n%s", out.String())
 	}
 }
 
