@@ -214,6 +214,9 @@ type Journal struct {
 	// noWriteBack: sync_file_range failed as unsupported here (logged
 	// once); checkpoints still try it, each worker giving up at once.
 	noWriteBack atomic.Bool
+	// pacer holds checkpoints' write-back steps to the credit the
+	// journal's fdatasyncs grant (wbpace.go).
+	pacer       *wbPacer
 	replayLimit int
 	noRegisters bool // journalHooks.noRegisters
 	recovery    RecoveryMode
@@ -413,6 +416,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 	if fsutil.WriteBackSupported {
 		j.writeBack = writeBack
 	}
+	j.pacer = newWBPacer(func() bool { return j.roundEnd.Load() <= j.synced.Load() })
 	if h := opts.hooks; h != nil {
 		if h.writeAt != nil {
 			j.writeAt = h.writeAt
@@ -934,7 +938,12 @@ func (j *Journal) syncBatch(batch []*jround, files []*jfile) {
 // noteSynced raises the durable mark to end, the end of a round whose
 // fdatasync returned (rounds are synced in order, so everything before
 // it is durable too).
-func (j *Journal) noteSynced(end int64) { raise(&j.synced, end) }
+func (j *Journal) noteSynced(end int64) {
+	if old := j.synced.Load(); end > old {
+		raise(&j.synced, end)
+		j.pacer.grant(end - old)
+	}
+}
 
 // raise raises v to x if x is higher.
 func raise(v *atomic.Int64, x int64) {
@@ -1554,6 +1563,14 @@ func (j *Journal) syncSegments(job *ckptJob) {
 	for range workers {
 		wg.Go(func() {
 			wb := j.newWriteBehind(workers)
+			if wb != nil {
+				// Paced by the journal's fdatasyncs (wbPacer), which
+				// bounds what the device takes in between two journal
+				// flushes; for a syncfs checkpoint, waiting for each
+				// step as well only slowed it (the syncfs waits for
+				// all of it, and reports its errors).
+				wb.pace, wb.noWait = j.pacer, useFS
+			}
 			defer func() {
 				// Before the files are released (closed).
 				wb.finish()
@@ -1568,14 +1585,10 @@ func (j *Journal) syncSegments(job *ckptJob) {
 					return
 				}
 				d := job.segs[i]
-				w := wb
-				if covered(d) && d.seg.tailBytes(d.upTo) < syncfsWriteBackMin {
-					// A small tail of a syncfs checkpoint: left to the
-					// syncfs, whose flusher writes many small files
-					// back for less than a write-back call each.
-					w = nil
-				}
-				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt, w)
+				// Every tail, small ones of a syncfs checkpoint too: left
+				// to the syncfs, the flusher wrote them all at once, tens
+				// of MB ahead of the journal's next flushes.
+				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt, wb)
 				d.log.nWrites.Add(int64(writes))
 				d.log.nBytes.Add(n)
 				wbFail(wb)
@@ -1656,10 +1669,6 @@ func (j *Journal) newWriteBehind(workers int) *writeBehind {
 	}
 	return wb
 }
-
-// syncfsWriteBackMin is the smallest segment tail a checkpoint made
-// durable by syncfs writes back itself (writeBehind).
-const syncfsWriteBackMin = 256 << 10
 
 // ckptSyncWorkers is the number of segment fsyncs a checkpoint runs at
 // once.
