@@ -79,6 +79,21 @@ func (b *Broker) GroupOwners(group, topic string) map[int32]string {
 	return b.groups.Owners(group, topic)
 }
 
+// GroupMembers returns the ids, sorted, of the members of a consumer
+// group of topic coordinated by this broker (local mode): a member it
+// removed (its session timed out, or it did not acknowledge a revocation
+// in time) is not among them, even before the member learns it. For
+// monitoring and tests.
+func (b *Broker) GroupMembers(group, topic string) []string {
+	var ids []string
+	for _, m := range b.groups.Members() {
+		if m.Group == group && m.Topic == topic {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
 // offsetPositions is groups.Positions of a commit or fetch; it replies
 // 400 itself and returns ok=false on a bad group or body.
 func (c *conn) offsetPositions(r *protocol.Request, full bool) (string, []message.Position, bool) {

@@ -44,22 +44,36 @@ type ownership = ownLog[int32]
 // hands its partitions on at once, and it cannot commit. So an overlap is
 // held pending until the earlier owner stops the partition: it is a
 // violation unless that owner had learnt by then that it was dropped
-// (lost), or if it never stops.
+// (lost), or was no longer a member at the broker when the overlap began
+// (member says so: a member removed while it stops a revoked partition,
+// or while it closes, learns it at its next heartbeat, after the stop), or
+// if it never stops.
 type ownLog[K comparable] struct {
 	mu         sync.Mutex
 	owner      map[K]string
 	violations []string
 	pending    []overlap[K]
 	lost       map[string]bool
+	// member, if set, reports whether id is a member of the group at the
+	// broker now.
+	member func(id string) bool
+	// excused are the overlaps with a dropped member that had not learnt
+	// it yet, for the log.
+	excused []string
 }
 
 type overlap[K comparable] struct {
 	p        K
 	old, new string
+	dropped  bool // old was no longer a member at the broker
 }
 
 func (o *overlap[K]) String() string {
-	return fmt.Sprintf("partition %v: %s starts while %s owns it", o.p, o.new, o.old)
+	s := fmt.Sprintf("partition %v: %s starts while %s owns it", o.p, o.new, o.old)
+	if o.dropped {
+		s += " (dropped by the broker)"
+	}
+	return s
 }
 
 func (o *ownLog[K]) hook(id string) func(K, bool) {
@@ -71,7 +85,7 @@ func (o *ownLog[K]) hook(id string) func(K, bool) {
 			// by then it stopped everything it held.
 			delete(o.lost, id)
 			if cur, ok := o.owner[p]; ok {
-				o.pending = append(o.pending, overlap[K]{p, cur, id})
+				o.pending = append(o.pending, overlap[K]{p, cur, id, o.member != nil && !o.member(cur)})
 			}
 			o.owner[p] = id
 			return
@@ -80,7 +94,10 @@ func (o *ownLog[K]) hook(id string) func(K, bool) {
 			if ov.p != p || ov.old != id {
 				return false
 			}
-			if !o.lost[id] {
+			switch {
+			case ov.dropped && !o.lost[id]:
+				o.excused = append(o.excused, ov.String())
+			case !o.lost[id]:
 				o.violations = append(o.violations, ov.String())
 			}
 			return true
@@ -101,6 +118,13 @@ func (o *ownLog[K]) lostHook(id string) func() {
 		}
 		o.lost[id] = true
 	}
+}
+
+// groupOwnership is the ownership log of group g1 of t1 at tb's broker.
+func groupOwnership(tb *testBroker) *ownership {
+	return &ownership{owner: map[int32]string{}, member: func(id string) bool {
+		return slices.Contains(tb.b.GroupMembers(groupName, topic), id)
+	}}
 }
 
 // sampleBroker also checks, at the broker, that no partition is ever held
@@ -194,8 +218,21 @@ func waitAssignment(t *testing.T, nparts int, sizes map[*member]int) {
 
 func (o *ownLog[K]) check(t *testing.T) {
 	t.Helper()
+	// An earlier owner the broker dropped stops at its next heartbeat, when
+	// it learns it: the test may end first.
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		o.mu.Lock()
+		open := slices.ContainsFunc(o.pending, func(ov overlap[K]) bool { return !o.lost[ov.old] })
+		o.mu.Unlock()
+		if !open {
+			break
+		}
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if len(o.excused) > 0 {
+		t.Logf("overlaps with a member the broker had dropped before it learnt it: %v", o.excused)
+	}
 	v := slices.Clone(o.violations)
 	for _, ov := range o.pending {
 		if !o.lost[ov.old] {
@@ -208,7 +245,7 @@ func (o *ownLog[K]) check(t *testing.T) {
 func TestGroupLocalBalanceLeaveAndKill(t *testing.T) {
 	t.Parallel()
 	tb := startGroupBroker(t)
-	own := &ownership{owner: map[int32]string{}}
+	own := groupOwnership(tb)
 	stop := make(chan struct{})
 	wg := sampleBroker(own, tb.b, stop)
 	defer func() { close(stop); wg.Wait(); own.check(t) }()
@@ -239,7 +276,7 @@ func TestGroupLocalBalanceLeaveAndKill(t *testing.T) {
 func TestGroupLocalStrategyMismatch(t *testing.T) {
 	t.Parallel()
 	tb := startGroupBroker(t)
-	own := &ownership{owner: map[int32]string{}}
+	own := groupOwnership(tb)
 	a := startMember(t, tb.addr, "c-a", own, nil)
 	waitAssignment(t, 6, map[*member]int{a: 6})
 	x := startMember(t, tb.addr, "c-x", own, nil, withBalanceStrategy("consist"))
@@ -254,7 +291,7 @@ func TestGroupLocalStrategyMismatch(t *testing.T) {
 func TestGroupLocalEndToEndJoinsAndLeaves(t *testing.T) {
 	t.Parallel()
 	tb := startGroupBroker(t)
-	own := &ownership{owner: map[int32]string{}}
+	own := groupOwnership(tb)
 	stop := make(chan struct{})
 	swg := sampleBroker(own, tb.b, stop)
 	defer func() { close(stop); swg.Wait(); own.check(t) }()
@@ -394,7 +431,7 @@ func (p *lingerProxy) kill(linger time.Duration) {
 func TestGroupLocalRejoinBeforeBrokerSeesClose(t *testing.T) {
 	t.Parallel()
 	tb := startGroupBroker(t)
-	own := &ownership{owner: map[int32]string{}}
+	own := groupOwnership(tb)
 	px := newLingerProxy(t, tb.addr)
 	a := startMember(t, tb.addr, "c-a", own, nil)
 	b := startMember(t, px.ln.Addr().String(), "c-b", own, nil)
