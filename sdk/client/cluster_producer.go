@@ -426,10 +426,29 @@ func pinned(snap *cluster.Snapshot, pin *message.Partition) target {
 	return target{part: *pin}
 }
 
-// unknownGrace is how long a retry the broker refuses as of an unknown
-// producer is resent with its binding (every pinPause) before the send
-// fails with ErrOutcomeUnknown (sendWith).
+// unknownGrace is how long at least a retry the broker refuses as of an
+// unknown producer is resent with its binding (every pinPause) before the
+// send fails with ErrOutcomeUnknown (sendWith); graceFor gives it more
+// of a longer send's time.
 const unknownGrace = 5 * time.Second
+
+// maxUnknownGrace bounds graceFor.
+const maxUnknownGrace = 30 * time.Second
+
+// graceFor is the grace of a retry first refused as of an unknown
+// producer at now, in a send that ends at deadline (none: unknownGrace):
+// a quarter of the time left, at least unknownGrace, at most
+// maxUnknownGrace. The earlier message that would make the producer known
+// is retried through the same faults (connections lost, a broker marked
+// down, pauses): on a loaded machine 5 s did not always let it through
+// (TestIdempotentDroppedReplies failed 2 runs in 4 under -race at load
+// average 19), and a longer wait stores nothing twice.
+func graceFor(now time.Time, deadline time.Time, ok bool) time.Duration {
+	if !ok {
+		return unknownGrace
+	}
+	return min(max(deadline.Sub(now)/4, unknownGrace), maxUnknownGrace)
+}
 
 // pinPause is the pause before an idempotent retry on its partition: a
 // broker that restarts or fails over is not asked in a tight loop.
@@ -450,6 +469,7 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 	}
 	var cands, preferred []target
 	var unknownSince time.Time               // a retry's first refusal as of an unknown producer
+	var grace time.Duration                  // and how long it is resent then (graceFor)
 	var unreachableSince, giveUpAt time.Time // a pinned retry's partition out of reach
 	for {
 		if lastErr != nil && cp.isClosed() {
@@ -466,9 +486,10 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 				// a message can make the producer known.
 				now := time.Now()
 				if unknownSince.IsZero() {
-					unknownSince = now
+					dl, ok := ctx.Deadline()
+					unknownSince, grace = now, graceFor(now, dl, ok)
 				}
-				if now.Sub(unknownSince) < unknownGrace {
+				if now.Sub(unknownSince) < grace {
 					lastErr = err
 					continue
 				}

@@ -322,3 +322,14 @@ func TestIdempotentDelayedDroppedReplies(t *testing.T) {
 	require.Contains(t, statsLines(st), fmt.Sprintf("accepted %d", n), "each held once")
 	t.Logf("%d delayed messages, %d replies dropped", n, proxy.Dropped())
 }
+
+// TestGraceFor: a retry refused as of an unknown producer is resent for a
+// quarter of its send's time left, at least unknownGrace (and without a
+// deadline), at most maxUnknownGrace.
+func TestGraceFor(t *testing.T) {
+	now := time.Now()
+	require.Equal(t, unknownGrace, graceFor(now, time.Time{}, false))
+	require.Equal(t, unknownGrace, graceFor(now, now.Add(10*time.Second), true))
+	require.Equal(t, 7500*time.Millisecond, graceFor(now, now.Add(30*time.Second), true))
+	require.Equal(t, maxUnknownGrace, graceFor(now, now.Add(2*time.Minute), true))
+}
