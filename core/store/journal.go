@@ -1564,12 +1564,17 @@ func (j *Journal) syncSegments(job *ckptJob) {
 		wg.Go(func() {
 			wb := j.newWriteBehind(workers)
 			if wb != nil {
-				// Paced by the journal's fdatasyncs (wbPacer), which
-				// bounds what the device takes in between two journal
-				// flushes; for a syncfs checkpoint, waiting for each
-				// step as well only slowed it (the syncfs waits for
-				// all of it, and reports its errors).
-				wb.pace, wb.noWait = j.pacer, useFS
+				// A syncfs checkpoint's is paced by the journal's
+				// fdatasyncs (wbPacer), which bounds what the device
+				// takes in between two journal flushes, and never
+				// waited for (the syncfs waits for all of it, and
+				// reports its errors). One of an fdatasync each (few
+				// segments: their tails are large and few) keeps
+				// waiting for each step, unpaced, as measured at 1
+				// partition.
+				if useFS {
+					wb.pace, wb.noWait = j.pacer, true
+				}
 			}
 			defer func() {
 				// Before the files are released (closed).
