@@ -20,7 +20,9 @@ import (
 // it keeps the binding (its ProducerID is set), so the broker stores it
 // once. A broker that refuses a sequence as out of order (a gap: an
 // earlier message was never stored) makes the partition start over with
-// a new producer id, and the refused message is bound again. So does a
+// a new producer id, and the refused message is bound again, when it was
+// sent for the first time or lies past a sequence bound again so
+// (pastHole); a retry otherwise is resent with its binding (retryOutcome). So does a
 // refusal as of an unknown producer (the broker forgot it) of a message
 // sent for the first time under its binding; for a retry (an earlier
 // attempt's outcome unknown) it fails the send with ErrOutcomeUnknown.
@@ -88,8 +90,32 @@ func (p *brokerProducer) renew(m *message.Message, part int32) {
 	if st := (*p.seqMap(m))[tpKey{m.Topic, part}]; st != nil && st.pid == m.ProducerID {
 		st.pid, st.next = newProducerID(), 0
 	}
+	if m.ProducerID != 0 {
+		if p.holes == nil || len(p.holes) >= maxHoles {
+			p.holes = make(map[int64]int64) // forgetting only makes retries wait (pastHole)
+		}
+		if h, ok := p.holes[m.ProducerID]; !ok || m.ProducerSeq < h {
+			p.holes[m.ProducerID] = m.ProducerSeq
+		}
+	}
 	p.smu.Unlock()
 	m.ProducerID, m.ProducerSeq = 0, 0
+}
+
+// maxHoles bounds brokerProducer.holes.
+const maxHoles = 4096
+
+// pastHole reports whether m (bound) lies past a sequence of its producer
+// id that was bound again under a new id (renew): the broker stores a
+// producer's sequences only in order, so that sequence is never stored
+// under this id, and neither is m, by any copy, later or earlier. A retry
+// of m refused as out of order is then bound again safely; before such a
+// hole it is not (retryOutcome).
+func (p *brokerProducer) pastHole(m *message.Message) bool {
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	h, ok := p.holes[m.ProducerID]
+	return ok && m.ProducerSeq > h
 }
 
 // seqMap is where m's producer and sequences are kept: a delayed
@@ -141,9 +167,28 @@ func renewable(err error) bool {
 // retryOutcome turns a broker's unknown-producer refusal of a retry (m's
 // binding kept from an earlier attempt whose outcome is unknown) into
 // ErrOutcomeUnknown.
-func retryOutcome(err error, retry bool) error {
-	if retry && sendCause(err) == protocol.CauseUnknownProducer {
+//
+// A refusal as out of order says that this copy was not stored, not that
+// an earlier one will not be: a copy sent on a connection that was lost
+// may still be in the broker's socket buffer, read after the retry (the
+// gap the retry met is that connection's earlier messages, which land
+// then). Bound again, the retry stored such a message twice, the second
+// copy at sequence 0 of the new id (TestIdempotentDroppedReplies, about 1
+// run in 10 under -race on a loaded machine). So a retry refused as out
+// of order is ErrOutcomeUnknown too (resent with its binding for a while,
+// then failed), unless past is set: it lies past a hole of its producer
+// (pastHole), where no copy of it is ever stored, and is bound again.
+func retryOutcome(err error, retry, past bool) error {
+	if !retry {
+		return err
+	}
+	switch sendCause(err) {
+	case protocol.CauseUnknownProducer:
 		return fmt.Errorf("%w (the broker forgot the idempotent producer before this retry): %w", ErrOutcomeUnknown, err)
+	case protocol.CauseOutOfOrderSequence:
+		if !past {
+			return fmt.Errorf("%w (an earlier copy of this retry, or an earlier message of its producer, has not reached the broker yet): %w", ErrOutcomeUnknown, err)
+		}
 	}
 	return err
 }

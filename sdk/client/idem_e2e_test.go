@@ -15,6 +15,7 @@ import (
 	"github.com/metaq-go/metaq/internal/faultnet"
 	"github.com/metaq-go/metaq/internal/queuecheck"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
 )
 
 // idemMessages is how many messages the idempotence tests send:
@@ -332,4 +333,34 @@ func TestGraceFor(t *testing.T) {
 	require.Equal(t, unknownGrace, graceFor(now, now.Add(10*time.Second), true))
 	require.Equal(t, 7500*time.Millisecond, graceFor(now, now.Add(30*time.Second), true))
 	require.Equal(t, maxUnknownGrace, graceFor(now, now.Add(2*time.Minute), true))
+}
+
+// TestRetryOutcome: a retry refused as out of order is not bound again
+// (ErrOutcomeUnknown: its earlier copy may still land) unless it lies past
+// a sequence of its producer that was bound again under a new id (renew),
+// which the broker never stores under the old one; a first attempt's
+// refusal is bound again as before.
+func TestRetryOutcome(t *testing.T) {
+	ooo := &BrokerError{Code: 500, Cause: protocol.CauseOutOfOrderSequence, Msg: "out of order sequence: ..."}
+	require.True(t, renewable(retryOutcome(ooo, false, false)), "first attempt")
+	require.ErrorIs(t, retryOutcome(ooo, true, false), ErrOutcomeUnknown)
+	require.False(t, renewable(retryOutcome(ooo, true, false)))
+	require.True(t, renewable(retryOutcome(ooo, true, true)), "past a hole")
+
+	p := &brokerProducer{cfg: producerConfig{idempotent: true}}
+	a := &message.Message{Topic: topic}
+	p.bind(a, 0) // sequence 0
+	b := &message.Message{Topic: topic}
+	p.bind(b, 0) // 1
+	c := &message.Message{Topic: topic}
+	p.bind(c, 0) // 2
+	pid := b.ProducerID
+	require.False(t, p.pastHole(c))
+	p.renew(b, 0) // b's first attempt refused: 1 is a hole of pid
+	require.Zero(t, b.ProducerID)
+	require.True(t, p.pastHole(c), "2 lies past the hole at 1")
+	require.False(t, p.pastHole(a), "0 lies before it")
+	p.bind(b, 0)
+	require.NotEqual(t, pid, b.ProducerID)
+	require.Zero(t, b.ProducerSeq)
 }

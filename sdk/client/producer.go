@@ -154,6 +154,9 @@ type brokerProducer struct {
 	smu   sync.Mutex
 	seqs  map[tpKey]*seqState
 	dseqs map[tpKey]*seqState
+	// holes holds, per producer id this producer gave up (renew), the
+	// lowest sequence it bound again under a new id (idem.go, pastHole).
+	holes map[int64]int64
 }
 
 // newProducerConfig applies opts to the defaults; maxInFlight stays 0
@@ -371,13 +374,14 @@ func (p *brokerProducer) put(ctx context.Context, m *message.Message, part int32
 	p.afterBatches(m.Topic, part)
 	for try := 0; ; try++ {
 		retry := p.kept(m, part)
+		past := retry && p.pastHole(m)
 		c, err := p.cn.roundTrip(ctx, p.putEncoder(m, part, p.checksum(m)))
 		if err != nil {
 			return SendResult{}, err
 		}
 		res, err := putResult(m, part, c)
 		putCall(c)
-		err = retryOutcome(err, retry)
+		err = retryOutcome(err, retry, past)
 		if try < outOfOrderResends && renewable(err) {
 			p.renew(m, part) // nothing stored: bound again, under a new producer id
 			continue
