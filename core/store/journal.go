@@ -214,9 +214,6 @@ type Journal struct {
 	// noWriteBack: sync_file_range failed as unsupported here (logged
 	// once); checkpoints still try it, each worker giving up at once.
 	noWriteBack atomic.Bool
-	// pacer holds checkpoints' write-back steps to the credit the
-	// journal's fdatasyncs grant (wbpace.go).
-	pacer       *wbPacer
 	replayLimit int
 	noRegisters bool // journalHooks.noRegisters
 	recovery    RecoveryMode
@@ -416,7 +413,6 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 	if fsutil.WriteBackSupported {
 		j.writeBack = writeBack
 	}
-	j.pacer = newWBPacer(func() bool { return j.roundEnd.Load() <= j.synced.Load() })
 	if h := opts.hooks; h != nil {
 		if h.writeAt != nil {
 			j.writeAt = h.writeAt
@@ -938,12 +934,7 @@ func (j *Journal) syncBatch(batch []*jround, files []*jfile) {
 // noteSynced raises the durable mark to end, the end of a round whose
 // fdatasync returned (rounds are synced in order, so everything before
 // it is durable too).
-func (j *Journal) noteSynced(end int64) {
-	if old := j.synced.Load(); end > old {
-		raise(&j.synced, end)
-		j.pacer.grant(end - old)
-	}
-}
+func (j *Journal) noteSynced(end int64) { raise(&j.synced, end) }
 
 // raise raises v to x if x is higher.
 func raise(v *atomic.Int64, x int64) {
@@ -1563,19 +1554,6 @@ func (j *Journal) syncSegments(job *ckptJob) {
 	for range workers {
 		wg.Go(func() {
 			wb := j.newWriteBehind(workers)
-			if wb != nil {
-				// A syncfs checkpoint's is paced by the journal's
-				// fdatasyncs (wbPacer), which bounds what the device
-				// takes in between two journal flushes, and never
-				// waited for (the syncfs waits for all of it, and
-				// reports its errors). One of an fdatasync each (few
-				// segments: their tails are large and few) keeps
-				// waiting for each step, unpaced, as measured at 1
-				// partition.
-				if useFS {
-					wb.pace, wb.noWait = j.pacer, true
-				}
-			}
 			defer func() {
 				// Before the files are released (closed).
 				wb.finish()
@@ -1590,10 +1568,14 @@ func (j *Journal) syncSegments(job *ckptJob) {
 					return
 				}
 				d := job.segs[i]
-				// Every tail, small ones of a syncfs checkpoint too: left
-				// to the syncfs, the flusher wrote them all at once, tens
-				// of MB ahead of the journal's next flushes.
-				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt, wb)
+				w := wb
+				if covered(d) && d.seg.tailBytes(d.upTo) < syncfsWriteBackMin {
+					// A small tail of a syncfs checkpoint: left to the
+					// syncfs, whose flusher writes many small files
+					// back for less than a write-back call each.
+					w = nil
+				}
+				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt, w)
 				d.log.nWrites.Add(int64(writes))
 				d.log.nBytes.Add(n)
 				wbFail(wb)
@@ -1674,6 +1656,10 @@ func (j *Journal) newWriteBehind(workers int) *writeBehind {
 	}
 	return wb
 }
+
+// syncfsWriteBackMin is the smallest segment tail a checkpoint made
+// durable by syncfs writes back itself (writeBehind).
+const syncfsWriteBackMin = 256 << 10
 
 // ckptSyncWorkers is the number of segment fsyncs a checkpoint runs at
 // once.

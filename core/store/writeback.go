@@ -67,13 +67,6 @@ type writeBehind struct {
 	// device's full queue depth, as before write-back. Pacing must not
 	// make a congested device's checkpoints slower than puts.
 	hurry func() bool
-	// pace, if set, holds each step's write-back until the journal's
-	// fdatasyncs granted credit for it (wbPacer): a checkpoint's, not a
-	// new journal file's, whose zero fill a round may be waiting for.
-	pace *wbPacer
-	// noWait: the write-back is started, never waited for (as in a
-	// hurry): a syncfs checkpoint's, whose syncfs waits for all of it.
-	noWait bool
 }
 
 // newWriteBehind returns the pacing of one of workers checkpoint workers,
@@ -104,9 +97,6 @@ func (w *writeBehind) wrote(f *os.File, off, n int64) {
 // kick starts the write-back of what was written since the last kick,
 // then waits for the ranges the last kick started.
 func (w *writeBehind) kick() {
-	if w.curN > 0 && w.err == nil && !w.unsupported {
-		w.pace.take(w.curN, w.hurry)
-	}
 	for _, r := range w.cur {
 		if !w.call(r, false) {
 			break
@@ -114,7 +104,7 @@ func (w *writeBehind) kick() {
 	}
 	old := w.prev
 	w.prev, w.curN = w.cur, 0
-	if w.noWait || w.hurry != nil && w.hurry() {
+	if w.hurry != nil && w.hurry() {
 		clear(old) // started; the fdatasync or syncfs waits for them
 	} else {
 		w.waitPrev(old)
@@ -140,7 +130,7 @@ func (w *writeBehind) finish() {
 		return
 	}
 	w.kick()
-	if w.noWait || w.hurry != nil && w.hurry() {
+	if w.hurry != nil && w.hurry() {
 		clear(w.prev)
 	} else {
 		w.waitPrev(w.prev)

@@ -398,12 +398,8 @@ func TestCheckpointWriteBackHurry(t *testing.T) {
 }
 
 // TestSyncfsCheckpointSmallTails: a checkpoint made durable by one syncfs
-// writes back every segment's tail itself, the small ones (at hundreds of
-// partitions, most) too, paced by the journal's fdatasyncs (wbPacer), and
-// leaves the waiting to the syncfs:
-// left to the syncfs, its flusher wrote them all at once, tens of MB ahead
-// of the journal's next flushes (docs/benchmarks.md, "What the journal's
-// fdatasyncs wait behind").
+// writes back only its segments' large tails itself; the small ones (at
+// hundreds of partitions, most) are left to the syncfs.
 func TestSyncfsCheckpointSmallTails(t *testing.T) {
 	t.Parallel()
 	dataDir := t.TempDir()
@@ -413,15 +409,13 @@ func TestSyncfsCheckpointSmallTails(t *testing.T) {
 		hooks: &journalHooks{writeBack: rec.writeBack, syncfsFS: true, syncfs: func(*os.File) error { syncfs.Add(1); return nil }}}
 	j := openJournal(t, dataDir, opts)
 	logs := openJLogs(t, dataDir, j, syncfsMinSegments+8, Options{})
-	want := map[string]bool{}
 	for i, l := range logs {
 		size := 4 << 10
 		if i == 0 {
-			size = 512 << 10
+			size = 2 * syncfsWriteBackMin
 		}
 		_, _, err := l.AppendSync([]Entry{entry(make([]byte, size))})
 		require.NoError(t, err)
-		want[partName(i)] = true
 	}
 	n := syncfs.Load()
 	forceCheckpoint(t, j)
@@ -431,165 +425,7 @@ func TestSyncfsCheckpointSmallTails(t *testing.T) {
 	for _, c := range rec.snapshot() {
 		if strings.HasSuffix(c.f.Name(), segmentSuffix) {
 			dirs[filepath.Base(filepath.Dir(c.f.Name()))] = true
-			require.False(t, c.wait, "started, never waited for: the syncfs waits for all of it")
 		}
 	}
-	require.Equal(t, want, dirs, "every tail is written back by the checkpoint")
-}
-
-// TestWBPacer: a step takes credit at once while there is some (into
-// debt, bounded); without credit it waits for a grant, unless the journal
-// is idle, the checkpoint is in a hurry, or the wait times out; a grant is
-// paceFactor times the bytes synced, at least paceMinGrant, and the
-// credit at most paceMaxCredit.
-func TestWBPacer(t *testing.T) {
-	t.Parallel()
-	var idle, hurry atomic.Bool
-	p := newWBPacer(idle.Load)
-	p.wait = time.Hour
-	took := func(n int64) chan struct{} {
-		done := make(chan struct{})
-		go func() {
-			p.take(n, hurry.Load)
-			close(done)
-		}()
-		return done
-	}
-	blocked := func(done chan struct{}) {
-		t.Helper()
-		select {
-		case <-done:
-			t.Fatal("took credit there was none of")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	credit := func() int64 {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.credit
-	}
-	done := took(1)
-	blocked(done)
-	p.grant(1) // a small round: paceMinGrant
-	<-done
-	require.Equal(t, int64(paceMinGrant-1), credit())
-	p.grant(100 << 10)
-	require.Equal(t, int64(paceMinGrant-1+paceFactor*100<<10), credit())
-	p.grant(1 << 30)
-	require.Equal(t, int64(paceMaxCredit), credit(), "capped")
-	<-took(3 * paceMaxCredit)
-	require.Equal(t, int64(-paceMaxCredit), credit(), "debt bounded")
-	done = took(1)
-	blocked(done)
-	p.grant(256 << 10)
-	blocked(done) // still in debt
-	p.grant(256 << 10)
-	blocked(done) // no credit yet
-	p.grant(256 << 10)
-	<-done
-	require.Equal(t, int64(1<<20-1), credit())
-	<-took(1<<20 - 1)
-
-	done = took(10)
-	blocked(done)
-	idle.Store(true) // checked again at the next grant or timeout
-	p.grant(0)
-	<-done
-	idle.Store(false)
-	p.mu.Lock()
-	p.credit = 0 // what the grant gave
-	p.mu.Unlock()
-	hurry.Store(true)
-	<-took(10)
-	hurry.Store(false)
-	p.wait = 20 * time.Millisecond
-	t0 := time.Now()
-	<-took(10)
-	require.GreaterOrEqual(t, time.Since(t0), 20*time.Millisecond, "waited for a grant first")
-
-	var nilP *wbPacer
-	nilP.grant(1)
-	nilP.take(1, nil)
-}
-
-// TestCheckpointWriteBackPaced: a syncfs checkpoint's write-back is
-// issued only against the credit the journal's fdatasyncs grant: with no
-// round completing (and the journal not idle), it stops after the credit
-// there was (at most paceMaxCredit, and a step per worker of debt); a
-// journal fdatasync lets through about its grant, not the rest of the
-// checkpoint; and the checkpoint finishes, every tail written back and
-// durable, once the journal is idle. So the device never takes in more
-// than about a grant of segment data between two journal flushes
-// (docs/benchmarks.md, "What the journal's fdatasyncs wait behind").
-func TestCheckpointWriteBackPaced(t *testing.T) {
-	t.Parallel()
-	dataDir := t.TempDir()
-	rec := &wbRecorder{}
-	var syncfs atomic.Int64
-	opts := JournalOptions{FileSize: 16 << 20, CheckpointBytes: 1 << 40, CheckpointInterval: time.Hour,
-		hooks: &journalHooks{writeBack: rec.writeBack, syncfsFS: true, syncfs: func(*os.File) error { syncfs.Add(1); return nil }}}
-	j := openJournal(t, dataDir, opts)
-	require.NotNil(t, j.pacer)
-	var idle atomic.Bool
-	j.pacer.idle, j.pacer.wait = idle.Load, time.Hour
-	logs := openJLogs(t, dataDir, j, syncfsMinSegments, Options{})
-	for i, l := range logs[1:] {
-		_, _, err := l.AppendSync([]Entry{entryf("small-%d", i)})
-		require.NoError(t, err)
-	}
-	big := make([]byte, 1<<20)
-	const puts = 12
-	for range puts {
-		_, _, err := logs[0].AppendSync([]Entry{entry(big)})
-		require.NoError(t, err)
-	}
-	started := func() (n int64) {
-		for _, c := range rec.snapshot() {
-			if !c.wait && strings.HasSuffix(c.f.Name(), segmentSuffix) {
-				n += c.n
-			}
-		}
-		return n
-	}
-	settled := func() int64 {
-		t.Helper()
-		last, since := started(), time.Now()
-		for time.Since(since) < 200*time.Millisecond {
-			time.Sleep(10 * time.Millisecond)
-			if n := started(); n != last {
-				last, since = n, time.Now()
-			}
-		}
-		return last
-	}
-	const slack = ckptSyncWorkers * minWriteBehind // a step per worker, in debt
-	n := j.Stats().Checkpoints
-	j.mu.Lock()
-	j.due, j.tableCh = true, true
-	j.cond.Signal()
-	j.mu.Unlock()
-	require.Eventually(t, func() bool { return started() > 0 }, 10*time.Second, time.Millisecond)
-	first := settled()
-	require.LessOrEqual(t, first, int64(paceMaxCredit+slack), "no more than the credit")
-	require.Less(t, first, int64(puts)*int64(len(big)), "the checkpoint waits for credit")
-	require.Equal(t, n, j.Stats().Checkpoints)
-
-	// One round: its fdatasync's grant lets the write-back go on, by at
-	// most the grant (capped) and a step per worker.
-	_, _, err := logs[1].AppendSync([]Entry{entry(big)})
-	require.NoError(t, err)
-	second := settled()
-	require.Greater(t, second, first, "a journal fdatasync's grant lets the write-back go on")
-	require.LessOrEqual(t, second-first, int64(paceMaxCredit+slack), "about one grant")
-	require.Equal(t, n, j.Stats().Checkpoints)
-
-	idle.Store(true)
-	_, _, err = logs[0].AppendSync([]Entry{entryf("last")}) // a grant, to look at idle again
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return j.Stats().Checkpoints > n }, 10*time.Second, time.Millisecond)
-	require.NoError(t, j.Err())
-	require.Positive(t, syncfs.Load(), "a syncfs checkpoint")
-	require.GreaterOrEqual(t, started(), int64(puts)*int64(len(big)), "every tail written back")
-	recs := readAllRecords(t, logs[0], 2<<20)
-	require.Len(t, recs, puts+1)
+	require.Equal(t, map[string]bool{partName(0): true}, dirs, "only the large tail is written back by the checkpoint")
 }
