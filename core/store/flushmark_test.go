@@ -49,6 +49,24 @@ func zeroRecordHeader(t *testing.T, dir string, off int64) {
 	require.NoError(t, err)
 }
 
+// openCutAt opens tornThresholdCopy's dir, requires that it starts, cut
+// at offs[at] with the records before it whole, and returns its log.
+func openCutAt(t *testing.T, dir string, offs []int64, at int) string {
+	t.Helper()
+	lb := &logBuf{}
+	l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000, Logf: lb.logf})
+	require.NoError(t, err, "a torn unsynced tail is cut, not refused")
+	defer l.Close()
+	require.Equal(t, offs[at], l.MaxOffset(), "cut where the lost page starts")
+	recs := readAllRecords(t, l, 1<<20)
+	require.Len(t, recs, at)
+	for i, r := range recs {
+		require.Equal(t, offs[i], r.Offset)
+		require.Equal(t, fmt.Sprintf("threshold record %02d %s", i, "payload"), string(r.Data))
+	}
+	return lb.String()
+}
+
 // TestThresholdTornUnsyncedTail: in threshold mode a power cut that keeps
 // a later unflushed page of the last segment and loses an earlier one
 // leaves a zero-filled record header with valid records after it. Past
@@ -62,18 +80,8 @@ func TestThresholdTornUnsyncedTail(t *testing.T) {
 		t.Parallel()
 		dir, offs, flushed := tornThresholdCopy(t)
 		zeroRecordHeader(t, dir, offs[13])
-		lb := &logBuf{}
-		l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000, Logf: lb.logf})
-		require.NoError(t, err, "a torn unsynced tail is cut, not refused")
-		defer l.Close()
-		require.Equal(t, offs[13], l.MaxOffset(), "cut where the lost page starts")
-		recs := readAllRecords(t, l, 1<<20)
-		require.Len(t, recs, 13)
-		for i, r := range recs {
-			require.Equal(t, offs[i], r.Offset)
-			require.Equal(t, fmt.Sprintf("threshold record %02d %s", i, "payload"), string(r.Data))
-		}
-		require.Contains(t, lb.String(), fmt.Sprintf("a torn unsynced tail: the valid records after it were written past the durable end %d", flushed))
+		log := openCutAt(t, dir, offs, 13)
+		require.Contains(t, log, fmt.Sprintf("a torn unsynced tail: the valid records after it were written past the durable end %d", flushed))
 		require.NoDirExists(t, filepath.Join(dir, QuarantineDir))
 		// The mark now says the recovered end.
 		b, err := os.ReadFile(filepath.Join(dir, FlushMarkName))
@@ -150,17 +158,7 @@ func TestThresholdTornHeaderReadsEmpty(t *testing.T) {
 		_, err = f.WriteAt(make([]byte, 13), offs[13]) // length, checksum, 5 id bytes
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
-		lb := &logBuf{}
-		l, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000, Logf: lb.logf})
-		require.NoError(t, err, "a torn unsynced tail is cut, not refused")
-		defer l.Close()
-		require.Equal(t, offs[13], l.MaxOffset(), "cut before the torn header")
-		recs := readAllRecords(t, l, 1<<20)
-		require.Len(t, recs, 13)
-		for i, r := range recs {
-			require.Equal(t, fmt.Sprintf("threshold record %02d %s", i, "payload"), string(r.Data))
-		}
-		require.Contains(t, lb.String(), fmt.Sprintf("past the durable end %d of the last flush, never fsynced (and 1 empty record(s) before it", flushed))
+		require.Contains(t, openCutAt(t, dir, offs, 13), fmt.Sprintf("past the durable end %d of the last flush, never fsynced (and 1 empty record(s) before it", flushed))
 	})
 	t.Run("sent-empty-kept", func(t *testing.T) {
 		t.Parallel()
