@@ -160,6 +160,44 @@ func TestThresholdTornHeaderReadsEmpty(t *testing.T) {
 		require.NoError(t, f.Close())
 		require.Contains(t, openCutAt(t, dir, offs, 13), fmt.Sprintf("past the durable end %d of the last flush, never fsynced (and 1 empty record(s) before it", flushed))
 	})
+	t.Run("torn-past-count-entries", func(t *testing.T) {
+		t.Parallel()
+		// Over countStep of flushed records before the torn header: the
+		// cut is walked back from a record-count index entry, and the
+		// count and the index it leaves are a whole walk's.
+		src := filepath.Join(t.TempDir(), "topic-0")
+		l, err := Open(src, Options{IDs: &seqIDs{}, UnflushThreshold: 1000})
+		require.NoError(t, err)
+		body := string(make([]byte, 1000))
+		var offs []int64
+		for i := range 103 {
+			if i == 100 {
+				require.NoError(t, l.Flush())
+			}
+			_, off, err := l.AppendSync([]Entry{entryf("%03d%s", i, body)})
+			require.NoError(t, err)
+			offs = append(offs, off)
+		}
+		dir := copyDir(t, src)
+		require.NoError(t, l.Close())
+		f, err := os.OpenFile(filepath.Join(dir, segmentName(0)), os.O_RDWR, 0)
+		require.NoError(t, err)
+		_, err = f.WriteAt(make([]byte, 13), offs[101])
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		l2, err := Open(dir, Options{IDs: &seqIDs{}, UnflushThreshold: 1000})
+		require.NoError(t, err)
+		defer l2.Close()
+		require.Equal(t, offs[101], l2.MaxOffset())
+		require.Equal(t, int64(101), l2.MessageCount())
+		for _, at := range []int{0, 40, 70, 100} {
+			n, exact, err := l2.CountRecords(offs[at], l2.MaxOffset())
+			require.NoError(t, err)
+			require.True(t, exact)
+			require.Equal(t, int64(101-at), n, "records from offset %d", offs[at])
+		}
+		require.Len(t, readAllRecords(t, l2, 1<<20), 101)
+	})
 	t.Run("sent-empty-kept", func(t *testing.T) {
 		t.Parallel()
 		src := filepath.Join(t.TempDir(), "topic-0")

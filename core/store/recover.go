@@ -406,18 +406,35 @@ func scanSegmentRange(br *bufio.Reader, seg *segment, from, size int64, maxMsg i
 // read as the next header, so it is always the last valid record before a
 // torn tail. An empty record that was really sent and is cut with it was
 // never synced: the loss threshold mode allows.
+//
+// Each record dropped is walked back from the last record-count index
+// entry before it (at most countStep bytes), not from the segment's start:
+// the count marker is deterministic, so the entries of that walk are
+// those a whole walk would place there.
 func dropTornEmpty(br *bufio.Reader, tail *segment, res scanResult, mark int64, maxMsg int, buf *[]byte) (scanResult, error) {
 	stop := res.stop
 	dropped := 0
 	for res.count > 0 && res.lastLen == 0 && (mark < 0 || tail.start+res.lastPos >= mark) {
 		dropped++
-		r, err := scanSegmentRange(br, tail, 0, res.lastPos, maxMsg, true, buf, nil)
+		keep, from, before := 0, int64(0), int64(0)
+		for i, e := range res.idx {
+			if e.pos < res.lastPos {
+				keep, from, before = i+1, e.pos, e.n
+			}
+		}
+		r, err := scanSegmentRange(br, tail, from, res.lastPos, maxMsg, true, buf, nil)
 		if err != nil {
 			return res, err
 		}
 		if r.good != res.lastPos {
 			return res, fmt.Errorf("store: rescan of %s stopped at %d, not at %d where it stopped before (%s)", tail.path, r.good, res.lastPos, r.stop)
 		}
+		idx := res.idx[:keep]
+		for _, e := range r.idx {
+			idx = append(idx, countEntry{e.pos, before + e.n})
+		}
+		r.count += before
+		r.idx = idx
 		res = r
 	}
 	if dropped > 0 {
