@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,12 +33,12 @@ type armSample struct {
 // armProbe samples one broker.
 type armProbe struct {
 	pid     int
-	metrics string // http://host:port/metrics, or ""
-	hc      *http.Client
+	metrics string // the broker's HTTP host:port, or ""
+	timeout time.Duration
 }
 
 func newArmProbe(e *env, pid int) *armProbe {
-	p := &armProbe{pid: pid, hc: &http.Client{Timeout: 5 * time.Second}}
+	p := &armProbe{pid: pid, timeout: 5 * time.Second}
 	adm, err := newAdmin(e)
 	if err != nil {
 		return p
@@ -49,7 +47,7 @@ func newArmProbe(e *env, pid int) *armProbe {
 	ctx, cancel := context.WithTimeout(e.ctx, e.timeout)
 	defer cancel()
 	if h, err := adm.HTTPAddr(ctx, e.addr); err == nil && h != "" {
-		p.metrics = "http://" + h + "/metrics"
+		p.metrics = h
 	}
 	return p
 }
@@ -71,22 +69,13 @@ func (p *armProbe) sample(ctx context.Context) armSample {
 }
 
 // scrape reads the journal and key index counters (summed over data
-// directories) from the broker's /metrics.
+// directories) and the Go runtime's from the broker's /metrics.
 func (p *armProbe) scrape(ctx context.Context, s *armSample) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.metrics, nil)
-	if err != nil {
+	m, ok := scrapeMetrics(ctx, p.metrics, p.timeout)
+	if !ok {
 		return false
 	}
-	resp, err := p.hc.Do(req)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, resp.Body)
-		return false
-	}
-	want := map[string]*int64{
+	for name, dst := range map[string]*int64{
 		"metaq_journal_commit_rounds_total": &s.rounds,
 		"metaq_journal_fsyncs_total":        &s.fsyncs,
 		"metaq_journal_written_bytes_total": &s.jbyte,
@@ -95,35 +84,10 @@ func (p *armProbe) scrape(ctx context.Context, s *armSample) bool {
 		"go_memstats_alloc_bytes_total":     &s.allocs,
 		"go_memstats_mallocs_total":         &s.mallocs,
 		"go_memstats_heap_alloc_bytes":      &s.heap,
+	} {
+		*dst = int64(m.counters[name])
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name := line
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name = line[:i]
-		}
-		dst, ok := want[name]
-		if !ok {
-			continue
-		}
-		rest := line[len(name):]
-		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
-			rest = rest[i+1:]
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
-			*dst += int64(v)
-		}
-	}
-	return sc.Err() == nil
+	return true
 }
 
 // procCPUSplit returns pid's user and system CPU time (/proc/<pid>/stat).
@@ -132,12 +96,13 @@ func procCPUSplit(pid int) (user, sys time.Duration, ok bool) {
 	if err != nil {
 		return 0, 0, false
 	}
+	// The command name (field 2) may hold spaces: count from the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0, 0, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
+	if len(f) < 13 { // utime and stime are fields 14 and 15, f[11] and f[12]
 		return 0, 0, false
 	}
 	ut, err1 := strconv.ParseInt(f[11], 10, 64)
@@ -145,7 +110,7 @@ func procCPUSplit(pid int) (user, sys time.Duration, ok bool) {
 	if err1 != nil || err2 != nil {
 		return 0, 0, false
 	}
-	const clkTck = 100
+	const clkTck = 100 // USER_HZ: 100 on every Linux architecture Go supports
 	return time.Duration(ut) * time.Second / clkTck, time.Duration(st) * time.Second / clkTck, true
 }
 

@@ -201,26 +201,8 @@ const nofsyncThreshold = 1 << 40
 // procCPU is the user + system CPU time the process has used so far, from
 // /proc/<pid>/stat (ok false where there is none).
 func procCPU(pid int) (time.Duration, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// The command name (field 2) may hold spaces: count from the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 { // utime and stime are fields 14 and 15, f[11] and f[12]
-		return 0, false
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	const clkTck = 100 // USER_HZ: 100 on every Linux architecture Go supports
-	return time.Duration(ut+st) * time.Second / clkTck, true
+	u, s, ok := procCPUSplit(pid)
+	return u + s, ok
 }
 
 // measuredProduce runs a produce benchmark against srv and returns it with

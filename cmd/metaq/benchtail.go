@@ -179,8 +179,12 @@ var brokerSeries = [][3]string{
 	{"put", "metaq_put_duration_seconds", ""},
 }
 
-// brokerCounters are the counters scraped with them.
-var brokerCounters = []string{"metaq_journal_written_bytes_total", "metaq_journal_fsyncs_total"}
+// brokerCounters are the counters (and gauges) scraped with them, each
+// summed over its labels: the journal's for the tail figures, and what
+// bench produce --ab reports under each run (benchab.go).
+var brokerCounters = []string{"metaq_journal_written_bytes_total", "metaq_journal_fsyncs_total",
+	"metaq_journal_commit_rounds_total", "metaq_key_index_bytes", "go_gc_duration_seconds_count",
+	"go_memstats_alloc_bytes_total", "go_memstats_mallocs_total", "go_memstats_heap_alloc_bytes"}
 
 // parseMetrics reads the series of brokerSeries and brokerCounters from a
 // Prometheus text exposition; other lines are ignored.
