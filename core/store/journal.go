@@ -1533,7 +1533,15 @@ func (j *Journal) syncSegments(job *ckptJob) {
 		}
 	}
 	covered := func(d dirtySeg) bool { return useFS && d.log.devOK && d.log.dev == j.fsDev }
-	workers := min(len(job.segs), ckptSyncWorkers)
+	workers, behind := min(len(job.segs), ckptSyncWorkers), int64(ckptWriteBehind)
+	if useFS {
+		// The workers are there for concurrent fsyncs; a syncfs
+		// checkpoint has none of those (but for segments on another file
+		// system) and writes its tails with one worker whose paced
+		// write-back keeps at most about 1 MiB queued ahead of the
+		// journal (docs/benchmarks.md, "Tail at 512 partitions, again").
+		workers, behind = 1, syncfsWriteBehind
+	}
 	var next atomic.Int64
 	var emu sync.Mutex
 	var wg sync.WaitGroup
@@ -1553,7 +1561,7 @@ func (j *Journal) syncSegments(job *ckptJob) {
 	}
 	for range workers {
 		wg.Go(func() {
-			wb := j.newWriteBehind(workers)
+			wb := j.newWriteBehind(behind, workers)
 			defer func() {
 				// Before the files are released (closed).
 				wb.finish()
@@ -1568,14 +1576,7 @@ func (j *Journal) syncSegments(job *ckptJob) {
 					return
 				}
 				d := job.segs[i]
-				w := wb
-				if covered(d) && d.seg.tailBytes(d.upTo) < syncfsWriteBackMin {
-					// A small tail of a syncfs checkpoint: left to the
-					// syncfs, whose flusher writes many small files
-					// back for less than a write-back call each.
-					w = nil
-				}
-				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt, w)
+				writes, n, err := d.seg.flushTail(d.upTo, d.log.writeAt, wb)
 				d.log.nWrites.Add(int64(writes))
 				d.log.nBytes.Add(n)
 				wbFail(wb)
@@ -1643,23 +1644,20 @@ func (j *Journal) syncSegments(job *ckptJob) {
 func (j *Journal) ckptBehind() bool { return j.behind() > j.maxBehind/4*3 }
 
 // newWriteBehind returns the write-back pacing of one of workers writers
-// of the journal's checkpoint tails or new files, hurried when the
-// checkpoint falls behind (ckptBehind), or nil when there is none (not
-// Linux, or sync_file_range found unsupported here).
-func (j *Journal) newWriteBehind(workers int) *writeBehind {
+// of the journal's checkpoint tails or new files, sharing total bytes per
+// step, hurried when the checkpoint falls behind (ckptBehind), or nil
+// when there is none (not Linux, or sync_file_range found unsupported
+// here).
+func (j *Journal) newWriteBehind(total int64, workers int) *writeBehind {
 	if j.noWriteBack.Load() {
 		return nil
 	}
-	wb := newWriteBehind(j.writeBack, workers)
+	wb := newWriteBehind(j.writeBack, total, workers)
 	if wb != nil {
 		wb.hurry = j.ckptBehind
 	}
 	return wb
 }
-
-// syncfsWriteBackMin is the smallest segment tail a checkpoint made
-// durable by syncfs writes back itself (writeBehind).
-const syncfsWriteBackMin = 256 << 10
 
 // ckptSyncWorkers is the number of segment fsyncs a checkpoint runs at
 // once.
@@ -1832,7 +1830,7 @@ func (j *Journal) createFileLocked(start int64) (*jfile, error) {
 	// The zeros' write-back is paced as a checkpoint's tails are
 	// (writeBehind): 64 MiB written at once and then fdatasynced held
 	// the journal's fdatasyncs behind them on the device.
-	wb := j.newWriteBehind(1)
+	wb := j.newWriteBehind(ckptWriteBehind, 1)
 	for off := int64(0); off < j.fileSize; {
 		n := min(j.fileSize-off, zeroFillStep)
 		if err := fsutil.ZeroFill(f, off, off+n); err != nil {

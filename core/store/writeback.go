@@ -10,11 +10,16 @@ import (
 
 // ckptWriteBehind is how many bytes of segment tails a checkpoint writes
 // before it starts their write-back (RocksDB's bytes_per_sync), shared
-// among its workers (minWriteBehind each at least). See writeBehind and
-// docs/storage.md, "Checkpoint write-back".
+// among its workers (minWriteBehind each at least). A checkpoint made
+// durable by one syncfs writes its tails with one worker and
+// syncfsWriteBehind: with nothing to gain from concurrent fsyncs, the
+// less segment data is queued on the device ahead of the journal's
+// fdatasyncs the better. See writeBehind and docs/storage.md, "Checkpoint
+// write-back".
 const (
-	ckptWriteBehind = 1 << 20
-	minWriteBehind  = 128 << 10
+	ckptWriteBehind   = 1 << 20
+	syncfsWriteBehind = 512 << 10
+	minWriteBehind    = 128 << 10
 )
 
 // writeBackFunc starts the write-back of [off, off+n) of f, and with wait
@@ -69,13 +74,23 @@ type writeBehind struct {
 	hurry func() bool
 }
 
-// newWriteBehind returns the pacing of one of workers checkpoint workers,
-// or nil (no write-back) when wb is nil.
-func newWriteBehind(wb writeBackFunc, workers int) *writeBehind {
+// newWriteBehind returns the pacing of one of workers checkpoint workers
+// sharing total bytes per step, or nil (no write-back) when wb is nil.
+func newWriteBehind(wb writeBackFunc, total int64, workers int) *writeBehind {
 	if wb == nil {
 		return nil
 	}
-	return &writeBehind{wb: wb, step: max(ckptWriteBehind/int64(max(workers, 1)), minWriteBehind)}
+	return &writeBehind{wb: wb, step: max(total/int64(max(workers, 1)), minWriteBehind)}
+}
+
+// room returns the bytes left to write in the current step: a writer
+// that writes at most that much at a time ends each step exactly, so at
+// most two steps are ever queued (kick).
+func (w *writeBehind) room() int64 {
+	if w.err != nil || w.unsupported {
+		return w.step // nothing is counted any more
+	}
+	return max(w.step-w.curN, 1)
 }
 
 // wrote notes that [off, off+n) of f was just written.

@@ -58,6 +58,20 @@ func (r *wbRecorder) snapshot() []wbCall {
 	return append([]wbCall(nil), r.calls...)
 }
 
+// TestWriteBehindRoom: room is what is left of the current step, so a
+// writer that writes at most that much ends each step exactly.
+func TestWriteBehindRoom(t *testing.T) {
+	w := newWriteBehind(func(*os.File, int64, int64, bool) error { return nil }, syncfsWriteBehind, 1)
+	a := &os.File{}
+	const step = syncfsWriteBehind
+	require.Equal(t, int64(step), w.room())
+	w.wrote(a, 0, step/4)
+	require.Equal(t, int64(step-step/4), w.room(), "what is left of the step")
+	w.wrote(a, step/4, step-step/4)
+	require.Equal(t, int64(step), w.room(), "a new step")
+	w.finish()
+}
+
 // TestWriteBehindPacing: a worker's write-back starts every step bytes
 // written, over contiguous writes of one file merged into one range and
 // over several files; each kick waits for the ranges the kick before it
@@ -67,9 +81,9 @@ func TestWriteBehindPacing(t *testing.T) {
 	w := newWriteBehind(func(f *os.File, off, n int64, wait bool) error {
 		calls = append(calls, wbCall{f, off, n, wait})
 		return nil
-	}, 1)
+	}, ckptWriteBehind, 1)
 	require.Equal(t, int64(ckptWriteBehind), w.step)
-	require.Equal(t, int64(minWriteBehind), newWriteBehind(writeBack, 64).step, "at least minWriteBehind per worker")
+	require.Equal(t, int64(minWriteBehind), newWriteBehind(writeBack, ckptWriteBehind, 64).step, "at least minWriteBehind per worker")
 	a, b := &os.File{}, &os.File{}
 	const step = ckptWriteBehind
 	w.wrote(a, 0, step/2)
@@ -99,7 +113,7 @@ func TestWriteBehindPacing(t *testing.T) {
 	// without an error.
 	fail := errors.New("EIO")
 	n := 0
-	w = newWriteBehind(func(*os.File, int64, int64, bool) error { n++; return fail }, 1)
+	w = newWriteBehind(func(*os.File, int64, int64, bool) error { n++; return fail }, ckptWriteBehind, 1)
 	w.wrote(a, 0, step)
 	w.wrote(a, step, step)
 	w.finish()
@@ -109,13 +123,15 @@ func TestWriteBehindPacing(t *testing.T) {
 	w = newWriteBehind(func(*os.File, int64, int64, bool) error {
 		n++
 		return &os.PathError{Op: "sync_file_range", Err: syscall.ENOSYS}
-	}, 1)
+	}, ckptWriteBehind, 1)
 	w.wrote(a, 0, step)
 	w.wrote(a, step, step)
 	w.finish()
 	require.Equal(t, 1, n)
 	require.NoError(t, w.err)
 	require.True(t, w.unsupported)
+	w.wrote(a, 2*step, step-1)
+	require.Equal(t, w.step, w.room(), "unsupported: writes are not cut to what is left of a step")
 
 	// In a hurry (the checkpoint falling behind), write-back is started
 	// but never waited for.
@@ -124,7 +140,7 @@ func TestWriteBehindPacing(t *testing.T) {
 	w = newWriteBehind(func(f *os.File, off, n int64, wait bool) error {
 		calls = append(calls, wbCall{f, off, n, wait})
 		return nil
-	}, 1)
+	}, ckptWriteBehind, 1)
 	w.hurry = func() bool { return hurry }
 	w.wrote(a, 0, step)
 	w.wrote(a, step, step)
@@ -140,7 +156,7 @@ func TestWriteBehindPacing(t *testing.T) {
 	var nilW *writeBehind
 	nilW.wrote(a, 0, step) // no write-back: nothing to do
 	nilW.finish()
-	require.Nil(t, newWriteBehind(nil, 4))
+	require.Nil(t, newWriteBehind(nil, ckptWriteBehind, 4))
 }
 
 // TestCheckpointWriteBack: a checkpoint writes its segments' tails in
@@ -397,10 +413,12 @@ func TestCheckpointWriteBackHurry(t *testing.T) {
 	j.mu.Unlock()
 }
 
-// TestSyncfsCheckpointSmallTails: a checkpoint made durable by one syncfs
-// writes back only its segments' large tails itself; the small ones (at
-// hundreds of partitions, most) are left to the syncfs.
-func TestSyncfsCheckpointSmallTails(t *testing.T) {
+// TestSyncfsCheckpointTails: a checkpoint made durable by one syncfs
+// writes back every tail itself, small ones too (at hundreds of
+// partitions nearly all are small), with one worker, so that at most two
+// steps of syncfsWriteBehind are started and not yet waited for at any
+// time: the segment data queued on the device ahead of the journal.
+func TestSyncfsCheckpointTails(t *testing.T) {
 	t.Parallel()
 	dataDir := t.TempDir()
 	rec := &wbRecorder{}
@@ -409,23 +427,50 @@ func TestSyncfsCheckpointSmallTails(t *testing.T) {
 		hooks: &journalHooks{writeBack: rec.writeBack, syncfsFS: true, syncfs: func(*os.File) error { syncfs.Add(1); return nil }}}
 	j := openJournal(t, dataDir, opts)
 	logs := openJLogs(t, dataDir, j, syncfsMinSegments+8, Options{})
+	var total int64
 	for i, l := range logs {
-		size := 4 << 10
+		size := 40 << 10
 		if i == 0 {
-			size = 2 * syncfsWriteBackMin
+			size = 3 * syncfsWriteBehind
 		}
 		_, _, err := l.AppendSync([]Entry{entry(make([]byte, size))})
 		require.NoError(t, err)
+		total += int64(size)
 	}
 	n := syncfs.Load()
 	forceCheckpoint(t, j)
 	require.NoError(t, j.Err())
 	require.Greater(t, syncfs.Load(), n, "made durable by syncfs")
 	dirs := map[string]bool{}
+	type key struct {
+		f      *os.File
+		off, n int64
+	}
+	pending := map[key]bool{}
+	var inFlight, most, started int64
 	for _, c := range rec.snapshot() {
-		if strings.HasSuffix(c.f.Name(), segmentSuffix) {
-			dirs[filepath.Base(filepath.Dir(c.f.Name()))] = true
+		if !strings.HasSuffix(c.f.Name(), segmentSuffix) {
+			continue
+		}
+		dirs[filepath.Base(filepath.Dir(c.f.Name()))] = true
+		k := key{c.f, c.off, c.n}
+		if !c.wait {
+			require.False(t, pending[k], "range %v started twice", k)
+			pending[k] = true
+			inFlight += c.n
+			started += c.n
+			most = max(most, inFlight)
+			continue
+		}
+		if pending[k] {
+			delete(pending, k)
+			inFlight -= c.n
 		}
 	}
-	require.Equal(t, map[string]bool{partName(0): true}, dirs, "only the large tail is written back by the checkpoint")
+	require.Len(t, dirs, len(logs), "every tail is written back by the checkpoint")
+	require.Empty(t, pending, "every range started is waited for")
+	require.GreaterOrEqual(t, started, total, "all of the tails' bytes")
+	// A tail's writes end at the step's end (writeBehind.room).
+	require.LessOrEqual(t, most, int64(2*syncfsWriteBehind), "at most two steps queued")
+	require.Less(t, most, started/2, "paced, not all at once")
 }
