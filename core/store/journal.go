@@ -1538,7 +1538,7 @@ func (j *Journal) syncSegments(job *ckptJob) {
 		// The workers are there for concurrent fsyncs; a syncfs
 		// checkpoint has none of those (but for segments on another file
 		// system) and writes its tails with one worker whose paced
-		// write-back keeps at most about 1 MiB queued ahead of the
+		// write-back keeps at most 512 KiB queued ahead of the
 		// journal (docs/benchmarks.md, "Tail at 512 partitions, again").
 		workers, behind = 1, syncfsWriteBehind
 	}

@@ -17,8 +17,8 @@ import (
 // fdatasyncs the better. See writeBehind and docs/storage.md, "Checkpoint
 // write-back".
 const (
-	ckptWriteBehind   = 1 << 20
-	syncfsWriteBehind = 512 << 10
+	ckptWriteBehind   = 512 << 10
+	syncfsWriteBehind = 256 << 10
 	minWriteBehind    = 128 << 10
 )
 
