@@ -219,20 +219,6 @@ func (s *segment) flushTail(upTo int64, writeAt func(f *os.File, b []byte, off i
 	return writes, bytes, nil
 }
 
-// tailBytes returns the bytes of the in-memory tail below upTo.
-func (s *segment) tailBytes(upTo int64) int64 {
-	s.tmu.Lock()
-	defer s.tmu.Unlock()
-	var n int64
-	for _, c := range s.tail {
-		if c.pos >= upTo {
-			break
-		}
-		n += min(int64(len(c.b)), upTo-c.pos)
-	}
-	return n
-}
-
 // reader returns what recovery's scans read the segment through.
 func (s *segment) reader() io.ReaderAt {
 	if s.readAt == nil {

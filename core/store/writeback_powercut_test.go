@@ -3,8 +3,11 @@
 package store
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,14 +34,60 @@ import (
 // started.
 func TestPowerCutWriteBack(t *testing.T) {
 	t.Parallel()
-	const parts = 4
+	powerCutWriteBack(t, 4, false)
+}
+
+// TestPowerCutWriteBackSyncfs is TestPowerCutWriteBack for checkpoints
+// made durable by one syncfs (at least syncfsMinSegments segments): 40
+// partitions, checkpoints of many segments whose tails one worker writes
+// back in paced steps, small tails too, and a syncfs that fsyncs every
+// file of the data directory (FUSE has no syncfs of its own), cut while
+// that worker waits for a step.
+func TestPowerCutWriteBackSyncfs(t *testing.T) {
+	t.Parallel()
+	powerCutWriteBack(t, syncfsMinSegments+8, true)
+}
+
+// fsyncTree is syncfs(2) for a file system without one: an fsync of every
+// file and directory under dir.
+func fsyncTree(dir string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed meanwhile (a recycled journal file)
+			}
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
+}
+
+func powerCutWriteBack(t *testing.T, parts int, syncfs bool) {
 	under := t.TempDir()
 	m := faultfs.Mount(t, under, faultfs.Options{})
 	rng := rand.New(rand.NewPCG(m.Seed(), 25))
 	rec := &wbRecorder{}
+	var syncfsCalls atomic.Int64
 	opts := func(wb bool) JournalOptions {
 		o := JournalOptions{FileSize: 256 << 10, CheckpointBytes: 96 << 10, CheckpointInterval: 10 * time.Millisecond, Logf: t.Logf,
 			hooks: &journalHooks{smallFiles: true}}
+		if syncfs {
+			// Checkpoints of more than syncfsMinSegments segments.
+			o.FileSize, o.CheckpointBytes, o.CheckpointInterval = 1<<20, 512<<10, 100*time.Millisecond
+			o.hooks.syncfsFS = true
+			o.hooks.syncfs = func(f *os.File) error {
+				syncfsCalls.Add(1)
+				return fsyncTree(f.Name())
+			}
+		}
 		if wb {
 			o.hooks.writeBack = rec.writeBack
 		}
@@ -63,7 +112,7 @@ func TestPowerCutWriteBack(t *testing.T) {
 			logs[p], err = Open(filepath.Join(dir, partName(p)), o)
 			require.NoError(t, err, "round %d", round)
 		}
-		ckpts0, wb0 := j.Stats().Checkpoints, len(rec.snapshot())
+		ckpts0, wb0, fs0 := j.Stats().Checkpoints, len(rec.snapshot()), syncfsCalls.Load()
 		var stop atomic.Bool
 		var amu sync.Mutex
 		var wg sync.WaitGroup
@@ -88,7 +137,7 @@ func TestPowerCutWriteBack(t *testing.T) {
 		}
 		// Run until the write-back has run in a few checkpoints.
 		deadline := time.Now().Add(30 * time.Second)
-		for j.Stats().Checkpoints < ckpts0+3 || len(rec.snapshot()) < wb0+6 {
+		for j.Stats().Checkpoints < ckpts0+3 || len(rec.snapshot()) < wb0+6 || syncfs && syncfsCalls.Load() < fs0+2 {
 			require.True(t, time.Now().Before(deadline), "round %d: no checkpoints with write-back: %+v", round, j.Stats())
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -118,8 +167,8 @@ func TestPowerCutWriteBack(t *testing.T) {
 			_ = l.Close() // failed: the file system is gone
 		}
 		_ = j.Close()
-		t.Logf("round %d: cut %s: %d checkpoints, %d write-back calls so far; kept %d, dropped %d, torn %d writes",
-			round, mode, j.Stats().Checkpoints-ckpts0, len(rec.snapshot()), rep.KeptWrites, rep.DroppedWrites, rep.TornWrites)
+		t.Logf("round %d: cut %s: %d checkpoints (%d by syncfs), %d write-back calls so far; kept %d, dropped %d, torn %d writes",
+			round, mode, j.Stats().Checkpoints-ckpts0, syncfsCalls.Load()-fs0, len(rec.snapshot()), rep.KeptWrites, rep.DroppedWrites, rep.TornWrites)
 
 		// What the disk holds after the cut.
 		j2, err := OpenJournal(under, opts(false))
@@ -159,4 +208,7 @@ func TestPowerCutWriteBack(t *testing.T) {
 		}
 	}
 	require.Positive(t, segs, "segments written back")
+	if syncfs {
+		require.Positive(t, syncfsCalls.Load(), "checkpoints made durable by syncfs")
+	}
 }
