@@ -92,7 +92,9 @@ test: fmt-check vet build services
 # does 20), SOAK_TORN_CUTS torn cuts only (a random subset of the unsynced
 # pages kept: issue 25) in group-commit mode and 7 x 6 in threshold mode,
 # and the kill -9 tests repeated SOAK_COUNT times; the journal
-# cut at every record boundary (make test samples 20 of each kind); the
+# cut at every record boundary (make test samples 20 of each kind); a
+# syncfs checkpoint's write-back cut in all five faultfs modes (make test:
+# two); the
 # store's tests on the disk's temporary directory (make test runs them on a
 # tmpfs when /dev/shm is one); and sdk/balance's joins and leaves over 5
 # seeded sequences (make test runs 1); metaq tail killed with SIGKILL
@@ -112,6 +114,7 @@ soak: build
 	METAQ_POWER_CUT_MODES=torn $(GO) test -race -timeout 60m -count=7 -v -run '^TestPowerCutsThreshold$$' ./core/e2e/
 	$(GO) test -race -timeout 60m -count=$(SOAK_COUNT) -run '^(TestCrashGroupCommit64|TestPowerCutsThreshold|TestThousandPartitions)$$' ./core/e2e/
 	METAQ_JOURNAL_CUTS=all $(GO) test -race -timeout 60m -count=1 -run '^TestJournalCrashCuts$$' ./core/store/
+	METAQ_WRITEBACK_CUTS=all $(GO) test -race -timeout 20m -count=1 -run '^TestPowerCutWriteBackSyncfs$$' ./core/store/
 	METAQ_STORE_TEST_DISK=1 $(GO) test -race -timeout 30m -count=1 ./core/store/
 	METAQ_FAILOVER_ROUNDS=30 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverKill9$$' ./core/e2e/
 	METAQ_FAILOVER_POWERCUTS=5 $(GO) test -timeout 20m -count=1 -v -run '^TestSyncFailoverPowerCut$$' ./core/e2e/
