@@ -644,7 +644,8 @@ func (p *zkProxy) close() {
 // newProducer returns a producing Client of the cluster through ZooKeeper
 // (retries on, the brokers' session timeout, 1 s dial timeout, 5 s produce
 // timeout unless opts say otherwise), closed at the end of the test. Its
-// log goes to the test log when the test fails.
+// log (its last 64 KiB, enough for the retries of a failover) goes to the
+// test log when the test fails.
 func (c *testCluster) newProducer(t testing.TB, opts ...mqclient.Opt) *mqclient.Client {
 	t.Helper()
 	lb := &logBuf{}
@@ -663,7 +664,7 @@ func (c *testCluster) newProducer(t testing.TB, opts ...mqclient.Opt) *mqclient.
 			t.Errorf("producer close: %v", err)
 		}
 		if t.Failed() {
-			t.Logf("producer log:\n%s", lb.Tail(6<<10))
+			t.Logf("producer log:\n%s", lb.Tail(64<<10))
 		}
 	})
 	return p

@@ -599,13 +599,14 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 		if !retry || !retryable(err) || ctx.Err() != nil {
 			return SendResult{}, err
 		}
+		pid, seq := m.ProducerID, m.ProducerSeq // before outOfOrder, for the log
 		cp.outOfOrder(m, t, err)
 		if pin = cp.pinOf(m, t.part); pin != nil || renewable(err) {
 			lastErr = err // pinned, or bound again at once: the broker is fine
 			continue
 		}
 		cp.cfg.logger.Debug("metaq: send failed; retrying on another partition", "topic", m.Topic,
-			"partition", t.part.String(), "addr", t.addr, "err", err)
+			"partition", t.part.String(), "addr", t.addr, "producer_id", pid, "sequence", seq, "err", err)
 		lastErr = err
 		if failed == nil {
 			failed = make(map[string]bool)
@@ -639,9 +640,10 @@ func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *me
 	case !retryable(err) || ctx.Err() != nil:
 		return SendResult{}, true, err
 	}
+	pid, seq := m.ProducerID, m.ProducerSeq // before outOfOrder, for the log
 	cp.outOfOrder(m, t, err)
 	cp.cfg.logger.Debug("metaq: send failed; retrying on its partition (idempotent)", "topic", m.Topic,
-		"partition", t.part.String(), "addr", t.addr, "err", err)
+		"partition", t.part.String(), "addr", t.addr, "producer_id", pid, "sequence", seq, "err", err)
 	return SendResult{}, false, err
 }
 
