@@ -176,8 +176,8 @@ func (s *segment) flushTail(upTo int64, writeAt func(f *os.File, b []byte, off i
 	for _, c := range todo {
 		for len(c.b) > 0 {
 			b := c.b
-			if wb != nil && int64(len(b)) > wb.room() {
-				b = b[:wb.room()]
+			if wb != nil {
+				b = b[:min(int64(len(b)), wb.room())]
 			}
 			n, err := writeAt(s.f, b, c.pos)
 			writes++
