@@ -72,12 +72,18 @@ java -Xms16m -Xmx256m -XX:+UseSerialGC -Djava.awt.headless=true \
 	>"$DIR/zookeeper/server.log" 2>&1 &
 zk=$!
 echo "$zk" >"$DIR/zookeeper.pid"
-for i in $(seq 1 120); do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf srvr >&3 && grep -q Mode <&3) 2>/dev/null; then
+zk_deadline=$((SECONDS + 60))
+while :; do
+	# srvr's reply names the server's mode. Each read waits at most 2 s: a
+	# server still starting can accept the connection and neither answer
+	# nor close it, and a read without a limit then hung the script (a
+	# make test run: nothing after this line for 90 s).
+	if (exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT" && printf srvr >&3 &&
+		while IFS= read -r -t 2 line <&3; do case $line in Mode*) exit 0 ;; esac; done && exit 1) 2>/dev/null; then
 		break
 	fi
 	kill -0 "$zk" 2>/dev/null || die "ZooKeeper exited; see $DIR/zookeeper/server.log"
-	[ "$i" = 120 ] && die "ZooKeeper not serving after 60 s; see $DIR/zookeeper/server.log"
+	[ "$SECONDS" -ge "$zk_deadline" ] && die "ZooKeeper not serving after 60 s; see $DIR/zookeeper/server.log"
 	sleep 0.5
 done
 
