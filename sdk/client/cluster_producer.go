@@ -450,6 +450,15 @@ func graceFor(now time.Time, deadline time.Time, ok bool) time.Duration {
 	return min(max(deadline.Sub(now)/4, unknownGrace), maxUnknownGrace)
 }
 
+// graceFor is the package's graceFor unless the configuration sets a
+// grace.
+func (cp *clusterProducer) graceFor(now time.Time, deadline time.Time, ok bool) time.Duration {
+	if cp.cfg.grace > 0 {
+		return cp.cfg.grace
+	}
+	return graceFor(now, deadline, ok)
+}
+
 // pinPause is the pause before an idempotent retry on its partition: a
 // broker that restarts or fails over is not asked in a tight loop.
 const pinPause = 50 * time.Millisecond
@@ -487,7 +496,7 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 				now := time.Now()
 				if unknownSince.IsZero() {
 					dl, ok := ctx.Deadline()
-					unknownSince, grace = now, graceFor(now, dl, ok)
+					unknownSince, grace = now, cp.graceFor(now, dl, ok)
 				}
 				if now.Sub(unknownSince) < grace {
 					lastErr = err

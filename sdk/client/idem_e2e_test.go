@@ -50,28 +50,34 @@ func newIdemHistory() *idemHistory {
 func (ih *idemHistory) produce(t *testing.T, ctx context.Context, p *Client, n int) {
 	var wg sync.WaitGroup
 	for i := range n {
-		v := fmt.Sprintf("v%06d", i)
-		wg.Add(1)
-		p.Produce(ctx, &message.Message{Topic: topic, Body: []byte(v)}, func(r SendResult, err error) {
-			defer wg.Done()
-			ih.mu.Lock()
-			defer ih.mu.Unlock()
-			ih.sent++
-			part := strconv.Itoa(int(r.Partition))
-			switch {
-			case err != nil:
-				t.Errorf("send %s: %v", v, err)
-				ih.h.Send(v, part, v, queuecheck.Unknown, 0)
-			case r.OffsetUnknown:
-				ih.h.Send(v, part, v, queuecheck.Unknown, 0)
-				ih.acked[v] = true
-			default:
-				ih.h.Send(v, part, v, queuecheck.Acked, r.Offset)
-				ih.acked[v] = true
-			}
-		})
+		ih.send(t, ctx, p, &wg, &message.Message{Topic: topic, Body: []byte(fmt.Sprintf("v%06d", i))})
 	}
 	wg.Wait()
+}
+
+// send produces m, whose body is its value, through p and records its
+// outcome as produce does; wg is done once it is recorded.
+func (ih *idemHistory) send(t *testing.T, ctx context.Context, p *Client, wg *sync.WaitGroup, m *message.Message) {
+	v := string(m.Body)
+	wg.Add(1)
+	p.Produce(ctx, m, func(r SendResult, err error) {
+		defer wg.Done()
+		ih.mu.Lock()
+		defer ih.mu.Unlock()
+		ih.sent++
+		part := strconv.Itoa(int(r.Partition))
+		switch {
+		case err != nil:
+			t.Errorf("send %s: %v", v, err)
+			ih.h.Send(v, part, v, queuecheck.Unknown, 0)
+		case r.OffsetUnknown:
+			ih.h.Send(v, part, v, queuecheck.Unknown, 0)
+			ih.acked[v] = true
+		default:
+			ih.h.Send(v, part, v, queuecheck.Acked, r.Offset)
+			ih.acked[v] = true
+		}
+	})
 }
 
 // check reads every partition of the broker at addr from its start and

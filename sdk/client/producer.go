@@ -43,6 +43,8 @@ type producerConfig struct {
 	// idempotent: withIdempotence(true), a Client's default; messages
 	// carry a producer id and sequence (idem.go).
 	idempotent bool
+	// grace, if set, is every retry's grace instead of graceFor's (tests).
+	grace time.Duration
 }
 
 // withSelector sets the partition selector. Default selector.HashByKey():
