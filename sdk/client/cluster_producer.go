@@ -65,6 +65,9 @@ type clusterProducer struct {
 	unready map[string]bool            // topics whose first reading a sender waited for in vain
 	brokers map[string]*brokerProducer // by address
 	down    map[string]downState       // brokers whose connection failed lately
+	// progress is when a retry of each idempotent producer was last
+	// stored (sendWith's grace runs from it).
+	progress idemProgress
 	// inflight counts messages from acceptance to completion.
 	inflight  sync.WaitGroup
 	done      chan struct{}
@@ -463,6 +466,57 @@ func (cp *clusterProducer) graceFor(now time.Time, deadline time.Time, ok bool) 
 // broker that restarts or fails over is not asked in a tight loop.
 const pinPause = 50 * time.Millisecond
 
+// idemProgress is, per idempotent producer id, when a retry of one of its
+// messages was last stored (sendWith). A retry that the broker refuses as
+// out of order, or as of an unknown producer, waits for the producer's
+// earlier messages, retried after the same failure; the broker stores
+// them one sequence at a time, in order, and a retry past the next one
+// finds it only at its next resend (every pinPause), so a chain of n
+// retries lands in about n/2 rounds of resends. While it does, a waiting
+// retry's grace runs from the last of them stored, not from its own first
+// refusal: at TestIdempotentFailover's promoted slave ~140 retries per
+// partition queued so, and under load (1 run in 20) the later ones gave
+// up, their grace spent, while the earlier ones were still landing; none
+// of them was stored. The wait is still bounded by the send's timeout,
+// and by the grace once the chain stops; a resend with its binding stores
+// nothing twice.
+type idemProgress struct {
+	mu sync.Mutex
+	at map[int64]time.Time
+}
+
+// maxProgress bounds idemProgress: past it, entries older than
+// maxUnknownGrace go (no grace runs from them any more), then all
+// (forgetting only ends a wait sooner).
+const maxProgress = 4096
+
+// stored notes that a retry of producer id was stored at now.
+func (g *idemProgress) stored(id int64, now time.Time) {
+	if id == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.at) >= maxProgress {
+		maps.DeleteFunc(g.at, func(_ int64, at time.Time) bool { return now.Sub(at) > maxUnknownGrace })
+		if len(g.at) >= maxProgress {
+			clear(g.at)
+		}
+	}
+	if g.at == nil {
+		g.at = make(map[int64]time.Time)
+	}
+	g.at[id] = now
+}
+
+// last returns when a retry of producer id was last stored (zero: not
+// lately).
+func (g *idemProgress) last(id int64) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.at[id]
+}
+
 // sendWith makes the attempts of one message within ctx; failedAddr, if
 // set, is a broker that already failed it with lastErr. pin, if set, is
 // the partition m is bound to (pinOf): every attempt goes there.
@@ -487,16 +541,23 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 		if pin != nil && retry {
 			res, done, err := cp.pinnedAttempt(ctx, v, m, pin, lastErr)
 			if done && errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil {
-				// The broker does not know m's producer: it forgot it
+				// The broker does not know m's producer, or m lies past
+				// the producer's next sequence: it forgot the producer
 				// (m's first copy may be stored), or an earlier message
 				// of it, lost with the same connection, is being retried
 				// too and has not reached it yet. Resending m with its
 				// binding stores nothing twice: for a while, so that such
-				// a message can make the producer known.
+				// messages can land first.
 				now := time.Now()
 				if unknownSince.IsZero() {
 					dl, ok := ctx.Deadline()
 					unknownSince, grace = now, cp.graceFor(now, dl, ok)
+				}
+				if at := cp.progress.last(m.ProducerID); at.After(unknownSince) {
+					// The producer's earlier retries are landing, one
+					// sequence at a time: m's turn is coming, and its
+					// grace runs from the last of them (idemProgress).
+					unknownSince = at
 				}
 				if now.Sub(unknownSince) < grace {
 					lastErr = err
@@ -504,6 +565,9 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 				}
 			}
 			if done {
+				if err == nil {
+					cp.progress.stored(m.ProducerID, time.Now())
+				}
 				return res, err
 			}
 			lastErr = err

@@ -176,8 +176,10 @@ func renewable(err error) bool {
 // copy at sequence 0 of the new id (TestIdempotentDroppedReplies, about 1
 // run in 10 under -race on a loaded machine). So a retry refused as out
 // of order is ErrOutcomeUnknown too (resent with its binding for a while,
-// then failed), unless past is set: it lies past a hole of its producer
-// (pastHole), where no copy of it is ever stored, and is bound again.
+// then failed: clusterProducer.sendWith's grace, which runs from the last
+// retry of its producer stored, idemProgress), unless past is set: it lies
+// past a hole of its producer (pastHole), where no copy of it is ever
+// stored, and is bound again.
 func retryOutcome(err error, retry, past bool) error {
 	if !retry {
 		return err

@@ -148,6 +148,44 @@ func TestIdempotentDroppedReplies(t *testing.T) {
 	}
 }
 
+// TestIdempotentRetriesLandInTurn: the first copies of 40 messages of one
+// producer (one partition) are lost with their connection, so all 40 are
+// retried at once, in no particular order. The broker stores a producer's
+// sequences only in order: it refuses a retry past the next one as out of
+// order, and the SDK resends it with its binding for a grace (500 ms
+// here) while the earlier ones land, one or two per round of resends
+// (pinPause). The whole chain takes longer than the grace; a retry still
+// waits as long as its producer's earlier retries keep landing, and each
+// message is stored once. TestIdempotentFailover failed so 1 run in 20:
+// ~140 retries per partition queued at the promoted slave, and under load
+// the later ones gave up while the earlier ones were still landing; none
+// of them was stored.
+func TestIdempotentRetriesLandInTurn(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	fn := startFaultyNet(t, b.addr)
+	p := newClient(t, Brokers(fn.addr()), ProduceTimeout(time.Minute), optFunc(func(c *config) {
+		c.prodOpts = append(c.prodOpts, producerOpt(func(pc *producerConfig) { pc.grace = 500 * time.Millisecond }))
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ih := newIdemHistory()
+	key := []byte("k") // one partition, so one producer id
+	var wg sync.WaitGroup
+	ih.send(t, ctx, p, &wg, &message.Message{Topic: topic, Key: key, Body: []byte("v000000")}) // sequence 0: the broker knows the producer
+	wg.Wait()
+	fn.holdAll()
+	const n = 41
+	for i := 1; i < n; i++ {
+		ih.send(t, ctx, p, &wg, &message.Message{Topic: topic, Key: key, Body: []byte(fmt.Sprintf("v%06d", i))})
+	}
+	require.Eventually(t, func() bool { return fn.count(protocol.OpPut) == n }, 10*time.Second, time.Millisecond)
+	fn.holdIf(nil)
+	fn.cut() // the 40 held puts are lost
+	wg.Wait()
+	ih.check(t, b.addr, 4, n)
+}
+
 // TestIdempotentForgottenProducer: the broker forgets the producer while
 // its replies are lost (idempotent_producers = 2 per partition, four other
 // clients churning the tables, every third reply chunk dropped with its
