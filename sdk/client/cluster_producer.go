@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +84,9 @@ type downState struct {
 
 // newClusterProducer returns a producer over the partitions src lists.
 func newClusterProducer(cfg producerConfig, opts []prodOption, src viewSource) *clusterProducer {
+	// Its brokers share one table of holes: a retry's partition moves
+	// between them (idemHoles).
+	opts = append(slices.Clip(opts), withHoles(new(idemHoles)))
 	return &clusterProducer{cfg: cfg, opts: opts, src: src, sem: make(chan struct{}, cfg.maxInFlight), cbs: newCallbackQueue(),
 		views: make(map[string]topicView), unready: make(map[string]bool), brokers: make(map[string]*brokerProducer),
 		down: make(map[string]downState), done: make(chan struct{})}

@@ -27,6 +27,7 @@ type faultyNet struct {
 	dials int
 	ops   map[protocol.Op]int // frames seen, by op
 	done  bool                // closed: new connections are dropped
+	deaf  bool                // the broker's replies are dropped (deafen)
 	wg    sync.WaitGroup
 }
 
@@ -117,11 +118,53 @@ func (n *faultyNet) up(l *proxyLink) {
 	}
 }
 
-// down copies the broker's replies to the client as they are.
+// down copies the broker's replies to the client as they are, or drops
+// them while the proxy is deaf.
 func (n *faultyNet) down(l *proxyLink) {
 	defer n.wg.Done()
 	defer n.drop(l)
-	_, _ = io.Copy(l.client, l.broker)
+	buf := make([]byte, 32<<10)
+	for {
+		k, err := l.broker.Read(buf)
+		n.mu.Lock()
+		deaf := n.deaf
+		n.mu.Unlock()
+		if k > 0 && !deaf {
+			if _, werr := l.client.Write(buf[:k]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// deafen drops the broker's replies from now on: the broker stores what
+// it gets, and the client never learns it.
+func (n *faultyNet) deafen() {
+	n.mu.Lock()
+	n.deaf = true
+	n.mu.Unlock()
+}
+
+// pass stops holding and delivers, in order, the held requests for which
+// keep returns true; the others are lost (never delivered), their
+// connections left open.
+func (n *faultyNet) pass(keep func(frame []byte) bool) {
+	for _, l := range n.snapshot(func() { n.hold = nil }) {
+		l.mu.Lock()
+		for _, f := range l.queue {
+			if !keep(f) {
+				continue
+			}
+			if _, err := l.broker.Write(f); err != nil {
+				break
+			}
+		}
+		l.queue = nil
+		l.mu.Unlock()
+	}
 }
 
 func (n *faultyNet) drop(l *proxyLink) {

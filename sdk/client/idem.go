@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/metaq-go/metaq/sdk/message"
 	"github.com/metaq-go/metaq/sdk/protocol"
@@ -90,20 +91,54 @@ func (p *brokerProducer) renew(m *message.Message, part int32) {
 	if st := (*p.seqMap(m))[tpKey{m.Topic, part}]; st != nil && st.pid == m.ProducerID {
 		st.pid, st.next = newProducerID(), 0
 	}
-	if m.ProducerID != 0 {
-		if p.holes == nil || len(p.holes) >= maxHoles {
-			p.holes = make(map[int64]int64) // forgetting only makes retries wait (pastHole)
-		}
-		if h, ok := p.holes[m.ProducerID]; !ok || m.ProducerSeq < h {
-			p.holes[m.ProducerID] = m.ProducerSeq
-		}
-	}
 	p.smu.Unlock()
+	if m.ProducerID != 0 {
+		p.holes.add(m.ProducerID, m.ProducerSeq)
+	}
 	m.ProducerID, m.ProducerSeq = 0, 0
 }
 
-// maxHoles bounds brokerProducer.holes.
+// idemHoles holds, per producer id given up (renew), the lowest sequence
+// that was bound again under a new id (pastHole). A clusterProducer's
+// brokerProducers share one: a retry follows its partition to another
+// address (a failover promotes a slave, a broker moves), and it must find
+// there the holes recorded where its producer's other messages were
+// refused (else it waits out its grace and fails unstored). Producer ids
+// are drawn per partition at random, so the id alone is the key.
+type idemHoles struct {
+	mu sync.Mutex
+	m  map[int64]int64
+}
+
+// maxHoles bounds idemHoles.
 const maxHoles = 4096
+
+// add records that sequence seq of producer id is bound again under a new
+// id: it is never stored under id.
+func (h *idemHoles) add(id, seq int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m) >= maxHoles {
+		h.m = make(map[int64]int64) // forgetting only makes retries wait (pastHole)
+	}
+	if old, ok := h.m[id]; !ok || seq < old {
+		h.m[id] = seq
+	}
+}
+
+// past reports whether seq of producer id lies past a hole of id.
+func (h *idemHoles) past(id, seq int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hole, ok := h.m[id]
+	return ok && seq > hole
+}
+
+// withHoles makes a brokerProducer record and read its holes in h: a
+// clusterProducer's, shared by its brokers.
+func withHoles(h *idemHoles) prodOption {
+	return producerOpt(func(c *producerConfig) { c.holes = h })
+}
 
 // pastHole reports whether m (bound) lies past a sequence of its producer
 // id that was bound again under a new id (renew): the broker stores a
@@ -112,10 +147,7 @@ const maxHoles = 4096
 // of m refused as out of order is then bound again safely; before such a
 // hole it is not (retryOutcome).
 func (p *brokerProducer) pastHole(m *message.Message) bool {
-	p.smu.Lock()
-	defer p.smu.Unlock()
-	h, ok := p.holes[m.ProducerID]
-	return ok && m.ProducerSeq > h
+	return p.holes.past(m.ProducerID, m.ProducerSeq)
 }
 
 // seqMap is where m's producer and sequences are kept: a delayed

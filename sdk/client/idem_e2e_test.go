@@ -391,7 +391,7 @@ func TestRetryOutcome(t *testing.T) {
 	require.False(t, renewable(retryOutcome(ooo, true, false)))
 	require.True(t, renewable(retryOutcome(ooo, true, true)), "past a hole")
 
-	p := &brokerProducer{cfg: producerConfig{idempotent: true}}
+	p := &brokerProducer{cfg: producerConfig{idempotent: true}, holes: new(idemHoles)}
 	a := &message.Message{Topic: topic}
 	p.bind(a, 0) // sequence 0
 	b := &message.Message{Topic: topic}

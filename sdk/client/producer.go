@@ -45,6 +45,9 @@ type producerConfig struct {
 	idempotent bool
 	// grace, if set, is every retry's grace instead of graceFor's (tests).
 	grace time.Duration
+	// holes, if set, is where a brokerProducer records its idempotent
+	// producers' holes (withHoles).
+	holes *idemHoles
 }
 
 // withSelector sets the partition selector. Default selector.HashByKey():
@@ -156,9 +159,10 @@ type brokerProducer struct {
 	smu   sync.Mutex
 	seqs  map[tpKey]*seqState
 	dseqs map[tpKey]*seqState
-	// holes holds, per producer id this producer gave up (renew), the
-	// lowest sequence it bound again under a new id (idem.go, pastHole).
-	holes map[int64]int64
+	// holes holds, per producer id given up (renew), the lowest sequence
+	// bound again under a new id (idem.go, pastHole): cfg.holes, shared
+	// by a clusterProducer's brokers, else this producer's own.
+	holes *idemHoles
 }
 
 // newProducerConfig applies opts to the defaults; maxInFlight stays 0
@@ -186,7 +190,10 @@ func newBrokerProducer(addr string, opts ...prodOption) (*brokerProducer, error)
 		}
 	}
 	p := &brokerProducer{cfg: cfg, cn: newConn(addr, cfg.conn), sem: make(chan struct{}, cfg.maxInFlight),
-		cbs: newCallbackQueue(), parts: make(map[string]int)}
+		cbs: newCallbackQueue(), parts: make(map[string]int), holes: cfg.holes}
+	if p.holes == nil {
+		p.holes = new(idemHoles)
+	}
 	for t, n := range cfg.partitions {
 		p.parts[t] = n
 	}
