@@ -716,6 +716,14 @@ func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *me
 		return res, true, nil
 	case !retryable(err) || ctx.Err() != nil:
 		return SendResult{}, true, err
+	case isPartitionError(err):
+		// m's partition is gone from its broker (the topic shrank there,
+		// or another broker took its address). An earlier copy of m may
+		// be stored in it: sent to another partition m could be stored
+		// twice, and kept here it is refused until its deadline. Nor is
+		// its sequence a hole: that copy may land if the partition comes
+		// back.
+		return SendResult{}, true, fmt.Errorf("%w (the partition of this idempotent retry is gone from its broker; an earlier copy may be stored there): %w", ErrOutcomeUnknown, err)
 	}
 	pid, seq := m.ProducerID, m.ProducerSeq // before outOfOrder, for the log
 	cp.outOfOrder(m, t, err)
@@ -726,18 +734,20 @@ func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *me
 
 // outOfOrder handles an attempt of m on t that failed with err, when the
 // broker refused it and stored nothing: m is unbound (no longer pinned to
-// its partition; bound again when resent), and after an out-of-order or
-// unknown-producer refusal of a first attempt the partition starts over
-// with a new producer id.
+// its partition; bound again when resent), and the partition starts over
+// with a new producer id, m's sequence a hole of the old one (renew), after
+// an out-of-order or unknown-producer refusal of a first attempt, or a
+// refusal of a first attempt as of a partition the broker does not have
+// (a retry so refused fails: pinnedAttempt). Without the hole a retry of
+// the old id past m's sequence, refused as out of order once the partition
+// is back, waited out its grace instead of being bound again.
 func (cp *clusterProducer) outOfOrder(m *message.Message, t target, err error) {
-	switch {
-	case renewable(err):
-		if p, perr := cp.broker(t.addr); perr == nil {
-			p.renew(m, t.part.Partition)
-		} else {
-			unbind(m)
-		}
-	case isPartitionError(err): // the partition is gone: choose again
+	if !renewable(err) && !isPartitionError(err) {
+		return
+	}
+	if p, perr := cp.broker(t.addr); perr == nil {
+		p.renew(m, t.part.Partition)
+	} else {
 		unbind(m)
 	}
 }

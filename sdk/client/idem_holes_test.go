@@ -11,8 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/metaq-go/metaq/conf"
 	"github.com/metaq-go/metaq/sdk/cluster"
 	"github.com/metaq-go/metaq/sdk/message"
+	"github.com/metaq-go/metaq/sdk/protocol"
 	"github.com/metaq-go/metaq/sdk/selector"
 )
 
@@ -156,4 +158,87 @@ func TestIdempotentHoleFollowsFailover(t *testing.T) {
 	}
 	seen := storedValues(t, b.addr, 4)
 	require.Equal(t, map[string]int{"a-body": 1, "x-body": 1, "w-body": 1, "v-body": 1}, seen)
+}
+
+// TestIdempotentRetryKeepsItsPartition: a retry whose partition is gone
+// from its broker ("partition out of range": here a failover to a broker
+// with 2 partitions of the topic, not 4) fails with ErrOutcomeUnknown: its
+// first copy, whose reply was lost, is stored in that partition on the
+// old broker, and sent to another partition it was stored twice (it was,
+// before: the refusal unbound it and the selector chose again).
+func TestIdempotentRetryKeepsItsPartition(t *testing.T) {
+	t.Parallel()
+	bA := startBroker(t)
+	bC := startBroker(t, func(c *conf.Config) { c.NumPartitions = 2 })
+	fnA := startFaultyNet(t, bA.addr)
+	v := newStaticView(fnA.addr(), 4)
+	var moved atomic.Bool
+	sel := selector.Func(func(_ context.Context, _ string, _ []message.Partition, _ *message.Message) (int, error) {
+		if moved.Load() {
+			return 0, nil
+		}
+		return 3, nil
+	})
+	cp := newStaticProducer(t, v, withSelector(sel))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := cp.Send(ctx, &message.Message{Topic: topic, Body: []byte("a-body")}) // connected; sequence 0 of partition 3
+	require.NoError(t, err)
+
+	fnA.holdAll()
+	fnA.deafen()
+	var r asyncResults
+	r.send(ctx, cp, "m-body")
+	require.Eventually(t, func() bool { return fnA.held() == 1 }, 10*time.Second, time.Millisecond)
+	fnA.release() // stored, its reply lost
+	require.Eventually(t, func() bool { return storedValues(t, bA.addr, 4)["m-body"] == 1 }, 10*time.Second, 10*time.Millisecond)
+	v.set(bC.addr, 4) // broker 0 fails over to a broker without partitions 2 and 3
+	moved.Store(true)
+	fnA.cut()
+	r.wg.Wait()
+	err, _ = r.err("m-body")
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.Equal(t, protocol.CausePartitionOutOfRange, sendCause(err))
+	require.Empty(t, storedValues(t, bC.addr, 2), "the retry was stored elsewhere")
+	require.Equal(t, map[string]int{"a-body": 1, "m-body": 1}, storedValues(t, bA.addr, 4))
+}
+
+// TestIdempotentOutOfRangeHole: a first attempt refused as of a partition
+// its broker does not have (nothing of it stored) leaves its sequence a
+// hole of its producer id, and the partition starts over under a new id
+// (renew), as for an out-of-order refusal: a retry of that id past it,
+// refused as out of order once the partition is back, is bound again
+// instead of waiting out its grace.
+func TestIdempotentOutOfRangeHole(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, func(c *conf.Config) { c.NumPartitions = 2 })
+	v := newStaticView(b.addr, 4) // a stale view: partitions 2 and 3 are not there
+	var calls atomic.Int32
+	sel := selector.Func(func(_ context.Context, _ string, _ []message.Partition, _ *message.Message) (int, error) {
+		if calls.Add(1) == 1 {
+			return 3, nil
+		}
+		return 0, nil
+	})
+	cp := newStaticProducer(t, v, withSelector(sel))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m := &message.Message{Topic: topic, Body: []byte("m-body")}
+	res, err := cp.Send(ctx, m)
+	require.NoError(t, err)
+	require.Equal(t, int32(0), res.Partition)
+	p, err := cp.broker(b.addr)
+	require.NoError(t, err)
+	p.smu.Lock()
+	st := p.seqs[tpKey{topic, 3}]
+	p.smu.Unlock()
+	require.NotNil(t, st)
+	require.Zero(t, st.next, "partition 3 starts over under a new id")
+	p.holes.mu.Lock()
+	defer p.holes.mu.Unlock()
+	require.Len(t, p.holes.m, 1, "sequence 0 of partition 3's first id is a hole")
+	for id, seq := range p.holes.m {
+		require.NotEqual(t, st.pid, id)
+		require.Zero(t, seq)
+	}
 }
