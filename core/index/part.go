@@ -389,7 +389,8 @@ func (o *open) add(rec *message.Record, rel int64) {
 
 // readRecords reads the whole records of the log from cur (a record
 // boundary) up to at most end, one read's worth, appending them to
-// recs[:0]; next is where the next read starts. Records alias *buf. With
+// recs[:0]; next is where the next read starts. Records alias *buf, or
+// the log's in-memory tail (read-only, never reused) when they are there. With
 // verify, each record's checksum is checked (a lookup's scan); without,
 // only its framing (the indexer: the log checked the records when they
 // were appended or recovered, and every entry is checked at lookup).
@@ -402,9 +403,16 @@ func (p *Part) readRecords(cur, end int64, buf *[]byte, recs []message.Record, v
 		if err != nil {
 			return recs, cur, err
 		}
-		b, err := v.ReadAll((*buf)[:0])
+		// A tail still in memory is parsed where it lies, not copied:
+		// its bytes are read-only and never reused, so records may
+		// alias them after the release. *buf must not become them (it
+		// is appended to).
+		b := v.Mem
+		if b == nil {
+			b, err = v.ReadAll((*buf)[:0])
+			*buf = b
+		}
 		v.Release()
-		*buf = b
 		if err != nil {
 			return recs, cur, err
 		}
