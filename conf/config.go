@@ -88,6 +88,12 @@ type Config struct {
 	// segment otherwise) or CheckpointSyncFsync ("fsync": always one per
 	// segment, for a file system shared with heavy writers).
 	JournalCheckpointSync string `toml:"journal_checkpoint_sync"`
+	// JournalFdatasync is how the journal's group-commit rounds call
+	// fdatasync: JournalFdatasyncAuto ("auto", the default: holding the
+	// syncer's P on a local ext4, xfs, btrfs or tmpfs with GOMAXPROCS of 2
+	// or more, until one call takes over a second) or
+	// JournalFdatasyncBlocking ("blocking": Go's ordinary blocking call).
+	JournalFdatasync string `toml:"journal_fdatasync"`
 	// MaxTransferSize is the largest get reply body in bytes.
 	MaxTransferSize int `toml:"max_transfer_size"`
 	// MaxMessageSize is the largest put body in bytes; a record (20-byte
@@ -413,6 +419,12 @@ const (
 	CheckpointSyncFsync = "fsync"
 )
 
+// Values of Config.JournalFdatasync.
+const (
+	JournalFdatasyncAuto     = "auto"
+	JournalFdatasyncBlocking = "blocking"
+)
+
 // Values of Config.Recovery.
 const (
 	// RecoveryQuarantine refuses to start on damage followed by valid
@@ -436,6 +448,7 @@ func Default() *Config {
 		MaxSegmentSize:         1 << 30,
 		Recovery:               RecoveryQuarantine,
 		JournalCheckpointSync:  CheckpointSyncAuto,
+		JournalFdatasync:       JournalFdatasyncAuto,
 		MaxTransferSize:        2 << 20,
 		MaxMessageSize:         1 << 20,
 		MaxLineLength:          1024,

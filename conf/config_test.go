@@ -203,6 +203,7 @@ func TestValidationErrors(t *testing.T) {
 		{"journal file small", "journal_file_size = 4096\n" + oneTopic, "journal_file_size", "must be between 1048576 and 1073741824, got 4096", 1},
 		{"journal checkpoint bytes small", "journal_checkpoint_bytes = 1\n" + oneTopic, "journal_checkpoint_bytes", "must be >= 1048576, got 1", 1},
 		{"journal checkpoint sync unknown", "journal_checkpoint_sync = \"sync\"\n" + oneTopic, "journal_checkpoint_sync", `must be "auto" or "fsync", got "sync"`, 1},
+		{"journal fdatasync unknown", "journal_fdatasync = \"raw\"\n" + oneTopic, "journal_fdatasync", `must be "auto" or "blocking", got "raw"`, 1},
 		{"journal checkpoint interval zero", "journal_checkpoint_interval = 0\n" + oneTopic, "journal_checkpoint_interval", "must be between 10 and 3600000, got 0", 1},
 		{"tx flush high", "flush_tx_log_at_commit = 3\n" + oneTopic, "flush_tx_log_at_commit", "must be 0 (fsync left to the OS), 1 (fsync at every prepare, commit and rollback) or 2 (fsync once a second), got 3", 1},
 		{"tx flush negative", "flush_tx_log_at_commit = -1\n" + oneTopic, "flush_tx_log_at_commit", "got -1", 1},

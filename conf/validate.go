@@ -259,6 +259,9 @@ func (c *Config) check() []Problem {
 	if c.JournalCheckpointSync != CheckpointSyncAuto && c.JournalCheckpointSync != CheckpointSyncFsync {
 		k.add("journal_checkpoint_sync", "must be %q or %q, got %q", CheckpointSyncAuto, CheckpointSyncFsync, c.JournalCheckpointSync)
 	}
+	if c.JournalFdatasync != JournalFdatasyncAuto && c.JournalFdatasync != JournalFdatasyncBlocking {
+		k.add("journal_fdatasync", "must be %q or %q, got %q", JournalFdatasyncAuto, JournalFdatasyncBlocking, c.JournalFdatasync)
+	}
 	k.transactions(c)
 	k.replication(c)
 	okT := k.intRange("max_transfer_size", int64(c.MaxTransferSize), RecordHeaderSize+1, maxTransferSizeCap)

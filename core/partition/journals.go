@@ -31,6 +31,10 @@ func OpenJournals(cfg *conf.Config, logf func(string, ...any), obs store.Observe
 	if cfg.JournalCheckpointSync == conf.CheckpointSyncFsync {
 		ckptSync = store.CheckpointSyncFsync
 	}
+	roundSync := store.RoundSyncAuto
+	if cfg.JournalFdatasync == conf.JournalFdatasyncBlocking {
+		roundSync = store.RoundSyncBlocking
+	}
 	return store.OpenJournalSet(dirs, store.JournalOptions{
 		FileSize:           cfg.JournalFileSize,
 		CheckpointBytes:    cfg.JournalCheckpointBytes,
@@ -39,5 +43,6 @@ func OpenJournals(cfg *conf.Config, logf func(string, ...any), obs store.Observe
 		Recovery:           recovery,
 		Observer:           obs,
 		CheckpointSync:     ckptSync,
+		RoundSync:          roundSync,
 	})
 }

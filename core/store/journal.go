@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -67,8 +68,27 @@ type JournalOptions struct {
 	// durable: CheckpointSyncAuto (the default) or CheckpointSyncFsync.
 	CheckpointSync CheckpointSync
 
+	// RoundSync is how the journal's syncer calls fdatasync for the
+	// group-commit rounds (conf key journal_fdatasync; docs/storage.md,
+	// "The journal's fdatasync"): RoundSyncAuto (the default) or
+	// RoundSyncBlocking.
+	RoundSync RoundSync
+
 	hooks *journalHooks
 }
+
+// RoundSync is how the journal's syncer calls fdatasync for its rounds.
+type RoundSync int
+
+const (
+	// RoundSyncAuto makes the call holding the syncer's P
+	// (fsutil.FdatasyncHoldingP) where the journal is on a local ext4,
+	// xfs, btrfs or tmpfs and GOMAXPROCS is at least 2, until a call
+	// takes longer than a second; the blocking call elsewhere and after.
+	RoundSyncAuto RoundSync = iota
+	// RoundSyncBlocking always makes the blocking call.
+	RoundSyncBlocking
+)
 
 // CheckpointSync is how a checkpoint makes the segments it wrote durable
 // (conf key journal_checkpoint_sync; docs/storage.md, "Checkpoint sync").
@@ -208,6 +228,8 @@ type Journal struct {
 	logf         func(format string, args ...any)
 	writeAt      func(f *os.File, b []byte, off int64) (int, error)
 	syncFile     func(f *os.File) error
+	roundSync    func(f *os.File) error // the syncer's fdatasync of the rounds' journal files
+	roundSyncHow string                 // how roundSync calls fdatasync, for the log
 	// writeBack paces the write-back of the segment tails checkpoints
 	// write (writeBehind); nil when there is none (not Linux).
 	writeBack writeBackFunc
@@ -430,6 +452,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		}
 	}
 	j.syncFile = observeSync(j.syncFile, opts.Observer)
+	j.roundSync = j.syncFile
 	if opts.CheckpointSync == CheckpointSyncAuto {
 		if ok, name, dev := fsutil.SyncfsFS(dataDir); ok {
 			j.syncfs, j.fsName, j.fsDev = fsutil.Syncfs, name, dev
@@ -444,6 +467,20 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 	j.maxBehind = 2 * j.ckptBytes
 	if err := MkdirAllDurable(j.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store: create %s: %w", j.dir, err)
+	}
+	switch {
+	case opts.RoundSync != RoundSyncAuto:
+		j.roundSyncHow = "blocking (journal_fdatasync = \"blocking\")"
+	case opts.hooks != nil && opts.hooks.sync != nil:
+		j.roundSyncHow = "blocking (a test's fdatasync)"
+	default:
+		if ok, why := holdPOK(j.dir, runtime.GOMAXPROCS(0)); ok {
+			ps := &pinnedSync{call: fsutil.FdatasyncHoldingP, blocking: fdatasync, slow: pinnedSlow, logf: j.logf}
+			j.roundSync = observeSync(ps.sync, opts.Observer)
+			j.roundSyncHow = "holding its P"
+		} else {
+			j.roundSyncHow = "blocking (" + why + ")"
+		}
 	}
 	lock, err := lockDir(j.dir)
 	if err != nil {
@@ -907,7 +944,7 @@ func (j *Journal) syncBatch(batch []*jround, files []*jfile) {
 	}
 	var err error
 	for _, f := range files {
-		e := j.syncFile(f.f)
+		e := j.roundSync(f.f)
 		j.nFsyncs.Add(1)
 		if e != nil {
 			err = j.fail(fmt.Errorf("fdatasync %s: %w", journalName(f.start), e))
@@ -1052,7 +1089,7 @@ func (j *Journal) syncRound(r *jround) {
 		return
 	}
 	for _, f := range r.files {
-		err := j.syncFile(f.f)
+		err := j.roundSync(f.f)
 		j.nFsyncs.Add(1)
 		if err != nil {
 			r.err = j.fail(fmt.Errorf("fdatasync %s: %w", journalName(f.start), err))

@@ -48,6 +48,9 @@ func OpenJournalSet(dirs []JournalDir, opts JournalOptions) (JournalSet, error) 
 			s.Close()
 			return nil, fmt.Errorf("open journal of %s: %w", dir, err)
 		}
+		if opts.Logf != nil {
+			opts.Logf("journal %s: rounds' fdatasync %s", j.Dir(), j.roundSyncHow)
+		}
 		if st := j.Stats(); st.Replayed > 0 && opts.Logf != nil {
 			opts.Logf("journal %s: replayed %d records (%d already in place) in %v", j.Dir(), st.Replayed, st.Skipped, time.Since(start))
 		}

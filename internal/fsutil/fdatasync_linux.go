@@ -40,3 +40,29 @@ func syncCall(f *os.File, op string, call func(fd int) error) error {
 	}
 	return nil
 }
+
+// FdatasyncHoldingP is Fdatasync made as a raw system call: the calling
+// goroutine keeps its P (the runtime's right to run Go code) for the
+// whole call, instead of the runtime noting a blocking call. A blocking
+// call that lasts more than 20 µs has its P taken by sysmon and handed to
+// another thread, the caller's thread parks when the call returns, and
+// while that keeps happening sysmon wakes every 20 µs: for a syncer that
+// always has an fdatasync in flight, about a fifth of a busy broker's CPU
+// on 2 cores (docs/storage.md, "The journal's fdatasync").
+//
+// The cost of holding the P: while the call lasts, the rest of the
+// process has one P fewer, and a stop-the-world (a garbage collection's
+// start and end) waits for the call to return. So callers use it only
+// where a call is short (a local disk), where there is another P
+// (GOMAXPROCS of 2 or more), and never on a file system a process may
+// serve itself (FUSE): its server could not run while the world waits
+// for the call.
+func FdatasyncHoldingP(f *os.File) error {
+	return syncCall(f, "fdatasync", func(fd int) error {
+		_, _, e := syscall.RawSyscall(syscall.SYS_FDATASYNC, uintptr(fd), 0, 0)
+		if e != 0 {
+			return e
+		}
+		return nil
+	})
+}
