@@ -475,7 +475,7 @@ func OpenJournal(dataDir string, opts JournalOptions) (*Journal, error) {
 		j.roundSyncHow = "blocking (a test's fdatasync)"
 	default:
 		if ok, why := holdPOK(j.dir, runtime.GOMAXPROCS(0)); ok {
-			ps := &pinnedSync{call: fsutil.FdatasyncHoldingP, blocking: fdatasync, slow: pinnedSlow, logf: j.logf}
+			ps := &pinnedSync{call: fsutil.FdatasyncHoldingP, blocking: fdatasync, slow: pinnedSlow, logf: j.logf, procs: gomaxprocs}
 			j.roundSync = observeSync(ps.sync, opts.Observer)
 			j.roundSyncHow = "holding its P"
 		} else {

@@ -3,11 +3,15 @@ package store
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/metaq-go/metaq/internal/fsutil"
 )
+
+// gomaxprocs is runtime.GOMAXPROCS(0).
+func gomaxprocs() int { return runtime.GOMAXPROCS(0) }
 
 // pinnedSlow is the fdatasync duration past which a journal stops
 // holding its P in the call (pinnedSync).
@@ -33,16 +37,18 @@ func holdPOK(dir string, procs int) (bool, string) {
 // turns to the blocking call for good once a call took longer than slow:
 // a disk that stalls for seconds would otherwise hold up every
 // stop-the-world of the process (garbage collections, and so every
-// goroutine) for as long.
+// goroutine) for as long. A call made while GOMAXPROCS is below 2 (it
+// follows a container's CPU limit) is the blocking one too.
 type pinnedSync struct {
 	call, blocking func(*os.File) error
 	slow           time.Duration
 	logf           func(string, ...any)
+	procs          func() int // runtime.GOMAXPROCS(0)
 	off            atomic.Bool
 }
 
 func (p *pinnedSync) sync(f *os.File) error {
-	if p.off.Load() {
+	if p.off.Load() || p.procs() < 2 {
 		return p.blocking(f)
 	}
 	t0 := time.Now()

@@ -28,13 +28,15 @@ func TestHoldPOK(t *testing.T) {
 	}
 }
 
-// TestPinnedSyncTurnsBlocking: after one call over the limit every call
-// is the blocking one, and that is logged once.
+// TestPinnedSyncTurnsBlocking: a call while GOMAXPROCS is 1 is the
+// blocking one; after one call over the limit every call is, and that is
+// logged once.
 func TestPinnedSyncTurnsBlocking(t *testing.T) {
 	var mu sync.Mutex
 	var pinned, blocking int
 	var logs []string
 	delay := time.Duration(0)
+	procs := 2
 	p := &pinnedSync{
 		call: func(*os.File) error {
 			mu.Lock()
@@ -47,6 +49,7 @@ func TestPinnedSyncTurnsBlocking(t *testing.T) {
 		blocking: func(*os.File) error { mu.Lock(); blocking++; mu.Unlock(); return nil },
 		slow:     20 * time.Millisecond,
 		logf:     func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) },
+		procs:    func() int { return procs },
 	}
 	f, err := os.Create(filepath.Join(t.TempDir(), "j"))
 	require.NoError(t, err)
@@ -56,6 +59,12 @@ func TestPinnedSyncTurnsBlocking(t *testing.T) {
 	}
 	require.Equal(t, 5, pinned)
 	require.Empty(t, logs)
+	// With one P a call is the blocking one (and nothing is turned off).
+	procs = 1
+	require.NoError(t, p.sync(f))
+	require.Equal(t, 5, pinned)
+	require.Equal(t, 1, blocking)
+	procs = 2
 	delay = 30 * time.Millisecond
 	require.NoError(t, p.sync(f))
 	require.Len(t, logs, 1)
@@ -64,7 +73,7 @@ func TestPinnedSyncTurnsBlocking(t *testing.T) {
 		require.NoError(t, p.sync(f))
 	}
 	require.Equal(t, 6, pinned)
-	require.Equal(t, 5, blocking)
+	require.Equal(t, 6, blocking)
 	require.Len(t, logs, 1)
 }
 
