@@ -131,20 +131,7 @@ func fanBits(n int) uint8 {
 
 // encodeChunk returns the file bytes of a chunk of ents (sorted here).
 func encodeChunk(h chunkHeader, ents []entry) []byte {
-	slices.SortFunc(ents, func(a, b entry) int {
-		if a.hash != b.hash {
-			if a.hash < b.hash {
-				return -1
-			}
-			return 1
-		}
-		if a.rel < b.rel {
-			return -1
-		} else if a.rel > b.rel {
-			return 1
-		}
-		return 0
-	})
+	sortEntries(ents)
 	bits := fanBits(len(ents))
 	buckets := 1 << bits
 	size := headerSize + 4*(buckets+1) + entrySize*len(ents)
@@ -173,6 +160,64 @@ func encodeChunk(h chunkHeader, ents []entry) []byte {
 	}
 	binary.BigEndian.PutUint32(b[52:], chunkCRC(b))
 	return b
+}
+
+// sortEntries sorts ents by hash, then rel. The indexer adds entries in
+// offset order (rel never falls), so a stable sort by hash alone is
+// enough: a radix sort, four passes of a byte each (a pass whose byte
+// all entries share is skipped), several times cheaper than a comparison
+// sort (which was 3% of a broker's CPU at one partition, perf). Entries
+// not in rel order, and few entries, take the comparison sort.
+func sortEntries(ents []entry) {
+	if len(ents) < radixMin || !slices.IsSortedFunc(ents, func(a, b entry) int { return cmpU32(a.rel, b.rel) }) {
+		slices.SortFunc(ents, compareEntries)
+		return
+	}
+	src, dst := ents, make([]entry, len(ents))
+	for shift := 0; shift < 32; shift += 8 {
+		var count [256]int
+		for _, e := range src {
+			count[byte(e.hash>>shift)]++
+		}
+		if count[byte(src[0].hash>>shift)] == len(src) {
+			continue // every entry has this byte
+		}
+		pos := 0
+		for i, c := range count {
+			count[i] = pos
+			pos += c
+		}
+		for _, e := range src {
+			d := byte(e.hash >> shift)
+			dst[count[d]] = e
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &ents[0] {
+		copy(ents, src)
+	}
+}
+
+// radixMin is the fewest entries sortEntries radix-sorts.
+const radixMin = 256
+
+// compareEntries orders entries by hash, then rel.
+func compareEntries(a, b entry) int {
+	if c := cmpU32(a.hash, b.hash); c != 0 {
+		return c
+	}
+	return cmpU32(a.rel, b.rel)
+}
+
+func cmpU32(a, b uint32) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // bucketOf returns hash's bucket in a table of 2^bits buckets.
