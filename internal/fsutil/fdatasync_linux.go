@@ -47,7 +47,7 @@ func syncCall(f *os.File, op string, call func(fd int) error) error {
 // call that lasts more than 20 µs has its P taken by sysmon and handed to
 // another thread, the caller's thread parks when the call returns, and
 // while that keeps happening sysmon wakes every 20 µs: for a syncer that
-// always has an fdatasync in flight, about a fifth of a busy broker's CPU
+// always has an fdatasync in flight, 7-15% of a busy broker's CPU per put
 // on 2 cores (docs/storage.md, "The journal's fdatasync").
 //
 // The cost of holding the P: while the call lasts, the rest of the
