@@ -161,8 +161,9 @@ class Connection:
     the :class:`Reply` carrying the same opaque. When the socket breaks,
     every request waiting on it fails with :class:`ConnectionLostError`, and
     the next request dials again, with exponential backoff (from
-    ``backoff`` to ``backoff_max`` seconds, with jitter) for at most
-    ``reconnect_timeout`` seconds.
+    ``backoff`` to ``backoff_max`` seconds, with jitter) until
+    ``reconnect_timeout`` seconds have passed, the last try at that
+    deadline.
 
     ``tls`` is True (verify against the system CAs or ``ca_file``) or an
     :class:`ssl.SSLContext`; ``user``/``password`` log in with SASL PLAIN
@@ -271,9 +272,14 @@ class Connection:
                 except AuthenticationError:
                     raise
                 except (OSError, MetaqError) as e:
-                    if self._closed or time.monotonic() + delay > deadline:
+                    now = time.monotonic()
+                    if self._closed or now >= deadline:
                         raise ConnectionLostError(f"metaq: connect to {self.address}: {e}") from e
-                    time.sleep(delay * (0.5 + random.random() / 2))
+                    # The last pause ends at the deadline, with one more
+                    # try there: giving up as soon as the next pause would
+                    # pass it gave up after as little as a third of
+                    # reconnect_timeout.
+                    time.sleep(min(delay * (0.5 + random.random() / 2), deadline - now))
                     delay = min(delay * 2, self.backoff_max)
                     continue
                 self._generation = link.generation

@@ -81,7 +81,9 @@ def test_reconnect_backoff_gives_up() -> None:
     t0 = time.monotonic()
     with pytest.raises(metaq.ConnectionLostError):
         conn.version()
-    assert 0.2 < time.monotonic() - t0 < 3
+    # It tries until the deadline, not only while a whole pause still fits
+    # before it (that gave up after 0.18 s in a make test).
+    assert 0.5 <= time.monotonic() - t0 < 3
 
 
 def test_member_rejoins_after_connection_loss(broker) -> None:
