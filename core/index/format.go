@@ -11,6 +11,7 @@
 package index
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -169,7 +170,7 @@ func encodeChunk(h chunkHeader, ents []entry) []byte {
 // sort (which was 3% of a broker's CPU at one partition, perf). Entries
 // not in rel order, and few entries, take the comparison sort.
 func sortEntries(ents []entry) {
-	if len(ents) < radixMin || !slices.IsSortedFunc(ents, func(a, b entry) int { return cmpU32(a.rel, b.rel) }) {
+	if len(ents) < radixMin || !slices.IsSortedFunc(ents, func(a, b entry) int { return cmp.Compare(a.rel, b.rel) }) {
 		slices.SortFunc(ents, compareEntries)
 		return
 	}
@@ -204,20 +205,10 @@ const radixMin = 256
 
 // compareEntries orders entries by hash, then rel.
 func compareEntries(a, b entry) int {
-	if c := cmpU32(a.hash, b.hash); c != 0 {
+	if c := cmp.Compare(a.hash, b.hash); c != 0 {
 		return c
 	}
-	return cmpU32(a.rel, b.rel)
-}
-
-func cmpU32(a, b uint32) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Compare(a.rel, b.rel)
 }
 
 // bucketOf returns hash's bucket in a table of 2^bits buckets.

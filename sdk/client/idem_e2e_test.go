@@ -80,31 +80,39 @@ func (ih *idemHistory) send(t *testing.T, ctx context.Context, p *Client, wg *sy
 	})
 }
 
+// readStored reads partition p of topic through raw from its start,
+// calling fn with each message, and returns the offset past the last.
+func readStored(t *testing.T, raw *rawConn, p int, fn func(message.Message)) int64 {
+	off := int64(0)
+	for {
+		kind, code, b := raw.do(fmt.Sprintf("get %s g %d %d %d 3", topic, p, off, 1<<20), nil)
+		if kind == "result" {
+			require.Equal(t, 404, code, string(b))
+			return off
+		}
+		it := message.NewIterator(b, off, 0)
+		for it.Next() {
+			m, err := it.Record().Message(topic, int32(p))
+			require.NoError(t, err)
+			fn(m)
+		}
+		require.NoError(t, it.Err())
+		require.Positive(t, it.Consumed())
+		off = it.NextOffset()
+	}
+}
+
 // check reads every partition of the broker at addr from its start and
 // requires each value sent exactly once, at its acknowledged offset.
 func (ih *idemHistory) check(t *testing.T, addr string, partitions, n int) {
 	raw := dialRaw(t, addr)
 	seen := map[string]int{}
 	for p := range partitions {
-		off := int64(0)
-		for {
-			kind, code, b := raw.do(fmt.Sprintf("get %s g %d %d %d 3", topic, p, off, 1<<20), nil)
-			if kind == "result" {
-				require.Equal(t, 404, code, string(b))
-				break
-			}
-			it := message.NewIterator(b, off, 0)
-			for it.Next() {
-				m, err := it.Record().Message(topic, int32(p))
-				require.NoError(t, err)
-				ih.h.Read(strconv.Itoa(p), m.Offset, string(m.Body))
-				seen[string(m.Body)]++
-			}
-			require.NoError(t, it.Err())
-			require.Positive(t, it.Consumed())
-			off = it.NextOffset()
-		}
-		ih.h.ReadEnd(strconv.Itoa(p), off)
+		end := readStored(t, raw, p, func(m message.Message) {
+			ih.h.Read(strconv.Itoa(p), m.Offset, string(m.Body))
+			seen[string(m.Body)]++
+		})
+		ih.h.ReadEnd(strconv.Itoa(p), end)
 	}
 	rep := ih.h.Check()
 	require.True(t, rep.OK(), rep.String())

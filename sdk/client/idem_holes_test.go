@@ -3,7 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,22 +68,7 @@ func storedValues(t *testing.T, addr string, parts int) map[string]int {
 	raw := dialRaw(t, addr)
 	seen := map[string]int{}
 	for p := range parts {
-		off := int64(0)
-		for {
-			kind, code, b := raw.do(fmt.Sprintf("get %s g %d %d %d 3", topic, p, off, 1<<20), nil)
-			if kind == "result" {
-				require.Equal(t, 404, code, string(b))
-				break
-			}
-			it := message.NewIterator(b, off, 0)
-			for it.Next() {
-				m, err := it.Record().Message(topic, int32(p))
-				require.NoError(t, err)
-				seen[string(m.Body)]++
-			}
-			require.NoError(t, it.Err())
-			off = it.NextOffset()
-		}
+		readStored(t, raw, p, func(m message.Message) { seen[string(m.Body)]++ })
 	}
 	return seen
 }
