@@ -471,46 +471,96 @@ func (cp *clusterProducer) graceFor(now time.Time, deadline time.Time, ok bool) 
 const pinPause = 50 * time.Millisecond
 
 // idemProgress is, per idempotent producer id, when a retry of one of its
-// messages was last stored (sendWith). A retry that the broker refuses as
-// out of order, or as of an unknown producer, waits for the producer's
-// earlier messages, retried after the same failure; the broker stores
-// them one sequence at a time, in order, and a retry past the next one
-// finds it only at its next resend (every pinPause), so a chain of n
-// retries lands in about n/2 rounds of resends. While it does, a waiting
-// retry's grace runs from the last of them stored, not from its own first
-// refusal: at TestIdempotentFailover's promoted slave ~140 retries per
-// partition queued so, and under load (1 run in 20) the later ones gave
-// up, their grace spent, while the earlier ones were still landing; none
-// of them was stored. The wait is still bounded by the send's timeout,
-// and by the grace once the chain stops; a resend with its binding stores
-// nothing twice.
+// messages was last stored (sendWith), the highest sequence so stored,
+// and the retries of it waiting for their turn (wait). A retry that the
+// broker refuses as out of order, or as of an unknown producer, waits for
+// the producer's earlier messages, retried after the same failure; the
+// broker stores them one sequence at a time, in order. A retry past the
+// next one is resent when the retry before it (its sequence - 1) is
+// stored, or at its next pause (pinPause), whichever comes first: a chain
+// of n retries lands about one round trip per sequence. At its pauses
+// alone it landed in about n/2 rounds of resends, each retry resent at
+// every one (TestIdempotentRetriesResendInTurn: 2,300 to 2,600 puts, 2.5
+// s, for 100 retries). Only the retry whose turn came is woken, not all
+// of the producer's: a store wakes one waiter, not n.
+//
+// While the chain lands, a waiting retry's grace runs from the last of
+// them stored, not from its own first refusal: at TestIdempotentFailover's
+// promoted slave ~140 retries per partition queued so, and under load (1
+// run in 20) the later ones gave up, their grace spent, while the earlier
+// ones were still landing; none of them was stored. The wait is still
+// bounded by the send's timeout, and by the grace once the chain stops; a
+// resend with its binding stores nothing twice.
 type idemProgress struct {
 	mu sync.Mutex
-	at map[int64]time.Time
+	at map[int64]*progressEntry
+}
+
+// progressEntry is idemProgress's of one producer id.
+type progressEntry struct {
+	at      time.Time               // last retry stored (zero: none lately)
+	seq     int64                   // highest sequence of a stored retry (-1: none)
+	waiting map[int64]chan struct{} // closed when the sequence's turn comes, by sequence
 }
 
 // maxProgress bounds idemProgress: past it, entries older than
 // maxUnknownGrace go (no grace runs from them any more), then all
-// (forgetting only ends a wait sooner).
+// (forgetting only ends a wait sooner, or makes a retry wait for its
+// pause).
 const maxProgress = 4096
 
-// stored notes that a retry of producer id was stored at now.
-func (g *idemProgress) stored(id int64, now time.Time) {
-	if id == 0 {
-		return
+// entryLocked returns id's entry, made if need be.
+func (g *idemProgress) entryLocked(id int64, now time.Time) *progressEntry {
+	if e := g.at[id]; e != nil {
+		return e
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	if len(g.at) >= maxProgress {
-		maps.DeleteFunc(g.at, func(_ int64, at time.Time) bool { return now.Sub(at) > maxUnknownGrace })
+		maps.DeleteFunc(g.at, func(_ int64, e *progressEntry) bool { return now.Sub(e.at) > maxUnknownGrace })
 		if len(g.at) >= maxProgress {
 			clear(g.at)
 		}
 	}
 	if g.at == nil {
-		g.at = make(map[int64]time.Time)
+		g.at = make(map[int64]*progressEntry)
 	}
-	g.at[id] = now
+	e := &progressEntry{seq: -1}
+	g.at[id] = e
+	return e
+}
+
+// stored notes that a retry of sequence seq of producer id was stored at
+// now, and wakes the retry of seq + 1 (and of any sequence between the
+// highest stored before and it), if one waits.
+func (g *idemProgress) stored(id, seq int64, now time.Time) {
+	if id == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.entryLocked(id, now)
+	e.at = now
+	if seq <= e.seq {
+		return
+	}
+	lo, hi := e.seq+1, seq+1
+	e.seq = seq
+	wake := func(k int64) {
+		if ch, ok := e.waiting[k]; ok {
+			close(ch)
+			delete(e.waiting, k)
+		}
+	}
+	if hi-lo < int64(len(e.waiting)) {
+		for k := lo; k <= hi; k++ {
+			wake(k)
+		}
+		return
+	}
+	for k := range e.waiting {
+		if k >= lo && k <= hi {
+			wake(k)
+		}
+	}
 }
 
 // last returns when a retry of producer id was last stored (zero: not
@@ -518,7 +568,82 @@ func (g *idemProgress) stored(id int64, now time.Time) {
 func (g *idemProgress) last(id int64) time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.at[id]
+	if e := g.at[id]; e != nil {
+		return e.at
+	}
+	return time.Time{}
+}
+
+// mark returns the highest sequence of producer id stored by a retry (-1:
+// none known), for wait's seen: taken before a retry's attempt.
+func (g *idemProgress) mark(id int64) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.at[id]; e != nil {
+		return e.seq
+	}
+	return -1
+}
+
+// noMark is a seen of wait before any mark: no store is known to have
+// come after the retry's last attempt.
+const noMark = int64(1<<63 - 1)
+
+// wait pauses a retry of sequence seq of producer id (0: none) for d,
+// until ctx is done (its error), or until its turn comes: a retry of the
+// producer at seq - 1 is stored (or a later one). seen is the highest
+// sequence stored when the retry's last attempt was sent (mark): if one
+// was stored since that makes it the retry's turn, it does not pause.
+// Each store lets a retry skip at most one pause, so a retry the broker
+// refuses in its turn (it forgot the producer) is not resent in a loop.
+func (g *idemProgress) wait(ctx context.Context, id, seq, seen int64, d time.Duration) error {
+	var turn <-chan struct{}
+	if id != 0 {
+		g.mu.Lock()
+		e := g.entryLocked(id, time.Now())
+		if e.seq > seen && e.seq >= seq-1 {
+			g.mu.Unlock()
+			return nil
+		}
+		ch := e.waiting[seq] // a message's binding is its own: shared only in error
+		if ch == nil {
+			ch = make(chan struct{})
+			if e.waiting == nil {
+				e.waiting = make(map[int64]chan struct{})
+			}
+			e.waiting[seq] = ch
+		}
+		g.mu.Unlock()
+		turn = ch
+		defer g.unwait(id, seq, ch)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-turn:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// unwait ends wait's registration ch of seq of producer id, and drops the
+// entry when it holds nothing else.
+func (g *idemProgress) unwait(id, seq int64, ch chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.at[id]
+	if e == nil {
+		return // forgotten (maxProgress)
+	}
+	if e.waiting[seq] == ch {
+		delete(e.waiting, seq)
+	}
+	if len(e.waiting) == 0 && e.at.IsZero() {
+		delete(g.at, id)
+	}
 }
 
 // sendWith makes the attempts of one message within ctx; failedAddr, if
@@ -538,12 +663,13 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 	var unknownSince time.Time               // a retry's first refusal as of an unknown producer
 	var grace time.Duration                  // and how long it is resent then (graceFor)
 	var unreachableSince, giveUpAt time.Time // a pinned retry's partition out of reach
+	seen := noMark                           // its producer's highest stored sequence at its last attempt (idemProgress.wait)
 	for {
 		if lastErr != nil && cp.isClosed() {
 			return SendResult{}, lastErr
 		}
 		if pin != nil && retry {
-			res, done, err := cp.pinnedAttempt(ctx, v, m, pin, lastErr)
+			res, done, err := cp.pinnedAttempt(ctx, v, m, pin, lastErr, &seen)
 			if done && errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil {
 				// The broker does not know m's producer, or m lies past
 				// the producer's next sequence: it forgot the producer
@@ -570,7 +696,7 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 			}
 			if done {
 				if err == nil {
-					cp.progress.stored(m.ProducerID, time.Now())
+					cp.progress.stored(m.ProducerID, m.ProducerSeq, time.Now())
 				}
 				return res, err
 			}
@@ -694,15 +820,13 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 
 // pinnedAttempt is one attempt of an idempotent retry of m on partition
 // pin, after a pause (none after an out-of-order refusal, which unbinds
-// m: it is sent again at once with a new sequence). done is set when the
-// send ends, with res and err; otherwise err is the attempt's failure.
-func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *message.Message, pin *message.Partition, lastErr error) (res SendResult, done bool, err error) {
+// m: it is sent again at once with a new sequence), which ends early when
+// the retry before m is stored (idemProgress.wait; seen is its mark, set
+// here before the attempt). done is set when the send ends, with res and
+// err; otherwise err is the attempt's failure.
+func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *message.Message, pin *message.Partition, lastErr error, seen *int64) (res SendResult, done bool, err error) {
 	if !renewable(lastErr) {
-		t := time.NewTimer(pinPause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if cp.progress.wait(ctx, m.ProducerID, m.ProducerSeq, *seen, pinPause) != nil {
 			return SendResult{}, true, fmt.Errorf("metaq: send to %s: %w (last failure: %w)", m.Topic, ErrTimeout, lastErr)
 		}
 	}
@@ -710,6 +834,7 @@ func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *me
 	if t.addr == "" {
 		return SendResult{}, false, lastErr
 	}
+	*seen = cp.progress.mark(m.ProducerID)
 	res, err = cp.attempt(ctx, m, t, true)
 	switch {
 	case err == nil:

@@ -194,6 +194,43 @@ func TestIdempotentRetriesLandInTurn(t *testing.T) {
 	ih.check(t, b.addr, 4, n)
 }
 
+// TestIdempotentRetriesResendInTurn: as TestIdempotentRetriesLandInTurn,
+// with 100 retries of one producer lost together. A retry refused as out
+// of order is resent as soon as the retry before it (its sequence - 1) is
+// stored, not only at its next pause (pinPause): the chain lands one
+// round trip per sequence, and the broker refuses few resends. Each retry
+// was resent at every pause until its turn came: about n²/4 puts in all
+// (2,300 to 2,600 for 100, in 2.5 s); now about 2n (200 to 260, in
+// 0.15 s). The bound, n²/8, leaves room for a loaded machine, whose
+// slower round trips let more pauses end while the chain lands.
+func TestIdempotentRetriesResendInTurn(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	fn := startFaultyNet(t, b.addr)
+	p := newClient(t, Brokers(fn.addr()), ProduceTimeout(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ih := newIdemHistory()
+	key := []byte("k") // one partition, so one producer id
+	var wg sync.WaitGroup
+	ih.send(t, ctx, p, &wg, &message.Message{Topic: topic, Key: key, Body: []byte("v000000")}) // sequence 0: the broker knows the producer
+	wg.Wait()
+	fn.holdAll()
+	const n = 101
+	for i := 1; i < n; i++ {
+		ih.send(t, ctx, p, &wg, &message.Message{Topic: topic, Key: key, Body: []byte(fmt.Sprintf("v%06d", i))})
+	}
+	require.Eventually(t, func() bool { return fn.count(protocol.OpPut) == n }, 10*time.Second, time.Millisecond)
+	fn.holdIf(nil)
+	start := time.Now()
+	fn.cut() // the 100 held puts are lost
+	wg.Wait()
+	resends := fn.count(protocol.OpPut) - n
+	t.Logf("%d retries landed in %v with %d puts", n-1, time.Since(start).Round(time.Millisecond), resends)
+	ih.check(t, b.addr, 4, n)
+	require.Less(t, resends, (n-1)*(n-1)/8, "retries resent at every pause rather than in turn")
+}
+
 // TestIdempotentForgottenProducer: the broker forgets the producer while
 // its replies are lost (idempotent_producers = 2 per partition, four other
 // clients churning the tables, every third reply chunk dropped with its
