@@ -826,7 +826,11 @@ func (cp *clusterProducer) sendWith(ctx context.Context, m *message.Message, fai
 // err; otherwise err is the attempt's failure.
 func (cp *clusterProducer) pinnedAttempt(ctx context.Context, v topicView, m *message.Message, pin *message.Partition, lastErr error, seen *int64) (res SendResult, done bool, err error) {
 	if !renewable(lastErr) {
-		if cp.progress.wait(ctx, m.ProducerID, m.ProducerSeq, *seen, pinPause) != nil {
+		id := m.ProducerID
+		if cp.cfg.pausesOnly {
+			id = 0 // a plain pause
+		}
+		if cp.progress.wait(ctx, id, m.ProducerSeq, *seen, pinPause) != nil {
 			return SendResult{}, true, fmt.Errorf("metaq: send to %s: %w (last failure: %w)", m.Topic, ErrTimeout, lastErr)
 		}
 	}

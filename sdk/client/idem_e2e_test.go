@@ -161,8 +161,10 @@ func TestIdempotentDroppedReplies(t *testing.T) {
 // retried at once, in no particular order. The broker stores a producer's
 // sequences only in order: it refuses a retry past the next one as out of
 // order, and the SDK resends it with its binding for a grace (500 ms
-// here) while the earlier ones land, one or two per round of resends
-// (pinPause). The whole chain takes longer than the grace; a retry still
+// here) while the earlier ones land. With resends at the pauses only
+// (pinPause; pausesOnly turns off the resend when a retry's turn comes,
+// TestIdempotentRetriesResendInTurn), they land one or two per round of
+// resends, and the whole chain takes longer than the grace; a retry still
 // waits as long as its producer's earlier retries keep landing, and each
 // message is stored once. TestIdempotentFailover failed so 1 run in 20:
 // ~140 retries per partition queued at the promoted slave, and under load
@@ -173,25 +175,35 @@ func TestIdempotentRetriesLandInTurn(t *testing.T) {
 	b := startBroker(t)
 	fn := startFaultyNet(t, b.addr)
 	p := newClient(t, Brokers(fn.addr()), ProduceTimeout(time.Minute), optFunc(func(c *config) {
-		c.prodOpts = append(c.prodOpts, producerOpt(func(pc *producerConfig) { pc.grace = 500 * time.Millisecond }))
+		c.prodOpts = append(c.prodOpts, producerOpt(func(pc *producerConfig) { pc.grace, pc.pausesOnly = 500*time.Millisecond, true }))
 	}))
+	const n = 41
+	ih, _ := loseTogether(t, p, fn, n)
+	ih.check(t, b.addr, 4, n)
+}
+
+// loseTogether sends message 0 of one producer through fn (so the broker
+// knows the producer), then n-1 more, held by fn and lost with their
+// connection, and waits until every send has completed (retried). It
+// returns the history and how long the retries took from the cut.
+func loseTogether(t *testing.T, p *Client, fn *faultyNet, n int) (*idemHistory, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ih := newIdemHistory()
 	key := []byte("k") // one partition, so one producer id
 	var wg sync.WaitGroup
-	ih.send(t, ctx, p, &wg, &message.Message{Topic: topic, Key: key, Body: []byte("v000000")}) // sequence 0: the broker knows the producer
+	ih.send(t, ctx, p, &wg, &message.Message{Topic: topic, Key: key, Body: []byte("v000000")})
 	wg.Wait()
 	fn.holdAll()
-	const n = 41
 	for i := 1; i < n; i++ {
 		ih.send(t, ctx, p, &wg, &message.Message{Topic: topic, Key: key, Body: []byte(fmt.Sprintf("v%06d", i))})
 	}
 	require.Eventually(t, func() bool { return fn.count(protocol.OpPut) == n }, 10*time.Second, time.Millisecond)
 	fn.holdIf(nil)
-	fn.cut() // the 40 held puts are lost
+	start := time.Now()
+	fn.cut() // the held puts are lost
 	wg.Wait()
-	ih.check(t, b.addr, 4, n)
+	return ih, time.Since(start)
 }
 
 // TestIdempotentRetriesResendInTurn: as TestIdempotentRetriesLandInTurn,
@@ -208,25 +220,10 @@ func TestIdempotentRetriesResendInTurn(t *testing.T) {
 	b := startBroker(t)
 	fn := startFaultyNet(t, b.addr)
 	p := newClient(t, Brokers(fn.addr()), ProduceTimeout(time.Minute))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ih := newIdemHistory()
-	key := []byte("k") // one partition, so one producer id
-	var wg sync.WaitGroup
-	ih.send(t, ctx, p, &wg, &message.Message{Topic: topic, Key: key, Body: []byte("v000000")}) // sequence 0: the broker knows the producer
-	wg.Wait()
-	fn.holdAll()
 	const n = 101
-	for i := 1; i < n; i++ {
-		ih.send(t, ctx, p, &wg, &message.Message{Topic: topic, Key: key, Body: []byte(fmt.Sprintf("v%06d", i))})
-	}
-	require.Eventually(t, func() bool { return fn.count(protocol.OpPut) == n }, 10*time.Second, time.Millisecond)
-	fn.holdIf(nil)
-	start := time.Now()
-	fn.cut() // the 100 held puts are lost
-	wg.Wait()
+	ih, took := loseTogether(t, p, fn, n)
 	resends := fn.count(protocol.OpPut) - n
-	t.Logf("%d retries landed in %v with %d puts", n-1, time.Since(start).Round(time.Millisecond), resends)
+	t.Logf("%d retries landed in %v with %d puts", n-1, took.Round(time.Millisecond), resends)
 	ih.check(t, b.addr, 4, n)
 	require.Less(t, resends, (n-1)*(n-1)/8, "retries resent at every pause rather than in turn")
 }

@@ -45,6 +45,10 @@ type producerConfig struct {
 	idempotent bool
 	// grace, if set, is every retry's grace instead of graceFor's (tests).
 	grace time.Duration
+	// pausesOnly makes a waiting idempotent retry resend at its pauses
+	// only, not also when its turn comes (idemProgress.wait): the pacing
+	// before the wake-up, for a test of the grace over a slow chain.
+	pausesOnly bool
 	// holes, if set, is where a brokerProducer records its idempotent
 	// producers' holes (withHoles).
 	holes *idemHoles
