@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"slices"
 	"sync"
@@ -587,7 +588,7 @@ func (g *idemProgress) mark(id int64) int64 {
 
 // noMark is a seen of wait before any mark: no store is known to have
 // come after the retry's last attempt.
-const noMark = int64(1<<63 - 1)
+const noMark = int64(math.MaxInt64)
 
 // wait pauses a retry of sequence seq of producer id (0: none) for d,
 // until ctx is done (its error), or until its turn comes: a retry of the
